@@ -1,0 +1,37 @@
+/* Small shared helpers: clocks, CSPRNG, bounded integer parsing, logging. Any thread. */
+#ifndef PDR_UTIL_H
+#define PDR_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Monotonic clock. */
+uint64_t pdr_now_ns(void);
+static inline uint64_t pdr_now_us(void)
+{
+    return pdr_now_ns() / 1000;
+}
+static inline uint64_t pdr_now_ms(void)
+{
+    return pdr_now_ns() / 1000000;
+}
+/* Wall clock, microseconds since the epoch (for logs). */
+uint64_t pdr_wall_us(void);
+
+/* Fills buf from the kernel CSPRNG (getrandom). Returns 0 or a PDR_E* code. */
+int pdr_random_bytes(void *buf, size_t len);
+/* A uniformly random integer in [0, 2^63-1] from the CSPRNG. */
+uint64_t pdr_random_room(void);
+
+/* Parses a whole decimal integer in [min, max]; no trailing garbage. Returns 0 or PDR_EINVAL. */
+int pdr_parse_int64(const char *s, size_t len, int64_t min, int64_t max, int64_t *out);
+
+enum { PDR_LOG_DEBUG = 0, PDR_LOG_INFO, PDR_LOG_WARN, PDR_LOG_ERROR };
+extern int pdr_log_level;
+void pdr_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define pdr_debug(...) (pdr_log_level <= PDR_LOG_DEBUG ? pdr_log(PDR_LOG_DEBUG, __VA_ARGS__) : (void)0)
+#define pdr_info(...) pdr_log(PDR_LOG_INFO, __VA_ARGS__)
+#define pdr_warn(...) pdr_log(PDR_LOG_WARN, __VA_ARGS__)
+#define pdr_error(...) pdr_log(PDR_LOG_ERROR, __VA_ARGS__)
+
+#endif

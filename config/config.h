@@ -1,0 +1,99 @@
+/*
+ * The router's configuration: YAML (libyaml) or sglang-compatible command-line flags, validated into
+ * an immutable, reference-counted snapshot. Readers take a reference (pdr_config_ref) and never
+ * modify a snapshot; a reload builds a new one. Every error message is "file:line:col: message"
+ * (1-based line and column) or "argv: message" for flags.
+ */
+#ifndef PDR_CONFIG_H
+#define PDR_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { PDR_PROTO_SGLANG = 0, PDR_PROTO_VLLM, PDR_PROTO_PDSHIM } pdr_protocol_t;
+typedef enum { PDR_POLICY_ROUND_ROBIN = 0, PDR_POLICY_LEAST_LOAD, PDR_POLICY_RANDOM } pdr_policy_kind_t;
+typedef enum { PDR_ROLE_PREFILL = 0, PDR_ROLE_DECODE = 1 } pdr_role_t;
+
+typedef struct pdr_worker_conf {
+    char *url;          /* as written, without a trailing slash: "http://127.0.0.1:30001" */
+    char *host;         /* host part as in the URL; IPv6 without brackets */
+    int port;           /* explicit or the scheme's default */
+    int is_ipv6;        /* host is an IPv6 literal (bracketed in bootstrap_host) */
+    int bootstrap_port; /* prefill only; -1 = none (sent as JSON null) */
+} pdr_worker_conf_t;
+
+typedef struct pdr_config {
+    char *source; /* file name, or "<command line>" */
+
+    char *listen_host; /* default 0.0.0.0 */
+    int listen_port;   /* default 8000 */
+    char *admin_host;  /* default 127.0.0.1 */
+    int admin_port;    /* default 8001; 0 disables the admin listener */
+    char *admin_token_file; /* NULL: no token (development) */
+
+    pdr_protocol_t protocol;            /* default sglang */
+    pdr_policy_kind_t policy_prefill;   /* default round_robin */
+    pdr_policy_kind_t policy_decode;    /* default least_load */
+
+    pdr_worker_conf_t *prefill;
+    size_t n_prefill;
+    pdr_worker_conf_t *decode;
+    size_t n_decode;
+
+    struct {
+        char *path;      /* default /health */
+        int interval_ms; /* default 2000 */
+        int timeout_ms;  /* default 1000 */
+        int rise;        /* default 2 */
+        int fall;        /* default 3 */
+    } health;
+    struct {
+        int connect_ms;     /* default 1000 */
+        int first_byte_ms;  /* default 60000 */
+        int kv_transfer_ms; /* default 30000 */
+        int stream_idle_ms; /* default 300000 */
+    } timeouts;
+    struct {
+        int64_t max_body_bytes; /* default 33554432 */
+        int max_inflight;       /* default 4096 */
+    } limits;
+    struct {
+        int max; /* default 2 */
+    } retries;
+    struct {
+        char *access_log; /* default "-" (stdout); "off" disables */
+        char *level;      /* debug|info|warn|error, default info */
+    } log;
+
+    int refcnt; /* atomic */
+} pdr_config_t;
+
+/* Builds a snapshot with every default and no workers. */
+pdr_config_t *pdr_config_new_default(void);
+
+/* Parses and validates a YAML document. On failure returns NULL and writes "name:line:col: message"
+ * into err (always NUL-terminated). */
+pdr_config_t *pdr_config_load_file(const char *path, char *err, size_t errlen);
+pdr_config_t *pdr_config_load_string(const char *text, size_t len, const char *name, char *err, size_t errlen);
+
+/* Parses the sglang-compatible quick-start flags (--pd-disaggregation --prefill URL [PORT|none]
+ * --decode URL --host H --port P --policy P --prefill-policy P --decode-policy P) plus --config FILE.
+ * argv[0] is the program name. Options it does not know are an error. */
+typedef struct pdr_cli {
+    int show_help, show_version;
+    const char *check_config; /* --check-config FILE */
+    pdr_config_t *config;     /* the resulting snapshot when neither help/version/check was asked */
+} pdr_cli_t;
+int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size_t errlen);
+
+pdr_config_t *pdr_config_ref(pdr_config_t *c);
+void pdr_config_unref(pdr_config_t *c);
+
+const char *pdr_policy_name(pdr_policy_kind_t p);
+const char *pdr_protocol_name(pdr_protocol_t p);
+
+/* Parses "http://host[:port][/]" into a worker. Returns 0 or PDR_EINVAL with a message in err. */
+int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, size_t errlen);
+void pdr_worker_conf_clear(pdr_worker_conf_t *w);
+
+#endif

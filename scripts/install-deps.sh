@@ -1,0 +1,16 @@
+#!/bin/sh
+# Installs the Debian 12 packages pdrouter builds, tests and benchmarks with. Idempotent.
+set -eu
+PKGS="build-essential cmake pkgconf git ca-certificates \
+ libuv1-dev libh2o-dev libcurl4-openssl-dev libyaml-dev libibverbs-dev libssl-dev libjansson-dev \
+ curl python3 nghttp2-client wrk nginx-light iperf3 jq clang-format"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends $missing
