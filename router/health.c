@@ -1,0 +1,106 @@
+/*
+ * Active health checks: every health.interval_ms each worker gets GET <url><health.path> with a
+ * health.timeout_ms deadline; a 2xx answer is a pass. The rise/fall state machine is in pool.c.
+ * The first round runs at start. Probes share the router's curl multi. Loop thread only.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "err.h"
+#include "router.h"
+#include "util.h"
+
+typedef struct pdr_health_probe {
+    pdr_router_t *r;
+    pdr_worker_t *w;
+    pdr_leg_t leg;
+    int running;
+    char url[512];
+} probe_t;
+
+static size_t probe_data(pdr_leg_t *leg, const char *p, size_t n)
+{
+    (void)leg;
+    (void)p;
+    return n;
+}
+
+static void probe_done(pdr_leg_t *leg, int err)
+{
+    probe_t *pr = leg->data;
+    pdr_worker_t *w = pr->w;
+    const pdr_config_t *c = pr->r->config;
+    pr->running = 0;
+    int ok = err == 0 && leg->status >= 200 && leg->status < 300;
+    w->last_check_ms = pdr_now_ms();
+    if (ok)
+        w->checks_ok++;
+    else
+        w->checks_failed++;
+    if (pdr_health_update(&w->health, ok, c->health.rise, c->health.fall)) {
+        if (w->health.healthy)
+            pdr_info("worker %s %s is healthy (%d checks passed)", pdr_role_name(w->role), w->conf->url, c->health.rise);
+        else {
+            w->ejections_total++;
+            pdr_warn("worker %s %s is unhealthy: %d checks failed, last: %s", pdr_role_name(w->role), w->conf->url,
+                     c->health.fall, err ? pdr_strerror(err) : "bad status");
+        }
+    }
+}
+
+static const pdr_leg_cbs_t probe_cbs = {probe_data, probe_done};
+
+static void run_round(pdr_router_t *r)
+{
+    const pdr_config_t *c = r->config;
+    for (size_t i = 0; i < r->n_probes; i++) {
+        probe_t *pr = r->probes[i];
+        if (pr->running)
+            continue;
+        if (pdr_leg_start(&pr->leg, r->multi, pr->url, NULL, 0, NULL, c->health.timeout_ms, c->health.timeout_ms,
+                          &probe_cbs, pr) == 0)
+            pr->running = 1;
+    }
+}
+
+static void on_health_timer(uv_timer_t *t)
+{
+    run_round(t->data);
+}
+
+int pdr_health_start(pdr_router_t *r)
+{
+    const pdr_config_t *c = r->config;
+    size_t n = r->pool.n[0] + r->pool.n[1];
+    r->probes = calloc(n ? n : 1, sizeof(*r->probes));
+    if (r->probes == NULL)
+        return PDR_ENOMEM;
+    for (int role = 0; role < 2; role++)
+        for (size_t i = 0; i < r->pool.n[role]; i++) {
+            probe_t *pr = calloc(1, sizeof(*pr));
+            if (pr == NULL)
+                return PDR_ENOMEM;
+            pr->r = r;
+            pr->w = &r->pool.workers[role][i];
+            snprintf(pr->url, sizeof(pr->url), "%s%s", pr->w->conf->url, c->health.path);
+            r->probes[r->n_probes++] = pr;
+        }
+    uv_timer_init(r->loop, &r->health_timer);
+    r->health_timer.data = r;
+    uv_timer_start(&r->health_timer, on_health_timer, 0, (uint64_t)c->health.interval_ms);
+    return 0;
+}
+
+void pdr_health_stop(pdr_router_t *r)
+{
+    for (size_t i = 0; i < r->n_probes; i++) {
+        if (r->probes[i]->running)
+            pdr_leg_cancel(&r->probes[i]->leg);
+        free(r->probes[i]);
+    }
+    free(r->probes);
+    r->probes = NULL;
+    r->n_probes = 0;
+    uv_timer_stop(&r->health_timer);
+    uv_close((uv_handle_t *)&r->health_timer, NULL);
+}

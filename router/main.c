@@ -1,0 +1,91 @@
+/*
+ * pdrouter entry point: parse flags or the YAML file, validate, run the loop until SIGTERM/SIGINT
+ * (then stop accepting, let in-flight requests finish, exit 0).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <curl/curl.h>
+#include "err.h"
+#include "router.h"
+#include "util.h"
+
+static pdr_router_t router;
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    pdr_info("signal %d received", signum);
+    pdr_router_begin_shutdown(s->data);
+}
+
+static int set_log_level(const char *s)
+{
+    static const char *names[] = {"debug", "info", "warn", "error"};
+    for (int i = 0; i < 4; i++)
+        if (s != NULL && strcmp(s, names[i]) == 0) {
+            pdr_log_level = i;
+            return 0;
+        }
+    return s == NULL ? 0 : PDR_EINVAL;
+}
+
+int main(int argc, char **argv)
+{
+    pdr_cli_t cli;
+    char err[1024];
+    memset(&cli, 0, sizeof(cli));
+    if (pdr_config_parse_args(argc, argv, &cli, err, sizeof(err)) != 0) {
+        fprintf(stderr, "pdrouter: %s\nTry 'pdrouter --help'.\n", err);
+        return 2;
+    }
+    if (cli.show_help) {
+        pdr_config_usage(stdout);
+        return 0;
+    }
+    if (cli.show_version) {
+        printf("pdrouter %s\n", PDR_VERSION);
+        return 0;
+    }
+    if (cli.check_config != NULL) {
+        pdr_config_t *c = pdr_config_load_file(cli.check_config, err, sizeof(err));
+        if (c == NULL) {
+            fprintf(stderr, "%s\n", err);
+            return 2;
+        }
+        printf("%s: ok (%zu prefill, %zu decode workers)\n", cli.check_config, c->n_prefill, c->n_decode);
+        pdr_config_unref(c);
+        return 0;
+    }
+    pdr_config_t *c = cli.config;
+    if (c == NULL) {
+        fprintf(stderr, "pdrouter: nothing to do: give --config FILE or --pd-disaggregation --prefill URL --decode URL\n");
+        return 2;
+    }
+    set_log_level(c->log.level);
+    if (c->protocol != PDR_PROTO_SGLANG) {
+        fprintf(stderr, "pdrouter: protocol %s is not implemented yet; use protocol: sglang\n",
+                pdr_protocol_name(c->protocol));
+        pdr_config_unref(c);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    uv_loop_t *loop = uv_default_loop();
+    if (pdr_router_start(&router, c, loop) != 0) {
+        pdr_config_unref(c);
+        return 1;
+    }
+    pdr_config_unref(c); /* the router holds its own reference */
+    uv_signal_init(loop, &router.sig_term);
+    router.sig_term.data = &router;
+    uv_signal_start(&router.sig_term, on_signal, SIGTERM);
+    uv_signal_init(loop, &router.sig_int);
+    router.sig_int.data = &router;
+    uv_signal_start(&router.sig_int, on_signal, SIGINT);
+    uv_run(loop, UV_RUN_DEFAULT);
+    if (!router.shutting_down)
+        return 1;
+    pdr_info("bye");
+    return 0;
+}

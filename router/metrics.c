@@ -1,0 +1,170 @@
+/* Metric storage and the Prometheus text rendering. Loop thread only. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "metrics.h"
+
+pdr_metrics_t pdr_metrics;
+
+static const double bounds[PDR_HIST_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                0.25,   0.5,   1,      2.5,   5,    10,   30,    60};
+static const char *route_names[PDR_MR__COUNT] = {"generate", "completions", "chat_completions", "models",
+                                                 "health",   "readiness",   "metrics",          "other"};
+static const char *cause_names[PDR_CAUSE__COUNT] = {"connect", "timeout", "reset", "status_5xx",
+                                                    "first_byte_deadline", "kv_transfer_deadline", "other"};
+
+void pdr_hist_observe(pdr_hist_t *h, double v)
+{
+    int i = 0;
+    while (i < PDR_HIST_BUCKETS && v > bounds[i])
+        i++;
+    h->counts[i]++;
+    h->sum += v;
+    h->count++;
+}
+
+void pdr_metrics_count_request(int route, int status, double seconds, double ttfb)
+{
+    if (status < 100 || status > 599)
+        status = 599;
+    pdr_metrics.requests[route][status]++;
+    pdr_hist_observe(&pdr_metrics.duration[route], seconds);
+    if (ttfb >= 0)
+        pdr_hist_observe(&pdr_metrics.ttfb[route], ttfb);
+}
+
+typedef struct out {
+    char *p;
+    size_t len, cap;
+} out_t;
+
+__attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(o->p ? o->p + o->len : NULL, o->p ? o->cap - o->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if (o->p != NULL && o->len + (size_t)n < o->cap) {
+            o->len += (size_t)n;
+            return;
+        }
+        size_t cap = o->cap ? o->cap * 2 : 16384;
+        while (cap < o->len + (size_t)n + 1)
+            cap *= 2;
+        char *np = realloc(o->p, cap);
+        if (np == NULL)
+            return;
+        o->p = np;
+        o->cap = cap;
+    }
+}
+
+static void put_hist(out_t *o, const char *name, const char *help, const pdr_hist_t *hs)
+{
+    put(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int r = 0; r < PDR_MR__COUNT; r++) {
+        const pdr_hist_t *h = &hs[r];
+        if (h->count == 0)
+            continue;
+        uint64_t cum = 0;
+        for (int i = 0; i < PDR_HIST_BUCKETS; i++) {
+            cum += h->counts[i];
+            put(o, "%s_bucket{route=\"%s\",le=\"%g\"} %llu\n", name, route_names[r], bounds[i],
+                (unsigned long long)cum);
+        }
+        cum += h->counts[PDR_HIST_BUCKETS];
+        put(o, "%s_bucket{route=\"%s\",le=\"+Inf\"} %llu\n", name, route_names[r], (unsigned long long)cum);
+        put(o, "%s_sum{route=\"%s\"} %.6f\n%s_count{route=\"%s\"} %llu\n", name, route_names[r], h->sum, name,
+            route_names[r], (unsigned long long)h->count);
+    }
+}
+
+char *pdr_metrics_render(const pdr_pool_t *pool, size_t *len)
+{
+    out_t o = {0};
+    const pdr_metrics_t *m = &pdr_metrics;
+    put(&o, "# HELP pdr_requests_total Client requests by route and HTTP status.\n"
+            "# TYPE pdr_requests_total counter\n");
+    for (int r = 0; r < PDR_MR__COUNT; r++)
+        for (int s = 100; s < 600; s++)
+            if (m->requests[r][s])
+                put(&o, "pdr_requests_total{route=\"%s\",code=\"%d\"} %llu\n", route_names[r], s,
+                    (unsigned long long)m->requests[r][s]);
+    put(&o, "# HELP pdr_upstream_errors_total Failed upstream calls by worker role and cause.\n"
+            "# TYPE pdr_upstream_errors_total counter\n");
+    for (int role = 0; role < 2; role++)
+        for (int c = 0; c < PDR_CAUSE__COUNT; c++)
+            put(&o, "pdr_upstream_errors_total{role=\"%s\",cause=\"%s\"} %llu\n", pdr_role_name((pdr_role_t)role),
+                cause_names[c], (unsigned long long)m->upstream_errors[role][c]);
+    put(&o, "# HELP pdr_retries_total Requests retried on a new prefill/decode pair.\n"
+            "# TYPE pdr_retries_total counter\npdr_retries_total %llu\n",
+        (unsigned long long)m->retries_total);
+    put(&o, "# HELP pdr_no_healthy_worker_total Requests answered 503 because no worker of a role was healthy.\n"
+            "# TYPE pdr_no_healthy_worker_total counter\n");
+    for (int role = 0; role < 2; role++)
+        put(&o, "pdr_no_healthy_worker_total{role=\"%s\"} %llu\n", pdr_role_name((pdr_role_t)role),
+            (unsigned long long)m->no_worker_total[role]);
+    put(&o, "# HELP pdr_client_aborts_total Requests whose client went away before the end.\n"
+            "# TYPE pdr_client_aborts_total counter\npdr_client_aborts_total %llu\n",
+        (unsigned long long)m->client_aborts_total);
+    put(&o, "# HELP pdr_request_bytes_total Request body bytes received from clients.\n"
+            "# TYPE pdr_request_bytes_total counter\npdr_request_bytes_total %llu\n",
+        (unsigned long long)m->bytes_in_total);
+    put(&o, "# HELP pdr_response_bytes_total Response body bytes sent to clients.\n"
+            "# TYPE pdr_response_bytes_total counter\npdr_response_bytes_total %llu\n",
+        (unsigned long long)m->bytes_out_total);
+    put(&o, "# HELP pdr_inflight_requests PD requests in progress.\n# TYPE pdr_inflight_requests gauge\n"
+            "pdr_inflight_requests %lld\n",
+        (long long)m->inflight);
+
+    static const char *wm[][3] = {
+        {"pdr_worker_healthy", "gauge", "1 when the worker passes health checks."},
+        {"pdr_worker_inflight_requests", "gauge", "Requests in flight to the worker."},
+        {"pdr_worker_requests_total", "counter", "Requests sent to the worker."},
+        {"pdr_worker_failures_total", "counter", "Failed requests to the worker."},
+        {"pdr_worker_ejections_total", "counter", "Times the worker was marked unhealthy."},
+        {"pdr_worker_health_checks_total", "counter", "Active health checks by result."},
+    };
+    for (size_t k = 0; k < sizeof(wm) / sizeof(wm[0]); k++) {
+        put(&o, "# HELP %s %s\n# TYPE %s %s\n", wm[k][0], wm[k][2], wm[k][0], wm[k][1]);
+        for (int role = 0; role < 2; role++)
+            for (size_t i = 0; i < pool->n[role]; i++) {
+                const pdr_worker_t *w = &pool->workers[role][i];
+                const char *rn = pdr_role_name((pdr_role_t)role);
+                switch (k) {
+                case 0:
+                    put(&o, "%s{role=\"%s\",url=\"%s\"} %d\n", wm[k][0], rn, w->conf->url, w->health.healthy);
+                    break;
+                case 1:
+                    put(&o, "%s{role=\"%s\",url=\"%s\"} %d\n", wm[k][0], rn, w->conf->url, w->inflight);
+                    break;
+                case 2:
+                    put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,
+                        (unsigned long long)w->requests_total);
+                    break;
+                case 3:
+                    put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,
+                        (unsigned long long)w->failures_total);
+                    break;
+                case 4:
+                    put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,
+                        (unsigned long long)w->ejections_total);
+                    break;
+                default:
+                    put(&o, "%s{role=\"%s\",url=\"%s\",result=\"ok\"} %llu\n", wm[k][0], rn, w->conf->url,
+                        (unsigned long long)w->checks_ok);
+                    put(&o, "%s{role=\"%s\",url=\"%s\",result=\"failed\"} %llu\n", wm[k][0], rn, w->conf->url,
+                        (unsigned long long)w->checks_failed);
+                    break;
+                }
+            }
+    }
+    put_hist(&o, "pdr_request_duration_seconds", "Time from request to the last response byte.", m->duration);
+    put_hist(&o, "pdr_time_to_first_byte_seconds", "Time from request to the first response byte.", m->ttfb);
+    *len = o.len;
+    return o.p;
+}

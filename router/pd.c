@@ -1,0 +1,821 @@
+/*
+ * The PD request path. For each client request: validate the body once, pick a prefill and a decode
+ * worker, give both the same body with the router's bootstrap fields (a fresh CSPRNG room per item
+ * and per attempt), send both legs at once, read the prefill's answer to the end and check it, and
+ * relay the decode's answer with back-pressure both ways.
+ *
+ * The decode's bytes are held (at most HIGH_WATER, then the decode transfer is paused) until the
+ * prefill leg has answered successfully, so a prefill failure is always "before the first byte" and
+ * can be retried on a new pair. Any failure before the client response starts cancels both legs at
+ * once (their connections are closed, so workers see the abort) and retries up to retries.max, then
+ * answers 502 (upstream failure) or 504 (deadline) in the OpenAI error shape.
+ *
+ * Ownership: pd_req_t is malloc'd; the h2o pool holds a small anchor whose dispose callback detaches
+ * the request (the client is gone or the response is over), cancels what is still running, writes
+ * the access log line and closes the timer; the memory is freed in the timer's close callback.
+ * Loop thread only.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include "err.h"
+#include "router.h"
+#include "util.h"
+
+#define HIGH_WATER (64 * 1024)   /* stack.md #8: coalesce up to 64 KiB per send */
+#define PEEK_INTERVAL_MS 100     /* stack.md #3: h1 disconnect probe while waiting */
+#define PREFILL_BODY_CAP (64u << 20)
+
+uint64_t pdr_pd_requests_live;
+
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+} buf_t;
+
+static int buf_append(buf_t *b, const char *p, size_t n, size_t limit)
+{
+    if (b->len + n > limit)
+        return PDR_ETOOBIG;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n)
+            cap *= 2;
+        char *np = realloc(b->p, cap);
+        if (np == NULL)
+            return PDR_ENOMEM;
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static void buf_free(buf_t *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof(*b));
+}
+
+typedef enum { MODE_PD = 0, MODE_MODELS } pd_mode_t;
+
+typedef struct pd_req {
+    pdr_router_t *r;
+    h2o_req_t *req; /* NULL once h2o disposed the request */
+    h2o_generator_t gen;
+    pd_mode_t mode;
+    pdr_route_t route;
+    int mroute;
+    pdr_pdreq_t pr;
+    char *body;
+    size_t body_len;
+    uint64_t *rooms;
+    size_t n_rooms;
+    char request_id[80];
+    char xrid_header[112];
+
+    int attempt;
+    uint64_t avoid[2];
+    pdr_worker_t *pw, *dw;
+    pdr_leg_t pleg, dleg;
+    unsigned p_running : 1, d_running : 1, p_done : 1, d_done : 1;
+    int p_err, d_err;
+    buf_t pbody;          /* the prefill's answer (checked, used for logprob merge) */
+    int p_truncated;
+    json_t *p_json;       /* parsed prefill answer when merging */
+    buf_t pending;        /* decode bytes not yet handed to h2o */
+    buf_t sending;        /* bytes h2o is writing now */
+    buf_t sse_carry;      /* streaming merge: an incomplete event */
+    int merge;            /* logprob merge wanted */
+    int is_sse;
+
+    unsigned started : 1, send_inflight : 1, final_sent : 1, stopped : 1, errored : 1;
+    int status;
+    uint64_t t0_ns, ttfb_ns, end_ns, attempt_t0_ns, last_data_ns;
+    uint64_t first_byte_deadline_ns, kv_deadline_ns;
+    uint64_t bytes_in, bytes_out;
+    const char *error_cause;
+    uv_timer_t timer;
+    int counted_inflight;
+} pd_req_t;
+
+static void advance(pd_req_t *x);
+static void start_attempt(pd_req_t *x);
+static void arm_timer(pd_req_t *x);
+
+/* ---- helpers ---- */
+
+static const char *reason_of(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 404:
+        return "Not Found";
+    case 413:
+        return "Payload Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return status < 300 ? "OK" : status < 500 ? "Client Error" : "Server Error";
+    }
+}
+
+static void release_leg(pd_req_t *x, int prefill)
+{
+    pdr_worker_t *w = prefill ? x->pw : x->dw;
+    if (prefill ? x->p_running : x->d_running) {
+        if (prefill)
+            x->p_running = 0;
+        else
+            x->d_running = 0;
+        if (w != NULL && w->inflight > 0)
+            w->inflight--;
+    }
+}
+
+static void cancel_legs(pd_req_t *x)
+{
+    if (x->p_running) {
+        pdr_leg_cancel(&x->pleg);
+        release_leg(x, 1);
+    }
+    if (x->d_running) {
+        pdr_leg_cancel(&x->dleg);
+        release_leg(x, 0);
+    }
+}
+
+static void fail_response(pd_req_t *x, int status, const char *type, const char *msg, int retry_after)
+{
+    x->status = status;
+    x->errored = 1;
+    cancel_legs(x);
+    if (x->req == NULL || x->started)
+        return;
+    x->started = 1;
+    x->final_sent = 1;
+    x->ttfb_ns = pdr_now_ns();
+    pdr_send_error(x->req, status, type, msg, retry_after);
+}
+
+/* ---- client side: h2o generator ---- */
+
+static void send_final_or_more(pd_req_t *x);
+
+static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
+{
+    pd_req_t *x = H2O_STRUCT_FROM_MEMBER(pd_req_t, gen, gen);
+    (void)req;
+    x->send_inflight = 0;
+    x->sending.len = 0;
+    advance(x);
+}
+
+static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
+{
+    pd_req_t *x = H2O_STRUCT_FROM_MEMBER(pd_req_t, gen, gen);
+    (void)req;
+    /* The client went away mid-response: stop both legs now. */
+    x->stopped = 1;
+    x->send_inflight = 0;
+    if (!x->final_sent) {
+        pdr_metrics.client_aborts_total++;
+        x->error_cause = "client_abort";
+    }
+    cancel_legs(x);
+}
+
+static int sse_merge_events(pd_req_t *x, const char *p, size_t n, buf_t *out)
+{
+    /* Splits complete events ("\n\n"), rewrites each "data:" JSON with the prefill's logprobs. */
+    if (buf_append(&x->sse_carry, p, n, SIZE_MAX / 2) != 0)
+        return PDR_ENOMEM;
+    size_t start = 0;
+    for (;;) {
+        char *q = NULL;
+        for (size_t i = start; i + 1 < x->sse_carry.len; i++)
+            if (x->sse_carry.p[i] == '\n' && x->sse_carry.p[i + 1] == '\n') {
+                q = x->sse_carry.p + i;
+                break;
+            }
+        if (q == NULL)
+            break;
+        const char *ev = x->sse_carry.p + start;
+        size_t evlen = (size_t)(q - ev);
+        size_t dl;
+        const char *d = pdr_sse_first_data(ev, evlen, &dl);
+        json_t *j = d != NULL ? json_loadb(d, dl, 0, NULL) : NULL;
+        if (j != NULL && x->p_json != NULL && pdr_merge_logprobs(j, x->p_json)) {
+            char *s = json_dumps(j, JSON_COMPACT);
+            if (s != NULL) {
+                buf_append(out, "data: ", 6, SIZE_MAX / 2);
+                buf_append(out, s, strlen(s), SIZE_MAX / 2);
+                buf_append(out, "\n\n", 2, SIZE_MAX / 2);
+                free(s);
+            }
+        } else {
+            buf_append(out, ev, evlen + 2, SIZE_MAX / 2);
+        }
+        if (j != NULL)
+            json_decref(j);
+        start = (size_t)(q - x->sse_carry.p) + 2;
+    }
+    memmove(x->sse_carry.p, x->sse_carry.p + start, x->sse_carry.len - start);
+    x->sse_carry.len -= start;
+    return 0;
+}
+
+static void start_client_response(pd_req_t *x)
+{
+    h2o_req_t *req = x->req;
+    x->started = 1;
+    x->ttfb_ns = pdr_now_ns();
+    x->status = (int)x->dleg.status;
+    req->res.status = x->status;
+    req->res.reason = reason_of(x->status);
+    const char *ct = x->dleg.content_type[0] ? x->dleg.content_type : "application/json";
+    x->is_sse = strncmp(ct, "text/event-stream", 17) == 0;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ct, strlen(ct));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, x->request_id,
+                          strlen(x->request_id));
+    if (x->is_sse)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
+    if (!x->merge && !x->is_sse && x->dleg.content_length >= 0)
+        req->res.content_length = (size_t)x->dleg.content_length;
+    x->gen.proceed = on_proceed;
+    x->gen.stop = on_stop;
+    h2o_start_response(req, &x->gen);
+}
+
+static void send_final_or_more(pd_req_t *x)
+{
+    if (x->req == NULL || x->stopped || x->final_sent || x->send_inflight)
+        return;
+    /* Non-streaming merge: the whole decode answer is needed first. */
+    if (x->merge && !x->is_sse) {
+        if (!x->d_done) {
+            if (x->dleg.paused)
+                pdr_leg_resume(&x->dleg);
+            return;
+        }
+        json_t *j = json_loadb(x->pending.p ? x->pending.p : "", x->pending.len, 0, NULL);
+        if (j != NULL && x->p_json != NULL && pdr_merge_logprobs(j, x->p_json)) {
+            char *s = json_dumps(j, JSON_COMPACT);
+            if (s != NULL) {
+                x->pending.len = 0;
+                buf_append(&x->pending, s, strlen(s), SIZE_MAX / 2);
+                free(s);
+            }
+        }
+        if (j != NULL)
+            json_decref(j);
+    }
+    int final = x->d_done;
+    if (final && x->d_err != 0) {
+        /* A non-SSE body cannot carry an error: abort the response so the client sees it broken. */
+        x->final_sent = 1;
+        x->end_ns = pdr_now_ns();
+        h2o_send(x->req, NULL, 0, H2O_SEND_STATE_ERROR);
+        return;
+    }
+    buf_t t = x->sending;
+    x->sending = x->pending;
+    x->pending = t;
+    x->pending.len = 0;
+    if (x->merge && x->is_sse) {
+        /* Rewrite complete events from what was pending into sending. */
+        buf_t raw = x->sending;
+        buf_t out = {0};
+        sse_merge_events(x, raw.p, raw.len, &out);
+        if (final && x->sse_carry.len > 0) {
+            buf_append(&out, x->sse_carry.p, x->sse_carry.len, SIZE_MAX / 2);
+            x->sse_carry.len = 0;
+        }
+        buf_free(&raw);
+        x->sending = out;
+    }
+    if (x->sending.len == 0 && !final) {
+        if (x->dleg.paused)
+            pdr_leg_resume(&x->dleg);
+        return;
+    }
+    h2o_iovec_t v = h2o_iovec_init(x->sending.p, x->sending.len);
+    x->bytes_out += x->sending.len;
+    x->send_inflight = 1;
+    if (final) {
+        x->final_sent = 1;
+        x->end_ns = pdr_now_ns();
+    }
+    h2o_send(x->req, &v, x->sending.len ? 1 : 0, final ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
+    if (!final && x->dleg.paused)
+        pdr_leg_resume(&x->dleg);
+}
+
+/* ---- attempt failure and retry ---- */
+
+static void attempt_failed(pd_req_t *x, pdr_role_t role, int cause, int status, const char *msg)
+{
+    pdr_worker_t *w = role == PDR_ROLE_PREFILL ? x->pw : x->dw;
+    pdr_metrics.upstream_errors[role][cause]++;
+    x->error_cause = msg;
+    if (w != NULL) {
+        if (cause == PDR_CAUSE_CONNECT || cause == PDR_CAUSE_FIRST_BYTE_DEADLINE || cause == PDR_CAUSE_KV_DEADLINE ||
+            cause == PDR_CAUSE_TIMEOUT)
+            pdr_pool_eject(&x->r->pool, w, msg);
+        else
+            pdr_pool_report_failure(&x->r->pool, w, msg);
+        if (w->index < 64)
+            x->avoid[role] |= 1ull << w->index;
+    }
+    cancel_legs(x);
+    if (x->req == NULL)
+        return;
+    if (x->attempt < x->r->config->retries.max && !x->r->shutting_down) {
+        x->attempt++;
+        pdr_metrics.retries_total++;
+        pdr_info("request %s: %s worker %s failed (%s); retry %d on a new pair", x->request_id,
+                 pdr_role_name(role), w ? w->conf->url : "-", msg, x->attempt);
+        start_attempt(x);
+        return;
+    }
+    char text[256];
+    snprintf(text, sizeof(text), "%s worker %s failed: %s", pdr_role_name(role), w ? w->conf->url : "-", msg);
+    fail_response(x, status, status == 504 ? "timeout_error" : "upstream_error", text, 0);
+}
+
+static int cause_of(int err)
+{
+    switch (err) {
+    case PDR_ECONNREFUSED:
+        return PDR_CAUSE_CONNECT;
+    case PDR_ETIMEDOUT:
+        return PDR_CAUSE_TIMEOUT;
+    case PDR_EPEERGONE:
+        return PDR_CAUSE_RESET;
+    default:
+        return PDR_CAUSE_OTHER;
+    }
+}
+
+/* Decides what happens next from the facts the callbacks recorded. Called after every event. */
+static void advance(pd_req_t *x)
+{
+    if (x->req == NULL || x->stopped)
+        return;
+    if (x->started) {
+        send_final_or_more(x);
+        return;
+    }
+    if (x->mode == MODE_MODELS) {
+        if (!x->d_done)
+            return;
+        if (x->d_err != 0 || x->dleg.status == 0) {
+            fail_response(x, 502, "upstream_error", "decode worker failed to answer /v1/models", 0);
+            return;
+        }
+        start_client_response(x);
+        send_final_or_more(x);
+        return;
+    }
+    /* Prefill failures before the response starts: retry on a new pair. */
+    if (x->p_done && x->p_err != 0) {
+        attempt_failed(x, PDR_ROLE_PREFILL, cause_of(x->p_err), 502, pdr_strerror(x->p_err));
+        return;
+    }
+    if (x->p_done && x->pleg.status >= 500) {
+        attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_STATUS_5XX, 502, "prefill answered a server error");
+        return;
+    }
+    if (x->d_done && x->d_err != 0) {
+        attempt_failed(x, PDR_ROLE_DECODE, cause_of(x->d_err), 502, pdr_strerror(x->d_err));
+        return;
+    }
+    if (x->dleg.got_headers && x->dleg.status >= 500) {
+        attempt_failed(x, PDR_ROLE_DECODE, PDR_CAUSE_STATUS_5XX, 502, "decode answered a server error");
+        return;
+    }
+    if (x->d_done && x->dleg.status == 0) {
+        attempt_failed(x, PDR_ROLE_DECODE, PDR_CAUSE_OTHER, 502, "decode answered nothing");
+        return;
+    }
+    /* A client error from the prefill is the client's to see (the decode cannot proceed either). */
+    if (x->p_done && x->pleg.status >= 400) {
+        cancel_legs(x);
+        x->status = (int)x->pleg.status;
+        x->started = 1;
+        x->final_sent = 1;
+        x->ttfb_ns = pdr_now_ns();
+        h2o_req_t *req = x->req;
+        req->res.status = x->status;
+        req->res.reason = reason_of(x->status);
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+        req->res.content_length = x->pbody.len;
+        x->bytes_out += x->pbody.len;
+        h2o_send_inline(req, x->pbody.p ? x->pbody.p : "", x->pbody.len);
+        return;
+    }
+    /* A decode client error: relay it as soon as it is complete; the prefill is no longer needed. */
+    int decode_4xx = x->dleg.got_headers && x->dleg.status >= 400;
+    if (!decode_4xx && !(x->p_done && x->dleg.got_headers) && !(x->p_done && x->d_done))
+        return;
+    if (decode_4xx && x->p_running) {
+        pdr_leg_cancel(&x->pleg);
+        release_leg(x, 1);
+    }
+    if (x->merge && x->p_done && x->pbody.len > 0 && !x->p_truncated) {
+        size_t dl;
+        const char *d = pdr_sse_first_data(x->pbody.p, x->pbody.len, &dl);
+        x->p_json = json_loadb(d ? d : x->pbody.p, d ? dl : x->pbody.len, 0, NULL);
+    }
+    start_client_response(x);
+    send_final_or_more(x);
+}
+
+/* ---- upstream callbacks ---- */
+
+static size_t prefill_data(pdr_leg_t *leg, const char *p, size_t n)
+{
+    pd_req_t *x = leg->data;
+    if (!x->p_truncated && buf_append(&x->pbody, p, n, PREFILL_BODY_CAP) != 0)
+        x->p_truncated = 1; /* still read to the end; only the merge needs the body */
+    return n;
+}
+
+static void prefill_done(pdr_leg_t *leg, int err)
+{
+    pd_req_t *x = leg->data;
+    release_leg(x, 1);
+    x->p_done = 1;
+    x->p_err = err;
+    if (err == 0 && leg->status < 500 && x->pw != NULL)
+        x->pw->health.consec_fail = 0;
+    advance(x);
+    arm_timer(x);
+}
+
+static void on_kick(uv_timer_t *t)
+{
+    pd_req_t *x = t->data;
+    advance(x);
+    arm_timer(x);
+}
+
+static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
+{
+    pd_req_t *x = leg->data;
+    x->last_data_ns = pdr_now_ns();
+    size_t limit = HIGH_WATER;
+    if ((x->started && x->merge && !x->is_sse) || leg->status >= 400)
+        limit = PREFILL_BODY_CAP; /* a whole answer is needed: a merge or an error body */
+    if (x->pending.len >= limit)
+        return PDR_LEG_PAUSE;
+    if (buf_append(&x->pending, p, n, PREFILL_BODY_CAP) != 0)
+        return 0; /* aborts the transfer; on_done reports it */
+    x->bytes_in += n;
+    if (x->started) {
+        send_final_or_more(x);
+    } else if (x->req != NULL) {
+        /* The first bytes may unblock the response; decide outside curl's callback (a retry would
+         * start new transfers, which curl forbids from here). */
+        uv_timer_start(&x->timer, on_kick, 0, 0);
+    }
+    return n;
+}
+
+static void decode_done(pdr_leg_t *leg, int err)
+{
+    pd_req_t *x = leg->data;
+    release_leg(x, 0);
+    x->d_done = 1;
+    x->d_err = err;
+    if (x->started && err != 0 && !x->final_sent) {
+        /* The stream broke after the response started: end it visibly. */
+        x->error_cause = "decode_stream_broken";
+        pdr_metrics.upstream_errors[PDR_ROLE_DECODE][cause_of(err)]++;
+        if (x->is_sse) {
+            char ev[256];
+            int k = snprintf(ev, sizeof(ev),
+                             "data: {\"error\":{\"message\":\"decode stream ended: %s\",\"type\":\"upstream_error\","
+                             "\"code\":502}}\n\n",
+                             pdr_strerror(err));
+            buf_append(&x->pending, ev, (size_t)k, SIZE_MAX / 2);
+            x->d_err = 0; /* end the SSE stream normally after the error event */
+        }
+    }
+    advance(x);
+    arm_timer(x);
+}
+
+static const pdr_leg_cbs_t prefill_cbs = {prefill_data, prefill_done};
+static const pdr_leg_cbs_t decode_cbs = {decode_data, decode_done};
+
+/* ---- timer: deadlines, idle stream, h1 disconnect probe ---- */
+
+static void on_timer(uv_timer_t *t)
+{
+    pd_req_t *x = t->data;
+    if (x->req == NULL)
+        return;
+    uint64_t now = pdr_now_ns();
+    if (!x->started) {
+        if (x->req->version < 0x200) {
+            h2o_socket_t *sock = x->req->conn->callbacks->get_socket(x->req->conn);
+            char c;
+            if (sock != NULL && recv(h2o_socket_get_fd(sock), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+                /* HTTP/1 client closed while we wait for the workers (stack.md #3). */
+                pdr_metrics.client_aborts_total++;
+                x->error_cause = "client_abort";
+                x->status = 499;
+                cancel_legs(x);
+                x->stopped = 1;
+                x->started = 1;
+                h2o_send_error_502(x->req, "Bad Gateway", "client closed", H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
+                return;
+            }
+        }
+        if (x->mode == MODE_PD && !x->p_done && now >= x->kv_deadline_ns) {
+            attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_KV_DEADLINE, 504,
+                           "prefill did not finish the KV transfer within timeouts.kv_transfer_ms");
+            return;
+        }
+        if (now >= x->first_byte_deadline_ns) {
+            int prefill_guilty = x->mode == MODE_PD && !x->p_done;
+            attempt_failed(x, prefill_guilty ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE, PDR_CAUSE_FIRST_BYTE_DEADLINE,
+                           504, "no first byte within timeouts.first_byte_ms");
+            return;
+        }
+    } else if (x->d_running && !x->dleg.paused &&
+               now - x->last_data_ns >= (uint64_t)x->r->config->timeouts.stream_idle_ms * 1000000u) {
+        pdr_metrics.upstream_errors[PDR_ROLE_DECODE][PDR_CAUSE_TIMEOUT]++;
+        pdr_leg_cancel(&x->dleg);
+        release_leg(x, 0);
+        decode_done(&x->dleg, PDR_ETIMEDOUT);
+        return;
+    }
+    arm_timer(x);
+}
+
+static void arm_timer(pd_req_t *x)
+{
+    if (x->req == NULL || x->final_sent || x->stopped)
+        return;
+    uint64_t now = pdr_now_ns(), next;
+    if (!x->started) {
+        next = x->first_byte_deadline_ns;
+        if (x->mode == MODE_PD && !x->p_done && x->kv_deadline_ns < next)
+            next = x->kv_deadline_ns;
+        if (x->req->version < 0x200 && now + PEEK_INTERVAL_MS * 1000000ull < next)
+            next = now + PEEK_INTERVAL_MS * 1000000ull;
+    } else if (x->d_running) {
+        next = x->last_data_ns + (uint64_t)x->r->config->timeouts.stream_idle_ms * 1000000u;
+    } else {
+        return;
+    }
+    uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 0;
+    uv_timer_start(&x->timer, on_timer, ms, 0);
+}
+
+/* ---- attempts ---- */
+
+static void start_attempt(pd_req_t *x)
+{
+    pdr_router_t *r = x->r;
+    const pdr_config_t *c = r->config;
+    x->p_done = x->d_done = 0;
+    x->p_err = x->d_err = 0;
+    x->pbody.len = 0;
+    x->pending.len = 0;
+    x->p_truncated = 0;
+    if (x->mode == MODE_PD)
+        x->pw = pdr_pool_pick(&r->pool, PDR_ROLE_PREFILL, x->avoid[PDR_ROLE_PREFILL]);
+    x->dw = pdr_pool_pick(&r->pool, PDR_ROLE_DECODE, x->avoid[PDR_ROLE_DECODE]);
+    if ((x->mode == MODE_PD && x->pw == NULL) || x->dw == NULL) {
+        pdr_role_t role = x->mode == MODE_PD && x->pw == NULL ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
+        pdr_metrics.no_worker_total[role]++;
+        char msg[128];
+        snprintf(msg, sizeof(msg), "no healthy %s worker is available", pdr_role_name(role));
+        x->error_cause = "no_healthy_worker";
+        fail_response(x, 503, "service_unavailable", msg, 1);
+        return;
+    }
+    x->attempt_t0_ns = pdr_now_ns();
+    x->first_byte_deadline_ns = x->attempt_t0_ns + (uint64_t)c->timeouts.first_byte_ms * 1000000u;
+    x->kv_deadline_ns = x->attempt_t0_ns + (uint64_t)c->timeouts.kv_transfer_ms * 1000000u;
+    const char *hdrs[] = {x->xrid_header, NULL};
+    char url[512];
+    if (x->mode == MODE_MODELS) {
+        snprintf(url, sizeof(url), "%s/v1/models", x->dw->conf->url);
+        if (pdr_leg_start(&x->dleg, r->multi, url, NULL, 0, hdrs, c->timeouts.connect_ms, 0, &decode_cbs, x) != 0) {
+            fail_response(x, 503, "service_unavailable", "out of memory", 1);
+            return;
+        }
+        x->d_running = 1;
+        x->dw->inflight++;
+        x->dw->requests_total++;
+        arm_timer(x);
+        return;
+    }
+    /* A fresh CSPRNG room per item and per attempt; the same rooms go to both legs. */
+    for (size_t i = 0; i < x->n_rooms; i++)
+        x->rooms[i] = pdr_random_room();
+    free(x->body);
+    x->body = pdr_pdreq_build_body(&x->pr, x->pw->bootstrap_host, x->pw->conf->bootstrap_port, x->rooms, &x->body_len);
+    if (x->body == NULL) {
+        fail_response(x, 503, "service_unavailable", "out of memory", 1);
+        return;
+    }
+    static const char *paths[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
+    snprintf(url, sizeof(url), "%s%s", x->pw->conf->url, paths[x->route]);
+    int rc = pdr_leg_start(&x->pleg, r->multi, url, x->body, x->body_len, hdrs, c->timeouts.connect_ms, 0,
+                           &prefill_cbs, x);
+    if (rc == 0) {
+        x->p_running = 1;
+        x->pw->inflight++;
+        x->pw->requests_total++;
+        snprintf(url, sizeof(url), "%s%s", x->dw->conf->url, paths[x->route]);
+        rc = pdr_leg_start(&x->dleg, r->multi, url, x->body, x->body_len, hdrs, c->timeouts.connect_ms, 0,
+                           &decode_cbs, x);
+        if (rc == 0) {
+            x->d_running = 1;
+            x->dw->inflight++;
+            x->dw->requests_total++;
+        }
+    }
+    if (rc != 0) {
+        fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
+        return;
+    }
+    arm_timer(x);
+}
+
+/* ---- lifetime ---- */
+
+static void free_req(uv_handle_t *h)
+{
+    pd_req_t *x = h->data;
+    pdr_pdreq_clear(&x->pr);
+    free(x->body);
+    free(x->rooms);
+    buf_free(&x->pbody);
+    buf_free(&x->pending);
+    buf_free(&x->sending);
+    buf_free(&x->sse_carry);
+    if (x->p_json)
+        json_decref(x->p_json);
+    free(x);
+}
+
+static void write_access_log(pd_req_t *x)
+{
+    uint64_t end = x->end_ns ? x->end_ns : pdr_now_ns();
+    double total = (double)(end - x->t0_ns) / 1e9;
+    double ttfb = x->ttfb_ns ? (double)(x->ttfb_ns - x->t0_ns) / 1e9 : -1;
+    int status = x->status ? x->status : 499;
+    pdr_metrics_count_request(x->mroute, status, total, ttfb);
+    pdr_metrics.bytes_out_total += x->bytes_out;
+    char line[1024];
+    char room[24] = "null";
+    if (x->n_rooms > 0 && x->body != NULL)
+        snprintf(room, sizeof(room), "%" PRIu64, x->rooms[0]);
+    static const char *names[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
+    int n = snprintf(line, sizeof(line),
+                     "{\"ts_us\":%" PRIu64 ",\"request_id\":\"%s\",\"path\":\"%s\",\"status\":%d,\"prefill\":%s%s%s,"
+                     "\"decode\":%s%s%s,\"room\":%s,\"attempts\":%d,\"ttfb_ms\":%.3f,\"total_ms\":%.3f,"
+                     "\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s}\n",
+                     pdr_wall_us(), x->request_id, x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status,
+                     x->pw ? "\"" : "", x->pw ? x->pw->conf->url : "null", x->pw ? "\"" : "", x->dw ? "\"" : "",
+                     x->dw ? x->dw->conf->url : "null", x->dw ? "\"" : "", room, x->attempt + 1,
+                     ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0, x->bytes_out,
+                     x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null", x->error_cause ? "\"" : "");
+    if (n > 0)
+        pdr_access_log(x->r, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+static void on_dispose(void *p)
+{
+    pd_req_t *x = *(pd_req_t **)p;
+    if (!x->final_sent && !x->errored && x->error_cause == NULL) {
+        pdr_metrics.client_aborts_total++;
+        x->error_cause = "client_abort";
+    }
+    cancel_legs(x);
+    write_access_log(x);
+    x->req = NULL;
+    if (x->counted_inflight) {
+        pdr_metrics.inflight--;
+        pdr_pd_requests_live--;
+    }
+    uv_timer_stop(&x->timer);
+    uv_close((uv_handle_t *)&x->timer, free_req);
+}
+
+static pd_req_t *new_req(pdr_router_t *r, h2o_req_t *req, int mroute)
+{
+    pd_req_t *x = calloc(1, sizeof(*x));
+    if (x == NULL)
+        return NULL;
+    x->r = r;
+    x->req = req;
+    x->mroute = mroute;
+    x->t0_ns = pdr_now_ns();
+    x->last_data_ns = x->t0_ns;
+    ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-request-id"), -1);
+    if (i >= 0 && req->headers.entries[i].value.len > 0 && req->headers.entries[i].value.len < 64) {
+        /* Only a plain token is echoed into logs and upstream headers. */
+        h2o_iovec_t v = req->headers.entries[i].value;
+        size_t k = 0;
+        for (; k < v.len; k++) {
+            char ch = v.base[k];
+            if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '-' ||
+                  ch == '_' || ch == '.'))
+                break;
+        }
+        if (k == v.len)
+            snprintf(x->request_id, sizeof(x->request_id), "%.*s", (int)v.len, v.base);
+    }
+    if (x->request_id[0] == '\0') {
+        unsigned char b[16];
+        pdr_random_bytes(b, sizeof(b));
+        for (int k = 0; k < 16; k++)
+            snprintf(x->request_id + 2 * k, 3, "%02x", b[k]);
+    }
+    snprintf(x->xrid_header, sizeof(x->xrid_header), "X-Request-Id: %s", x->request_id);
+    uv_timer_init(r->loop, &x->timer);
+    x->timer.data = x;
+    pd_req_t **anchor = h2o_mem_alloc_shared(&req->pool, sizeof(*anchor), on_dispose);
+    *anchor = x;
+    return x;
+}
+
+int pdr_pd_handle(pdr_router_t *r, h2o_req_t *req, pdr_route_t route, int mroute)
+{
+    const pdr_config_t *c = r->config;
+    pdr_metrics.bytes_in_total += req->entity.len;
+    if (r->shutting_down) {
+        pdr_send_error(req, 503, "service_unavailable", "the router is shutting down", 1);
+        pdr_metrics_count_request(mroute, 503, 0, -1);
+        return 0;
+    }
+    if ((int64_t)req->entity.len > c->limits.max_body_bytes) {
+        pdr_send_error(req, 413, "invalid_request_error", "request body exceeds limits.max_body_bytes", 0);
+        pdr_metrics_count_request(mroute, 413, 0, -1);
+        return 0;
+    }
+    if (pdr_metrics.inflight >= c->limits.max_inflight) {
+        pdr_send_error(req, 503, "service_unavailable", "too many requests in flight (limits.max_inflight)", 1);
+        pdr_metrics_count_request(mroute, 503, 0, -1);
+        return 0;
+    }
+    pdr_pdreq_t pr;
+    char err[256];
+    if (pdr_pdreq_parse(route, req->entity.base, req->entity.len, &pr, err, sizeof(err)) != 0) {
+        pdr_send_error(req, 400, "invalid_request_error", err, 0);
+        pdr_metrics_count_request(mroute, 400, 0, -1);
+        return 0;
+    }
+    pd_req_t *x = new_req(r, req, mroute);
+    if (x == NULL) {
+        pdr_pdreq_clear(&pr);
+        pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
+        return 0;
+    }
+    x->mode = MODE_PD;
+    x->route = route;
+    x->pr = pr;
+    x->merge = pr.want_logprobs;
+    x->n_rooms = pr.batch ? pr.batch : 1;
+    x->rooms = calloc(x->n_rooms, sizeof(uint64_t));
+    x->counted_inflight = 1;
+    pdr_metrics.inflight++;
+    pdr_pd_requests_live++;
+    if (x->rooms == NULL) {
+        fail_response(x, 503, "service_unavailable", "out of memory", 1);
+        return 0;
+    }
+    start_attempt(x);
+    return 0;
+}
+
+int pdr_models_handle(pdr_router_t *r, h2o_req_t *req)
+{
+    pd_req_t *x = new_req(r, req, PDR_MR_MODELS);
+    if (x == NULL) {
+        pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
+        return 0;
+    }
+    x->mode = MODE_MODELS;
+    start_attempt(x);
+    return 0;
+}

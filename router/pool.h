@@ -1,0 +1,60 @@
+/*
+ * The worker registry: every prefill and decode worker with its health state and in-flight count,
+ * and the policies that pick a pair. Loop thread only (one loop in this version).
+ *
+ * Health state machine (HAProxy/Envoy style): a worker starts healthy; `fall` consecutive failed
+ * checks make it unhealthy, `rise` consecutive good checks make it healthy again. Request failures
+ * that prove the worker unreachable (connect refused, timeout) eject it at once ("passive" check);
+ * the active checks bring it back.
+ */
+#ifndef PDR_POOL_H
+#define PDR_POOL_H
+
+#include <stdint.h>
+#include "config.h"
+
+typedef struct pdr_health_state {
+    int healthy;
+    int consec_ok, consec_fail;
+} pdr_health_state_t;
+
+/* Applies one check result; returns 1 when the healthy flag changed. Pure. */
+int pdr_health_update(pdr_health_state_t *s, int ok, int rise, int fall);
+
+typedef struct pdr_worker {
+    pdr_role_t role;
+    int index;
+    const pdr_worker_conf_t *conf; /* owned by the pool's config snapshot */
+    char bootstrap_host[80];       /* as sent to workers: IPv6 in brackets */
+    pdr_health_state_t health;
+    int inflight;
+    uint64_t requests_total, failures_total, ejections_total;
+    uint64_t checks_ok, checks_failed;
+    uint64_t last_check_ms;
+    struct pdr_health_probe *probe; /* active check in progress */
+} pdr_worker_t;
+
+typedef struct pdr_pool {
+    pdr_config_t *config;
+    pdr_worker_t *workers[2]; /* [PDR_ROLE_PREFILL], [PDR_ROLE_DECODE] */
+    size_t n[2];
+    unsigned rr_next[2];
+    uint64_t rng;
+} pdr_pool_t;
+
+int pdr_pool_init(pdr_pool_t *p, pdr_config_t *c);
+void pdr_pool_dispose(pdr_pool_t *p);
+
+/* Picks a healthy worker of the role by its policy, preferring workers not in `avoid` (a bitmask of
+ * worker indexes, for retries). Returns NULL when none is healthy. */
+pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, pdr_role_t role, uint64_t avoid);
+size_t pdr_pool_count_healthy(const pdr_pool_t *p, pdr_role_t role);
+
+/* A request to this worker failed in a way that proves it unreachable: mark it unhealthy now. */
+void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why);
+/* A request failed with a server error: counts like a failed check. */
+void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why);
+
+const char *pdr_role_name(pdr_role_t r);
+
+#endif
