@@ -1,0 +1,177 @@
+/* Unit tests for the PD request rewrite: validation, batch shape, bootstrap injection, logprob merge. */
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "err.h"
+#include "rewrite.h"
+
+static json_t *build(pdr_route_t route, const char *body, const char *host, int port, const uint64_t *rooms)
+{
+    pdr_pdreq_t r;
+    char err[256];
+    if (pdr_pdreq_parse(route, body, strlen(body), &r, err, sizeof(err)) != 0) {
+        fprintf(stderr, "unexpected parse error: %s\n", err);
+        return NULL;
+    }
+    size_t len;
+    char *s = pdr_pdreq_build_body(&r, host, port, rooms, &len);
+    json_t *j = json_loads(s, 0, NULL);
+    free(s);
+    pdr_pdreq_clear(&r);
+    return j;
+}
+
+static int rejects(pdr_route_t route, const char *body, const char *needle)
+{
+    pdr_pdreq_t r;
+    char err[256] = "";
+    int rc = pdr_pdreq_parse(route, body, strlen(body), &r, err, sizeof(err));
+    if (rc == 0) {
+        pdr_pdreq_clear(&r);
+        fprintf(stderr, "accepted: %s\n", body);
+        return 0;
+    }
+    if (strstr(err, needle) == NULL) {
+        fprintf(stderr, "message '%s' lacks '%s'\n", err, needle);
+        return 0;
+    }
+    return rc == PDR_EINVAL;
+}
+
+static void test_injection(void)
+{
+    uint64_t rooms[1] = {(1ull << 63) - 1};
+    /* The client's own bootstrap fields are overwritten, other fields kept. */
+    json_t *j = build(PDR_ROUTE_GENERATE,
+                      "{\"text\":\"hi\",\"bootstrap_host\":\"10.9.9.9\",\"bootstrap_port\":1,\"bootstrap_room\":5,"
+                      "\"sampling_params\":{\"max_new_tokens\":4}}",
+                      "127.0.0.1", 8998, rooms);
+    CHECK(j != NULL);
+    CHECK(strcmp(json_string_value(json_object_get(j, "bootstrap_host")), "127.0.0.1") == 0);
+    CHECK(json_integer_value(json_object_get(j, "bootstrap_port")) == 8998);
+    CHECK((uint64_t)json_integer_value(json_object_get(j, "bootstrap_room")) == rooms[0]);
+    CHECK(json_integer_value(json_object_get(json_object_get(j, "sampling_params"), "max_new_tokens")) == 4);
+    json_decref(j);
+
+    /* No bootstrap port: JSON null. IPv6 hosts arrive bracketed from the pool. */
+    j = build(PDR_ROUTE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "[::1]", -1, rooms);
+    CHECK(json_is_null(json_object_get(j, "bootstrap_port")));
+    CHECK(strcmp(json_string_value(json_object_get(j, "bootstrap_host")), "[::1]") == 0);
+    json_decref(j);
+}
+
+static void test_batch(void)
+{
+    uint64_t rooms[3] = {11, 22, 33};
+    pdr_pdreq_t r;
+    char err[256];
+    const char *b = "{\"text\":[\"a\",\"b\",\"c\"]}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, b, strlen(b), &r, err, sizeof(err)) == 0);
+    CHECK(r.batch == 3);
+    pdr_pdreq_clear(&r);
+    json_t *j = build(PDR_ROUTE_GENERATE, b, "h", 1, rooms);
+    json_t *rm = json_object_get(j, "bootstrap_room");
+    CHECK(json_is_array(rm) && json_array_size(rm) == 3);
+    CHECK(json_integer_value(json_array_get(rm, 2)) == 33);
+    CHECK(json_array_size(json_object_get(j, "bootstrap_host")) == 3);
+    CHECK(json_array_size(json_object_get(j, "bootstrap_port")) == 3);
+    json_decref(j);
+
+    const char *ids = "{\"input_ids\":[[1,2],[3]]}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, ids, strlen(ids), &r, err, sizeof(err)) == 0 && r.batch == 2);
+    pdr_pdreq_clear(&r);
+    const char *one = "{\"input_ids\":[1,2,3]}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, one, strlen(one), &r, err, sizeof(err)) == 0 && r.batch == 0);
+    pdr_pdreq_clear(&r);
+    const char *pr = "{\"prompt\":[\"a\",\"b\"]}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_COMPLETIONS, pr, strlen(pr), &r, err, sizeof(err)) == 0 && r.batch == 2);
+    pdr_pdreq_clear(&r);
+    const char *tok = "{\"prompt\":[5,6,7]}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_COMPLETIONS, tok, strlen(tok), &r, err, sizeof(err)) == 0 && r.batch == 0);
+    pdr_pdreq_clear(&r);
+    const char *n = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":4}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_CHAT, n, strlen(n), &r, err, sizeof(err)) == 0 && r.batch == 4);
+    pdr_pdreq_clear(&r);
+}
+
+static void test_validation(void)
+{
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":", "malformed JSON"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "[1,2]", "JSON object"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "", "empty"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":1}", "'text'"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":[\"a\",2]}", "'text'"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{}", "required"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":\"a\",\"stream\":\"yes\"}", "'stream'"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":\"a\",\"return_logprob\":1}", "'return_logprob'"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"input_ids\":[[1],[\"x\"]]}", "'input_ids'"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":\"a\",\"text\":\"b\"}", "malformed JSON"));
+    CHECK(rejects(PDR_ROUTE_COMPLETIONS, "{\"model\":\"m\"}", "'prompt'"));
+    CHECK(rejects(PDR_ROUTE_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":\"9\"}", "'max_tokens'"));
+    CHECK(rejects(PDR_ROUTE_COMPLETIONS, "{\"prompt\":\"a\",\"model\":3}", "'model'"));
+    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[]}", "'messages'"));
+    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[1]}", "messages[0]"));
+    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[{}],\"n\":0}", "'n'"));
+    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[{}],\"logprobs\":\"x\"}", "'logprobs'"));
+}
+
+static void test_logprob_merge(void)
+{
+    json_t *d = json_loads("{\"text\":\"x\",\"meta_info\":{\"input_token_logprobs\":[[-0.5,3,null]],"
+                           "\"output_token_logprobs\":[[-1,9,null]]}}",
+                           0, NULL);
+    json_t *p = json_loads("{\"text\":\"\",\"meta_info\":{\"input_token_logprobs\":[[-0.1,1,null],[-0.2,2,null]]}}", 0,
+                           NULL);
+    CHECK(pdr_merge_logprobs(d, p) == 1);
+    json_t *l = json_object_get(json_object_get(d, "meta_info"), "input_token_logprobs");
+    CHECK(json_array_size(l) == 3);
+    CHECK(json_integer_value(json_array_get(json_array_get(l, 0), 1)) == 1);
+    CHECK(json_integer_value(json_array_get(json_array_get(l, 2), 1)) == 3);
+    CHECK(json_array_size(json_object_get(json_object_get(d, "meta_info"), "output_token_logprobs")) == 1);
+    json_decref(d);
+
+    /* Arrays merge element by element; a streamed chunk picks its item by "index". */
+    json_t *da = json_loads("[{\"meta_info\":{\"input_token_logprobs\":[]}},{\"meta_info\":{}}]", 0, NULL);
+    json_t *pa = json_loads("[{\"meta_info\":{\"input_token_logprobs\":[[-1,7,null]]}},"
+                            "{\"meta_info\":{\"input_token_logprobs\":[[-1,8,null]]}}]",
+                            0, NULL);
+    CHECK(pdr_merge_logprobs(da, pa) == 1);
+    CHECK(json_integer_value(json_array_get(
+              json_array_get(json_object_get(json_object_get(json_array_get(da, 1), "meta_info"), "input_token_logprobs"), 0),
+              1)) == 8);
+    json_t *chunk = json_loads("{\"index\":1,\"meta_info\":{\"input_token_logprobs\":[]}}", 0, NULL);
+    CHECK(pdr_merge_logprobs(chunk, pa) == 1);
+    CHECK(json_integer_value(json_array_get(
+              json_array_get(json_object_get(json_object_get(chunk, "meta_info"), "input_token_logprobs"), 0), 1)) == 8);
+    json_decref(chunk);
+    json_decref(da);
+    json_decref(pa);
+
+    /* Nothing to merge without the prefill's logprobs. */
+    json_t *d2 = json_loads("{\"meta_info\":{}}", 0, NULL);
+    json_t *p2 = json_loads("{\"meta_info\":{}}", 0, NULL);
+    CHECK(pdr_merge_logprobs(d2, p2) == 0);
+    json_decref(d2);
+    json_decref(p2);
+    json_decref(p);
+}
+
+static void test_sse(void)
+{
+    const char *b = "data: {\"a\":1}\n\ndata: [DONE]\n\n";
+    size_t n;
+    const char *d = pdr_sse_first_data(b, strlen(b), &n);
+    CHECK(d != NULL && n == 7 && memcmp(d, "{\"a\":1}", 7) == 0);
+    CHECK(pdr_sse_first_data("data: [DONE]\n\n", 14, &n) == NULL);
+    CHECK(pdr_sse_first_data("", 0, &n) == NULL);
+}
+
+int main(void)
+{
+    test_injection();
+    test_batch();
+    test_validation();
+    test_logprob_merge();
+    test_sse();
+    CHECK_DONE();
+}
