@@ -4,9 +4,12 @@ ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?= --output-on-failure
 
-.PHONY: all build test test-release test-asan run bench format clean
+.PHONY: all deps build test test-release test-asan run bench format clean
 
 all: build
+
+deps:
+	./scripts/install-deps.sh
 
 build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -26,7 +29,7 @@ test-asan: $(ASAN_BUILD)/CMakeCache.txt
 # The whole suite: the release build, then the same tests under ASan+UBSan.
 test: test-release test-asan
 
-run: build
+run: deps build
 	./scripts/demo.sh
 
 bench: build

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Router benchmark: pdrouter (two upstream calls per PD request) against nginx proxy_pass (one upstream
+# call per request) to the same fast upstream, side by side in one run, and the upstream called
+# directly. Prints a markdown table of requests/s and latency for each concurrency.
+#
+# Usage: bench/run.sh [BUILD_DIR] ; env: DURATION (s, default 10), CONCURRENCY ("1 64"), ROUNDS (2)
+# Needs: nginx, wrk (scripts/install-deps.sh installs them). Loopback only.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-$here/../build}
+DURATION=${DURATION:-10}
+CONCURRENCY=${CONCURRENCY:-"1 64"}
+ROUNDS=${ROUNDS:-2}
+work=$(mktemp -d /tmp/pdr-bench.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+UP=18101; PROXY=18102; ROUTER=18103
+body='{"text":"The quick brown fox jumps over the lazy dog","sampling_params":{"max_new_tokens":8}}'
+answer='{"text":"jumps over the lazy dog again and again","meta_info":{"prompt_tokens":9,"completion_tokens":8}}'
+
+# The upstream: nginx answering every POST with a fixed 2xx JSON body (one worker process).
+cat >"$work/upstream.conf" <<CONF
+worker_processes 1; daemon off; pid $work/up.pid; error_log $work/up.err;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:$UP; default_type application/json;
+    location /health { return 200 'ok'; }
+    location / { return 200 '$answer'; } } }
+CONF
+# The peer: nginx proxy_pass with a keep-alive upstream pool (one worker process, like pdrouter's one loop).
+cat >"$work/proxy.conf" <<CONF
+worker_processes 1; daemon off; pid $work/px.pid; error_log $work/px.err;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  upstream up { server 127.0.0.1:$UP; keepalive 256; }
+  server { listen 127.0.0.1:$PROXY;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection "";
+                 proxy_buffering off; } } }
+CONF
+nginx -c "$work/upstream.conf" -p "$work" & pids+=($!)
+nginx -c "$work/proxy.conf" -p "$work" & pids+=($!)
+"$build/pdrouter" --pd-disaggregation --prefill "http://127.0.0.1:$UP" 8998 --decode "http://127.0.0.1:$UP" \
+    --host 127.0.0.1 --port $ROUTER --access-log off --log-level warn & pids+=($!)
+
+wait_up() { for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$1$2" && return 0; sleep 0.05; done; echo "port $1 not up" >&2; exit 1; }
+wait_up $UP /health; wait_up $PROXY /health; wait_up $ROUTER /readiness
+
+cat >"$work/post.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '$body'
+wrk.headers["Content-Type"] = "application/json"
+LUA
+# Sanity: the router really makes a PD call and answers 200.
+curl -sf -XPOST -d "$body" "http://127.0.0.1:$ROUTER/generate" >/dev/null
+
+run_wrk() { # port conc -> "rps p50 p99"
+    wrk -t1 -c"$2" -d"${DURATION}s" --latency -s "$work/post.lua" "http://127.0.0.1:$1/generate" >"$work/wrk.out" 2>&1
+    awk '/Requests\/sec/ {rps=$2} /^ +50%/ {p50=$2} /^ +99%/ {p99=$2} /Non-2xx/ {bad=$NF}
+         END {printf "%s %s %s %s\n", rps, p50, p99, (bad==""?0:bad)}' "$work/wrk.out"
+}
+
+echo "| round | concurrency | target | requests/s | p50 | p99 | non-2xx |"
+echo "|---|---|---|---|---|---|---|"
+declare -A sum
+for r in $(seq "$ROUNDS"); do
+  for c in $CONCURRENCY; do
+    for t in direct:$UP nginx:$PROXY pdrouter:$ROUTER; do
+      name=${t%%:*}; port=${t##*:}
+      read -r rps p50 p99 bad < <(run_wrk "$port" "$c")
+      echo "| $r | $c | $name | $rps | $p50 | $p99 | $bad |"
+      sum[$c,$name]=$(awk -v a="${sum[$c,$name]:-0}" -v b="$rps" 'BEGIN{print a+b}')
+    done
+  done
+done
+echo
+echo "| concurrency | pdrouter / nginx (requests/s, mean of rounds) |"
+echo "|---|---|"
+for c in $CONCURRENCY; do
+  awk -v a="${sum[$c,pdrouter]}" -v b="${sum[$c,nginx]}" -v c="$c" 'BEGIN{printf "| %s | %.2f |\n", c, a/b}'
+done
