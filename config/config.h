@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef enum { PDR_PROTO_SGLANG = 0, PDR_PROTO_VLLM, PDR_PROTO_PDSHIM } pdr_protocol_t;
 typedef enum { PDR_POLICY_ROUND_ROBIN = 0, PDR_POLICY_LEAST_LOAD, PDR_POLICY_RANDOM } pdr_policy_kind_t;
@@ -25,15 +26,15 @@ typedef struct pdr_worker_conf {
 typedef struct pdr_config {
     char *source; /* file name, or "<command line>" */
 
-    char *listen_host; /* default 0.0.0.0 */
-    int listen_port;   /* default 8000 */
-    char *admin_host;  /* default 127.0.0.1 */
-    int admin_port;    /* default 8001; 0 disables the admin listener */
+    char *listen_host;      /* default 0.0.0.0 */
+    int listen_port;        /* default 8000 */
+    char *admin_host;       /* default 127.0.0.1 */
+    int admin_port;         /* default 8001; 0 disables the admin listener */
     char *admin_token_file; /* NULL: no token (development) */
 
-    pdr_protocol_t protocol;            /* default sglang */
-    pdr_policy_kind_t policy_prefill;   /* default round_robin */
-    pdr_policy_kind_t policy_decode;    /* default least_load */
+    pdr_protocol_t protocol;          /* default sglang */
+    pdr_policy_kind_t policy_prefill; /* default round_robin */
+    pdr_policy_kind_t policy_decode;  /* default least_load */
 
     pdr_worker_conf_t *prefill;
     size_t n_prefill;
@@ -74,7 +75,8 @@ pdr_config_t *pdr_config_new_default(void);
 /* Parses and validates a YAML document. On failure returns NULL and writes "name:line:col: message"
  * into err (always NUL-terminated). */
 pdr_config_t *pdr_config_load_file(const char *path, char *err, size_t errlen);
-pdr_config_t *pdr_config_load_string(const char *text, size_t len, const char *name, char *err, size_t errlen);
+pdr_config_t *pdr_config_load_string(const char *text, size_t len, const char *name, char *err,
+                                     size_t errlen);
 
 /* Parses the sglang-compatible quick-start flags (--pd-disaggregation --prefill URL [PORT|none]
  * --decode URL --host H --port P --policy P --prefill-policy P --decode-policy P) plus --config FILE.
@@ -84,6 +86,8 @@ typedef struct pdr_cli {
     const char *check_config; /* --check-config FILE */
     pdr_config_t *config;     /* the resulting snapshot when neither help/version/check was asked */
 } pdr_cli_t;
+/* Returns 0 or a negative PDR_E*. On error *cli is zeroed and err holds "argv: message" (or, when the
+ * --config file is invalid, that file's "name:line:col: message"). The caller owns cli->config. */
 int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size_t errlen);
 
 pdr_config_t *pdr_config_ref(pdr_config_t *c);
@@ -93,7 +97,24 @@ const char *pdr_policy_name(pdr_policy_kind_t p);
 const char *pdr_protocol_name(pdr_protocol_t p);
 
 /* Parses "http://host[:port][/]" into a worker. Returns 0 or PDR_EINVAL with a message in err. */
+/* It overwrites *w entirely (url, host, port, is_ipv6; bootstrap_port = -1) without freeing what *w held;
+ * on failure *w owns nothing. PDR_ENOMEM when out of memory. */
 int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, size_t errlen);
 void pdr_worker_conf_clear(pdr_worker_conf_t *w);
+
+/* Additions beyond the original contract. */
+
+/* Prints the command-line help (what --help shows) to out. */
+void pdr_config_usage(FILE *out);
+
+/* Checks a whole snapshot (ranges, at least one prefill and one decode worker, no duplicate workers,
+ * no bootstrap_port on a decode worker). For snapshots built in code; the loaders already run it.
+ * Returns 0 or PDR_ECONFIG with "key: message" in err. */
+int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen);
+
+/* Name → enum ("round_robin", "sglang", ...), the inverse of pdr_policy_name/pdr_protocol_name.
+ * Return 0 or PDR_EINVAL. */
+int pdr_policy_parse(const char *name, pdr_policy_kind_t *out);
+int pdr_protocol_parse(const char *name, pdr_protocol_t *out);
 
 #endif

@@ -1,0 +1,334 @@
+/*
+ * The configuration snapshot: defaults, reference counting, names of enums and worker URL parsing.
+ * A snapshot is immutable once built; any thread may take or drop a reference. The last
+ * pdr_config_unref() frees every string and worker it owns.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "err.h"
+#include "util.h"
+#include "config.h"
+#include "config_internal.h"
+#include "defaults.h"
+
+void pdr__config_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+int pdr__config_set_str(char **dst, const char *s, size_t len)
+{
+    char *copy = malloc(len + 1);
+    if (copy == NULL)
+        return PDR_ENOMEM;
+    memcpy(copy, s, len);
+    copy[len] = '\0';
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+const char *pdr__config_show(const char *s, size_t len, char *out, size_t outlen)
+{
+    size_t max = outlen > 64 ? 60 : outlen > 4 ? outlen - 4 : 0, n = 0;
+    if (outlen == 0)
+        return "";
+    for (; n < len && n < max; n++)
+        out[n] = (unsigned char)s[n] >= 0x20 && (unsigned char)s[n] < 0x7f ? s[n] : '?';
+    if (n < len && outlen - n >= 4) {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n < outlen ? n : outlen - 1] = '\0';
+    return out;
+}
+
+int pdr__parse_int(const char *s, size_t len, int64_t *out)
+{
+    size_t i = (len > 0 && s[0] == '-') ? 1 : 0;
+    if (i == len)
+        return PDR_EINVAL;
+    for (size_t j = i; j < len; j++)
+        if (s[j] < '0' || s[j] > '9')
+            return PDR_EINVAL;
+    if (pdr_parse_int64(s, len, INT64_MIN, INT64_MAX, out) != 0)
+        return PDR_ETOOBIG;
+    return 0;
+}
+
+static const char *const policy_names[] = {"round_robin", "least_load", "random"};
+static const char *const protocol_names[] = {"sglang", "vllm", "pdshim"};
+
+static int name_lookup(const char *const *names, int n, const char *s, size_t len)
+{
+    for (int i = 0; i < n; i++)
+        if (strlen(names[i]) == len && memcmp(names[i], s, len) == 0)
+            return i;
+    return -1;
+}
+
+int pdr__policy_parse(const char *s, size_t len, pdr_policy_kind_t *out)
+{
+    int i = name_lookup(policy_names, 3, s, len);
+    if (i < 0)
+        return PDR_EINVAL;
+    *out = (pdr_policy_kind_t)i;
+    return 0;
+}
+
+int pdr__protocol_parse(const char *s, size_t len, pdr_protocol_t *out)
+{
+    int i = name_lookup(protocol_names, 3, s, len);
+    if (i < 0)
+        return PDR_EINVAL;
+    *out = (pdr_protocol_t)i;
+    return 0;
+}
+
+const char *pdr__log_level_parse(const char *s, size_t len)
+{
+    static const char *const levels[] = {"debug", "info", "warn", "error"};
+    int i = name_lookup(levels, 4, s, len);
+    if (i >= 0)
+        return levels[i];
+    if (len == 7 && memcmp(s, "warning", 7) == 0)
+        return "warn";
+    return NULL;
+}
+
+int pdr_policy_parse(const char *name, pdr_policy_kind_t *out)
+{
+    return name == NULL ? PDR_EINVAL : pdr__policy_parse(name, strlen(name), out);
+}
+
+int pdr_protocol_parse(const char *name, pdr_protocol_t *out)
+{
+    return name == NULL ? PDR_EINVAL : pdr__protocol_parse(name, strlen(name), out);
+}
+
+const char *pdr_policy_name(pdr_policy_kind_t p)
+{
+    return (unsigned)p < 3 ? policy_names[p] : "unknown";
+}
+
+const char *pdr_protocol_name(pdr_protocol_t p)
+{
+    return (unsigned)p < 3 ? protocol_names[p] : "unknown";
+}
+
+static void config_free(pdr_config_t *c)
+{
+    free(c->source);
+    free(c->listen_host);
+    free(c->admin_host);
+    free(c->admin_token_file);
+    for (size_t i = 0; i < c->n_prefill; i++)
+        pdr_worker_conf_clear(&c->prefill[i]);
+    free(c->prefill);
+    for (size_t i = 0; i < c->n_decode; i++)
+        pdr_worker_conf_clear(&c->decode[i]);
+    free(c->decode);
+    free(c->health.path);
+    free(c->log.access_log);
+    free(c->log.level);
+    free(c);
+}
+
+pdr_config_t *pdr_config_new_default(void)
+{
+    pdr_config_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    c->refcnt = 1;
+    c->source = strdup("<defaults>");
+    c->listen_host = strdup(PDR_DEF_LISTEN_HOST);
+    c->listen_port = PDR_DEF_LISTEN_PORT;
+    c->admin_host = strdup(PDR_DEF_ADMIN_HOST);
+    c->admin_port = PDR_DEF_ADMIN_PORT;
+    c->protocol = PDR_PROTO_SGLANG;
+    c->policy_prefill = PDR_POLICY_ROUND_ROBIN;
+    c->policy_decode = PDR_POLICY_LEAST_LOAD;
+    c->health.path = strdup(PDR_DEF_HEALTH_PATH);
+    c->health.interval_ms = PDR_DEF_HEALTH_INTERVAL_MS;
+    c->health.timeout_ms = PDR_DEF_HEALTH_TIMEOUT_MS;
+    c->health.rise = PDR_DEF_HEALTH_RISE;
+    c->health.fall = PDR_DEF_HEALTH_FALL;
+    c->timeouts.connect_ms = PDR_DEF_CONNECT_MS;
+    c->timeouts.first_byte_ms = PDR_DEF_FIRST_BYTE_MS;
+    c->timeouts.kv_transfer_ms = PDR_DEF_KV_TRANSFER_MS;
+    c->timeouts.stream_idle_ms = PDR_DEF_STREAM_IDLE_MS;
+    c->limits.max_body_bytes = PDR_DEF_MAX_BODY_BYTES;
+    c->limits.max_inflight = PDR_DEF_MAX_INFLIGHT;
+    c->retries.max = PDR_DEF_RETRIES;
+    c->log.access_log = strdup(PDR_DEF_ACCESS_LOG);
+    c->log.level = strdup(PDR_DEF_LOG_LEVEL);
+    if (c->source == NULL || c->listen_host == NULL || c->admin_host == NULL || c->health.path == NULL ||
+        c->log.access_log == NULL || c->log.level == NULL) {
+        config_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+pdr_config_t *pdr_config_ref(pdr_config_t *c)
+{
+    if (c != NULL)
+        __atomic_fetch_add(&c->refcnt, 1, __ATOMIC_RELAXED);
+    return c;
+}
+
+void pdr_config_unref(pdr_config_t *c)
+{
+    if (c != NULL && __atomic_sub_fetch(&c->refcnt, 1, __ATOMIC_ACQ_REL) == 0)
+        config_free(c);
+}
+
+void pdr_worker_conf_clear(pdr_worker_conf_t *w)
+{
+    if (w == NULL)
+        return;
+    free(w->url);
+    free(w->host);
+    memset(w, 0, sizeof(*w));
+    w->bootstrap_port = -1;
+}
+
+static int is_host_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
+           ch == '.' || ch == '_';
+}
+
+int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, size_t errlen)
+{
+    char shown[80];
+    memset(w, 0, sizeof(*w));
+    w->bootstrap_port = -1;
+    if (url == NULL || url[0] == '\0') {
+        pdr__config_err(err, errlen, "empty worker URL; expected http://host[:port]");
+        return PDR_EINVAL;
+    }
+    size_t len = strlen(url);
+    pdr__config_show(url, len, shown, sizeof(shown));
+    if (len > PDR_CONFIG_MAX_URL) {
+        pdr__config_err(err, errlen, "worker URL '%s' is longer than %d bytes", shown, PDR_CONFIG_MAX_URL);
+        return PDR_EINVAL;
+    }
+    if (strncasecmp(url, "https://", 8) == 0) {
+        pdr__config_err(err, errlen, "'%s': TLS to workers is not supported yet; use http://", shown);
+        return PDR_EINVAL;
+    }
+    if (strncasecmp(url, "http://", 7) != 0) {
+        if (strstr(url, "://") != NULL)
+            pdr__config_err(err, errlen, "'%s': unsupported URL scheme; use http://host[:port]", shown);
+        else
+            pdr__config_err(err, errlen, "'%s' is not a URL; expected http://host[:port]", shown);
+        return PDR_EINVAL;
+    }
+    const char *auth = url + 7;
+    size_t alen = strcspn(auth, "/?#");
+    const char *rest = auth + alen;
+    if (memchr(auth, '@', alen) != NULL) {
+        pdr__config_err(err, errlen, "'%s': user information in worker URLs is not supported", shown);
+        return PDR_EINVAL;
+    }
+
+    const char *host, *after;
+    size_t hlen;
+    int is_ipv6 = 0;
+    if (alen > 0 && auth[0] == '[') {
+        const char *close = memchr(auth, ']', alen);
+        if (close == NULL) {
+            pdr__config_err(err, errlen, "'%s': missing ']' after the IPv6 address", shown);
+            return PDR_EINVAL;
+        }
+        host = auth + 1;
+        hlen = (size_t)(close - host);
+        char tmp[INET6_ADDRSTRLEN + 1];
+        struct in6_addr a6;
+        if (hlen == 0 || hlen >= sizeof(tmp)) {
+            pdr__config_err(err, errlen, "'%s': not an IPv6 address between '[' and ']'", shown);
+            return PDR_EINVAL;
+        }
+        memcpy(tmp, host, hlen);
+        tmp[hlen] = '\0';
+        if (inet_pton(AF_INET6, tmp, &a6) != 1) {
+            pdr__config_err(err, errlen, "'%s': '%s' is not an IPv6 address", shown, tmp);
+            return PDR_EINVAL;
+        }
+        is_ipv6 = 1;
+        after = close + 1;
+    } else {
+        const char *colon = memchr(auth, ':', alen);
+        if (colon != NULL && memchr(colon + 1, ':', alen - (size_t)(colon + 1 - auth)) != NULL) {
+            pdr__config_err(err, errlen,
+                            "'%s': invalid port; write IPv6 addresses in brackets: http://[::1]:30001",
+                            shown);
+            return PDR_EINVAL;
+        }
+        host = auth;
+        hlen = colon != NULL ? (size_t)(colon - auth) : alen;
+        after = auth + hlen;
+        if (hlen == 0) {
+            pdr__config_err(err, errlen, "'%s': missing host", shown);
+            return PDR_EINVAL;
+        }
+        for (size_t i = 0; i < hlen; i++) {
+            if (!is_host_char(host[i])) {
+                pdr__config_err(err, errlen, "'%s': invalid character in host", shown);
+                return PDR_EINVAL;
+            }
+        }
+    }
+
+    int port = 80; /* RFC 9110: http's default port */
+    if (after < rest) {
+        if (*after != ':') {
+            pdr__config_err(err, errlen, "'%s': expected ':' or '/' after the host", shown);
+            return PDR_EINVAL;
+        }
+        const char *p = after + 1;
+        size_t plen = (size_t)(rest - p);
+        int64_t v;
+        if (plen == 0 || pdr__parse_int(p, plen, &v) != 0 || p[0] == '-' || v < 1 || v > 65535) {
+            pdr__config_err(err, errlen, "'%s': invalid port, expected 1..65535", shown);
+            return PDR_EINVAL;
+        }
+        port = (int)v;
+    }
+
+    size_t keep = len;
+    if (rest[0] != '\0') {
+        if (rest[0] == '/' && rest[1] == '\0') {
+            keep = len - 1;
+        } else {
+            char rshown[80];
+            pdr__config_err(err, errlen, "'%s': worker URLs take no path, query or fragment (got '%s')",
+                            shown, pdr__config_show(rest, strlen(rest), rshown, sizeof(rshown)));
+            return PDR_EINVAL;
+        }
+    }
+
+    char *u = strndup(url, keep), *h = strndup(host, hlen);
+    if (u == NULL || h == NULL) {
+        free(u);
+        free(h);
+        pdr__config_err(err, errlen, "out of memory");
+        return PDR_ENOMEM;
+    }
+    w->url = u;
+    w->host = h;
+    w->port = port;
+    w->is_ipv6 = is_ipv6;
+    return 0;
+}

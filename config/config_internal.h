@@ -1,0 +1,31 @@
+/* Cross-file helpers of the config module (pdr__ names). Not for other modules. */
+#ifndef PDR_CONFIG_INTERNAL_H
+#define PDR_CONFIG_INTERNAL_H
+
+#include <stddef.h>
+#include "config.h"
+
+/* Replaces *dst with a copy of s[0..len). Returns 0 or PDR_ENOMEM (then *dst is unchanged). */
+int pdr__config_set_str(char **dst, const char *s, size_t len);
+
+/* Name lookups on a {base,len} slice. Return 0 or PDR_EINVAL. */
+int pdr__policy_parse(const char *s, size_t len, pdr_policy_kind_t *out);
+int pdr__protocol_parse(const char *s, size_t len, pdr_protocol_t *out);
+/* Returns the canonical level name ("warning" gives "warn") or NULL. */
+const char *pdr__log_level_parse(const char *s, size_t len);
+
+/* Index j < i of a worker that addresses the same host and port as ws[i], or -1. */
+long pdr__workers_find_dup(const pdr_worker_conf_t *ws, size_t i);
+
+/* Strict decimal integer: optional '-', digits only. Returns 0, PDR_EINVAL (not an integer) or
+ * PDR_ETOOBIG (an integer outside int64). */
+int pdr__parse_int(const char *s, size_t len, int64_t *out);
+
+/* Copies s[0..len) into out (size outlen) for an error message: at most ~60 bytes, control
+ * characters and non-ASCII bytes replaced by '?', "..." when cut. */
+const char *pdr__config_show(const char *s, size_t len, char *out, size_t outlen);
+
+/* Error text into a caller's buffer; always NUL-terminated, safe with errlen 0. */
+void pdr__config_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,45 @@
+/*
+ * Default values and accepted ranges of every configuration key. One place, so that config.c (the
+ * snapshot), cli.c (the flags) and docs/config.md agree. Keep docs/config.md in sync when a value here
+ * changes.
+ */
+#ifndef PDR_CONFIG_DEFAULTS_H
+#define PDR_CONFIG_DEFAULTS_H
+
+#define PDR_DEF_LISTEN_HOST "0.0.0.0"
+#define PDR_DEF_LISTEN_PORT 8000 /* sglang router's default port */
+#define PDR_DEF_ADMIN_HOST "127.0.0.1"
+#define PDR_DEF_ADMIN_PORT 8001
+
+#define PDR_DEF_HEALTH_PATH "/health"
+#define PDR_DEF_HEALTH_INTERVAL_MS 2000
+#define PDR_DEF_HEALTH_TIMEOUT_MS 1000
+#define PDR_DEF_HEALTH_RISE 2
+#define PDR_DEF_HEALTH_FALL 3
+
+#define PDR_DEF_CONNECT_MS 1000
+#define PDR_DEF_FIRST_BYTE_MS 60000
+#define PDR_DEF_KV_TRANSFER_MS 30000 /* well below the engines' 300 s, see design.md */
+#define PDR_DEF_STREAM_IDLE_MS 300000
+
+#define PDR_DEF_MAX_BODY_BYTES 33554432 /* 32 MiB */
+#define PDR_DEF_MAX_INFLIGHT 4096
+#define PDR_DEF_RETRIES 2
+
+#define PDR_DEF_ACCESS_LOG "-"
+#define PDR_DEF_LOG_LEVEL "info"
+
+/* Ranges. Durations are positive and at most one day, so that "ms * 1000000" fits any int64. */
+#define PDR_MAX_MS 86400000
+#define PDR_MAX_RISE_FALL 1000
+#define PDR_MAX_RETRIES 10
+#define PDR_MIN_BODY_BYTES 1024
+#define PDR_MAX_BODY_BYTES ((int64_t)1 << 40) /* 1 TiB: a sanity ceiling, not a recommendation */
+#define PDR_MAX_INFLIGHT 10000000
+
+/* Ceilings on what a configuration may hold; more is refused rather than allocated. */
+#define PDR_CONFIG_MAX_WORKERS 4096     /* per role */
+#define PDR_CONFIG_MAX_FILE (16u << 20) /* bytes of YAML */
+#define PDR_CONFIG_MAX_URL 2048         /* bytes of one worker URL */
+
+#endif

@@ -1,0 +1,665 @@
+/*
+ * YAML → snapshot. libyaml's document API builds the node tree; a descriptor table per mapping
+ * ({key, type, offset, range, sub-table}) is walked over it. Every value is checked where it is read,
+ * so each error carries the file, 1-based line and column of the offending node. The first error
+ * stops the load; everything allocated so far is released. Any thread; no shared state.
+ *
+ * libyaml does not check for duplicate keys and gives every scalar as an untyped string, so both are
+ * done here. The walker only descends into nodes the schema names, so its depth is bounded by the
+ * schema, whatever the input.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+#include "err.h"
+#include "config.h"
+#include "config_internal.h"
+#include "defaults.h"
+
+enum ftype {
+    F_SECTION,   /* a mapping described by sub */
+    F_POLICIES,  /* policy: a mapping {prefill, decode} or one name for both */
+    F_STR,       /* non-empty string */
+    F_STR_OPT,   /* string, or null for "none" */
+    F_PATH,      /* string starting with '/' */
+    F_INT,       /* int in [min, max] */
+    F_INT64,     /* int64_t in [min, max] */
+    F_PROTOCOL,  /* pdr_protocol_t */
+    F_POLICY,    /* pdr_policy_kind_t */
+    F_LEVEL,     /* log level, stored as its canonical name */
+    F_WORKERS,   /* sequence of workers; min is the role */
+    F_URL,       /* worker url (base is a pdr_worker_conf_t) */
+    F_BPORT,     /* bootstrap port or null/none */
+    F_BPORT_BAD, /* bootstrap_port on a decode worker */
+};
+
+struct field {
+    const char *key;
+    enum ftype type;
+    size_t off;
+    int64_t min, max;
+    const struct field *sub;
+};
+
+#define CONF(m) offsetof(pdr_config_t, m)
+
+static const struct field listen_fields[] = {
+    {"host", F_STR, CONF(listen_host), 0, 0, NULL},
+    {"port", F_INT, CONF(listen_port), 1, 65535, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field admin_fields[] = {
+    {"host", F_STR, CONF(admin_host), 0, 0, NULL},
+    {"port", F_INT, CONF(admin_port), 0, 65535, NULL},
+    {"token_file", F_STR_OPT, CONF(admin_token_file), 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field policy_fields[] = {
+    {"prefill", F_POLICY, CONF(policy_prefill), 0, 0, NULL},
+    {"decode", F_POLICY, CONF(policy_decode), 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field workers_fields[] = {
+    {"prefill", F_WORKERS, 0, PDR_ROLE_PREFILL, 0, NULL},
+    {"decode", F_WORKERS, 0, PDR_ROLE_DECODE, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field health_fields[] = {
+    {"path", F_PATH, CONF(health.path), 0, 0, NULL},
+    {"interval_ms", F_INT, CONF(health.interval_ms), 1, PDR_MAX_MS, NULL},
+    {"timeout_ms", F_INT, CONF(health.timeout_ms), 1, PDR_MAX_MS, NULL},
+    {"rise", F_INT, CONF(health.rise), 1, PDR_MAX_RISE_FALL, NULL},
+    {"fall", F_INT, CONF(health.fall), 1, PDR_MAX_RISE_FALL, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field timeouts_fields[] = {
+    {"connect_ms", F_INT, CONF(timeouts.connect_ms), 1, PDR_MAX_MS, NULL},
+    {"first_byte_ms", F_INT, CONF(timeouts.first_byte_ms), 1, PDR_MAX_MS, NULL},
+    {"kv_transfer_ms", F_INT, CONF(timeouts.kv_transfer_ms), 1, PDR_MAX_MS, NULL},
+    {"stream_idle_ms", F_INT, CONF(timeouts.stream_idle_ms), 1, PDR_MAX_MS, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field limits_fields[] = {
+    {"max_body_bytes", F_INT64, CONF(limits.max_body_bytes), PDR_MIN_BODY_BYTES, PDR_MAX_BODY_BYTES, NULL},
+    {"max_inflight", F_INT, CONF(limits.max_inflight), 1, PDR_MAX_INFLIGHT, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field retries_fields[] = {
+    {"max", F_INT, CONF(retries.max), 0, PDR_MAX_RETRIES, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field log_fields[] = {
+    {"access_log", F_STR, CONF(log.access_log), 0, 0, NULL},
+    {"level", F_LEVEL, CONF(log.level), 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field top_fields[] = {
+    {"listen", F_SECTION, 0, 0, 0, listen_fields},
+    {"admin", F_SECTION, 0, 0, 0, admin_fields},
+    {"protocol", F_PROTOCOL, CONF(protocol), 0, 0, NULL},
+    {"policy", F_POLICIES, 0, 0, 0, policy_fields},
+    {"workers", F_SECTION, 0, 0, 0, workers_fields},
+    {"health", F_SECTION, 0, 0, 0, health_fields},
+    {"timeouts", F_SECTION, 0, 0, 0, timeouts_fields},
+    {"limits", F_SECTION, 0, 0, 0, limits_fields},
+    {"retries", F_SECTION, 0, 0, 0, retries_fields},
+    {"log", F_SECTION, 0, 0, 0, log_fields},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field prefill_fields[] = {
+    {"url", F_URL, 0, 0, 0, NULL},
+    {"bootstrap_port", F_BPORT, offsetof(pdr_worker_conf_t, bootstrap_port), 1, 65535, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field decode_fields[] = {
+    {"url", F_URL, 0, 0, 0, NULL},
+    {"bootstrap_port", F_BPORT_BAD, 0, 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
+struct ctx {
+    const char *name;
+    yaml_document_t *doc;
+    pdr_config_t *c;
+    char *err;
+    size_t errlen;
+};
+
+static int fail_mark(struct ctx *cx, yaml_mark_t m, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail_mark(struct ctx *cx, yaml_mark_t m, const char *fmt, ...)
+{
+    if (cx->err == NULL || cx->errlen == 0)
+        return PDR_ECONFIG;
+    int n = snprintf(cx->err, cx->errlen, "%s:%zu:%zu: ", cx->name, m.line + 1, m.column + 1);
+    if (n >= 0 && (size_t)n < cx->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(cx->err + n, cx->errlen - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return PDR_ECONFIG;
+}
+
+#define FAIL(cx, node, ...) fail_mark(cx, (node)->start_mark, __VA_ARGS__)
+
+static const char *node_kind(const yaml_node_t *n)
+{
+    switch (n->type) {
+    case YAML_SCALAR_NODE:
+        return "a scalar";
+    case YAML_SEQUENCE_NODE:
+        return "a sequence";
+    case YAML_MAPPING_NODE:
+        return "a mapping";
+    default:
+        return "an empty node";
+    }
+}
+
+static const char *sval(const yaml_node_t *n, size_t *len)
+{
+    *len = n->data.scalar.length;
+    return (const char *)n->data.scalar.value;
+}
+
+/* A plain (unquoted) null: empty, "~" or null in any of YAML's spellings. */
+static int is_null(const yaml_node_t *n)
+{
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return 0;
+    size_t len;
+    const char *s = sval(n, &len);
+    return len == 0 || (len == 1 && s[0] == '~') ||
+           (len == 4 &&
+            (memcmp(s, "null", 4) == 0 || memcmp(s, "Null", 4) == 0 || memcmp(s, "NULL", 4) == 0));
+}
+
+static const char *show(const yaml_node_t *n, char *buf, size_t buflen)
+{
+    size_t len;
+    const char *s = sval(n, &len);
+    return pdr__config_show(s, len, buf, buflen);
+}
+
+static int need_scalar(struct ctx *cx, const yaml_node_t *v, const char *path, const char *what)
+{
+    if (v->type != YAML_SCALAR_NODE)
+        return FAIL(cx, v, "%s: expected %s, got %s", path, what, node_kind(v));
+    if (is_null(v))
+        return FAIL(cx, v, "%s: expected %s, got null", path, what);
+    return 0;
+}
+
+static int get_string(struct ctx *cx, const yaml_node_t *v, const char *path, char **dst)
+{
+    int rc = need_scalar(cx, v, path, "a string");
+    if (rc != 0)
+        return rc;
+    size_t len;
+    const char *s = sval(v, &len);
+    if (len == 0)
+        return FAIL(cx, v, "%s: must not be empty", path);
+    if (memchr(s, '\0', len) != NULL)
+        return FAIL(cx, v, "%s: contains a NUL character", path);
+    if (pdr__config_set_str(dst, s, len) != 0)
+        return FAIL(cx, v, "out of memory");
+    return 0;
+}
+
+static int get_int(struct ctx *cx, const yaml_node_t *v, const char *path, int64_t min, int64_t max,
+                   int64_t *out)
+{
+    char buf[80];
+    int rc = need_scalar(cx, v, path, "an integer");
+    if (rc != 0)
+        return rc;
+    size_t len;
+    const char *s = sval(v, &len);
+    rc = pdr__parse_int(s, len, out);
+    if (rc == PDR_EINVAL)
+        return FAIL(cx, v, "%s: expected an integer, got '%s'", path, show(v, buf, sizeof(buf)));
+    if (rc != 0 || *out < min || *out > max)
+        return FAIL(cx, v, "%s: %s is out of range, expected %lld..%lld", path, show(v, buf, sizeof(buf)),
+                    (long long)min, (long long)max);
+    return 0;
+}
+
+static int get_policy(struct ctx *cx, const yaml_node_t *v, const char *path, pdr_policy_kind_t *out)
+{
+    char buf[80];
+    int rc = need_scalar(cx, v, path, "a policy name");
+    if (rc != 0)
+        return rc;
+    size_t len;
+    const char *s = sval(v, &len);
+    if (pdr__policy_parse(s, len, out) != 0)
+        return FAIL(cx, v, "%s: unknown policy '%s', expected round_robin, least_load or random", path,
+                    show(v, buf, sizeof(buf)));
+    return 0;
+}
+
+static int walk_map(struct ctx *cx, const yaml_node_t *map, const char *path, const struct field *fields,
+                    void *base);
+
+/* A worker: a mapping {url, bootstrap_port} or just the URL as a scalar. */
+static int load_worker(struct ctx *cx, const yaml_node_t *item, const char *path, pdr_role_t role,
+                       pdr_worker_conf_t *w)
+{
+    w->bootstrap_port = -1;
+    if (item->type == YAML_SCALAR_NODE && !is_null(item)) {
+        size_t len;
+        const char *s = sval(item, &len);
+        char msg[512];
+        if (memchr(s, '\0', len) != NULL)
+            return FAIL(cx, item, "%s: contains a NUL character", path);
+        if (pdr_worker_conf_parse_url(s, w, msg, sizeof(msg)) != 0)
+            return FAIL(cx, item, "%s: %s", path, msg);
+        return 0;
+    }
+    if (item->type != YAML_MAPPING_NODE)
+        return FAIL(cx, item, "%s: expected a mapping {url: ...}, got %s", path,
+                    is_null(item) ? "null" : node_kind(item));
+    int rc = walk_map(cx, item, path, role == PDR_ROLE_PREFILL ? prefill_fields : decode_fields, w);
+    if (rc != 0)
+        return rc;
+    if (w->url == NULL)
+        return FAIL(cx, item, "%s: missing required key 'url'", path);
+    return 0;
+}
+
+static int load_workers(struct ctx *cx, const yaml_node_t *seq, const char *path, pdr_role_t role)
+{
+    pdr_worker_conf_t **arr = role == PDR_ROLE_PREFILL ? &cx->c->prefill : &cx->c->decode;
+    size_t *n = role == PDR_ROLE_PREFILL ? &cx->c->n_prefill : &cx->c->n_decode;
+    if (is_null(seq))
+        return 0;
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return FAIL(cx, seq, "%s: expected a sequence of workers, got %s", path, node_kind(seq));
+    size_t count = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    if (count == 0)
+        return 0;
+    if (count > PDR_CONFIG_MAX_WORKERS)
+        return FAIL(cx, seq, "%s: %zu workers, at most %d are allowed", path, count, PDR_CONFIG_MAX_WORKERS);
+    *arr = calloc(count, sizeof(**arr));
+    if (*arr == NULL)
+        return FAIL(cx, seq, "out of memory");
+    *n = count;
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *item = yaml_document_get_node(cx->doc, seq->data.sequence.items.start[i]);
+        char ipath[160];
+        snprintf(ipath, sizeof(ipath), "%.120s[%zu]", path, i);
+        if (item == NULL)
+            return FAIL(cx, seq, "%s: missing node", ipath);
+        int rc = load_worker(cx, item, ipath, role, &(*arr)[i]);
+        if (rc != 0)
+            return rc;
+        long j = pdr__workers_find_dup(*arr, i);
+        if (j >= 0)
+            return FAIL(cx, item, "%s: duplicate worker '%s' (same as %s[%ld])", ipath, (*arr)[i].url, path,
+                        j);
+    }
+    return 0;
+}
+
+static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, const char *path, void *base)
+{
+    char buf[80];
+    char *p = (char *)base + f->off;
+    int64_t iv;
+    size_t len;
+    int rc;
+    switch (f->type) {
+    case F_SECTION:
+        return walk_map(cx, v, path, f->sub, base);
+    case F_POLICIES:
+        if (v->type == YAML_SCALAR_NODE) {
+            pdr_policy_kind_t k;
+            rc = get_policy(cx, v, path, &k);
+            if (rc == 0)
+                cx->c->policy_prefill = cx->c->policy_decode = k;
+            return rc;
+        }
+        return walk_map(cx, v, path, f->sub, base);
+    case F_STR:
+        return get_string(cx, v, path, (char **)(void *)p);
+    case F_STR_OPT:
+        if (is_null(v)) {
+            free(*(char **)(void *)p);
+            *(char **)(void *)p = NULL;
+            return 0;
+        }
+        return get_string(cx, v, path, (char **)(void *)p);
+    case F_PATH: {
+        rc = need_scalar(cx, v, path, "a path");
+        if (rc != 0)
+            return rc;
+        const unsigned char *s = (const unsigned char *)sval(v, &len);
+        if (len == 0 || s[0] != '/')
+            return FAIL(cx, v, "%s: must start with '/', got '%s'", path, show(v, buf, sizeof(buf)));
+        for (size_t i = 0; i < len; i++)
+            if (s[i] <= 0x20 || s[i] == 0x7f)
+                return FAIL(cx, v, "%s: must not contain spaces or control characters", path);
+        return get_string(cx, v, path, (char **)(void *)p);
+    }
+    case F_INT:
+        rc = get_int(cx, v, path, f->min, f->max, &iv);
+        if (rc == 0)
+            *(int *)(void *)p = (int)iv;
+        return rc;
+    case F_INT64:
+        rc = get_int(cx, v, path, f->min, f->max, &iv);
+        if (rc == 0)
+            *(int64_t *)(void *)p = iv;
+        return rc;
+    case F_PROTOCOL: {
+        rc = need_scalar(cx, v, path, "a protocol name");
+        if (rc != 0)
+            return rc;
+        const char *s = sval(v, &len);
+        if (pdr__protocol_parse(s, len, (pdr_protocol_t *)(void *)p) != 0)
+            return FAIL(cx, v, "%s: unknown protocol '%s', expected sglang, vllm or pdshim", path,
+                        show(v, buf, sizeof(buf)));
+        return 0;
+    }
+    case F_POLICY:
+        return get_policy(cx, v, path, (pdr_policy_kind_t *)(void *)p);
+    case F_LEVEL: {
+        rc = need_scalar(cx, v, path, "a log level");
+        if (rc != 0)
+            return rc;
+        const char *s = sval(v, &len);
+        const char *canon = pdr__log_level_parse(s, len);
+        if (canon == NULL)
+            return FAIL(cx, v, "%s: unknown level '%s', expected debug, info, warn or error", path,
+                        show(v, buf, sizeof(buf)));
+        if (pdr__config_set_str((char **)(void *)p, canon, strlen(canon)) != 0)
+            return FAIL(cx, v, "out of memory");
+        return 0;
+    }
+    case F_WORKERS:
+        return load_workers(cx, v, path, (pdr_role_t)f->min);
+    case F_URL: {
+        pdr_worker_conf_t *w = base;
+        char msg[512];
+        rc = need_scalar(cx, v, path, "a URL");
+        if (rc != 0)
+            return rc;
+        const char *s = sval(v, &len);
+        if (memchr(s, '\0', len) != NULL)
+            return FAIL(cx, v, "%s: contains a NUL character", path);
+        int bport = w->bootstrap_port;
+        if (pdr_worker_conf_parse_url(s, w, msg, sizeof(msg)) != 0)
+            return FAIL(cx, v, "%s: %s", path, msg);
+        w->bootstrap_port = bport;
+        return 0;
+    }
+    case F_BPORT: {
+        if (v->type == YAML_SCALAR_NODE) {
+            const char *s = sval(v, &len);
+            if (is_null(v) || (len == 4 && (memcmp(s, "none", 4) == 0 || memcmp(s, "None", 4) == 0 ||
+                                            memcmp(s, "NONE", 4) == 0))) {
+                *(int *)(void *)p = -1;
+                return 0;
+            }
+        }
+        rc = get_int(cx, v, path, f->min, f->max, &iv);
+        if (rc == 0)
+            *(int *)(void *)p = (int)iv;
+        return rc;
+    }
+    case F_BPORT_BAD:
+        return FAIL(cx, v, "%s: only prefill workers have a bootstrap port", path);
+    }
+    return FAIL(cx, v, "%s: internal error: unknown field type", path);
+}
+
+static void valid_keys(const struct field *fields, char *out, size_t outlen)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (const struct field *f = fields; f->key != NULL && n < outlen; f++) {
+        int w = snprintf(out + n, outlen - n, "%s%s", n ? ", " : "", f->key);
+        if (w < 0)
+            break;
+        n += (size_t)w;
+    }
+}
+
+static int walk_map(struct ctx *cx, const yaml_node_t *map, const char *path, const struct field *fields,
+                    void *base)
+{
+    char buf[80], keys[256];
+    const char *where = path[0] ? path : "the top level";
+    if (map->type != YAML_MAPPING_NODE)
+        return FAIL(cx, map, "%s: expected a mapping, got %s", path[0] ? path : "configuration",
+                    is_null(map) ? "null" : node_kind(map));
+    uint32_t seen = 0;
+    for (const yaml_node_pair_t *pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top;
+         pair++) {
+        const yaml_node_t *k = yaml_document_get_node(cx->doc, pair->key);
+        const yaml_node_t *v = yaml_document_get_node(cx->doc, pair->value);
+        if (k == NULL || v == NULL)
+            return FAIL(cx, map, "%s: incomplete key/value pair", where);
+        if (k->type != YAML_SCALAR_NODE)
+            return FAIL(cx, k, "keys must be scalars, got %s (in %s%s%s)", node_kind(k), path[0] ? "'" : "",
+                        where, path[0] ? "'" : "");
+        size_t len;
+        const char *key = sval(k, &len);
+        int idx = -1;
+        for (int i = 0; fields[i].key != NULL; i++) {
+            if (strlen(fields[i].key) == len && memcmp(fields[i].key, key, len) == 0) {
+                idx = i;
+                break;
+            }
+        }
+        if (idx < 0) {
+            valid_keys(fields, keys, sizeof(keys));
+            if (path[0])
+                return FAIL(cx, k, "unknown key '%s' in '%s' (valid keys: %s)", show(k, buf, sizeof(buf)),
+                            path, keys);
+            return FAIL(cx, k, "unknown key '%s' at the top level (valid keys: %s)",
+                        show(k, buf, sizeof(buf)), keys);
+        }
+        if ((seen & (1u << idx)) && path[0])
+            return FAIL(cx, k, "duplicate key '%s' in '%s'", fields[idx].key, path);
+        if (seen & (1u << idx))
+            return FAIL(cx, k, "duplicate key '%s' at the top level", fields[idx].key);
+        seen |= 1u << idx;
+        char sub[160];
+        snprintf(sub, sizeof(sub), "%.120s%s%.30s", path, path[0] ? "." : "", fields[idx].key);
+        int rc = apply(cx, &fields[idx], v, sub, base);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static const yaml_node_t *map_get(yaml_document_t *doc, const yaml_node_t *map, const char *key)
+{
+    if (map == NULL || map->type != YAML_MAPPING_NODE)
+        return NULL;
+    for (const yaml_node_pair_t *pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top;
+         pair++) {
+        const yaml_node_t *k = yaml_document_get_node(doc, pair->key);
+        if (k != NULL && k->type == YAML_SCALAR_NODE && k->data.scalar.length == strlen(key) &&
+            memcmp(k->data.scalar.value, key, k->data.scalar.length) == 0)
+            return yaml_document_get_node(doc, pair->value);
+    }
+    return NULL;
+}
+
+/* Translates libyaml's parser error into "name:line:col: problem context". */
+static void syntax_error(struct ctx *cx, const yaml_parser_t *p, const char *text, size_t textlen)
+{
+    if (p->error == YAML_MEMORY_ERROR) {
+        pdr__config_err(cx->err, cx->errlen, "%s: out of memory while parsing", cx->name);
+        return;
+    }
+    if (p->error == YAML_READER_ERROR) {
+        /* Reader errors carry a byte offset, not a mark: count lines up to it ourselves. */
+        yaml_mark_t m = {0, 0, 0};
+        size_t off = p->problem_offset < textlen ? p->problem_offset : textlen;
+        for (size_t i = 0; i < off; i++) {
+            if (text[i] == '\n') {
+                m.line++;
+                m.column = 0;
+            } else {
+                m.column++;
+            }
+        }
+        fail_mark(cx, m, "%s (byte 0x%02x at offset %zu)", p->problem ? p->problem : "invalid input",
+                  (unsigned)p->problem_value & 0xffu, p->problem_offset);
+        return;
+    }
+    const char *problem = p->problem ? p->problem : "syntax error";
+    if (p->context == NULL) {
+        fail_mark(cx, p->problem_mark, "%s", problem);
+    } else if (p->context_mark.line != p->problem_mark.line ||
+               p->context_mark.column != p->problem_mark.column) {
+        fail_mark(cx, p->problem_mark, "%s %s that started at line %zu, column %zu", problem, p->context,
+                  p->context_mark.line + 1, p->context_mark.column + 1);
+    } else {
+        fail_mark(cx, p->problem_mark, "%s %s", problem, p->context);
+    }
+}
+
+pdr_config_t *pdr_config_load_string(const char *text, size_t len, const char *name, char *err, size_t errlen)
+{
+    struct ctx cx = {name != NULL ? name : "<string>", NULL, NULL, err, errlen};
+    yaml_parser_t parser;
+    yaml_document_t doc, extra;
+    pdr_config_t *c = NULL;
+    int rc = PDR_ECONFIG;
+
+    pdr__config_err(err, errlen, "%s: unknown error", cx.name);
+    if (text == NULL)
+        len = 0;
+    if (len > PDR_CONFIG_MAX_FILE) {
+        pdr__config_err(err, errlen, "%s: larger than %u bytes", cx.name, PDR_CONFIG_MAX_FILE);
+        return NULL;
+    }
+    if (!yaml_parser_initialize(&parser)) {
+        pdr__config_err(err, errlen, "%s: out of memory", cx.name);
+        return NULL;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)(text != NULL ? text : ""), len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        syntax_error(&cx, &parser, text, len);
+        yaml_parser_delete(&parser);
+        return NULL;
+    }
+    cx.doc = &doc;
+    const yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root == NULL || is_null(root)) {
+        fail_mark(&cx, doc.start_mark, "empty configuration");
+        goto out;
+    }
+    /* A second document is an error, and so is a syntax error after the first one. */
+    if (!yaml_parser_load(&parser, &extra)) {
+        syntax_error(&cx, &parser, text, len);
+        goto out;
+    }
+    const yaml_node_t *second = yaml_document_get_root_node(&extra);
+    if (second != NULL) {
+        fail_mark(&cx, second->start_mark, "only one YAML document is allowed");
+        yaml_document_delete(&extra);
+        goto out;
+    }
+    yaml_document_delete(&extra);
+
+    c = pdr_config_new_default();
+    if (c == NULL || pdr__config_set_str(&c->source, cx.name, strlen(cx.name)) != 0) {
+        pdr__config_err(err, errlen, "%s: out of memory", cx.name);
+        goto out;
+    }
+    cx.c = c;
+    rc = walk_map(&cx, root, "", top_fields, c);
+    if (rc != 0)
+        goto out;
+
+    const yaml_node_t *workers = map_get(&doc, root, "workers");
+    const char *roles[] = {"prefill", "decode"};
+    size_t counts[] = {c->n_prefill, c->n_decode};
+    for (int r = 0; r < 2; r++) {
+        if (counts[r] != 0)
+            continue;
+        if (workers == NULL) {
+            rc = FAIL(&cx, root,
+                      "missing required key 'workers' (at least one prefill and one decode worker)");
+        } else {
+            const yaml_node_t *list = map_get(&doc, workers, roles[r]);
+            rc = FAIL(&cx, list != NULL ? list : workers, "workers.%s: at least one %s worker is required",
+                      roles[r], roles[r]);
+        }
+        goto out;
+    }
+    /* Final guard: every value was checked where it was read, so this only fails on a bug here. */
+    char msg[512];
+    rc = pdr_config_validate(c, msg, sizeof(msg));
+    if (rc != 0)
+        FAIL(&cx, root, "%s", msg);
+
+out:
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    if (rc != 0) {
+        pdr_config_unref(c);
+        return NULL;
+    }
+    return c;
+}
+
+pdr_config_t *pdr_config_load_file(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        pdr__config_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    int failed = buf == NULL;
+    while (!failed) {
+        if (len == cap) {
+            if (cap > PDR_CONFIG_MAX_FILE) {
+                fclose(f);
+                free(buf);
+                pdr__config_err(err, errlen, "%s: larger than %u bytes", path, PDR_CONFIG_MAX_FILE);
+                return NULL;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (nb == NULL) {
+                failed = 1;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t n = fread(buf + len, 1, cap - len, f);
+        len += n;
+        if (n == 0) {
+            if (ferror(f)) {
+                int e = errno;
+                fclose(f);
+                free(buf);
+                pdr__config_err(err, errlen, "%s: cannot read: %s", path, strerror(e));
+                return NULL;
+            }
+            break;
+        }
+    }
+    fclose(f);
+    if (failed) {
+        free(buf);
+        pdr__config_err(err, errlen, "%s: out of memory", path);
+        return NULL;
+    }
+    pdr_config_t *c = pdr_config_load_string(buf, len, path, err, errlen);
+    free(buf);
+    return c;
+}

@@ -1,0 +1,727 @@
+/*
+ * Unit test of config/: YAML loading (every key, defaults, each class of error with its exact
+ * file:line:col), worker URLs and the command-line flags. Exit 0 when every check passes; each
+ * failed check is printed with its line. Runs under ASan+LeakSanitizer in the sanitizer build, so
+ * every snapshot is released.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "config.h"
+#include "err.h"
+
+static int failures;
+
+#define CHECK(cond)                                                                                          \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                         \
+            failures++;                                                                                      \
+        }                                                                                                    \
+    } while (0)
+
+#define CHECK_STR(got, want)                                                                                 \
+    do {                                                                                                     \
+        const char *g_ = (got), *w_ = (want);                                                                \
+        if (g_ == NULL || strcmp(g_, w_) != 0) {                                                             \
+            fprintf(stderr, "%s:%d: got '%s', want '%s'\n", __FILE__, __LINE__, g_ ? g_ : "(null)", w_);     \
+            failures++;                                                                                      \
+        }                                                                                                    \
+    } while (0)
+
+static char tmpdir[] = "/tmp/pdr_test_config.XXXXXX";
+
+static const char *write_file(const char *name, const char *text)
+{
+    static char path[4][256];
+    static int next;
+    char *p = path[next++ % 4];
+    snprintf(p, sizeof(path[0]), "%s/%s", tmpdir, name);
+    FILE *f = fopen(p, "w");
+    if (f == NULL) {
+        perror(p);
+        exit(1);
+    }
+    fputs(text, f);
+    fclose(f);
+    return p;
+}
+
+static pdr_config_t *load(const char *text, char *err, size_t errlen)
+{
+    return pdr_config_load_string(text, strlen(text), "bad.yaml", err, errlen);
+}
+
+/* Loading must fail with exactly this message (want ends with '*': a prefix). */
+static void expect_error(int line, const char *text, const char *want)
+{
+    char err[512];
+    pdr_config_t *c = load(text, err, sizeof(err));
+    size_t wl = strlen(want);
+    int prefix = wl > 0 && want[wl - 1] == '*';
+    if (c != NULL) {
+        fprintf(stderr, "%s:%d: loaded, want error '%s'\n", __FILE__, line, want);
+        failures++;
+        pdr_config_unref(c);
+        return;
+    }
+    if (prefix ? strncmp(err, want, wl - 1) != 0 : strcmp(err, want) != 0) {
+        fprintf(stderr, "%s:%d: error\n  got  '%s'\n  want '%s'\n", __FILE__, line, err, want);
+        failures++;
+    }
+}
+#define EXPECT_ERROR(text, want) expect_error(__LINE__, text, want)
+
+#define WORKERS "workers:\n  prefill: [ http://127.0.0.1:30001 ]\n  decode: [ http://127.0.0.1:30002 ]\n"
+
+static void test_full_file(void)
+{
+    static const char text[] =
+        "# every key\n"
+        "listen:   { host: 127.0.0.2, port: 9000 }\n"
+        "admin:    { host: 127.0.0.3, port: 0, token_file: /etc/pdrouter/token }\n"
+        "protocol: vllm\n"
+        "policy:   { prefill: random, decode: round_robin }\n"
+        "workers:\n"
+        "  prefill:\n"
+        "    - { url: http://127.0.0.1:30001, bootstrap_port: 8998 }\n"
+        "    - url: \"http://[::1]:30003/\"\n"
+        "      bootstrap_port: null\n"
+        "    - url: http://prefill-2.local\n"
+        "      bootstrap_port: none\n"
+        "    - http://10.0.0.9:30005\n"
+        "  decode:\n"
+        "    - { url: http://127.0.0.1:30002 }\n"
+        "    - url: http://[fe80::1]:30004\n"
+        "health:   { path: /healthz, interval_ms: 500, timeout_ms: 2500, rise: 1, fall: 5 }\n"
+        "timeouts: { connect_ms: 100, first_byte_ms: 5000, kv_transfer_ms: 7000,\n"
+        "            stream_idle_ms: 9000 }\n"
+        "limits:   { max_body_bytes: 1048576, max_inflight: 10 }\n"
+        "retries:  { max: 0 }\n"
+        "log:      { access_log: off, level: warning }\n";
+    char err[512] = "";
+    const char *path = write_file("full.yaml", text);
+    pdr_config_t *c = pdr_config_load_file(path, err, sizeof(err));
+    if (c == NULL) {
+        fprintf(stderr, "full file: %s\n", err);
+        failures++;
+        return;
+    }
+    CHECK_STR(c->source, path);
+    CHECK_STR(c->listen_host, "127.0.0.2");
+    CHECK(c->listen_port == 9000);
+    CHECK_STR(c->admin_host, "127.0.0.3");
+    CHECK(c->admin_port == 0);
+    CHECK_STR(c->admin_token_file, "/etc/pdrouter/token");
+    CHECK(c->protocol == PDR_PROTO_VLLM);
+    CHECK(c->policy_prefill == PDR_POLICY_RANDOM);
+    CHECK(c->policy_decode == PDR_POLICY_ROUND_ROBIN);
+    CHECK(c->n_prefill == 4);
+    CHECK(c->n_decode == 2);
+    if (c->n_prefill == 4 && c->n_decode == 2) {
+        CHECK_STR(c->prefill[0].url, "http://127.0.0.1:30001");
+        CHECK_STR(c->prefill[0].host, "127.0.0.1");
+        CHECK(c->prefill[0].port == 30001);
+        CHECK(c->prefill[0].is_ipv6 == 0);
+        CHECK(c->prefill[0].bootstrap_port == 8998);
+        CHECK_STR(c->prefill[1].url, "http://[::1]:30003");
+        CHECK_STR(c->prefill[1].host, "::1");
+        CHECK(c->prefill[1].is_ipv6 == 1);
+        CHECK(c->prefill[1].port == 30003);
+        CHECK(c->prefill[1].bootstrap_port == -1);
+        CHECK_STR(c->prefill[2].host, "prefill-2.local");
+        CHECK(c->prefill[2].port == 80);
+        CHECK(c->prefill[2].bootstrap_port == -1);
+        CHECK_STR(c->prefill[3].url, "http://10.0.0.9:30005");
+        CHECK(c->prefill[3].bootstrap_port == -1);
+        CHECK_STR(c->decode[0].url, "http://127.0.0.1:30002");
+        CHECK(c->decode[0].bootstrap_port == -1);
+        CHECK_STR(c->decode[1].host, "fe80::1");
+        CHECK(c->decode[1].is_ipv6 == 1);
+        CHECK(c->decode[1].port == 30004);
+    }
+    CHECK_STR(c->health.path, "/healthz");
+    CHECK(c->health.interval_ms == 500);
+    CHECK(c->health.timeout_ms == 2500); /* timeout above interval is allowed */
+    CHECK(c->health.rise == 1);
+    CHECK(c->health.fall == 5);
+    CHECK(c->timeouts.connect_ms == 100);
+    CHECK(c->timeouts.first_byte_ms == 5000);
+    CHECK(c->timeouts.kv_transfer_ms == 7000);
+    CHECK(c->timeouts.stream_idle_ms == 9000);
+    CHECK(c->limits.max_body_bytes == 1048576);
+    CHECK(c->limits.max_inflight == 10);
+    CHECK(c->retries.max == 0);
+    CHECK_STR(c->log.access_log, "off");
+    CHECK_STR(c->log.level, "warn");
+    CHECK(pdr_config_validate(c, err, sizeof(err)) == 0);
+
+    /* Reference counting: the snapshot survives until the last reference goes. */
+    CHECK(pdr_config_ref(c) == c);
+    CHECK(c->refcnt == 2);
+    pdr_config_unref(c);
+    CHECK(c->refcnt == 1);
+    CHECK_STR(c->listen_host, "127.0.0.2");
+    pdr_config_unref(c);
+}
+
+static void check_defaults_but_token(const pdr_config_t *c)
+{
+    CHECK_STR(c->listen_host, "0.0.0.0");
+    CHECK(c->listen_port == 8000);
+    CHECK_STR(c->admin_host, "127.0.0.1");
+    CHECK(c->admin_port == 8001);
+    CHECK(c->protocol == PDR_PROTO_SGLANG);
+    CHECK(c->policy_prefill == PDR_POLICY_ROUND_ROBIN);
+    CHECK(c->policy_decode == PDR_POLICY_LEAST_LOAD);
+    CHECK_STR(c->health.path, "/health");
+    CHECK(c->health.interval_ms == 2000);
+    CHECK(c->health.timeout_ms == 1000);
+    CHECK(c->health.rise == 2);
+    CHECK(c->health.fall == 3);
+    CHECK(c->timeouts.connect_ms == 1000);
+    CHECK(c->timeouts.first_byte_ms == 60000);
+    CHECK(c->timeouts.kv_transfer_ms == 30000);
+    CHECK(c->timeouts.stream_idle_ms == 300000);
+    CHECK(c->limits.max_body_bytes == 33554432);
+    CHECK(c->limits.max_inflight == 4096);
+    CHECK(c->retries.max == 2);
+    CHECK_STR(c->log.access_log, "-");
+    CHECK_STR(c->log.level, "info");
+}
+
+static void check_defaults(const pdr_config_t *c)
+{
+    check_defaults_but_token(c);
+    CHECK(c->admin_token_file == NULL);
+}
+
+static void test_defaults(void)
+{
+    char err[512];
+    pdr_config_t *c = pdr_config_new_default();
+    CHECK(c != NULL);
+    if (c == NULL)
+        return;
+    check_defaults(c);
+    CHECK(c->n_prefill == 0 && c->n_decode == 0 && c->prefill == NULL && c->decode == NULL);
+    CHECK(c->refcnt == 1);
+    /* Without workers the defaults are not runnable. */
+    CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
+    CHECK_STR(err, "workers.prefill: at least one prefill worker is required");
+    pdr_config_unref(c);
+
+    /* A file with only workers gets every default. */
+    c = load(WORKERS, err, sizeof(err));
+    CHECK(c != NULL);
+    if (c == NULL) {
+        fprintf(stderr, "  %s\n", err);
+        return;
+    }
+    check_defaults(c);
+    CHECK_STR(c->source, "bad.yaml");
+    CHECK(c->n_prefill == 1 && c->n_decode == 1);
+    CHECK(c->prefill[0].bootstrap_port == -1); /* absent: none */
+    pdr_config_unref(c);
+
+    /* Shorthands: one policy for both roles; token_file null. */
+    c = load(WORKERS "policy: random\nadmin: { token_file: ~ }\nlog: { level: debug }\n", err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        CHECK(c->policy_prefill == PDR_POLICY_RANDOM && c->policy_decode == PDR_POLICY_RANDOM);
+        CHECK(c->admin_token_file == NULL);
+        CHECK_STR(c->log.level, "debug");
+        pdr_config_unref(c);
+    }
+
+    /* The example of design.md, verbatim. */
+    static const char design[] =
+        "listen:   { host: 0.0.0.0, port: 8000 }\n"
+        "admin:    { host: 127.0.0.1, port: 8001, token_file: /path/to/token }   # token_file optional in "
+        "dev\n"
+        "protocol: sglang            # sglang | vllm | pdshim (how the ticket is handed to workers)\n"
+        "policy:   { prefill: round_robin, decode: least_load }\n"
+        "workers:\n"
+        "  prefill:\n"
+        "    - { url: http://127.0.0.1:30001, bootstrap_port: 8998 }\n"
+        "  decode:\n"
+        "    - { url: http://127.0.0.1:30002 }\n"
+        "health:   { path: /health, interval_ms: 2000, timeout_ms: 1000, rise: 2, fall: 3 }\n"
+        "timeouts: { connect_ms: 1000, first_byte_ms: 60000, kv_transfer_ms: 30000, stream_idle_ms: 300000 "
+        "}\n"
+        "limits:   { max_body_bytes: 33554432, max_inflight: 4096 }\n"
+        "retries:  { max: 2 }\n";
+    c = load(design, err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        check_defaults_but_token(c);
+        CHECK_STR(c->admin_token_file, "/path/to/token");
+        CHECK(c->prefill[0].bootstrap_port == 8998);
+        pdr_config_unref(c);
+    }
+
+    CHECK_STR(pdr_policy_name(PDR_POLICY_LEAST_LOAD), "least_load");
+    CHECK_STR(pdr_protocol_name(PDR_PROTO_PDSHIM), "pdshim");
+    pdr_policy_kind_t pk;
+    pdr_protocol_t pt;
+    CHECK(pdr_policy_parse("round_robin", &pk) == 0 && pk == PDR_POLICY_ROUND_ROBIN);
+    CHECK(pdr_policy_parse("cache_aware", &pk) == PDR_EINVAL);
+    CHECK(pdr_protocol_parse("vllm", &pt) == 0 && pt == PDR_PROTO_VLLM);
+    CHECK(pdr_protocol_parse("grpc", &pt) == PDR_EINVAL);
+}
+
+static void test_errors(void)
+{
+    /* Unknown keys. */
+    EXPECT_ERROR(WORKERS "timeouts:\n  connect_ms: 1000\n  foo: 1\n",
+                 "bad.yaml:6:3: unknown key 'foo' in 'timeouts' (valid keys: connect_ms, first_byte_ms, "
+                 "kv_transfer_ms, stream_idle_ms)");
+    EXPECT_ERROR("lisen: { port: 1 }\n", "bad.yaml:1:1: unknown key 'lisen' at the top level*");
+    EXPECT_ERROR(
+        "workers:\n  prefill:\n    - { url: http://a:1, weight: 2 }\n",
+        "bad.yaml:3:26: unknown key 'weight' in 'workers.prefill[0]' (valid keys: url, bootstrap_port)");
+
+    /* Duplicate keys (libyaml does not check them). */
+    EXPECT_ERROR("listen:\n  port: 1\n  port: 2\n", "bad.yaml:3:3: duplicate key 'port' in 'listen'");
+    EXPECT_ERROR("retries: {max: 1}\nretries: {max: 2}\n",
+                 "bad.yaml:2:1: duplicate key 'retries' at the top level");
+    EXPECT_ERROR("workers:\n  prefill:\n    - url: http://a:1\n      url: http://a:2\n",
+                 "bad.yaml:4:7: duplicate key 'url' in 'workers.prefill[0]'");
+
+    /* Bad integers and ranges. */
+    EXPECT_ERROR(WORKERS "timeouts: { connect_ms: 5, first_byte_ms: fast }\n",
+                 "bad.yaml:4:43: timeouts.first_byte_ms: expected an integer, got 'fast'");
+    EXPECT_ERROR("listen: { port: 70000 }\n",
+                 "bad.yaml:1:17: listen.port: 70000 is out of range, expected 1..65535");
+    EXPECT_ERROR("listen: { port: 0 }\n", "bad.yaml:1:17: listen.port: 0 is out of range, expected 1..65535");
+    EXPECT_ERROR("admin: { port: -1 }\n", "bad.yaml:1:16: admin.port: -1 is out of range, expected 0..65535");
+    EXPECT_ERROR("health: { rise: 0 }\n", "bad.yaml:1:17: health.rise: 0 is out of range, expected 1..1000");
+    EXPECT_ERROR("health: { timeout_ms: 0 }\n",
+                 "bad.yaml:1:23: health.timeout_ms: 0 is out of range, expected 1..86400000");
+    EXPECT_ERROR("retries: { max: 11 }\n", "bad.yaml:1:17: retries.max: 11 is out of range, expected 0..10");
+    EXPECT_ERROR("limits: { max_body_bytes: 1023 }\n",
+                 "bad.yaml:1:27: limits.max_body_bytes: 1023 is out of range, expected 1024..1099511627776");
+    EXPECT_ERROR(
+        "limits: { max_inflight: 99999999999999999999999 }\n",
+        "bad.yaml:1:25: limits.max_inflight: 99999999999999999999999 is out of range, expected 1..10000000");
+    EXPECT_ERROR("timeouts: { connect_ms: 1.5 }\n",
+                 "bad.yaml:1:25: timeouts.connect_ms: expected an integer, got '1.5'");
+    EXPECT_ERROR("timeouts: { connect_ms: }\n",
+                 "bad.yaml:1:25: timeouts.connect_ms: expected an integer, got null");
+    EXPECT_ERROR("health: { path: healthz }\n",
+                 "bad.yaml:1:17: health.path: must start with '/', got 'healthz'");
+    EXPECT_ERROR("protocol: grpc\n",
+                 "bad.yaml:1:11: protocol: unknown protocol 'grpc', expected sglang, vllm or pdshim");
+    EXPECT_ERROR("policy: { decode: cache_aware }\n",
+                 "bad.yaml:1:19: policy.decode: unknown policy 'cache_aware', expected round_robin, "
+                 "least_load or random");
+    EXPECT_ERROR("log: { level: loud }\n",
+                 "bad.yaml:1:15: log.level: unknown level 'loud', expected debug, info, warn or error");
+
+    /* Wrong node types. */
+    EXPECT_ERROR("listen: 8000\n", "bad.yaml:1:9: listen: expected a mapping, got a scalar");
+    EXPECT_ERROR("health:\n  path: [a, b]\n", "bad.yaml:2:9: health.path: expected a path, got a sequence");
+    EXPECT_ERROR("listen: { host: { a: 1 } }\n",
+                 "bad.yaml:1:17: listen.host: expected a string, got a mapping");
+    EXPECT_ERROR("workers:\n  prefill: { url: http://a:1 }\n",
+                 "bad.yaml:2:12: workers.prefill: expected a sequence of workers, got a mapping");
+    EXPECT_ERROR("- a\n- b\n", "bad.yaml:1:1: configuration: expected a mapping, got a sequence");
+    EXPECT_ERROR("? [a]\n: 1\n", "bad.yaml:1:3: keys must be scalars, got a sequence (in the top level)");
+
+    /* Workers. */
+    EXPECT_ERROR("workers:\n  prefill:\n    - bootstrap_port: 8998\n",
+                 "bad.yaml:3:7: workers.prefill[0]: missing required key 'url'");
+    EXPECT_ERROR(
+        "workers:\n  prefill:\n    - url: https://a:1\n",
+        "bad.yaml:3:12: workers.prefill[0].url: 'https://a:1': TLS to workers is not supported yet; use "
+        "http://");
+    EXPECT_ERROR(
+        "workers:\n  decode:\n    - url: grpc://a:1\n",
+        "bad.yaml:3:12: workers.decode[0].url: 'grpc://a:1': unsupported URL scheme; use http://host[:port]");
+    EXPECT_ERROR(
+        "workers:\n  decode:\n    - http://a:1/v1\n",
+        "bad.yaml:3:7: workers.decode[0]: 'http://a:1/v1': worker URLs take no path, query or fragment "
+        "(got '/v1')");
+    EXPECT_ERROR("workers:\n  prefill:\n    - { url: http://a:1, bootstrap_port: 0 }\n",
+                 "bad.yaml:3:42: workers.prefill[0].bootstrap_port: 0 is out of range, expected 1..65535");
+    EXPECT_ERROR(
+        "workers:\n  prefill:\n    - http://a:1\n  decode:\n    - { url: http://b:1, bootstrap_port: 8998 "
+        "}\n",
+        "bad.yaml:5:42: workers.decode[0].bootstrap_port: only prefill workers have a bootstrap port");
+    EXPECT_ERROR(
+        "workers:\n  prefill:\n    - http://a:1\n    - http://A:1/\n",
+        "bad.yaml:4:7: workers.prefill[1]: duplicate worker 'http://A:1' (same as workers.prefill[0])");
+    EXPECT_ERROR(
+        "workers:\n  decode:\n    - http://[::1]:80\n    - http://[0::1]\n",
+        "bad.yaml:4:7: workers.decode[1]: duplicate worker 'http://[0::1]' (same as workers.decode[0])");
+    EXPECT_ERROR("workers:\n  prefill:\n    - http://a:1\n",
+                 "bad.yaml:2:3: workers.decode: at least one decode worker is required");
+    EXPECT_ERROR("workers:\n  prefill: []\n  decode: [http://a:1]\n",
+                 "bad.yaml:2:12: workers.prefill: at least one prefill worker is required");
+    EXPECT_ERROR("listen: {}\n",
+                 "bad.yaml:1:1: missing required key 'workers' (at least one prefill and one decode worker)");
+
+    /* Syntax errors: problem, problem mark and context. */
+    EXPECT_ERROR(
+        "listen:\n  host: a\n port: 1\n",
+        "bad.yaml:3:2: did not find expected key while parsing a block mapping that started at line 1, "
+        "column 1");
+    EXPECT_ERROR(
+        "listen: {port: 1\n",
+        "bad.yaml:2:1: did not find expected ',' or '}' while parsing a flow mapping that started at line "
+        "1, column 9");
+    EXPECT_ERROR("a: *foo\n", "bad.yaml:1:4: found undefined alias");
+    EXPECT_ERROR("a: 1\n---\nb: 2\n", "bad.yaml:3:1: only one YAML document is allowed");
+    EXPECT_ERROR("a: 1\n---\nb: [\n",
+                 "bad.yaml:4:1: did not find expected node content while parsing a flow node*");
+    EXPECT_ERROR("x: \001\n", "bad.yaml:1:4: control characters are not allowed (byte 0x01 at offset 3)");
+
+    /* Empty documents. */
+    EXPECT_ERROR("", "bad.yaml:1:1: empty configuration");
+    EXPECT_ERROR("# only a comment\n", "bad.yaml:1:1: empty configuration");
+    EXPECT_ERROR("---\n", "bad.yaml:1:1: empty configuration");
+
+    /* Files. */
+    char err[512];
+    char missing[300];
+    snprintf(missing, sizeof(missing), "%s/missing.yaml", tmpdir);
+    CHECK(pdr_config_load_file(missing, err, sizeof(err)) == NULL);
+    char want[400];
+    snprintf(want, sizeof(want), "%s: cannot open: No such file or directory", missing);
+    CHECK_STR(err, want);
+    const char *p = write_file("empty.yaml", "");
+    CHECK(pdr_config_load_file(p, err, sizeof(err)) == NULL);
+    snprintf(want, sizeof(want), "%s:1:1: empty configuration", p);
+    CHECK_STR(err, want);
+
+    /* A tiny error buffer is still NUL-terminated; a NULL one is allowed. */
+    char small[8];
+    CHECK(load("listen: 1\n", small, sizeof(small)) == NULL);
+    CHECK(strlen(small) == 7);
+    CHECK(load("listen: 1\n", NULL, 0) == NULL);
+}
+
+static void test_urls(void)
+{
+    char err[256];
+    pdr_worker_conf_t w;
+    CHECK(pdr_worker_conf_parse_url("http://[::1]:30001", &w, err, sizeof(err)) == 0);
+    CHECK_STR(w.url, "http://[::1]:30001");
+    CHECK_STR(w.host, "::1");
+    CHECK(w.is_ipv6 == 1 && w.port == 30001 && w.bootstrap_port == -1);
+    pdr_worker_conf_clear(&w);
+    CHECK(w.url == NULL && w.host == NULL);
+
+    CHECK(pdr_worker_conf_parse_url("http://example.com/", &w, err, sizeof(err)) == 0);
+    CHECK_STR(w.url, "http://example.com");
+    CHECK_STR(w.host, "example.com");
+    CHECK(w.port == 80 && w.is_ipv6 == 0);
+    pdr_worker_conf_clear(&w);
+
+    static const char *const bad[] = {
+        "",
+        "http://",
+        "http://:80",
+        "http://a:",
+        "http://a:0",
+        "http://a:65536",
+        "http://a:x",
+        "http://[::1",
+        "http://[zz]:1",
+        "http://::1:80",
+        "http://a b",
+        "http://u@a:1",
+        "http://a:1?x=1",
+        "http://a:1//",
+        "https://a",
+        "a:1",
+        "ftp://a",
+        "http://a:-1",
+        "http://[::1]x",
+        "http://a:1#f",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (pdr_worker_conf_parse_url(bad[i], &w, err, sizeof(err)) != PDR_EINVAL) {
+            fprintf(stderr, "%s:%d: URL '%s' accepted\n", __FILE__, __LINE__, bad[i]);
+            failures++;
+            pdr_worker_conf_clear(&w);
+        } else {
+            CHECK(w.url == NULL && w.host == NULL);
+        }
+    }
+    CHECK(pdr_worker_conf_parse_url("https://a:1", &w, err, sizeof(err)) == PDR_EINVAL);
+    CHECK_STR(err, "'https://a:1': TLS to workers is not supported yet; use http://");
+    CHECK(pdr_worker_conf_parse_url("http://::1:80", &w, err, sizeof(err)) == PDR_EINVAL);
+    CHECK_STR(err, "'http://::1:80': invalid port; write IPv6 addresses in brackets: http://[::1]:30001");
+}
+
+static int parse(const char **argv, pdr_cli_t *cli, char *err, size_t errlen)
+{
+    int argc = 0;
+    while (argv[argc] != NULL)
+        argc++;
+    return pdr_config_parse_args(argc, (char **)argv, cli, err, errlen);
+}
+
+static void expect_argv_error(int line, const char **argv, const char *want)
+{
+    char err[512];
+    pdr_cli_t cli;
+    int rc = parse(argv, &cli, err, sizeof(err));
+    size_t wl = strlen(want);
+    int prefix = wl > 0 && want[wl - 1] == '*';
+    if (rc == 0) {
+        fprintf(stderr, "%s:%d: flags accepted, want error '%s'\n", __FILE__, line, want);
+        failures++;
+        pdr_config_unref(cli.config);
+        return;
+    }
+    if (cli.config != NULL || (prefix ? strncmp(err, want, wl - 1) != 0 : strcmp(err, want) != 0)) {
+        fprintf(stderr, "%s:%d: error\n  got  '%s'\n  want '%s'\n", __FILE__, line, err, want);
+        failures++;
+    }
+}
+#define EXPECT_ARGV_ERROR(want, ...)                                                                         \
+    do {                                                                                                     \
+        const char *argv_[] = {"pdrouter", __VA_ARGS__, NULL};                                               \
+        expect_argv_error(__LINE__, argv_, want);                                                            \
+    } while (0)
+
+static void test_cli(void)
+{
+    char err[512];
+    pdr_cli_t cli;
+
+    const char *a1[] = {"pdrouter",
+                        "--pd-disaggregation",
+                        "--prefill",
+                        "http://127.0.0.1:30001",
+                        "8998",
+                        "--prefill",
+                        "http://127.0.0.1:30003",
+                        "--prefill",
+                        "http://127.0.0.1:30005",
+                        "none",
+                        "--prefill=http://127.0.0.1:30007",
+                        "9001",
+                        "--decode",
+                        "http://127.0.0.1:30002",
+                        "--decode=http://[::1]:30004",
+                        "--host",
+                        "127.0.0.1",
+                        "--port=9000",
+                        "--policy",
+                        "random",
+                        NULL};
+    CHECK(parse(a1, &cli, err, sizeof(err)) == 0);
+    if (cli.config == NULL) {
+        fprintf(stderr, "  %s\n", err);
+        failures++;
+    } else {
+        pdr_config_t *c = cli.config;
+        CHECK_STR(c->source, "<command line>");
+        CHECK(c->n_prefill == 4 && c->n_decode == 2);
+        if (c->n_prefill == 4 && c->n_decode == 2) {
+            CHECK_STR(c->prefill[0].url, "http://127.0.0.1:30001");
+            CHECK(c->prefill[0].bootstrap_port == 8998);
+            CHECK(c->prefill[1].bootstrap_port == -1);
+            CHECK(c->prefill[2].bootstrap_port == -1);
+            CHECK(c->prefill[3].bootstrap_port == 9001);
+            CHECK_STR(c->decode[0].url, "http://127.0.0.1:30002");
+            CHECK_STR(c->decode[1].host, "::1");
+            CHECK(c->decode[1].is_ipv6 == 1);
+        }
+        CHECK_STR(c->listen_host, "127.0.0.1");
+        CHECK(c->listen_port == 9000);
+        CHECK(c->policy_prefill == PDR_POLICY_RANDOM && c->policy_decode == PDR_POLICY_RANDOM);
+        CHECK(c->admin_port == 8001);
+        CHECK(!cli.show_help && !cli.show_version && cli.check_config == NULL);
+        pdr_config_unref(c);
+    }
+
+    const char *a2[] = {"pdrouter",
+                        "--prefill",
+                        "http://a:1",
+                        "--decode",
+                        "http://b:1",
+                        "--prefill-policy",
+                        "least_load",
+                        "--decode-policy=round_robin",
+                        "--protocol",
+                        "pdshim",
+                        "--log-level",
+                        "debug",
+                        "--access-log",
+                        "off",
+                        "--retries",
+                        "0",
+                        "--first-byte-ms",
+                        "1500",
+                        "--kv-transfer-ms=2500",
+                        "--health-interval-ms",
+                        "750",
+                        "--admin-port",
+                        "0",
+                        NULL};
+    CHECK(parse(a2, &cli, err, sizeof(err)) == 0);
+    if (cli.config == NULL) {
+        fprintf(stderr, "  %s\n", err);
+        failures++;
+    } else {
+        pdr_config_t *c = cli.config;
+        CHECK(c->policy_prefill == PDR_POLICY_LEAST_LOAD && c->policy_decode == PDR_POLICY_ROUND_ROBIN);
+        CHECK(c->protocol == PDR_PROTO_PDSHIM);
+        CHECK_STR(c->log.level, "debug");
+        CHECK_STR(c->log.access_log, "off");
+        CHECK(c->retries.max == 0);
+        CHECK(c->timeouts.first_byte_ms == 1500);
+        CHECK(c->timeouts.kv_transfer_ms == 2500);
+        CHECK(c->health.interval_ms == 750);
+        CHECK(c->admin_port == 0);
+        CHECK(c->prefill[0].bootstrap_port == -1);
+        CHECK_STR(c->listen_host, "0.0.0.0");
+        CHECK(c->listen_port == 8000);
+        pdr_config_unref(c);
+    }
+
+    /* The optional bootstrap port is taken only when it is an integer or "none". */
+    const char *a3[] = {"pdrouter",   "--prefill",    "http://a:1", "--decode",
+                        "http://b:1", "--access-log", "-",          NULL};
+    CHECK(parse(a3, &cli, err, sizeof(err)) == 0 && cli.config != NULL);
+    if (cli.config != NULL) {
+        CHECK(cli.config->prefill[0].bootstrap_port == -1);
+        CHECK_STR(cli.config->log.access_log, "-");
+        pdr_config_unref(cli.config);
+    }
+
+    /* --config with overrides, whatever the order. */
+    const char *path = write_file("cli.yaml", WORKERS "listen: { port: 7000 }\nretries: { max: 5 }\n");
+    const char *a4[] = {"pdrouter", "--port", "7001", "--config", path, "--policy=random", NULL};
+    CHECK(parse(a4, &cli, err, sizeof(err)) == 0 && cli.config != NULL);
+    if (cli.config != NULL) {
+        CHECK_STR(cli.config->source, path);
+        CHECK(cli.config->listen_port == 7001);
+        CHECK(cli.config->retries.max == 5);
+        CHECK(cli.config->policy_decode == PDR_POLICY_RANDOM);
+        CHECK(cli.config->n_prefill == 1);
+        pdr_config_unref(cli.config);
+    }
+    /* A broken --config file reports the file's own position. */
+    const char *badp = write_file("cli-bad.yaml", "listen: { port: fast }\n");
+    const char *a5[] = {"pdrouter", "--config", badp, NULL};
+    CHECK(parse(a5, &cli, err, sizeof(err)) != 0 && cli.config == NULL);
+    char want[400];
+    snprintf(want, sizeof(want), "%s:1:17: listen.port: expected an integer, got 'fast'", badp);
+    CHECK_STR(err, want);
+
+    /* --check-config, --help, --version: no snapshot is built. */
+    const char *a6[] = {"pdrouter", "--check-config", "some.yaml", NULL};
+    CHECK(parse(a6, &cli, err, sizeof(err)) == 0);
+    CHECK_STR(cli.check_config, "some.yaml");
+    CHECK(cli.config == NULL);
+    const char *a7[] = {"pdrouter", "--check-config=x.yaml", NULL};
+    CHECK(parse(a7, &cli, err, sizeof(err)) == 0);
+    CHECK_STR(cli.check_config, "x.yaml");
+    const char *a8[] = {"pdrouter", "--help", NULL};
+    CHECK(parse(a8, &cli, err, sizeof(err)) == 0 && cli.show_help && cli.config == NULL);
+    const char *a9[] = {"pdrouter", "-h", NULL};
+    CHECK(parse(a9, &cli, err, sizeof(err)) == 0 && cli.show_help && cli.config == NULL);
+    const char *a10[] = {"pdrouter", "--version", NULL};
+    CHECK(parse(a10, &cli, err, sizeof(err)) == 0 && cli.show_version && cli.config == NULL);
+
+    /* Errors. */
+    EXPECT_ARGV_ERROR("argv: unknown option '--bogus' (see --help)", "--prefill", "http://a:1", "--bogus");
+    EXPECT_ARGV_ERROR("argv: unknown option '--worker-urls' (see --help)", "--worker-urls=http://a:1");
+    EXPECT_ARGV_ERROR(
+        "argv: --config cannot be combined with --prefill or --decode; list the workers in the file",
+        "--config", "x.yaml", "--prefill", "http://a:1");
+    EXPECT_ARGV_ERROR(
+        "argv: --config cannot be combined with --prefill or --decode; list the workers in the file",
+        "--decode", "http://a:1", "--config=x.yaml");
+    EXPECT_ARGV_ERROR("argv: no workers: give --prefill URL and --decode URL, or --config FILE (see --help)",
+                      "--port", "8000");
+    EXPECT_ARGV_ERROR("argv: at least one --decode URL is required", "--prefill", "http://a:1", "8998");
+    EXPECT_ARGV_ERROR("argv: at least one --prefill URL is required", "--decode", "http://a:1");
+    EXPECT_ARGV_ERROR("argv: --port: expected an integer in 1..65535, got 'abc'", "--port", "abc");
+    EXPECT_ARGV_ERROR("argv: --port: expected an integer in 1..65535, got '0'", "--port=0");
+    EXPECT_ARGV_ERROR("argv: --prefill: expected an integer in 1..65535, got '70000'", "--prefill",
+                      "http://a:1", "70000");
+    EXPECT_ARGV_ERROR("argv: unexpected argument 'http://b:2' (see --help)", "--prefill", "http://a:1",
+                      "http://b:2");
+    EXPECT_ARGV_ERROR("argv: --prefill needs a value", "--prefill", "--decode", "http://a:1");
+    EXPECT_ARGV_ERROR("argv: --host needs a value", "--host");
+    EXPECT_ARGV_ERROR("argv: --version takes no value", "--version=1");
+    EXPECT_ARGV_ERROR(
+        "argv: --policy: unknown policy 'cache_aware', expected round_robin, least_load or random",
+        "--policy", "cache_aware");
+    EXPECT_ARGV_ERROR("argv: --retries: expected an integer in 0..10, got '11'", "--retries", "11");
+    EXPECT_ARGV_ERROR("argv: --decode: 'https://a:1': TLS to workers is not supported yet; use http://",
+                      "--decode", "https://a:1");
+    EXPECT_ARGV_ERROR("argv: --decode http://a:1/: duplicate worker (same as --decode http://a:1)",
+                      "--decode", "http://a:1", "--decode", "http://a:1/");
+    EXPECT_ARGV_ERROR("argv: --config given twice", "--config", "a.yaml", "--config", "b.yaml");
+    EXPECT_ARGV_ERROR("argv: --host: empty value", "--host=");
+
+    /* The help text names every flag. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (mem != NULL) {
+        pdr_config_usage(mem);
+        fclose(mem);
+        static const char *const flags[] = {"--pd-disaggregation",
+                                            "--prefill",
+                                            "--decode",
+                                            "--host",
+                                            "--port",
+                                            "--policy",
+                                            "--prefill-policy",
+                                            "--decode-policy",
+                                            "--protocol",
+                                            "--config",
+                                            "--check-config",
+                                            "--version",
+                                            "--help",
+                                            "--log-level",
+                                            "--access-log",
+                                            "--retries",
+                                            "--first-byte-ms",
+                                            "--kv-transfer-ms",
+                                            "--health-interval-ms",
+                                            "--admin-port"};
+        for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+            if (strstr(text, flags[i]) == NULL) {
+                fprintf(stderr, "help text lacks %s\n", flags[i]);
+                failures++;
+            }
+        free(text);
+    }
+}
+
+int main(void)
+{
+    if (mkdtemp(tmpdir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_full_file();
+    test_defaults();
+    test_errors();
+    test_urls();
+    test_cli();
+
+    static const char *const files[] = {"full.yaml", "empty.yaml", "cli.yaml", "cli-bad.yaml"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        char p[300];
+        snprintf(p, sizeof(p), "%s/%s", tmpdir, files[i]);
+        unlink(p);
+    }
+    rmdir(tmpdir);
+    if (failures) {
+        fprintf(stderr, "test_config: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("test_config: all checks passed\n");
+    return 0;
+}
