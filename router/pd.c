@@ -100,6 +100,8 @@ typedef struct pd_req {
     const char *error_cause;
     uv_timer_t timer;
     int counted_inflight;
+    int last_fail_status;
+    char last_fail_msg[256];
 } pd_req_t;
 
 static void advance(pd_req_t *x);
@@ -342,6 +344,9 @@ static void attempt_failed(pd_req_t *x, pdr_role_t role, int cause, int status, 
     cancel_legs(x);
     if (x->req == NULL)
         return;
+    x->last_fail_status = status;
+    snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "%s worker %s failed: %s", pdr_role_name(role),
+             w ? w->conf->url : "-", msg);
     if (x->attempt < x->r->config->retries.max && !x->r->shutting_down) {
         x->attempt++;
         pdr_metrics.retries_total++;
@@ -350,9 +355,7 @@ static void attempt_failed(pd_req_t *x, pdr_role_t role, int cause, int status, 
         start_attempt(x);
         return;
     }
-    char text[256];
-    snprintf(text, sizeof(text), "%s worker %s failed: %s", pdr_role_name(role), w ? w->conf->url : "-", msg);
-    fail_response(x, status, status == 504 ? "timeout_error" : "upstream_error", text, 0);
+    fail_response(x, status, status == 504 ? "timeout_error" : "upstream_error", x->last_fail_msg, 0);
 }
 
 static int cause_of(int err)
@@ -602,6 +605,12 @@ static void start_attempt(pd_req_t *x)
         x->pw = pdr_pool_pick(&r->pool, PDR_ROLE_PREFILL, x->avoid[PDR_ROLE_PREFILL]);
     x->dw = pdr_pool_pick(&r->pool, PDR_ROLE_DECODE, x->avoid[PDR_ROLE_DECODE]);
     if ((x->mode == MODE_PD && x->pw == NULL) || x->dw == NULL) {
+        if (x->attempt > 0) {
+            /* The pair that failed was the last healthy one: answer with that failure. */
+            fail_response(x, x->last_fail_status, x->last_fail_status == 504 ? "timeout_error" : "upstream_error",
+                          x->last_fail_msg, 1);
+            return;
+        }
         pdr_role_t role = x->mode == MODE_PD && x->pw == NULL ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
         pdr_metrics.no_worker_total[role]++;
         char msg[128];

@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""Integration tests of pdrouter with real pdsim workers on loopback (real HTTP, real KV bytes).
+
+Usage: test_router.py SCENARIO   (one of the functions named scenario_*; ctest runs each separately)
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pdtest  # noqa: E402
+from pdtest import check, request, request_json, sse_events  # noqa: E402
+
+H = "127.0.0.1"
+
+
+def sim(role, *extra):
+    argv = ["pdsim", "--role", role, "--port", "{port}"]
+    if role == "prefill":
+        argv += ["--bootstrap-port", "{bport}"]
+    return pdtest.start(argv + list(extra), name="pdsim-%s" % role)
+
+
+def router(prefills, decodes, *extra, config=None, access_log=None, ready=True):
+    """Starts pdrouter in front of the given pdsim processes (flags, or a YAML file when config is a
+    dict of extra top-level YAML text)."""
+    if config is not None:
+        lines = ["listen: { host: 127.0.0.1, port: {port} }", "workers:", "  prefill:"]
+        lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %d }" % (p.port, p.ports["bport"]) for p in prefills]
+        lines += ["  decode:"] + ["    - { url: http://127.0.0.1:%d }" % d.port for d in decodes]
+        lines += [config]
+        port = pdtest.free_port()
+        fd, path = tempfile.mkstemp(prefix="pdrouter-", suffix=".yaml")
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines).replace("{port}", str(port)) + "\n")
+        # The port is chosen here and written into the file: start the process by hand.
+        args = [pdtest.binary("pdrouter"), "--config", path] + list(extra)
+        fd, log_path = tempfile.mkstemp(prefix="pdtest-pdrouter-", suffix=".log")
+        with os.fdopen(fd, "w") as log:
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        r = pdtest.Proc("pdrouter", proc, {"port": port}, log_path)
+        pdtest._procs.append(r)
+        pdtest.poll_until(lambda: _answers(r, "/readiness" if ready else "/health", 200 if ready else None), 10,
+                          "pdrouter to be ready")
+        return r
+    argv = ["pdrouter", "--pd-disaggregation", "--host", H, "--port", "{port}"]
+    for p in prefills:
+        argv += ["--prefill", "http://127.0.0.1:%d" % p.port, str(p.ports["bport"])]
+    for d in decodes:
+        argv += ["--decode", "http://127.0.0.1:%d" % d.port]
+    if access_log is not None:
+        argv += ["--access-log", access_log]
+    else:
+        argv += ["--access-log", "off"]
+    return pdtest.start(argv + list(extra), name="pdrouter", health_path="/readiness" if ready else "/health",
+                        healthy=200 if ready else None)
+
+
+def _answers(p, path, want):
+    if p.proc.poll() is not None:
+        raise AssertionError("pdrouter exited with %s\n%s" % (p.proc.returncode, p.log_tail()))
+    try:
+        st, _, _ = request(p.port, "GET", path, timeout=1.0)
+    except OSError:
+        return False
+    return want is None or st == want
+
+
+def stats(p):
+    return request_json(p.port, "GET", "/pdsim/stats")
+
+
+def metrics(r):
+    st, _, body = request(r.port, "GET", "/metrics")
+    assert st == 200
+    return body.decode()
+
+
+def metric_value(text, name, **labels):
+    want = ",".join('%s="%s"' % kv for kv in labels.items())
+    for line in text.splitlines():
+        if line.startswith(name + "{" + want + "}") or (not labels and line.startswith(name + " ")):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def curl(port, path, body, *opts, version=False):
+    """POST through the curl command line tool; returns (status, body text[, HTTP version])."""
+    out = subprocess.run(["curl", "-sS", "-N", "-o", "-", "-w", "\n%{http_code} %{http_version}", *opts, "-H",
+                          "Content-Type: application/json", "--data-binary", json.dumps(body),
+                          "http://127.0.0.1:%d%s" % (port, path)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    text, _, tail = out.stdout.rpartition("\n")
+    code, ver = tail.split()
+    return (int(code), text, ver) if version else (int(code), text)
+
+
+def texts(route, body, payload, stream):
+    """The generated text of a response, whatever the route and mode."""
+    if stream:
+        evs = [e for e in sse_events(payload) if e != "[DONE]"]
+        if route == "/generate":
+            return evs[-1]["text"]
+        if route == "/v1/completions":
+            return "".join(e["choices"][0]["text"] for e in evs)
+        return "".join(e["choices"][0]["delta"].get("content") or "" for e in evs)
+    j = json.loads(payload)
+    if route == "/generate":
+        return j["text"] if isinstance(j, dict) else [x["text"] for x in j]
+    if route == "/v1/completions":
+        return [c["text"] for c in j["choices"]]
+    return [c["message"]["content"] for c in j["choices"]]
+
+
+BODIES = {
+    "/generate": {"text": "the cat sat on the mat and looked at the dog", "sampling_params": {"max_new_tokens": 12}},
+    "/v1/completions": {"model": "pdsim", "prompt": "once upon a time there was a router", "max_tokens": 10},
+    "/v1/chat/completions": {"model": "pdsim", "messages": [{"role": "user", "content": "hello there router"}],
+                             "max_tokens": 9},
+}
+
+
+def scenario_routes():
+    """All three routes, streaming and not, via curl: disaggregated output == monolithic output; same
+    room on both legs and a new room per request; the client's bootstrap fields are overwritten;
+    HTTP/2; logprob merge; batch; /v1/models; access log; metrics."""
+    p, d, both = sim("prefill"), sim("decode"), sim("both")
+    alog = tempfile.mktemp(prefix="pdrouter-access-", suffix=".log")
+    r = router([p], [d], access_log=alog)
+    try:
+        rooms = set()
+        for route, body in BODIES.items():
+            for stream in (False, True):
+                b = dict(body, stream=stream)
+                st, out = curl(r.port, route, b)
+                check(st == 200, "%s stream=%s: status %d %s" % (route, stream, st, out[:300]), r, p, d)
+                st2, ref = curl(both.port, route, b)
+                assert st2 == 200
+                check(texts(route, b, out, stream) == texts(route, b, ref, stream),
+                      "%s stream=%s: disaggregated %r != monolithic %r" % (route, stream, out[:200], ref[:200]))
+                lp, ld = stats(p)["last"][-1], stats(d)["last"][-1]
+                check(lp["room"] == ld["room"], "rooms differ: %r %r" % (lp, ld))
+                check(lp["bootstrap_host"] == "127.0.0.1" and ld["bootstrap_port"] == p.ports["bport"], repr(ld))
+                rooms.add(lp["room"])
+        check(len(rooms) == 6, "each request needs its own room: %r" % rooms)
+        check(all(0 <= x < 2**63 for x in rooms), repr(rooms))
+        check(stats(d)["kv_bytes_received"] > 0, "no KV bytes moved")
+
+        # A client never chooses where KV goes.
+        evil = dict(BODIES["/generate"], bootstrap_host="10.66.66.66", bootstrap_port=1, bootstrap_room=7)
+        st, out = curl(r.port, "/generate", evil)
+        assert st == 200, out
+        lp, ld = stats(p)["last"][-1], stats(d)["last"][-1]
+        check(ld["bootstrap_host"] == "127.0.0.1" and ld["bootstrap_port"] == p.ports["bport"], repr(ld))
+        check(ld["room"] != 7 and ld["room"] == lp["room"], repr((lp, ld)))
+
+        # HTTP/2 with prior knowledge, streaming and not.
+        for stream in (False, True):
+            b = dict(BODIES["/v1/chat/completions"], stream=stream)
+            st, out, ver = curl(r.port, "/v1/chat/completions", b, "--http2-prior-knowledge", version=True)
+            check(st == 200, "h2: %d %s" % (st, out[:200]))
+            check(ver == "2", "not served over HTTP/2: %r" % ver)
+            _, ref = curl(both.port, "/v1/chat/completions", b)
+            check(texts("/v1/chat/completions", b, out, stream) == texts("/v1/chat/completions", b, ref, stream), "h2 text")
+
+        # Logprobs: the prefill's input logprobs go in front of the decode's (which are empty).
+        b = dict(BODIES["/generate"], return_logprob=True)
+        j = request_json(r.port, "POST", "/generate", b)
+        ref = request_json(both.port, "POST", "/generate", b)
+        got = j["meta_info"]["input_token_logprobs"]
+        check(len(got) == ref["meta_info"]["prompt_tokens"] and got == ref["meta_info"]["input_token_logprobs"],
+              "merged logprobs %r != %r" % (got[:3], ref["meta_info"]["input_token_logprobs"][:3]))
+        st, _, raw = request(r.port, "POST", "/generate", dict(b, stream=True))
+        evs = [e for e in sse_events(raw) if e != "[DONE]"]
+        check(st == 200 and all(e["meta_info"]["input_token_logprobs"] == got for e in evs), "streamed merge")
+
+        # Batch: one room per item, arrays on both legs, each item's text as monolithic.
+        b = {"text": ["first prompt here", "and a second one"], "sampling_params": {"max_new_tokens": 5}}
+        j = request_json(r.port, "POST", "/generate", b)
+        ref = request_json(both.port, "POST", "/generate", b)
+        check([x["text"] for x in j] == [x["text"] for x in ref], "batch texts %r %r" % (j, ref))
+        lp = stats(p)["last"][-1]
+        check(isinstance(lp["room"], list) and len(set(lp["room"])) == 2, repr(lp))
+        check(lp["bootstrap_host"] == ["127.0.0.1"] * 2, repr(lp))
+
+        j = request_json(r.port, "GET", "/v1/models")
+        check(j["data"][0]["id"] == "pdsim", repr(j))
+
+        # The access log names the request, both workers, the room and the timings.
+        st, _, _ = request(r.port, "POST", "/generate", BODIES["/generate"], headers={"X-Request-Id": "req-abc.1"})
+        assert st == 200
+        room = stats(p)["last"][-1]["room"]
+
+        def logged():
+            try:
+                with open(alog) as f:
+                    return [json.loads(l) for l in f if '"req-abc.1"' in l]
+            except OSError:
+                return None
+        line = pdtest.poll_until(logged, 5, "the access log line")[0]
+        check(line["status"] == 200 and line["room"] == room, repr(line))
+        check(line["prefill"] == "http://127.0.0.1:%d" % p.port and line["decode"] == "http://127.0.0.1:%d" % d.port,
+              repr(line))
+        check(0 < line["ttfb_ms"] <= line["total_ms"] and line["bytes_in"] > 0 and line["bytes_out"] > 0, repr(line))
+
+        m = metrics(r)
+        check(metric_value(m, "pdr_requests_total", route="generate", code="200") >= 4, m[:2000])
+        check(metric_value(m, "pdr_worker_healthy", role="prefill", url="http://127.0.0.1:%d" % p.port) == 1, m)
+        check("pdr_time_to_first_byte_seconds_bucket" in m and "pdr_request_duration_seconds_count" in m, m)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_errors():
+    """400 for malformed JSON and wrong types, 413 above limits.max_body_bytes, 404, 405, and a worker's
+    own 4xx relayed."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config="limits: { max_body_bytes: 4096 }")
+    try:
+        for body, needle in [("{not json", "malformed JSON"), ("[1]", "JSON object"),
+                             ('{"text": 5}', "'text'"), ('{"text":"a","stream":"yes"}', "'stream'"),
+                             ('{"text":"a","sampling_params":3}', "'sampling_params'")]:
+            st, h, out = request(r.port, "POST", "/generate", body)
+            j = json.loads(out)
+            check(st == 400 and needle in j["error"]["message"] and j["error"]["code"] == 400, "%s -> %d %s" % (body, st, out))
+            check(h["content-type"] == "application/json", repr(h))
+        st, _, out = request(r.port, "POST", "/v1/chat/completions", '{"messages": "hi"}')
+        check(st == 400 and b"'messages'" in out, out)
+        st, _, out = request(r.port, "POST", "/v1/completions", '{"prompt": "x", "max_tokens": "ten"}')
+        check(st == 400 and b"'max_tokens'" in out, out)
+        big = json.dumps({"text": "x" * 5000})
+        st, _, out = request(r.port, "POST", "/generate", big)
+        check(st == 413, "oversized body: %d %s" % (st, out[:200]))
+        st, _, out = request(r.port, "GET", "/nope")
+        check(st == 404 and json.loads(out)["error"]["code"] == 404, out)
+        st, _, _ = request(r.port, "GET", "/generate")
+        check(st == 405, "GET /generate: %d" % st)
+        # Nothing reached the workers for any of these.
+        check(stats(p)["requests"] == 0 and stats(d)["requests"] == 0, "a bad request reached a worker")
+        # A worker's client error (both legs answer 400 without a room... the router always sets one,
+        # so make the workers fail on purpose with a 4xx knob) is relayed with its status.
+        request_json(p.port, "POST", "/pdsim/fault", {"fail_status": 422})
+        request_json(d.port, "POST", "/pdsim/fault", {"fail_status": 422})
+        st, _, out = request(r.port, "POST", "/generate", BODIES["/generate"])
+        check(st == 422 and b"error" in out, "worker 4xx relayed: %d %s" % (st, out))
+        check(r.alive(), "router died", r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_policy():
+    """2 prefills + 2 decodes: round robin spreads evenly; least_load uses both decodes."""
+    ps = [sim("prefill"), sim("prefill")]
+    ds = [sim("decode"), sim("decode")]
+    r = router(ps, ds, "--prefill-policy", "round_robin", "--decode-policy", "round_robin")
+    try:
+        for _ in range(8):
+            request_json(r.port, "POST", "/generate", BODIES["/generate"])
+        cp = [stats(p)["requests"] for p in ps]
+        cd = [stats(d)["requests"] for d in ds]
+        check(cp == [4, 4] and cd == [4, 4], "round robin spread: prefill %r decode %r" % (cp, cd))
+        r.stop()
+        r = router(ps, ds, "--policy", "least_load")
+        # Concurrent slow requests: power of two choices sends them to both decodes.
+        request_json(ds[0].port, "POST", "/pdsim/fault", {"decode_us_per_token": 20000})
+        request_json(ds[1].port, "POST", "/pdsim/fault", {"decode_us_per_token": 20000})
+        before = [stats(d)["requests"] for d in ds]
+        threads = [threading.Thread(target=lambda: request_json(r.port, "POST", "/generate", BODIES["/generate"]))
+                   for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        after = [stats(d)["requests"] - b for d, b in zip(ds, before)]
+        check(sum(after) == 8 and min(after) >= 2, "least_load spread: %r" % after)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_prefill_killed():
+    """kill -9 one of two prefills: every following request succeeds on the other, none over 1 s."""
+    ps = [sim("prefill"), sim("prefill")]
+    d = sim("decode")
+    r = router(ps, [d], "--prefill-policy", "round_robin", "--health-interval-ms", "60000")
+    try:
+        request_json(r.port, "POST", "/generate", BODIES["/generate"])
+        ps[0].proc.kill()
+        ps[0].proc.wait()
+        worst = 0
+        for i in range(10):
+            t0 = time.monotonic()
+            st, _, out = request(r.port, "POST", "/v1/completions", BODIES["/v1/completions"])
+            dt = time.monotonic() - t0
+            worst = max(worst, dt)
+            check(st == 200, "request %d after kill: %d %s" % (i, st, out[:300]), r)
+        check(worst < 1.0, "slowest request after the kill took %.3fs" % worst)
+        m = metrics(r)
+        url = "http://127.0.0.1:%d" % ps[0].port
+        check(metric_value(m, "pdr_worker_healthy", role="prefill", url=url) == 0, "dead prefill still healthy")
+        check(metric_value(m, "pdr_upstream_errors_total", role="prefill", cause="connect") >= 1, m)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_all_prefills_dead():
+    """Every prefill dead: the first request fails fast after retries; then 503 + Retry-After < 100 ms."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], "--health-interval-ms", "60000")
+    try:
+        p.proc.kill()
+        p.proc.wait()
+        t0 = time.monotonic()
+        st, h, out = request(r.port, "POST", "/generate", BODIES["/generate"])
+        dt = time.monotonic() - t0
+        check(st in (502, 503) and dt < 1.0, "first request after the kill: %d in %.3fs %s" % (st, dt, out))
+        for _ in range(5):
+            t0 = time.monotonic()
+            st, h, out = request(r.port, "POST", "/generate", BODIES["/generate"])
+            dt = time.monotonic() - t0
+            check(st == 503 and h.get("retry-after") == "1", "%d %r %s" % (st, h, out))
+            check(dt < 0.1, "503 took %.3fs" % dt)
+            check(json.loads(out)["error"]["code"] == 503, out)
+        st, _, _ = request(r.port, "GET", "/readiness")
+        check(st == 503, "readiness with no prefill: %d" % st)
+        st, _, _ = request(r.port, "GET", "/health")
+        check(st == 200, "health must stay 200 while the process serves")
+    finally:
+        pdtest.stop_all()
+
+
+HC = "health: { interval_ms: 200, timeout_ms: 150, rise: 2, fall: 2 }"
+
+
+def scenario_prefill_stopped():
+    """A SIGSTOPped prefill: the request ends by first_byte_ms (504 here: it is the only prefill), the
+    decode sees its leg cancelled, health checks mark the prefill down, and SIGCONT brings it back."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config=HC + "\ntimeouts: { first_byte_ms: 800, kv_transfer_ms: 5000 }\nretries: { max: 1 }")
+    try:
+        os.kill(p.proc.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        st, _, out = request(r.port, "POST", "/generate", BODIES["/generate"], timeout=10)
+        dt = time.monotonic() - t0
+        check(st == 504, "stopped prefill: %d %s" % (st, out), r)
+        check(0.75 < dt < 1.3, "ended after %.3fs, first_byte_ms is 0.8s" % dt)
+        pdtest.poll_until(lambda: stats(d)["cancelled"] >= 1, 5, "the decode to see its leg cancelled")
+        url = "http://127.0.0.1:%d" % p.port
+        pdtest.poll_until(lambda: metric_value(metrics(r), "pdr_worker_health_checks_total", role="prefill", url=url,
+                                               result="failed") >= 2, 5, "health checks to fail")
+        check(metric_value(metrics(r), "pdr_worker_healthy", role="prefill", url=url) == 0, "not marked down")
+        st, _, _ = request(r.port, "GET", "/readiness")
+        check(st == 503, "readiness while the only prefill is down")
+        os.kill(p.proc.pid, signal.SIGCONT)
+        pdtest.poll_until(lambda: request(r.port, "GET", "/readiness")[0] == 200, 5, "the prefill to rise again")
+        request_json(r.port, "POST", "/generate", BODIES["/generate"])
+    finally:
+        try:
+            os.kill(p.proc.pid, signal.SIGCONT)
+        except OSError:
+            pass
+        pdtest.stop_all()
+
+
+def scenario_prefill_stopped_retry():
+    """One of two prefills SIGSTOPped: requests are retried on the other and succeed within
+    first_byte_ms plus the retry."""
+    ps = [sim("prefill"), sim("prefill")]
+    d = sim("decode")
+    r = router(ps, [d], config="policy: { prefill: round_robin, decode: round_robin }\n" +
+               "health: { interval_ms: 60000 }\ntimeouts: { first_byte_ms: 600 }")
+    try:
+        os.kill(ps[0].proc.pid, signal.SIGSTOP)
+        for i in range(4):
+            t0 = time.monotonic()
+            st, _, out = request(r.port, "POST", "/generate", BODIES["/generate"])
+            dt = time.monotonic() - t0
+            check(st == 200 and dt < 1.2, "request %d: %d in %.3fs %s" % (i, st, dt, out), r)
+        check(metric_value(metrics(r), "pdr_retries_total") >= 1, "no retry counted")
+    finally:
+        os.kill(ps[0].proc.pid, signal.SIGCONT)
+        pdtest.stop_all()
+
+
+def scenario_disconnect():
+    """A client that leaves mid-stream or while waiting: the router cancels both legs."""
+    p, d = sim("prefill"), sim("decode", "--decode-us-per-token", "50000")
+    r = router([p], [d])
+    try:
+        # Mid-stream: the decode's stream is cut.
+        conn, resp = pdtest.stream_request(r.port, "POST", "/generate", dict(BODIES["/generate"], stream=True,
+                                                                             sampling_params={"max_new_tokens": 200}))
+        check(resp.status == 200, "status %d" % resp.status)
+        first = resp.readline()
+        check(first.startswith(b"data:"), repr(first))
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        pdtest.poll_until(lambda: stats(d)["cancelled"] >= 1, 5, "the decode to see the cancel", )
+        # While waiting for the first byte (the prefill's KV stalls): both legs are closed.
+        request_json(p.port, "POST", "/pdsim/fault", {"stall_kv": True})
+        s = socket.create_connection((H, r.port))
+        body = json.dumps(BODIES["/generate"]).encode()
+        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                  % len(body) + body)
+        pdtest.poll_until(lambda: stats(p)["inflight"] >= 1 and stats(d)["inflight"] >= 1, 5, "both legs to start")
+        s.close()
+        pdtest.poll_until(lambda: stats(p)["cancelled"] >= 1 and stats(d)["cancelled"] >= 2, 5,
+                          "both workers to see the cancel")
+        check(metric_value(metrics(r), "pdr_client_aborts_total") >= 2, "client aborts not counted")
+        check(r.alive(), "router died", r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_decode_reset():
+    """A decode that resets mid-stream: the client gets an SSE error event and a clean end."""
+    p, d = sim("prefill"), sim("decode", "--reset-after-tokens", "3")
+    r = router([p], [d])
+    try:
+        st, _, raw = request(r.port, "POST", "/generate", dict(BODIES["/generate"], stream=True))
+        evs = sse_events(raw)
+        check(st == 200 and any(isinstance(e, dict) and "error" in e for e in evs), "no error event: %r" % raw[-300:])
+        check(r.alive(), "router died", r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_check_config():
+    """--check-config: 0 for a valid file, 2 with file:line:col for a broken one."""
+    good = tempfile.mktemp(suffix=".yaml")
+    with open(good, "w") as f:
+        f.write("workers:\n  prefill:\n    - { url: http://127.0.0.1:1, bootstrap_port: 2 }\n"
+                "  decode:\n    - { url: http://127.0.0.1:3 }\n")
+    bad = tempfile.mktemp(suffix=".yaml")
+    with open(bad, "w") as f:
+        f.write("workers:\n  prefill:\n    - { url: http://127.0.0.1:1 }\n  decode:\n    - { url: http://127.0.0.1:3 }\n"
+                "timeouts:\n  first_byte_ms: fast\n")
+    exe = pdtest.binary("pdrouter")
+    out = subprocess.run([exe, "--check-config", good], capture_output=True, text=True)
+    check(out.returncode == 0, "valid config: %d %s" % (out.returncode, out.stderr))
+    out = subprocess.run([exe, "--check-config", bad], capture_output=True, text=True)
+    check(out.returncode == 2 and ("%s:7:18:" % bad) in out.stderr, "broken config: %d %r" % (out.returncode, out.stderr))
+    out = subprocess.run([exe, "--no-such-flag"], capture_output=True, text=True)
+    check(out.returncode == 2 and "no-such-flag" in out.stderr, out.stderr)
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True)
+    check(out.returncode == 0 and out.stdout.startswith("pdrouter "), out.stdout)
+
+
+def scenario_shutdown():
+    """SIGTERM: readiness fails at once, the in-flight stream completes, the process exits 0."""
+    p, d = sim("prefill"), sim("decode", "--decode-us-per-token", "20000")
+    r = router([p], [d])
+    try:
+        result = {}
+
+        def slow():
+            result["resp"] = request(r.port, "POST", "/generate", dict(BODIES["/generate"], stream=True,
+                                                                        sampling_params={"max_new_tokens": 25}))
+        t = threading.Thread(target=slow)
+        t.start()
+        pdtest.poll_until(lambda: stats(d)["inflight"] >= 1, 5, "the stream to start")
+        r.proc.send_signal(signal.SIGTERM)
+        t.join(10)
+        st, _, raw = result["resp"]
+        evs = sse_events(raw)
+        check(st == 200 and evs[-1] == "[DONE]" and len(evs) == 26, "stream cut by shutdown: %r" % raw[-200:])
+        check(r.wait_exit(5) == 0, "exit status", r)
+    finally:
+        pdtest.stop_all()
+
+
+if __name__ == "__main__":
+    name = sys.argv[1]
+    fn = globals().get("scenario_" + name)
+    if fn is None:
+        print("unknown scenario %s" % name, file=sys.stderr)
+        sys.exit(2)
+    t0 = time.monotonic()
+    fn()
+    print("scenario %s passed in %.2fs" % (name, time.monotonic() - t0))
