@@ -420,7 +420,7 @@ def scenario_disconnect():
 
 def scenario_decode_reset():
     """A decode that resets mid-stream: the client gets an SSE error event and a clean end."""
-    p, d = sim("prefill"), sim("decode", "--reset-after-tokens", "3")
+    p, d = sim("prefill"), sim("decode", "--reset-after-tokens", "3", "--decode-us-per-token", "40000")
     r = router([p], [d])
     try:
         st, _, raw = request(r.port, "POST", "/generate", dict(BODIES["/generate"], stream=True))
