@@ -3,7 +3,8 @@
 # call per request) to the same fast upstream, side by side in one run, and the upstream called
 # directly. Prints a markdown table of requests/s and latency for each concurrency.
 #
-# Usage: bench/run.sh [BUILD_DIR] ; env: DURATION (s, default 10), CONCURRENCY ("1 64"), ROUNDS (2)
+# Usage: bench/run.sh [BUILD_DIR] ; env: DURATION (s, default 10), CONCURRENCY ("1 64"), ROUNDS (2),
+#        THREADS (pdrouter --threads and nginx worker_processes for the proxy, default 1)
 # Needs: nginx, wrk (scripts/install-deps.sh installs them). Loopback only.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -11,6 +12,7 @@ build=${1:-$here/../build}
 DURATION=${DURATION:-10}
 CONCURRENCY=${CONCURRENCY:-"1 64"}
 ROUNDS=${ROUNDS:-2}
+THREADS=${THREADS:-1}
 work=$(mktemp -d /tmp/pdr-bench.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
@@ -29,9 +31,9 @@ http { access_log off; keepalive_requests 1000000;
     location /health { return 200 'ok'; }
     location / { return 200 '$answer'; } } }
 CONF
-# The peer: nginx proxy_pass with a keep-alive upstream pool (one worker process, like pdrouter's one loop).
+# The peer: nginx proxy_pass with a keep-alive upstream pool, as many worker processes as pdrouter has loops.
 cat >"$work/proxy.conf" <<CONF
-worker_processes 1; daemon off; pid $work/px.pid; error_log $work/px.err;
+worker_processes $THREADS; daemon off; pid $work/px.pid; error_log $work/px.err;
 events { worker_connections 4096; }
 http { access_log off; keepalive_requests 1000000;
   upstream up { server 127.0.0.1:$UP; keepalive 256; }
@@ -42,7 +44,7 @@ CONF
 nginx -c "$work/upstream.conf" -p "$work" & pids+=($!)
 nginx -c "$work/proxy.conf" -p "$work" & pids+=($!)
 "$build/pdrouter" --pd-disaggregation --prefill "http://127.0.0.1:$UP" 8998 --decode "http://127.0.0.1:$UP" \
-    --host 127.0.0.1 --port $ROUTER --access-log off --log-level warn & pids+=($!)
+    --host 127.0.0.1 --port $ROUTER --access-log off --log-level warn --threads "$THREADS" & pids+=($!)
 
 wait_up() { for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$1$2" && return 0; sleep 0.05; done; echo "port $1 not up" >&2; exit 1; }
 wait_up $UP /health; wait_up $PROXY /health; wait_up $ROUTER /readiness

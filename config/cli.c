@@ -34,6 +34,7 @@ enum opt_id {
     OPT_KV,
     OPT_HEALTH_INTERVAL,
     OPT_ADMIN_PORT,
+    OPT_THREADS,
 };
 
 static const struct opt {
@@ -61,6 +62,7 @@ static const struct opt {
     {"kv-transfer-ms", OPT_KV, 1},
     {"health-interval-ms", OPT_HEALTH_INTERVAL, 1},
     {"admin-port", OPT_ADMIN_PORT, 1},
+    {"threads", OPT_THREADS, 1},
 };
 
 void pdr_config_usage(FILE *out)
@@ -87,6 +89,7 @@ void pdr_config_usage(FILE *out)
           "  --decode-policy P          decode policy (default least_load)\n"
           "  --protocol X               sglang, vllm or pdshim (default sglang)\n"
           "  --admin-port N             admin listener port, 0 disables it (default 8001)\n"
+          "  --threads N                event-loop threads, 0 = one per CPU core (default 0)\n"
           "  --log-level L              debug, info, warn or error (default info)\n"
           "  --access-log PATH|-|off    access log file, '-' for stdout (default), 'off' to disable\n"
           "  --retries N                retries on another worker pair, 0..10 (default 2)\n"
@@ -115,6 +118,7 @@ enum {
     G_KV = 1 << 9,
     G_HEALTH_INTERVAL = 1 << 10,
     G_ADMIN_PORT = 1 << 11,
+    G_THREADS = 1 << 12,
 };
 
 static int argv_int(const char *opt, const char *val, int64_t min, int64_t max, int *out, char *err,
@@ -294,6 +298,9 @@ static int handle(const struct opt *o, const char *val, int argc, char **argv, i
     case OPT_ADMIN_PORT:
         *given |= G_ADMIN_PORT;
         return argv_int(o->name, val, 0, 65535, &fl->admin_port, err, errlen);
+    case OPT_THREADS:
+        *given |= G_THREADS;
+        return argv_int(o->name, val, 0, PDR_MAX_THREADS, &fl->threads, err, errlen);
     }
     pdr__config_err(err, errlen, "argv: internal error: unhandled option --%s", o->name);
     return PDR_EINVAL;
@@ -333,6 +340,8 @@ static void apply_overrides(pdr_config_t *c, pdr_config_t *fl, unsigned given)
         c->health.interval_ms = fl->health.interval_ms;
     if (given & G_ADMIN_PORT)
         c->admin_port = fl->admin_port;
+    if (given & G_THREADS)
+        c->threads = fl->threads;
 }
 
 int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size_t errlen)

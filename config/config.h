@@ -66,6 +66,8 @@ typedef struct pdr_config {
         char *level;      /* debug|info|warn|error, default info */
     } log;
 
+    int threads; /* event-loop threads; 0 (default) = one per CPU core */
+
     int refcnt; /* atomic */
 } pdr_config_t;
 

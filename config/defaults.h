@@ -33,6 +33,7 @@
 #define PDR_MAX_MS 86400000
 #define PDR_MAX_RISE_FALL 1000
 #define PDR_MAX_RETRIES 10
+#define PDR_MAX_THREADS 256
 #define PDR_MIN_BODY_BYTES 1024
 #define PDR_MAX_BODY_BYTES ((int64_t)1 << 40) /* 1 TiB: a sanity ceiling, not a recommendation */
 #define PDR_MAX_INFLIGHT 10000000

@@ -111,6 +111,7 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->limits.max_body_bytes, PDR_MIN_BODY_BYTES, PDR_MAX_BODY_BYTES, "limits.max_body_bytes");
     CHECK_RANGE(c->limits.max_inflight, 1, PDR_MAX_INFLIGHT, "limits.max_inflight");
     CHECK_RANGE(c->retries.max, 0, PDR_MAX_RETRIES, "retries.max");
+    CHECK_RANGE(c->threads, 0, PDR_MAX_THREADS, "threads");
     if (c->log.access_log == NULL || c->log.access_log[0] == '\0') {
         pdr__config_err(err, errlen, "log.access_log: must not be empty (a path, '-' for stdout or 'off')");
         return PDR_ECONFIG;

@@ -108,6 +108,7 @@ static const struct field top_fields[] = {
     {"limits", F_SECTION, 0, 0, 0, limits_fields},
     {"retries", F_SECTION, 0, 0, 0, retries_fields},
     {"log", F_SECTION, 0, 0, 0, log_fields},
+    {"threads", F_INT, CONF(threads), 0, PDR_MAX_THREADS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field prefill_fields[] = {

@@ -1,7 +1,7 @@
 /*
  * Active health checks: every health.interval_ms each worker gets GET <url><health.path> with a
  * health.timeout_ms deadline; a 2xx answer is a pass. The rise/fall state machine is in pool.c.
- * The first round runs at start. Probes share the router's curl multi. Loop thread only.
+ * The first round runs at start. Probes run on loop 0 and its curl multi.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,16 +32,10 @@ static void probe_done(pdr_leg_t *leg, int err)
     const pdr_config_t *c = pr->r->config;
     pr->running = 0;
     int ok = err == 0 && leg->status >= 200 && leg->status < 300;
-    w->last_check_ms = pdr_now_ms();
-    if (ok)
-        w->checks_ok++;
-    else
-        w->checks_failed++;
-    if (pdr_health_update(&w->health, ok, c->health.rise, c->health.fall)) {
-        if (w->health.healthy)
+    if (pdr_pool_check_result(&pr->r->pool, w, ok)) {
+        if (ok)
             pdr_info("worker %s %s is healthy (%d checks passed)", pdr_role_name(w->role), w->conf->url, c->health.rise);
         else {
-            w->ejections_total++;
             pdr_warn("worker %s %s is unhealthy: %d checks failed, last: %s", pdr_role_name(w->role), w->conf->url,
                      c->health.fall, err ? pdr_strerror(err) : "bad status");
         }
@@ -57,7 +51,7 @@ static void run_round(pdr_router_t *r)
         probe_t *pr = r->probes[i];
         if (pr->running)
             continue;
-        if (pdr_leg_start(&pr->leg, r->multi, pr->url, NULL, 0, NULL, c->health.timeout_ms, c->health.timeout_ms,
+        if (pdr_leg_start(&pr->leg, r->threads[0].multi, pr->url, NULL, 0, NULL, c->health.timeout_ms, c->health.timeout_ms,
                           &probe_cbs, pr) == 0)
             pr->running = 1;
     }
@@ -85,7 +79,7 @@ int pdr_health_start(pdr_router_t *r)
             snprintf(pr->url, sizeof(pr->url), "%s%s", pr->w->conf->url, c->health.path);
             r->probes[r->n_probes++] = pr;
         }
-    uv_timer_init(r->loop, &r->health_timer);
+    uv_timer_init(r->threads[0].loop, &r->health_timer);
     r->health_timer.data = r;
     uv_timer_start(&r->health_timer, on_health_timer, 0, (uint64_t)c->health.interval_ms);
     return 0;

@@ -84,7 +84,8 @@ int main(int argc, char **argv)
     router.sig_int.data = &router;
     uv_signal_start(&router.sig_int, on_signal, SIGINT);
     uv_run(loop, UV_RUN_DEFAULT);
-    if (!router.shutting_down)
+    pdr_router_join(&router);
+    if (!pdr_router_shutting_down(&router))
         return 1;
     pdr_info("bye");
     return 0;

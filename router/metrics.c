@@ -1,11 +1,10 @@
-/* Metric storage and the Prometheus text rendering. Loop thread only. */
+/* Metric storage and the Prometheus text rendering. Each loop counts into its own set; rendering reads
+ * the others' sets without locks (64-bit counters, a scrape may see a count a moment old). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "metrics.h"
-
-pdr_metrics_t pdr_metrics;
 
 static const double bounds[PDR_HIST_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                 0.25,   0.5,   1,      2.5,   5,    10,   30,    60};
@@ -24,14 +23,41 @@ void pdr_hist_observe(pdr_hist_t *h, double v)
     h->count++;
 }
 
-void pdr_metrics_count_request(int route, int status, double seconds, double ttfb)
+void pdr_metrics_count_request(pdr_metrics_t *m, int route, int status, double seconds, double ttfb)
 {
     if (status < 100 || status > 599)
         status = 599;
-    pdr_metrics.requests[route][status]++;
-    pdr_hist_observe(&pdr_metrics.duration[route], seconds);
+    m->requests[route][status]++;
+    pdr_hist_observe(&m->duration[route], seconds);
     if (ttfb >= 0)
-        pdr_hist_observe(&pdr_metrics.ttfb[route], ttfb);
+        pdr_hist_observe(&m->ttfb[route], ttfb);
+}
+
+static void add_hist(pdr_hist_t *to, const pdr_hist_t *from)
+{
+    for (int i = 0; i <= PDR_HIST_BUCKETS; i++)
+        to->counts[i] += from->counts[i];
+    to->sum += from->sum;
+    to->count += from->count;
+}
+
+static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
+{
+    for (int r = 0; r < PDR_MR__COUNT; r++) {
+        for (int s = 100; s < 600; s++)
+            t->requests[r][s] += m->requests[r][s];
+        add_hist(&t->duration[r], &m->duration[r]);
+        add_hist(&t->ttfb[r], &m->ttfb[r]);
+    }
+    for (int role = 0; role < 2; role++) {
+        for (int c = 0; c < PDR_CAUSE__COUNT; c++)
+            t->upstream_errors[role][c] += m->upstream_errors[role][c];
+        t->no_worker_total[role] += m->no_worker_total[role];
+    }
+    t->retries_total += m->retries_total;
+    t->client_aborts_total += m->client_aborts_total;
+    t->bytes_in_total += m->bytes_in_total;
+    t->bytes_out_total += m->bytes_out_total;
 }
 
 typedef struct out {
@@ -83,10 +109,15 @@ static void put_hist(out_t *o, const char *name, const char *help, const pdr_his
     }
 }
 
-char *pdr_metrics_render(const pdr_pool_t *pool, size_t *len)
+char *pdr_metrics_render(const pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_t n, int64_t inflight,
+                         size_t *len)
 {
     out_t o = {0};
-    const pdr_metrics_t *m = &pdr_metrics;
+    pdr_metrics_t *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        sum_metrics(m, ms[i]);
     put(&o, "# HELP pdr_requests_total Client requests by route and HTTP status.\n"
             "# TYPE pdr_requests_total counter\n");
     for (int r = 0; r < PDR_MR__COUNT; r++)
@@ -119,7 +150,7 @@ char *pdr_metrics_render(const pdr_pool_t *pool, size_t *len)
         (unsigned long long)m->bytes_out_total);
     put(&o, "# HELP pdr_inflight_requests PD requests in progress.\n# TYPE pdr_inflight_requests gauge\n"
             "pdr_inflight_requests %lld\n",
-        (long long)m->inflight);
+        (long long)inflight);
 
     static const char *wm[][3] = {
         {"pdr_worker_healthy", "gauge", "1 when the worker passes health checks."},
@@ -137,10 +168,10 @@ char *pdr_metrics_render(const pdr_pool_t *pool, size_t *len)
                 const char *rn = pdr_role_name((pdr_role_t)role);
                 switch (k) {
                 case 0:
-                    put(&o, "%s{role=\"%s\",url=\"%s\"} %d\n", wm[k][0], rn, w->conf->url, w->health.healthy);
+                    put(&o, "%s{role=\"%s\",url=\"%s\"} %d\n", wm[k][0], rn, w->conf->url, pdr_worker_healthy(w));
                     break;
                 case 1:
-                    put(&o, "%s{role=\"%s\",url=\"%s\"} %d\n", wm[k][0], rn, w->conf->url, w->inflight);
+                    put(&o, "%s{role=\"%s\",url=\"%s\"} %d\n", wm[k][0], rn, w->conf->url, pdr_worker_inflight(w));
                     break;
                 case 2:
                     put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,
@@ -165,6 +196,7 @@ char *pdr_metrics_render(const pdr_pool_t *pool, size_t *len)
     }
     put_hist(&o, "pdr_request_duration_seconds", "Time from request to the last response byte.", m->duration);
     put_hist(&o, "pdr_time_to_first_byte_seconds", "Time from request to the first response byte.", m->ttfb);
+    free(m);
     *len = o.len;
     return o.p;
 }

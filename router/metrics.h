@@ -1,6 +1,6 @@
 /*
- * Prometheus metrics (text format 0.0.4): counters and histograms kept by the loop thread, rendered
- * on demand together with the live worker gauges from the pool. Names use the pdr_ prefix and base
+ * Prometheus metrics (text format 0.0.4): counters and histograms kept per loop thread (no sharing on
+ * the request path), summed when rendered, together with the live worker gauges from the pool. Names use the pdr_ prefix and base
  * units (seconds, bytes); counters end in _total.
  */
 #ifndef PDR_METRICS_H
@@ -30,18 +30,17 @@ typedef struct pdr_metrics {
     uint64_t no_worker_total[2];
     uint64_t client_aborts_total;
     uint64_t bytes_in_total, bytes_out_total;
-    int64_t inflight;
     pdr_hist_t duration[PDR_MR__COUNT];
     pdr_hist_t ttfb[PDR_MR__COUNT];
     uint64_t started_wall_s;
 } pdr_metrics_t;
 
-extern pdr_metrics_t pdr_metrics;
-
 void pdr_hist_observe(pdr_hist_t *h, double seconds);
-void pdr_metrics_count_request(int route, int status, double seconds, double ttfb_seconds);
+void pdr_metrics_count_request(pdr_metrics_t *m, int route, int status, double seconds, double ttfb_seconds);
 
-/* Renders every metric; returns a malloc'd buffer and its length. */
-char *pdr_metrics_render(const pdr_pool_t *pool, size_t *len);
+/* Renders every metric: the sum of the n per-thread sets, the pool's gauges, the in-flight count.
+ * Returns a malloc'd buffer and its length (NULL when out of memory). */
+char *pdr_metrics_render(const pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_t n, int64_t inflight,
+                         size_t *len);
 
 #endif

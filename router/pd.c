@@ -13,7 +13,7 @@
  * Ownership: pd_req_t is malloc'd; the h2o pool holds a small anchor whose dispose callback detaches
  * the request (the client is gone or the response is over), cancels what is still running, writes
  * the access log line and closes the timer; the memory is freed in the timer's close callback.
- * Loop thread only.
+ * A request stays on the loop thread that accepted it.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -27,8 +27,6 @@
 #define HIGH_WATER (64 * 1024)   /* stack.md #8: coalesce up to 64 KiB per send */
 #define PEEK_INTERVAL_MS 100     /* stack.md #3: h1 disconnect probe while waiting */
 #define PREFILL_BODY_CAP (64u << 20)
-
-uint64_t pdr_pd_requests_live;
 
 typedef struct buf {
     char *p;
@@ -64,6 +62,7 @@ typedef enum { MODE_PD = 0, MODE_MODELS } pd_mode_t;
 
 typedef struct pd_req {
     pdr_router_t *r;
+    pdr_thread_t *t;
     h2o_req_t *req; /* NULL once h2o disposed the request */
     h2o_generator_t gen;
     pd_mode_t mode;
@@ -142,8 +141,8 @@ static void release_leg(pd_req_t *x, int prefill)
             x->p_running = 0;
         else
             x->d_running = 0;
-        if (w != NULL && w->inflight > 0)
-            w->inflight--;
+        if (w != NULL)
+            pdr_worker_track(w, -1);
     }
 }
 
@@ -193,7 +192,7 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
     x->stopped = 1;
     x->send_inflight = 0;
     if (!x->final_sent) {
-        pdr_metrics.client_aborts_total++;
+        x->t->m.client_aborts_total++;
         x->error_cause = "client_abort";
     }
     cancel_legs(x);
@@ -330,7 +329,7 @@ static void send_final_or_more(pd_req_t *x)
 static void attempt_failed(pd_req_t *x, pdr_role_t role, int cause, int status, const char *msg)
 {
     pdr_worker_t *w = role == PDR_ROLE_PREFILL ? x->pw : x->dw;
-    pdr_metrics.upstream_errors[role][cause]++;
+    x->t->m.upstream_errors[role][cause]++;
     x->error_cause = msg;
     if (w != NULL) {
         if (cause == PDR_CAUSE_CONNECT || cause == PDR_CAUSE_FIRST_BYTE_DEADLINE || cause == PDR_CAUSE_KV_DEADLINE ||
@@ -347,9 +346,9 @@ static void attempt_failed(pd_req_t *x, pdr_role_t role, int cause, int status, 
     x->last_fail_status = status;
     snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "%s worker %s failed: %s", pdr_role_name(role),
              w ? w->conf->url : "-", msg);
-    if (x->attempt < x->r->config->retries.max && !x->r->shutting_down) {
+    if (x->attempt < x->r->config->retries.max && !pdr_router_shutting_down(x->r)) {
         x->attempt++;
-        pdr_metrics.retries_total++;
+        x->t->m.retries_total++;
         pdr_info("request %s: %s worker %s failed (%s); retry %d on a new pair", x->request_id,
                  pdr_role_name(role), w ? w->conf->url : "-", msg, x->attempt);
         start_attempt(x);
@@ -463,7 +462,7 @@ static void prefill_done(pdr_leg_t *leg, int err)
     x->p_done = 1;
     x->p_err = err;
     if (err == 0 && leg->status < 500 && x->pw != NULL)
-        x->pw->health.consec_fail = 0;
+        pdr_pool_report_success(&x->r->pool, x->pw);
     advance(x);
     arm_timer(x);
 }
@@ -506,7 +505,7 @@ static void decode_done(pdr_leg_t *leg, int err)
     if (x->started && err != 0 && !x->final_sent) {
         /* The stream broke after the response started: end it visibly. */
         x->error_cause = "decode_stream_broken";
-        pdr_metrics.upstream_errors[PDR_ROLE_DECODE][cause_of(err)]++;
+        x->t->m.upstream_errors[PDR_ROLE_DECODE][cause_of(err)]++;
         if (x->is_sse) {
             char ev[256];
             int k = snprintf(ev, sizeof(ev),
@@ -538,7 +537,7 @@ static void on_timer(uv_timer_t *t)
             char c;
             if (sock != NULL && recv(h2o_socket_get_fd(sock), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
                 /* HTTP/1 client closed while we wait for the workers (stack.md #3). */
-                pdr_metrics.client_aborts_total++;
+                x->t->m.client_aborts_total++;
                 x->error_cause = "client_abort";
                 x->status = 499;
                 cancel_legs(x);
@@ -561,7 +560,7 @@ static void on_timer(uv_timer_t *t)
         }
     } else if (x->d_running && !x->dleg.paused &&
                now - x->last_data_ns >= (uint64_t)x->r->config->timeouts.stream_idle_ms * 1000000u) {
-        pdr_metrics.upstream_errors[PDR_ROLE_DECODE][PDR_CAUSE_TIMEOUT]++;
+        x->t->m.upstream_errors[PDR_ROLE_DECODE][PDR_CAUSE_TIMEOUT]++;
         pdr_leg_cancel(&x->dleg);
         release_leg(x, 0);
         decode_done(&x->dleg, PDR_ETIMEDOUT);
@@ -612,7 +611,7 @@ static void start_attempt(pd_req_t *x)
             return;
         }
         pdr_role_t role = x->mode == MODE_PD && x->pw == NULL ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
-        pdr_metrics.no_worker_total[role]++;
+        x->t->m.no_worker_total[role]++;
         char msg[128];
         snprintf(msg, sizeof(msg), "no healthy %s worker is available", pdr_role_name(role));
         x->error_cause = "no_healthy_worker";
@@ -626,13 +625,12 @@ static void start_attempt(pd_req_t *x)
     char url[512];
     if (x->mode == MODE_MODELS) {
         snprintf(url, sizeof(url), "%s/v1/models", x->dw->conf->url);
-        if (pdr_leg_start(&x->dleg, r->multi, url, NULL, 0, hdrs, c->timeouts.connect_ms, 0, &decode_cbs, x) != 0) {
+        if (pdr_leg_start(&x->dleg, x->t->multi, url, NULL, 0, hdrs, c->timeouts.connect_ms, 0, &decode_cbs, x) != 0) {
             fail_response(x, 503, "service_unavailable", "out of memory", 1);
             return;
         }
         x->d_running = 1;
-        x->dw->inflight++;
-        x->dw->requests_total++;
+        pdr_worker_track(x->dw, 1);
         arm_timer(x);
         return;
     }
@@ -647,19 +645,17 @@ static void start_attempt(pd_req_t *x)
     }
     static const char *paths[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
     snprintf(url, sizeof(url), "%s%s", x->pw->conf->url, paths[x->route]);
-    int rc = pdr_leg_start(&x->pleg, r->multi, url, x->body, x->body_len, hdrs, c->timeouts.connect_ms, 0,
+    int rc = pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, hdrs, c->timeouts.connect_ms, 0,
                            &prefill_cbs, x);
     if (rc == 0) {
         x->p_running = 1;
-        x->pw->inflight++;
-        x->pw->requests_total++;
+        pdr_worker_track(x->pw, 1);
         snprintf(url, sizeof(url), "%s%s", x->dw->conf->url, paths[x->route]);
-        rc = pdr_leg_start(&x->dleg, r->multi, url, x->body, x->body_len, hdrs, c->timeouts.connect_ms, 0,
+        rc = pdr_leg_start(&x->dleg, x->t->multi, url, x->body, x->body_len, hdrs, c->timeouts.connect_ms, 0,
                            &decode_cbs, x);
         if (rc == 0) {
             x->d_running = 1;
-            x->dw->inflight++;
-            x->dw->requests_total++;
+            pdr_worker_track(x->dw, 1);
         }
     }
     if (rc != 0) {
@@ -692,8 +688,10 @@ static void write_access_log(pd_req_t *x)
     double total = (double)(end - x->t0_ns) / 1e9;
     double ttfb = x->ttfb_ns ? (double)(x->ttfb_ns - x->t0_ns) / 1e9 : -1;
     int status = x->status ? x->status : 499;
-    pdr_metrics_count_request(x->mroute, status, total, ttfb);
-    pdr_metrics.bytes_out_total += x->bytes_out;
+    pdr_metrics_count_request(&x->t->m, x->mroute, status, total, ttfb);
+    x->t->m.bytes_out_total += x->bytes_out;
+    if (x->r->access_fd < 0)
+        return;
     char line[1024];
     char room[24] = "null";
     if (x->n_rooms > 0 && x->body != NULL)
@@ -709,33 +707,48 @@ static void write_access_log(pd_req_t *x)
                      ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0, x->bytes_out,
                      x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null", x->error_cause ? "\"" : "");
     if (n > 0)
-        pdr_access_log(x->r, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+        pdr_access_log(x->t, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }
 
 static void on_dispose(void *p)
 {
     pd_req_t *x = *(pd_req_t **)p;
     if (!x->final_sent && !x->errored && x->error_cause == NULL) {
-        pdr_metrics.client_aborts_total++;
+        x->t->m.client_aborts_total++;
         x->error_cause = "client_abort";
     }
     cancel_legs(x);
     write_access_log(x);
     x->req = NULL;
     if (x->counted_inflight) {
-        pdr_metrics.inflight--;
-        pdr_pd_requests_live--;
+        __atomic_sub_fetch(&x->r->inflight, 1, __ATOMIC_RELAXED);
+        x->t->live--;
     }
     uv_timer_stop(&x->timer);
     uv_close((uv_handle_t *)&x->timer, free_req);
 }
 
-static pd_req_t *new_req(pdr_router_t *r, h2o_req_t *req, int mroute)
+/* A unique id without a syscall per request: 64 random bits per thread, then a counter, in hex. */
+static void new_request_id(char out[33])
+{
+    static __thread uint64_t prefix, counter;
+    static const char hex[] = "0123456789abcdef";
+    if (prefix == 0)
+        pdr_random_bytes(&prefix, sizeof(prefix));
+    uint64_t v[2] = {prefix, ++counter};
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 16; k++)
+            out[i * 16 + k] = hex[(v[i] >> (60 - 4 * k)) & 15];
+    out[32] = '\0';
+}
+
+static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
 {
     pd_req_t *x = calloc(1, sizeof(*x));
     if (x == NULL)
         return NULL;
-    x->r = r;
+    x->t = t;
+    x->r = t->r;
     x->req = req;
     x->mroute = mroute;
     x->t0_ns = pdr_now_ns();
@@ -754,47 +767,44 @@ static pd_req_t *new_req(pdr_router_t *r, h2o_req_t *req, int mroute)
         if (k == v.len)
             snprintf(x->request_id, sizeof(x->request_id), "%.*s", (int)v.len, v.base);
     }
-    if (x->request_id[0] == '\0') {
-        unsigned char b[16];
-        pdr_random_bytes(b, sizeof(b));
-        for (int k = 0; k < 16; k++)
-            snprintf(x->request_id + 2 * k, 3, "%02x", b[k]);
-    }
+    if (x->request_id[0] == '\0')
+        new_request_id(x->request_id);
     snprintf(x->xrid_header, sizeof(x->xrid_header), "X-Request-Id: %s", x->request_id);
-    uv_timer_init(r->loop, &x->timer);
+    uv_timer_init(t->loop, &x->timer);
     x->timer.data = x;
     pd_req_t **anchor = h2o_mem_alloc_shared(&req->pool, sizeof(*anchor), on_dispose);
     *anchor = x;
     return x;
 }
 
-int pdr_pd_handle(pdr_router_t *r, h2o_req_t *req, pdr_route_t route, int mroute)
+int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute)
 {
+    pdr_router_t *r = t->r;
     const pdr_config_t *c = r->config;
-    pdr_metrics.bytes_in_total += req->entity.len;
-    if (r->shutting_down) {
+    t->m.bytes_in_total += req->entity.len;
+    if (pdr_router_shutting_down(r)) {
         pdr_send_error(req, 503, "service_unavailable", "the router is shutting down", 1);
-        pdr_metrics_count_request(mroute, 503, 0, -1);
+        pdr_metrics_count_request(&t->m, mroute, 503, 0, -1);
         return 0;
     }
     if ((int64_t)req->entity.len > c->limits.max_body_bytes) {
         pdr_send_error(req, 413, "invalid_request_error", "request body exceeds limits.max_body_bytes", 0);
-        pdr_metrics_count_request(mroute, 413, 0, -1);
+        pdr_metrics_count_request(&t->m, mroute, 413, 0, -1);
         return 0;
     }
-    if (pdr_metrics.inflight >= c->limits.max_inflight) {
+    if (__atomic_load_n(&r->inflight, __ATOMIC_RELAXED) >= c->limits.max_inflight) {
         pdr_send_error(req, 503, "service_unavailable", "too many requests in flight (limits.max_inflight)", 1);
-        pdr_metrics_count_request(mroute, 503, 0, -1);
+        pdr_metrics_count_request(&t->m, mroute, 503, 0, -1);
         return 0;
     }
     pdr_pdreq_t pr;
     char err[256];
     if (pdr_pdreq_parse(route, req->entity.base, req->entity.len, &pr, err, sizeof(err)) != 0) {
         pdr_send_error(req, 400, "invalid_request_error", err, 0);
-        pdr_metrics_count_request(mroute, 400, 0, -1);
+        pdr_metrics_count_request(&t->m, mroute, 400, 0, -1);
         return 0;
     }
-    pd_req_t *x = new_req(r, req, mroute);
+    pd_req_t *x = new_req(t, req, mroute);
     if (x == NULL) {
         pdr_pdreq_clear(&pr);
         pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
@@ -807,8 +817,8 @@ int pdr_pd_handle(pdr_router_t *r, h2o_req_t *req, pdr_route_t route, int mroute
     x->n_rooms = pr.batch ? pr.batch : 1;
     x->rooms = calloc(x->n_rooms, sizeof(uint64_t));
     x->counted_inflight = 1;
-    pdr_metrics.inflight++;
-    pdr_pd_requests_live++;
+    __atomic_add_fetch(&r->inflight, 1, __ATOMIC_RELAXED);
+    t->live++;
     if (x->rooms == NULL) {
         fail_response(x, 503, "service_unavailable", "out of memory", 1);
         return 0;
@@ -817,9 +827,9 @@ int pdr_pd_handle(pdr_router_t *r, h2o_req_t *req, pdr_route_t route, int mroute
     return 0;
 }
 
-int pdr_models_handle(pdr_router_t *r, h2o_req_t *req)
+int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req)
 {
-    pd_req_t *x = new_req(r, req, PDR_MR_MODELS);
+    pd_req_t *x = new_req(t, req, PDR_MR_MODELS);
     if (x == NULL) {
         pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
         return 0;

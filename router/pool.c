@@ -1,7 +1,7 @@
 /*
  * Worker registry and pair selection. Policies: round_robin (next healthy worker in order),
  * least_load (power of two choices on in-flight requests: two distinct random healthy workers, the
- * less loaded wins, as sglang's power_of_two and Envoy's least_request do), random. Loop thread only.
+ * less loaded wins, as sglang's power_of_two and Envoy's least_request do), random. Any loop thread.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,14 +33,21 @@ const char *pdr_role_name(pdr_role_t r)
     return r == PDR_ROLE_PREFILL ? "prefill" : "decode";
 }
 
+static __thread uint64_t rng_state;
+
 static uint64_t next_rand(pdr_pool_t *p)
 {
-    /* xorshift64*: selection only needs to be unbiased, not secret. */
-    uint64_t x = p->rng;
+    /* xorshift64*, one state per thread: selection only needs to be unbiased, not secret. */
+    (void)p;
+    if (rng_state == 0) {
+        pdr_random_bytes(&rng_state, sizeof(rng_state));
+        rng_state |= 1;
+    }
+    uint64_t x = rng_state;
     x ^= x >> 12;
     x ^= x << 25;
     x ^= x >> 27;
-    p->rng = x;
+    rng_state = x;
     return x * 0x2545F4914F6CDD1DULL;
 }
 
@@ -48,8 +55,7 @@ int pdr_pool_init(pdr_pool_t *p, pdr_config_t *c)
 {
     memset(p, 0, sizeof(*p));
     p->config = pdr_config_ref(c);
-    pdr_random_bytes(&p->rng, sizeof(p->rng));
-    p->rng |= 1;
+    pthread_mutex_init(&p->lock, NULL);
     const pdr_worker_conf_t *confs[2] = {c->prefill, c->decode};
     size_t counts[2] = {c->n_prefill, c->n_decode};
     for (int r = 0; r < 2; r++) {
@@ -76,8 +82,10 @@ void pdr_pool_dispose(pdr_pool_t *p)
 {
     free(p->workers[0]);
     free(p->workers[1]);
-    if (p->config)
+    if (p->config) {
         pdr_config_unref(p->config);
+        pthread_mutex_destroy(&p->lock);
+    }
     memset(p, 0, sizeof(*p));
 }
 
@@ -85,24 +93,23 @@ size_t pdr_pool_count_healthy(const pdr_pool_t *p, pdr_role_t role)
 {
     size_t k = 0;
     for (size_t i = 0; i < p->n[role]; i++)
-        k += p->workers[role][i].health.healthy != 0;
+        k += pdr_worker_healthy(&p->workers[role][i]) != 0;
     return k;
 }
 
 static int usable(const pdr_worker_t *w, uint64_t avoid)
 {
-    return w->health.healthy && !(w->index < 64 && (avoid >> w->index) & 1);
+    return pdr_worker_healthy(w) && !(w->index < 64 && (avoid >> w->index) & 1);
 }
 
 static pdr_worker_t *pick_round_robin(pdr_pool_t *p, pdr_role_t role, uint64_t avoid)
 {
     size_t n = p->n[role];
+    unsigned start = __atomic_fetch_add(&p->rr_next[role], 1, __ATOMIC_RELAXED);
     for (size_t k = 0; k < n; k++) {
-        pdr_worker_t *w = &p->workers[role][(p->rr_next[role] + k) % n];
-        if (usable(w, avoid)) {
-            p->rr_next[role] = (unsigned)((w->index + 1) % n);
+        pdr_worker_t *w = &p->workers[role][(start + k) % n];
+        if (usable(w, avoid))
             return w;
-        }
     }
     return NULL;
 }
@@ -133,7 +140,7 @@ static pdr_worker_t *pick_least_load(pdr_pool_t *p, pdr_role_t role, uint64_t av
     if (b >= a)
         b++;
     pdr_worker_t *wb = pick_random_k(p, role, avoid, b);
-    return wb->inflight < wa->inflight ? wb : wa;
+    return pdr_worker_inflight(wb) < pdr_worker_inflight(wa) ? wb : wa;
 }
 
 pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, pdr_role_t role, uint64_t avoid)
@@ -160,25 +167,65 @@ pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, pdr_role_t role, uint64_t avoid)
     return NULL;
 }
 
+static int set_healthy(pdr_worker_t *w, int healthy)
+{
+    int was = w->health.healthy;
+    __atomic_store_n(&w->health.healthy, healthy, __ATOMIC_RELAXED);
+    if (was && !healthy)
+        w->ejections_total++;
+    return was != healthy;
+}
+
 void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why)
 {
-    (void)p;
+    pthread_mutex_lock(&p->lock);
     w->failures_total++;
     w->health.consec_ok = 0;
     w->health.consec_fail = p->config->health.fall;
-    if (w->health.healthy) {
-        w->health.healthy = 0;
-        w->ejections_total++;
+    int changed = set_healthy(w, 0);
+    pthread_mutex_unlock(&p->lock);
+    if (changed)
         pdr_warn("worker %s %s marked unhealthy: %s", pdr_role_name(w->role), w->conf->url, why);
-    }
 }
 
 void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why)
 {
+    pthread_mutex_lock(&p->lock);
     w->failures_total++;
-    if (pdr_health_update(&w->health, 0, p->config->health.rise, p->config->health.fall)) {
-        w->ejections_total++;
-        pdr_warn("worker %s %s marked unhealthy after %d failures: %s", pdr_role_name(w->role), w->conf->url,
-                 w->health.consec_fail, why);
-    }
+    pdr_health_state_t s = w->health;
+    int changed = pdr_health_update(&s, 0, p->config->health.rise, p->config->health.fall);
+    w->health.consec_ok = s.consec_ok;
+    w->health.consec_fail = s.consec_fail;
+    set_healthy(w, s.healthy);
+    int fails = s.consec_fail;
+    pthread_mutex_unlock(&p->lock);
+    if (changed)
+        pdr_warn("worker %s %s marked unhealthy after %d failures: %s", pdr_role_name(w->role), w->conf->url, fails,
+                 why);
+}
+
+void pdr_pool_report_success(pdr_pool_t *p, pdr_worker_t *w)
+{
+    if (__atomic_load_n(&w->health.consec_fail, __ATOMIC_RELAXED) == 0)
+        return;
+    pthread_mutex_lock(&p->lock);
+    w->health.consec_fail = 0;
+    pthread_mutex_unlock(&p->lock);
+}
+
+int pdr_pool_check_result(pdr_pool_t *p, pdr_worker_t *w, int ok)
+{
+    pthread_mutex_lock(&p->lock);
+    if (ok)
+        w->checks_ok++;
+    else
+        w->checks_failed++;
+    w->last_check_ms = pdr_now_ms();
+    pdr_health_state_t s = w->health;
+    int changed = pdr_health_update(&s, ok, p->config->health.rise, p->config->health.fall);
+    w->health.consec_ok = s.consec_ok;
+    w->health.consec_fail = s.consec_fail;
+    set_healthy(w, s.healthy);
+    pthread_mutex_unlock(&p->lock);
+    return changed;
 }

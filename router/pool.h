@@ -1,6 +1,7 @@
 /*
  * The worker registry: every prefill and decode worker with its health state and in-flight count,
- * and the policies that pick a pair. Loop thread only (one loop in this version).
+ * and the policies that pick a pair. Shared by every loop thread: counters and the healthy flag are
+ * atomics, health transitions happen under the pool's mutex, the worker list itself is immutable.
  *
  * Health state machine (HAProxy/Envoy style): a worker starts healthy; `fall` consecutive failed
  * checks make it unhealthy, `rise` consecutive good checks make it healthy again. Request failures
@@ -10,6 +11,7 @@
 #ifndef PDR_POOL_H
 #define PDR_POOL_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include "config.h"
 
@@ -38,9 +40,28 @@ typedef struct pdr_pool {
     pdr_config_t *config;
     pdr_worker_t *workers[2]; /* [PDR_ROLE_PREFILL], [PDR_ROLE_DECODE] */
     size_t n[2];
-    unsigned rr_next[2];
-    uint64_t rng;
+    unsigned rr_next[2]; /* atomic */
+    pthread_mutex_t lock; /* health transitions */
 } pdr_pool_t;
+
+static inline int pdr_worker_healthy(const pdr_worker_t *w)
+{
+    return __atomic_load_n(&w->health.healthy, __ATOMIC_RELAXED);
+}
+static inline int pdr_worker_inflight(const pdr_worker_t *w)
+{
+    return __atomic_load_n(&w->inflight, __ATOMIC_RELAXED);
+}
+/* Counts a request to the worker starting (+1) or ending (-1). */
+static inline void pdr_worker_track(pdr_worker_t *w, int delta)
+{
+    __atomic_add_fetch(&w->inflight, delta, __ATOMIC_RELAXED);
+    if (delta > 0)
+        __atomic_add_fetch(&w->requests_total, 1, __ATOMIC_RELAXED);
+}
+
+/* Applies an active check's result under the pool lock; returns 1 when the healthy flag changed. */
+int pdr_pool_check_result(pdr_pool_t *p, pdr_worker_t *w, int ok);
 
 int pdr_pool_init(pdr_pool_t *p, pdr_config_t *c);
 void pdr_pool_dispose(pdr_pool_t *p);
@@ -54,6 +75,8 @@ size_t pdr_pool_count_healthy(const pdr_pool_t *p, pdr_role_t role);
 void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why);
 /* A request failed with a server error: counts like a failed check. */
 void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why);
+/* A request succeeded: resets the count of consecutive failures. */
+void pdr_pool_report_success(pdr_pool_t *p, pdr_worker_t *w);
 
 const char *pdr_role_name(pdr_role_t r);
 

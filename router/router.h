@@ -1,6 +1,8 @@
 /*
- * The router process: one libuv loop running the h2o server (clients) and a curl multi (workers).
- * This header ties the modules together; loop thread only.
+ * The router process: `threads` event loops, each running an h2o server context (clients, accepted on
+ * its own SO_REUSEPORT listener) and a curl multi (workers). The worker pool, the h2o configuration
+ * and the config snapshot are shared; a request lives and dies on the loop that accepted it.
+ * Health checks and signals run on loop 0.
  */
 #ifndef PDR_ROUTER_H
 #define PDR_ROUTER_H
@@ -13,46 +15,68 @@
 #include "rewrite.h"
 #include "upstream.h"
 
-typedef struct pdr_router {
-    uv_loop_t *loop;
-    pdr_config_t *config;
-    pdr_pool_t pool;
-    pdr_multi_t *multi;
+struct pdr_router;
 
-    h2o_globalconf_t h2o_config;
+typedef struct pdr_thread {
+    struct pdr_router *r;
+    int id;
+    uv_loop_t *loop;
+    uv_thread_t tid;
     h2o_context_t h2o_ctx;
     h2o_accept_ctx_t accept_ctx;
     uv_tcp_t listener;
     int listening;
+    pdr_multi_t *multi;
+    pdr_metrics_t m;
+    uint64_t live; /* PD requests in progress on this loop */
 
-    uv_signal_t sig_term, sig_int;
+    uv_async_t wakeup; /* shutdown notification from loop 0 */
     uv_timer_t shutdown_timer, stop_timer;
-    int shutting_down;
-    uint64_t shutdown_started_ms;
+    int closing;
 
     /* Access log: lines are buffered and written in batches, off the request path. */
-    int access_fd; /* -1 when off */
     char *alog;
     size_t alog_len, alog_cap;
     uv_timer_t alog_timer;
+} pdr_thread_t;
 
-    struct pdr_health_probe **probes; /* one per worker */
+typedef struct pdr_router {
+    pdr_config_t *config;
+    pdr_pool_t pool;
+    h2o_globalconf_t h2o_config;
+    pdr_thread_t *threads;
+    int n_threads;
+    int shutting_down; /* atomic */
+    uint64_t shutdown_started_ms;
+    int64_t inflight; /* atomic: PD requests in progress, all loops */
+    int access_fd;    /* -1 when off */
+
+    uv_signal_t sig_term, sig_int; /* loop 0 */
+    struct pdr_health_probe **probes; /* loop 0 */
     size_t n_probes;
     uv_timer_t health_timer;
 } pdr_router_t;
 
+static inline int pdr_router_shutting_down(const pdr_router_t *r)
+{
+    return __atomic_load_n(&r->shutting_down, __ATOMIC_RELAXED);
+}
+
 /* pd.c */
-int pdr_pd_handle(pdr_router_t *r, h2o_req_t *req, pdr_route_t route, int mroute);
-int pdr_models_handle(pdr_router_t *r, h2o_req_t *req);
-extern uint64_t pdr_pd_requests_live;
+int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute);
+int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req);
 
 /* server.c */
 void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *msg, int retry_after_s);
-void pdr_access_log(pdr_router_t *r, const char *line, size_t len);
-int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop);
+void pdr_access_log(pdr_thread_t *t, const char *line, size_t len);
+/* Sets up the shared state and every loop (loop 0 on `loop0`), starts threads 1..n-1. */
+int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0);
+/* Loop 0: stop accepting everywhere, let in-flight requests finish, then end every loop. */
 void pdr_router_begin_shutdown(pdr_router_t *r);
+/* After loop 0 returned: joins the other threads. */
+void pdr_router_join(pdr_router_t *r);
 
-/* health.c */
+/* health.c (loop 0) */
 int pdr_health_start(pdr_router_t *r);
 void pdr_health_stop(pdr_router_t *r);
 

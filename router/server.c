@@ -1,13 +1,14 @@
 /*
  * The client-facing server: h2o (HTTP/1.1, h2c upgrade and prior knowledge) on the router's libuv
  * loop, the route table, the small local endpoints (/health, /readiness, /metrics), error answers in
- * the OpenAI shape, the batched access log and the shutdown sequence. Loop thread only.
+ * the OpenAI shape, the batched access log, the loop threads and the shutdown sequence.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include "err.h"
 #include "router.h"
@@ -15,11 +16,14 @@
 
 #define ALOG_FLUSH_MS 100
 #define ALOG_MAX (256 * 1024)
+#define PDR_MAX_THREADS_RENDER 256
 
 typedef struct route_handler {
     h2o_handler_t super;
     pdr_router_t *r;
 } route_handler_t;
+
+static void start_loop_shutdown(pdr_thread_t *t);
 
 static void json_escape(char *out, size_t cap, const char *s)
 {
@@ -75,11 +79,11 @@ static void send_text(h2o_req_t *req, int status, const char *ctype, const char 
 
 /* ---- access log ---- */
 
-static void alog_flush(pdr_router_t *r)
+static void alog_flush(pdr_thread_t *t)
 {
     size_t off = 0;
-    while (off < r->alog_len) {
-        ssize_t n = write(r->access_fd, r->alog + off, r->alog_len - off);
+    while (off < t->alog_len) {
+        ssize_t n = write(t->r->access_fd, t->alog + off, t->alog_len - off);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -87,30 +91,30 @@ static void alog_flush(pdr_router_t *r)
         }
         off += (size_t)n;
     }
-    r->alog_len = 0;
+    t->alog_len = 0;
 }
 
-static void on_alog_timer(uv_timer_t *t)
+static void on_alog_timer(uv_timer_t *h)
 {
-    pdr_router_t *r = t->data;
-    if (r->alog_len > 0)
-        alog_flush(r);
+    pdr_thread_t *t = h->data;
+    if (t->alog_len > 0)
+        alog_flush(t);
 }
 
-void pdr_access_log(pdr_router_t *r, const char *line, size_t len)
+void pdr_access_log(pdr_thread_t *t, const char *line, size_t len)
 {
-    if (r->access_fd < 0)
+    if (t->r->access_fd < 0 || t->alog == NULL)
         return;
-    if (r->alog_len + len > r->alog_cap) {
-        if (r->alog_len > 0)
-            alog_flush(r);
-        if (len > r->alog_cap)
+    if (t->alog_len + len > t->alog_cap) {
+        if (t->alog_len > 0)
+            alog_flush(t);
+        if (len > t->alog_cap)
             return;
     }
-    memcpy(r->alog + r->alog_len, line, len);
-    r->alog_len += len;
-    if (!uv_is_active((uv_handle_t *)&r->alog_timer))
-        uv_timer_start(&r->alog_timer, on_alog_timer, ALOG_FLUSH_MS, 0);
+    memcpy(t->alog + t->alog_len, line, len);
+    t->alog_len += len;
+    if (!uv_is_active((uv_handle_t *)&t->alog_timer))
+        uv_timer_start(&t->alog_timer, on_alog_timer, ALOG_FLUSH_MS, 0);
 }
 
 /* ---- routes ---- */
@@ -123,13 +127,14 @@ static int path_is(h2o_req_t *req, const char *p)
 
 static int readiness_ok(pdr_router_t *r)
 {
-    return !r->shutting_down && pdr_pool_count_healthy(&r->pool, PDR_ROLE_PREFILL) > 0 &&
+    return !pdr_router_shutting_down(r) && pdr_pool_count_healthy(&r->pool, PDR_ROLE_PREFILL) > 0 &&
            pdr_pool_count_healthy(&r->pool, PDR_ROLE_DECODE) > 0;
 }
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     pdr_router_t *r = ((route_handler_t *)self)->r;
+    pdr_thread_t *t = H2O_STRUCT_FROM_MEMBER(pdr_thread_t, h2o_ctx, req->conn->ctx);
     int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
     int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET"));
     static const struct {
@@ -143,15 +148,15 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         if (path_is(req, pd_routes[i].path)) {
             if (!is_post) {
                 pdr_send_error(req, 405, "invalid_request_error", "use POST", 0);
-                pdr_metrics_count_request(pd_routes[i].mroute, 405, 0, -1);
+                pdr_metrics_count_request(&t->m, pd_routes[i].mroute, 405, 0, -1);
                 return 0;
             }
-            return pdr_pd_handle(r, req, pd_routes[i].route, pd_routes[i].mroute);
+            return pdr_pd_handle(t, req, pd_routes[i].route, pd_routes[i].mroute);
         }
     }
     if (is_get && path_is(req, "/health")) {
         send_text(req, 200, "text/plain", "ok\n", 3);
-        pdr_metrics_count_request(PDR_MR_HEALTH, 200, 0, -1);
+        pdr_metrics_count_request(&t->m, PDR_MR_HEALTH, 200, 0, -1);
         return 0;
     }
     if (is_get && path_is(req, "/readiness")) {
@@ -160,14 +165,18 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
             send_text(req, 200, "text/plain", "ready\n", 6);
         else
             pdr_send_error(req, 503, "service_unavailable",
-                           r->shutting_down ? "shutting down" : "no healthy prefill or decode worker", 1);
-        pdr_metrics_count_request(PDR_MR_READINESS, ok ? 200 : 503, 0, -1);
+                           pdr_router_shutting_down(r) ? "shutting down" : "no healthy prefill or decode worker", 1);
+        pdr_metrics_count_request(&t->m, PDR_MR_READINESS, ok ? 200 : 503, 0, -1);
         return 0;
     }
     if (is_get && path_is(req, "/metrics")) {
-        pdr_metrics_count_request(PDR_MR_METRICS, 200, 0, -1);
+        pdr_metrics_count_request(&t->m, PDR_MR_METRICS, 200, 0, -1);
         size_t len = 0;
-        char *text = pdr_metrics_render(&r->pool, &len);
+        const pdr_metrics_t *ms[PDR_MAX_THREADS_RENDER];
+        size_t n = 0;
+        for (int i = 0; i < r->n_threads && n < PDR_MAX_THREADS_RENDER; i++)
+            ms[n++] = &r->threads[i].m;
+        char *text = pdr_metrics_render(&r->pool, ms, n, __atomic_load_n(&r->inflight, __ATOMIC_RELAXED), &len);
         if (text == NULL) {
             pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
             return 0;
@@ -177,30 +186,103 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         return 0;
     }
     if (is_get && path_is(req, "/v1/models"))
-        return pdr_models_handle(r, req);
+        return pdr_models_handle(t, req);
     pdr_send_error(req, 404, "invalid_request_error", "unknown route", 0);
-    pdr_metrics_count_request(PDR_MR_OTHER, 404, 0, -1);
+    pdr_metrics_count_request(&t->m, PDR_MR_OTHER, 404, 0, -1);
     return 0;
 }
 
-/* ---- listener ---- */
+/* ---- listeners and loops ---- */
 
 static void on_accept(uv_stream_t *listener, int status)
 {
-    pdr_router_t *r = listener->data;
+    pdr_thread_t *t = listener->data;
     if (status != 0)
         return;
     uv_tcp_t *conn = malloc(sizeof(*conn));
     if (conn == NULL)
         return;
-    uv_tcp_init(r->loop, conn);
+    uv_tcp_init(t->loop, conn);
     if (uv_accept(listener, (uv_stream_t *)conn) != 0) {
         uv_close((uv_handle_t *)conn, (uv_close_cb)free);
         return;
     }
     uv_tcp_nodelay(conn, 1);
     h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)conn, (uv_close_cb)free);
-    h2o_accept(&r->accept_ctx, sock);
+    h2o_accept(&t->accept_ctx, sock);
+}
+
+static int open_listener(pdr_thread_t *t, const pdr_config_t *c)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    if (uv_ip4_addr(c->listen_host, c->listen_port, (struct sockaddr_in *)&ss) != 0 &&
+        uv_ip6_addr(c->listen_host, c->listen_port, (struct sockaddr_in6 *)&ss) != 0) {
+        pdr_error("listen.host %s is not an IP address", c->listen_host);
+        return PDR_EINVAL;
+    }
+    /* Every loop binds its own socket to the same address (SO_REUSEPORT): the kernel spreads new
+     * connections over the loops without a shared accept queue. */
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0 ||
+        bind(fd, (struct sockaddr *)&ss, ss.ss_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                                 : sizeof(struct sockaddr_in6)) != 0) {
+        pdr_error("cannot listen on %s:%d: %s", c->listen_host, c->listen_port, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return PDR_EIO;
+    }
+    uv_tcp_init(t->loop, &t->listener);
+    t->listener.data = t;
+    int e = uv_tcp_open(&t->listener, fd);
+    if (e == 0)
+        e = uv_listen((uv_stream_t *)&t->listener, 4096, on_accept);
+    if (e != 0) {
+        pdr_error("cannot listen on %s:%d: %s", c->listen_host, c->listen_port, uv_strerror(e));
+        uv_close((uv_handle_t *)&t->listener, NULL);
+        return PDR_EIO;
+    }
+    t->listening = 1;
+    return 0;
+}
+
+static void on_wakeup(uv_async_t *a)
+{
+    pdr_thread_t *t = a->data;
+    if (pdr_router_shutting_down(t->r) && !t->closing)
+        start_loop_shutdown(t);
+}
+
+static int init_thread(pdr_router_t *r, pdr_thread_t *t, int id, uv_loop_t *loop)
+{
+    t->r = r;
+    t->id = id;
+    t->loop = loop;
+    t->multi = pdr_multi_new(loop, 1024);
+    if (t->multi == NULL)
+        return PDR_ENOMEM;
+    h2o_context_init(&t->h2o_ctx, loop, &r->h2o_config);
+    t->accept_ctx.ctx = &t->h2o_ctx;
+    t->accept_ctx.hosts = r->h2o_config.hosts;
+    uv_timer_init(loop, &t->alog_timer);
+    t->alog_timer.data = t;
+    if (r->access_fd >= 0) {
+        t->alog_cap = ALOG_MAX;
+        t->alog = malloc(t->alog_cap);
+        if (t->alog == NULL)
+            return PDR_ENOMEM;
+    }
+    uv_async_init(loop, &t->wakeup, on_wakeup);
+    t->wakeup.data = t;
+    return open_listener(t, r->config);
+}
+
+static void thread_main(void *arg)
+{
+    pdr_thread_t *t = arg;
+    uv_run(t->loop, UV_RUN_DEFAULT);
 }
 
 static int open_access_log(pdr_router_t *r, const char *spec)
@@ -210,32 +292,32 @@ static int open_access_log(pdr_router_t *r, const char *spec)
         return 0;
     if (strcmp(spec, "-") == 0) {
         r->access_fd = STDOUT_FILENO;
-    } else {
-        r->access_fd = open(spec, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (r->access_fd < 0) {
-            pdr_error("access log %s: %s", spec, strerror(errno));
-            return PDR_EIO;
-        }
+        return 0;
     }
-    r->alog_cap = ALOG_MAX;
-    r->alog = malloc(r->alog_cap);
-    return r->alog ? 0 : PDR_ENOMEM;
+    r->access_fd = open(spec, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (r->access_fd < 0) {
+        pdr_error("access log %s: %s", spec, strerror(errno));
+        return PDR_EIO;
+    }
+    return 0;
 }
 
-int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop)
+int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
 {
     memset(r, 0, sizeof(*r));
-    r->loop = loop;
     r->config = pdr_config_ref(c);
     int rc = pdr_pool_init(&r->pool, c);
     if (rc != 0)
         return rc;
     if ((rc = open_access_log(r, c->log.access_log)) != 0)
         return rc;
-    uv_timer_init(loop, &r->alog_timer);
-    r->alog_timer.data = r;
-    r->multi = pdr_multi_new(loop, 1024);
-    if (r->multi == NULL)
+    r->n_threads = c->threads > 0 ? c->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (r->n_threads < 1)
+        r->n_threads = 1;
+    if (r->n_threads > PDR_MAX_THREADS_RENDER)
+        r->n_threads = PDR_MAX_THREADS_RENDER;
+    r->threads = calloc((size_t)r->n_threads, sizeof(pdr_thread_t));
+    if (r->threads == NULL)
         return PDR_ENOMEM;
 
     h2o_config_init(&r->h2o_config);
@@ -247,87 +329,101 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop)
     route_handler_t *h = (route_handler_t *)h2o_create_handler(path, sizeof(*h));
     h->super.on_req = on_req;
     h->r = r;
-    h2o_context_init(&r->h2o_ctx, loop, &r->h2o_config);
-    r->accept_ctx.ctx = &r->h2o_ctx;
-    r->accept_ctx.hosts = r->h2o_config.hosts;
 
-    struct sockaddr_storage ss;
-    if (uv_ip4_addr(c->listen_host, c->listen_port, (struct sockaddr_in *)&ss) != 0 &&
-        uv_ip6_addr(c->listen_host, c->listen_port, (struct sockaddr_in6 *)&ss) != 0) {
-        pdr_error("listen.host %s is not an IP address", c->listen_host);
-        return PDR_EINVAL;
+    for (int i = 0; i < r->n_threads; i++) {
+        uv_loop_t *loop = loop0;
+        if (i > 0) {
+            loop = malloc(sizeof(*loop));
+            if (loop == NULL || uv_loop_init(loop) != 0) {
+                free(loop);
+                return PDR_ENOMEM;
+            }
+        }
+        if ((rc = init_thread(r, &r->threads[i], i, loop)) != 0)
+            return rc;
     }
-    uv_tcp_init(loop, &r->listener);
-    r->listener.data = r;
-    int e = uv_tcp_bind(&r->listener, (struct sockaddr *)&ss, 0);
-    if (e == 0)
-        e = uv_listen((uv_stream_t *)&r->listener, 4096, on_accept);
-    if (e != 0) {
-        pdr_error("cannot listen on %s:%d: %s", c->listen_host, c->listen_port, uv_strerror(e));
-        return PDR_EIO;
-    }
-    r->listening = 1;
     if ((rc = pdr_health_start(r)) != 0)
         return rc;
-    pdr_info("pdrouter listening on %s:%d (%zu prefill, %zu decode, policy %s/%s, protocol %s)", c->listen_host,
-             c->listen_port, c->n_prefill, c->n_decode, pdr_policy_name(c->policy_prefill),
-             pdr_policy_name(c->policy_decode), pdr_protocol_name(c->protocol));
+    for (int i = 1; i < r->n_threads; i++)
+        if (uv_thread_create(&r->threads[i].tid, thread_main, &r->threads[i]) != 0)
+            return PDR_ENOMEM;
+    pdr_info("pdrouter listening on %s:%d with %d loop thread%s (%zu prefill, %zu decode, policy %s/%s, "
+             "protocol %s)",
+             c->listen_host, c->listen_port, r->n_threads, r->n_threads == 1 ? "" : "s", c->n_prefill, c->n_decode,
+             pdr_policy_name(c->policy_prefill), pdr_policy_name(c->policy_decode), pdr_protocol_name(c->protocol));
     return 0;
 }
 
-/* ---- shutdown: stop accepting, let in-flight requests finish, then close everything ---- */
+/* ---- shutdown: stop accepting, let in-flight requests finish, then close every loop ---- */
 
 static void on_multi_closed(void *arg)
 {
     (void)arg;
 }
 
-static void on_stop_timer(uv_timer_t *t)
+static void on_stop_timer(uv_timer_t *h)
 {
     /* Clients that keep connections open after shutdown must not keep the process alive. */
-    uv_stop(t->loop);
+    uv_stop(h->loop);
 }
 
-static void finish_shutdown(pdr_router_t *r)
+static void finish_loop(pdr_thread_t *t)
 {
-    uv_timer_init(r->loop, &r->stop_timer);
-    uv_timer_start(&r->stop_timer, on_stop_timer, 2000, 0);
-    uv_unref((uv_handle_t *)&r->stop_timer);
-    pdr_health_stop(r);
-    uv_timer_stop(&r->shutdown_timer);
-    uv_close((uv_handle_t *)&r->shutdown_timer, NULL);
-    uv_close((uv_handle_t *)&r->sig_term, NULL);
-    uv_close((uv_handle_t *)&r->sig_int, NULL);
-    if (r->alog_len > 0)
-        alog_flush(r);
-    uv_timer_stop(&r->alog_timer);
-    uv_close((uv_handle_t *)&r->alog_timer, NULL);
-    h2o_context_request_shutdown(&r->h2o_ctx);
-    pdr_multi_close(r->multi, on_multi_closed, r);
-    r->multi = NULL;
+    pdr_router_t *r = t->r;
+    uv_timer_init(t->loop, &t->stop_timer);
+    uv_timer_start(&t->stop_timer, on_stop_timer, 2000, 0);
+    uv_unref((uv_handle_t *)&t->stop_timer);
+    if (t->id == 0) {
+        pdr_health_stop(r);
+        uv_close((uv_handle_t *)&r->sig_term, NULL);
+        uv_close((uv_handle_t *)&r->sig_int, NULL);
+    }
+    uv_timer_stop(&t->shutdown_timer);
+    uv_close((uv_handle_t *)&t->shutdown_timer, NULL);
+    uv_close((uv_handle_t *)&t->wakeup, NULL);
+    if (t->alog_len > 0)
+        alog_flush(t);
+    uv_timer_stop(&t->alog_timer);
+    uv_close((uv_handle_t *)&t->alog_timer, NULL);
+    h2o_context_request_shutdown(&t->h2o_ctx);
+    pdr_multi_close(t->multi, on_multi_closed, t);
+    t->multi = NULL;
 }
 
-static void on_shutdown_tick(uv_timer_t *t)
+static void on_shutdown_tick(uv_timer_t *h)
 {
-    pdr_router_t *r = t->data;
-    /* 30 s: the graceful window until issue-level drain settings exist (timeouts are per request). */
-    if (pdr_pd_requests_live == 0 || pdr_now_ms() - r->shutdown_started_ms > 30000)
-        finish_shutdown(r);
+    pdr_thread_t *t = h->data;
+    /* 30 s: the graceful window for requests in flight (drain settings come with the admin API). */
+    if (t->live == 0 || pdr_now_ms() - t->r->shutdown_started_ms > 30000)
+        finish_loop(t);
+}
+
+static void start_loop_shutdown(pdr_thread_t *t)
+{
+    t->closing = 1;
+    if (t->listening) {
+        uv_close((uv_handle_t *)&t->listener, NULL);
+        t->listening = 0;
+    }
+    uv_timer_init(t->loop, &t->shutdown_timer);
+    t->shutdown_timer.data = t;
+    uv_timer_start(&t->shutdown_timer, on_shutdown_tick, 0, 20);
 }
 
 void pdr_router_begin_shutdown(pdr_router_t *r)
 {
-    if (r->shutting_down)
+    if (pdr_router_shutting_down(r))
         return;
-    r->shutting_down = 1;
     r->shutdown_started_ms = pdr_now_ms();
-    pdr_info("shutting down: no new connections; %llu requests in flight",
-             (unsigned long long)pdr_pd_requests_live);
-    if (r->listening) {
-        uv_close((uv_handle_t *)&r->listener, NULL);
-        r->listening = 0;
-    }
-    uv_timer_init(r->loop, &r->shutdown_timer);
-    r->shutdown_timer.data = r;
-    uv_timer_start(&r->shutdown_timer, on_shutdown_tick, 0, 20);
+    __atomic_store_n(&r->shutting_down, 1, __ATOMIC_RELAXED);
+    pdr_info("shutting down: no new connections; %lld requests in flight",
+             (long long)__atomic_load_n(&r->inflight, __ATOMIC_RELAXED));
+    for (int i = 0; i < r->n_threads; i++)
+        uv_async_send(&r->threads[i].wakeup);
+}
+
+void pdr_router_join(pdr_router_t *r)
+{
+    for (int i = 1; i < r->n_threads; i++)
+        uv_thread_join(&r->threads[i].tid);
 }

@@ -13,6 +13,8 @@
 #include "upstream.h"
 #include "util.h"
 
+#define IDLE_EASY_MAX 256
+
 typedef struct pdr_sock {
     uv_poll_t poll;
     pdr_multi_t *multi;
@@ -26,6 +28,8 @@ struct pdr_multi {
     int in_curl;             /* > 0 while curl runs our callbacks */
     pdr_leg_t **deferred;    /* legs cancelled from inside curl */
     size_t n_deferred, cap_deferred;
+    CURL *idle[IDLE_EASY_MAX]; /* reset easy handles kept for reuse: curl_easy_init is costly */
+    size_t n_idle;
     void (*close_cb)(void *);
     void *close_arg;
 };
@@ -36,7 +40,12 @@ static void leg_detach(pdr_leg_t *leg)
 {
     pdr_multi_t *m = leg->multi;
     curl_multi_remove_handle(m->multi, leg->easy);
-    curl_easy_cleanup(leg->easy);
+    if (m->n_idle < IDLE_EASY_MAX) {
+        curl_easy_reset(leg->easy);
+        m->idle[m->n_idle++] = leg->easy;
+    } else {
+        curl_easy_cleanup(leg->easy);
+    }
     curl_slist_free_all(leg->headers);
     leg->easy = NULL;
     leg->headers = NULL;
@@ -167,6 +176,8 @@ void pdr_multi_close(pdr_multi_t *m, void (*close_cb)(void *), void *arg)
 {
     m->close_cb = close_cb;
     m->close_arg = arg;
+    while (m->n_idle > 0)
+        curl_easy_cleanup(m->idle[--m->n_idle]);
     /* Cleaning up the multi closes cached connections; curl reports their sockets as removed. */
     curl_multi_cleanup(m->multi);
     m->multi = NULL;
@@ -271,7 +282,7 @@ int pdr_leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *b
     leg->cbs = cbs;
     leg->data = data;
     leg->content_length = -1;
-    leg->easy = curl_easy_init();
+    leg->easy = m->n_idle > 0 ? m->idle[--m->n_idle] : curl_easy_init();
     if (leg->easy == NULL)
         return PDR_ENOMEM;
     CURL *e = leg->easy;
@@ -281,6 +292,7 @@ int pdr_leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *b
     curl_easy_setopt(e, CURLOPT_WRITEDATA, leg);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(e, CURLOPT_PROXY, ""); /* workers are reached directly, whatever http_proxy says */
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, leg->errbuf);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_timeout_ms);
     if (total_timeout_ms > 0)
