@@ -1,0 +1,209 @@
+"""Small helpers shared by the integration tests (python3 standard library only).
+
+    import pdtest
+    sim = pdtest.start(["pdsim", "--role", "both", "--port", "{port}"], name="both")
+    status, headers, body = pdtest.request(sim.port, "POST", "/generate", {"text": "hi"})
+    events = pdtest.sse_events(body)            # the JSON objects of "data:" lines, "[DONE]" kept as a str
+    sim.stop()                                  # SIGTERM, then wait; returns the exit status
+
+- Binaries are found in $PDR_BUILD (set by ctest), else ../../build next to this file.
+- start() replaces "{port}" (and "{port2}", ...) in the argument list with free loopback ports, starts
+  the process with its output in a log file, and waits until GET /health answers (any status unless
+  `healthy` is given), polling with a short backoff: it waits on the event, never sleeps blindly.
+- Every failure raises AssertionError with the process's log tail, so a test reads as plain asserts.
+"""
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HOST = "127.0.0.1"
+
+
+def build_dir():
+    """The CMake build directory that holds the binaries."""
+    d = os.environ.get("PDR_BUILD")
+    if d:
+        return d
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build")
+
+
+def binary(name):
+    """Absolute path of a built binary; AssertionError if it is missing."""
+    p = os.path.join(build_dir(), name)
+    assert os.access(p, os.X_OK), "binary not found: %s (set PDR_BUILD)" % p
+    return p
+
+
+def free_port(host=HOST):
+    """A TCP port that was free a moment ago (bind to 0, read it back, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def poll_until(pred, timeout=10.0, what="condition"):
+    """Calls pred() with a short, growing backoff (1 ms .. 100 ms) until it returns a true value, which
+    is returned. AssertionError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+class Proc:
+    """A started server process: .port, .ports (dict of the placeholders), .proc, .log_path."""
+
+    def __init__(self, name, proc, ports, log_path):
+        self.name = name
+        self.proc = proc
+        self.ports = ports
+        self.port = ports.get("port")
+        self.log_path = log_path
+
+    def log_tail(self, n=40):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def wait_exit(self, timeout=10.0):
+        """Waits for the process to exit by itself; returns its status."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("%s did not exit within %.1fs\n%s" % (self.name, timeout, self.log_tail()))
+
+    def stop(self, sig=signal.SIGTERM, timeout=10.0):
+        """Sends sig (SIGTERM) and waits; returns the exit status (kills after timeout)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("%s ignored signal %d for %.1fs\n%s" % (self.name, sig, timeout, self.log_tail()))
+        return self.proc.returncode
+
+
+_procs = []
+
+
+def start(argv, name=None, health_path="/health", healthy=None, timeout=10.0, env=None):
+    """Starts argv (argv[0] a binary name looked up in the build dir unless it contains a '/').
+
+    Placeholders "{port}", "{port2}", "{bport}", ... inside arguments become free loopback ports.
+    Waits until health_path answers (any HTTP status, or exactly `healthy` when given). Returns Proc."""
+    ports = {}
+    args = []
+    for a in argv:
+        while "{" in a and "}" in a:
+            key = a[a.index("{") + 1 : a.index("}")]
+            if key not in ports:
+                ports[key] = free_port()
+            a = a.replace("{%s}" % key, str(ports[key]))
+        args.append(a)
+    if "/" not in args[0]:
+        args[0] = binary(args[0])
+    name = name or os.path.basename(args[0])
+    fd, log_path = tempfile.mkstemp(prefix="pdtest-%s-" % name, suffix=".log")
+    with os.fdopen(fd, "w") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+    p = Proc(name, proc, ports, log_path)
+    _procs.append(p)
+    if health_path is not None and p.port is not None:
+
+        def up():
+            if proc.poll() is not None:
+                raise AssertionError("%s exited with %s during start\n%s" % (name, proc.returncode, p.log_tail()))
+            try:
+                st, _, _ = request(p.port, "GET", health_path, timeout=1.0)
+            except OSError:
+                return False
+            return healthy is None or st == healthy
+
+        poll_until(up, timeout, "%s to answer %s" % (name, health_path))
+    return p
+
+
+def stop_all():
+    """Stops every process started by start() that is still running (for a finally: clause)."""
+    for p in _procs:
+        if p.alive():
+            try:
+                p.stop(timeout=5)
+            except AssertionError as e:
+                print(e, file=sys.stderr)
+
+
+def request(port, method, path, body=None, headers=None, timeout=10.0, host=HOST):
+    """One HTTP/1.1 request on a fresh connection. body: bytes, str, or any JSON value (sent as JSON).
+    Returns (status, headers dict with lower-case names, body bytes)."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        hdrs = dict(headers or {})
+        if body is not None and not isinstance(body, (bytes, str)):
+            body = json.dumps(body)
+            hdrs.setdefault("Content-Type", "application/json")
+        if isinstance(body, str):
+            body = body.encode()
+        conn.request(method, path, body=body, headers=hdrs)
+        resp = conn.getresponse()
+        data = resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+    finally:
+        conn.close()
+
+
+def request_json(port, method, path, body=None, expect=200, **kw):
+    """request() that asserts the status (when expect is not None) and decodes the JSON body."""
+    st, hdrs, data = request(port, method, path, body, **kw)
+    if expect is not None:
+        assert st == expect, "%s %s: status %d, expected %d: %r" % (method, path, st, expect, data[:500])
+    return json.loads(data) if data else None
+
+
+def sse_events(data):
+    """Splits a text/event-stream body into its data payloads: JSON objects decoded, "[DONE]" kept as
+    the string "[DONE]". Multi-line data fields are joined with newlines, as the SSE spec says."""
+    if isinstance(data, bytes):
+        data = data.decode()
+    out = []
+    for block in data.replace("\r\n", "\n").split("\n\n"):
+        lines = [l[5:].lstrip(" ") if l.startswith("data:") else None for l in block.split("\n")]
+        payload = "\n".join(l for l in lines if l is not None)
+        if not any(l is not None for l in lines):
+            continue
+        out.append(payload if payload == "[DONE]" else json.loads(payload))
+    return out
+
+
+def stream_request(port, method, path, body, timeout=10.0, host=HOST):
+    """Starts a request and returns (conn, response) without reading the body, for tests that read a
+    stream step by step or drop the connection mid-way. Close conn when done."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    conn.request(method, path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    return conn, conn.getresponse()
+
+
+def check(cond, msg, *procs):
+    """assert with the log tails of procs appended to the message."""
+    if not cond:
+        raise AssertionError(msg + "".join("\n--- %s log ---\n%s" % (p.name, p.log_tail()) for p in procs))

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""pdshim.py (ctypes) end to end: two shims in one process move bytes both ways round, with several
+segments, either order, and the error paths surface as PdshimError with the right code.
+Usage: test_shim_python.py [DIR containing pdshim.py and libpdshim.so]"""
+import os
+import random
+import sys
+import time
+
+sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else os.getcwd())
+import pdshim  # noqa: E402
+
+
+def main():
+    rng = random.Random(7)
+    with pdshim.Shim(listen_host="127.0.0.1", default_timeout_ms=5000) as pre, pdshim.Shim() as dec:
+        assert pre.port > 0
+        for i, total in enumerate([0, 1, 4099, 1 << 20, 3 * 1000 * 1000 + 17]):
+            src = bytes(rng.getrandbits(8) for _ in range(min(total, 4096))) * (total // 4096 + 1)
+            src = src[:total]
+            cut = [0] + sorted(rng.randrange(total + 1) for _ in range(3)) + [total]
+            dst = [bytearray(cut[k + 1] - cut[k]) for k in range(len(cut) - 1)]
+            room = 5000 + i
+            if i % 2:
+                f_off = pre.offer(room, [memoryview(src)[cut[k]:cut[k + 1]] for k in range(len(cut) - 1)])
+                f_fet = dec.fetch("127.0.0.1", pre.port, room, dst)
+            else:
+                f_fet = dec.fetch("127.0.0.1", pre.port, room, dst)
+                f_off = pre.offer(room, src)
+            assert f_fet.result(timeout=10) == total
+            assert f_off.result(timeout=10) == total
+            assert b"".join(dst) == src, "bytes differ for room %d" % room
+
+        # Blocking form.
+        buf = bytearray(10)
+        f = pre.offer(77, b"0123456789")
+        assert dec.fetch("127.0.0.1", pre.port, 77, buf, wait=True) == 10 and buf == b"0123456789"
+        assert f.result(timeout=5) == 10
+
+        # Size mismatch on both sides, then the pair keeps working.
+        fo = pre.offer(78, bytearray(10))
+        ff = dec.fetch("127.0.0.1", pre.port, 78, bytearray(11))
+        for fut in (fo, ff):
+            try:
+                fut.result(timeout=5)
+                raise AssertionError("expected ESIZE")
+            except pdshim.PdshimError as e:
+                assert e.name == "ESIZE", e
+
+        # Unknown room at the deadline.
+        t0 = time.monotonic()
+        try:
+            dec.fetch("127.0.0.1", pre.port, 79, bytearray(4), timeout_ms=300, wait=True)
+            raise AssertionError("expected ENOROOM")
+        except pdshim.PdshimError as e:
+            assert e.code == pdshim.PDR_ENOROOM, e
+        assert time.monotonic() - t0 < 2
+
+        # Cancel, and a duplicate room is refused synchronously.
+        fo = pre.offer(80, b"abc", timeout_ms=10000)
+        try:
+            pre.offer(80, b"abc")
+            raise AssertionError("expected EEXIST")
+        except pdshim.PdshimError as e:
+            assert e.name == "EEXIST"
+        assert pre.cancel(80)
+        try:
+            fo.result(timeout=5)
+            raise AssertionError("expected ECANCELED")
+        except pdshim.PdshimError as e:
+            assert e.name == "ECANCELED"
+        assert not pre.cancel(80)
+
+        # Close with a pending fetch: its future fails with ECLOSED.
+        pending = dec.fetch("127.0.0.1", pre.port, 81, bytearray(4), timeout_ms=60000)
+    try:
+        pending.result(timeout=5)
+        raise AssertionError("expected ECLOSED")
+    except pdshim.PdshimError as e:
+        assert e.name == "ECLOSED", e
+    print("ok python binding")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+/*
+ * Helpers shared by the shim/transport tests: a completion record that a test thread waits on (mutex
+ * + condvar, never sleeps), deterministic fill patterns and checks. Header-only; each test is one
+ * process.
+ */
+#ifndef TEST_SHIM_UTIL_H
+#define TEST_SHIM_UTIL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "err.h"
+
+#define CHECK(cond)                                                                                          \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                         \
+            abort();                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+#define CHECK_EQ_ERR(got, want)                                                                              \
+    do {                                                                                                     \
+        int g_ = (got), w_ = (want);                                                                         \
+        if (g_ != w_) {                                                                                      \
+            fprintf(stderr, "%s:%d: got %d (%s), want %d (%s)\n", __FILE__, __LINE__, g_, pdr_errname(g_),   \
+                    w_, pdr_errname(w_));                                                                    \
+            abort();                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+/* One awaited completion (or a counter of many). */
+struct done {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int count;  /* callbacks seen */
+    int status; /* of the last one */
+    uint64_t bytes;
+    uint64_t room;
+    int nfail;     /* callbacks with a non-zero status */
+    uint64_t t_ns; /* when the last callback ran */
+};
+
+static inline uint64_t t_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void done_init(struct done *d)
+{
+    memset(d, 0, sizeof(*d));
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    d->status = 1;
+}
+
+static inline void done_fini(struct done *d)
+{
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+}
+
+static inline void done_cb(void *arg, uint64_t room, int status, uint64_t bytes)
+{
+    struct done *d = arg;
+    pthread_mutex_lock(&d->mu);
+    d->count++;
+    d->status = status;
+    d->bytes = bytes;
+    d->room = room;
+    d->t_ns = t_now_ns();
+    if (status != 0)
+        d->nfail++;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Waits until d has seen n callbacks or timeout_ms passed; returns the count seen. */
+static inline int done_wait(struct done *d, int n, int timeout_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&d->mu);
+    while (d->count < n) {
+        if (pthread_cond_timedwait(&d->cv, &d->mu, &ts) != 0)
+            break;
+    }
+    int c = d->count;
+    pthread_mutex_unlock(&d->mu);
+    return c;
+}
+
+/* A deterministic byte pattern from (seed, absolute offset). */
+static inline uint8_t pat(uint64_t seed, uint64_t off)
+{
+    uint64_t x = (seed ^ (off * 0x9E3779B97F4A7C15ull)) + off;
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 32;
+    return (uint8_t)x;
+}
+
+static inline void fill(void *p, size_t len, uint64_t seed, uint64_t base)
+{
+    uint8_t *b = p;
+    for (size_t i = 0; i < len; i++)
+        b[i] = pat(seed, base + i);
+}
+
+static inline int check_fill(const void *p, size_t len, uint64_t seed, uint64_t base)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < len; i++)
+        if (b[i] != pat(seed, base + i))
+            return 0;
+    return 1;
+}
+
+static inline uint64_t xorshift(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+#endif

@@ -1,0 +1,11 @@
+# pdsim: the simulated inference worker (tests/sim/) and its tests. Included by tests/CMakeLists.txt;
+# the binary lands in the build root (CMAKE_RUNTIME_OUTPUT_DIRECTORY).
+add_executable(pdsim sim/main.c sim/server.c sim/model.c)
+target_include_directories(pdsim PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/sim ${PROJECT_SOURCE_DIR}/worker-shim)
+target_link_libraries(pdsim PRIVATE pdshim pdr_common PkgConfig::H2O PkgConfig::UV PkgConfig::SSL
+                                    PkgConfig::JANSSON Threads::Threads)
+
+add_test(NAME pdsim_integration
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pdsim.py)
+set_tests_properties(pdsim_integration PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")

@@ -1,0 +1,223 @@
+/*
+ * pdsim's entry point: flags, the uv loop, signals and a clean shutdown (SIGTERM/SIGINT stop the
+ * listener, fail what is pending, close every connection and handle, destroy the shim, exit 0).
+ * Single-threaded apart from the shim's threads and the uv thread pool.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+#include "err.h"
+#include "util.h"
+#include "pdsim.h"
+
+static uv_signal_t sig_term, sig_int;
+static uv_timer_t guard;
+static uv_loop_t *loop;
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f, "usage: pdsim --role prefill|decode|both --port N [options]\n"
+           "  --host H                  listen address (default 127.0.0.1)\n"
+           "  --port N                  HTTP port\n"
+           "  --bootstrap-port M        the prefill's shim (KV transfer) port; required with --role prefill\n"
+           "  --kv-bytes-per-token B    KV bytes per prompt token (default 1024)\n"
+           "  --model NAME              model name reported by the OpenAI routes (default pdsim)\n"
+           "  --prefill-us-per-token N  simulated prefill time per prompt token (default 0)\n"
+           "  --decode-us-per-token N   gap between output tokens in microseconds (default 0)\n"
+           "  --max-tokens-default N    output tokens when the request names none (default 16)\n"
+           "  --kv-timeout-ms N         deadline of every KV offer or fetch (default 30000)\n"
+           "fault knobs (also POST /pdsim/fault at run time):\n"
+           "  --fail-health             GET /health answers 503\n"
+           "  --fail-status CODE        generate routes answer CODE with an OpenAI error\n"
+           "  --hang-before-headers     accept generate requests and never answer\n"
+           "  --drip-ms N               gap between streamed tokens (overrides --decode-us-per-token)\n"
+           "  --reset-after-tokens N    abort the connection hard after N output tokens\n"
+           "  --stall-kv                the prefill never offers its KV (fails after --kv-timeout-ms)\n"
+           "  --die-after N             exit(3) after N generate requests completed\n"
+           "  --log-level debug|info|warn|error\n");
+}
+
+static int int_arg(const char *flag, const char *v, int64_t min, int64_t max, int64_t *out)
+{
+    if (v == NULL || pdr_parse_int64(v, strlen(v), min, max, out) != 0) {
+        fprintf(stderr, "pdsim: %s needs an integer in [%lld, %lld], got '%s'\n", flag, (long long)min,
+                (long long)max, v ? v : "");
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, pdsim_opts_t *o)
+{
+    int64_t v;
+    int have_role = 0, have_port = 0;
+    o->role = PDSIM_ROLE_BOTH;
+    o->host = "127.0.0.1";
+    o->bootstrap_port = -1;
+    o->kv_bytes_per_token = 1024;
+    o->model = "pdsim";
+    o->max_tokens_default = 16;
+    o->kv_timeout_ms = 30000;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+#define INT_FLAG(name, field, min, max)                                                                      \
+    if (strcmp(a, name) == 0) {                                                                              \
+        if (int_arg(name, val, min, max, &v) != 0)                                                           \
+            return -1;                                                                                       \
+        o->field = v;                                                                                        \
+        i++;                                                                                                 \
+        continue;                                                                                            \
+    }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        if (strcmp(a, "--role") == 0 && val != NULL) {
+            if (strcmp(val, "prefill") == 0)
+                o->role = PDSIM_ROLE_PREFILL;
+            else if (strcmp(val, "decode") == 0)
+                o->role = PDSIM_ROLE_DECODE;
+            else if (strcmp(val, "both") == 0)
+                o->role = PDSIM_ROLE_BOTH;
+            else {
+                fprintf(stderr, "pdsim: --role must be prefill, decode or both, got '%s'\n", val);
+                return -1;
+            }
+            have_role = 1;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--host") == 0 && val != NULL) {
+            o->host = val;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--model") == 0 && val != NULL) {
+            o->model = val;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--log-level") == 0 && val != NULL) {
+            static const char *const lv[] = {"debug", "info", "warn", "error"};
+            int found = 0;
+            for (int k = 0; k < 4; k++)
+                if (strcmp(val, lv[k]) == 0) {
+                    pdr_log_level = k;
+                    found = 1;
+                }
+            if (!found) {
+                fprintf(stderr, "pdsim: --log-level must be debug, info, warn or error\n");
+                return -1;
+            }
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--port") == 0) {
+            if (int_arg(a, val, 0, 65535, &v) != 0)
+                return -1;
+            o->port = (int)v;
+            have_port = 1;
+            i++;
+            continue;
+        }
+        INT_FLAG("--bootstrap-port", bootstrap_port, 1, 65535)
+        INT_FLAG("--kv-bytes-per-token", kv_bytes_per_token, 1, 1 << 24)
+        INT_FLAG("--prefill-us-per-token", prefill_us_per_token, 0, 10000000)
+        INT_FLAG("--decode-us-per-token", decode_us_per_token, 0, 10000000)
+        INT_FLAG("--max-tokens-default", max_tokens_default, 0, PDSIM_MAX_TOKENS)
+        INT_FLAG("--kv-timeout-ms", kv_timeout_ms, 1, 3600000)
+        INT_FLAG("--drip-ms", faults.drip_ms, 0, 3600000)
+        INT_FLAG("--reset-after-tokens", faults.reset_after_tokens, 0, PDSIM_MAX_TOKENS)
+        INT_FLAG("--die-after", faults.die_after, 0, INT32_MAX)
+        INT_FLAG("--fail-status", faults.fail_status, 400, 599)
+#undef INT_FLAG
+        if (strcmp(a, "--fail-health") == 0) {
+            o->faults.fail_health = 1;
+            continue;
+        }
+        if (strcmp(a, "--hang-before-headers") == 0) {
+            o->faults.hang_before_headers = 1;
+            continue;
+        }
+        if (strcmp(a, "--stall-kv") == 0) {
+            o->faults.stall_kv = 1;
+            continue;
+        }
+        fprintf(stderr, "pdsim: unknown flag or missing value: %s (see --help)\n", a);
+        return -1;
+    }
+    if (!have_role || !have_port) {
+        fprintf(stderr, "pdsim: --role and --port are required (see --help)\n");
+        return -1;
+    }
+    if (o->role == PDSIM_ROLE_PREFILL && o->bootstrap_port < 0) {
+        fprintf(stderr, "pdsim: --role prefill needs --bootstrap-port (the decode fetches KV from it)\n");
+        return -1;
+    }
+    return 0;
+}
+
+static void on_guard(uv_timer_t *t)
+{
+    (void)t;
+    pdr_warn("pdsim: connections still open 2 s after the shutdown signal; exiting anyway");
+    uv_stop(loop);
+}
+
+static void on_drained(void)
+{
+    uv_stop(loop);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    (void)s;
+    pdr_info("pdsim: signal %d, shutting down", signum);
+    uv_signal_stop(&sig_term);
+    uv_signal_stop(&sig_int);
+    uv_timer_start(&guard, on_guard, 2000, 0);
+    uv_unref((uv_handle_t *)&guard);
+    pdsim_server_shutdown(on_drained);
+}
+
+static void close_walk(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    pdsim_opts_t opts;
+    memset(&opts, 0, sizeof(opts));
+    if (parse_args(argc, argv, &opts) != 0)
+        return 2;
+    signal(SIGPIPE, SIG_IGN);
+    loop = uv_default_loop();
+    uv_signal_init(loop, &sig_term);
+    uv_signal_init(loop, &sig_int);
+    uv_timer_init(loop, &guard);
+    uv_signal_start(&sig_term, on_signal, SIGTERM);
+    uv_signal_start(&sig_int, on_signal, SIGINT);
+    int rc = 0;
+    if (pdsim_server_start(loop, &opts) != 0)
+        rc = 1;
+    else
+        uv_run(loop, UV_RUN_DEFAULT);
+    if (rc != 0)
+        pdsim_server_shutdown(NULL);
+    pdsim_server_dispose();
+    uv_close((uv_handle_t *)&sig_term, NULL);
+    uv_close((uv_handle_t *)&sig_int, NULL);
+    uv_close((uv_handle_t *)&guard, NULL);
+    uv_run(loop, UV_RUN_DEFAULT);
+    uv_walk(loop, close_walk, NULL); /* anything the guard left behind */
+    uv_run(loop, UV_RUN_DEFAULT);
+    if (uv_loop_close(loop) != 0)
+        pdr_warn("pdsim: handles still open at exit");
+    return rc;
+}

@@ -1,0 +1,83 @@
+/*
+ * pdsim — the simulated inference worker. Shared declarations of its three parts:
+ *   model.c   the deterministic "model": tokenizer, KV bytes, digest, output words, logprobs (pure);
+ *   server.c  the h2o data plane, the request state machine and the libpdshim glue (loop thread);
+ *   main.c    flags, the loop, signals and shutdown.
+ */
+#ifndef PDSIM_H
+#define PDSIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+/* 32000: a common LLM vocabulary size (Llama 2); prompt token ids are word hashes modulo this. */
+#define PDSIM_VOCAB 32000
+/* A request's KV buffers together may not exceed this (answered 413 otherwise). */
+#define PDSIM_KV_CAP ((uint64_t)1 << 30)
+/* Ceiling on output tokens per item. */
+#define PDSIM_MAX_TOKENS 1000000
+
+enum pdsim_role { PDSIM_ROLE_BOTH = 0, PDSIM_ROLE_PREFILL, PDSIM_ROLE_DECODE };
+
+/* Fault knobs: set from flags, changed at run time with POST /pdsim/fault. 0 means off. */
+typedef struct pdsim_faults {
+    int fail_health;
+    int fail_status;
+    int hang_before_headers;
+    int64_t drip_ms;
+    int64_t reset_after_tokens;
+    int stall_kv;
+    int64_t die_after; /* as configured (reported back) */
+} pdsim_faults_t;
+
+typedef struct pdsim_opts {
+    int role;
+    const char *host;
+    int port;
+    int bootstrap_port;
+    int64_t kv_bytes_per_token;
+    const char *model;
+    int64_t prefill_us_per_token;
+    int64_t decode_us_per_token;
+    int64_t max_tokens_default;
+    int64_t kv_timeout_ms;
+    pdsim_faults_t faults;
+} pdsim_opts_t;
+
+/* ---- server.c ---- */
+
+/* Binds the HTTP listener (and the shim for prefill/decode). Returns 0 or a PDR_E* code. */
+int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts);
+/* Begins a clean shutdown; on_drained runs once no connection and no request is left. */
+void pdsim_server_shutdown(void (*on_drained)(void));
+/* Closes the remaining handles and frees h2o's state; then run the loop once more and close it. */
+void pdsim_server_dispose(void);
+
+/* ---- model.c ---- */
+
+/* A growable vector of token ids. */
+typedef struct pdsim_toks {
+    int64_t *ids;
+    size_t n, cap;
+} pdsim_toks_t;
+
+uint64_t pdsim_fnv1a(const void *p, size_t len);
+uint64_t pdsim_mix64(uint64_t x);
+/* Appends one id. Returns 0 or PDR_ENOMEM. */
+int pdsim_toks_push(pdsim_toks_t *t, int64_t id);
+/* Splits text on whitespace and appends one token per word. Returns 0 or PDR_ENOMEM. */
+int pdsim_tokenize(pdsim_toks_t *t, const char *s, size_t len);
+/* Gives an empty prompt its one token. Returns 0 or PDR_ENOMEM. */
+int pdsim_toks_finish(pdsim_toks_t *t);
+void pdsim_toks_free(pdsim_toks_t *t);
+/* Fills n * bpt bytes: token i's bytes come from splitmix64 seeded by a running hash of ids[0..i]. */
+void pdsim_kv_fill(const int64_t *ids, size_t n, size_t bpt, uint8_t *out);
+/* A 64-bit hash of a whole KV buffer. */
+uint64_t pdsim_kv_digest(const uint8_t *buf, size_t len);
+/* Output token j of an item whose KV digest is `digest`: its word and its token id. */
+const char *pdsim_out_word(uint64_t digest, uint64_t j, int64_t *token_id);
+/* A deterministic negative log probability for a token id. */
+double pdsim_logprob(int64_t token_id);
+
+#endif

@@ -1,0 +1,1564 @@
+/*
+ * pdsim's data plane: one h2o context on the main uv loop, the request state machine and the glue to
+ * libpdshim. Everything here runs on the loop thread, except on_shim_done(), which runs on a shim thread
+ * and only appends the finished item to a locked queue and wakes the loop with a uv_async_t.
+ *
+ * A request's state (sim_req_t) is malloc'ed and reference counted: one reference for the h2o request
+ * (dropped by the pool's dispose callback, which h2o runs even when stop never ran: stack.md pitfall 2),
+ * one per pending shim operation and one per thread-pool job. KV buffers live in it, so they stay valid
+ * until every shim callback has run. Its two timers are closed, and it is freed, when the count is zero.
+ * After dispose (ctx->req == NULL) nothing touches h2o again; after stop nothing is sent again.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <h2o.h>
+#include <jansson.h>
+#include "err.h"
+#include "util.h"
+#include "pdshim.h"
+#include "pdsim.h"
+
+/* Body limit: 64 MiB (brief); h2o answers 413 itself above it. */
+#define SIM_MAX_BODY (64u << 20)
+/* KV below this is built and hashed on the loop thread; above it, on the uv thread pool. */
+#define SIM_INLINE_KV (1u << 20)
+/* How often an HTTP/1 connection that is waiting is checked for a disconnect (stack.md pitfall 3). */
+#define SIM_PEEK_MS 100
+/* Coalesce streamed events up to this many bytes per h2o_send (stack.md pitfall 8). */
+#define SIM_SEND_HIWAT (64u << 10)
+#define SIM_LAST_MAX 64
+
+enum sim_route { ROUTE_GENERATE, ROUTE_COMPLETIONS, ROUTE_CHAT };
+
+struct sim_req;
+
+typedef struct sim_item {
+    struct sim_req *ctx;
+    size_t index;
+    pdsim_toks_t toks;
+    uint8_t *kv;
+    size_t kv_len;
+    uint64_t room;
+    const char *host; /* points into ctx->body */
+    int port;
+    int op_pending;
+    int status;     /* shim result */
+    uint64_t bytes; /* shim result */
+    uint64_t digest;
+    struct sim_item *qnext;
+} sim_item_t;
+
+typedef struct sim_req {
+    h2o_generator_t gen;
+    h2o_req_t *req; /* NULL once h2o disposed the request */
+    int refs;
+    int closed_handles;
+    struct sim_req *prev, *next;
+    enum sim_route route;
+    json_t *body;
+    int stream, batch, return_logprob, hang;
+    size_t n_items;
+    sim_item_t *items;
+    uint64_t max_tokens;
+    char id[48];
+    int64_t created;
+    /* progress */
+    int started, finished, stopped, cancelled, die_on_dispose, abort_pending;
+    int sending, in_pump, need_pump;
+    size_t ops_pending;
+    int op_error;
+    uint64_t op_error_room;
+    uint64_t next_ev;
+    uint64_t t0_us, gap_us;
+    int64_t reset_after;
+    uv_timer_t timer;
+    uv_timer_t peek;
+    uv_work_t work;
+    char *sendbuf;
+    size_t sendlen, sendcap;
+} sim_req_t;
+
+typedef struct sim_conn {
+    uv_tcp_t tcp;
+    struct sim_conn *prev, *next;
+} sim_conn_t;
+
+static struct {
+    uv_loop_t *loop;
+    pdsim_opts_t opts;
+    pdsim_faults_t faults;
+    uint64_t die_at;
+    h2o_globalconf_t config;
+    h2o_context_t ctx;
+    h2o_accept_ctx_t actx;
+    uv_tcp_t listener;
+    pdshim_t *shim;
+    uv_async_t async;
+    pthread_mutex_t qlock;
+    sim_item_t *qhead, *qtail;
+    uv_timer_t die_timer;
+    sim_conn_t conns;
+    sim_req_t reqs;
+    size_t nconns, nreqs;
+    uint64_t requests, completed, cancelled, errors, resets, kv_rx, kv_tx, counter;
+    json_t *last[SIM_LAST_MAX];
+    size_t last_pos;
+    int shutting_down;
+    void (*on_drained)(void);
+} S;
+
+static const char *role_name(int role)
+{
+    return role == PDSIM_ROLE_PREFILL ? "prefill" : role == PDSIM_ROLE_DECODE ? "decode" : "both";
+}
+
+/* ------------------------------------------------------------------ responses */
+
+static const char *reason_of(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 413:
+        return "Payload Too Large";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return status >= 500 ? "Server Error" : status >= 400 ? "Client Error" : "OK";
+    }
+}
+
+/* Sends a complete response with a known length (stack.md pitfall 5). */
+static void send_body(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len)
+{
+    req->res.status = status;
+    req->res.reason = reason_of(status);
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype, strlen(ctype));
+    req->res.content_length = len;
+    h2o_send_inline(req, body, len);
+}
+
+static void send_json(h2o_req_t *req, int status, json_t *obj)
+{
+    char *s = json_dumps(obj, JSON_COMPACT);
+    if (s == NULL) {
+        static const char oom[] =
+            "{\"error\":{\"message\":\"out of memory\",\"type\":\"internal_error\",\"code\":500}}";
+        send_body(req, 500, "application/json", oom, sizeof(oom) - 1);
+        return;
+    }
+    send_body(req, status, "application/json", s, strlen(s));
+    free(s);
+}
+
+static json_t *error_obj(int status, const char *msg)
+{
+    const char *type = status == 400 || status == 404 || status == 405 || status == 413
+                           ? "invalid_request_error"
+                       : status == 503 ? "service_unavailable"
+                                       : "internal_error";
+    return json_pack("{s:{s:s,s:s,s:i}}", "error", "message", msg, "type", type, "code", status);
+}
+
+/* The OpenAI error shape {"error":{"message","type","code"}}. */
+static void send_error(h2o_req_t *req, int status, const char *msg)
+{
+    json_t *o = error_obj(status, msg);
+    send_json(req, status, o);
+    json_decref(o);
+}
+
+/* ------------------------------------------------------------------ request lifetime */
+
+static void req_on_handle_close(uv_handle_t *h)
+{
+    sim_req_t *ctx = h->data;
+    if (++ctx->closed_handles < 2)
+        return;
+    ctx->prev->next = ctx->next;
+    ctx->next->prev = ctx->prev;
+    S.nreqs--;
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        pdsim_toks_free(&ctx->items[i].toks);
+        free(ctx->items[i].kv);
+    }
+    free(ctx->items);
+    free(ctx->sendbuf);
+    json_decref(ctx->body);
+    free(ctx);
+    if (S.shutting_down && S.nreqs == 0 && S.nconns == 0 && S.on_drained != NULL)
+        S.on_drained();
+}
+
+static void req_unref(sim_req_t *ctx)
+{
+    if (--ctx->refs > 0)
+        return;
+    uv_close((uv_handle_t *)&ctx->timer, req_on_handle_close);
+    uv_close((uv_handle_t *)&ctx->peek, req_on_handle_close);
+}
+
+/* Stops the timers and cancels pending transfers; the shim callbacks still come and drop their refs. */
+static void req_release(sim_req_t *ctx)
+{
+    uv_timer_stop(&ctx->timer);
+    uv_timer_stop(&ctx->peek);
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        if (ctx->items[i].op_pending && S.shim != NULL)
+            pdshim_cancel(S.shim, ctx->items[i].room);
+    }
+}
+
+static void mark_cancelled(sim_req_t *ctx)
+{
+    if (ctx->cancelled || ctx->finished)
+        return;
+    ctx->cancelled = 1;
+    S.cancelled++;
+}
+
+static void on_die(uv_timer_t *t)
+{
+    (void)t;
+    pdr_warn("pdsim: --die-after reached (%" PRIu64 " requests completed), exiting with status 3",
+             S.completed);
+    fflush(stderr);
+    _exit(3);
+}
+
+static void on_dispose(void *p)
+{
+    sim_req_t *ctx = *(sim_req_t **)p;
+    ctx->req = NULL;
+    mark_cancelled(ctx);
+    req_release(ctx);
+    if (ctx->die_on_dispose)
+        uv_timer_start(&S.die_timer, on_die, 0, 0);
+    req_unref(ctx);
+}
+
+/* h2o calls stop when the connection goes away after h2o_start_response and before the final send. */
+static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
+{
+    sim_req_t *ctx = (sim_req_t *)gen;
+    (void)req;
+    ctx->stopped = 1;
+    mark_cancelled(ctx);
+    req_release(ctx);
+}
+
+static void pump(sim_req_t *ctx);
+
+static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
+{
+    sim_req_t *ctx = (sim_req_t *)gen;
+    (void)req;
+    ctx->sending = 0;
+    pump(ctx);
+}
+
+static int req_is_live(const sim_req_t *ctx)
+{
+    return ctx->req != NULL && !ctx->finished && !ctx->stopped && !ctx->cancelled;
+}
+
+/* Ends a request that has not started its response with an error. */
+static void req_fail(sim_req_t *ctx, int status, const char *msg)
+{
+    if (!req_is_live(ctx) || ctx->started)
+        return;
+    ctx->finished = 1;
+    S.errors++;
+    req_release(ctx);
+    send_error(ctx->req, status, msg);
+}
+
+static int fd_of(h2o_req_t *req)
+{
+    h2o_socket_t *sock =
+        req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn) : NULL;
+    return sock != NULL ? h2o_socket_get_fd(sock) : -1;
+}
+
+/* stack.md pitfall 3: h2o does not read an HTTP/1 socket while the handler is pending. */
+static void on_peek(uv_timer_t *t)
+{
+    sim_req_t *ctx = t->data;
+    if (!req_is_live(ctx) || ctx->started) {
+        uv_timer_stop(t);
+        return;
+    }
+    int fd = fd_of(ctx->req);
+    if (fd < 0)
+        return;
+    char c;
+    ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+        return;
+    mark_cancelled(ctx);
+    req_release(ctx);
+    ctx->finished = 1;
+    h2o_send_error_generic(ctx->req, 502, "Bad Gateway", "client closed the connection",
+                           H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
+}
+
+static sim_req_t *req_new(h2o_req_t *req, enum sim_route route)
+{
+    sim_req_t *ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL)
+        return NULL;
+    sim_req_t **holder = h2o_mem_alloc_shared(&req->pool, sizeof(*holder), on_dispose);
+    *holder = ctx;
+    ctx->gen.proceed = on_proceed;
+    ctx->gen.stop = on_stop;
+    ctx->req = req;
+    ctx->refs = 1;
+    ctx->route = route;
+    ctx->created = (int64_t)time(NULL);
+    uv_timer_init(S.loop, &ctx->timer);
+    uv_timer_init(S.loop, &ctx->peek);
+    ctx->timer.data = ctx;
+    ctx->peek.data = ctx;
+    ctx->next = &S.reqs;
+    ctx->prev = S.reqs.prev;
+    S.reqs.prev->next = ctx;
+    S.reqs.prev = ctx;
+    S.nreqs++;
+    if (req->version < 0x200)
+        uv_timer_start(&ctx->peek, on_peek, SIM_PEEK_MS, SIM_PEEK_MS);
+    return ctx;
+}
+
+/* ------------------------------------------------------------------ output builders */
+
+static uint64_t total_prompt_tokens(const sim_req_t *ctx)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < ctx->n_items; i++)
+        n += ctx->items[i].toks.n;
+    return n;
+}
+
+/* The words of output tokens [from, to) joined by spaces; a leading space when from > 0. */
+static json_t *words_json(const sim_item_t *it, uint64_t from, uint64_t to)
+{
+    size_t cap = 16 + (to - from) * 10, len = 0;
+    char *s = malloc(cap);
+    if (s == NULL)
+        return NULL;
+    for (uint64_t j = from; j < to; j++) {
+        const char *w = pdsim_out_word(it->digest, j, NULL);
+        size_t wl = strlen(w);
+        if (len + wl + 2 > cap) {
+            cap = cap * 2 + wl;
+            char *n = realloc(s, cap);
+            if (n == NULL) {
+                free(s);
+                return NULL;
+            }
+            s = n;
+        }
+        if (j > 0)
+            s[len++] = ' ';
+        memcpy(s + len, w, wl);
+        len += wl;
+    }
+    json_t *r = json_stringn(s, len);
+    free(s);
+    return r;
+}
+
+static json_t *input_logprobs(const sim_item_t *it)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < it->toks.n; i++)
+        json_array_append_new(
+            a, json_pack("[f,I,n]", pdsim_logprob(it->toks.ids[i]), (json_int_t)it->toks.ids[i]));
+    return a;
+}
+
+static json_t *output_logprobs(const sim_item_t *it, uint64_t ntok)
+{
+    json_t *a = json_array();
+    for (uint64_t j = 0; j < ntok; j++) {
+        int64_t tid;
+        pdsim_out_word(it->digest, j, &tid);
+        json_array_append_new(a, json_pack("[f,I,n]", pdsim_logprob(tid), (json_int_t)tid));
+    }
+    return a;
+}
+
+static void item_id(const sim_req_t *ctx, const sim_item_t *it, char *buf, size_t len)
+{
+    if (S.opts.role != PDSIM_ROLE_BOTH)
+        snprintf(buf, len, "pdsim-%" PRIu64, it->room);
+    else
+        snprintf(buf, len, "%s-%zu", ctx->id, it->index);
+}
+
+/* One /generate result object for an item after ntok output tokens. */
+static json_t *generate_obj(const sim_req_t *ctx, const sim_item_t *it, uint64_t ntok, int final)
+{
+    char id[64];
+    item_id(ctx, it, id, sizeof(id));
+    json_t *meta = json_pack(
+        "{s:s,s:o,s:I,s:I,s:i}", "id", id, "finish_reason",
+        final ? json_pack("{s:s,s:I}", "type", "length", "length", (json_int_t)ntok) : json_null(),
+        "prompt_tokens", (json_int_t)it->toks.n, "completion_tokens", (json_int_t)ntok, "cached_tokens", 0);
+    if (ctx->return_logprob) {
+        json_object_set_new(meta, "input_token_logprobs",
+                            S.opts.role == PDSIM_ROLE_DECODE ? json_array() : input_logprobs(it));
+        if (S.opts.role != PDSIM_ROLE_PREFILL)
+            json_object_set_new(meta, "output_token_logprobs", output_logprobs(it, ntok));
+    }
+    json_t *o = json_pack("{s:o,s:o}", "text", words_json(it, 0, ntok), "meta_info", meta);
+    if (ctx->batch && ctx->stream)
+        json_object_set_new(o, "index", json_integer((json_int_t)it->index));
+    return o;
+}
+
+/* The whole non-streaming answer (ntok = tokens per item: 0 on a prefill). */
+static json_t *full_obj(const sim_req_t *ctx, uint64_t ntok)
+{
+    if (ctx->route == ROUTE_GENERATE) {
+        if (!ctx->batch)
+            return generate_obj(ctx, &ctx->items[0], ntok, 1);
+        json_t *a = json_array();
+        for (size_t i = 0; i < ctx->n_items; i++)
+            json_array_append_new(a, generate_obj(ctx, &ctx->items[i], ntok, 1));
+        return a;
+    }
+    json_t *choices = json_array();
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        json_t *text = words_json(&ctx->items[i], 0, ntok);
+        if (ctx->route == ROUTE_COMPLETIONS)
+            json_array_append_new(choices, json_pack("{s:I,s:o,s:n,s:s}", "index", (json_int_t)i, "text",
+                                                     text, "logprobs", "finish_reason", "length"));
+        else
+            json_array_append_new(choices, json_pack("{s:I,s:{s:s,s:o},s:n,s:s}", "index", (json_int_t)i,
+                                                     "message", "role", "assistant", "content", text,
+                                                     "logprobs", "finish_reason", "length"));
+    }
+    uint64_t pt = total_prompt_tokens(ctx), ct = ntok * ctx->n_items;
+    return json_pack("{s:s,s:s,s:I,s:s,s:o,s:{s:I,s:I,s:I}}", "id", ctx->id, "object",
+                     ctx->route == ROUTE_COMPLETIONS ? "text_completion" : "chat.completion", "created",
+                     (json_int_t)ctx->created, "model", S.opts.model, "choices", choices, "usage",
+                     "prompt_tokens", (json_int_t)pt, "completion_tokens", (json_int_t)ct, "total_tokens",
+                     (json_int_t)(pt + ct));
+}
+
+/* One streamed event: item i, step j (output token j; step 0 with no tokens when max_tokens is 0). */
+static json_t *stream_obj(const sim_req_t *ctx, const sim_item_t *it, uint64_t j)
+{
+    uint64_t T = ctx->max_tokens;
+    int last = T == 0 || j + 1 == T;
+    uint64_t ntok = T == 0 ? 0 : j + 1;
+    if (ctx->route == ROUTE_GENERATE)
+        return generate_obj(ctx, it, ntok, last);
+    json_t *delta = T == 0 ? json_string("") : words_json(it, j, j + 1);
+    json_t *choice;
+    if (ctx->route == ROUTE_COMPLETIONS) {
+        choice = json_pack("{s:I,s:o,s:n,s:o}", "index", (json_int_t)it->index, "text", delta, "logprobs",
+                           "finish_reason", last ? json_string("length") : json_null());
+    } else {
+        json_t *d = json_pack("{s:o}", "content", delta);
+        if (j == 0)
+            json_object_set_new(d, "role", json_string("assistant"));
+        choice = json_pack("{s:I,s:o,s:n,s:o}", "index", (json_int_t)it->index, "delta", d, "logprobs",
+                           "finish_reason", last ? json_string("length") : json_null());
+    }
+    return json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", ctx->id, "object",
+                     ctx->route == ROUTE_COMPLETIONS ? "text_completion" : "chat.completion.chunk", "created",
+                     (json_int_t)ctx->created, "model", S.opts.model, "choices", choice);
+}
+
+static int sendbuf_append(sim_req_t *ctx, const char *s, size_t len)
+{
+    if (ctx->sendlen + len > ctx->sendcap) {
+        size_t ncap = ctx->sendcap ? ctx->sendcap : 4096;
+        while (ncap < ctx->sendlen + len)
+            ncap *= 2;
+        char *n = realloc(ctx->sendbuf, ncap);
+        if (n == NULL)
+            return PDR_ENOMEM;
+        ctx->sendbuf = n;
+        ctx->sendcap = ncap;
+    }
+    memcpy(ctx->sendbuf + ctx->sendlen, s, len);
+    ctx->sendlen += len;
+    return 0;
+}
+
+static int sendbuf_event(sim_req_t *ctx, json_t *obj)
+{
+    char *s = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    if (s == NULL)
+        return PDR_ENOMEM;
+    int r = sendbuf_append(ctx, "data: ", 6);
+    if (r == 0)
+        r = sendbuf_append(ctx, s, strlen(s));
+    if (r == 0)
+        r = sendbuf_append(ctx, "\n\n", 2);
+    free(s);
+    return r;
+}
+
+static void complete_ok(sim_req_t *ctx)
+{
+    ctx->finished = 1;
+    S.completed++;
+    if (S.die_at != 0 && S.completed >= S.die_at)
+        ctx->die_on_dispose = 1;
+    req_release(ctx);
+}
+
+/* --reset-after-tokens: abort hard (RST on HTTP/1, RST_STREAM on HTTP/2) in the middle of the body. */
+static void hard_reset(sim_req_t *ctx)
+{
+    if (ctx->req->version < 0x200) {
+        int fd = fd_of(ctx->req);
+        struct linger lg = {1, 0};
+        if (fd >= 0)
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    }
+    ctx->finished = 1;
+    S.resets++;
+    req_release(ctx);
+    h2o_send(ctx->req, NULL, 0, H2O_SEND_STATE_ERROR);
+}
+
+static void start_stream_response(sim_req_t *ctx)
+{
+    h2o_req_t *req = ctx->req;
+    ctx->started = 1;
+    uv_timer_stop(&ctx->peek);
+    req->res.status = 200;
+    req->res.reason = "OK";
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("text/event-stream"));
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
+    h2o_start_response(req, &ctx->gen);
+}
+
+static void on_timer_pump(uv_timer_t *t)
+{
+    pump(t->data);
+}
+
+static void pump_once(sim_req_t *ctx)
+{
+    if (ctx->req == NULL || ctx->stopped || ctx->finished || ctx->sending)
+        return;
+    if (ctx->abort_pending) {
+        ctx->finished = 1;
+        req_release(ctx);
+        h2o_send(ctx->req, NULL, 0, H2O_SEND_STATE_ERROR);
+        return;
+    }
+    uint64_t steps = ctx->max_tokens == 0 ? 1 : ctx->max_tokens;
+    uint64_t total = steps * ctx->n_items;
+    uint64_t now = uv_hrtime() / 1000;
+    ctx->sendlen = 0;
+    while (ctx->next_ev < total && ctx->sendlen < SIM_SEND_HIWAT) {
+        uint64_t j = ctx->next_ev / ctx->n_items;
+        if (ctx->gap_us > 0 && ctx->max_tokens > 0 && now < ctx->t0_us + (j + 1) * ctx->gap_us)
+            break;
+        if (ctx->reset_after > 0 && j >= (uint64_t)ctx->reset_after)
+            break;
+        if (sendbuf_event(ctx, stream_obj(ctx, &ctx->items[ctx->next_ev % ctx->n_items], j)) != 0) {
+            ctx->abort_pending = 1;
+            ctx->need_pump = 1;
+            return;
+        }
+        ctx->next_ev++;
+    }
+    if (ctx->next_ev == total) {
+        if (sendbuf_append(ctx, "data: [DONE]\n\n", 14) != 0) {
+            ctx->abort_pending = 1;
+            ctx->need_pump = 1;
+            return;
+        }
+        h2o_iovec_t buf = h2o_iovec_init(ctx->sendbuf, ctx->sendlen);
+        complete_ok(ctx);
+        h2o_send(ctx->req, &buf, 1, H2O_SEND_STATE_FINAL);
+        return;
+    }
+    if (ctx->sendlen > 0) {
+        h2o_iovec_t buf = h2o_iovec_init(ctx->sendbuf, ctx->sendlen);
+        ctx->sending = 1;
+        h2o_send(ctx->req, &buf, 1, H2O_SEND_STATE_IN_PROGRESS);
+        return;
+    }
+    uint64_t j = ctx->next_ev / ctx->n_items;
+    if (ctx->reset_after > 0 && j >= (uint64_t)ctx->reset_after) {
+        hard_reset(ctx);
+        return;
+    }
+    uint64_t due = ctx->t0_us + (j + 1) * ctx->gap_us;
+    uint64_t wait_ms = due > now ? (due - now + 999) / 1000 : 0;
+    uv_timer_start(&ctx->timer, on_timer_pump, wait_ms, 0);
+}
+
+static void pump(sim_req_t *ctx)
+{
+    if (ctx->in_pump) {
+        ctx->need_pump = 1;
+        return;
+    }
+    ctx->in_pump = 1;
+    do {
+        ctx->need_pump = 0;
+        pump_once(ctx);
+    } while (ctx->need_pump);
+    ctx->in_pump = 0;
+}
+
+/* A non-streaming answer, or its hard reset. */
+static void send_final(sim_req_t *ctx, uint64_t ntok)
+{
+    json_t *o = full_obj(ctx, ntok);
+    char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (s == NULL) {
+        req_fail(ctx, 500, "pdsim: out of memory building the response");
+        return;
+    }
+    size_t len = strlen(s);
+    if (ctx->reset_after > 0 && (uint64_t)ctx->reset_after < ntok) {
+        h2o_req_t *req = ctx->req;
+        size_t half = len / 2;
+        char *part = h2o_mem_alloc_pool(&req->pool, half + 1);
+        memcpy(part, s, half);
+        free(s);
+        req->res.status = 200;
+        req->res.reason = "OK";
+        req->res.content_length = len;
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                       H2O_STRLIT("application/json"));
+        ctx->started = 1;
+        h2o_start_response(req, &ctx->gen);
+        h2o_iovec_t buf = h2o_iovec_init(part, half);
+        if (req->version < 0x200) {
+            int fd = fd_of(req);
+            struct linger lg = {1, 0};
+            if (fd >= 0)
+                setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        }
+        ctx->finished = 1;
+        S.resets++;
+        req_release(ctx);
+        h2o_send(req, &buf, 1, H2O_SEND_STATE_ERROR);
+        return;
+    }
+    h2o_req_t *req = ctx->req;
+    complete_ok(ctx);
+    if (ctx->stream) {
+        /* A prefill's stream: one event with the whole object, then [DONE]. */
+        size_t blen = len + 32;
+        char *b = h2o_mem_alloc_pool(&req->pool, blen);
+        int n = snprintf(b, blen, "data: %s\n\ndata: [DONE]\n\n", s);
+        free(s);
+        req->res.status = 200;
+        req->res.reason = "OK";
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
+        send_body(req, 200, "text/event-stream", b, (size_t)n);
+        return;
+    }
+    send_body(req, 200, "application/json", s, len);
+    free(s);
+}
+
+static void on_timer_send_final(uv_timer_t *t)
+{
+    sim_req_t *ctx = t->data;
+    if (req_is_live(ctx))
+        send_final(ctx, ctx->max_tokens);
+}
+
+/* Output phase of role both and decode: the digests are known. */
+static void begin_output(sim_req_t *ctx)
+{
+    if (!req_is_live(ctx))
+        return;
+    pdsim_faults_t *f = &S.faults;
+    ctx->gap_us = f->drip_ms > 0 ? (uint64_t)f->drip_ms * 1000 : (uint64_t)S.opts.decode_us_per_token;
+    ctx->reset_after = f->reset_after_tokens;
+    ctx->t0_us = uv_hrtime() / 1000;
+    if (ctx->stream) {
+        start_stream_response(ctx);
+        pump(ctx);
+        return;
+    }
+    uint64_t ms = (ctx->gap_us * ctx->max_tokens + 999) / 1000;
+    if (ms == 0) {
+        send_final(ctx, ctx->max_tokens);
+        return;
+    }
+    uv_timer_start(&ctx->timer, on_timer_send_final, ms, 0);
+}
+
+/* ------------------------------------------------------------------ KV: compute, offer, fetch */
+
+static void kv_compute(sim_req_t *ctx, int fill)
+{
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        sim_item_t *it = &ctx->items[i];
+        if (fill)
+            pdsim_kv_fill(it->toks.ids, it->toks.n, (size_t)S.opts.kv_bytes_per_token, it->kv);
+        it->digest = pdsim_kv_digest(it->kv, it->kv_len);
+    }
+}
+
+static void kv_work_cb(uv_work_t *w)
+{
+    sim_req_t *ctx = w->data;
+    kv_compute(ctx, S.opts.role != PDSIM_ROLE_DECODE);
+}
+
+static void after_compute(sim_req_t *ctx);
+
+static void kv_after_work_cb(uv_work_t *w, int status)
+{
+    sim_req_t *ctx = w->data;
+    (void)status;
+    if (req_is_live(ctx)) {
+        if (S.shutting_down)
+            req_fail(ctx, 503, "pdsim is shutting down");
+        else
+            after_compute(ctx);
+    }
+    req_unref(ctx);
+}
+
+static void compute_then_continue(sim_req_t *ctx)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < ctx->n_items; i++)
+        total += ctx->items[i].kv_len;
+    if (total <= SIM_INLINE_KV) {
+        kv_compute(ctx, S.opts.role != PDSIM_ROLE_DECODE);
+        after_compute(ctx);
+        return;
+    }
+    ctx->work.data = ctx;
+    ctx->refs++;
+    if (uv_queue_work(S.loop, &ctx->work, kv_work_cb, kv_after_work_cb) != 0) {
+        ctx->refs--;
+        req_fail(ctx, 500, "pdsim: cannot queue the KV computation");
+    }
+}
+
+static void on_shim_done(void *arg, uint64_t room, int status, uint64_t bytes)
+{
+    sim_item_t *it = arg;
+    (void)room;
+    it->status = status;
+    it->bytes = bytes;
+    it->qnext = NULL;
+    pthread_mutex_lock(&S.qlock);
+    if (S.qtail != NULL)
+        S.qtail->qnext = it;
+    else
+        S.qhead = it;
+    S.qtail = it;
+    pthread_mutex_unlock(&S.qlock);
+    uv_async_send(&S.async);
+}
+
+static void transfers_done(sim_req_t *ctx)
+{
+    if (!req_is_live(ctx))
+        return;
+    if (ctx->op_error != 0) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "KV transfer failed for room %" PRIu64 ": PDR_%s (%s)", ctx->op_error_room,
+                 pdr_errname(ctx->op_error), pdr_strerror(ctx->op_error));
+        req_fail(ctx, 500, msg);
+        return;
+    }
+    if (S.opts.role == PDSIM_ROLE_PREFILL) {
+        send_final(ctx, 0);
+        return;
+    }
+    compute_then_continue(ctx); /* decode: hash what arrived */
+}
+
+static void item_done(sim_item_t *it)
+{
+    sim_req_t *ctx = it->ctx;
+    it->op_pending = 0;
+    ctx->ops_pending--;
+    if (it->status == 0) {
+        if (S.opts.role == PDSIM_ROLE_PREFILL)
+            S.kv_tx += it->bytes;
+        else
+            S.kv_rx += it->bytes;
+    } else if (ctx->op_error == 0) {
+        ctx->op_error = it->status;
+        ctx->op_error_room = it->room;
+        /* Fail the whole request at once: cancel the other rooms. */
+        for (size_t i = 0; i < ctx->n_items; i++)
+            if (ctx->items[i].op_pending && S.shim != NULL)
+                pdshim_cancel(S.shim, ctx->items[i].room);
+    }
+    if (ctx->ops_pending == 0)
+        transfers_done(ctx);
+    req_unref(ctx);
+}
+
+static void drain_queue(void)
+{
+    for (;;) {
+        pthread_mutex_lock(&S.qlock);
+        sim_item_t *it = S.qhead;
+        S.qhead = S.qtail = NULL;
+        pthread_mutex_unlock(&S.qlock);
+        if (it == NULL)
+            return;
+        while (it != NULL) {
+            sim_item_t *next = it->qnext;
+            item_done(it);
+            it = next;
+        }
+    }
+}
+
+static void on_async(uv_async_t *a)
+{
+    (void)a;
+    drain_queue();
+}
+
+static void start_transfers(sim_req_t *ctx)
+{
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        sim_item_t *it = &ctx->items[i];
+        pdshim_seg_t seg = {it->kv, it->kv_len};
+        int r;
+        if (S.opts.role == PDSIM_ROLE_PREFILL)
+            r = pdshim_offer(S.shim, it->room, &seg, 1, (uint32_t)S.opts.kv_timeout_ms, on_shim_done, it);
+        else
+            r = pdshim_fetch(S.shim, it->host, it->port, it->room, &seg, 1, (uint32_t)S.opts.kv_timeout_ms,
+                             on_shim_done, it);
+        if (r != 0) {
+            if (ctx->op_error == 0) {
+                ctx->op_error = r;
+                ctx->op_error_room = it->room;
+            }
+            break;
+        }
+        it->op_pending = 1;
+        ctx->ops_pending++;
+        ctx->refs++;
+    }
+    if (ctx->op_error != 0) {
+        for (size_t i = 0; i < ctx->n_items; i++)
+            if (ctx->items[i].op_pending)
+                pdshim_cancel(S.shim, ctx->items[i].room);
+    }
+    if (ctx->ops_pending == 0)
+        transfers_done(ctx);
+}
+
+static void on_stall_timeout(uv_timer_t *t)
+{
+    sim_req_t *ctx = t->data;
+    char msg[160];
+    snprintf(msg, sizeof(msg),
+             "KV transfer failed for room %" PRIu64 ": PDR_ETIMEDOUT (--stall-kv: never offered)",
+             ctx->items[0].room);
+    req_fail(ctx, 500, msg);
+}
+
+static void after_prefill_delay(sim_req_t *ctx)
+{
+    if (!req_is_live(ctx))
+        return;
+    if (S.opts.role == PDSIM_ROLE_BOTH) {
+        begin_output(ctx);
+    } else if (S.faults.stall_kv) {
+        uv_timer_start(&ctx->timer, on_stall_timeout, (uint64_t)S.opts.kv_timeout_ms, 0);
+    } else {
+        start_transfers(ctx);
+    }
+}
+
+static void on_prefill_delay(uv_timer_t *t)
+{
+    after_prefill_delay(t->data);
+}
+
+static void after_compute(sim_req_t *ctx)
+{
+    if (!req_is_live(ctx))
+        return;
+    if (S.opts.role == PDSIM_ROLE_DECODE) {
+        begin_output(ctx);
+        return;
+    }
+    uint64_t ms = (total_prompt_tokens(ctx) * (uint64_t)S.opts.prefill_us_per_token + 999) / 1000;
+    if (ms == 0) {
+        after_prefill_delay(ctx);
+        return;
+    }
+    uv_timer_start(&ctx->timer, on_prefill_delay, ms, 0);
+}
+
+/* ------------------------------------------------------------------ request parsing */
+
+static int toks_from_ids(const json_t *arr, pdsim_toks_t *t, char *err, size_t errlen)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(arr, i, v)
+    {
+        if (!json_is_integer(v)) {
+            snprintf(err, errlen, "token ids must be integers");
+            return PDR_EINVAL;
+        }
+        if (pdsim_toks_push(t, (int64_t)json_integer_value(v)) != 0)
+            return PDR_ENOMEM;
+    }
+    return pdsim_toks_finish(t);
+}
+
+static int toks_from_text(const json_t *s, pdsim_toks_t *t)
+{
+    if (pdsim_tokenize(t, json_string_value(s), json_string_length(s)) != 0)
+        return PDR_ENOMEM;
+    return pdsim_toks_finish(t);
+}
+
+static int add_items(sim_req_t *ctx, size_t n)
+{
+    ctx->items = calloc(n, sizeof(*ctx->items));
+    if (ctx->items == NULL)
+        return PDR_ENOMEM;
+    ctx->n_items = n;
+    for (size_t i = 0; i < n; i++) {
+        ctx->items[i].ctx = ctx;
+        ctx->items[i].index = i;
+    }
+    return 0;
+}
+
+/* A list of prompts: each element a string or a list of ids. */
+static int prompts_from_list(sim_req_t *ctx, const json_t *list, char *err, size_t errlen)
+{
+    size_t n = json_array_size(list);
+    if (n == 0) {
+        snprintf(err, errlen, "the prompt list is empty");
+        return PDR_EINVAL;
+    }
+    if (add_items(ctx, n) != 0)
+        return PDR_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(list, i);
+        int r;
+        if (json_is_string(e))
+            r = toks_from_text(e, &ctx->items[i].toks);
+        else if (json_is_array(e))
+            r = toks_from_ids(e, &ctx->items[i].toks, err, errlen);
+        else {
+            snprintf(err, errlen, "each prompt must be a string or a list of token ids");
+            r = PDR_EINVAL;
+        }
+        if (r != 0)
+            return r;
+    }
+    return 0;
+}
+
+static int append_text(pdsim_toks_t *t, const json_t *s)
+{
+    return json_is_string(s) ? pdsim_tokenize(t, json_string_value(s), json_string_length(s)) : 0;
+}
+
+static int parse_prompts(sim_req_t *ctx, const json_t *body, char *err, size_t errlen)
+{
+    if (ctx->route == ROUTE_GENERATE) {
+        json_t *ids = json_object_get(body, "input_ids"), *text = json_object_get(body, "text");
+        if (ids != NULL && !json_is_null(ids)) {
+            if (!json_is_array(ids)) {
+                snprintf(err, errlen, "input_ids must be a list");
+                return PDR_EINVAL;
+            }
+            if (json_array_size(ids) > 0 && json_is_array(json_array_get(ids, 0))) {
+                ctx->batch = 1;
+                return prompts_from_list(ctx, ids, err, errlen);
+            }
+            if (add_items(ctx, 1) != 0)
+                return PDR_ENOMEM;
+            return toks_from_ids(ids, &ctx->items[0].toks, err, errlen);
+        }
+        if (json_is_string(text)) {
+            if (add_items(ctx, 1) != 0)
+                return PDR_ENOMEM;
+            return toks_from_text(text, &ctx->items[0].toks);
+        }
+        if (json_is_array(text)) {
+            ctx->batch = 1;
+            return prompts_from_list(ctx, text, err, errlen);
+        }
+        snprintf(err, errlen, "either text or input_ids is required");
+        return PDR_EINVAL;
+    }
+    if (ctx->route == ROUTE_COMPLETIONS) {
+        json_t *p = json_object_get(body, "prompt");
+        if (json_is_string(p)) {
+            if (add_items(ctx, 1) != 0)
+                return PDR_ENOMEM;
+            return toks_from_text(p, &ctx->items[0].toks);
+        }
+        if (json_is_array(p)) {
+            json_t *first = json_array_get(p, 0);
+            if (first == NULL || json_is_integer(first)) {
+                if (add_items(ctx, 1) != 0)
+                    return PDR_ENOMEM;
+                return toks_from_ids(p, &ctx->items[0].toks, err, errlen);
+            }
+            ctx->batch = 1;
+            return prompts_from_list(ctx, p, err, errlen);
+        }
+        snprintf(err, errlen, "prompt is required (a string, a list of token ids or a list of prompts)");
+        return PDR_EINVAL;
+    }
+    json_t *msgs = json_object_get(body, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+        snprintf(err, errlen, "messages must be a non-empty list");
+        return PDR_EINVAL;
+    }
+    json_t *nj = json_object_get(body, "n");
+    json_int_t n = 1;
+    if (nj != NULL && !json_is_null(nj)) {
+        if (!json_is_integer(nj) || json_integer_value(nj) < 1 || json_integer_value(nj) > 128) {
+            snprintf(err, errlen, "n must be an integer in [1, 128]");
+            return PDR_EINVAL;
+        }
+        n = json_integer_value(nj);
+    }
+    ctx->batch = n > 1;
+    if (add_items(ctx, (size_t)n) != 0)
+        return PDR_ENOMEM;
+    pdsim_toks_t *t = &ctx->items[0].toks;
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m)
+    {
+        if (!json_is_object(m)) {
+            snprintf(err, errlen, "each message must be an object");
+            return PDR_EINVAL;
+        }
+        json_t *content = json_object_get(m, "content");
+        if (append_text(t, json_object_get(m, "role")) != 0 || append_text(t, content) != 0)
+            return PDR_ENOMEM;
+        if (json_is_array(content)) { /* content parts: [{"type":"text","text":...}] */
+            size_t k;
+            json_t *part;
+            json_array_foreach(content, k, part)
+            {
+                if (append_text(t, json_object_get(part, "text")) != 0)
+                    return PDR_ENOMEM;
+            }
+        }
+    }
+    if (pdsim_toks_finish(t) != 0)
+        return PDR_ENOMEM;
+    for (size_t k = 1; k < (size_t)n; k++) {
+        for (size_t x = 0; x < t->n; x++)
+            if (pdsim_toks_push(&ctx->items[k].toks, t->ids[x]) != 0)
+                return PDR_ENOMEM;
+    }
+    return 0;
+}
+
+/* Element i of a bootstrap field: the array element in a batch, the value itself otherwise. */
+static json_t *field_at(const sim_req_t *ctx, json_t *v, size_t i, int *bad)
+{
+    if (v == NULL || json_is_null(v))
+        return NULL;
+    if (json_is_array(v)) {
+        if (json_array_size(v) != ctx->n_items) {
+            *bad = 1;
+            return NULL;
+        }
+        return json_array_get(v, i);
+    }
+    return v;
+}
+
+static int parse_bootstrap(sim_req_t *ctx, const json_t *body, char *err, size_t errlen)
+{
+    json_t *rooms = json_object_get(body, "bootstrap_room");
+    json_t *hosts = json_object_get(body, "bootstrap_host");
+    json_t *ports = json_object_get(body, "bootstrap_port");
+    int decode = S.opts.role == PDSIM_ROLE_DECODE;
+    if (json_is_integer(rooms) && ctx->n_items > 1) {
+        snprintf(err, errlen, "bootstrap_room must be a list of %zu rooms for this batch", ctx->n_items);
+        return PDR_EINVAL;
+    }
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        sim_item_t *it = &ctx->items[i];
+        int bad = 0;
+        json_t *r = field_at(ctx, rooms, i, &bad);
+        if (bad || !json_is_integer(r) || json_integer_value(r) < 0) {
+            snprintf(err, errlen, "bootstrap_room is required: an integer in [0, 2^63-1]%s",
+                     ctx->batch ? ", one per batch item" : "");
+            return PDR_EINVAL;
+        }
+        it->room = (uint64_t)json_integer_value(r);
+        if (!decode)
+            continue;
+        json_t *h = field_at(ctx, hosts, i, &bad);
+        json_t *p = field_at(ctx, ports, i, &bad);
+        if (bad || !json_is_string(h) || !json_is_integer(p) || json_integer_value(p) < 1 ||
+            json_integer_value(p) > 65535) {
+            snprintf(err, errlen,
+                     "bootstrap_host (string) and bootstrap_port (integer) are required on a decode");
+            return PDR_EINVAL;
+        }
+        it->host = json_string_value(h);
+        it->port = (int)json_integer_value(p);
+    }
+    return 0;
+}
+
+static int parse_max_tokens(sim_req_t *ctx, const json_t *body, char *err, size_t errlen)
+{
+    json_t *v = NULL;
+    if (ctx->route == ROUTE_GENERATE) {
+        json_t *sp = json_object_get(body, "sampling_params");
+        if (json_is_object(sp))
+            v = json_object_get(sp, "max_new_tokens");
+    } else {
+        v = json_object_get(body, "max_tokens");
+        if ((v == NULL || json_is_null(v)) && ctx->route == ROUTE_CHAT)
+            v = json_object_get(body, "max_completion_tokens");
+    }
+    if (v == NULL || json_is_null(v)) {
+        ctx->max_tokens = (uint64_t)S.opts.max_tokens_default;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > PDSIM_MAX_TOKENS) {
+        snprintf(err, errlen, "the maximum number of tokens must be an integer in [0, %d]", PDSIM_MAX_TOKENS);
+        return PDR_EINVAL;
+    }
+    ctx->max_tokens = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+static json_t *field_or_null(const json_t *body, const char *key)
+{
+    json_t *v = json_object_get(body, key);
+    return v != NULL ? json_incref(v) : json_null();
+}
+
+static void record_last(const char *path, const json_t *body)
+{
+    json_t *o = json_pack(
+        "{s:s,s:o,s:o,s:o,s:b}", "path", path, "room", field_or_null(body, "bootstrap_room"),
+        "bootstrap_host", field_or_null(body, "bootstrap_host"), "bootstrap_port",
+        field_or_null(body, "bootstrap_port"), "stream", json_is_true(json_object_get(body, "stream")));
+    if (o == NULL)
+        return;
+    json_decref(S.last[S.last_pos % SIM_LAST_MAX]);
+    S.last[S.last_pos % SIM_LAST_MAX] = o;
+    S.last_pos++;
+}
+
+static void handle_generate(h2o_req_t *req, enum sim_route route, const char *path)
+{
+    S.requests++;
+    if (S.faults.fail_status != 0) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "pdsim: injected failure (--fail-status %d)", S.faults.fail_status);
+        S.errors++;
+        send_error(req, S.faults.fail_status, msg);
+        return;
+    }
+    sim_req_t *ctx = req_new(req, route);
+    if (ctx == NULL) {
+        send_error(req, 503, "pdsim: out of memory");
+        return;
+    }
+    if (S.faults.hang_before_headers) {
+        ctx->hang = 1; /* accepted, never answered; the peek timer or dispose notices the client leaving */
+        return;
+    }
+    json_error_t jerr;
+    char err[256];
+    ctx->body = json_loadb(req->entity.base, req->entity.len, 0, &jerr);
+    if (ctx->body == NULL || !json_is_object(ctx->body)) {
+        snprintf(err, sizeof(err), "malformed JSON body: %s",
+                 ctx->body == NULL ? jerr.text : "not an object");
+        req_fail(ctx, 400, err);
+        return;
+    }
+    record_last(path, ctx->body);
+    ctx->stream = json_is_true(json_object_get(ctx->body, "stream"));
+    ctx->return_logprob =
+        route == ROUTE_GENERATE && json_is_true(json_object_get(ctx->body, "return_logprob"));
+    err[0] = 0;
+    int r = parse_prompts(ctx, ctx->body, err, sizeof(err));
+    if (r == 0)
+        r = parse_max_tokens(ctx, ctx->body, err, sizeof(err));
+    if (r == 0 && S.opts.role != PDSIM_ROLE_BOTH)
+        r = parse_bootstrap(ctx, ctx->body, err, sizeof(err));
+    if (r != 0) {
+        if (r == PDR_ENOMEM)
+            req_fail(ctx, 503, "pdsim: out of memory");
+        else
+            req_fail(ctx, 400, err);
+        return;
+    }
+    if (S.opts.role == PDSIM_ROLE_BOTH)
+        snprintf(ctx->id, sizeof(ctx->id), "pdsim-%" PRIu64, ++S.counter);
+    else
+        snprintf(ctx->id, sizeof(ctx->id), "pdsim-%" PRIu64, ctx->items[0].room);
+    uint64_t bpt = (uint64_t)S.opts.kv_bytes_per_token, total = 0;
+    for (size_t i = 0; i < ctx->n_items; i++)
+        total += (uint64_t)ctx->items[i].toks.n * bpt;
+    if (total > PDSIM_KV_CAP) {
+        snprintf(err, sizeof(err), "the request's KV (%" PRIu64 " bytes) exceeds pdsim's 1 GiB cap", total);
+        req_fail(ctx, 413, err);
+        return;
+    }
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        sim_item_t *it = &ctx->items[i];
+        it->kv_len = it->toks.n * (size_t)bpt;
+        it->kv = malloc(it->kv_len);
+        if (it->kv == NULL) {
+            req_fail(ctx, 503, "pdsim: out of memory for the KV buffer");
+            return;
+        }
+    }
+    if (S.opts.role == PDSIM_ROLE_DECODE)
+        start_transfers(ctx);
+    else
+        compute_then_continue(ctx);
+}
+
+/* ------------------------------------------------------------------ other routes */
+
+static void send_stats(h2o_req_t *req)
+{
+    json_t *last = json_array();
+    size_t n = S.last_pos < SIM_LAST_MAX ? S.last_pos : SIM_LAST_MAX;
+    for (size_t k = S.last_pos - n; k < S.last_pos; k++)
+        json_array_append(last, S.last[k % SIM_LAST_MAX]);
+    json_t *o = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "role", role_name(S.opts.role),
+                          "requests", (json_int_t)S.requests, "completed", (json_int_t)S.completed,
+                          "cancelled", (json_int_t)S.cancelled, "errors", (json_int_t)S.errors, "resets",
+                          (json_int_t)S.resets, "inflight", (json_int_t)S.nreqs, "kv_bytes_received",
+                          (json_int_t)S.kv_rx, "kv_bytes_sent", (json_int_t)S.kv_tx, "last", last);
+    send_json(req, 200, o);
+    json_decref(o);
+}
+
+static json_t *faults_obj(void)
+{
+    const pdsim_faults_t *f = &S.faults;
+    return json_pack("{s:b,s:i,s:b,s:I,s:I,s:b,s:I}", "fail_health", f->fail_health, "fail_status",
+                     f->fail_status, "hang_before_headers", f->hang_before_headers, "drip_ms",
+                     (json_int_t)f->drip_ms, "reset_after_tokens", (json_int_t)f->reset_after_tokens,
+                     "stall_kv", f->stall_kv, "die_after", (json_int_t)f->die_after);
+}
+
+static void set_die_after(int64_t n)
+{
+    S.faults.die_after = n;
+    S.die_at = n > 0 ? S.completed + (uint64_t)n : 0;
+}
+
+static int fault_int(json_t *body, const char *key, int64_t min, int64_t max, int64_t *out)
+{
+    json_t *v = json_object_get(body, key);
+    if (v == NULL)
+        return 0;
+    if (json_is_boolean(v)) {
+        *out = json_is_true(v);
+    } else if (json_is_integer(v) && json_integer_value(v) >= min && json_integer_value(v) <= max) {
+        *out = json_integer_value(v);
+    } else if (json_is_null(v)) {
+        *out = 0;
+    } else {
+        return PDR_EINVAL;
+    }
+    return 0;
+}
+
+static void handle_fault(h2o_req_t *req)
+{
+    json_error_t jerr;
+    json_t *body = json_loadb(req->entity.base, req->entity.len, 0, &jerr);
+    if (!json_is_object(body)) {
+        json_decref(body);
+        send_error(req, 400, "malformed JSON body: expected an object of fault knobs");
+        return;
+    }
+    pdsim_faults_t f = S.faults;
+    int64_t die = f.die_after, v;
+    int bad = 0;
+    if (json_is_true(json_object_get(body, "reset"))) {
+        memset(&f, 0, sizeof(f));
+        die = 0;
+    }
+#define KNOB(key, field, min, max)                                                                           \
+    v = f.field;                                                                                             \
+    if (fault_int(body, key, min, max, &v) != 0)                                                             \
+        bad = 1;                                                                                             \
+    else                                                                                                     \
+        f.field = v;
+    KNOB("fail_health", fail_health, 0, 1)
+    KNOB("fail_status", fail_status, 0, 599)
+    KNOB("hang_before_headers", hang_before_headers, 0, 1)
+    KNOB("drip_ms", drip_ms, 0, 3600000)
+    KNOB("reset_after_tokens", reset_after_tokens, 0, PDSIM_MAX_TOKENS)
+    KNOB("stall_kv", stall_kv, 0, 1)
+#undef KNOB
+    int die_set = json_object_get(body, "die_after") != NULL || json_is_true(json_object_get(body, "reset"));
+    if (fault_int(body, "die_after", 0, INT32_MAX, &die) != 0)
+        bad = 1;
+    if (fault_int(body, "prefill_us_per_token", 0, 10000000, &S.opts.prefill_us_per_token) != 0 ||
+        fault_int(body, "decode_us_per_token", 0, 10000000, &S.opts.decode_us_per_token) != 0)
+        bad = 1;
+    json_decref(body);
+    if (bad || (f.fail_status != 0 && f.fail_status < 400)) {
+        send_error(req, 400, "bad fault knob: booleans, or integers in range (fail_status 400-599 or 0)");
+        return;
+    }
+    S.faults = f;
+    if (die_set)
+        set_die_after(die);
+    json_t *o = faults_obj();
+    send_json(req, 200, o);
+    json_decref(o);
+}
+
+static int path_is(const h2o_req_t *req, const char *p)
+{
+    size_t n = strlen(p);
+    return req->path_normalized.len == n && memcmp(req->path_normalized.base, p, n) == 0;
+}
+
+static int method_is(const h2o_req_t *req, const char *m)
+{
+    size_t n = strlen(m);
+    return req->method.len == n && memcmp(req->method.base, m, n) == 0;
+}
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    (void)self;
+    static const struct {
+        const char *path;
+        enum sim_route route;
+    } gen_routes[] = {{"/generate", ROUTE_GENERATE},
+                      {"/v1/completions", ROUTE_COMPLETIONS},
+                      {"/v1/chat/completions", ROUTE_CHAT}};
+    for (size_t i = 0; i < sizeof(gen_routes) / sizeof(gen_routes[0]); i++) {
+        if (path_is(req, gen_routes[i].path)) {
+            if (!method_is(req, "POST"))
+                send_error(req, 405, "use POST");
+            else if (S.shutting_down)
+                send_error(req, 503, "pdsim is shutting down");
+            else
+                handle_generate(req, gen_routes[i].route, gen_routes[i].path);
+            return 0;
+        }
+    }
+    if (path_is(req, "/health") || path_is(req, "/health_generate")) {
+        if (S.faults.fail_health || S.shutting_down)
+            send_body(req, 503, "text/plain", "unhealthy\n", 10);
+        else
+            send_body(req, 200, "text/plain", "ok", 2);
+    } else if (path_is(req, "/v1/models")) {
+        json_t *o = json_pack("{s:s,s:[{s:s,s:s,s:i,s:s,s:s}]}", "object", "list", "data", "id", S.opts.model,
+                              "object", "model", "created", 0, "owned_by", "pdsim", "root", S.opts.model);
+        send_json(req, 200, o);
+        json_decref(o);
+    } else if (path_is(req, "/get_model_info")) {
+        json_t *o = json_pack("{s:s,s:s,s:b}", "model_path", S.opts.model, "tokenizer_path", S.opts.model,
+                              "is_generation", 1);
+        send_json(req, 200, o);
+        json_decref(o);
+    } else if (path_is(req, "/pdsim/stats")) {
+        send_stats(req);
+    } else if (path_is(req, "/pdsim/fault")) {
+        if (method_is(req, "POST")) {
+            handle_fault(req);
+        } else {
+            json_t *o = faults_obj();
+            send_json(req, 200, o);
+            json_decref(o);
+        }
+    } else {
+        send_error(req, 404, "no such route on pdsim");
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ listener, start, shutdown */
+
+static void on_conn_close(uv_handle_t *h)
+{
+    sim_conn_t *c = (sim_conn_t *)h;
+    c->prev->next = c->next;
+    c->next->prev = c->prev;
+    S.nconns--;
+    free(c);
+    if (S.shutting_down && S.nreqs == 0 && S.nconns == 0 && S.on_drained != NULL)
+        S.on_drained();
+}
+
+static void on_accept(uv_stream_t *listener, int status)
+{
+    if (status != 0)
+        return;
+    sim_conn_t *c = malloc(sizeof(*c));
+    if (c == NULL)
+        return;
+    uv_tcp_init(listener->loop, &c->tcp);
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+        uv_close((uv_handle_t *)&c->tcp, (uv_close_cb)free);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    c->next = &S.conns;
+    c->prev = S.conns.prev;
+    S.conns.prev->next = c;
+    S.conns.prev = c;
+    S.nconns++;
+    h2o_accept(&S.actx, h2o_uv_socket_create((uv_stream_t *)&c->tcp, on_conn_close));
+}
+
+int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
+{
+    S.loop = loop;
+    S.opts = *opts;
+    S.faults = opts->faults;
+    set_die_after(opts->faults.die_after);
+    S.conns.next = S.conns.prev = &S.conns;
+    S.reqs.next = S.reqs.prev = &S.reqs;
+    pthread_mutex_init(&S.qlock, NULL);
+    uv_async_init(loop, &S.async, on_async);
+    uv_timer_init(loop, &S.die_timer);
+
+    h2o_config_init(&S.config);
+    S.config.max_request_entity_size = SIM_MAX_BODY;
+    h2o_hostconf_t *host = h2o_config_register_host(&S.config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
+    h2o_handler_t *handler = h2o_create_handler(path, sizeof(*handler));
+    handler->on_req = on_req;
+    h2o_context_init(&S.ctx, loop, &S.config);
+    S.actx.ctx = &S.ctx;
+    S.actx.hosts = S.config.hosts;
+
+    if (opts->role != PDSIM_ROLE_BOTH) {
+        pdshim_opts_t so = {0};
+        so.listen_host = opts->role == PDSIM_ROLE_PREFILL ? opts->host : NULL;
+        so.listen_port = opts->role == PDSIM_ROLE_PREFILL ? opts->bootstrap_port : 0;
+        so.default_timeout_ms = (uint32_t)opts->kv_timeout_ms;
+        int err = 0;
+        S.shim = pdshim_create(&so, &err);
+        if (S.shim == NULL) {
+            pdr_error("pdsim: cannot start the shim%s (bootstrap port %d): %s",
+                      so.listen_host ? " listener" : "", so.listen_port, pdshim_strerror(err));
+            return err != 0 ? err : PDR_EIO;
+        }
+    }
+
+    struct sockaddr_storage addr;
+    int r = strchr(opts->host, ':') != NULL
+                ? uv_ip6_addr(opts->host, opts->port, (struct sockaddr_in6 *)&addr)
+                : uv_ip4_addr(opts->host, opts->port, (struct sockaddr_in *)&addr);
+    if (r != 0) {
+        pdr_error("pdsim: bad --host %s: %s", opts->host, uv_strerror(r));
+        return PDR_EINVAL;
+    }
+    uv_tcp_init(loop, &S.listener);
+    if ((r = uv_tcp_bind(&S.listener, (struct sockaddr *)&addr, 0)) != 0 ||
+        (r = uv_listen((uv_stream_t *)&S.listener, 1024, on_accept)) != 0) {
+        pdr_error("pdsim: cannot listen on %s:%d: %s", opts->host, opts->port, uv_strerror(r));
+        return PDR_EIO;
+    }
+    pdr_info("pdsim: role %s listening on %s:%d%s", role_name(opts->role), opts->host, opts->port,
+             opts->role == PDSIM_ROLE_PREFILL ? " (bootstrap port open)" : "");
+    return 0;
+}
+
+/* Stops accepting, fails what is pending, half-closes every connection so h2o closes it, and calls
+ * on_drained once no connection and no request is left. */
+void pdsim_server_shutdown(void (*on_drained)(void))
+{
+    if (S.shutting_down)
+        return;
+    S.shutting_down = 1;
+    S.on_drained = on_drained;
+    if (!uv_is_closing((uv_handle_t *)&S.listener))
+        uv_close((uv_handle_t *)&S.listener, NULL);
+    if (S.shim != NULL) {
+        pdshim_destroy(S.shim); /* pending operations complete with PDR_ECLOSED, into the queue */
+        S.shim = NULL;
+    }
+    drain_queue();
+    for (sim_req_t *ctx = S.reqs.next, *next; ctx != &S.reqs; ctx = next) {
+        next = ctx->next;
+        if (!req_is_live(ctx))
+            continue;
+        if (!ctx->started) {
+            req_fail(ctx, 503, "pdsim is shutting down");
+        } else if (ctx->sending) {
+            ctx->abort_pending = 1;
+        } else {
+            ctx->abort_pending = 1;
+            pump(ctx);
+        }
+    }
+    /* Idle keep-alive connections are in h2o's read: an EOF makes h2o close them cleanly. */
+    for (sim_conn_t *c = S.conns.next; c != &S.conns; c = c->next) {
+        uv_os_fd_t fd;
+        if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+            shutdown(fd, SHUT_RD);
+    }
+    if (S.nreqs == 0 && S.nconns == 0)
+        on_drained();
+}
+
+/* After the loop stopped: closes what is left and frees h2o's state. The caller runs the loop once
+ * more so the close callbacks run, then closes the loop. */
+void pdsim_server_dispose(void)
+{
+    drain_queue();
+    uv_close((uv_handle_t *)&S.async, NULL);
+    uv_close((uv_handle_t *)&S.die_timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&S.listener))
+        uv_close((uv_handle_t *)&S.listener, NULL);
+    h2o_context_dispose(&S.ctx);
+    h2o_config_dispose(&S.config);
+    for (size_t i = 0; i < SIM_LAST_MAX; i++)
+        json_decref(S.last[i]);
+    pthread_mutex_destroy(&S.qlock);
+}

@@ -1,0 +1,38 @@
+# Transport engine and worker-shim tests (unit, integration, fuzz seed replay, python binding).
+set(PDR_XFER_TEST_DIR ${CMAKE_CURRENT_SOURCE_DIR})
+
+function(pdr_xfer_test name src timeout)
+  add_executable(${name} ${src})
+  target_include_directories(${name} PRIVATE ${PDR_XFER_TEST_DIR}/integration ${PROJECT_SOURCE_DIR}/transport)
+  target_link_libraries(${name} PRIVATE ${ARGN} pdr_common Threads::Threads)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} SKIP_RETURN_CODE 77)
+endfunction()
+
+pdr_xfer_test(test_shim_basic ${PDR_XFER_TEST_DIR}/integration/test_shim_basic.c 60 pdshim)
+
+# The ctypes binding, from python3, against the freshly built libpdshim.so.
+add_test(NAME test_shim_python
+         COMMAND ${Python3_EXECUTABLE} ${PDR_XFER_TEST_DIR}/integration/test_shim_python.py ${CMAKE_BINARY_DIR})
+set(PDR_XFER_PY_ENV "PDSHIM_LIB=$<TARGET_FILE:pdshim>")
+if(PDR_SANITIZE)
+  # python3 itself is not instrumented: the ASan runtime must be loaded first, and python's own
+  # allocations at exit are not ours to report.
+  execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so
+                  OUTPUT_VARIABLE PDR_LIBASAN OUTPUT_STRIP_TRAILING_WHITESPACE)
+  list(APPEND PDR_XFER_PY_ENV "LD_PRELOAD=${PDR_LIBASAN}" "ASAN_OPTIONS=detect_leaks=0")
+endif()
+set_tests_properties(test_shim_python PROPERTIES TIMEOUT 60 ENVIRONMENT "${PDR_XFER_PY_ENV}")
+
+pdr_xfer_test(test_transport_wire ${PDR_XFER_TEST_DIR}/unit/test_transport_wire.c 30 pdr_transport)
+pdr_xfer_test(test_transport_engine ${PDR_XFER_TEST_DIR}/unit/test_transport_engine.c 60 pdr_transport)
+
+# The wire-descriptor fuzz target: libFuzzer with -DPDR_LIBFUZZER (clang), else a replay of the seeds
+# and their deterministic mutations.
+add_executable(fuzz_xfer_frame ${PDR_XFER_TEST_DIR}/fuzz/fuzz_xfer_frame.c)
+target_link_libraries(fuzz_xfer_frame PRIVATE pdr_transport)
+add_test(NAME fuzz_xfer_frame COMMAND fuzz_xfer_frame ${PDR_XFER_TEST_DIR}/fuzz/corpus/xfer)
+set_tests_properties(fuzz_xfer_frame PROPERTIES TIMEOUT 60)
+
+pdr_xfer_test(test_shim_faults ${PDR_XFER_TEST_DIR}/integration/test_shim_faults.c 90 pdshim pdr_transport)
+pdr_xfer_test(test_shim_big ${PDR_XFER_TEST_DIR}/integration/test_shim_big.c 120 pdshim)

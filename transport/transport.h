@@ -1,0 +1,102 @@
+/*
+ * transport — the KV transfer engine. Moves the bytes of a "room" (one request's KV cache, a list of
+ * memory segments) from the process that produced it (the prefill, which *pushes*) to the process
+ * that needs it (the decode, which *pulls*). v1 backend: TCP, host memory.
+ *
+ *   prefill: eng = pdr_xfer_engine_create({.listen_host = "0.0.0.0", .listen_port = 8998}, &err);
+ *            pdr_xfer_push(eng, room, segs, nseg, timeout_ms, cb, arg);
+ *   decode:  eng = pdr_xfer_engine_create({0}, &err);
+ *            pdr_xfer_pull(eng, "10.0.0.7", 8998, room, segs, nseg, timeout_ms, cb, arg);
+ *
+ * Push and pull may be posted in either order; each has a deadline. The pulling engine keeps one
+ * connection per peer (host:port) and multiplexes every room over it; a failed room never closes the
+ * connection or touches another room, and a dead connection is replaced on the next pull. No buffer
+ * proportional to the size of a room is ever allocated: host segments are written to and read from
+ * the socket directly. docs/internals/transport.md describes the wire protocol, threads and limits.
+ *
+ * Threading: every function may be called from any thread, except pdr_xfer_engine_destroy (not from
+ * a callback). Each engine runs one I/O thread; every callback runs there, exactly once per accepted
+ * operation, never inside the call that posted it. Callbacks must not block.
+ *
+ * Errors: negative PDR_E* codes (common/err.h). Operation statuses: 0, PDR_ETIMEDOUT (deadline),
+ * PDR_EPEERGONE (connection lost or peer silent past the heartbeat timeout), PDR_ECONNREFUSED,
+ * PDR_ESIZE (source and destination totals differ), PDR_ENOROOM (the peer was reachable but never
+ * offered the room before the deadline), PDR_ECANCELED (canceled here or by the peer), PDR_EEXIST
+ * (another pull of this room is already being served by the peer), PDR_EPROTO (the peer sent a
+ * malformed frame; its connection was closed), PDR_ECLOSED (engine destroyed).
+ */
+#ifndef PDR_TRANSPORT_H
+#define PDR_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pdr_xfer_engine pdr_xfer_engine_t;
+
+/* One contiguous piece of a room. Layout-compatible with pdshim_seg_t. */
+typedef struct pdr_xfer_seg {
+    void *addr;
+    size_t len;
+} pdr_xfer_seg_t;
+
+/* Where memory lives; the engine picks a backend per memory kind. */
+enum pdr_xfer_mem_kind {
+    PDR_XFER_MEM_HOST = 0, /* v1: the only kind supported */
+    PDR_XFER_MEM_CUDA = 1, /* reserved for the cuda_ipc / staged TCP backends */
+};
+
+/* Every field may be 0, which selects the default in brackets. */
+typedef struct pdr_xfer_opts {
+    const char *listen_host;       /* NULL: no listener (pull-only engine) */
+    int listen_port;               /* 0: ephemeral, see pdr_xfer_listen_port() */
+    uint32_t default_timeout_ms;   /* [30000] used when an operation passes 0 */
+    size_t max_segments;           /* [65536] per room */
+    size_t max_rooms;              /* [65536] pending operations per engine (push + pull) */
+    size_t chunk_bytes;            /* [1 MiB] payload per DATA frame, at most PDR_XFER_MAX_CHUNK */
+    uint32_t heartbeat_ms;         /* [1000] PING a connection with pending rooms after this quiet time */
+    uint32_t heartbeat_timeout_ms; /* [5000] silence after which the peer is gone (PDR_EPEERGONE) */
+    int sock_buf_bytes;            /* [4 MiB] SO_SNDBUF / SO_RCVBUF; -1 leaves the kernel's autotuning */
+} pdr_xfer_opts_t;
+
+/* Called once per accepted push or pull, on the engine's I/O thread. status is 0 or a negative PDR_E*
+ * code; bytes is the number of bytes moved (all of them on success). */
+typedef void (*pdr_xfer_done_cb)(void *arg, uint64_t room, int status, uint64_t bytes);
+
+/* Creates an engine, binds the listener if asked and starts the I/O thread. Returns NULL and sets
+ * *err (PDR_EINVAL, PDR_ENOMEM, PDR_EIO when the address cannot be bound) on failure. */
+pdr_xfer_engine_t *pdr_xfer_engine_create(const pdr_xfer_opts_t *opts, int *err);
+/* The bound listen port, or -1 without a listener. */
+int pdr_xfer_listen_port(const pdr_xfer_engine_t *eng);
+/* Fails every pending operation with PDR_ECLOSED (their callbacks run before this returns), closes
+ * every connection, joins the I/O thread and frees everything. Not from a callback. */
+void pdr_xfer_engine_destroy(pdr_xfer_engine_t *eng);
+
+/* Describes a memory region to the engine. Host memory needs no registration (an unregistered
+ * address is host memory); v1 accepts PDR_XFER_MEM_HOST and answers PDR_ENOTSUP for anything else.
+ * Returns 0 or a PDR_E* code. */
+int pdr_xfer_mem_register(pdr_xfer_engine_t *eng, void *addr, size_t len, int kind);
+int pdr_xfer_mem_unregister(pdr_xfer_engine_t *eng, void *addr);
+
+/* Prefill side: the room's bytes are ready in segs (their concatenation, in order). The engine sends
+ * them to the peer that pulls this room and completes when the peer acknowledged every byte; with
+ * nobody pulling before the deadline it fails with PDR_ETIMEDOUT. The segs array is copied; the
+ * memory must stay valid and unchanged until the callback ran. timeout_ms 0: the default. Returns 0
+ * (the callback will run) or PDR_EINVAL, PDR_ETOOBIG (too many segments or rooms), PDR_EEXIST (this
+ * room is already being pushed here), PDR_ENOMEM, PDR_ECLOSED (the callback will not run). */
+int pdr_xfer_push(pdr_xfer_engine_t *eng, uint64_t room, const pdr_xfer_seg_t *segs, size_t nseg,
+                  uint32_t timeout_ms, pdr_xfer_done_cb cb, void *arg);
+
+/* Decode side: fetch the room from the engine listening at host:port into segs. The total length
+ * must equal the pushed total (PDR_ESIZE otherwise, on both sides). host is a numeric address or a
+ * name (resolved in the calling thread). Same return convention as pdr_xfer_push; PDR_EEXIST if this
+ * room is already being pulled here. */
+int pdr_xfer_pull(pdr_xfer_engine_t *eng, const char *host, int port, uint64_t room,
+                  const pdr_xfer_seg_t *segs, size_t nseg, uint32_t timeout_ms, pdr_xfer_done_cb cb,
+                  void *arg);
+
+/* Cancels the pending push and/or pull of this room: callbacks run with PDR_ECANCELED and the peer's
+ * side fails promptly with PDR_ECANCELED. Returns 0, or PDR_ENOROOM if nothing of this room is
+ * pending here. */
+int pdr_xfer_cancel(pdr_xfer_engine_t *eng, uint64_t room);
+
+#endif

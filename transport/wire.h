@@ -1,0 +1,123 @@
+/*
+ * The transport's wire format: frame headers and room descriptors, encoded and decoded by pure
+ * functions (no I/O, no allocation, no globals) so that unit tests and the fuzz target can drive them
+ * directly. Everything is little-endian. docs/internals/transport.md has the frame table.
+ *
+ * Invariant: a decoder accepts a frame only if every field is within the limits below; whatever it
+ * accepts the engine can process without further range checks except those that need engine state
+ * (does the room exist, does the offset fit this room's destination).
+ */
+#ifndef PDR_XFER_WIRE_H
+#define PDR_XFER_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PDR_XFER_MAGIC 0x46584450u /* "PDXF" as little-endian bytes */
+#define PDR_XFER_VERSION 1
+#define PDR_XFER_HDR_LEN 24
+/* The largest DATA payload a receiver accepts, whatever the sender's chunk_bytes. */
+#define PDR_XFER_MAX_CHUNK (16u << 20)
+/* The most segments a FETCH may describe (8 MiB of descriptor). */
+#define PDR_XFER_WIRE_MAX_SEGS (1u << 20)
+
+enum pdr_xfer_frame_type {
+    PDR_XF_FETCH = 1, /* decode → prefill: {xid u64, total u64, timeout_ms u32, nseg u32, seglen u64[nseg]} */
+    PDR_XF_WAIT = 2,   /* prefill → decode: {xid}; the room is not offered yet, the fetch is parked */
+    PDR_XF_DATA = 3,   /* prefill → decode: {xid, offset u64} + payload */
+    PDR_XF_DONE = 4,   /* prefill → decode: {xid, total}; every DATA of the room has been sent */
+    PDR_XF_ACK = 5,    /* decode → prefill: {xid, total}; every byte arrived */
+    PDR_XF_ERROR = 6,  /* either way: {xid, code i32, reserved u32}; the room failed with code */
+    PDR_XF_CANCEL = 7, /* either way: {xid}; the room was canceled by the sender's user */
+    PDR_XF_PING = 8,   /* either way, room 0, no body */
+    PDR_XF_PONG = 9,   /* answer to PING */
+    PDR_XF__MAX = 9,
+};
+
+/* Fixed prefix of every frame. len counts the bytes after the header (body and payload). */
+struct pdr_xfer_hdr {
+    uint32_t magic;
+    uint8_t version;
+    uint8_t type;
+    uint16_t flags; /* reserved, 0 */
+    uint64_t room;
+    uint64_t len;
+};
+
+/* The fixed part of each body: DATA and the room-scoped control frames. */
+#define PDR_XFER_DATA_PFX 16
+#define PDR_XFER_FETCH_FIXED 24
+
+struct pdr_xfer_fetch_desc {
+    uint64_t xid;
+    uint64_t total;
+    uint32_t timeout_ms;
+    uint32_t nseg;
+    const uint8_t *seglens; /* nseg little-endian u64, pointing into the decoded body */
+};
+
+/* A decoded WAIT, DONE, ACK, ERROR or CANCEL body. */
+struct pdr_xfer_ctl {
+    uint64_t xid;
+    uint64_t value; /* DONE/ACK: total */
+    int32_t code;   /* ERROR: a negative PDR_E* code */
+};
+
+static inline void pdr__put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void pdr__put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint32_t pdr__get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t pdr__get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Writes a 24-byte header. */
+void pdr__xfer_hdr_encode(uint8_t out[PDR_XFER_HDR_LEN], uint8_t type, uint64_t room, uint64_t len);
+/* Decodes and validates a header (magic, version, type, flags, len against the type's limits).
+ * Returns 0 or PDR_EPROTO. */
+int pdr__xfer_hdr_decode(const uint8_t in[PDR_XFER_HDR_LEN], struct pdr_xfer_hdr *out);
+
+/* Encodes a whole FETCH frame (header included) into out. Returns the frame length, or 0 if cap is
+ * too small or nseg exceeds PDR_XFER_WIRE_MAX_SEGS. seglens[i] are host integers. */
+size_t pdr__xfer_fetch_encode(uint8_t *out, size_t cap, uint64_t room, uint64_t xid, uint64_t total,
+                              uint32_t timeout_ms, const size_t *seglens, size_t stride, uint32_t nseg);
+/* The encoded size of a FETCH frame with nseg segments. */
+static inline size_t pdr__xfer_fetch_size(uint32_t nseg)
+{
+    return PDR_XFER_HDR_LEN + PDR_XFER_FETCH_FIXED + (size_t)nseg * 8;
+}
+/* Decodes a FETCH body of len bytes: len must match nseg and the segment lengths must add up to total
+ * without overflow. Returns 0 or PDR_EPROTO. */
+int pdr__xfer_fetch_decode(const uint8_t *body, size_t len, struct pdr_xfer_fetch_desc *out);
+
+/* Encodes a room-scoped control frame (WAIT, DONE, ACK, ERROR, CANCEL) or PING/PONG into out (at least
+ * PDR_XFER_HDR_LEN + 16 bytes). Returns the frame length. */
+size_t pdr__xfer_ctl_encode(uint8_t *out, uint8_t type, uint64_t room, uint64_t xid, uint64_t value,
+                            int32_t code);
+/* Decodes the body of a control frame whose header was accepted. ERROR codes must be PDR_E* codes.
+ * Returns 0 or PDR_EPROTO. */
+int pdr__xfer_ctl_decode(uint8_t type, const uint8_t *body, size_t len, struct pdr_xfer_ctl *out);
+
+/* Decodes the DATA prefix; payload_len is the header len minus the prefix. */
+void pdr__xfer_data_pfx_decode(const uint8_t in[PDR_XFER_DATA_PFX], uint64_t *xid, uint64_t *offset);
+void pdr__xfer_data_hdr_encode(uint8_t out[PDR_XFER_HDR_LEN + PDR_XFER_DATA_PFX], uint64_t room, uint64_t xid,
+                               uint64_t offset, uint64_t payload_len);
+
+#endif

@@ -1,0 +1,226 @@
+"""ctypes binding for libpdshim (worker-shim/pdshim.h).
+
+    import pdshim
+    pre = pdshim.Shim(listen_host="127.0.0.1")          # prefill: listens on an ephemeral port
+    dec = pdshim.Shim()                                   # decode: no listener
+    f1 = pre.offer(room, [kv_bytes])                      # concurrent.futures.Future -> bytes moved
+    f2 = dec.fetch("127.0.0.1", pre.port, room, [buf])    # buf: bytearray / writable memoryview
+    f2.result(); f1.result()                              # or dec.fetch(..., wait=True)
+
+Segments are any objects exporting a contiguous buffer (bytearray, memoryview, numpy array, mmap,
+ctypes array); read-only bytes are fine for offer. The binding keeps each segment (and the ctypes view
+over it) alive until the operation's callback has run. Futures complete on the shim's I/O thread; a
+failed operation raises PdshimError with .code (a negative PDR_E* value) and .name ("ETIMEDOUT").
+
+The library is found through $PDSHIM_LIB, else next to this module, else in the build directories
+above it, else by the dynamic linker ("libpdshim.so").
+"""
+
+import ctypes
+import os
+import threading
+from concurrent.futures import Future
+
+__all__ = ["Shim", "PdshimError", "load_library", "ERRORS"]
+
+# The order of common/err.h's PDR_ERRNO_MAP: codes are -1000 + position (1-based).
+_ERR_NAMES = [
+    "EAGAIN", "ENOMEM", "EINVAL", "ETOOBIG", "ETIMEDOUT", "ECANCELED", "EPEERGONE", "ECONNREFUSED",
+    "ESIZE", "ENOROOM", "EEXIST", "EPROTO", "EIO", "ENOWORKER", "ECONFIG", "ENOTSUP", "ECLOSED",
+]
+ERRORS = {name: -1000 + i + 1 for i, name in enumerate(_ERR_NAMES)}
+_CODE_NAMES = {v: k for k, v in ERRORS.items()}
+globals().update({"PDR_" + k: v for k, v in ERRORS.items()})
+
+
+class _Seg(ctypes.Structure):
+    _fields_ = [("addr", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+class _Opts(ctypes.Structure):
+    _fields_ = [
+        ("listen_host", ctypes.c_char_p),
+        ("listen_port", ctypes.c_int),
+        ("default_timeout_ms", ctypes.c_uint32),
+        ("max_segments", ctypes.c_size_t),
+    ]
+
+
+_DONE_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64)
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def _candidates():
+    env = os.environ.get("PDSHIM_LIB")
+    if env:
+        yield env
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "libpdshim.so")
+    d = here
+    for _ in range(3):
+        for build in ("build", "build-xfer", "build-asan", "build-xfer-asan"):
+            yield os.path.join(d, build, "libpdshim.so")
+        d = os.path.dirname(d)
+    yield "libpdshim.so"
+
+
+def load_library():
+    """Loads libpdshim once and declares its prototypes."""
+    global _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        last = None
+        for path in _candidates():
+            if os.sep in path and not os.path.exists(path):
+                continue
+            try:
+                lib = ctypes.CDLL(path)
+                break
+            except OSError as e:
+                last = e
+        else:
+            raise OSError("libpdshim.so not found (set PDSHIM_LIB): %s" % last)
+        lib.pdshim_create.restype = ctypes.c_void_p
+        lib.pdshim_create.argtypes = [ctypes.POINTER(_Opts), ctypes.POINTER(ctypes.c_int)]
+        lib.pdshim_listen_port.restype = ctypes.c_int
+        lib.pdshim_listen_port.argtypes = [ctypes.c_void_p]
+        lib.pdshim_destroy.restype = None
+        lib.pdshim_destroy.argtypes = [ctypes.c_void_p]
+        lib.pdshim_offer.restype = ctypes.c_int
+        lib.pdshim_offer.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(_Seg), ctypes.c_size_t,
+                                     ctypes.c_uint32, _DONE_CB, ctypes.c_void_p]
+        lib.pdshim_fetch.restype = ctypes.c_int
+        lib.pdshim_fetch.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64,
+                                     ctypes.POINTER(_Seg), ctypes.c_size_t, ctypes.c_uint32, _DONE_CB,
+                                     ctypes.c_void_p]
+        lib.pdshim_cancel.restype = ctypes.c_int
+        lib.pdshim_cancel.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+        lib.pdshim_strerror.restype = ctypes.c_char_p
+        lib.pdshim_strerror.argtypes = [ctypes.c_int]
+        _lib = lib
+        return lib
+
+
+class PdshimError(Exception):
+    def __init__(self, code, what=""):
+        self.code = code
+        self.name = _CODE_NAMES.get(code, str(code))
+        msg = load_library().pdshim_strerror(code).decode()
+        super().__init__("%s%s (%s)" % (what + ": " if what else "", msg, self.name))
+
+
+def _segments(buffers, writable):
+    """Returns (ctypes array of _Seg, objects to keep alive)."""
+    if not isinstance(buffers, (list, tuple)):
+        buffers = [buffers]
+    keep = []
+    segs = (_Seg * max(1, len(buffers)))()
+    for i, b in enumerate(buffers):
+        if isinstance(b, bytes):
+            if writable:
+                raise TypeError("fetch needs writable buffers, got bytes")
+            p = ctypes.c_char_p(b)
+            keep.append((b, p))
+            segs[i].addr = ctypes.cast(p, ctypes.c_void_p).value
+            segs[i].len = len(b)
+            continue
+        mv = memoryview(b).cast("B")
+        if mv.readonly:
+            if writable:
+                raise TypeError("fetch needs writable buffers")
+            # A read-only buffer: copy its address through a bytes-like view without writing to it.
+            arr = (ctypes.c_char * mv.nbytes).from_buffer_copy(mv) if mv.nbytes else None
+            keep.append((b, arr))
+            segs[i].addr = ctypes.addressof(arr) if arr is not None else None
+            segs[i].len = mv.nbytes
+            continue
+        arr = (ctypes.c_char * mv.nbytes).from_buffer(mv) if mv.nbytes else None
+        keep.append((b, mv, arr))
+        segs[i].addr = ctypes.addressof(arr) if arr is not None else None
+        segs[i].len = mv.nbytes
+    return segs, len(buffers), keep
+
+
+class Shim:
+    """One pdshim instance. Use as a context manager or call close()."""
+
+    def __init__(self, listen_host=None, listen_port=0, default_timeout_ms=0, max_segments=0):
+        self._lib = load_library()
+        opts = _Opts(listen_host.encode() if listen_host else None, listen_port, default_timeout_ms, max_segments)
+        err = ctypes.c_int(0)
+        self._h = self._lib.pdshim_create(ctypes.byref(opts), ctypes.byref(err))
+        if not self._h:
+            raise PdshimError(err.value, "pdshim_create")
+        self._lock = threading.Lock()
+        self._pending = {}  # token -> (future, keep-alive objects)
+        self._next = 1
+        self._cb = _DONE_CB(self._on_done)  # one callback object for the shim's lifetime
+
+    @property
+    def port(self):
+        return self._lib.pdshim_listen_port(self._h)
+
+    def _on_done(self, arg, room, status, nbytes):
+        with self._lock:
+            fut, _ = self._pending.pop(arg or 0, (None, None))
+        if fut is None:
+            return
+        if status == 0:
+            fut.set_result(nbytes)
+        else:
+            fut.set_exception(PdshimError(status, "room %d" % room))
+
+    def _post(self, call, buffers, writable, wait):
+        if not self._h:
+            raise PdshimError(ERRORS["ECLOSED"], "shim closed")
+        segs, n, keep = _segments(buffers, writable)
+        fut = Future()
+        with self._lock:
+            token = self._next
+            self._next += 1
+            self._pending[token] = (fut, (segs, keep))
+        rc = call(segs, n, token)
+        if rc != 0:
+            with self._lock:
+                self._pending.pop(token, None)
+            raise PdshimError(rc)
+        return fut.result() if wait else fut
+
+    def offer(self, room, buffers, timeout_ms=0, wait=False):
+        """Prefill side. Returns a Future of the bytes moved (or the count itself with wait=True)."""
+        return self._post(lambda s, n, t: self._lib.pdshim_offer(self._h, room, s, n, timeout_ms, self._cb, t),
+                          buffers, False, wait)
+
+    def fetch(self, host, port, room, buffers, timeout_ms=0, wait=False):
+        """Decode side: fills buffers with the room's bytes from the prefill shim at host:port."""
+        h = host.encode()
+        return self._post(
+            lambda s, n, t: self._lib.pdshim_fetch(self._h, h, port, room, s, n, timeout_ms, self._cb, t),
+            buffers, True, wait)
+
+    def cancel(self, room):
+        """Returns True if something was pending for the room."""
+        rc = self._lib.pdshim_cancel(self._h, room)
+        if rc not in (0, ERRORS["ENOROOM"]):
+            raise PdshimError(rc)
+        return rc == 0
+
+    def close(self):
+        """Fails pending operations with ECLOSED (their futures complete) and frees the shim."""
+        h, self._h = self._h, None
+        if h:
+            self._lib.pdshim_destroy(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,86 @@
+/*
+ * libpdshim: the C ABI of pdshim.h over the transport engine (transport.h). A shim is one engine; an
+ * offer is a push, a fetch a pull. Any thread may call in; callbacks run on the engine's I/O thread.
+ * Only the PDSHIM_API functions are exported (-fvisibility=hidden).
+ */
+#include <stddef.h>
+#include <stdlib.h>
+#include "err.h"
+#include "pdshim.h"
+#include "transport.h"
+
+_Static_assert(sizeof(pdshim_seg_t) == sizeof(pdr_xfer_seg_t), "segment layouts differ");
+_Static_assert(offsetof(pdshim_seg_t, addr) == offsetof(pdr_xfer_seg_t, addr), "segment layouts differ");
+_Static_assert(offsetof(pdshim_seg_t, len) == offsetof(pdr_xfer_seg_t, len), "segment layouts differ");
+
+struct pdshim {
+    pdr_xfer_engine_t *eng;
+};
+
+PDSHIM_API pdshim_t *pdshim_create(const pdshim_opts_t *opts, int *err)
+{
+    int dummy;
+    if (err == NULL)
+        err = &dummy;
+    pdr_xfer_opts_t o = {0};
+    if (opts != NULL) {
+        o.listen_host = opts->listen_host;
+        o.listen_port = opts->listen_port;
+        o.default_timeout_ms = opts->default_timeout_ms;
+        o.max_segments = opts->max_segments;
+    }
+    pdshim_t *shim = calloc(1, sizeof(*shim));
+    if (shim == NULL) {
+        *err = PDR_ENOMEM;
+        return NULL;
+    }
+    shim->eng = pdr_xfer_engine_create(&o, err);
+    if (shim->eng == NULL) {
+        free(shim);
+        return NULL;
+    }
+    return shim;
+}
+
+PDSHIM_API int pdshim_listen_port(const pdshim_t *shim)
+{
+    return shim != NULL ? pdr_xfer_listen_port(shim->eng) : -1;
+}
+
+PDSHIM_API void pdshim_destroy(pdshim_t *shim)
+{
+    if (shim == NULL)
+        return;
+    pdr_xfer_engine_destroy(shim->eng);
+    free(shim);
+}
+
+PDSHIM_API int pdshim_offer(pdshim_t *shim, uint64_t room, const pdshim_seg_t *segs, size_t nseg,
+                            uint32_t timeout_ms, pdshim_done_cb cb, void *arg)
+{
+    if (shim == NULL || cb == NULL)
+        return PDR_EINVAL;
+    return pdr_xfer_push(shim->eng, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms, cb, arg);
+}
+
+PDSHIM_API int pdshim_fetch(pdshim_t *shim, const char *host, int port, uint64_t room,
+                            const pdshim_seg_t *segs, size_t nseg, uint32_t timeout_ms, pdshim_done_cb cb,
+                            void *arg)
+{
+    if (shim == NULL || cb == NULL)
+        return PDR_EINVAL;
+    return pdr_xfer_pull(shim->eng, host, port, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms, cb,
+                         arg);
+}
+
+PDSHIM_API int pdshim_cancel(pdshim_t *shim, uint64_t room)
+{
+    if (shim == NULL)
+        return PDR_EINVAL;
+    return pdr_xfer_cancel(shim->eng, room);
+}
+
+PDSHIM_API const char *pdshim_strerror(int status)
+{
+    return status == 0 ? "success" : pdr_strerror(status);
+}
