@@ -85,6 +85,7 @@ int main(int argc, char **argv)
     uv_signal_start(&router.sig_int, on_signal, SIGINT);
     uv_run(loop, UV_RUN_DEFAULT);
     pdr_router_join(&router);
+    curl_global_cleanup();
     if (!pdr_router_shutting_down(&router))
         return 1;
     pdr_info("bye");

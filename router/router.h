@@ -29,6 +29,8 @@ typedef struct pdr_thread {
     pdr_multi_t *multi;
     pdr_metrics_t m;
     uint64_t live; /* PD requests in progress on this loop */
+    uint64_t conns; /* client connections open on this loop */
+    int h2o_disposed;
 
     uv_async_t wakeup; /* shutdown notification from loop 0 */
     uv_timer_t shutdown_timer, stop_timer;

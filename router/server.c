@@ -194,21 +194,52 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 
 /* ---- listeners and loops ---- */
 
+static void maybe_dispose_h2o(pdr_thread_t *t)
+{
+    /* Once shutting down and the last connection closed, the context's own timers can go too, and
+     * the loop ends by itself. */
+    if (t->closing && t->multi == NULL && t->conns == 0 && !t->h2o_disposed &&
+        !h2o_timeout_is_linked(&t->h2o_ctx.http2._graceful_shutdown_timeout)) {
+        t->h2o_disposed = 1;
+        h2o_context_dispose(&t->h2o_ctx);
+        uv_close((uv_handle_t *)&t->stop_timer, NULL);
+        uv_close((uv_handle_t *)&t->shutdown_timer, NULL);
+    }
+}
+
+/* h2o owns the handle's data pointer: the loop is found through this wrapper instead. */
+typedef struct client_conn {
+    uv_tcp_t tcp;
+    pdr_thread_t *t;
+} client_conn_t;
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    client_conn_t *cc = (client_conn_t *)h;
+    pdr_thread_t *t = cc->t;
+    t->conns--;
+    free(cc);
+    maybe_dispose_h2o(t);
+}
+
 static void on_accept(uv_stream_t *listener, int status)
 {
     pdr_thread_t *t = listener->data;
     if (status != 0)
         return;
-    uv_tcp_t *conn = malloc(sizeof(*conn));
-    if (conn == NULL)
+    client_conn_t *cc = malloc(sizeof(*cc));
+    if (cc == NULL)
         return;
+    uv_tcp_t *conn = &cc->tcp;
+    cc->t = t;
     uv_tcp_init(t->loop, conn);
     if (uv_accept(listener, (uv_stream_t *)conn) != 0) {
         uv_close((uv_handle_t *)conn, (uv_close_cb)free);
         return;
     }
     uv_tcp_nodelay(conn, 1);
-    h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)conn, (uv_close_cb)free);
+    t->conns++;
+    h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)conn, on_conn_closed);
     h2o_accept(&t->accept_ctx, sock);
 }
 
@@ -378,24 +409,28 @@ static void finish_loop(pdr_thread_t *t)
         uv_close((uv_handle_t *)&r->sig_term, NULL);
         uv_close((uv_handle_t *)&r->sig_int, NULL);
     }
-    uv_timer_stop(&t->shutdown_timer);
-    uv_close((uv_handle_t *)&t->shutdown_timer, NULL);
     uv_close((uv_handle_t *)&t->wakeup, NULL);
     if (t->alog_len > 0)
         alog_flush(t);
     uv_timer_stop(&t->alog_timer);
     uv_close((uv_handle_t *)&t->alog_timer, NULL);
-    h2o_context_request_shutdown(&t->h2o_ctx);
+    /* Closes idle HTTP/1 connections and sends HTTP/2 GOAWAY (h2o re-sends it each second until the
+     * connections are gone). */
+    if (t->conns > 0)
+        h2o_context_request_shutdown(&t->h2o_ctx);
     pdr_multi_close(t->multi, on_multi_closed, t);
     t->multi = NULL;
+    maybe_dispose_h2o(t);
 }
 
 static void on_shutdown_tick(uv_timer_t *h)
 {
     pdr_thread_t *t = h->data;
     /* 30 s: the graceful window for requests in flight (drain settings come with the admin API). */
-    if (t->live == 0 || pdr_now_ms() - t->r->shutdown_started_ms > 30000)
+    if (t->multi != NULL && (t->live == 0 || pdr_now_ms() - t->r->shutdown_started_ms > 30000))
         finish_loop(t);
+    else if (t->multi == NULL)
+        maybe_dispose_h2o(t);
 }
 
 static void start_loop_shutdown(pdr_thread_t *t)
@@ -424,6 +459,25 @@ void pdr_router_begin_shutdown(pdr_router_t *r)
 
 void pdr_router_join(pdr_router_t *r)
 {
-    for (int i = 1; i < r->n_threads; i++)
+    for (int i = 1; i < r->n_threads; i++) {
         uv_thread_join(&r->threads[i].tid);
+        if (r->threads[i].h2o_disposed && uv_loop_close(r->threads[i].loop) == 0)
+            free(r->threads[i].loop);
+    }
+    int clean = 1;
+    for (int i = 0; i < r->n_threads; i++) {
+        clean &= r->threads[i].h2o_disposed;
+        free(r->threads[i].alog);
+    }
+    if (clean) {
+        /* Every loop ended by itself: release the shared state too (no leak reports at exit). */
+        h2o_config_dispose(&r->h2o_config);
+        free(r->threads);
+        r->threads = NULL;
+        pdr_pool_dispose(&r->pool);
+        pdr_config_unref(r->config);
+        r->config = NULL;
+    }
+    if (r->access_fd > STDERR_FILENO)
+        close(r->access_fd);
 }

@@ -1,0 +1,78 @@
+/*
+ * Single-pass JSON scanner for request bodies: validates a whole document as strictly as a conforming
+ * parser (RFC 8259) and records the type, shape and raw byte span of each top-level member, without
+ * building a tree. The router keeps the members it wants by copying their raw bytes. Pure functions,
+ * any thread; the results point into the caller's buffer.
+ */
+#ifndef PDR_JSONSCAN_H
+#define PDR_JSONSCAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Deepest nesting of arrays and objects accepted; the top-level object counts as depth 1. */
+#define PDR_JSON_MAX_DEPTH 128
+
+typedef enum {
+    PDR_JT_NONE = 0,
+    PDR_JT_NULL,
+    PDR_JT_TRUE,
+    PDR_JT_FALSE,
+    PDR_JT_INT /* a number without fraction or exponent */,
+    PDR_JT_NUMBER /* any other number */,
+    PDR_JT_STRING,
+    PDR_JT_ARRAY,
+    PDR_JT_OBJECT,
+    PDR_JT_MIXED
+} pdr_jt_t;
+
+typedef struct pdr_jval {
+    uint8_t type; /* pdr_jt_t */
+    /* Arrays: the type shared by all elements (INT and NUMBER elements mixed -> NUMBER), PDR_JT_MIXED if
+     * they differ, PDR_JT_NONE if empty. TRUE and FALSE are distinct types, so [true,false] is MIXED. */
+    uint8_t elem;
+    /* Arrays whose elements are all arrays: the type shared by all their elements, empty inner arrays
+     * not counting (NONE if all inner arrays are empty, MIXED if they differ). NONE otherwise. */
+    uint8_t elem_elem;
+    uint32_t count; /* arrays: elements; objects: members; others: 0 */
+    const char *p;  /* raw bytes of the value, exactly as in the input */
+    size_t len;
+} pdr_jval_t;
+
+typedef struct pdr_jmember {
+    const char *key; /* raw key bytes between the quotes (escapes NOT decoded) */
+    size_t key_len;
+    int key_escaped; /* the raw key contains a backslash escape */
+    const char *raw; /* from the opening quote of the key to the end of the value: what to copy to keep it */
+    size_t raw_len;
+    pdr_jval_t v;
+} pdr_jmember_t;
+
+/*
+ * Validates the whole document (RFC 8259, strict: one top-level value which must be an OBJECT,
+ * surrounding whitespace allowed; strings valid UTF-8 without raw control characters, escapes valid
+ * including \uXXXX surrogate pairs; numbers per the JSON grammar; nesting depth at most
+ * PDR_JSON_MAX_DEPTH; no trailing commas, no comments). Fills out[0..*n) with the top-level members in
+ * order, at most max of them (more: error "too many top-level fields"). Duplicate top-level keys
+ * (compared after decoding escapes) are an error; nested objects are not checked for duplicates.
+ * Returns 0; PDR_EINVAL with a message such as "malformed JSON at byte 123: expected ',' or '}'" or
+ * "duplicate key 'text'" written to err (always NUL-terminated when errlen > 0); or PDR_ENOMEM when a
+ * document with more than 32 members needs a key table and malloc fails (the only allocation, freed
+ * before returning). *n is 0 on error.
+ */
+int pdr_json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t max, size_t *n, char *err,
+                         size_t errlen);
+
+/* 1 when the member's key, with escapes decoded, equals name (NUL-terminated), else 0. */
+int pdr_jmember_key_is(const pdr_jmember_t *m, const char *name);
+
+/* Parses an INT value into *out. Returns 0, or PDR_EINVAL if v is not an INT or does not fit int64_t. */
+int pdr_jval_int(const pdr_jval_t *v, int64_t *out);
+
+/* Finds a top-level member by decoded name, or NULL. */
+const pdr_jmember_t *pdr_jfind(const pdr_jmember_t *m, size_t n, const char *name);
+
+/* Static name of a pdr_jt_t ("string", "array", ...) for error messages. Never NULL. */
+const char *pdr_jt_name(int type);
+
+#endif
