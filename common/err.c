@@ -7,8 +7,8 @@ const char *pdr_strerror(int err)
     switch (err) {
     case PDR_OK:
         return "success";
-#define PDR__ERR_CASE(name, msg)                                                                           \
-    case PDR_##name:                                                                                     \
+#define PDR__ERR_CASE(name, msg)                                                                             \
+    case PDR_##name:                                                                                         \
         return msg;
         PDR_ERRNO_MAP(PDR__ERR_CASE)
 #undef PDR__ERR_CASE
@@ -25,8 +25,8 @@ const char *pdr_errname(int err)
     switch (err) {
     case PDR_OK:
         return "OK";
-#define PDR__ERR_NAME(name, msg)                                                                           \
-    case PDR_##name:                                                                                     \
+#define PDR__ERR_NAME(name, msg)                                                                             \
+    case PDR_##name:                                                                                         \
         return #name;
         PDR_ERRNO_MAP(PDR__ERR_NAME)
 #undef PDR__ERR_NAME

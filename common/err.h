@@ -6,23 +6,23 @@
 #ifndef PDR_ERR_H
 #define PDR_ERR_H
 
-#define PDR_ERRNO_MAP(XX)                                                                                \
-    XX(EAGAIN, "operation would block")                                                                  \
-    XX(ENOMEM, "out of memory")                                                                          \
-    XX(EINVAL, "invalid argument")                                                                       \
-    XX(ETOOBIG, "size limit exceeded")                                                                   \
-    XX(ETIMEDOUT, "deadline passed")                                                                     \
-    XX(ECANCELED, "operation canceled")                                                                  \
-    XX(EPEERGONE, "peer closed the connection")                                                          \
-    XX(ECONNREFUSED, "connection refused")                                                               \
-    XX(ESIZE, "size mismatch between source and destination")                                           \
-    XX(ENOROOM, "unknown room")                                                                          \
-    XX(EEXIST, "already exists")                                                                         \
-    XX(EPROTO, "protocol error")                                                                         \
-    XX(EIO, "input/output error")                                                                        \
-    XX(ENOWORKER, "no healthy worker")                                                                   \
-    XX(ECONFIG, "invalid configuration")                                                                 \
-    XX(ENOTSUP, "not supported")                                                                         \
+#define PDR_ERRNO_MAP(XX)                                                                                    \
+    XX(EAGAIN, "operation would block")                                                                      \
+    XX(ENOMEM, "out of memory")                                                                              \
+    XX(EINVAL, "invalid argument")                                                                           \
+    XX(ETOOBIG, "size limit exceeded")                                                                       \
+    XX(ETIMEDOUT, "deadline passed")                                                                         \
+    XX(ECANCELED, "operation canceled")                                                                      \
+    XX(EPEERGONE, "peer closed the connection")                                                              \
+    XX(ECONNREFUSED, "connection refused")                                                                   \
+    XX(ESIZE, "size mismatch between source and destination")                                                \
+    XX(ENOROOM, "unknown room")                                                                              \
+    XX(EEXIST, "already exists")                                                                             \
+    XX(EPROTO, "protocol error")                                                                             \
+    XX(EIO, "input/output error")                                                                            \
+    XX(ENOWORKER, "no healthy worker")                                                                       \
+    XX(ECONFIG, "invalid configuration")                                                                     \
+    XX(ENOTSUP, "not supported")                                                                             \
     XX(ECLOSED, "engine is shutting down")
 
 enum {

@@ -81,7 +81,10 @@ void pdr_log(int level, const char *fmt, ...)
     gmtime_r(&secs, &tm);
     int n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ %s ", tm.tm_year + 1900,
                      tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                     (unsigned)(now % 1000000 / 1000), names[level < 0 ? 0 : level > 3 ? 3 : level]);
+                     (unsigned)(now % 1000000 / 1000),
+                     names[level < 0   ? 0
+                           : level > 3 ? 3
+                                       : level]);
     va_list ap;
     va_start(ap, fmt);
     if (n > 0 && (size_t)n < sizeof(line))

@@ -34,10 +34,11 @@ static void probe_done(pdr_leg_t *leg, int err)
     int ok = err == 0 && leg->status >= 200 && leg->status < 300;
     if (pdr_pool_check_result(&pr->r->pool, w, ok)) {
         if (ok)
-            pdr_info("worker %s %s is healthy (%d checks passed)", pdr_role_name(w->role), w->conf->url, c->health.rise);
+            pdr_info("worker %s %s is healthy (%d checks passed)", pdr_role_name(w->role), w->conf->url,
+                     c->health.rise);
         else {
-            pdr_warn("worker %s %s is unhealthy: %d checks failed, last: %s", pdr_role_name(w->role), w->conf->url,
-                     c->health.fall, err ? pdr_strerror(err) : "bad status");
+            pdr_warn("worker %s %s is unhealthy: %d checks failed, last: %s", pdr_role_name(w->role),
+                     w->conf->url, c->health.fall, err ? pdr_strerror(err) : "bad status");
         }
     }
 }
@@ -51,8 +52,8 @@ static void run_round(pdr_router_t *r)
         probe_t *pr = r->probes[i];
         if (pr->running)
             continue;
-        if (pdr_leg_start(&pr->leg, r->threads[0].multi, pr->url, NULL, 0, NULL, c->health.timeout_ms, c->health.timeout_ms,
-                          &probe_cbs, pr) == 0)
+        if (pdr_leg_start(&pr->leg, r->threads[0].multi, pr->url, NULL, 0, NULL, c->health.timeout_ms,
+                          c->health.timeout_ms, &probe_cbs, pr) == 0)
             pr->running = 1;
     }
 }

@@ -59,7 +59,8 @@ int main(int argc, char **argv)
     }
     pdr_config_t *c = cli.config;
     if (c == NULL) {
-        fprintf(stderr, "pdrouter: nothing to do: give --config FILE or --pd-disaggregation --prefill URL --decode URL\n");
+        fprintf(stderr, "pdrouter: nothing to do: give --config FILE or --pd-disaggregation --prefill URL "
+                        "--decode URL\n");
         return 2;
     }
     set_log_level(c->log.level);

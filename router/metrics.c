@@ -7,11 +7,11 @@
 #include "metrics.h"
 
 static const double bounds[PDR_HIST_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                0.25,   0.5,   1,      2.5,   5,    10,   30,    60};
+                                                0.25,   0.5,   1,      2.5,   5,    10,    30,   60};
 static const char *route_names[PDR_MR__COUNT] = {"generate", "completions", "chat_completions", "models",
                                                  "health",   "readiness",   "metrics",          "other"};
-static const char *cause_names[PDR_CAUSE__COUNT] = {"connect", "timeout", "reset", "status_5xx",
-                                                    "first_byte_deadline", "kv_transfer_deadline", "other"};
+static const char *cause_names[PDR_CAUSE__COUNT] = {
+    "connect", "timeout", "reset", "status_5xx", "first_byte_deadline", "kv_transfer_deadline", "other"};
 
 void pdr_hist_observe(pdr_hist_t *h, double v)
 {
@@ -129,27 +129,34 @@ char *pdr_metrics_render(const pdr_pool_t *pool, const pdr_metrics_t *const *ms,
             "# TYPE pdr_upstream_errors_total counter\n");
     for (int role = 0; role < 2; role++)
         for (int c = 0; c < PDR_CAUSE__COUNT; c++)
-            put(&o, "pdr_upstream_errors_total{role=\"%s\",cause=\"%s\"} %llu\n", pdr_role_name((pdr_role_t)role),
-                cause_names[c], (unsigned long long)m->upstream_errors[role][c]);
-    put(&o, "# HELP pdr_retries_total Requests retried on a new prefill/decode pair.\n"
-            "# TYPE pdr_retries_total counter\npdr_retries_total %llu\n",
+            put(&o, "pdr_upstream_errors_total{role=\"%s\",cause=\"%s\"} %llu\n",
+                pdr_role_name((pdr_role_t)role), cause_names[c],
+                (unsigned long long)m->upstream_errors[role][c]);
+    put(&o,
+        "# HELP pdr_retries_total Requests retried on a new prefill/decode pair.\n"
+        "# TYPE pdr_retries_total counter\npdr_retries_total %llu\n",
         (unsigned long long)m->retries_total);
-    put(&o, "# HELP pdr_no_healthy_worker_total Requests answered 503 because no worker of a role was healthy.\n"
-            "# TYPE pdr_no_healthy_worker_total counter\n");
+    put(&o,
+        "# HELP pdr_no_healthy_worker_total Requests answered 503 because no worker of a role was healthy.\n"
+        "# TYPE pdr_no_healthy_worker_total counter\n");
     for (int role = 0; role < 2; role++)
         put(&o, "pdr_no_healthy_worker_total{role=\"%s\"} %llu\n", pdr_role_name((pdr_role_t)role),
             (unsigned long long)m->no_worker_total[role]);
-    put(&o, "# HELP pdr_client_aborts_total Requests whose client went away before the end.\n"
-            "# TYPE pdr_client_aborts_total counter\npdr_client_aborts_total %llu\n",
+    put(&o,
+        "# HELP pdr_client_aborts_total Requests whose client went away before the end.\n"
+        "# TYPE pdr_client_aborts_total counter\npdr_client_aborts_total %llu\n",
         (unsigned long long)m->client_aborts_total);
-    put(&o, "# HELP pdr_request_bytes_total Request body bytes received from clients.\n"
-            "# TYPE pdr_request_bytes_total counter\npdr_request_bytes_total %llu\n",
+    put(&o,
+        "# HELP pdr_request_bytes_total Request body bytes received from clients.\n"
+        "# TYPE pdr_request_bytes_total counter\npdr_request_bytes_total %llu\n",
         (unsigned long long)m->bytes_in_total);
-    put(&o, "# HELP pdr_response_bytes_total Response body bytes sent to clients.\n"
-            "# TYPE pdr_response_bytes_total counter\npdr_response_bytes_total %llu\n",
+    put(&o,
+        "# HELP pdr_response_bytes_total Response body bytes sent to clients.\n"
+        "# TYPE pdr_response_bytes_total counter\npdr_response_bytes_total %llu\n",
         (unsigned long long)m->bytes_out_total);
-    put(&o, "# HELP pdr_inflight_requests PD requests in progress.\n# TYPE pdr_inflight_requests gauge\n"
-            "pdr_inflight_requests %lld\n",
+    put(&o,
+        "# HELP pdr_inflight_requests PD requests in progress.\n# TYPE pdr_inflight_requests gauge\n"
+        "pdr_inflight_requests %lld\n",
         (long long)inflight);
 
     static const char *wm[][3] = {
@@ -168,10 +175,12 @@ char *pdr_metrics_render(const pdr_pool_t *pool, const pdr_metrics_t *const *ms,
                 const char *rn = pdr_role_name((pdr_role_t)role);
                 switch (k) {
                 case 0:
-                    put(&o, "%s{role=\"%s\",url=\"%s\"} %d\n", wm[k][0], rn, w->conf->url, pdr_worker_healthy(w));
+                    put(&o, "%s{role=\"%s\",url=\"%s\"} %d\n", wm[k][0], rn, w->conf->url,
+                        pdr_worker_healthy(w));
                     break;
                 case 1:
-                    put(&o, "%s{role=\"%s\",url=\"%s\"} %d\n", wm[k][0], rn, w->conf->url, pdr_worker_inflight(w));
+                    put(&o, "%s{role=\"%s\",url=\"%s\"} %d\n", wm[k][0], rn, w->conf->url,
+                        pdr_worker_inflight(w));
                     break;
                 case 2:
                     put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,

@@ -1,7 +1,7 @@
 /*
  * Prometheus metrics (text format 0.0.4): counters and histograms kept per loop thread (no sharing on
- * the request path), summed when rendered, together with the live worker gauges from the pool. Names use the pdr_ prefix and base
- * units (seconds, bytes); counters end in _total.
+ * the request path), summed when rendered, together with the live worker gauges from the pool. Names use the
+ * pdr_ prefix and base units (seconds, bytes); counters end in _total.
  */
 #ifndef PDR_METRICS_H
 #define PDR_METRICS_H
@@ -10,11 +10,28 @@
 #include <stdint.h>
 #include "pool.h"
 
-enum { PDR_MR_GENERATE = 0, PDR_MR_COMPLETIONS, PDR_MR_CHAT, PDR_MR_MODELS, PDR_MR_HEALTH, PDR_MR_READINESS,
-       PDR_MR_METRICS, PDR_MR_OTHER, PDR_MR__COUNT };
+enum {
+    PDR_MR_GENERATE = 0,
+    PDR_MR_COMPLETIONS,
+    PDR_MR_CHAT,
+    PDR_MR_MODELS,
+    PDR_MR_HEALTH,
+    PDR_MR_READINESS,
+    PDR_MR_METRICS,
+    PDR_MR_OTHER,
+    PDR_MR__COUNT
+};
 
-enum { PDR_CAUSE_CONNECT = 0, PDR_CAUSE_TIMEOUT, PDR_CAUSE_RESET, PDR_CAUSE_STATUS_5XX, PDR_CAUSE_FIRST_BYTE_DEADLINE,
-       PDR_CAUSE_KV_DEADLINE, PDR_CAUSE_OTHER, PDR_CAUSE__COUNT };
+enum {
+    PDR_CAUSE_CONNECT = 0,
+    PDR_CAUSE_TIMEOUT,
+    PDR_CAUSE_RESET,
+    PDR_CAUSE_STATUS_5XX,
+    PDR_CAUSE_FIRST_BYTE_DEADLINE,
+    PDR_CAUSE_KV_DEADLINE,
+    PDR_CAUSE_OTHER,
+    PDR_CAUSE__COUNT
+};
 
 #define PDR_HIST_BUCKETS 16
 typedef struct pdr_hist {

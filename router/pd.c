@@ -24,8 +24,8 @@
 #include "router.h"
 #include "util.h"
 
-#define HIGH_WATER (64 * 1024)   /* stack.md #8: coalesce up to 64 KiB per send */
-#define PEEK_INTERVAL_MS 100     /* stack.md #3: h1 disconnect probe while waiting */
+#define HIGH_WATER (64 * 1024) /* stack.md #8: coalesce up to 64 KiB per send */
+#define PEEK_INTERVAL_MS 100   /* stack.md #3: h1 disconnect probe while waiting */
 #define PREFILL_BODY_CAP (64u << 20)
 
 typedef struct buf {
@@ -82,13 +82,13 @@ typedef struct pd_req {
     pdr_leg_t pleg, dleg;
     unsigned p_running : 1, d_running : 1, p_done : 1, d_done : 1;
     int p_err, d_err;
-    buf_t pbody;          /* the prefill's answer (checked, used for logprob merge) */
+    buf_t pbody; /* the prefill's answer (checked, used for logprob merge) */
     int p_truncated;
-    json_t *p_json;       /* parsed prefill answer when merging */
-    buf_t pending;        /* decode bytes not yet handed to h2o */
-    buf_t sending;        /* bytes h2o is writing now */
-    buf_t sse_carry;      /* streaming merge: an incomplete event */
-    int merge;            /* logprob merge wanted */
+    json_t *p_json;  /* parsed prefill answer when merging */
+    buf_t pending;   /* decode bytes not yet handed to h2o */
+    buf_t sending;   /* bytes h2o is writing now */
+    buf_t sse_carry; /* streaming merge: an incomplete event */
+    int merge;       /* logprob merge wanted */
     int is_sse;
 
     unsigned started : 1, send_inflight : 1, final_sent : 1, stopped : 1, errored : 1;
@@ -332,8 +332,8 @@ static void attempt_failed(pd_req_t *x, pdr_role_t role, int cause, int status, 
     x->t->m.upstream_errors[role][cause]++;
     x->error_cause = msg;
     if (w != NULL) {
-        if (cause == PDR_CAUSE_CONNECT || cause == PDR_CAUSE_FIRST_BYTE_DEADLINE || cause == PDR_CAUSE_KV_DEADLINE ||
-            cause == PDR_CAUSE_TIMEOUT)
+        if (cause == PDR_CAUSE_CONNECT || cause == PDR_CAUSE_FIRST_BYTE_DEADLINE ||
+            cause == PDR_CAUSE_KV_DEADLINE || cause == PDR_CAUSE_TIMEOUT)
             pdr_pool_eject(&x->r->pool, w, msg);
         else
             pdr_pool_report_failure(&x->r->pool, w, msg);
@@ -422,7 +422,8 @@ static void advance(pd_req_t *x)
         h2o_req_t *req = x->req;
         req->res.status = x->status;
         req->res.reason = reason_of(x->status);
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                       H2O_STRLIT("application/json"));
         req->res.content_length = x->pbody.len;
         x->bytes_out += x->pbody.len;
         h2o_send_inline(req, x->pbody.p ? x->pbody.p : "", x->pbody.len);
@@ -508,10 +509,11 @@ static void decode_done(pdr_leg_t *leg, int err)
         x->t->m.upstream_errors[PDR_ROLE_DECODE][cause_of(err)]++;
         if (x->is_sse) {
             char ev[256];
-            int k = snprintf(ev, sizeof(ev),
-                             "data: {\"error\":{\"message\":\"decode stream ended: %s\",\"type\":\"upstream_error\","
-                             "\"code\":502}}\n\n",
-                             pdr_strerror(err));
+            int k = snprintf(
+                ev, sizeof(ev),
+                "data: {\"error\":{\"message\":\"decode stream ended: %s\",\"type\":\"upstream_error\","
+                "\"code\":502}}\n\n",
+                pdr_strerror(err));
             buf_append(&x->pending, ev, (size_t)k, SIZE_MAX / 2);
             x->d_err = 0; /* end the SSE stream normally after the error event */
         }
@@ -543,7 +545,8 @@ static void on_timer(uv_timer_t *t)
                 cancel_legs(x);
                 x->stopped = 1;
                 x->started = 1;
-                h2o_send_error_502(x->req, "Bad Gateway", "client closed", H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
+                h2o_send_error_502(x->req, "Bad Gateway", "client closed",
+                                   H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
                 return;
             }
         }
@@ -554,8 +557,8 @@ static void on_timer(uv_timer_t *t)
         }
         if (now >= x->first_byte_deadline_ns) {
             int prefill_guilty = x->mode == MODE_PD && !x->p_done;
-            attempt_failed(x, prefill_guilty ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE, PDR_CAUSE_FIRST_BYTE_DEADLINE,
-                           504, "no first byte within timeouts.first_byte_ms");
+            attempt_failed(x, prefill_guilty ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE,
+                           PDR_CAUSE_FIRST_BYTE_DEADLINE, 504, "no first byte within timeouts.first_byte_ms");
             return;
         }
     } else if (x->d_running && !x->dleg.paused &&
@@ -606,8 +609,9 @@ static void start_attempt(pd_req_t *x)
     if ((x->mode == MODE_PD && x->pw == NULL) || x->dw == NULL) {
         if (x->attempt > 0) {
             /* The pair that failed was the last healthy one: answer with that failure. */
-            fail_response(x, x->last_fail_status, x->last_fail_status == 504 ? "timeout_error" : "upstream_error",
-                          x->last_fail_msg, 1);
+            fail_response(x, x->last_fail_status,
+                          x->last_fail_status == 504 ? "timeout_error" : "upstream_error", x->last_fail_msg,
+                          1);
             return;
         }
         pdr_role_t role = x->mode == MODE_PD && x->pw == NULL ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
@@ -625,7 +629,8 @@ static void start_attempt(pd_req_t *x)
     char url[512];
     if (x->mode == MODE_MODELS) {
         snprintf(url, sizeof(url), "%s/v1/models", x->dw->conf->url);
-        if (pdr_leg_start(&x->dleg, x->t->multi, url, NULL, 0, hdrs, c->timeouts.connect_ms, 0, &decode_cbs, x) != 0) {
+        if (pdr_leg_start(&x->dleg, x->t->multi, url, NULL, 0, hdrs, c->timeouts.connect_ms, 0, &decode_cbs,
+                          x) != 0) {
             fail_response(x, 503, "service_unavailable", "out of memory", 1);
             return;
         }
@@ -638,7 +643,8 @@ static void start_attempt(pd_req_t *x)
     for (size_t i = 0; i < x->n_rooms; i++)
         x->rooms[i] = pdr_random_room();
     free(x->body);
-    x->body = pdr_pdreq_build_body(&x->pr, x->pw->bootstrap_host, x->pw->conf->bootstrap_port, x->rooms, &x->body_len);
+    x->body = pdr_pdreq_build_body(&x->pr, x->pw->bootstrap_host, x->pw->conf->bootstrap_port, x->rooms,
+                                   &x->body_len);
     if (x->body == NULL) {
         fail_response(x, 503, "service_unavailable", "out of memory", 1);
         return;
@@ -697,15 +703,16 @@ static void write_access_log(pd_req_t *x)
     if (x->n_rooms > 0 && x->body != NULL)
         snprintf(room, sizeof(room), "%" PRIu64, x->rooms[0]);
     static const char *names[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
-    int n = snprintf(line, sizeof(line),
-                     "{\"ts_us\":%" PRIu64 ",\"request_id\":\"%s\",\"path\":\"%s\",\"status\":%d,\"prefill\":%s%s%s,"
-                     "\"decode\":%s%s%s,\"room\":%s,\"attempts\":%d,\"ttfb_ms\":%.3f,\"total_ms\":%.3f,"
-                     "\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s}\n",
-                     pdr_wall_us(), x->request_id, x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status,
-                     x->pw ? "\"" : "", x->pw ? x->pw->conf->url : "null", x->pw ? "\"" : "", x->dw ? "\"" : "",
-                     x->dw ? x->dw->conf->url : "null", x->dw ? "\"" : "", room, x->attempt + 1,
-                     ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0, x->bytes_out,
-                     x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null", x->error_cause ? "\"" : "");
+    int n = snprintf(
+        line, sizeof(line),
+        "{\"ts_us\":%" PRIu64 ",\"request_id\":\"%s\",\"path\":\"%s\",\"status\":%d,\"prefill\":%s%s%s,"
+        "\"decode\":%s%s%s,\"room\":%s,\"attempts\":%d,\"ttfb_ms\":%.3f,\"total_ms\":%.3f,"
+        "\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s}\n",
+        pdr_wall_us(), x->request_id, x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status,
+        x->pw ? "\"" : "", x->pw ? x->pw->conf->url : "null", x->pw ? "\"" : "", x->dw ? "\"" : "",
+        x->dw ? x->dw->conf->url : "null", x->dw ? "\"" : "", room, x->attempt + 1,
+        ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0, x->bytes_out,
+        x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null", x->error_cause ? "\"" : "");
     if (n > 0)
         pdr_access_log(x->t, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }
@@ -760,8 +767,8 @@ static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
         size_t k = 0;
         for (; k < v.len; k++) {
             char ch = v.base[k];
-            if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '-' ||
-                  ch == '_' || ch == '.'))
+            if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                  ch == '-' || ch == '_' || ch == '.'))
                 break;
         }
         if (k == v.len)
@@ -793,7 +800,8 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
         return 0;
     }
     if (__atomic_load_n(&r->inflight, __ATOMIC_RELAXED) >= c->limits.max_inflight) {
-        pdr_send_error(req, 503, "service_unavailable", "too many requests in flight (limits.max_inflight)", 1);
+        pdr_send_error(req, 503, "service_unavailable", "too many requests in flight (limits.max_inflight)",
+                       1);
         pdr_metrics_count_request(&t->m, mroute, 503, 0, -1);
         return 0;
     }

@@ -200,8 +200,8 @@ void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why)
     int fails = s.consec_fail;
     pthread_mutex_unlock(&p->lock);
     if (changed)
-        pdr_warn("worker %s %s marked unhealthy after %d failures: %s", pdr_role_name(w->role), w->conf->url, fails,
-                 why);
+        pdr_warn("worker %s %s marked unhealthy after %d failures: %s", pdr_role_name(w->role), w->conf->url,
+                 fails, why);
 }
 
 void pdr_pool_report_success(pdr_pool_t *p, pdr_worker_t *w)

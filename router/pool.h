@@ -40,7 +40,7 @@ typedef struct pdr_pool {
     pdr_config_t *config;
     pdr_worker_t *workers[2]; /* [PDR_ROLE_PREFILL], [PDR_ROLE_DECODE] */
     size_t n[2];
-    unsigned rr_next[2]; /* atomic */
+    unsigned rr_next[2];  /* atomic */
     pthread_mutex_t lock; /* health transitions */
 } pdr_pool_t;
 

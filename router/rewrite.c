@@ -10,9 +10,9 @@
 #include "rewrite.h"
 
 #define FAIL(...)                                                                                            \
-    do {                                                                                                 \
-        snprintf(err, errlen, __VA_ARGS__);                                                              \
-        return PDR_EINVAL;                                                                               \
+    do {                                                                                                     \
+        snprintf(err, errlen, __VA_ARGS__);                                                                  \
+        return PDR_EINVAL;                                                                                   \
     } while (0)
 
 static int is_int_array(const json_t *a)
@@ -46,7 +46,8 @@ static int parse_generate(pdr_pdreq_t *r, char *err, size_t errlen)
                 FAIL("'text' must not be an empty array");
             size_t i;
             json_t *v;
-            json_array_foreach(text, i, v) if (!json_is_string(v)) FAIL("'text' must be a string or an array of strings");
+            json_array_foreach(text, i, v) if (!json_is_string(v))
+                FAIL("'text' must be a string or an array of strings");
             r->batch = json_array_size(text);
         } else if (!json_is_string(text)) {
             FAIL("'text' must be a string or an array of strings");
@@ -92,7 +93,8 @@ static int parse_completions(pdr_pdreq_t *r, char *err, size_t errlen)
         size_t i;
         json_t *v;
         if (json_is_string(first)) {
-            json_array_foreach(p, i, v) if (!json_is_string(v)) FAIL("'prompt' array items must all be strings");
+            json_array_foreach(p, i, v) if (!json_is_string(v))
+                FAIL("'prompt' array items must all be strings");
             r->batch = json_array_size(p);
         } else if (json_is_array(first)) {
             json_array_foreach(p, i, v) if (!json_is_array(v) || !is_int_array(v))

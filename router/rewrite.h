@@ -10,7 +10,12 @@
 #include <stdint.h>
 #include <jansson.h>
 
-typedef enum { PDR_ROUTE_GENERATE = 0, PDR_ROUTE_COMPLETIONS, PDR_ROUTE_CHAT, PDR_ROUTE__PD_COUNT } pdr_route_t;
+typedef enum {
+    PDR_ROUTE_GENERATE = 0,
+    PDR_ROUTE_COMPLETIONS,
+    PDR_ROUTE_CHAT,
+    PDR_ROUTE__PD_COUNT
+} pdr_route_t;
 
 typedef struct pdr_pdreq {
     json_t *root;      /* the client's object, owned */
@@ -20,7 +25,8 @@ typedef struct pdr_pdreq {
 } pdr_pdreq_t;
 
 /* Parses and validates a PD request body. Returns 0, or PDR_EINVAL with a client-facing message. */
-int pdr_pdreq_parse(pdr_route_t route, const char *body, size_t len, pdr_pdreq_t *out, char *err, size_t errlen);
+int pdr_pdreq_parse(pdr_route_t route, const char *body, size_t len, pdr_pdreq_t *out, char *err,
+                    size_t errlen);
 void pdr_pdreq_clear(pdr_pdreq_t *r);
 
 /* Sets bootstrap_host, bootstrap_port (bport < 0: null) and bootstrap_room (arrays of `batch`

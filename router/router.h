@@ -28,7 +28,7 @@ typedef struct pdr_thread {
     int listening;
     pdr_multi_t *multi;
     pdr_metrics_t m;
-    uint64_t live; /* PD requests in progress on this loop */
+    uint64_t live;  /* PD requests in progress on this loop */
     uint64_t conns; /* client connections open on this loop */
     int h2o_disposed;
 
@@ -53,7 +53,7 @@ typedef struct pdr_router {
     int64_t inflight; /* atomic: PD requests in progress, all loops */
     int access_fd;    /* -1 when off */
 
-    uv_signal_t sig_term, sig_int; /* loop 0 */
+    uv_signal_t sig_term, sig_int;    /* loop 0 */
     struct pdr_health_probe **probes; /* loop 0 */
     size_t n_probes;
     uv_timer_t health_timer;

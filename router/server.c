@@ -46,8 +46,8 @@ void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *ms
 {
     char esc[512], body[768];
     json_escape(esc, sizeof(esc), msg);
-    int n = snprintf(body, sizeof(body), "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}", esc, type,
-                     status);
+    int n = snprintf(body, sizeof(body), "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}", esc,
+                     type, status);
     req->res.status = status;
     req->res.reason = status == 400   ? "Bad Request"
                       : status == 404 ? "Not Found"
@@ -57,7 +57,8 @@ void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *ms
                       : status == 503 ? "Service Unavailable"
                       : status == 504 ? "Gateway Timeout"
                                       : "Error";
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("application/json"));
     if (retry_after_s > 0) {
         char ra[16];
         int k = snprintf(ra, sizeof(ra), "%d", retry_after_s);
@@ -164,8 +165,9 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         if (ok)
             send_text(req, 200, "text/plain", "ready\n", 6);
         else
-            pdr_send_error(req, 503, "service_unavailable",
-                           pdr_router_shutting_down(r) ? "shutting down" : "no healthy prefill or decode worker", 1);
+            pdr_send_error(
+                req, 503, "service_unavailable",
+                pdr_router_shutting_down(r) ? "shutting down" : "no healthy prefill or decode worker", 1);
         pdr_metrics_count_request(&t->m, PDR_MR_READINESS, ok ? 200 : 503, 0, -1);
         return 0;
     }
@@ -176,7 +178,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         size_t n = 0;
         for (int i = 0; i < r->n_threads && n < PDR_MAX_THREADS_RENDER; i++)
             ms[n++] = &r->threads[i].m;
-        char *text = pdr_metrics_render(&r->pool, ms, n, __atomic_load_n(&r->inflight, __ATOMIC_RELAXED), &len);
+        char *text =
+            pdr_metrics_render(&r->pool, ms, n, __atomic_load_n(&r->inflight, __ATOMIC_RELAXED), &len);
         if (text == NULL) {
             pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
             return 0;
@@ -258,8 +261,8 @@ static int open_listener(pdr_thread_t *t, const pdr_config_t *c)
     int one = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0 ||
-        bind(fd, (struct sockaddr *)&ss, ss.ss_family == AF_INET ? sizeof(struct sockaddr_in)
-                                                                 : sizeof(struct sockaddr_in6)) != 0) {
+        bind(fd, (struct sockaddr *)&ss,
+             ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) != 0) {
         pdr_error("cannot listen on %s:%d: %s", c->listen_host, c->listen_port, strerror(errno));
         if (fd >= 0)
             close(fd);
@@ -355,7 +358,8 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
     r->h2o_config.server_name = h2o_iovec_init(H2O_STRLIT("pdrouter"));
     /* h2o answers 413 itself above this; the handler repeats the check in the OpenAI error shape. */
     r->h2o_config.max_request_entity_size = (size_t)c->limits.max_body_bytes;
-    h2o_hostconf_t *host = h2o_config_register_host(&r->h2o_config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_hostconf_t *host =
+        h2o_config_register_host(&r->h2o_config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
     route_handler_t *h = (route_handler_t *)h2o_create_handler(path, sizeof(*h));
     h->super.on_req = on_req;
@@ -380,8 +384,9 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
             return PDR_ENOMEM;
     pdr_info("pdrouter listening on %s:%d with %d loop thread%s (%zu prefill, %zu decode, policy %s/%s, "
              "protocol %s)",
-             c->listen_host, c->listen_port, r->n_threads, r->n_threads == 1 ? "" : "s", c->n_prefill, c->n_decode,
-             pdr_policy_name(c->policy_prefill), pdr_policy_name(c->policy_decode), pdr_protocol_name(c->protocol));
+             c->listen_host, c->listen_port, r->n_threads, r->n_threads == 1 ? "" : "s", c->n_prefill,
+             c->n_decode, pdr_policy_name(c->policy_prefill), pdr_policy_name(c->policy_decode),
+             pdr_protocol_name(c->protocol));
     return 0;
 }
 

@@ -25,8 +25,8 @@ struct pdr_multi {
     uv_loop_t *loop;
     CURLM *multi;
     uv_timer_t timer;
-    int in_curl;             /* > 0 while curl runs our callbacks */
-    pdr_leg_t **deferred;    /* legs cancelled from inside curl */
+    int in_curl;          /* > 0 while curl runs our callbacks */
+    pdr_leg_t **deferred; /* legs cancelled from inside curl */
     size_t n_deferred, cap_deferred;
     CURL *idle[IDLE_EASY_MAX]; /* reset easy handles kept for reuse: curl_easy_init is costly */
     size_t n_idle;

@@ -33,8 +33,8 @@ struct pdr_leg {
     CURL *easy;
     struct curl_slist *headers;
     const pdr_leg_cbs_t *cbs;
-    void *data;         /* owner's pointer */
-    long status;        /* HTTP status once known, else 0 */
+    void *data;             /* owner's pointer */
+    long status;            /* HTTP status once known, else 0 */
     int64_t content_length; /* -1 when unknown */
     char content_type[96];
     unsigned active : 1, paused : 1, got_headers : 1, abort_requested : 1;
@@ -58,7 +58,8 @@ void pdr_leg_cancel(pdr_leg_t *leg);
 /* Resumes a leg whose on_data returned PDR_LEG_PAUSE. */
 void pdr_leg_resume(pdr_leg_t *leg);
 
-/* Seconds spent in curl to name the cause of an error, for metrics: "connect", "timeout", "reset", "other". */
+/* Seconds spent in curl to name the cause of an error, for metrics: "connect", "timeout", "reset", "other".
+ */
 const char *pdr_leg_cause(int err);
 
 #endif

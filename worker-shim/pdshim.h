@@ -40,8 +40,8 @@ typedef struct pdshim_seg {
 } pdshim_seg_t;
 
 typedef struct pdshim_opts {
-    const char *listen_host; /* NULL: no listener (a decode-only shim) */
-    int listen_port;         /* 0: an ephemeral port, see pdshim_listen_port() */
+    const char *listen_host;     /* NULL: no listener (a decode-only shim) */
+    int listen_port;             /* 0: an ephemeral port, see pdshim_listen_port() */
     uint32_t default_timeout_ms; /* used when an operation passes 0; 0 here means 30000 */
     size_t max_segments;         /* per room; 0 means 65536 */
 } pdshim_opts_t;
@@ -66,8 +66,9 @@ PDSHIM_API int pdshim_offer(pdshim_t *shim, uint64_t room, const pdshim_seg_t *s
 
 /* Decode side: fetch the room's KV from the prefill shim at host:port into segs. The total length must
  * equal the offered total (PDR_ESIZE otherwise). Same return convention as pdshim_offer. */
-PDSHIM_API int pdshim_fetch(pdshim_t *shim, const char *host, int port, uint64_t room, const pdshim_seg_t *segs,
-                            size_t nseg, uint32_t timeout_ms, pdshim_done_cb cb, void *arg);
+PDSHIM_API int pdshim_fetch(pdshim_t *shim, const char *host, int port, uint64_t room,
+                            const pdshim_seg_t *segs, size_t nseg, uint32_t timeout_ms, pdshim_done_cb cb,
+                            void *arg);
 
 /* Cancels a pending offer or fetch of this room on this shim: its callback runs with PDR_ECANCELED,
  * and the peer's side of the room fails promptly. Returns 0, or PDR_ENOROOM if nothing is pending. */

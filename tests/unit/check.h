@@ -4,19 +4,19 @@
 #include <stdio.h>
 static int check_failures;
 #define CHECK(cond)                                                                                          \
-    do {                                                                                                 \
-        if (!(cond)) {                                                                                   \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                     \
-            check_failures++;                                                                            \
-        }                                                                                                \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                         \
+            check_failures++;                                                                                \
+        }                                                                                                    \
     } while (0)
 #define CHECK_DONE()                                                                                         \
-    do {                                                                                                 \
-        if (check_failures) {                                                                            \
-            fprintf(stderr, "%d check(s) failed\n", check_failures);                                     \
-            return 1;                                                                                    \
-        }                                                                                                \
-        printf("all checks passed\n");                                                                   \
-        return 0;                                                                                        \
+    do {                                                                                                     \
+        if (check_failures) {                                                                                \
+            fprintf(stderr, "%d check(s) failed\n", check_failures);                                         \
+            return 1;                                                                                        \
+        }                                                                                                    \
+        printf("all checks passed\n");                                                                       \
+        return 0;                                                                                            \
     } while (0)
 #endif

@@ -28,10 +28,11 @@ static void test_health_state(void)
 static pdr_config_t *make_config(int np, int nd, const char *pp, const char *dp)
 {
     char yaml[2048];
-    int o = snprintf(yaml, sizeof(yaml), "policy: { prefill: %s, decode: %s }\nworkers:\n  prefill:\n", pp, dp);
+    int o =
+        snprintf(yaml, sizeof(yaml), "policy: { prefill: %s, decode: %s }\nworkers:\n  prefill:\n", pp, dp);
     for (int i = 0; i < np; i++)
-        o += snprintf(yaml + o, sizeof(yaml) - (size_t)o, "    - { url: http://127.0.0.1:%d, bootstrap_port: %d }\n",
-                      30000 + i, 9000 + i);
+        o += snprintf(yaml + o, sizeof(yaml) - (size_t)o,
+                      "    - { url: http://127.0.0.1:%d, bootstrap_port: %d }\n", 30000 + i, 9000 + i);
     o += snprintf(yaml + o, sizeof(yaml) - (size_t)o, "  decode:\n");
     for (int i = 0; i < nd; i++)
         o += snprintf(yaml + o, sizeof(yaml) - (size_t)o, "    - { url: http://127.0.0.1:%d }\n", 31000 + i);

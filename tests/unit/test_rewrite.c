@@ -42,10 +42,11 @@ static void test_injection(void)
 {
     uint64_t rooms[1] = {(1ull << 63) - 1};
     /* The client's own bootstrap fields are overwritten, other fields kept. */
-    json_t *j = build(PDR_ROUTE_GENERATE,
-                      "{\"text\":\"hi\",\"bootstrap_host\":\"10.9.9.9\",\"bootstrap_port\":1,\"bootstrap_room\":5,"
-                      "\"sampling_params\":{\"max_new_tokens\":4}}",
-                      "127.0.0.1", 8998, rooms);
+    json_t *j =
+        build(PDR_ROUTE_GENERATE,
+              "{\"text\":\"hi\",\"bootstrap_host\":\"10.9.9.9\",\"bootstrap_port\":1,\"bootstrap_room\":5,"
+              "\"sampling_params\":{\"max_new_tokens\":4}}",
+              "127.0.0.1", 8998, rooms);
     CHECK(j != NULL);
     CHECK(strcmp(json_string_value(json_object_get(j, "bootstrap_host")), "127.0.0.1") == 0);
     CHECK(json_integer_value(json_object_get(j, "bootstrap_port")) == 8998);
@@ -87,7 +88,8 @@ static void test_batch(void)
     CHECK(pdr_pdreq_parse(PDR_ROUTE_COMPLETIONS, pr, strlen(pr), &r, err, sizeof(err)) == 0 && r.batch == 2);
     pdr_pdreq_clear(&r);
     const char *tok = "{\"prompt\":[5,6,7]}";
-    CHECK(pdr_pdreq_parse(PDR_ROUTE_COMPLETIONS, tok, strlen(tok), &r, err, sizeof(err)) == 0 && r.batch == 0);
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_COMPLETIONS, tok, strlen(tok), &r, err, sizeof(err)) == 0 &&
+          r.batch == 0);
     pdr_pdreq_clear(&r);
     const char *n = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":4}";
     CHECK(pdr_pdreq_parse(PDR_ROUTE_CHAT, n, strlen(n), &r, err, sizeof(err)) == 0 && r.batch == 4);
@@ -120,8 +122,8 @@ static void test_logprob_merge(void)
     json_t *d = json_loads("{\"text\":\"x\",\"meta_info\":{\"input_token_logprobs\":[[-0.5,3,null]],"
                            "\"output_token_logprobs\":[[-1,9,null]]}}",
                            0, NULL);
-    json_t *p = json_loads("{\"text\":\"\",\"meta_info\":{\"input_token_logprobs\":[[-0.1,1,null],[-0.2,2,null]]}}", 0,
-                           NULL);
+    json_t *p = json_loads(
+        "{\"text\":\"\",\"meta_info\":{\"input_token_logprobs\":[[-0.1,1,null],[-0.2,2,null]]}}", 0, NULL);
     CHECK(pdr_merge_logprobs(d, p) == 1);
     json_t *l = json_object_get(json_object_get(d, "meta_info"), "input_token_logprobs");
     CHECK(json_array_size(l) == 3);
@@ -137,12 +139,15 @@ static void test_logprob_merge(void)
                             0, NULL);
     CHECK(pdr_merge_logprobs(da, pa) == 1);
     CHECK(json_integer_value(json_array_get(
-              json_array_get(json_object_get(json_object_get(json_array_get(da, 1), "meta_info"), "input_token_logprobs"), 0),
+              json_array_get(json_object_get(json_object_get(json_array_get(da, 1), "meta_info"),
+                                             "input_token_logprobs"),
+                             0),
               1)) == 8);
     json_t *chunk = json_loads("{\"index\":1,\"meta_info\":{\"input_token_logprobs\":[]}}", 0, NULL);
     CHECK(pdr_merge_logprobs(chunk, pa) == 1);
     CHECK(json_integer_value(json_array_get(
-              json_array_get(json_object_get(json_object_get(chunk, "meta_info"), "input_token_logprobs"), 0), 1)) == 8);
+              json_array_get(json_object_get(json_object_get(chunk, "meta_info"), "input_token_logprobs"), 0),
+              1)) == 8);
     json_decref(chunk);
     json_decref(da);
     json_decref(pa);
