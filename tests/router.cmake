@@ -8,7 +8,7 @@ endforeach()
 
 # Router integration scenarios: real pdrouter and pdsim processes on loopback (see test_router.py).
 foreach(s routes errors policy prefill_killed all_prefills_dead prefill_stopped prefill_stopped_retry
-          disconnect decode_reset check_config shutdown)
+          disconnect decode_reset check_config shutdown slow_client)
   add_test(NAME router_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_router.py ${s})
   set_tests_properties(router_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

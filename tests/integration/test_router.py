@@ -452,6 +452,69 @@ def scenario_check_config():
     check(out.returncode == 0 and out.stdout.startswith("pdrouter "), out.stdout)
 
 
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def scenario_slow_client():
+    """Back-pressure: a client that stops reading a long stream does not make the router buffer it
+    (the decode transfer is paused); when the client reads again every token arrives."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], "--threads", "1")
+    try:
+        tokens = 60000  # ~7 MB of SSE chunks
+        body = dict(BODIES["/v1/completions"], stream=True, max_tokens=tokens)
+        s = socket.create_connection((H, r.port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        raw = json.dumps(body).encode()
+        base = rss_kib(r.proc.pid)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(raw) + raw)
+        # Wait until the decode has stopped making progress: its writes block because nobody reads.
+        last = [None, 0]
+
+        def stalled():
+            st = stats(d)
+            sent = st.get("tokens_sent", st.get("completed", 0))
+            now = rss_kib(r.proc.pid)
+            key = (st["inflight"], now)
+            if key == last[0]:
+                last[1] += 1
+            else:
+                last[0], last[1] = key, 0
+            return last[1] >= 5 and st["inflight"] == 1
+        pdtest.poll_until(stalled, 20, "the stream to stall behind the slow client")
+        grown = rss_kib(r.proc.pid) - base
+        check(grown < 4096, "router RSS grew by %d KiB while the client was not reading" % grown, r)
+        # Now read everything: all tokens arrive, then [DONE].
+        s.settimeout(30)
+        buf = bytearray()
+        while not buf.endswith(b"0\r\n\r\n"):
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            buf += chunk
+        s.close()
+        head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+        text = bytearray()
+        while rest:  # undo the chunked transfer coding
+            size, _, rest = rest.partition(b"\r\n")
+            size = int(size, 16)
+            if size == 0:
+                break
+            text += rest[:size]
+            rest = rest[size + 2:]
+        text = bytes(text)
+        n = text.count(b'"text_completion"')
+        check(n == tokens and b"data: [DONE]" in text, "got %d of %d chunks" % (n, tokens), r, d)
+    finally:
+        pdtest.stop_all()
+
+
 def scenario_shutdown():
     """SIGTERM: readiness fails at once, the in-flight stream completes, the process exits 0."""
     p, d = sim("prefill"), sim("decode", "--decode-us-per-token", "20000")
