@@ -82,33 +82,44 @@ static const unsigned char plain_byte[256] = {
 };
 
 /*
- * Validates one UTF-8 sequence starting at p (*p >= 0x80) and returns the byte after it. Well-formed
- * sequences per Unicode 15 table 3-7: no overlongs, no surrogates (ED A0..BF), nothing above U+10FFFF,
- * nothing truncated.
+ * Validates the run of UTF-8 sequences starting at p (*p >= 0x80) and returns the first byte after it that
+ * is ASCII (or the end). Well-formed sequences per Unicode 15 table 3-7: no overlongs, no surrogates
+ * (ED A0..BF), nothing above U+10FFFF, nothing truncated. Looping here keeps text in non-Latin scripts
+ * off the 16-byte ASCII path, which would stop at every character.
  */
 static const char *scan_utf8(scan_t *s, const char *p)
 {
-    const unsigned char *u = (const unsigned char *)p;
-    size_t avail = (size_t)(s->end - p);
-    unsigned c = u[0], lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) {
-        if (avail >= 2 && (u[1] & 0xc0) == 0x80)
-            return p + 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        if (c == 0xe0)
-            lo = 0xa0;
-        else if (c == 0xed)
-            hi = 0x9f;
-        if (avail >= 3 && u[1] >= lo && u[1] <= hi && (u[2] & 0xc0) == 0x80)
-            return p + 3;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        if (c == 0xf0)
-            lo = 0x90;
-        else if (c == 0xf4)
-            hi = 0x8f;
-        if (avail >= 4 && u[1] >= lo && u[1] <= hi && (u[2] & 0xc0) == 0x80 && (u[3] & 0xc0) == 0x80)
-            return p + 4;
-    }
+    const char *end = s->end;
+    do {
+        const unsigned char *u = (const unsigned char *)p;
+        size_t avail = (size_t)(end - p);
+        unsigned c = u[0], lo = 0x80, hi = 0xbf;
+        if (c >= 0xc2 && c <= 0xdf) {
+            if (avail < 2 || (u[1] & 0xc0) != 0x80)
+                break;
+            p += 2;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            if (c == 0xe0)
+                lo = 0xa0;
+            else if (c == 0xed)
+                hi = 0x9f;
+            if (avail < 3 || u[1] < lo || u[1] > hi || (u[2] & 0xc0) != 0x80)
+                break;
+            p += 3;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            if (c == 0xf0)
+                lo = 0x90;
+            else if (c == 0xf4)
+                hi = 0x8f;
+            if (avail < 4 || u[1] < lo || u[1] > hi || (u[2] & 0xc0) != 0x80 || (u[3] & 0xc0) != 0x80)
+                break;
+            p += 4;
+        } else {
+            break;
+        }
+        if (p == end || (unsigned char)*p < 0x80)
+            return p;
+    } while (1);
     return fail(s, p, "invalid UTF-8 in string");
 }
 
@@ -263,13 +274,22 @@ static const char *scan_array(scan_t *s, const char *p, int depth, pdr_jval_t *v
         p++;
     } else {
         for (;;) {
-            pdr_jval_t c;
-            if ((p = scan_value(s, p, depth, &c)) == NULL)
-                return NULL;
+            uint8_t t, te = PDR_JT_NONE;
+            if (p < end && (is_digit(*p) || *p == '-')) {
+                /* Numbers skip scan_value: token-id arrays are made of little else. */
+                if ((p = scan_number(s, p, &t)) == NULL)
+                    return NULL;
+            } else {
+                pdr_jval_t c;
+                if ((p = scan_value(s, p, depth, &c)) == NULL)
+                    return NULL;
+                t = c.type;
+                te = c.elem;
+            }
             count = count_up(count);
-            elem = merge_type(elem, c.type);
-            if (c.type == PDR_JT_ARRAY && c.elem != PDR_JT_NONE)
-                elem_elem = merge_type(elem_elem, c.elem);
+            elem = merge_type(elem, t);
+            if (t == PDR_JT_ARRAY && te != PDR_JT_NONE)
+                elem_elem = merge_type(elem_elem, te);
             p = skip_ws(p, end);
             if (p == end)
                 return fail(s, p, "unexpected end of input: expected ',' or ']'");
@@ -340,8 +360,9 @@ static const char *scan_nested_object(scan_t *s, const char *p, int depth, pdr_j
 static const char *scan_literal(scan_t *s, const char *p, const char *word, size_t n)
 {
     if ((size_t)(s->end - p) < n || memcmp(p, word, n) != 0)
-        return fail(s, p, "invalid literal (expected a value: true, false, null, number, string, array or "
-                          "object)");
+        return fail(s, p,
+                    "invalid literal (expected a value: true, false, null, number, string, array or "
+                    "object)");
     return p + n;
 }
 
@@ -536,9 +557,12 @@ const pdr_jmember_t *pdr_jfind(const pdr_jmember_t *m, size_t n, const char *nam
     return NULL;
 }
 
-/* ---- Duplicate detection for top-level keys: open addressing, on the stack up to SMALL_MEMBERS. ---- */
+/*
+ * ---- Duplicate detection for top-level keys. Up to SMALL_MEMBERS members: a linear scan of their hashes
+ * on the stack (nothing to clear per call); past that, one heap table with open addressing. ----
+ */
 
-enum { SMALL_MEMBERS = 32, SMALL_SLOTS = 2 * SMALL_MEMBERS };
+enum { SMALL_MEMBERS = 32 };
 
 typedef struct {
     uint64_t hash;
@@ -546,34 +570,41 @@ typedef struct {
 } key_slot_t;
 
 typedef struct {
-    key_slot_t *slots;
+    key_slot_t *slots; /* NULL while small[] is in use */
     size_t mask;
-    key_slot_t small[SMALL_SLOTS];
+    uint64_t small[SMALL_MEMBERS];
 } key_table_t;
 
-/* Returns the index of an earlier member with the same key, or -1 after inserting member i. */
-static long key_table_insert(key_table_t *t, const pdr_jmember_t *members, size_t i, uint64_t h)
+/* Returns 1 when an earlier member has the same key as member i, else records member i and returns 0. */
+static int key_table_insert(key_table_t *t, const pdr_jmember_t *members, size_t i, uint64_t h)
 {
+    if (t->slots == NULL) {
+        for (size_t j = 0; j < i; j++)
+            if (t->small[j] == h && keys_equal(&members[j], &members[i]))
+                return 1;
+        t->small[i] = h;
+        return 0;
+    }
     size_t pos = (size_t)h & t->mask;
     while (t->slots[pos].idx1 != 0) {
         const key_slot_t *e = &t->slots[pos];
         if (e->hash == h && keys_equal(&members[e->idx1 - 1], &members[i]))
-            return (long)e->idx1 - 1;
+            return 1;
         pos = (pos + 1) & t->mask;
     }
     t->slots[pos].hash = h;
     t->slots[pos].idx1 = (uint32_t)i + 1;
-    return -1;
+    return 0;
 }
 
 /*
- * Moves the table to the heap once a document has more than SMALL_MEMBERS members. Sized once for the
- * most members the document can hold (each takes at least 4 bytes: "":0,) or max, whichever is less,
- * at load factor <= 1/2, so it never grows again.
+ * Moves to a heap table when member SMALL_MEMBERS + 1 arrives. Sized once for the most members the
+ * document can hold (each takes at least 4 bytes: "":0,) or max, whichever is less, at load factor
+ * <= 1/2, so it never grows again.
  */
-static int key_table_grow(key_table_t *t, const pdr_jmember_t *members, size_t n, size_t max, size_t len)
+static int key_table_grow(key_table_t *t, size_t n, size_t max, size_t len)
 {
-    size_t bound = len / 4 + 1, cap = 2 * SMALL_SLOTS;
+    size_t bound = len / 4 + 1, cap = 4 * SMALL_MEMBERS;
     if (max < bound)
         bound = max;
     while (cap < 2 * bound)
@@ -581,14 +612,19 @@ static int key_table_grow(key_table_t *t, const pdr_jmember_t *members, size_t n
     key_slot_t *slots = calloc(cap, sizeof(*slots));
     if (slots == NULL)
         return PDR_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        size_t pos = (size_t)t->small[i] & (cap - 1);
+        while (slots[pos].idx1 != 0)
+            pos = (pos + 1) & (cap - 1);
+        slots[pos].hash = t->small[i];
+        slots[pos].idx1 = (uint32_t)i + 1;
+    }
     t->slots = slots;
     t->mask = cap - 1;
-    for (size_t i = 0; i < n; i++)
-        (void)key_table_insert(t, members, i, key_hash(&members[i]));
     return 0;
 }
 
-/* Writes "duplicate key '...' at byte N", showing at most 64 bytes of the raw key (cut on a UTF-8 boundary). */
+/* Writes "duplicate key '...' at byte N" with at most 64 bytes of the raw key, cut on a UTF-8 boundary. */
 static void report_duplicate(scan_t *s, const pdr_jmember_t *m)
 {
     size_t shown = m->key_len, off = (size_t)(m->raw - s->start);
@@ -648,14 +684,14 @@ int pdr_json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t m
     }
     if (*q != '{') {
         if (errlen > 0)
-            snprintf(err, errlen, "malformed JSON at byte %zu: the request body must be a JSON object (found %s)",
+            snprintf(err, errlen,
+                     "malformed JSON at byte %zu: the request body must be a JSON object (found %s)",
                      (size_t)(q - p), type_of_first_byte(*q));
         return PDR_EINVAL;
     }
 
-    t.slots = t.small;
-    t.mask = SMALL_SLOTS - 1;
-    memset(t.small, 0, sizeof(t.small));
+    t.slots = NULL;
+    t.mask = 0;
     q = skip_ws(q + 1, s.end);
     if (q < s.end && *q == '}') {
         q++;
@@ -692,13 +728,13 @@ int pdr_json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t m
             if ((q = scan_value(&s, q, 1, &m->v)) == NULL)
                 goto done;
             m->raw_len = (size_t)(q - m->raw);
-            if (count == SMALL_MEMBERS && t.slots == t.small && key_table_grow(&t, out, count, max, len) != 0) {
+            if (count == SMALL_MEMBERS && key_table_grow(&t, count, max, len) != 0) {
                 if (errlen > 0)
                     snprintf(err, errlen, "out of memory checking %zu top-level keys", count + 1);
                 rc = PDR_ENOMEM;
                 goto done;
             }
-            if (key_table_insert(&t, out, count, key_hash(m)) >= 0) {
+            if (key_table_insert(&t, out, count, key_hash(m))) {
                 report_duplicate(&s, m);
                 goto done;
             }
@@ -731,8 +767,7 @@ int pdr_json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t m
     *n = count;
     rc = 0;
 done:
-    if (t.slots != t.small)
-        free(t.slots);
+    free(t.slots);
     return rc;
 }
 

@@ -3,6 +3,7 @@
  * the types the router relies on (stream, batch shape, logprob flags) and about the fields a worker
  * needs to run at all; it leaves every other field to the worker.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,105 +16,100 @@
         return PDR_EINVAL;                                                                                   \
     } while (0)
 
-static int is_int_array(const json_t *a)
+/* 1024: far more top-level fields than any OpenAI or sglang request has. */
+#define MAX_MEMBERS 1024
+
+static const pdr_jval_t *get(const pdr_pdreq_t *r, const char *name)
 {
-    size_t i;
-    json_t *v;
-    json_array_foreach(a, i, v) if (!json_is_integer(v)) return 0;
-    return 1;
+    const pdr_jmember_t *m = pdr_jfind(r->m, r->n, name);
+    return m != NULL && m->v.type != PDR_JT_NULL ? &m->v : NULL;
 }
 
-static int check_bool(json_t *root, const char *key, int *out, char *err, size_t errlen)
+static int get_bool(const pdr_pdreq_t *r, const char *key, int *out, char *err, size_t errlen)
 {
-    json_t *v = json_object_get(root, key);
+    const pdr_jval_t *v = get(r, key);
     *out = 0;
-    if (v == NULL || json_is_null(v))
+    if (v == NULL)
         return 0;
-    if (!json_is_boolean(v))
+    if (v->type != PDR_JT_TRUE && v->type != PDR_JT_FALSE)
         FAIL("'%s' must be a boolean", key);
-    *out = json_is_true(v);
+    *out = v->type == PDR_JT_TRUE;
     return 0;
+}
+
+/* An array of arrays of integers (inner arrays may be empty). */
+static int is_int_lists(const pdr_jval_t *v)
+{
+    return v->type == PDR_JT_ARRAY && v->elem == PDR_JT_ARRAY &&
+           (v->elem_elem == PDR_JT_INT || v->elem_elem == PDR_JT_NONE);
 }
 
 static int parse_generate(pdr_pdreq_t *r, char *err, size_t errlen)
 {
-    json_t *text = json_object_get(r->root, "text");
-    json_t *ids = json_object_get(r->root, "input_ids");
-    json_t *emb = json_object_get(r->root, "input_embeds");
-    if (text != NULL && !json_is_null(text)) {
-        if (json_is_array(text)) {
-            if (json_array_size(text) == 0)
+    const pdr_jval_t *text = get(r, "text"), *ids = get(r, "input_ids");
+    if (text != NULL) {
+        if (text->type == PDR_JT_ARRAY) {
+            if (text->count == 0)
                 FAIL("'text' must not be an empty array");
-            size_t i;
-            json_t *v;
-            json_array_foreach(text, i, v) if (!json_is_string(v))
+            if (text->elem != PDR_JT_STRING)
                 FAIL("'text' must be a string or an array of strings");
-            r->batch = json_array_size(text);
-        } else if (!json_is_string(text)) {
+            r->batch = text->count;
+        } else if (text->type != PDR_JT_STRING) {
             FAIL("'text' must be a string or an array of strings");
         }
-    } else if (ids != NULL && !json_is_null(ids)) {
-        if (!json_is_array(ids) || json_array_size(ids) == 0)
+    } else if (ids != NULL) {
+        if (ids->type != PDR_JT_ARRAY || ids->count == 0)
             FAIL("'input_ids' must be a non-empty array of integers or of arrays of integers");
-        if (json_is_array(json_array_get(ids, 0))) {
-            size_t i;
-            json_t *v;
-            json_array_foreach(ids, i, v) if (!json_is_array(v) || !is_int_array(v))
-                FAIL("'input_ids' must be a non-empty array of integers or of arrays of integers");
-            r->batch = json_array_size(ids);
-        } else if (!is_int_array(ids)) {
+        if (is_int_lists(ids))
+            r->batch = ids->count;
+        else if (ids->elem != PDR_JT_INT)
             FAIL("'input_ids' must be a non-empty array of integers or of arrays of integers");
-        }
-    } else if (emb == NULL || json_is_null(emb)) {
+    } else if (get(r, "input_embeds") == NULL) {
         FAIL("one of 'text', 'input_ids' or 'input_embeds' is required");
     }
-    json_t *sp = json_object_get(r->root, "sampling_params");
-    if (sp != NULL && !json_is_null(sp) && !json_is_object(sp) && !json_is_array(sp))
+    const pdr_jval_t *sp = get(r, "sampling_params");
+    if (sp != NULL && sp->type != PDR_JT_OBJECT && sp->type != PDR_JT_ARRAY)
         FAIL("'sampling_params' must be an object");
-    return check_bool(r->root, "return_logprob", &r->want_logprobs, err, errlen);
+    return get_bool(r, "return_logprob", &r->want_logprobs, err, errlen);
 }
 
-static int check_max_tokens(json_t *root, const char *key, char *err, size_t errlen)
+static int check_count(const pdr_pdreq_t *r, const char *key, int64_t min, int64_t max, char *err,
+                       size_t errlen)
 {
-    json_t *v = json_object_get(root, key);
-    if (v != NULL && !json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0))
-        FAIL("'%s' must be a non-negative integer", key);
+    const pdr_jval_t *v = get(r, key);
+    int64_t x;
+    if (v != NULL && (v->type != PDR_JT_INT || pdr_jval_int(v, &x) != 0 || x < min || x > max)) {
+        if (max == INT64_MAX)
+            FAIL("'%s' must be a non-negative integer", key);
+        FAIL("'%s' must be an integer between %lld and %lld", key, (long long)min, (long long)max);
+    }
     return 0;
 }
 
 static int parse_completions(pdr_pdreq_t *r, char *err, size_t errlen)
 {
-    json_t *p = json_object_get(r->root, "prompt");
-    if (p == NULL || json_is_null(p))
+    const pdr_jval_t *p = get(r, "prompt");
+    if (p == NULL)
         FAIL("'prompt' is required");
-    if (json_is_array(p)) {
-        if (json_array_size(p) == 0)
+    if (p->type == PDR_JT_ARRAY) {
+        if (p->count == 0)
             FAIL("'prompt' must not be an empty array");
-        json_t *first = json_array_get(p, 0);
-        size_t i;
-        json_t *v;
-        if (json_is_string(first)) {
-            json_array_foreach(p, i, v) if (!json_is_string(v))
-                FAIL("'prompt' array items must all be strings");
-            r->batch = json_array_size(p);
-        } else if (json_is_array(first)) {
-            json_array_foreach(p, i, v) if (!json_is_array(v) || !is_int_array(v))
-                FAIL("'prompt' array items must all be arrays of integers");
-            r->batch = json_array_size(p);
-        } else if (!is_int_array(p)) {
+        if (p->elem == PDR_JT_STRING || is_int_lists(p))
+            r->batch = p->count;
+        else if (p->elem != PDR_JT_INT)
             FAIL("'prompt' must be a string, an array of strings, or an array of integers");
-        }
-    } else if (!json_is_string(p)) {
+    } else if (p->type != PDR_JT_STRING) {
         FAIL("'prompt' must be a string, an array of strings, or an array of integers");
     }
-    if (check_max_tokens(r->root, "max_tokens", err, errlen) != 0)
+    if (check_count(r, "max_tokens", 0, INT64_MAX, err, errlen) != 0)
         return PDR_EINVAL;
-    json_t *lp = json_object_get(r->root, "logprobs");
-    if (lp != NULL && !json_is_null(lp)) {
-        if (json_is_integer(lp))
-            r->want_logprobs = json_integer_value(lp) > 0;
-        else if (json_is_boolean(lp))
-            r->want_logprobs = json_is_true(lp);
+    const pdr_jval_t *lp = get(r, "logprobs");
+    if (lp != NULL) {
+        int64_t k;
+        if (lp->type == PDR_JT_INT && pdr_jval_int(lp, &k) == 0)
+            r->want_logprobs = k > 0;
+        else if (lp->type == PDR_JT_TRUE || lp->type == PDR_JT_FALSE)
+            r->want_logprobs = lp->type == PDR_JT_TRUE;
         else
             FAIL("'logprobs' must be an integer");
     }
@@ -122,99 +118,116 @@ static int parse_completions(pdr_pdreq_t *r, char *err, size_t errlen)
 
 static int parse_chat(pdr_pdreq_t *r, char *err, size_t errlen)
 {
-    json_t *m = json_object_get(r->root, "messages");
-    if (m == NULL || !json_is_array(m) || json_array_size(m) == 0)
+    const pdr_jval_t *m = get(r, "messages");
+    if (m == NULL || m->type != PDR_JT_ARRAY || m->count == 0)
         FAIL("'messages' must be a non-empty array");
-    size_t i;
-    json_t *v;
-    json_array_foreach(m, i, v) if (!json_is_object(v)) FAIL("'messages[%zu]' must be an object", i);
-    json_t *n = json_object_get(r->root, "n");
-    if (n != NULL && !json_is_null(n)) {
-        if (!json_is_integer(n) || json_integer_value(n) < 1 || json_integer_value(n) > 128)
-            FAIL("'n' must be an integer between 1 and 128");
-        if (json_integer_value(n) > 1)
-            r->batch = (size_t)json_integer_value(n);
-    }
-    if (check_max_tokens(r->root, "max_tokens", err, errlen) != 0 ||
-        check_max_tokens(r->root, "max_completion_tokens", err, errlen) != 0)
+    if (m->elem != PDR_JT_OBJECT)
+        FAIL("'messages' items must all be objects");
+    if (check_count(r, "n", 1, 128, err, errlen) != 0)
         return PDR_EINVAL;
-    return check_bool(r->root, "logprobs", &r->want_logprobs, err, errlen);
+    const pdr_jval_t *n = get(r, "n");
+    int64_t k;
+    if (n != NULL && pdr_jval_int(n, &k) == 0 && k > 1)
+        r->batch = (size_t)k;
+    if (check_count(r, "max_tokens", 0, INT64_MAX, err, errlen) != 0 ||
+        check_count(r, "max_completion_tokens", 0, INT64_MAX, err, errlen) != 0)
+        return PDR_EINVAL;
+    return get_bool(r, "logprobs", &r->want_logprobs, err, errlen);
 }
 
 int pdr_pdreq_parse(pdr_route_t route, const char *body, size_t len, pdr_pdreq_t *r, char *err, size_t errlen)
 {
-    json_error_t je;
     memset(r, 0, sizeof(*r));
-    if (len == 0)
-        FAIL("request body is empty; a JSON object is required");
-    r->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (r->root == NULL)
-        FAIL("malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
-    int rc = PDR_EINVAL;
-    if (!json_is_object(r->root)) {
-        snprintf(err, errlen, "the request body must be a JSON object");
-        goto fail;
+    r->body = body;
+    r->len = len;
+    /* Room for every member of a small body; a member needs at least 5 bytes ("a":1,). */
+    size_t cap = len / 5 + 1 < MAX_MEMBERS ? len / 5 + 1 : MAX_MEMBERS;
+    r->m = malloc(cap * sizeof(*r->m));
+    if (r->m == NULL)
+        FAIL("out of memory");
+    int rc = pdr_json_scan_object(body, len, r->m, cap, &r->n, err, errlen);
+    if (rc == 0 && (rc = get_bool(r, "stream", &r->stream, err, errlen)) == 0) {
+        const pdr_jval_t *model = get(r, "model");
+        if (model != NULL && model->type != PDR_JT_STRING) {
+            snprintf(err, errlen, "'model' must be a string");
+            rc = PDR_EINVAL;
+        } else if (route == PDR_ROUTE_GENERATE) {
+            rc = parse_generate(r, err, errlen);
+        } else if (route == PDR_ROUTE_COMPLETIONS) {
+            rc = parse_completions(r, err, errlen);
+        } else {
+            rc = parse_chat(r, err, errlen);
+        }
     }
-    if ((rc = check_bool(r->root, "stream", &r->stream, err, errlen)) != 0)
-        goto fail;
-    json_t *model = json_object_get(r->root, "model");
-    if (model != NULL && !json_is_null(model) && !json_is_string(model)) {
-        snprintf(err, errlen, "'model' must be a string");
-        rc = PDR_EINVAL;
-        goto fail;
-    }
-    switch (route) {
-    case PDR_ROUTE_GENERATE:
-        rc = parse_generate(r, err, errlen);
-        break;
-    case PDR_ROUTE_COMPLETIONS:
-        rc = parse_completions(r, err, errlen);
-        break;
-    default:
-        rc = parse_chat(r, err, errlen);
-        break;
-    }
-    if (rc == 0)
-        return 0;
-fail:
-    pdr_pdreq_clear(r);
+    if (rc != 0)
+        pdr_pdreq_clear(r);
     return rc;
 }
 
 void pdr_pdreq_clear(pdr_pdreq_t *r)
 {
-    if (r->root != NULL)
-        json_decref(r->root);
+    free(r->m);
     memset(r, 0, sizeof(*r));
+}
+
+static int is_bootstrap_field(const pdr_jmember_t *m)
+{
+    return m->key_len >= 14 &&
+           (pdr_jmember_key_is(m, "bootstrap_host") || pdr_jmember_key_is(m, "bootstrap_port") ||
+            pdr_jmember_key_is(m, "bootstrap_room"));
 }
 
 char *pdr_pdreq_build_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
                            size_t *len)
 {
-    json_t *host, *port, *room;
-    if (r->batch == 0) {
-        host = json_string(bootstrap_host);
-        port = bport < 0 ? json_null() : json_integer(bport);
-        room = json_integer((json_int_t)rooms[0]);
-    } else {
-        host = json_array();
-        port = json_array();
-        room = json_array();
-        for (size_t i = 0; i < r->batch; i++) {
-            json_array_append_new(host, json_string(bootstrap_host));
-            json_array_append_new(port, bport < 0 ? json_null() : json_integer(bport));
-            json_array_append_new(room, json_integer((json_int_t)rooms[i]));
-        }
+    size_t items = r->batch ? r->batch : 1;
+    size_t hl = strlen(bootstrap_host);
+    /* Members, separators, the three fields: each item at most host + quotes, 5-digit port or null,
+     * 19-digit room, 3 commas. */
+    size_t cap = r->len + 2 + r->n + 64 + items * (hl + 2 + 5 + 19 + 3) + 16;
+    char *out = malloc(cap);
+    if (out == NULL)
+        return NULL;
+    size_t o = 0;
+    out[o++] = '{';
+    for (size_t i = 0; i < r->n; i++) {
+        const pdr_jmember_t *m = &r->m[i];
+        if (is_bootstrap_field(m))
+            continue; /* a client never chooses where KV goes */
+        memcpy(out + o, m->raw, m->raw_len);
+        o += m->raw_len;
+        out[o++] = ',';
     }
-    /* json_object_set_new replaces a client's value under the same name: a client never chooses
-     * where KV goes. */
-    json_object_set_new(r->root, "bootstrap_host", host);
-    json_object_set_new(r->root, "bootstrap_port", port);
-    json_object_set_new(r->root, "bootstrap_room", room);
-    char *s = json_dumps(r->root, JSON_COMPACT);
-    if (s != NULL)
-        *len = strlen(s);
-    return s;
+    const char *names[3] = {"\"bootstrap_host\":", "\"bootstrap_port\":", "\"bootstrap_room\":"};
+    for (int f = 0; f < 3; f++) {
+        size_t nl = strlen(names[f]);
+        memcpy(out + o, names[f], nl);
+        o += nl;
+        if (r->batch)
+            out[o++] = '[';
+        for (size_t i = 0; i < items; i++) {
+            if (i > 0)
+                out[o++] = ',';
+            if (f == 0) {
+                /* The host comes from a validated worker URL: no character needs escaping. */
+                out[o++] = '"';
+                memcpy(out + o, bootstrap_host, hl);
+                o += hl;
+                out[o++] = '"';
+            } else if (f == 1) {
+                o += (size_t)(bport < 0 ? snprintf(out + o, cap - o, "null")
+                                        : snprintf(out + o, cap - o, "%d", bport));
+            } else {
+                o += (size_t)snprintf(out + o, cap - o, "%" PRIu64, rooms[i]);
+            }
+        }
+        if (r->batch)
+            out[o++] = ']';
+        out[o++] = f < 2 ? ',' : '}';
+    }
+    out[o] = '\0';
+    *len = o;
+    return out;
 }
 
 static int merge_one(json_t *d, const json_t *p)

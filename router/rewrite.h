@@ -1,7 +1,9 @@
 /*
- * Request and response rewriting for the sglang PD protocol: validate the client's JSON, find the
- * batch shape, set the router's bootstrap fields (overwriting any the client sent), and merge the
- * prefill's input logprobs in front of the decode's. Pure functions over jansson values; any thread.
+ * Request and response rewriting for the sglang PD protocol: validate the client's JSON in one pass
+ * (jsonscan.c, no DOM), find the batch shape, build each leg's body by copying the client's top-level
+ * members byte for byte and appending the router's bootstrap fields (any the client sent are dropped),
+ * and merge the prefill's input logprobs in front of the decode's (jansson, only when asked for).
+ * Pure functions; any thread.
  */
 #ifndef PDR_REWRITE_H
 #define PDR_REWRITE_H
@@ -9,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
+#include "jsonscan.h"
 
 typedef enum {
     PDR_ROUTE_GENERATE = 0,
@@ -18,7 +21,10 @@ typedef enum {
 } pdr_route_t;
 
 typedef struct pdr_pdreq {
-    json_t *root;      /* the client's object, owned */
+    const char *body; /* the client's bytes, borrowed: they must outlive the pdr_pdreq_t */
+    size_t len;
+    pdr_jmember_t *m; /* its top-level members (malloc'd) */
+    size_t n;
     int stream;        /* "stream": true */
     int want_logprobs; /* return_logprob (generate) or logprobs (OpenAI) */
     size_t batch;      /* 0: one item; else the number of items (fields become arrays) */
@@ -29,8 +35,9 @@ int pdr_pdreq_parse(pdr_route_t route, const char *body, size_t len, pdr_pdreq_t
                     size_t errlen);
 void pdr_pdreq_clear(pdr_pdreq_t *r);
 
-/* Sets bootstrap_host, bootstrap_port (bport < 0: null) and bootstrap_room (arrays of `batch`
- * elements, rooms[i] each, when batch > 0) and serializes the body. Returns a malloc'd string. */
+/* Builds a leg's body: the client's members except bootstrap_host, bootstrap_port and bootstrap_room,
+ * then those three set by the router (arrays of `batch` elements, rooms[i] each, when batch > 0;
+ * bport < 0 gives null). Returns a malloc'd, NUL-terminated string and its length, or NULL. */
 char *pdr_pdreq_build_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
                            size_t *len);
 

@@ -61,6 +61,28 @@ static void test_injection(void)
     json_decref(j);
 }
 
+static void test_splice(void)
+{
+    uint64_t rooms[1] = {42};
+    pdr_pdreq_t r;
+    char err[256];
+    /* An escaped spelling of a bootstrap field is the same key: it is dropped too. */
+    const char *b = "{ \"text\" : \"h\\u00e9llo \\\"x\\\"\" , \"bootstrap\\u005froom\":7, \"extra\": [1, "
+                    "{\"a\": null}] }";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, b, strlen(b), &r, err, sizeof(err)) == 0);
+    size_t len;
+    char *s = pdr_pdreq_build_body(&r, "10.0.0.1", 8998, rooms, &len);
+    CHECK(s != NULL && strlen(s) == len);
+    /* The client's members are copied byte for byte; the router's fields come last, once each. */
+    CHECK(strcmp(s, "{\"text\" : \"h\\u00e9llo \\\"x\\\"\",\"extra\": [1, {\"a\": null}],"
+                    "\"bootstrap_host\":\"10.0.0.1\",\"bootstrap_port\":8998,\"bootstrap_room\":42}") == 0);
+    json_t *j = json_loads(s, JSON_REJECT_DUPLICATES, NULL);
+    CHECK(j != NULL && json_integer_value(json_object_get(j, "bootstrap_room")) == 42);
+    json_decref(j);
+    free(s);
+    pdr_pdreq_clear(&r);
+}
+
 static void test_batch(void)
 {
     uint64_t rooms[3] = {11, 22, 33};
@@ -107,12 +129,12 @@ static void test_validation(void)
     CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":\"a\",\"stream\":\"yes\"}", "'stream'"));
     CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":\"a\",\"return_logprob\":1}", "'return_logprob'"));
     CHECK(rejects(PDR_ROUTE_GENERATE, "{\"input_ids\":[[1],[\"x\"]]}", "'input_ids'"));
-    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":\"a\",\"text\":\"b\"}", "malformed JSON"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":\"a\",\"text\":\"b\"}", "duplicate key"));
     CHECK(rejects(PDR_ROUTE_COMPLETIONS, "{\"model\":\"m\"}", "'prompt'"));
     CHECK(rejects(PDR_ROUTE_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":\"9\"}", "'max_tokens'"));
     CHECK(rejects(PDR_ROUTE_COMPLETIONS, "{\"prompt\":\"a\",\"model\":3}", "'model'"));
     CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[]}", "'messages'"));
-    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[1]}", "messages[0]"));
+    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[1]}", "items must all be objects"));
     CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[{}],\"n\":0}", "'n'"));
     CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[{}],\"logprobs\":\"x\"}", "'logprobs'"));
 }
@@ -174,6 +196,7 @@ static void test_sse(void)
 int main(void)
 {
     test_injection();
+    test_splice();
     test_batch();
     test_validation();
     test_logprob_merge();
