@@ -1,0 +1,78 @@
+/*
+ * CUDA through the driver API, loaded at run time: dlopen("libcuda.so.1") and cuGetProcAddress, never
+ * -lcuda, so every binary starts and every test runs on machines without a GPU (there, every call
+ * answers PDR_ENOTSUP). Only transport/ includes this header (and cuda.h from the toolkit).
+ *
+ * Context rule (the lesson of mooncake's TCP path, which created a ~520 MiB context on GPU0 from an I/O
+ * thread that never bound its device): every thread binds the *primary context of the device that owns
+ * the memory* (pdr__cuda_bind) before any other call; nothing here ever creates a context on a device
+ * nobody registered memory on, and nothing touches device 0 implicitly.
+ *
+ * All functions are thread-safe. Errors: 0 or a negative PDR_E* code; the CUresult is translated at this
+ * edge and its name logged once by the caller through pdr__cuda_last_error().
+ */
+#ifndef PDR_TRANSPORT_CUDA_H
+#define PDR_TRANSPORT_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Loads the driver once (first call wins; later calls return the cached result). 0 when a driver and at
+ * least one device exist, PDR_ENOTSUP otherwise. */
+int pdr__cuda_init(void);
+int pdr__cuda_device_count(void);
+
+/* What a pointer is: *is_device 1 for CUDA device (or managed) memory, with its device ordinal; 0 for
+ * host memory (including memory the driver does not know). Never creates a context. */
+int pdr__cuda_ptr_info(const void *p, int *is_device, int *ordinal);
+
+/* Makes the primary context of `ordinal` current on the calling thread (retained once per device per
+ * process, released at exit). */
+int pdr__cuda_bind(int ordinal);
+
+/* Pinned (page-locked) host memory for staging, portable across contexts. */
+int pdr__cuda_host_alloc(size_t len, void **out);
+void pdr__cuda_host_free(void *p);
+
+/* Streams and events (opaque handles: CUstream / CUevent). The calling thread must be bound. */
+int pdr__cuda_stream_create(void **out);
+void pdr__cuda_stream_destroy(void *stream);
+int pdr__cuda_event_create(void **out); /* CU_EVENT_DISABLE_TIMING */
+void pdr__cuda_event_destroy(void *ev);
+int pdr__cuda_event_record(void *ev, void *stream);
+/* 0 when done, PDR_EAGAIN while pending, another code on error. */
+int pdr__cuda_event_query(void *ev);
+int pdr__cuda_event_sync(void *ev);
+int pdr__cuda_stream_sync(void *stream);
+
+/* Asynchronous copies on a stream (host side must be pinned for real asynchrony). */
+int pdr__cuda_copy_d2h_async(void *dst_host, const void *src_dev, size_t len, void *stream);
+int pdr__cuda_copy_h2d_async(void *dst_dev, const void *src_host, size_t len, void *stream);
+/* Device to device, across devices too (unified addressing; peer access when possible). */
+int pdr__cuda_copy_d2d_async(void *dst_dev, const void *src_dev, size_t len, void *stream);
+
+/* CUDA IPC for pairs on one host. A handle names the allocation that contains p; *offset is p's offset
+ * inside it. 64 bytes, as CUipcMemHandle. */
+#define PDR_CUDA_IPC_HANDLE_BYTES 64
+int pdr__cuda_ipc_export(const void *p, unsigned char handle[PDR_CUDA_IPC_HANDLE_BYTES], uint64_t *offset);
+/* Maps a peer's allocation into this process (the bound device's context); *base is its start. */
+int pdr__cuda_ipc_open(const unsigned char handle[PDR_CUDA_IPC_HANDLE_BYTES], void **base);
+int pdr__cuda_ipc_close(void *base);
+
+/* GPUDirect: a dma-buf fd for [p, p+len) (cuMemGetHandleForAddressRange); page-aligned ranges only. */
+int pdr__cuda_dmabuf_fd(const void *p, size_t len, int *fd);
+/* "0000:18:00.0" style PCI bus id of a device, for NIC locality. */
+int pdr__cuda_pci_bus_id(int ordinal, char *buf, size_t len);
+/* A 16-byte device UUID (tells the same GPU apart across processes). */
+int pdr__cuda_uuid(int ordinal, unsigned char uuid[16]);
+
+/* Tests and benchmarks: device memory on the bound device. */
+int pdr__cuda_mem_alloc(size_t len, void **out);
+void pdr__cuda_mem_free(void *p);
+int pdr__cuda_memset(void *dev, unsigned char byte, size_t len);
+int pdr__cuda_copy_sync(void *dst, const void *src, size_t len); /* any direction, unified addressing */
+
+/* The name of the last CUresult that failed on this thread ("CUDA_ERROR_OUT_OF_MEMORY"), or "". */
+const char *pdr__cuda_last_error(void);
+
+#endif
