@@ -41,8 +41,9 @@ typedef struct pdr_xfer_seg {
 
 /* Where memory lives; the engine picks a backend per memory kind. */
 enum pdr_xfer_mem_kind {
-    PDR_XFER_MEM_HOST = 0, /* v1: the only kind supported */
-    PDR_XFER_MEM_CUDA = 1, /* reserved for the cuda_ipc / staged TCP backends */
+    PDR_XFER_MEM_HOST = 0,
+    PDR_XFER_MEM_CUDA = 1,
+    PDR_XFER_MEM_AUTO = 2, /* ask the CUDA driver (cuPointerGetAttribute) which one it is */
 };
 
 /* Every field may be 0, which selects the default in brackets. */
@@ -56,7 +57,28 @@ typedef struct pdr_xfer_opts {
     uint32_t heartbeat_ms;         /* [1000] PING a connection with pending rooms after this quiet time */
     uint32_t heartbeat_timeout_ms; /* [5000] silence after which the peer is gone (PDR_EPEERGONE) */
     int sock_buf_bytes;            /* [4 MiB] SO_SNDBUF / SO_RCVBUF; -1 leaves the kernel's autotuning */
+    int io_threads;                /* [min(4, cores)] I/O threads; each connection lives on one */
+    int conns_per_peer;            /* [4] TCP connections per peer; a room's chunks are striped over them */
+    size_t staging_chunks;         /* [4] pinned staging buffers of chunk_bytes per connection (GPU memory) */
+    const char *backend;           /* ["auto"] "auto" | "tcp" | "rdma" | "cuda_ipc": force a backend */
 } pdr_xfer_opts_t;
+
+/* What one transfer did, for logs and benchmarks. */
+typedef struct pdr_xfer_info {
+    int status;          /* 0 or a negative PDR_E* code */
+    uint64_t bytes;      /* bytes moved */
+    const char *backend; /* "tcp", "rdma" or "cuda_ipc" (static string), "none" when it never started */
+    uint64_t usec;       /* from the post to completion */
+} pdr_xfer_info_t;
+typedef void (*pdr_xfer_info_cb)(void *arg, uint64_t room, const pdr_xfer_info_t *info);
+
+/* Engine counters. staging_* count pinned staging memory: a fixed pool, never proportional to a room. */
+typedef struct pdr_xfer_stats {
+    uint64_t transfers, failures;
+    uint64_t bytes_sent, bytes_received;
+    uint64_t staging_bytes, staging_peak_bytes;
+} pdr_xfer_stats_t;
+void pdr_xfer_get_stats(pdr_xfer_engine_t *eng, pdr_xfer_stats_t *out);
 
 /* Called once per accepted push or pull, on the engine's I/O thread. status is 0 or a negative PDR_E*
  * code; bytes is the number of bytes moved (all of them on success). */
@@ -93,6 +115,13 @@ int pdr_xfer_push(pdr_xfer_engine_t *eng, uint64_t room, const pdr_xfer_seg_t *s
 int pdr_xfer_pull(pdr_xfer_engine_t *eng, const char *host, int port, uint64_t room,
                   const pdr_xfer_seg_t *segs, size_t nseg, uint32_t timeout_ms, pdr_xfer_done_cb cb,
                   void *arg);
+
+/* As pdr_xfer_push / pdr_xfer_pull, with a callback that also names the backend used. */
+int pdr_xfer_push_ex(pdr_xfer_engine_t *eng, uint64_t room, const pdr_xfer_seg_t *segs, size_t nseg,
+                     uint32_t timeout_ms, pdr_xfer_info_cb cb, void *arg);
+int pdr_xfer_pull_ex(pdr_xfer_engine_t *eng, const char *host, int port, uint64_t room,
+                     const pdr_xfer_seg_t *segs, size_t nseg, uint32_t timeout_ms, pdr_xfer_info_cb cb,
+                     void *arg);
 
 /* Cancels the pending push and/or pull of this room: callbacks run with PDR_ECANCELED and the peer's
  * side fails promptly with PDR_ECANCELED. Returns 0, or PDR_ENOROOM if nothing of this room is
