@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include "buf.h"
 #include "err.h"
 #include "router.h"
 #include "util.h"
@@ -27,36 +28,6 @@
 #define HIGH_WATER (64 * 1024) /* stack.md #8: coalesce up to 64 KiB per send */
 #define PEEK_INTERVAL_MS 100   /* stack.md #3: h1 disconnect probe while waiting */
 #define PREFILL_BODY_CAP (64u << 20)
-
-typedef struct buf {
-    char *p;
-    size_t len, cap;
-} buf_t;
-
-static int buf_append(buf_t *b, const char *p, size_t n, size_t limit)
-{
-    if (b->len + n > limit)
-        return PDR_ETOOBIG;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n)
-            cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (np == NULL)
-            return PDR_ENOMEM;
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-    return 0;
-}
-
-static void buf_free(buf_t *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof(*b));
-}
 
 typedef enum { MODE_PD = 0, MODE_MODELS } pd_mode_t;
 
@@ -82,13 +53,13 @@ typedef struct pd_req {
     pdr_leg_t pleg, dleg;
     unsigned p_running : 1, d_running : 1, p_done : 1, d_done : 1;
     int p_err, d_err;
-    buf_t pbody; /* the prefill's answer (checked, used for logprob merge) */
+    pdr_buf_t pbody; /* the prefill's answer (checked, used for logprob merge) */
     int p_truncated;
-    json_t *p_json;  /* parsed prefill answer when merging */
-    buf_t pending;   /* decode bytes not yet handed to h2o */
-    buf_t sending;   /* bytes h2o is writing now */
-    buf_t sse_carry; /* streaming merge: an incomplete event */
-    int merge;       /* logprob merge wanted */
+    json_t *p_json;      /* parsed prefill answer when merging */
+    pdr_buf_t pending;   /* decode bytes not yet handed to h2o */
+    pdr_buf_t sending;   /* bytes h2o is writing now */
+    pdr_buf_t sse_carry; /* streaming merge: an incomplete event */
+    int merge;           /* logprob merge wanted */
     int is_sse;
 
     unsigned started : 1, send_inflight : 1, final_sent : 1, stopped : 1, errored : 1;
@@ -198,10 +169,10 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
     cancel_legs(x);
 }
 
-static int sse_merge_events(pd_req_t *x, const char *p, size_t n, buf_t *out)
+static int sse_merge_events(pd_req_t *x, const char *p, size_t n, pdr_buf_t *out)
 {
     /* Splits complete events ("\n\n"), rewrites each "data:" JSON with the prefill's logprobs. */
-    if (buf_append(&x->sse_carry, p, n, SIZE_MAX / 2) != 0)
+    if (pdr_buf_append(&x->sse_carry, p, n, SIZE_MAX / 2) != 0)
         return PDR_ENOMEM;
     size_t start = 0;
     for (;;) {
@@ -221,13 +192,13 @@ static int sse_merge_events(pd_req_t *x, const char *p, size_t n, buf_t *out)
         if (j != NULL && x->p_json != NULL && pdr_merge_logprobs(j, x->p_json)) {
             char *s = json_dumps(j, JSON_COMPACT);
             if (s != NULL) {
-                buf_append(out, "data: ", 6, SIZE_MAX / 2);
-                buf_append(out, s, strlen(s), SIZE_MAX / 2);
-                buf_append(out, "\n\n", 2, SIZE_MAX / 2);
+                pdr_buf_append(out, "data: ", 6, SIZE_MAX / 2);
+                pdr_buf_append(out, s, strlen(s), SIZE_MAX / 2);
+                pdr_buf_append(out, "\n\n", 2, SIZE_MAX / 2);
                 free(s);
             }
         } else {
-            buf_append(out, ev, evlen + 2, SIZE_MAX / 2);
+            pdr_buf_append(out, ev, evlen + 2, SIZE_MAX / 2);
         }
         if (j != NULL)
             json_decref(j);
@@ -276,7 +247,7 @@ static void send_final_or_more(pd_req_t *x)
             char *s = json_dumps(j, JSON_COMPACT);
             if (s != NULL) {
                 x->pending.len = 0;
-                buf_append(&x->pending, s, strlen(s), SIZE_MAX / 2);
+                pdr_buf_append(&x->pending, s, strlen(s), SIZE_MAX / 2);
                 free(s);
             }
         }
@@ -291,20 +262,20 @@ static void send_final_or_more(pd_req_t *x)
         h2o_send(x->req, NULL, 0, H2O_SEND_STATE_ERROR);
         return;
     }
-    buf_t t = x->sending;
+    pdr_buf_t t = x->sending;
     x->sending = x->pending;
     x->pending = t;
     x->pending.len = 0;
     if (x->merge && x->is_sse) {
         /* Rewrite complete events from what was pending into sending. */
-        buf_t raw = x->sending;
-        buf_t out = {0};
+        pdr_buf_t raw = x->sending;
+        pdr_buf_t out = {0};
         sse_merge_events(x, raw.p, raw.len, &out);
         if (final && x->sse_carry.len > 0) {
-            buf_append(&out, x->sse_carry.p, x->sse_carry.len, SIZE_MAX / 2);
+            pdr_buf_append(&out, x->sse_carry.p, x->sse_carry.len, SIZE_MAX / 2);
             x->sse_carry.len = 0;
         }
-        buf_free(&raw);
+        pdr_buf_free(&raw);
         x->sending = out;
     }
     if (x->sending.len == 0 && !final) {
@@ -451,7 +422,7 @@ static void advance(pd_req_t *x)
 static size_t prefill_data(pdr_leg_t *leg, const char *p, size_t n)
 {
     pd_req_t *x = leg->data;
-    if (!x->p_truncated && buf_append(&x->pbody, p, n, PREFILL_BODY_CAP) != 0)
+    if (!x->p_truncated && pdr_buf_append(&x->pbody, p, n, PREFILL_BODY_CAP) != 0)
         x->p_truncated = 1; /* still read to the end; only the merge needs the body */
     return n;
 }
@@ -484,7 +455,7 @@ static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
         limit = PREFILL_BODY_CAP; /* a whole answer is needed: a merge or an error body */
     if (x->pending.len >= limit)
         return PDR_LEG_PAUSE;
-    if (buf_append(&x->pending, p, n, PREFILL_BODY_CAP) != 0)
+    if (pdr_buf_append(&x->pending, p, n, PREFILL_BODY_CAP) != 0)
         return 0; /* aborts the transfer; on_done reports it */
     x->bytes_in += n;
     if (x->started) {
@@ -514,7 +485,7 @@ static void decode_done(pdr_leg_t *leg, int err)
                 "data: {\"error\":{\"message\":\"decode stream ended: %s\",\"type\":\"upstream_error\","
                 "\"code\":502}}\n\n",
                 pdr_strerror(err));
-            buf_append(&x->pending, ev, (size_t)k, SIZE_MAX / 2);
+            pdr_buf_append(&x->pending, ev, (size_t)k, SIZE_MAX / 2);
             x->d_err = 0; /* end the SSE stream normally after the error event */
         }
     }
@@ -679,10 +650,10 @@ static void free_req(uv_handle_t *h)
     pdr_pdreq_clear(&x->pr);
     free(x->body);
     free(x->rooms);
-    buf_free(&x->pbody);
-    buf_free(&x->pending);
-    buf_free(&x->sending);
-    buf_free(&x->sse_carry);
+    pdr_buf_free(&x->pbody);
+    pdr_buf_free(&x->pending);
+    pdr_buf_free(&x->sending);
+    pdr_buf_free(&x->sse_carry);
     if (x->p_json)
         json_decref(x->p_json);
     free(x);

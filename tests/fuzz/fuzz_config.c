@@ -31,41 +31,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 #ifndef PDR_LIBFUZZER
-int main(int argc, char **argv)
-{
-    int failed = 0;
-    for (int i = 1; i < argc; i++) {
-        FILE *f = fopen(argv[i], "rb");
-        if (f == NULL) {
-            perror(argv[i]);
-            failed = 1;
-            continue;
-        }
-        size_t cap = 1 << 16, len = 0, n;
-        uint8_t *buf = malloc(cap);
-        while (buf != NULL && (n = fread(buf + len, 1, cap - len, f)) > 0) {
-            len += n;
-            if (len == cap) {
-                uint8_t *nb = realloc(buf, cap * 2);
-                if (nb == NULL) {
-                    free(buf);
-                    buf = NULL;
-                    break;
-                }
-                buf = nb;
-                cap *= 2;
-            }
-        }
-        fclose(f);
-        if (buf == NULL) {
-            fprintf(stderr, "%s: out of memory\n", argv[i]);
-            failed = 1;
-            continue;
-        }
-        LLVMFuzzerTestOneInput(buf, len);
-        free(buf);
-        printf("ok %s\n", argv[i]);
-    }
-    return failed;
-}
+#include "replay_main.h"
 #endif

@@ -306,46 +306,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 #if !defined(PDR_LIBFUZZER) && !defined(PDR_JSONSCAN_NO_MAIN)
-int main(int argc, char **argv)
-{
-    int failed = 0;
-    for (int i = 1; i < argc; i++) {
-        FILE *f = fopen(argv[i], "rb");
-        if (f == NULL) {
-            perror(argv[i]);
-            failed = 1;
-            continue;
-        }
-        size_t cap = 1 << 16, len = 0, n;
-        uint8_t *buf = malloc(cap);
-        while (buf != NULL && (n = fread(buf + len, 1, cap - len, f)) > 0) {
-            len += n;
-            if (len == cap) {
-                uint8_t *nb = realloc(buf, cap * 2);
-                if (nb == NULL) {
-                    free(buf);
-                    buf = NULL;
-                    break;
-                }
-                buf = nb;
-                cap *= 2;
-            }
-        }
-        fclose(f);
-        /* An exact-size copy, so that a read past the end is caught under ASan. */
-        uint8_t *exact = buf != NULL ? malloc(len ? len : 1) : NULL;
-        if (exact == NULL) {
-            fprintf(stderr, "%s: out of memory\n", argv[i]);
-            free(buf);
-            failed = 1;
-            continue;
-        }
-        memcpy(exact, buf, len);
-        free(buf);
-        LLVMFuzzerTestOneInput(exact, len);
-        free(exact);
-        printf("%s: ok\n", argv[i]);
-    }
-    return failed;
-}
+#include "replay_main.h"
 #endif

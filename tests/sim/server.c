@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <h2o.h>
 #include <jansson.h>
+#include "buf.h"
 #include "err.h"
 #include "util.h"
 #include "pdshim.h"
@@ -81,8 +82,7 @@ typedef struct sim_req {
     uv_timer_t timer;
     uv_timer_t peek;
     uv_work_t work;
-    char *sendbuf;
-    size_t sendlen, sendcap;
+    pdr_buf_t send; /* the events of one h2o_send */
 } sim_req_t;
 
 typedef struct sim_conn {
@@ -204,7 +204,7 @@ static void req_on_handle_close(uv_handle_t *h)
         free(ctx->items[i].kv);
     }
     free(ctx->items);
-    free(ctx->sendbuf);
+    pdr_buf_free(&ctx->send);
     json_decref(ctx->body);
     free(ctx);
     if (S.shutting_down && S.nreqs == 0 && S.nconns == 0 && S.on_drained != NULL)
@@ -495,19 +495,7 @@ static json_t *stream_obj(const sim_req_t *ctx, const sim_item_t *it, uint64_t j
 
 static int sendbuf_append(sim_req_t *ctx, const char *s, size_t len)
 {
-    if (ctx->sendlen + len > ctx->sendcap) {
-        size_t ncap = ctx->sendcap ? ctx->sendcap : 4096;
-        while (ncap < ctx->sendlen + len)
-            ncap *= 2;
-        char *n = realloc(ctx->sendbuf, ncap);
-        if (n == NULL)
-            return PDR_ENOMEM;
-        ctx->sendbuf = n;
-        ctx->sendcap = ncap;
-    }
-    memcpy(ctx->sendbuf + ctx->sendlen, s, len);
-    ctx->sendlen += len;
-    return 0;
+    return pdr_buf_append(&ctx->send, s, len, SIZE_MAX / 2);
 }
 
 static int sendbuf_event(sim_req_t *ctx, json_t *obj)
@@ -580,8 +568,8 @@ static void pump_once(sim_req_t *ctx)
     uint64_t steps = ctx->max_tokens == 0 ? 1 : ctx->max_tokens;
     uint64_t total = steps * ctx->n_items;
     uint64_t now = uv_hrtime() / 1000;
-    ctx->sendlen = 0;
-    while (ctx->next_ev < total && ctx->sendlen < SIM_SEND_HIWAT) {
+    ctx->send.len = 0;
+    while (ctx->next_ev < total && ctx->send.len < SIM_SEND_HIWAT) {
         uint64_t j = ctx->next_ev / ctx->n_items;
         if (ctx->gap_us > 0 && ctx->max_tokens > 0 && now < ctx->t0_us + (j + 1) * ctx->gap_us)
             break;
@@ -600,13 +588,13 @@ static void pump_once(sim_req_t *ctx)
             ctx->need_pump = 1;
             return;
         }
-        h2o_iovec_t buf = h2o_iovec_init(ctx->sendbuf, ctx->sendlen);
+        h2o_iovec_t buf = h2o_iovec_init(ctx->send.p, ctx->send.len);
         complete_ok(ctx);
         h2o_send(ctx->req, &buf, 1, H2O_SEND_STATE_FINAL);
         return;
     }
-    if (ctx->sendlen > 0) {
-        h2o_iovec_t buf = h2o_iovec_init(ctx->sendbuf, ctx->sendlen);
+    if (ctx->send.len > 0) {
+        h2o_iovec_t buf = h2o_iovec_init(ctx->send.p, ctx->send.len);
         ctx->sending = 1;
         h2o_send(ctx->req, &buf, 1, H2O_SEND_STATE_IN_PROGRESS);
         return;

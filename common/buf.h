@@ -1,0 +1,19 @@
+/*
+ * A growable byte buffer with a ceiling chosen by the caller: growth past the limit is PDR_ETOOBIG,
+ * never an unbounded allocation (style.md: every buffer has a ceiling). Not thread-safe.
+ */
+#ifndef PDR_BUF_H
+#define PDR_BUF_H
+
+#include <stddef.h>
+
+typedef struct pdr_buf {
+    char *p;
+    size_t len, cap;
+} pdr_buf_t;
+
+/* Appends n bytes; PDR_ETOOBIG when len would pass limit, PDR_ENOMEM when allocation fails. */
+int pdr_buf_append(pdr_buf_t *b, const void *p, size_t n, size_t limit);
+void pdr_buf_free(pdr_buf_t *b);
+
+#endif
