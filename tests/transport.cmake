@@ -36,3 +36,17 @@ set_tests_properties(fuzz_xfer_frame PROPERTIES TIMEOUT 60)
 
 pdr_xfer_test(test_shim_faults ${PDR_XFER_TEST_DIR}/integration/test_shim_faults.c 90 pdshim pdr_transport)
 pdr_xfer_test(test_shim_big ${PDR_XFER_TEST_DIR}/integration/test_shim_big.c 120 pdshim)
+
+# GPU memory through the engine (TCP staging, CUDA IPC): built always, exits 77 (skipped) without a GPU.
+pdr_xfer_test(test_xfer_gpu ${PDR_XFER_TEST_DIR}/gpu/test_xfer_gpu.c 300 pdr_transport)
+pdr_xfer_test(test_transport_big ${PDR_XFER_TEST_DIR}/integration/test_transport_big.c 120 pdr_transport)
+
+# The GPU paths on a CPU: the engine built from source against tests/unit/fake_cuda.c instead of cuda.c.
+add_executable(test_transport_staging ${PDR_XFER_TEST_DIR}/unit/test_transport_staging.c
+               ${PDR_XFER_TEST_DIR}/unit/fake_cuda.c ${PROJECT_SOURCE_DIR}/transport/engine.c
+               ${PROJECT_SOURCE_DIR}/transport/tcp.c ${PROJECT_SOURCE_DIR}/transport/wire.c)
+target_include_directories(test_transport_staging PRIVATE ${PDR_XFER_TEST_DIR}/integration
+                           ${PROJECT_SOURCE_DIR}/transport)
+target_link_libraries(test_transport_staging PRIVATE pdr_common Threads::Threads)
+add_test(NAME test_transport_staging COMMAND test_transport_staging)
+set_tests_properties(test_transport_staging PROPERTIES TIMEOUT 120)

@@ -75,4 +75,16 @@ int pdr__cuda_copy_sync(void *dst, const void *src, size_t len); /* any directio
 /* The name of the last CUresult that failed on this thread ("CUDA_ERROR_OUT_OF_MEMORY"), or "". */
 const char *pdr__cuda_last_error(void);
 
+/* Additions (not in the first draft of this header). Why the driver could not be used ("" when it can):
+ * for a one-line "GPU disabled: ..." log by the caller. */
+const char *pdr__cuda_init_error(void);
+/* cuDriverGetVersion (13000 for CUDA 13.0), 0 without a driver. */
+int pdr__cuda_driver_version(void);
+/* cuDeviceGetName into buf. */
+int pdr__cuda_device_name(int ordinal, char *buf, size_t len);
+/* cuMemcpyPeerAsync between two devices whose primary contexts this process already bound (benchmarks:
+ * the reference rate for CUDA IPC). */
+int pdr__cuda_copy_peer_async(void *dst_dev, int dst_ordinal, const void *src_dev, int src_ordinal,
+                              size_t len, void *stream);
+
 #endif

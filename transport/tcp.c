@@ -1,19 +1,24 @@
 /*
- * The TCP backend: the listener, one connection per peer session, and the per-connection receive and
- * send state machines. Runs entirely on the engine's I/O thread (every function here).
+ * The TCP backend: the listener, sessions (conns_per_peer connections per decode/prefill pair), and
+ * the per-connection receive and send state machines. Each connection runs on the I/O thread that owns
+ * it (transport_internal.h has the threading story); the control connection of every session, the
+ * listener and everything that completes an op run on I/O thread 0.
  *
  * Invariants:
- *  - Frames are never interleaved: a DATA frame, once started, is finished even if its room fails
- *    (the rest of its payload is sent as zeros and an ERROR/CANCEL frame follows), and a received DATA
- *    frame whose room failed is read to its end into a scratch buffer. So a failed room never breaks
- *    the framing of the connection, and only a malformed frame (PDR_EPROTO) or I/O error closes it.
+ *  - Frames are never interleaved on a connection: a DATA frame, once started, is finished even if its
+ *    room fails (the rest of its payload is sent as zeros), and a received DATA frame whose room failed
+ *    is read to its end into a scratch buffer. So a failed room never breaks the framing of a
+ *    connection, and only a malformed frame (PDR_EPROTO) or an I/O error closes one.
+ *  - A room's chunks are claimed under eng->lock by whichever connection of the session is ready to
+ *    send; each DATA frame names its offset, so the decode writes it in place and counts bytes. The
+ *    prefill sends DONE (on the control connection) once every chunk was handed to the kernel; the
+ *    decode ACKs when DONE arrived and its byte count reached the total.
  *  - Memory per connection is bounded: a 64 KiB receive buffer, one control body of at most the FETCH
  *    descriptor limit, and a control-frame queue of a few frames per pending room. Payload goes
  *    straight between the socket and the room's segments (readv/sendmsg), never through a copy
  *    proportional to the room size.
- *  - Nothing here calls back into a connection after conn_fail(): functions that can fail a
- *    connection return -1 and their callers stop touching it. Failed connections are freed at the end
- *    of the loop turn (after_turn), when no event of this turn can still point at them.
+ *  - Nothing here touches a connection after conn_fail(): functions that can fail a connection return
+ *    -1 and their callers stop. Failed connections are freed at the end of their thread's loop turn.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,6 +32,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#include "cuda.h"
 #include "err.h"
 #include "transport_internal.h"
 #include "util.h"
@@ -40,20 +46,71 @@ static const uint8_t zeros[64 << 10];
 struct ctl_msg {
     struct ctl_msg *next;
     size_t len;
-    uint8_t *data; /* inl, or a heap buffer for FETCH */
+    uint8_t *data; /* inl, or a heap buffer for FETCH and HELLO */
     uint8_t inl[PDR_XFER_HDR_LEN + 16];
 };
 
 enum { RX_HDR = 0, RX_DATAPFX, RX_BODY, RX_PAYLOAD };
+
+/* A pinned staging buffer of chunk_bytes for GPU rooms (see "GPU staging" below). */
+enum { STG_FREE = 0, STG_FILL, STG_COPY, STG_READY };
+struct stage {
+    uint8_t *buf;
+    void *ev;
+    struct pdr__op *op; /* holds a reference, and one of the op's busy counts while STG_COPY */
+    uint64_t off, len;  /* room offset and bytes */
+    int state;
+};
 enum { TX_IDLE = 0, TX_CTL, TX_DATA };
+/* rx_process results besides 0 and -1: the connection must move to another thread. */
+enum { RX_MIGRATE = 1 };
+
+/* A session: the connections between one decode engine and one prefill engine. Created by thread 0
+ * (outbound: by a pull; inbound: by the first frame of an accepted control connection), listed in
+ * tcp_state.sessions until it dies; freed when its last reference (the list's, each connection's)
+ * goes. Fields marked (L) are under eng->lock, the rest belong to thread 0. */
+struct pdr__sess {
+    struct pdr__sess *next, *prev;
+    struct pdr__sess *dnext; /* eng->dead_sess (L) */
+    uint64_t id;
+    int refs;        /* (L) */
+    int dead;        /* (L) */
+    int status;      /* (L) why it died */
+    int dead_queued; /* (L) */
+    int outbound;
+    int hello_done; /* outbound: the peer's HELLO arrived and the data connections were opened */
+    int nconns;
+    struct pdr_xfer_hello peer_hello;
+    struct pdr__conn *ctl;
+    struct pdr__op *ops;             /* bound ops (L) */
+    size_t nops;                     /* (L) */
+    struct pdr__op *p_head, *p_tail; /* push ops with unclaimed bytes (L) */
+    char peer[96];
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    struct ipc_map *ipc; /* peer allocations opened by CUDA IPC, closed when the session dies */
+    size_t nipc, cipc;
+};
+
+struct ipc_map {
+    uint8_t handle[PDR_XFER_IPC_HANDLE];
+    int dev;
+    void *base;
+};
 
 struct pdr__conn {
     int tag; /* PDR__IO_CONN: first, see epoll data.ptr */
     struct pdr__conn *next, *prev;
+    struct pdr__io *io;
+    struct pdr__sess *sess; /* holds a reference */
+    int index;
     int fd;
     int connecting;
     int outbound;
     int dead;
+    int hello_seen;
+    int migrate_to;
+    int attached;
     uint32_t evmask;
     char peer[96];
 
@@ -64,28 +121,42 @@ struct pdr__conn {
     uint8_t *body;
     size_t body_len, body_got;
     uint8_t body_inl[64];
-    struct pdr__op *rx_op; /* NULL while discarding the payload of a failed/unknown room */
-    uint64_t rx_left;
+    struct pdr__op *rx_op; /* holds a reference; NULL while discarding the payload of a failed room */
+    uint64_t rx_off, rx_left, rx_len;
 
     struct ctl_msg *cq_head, *cq_tail;
-    struct pdr__op *p_head, *p_tail;
     int tx_state;
     struct ctl_msg *tx_ctl;
     size_t tx_sent;
     uint8_t tx_hdr[PDR_XFER_HDR_LEN + PDR_XFER_DATA_PFX];
-    struct pdr__op *tx_op; /* NULL: the frame's room failed, the rest is zeros */
-    uint64_t tx_left;
+    struct pdr__op *tx_op; /* holds a reference; NULL or dead: the rest of the frame is zeros */
+    uint64_t tx_off, tx_left, tx_len;
 
-    struct pdr__op *ops;
+    /* GPU staging: a ring of staging_chunks buffers, slots [stg_head, stg_head + stg_count) in issue
+     * order; allocated on the connection's first GPU room, freed with the connection. */
+    struct stage *stg;
+    size_t nstg, stg_head, stg_count;
+    void *stream;
+    int stg_dev;
+    int tx_stage;   /* slot whose buffer the current DATA frame sends, or -1 */
+    int rx_fill;    /* slot being filled from the socket, or -1 */
+    int rx_blocked; /* stopped reading: every slot busy */
+    uint64_t rx_fill_len;
+
     struct pdr__parked *parked;
     uint64_t last_live_ns; /* last byte received or DATA payload accepted by the kernel */
+    int hb_armed;          /* the session had pending rooms at the last heartbeat check */
     uint64_t ping_ns;
 };
 
+#define IPC_MAX_DEVS 64
+
 struct tcp_state {
     int listen_tag;
-    struct pdr__conn *conns;
-    struct pdr__conn *zombies;
+    struct pdr__sess *sessions;
+    struct pdr_xfer_hello me;
+    struct pdr__op *ipc_pending;    /* pushes whose CUDA IPC copies are in flight (thread 0) */
+    void *ipc_stream[IPC_MAX_DEVS]; /* thread 0's stream per source device, for IPC copies */
 };
 
 static struct tcp_state *st(pdr_xfer_engine_t *eng)
@@ -120,21 +191,53 @@ static void tune_socket(pdr_xfer_engine_t *eng, int fd)
 
 static void conn_set_events(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t mask)
 {
+    (void)eng;
     if (c->dead || c->evmask == mask)
         return;
     struct epoll_event ev = {.events = mask, .data.ptr = c};
-    if (epoll_ctl(eng->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
+    if (epoll_ctl(c->io->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
         c->evmask = mask;
 }
 
-/* Asks for EPOLLOUT; the frames go out on the next loop turn (never re-entrantly). */
-static void conn_kick(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+/* ---- sessions and connections ---- */
+
+static void sess_unref(pdr_xfer_engine_t *eng, struct pdr__sess *s)
 {
-    conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
+    pthread_mutex_lock(&eng->lock);
+    int last = --s->refs == 0;
+    pthread_mutex_unlock(&eng->lock);
+    if (last)
+        free(s);
 }
 
-static struct pdr__conn *conn_new(pdr_xfer_engine_t *eng, int fd, int outbound, int connecting,
-                                  const char *peer)
+static struct pdr__sess *sess_new(pdr_xfer_engine_t *eng, int outbound, uint64_t id, const char *peer)
+{
+    struct pdr__sess *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->refs = 1; /* the list's */
+    s->outbound = outbound;
+    s->id = id;
+    snprintf(s->peer, sizeof(s->peer), "%s", peer);
+    struct tcp_state *ts = st(eng);
+    s->next = ts->sessions;
+    if (ts->sessions != NULL)
+        ts->sessions->prev = s;
+    ts->sessions = s;
+    return s;
+}
+
+static void conn_join(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct pdr__sess *s, int index)
+{
+    pthread_mutex_lock(&eng->lock);
+    s->refs++;
+    s->nconns++;
+    pthread_mutex_unlock(&eng->lock);
+    c->sess = s;
+    c->index = index;
+}
+
+static struct pdr__conn *conn_new(int fd, int outbound, int connecting, const char *peer)
 {
     struct pdr__conn *c = calloc(1, sizeof(*c));
     uint8_t *rbuf = malloc(RBUF_CAP);
@@ -148,21 +251,63 @@ static struct pdr__conn *conn_new(pdr_xfer_engine_t *eng, int fd, int outbound, 
     c->rbuf = rbuf;
     c->outbound = outbound;
     c->connecting = connecting;
+    c->migrate_to = -1;
+    c->tx_stage = -1;
+    c->rx_fill = -1;
     c->last_live_ns = pdr_now_ns();
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
-    c->evmask = connecting ? EPOLLOUT : EPOLLIN;
-    struct epoll_event ev = {.events = c->evmask, .data.ptr = c};
-    if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        free(rbuf);
-        free(c);
-        return NULL;
-    }
-    struct tcp_state *s = st(eng);
-    c->next = s->conns;
-    if (s->conns != NULL)
-        s->conns->prev = c;
-    s->conns = c;
     return c;
+}
+
+/* Registers c with io's epoll set and list. Owner thread (or before the threads start). */
+static int conn_attach(struct pdr__io *io, struct pdr__conn *c)
+{
+    c->io = io;
+    c->evmask = c->connecting ? EPOLLOUT : (EPOLLIN | EPOLLOUT);
+    struct epoll_event ev = {.events = c->evmask, .data.ptr = c};
+    if (epoll_ctl(io->epfd, EPOLL_CTL_ADD, c->fd, &ev) != 0)
+        return -1;
+    c->prev = NULL;
+    c->next = io->conns;
+    if (io->conns != NULL)
+        io->conns->prev = c;
+    io->conns = c;
+    c->attached = 1;
+    return 0;
+}
+
+static void conn_unlink(struct pdr__conn *c)
+{
+    struct pdr__io *io = c->io;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        io->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    c->next = c->prev = NULL;
+    c->attached = 0;
+}
+
+/* Hands c (not attached anywhere) to thread io. */
+static void conn_handoff(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr__conn *c)
+{
+    c->io = io;
+    pthread_mutex_lock(&eng->lock);
+    c->next = io->adopt;
+    io->adopt = c;
+    pdr__io_wake_locked(eng, io);
+    pthread_mutex_unlock(&eng->lock);
+}
+
+static void rescan_all(pdr_xfer_engine_t *eng)
+{
+    pthread_mutex_lock(&eng->lock);
+    for (int i = 0; i < eng->nio; i++) {
+        eng->io[i].rescan = 1;
+        pdr__io_wake_locked(eng, &eng->io[i]);
+    }
+    pthread_mutex_unlock(&eng->lock);
 }
 
 static void ctl_free_all(struct ctl_msg *m)
@@ -176,17 +321,29 @@ static void ctl_free_all(struct ctl_msg *m)
     }
 }
 
-static void conn_free(struct pdr__conn *c)
+static void stage_free(pdr_xfer_engine_t *eng, struct pdr__conn *c);
+
+static void conn_free(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
+    stage_free(eng, c);
     ctl_free_all(c->cq_head);
     ctl_free_all(c->tx_ctl);
     if (c->body != NULL && c->body != c->body_inl)
         free(c->body);
+    if (c->rx_op != NULL)
+        pdr__op_unref(eng, c->rx_op);
+    if (c->tx_op != NULL)
+        pdr__op_unref(eng, c->tx_op);
+    if (c->sess != NULL)
+        sess_unref(eng, c->sess);
     free(c->rbuf);
     free(c);
 }
 
-/* Closes the connection and fails everything bound to it with status. */
+static void sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status);
+static void drop_parked_all(pdr_xfer_engine_t *eng, struct pdr__conn *c);
+
+/* Closes the connection; its session dies with status (thread 0 does that; other threads post it). */
 static void conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status)
 {
     if (c->dead)
@@ -194,35 +351,53 @@ static void conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status)
     c->dead = 1;
     if (status == PDR_EPROTO)
         pdr_warn("transport: protocol error from peer %s, closing the connection", c->peer);
-    epoll_ctl(eng->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    epoll_ctl(c->io->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     c->fd = -1;
-    struct tcp_state *s = st(eng);
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    c->prev = NULL;
-    c->next = s->zombies;
-    s->zombies = c;
-    while (c->ops != NULL)
-        pdr__op_complete(eng, c->ops, status, 0);
-    while (c->parked != NULL) {
-        struct pdr__parked *p = c->parked;
-        c->parked = p->cnext;
-        pdr__parked_remove(eng, p);
-        free(p);
+    struct pdr__io *io = c->io;
+    conn_unlink(c);
+    c->next = io->zombies;
+    io->zombies = c;
+    struct pdr__sess *s = c->sess;
+    if (io->idx == 0) {
+        drop_parked_all(eng, c);
+        if (s != NULL && s->ctl == c)
+            s->ctl = NULL;
+        if (s != NULL)
+            sess_kill(eng, s, status);
+        return;
     }
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&eng->lock);
+    if (!s->dead && !s->dead_queued) {
+        s->dead_queued = 1;
+        s->status = status;
+        s->refs++;
+        s->dnext = eng->dead_sess;
+        eng->dead_sess = s;
+        pdr__io_wake_locked(eng, &eng->io[0]);
+    }
+    pthread_mutex_unlock(&eng->lock);
 }
 
 /* ---- control frames ---- */
 
+static void cq_append(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct ctl_msg *m)
+{
+    if (c->cq_tail != NULL)
+        c->cq_tail->next = m;
+    else
+        c->cq_head = m;
+    c->cq_tail = m;
+    if (!c->connecting && c->attached)
+        conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
+}
+
 static int queue_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint8_t type, uint64_t room, uint64_t xid,
                      uint64_t value, int32_t code)
 {
-    if (c->dead)
+    if (c == NULL || c->dead)
         return 0;
     struct ctl_msg *m = calloc(1, sizeof(*m));
     if (m == NULL) {
@@ -232,81 +407,304 @@ static int queue_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint8_t type, 
     }
     m->data = m->inl;
     m->len = pdr__xfer_ctl_encode(m->inl, type, room, xid, value, code);
-    if (c->cq_tail != NULL)
-        c->cq_tail->next = m;
-    else
-        c->cq_head = m;
-    c->cq_tail = m;
-    if (!c->connecting)
-        conn_kick(eng, c);
+    cq_append(eng, c, m);
+    return 0;
+}
+
+static int queue_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t session, uint32_t index,
+                       uint32_t nconns)
+{
+    struct ctl_msg *m = calloc(1, sizeof(*m));
+    uint8_t *buf = malloc(PDR_XFER_HDR_LEN + PDR_XFER_HELLO_LEN);
+    if (m == NULL || buf == NULL) {
+        free(m);
+        free(buf);
+        return PDR_ENOMEM;
+    }
+    struct pdr_xfer_hello h = st(eng)->me;
+    pthread_mutex_lock(&eng->lock);
+    if (eng->has_cuda)
+        h.caps |= PDR_XFER_CAP_CUDA;
+    pthread_mutex_unlock(&eng->lock);
+    h.session = session;
+    h.index = index;
+    h.nconns = nconns;
+    m->data = buf;
+    m->len = pdr__xfer_hello_encode(buf, &h);
+    cq_append(eng, c, m);
     return 0;
 }
 
 /* ---- segment cursors ---- */
 
-/* Fills iov with up to max bytes of op's segments from its cursor. Returns the iov count. */
-static int seg_iov(struct pdr__op *op, uint64_t max, struct iovec *iov, int maxiov)
+/* Fills iov with up to max bytes of op's memory from room offset off. Returns the iov count. */
+static int seg_iov_at(const struct pdr__op *op, uint64_t off, uint64_t max, struct iovec *iov, int maxiov)
 {
+    /* The segment holding off: the last s with cum[s] <= off (skipping empty segments). */
+    size_t lo = 0, hi = op->nseg;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (op->cum[mid] <= off)
+            lo = mid;
+        else
+            hi = mid;
+    }
     int n = 0;
-    size_t s = op->cur_seg, off = op->cur_off;
+    size_t s = lo;
     while (max > 0 && n < maxiov && s < op->nseg) {
-        size_t avail = op->segs[s].len - off;
-        if (avail == 0) {
+        uint64_t start = op->cum[s], end = op->cum[s + 1];
+        if (off >= end) {
             s++;
-            off = 0;
             continue;
         }
-        size_t take = avail < max ? avail : (size_t)max;
-        iov[n].iov_base = (uint8_t *)op->segs[s].addr + off;
+        uint64_t in = off - start, avail = end - off;
+        size_t take = avail < max ? (size_t)avail : (size_t)max;
+        iov[n].iov_base = (uint8_t *)op->segs[s].addr + in;
         iov[n].iov_len = take;
         n++;
         max -= take;
+        off += take;
         s++;
-        off = 0;
     }
     return n;
 }
 
-static void seg_advance(struct pdr__op *op, uint64_t n)
+/* ---- GPU staging ----
+ *
+ * A room in device memory moves through a fixed ring of pinned buffers per connection (staging_chunks
+ * of chunk_bytes, never more, whatever the room size). Sender: claim a chunk, cuMemcpyDtoHAsync it into
+ * the next free buffer on the connection's stream, record an event; buffers whose event completed are
+ * sent in issue order, so copies overlap sends. Receiver: DATA payload lands in a buffer, which is
+ * copied to the destination with cuMemcpyHtoDAsync; the bytes count toward the room (and so toward its
+ * ACK) only when that copy's event completed. Events are polled (cuEventQuery) every loop turn while
+ * copies are pending, never waited for. Every CUDA call is preceded by binding the thread to the
+ * primary context of the memory's device (io_bind), never device 0 implicitly.
+ */
+
+static int io_bind(struct pdr__io *io, int dev)
 {
-    op->pos += n;
-    while (n > 0 && op->cur_seg < op->nseg) {
-        size_t avail = op->segs[op->cur_seg].len - op->cur_off;
-        if (n < avail) {
-            op->cur_off += (size_t)n;
-            return;
-        }
-        n -= avail;
-        op->cur_seg++;
-        op->cur_off = 0;
+    if (io != NULL && io->cuda_dev == dev)
+        return 0;
+    int rc = pdr__cuda_bind(dev);
+    if (rc == 0 && io != NULL)
+        io->cuda_dev = dev;
+    return rc;
+}
+
+static void stage_destroy_handles(struct pdr__conn *c)
+{
+    for (size_t i = 0; i < c->nstg; i++) {
+        if (c->stg[i].ev != NULL)
+            pdr__cuda_event_destroy(c->stg[i].ev);
+        c->stg[i].ev = NULL;
     }
+    if (c->stream != NULL)
+        pdr__cuda_stream_destroy(c->stream);
+    c->stream = NULL;
 }
 
-/* ---- binding ops to connections ---- */
-
-static void conn_bind(struct pdr__conn *c, struct pdr__op *op)
+/* Makes the ring ready for rooms of device dev. Returns 0, PDR_EAGAIN (copies of another device are
+ * still in flight) or a CUDA error. Owner thread. */
+static int stage_init(pdr_xfer_engine_t *eng, struct pdr__conn *c, int dev)
 {
-    op->conn = c;
-    op->cprev = NULL;
-    op->cnext = c->ops;
-    if (c->ops != NULL)
-        c->ops->cprev = op;
-    c->ops = op;
+    if (c->stg != NULL && c->stg_dev == dev && c->stream != NULL)
+        return 0;
+    if (c->stg != NULL && c->stg_count > 0)
+        return PDR_EAGAIN;
+    int rc = io_bind(c->io, dev);
+    if (rc != 0)
+        return rc;
+    if (c->stg == NULL) {
+        size_t n = eng->opts.staging_chunks;
+        c->stg = calloc(n, sizeof(*c->stg));
+        if (c->stg == NULL)
+            return PDR_ENOMEM;
+        c->nstg = n;
+        for (size_t i = 0; i < n; i++) {
+            void *p = NULL;
+            rc = pdr__cuda_host_alloc(eng->opts.chunk_bytes, &p);
+            if (rc != 0)
+                break;
+            c->stg[i].buf = p;
+            pdr__stats_staging(eng, (int64_t)eng->opts.chunk_bytes);
+        }
+    } else {
+        if (c->stg_dev >= 0 && io_bind(c->io, c->stg_dev) == 0)
+            stage_destroy_handles(c);
+        rc = io_bind(c->io, dev);
+    }
+    c->stg_dev = dev;
+    if (rc == 0)
+        rc = pdr__cuda_stream_create(&c->stream);
+    for (size_t i = 0; i < c->nstg && rc == 0; i++)
+        rc = pdr__cuda_event_create(&c->stg[i].ev);
+    if (rc != 0) {
+        pdr_warn("transport: cannot set up GPU staging on device %d: %s (%s)", dev, pdr_strerror(rc),
+                 pdr__cuda_last_error());
+        stage_free(eng, c);
+    }
+    return rc;
 }
 
-static void push_list_add(struct pdr__conn *c, struct pdr__op *op)
+/* Finishes or abandons every copy and frees the ring. Any thread that may bind the device. */
+static void stage_free(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+{
+    if (c->stg == NULL)
+        return;
+    int bound = c->stg_dev >= 0 && pdr__cuda_bind(c->stg_dev) == 0;
+    if (c->io != NULL && bound)
+        c->io->cuda_dev = c->stg_dev;
+    if (bound && c->stream != NULL)
+        pdr__cuda_stream_sync(c->stream);
+    for (size_t i = 0; i < c->nstg; i++) {
+        struct stage *g = &c->stg[i];
+        if (g->op != NULL) {
+            if (g->state == STG_COPY)
+                pdr__op_leave(g->op);
+            pdr__op_unref(eng, g->op);
+            g->op = NULL;
+        }
+        if (g->buf != NULL) {
+            pdr__cuda_host_free(g->buf);
+            pdr__stats_staging(eng, -(int64_t)eng->opts.chunk_bytes);
+        }
+    }
+    if (bound)
+        stage_destroy_handles(c);
+    free(c->stg);
+    c->stg = NULL;
+    c->nstg = c->stg_head = c->stg_count = 0;
+    c->tx_stage = c->rx_fill = -1;
+}
+
+/* A data thread cannot complete an op: it hands the failure to thread 0. */
+static void op_fail_async(pdr_xfer_engine_t *eng, struct pdr__op *op, int status)
+{
+    pthread_mutex_lock(&eng->lock);
+    if (!__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
+        if (op->fail_status == 0)
+            op->fail_status = status;
+        pdr__op_ready_locked(eng, op, PDR__READY_FAIL);
+    }
+    pthread_mutex_unlock(&eng->lock);
+}
+
+/* Polls the ring's copies in issue order (block: wait for them). Receiver slots are recycled here and
+ * their bytes counted; sender slots become READY. Returns the number of copies still pending. */
+static size_t stage_poll(pdr_xfer_engine_t *eng, struct pdr__conn *c, int block)
+{
+    size_t pending = 0;
+    int stop = 0;
+    for (size_t k = 0; k < c->stg_count; k++) {
+        struct stage *g = &c->stg[(c->stg_head + k) % c->nstg];
+        if (g->state != STG_COPY)
+            continue;
+        if (stop) {
+            pending++;
+            continue;
+        }
+        io_bind(c->io, c->stg_dev);
+        int rc = block ? pdr__cuda_event_sync(g->ev) : pdr__cuda_event_query(g->ev);
+        if (rc == PDR_EAGAIN) {
+            stop = 1; /* later copies on the stream are not done either */
+            pending++;
+            continue;
+        }
+        struct pdr__op *op = g->op;
+        pdr__op_leave(op);
+        if (rc != 0) {
+            pdr_warn("transport: GPU staging copy failed: %s", pdr__cuda_last_error());
+            op_fail_async(eng, op, rc);
+        }
+        if (c->outbound) {
+            /* Receiver: the bytes are in place. */
+            g->op = NULL;
+            if (rc == 0) {
+                pthread_mutex_lock(&eng->lock);
+                if (!__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
+                    op->got += g->len;
+                    if (op->got == op->total)
+                        pdr__op_ready_locked(eng, op, PDR__READY_GOT);
+                }
+                pthread_mutex_unlock(&eng->lock);
+            }
+            pdr__op_unref(eng, op);
+            g->state = STG_FREE;
+        } else {
+            g->state = STG_READY;
+        }
+    }
+    /* Receiver: recycle finished slots at the head. */
+    while (c->outbound && c->stg_count > 0 && c->stg[c->stg_head].state == STG_FREE) {
+        c->stg_head = (c->stg_head + 1) % c->nstg;
+        c->stg_count--;
+    }
+    return pending;
+}
+
+/* Issues the device copy of slot g for op (d2h: sender; h2d: receiver). Returns 0 or a PDR_E* code;
+ * PDR_ECANCELED when the op died (nothing issued). */
+static int stage_issue(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct stage *g, struct pdr__op *op,
+                       int d2h)
+{
+    if (pdr__op_enter(op) != 0)
+        return PDR_ECANCELED;
+    int rc = io_bind(c->io, op->dev);
+    struct iovec iov[MAX_IOV];
+    uint64_t done = 0;
+    while (rc == 0 && done < g->len) {
+        int n = seg_iov_at(op, g->off + done, g->len - done, iov, MAX_IOV);
+        for (int i = 0; i < n && rc == 0; i++) {
+            rc = d2h ? pdr__cuda_copy_d2h_async(g->buf + done, iov[i].iov_base, iov[i].iov_len, c->stream)
+                     : pdr__cuda_copy_h2d_async(iov[i].iov_base, g->buf + done, iov[i].iov_len, c->stream);
+            done += iov[i].iov_len;
+        }
+    }
+    if (rc == 0)
+        rc = pdr__cuda_event_record(g->ev, c->stream);
+    if (rc != 0) {
+        pdr__op_leave(op);
+        pdr_warn("transport: GPU staging copy could not start: %s", pdr__cuda_last_error());
+        return rc;
+    }
+    pthread_mutex_lock(&eng->lock);
+    op->refs++;
+    pthread_mutex_unlock(&eng->lock);
+    g->op = op;
+    g->state = STG_COPY;
+    return 0;
+}
+
+/* ---- binding ops to sessions (thread 0) ---- */
+
+static void sess_bind(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op)
+{
+    pthread_mutex_lock(&eng->lock);
+    op->sess = s;
+    op->sprev = NULL;
+    op->snext = s->ops;
+    if (s->ops != NULL)
+        s->ops->sprev = op;
+    s->ops = op;
+    s->nops++;
+    pthread_mutex_unlock(&eng->lock);
+    op->backend = "tcp";
+}
+
+/* eng->lock held. */
+static void push_list_add(struct pdr__sess *s, struct pdr__op *op)
 {
     op->in_push_list = 1;
     op->pnext = NULL;
-    op->pprev = c->p_tail;
-    if (c->p_tail != NULL)
-        c->p_tail->pnext = op;
+    op->pprev = s->p_tail;
+    if (s->p_tail != NULL)
+        s->p_tail->pnext = op;
     else
-        c->p_head = op;
-    c->p_tail = op;
+        s->p_head = op;
+    s->p_tail = op;
 }
 
-static void push_list_del(struct pdr__conn *c, struct pdr__op *op)
+static void push_list_del(struct pdr__sess *s, struct pdr__op *op)
 {
     if (!op->in_push_list)
         return;
@@ -314,29 +712,178 @@ static void push_list_del(struct pdr__conn *c, struct pdr__op *op)
     if (op->pprev != NULL)
         op->pprev->pnext = op->pnext;
     else
-        c->p_head = op->pnext;
+        s->p_head = op->pnext;
     if (op->pnext != NULL)
         op->pnext->pprev = op->pprev;
     else
-        c->p_tail = op->pprev;
+        s->p_tail = op->pprev;
     op->pnext = op->pprev = NULL;
 }
 
-/* After a DATA frame of op (or at the start): more data, or DONE. */
-static int push_schedule(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct pdr__op *op)
+/* ---- CUDA IPC (thread 0) ----
+ *
+ * A decode on the same host whose destination is device memory sends FETCH_IPC: per destination segment
+ * an IPC handle of its allocation and the offset inside it. The prefill (same host per HELLO, source in
+ * device memory, backend auto or cuda_ipc) opens each handle once per session (closed when the session
+ * dies), binds its source device, copies with cuMemcpyAsync on its own stream, polls the event and then
+ * sends IPC_DONE instead of DATA frames. If a handle cannot be opened or a copy cannot start, it warns and
+ * falls back to TCP staging (the DATA frames rewrite every byte), unless cuda_ipc was forced (PDR_ENOTSUP).
+ */
+
+static int same_host(pdr_xfer_engine_t *eng, const struct pdr__sess *s)
 {
-    if (op->pos < op->total) {
-        push_list_add(c, op);
-        conn_kick(eng, c);
-        return 0;
-    }
-    op->state = PDR__OP_DRAINED;
-    return queue_ctl(eng, c, PDR_XF_DONE, op->room, op->xid, op->total, 0);
+    return pdr__xfer_hello_same_host(&s->peer_hello, &st(eng)->me);
 }
 
-/* Serves a FETCH (xid, total) of op's room from connection c. */
+static int ipc_map_get(pdr_xfer_engine_t *eng, struct pdr__sess *s, const uint8_t *handle, int dev,
+                       void **base)
+{
+    for (size_t i = 0; i < s->nipc; i++) {
+        if (s->ipc[i].dev == dev && memcmp(s->ipc[i].handle, handle, PDR_XFER_IPC_HANDLE) == 0) {
+            *base = s->ipc[i].base;
+            return 0;
+        }
+    }
+    if (s->nipc == s->cipc) {
+        if (s->cipc >= PDR_XFER_IPC_MAX_HANDLES)
+            return PDR_ETOOBIG;
+        size_t cap = s->cipc == 0 ? 8 : 2 * s->cipc;
+        struct ipc_map *m = realloc(s->ipc, cap * sizeof(*m));
+        if (m == NULL)
+            return PDR_ENOMEM;
+        s->ipc = m;
+        s->cipc = cap;
+    }
+    int rc = io_bind(&eng->io[0], dev);
+    if (rc == 0)
+        rc = pdr__cuda_ipc_open(handle, base);
+    if (rc != 0)
+        return rc;
+    struct ipc_map *m = &s->ipc[s->nipc++];
+    memcpy(m->handle, handle, PDR_XFER_IPC_HANDLE);
+    m->dev = dev;
+    m->base = *base;
+    return 0;
+}
+
+static void ipc_map_close(struct pdr__io *io, struct pdr__sess *s)
+{
+    for (size_t i = 0; i < s->nipc; i++)
+        if (io_bind(io, s->ipc[i].dev) == 0)
+            pdr__cuda_ipc_close(s->ipc[i].base);
+    free(s->ipc);
+    s->ipc = NULL;
+    s->nipc = s->cipc = 0;
+}
+
+/* Starts op's copies into the decode's memory described by a FETCH_IPC body. 0 or a PDR_E* code
+ * (nothing is left in flight then). */
+static int ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s, const uint8_t *body,
+                     size_t len)
+{
+    struct pdr_xfer_fetch_desc fd;
+    struct pdr_xfer_ipc_desc d;
+    int dev = op->dev;
+    if (pdr__xfer_fetch_ipc_decode(body, len, &fd, &d) != 0 || dev < 0 || dev >= IPC_MAX_DEVS)
+        return PDR_EINVAL;
+    struct tcp_state *ts = st(eng);
+    int rc = io_bind(&eng->io[0], dev);
+    if (rc == 0 && ts->ipc_stream[dev] == NULL)
+        rc = pdr__cuda_stream_create(&ts->ipc_stream[dev]);
+    void *ev = NULL;
+    if (rc == 0)
+        rc = pdr__cuda_event_create(&ev);
+    if (rc != 0)
+        return rc;
+    void *stream = ts->ipc_stream[dev];
+    if (pdr__op_enter(op) != 0) {
+        pdr__cuda_event_destroy(ev);
+        return PDR_ECANCELED;
+    }
+    uint64_t pos = 0;
+    for (uint32_t i = 0; i < fd.nseg && rc == 0; i++) {
+        uint64_t seglen = pdr__get_u64(fd.seglens + (size_t)i * 8);
+        uint32_t hidx;
+        uint64_t off;
+        pdr__xfer_ipc_seg(&d, i, &hidx, &off);
+        if (seglen == 0)
+            continue;
+        void *base;
+        rc = ipc_map_get(eng, s, d.handles + (size_t)hidx * PDR_XFER_IPC_HENTRY, dev, &base);
+        uint64_t done = 0;
+        while (rc == 0 && done < seglen) {
+            struct iovec iov[MAX_IOV];
+            int n = seg_iov_at(op, pos + done, seglen - done, iov, MAX_IOV);
+            for (int k = 0; k < n && rc == 0; k++) {
+                rc = pdr__cuda_copy_d2d_async((uint8_t *)base + off + done, iov[k].iov_base, iov[k].iov_len,
+                                              stream);
+                done += iov[k].iov_len;
+            }
+        }
+        pos += seglen;
+    }
+    if (rc == 0)
+        rc = pdr__cuda_event_record(ev, stream);
+    if (rc != 0) {
+        pdr_warn("transport: cuda_ipc to %s failed (%s, %s)", s->peer, pdr_strerror(rc),
+                 pdr__cuda_last_error());
+        pdr__cuda_stream_sync(stream); /* copies already issued finish before the room's memory is let go */
+        pdr__op_leave(op);
+        pdr__cuda_event_destroy(ev);
+        return rc;
+    }
+    op->ipc_ev = ev;
+    op->ipc_next = ts->ipc_pending;
+    ts->ipc_pending = op;
+    op->backend = "cuda_ipc";
+    return 0;
+}
+
+/* Takes op off the pending list once its copies are done (waits for them). */
+static void ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op)
+{
+    struct pdr__op **pp = &st(eng)->ipc_pending;
+    while (*pp != NULL && *pp != op)
+        pp = &(*pp)->ipc_next;
+    if (*pp == op)
+        *pp = op->ipc_next;
+    op->ipc_next = NULL;
+    io_bind(&eng->io[0], op->dev);
+    pdr__cuda_event_destroy(op->ipc_ev);
+    op->ipc_ev = NULL;
+    pdr__op_leave(op);
+}
+
+/* Polls the IPC copies in flight: finished rooms send IPC_DONE. Returns how many are still pending. */
+static int ipc_poll(pdr_xfer_engine_t *eng)
+{
+    int pending = 0;
+    struct pdr__op *op = st(eng)->ipc_pending;
+    while (op != NULL) {
+        struct pdr__op *next = op->ipc_next;
+        io_bind(&eng->io[0], op->dev);
+        int rc = pdr__cuda_event_query(op->ipc_ev);
+        if (rc == PDR_EAGAIN) {
+            pending++;
+        } else {
+            ipc_finish(eng, op);
+            if (rc != 0) {
+                pdr_warn("transport: cuda_ipc copy failed: %s", pdr__cuda_last_error());
+                pdr__op_complete(eng, op, rc, rc);
+            } else if (op->sess != NULL) {
+                op->state = PDR__OP_DRAINED;
+                queue_ctl(eng, op->sess->ctl, PDR_XF_IPC_DONE, op->room, op->xid, op->total, 0);
+            }
+        }
+        op = next;
+    }
+    return pending;
+}
+
+/* Serves a FETCH (xid, total; ipc: its FETCH_IPC body or NULL) of op's room from the session of control
+ * connection c. */
 static void push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__conn *c, uint64_t xid,
-                       uint64_t total)
+                       uint64_t total, const uint8_t *ipc, size_t ipc_len)
 {
     if (total != op->total) {
         if (queue_ctl(eng, c, PDR_XF_ERROR, op->room, xid, 0, PDR_ESIZE) != 0)
@@ -346,8 +893,34 @@ static void push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__c
     }
     op->xid = xid;
     op->state = PDR__OP_ACTIVE;
-    conn_bind(c, op);
-    push_schedule(eng, c, op);
+    sess_bind(eng, c->sess, op);
+    int want_ipc =
+        ipc != NULL && op->dev >= 0 && eng->backend_forced != PDR__BE_TCP && same_host(eng, c->sess);
+    if (eng->backend_forced == PDR__BE_CUDA_IPC && !want_ipc) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
+        return;
+    }
+    if (want_ipc && op->total > 0) {
+        int rc = ipc_start(eng, op, c->sess, ipc, ipc_len);
+        if (rc == 0)
+            return;
+        if (eng->backend_forced == PDR__BE_CUDA_IPC) {
+            pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
+            return;
+        }
+        pdr_warn("transport: room %llu falls back from cuda_ipc to tcp staging",
+                 (unsigned long long)op->room);
+        op->backend = "tcp";
+    }
+    if (op->total == 0) {
+        op->state = PDR__OP_DRAINED;
+        queue_ctl(eng, c, PDR_XF_DONE, op->room, op->xid, 0, 0);
+        return;
+    }
+    pthread_mutex_lock(&eng->lock);
+    push_list_add(c->sess, op);
+    pthread_mutex_unlock(&eng->lock);
+    rescan_all(eng); /* every connection of the session may claim chunks now */
 }
 
 static void tomb_add(pdr_xfer_engine_t *eng, uint64_t room, int code, int push, uint32_t keep_ms)
@@ -377,6 +950,27 @@ static void tomb_del(pdr_xfer_engine_t *eng, struct pdr__parked *p)
     free(p);
 }
 
+static void parked_unlink(struct pdr__conn *c, struct pdr__parked *p)
+{
+    if (p->cprev != NULL)
+        p->cprev->cnext = p->cnext;
+    else
+        c->parked = p->cnext;
+    if (p->cnext != NULL)
+        p->cnext->cprev = p->cprev;
+    p->cnext = p->cprev = NULL;
+}
+
+static void drop_parked_all(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+{
+    while (c->parked != NULL) {
+        struct pdr__parked *p = c->parked;
+        c->parked = p->cnext;
+        pdr__parked_remove(eng, p);
+        free(p);
+    }
+}
+
 static void tcp_start_push(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
     struct pdr__parked *p = pdr__parked_find(eng, op->room);
@@ -392,132 +986,371 @@ static void tcp_start_push(pdr_xfer_engine_t *eng, struct pdr__op *op)
     if (p == NULL)
         return; /* waits for a FETCH until its deadline */
     struct pdr__conn *c = p->conn;
-    uint64_t xid = p->xid, total = p->total;
-    if (p->cprev != NULL)
-        p->cprev->cnext = p->cnext;
-    else
-        c->parked = p->cnext;
-    if (p->cnext != NULL)
-        p->cnext->cprev = p->cprev;
+    parked_unlink(c, p);
     pdr__parked_remove(eng, p);
+    push_match(eng, op, c, p->xid, p->total, p->ipc, p->ipc_len);
     free(p);
-    push_match(eng, op, c, xid, total);
 }
 
-static struct pdr__conn *conn_connect(pdr_xfer_engine_t *eng, struct pdr__op *op, int *err)
+static int connect_to(pdr_xfer_engine_t *eng, const struct sockaddr_storage *addr, socklen_t addrlen,
+                      int *connecting, int *err)
 {
-    int fd = socket(op->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         *err = errno == EMFILE || errno == ENFILE || errno == ENOMEM ? PDR_ENOMEM : PDR_EIO;
-        return NULL;
+        return -1;
     }
     tune_socket(eng, fd);
-    int connecting = 0;
-    if (connect(fd, (struct sockaddr *)&op->addr, op->addrlen) != 0) {
+    *connecting = 0;
+    if (connect(fd, (const struct sockaddr *)addr, addrlen) != 0) {
         if (errno != EINPROGRESS) {
             *err = PDR_ECONNREFUSED;
             close(fd);
-            return NULL;
+            return -1;
         }
-        connecting = 1;
+        *connecting = 1;
     }
-    struct pdr__conn *c = conn_new(eng, fd, 1, connecting, op->peer);
-    if (c == NULL) {
+    return fd;
+}
+
+/* Opens a session to op's peer: its control connection, on thread 0. */
+static struct pdr__sess *sess_open(pdr_xfer_engine_t *eng, struct pdr__op *op, int *err)
+{
+    int connecting;
+    int fd = connect_to(eng, &op->addr, op->addrlen, &connecting, err);
+    if (fd < 0)
+        return NULL;
+    struct pdr__conn *c = conn_new(fd, 1, connecting, op->peer);
+    if (c == NULL || conn_attach(&eng->io[0], c) != 0) {
+        if (c != NULL) {
+            free(c->rbuf);
+            free(c);
+        }
         close(fd);
         *err = PDR_ENOMEM;
+        return NULL;
     }
-    return c;
+    struct pdr__sess *s = sess_new(eng, 1, pdr_random_room(), op->peer);
+    if (s == NULL) {
+        conn_fail(eng, c, PDR_ENOMEM);
+        *err = PDR_ENOMEM;
+        return NULL;
+    }
+    memcpy(&s->addr, &op->addr, op->addrlen);
+    s->addrlen = op->addrlen;
+    conn_join(eng, c, s, 0);
+    s->ctl = c;
+    if (queue_hello(eng, c, s->id, 0, (uint32_t)eng->opts.conns_per_peer) != 0) {
+        conn_fail(eng, c, PDR_ENOMEM);
+        *err = PDR_ENOMEM;
+        return NULL;
+    }
+    return s;
+}
+
+/* The prefill answered our HELLO: open the data connections, spread over the I/O threads. */
+static void sess_open_data(pdr_xfer_engine_t *eng, struct pdr__sess *s)
+{
+    s->hello_done = 1;
+    for (int k = 1; k < eng->opts.conns_per_peer; k++) {
+        int connecting, err;
+        int fd = connect_to(eng, &s->addr, s->addrlen, &connecting, &err);
+        if (fd < 0) {
+            pdr_warn("transport: data connection %d to %s failed: %s", k, s->peer, pdr_strerror(err));
+            continue;
+        }
+        struct pdr__conn *c = conn_new(fd, 1, connecting, s->peer);
+        if (c == NULL) {
+            close(fd);
+            continue;
+        }
+        conn_join(eng, c, s, k);
+        if (queue_hello(eng, c, s->id, (uint32_t)k, (uint32_t)eng->opts.conns_per_peer) != 0) {
+            close(fd);
+            conn_free(eng, c);
+            continue;
+        }
+        struct pdr__io *io = &eng->io[k % eng->nio];
+        if (io->idx == 0) {
+            if (conn_attach(io, c) != 0) {
+                close(fd);
+                conn_free(eng, c);
+            }
+        } else {
+            conn_handoff(eng, io, c);
+        }
+    }
+}
+
+/* A FETCH_IPC frame for op (device memory), or NULL if the handles cannot be exported (then a plain
+ * FETCH goes, and the bytes come by TCP staging). Thread 0. */
+static struct ctl_msg *fetch_ipc_msg(pdr_xfer_engine_t *eng, struct pdr__op *op)
+{
+    uint32_t nseg = (uint32_t)op->nseg;
+    if (op->nseg > PDR_XFER_IPC_MAX_SEGS)
+        return NULL;
+    uint8_t *handles = malloc((size_t)(nseg + 1) * PDR_XFER_IPC_HENTRY);
+    uint32_t *hidx = calloc(nseg + 1, sizeof(*hidx));
+    uint64_t *offs = calloc(nseg + 1, sizeof(*offs));
+    struct ctl_msg *m = calloc(1, sizeof(*m));
+    uint8_t *buf = NULL;
+    uint32_t nh = 0;
+    unsigned char uuid[16] = {0};
+    int rc = handles != NULL && hidx != NULL && offs != NULL && m != NULL ? io_bind(&eng->io[0], op->dev)
+                                                                          : PDR_ENOMEM;
+    if (rc == 0)
+        pdr__cuda_uuid(op->dev, uuid);
+    for (uint32_t i = 0; i < nseg && rc == 0; i++) {
+        if (op->segs[i].len == 0)
+            continue; /* index 0, offset 0: never dereferenced */
+        uint8_t h[PDR_XFER_IPC_HANDLE];
+        rc = pdr__cuda_ipc_export(op->segs[i].addr, h, &offs[i]);
+        if (rc != 0)
+            break;
+        uint32_t k = 0;
+        while (k < nh && memcmp(handles + (size_t)k * PDR_XFER_IPC_HENTRY, h, sizeof(h)) != 0)
+            k++;
+        if (k == nh) {
+            memcpy(handles + (size_t)k * PDR_XFER_IPC_HENTRY, h, sizeof(h));
+            memcpy(handles + (size_t)k * PDR_XFER_IPC_HENTRY + PDR_XFER_IPC_HANDLE, uuid, sizeof(uuid));
+            nh++;
+            if (nh > PDR_XFER_IPC_MAX_HANDLES)
+                rc = PDR_ETOOBIG;
+        }
+        hidx[i] = k;
+    }
+    if (rc == 0 && nh == 0) {
+        memset(handles, 0, PDR_XFER_IPC_HENTRY); /* an empty room still needs a table entry to point at */
+        nh = 1;
+    }
+    size_t len = pdr__xfer_fetch_ipc_size(nseg, nh);
+    if (rc == 0 && (buf = malloc(len)) == NULL)
+        rc = PDR_ENOMEM;
+    if (rc == 0) {
+        m->data = buf;
+        m->len = pdr__xfer_fetch_ipc_encode(buf, len, op->room, op->xid, op->total, op->timeout_ms,
+                                            nseg > 0 ? &op->segs[0].len : NULL, sizeof(pdr_xfer_seg_t), nseg,
+                                            handles, nh, hidx, offs);
+        if (m->len == 0)
+            rc = PDR_ETOOBIG;
+    }
+    free(handles);
+    free(hidx);
+    free(offs);
+    if (rc != 0) {
+        pdr_warn("transport: cannot export CUDA IPC handles for room %llu (%s); using tcp staging",
+                 (unsigned long long)op->room, pdr_strerror(rc));
+        free(buf);
+        free(m);
+        return NULL;
+    }
+    return m;
 }
 
 static void tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
-    struct pdr__conn *c = st(eng)->conns;
-    while (c != NULL && !(c->outbound && strcmp(c->peer, op->peer) == 0))
-        c = c->next;
-    if (c == NULL) {
+    struct pdr__sess *s = st(eng)->sessions;
+    while (s != NULL && !(s->outbound && !s->dead && s->ctl != NULL && strcmp(s->peer, op->peer) == 0))
+        s = s->next;
+    if (s == NULL) {
         int err = 0;
-        c = conn_connect(eng, op, &err);
-        if (c == NULL) {
+        s = sess_open(eng, op, &err);
+        if (s == NULL) {
             pdr__op_complete(eng, op, err, 0);
             return;
         }
     }
-    size_t len = pdr__xfer_fetch_size((uint32_t)op->nseg);
-    struct ctl_msg *m = calloc(1, sizeof(*m));
-    uint8_t *buf = malloc(len);
-    if (m == NULL || buf == NULL) {
-        free(m);
-        free(buf);
-        pdr__op_complete(eng, op, PDR_ENOMEM, 0);
+    /* Device memory on a peer that may share this host (its HELLO not seen yet, or the same boot id and
+     * host name): offer CUDA IPC handles; the prefill decides. */
+    int ipc = op->dev >= 0 && eng->backend_forced != PDR__BE_TCP &&
+              (s->peer_hello.hostname[0] == '\0' || same_host(eng, s));
+    if (eng->backend_forced == PDR__BE_CUDA_IPC && !ipc) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
         return;
     }
-    m->data = buf;
-    m->len = pdr__xfer_fetch_encode(buf, len, op->room, op->xid, op->total, op->timeout_ms,
-                                    op->nseg > 0 ? &op->segs[0].len : NULL, sizeof(pdr_xfer_seg_t),
-                                    (uint32_t)op->nseg);
-    conn_bind(c, op);
-    if (c->cq_tail != NULL)
-        c->cq_tail->next = m;
-    else
-        c->cq_head = m;
-    c->cq_tail = m;
-    if (!c->connecting)
-        conn_kick(eng, c);
+    struct ctl_msg *m = ipc ? fetch_ipc_msg(eng, op) : NULL;
+    if (m == NULL && eng->backend_forced == PDR__BE_CUDA_IPC) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
+        return;
+    }
+    if (m != NULL) {
+        op->ipc_offered = 1;
+    } else {
+        size_t len = pdr__xfer_fetch_size((uint32_t)op->nseg);
+        m = calloc(1, sizeof(*m));
+        uint8_t *buf = malloc(len);
+        if (m == NULL || buf == NULL) {
+            free(m);
+            free(buf);
+            pdr__op_complete(eng, op, PDR_ENOMEM, 0);
+            return;
+        }
+        m->data = buf;
+        m->len = pdr__xfer_fetch_encode(buf, len, op->room, op->xid, op->total, op->timeout_ms,
+                                        op->nseg > 0 ? &op->segs[0].len : NULL, sizeof(pdr_xfer_seg_t),
+                                        (uint32_t)op->nseg);
+    }
+    sess_bind(eng, s, op);
+    cq_append(eng, s->ctl, m);
 }
 
 static void tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code)
 {
-    struct pdr__conn *c = op->conn;
-    if (c == NULL) {
+    if (op->ipc_ev != NULL) {
+        io_bind(&eng->io[0], op->dev);
+        pdr__cuda_event_sync(op->ipc_ev); /* the copies read this room's memory */
+        ipc_finish(eng, op);
+    }
+    struct pdr__sess *s = op->sess;
+    if (s == NULL) {
         if (op->kind == PDR__OP_PUSH && op->state == PDR__OP_WAITING && notify_code != 0)
             tomb_add(eng, op->room, notify_code, 1, op->timeout_ms);
         return;
     }
-    if (c->rx_op == op)
-        c->rx_op = NULL;
-    if (c->tx_op == op)
-        c->tx_op = NULL;
-    push_list_del(c, op);
-    if (op->cprev != NULL)
-        op->cprev->cnext = op->cnext;
+    pthread_mutex_lock(&eng->lock);
+    push_list_del(s, op);
+    if (op->sprev != NULL)
+        op->sprev->snext = op->snext;
     else
-        c->ops = op->cnext;
-    if (op->cnext != NULL)
-        op->cnext->cprev = op->cprev;
-    op->cnext = op->cprev = NULL;
-    op->conn = NULL;
-    if (notify_code != 0 && !c->dead) {
+        s->ops = op->snext;
+    if (op->snext != NULL)
+        op->snext->sprev = op->sprev;
+    op->snext = op->sprev = NULL;
+    s->nops--;
+    op->sess = NULL;
+    pthread_mutex_unlock(&eng->lock);
+    if (notify_code != 0 && s->ctl != NULL && !s->ctl->dead) {
         if (notify_code == PDR_ECANCELED)
-            queue_ctl(eng, c, PDR_XF_CANCEL, op->room, op->xid, 0, 0);
+            queue_ctl(eng, s->ctl, PDR_XF_CANCEL, op->room, op->xid, 0, 0);
         else
-            queue_ctl(eng, c, PDR_XF_ERROR, op->room, op->xid, 0, notify_code);
+            queue_ctl(eng, s->ctl, PDR_XF_ERROR, op->room, op->xid, 0, notify_code);
     }
+}
+
+/* Kills a session (thread 0): its rooms fail with status, its connections close. */
+static void sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status)
+{
+    pthread_mutex_lock(&eng->lock);
+    if (s->dead) {
+        pthread_mutex_unlock(&eng->lock);
+        return;
+    }
+    s->dead = 1;
+    s->status = status;
+    pthread_mutex_unlock(&eng->lock);
+    struct tcp_state *ts = st(eng);
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        ts->sessions = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    s->next = s->prev = NULL;
+    for (;;) {
+        pthread_mutex_lock(&eng->lock);
+        struct pdr__op *op = s->ops;
+        pthread_mutex_unlock(&eng->lock);
+        if (op == NULL)
+            break;
+        pdr__op_complete(eng, op, status, 0);
+    }
+    if (s->ctl != NULL)
+        conn_fail(eng, s->ctl, status);
+    ipc_map_close(&eng->io[0], s);
+    rescan_all(eng);    /* the other threads close their connections of s */
+    sess_unref(eng, s); /* the list's reference */
 }
 
 /* ---- receiving ---- */
 
-/* The pull op of (room, xid) on c, or NULL. */
-static struct pdr__op *find_pull(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, uint64_t xid)
+/* The op of (room, xid, kind) bound to c's session, or NULL. Thread 0. */
+static struct pdr__op *find_op(pdr_xfer_engine_t *eng, struct pdr__conn *c, int kind, uint64_t room,
+                               uint64_t xid)
 {
     pthread_mutex_lock(&eng->lock);
-    struct pdr__op *op = pdr__room_find(eng, room, PDR__OP_PULL);
+    struct pdr__op *op = pdr__room_find(eng, room, kind);
     pthread_mutex_unlock(&eng->lock);
-    return op != NULL && op->conn == c && op->xid == xid ? op : NULL;
+    return op != NULL && c->sess != NULL && op->sess == c->sess && op->xid == xid ? op : NULL;
 }
 
-static struct pdr__op *find_push(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, uint64_t xid)
+/* An accepted connection whose first frame is not a HELLO: a one-connection session. */
+static int sess_implicit(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
-    pthread_mutex_lock(&eng->lock);
-    struct pdr__op *op = pdr__room_find(eng, room, PDR__OP_PUSH);
-    pthread_mutex_unlock(&eng->lock);
-    return op != NULL && op->conn == c && op->xid == xid ? op : NULL;
+    if (c->sess != NULL)
+        return 0;
+    struct pdr__sess *s = sess_new(eng, 0, 0, c->peer);
+    if (s == NULL) {
+        conn_fail(eng, c, PDR_ENOMEM);
+        return -1;
+    }
+    conn_join(eng, c, s, 0);
+    s->ctl = c;
+    return 0;
+}
+
+static int on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *body, size_t len)
+{
+    struct pdr_xfer_hello h;
+    if (c->hello_seen || pdr__xfer_hello_decode(body, len, &h) != 0) {
+        conn_fail(eng, c, PDR_EPROTO);
+        return -1;
+    }
+    c->hello_seen = 1;
+    if (c->outbound) {
+        /* The prefill's answer on our control connection. */
+        struct pdr__sess *s = c->sess;
+        if (s == NULL || s->ctl != c || h.session != s->id) {
+            conn_fail(eng, c, PDR_EPROTO);
+            return -1;
+        }
+        s->peer_hello = h;
+        if (!s->hello_done)
+            sess_open_data(eng, s);
+        return 0;
+    }
+    if (c->sess != NULL) {
+        conn_fail(eng, c, PDR_EPROTO);
+        return -1;
+    }
+    if (h.index == 0) {
+        struct pdr__sess *s = sess_new(eng, 0, h.session, c->peer);
+        if (s == NULL) {
+            conn_fail(eng, c, PDR_ENOMEM);
+            return -1;
+        }
+        s->peer_hello = h;
+        conn_join(eng, c, s, 0);
+        s->ctl = c;
+        if (queue_hello(eng, c, h.session, 0, h.nconns) != 0) {
+            conn_fail(eng, c, PDR_ENOMEM);
+            return -1;
+        }
+        return 0;
+    }
+    struct pdr__sess *s = st(eng)->sessions;
+    while (s != NULL && !(!s->outbound && s->id == h.session && s->ctl != NULL))
+        s = s->next;
+    if (s == NULL) {
+        conn_fail(eng, c, PDR_EPEERGONE); /* its session is gone already */
+        return -1;
+    }
+    conn_join(eng, c, s, (int)h.index);
+    int t = (int)(h.index % (uint32_t)eng->nio);
+    if (t != 0) {
+        c->migrate_to = t;
+        return RX_MIGRATE;
+    }
+    rescan_all(eng);
+    return 0;
 }
 
 static int on_fetch(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, const uint8_t *body,
-                    size_t len)
+                    size_t len, int is_ipc)
 {
     struct pdr_xfer_fetch_desc d;
-    if (pdr__xfer_fetch_decode(body, len, &d) != 0) {
+    struct pdr_xfer_ipc_desc ipc;
+    if ((is_ipc ? pdr__xfer_fetch_ipc_decode(body, len, &d, &ipc) : pdr__xfer_fetch_decode(body, len, &d)) !=
+        0) {
         conn_fail(eng, c, PDR_EPROTO);
         return -1;
     }
@@ -525,7 +1358,7 @@ static int on_fetch(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, 
     struct pdr__op *op = pdr__room_find(eng, room, PDR__OP_PUSH);
     pthread_mutex_unlock(&eng->lock);
     if (op != NULL && op->state == PDR__OP_WAITING) {
-        push_match(eng, op, c, d.xid, d.total);
+        push_match(eng, op, c, d.xid, d.total, is_ipc ? body : NULL, len);
         return c->dead ? -1 : 0;
     }
     struct pdr__parked *t = pdr__parked_find(eng, room);
@@ -543,9 +1376,14 @@ static int on_fetch(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, 
         return queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_EEXIST); /* another decode has it */
     if (eng->nparked >= eng->opts.max_rooms)
         return queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_ETOOBIG);
-    struct pdr__parked *p = calloc(1, sizeof(*p));
+    struct pdr__parked *p = calloc(1, sizeof(*p) + (is_ipc ? len : 0));
     if (p == NULL)
         return queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_ENOMEM);
+    if (is_ipc) {
+        p->ipc = (uint8_t *)(p + 1);
+        p->ipc_len = len;
+        memcpy(p->ipc, body, len);
+    }
     p->timer.idx = SIZE_MAX;
     p->timer.what = PDR__TIMER_PARKED;
     p->room = room;
@@ -572,24 +1410,47 @@ static void drop_parked(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t ro
     struct pdr__parked *p = pdr__parked_find(eng, room);
     if (p == NULL || p->conn != c || p->xid != xid)
         return;
-    if (p->cprev != NULL)
-        p->cprev->cnext = p->cnext;
-    else
-        c->parked = p->cnext;
-    if (p->cnext != NULL)
-        p->cnext->cprev = p->cprev;
+    parked_unlink(c, p);
     pdr__parked_remove(eng, p);
     free(p);
     if (code != 0)
         tomb_add(eng, room, code, 0, eng->opts.default_timeout_ms);
 }
 
+/* Both halves of a pull arrived (DONE and every byte): acknowledge and complete. Thread 0. */
+static int pull_maybe_done(pdr_xfer_engine_t *eng, struct pdr__op *op)
+{
+    pthread_mutex_lock(&eng->lock);
+    int all = op->got == op->total;
+    pthread_mutex_unlock(&eng->lock);
+    if (!op->done_seen || !all)
+        return 0;
+    struct pdr__sess *s = op->sess;
+    if (s != NULL && queue_ctl(eng, s->ctl, PDR_XF_ACK, op->room, op->xid, op->total, 0) != 0)
+        return -1;
+    pdr__op_complete(eng, op, 0, 0);
+    return 0;
+}
+
 /* A complete control frame (not DATA). */
 static int on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_xfer_hdr *h,
                   const uint8_t *body)
 {
-    if (h->type == PDR_XF_FETCH)
-        return on_fetch(eng, c, h->room, body, (size_t)h->len);
+    if (h->type == PDR_XF_HELLO)
+        return on_hello(eng, c, body, (size_t)h->len);
+    if (h->type == PDR_XF_PING)
+        return queue_ctl(eng, c, PDR_XF_PONG, 0, 0, 0, 0);
+    if (h->type == PDR_XF_PONG)
+        return 0;
+    /* Room-scoped control frames travel on control connections only, which live on thread 0. */
+    if (c->io->idx != 0 || (c->sess != NULL && c->sess->ctl != c)) {
+        conn_fail(eng, c, PDR_EPROTO);
+        return -1;
+    }
+    if (!c->outbound && sess_implicit(eng, c) != 0)
+        return -1;
+    if (h->type == PDR_XF_FETCH || h->type == PDR_XF_FETCH_IPC)
+        return on_fetch(eng, c, h->room, body, (size_t)h->len, h->type == PDR_XF_FETCH_IPC);
     struct pdr_xfer_ctl m;
     if (pdr__xfer_ctl_decode(h->type, body, (size_t)h->len, &m) != 0) {
         conn_fail(eng, c, PDR_EPROTO);
@@ -597,29 +1458,39 @@ static int on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_
     }
     struct pdr__op *op;
     switch (h->type) {
-    case PDR_XF_PING:
-        return queue_ctl(eng, c, PDR_XF_PONG, 0, 0, 0, 0);
-    case PDR_XF_PONG:
-        return 0;
     case PDR_XF_WAIT:
-        op = find_pull(eng, c, h->room, m.xid);
+        op = find_op(eng, c, PDR__OP_PULL, h->room, m.xid);
         if (op != NULL && op->state == PDR__OP_WAITING)
             op->state = PDR__OP_PARKED;
         return 0;
     case PDR_XF_DONE:
-        op = find_pull(eng, c, h->room, m.xid);
+        op = find_op(eng, c, PDR__OP_PULL, h->room, m.xid);
         if (op == NULL)
             return 0; /* a room we already failed */
-        if (op->pos != op->total || m.value != op->total) {
+        if (m.value != op->total || op->done_seen) {
             conn_fail(eng, c, PDR_EPROTO);
             return -1;
         }
-        if (queue_ctl(eng, c, PDR_XF_ACK, op->room, op->xid, op->total, 0) != 0)
+        op->done_seen = 1;
+        op->state = PDR__OP_ACTIVE;
+        return pull_maybe_done(eng, op);
+    case PDR_XF_IPC_DONE:
+        op = find_op(eng, c, PDR__OP_PULL, h->room, m.xid);
+        if (op == NULL)
+            return 0;
+        if (m.value != op->total || op->done_seen || !op->ipc_offered) {
+            conn_fail(eng, c, PDR_EPROTO);
             return -1;
-        pdr__op_complete(eng, op, 0, 0);
-        return 0;
+        }
+        pthread_mutex_lock(&eng->lock);
+        op->got = op->total; /* the prefill's GPU wrote every byte */
+        pthread_mutex_unlock(&eng->lock);
+        op->done_seen = 1;
+        op->state = PDR__OP_ACTIVE;
+        op->backend = "cuda_ipc";
+        return pull_maybe_done(eng, op);
     case PDR_XF_ACK:
-        op = find_push(eng, c, h->room, m.xid);
+        op = find_op(eng, c, PDR__OP_PUSH, h->room, m.xid);
         if (op == NULL)
             return 0;
         if (op->state != PDR__OP_DRAINED || m.value != op->total) {
@@ -631,9 +1502,9 @@ static int on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_
     case PDR_XF_ERROR:
     case PDR_XF_CANCEL: {
         int code = h->type == PDR_XF_CANCEL ? PDR_ECANCELED : m.code;
-        if ((op = find_pull(eng, c, h->room, m.xid)) != NULL)
+        if ((op = find_op(eng, c, PDR__OP_PULL, h->room, m.xid)) != NULL)
             pdr__op_complete(eng, op, code, 0);
-        else if ((op = find_push(eng, c, h->room, m.xid)) != NULL)
+        else if ((op = find_op(eng, c, PDR__OP_PUSH, h->room, m.xid)) != NULL)
             pdr__op_complete(eng, op, code, 0);
         else
             drop_parked(eng, c, h->room, m.xid, code);
@@ -645,27 +1516,131 @@ static int on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_
     }
 }
 
-/* The 16-byte DATA prefix arrived: find the destination and check the offset. */
+/* The 16-byte DATA prefix arrived: find the destination and check the range. Any thread. */
 static int on_data_start(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *pfx)
 {
     uint64_t xid, offset;
     pdr__xfer_data_pfx_decode(pfx, &xid, &offset);
     uint64_t n = c->rh.len - PDR_XFER_DATA_PFX;
-    struct pdr__op *op = find_pull(eng, c, c->rh.room, xid);
     c->rx_left = n;
+    c->rx_len = n;
+    c->rx_off = offset;
     c->rx_op = NULL;
-    if (op == NULL)
-        return 0; /* a room failed or canceled here: discard its payload */
-    if (op->state == PDR__OP_DRAINED || offset != op->pos || n > op->total - op->pos) {
+    if (!c->outbound || c->sess == NULL) {
+        conn_fail(eng, c, PDR_EPROTO); /* DATA flows from the listening side only */
+        return -1;
+    }
+    int bad = 0;
+    pthread_mutex_lock(&eng->lock);
+    struct pdr__op *op = pdr__room_find(eng, c->rh.room, PDR__OP_PULL);
+    if (op != NULL && op->sess == c->sess && op->xid == xid &&
+        !__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
+        if (offset > op->total || n > op->total - offset || n > op->total - op->got)
+            bad = 1;
+        else {
+            op->refs++;
+            c->rx_op = op;
+        }
+    }
+    pthread_mutex_unlock(&eng->lock);
+    if (bad) {
         conn_fail(eng, c, PDR_EPROTO);
         return -1;
     }
-    op->state = PDR__OP_ACTIVE;
-    c->rx_op = op;
+    return 0; /* without an op: a room failed or canceled here, its payload is discarded */
+}
+
+/* The current DATA frame ended. */
+static void rx_frame_end(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+{
+    c->rx_state = RX_HDR;
+    struct pdr__op *op = c->rx_op;
+    if (op == NULL)
+        return;
+    c->rx_op = NULL;
+    pthread_mutex_lock(&eng->lock);
+    /* Device rooms count their bytes when the staging copy lands (stage_poll). */
+    if (op->dev < 0 && !__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
+        op->got += c->rx_len;
+        if (op->got == op->total)
+            pdr__op_ready_locked(eng, op, PDR__READY_GOT);
+    }
+    pthread_mutex_unlock(&eng->lock);
+    pdr__op_unref(eng, op);
+}
+
+/* Payload bytes of the current frame landed (n of them, at rx_off). */
+static void rx_advance(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t n)
+{
+    c->rx_off += n;
+    c->rx_left -= n;
+    if (c->rx_left == 0)
+        rx_frame_end(eng, c);
+}
+
+/* The room of the current frame died: discard the rest of its payload. */
+static void rx_drop_op(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+{
+    struct pdr__op *op = c->rx_op;
+    c->rx_op = NULL;
+    pdr__op_unref(eng, op);
+}
+
+/* Device destination: makes sure a staging slot is being filled. Returns 0 (go), 1 (every slot busy:
+ * stop reading until a copy finishes) or -1 (the room was dropped: discard its payload). */
+static int rx_stage_slot(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+{
+    if (c->rx_fill >= 0)
+        return 0;
+    int rc = stage_init(eng, c, c->rx_op->dev);
+    if (rc == PDR_EAGAIN || (rc == 0 && c->stg_count == c->nstg)) {
+        c->rx_blocked = 1;
+        return 1;
+    }
+    if (rc != 0) {
+        op_fail_async(eng, c->rx_op, rc);
+        rx_drop_op(eng, c);
+        return -1;
+    }
+    size_t i = (c->stg_head + c->stg_count) % c->nstg;
+    c->stg_count++;
+    c->stg[i].state = STG_FILL;
+    c->stg[i].off = c->rx_off;
+    c->stg[i].len = 0;
+    c->rx_fill = (int)i;
+    c->rx_fill_len = 0;
     return 0;
 }
 
-/* Consumes buffered bytes. Returns 0 when it needs more input, -1 when the connection died. */
+/* n payload bytes were put in the slot being filled; a full slot (or the frame's end) goes to the GPU. */
+static void rx_stage_commit(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t n)
+{
+    struct stage *g = &c->stg[c->rx_fill];
+    c->rx_fill_len += n;
+    if (c->rx_fill_len == eng->opts.chunk_bytes || n == c->rx_left) {
+        g->len = c->rx_fill_len;
+        c->rx_fill = -1;
+        int rc = stage_issue(eng, c, g, c->rx_op, 0);
+        if (rc != 0) {
+            g->state = STG_FREE; /* the newest slot: the ring's tail */
+            c->stg_count--;
+            if (rc != PDR_ECANCELED)
+                op_fail_async(eng, c->rx_op, rc);
+            rx_drop_op(eng, c);
+        }
+    }
+    rx_advance(eng, c, n);
+}
+
+/* Room left in the slot being filled, capped by the frame. */
+static size_t rx_stage_room(pdr_xfer_engine_t *eng, const struct pdr__conn *c)
+{
+    uint64_t room = eng->opts.chunk_bytes - c->rx_fill_len;
+    return (size_t)(room < c->rx_left ? room : c->rx_left);
+}
+
+/* Consumes buffered bytes. Returns 0 when it needs more input, -1 when the connection died,
+ * RX_MIGRATE when it must move to another thread (the rest stays buffered). */
 static int rx_process(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
     for (;;) {
@@ -683,8 +1658,9 @@ static int rx_process(pdr_xfer_engine_t *eng, struct pdr__conn *c)
             if (c->rh.type == PDR_XF_DATA) {
                 c->rx_state = RX_DATAPFX;
             } else if (c->rh.len == 0) {
-                if (on_ctl(eng, c, &c->rh, c->body_inl) != 0)
-                    return -1;
+                int rc = on_ctl(eng, c, &c->rh, c->body_inl);
+                if (rc != 0)
+                    return rc;
             } else {
                 c->body_len = (size_t)c->rh.len;
                 c->body_got = 0;
@@ -702,7 +1678,9 @@ static int rx_process(pdr_xfer_engine_t *eng, struct pdr__conn *c)
             c->rpos += PDR_XFER_DATA_PFX;
             if (on_data_start(eng, c, p) != 0)
                 return -1;
-            c->rx_state = c->rx_left > 0 ? RX_PAYLOAD : RX_HDR;
+            c->rx_state = RX_PAYLOAD;
+            if (c->rx_left == 0)
+                rx_frame_end(eng, c);
             break;
         case RX_BODY: {
             if (avail == 0)
@@ -721,7 +1699,7 @@ static int rx_process(pdr_xfer_engine_t *eng, struct pdr__conn *c)
                 if (body != c->body_inl)
                     free(body);
                 if (rc != 0)
-                    return -1;
+                    return rc;
             }
             break;
         }
@@ -729,22 +1707,38 @@ static int rx_process(pdr_xfer_engine_t *eng, struct pdr__conn *c)
             if (avail == 0)
                 return 0;
             size_t take = c->rx_left < avail ? (size_t)c->rx_left : avail;
+            if (c->rx_op != NULL && c->rx_op->dev >= 0) {
+                int r = rx_stage_slot(eng, c);
+                if (r == 1)
+                    return 0;
+                if (r == 0) {
+                    size_t room = rx_stage_room(eng, c);
+                    if (take > room)
+                        take = room;
+                    memcpy(c->stg[c->rx_fill].buf + c->rx_fill_len, p, take);
+                    c->rpos += take;
+                    rx_stage_commit(eng, c, take);
+                    break;
+                }
+            }
             if (c->rx_op != NULL) {
-                struct iovec iov[MAX_IOV];
-                size_t done = 0;
-                while (done < take) {
-                    int n = seg_iov(c->rx_op, take - done, iov, MAX_IOV);
-                    for (int i = 0; i < n; i++) {
-                        memcpy(iov[i].iov_base, p + done, iov[i].iov_len);
-                        done += iov[i].iov_len;
-                        seg_advance(c->rx_op, iov[i].iov_len);
+                if (pdr__op_enter(c->rx_op) == 0) {
+                    struct iovec iov[MAX_IOV];
+                    size_t done = 0;
+                    while (done < take) {
+                        int n = seg_iov_at(c->rx_op, c->rx_off + done, take - done, iov, MAX_IOV);
+                        for (int i = 0; i < n; i++) {
+                            memcpy(iov[i].iov_base, p + done, iov[i].iov_len);
+                            done += iov[i].iov_len;
+                        }
                     }
+                    pdr__op_leave(c->rx_op);
+                } else {
+                    rx_drop_op(eng, c);
                 }
             }
             c->rpos += take;
-            c->rx_left -= take;
-            if (c->rx_left == 0)
-                c->rx_state = RX_HDR;
+            rx_advance(eng, c, take);
             break;
         }
         }
@@ -756,21 +1750,38 @@ static int conn_read(pdr_xfer_engine_t *eng, struct pdr__conn *c)
     size_t budget = IO_BUDGET;
     while (budget > 0) {
         ssize_t n;
+        if (c->rx_blocked) {
+            /* Every staging slot busy: stop polling the socket (level-triggered EPOLLIN would spin);
+             * stage_pump resumes reading when a slot frees. */
+            conn_set_events(eng, c, c->evmask & ~(uint32_t)EPOLLIN);
+            return 0;
+        }
         if (c->rx_state == RX_PAYLOAD && c->rpos == c->rlen) {
-            /* Straight from the socket into the room's memory. */
-            if (c->rx_op != NULL) {
-                struct iovec iov[MAX_IOV];
-                int cnt = seg_iov(c->rx_op, c->rx_left, iov, MAX_IOV);
-                n = readv(c->fd, iov, cnt);
-            } else {
-                n = read(c->fd, c->rbuf, c->rx_left < RBUF_CAP ? (size_t)c->rx_left : RBUF_CAP);
+            /* Straight from the socket into the room's memory (or its staging slot). */
+            n = -2;
+            int r = c->rx_op != NULL && c->rx_op->dev >= 0 ? rx_stage_slot(eng, c) : -1;
+            if (r == 1)
+                return 0;
+            if (r == 0) {
+                n = read(c->fd, c->stg[c->rx_fill].buf + c->rx_fill_len, rx_stage_room(eng, c));
+                if (n > 0)
+                    rx_stage_commit(eng, c, (uint64_t)n);
+            } else if (c->rx_op != NULL) {
+                if (pdr__op_enter(c->rx_op) == 0) {
+                    struct iovec iov[MAX_IOV];
+                    int cnt = seg_iov_at(c->rx_op, c->rx_off, c->rx_left, iov, MAX_IOV);
+                    n = readv(c->fd, iov, cnt);
+                    pdr__op_leave(c->rx_op);
+                } else {
+                    rx_drop_op(eng, c);
+                }
             }
-            if (n > 0) {
-                if (c->rx_op != NULL)
-                    seg_advance(c->rx_op, (uint64_t)n);
-                c->rx_left -= (uint64_t)n;
-                if (c->rx_left == 0)
-                    c->rx_state = RX_HDR;
+            if (n == -2) {
+                n = read(c->fd, c->rbuf, c->rx_left < RBUF_CAP ? (size_t)c->rx_left : RBUF_CAP);
+                if (n > 0)
+                    rx_advance(eng, c, (uint64_t)n);
+            } else if (r != 0 && n > 0) {
+                rx_advance(eng, c, (uint64_t)n);
             }
         } else {
             if (c->rpos > 0 && c->rpos == c->rlen)
@@ -785,8 +1796,9 @@ static int conn_read(pdr_xfer_engine_t *eng, struct pdr__conn *c)
                 c->rlen += (size_t)n;
                 c->last_live_ns = pdr_now_ns();
                 c->ping_ns = 0;
-                if (rx_process(eng, c) != 0)
-                    return -1;
+                int rc = rx_process(eng, c);
+                if (rc != 0)
+                    return rc;
             }
         }
         if (n == 0) {
@@ -810,6 +1822,144 @@ static int conn_read(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 
 /* ---- sending ---- */
 
+/* Claims the next chunk of the session's first push op with unclaimed bytes (round robin over ops), if
+ * that op's memory is of the wanted kind (want_dev: device memory). Returns it with a reference. */
+static struct pdr__op *claim(pdr_xfer_engine_t *eng, struct pdr__conn *c, int want_dev, uint64_t *off,
+                             uint64_t *len)
+{
+    struct pdr__sess *s = c->sess;
+    if (s == NULL)
+        return NULL;
+    pthread_mutex_lock(&eng->lock);
+    struct pdr__op *op = s->dead ? NULL : s->p_head;
+    if (op != NULL && ((op->dev >= 0) != want_dev || (want_dev && c->stg_count > 0 && c->stg_dev != op->dev)))
+        op = NULL;
+    if (op != NULL) {
+        uint64_t n = op->total - op->next_off;
+        if (n > eng->opts.chunk_bytes)
+            n = eng->opts.chunk_bytes;
+        *off = op->next_off;
+        *len = n;
+        op->next_off += n;
+        push_list_del(s, op);
+        if (op->next_off < op->total)
+            push_list_add(s, op);
+        op->refs++;
+    }
+    pthread_mutex_unlock(&eng->lock);
+    return op;
+}
+
+/* The device of the session's next push chunk: its ordinal, -1 for host memory, -2 for none. */
+static int peek_dev(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+{
+    struct pdr__sess *s = c->sess;
+    pthread_mutex_lock(&eng->lock);
+    int dev = s == NULL || s->dead || s->p_head == NULL ? -2 : s->p_head->dev;
+    pthread_mutex_unlock(&eng->lock);
+    return dev;
+}
+
+static void tx_start(struct pdr__conn *c, struct pdr__op *op, uint64_t off, uint64_t len)
+{
+    c->tx_op = op;
+    c->tx_off = off;
+    c->tx_len = c->tx_left = len;
+    pdr__xfer_data_hdr_encode(c->tx_hdr, op->room, op->xid, off, len);
+}
+
+/* Sets up the next DATA frame of this (sending) connection. Returns 1 if there is one. */
+static int tx_next(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+{
+    for (;;) {
+        /* 1. A staged chunk whose device copy finished, in issue order. */
+        if (c->stg_count > 0) {
+            stage_poll(eng, c, 0);
+            struct stage *g = &c->stg[c->stg_head];
+            if (g->state == STG_READY) {
+                struct pdr__op *op = g->op;
+                g->op = NULL;
+                if (__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
+                    pdr__op_unref(eng, op);
+                    g->state = STG_FREE;
+                    c->stg_head = (c->stg_head + 1) % c->nstg;
+                    c->stg_count--;
+                    continue;
+                }
+                c->tx_stage = (int)c->stg_head;
+                tx_start(c, op, g->off, g->len); /* the slot's reference moves to the frame */
+                return 1;
+            }
+        }
+        /* 2. Keep the ring full of device copies. */
+        int dev = peek_dev(eng, c);
+        if (dev >= 0) {
+            int rc = stage_init(eng, c, dev);
+            if (rc == PDR_EAGAIN)
+                return 0; /* the other device's copies drain first */
+            uint64_t off, len;
+            if (rc != 0) {
+                struct pdr__op *op = claim(eng, c, 1, &off, &len);
+                if (op != NULL) {
+                    op_fail_async(eng, op, rc);
+                    pdr__op_unref(eng, op);
+                }
+                return 0;
+            }
+            if (c->stg_count == c->nstg)
+                return 0; /* every buffer busy: the loop polls the copies */
+            struct pdr__op *op = claim(eng, c, 1, &off, &len);
+            if (op == NULL)
+                continue;
+            struct stage *g = &c->stg[(c->stg_head + c->stg_count) % c->nstg];
+            g->off = off;
+            g->len = len;
+            rc = stage_issue(eng, c, g, op, 1);
+            if (rc == 0)
+                c->stg_count++;
+            else if (rc != PDR_ECANCELED)
+                op_fail_async(eng, op, rc);
+            pdr__op_unref(eng, op);
+            if (rc != 0 && rc != PDR_ECANCELED)
+                return 0;
+            continue;
+        }
+        /* 3. Host memory goes straight from the room to the socket. */
+        if (dev == -1) {
+            uint64_t off, len;
+            struct pdr__op *op = claim(eng, c, 0, &off, &len);
+            if (op == NULL)
+                continue;
+            tx_start(c, op, off, len);
+            return 1;
+        }
+        return 0;
+    }
+}
+
+static void tx_frame_end(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+{
+    struct pdr__op *op = c->tx_op;
+    c->tx_op = NULL;
+    c->tx_state = TX_IDLE;
+    if (c->tx_stage >= 0) {
+        c->stg[c->tx_stage].state = STG_FREE;
+        c->stg_head = (c->stg_head + 1) % c->nstg;
+        c->stg_count--;
+        c->tx_stage = -1;
+    }
+    if (op == NULL)
+        return;
+    pthread_mutex_lock(&eng->lock);
+    if (!__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
+        op->sent += c->tx_len;
+        if (op->sent == op->total)
+            pdr__op_ready_locked(eng, op, PDR__READY_SENT);
+    }
+    pthread_mutex_unlock(&eng->lock);
+    pdr__op_unref(eng, op);
+}
+
 static int conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
     size_t budget = IO_BUDGET;
@@ -822,15 +1972,7 @@ static int conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
                     c->cq_tail = NULL;
                 c->tx_ctl->next = NULL;
                 c->tx_state = TX_CTL;
-            } else if (c->p_head != NULL) {
-                struct pdr__op *op = c->p_head;
-                push_list_del(c, op);
-                uint64_t n = op->total - op->pos;
-                if (n > eng->opts.chunk_bytes)
-                    n = eng->opts.chunk_bytes;
-                pdr__xfer_data_hdr_encode(c->tx_hdr, op->room, op->xid, op->pos, n);
-                c->tx_op = op;
-                c->tx_left = n;
+            } else if (!c->outbound && tx_next(eng, c)) {
                 c->tx_state = TX_DATA;
             } else {
                 conn_set_events(eng, c, EPOLLIN);
@@ -841,6 +1983,7 @@ static int conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
         struct iovec iov[MAX_IOV + 1];
         int cnt = 0;
         size_t hdr_left = 0;
+        int entered = 0;
         if (c->tx_state == TX_CTL) {
             iov[cnt].iov_base = c->tx_ctl->data + c->tx_sent;
             iov[cnt++].iov_len = c->tx_ctl->len - c->tx_sent;
@@ -850,19 +1993,34 @@ static int conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
                 iov[cnt].iov_base = c->tx_hdr + c->tx_sent;
                 iov[cnt++].iov_len = hdr_left;
             }
-            if (c->tx_op != NULL) {
-                cnt += seg_iov(c->tx_op, c->tx_left, iov + cnt, MAX_IOV);
-            } else if (c->tx_left > 0) {
+            if (c->tx_stage >= 0 && c->tx_left > 0) {
+                /* Staged: the bytes are ours, sent whatever happens to the room. */
+                iov[cnt].iov_base = c->stg[c->tx_stage].buf + (c->tx_len - c->tx_left);
+                iov[cnt++].iov_len = (size_t)c->tx_left;
+                entered = -1;
+            } else if (c->tx_op != NULL && c->tx_left > 0) {
+                if (pdr__op_enter(c->tx_op) == 0) {
+                    entered = 1;
+                    cnt += seg_iov_at(c->tx_op, c->tx_off, c->tx_left, iov + cnt, MAX_IOV);
+                } else {
+                    pdr__op_unref(eng, c->tx_op); /* dead: the rest of this frame is zeros */
+                    c->tx_op = NULL;
+                }
+            }
+            if (entered == 0 && c->tx_left > 0) {
                 iov[cnt].iov_base = (void *)zeros;
                 iov[cnt++].iov_len = c->tx_left < sizeof(zeros) ? (size_t)c->tx_left : sizeof(zeros);
             }
         }
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
         ssize_t n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        int saved = errno;
+        if (entered == 1)
+            pdr__op_leave(c->tx_op);
         if (n < 0) {
-            if (errno == EINTR)
+            if (saved == EINTR)
                 continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            if (saved == EAGAIN || saved == EWOULDBLOCK) {
                 conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
                 return 0;
             }
@@ -885,19 +2043,13 @@ static int conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
         sent -= h;
         if (sent > 0) {
             c->last_live_ns = pdr_now_ns(); /* the peer's window is open: it is reading */
-            if (c->tx_op != NULL)
-                seg_advance(c->tx_op, sent);
+            c->tx_off += sent;
             c->tx_left -= sent;
         }
-        if (c->tx_sent == sizeof(c->tx_hdr) && c->tx_left == 0) {
-            struct pdr__op *op = c->tx_op;
-            c->tx_op = NULL;
-            c->tx_state = TX_IDLE;
-            if (op != NULL && push_schedule(eng, c, op) != 0)
-                return -1;
-        }
+        if (c->tx_sent == sizeof(c->tx_hdr) && c->tx_left == 0)
+            tx_frame_end(eng, c);
     }
-    conn_kick(eng, c); /* budget spent: come back next turn */
+    conn_set_events(eng, c, EPOLLIN | EPOLLOUT); /* budget spent: come back next turn */
     return 0;
 }
 
@@ -922,20 +2074,30 @@ static void on_accept(pdr_xfer_engine_t *eng)
                     NI_NUMERICHOST | NI_NUMERICSERV);
         char peer[96];
         snprintf(peer, sizeof(peer), "%s:%s", host, port);
-        if (conn_new(eng, fd, 0, 0, peer) == NULL)
+        /* Every accepted connection starts on thread 0; a data connection moves after its HELLO. */
+        struct pdr__conn *c = conn_new(fd, 0, 0, peer);
+        if (c == NULL || conn_attach(&eng->io[0], c) != 0) {
+            if (c != NULL) {
+                free(c->rbuf);
+                free(c);
+            }
             close(fd);
+        }
     }
 }
 
-static void tcp_on_event(pdr_xfer_engine_t *eng, void *handle, uint32_t events)
+/* Moves c from thread 0 to thread c->migrate_to; buffered input goes with it. */
+static void conn_migrate(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
-    if (handle == &st(eng)->listen_tag) {
-        on_accept(eng);
-        return;
-    }
-    struct pdr__conn *c = handle;
-    if (c->dead)
-        return;
+    epoll_ctl(c->io->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    conn_unlink(c);
+    struct pdr__io *to = &eng->io[c->migrate_to];
+    c->migrate_to = -1;
+    conn_handoff(eng, to, c);
+}
+
+static void conn_service(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t events)
+{
     if (c->connecting) {
         int soerr = 0;
         socklen_t sl = sizeof(soerr);
@@ -946,39 +2108,177 @@ static void tcp_on_event(pdr_xfer_engine_t *eng, void *handle, uint32_t events)
             c->last_live_ns = pdr_now_ns();
             conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
         } else if (soerr != 0 || (events & (EPOLLERR | EPOLLHUP))) {
-            conn_fail(eng, c, PDR_ECONNREFUSED);
+            /* A data connection's session was up already: its peer went away, it did not refuse. */
+            conn_fail(eng, c, c->index > 0 ? PDR_EPEERGONE : PDR_ECONNREFUSED);
             return;
         } else {
             return;
         }
     }
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
-        if (conn_read(eng, c) != 0)
+        int rc = conn_read(eng, c);
+        if (rc == RX_MIGRATE) {
+            conn_migrate(eng, c);
+            return;
+        }
+        if (rc != 0)
             return;
     }
-    if (c->cq_head != NULL || c->p_head != NULL || c->tx_state != TX_IDLE)
+    if (c->cq_head != NULL || c->tx_state != TX_IDLE || (events & EPOLLOUT))
         conn_flush(eng, c);
-    else
-        conn_set_events(eng, c, EPOLLIN);
 }
 
-static int tcp_tick(pdr_xfer_engine_t *eng, uint64_t now)
+static void tcp_on_event(pdr_xfer_engine_t *eng, struct pdr__io *io, void *handle, uint32_t events)
 {
+    (void)io;
+    if (handle == &st(eng)->listen_tag) {
+        on_accept(eng);
+        return;
+    }
+    struct pdr__conn *c = handle;
+    if (c->dead)
+        return;
+    conn_service(eng, c, events);
+}
+
+/* An adopted connection: attach it, then process what it already buffered. */
+static void conn_adopted(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr__conn *c)
+{
+    if (conn_attach(io, c) != 0) {
+        /* Not registered anywhere: count it as dead right away. */
+        c->dead = 1;
+        close(c->fd);
+        c->fd = -1;
+        c->next = io->zombies;
+        io->zombies = c;
+        return;
+    }
+    if (c->rpos < c->rlen) {
+        int rc = rx_process(eng, c);
+        if (rc != 0)
+            return;
+    }
+    if (!c->connecting)
+        conn_flush(eng, c);
+}
+
+/* Polls c's staging copies: finished sends go out, a receiver blocked on a full ring reads again. While
+ * copies are pending the loop must not sleep (*want = 0). Returns -1 if c died. */
+static int stage_pump(pdr_xfer_engine_t *eng, struct pdr__conn *c, int *want)
+{
+    size_t pending = stage_poll(eng, c, 0);
+    if (pending > 0) {
+        *want = 0;
+        c->io->copy_wait = 1;
+    }
+    if (!c->outbound) {
+        if (c->tx_state == TX_IDLE && c->cq_head == NULL && c->stg_count > 0 &&
+            c->stg[c->stg_head].state == STG_READY)
+            return conn_flush(eng, c);
+        return 0;
+    }
+    if (c->rx_blocked && c->stg_count < c->nstg) {
+        c->rx_blocked = 0;
+        conn_set_events(eng, c, EPOLLIN | (c->evmask & EPOLLOUT));
+        if (c->rpos < c->rlen) {
+            int rc = rx_process(eng, c);
+            if (rc != 0)
+                return -1;
+        }
+        if (!c->rx_blocked && conn_read(eng, c) != 0)
+            return -1;
+    }
+    if (c->rx_blocked) {
+        *want = 0;
+        c->io->copy_wait = 1;
+    }
+    return 0;
+}
+
+static int tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
+{
+    pthread_mutex_lock(&eng->lock);
+    struct pdr__conn *adopt = io->adopt;
+    io->adopt = NULL;
+    int rescan = io->rescan;
+    io->rescan = 0;
+    if (io->idx != 0)
+        io->wake_pending = 0;
+    struct pdr__sess *dead = NULL;
+    if (io->idx == 0) {
+        dead = eng->dead_sess;
+        eng->dead_sess = NULL;
+    }
+    pthread_mutex_unlock(&eng->lock);
+    while (adopt != NULL) {
+        struct pdr__conn *c = adopt;
+        adopt = c->next;
+        conn_adopted(eng, io, c);
+    }
+    while (dead != NULL) {
+        struct pdr__sess *s = dead;
+        dead = s->dnext;
+        sess_kill(eng, s, s->status);
+        sess_unref(eng, s); /* the dead list's reference */
+    }
     uint64_t hb = (uint64_t)eng->opts.heartbeat_ms * 1000000u;
     uint64_t dead_after = (uint64_t)eng->opts.heartbeat_timeout_ms * 1000000u;
     int want = -1;
-    struct pdr__conn *c = st(eng)->conns;
+    if (io->idx == 0 && st(eng)->ipc_pending != NULL && ipc_poll(eng) > 0) {
+        want = 0; /* copies in flight: poll them soon */
+        io->copy_wait = 1;
+    }
+    struct pdr__conn *c = io->conns;
     while (c != NULL) {
         struct pdr__conn *next = c->next;
-        if (c->ops != NULL && !c->connecting) {
+        struct pdr__sess *s = c->sess;
+        int sdead = 0, busy = 0;
+        if (s != NULL) {
+            pthread_mutex_lock(&eng->lock);
+            sdead = s->dead;
+            busy = s->nops > 0;
+            pthread_mutex_unlock(&eng->lock);
+        }
+        if (sdead) {
+            conn_fail(eng, c, s->status);
+            c = next;
+            continue;
+        }
+        if (rescan && !c->connecting && c->tx_state == TX_IDLE && c->cq_head == NULL &&
+            conn_flush(eng, c) != 0) {
+            c = next;
+            continue;
+        }
+        /* A paused reader resumes here even if thread 0's quiesce already recycled its ring. */
+        if ((c->stg_count > 0 || c->rx_blocked) && stage_pump(eng, c, &want) != 0) {
+            c = next;
+            continue;
+        }
+        if (busy && !c->hb_armed) {
+            /* Idle until now: silence counts from here, not from the last room's last byte. */
+            c->hb_armed = 1;
+            c->last_live_ns = now;
+            c->ping_ns = 0;
+        }
+        c->hb_armed = busy;
+        if (busy && !c->connecting) {
             uint64_t quiet = now > c->last_live_ns ? now - c->last_live_ns : 0;
             if (quiet >= dead_after) {
-                pdr_warn("transport: peer %s silent for %llu ms, closing", c->peer,
-                         (unsigned long long)(quiet / 1000000));
+                pdr_warn(
+                    "transport: peer %s silent for %llu ms, closing (connection %d on thread %d: rx state "
+                    "%d, %llu payload bytes left, tx state %d, staging %zu/%zu busy%s)",
+                    c->peer, (unsigned long long)(quiet / 1000000), c->index, io->idx, c->rx_state,
+                    (unsigned long long)c->rx_left, c->tx_state, c->stg_count, c->nstg,
+                    c->rx_blocked ? ", reading paused" : "");
                 conn_fail(eng, c, PDR_EPEERGONE);
+                c = next;
+                continue;
             } else if (quiet >= hb && (c->ping_ns == 0 || now - c->ping_ns >= hb)) {
                 c->ping_ns = now;
-                queue_ctl(eng, c, PDR_XF_PING, 0, 0, 0, 0);
+                if (queue_ctl(eng, c, PDR_XF_PING, 0, 0, 0, 0) != 0) {
+                    c = next;
+                    continue;
+                }
             }
             int ms = (int)(eng->opts.heartbeat_ms / 4) + 1;
             if (want < 0 || ms < want)
@@ -989,6 +2289,41 @@ static int tcp_tick(pdr_xfer_engine_t *eng, uint64_t now)
     return want;
 }
 
+/* Thread 0 is about to wait for op's busy count: copies it issued itself must finish first. */
+static void tcp_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op)
+{
+    for (struct pdr__conn *c = eng->io[0].conns; c != NULL; c = c->next) {
+        for (size_t k = 0; k < c->stg_count; k++) {
+            struct stage *g = &c->stg[(c->stg_head + k) % c->nstg];
+            if (g->state == STG_COPY && g->op == op) {
+                stage_poll(eng, c, 1);
+                break;
+            }
+        }
+    }
+}
+
+/* An op from the ready list (thread 0). */
+static void tcp_ready(pdr_xfer_engine_t *eng, struct pdr__op *op, int what)
+{
+    if (what & PDR__READY_FAIL) {
+        pthread_mutex_lock(&eng->lock);
+        int code = op->fail_status != 0 ? op->fail_status : PDR_EIO;
+        pthread_mutex_unlock(&eng->lock);
+        pdr__op_complete(eng, op, code, code);
+        return;
+    }
+    struct pdr__sess *s = op->sess;
+    if (s == NULL)
+        return;
+    if ((what & PDR__READY_SENT) && op->kind == PDR__OP_PUSH && op->state == PDR__OP_ACTIVE) {
+        op->state = PDR__OP_DRAINED;
+        queue_ctl(eng, s->ctl, PDR_XF_DONE, op->room, op->xid, op->total, 0);
+    }
+    if ((what & PDR__READY_GOT) && op->kind == PDR__OP_PULL)
+        pull_maybe_done(eng, op);
+}
+
 static void tcp_parked_expired(pdr_xfer_engine_t *eng, struct pdr__parked *p)
 {
     if (p->tomb_code != 0)
@@ -997,14 +2332,33 @@ static void tcp_parked_expired(pdr_xfer_engine_t *eng, struct pdr__parked *p)
         drop_parked(eng, p->conn, p->room, p->xid, 0);
 }
 
-static void tcp_after_turn(pdr_xfer_engine_t *eng)
+static void tcp_after_turn(pdr_xfer_engine_t *eng, struct pdr__io *io)
 {
-    struct tcp_state *s = st(eng);
-    while (s->zombies != NULL) {
-        struct pdr__conn *c = s->zombies;
-        s->zombies = c->next;
-        conn_free(c);
+    while (io->zombies != NULL) {
+        struct pdr__conn *c = io->zombies;
+        io->zombies = c->next;
+        conn_free(eng, c);
     }
+}
+
+/* transport/rdma.c, when it is linked into the same binary (weak: absent means no RDMA device). */
+int pdr__rdma_device_count(void) __attribute__((weak));
+
+static void read_identity(struct pdr_xfer_hello *me)
+{
+    memset(me, 0, sizeof(*me));
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f != NULL) {
+        if (fgets(me->boot_id, sizeof(me->boot_id), f) == NULL)
+            me->boot_id[0] = '\0';
+        fclose(f);
+        me->boot_id[strcspn(me->boot_id, "\n")] = '\0';
+    }
+    if (gethostname(me->hostname, sizeof(me->hostname) - 1) != 0)
+        me->hostname[0] = '\0';
+    me->hostname[sizeof(me->hostname) - 1] = '\0';
+    /* PDR_XFER_CAP_CUDA is added per HELLO once CUDA memory was registered (queue_hello). */
+    me->caps = pdr__rdma_device_count != NULL && pdr__rdma_device_count() > 0 ? PDR_XFER_CAP_RDMA : 0;
 }
 
 static int tcp_init(pdr_xfer_engine_t *eng)
@@ -1013,6 +2367,7 @@ static int tcp_init(pdr_xfer_engine_t *eng)
     if (s == NULL)
         return PDR_ENOMEM;
     s->listen_tag = PDR__IO_LISTEN;
+    read_identity(&s->me);
     eng->be_state = s;
     const char *host = eng->opts.listen_host;
     if (host == NULL)
@@ -1052,7 +2407,7 @@ static int tcp_init(pdr_xfer_engine_t *eng)
     eng->listen_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                       : ((struct sockaddr_in *)&ss)->sin_port);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->listen_tag};
-    if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (epoll_ctl(eng->io[0].epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
         close(fd);
         return PDR_EIO;
     }
@@ -1060,17 +2415,48 @@ static int tcp_init(pdr_xfer_engine_t *eng)
     return 0;
 }
 
+/* After every I/O thread was joined (or before any started): frees everything. */
 static void tcp_shutdown(pdr_xfer_engine_t *eng)
 {
     struct tcp_state *s = st(eng);
     if (s == NULL)
         return;
-    while (s->conns != NULL)
-        conn_fail(eng, s->conns, PDR_ECLOSED);
-    tcp_after_turn(eng);
+    for (int i = 0; i < eng->nio; i++) {
+        struct pdr__io *io = &eng->io[i];
+        while (io->adopt != NULL) {
+            struct pdr__conn *c = io->adopt;
+            io->adopt = c->next;
+            close(c->fd);
+            conn_free(eng, c);
+        }
+        while (io->conns != NULL) {
+            struct pdr__conn *c = io->conns;
+            conn_unlink(c);
+            close(c->fd);
+            conn_free(eng, c);
+        }
+        tcp_after_turn(eng, io);
+    }
+    while (eng->dead_sess != NULL) {
+        struct pdr__sess *d = eng->dead_sess;
+        eng->dead_sess = d->dnext;
+        sess_unref(eng, d);
+    }
+    while (s->sessions != NULL) {
+        struct pdr__sess *x = s->sessions;
+        s->sessions = x->next;
+        ipc_map_close(NULL, x);
+        sess_unref(eng, x);
+    }
+    for (int d = 0; d < IPC_MAX_DEVS; d++) {
+        if (s->ipc_stream[d] != NULL && pdr__cuda_bind(d) == 0) {
+            pdr__cuda_stream_sync(s->ipc_stream[d]);
+            pdr__cuda_stream_destroy(s->ipc_stream[d]);
+        }
+    }
     for (size_t b = 0; b < eng->nbuckets && eng->parked != NULL; b++)
         while (eng->parked[b] != NULL)
-            tomb_del(eng, eng->parked[b]); /* only tombstones are left: parked fetches died with their conn */
+            tomb_del(eng, eng->parked[b]);
     if (eng->listen_fd >= 0) {
         close(eng->listen_fd);
         eng->listen_fd = -1;
@@ -1086,6 +2472,8 @@ const struct pdr_xfer_backend_ops pdr__tcp_backend = {
     .start_push = tcp_start_push,
     .start_pull = tcp_start_pull,
     .abort = tcp_abort,
+    .quiesce = tcp_quiesce,
+    .ready = tcp_ready,
     .on_event = tcp_on_event,
     .tick = tcp_tick,
     .parked_expired = tcp_parked_expired,

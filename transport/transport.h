@@ -1,7 +1,9 @@
 /*
  * transport — the KV transfer engine. Moves the bytes of a "room" (one request's KV cache, a list of
  * memory segments) from the process that produced it (the prefill, which *pushes*) to the process
- * that needs it (the decode, which *pulls*). v1 backend: TCP, host memory.
+ * that needs it (the decode, which *pulls*). Backends: TCP (host memory directly; GPU memory through a
+ * fixed pool of pinned staging buffers) and CUDA IPC (both ends on one host, GPU memory on both ends);
+ * RDMA has a hook, not yet integrated.
  *
  *   prefill: eng = pdr_xfer_engine_create({.listen_host = "0.0.0.0", .listen_port = 8998}, &err);
  *            pdr_xfer_push(eng, room, segs, nseg, timeout_ms, cb, arg);
@@ -9,21 +11,24 @@
  *            pdr_xfer_pull(eng, "10.0.0.7", 8998, room, segs, nseg, timeout_ms, cb, arg);
  *
  * Push and pull may be posted in either order; each has a deadline. The pulling engine keeps one
- * connection per peer (host:port) and multiplexes every room over it; a failed room never closes the
- * connection or touches another room, and a dead connection is replaced on the next pull. No buffer
- * proportional to the size of a room is ever allocated: host segments are written to and read from
- * the socket directly. docs/internals/transport.md describes the wire protocol, threads and limits.
+ * session per peer (host:port) of conns_per_peer TCP connections and stripes every room's chunks over
+ * them; a failed room never touches another room, a dead connection fails the rooms of its session
+ * only and the next pull opens a fresh session. No buffer proportional to the size of a room is ever
+ * allocated: host segments are written to and read from the socket directly, GPU segments go through
+ * staging_chunks pinned buffers per connection. docs/internals/transport.md describes the wire
+ * protocol, threads and limits.
  *
  * Threading: every function may be called from any thread, except pdr_xfer_engine_destroy (not from
- * a callback). Each engine runs one I/O thread; every callback runs there, exactly once per accepted
- * operation, never inside the call that posted it. Callbacks must not block.
+ * a callback). Each engine runs io_threads I/O threads; every callback runs on the first of them,
+ * exactly once per accepted operation, never inside the call that posted it. Callbacks must not block.
  *
  * Errors: negative PDR_E* codes (common/err.h). Operation statuses: 0, PDR_ETIMEDOUT (deadline),
  * PDR_EPEERGONE (connection lost or peer silent past the heartbeat timeout), PDR_ECONNREFUSED,
  * PDR_ESIZE (source and destination totals differ), PDR_ENOROOM (the peer was reachable but never
  * offered the room before the deadline), PDR_ECANCELED (canceled here or by the peer), PDR_EEXIST
  * (another pull of this room is already being served by the peer), PDR_EPROTO (the peer sent a
- * malformed frame; its connection was closed), PDR_ECLOSED (engine destroyed).
+ * malformed frame; its connection was closed), PDR_ENOTSUP (a forced backend cannot serve the room),
+ * PDR_ECLOSED (engine destroyed), or a CUDA failure's code for a GPU room.
  */
 #ifndef PDR_TRANSPORT_H
 #define PDR_TRANSPORT_H
@@ -94,8 +99,10 @@ int pdr_xfer_listen_port(const pdr_xfer_engine_t *eng);
 void pdr_xfer_engine_destroy(pdr_xfer_engine_t *eng);
 
 /* Describes a memory region to the engine. Host memory needs no registration (an unregistered
- * address is host memory); v1 accepts PDR_XFER_MEM_HOST and answers PDR_ENOTSUP for anything else.
- * Returns 0 or a PDR_E* code. */
+ * address is host memory). PDR_XFER_MEM_CUDA: device memory (PDR_ENOTSUP without a CUDA driver,
+ * PDR_EINVAL if the driver says it is not device memory); PDR_XFER_MEM_AUTO asks the driver (host
+ * memory without one). A push/pull segment inside a registered CUDA region is device memory; a room is
+ * all host memory or all memory of one device (PDR_EINVAL otherwise). Returns 0 or a PDR_E* code. */
 int pdr_xfer_mem_register(pdr_xfer_engine_t *eng, void *addr, size_t len, int kind);
 int pdr_xfer_mem_unregister(pdr_xfer_engine_t *eng, void *addr);
 

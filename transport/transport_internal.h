@@ -1,14 +1,33 @@
 /*
- * Engine internals shared by engine.c (API, command queue, room table, timers, the I/O loop) and the
- * backends (tcp.c). Not installed; only transport/ and its unit tests include it.
+ * Engine internals shared by engine.c (API, command queue, room table, timers, the I/O threads) and
+ * the backends (tcp.c). Not installed; only transport/ and its unit tests include it.
  *
- * Ownership and threads:
- *  - An op (one push or pull) is allocated by the API call, inserted into the room table and the
- *    command queue under eng->lock, and from then on belongs to the I/O thread, which completes it
- *    exactly once (pdr__op_complete: table removal under the lock, then the callback, then free).
- *  - The room table is written by API threads (insert) and the I/O thread (remove), always under
- *    eng->lock; everything else (connections, parked fetches, the timer heap) is touched only by the
- *    I/O thread and needs no lock.
+ * Threads. An engine runs opts.io_threads I/O threads (struct pdr__io), each with its own epoll set.
+ * Every connection is owned by exactly one of them: only the owner reads, writes, flushes or frees it.
+ * I/O thread 0 is the control thread; it alone
+ *  - drains the command queue (posted ops and cancels), arms and fires deadlines (the timer heap),
+ *    owns the parked-fetch table, the listener and the session list;
+ *  - owns every session's control connection (index 0), so FETCH, WAIT, DONE, ACK, ERROR, CANCEL and
+ *    HELLO are all handled there;
+ *  - completes every op (pdr__op_complete), so every user callback runs on I/O thread 0.
+ * Other threads own data connections (index >= 1) and only move DATA bytes and heartbeats.
+ *
+ * Shared state and its lock. eng->lock guards the room table, the command queue, each session's push
+ * list and op list, the fields of an op marked (L) below, op and session reference counts, every
+ * thread's adopt list and rescan flag, and the ready list that data threads use to hand an op back to
+ * thread 0 (all bytes sent: send DONE; all bytes received: ACK and complete). A data thread never
+ * completes an op or touches the timer heap.
+ *
+ * User memory. A data thread touches an op's segments only between pdr__op_enter() and pdr__op_leave()
+ * (one syscall or memcpy); pdr__op_complete first marks the op dead and then waits (yielding) until no
+ * thread is inside, so once a callback has run the engine never reads or writes that room's memory
+ * again. The op struct itself lives until its last reference is dropped (pdr__op_unref).
+ *
+ * Sessions. A pull opens a session to its peer (host:port): conns_per_peer connections, the first one
+ * the control connection. A room's DATA chunks are claimed one at a time by whichever connection of the
+ * session is ready to send (so they stripe over all of them); offsets are explicit. A dead connection
+ * kills its session: the rooms bound to it fail (PDR_EPEERGONE, or PDR_EPROTO after a malformed frame),
+ * rooms of other sessions are untouched, and the next pull to that peer opens a fresh session.
  */
 #ifndef PDR_TRANSPORT_INTERNAL_H
 #define PDR_TRANSPORT_INTERNAL_H
@@ -26,10 +45,10 @@ enum pdr__op_state {
     PDR__OP_WAITING,    /* push: not matched with a fetch; pull: FETCH sent, nothing heard */
     PDR__OP_PARKED,     /* pull: the peer answered WAIT (room not offered yet) */
     PDR__OP_ACTIVE,     /* data flowing */
-    PDR__OP_DRAINED,    /* push: DONE sent, waiting for the ACK */
+    PDR__OP_DRAINED,    /* push: every chunk sent and DONE queued, waiting for the ACK */
 };
 
-/* A deadline in the engine's min-heap. idx is SIZE_MAX while not armed. */
+/* A deadline in the engine's min-heap (thread 0). idx is SIZE_MAX while not armed. */
 struct pdr__timer {
     uint64_t at_ns;
     size_t idx;
@@ -38,39 +57,58 @@ struct pdr__timer {
 enum { PDR__TIMER_OP = 1, PDR__TIMER_PARKED = 2 };
 
 struct pdr__conn;
+struct pdr__sess;
+
+/* Reasons an op sits on the ready list (bits). */
+enum { PDR__READY_SENT = 1, PDR__READY_GOT = 2, PDR__READY_FAIL = 4 };
 
 struct pdr__op {
     struct pdr__timer timer;       /* first: container from timer */
-    struct pdr__op *hnext;         /* room table chain (eng->lock) */
-    struct pdr__op *qnext;         /* command queue */
-    struct pdr__op *cnext, *cprev; /* ops bound to conn */
-    struct pdr__op *pnext, *pprev; /* conn's round-robin push list */
+    struct pdr__op *hnext;         /* room table chain (L) */
+    struct pdr__op *qnext;         /* command queue (L) */
+    struct pdr__op *snext, *sprev; /* session's op list (L) */
+    struct pdr__op *pnext, *pprev; /* session's push list: ops with unclaimed bytes (L) */
+    struct pdr__op *rnext;         /* ready list (L) */
     uint64_t room;
     int kind;
-    int state;
+    int state; /* thread 0 */
     int in_push_list;
+    int ready; /* PDR__READY_* bits (L) */
+    int refs;  /* (L) the room table holds one; every connection or list holding the op one more */
+    int dead;  /* atomic: set once by pdr__op_complete */
+    int busy;  /* atomic: threads inside pdr__op_enter/leave */
+    int dev;   /* -1: host memory; else the CUDA device ordinal that owns every segment */
     pdr_xfer_seg_t *segs;
+    uint64_t *cum; /* cum[i]: offset of segs[i] in the room; nseg + 1 entries */
     size_t nseg;
     uint64_t total;
-    uint64_t xid;   /* pull: our id; push: the id of the fetch being served */
-    uint64_t pos;   /* bytes queued for send (push) or received (pull) */
-    size_t cur_seg; /* segment holding byte pos, and pos's offset inside it */
-    size_t cur_off;
+    uint64_t xid;      /* pull: our id; push: the id of the fetch being served */
+    uint64_t next_off; /* push: the next byte not yet claimed by a connection (L) */
+    uint64_t sent;     /* push: bytes whose DATA frames were fully sent (L) */
+    uint64_t got;      /* pull: bytes received (L) */
+    int done_seen;     /* pull: DONE arrived (thread 0) */
+    int fail_status;   /* PDR__READY_FAIL: a data thread's reason (L) */
     uint32_t timeout_ms;
-    struct pdr__conn *conn;
+    uint64_t t_post_ns;
+    struct pdr__sess *sess; /* set and cleared by thread 0 under L */
     pdr_xfer_done_cb cb;
+    pdr_xfer_info_cb info_cb;
     void *arg;
+    const char *backend; /* name of the backend that moved the bytes, "none" before */
+    void *ipc_ev;        /* push by CUDA IPC: the event of its copies (thread 0) */
+    int ipc_offered;     /* pull: FETCH_IPC was sent (thread 0) */
+    struct pdr__op *ipc_next;
     /* pull only */
     struct sockaddr_storage addr;
     socklen_t addrlen;
-    char peer[96]; /* "host:port", the connection cache key */
+    char peer[96]; /* "host:port", the session cache key */
 };
 
 /* A FETCH that arrived before the push of its room; or, with conn NULL and tomb_code set, a tombstone:
  * the memory of a push that was canceled or expired before anyone fetched it (tomb_push 1: a late
  * FETCH fails at once with tomb_code), or of a parked fetch that its decode canceled or gave up
  * (tomb_push 0: a late push fails at once), instead of either side waiting for its deadline.
- * I/O thread only. */
+ * Thread 0 only. */
 struct pdr__parked {
     struct pdr__timer timer;
     struct pdr__parked *hnext;
@@ -79,6 +117,8 @@ struct pdr__parked {
     struct pdr__conn *conn;
     int tomb_code;
     int tomb_push;
+    uint8_t *ipc; /* FETCH_IPC body (allocated with the struct), or NULL */
+    size_t ipc_len;
 };
 
 struct pdr__cancel {
@@ -86,8 +126,27 @@ struct pdr__cancel {
     uint64_t room;
 };
 
-/* A backend moves the bytes of ops over its own connections. v1 has TCP only; rdma and cuda_ipc plug
- * in here (one table per backend, chosen per memory kind). All hooks run on the I/O thread. */
+/* One I/O thread. */
+struct pdr__io {
+    int wake_tag; /* PDR__IO_WAKE: first; &wake_tag is the eventfd's epoll data.ptr */
+    int idx;
+    int epfd;
+    int wakefd;
+    pthread_t thread;
+    int started;
+    /* Owner thread only: */
+    int cuda_dev;  /* the device whose primary context is current here, -1 none */
+    int copy_wait; /* this turn's timeout 0 is only for GPU copies in flight: wait briefly, do not spin */
+    struct pdr__conn *conns;
+    struct pdr__conn *zombies;
+    /* Under eng->lock: */
+    struct pdr__conn *adopt; /* connections handed to this thread */
+    int rescan;              /* look at every connection: new work, or its session died */
+    int wake_pending;
+};
+
+/* A backend moves the bytes of ops over its own connections. All hooks run on I/O threads; those
+ * without an io argument run on thread 0. */
 struct pdr_xfer_backend_ops {
     const char *name;
     int (*supports_mem)(int kind);
@@ -96,26 +155,36 @@ struct pdr_xfer_backend_ops {
     void (*start_pull)(pdr_xfer_engine_t *eng, struct pdr__op *op);
     /* Detaches op from the backend; tells the peer when notify_code != 0. */
     void (*abort)(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code);
-    void (*on_event)(pdr_xfer_engine_t *eng, void *handle, uint32_t events);
-    /* Heartbeats; returns the ms until it wants to run again, or -1. */
-    int (*tick)(pdr_xfer_engine_t *eng, uint64_t now_ns);
+    /* Before pdr__op_complete waits for op's busy count: finish what thread 0 itself holds. */
+    void (*quiesce)(pdr_xfer_engine_t *eng, struct pdr__op *op);
+    /* An op on the ready list (thread 0). */
+    void (*ready)(pdr_xfer_engine_t *eng, struct pdr__op *op, int what);
+    void (*on_event)(pdr_xfer_engine_t *eng, struct pdr__io *io, void *handle, uint32_t events);
+    /* Adopted connections, rescans, heartbeats; returns the ms until it wants to run again, or -1. */
+    int (*tick)(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now_ns);
     void (*parked_expired)(pdr_xfer_engine_t *eng, struct pdr__parked *p);
-    void (*after_turn)(pdr_xfer_engine_t *eng);
-    void (*shutdown)(pdr_xfer_engine_t *eng);
+    void (*after_turn)(pdr_xfer_engine_t *eng, struct pdr__io *io);
+    void (*shutdown)(pdr_xfer_engine_t *eng); /* after every thread was joined */
 };
 
 extern const struct pdr_xfer_backend_ops pdr__tcp_backend;
 
+struct pdr_xfer_memreg {
+    struct pdr_xfer_memreg *next;
+    void *addr;
+    size_t len;
+    int kind;
+    int ordinal;
+};
+
 struct pdr_xfer_engine {
     pdr_xfer_opts_t opts;
     const struct pdr_xfer_backend_ops *be;
-    int epfd;
-    int wakefd;
-    int wake_tag; /* &wake_tag is the eventfd's epoll data.ptr */
+    int backend_forced; /* 0 auto, else a PDR__BE_* value */
     int listen_fd;
     int listen_port;
-    pthread_t thread;
-    int thread_started;
+    int nio;
+    struct pdr__io *io;
 
     pthread_mutex_t lock;
     /* Under lock: */
@@ -124,12 +193,17 @@ struct pdr_xfer_engine {
     size_t nops;
     struct pdr__op *q_head, *q_tail;
     struct pdr__cancel *c_head, *c_tail;
+    struct pdr__op *r_head, *r_tail; /* ready list */
+    struct pdr__sess *dead_sess;     /* sessions a data thread saw die */
     int closing;
-    int wake_pending;
     uint64_t next_xid;
     struct pdr_xfer_memreg *mem;
+    int has_cuda; /* CUDA memory was registered here */
 
-    /* I/O thread only: */
+    /* Atomics (pdr_xfer_get_stats). */
+    uint64_t st_transfers, st_failures, st_bytes_sent, st_bytes_received, st_staging, st_staging_peak;
+
+    /* Thread 0 only: */
     struct pdr__timer **heap;
     size_t heap_len, heap_cap;
     struct pdr__parked **parked; /* keyed by room, nbuckets */
@@ -137,18 +211,45 @@ struct pdr_xfer_engine {
     void *be_state;
 };
 
+enum { PDR__BE_AUTO = 0, PDR__BE_TCP, PDR__BE_RDMA, PDR__BE_CUDA_IPC };
+
 /* Room table (eng->lock held). */
 struct pdr__op *pdr__room_find(pdr_xfer_engine_t *eng, uint64_t room, int kind);
 
-/* Timers (I/O thread). */
+/* Timers (thread 0). */
 int pdr__timer_arm(pdr_xfer_engine_t *eng, struct pdr__timer *t, uint64_t at_ns);
 void pdr__timer_disarm(pdr_xfer_engine_t *eng, struct pdr__timer *t);
 
 /* Completes op exactly once: tells the backend (which notifies the peer with notify_code when non-zero),
- * removes it from the room table, runs the callback and frees it. I/O thread. */
+ * waits until no thread is inside its memory, removes it from the room table, runs the callback and
+ * drops the table's reference. Thread 0. */
 void pdr__op_complete(pdr_xfer_engine_t *eng, struct pdr__op *op, int status, int notify_code);
+/* Drops a reference; frees the op at zero. Takes eng->lock. */
+void pdr__op_unref(pdr_xfer_engine_t *eng, struct pdr__op *op);
+/* Around each access to op's memory from any thread: enter returns 0 (go ahead, then leave) or -1 (the
+ * op is dead: do not touch its memory). */
+static inline int pdr__op_enter(struct pdr__op *op)
+{
+    __atomic_add_fetch(&op->busy, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
+        __atomic_sub_fetch(&op->busy, 1, __ATOMIC_SEQ_CST);
+        return -1;
+    }
+    return 0;
+}
+static inline void pdr__op_leave(struct pdr__op *op)
+{
+    __atomic_sub_fetch(&op->busy, 1, __ATOMIC_SEQ_CST);
+}
+/* Staging memory accounting (any thread). */
+void pdr__stats_staging(pdr_xfer_engine_t *eng, int64_t delta);
+/* Puts op on the ready list with reason what (eng->lock held) and wakes thread 0. */
+void pdr__op_ready_locked(pdr_xfer_engine_t *eng, struct pdr__op *op, int what);
 
-/* Parked fetches (I/O thread). */
+/* Wakes an I/O thread (eng->lock held). */
+void pdr__io_wake_locked(pdr_xfer_engine_t *eng, struct pdr__io *io);
+
+/* Parked fetches (thread 0). */
 struct pdr__parked *pdr__parked_find(pdr_xfer_engine_t *eng, uint64_t room);
 void pdr__parked_insert(pdr_xfer_engine_t *eng, struct pdr__parked *p);
 void pdr__parked_remove(pdr_xfer_engine_t *eng, struct pdr__parked *p);

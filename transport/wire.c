@@ -42,15 +42,67 @@ int pdr__xfer_hdr_decode(const uint8_t in[PDR_XFER_HDR_LEN], struct pdr_xfer_hdr
     case PDR_XF_CANCEL:
         return len == 8 ? 0 : PDR_EPROTO;
     case PDR_XF_DONE:
+    case PDR_XF_IPC_DONE:
     case PDR_XF_ACK:
     case PDR_XF_ERROR:
         return len == 16 ? 0 : PDR_EPROTO;
+    case PDR_XF_FETCH_IPC:
+        return len >= PDR_XFER_FETCH_FIXED + 8 &&
+                       len <= PDR_XFER_FETCH_FIXED + 8 +
+                                  (uint64_t)PDR_XFER_IPC_MAX_SEGS * (8 + PDR_XFER_IPC_SENTRY) +
+                                  (uint64_t)PDR_XFER_IPC_MAX_HANDLES * PDR_XFER_IPC_HENTRY
+                   ? 0
+                   : PDR_EPROTO;
     case PDR_XF_PING:
     case PDR_XF_PONG:
         return len == 0 && out->room == 0 ? 0 : PDR_EPROTO;
+    case PDR_XF_HELLO:
+        return len == PDR_XFER_HELLO_LEN && out->room == 0 ? 0 : PDR_EPROTO;
     default:
         return PDR_EPROTO;
     }
+}
+
+size_t pdr__xfer_hello_encode(uint8_t out[PDR_XFER_HDR_LEN + PDR_XFER_HELLO_LEN],
+                              const struct pdr_xfer_hello *h)
+{
+    pdr__xfer_hdr_encode(out, PDR_XF_HELLO, 0, PDR_XFER_HELLO_LEN);
+    uint8_t *p = out + PDR_XFER_HDR_LEN;
+    memset(p, 0, PDR_XFER_HELLO_LEN);
+    pdr__put_u64(p, h->session);
+    pdr__put_u32(p + 8, h->index);
+    pdr__put_u32(p + 12, h->nconns);
+    pdr__put_u32(p + 16, h->caps);
+    size_t n = strnlen(h->boot_id, sizeof(h->boot_id) - 1);
+    memcpy(p + 24, h->boot_id, n);
+    n = strnlen(h->hostname, sizeof(h->hostname) - 1);
+    memcpy(p + 64, h->hostname, n);
+    return PDR_XFER_HDR_LEN + PDR_XFER_HELLO_LEN;
+}
+
+int pdr__xfer_hello_decode(const uint8_t *body, size_t len, struct pdr_xfer_hello *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (len != PDR_XFER_HELLO_LEN)
+        return PDR_EPROTO;
+    out->session = pdr__get_u64(body);
+    out->index = pdr__get_u32(body + 8);
+    out->nconns = pdr__get_u32(body + 12);
+    out->caps = pdr__get_u32(body + 16);
+    if (out->nconns == 0 || out->nconns > PDR_XFER_HELLO_MAX_CONNS || out->index >= out->nconns ||
+        (out->caps & ~(uint32_t)(PDR_XFER_CAP_CUDA | PDR_XFER_CAP_RDMA)) != 0 || pdr__get_u32(body + 20) != 0)
+        return PDR_EPROTO;
+    if (memchr(body + 24, 0, 40) == NULL || memchr(body + 64, 0, 64) == NULL)
+        return PDR_EPROTO;
+    memcpy(out->boot_id, body + 24, 40);
+    memcpy(out->hostname, body + 64, 64);
+    return 0;
+}
+
+int pdr__xfer_hello_same_host(const struct pdr_xfer_hello *a, const struct pdr_xfer_hello *b)
+{
+    return a->boot_id[0] != '\0' && a->hostname[0] != '\0' && strcmp(a->boot_id, b->boot_id) == 0 &&
+           strcmp(a->hostname, b->hostname) == 0;
 }
 
 size_t pdr__xfer_fetch_encode(uint8_t *out, size_t cap, uint64_t room, uint64_t xid, uint64_t total,
@@ -106,6 +158,7 @@ size_t pdr__xfer_ctl_encode(uint8_t *out, uint8_t type, uint64_t room, uint64_t 
         pdr__put_u64(p, xid);
         return PDR_XFER_HDR_LEN + 8;
     case PDR_XF_DONE:
+    case PDR_XF_IPC_DONE:
     case PDR_XF_ACK:
         pdr__xfer_hdr_encode(out, type, room, 16);
         pdr__put_u64(p, xid);
@@ -134,6 +187,7 @@ int pdr__xfer_ctl_decode(uint8_t type, const uint8_t *body, size_t len, struct p
         out->xid = pdr__get_u64(body);
         return 0;
     case PDR_XF_DONE:
+    case PDR_XF_IPC_DONE:
     case PDR_XF_ACK:
         if (len != 16)
             return PDR_EPROTO;
@@ -168,4 +222,61 @@ void pdr__xfer_data_hdr_encode(uint8_t out[PDR_XFER_HDR_LEN + PDR_XFER_DATA_PFX]
     pdr__xfer_hdr_encode(out, PDR_XF_DATA, room, PDR_XFER_DATA_PFX + payload_len);
     pdr__put_u64(out + PDR_XFER_HDR_LEN, xid);
     pdr__put_u64(out + PDR_XFER_HDR_LEN + 8, offset);
+}
+
+size_t pdr__xfer_fetch_ipc_encode(uint8_t *out, size_t cap, uint64_t room, uint64_t xid, uint64_t total,
+                                  uint32_t timeout_ms, const size_t *seglens, size_t stride, uint32_t nseg,
+                                  const uint8_t *handles, uint32_t nhandles, const uint32_t *hidx,
+                                  const uint64_t *offs)
+{
+    if (nseg > PDR_XFER_IPC_MAX_SEGS || nhandles > PDR_XFER_IPC_MAX_HANDLES ||
+        cap < pdr__xfer_fetch_ipc_size(nseg, nhandles))
+        return 0;
+    size_t n = pdr__xfer_fetch_encode(out, cap, room, xid, total, timeout_ms, seglens, stride, nseg);
+    if (n == 0)
+        return 0;
+    size_t len = pdr__xfer_fetch_ipc_size(nseg, nhandles);
+    pdr__xfer_hdr_encode(out, PDR_XF_FETCH_IPC, room, len - PDR_XFER_HDR_LEN);
+    uint8_t *p = out + n;
+    pdr__put_u32(p, nhandles);
+    pdr__put_u32(p + 4, 0);
+    p += 8;
+    if (nhandles > 0)
+        memcpy(p, handles, (size_t)nhandles * PDR_XFER_IPC_HENTRY);
+    p += (size_t)nhandles * PDR_XFER_IPC_HENTRY;
+    for (uint32_t i = 0; i < nseg; i++) {
+        pdr__put_u32(p, hidx[i]);
+        pdr__put_u32(p + 4, 0);
+        pdr__put_u64(p + 8, offs[i]);
+        p += PDR_XFER_IPC_SENTRY;
+    }
+    return len;
+}
+
+int pdr__xfer_fetch_ipc_decode(const uint8_t *body, size_t len, struct pdr_xfer_fetch_desc *fd,
+                               struct pdr_xfer_ipc_desc *ipc)
+{
+    memset(ipc, 0, sizeof(*ipc));
+    if (len < PDR_XFER_FETCH_FIXED)
+        return PDR_EPROTO;
+    uint32_t nseg = pdr__get_u32(body + 20);
+    if (nseg > PDR_XFER_IPC_MAX_SEGS)
+        return PDR_EPROTO;
+    size_t flen = PDR_XFER_FETCH_FIXED + (size_t)nseg * 8;
+    if (len < flen + 8 || pdr__xfer_fetch_decode(body, flen, fd) != 0)
+        return PDR_EPROTO;
+    const uint8_t *p = body + flen;
+    uint32_t nh = pdr__get_u32(p);
+    if (nh > PDR_XFER_IPC_MAX_HANDLES || pdr__get_u32(p + 4) != 0 ||
+        len != flen + 8 + (size_t)nh * PDR_XFER_IPC_HENTRY + (size_t)nseg * PDR_XFER_IPC_SENTRY)
+        return PDR_EPROTO;
+    ipc->nhandles = nh;
+    ipc->handles = p + 8;
+    ipc->segs = ipc->handles + (size_t)nh * PDR_XFER_IPC_HENTRY;
+    for (uint32_t i = 0; i < nseg; i++) {
+        const uint8_t *e = ipc->segs + (size_t)i * PDR_XFER_IPC_SENTRY;
+        if (pdr__get_u32(e) >= nh || pdr__get_u32(e + 4) != 0)
+            return PDR_EPROTO;
+    }
+    return 0;
 }

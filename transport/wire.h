@@ -23,15 +23,50 @@
 
 enum pdr_xfer_frame_type {
     PDR_XF_FETCH = 1, /* decode → prefill: {xid u64, total u64, timeout_ms u32, nseg u32, seglen u64[nseg]} */
-    PDR_XF_WAIT = 2,   /* prefill → decode: {xid}; the room is not offered yet, the fetch is parked */
-    PDR_XF_DATA = 3,   /* prefill → decode: {xid, offset u64} + payload */
-    PDR_XF_DONE = 4,   /* prefill → decode: {xid, total}; every DATA of the room has been sent */
-    PDR_XF_ACK = 5,    /* decode → prefill: {xid, total}; every byte arrived */
-    PDR_XF_ERROR = 6,  /* either way: {xid, code i32, reserved u32}; the room failed with code */
-    PDR_XF_CANCEL = 7, /* either way: {xid}; the room was canceled by the sender's user */
-    PDR_XF_PING = 8,   /* either way, room 0, no body */
-    PDR_XF_PONG = 9,   /* answer to PING */
-    PDR_XF__MAX = 9,
+    PDR_XF_WAIT = 2,       /* prefill → decode: {xid}; the room is not offered yet, the fetch is parked */
+    PDR_XF_DATA = 3,       /* prefill → decode: {xid, offset u64} + payload */
+    PDR_XF_DONE = 4,       /* prefill → decode: {xid, total}; every DATA of the room has been sent */
+    PDR_XF_ACK = 5,        /* decode → prefill: {xid, total}; every byte arrived */
+    PDR_XF_ERROR = 6,      /* either way: {xid, code i32, reserved u32}; the room failed with code */
+    PDR_XF_CANCEL = 7,     /* either way: {xid}; the room was canceled by the sender's user */
+    PDR_XF_PING = 8,       /* either way, room 0, no body */
+    PDR_XF_PONG = 9,       /* answer to PING */
+    PDR_XF_HELLO = 10,     /* either way, room 0, first frame of a connection: struct pdr_xfer_hello */
+    PDR_XF_FETCH_IPC = 11, /* decode → prefill: a FETCH body + its CUDA IPC table (below) */
+    PDR_XF_IPC_DONE = 12,  /* prefill → decode: {xid, total}; the bytes were copied by CUDA IPC */
+    PDR_XF__MAX = 12,
+};
+
+/* FETCH_IPC body: the FETCH body (PDR_XFER_FETCH_FIXED + 8 × nseg), then {nhandles u32, reserved u32},
+ * nhandles × {handle u8[64], device uuid u8[16]}, then nseg × {handle index u32, reserved u32, offset
+ * u64}: destination segment i is at offset inside the allocation of handle index. A decode on the same
+ * host with device memory sends it instead of FETCH; the prefill copies straight into the destination
+ * (cuda_ipc) or, if it cannot, falls back to DATA frames as for a FETCH. */
+#define PDR_XFER_IPC_HANDLE 64
+#define PDR_XFER_IPC_HENTRY (PDR_XFER_IPC_HANDLE + 16)
+#define PDR_XFER_IPC_SENTRY 16
+#define PDR_XFER_IPC_MAX_HANDLES 4096
+#define PDR_XFER_IPC_MAX_SEGS (1u << 16)
+struct pdr_xfer_ipc_desc {
+    uint32_t nhandles;
+    const uint8_t *handles; /* nhandles × PDR_XFER_IPC_HENTRY, pointing into the decoded body */
+    const uint8_t *segs;    /* nseg × PDR_XFER_IPC_SENTRY */
+};
+
+/* HELLO body (PDR_XFER_HELLO_LEN bytes): {session u64, index u32, nconns u32, caps u32, reserved u32,
+ * boot_id char[40], hostname char[64]} (strings NUL-padded). The decode opens a session with index 0
+ * (its control connection) and the prefill answers on it with its own HELLO; the decode then opens
+ * indexes 1..nconns-1 (data connections), each starting with a HELLO naming the same session. */
+#define PDR_XFER_HELLO_LEN 128
+#define PDR_XFER_HELLO_MAX_CONNS 64
+enum { PDR_XFER_CAP_CUDA = 1, PDR_XFER_CAP_RDMA = 2 };
+struct pdr_xfer_hello {
+    uint64_t session;
+    uint32_t index;
+    uint32_t nconns;
+    uint32_t caps;
+    char boot_id[40];  /* /proc/sys/kernel/random/boot_id, NUL-terminated */
+    char hostname[64]; /* NUL-terminated */
 };
 
 /* Fixed prefix of every frame. len counts the bytes after the header (body and payload). */
@@ -119,5 +154,39 @@ int pdr__xfer_ctl_decode(uint8_t type, const uint8_t *body, size_t len, struct p
 void pdr__xfer_data_pfx_decode(const uint8_t in[PDR_XFER_DATA_PFX], uint64_t *xid, uint64_t *offset);
 void pdr__xfer_data_hdr_encode(uint8_t out[PDR_XFER_HDR_LEN + PDR_XFER_DATA_PFX], uint64_t room, uint64_t xid,
                                uint64_t offset, uint64_t payload_len);
+
+/* The encoded size of a FETCH_IPC frame. */
+static inline size_t pdr__xfer_fetch_ipc_size(uint32_t nseg, uint32_t nhandles)
+{
+    return pdr__xfer_fetch_size(nseg) + 8 + (size_t)nhandles * PDR_XFER_IPC_HENTRY +
+           (size_t)nseg * PDR_XFER_IPC_SENTRY;
+}
+/* Encodes a whole FETCH_IPC frame: handles is nhandles × PDR_XFER_IPC_HENTRY bytes (handle, uuid),
+ * hidx[i] and offs[i] locate segment i. Returns the frame length, or 0 (cap too small, limits). */
+size_t pdr__xfer_fetch_ipc_encode(uint8_t *out, size_t cap, uint64_t room, uint64_t xid, uint64_t total,
+                                  uint32_t timeout_ms, const size_t *seglens, size_t stride, uint32_t nseg,
+                                  const uint8_t *handles, uint32_t nhandles, const uint32_t *hidx,
+                                  const uint64_t *offs);
+/* Decodes a FETCH_IPC body: the FETCH part as pdr__xfer_fetch_decode, every handle index in range,
+ * nseg <= PDR_XFER_IPC_MAX_SEGS, nhandles <= PDR_XFER_IPC_MAX_HANDLES, reserved fields zero, the
+ * length exact. Returns 0 or PDR_EPROTO. */
+int pdr__xfer_fetch_ipc_decode(const uint8_t *body, size_t len, struct pdr_xfer_fetch_desc *fd,
+                               struct pdr_xfer_ipc_desc *ipc);
+/* Segment i of a decoded table. */
+static inline void pdr__xfer_ipc_seg(const struct pdr_xfer_ipc_desc *d, uint32_t i, uint32_t *hidx,
+                                     uint64_t *off)
+{
+    *hidx = pdr__get_u32(d->segs + (size_t)i * PDR_XFER_IPC_SENTRY);
+    *off = pdr__get_u64(d->segs + (size_t)i * PDR_XFER_IPC_SENTRY + 8);
+}
+
+/* Encodes a whole HELLO frame (header included) into out. Returns PDR_XFER_HDR_LEN + PDR_XFER_HELLO_LEN. */
+size_t pdr__xfer_hello_encode(uint8_t out[PDR_XFER_HDR_LEN + PDR_XFER_HELLO_LEN],
+                              const struct pdr_xfer_hello *h);
+/* Decodes a HELLO body: index < nconns <= PDR_XFER_HELLO_MAX_CONNS, unknown caps bits and reserved
+ * bytes zero, both strings NUL-terminated. Returns 0 or PDR_EPROTO. */
+int pdr__xfer_hello_decode(const uint8_t *body, size_t len, struct pdr_xfer_hello *out);
+/* Same host: equal, non-empty boot ids and host names. */
+int pdr__xfer_hello_same_host(const struct pdr_xfer_hello *a, const struct pdr_xfer_hello *b);
 
 #endif

@@ -62,6 +62,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         abort();
                 }
             }
+        } else if (h.type == PDR_XF_HELLO) {
+            struct pdr_xfer_hello hl;
+            if (pdr__xfer_hello_decode(data + off, (size_t)h.len, &hl) == 0 &&
+                (hl.index >= hl.nconns || strlen(hl.hostname) >= sizeof(hl.hostname)))
+                abort();
+        } else if (h.type == PDR_XF_FETCH_IPC) {
+            struct pdr_xfer_fetch_desc d;
+            struct pdr_xfer_ipc_desc ipc;
+            if (pdr__xfer_fetch_ipc_decode(data + off, (size_t)h.len, &d, &ipc) == 0) {
+                for (uint32_t i = 0; i < d.nseg; i++) {
+                    uint32_t hi;
+                    uint64_t o;
+                    pdr__xfer_ipc_seg(&ipc, i, &hi, &o);
+                    if (hi >= ipc.nhandles)
+                        abort(); /* the decoder promised this */
+                }
+            }
         } else {
             struct pdr_xfer_ctl c;
             if (pdr__xfer_ctl_decode(h.type, data + off, (size_t)h.len, &c) == 0 && h.type == PDR_XF_ERROR &&

@@ -308,9 +308,13 @@ static void test_malformed(void)
     CHECK_EQ_ERR(pdshim_fetch(dec, "127.0.0.1", lport, 30, &d, 1, 5000, done_cb, &b), 0);
     int fd = accept(lfd, NULL, NULL);
     CHECK(fd >= 0);
+    struct pdr_xfer_hdr h;
+    /* The session opens with a HELLO (the fake never answers it, so no data connections follow). */
+    uint8_t hello[PDR_XFER_HDR_LEN + PDR_XFER_HELLO_LEN];
+    read_full(fd, hello, sizeof(hello));
+    CHECK(pdr__xfer_hdr_decode(hello, &h) == 0 && h.type == PDR_XF_HELLO);
     uint8_t f[PDR_XFER_HDR_LEN + PDR_XFER_FETCH_FIXED + 8];
     read_full(fd, f, sizeof(f));
-    struct pdr_xfer_hdr h;
     struct pdr_xfer_fetch_desc desc;
     CHECK(pdr__xfer_hdr_decode(f, &h) == 0 && h.type == PDR_XF_FETCH && h.room == 30);
     CHECK(pdr__xfer_fetch_decode(f + PDR_XFER_HDR_LEN, (size_t)h.len, &desc) == 0 && desc.total == 100);

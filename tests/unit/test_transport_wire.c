@@ -1,7 +1,8 @@
 /*
  * The transport's wire codecs (transport/wire.c): every frame type round-trips, and each malformed
  * header or body is refused with PDR_EPROTO (bad magic, version, type, flags, lengths past the limits,
- * FETCH segment lengths that do not add up or overflow, unknown ERROR codes).
+ * FETCH segment lengths that do not add up or overflow, unknown ERROR codes, HELLO indexes and strings,
+ * CUDA IPC tables whose handle indexes or lengths are wrong).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,8 @@ static void test_header(void)
     for (int t = 0; t < 256; t++) {
         pdr__xfer_hdr_encode(bad, (uint8_t)t, 1, 16);
         int ok = pdr__xfer_hdr_decode(bad, &h) == 0;
-        CHECK(ok == (t == PDR_XF_DONE || t == PDR_XF_ACK || t == PDR_XF_ERROR || t == PDR_XF_DATA));
+        CHECK(ok == (t == PDR_XF_DONE || t == PDR_XF_ACK || t == PDR_XF_ERROR || t == PDR_XF_DATA ||
+                     t == PDR_XF_IPC_DONE));
     }
     /* Length limits per type. */
     pdr__xfer_hdr_encode(bad, PDR_XF_DATA, 1, PDR_XFER_DATA_PFX + PDR_XFER_MAX_CHUNK);
@@ -120,10 +122,109 @@ static void test_ctl(void)
     printf("ok control frames\n");
 }
 
+static void test_hello(void)
+{
+    struct pdr_xfer_hello h = {
+        .session = 0x0102030405060708ull, .index = 2, .nconns = 4, .caps = PDR_XFER_CAP_CUDA};
+    snprintf(h.boot_id, sizeof(h.boot_id), "%s", "6f1c2f8e-8f2b-4a55-a1a3-1f0e3d2c4b5a");
+    snprintf(h.hostname, sizeof(h.hostname), "%s", "prefill-0");
+    uint8_t buf[PDR_XFER_HDR_LEN + PDR_XFER_HELLO_LEN];
+    CHECK(pdr__xfer_hello_encode(buf, &h) == sizeof(buf));
+    struct pdr_xfer_hdr hd;
+    CHECK(pdr__xfer_hdr_decode(buf, &hd) == 0 && hd.type == PDR_XF_HELLO && hd.room == 0 &&
+          hd.len == PDR_XFER_HELLO_LEN);
+    struct pdr_xfer_hello g;
+    CHECK(pdr__xfer_hello_decode(buf + PDR_XFER_HDR_LEN, PDR_XFER_HELLO_LEN, &g) == 0);
+    CHECK(g.session == h.session && g.index == 2 && g.nconns == 4 && g.caps == PDR_XFER_CAP_CUDA);
+    CHECK(strcmp(g.boot_id, h.boot_id) == 0 && strcmp(g.hostname, "prefill-0") == 0);
+    CHECK(pdr__xfer_hello_same_host(&g, &h));
+    snprintf(g.hostname, sizeof(g.hostname), "%s", "decode-0");
+    CHECK(!pdr__xfer_hello_same_host(&g, &h));
+    struct pdr_xfer_hello empty = {0};
+    CHECK(!pdr__xfer_hello_same_host(&empty, &empty)); /* unknown identity is never "same host" */
+
+    uint8_t bad[sizeof(buf)];
+    uint8_t *b = bad + PDR_XFER_HDR_LEN;
+    memcpy(bad, buf, sizeof(buf));
+    pdr__put_u32(b + 8, 4); /* index == nconns */
+    CHECK(pdr__xfer_hello_decode(b, PDR_XFER_HELLO_LEN, &g) == PDR_EPROTO);
+    memcpy(bad, buf, sizeof(buf));
+    pdr__put_u32(b + 12, PDR_XFER_HELLO_MAX_CONNS + 1);
+    CHECK(pdr__xfer_hello_decode(b, PDR_XFER_HELLO_LEN, &g) == PDR_EPROTO);
+    memcpy(bad, buf, sizeof(buf));
+    pdr__put_u32(b + 16, 8); /* unknown capability */
+    CHECK(pdr__xfer_hello_decode(b, PDR_XFER_HELLO_LEN, &g) == PDR_EPROTO);
+    memcpy(bad, buf, sizeof(buf));
+    pdr__put_u32(b + 20, 1); /* reserved */
+    CHECK(pdr__xfer_hello_decode(b, PDR_XFER_HELLO_LEN, &g) == PDR_EPROTO);
+    memcpy(bad, buf, sizeof(buf));
+    memset(b + 64, 'x', 64); /* hostname without its NUL */
+    CHECK(pdr__xfer_hello_decode(b, PDR_XFER_HELLO_LEN, &g) == PDR_EPROTO);
+    CHECK(pdr__xfer_hello_decode(b, PDR_XFER_HELLO_LEN - 1, &g) == PDR_EPROTO);
+    pdr__xfer_hdr_encode(bad, PDR_XF_HELLO, 1, PDR_XFER_HELLO_LEN); /* HELLO carries no room */
+    CHECK(pdr__xfer_hdr_decode(bad, &hd) == PDR_EPROTO);
+    pdr__xfer_hdr_encode(bad, PDR_XF_HELLO, 0, 16);
+    CHECK(pdr__xfer_hdr_decode(bad, &hd) == PDR_EPROTO);
+    printf("ok hello\n");
+}
+
+static void test_fetch_ipc(void)
+{
+    size_t lens[3] = {100, 200, 300};
+    uint8_t handles[2 * PDR_XFER_IPC_HENTRY];
+    for (size_t i = 0; i < sizeof(handles); i++)
+        handles[i] = (uint8_t)(i * 7);
+    uint32_t hidx[3] = {0, 1, 0};
+    uint64_t offs[3] = {0, 4096, 1u << 30};
+    uint8_t buf[1024];
+    size_t need = pdr__xfer_fetch_ipc_size(3, 2);
+    CHECK(pdr__xfer_fetch_ipc_encode(buf, need - 1, 8, 9, 600, 1000, lens, sizeof(size_t), 3, handles, 2,
+                                     hidx, offs) == 0);
+    size_t n = pdr__xfer_fetch_ipc_encode(buf, sizeof(buf), 8, 9, 600, 1000, lens, sizeof(size_t), 3, handles,
+                                          2, hidx, offs);
+    CHECK(n == need);
+    struct pdr_xfer_hdr h;
+    CHECK(pdr__xfer_hdr_decode(buf, &h) == 0 && h.type == PDR_XF_FETCH_IPC && h.room == 8 &&
+          h.len == n - PDR_XFER_HDR_LEN);
+    struct pdr_xfer_fetch_desc fd;
+    struct pdr_xfer_ipc_desc d;
+    uint8_t *body = buf + PDR_XFER_HDR_LEN;
+    CHECK(pdr__xfer_fetch_ipc_decode(body, (size_t)h.len, &fd, &d) == 0);
+    CHECK(fd.xid == 9 && fd.total == 600 && fd.nseg == 3 && d.nhandles == 2);
+    CHECK(memcmp(d.handles, handles, sizeof(handles)) == 0);
+    for (uint32_t i = 0; i < 3; i++) {
+        uint32_t hi;
+        uint64_t off;
+        pdr__xfer_ipc_seg(&d, i, &hi, &off);
+        CHECK(hi == hidx[i] && off == offs[i]);
+    }
+    /* A handle index out of range, a reserved field, a short body, a FETCH part that does not add up. */
+    size_t segs_at = (size_t)h.len - 3 * PDR_XFER_IPC_SENTRY;
+    pdr__put_u32(body + segs_at + PDR_XFER_IPC_SENTRY, 2);
+    CHECK(pdr__xfer_fetch_ipc_decode(body, (size_t)h.len, &fd, &d) == PDR_EPROTO);
+    pdr__put_u32(body + segs_at + PDR_XFER_IPC_SENTRY, 1);
+    pdr__put_u32(body + segs_at + 4, 1);
+    CHECK(pdr__xfer_fetch_ipc_decode(body, (size_t)h.len, &fd, &d) == PDR_EPROTO);
+    pdr__put_u32(body + segs_at + 4, 0);
+    CHECK(pdr__xfer_fetch_ipc_decode(body, (size_t)h.len, &fd, &d) == 0);
+    CHECK(pdr__xfer_fetch_ipc_decode(body, (size_t)h.len - 1, &fd, &d) == PDR_EPROTO);
+    pdr__put_u64(body + 8, 601);
+    CHECK(pdr__xfer_fetch_ipc_decode(body, (size_t)h.len, &fd, &d) == PDR_EPROTO);
+    /* IPC_DONE is a {xid, total} control frame. */
+    struct pdr_xfer_ctl c;
+    n = pdr__xfer_ctl_encode(buf, PDR_XF_IPC_DONE, 8, 9, 600, 0);
+    CHECK(pdr__xfer_hdr_decode(buf, &h) == 0 && h.type == PDR_XF_IPC_DONE);
+    CHECK(pdr__xfer_ctl_decode(PDR_XF_IPC_DONE, buf + PDR_XFER_HDR_LEN, n - PDR_XFER_HDR_LEN, &c) == 0 &&
+          c.xid == 9 && c.value == 600);
+    printf("ok fetch ipc\n");
+}
+
 int main(void)
 {
     test_header();
     test_fetch();
     test_ctl();
+    test_hello();
+    test_fetch_ipc();
     return 0;
 }

@@ -1,0 +1,381 @@
+/*
+ * The CUDA loader on a real GPU (exits 77 where pdr__cuda_init() fails, i.e. without a driver or device).
+ *
+ * Checks: device memory and pinned memory on every device, async copies with events (round trip,
+ * byte-exact), pointer classification without a context, errors translated (out of memory), an unbound
+ * thread refused, d2d and peer copies across devices, a dma-buf fd, PCI bus id and UUID, and CUDA IPC:
+ * a child process exports device memory, this process opens and reads it. The child is forked before
+ * any CUDA call here (CUDA state does not survive fork). At the end nvidia-smi must list this process
+ * at most once per device, and only on devices it bound (the stray-context-on-GPU0 check).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cuda.h"
+#include "err.h"
+
+#define LEN (8u << 20)
+#define IPC_LEN (1u << 20)
+#define IPC_OFF 4096u
+#define MAXDEV 16
+
+struct ipc_msg {
+    int rc;
+    unsigned char handle[PDR_CUDA_IPC_HANDLE_BYTES];
+    uint64_t offset;
+};
+
+static unsigned char pattern(size_t i, unsigned seed)
+{
+    return (unsigned char)((i * 131u + seed * 7u + (i >> 12)) & 0xff);
+}
+
+static int read_full(int fd, void *buf, size_t len)
+{
+    unsigned char *p = buf;
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+    const unsigned char *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* The exporting child: device 0, 1 MiB, the pattern starting at IPC_OFF; waits for the parent's "done". */
+static int child_main(int to_parent, int from_parent)
+{
+    struct ipc_msg m;
+    memset(&m, 0, sizeof(m));
+    m.rc = pdr__cuda_init();
+    void *dev = NULL;
+    unsigned char *host = malloc(IPC_LEN);
+    if (m.rc == 0)
+        m.rc = pdr__cuda_bind(0);
+    if (m.rc == 0)
+        m.rc = pdr__cuda_mem_alloc(IPC_OFF + IPC_LEN, &dev);
+    if (m.rc == 0 && host == NULL)
+        m.rc = PDR_ENOMEM;
+    if (m.rc == 0) {
+        for (size_t i = 0; i < IPC_LEN; i++)
+            host[i] = pattern(i, 99);
+        m.rc = pdr__cuda_copy_sync((char *)dev + IPC_OFF, host, IPC_LEN);
+    }
+    if (m.rc == 0)
+        m.rc = pdr__cuda_ipc_export((char *)dev + IPC_OFF, m.handle, &m.offset);
+    if (write_full(to_parent, &m, sizeof(m)) != 0)
+        return 1;
+    char done;
+    (void)read_full(from_parent, &done, 1);
+    pdr__cuda_mem_free(dev);
+    free(host);
+    return m.rc == 0 ? 0 : 1;
+}
+
+static void *unbound_thread(void *arg)
+{
+    void **dev = arg;
+    void *p = NULL;
+    int is_dev = 0, ord = -1;
+    CHECK(pdr__cuda_host_alloc(4096, &p) == PDR_EINVAL); /* no context bound on this thread */
+    CHECK(strstr(pdr__cuda_last_error(), "bind") != NULL);
+    CHECK(pdr__cuda_ptr_info(*dev, &is_dev, &ord) == 0 && is_dev == 1 && ord == 0);
+    return NULL;
+}
+
+static int verify(const unsigned char *buf, size_t len, unsigned seed)
+{
+    for (size_t i = 0; i < len; i++)
+        if (buf[i] != pattern(i, seed)) {
+            fprintf(stderr, "byte %zu: got %u want %u\n", i, buf[i], pattern(i, seed));
+            return 0;
+        }
+    return 1;
+}
+
+static void fmt_uuid(const unsigned char u[16], char *out, size_t len)
+{
+    snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+/* Round trip on one device: pinned → device → device (d2d) → pinned, with events, byte-exact. */
+static void per_device(int d, void **dev_out)
+{
+    void *dev = NULL, *dev2 = NULL, *h1 = NULL, *h2 = NULL, *s = NULL, *ev = NULL;
+    CHECK(pdr__cuda_bind(d) == 0);
+    CHECK(pdr__cuda_mem_alloc(LEN, &dev) == 0);
+    CHECK(pdr__cuda_mem_alloc(LEN, &dev2) == 0);
+    CHECK(pdr__cuda_host_alloc(LEN, &h1) == 0);
+    CHECK(pdr__cuda_host_alloc(LEN, &h2) == 0);
+    CHECK(pdr__cuda_stream_create(&s) == 0);
+    CHECK(pdr__cuda_event_create(&ev) == 0);
+    if (!dev || !dev2 || !h1 || !h2 || !s || !ev)
+        return;
+
+    int is_dev = -1, ord = -1;
+    CHECK(pdr__cuda_ptr_info(dev, &is_dev, &ord) == 0 && is_dev == 1 && ord == d);
+    CHECK(pdr__cuda_ptr_info((char *)dev + 12345, &is_dev, &ord) == 0 && is_dev == 1 && ord == d);
+    CHECK(pdr__cuda_ptr_info(h1, &is_dev, &ord) == 0 && is_dev == 0);
+    char stackbuf[16];
+    CHECK(pdr__cuda_ptr_info(stackbuf, &is_dev, &ord) == 0 && is_dev == 0);
+
+    for (size_t i = 0; i < LEN; i++)
+        ((unsigned char *)h1)[i] = pattern(i, (unsigned)d);
+    memset(h2, 0, LEN);
+    CHECK(pdr__cuda_memset(dev2, 0xee, LEN) == 0);
+    CHECK(pdr__cuda_copy_h2d_async(dev, h1, LEN, s) == 0);
+    CHECK(pdr__cuda_copy_d2d_async(dev2, dev, LEN, s) == 0);
+    CHECK(pdr__cuda_copy_d2h_async(h2, dev2, LEN, s) == 0);
+    CHECK(pdr__cuda_event_record(ev, s) == 0);
+    int rc, polls = 0;
+    while ((rc = pdr__cuda_event_query(ev)) == PDR_EAGAIN)
+        polls++;
+    CHECK(rc == 0);
+    CHECK(verify(h2, LEN, (unsigned)d));
+    printf("device %d: round trip of %u bytes ok (%d polls)\n", d, LEN, polls);
+
+    /* Piecewise 64 KiB copies, synchronized with event_sync. */
+    memset(h2, 0, LEN);
+    for (size_t off = 0; off < LEN; off += 65536)
+        CHECK(pdr__cuda_copy_d2h_async((char *)h2 + off, (char *)dev + off, 65536, s) == 0);
+    CHECK(pdr__cuda_event_record(ev, s) == 0);
+    CHECK(pdr__cuda_event_sync(ev) == 0);
+    CHECK(pdr__cuda_stream_sync(s) == 0);
+    CHECK(verify(h2, LEN, (unsigned)d));
+
+    /* dma-buf: cuMemAlloc of 8 MiB is 2 MiB aligned. */
+    int fd = -1;
+    rc = pdr__cuda_dmabuf_fd(dev, LEN, &fd);
+    printf("device %d: dma-buf fd %d (rc %d %s)\n", d, fd, rc, rc ? pdr__cuda_last_error() : "");
+    CHECK(rc == 0 && fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    CHECK(pdr__cuda_dmabuf_fd((char *)dev + 1, 4096, &fd) == PDR_EINVAL);
+
+    void *huge = NULL;
+    CHECK(pdr__cuda_mem_alloc((size_t)1 << 50, &huge) == PDR_ENOMEM);
+    CHECK(strcmp(pdr__cuda_last_error(), "CUDA_ERROR_OUT_OF_MEMORY") == 0);
+
+    pdr__cuda_event_destroy(ev);
+    pdr__cuda_stream_destroy(s);
+    pdr__cuda_host_free(h1);
+    pdr__cuda_host_free(h2);
+    pdr__cuda_mem_free(dev2);
+    *dev_out = dev;
+}
+
+/* nvidia-smi lists compute processes per GPU; this process must appear at most once per device and only
+ * on devices it bound. Containers without the host PID namespace list nobody: then nothing to check. */
+static void check_nvidia_smi(const int *used, int ndev)
+{
+    char uuids[MAXDEV][48];
+    int seen[MAXDEV] = {0};
+    for (int d = 0; d < ndev; d++) {
+        unsigned char u[16];
+        CHECK(pdr__cuda_uuid(d, u) == 0);
+        fmt_uuid(u, uuids[d], sizeof(uuids[d]));
+    }
+    FILE *f =
+        popen("nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader 2>&1", "r");
+    if (f == NULL) {
+        printf("nvidia-smi: cannot run, not checked\n");
+        return;
+    }
+    char line[512];
+    int mine = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        printf("nvidia-smi: %s", line);
+        char *end;
+        long pid = strtol(line, &end, 10);
+        if (end == line || *end != ',' || pid != (long)getpid())
+            continue;
+        mine++;
+        int found = 0;
+        for (int d = 0; d < ndev; d++)
+            if (strstr(end, uuids[d]) != NULL) {
+                found = 1;
+                seen[d]++;
+                CHECK(used[d]);      /* never on a device it did not bind */
+                CHECK(seen[d] == 1); /* one context per device */
+            }
+        CHECK(found);
+    }
+    int st = pclose(f);
+    printf("nvidia-smi: exit %d, %d line(s) for pid %ld\n", st, mine, (long)getpid());
+}
+
+/* A process that uses only the last device (pinned memory, copies, pointer queries, an IPC-free d2d)
+ * must not show up on any other device: the mooncake bug was a context created on GPU0 by a thread that
+ * never bound. Runs in its own child so that the parent's use of every device does not hide it. */
+static int last_device_only_main(void)
+{
+    if (pdr__cuda_init() != 0)
+        return 0;
+    int ndev = pdr__cuda_device_count();
+    if (ndev < 2)
+        return 0;
+    if (ndev > MAXDEV)
+        ndev = MAXDEV;
+    int used[MAXDEV] = {0};
+    void *dev = NULL, *pinned = NULL, *s = NULL;
+    used[ndev - 1] = 1;
+    CHECK(pdr__cuda_bind(ndev - 1) == 0);
+    CHECK(pdr__cuda_mem_alloc(LEN, &dev) == 0);
+    CHECK(pdr__cuda_host_alloc(LEN, &pinned) == 0);
+    CHECK(pdr__cuda_stream_create(&s) == 0);
+    if (dev && pinned && s) {
+        int is_dev, ord;
+        CHECK(pdr__cuda_copy_h2d_async(dev, pinned, LEN, s) == 0);
+        CHECK(pdr__cuda_copy_d2h_async(pinned, dev, LEN, s) == 0);
+        CHECK(pdr__cuda_stream_sync(s) == 0);
+        CHECK(pdr__cuda_ptr_info(dev, &is_dev, &ord) == 0 && is_dev == 1 && ord == ndev - 1);
+        CHECK(pdr__cuda_ptr_info(pinned, &is_dev, &ord) == 0 && is_dev == 0);
+        CHECK(pdr__cuda_copy_sync(pinned, dev, 4096) == 0);
+    }
+    printf("last-device-only process %ld:\n", (long)getpid());
+    check_nvidia_smi(used, ndev);
+    pdr__cuda_stream_destroy(s);
+    pdr__cuda_host_free(pinned);
+    pdr__cuda_mem_free(dev);
+    return check_failures ? 1 : 0;
+}
+
+int main(void)
+{
+    int to_parent[2], to_child[2];
+    if (pipe(to_parent) != 0 || pipe(to_child) != 0)
+        return 1;
+    pid_t lonely = fork(); /* before any CUDA call in this process */
+    if (lonely < 0)
+        return 1;
+    if (lonely == 0) {
+        int rc = last_device_only_main();
+        fflush(stdout);
+        _exit(rc);
+    }
+    int lst = 0;
+    if (waitpid(lonely, &lst, 0) != lonely || !WIFEXITED(lst) || WEXITSTATUS(lst) != 0) {
+        fprintf(stderr, "the last-device-only child failed\n");
+        check_failures++;
+    }
+    pid_t child = fork(); /* before any CUDA call in this process */
+    if (child < 0)
+        return 1;
+    if (child == 0) {
+        close(to_parent[0]);
+        close(to_child[1]);
+        int rc = child_main(to_parent[1], to_child[0]);
+        fflush(stdout);
+        _exit(rc);
+    }
+    close(to_parent[1]);
+    close(to_child[0]);
+
+    if (pdr__cuda_init() != 0) {
+        printf("no usable CUDA driver (%s): skipped\n", pdr__cuda_init_error());
+        close(to_child[1]);
+        waitpid(child, NULL, 0);
+        return 77;
+    }
+    int ndev = pdr__cuda_device_count();
+    CHECK(ndev >= 1);
+    if (ndev > MAXDEV)
+        ndev = MAXDEV;
+    printf("driver %d, %d device(s)\n", pdr__cuda_driver_version(), ndev);
+    int used[MAXDEV] = {0};
+    void *devmem[MAXDEV] = {0};
+    for (int d = 0; d < ndev; d++) {
+        char name[128] = "", bus[32] = "", us[48];
+        unsigned char u[16] = {0};
+        CHECK(pdr__cuda_device_name(d, name, sizeof(name)) == 0);
+        CHECK(pdr__cuda_pci_bus_id(d, bus, sizeof(bus)) == 0);
+        CHECK(strlen(bus) == 12 && bus[4] == ':' && bus[7] == ':' && bus[10] == '.');
+        CHECK(pdr__cuda_uuid(d, u) == 0);
+        fmt_uuid(u, us, sizeof(us));
+        printf("device %d: %s, pci %s, %s\n", d, name, bus, us);
+    }
+    char small[4];
+    CHECK(pdr__cuda_pci_bus_id(0, small, sizeof(small)) == PDR_ETOOBIG);
+    CHECK(pdr__cuda_bind(ndev) == PDR_EINVAL);
+
+    for (int d = 0; d < ndev; d++) {
+        per_device(d, &devmem[d]);
+        used[d] = 1;
+    }
+
+    /* A thread that never bound: refused where a context is needed, fine for pointer queries. */
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, unbound_thread, &devmem[0]) == 0);
+    pthread_join(t, NULL);
+
+    if (ndev >= 2 && devmem[0] && devmem[1]) {
+        void *s = NULL;
+        unsigned char *h = malloc(LEN);
+        CHECK(pdr__cuda_bind(1) == 0);
+        CHECK(pdr__cuda_stream_create(&s) == 0);
+        CHECK(pdr__cuda_copy_d2d_async(devmem[1], devmem[0], LEN, s) == 0);
+        CHECK(pdr__cuda_stream_sync(s) == 0);
+        CHECK(h != NULL && pdr__cuda_copy_sync(h, devmem[1], LEN) == 0 && verify(h, LEN, 0));
+        CHECK(pdr__cuda_copy_peer_async(devmem[1], 1, devmem[0], 0, LEN, s) == 0);
+        CHECK(pdr__cuda_stream_sync(s) == 0);
+        printf("device 0 -> 1: d2d and peer copies ok\n");
+        pdr__cuda_stream_destroy(s);
+        free(h);
+    }
+
+    /* IPC: open the child's allocation on the last device (peer access enabled lazily when it differs). */
+    struct ipc_msg m;
+    CHECK(read_full(to_parent[0], &m, sizeof(m)) == 0);
+    printf("child export: rc %d offset %llu\n", m.rc, (unsigned long long)m.offset);
+    CHECK(m.rc == 0 && m.offset == IPC_OFF);
+    if (m.rc == 0) {
+        void *base = NULL;
+        unsigned char *h = malloc(IPC_LEN);
+        CHECK(pdr__cuda_bind(ndev - 1) == 0);
+        int rc = pdr__cuda_ipc_open(m.handle, &base);
+        CHECK(rc == 0);
+        if (rc == 0 && h != NULL) {
+            CHECK(pdr__cuda_copy_sync(h, (char *)base + m.offset, IPC_LEN) == 0);
+            CHECK(verify(h, IPC_LEN, 99));
+            CHECK(pdr__cuda_ipc_close(base) == 0);
+            printf("ipc: read %u bytes from the child's device memory\n", IPC_LEN);
+        } else {
+            printf("ipc open failed: %s\n", pdr__cuda_last_error());
+        }
+        free(h);
+    }
+    CHECK(write_full(to_child[1], "x", 1) == 0);
+    int st = 0;
+    CHECK(waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+    check_nvidia_smi(used, ndev);
+    for (int d = 0; d < ndev; d++)
+        pdr__cuda_mem_free(devmem[d]);
+    CHECK_DONE();
+}

@@ -1,0 +1,324 @@
+/*
+ * The transport with GPU memory (exits 77 without a usable CUDA driver and device):
+ *  1. device → device over TCP staging, two engines in one process on loopback (device 0 → device 1
+ *     when there are two GPUs): a 32k-token KV share (32768 × 320 KiB / 8 = 1.25 GiB) in several
+ *     segments, every byte verified, and each engine's staging_peak_bytes at most
+ *     conns_per_peer × staging_chunks × chunk_bytes (the pool never grows with the room);
+ *     host → device and device → host rooms too.
+ *  2. CUDA IPC between two processes on one host (forked before any CUDA call): device 0 → device 1
+ *     when there are two GPUs, else on one device; bytes verified, the backend reported.
+ * At the end it prints `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` and its own pid:
+ * this process must appear only on the devices it registered memory on (the lead checks the output).
+ * PDR_TEST_GPU_BYTES overrides the room size; PDR_TEST_IO_THREADS and PDR_TEST_STAGING_CHUNKS set the
+ * engines' io_threads and staging_chunks (for measurements), and a host → host room of the same size is
+ * timed first as the loopback TCP reference.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cuda.h"
+#include "err.h"
+#include "transport.h"
+#include "test_shim_util.h"
+
+#define PIECE (64u << 20)
+
+struct info_done {
+    struct done d;
+    char backend[16];
+};
+
+static void info_cb(void *arg, uint64_t room, const pdr_xfer_info_t *info)
+{
+    struct info_done *x = arg;
+    snprintf(x->backend, sizeof(x->backend), "%s", info->backend);
+    done_cb(&x->d, room, info->status, info->bytes);
+}
+
+static size_t room_bytes(void)
+{
+    size_t size = (size_t)32768 * (320u << 10) / 8; /* 1.25 GiB */
+    const char *env = getenv("PDR_TEST_GPU_BYTES");
+    if (env != NULL) {
+        char *end;
+        unsigned long long v = strtoull(env, &end, 10);
+        if (*end == '\0' && v > 0)
+            size = (size_t)v;
+    }
+    return size;
+}
+
+/* Fills device memory with the test pattern of seed, through a host bounce buffer. */
+static void dev_fill(void *dev, size_t len, uint64_t seed)
+{
+    uint8_t *h = malloc(PIECE);
+    CHECK(h != NULL);
+    for (size_t off = 0; off < len; off += PIECE) {
+        size_t n = len - off < PIECE ? len - off : PIECE;
+        fill(h, n, seed, off);
+        CHECK_EQ_ERR(pdr__cuda_copy_sync((uint8_t *)dev + off, h, n), 0);
+    }
+    free(h);
+}
+
+static int dev_check(const void *dev, size_t len, uint64_t seed)
+{
+    uint8_t *h = malloc(PIECE);
+    CHECK(h != NULL);
+    int ok = 1;
+    for (size_t off = 0; off < len && ok; off += PIECE) {
+        size_t n = len - off < PIECE ? len - off : PIECE;
+        CHECK_EQ_ERR(pdr__cuda_copy_sync(h, (const uint8_t *)dev + off, n), 0);
+        ok = check_fill(h, n, seed, off);
+    }
+    free(h);
+    return ok;
+}
+
+static void *dev_alloc(int dev, size_t len)
+{
+    void *p = NULL;
+    CHECK_EQ_ERR(pdr__cuda_bind(dev), 0);
+    CHECK_EQ_ERR(pdr__cuda_mem_alloc(len, &p), 0);
+    return p;
+}
+
+static int env_int(const char *name, int dflt)
+{
+    const char *env = getenv(name);
+    if (env == NULL)
+        return dflt;
+    char *end;
+    long v = strtol(env, &end, 10);
+    return *end == '\0' && v > 0 && v <= 64 ? (int)v : dflt;
+}
+
+static void test_host_reference(void)
+{
+    size_t size = room_bytes();
+    int err;
+    pdr_xfer_opts_t po = {.listen_host = "127.0.0.1", .io_threads = env_int("PDR_TEST_IO_THREADS", 0)};
+    pdr_xfer_opts_t dopt = {.io_threads = env_int("PDR_TEST_IO_THREADS", 0)};
+    pdr_xfer_engine_t *pre = pdr_xfer_engine_create(&po, &err), *dec = pdr_xfer_engine_create(&dopt, &err);
+    CHECK(pre && dec);
+    uint8_t *src = malloc(size), *dst = malloc(size);
+    CHECK(src && dst);
+    memset(src, 0x3C, size);
+    memset(dst, 0, size);
+    pdr_xfer_seg_t s = {src, size}, d = {dst, size};
+    struct done a, b;
+    done_init(&a);
+    done_init(&b);
+    uint64_t t0 = t_now_ns();
+    CHECK_EQ_ERR(pdr_xfer_pull(dec, "127.0.0.1", pdr_xfer_listen_port(pre), 90, &d, 1, 120000, done_cb, &b),
+                 0);
+    CHECK_EQ_ERR(pdr_xfer_push(pre, 90, &s, 1, 120000, done_cb, &a), 0);
+    CHECK(done_wait(&a, 1, 130000) == 1 && done_wait(&b, 1, 130000) == 1);
+    CHECK_EQ_ERR(b.status, 0);
+    double secs = (double)(t_now_ns() - t0) / 1e9;
+    CHECK(memcmp(src, dst, size) == 0);
+    printf("host -> host over tcp (reference): %zu bytes in %.2f s (%.2f GB/s)\n", size, secs,
+           (double)size / secs / 1e9);
+    pdr_xfer_engine_destroy(dec);
+    pdr_xfer_engine_destroy(pre);
+    free(src);
+    free(dst);
+    done_fini(&a);
+    done_fini(&b);
+}
+
+static void test_staging(int src_dev, int dst_dev)
+{
+    size_t size = room_bytes();
+    int err;
+    int nio = env_int("PDR_TEST_IO_THREADS", 0), nstg = env_int("PDR_TEST_STAGING_CHUNKS", 4);
+    pdr_xfer_opts_t po = {
+        .listen_host = "127.0.0.1", .backend = "tcp", .io_threads = nio, .staging_chunks = (size_t)nstg};
+    pdr_xfer_opts_t dopt = {.backend = "tcp", .io_threads = nio, .staging_chunks = (size_t)nstg};
+    pdr_xfer_engine_t *pre = pdr_xfer_engine_create(&po, &err);
+    pdr_xfer_engine_t *dec = pdr_xfer_engine_create(&dopt, &err);
+    CHECK(pre && dec);
+    int port = pdr_xfer_listen_port(pre);
+    uint8_t *src = dev_alloc(src_dev, size), *dst = dev_alloc(dst_dev, size);
+    dev_fill(src, size, 7);
+    CHECK_EQ_ERR(pdr__cuda_bind(dst_dev), 0);
+    CHECK_EQ_ERR(pdr__cuda_memset(dst, 0, size), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(pre, src, size, PDR_XFER_MEM_AUTO), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, dst, size, PDR_XFER_MEM_CUDA), 0);
+    /* Several segments each side, cut at different places (as KV layers would be). */
+    pdr_xfer_seg_t ss[4], ds[3];
+    size_t q = size / 4;
+    for (int i = 0; i < 4; i++)
+        ss[i] = (pdr_xfer_seg_t){src + (size_t)i * q, i == 3 ? size - 3 * q : q};
+    ds[0] = (pdr_xfer_seg_t){dst, size / 3 + 1};
+    ds[1] = (pdr_xfer_seg_t){dst + size / 3 + 1, size / 3};
+    ds[2] = (pdr_xfer_seg_t){dst + 2 * (size / 3) + 1, size - 2 * (size / 3) - 1};
+    struct info_done a, b;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    done_init(&a.d);
+    done_init(&b.d);
+    uint64_t t0 = t_now_ns();
+    CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, 1, ds, 3, 120000, info_cb, &b), 0);
+    CHECK_EQ_ERR(pdr_xfer_push_ex(pre, 1, ss, 4, 120000, info_cb, &a), 0);
+    CHECK(done_wait(&a.d, 1, 150000) == 1 && done_wait(&b.d, 1, 150000) == 1);
+    CHECK_EQ_ERR(a.d.status, 0);
+    CHECK_EQ_ERR(b.d.status, 0);
+    double secs = (double)(t_now_ns() - t0) / 1e9;
+    CHECK(strcmp(a.backend, "tcp") == 0 && strcmp(b.backend, "tcp") == 0);
+    CHECK(dev_check(dst, size, 7));
+    pdr_xfer_stats_t sp, sd;
+    pdr_xfer_get_stats(pre, &sp);
+    pdr_xfer_get_stats(dec, &sd);
+    uint64_t bound = 4ull * (uint64_t)nstg * (1u << 20); /* conns_per_peer × staging_chunks × chunk_bytes */
+    printf("device %d -> device %d over tcp staging: %zu bytes in %.2f s (%.2f GB/s); staging peak: prefill "
+           "%llu, decode %llu bytes (bound %llu)\n",
+           src_dev, dst_dev, size, secs, (double)size / secs / 1e9, (unsigned long long)sp.staging_peak_bytes,
+           (unsigned long long)sd.staging_peak_bytes, (unsigned long long)bound);
+    CHECK(sp.staging_peak_bytes > 0 && sp.staging_peak_bytes <= bound);
+    CHECK(sd.staging_peak_bytes > 0 && sd.staging_peak_bytes <= bound);
+
+    /* Host → device and device → host. */
+    size_t hs = 96u << 20;
+    uint8_t *h = malloc(hs);
+    CHECK(h != NULL);
+    fill(h, hs, 9, 0);
+    pdr_xfer_seg_t hseg = {h, hs}, dseg = {dst, hs}, sseg = {src, hs};
+    done_init(&a.d);
+    done_init(&b.d);
+    CHECK_EQ_ERR(pdr_xfer_push_ex(pre, 2, &hseg, 1, 60000, info_cb, &a), 0);
+    CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, 2, &dseg, 1, 60000, info_cb, &b), 0);
+    CHECK(done_wait(&a.d, 1, 70000) == 1 && done_wait(&b.d, 1, 70000) == 1);
+    CHECK_EQ_ERR(b.d.status, 0);
+    CHECK(dev_check(dst, hs, 9));
+    memset(h, 0, hs);
+    done_init(&a.d);
+    done_init(&b.d);
+    CHECK_EQ_ERR(pdr_xfer_push_ex(pre, 3, &sseg, 1, 60000, info_cb, &a), 0);
+    CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, 3, &hseg, 1, 60000, info_cb, &b), 0);
+    CHECK(done_wait(&a.d, 1, 70000) == 1 && done_wait(&b.d, 1, 70000) == 1);
+    CHECK_EQ_ERR(b.d.status, 0);
+    CHECK(check_fill(h, hs, 7, 0));
+    free(h);
+
+    pdr_xfer_engine_destroy(dec);
+    pdr_xfer_engine_destroy(pre);
+    pdr_xfer_get_stats(NULL, &sp); /* a NULL engine: zeros, no crash */
+    CHECK(sp.transfers == 0);
+    pdr__cuda_mem_free(src);
+    pdr__cuda_mem_free(dst);
+    done_fini(&a.d);
+    done_fini(&b.d);
+    printf("ok staging %d -> %d\n", src_dev, dst_dev);
+}
+
+/* The prefill process of the IPC test: waits for "go", offers room 5 from device 0. */
+static int ipc_child(int rfd, int wfd)
+{
+    char go;
+    if (read(rfd, &go, 1) != 1 || go != 'g')
+        _exit(0);
+    if (pdr__cuda_init() != 0)
+        _exit(77);
+    size_t size = room_bytes();
+    uint8_t *src = dev_alloc(0, size);
+    dev_fill(src, size, 11);
+    int err;
+    pdr_xfer_opts_t po = {.listen_host = "127.0.0.1"};
+    pdr_xfer_engine_t *pre = pdr_xfer_engine_create(&po, &err);
+    CHECK(pre != NULL);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(pre, src, size, PDR_XFER_MEM_AUTO), 0);
+    struct info_done a;
+    memset(&a, 0, sizeof(a));
+    done_init(&a.d);
+    pdr_xfer_seg_t s[2] = {{src, size / 2}, {src + size / 2, size - size / 2}};
+    CHECK_EQ_ERR(pdr_xfer_push_ex(pre, 5, s, 2, 120000, info_cb, &a), 0);
+    int port = pdr_xfer_listen_port(pre);
+    CHECK(write(wfd, &port, sizeof(port)) == sizeof(port));
+    CHECK(done_wait(&a.d, 1, 130000) == 1);
+    printf("ipc prefill: status %s, backend %s\n", pdr_errname(a.d.status), a.backend);
+    int rc = a.d.status == 0 && strcmp(a.backend, "cuda_ipc") == 0 ? 0 : 1;
+    pdr_xfer_engine_destroy(pre);
+    pdr__cuda_mem_free(src);
+    _exit(rc);
+}
+
+static void test_ipc(pid_t child, int go_fd, int port_fd, int ndev)
+{
+    char g = 'g';
+    CHECK(write(go_fd, &g, 1) == 1);
+    int port = 0;
+    CHECK(read(port_fd, &port, sizeof(port)) == sizeof(port));
+    int dst_dev = ndev > 1 ? 1 : 0;
+    size_t size = room_bytes();
+    uint8_t *dst = dev_alloc(dst_dev, size);
+    CHECK_EQ_ERR(pdr__cuda_memset(dst, 0, size), 0);
+    int err;
+    pdr_xfer_engine_t *dec = pdr_xfer_engine_create(NULL, &err);
+    CHECK(dec != NULL);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, dst, size, PDR_XFER_MEM_AUTO), 0);
+    struct info_done b;
+    memset(&b, 0, sizeof(b));
+    done_init(&b.d);
+    pdr_xfer_seg_t d = {dst, size};
+    uint64_t t0 = t_now_ns();
+    CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, 5, &d, 1, 120000, info_cb, &b), 0);
+    CHECK(done_wait(&b.d, 1, 130000) == 1);
+    double secs = (double)(t_now_ns() - t0) / 1e9;
+    CHECK_EQ_ERR(b.d.status, 0);
+    printf("ipc: device 0 (pid %d) -> device %d (pid %d): %zu bytes in %.3f s (%.2f GB/s), backend %s\n",
+           (int)child, dst_dev, (int)getpid(), size, secs, (double)size / secs / 1e9, b.backend);
+    CHECK(dev_check(dst, size, 11));
+    int st = 0;
+    while (waitpid(child, &st, 0) < 0 && errno == EINTR) {
+    }
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(strcmp(b.backend, "cuda_ipc") == 0); /* one host, device memory on both ends */
+    pdr_xfer_engine_destroy(dec);
+    pdr__cuda_mem_free(dst);
+    done_fini(&b.d);
+    printf("ok ipc (%s)\n", b.backend);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    signal(SIGPIPE, SIG_IGN);
+    /* The IPC prefill is forked before this process makes any CUDA call. */
+    int go[2], ports[2];
+    CHECK(pipe(go) == 0 && pipe(ports) == 0);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        close(go[1]);
+        close(ports[0]);
+        return ipc_child(go[0], ports[1]);
+    }
+    close(go[0]);
+    close(ports[1]);
+    if (pdr__cuda_init() != 0) {
+        close(go[1]); /* the child reads EOF and exits */
+        waitpid(child, NULL, 0);
+        printf("skip: no usable CUDA driver or device\n");
+        return 77;
+    }
+    int ndev = pdr__cuda_device_count();
+    printf("%d CUDA device(s)\n", ndev);
+    test_host_reference();
+    test_staging(0, ndev > 1 ? 1 : 0);
+    if (ndev > 1)
+        test_staging(0, 0);
+    test_ipc(child, go[1], ports[0], ndev);
+    printf("pid %d; nvidia-smi compute apps (this pid must appear only on the devices it used):\n",
+           (int)getpid());
+    fflush(stdout);
+    int rc = system("nvidia-smi --query-compute-apps=pid,used_memory --format=csv");
+    (void)rc;
+    printf("all ok\n");
+    return 0;
+}

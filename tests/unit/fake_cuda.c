@@ -1,0 +1,305 @@
+/*
+ * A fake of transport/cuda.h for CPU-only tests of the GPU paths (staging ring, event polling, IPC
+ * bookkeeping): "device memory" is host memory handed out by pdr__cuda_mem_alloc and known to
+ * pdr__cuda_ptr_info; an async copy is queued on its stream and done when an event recorded after it
+ * has been queried FAKE_POLLS times (so the engine's pending paths run); IPC handles name fake
+ * allocations in this process. Thread-safe (one mutex). Not for production: tests link it instead of
+ * cuda.c.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda.h"
+#include "err.h"
+
+#define FAKE_POLLS 3
+#define MAX_ALLOCS 64
+
+struct fake_alloc {
+    uint8_t *base;
+    size_t len;
+    int dev;
+};
+struct fake_copy {
+    struct fake_copy *next;
+    void *dst;
+    const void *src;
+    size_t len;
+};
+struct fake_stream {
+    struct fake_copy *head, *tail;
+};
+struct fake_event {
+    struct fake_stream *s;
+    struct fake_copy *upto; /* the stream's last copy when recorded */
+    int polls;
+    int recorded;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_alloc allocs[MAX_ALLOCS];
+static __thread int bound = -1;
+long pdr__fake_cuda_live; /* streams + events + pinned buffers alive: 0 after every engine is destroyed */
+
+int pdr__cuda_init(void)
+{
+    return 0;
+}
+int pdr__cuda_device_count(void)
+{
+    return 2;
+}
+const char *pdr__cuda_last_error(void)
+{
+    return "";
+}
+
+int pdr__cuda_ptr_info(const void *p, int *is_device, int *ordinal)
+{
+    *is_device = 0;
+    if (ordinal != NULL)
+        *ordinal = -1;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (allocs[i].base != NULL && (const uint8_t *)p >= allocs[i].base &&
+            (const uint8_t *)p < allocs[i].base + allocs[i].len) {
+            *is_device = 1;
+            if (ordinal != NULL)
+                *ordinal = allocs[i].dev;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+int pdr__cuda_bind(int ordinal)
+{
+    if (ordinal < 0 || ordinal > 1)
+        return PDR_EINVAL;
+    bound = ordinal;
+    return 0;
+}
+
+int pdr__cuda_host_alloc(size_t len, void **out)
+{
+    *out = malloc(len);
+    if (*out == NULL)
+        return PDR_ENOMEM;
+    __atomic_add_fetch(&pdr__fake_cuda_live, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+void pdr__cuda_host_free(void *p)
+{
+    free(p);
+    __atomic_sub_fetch(&pdr__fake_cuda_live, 1, __ATOMIC_RELAXED);
+}
+
+int pdr__cuda_stream_create(void **out)
+{
+    if (bound < 0)
+        return PDR_EINVAL;
+    *out = calloc(1, sizeof(struct fake_stream));
+    __atomic_add_fetch(&pdr__fake_cuda_live, 1, __ATOMIC_RELAXED);
+    return *out != NULL ? 0 : PDR_ENOMEM;
+}
+
+static void run_until(struct fake_stream *s, struct fake_copy *upto)
+{
+    /* Runs queued copies up to and including upto (all of them when upto is NULL). mu held. */
+    while (s->head != NULL) {
+        struct fake_copy *c = s->head;
+        memcpy(c->dst, c->src, c->len);
+        s->head = c->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        free(c);
+        if (c == upto)
+            break;
+    }
+}
+
+void pdr__cuda_stream_destroy(void *stream)
+{
+    pthread_mutex_lock(&mu);
+    run_until(stream, NULL);
+    pthread_mutex_unlock(&mu);
+    free(stream);
+    __atomic_sub_fetch(&pdr__fake_cuda_live, 1, __ATOMIC_RELAXED);
+}
+
+int pdr__cuda_event_create(void **out)
+{
+    if (bound < 0)
+        return PDR_EINVAL;
+    *out = calloc(1, sizeof(struct fake_event));
+    __atomic_add_fetch(&pdr__fake_cuda_live, 1, __ATOMIC_RELAXED);
+    return *out != NULL ? 0 : PDR_ENOMEM;
+}
+void pdr__cuda_event_destroy(void *ev)
+{
+    free(ev);
+    __atomic_sub_fetch(&pdr__fake_cuda_live, 1, __ATOMIC_RELAXED);
+}
+
+int pdr__cuda_event_record(void *ev, void *stream)
+{
+    struct fake_event *e = ev;
+    pthread_mutex_lock(&mu);
+    e->s = stream;
+    e->upto = e->s->tail;
+    e->polls = 0;
+    e->recorded = 1;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+static int stream_has(struct fake_stream *s, struct fake_copy *c)
+{
+    for (struct fake_copy *x = s->head; x != NULL; x = x->next)
+        if (x == c)
+            return 1;
+    return 0;
+}
+
+int pdr__cuda_event_query(void *ev)
+{
+    struct fake_event *e = ev;
+    int rc = 0;
+    pthread_mutex_lock(&mu);
+    if (e->recorded && e->upto != NULL && stream_has(e->s, e->upto)) {
+        if (++e->polls < FAKE_POLLS)
+            rc = PDR_EAGAIN;
+        else
+            run_until(e->s, e->upto);
+    }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+int pdr__cuda_event_sync(void *ev)
+{
+    struct fake_event *e = ev;
+    pthread_mutex_lock(&mu);
+    if (e->recorded && e->upto != NULL && stream_has(e->s, e->upto))
+        run_until(e->s, e->upto);
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+int pdr__cuda_stream_sync(void *stream)
+{
+    pthread_mutex_lock(&mu);
+    run_until(stream, NULL);
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+static int enqueue(void *dst, const void *src, size_t len, void *stream)
+{
+    if (bound < 0)
+        return PDR_EINVAL; /* the engine must bind before any copy */
+    struct fake_copy *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return PDR_ENOMEM;
+    c->dst = dst;
+    c->src = src;
+    c->len = len;
+    struct fake_stream *s = stream;
+    pthread_mutex_lock(&mu);
+    if (s->tail != NULL)
+        s->tail->next = c;
+    else
+        s->head = c;
+    s->tail = c;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+int pdr__cuda_copy_d2h_async(void *dst_host, const void *src_dev, size_t len, void *stream)
+{
+    return enqueue(dst_host, src_dev, len, stream);
+}
+int pdr__cuda_copy_h2d_async(void *dst_dev, const void *src_host, size_t len, void *stream)
+{
+    return enqueue(dst_dev, src_host, len, stream);
+}
+int pdr__cuda_copy_d2d_async(void *dst_dev, const void *src_dev, size_t len, void *stream)
+{
+    return enqueue(dst_dev, src_dev, len, stream);
+}
+
+int pdr__cuda_ipc_export(const void *p, unsigned char handle[PDR_CUDA_IPC_HANDLE_BYTES], uint64_t *offset)
+{
+    memset(handle, 0, PDR_CUDA_IPC_HANDLE_BYTES);
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (allocs[i].base != NULL && (const uint8_t *)p >= allocs[i].base &&
+            (const uint8_t *)p < allocs[i].base + allocs[i].len) {
+            uintptr_t b = (uintptr_t)allocs[i].base;
+            memcpy(handle, &b, sizeof(b));
+            *offset = (uint64_t)((const uint8_t *)p - allocs[i].base);
+            pthread_mutex_unlock(&mu);
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return PDR_EINVAL;
+}
+int pdr__cuda_ipc_open(const unsigned char handle[PDR_CUDA_IPC_HANDLE_BYTES], void **base)
+{
+    uintptr_t b;
+    memcpy(&b, handle, sizeof(b));
+    *base = (void *)b;
+    __atomic_add_fetch(&pdr__fake_cuda_live, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+int pdr__cuda_ipc_close(void *base)
+{
+    (void)base;
+    __atomic_sub_fetch(&pdr__fake_cuda_live, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+int pdr__cuda_uuid(int ordinal, unsigned char uuid[16])
+{
+    memset(uuid, ordinal, 16);
+    return 0;
+}
+
+int pdr__cuda_mem_alloc(size_t len, void **out)
+{
+    uint8_t *p = malloc(len);
+    if (p == NULL)
+        return PDR_ENOMEM;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (allocs[i].base == NULL) {
+            allocs[i] = (struct fake_alloc){p, len, bound < 0 ? 0 : bound};
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    *out = p;
+    return 0;
+}
+void pdr__cuda_mem_free(void *p)
+{
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].base == p)
+            allocs[i].base = NULL;
+    pthread_mutex_unlock(&mu);
+    free(p);
+}
+int pdr__cuda_memset(void *dev, unsigned char byte, size_t len)
+{
+    memset(dev, byte, len);
+    return 0;
+}
+int pdr__cuda_copy_sync(void *dst, const void *src, size_t len)
+{
+    memcpy(dst, src, len);
+    return 0;
+}

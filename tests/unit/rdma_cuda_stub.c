@@ -1,0 +1,18 @@
+/*
+ * Test-only stand-in for transport/cuda.c's GPUDirect entry point, linked into pdr_rdma by
+ * tests/rdma.cmake only while transport/CMakeLists.txt does not build cuda.c. Answers PDR_ENOTSUP as
+ * the real wrapper does without a driver. Any thread.
+ */
+#include <stddef.h>
+
+#include "cuda.h"
+#include "err.h"
+
+int pdr__cuda_dmabuf_fd(const void *p, size_t len, int *fd)
+{
+    (void)p;
+    (void)len;
+    if (fd != NULL)
+        *fd = -1;
+    return PDR_ENOTSUP;
+}

@@ -1,0 +1,187 @@
+/*
+ * The GPU paths of the engine on a CPU, against tests/unit/fake_cuda.c ("device memory" is host memory
+ * the fake knows; copies run when their event has been polled a few times): device → device, device →
+ * host and host → device over TCP staging with the pool bound (staging_peak_bytes <= conns ×
+ * staging_chunks × chunk_bytes, independent of the room size), many GPU rooms at once, a GPU room
+ * canceled mid-transfer, CUDA IPC chosen between two engines of one host (the same process) with
+ * backend auto and refused (PDR_ENOTSUP) when forced for host memory, and every fake stream, event and
+ * pinned buffer released after destroy. Short heartbeats make a stalled connection fail fast.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda.h"
+#include "err.h"
+#include "transport.h"
+#include "test_shim_util.h"
+
+extern long pdr__fake_cuda_live;
+
+struct info_done {
+    struct done d;
+    char backend[16];
+};
+
+static void info_cb(void *arg, uint64_t room, const pdr_xfer_info_t *info)
+{
+    struct info_done *x = arg;
+    snprintf(x->backend, sizeof(x->backend), "%s", info->backend);
+    done_cb(&x->d, room, info->status, info->bytes);
+}
+
+static void *dev_alloc(int dev, size_t len)
+{
+    void *p;
+    CHECK_EQ_ERR(pdr__cuda_bind(dev), 0);
+    CHECK_EQ_ERR(pdr__cuda_mem_alloc(len, &p), 0);
+    return p;
+}
+
+static void run_room(pdr_xfer_engine_t *pre, pdr_xfer_engine_t *dec, int port, uint64_t room, uint8_t *src,
+                     uint8_t *dst, size_t len, const char *want_backend)
+{
+    fill(src, len, room, 0);
+    memset(dst, 0, len);
+    pdr_xfer_seg_t ss[3] = {{src, 1}, {src + 1, len / 2}, {src + 1 + len / 2, len - 1 - len / 2}};
+    pdr_xfer_seg_t ds[2] = {{dst, len / 3}, {dst + len / 3, len - len / 3}};
+    struct info_done a, b;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    done_init(&a.d);
+    done_init(&b.d);
+    CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, room, ds, 2, 20000, info_cb, &b), 0);
+    CHECK_EQ_ERR(pdr_xfer_push_ex(pre, room, ss, 3, 20000, info_cb, &a), 0);
+    CHECK(done_wait(&a.d, 1, 30000) == 1 && done_wait(&b.d, 1, 30000) == 1);
+    CHECK_EQ_ERR(a.d.status, 0);
+    CHECK_EQ_ERR(b.d.status, 0);
+    CHECK(check_fill(dst, len, room, 0));
+    if (strcmp(a.backend, want_backend) != 0 || strcmp(b.backend, want_backend) != 0) {
+        fprintf(stderr, "room %llu: backends %s/%s, want %s\n", (unsigned long long)room, a.backend,
+                b.backend, want_backend);
+        exit(1);
+    }
+    done_fini(&a.d);
+    done_fini(&b.d);
+}
+
+static void test_staging(void)
+{
+    int err;
+    pdr_xfer_opts_t po = {.listen_host = "127.0.0.1",
+                          .backend = "tcp",
+                          .chunk_bytes = 256u << 10,
+                          .heartbeat_ms = 100,
+                          .heartbeat_timeout_ms = 1000};
+    pdr_xfer_opts_t dopt = {
+        .backend = "tcp", .chunk_bytes = 128u << 10, .heartbeat_ms = 100, .heartbeat_timeout_ms = 1000};
+    pdr_xfer_engine_t *pre = pdr_xfer_engine_create(&po, &err), *dec = pdr_xfer_engine_create(&dopt, &err);
+    CHECK(pre && dec);
+    int port = pdr_xfer_listen_port(pre);
+    size_t len = 48u << 20;
+    uint8_t *dsrc = dev_alloc(0, len), *ddst = dev_alloc(1, len);
+    uint8_t *hsrc = malloc(len), *hdst = malloc(len);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(pre, dsrc, len, PDR_XFER_MEM_CUDA), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, ddst, len, PDR_XFER_MEM_AUTO), 0);
+    for (int r = 0; r < 4; r++) {
+        run_room(pre, dec, port, 10 + (uint64_t)r, dsrc, ddst, len, "tcp"); /* device → device */
+        run_room(pre, dec, port, 20 + (uint64_t)r, dsrc, hdst, len, "tcp"); /* device → host */
+        run_room(pre, dec, port, 30 + (uint64_t)r, hsrc, ddst, len, "tcp"); /* host → device */
+    }
+    /* Many GPU rooms at once, one slice of the buffers each. */
+    enum { N = 16 };
+    size_t part = len / N;
+    struct done a, b;
+    done_init(&a);
+    done_init(&b);
+    fill(dsrc, len, 99, 0);
+    memset(ddst, 0, len);
+    for (int i = 0; i < N; i++) {
+        pdr_xfer_seg_t s = {dsrc + (size_t)i * part, part}, d = {ddst + (size_t)i * part, part};
+        CHECK_EQ_ERR(pdr_xfer_push(pre, 100 + (uint64_t)i, &s, 1, 20000, done_cb, &a), 0);
+        CHECK_EQ_ERR(pdr_xfer_pull(dec, "127.0.0.1", port, 100 + (uint64_t)i, &d, 1, 20000, done_cb, &b), 0);
+    }
+    CHECK(done_wait(&a, N, 30000) == N && done_wait(&b, N, 30000) == N);
+    CHECK(a.nfail == 0 && b.nfail == 0);
+    CHECK(check_fill(ddst, part * N, 99, 0));
+
+    /* A GPU room canceled while it moves: both sides end, the session and the pool stay usable. */
+    done_init(&a);
+    done_init(&b);
+    pdr_xfer_seg_t s = {dsrc, len}, d = {ddst, len};
+    CHECK_EQ_ERR(pdr_xfer_pull(dec, "127.0.0.1", port, 200, &d, 1, 20000, done_cb, &b), 0);
+    CHECK_EQ_ERR(pdr_xfer_push(pre, 200, &s, 1, 20000, done_cb, &a), 0);
+    int crc = pdr_xfer_cancel(dec, 200);
+    CHECK(crc == 0 || crc == PDR_ENOROOM); /* ENOROOM: it finished first */
+    CHECK(done_wait(&a, 1, 10000) == 1 && done_wait(&b, 1, 10000) == 1);
+    CHECK(b.status == PDR_ECANCELED || b.status == 0);
+    run_room(pre, dec, port, 201, dsrc, ddst, len, "tcp");
+
+    pdr_xfer_stats_t sp, sd;
+    pdr_xfer_get_stats(pre, &sp);
+    pdr_xfer_get_stats(dec, &sd);
+    printf("staging peak: prefill %llu bytes, decode %llu bytes (%zu-byte rooms)\n",
+           (unsigned long long)sp.staging_peak_bytes, (unsigned long long)sd.staging_peak_bytes, len);
+    CHECK(sp.staging_peak_bytes > 0 && sp.staging_peak_bytes <= 4ull * 4 * (256u << 10));
+    CHECK(sd.staging_peak_bytes > 0 && sd.staging_peak_bytes <= 4ull * 4 * (128u << 10));
+    pdr_xfer_engine_destroy(dec);
+    pdr_xfer_engine_destroy(pre);
+    CHECK(pdr__fake_cuda_live == 0);
+    pdr__cuda_mem_free(dsrc);
+    pdr__cuda_mem_free(ddst);
+    free(hsrc);
+    free(hdst);
+    done_fini(&a);
+    done_fini(&b);
+    printf("ok staging\n");
+}
+
+static void test_ipc(void)
+{
+    int err;
+    pdr_xfer_opts_t po = {.listen_host = "127.0.0.1"};
+    pdr_xfer_engine_t *pre = pdr_xfer_engine_create(&po, &err), *dec = pdr_xfer_engine_create(NULL, &err);
+    CHECK(pre && dec);
+    int port = pdr_xfer_listen_port(pre);
+    size_t len = 8u << 20;
+    uint8_t *dsrc = dev_alloc(0, len), *ddst = dev_alloc(1, len);
+    uint8_t *hdst = malloc(len);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(pre, dsrc, len, PDR_XFER_MEM_AUTO), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, ddst, len, PDR_XFER_MEM_AUTO), 0);
+    /* One host, device memory on both ends: cuda_ipc (the first room of the session too). */
+    for (int r = 0; r < 3; r++)
+        run_room(pre, dec, port, 300 + (uint64_t)r, dsrc, ddst, len, "cuda_ipc");
+    /* Host destination: tcp staging. */
+    run_room(pre, dec, port, 310, dsrc, hdst, len, "tcp");
+    pdr_xfer_engine_destroy(dec);
+    pdr_xfer_engine_destroy(pre);
+
+    /* Forced cuda_ipc with host memory fails the room with PDR_ENOTSUP. */
+    pdr_xfer_opts_t fo = {.listen_host = "127.0.0.1", .backend = "cuda_ipc"};
+    pdr_xfer_opts_t fd = {.backend = "cuda_ipc"};
+    pre = pdr_xfer_engine_create(&fo, &err);
+    dec = pdr_xfer_engine_create(&fd, &err);
+    CHECK(pre && dec);
+    struct done b;
+    done_init(&b);
+    pdr_xfer_seg_t d = {hdst, len};
+    CHECK_EQ_ERR(pdr_xfer_pull(dec, "127.0.0.1", pdr_xfer_listen_port(pre), 1, &d, 1, 5000, done_cb, &b), 0);
+    CHECK(done_wait(&b, 1, 5000) == 1);
+    CHECK_EQ_ERR(b.status, PDR_ENOTSUP);
+    pdr_xfer_engine_destroy(dec);
+    pdr_xfer_engine_destroy(pre);
+    CHECK(pdr__fake_cuda_live == 0);
+    pdr__cuda_mem_free(dsrc);
+    pdr__cuda_mem_free(ddst);
+    free(hdst);
+    done_fini(&b);
+    printf("ok ipc\n");
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    test_staging();
+    test_ipc();
+    return 0;
+}

@@ -1,0 +1,1185 @@
+/*
+ * pdxfer-bench — the transport benchmark (in the spirit of mooncake's transfer_engine_bench, in our
+ * push/pull model). Uses only the public API of transport.h, plus transport/cuda.h to allocate GPU memory.
+ *
+ *   pdxfer-bench --mode target --listen HOST:PORT [--backend B] [--mem host|cuda] [--device N] [--json]
+ *   pdxfer-bench --mode initiator --peer HOST:PORT --backend tcp|rdma|cuda_ipc|auto --mem host|cuda
+ *                --block-size BYTES --batch N --threads N --conns N --duration SECONDS [--json] [--verify]
+ *                [--device N] [--staging-chunks N] [--chunk-bytes N] [--io-threads N] [--timeout-ms N]
+ *   pdxfer-bench --mode copytest --mem cuda [--device N] [--peer-device M] [--block-size BYTES]
+ *                [--duration SECONDS] [--json]
+ *
+ * Design. The target's engine listens on PORT; a control socket listens on PORT+1. A session:
+ *  1. The initiator connects to the control port and sends "PDXFER 1 threads=T batch=B block=S\n". The
+ *     target allocates B blocks of S bytes (host, or device memory on --device), fills block k with a
+ *     pattern derived from k, registers it, and answers "OK session=N\n".
+ *  2. Room ids are (N << 48) | (t << 32) | seq for worker t in [0, T) and seq = 0, 1, 2, ...; room seq
+ *     carries block seq % B. The target offers (pushes) seq 0..B-1 of every worker at once, and each time
+ *     a push completes (successfully or not) it offers seq + B of the same worker. The initiator's worker t
+ *     pulls seq 0..B-1 at once, each into its own destination slot, and on each completion verifies a
+ *     sample of the bytes and pulls seq + B. Both sides thus keep T x B rooms in flight and agree on which
+ *     rooms exist without any per-room control traffic; a failed room fails on both sides and both move on.
+ *  3. After --duration seconds the initiator stops posting, waits for its pulls in flight, and sends
+ *     "BYE\n". The target cancels the rooms it still offers (T x B), drains their callbacks and answers
+ *     "STATS transfers=X failures=Y staging_peak=Z\n", which the initiator reports next to its own numbers.
+ *     The target then waits for the next session (a script can run many rounds against one target), and
+ *     prints its totals on SIGINT/SIGTERM.
+ * Reported: GB/s (10^9 bytes/s of successfully pulled bytes over the wall time from the first post to the
+ * last completion), per-transfer latency p50/p99 (the engine's post-to-completion time of successful pulls),
+ * CPU seconds of the process (getrusage user+sys over the run), and pdr_xfer_get_stats().staging_peak_bytes
+ * on both sides. Verification: the initiator writes the complement of the expected word at 17 sample offsets
+ * before each pull and checks them after (3 offsets for GPU memory); --verify checks every byte (host memory
+ * only).
+ *
+ * copytest mode measures the copy rates the GPU paths are bounded by: pinned H2D/D2H whole and in 1 MiB
+ * and 64 KiB pieces, pageable D2H, device-local d2d, and with a second device cuMemcpyPeerAsync and a
+ * unified-address d2d copy (the CUDA IPC reference).
+ *
+ * Threads: main (arguments, control socket, reporting), the engine's I/O threads (callbacks only enqueue),
+ * on the initiator T worker threads, on the target one offer thread per session.
+ */
+#define _GNU_SOURCE /* accept4 */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda.h"
+#include "err.h"
+#include "transport.h"
+
+#define MAX_SAMPLES (1u << 20) /* latency samples kept per worker (reservoir beyond) */
+#define CTL_LINE 256
+
+struct args {
+    const char *mode, *listen, *peer, *backend, *mem;
+    int device, peer_device, threads, conns, io_threads, json, verify;
+    long batch;
+    size_t block, chunk_bytes, staging_chunks;
+    double duration;
+    uint32_t timeout_ms;
+};
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+static void die(const char *what, int err)
+{
+    fprintf(stderr, "pdxfer-bench: %s: %s\n", what, err ? pdr_strerror(err) : "failed");
+    exit(2);
+}
+
+/* ---- Numbers and addresses. ---- */
+
+/* A non-negative integer with an optional k/m/g suffix (binary). */
+static int parse_size(const char *s, unsigned long long max, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s || s[0] == '-')
+        return -1;
+    unsigned shift = 0;
+    if (*end == 'k' || *end == 'K')
+        shift = 10;
+    else if (*end == 'm' || *end == 'M')
+        shift = 20;
+    else if (*end == 'g' || *end == 'G')
+        shift = 30;
+    if (shift != 0)
+        end++;
+    if (*end != '\0' || v > (max >> shift))
+        return -1;
+    *out = v << shift;
+    return 0;
+}
+
+static long need_int(const char *flag, const char *v, long lo, long hi)
+{
+    unsigned long long x;
+    if (v == NULL || parse_size(v, (unsigned long long)hi, &x) != 0 || (long long)x < lo) {
+        fprintf(stderr, "pdxfer-bench: %s wants an integer in [%ld, %ld]\n", flag, lo, hi);
+        exit(2);
+    }
+    return (long)x;
+}
+
+/* "HOST:PORT" or "[v6]:PORT" into host (a copy) and port. */
+static int split_hostport(const char *s, char *host, size_t hlen, int *port)
+{
+    const char *colon = strrchr(s, ':');
+    if (colon == NULL || colon == s)
+        return -1;
+    const char *h = s;
+    size_t n = (size_t)(colon - s);
+    if (h[0] == '[' && n >= 2 && h[n - 1] == ']') {
+        h++;
+        n -= 2;
+    }
+    if (n == 0 || n >= hlen)
+        return -1;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    char *end;
+    errno = 0;
+    long p = strtol(colon + 1, &end, 10);
+    if (errno != 0 || *end != '\0' || p < 1 || p > 65534)
+        return -1;
+    *port = (int)p;
+    return 0;
+}
+
+/* ---- The data pattern: 64-bit words derived from (block, word index). ---- */
+
+static uint64_t pattern_word(uint64_t block, uint64_t word)
+{
+    uint64_t z = (block + 1) * 0x9E3779B97F4A7C15ull ^ (word * 0xBF58476D1CE4E5B9ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void fill_block(unsigned char *p, size_t len, uint64_t block)
+{
+    for (size_t w = 0; w < len / 8; w++) {
+        uint64_t v = pattern_word(block, w);
+        memcpy(p + w * 8, &v, 8);
+    }
+}
+
+/* Offsets of the sampled words in a block: first, last and evenly spaced ones between. */
+static size_t sample_offset(size_t block, unsigned i, unsigned n)
+{
+    size_t words = block / 8;
+    return n <= 1 ? 0 : (size_t)((words - 1) * (unsigned long long)i / (n - 1)) * 8;
+}
+
+/* ---- Memory (host or device). ---- */
+
+static int is_cuda(const struct args *a)
+{
+    return strcmp(a->mem, "cuda") == 0;
+}
+
+static void *mem_alloc(const struct args *a, size_t len)
+{
+    void *p = NULL;
+    if (is_cuda(a)) {
+        int rc = pdr__cuda_mem_alloc(len, &p);
+        if (rc != 0) {
+            fprintf(stderr, "pdxfer-bench: cuMemAlloc(%zu) on device %d: %s (%s)\n", len, a->device,
+                    pdr_strerror(rc), pdr__cuda_last_error());
+            exit(2);
+        }
+        return p;
+    }
+    if (posix_memalign(&p, 4096, len) != 0)
+        die("host buffer", PDR_ENOMEM);
+    memset(p, 0, len); /* fault the pages in before measuring */
+    return p;
+}
+
+static void mem_free(const struct args *a, void *p)
+{
+    if (is_cuda(a))
+        pdr__cuda_mem_free(p);
+    else
+        free(p);
+}
+
+static void cuda_setup(const struct args *a)
+{
+    if (!is_cuda(a))
+        return;
+    if (pdr__cuda_init() != 0) {
+        fprintf(stderr, "pdxfer-bench: --mem cuda: GPU disabled: %s\n", pdr__cuda_init_error());
+        exit(2);
+    }
+    int rc = pdr__cuda_bind(a->device);
+    if (rc != 0) {
+        fprintf(stderr, "pdxfer-bench: device %d: %s (%s)\n", a->device, pdr_strerror(rc),
+                pdr__cuda_last_error());
+        exit(2);
+    }
+}
+
+/* Writes block patterns into buf (B blocks); device memory through one host block. */
+static void fill_buffer(const struct args *a, unsigned char *buf, size_t block, long batch)
+{
+    unsigned char *tmp = is_cuda(a) ? malloc(block) : NULL;
+    if (is_cuda(a) && tmp == NULL)
+        die("pattern buffer", PDR_ENOMEM);
+    for (long k = 0; k < batch; k++) {
+        unsigned char *dst = buf + (size_t)k * block;
+        if (!is_cuda(a)) {
+            fill_block(dst, block, (uint64_t)k);
+            continue;
+        }
+        fill_block(tmp, block, (uint64_t)k);
+        int rc = pdr__cuda_copy_sync(dst, tmp, block);
+        if (rc != 0)
+            die("pattern upload", rc);
+    }
+    free(tmp);
+}
+
+static pdr_xfer_engine_t *make_engine(const struct args *a, const char *host, int port)
+{
+    pdr_xfer_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.listen_host = host;
+    o.listen_port = port;
+    o.chunk_bytes = a->chunk_bytes;
+    o.io_threads = a->io_threads;
+    o.conns_per_peer = a->conns;
+    o.staging_chunks = a->staging_chunks;
+    o.backend = a->backend;
+    o.default_timeout_ms = a->timeout_ms;
+    int err = 0;
+    pdr_xfer_engine_t *eng = pdr_xfer_engine_create(&o, &err);
+    if (eng == NULL)
+        die("engine", err);
+    return eng;
+}
+
+/* ---- A bounded completion queue: engine callbacks enqueue, a bench thread dequeues. ---- */
+
+struct done {
+    uint64_t room, bytes, usec;
+    int status;
+    const char *backend;
+};
+
+struct queue {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct done *ring;
+    size_t cap, head, len;
+};
+
+static void queue_init(struct queue *q, size_t cap)
+{
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+    q->ring = calloc(cap, sizeof(*q->ring));
+    if (q->ring == NULL)
+        die("queue", PDR_ENOMEM);
+    q->cap = cap;
+    q->head = q->len = 0;
+}
+
+static void queue_fini(struct queue *q)
+{
+    free(q->ring);
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->cv);
+}
+
+static void queue_put(struct queue *q, const struct done *d)
+{
+    pthread_mutex_lock(&q->mu);
+    if (q->len < q->cap) /* the capacity is the number of rooms in flight: never full */
+        q->ring[(q->head + q->len++) % q->cap] = *d;
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+/* Waits up to ms for an entry; 0 when one was taken. */
+static int queue_get(struct queue *q, struct done *d, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&q->mu);
+    while (q->len == 0)
+        if (pthread_cond_timedwait(&q->cv, &q->mu, &ts) == ETIMEDOUT)
+            break;
+    int rc = -1;
+    if (q->len > 0) {
+        *d = q->ring[q->head];
+        q->head = (q->head + 1) % q->cap;
+        q->len--;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&q->mu);
+    return rc;
+}
+
+static void on_info(void *arg, uint64_t room, const pdr_xfer_info_t *info)
+{
+    struct done d = {.room = room,
+                     .bytes = info->bytes,
+                     .usec = info->usec,
+                     .status = info->status,
+                     .backend = info->backend};
+    queue_put(arg, &d);
+}
+
+static uint64_t room_id(unsigned session, unsigned tid, uint64_t seq)
+{
+    return ((uint64_t)(session & 0xffff) << 48) | ((uint64_t)(tid & 0xffff) << 32) | (seq & 0xffffffffull);
+}
+
+/* ---- Control socket: one line at a time. ---- */
+
+static int ctl_send(int fd, const char *line)
+{
+    size_t len = strlen(line), off = 0;
+    while (off < len) {
+        ssize_t n = send(fd, line + off, len - off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        off += (size_t)n;
+    }
+    return 0;
+}
+
+/* Reads one '\n'-terminated line (without it); -1 on EOF/error/timeout, -2 on stop_flag when stoppable. */
+static int ctl_recv(int fd, char *buf, size_t len, int timeout_ms, int stoppable)
+{
+    size_t n = 0;
+    double deadline = now_s() + timeout_ms / 1000.0;
+    while (n + 1 < len) {
+        if (stoppable && stop_flag)
+            return -2;
+        double left = deadline - now_s();
+        if (timeout_ms >= 0 && left <= 0)
+            return -1;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int pr = poll(&p, 1, 200);
+        if (pr < 0 && errno != EINTR)
+            return -1;
+        if (pr <= 0)
+            continue;
+        ssize_t r = recv(fd, buf + n, 1, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        if (buf[n] == '\n') {
+            buf[n] = '\0';
+            return 0;
+        }
+        n++;
+    }
+    return -1;
+}
+
+/* Parses "key=value" out of a control line as an unsigned number. */
+static int ctl_field(const char *line, const char *key, unsigned long long *out)
+{
+    size_t kl = strlen(key);
+    for (const char *p = line; (p = strstr(p, key)) != NULL; p++) {
+        if ((p == line || p[-1] == ' ') && p[kl] == '=') {
+            char *end;
+            errno = 0;
+            *out = strtoull(p + kl + 1, &end, 10);
+            return errno == 0 && end != p + kl + 1 && (*end == ' ' || *end == '\0') ? 0 : -1;
+        }
+    }
+    return -1;
+}
+
+static int tcp_socket(const char *host, int port, int listening)
+{
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", port);
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = listening ? AI_PASSIVE : 0;
+    if (getaddrinfo(host, ps, &hints, &res) != 0)
+        return -1;
+    int fd = -1;
+    for (struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        int ok = listening ? bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 8) == 0
+                           : connect(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+        if (!ok) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    return fd;
+}
+
+/* ---- Target. ---- */
+
+struct target_session {
+    pdr_xfer_engine_t *eng;
+    struct queue q;
+    unsigned session, threads;
+    long batch;
+    size_t block;
+    unsigned char *buf;
+    uint64_t *pending; /* [threads * batch]: room offered in that slot, or UINT64_MAX */
+    volatile int stop;
+    uint64_t transfers, failures, bytes;
+};
+
+static int offer_one(struct target_session *s, unsigned tid, uint64_t seq)
+{
+    size_t slot = (size_t)tid * (size_t)s->batch + (size_t)(seq % (uint64_t)s->batch);
+    pdr_xfer_seg_t seg = {.addr = s->buf + (size_t)(seq % (uint64_t)s->batch) * s->block, .len = s->block};
+    uint64_t room = room_id(s->session, tid, seq);
+    s->pending[slot] = room;
+    int rc = pdr_xfer_push_ex(s->eng, room, &seg, 1, 0, on_info, &s->q);
+    if (rc != 0) {
+        s->pending[slot] = UINT64_MAX;
+        s->failures++;
+        if (s->failures <= 5)
+            fprintf(stderr, "target: push of room %u/%llu refused: %s\n", tid, (unsigned long long)seq,
+                    pdr_errname(rc));
+    }
+    return rc;
+}
+
+/* Offers seq of worker tid; when the engine refuses it outright, the next rooms of the same slot (the
+ * initiator moves on too once its pull of a never-offered room times out). 0 when one is in flight. */
+static int offer(struct target_session *s, unsigned tid, uint64_t seq)
+{
+    for (; !s->stop && seq <= 0xffffffffull; seq += (uint64_t)s->batch) {
+        if (offer_one(s, tid, seq) == 0)
+            return 0;
+        usleep(1000);
+    }
+    return -1;
+}
+
+static void *target_offer_main(void *arg)
+{
+    struct target_session *s = arg;
+    size_t inflight = 0;
+    for (unsigned t = 0; t < s->threads; t++)
+        for (long k = 0; k < s->batch; k++)
+            if (offer(s, t, (uint64_t)k) == 0)
+                inflight++;
+    int canceled = 0;
+    while (inflight > 0) {
+        if (s->stop && !canceled) {
+            for (size_t i = 0; i < (size_t)s->threads * (size_t)s->batch; i++)
+                if (s->pending[i] != UINT64_MAX)
+                    (void)pdr_xfer_cancel(s->eng, s->pending[i]);
+            canceled = 1;
+        }
+        struct done d;
+        if (queue_get(&s->q, &d, 100) != 0)
+            continue;
+        inflight--;
+        unsigned tid = (unsigned)((d.room >> 32) & 0xffff);
+        uint64_t seq = d.room & 0xffffffffull;
+        s->pending[(size_t)tid * (size_t)s->batch + (size_t)(seq % (uint64_t)s->batch)] = UINT64_MAX;
+        if (d.status == 0) {
+            s->transfers++;
+            s->bytes += d.bytes;
+        } else if (!(s->stop && (d.status == PDR_ECANCELED || d.status == PDR_ECLOSED))) {
+            s->failures++;
+            if (s->failures <= 5)
+                fprintf(stderr, "target: room %u/%llu failed: %s\n", tid, (unsigned long long)seq,
+                        pdr_errname(d.status));
+            usleep(1000); /* a failing path fails fast: do not turn the run into a busy loop */
+        }
+        /* 2^32 rooms per worker and session: far beyond any run's length. */
+        if (!s->stop && seq + (uint64_t)s->batch <= 0xffffffffull &&
+            offer(s, tid, seq + (uint64_t)s->batch) == 0)
+            inflight++;
+    }
+    return NULL;
+}
+
+static int run_target(const struct args *a)
+{
+    char host[256];
+    int port;
+    if (a->listen == NULL || split_hostport(a->listen, host, sizeof(host), &port) != 0) {
+        fprintf(stderr,
+                "pdxfer-bench: --mode target needs --listen HOST:PORT (PORT+1 is the control port)\n");
+        return 2;
+    }
+    cuda_setup(a);
+    pdr_xfer_engine_t *eng = make_engine(a, host, port);
+    int lfd = tcp_socket(host, port + 1, 1);
+    if (lfd < 0) {
+        fprintf(stderr, "pdxfer-bench: cannot listen on %s:%d (control): %s\n", host, port + 1,
+                strerror(errno));
+        return 2;
+    }
+    printf("target: data %s:%d control %s:%d backend=%s mem=%s device=%d\n", host, pdr_xfer_listen_port(eng),
+           host, port + 1, a->backend, a->mem, a->device);
+    fflush(stdout);
+
+    unsigned char *buf = NULL;
+    size_t buflen = 0;
+    unsigned session = 0;
+    uint64_t tot_transfers = 0, tot_failures = 0;
+    while (!stop_flag) {
+        struct pollfd p = {.fd = lfd, .events = POLLIN};
+        if (poll(&p, 1, 200) <= 0)
+            continue;
+        int cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (cfd < 0)
+            continue;
+        char line[CTL_LINE];
+        unsigned long long th = 0, ba = 0, bl = 0;
+        if (ctl_recv(cfd, line, sizeof(line), 5000, 1) != 0 || strncmp(line, "PDXFER 1 ", 9) != 0 ||
+            ctl_field(line, "threads", &th) != 0 || ctl_field(line, "batch", &ba) != 0 ||
+            ctl_field(line, "block", &bl) != 0 || th < 1 || th > 4096 || ba < 1 || ba > 65536 || bl < 8 ||
+            bl % 8 != 0 || bl > (1ull << 40) / ba) {
+            (void)ctl_send(cfd, "ERR bad hello\n");
+            close(cfd);
+            continue;
+        }
+        size_t need = (size_t)(ba * bl);
+        if (need != buflen) {
+            if (buf != NULL) {
+                pdr_xfer_mem_unregister(eng, buf);
+                mem_free(a, buf);
+            }
+            buf = mem_alloc(a, need);
+            buflen = need;
+            fill_buffer(a, buf, (size_t)bl, (long)ba);
+            int rc =
+                pdr_xfer_mem_register(eng, buf, buflen, is_cuda(a) ? PDR_XFER_MEM_CUDA : PDR_XFER_MEM_HOST);
+            if (rc != 0)
+                fprintf(stderr, "target: mem_register: %s\n", pdr_strerror(rc));
+        } else {
+            fill_buffer(a, buf, (size_t)bl, (long)ba);
+        }
+        session = (session + 1) & 0xffff;
+        struct target_session s;
+        memset(&s, 0, sizeof(s));
+        s.eng = eng;
+        s.session = session;
+        s.threads = (unsigned)th;
+        s.batch = (long)ba;
+        s.block = (size_t)bl;
+        s.buf = buf;
+        s.pending = malloc(sizeof(uint64_t) * th * ba);
+        if (s.pending == NULL)
+            die("pending table", PDR_ENOMEM);
+        queue_init(&s.q, (size_t)(th * ba));
+        char ok[64];
+        snprintf(ok, sizeof(ok), "OK session=%u\n", session);
+        pthread_t t;
+        if (pthread_create(&t, NULL, target_offer_main, &s) != 0)
+            die("offer thread", PDR_ENOMEM);
+        (void)ctl_send(cfd, ok);
+        double t0 = now_s(), c0 = cpu_s();
+        int r;
+        do {
+            r = ctl_recv(cfd, line, sizeof(line), -1, 1); /* BYE, EOF or a signal */
+        } while (r == 0 && strcmp(line, "BYE") != 0);
+        s.stop = 1;
+        pthread_join(t, NULL);
+        double el = now_s() - t0, cpu = cpu_s() - c0;
+        pdr_xfer_stats_t st;
+        pdr_xfer_get_stats(eng, &st);
+        char reply[CTL_LINE];
+        snprintf(reply, sizeof(reply), "STATS transfers=%llu failures=%llu staging_peak=%llu cpu_ms=%llu\n",
+                 (unsigned long long)s.transfers, (unsigned long long)s.failures,
+                 (unsigned long long)st.staging_peak_bytes, (unsigned long long)(cpu * 1000));
+        (void)ctl_send(cfd, reply);
+        close(cfd);
+        printf("target: session %u: %u threads x %ld rooms of %zu bytes: %llu transfers, %llu failures, "
+               "%.3f GB/s, cpu %.2f s, staging peak %llu bytes\n",
+               session, s.threads, s.batch, s.block, (unsigned long long)s.transfers,
+               (unsigned long long)s.failures, el > 0 ? (double)s.bytes / el / 1e9 : 0.0, cpu,
+               (unsigned long long)st.staging_peak_bytes);
+        fflush(stdout);
+        tot_transfers += s.transfers;
+        tot_failures += s.failures;
+        queue_fini(&s.q);
+        free(s.pending);
+    }
+    close(lfd);
+    pdr_xfer_stats_t st;
+    pdr_xfer_get_stats(eng, &st);
+    printf("target: exit: %llu transfers, %llu failures, staging peak %llu bytes, cpu %.2f s\n",
+           (unsigned long long)tot_transfers, (unsigned long long)tot_failures,
+           (unsigned long long)st.staging_peak_bytes, cpu_s());
+    if (a->json)
+        printf("{\"mode\":\"target\",\"transfers\":%llu,\"failures\":%llu,\"staging_peak_bytes\":%llu,"
+               "\"cpu_s\":%.3f}\n",
+               (unsigned long long)tot_transfers, (unsigned long long)tot_failures,
+               (unsigned long long)st.staging_peak_bytes, cpu_s());
+    pdr_xfer_engine_destroy(eng);
+    if (buf != NULL)
+        mem_free(a, buf);
+    return 0;
+}
+
+/* ---- Initiator. ---- */
+
+struct initiator;
+
+struct worker {
+    struct initiator *in;
+    unsigned tid;
+    pthread_t thread;
+    struct queue q;
+    uint64_t transfers, failures, verify_errors, bytes;
+    uint32_t *lat; /* microseconds, capped at UINT32_MAX */
+    size_t nlat, seen;
+    uint64_t rng;
+    const char *backend_used;
+};
+
+struct initiator {
+    const struct args *a;
+    pdr_xfer_engine_t *eng;
+    char host[256];
+    int port;
+    unsigned session;
+    unsigned char *dst; /* threads * batch slots of block bytes */
+    double end;
+    struct worker *w;
+};
+
+static unsigned sample_count(const struct args *a)
+{
+    return is_cuda(a) ? 3 : 17;
+}
+
+static unsigned char *slot_of(struct worker *w, uint64_t seq)
+{
+    const struct args *a = w->in->a;
+    size_t slot = (size_t)w->tid * (size_t)a->batch + (size_t)(seq % (uint64_t)a->batch);
+    return w->in->dst + slot * a->block;
+}
+
+/* Writes the complement of the expected words at the sample offsets (or clears the block for --verify),
+ * so that a transfer that did not write them is caught. */
+static void poison(struct worker *w, uint64_t seq)
+{
+    const struct args *a = w->in->a;
+    unsigned char *p = slot_of(w, seq);
+    uint64_t block = seq % (uint64_t)a->batch;
+    if (a->verify && !is_cuda(a)) {
+        memset(p, 0, a->block);
+        return;
+    }
+    unsigned n = sample_count(a);
+    for (unsigned i = 0; i < n; i++) {
+        size_t off = sample_offset(a->block, i, n);
+        uint64_t v = ~pattern_word(block, off / 8);
+        if (is_cuda(a))
+            (void)pdr__cuda_copy_sync(p + off, &v, 8);
+        else
+            memcpy(p + off, &v, 8);
+    }
+}
+
+static int verify(struct worker *w, uint64_t seq)
+{
+    const struct args *a = w->in->a;
+    unsigned char *p = slot_of(w, seq);
+    uint64_t block = seq % (uint64_t)a->batch;
+    if (a->verify && !is_cuda(a)) {
+        for (size_t off = 0; off < a->block; off += 8) {
+            uint64_t v, want = pattern_word(block, off / 8);
+            memcpy(&v, p + off, 8);
+            if (v != want)
+                return -1;
+        }
+        return 0;
+    }
+    unsigned n = sample_count(a);
+    for (unsigned i = 0; i < n; i++) {
+        size_t off = sample_offset(a->block, i, n);
+        uint64_t v = 0;
+        if (is_cuda(a)) {
+            if (pdr__cuda_copy_sync(&v, p + off, 8) != 0)
+                return -1;
+        } else {
+            memcpy(&v, p + off, 8);
+        }
+        if (v != pattern_word(block, off / 8))
+            return -1;
+    }
+    return 0;
+}
+
+static int post_pull(struct worker *w, uint64_t seq)
+{
+    struct initiator *in = w->in;
+    poison(w, seq);
+    pdr_xfer_seg_t seg = {.addr = slot_of(w, seq), .len = in->a->block};
+    return pdr_xfer_pull_ex(in->eng, in->host, in->port, room_id(in->session, w->tid, seq), &seg, 1,
+                            in->a->timeout_ms, on_info, &w->q);
+}
+
+static void record_latency(struct worker *w, uint64_t usec)
+{
+    uint32_t v = usec > UINT32_MAX ? UINT32_MAX : (uint32_t)usec;
+    w->seen++;
+    if (w->nlat < MAX_SAMPLES) {
+        w->lat[w->nlat++] = v;
+        return;
+    }
+    w->rng = w->rng * 6364136223846793005ull + 1442695040888963407ull; /* reservoir sampling */
+    uint64_t j = (w->rng >> 11) % w->seen;
+    if (j < MAX_SAMPLES)
+        w->lat[j] = v;
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    const struct args *a = w->in->a;
+    if (is_cuda(a) && pdr__cuda_bind(a->device) != 0)
+        die("worker bind", PDR_EIO);
+    size_t inflight = 0;
+    /* Posts seq, or the next seqs of this slot when posting fails (the target moves on after its timeout). */
+    for (long k = 0; k < a->batch; k++) {
+        for (uint64_t seq = (uint64_t)k; now_s() < w->in->end; seq += (uint64_t)a->batch) {
+            if (post_pull(w, seq) == 0) {
+                inflight++;
+                break;
+            }
+            w->failures++;
+            usleep(1000);
+        }
+    }
+    while (inflight > 0) {
+        struct done d;
+        if (queue_get(&w->q, &d, 1000) != 0)
+            continue;
+        inflight--;
+        uint64_t seq = d.room & 0xffffffffull;
+        if (d.status == 0) {
+            record_latency(w, d.usec);
+            w->transfers++;
+            w->bytes += d.bytes;
+            if (w->backend_used == NULL)
+                w->backend_used = d.backend;
+            if (verify(w, seq) != 0 && w->verify_errors++ < 5)
+                fprintf(stderr, "initiator: room %u/%llu: data mismatch\n", w->tid, (unsigned long long)seq);
+        } else {
+            if (w->failures++ < 5)
+                fprintf(stderr, "initiator: room %u/%llu failed: %s\n", w->tid, (unsigned long long)seq,
+                        pdr_errname(d.status));
+            usleep(10000); /* a failing path fails fast: do not turn the run into a busy loop */
+        }
+        for (seq += (uint64_t)a->batch; now_s() < w->in->end; seq += (uint64_t)a->batch) {
+            if (post_pull(w, seq) == 0) {
+                inflight++;
+                break;
+            }
+            w->failures++;
+            usleep(1000);
+        }
+    }
+    return NULL;
+}
+
+static int cmp_u32(const void *x, const void *y)
+{
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static int run_initiator(const struct args *a)
+{
+    struct initiator in;
+    memset(&in, 0, sizeof(in));
+    in.a = a;
+    if (a->peer == NULL || split_hostport(a->peer, in.host, sizeof(in.host), &in.port) != 0) {
+        fprintf(stderr, "pdxfer-bench: --mode initiator needs --peer HOST:PORT\n");
+        return 2;
+    }
+    if (a->block < 8 || a->block % 8 != 0) {
+        fprintf(stderr, "pdxfer-bench: --block-size must be a positive multiple of 8\n");
+        return 2;
+    }
+    if ((unsigned long long)a->block * (unsigned long long)a->batch * (unsigned long long)a->threads >
+        (1ull << 42)) {
+        fprintf(stderr, "pdxfer-bench: block-size x batch x threads is too large\n");
+        return 2;
+    }
+    cuda_setup(a);
+    in.eng = make_engine(a, NULL, 0);
+    size_t total = a->block * (size_t)a->batch * (size_t)a->threads;
+    in.dst = mem_alloc(a, total);
+    int rc = pdr_xfer_mem_register(in.eng, in.dst, total, is_cuda(a) ? PDR_XFER_MEM_CUDA : PDR_XFER_MEM_HOST);
+    if (rc != 0)
+        fprintf(stderr, "initiator: mem_register: %s\n", pdr_strerror(rc));
+
+    int cfd = tcp_socket(in.host, in.port + 1, 0);
+    if (cfd < 0) {
+        fprintf(stderr, "pdxfer-bench: cannot reach the target's control port %s:%d: %s\n", in.host,
+                in.port + 1, strerror(errno));
+        return 2;
+    }
+    char line[CTL_LINE];
+    snprintf(line, sizeof(line), "PDXFER 1 threads=%d batch=%ld block=%zu\n", a->threads, a->batch, a->block);
+    unsigned long long sess = 0;
+    /* The target allocates and fills its buffer before answering: allow for a large one. */
+    if (ctl_send(cfd, line) != 0 || ctl_recv(cfd, line, sizeof(line), 300000, 0) != 0 ||
+        strncmp(line, "OK ", 3) != 0 || ctl_field(line, "session", &sess) != 0) {
+        fprintf(stderr, "pdxfer-bench: the target refused the session\n");
+        return 2;
+    }
+    in.session = (unsigned)sess;
+
+    in.w = calloc((size_t)a->threads, sizeof(*in.w));
+    if (in.w == NULL)
+        die("workers", PDR_ENOMEM);
+    double c0 = cpu_s(), t0 = now_s();
+    in.end = t0 + a->duration;
+    for (int t = 0; t < a->threads; t++) {
+        struct worker *w = &in.w[t];
+        w->in = &in;
+        w->tid = (unsigned)t;
+        w->rng = 0x853c49e6748fea9bull + (uint64_t)t;
+        w->lat = malloc(sizeof(uint32_t) * MAX_SAMPLES);
+        if (w->lat == NULL)
+            die("latency samples", PDR_ENOMEM);
+        queue_init(&w->q, (size_t)a->batch);
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
+            die("worker thread", PDR_ENOMEM);
+    }
+    for (int t = 0; t < a->threads; t++)
+        pthread_join(in.w[t].thread, NULL);
+    double el = now_s() - t0, cpu = cpu_s() - c0;
+
+    unsigned long long tt = 0, tf = 0, tsp = 0, tcpu = 0;
+    int have_target = ctl_send(cfd, "BYE\n") == 0 && ctl_recv(cfd, line, sizeof(line), 60000, 0) == 0 &&
+                      strncmp(line, "STATS ", 6) == 0 && ctl_field(line, "transfers", &tt) == 0 &&
+                      ctl_field(line, "failures", &tf) == 0 && ctl_field(line, "staging_peak", &tsp) == 0 &&
+                      ctl_field(line, "cpu_ms", &tcpu) == 0;
+    close(cfd);
+
+    uint64_t transfers = 0, failures = 0, verr = 0, bytes = 0;
+    size_t nlat = 0;
+    const char *used = NULL;
+    for (int t = 0; t < a->threads; t++) {
+        transfers += in.w[t].transfers;
+        failures += in.w[t].failures;
+        verr += in.w[t].verify_errors;
+        bytes += in.w[t].bytes;
+        nlat += in.w[t].nlat;
+        if (used == NULL)
+            used = in.w[t].backend_used;
+    }
+    uint32_t *all = malloc(sizeof(uint32_t) * (nlat ? nlat : 1));
+    if (all == NULL)
+        die("latency samples", PDR_ENOMEM);
+    size_t n = 0;
+    for (int t = 0; t < a->threads; t++) {
+        memcpy(all + n, in.w[t].lat, sizeof(uint32_t) * in.w[t].nlat);
+        n += in.w[t].nlat;
+    }
+    qsort(all, n, sizeof(uint32_t), cmp_u32);
+    double p50 = n ? all[(n - 1) / 2] : 0, p99 = n ? all[(size_t)((double)(n - 1) * 0.99)] : 0;
+    double gbs = el > 0 ? (double)bytes / el / 1e9 : 0;
+    pdr_xfer_stats_t st;
+    pdr_xfer_get_stats(in.eng, &st);
+
+    printf("initiator: backend=%s (used %s) mem=%s block=%zu batch=%ld threads=%d conns=%d duration=%.1fs\n",
+           a->backend, used ? used : "none", a->mem, a->block, a->batch, a->threads, a->conns, el);
+    printf("  transfers %llu  failures %llu  verify errors %llu\n", (unsigned long long)transfers,
+           (unsigned long long)failures, (unsigned long long)verr);
+    printf("  throughput %.3f GB/s  latency p50 %.0f us  p99 %.0f us\n", gbs, p50, p99);
+    printf("  cpu %.2f s (%.2f cores)", cpu, el > 0 ? cpu / el : 0);
+    if (have_target)
+        printf(", target cpu %.2f s", (double)tcpu / 1000);
+    printf("\n  staging peak: initiator %llu bytes", (unsigned long long)st.staging_peak_bytes);
+    if (have_target)
+        printf(", target %llu bytes (target: %llu transfers, %llu failures)\n", tsp, tt, tf);
+    else
+        printf(", target unknown (no STATS reply)\n");
+    if (a->json)
+        printf("{\"mode\":\"initiator\",\"backend\":\"%s\",\"backend_used\":\"%s\",\"mem\":\"%s\","
+               "\"block_size\":%zu,\"batch\":%ld,\"threads\":%d,\"conns\":%d,\"duration_s\":%.3f,"
+               "\"bytes\":%llu,\"gb_per_s\":%.4f,\"p50_us\":%.0f,\"p99_us\":%.0f,\"transfers\":%llu,"
+               "\"failures\":%llu,\"verify_errors\":%llu,\"cpu_s\":%.3f,\"staging_peak_bytes\":%llu,"
+               "\"target_staging_peak_bytes\":%lld,\"target_transfers\":%lld,\"target_failures\":%lld,"
+               "\"target_cpu_s\":%.3f}\n",
+               a->backend, used ? used : "none", a->mem, a->block, a->batch, a->threads, a->conns, el,
+               (unsigned long long)bytes, gbs, p50, p99, (unsigned long long)transfers,
+               (unsigned long long)failures, (unsigned long long)verr, cpu,
+               (unsigned long long)st.staging_peak_bytes, have_target ? (long long)tsp : -1LL,
+               have_target ? (long long)tt : -1LL, have_target ? (long long)tf : -1LL,
+               have_target ? (double)tcpu / 1000 : -1.0);
+    fflush(stdout);
+
+    pdr_xfer_engine_destroy(in.eng);
+    for (int t = 0; t < a->threads; t++) {
+        free(in.w[t].lat);
+        queue_fini(&in.w[t].q);
+    }
+    free(in.w);
+    free(all);
+    mem_free(a, in.dst);
+    return failures == 0 && verr == 0 ? 0 : 1;
+}
+
+/* ---- copytest: the copy rates GPU transfers are bounded by. ---- */
+
+enum copy_kind { H2D, D2H, D2D, PEER };
+
+/* GB/s of copying `total` bytes in `piece`-byte copies on one stream, repeated for about `secs`. */
+static double copy_rate(enum copy_kind k, void *dst, const void *src, size_t total, size_t piece,
+                        void *stream, int dst_dev, int src_dev, double secs)
+{
+    double t0 = now_s(), el = 0;
+    uint64_t bytes = 0;
+    do {
+        for (size_t off = 0; off < total; off += piece) {
+            size_t n = total - off < piece ? total - off : piece;
+            char *d = (char *)dst + off;
+            const char *s = (const char *)src + off;
+            int rc = k == H2D   ? pdr__cuda_copy_h2d_async(d, s, n, stream)
+                     : k == D2H ? pdr__cuda_copy_d2h_async(d, s, n, stream)
+                     : k == D2D ? pdr__cuda_copy_d2d_async(d, s, n, stream)
+                                : pdr__cuda_copy_peer_async(d, dst_dev, s, src_dev, n, stream);
+            if (rc != 0) {
+                fprintf(stderr, "copytest: %s (%s)\n", pdr_strerror(rc), pdr__cuda_last_error());
+                return -1;
+            }
+        }
+        if (pdr__cuda_stream_sync(stream) != 0)
+            return -1;
+        bytes += total;
+        el = now_s() - t0;
+    } while (el < secs);
+    return (double)bytes / el / 1e9;
+}
+
+static int run_copytest(const struct args *a)
+{
+    struct args ca = *a;
+    ca.mem = "cuda";
+    cuda_setup(&ca);
+    int ndev = pdr__cuda_device_count();
+    int peer = a->peer_device >= 0 ? a->peer_device : ndev > 1 ? (a->device + 1) % ndev : -1;
+    size_t total = a->block ? a->block : (size_t)256 << 20;
+    double secs = a->duration > 0 ? a->duration : 1.0;
+    char name[128] = "", bus[32] = "";
+    (void)pdr__cuda_device_name(a->device, name, sizeof(name));
+    (void)pdr__cuda_pci_bus_id(a->device, bus, sizeof(bus));
+    printf("copytest: device %d (%s, %s), %zu bytes per round, %.1f s per measurement\n", a->device, name,
+           bus, total, secs);
+    void *dev = NULL, *dev2 = NULL, *pinned = NULL, *stream = NULL, *pageable = NULL;
+    int rc = pdr__cuda_mem_alloc(total, &dev);
+    if (rc == 0)
+        rc = pdr__cuda_mem_alloc(total, &dev2);
+    if (rc == 0)
+        rc = pdr__cuda_host_alloc(total, &pinned);
+    if (rc == 0)
+        rc = pdr__cuda_stream_create(&stream);
+    if (rc != 0 || posix_memalign(&pageable, 4096, total) != 0) {
+        fprintf(stderr, "copytest: allocation: %s (%s)\n", pdr_strerror(rc), pdr__cuda_last_error());
+        return 2;
+    }
+    memset(pinned, 1, total);
+    memset(pageable, 1, total);
+    struct {
+        const char *label;
+        enum copy_kind k;
+        size_t piece;
+        int use_pageable;
+    } tests[] = {
+        {"h2d_pinned_whole", H2D, total, 0},    {"d2h_pinned_whole", D2H, total, 0},
+        {"h2d_pinned_1MiB", H2D, 1 << 20, 0},   {"d2h_pinned_1MiB", D2H, 1 << 20, 0},
+        {"h2d_pinned_64KiB", H2D, 64 << 10, 0}, {"d2h_pinned_64KiB", D2H, 64 << 10, 0},
+        {"d2h_pageable_whole", D2H, total, 1},  {"d2h_pageable_64KiB", D2H, 64 << 10, 1},
+        {"d2d_same_device", D2D, total, 0},
+    };
+    size_t ntests = sizeof(tests) / sizeof(tests[0]);
+    double rates[16];
+    for (size_t i = 0; i < ntests; i++) {
+        void *host = tests[i].use_pageable ? pageable : pinned;
+        void *dst = tests[i].k == H2D ? dev : tests[i].k == D2H ? host : dev2;
+        const void *src = tests[i].k == H2D ? host : dev;
+        rates[i] = copy_rate(tests[i].k, dst, src, total, tests[i].piece, stream, a->device, a->device, secs);
+        printf("copytest %-22s %8.2f GB/s\n", tests[i].label, rates[i]);
+        fflush(stdout);
+    }
+    double peer_rate = -1, uva_rate = -1;
+    void *pdev = NULL;
+    if (peer >= 0 && peer != a->device && peer < ndev) {
+        if (pdr__cuda_bind(peer) == 0 && pdr__cuda_mem_alloc(total, &pdev) == 0 &&
+            pdr__cuda_bind(a->device) == 0) {
+            peer_rate = copy_rate(PEER, pdev, dev, total, total, stream, peer, a->device, secs);
+            uva_rate = copy_rate(D2D, pdev, dev, total, total, stream, peer, a->device, secs);
+            printf("copytest peer_%d_to_%d_memcpypeer   %8.2f GB/s\n", a->device, peer, peer_rate);
+            printf("copytest peer_%d_to_%d_d2d_unified  %8.2f GB/s\n", a->device, peer, uva_rate);
+        } else {
+            printf("copytest: device %d unusable for peer copies: %s\n", peer, pdr__cuda_last_error());
+        }
+    } else {
+        printf("copytest: one device only, no peer copy\n");
+    }
+    if (a->json) {
+        printf("{\"mode\":\"copytest\",\"device\":%d,\"bytes\":%zu", a->device, total);
+        for (size_t i = 0; i < ntests; i++)
+            printf(",\"%s_gb_per_s\":%.3f", tests[i].label, rates[i]);
+        printf(",\"peer_device\":%d,\"peer_memcpypeer_gb_per_s\":%.3f,\"peer_d2d_unified_gb_per_s\":%.3f}\n",
+               peer, peer_rate, uva_rate);
+    }
+    pdr__cuda_stream_destroy(stream);
+    pdr__cuda_mem_free(pdev);
+    pdr__cuda_mem_free(dev);
+    pdr__cuda_mem_free(dev2);
+    pdr__cuda_host_free(pinned);
+    free(pageable);
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage:\n"
+        "  pdxfer-bench --mode target --listen HOST:PORT [--backend auto|tcp|rdma|cuda_ipc] [--mem "
+        "host|cuda]\n"
+        "               [--device N] [--io-threads N] [--staging-chunks N] [--chunk-bytes N] [--json]\n"
+        "  pdxfer-bench --mode initiator --peer HOST:PORT --backend B --mem host|cuda --block-size BYTES\n"
+        "               --batch N --threads N --conns N --duration SECONDS [--json] [--verify] [--device N]\n"
+        "               [--staging-chunks N] [--chunk-bytes N] [--io-threads N] [--timeout-ms N]\n"
+        "  pdxfer-bench --mode copytest --mem cuda [--device N] [--peer-device M] [--block-size BYTES]\n"
+        "               [--duration SECONDS] [--json]\n"
+        "Sizes take k/m/g suffixes (binary). The target also listens on PORT+1 for the control socket.\n");
+}
+
+int main(int argc, char **argv)
+{
+    struct args a = {.mode = NULL,
+                     .backend = "auto",
+                     .mem = "host",
+                     .device = 0,
+                     .peer_device = -1,
+                     .threads = 1,
+                     .conns = 0,
+                     .batch = 1,
+                     .block = 0,
+                     .duration = 10,
+                     .timeout_ms = 120000};
+    int have_block = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = 1;
+        if (strcmp(f, "--mode") == 0 && v)
+            a.mode = v;
+        else if (strcmp(f, "--listen") == 0 && v)
+            a.listen = v;
+        else if (strcmp(f, "--peer") == 0 && v)
+            a.peer = v;
+        else if (strcmp(f, "--backend") == 0 && v)
+            a.backend = v;
+        else if (strcmp(f, "--mem") == 0 && v)
+            a.mem = v;
+        else if (strcmp(f, "--device") == 0)
+            a.device = (int)need_int(f, v, 0, 1023);
+        else if (strcmp(f, "--peer-device") == 0)
+            a.peer_device = (int)need_int(f, v, 0, 1023);
+        else if (strcmp(f, "--block-size") == 0) {
+            a.block = (size_t)need_int(f, v, 1, 1L << 40);
+            have_block = 1;
+        } else if (strcmp(f, "--batch") == 0)
+            a.batch = need_int(f, v, 1, 65536);
+        else if (strcmp(f, "--threads") == 0)
+            a.threads = (int)need_int(f, v, 1, 4096);
+        else if (strcmp(f, "--conns") == 0)
+            a.conns = (int)need_int(f, v, 1, 64);
+        else if (strcmp(f, "--io-threads") == 0)
+            a.io_threads = (int)need_int(f, v, 1, 64);
+        else if (strcmp(f, "--staging-chunks") == 0)
+            a.staging_chunks = (size_t)need_int(f, v, 1, 1024);
+        else if (strcmp(f, "--chunk-bytes") == 0)
+            a.chunk_bytes = (size_t)need_int(f, v, 1, 1L << 30);
+        else if (strcmp(f, "--timeout-ms") == 0)
+            a.timeout_ms = (uint32_t)need_int(f, v, 1, 3600000);
+        else if (strcmp(f, "--duration") == 0) {
+            char *end;
+            errno = 0;
+            a.duration = v ? strtod(v, &end) : -1;
+            if (v == NULL || errno != 0 || *end != '\0' || !(a.duration > 0 && a.duration <= 86400)) {
+                fprintf(stderr, "pdxfer-bench: --duration wants seconds in (0, 86400]\n");
+                return 2;
+            }
+        } else {
+            takes = 0;
+            if (strcmp(f, "--json") == 0)
+                a.json = 1;
+            else if (strcmp(f, "--verify") == 0)
+                a.verify = 1;
+            else if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
+                usage(stdout);
+                return 0;
+            } else {
+                fprintf(stderr, "pdxfer-bench: unknown or incomplete option %s\n", f);
+                usage(stderr);
+                return 2;
+            }
+        }
+        i += takes;
+    }
+    if (strcmp(a.mem, "host") != 0 && strcmp(a.mem, "cuda") != 0) {
+        fprintf(stderr, "pdxfer-bench: --mem is host or cuda\n");
+        return 2;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (a.mode != NULL && strcmp(a.mode, "target") == 0)
+        return run_target(&a);
+    if (a.mode != NULL && strcmp(a.mode, "initiator") == 0) {
+        if (!have_block) {
+            fprintf(stderr, "pdxfer-bench: --block-size is required\n");
+            return 2;
+        }
+        return run_initiator(&a);
+    }
+    if (a.mode != NULL && strcmp(a.mode, "copytest") == 0)
+        return run_copytest(&a);
+    usage(stderr);
+    return 2;
+}
