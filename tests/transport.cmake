@@ -44,9 +44,11 @@ pdr_xfer_test(test_transport_big ${PDR_XFER_TEST_DIR}/integration/test_transport
 # The GPU paths on a CPU: the engine built from source against tests/unit/fake_cuda.c instead of cuda.c.
 add_executable(test_transport_staging ${PDR_XFER_TEST_DIR}/unit/test_transport_staging.c
                ${PDR_XFER_TEST_DIR}/unit/fake_cuda.c ${PROJECT_SOURCE_DIR}/transport/engine.c
-               ${PROJECT_SOURCE_DIR}/transport/tcp.c ${PROJECT_SOURCE_DIR}/transport/wire.c)
+               ${PROJECT_SOURCE_DIR}/transport/tcp.c ${PROJECT_SOURCE_DIR}/transport/wire.c
+               ${PROJECT_SOURCE_DIR}/transport/rdma.c ${PROJECT_SOURCE_DIR}/transport/rdma_wire.c
+               ${PROJECT_SOURCE_DIR}/transport/rdma_plan.c ${PROJECT_SOURCE_DIR}/transport/rdma_topo.c)
 target_include_directories(test_transport_staging PRIVATE ${PDR_XFER_TEST_DIR}/integration
                            ${PROJECT_SOURCE_DIR}/transport)
-target_link_libraries(test_transport_staging PRIVATE pdr_common Threads::Threads)
+target_link_libraries(test_transport_staging PRIVATE pdr_common Threads::Threads PkgConfig::IBVERBS)
 add_test(NAME test_transport_staging COMMAND test_transport_staging)
 set_tests_properties(test_transport_staging PROPERTIES TIMEOUT 120)

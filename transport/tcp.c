@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include "cuda.h"
 #include "err.h"
+#include "rdma.h"
 #include "transport_internal.h"
 #include "util.h"
 
@@ -2341,9 +2342,6 @@ static void tcp_after_turn(pdr_xfer_engine_t *eng, struct pdr__io *io)
     }
 }
 
-/* transport/rdma.c, when it is linked into the same binary (weak: absent means no RDMA device). */
-int pdr__rdma_device_count(void) __attribute__((weak));
-
 static void read_identity(struct pdr_xfer_hello *me)
 {
     memset(me, 0, sizeof(*me));
@@ -2358,7 +2356,7 @@ static void read_identity(struct pdr_xfer_hello *me)
         me->hostname[0] = '\0';
     me->hostname[sizeof(me->hostname) - 1] = '\0';
     /* PDR_XFER_CAP_CUDA is added per HELLO once CUDA memory was registered (queue_hello). */
-    me->caps = pdr__rdma_device_count != NULL && pdr__rdma_device_count() > 0 ? PDR_XFER_CAP_RDMA : 0;
+    me->caps = pdr__rdma_device_count() > 0 ? PDR_XFER_CAP_RDMA : 0;
 }
 
 static int tcp_init(pdr_xfer_engine_t *eng)

@@ -303,3 +303,12 @@ int pdr__cuda_copy_sync(void *dst, const void *src, size_t len)
     memcpy(dst, src, len);
     return 0;
 }
+
+/* No GPUDirect in the fake: the RDMA module (linked into the engine) asks only with a device. */
+int pdr__cuda_dmabuf_fd(const void *p, size_t len, int *fd)
+{
+    (void)p;
+    (void)len;
+    *fd = -1;
+    return PDR_ENOTSUP;
+}

@@ -1,7 +1,7 @@
 /*
- * Test-only stand-in for transport/cuda.c's GPUDirect entry point, linked into pdr_rdma by
- * tests/rdma.cmake only while transport/CMakeLists.txt does not build cuda.c. Answers PDR_ENOTSUP as
- * the real wrapper does without a driver. Any thread.
+ * Test-only stand-in for transport/cuda.c's GPUDirect entry point, for test_rdma_runtime, which runs
+ * rdma.c against a fake libibverbs and host memory only. Answers PDR_ENOTSUP as the real wrapper does
+ * without a driver. Any thread.
  */
 #include <stddef.h>
 
