@@ -52,3 +52,17 @@ target_include_directories(test_transport_staging PRIVATE ${PDR_XFER_TEST_DIR}/i
 target_link_libraries(test_transport_staging PRIVATE pdr_common Threads::Threads PkgConfig::IBVERBS)
 add_test(NAME test_transport_staging COMMAND test_transport_staging)
 set_tests_properties(test_transport_staging PROPERTIES TIMEOUT 120)
+
+# The RDMA data path on a CPU: the engine built from source against the fake libibverbs
+# (tests/unit/rdma_fake_verbs.c) and tests/unit/fake_cuda.c.
+add_executable(test_transport_rdma ${PDR_XFER_TEST_DIR}/unit/test_transport_rdma.c
+               ${PDR_XFER_TEST_DIR}/unit/rdma_fake_verbs.c ${PDR_XFER_TEST_DIR}/unit/fake_cuda.c
+               ${PROJECT_SOURCE_DIR}/transport/engine.c ${PROJECT_SOURCE_DIR}/transport/tcp.c
+               ${PROJECT_SOURCE_DIR}/transport/wire.c ${PROJECT_SOURCE_DIR}/transport/rdma.c
+               ${PROJECT_SOURCE_DIR}/transport/rdma_wire.c ${PROJECT_SOURCE_DIR}/transport/rdma_plan.c
+               ${PROJECT_SOURCE_DIR}/transport/rdma_topo.c)
+target_include_directories(test_transport_rdma PRIVATE ${PDR_XFER_TEST_DIR}/integration ${PDR_XFER_TEST_DIR}/unit
+                           ${PROJECT_SOURCE_DIR}/transport ${IBVERBS_INCLUDE_DIRS})
+target_link_libraries(test_transport_rdma PRIVATE pdr_common Threads::Threads)
+add_test(NAME test_transport_rdma COMMAND test_transport_rdma)
+set_tests_properties(test_transport_rdma PROPERTIES TIMEOUT 60)

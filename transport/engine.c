@@ -264,12 +264,6 @@ static int drain_commands(pdr_xfer_engine_t *eng)
             pdr__op_complete(eng, op, PDR_ETOOBIG, 0);
             continue;
         }
-        if (eng->backend_forced == PDR__BE_RDMA) {
-            /* Hook: the RDMA backend (transport/rdma*.c) is not integrated in this engine yet; "auto"
-             * stays on tcp/cuda_ipc, and forcing rdma fails the transfer. */
-            pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
-            continue;
-        }
         if (op->kind == PDR__OP_PUSH)
             eng->be->start_push(eng, op);
         else

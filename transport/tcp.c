@@ -91,6 +91,7 @@ struct pdr__sess {
     socklen_t addrlen;
     struct ipc_map *ipc; /* peer allocations opened by CUDA IPC, closed when the session dies */
     size_t nipc, cipc;
+    struct rdma_link *rdma; /* the session's RDMA endpoint, or NULL */
 };
 
 struct ipc_map {
@@ -158,6 +159,7 @@ struct tcp_state {
     struct pdr_xfer_hello me;
     struct pdr__op *ipc_pending;    /* pushes whose CUDA IPC copies are in flight (thread 0) */
     void *ipc_stream[IPC_MAX_DEVS]; /* thread 0's stream per source device, for IPC copies */
+    struct pdr_rdma_ctx *rdma_ctx;  /* opened by the first RDMA room, closed at shutdown */
 };
 
 static struct tcp_state *st(pdr_xfer_engine_t *eng)
@@ -881,11 +883,404 @@ static int ipc_poll(pdr_xfer_engine_t *eng)
     return pending;
 }
 
-/* Serves a FETCH (xid, total; ipc: its FETCH_IPC body or NULL) of op's room from the session of control
- * connection c. */
-static void push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__conn *c, uint64_t xid,
-                       uint64_t total, const uint8_t *ipc, size_t ipc_len)
+/* ---- RDMA (thread 0) ----
+ *
+ * With backend auto (or rdma) and PDR_XFER_CAP_RDMA in both HELLOs, a pull registers its destination
+ * and sends FETCH_RDMA (its endpoint, its memory with rkeys, a 32-bit tag). The prefill keeps one
+ * endpoint per session (struct rdma_link, nqp = PDR_RDMA_DEFAULT_NQP): when it has none, or the decode's
+ * endpoint bytes differ from those it connected to (the decode recreated its endpoint), it creates one,
+ * connects it to the decode's and answers RDMA_READY with its own; the decode connects its side and
+ * answers RDMA_GO; only then does the prefill post pdr__rdma_write_room (rooms that arrive meanwhile
+ * wait for the GO). The decode completes a room on its immediate (every byte is placed, by rdma.h's
+ * completion rule), without a completion frame; the prefill completes on write_room's done_cb(0).
+ * A failed room kills the session's endpoint on the side that saw it (its other rooms fail with
+ * PDR_EPEERGONE); the next room creates a new one. A room that ends without its bytes on the decode
+ * (error, cancel, deadline) destroys the decode's endpoint before deregistering its memory, and an
+ * unfinished push destroys the prefill's endpoint before its memory is released: no QP can touch a
+ * completed room's memory. The blocking verbs calls (open, ep_create, ep_connect, reg, dereg, destroy)
+ * run here on thread 0: a documented bounded cost (open and endpoints once per session; registrations
+ * once per room, proportional to its size).
+ */
+struct rdma_link {
+    pdr_xfer_engine_t *eng;
+    struct pdr__sess *sess;
+    struct pdr_rdma_ep *ep;
+    struct pdr_rdma_ep_info mine;
+    uint8_t peer_ep[PDR_RDMA_EP_MAX_BYTES]; /* prefill: the decode endpoint it connected to */
+    size_t peer_len;
+    int connected; /* decode: connected to the prefill's endpoint; prefill: RDMA_GO arrived */
+};
+
+struct rdma_room {
+    pdr_xfer_engine_t *eng;
+    struct pdr__op *op;
+    struct rdma_link *link; /* (L): cleared when the link dies */
+    struct pdr_rdma_mr **mrs;
+    size_t nmr;
+    struct pdr_rdma_seg *local, *remote;
+    uint32_t nlocal, nremote;
+    uint32_t tag;
+    int posted;  /* push: write_room accepted, done_cb pending until done */
+    int done;    /* push: done_cb ran (L) */
+    int status;  /* push: done_cb's status (L) */
+    int got;     /* pull: the immediate arrived (L) */
+    int wait_go; /* push: waiting for RDMA_GO */
+};
+
+static int rdma_ctx_get(pdr_xfer_engine_t *eng, int dev, struct pdr_rdma_ctx **ctx)
 {
+    struct tcp_state *ts = st(eng);
+    if (ts->rdma_ctx == NULL) {
+        char bus[32];
+        const char *gpu = NULL;
+        if (dev >= 0 && pdr__cuda_pci_bus_id(dev, bus, sizeof(bus)) == 0)
+            gpu = bus;
+        int err = 0;
+        ts->rdma_ctx = pdr__rdma_open(NULL, gpu, &err);
+        if (ts->rdma_ctx == NULL)
+            return err != 0 ? err : PDR_EIO;
+        pdr_info("transport: RDMA device %s opened", pdr__rdma_dev_name(ts->rdma_ctx));
+    }
+    *ctx = ts->rdma_ctx;
+    return 0;
+}
+
+/* The decode's immediate: room tag32 of this link is in memory (completion thread). */
+static void rdma_on_imm(void *arg, uint32_t tag32)
+{
+    struct rdma_link *l = arg;
+    pdr_xfer_engine_t *eng = l->eng;
+    pthread_mutex_lock(&eng->lock);
+    for (struct pdr__op *op = l->sess->ops; op != NULL; op = op->snext) {
+        struct rdma_room *r = op->rdma;
+        if (op->kind == PDR__OP_PULL && r != NULL && r->link == l && r->tag == tag32 && !r->got) {
+            r->got = 1;
+            op->got = op->total;
+            pdr__op_ready_locked(eng, op, PDR__READY_GOT);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&eng->lock);
+}
+
+/* The prefill's room finished (completion thread, or inside ep_destroy). */
+static void rdma_on_done(void *arg, int status)
+{
+    struct rdma_room *r = arg;
+    pdr_xfer_engine_t *eng = r->eng;
+    struct pdr__op *op = r->op;
+    pthread_mutex_lock(&eng->lock);
+    r->done = 1;
+    r->status = status;
+    if (status == 0) {
+        op->sent = op->total;
+        pdr__op_ready_locked(eng, op, PDR__READY_SENT);
+    } else {
+        op->fail_status = status == PDR_ECLOSED ? PDR_EPEERGONE : status;
+        pdr__op_ready_locked(eng, op, PDR__READY_FAIL);
+    }
+    pthread_mutex_unlock(&eng->lock);
+    pdr__op_unref(eng, op); /* write_room's reference */
+}
+
+/* Destroys s's endpoint (never from a module callback, eng->lock not held): its rooms not finished fail
+ * with PDR_EPEERGONE through the ready list; the caller's own room (if any) is completing already. */
+static void rdma_link_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s)
+{
+    struct rdma_link *l = s->rdma;
+    if (l == NULL)
+        return;
+    s->rdma = NULL;
+    pdr__rdma_ep_destroy(l->ep); /* push rooms posted on it get done_cb(PDR_ECLOSED) in here */
+    pthread_mutex_lock(&eng->lock);
+    for (struct pdr__op *op = s->ops; op != NULL; op = op->snext) {
+        struct rdma_room *r = op->rdma;
+        if (r == NULL || r->link != l)
+            continue;
+        r->link = NULL;
+        if (!r->got && !r->done && !__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
+            op->fail_status = PDR_EPEERGONE;
+            pdr__op_ready_locked(eng, op, PDR__READY_FAIL);
+        }
+    }
+    pthread_mutex_unlock(&eng->lock);
+    free(l);
+}
+
+static int rdma_link_new(pdr_xfer_engine_t *eng, struct pdr__sess *s, int dev, struct rdma_link **out)
+{
+    struct pdr_rdma_ctx *ctx;
+    int rc = rdma_ctx_get(eng, dev, &ctx);
+    if (rc != 0)
+        return rc;
+    struct rdma_link *l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return PDR_ENOMEM;
+    l->eng = eng;
+    l->sess = s;
+    rc = pdr__rdma_ep_create(ctx, PDR_RDMA_DEFAULT_NQP, &l->ep, &l->mine);
+    if (rc != 0) {
+        free(l);
+        return rc;
+    }
+    pdr__rdma_set_imm_cb(l->ep, rdma_on_imm, l);
+    s->rdma = l;
+    *out = l;
+    return 0;
+}
+
+/* Releases a room's registrations; its link must no longer be able to touch them. */
+static void rdma_room_free(struct rdma_room *r)
+{
+    for (size_t i = 0; i < r->nmr; i++)
+        pdr__rdma_dereg(r->mrs[i]);
+    free(r->mrs);
+    free(r->local);
+    free(r->remote);
+    free(r);
+}
+
+/* Registers op's non-empty segments into r->local (lkeys) and, for a pull, the rkeys into r->remote. */
+static int rdma_room_reg(pdr_xfer_engine_t *eng, struct pdr__op *op, struct rdma_room *r)
+{
+    struct pdr_rdma_ctx *ctx;
+    int rc = rdma_ctx_get(eng, op->dev, &ctx);
+    if (rc != 0)
+        return rc;
+    if (op->nseg > PDR_RDMA_MAX_SEGS)
+        return PDR_ETOOBIG;
+    r->mrs = calloc(op->nseg + 1, sizeof(*r->mrs));
+    r->local = calloc(op->nseg + 1, sizeof(*r->local));
+    if (r->mrs == NULL || r->local == NULL)
+        return PDR_ENOMEM;
+    if (op->dev >= 0 && (rc = io_bind(&eng->io[0], op->dev)) != 0)
+        return rc;
+    for (size_t i = 0; i < op->nseg; i++) {
+        if (op->segs[i].len == 0)
+            continue;
+        uint32_t lkey, rkey;
+        rc = pdr__rdma_reg(ctx, op->segs[i].addr, op->segs[i].len, op->dev >= 0, &r->mrs[r->nmr], &lkey,
+                           &rkey);
+        if (rc != 0)
+            return rc;
+        r->nmr++;
+        r->local[r->nlocal].addr = (uint64_t)(uintptr_t)op->segs[i].addr;
+        r->local[r->nlocal].len = op->segs[i].len;
+        r->local[r->nlocal].key = op->kind == PDR__OP_PULL ? rkey : lkey;
+        r->nlocal++;
+    }
+    return 0;
+}
+
+/* Decode: a FETCH_RDMA message for op on session s, or NULL (rc says why). */
+static struct ctl_msg *rdma_fetch_msg(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op,
+                                      int *rc)
+{
+    struct rdma_link *l = s->rdma;
+    if (l == NULL && (*rc = rdma_link_new(eng, s, op->dev, &l)) != 0)
+        return NULL;
+    struct rdma_room *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        *rc = PDR_ENOMEM;
+        return NULL;
+    }
+    r->eng = eng;
+    r->op = op;
+    r->tag = (uint32_t)op->xid;
+    if ((*rc = rdma_room_reg(eng, op, r)) != 0) {
+        rdma_room_free(r);
+        return NULL;
+    }
+    uint8_t ep[PDR_RDMA_EP_MAX_BYTES];
+    size_t eplen = pdr__rdma_pack_ep(&l->mine, ep, sizeof(ep));
+    size_t memcap = pdr__rdma_mem_wire_size(r->nlocal);
+    uint8_t *mem = malloc(memcap);
+    size_t memlen = mem != NULL ? pdr__rdma_pack_mem(r->local, r->nlocal, mem, memcap) : 0;
+    size_t len = pdr__xfer_fetch_rdma_size((uint32_t)op->nseg, eplen, memlen);
+    struct ctl_msg *m = calloc(1, sizeof(*m));
+    uint8_t *buf = malloc(len);
+    if (eplen == 0 || memlen == 0 || m == NULL || buf == NULL) {
+        free(mem);
+        free(m);
+        free(buf);
+        rdma_room_free(r);
+        *rc = PDR_ENOMEM;
+        return NULL;
+    }
+    m->data = buf;
+    m->len = pdr__xfer_fetch_rdma_encode(buf, len, op->room, op->xid, op->total, op->timeout_ms,
+                                         &op->segs[0].len, sizeof(pdr_xfer_seg_t), (uint32_t)op->nseg, r->tag,
+                                         ep, eplen, mem, memlen);
+    free(mem);
+    r->link = l;
+    op->rdma = r;
+    return m;
+}
+
+/* Prefill: posts a room whose link is connected. */
+static void rdma_post(pdr_xfer_engine_t *eng, struct pdr__op *op)
+{
+    struct rdma_room *r = op->rdma;
+    pthread_mutex_lock(&eng->lock);
+    op->refs++; /* dropped by rdma_on_done */
+    pthread_mutex_unlock(&eng->lock);
+    r->wait_go = 0;
+    r->posted = 1;
+    int rc = pdr__rdma_write_room(r->link->ep, r->tag, r->local, r->nlocal, r->remote, r->nremote,
+                                  rdma_on_done, r);
+    if (rc != 0) {
+        r->posted = 0;
+        pdr__op_unref(eng, op);
+        pdr_warn("transport: rdma write of room %llu failed (%s)", (unsigned long long)op->room,
+                 pdr_strerror(rc));
+        pdr__op_complete(eng, op, rc, rc);
+    }
+}
+
+/* Prefill: serves op (matched with a FETCH_RDMA body) by RDMA. 0, or a PDR_E* code (nothing started). */
+static int rdma_push_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s,
+                           const uint8_t *body, size_t len)
+{
+    struct pdr_xfer_fetch_desc fd;
+    struct pdr_xfer_rdma_desc rd;
+    struct pdr_rdma_ep_info peer;
+    if (pdr__xfer_fetch_rdma_decode(body, len, &fd, &rd) != 0 ||
+        pdr__rdma_unpack_ep(rd.ep, rd.eplen, &peer) != 0)
+        return PDR_EPROTO;
+    struct rdma_room *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return PDR_ENOMEM;
+    r->eng = eng;
+    r->op = op;
+    r->tag = rd.tag;
+    r->remote = calloc(rd.nseg, sizeof(*r->remote));
+    uint64_t total;
+    int rc = r->remote == NULL ? PDR_ENOMEM : 0;
+    if (rc == 0)
+        rc = pdr__rdma_unpack_mem(rd.mem, rd.memlen, r->remote, rd.nseg, &r->nremote, &total);
+    if (rc == 0)
+        rc = rdma_room_reg(eng, op, r);
+    if (rc != 0) {
+        rdma_room_free(r);
+        return rc;
+    }
+    struct rdma_link *l = s->rdma;
+    if (l != NULL && (l->peer_len != rd.eplen || memcmp(l->peer_ep, rd.ep, rd.eplen) != 0))
+        rdma_link_kill(eng, s); /* the decode has a new endpoint: its old one is gone */
+    l = s->rdma;
+    if (l == NULL) {
+        rc = rdma_link_new(eng, s, op->dev, &l);
+        if (rc == 0 && (rc = pdr__rdma_ep_connect(l->ep, &peer)) != 0)
+            rdma_link_kill(eng, s);
+        if (rc != 0) {
+            rdma_room_free(r);
+            return rc;
+        }
+        memcpy(l->peer_ep, rd.ep, rd.eplen);
+        l->peer_len = rd.eplen;
+        uint8_t ep[PDR_RDMA_EP_MAX_BYTES];
+        size_t eplen = pdr__rdma_pack_ep(&l->mine, ep, sizeof(ep));
+        size_t flen = PDR_XFER_HDR_LEN + PDR_XFER_RDMA_READY_FIXED + eplen;
+        struct ctl_msg *m = calloc(1, sizeof(*m));
+        uint8_t *buf = malloc(flen);
+        if (m == NULL || buf == NULL || eplen == 0) {
+            free(m);
+            free(buf);
+            rdma_link_kill(eng, s);
+            rdma_room_free(r);
+            return PDR_ENOMEM;
+        }
+        m->data = buf;
+        m->len = pdr__xfer_rdma_ready_encode(buf, flen, op->room, fd.xid, peer.qpn[0], ep, eplen);
+        cq_append(eng, s->ctl, m);
+    }
+    r->link = l;
+    op->rdma = r;
+    op->backend = "rdma";
+    if (l->connected)
+        rdma_post(eng, op);
+    else
+        r->wait_go = 1;
+    return 0;
+}
+
+/* Decode: the prefill's endpoint for ours. */
+static int rdma_on_ready(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, const uint8_t *body,
+                         size_t len)
+{
+    uint64_t xid;
+    uint32_t qpn0;
+    const uint8_t *epb;
+    size_t eplen;
+    struct pdr_rdma_ep_info peer;
+    struct pdr__sess *s = c->sess;
+    if (!c->outbound || s == NULL || pdr__xfer_rdma_ready_decode(body, len, &xid, &qpn0, &epb, &eplen) != 0 ||
+        pdr__rdma_unpack_ep(epb, eplen, &peer) != 0) {
+        conn_fail(eng, c, PDR_EPROTO);
+        return -1;
+    }
+    struct rdma_link *l = s->rdma;
+    if (l == NULL || l->connected || l->mine.qpn[0] != qpn0)
+        return 0; /* for an endpoint we already dropped */
+    int rc = pdr__rdma_ep_connect(l->ep, &peer);
+    if (rc != 0) {
+        pdr_warn("transport: rdma connect to %s failed (%s)", s->peer, pdr_strerror(rc));
+        rdma_link_kill(eng, s);
+        return 0;
+    }
+    l->connected = 1;
+    return queue_ctl(eng, c, PDR_XF_RDMA_GO, room, xid, 0, 0);
+}
+
+/* Prefill: the decode connected its side: post every room that waited. */
+static void rdma_on_go(pdr_xfer_engine_t *eng, struct pdr__sess *s)
+{
+    struct rdma_link *l = s->rdma;
+    if (l == NULL || l->connected)
+        return;
+    l->connected = 1;
+    for (;;) {
+        struct pdr__op *op;
+        pthread_mutex_lock(&eng->lock);
+        for (op = s->ops; op != NULL; op = op->snext) {
+            struct rdma_room *r = op->rdma;
+            if (op->kind == PDR__OP_PUSH && r != NULL && r->wait_go && r->link == l)
+                break;
+        }
+        pthread_mutex_unlock(&eng->lock);
+        if (op == NULL)
+            return;
+        rdma_post(eng, op);
+        if (s->rdma != l)
+            return;
+    }
+}
+
+/* From tcp_abort: releases op's RDMA state, first destroying the endpoint if it may still touch it. */
+static void rdma_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s)
+{
+    struct rdma_room *r = op->rdma;
+    if (r == NULL)
+        return;
+    pthread_mutex_lock(&eng->lock);
+    struct rdma_link *l = r->link;
+    int safe = op->kind == PDR__OP_PULL ? r->got || op->done_seen : !r->posted || (r->done && r->status == 0);
+    int dead_ep = op->kind == PDR__OP_PUSH && r->done && r->status != 0;
+    pthread_mutex_unlock(&eng->lock);
+    if (l != NULL && s != NULL && s->rdma == l && (!safe || dead_ep))
+        rdma_link_kill(eng, s);
+    op->rdma = NULL;
+    rdma_room_free(r);
+}
+
+/* Serves a FETCH (xid, total; ipc: its FETCH_IPC or FETCH_RDMA body, per ext_type, or NULL) of op's
+ * room from the session of control connection c. */
+static void push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__conn *c, uint64_t xid,
+                       uint64_t total, const uint8_t *ipc, size_t ipc_len, int ext_type)
+{
+    const uint8_t *rdma_body = ext_type == PDR_XF_FETCH_RDMA ? ipc : NULL;
+    if (rdma_body != NULL)
+        ipc = NULL;
     if (total != op->total) {
         if (queue_ctl(eng, c, PDR_XF_ERROR, op->room, xid, 0, PDR_ESIZE) != 0)
             return;
@@ -900,6 +1295,23 @@ static void push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__c
     if (eng->backend_forced == PDR__BE_CUDA_IPC && !want_ipc) {
         pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
         return;
+    }
+    int want_rdma = rdma_body != NULL && op->total > 0 && (st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
+                    (eng->backend_forced == PDR__BE_AUTO || eng->backend_forced == PDR__BE_RDMA);
+    if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 && !want_rdma) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
+        return;
+    }
+    if (want_rdma) {
+        int rc = rdma_push_start(eng, op, c->sess, rdma_body, ipc_len);
+        if (rc == 0)
+            return;
+        if (eng->backend_forced == PDR__BE_RDMA) {
+            pdr__op_complete(eng, op, rc, rc);
+            return;
+        }
+        pdr_warn("transport: room %llu falls back from rdma to tcp (%s)", (unsigned long long)op->room,
+                 pdr_strerror(rc));
     }
     if (want_ipc && op->total > 0) {
         int rc = ipc_start(eng, op, c->sess, ipc, ipc_len);
@@ -974,6 +1386,10 @@ static void drop_parked_all(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 
 static void tcp_start_push(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
+    if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 && !(st(eng)->me.caps & PDR_XFER_CAP_RDMA)) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, 0); /* no RDMA device here */
+        return;
+    }
     struct pdr__parked *p = pdr__parked_find(eng, op->room);
     if (p != NULL && p->tomb_code != 0) {
         int code = p->tomb_push ? 0 : p->tomb_code;
@@ -989,7 +1405,7 @@ static void tcp_start_push(pdr_xfer_engine_t *eng, struct pdr__op *op)
     struct pdr__conn *c = p->conn;
     parked_unlink(c, p);
     pdr__parked_remove(eng, p);
-    push_match(eng, op, c, p->xid, p->total, p->ipc, p->ipc_len);
+    push_match(eng, op, c, p->xid, p->total, p->ipc, p->ipc_len, p->ext_type);
     free(p);
 }
 
@@ -1148,24 +1564,21 @@ static struct ctl_msg *fetch_ipc_msg(pdr_xfer_engine_t *eng, struct pdr__op *op)
     return m;
 }
 
-static void tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op)
+/* Sends op's FETCH (or FETCH_IPC, or FETCH_RDMA) on session s, to which it is bound. */
+static void pull_send(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op)
 {
-    struct pdr__sess *s = st(eng)->sessions;
-    while (s != NULL && !(s->outbound && !s->dead && s->ctl != NULL && strcmp(s->peer, op->peer) == 0))
-        s = s->next;
-    if (s == NULL) {
-        int err = 0;
-        s = sess_open(eng, op, &err);
-        if (s == NULL) {
-            pdr__op_complete(eng, op, err, 0);
-            return;
-        }
-    }
     /* Device memory on a peer that may share this host (its HELLO not seen yet, or the same boot id and
      * host name): offer CUDA IPC handles; the prefill decides. */
-    int ipc = op->dev >= 0 && eng->backend_forced != PDR__BE_TCP &&
+    int ipc = op->dev >= 0 && eng->backend_forced != PDR__BE_TCP && eng->backend_forced != PDR__BE_RDMA &&
               (s->peer_hello.hostname[0] == '\0' || same_host(eng, s));
     if (eng->backend_forced == PDR__BE_CUDA_IPC && !ipc) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
+        return;
+    }
+    int rdma = op->total > 0 && (st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
+               (s->peer_hello.caps & PDR_XFER_CAP_RDMA) &&
+               (eng->backend_forced == PDR__BE_AUTO || eng->backend_forced == PDR__BE_RDMA);
+    if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 && !rdma) {
         pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
         return;
     }
@@ -1176,7 +1589,18 @@ static void tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op)
     }
     if (m != NULL) {
         op->ipc_offered = 1;
-    } else {
+    } else if (rdma) {
+        int rc = 0;
+        m = rdma_fetch_msg(eng, s, op, &rc);
+        if (m == NULL && eng->backend_forced == PDR__BE_RDMA) {
+            pdr__op_complete(eng, op, rc, 0);
+            return;
+        }
+        if (m == NULL)
+            pdr_warn("transport: room %llu falls back from rdma to tcp (%s)", (unsigned long long)op->room,
+                     pdr_strerror(rc));
+    }
+    if (m == NULL) {
         size_t len = pdr__xfer_fetch_size((uint32_t)op->nseg);
         m = calloc(1, sizeof(*m));
         uint8_t *buf = malloc(len);
@@ -1191,12 +1615,57 @@ static void tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op)
                                         op->nseg > 0 ? &op->segs[0].len : NULL, sizeof(pdr_xfer_seg_t),
                                         (uint32_t)op->nseg);
     }
-    sess_bind(eng, s, op);
     cq_append(eng, s->ctl, m);
+}
+
+/* The outbound session's HELLO arrived: send the FETCHes that waited for it (its RDMA capability). */
+static void pull_flush_hello(pdr_xfer_engine_t *eng, struct pdr__sess *s)
+{
+    for (;;) {
+        struct pdr__op *op;
+        pthread_mutex_lock(&eng->lock);
+        for (op = s->ops; op != NULL && !op->wait_hello; op = op->snext)
+            ;
+        if (op != NULL)
+            op->wait_hello = 0;
+        pthread_mutex_unlock(&eng->lock);
+        if (op == NULL)
+            return;
+        pull_send(eng, s, op);
+    }
+}
+
+static void tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op)
+{
+    int may_rdma = op->total > 0 && (st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
+                   (eng->backend_forced == PDR__BE_AUTO || eng->backend_forced == PDR__BE_RDMA);
+    if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 && !may_rdma) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, 0); /* no RDMA device here */
+        return;
+    }
+    struct pdr__sess *s = st(eng)->sessions;
+    while (s != NULL && !(s->outbound && !s->dead && s->ctl != NULL && strcmp(s->peer, op->peer) == 0))
+        s = s->next;
+    if (s == NULL) {
+        int err = 0;
+        s = sess_open(eng, op, &err);
+        if (s == NULL) {
+            pdr__op_complete(eng, op, err, 0);
+            return;
+        }
+    }
+    sess_bind(eng, s, op);
+    if (may_rdma && s->peer_hello.hostname[0] == '\0' &&
+        !(op->dev >= 0 && eng->backend_forced == PDR__BE_AUTO)) {
+        op->wait_hello = 1; /* RDMA needs the peer's capability: its HELLO comes within one round trip */
+        return;
+    }
+    pull_send(eng, s, op);
 }
 
 static void tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code)
 {
+    rdma_abort(eng, op, op->sess);
     if (op->ipc_ev != NULL) {
         io_bind(&eng->io[0], op->dev);
         pdr__cuda_event_sync(op->ipc_ev); /* the copies read this room's memory */
@@ -1258,6 +1727,7 @@ static void sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status)
     if (s->ctl != NULL)
         conn_fail(eng, s->ctl, status);
     ipc_map_close(&eng->io[0], s);
+    rdma_link_kill(eng, s);
     rescan_all(eng);    /* the other threads close their connections of s */
     sess_unref(eng, s); /* the list's reference */
 }
@@ -1307,6 +1777,7 @@ static int on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *
         s->peer_hello = h;
         if (!s->hello_done)
             sess_open_data(eng, s);
+        pull_flush_hello(eng, s);
         return 0;
     }
     if (c->sess != NULL) {
@@ -1346,12 +1817,16 @@ static int on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *
 }
 
 static int on_fetch(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, const uint8_t *body,
-                    size_t len, int is_ipc)
+                    size_t len, int ext_type)
 {
     struct pdr_xfer_fetch_desc d;
     struct pdr_xfer_ipc_desc ipc;
-    if ((is_ipc ? pdr__xfer_fetch_ipc_decode(body, len, &d, &ipc) : pdr__xfer_fetch_decode(body, len, &d)) !=
-        0) {
+    struct pdr_xfer_rdma_desc rd;
+    int is_ipc = ext_type != PDR_XF_FETCH;
+    int bad = ext_type == PDR_XF_FETCH_IPC    ? pdr__xfer_fetch_ipc_decode(body, len, &d, &ipc)
+              : ext_type == PDR_XF_FETCH_RDMA ? pdr__xfer_fetch_rdma_decode(body, len, &d, &rd)
+                                              : pdr__xfer_fetch_decode(body, len, &d);
+    if (bad != 0) {
         conn_fail(eng, c, PDR_EPROTO);
         return -1;
     }
@@ -1359,7 +1834,7 @@ static int on_fetch(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, 
     struct pdr__op *op = pdr__room_find(eng, room, PDR__OP_PUSH);
     pthread_mutex_unlock(&eng->lock);
     if (op != NULL && op->state == PDR__OP_WAITING) {
-        push_match(eng, op, c, d.xid, d.total, is_ipc ? body : NULL, len);
+        push_match(eng, op, c, d.xid, d.total, is_ipc ? body : NULL, len, ext_type);
         return c->dead ? -1 : 0;
     }
     struct pdr__parked *t = pdr__parked_find(eng, room);
@@ -1381,6 +1856,7 @@ static int on_fetch(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, 
     if (p == NULL)
         return queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_ENOMEM);
     if (is_ipc) {
+        p->ext_type = ext_type;
         p->ipc = (uint8_t *)(p + 1);
         p->ipc_len = len;
         memcpy(p->ipc, body, len);
@@ -1450,8 +1926,10 @@ static int on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_
     }
     if (!c->outbound && sess_implicit(eng, c) != 0)
         return -1;
-    if (h->type == PDR_XF_FETCH || h->type == PDR_XF_FETCH_IPC)
-        return on_fetch(eng, c, h->room, body, (size_t)h->len, h->type == PDR_XF_FETCH_IPC);
+    if (h->type == PDR_XF_FETCH || h->type == PDR_XF_FETCH_IPC || h->type == PDR_XF_FETCH_RDMA)
+        return on_fetch(eng, c, h->room, body, (size_t)h->len, h->type);
+    if (h->type == PDR_XF_RDMA_READY)
+        return rdma_on_ready(eng, c, h->room, body, (size_t)h->len);
     struct pdr_xfer_ctl m;
     if (pdr__xfer_ctl_decode(h->type, body, (size_t)h->len, &m) != 0) {
         conn_fail(eng, c, PDR_EPROTO);
@@ -1475,6 +1953,13 @@ static int on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_
         op->done_seen = 1;
         op->state = PDR__OP_ACTIVE;
         return pull_maybe_done(eng, op);
+    case PDR_XF_RDMA_GO:
+        if (c->outbound || c->sess == NULL) {
+            conn_fail(eng, c, PDR_EPROTO);
+            return -1;
+        }
+        rdma_on_go(eng, c->sess);
+        return 0;
     case PDR_XF_IPC_DONE:
         op = find_op(eng, c, PDR__OP_PULL, h->room, m.xid);
         if (op == NULL)
@@ -2317,6 +2802,11 @@ static void tcp_ready(pdr_xfer_engine_t *eng, struct pdr__op *op, int what)
     struct pdr__sess *s = op->sess;
     if (s == NULL)
         return;
+    if (op->rdma != NULL && (what & (PDR__READY_SENT | PDR__READY_GOT))) {
+        op->backend = "rdma"; /* the decode's bytes were placed (its immediate, or the prefill's done_cb) */
+        pdr__op_complete(eng, op, 0, 0);
+        return;
+    }
     if ((what & PDR__READY_SENT) && op->kind == PDR__OP_PUSH && op->state == PDR__OP_ACTIVE) {
         op->state = PDR__OP_DRAINED;
         queue_ctl(eng, s->ctl, PDR_XF_DONE, op->room, op->xid, op->total, 0);
@@ -2444,8 +2934,12 @@ static void tcp_shutdown(pdr_xfer_engine_t *eng)
         struct pdr__sess *x = s->sessions;
         s->sessions = x->next;
         ipc_map_close(NULL, x);
+        rdma_link_kill(eng, x);
         sess_unref(eng, x);
     }
+    if (s->rdma_ctx != NULL)
+        pdr__rdma_close(s->rdma_ctx);
+    s->rdma_ctx = NULL;
     for (int d = 0; d < IPC_MAX_DEVS; d++) {
         if (s->ipc_stream[d] != NULL && pdr__cuda_bind(d) == 0) {
             pdr__cuda_stream_sync(s->ipc_stream[d]);

@@ -98,6 +98,8 @@ struct pdr__op {
     void *ipc_ev;        /* push by CUDA IPC: the event of its copies (thread 0) */
     int ipc_offered;     /* pull: FETCH_IPC was sent (thread 0) */
     struct pdr__op *ipc_next;
+    int wait_hello; /* pull: its FETCH waits for the peer's HELLO (RDMA capability) (L) */
+    void *rdma;     /* the room's RDMA state (tcp.c's struct rdma_room), or NULL (thread 0; fields (L)) */
     /* pull only */
     struct sockaddr_storage addr;
     socklen_t addrlen;
@@ -117,8 +119,9 @@ struct pdr__parked {
     struct pdr__conn *conn;
     int tomb_code;
     int tomb_push;
-    uint8_t *ipc; /* FETCH_IPC body (allocated with the struct), or NULL */
+    uint8_t *ipc; /* FETCH_IPC or FETCH_RDMA body (allocated with the struct), or NULL */
     size_t ipc_len;
+    int ext_type; /* PDR_XF_FETCH_IPC or PDR_XF_FETCH_RDMA when ipc != NULL */
 };
 
 struct pdr__cancel {

@@ -5,6 +5,7 @@
 #include <string.h>
 #include "err.h"
 #include "wire.h"
+#include "rdma.h"
 
 void pdr__xfer_hdr_encode(uint8_t out[PDR_XFER_HDR_LEN], uint8_t type, uint64_t room, uint64_t len)
 {
@@ -40,7 +41,19 @@ int pdr__xfer_hdr_decode(const uint8_t in[PDR_XFER_HDR_LEN], struct pdr_xfer_hdr
                    : PDR_EPROTO;
     case PDR_XF_WAIT:
     case PDR_XF_CANCEL:
+    case PDR_XF_RDMA_GO:
         return len == 8 ? 0 : PDR_EPROTO;
+    case PDR_XF_FETCH_RDMA:
+        return len >= PDR_XFER_FETCH_FIXED + PDR_XFER_RDMA_EXT &&
+                       len <= PDR_XFER_FETCH_FIXED + PDR_XFER_RDMA_EXT + PDR_RDMA_EP_MAX_BYTES +
+                                  PDR_RDMA_MEM_FIXED +
+                                  (uint64_t)PDR_RDMA_MAX_SEGS * (8 + PDR_RDMA_MEM_PER_SEG)
+                   ? 0
+                   : PDR_EPROTO;
+    case PDR_XF_RDMA_READY:
+        return len > PDR_XFER_RDMA_READY_FIXED && len <= PDR_XFER_RDMA_READY_FIXED + PDR_RDMA_EP_MAX_BYTES
+                   ? 0
+                   : PDR_EPROTO;
     case PDR_XF_DONE:
     case PDR_XF_IPC_DONE:
     case PDR_XF_ACK:
@@ -154,6 +167,7 @@ size_t pdr__xfer_ctl_encode(uint8_t *out, uint8_t type, uint64_t room, uint64_t 
     switch (type) {
     case PDR_XF_WAIT:
     case PDR_XF_CANCEL:
+    case PDR_XF_RDMA_GO:
         pdr__xfer_hdr_encode(out, type, room, 8);
         pdr__put_u64(p, xid);
         return PDR_XFER_HDR_LEN + 8;
@@ -182,6 +196,7 @@ int pdr__xfer_ctl_decode(uint8_t type, const uint8_t *body, size_t len, struct p
     switch (type) {
     case PDR_XF_WAIT:
     case PDR_XF_CANCEL:
+    case PDR_XF_RDMA_GO:
         if (len != 8)
             return PDR_EPROTO;
         out->xid = pdr__get_u64(body);
@@ -278,5 +293,93 @@ int pdr__xfer_fetch_ipc_decode(const uint8_t *body, size_t len, struct pdr_xfer_
         if (pdr__get_u32(e) >= nh || pdr__get_u32(e + 4) != 0)
             return PDR_EPROTO;
     }
+    return 0;
+}
+
+size_t pdr__xfer_fetch_rdma_size(uint32_t nseg, size_t eplen, size_t memlen)
+{
+    return pdr__xfer_fetch_size(nseg) + PDR_XFER_RDMA_EXT + eplen + memlen;
+}
+
+size_t pdr__xfer_fetch_rdma_encode(uint8_t *out, size_t cap, uint64_t room, uint64_t xid, uint64_t total,
+                                   uint32_t timeout_ms, const uint64_t *seglens, size_t stride, uint32_t nseg,
+                                   uint32_t tag, const uint8_t *ep, size_t eplen, const uint8_t *mem,
+                                   size_t memlen)
+{
+    size_t flen = pdr__xfer_fetch_size(nseg);
+    size_t len = pdr__xfer_fetch_rdma_size(nseg, eplen, memlen);
+    if (cap < len || eplen > UINT32_MAX || memlen > UINT32_MAX ||
+        pdr__xfer_fetch_encode(out, cap, room, xid, total, timeout_ms, seglens, stride, nseg) != flen)
+        return 0;
+    pdr__xfer_hdr_encode(out, PDR_XF_FETCH_RDMA, room, len - PDR_XFER_HDR_LEN);
+    uint8_t *p = out + flen;
+    pdr__put_u32(p, tag);
+    pdr__put_u32(p + 4, (uint32_t)eplen);
+    pdr__put_u32(p + 8, (uint32_t)memlen);
+    pdr__put_u32(p + 12, 0);
+    memcpy(p + PDR_XFER_RDMA_EXT, ep, eplen);
+    memcpy(p + PDR_XFER_RDMA_EXT + eplen, mem, memlen);
+    return len;
+}
+
+int pdr__xfer_fetch_rdma_decode(const uint8_t *body, size_t len, struct pdr_xfer_fetch_desc *fd,
+                                struct pdr_xfer_rdma_desc *rd)
+{
+    memset(rd, 0, sizeof(*rd));
+    if (len < PDR_XFER_FETCH_FIXED)
+        return PDR_EPROTO;
+    uint32_t nseg = pdr__get_u32(body + 20);
+    if (nseg > PDR_RDMA_MAX_SEGS)
+        return PDR_EPROTO;
+    size_t flen = PDR_XFER_FETCH_FIXED + (size_t)nseg * 8;
+    if (len < flen + PDR_XFER_RDMA_EXT || pdr__xfer_fetch_decode(body, flen, fd) != 0)
+        return PDR_EPROTO;
+    const uint8_t *p = body + flen;
+    size_t eplen = pdr__get_u32(p + 4), memlen = pdr__get_u32(p + 8);
+    if (pdr__get_u32(p + 12) != 0 || eplen > PDR_RDMA_EP_MAX_BYTES ||
+        len - flen - PDR_XFER_RDMA_EXT != eplen + memlen)
+        return PDR_EPROTO;
+    struct pdr_rdma_ep_info info;
+    uint64_t mtotal = 0;
+    uint32_t mseg = 0;
+    const uint8_t *ep = p + PDR_XFER_RDMA_EXT;
+    if (pdr__rdma_unpack_ep(ep, eplen, &info) != 0 ||
+        pdr__rdma_peek_mem(ep + eplen, memlen, &mseg, &mtotal) != 0 || mtotal != fd->total)
+        return PDR_EPROTO;
+    rd->tag = pdr__get_u32(p);
+    rd->ep = ep;
+    rd->eplen = eplen;
+    rd->mem = ep + eplen;
+    rd->memlen = memlen;
+    rd->nseg = mseg;
+    return 0;
+}
+
+size_t pdr__xfer_rdma_ready_encode(uint8_t *out, size_t cap, uint64_t room, uint64_t xid, uint32_t qpn0,
+                                   const uint8_t *ep, size_t eplen)
+{
+    size_t len = PDR_XFER_HDR_LEN + PDR_XFER_RDMA_READY_FIXED + eplen;
+    if (cap < len || eplen == 0 || eplen > PDR_RDMA_EP_MAX_BYTES)
+        return 0;
+    pdr__xfer_hdr_encode(out, PDR_XF_RDMA_READY, room, len - PDR_XFER_HDR_LEN);
+    uint8_t *p = out + PDR_XFER_HDR_LEN;
+    pdr__put_u64(p, xid);
+    pdr__put_u32(p + 8, qpn0);
+    pdr__put_u32(p + 12, 0);
+    memcpy(p + PDR_XFER_RDMA_READY_FIXED, ep, eplen);
+    return len;
+}
+
+int pdr__xfer_rdma_ready_decode(const uint8_t *body, size_t len, uint64_t *xid, uint32_t *qpn0,
+                                const uint8_t **ep, size_t *eplen)
+{
+    struct pdr_rdma_ep_info info;
+    if (len <= PDR_XFER_RDMA_READY_FIXED || pdr__get_u32(body + 12) != 0 ||
+        pdr__rdma_unpack_ep(body + PDR_XFER_RDMA_READY_FIXED, len - PDR_XFER_RDMA_READY_FIXED, &info) != 0)
+        return PDR_EPROTO;
+    *xid = pdr__get_u64(body);
+    *qpn0 = pdr__get_u32(body + 8);
+    *ep = body + PDR_XFER_RDMA_READY_FIXED;
+    *eplen = len - PDR_XFER_RDMA_READY_FIXED;
     return 0;
 }

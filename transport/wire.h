@@ -23,18 +23,21 @@
 
 enum pdr_xfer_frame_type {
     PDR_XF_FETCH = 1, /* decode → prefill: {xid u64, total u64, timeout_ms u32, nseg u32, seglen u64[nseg]} */
-    PDR_XF_WAIT = 2,       /* prefill → decode: {xid}; the room is not offered yet, the fetch is parked */
-    PDR_XF_DATA = 3,       /* prefill → decode: {xid, offset u64} + payload */
-    PDR_XF_DONE = 4,       /* prefill → decode: {xid, total}; every DATA of the room has been sent */
-    PDR_XF_ACK = 5,        /* decode → prefill: {xid, total}; every byte arrived */
-    PDR_XF_ERROR = 6,      /* either way: {xid, code i32, reserved u32}; the room failed with code */
-    PDR_XF_CANCEL = 7,     /* either way: {xid}; the room was canceled by the sender's user */
-    PDR_XF_PING = 8,       /* either way, room 0, no body */
-    PDR_XF_PONG = 9,       /* answer to PING */
-    PDR_XF_HELLO = 10,     /* either way, room 0, first frame of a connection: struct pdr_xfer_hello */
-    PDR_XF_FETCH_IPC = 11, /* decode → prefill: a FETCH body + its CUDA IPC table (below) */
-    PDR_XF_IPC_DONE = 12,  /* prefill → decode: {xid, total}; the bytes were copied by CUDA IPC */
-    PDR_XF__MAX = 12,
+    PDR_XF_WAIT = 2,        /* prefill → decode: {xid}; the room is not offered yet, the fetch is parked */
+    PDR_XF_DATA = 3,        /* prefill → decode: {xid, offset u64} + payload */
+    PDR_XF_DONE = 4,        /* prefill → decode: {xid, total}; every DATA of the room has been sent */
+    PDR_XF_ACK = 5,         /* decode → prefill: {xid, total}; every byte arrived */
+    PDR_XF_ERROR = 6,       /* either way: {xid, code i32, reserved u32}; the room failed with code */
+    PDR_XF_CANCEL = 7,      /* either way: {xid}; the room was canceled by the sender's user */
+    PDR_XF_PING = 8,        /* either way, room 0, no body */
+    PDR_XF_PONG = 9,        /* answer to PING */
+    PDR_XF_HELLO = 10,      /* either way, room 0, first frame of a connection: struct pdr_xfer_hello */
+    PDR_XF_FETCH_IPC = 11,  /* decode → prefill: a FETCH body + its CUDA IPC table (below) */
+    PDR_XF_IPC_DONE = 12,   /* prefill → decode: {xid, total}; the bytes were copied by CUDA IPC */
+    PDR_XF_FETCH_RDMA = 13, /* decode → prefill: a FETCH body + its RDMA endpoint and memory (below) */
+    PDR_XF_RDMA_READY = 14, /* prefill → decode: {xid, decode qpn0 u32, reserved u32} + its endpoint */
+    PDR_XF_RDMA_GO = 15,    /* decode → prefill: {xid}; the decode's QPs are connected, write away */
+    PDR_XF__MAX = 15,
 };
 
 /* FETCH_IPC body: the FETCH body (PDR_XFER_FETCH_FIXED + 8 × nseg), then {nhandles u32, reserved u32},
@@ -89,6 +92,23 @@ struct pdr_xfer_fetch_desc {
     uint32_t timeout_ms;
     uint32_t nseg;
     const uint8_t *seglens; /* nseg little-endian u64, pointing into the decoded body */
+};
+
+/* FETCH_RDMA body: the FETCH body, then {tag u32, eplen u32, memlen u32, reserved u32}, then eplen bytes
+ * of pdr__rdma_pack_ep (the decode's endpoint) and memlen bytes of pdr__rdma_pack_mem (the destination
+ * segments with rkeys; their total equals the FETCH total). tag: the low 32 bits the prefill's final
+ * WRITE_WITH_IMM carries. RDMA_READY body: {xid u64, qpn0 u32, reserved u32} + the prefill's packed
+ * endpoint, sent when the prefill (re)connected its endpoint to the decode endpoint whose first QP is
+ * qpn0. docs/internals/transport.md has the handshake. */
+#define PDR_XFER_RDMA_EXT 16
+#define PDR_XFER_RDMA_READY_FIXED 16
+struct pdr_xfer_rdma_desc {
+    uint32_t tag;
+    const uint8_t *ep; /* pointing into the decoded body */
+    size_t eplen;
+    const uint8_t *mem;
+    size_t memlen;
+    uint32_t nseg; /* of the memory descriptor */
 };
 
 /* A decoded WAIT, DONE, ACK, ERROR or CANCEL body. */
@@ -185,6 +205,25 @@ size_t pdr__xfer_hello_encode(uint8_t out[PDR_XFER_HDR_LEN + PDR_XFER_HELLO_LEN]
                               const struct pdr_xfer_hello *h);
 /* Decodes a HELLO body: index < nconns <= PDR_XFER_HELLO_MAX_CONNS, unknown caps bits and reserved
  * bytes zero, both strings NUL-terminated. Returns 0 or PDR_EPROTO. */
+/* The encoded size of a FETCH_RDMA frame. */
+size_t pdr__xfer_fetch_rdma_size(uint32_t nseg, size_t eplen, size_t memlen);
+/* Encodes a whole FETCH_RDMA frame (seglens as pdr__xfer_fetch_encode). Returns its length or 0. */
+size_t pdr__xfer_fetch_rdma_encode(uint8_t *out, size_t cap, uint64_t room, uint64_t xid, uint64_t total,
+                                   uint32_t timeout_ms, const uint64_t *seglens, size_t stride, uint32_t nseg,
+                                   uint32_t tag, const uint8_t *ep, size_t eplen, const uint8_t *mem,
+                                   size_t memlen);
+/* Decodes a FETCH_RDMA body: the FETCH part as pdr__xfer_fetch_decode, the reserved field zero, the
+ * lengths exact, the endpoint valid (pdr__rdma_unpack_ep) and the memory header valid with the same
+ * total (pdr__rdma_peek_mem). 0 or PDR_EPROTO. */
+int pdr__xfer_fetch_rdma_decode(const uint8_t *body, size_t len, struct pdr_xfer_fetch_desc *fd,
+                                struct pdr_xfer_rdma_desc *rd);
+/* Encodes a whole RDMA_READY frame. Returns its length or 0. */
+size_t pdr__xfer_rdma_ready_encode(uint8_t *out, size_t cap, uint64_t room, uint64_t xid, uint32_t qpn0,
+                                   const uint8_t *ep, size_t eplen);
+/* Decodes an RDMA_READY body (reserved zero, endpoint valid). 0 or PDR_EPROTO. */
+int pdr__xfer_rdma_ready_decode(const uint8_t *body, size_t len, uint64_t *xid, uint32_t *qpn0,
+                                const uint8_t **ep, size_t *eplen);
+
 int pdr__xfer_hello_decode(const uint8_t *body, size_t len, struct pdr_xfer_hello *out);
 /* Same host: equal, non-empty boot ids and host names. */
 int pdr__xfer_hello_same_host(const struct pdr_xfer_hello *a, const struct pdr_xfer_hello *b);

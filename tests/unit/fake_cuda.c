@@ -312,3 +312,11 @@ int pdr__cuda_dmabuf_fd(const void *p, size_t len, int *fd)
     *fd = -1;
     return PDR_ENOTSUP;
 }
+
+int pdr__cuda_pci_bus_id(int ordinal, char *buf, size_t len)
+{
+    (void)ordinal;
+    (void)buf;
+    (void)len;
+    return PDR_ENOTSUP; /* no PCI topology in the fake: the RDMA NIC is picked by name */
+}

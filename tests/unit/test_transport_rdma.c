@@ -1,0 +1,137 @@
+/*
+ * The RDMA data path of the engine on a CPU: engine.c, tcp.c and wire.c built against the fake
+ * libibverbs (tests/unit/rdma_fake_verbs.c: one fake device, RC loopback inside this process) and
+ * tests/unit/fake_cuda.c. Two engines over loopback TCP with backend auto: the room's bytes arrive
+ * (several segments of odd sizes on both sides) and both info callbacks say "rdma"; a second room
+ * reuses the session's endpoint (no new QPs); an injected retry-exceeded completion fails that room with
+ * PDR_EPEERGONE on both sides and the next room succeeds on a new endpoint; cancel on either side; a
+ * deadline with a stalled peer. Nothing here runs on real RDMA hardware.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "rdma_fake_verbs.h"
+#include "transport.h"
+#include "test_shim_util.h"
+
+struct info_done {
+    struct done d;
+    char backend[16];
+};
+
+static void info_cb(void *arg, uint64_t room, const pdr_xfer_info_t *info)
+{
+    struct info_done *x = arg;
+    snprintf(x->backend, sizeof(x->backend), "%s", info->backend);
+    done_cb(&x->d, room, info->status, info->bytes);
+}
+
+#define LEN 300007
+
+/* One room, src cut in 3 odd pieces, dst in 2; returns both statuses. */
+static void room(pdr_xfer_engine_t *pre, pdr_xfer_engine_t *dec, int port, uint64_t r, uint8_t *src,
+                 uint8_t *dst, int *ps, int *ds, char *pb, char *db)
+{
+    fill(src, LEN, r, 0);
+    memset(dst, 0, LEN);
+    pdr_xfer_seg_t ss[3] = {{src, 1}, {src + 1, 77777}, {src + 77778, LEN - 77778}};
+    pdr_xfer_seg_t dd[2] = {{dst, 12345}, {dst + 12345, LEN - 12345}};
+    struct info_done a, b;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    done_init(&a.d);
+    done_init(&b.d);
+    CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, r, dd, 2, 10000, info_cb, &b), 0);
+    CHECK_EQ_ERR(pdr_xfer_push_ex(pre, r, ss, 3, 10000, info_cb, &a), 0);
+    CHECK(done_wait(&a.d, 1, 20000) == 1 && done_wait(&b.d, 1, 20000) == 1);
+    *ps = a.d.status;
+    *ds = b.d.status;
+    snprintf(pb, 16, "%s", a.backend);
+    snprintf(db, 16, "%s", b.backend);
+    done_fini(&a.d);
+    done_fini(&b.d);
+}
+
+static void ok_room(pdr_xfer_engine_t *pre, pdr_xfer_engine_t *dec, int port, uint64_t r, uint8_t *src,
+                    uint8_t *dst)
+{
+    int ps, ds;
+    char pb[16], db[16];
+    room(pre, dec, port, r, src, dst, &ps, &ds, pb, db);
+    CHECK_EQ_ERR(ps, 0);
+    CHECK_EQ_ERR(ds, 0);
+    CHECK(check_fill(dst, LEN, r, 0));
+    if (strcmp(pb, "rdma") != 0 || strcmp(db, "rdma") != 0) {
+        fprintf(stderr, "room %llu: backends %s/%s, want rdma\n", (unsigned long long)r, pb, db);
+        exit(1);
+    }
+}
+
+/* One side posts, the other never does: cancel (or the deadline) ends it. */
+static void lonely(pdr_xfer_engine_t *eng, pdr_xfer_engine_t *other, int port, uint64_t r, int pull,
+                   int cancel, uint8_t *buf)
+{
+    pdr_xfer_seg_t s[2] = {{buf, 1001}, {buf + 1001, 5003}};
+    struct info_done a;
+    memset(&a, 0, sizeof(a));
+    done_init(&a.d);
+    (void)other;
+    if (pull)
+        CHECK_EQ_ERR(pdr_xfer_pull_ex(eng, "127.0.0.1", port, r, s, 2, cancel ? 10000 : 300, info_cb, &a), 0);
+    else
+        CHECK_EQ_ERR(pdr_xfer_push_ex(eng, r, s, 2, cancel ? 10000 : 300, info_cb, &a), 0);
+    if (cancel) {
+        usleep(100000);
+        CHECK_EQ_ERR(pdr_xfer_cancel(eng, r), 0);
+    }
+    CHECK(done_wait(&a.d, 1, 5000) == 1);
+    CHECK_EQ_ERR(a.d.status, cancel ? PDR_ECANCELED : PDR_ENOROOM); /* parked: never offered */
+    done_fini(&a.d);
+}
+
+int main(void)
+{
+    fake_verbs.ndev = 1;
+    int err;
+    pdr_xfer_opts_t po = {.listen_host = "127.0.0.1", .heartbeat_ms = 100, .heartbeat_timeout_ms = 2000};
+    pdr_xfer_opts_t dopt = {.heartbeat_ms = 100, .heartbeat_timeout_ms = 2000};
+    pdr_xfer_engine_t *pre = pdr_xfer_engine_create(&po, &err), *dec = pdr_xfer_engine_create(&dopt, &err);
+    CHECK(pre && dec);
+    int port = pdr_xfer_listen_port(pre);
+    uint8_t *src = malloc(LEN), *dst = malloc(LEN);
+    CHECK(src && dst);
+
+    ok_room(pre, dec, port, 1, src, dst);
+    int qps = fake_verbs.live_qps;
+    CHECK(qps == 2 * 2);
+    ok_room(pre, dec, port, 2, src, dst);
+    CHECK(fake_verbs.live_qps == qps); /* the session's endpoints were reused */
+
+    /* A retry-exceeded completion on the prefill's next WRITE. */
+    fake_verbs.fail_at_wr = fake_verbs.writes + 1;
+    int ps, ds;
+    char pb[16], db[16];
+    room(pre, dec, port, 3, src, dst, &ps, &ds, pb, db);
+    CHECK_EQ_ERR(ps, PDR_EPEERGONE);
+    CHECK_EQ_ERR(ds, PDR_EPEERGONE);
+    fake_verbs.fail_at_wr = 0;
+    ok_room(pre, dec, port, 4, src, dst); /* on new endpoints */
+    CHECK(fake_verbs.live_qps == qps);
+
+    lonely(dec, pre, port, 10, 1, 1, dst); /* decode cancels while its FETCH_RDMA is parked */
+    lonely(pre, dec, port, 11, 0, 1, src); /* prefill cancels before any fetch */
+    lonely(dec, pre, port, 12, 1, 0, dst); /* the prefill never pushes: the decode's deadline */
+    ok_room(pre, dec, port, 5, src, dst);
+
+    pdr_xfer_engine_destroy(dec);
+    pdr_xfer_engine_destroy(pre);
+    CHECK(fake_verbs.live_qps == 0 && fake_verbs.live_mrs == 0);
+    CHECK(fake_verbs.violations == 0);
+    free(src);
+    free(dst);
+    printf("test_transport_rdma: ok\n");
+    return 0;
+}
