@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include "cuda.h"
 #include "err.h"
+#include "rdma.h"
 #include "transport_internal.h"
 #include "util.h"
 
@@ -424,6 +425,7 @@ static void engine_free(pdr_xfer_engine_t *eng)
     while (eng->mem != NULL) {
         struct pdr_xfer_memreg *m = eng->mem;
         eng->mem = m->next;
+        pdr__rdma_dereg(m->rdma_mr); /* NULL: the backend's shutdown released it with its context */
         free(m);
     }
     free(eng->rooms);
@@ -673,7 +675,14 @@ int pdr_xfer_mem_unregister(pdr_xfer_engine_t *eng, void *addr)
         if ((*pp)->addr == addr) {
             struct pdr_xfer_memreg *m = *pp;
             *pp = m->next;
+            if (m->rdma_refs > 0) {
+                /* RDMA rooms in flight still use its MR: the last of them releases it (tcp.c). */
+                m->unlinked = 1;
+                pthread_mutex_unlock(&eng->lock);
+                return 0;
+            }
             pthread_mutex_unlock(&eng->lock);
+            pdr__rdma_dereg(m->rdma_mr); /* blocking verbs call, on the caller's thread */
             free(m);
             return 0;
         }

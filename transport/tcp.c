@@ -897,9 +897,11 @@ static int ipc_poll(pdr_xfer_engine_t *eng)
  * PDR_EPEERGONE); the next room creates a new one. A room that ends without its bytes on the decode
  * (error, cancel, deadline) destroys the decode's endpoint before deregistering its memory, and an
  * unfinished push destroys the prefill's endpoint before its memory is released: no QP can touch a
- * completed room's memory. The blocking verbs calls (open, ep_create, ep_connect, reg, dereg, destroy)
- * run here on thread 0: a documented bounded cost (open and endpoints once per session; registrations
- * once per room, proportional to its size).
+ * completed room's memory. Memory inside a region registered with pdr_xfer_mem_register uses the
+ * region's cached MR (one per region, made on first RDMA use, refcounted by the rooms that use it:
+ * rdma_mem_ref); other memory is registered per room. The blocking verbs calls (open, ep_create,
+ * ep_connect, reg, dereg, destroy) run here on thread 0: a documented bounded cost (open and endpoints
+ * once per session; a registered region once; other memory once per room, proportional to its size).
  */
 struct rdma_link {
     pdr_xfer_engine_t *eng;
@@ -914,9 +916,11 @@ struct rdma_link {
 struct rdma_room {
     pdr_xfer_engine_t *eng;
     struct pdr__op *op;
-    struct rdma_link *link; /* (L): cleared when the link dies */
-    struct pdr_rdma_mr **mrs;
+    struct rdma_link *link;   /* (L): cleared when the link dies */
+    struct pdr_rdma_mr **mrs; /* per-room registrations (memory outside registered regions) */
     size_t nmr;
+    struct pdr_xfer_memreg **regs; /* registered regions whose cached MR this room holds a ref on */
+    size_t nregs;
     struct pdr_rdma_seg *local, *remote;
     uint32_t nlocal, nremote;
     uint32_t tag;
@@ -1029,18 +1033,75 @@ static int rdma_link_new(pdr_xfer_engine_t *eng, struct pdr__sess *s, int dev, s
     return 0;
 }
 
-/* Releases a room's registrations; its link must no longer be able to touch them. */
+/* Drops a room's reference on a registered region's MR; frees the region (and its MR) when
+ * pdr_xfer_mem_unregister already unlinked it and this was the last room using it. */
+static void rdma_mem_unref(pdr_xfer_engine_t *eng, struct pdr_xfer_memreg *m)
+{
+    pthread_mutex_lock(&eng->lock);
+    int last = --m->rdma_refs == 0 && m->unlinked;
+    pthread_mutex_unlock(&eng->lock);
+    if (last) {
+        pdr__rdma_dereg(m->rdma_mr);
+        free(m);
+    }
+}
+
+/* The cached MR of the registered region that holds [addr, addr+len), registered now if this is the
+ * region's first RDMA use; takes a reference on the region (r->regs) so that an unregister meanwhile
+ * cannot release the MR under the room. Returns 0 with the keys, PDR_ENOROOM when no registered region
+ * holds the whole range (the caller registers it per room), or the registration's error. */
+static int rdma_mem_ref(pdr_xfer_engine_t *eng, struct pdr_rdma_ctx *ctx, struct rdma_room *r, void *addr,
+                        size_t len, uint32_t *lkey, uint32_t *rkey)
+{
+    uintptr_t a = (uintptr_t)addr;
+    struct pdr_xfer_memreg *m;
+    pthread_mutex_lock(&eng->lock);
+    for (m = eng->mem; m != NULL; m = m->next) {
+        uintptr_t b = (uintptr_t)m->addr;
+        if (a >= b && a - b < m->len && len <= m->len - (a - b))
+            break;
+    }
+    if (m != NULL)
+        m->rdma_refs++;
+    pthread_mutex_unlock(&eng->lock);
+    if (m == NULL)
+        return PDR_ENOROOM;
+    r->regs[r->nregs++] = m;
+    if (m->rdma_mr == NULL) { /* only thread 0 registers, so nobody else is doing this now */
+        struct pdr_rdma_mr *mr;
+        uint32_t lk, rk;
+        int rc = pdr__rdma_reg(ctx, m->addr, m->len, m->kind == PDR_XFER_MEM_CUDA, &mr, &lk, &rk);
+        if (rc != 0)
+            return rc; /* the reference is dropped by rdma_room_free */
+        pthread_mutex_lock(&eng->lock);
+        m->rdma_mr = mr;
+        m->rdma_lkey = lk;
+        m->rdma_rkey = rk;
+        pthread_mutex_unlock(&eng->lock);
+    }
+    *lkey = m->rdma_lkey;
+    *rkey = m->rdma_rkey;
+    return 0;
+}
+
+/* Releases a room's registrations and region references; its link must no longer be able to touch
+ * them. */
 static void rdma_room_free(struct rdma_room *r)
 {
     for (size_t i = 0; i < r->nmr; i++)
         pdr__rdma_dereg(r->mrs[i]);
+    for (size_t i = 0; i < r->nregs; i++)
+        rdma_mem_unref(r->eng, r->regs[i]);
+    free(r->regs);
     free(r->mrs);
     free(r->local);
     free(r->remote);
     free(r);
 }
 
-/* Registers op's non-empty segments into r->local (lkeys) and, for a pull, the rkeys into r->remote. */
+/* Fills r->local with op's non-empty segments and their keys (lkeys; for a pull the rkeys it sends):
+ * a segment inside a region registered with pdr_xfer_mem_register uses that region's cached MR (the
+ * keys cover the whole region, the address stays absolute), any other is registered for this room. */
 static int rdma_room_reg(pdr_xfer_engine_t *eng, struct pdr__op *op, struct rdma_room *r)
 {
     struct pdr_rdma_ctx *ctx;
@@ -1050,8 +1111,9 @@ static int rdma_room_reg(pdr_xfer_engine_t *eng, struct pdr__op *op, struct rdma
     if (op->nseg > PDR_RDMA_MAX_SEGS)
         return PDR_ETOOBIG;
     r->mrs = calloc(op->nseg + 1, sizeof(*r->mrs));
+    r->regs = calloc(op->nseg + 1, sizeof(*r->regs));
     r->local = calloc(op->nseg + 1, sizeof(*r->local));
-    if (r->mrs == NULL || r->local == NULL)
+    if (r->mrs == NULL || r->regs == NULL || r->local == NULL)
         return PDR_ENOMEM;
     if (op->dev >= 0 && (rc = io_bind(&eng->io[0], op->dev)) != 0)
         return rc;
@@ -1059,11 +1121,15 @@ static int rdma_room_reg(pdr_xfer_engine_t *eng, struct pdr__op *op, struct rdma
         if (op->segs[i].len == 0)
             continue;
         uint32_t lkey, rkey;
-        rc = pdr__rdma_reg(ctx, op->segs[i].addr, op->segs[i].len, op->dev >= 0, &r->mrs[r->nmr], &lkey,
-                           &rkey);
+        rc = rdma_mem_ref(eng, ctx, r, op->segs[i].addr, op->segs[i].len, &lkey, &rkey);
+        if (rc == PDR_ENOROOM) {
+            rc = pdr__rdma_reg(ctx, op->segs[i].addr, op->segs[i].len, op->dev >= 0, &r->mrs[r->nmr], &lkey,
+                               &rkey);
+            if (rc == 0)
+                r->nmr++;
+        }
         if (rc != 0)
             return rc;
-        r->nmr++;
         r->local[r->nlocal].addr = (uint64_t)(uintptr_t)op->segs[i].addr;
         r->local[r->nlocal].len = op->segs[i].len;
         r->local[r->nlocal].key = op->kind == PDR__OP_PULL ? rkey : lkey;
@@ -2936,6 +3002,11 @@ static void tcp_shutdown(pdr_xfer_engine_t *eng)
         ipc_map_close(NULL, x);
         rdma_link_kill(eng, x);
         sess_unref(eng, x);
+    }
+    /* Every room is gone: release the registered regions' cached MRs before their context. */
+    for (struct pdr_xfer_memreg *m = eng->mem; m != NULL; m = m->next) {
+        pdr__rdma_dereg(m->rdma_mr);
+        m->rdma_mr = NULL;
     }
     if (s->rdma_ctx != NULL)
         pdr__rdma_close(s->rdma_ctx);

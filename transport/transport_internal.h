@@ -178,6 +178,14 @@ struct pdr_xfer_memreg {
     size_t len;
     int kind;
     int ordinal;
+    /* The region's one RDMA MR on the engine's RDMA context (tcp.c's rdma_mem_ref): registered by thread
+     * 0 on the first RDMA room inside the region, released by pdr_xfer_mem_unregister, or by the last
+     * room that still uses it when unregister came first (unlinked), or at shutdown. rdma_refs and
+     * unlinked are guarded by eng->lock; rdma_mr and the keys are written by thread 0 only, under it. */
+    struct pdr_rdma_mr *rdma_mr;
+    uint32_t rdma_lkey, rdma_rkey;
+    int rdma_refs; /* RDMA rooms in flight whose keys come from rdma_mr */
+    int unlinked;  /* off eng->mem already: the last room to drop rdma_refs frees it */
 };
 
 struct pdr_xfer_engine {

@@ -203,8 +203,6 @@ static inline void pdr__xfer_ipc_seg(const struct pdr_xfer_ipc_desc *d, uint32_t
 /* Encodes a whole HELLO frame (header included) into out. Returns PDR_XFER_HDR_LEN + PDR_XFER_HELLO_LEN. */
 size_t pdr__xfer_hello_encode(uint8_t out[PDR_XFER_HDR_LEN + PDR_XFER_HELLO_LEN],
                               const struct pdr_xfer_hello *h);
-/* Decodes a HELLO body: index < nconns <= PDR_XFER_HELLO_MAX_CONNS, unknown caps bits and reserved
- * bytes zero, both strings NUL-terminated. Returns 0 or PDR_EPROTO. */
 /* The encoded size of a FETCH_RDMA frame. */
 size_t pdr__xfer_fetch_rdma_size(uint32_t nseg, size_t eplen, size_t memlen);
 /* Encodes a whole FETCH_RDMA frame (seglens as pdr__xfer_fetch_encode). Returns its length or 0. */
@@ -224,6 +222,8 @@ size_t pdr__xfer_rdma_ready_encode(uint8_t *out, size_t cap, uint64_t room, uint
 int pdr__xfer_rdma_ready_decode(const uint8_t *body, size_t len, uint64_t *xid, uint32_t *qpn0,
                                 const uint8_t **ep, size_t *eplen);
 
+/* Decodes a HELLO body: index < nconns <= PDR_XFER_HELLO_MAX_CONNS, unknown caps bits and reserved
+ * bytes zero, both strings NUL-terminated. Returns 0 or PDR_EPROTO. */
 int pdr__xfer_hello_decode(const uint8_t *body, size_t len, struct pdr_xfer_hello *out);
 /* Same host: equal, non-empty boot ids and host names. */
 int pdr__xfer_hello_same_host(const struct pdr_xfer_hello *a, const struct pdr_xfer_hello *b);

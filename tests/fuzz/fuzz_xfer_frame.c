@@ -14,6 +14,7 @@
 
 #include "err.h"
 #include "wire.h"
+#include "rdma.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -79,6 +80,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         abort(); /* the decoder promised this */
                 }
             }
+        } else if (h.type == PDR_XF_FETCH_RDMA) {
+            struct pdr_xfer_fetch_desc d;
+            struct pdr_xfer_rdma_desc rd;
+            if (pdr__xfer_fetch_rdma_decode(data + off, (size_t)h.len, &d, &rd) == 0) {
+                /* The decoder promised a valid endpoint and a memory descriptor as long as the body says,
+                 * whose header total is the FETCH total; the engine then unpacks the segments. */
+                struct pdr_rdma_ep_info info;
+                uint32_t mseg;
+                uint64_t mtotal;
+                if (pdr__rdma_unpack_ep(rd.ep, rd.eplen, &info) != 0 ||
+                    pdr__rdma_peek_mem(rd.mem, rd.memlen, &mseg, &mtotal) != 0 || mtotal != d.total ||
+                    mseg != rd.nseg || rd.mem + rd.memlen != data + off + h.len)
+                    abort();
+                struct pdr_rdma_seg segs[64];
+                uint32_t ns;
+                uint64_t tot;
+                int rc = pdr__rdma_unpack_mem(rd.mem, rd.memlen, segs, 64, &ns, &tot);
+                if (rc == 0 && (ns != rd.nseg || tot != d.total))
+                    abort();
+            }
+        } else if (h.type == PDR_XF_RDMA_READY) {
+            uint64_t xid;
+            uint32_t qpn0;
+            const uint8_t *ep;
+            size_t eplen;
+            struct pdr_rdma_ep_info info;
+            if (pdr__xfer_rdma_ready_decode(data + off, (size_t)h.len, &xid, &qpn0, &ep, &eplen) == 0 &&
+                (pdr__rdma_unpack_ep(ep, eplen, &info) != 0 || ep + eplen != data + off + h.len))
+                abort();
         } else {
             struct pdr_xfer_ctl c;
             if (pdr__xfer_ctl_decode(h.type, data + off, (size_t)h.len, &c) == 0 && h.type == PDR_XF_ERROR &&

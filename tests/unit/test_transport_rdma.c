@@ -5,13 +5,17 @@
  * (several segments of odd sizes on both sides) and both info callbacks say "rdma"; a second room
  * reuses the session's endpoint (no new QPs); an injected retry-exceeded completion fails that room with
  * PDR_EPEERGONE on both sides and the next room succeeds on a new endpoint; cancel on either side; a
- * deadline with a stalled peer. Nothing here runs on real RDMA hardware.
+ * deadline with a stalled peer; memory registered with pdr_xfer_mem_register gets one cached MR per
+ * region (host, and fake CUDA memory with backend rdma), shared by its rooms, released at unregister
+ * (after the last room using it) or engine destroy.
+ * Nothing here runs on real RDMA hardware.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cuda.h"
 #include "err.h"
 #include "rdma_fake_verbs.h"
 #include "transport.h"
@@ -125,9 +129,68 @@ int main(void)
     lonely(pre, dec, port, 11, 0, 1, src); /* prefill cancels before any fetch */
     lonely(dec, pre, port, 12, 1, 0, dst); /* the prefill never pushes: the decode's deadline */
     ok_room(pre, dec, port, 5, src, dst);
+    CHECK(fake_verbs.live_mrs == 0); /* unregistered memory: registered per room, released with it */
+
+    /* Registered memory: one MR per region (on each side), made on the first RDMA room inside it and
+     * shared by the next rooms. */
+    CHECK_EQ_ERR(pdr_xfer_mem_register(pre, src, LEN, PDR_XFER_MEM_HOST), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, dst, LEN, PDR_XFER_MEM_HOST), 0);
+    CHECK(fake_verbs.live_mrs == 0); /* lazily */
+    ok_room(pre, dec, port, 6, src, dst);
+    CHECK(fake_verbs.live_mrs == 2);
+    ok_room(pre, dec, port, 7, src, dst);
+    CHECK(fake_verbs.live_mrs == 2);
+    /* Unregistering a region that a room in flight uses keeps its MR until that room ends. */
+    pdr_xfer_seg_t ps2[1] = {{dst + 100, 4000}};
+    struct info_done a;
+    memset(&a, 0, sizeof(a));
+    done_init(&a.d);
+    CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, 20, ps2, 1, 10000, info_cb, &a), 0);
+    usleep(100000); /* its FETCH_RDMA is out: the prefill parked it */
+    CHECK_EQ_ERR(pdr_xfer_mem_unregister(dec, dst), 0);
+    CHECK(fake_verbs.live_mrs == 2);
+    CHECK_EQ_ERR(pdr_xfer_cancel(dec, 20), 0);
+    CHECK(done_wait(&a.d, 1, 5000) == 1);
+    CHECK_EQ_ERR(a.d.status, PDR_ECANCELED);
+    done_fini(&a.d);
+    CHECK(fake_verbs.live_mrs == 1); /* the last room released the decode's region */
+    CHECK_EQ_ERR(pdr_xfer_mem_unregister(pre, src), 0);
+    CHECK(fake_verbs.live_mrs == 0); /* unused: released at once */
+    CHECK_EQ_ERR(pdr_xfer_mem_unregister(pre, src), PDR_ENOROOM);
+    ok_room(pre, dec, port, 8, src, dst); /* per-room registration again */
+    CHECK(fake_verbs.live_mrs == 0);
+    /* A region still registered at engine destroy: its MR is released with the engine. */
+    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, dst, LEN, PDR_XFER_MEM_HOST), 0);
+    ok_room(pre, dec, port, 9, src, dst);
+    CHECK(fake_verbs.live_mrs == 1);
 
     pdr_xfer_engine_destroy(dec);
     pdr_xfer_engine_destroy(pre);
+    CHECK(fake_verbs.live_qps == 0 && fake_verbs.live_mrs == 0);
+
+    /* A registered CUDA region (fake device memory on device 1) on both sides, backend forced to rdma
+     * (auto would pick CUDA IPC in one process): one MR per region, through the nvidia-peermem path
+     * since the fake has no dma-buf. */
+    po.backend = dopt.backend = "rdma";
+    pre = pdr_xfer_engine_create(&po, &err);
+    dec = pdr_xfer_engine_create(&dopt, &err);
+    CHECK(pre && dec);
+    port = pdr_xfer_listen_port(pre);
+    uint8_t *gsrc, *gdst;
+    CHECK(pdr__cuda_bind(1) == 0);
+    CHECK(pdr__cuda_mem_alloc(LEN, (void **)&gsrc) == 0 && pdr__cuda_mem_alloc(LEN, (void **)&gdst) == 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(pre, gsrc, LEN, PDR_XFER_MEM_CUDA), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, gdst, LEN, PDR_XFER_MEM_AUTO), 0);
+    ok_room(pre, dec, port, 30, gsrc, gdst);
+    ok_room(pre, dec, port, 31, gsrc, gdst);
+    CHECK(fake_verbs.live_mrs == 2);
+    CHECK_EQ_ERR(pdr_xfer_mem_unregister(pre, gsrc), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_unregister(dec, gdst), 0);
+    CHECK(fake_verbs.live_mrs == 0);
+    pdr_xfer_engine_destroy(dec);
+    pdr_xfer_engine_destroy(pre);
+    pdr__cuda_mem_free(gsrc);
+    pdr__cuda_mem_free(gdst);
     CHECK(fake_verbs.live_qps == 0 && fake_verbs.live_mrs == 0);
     CHECK(fake_verbs.violations == 0);
     free(src);
