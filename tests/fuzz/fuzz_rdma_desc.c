@@ -5,12 +5,10 @@
  * succeed. Built with -DPDR_LIBFUZZER for libFuzzer; otherwise main() replays the files or directories
  * given as arguments plus deterministic mutations of each (ctest runs it over tests/fuzz/corpus/rdma/).
  */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "err.h"
 #include "rdma.h"
@@ -65,96 +63,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 #ifndef PDR_LIBFUZZER
-static size_t nrun;
-
-static void run_mutations(const uint8_t *data, size_t size)
-{
-    LLVMFuzzerTestOneInput(data, size);
-    nrun++;
-    if (size == 0)
-        return;
-    uint8_t *m = malloc(size);
-    if (m == NULL)
-        abort();
-    uint64_t s = 0x9E3779B97F4A7C15ull ^ size;
-    for (int iter = 0; iter < 5000; iter++) {
-        memcpy(m, data, size);
-        int flips = 1 + iter % 4;
-        for (int k = 0; k < flips; k++) {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            size_t at = (size_t)(s % size);
-            switch ((s >> 32) % 4) {
-            case 0:
-                m[at] ^= (uint8_t)(1u << ((s >> 40) % 8));
-                break;
-            case 1:
-                m[at] = (uint8_t)(s >> 48);
-                break;
-            case 2:
-                m[at] = 0xff;
-                break;
-            default:
-                m[at] = 0;
-                break;
-            }
-        }
-        size_t cut = iter % 3 ? size : (size_t)(s % (size + 1));
-        LLVMFuzzerTestOneInput(m, cut);
-        nrun++;
-    }
-    free(m);
-}
-
-static void run_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        perror(path);
-        exit(1);
-    }
-    uint8_t *buf = malloc(1 << 20);
-    if (buf == NULL)
-        abort();
-    size_t n = fread(buf, 1, 1 << 20, f);
-    fclose(f);
-    run_mutations(buf, n);
-    free(buf);
-}
-
-int main(int argc, char **argv)
-{
-    int files = 0;
-    for (int i = 1; i < argc; i++) {
-        struct stat sb;
-        if (stat(argv[i], &sb) != 0) {
-            perror(argv[i]);
-            return 1;
-        }
-        if (!S_ISDIR(sb.st_mode)) {
-            run_file(argv[i]);
-            files++;
-            continue;
-        }
-        DIR *d = opendir(argv[i]);
-        struct dirent *e;
-        while (d != NULL && (e = readdir(d)) != NULL) {
-            if (e->d_name[0] == '.')
-                continue;
-            char path[4096];
-            snprintf(path, sizeof(path), "%s/%s", argv[i], e->d_name);
-            run_file(path);
-            files++;
-        }
-        if (d != NULL)
-            closedir(d);
-    }
-    if (files == 0) {
-        fprintf(stderr, "usage: %s CORPUS_DIR|FILE...\n", argv[0]);
-        return 1;
-    }
-    printf("fuzz_rdma_desc: %d seed files, %zu inputs, no crash\n", files, nrun);
-    return 0;
-}
+#define PDR_REPLAY_MUTATIONS 5000
+#include "replay_main.h"
 #endif
