@@ -2,6 +2,12 @@
  * Active health checks: every health.interval_ms each worker gets GET <url><health.path> with a
  * health.timeout_ms deadline; a 2xx answer is a pass. The rise/fall state machine is in pool.c.
  * The first round runs at start. Probes run on loop 0 and its curl multi.
+ *
+ * Worker-initiated drain: a check answered 410 (Gone) means "drain me" (HAProxy's disable-on-404,
+ * Envoy's x-envoy-immediate-health-check-fail). The worker goes DRAINING (see pool.h) and the check
+ * counts as passed (the worker is alive); a later 2xx does not re-activate it, only the admin API
+ * does. A second timer here (every PDR_DRAIN_TICK_MS) moves idle or timed-out DRAINING workers to
+ * DRAINED.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +37,10 @@ static void probe_done(pdr_leg_t *leg, int err)
     pdr_worker_t *w = pr->w;
     const pdr_config_t *c = pr->r->config;
     pr->running = 0;
-    int ok = err == 0 && leg->status >= 200 && leg->status < 300;
+    int gone = err == 0 && leg->status == 410;
+    int ok = gone || (err == 0 && leg->status >= 200 && leg->status < 300);
+    if (gone && pdr_worker_drain_state(w) == PDR_DRAIN_ACTIVE)
+        pdr_pool_drain(&pr->r->pool, w, 0, "its health check answered 410");
     if (pdr_pool_check_result(&pr->r->pool, w, ok)) {
         if (ok)
             pdr_info("worker %s %s is healthy (%d checks passed)", pdr_role_name(w->role), w->conf->url,
@@ -63,6 +72,14 @@ static void on_health_timer(uv_timer_t *t)
     run_round(t->data);
 }
 
+#define PDR_DRAIN_TICK_MS 100
+
+static void on_drain_timer(uv_timer_t *t)
+{
+    pdr_router_t *r = t->data;
+    pdr_pool_drain_tick(&r->pool, pdr_now_ms());
+}
+
 int pdr_health_start(pdr_router_t *r)
 {
     const pdr_config_t *c = r->config;
@@ -83,6 +100,9 @@ int pdr_health_start(pdr_router_t *r)
     uv_timer_init(r->threads[0].loop, &r->health_timer);
     r->health_timer.data = r;
     uv_timer_start(&r->health_timer, on_health_timer, 0, (uint64_t)c->health.interval_ms);
+    uv_timer_init(r->threads[0].loop, &r->drain_timer);
+    r->drain_timer.data = r;
+    uv_timer_start(&r->drain_timer, on_drain_timer, PDR_DRAIN_TICK_MS, PDR_DRAIN_TICK_MS);
     return 0;
 }
 
@@ -98,4 +118,6 @@ void pdr_health_stop(pdr_router_t *r)
     r->n_probes = 0;
     uv_timer_stop(&r->health_timer);
     uv_close((uv_handle_t *)&r->health_timer, NULL);
+    uv_timer_stop(&r->drain_timer);
+    uv_close((uv_handle_t *)&r->drain_timer, NULL);
 }

@@ -166,7 +166,11 @@ char *pdr_metrics_render(const pdr_pool_t *pool, const pdr_metrics_t *const *ms,
         {"pdr_worker_failures_total", "counter", "Failed requests to the worker."},
         {"pdr_worker_ejections_total", "counter", "Times the worker was marked unhealthy."},
         {"pdr_worker_health_checks_total", "counter", "Active health checks by result."},
+        {"pdr_worker_state", "gauge",
+         "1 for the worker's current state (healthy, unhealthy, draining, drained)."},
+        {"pdr_worker_drains_total", "counter", "Times the worker was put into draining."},
     };
+    static const char *states[] = {"healthy", "unhealthy", "draining", "drained"};
     for (size_t k = 0; k < sizeof(wm) / sizeof(wm[0]); k++) {
         put(&o, "# HELP %s %s\n# TYPE %s %s\n", wm[k][0], wm[k][2], wm[k][0], wm[k][1]);
         for (int role = 0; role < 2; role++)
@@ -193,6 +197,17 @@ char *pdr_metrics_render(const pdr_pool_t *pool, const pdr_metrics_t *const *ms,
                 case 4:
                     put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,
                         (unsigned long long)w->ejections_total);
+                    break;
+                case 6: {
+                    const char *cur = pdr_worker_state_name(w);
+                    for (size_t j = 0; j < sizeof(states) / sizeof(states[0]); j++)
+                        put(&o, "%s{role=\"%s\",url=\"%s\",state=\"%s\"} %d\n", wm[k][0], rn, w->conf->url,
+                            states[j], strcmp(cur, states[j]) == 0);
+                    break;
+                }
+                case 7:
+                    put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,
+                        (unsigned long long)__atomic_load_n(&w->drains_total, __ATOMIC_RELAXED));
                     break;
                 default:
                     put(&o, "%s{role=\"%s\",url=\"%s\",result=\"ok\"} %llu\n", wm[k][0], rn, w->conf->url,

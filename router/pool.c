@@ -93,13 +93,13 @@ size_t pdr_pool_count_healthy(const pdr_pool_t *p, pdr_role_t role)
 {
     size_t k = 0;
     for (size_t i = 0; i < p->n[role]; i++)
-        k += pdr_worker_healthy(&p->workers[role][i]) != 0;
+        k += pdr_worker_serving(&p->workers[role][i]) != 0;
     return k;
 }
 
 static int usable(const pdr_worker_t *w, uint64_t avoid)
 {
-    return pdr_worker_healthy(w) && !(w->index < 64 && (avoid >> w->index) & 1);
+    return pdr_worker_serving(w) && !(w->index < 64 && (avoid >> w->index) & 1);
 }
 
 static pdr_worker_t *pick_round_robin(pdr_pool_t *p, pdr_role_t role, uint64_t avoid)
@@ -228,4 +228,116 @@ int pdr_pool_check_result(pdr_pool_t *p, pdr_worker_t *w, int ok)
     set_healthy(w, s.healthy);
     pthread_mutex_unlock(&p->lock);
     return changed;
+}
+
+/* ---- drain ---- */
+
+const char *pdr_worker_state_name(const pdr_worker_t *w)
+{
+    switch (pdr_worker_drain_state(w)) {
+    case PDR_DRAIN_DRAINING:
+        return "draining";
+    case PDR_DRAIN_DRAINED:
+        return "drained";
+    default:
+        return pdr_worker_healthy(w) ? "healthy" : "unhealthy";
+    }
+}
+
+void pdr_pool_note_idle(pdr_worker_t *w)
+{
+    int want = PDR_DRAIN_DRAINING;
+    if (__atomic_compare_exchange_n(&w->drain, &want, PDR_DRAIN_DRAINED, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        pdr_info("worker %s-%d %s drained: no requests in flight", pdr_role_name(w->role), w->index,
+                 w->conf->url);
+}
+
+int pdr_pool_drain(pdr_pool_t *p, pdr_worker_t *w, uint64_t timeout_ms, const char *why)
+{
+    pthread_mutex_lock(&p->lock);
+    int was = pdr_worker_drain_state(w);
+    w->drain_deadline_ms = timeout_ms > 0 ? pdr_now_ms() + timeout_ms : 0;
+    if (was == PDR_DRAIN_ACTIVE) {
+        w->drains_total++;
+        __atomic_store_n(&w->drain, PDR_DRAIN_DRAINING, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (was == PDR_DRAIN_ACTIVE)
+        pdr_info("worker %s-%d %s draining (%s): %d requests in flight, timeout %llu ms",
+                 pdr_role_name(w->role), w->index, w->conf->url, why, pdr_worker_inflight(w),
+                 (unsigned long long)timeout_ms);
+    /* Requests that ended before the flag was visible did not see it: check once here. */
+    if (pdr_worker_inflight(w) == 0)
+        pdr_pool_note_idle(w);
+    return pdr_worker_drain_state(w);
+}
+
+int pdr_pool_activate(pdr_pool_t *p, pdr_worker_t *w)
+{
+    pthread_mutex_lock(&p->lock);
+    int was = pdr_worker_drain_state(w);
+    w->drain_deadline_ms = 0;
+    __atomic_store_n(&w->drain, PDR_DRAIN_ACTIVE, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&p->lock);
+    if (was != PDR_DRAIN_ACTIVE)
+        pdr_info("worker %s-%d %s activated (was %s)", pdr_role_name(w->role), w->index, w->conf->url,
+                 was == PDR_DRAIN_DRAINING ? "draining" : "drained");
+    return was;
+}
+
+int pdr_pool_drain_tick(pdr_pool_t *p, uint64_t now_ms)
+{
+    int changed = 0;
+    for (int role = 0; role < 2; role++)
+        for (size_t i = 0; i < p->n[role]; i++) {
+            pdr_worker_t *w = &p->workers[role][i];
+            if (pdr_worker_drain_state(w) != PDR_DRAIN_DRAINING)
+                continue;
+            if (pdr_worker_inflight(w) == 0) {
+                pdr_pool_note_idle(w);
+                changed++;
+                continue;
+            }
+            pthread_mutex_lock(&p->lock);
+            int expired = w->drain_deadline_ms != 0 && now_ms >= w->drain_deadline_ms;
+            int want = PDR_DRAIN_DRAINING;
+            expired = expired && __atomic_compare_exchange_n(&w->drain, &want, PDR_DRAIN_DRAINED, 0,
+                                                             __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+            pthread_mutex_unlock(&p->lock);
+            if (expired) {
+                changed++;
+                pdr_warn(
+                    "worker %s-%d %s drained at its drain timeout with %d requests still in flight (they are "
+                    "left to finish)",
+                    pdr_role_name(w->role), w->index, w->conf->url, pdr_worker_inflight(w));
+            }
+        }
+    return changed;
+}
+
+pdr_worker_t *pdr_pool_find(pdr_pool_t *p, const char *id, size_t len)
+{
+    for (int role = 0; role < 2; role++) {
+        const char *rn = pdr_role_name((pdr_role_t)role);
+        size_t rl = strlen(rn);
+        if (len < rl + 2 || memcmp(id, rn, rl) != 0 || id[rl] != '-')
+            continue;
+        size_t idx = 0;
+        for (size_t k = rl + 1; k < len; k++) {
+            if (id[k] < '0' || id[k] > '9' || (k > rl + 1 && id[rl + 1] == '0') || idx > 100000000)
+                return NULL;
+            idx = idx * 10 + (size_t)(id[k] - '0');
+        }
+        return idx < p->n[role] ? &p->workers[role][idx] : NULL;
+    }
+    return NULL;
+}
+
+size_t pdr_pool_count_state(const pdr_pool_t *p, pdr_role_t role, int drain_state)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < p->n[role]; i++)
+        k += pdr_worker_drain_state(&p->workers[role][i]) == drain_state;
+    return k;
 }

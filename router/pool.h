@@ -7,6 +7,11 @@
  * checks make it unhealthy, `rise` consecutive good checks make it healthy again. Request failures
  * that prove the worker unreachable (connect refused, timeout) eject it at once ("passive" check);
  * the active checks bring it back.
+ *
+ * Drain state machine (orthogonal to health; operator- or worker-initiated, HAProxy's "drain"):
+ * ACTIVE --drain--> DRAINING --in_flight reaches 0, or the drain timeout passes--> DRAINED
+ * DRAINING/DRAINED --activate--> ACTIVE. Pickers skip DRAINING and DRAINED workers; requests already
+ * in flight finish (nothing is cancelled, not even at the timeout). Health checks keep running.
  */
 #ifndef PDR_POOL_H
 #define PDR_POOL_H
@@ -23,6 +28,8 @@ typedef struct pdr_health_state {
 /* Applies one check result; returns 1 when the healthy flag changed. Pure. */
 int pdr_health_update(pdr_health_state_t *s, int ok, int rise, int fall);
 
+enum { PDR_DRAIN_ACTIVE = 0, PDR_DRAIN_DRAINING = 1, PDR_DRAIN_DRAINED = 2 };
+
 typedef struct pdr_worker {
     pdr_role_t role;
     int index;
@@ -34,6 +41,9 @@ typedef struct pdr_worker {
     uint64_t checks_ok, checks_failed;
     uint64_t last_check_ms;
     struct pdr_health_probe *probe; /* active check in progress */
+    int drain;                      /* atomic: PDR_DRAIN_* */
+    uint64_t drain_deadline_ms;     /* under the pool lock: 0 = no timeout */
+    uint64_t drains_total;          /* under the pool lock */
 } pdr_worker_t;
 
 typedef struct pdr_pool {
@@ -48,16 +58,29 @@ static inline int pdr_worker_healthy(const pdr_worker_t *w)
 {
     return __atomic_load_n(&w->health.healthy, __ATOMIC_RELAXED);
 }
+static inline int pdr_worker_drain_state(const pdr_worker_t *w)
+{
+    return __atomic_load_n(&w->drain, __ATOMIC_ACQUIRE);
+}
+/* Healthy and not draining: may receive new requests. */
+static inline int pdr_worker_serving(const pdr_worker_t *w)
+{
+    return pdr_worker_healthy(w) && pdr_worker_drain_state(w) == PDR_DRAIN_ACTIVE;
+}
 static inline int pdr_worker_inflight(const pdr_worker_t *w)
 {
     return __atomic_load_n(&w->inflight, __ATOMIC_RELAXED);
 }
+/* A draining worker's last request ended: DRAINING -> DRAINED (any thread). */
+void pdr_pool_note_idle(pdr_worker_t *w);
 /* Counts a request to the worker starting (+1) or ending (-1). */
 static inline void pdr_worker_track(pdr_worker_t *w, int delta)
 {
-    __atomic_add_fetch(&w->inflight, delta, __ATOMIC_RELAXED);
+    int now = __atomic_add_fetch(&w->inflight, delta, __ATOMIC_ACQ_REL);
     if (delta > 0)
         __atomic_add_fetch(&w->requests_total, 1, __ATOMIC_RELAXED);
+    else if (now == 0 && pdr_worker_drain_state(w) == PDR_DRAIN_DRAINING)
+        pdr_pool_note_idle(w);
 }
 
 /* Applies an active check's result under the pool lock; returns 1 when the healthy flag changed. */
@@ -66,9 +89,26 @@ int pdr_pool_check_result(pdr_pool_t *p, pdr_worker_t *w, int ok);
 int pdr_pool_init(pdr_pool_t *p, pdr_config_t *c);
 void pdr_pool_dispose(pdr_pool_t *p);
 
+/* Drain control. drain: ACTIVE -> DRAINING (DRAINED at once when idle); timeout_ms > 0 sets a deadline
+ * after which pdr_pool_drain_tick forces DRAINED. A second drain of a draining worker only updates the
+ * deadline. Returns the new state. */
+int pdr_pool_drain(pdr_pool_t *p, pdr_worker_t *w, uint64_t timeout_ms, const char *why);
+/* Back to ACTIVE (serving when healthy). Returns the previous drain state. */
+int pdr_pool_activate(pdr_pool_t *p, pdr_worker_t *w);
+/* Periodic (loop 0): DRAINING workers that are idle or past their deadline become DRAINED. Returns how
+ * many changed. */
+int pdr_pool_drain_tick(pdr_pool_t *p, uint64_t now_ms);
+/* "healthy", "unhealthy", "draining" or "drained". */
+const char *pdr_worker_state_name(const pdr_worker_t *w);
+/* The worker with this stable id ("prefill-0", "decode-1"): role name, '-', index. NULL if none. */
+pdr_worker_t *pdr_pool_find(pdr_pool_t *p, const char *id, size_t len);
+size_t pdr_pool_count_state(const pdr_pool_t *p, pdr_role_t role, int drain_state);
+
 /* Picks a healthy worker of the role by its policy, preferring workers not in `avoid` (a bitmask of
- * worker indexes, for retries). Returns NULL when none is healthy. */
+ * worker indexes, for retries). Draining and drained workers are never picked. Returns NULL when none is
+ * healthy. */
 pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, pdr_role_t role, uint64_t avoid);
+/* Workers of the role that may receive new requests (healthy and not draining). */
 size_t pdr_pool_count_healthy(const pdr_pool_t *p, pdr_role_t role);
 
 /* A request to this worker failed in a way that proves it unreachable: mark it unhealthy now. */

@@ -2,7 +2,8 @@
  * The router process: `threads` event loops, each running an h2o server context (clients, accepted on
  * its own SO_REUSEPORT listener) and a curl multi (workers). The worker pool, the h2o configuration
  * and the config snapshot are shared; a request lives and dies on the loop that accepted it.
- * Health checks and signals run on loop 0.
+ * Health checks, signals, the drain timer and the admin listener (admin.c, its own h2o globalconf and
+ * context) run on loop 0.
  */
 #ifndef PDR_ROUTER_H
 #define PDR_ROUTER_H
@@ -57,6 +58,17 @@ typedef struct pdr_router {
     struct pdr_health_probe **probes; /* loop 0 */
     size_t n_probes;
     uv_timer_t health_timer;
+    uv_timer_t drain_timer; /* loop 0: DRAINING -> DRAINED on idle or timeout */
+    uint64_t started_ms;
+
+    /* Admin listener (loop 0 only, see admin.c); admin_on is 0 when admin.port is 0. */
+    int admin_on, admin_listening, admin_ctx_live;
+    h2o_globalconf_t admin_config;
+    h2o_context_t admin_ctx;
+    h2o_accept_ctx_t admin_accept;
+    uv_tcp_t admin_listener;
+    char *admin_token; /* NULL: auth off */
+    size_t admin_token_len;
 } pdr_router_t;
 
 static inline int pdr_router_shutting_down(const pdr_router_t *r)
@@ -71,12 +83,24 @@ int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req);
 /* server.c */
 void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *msg, int retry_after_s);
 void pdr_access_log(pdr_thread_t *t, const char *line, size_t len);
+/* Answers GET /metrics (data and admin ports). */
+void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req);
 /* Sets up the shared state and every loop (loop 0 on `loop0`), starts threads 1..n-1. */
 int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0);
 /* Loop 0: stop accepting everywhere, let in-flight requests finish, then end every loop. */
 void pdr_router_begin_shutdown(pdr_router_t *r);
 /* After loop 0 returned: joins the other threads. */
 void pdr_router_join(pdr_router_t *r);
+
+/* admin.c (loop 0) */
+/* Reads the token and builds the admin h2o config (nothing when admin.port is 0). */
+int pdr_admin_init(pdr_router_t *r);
+void pdr_admin_log_start(const pdr_router_t *r);
+void pdr_admin_dispose(pdr_router_t *r);
+/* Parses the optional drain body {"timeout_ms": N} (pure; fuzzed by tests/fuzz/fuzz_admin.c): 0 with
+ * *timeout_ms set (0 = none; an empty or all-whitespace body = none), or PDR_EINVAL with a message. */
+#define PDR_ADMIN_MAX_DRAIN_TIMEOUT_MS (7 * 24 * 3600 * 1000ULL) /* a week: anything longer is a typo */
+int pdr__admin_parse_drain(const char *body, size_t len, uint64_t *timeout_ms, char *msg, size_t cap);
 
 /* health.c (loop 0) */
 int pdr_health_start(pdr_router_t *r);

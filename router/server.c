@@ -1,7 +1,8 @@
 /*
  * The client-facing server: h2o (HTTP/1.1, h2c upgrade and prior knowledge) on the router's libuv
  * loop, the route table, the small local endpoints (/health, /readiness, /metrics), error answers in
- * the OpenAI shape, the batched access log, the loop threads and the shutdown sequence.
+ * the OpenAI shape, the batched access log, the loop threads and the shutdown sequence. Loop 0 also
+ * owns the admin listener (routes in admin.c, a separate h2o config: no admin route on the data port).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -50,9 +51,11 @@ void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *ms
                      type, status);
     req->res.status = status;
     req->res.reason = status == 400   ? "Bad Request"
+                      : status == 401 ? "Unauthorized"
                       : status == 404 ? "Not Found"
                       : status == 405 ? "Method Not Allowed"
                       : status == 413 ? "Payload Too Large"
+                      : status == 501 ? "Not Implemented"
                       : status == 502 ? "Bad Gateway"
                       : status == 503 ? "Service Unavailable"
                       : status == 504 ? "Gateway Timeout"
@@ -126,6 +129,25 @@ static int path_is(h2o_req_t *req, const char *p)
     return len == strlen(p) && memcmp(req->path.base, p, len) == 0;
 }
 
+void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req)
+{
+    pdr_router_t *r = t->r;
+    pdr_metrics_count_request(&t->m, PDR_MR_METRICS, 200, 0, -1);
+    size_t len = 0;
+    const pdr_metrics_t *ms[PDR_MAX_THREADS_RENDER];
+    size_t n = 0;
+    for (int i = 0; i < r->n_threads && n < PDR_MAX_THREADS_RENDER; i++)
+        ms[n++] = &r->threads[i].m;
+    char *text = pdr_metrics_render(&r->pool, ms, n, __atomic_load_n(&r->inflight, __ATOMIC_RELAXED), &len);
+    if (text == NULL) {
+        pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
+        return;
+    }
+    send_text(req, 200, "text/plain; version=0.0.4", text, len);
+    free(text);
+}
+
+/* Healthy means healthy and not draining (pdr_pool_count_healthy). */
 static int readiness_ok(pdr_router_t *r)
 {
     return !pdr_router_shutting_down(r) && pdr_pool_count_healthy(&r->pool, PDR_ROLE_PREFILL) > 0 &&
@@ -172,20 +194,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         return 0;
     }
     if (is_get && path_is(req, "/metrics")) {
-        pdr_metrics_count_request(&t->m, PDR_MR_METRICS, 200, 0, -1);
-        size_t len = 0;
-        const pdr_metrics_t *ms[PDR_MAX_THREADS_RENDER];
-        size_t n = 0;
-        for (int i = 0; i < r->n_threads && n < PDR_MAX_THREADS_RENDER; i++)
-            ms[n++] = &r->threads[i].m;
-        char *text =
-            pdr_metrics_render(&r->pool, ms, n, __atomic_load_n(&r->inflight, __ATOMIC_RELAXED), &len);
-        if (text == NULL) {
-            pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
-            return 0;
-        }
-        send_text(req, 200, "text/plain; version=0.0.4", text, len);
-        free(text);
+        pdr__send_metrics(t, req);
         return 0;
     }
     if (is_get && path_is(req, "/v1/models"))
@@ -201,10 +210,17 @@ static void maybe_dispose_h2o(pdr_thread_t *t)
 {
     /* Once shutting down and the last connection closed, the context's own timers can go too, and
      * the loop ends by itself. */
+    pdr_router_t *r = t->r;
     if (t->closing && t->multi == NULL && t->conns == 0 && !t->h2o_disposed &&
-        !h2o_timeout_is_linked(&t->h2o_ctx.http2._graceful_shutdown_timeout)) {
+        !h2o_timeout_is_linked(&t->h2o_ctx.http2._graceful_shutdown_timeout) &&
+        !(t->id == 0 && r->admin_ctx_live &&
+          h2o_timeout_is_linked(&r->admin_ctx.http2._graceful_shutdown_timeout))) {
         t->h2o_disposed = 1;
         h2o_context_dispose(&t->h2o_ctx);
+        if (t->id == 0 && r->admin_ctx_live) {
+            r->admin_ctx_live = 0;
+            h2o_context_dispose(&r->admin_ctx);
+        }
         uv_close((uv_handle_t *)&t->stop_timer, NULL);
         uv_close((uv_handle_t *)&t->shutdown_timer, NULL);
     }
@@ -241,18 +257,28 @@ static void on_accept(uv_stream_t *listener, int status)
         return;
     }
     uv_tcp_nodelay(conn, 1);
-    t->conns++;
+    t->conns++; /* admin connections count too: loop 0 ends only when they are gone */
     h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)conn, on_conn_closed);
-    h2o_accept(&t->accept_ctx, sock);
+    h2o_accept(listener == (uv_stream_t *)&t->r->admin_listener ? &t->r->admin_accept : &t->accept_ctx, sock);
 }
+
+static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reuseport, uv_tcp_t *h,
+                            int *listening);
 
 static int open_listener(pdr_thread_t *t, const pdr_config_t *c)
 {
+    return open_listener_on(t, c->listen_host, c->listen_port, 1, &t->listener, &t->listening);
+}
+
+/* Binds host:port (SO_REUSEPORT when reuseport) and accepts on t's loop into `h`. */
+static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reuseport, uv_tcp_t *h,
+                            int *listening)
+{
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
-    if (uv_ip4_addr(c->listen_host, c->listen_port, (struct sockaddr_in *)&ss) != 0 &&
-        uv_ip6_addr(c->listen_host, c->listen_port, (struct sockaddr_in6 *)&ss) != 0) {
-        pdr_error("listen.host %s is not an IP address", c->listen_host);
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0) {
+        pdr_error("%s %s is not an IP address", h == &t->listener ? "listen.host" : "admin.host", host);
         return PDR_EINVAL;
     }
     /* Every loop binds its own socket to the same address (SO_REUSEPORT): the kernel spreads new
@@ -260,25 +286,26 @@ static int open_listener(pdr_thread_t *t, const pdr_config_t *c)
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0 ||
+        (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) ||
         bind(fd, (struct sockaddr *)&ss,
              ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) != 0) {
-        pdr_error("cannot listen on %s:%d: %s", c->listen_host, c->listen_port, strerror(errno));
+        pdr_error("cannot listen on %s:%d: %s%s", host, port, strerror(errno),
+                  h == &t->listener ? "" : " (admin.host/admin.port; port 0 turns the admin API off)");
         if (fd >= 0)
             close(fd);
         return PDR_EIO;
     }
-    uv_tcp_init(t->loop, &t->listener);
-    t->listener.data = t;
-    int e = uv_tcp_open(&t->listener, fd);
+    uv_tcp_init(t->loop, h);
+    h->data = t;
+    int e = uv_tcp_open(h, fd);
     if (e == 0)
-        e = uv_listen((uv_stream_t *)&t->listener, 4096, on_accept);
+        e = uv_listen((uv_stream_t *)h, h == &t->listener ? 4096 : 64, on_accept);
     if (e != 0) {
-        pdr_error("cannot listen on %s:%d: %s", c->listen_host, c->listen_port, uv_strerror(e));
-        uv_close((uv_handle_t *)&t->listener, NULL);
+        pdr_error("cannot listen on %s:%d: %s", host, port, uv_strerror(e));
+        uv_close((uv_handle_t *)h, NULL);
         return PDR_EIO;
     }
-    t->listening = 1;
+    *listening = 1;
     return 0;
 }
 
@@ -310,7 +337,18 @@ static int init_thread(pdr_router_t *r, pdr_thread_t *t, int id, uv_loop_t *loop
     }
     uv_async_init(loop, &t->wakeup, on_wakeup);
     t->wakeup.data = t;
-    return open_listener(t, r->config);
+    int rc = open_listener(t, r->config);
+    if (rc == 0 && id == 0 && r->admin_on) {
+        /* The admin port is one socket on loop 0 (no SO_REUSEPORT: a second router on the same admin port
+         * is a configuration error, not a load-balancing peer). */
+        h2o_context_init(&r->admin_ctx, loop, &r->admin_config);
+        r->admin_ctx_live = 1;
+        r->admin_accept.ctx = &r->admin_ctx;
+        r->admin_accept.hosts = r->admin_config.hosts;
+        rc = open_listener_on(t, r->config->admin_host, r->config->admin_port, 0, &r->admin_listener,
+                              &r->admin_listening);
+    }
+    return rc;
 }
 
 static void thread_main(void *arg)
@@ -356,6 +394,9 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
 
     h2o_config_init(&r->h2o_config);
     r->h2o_config.server_name = h2o_iovec_init(H2O_STRLIT("pdrouter"));
+    r->started_ms = pdr_now_ms();
+    if ((rc = pdr_admin_init(r)) != 0)
+        return rc;
     /* h2o answers 413 itself above this; the handler repeats the check in the OpenAI error shape. */
     r->h2o_config.max_request_entity_size = (size_t)c->limits.max_body_bytes;
     h2o_hostconf_t *host =
@@ -387,6 +428,7 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
              c->listen_host, c->listen_port, r->n_threads, r->n_threads == 1 ? "" : "s", c->n_prefill,
              c->n_decode, pdr_policy_name(c->policy_prefill), pdr_policy_name(c->policy_decode),
              pdr_protocol_name(c->protocol));
+    pdr_admin_log_start(r);
     return 0;
 }
 
@@ -421,8 +463,11 @@ static void finish_loop(pdr_thread_t *t)
     uv_close((uv_handle_t *)&t->alog_timer, NULL);
     /* Closes idle HTTP/1 connections and sends HTTP/2 GOAWAY (h2o re-sends it each second until the
      * connections are gone). */
-    if (t->conns > 0)
+    if (t->conns > 0) {
         h2o_context_request_shutdown(&t->h2o_ctx);
+        if (t->id == 0 && r->admin_ctx_live)
+            h2o_context_request_shutdown(&r->admin_ctx);
+    }
     pdr_multi_close(t->multi, on_multi_closed, t);
     t->multi = NULL;
     maybe_dispose_h2o(t);
@@ -444,6 +489,10 @@ static void start_loop_shutdown(pdr_thread_t *t)
     if (t->listening) {
         uv_close((uv_handle_t *)&t->listener, NULL);
         t->listening = 0;
+    }
+    if (t->id == 0 && t->r->admin_listening) {
+        uv_close((uv_handle_t *)&t->r->admin_listener, NULL);
+        t->r->admin_listening = 0;
     }
     uv_timer_init(t->loop, &t->shutdown_timer);
     t->shutdown_timer.data = t;
@@ -477,6 +526,7 @@ void pdr_router_join(pdr_router_t *r)
     if (clean) {
         /* Every loop ended by itself: release the shared state too (no leak reports at exit). */
         h2o_config_dispose(&r->h2o_config);
+        pdr_admin_dispose(r);
         free(r->threads);
         r->threads = NULL;
         pdr_pool_dispose(&r->pool);

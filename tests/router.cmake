@@ -12,3 +12,25 @@ foreach(s routes errors policy prefill_killed all_prefills_dead prefill_stopped 
   add_test(NAME router_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_router.py ${s})
   set_tests_properties(router_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
+
+# Admin API scenarios (see test_admin.py): auth, worker list, drain under load, drain timeout,
+# worker-initiated drain (health 410), readiness while draining.
+foreach(s auth workers drain_load drain_timeout self_drain readiness shutdown)
+  add_test(NAME router_admin_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_admin.py ${s})
+  set_tests_properties(router_admin_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()
+
+# Fuzz target of the admin API's parsers (drain body, worker id); with -DPDR_LIBFUZZER=ON (clang) a
+# libFuzzer binary, otherwise a replay of the seed corpus with deterministic mutations.
+add_executable(fuzz_admin fuzz/fuzz_admin.c)
+target_include_directories(fuzz_admin PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/fuzz)
+target_link_libraries(fuzz_admin PRIVATE pdr_router)
+if(PDR_LIBFUZZER)
+  target_compile_definitions(fuzz_admin PRIVATE PDR_LIBFUZZER)
+  target_compile_options(fuzz_admin PRIVATE -fsanitize=fuzzer)
+  target_link_options(fuzz_admin PRIVATE -fsanitize=fuzzer)
+endif()
+file(GLOB PDR_ADMIN_SEEDS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/admin/*)
+list(SORT PDR_ADMIN_SEEDS)
+add_test(NAME router_admin_fuzz_corpus COMMAND fuzz_admin ${PDR_ADMIN_SEEDS})
+set_tests_properties(router_admin_fuzz_corpus PROPERTIES TIMEOUT 60)

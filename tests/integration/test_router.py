@@ -30,22 +30,26 @@ def sim(role, *extra):
 
 def router(prefills, decodes, *extra, config=None, access_log=None, ready=True):
     """Starts pdrouter in front of the given pdsim processes (flags, or a YAML file when config is a
-    dict of extra top-level YAML text)."""
+    dict of extra top-level YAML text). The admin listener gets a free port (r.ports["admin"]) so that
+    parallel tests never meet on the default 8001; "{admin}" in config text is that port."""
     if config is not None:
         lines = ["listen: { host: 127.0.0.1, port: {port} }", "workers:", "  prefill:"]
         lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %d }" % (p.port, p.ports["bport"]) for p in prefills]
         lines += ["  decode:"] + ["    - { url: http://127.0.0.1:%d }" % d.port for d in decodes]
+        aport = pdtest.free_port()
+        if "admin:" not in config:
+            lines += ["admin: { host: 127.0.0.1, port: {admin} }"]
         lines += [config]
         port = pdtest.free_port()
         fd, path = tempfile.mkstemp(prefix="pdrouter-", suffix=".yaml")
         with os.fdopen(fd, "w") as f:
-            f.write("\n".join(lines).replace("{port}", str(port)) + "\n")
+            f.write("\n".join(lines).replace("{port}", str(port)).replace("{admin}", str(aport)) + "\n")
         # The port is chosen here and written into the file: start the process by hand.
         args = [pdtest.binary("pdrouter"), "--config", path] + list(extra)
         fd, log_path = tempfile.mkstemp(prefix="pdtest-pdrouter-", suffix=".log")
         with os.fdopen(fd, "w") as log:
             proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        r = pdtest.Proc("pdrouter", proc, {"port": port}, log_path)
+        r = pdtest.Proc("pdrouter", proc, {"port": port, "admin": aport}, log_path)
         pdtest._procs.append(r)
         pdtest.poll_until(lambda: _answers(r, "/readiness" if ready else "/health", 200 if ready else None), 10,
                           "pdrouter to be ready")
@@ -59,6 +63,8 @@ def router(prefills, decodes, *extra, config=None, access_log=None, ready=True):
         argv += ["--access-log", access_log]
     else:
         argv += ["--access-log", "off"]
+    if "--admin-port" not in extra:
+        argv += ["--admin-port", "{admin}"]
     return pdtest.start(argv + list(extra), name="pdrouter", health_path="/readiness" if ready else "/health",
                         healthy=200 if ready else None)
 
@@ -466,7 +472,7 @@ def scenario_slow_client():
     p, d = sim("prefill"), sim("decode")
     r = router([p], [d], "--threads", "1")
     try:
-        tokens = 60000  # ~7 MB of SSE chunks
+        tokens = 200000  # ~24 MB of SSE chunks: more than loopback socket buffers can absorb (~10 MB)
         body = dict(BODIES["/v1/completions"], stream=True, max_tokens=tokens)
         s = socket.create_connection((H, r.port))
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)

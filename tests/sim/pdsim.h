@@ -23,6 +23,7 @@ enum pdsim_role { PDSIM_ROLE_BOTH = 0, PDSIM_ROLE_PREFILL, PDSIM_ROLE_DECODE };
 /* Fault knobs: set from flags, changed at run time with POST /pdsim/fault. 0 means off. */
 typedef struct pdsim_faults {
     int fail_health;
+    int health_status; /* 0: normal; else /health answers this status (410 asks the router to drain) */
     int fail_status;
     int hang_before_headers;
     int64_t drip_ms;

@@ -1268,10 +1268,11 @@ static void send_stats(h2o_req_t *req)
 static json_t *faults_obj(void)
 {
     const pdsim_faults_t *f = &S.faults;
-    return json_pack("{s:b,s:i,s:b,s:I,s:I,s:b,s:I}", "fail_health", f->fail_health, "fail_status",
-                     f->fail_status, "hang_before_headers", f->hang_before_headers, "drip_ms",
-                     (json_int_t)f->drip_ms, "reset_after_tokens", (json_int_t)f->reset_after_tokens,
-                     "stall_kv", f->stall_kv, "die_after", (json_int_t)f->die_after);
+    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I}", "fail_health", f->fail_health, "health_status",
+                     f->health_status, "fail_status", f->fail_status, "hang_before_headers",
+                     f->hang_before_headers, "drip_ms", (json_int_t)f->drip_ms, "reset_after_tokens",
+                     (json_int_t)f->reset_after_tokens, "stall_kv", f->stall_kv, "die_after",
+                     (json_int_t)f->die_after);
 }
 
 static void set_die_after(int64_t n)
@@ -1321,6 +1322,7 @@ static void handle_fault(h2o_req_t *req)
         f.field = v;
     KNOB("fail_health", fail_health, 0, 1)
     KNOB("fail_status", fail_status, 0, 599)
+    KNOB("health_status", health_status, 0, 599)
     KNOB("hang_before_headers", hang_before_headers, 0, 1)
     KNOB("drip_ms", drip_ms, 0, 3600000)
     KNOB("reset_after_tokens", reset_after_tokens, 0, PDSIM_MAX_TOKENS)
@@ -1333,8 +1335,11 @@ static void handle_fault(h2o_req_t *req)
         fault_int(body, "decode_us_per_token", 0, 10000000, &S.opts.decode_us_per_token) != 0)
         bad = 1;
     json_decref(body);
-    if (bad || (f.fail_status != 0 && f.fail_status < 400)) {
-        send_error(req, 400, "bad fault knob: booleans, or integers in range (fail_status 400-599 or 0)");
+    if (bad || (f.fail_status != 0 && f.fail_status < 400) ||
+        (f.health_status != 0 && f.health_status < 200)) {
+        send_error(req, 400,
+                   "bad fault knob: booleans, or integers in range (fail_status 400-599 or 0, health_status "
+                   "200-599 or 0)");
         return;
     }
     S.faults = f;
@@ -1380,6 +1385,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     if (path_is(req, "/health") || path_is(req, "/health_generate")) {
         if (S.faults.fail_health || S.shutting_down)
             send_body(req, 503, "text/plain", "unhealthy\n", 10);
+        else if (S.faults.health_status != 0)
+            send_body(req, S.faults.health_status, "text/plain", "health_status\n", 14);
         else
             send_body(req, 200, "text/plain", "ok", 2);
     } else if (path_is(req, "/v1/models")) {

@@ -1,0 +1,372 @@
+/*
+ * The admin REST API (docs/admin-api.md): worker list, drain and activate, status, and /metrics, on
+ * its own listener (admin.host:admin.port; port 0 turns it off) with its own h2o globalconf, so no
+ * admin route is reachable from the data port. Served by loop 0 only. Every route needs the bearer
+ * token read from admin.token_file at start (compared in constant time, length first); without a
+ * token file auth is off, which the start log says. Mutations write an audit line to the log.
+ *
+ * Worker ids are stable and index-based: "<role>-<index in the config's list>" ("prefill-0").
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "err.h"
+#include "router.h"
+#include "util.h"
+
+#ifndef PDR_VERSION
+#define PDR_VERSION "dev"
+#endif
+
+#define ADMIN_TOKEN_MAX 4096
+
+typedef struct admin_handler {
+    h2o_handler_t super;
+    pdr_router_t *r;
+} admin_handler_t;
+
+static int read_token(pdr_router_t *r, const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        pdr_error("admin.token_file %s: %s", path, strerror(errno));
+        return PDR_EIO;
+    }
+    char *buf = malloc(ADMIN_TOKEN_MAX + 1);
+    size_t len = 0;
+    ssize_t n = 0;
+    while (buf != NULL && len < ADMIN_TOKEN_MAX + 1 &&
+           ((n = read(fd, buf + len, ADMIN_TOKEN_MAX + 1 - len)) > 0 || (n < 0 && errno == EINTR)))
+        if (n > 0)
+            len += (size_t)n;
+    close(fd);
+    if (buf == NULL)
+        return PDR_ENOMEM;
+    if (n < 0 || len > ADMIN_TOKEN_MAX) {
+        pdr_error("admin.token_file %s: %s", path,
+                  n < 0 ? strerror(errno) : "longer than 4096 bytes; it should hold one token");
+        free(buf);
+        return PDR_EINVAL;
+    }
+    while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+        len--;
+    if (len == 0) {
+        pdr_error("admin.token_file %s is empty: write the bearer token into it, or leave the key out to run "
+                  "without auth (development only)",
+                  path);
+        free(buf);
+        return PDR_EINVAL;
+    }
+    r->admin_token = buf;
+    r->admin_token_len = len;
+    return 0;
+}
+
+static int authorized(pdr_router_t *r, h2o_req_t *req)
+{
+    if (r->admin_token == NULL)
+        return 1;
+    ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
+    if (i < 0)
+        return 0;
+    h2o_iovec_t v = req->headers.entries[i].value;
+    if (v.len < 7 || !h2o_lcstris(v.base, 7, H2O_STRLIT("bearer ")))
+        return 0;
+    const char *tok = v.base + 7;
+    size_t len = v.len - 7;
+    while (len > 0 && *tok == ' ') {
+        tok++;
+        len--;
+    }
+    return len == r->admin_token_len && CRYPTO_memcmp(tok, r->admin_token, len) == 0;
+}
+
+static void send_json(h2o_req_t *req, int status, json_t *o)
+{
+    char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (s == NULL) {
+        pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
+        return;
+    }
+    size_t len = strlen(s);
+    req->res.status = status;
+    req->res.reason = status == 202 ? "Accepted" : "OK";
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("application/json"));
+    req->res.content_length = len;
+    h2o_send_inline(req, s, len);
+    free(s);
+}
+
+static void method_not_allowed(h2o_req_t *req, const char *allow)
+{
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW, NULL, allow, strlen(allow));
+    char msg[64];
+    snprintf(msg, sizeof(msg), "use %s", allow);
+    pdr_send_error(req, 405, "invalid_request_error", msg, 0);
+}
+
+static json_t *worker_json(const pdr_worker_t *w)
+{
+    char id[32];
+    snprintf(id, sizeof(id), "%s-%d", pdr_role_name(w->role), w->index);
+    uint64_t last = __atomic_load_n(&w->last_check_ms, __ATOMIC_RELAXED);
+    uint64_t now = pdr_now_ms();
+    json_t *ago = last == 0 ? json_null() : json_integer((json_int_t)(now > last ? now - last : 0));
+    json_t *bport = w->conf->bootstrap_port >= 0 ? json_integer(w->conf->bootstrap_port) : json_null();
+    return json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:i,s:I,s:o,s:{}}", "id", id, "role", pdr_role_name(w->role),
+                     "url", w->conf->url, "bootstrap_port", bport, "source", "static", "state",
+                     pdr_worker_state_name(w), "in_flight", pdr_worker_inflight(w), "requests_total",
+                     (json_int_t)__atomic_load_n(&w->requests_total, __ATOMIC_RELAXED), "last_check_ms_ago",
+                     ago, "labels");
+}
+
+static json_t *workers_json(pdr_router_t *r)
+{
+    json_t *a = json_array();
+    for (int role = 0; role < 2 && a != NULL; role++)
+        for (size_t i = 0; i < r->pool.n[role]; i++)
+            if (json_array_append_new(a, worker_json(&r->pool.workers[role][i])) != 0) {
+                json_decref(a);
+                return NULL;
+            }
+    return json_pack("{s:o}", "workers", a);
+}
+
+static json_t *role_counts(pdr_router_t *r, pdr_role_t role)
+{
+    return json_pack("{s:I,s:I,s:I,s:I}", "total", (json_int_t)r->pool.n[role], "healthy",
+                     (json_int_t)pdr_pool_count_healthy(&r->pool, role), "draining",
+                     (json_int_t)pdr_pool_count_state(&r->pool, role, PDR_DRAIN_DRAINING), "drained",
+                     (json_int_t)pdr_pool_count_state(&r->pool, role, PDR_DRAIN_DRAINED));
+}
+
+static json_t *status_json(pdr_router_t *r)
+{
+    uint64_t up = (pdr_now_ms() - r->started_ms) / 1000;
+    return json_pack("{s:s,s:I,s:i,s:{s:o,s:o},s:I,s:b}", "version", PDR_VERSION, "uptime_s", (json_int_t)up,
+                     "threads", r->n_threads, "workers", "prefill", role_counts(r, PDR_ROLE_PREFILL),
+                     "decode", role_counts(r, PDR_ROLE_DECODE), "inflight",
+                     (json_int_t)__atomic_load_n(&r->inflight, __ATOMIC_RELAXED), "shutting_down",
+                     pdr_router_shutting_down(r));
+}
+
+int pdr__admin_parse_drain(const char *body, size_t n, uint64_t *timeout_ms, char *msg, size_t cap)
+{
+    *timeout_ms = 0;
+    size_t k = 0;
+    while (k < n && (body[k] == ' ' || body[k] == '\n' || body[k] == '\r' || body[k] == '\t'))
+        k++;
+    if (k == n)
+        return 0;
+    json_error_t jerr;
+    json_t *o = json_loadb(body, n, JSON_REJECT_DUPLICATES, &jerr);
+    if (!json_is_object(o)) {
+        snprintf(msg, cap, "malformed JSON body: expected an object like {\"timeout_ms\": 30000}%s%.60s",
+                 o == NULL ? ": " : "", o == NULL ? jerr.text : "");
+        json_decref(o);
+        return PDR_EINVAL;
+    }
+    const char *key;
+    json_t *v;
+    int rc = 0;
+    json_object_foreach(o, key, v)
+    {
+        if (strcmp(key, "timeout_ms") != 0) {
+            snprintf(msg, cap, "unknown field \"%.40s\" in the drain body (only timeout_ms)", key);
+            rc = PDR_EINVAL;
+        } else if (json_is_null(v)) {
+            *timeout_ms = 0;
+        } else if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                   (uint64_t)json_integer_value(v) > PDR_ADMIN_MAX_DRAIN_TIMEOUT_MS) {
+            snprintf(msg, cap, "timeout_ms must be an integer from 0 (no timeout) to %llu",
+                     (unsigned long long)PDR_ADMIN_MAX_DRAIN_TIMEOUT_MS);
+            rc = PDR_EINVAL;
+        } else {
+            *timeout_ms = (uint64_t)json_integer_value(v);
+        }
+    }
+    json_decref(o);
+    return rc;
+}
+
+static void audit(h2o_req_t *req, const char *what)
+{
+    char peer[1025] = "?"; /* NI_MAXHOST, as h2o_socket_getnumerichost wants */
+    struct sockaddr_storage ss;
+    socklen_t sl = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss);
+    if (sl > 0)
+        h2o_socket_getnumerichost((struct sockaddr *)&ss, sl, peer);
+    pdr_info("admin audit: %.*s %.*s from %s: %s", (int)req->method.len, req->method.base,
+             (int)(req->query_at != SIZE_MAX ? req->query_at : req->path.len), req->path.base, peer, what);
+}
+
+static void handle_worker(pdr_router_t *r, h2o_req_t *req, const char *rest, size_t len, int is_get,
+                          int is_post)
+{
+    const char *slash = memchr(rest, '/', len);
+    size_t idlen = slash != NULL ? (size_t)(slash - rest) : len;
+    pdr_worker_t *w = pdr_pool_find(&r->pool, rest, idlen);
+    if (w == NULL) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "no worker with id \"%.*s\" (ids look like prefill-0, decode-1)",
+                 (int)(idlen > 64 ? 64 : idlen), rest);
+        pdr_send_error(req, 404, "not_found_error", msg, 0);
+        return;
+    }
+    if (slash == NULL) {
+        if (h2o_memis(req->method.base, req->method.len, H2O_STRLIT("DELETE"))) {
+            audit(req, "not implemented");
+            pdr_send_error(req, 501, "not_implemented_error",
+                           "removing workers is not available yet: workers come from the config file", 0);
+        } else if (is_get) {
+            send_json(req, 200, worker_json(w));
+        } else {
+            method_not_allowed(req, "GET");
+        }
+        return;
+    }
+    const char *action = slash + 1;
+    size_t alen = len - idlen - 1;
+    int drain = alen == 5 && memcmp(action, "drain", 5) == 0;
+    int activate = alen == 8 && memcmp(action, "activate", 8) == 0;
+    if (!drain && !activate) {
+        pdr_send_error(req, 404, "not_found_error", "unknown admin route", 0);
+        return;
+    }
+    if (!is_post) {
+        method_not_allowed(req, "POST");
+        return;
+    }
+    if (drain) {
+        uint64_t timeout_ms;
+        char msg[256];
+        if (pdr__admin_parse_drain(req->entity.base != NULL ? req->entity.base : "",
+                                   req->entity.base != NULL ? req->entity.len : 0, &timeout_ms, msg,
+                                   sizeof(msg)) != 0) {
+            pdr_send_error(req, 400, "invalid_request_error", msg, 0);
+            return;
+        }
+        audit(req, "drain");
+        pdr_pool_drain(&r->pool, w, timeout_ms, "admin API");
+        send_json(req, 202, worker_json(w));
+    } else {
+        audit(req, "activate");
+        pdr_pool_activate(&r->pool, w);
+        send_json(req, 200, worker_json(w));
+    }
+}
+
+static int path_eq(const char *p, size_t len, const char *lit)
+{
+    return len == strlen(lit) && memcmp(p, lit, len) == 0;
+}
+
+static int on_admin_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    pdr_router_t *r = ((admin_handler_t *)self)->r;
+    pdr_thread_t *t = &r->threads[0];
+    int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET"));
+    int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
+    const char *p = req->path.base;
+    size_t len = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
+    if (!authorized(r, req)) {
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL,
+                       H2O_STRLIT("Bearer realm=\"pdrouter-admin\""));
+        pdr_send_error(req, 401, "authentication_error",
+                       "missing or wrong bearer token (Authorization: Bearer <token from admin.token_file>)",
+                       0);
+        pdr_metrics_count_request(&t->m, PDR_MR_OTHER, 401, 0, -1);
+        return 0;
+    }
+    static const char wprefix[] = "/admin/v1/workers/";
+    if (path_eq(p, len, "/metrics")) {
+        if (is_get)
+            pdr__send_metrics(t, req);
+        else
+            method_not_allowed(req, "GET");
+    } else if (path_eq(p, len, "/admin/v1/status")) {
+        if (is_get)
+            send_json(req, 200, status_json(r));
+        else
+            method_not_allowed(req, "GET");
+    } else if (path_eq(p, len, "/admin/v1/workers")) {
+        if (is_get) {
+            send_json(req, 200, workers_json(r));
+        } else if (is_post) {
+            audit(req, "not implemented");
+            pdr_send_error(req, 501, "not_implemented_error",
+                           "adding workers is not available yet: workers come from the config file", 0);
+        } else {
+            method_not_allowed(req, "GET, POST");
+        }
+    } else if (len > sizeof(wprefix) - 1 && memcmp(p, wprefix, sizeof(wprefix) - 1) == 0) {
+        handle_worker(r, req, p + sizeof(wprefix) - 1, len - (sizeof(wprefix) - 1), is_get, is_post);
+    } else if (path_eq(p, len, "/admin/v1/reload")) {
+        if (is_post) {
+            audit(req, "not implemented");
+            pdr_send_error(req, 501, "not_implemented_error",
+                           "config reload is not available yet: restart the router to apply a new config", 0);
+        } else {
+            method_not_allowed(req, "POST");
+        }
+    } else {
+        pdr_send_error(req, 404, "not_found_error", "unknown admin route", 0);
+    }
+    if (!path_eq(p, len, "/metrics"))
+        pdr_metrics_count_request(&t->m, PDR_MR_OTHER, req->res.status, 0, -1);
+    return 0;
+}
+
+int pdr_admin_init(pdr_router_t *r)
+{
+    const pdr_config_t *c = r->config;
+    if (c->admin_port == 0)
+        return 0;
+    if (c->admin_token_file != NULL) {
+        int rc = read_token(r, c->admin_token_file);
+        if (rc != 0)
+            return rc;
+    }
+    h2o_config_init(&r->admin_config);
+    r->admin_config.server_name = h2o_iovec_init(H2O_STRLIT("pdrouter-admin"));
+    r->admin_config.max_request_entity_size = 64 * 1024; /* admin bodies are small JSON objects */
+    h2o_hostconf_t *host =
+        h2o_config_register_host(&r->admin_config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
+    admin_handler_t *h = (admin_handler_t *)h2o_create_handler(path, sizeof(*h));
+    h->super.on_req = on_admin_req;
+    h->r = r;
+    r->admin_on = 1;
+    return 0;
+}
+
+void pdr_admin_log_start(const pdr_router_t *r)
+{
+    const pdr_config_t *c = r->config;
+    if (!r->admin_on)
+        pdr_info("admin API off (admin.port 0)");
+    else if (r->admin_token == NULL)
+        pdr_warn("admin API on %s:%d WITHOUT authentication (no admin.token_file): development only",
+                 c->admin_host, c->admin_port);
+    else
+        pdr_info("admin API on %s:%d (bearer token from %s)", c->admin_host, c->admin_port,
+                 c->admin_token_file);
+}
+
+void pdr_admin_dispose(pdr_router_t *r)
+{
+    if (r->admin_on)
+        h2o_config_dispose(&r->admin_config);
+    r->admin_on = 0;
+    if (r->admin_token != NULL)
+        OPENSSL_cleanse(r->admin_token, r->admin_token_len);
+    free(r->admin_token);
+    r->admin_token = NULL;
+}
