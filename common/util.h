@@ -26,6 +26,9 @@ uint64_t pdr_random_room(void);
 /* Parses a whole decimal integer in [min, max]; no trailing garbage. Returns 0 or PDR_EINVAL. */
 int pdr_parse_int64(const char *s, size_t len, int64_t min, int64_t max, int64_t *out);
 
+/* The standard reason phrase of an HTTP status ("Bad Gateway"); a generic one for unlisted codes. */
+const char *pdr_http_reason(int status);
+
 enum { PDR_LOG_DEBUG = 0, PDR_LOG_INFO, PDR_LOG_WARN, PDR_LOG_ERROR };
 extern int pdr_log_level;
 void pdr_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -96,7 +96,7 @@ static void send_json(h2o_req_t *req, int status, json_t *o)
     }
     size_t len = strlen(s);
     req->res.status = status;
-    req->res.reason = status == 202 ? "Accepted" : "OK";
+    req->res.reason = pdr_http_reason(status);
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
                    H2O_STRLIT("application/json"));
     req->res.content_length = len;

@@ -80,30 +80,6 @@ static void arm_timer(pd_req_t *x);
 
 /* ---- helpers ---- */
 
-static const char *reason_of(int status)
-{
-    switch (status) {
-    case 200:
-        return "OK";
-    case 400:
-        return "Bad Request";
-    case 404:
-        return "Not Found";
-    case 413:
-        return "Payload Too Large";
-    case 500:
-        return "Internal Server Error";
-    case 502:
-        return "Bad Gateway";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    default:
-        return status < 300 ? "OK" : status < 500 ? "Client Error" : "Server Error";
-    }
-}
-
 static void release_leg(pd_req_t *x, int prefill)
 {
     pdr_worker_t *w = prefill ? x->pw : x->dw;
@@ -216,7 +192,7 @@ static void start_client_response(pd_req_t *x)
     x->ttfb_ns = pdr_now_ns();
     x->status = (int)x->dleg.status;
     req->res.status = x->status;
-    req->res.reason = reason_of(x->status);
+    req->res.reason = pdr_http_reason(x->status);
     const char *ct = x->dleg.content_type[0] ? x->dleg.content_type : "application/json";
     x->is_sse = strncmp(ct, "text/event-stream", 17) == 0;
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ct, strlen(ct));
@@ -392,7 +368,7 @@ static void advance(pd_req_t *x)
         x->ttfb_ns = pdr_now_ns();
         h2o_req_t *req = x->req;
         req->res.status = x->status;
-        req->res.reason = reason_of(x->status);
+        req->res.reason = pdr_http_reason(x->status);
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
                        H2O_STRLIT("application/json"));
         req->res.content_length = x->pbody.len;

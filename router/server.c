@@ -50,16 +50,7 @@ void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *ms
     int n = snprintf(body, sizeof(body), "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}", esc,
                      type, status);
     req->res.status = status;
-    req->res.reason = status == 400   ? "Bad Request"
-                      : status == 401 ? "Unauthorized"
-                      : status == 404 ? "Not Found"
-                      : status == 405 ? "Method Not Allowed"
-                      : status == 413 ? "Payload Too Large"
-                      : status == 501 ? "Not Implemented"
-                      : status == 502 ? "Bad Gateway"
-                      : status == 503 ? "Service Unavailable"
-                      : status == 504 ? "Gateway Timeout"
-                                      : "Error";
+    req->res.reason = pdr_http_reason(status);
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
                    H2O_STRLIT("application/json"));
     if (retry_after_s > 0) {
@@ -75,7 +66,7 @@ void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *ms
 static void send_text(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len)
 {
     req->res.status = status;
-    req->res.reason = status == 200 ? "OK" : "Service Unavailable";
+    req->res.reason = pdr_http_reason(status);
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype, strlen(ctype));
     req->res.content_length = len;
     h2o_send_inline(req, body, len);

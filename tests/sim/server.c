@@ -121,39 +121,11 @@ static const char *role_name(int role)
 
 /* ------------------------------------------------------------------ responses */
 
-static const char *reason_of(int status)
-{
-    switch (status) {
-    case 200:
-        return "OK";
-    case 400:
-        return "Bad Request";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 413:
-        return "Payload Too Large";
-    case 429:
-        return "Too Many Requests";
-    case 500:
-        return "Internal Server Error";
-    case 502:
-        return "Bad Gateway";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    default:
-        return status >= 500 ? "Server Error" : status >= 400 ? "Client Error" : "OK";
-    }
-}
-
 /* Sends a complete response with a known length (stack.md pitfall 5). */
 static void send_body(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len)
 {
     req->res.status = status;
-    req->res.reason = reason_of(status);
+    req->res.reason = pdr_http_reason(status);
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype, strlen(ctype));
     req->res.content_length = len;
     h2o_send_inline(req, body, len);
