@@ -6,6 +6,10 @@
  * token file auth is off, which the start log says. Mutations write an audit line to the log.
  *
  * Worker ids are stable and index-based: "<role>-<index in the config's list>" ("prefill-0").
+ *
+ * GET / is the status page (router/status.html, embedded at build time as status_html.h). It is the one
+ * route served without the token: a browser cannot send a bearer header when it navigates, and the page
+ * holds no data; its script asks for the token and sends it on every API call.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,9 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "err.h"
 #include "router.h"
+#include "status_html.h"
 #include "util.h"
 
 #ifndef PDR_VERSION
@@ -157,6 +163,53 @@ static json_t *status_json(pdr_router_t *r)
                      pdr_router_shutting_down(r));
 }
 
+static json_t *events_json(pdr_router_t *r)
+{
+    pdr_event_t ev[PDR_EVENTS_CAP];
+    uint64_t total = 0;
+    size_t n = pdr_events_snapshot(&r->pool.events, ev, PDR_EVENTS_CAP, &total);
+    json_t *a = json_array();
+    for (size_t i = 0; i < n && a != NULL; i++) {
+        time_t secs = (time_t)(ev[i].time_ms / 1000);
+        struct tm tm;
+        char when[64] = "";
+        if (gmtime_r(&secs, &tm) != NULL)
+            snprintf(when, sizeof(when), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     (int)(ev[i].time_ms % 1000));
+        json_t *worker = ev[i].worker[0] != '\0' ? json_string(ev[i].worker) : json_null();
+        if (json_array_append_new(a, json_pack("{s:s,s:I,s:o,s:s}", "time", when, "time_ms",
+                                               (json_int_t)ev[i].time_ms, "worker", worker, "message",
+                                               ev[i].message)) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return json_pack("{s:o,s:I,s:i}", "events", a, "total", (json_int_t)total, "capacity", PDR_EVENTS_CAP);
+}
+
+static void send_status_page(h2o_req_t *req)
+{
+    req->res.status = 200;
+    req->res.reason = "OK";
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("text/html; charset=utf-8"));
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-store"));
+    /* The page loads nothing from elsewhere and may talk to this listener only. */
+    h2o_add_header_by_str(
+        &req->pool, &req->res.headers, H2O_STRLIT("content-security-policy"), 0, NULL,
+        H2O_STRLIT("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                   "connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-content-type-options"), 0, NULL,
+                          H2O_STRLIT("nosniff"));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-frame-options"), 0, NULL,
+                          H2O_STRLIT("DENY"));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("referrer-policy"), 0, NULL,
+                          H2O_STRLIT("no-referrer"));
+    req->res.content_length = pdr_status_html_len;
+    h2o_send_inline(req, pdr_status_html, pdr_status_html_len);
+}
+
 int pdr__admin_parse_drain(const char *body, size_t n, uint64_t *timeout_ms, char *msg, size_t cap)
 {
     *timeout_ms = 0;
@@ -276,6 +329,15 @@ static int on_admin_req(h2o_handler_t *self, h2o_req_t *req)
     int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
     const char *p = req->path.base;
     size_t len = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
+    if (path_eq(p, len, "/")) {
+        /* The status page: no data in it, so no token (see the top of this file). */
+        if (is_get)
+            send_status_page(req);
+        else
+            method_not_allowed(req, "GET");
+        pdr_metrics_count_request(&t->m, PDR_MR_OTHER, req->res.status, 0, -1);
+        return 0;
+    }
     if (!authorized(r, req)) {
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL,
                        H2O_STRLIT("Bearer realm=\"pdrouter-admin\""));
@@ -294,6 +356,11 @@ static int on_admin_req(h2o_handler_t *self, h2o_req_t *req)
     } else if (path_eq(p, len, "/admin/v1/status")) {
         if (is_get)
             send_json(req, 200, status_json(r));
+        else
+            method_not_allowed(req, "GET");
+    } else if (path_eq(p, len, "/admin/v1/events")) {
+        if (is_get)
+            send_json(req, 200, events_json(r));
         else
             method_not_allowed(req, "GET");
     } else if (path_eq(p, len, "/admin/v1/workers")) {

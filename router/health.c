@@ -48,6 +48,8 @@ static void probe_done(pdr_leg_t *leg, int err)
         else {
             pdr_warn("worker %s %s is unhealthy: %d checks failed, last: %s", pdr_role_name(w->role),
                      w->conf->url, c->health.fall, err ? pdr_strerror(err) : "bad status");
+            pdr_pool_record(&pr->r->pool, w, "marked unhealthy: %d failed health check(s), last: %s",
+                            c->health.fall, err ? pdr_strerror(err) : "bad status");
         }
     }
 }

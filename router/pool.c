@@ -3,6 +3,8 @@
  * least_load (power of two choices on in-flight requests: two distinct random healthy workers, the
  * less loaded wins, as sglang's power_of_two and Envoy's least_request do), random. Any loop thread.
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "err.h"
@@ -56,6 +58,7 @@ int pdr_pool_init(pdr_pool_t *p, pdr_config_t *c)
     memset(p, 0, sizeof(*p));
     p->config = pdr_config_ref(c);
     pthread_mutex_init(&p->lock, NULL);
+    pdr_events_init(&p->events);
     const pdr_worker_conf_t *confs[2] = {c->prefill, c->decode};
     size_t counts[2] = {c->n_prefill, c->n_decode};
     for (int r = 0; r < 2; r++) {
@@ -85,6 +88,7 @@ void pdr_pool_dispose(pdr_pool_t *p)
     if (p->config) {
         pdr_config_unref(p->config);
         pthread_mutex_destroy(&p->lock);
+        pdr_events_dispose(&p->events);
     }
     memset(p, 0, sizeof(*p));
 }
@@ -186,6 +190,7 @@ void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why)
     pthread_mutex_unlock(&p->lock);
     if (changed)
         pdr_warn("worker %s %s marked unhealthy: %s", pdr_role_name(w->role), w->conf->url, why);
+    pdr_pool_record(p, w, "%s: %s", changed ? "ejected (marked unhealthy)" : "request failed", why);
 }
 
 void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why)
@@ -202,6 +207,10 @@ void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why)
     if (changed)
         pdr_warn("worker %s %s marked unhealthy after %d failures: %s", pdr_role_name(w->role), w->conf->url,
                  fails, why);
+    if (changed)
+        pdr_pool_record(p, w, "marked unhealthy after %d failures: %s", fails, why);
+    else
+        pdr_pool_record(p, w, "request failed: %s", why);
 }
 
 void pdr_pool_report_success(pdr_pool_t *p, pdr_worker_t *w)
@@ -311,6 +320,8 @@ int pdr_pool_drain_tick(pdr_pool_t *p, uint64_t now_ms)
                     "worker %s-%d %s drained at its drain timeout with %d requests still in flight (they are "
                     "left to finish)",
                     pdr_role_name(w->role), w->index, w->conf->url, pdr_worker_inflight(w));
+                pdr_pool_record(p, w, "drain timeout: drained with %d requests still in flight",
+                                pdr_worker_inflight(w));
             }
         }
     return changed;
@@ -332,6 +343,19 @@ pdr_worker_t *pdr_pool_find(pdr_pool_t *p, const char *id, size_t len)
         return idx < p->n[role] ? &p->workers[role][idx] : NULL;
     }
     return NULL;
+}
+
+void pdr_pool_record(pdr_pool_t *p, const pdr_worker_t *w, const char *fmt, ...)
+{
+    char id[32] = "";
+    if (w != NULL)
+        snprintf(id, sizeof(id), "%s-%d", pdr_role_name(w->role), w->index);
+    char msg[sizeof(((pdr_event_t *)0)->message)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    pdr_events_add(&p->events, w != NULL ? id : NULL, "%s", msg);
 }
 
 size_t pdr_pool_count_state(const pdr_pool_t *p, pdr_role_t role, int drain_state)

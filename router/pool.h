@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include "config.h"
+#include "events.h"
 
 typedef struct pdr_health_state {
     int healthy;
@@ -52,6 +53,7 @@ typedef struct pdr_pool {
     size_t n[2];
     unsigned rr_next[2];  /* atomic */
     pthread_mutex_t lock; /* health transitions */
+    pdr_events_t events;  /* recent errors, for the admin status page (own lock) */
 } pdr_pool_t;
 
 static inline int pdr_worker_healthy(const pdr_worker_t *w)
@@ -119,5 +121,8 @@ void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why);
 void pdr_pool_report_success(pdr_pool_t *p, pdr_worker_t *w);
 
 const char *pdr_role_name(pdr_role_t r);
+/* Records a recent error about w (NULL: none) in p->events, with the worker's id. Any thread. */
+void pdr_pool_record(pdr_pool_t *p, const pdr_worker_t *w, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -4,6 +4,13 @@ set -eu
 PKGS="build-essential cmake pkgconf git ca-certificates \
  libuv1-dev libh2o-dev libcurl4-openssl-dev libyaml-dev libibverbs-dev libssl-dev libjansson-dev \
  curl python3 nghttp2-client wrk nginx-light iperf3 jq clang-format"
+# Browser test of the admin status page.
+PKGS="$PKGS chromium chromium-driver python3-selenium"
+# Offline checks of deploy/: kubectl (for `kubectl kustomize`) and the Kubernetes schema models. Debian's
+# kubectl comes with kubernetes-client; a machine that already has another kubectl keeps it (the two
+# packages ship the same file).
+PKGS="$PKGS python3-kubernetes python3-yaml"
+command -v kubectl >/dev/null 2>&1 || PKGS="$PKGS kubernetes-client"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,0 +1,481 @@
+#!/usr/bin/python3
+"""Offline checks of the deployment artifacts under deploy/ (docs/deploy.md "What CI checks").
+
+  test_deploy.py k8s      render deploy/k8s/base and deploy/k8s/overlays/sglang with
+                          `kubectl kustomize`, check every object against the Kubernetes schema
+                          (python3-kubernetes models: unknown fields and wrong types fail, with the
+                          path), then the policy checks (probes, preStop, grace period, security
+                          context, RBAC, PDB, rollout, router.yaml passes `pdrouter --check-config`)
+  test_deploy.py docker   lint deploy/docker/Dockerfile (it is never built in CI)
+  test_deploy.py systemd  `systemd-analyze verify` of deploy/systemd/pdrouter.service + key checks
+
+Exit 0: pass, 1: fail (every problem listed), 77: a needed tool is missing (skip).
+Environment: PDR_BUILD (build dir with pdrouter), PDR_KUBECTL (kubectl to use, default from PATH).
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEPLOY = os.path.join(ROOT, "deploy")
+SKIP = 77
+errors = []
+
+
+def fail(msg):
+    errors.append(msg)
+
+
+def pdrouter_bin():
+    build = os.environ.get("PDR_BUILD", os.path.join(ROOT, "build"))
+    path = os.path.join(build, "pdrouter")
+    return path if os.access(path, os.X_OK) else None
+
+
+# ---------------------------------------------------------------- Kubernetes schema validation
+def schema_check(obj, where):
+    """Validate one rendered object against python3-kubernetes' model of its apiVersion/kind."""
+    import kubernetes.client as kc
+
+    api, kind = obj.get("apiVersion"), obj.get("kind")
+    if not isinstance(api, str) or not isinstance(kind, str):
+        fail(f"{where}: missing apiVersion/kind")
+        return
+    version = api.split("/")[-1]
+    cls = getattr(kc, version[0].upper() + version[1:] + kind, None)
+    if cls is None or not hasattr(cls, "openapi_types"):
+        fail(f"{where}: no schema model for apiVersion {api} kind {kind}")
+        return
+    check_value(obj, cls.__name__, f"{where}", kc)
+
+
+def check_value(value, typ, path, kc):
+    if typ == "object":  # IntOrString, RawExtension, ...
+        return
+    m = re.fullmatch(r"list\[(.+)\]", typ)
+    if m:
+        if not isinstance(value, list):
+            fail(f"{path}: expected a list, got {type(value).__name__}")
+            return
+        for i, v in enumerate(value):
+            check_value(v, m.group(1), f"{path}[{i}]", kc)
+        return
+    m = re.fullmatch(r"dict\(str, (.+)\)", typ)
+    if m:
+        if not isinstance(value, dict):
+            fail(f"{path}: expected a mapping, got {type(value).__name__}")
+            return
+        for k, v in value.items():
+            check_value(v, m.group(1), f"{path}.{k}", kc)
+        return
+    prim = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float),
+            "datetime": (str,), "date": (str,)}
+    if typ in prim:
+        ok = isinstance(value, prim[typ]) and not (typ in ("int", "float") and isinstance(value, bool))
+        if not ok:
+            fail(f"{path}: expected {typ}, got {type(value).__name__} {value!r}")
+        return
+    cls = getattr(kc, typ, None)
+    if cls is None:
+        fail(f"{path}: unknown schema type {typ}")
+        return
+    if not isinstance(value, dict):
+        fail(f"{path}: expected a {typ} mapping, got {type(value).__name__}")
+        return
+    by_json = {j: a for a, j in cls.attribute_map.items()}
+    for k, v in value.items():
+        if k not in by_json:
+            fail(f"{path}.{k}: unknown field (not in {typ})")
+            continue
+        if v is None:
+            continue
+        check_value(v, cls.openapi_types[by_json[k]], f"{path}.{k}", kc)
+
+
+# ---------------------------------------------------------------- policy checks
+def find(objs, kind, name=None):
+    return [o for o in objs if o.get("kind") == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def check_router(objs, where):
+    deps = find(objs, "Deployment", "pdrouter")
+    if len(deps) != 1:
+        fail(f"{where}: expected one Deployment 'pdrouter', found {len(deps)}")
+        return
+    d = deps[0]
+    spec = d.get("spec", {})
+    if spec.get("replicas") != 2:
+        fail(f"{where}: Deployment replicas is {spec.get('replicas')!r}, want 2")
+    strat = spec.get("strategy", {})
+    ru = strat.get("rollingUpdate", {})
+    if strat.get("type") != "RollingUpdate" or ru.get("maxUnavailable") != 0 or ru.get("maxSurge") != 1:
+        fail(f"{where}: strategy must be RollingUpdate maxUnavailable 0 maxSurge 1, got {strat!r}")
+    pod = spec.get("template", {}).get("spec", {})
+    grace = pod.get("terminationGracePeriodSeconds", 30)
+    if not isinstance(grace, int) or grace < 60:
+        fail(f"{where}: terminationGracePeriodSeconds {grace!r} < 60 (must exceed preStop + drain)")
+    psc = pod.get("securityContext", {})
+    cs = [c for c in pod.get("containers", []) if c.get("name") == "pdrouter"]
+    if len(cs) != 1:
+        fail(f"{where}: no container 'pdrouter' in the Deployment")
+        return
+    c = cs[0]
+    for probe, want in (("livenessProbe", "/health"), ("readinessProbe", "/readiness"),
+                        ("startupProbe", "/health")):
+        got = c.get(probe, {}).get("httpGet", {})
+        if got.get("path") != want or got.get("port") not in ("http", 8000):
+            fail(f"{where}: {probe} must be GET {want} on port http/8000, got {got or None!r}")
+    pre = c.get("lifecycle", {}).get("preStop", {})
+    cmd = pre.get("exec", {}).get("command")
+    if not pre or (cmd is not None and (not cmd or cmd[0] != "/bin/sleep")):
+        fail(f"{where}: preStop hook missing or not '/bin/sleep N': {pre!r}")
+    elif cmd and grace < int(cmd[1]) + 30 + 5:
+        fail(f"{where}: grace {grace}s does not cover preStop {cmd[1]}s + 30s drain + margin")
+    sc = c.get("securityContext", {})
+    merged = dict(psc, **sc)
+    if merged.get("runAsNonRoot") is not True:
+        fail(f"{where}: runAsNonRoot is not true")
+    if merged.get("runAsUser") != 65532:
+        fail(f"{where}: runAsUser is {merged.get('runAsUser')!r}, want 65532")
+    if sc.get("readOnlyRootFilesystem") is not True:
+        fail(f"{where}: readOnlyRootFilesystem is not true")
+    if sc.get("allowPrivilegeEscalation") is not False:
+        fail(f"{where}: allowPrivilegeEscalation is not false")
+    if sc.get("capabilities", {}).get("drop") != ["ALL"]:
+        fail(f"{where}: capabilities.drop is not [ALL]")
+    if merged.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+        fail(f"{where}: seccompProfile is not RuntimeDefault")
+    res = c.get("resources", {})
+    if not res.get("requests") or not res.get("limits"):
+        fail(f"{where}: router container needs resources requests and limits")
+    if c.get("args", [])[:2] != ["--config", "/etc/pdrouter/router.yaml"]:
+        fail(f"{where}: args must start with --config /etc/pdrouter/router.yaml, got {c.get('args')!r}")
+
+    # volumes: config from the ConfigMap at /etc/pdrouter, token from a Secret file
+    vols = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+    cfg_vol = vols.get(mounts.get("/etc/pdrouter", ""), {})
+    cm_name = cfg_vol.get("configMap", {}).get("name")
+    cms = find(objs, "ConfigMap", cm_name) if cm_name else []
+    if len(cms) != 1:
+        fail(f"{where}: /etc/pdrouter is not mounted from a ConfigMap of this kustomization")
+    else:
+        check_router_yaml(cms[0], mounts, vols, where)
+
+    roles = find(objs, "Role")
+    if len(roles) != 1:
+        fail(f"{where}: expected one Role, found {len(roles)}")
+    else:
+        rules = roles[0].get("rules", [])
+        want = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+        norm = [{k: sorted(r.get(k, [])) for k in ("apiGroups", "resources", "verbs")} for r in rules]
+        if norm != [{k: sorted(v) for k, v in want[0].items()}] or any(
+                set(r) - {"apiGroups", "resources", "verbs"} for r in rules):
+            fail(f"{where}: Role must allow exactly get/list/watch on pods, got {rules!r}")
+        rb = find(objs, "RoleBinding")
+        sa = pod.get("serviceAccountName")
+        if not any(b["roleRef"]["name"] == roles[0]["metadata"]["name"] and
+                   any(s.get("kind") == "ServiceAccount" and s.get("name") == sa for s in b.get("subjects", []))
+                   for b in rb):
+            fail(f"{where}: no RoleBinding binds the Role to the router's ServiceAccount {sa!r}")
+        if not find(objs, "ServiceAccount", sa):
+            fail(f"{where}: ServiceAccount {sa!r} is not defined")
+    if find(objs, "ClusterRole") or find(objs, "ClusterRoleBinding"):
+        fail(f"{where}: cluster-wide RBAC is not allowed")
+
+    labels = spec.get("template", {}).get("metadata", {}).get("labels", {})
+    pdbs = find(objs, "PodDisruptionBudget")
+    if not pdbs:
+        fail(f"{where}: no PodDisruptionBudget")
+    for p in pdbs:
+        if p["apiVersion"] != "policy/v1" or p["spec"].get("minAvailable") != 1:
+            fail(f"{where}: PDB must be policy/v1 minAvailable 1")
+        sel = p["spec"].get("selector", {}).get("matchLabels", {})
+        if not sel or any(labels.get(k) != v for k, v in sel.items()):
+            fail(f"{where}: PDB selector {sel!r} does not match the router pods {labels!r}")
+
+    svcs = [s for s in find(objs, "Service")
+            if all(labels.get(k) == v for k, v in s["spec"].get("selector", {}).items())]
+    normal = [s for s in svcs if s["spec"].get("clusterIP") != "None"]
+    headless = [s for s in svcs if s["spec"].get("clusterIP") == "None"]
+    if not any(p.get("name") == "http" and p.get("port") == 8000 and p.get("targetPort") in ("http", 8000)
+               for s in normal for p in s["spec"].get("ports", [])):
+        fail(f"{where}: no Service port http 8000 -> 8000 for the router")
+    if not headless:
+        fail(f"{where}: no headless Service for the router pods")
+    for s in svcs:
+        for p in s["spec"].get("ports", []):
+            if p.get("port") == 8001 or p.get("targetPort") == 8001:
+                fail(f"{where}: Service {s['metadata']['name']} exposes the admin port 8001")
+
+
+def check_router_yaml(cm, mounts, vols, where):
+    import yaml
+    text = cm.get("data", {}).get("router.yaml")
+    if text is None:
+        fail(f"{where}: ConfigMap {cm['metadata']['name']} has no router.yaml")
+        return
+    exe = pdrouter_bin()
+    if exe is None:
+        fail(f"{where}: pdrouter binary not found (set PDR_BUILD)")
+    else:
+        with tempfile.TemporaryDirectory() as td:
+            f = os.path.join(td, "router.yaml")
+            with open(f, "w") as fh:
+                fh.write(text)
+            r = subprocess.run([exe, "--check-config", f], capture_output=True, text=True)
+            if r.returncode != 0:
+                fail(f"{where}: router.yaml fails pdrouter --check-config: {r.stderr.strip()}")
+    conf = yaml.safe_load(text) or {}
+    admin = conf.get("admin", {}) or {}
+    tf = admin.get("token_file")
+    if not tf:
+        fail(f"{where}: router.yaml has no admin.token_file")
+        return
+    d, base = os.path.split(tf)
+    vol = vols.get(mounts.get(d, ""), {})
+    sec = vol.get("secret")
+    if not sec:
+        fail(f"{where}: admin.token_file {tf} is not in a mounted Secret volume")
+    elif "items" in sec and base not in [i["path"] for i in sec["items"]]:
+        fail(f"{where}: Secret volume does not project {base}")
+    if str(admin.get("host", "127.0.0.1")) not in ("127.0.0.1", "::1", "localhost"):
+        fail(f"{where}: admin listener must stay on loopback, got {admin.get('host')!r}")
+
+
+def check_sglang(objs, where):
+    import yaml
+    for role in ("prefill", "decode"):
+        sts = [o for o in find(objs, "StatefulSet")
+               if o["spec"]["template"]["metadata"].get("labels", {}).get("app.kubernetes.io/component") == role]
+        if len(sts) != 1:
+            fail(f"{where}: expected one {role} StatefulSet, found {len(sts)}")
+            continue
+        s = sts[0]
+        tmpl = s["spec"]["template"]
+        c = tmpl["spec"]["containers"][0]
+        argv = c.get("command", []) + c.get("args", [])
+        if "sglang.launch_server" not in argv or f"--disaggregation-mode" not in argv or \
+                argv[argv.index("--disaggregation-mode") + 1] != role:
+            fail(f"{where}: {role} StatefulSet does not run sglang.launch_server --disaggregation-mode {role}")
+        if str(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")) != "1":
+            fail(f"{where}: {role} needs nvidia.com/gpu: 1")
+        if c.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/health":
+            fail(f"{where}: {role} readiness must be GET /health")
+        ann = tmpl["metadata"].get("annotations", {})
+        if role == "prefill" and ann.get("sglang.ai/bootstrap-port") != "8998":
+            fail(f"{where}: prefill pods need annotation sglang.ai/bootstrap-port: \"8998\"")
+        svc = find(objs, "Service", s["spec"]["serviceName"])
+        if not svc or svc[0]["spec"].get("clusterIP") != "None":
+            fail(f"{where}: {role} StatefulSet's serviceName is not a headless Service")
+        # the router's static list must name exactly this StatefulSet's pods
+        cm = [o for o in find(objs, "ConfigMap") if "router.yaml" in o.get("data", {})]
+        conf = yaml.safe_load(cm[0]["data"]["router.yaml"]) if cm else {}
+        ws = (conf.get("workers") or {}).get(role, [])
+        urls = [w["url"] if isinstance(w, dict) else w for w in ws]
+        name, svcname = s["metadata"]["name"], s["spec"]["serviceName"]
+        port = next(p["containerPort"] for p in c["ports"] if p.get("name") == "http")
+        want = [f"http://{name}-{i}.{svcname}:{port}" for i in range(s["spec"].get("replicas", 1))]
+        if urls != want:
+            fail(f"{where}: router workers.{role} {urls} != the StatefulSet's pods {want}")
+
+
+def run_k8s():
+    try:
+        import yaml  # noqa: F401
+        import kubernetes.client  # noqa: F401
+    except ImportError as e:
+        print(f"SKIP: {e} (install python3-yaml python3-kubernetes)")
+        return SKIP
+    import yaml
+    kubectl = os.environ.get("PDR_KUBECTL") or shutil.which("kubectl")
+    if not kubectl:
+        print("SKIP: kubectl not found (install kubernetes-client)")
+        return SKIP
+    for name, extra in (("base", None), ("overlays/sglang", check_sglang)):
+        d = os.path.join(DEPLOY, "k8s", name)
+        r = subprocess.run([kubectl, "kustomize", d], capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"{name}: kubectl kustomize failed: {r.stderr.strip()}")
+            continue
+        objs = [o for o in yaml.safe_load_all(r.stdout) if o]
+        print(f"{name}: {len(objs)} objects: " +
+              ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objs))
+        for o in objs:
+            schema_check(o, f"{name}: {o.get('kind')}/{o.get('metadata', {}).get('name')}")
+        check_router(objs, name)
+        if extra:
+            extra(objs, name)
+    return 0
+
+
+# ---------------------------------------------------------------- Dockerfile lint
+def run_docker():
+    path = os.path.join(DEPLOY, "docker", "Dockerfile")
+    with open(path) as fh:
+        text = fh.read()
+    # join continuation lines, drop comments
+    lines, cur = [], ""
+    for raw in text.splitlines():
+        s = raw.strip()
+        if s.startswith("#") and not cur:
+            continue
+        if s.endswith("\\"):
+            cur += s[:-1] + " "
+            continue
+        cur += s
+        if cur.strip():
+            lines.append(cur.strip())
+        cur = ""
+    instrs = [(l.split(None, 1)[0].upper(), l.split(None, 1)[1] if " " in l else "") for l in lines]
+    froms = [a for i, a in instrs if i == "FROM"]
+    stage_names = set()
+    for a in froms:
+        parts = a.split()
+        image = parts[0]
+        if image not in ("debian:12", "debian:12-slim") and not image.startswith(("debian:12@", "debian:12-slim@")):
+            fail(f"Dockerfile: FROM {image}: only debian:12 / debian:12-slim are allowed")
+        if len(parts) >= 3 and parts[1].upper() == "AS":
+            stage_names.add(parts[2])
+    if len(froms) < 2:
+        fail("Dockerfile: expected a build stage and a runtime stage")
+    elif not froms[-1].split()[0].startswith("debian:12-slim"):
+        fail("Dockerfile: the final (runtime) stage must be debian:12-slim")
+    last = max(i for i, (ins, _) in enumerate(instrs) if ins == "FROM")
+    runtime = instrs[last:]
+    users = [a for i, a in runtime if i == "USER"]
+    if not users:
+        fail("Dockerfile: the runtime stage sets no USER (it would run as root)")
+    elif users[-1].split(":")[0] in ("root", "0"):
+        fail(f"Dockerfile: runtime USER {users[-1]} is root")
+    elif users[-1].split(":")[0] != "65532":
+        fail(f"Dockerfile: runtime USER {users[-1]} is not 65532 (the manifests' runAsUser)")
+    ep = [a for i, a in runtime if i == "ENTRYPOINT"]
+    if not ep or "pdrouter" not in ep[-1] or not ep[-1].startswith("["):
+        fail("Dockerfile: ENTRYPOINT must be the exec form running pdrouter")
+    for i, a in instrs:
+        if i == "ADD" and re.search(r"https?://|git@", a):
+            fail(f"Dockerfile: ADD of a URL: {a}")
+        if i == "ADD":
+            fail(f"Dockerfile: use COPY, not ADD: {a}")
+        if i == "RUN":
+            if re.search(r"\b(curl|wget)\b[^|;&]*\|\s*(ba|z|da)?sh\b", a):
+                fail(f"Dockerfile: pipes a download into a shell: {a}")
+            if re.search(r"\b(curl|wget|pip3?|npm|git clone)\b", a):
+                fail(f"Dockerfile: downloads outside apt-get: {a}")
+            if "apt-get install" in a and "--no-install-recommends" not in a:
+                fail(f"Dockerfile: apt-get install without --no-install-recommends: {a}")
+            if "apt-get install" in a and "apt-get update" not in a:
+                fail(f"Dockerfile: apt-get install without apt-get update in the same RUN: {a}")
+        if i == "COPY":
+            m = re.search(r"--from=(\S+)", a)
+            if m and m.group(1) not in stage_names:
+                fail(f"Dockerfile: COPY --from={m.group(1)} names no stage")
+    rt = " ".join(a for i, a in runtime if i == "RUN")
+    for pkg in ("libuv1", "libh2o0.13", "libcurl4", "libyaml-0-2", "libjansson4", "libibverbs1", "libssl3"):
+        if not re.search(rf"(?<![\w.-]){re.escape(pkg)}(?![\w.-])", rt):
+            fail(f"Dockerfile: runtime stage does not install {pkg}")
+    if re.search(r"-dev\b", rt):
+        fail("Dockerfile: runtime stage installs -dev packages")
+    print(f"Dockerfile: {len(instrs)} instructions, stages: {', '.join(f.split()[0] for f in froms)}")
+    return 0
+
+
+# ---------------------------------------------------------------- systemd unit
+def run_systemd():
+    path = os.path.join(DEPLOY, "systemd", "pdrouter.service")
+    keys = {}
+    section = None
+    with open(path) as fh:
+        for n, raw in enumerate(fh, 1):
+            s = raw.strip()
+            if not s or s.startswith(("#", ";")):
+                continue
+            if s.startswith("["):
+                section = s.strip("[]")
+                continue
+            if "=" not in s:
+                fail(f"pdrouter.service:{n}: not a key=value line")
+                continue
+            k, v = s.split("=", 1)
+            keys.setdefault((section, k.strip()), []).append(v.strip())
+
+    def get(k, sec="Service"):
+        v = keys.get((sec, k))
+        return v[-1] if v else None
+
+    want = {"Type": "exec", "KillSignal": "SIGTERM", "Restart": "on-failure", "NoNewPrivileges": "yes",
+            "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes",
+            "CapabilityBoundingSet": "", "LimitNOFILE": "1048576",
+            "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX"}
+    for k, v in want.items():
+        if get(k) != v:
+            fail(f"pdrouter.service: {k}={get(k)!r}, want {v!r}")
+    if get("DynamicUser") != "yes" and not get("User"):
+        fail("pdrouter.service: neither DynamicUser=yes nor User= (it would run as root)")
+    if get("User") in ("root", "0"):
+        fail("pdrouter.service: User=root")
+    es = get("ExecStart") or ""
+    if not es.startswith("/usr/local/bin/pdrouter --config /etc/pdrouter/router.yaml"):
+        fail(f"pdrouter.service: ExecStart is {es!r}")
+    ts = get("TimeoutStopSec") or "0"
+    if not ts.isdigit() or int(ts) < 35:
+        fail(f"pdrouter.service: TimeoutStopSec={ts} does not exceed the 30 s drain")
+    if get("WantedBy", "Install") is None:
+        fail("pdrouter.service: no [Install] WantedBy=")
+
+    exe = pdrouter_bin()
+    ex = os.path.join(DEPLOY, "systemd", "router.yaml.example")
+    if exe is None:
+        fail("pdrouter binary not found (set PDR_BUILD)")
+    else:
+        r = subprocess.run([exe, "--check-config", ex], capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"router.yaml.example fails pdrouter --check-config: {r.stderr.strip()}")
+
+    sa = shutil.which("systemd-analyze")
+    if sa is None or exe is None:
+        print("note: systemd-analyze not available: key checks only")
+        return 0
+    with tempfile.TemporaryDirectory() as td:
+        # verify needs the executables to exist: point them at the built binary
+        with open(path) as fh:
+            unit = fh.read().replace("/usr/local/bin/pdrouter", exe)
+        u = os.path.join(td, "pdrouter.service")
+        with open(u, "w") as fh:
+            fh.write(unit)
+        r = subprocess.run([sa, "verify", u], capture_output=True, text=True,
+                           env=dict(os.environ, SYSTEMD_LOG_COLOR="0"))
+        out = (r.stdout + r.stderr).strip()
+        # systemd-analyze exits 0 even on unknown keys or bad values: any message about our unit fails
+        ours = [l for l in out.splitlines() if "pdrouter.service" in l]
+        if r.returncode != 0 or ours:
+            fail("systemd-analyze verify: " + (out or f"exit {r.returncode}"))
+        else:
+            print("systemd-analyze verify: clean" + (f" (other output: {out})" if out else ""))
+    return 0
+
+
+def main():
+    what = sys.argv[1] if len(sys.argv) > 1 else ""
+    fn = {"k8s": run_k8s, "docker": run_docker, "systemd": run_systemd}.get(what)
+    if fn is None:
+        print(__doc__)
+        return 2
+    rc = fn()
+    if rc == SKIP:
+        return SKIP
+    for e in errors:
+        print("FAIL:", e)
+    if errors:
+        print(f"{len(errors)} problem(s)")
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
