@@ -35,6 +35,8 @@ enum opt_id {
     OPT_HEALTH_INTERVAL,
     OPT_ADMIN_PORT,
     OPT_THREADS,
+    OPT_DRAIN_GRACE,
+    OPT_DRAIN_TIMEOUT,
 };
 
 static const struct opt {
@@ -63,6 +65,8 @@ static const struct opt {
     {"health-interval-ms", OPT_HEALTH_INTERVAL, 1},
     {"admin-port", OPT_ADMIN_PORT, 1},
     {"threads", OPT_THREADS, 1},
+    {"drain-grace-ms", OPT_DRAIN_GRACE, 1},
+    {"drain-timeout-ms", OPT_DRAIN_TIMEOUT, 1},
 };
 
 void pdr_config_usage(FILE *out)
@@ -96,6 +100,8 @@ void pdr_config_usage(FILE *out)
           "  --first-byte-ms N          deadline for the decode's first byte (default 60000)\n"
           "  --kv-transfer-ms N         deadline for the KV transfer (default 30000)\n"
           "  --health-interval-ms N     health check period (default 2000)\n"
+          "  --drain-grace-ms N         on SIGTERM: readiness off, still serving (default 5000)\n"
+          "  --drain-timeout-ms N       then: listeners closed, wait for requests (default 30000)\n"
           "\n"
           "  --version                  print the version and exit\n"
           "  -h, --help                 print this help and exit\n"
@@ -119,6 +125,8 @@ enum {
     G_HEALTH_INTERVAL = 1 << 10,
     G_ADMIN_PORT = 1 << 11,
     G_THREADS = 1 << 12,
+    G_DRAIN_GRACE = 1 << 13,
+    G_DRAIN_TIMEOUT = 1 << 14,
 };
 
 static int argv_int(const char *opt, const char *val, int64_t min, int64_t max, int *out, char *err,
@@ -301,6 +309,12 @@ static int handle(const struct opt *o, const char *val, int argc, char **argv, i
     case OPT_THREADS:
         *given |= G_THREADS;
         return argv_int(o->name, val, 0, PDR_MAX_THREADS, &fl->threads, err, errlen);
+    case OPT_DRAIN_GRACE:
+        *given |= G_DRAIN_GRACE;
+        return argv_int(o->name, val, 0, PDR_MAX_MS, &fl->lifecycle.drain_grace_ms, err, errlen);
+    case OPT_DRAIN_TIMEOUT:
+        *given |= G_DRAIN_TIMEOUT;
+        return argv_int(o->name, val, 1, PDR_MAX_MS, &fl->lifecycle.drain_timeout_ms, err, errlen);
     }
     pdr__config_err(err, errlen, "argv: internal error: unhandled option --%s", o->name);
     return PDR_EINVAL;
@@ -342,6 +356,10 @@ static void apply_overrides(pdr_config_t *c, pdr_config_t *fl, unsigned given)
         c->admin_port = fl->admin_port;
     if (given & G_THREADS)
         c->threads = fl->threads;
+    if (given & G_DRAIN_GRACE)
+        c->lifecycle.drain_grace_ms = fl->lifecycle.drain_grace_ms;
+    if (given & G_DRAIN_TIMEOUT)
+        c->lifecycle.drain_timeout_ms = fl->lifecycle.drain_timeout_ms;
 }
 
 int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size_t errlen)

@@ -167,6 +167,8 @@ pdr_config_t *pdr_config_new_default(void)
     c->timeouts.first_byte_ms = PDR_DEF_FIRST_BYTE_MS;
     c->timeouts.kv_transfer_ms = PDR_DEF_KV_TRANSFER_MS;
     c->timeouts.stream_idle_ms = PDR_DEF_STREAM_IDLE_MS;
+    c->lifecycle.drain_grace_ms = PDR_DEF_DRAIN_GRACE_MS;
+    c->lifecycle.drain_timeout_ms = PDR_DEF_DRAIN_TIMEOUT_MS;
     c->limits.max_body_bytes = PDR_DEF_MAX_BODY_BYTES;
     c->limits.max_inflight = PDR_DEF_MAX_INFLIGHT;
     c->retries.max = PDR_DEF_RETRIES;

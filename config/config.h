@@ -55,6 +55,10 @@ typedef struct pdr_config {
         int stream_idle_ms; /* default 300000 */
     } timeouts;
     struct {
+        int drain_grace_ms;   /* default 5000: readiness off, still serving */
+        int drain_timeout_ms; /* default 30000: listeners closed, waiting for requests in flight */
+    } lifecycle;
+    struct {
         int64_t max_body_bytes; /* default 33554432 */
         int max_inflight;       /* default 4096 */
     } limits;

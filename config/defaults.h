@@ -22,6 +22,9 @@
 #define PDR_DEF_KV_TRANSFER_MS 30000 /* well below the engines' 300 s, see design.md */
 #define PDR_DEF_STREAM_IDLE_MS 300000
 
+#define PDR_DEF_DRAIN_GRACE_MS 5000 /* load balancers and endpoints stop sending */
+#define PDR_DEF_DRAIN_TIMEOUT_MS 30000
+
 #define PDR_DEF_MAX_BODY_BYTES 33554432 /* 32 MiB */
 #define PDR_DEF_MAX_INFLIGHT 4096
 #define PDR_DEF_RETRIES 2

@@ -97,6 +97,11 @@ static const struct field log_fields[] = {
     {"level", F_LEVEL, CONF(log.level), 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
+static const struct field lifecycle_fields[] = {
+    {"drain_grace_ms", F_INT, CONF(lifecycle.drain_grace_ms), 0, PDR_MAX_MS, NULL},
+    {"drain_timeout_ms", F_INT, CONF(lifecycle.drain_timeout_ms), 1, PDR_MAX_MS, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
 static const struct field top_fields[] = {
     {"listen", F_SECTION, 0, 0, 0, listen_fields},
     {"admin", F_SECTION, 0, 0, 0, admin_fields},
@@ -108,6 +113,7 @@ static const struct field top_fields[] = {
     {"limits", F_SECTION, 0, 0, 0, limits_fields},
     {"retries", F_SECTION, 0, 0, 0, retries_fields},
     {"log", F_SECTION, 0, 0, 0, log_fields},
+    {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields},
     {"threads", F_INT, CONF(threads), 0, PDR_MAX_THREADS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };

@@ -160,7 +160,7 @@ static json_t *status_json(pdr_router_t *r)
                      "threads", r->n_threads, "workers", "prefill", role_counts(r, PDR_ROLE_PREFILL),
                      "decode", role_counts(r, PDR_ROLE_DECODE), "inflight",
                      (json_int_t)__atomic_load_n(&r->inflight, __ATOMIC_RELAXED), "shutting_down",
-                     pdr_router_shutting_down(r));
+                     pdr_router_stopping(r));
 }
 
 static json_t *events_json(pdr_router_t *r)

@@ -1,6 +1,7 @@
 /*
  * pdrouter entry point: parse flags or the YAML file, validate, run the loop until SIGTERM/SIGINT
- * (then stop accepting, let in-flight requests finish, exit 0).
+ * (then readiness off for lifecycle.drain_grace_ms, stop accepting, let in-flight requests finish
+ * within lifecycle.drain_timeout_ms, exit 0; see pdr_router_begin_shutdown).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -87,8 +88,10 @@ int main(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
     pdr_router_join(&router);
     curl_global_cleanup();
-    if (!pdr_router_shutting_down(&router))
+    if (!pdr_router_stopping(&router))
         return 1;
+    pdr_info("shutdown: %lld requests cancelled at drain_timeout",
+             (long long)__atomic_load_n(&router.drain_cancelled, __ATOMIC_RELAXED));
     pdr_info("bye");
     return 0;
 }

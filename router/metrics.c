@@ -6,21 +6,93 @@
 #include <string.h>
 #include "metrics.h"
 
-static const double bounds[PDR_HIST_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                0.25,   0.5,   1,      2.5,   5,    10,    30,   60};
+static const double bucket_sets[PDR_BUCKETS__COUNT][PDR_HIST_BUCKETS] = {
+    [PDR_BUCKETS_DEFAULT] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+                             30, 60},
+    /* LLM request latencies: a short prompt's first token (5 ms) to a long generation (2 min). */
+    [PDR_BUCKETS_LLM] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 10, 20, 30, 60, 120},
+    /* Inter-token times: 1 ms (small models, big GPUs) to 1 s (overloaded decode). */
+    [PDR_BUCKETS_TPOT] = {0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
+                          0.1, 0.25, 0.5, 1},
+};
 static const char *route_names[PDR_MR__COUNT] = {"generate", "completions", "chat_completions", "models",
                                                  "health",   "readiness",   "metrics",          "other"};
 static const char *cause_names[PDR_CAUSE__COUNT] = {
     "connect", "timeout", "reset", "status_5xx", "first_byte_deadline", "kv_transfer_deadline", "other"};
 
-void pdr_hist_observe(pdr_hist_t *h, double v)
+void pdr_hist_observe_in(pdr_hist_t *h, pdr_buckets_t set, double v)
 {
+    const double *bounds = bucket_sets[set];
     int i = 0;
     while (i < PDR_HIST_BUCKETS && v > bounds[i])
         i++;
     h->counts[i]++;
     h->sum += v;
     h->count++;
+}
+
+void pdr_hist_observe(pdr_hist_t *h, double v)
+{
+    pdr_hist_observe_in(h, PDR_BUCKETS_DEFAULT, v);
+}
+
+/* Is the event that starts with head[0..len) a token: "data:" then neither [DONE] nor {"error" ...? A
+ * head cut short by PDR_SSE_HEAD still decides: both markers fit well inside it. */
+static int sse_is_token(const char *head, size_t len)
+{
+    if (len < 5 || memcmp(head, "data:", 5) != 0)
+        return 0; /* a comment (": keep-alive"), an "event:" or "id:" line first: not counted */
+    size_t i = 5;
+    while (i < len && head[i] == ' ')
+        i++;
+    if (len - i >= 6 && memcmp(head + i, "[DONE]", 6) == 0)
+        return 0;
+    if (i < len && head[i] == '{') {
+        i++;
+        while (i < len && (head[i] == ' ' || head[i] == '\t'))
+            i++;
+        if (len - i >= 7 && memcmp(head + i, "\"error\"", 7) == 0)
+            return 0;
+    }
+    return 1;
+}
+
+static void sse_keep(pdr_sse_counter_t *c, const char *p, size_t n)
+{
+    size_t room = PDR_SSE_HEAD - c->head_len;
+    if (n > room)
+        n = room;
+    memcpy(c->head + c->head_len, p, n);
+    c->head_len = (uint8_t)(c->head_len + n);
+}
+
+size_t pdr_sse_count_tokens(pdr_sse_counter_t *c, const char *p, size_t n)
+{
+    size_t tokens = 0, i = 0;
+    while (i < n) {
+        const char *nl = memchr(p + i, '\n', n - i);
+        size_t end = nl != NULL ? (size_t)(nl - p) : n;
+        if (end > i) {
+            if (c->head_len < PDR_SSE_HEAD)
+                sse_keep(c, p + i, end - i);
+            c->prev_nl = 0;
+        }
+        if (nl == NULL)
+            break;
+        if (c->prev_nl) {
+            /* A blank line: the event (if any bytes came) is complete. */
+            if (c->head_len > 0 && sse_is_token(c->head, c->head_len))
+                tokens++;
+            c->head_len = 0;
+            c->prev_nl = 0;
+        } else {
+            if (c->head_len > 0 && c->head_len < PDR_SSE_HEAD)
+                sse_keep(c, "\n", 1);
+            c->prev_nl = 1;
+        }
+        i = end + 1;
+    }
+    return tokens;
 }
 
 void pdr_metrics_count_request(pdr_metrics_t *m, int route, int status, double seconds, double ttfb)
@@ -48,6 +120,11 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
             t->requests[r][s] += m->requests[r][s];
         add_hist(&t->duration[r], &m->duration[r]);
         add_hist(&t->ttfb[r], &m->ttfb[r]);
+        add_hist(&t->ttft[r], &m->ttft[r]);
+        add_hist(&t->tpot[r], &m->tpot[r]);
+        add_hist(&t->e2e[r], &m->e2e[r]);
+        add_hist(&t->prefill[r], &m->prefill[r]);
+        t->stream_events_total[r] += m->stream_events_total[r];
     }
     for (int role = 0; role < 2; role++) {
         for (int c = 0; c < PDR_CAUSE__COUNT; c++)
@@ -89,8 +166,9 @@ __attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt,
     }
 }
 
-static void put_hist(out_t *o, const char *name, const char *help, const pdr_hist_t *hs)
+static void put_hist(out_t *o, const char *name, const char *help, const pdr_hist_t *hs, pdr_buckets_t set)
 {
+    const double *bounds = bucket_sets[set];
     put(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     for (int r = 0; r < PDR_MR__COUNT; r++) {
         const pdr_hist_t *h = &hs[r];
@@ -218,8 +296,33 @@ char *pdr_metrics_render(const pdr_pool_t *pool, const pdr_metrics_t *const *ms,
                 }
             }
     }
-    put_hist(&o, "pdr_request_duration_seconds", "Time from request to the last response byte.", m->duration);
-    put_hist(&o, "pdr_time_to_first_byte_seconds", "Time from request to the first response byte.", m->ttfb);
+    put_hist(&o, "pdr_request_duration_seconds", "Time from request to the last response byte.", m->duration,
+             PDR_BUCKETS_DEFAULT);
+    put_hist(&o, "pdr_time_to_first_byte_seconds", "Time from request to the first response byte.", m->ttfb,
+             PDR_BUCKETS_DEFAULT);
+    put_hist(
+        &o, "pdr_ttft_seconds",
+        "Time from request to the first token event relayed (streams) or to the response start (others), "
+        "2xx PD requests.",
+        m->ttft, PDR_BUCKETS_LLM);
+    put_hist(
+        &o, "pdr_tpot_seconds",
+        "Time per output token of a stream: (last token event - first) / (token events - 1), streams with "
+        "at least 2 token events.",
+        m->tpot, PDR_BUCKETS_TPOT);
+    put_hist(&o, "pdr_e2e_seconds",
+             "Time from request to the last response byte, successful (2xx) PD requests.", m->e2e,
+             PDR_BUCKETS_LLM);
+    put_hist(&o, "pdr_prefill_seconds",
+             "Time from the attempt's start to the prefill's complete answer (prefill and KV transfer), "
+             "successful prefills.",
+             m->prefill, PDR_BUCKETS_LLM);
+    put(&o, "# HELP pdr_stream_events_total Token events relayed to streaming clients.\n"
+            "# TYPE pdr_stream_events_total counter\n");
+    for (int r = 0; r < PDR_MR__COUNT; r++)
+        if (r <= PDR_MR_CHAT || m->stream_events_total[r])
+            put(&o, "pdr_stream_events_total{route=\"%s\"} %llu\n", route_names[r],
+                (unsigned long long)m->stream_events_total[r]);
     free(m);
     *len = o.len;
     return o.p;

@@ -49,10 +49,35 @@ typedef struct pdr_metrics {
     uint64_t bytes_in_total, bytes_out_total;
     pdr_hist_t duration[PDR_MR__COUNT];
     pdr_hist_t ttfb[PDR_MR__COUNT];
+    /* LLM latencies of PD routes (docs/metrics.md has the exact definitions). */
+    pdr_hist_t ttft[PDR_MR__COUNT];    /* PDR_BUCKETS_LLM */
+    pdr_hist_t tpot[PDR_MR__COUNT];    /* PDR_BUCKETS_TPOT */
+    pdr_hist_t e2e[PDR_MR__COUNT];     /* PDR_BUCKETS_LLM */
+    pdr_hist_t prefill[PDR_MR__COUNT]; /* PDR_BUCKETS_LLM */
+    uint64_t stream_events_total[PDR_MR__COUNT];
     uint64_t started_wall_s;
 } pdr_metrics_t;
 
+/* Bucket sets: the general one (request duration, first byte), one for LLM request latencies (first
+ * token, end to end, prefill: 5 ms .. 120 s) and one for the time per output token (1 ms .. 1 s). */
+typedef enum { PDR_BUCKETS_DEFAULT = 0, PDR_BUCKETS_LLM, PDR_BUCKETS_TPOT, PDR_BUCKETS__COUNT } pdr_buckets_t;
+
 void pdr_hist_observe(pdr_hist_t *h, double seconds);
+void pdr_hist_observe_in(pdr_hist_t *h, pdr_buckets_t set, double seconds);
+
+/* Counts the token events of an SSE stream as its bytes go by, in chunks split anywhere. An event ends
+ * at a blank line ("\n\n"); it is a token event when its first line is "data:" and its payload is
+ * neither "[DONE]" nor an error object ({"error" ...). Only the first bytes of each event are kept (no
+ * JSON parsing, no allocation); the scan is memchr over the chunk. Zero-initialise before the first call. */
+#define PDR_SSE_HEAD 24
+typedef struct pdr_sse_counter {
+    char head[PDR_SSE_HEAD]; /* the current event's first bytes */
+    uint8_t head_len;
+    uint8_t prev_nl; /* the last byte seen was a '\n' that did not end an event */
+} pdr_sse_counter_t;
+
+/* Returns how many token events ended in [p, p + n). */
+size_t pdr_sse_count_tokens(pdr_sse_counter_t *c, const char *p, size_t n);
 void pdr_metrics_count_request(pdr_metrics_t *m, int route, int status, double seconds, double ttfb_seconds);
 
 /* Renders every metric: the sum of the n per-thread sets, the pool's gauges, the in-flight count.

@@ -61,8 +61,10 @@ typedef struct pd_req {
     pdr_buf_t sse_carry; /* streaming merge: an incomplete event */
     int merge;           /* logprob merge wanted */
     int is_sse;
+    pdr_sse_counter_t sse_count; /* token events in the relayed stream (metrics) */
+    uint64_t tokens, first_token_ns, last_token_ns;
 
-    unsigned started : 1, send_inflight : 1, final_sent : 1, stopped : 1, errored : 1;
+    unsigned started : 1, send_inflight : 1, final_sent : 1, stopped : 1, errored : 1, broken : 1;
     int status;
     uint64_t t0_ns, ttfb_ns, end_ns, attempt_t0_ns, last_data_ns;
     uint64_t first_byte_deadline_ns, kv_deadline_ns;
@@ -119,6 +121,20 @@ static void fail_response(pd_req_t *x, int status, const char *type, const char 
 }
 
 /* ---- client side: h2o generator ---- */
+
+/* Counts the token events in what is about to be relayed (streams only: no per-byte work otherwise). */
+static void note_tokens(pd_req_t *x)
+{
+    size_t n = pdr_sse_count_tokens(&x->sse_count, x->sending.p, x->sending.len);
+    if (n == 0)
+        return;
+    uint64_t now = pdr_now_ns();
+    if (x->tokens == 0)
+        x->first_token_ns = now;
+    x->last_token_ns = now;
+    x->tokens += n;
+    x->t->m.stream_events_total[x->mroute] += n;
+}
 
 static void send_final_or_more(pd_req_t *x);
 
@@ -259,6 +275,8 @@ static void send_final_or_more(pd_req_t *x)
             pdr_leg_resume(&x->dleg);
         return;
     }
+    if (x->is_sse && x->sending.len > 0)
+        note_tokens(x);
     h2o_iovec_t v = h2o_iovec_init(x->sending.p, x->sending.len);
     x->bytes_out += x->sending.len;
     x->send_inflight = 1;
@@ -411,6 +429,9 @@ static void prefill_done(pdr_leg_t *leg, int err)
     x->p_err = err;
     if (err == 0 && leg->status < 500 && x->pw != NULL)
         pdr_pool_report_success(&x->r->pool, x->pw);
+    if (err == 0 && leg->status >= 200 && leg->status < 300)
+        pdr_hist_observe_in(&x->t->m.prefill[x->mroute], PDR_BUCKETS_LLM,
+                            (double)(pdr_now_ns() - x->attempt_t0_ns) / 1e9);
     advance(x);
     arm_timer(x);
 }
@@ -453,6 +474,7 @@ static void decode_done(pdr_leg_t *leg, int err)
     if (x->started && err != 0 && !x->final_sent) {
         /* The stream broke after the response started: end it visibly. */
         x->error_cause = "decode_stream_broken";
+        x->broken = 1;
         x->t->m.upstream_errors[PDR_ROLE_DECODE][cause_of(err)]++;
         if (x->is_sse) {
             char ev[256];
@@ -635,6 +657,20 @@ static void free_req(uv_handle_t *h)
     free(x);
 }
 
+/* The LLM latencies of a 2xx PD request (docs/metrics.md defines them). */
+static void count_latencies(pd_req_t *x, uint64_t end)
+{
+    pdr_metrics_t *m = &x->t->m;
+    uint64_t first = x->is_sse ? x->first_token_ns : x->ttfb_ns;
+    if (first != 0)
+        pdr_hist_observe_in(&m->ttft[x->mroute], PDR_BUCKETS_LLM, (double)(first - x->t0_ns) / 1e9);
+    if (x->is_sse && x->tokens >= 2)
+        pdr_hist_observe_in(&m->tpot[x->mroute], PDR_BUCKETS_TPOT,
+                            (double)(x->last_token_ns - x->first_token_ns) / 1e9 / (double)(x->tokens - 1));
+    if (x->final_sent && !x->stopped && !x->broken && !x->errored)
+        pdr_hist_observe_in(&m->e2e[x->mroute], PDR_BUCKETS_LLM, (double)(end - x->t0_ns) / 1e9);
+}
+
 static void write_access_log(pd_req_t *x)
 {
     uint64_t end = x->end_ns ? x->end_ns : pdr_now_ns();
@@ -642,6 +678,8 @@ static void write_access_log(pd_req_t *x)
     double ttfb = x->ttfb_ns ? (double)(x->ttfb_ns - x->t0_ns) / 1e9 : -1;
     int status = x->status ? x->status : 499;
     pdr_metrics_count_request(&x->t->m, x->mroute, status, total, ttfb);
+    if (x->mode == MODE_PD && status >= 200 && status < 300)
+        count_latencies(x, end);
     x->t->m.bytes_out_total += x->bytes_out;
     if (x->r->access_fd < 0)
         return;

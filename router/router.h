@@ -35,7 +35,8 @@ typedef struct pdr_thread {
 
     uv_async_t wakeup; /* shutdown notification from loop 0 */
     uv_timer_t shutdown_timer, stop_timer;
-    int closing;
+    int closing, finishing; /* listener closed; idle connections told to close */
+    uint64_t finish_ms;     /* when finishing began */
 
     /* Access log: lines are buffered and written in batches, off the request path. */
     char *alog;
@@ -49,8 +50,13 @@ typedef struct pdr_router {
     h2o_globalconf_t h2o_config;
     pdr_thread_t *threads;
     int n_threads;
-    int shutting_down; /* atomic */
-    uint64_t shutdown_started_ms;
+    int stopping;      /* atomic: SIGTERM/SIGINT seen; readiness answers 503, requests still served */
+    int draining;      /* atomic: past lifecycle.drain_grace_ms: listeners closed */
+    int shutting_down; /* atomic: at lifecycle.drain_timeout_ms: no new request, no retry */
+    uint64_t shutdown_started_ms; /* when the listeners closed (drain_timeout_ms counts from here) */
+    int64_t drain_cancelled;      /* atomic: requests cancelled at drain_timeout_ms */
+    uv_timer_t grace_timer;       /* loop 0 */
+    int grace_timer_live;
     int64_t inflight; /* atomic: PD requests in progress, all loops */
     int access_fd;    /* -1 when off */
 
@@ -71,9 +77,16 @@ typedef struct pdr_router {
     size_t admin_token_len;
 } pdr_router_t;
 
+/* At the drain deadline: new PD requests are refused and failed ones are not retried. */
 static inline int pdr_router_shutting_down(const pdr_router_t *r)
 {
     return __atomic_load_n(&r->shutting_down, __ATOMIC_RELAXED);
+}
+
+/* A shutdown signal arrived (readiness off); true from the start of the grace period on. */
+static inline int pdr_router_stopping(const pdr_router_t *r)
+{
+    return __atomic_load_n(&r->stopping, __ATOMIC_RELAXED);
 }
 
 /* pd.c */
@@ -87,7 +100,9 @@ void pdr_access_log(pdr_thread_t *t, const char *line, size_t len);
 void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req);
 /* Sets up the shared state and every loop (loop 0 on `loop0`), starts threads 1..n-1. */
 int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0);
-/* Loop 0: stop accepting everywhere, let in-flight requests finish, then end every loop. */
+/* Loop 0, on SIGTERM/SIGINT: readiness off at once, keep serving for lifecycle.drain_grace_ms, then
+ * stop accepting everywhere, let in-flight requests finish within lifecycle.drain_timeout_ms (cancel
+ * the rest), then end every loop. A second call during the grace ends the grace at once. */
 void pdr_router_begin_shutdown(pdr_router_t *r);
 /* After loop 0 returned: joins the other threads. */
 void pdr_router_join(pdr_router_t *r);

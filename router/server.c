@@ -4,6 +4,7 @@
  * the OpenAI shape, the batched access log, the loop threads and the shutdown sequence. Loop 0 also
  * owns the admin listener (routes in admin.c, a separate h2o config: no admin route on the data port).
  */
+#define _GNU_SOURCE /* accept4 */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -141,7 +142,7 @@ void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req)
 /* Healthy means healthy and not draining (pdr_pool_count_healthy). */
 static int readiness_ok(pdr_router_t *r)
 {
-    return !pdr_router_shutting_down(r) && pdr_pool_count_healthy(&r->pool, PDR_ROLE_PREFILL) > 0 &&
+    return !pdr_router_stopping(r) && pdr_pool_count_healthy(&r->pool, PDR_ROLE_PREFILL) > 0 &&
            pdr_pool_count_healthy(&r->pool, PDR_ROLE_DECODE) > 0;
 }
 
@@ -178,9 +179,9 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         if (ok)
             send_text(req, 200, "text/plain", "ready\n", 6);
         else
-            pdr_send_error(
-                req, 503, "service_unavailable",
-                pdr_router_shutting_down(r) ? "shutting down" : "no healthy prefill or decode worker", 1);
+            pdr_send_error(req, 503, "service_unavailable",
+                           pdr_router_stopping(r) ? "shutting down" : "no healthy prefill or decode worker",
+                           1);
         pdr_metrics_count_request(&t->m, PDR_MR_READINESS, ok ? 200 : 503, 0, -1);
         return 0;
     }
@@ -232,18 +233,22 @@ static void on_conn_closed(uv_handle_t *h)
     maybe_dispose_h2o(t);
 }
 
-static void on_accept(uv_stream_t *listener, int status)
+/* Hands an accepted connection to h2o; fd >= 0: a socket accepted by hand (accept_backlog). */
+static void serve_conn(pdr_thread_t *t, uv_stream_t *listener, int fd)
 {
-    pdr_thread_t *t = listener->data;
-    if (status != 0)
-        return;
     client_conn_t *cc = malloc(sizeof(*cc));
-    if (cc == NULL)
+    if (cc == NULL) {
+        if (fd >= 0)
+            close(fd);
         return;
+    }
     uv_tcp_t *conn = &cc->tcp;
     cc->t = t;
     uv_tcp_init(t->loop, conn);
-    if (uv_accept(listener, (uv_stream_t *)conn) != 0) {
+    int e = fd >= 0 ? uv_tcp_open(conn, fd) : uv_accept(listener, (uv_stream_t *)conn);
+    if (e != 0) {
+        if (fd >= 0)
+            close(fd);
         uv_close((uv_handle_t *)conn, (uv_close_cb)free);
         return;
     }
@@ -251,6 +256,27 @@ static void on_accept(uv_stream_t *listener, int status)
     t->conns++; /* admin connections count too: loop 0 ends only when they are gone */
     h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)conn, on_conn_closed);
     h2o_accept(listener == (uv_stream_t *)&t->r->admin_listener ? &t->r->admin_accept : &t->accept_ctx, sock);
+}
+
+static void on_accept(uv_stream_t *listener, int status)
+{
+    if (status == 0)
+        serve_conn(listener->data, listener, -1);
+}
+
+/* Before a listener closes: takes the connections the kernel already completed, which closing the
+ * socket would reset, and serves them (their clients sent before the listener went away). */
+static void accept_backlog(pdr_thread_t *t, uv_tcp_t *listener)
+{
+    uv_os_fd_t lfd;
+    if (uv_fileno((uv_handle_t *)listener, &lfd) != 0)
+        return;
+    for (int i = 0; i < 4096; i++) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        serve_conn(t, (uv_stream_t *)listener, fd);
+    }
 }
 
 static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reuseport, uv_tcp_t *h,
@@ -303,7 +329,7 @@ static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reu
 static void on_wakeup(uv_async_t *a)
 {
     pdr_thread_t *t = a->data;
-    if (pdr_router_shutting_down(t->r) && !t->closing)
+    if (__atomic_load_n(&t->r->draining, __ATOMIC_ACQUIRE) && !t->closing)
         start_loop_shutdown(t);
 }
 
@@ -436,48 +462,84 @@ static void on_stop_timer(uv_timer_t *h)
     uv_stop(h->loop);
 }
 
+/* No request left (or the deadline): idle HTTP/1 connections close, HTTP/2 ones get GOAWAY (h2o re-sends
+ * it each second until they are gone). The multi stays until the connections are gone, so that a
+ * request still arriving on one of them is served. */
 static void finish_loop(pdr_thread_t *t)
 {
     pdr_router_t *r = t->r;
-    uv_timer_init(t->loop, &t->stop_timer);
-    uv_timer_start(&t->stop_timer, on_stop_timer, 2000, 0);
-    uv_unref((uv_handle_t *)&t->stop_timer);
+    t->finishing = 1;
+    t->finish_ms = pdr_now_ms();
     if (t->id == 0) {
         pdr_health_stop(r);
         uv_close((uv_handle_t *)&r->sig_term, NULL);
         uv_close((uv_handle_t *)&r->sig_int, NULL);
+        if (r->grace_timer_live) {
+            r->grace_timer_live = 0;
+            uv_close((uv_handle_t *)&r->grace_timer, NULL);
+        }
     }
     uv_close((uv_handle_t *)&t->wakeup, NULL);
-    if (t->alog_len > 0)
-        alog_flush(t);
-    uv_timer_stop(&t->alog_timer);
-    uv_close((uv_handle_t *)&t->alog_timer, NULL);
-    /* Closes idle HTTP/1 connections and sends HTTP/2 GOAWAY (h2o re-sends it each second until the
-     * connections are gone). */
     if (t->conns > 0) {
         h2o_context_request_shutdown(&t->h2o_ctx);
         if (t->id == 0 && r->admin_ctx_live)
             h2o_context_request_shutdown(&r->admin_ctx);
     }
+}
+
+#define FINISH_LINGER_MS 1000
+
+static void close_multi(pdr_thread_t *t)
+{
+    uv_timer_init(t->loop, &t->stop_timer);
+    uv_timer_start(&t->stop_timer, on_stop_timer, 500, 0);
+    uv_unref((uv_handle_t *)&t->stop_timer);
+    if (t->alog_len > 0)
+        alog_flush(t);
+    uv_timer_stop(&t->alog_timer);
+    uv_close((uv_handle_t *)&t->alog_timer, NULL);
     pdr_multi_close(t->multi, on_multi_closed, t);
     t->multi = NULL;
-    maybe_dispose_h2o(t);
 }
 
 static void on_shutdown_tick(uv_timer_t *h)
 {
     pdr_thread_t *t = h->data;
-    /* 30 s: the graceful window for requests in flight (drain settings come with the admin API). */
-    if (t->multi != NULL && (t->live == 0 || pdr_now_ms() - t->r->shutdown_started_ms > 30000))
+    pdr_router_t *r = t->r;
+    int deadline = pdr_now_ms() - r->shutdown_started_ms >= (uint64_t)r->config->lifecycle.drain_timeout_ms;
+    if (deadline && t->multi != NULL) {
+        /* From here on no new request and no retry. */
+        __atomic_store_n(&r->shutting_down, 1, __ATOMIC_RELAXED);
+        if (!t->finishing)
+            finish_loop(t); /* first: on loop 0 it stops the health probes, whose legs must not fail */
+        if (t->live > 0) {
+            /* End both legs of every request still running; each ends the way a broken decode stream
+             * does (SSE: an error event; otherwise the response is cut). */
+            int64_t n = (int64_t)t->live;
+            __atomic_add_fetch(&r->drain_cancelled, n, __ATOMIC_RELAXED);
+            pdr_multi_fail_all(t->multi, PDR_ECANCELED);
+            pdr_warn("shutdown: loop %d: %lld requests cancelled at drain_timeout", t->id, (long long)n);
+        }
+    }
+    if (!t->finishing && t->live == 0)
         finish_loop(t);
-    else if (t->multi == NULL)
-        maybe_dispose_h2o(t);
+    /* HTTP/1 keep-alive connections that stay idle get FINISH_LINGER_MS, then they no longer keep
+     * the loop alive (on_stop_timer). */
+    if (t->finishing && t->multi != NULL &&
+        ((t->live == 0 && (t->conns == 0 || pdr_now_ms() - t->finish_ms >= FINISH_LINGER_MS)) || deadline)) {
+        if (t->conns > 0) /* a request still arriving on them is refused: the multi is going away */
+            __atomic_store_n(&r->shutting_down, 1, __ATOMIC_RELAXED);
+        close_multi(t);
+    }
+    maybe_dispose_h2o(t);
 }
 
 static void start_loop_shutdown(pdr_thread_t *t)
 {
+    /* Stop accepting; idle connections are closed once the loop's own requests are done (finish_loop). */
     t->closing = 1;
     if (t->listening) {
+        accept_backlog(t, &t->listener);
         uv_close((uv_handle_t *)&t->listener, NULL);
         t->listening = 0;
     }
@@ -485,21 +547,53 @@ static void start_loop_shutdown(pdr_thread_t *t)
         uv_close((uv_handle_t *)&t->r->admin_listener, NULL);
         t->r->admin_listening = 0;
     }
+    /* The first tick comes after a poll, so that the connections just taken from the backlog have
+     * their requests read before idle connections are closed. */
     uv_timer_init(t->loop, &t->shutdown_timer);
     t->shutdown_timer.data = t;
-    uv_timer_start(&t->shutdown_timer, on_shutdown_tick, 0, 20);
+    uv_timer_start(&t->shutdown_timer, on_shutdown_tick, 20, 20);
+}
+
+/* The grace is over (or a second signal cut it short): every loop stops accepting. */
+static void begin_drain(pdr_router_t *r)
+{
+    if (r->draining)
+        return;
+    r->shutdown_started_ms = pdr_now_ms();
+    __atomic_store_n(&r->draining, 1, __ATOMIC_RELEASE);
+    pdr_info("shutdown: listeners closed, %lld requests in flight (drain_timeout %d ms)",
+             (long long)__atomic_load_n(&r->inflight, __ATOMIC_RELAXED),
+             r->config->lifecycle.drain_timeout_ms);
+    for (int i = 0; i < r->n_threads; i++)
+        uv_async_send(&r->threads[i].wakeup);
+}
+
+static void on_grace_over(uv_timer_t *h)
+{
+    begin_drain(h->data);
 }
 
 void pdr_router_begin_shutdown(pdr_router_t *r)
 {
-    if (pdr_router_shutting_down(r))
+    if (r->draining)
         return;
-    r->shutdown_started_ms = pdr_now_ms();
-    __atomic_store_n(&r->shutting_down, 1, __ATOMIC_RELAXED);
-    pdr_info("shutting down: no new connections; %lld requests in flight",
-             (long long)__atomic_load_n(&r->inflight, __ATOMIC_RELAXED));
-    for (int i = 0; i < r->n_threads; i++)
-        uv_async_send(&r->threads[i].wakeup);
+    if (pdr_router_stopping(r)) {
+        pdr_info("shutdown: second signal, ending the grace period now");
+        uv_timer_stop(&r->grace_timer);
+        begin_drain(r);
+        return;
+    }
+    __atomic_store_n(&r->stopping, 1, __ATOMIC_RELAXED);
+    int grace = r->config->lifecycle.drain_grace_ms;
+    pdr_info("shutdown: readiness off, serving for %d ms", grace);
+    if (grace == 0) {
+        begin_drain(r);
+        return;
+    }
+    uv_timer_init(r->threads[0].loop, &r->grace_timer);
+    r->grace_timer.data = r;
+    r->grace_timer_live = 1;
+    uv_timer_start(&r->grace_timer, on_grace_over, (uint64_t)grace, 0);
 }
 
 void pdr_router_join(pdr_router_t *r)

@@ -27,6 +27,7 @@ struct pdr_multi {
     uv_timer_t timer;
     int in_curl;          /* > 0 while curl runs our callbacks */
     pdr_leg_t **deferred; /* legs cancelled from inside curl */
+    pdr_leg_t *active;    /* every leg between start and detach */
     size_t n_deferred, cap_deferred;
     CURL *idle[IDLE_EASY_MAX]; /* reset easy handles kept for reuse: curl_easy_init is costly */
     size_t n_idle;
@@ -50,6 +51,11 @@ static void leg_detach(pdr_leg_t *leg)
     leg->easy = NULL;
     leg->headers = NULL;
     leg->active = 0;
+    if (leg->next_active != NULL)
+        leg->next_active->prev_active = leg->prev_active;
+    *leg->prev_active = leg->next_active;
+    leg->next_active = NULL;
+    leg->prev_active = NULL;
 }
 
 static void run_deferred(pdr_multi_t *m)
@@ -322,7 +328,29 @@ int pdr_leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *b
         return PDR_ENOMEM;
     }
     leg->active = 1;
+    leg->next_active = m->active;
+    leg->prev_active = &m->active;
+    if (m->active != NULL)
+        m->active->prev_active = &leg->next_active;
+    m->active = leg;
     return 0;
+}
+
+size_t pdr_multi_fail_all(pdr_multi_t *m, int err)
+{
+    /* on_done may cancel other legs (the request's other leg): take the head again after each. */
+    size_t n = 0;
+    pdr_leg_t *leg;
+    while ((leg = m->active) != NULL) {
+        int aborted = leg->abort_requested;
+        curl_easy_setopt(leg->easy, CURLOPT_FORBID_REUSE, 1L);
+        leg_detach(leg);
+        if (aborted)
+            continue; /* cancelled already: its owner has moved on */
+        n++;
+        leg->cbs->on_done(leg, err);
+    }
+    return n;
 }
 
 void pdr_leg_cancel(pdr_leg_t *leg)

@@ -41,11 +41,17 @@ struct pdr_leg {
     uint64_t started_ns, first_byte_ns;
     uint64_t bytes_in;
     char errbuf[CURL_ERROR_SIZE];
+    pdr_leg_t *next_active, **prev_active; /* the multi's list of active legs */
 };
 
 pdr_multi_t *pdr_multi_new(uv_loop_t *loop, int max_connects);
 /* Closes the multi; every leg must be finished or cancelled. close_cb runs once its handles closed. */
 void pdr_multi_close(pdr_multi_t *m, void (*close_cb)(void *), void *arg);
+
+/* Ends every active leg at once with `err` (connections closed, so workers see the abort): on_done
+ * runs for each, from this call (never from curl's callbacks; call it from a timer). Returns how
+ * many legs were ended. Used at the shutdown deadline. */
+size_t pdr_multi_fail_all(pdr_multi_t *m, int err);
 
 /* Starts a request. body may be NULL (GET). The body is not copied: keep it alive until on_done or
  * cancel. extra_headers: NULL-terminated "Name: value" strings (copied). Returns 0 or a PDR_E* code. */

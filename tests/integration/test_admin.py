@@ -296,17 +296,22 @@ def scenario_readiness():
 
 
 def scenario_shutdown():
-    """SIGTERM with an idle keep-alive admin connection open: the admin listener closes with the data
-    listener and the process still exits 0 (the admin connection does not keep loop 0 alive)."""
+    """SIGTERM with an idle keep-alive admin connection open: status shows shutting_down during the
+    grace (the admin listener still answers), a second SIGTERM ends the grace, the admin listener
+    closes with the data listener and the process still exits 0 (the admin connection does not keep
+    loop 0 alive)."""
     import http.client
     import signal
     p, d = sim("prefill"), sim("decode")
-    r = router([p], [d])
+    r = router([p], [d], "--drain-grace-ms", "60000")
     try:
         conn = http.client.HTTPConnection("127.0.0.1", r.ports["admin"], timeout=10)
         conn.request("GET", "/admin/v1/status")
         resp = conn.getresponse()
         check(resp.status == 200 and json.loads(resp.read())["shutting_down"] is False, "status", r)
+        r.proc.send_signal(signal.SIGTERM)
+        pdtest.poll_until(lambda: request_json(r.ports["admin"], "GET", "/admin/v1/status")["shutting_down"] is True,
+                          5, "status to show shutting_down during the grace")
         rc = r.stop(signal.SIGTERM, timeout=10)
         check(rc == 0, "exit status %s" % rc, r)
         conn.close()

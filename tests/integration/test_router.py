@@ -31,7 +31,11 @@ def sim(role, *extra):
 def router(prefills, decodes, *extra, config=None, access_log=None, ready=True):
     """Starts pdrouter in front of the given pdsim processes (flags, or a YAML file when config is a
     dict of extra top-level YAML text). The admin listener gets a free port (r.ports["admin"]) so that
-    parallel tests never meet on the default 8001; "{admin}" in config text is that port."""
+    parallel tests never meet on the default 8001; "{admin}" in config text is that port.
+    Without a --drain-grace-ms in extra (or a lifecycle: section), the router gets --drain-grace-ms 0 so
+    that stopping it (SIGTERM) does not wait out the default 5 s grace."""
+    if "--drain-grace-ms" not in extra and (config is None or "lifecycle:" not in config):
+        extra = ("--drain-grace-ms", "0") + tuple(extra)
     if config is not None:
         lines = ["listen: { host: 127.0.0.1, port: {port} }", "workers:", "  prefill:"]
         lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %d }" % (p.port, p.ports["bport"]) for p in prefills]
@@ -521,10 +525,65 @@ def scenario_slow_client():
         pdtest.stop_all()
 
 
-def scenario_shutdown():
-    """SIGTERM: readiness fails at once, the in-flight stream completes, the process exits 0."""
+def hist(text, name, route):
+    """(count, sum) of a histogram for one route; (0, 0.0) before its first observation."""
+    return (metric_value(text, name + "_count", route=route) or 0, metric_value(text, name + "_sum", route=route) or 0.0)
+
+
+def scenario_metrics_latency():
+    """TTFT, TPOT, end-to-end and prefill histograms and the stream event counter: a decode that spaces its
+    tokens 20 ms apart, streamed (10 tokens, then [DONE]) and not."""
     p, d = sim("prefill"), sim("decode", "--decode-us-per-token", "20000")
     r = router([p], [d])
+    try:
+        body = {"text": "the cat sat on the mat", "sampling_params": {"max_new_tokens": 10}}
+        m0 = metrics(r)
+        st, _, raw = request(r.port, "POST", "/generate", dict(body, stream=True))
+        evs = sse_events(raw)
+        check(st == 200 and evs[-1] == "[DONE]" and len(evs) == 11, "stream: %r" % raw[-200:])
+        m1 = metrics(r)
+        ttft0, ttft1 = hist(m0, "pdr_ttft_seconds", "generate"), hist(m1, "pdr_ttft_seconds", "generate")
+        check(ttft1[0] == ttft0[0] + 1, "ttft count %r -> %r" % (ttft0, ttft1))
+        # pdsim sends token j at (j + 1) * 20 ms after it got the request: the first token is >= 20 ms in.
+        check(0.019 <= ttft1[1] - ttft0[1] < 5, "ttft %r" % (ttft1[1] - ttft0[1]))
+        tpot = hist(m1, "pdr_tpot_seconds", "generate")
+        # Tokens 1..10 at 20 ms steps: (last - first) / 9 is 20 ms, give or take a slow machine.
+        check(tpot[0] == 1 and 0.01 <= tpot[1] <= 0.2, "tpot %r" % (tpot,))
+        ev0 = metric_value(m0, "pdr_stream_events_total", route="generate")
+        ev1 = metric_value(m1, "pdr_stream_events_total", route="generate")
+        check(ev0 == 0 and ev1 == 10, "stream events %r -> %r" % (ev0, ev1))
+        e2e = hist(m1, "pdr_e2e_seconds", "generate")
+        check(e2e[0] == 1 and e2e[1] >= 0.2 - 0.001 and e2e[1] >= ttft1[1], "e2e %r" % (e2e,))
+        pre = hist(m1, "pdr_prefill_seconds", "generate")
+        check(pre[0] == 1 and 0 < pre[1] <= e2e[1], "prefill %r" % (pre,))
+        check('pdr_tpot_seconds_bucket{route="generate",le="0.02"}' in m1 and
+              'pdr_ttft_seconds_bucket{route="generate",le="120"}' in m1, m1[-3000:])
+
+        # Not streamed: e2e and ttft (the response start) count, tpot and stream events do not.
+        st, _, _ = request(r.port, "POST", "/generate", body)
+        check(st == 200, "status %d" % st)
+        m2 = metrics(r)
+        check(hist(m2, "pdr_ttft_seconds", "generate")[0] == ttft1[0] + 1, "non-stream ttft not counted")
+        check(hist(m2, "pdr_e2e_seconds", "generate")[0] == e2e[0] + 1, "non-stream e2e not counted")
+        check(hist(m2, "pdr_tpot_seconds", "generate")[0] == tpot[0], "non-stream counted in tpot")
+        check(metric_value(m2, "pdr_stream_events_total", route="generate") == ev1, "non-stream events")
+
+        # A failure (the prefill answers 4xx) counts in neither e2e nor ttft.
+        st, _, _ = request(r.port, "POST", "/generate", {"text": "x", "sampling_params": {"max_new_tokens": -1}})
+        m3 = metrics(r)
+        if st >= 400:
+            check(hist(m3, "pdr_e2e_seconds", "generate")[0] == e2e[0] + 1, "failed request in e2e")
+            check(hist(m3, "pdr_ttft_seconds", "generate")[0] == ttft1[0] + 1, "failed request in ttft")
+        check(r.alive(), "router died", r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_shutdown():
+    """SIGTERM: readiness fails at once while the listener still accepts, the in-flight stream
+    completes, the process exits 0; a second SIGTERM during the grace ends the grace at once."""
+    p, d = sim("prefill"), sim("decode", "--decode-us-per-token", "20000")
+    r = router([p], [d], "--drain-grace-ms", "300")
     try:
         result = {}
 
@@ -535,11 +594,126 @@ def scenario_shutdown():
         t.start()
         pdtest.poll_until(lambda: stats(d)["inflight"] >= 1, 5, "the stream to start")
         r.proc.send_signal(signal.SIGTERM)
+        pdtest.poll_until(lambda: _answers(r, "/readiness", 503), 5, "readiness 503 (listener still open)")
         t.join(10)
         st, _, raw = result["resp"]
         evs = sse_events(raw)
         check(st == 200 and evs[-1] == "[DONE]" and len(evs) == 26, "stream cut by shutdown: %r" % raw[-200:])
         check(r.wait_exit(5) == 0, "exit status", r)
+        log = open(r.log_path).read()
+        for phase in ("shutdown: readiness off, serving for 300 ms", "shutdown: listeners closed",
+                      "shutdown: 0 requests cancelled at drain_timeout", "bye"):
+            check(phase in log, "log lacks %r" % phase, r)
+
+        # A second SIGTERM skips the rest of a long grace.
+        r2 = router([p], [d], "--drain-grace-ms", "60000")
+        t0 = time.monotonic()
+        r2.proc.send_signal(signal.SIGTERM)
+        pdtest.poll_until(lambda: _answers(r2, "/readiness", 503), 5, "readiness 503")
+        r2.proc.send_signal(signal.SIGTERM)
+        check(r2.wait_exit(10) == 0, "exit status after a second SIGTERM", r2)
+        check(time.monotonic() - t0 < 10, "the second signal did not end the grace", r2)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_shutdown_load():
+    """SIGTERM under load (new connections all along): every answered request is a 200, readiness goes
+    503 while the listener still accepts, connections are refused only after the grace, the slow
+    stream in flight completes, exit 0."""
+    grace_ms = 1000
+    p, d = sim("prefill"), sim("decode", "--decode-us-per-token", "20000")
+    r = router([p], [d], "--drain-grace-ms", str(grace_ms))
+    lock = threading.Lock()
+    statuses, errors, refused, served_after = [], [], [], []
+    stop = threading.Event()
+    t_sig = [None]
+    quick = dict(BODIES["/generate"], sampling_params={"max_new_tokens": 1})
+
+    def load():
+        while not stop.is_set():
+            t_start = time.monotonic()
+            try:
+                st, _, _ = request(r.port, "POST", "/generate", quick, timeout=10)
+            except ConnectionRefusedError:
+                with lock:
+                    refused.append(time.monotonic())
+                continue
+            except OSError as e:
+                with lock:
+                    errors.append(repr(e))
+                continue
+            with lock:
+                statuses.append(st)
+                if t_sig[0] is not None and t_start > t_sig[0]:
+                    served_after.append(t_start)
+    try:
+        result = {}
+
+        def slow():
+            result["resp"] = request(r.port, "POST", "/generate", dict(BODIES["/generate"], stream=True,
+                                                                        sampling_params={"max_new_tokens": 100}))
+        ts = threading.Thread(target=slow)
+        ts.start()
+        pool = [threading.Thread(target=load) for _ in range(4)]
+        for th in pool:
+            th.start()
+        pdtest.poll_until(lambda: stats(d)["inflight"] >= 1 and len(statuses) >= 10, 10, "load and the stream")
+        t_sig[0] = time.monotonic()
+        r.proc.send_signal(signal.SIGTERM)
+        pdtest.poll_until(lambda: _answers(r, "/readiness", 503), 5, "readiness 503 while accepting")
+        check(r.wait_exit(grace_ms / 1000 + 15) == 0, "exit status", r)
+        stop.set()
+        for th in pool:
+            th.join(15)
+        ts.join(15)
+        check(not errors, "requests failed during shutdown: %r" % errors[:5], r)
+        check(statuses and all(st == 200 for st in statuses),
+              "non-200 answers: %r" % sorted(set(statuses)), r)
+        check(served_after, "no request served during the grace", r)
+        check(refused, "no connection was refused after the exit", r)
+        first_refused = min(refused) - t_sig[0]
+        check(first_refused >= grace_ms / 1000 * 0.9,
+              "connection refused %.3fs after SIGTERM, inside the %d ms grace" % (first_refused, grace_ms), r)
+        st, _, raw = result["resp"]
+        evs = sse_events(raw)
+        check(st == 200 and evs[-1] == "[DONE]" and len(evs) == 101, "stream cut by shutdown: %r" % raw[-200:])
+    finally:
+        stop.set()
+        pdtest.stop_all()
+
+
+def scenario_shutdown_drain_timeout():
+    """A stream that outlives lifecycle.drain_timeout_ms is cut at the deadline (SSE error event, both
+    legs closed: pdsim counts the cancel) and the process exits 0 within grace + timeout + 1 s."""
+    grace_ms, timeout_ms = 200, 800
+    p, d = sim("prefill"), sim("decode", "--decode-us-per-token", "200000")
+    r = router([p], [d], config="lifecycle: { drain_grace_ms: %d, drain_timeout_ms: %d }" % (grace_ms, timeout_ms))
+    try:
+        result = {}
+
+        def slow():
+            result["resp"] = request(r.port, "POST", "/generate", dict(BODIES["/generate"], stream=True,
+                                                                        sampling_params={"max_new_tokens": 200}))
+        t = threading.Thread(target=slow)
+        t.start()
+        pdtest.poll_until(lambda: stats(d)["inflight"] >= 1, 5, "the stream to start")
+        t0 = time.monotonic()
+        r.proc.send_signal(signal.SIGTERM)
+        rc = r.wait_exit((grace_ms + timeout_ms) / 1000 + 5)
+        took = time.monotonic() - t0
+        check(rc == 0, "exit status %s" % rc, r)
+        check(took <= (grace_ms + timeout_ms) / 1000 + 1, "exit took %.2fs" % took, r)
+        check(took >= (grace_ms + timeout_ms) / 1000 * 0.9, "stream cut early, after %.2fs" % took, r)
+        t.join(10)
+        st, _, raw = result["resp"]
+        evs = sse_events(raw)
+        check(st == 200 and any(isinstance(e, dict) and "error" in e for e in evs),
+              "no error event at the deadline: %r" % raw[-300:], r)
+        pdtest.poll_until(lambda: stats(d)["cancelled"] >= 1, 5, "the decode worker to see the cancel")
+        check(stats(d)["inflight"] == 0, "decode still streaming", r)
+        log = open(r.log_path).read()
+        check("shutdown: 1 requests cancelled at drain_timeout" in log, "cancel not counted in the log", r)
     finally:
         pdtest.stop_all()
 

@@ -99,7 +99,8 @@ static void test_full_file(void)
         "            stream_idle_ms: 9000 }\n"
         "limits:   { max_body_bytes: 1048576, max_inflight: 10 }\n"
         "retries:  { max: 0 }\n"
-        "log:      { access_log: off, level: warning }\n";
+        "log:      { access_log: off, level: warning }\n"
+        "lifecycle: { drain_grace_ms: 0, drain_timeout_ms: 12000 }\n";
     char err[512] = "";
     const char *path = write_file("full.yaml", text);
     pdr_config_t *c = pdr_config_load_file(path, err, sizeof(err));
@@ -150,6 +151,8 @@ static void test_full_file(void)
     CHECK(c->timeouts.first_byte_ms == 5000);
     CHECK(c->timeouts.kv_transfer_ms == 7000);
     CHECK(c->timeouts.stream_idle_ms == 9000);
+    CHECK(c->lifecycle.drain_grace_ms == 0);
+    CHECK(c->lifecycle.drain_timeout_ms == 12000);
     CHECK(c->limits.max_body_bytes == 1048576);
     CHECK(c->limits.max_inflight == 10);
     CHECK(c->retries.max == 0);
@@ -184,6 +187,8 @@ static void check_defaults_but_token(const pdr_config_t *c)
     CHECK(c->timeouts.first_byte_ms == 60000);
     CHECK(c->timeouts.kv_transfer_ms == 30000);
     CHECK(c->timeouts.stream_idle_ms == 300000);
+    CHECK(c->lifecycle.drain_grace_ms == 5000);
+    CHECK(c->lifecycle.drain_timeout_ms == 30000);
     CHECK(c->limits.max_body_bytes == 33554432);
     CHECK(c->limits.max_inflight == 4096);
     CHECK(c->retries.max == 2);
@@ -299,6 +304,13 @@ static void test_errors(void)
     EXPECT_ERROR("health: { rise: 0 }\n", "bad.yaml:1:17: health.rise: 0 is out of range, expected 1..1000");
     EXPECT_ERROR("health: { timeout_ms: 0 }\n",
                  "bad.yaml:1:23: health.timeout_ms: 0 is out of range, expected 1..86400000");
+    EXPECT_ERROR("lifecycle: { drain_timeout_ms: 0 }\n",
+                 "bad.yaml:1:32: lifecycle.drain_timeout_ms: 0 is out of range, expected 1..86400000");
+    EXPECT_ERROR("lifecycle:\n  drain_grace_ms: -1\n",
+                 "bad.yaml:2:19: lifecycle.drain_grace_ms: -1 is out of range, expected 0..86400000");
+    EXPECT_ERROR("lifecycle: { drain_ms: 1 }\n",
+                 "bad.yaml:1:14: unknown key 'drain_ms' in 'lifecycle' (valid keys: "
+                 "drain_grace_ms, drain_timeout_ms)");
     EXPECT_ERROR("retries: { max: 11 }\n", "bad.yaml:1:17: retries.max: 11 is out of range, expected 0..10");
     EXPECT_ERROR("limits: { max_body_bytes: 1023 }\n",
                  "bad.yaml:1:27: limits.max_body_bytes: 1023 is out of range, expected 1024..1099511627776");
@@ -563,6 +575,9 @@ static void test_cli(void)
                         "750",
                         "--admin-port",
                         "0",
+                        "--drain-grace-ms",
+                        "0",
+                        "--drain-timeout-ms=4500",
                         NULL};
     CHECK(parse(a2, &cli, err, sizeof(err)) == 0);
     if (cli.config == NULL) {
@@ -579,6 +594,8 @@ static void test_cli(void)
         CHECK(c->timeouts.kv_transfer_ms == 2500);
         CHECK(c->health.interval_ms == 750);
         CHECK(c->admin_port == 0);
+        CHECK(c->lifecycle.drain_grace_ms == 0);
+        CHECK(c->lifecycle.drain_timeout_ms == 4500);
         CHECK(c->prefill[0].bootstrap_port == -1);
         CHECK_STR(c->listen_host, "0.0.0.0");
         CHECK(c->listen_port == 8000);
