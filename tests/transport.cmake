@@ -35,7 +35,6 @@ add_test(NAME fuzz_xfer_frame COMMAND fuzz_xfer_frame ${PDR_XFER_TEST_DIR}/fuzz/
 set_tests_properties(fuzz_xfer_frame PROPERTIES TIMEOUT 60)
 
 pdr_xfer_test(test_shim_faults ${PDR_XFER_TEST_DIR}/integration/test_shim_faults.c 90 pdshim pdr_transport)
-pdr_xfer_test(test_shim_big ${PDR_XFER_TEST_DIR}/integration/test_shim_big.c 120 pdshim)
 
 # GPU memory through the engine (TCP staging, CUDA IPC): built always, exits 77 (skipped) without a GPU.
 pdr_xfer_test(test_xfer_gpu ${PDR_XFER_TEST_DIR}/gpu/test_xfer_gpu.c 300 pdr_transport)
