@@ -790,6 +790,26 @@ static void ep_drain(struct pdr_rdma_ep *ep)
     }
 }
 
+/* The context's endpoint list (ctx->mu held). Unlinking also returns the endpoint's CQ reservation. */
+static void ep_link(struct pdr_rdma_ctx *ctx, struct pdr_rdma_ep *ep)
+{
+    ep->next = ctx->eps;
+    if (ctx->eps)
+        ctx->eps->prev = ep;
+    ctx->eps = ep;
+}
+
+static void ep_unlink(struct pdr_rdma_ctx *ctx, struct pdr_rdma_ep *ep)
+{
+    if (ep->prev)
+        ep->prev->next = ep->next;
+    else
+        ctx->eps = ep->next;
+    if (ep->next)
+        ep->next->prev = ep->prev;
+    ctx->cq_used -= ep->cq_reserved;
+}
+
 static void ep_free(struct pdr_rdma_ep *ep)
 {
     for (unsigned i = 0; i < ep->nqp; i++) {
@@ -865,27 +885,15 @@ int pdr__rdma_ep_create(struct pdr_rdma_ctx *ctx, unsigned nqp, struct pdr_rdma_
     pthread_mutex_lock(&ctx->mu);
     if (rc != 0) {
         /* Not yet visible to the completion thread by list, but its receives may flush: drain by qp. */
-        ep->next = ctx->eps;
-        if (ctx->eps)
-            ctx->eps->prev = ep;
-        ctx->eps = ep;
+        ep_link(ctx, ep);
         ep->closing = 1;
         ep_drain(ep);
-        if (ep->prev)
-            ep->prev->next = ep->next;
-        else
-            ctx->eps = ep->next;
-        if (ep->next)
-            ep->next->prev = ep->prev;
-        ctx->cq_used -= ep->cq_reserved;
+        ep_unlink(ctx, ep);
         pthread_mutex_unlock(&ctx->mu);
         ep_free(ep);
         return rc;
     }
-    ep->next = ctx->eps;
-    if (ctx->eps)
-        ctx->eps->prev = ep;
-    ctx->eps = ep;
+    ep_link(ctx, ep);
     pthread_mutex_unlock(&ctx->mu);
 
     memset(info, 0, sizeof(*info));
@@ -1003,13 +1011,7 @@ void pdr__rdma_ep_destroy(struct pdr_rdma_ep *ep)
     ep_drain(ep);
     while (ep->ops_head != NULL)
         op_finish(ep->ops_head, &finished);
-    if (ep->prev)
-        ep->prev->next = ep->next;
-    else
-        ctx->eps = ep->next;
-    if (ep->next)
-        ep->next->prev = ep->prev;
-    ctx->cq_used -= ep->cq_reserved;
+    ep_unlink(ctx, ep);
     pthread_mutex_unlock(&ctx->mu);
     run_finished(finished);
     ep_free(ep);

@@ -1,10 +1,12 @@
 #!/bin/sh
 # Builds tests/gpu/test_xfer_gpu without the project's CMake (for a GPU machine that lacks the router's
-# dependencies): the transport, common/ and the test, nothing else. Usage: sh tests/gpu/build_standalone.sh OUTDIR
+# dependencies): the transport, common/ and the test, nothing else (needs libibverbs' headers and library). Usage: sh tests/gpu/build_standalone.sh OUTDIR
 set -e
 out=${1:-/tmp}
+mkdir -p "$out"
 CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
 F="-std=gnu11 -O2 -g -Wall -Wextra -Werror"
 gcc $F -I"$CUDA_INC" -Icommon -Itransport -c transport/cuda.c -o "$out/cuda.o"
 gcc $F -Icommon -Itransport -Itests/integration common/err.c common/util.c common/buf.c transport/engine.c \
-    transport/tcp.c transport/wire.c "$out/cuda.o" tests/gpu/test_xfer_gpu.c -o "$out/test_xfer_gpu" -lpthread -ldl
+    transport/tcp.c transport/wire.c transport/rdma.c transport/rdma_wire.c transport/rdma_plan.c \
+    transport/rdma_topo.c "$out/cuda.o" tests/gpu/test_xfer_gpu.c -o "$out/test_xfer_gpu" -libverbs -lpthread -ldl

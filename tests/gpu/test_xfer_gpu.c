@@ -28,18 +28,6 @@
 
 #define PIECE (64u << 20)
 
-struct info_done {
-    struct done d;
-    char backend[16];
-};
-
-static void info_cb(void *arg, uint64_t room, const pdr_xfer_info_t *info)
-{
-    struct info_done *x = arg;
-    snprintf(x->backend, sizeof(x->backend), "%s", info->backend);
-    done_cb(&x->d, room, info->status, info->bytes);
-}
-
 static size_t room_bytes(void)
 {
     size_t size = (size_t)32768 * (320u << 10) / 8; /* 1.25 GiB */

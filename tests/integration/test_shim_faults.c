@@ -155,17 +155,6 @@ static void test_decode_killed(void)
     printf("ok decode killed\n");
 }
 
-static int raw_listener(int *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(fd, 8) == 0);
-    socklen_t sl = sizeof(sa);
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
-    *port = ntohs(sa.sin_port);
-    return fd;
-}
-
 static int raw_connect(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -6,11 +6,14 @@
 #ifndef TEST_SHIM_UTIL_H
 #define TEST_SHIM_UTIL_H
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "err.h"
@@ -136,5 +139,34 @@ static inline uint64_t xorshift(uint64_t *s)
     x ^= x << 17;
     return *s = x;
 }
+
+/* A plain listening socket on an ephemeral loopback port (a fake or silent peer). */
+static inline int raw_listener(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(fd, 8) == 0);
+    socklen_t sl = sizeof(sa);
+    getsockname(fd, (struct sockaddr *)&sa, &sl);
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+#ifdef PDR_TRANSPORT_H
+/* A completion that also records which backend moved the room (pdr_xfer_push_ex / pull_ex). */
+struct info_done {
+    struct done d;
+    char backend[16];
+    uint64_t usec;
+};
+
+static inline void info_cb(void *arg, uint64_t room, const pdr_xfer_info_t *info)
+{
+    struct info_done *x = arg;
+    snprintf(x->backend, sizeof(x->backend), "%s", info->backend);
+    x->usec = info->usec;
+    done_cb(&x->d, room, info->status, info->bytes);
+}
+#endif
 
 #endif

@@ -22,17 +22,6 @@
 #include "wire.h"
 #include "test_shim_util.h"
 
-static int raw_listener(int *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(fd, 8) == 0);
-    socklen_t sl = sizeof(sa);
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
-    *port = ntohs(sa.sin_port);
-    return fd;
-}
-
 static void test_small_chunks(void)
 {
     int err;
@@ -184,20 +173,6 @@ static int wait_sockets(int port, int want, int timeout_ms)
         nap_ms(1);
     }
     return 0;
-}
-
-struct info_done {
-    struct done d;
-    const char *backend;
-    uint64_t usec;
-};
-
-static void info_cb(void *arg, uint64_t room, const pdr_xfer_info_t *info)
-{
-    struct info_done *x = arg;
-    x->backend = info->backend;
-    x->usec = info->usec;
-    done_cb(&x->d, room, info->status, info->bytes);
 }
 
 static void test_striping(void)

@@ -21,18 +21,6 @@
 #include "transport.h"
 #include "test_shim_util.h"
 
-struct info_done {
-    struct done d;
-    char backend[16];
-};
-
-static void info_cb(void *arg, uint64_t room, const pdr_xfer_info_t *info)
-{
-    struct info_done *x = arg;
-    snprintf(x->backend, sizeof(x->backend), "%s", info->backend);
-    done_cb(&x->d, room, info->status, info->bytes);
-}
-
 #define LEN 300007
 
 /* One room, src cut in 3 odd pieces, dst in 2; returns both statuses. */

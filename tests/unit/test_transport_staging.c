@@ -18,18 +18,6 @@
 
 extern long pdr__fake_cuda_live;
 
-struct info_done {
-    struct done d;
-    char backend[16];
-};
-
-static void info_cb(void *arg, uint64_t room, const pdr_xfer_info_t *info)
-{
-    struct info_done *x = arg;
-    snprintf(x->backend, sizeof(x->backend), "%s", info->backend);
-    done_cb(&x->d, room, info->status, info->bytes);
-}
-
 static void *dev_alloc(int dev, size_t len)
 {
     void *p;
