@@ -207,3 +207,19 @@ def check(cond, msg, *procs):
     """assert with the log tails of procs appended to the message."""
     if not cond:
         raise AssertionError(msg + "".join("\n--- %s log ---\n%s" % (p.name, p.log_tail()) for p in procs))
+
+
+def run_scenario(scope, argv=None):
+    """Runs the function scenario_<argv[1]> found in scope (a module's globals()), stopping every
+    process it started afterwards; exits 2 for an unknown name."""
+    name = (argv or sys.argv)[1]
+    fn = scope.get("scenario_" + name)
+    if fn is None:
+        print("unknown scenario %s" % name, file=sys.stderr)
+        sys.exit(2)
+    t0 = time.monotonic()
+    try:
+        fn()
+    finally:
+        stop_all()
+    print("scenario %s passed in %.2fs" % (name, time.monotonic() - t0))

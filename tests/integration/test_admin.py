@@ -320,13 +320,4 @@ def scenario_shutdown():
 
 
 if __name__ == "__main__":
-    name = sys.argv[1]
-    fn = globals().get("scenario_" + name)
-    if fn is None:
-        print("unknown scenario %s" % name, file=sys.stderr)
-        sys.exit(2)
-    try:
-        fn()
-    finally:
-        pdtest.stop_all()
-    print("ok: %s" % name)
+    pdtest.run_scenario(globals())

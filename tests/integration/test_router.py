@@ -719,11 +719,4 @@ def scenario_shutdown_drain_timeout():
 
 
 if __name__ == "__main__":
-    name = sys.argv[1]
-    fn = globals().get("scenario_" + name)
-    if fn is None:
-        print("unknown scenario %s" % name, file=sys.stderr)
-        sys.exit(2)
-    t0 = time.monotonic()
-    fn()
-    print("scenario %s passed in %.2fs" % (name, time.monotonic() - t0))
+    pdtest.run_scenario(globals())
