@@ -3,6 +3,7 @@
  * (then readiness off for lifecycle.drain_grace_ms, stop accepting, let in-flight requests finish
  * within lifecycle.drain_timeout_ms, exit 0; see pdr_router_begin_shutdown).
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,15 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    /* The other loops answer requests (readiness included) as soon as pdr_router_start spawns them,
+     * before the watchers below exist: block SIGTERM and SIGINT until then, so that one arriving early
+     * stays pending instead of killing the process. The spawned threads inherit the mask and never
+     * take these signals. */
+    sigset_t stop_sigs, old_mask;
+    sigemptyset(&stop_sigs);
+    sigaddset(&stop_sigs, SIGTERM);
+    sigaddset(&stop_sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_sigs, &old_mask);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     uv_loop_t *loop = uv_default_loop();
     if (pdr_router_start(&router, c, loop) != 0) {
@@ -85,6 +95,7 @@ int main(int argc, char **argv)
     uv_signal_init(loop, &router.sig_int);
     router.sig_int.data = &router;
     uv_signal_start(&router.sig_int, on_signal, SIGINT);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     uv_run(loop, UV_RUN_DEFAULT);
     pdr_router_join(&router);
     curl_global_cleanup();

@@ -93,6 +93,16 @@ def metrics(r):
     return body.decode()
 
 
+def metrics_when(r, pred, what):
+    """The first /metrics text for which pred(text) holds. A request is counted when h2o disposes of it,
+    which can follow the client's receipt of the last byte by a moment (and another loop may answer the
+    scrape), so a test waits for the count instead of reading it once."""
+    def scrape():
+        m = metrics(r)
+        return m if pred(m) else None
+    return pdtest.poll_until(scrape, 5, what)
+
+
 def metric_value(text, name, **labels):
     want = ",".join('%s="%s"' % kv for kv in labels.items())
     for line in text.splitlines():
@@ -541,7 +551,7 @@ def scenario_metrics_latency():
         st, _, raw = request(r.port, "POST", "/generate", dict(body, stream=True))
         evs = sse_events(raw)
         check(st == 200 and evs[-1] == "[DONE]" and len(evs) == 11, "stream: %r" % raw[-200:])
-        m1 = metrics(r)
+        m1 = metrics_when(r, lambda m: hist(m, "pdr_e2e_seconds", "generate")[0] >= 1, "the stream counted")
         ttft0, ttft1 = hist(m0, "pdr_ttft_seconds", "generate"), hist(m1, "pdr_ttft_seconds", "generate")
         check(ttft1[0] == ttft0[0] + 1, "ttft count %r -> %r" % (ttft0, ttft1))
         # pdsim sends token j at (j + 1) * 20 ms after it got the request: the first token is >= 20 ms in.
@@ -562,7 +572,8 @@ def scenario_metrics_latency():
         # Not streamed: e2e and ttft (the response start) count, tpot and stream events do not.
         st, _, _ = request(r.port, "POST", "/generate", body)
         check(st == 200, "status %d" % st)
-        m2 = metrics(r)
+        m2 = metrics_when(r, lambda m: hist(m, "pdr_e2e_seconds", "generate")[0] >= e2e[0] + 1,
+                          "the non-streamed request counted")
         check(hist(m2, "pdr_ttft_seconds", "generate")[0] == ttft1[0] + 1, "non-stream ttft not counted")
         check(hist(m2, "pdr_e2e_seconds", "generate")[0] == e2e[0] + 1, "non-stream e2e not counted")
         check(hist(m2, "pdr_tpot_seconds", "generate")[0] == tpot[0], "non-stream counted in tpot")
@@ -570,7 +581,8 @@ def scenario_metrics_latency():
 
         # A failure (the prefill answers 4xx) counts in neither e2e nor ttft.
         st, _, _ = request(r.port, "POST", "/generate", {"text": "x", "sampling_params": {"max_new_tokens": -1}})
-        m3 = metrics(r)
+        m3 = metrics_when(r, lambda m: metric_value(m, "pdr_requests_total", route="generate", code=str(st)),
+                          "the failed request counted")
         if st >= 400:
             check(hist(m3, "pdr_e2e_seconds", "generate")[0] == e2e[0] + 1, "failed request in e2e")
             check(hist(m3, "pdr_ttft_seconds", "generate")[0] == ttft1[0] + 1, "failed request in ttft")
