@@ -72,6 +72,34 @@ typedef struct pdr_config {
 
     int threads; /* event-loop threads; 0 (default) = one per CPU core */
 
+    /* Dynamic workers, beside the static lists above (which may then be empty). See router/discovery.h.
+     * A role's target is in use when its name (dns) or selector (kubernetes) is non-NULL. */
+    struct {
+        struct {
+            struct {
+                char *name;         /* A/AAAA name, e.g. a headless Service; NULL = role unused */
+                int port;           /* worker HTTP port, required with a name */
+                int bootstrap_port; /* prefill: default 8998; -1 = none ("none" in YAML); decode: -1 */
+            } role[2];              /* [PDR_ROLE_PREFILL], [PDR_ROLE_DECODE] */
+            int interval_ms;        /* default 5000: re-resolve period */
+            char *resolver;         /* "IP[:PORT]" of the DNS server to ask; NULL = /etc/resolv.conf */
+        } dns;
+        struct {
+            struct {
+                char *selector;     /* label selector "k=v,k2=v2"; NULL = role unused */
+                int port;           /* worker HTTP port; 0 (default) = the pod's first containerPort */
+                int bootstrap_port; /* prefill default 8998 unless the pod has the annotation
+                                       sglang.ai/bootstrap-port; -1 = none; decode: -1 */
+            } role[2];
+            char *api_server;    /* default https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT */
+            char *namespace_;    /* YAML "namespace"; default: the service account's namespace file,
+                                    else "default" */
+            char *token_file;    /* default /var/run/secrets/kubernetes.io/serviceaccount/token */
+            char *ca_file;       /* default /var/run/secrets/kubernetes.io/serviceaccount/ca.crt */
+            int watch_timeout_s; /* default 300: timeoutSeconds of each watch request */
+        } kubernetes;
+    } discovery;
+
     int refcnt; /* atomic */
 } pdr_config_t;
 
