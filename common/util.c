@@ -11,6 +11,17 @@
 
 int pdr_log_level = PDR_LOG_INFO;
 
+int pdr_set_log_level_name(const char *s)
+{
+    static const char *names[] = {"debug", "info", "warn", "error"};
+    for (int i = 0; i < 4; i++)
+        if (s != NULL && strcmp(s, names[i]) == 0) {
+            pdr_log_level = i;
+            return 0;
+        }
+    return s == NULL ? 0 : PDR_EINVAL;
+}
+
 uint64_t pdr_now_ns(void)
 {
     struct timespec ts;

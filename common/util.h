@@ -31,6 +31,8 @@ const char *pdr_http_reason(int status);
 
 enum { PDR_LOG_DEBUG = 0, PDR_LOG_INFO, PDR_LOG_WARN, PDR_LOG_ERROR };
 extern int pdr_log_level;
+/* "debug", "info", "warn" or "error" -> pdr_log_level; NULL leaves it. 0 or PDR_EINVAL. */
+int pdr_set_log_level_name(const char *name);
 void pdr_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define pdr_debug(...) (pdr_log_level <= PDR_LOG_DEBUG ? pdr_log(PDR_LOG_DEBUG, __VA_ARGS__) : (void)0)
 #define pdr_info(...) pdr_log(PDR_LOG_INFO, __VA_ARGS__)

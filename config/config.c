@@ -141,6 +141,15 @@ static void config_free(pdr_config_t *c)
     free(c->health.path);
     free(c->log.access_log);
     free(c->log.level);
+    for (int r = 0; r < 2; r++) {
+        free(c->discovery.dns.role[r].name);
+        free(c->discovery.kubernetes.role[r].selector);
+    }
+    free(c->discovery.dns.resolver);
+    free(c->discovery.kubernetes.api_server);
+    free(c->discovery.kubernetes.namespace_);
+    free(c->discovery.kubernetes.token_file);
+    free(c->discovery.kubernetes.ca_file);
     free(c);
 }
 
@@ -174,6 +183,14 @@ pdr_config_t *pdr_config_new_default(void)
     c->retries.max = PDR_DEF_RETRIES;
     c->log.access_log = strdup(PDR_DEF_ACCESS_LOG);
     c->log.level = strdup(PDR_DEF_LOG_LEVEL);
+    /* Discovery: every role unused (NULL name and selector). The kubernetes strings stay NULL: their
+     * defaults come from the pod's environment and are resolved when the source starts. */
+    c->discovery.dns.role[PDR_ROLE_PREFILL].bootstrap_port = PDR_DEF_BOOTSTRAP_PORT;
+    c->discovery.dns.role[PDR_ROLE_DECODE].bootstrap_port = -1;
+    c->discovery.dns.interval_ms = PDR_DEF_DNS_INTERVAL_MS;
+    c->discovery.kubernetes.role[PDR_ROLE_PREFILL].bootstrap_port = PDR_DEF_BOOTSTRAP_PORT;
+    c->discovery.kubernetes.role[PDR_ROLE_DECODE].bootstrap_port = -1;
+    c->discovery.kubernetes.watch_timeout_s = PDR_DEF_K8S_WATCH_TIMEOUT_S;
     if (c->source == NULL || c->listen_host == NULL || c->admin_host == NULL || c->health.path == NULL ||
         c->log.access_log == NULL || c->log.level == NULL) {
         config_free(c);

@@ -25,6 +25,23 @@ int pdr__parse_int(const char *s, size_t len, int64_t *out);
  * characters and non-ASCII bytes replaced by '?', "..." when cut. */
 const char *pdr__config_show(const char *s, size_t len, char *out, size_t outlen);
 
+/* Checks of the discovery section's strings, shared by the YAML loader (which adds the position) and
+ * pdr_config_validate. Each returns 0, or PDR_EINVAL with the reason (no key name) in msg. */
+int pdr__check_hostname(const char *s, size_t len, char *msg, size_t msglen);   /* dns.*.name */
+int pdr__check_resolver(const char *s, size_t len, char *msg, size_t msglen);   /* dns.resolver */
+int pdr__check_selector(const char *s, size_t len, char *msg, size_t msglen);   /* kubernetes.*.selector */
+int pdr__check_namespace(const char *s, size_t len, char *msg, size_t msglen);  /* kubernetes.namespace */
+int pdr__check_api_server(const char *s, size_t len, char *msg, size_t msglen); /* kubernetes.api_server */
+
+/* A role with neither static workers nor a discovery source; arguments: the role's name four times. */
+#define PDR__NO_WORKERS_FMT                                                                                  \
+    "workers.%s: at least one %s worker is required, or a discovery source for it (discovery.dns.%s.name "   \
+    "or "                                                                                                    \
+    "discovery.kubernetes.%s.selector)"
+
+/* Whether role r has a discovery source configured (a dns name or a kubernetes selector). */
+int pdr__role_discovered(const pdr_config_t *c, pdr_role_t r);
+
 /* Error text into a caller's buffer; always NUL-terminated, safe with errlen 0. */
 void pdr__config_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -32,6 +32,15 @@
 #define PDR_DEF_ACCESS_LOG "-"
 #define PDR_DEF_LOG_LEVEL "info"
 
+/* Discovery (router/discovery.h). */
+#define PDR_DEF_BOOTSTRAP_PORT 8998 /* sglang's default --disaggregation-bootstrap-port */
+#define PDR_DEF_DNS_INTERVAL_MS 5000
+#define PDR_DEF_DNS_PORT 53 /* of discovery.dns.resolver when it names none (RFC 1035) */
+#define PDR_DEF_K8S_WATCH_TIMEOUT_S 300
+#define PDR_MIN_DNS_INTERVAL_MS 100
+#define PDR_MAX_DNS_INTERVAL_MS 3600000 /* one hour */
+#define PDR_MAX_K8S_WATCH_TIMEOUT_S 3600
+
 /* Ranges. Durations are positive and at most one day, so that "ms * 1000000" fits any int64. */
 #define PDR_MAX_MS 86400000
 #define PDR_MAX_RISE_FALL 1000

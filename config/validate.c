@@ -4,6 +4,7 @@
  * guard; the command line and programmatic builders rely on it. Pure functions, any thread.
  */
 #include <arpa/inet.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 #include "err.h"
@@ -40,10 +41,287 @@ long pdr__workers_find_dup(const pdr_worker_conf_t *ws, size_t i)
         }                                                                                                    \
     } while (0)
 
-static int check_workers(const pdr_worker_conf_t *ws, size_t n, const char *role, char *err, size_t errlen)
+static int is_alnum(char ch)
 {
-    if (n == 0) {
-        pdr__config_err(err, errlen, "workers.%s: at least one %s worker is required", role, role);
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+}
+
+/* RFC 1123 host names, with '_' allowed as DNS itself does (it appears in service names); an optional
+ * trailing dot marks a fully qualified name. */
+int pdr__check_hostname(const char *s, size_t len, char *msg, size_t msglen)
+{
+    char shown[80];
+    pdr__config_show(s, len, shown, sizeof(shown));
+    if (len > 0 && s[len - 1] == '.')
+        len--;
+    if (len == 0) {
+        pdr__config_err(msg, msglen, "'%s' is not a host name", shown);
+        return PDR_EINVAL;
+    }
+    if (len > 253) { /* RFC 1035 2.3.4: 255 octets on the wire */
+        pdr__config_err(msg, msglen, "'%s' is longer than 253 characters", shown);
+        return PDR_EINVAL;
+    }
+    size_t start = 0;
+    for (size_t i = 0; i <= len; i++) {
+        if (i < len && s[i] != '.') {
+            if (!is_alnum(s[i]) && s[i] != '-' && s[i] != '_') {
+                pdr__config_err(msg, msglen,
+                                "'%s' is not a host name: only letters, digits, '-', '_' and '.' are allowed",
+                                shown);
+                return PDR_EINVAL;
+            }
+            continue;
+        }
+        size_t llen = i - start;
+        if (llen == 0 || llen > 63) {
+            pdr__config_err(msg, msglen, "'%s' is not a host name: each label has 1..63 characters", shown);
+            return PDR_EINVAL;
+        }
+        if (s[start] == '-' || s[i - 1] == '-') {
+            pdr__config_err(msg, msglen, "'%s' is not a host name: a label starts or ends with '-'", shown);
+            return PDR_EINVAL;
+        }
+        start = i + 1;
+    }
+    return 0;
+}
+
+static int parse_port(const char *s, size_t len)
+{
+    int64_t v;
+    if (len == 0 || s[0] == '-' || pdr__parse_int(s, len, &v) != 0 || v < 1 || v > 65535)
+        return -1;
+    return (int)v;
+}
+
+/* "IPv4", "IPv4:port", "[IPv6]", "[IPv6]:port" or a bare IPv6 address. */
+int pdr__check_resolver(const char *s, size_t len, char *msg, size_t msglen)
+{
+    char shown[80], host[INET6_ADDRSTRLEN + 1];
+    const char *hs = s, *port = NULL;
+    size_t hlen = len, plen = 0;
+    int family = AF_INET;
+    pdr__config_show(s, len, shown, sizeof(shown));
+    const char *colon = memchr(s, ':', len);
+    if (len > 0 && s[0] == '[') {
+        const char *close = memchr(s, ']', len);
+        if (close == NULL)
+            goto bad;
+        hs = s + 1;
+        hlen = (size_t)(close - hs);
+        family = AF_INET6;
+        size_t rest = len - (size_t)(close + 1 - s);
+        if (rest > 0) {
+            if (close[1] != ':')
+                goto bad;
+            port = close + 2;
+            plen = rest - 1;
+        }
+    } else if (colon != NULL && memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)) != NULL) {
+        family = AF_INET6;
+    } else if (colon != NULL) {
+        hlen = (size_t)(colon - s);
+        port = colon + 1;
+        plen = len - hlen - 1;
+    }
+    if (hlen == 0 || hlen >= sizeof(host))
+        goto bad;
+    memcpy(host, hs, hlen);
+    host[hlen] = '\0';
+    unsigned char addr[16];
+    if (inet_pton(family, host, addr) != 1)
+        goto bad;
+    if (port != NULL && parse_port(port, plen) < 0) {
+        pdr__config_err(msg, msglen, "'%s': invalid port, expected 1..65535", shown);
+        return PDR_EINVAL;
+    }
+    return 0;
+bad:
+    pdr__config_err(msg, msglen, "'%s' is not a resolver address: expected IPv4[:port], [IPv6]:port or IPv6",
+                    shown);
+    return PDR_EINVAL;
+}
+
+static int is_selector_key_char(char ch)
+{
+    return is_alnum(ch) || ch == '.' || ch == '_' || ch == '-' || ch == '/';
+}
+
+/* Equality-based label selectors as the API server takes them: "k=v", "k==v", "k!=v", "k" and "!k",
+ * separated by commas. Set-based terms ("k in (a,b)") are not accepted. A sanity check: the API server
+ * has the last word. */
+int pdr__check_selector(const char *s, size_t len, char *msg, size_t msglen)
+{
+    char shown[80];
+    pdr__config_show(s, len, shown, sizeof(shown));
+    size_t i = 0;
+    while (i <= len) {
+        size_t end = i;
+        while (end < len && s[end] != ',')
+            end++;
+        size_t k = i;
+        if (k < end && s[k] == '!')
+            k++;
+        size_t kend = k;
+        while (kend < end && is_selector_key_char(s[kend]))
+            kend++;
+        if (kend == k) {
+            pdr__config_err(msg, msglen,
+                            "'%s': expected a label key at offset %zu (terms are k=v, k!=v, k "
+                            "or !k, separated by ',')",
+                            shown, k);
+            return PDR_EINVAL;
+        }
+        size_t v = kend;
+        if (v < end) {
+            if (k != i) { /* "!k" takes no value */
+                pdr__config_err(msg, msglen, "'%s': '!key' takes no value (offset %zu)", shown, v);
+                return PDR_EINVAL;
+            }
+            if (s[v] == '!' && v + 1 < end && s[v + 1] == '=')
+                v += 2;
+            else if (s[v] == '=' && v + 1 < end && s[v + 1] == '=')
+                v += 2;
+            else if (s[v] == '=')
+                v++;
+            else
+                v = (size_t)-1;
+            for (size_t j = v; v != (size_t)-1 && j < end; j++)
+                if (!is_alnum(s[j]) && s[j] != '.' && s[j] != '_' && s[j] != '-')
+                    v = (size_t)-1;
+            if (v == (size_t)-1) {
+                pdr__config_err(msg, msglen,
+                                "'%s': invalid term at offset %zu (terms are k=v, k!=v, k or !k, "
+                                "separated by ',')",
+                                shown, i);
+                return PDR_EINVAL;
+            }
+        }
+        i = end + 1;
+    }
+    return 0;
+}
+
+/* RFC 1123 label, as Kubernetes requires of namespace names. */
+int pdr__check_namespace(const char *s, size_t len, char *msg, size_t msglen)
+{
+    char shown[80];
+    pdr__config_show(s, len, shown, sizeof(shown));
+    int ok = len >= 1 && len <= 63 && s[0] != '-' && s[len - 1] != '-';
+    for (size_t i = 0; ok && i < len; i++)
+        ok = (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-';
+    if (!ok) {
+        pdr__config_err(msg, msglen,
+                        "'%s' is not a namespace name: 1..63 lowercase letters, digits or '-', starting and "
+                        "ending with a letter or digit",
+                        shown);
+        return PDR_EINVAL;
+    }
+    return 0;
+}
+
+int pdr__check_api_server(const char *s, size_t len, char *msg, size_t msglen)
+{
+    char shown[80];
+    pdr__config_show(s, len, shown, sizeof(shown));
+    size_t skip = len > 8 && strncasecmp(s, "https://", 8) == 0  ? 8
+                  : len > 7 && strncasecmp(s, "http://", 7) == 0 ? 7
+                                                                 : 0;
+    if (skip == 0 || s[skip] == '/') {
+        pdr__config_err(msg, msglen, "'%s' is not a URL: expected https://host[:port] or http://host[:port]",
+                        shown);
+        return PDR_EINVAL;
+    }
+    if (len > PDR_CONFIG_MAX_URL) {
+        pdr__config_err(msg, msglen, "'%s' is longer than %d bytes", shown, PDR_CONFIG_MAX_URL);
+        return PDR_EINVAL;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f) {
+            pdr__config_err(msg, msglen,
+                            "'%s': spaces, control characters and non-ASCII bytes are not allowed", shown);
+            return PDR_EINVAL;
+        }
+    }
+    return 0;
+}
+
+int pdr__role_discovered(const pdr_config_t *c, pdr_role_t r)
+{
+    return c->discovery.dns.role[r].name != NULL || c->discovery.kubernetes.role[r].selector != NULL;
+}
+
+typedef int (*string_check_fn)(const char *s, size_t len, char *msg, size_t msglen);
+
+static int check_string(const char *val, string_check_fn fn, const char *key, char *err, size_t errlen)
+{
+    char msg[256];
+    if (val == NULL)
+        return 0;
+    if (fn == NULL ? val[0] == '\0' : fn(val, strlen(val), msg, sizeof(msg)) != 0) {
+        pdr__config_err(err, errlen, "%s: %s", key, fn == NULL ? "must not be empty" : msg);
+        return PDR_ECONFIG;
+    }
+    return 0;
+}
+
+static int check_discovery(const pdr_config_t *c, char *err, size_t errlen)
+{
+    static const char *const roles[] = {"prefill", "decode"};
+    char key[80];
+    CHECK_RANGE(c->discovery.dns.interval_ms, PDR_MIN_DNS_INTERVAL_MS, PDR_MAX_DNS_INTERVAL_MS,
+                "discovery.dns.interval_ms");
+    if (check_string(c->discovery.dns.resolver, pdr__check_resolver, "discovery.dns.resolver", err, errlen))
+        return PDR_ECONFIG;
+    for (int r = 0; r < 2; r++) {
+        const char *role = roles[r];
+        const char *name = c->discovery.dns.role[r].name,
+                   *selector = c->discovery.kubernetes.role[r].selector;
+        if (name != NULL) {
+            snprintf(key, sizeof(key), "discovery.dns.%s.name", role);
+            if (check_string(name, pdr__check_hostname, key, err, errlen))
+                return PDR_ECONFIG;
+            snprintf(key, sizeof(key), "discovery.dns.%s.port", role);
+            CHECK_RANGE(c->discovery.dns.role[r].port, 1, 65535, key);
+        }
+        snprintf(key, sizeof(key), "discovery.kubernetes.%s.selector", role);
+        if (check_string(selector, pdr__check_selector, key, err, errlen))
+            return PDR_ECONFIG;
+        snprintf(key, sizeof(key), "discovery.kubernetes.%s.port", role);
+        CHECK_RANGE(c->discovery.kubernetes.role[r].port, 0, 65535, key);
+        int bports[2] = {c->discovery.dns.role[r].bootstrap_port,
+                         c->discovery.kubernetes.role[r].bootstrap_port};
+        for (int s = 0; s < 2; s++) {
+            snprintf(key, sizeof(key), "discovery.%s.%s.bootstrap_port", s == 0 ? "dns" : "kubernetes", role);
+            if (r == PDR_ROLE_DECODE && bports[s] != -1) {
+                pdr__config_err(err, errlen, "%s: only prefill workers have a bootstrap port", key);
+                return PDR_ECONFIG;
+            }
+            if (bports[s] != -1)
+                CHECK_RANGE(bports[s], 1, 65535, key);
+        }
+    }
+    const char *ns = c->discovery.kubernetes.namespace_;
+    if (check_string(ns, pdr__check_namespace, "discovery.kubernetes.namespace", err, errlen) ||
+        check_string(c->discovery.kubernetes.api_server, pdr__check_api_server,
+                     "discovery.kubernetes.api_server", err, errlen) ||
+        check_string(c->discovery.kubernetes.token_file, NULL, "discovery.kubernetes.token_file", err,
+                     errlen) ||
+        check_string(c->discovery.kubernetes.ca_file, NULL, "discovery.kubernetes.ca_file", err, errlen))
+        return PDR_ECONFIG;
+    CHECK_RANGE(c->discovery.kubernetes.watch_timeout_s, 1, PDR_MAX_K8S_WATCH_TIMEOUT_S,
+                "discovery.kubernetes.watch_timeout_s");
+    return 0;
+}
+
+static int check_workers(const pdr_config_t *c, pdr_role_t r, char *err, size_t errlen)
+{
+    const pdr_worker_conf_t *ws = r == PDR_ROLE_PREFILL ? c->prefill : c->decode;
+    size_t n = r == PDR_ROLE_PREFILL ? c->n_prefill : c->n_decode;
+    const char *role = r == PDR_ROLE_PREFILL ? "prefill" : "decode";
+    if (n == 0 && !pdr__role_discovered(c, r)) {
+        pdr__config_err(err, errlen, PDR__NO_WORKERS_FMT, role, role, role, role);
         return PDR_ECONFIG;
     }
     if (n > PDR_CONFIG_MAX_WORKERS) {
@@ -122,8 +400,10 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         pdr__config_err(err, errlen, "log.level: expected debug, info, warn or error");
         return PDR_ECONFIG;
     }
-    int rc = check_workers(c->prefill, c->n_prefill, "prefill", err, errlen);
+    int rc = check_discovery(c, err, errlen);
     if (rc == 0)
-        rc = check_workers(c->decode, c->n_decode, "decode", err, errlen);
+        rc = check_workers(c, PDR_ROLE_PREFILL, err, errlen);
+    if (rc == 0)
+        rc = check_workers(c, PDR_ROLE_DECODE, err, errlen);
     return rc;
 }

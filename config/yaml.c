@@ -35,6 +35,13 @@ enum ftype {
     F_URL,       /* worker url (base is a pdr_worker_conf_t) */
     F_BPORT,     /* bootstrap port or null/none */
     F_BPORT_BAD, /* bootstrap_port on a decode worker */
+    F_HOSTNAME,  /* string: a DNS name (pdr__check_hostname) */
+    F_RESOLVER,  /* string: "IPv4[:port]", "[IPv6]:port" or IPv6 */
+    F_SELECTOR,  /* string: a Kubernetes label selector */
+    F_NAMESPACE, /* string: a Kubernetes namespace name */
+    F_API_URL,   /* string: http:// or https:// URL of the API server */
+    F_DNS_ROLE,  /* a mapping described by sub, then name and port required; min is the role */
+    F_K8S_ROLE,  /* a mapping described by sub, then selector required; min is the role */
 };
 
 struct field {
@@ -102,6 +109,56 @@ static const struct field lifecycle_fields[] = {
     {"drain_timeout_ms", F_INT, CONF(lifecycle.drain_timeout_ms), 1, PDR_MAX_MS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
+#define DNS_ROLE(r, m) CONF(discovery.dns.role[r].m)
+#define K8S_ROLE(r, m) CONF(discovery.kubernetes.role[r].m)
+static const struct field dns_prefill_fields[] = {
+    {"name", F_HOSTNAME, DNS_ROLE(PDR_ROLE_PREFILL, name), 0, 0, NULL},
+    {"port", F_INT, DNS_ROLE(PDR_ROLE_PREFILL, port), 1, 65535, NULL},
+    {"bootstrap_port", F_BPORT, DNS_ROLE(PDR_ROLE_PREFILL, bootstrap_port), 1, 65535, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field dns_decode_fields[] = {
+    {"name", F_HOSTNAME, DNS_ROLE(PDR_ROLE_DECODE, name), 0, 0, NULL},
+    {"port", F_INT, DNS_ROLE(PDR_ROLE_DECODE, port), 1, 65535, NULL},
+    {"bootstrap_port", F_BPORT_BAD, 0, 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field dns_fields[] = {
+    {"interval_ms", F_INT, CONF(discovery.dns.interval_ms), PDR_MIN_DNS_INTERVAL_MS, PDR_MAX_DNS_INTERVAL_MS,
+     NULL},
+    {"resolver", F_RESOLVER, CONF(discovery.dns.resolver), 0, 0, NULL},
+    {"prefill", F_DNS_ROLE, 0, PDR_ROLE_PREFILL, 0, dns_prefill_fields},
+    {"decode", F_DNS_ROLE, 0, PDR_ROLE_DECODE, 0, dns_decode_fields},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field k8s_prefill_fields[] = {
+    {"selector", F_SELECTOR, K8S_ROLE(PDR_ROLE_PREFILL, selector), 0, 0, NULL},
+    {"port", F_INT, K8S_ROLE(PDR_ROLE_PREFILL, port), 0, 65535, NULL},
+    {"bootstrap_port", F_BPORT, K8S_ROLE(PDR_ROLE_PREFILL, bootstrap_port), 1, 65535, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field k8s_decode_fields[] = {
+    {"selector", F_SELECTOR, K8S_ROLE(PDR_ROLE_DECODE, selector), 0, 0, NULL},
+    {"port", F_INT, K8S_ROLE(PDR_ROLE_DECODE, port), 0, 65535, NULL},
+    {"bootstrap_port", F_BPORT_BAD, 0, 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field k8s_fields[] = {
+    {"namespace", F_NAMESPACE, CONF(discovery.kubernetes.namespace_), 0, 0, NULL},
+    {"api_server", F_API_URL, CONF(discovery.kubernetes.api_server), 0, 0, NULL},
+    {"token_file", F_STR, CONF(discovery.kubernetes.token_file), 0, 0, NULL},
+    {"ca_file", F_STR, CONF(discovery.kubernetes.ca_file), 0, 0, NULL},
+    {"watch_timeout_s", F_INT, CONF(discovery.kubernetes.watch_timeout_s), 1, PDR_MAX_K8S_WATCH_TIMEOUT_S,
+     NULL},
+    {"prefill", F_K8S_ROLE, 0, PDR_ROLE_PREFILL, 0, k8s_prefill_fields},
+    {"decode", F_K8S_ROLE, 0, PDR_ROLE_DECODE, 0, k8s_decode_fields},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field discovery_fields[] = {
+    {"dns", F_SECTION, 0, 0, 0, dns_fields},
+    {"kubernetes", F_SECTION, 0, 0, 0, k8s_fields},
+    {NULL, 0, 0, 0, 0, NULL},
+};
 static const struct field top_fields[] = {
     {"listen", F_SECTION, 0, 0, 0, listen_fields},
     {"admin", F_SECTION, 0, 0, 0, admin_fields},
@@ -115,6 +172,7 @@ static const struct field top_fields[] = {
     {"log", F_SECTION, 0, 0, 0, log_fields},
     {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields},
     {"threads", F_INT, CONF(threads), 0, PDR_MAX_THREADS, NULL},
+    {"discovery", F_SECTION, 0, 0, 0, discovery_fields},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field prefill_fields[] = {
@@ -252,6 +310,24 @@ static int get_policy(struct ctx *cx, const yaml_node_t *v, const char *path, pd
 
 static int walk_map(struct ctx *cx, const yaml_node_t *map, const char *path, const struct field *fields,
                     void *base);
+
+typedef int (*check_fn)(const char *s, size_t len, char *msg, size_t msglen);
+
+static check_fn checker(enum ftype t)
+{
+    switch (t) {
+    case F_HOSTNAME:
+        return pdr__check_hostname;
+    case F_RESOLVER:
+        return pdr__check_resolver;
+    case F_SELECTOR:
+        return pdr__check_selector;
+    case F_NAMESPACE:
+        return pdr__check_namespace;
+    default:
+        return pdr__check_api_server;
+    }
+}
 
 /* A worker: a mapping {url, bootstrap_port} or just the URL as a scalar. */
 static int load_worker(struct ctx *cx, const yaml_node_t *item, const char *path, pdr_role_t role,
@@ -421,6 +497,37 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
     }
     case F_BPORT_BAD:
         return FAIL(cx, v, "%s: only prefill workers have a bootstrap port", path);
+    case F_HOSTNAME:
+    case F_RESOLVER:
+    case F_SELECTOR:
+    case F_NAMESPACE:
+    case F_API_URL: {
+        char msg[256];
+        rc = need_scalar(cx, v, path, "a string");
+        if (rc != 0)
+            return rc;
+        const char *s = sval(v, &len);
+        if (memchr(s, '\0', len) != NULL)
+            return FAIL(cx, v, "%s: contains a NUL character", path);
+        if (checker(f->type)(s, len, msg, sizeof(msg)) != 0)
+            return FAIL(cx, v, "%s: %s", path, msg);
+        return get_string(cx, v, path, (char **)(void *)p);
+    }
+    case F_DNS_ROLE: {
+        rc = walk_map(cx, v, path, f->sub, base);
+        if (rc != 0)
+            return rc;
+        if (cx->c->discovery.dns.role[f->min].name == NULL)
+            return FAIL(cx, v, "%s: missing required key 'name'", path);
+        if (cx->c->discovery.dns.role[f->min].port == 0)
+            return FAIL(cx, v, "%s: missing required key 'port' (the workers' HTTP port)", path);
+        return 0;
+    }
+    case F_K8S_ROLE:
+        rc = walk_map(cx, v, path, f->sub, base);
+        if (rc == 0 && cx->c->discovery.kubernetes.role[f->min].selector == NULL)
+            return FAIL(cx, v, "%s: missing required key 'selector'", path);
+        return rc;
     }
     return FAIL(cx, v, "%s: internal error: unknown field type", path);
 }
@@ -589,20 +696,16 @@ pdr_config_t *pdr_config_load_string(const char *text, size_t len, const char *n
     if (rc != 0)
         goto out;
 
+    /* Each role needs static workers or a discovery source. */
     const yaml_node_t *workers = map_get(&doc, root, "workers");
     const char *roles[] = {"prefill", "decode"};
     size_t counts[] = {c->n_prefill, c->n_decode};
     for (int r = 0; r < 2; r++) {
-        if (counts[r] != 0)
+        if (counts[r] != 0 || pdr__role_discovered(c, (pdr_role_t)r))
             continue;
-        if (workers == NULL) {
-            rc = FAIL(&cx, root,
-                      "missing required key 'workers' (at least one prefill and one decode worker)");
-        } else {
-            const yaml_node_t *list = map_get(&doc, workers, roles[r]);
-            rc = FAIL(&cx, list != NULL ? list : workers, "workers.%s: at least one %s worker is required",
-                      roles[r], roles[r]);
-        }
+        const yaml_node_t *list = map_get(&doc, workers, roles[r]);
+        const yaml_node_t *at = list != NULL ? list : workers != NULL ? workers : root;
+        rc = FAIL(&cx, at, PDR__NO_WORKERS_FMT, roles[r], roles[r], roles[r], roles[r]);
         goto out;
     }
     /* Final guard: every value was checked where it was read, so this only fails on a bug here. */

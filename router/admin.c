@@ -5,7 +5,8 @@
  * token read from admin.token_file at start (compared in constant time, length first); without a
  * token file auth is off, which the start log says. Mutations write an audit line to the log.
  *
- * Worker ids are stable and index-based: "<role>-<index in the config's list>" ("prefill-0").
+ * Worker ids are "<role>-<n>" ("prefill-0"): the static workers numbered in config order, later ones
+ * (added, discovered) numbered on from there; an id is never reused while the router runs.
  *
  * GET / is the status page (router/status.html, embedded at build time as status_html.h). It is the one
  * route served without the token: a browser cannot send a bearer header when it navigates, and the page
@@ -36,11 +37,12 @@ typedef struct admin_handler {
     pdr_router_t *r;
 } admin_handler_t;
 
-static int read_token(pdr_router_t *r, const char *path)
+/* Reads the token file into *out (malloc'd, length *out_len). 0, or an error described in msg. */
+static int read_token_file(const char *path, char **out, size_t *out_len, char *msg, size_t cap)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        pdr_error("admin.token_file %s: %s", path, strerror(errno));
+        snprintf(msg, cap, "admin.token_file %s: %s", path, strerror(errno));
         return PDR_EIO;
     }
     char *buf = malloc(ADMIN_TOKEN_MAX + 1);
@@ -51,24 +53,51 @@ static int read_token(pdr_router_t *r, const char *path)
         if (n > 0)
             len += (size_t)n;
     close(fd);
-    if (buf == NULL)
+    if (buf == NULL) {
+        snprintf(msg, cap, "admin.token_file %s: out of memory", path);
         return PDR_ENOMEM;
+    }
     if (n < 0 || len > ADMIN_TOKEN_MAX) {
-        pdr_error("admin.token_file %s: %s", path,
-                  n < 0 ? strerror(errno) : "longer than 4096 bytes; it should hold one token");
+        snprintf(msg, cap, "admin.token_file %s: %s", path,
+                 n < 0 ? strerror(errno) : "longer than 4096 bytes; it should hold one token");
         free(buf);
         return PDR_EINVAL;
     }
     while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
         len--;
     if (len == 0) {
-        pdr_error("admin.token_file %s is empty: write the bearer token into it, or leave the key out to run "
-                  "without auth (development only)",
-                  path);
+        snprintf(msg, cap,
+                 "admin.token_file %s is empty: write the bearer token into it, or leave the key out to run "
+                 "without auth (development only)",
+                 path);
         free(buf);
         return PDR_EINVAL;
     }
-    r->admin_token = buf;
+    *out = buf;
+    *out_len = len;
+    return 0;
+}
+
+static void drop_token(pdr_router_t *r)
+{
+    if (r->admin_token != NULL)
+        OPENSSL_cleanse(r->admin_token, r->admin_token_len);
+    free(r->admin_token);
+    r->admin_token = NULL;
+    r->admin_token_len = 0;
+}
+
+int pdr_admin_reload_token(pdr_router_t *r, const pdr_config_t *c, char *msg, size_t cap)
+{
+    if (!r->admin_on || c->admin_token_file == NULL)
+        return 0; /* removing the token file needs a restart (reload.c says so): auth stays on */
+    char *tok;
+    size_t len;
+    int rc = read_token_file(c->admin_token_file, &tok, &len, msg, cap);
+    if (rc != 0)
+        return rc;
+    drop_token(r);
+    r->admin_token = tok;
     r->admin_token_len = len;
     return 0;
 }
@@ -120,34 +149,44 @@ static void method_not_allowed(h2o_req_t *req, const char *allow)
 
 static json_t *worker_json(const pdr_worker_t *w)
 {
-    char id[32];
-    snprintf(id, sizeof(id), "%s-%d", pdr_role_name(w->role), w->index);
     uint64_t last = __atomic_load_n(&w->last_check_ms, __ATOMIC_RELAXED);
     uint64_t now = pdr_now_ms();
     json_t *ago = last == 0 ? json_null() : json_integer((json_int_t)(now > last ? now - last : 0));
     json_t *bport = w->conf->bootstrap_port >= 0 ? json_integer(w->conf->bootstrap_port) : json_null();
-    return json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:i,s:I,s:o,s:{}}", "id", id, "role", pdr_role_name(w->role),
-                     "url", w->conf->url, "bootstrap_port", bport, "source", "static", "state",
-                     pdr_worker_state_name(w), "in_flight", pdr_worker_inflight(w), "requests_total",
-                     (json_int_t)__atomic_load_n(&w->requests_total, __ATOMIC_RELAXED), "last_check_ms_ago",
-                     ago, "labels");
+    json_t *labels = json_loads(w->labels_json, 0, NULL);
+    if (labels == NULL)
+        labels = json_object();
+    json_t *name = w->name[0] ? json_string(w->name) : json_null();
+    json_t *o =
+        json_pack("{s:s,s:s,s:s,s:o,s:s,s:o,s:s,s:i,s:I,s:o,s:o}", "id", w->id, "role",
+                  pdr_role_name(w->role), "url", w->conf->url, "bootstrap_port", bport, "source", w->source,
+                  "name", name, "state", pdr_worker_state_name(w), "in_flight", pdr_worker_inflight(w),
+                  "requests_total", (json_int_t)__atomic_load_n(&w->requests_total, __ATOMIC_RELAXED),
+                  "last_check_ms_ago", ago, "labels", labels);
+    if (o != NULL && pdr_worker_removed(w))
+        json_object_set_new(o, "removed", json_true());
+    if (o != NULL && !pdr_worker_removed(w) && __atomic_load_n(&w->remove_when_drained, __ATOMIC_RELAXED))
+        json_object_set_new(o, "delete_pending", json_true());
+    return o;
 }
 
 static json_t *workers_json(pdr_router_t *r)
 {
+    pdr_worker_t **ws;
+    size_t n = pdr_pool_snapshot(&r->pool, -1, &ws);
     json_t *a = json_array();
-    for (int role = 0; role < 2 && a != NULL; role++)
-        for (size_t i = 0; i < r->pool.n[role]; i++)
-            if (json_array_append_new(a, worker_json(&r->pool.workers[role][i])) != 0) {
-                json_decref(a);
-                return NULL;
-            }
-    return json_pack("{s:o}", "workers", a);
+    for (size_t i = 0; i < n && a != NULL; i++)
+        if (json_array_append_new(a, worker_json(ws[i])) != 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    pdr_pool_release(ws, n);
+    return a != NULL ? json_pack("{s:o}", "workers", a) : NULL;
 }
 
 static json_t *role_counts(pdr_router_t *r, pdr_role_t role)
 {
-    return json_pack("{s:I,s:I,s:I,s:I}", "total", (json_int_t)r->pool.n[role], "healthy",
+    return json_pack("{s:I,s:I,s:I,s:I}", "total", (json_int_t)pdr_pool_count(&r->pool, role), "healthy",
                      (json_int_t)pdr_pool_count_healthy(&r->pool, role), "draining",
                      (json_int_t)pdr_pool_count_state(&r->pool, role, PDR_DRAIN_DRAINING), "drained",
                      (json_int_t)pdr_pool_count_state(&r->pool, role, PDR_DRAIN_DRAINED));
@@ -156,11 +195,18 @@ static json_t *role_counts(pdr_router_t *r, pdr_role_t role)
 static json_t *status_json(pdr_router_t *r)
 {
     uint64_t up = (pdr_now_ms() - r->started_ms) / 1000;
-    return json_pack("{s:s,s:I,s:i,s:{s:o,s:o},s:I,s:b}", "version", PDR_VERSION, "uptime_s", (json_int_t)up,
-                     "threads", r->n_threads, "workers", "prefill", role_counts(r, PDR_ROLE_PREFILL),
-                     "decode", role_counts(r, PDR_ROLE_DECODE), "inflight",
+    json_t *disc = json_array();
+    for (int i = 0; i < 2 && disc != NULL; i++)
+        if (r->discovery[i] != NULL)
+            json_array_append_new(disc, json_string(i == 0 ? "dns" : "kubernetes"));
+    json_t *cfg = r->config_path != NULL ? json_string(r->config_path) : json_null();
+    return json_pack("{s:s,s:I,s:i,s:{s:o,s:o},s:I,s:b,s:o,s:o,s:{s:I,s:I}}", "version", PDR_VERSION,
+                     "uptime_s", (json_int_t)up, "threads", r->n_threads, "workers", "prefill",
+                     role_counts(r, PDR_ROLE_PREFILL), "decode", role_counts(r, PDR_ROLE_DECODE), "inflight",
                      (json_int_t)__atomic_load_n(&r->inflight, __ATOMIC_RELAXED), "shutting_down",
-                     pdr_router_stopping(r));
+                     pdr_router_stopping(r), "discovery", disc, "config_file", cfg, "reloads", "ok",
+                     (json_int_t)__atomic_load_n(&r->reloads_ok, __ATOMIC_RELAXED), "failed",
+                     (json_int_t)__atomic_load_n(&r->reloads_failed, __ATOMIC_RELAXED));
 }
 
 static json_t *events_json(pdr_router_t *r)
@@ -249,6 +295,115 @@ int pdr__admin_parse_drain(const char *body, size_t n, uint64_t *timeout_ms, cha
     return rc;
 }
 
+int pdr__admin_parse_worker(const char *body, size_t n, int *role, pdr_worker_conf_t *conf,
+                            char **labels_json, char *msg, size_t cap)
+{
+    *role = -1;
+    *labels_json = NULL;
+    memset(conf, 0, sizeof(*conf));
+    conf->bootstrap_port = -1;
+    json_error_t jerr;
+    json_t *o = json_loadb(body, n, JSON_REJECT_DUPLICATES, &jerr);
+    if (!json_is_object(o)) {
+        snprintf(msg, cap,
+                 "malformed JSON body: expected an object like "
+                 "{\"role\":\"prefill\",\"url\":\"http://10.0.0.5:30000\","
+                 "\"bootstrap_port\":8998}%s%.60s",
+                 o == NULL ? ": " : "", o == NULL ? jerr.text : "");
+        json_decref(o);
+        return PDR_EINVAL;
+    }
+    int rc = 0;
+    const char *key;
+    json_t *v;
+    const char *url = NULL;
+    int bport = -1;
+    json_t *labels = NULL;
+    json_object_foreach(o, key, v)
+    {
+        if (rc != 0)
+            break;
+        if (strcmp(key, "role") == 0) {
+            const char *s = json_string_value(v);
+            if (s == NULL || (*role = pdr_role_parse(s, strlen(s))) < 0) {
+                snprintf(msg, cap, "role must be \"prefill\" or \"decode\"");
+                rc = PDR_EINVAL;
+            }
+        } else if (strcmp(key, "url") == 0) {
+            if ((url = json_string_value(v)) == NULL) {
+                snprintf(msg, cap, "url must be a string like \"http://10.0.0.5:30000\"");
+                rc = PDR_EINVAL;
+            }
+        } else if (strcmp(key, "bootstrap_port") == 0) {
+            if (json_is_null(v)) {
+                bport = -1;
+            } else if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 65535) {
+                snprintf(msg, cap, "bootstrap_port must be an integer from 1 to 65535, or null");
+                rc = PDR_EINVAL;
+            } else {
+                bport = (int)json_integer_value(v);
+            }
+        } else if (strcmp(key, "labels") == 0) {
+            const char *lk;
+            json_t *lv;
+            if (!json_is_object(v)) {
+                snprintf(msg, cap, "labels must be an object of strings");
+                rc = PDR_EINVAL;
+            } else {
+                json_object_foreach(v, lk, lv) if (!json_is_string(lv) || strlen(lk) > 63 ||
+                                                   strlen(json_string_value(lv)) > 253)
+                {
+                    snprintf(msg, cap,
+                             "labels must be an object of strings (keys up to 63 bytes, values up to 253)");
+                    rc = PDR_EINVAL;
+                    break;
+                }
+                if (rc == 0 && json_object_size(v) > 32) {
+                    snprintf(msg, cap, "at most 32 labels");
+                    rc = PDR_EINVAL;
+                }
+                labels = v;
+            }
+        } else {
+            snprintf(msg, cap, "unknown field \"%.40s\" (expected role, url, bootstrap_port, labels)", key);
+            rc = PDR_EINVAL;
+        }
+    }
+    if (rc == 0 && (*role < 0 || url == NULL)) {
+        snprintf(msg, cap, "role and url are required");
+        rc = PDR_EINVAL;
+    }
+    if (rc == 0 && *role == PDR_ROLE_DECODE && bport >= 0) {
+        snprintf(msg, cap, "bootstrap_port is only valid for prefill workers");
+        rc = PDR_EINVAL;
+    }
+    if (rc == 0) {
+        char err[200];
+        int e = pdr_worker_conf_parse_url(url, conf, err, sizeof(err));
+        if (e != 0) {
+            snprintf(msg, cap, "url: %s", err);
+            rc = e == PDR_ENOMEM ? PDR_ENOMEM : PDR_EINVAL;
+        } else {
+            conf->bootstrap_port = bport;
+        }
+    }
+    if (rc == 0) {
+        json_t *empty = labels == NULL ? json_object() : NULL;
+        *labels_json = json_dumps(labels != NULL ? labels : empty, JSON_COMPACT | JSON_SORT_KEYS);
+        json_decref(empty);
+        if (*labels_json == NULL) {
+            snprintf(msg, cap, "out of memory");
+            rc = PDR_ENOMEM;
+        }
+    }
+    if (rc != 0) {
+        pdr_worker_conf_clear(conf);
+        *role = -1;
+    }
+    json_decref(o);
+    return rc;
+}
+
 static void audit(h2o_req_t *req, const char *what)
 {
     char peer[1025] = "?"; /* NI_MAXHOST, as h2o_socket_getnumerichost wants */
@@ -258,6 +413,56 @@ static void audit(h2o_req_t *req, const char *what)
         h2o_socket_getnumerichost((struct sockaddr *)&ss, sl, peer);
     pdr_info("admin audit: %.*s %.*s from %s: %s", (int)req->method.len, req->method.base,
              (int)(req->query_at != SIZE_MAX ? req->query_at : req->path.len), req->path.base, peer, what);
+}
+
+/* ?force=true|1 (also force alone); 0 when absent or false; -1 when malformed. */
+static int query_force(h2o_req_t *req)
+{
+    if (req->query_at == SIZE_MAX)
+        return 0;
+    const char *q = req->path.base + req->query_at + 1;
+    size_t qn = req->path.len - req->query_at - 1;
+    int force = 0;
+    while (qn > 0) {
+        const char *amp = memchr(q, '&', qn);
+        size_t part = amp != NULL ? (size_t)(amp - q) : qn;
+        if ((part == 10 && memcmp(q, "force=true", 10) == 0) || (part == 7 && memcmp(q, "force=1", 7) == 0) ||
+            (part == 5 && memcmp(q, "force", 5) == 0))
+            force = 1;
+        else if ((part == 11 && memcmp(q, "force=false", 11) == 0) ||
+                 (part == 7 && memcmp(q, "force=0", 7) == 0))
+            force = 0;
+        else if (part > 0)
+            return -1;
+        q += part + (amp != NULL);
+        qn -= part + (amp != NULL);
+    }
+    return force;
+}
+
+static void delete_worker(pdr_router_t *r, h2o_req_t *req, pdr_worker_t *w)
+{
+    int force = query_force(req);
+    if (force < 0) {
+        pdr_send_error(req, 400, "invalid_request_error", "the only query parameter is force=true|false", 0);
+        return;
+    }
+    uint64_t timeout_ms = 0;
+    char msg[256];
+    if (pdr__admin_parse_drain(req->entity.base != NULL ? req->entity.base : "",
+                               req->entity.base != NULL ? req->entity.len : 0, &timeout_ms, msg,
+                               sizeof(msg)) != 0) {
+        pdr_send_error(req, 400, "invalid_request_error", msg, 0);
+        return;
+    }
+    audit(req, force ? "delete (force)" : "delete (drain first)");
+    int st = pdr_pool_delete(&r->pool, w, force, timeout_ms);
+    if (st == PDR_ENOWORKER) {
+        pdr_send_error(req, 404, "not_found_error", "the worker left the pool meanwhile", 0);
+        return;
+    }
+    /* 200: gone now (the body is its last state); 202: draining, it leaves the pool once drained. */
+    send_json(req, st == -1 ? 200 : 202, worker_json(w));
 }
 
 static void handle_worker(pdr_router_t *r, h2o_req_t *req, const char *rest, size_t len, int is_get,
@@ -274,15 +479,13 @@ static void handle_worker(pdr_router_t *r, h2o_req_t *req, const char *rest, siz
         return;
     }
     if (slash == NULL) {
-        if (h2o_memis(req->method.base, req->method.len, H2O_STRLIT("DELETE"))) {
-            audit(req, "not implemented");
-            pdr_send_error(req, 501, "not_implemented_error",
-                           "removing workers is not available yet: workers come from the config file", 0);
-        } else if (is_get) {
+        if (h2o_memis(req->method.base, req->method.len, H2O_STRLIT("DELETE")))
+            delete_worker(r, req, w);
+        else if (is_get)
             send_json(req, 200, worker_json(w));
-        } else {
-            method_not_allowed(req, "GET");
-        }
+        else
+            method_not_allowed(req, "GET, DELETE");
+        pdr_worker_unref(w);
         return;
     }
     const char *action = slash + 1;
@@ -291,29 +494,76 @@ static void handle_worker(pdr_router_t *r, h2o_req_t *req, const char *rest, siz
     int activate = alen == 8 && memcmp(action, "activate", 8) == 0;
     if (!drain && !activate) {
         pdr_send_error(req, 404, "not_found_error", "unknown admin route", 0);
-        return;
-    }
-    if (!is_post) {
+    } else if (!is_post) {
         method_not_allowed(req, "POST");
-        return;
-    }
-    if (drain) {
+    } else if (drain) {
         uint64_t timeout_ms;
         char msg[256];
         if (pdr__admin_parse_drain(req->entity.base != NULL ? req->entity.base : "",
                                    req->entity.base != NULL ? req->entity.len : 0, &timeout_ms, msg,
                                    sizeof(msg)) != 0) {
             pdr_send_error(req, 400, "invalid_request_error", msg, 0);
-            return;
+        } else {
+            audit(req, "drain");
+            pdr_pool_drain(&r->pool, w, timeout_ms, "admin API");
+            send_json(req, 202, worker_json(w));
         }
-        audit(req, "drain");
-        pdr_pool_drain(&r->pool, w, timeout_ms, "admin API");
-        send_json(req, 202, worker_json(w));
     } else {
         audit(req, "activate");
         pdr_pool_activate(&r->pool, w);
         send_json(req, 200, worker_json(w));
     }
+    pdr_worker_unref(w);
+}
+
+static void add_worker(pdr_router_t *r, h2o_req_t *req)
+{
+    int role;
+    pdr_worker_conf_t conf;
+    char *labels = NULL;
+    char msg[300];
+    int rc = pdr__admin_parse_worker(req->entity.base != NULL ? req->entity.base : "",
+                                     req->entity.base != NULL ? req->entity.len : 0, &role, &conf, &labels,
+                                     msg, sizeof(msg));
+    if (rc != 0) {
+        pdr_send_error(req, rc == PDR_ENOMEM ? 503 : 400,
+                       rc == PDR_ENOMEM ? "service_unavailable" : "invalid_request_error", msg, 0);
+        return;
+    }
+    int err = 0;
+    pdr_worker_t *w = pdr_pool_add(&r->pool, (pdr_role_t)role, &conf, PDR_SOURCE_ADMIN, NULL, labels, &err);
+    if (w == NULL && err == PDR_EEXIST) {
+        snprintf(msg, sizeof(msg), "a %s worker with url %s is in the pool already",
+                 pdr_role_name((pdr_role_t)role), conf.url);
+        pdr_send_error(req, 409, "conflict_error", msg, 0);
+    } else if (w == NULL) {
+        pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
+    } else {
+        audit(req, w->id);
+        char loc[96];
+        int k = snprintf(loc, sizeof(loc), "/admin/v1/workers/%s", w->id);
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_LOCATION, NULL,
+                       h2o_strdup(&req->pool, loc, (size_t)k).base, (size_t)k);
+        send_json(req, 201, worker_json(w));
+        pdr_worker_unref(w);
+    }
+    pdr_worker_conf_clear(&conf);
+    free(labels);
+}
+
+static void reload(pdr_router_t *r, h2o_req_t *req)
+{
+    char msg[1024];
+    int rc = pdr_router_reload(r, msg, sizeof(msg));
+    audit(req, rc == 0 ? "reload applied" : "reload refused");
+    if (rc == 0)
+        send_json(req, 200, json_pack("{s:b,s:s}", "reloaded", 1, "message", msg));
+    else if (rc == PDR_ECONFIG)
+        pdr_send_error(req, 400, "invalid_config_error", msg, 0);
+    else if (rc == PDR_ECLOSED)
+        pdr_send_error(req, 503, "service_unavailable", msg, 1);
+    else
+        pdr_send_error(req, 409, "conflict_error", msg, 0);
 }
 
 static int path_eq(const char *p, size_t len, const char *lit)
@@ -367,9 +617,7 @@ static int on_admin_req(h2o_handler_t *self, h2o_req_t *req)
         if (is_get) {
             send_json(req, 200, workers_json(r));
         } else if (is_post) {
-            audit(req, "not implemented");
-            pdr_send_error(req, 501, "not_implemented_error",
-                           "adding workers is not available yet: workers come from the config file", 0);
+            add_worker(r, req);
         } else {
             method_not_allowed(req, "GET, POST");
         }
@@ -377,9 +625,7 @@ static int on_admin_req(h2o_handler_t *self, h2o_req_t *req)
         handle_worker(r, req, p + sizeof(wprefix) - 1, len - (sizeof(wprefix) - 1), is_get, is_post);
     } else if (path_eq(p, len, "/admin/v1/reload")) {
         if (is_post) {
-            audit(req, "not implemented");
-            pdr_send_error(req, 501, "not_implemented_error",
-                           "config reload is not available yet: restart the router to apply a new config", 0);
+            reload(r, req);
         } else {
             method_not_allowed(req, "POST");
         }
@@ -397,9 +643,12 @@ int pdr_admin_init(pdr_router_t *r)
     if (c->admin_port == 0)
         return 0;
     if (c->admin_token_file != NULL) {
-        int rc = read_token(r, c->admin_token_file);
-        if (rc != 0)
+        char msg[512];
+        int rc = read_token_file(c->admin_token_file, &r->admin_token, &r->admin_token_len, msg, sizeof(msg));
+        if (rc != 0) {
+            pdr_error("%s", msg);
             return rc;
+        }
     }
     h2o_config_init(&r->admin_config);
     r->admin_config.server_name = h2o_iovec_init(H2O_STRLIT("pdrouter-admin"));
@@ -432,8 +681,5 @@ void pdr_admin_dispose(pdr_router_t *r)
     if (r->admin_on)
         h2o_config_dispose(&r->admin_config);
     r->admin_on = 0;
-    if (r->admin_token != NULL)
-        OPENSSL_cleanse(r->admin_token, r->admin_token_len);
-    free(r->admin_token);
-    r->admin_token = NULL;
+    drop_token(r);
 }

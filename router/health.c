@@ -16,11 +16,13 @@
 #include "router.h"
 #include "util.h"
 
+/* One check in progress: holds a reference on its worker (which may leave the pool meanwhile). Running
+ * probes are on a list so that stopping cancels them. */
 typedef struct pdr_health_probe {
     pdr_router_t *r;
     pdr_worker_t *w;
     pdr_leg_t leg;
-    int running;
+    struct pdr_health_probe *prev, *next;
     char url[512];
 } probe_t;
 
@@ -31,42 +33,80 @@ static size_t probe_data(pdr_leg_t *leg, const char *p, size_t n)
     return n;
 }
 
+static void probe_free(probe_t *pr)
+{
+    pdr_router_t *r = pr->r;
+    if (pr->prev != NULL)
+        pr->prev->next = pr->next;
+    else
+        r->probes = pr->next;
+    if (pr->next != NULL)
+        pr->next->prev = pr->prev;
+    pr->w->probing = 0;
+    pdr_worker_unref(pr->w);
+    free(pr);
+}
+
 static void probe_done(pdr_leg_t *leg, int err)
 {
     probe_t *pr = leg->data;
     pdr_worker_t *w = pr->w;
-    const pdr_config_t *c = pr->r->config;
-    pr->running = 0;
+    pdr_router_t *r = pr->r;
+    const pdr_config_t *c = r->config;
+    if (pdr_worker_removed(w)) {
+        probe_free(pr);
+        return;
+    }
     int gone = err == 0 && leg->status == 410;
     int ok = gone || (err == 0 && leg->status >= 200 && leg->status < 300);
     if (gone && pdr_worker_drain_state(w) == PDR_DRAIN_ACTIVE)
-        pdr_pool_drain(&pr->r->pool, w, 0, "its health check answered 410");
-    if (pdr_pool_check_result(&pr->r->pool, w, ok)) {
+        pdr_pool_drain(&r->pool, w, 0, "its health check answered 410");
+    if (pdr_pool_check_result(&r->pool, w, ok)) {
         if (ok)
-            pdr_info("worker %s %s is healthy (%d checks passed)", pdr_role_name(w->role), w->conf->url,
-                     c->health.rise);
+            pdr_info("worker %s %s is healthy (%d checks passed)", w->id, w->conf->url, c->health.rise);
         else {
-            pdr_warn("worker %s %s is unhealthy: %d checks failed, last: %s", pdr_role_name(w->role),
-                     w->conf->url, c->health.fall, err ? pdr_strerror(err) : "bad status");
-            pdr_pool_record(&pr->r->pool, w, "marked unhealthy: %d failed health check(s), last: %s",
+            pdr_warn("worker %s %s is unhealthy: %d checks failed, last: %s", w->id, w->conf->url,
+                     c->health.fall, err ? pdr_strerror(err) : "bad status");
+            pdr_pool_record(&r->pool, w, "marked unhealthy: %d failed health check(s), last: %s",
                             c->health.fall, err ? pdr_strerror(err) : "bad status");
         }
     }
+    probe_free(pr);
 }
 
 static const pdr_leg_cbs_t probe_cbs = {probe_data, probe_done};
 
-static void run_round(pdr_router_t *r)
+static void check_worker(pdr_router_t *r, pdr_worker_t *w)
 {
     const pdr_config_t *c = r->config;
-    for (size_t i = 0; i < r->n_probes; i++) {
-        probe_t *pr = r->probes[i];
-        if (pr->running)
-            continue;
-        if (pdr_leg_start(&pr->leg, r->threads[0].multi, pr->url, NULL, 0, NULL, c->health.timeout_ms,
-                          c->health.timeout_ms, &probe_cbs, pr) == 0)
-            pr->running = 1;
-    }
+    if (w->probing)
+        return;
+    probe_t *pr = calloc(1, sizeof(*pr));
+    if (pr == NULL)
+        return;
+    pr->r = r;
+    pr->w = pdr_worker_ref(w);
+    snprintf(pr->url, sizeof(pr->url), "%s%s", w->conf->url, c->health.path);
+    pr->next = r->probes;
+    if (r->probes != NULL)
+        r->probes->prev = pr;
+    r->probes = pr;
+    w->probing = 1;
+    if (pdr_leg_start(&pr->leg, r->threads[0].multi, pr->url, NULL, 0, NULL, c->health.timeout_ms,
+                      c->health.timeout_ms, &probe_cbs, pr) != 0)
+        probe_free(pr);
+}
+
+/* Checks every worker not being checked already; workers new since the last round (added, discovered,
+ * reloaded) get their first check now. */
+static void run_round(pdr_router_t *r)
+{
+    pdr_worker_t **ws;
+    size_t n = pdr_pool_snapshot(&r->pool, -1, &ws);
+    for (size_t i = 0; i < n; i++)
+        check_worker(r, ws[i]);
+    pdr_pool_release(ws, n);
+    r->health_generation = __atomic_load_n(&r->pool.generation, __ATOMIC_ACQUIRE);
 }
 
 static void on_health_timer(uv_timer_t *t)
@@ -80,25 +120,14 @@ static void on_drain_timer(uv_timer_t *t)
 {
     pdr_router_t *r = t->data;
     pdr_pool_drain_tick(&r->pool, pdr_now_ms());
+    /* Membership changed: check the newcomers now rather than at the next round. */
+    if (__atomic_load_n(&r->pool.generation, __ATOMIC_ACQUIRE) != r->health_generation)
+        run_round(r);
 }
 
 int pdr_health_start(pdr_router_t *r)
 {
     const pdr_config_t *c = r->config;
-    size_t n = r->pool.n[0] + r->pool.n[1];
-    r->probes = calloc(n ? n : 1, sizeof(*r->probes));
-    if (r->probes == NULL)
-        return PDR_ENOMEM;
-    for (int role = 0; role < 2; role++)
-        for (size_t i = 0; i < r->pool.n[role]; i++) {
-            probe_t *pr = calloc(1, sizeof(*pr));
-            if (pr == NULL)
-                return PDR_ENOMEM;
-            pr->r = r;
-            pr->w = &r->pool.workers[role][i];
-            snprintf(pr->url, sizeof(pr->url), "%s%s", pr->w->conf->url, c->health.path);
-            r->probes[r->n_probes++] = pr;
-        }
     uv_timer_init(r->threads[0].loop, &r->health_timer);
     r->health_timer.data = r;
     uv_timer_start(&r->health_timer, on_health_timer, 0, (uint64_t)c->health.interval_ms);
@@ -108,16 +137,18 @@ int pdr_health_start(pdr_router_t *r)
     return 0;
 }
 
+void pdr_health_restart(pdr_router_t *r)
+{
+    uv_timer_start(&r->health_timer, on_health_timer, 0, (uint64_t)r->config->health.interval_ms);
+}
+
 void pdr_health_stop(pdr_router_t *r)
 {
-    for (size_t i = 0; i < r->n_probes; i++) {
-        if (r->probes[i]->running)
-            pdr_leg_cancel(&r->probes[i]->leg);
-        free(r->probes[i]);
+    while (r->probes != NULL) {
+        probe_t *pr = r->probes;
+        pdr_leg_cancel(&pr->leg);
+        probe_free(pr);
     }
-    free(r->probes);
-    r->probes = NULL;
-    r->n_probes = 0;
     uv_timer_stop(&r->health_timer);
     uv_close((uv_handle_t *)&r->health_timer, NULL);
     uv_timer_stop(&r->drain_timer);

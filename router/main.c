@@ -21,15 +21,13 @@ static void on_signal(uv_signal_t *s, int signum)
     pdr_router_begin_shutdown(s->data);
 }
 
-static int set_log_level(const char *s)
+static void on_reload_signal(uv_signal_t *s, int signum)
 {
-    static const char *names[] = {"debug", "info", "warn", "error"};
-    for (int i = 0; i < 4; i++)
-        if (s != NULL && strcmp(s, names[i]) == 0) {
-            pdr_log_level = i;
-            return 0;
-        }
-    return s == NULL ? 0 : PDR_EINVAL;
+    (void)signum;
+    char msg[1024];
+    pdr_info("SIGHUP: reloading the configuration");
+    if (pdr_router_reload(s->data, msg, sizeof(msg)) != 0)
+        pdr_error("reload failed, the running configuration stays: %s", msg);
 }
 
 int main(int argc, char **argv)
@@ -65,7 +63,7 @@ int main(int argc, char **argv)
                         "--decode URL\n");
         return 2;
     }
-    set_log_level(c->log.level);
+    pdr_set_log_level_name(c->log.level);
     if (c->protocol != PDR_PROTO_SGLANG) {
         fprintf(stderr, "pdrouter: protocol %s is not implemented yet; use protocol: sglang\n",
                 pdr_protocol_name(c->protocol));
@@ -81,9 +79,12 @@ int main(int argc, char **argv)
     sigemptyset(&stop_sigs);
     sigaddset(&stop_sigs, SIGTERM);
     sigaddset(&stop_sigs, SIGINT);
+    sigaddset(&stop_sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop_sigs, &old_mask);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     uv_loop_t *loop = uv_default_loop();
+    router.argc = argc;
+    router.argv = argv;
     if (pdr_router_start(&router, c, loop) != 0) {
         pdr_config_unref(c);
         return 1;
@@ -95,6 +96,9 @@ int main(int argc, char **argv)
     uv_signal_init(loop, &router.sig_int);
     router.sig_int.data = &router;
     uv_signal_start(&router.sig_int, on_signal, SIGINT);
+    uv_signal_init(loop, &router.sig_hup);
+    router.sig_hup.data = &router;
+    uv_signal_start(&router.sig_hup, on_reload_signal, SIGHUP);
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     uv_run(loop, UV_RUN_DEFAULT);
     pdr_router_join(&router);

@@ -133,6 +133,7 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
     }
     t->retries_total += m->retries_total;
     t->client_aborts_total += m->client_aborts_total;
+    t->waiting += __atomic_load_n(&m->waiting, __ATOMIC_RELAXED);
     t->bytes_in_total += m->bytes_in_total;
     t->bytes_out_total += m->bytes_out_total;
 }
@@ -187,8 +188,8 @@ static void put_hist(out_t *o, const char *name, const char *help, const pdr_his
     }
 }
 
-char *pdr_metrics_render(const pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_t n, int64_t inflight,
-                         size_t *len)
+char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_t n,
+                         const pdr_metrics_extra_t *x, size_t *len)
 {
     out_t o = {0};
     pdr_metrics_t *m = calloc(1, sizeof(*m));
@@ -235,7 +236,47 @@ char *pdr_metrics_render(const pdr_pool_t *pool, const pdr_metrics_t *const *ms,
     put(&o,
         "# HELP pdr_inflight_requests PD requests in progress.\n# TYPE pdr_inflight_requests gauge\n"
         "pdr_inflight_requests %lld\n",
-        (long long)inflight);
+        (long long)x->inflight);
+    put(&o,
+        "# HELP pdr_inflight_limit limits.max_inflight: above it requests are refused with 503.\n"
+        "# TYPE pdr_inflight_limit gauge\npdr_inflight_limit %d\n",
+        x->max_inflight);
+    put(&o,
+        "# HELP pdr_queued_requests PD requests in progress whose response has not started: queued or "
+        "prefilling in the workers.\n# TYPE pdr_queued_requests gauge\npdr_queued_requests %lld\n",
+        (long long)m->waiting);
+    put(&o,
+        "# HELP pdr_config_reloads_total Configuration reloads by result.\n"
+        "# TYPE pdr_config_reloads_total counter\n"
+        "pdr_config_reloads_total{result=\"ok\"} %llu\npdr_config_reloads_total{result=\"failed\"} %llu\n",
+        (unsigned long long)x->reloads_ok, (unsigned long long)x->reloads_failed);
+
+    pdr_worker_t **ws;
+    size_t nw = pdr_pool_snapshot(pool, -1, &ws);
+    uint64_t added[4], removed[4];
+    pthread_rwlock_rdlock(&pool->rw);
+    memcpy(added, pool->added_total, sizeof(added));
+    memcpy(removed, pool->removed_total, sizeof(removed));
+    pthread_rwlock_unlock(&pool->rw);
+    put(&o, "# HELP pdr_workers Workers in the pool by role and source.\n# TYPE pdr_workers gauge\n");
+    for (int role = 0; role < 2; role++)
+        for (int src = 0; src < 4; src++) {
+            size_t k = 0;
+            for (size_t i = 0; i < nw; i++)
+                k += (int)ws[i]->role == role && strcmp(ws[i]->source, pdr_source_names[src]) == 0;
+            put(&o, "pdr_workers{role=\"%s\",source=\"%s\"} %zu\n", pdr_role_name((pdr_role_t)role),
+                pdr_source_names[src], k);
+        }
+    put(&o, "# HELP pdr_workers_added_total Workers added to the pool by source.\n"
+            "# TYPE pdr_workers_added_total counter\n");
+    for (int src = 0; src < 4; src++)
+        put(&o, "pdr_workers_added_total{source=\"%s\"} %llu\n", pdr_source_names[src],
+            (unsigned long long)added[src]);
+    put(&o, "# HELP pdr_workers_removed_total Workers taken out of the pool by source.\n"
+            "# TYPE pdr_workers_removed_total counter\n");
+    for (int src = 0; src < 4; src++)
+        put(&o, "pdr_workers_removed_total{source=\"%s\"} %llu\n", pdr_source_names[src],
+            (unsigned long long)removed[src]);
 
     static const char *wm[][3] = {
         {"pdr_worker_healthy", "gauge", "1 when the worker passes health checks."},
@@ -251,51 +292,50 @@ char *pdr_metrics_render(const pdr_pool_t *pool, const pdr_metrics_t *const *ms,
     static const char *states[] = {"healthy", "unhealthy", "draining", "drained"};
     for (size_t k = 0; k < sizeof(wm) / sizeof(wm[0]); k++) {
         put(&o, "# HELP %s %s\n# TYPE %s %s\n", wm[k][0], wm[k][2], wm[k][0], wm[k][1]);
-        for (int role = 0; role < 2; role++)
-            for (size_t i = 0; i < pool->n[role]; i++) {
-                const pdr_worker_t *w = &pool->workers[role][i];
-                const char *rn = pdr_role_name((pdr_role_t)role);
-                switch (k) {
-                case 0:
-                    put(&o, "%s{role=\"%s\",url=\"%s\"} %d\n", wm[k][0], rn, w->conf->url,
-                        pdr_worker_healthy(w));
-                    break;
-                case 1:
-                    put(&o, "%s{role=\"%s\",url=\"%s\"} %d\n", wm[k][0], rn, w->conf->url,
-                        pdr_worker_inflight(w));
-                    break;
-                case 2:
-                    put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,
-                        (unsigned long long)w->requests_total);
-                    break;
-                case 3:
-                    put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,
-                        (unsigned long long)w->failures_total);
-                    break;
-                case 4:
-                    put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,
-                        (unsigned long long)w->ejections_total);
-                    break;
-                case 6: {
-                    const char *cur = pdr_worker_state_name(w);
-                    for (size_t j = 0; j < sizeof(states) / sizeof(states[0]); j++)
-                        put(&o, "%s{role=\"%s\",url=\"%s\",state=\"%s\"} %d\n", wm[k][0], rn, w->conf->url,
-                            states[j], strcmp(cur, states[j]) == 0);
-                    break;
-                }
-                case 7:
-                    put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,
-                        (unsigned long long)__atomic_load_n(&w->drains_total, __ATOMIC_RELAXED));
-                    break;
-                default:
-                    put(&o, "%s{role=\"%s\",url=\"%s\",result=\"ok\"} %llu\n", wm[k][0], rn, w->conf->url,
-                        (unsigned long long)w->checks_ok);
-                    put(&o, "%s{role=\"%s\",url=\"%s\",result=\"failed\"} %llu\n", wm[k][0], rn, w->conf->url,
-                        (unsigned long long)w->checks_failed);
-                    break;
-                }
+        for (size_t i = 0; i < nw; i++) {
+            const pdr_worker_t *w = ws[i];
+            const char *rn = pdr_role_name(w->role);
+            switch (k) {
+            case 0:
+                put(&o, "%s{role=\"%s\",url=\"%s\"} %d\n", wm[k][0], rn, w->conf->url, pdr_worker_healthy(w));
+                break;
+            case 1:
+                put(&o, "%s{role=\"%s\",url=\"%s\"} %d\n", wm[k][0], rn, w->conf->url,
+                    pdr_worker_inflight(w));
+                break;
+            case 2:
+                put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,
+                    (unsigned long long)w->requests_total);
+                break;
+            case 3:
+                put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,
+                    (unsigned long long)w->failures_total);
+                break;
+            case 4:
+                put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,
+                    (unsigned long long)w->ejections_total);
+                break;
+            case 6: {
+                const char *cur = pdr_worker_state_name(w);
+                for (size_t j = 0; j < sizeof(states) / sizeof(states[0]); j++)
+                    put(&o, "%s{role=\"%s\",url=\"%s\",state=\"%s\"} %d\n", wm[k][0], rn, w->conf->url,
+                        states[j], strcmp(cur, states[j]) == 0);
+                break;
             }
+            case 7:
+                put(&o, "%s{role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], rn, w->conf->url,
+                    (unsigned long long)__atomic_load_n(&w->drains_total, __ATOMIC_RELAXED));
+                break;
+            default:
+                put(&o, "%s{role=\"%s\",url=\"%s\",result=\"ok\"} %llu\n", wm[k][0], rn, w->conf->url,
+                    (unsigned long long)w->checks_ok);
+                put(&o, "%s{role=\"%s\",url=\"%s\",result=\"failed\"} %llu\n", wm[k][0], rn, w->conf->url,
+                    (unsigned long long)w->checks_failed);
+                break;
+            }
+        }
     }
+    pdr_pool_release(ws, nw);
     put_hist(&o, "pdr_request_duration_seconds", "Time from request to the last response byte.", m->duration,
              PDR_BUCKETS_DEFAULT);
     put_hist(&o, "pdr_time_to_first_byte_seconds", "Time from request to the first response byte.", m->ttfb,
@@ -305,11 +345,11 @@ char *pdr_metrics_render(const pdr_pool_t *pool, const pdr_metrics_t *const *ms,
         "Time from request to the first token event relayed (streams) or to the response start (others), "
         "2xx PD requests.",
         m->ttft, PDR_BUCKETS_LLM);
-    put_hist(
-        &o, "pdr_tpot_seconds",
-        "Time per output token of a stream: (last token event - first) / (token events - 1), streams with "
-        "at least 2 token events.",
-        m->tpot, PDR_BUCKETS_TPOT);
+    put_hist(&o, "pdr_tpot_seconds",
+             "Time per output token of a stream: (last token event - first) / (token events - 1), "
+             "streams with "
+             "at least 2 token events.",
+             m->tpot, PDR_BUCKETS_TPOT);
     put_hist(&o, "pdr_e2e_seconds",
              "Time from request to the last response byte, successful (2xx) PD requests.", m->e2e,
              PDR_BUCKETS_LLM);

@@ -56,6 +56,7 @@ typedef struct pdr_metrics {
     pdr_hist_t prefill[PDR_MR__COUNT]; /* PDR_BUCKETS_LLM */
     uint64_t stream_events_total[PDR_MR__COUNT];
     uint64_t started_wall_s;
+    int64_t waiting; /* gauge: PD requests whose response has not started (queued in the workers) */
 } pdr_metrics_t;
 
 /* Bucket sets: the general one (request duration, first byte), one for LLM request latencies (first
@@ -80,9 +81,16 @@ typedef struct pdr_sse_counter {
 size_t pdr_sse_count_tokens(pdr_sse_counter_t *c, const char *p, size_t n);
 void pdr_metrics_count_request(pdr_metrics_t *m, int route, int status, double seconds, double ttfb_seconds);
 
-/* Renders every metric: the sum of the n per-thread sets, the pool's gauges, the in-flight count.
+/* Router-wide values that are not per loop. */
+typedef struct pdr_metrics_extra {
+    int64_t inflight; /* PD requests in progress */
+    int max_inflight; /* limits.max_inflight of the current config */
+    uint64_t reloads_ok, reloads_failed;
+} pdr_metrics_extra_t;
+
+/* Renders every metric: the sum of the n per-thread sets, the pool's gauges, the router-wide values.
  * Returns a malloc'd buffer and its length (NULL when out of memory). */
-char *pdr_metrics_render(const pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_t n, int64_t inflight,
-                         size_t *len);
+char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_t n,
+                         const pdr_metrics_extra_t *x, size_t *len);
 
 #endif

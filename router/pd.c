@@ -28,6 +28,7 @@
 #define HIGH_WATER (64 * 1024) /* stack.md #8: coalesce up to 64 KiB per send */
 #define PEEK_INTERVAL_MS 100   /* stack.md #3: h1 disconnect probe while waiting */
 #define PREFILL_BODY_CAP (64u << 20)
+#define PDR_MAX_TRIED 16
 
 typedef enum { MODE_PD = 0, MODE_MODELS } pd_mode_t;
 
@@ -47,8 +48,10 @@ typedef struct pd_req {
     char request_id[80];
     char xrid_header[112];
 
+    const pdr_config_t *conf; /* the snapshot this request started with (a reload does not change it) */
     int attempt;
-    uint64_t avoid[2];
+    uint64_t tried[2][PDR_MAX_TRIED]; /* uids of the workers that failed this request, by role */
+    size_t n_tried[2];
     pdr_worker_t *pw, *dw;
     pdr_leg_t pleg, dleg;
     unsigned p_running : 1, d_running : 1, p_done : 1, d_done : 1;
@@ -72,6 +75,7 @@ typedef struct pd_req {
     const char *error_cause;
     uv_timer_t timer;
     int counted_inflight;
+    int waiting; /* counted in m.waiting: no response byte sent yet */
     int last_fail_status;
     char last_fail_msg[256];
 } pd_req_t;
@@ -81,6 +85,15 @@ static void start_attempt(pd_req_t *x);
 static void arm_timer(pd_req_t *x);
 
 /* ---- helpers ---- */
+
+/* The request leaves the "waiting for the first byte" gauge (the router-side view of the workers' queues). */
+static void stop_waiting(pd_req_t *x)
+{
+    if (x->waiting) {
+        x->waiting = 0;
+        x->t->m.waiting--;
+    }
+}
 
 static void release_leg(pd_req_t *x, int prefill)
 {
@@ -117,6 +130,7 @@ static void fail_response(pd_req_t *x, int status, const char *type, const char 
     x->started = 1;
     x->final_sent = 1;
     x->ttfb_ns = pdr_now_ns();
+    stop_waiting(x);
     pdr_send_error(x->req, status, type, msg, retry_after);
 }
 
@@ -206,6 +220,7 @@ static void start_client_response(pd_req_t *x)
     h2o_req_t *req = x->req;
     x->started = 1;
     x->ttfb_ns = pdr_now_ns();
+    stop_waiting(x);
     x->status = (int)x->dleg.status;
     req->res.status = x->status;
     req->res.reason = pdr_http_reason(x->status);
@@ -302,8 +317,8 @@ static void attempt_failed(pd_req_t *x, pdr_role_t role, int cause, int status, 
             pdr_pool_eject(&x->r->pool, w, msg);
         else
             pdr_pool_report_failure(&x->r->pool, w, msg);
-        if (w->index < 64)
-            x->avoid[role] |= 1ull << w->index;
+        if (x->n_tried[role] < PDR_MAX_TRIED)
+            x->tried[role][x->n_tried[role]++] = w->uid;
     }
     cancel_legs(x);
     if (x->req == NULL)
@@ -311,7 +326,7 @@ static void attempt_failed(pd_req_t *x, pdr_role_t role, int cause, int status, 
     x->last_fail_status = status;
     snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "%s worker %s failed: %s", pdr_role_name(role),
              w ? w->conf->url : "-", msg);
-    if (x->attempt < x->r->config->retries.max && !pdr_router_shutting_down(x->r)) {
+    if (x->attempt < x->conf->retries.max && !pdr_router_shutting_down(x->r)) {
         x->attempt++;
         x->t->m.retries_total++;
         pdr_info("request %s: %s worker %s failed (%s); retry %d on a new pair", x->request_id,
@@ -384,6 +399,7 @@ static void advance(pd_req_t *x)
         x->started = 1;
         x->final_sent = 1;
         x->ttfb_ns = pdr_now_ns();
+        stop_waiting(x);
         h2o_req_t *req = x->req;
         req->res.status = x->status;
         req->res.reason = pdr_http_reason(x->status);
@@ -531,7 +547,7 @@ static void on_timer(uv_timer_t *t)
             return;
         }
     } else if (x->d_running && !x->dleg.paused &&
-               now - x->last_data_ns >= (uint64_t)x->r->config->timeouts.stream_idle_ms * 1000000u) {
+               now - x->last_data_ns >= (uint64_t)x->conf->timeouts.stream_idle_ms * 1000000u) {
         x->t->m.upstream_errors[PDR_ROLE_DECODE][PDR_CAUSE_TIMEOUT]++;
         pdr_leg_cancel(&x->dleg);
         release_leg(x, 0);
@@ -553,7 +569,7 @@ static void arm_timer(pd_req_t *x)
         if (x->req->version < 0x200 && now + PEEK_INTERVAL_MS * 1000000ull < next)
             next = now + PEEK_INTERVAL_MS * 1000000ull;
     } else if (x->d_running) {
-        next = x->last_data_ns + (uint64_t)x->r->config->timeouts.stream_idle_ms * 1000000u;
+        next = x->last_data_ns + (uint64_t)x->conf->timeouts.stream_idle_ms * 1000000u;
     } else {
         return;
     }
@@ -566,15 +582,19 @@ static void arm_timer(pd_req_t *x)
 static void start_attempt(pd_req_t *x)
 {
     pdr_router_t *r = x->r;
-    const pdr_config_t *c = r->config;
+    const pdr_config_t *c = x->conf;
     x->p_done = x->d_done = 0;
     x->p_err = x->d_err = 0;
     x->pbody.len = 0;
     x->pending.len = 0;
     x->p_truncated = 0;
+    pdr_worker_unref(x->pw);
+    pdr_worker_unref(x->dw);
+    x->pw = x->dw = NULL;
     if (x->mode == MODE_PD)
-        x->pw = pdr_pool_pick(&r->pool, PDR_ROLE_PREFILL, x->avoid[PDR_ROLE_PREFILL]);
-    x->dw = pdr_pool_pick(&r->pool, PDR_ROLE_DECODE, x->avoid[PDR_ROLE_DECODE]);
+        x->pw = pdr_pool_pick(&r->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
+                              x->n_tried[PDR_ROLE_PREFILL]);
+    x->dw = pdr_pool_pick(&r->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE], x->n_tried[PDR_ROLE_DECODE]);
     if ((x->mode == MODE_PD && x->pw == NULL) || x->dw == NULL) {
         if (x->attempt > 0) {
             /* The pair that failed was the last healthy one: answer with that failure. */
@@ -645,6 +665,9 @@ static void start_attempt(pd_req_t *x)
 static void free_req(uv_handle_t *h)
 {
     pd_req_t *x = h->data;
+    pdr_worker_unref(x->pw);
+    pdr_worker_unref(x->dw);
+    pdr_config_unref((pdr_config_t *)x->conf);
     pdr_pdreq_clear(&x->pr);
     free(x->body);
     free(x->rooms);
@@ -710,6 +733,7 @@ static void on_dispose(void *p)
         x->error_cause = "client_abort";
     }
     cancel_legs(x);
+    stop_waiting(x);
     write_access_log(x);
     x->req = NULL;
     if (x->counted_inflight) {
@@ -741,6 +765,7 @@ static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
         return NULL;
     x->t = t;
     x->r = t->r;
+    x->conf = pdr_config_ref(t->config);
     x->req = req;
     x->mroute = mroute;
     x->t0_ns = pdr_now_ns();
@@ -772,7 +797,7 @@ static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
 int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute)
 {
     pdr_router_t *r = t->r;
-    const pdr_config_t *c = r->config;
+    const pdr_config_t *c = t->config;
     t->m.bytes_in_total += req->entity.len;
     if (pdr_router_shutting_down(r)) {
         pdr_send_error(req, 503, "service_unavailable", "the router is shutting down", 1);
@@ -810,6 +835,8 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     x->n_rooms = pr.batch ? pr.batch : 1;
     x->rooms = calloc(x->n_rooms, sizeof(uint64_t));
     x->counted_inflight = 1;
+    x->waiting = 1;
+    t->m.waiting++;
     __atomic_add_fetch(&r->inflight, 1, __ATOMIC_RELAXED);
     t->live++;
     if (x->rooms == NULL) {

@@ -4,6 +4,7 @@
  * less loaded wins, as sglang's power_of_two and Envoy's least_request do), random. Any loop thread.
  */
 #include <stdarg.h>
+#include <sys/types.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,29 +54,119 @@ static uint64_t next_rand(pdr_pool_t *p)
     return x * 0x2545F4914F6CDD1DULL;
 }
 
-int pdr_pool_init(pdr_pool_t *p, pdr_config_t *c)
+const char *const pdr_source_names[4] = {"static", "admin", "dns", "kubernetes"};
+
+int pdr_role_parse(const char *s, size_t len)
+{
+    if (len == 7 && memcmp(s, "prefill", 7) == 0)
+        return PDR_ROLE_PREFILL;
+    if (len == 6 && memcmp(s, "decode", 6) == 0)
+        return PDR_ROLE_DECODE;
+    return -1;
+}
+
+static void conf_free(pdr_worker_conf_t *c)
+{
+    free(c->url);
+    free(c->host);
+    memset(c, 0, sizeof(*c));
+}
+
+static int conf_copy(pdr_worker_conf_t *to, const pdr_worker_conf_t *from)
+{
+    *to = *from;
+    to->url = strdup(from->url);
+    to->host = strdup(from->host);
+    if (to->url == NULL || to->host == NULL) {
+        conf_free(to);
+        return PDR_ENOMEM;
+    }
+    return 0;
+}
+
+void pdr_worker_unref(pdr_worker_t *w)
+{
+    if (w == NULL || __atomic_sub_fetch(&w->refcnt, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    conf_free(&w->own_conf);
+    free(w->labels_json);
+    free(w);
+}
+
+static pdr_worker_list_t *list_new(size_t n)
+{
+    pdr_worker_list_t *l = malloc(sizeof(*l) + (n ? n : 1) * sizeof(pdr_worker_t *));
+    if (l != NULL)
+        l->n = 0;
+    return l;
+}
+
+/* A new worker with one reference (the caller's); under the write lock (sequence numbers). */
+static pdr_worker_t *worker_new(pdr_pool_t *p, pdr_role_t role, const pdr_worker_conf_t *conf, int source,
+                                const char *name, const char *labels_json)
+{
+    pdr_worker_t *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return NULL;
+    w->labels_json = strdup(labels_json != NULL ? labels_json : "{}");
+    if (w->labels_json == NULL || conf_copy(&w->own_conf, conf) != 0) {
+        free(w->labels_json);
+        free(w);
+        return NULL;
+    }
+    w->refcnt = 1;
+    w->role = role;
+    w->seq = p->next_seq[role]++;
+    w->uid = ++p->next_uid;
+    snprintf(w->id, sizeof(w->id), "%s-%u", pdr_role_name(role), w->seq);
+    snprintf(w->source, sizeof(w->source), "%s", pdr_source_names[source]);
+    snprintf(w->name, sizeof(w->name), "%s", name != NULL ? name : "");
+    w->conf = &w->own_conf;
+    w->added_ms = pdr_now_ms();
+    w->health.healthy = 1; /* optimistic start; the first check runs at once */
+    if (w->conf->is_ipv6)
+        snprintf(w->bootstrap_host, sizeof(w->bootstrap_host), "[%s]", w->conf->host);
+    else
+        snprintf(w->bootstrap_host, sizeof(w->bootstrap_host), "%s", w->conf->host);
+    return w;
+}
+
+static int source_of(const pdr_worker_t *w)
+{
+    for (int s = 0; s < 4; s++)
+        if (strcmp(w->source, pdr_source_names[s]) == 0)
+            return s;
+    return PDR_SOURCE_STATIC;
+}
+
+static void apply_settings(pdr_pool_t *p, const pdr_config_t *c)
+{
+    p->policy[PDR_ROLE_PREFILL] = c->policy_prefill;
+    p->policy[PDR_ROLE_DECODE] = c->policy_decode;
+    p->rise = c->health.rise;
+    p->fall = c->health.fall;
+}
+
+int pdr_pool_init(pdr_pool_t *p, const pdr_config_t *c)
 {
     memset(p, 0, sizeof(*p));
-    p->config = pdr_config_ref(c);
+    pthread_rwlock_init(&p->rw, NULL);
     pthread_mutex_init(&p->lock, NULL);
     pdr_events_init(&p->events);
+    p->live = 1;
+    apply_settings(p, c);
     const pdr_worker_conf_t *confs[2] = {c->prefill, c->decode};
     size_t counts[2] = {c->n_prefill, c->n_decode};
     for (int r = 0; r < 2; r++) {
-        p->n[r] = counts[r];
-        p->workers[r] = calloc(counts[r] ? counts[r] : 1, sizeof(pdr_worker_t));
-        if (p->workers[r] == NULL)
+        p->list[r] = list_new(counts[r]);
+        if (p->list[r] == NULL)
             return PDR_ENOMEM;
         for (size_t i = 0; i < counts[r]; i++) {
-            pdr_worker_t *w = &p->workers[r][i];
-            w->role = (pdr_role_t)r;
-            w->index = (int)i;
-            w->conf = &confs[r][i];
-            w->health.healthy = 1; /* optimistic start; the first check runs at once */
-            if (w->conf->is_ipv6)
-                snprintf(w->bootstrap_host, sizeof(w->bootstrap_host), "[%s]", w->conf->host);
-            else
-                snprintf(w->bootstrap_host, sizeof(w->bootstrap_host), "%s", w->conf->host);
+            pdr_worker_t *w = worker_new(p, (pdr_role_t)r, &confs[r][i], PDR_SOURCE_STATIC, NULL, NULL);
+            if (w == NULL)
+                return PDR_ENOMEM;
+            p->list[r]->w[p->list[r]->n++] = w;
+            p->added_total[PDR_SOURCE_STATIC]++;
         }
     }
     return 0;
@@ -83,92 +174,356 @@ int pdr_pool_init(pdr_pool_t *p, pdr_config_t *c)
 
 void pdr_pool_dispose(pdr_pool_t *p)
 {
-    free(p->workers[0]);
-    free(p->workers[1]);
-    if (p->config) {
-        pdr_config_unref(p->config);
-        pthread_mutex_destroy(&p->lock);
-        pdr_events_dispose(&p->events);
+    if (!p->live)
+        return;
+    for (int r = 0; r < 2; r++) {
+        if (p->list[r] == NULL)
+            continue;
+        for (size_t i = 0; i < p->list[r]->n; i++) {
+            __atomic_store_n(&p->list[r]->w[i]->removed, 1, __ATOMIC_RELEASE);
+            pdr_worker_unref(p->list[r]->w[i]);
+        }
+        free(p->list[r]);
     }
+    pthread_rwlock_destroy(&p->rw);
+    pthread_mutex_destroy(&p->lock);
+    pdr_events_dispose(&p->events);
     memset(p, 0, sizeof(*p));
 }
 
-size_t pdr_pool_count_healthy(const pdr_pool_t *p, pdr_role_t role)
+/* ---- membership (writers hold rw for writing) ---- */
+
+static ssize_t find_url(const pdr_worker_list_t *l, const char *url)
 {
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->w[i]->conf->url, url) == 0)
+            return (ssize_t)i;
+    return -1;
+}
+
+/* Replaces the role's list by `next` (taking it) and drops the list's references to `gone`. */
+static void publish(pdr_pool_t *p, pdr_role_t role, pdr_worker_list_t *next)
+{
+    free(p->list[role]);
+    p->list[role] = next;
+    __atomic_add_fetch(&p->generation, 1, __ATOMIC_RELEASE);
+}
+
+pdr_worker_t *pdr_pool_add(pdr_pool_t *p, pdr_role_t role, const pdr_worker_conf_t *conf, int source,
+                           const char *name, const char *labels_json, int *err)
+{
+    pthread_rwlock_wrlock(&p->rw);
+    pdr_worker_list_t *cur = p->list[role];
+    if (find_url(cur, conf->url) >= 0) {
+        pthread_rwlock_unlock(&p->rw);
+        *err = PDR_EEXIST;
+        return NULL;
+    }
+    pdr_worker_list_t *next = list_new(cur->n + 1);
+    pdr_worker_t *w = next != NULL ? worker_new(p, role, conf, source, name, labels_json) : NULL;
+    if (w == NULL) {
+        pthread_rwlock_unlock(&p->rw);
+        free(next);
+        *err = PDR_ENOMEM;
+        return NULL;
+    }
+    memcpy(next->w, cur->w, cur->n * sizeof(pdr_worker_t *));
+    next->n = cur->n;
+    next->w[next->n++] = pdr_worker_ref(w);
+    p->added_total[source]++;
+    publish(p, role, next);
+    pthread_rwlock_unlock(&p->rw);
+    pdr_info("worker %s %s added (source %s%s%s)", w->id, w->conf->url, w->source, w->name[0] ? ", " : "",
+             w->name);
+    return w;
+}
+
+/* Under the write lock: a copy of the role's list without the workers flagged in `drop`. */
+static pdr_worker_list_t *without(const pdr_worker_list_t *cur, const unsigned char *drop)
+{
+    pdr_worker_list_t *next = list_new(cur->n);
+    if (next == NULL)
+        return NULL;
+    for (size_t i = 0; i < cur->n; i++)
+        if (!drop[i])
+            next->w[next->n++] = cur->w[i];
+    return next;
+}
+
+static void retire(pdr_pool_t *p, pdr_worker_t *w, const char *why)
+{
+    __atomic_store_n(&w->removed, 1, __ATOMIC_RELEASE);
+    p->removed_total[source_of(w)]++;
+    pdr_info("worker %s %s removed (%s): %d requests in flight finish on it", w->id, w->conf->url, why,
+             pdr_worker_inflight(w));
+}
+
+int pdr_pool_remove(pdr_pool_t *p, pdr_worker_t *w, const char *why)
+{
+    pthread_rwlock_wrlock(&p->rw);
+    pdr_worker_list_t *cur = p->list[w->role];
+    unsigned char drop[cur->n + 1];
+    memset(drop, 0, sizeof(drop));
+    int found = 0;
+    for (size_t i = 0; i < cur->n; i++)
+        if (cur->w[i] == w)
+            drop[i] = 1, found = 1;
+    pdr_worker_list_t *next = found ? without(cur, drop) : NULL;
+    if (next == NULL) {
+        pthread_rwlock_unlock(&p->rw);
+        return found ? PDR_ENOMEM : PDR_ENOWORKER;
+    }
+    retire(p, w, why);
+    publish(p, w->role, next);
+    pthread_rwlock_unlock(&p->rw);
+    pdr_pool_record(p, w, "removed: %s", why);
+    pdr_worker_unref(w); /* the list's reference */
+    return 0;
+}
+
+size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_worker_conf_t *confs,
+                          const char *const *names, size_t n)
+{
+    const char *src = pdr_source_names[source];
+    pthread_rwlock_wrlock(&p->rw);
+    pdr_worker_list_t *cur = p->list[role];
+    unsigned char drop[cur->n + 1];
+    unsigned char keep_new[n + 1];
+    memset(drop, 0, sizeof(drop));
+    memset(keep_new, 1, sizeof(keep_new));
+    size_t changes = 0;
+    for (size_t i = 0; i < cur->n; i++) {
+        pdr_worker_t *w = cur->w[i];
+        int wanted = 0;
+        for (size_t k = 0; k < n; k++)
+            if (strcmp(confs[k].url, w->conf->url) == 0) {
+                if (strcmp(w->source, src) != 0) {
+                    keep_new[k] = 0; /* another source owns this URL */
+                } else if (confs[k].bootstrap_port == w->conf->bootstrap_port) {
+                    keep_new[k] = 0;
+                    wanted = 1;
+                }
+            }
+        if (strcmp(w->source, src) == 0 && !wanted)
+            drop[i] = 1, changes++;
+    }
+    size_t adds = 0;
+    for (size_t k = 0; k < n; k++) {
+        /* a URL twice in the input: the first wins */
+        for (size_t j = 0; j < k && keep_new[k]; j++)
+            if (keep_new[j] && strcmp(confs[j].url, confs[k].url) == 0)
+                keep_new[k] = 0;
+        adds += keep_new[k];
+    }
+    if (changes == 0 && adds == 0) {
+        pthread_rwlock_unlock(&p->rw);
+        return 0;
+    }
+    pdr_worker_list_t *next = list_new(cur->n + adds);
+    if (next == NULL) {
+        pthread_rwlock_unlock(&p->rw);
+        pdr_warn("%s: out of memory while updating the %s workers", src, pdr_role_name(role));
+        return 0;
+    }
+    pdr_worker_t *gone[cur->n + 1];
+    size_t n_gone = 0;
+    for (size_t i = 0; i < cur->n; i++) {
+        if (drop[i])
+            gone[n_gone++] = cur->w[i];
+        else
+            next->w[next->n++] = cur->w[i];
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (!keep_new[k])
+            continue;
+        pdr_worker_t *w = worker_new(p, role, &confs[k], source, names ? names[k] : NULL, NULL);
+        if (w == NULL) {
+            pdr_warn("%s: out of memory adding %s", src, confs[k].url);
+            continue;
+        }
+        next->w[next->n++] = w;
+        p->added_total[source]++;
+        changes++;
+        pdr_info("worker %s %s added (source %s%s%s)", w->id, w->conf->url, src, w->name[0] ? ", " : "",
+                 w->name);
+    }
+    for (size_t i = 0; i < n_gone; i++)
+        retire(p, gone[i], src);
+    publish(p, role, next);
+    pthread_rwlock_unlock(&p->rw);
+    for (size_t i = 0; i < n_gone; i++) {
+        pdr_pool_record(p, gone[i], "removed: no longer listed by %s", src);
+        pdr_worker_unref(gone[i]);
+    }
+    return changes;
+}
+
+size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
+{
+    pthread_rwlock_wrlock(&p->rw);
+    apply_settings(p, c);
+    pthread_rwlock_unlock(&p->rw);
+    return pdr_pool_reconcile(p, PDR_SOURCE_STATIC, PDR_ROLE_PREFILL, c->prefill, NULL, c->n_prefill) +
+           pdr_pool_reconcile(p, PDR_SOURCE_STATIC, PDR_ROLE_DECODE, c->decode, NULL, c->n_decode);
+}
+
+/* ---- reading ---- */
+
+size_t pdr_pool_snapshot(pdr_pool_t *p, int role, pdr_worker_t ***out)
+{
+    *out = NULL;
+    pthread_rwlock_rdlock(&p->rw);
+    size_t n = 0;
+    for (int r = 0; r < 2; r++)
+        if (role < 0 || role == r)
+            n += p->list[r]->n;
+    pdr_worker_t **a = n ? malloc(n * sizeof(*a)) : NULL;
     size_t k = 0;
-    for (size_t i = 0; i < p->n[role]; i++)
-        k += pdr_worker_serving(&p->workers[role][i]) != 0;
+    for (int r = 0; r < 2 && a != NULL; r++)
+        if (role < 0 || role == r)
+            for (size_t i = 0; i < p->list[r]->n; i++)
+                a[k++] = pdr_worker_ref(p->list[r]->w[i]);
+    pthread_rwlock_unlock(&p->rw);
+    *out = a;
+    return a != NULL ? k : 0;
+}
+
+void pdr_pool_release(pdr_worker_t **ws, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        pdr_worker_unref(ws[i]);
+    free(ws);
+}
+
+pdr_worker_t *pdr_pool__at(pdr_pool_t *p, pdr_role_t role, size_t i)
+{
+    return i < p->list[role]->n ? p->list[role]->w[i] : NULL;
+}
+
+size_t pdr_pool_count(pdr_pool_t *p, pdr_role_t role)
+{
+    pthread_rwlock_rdlock(&p->rw);
+    size_t n = p->list[role]->n;
+    pthread_rwlock_unlock(&p->rw);
+    return n;
+}
+
+size_t pdr_pool_count_healthy(pdr_pool_t *p, pdr_role_t role)
+{
+    pthread_rwlock_rdlock(&p->rw);
+    size_t k = 0;
+    for (size_t i = 0; i < p->list[role]->n; i++)
+        k += pdr_worker_serving(p->list[role]->w[i]) != 0;
+    pthread_rwlock_unlock(&p->rw);
     return k;
 }
 
-static int usable(const pdr_worker_t *w, uint64_t avoid)
+size_t pdr_pool_count_state(pdr_pool_t *p, pdr_role_t role, int drain_state)
 {
-    return pdr_worker_serving(w) && !(w->index < 64 && (avoid >> w->index) & 1);
+    pthread_rwlock_rdlock(&p->rw);
+    size_t k = 0;
+    for (size_t i = 0; i < p->list[role]->n; i++)
+        k += pdr_worker_drain_state(p->list[role]->w[i]) == drain_state;
+    pthread_rwlock_unlock(&p->rw);
+    return k;
 }
 
-static pdr_worker_t *pick_round_robin(pdr_pool_t *p, pdr_role_t role, uint64_t avoid)
+pdr_worker_t *pdr_pool_find(pdr_pool_t *p, const char *id, size_t len)
 {
-    size_t n = p->n[role];
+    pdr_worker_t *found = NULL;
+    pthread_rwlock_rdlock(&p->rw);
+    for (int r = 0; r < 2 && found == NULL; r++)
+        for (size_t i = 0; i < p->list[r]->n; i++) {
+            pdr_worker_t *w = p->list[r]->w[i];
+            if (strlen(w->id) == len && memcmp(w->id, id, len) == 0) {
+                found = pdr_worker_ref(w);
+                break;
+            }
+        }
+    pthread_rwlock_unlock(&p->rw);
+    return found;
+}
+
+/* ---- picking (under the read lock) ---- */
+
+static int usable(const pdr_worker_t *w, const uint64_t *avoid, size_t n_avoid)
+{
+    if (!pdr_worker_serving(w))
+        return 0;
+    for (size_t i = 0; i < n_avoid; i++)
+        if (avoid[i] == w->uid)
+            return 0;
+    return 1;
+}
+
+static pdr_worker_t *pick_round_robin(pdr_pool_t *p, const pdr_worker_list_t *l, pdr_role_t role,
+                                      const uint64_t *avoid, size_t n_avoid)
+{
+    size_t n = l->n;
     unsigned start = __atomic_fetch_add(&p->rr_next[role], 1, __ATOMIC_RELAXED);
     for (size_t k = 0; k < n; k++) {
-        pdr_worker_t *w = &p->workers[role][(start + k) % n];
-        if (usable(w, avoid))
+        pdr_worker_t *w = l->w[(start + k) % n];
+        if (usable(w, avoid, n_avoid))
             return w;
     }
     return NULL;
 }
 
-static pdr_worker_t *pick_random_k(pdr_pool_t *p, pdr_role_t role, uint64_t avoid, size_t nth)
+static pdr_worker_t *pick_random_k(const pdr_worker_list_t *l, const uint64_t *avoid, size_t n_avoid,
+                                   size_t nth)
 {
-    size_t n = p->n[role];
-    for (size_t i = 0; i < n; i++) {
-        pdr_worker_t *w = &p->workers[role][i];
-        if (usable(w, avoid) && nth-- == 0)
+    for (size_t i = 0; i < l->n; i++) {
+        pdr_worker_t *w = l->w[i];
+        if (usable(w, avoid, n_avoid) && nth-- == 0)
             return w;
     }
     return NULL;
 }
 
-static pdr_worker_t *pick_least_load(pdr_pool_t *p, pdr_role_t role, uint64_t avoid, int two)
+static pdr_worker_t *pick_least_load(pdr_pool_t *p, const pdr_worker_list_t *l, const uint64_t *avoid,
+                                     size_t n_avoid, int two)
 {
     size_t cand = 0;
-    for (size_t i = 0; i < p->n[role]; i++)
-        cand += usable(&p->workers[role][i], avoid);
+    for (size_t i = 0; i < l->n; i++)
+        cand += usable(l->w[i], avoid, n_avoid);
     if (cand == 0)
         return NULL;
     size_t a = next_rand(p) % cand;
-    pdr_worker_t *wa = pick_random_k(p, role, avoid, a);
+    pdr_worker_t *wa = pick_random_k(l, avoid, n_avoid, a);
     if (!two || cand == 1)
         return wa;
     size_t b = next_rand(p) % (cand - 1);
     if (b >= a)
         b++;
-    pdr_worker_t *wb = pick_random_k(p, role, avoid, b);
+    pdr_worker_t *wb = pick_random_k(l, avoid, n_avoid, b);
     return pdr_worker_inflight(wb) < pdr_worker_inflight(wa) ? wb : wa;
 }
 
-pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, pdr_role_t role, uint64_t avoid)
+pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, pdr_role_t role, const uint64_t *avoid, size_t n_avoid)
 {
-    pdr_policy_kind_t pol = role == PDR_ROLE_PREFILL ? p->config->policy_prefill : p->config->policy_decode;
-    for (int pass = 0; pass < 2; pass++) {
-        pdr_worker_t *w;
+    pthread_rwlock_rdlock(&p->rw);
+    const pdr_worker_list_t *l = p->list[role];
+    pdr_policy_kind_t pol = p->policy[role];
+    pdr_worker_t *w = NULL;
+    for (int pass = 0; pass < 2 && w == NULL; pass++) {
         switch (pol) {
         case PDR_POLICY_LEAST_LOAD:
-            w = pick_least_load(p, role, avoid, 1);
+            w = pick_least_load(p, l, avoid, n_avoid, 1);
             break;
         case PDR_POLICY_RANDOM:
-            w = pick_least_load(p, role, avoid, 0);
+            w = pick_least_load(p, l, avoid, n_avoid, 0);
             break;
         default:
-            w = pick_round_robin(p, role, avoid);
+            w = pick_round_robin(p, l, role, avoid, n_avoid);
             break;
         }
-        if (w != NULL)
-            return w;
-        /* Every healthy worker was tried already in this request: allow them again. */
-        avoid = 0;
+        /* Every serving worker was tried already in this request: allow them again. */
+        n_avoid = 0;
     }
-    return NULL;
+    if (w != NULL)
+        pdr_worker_ref(w);
+    pthread_rwlock_unlock(&p->rw);
+    return w;
 }
 
 static int set_healthy(pdr_worker_t *w, int healthy)
@@ -185,7 +540,7 @@ void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why)
     pthread_mutex_lock(&p->lock);
     w->failures_total++;
     w->health.consec_ok = 0;
-    w->health.consec_fail = p->config->health.fall;
+    w->health.consec_fail = __atomic_load_n(&p->fall, __ATOMIC_RELAXED);
     int changed = set_healthy(w, 0);
     pthread_mutex_unlock(&p->lock);
     if (changed)
@@ -198,7 +553,8 @@ void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why)
     pthread_mutex_lock(&p->lock);
     w->failures_total++;
     pdr_health_state_t s = w->health;
-    int changed = pdr_health_update(&s, 0, p->config->health.rise, p->config->health.fall);
+    int changed = pdr_health_update(&s, 0, __atomic_load_n(&p->rise, __ATOMIC_RELAXED),
+                                    __atomic_load_n(&p->fall, __ATOMIC_RELAXED));
     w->health.consec_ok = s.consec_ok;
     w->health.consec_fail = s.consec_fail;
     set_healthy(w, s.healthy);
@@ -231,7 +587,8 @@ int pdr_pool_check_result(pdr_pool_t *p, pdr_worker_t *w, int ok)
         w->checks_failed++;
     w->last_check_ms = pdr_now_ms();
     pdr_health_state_t s = w->health;
-    int changed = pdr_health_update(&s, ok, p->config->health.rise, p->config->health.fall);
+    int changed = pdr_health_update(&s, ok, __atomic_load_n(&p->rise, __ATOMIC_RELAXED),
+                                    __atomic_load_n(&p->fall, __ATOMIC_RELAXED));
     w->health.consec_ok = s.consec_ok;
     w->health.consec_fail = s.consec_fail;
     set_healthy(w, s.healthy);
@@ -258,8 +615,7 @@ void pdr_pool_note_idle(pdr_worker_t *w)
     int want = PDR_DRAIN_DRAINING;
     if (__atomic_compare_exchange_n(&w->drain, &want, PDR_DRAIN_DRAINED, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE))
-        pdr_info("worker %s-%d %s drained: no requests in flight", pdr_role_name(w->role), w->index,
-                 w->conf->url);
+        pdr_info("worker %s %s drained: no requests in flight", w->id, w->conf->url);
 }
 
 int pdr_pool_drain(pdr_pool_t *p, pdr_worker_t *w, uint64_t timeout_ms, const char *why)
@@ -273,9 +629,8 @@ int pdr_pool_drain(pdr_pool_t *p, pdr_worker_t *w, uint64_t timeout_ms, const ch
     }
     pthread_mutex_unlock(&p->lock);
     if (was == PDR_DRAIN_ACTIVE)
-        pdr_info("worker %s-%d %s draining (%s): %d requests in flight, timeout %llu ms",
-                 pdr_role_name(w->role), w->index, w->conf->url, why, pdr_worker_inflight(w),
-                 (unsigned long long)timeout_ms);
+        pdr_info("worker %s %s draining (%s): %d requests in flight, timeout %llu ms", w->id, w->conf->url,
+                 why, pdr_worker_inflight(w), (unsigned long long)timeout_ms);
     /* Requests that ended before the flag was visible did not see it: check once here. */
     if (pdr_worker_inflight(w) == 0)
         pdr_pool_note_idle(w);
@@ -287,10 +642,11 @@ int pdr_pool_activate(pdr_pool_t *p, pdr_worker_t *w)
     pthread_mutex_lock(&p->lock);
     int was = pdr_worker_drain_state(w);
     w->drain_deadline_ms = 0;
+    w->remove_when_drained = 0;
     __atomic_store_n(&w->drain, PDR_DRAIN_ACTIVE, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&p->lock);
     if (was != PDR_DRAIN_ACTIVE)
-        pdr_info("worker %s-%d %s activated (was %s)", pdr_role_name(w->role), w->index, w->conf->url,
+        pdr_info("worker %s %s activated (was %s)", w->id, w->conf->url,
                  was == PDR_DRAIN_DRAINING ? "draining" : "drained");
     return was;
 }
@@ -298,16 +654,15 @@ int pdr_pool_activate(pdr_pool_t *p, pdr_worker_t *w)
 int pdr_pool_drain_tick(pdr_pool_t *p, uint64_t now_ms)
 {
     int changed = 0;
-    for (int role = 0; role < 2; role++)
-        for (size_t i = 0; i < p->n[role]; i++) {
-            pdr_worker_t *w = &p->workers[role][i];
-            if (pdr_worker_drain_state(w) != PDR_DRAIN_DRAINING)
-                continue;
-            if (pdr_worker_inflight(w) == 0) {
-                pdr_pool_note_idle(w);
-                changed++;
-                continue;
-            }
+    pdr_worker_t **ws;
+    size_t n = pdr_pool_snapshot(p, -1, &ws);
+    for (size_t i = 0; i < n; i++) {
+        pdr_worker_t *w = ws[i];
+        int st = pdr_worker_drain_state(w);
+        if (st == PDR_DRAIN_DRAINING && pdr_worker_inflight(w) == 0) {
+            pdr_pool_note_idle(w);
+            changed++;
+        } else if (st == PDR_DRAIN_DRAINING) {
             pthread_mutex_lock(&p->lock);
             int expired = w->drain_deadline_ms != 0 && now_ms >= w->drain_deadline_ms;
             int want = PDR_DRAIN_DRAINING;
@@ -317,51 +672,51 @@ int pdr_pool_drain_tick(pdr_pool_t *p, uint64_t now_ms)
             if (expired) {
                 changed++;
                 pdr_warn(
-                    "worker %s-%d %s drained at its drain timeout with %d requests still in flight (they are "
+                    "worker %s %s drained at its drain timeout with %d requests still in flight (they are "
                     "left to finish)",
-                    pdr_role_name(w->role), w->index, w->conf->url, pdr_worker_inflight(w));
+                    w->id, w->conf->url, pdr_worker_inflight(w));
                 pdr_pool_record(p, w, "drain timeout: drained with %d requests still in flight",
                                 pdr_worker_inflight(w));
             }
         }
+        if (pdr_worker_drain_state(w) == PDR_DRAIN_DRAINED) {
+            pthread_mutex_lock(&p->lock);
+            int go = w->remove_when_drained;
+            w->remove_when_drained = 0;
+            pthread_mutex_unlock(&p->lock);
+            if (go && pdr_pool_remove(p, w, "deleted after draining") == 0)
+                changed++;
+        }
+    }
+    pdr_pool_release(ws, n);
     return changed;
 }
 
-pdr_worker_t *pdr_pool_find(pdr_pool_t *p, const char *id, size_t len)
+int pdr_pool_delete(pdr_pool_t *p, pdr_worker_t *w, int force, uint64_t timeout_ms)
 {
-    for (int role = 0; role < 2; role++) {
-        const char *rn = pdr_role_name((pdr_role_t)role);
-        size_t rl = strlen(rn);
-        if (len < rl + 2 || memcmp(id, rn, rl) != 0 || id[rl] != '-')
-            continue;
-        size_t idx = 0;
-        for (size_t k = rl + 1; k < len; k++) {
-            if (id[k] < '0' || id[k] > '9' || (k > rl + 1 && id[rl + 1] == '0') || idx > 100000000)
-                return NULL;
-            idx = idx * 10 + (size_t)(id[k] - '0');
-        }
-        return idx < p->n[role] ? &p->workers[role][idx] : NULL;
+    if (force)
+        return pdr_pool_remove(p, w, "deleted (force)") == 0 ? -1 : PDR_ENOWORKER;
+    pthread_mutex_lock(&p->lock);
+    w->remove_when_drained = 1;
+    pthread_mutex_unlock(&p->lock);
+    int st = pdr_pool_drain(p, w, timeout_ms, "delete requested");
+    if (st == PDR_DRAIN_DRAINED) {
+        pthread_mutex_lock(&p->lock);
+        w->remove_when_drained = 0;
+        pthread_mutex_unlock(&p->lock);
+        if (pdr_pool_remove(p, w, "deleted (idle)") == 0)
+            return -1;
     }
-    return NULL;
+    return st;
 }
 
 void pdr_pool_record(pdr_pool_t *p, const pdr_worker_t *w, const char *fmt, ...)
 {
-    char id[32] = "";
-    if (w != NULL)
-        snprintf(id, sizeof(id), "%s-%d", pdr_role_name(w->role), w->index);
+    const char *id = w != NULL ? w->id : NULL;
     char msg[sizeof(((pdr_event_t *)0)->message)];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    pdr_events_add(&p->events, w != NULL ? id : NULL, "%s", msg);
-}
-
-size_t pdr_pool_count_state(const pdr_pool_t *p, pdr_role_t role, int drain_state)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < p->n[role]; i++)
-        k += pdr_worker_drain_state(&p->workers[role][i]) == drain_state;
-    return k;
+    pdr_events_add(&p->events, id, "%s", msg);
 }

@@ -1,7 +1,18 @@
 /*
  * The worker registry: every prefill and decode worker with its health state and in-flight count,
  * and the policies that pick a pair. Shared by every loop thread: counters and the healthy flag are
- * atomics, health transitions happen under the pool's mutex, the worker list itself is immutable.
+ * atomics, health transitions happen under the pool's mutex.
+ *
+ * Membership changes at run time (the admin API, discovery, a config reload). The list of each role is
+ * an immutable array replaced as a whole under the pool's rwlock (readers hold the read lock only while
+ * they pick or copy it). Workers are reference-counted: the list holds one reference, and so does every
+ * request and health check using the worker, so a worker taken out of the pool stays valid until the
+ * last request on it ends; it simply is never picked again. A worker keeps its id ("prefill-3": role and
+ * a per-role sequence number, the static workers numbered in config order) for its whole life.
+ *
+ * Sources: "static" (the config's lists; a reload reconciles them), "admin" (POST /admin/v1/workers;
+ * kept across reloads), "dns" and "kubernetes" (discovery, which reconciles its own workers). A URL is in
+ * the pool at most once per role: the first source to bring it owns it.
  *
  * Health state machine (HAProxy/Envoy style): a worker starts healthy; `fall` consecutive failed
  * checks make it unhealthy, `rise` consecutive good checks make it healthy again. Request failures
@@ -17,6 +28,7 @@
 #define PDR_POOL_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "config.h"
 #include "events.h"
@@ -32,29 +44,61 @@ int pdr_health_update(pdr_health_state_t *s, int ok, int rise, int fall);
 enum { PDR_DRAIN_ACTIVE = 0, PDR_DRAIN_DRAINING = 1, PDR_DRAIN_DRAINED = 2 };
 
 typedef struct pdr_worker {
+    int refcnt; /* atomic */
     pdr_role_t role;
-    int index;
-    const pdr_worker_conf_t *conf; /* owned by the pool's config snapshot */
-    char bootstrap_host[80];       /* as sent to workers: IPv6 in brackets */
+    unsigned seq;                  /* the number in the id */
+    uint64_t uid;                  /* unique for the process's life (retries avoid by uid) */
+    char id[32];                   /* "prefill-3" */
+    char source[16];               /* static | admin | dns | kubernetes */
+    char name[128];                /* the source's name for it (pod, address); "" for static and admin */
+    char *labels_json;             /* a JSON object, "{}" when none; immutable */
+    const pdr_worker_conf_t *conf; /* points at own_conf */
+    pdr_worker_conf_t own_conf;
+    char bootstrap_host[80]; /* as sent to workers: IPv6 in brackets */
+    uint64_t added_ms;
     pdr_health_state_t health;
     int inflight;
     uint64_t requests_total, failures_total, ejections_total;
     uint64_t checks_ok, checks_failed;
     uint64_t last_check_ms;
-    struct pdr_health_probe *probe; /* active check in progress */
-    int drain;                      /* atomic: PDR_DRAIN_* */
-    uint64_t drain_deadline_ms;     /* under the pool lock: 0 = no timeout */
-    uint64_t drains_total;          /* under the pool lock */
+    int probing;                /* loop 0: a health check is running */
+    int drain;                  /* atomic: PDR_DRAIN_* */
+    uint64_t drain_deadline_ms; /* under the pool lock: 0 = no timeout */
+    uint64_t drains_total;      /* under the pool lock */
+    int remove_when_drained;    /* under the pool lock: DELETE without force */
+    int removed;                /* atomic: out of the pool */
 } pdr_worker_t;
 
+typedef struct pdr_worker_list {
+    size_t n;
+    pdr_worker_t *w[];
+} pdr_worker_list_t;
+
 typedef struct pdr_pool {
-    pdr_config_t *config;
-    pdr_worker_t *workers[2]; /* [PDR_ROLE_PREFILL], [PDR_ROLE_DECODE] */
-    size_t n[2];
-    unsigned rr_next[2];  /* atomic */
-    pthread_mutex_t lock; /* health transitions */
-    pdr_events_t events;  /* recent errors, for the admin status page (own lock) */
+    pthread_rwlock_t rw;        /* list[] pointers, policy, rise, fall, sequence counters */
+    pdr_worker_list_t *list[2]; /* [PDR_ROLE_PREFILL], [PDR_ROLE_DECODE] */
+    pdr_policy_kind_t policy[2];
+    int rise, fall;
+    unsigned next_seq[2];
+    uint64_t next_uid;
+    unsigned rr_next[2];                       /* atomic */
+    uint64_t generation;                       /* atomic: bumped on every membership change */
+    uint64_t added_total[4], removed_total[4]; /* by source (PDR_SOURCE_*), under rw write */
+    pthread_mutex_t lock;                      /* health and drain transitions */
+    pdr_events_t events;                       /* recent errors, for the admin status page (own lock) */
+    int live;
 } pdr_pool_t;
+
+enum { PDR_SOURCE_STATIC = 0, PDR_SOURCE_ADMIN, PDR_SOURCE_DNS, PDR_SOURCE_KUBERNETES };
+extern const char *const pdr_source_names[4];
+
+static inline pdr_worker_t *pdr_worker_ref(pdr_worker_t *w)
+{
+    __atomic_add_fetch(&w->refcnt, 1, __ATOMIC_RELAXED);
+    return w;
+}
+/* Drops a reference; the last one frees the worker. NULL is a no-op. */
+void pdr_worker_unref(pdr_worker_t *w);
 
 static inline int pdr_worker_healthy(const pdr_worker_t *w)
 {
@@ -63,6 +107,10 @@ static inline int pdr_worker_healthy(const pdr_worker_t *w)
 static inline int pdr_worker_drain_state(const pdr_worker_t *w)
 {
     return __atomic_load_n(&w->drain, __ATOMIC_ACQUIRE);
+}
+static inline int pdr_worker_removed(const pdr_worker_t *w)
+{
+    return __atomic_load_n(&w->removed, __ATOMIC_ACQUIRE);
 }
 /* Healthy and not draining: may receive new requests. */
 static inline int pdr_worker_serving(const pdr_worker_t *w)
@@ -88,30 +136,68 @@ static inline void pdr_worker_track(pdr_worker_t *w, int delta)
 /* Applies an active check's result under the pool lock; returns 1 when the healthy flag changed. */
 int pdr_pool_check_result(pdr_pool_t *p, pdr_worker_t *w, int ok);
 
-int pdr_pool_init(pdr_pool_t *p, pdr_config_t *c);
+/* The static workers of c, its policies and health thresholds. */
+int pdr_pool_init(pdr_pool_t *p, const pdr_config_t *c);
+/* Drops the pool's references (workers still referenced elsewhere live on until released). */
 void pdr_pool_dispose(pdr_pool_t *p);
 
-/* Drain control. drain: ACTIVE -> DRAINING (DRAINED at once when idle); timeout_ms > 0 sets a deadline
- * after which pdr_pool_drain_tick forces DRAINED. A second drain of a draining worker only updates the
- * deadline. Returns the new state. */
+/* ---- membership ---- */
+
+/* A new worker of the role from conf (copied). labels_json: a JSON object text or NULL. Returns the
+ * worker with a reference for the caller (pdr_worker_unref it), or NULL with *err = PDR_EEXIST (the URL
+ * is in the role already) or PDR_ENOMEM. */
+pdr_worker_t *pdr_pool_add(pdr_pool_t *p, pdr_role_t role, const pdr_worker_conf_t *conf, int source,
+                           const char *name, const char *labels_json, int *err);
+/* Takes w out of the pool now (requests in flight on it finish). Returns 0, or PDR_ENOWORKER when it
+ * was not in the pool. */
+int pdr_pool_remove(pdr_pool_t *p, pdr_worker_t *w, const char *why);
+/* DELETE: force removes at once; otherwise drains (timeout_ms as for pdr_pool_drain) and the drain tick
+ * removes it once DRAINED. Returns the drain state (PDR_DRAIN_*), -1 when removed at once, or
+ * PDR_ENOWORKER when it was no longer in the pool. */
+int pdr_pool_delete(pdr_pool_t *p, pdr_worker_t *w, int force, uint64_t timeout_ms);
+/* Makes the workers of `source` and `role` exactly `confs` (matched by URL and bootstrap port): adds the
+ * new ones, removes the missing ones, keeps the rest with their state. names[i] may be NULL. Returns
+ * how many were added plus removed. */
+size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_worker_conf_t *confs,
+                          const char *const *names, size_t n);
+/* A reload: policies and thresholds from c, then the static workers reconciled with c's lists. */
+size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c);
+
+/* ---- reading ---- */
+
+/* The workers of a role (role -1: both, prefill first), each with a reference: release with
+ * pdr_pool_release. Returns the count; *out is NULL when 0 or out of memory (then returns 0). */
+size_t pdr_pool_snapshot(pdr_pool_t *p, int role, pdr_worker_t ***out);
+void pdr_pool_release(pdr_worker_t **ws, size_t n);
+/* The worker with this id, with a reference; NULL if none. */
+pdr_worker_t *pdr_pool_find(pdr_pool_t *p, const char *id, size_t len);
+size_t pdr_pool_count(pdr_pool_t *p, pdr_role_t role);
+size_t pdr_pool_count_state(pdr_pool_t *p, pdr_role_t role, int drain_state);
+/* Workers of the role that may receive new requests (healthy and not draining). */
+size_t pdr_pool_count_healthy(pdr_pool_t *p, pdr_role_t role);
+/* Tests only: the i-th worker of the role, borrowed (no reference). */
+pdr_worker_t *pdr_pool__at(pdr_pool_t *p, pdr_role_t role, size_t i);
+
+/* Picks a serving worker of the role by its policy, preferring workers whose uid is not in avoid (the
+ * ones that failed this request). Draining and drained workers are never picked. Returns it with a
+ * reference (pdr_worker_unref), or NULL when none serves. */
+pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, pdr_role_t role, const uint64_t *avoid, size_t n_avoid);
+
+/* ---- drain ---- */
+
+/* ACTIVE -> DRAINING (DRAINED at once when idle); timeout_ms > 0 sets a deadline after which
+ * pdr_pool_drain_tick forces DRAINED. A second drain of a draining worker only updates the deadline.
+ * Returns the new state. */
 int pdr_pool_drain(pdr_pool_t *p, pdr_worker_t *w, uint64_t timeout_ms, const char *why);
-/* Back to ACTIVE (serving when healthy). Returns the previous drain state. */
+/* Back to ACTIVE (serving when healthy); cancels a pending DELETE. Returns the previous drain state. */
 int pdr_pool_activate(pdr_pool_t *p, pdr_worker_t *w);
-/* Periodic (loop 0): DRAINING workers that are idle or past their deadline become DRAINED. Returns how
- * many changed. */
+/* Periodic (loop 0): DRAINING workers that are idle or past their deadline become DRAINED; DRAINED
+ * workers with a pending DELETE leave the pool. Returns how many changed. */
 int pdr_pool_drain_tick(pdr_pool_t *p, uint64_t now_ms);
 /* "healthy", "unhealthy", "draining" or "drained". */
 const char *pdr_worker_state_name(const pdr_worker_t *w);
-/* The worker with this stable id ("prefill-0", "decode-1"): role name, '-', index. NULL if none. */
-pdr_worker_t *pdr_pool_find(pdr_pool_t *p, const char *id, size_t len);
-size_t pdr_pool_count_state(const pdr_pool_t *p, pdr_role_t role, int drain_state);
 
-/* Picks a healthy worker of the role by its policy, preferring workers not in `avoid` (a bitmask of
- * worker indexes, for retries). Draining and drained workers are never picked. Returns NULL when none is
- * healthy. */
-pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, pdr_role_t role, uint64_t avoid);
-/* Workers of the role that may receive new requests (healthy and not draining). */
-size_t pdr_pool_count_healthy(const pdr_pool_t *p, pdr_role_t role);
+/* ---- request outcomes ---- */
 
 /* A request to this worker failed in a way that proves it unreachable: mark it unhealthy now. */
 void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why);
@@ -121,6 +207,8 @@ void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why);
 void pdr_pool_report_success(pdr_pool_t *p, pdr_worker_t *w);
 
 const char *pdr_role_name(pdr_role_t r);
+/* "prefill" / "decode" -> role; -1 otherwise. */
+int pdr_role_parse(const char *s, size_t len);
 /* Records a recent error about w (NULL: none) in p->events, with the worker's id. Any thread. */
 void pdr_pool_record(pdr_pool_t *p, const pdr_worker_t *w, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

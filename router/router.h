@@ -21,6 +21,7 @@ struct pdr_router;
 typedef struct pdr_thread {
     struct pdr_router *r;
     int id;
+    pdr_config_t *config; /* this loop's reference to the current snapshot (see pdr_router_reload) */
     uv_loop_t *loop;
     uv_thread_t tid;
     h2o_context_t h2o_ctx;
@@ -45,7 +46,15 @@ typedef struct pdr_thread {
 } pdr_thread_t;
 
 typedef struct pdr_router {
-    pdr_config_t *config;
+    pdr_config_t *config;        /* the current snapshot: loop 0 reads it; swapped under config_lock */
+    pthread_mutex_t config_lock; /* config, and the threads' t->config swaps */
+    char *config_path;           /* the file a reload reads; NULL when started from flags */
+    int argc;                    /* the command line a reload parses again (set before start; NULL argv: */
+    char **argv;                 /* reload reads config_path alone) */
+    uint64_t reloads_ok, reloads_failed; /* atomic */
+    uint64_t last_reload_ms;
+    struct pdr_discovery *discovery[2]; /* dns, kubernetes (loop 0 starts and stops them) */
+    pdr_config_t *discovery_config[2];  /* the snapshot each running source reads */
     pdr_pool_t pool;
     h2o_globalconf_t h2o_config;
     pdr_thread_t *threads;
@@ -60,9 +69,10 @@ typedef struct pdr_router {
     int64_t inflight; /* atomic: PD requests in progress, all loops */
     int access_fd;    /* -1 when off */
 
-    uv_signal_t sig_term, sig_int;    /* loop 0 */
-    struct pdr_health_probe **probes; /* loop 0 */
-    size_t n_probes;
+    uv_signal_t sig_term, sig_int, sig_hup; /* loop 0 */
+    struct pdr_health_probe *probes;        /* loop 0: checks in progress */
+    uint64_t health_generation;             /* the pool generation the last round saw */
+    int drain_timeout_ms;                   /* lifecycle.drain_timeout_ms as of the shutdown's start */
     uv_timer_t health_timer;
     uv_timer_t drain_timer; /* loop 0: DRAINING -> DRAINED on idle or timeout */
     uint64_t started_ms;
@@ -112,13 +122,35 @@ void pdr_router_join(pdr_router_t *r);
 int pdr_admin_init(pdr_router_t *r);
 void pdr_admin_log_start(const pdr_router_t *r);
 void pdr_admin_dispose(pdr_router_t *r);
+/* A reload: reads the new admin.token_file (a new token applies at once). 0, or an error in msg and the
+ * old token stays. */
+int pdr_admin_reload_token(pdr_router_t *r, const pdr_config_t *c, char *msg, size_t cap);
 /* Parses the optional drain body {"timeout_ms": N} (pure; fuzzed by tests/fuzz/fuzz_admin.c): 0 with
  * *timeout_ms set (0 = none; an empty or all-whitespace body = none), or PDR_EINVAL with a message. */
 #define PDR_ADMIN_MAX_DRAIN_TIMEOUT_MS (7 * 24 * 3600 * 1000ULL) /* a week: anything longer is a typo */
 int pdr__admin_parse_drain(const char *body, size_t len, uint64_t *timeout_ms, char *msg, size_t cap);
+/* Parses the POST /admin/v1/workers body {"role", "url", "bootstrap_port"?, "labels"?} (pure; fuzzed): 0
+ * with *role, conf (owned by the caller: pdr_worker_conf_clear) and *labels_json (malloc'd JSON object
+ * text), or PDR_EINVAL / PDR_ENOMEM with a message and nothing owned. */
+int pdr__admin_parse_worker(const char *body, size_t len, int *role, pdr_worker_conf_t *conf,
+                            char **labels_json, char *msg, size_t cap);
 
 /* health.c (loop 0) */
 int pdr_health_start(pdr_router_t *r);
 void pdr_health_stop(pdr_router_t *r);
+/* After a reload: the new interval, and a round now. */
+void pdr_health_restart(pdr_router_t *r);
+
+/* reload.c (loop 0) */
+/* Reads config_path again and applies it (see docs/operations.md "Reload"): a new snapshot for new
+ * requests (in-flight ones keep theirs), workers reconciled (unchanged ones keep their state), health
+ * and discovery settings applied. Keys that need a restart are named in msg. Returns 0, or an error with
+ * the reason in msg (the old config stays). */
+int pdr_router_reload(pdr_router_t *r, char *msg, size_t cap);
+/* Starts the discovery sources of r->config; 0 or an error logged. */
+int pdr_router_discovery_start(pdr_router_t *r);
+void pdr_router_discovery_stop(pdr_router_t *r);
+/* Any loop: takes the current snapshot into t->config if it changed. */
+void pdr_thread_sync_config(pdr_thread_t *t);
 
 #endif

@@ -130,7 +130,13 @@ void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req)
     size_t n = 0;
     for (int i = 0; i < r->n_threads && n < PDR_MAX_THREADS_RENDER; i++)
         ms[n++] = &r->threads[i].m;
-    char *text = pdr_metrics_render(&r->pool, ms, n, __atomic_load_n(&r->inflight, __ATOMIC_RELAXED), &len);
+    pdr_metrics_extra_t x = {
+        .inflight = __atomic_load_n(&r->inflight, __ATOMIC_RELAXED),
+        .max_inflight = t->config->limits.max_inflight,
+        .reloads_ok = __atomic_load_n(&r->reloads_ok, __ATOMIC_RELAXED),
+        .reloads_failed = __atomic_load_n(&r->reloads_failed, __ATOMIC_RELAXED),
+    };
+    char *text = pdr_metrics_render(&r->pool, ms, n, &x, &len);
     if (text == NULL) {
         pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
         return;
@@ -326,9 +332,24 @@ static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reu
     return 0;
 }
 
+void pdr_thread_sync_config(pdr_thread_t *t)
+{
+    pdr_router_t *r = t->r;
+    pthread_mutex_lock(&r->config_lock);
+    pdr_config_t *old = NULL;
+    if (t->config != r->config) {
+        old = t->config;
+        t->config = pdr_config_ref(r->config);
+    }
+    pthread_mutex_unlock(&r->config_lock);
+    if (old != NULL)
+        pdr_config_unref(old);
+}
+
 static void on_wakeup(uv_async_t *a)
 {
     pdr_thread_t *t = a->data;
+    pdr_thread_sync_config(t);
     if (__atomic_load_n(&t->r->draining, __ATOMIC_ACQUIRE) && !t->closing)
         start_loop_shutdown(t);
 }
@@ -338,6 +359,7 @@ static int init_thread(pdr_router_t *r, pdr_thread_t *t, int id, uv_loop_t *loop
     t->r = r;
     t->id = id;
     t->loop = loop;
+    t->config = pdr_config_ref(r->config);
     t->multi = pdr_multi_new(loop, 1024);
     if (t->multi == NULL)
         return PDR_ENOMEM;
@@ -393,8 +415,15 @@ static int open_access_log(pdr_router_t *r, const char *spec)
 
 int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
 {
+    int argc = r->argc;
+    char **argv = r->argv;
     memset(r, 0, sizeof(*r));
+    r->argc = argc;
+    r->argv = argv;
     r->config = pdr_config_ref(c);
+    pthread_mutex_init(&r->config_lock, NULL);
+    if (c->source != NULL && c->source[0] != '<' && (r->config_path = strdup(c->source)) == NULL)
+        return PDR_ENOMEM;
     int rc = pdr_pool_init(&r->pool, c);
     if (rc != 0)
         return rc;
@@ -437,6 +466,8 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
     }
     if ((rc = pdr_health_start(r)) != 0)
         return rc;
+    if ((rc = pdr_router_discovery_start(r)) != 0)
+        return rc;
     for (int i = 1; i < r->n_threads; i++)
         if (uv_thread_create(&r->threads[i].tid, thread_main, &r->threads[i]) != 0)
             return PDR_ENOMEM;
@@ -471,9 +502,11 @@ static void finish_loop(pdr_thread_t *t)
     t->finishing = 1;
     t->finish_ms = pdr_now_ms();
     if (t->id == 0) {
+        pdr_router_discovery_stop(r);
         pdr_health_stop(r);
         uv_close((uv_handle_t *)&r->sig_term, NULL);
         uv_close((uv_handle_t *)&r->sig_int, NULL);
+        uv_close((uv_handle_t *)&r->sig_hup, NULL);
         if (r->grace_timer_live) {
             r->grace_timer_live = 0;
             uv_close((uv_handle_t *)&r->grace_timer, NULL);
@@ -506,7 +539,7 @@ static void on_shutdown_tick(uv_timer_t *h)
 {
     pdr_thread_t *t = h->data;
     pdr_router_t *r = t->r;
-    int deadline = pdr_now_ms() - r->shutdown_started_ms >= (uint64_t)r->config->lifecycle.drain_timeout_ms;
+    int deadline = pdr_now_ms() - r->shutdown_started_ms >= (uint64_t)r->drain_timeout_ms;
     if (deadline && t->multi != NULL) {
         /* From here on no new request and no retry. */
         __atomic_store_n(&r->shutting_down, 1, __ATOMIC_RELAXED);
@@ -560,6 +593,7 @@ static void begin_drain(pdr_router_t *r)
     if (r->draining)
         return;
     r->shutdown_started_ms = pdr_now_ms();
+    r->drain_timeout_ms = r->config->lifecycle.drain_timeout_ms;
     __atomic_store_n(&r->draining, 1, __ATOMIC_RELEASE);
     pdr_info("shutdown: listeners closed, %lld requests in flight (drain_timeout %d ms)",
              (long long)__atomic_load_n(&r->inflight, __ATOMIC_RELAXED),
@@ -607,6 +641,8 @@ void pdr_router_join(pdr_router_t *r)
     for (int i = 0; i < r->n_threads; i++) {
         clean &= r->threads[i].h2o_disposed;
         free(r->threads[i].alog);
+        pdr_config_unref(r->threads[i].config);
+        r->threads[i].config = NULL;
     }
     if (clean) {
         /* Every loop ended by itself: release the shared state too (no leak reports at exit). */
@@ -617,6 +653,8 @@ void pdr_router_join(pdr_router_t *r)
         pdr_pool_dispose(&r->pool);
         pdr_config_unref(r->config);
         r->config = NULL;
+        pthread_mutex_destroy(&r->config_lock);
+        free(r->config_path);
     }
     if (r->access_fd > STDERR_FILENO)
         close(r->access_fd);

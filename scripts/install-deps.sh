@@ -6,6 +6,8 @@ PKGS="build-essential cmake pkgconf git ca-certificates \
  curl python3 nghttp2-client wrk nginx-light iperf3 jq clang-format"
 # Browser test of the admin status page.
 PKGS="$PKGS chromium chromium-driver python3-selenium"
+# DNS discovery test: a real DNS server on a loopback port (/usr/sbin/dnsmasq, without the system service).
+PKGS="$PKGS dnsmasq-base"
 # Offline checks of deploy/: kubectl (for `kubectl kustomize`) and the Kubernetes schema models. Debian's
 # kubectl comes with kubernetes-client; a machine that already has another kubectl keeps it (the two
 # packages ship the same file).

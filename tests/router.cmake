@@ -15,7 +15,7 @@ endforeach()
 
 # Admin API scenarios (see test_admin.py): auth, worker list, drain under load, drain timeout,
 # worker-initiated drain (health 410), readiness while draining.
-foreach(s auth workers drain_load drain_timeout self_drain readiness shutdown)
+foreach(s auth workers add_delete reload drain_load drain_timeout self_drain readiness shutdown)
   add_test(NAME router_admin_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_admin.py ${s})
   set_tests_properties(router_admin_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
@@ -34,3 +34,10 @@ file(GLOB PDR_ADMIN_SEEDS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/admin/*)
 list(SORT PDR_ADMIN_SEEDS)
 add_test(NAME router_admin_fuzz_corpus COMMAND fuzz_admin ${PDR_ADMIN_SEEDS})
 set_tests_properties(router_admin_fuzz_corpus PROPERTIES TIMEOUT 60)
+
+# Discovery scenarios (see test_discovery.py): Kubernetes against a replaying API server, DNS against
+# dnsmasq (skipped with 77 when dnsmasq is missing).
+foreach(s kubernetes dns)
+  add_test(NAME router_discovery_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_discovery.py ${s})
+  set_tests_properties(router_discovery_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()

@@ -271,16 +271,23 @@ def check_sglang(objs, where):
         svc = find(objs, "Service", s["spec"]["serviceName"])
         if not svc or svc[0]["spec"].get("clusterIP") != "None":
             fail(f"{where}: {role} StatefulSet's serviceName is not a headless Service")
-        # the router's static list must name exactly this StatefulSet's pods
+        # the router finds exactly this StatefulSet's pods: its selector for the role matches the pod
+        # template's labels, and nothing of the other role; the port is the pods' http port
         cm = [o for o in find(objs, "ConfigMap") if "router.yaml" in o.get("data", {})]
         conf = yaml.safe_load(cm[0]["data"]["router.yaml"]) if cm else {}
-        ws = (conf.get("workers") or {}).get(role, [])
-        urls = [w["url"] if isinstance(w, dict) else w for w in ws]
-        name, svcname = s["metadata"]["name"], s["spec"]["serviceName"]
+        k8s = ((conf.get("discovery") or {}).get("kubernetes") or {}).get(role) or {}
+        sel = dict(kv.split("=", 1) for kv in str(k8s.get("selector", "")).split(",") if "=" in kv)
+        labels = tmpl["metadata"].get("labels", {})
         port = next(p["containerPort"] for p in c["ports"] if p.get("name") == "http")
-        want = [f"http://{name}-{i}.{svcname}:{port}" for i in range(s["spec"].get("replicas", 1))]
-        if urls != want:
-            fail(f"{where}: router workers.{role} {urls} != the StatefulSet's pods {want}")
+        if not sel or any(labels.get(k) != v for k, v in sel.items()):
+            fail(f"{where}: discovery.kubernetes.{role}.selector {k8s.get('selector')!r} does not match the "
+                 f"{role} pods' labels {labels!r}")
+        other = [o for o in find(objs, "StatefulSet") if o is not s and
+                 all(o["spec"]["template"]["metadata"].get("labels", {}).get(k) == v for k, v in sel.items())]
+        if other:
+            fail(f"{where}: discovery.kubernetes.{role}.selector also matches {other[0]['metadata']['name']}")
+        if k8s.get("port") not in (None, 0, port):
+            fail(f"{where}: discovery.kubernetes.{role}.port {k8s.get('port')} != the pods' http port {port}")
 
 
 def run_k8s():

@@ -1,7 +1,8 @@
 /*
  * Fuzz target for the admin API's parsers: the drain body (pdr__admin_parse_drain, router/admin.c) and
- * the worker id in the path (pdr_pool_find, router/pool.c). The first input byte picks the parser
- * (< 0x80: drain body, else worker id); the rest is the input. Invariants: a parsed timeout is within
+ * the worker id in the path (pdr_pool_find, router/pool.c) and the add-worker body
+ * (pdr__admin_parse_worker). The first input byte picks the parser (< 0x80: drain body, 0x80..0xbf: worker
+ * id, else add body); the rest is the input. Invariants: a parsed timeout is within
  * range, a rejection comes with a message, a found worker's canonical id equals the input, and an id
  * that is a canonical "<role>-<index>" of an existing worker is always found.
  * Built with libFuzzer when PDR_LIBFUZZER is defined; otherwise a main() replays the files named on the
@@ -59,18 +60,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     pdr_pool_t *p = fuzz_pool();
+    if (data[0] >= 0xc0) {
+        /* The POST /admin/v1/workers body. */
+        int role;
+        pdr_worker_conf_t conf;
+        char *labels = NULL;
+        char msg[300];
+        msg[0] = '\0';
+        if (pdr__admin_parse_worker(in, n, &role, &conf, &labels, msg, sizeof(msg)) == 0) {
+            if ((role != 0 && role != 1) || conf.url == NULL || labels == NULL || labels[0] != '{' ||
+                (role == 1 && conf.bootstrap_port != -1))
+                abort();
+            pdr_worker_conf_clear(&conf);
+            free(labels);
+        } else if (msg[0] == '\0' || labels != NULL) {
+            abort();
+        }
+        return 0;
+    }
     pdr_worker_t *w = pdr_pool_find(p, in, n);
     if (w != NULL) {
-        char id[48];
-        int k = snprintf(id, sizeof(id), "%s-%d", pdr_role_name(w->role), w->index);
-        if ((size_t)k != n || memcmp(id, in, n) != 0)
+        if (strlen(w->id) != n || memcmp(w->id, in, n) != 0)
             abort();
+        pdr_worker_unref(w);
     }
     for (int role = 0; role < 2; role++)
-        for (size_t i = 0; i < p->n[role]; i++) {
+        for (size_t i = 0; pdr_pool__at(p, (pdr_role_t)role, i) != NULL; i++) {
             char id[48];
             int k = snprintf(id, sizeof(id), "%s-%zu", pdr_role_name((pdr_role_t)role), i);
-            if ((size_t)k == n && memcmp(id, in, n) == 0 && w != &p->workers[role][i])
+            if ((size_t)k == n && memcmp(id, in, n) == 0 && w != pdr_pool__at(p, (pdr_role_t)role, i))
                 abort();
         }
     return 0;

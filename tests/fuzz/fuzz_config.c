@@ -22,8 +22,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         return 0;
     }
-    /* A loaded snapshot is runnable: it has workers and passes the whole-snapshot check. */
-    if (c->n_prefill == 0 || c->n_decode == 0 || pdr_config_validate(c, err, sizeof(err)) != 0)
+    /* A loaded snapshot is runnable: each role has workers or a discovery source, and it passes the
+     * whole-snapshot check. */
+    for (int r = 0; r < 2; r++)
+        if ((r == 0 ? c->n_prefill : c->n_decode) == 0 && c->discovery.dns.role[r].name == NULL &&
+            c->discovery.kubernetes.role[r].selector == NULL)
+            abort();
+    if (pdr_config_validate(c, err, sizeof(err)) != 0)
         abort();
     pdr_config_unref(pdr_config_ref(c));
     pdr_config_unref(c);

@@ -8,6 +8,8 @@ Every wait polls for the event (pdtest.poll_until); nothing sleeps to synchroniz
 
 import json
 import os
+import re
+import signal
 import sys
 import tempfile
 import threading
@@ -92,8 +94,8 @@ def scenario_auth():
 
 
 def scenario_workers():
-    """The worker list, one worker, status, and the error answers (404, 405, 400, 501); without a token
-    file auth is off and the start log says so."""
+    """The worker list, one worker, status, and the error answers (404, 405, 400; 409 for a reload of a
+    router started from flags); without a token file auth is off and the start log says so."""
     ps = [sim("prefill"), sim("prefill")]
     d = sim("decode")
     r = router(ps, [d])
@@ -125,9 +127,10 @@ def scenario_workers():
                                    ("GET", "/admin/v1/workers/prefill-0/drain", 405),
                                    ("DELETE", "/admin/v1/workers", 405),
                                    ("POST", "/admin/v1/status", 405),
-                                   ("POST", "/admin/v1/workers", 501),
-                                   ("DELETE", "/admin/v1/workers/prefill-0", 501),
-                                   ("POST", "/admin/v1/reload", 501)):
+                                   ("POST", "/admin/v1/workers", 400),
+                                   ("DELETE", "/admin/v1/workers/prefill-0?force=maybe", 400),
+                                   ("PUT", "/admin/v1/workers/prefill-0", 405),
+                                   ("POST", "/admin/v1/reload", 409)):
             st, h, body = request(aport, method, path, body=b"{}" if method == "POST" else None)
             check(st == want, "%s %s: %d, expected %d: %r" % (method, path, st, want, body), r)
             e = json.loads(body)["error"]
@@ -138,6 +141,216 @@ def scenario_workers():
             st, _, body = request(aport, "POST", "/admin/v1/workers/prefill-1/drain", body=bad)
             check(st == 400 and json.loads(body)["error"]["code"] == 400, "%r: %d %r" % (bad, st, body), r)
         check(worker(r, "prefill-1")["state"] == "healthy", "a bad drain body changed nothing", r)
+    finally:
+        pdtest.stop_all()
+
+
+class Load:
+    """Requests on `conns` threads until stop(): every answer is recorded; failures are non-200 answers
+    and connection errors."""
+
+    def __init__(self, r, conns=4, body=GEN):
+        self.r, self.body = r, body
+        self.done, self.failures = 0, []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self._run) for _ in range(conns)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self):
+        while not self.stopping.is_set():
+            try:
+                st, _, body = request(self.r.port, "POST", "/generate", self.body, timeout=30)
+            except OSError as e:
+                st, body = -1, repr(e).encode()
+            with self.lock:
+                self.done += 1
+                if st != 200:
+                    self.failures.append((st, body[:200]))
+
+    def wait_done(self, n, what):
+        start = self.done
+        pdtest.poll_until(lambda: self.done >= start + n, 30, what)
+
+    def stop(self):
+        self.stopping.set()
+        for t in self.threads:
+            t.join(60)
+        return self.done, self.failures
+
+
+def slow_stream(r, tokens=25):
+    """Starts a streamed /generate of `tokens` tokens on a thread; returns (thread, result dict)."""
+    result = {}
+
+    def run():
+        result["resp"] = request(r.port, "POST", "/generate", dict(GEN, stream=True,
+                                                                    sampling_params={"max_new_tokens": tokens}),
+                                 timeout=30)
+    t = threading.Thread(target=run)
+    t.start()
+    return t, result
+
+
+def stream_complete(result, tokens):
+    st, _, raw = result["resp"]
+    evs = [ln[6:] for ln in raw.decode().split("\n") if ln.startswith("data: ")]
+    return st == 200 and evs and evs[-1] == "[DONE]" and len(evs) == tokens + 1
+
+
+def scenario_add_delete():
+    """POST /admin/v1/workers adds a worker that takes traffic at once (201, Location, source admin,
+    labels); a duplicate is 409 and bad bodies 400. DELETE drains first: a stream in flight on the worker
+    completes, no new request goes to it, then it leaves the pool (404). DELETE ?force=true removes at
+    once. Metrics count workers by source and removals."""
+    p = sim("prefill")
+    d0 = sim("decode", "--decode-us-per-token", "20000")
+    r = router([p], [d0], "--decode-policy", "round_robin")
+    try:
+        t, result = slow_stream(r)
+        pdtest.poll_until(lambda: stats(d0)["inflight"] >= 1, 5, "the stream on decode-0")
+        d1 = sim("decode")
+        body = {"role": "decode", "url": "http://127.0.0.1:%d" % d1.port, "labels": {"zone": "b"}}
+        st, h, raw = request(r.ports["admin"], "POST", "/admin/v1/workers", body)
+        w = json.loads(raw)
+        check(st == 201 and h.get("location") == "/admin/v1/workers/decode-1", "%d %r %r" % (st, h, raw), r)
+        check(w["id"] == "decode-1" and w["source"] == "admin" and w["labels"] == {"zone": "b"} and
+              w["state"] == "healthy" and w["bootstrap_port"] is None, repr(w), r)
+        st, _, raw = request(r.ports["admin"], "POST", "/admin/v1/workers", body)
+        check(st == 409 and json.loads(raw)["error"]["code"] == 409, "duplicate: %d %r" % (st, raw), r)
+        for bad in (b"{", b"[]", b'{"role":"decode"}', b'{"role":"gpu","url":"http://127.0.0.1:1"}',
+                    b'{"role":"decode","url":"http://127.0.0.1:1","bootstrap_port":8998}',
+                    b'{"role":"prefill","url":"ftp://x"}', b'{"role":"prefill","url":"http://a:1","extra":1}',
+                    b'{"role":"prefill","url":"http://a:1","labels":{"k":1}}',
+                    b'{"role":"prefill","url":"http://a:1","bootstrap_port":70000}'):
+            st, _, raw = request(r.ports["admin"], "POST", "/admin/v1/workers", bad)
+            check(st == 400 and json.loads(raw)["error"]["message"], "%r: %d %r" % (bad, st, raw), r)
+        check(len(admin(r, "GET", "/admin/v1/workers")["workers"]) == 3, "bad adds added nothing", r)
+
+        # Drain-first delete of decode-0 while its stream runs.
+        w = admin(r, "DELETE", "/admin/v1/workers/decode-0", expect=202)
+        check(w["state"] == "draining" and w.get("delete_pending") is True, repr(w), r)
+        before = stats(d0)["requests"]
+        for _ in range(4):
+            st, _, out = request(r.port, "POST", "/generate", GEN)
+            check(st == 200, "request during the delete: %d %r" % (st, out[:200]), r)
+        check(stats(d0)["requests"] == before, "decode-0 got a request while being deleted", r)
+        check(stats(d1)["requests"] >= 4, "decode-1 (added) took the requests", r)
+        t.join(10)
+        check(stream_complete(result, 25), "the stream on the deleted worker was cut: %r" % (result,), r)
+        pdtest.poll_until(lambda: request(r.ports["admin"], "GET", "/admin/v1/workers/decode-0")[0] == 404, 5,
+                          "decode-0 to leave the pool")
+        ids = [x["id"] for x in admin(r, "GET", "/admin/v1/workers")["workers"]]
+        check(ids == ["prefill-0", "decode-1"], repr(ids), r)
+
+        # Force: gone at once.
+        p1 = sim("prefill")
+        w = admin(r, "POST", "/admin/v1/workers", {"role": "prefill", "url": "http://127.0.0.1:%d" % p1.port,
+                                                   "bootstrap_port": p1.ports["bport"]}, expect=201)
+        check(w["id"] == "prefill-1" and w["bootstrap_port"] == p1.ports["bport"], repr(w), r)
+        for _ in range(4):
+            check(request(r.port, "POST", "/generate", GEN)[0] == 200, "request with prefill-1", r)
+        check(stats(p1)["requests"] >= 1, "the added prefill took requests", r, p1)
+        w = admin(r, "DELETE", "/admin/v1/workers/prefill-1?force=true")
+        check(w.get("removed") is True, repr(w), r)
+        check(request(r.ports["admin"], "GET", "/admin/v1/workers/prefill-1")[0] == 404, "force delete", r)
+        n1 = stats(p1)["requests"]
+        for _ in range(3):
+            check(request(r.port, "POST", "/generate", GEN)[0] == 200, "request after the force delete", r)
+        check(stats(p1)["requests"] == n1, "a force-deleted worker got requests", r)
+        m = request(r.port, "GET", "/metrics")[2].decode()
+        check(metric_value(m, "pdr_workers", role="decode", source="admin") == 1 and
+              metric_value(m, "pdr_workers", role="decode", source="static") == 0, m, r)
+        check(metric_value(m, "pdr_workers_added_total", source="admin") == 2 and
+              metric_value(m, "pdr_workers_removed_total", source="admin") == 1 and
+              metric_value(m, "pdr_workers_removed_total", source="static") == 1, m, r)
+        check(r.alive(), "router died", r)
+    finally:
+        pdtest.stop_all()
+
+
+def write_config(r, prefills, decodes, extra=""):
+    lines = ["listen: { host: 127.0.0.1, port: %d }" % r.port, "admin: { host: 127.0.0.1, port: %d%s }"
+             % (r.ports["admin"], extra), "workers:", "  prefill:"]
+    lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %d }" % (p.port, p.ports["bport"]) for p in prefills]
+    lines += ["  decode:"] + ["    - { url: http://127.0.0.1:%d }" % d.port for d in decodes]
+    with open(r.config_path + ".new", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(r.config_path + ".new", r.config_path)
+
+
+def reloads(r, result):
+    m = request(r.port, "GET", "/metrics")[2].decode()
+    return metric_value(m, "pdr_config_reloads_total", result=result)
+
+
+def scenario_reload():
+    """Reload under load (SIGHUP, then POST /admin/v1/reload): zero failed requests; a stream in flight
+    across the reload completes; an unchanged worker keeps its id and state (drained stays drained); a
+    new worker takes traffic; a removed one leaves; an invalid file is refused with file:line:col and the
+    running config stays; a rotated admin token applies at once."""
+    ps = [sim("prefill"), sim("prefill")]
+    d = sim("decode", "--decode-us-per-token", "2000")
+    tok_path = token_file("old-token\n")
+    r = router([ps[0]], [d], config="admin: { host: 127.0.0.1, port: {admin}, token_file: %s }" % tok_path)
+    tok = "old-token"
+    try:
+        # State that a rebuilt worker would lose: decode-0's drain count, prefill-0's request count.
+        admin(r, "POST", "/admin/v1/workers/decode-0/drain", token=tok, expect=202)
+        admin(r, "POST", "/admin/v1/workers/decode-0/activate", token=tok)
+        load = Load(r)
+        load.wait_done(20, "load to start")
+        t, result = slow_stream(r, tokens=100)
+        before = worker(r, "prefill-0", tok)
+        check(before["requests_total"] > 0, repr(before), r)
+
+        write_config(r, ps, [d], extra=", token_file: %s" % tok_path)
+        r.proc.send_signal(signal.SIGHUP)
+        pdtest.poll_until(lambda: reloads(r, "ok") == 1, 5, "the SIGHUP reload")
+        ws = admin(r, "GET", "/admin/v1/workers", token=tok)["workers"]
+        check([w["id"] for w in ws] == ["prefill-0", "prefill-1", "decode-0"], repr(ws), r)
+        check(ws[0]["requests_total"] >= before["requests_total"], "prefill-0 lost its counters: %r" % ws[0], r)
+        m = request(r.port, "GET", "/metrics")[2].decode()
+        check(metric_value(m, "pdr_worker_drains_total", role="decode", url="http://127.0.0.1:%d" % d.port) == 1,
+              "decode-0 lost its drain count across the reload", r)
+        n1 = stats(ps[1])["requests"]
+        load.wait_done(20, "requests after the reload")
+        check(stats(ps[1])["requests"] > n1, "the new prefill takes no traffic", r)
+
+        # An invalid file: refused with its position; the running config stays.
+        with open(r.config_path, "a") as f:
+            f.write("retries: { max: [1, 2 }\n")
+        st, _, raw = request(r.ports["admin"], "POST", "/admin/v1/reload",
+                             headers={"Authorization": "Bearer " + tok})
+        e = json.loads(raw)["error"]
+        check(st == 400 and re.search(r"\.yaml:\d+:\d+: ", e["message"]), "%d %r" % (st, e), r)
+        check(reloads(r, "failed") == 1 and len(admin(r, "GET", "/admin/v1/workers", token=tok)["workers"]) == 3,
+              "a refused reload changed something", r)
+        load.wait_done(10, "requests after the refused reload")
+
+        # Remove prefill-0, rotate the token: POST /admin/v1/reload.
+        with open(tok_path, "w") as f:
+            f.write("new-token\n")
+        write_config(r, [ps[1]], [d], extra=", token_file: %s" % tok_path)
+        out = admin(r, "POST", "/admin/v1/reload", token=tok)
+        check(out["reloaded"] is True and "1 static worker change" in out["message"], repr(out), r)
+        st, _, _ = request(r.ports["admin"], "GET", "/admin/v1/workers", headers={"Authorization": "Bearer " + tok})
+        check(st == 401, "the old token still works after the rotation: %d" % st, r)
+        tok = "new-token"
+        ids = [w["id"] for w in admin(r, "GET", "/admin/v1/workers", token=tok)["workers"]]
+        check(ids == ["prefill-1", "decode-0"], repr(ids), r)
+        n0 = stats(ps[0])["requests"]
+        load.wait_done(20, "requests after the second reload")
+        check(stats(ps[0])["requests"] <= n0 + 4, "the removed prefill still gets traffic", r)
+        done, failures = load.stop()
+        t.join(15)
+        check(not failures, "failed requests across reloads: %r" % failures[:5], r)
+        resp = result.get("resp", (None, None, b""))
+        check(stream_complete(result, 100), "the stream across the reloads was cut: %r %r" % (resp[0], resp[2][-300:]),
+              r)
+        print("%d requests across 3 reloads, 0 failed" % done)
+        check(r.alive(), "router died", r)
     finally:
         pdtest.stop_all()
 

@@ -37,9 +37,12 @@ def router(prefills, decodes, *extra, config=None, access_log=None, ready=True):
     if "--drain-grace-ms" not in extra and (config is None or "lifecycle:" not in config):
         extra = ("--drain-grace-ms", "0") + tuple(extra)
     if config is not None:
-        lines = ["listen: { host: 127.0.0.1, port: {port} }", "workers:", "  prefill:"]
-        lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %d }" % (p.port, p.ports["bport"]) for p in prefills]
-        lines += ["  decode:"] + ["    - { url: http://127.0.0.1:%d }" % d.port for d in decodes]
+        lines = ["listen: { host: 127.0.0.1, port: {port} }"]
+        if prefills or decodes:
+            lines += ["workers:", "  prefill:"]
+            lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %d }" % (p.port, p.ports["bport"])
+                      for p in prefills]
+            lines += ["  decode:"] + ["    - { url: http://127.0.0.1:%d }" % d.port for d in decodes]
         aport = pdtest.free_port()
         if "admin:" not in config:
             lines += ["admin: { host: 127.0.0.1, port: {admin} }"]
@@ -54,6 +57,7 @@ def router(prefills, decodes, *extra, config=None, access_log=None, ready=True):
         with os.fdopen(fd, "w") as log:
             proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         r = pdtest.Proc("pdrouter", proc, {"port": port, "admin": aport}, log_path)
+        r.config_path = path
         pdtest._procs.append(r)
         pdtest.poll_until(lambda: _answers(r, "/readiness" if ready else "/health", 200 if ready else None), 10,
                           "pdrouter to be ready")

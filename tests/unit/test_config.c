@@ -214,7 +214,8 @@ static void test_defaults(void)
     CHECK(c->refcnt == 1);
     /* Without workers the defaults are not runnable. */
     CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
-    CHECK_STR(err, "workers.prefill: at least one prefill worker is required");
+    CHECK_STR(err, "workers.prefill: at least one prefill worker is required, or a discovery source for it "
+                   "(discovery.dns.prefill.name or discovery.kubernetes.prefill.selector)");
     pdr_config_unref(c);
 
     /* A file with only workers gets every default. */
@@ -367,12 +368,14 @@ static void test_errors(void)
     EXPECT_ERROR(
         "workers:\n  decode:\n    - http://[::1]:80\n    - http://[0::1]\n",
         "bad.yaml:4:7: workers.decode[1]: duplicate worker 'http://[0::1]' (same as workers.decode[0])");
-    EXPECT_ERROR("workers:\n  prefill:\n    - http://a:1\n",
-                 "bad.yaml:2:3: workers.decode: at least one decode worker is required");
+    EXPECT_ERROR(
+        "workers:\n  prefill:\n    - http://a:1\n",
+        "bad.yaml:2:3: workers.decode: at least one decode worker is required, or a discovery source "
+        "for it (discovery.dns.decode.name or discovery.kubernetes.decode.selector)");
     EXPECT_ERROR("workers:\n  prefill: []\n  decode: [http://a:1]\n",
-                 "bad.yaml:2:12: workers.prefill: at least one prefill worker is required");
-    EXPECT_ERROR("listen: {}\n",
-                 "bad.yaml:1:1: missing required key 'workers' (at least one prefill and one decode worker)");
+                 "bad.yaml:2:12: workers.prefill: at least one prefill worker is required, or a discovery "
+                 "source for it (discovery.dns.prefill.name or discovery.kubernetes.prefill.selector)");
+    EXPECT_ERROR("listen: {}\n", "bad.yaml:1:1: workers.prefill: at least one prefill worker is required*");
 
     /* Syntax errors: problem, problem mark and context. */
     EXPECT_ERROR(
@@ -466,6 +469,288 @@ static void test_urls(void)
     CHECK_STR(err, "'https://a:1': TLS to workers is not supported yet; use http://");
     CHECK(pdr_worker_conf_parse_url("http://::1:80", &w, err, sizeof(err)) == PDR_EINVAL);
     CHECK_STR(err, "'http://::1:80': invalid port; write IPv6 addresses in brackets: http://[::1]:30001");
+}
+
+static void check_discovery_defaults(const pdr_config_t *c)
+{
+    for (int r = 0; r < 2; r++) {
+        CHECK(c->discovery.dns.role[r].name == NULL);
+        CHECK(c->discovery.dns.role[r].port == 0);
+        CHECK(c->discovery.kubernetes.role[r].selector == NULL);
+        CHECK(c->discovery.kubernetes.role[r].port == 0);
+    }
+    CHECK(c->discovery.dns.role[PDR_ROLE_PREFILL].bootstrap_port == 8998);
+    CHECK(c->discovery.dns.role[PDR_ROLE_DECODE].bootstrap_port == -1);
+    CHECK(c->discovery.kubernetes.role[PDR_ROLE_PREFILL].bootstrap_port == 8998);
+    CHECK(c->discovery.kubernetes.role[PDR_ROLE_DECODE].bootstrap_port == -1);
+    CHECK(c->discovery.dns.interval_ms == 5000);
+    CHECK(c->discovery.dns.resolver == NULL);
+    CHECK(c->discovery.kubernetes.namespace_ == NULL);
+    CHECK(c->discovery.kubernetes.api_server == NULL);
+    CHECK(c->discovery.kubernetes.token_file == NULL);
+    CHECK(c->discovery.kubernetes.ca_file == NULL);
+    CHECK(c->discovery.kubernetes.watch_timeout_s == 300);
+}
+
+static void test_discovery(void)
+{
+    char err[512];
+    pdr_config_t *c = pdr_config_new_default();
+    CHECK(c != NULL);
+    if (c == NULL)
+        return;
+    check_discovery_defaults(c);
+    pdr_config_unref(c);
+    c = load(WORKERS, err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        check_discovery_defaults(c);
+        pdr_config_unref(c);
+    }
+
+    /* Every key; no static workers at all. */
+    static const char full[] =
+        "discovery:\n"
+        "  dns:\n"
+        "    interval_ms: 100\n"
+        "    resolver: 127.0.0.1:5353\n"
+        "    prefill: { name: sglang-prefill.ns.svc.cluster.local, port: 30000,\n"
+        "               bootstrap_port: 9000 }\n"
+        "    decode:  { name: sglang-decode.ns.svc.cluster.local., port: 30001 }\n"
+        "  kubernetes:\n"
+        "    namespace: sglang\n"
+        "    api_server: https://10.0.0.1:443\n"
+        "    token_file: /var/run/token\n"
+        "    ca_file: ca.crt\n"
+        "    watch_timeout_s: 3600\n"
+        "    prefill: { selector: \"app=sglang,component=prefill\", port: 30000,\n"
+        "               bootstrap_port: none }\n"
+        "    decode:  { selector: \"app.kubernetes.io/name=sglang,tier!=x,gpu,!old\" }\n";
+    c = load(full, err, sizeof(err));
+    CHECK(c != NULL);
+    if (c == NULL) {
+        fprintf(stderr, "  %s\n", err);
+        return;
+    }
+    CHECK(c->n_prefill == 0 && c->n_decode == 0);
+    CHECK(c->discovery.dns.interval_ms == 100);
+    CHECK_STR(c->discovery.dns.resolver, "127.0.0.1:5353");
+    CHECK_STR(c->discovery.dns.role[PDR_ROLE_PREFILL].name, "sglang-prefill.ns.svc.cluster.local");
+    CHECK(c->discovery.dns.role[PDR_ROLE_PREFILL].port == 30000);
+    CHECK(c->discovery.dns.role[PDR_ROLE_PREFILL].bootstrap_port == 9000);
+    CHECK_STR(c->discovery.dns.role[PDR_ROLE_DECODE].name, "sglang-decode.ns.svc.cluster.local.");
+    CHECK(c->discovery.dns.role[PDR_ROLE_DECODE].port == 30001);
+    CHECK(c->discovery.dns.role[PDR_ROLE_DECODE].bootstrap_port == -1);
+    CHECK_STR(c->discovery.kubernetes.namespace_, "sglang");
+    CHECK_STR(c->discovery.kubernetes.api_server, "https://10.0.0.1:443");
+    CHECK_STR(c->discovery.kubernetes.token_file, "/var/run/token");
+    CHECK_STR(c->discovery.kubernetes.ca_file, "ca.crt");
+    CHECK(c->discovery.kubernetes.watch_timeout_s == 3600);
+    CHECK_STR(c->discovery.kubernetes.role[PDR_ROLE_PREFILL].selector, "app=sglang,component=prefill");
+    CHECK(c->discovery.kubernetes.role[PDR_ROLE_PREFILL].port == 30000);
+    CHECK(c->discovery.kubernetes.role[PDR_ROLE_PREFILL].bootstrap_port == -1);
+    CHECK_STR(c->discovery.kubernetes.role[PDR_ROLE_DECODE].selector,
+              "app.kubernetes.io/name=sglang,tier!=x,gpu,!old");
+    CHECK(c->discovery.kubernetes.role[PDR_ROLE_DECODE].port == 0);
+    CHECK(c->discovery.kubernetes.role[PDR_ROLE_DECODE].bootstrap_port == -1);
+    CHECK(pdr_config_validate(c, err, sizeof(err)) == 0);
+    pdr_config_unref(c);
+
+    /* One role static, the other discovered; role defaults; the resolver's other spellings. */
+    static const char *const resolvers[] = {"10.0.0.53", "\"[fd00::53]:5353\"", "\"[::1]\"", "fd00::53"};
+    for (size_t i = 0; i < sizeof(resolvers) / sizeof(resolvers[0]); i++) {
+        char text[512];
+        snprintf(text, sizeof(text),
+                 "workers: { prefill: [ http://127.0.0.1:30001 ] }\n"
+                 "discovery:\n  dns:\n    resolver: %s\n    decode: { name: decode.test, port: 80 }\n"
+                 "  kubernetes: { prefill: { selector: app } }\n",
+                 resolvers[i]);
+        c = load(text, err, sizeof(err));
+        CHECK(c != NULL);
+        if (c == NULL) {
+            fprintf(stderr, "  %s: %s\n", resolvers[i], err);
+            continue;
+        }
+        CHECK(c->n_prefill == 1 && c->n_decode == 0);
+        CHECK(c->discovery.dns.role[PDR_ROLE_PREFILL].name == NULL);
+        CHECK(c->discovery.dns.role[PDR_ROLE_PREFILL].bootstrap_port == 8998);
+        CHECK(c->discovery.dns.interval_ms == 5000);
+        CHECK(c->discovery.kubernetes.role[PDR_ROLE_PREFILL].bootstrap_port == 8998);
+        CHECK(c->discovery.kubernetes.role[PDR_ROLE_PREFILL].port == 0);
+        CHECK(c->discovery.kubernetes.watch_timeout_s == 300);
+        CHECK(c->discovery.kubernetes.namespace_ == NULL);
+        pdr_config_unref(c);
+    }
+
+    /* A snapshot built in code: validate applies the same rules. */
+    c = pdr_config_new_default();
+    if (c != NULL) {
+        c->discovery.dns.role[PDR_ROLE_PREFILL].name = strdup("prefill.test");
+        c->discovery.kubernetes.role[PDR_ROLE_DECODE].selector = strdup("app=x");
+        CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
+        CHECK_STR(err, "discovery.dns.prefill.port: 0 is out of range, expected 1..65535");
+        c->discovery.dns.role[PDR_ROLE_PREFILL].port = 30000;
+        CHECK(pdr_config_validate(c, err, sizeof(err)) == 0);
+        c->discovery.kubernetes.role[PDR_ROLE_DECODE].bootstrap_port = 8998;
+        CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
+        CHECK_STR(err,
+                  "discovery.kubernetes.decode.bootstrap_port: only prefill workers have a bootstrap port");
+        c->discovery.kubernetes.role[PDR_ROLE_DECODE].bootstrap_port = -1;
+        c->discovery.dns.resolver = strdup("localhost");
+        CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
+        CHECK_STR(err, "discovery.dns.resolver: 'localhost' is not a resolver address: expected IPv4[:port], "
+                       "[IPv6]:port or IPv6");
+        free(c->discovery.dns.resolver);
+        c->discovery.dns.resolver = NULL;
+        c->discovery.dns.interval_ms = 99;
+        CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
+        CHECK_STR(err, "discovery.dns.interval_ms: 99 is out of range, expected 100..3600000");
+        c->discovery.dns.interval_ms = 100;
+        free(c->discovery.kubernetes.role[PDR_ROLE_DECODE].selector);
+        c->discovery.kubernetes.role[PDR_ROLE_DECODE].selector = NULL;
+        CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
+        CHECK_STR(err, "workers.decode: at least one decode worker is required, or a discovery source for it "
+                       "(discovery.dns.decode.name or discovery.kubernetes.decode.selector)");
+        pdr_config_unref(c);
+    }
+
+    /* --config with discovery only: the flags path accepts it. */
+    const char *path = write_file("cli-discovery.yaml", "discovery:\n  dns:\n"
+                                                        "    prefill: { name: p.test, port: 1 }\n"
+                                                        "    decode: { name: d.test, port: 2 }\n");
+    const char *argv[] = {"pdrouter", "--config", path, "--port", "7002", NULL};
+    pdr_cli_t cli;
+    CHECK(pdr_config_parse_args(5, (char **)argv, &cli, err, sizeof(err)) == 0 && cli.config != NULL);
+    if (cli.config != NULL) {
+        CHECK(cli.config->listen_port == 7002);
+        CHECK(cli.config->n_prefill == 0);
+        CHECK_STR(cli.config->discovery.dns.role[PDR_ROLE_DECODE].name, "d.test");
+        pdr_config_unref(cli.config);
+    }
+}
+
+#define DNS_HEAD "discovery:\n  dns:\n"
+#define K8S_HEAD "discovery:\n  kubernetes:\n"
+
+static void test_discovery_errors(void)
+{
+    /* Structure. */
+    EXPECT_ERROR(WORKERS "discovery:\n  consul: {}\n",
+                 "bad.yaml:5:3: unknown key 'consul' in 'discovery' (valid keys: dns, kubernetes)");
+    EXPECT_ERROR(WORKERS "discovery:\n  dns:\n    ttl: 1\n",
+                 "bad.yaml:6:5: unknown key 'ttl' in 'discovery.dns' (valid keys: interval_ms, resolver, "
+                 "prefill, decode)");
+    EXPECT_ERROR(
+        WORKERS K8S_HEAD "    prefill: { selector: a, weight: 1 }\n",
+        "bad.yaml:6:29: unknown key 'weight' in 'discovery.kubernetes.prefill' (valid keys: selector, "
+        "port, bootstrap_port)");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    interval_ms: 100\n    interval_ms: 200\n",
+                 "bad.yaml:7:5: duplicate key 'interval_ms' in 'discovery.dns'");
+    EXPECT_ERROR(WORKERS "discovery: {}\ndiscovery: {}\n",
+                 "bad.yaml:5:1: duplicate key 'discovery' at the top level");
+    EXPECT_ERROR(WORKERS "discovery: dns\n", "bad.yaml:4:12: discovery: expected a mapping, got a scalar");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    prefill:\n",
+                 "bad.yaml:6:13: discovery.dns.prefill: expected a mapping, got null");
+
+    /* dns. */
+    EXPECT_ERROR(WORKERS DNS_HEAD "    interval_ms: 99\n",
+                 "bad.yaml:6:18: discovery.dns.interval_ms: 99 is out of range, expected 100..3600000");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    interval_ms: 3600001\n",
+                 "bad.yaml:6:18: discovery.dns.interval_ms: 3600001 is out of range, expected 100..3600000");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    resolver: dns.google\n",
+                 "bad.yaml:6:15: discovery.dns.resolver: 'dns.google' is not a resolver address: expected "
+                 "IPv4[:port], [IPv6]:port or IPv6");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    resolver: 10.0.0.1:0\n",
+                 "bad.yaml:6:15: discovery.dns.resolver: '10.0.0.1:0': invalid port, expected 1..65535");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    resolver: \"[::1\"\n",
+                 "bad.yaml:6:15: discovery.dns.resolver: '[::1' is not a resolver address*");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    resolver: \"[::1]:99999\"\n",
+                 "bad.yaml:6:15: discovery.dns.resolver: '[::1]:99999': invalid port, expected 1..65535");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    resolver: 1.2.3\n",
+                 "bad.yaml:6:15: discovery.dns.resolver: '1.2.3' is not a resolver address*");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    resolver:\n",
+                 "bad.yaml:6:14: discovery.dns.resolver: expected a string, got null");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    prefill: { port: 30000 }\n",
+                 "bad.yaml:6:14: discovery.dns.prefill: missing required key 'name'");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    decode: { name: d.test }\n",
+                 "bad.yaml:6:13: discovery.dns.decode: missing required key 'port' (the workers' HTTP port)");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    decode: { name: d.test, port: 0 }\n",
+                 "bad.yaml:6:35: discovery.dns.decode.port: 0 is out of range, expected 1..65535");
+    EXPECT_ERROR(
+        WORKERS DNS_HEAD "    decode: { name: d.test, port: 1, bootstrap_port: 8998 }\n",
+        "bad.yaml:6:54: discovery.dns.decode.bootstrap_port: only prefill workers have a bootstrap port");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    prefill: { name: p.test, port: 1, bootstrap_port: 0 }\n",
+                 "bad.yaml:6:55: discovery.dns.prefill.bootstrap_port: 0 is out of range, expected 1..65535");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    prefill: { name: \"bad name\", port: 1 }\n",
+                 "bad.yaml:6:22: discovery.dns.prefill.name: 'bad name' is not a host name: only letters, "
+                 "digits, '-', '_' and '.' are allowed");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    prefill: { name: a..b, port: 1 }\n",
+                 "bad.yaml:6:22: discovery.dns.prefill.name: 'a..b' is not a host name: each label has 1..63 "
+                 "characters");
+    EXPECT_ERROR(
+        WORKERS DNS_HEAD "    prefill: { name: -a.b, port: 1 }\n",
+        "bad.yaml:6:22: discovery.dns.prefill.name: '-a.b' is not a host name: a label starts or ends "
+        "with '-'");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    prefill: { name: http://p.test, port: 1 }\n",
+                 "bad.yaml:6:22: discovery.dns.prefill.name: 'http://p.test' is not a host name*");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    prefill: { name: \"\", port: 1 }\n",
+                 "bad.yaml:6:22: discovery.dns.prefill.name: '' is not a host name");
+    EXPECT_ERROR(WORKERS DNS_HEAD
+                 "    prefill: { name: "
+                 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.test, port: 1 }\n",
+                 "bad.yaml:6:22: discovery.dns.prefill.name: '*");
+
+    /* kubernetes. */
+    EXPECT_ERROR(WORKERS K8S_HEAD "    prefill: { port: 30000 }\n",
+                 "bad.yaml:6:14: discovery.kubernetes.prefill: missing required key 'selector'");
+    EXPECT_ERROR(WORKERS K8S_HEAD "    prefill: { selector: \"\" }\n",
+                 "bad.yaml:6:26: discovery.kubernetes.prefill.selector: '': expected a label key at offset 0 "
+                 "(terms are k=v, k!=v, k or !k, separated by ',')");
+    EXPECT_ERROR(
+        WORKERS K8S_HEAD "    prefill: { selector: \"app in (a,b)\" }\n",
+        "bad.yaml:6:26: discovery.kubernetes.prefill.selector: 'app in (a,b)': invalid term at offset 0 "
+        "(terms are k=v, k!=v, k or !k, separated by ',')");
+    EXPECT_ERROR(WORKERS K8S_HEAD "    prefill: { selector: \"app=a,\" }\n",
+                 "bad.yaml:6:26: discovery.kubernetes.prefill.selector: 'app=a,': expected a label key at "
+                 "offset 6*");
+    EXPECT_ERROR(
+        WORKERS K8S_HEAD "    prefill: { selector: \"!app=a\" }\n",
+        "bad.yaml:6:26: discovery.kubernetes.prefill.selector: '!app=a': '!key' takes no value (offset "
+        "4)");
+    EXPECT_ERROR(WORKERS K8S_HEAD "    prefill: { selector: \"a=b/c\" }\n",
+                 "bad.yaml:6:26: discovery.kubernetes.prefill.selector: 'a=b/c': invalid term at offset 0*");
+    EXPECT_ERROR(WORKERS K8S_HEAD "    decode: { selector: a, port: -1 }\n",
+                 "bad.yaml:6:34: discovery.kubernetes.decode.port: -1 is out of range, expected 0..65535");
+    EXPECT_ERROR(WORKERS K8S_HEAD "    decode: { selector: a, bootstrap_port: 1 }\n",
+                 "bad.yaml:6:44: discovery.kubernetes.decode.bootstrap_port: only prefill workers have a "
+                 "bootstrap port");
+    EXPECT_ERROR(WORKERS K8S_HEAD "    namespace: SGLang\n",
+                 "bad.yaml:6:16: discovery.kubernetes.namespace: 'SGLang' is not a namespace name: 1..63 "
+                 "lowercase letters, digits or '-', starting and ending with a letter or digit");
+    EXPECT_ERROR(WORKERS K8S_HEAD "    api_server: 10.0.0.1:443\n",
+                 "bad.yaml:6:17: discovery.kubernetes.api_server: '10.0.0.1:443' is not a URL: expected "
+                 "https://host[:port] or http://host[:port]");
+    EXPECT_ERROR(
+        WORKERS K8S_HEAD "    api_server: \"https://a b\"\n",
+        "bad.yaml:6:17: discovery.kubernetes.api_server: 'https://a b': spaces, control characters and "
+        "non-ASCII bytes are not allowed");
+    EXPECT_ERROR(WORKERS K8S_HEAD "    watch_timeout_s: 0\n",
+                 "bad.yaml:6:22: discovery.kubernetes.watch_timeout_s: 0 is out of range, expected 1..3600");
+    EXPECT_ERROR(
+        WORKERS K8S_HEAD "    watch_timeout_s: 3601\n",
+        "bad.yaml:6:22: discovery.kubernetes.watch_timeout_s: 3601 is out of range, expected 1..3600");
+    EXPECT_ERROR(WORKERS K8S_HEAD "    token_file: \"\"\n",
+                 "bad.yaml:6:17: discovery.kubernetes.token_file: must not be empty");
+    EXPECT_ERROR(WORKERS K8S_HEAD "    ca_file: [a]\n",
+                 "bad.yaml:6:14: discovery.kubernetes.ca_file: expected a string, got a sequence");
+
+    /* A role without workers needs a discovery source; the other source's settings alone are not one. */
+    EXPECT_ERROR(
+        "workers: { prefill: [ http://a:1 ] }\ndiscovery: { dns: { interval_ms: 100 } }\n",
+        "bad.yaml:1:10: workers.decode: at least one decode worker is required, or a discovery source "
+        "for it (discovery.dns.decode.name or discovery.kubernetes.decode.selector)");
+    EXPECT_ERROR("discovery: { dns: { decode: { name: d.test, port: 1 } } }\n",
+                 "bad.yaml:1:1: workers.prefill: at least one prefill worker is required*");
 }
 
 static int parse(const char **argv, pdr_cli_t *cli, char *err, size_t errlen)
@@ -727,8 +1012,11 @@ int main(void)
     test_errors();
     test_urls();
     test_cli();
+    test_discovery();
+    test_discovery_errors();
 
-    static const char *const files[] = {"full.yaml", "empty.yaml", "cli.yaml", "cli-bad.yaml"};
+    static const char *const files[] = {"full.yaml", "empty.yaml", "cli.yaml", "cli-bad.yaml",
+                                        "cli-discovery.yaml"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         char p[300];
         snprintf(p, sizeof(p), "%s/%s", tmpdir, files[i]);

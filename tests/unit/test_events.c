@@ -120,8 +120,8 @@ static void test_pool_records(void)
         return;
     pdr_pool_t p;
     CHECK(pdr_pool_init(&p, c) == 0);
-    pdr_pool_eject(&p, &p.workers[PDR_ROLE_DECODE][0], "connection refused");
-    pdr_pool_report_failure(&p, &p.workers[PDR_ROLE_PREFILL][0], "status 500");
+    pdr_pool_eject(&p, pdr_pool__at(&p, PDR_ROLE_DECODE, 0), "connection refused");
+    pdr_pool_report_failure(&p, pdr_pool__at(&p, PDR_ROLE_PREFILL, 0), "status 500");
     pdr_event_t out[PDR_EVENTS_CAP];
     CHECK(pdr_events_snapshot(&p.events, out, PDR_EVENTS_CAP, NULL) == 2);
     CHECK(strcmp(out[0].worker, "decode-0") == 0 && strstr(out[0].message, "ejected") != NULL &&

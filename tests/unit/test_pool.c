@@ -1,8 +1,10 @@
 /* Unit tests for the worker pool: the health state machine, round robin, least load (power of two
- * choices), ejection and retries avoiding a failed worker, the drain state machine and worker ids. */
+ * choices), ejection and retries avoiding a failed worker, the drain state machine, worker ids, and
+ * membership changes (add, remove, reconcile, reload, delete) with reference-counted workers. */
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "err.h"
 #include "config.h"
 #include "pool.h"
 #include "util.h"
@@ -44,6 +46,26 @@ static pdr_config_t *make_config(int np, int nd, const char *pp, const char *dp)
     return c;
 }
 
+/* The i-th worker of the role, borrowed from the pool. */
+static pdr_worker_t *W(pdr_pool_t *p, pdr_role_t role, size_t i)
+{
+    return pdr_pool__at(p, role, i);
+}
+
+/* A pick, borrowed (the pool keeps the worker alive in these single-threaded tests). */
+static pdr_worker_t *pick(pdr_pool_t *p, pdr_role_t role, const uint64_t *avoid, size_t n)
+{
+    pdr_worker_t *w = pdr_pool_pick(p, role, avoid, n);
+    pdr_worker_unref(w);
+    return w;
+}
+
+static int pick_seq(pdr_pool_t *p, pdr_role_t role, const uint64_t *avoid, size_t n)
+{
+    pdr_worker_t *w = pick(p, role, avoid, n);
+    return w != NULL ? (int)w->seq : -1;
+}
+
 static void test_round_robin(void)
 {
     pdr_config_t *c = make_config(3, 1, "round_robin", "round_robin");
@@ -51,22 +73,23 @@ static void test_round_robin(void)
     CHECK(pdr_pool_init(&p, c) == 0);
     int seen[3] = {0};
     for (int i = 0; i < 9; i++)
-        seen[pdr_pool_pick(&p, PDR_ROLE_PREFILL, 0)->index]++;
+        seen[pick_seq(&p, PDR_ROLE_PREFILL, NULL, 0)]++;
     CHECK(seen[0] == 3 && seen[1] == 3 && seen[2] == 3);
     /* An ejected worker is skipped; the rest share the load. */
-    pdr_pool_eject(&p, &p.workers[PDR_ROLE_PREFILL][1], "test");
-    CHECK(!p.workers[PDR_ROLE_PREFILL][1].health.healthy);
+    pdr_pool_eject(&p, W(&p, PDR_ROLE_PREFILL, 1), "test");
+    CHECK(!W(&p, PDR_ROLE_PREFILL, 1)->health.healthy);
     CHECK(pdr_pool_count_healthy(&p, PDR_ROLE_PREFILL) == 2);
     for (int i = 0; i < 10; i++)
-        CHECK(pdr_pool_pick(&p, PDR_ROLE_PREFILL, 0)->index != 1);
+        CHECK(pick_seq(&p, PDR_ROLE_PREFILL, NULL, 0) != 1);
     /* A retry avoids the worker that just failed while another is healthy. */
+    uint64_t tried[2] = {W(&p, PDR_ROLE_PREFILL, 0)->uid, W(&p, PDR_ROLE_PREFILL, 2)->uid};
     for (int i = 0; i < 10; i++)
-        CHECK(pdr_pool_pick(&p, PDR_ROLE_PREFILL, 1ull << 0)->index == 2);
+        CHECK(pick_seq(&p, PDR_ROLE_PREFILL, tried, 1) == 2);
     /* If every healthy worker was avoided, one is still returned. */
-    CHECK(pdr_pool_pick(&p, PDR_ROLE_PREFILL, (1ull << 0) | (1ull << 2)) != NULL);
-    pdr_pool_eject(&p, &p.workers[PDR_ROLE_PREFILL][0], "test");
-    pdr_pool_eject(&p, &p.workers[PDR_ROLE_PREFILL][2], "test");
-    CHECK(pdr_pool_pick(&p, PDR_ROLE_PREFILL, 0) == NULL);
+    CHECK(pick(&p, PDR_ROLE_PREFILL, tried, 2) != NULL);
+    pdr_pool_eject(&p, W(&p, PDR_ROLE_PREFILL, 0), "test");
+    pdr_pool_eject(&p, W(&p, PDR_ROLE_PREFILL, 2), "test");
+    CHECK(pick(&p, PDR_ROLE_PREFILL, NULL, 0) == NULL);
     pdr_pool_dispose(&p);
     pdr_config_unref(c);
 }
@@ -76,32 +99,34 @@ static void test_least_load(void)
     pdr_config_t *c = make_config(1, 4, "round_robin", "least_load");
     pdr_pool_t p;
     CHECK(pdr_pool_init(&p, c) == 0);
-    pdr_worker_t *d = p.workers[PDR_ROLE_DECODE];
-    d[0].inflight = 10;
-    d[1].inflight = 10;
-    d[2].inflight = 10;
-    d[3].inflight = 0;
+    pdr_worker_t *d[4];
+    for (int i = 0; i < 4; i++)
+        d[i] = W(&p, PDR_ROLE_DECODE, (size_t)i);
+    d[0]->inflight = 10;
+    d[1]->inflight = 10;
+    d[2]->inflight = 10;
+    d[3]->inflight = 0;
     /* With two random choices, the idle worker wins whenever it is drawn: about half the picks, and
      * a loaded worker is never preferred over it. */
     int idle = 0;
     for (int i = 0; i < 2000; i++)
-        idle += pdr_pool_pick(&p, PDR_ROLE_DECODE, 0)->index == 3;
+        idle += pick_seq(&p, PDR_ROLE_DECODE, NULL, 0) == 3;
     CHECK(idle > 800 && idle < 1200);
     /* Two workers: the less loaded always wins. */
-    pdr_pool_eject(&p, &d[0], "test");
-    pdr_pool_eject(&p, &d[1], "test");
+    pdr_pool_eject(&p, d[0], "test");
+    pdr_pool_eject(&p, d[1], "test");
     for (int i = 0; i < 100; i++)
-        CHECK(pdr_pool_pick(&p, PDR_ROLE_DECODE, 0)->index == 3);
+        CHECK(pick_seq(&p, PDR_ROLE_DECODE, NULL, 0) == 3);
     /* Load spreads when equal. */
-    d[2].inflight = d[3].inflight = 0;
+    d[2]->inflight = d[3]->inflight = 0;
     int cnt[4] = {0};
     for (int i = 0; i < 1000; i++) {
-        pdr_worker_t *w = pdr_pool_pick(&p, PDR_ROLE_DECODE, 0);
-        cnt[w->index]++;
+        pdr_worker_t *w = pick(&p, PDR_ROLE_DECODE, NULL, 0);
+        cnt[w->seq]++;
         w->inflight++;
     }
     CHECK(abs(cnt[2] - cnt[3]) <= 2);
-    CHECK(strcmp(p.workers[PDR_ROLE_PREFILL][0].bootstrap_host, "127.0.0.1") == 0);
+    CHECK(strcmp(W(&p, PDR_ROLE_PREFILL, 0)->bootstrap_host, "127.0.0.1") == 0);
     pdr_pool_dispose(&p);
     pdr_config_unref(c);
 }
@@ -111,7 +136,7 @@ static void test_drain(void)
     pdr_config_t *c = make_config(2, 1, "round_robin", "least_load");
     pdr_pool_t p;
     CHECK(pdr_pool_init(&p, c) == 0);
-    pdr_worker_t *w0 = &p.workers[PDR_ROLE_PREFILL][0], *w1 = &p.workers[PDR_ROLE_PREFILL][1];
+    pdr_worker_t *w0 = W(&p, PDR_ROLE_PREFILL, 0), *w1 = W(&p, PDR_ROLE_PREFILL, 1);
     CHECK(strcmp(pdr_worker_state_name(w0), "healthy") == 0);
 
     /* Idle worker: drain goes straight to DRAINED. */
@@ -129,8 +154,8 @@ static void test_drain(void)
     CHECK(pdr_pool_count_healthy(&p, PDR_ROLE_PREFILL) == 1);
     CHECK(pdr_pool_count_state(&p, PDR_ROLE_PREFILL, PDR_DRAIN_DRAINING) == 1);
     for (int i = 0; i < 10; i++)
-        CHECK(pdr_pool_pick(&p, PDR_ROLE_PREFILL, 0) == w1);
-    CHECK(pdr_pool_pick(&p, PDR_ROLE_PREFILL, 1u << 1) == w1); /* the only serving one, even if avoided */
+        CHECK(pick(&p, PDR_ROLE_PREFILL, NULL, 0) == w1);
+    CHECK(pick(&p, PDR_ROLE_PREFILL, &w1->uid, 1) == w1); /* the only serving one, even if avoided */
     /* A second drain only moves the deadline; the count does not change. */
     CHECK(pdr_pool_drain(&p, w0, 0, "again") == PDR_DRAIN_DRAINING && w0->drains_total == 1);
     CHECK(pdr_pool_drain_tick(&p, pdr_now_ms()) == 0); /* busy, no deadline */
@@ -160,16 +185,22 @@ static void test_drain(void)
 
     /* Every prefill drained: nothing to pick. Activate restores health-based state. */
     pdr_pool_drain(&p, w1, 0, "test");
-    CHECK(pdr_pool_pick(&p, PDR_ROLE_PREFILL, 0) == NULL &&
-          pdr_pool_count_healthy(&p, PDR_ROLE_PREFILL) == 0);
+    CHECK(pick(&p, PDR_ROLE_PREFILL, NULL, 0) == NULL && pdr_pool_count_healthy(&p, PDR_ROLE_PREFILL) == 0);
     pdr_pool_eject(&p, w1, "test");
     CHECK(strcmp(pdr_worker_state_name(w1), "drained") == 0);
     pdr_pool_activate(&p, w1);
     CHECK(strcmp(pdr_worker_state_name(w1), "unhealthy") == 0);
     pdr_pool_activate(&p, w0);
-    CHECK(pdr_pool_pick(&p, PDR_ROLE_PREFILL, 0) == w0);
+    CHECK(pick(&p, PDR_ROLE_PREFILL, NULL, 0) == w0);
     pdr_pool_dispose(&p);
     pdr_config_unref(c);
+}
+
+static int found(pdr_pool_t *p, const char *id, size_t len, pdr_worker_t *want)
+{
+    pdr_worker_t *w = pdr_pool_find(p, id, len);
+    pdr_worker_unref(w);
+    return w == want;
 }
 
 static void test_find(void)
@@ -177,17 +208,133 @@ static void test_find(void)
     pdr_config_t *c = make_config(2, 3, "round_robin", "round_robin");
     pdr_pool_t p;
     CHECK(pdr_pool_init(&p, c) == 0);
-    CHECK(pdr_pool_find(&p, "prefill-0", 9) == &p.workers[PDR_ROLE_PREFILL][0]);
-    CHECK(pdr_pool_find(&p, "prefill-1", 9) == &p.workers[PDR_ROLE_PREFILL][1]);
-    CHECK(pdr_pool_find(&p, "decode-2", 8) == &p.workers[PDR_ROLE_DECODE][2]);
-    CHECK(pdr_pool_find(&p, "prefill-2", 9) == NULL);
-    CHECK(pdr_pool_find(&p, "prefill-01", 10) == NULL);
-    CHECK(pdr_pool_find(&p, "prefill-", 8) == NULL);
-    CHECK(pdr_pool_find(&p, "prefill-1x", 10) == NULL);
-    CHECK(pdr_pool_find(&p, "decode-0/drain", 8) == &p.workers[PDR_ROLE_DECODE][0]);
-    CHECK(pdr_pool_find(&p, "decoder-0", 9) == NULL);
-    CHECK(pdr_pool_find(&p, "prefill-99999999999999999999", 28) == NULL);
+    CHECK(found(&p, "prefill-0", 9, W(&p, PDR_ROLE_PREFILL, 0)));
+    CHECK(found(&p, "prefill-1", 9, W(&p, PDR_ROLE_PREFILL, 1)));
+    CHECK(found(&p, "decode-2", 8, W(&p, PDR_ROLE_DECODE, 2)));
+    CHECK(found(&p, "prefill-2", 9, NULL));
+    CHECK(found(&p, "prefill-01", 10, NULL));
+    CHECK(found(&p, "prefill-", 8, NULL));
+    CHECK(found(&p, "prefill-1x", 10, NULL));
+    CHECK(found(&p, "decode-0/drain", 8, W(&p, PDR_ROLE_DECODE, 0)));
+    CHECK(found(&p, "decoder-0", 9, NULL));
+    CHECK(found(&p, "prefill-99999999999999999999", 28, NULL));
     pdr_pool_dispose(&p);
+    pdr_config_unref(c);
+}
+
+static pdr_worker_conf_t conf_of(const char *url, int bport)
+{
+    pdr_worker_conf_t w;
+    char err[128];
+    CHECK(pdr_worker_conf_parse_url(url, &w, err, sizeof(err)) == 0);
+    w.bootstrap_port = bport;
+    return w;
+}
+
+static void test_membership(void)
+{
+    pdr_config_t *c = make_config(2, 1, "round_robin", "round_robin");
+    pdr_pool_t p;
+    CHECK(pdr_pool_init(&p, c) == 0);
+    uint64_t gen0 = p.generation;
+
+    /* add: a new id after the static ones, a reference for the caller; the same URL again is refused. */
+    pdr_worker_conf_t wc = conf_of("http://10.0.0.9:30000", 8998);
+    int err = 0;
+    pdr_worker_t *a =
+        pdr_pool_add(&p, PDR_ROLE_PREFILL, &wc, PDR_SOURCE_ADMIN, NULL, "{\"zone\":\"a\"}", &err);
+    CHECK(a != NULL && strcmp(a->id, "prefill-2") == 0 && strcmp(a->source, "admin") == 0);
+    CHECK(strcmp(a->labels_json, "{\"zone\":\"a\"}") == 0 && a->conf->bootstrap_port == 8998);
+    CHECK(pdr_pool_count(&p, PDR_ROLE_PREFILL) == 3 && p.generation != gen0);
+    CHECK(pdr_pool_add(&p, PDR_ROLE_PREFILL, &wc, PDR_SOURCE_ADMIN, NULL, NULL, &err) == NULL &&
+          err == PDR_EEXIST);
+    /* The same URL as a decode is another worker. */
+    pdr_worker_t *ad = pdr_pool_add(&p, PDR_ROLE_DECODE, &wc, PDR_SOURCE_ADMIN, NULL, NULL, &err);
+    CHECK(ad != NULL && strcmp(ad->id, "decode-1") == 0);
+    pdr_worker_unref(ad);
+
+    /* remove while a request holds it: out of the pool, never picked, still valid; ids not reused. */
+    pdr_worker_t *held = pdr_worker_ref(a);
+    pdr_worker_track(held, 1);
+    CHECK(pdr_pool_remove(&p, a, "test") == 0 && pdr_worker_removed(held));
+    CHECK(pdr_pool_remove(&p, a, "again") == PDR_ENOWORKER);
+    CHECK(pdr_pool_count(&p, PDR_ROLE_PREFILL) == 2);
+    for (int i = 0; i < 10; i++)
+        CHECK(pick(&p, PDR_ROLE_PREFILL, NULL, 0) != held);
+    CHECK(found(&p, "prefill-2", 9, NULL));
+    pdr_worker_track(held, -1);
+    pdr_worker_unref(held);
+    pdr_worker_unref(a); /* the add's reference: now freed (ASan checks) */
+    pdr_worker_t *b = pdr_pool_add(&p, PDR_ROLE_PREFILL, &wc, PDR_SOURCE_ADMIN, NULL, NULL, &err);
+    CHECK(b != NULL && strcmp(b->id, "prefill-3") == 0);
+    pdr_worker_unref(b);
+    pdr_worker_conf_clear(&wc);
+
+    /* reconcile: a source's set becomes exactly the input; other sources' workers stay. */
+    pdr_worker_conf_t set[3] = {conf_of("http://10.1.0.1:30000", 8998),
+                                conf_of("http://10.1.0.2:30000", 8998),
+                                conf_of("http://127.0.0.1:30000", 8998)}; /* the last is a static URL */
+    const char *names[3] = {"pod-a", "pod-b", "pod-c"};
+    CHECK(pdr_pool_reconcile(&p, PDR_SOURCE_KUBERNETES, PDR_ROLE_PREFILL, set, names, 3) == 2);
+    CHECK(pdr_pool_count(&p, PDR_ROLE_PREFILL) == 5);
+    pdr_worker_t *k1 = pdr_pool_find(&p, "prefill-4", 9);
+    CHECK(k1 != NULL && strcmp(k1->source, "kubernetes") == 0 && strcmp(k1->name, "pod-a") == 0);
+    pdr_pool_eject(&p, k1, "keeps its state across an identical reconcile");
+    CHECK(pdr_pool_reconcile(&p, PDR_SOURCE_KUBERNETES, PDR_ROLE_PREFILL, set, names, 3) == 0);
+    CHECK(!pdr_worker_removed(k1) && !pdr_worker_healthy(k1));
+    /* pod-a goes away, pod-b changes its bootstrap port (a new worker), a pod-d arrives */
+    pdr_worker_conf_clear(&set[0]);
+    set[0] = conf_of("http://10.1.0.4:30000", 8998);
+    set[1].bootstrap_port = 9999;
+    CHECK(pdr_pool_reconcile(&p, PDR_SOURCE_KUBERNETES, PDR_ROLE_PREFILL, set, names, 2) == 4);
+    CHECK(pdr_worker_removed(k1) && pdr_pool_count(&p, PDR_ROLE_PREFILL) == 5);
+    pdr_worker_unref(k1);
+    CHECK(pdr_pool_reconcile(&p, PDR_SOURCE_KUBERNETES, PDR_ROLE_PREFILL, NULL, NULL, 0) == 2);
+    CHECK(pdr_pool_count(&p, PDR_ROLE_PREFILL) == 3); /* 2 static + prefill-3 (admin) */
+    for (int i = 0; i < 3; i++)
+        pdr_worker_conf_clear(&set[i]);
+
+    /* a reload: unchanged static workers keep their state, a dropped one leaves, a new one comes; the
+     * admin worker stays; the policy changes. */
+    pdr_pool_eject(&p, W(&p, PDR_ROLE_PREFILL, 0), "state to keep");
+    pdr_worker_t *s0 = pdr_pool_find(&p, "prefill-0", 9);
+    pdr_config_t *c2 = make_config(1, 2, "least_load", "round_robin");
+    CHECK(pdr_pool_apply_config(&p, c2) == 2); /* prefill-1 out, a second static decode in */
+    CHECK(!pdr_worker_removed(s0) && !pdr_worker_healthy(s0));
+    CHECK(found(&p, "prefill-1", 9, NULL) &&
+          found(&p, "prefill-3", 9, pdr_pool__at(&p, PDR_ROLE_PREFILL, 1)));
+    CHECK(pdr_pool_count(&p, PDR_ROLE_DECODE) == 3 && p.policy[PDR_ROLE_PREFILL] == PDR_POLICY_LEAST_LOAD);
+    pdr_worker_unref(s0);
+
+    /* delete: idle -> gone at once; busy -> draining, gone at the tick after its last request. */
+    pdr_worker_t *d1 = pdr_pool_find(&p, "decode-1", 8);
+    CHECK(pdr_pool_delete(&p, d1, 0, 0) == -1 && pdr_worker_removed(d1));
+    CHECK(pdr_pool_delete(&p, d1, 0, 0) == PDR_ENOWORKER || pdr_worker_removed(d1));
+    pdr_worker_unref(d1);
+    pdr_worker_t *d0 = pdr_pool_find(&p, "decode-0", 8);
+    pdr_worker_track(d0, 1);
+    CHECK(pdr_pool_delete(&p, d0, 0, 0) == PDR_DRAIN_DRAINING && !pdr_worker_removed(d0));
+    CHECK(pdr_pool_drain_tick(&p, pdr_now_ms()) == 0 && !pdr_worker_removed(d0));
+    pdr_worker_track(d0, -1);
+    CHECK(pdr_pool_drain_tick(&p, pdr_now_ms()) >= 1 && pdr_worker_removed(d0));
+    pdr_worker_unref(d0);
+    /* activate cancels a pending delete */
+    pdr_worker_t *d2 = pdr_pool__at(&p, PDR_ROLE_DECODE, 0);
+    pdr_worker_track(d2, 1);
+    CHECK(pdr_pool_delete(&p, d2, 0, 0) == PDR_DRAIN_DRAINING);
+    pdr_pool_activate(&p, d2);
+    pdr_worker_track(d2, -1);
+    pdr_pool_drain_tick(&p, pdr_now_ms());
+    CHECK(!pdr_worker_removed(d2) && pdr_worker_serving(d2));
+    /* force: gone at once, busy or not */
+    pdr_worker_track(d2, 1);
+    pdr_worker_t *keep = pdr_worker_ref(d2);
+    CHECK(pdr_pool_delete(&p, d2, 1, 0) == -1 && pdr_worker_removed(keep) && pdr_worker_inflight(keep) == 1);
+    pdr_worker_track(keep, -1);
+    pdr_worker_unref(keep);
+
+    pdr_pool_dispose(&p);
+    pdr_config_unref(c2);
     pdr_config_unref(c);
 }
 
@@ -198,5 +345,6 @@ int main(void)
     test_least_load();
     test_drain();
     test_find();
+    test_membership();
     CHECK_DONE();
 }

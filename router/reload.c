@@ -1,0 +1,221 @@
+/*
+ * Configuration reload (SIGHUP, POST /admin/v1/reload) and the discovery sources, both on loop 0.
+ *
+ * A reload parses the command line again (the --config file, then the same flag overrides) into a new
+ * snapshot; an invalid file changes nothing. Otherwise the
+ * snapshot becomes current under config_lock and every loop takes it at its next wakeup: a request keeps
+ * the snapshot it started with to its end. The pool takes the new policies and thresholds and reconciles
+ * the static workers (an unchanged URL keeps its worker: health state, counters, drain state; libcurl's
+ * connection pools are keyed by host, so they stay warm too). The health timer takes the new interval,
+ * and discovery sources whose settings changed are restarted. Keys read only at start (listeners,
+ * threads, the access log file, the body limit that h2o enforces) keep their running values and the
+ * answer names them.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "discovery.h"
+#include "err.h"
+#include "router.h"
+#include "util.h"
+
+static const int source_ids[2] = {PDR_SOURCE_DNS, PDR_SOURCE_KUBERNETES};
+
+/* Discovery thread: the full set of one role from one source becomes that source's workers. */
+static void on_discovered(void *ud, const char *source, pdr_role_t role, const pdr_discovered_t *list,
+                          size_t n)
+{
+    pdr_router_t *r = ud;
+    int src = strcmp(source, "dns") == 0 ? PDR_SOURCE_DNS : PDR_SOURCE_KUBERNETES;
+    pdr_worker_conf_t *confs = calloc(n + 1, sizeof(*confs));
+    const char **names = calloc(n + 1, sizeof(*names));
+    size_t k = 0;
+    for (size_t i = 0; i < n && confs != NULL && names != NULL; i++) {
+        char err[256];
+        if (pdr_worker_conf_parse_url(list[i].url, &confs[k], err, sizeof(err)) != 0) {
+            pdr_warn("%s discovery: %s %s skipped: %s", source, pdr_role_name(role), list[i].url, err);
+            continue;
+        }
+        confs[k].bootstrap_port = role == PDR_ROLE_PREFILL ? list[i].bootstrap_port : -1;
+        names[k] = list[i].name;
+        k++;
+    }
+    if (confs != NULL && names != NULL)
+        pdr_pool_reconcile(&r->pool, src, role, confs, names, k);
+    else
+        pdr_warn("%s discovery: out of memory; %s workers unchanged", source, pdr_role_name(role));
+    for (size_t i = 0; i < k; i++)
+        pdr_worker_conf_clear(&confs[i]);
+    free(confs);
+    free(names);
+}
+
+static int start_source(pdr_router_t *r, int which)
+{
+    char err[512] = "";
+    pdr_discovery_t *d = which == 0 ? pdr_dns_discovery_start(r->config, on_discovered, r, err, sizeof(err))
+                                    : pdr_k8s_discovery_start(r->config, on_discovered, r, err, sizeof(err));
+    if (d == NULL && err[0] != '\0') {
+        pdr_error("%s discovery: %s", which == 0 ? "dns" : "kubernetes", err);
+        return PDR_ECONFIG;
+    }
+    r->discovery[which] = d;
+    r->discovery_config[which] = d != NULL ? pdr_config_ref(r->config) : NULL;
+    return 0;
+}
+
+/* Stops a source and takes its workers out of the pool. */
+static void stop_source(pdr_router_t *r, int which, int forget)
+{
+    pdr_discovery_stop(r->discovery[which]);
+    r->discovery[which] = NULL;
+    if (r->discovery_config[which] != NULL)
+        pdr_config_unref(r->discovery_config[which]);
+    r->discovery_config[which] = NULL;
+    if (forget)
+        for (int role = 0; role < 2; role++)
+            pdr_pool_reconcile(&r->pool, source_ids[which], (pdr_role_t)role, NULL, NULL, 0);
+}
+
+int pdr_router_discovery_start(pdr_router_t *r)
+{
+    for (int which = 0; which < 2; which++) {
+        int rc = start_source(r, which);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+void pdr_router_discovery_stop(pdr_router_t *r)
+{
+    for (int which = 0; which < 2; which++)
+        stop_source(r, which, 0);
+}
+
+static int str_eq(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+static int dns_same(const pdr_config_t *a, const pdr_config_t *b)
+{
+    for (int i = 0; i < 2; i++)
+        if (!str_eq(a->discovery.dns.role[i].name, b->discovery.dns.role[i].name) ||
+            a->discovery.dns.role[i].port != b->discovery.dns.role[i].port ||
+            a->discovery.dns.role[i].bootstrap_port != b->discovery.dns.role[i].bootstrap_port)
+            return 0;
+    return a->discovery.dns.interval_ms == b->discovery.dns.interval_ms &&
+           str_eq(a->discovery.dns.resolver, b->discovery.dns.resolver);
+}
+
+static int k8s_same(const pdr_config_t *a, const pdr_config_t *b)
+{
+    for (int i = 0; i < 2; i++)
+        if (!str_eq(a->discovery.kubernetes.role[i].selector, b->discovery.kubernetes.role[i].selector) ||
+            a->discovery.kubernetes.role[i].port != b->discovery.kubernetes.role[i].port ||
+            a->discovery.kubernetes.role[i].bootstrap_port != b->discovery.kubernetes.role[i].bootstrap_port)
+            return 0;
+    return str_eq(a->discovery.kubernetes.api_server, b->discovery.kubernetes.api_server) &&
+           str_eq(a->discovery.kubernetes.namespace_, b->discovery.kubernetes.namespace_) &&
+           str_eq(a->discovery.kubernetes.token_file, b->discovery.kubernetes.token_file) &&
+           str_eq(a->discovery.kubernetes.ca_file, b->discovery.kubernetes.ca_file) &&
+           a->discovery.kubernetes.watch_timeout_s == b->discovery.kubernetes.watch_timeout_s;
+}
+
+/* Appends to msg the keys whose change needs a restart. */
+static void restart_keys(const pdr_config_t *o, const pdr_config_t *n, char *out, size_t cap)
+{
+    out[0] = '\0';
+    size_t len = 0;
+#define KEEP(cond, key)                                                                                      \
+    do {                                                                                                     \
+        if ((cond) && len < cap)                                                                             \
+            len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", key);                     \
+    } while (0)
+    KEEP(!str_eq(o->listen_host, n->listen_host) || o->listen_port != n->listen_port, "listen");
+    KEEP(!str_eq(o->admin_host, n->admin_host) || o->admin_port != n->admin_port, "admin.host/admin.port");
+    KEEP(o->admin_token_file != NULL && n->admin_token_file == NULL, "admin.token_file (removing it)");
+    KEEP(o->threads != n->threads, "threads");
+    KEEP(o->protocol != n->protocol, "protocol");
+    KEEP(!str_eq(o->log.access_log, n->log.access_log), "log.access_log");
+    KEEP(n->limits.max_body_bytes > o->limits.max_body_bytes, "limits.max_body_bytes (raising it)");
+#undef KEEP
+    if (len >= cap && cap > 0)
+        out[cap - 1] = '\0';
+}
+
+int pdr_router_reload(pdr_router_t *r, char *msg, size_t cap)
+{
+    if (pdr_router_stopping(r)) {
+        snprintf(msg, cap, "the router is shutting down");
+        return PDR_ECLOSED;
+    }
+    if (r->config_path == NULL) {
+        snprintf(msg, cap,
+                 "the router was started from command-line flags: there is no config file to reload "
+                 "(start it with --config FILE)");
+        __atomic_add_fetch(&r->reloads_failed, 1, __ATOMIC_RELAXED);
+        return PDR_ENOTSUP;
+    }
+    char err[1024];
+    /* The command line again: the file, then the same overrides on top (a --drain-grace-ms given at start
+     * still holds after a reload). */
+    pdr_config_t *c = NULL;
+    if (r->argv != NULL) {
+        pdr_cli_t cli;
+        if (pdr_config_parse_args(r->argc, r->argv, &cli, err, sizeof(err)) == 0)
+            c = cli.config;
+    } else {
+        c = pdr_config_load_file(r->config_path, err, sizeof(err));
+    }
+    if (c == NULL) {
+        snprintf(msg, cap, "%s", err);
+        __atomic_add_fetch(&r->reloads_failed, 1, __ATOMIC_RELAXED);
+        pdr_warn("reload refused, the running configuration stays: %s", err);
+        return PDR_ECONFIG;
+    }
+    pdr_config_t *old = r->config;
+    char kept[512];
+    restart_keys(old, c, kept, sizeof(kept));
+    if (c->protocol != old->protocol) {
+        snprintf(msg, cap, "%s: protocol cannot change without a restart", r->config_path);
+        pdr_config_unref(c);
+        __atomic_add_fetch(&r->reloads_failed, 1, __ATOMIC_RELAXED);
+        return PDR_ECONFIG;
+    }
+    int rc = pdr_admin_reload_token(r, c, err, sizeof(err));
+    if (rc != 0) {
+        snprintf(msg, cap, "%s", err);
+        pdr_config_unref(c);
+        __atomic_add_fetch(&r->reloads_failed, 1, __ATOMIC_RELAXED);
+        return rc;
+    }
+    pthread_mutex_lock(&r->config_lock);
+    r->config = c;
+    pthread_mutex_unlock(&r->config_lock);
+    size_t changed = pdr_pool_apply_config(&r->pool, c);
+    pdr_health_restart(r);
+    for (int which = 0; which < 2; which++) {
+        int same = which == 0 ? dns_same(old, c) : k8s_same(old, c);
+        if (same && r->discovery[which] != NULL) {
+            /* keep it running; it reads its own snapshot */
+            continue;
+        }
+        if (!same) {
+            stop_source(r, which, 1);
+            start_source(r, which);
+        }
+    }
+    for (int i = 0; i < r->n_threads; i++)
+        uv_async_send(&r->threads[i].wakeup);
+    pdr_thread_sync_config(&r->threads[0]);
+    pdr_set_log_level_name(c->log.level);
+    pdr_config_unref(old);
+    __atomic_add_fetch(&r->reloads_ok, 1, __ATOMIC_RELAXED);
+    r->last_reload_ms = pdr_now_ms();
+    snprintf(msg, cap, "%zu static worker change%s%s%s%s", changed, changed == 1 ? "" : "s",
+             kept[0] ? "; these keep their running values until a restart: " : "", kept, "");
+    pdr_info("reload of %s applied: %s", r->config_path, msg);
+    return 0;
+}

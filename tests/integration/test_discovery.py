@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Integration tests of pdrouter's worker discovery with real pdsim workers: Kubernetes (against
+k8s_replay.py, a scripted API server replaying real list and watch responses) and DNS (against a real
+dnsmasq on a loopback port).
+
+Usage: test_discovery.py SCENARIO   (one of the functions named scenario_*; ctest runs each separately)
+Exits 77 (skipped) when the scenario's server is not installed. Every wait polls for the event.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pdtest  # noqa: E402
+from pdtest import check, request, request_json  # noqa: E402
+from test_admin import admin, slow_stream, stream_complete  # noqa: E402
+from test_router import BODIES, metric_value, router, sim, stats  # noqa: E402
+
+GEN = BODIES["/generate"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def workers(r, role=None):
+    ws = admin(r, "GET", "/admin/v1/workers")["workers"]
+    return [w for w in ws if role is None or w["role"] == role]
+
+
+def ready(r):
+    try:
+        return request(r.port, "GET", "/readiness", timeout=1)[0] == 200
+    except OSError:
+        return False
+
+
+class K8s:
+    """k8s_replay.py on a free port; .put(), .delete(), .expire() drive its pods."""
+
+    def __init__(self, token, namespace):
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "k8s_replay.py"), "--token", token,
+                                      "--namespace", namespace], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("PORT "), line
+        self.port = int(line.split()[1])
+
+    def control(self, op, body):
+        return request_json(self.port, "POST", "/control/" + op, body)
+
+    def put(self, *pods):
+        return self.control("put", {"pods": list(pods)})
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+def pod(name, role, proc, ready=True, ann=True):
+    spec = {"name": name, "role": role, "ip": "127.0.0.1", "ready": ready, "phase": "Running", "port": proc.port}
+    if ann and role == "prefill":
+        spec["ann"] = str(proc.ports["bport"])
+    return spec
+
+
+def scenario_kubernetes():
+    """Workers from the Kubernetes API only (no static list): the router becomes ready once the list
+    gives it a prefill and a decode; pods show up in the admin API with source kubernetes, their pod name
+    and the sglang.ai/bootstrap-port annotation; a pod turning ready joins, a pod turning not ready or
+    deleted leaves (no new request goes to it; a stream in flight on it completes); a 410 Gone re-lists."""
+    ps = [sim("prefill"), sim("prefill")]
+    d = sim("decode", "--decode-us-per-token", "20000")
+    fd, tok_path = tempfile.mkstemp(prefix="pdrouter-k8s-token-")
+    with os.fdopen(fd, "w") as f:
+        f.write("k8s-token\n")
+    api = K8s("k8s-token", "sglang")
+    try:
+        api.put(pod("sglang-prefill-0", "prefill", ps[0]), pod("sglang-prefill-1", "prefill", ps[1], ready=False),
+                pod("sglang-decode-0", "decode", d))
+        cfg = ("discovery:\n  kubernetes:\n    api_server: http://127.0.0.1:%d\n    namespace: sglang\n"
+               "    token_file: %s\n    prefill: { selector: \"app=sglang,role=prefill\" }\n"
+               "    decode: { selector: \"app=sglang,role=decode\" }\n"
+               "health: { interval_ms: 200 }" % (api.port, tok_path))
+        r = router([], [], config=cfg)
+        ws = workers(r)
+        check(sorted((w["role"], w["name"], w["source"]) for w in ws) ==
+              [("decode", "sglang-decode-0", "kubernetes"), ("prefill", "sglang-prefill-0", "kubernetes")], repr(ws), r)
+        w0 = [w for w in ws if w["name"] == "sglang-prefill-0"][0]
+        check(w0["url"] == "http://127.0.0.1:%d" % ps[0].port and w0["bootstrap_port"] == ps[0].ports["bport"],
+              repr(w0), r)
+        st, _, out = request(r.port, "POST", "/generate", GEN)
+        check(st == 200 and stats(ps[0])["requests"] == 1, "request through a discovered pair: %d %r" % (st, out), r)
+        s = admin(r, "GET", "/admin/v1/status")
+        check(s["discovery"] == ["kubernetes"], repr(s), r)
+
+        # sglang-prefill-1 becomes ready: it joins and takes requests.
+        api.put(pod("sglang-prefill-1", "prefill", ps[1]))
+        pdtest.poll_until(lambda: len(workers(r, "prefill")) == 2, 5, "the ready pod to join")
+        for _ in range(6):
+            check(request(r.port, "POST", "/generate", GEN)[0] == 200, "request with two prefills", r)
+        check(stats(ps[1])["requests"] >= 1, "the joined pod takes no requests", r)
+
+        # sglang-prefill-0 turns not ready: it leaves; requests go to the other.
+        api.put(pod("sglang-prefill-0", "prefill", ps[0], ready=False))
+        pdtest.poll_until(lambda: [w["name"] for w in workers(r, "prefill")] == ["sglang-prefill-1"], 5,
+                          "the not-ready pod to leave")
+        n0 = stats(ps[0])["requests"]
+        for _ in range(4):
+            check(request(r.port, "POST", "/generate", GEN)[0] == 200, "request after not-ready", r)
+        check(stats(ps[0])["requests"] == n0, "a not-ready pod got requests", r)
+
+        # The decode pod is deleted while a stream runs on it: the stream completes, then no decode.
+        t, result = slow_stream(r, tokens=25)
+        pdtest.poll_until(lambda: stats(d)["inflight"] >= 1, 5, "the stream")
+        api.control("delete", {"names": ["sglang-decode-0"]})
+        pdtest.poll_until(lambda: not workers(r, "decode"), 5, "the deleted pod to leave")
+        st, _, out = request(r.port, "POST", "/generate", GEN)
+        check(st == 503 and b"no healthy decode" in out, "without decode pods: %d %r" % (st, out), r)
+        check(not ready(r), "readiness with no decode pod", r)
+        t.join(10)
+        check(stream_complete(result, 25), "the stream on the deleted pod was cut", r)
+
+        # The watch history expires (410 Gone): a re-list brings the decode back.
+        api.control("expire", {"role": "decode", "put": [pod("sglang-decode-0", "decode", d)]})
+        pdtest.poll_until(lambda: ready(r), 5, "readiness after the re-list")
+        check(request(r.port, "POST", "/generate", GEN)[0] == 200, "request after the re-list", r)
+        log = request_json(api.port, "GET", "/control/log")
+        lists = [e for e in log if e["role"] == "decode" and not e["watch"]]
+        check(len(lists) >= 2 and lists[-1]["rv"] is None and all(e["auth_ok"] for e in log),
+              "no re-list after 410: %r" % log[-5:], r)
+        m = request(r.port, "GET", "/metrics")[2].decode()
+        check(metric_value(m, "pdr_workers", role="prefill", source="kubernetes") == 1 and
+              metric_value(m, "pdr_workers_removed_total", source="kubernetes") >= 2, m[-2500:], r)
+        check(r.alive(), "router died", r)
+    finally:
+        pdtest.stop_all()
+        api.close()
+
+
+def start_dnsmasq(hosts_path):
+    """dnsmasq on 127.0.0.1 at a free port, answering *.test from hosts_path alone; exits 77 without it."""
+    exe = shutil.which("dnsmasq") or ("/usr/sbin/dnsmasq" if os.path.exists("/usr/sbin/dnsmasq") else None)
+    if exe is None:
+        print("dnsmasq is not installed: skipped")
+        sys.exit(77)
+    port = pdtest.free_port()
+    argv = [exe, "--no-daemon", "--conf-file=/dev/null", "--port=%d" % port, "--listen-address=127.0.0.1",
+            "--bind-interfaces", "--no-resolv", "--no-hosts", "--addn-hosts=%s" % hosts_path, "--local=/test/",
+            "--pid-file", "--log-facility=-"]
+    if os.geteuid() == 0:
+        argv.append("--user=root")
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, port
+
+
+def sim_at(host, port, bport):
+    """A prefill pdsim on host:port (a loopback address other than 127.0.0.1) with its shim on bport."""
+    p = pdtest.start(["pdsim", "--role", "prefill", "--host", host, "--port", str(port), "--bootstrap-port",
+                      str(bport)], name="pdsim-prefill-%s" % host, health_path=None)
+    pdtest.poll_until(lambda: _up(host, port, p), 10, "pdsim on %s" % host)
+    return p
+
+
+def _up(host, port, p):
+    if not p.alive():
+        raise AssertionError("pdsim exited\n" + p.log_tail())
+    try:
+        return request(port, "GET", "/health", host=host, timeout=1)[0] == 200
+    except OSError:
+        return False
+
+
+def sim_requests(host, port):
+    return request_json(port, "GET", "/pdsim/stats", host=host)["requests"]
+
+
+def scenario_dns():
+    """Workers from DNS (a headless Service's A records, here dnsmasq's): one prefill worker per address
+    of prefill.test at the configured port and bootstrap port; a new address joins and takes requests, a
+    removed one leaves (no request reaches it); a resolver that stops answering changes nothing."""
+    port, bport = pdtest.free_port(), pdtest.free_port()
+    hosts = tempfile.mkdtemp(prefix="pdrouter-dns-")
+    hosts_path = os.path.join(hosts, "hosts")
+
+    def write_hosts(prefill_addrs):
+        with open(hosts_path + ".new", "w") as f:
+            f.write("".join("%s prefill.test\n" % a for a in prefill_addrs) + "127.0.0.1 decode.test\n")
+        os.replace(hosts_path + ".new", hosts_path)
+
+    write_hosts(["127.0.0.2"])
+    dns, dns_port = start_dnsmasq(hosts_path)
+    try:
+        ps = {a: sim_at(a, port, bport) for a in ("127.0.0.2", "127.0.0.3")}
+        d = sim("decode")
+        cfg = ("discovery:\n  dns:\n    resolver: 127.0.0.1:%d\n    interval_ms: 100\n"
+               "    prefill: { name: prefill.test, port: %d, bootstrap_port: %d }\n"
+               "    decode: { name: decode.test, port: %d }" % (dns_port, port, bport, d.port))
+        r = router([], [], config=cfg)
+        ws = workers(r)
+        check(sorted((w["role"], w["url"], w["source"], w["name"]) for w in ws) ==
+              [("decode", "http://127.0.0.1:%d" % d.port, "dns", "127.0.0.1"),
+               ("prefill", "http://127.0.0.2:%d" % port, "dns", "127.0.0.2")], repr(ws), r)
+        check([w["bootstrap_port"] for w in workers(r, "prefill")] == [bport], repr(ws), r)
+        check(request(r.port, "POST", "/generate", GEN)[0] == 200, "request through DNS workers", r)
+        check(sim_requests("127.0.0.2", port) == 1, "the request went elsewhere", r)
+
+        # A second address: it joins and takes requests.
+        write_hosts(["127.0.0.2", "127.0.0.3"])
+        dns.send_signal(signal.SIGHUP)  # dnsmasq re-reads --addn-hosts
+        pdtest.poll_until(lambda: len(workers(r, "prefill")) == 2, 5, "the new address to join")
+        for _ in range(6):
+            check(request(r.port, "POST", "/generate", GEN)[0] == 200, "request with two prefills", r)
+        check(sim_requests("127.0.0.3", port) >= 1, "the new address takes no requests", r)
+
+        # The first address goes: it leaves, nothing more reaches it.
+        write_hosts(["127.0.0.3"])
+        dns.send_signal(signal.SIGHUP)
+        pdtest.poll_until(lambda: [w["name"] for w in workers(r, "prefill")] == ["127.0.0.3"], 5,
+                          "the removed address to leave")
+        n2 = sim_requests("127.0.0.2", port)
+        for _ in range(4):
+            check(request(r.port, "POST", "/generate", GEN)[0] == 200, "request after the removal", r)
+        check(sim_requests("127.0.0.2", port) == n2, "a removed address got requests", r)
+
+        # The resolver dies: the last answer stands (no emit on failure), requests keep flowing.
+        dns.kill()
+        dns.wait()
+        failed0 = metric_value(request(r.port, "GET", "/metrics")[2].decode(), "pdr_workers_removed_total",
+                               source="dns")
+        for _ in range(10):
+            check(request(r.port, "POST", "/generate", GEN)[0] == 200, "request with the resolver down", r)
+        check([w["name"] for w in workers(r, "prefill")] == ["127.0.0.3"] and len(workers(r, "decode")) == 1,
+              "a resolver failure changed the pool", r)
+        m = request(r.port, "GET", "/metrics")[2].decode()
+        check(metric_value(m, "pdr_workers_removed_total", source="dns") == failed0 == 1, m[-1500:], r)
+        check(r.alive(), "router died", r)
+    finally:
+        pdtest.stop_all()
+        if dns.poll() is None:
+            dns.kill()
+            dns.wait()
+        shutil.rmtree(hosts, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    pdtest.run_scenario(globals())
