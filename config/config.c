@@ -171,6 +171,7 @@ pdr_config_t *pdr_config_new_default(void)
     c->health.interval_ms = PDR_DEF_HEALTH_INTERVAL_MS;
     c->health.timeout_ms = PDR_DEF_HEALTH_TIMEOUT_MS;
     c->health.rise = PDR_DEF_HEALTH_RISE;
+    c->health.drain_status = PDR_DEF_HEALTH_DRAIN_STATUS;
     c->health.fall = PDR_DEF_HEALTH_FALL;
     c->timeouts.connect_ms = PDR_DEF_CONNECT_MS;
     c->timeouts.first_byte_ms = PDR_DEF_FIRST_BYTE_MS;

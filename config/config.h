@@ -42,11 +42,12 @@ typedef struct pdr_config {
     size_t n_decode;
 
     struct {
-        char *path;      /* default /health */
-        int interval_ms; /* default 2000 */
-        int timeout_ms;  /* default 1000 */
-        int rise;        /* default 2 */
-        int fall;        /* default 3 */
+        char *path;       /* default /health */
+        int interval_ms;  /* default 2000 */
+        int timeout_ms;   /* default 1000 */
+        int rise;         /* default 2 */
+        int fall;         /* default 3 */
+        int drain_status; /* default 410: a check answered with it drains the worker; 0 = off */
     } health;
     struct {
         int connect_ms;     /* default 1000 */

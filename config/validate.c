@@ -381,6 +381,12 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->health.interval_ms, 1, PDR_MAX_MS, "health.interval_ms");
     CHECK_RANGE(c->health.timeout_ms, 1, PDR_MAX_MS, "health.timeout_ms");
     CHECK_RANGE(c->health.rise, 1, PDR_MAX_RISE_FALL, "health.rise");
+    if (c->health.drain_status != 0 && (c->health.drain_status < 300 || c->health.drain_status > 599)) {
+        pdr__config_err(err, errlen,
+                        "health.drain_status: %d is not a 3xx, 4xx or 5xx status (0 turns it off)",
+                        c->health.drain_status);
+        return PDR_ECONFIG;
+    }
     CHECK_RANGE(c->health.fall, 1, PDR_MAX_RISE_FALL, "health.fall");
     CHECK_RANGE(c->timeouts.connect_ms, 1, PDR_MAX_MS, "timeouts.connect_ms");
     CHECK_RANGE(c->timeouts.first_byte_ms, 1, PDR_MAX_MS, "timeouts.first_byte_ms");

@@ -81,6 +81,7 @@ static const struct field health_fields[] = {
     {"timeout_ms", F_INT, CONF(health.timeout_ms), 1, PDR_MAX_MS, NULL},
     {"rise", F_INT, CONF(health.rise), 1, PDR_MAX_RISE_FALL, NULL},
     {"fall", F_INT, CONF(health.fall), 1, PDR_MAX_RISE_FALL, NULL},
+    {"drain_status", F_INT, CONF(health.drain_status), 0, 599, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field timeouts_fields[] = {

@@ -3,10 +3,10 @@
  * health.timeout_ms deadline; a 2xx answer is a pass. The rise/fall state machine is in pool.c.
  * The first round runs at start. Probes run on loop 0 and its curl multi.
  *
- * Worker-initiated drain: a check answered 410 (Gone) means "drain me" (HAProxy's disable-on-404,
- * Envoy's x-envoy-immediate-health-check-fail). The worker goes DRAINING (see pool.h) and the check
- * counts as passed (the worker is alive); a later 2xx does not re-activate it, only the admin API
- * does. A second timer here (every PDR_DRAIN_TICK_MS) moves idle or timed-out DRAINING workers to
+ * Worker-initiated drain: a check answered health.drain_status (410 Gone by default) means "drain me"
+ * (HAProxy's disable-on-404, Envoy's x-envoy-immediate-health-check-fail). The worker goes DRAINING (see
+ * pool.h) and the check counts as passed (the worker is alive); a later 2xx does not re-activate it, only the
+ * admin API does. A second timer here (every PDR_DRAIN_TICK_MS) moves idle or timed-out DRAINING workers to
  * DRAINED.
  */
 #include <stdio.h>
@@ -57,10 +57,12 @@ static void probe_done(pdr_leg_t *leg, int err)
         probe_free(pr);
         return;
     }
-    int gone = err == 0 && leg->status == 410;
+    int gone = err == 0 && c->health.drain_status != 0 && leg->status == c->health.drain_status;
     int ok = gone || (err == 0 && leg->status >= 200 && leg->status < 300);
     if (gone && pdr_worker_drain_state(w) == PDR_DRAIN_ACTIVE)
-        pdr_pool_drain(&r->pool, w, 0, "its health check answered 410");
+        pdr_pool_drain(&r->pool, w, 0,
+                       c->health.drain_status == 410 ? "its health check answered 410"
+                                                     : "its health check answered health.drain_status");
     if (pdr_pool_check_result(&r->pool, w, ok)) {
         if (ok)
             pdr_info("worker %s %s is healthy (%d checks passed)", w->id, w->conf->url, c->health.rise);

@@ -21,11 +21,22 @@
 
 static const int source_ids[2] = {PDR_SOURCE_DNS, PDR_SOURCE_KUBERNETES};
 
+/* A running source. Its emits are applied while `live`; stopping clears it first (under the lock, so
+ * no emit is half-applied), then joins the source's thread, on a thread of its own when the caller must
+ * not wait (a reload on loop 0: a DNS query in progress may take a second to give up). */
+typedef struct pdr_source_run {
+    pdr_router_t *r;
+    pdr_discovery_t *d;
+    pdr_config_t *config; /* the snapshot the source reads */
+    pthread_mutex_t lock;
+    int live;
+} source_run_t;
+
 /* Discovery thread: the full set of one role from one source becomes that source's workers. */
 static void on_discovered(void *ud, const char *source, pdr_role_t role, const pdr_discovered_t *list,
                           size_t n)
 {
-    pdr_router_t *r = ud;
+    source_run_t *run = ud;
     int src = strcmp(source, "dns") == 0 ? PDR_SOURCE_DNS : PDR_SOURCE_KUBERNETES;
     pdr_worker_conf_t *confs = calloc(n + 1, sizeof(*confs));
     const char **names = calloc(n + 1, sizeof(*names));
@@ -40,38 +51,74 @@ static void on_discovered(void *ud, const char *source, pdr_role_t role, const p
         names[k] = list[i].name;
         k++;
     }
-    if (confs != NULL && names != NULL)
-        pdr_pool_reconcile(&r->pool, src, role, confs, names, k);
+    pthread_mutex_lock(&run->lock);
+    if (!run->live)
+        ; /* stopped (a reload replaced it): its news are stale */
+    else if (confs != NULL && names != NULL)
+        pdr_pool_reconcile(&run->r->pool, src, role, confs, names, k);
     else
         pdr_warn("%s discovery: out of memory; %s workers unchanged", source, pdr_role_name(role));
+    pthread_mutex_unlock(&run->lock);
     for (size_t i = 0; i < k; i++)
         pdr_worker_conf_clear(&confs[i]);
     free(confs);
     free(names);
 }
 
+static void run_free(source_run_t *run)
+{
+    pdr_discovery_stop(run->d);
+    pdr_config_unref(run->config);
+    pthread_mutex_destroy(&run->lock);
+    free(run);
+}
+
+static void *reap(void *arg)
+{
+    run_free(arg);
+    return NULL;
+}
+
 static int start_source(pdr_router_t *r, int which)
 {
     char err[512] = "";
-    pdr_discovery_t *d = which == 0 ? pdr_dns_discovery_start(r->config, on_discovered, r, err, sizeof(err))
-                                    : pdr_k8s_discovery_start(r->config, on_discovered, r, err, sizeof(err));
-    if (d == NULL && err[0] != '\0') {
+    source_run_t *run = calloc(1, sizeof(*run));
+    if (run == NULL)
+        return PDR_ENOMEM;
+    run->r = r;
+    run->live = 1;
+    pthread_mutex_init(&run->lock, NULL);
+    run->d = which == 0 ? pdr_dns_discovery_start(r->config, on_discovered, run, err, sizeof(err))
+                        : pdr_k8s_discovery_start(r->config, on_discovered, run, err, sizeof(err));
+    if (run->d == NULL) {
+        pthread_mutex_destroy(&run->lock);
+        free(run);
+        if (err[0] == '\0')
+            return 0; /* nothing configured */
         pdr_error("%s discovery: %s", which == 0 ? "dns" : "kubernetes", err);
         return PDR_ECONFIG;
     }
-    r->discovery[which] = d;
-    r->discovery_config[which] = d != NULL ? pdr_config_ref(r->config) : NULL;
+    run->config = pdr_config_ref(r->config);
+    r->discovery[which] = run;
     return 0;
 }
 
-/* Stops a source and takes its workers out of the pool. */
-static void stop_source(pdr_router_t *r, int which, int forget)
+/* Stops a source (forget: and takes its workers out of the pool). wait: join its thread here; else the
+ * join happens on a detached thread and this returns at once. */
+static void stop_source(pdr_router_t *r, int which, int forget, int wait)
 {
-    pdr_discovery_stop(r->discovery[which]);
+    source_run_t *run = r->discovery[which];
     r->discovery[which] = NULL;
-    if (r->discovery_config[which] != NULL)
-        pdr_config_unref(r->discovery_config[which]);
-    r->discovery_config[which] = NULL;
+    if (run != NULL) {
+        pthread_mutex_lock(&run->lock);
+        run->live = 0;
+        pthread_mutex_unlock(&run->lock);
+        pthread_t tid;
+        if (wait || pthread_create(&tid, NULL, reap, run) != 0)
+            run_free(run);
+        else
+            pthread_detach(tid);
+    }
     if (forget)
         for (int role = 0; role < 2; role++)
             pdr_pool_reconcile(&r->pool, source_ids[which], (pdr_role_t)role, NULL, NULL, 0);
@@ -90,7 +137,7 @@ int pdr_router_discovery_start(pdr_router_t *r)
 void pdr_router_discovery_stop(pdr_router_t *r)
 {
     for (int which = 0; which < 2; which++)
-        stop_source(r, which, 0);
+        stop_source(r, which, 0, 1);
 }
 
 static int str_eq(const char *a, const char *b)
@@ -203,7 +250,7 @@ int pdr_router_reload(pdr_router_t *r, char *msg, size_t cap)
             continue;
         }
         if (!same) {
-            stop_source(r, which, 1);
+            stop_source(r, which, 1, 0);
             start_source(r, which);
         }
     }

@@ -53,8 +53,7 @@ typedef struct pdr_router {
     char **argv;                 /* reload reads config_path alone) */
     uint64_t reloads_ok, reloads_failed; /* atomic */
     uint64_t last_reload_ms;
-    struct pdr_discovery *discovery[2]; /* dns, kubernetes (loop 0 starts and stops them) */
-    pdr_config_t *discovery_config[2];  /* the snapshot each running source reads */
+    struct pdr_source_run *discovery[2]; /* dns, kubernetes (loop 0 starts and stops them; reload.c) */
     pdr_pool_t pool;
     h2o_globalconf_t h2o_config;
     pdr_thread_t *threads;

@@ -9,7 +9,9 @@ Every wait polls for the event (pdtest.poll_until); nothing sleeps to synchroniz
 import json
 import os
 import re
+import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -416,6 +418,51 @@ def scenario_drain_load():
         pdtest.stop_all()
 
 
+def scenario_drain_h2load():
+    """Drain under h2load (HTTP/2, 8 connections, 2 streams each): every one of the requests answers
+    2xx (h2load's own count), prefill-0 reaches drained and gets nothing after, prefill-1 takes the rest."""
+    exe = shutil.which("h2load")
+    if exe is None:
+        print("h2load is not installed (nghttp2-client): skipped")
+        sys.exit(77)
+    ps = [sim("prefill"), sim("prefill")]
+    d = sim("decode")
+    r = router(ps, [d], "--prefill-policy", "round_robin")
+    try:
+        fd, body = tempfile.mkstemp(prefix="pdrouter-h2load-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(GEN, f)
+        n = 4000
+        h2 = subprocess.Popen([exe, "-n", str(n), "-c", "8", "-m", "2", "-d", body, "-H",
+                               "content-type: application/json", "http://127.0.0.1:%d/generate" % r.port],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+        def served():
+            m = request(r.port, "GET", "/metrics")[2].decode()
+            return metric_value(m, "pdr_requests_total", route="generate", code="200") or 0
+        pdtest.poll_until(lambda: served() >= 400, 30, "h2load's first 400 requests")
+        w = admin(r, "POST", "/admin/v1/workers/prefill-0/drain", expect=202)
+        at_drain = served()
+        pdtest.poll_until(lambda: state_is(r, "prefill-0", "drained"), 10, "prefill-0 drained")
+        drained_count = stats(ps[0])["requests"]
+        out, _ = h2.communicate(timeout=120)
+        check(h2.returncode == 0, "h2load failed: %s" % out[-2000:], r)
+        m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+                      r"(\d+) errored", out)
+        codes = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
+        check(m and codes, "h2load output: %s" % out[-2000:], r)
+        total, _, done, ok, failed, errored = map(int, m.groups())
+        check(total == n and done == n and ok == n and failed == 0 and errored == 0 and int(codes.group(1)) == n,
+              "requests lost during the drain: %s" % out[-1500:], r)
+        check(at_drain < n - 400, "the drain came too late to be under load (%d of %d served)" % (at_drain, n), r)
+        check(stats(ps[0])["requests"] == drained_count, "prefill-0 got requests after it was drained", r)
+        check(stats(ps[1])["requests"] >= n - drained_count, "prefill-1 took the rest", r)
+        print("h2load: %d requests, 0 failed; drain at %d (%d in flight on prefill-0); prefill-0 %d, prefill-1 %d" %
+              (n, at_drain, w["in_flight"], drained_count, stats(ps[1])["requests"]))
+    finally:
+        pdtest.stop_all()
+
+
 def scenario_drain_timeout():
     """Drain with timeout_ms while a slow request is in flight: "draining" until the timeout, then
     "drained" although the request still runs; the request is not killed and completes."""
@@ -479,6 +526,16 @@ def scenario_self_drain():
         for _ in range(4):
             request_json(r.port, "POST", "/generate", GEN)
         check(stats(ps[0])["requests"] > before, "serves again after activate", r)
+        pdtest.stop_all()
+
+        # health.drain_status picks the status: 418 drains here, and 410 is then an ordinary failure.
+        ps = [sim("prefill"), sim("prefill")]
+        d = sim("decode")
+        r = router(ps, [d], config="health: { interval_ms: 50, drain_status: 418, fall: 1 }")
+        fault(ps[1], {"health_status": 410})
+        pdtest.poll_until(lambda: state_is(r, "prefill-1", "unhealthy"), 10, "410 as a failed check")
+        fault(ps[0], {"health_status": 418})
+        pdtest.poll_until(lambda: state_is(r, "prefill-0", "drained"), 10, "prefill-0 drained by its 418")
     finally:
         pdtest.stop_all()
 

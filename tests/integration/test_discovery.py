@@ -179,7 +179,8 @@ def sim_requests(host, port):
 def scenario_dns():
     """Workers from DNS (a headless Service's A records, here dnsmasq's): one prefill worker per address
     of prefill.test at the configured port and bootstrap port; a new address joins and takes requests, a
-    removed one leaves (no request reaches it); a resolver that stops answering changes nothing."""
+    removed one leaves (no request reaches it); a reload with new DNS settings restarts the source; a
+    resolver that stops answering changes nothing."""
     port, bport = pdtest.free_port(), pdtest.free_port()
     hosts = tempfile.mkdtemp(prefix="pdrouter-dns-")
     hosts_path = os.path.join(hosts, "hosts")
@@ -224,6 +225,19 @@ def scenario_dns():
             check(request(r.port, "POST", "/generate", GEN)[0] == 200, "request after the removal", r)
         check(sim_requests("127.0.0.2", port) == n2, "a removed address got requests", r)
 
+        # A reload that changes the DNS settings restarts the source: the same addresses come back as new
+        # workers (the old source's thread is joined off the loop, so the reload answers at once).
+        old_ids = [w["id"] for w in workers(r)]
+        with open(r.config_path) as f:
+            text = f.read()
+        with open(r.config_path, "w") as f:
+            f.write(text.replace("interval_ms: 100", "interval_ms: 150"))
+        out = admin(r, "POST", "/admin/v1/reload")
+        check(out["reloaded"] is True, repr(out), r)
+        pdtest.poll_until(lambda: len(workers(r)) == 2 and not set(w["id"] for w in workers(r)) & set(old_ids), 5,
+                          "the restarted source's workers")
+        check([w["name"] for w in workers(r, "prefill")] == ["127.0.0.3"], repr(workers(r)), r)
+
         # The resolver dies: the last answer stands (no emit on failure), requests keep flowing.
         dns.kill()
         dns.wait()
@@ -234,7 +248,7 @@ def scenario_dns():
         check([w["name"] for w in workers(r, "prefill")] == ["127.0.0.3"] and len(workers(r, "decode")) == 1,
               "a resolver failure changed the pool", r)
         m = request(r.port, "GET", "/metrics")[2].decode()
-        check(metric_value(m, "pdr_workers_removed_total", source="dns") == failed0 == 1, m[-1500:], r)
+        check(metric_value(m, "pdr_workers_removed_total", source="dns") == failed0 == 3, m[-1500:], r)
         check(r.alive(), "router died", r)
     finally:
         pdtest.stop_all()

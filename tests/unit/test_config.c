@@ -183,6 +183,7 @@ static void check_defaults_but_token(const pdr_config_t *c)
     CHECK(c->health.timeout_ms == 1000);
     CHECK(c->health.rise == 2);
     CHECK(c->health.fall == 3);
+    CHECK(c->health.drain_status == 410);
     CHECK(c->timeouts.connect_ms == 1000);
     CHECK(c->timeouts.first_byte_ms == 60000);
     CHECK(c->timeouts.kv_transfer_ms == 30000);
@@ -303,6 +304,9 @@ static void test_errors(void)
     EXPECT_ERROR("listen: { port: 0 }\n", "bad.yaml:1:17: listen.port: 0 is out of range, expected 1..65535");
     EXPECT_ERROR("admin: { port: -1 }\n", "bad.yaml:1:16: admin.port: -1 is out of range, expected 0..65535");
     EXPECT_ERROR("health: { rise: 0 }\n", "bad.yaml:1:17: health.rise: 0 is out of range, expected 1..1000");
+    EXPECT_ERROR("health: { drain_status: 600 }\n",
+                 "bad.yaml:1:25: health.drain_status: 600 is out of range, expected 0..599");
+    EXPECT_ERROR(WORKERS "health: { drain_status: 204 }\n", "bad.yaml:1:1: health.drain_status: 204 is not a 3xx*");
     EXPECT_ERROR("health: { timeout_ms: 0 }\n",
                  "bad.yaml:1:23: health.timeout_ms: 0 is out of range, expected 1..86400000");
     EXPECT_ERROR("lifecycle: { drain_timeout_ms: 0 }\n",
