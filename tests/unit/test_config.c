@@ -306,7 +306,8 @@ static void test_errors(void)
     EXPECT_ERROR("health: { rise: 0 }\n", "bad.yaml:1:17: health.rise: 0 is out of range, expected 1..1000");
     EXPECT_ERROR("health: { drain_status: 600 }\n",
                  "bad.yaml:1:25: health.drain_status: 600 is out of range, expected 0..599");
-    EXPECT_ERROR(WORKERS "health: { drain_status: 204 }\n", "bad.yaml:1:1: health.drain_status: 204 is not a 3xx*");
+    EXPECT_ERROR(WORKERS "health: { drain_status: 204 }\n",
+                 "bad.yaml:1:1: health.drain_status: 204 is not a 3xx*");
     EXPECT_ERROR("health: { timeout_ms: 0 }\n",
                  "bad.yaml:1:23: health.timeout_ms: 0 is out of range, expected 1..86400000");
     EXPECT_ERROR("lifecycle: { drain_timeout_ms: 0 }\n",
