@@ -286,10 +286,10 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         {"pdr_worker_ejections_total", "counter", "Times the worker was marked unhealthy."},
         {"pdr_worker_health_checks_total", "counter", "Active health checks by result."},
         {"pdr_worker_state", "gauge",
-         "1 for the worker's current state (healthy, unhealthy, draining, drained)."},
+         "1 for the worker's current state (healthy, unhealthy, ejected, draining, drained)."},
         {"pdr_worker_drains_total", "counter", "Times the worker was put into draining."},
     };
-    static const char *states[] = {"healthy", "unhealthy", "draining", "drained"};
+    static const char *states[] = {"healthy", "unhealthy", "ejected", "draining", "drained"};
     for (size_t k = 0; k < sizeof(wm) / sizeof(wm[0]); k++) {
         put(&o, "# HELP %s %s\n# TYPE %s %s\n", wm[k][0], wm[k][2], wm[k][0], wm[k][1]);
         for (size_t i = 0; i < nw; i++) {

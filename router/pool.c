@@ -542,6 +542,8 @@ void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why)
     w->health.consec_ok = 0;
     w->health.consec_fail = __atomic_load_n(&p->fall, __ATOMIC_RELAXED);
     int changed = set_healthy(w, 0);
+    if (changed)
+        __atomic_store_n(&w->ejected, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&p->lock);
     if (changed)
         pdr_warn("worker %s %s marked unhealthy: %s", pdr_role_name(w->role), w->conf->url, why);
@@ -557,7 +559,8 @@ void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why)
                                     __atomic_load_n(&p->fall, __ATOMIC_RELAXED));
     w->health.consec_ok = s.consec_ok;
     w->health.consec_fail = s.consec_fail;
-    set_healthy(w, s.healthy);
+    if (set_healthy(w, s.healthy) && !s.healthy)
+        __atomic_store_n(&w->ejected, 1, __ATOMIC_RELAXED);
     int fails = s.consec_fail;
     pthread_mutex_unlock(&p->lock);
     if (changed)
@@ -592,6 +595,8 @@ int pdr_pool_check_result(pdr_pool_t *p, pdr_worker_t *w, int ok)
     w->health.consec_ok = s.consec_ok;
     w->health.consec_fail = s.consec_fail;
     set_healthy(w, s.healthy);
+    if (s.healthy)
+        __atomic_store_n(&w->ejected, 0, __ATOMIC_RELAXED); /* back: the checks decide again */
     pthread_mutex_unlock(&p->lock);
     return changed;
 }
@@ -606,7 +611,9 @@ const char *pdr_worker_state_name(const pdr_worker_t *w)
     case PDR_DRAIN_DRAINED:
         return "drained";
     default:
-        return pdr_worker_healthy(w) ? "healthy" : "unhealthy";
+        if (pdr_worker_healthy(w))
+            return "healthy";
+        return __atomic_load_n(&w->ejected, __ATOMIC_RELAXED) ? "ejected" : "unhealthy";
     }
 }
 

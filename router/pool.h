@@ -62,6 +62,7 @@ typedef struct pdr_worker {
     uint64_t checks_ok, checks_failed;
     uint64_t last_check_ms;
     int probing;                /* loop 0: a health check is running */
+    int ejected;                /* atomic: made unhealthy by request failures, not by health checks */
     int drain;                  /* atomic: PDR_DRAIN_* */
     uint64_t drain_deadline_ms; /* under the pool lock: 0 = no timeout */
     uint64_t drains_total;      /* under the pool lock */
@@ -194,7 +195,8 @@ int pdr_pool_activate(pdr_pool_t *p, pdr_worker_t *w);
 /* Periodic (loop 0): DRAINING workers that are idle or past their deadline become DRAINED; DRAINED
  * workers with a pending DELETE leave the pool. Returns how many changed. */
 int pdr_pool_drain_tick(pdr_pool_t *p, uint64_t now_ms);
-/* "healthy", "unhealthy", "draining" or "drained". */
+/* "healthy", "unhealthy" (by health checks), "ejected" (unhealthy after request failures, until the
+ * checks pass again), "draining" or "drained". */
 const char *pdr_worker_state_name(const pdr_worker_t *w);
 
 /* ---- request outcomes ---- */

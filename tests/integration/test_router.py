@@ -328,6 +328,8 @@ def scenario_prefill_killed():
         m = metrics(r)
         url = "http://127.0.0.1:%d" % ps[0].port
         check(metric_value(m, "pdr_worker_healthy", role="prefill", url=url) == 0, "dead prefill still healthy")
+        # Health checks run once a minute here: the connect error took it out ("ejected", not "unhealthy").
+        check(metric_value(m, "pdr_worker_state", role="prefill", url=url, state="ejected") == 1, m[-3000:], r)
         check(metric_value(m, "pdr_upstream_errors_total", role="prefill", cause="connect") >= 1, m)
     finally:
         pdtest.stop_all()

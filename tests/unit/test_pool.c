@@ -189,6 +189,16 @@ static void test_drain(void)
     pdr_pool_eject(&p, w1, "test");
     CHECK(strcmp(pdr_worker_state_name(w1), "drained") == 0);
     pdr_pool_activate(&p, w1);
+    CHECK(strcmp(pdr_worker_state_name(w1), "ejected") == 0); /* by a request failure, not a check */
+    pdr_pool_check_result(&p, w1, 0);
+    CHECK(strcmp(pdr_worker_state_name(w1), "ejected") == 0); /* failing checks keep the cause */
+    pdr_pool_check_result(&p, w1, 1);
+    pdr_pool_check_result(&p, w1, 1);
+    CHECK(strcmp(pdr_worker_state_name(w1), "healthy") == 0);
+    for (int i = 0; i < 3; i++)
+        pdr_pool_check_result(&p, w1, 0);
+    CHECK(strcmp(pdr_worker_state_name(w1), "unhealthy") == 0); /* by checks */
+    pdr_pool_eject(&p, w1, "already down");
     CHECK(strcmp(pdr_worker_state_name(w1), "unhealthy") == 0);
     pdr_pool_activate(&p, w0);
     CHECK(pick(&p, PDR_ROLE_PREFILL, NULL, 0) == w0);
