@@ -469,9 +469,9 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
     }
     char msg[512];
     if (pdr_config_validate(c, msg, sizeof(msg)) != 0) {
-        if (c->n_prefill == 0)
+        if (config_file == NULL && c->n_prefill == 0)
             pdr__config_err(err, errlen, "argv: at least one --prefill URL is required");
-        else if (c->n_decode == 0)
+        else if (config_file == NULL && c->n_decode == 0)
             pdr__config_err(err, errlen, "argv: at least one --decode URL is required");
         else
             pdr__config_err(err, errlen, "argv: %s", msg);

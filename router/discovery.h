@@ -27,7 +27,7 @@
 typedef struct pdr_discovered {
     char url[256];      /* "http://10.1.2.3:30000", "http://[fd00::5]:30000" */
     int bootstrap_port; /* -1 = none */
-    char name[128];     /* what the source calls it: the pod name, or the address for dns */
+    char name[256];     /* what the source calls it: the pod name (up to 253), or the address for dns */
 } pdr_discovered_t;
 
 /* source: "dns" or "kubernetes". Called on the source's thread; list is valid during the call only. */

@@ -50,7 +50,7 @@ typedef struct pdr_worker {
     uint64_t uid;                  /* unique for the process's life (retries avoid by uid) */
     char id[32];                   /* "prefill-3" */
     char source[16];               /* static | admin | dns | kubernetes */
-    char name[128];                /* the source's name for it (pod, address); "" for static and admin */
+    char name[256];                /* the source's name for it (pod, address); "" for static and admin */
     char *labels_json;             /* a JSON object, "{}" when none; immutable */
     const pdr_worker_conf_t *conf; /* points at own_conf */
     pdr_worker_conf_t own_conf;

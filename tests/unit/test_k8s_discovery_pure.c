@@ -109,8 +109,13 @@ static void test_pod_parse(void)
     json_t *arr = json_array();
     CHECK(pdr__k8s_pod_parse(arr, &prefill, &w, &bad) == PDR_K8S_POD_MALFORMED);
     json_decref(arr);
-    char longname[200];
+    /* Kubernetes names go up to 253 bytes: they fit; anything longer is not a pod name. */
+    char longname[300];
     memset(longname, 'a', sizeof(longname) - 1);
+    longname[253] = '\0';
+    pod_spec_t long_ok = {longname, "Running", "10.1.2.3", "True", NULL, 30000, 0};
+    CHECK(parse(&long_ok, &prefill, &w, &bad) == PDR_K8S_POD_READY && strlen(w.name) == 253);
+    longname[253] = 'a';
     longname[sizeof(longname) - 1] = '\0';
     pod_spec_t too_long = {longname, "Running", "10.1.2.3", "True", NULL, 30000, 0};
     CHECK(parse(&too_long, &prefill, &w, &bad) == PDR_K8S_POD_MALFORMED);
