@@ -305,9 +305,26 @@ static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reu
         return PDR_EINVAL;
     }
     /* Every loop binds its own socket to the same address (SO_REUSEPORT): the kernel spreads new
-     * connections over the loops without a shared accept queue. */
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+     * connections over the loops without a shared accept queue. SO_REUSEPORT would also let a second
+     * router (same user) bind the same port and silently take half the connections: the first loop
+     * first binds a socket without it, which fails if anyone holds the port. */
     int one = 1;
+    if (reuseport && t->id == 0) {
+        int probe = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int busy =
+            probe >= 0 &&
+            (setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+             bind(probe, (struct sockaddr *)&ss,
+                  ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) != 0);
+        int e = errno;
+        if (probe >= 0)
+            close(probe);
+        if (busy) {
+            pdr_error("cannot listen on %s:%d: %s (is another pdrouter running?)", host, port, strerror(e));
+            return PDR_EIO;
+        }
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
         (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) ||
         bind(fd, (struct sockaddr *)&ss,

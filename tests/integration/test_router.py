@@ -274,6 +274,11 @@ def scenario_errors():
         request_json(d.port, "POST", "/pdsim/fault", {"fail_status": 422})
         st, _, out = request(r.port, "POST", "/generate", BODIES["/generate"])
         check(st == 422 and b"error" in out, "worker 4xx relayed: %d %s" % (st, out))
+        # A second router on the same port is refused (SO_REUSEPORT alone would let it share the port).
+        r2 = pdtest.start(["pdrouter", "--pd-disaggregation", "--host", H, "--port", str(r.port), "--prefill",
+                           "http://127.0.0.1:%d" % p.port, str(p.ports["bport"]), "--decode",
+                           "http://127.0.0.1:%d" % d.port, "--admin-port", "0"], name="pdrouter-2", health_path=None)
+        check(r2.wait_exit(10) != 0 and "Address already in use" in open(r2.log_path).read(), "double bind", r2)
         check(r.alive(), "router died", r)
     finally:
         pdtest.stop_all()
