@@ -371,6 +371,13 @@ static void advance(pd_req_t *x)
         send_final_or_more(x);
         return;
     }
+    /* Cancelled by the router itself (lifecycle.drain_timeout_ms ran out): not the workers' fault. */
+    if ((x->p_done && x->p_err == PDR_ECANCELED) || (x->d_done && x->d_err == PDR_ECANCELED)) {
+        x->error_cause = "shutdown_cancelled";
+        fail_response(x, 503, "service_unavailable",
+                      "the router is shutting down: request cancelled at lifecycle.drain_timeout_ms", 1);
+        return;
+    }
     /* Prefill failures before the response starts: retry on a new pair. */
     if (x->p_done && x->p_err != 0) {
         attempt_failed(x, PDR_ROLE_PREFILL, cause_of(x->p_err), 502, pdr_strerror(x->p_err));
@@ -488,10 +495,15 @@ static void decode_done(pdr_leg_t *leg, int err)
     x->d_done = 1;
     x->d_err = err;
     if (x->started && err != 0 && !x->final_sent) {
-        /* The stream broke after the response started: end it visibly. */
-        x->error_cause = "decode_stream_broken";
+        /* The stream broke after the response started (or the router cancelled it at its drain
+         * deadline, which is not counted against the worker): end it visibly. */
         x->broken = 1;
-        x->t->m.upstream_errors[PDR_ROLE_DECODE][cause_of(err)]++;
+        if (err == PDR_ECANCELED) {
+            x->error_cause = "shutdown_cancelled";
+        } else {
+            x->error_cause = "decode_stream_broken";
+            x->t->m.upstream_errors[PDR_ROLE_DECODE][cause_of(err)]++;
+        }
         if (x->is_sse) {
             char ev[256];
             int k = snprintf(

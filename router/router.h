@@ -43,6 +43,7 @@ typedef struct pdr_thread {
     char *alog;
     size_t alog_len, alog_cap;
     uv_timer_t alog_timer;
+    int alog_closed; /* the timer is gone (shutdown): write lines at once */
 } pdr_thread_t;
 
 typedef struct pdr_router {

@@ -109,7 +109,9 @@ void pdr_access_log(pdr_thread_t *t, const char *line, size_t len)
     }
     memcpy(t->alog + t->alog_len, line, len);
     t->alog_len += len;
-    if (!uv_is_active((uv_handle_t *)&t->alog_timer))
+    if (t->alog_closed) /* shutting down: requests ending after the last batch are written at once */
+        alog_flush(t);
+    else if (!uv_is_active((uv_handle_t *)&t->alog_timer))
         uv_timer_start(&t->alog_timer, on_alog_timer, ALOG_FLUSH_MS, 0);
 }
 
@@ -548,6 +550,7 @@ static void close_multi(pdr_thread_t *t)
         alog_flush(t);
     uv_timer_stop(&t->alog_timer);
     uv_close((uv_handle_t *)&t->alog_timer, NULL);
+    t->alog_closed = 1;
     pdr_multi_close(t->multi, on_multi_closed, t);
     t->multi = NULL;
 }

@@ -737,6 +737,9 @@ def scenario_shutdown_drain_timeout():
         check(stats(d)["inflight"] == 0, "decode still streaming", r)
         log = open(r.log_path).read()
         check("shutdown: 1 requests cancelled at drain_timeout" in log, "cancel not counted in the log", r)
+        # The access log names the cause; the decode worker is not blamed (no ejection, no upstream error).
+        check('"error":"shutdown_cancelled"' in log and "decode_stream_broken" not in log and
+              "marked unhealthy" not in log, "the cancel is blamed on the worker: %s" % log[-1500:], r)
     finally:
         pdtest.stop_all()
 
