@@ -1,7 +1,7 @@
 /*
  * Active health checks: every health.interval_ms each worker gets GET <url><health.path> with a
  * health.timeout_ms deadline; a 2xx answer is a pass. The rise/fall state machine is in pool.c.
- * The first round runs at start. Probes run on loop 0 and its curl multi.
+ * The first round runs at start. Probes run on loop 0 and its upstream client.
  *
  * Worker-initiated drain: a check answered health.drain_status (410 Gone by default) means "drain me"
  * (HAProxy's disable-on-404, Envoy's x-envoy-immediate-health-check-fail). The worker goes DRAINING (see

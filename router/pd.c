@@ -481,8 +481,8 @@ static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
     if (x->started) {
         send_final_or_more(x);
     } else if (x->req != NULL) {
-        /* The first bytes may unblock the response; decide outside curl's callback (a retry would
-         * start new transfers, which curl forbids from here). */
+        /* The first bytes may unblock the response; decide on the next loop turn, outside the leg's
+         * data callback. */
         uv_timer_start(&x->timer, on_kick, 0, 0);
     }
     return n;

@@ -5,7 +5,7 @@
  * snapshot; an invalid file changes nothing. Otherwise the
  * snapshot becomes current under config_lock and every loop takes it at its next wakeup: a request keeps
  * the snapshot it started with to its end. The pool takes the new policies and thresholds and reconciles
- * the static workers (an unchanged URL keeps its worker: health state, counters, drain state; libcurl's
+ * the static workers (an unchanged URL keeps its worker: health state, counters, drain state; the
  * connection pools are keyed by host, so they stay warm too). The health timer takes the new interval,
  * and discovery sources whose settings changed are restarted. Keys read only at start (listeners,
  * threads, the access log file, the body limit that h2o enforces) keep their running values and the

@@ -1,11 +1,16 @@
 /*
- * Upstream HTTP calls: libcurl's multi-socket API driven by the router's libuv loop. One pdr_multi_t
- * per loop; a pdr_leg_t is one upstream request (prefill leg, decode leg, health check, model list).
+ * Upstream HTTP/1.1 calls on the router's libuv loop: prefill and decode legs, health checks, the model
+ * list. One pdr_multi_t per loop owns the connections: a keep-alive pool per origin (host:port), each
+ * idle connection kept reading so that a close by the worker is seen before the connection is reused.
+ * A pdr_leg_t is one request; it owns no handle, so its memory may go as soon as it is done or
+ * cancelled.
  *
- * Callbacks never run synchronously inside pdr_leg_start(). on_data may return PDR_LEG_PAUSE to
- * leave the bytes unconsumed (curl delivers them again after pdr_leg_resume()). on_done runs once per
- * started leg unless the leg was cancelled with pdr_leg_cancel(); it runs outside curl's own
- * callbacks, so it may start or cancel other legs. Loop thread only.
+ * Callbacks never run synchronously inside pdr_leg_start(). on_data may return PDR_LEG_PAUSE to leave
+ * the bytes unconsumed (they are delivered again after pdr_leg_resume(); nothing more is read from the
+ * worker meanwhile, so TCP flow control pushes back on it); returning anything other than n or
+ * PDR_LEG_PAUSE aborts the leg (on_done gets PDR_ECANCELED). on_done runs once per started leg unless
+ * the leg was cancelled with pdr_leg_cancel(); from any callback the owner may start or cancel legs.
+ * Loop thread only.
  */
 #ifndef PDR_UPSTREAM_H
 #define PDR_UPSTREAM_H
@@ -13,7 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
-#include <curl/curl.h>
 
 typedef struct pdr_multi pdr_multi_t;
 typedef struct pdr_leg pdr_leg_t;
@@ -30,22 +34,27 @@ typedef struct pdr_leg_cbs {
 
 struct pdr_leg {
     pdr_multi_t *multi;
-    CURL *easy;
-    struct curl_slist *headers;
+    struct pdr_conn *conn; /* the connection carrying it (or being made for it), NULL when none */
+    struct pdr_origin *origin;
+    char *head; /* the request's status line and headers */
+    size_t head_len;
+    const char *body; /* the owner's, not copied */
+    size_t body_len;
+    long connect_timeout_ms, total_timeout_ms;
     const pdr_leg_cbs_t *cbs;
     void *data;             /* owner's pointer */
     long status;            /* HTTP status once known, else 0 */
     int64_t content_length; /* -1 when unknown */
     char content_type[96];
-    unsigned active : 1, paused : 1, got_headers : 1, abort_requested : 1;
+    unsigned active : 1, paused : 1, got_headers : 1, abort_requested : 1, retried : 1;
     uint64_t started_ns, first_byte_ns;
     uint64_t bytes_in;
-    char errbuf[CURL_ERROR_SIZE];
     pdr_leg_t *next_active, **prev_active; /* the multi's list of active legs */
 };
 
 pdr_multi_t *pdr_multi_new(uv_loop_t *loop, int max_connects);
-/* Closes the multi; every leg must be finished or cancelled. close_cb runs once its handles closed. */
+/* Closes the multi; every leg must be finished or cancelled. close_cb runs once its handles closed.
+ * max_connects: idle connections kept per origin. */
 void pdr_multi_close(pdr_multi_t *m, void (*close_cb)(void *), void *arg);
 
 /* Ends every active leg at once with `err` (connections closed, so workers see the abort): on_done
@@ -53,19 +62,23 @@ void pdr_multi_close(pdr_multi_t *m, void (*close_cb)(void *), void *arg);
  * many legs were ended. Used at the shutdown deadline. */
 size_t pdr_multi_fail_all(pdr_multi_t *m, int err);
 
-/* Starts a request. body may be NULL (GET). The body is not copied: keep it alive until on_done or
- * cancel. extra_headers: NULL-terminated "Name: value" strings (copied). Returns 0 or a PDR_E* code. */
+/* Starts a request to url ("http://host[:port][/path]"; https is not supported: workers are reached in
+ * the clear on the cluster network). body may be NULL (GET); a body is sent as application/json with a
+ * Content-Length. The body is not copied: keep it alive until on_done or cancel. extra_headers:
+ * NULL-terminated "Name: value" strings (copied). connect_timeout_ms bounds the connection set-up;
+ * total_timeout_ms > 0 bounds the whole call (PDR_ETIMEDOUT). A request that fails on a reused
+ * connection before any response byte (the worker closed it while idle) is sent once more on a new
+ * connection. Returns 0 or a PDR_E* code (PDR_EINVAL for a URL it cannot use). */
 int pdr_leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *body, size_t body_len,
                   const char *const *extra_headers, long connect_timeout_ms, long total_timeout_ms,
                   const pdr_leg_cbs_t *cbs, void *data);
 /* Stops a started leg at once and closes its connection (the worker sees the abort). on_done is not
- * called. Safe from any router callback, including curl's. */
+ * called. Safe from any callback, including the leg's own. */
 void pdr_leg_cancel(pdr_leg_t *leg);
 /* Resumes a leg whose on_data returned PDR_LEG_PAUSE. */
 void pdr_leg_resume(pdr_leg_t *leg);
 
-/* Seconds spent in curl to name the cause of an error, for metrics: "connect", "timeout", "reset", "other".
- */
+/* Names the cause of an error, for metrics: "connect", "timeout", "reset", "other". */
 const char *pdr_leg_cause(int err);
 
 #endif

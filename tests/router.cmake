@@ -41,3 +41,11 @@ foreach(s kubernetes dns)
   add_test(NAME router_discovery_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_discovery.py ${s})
   set_tests_properties(router_discovery_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
+
+# The upstream HTTP/1.1 client against a scripted raw-socket server (keep-alive reuse, chunked,
+# until-close bodies, idle closes, resets, garbage, deadlines, pause/resume, cancel).
+add_executable(test_upstream integration/test_upstream.c)
+target_link_libraries(test_upstream PRIVATE pdr_router)
+add_test(NAME router_upstream COMMAND test_upstream ${Python3_EXECUTABLE}
+                                      ${CMAKE_CURRENT_SOURCE_DIR}/integration/h1_script_server.py)
+set_tests_properties(router_upstream PROPERTIES TIMEOUT 120)

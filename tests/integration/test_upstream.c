@@ -1,0 +1,328 @@
+/*
+ * The upstream HTTP/1.1 client (router/upstream.c) against h1_script_server.py, a raw-socket server on
+ * loopback that misbehaves on purpose: Content-Length, chunked (split, extensions, trailer), until-close
+ * and body-less answers, 1xx, keep-alive reuse, a close by the server while the connection is idle, a
+ * reset, garbage, a hang (total deadline), connect refused, back-pressure (pause/resume), cancel from the
+ * data callback, fail_all, and a clean close of the multi. Each case runs the loop until its leg ends.
+ *
+ * Usage: test_upstream PYTHON SCRIPT
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "../unit/check.h"
+#include "err.h"
+#include "upstream.h"
+#include "util.h"
+
+static uv_loop_t *loop;
+static pdr_multi_t *multi;
+static char base[64];
+static pid_t server_pid;
+static int server_stdin = -1;
+
+typedef struct result {
+    pdr_leg_t leg;
+    int done, err, calls;
+    char *body;
+    size_t len, cap;
+    int pause_every;   /* pause on every n-th on_data call (0: never) */
+    int redeliver;     /* paused: the next call brings the same bytes again */
+    int cancel_at;     /* cancel from the n-th on_data call (0: never) */
+    int in_start;      /* set around pdr_leg_start: on_done must not run then */
+    int called_inside; /* on_done ran inside pdr_leg_start */
+    uv_timer_t resume;
+} result_t;
+
+static void on_resume(uv_timer_t *t)
+{
+    result_t *r = t->data;
+    pdr_leg_resume(&r->leg);
+}
+
+static size_t on_data(pdr_leg_t *leg, const char *p, size_t n)
+{
+    result_t *r = leg->data;
+    r->calls++;
+    if (r->cancel_at > 0 && r->calls == r->cancel_at) {
+        pdr_leg_cancel(leg);
+        r->done = 2; /* cancelled: on_done must not come */
+        return n;
+    }
+    if (r->pause_every > 0 && r->calls % r->pause_every == 0 && !r->redeliver) {
+        r->redeliver = 1; /* the same bytes come again after the resume */
+        uv_timer_start(&r->resume, on_resume, 1, 0);
+        return PDR_LEG_PAUSE;
+    }
+    r->redeliver = 0;
+    if (r->len + n > r->cap) {
+        r->cap = (r->len + n) * 2;
+        r->body = realloc(r->body, r->cap + 1);
+    }
+    memcpy(r->body + r->len, p, n);
+    r->len += n;
+    r->body[r->len] = '\0';
+    return n;
+}
+
+static void on_done(pdr_leg_t *leg, int err)
+{
+    result_t *r = leg->data;
+    if (r->in_start)
+        r->called_inside = 1;
+    r->done = 1;
+    r->err = err;
+}
+
+static const pdr_leg_cbs_t cbs = {on_data, on_done};
+
+static void result_init(result_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    uv_timer_init(loop, &r->resume);
+    r->resume.data = r;
+}
+
+static void result_free(result_t *r)
+{
+    uv_close((uv_handle_t *)&r->resume, NULL);
+    uv_run(loop, UV_RUN_NOWAIT);
+    free(r->body);
+}
+
+/* Starts a leg and runs the loop until it ends (or `limit_ms` passes). Returns pdr_leg_start's code. */
+static int run(result_t *r, const char *method_path, const char *body, long total_ms)
+{
+    char url[256];
+    snprintf(url, sizeof(url), "%s%s", base, method_path);
+    r->in_start = 1;
+    int rc = pdr_leg_start(&r->leg, multi, url, body, body ? strlen(body) : 0, NULL, 1000, total_ms, &cbs, r);
+    r->in_start = 0;
+    if (rc != 0)
+        return rc;
+    uint64_t deadline = pdr_now_ms() + 10000;
+    while (!r->done && pdr_now_ms() < deadline)
+        uv_run(loop, UV_RUN_ONCE);
+    return 0;
+}
+
+static int get_ok(const char *path, const char *want)
+{
+    result_t r;
+    result_init(&r);
+    int ok = run(&r, path, NULL, 5000) == 0 && r.done == 1 && r.err == 0 && r.leg.status == 200 &&
+             strcmp(r.body != NULL ? r.body : "", want) == 0;
+    if (!ok)
+        fprintf(stderr, "GET %s: done %d err %d status %ld body %.80s\n", path, r.done, r.err, r.leg.status,
+                r.body ? r.body : "(none)");
+    result_free(&r);
+    return ok;
+}
+
+static int server_connections(void)
+{
+    result_t r;
+    result_init(&r);
+    int n = -1;
+    if (run(&r, "/stats", NULL, 5000) == 0 && r.err == 0 && r.body != NULL) {
+        const char *p = strstr(r.body, "\"connections\": ");
+        if (p != NULL)
+            n = atoi(p + 15);
+    }
+    result_free(&r);
+    return n;
+}
+
+static void on_waited(uv_timer_t *t)
+{
+    *(int *)t->data = 1;
+}
+
+/* Runs the loop for ms milliseconds (until a timer fires). */
+static void wait_ms(int ms)
+{
+    int fired = 0;
+    uv_timer_t t;
+    uv_timer_init(loop, &t);
+    t.data = &fired;
+    uv_timer_start(&t, on_waited, (uint64_t)ms, 0);
+    while (!fired)
+        uv_run(loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(loop, UV_RUN_NOWAIT);
+}
+
+static int start_server(const char *python, const char *script)
+{
+    int in[2], out[2];
+    if (pipe(in) != 0 || pipe(out) != 0)
+        return -1;
+    server_pid = fork();
+    if (server_pid < 0)
+        return -1;
+    if (server_pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[1]);
+        close(out[0]);
+        execlp(python, python, script, (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    server_stdin = in[1];
+    FILE *f = fdopen(out[0], "r");
+    int port = 0;
+    if (f == NULL || fscanf(f, "PORT %d", &port) != 1 || port <= 0)
+        return -1;
+    fclose(f);
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
+    return 0;
+}
+
+static int closed_called;
+static void on_multi_closed(void *arg)
+{
+    (void)arg;
+    closed_called = 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: test_upstream PYTHON SCRIPT\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (start_server(argv[1], argv[2]) != 0) {
+        fprintf(stderr, "the script server did not start\n");
+        return 1;
+    }
+    if (getenv("PDR_DEBUG") != NULL)
+        pdr_log_level = PDR_LOG_DEBUG;
+    loop = uv_default_loop();
+    multi = pdr_multi_new(loop, 16);
+
+    /* Content-Length, then reuse of the same connection. */
+    char *big = malloc(100001);
+    for (int i = 0; i < 100000; i++)
+        big[i] = (char)('a' + i % 26);
+    big[100000] = '\0';
+    CHECK(get_ok("/cl/100000", big));
+    int conns = server_connections();
+    CHECK(get_ok("/cl/10", "abcdefghij"));
+    CHECK(get_ok("/cl/0", ""));
+    CHECK(server_connections() == conns); /* one pooled connection served them all */
+
+    /* Chunked, split over many writes, with extensions and a trailer; then the connection is reused. */
+    CHECK(get_ok("/chunked/20", "chunk-0;chunk-1;chunk-2;chunk-3;chunk-4;chunk-5;chunk-6;chunk-7;chunk-8;"
+                                "chunk-9;chunk-10;chunk-11;chunk-12;chunk-13;chunk-14;chunk-15;chunk-16;"
+                                "chunk-17;chunk-18;chunk-19;"));
+    CHECK(server_connections() == conns);
+
+    /* Connection: close; a body that runs until the close; 204; 100 Continue. */
+    CHECK(get_ok("/close", "bye"));
+    CHECK(get_ok("/eof", "until-close"));
+    result_t r;
+    result_init(&r);
+    CHECK(run(&r, "/204", NULL, 5000) == 0 && r.done == 1 && r.err == 0 && r.leg.status == 204 && r.len == 0);
+    result_free(&r);
+    CHECK(get_ok("/100", "after-100"));
+
+    /* The server closes a pooled connection while it is idle: the next request still succeeds. */
+    CHECK(get_ok("/idle-close", "ok"));
+    wait_ms(150);
+    CHECK(get_ok("/cl/3", "abc"));
+    /* ... and when the close races the reuse (no wait), the request is sent once more. */
+    for (int i = 0; i < 20; i++) {
+        CHECK(get_ok("/idle-close", "ok"));
+        wait_ms(i % 2 ? 49 : 51);
+        CHECK(get_ok("/cl/3", "abc"));
+    }
+
+    /* A POST body, 1 MiB, echoed. */
+    char *post = malloc((1 << 20) + 1);
+    for (int i = 0; i < (1 << 20); i++)
+        post[i] = (char)('A' + i % 26);
+    post[1 << 20] = '\0';
+    result_init(&r);
+    CHECK(run(&r, "/echo", post, 5000) == 0 && r.err == 0 && r.len == (1u << 20) &&
+          memcmp(r.body, post, r.len) == 0);
+    result_free(&r);
+
+    /* Back-pressure: every 3rd delivery pauses, a timer resumes; nothing is lost or repeated. */
+    char *two = malloc(2000001);
+    for (int i = 0; i < 2000000; i++)
+        two[i] = (char)('a' + i % 26);
+    two[2000000] = '\0';
+    result_init(&r);
+    r.pause_every = 3;
+    CHECK(run(&r, "/cl/2000000", NULL, 5000) == 0 && r.err == 0 && r.len == 2000000 &&
+          memcmp(r.body, two, r.len) == 0);
+    result_free(&r);
+
+    /* Cancel from the data callback: no on_done; the next request works. */
+    result_init(&r);
+    r.cancel_at = 1;
+    CHECK(run(&r, "/cl/1000000", NULL, 5000) == 0 && r.done == 2);
+    wait_ms(20);
+    CHECK(r.done == 2);
+    result_free(&r);
+    CHECK(get_ok("/cl/2", "ab"));
+
+    /* Failures: reset, garbage, hang past the total deadline, connect refused (reported later, never
+     * from inside pdr_leg_start), a URL it cannot use. */
+    result_init(&r);
+    CHECK(run(&r, "/reset", NULL, 5000) == 0 && r.done == 1 && r.err == PDR_EPEERGONE);
+    result_free(&r);
+    result_init(&r);
+    CHECK(run(&r, "/garbage", NULL, 5000) == 0 && r.done == 1 && r.err == PDR_EIO);
+    result_free(&r);
+    result_init(&r);
+    uint64_t t0 = pdr_now_ms();
+    CHECK(run(&r, "/hang", NULL, 200) == 0 && r.done == 1 && r.err == PDR_ETIMEDOUT);
+    CHECK(pdr_now_ms() - t0 < 2000);
+    result_free(&r);
+    char saved[64];
+    snprintf(saved, sizeof(saved), "%s", base);
+    snprintf(base, sizeof(base), "http://127.0.0.1:1");
+    result_init(&r);
+    CHECK(run(&r, "/x", NULL, 0) == 0 && r.done == 1 && r.err == PDR_ECONNREFUSED && !r.called_inside);
+    result_free(&r);
+    snprintf(base, sizeof(base), "%s", saved);
+    result_init(&r);
+    CHECK(pdr_leg_start(&r.leg, multi, "https://127.0.0.1:1/", NULL, 0, NULL, 100, 0, &cbs, &r) ==
+          PDR_EINVAL);
+    CHECK(pdr_leg_start(&r.leg, multi, "http://[::1/", NULL, 0, NULL, 100, 0, &cbs, &r) == PDR_EINVAL);
+    CHECK(pdr_leg_start(&r.leg, multi, "http://h:99999/", NULL, 0, NULL, 100, 0, &cbs, &r) == PDR_EINVAL);
+    result_free(&r);
+
+    /* fail_all ends a leg in flight with the given error. */
+    result_init(&r);
+    char url[128];
+    snprintf(url, sizeof(url), "%s/hang", base);
+    CHECK(pdr_leg_start(&r.leg, multi, url, NULL, 0, NULL, 1000, 0, &cbs, &r) == 0);
+    wait_ms(50);
+    size_t failed = pdr_multi_fail_all(multi, PDR_ECANCELED);
+    CHECK(failed == 1 && r.done == 1 && r.err == PDR_ECANCELED);
+    if (failed != 1)
+        fprintf(stderr, "fail_all ended %zu legs, done %d err %d\n", failed, r.done, r.err);
+    result_free(&r);
+
+    /* Close: every handle goes, the callback runs, the loop has nothing left. */
+    pdr_multi_close(multi, on_multi_closed, NULL);
+    uv_run(loop, UV_RUN_DEFAULT);
+    CHECK(closed_called);
+    CHECK(uv_loop_close(loop) == 0);
+
+    close(server_stdin);
+    kill(server_pid, SIGTERM);
+    waitpid(server_pid, NULL, 0);
+    free(big);
+    free(post);
+    free(two);
+    CHECK_DONE();
+}
