@@ -28,6 +28,7 @@
 #define READ_BUF (64 * 1024)
 #define DNS_TTL_MS 10000
 #define HEAD_MAX 8192
+#define IDLE_MAX_MS 60000 /* a pooled connection unused this long is closed */
 
 enum { C_RESOLVING = 0, C_CONNECTING, C_BUSY, C_IDLE, C_CLOSING };
 
@@ -229,6 +230,13 @@ static pdr_conn_t *conn_new(pdr_multi_t *m, pdr_origin_t *o)
     return c;
 }
 
+/* A pooled connection nobody used for IDLE_MAX_MS: a worker that vanished without a FIN would
+ * otherwise leave it to be found dead by the next request. */
+static void on_idle_timeout(uv_timer_t *t)
+{
+    conn_close(t->data);
+}
+
 static void on_timer(uv_timer_t *t)
 {
     pdr_conn_t *c = t->data;
@@ -273,7 +281,7 @@ static void conn_complete(pdr_conn_t *c)
         c->state = C_IDLE;
         c->reused = 1;
         c->start = 0;
-        uv_timer_stop(&c->timer);
+        uv_timer_start(&c->timer, on_idle_timeout, IDLE_MAX_MS, 0);
         c->next_idle = c->o->idle;
         c->o->idle = c;
         c->o->n_idle++;
@@ -424,6 +432,7 @@ static void on_connect(uv_connect_t *req, int status)
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
+    uv_tcp_keepalive(&c->tcp, 1, 30); /* a worker host that disappears is noticed on idle connections too */
     conn_send(c);
 }
 
