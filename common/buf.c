@@ -9,7 +9,7 @@ int pdr_buf_append(pdr_buf_t *b, const void *p, size_t n, size_t limit)
     if (n > limit || b->len > limit - n)
         return PDR_ETOOBIG;
     if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
+        size_t cap = b->cap ? b->cap : 1024; /* streams of small events stay small */
         while (cap < b->len + n)
             cap *= 2;
         char *np = realloc(b->p, cap);

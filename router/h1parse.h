@@ -69,7 +69,7 @@ typedef struct pdr_h1resp {
     int te_last_chunked; /* the last transfer coding seen so far is chunked */
     int te_chunked_seen; /* how many times chunked was listed */
     int chunk_phase;     /* where the chunk-size line is: digits, whitespace after them, extensions */
-    char line[1024];     /* the current head line (longer lines are checked by line_len only) */
+    char line[256];      /* the current head line (longer lines are checked by line_len only) */
 } pdr_h1resp_t;
 
 /* Prepares r for a new response (head_request cleared). */

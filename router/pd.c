@@ -430,6 +430,9 @@ static void advance(pd_req_t *x)
         const char *d = pdr_sse_first_data(x->pbody.p, x->pbody.len, &dl);
         x->p_json = json_loadb(d ? d : x->pbody.p, d ? dl : x->pbody.len, 0, NULL);
     }
+    /* No attempt follows: what only attempts need goes now, not at the end of a long stream. */
+    pdr_buf_free(&x->pbody);
+    pdr_pdreq_clear(&x->pr);
     start_client_response(x);
     send_final_or_more(x);
 }
@@ -439,6 +442,8 @@ static void advance(pd_req_t *x)
 static size_t prefill_data(pdr_leg_t *leg, const char *p, size_t n)
 {
     pd_req_t *x = leg->data;
+    if (!x->merge && leg->status < 400)
+        return n; /* a successful answer is only needed for the logprob merge */
     if (!x->p_truncated && pdr_buf_append(&x->pbody, p, n, PREFILL_BODY_CAP) != 0)
         x->p_truncated = 1; /* still read to the end; only the merge needs the body */
     return n;

@@ -25,7 +25,9 @@
 #include "upstream.h"
 #include "util.h"
 
-#define READ_BUF (64 * 1024)
+#define READ_BUF_MIN 1024        /* per connection carrying a leg (idle ones share IDLE_BUF)... */
+#define READ_BUF_MAX (64 * 1024) /* ...doubled up to this while reads fill it (large answers) */
+#define IDLE_BUF 512
 #define DNS_TTL_MS 10000
 #define HEAD_MAX 8192
 #define IDLE_MAX_MS 60000 /* a pooled connection unused this long is closed */
@@ -37,7 +39,7 @@ typedef struct pdr_conn {
     uv_timer_t timer; /* connect deadline, then the leg's total deadline */
     uv_connect_t creq;
     uv_write_t wreq;
-    uv_getaddrinfo_t gai;
+    uv_getaddrinfo_t *gai; /* while resolving */
     pdr_multi_t *m;
     struct pdr_origin *o;
     pdr_leg_t *leg;
@@ -49,7 +51,9 @@ typedef struct pdr_conn {
     int reading;
     pdr_h1resp_t resp;
     char *buf;
+    size_t cap;
     size_t start, len; /* unparsed bytes: buf[start, start + len) */
+    int filled;        /* the last read filled the buffer */
     const char *pend;  /* a body span the owner paused on */
     size_t pend_len;
     struct pdr_conn *next_idle;
@@ -77,6 +81,7 @@ struct pdr_multi {
     pdr_leg_t **failq;
     int *failq_err;
     size_t n_failq, cap_failq;
+    char scratch[IDLE_BUF]; /* reads of idle connections */
     int closing;
     int in_start; /* inside pdr_leg_start: failures are reported from the kick timer */
     void (*close_cb)(void *);
@@ -201,7 +206,7 @@ static void conn_close(pdr_conn_t *c)
     c->state = C_CLOSING;
     c->leg = NULL;
     if (c->gai_pending)
-        uv_cancel((uv_req_t *)&c->gai);
+        uv_cancel((uv_req_t *)c->gai);
     if (c->timer_open) {
         uv_timer_stop(&c->timer);
         uv_close((uv_handle_t *)&c->timer, on_handle_closed);
@@ -215,11 +220,6 @@ static pdr_conn_t *conn_new(pdr_multi_t *m, pdr_origin_t *o)
     pdr_conn_t *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
-    c->buf = malloc(READ_BUF);
-    if (c->buf == NULL) {
-        free(c);
-        return NULL;
-    }
     c->m = m;
     c->o = o;
     uv_timer_init(m->loop, &c->timer);
@@ -260,12 +260,25 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
 {
     pdr_conn_t *c = h->data;
     (void)hint;
+    if (c->buf == NULL) {
+        /* Idle: whatever comes (a close, stray bytes) ends the connection; no buffer of its own. */
+        *b = uv_buf_init(c->m->scratch, sizeof(c->m->scratch));
+        return;
+    }
     if (c->start > 0 && c->pend == NULL) {
         memmove(c->buf, c->buf + c->start, c->len);
         c->start = 0;
     }
+    if (c->filled && c->cap < READ_BUF_MAX && c->pend == NULL) {
+        char *nb = realloc(c->buf, 2 * c->cap);
+        if (nb != NULL) {
+            c->buf = nb;
+            c->cap *= 2;
+        }
+    }
+    c->filled = 0;
     size_t used = c->start + c->len;
-    *b = uv_buf_init(c->buf + used, (unsigned)(READ_BUF - used));
+    *b = uv_buf_init(c->buf + used, (unsigned)(c->cap - used));
 }
 
 /* A response ended: the leg is done; the connection goes back to the pool when it can carry another. */
@@ -281,6 +294,8 @@ static void conn_complete(pdr_conn_t *c)
         c->state = C_IDLE;
         c->reused = 1;
         c->start = 0;
+        free(c->buf); /* idle connections hold no buffer: memory follows requests, not the pool */
+        c->buf = NULL;
         uv_timer_start(&c->timer, on_idle_timeout, IDLE_MAX_MS, 0);
         c->next_idle = c->o->idle;
         c->o->idle = c;
@@ -376,6 +391,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
         return;
     }
     c->got_byte = 1;
+    c->filled = c->start + c->len + (size_t)nread == c->cap;
     c->len += (size_t)nread;
     conn_dispatch(c);
 }
@@ -400,6 +416,14 @@ static void on_write(uv_write_t *w, int status)
 static void conn_send(pdr_conn_t *c)
 {
     pdr_leg_t *leg = c->leg;
+    if (c->buf == NULL) {
+        if ((c->buf = malloc(READ_BUF_MIN)) == NULL) {
+            leg_fail(c, PDR_ENOMEM);
+            return;
+        }
+        c->cap = READ_BUF_MIN;
+        c->filled = 0;
+    }
     c->state = C_BUSY;
     c->got_byte = 0;
     c->start = c->len = 0;
@@ -468,6 +492,8 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
     pdr_conn_t *c = req->data;
     c->gai_pending = 0;
+    free(c->gai);
+    c->gai = NULL;
     pdr_origin_t *o = c->o;
     if (status == 0 && res != NULL) {
         memcpy(&o->addr, res->ai_addr, res->ai_addrlen);
@@ -582,14 +608,21 @@ static int leg_connect(pdr_leg_t *leg, int fresh)
         return 0;
     }
     c->state = C_RESOLVING;
-    c->gai.data = c;
+    c->gai = malloc(sizeof(*c->gai));
+    if (c->gai == NULL) {
+        leg_fail(c, PDR_ENOMEM);
+        return 0;
+    }
+    c->gai->data = c;
     struct addrinfo hints;
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     char port[8];
     snprintf(port, sizeof(port), "%d", o->port);
-    if (uv_getaddrinfo(m->loop, &c->gai, on_resolved, o->host, port, &hints) != 0) {
+    if (uv_getaddrinfo(m->loop, c->gai, on_resolved, o->host, port, &hints) != 0) {
+        free(c->gai);
+        c->gai = NULL;
         leg_fail(c, PDR_ECONNREFUSED);
         return 0;
     }
@@ -763,6 +796,10 @@ int pdr_leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *b
         return PDR_ETOOBIG;
     }
     size_t k = h.len;
+    char *exact =
+        realloc(leg->head, k); /* held for the leg's life: a long stream keeps ~300 bytes, not 8 KiB */
+    if (exact != NULL)
+        leg->head = exact;
     leg->head_len = (size_t)k;
     leg->started_ns = pdr_now_ns();
     leg->active = 1;

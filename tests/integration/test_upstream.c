@@ -243,6 +243,18 @@ int main(int argc, char **argv)
         CHECK(get_ok("/cl/3", "abc"));
     }
 
+    /* A host name (resolved off the loop, then cached), and one that does not resolve. */
+    char saved_base[64];
+    snprintf(saved_base, sizeof(saved_base), "%s", base);
+    snprintf(base, sizeof(base), "http://localhost:%s", strrchr(saved_base, ':') + 1);
+    CHECK(get_ok("/cl/4", "abcd"));
+    CHECK(get_ok("/cl/5", "abcde"));
+    snprintf(base, sizeof(base), "http://no-such-host.invalid:80");
+    result_init(&r);
+    CHECK(run(&r, "/x", NULL, 0) == 0 && r.done == 1 && r.err == PDR_ECONNREFUSED);
+    result_free(&r);
+    snprintf(base, sizeof(base), "%s", saved_base);
+
     /* A POST body, 1 MiB, echoed. */
     char *post = malloc((1 << 20) + 1);
     for (int i = 0; i < (1 << 20); i++)
