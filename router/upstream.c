@@ -31,6 +31,7 @@
 #define DNS_TTL_MS 10000
 #define HEAD_MAX 8192
 #define IDLE_MAX_MS 60000 /* a pooled connection unused this long is closed */
+#define CONNECTING_MAX 64 /* connects in progress per origin and loop; more requests wait for one */
 
 enum { C_RESOLVING = 0, C_CONNECTING, C_BUSY, C_IDLE, C_CLOSING };
 
@@ -45,6 +46,7 @@ typedef struct pdr_conn {
     pdr_leg_t *leg;
     int state;
     int tcp_open, timer_open, gai_pending;
+    int counted;  /* counted in its origin's `connecting` */
     int reused;   /* the current leg went out on a connection that had served before */
     int got_byte; /* a response byte came for the current leg */
     int writing;  /* the request is being written */
@@ -69,6 +71,8 @@ typedef struct pdr_origin {
     uint64_t addr_ms; /* when a host name was resolved (0 for a literal address) */
     pdr_conn_t *idle;
     size_t n_idle;
+    size_t connecting;                /* connections resolving or connecting */
+    pdr_leg_t *wait_head, *wait_tail; /* legs waiting for a connect slot or a pooled connection */
 } pdr_origin_t;
 
 struct pdr_multi {
@@ -76,8 +80,9 @@ struct pdr_multi {
     pdr_origin_t *origins;
     pdr_leg_t *active; /* every leg between start and its end */
     size_t max_idle;
-    size_t open_conns; /* allocated connections */
-    uv_timer_t kick;   /* 0 ms: reports failures that happened inside pdr_leg_start */
+    size_t connecting_peak; /* the most connects ever in progress to one origin (tests) */
+    size_t open_conns;      /* allocated connections */
+    uv_timer_t kick;        /* 0 ms: reports failures that happened inside pdr_leg_start */
     pdr_leg_t **failq;
     int *failq_err;
     size_t n_failq, cap_failq;
@@ -93,13 +98,32 @@ static void conn_dispatch(pdr_conn_t *c);
 static void conn_read(pdr_conn_t *c);
 static int leg_connect(pdr_leg_t *leg, int fresh);
 static int queue_failure(pdr_multi_t *m, pdr_leg_t *leg, int err);
+static void origin_kick(pdr_origin_t *o);
 static void on_kick_closed(uv_handle_t *h);
 
 /* ---- legs ---- */
 
+static void wait_remove(pdr_leg_t *leg)
+{
+    pdr_origin_t *o = leg->origin;
+    if (!leg->waiting)
+        return;
+    if (leg->wait_prev != NULL)
+        leg->wait_prev->wait_next = leg->wait_next;
+    else
+        o->wait_head = leg->wait_next;
+    if (leg->wait_next != NULL)
+        leg->wait_next->wait_prev = leg->wait_prev;
+    else
+        o->wait_tail = leg->wait_prev;
+    leg->wait_next = leg->wait_prev = NULL;
+    leg->waiting = 0;
+}
+
 static void leg_unlink(pdr_leg_t *leg)
 {
     pdr_multi_t *m = leg->multi;
+    wait_remove(leg);
     for (size_t i = 0; i < m->n_failq; i++)
         if (m->failq[i] == leg) {
             m->n_failq--;
@@ -197,6 +221,16 @@ static void idle_remove(pdr_conn_t *c)
     c->next_idle = NULL;
 }
 
+/* A connect ended (made, failed or abandoned): the slot goes to a waiting leg. */
+static void connect_ended(pdr_conn_t *c)
+{
+    if (!c->counted)
+        return;
+    c->counted = 0;
+    c->o->connecting--;
+    origin_kick(c->o);
+}
+
 static void conn_close(pdr_conn_t *c)
 {
     if (c->state == C_CLOSING)
@@ -205,6 +239,7 @@ static void conn_close(pdr_conn_t *c)
         idle_remove(c);
     c->state = C_CLOSING;
     c->leg = NULL;
+    connect_ended(c);
     if (c->gai_pending)
         uv_cancel((uv_req_t *)c->gai);
     if (c->timer_open) {
@@ -304,6 +339,8 @@ static void conn_complete(pdr_conn_t *c)
         conn_close(c);
     }
     leg_unlink(leg);
+    if (reusable)
+        origin_kick(c->o); /* a waiting leg takes the connection just pooled */
     leg->cbs->on_done(leg, 0);
 }
 
@@ -447,6 +484,7 @@ static void on_connect(uv_connect_t *req, int status)
     pdr_conn_t *c = req->data;
     if (c->state == C_CLOSING)
         return;
+    connect_ended(c);
     if (status < 0) {
         leg_fail(c, status == UV_ETIMEDOUT ? PDR_ETIMEDOUT : PDR_ECONNREFUSED);
         return;
@@ -597,11 +635,27 @@ static int leg_connect(pdr_leg_t *leg, int fresh)
         conn_send(c);
         return 0;
     }
+    if (o->connecting >= CONNECTING_MAX) {
+        /* A burst must not become a SYN storm that overflows the worker's accept queue (and makes its
+         * connects time out, which would eject it): wait for a slot or a pooled connection. */
+        leg->waiting = 1;
+        leg->wait_prev = o->wait_tail;
+        leg->wait_next = NULL;
+        if (o->wait_tail != NULL)
+            o->wait_tail->wait_next = leg;
+        else
+            o->wait_head = leg;
+        o->wait_tail = leg;
+        return 0;
+    }
     pdr_conn_t *c = conn_new(m, o);
     if (c == NULL)
         return PDR_ENOMEM;
     c->leg = leg;
     leg->conn = c;
+    c->counted = 1;
+    if (++o->connecting > m->connecting_peak)
+        m->connecting_peak = o->connecting;
     int literal = o->have_addr && o->addr_ms == 0;
     if (literal || (o->have_addr && pdr_now_ms() - o->addr_ms < DNS_TTL_MS)) {
         conn_connect(c);
@@ -628,6 +682,17 @@ static int leg_connect(pdr_leg_t *leg, int fresh)
     }
     c->gai_pending = 1;
     return 0;
+}
+
+/* Hands pooled connections and free connect slots to the legs waiting for them, oldest first. */
+static void origin_kick(pdr_origin_t *o)
+{
+    while (o->wait_head != NULL && (o->idle != NULL || o->connecting < CONNECTING_MAX)) {
+        pdr_leg_t *leg = o->wait_head;
+        wait_remove(leg);
+        if (leg_connect(leg, leg->retried) != 0)
+            leg_finish(leg, PDR_ENOMEM);
+    }
 }
 
 /* ---- the multi ---- */
@@ -852,4 +917,9 @@ void pdr_leg_resume(pdr_leg_t *leg)
     if (c == NULL || c->leg != leg)
         return;
     conn_dispatch(c);
+}
+
+size_t pdr__multi_connecting_peak(const pdr_multi_t *m)
+{
+    return m->connecting_peak;
 }

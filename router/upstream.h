@@ -46,7 +46,8 @@ struct pdr_leg {
     long status;            /* HTTP status once known, else 0 */
     int64_t content_length; /* -1 when unknown */
     char content_type[96];
-    unsigned active : 1, paused : 1, got_headers : 1, abort_requested : 1, retried : 1;
+    unsigned active : 1, paused : 1, got_headers : 1, abort_requested : 1, retried : 1, waiting : 1;
+    pdr_leg_t *wait_next, *wait_prev; /* its origin's queue of legs waiting for a connection */
     uint64_t started_ns, first_byte_ns;
     uint64_t bytes_in;
     pdr_leg_t *next_active, **prev_active; /* the multi's list of active legs */
@@ -77,6 +78,10 @@ int pdr_leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *b
 void pdr_leg_cancel(pdr_leg_t *leg);
 /* Resumes a leg whose on_data returned PDR_LEG_PAUSE. */
 void pdr_leg_resume(pdr_leg_t *leg);
+
+/* Tests: the most connects that were ever in progress at once to one origin (at most 64: a burst of
+ * requests waits for connect slots or pooled connections instead of flooding the worker with SYNs). */
+size_t pdr__multi_connecting_peak(const pdr_multi_t *m);
 
 /* Names the cause of an error, for metrics: "connect", "timeout", "reset", "other". */
 const char *pdr_leg_cause(int err);

@@ -116,7 +116,7 @@ def main():
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", 0))
-    srv.listen(64)
+    srv.listen(1024)
 
     def accept():
         while True:

@@ -255,6 +255,48 @@ int main(int argc, char **argv)
     result_free(&r);
     snprintf(base, sizeof(base), "%s", saved_base);
 
+    /* A burst of 300 requests: at most 64 connects are in progress at once to the origin (the others
+     * wait for a slot or a pooled connection), and every request succeeds. */
+    {
+        enum { BURST = 300 };
+        result_t *rs = calloc(BURST, sizeof(*rs));
+        int before = server_connections();
+        char u[128];
+        snprintf(u, sizeof(u), "%s/cl/100", base);
+        for (int i = 0; i < BURST; i++) {
+            result_init(&rs[i]);
+            CHECK(pdr_leg_start(&rs[i].leg, multi, u, NULL, 0, NULL, 1000, 0, &cbs, &rs[i]) == 0);
+        }
+        int ok = 0;
+        uint64_t until = pdr_now_ms() + 10000;
+        for (;;) {
+            ok = 0;
+            for (int i = 0; i < BURST; i++)
+                ok += rs[i].done == 1 && rs[i].err == 0 && rs[i].len == 100;
+            int done = 0;
+            for (int i = 0; i < BURST; i++)
+                done += rs[i].done != 0;
+            if (done == BURST || pdr_now_ms() > until)
+                break;
+            uv_run(loop, UV_RUN_ONCE);
+        }
+        int opened = server_connections() - before;
+        CHECK(ok == BURST);
+        size_t peak = pdr__multi_connecting_peak(multi);
+        CHECK(opened > 0 && opened <= BURST && peak == 64);
+        if (ok != BURST || peak != 64) {
+            fprintf(stderr, "burst: %d of %d ok, %d new connections, %zu connects at once\n", ok, BURST,
+                    opened, peak);
+            for (int i = 0, shown = 0; i < BURST && shown < 5; i++)
+                if (!(rs[i].done == 1 && rs[i].err == 0 && rs[i].len == 100) && ++shown)
+                    fprintf(stderr, "  leg %d: done %d err %d status %ld len %zu\n", i, rs[i].done, rs[i].err,
+                            rs[i].leg.status, rs[i].len);
+        }
+        for (int i = 0; i < BURST; i++)
+            result_free(&rs[i]);
+        free(rs);
+    }
+
     /* A POST body, 1 MiB, echoed. */
     char *post = malloc((1 << 20) + 1);
     for (int i = 0; i < (1 << 20); i++)
