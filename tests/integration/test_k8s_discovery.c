@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include "../unit/check.h"
 #include "discovery.h"
+#include "script_server.h"
 #include "util.h"
 
 #define PREFILL_SEL "app=sglang,role=prefill"
@@ -91,48 +92,27 @@ static int expect_emit_at(int line, pdr_role_t role, const char *want)
 
 /* ---- the replay server ---- */
 
-static pid_t server_pid;
-static int server_stdin = -1;
+static script_server_t server;
 static char server_url[64];
 
 static int start_server(const char *python, const char *script, const char *token)
 {
-    int in[2], out[2];
-    if (pipe(in) != 0 || pipe(out) != 0)
+    char *const argv[] = {(char *)python,
+                          (char *)script,
+                          (char *)"--token",
+                          (char *)token,
+                          (char *)"--namespace",
+                          (char *)"sglang",
+                          NULL};
+    if (script_server_start(&server, argv) != 0)
         return -1;
-    server_pid = fork();
-    if (server_pid < 0)
-        return -1;
-    if (server_pid == 0) {
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        close(in[1]);
-        close(out[0]);
-        execlp(python, python, script, "--token", token, "--namespace", "sglang", (char *)NULL);
-        _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    server_stdin = in[1];
-    FILE *f = fdopen(out[0], "r");
-    int port = 0;
-    if (f == NULL || fscanf(f, "PORT %d", &port) != 1 || port <= 0) {
-        fprintf(stderr, "the replay server did not start\n");
-        return -1;
-    }
-    fclose(f);
-    snprintf(server_url, sizeof(server_url), "http://127.0.0.1:%d", port);
+    snprintf(server_url, sizeof(server_url), "http://127.0.0.1:%d", server.port);
     return 0;
 }
 
 static void stop_server(void)
 {
-    if (server_stdin >= 0)
-        close(server_stdin);
-    if (server_pid > 0) {
-        kill(server_pid, SIGTERM);
-        waitpid(server_pid, NULL, 0);
-    }
+    script_server_stop(&server);
 }
 
 static size_t collect(char *p, size_t size, size_t nmemb, void *ud)

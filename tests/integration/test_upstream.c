@@ -15,14 +15,14 @@
 #include <unistd.h>
 #include "../unit/check.h"
 #include "err.h"
+#include "script_server.h"
 #include "upstream.h"
 #include "util.h"
 
 static uv_loop_t *loop;
 static pdr_multi_t *multi;
 static char base[64];
-static pid_t server_pid;
-static int server_stdin = -1;
+static script_server_t server;
 
 typedef struct result {
     pdr_leg_t leg;
@@ -129,8 +129,10 @@ static int server_connections(void)
     int n = -1;
     if (run(&r, "/stats", NULL, 5000) == 0 && r.err == 0 && r.body != NULL) {
         const char *p = strstr(r.body, "\"connections\": ");
-        if (p != NULL)
-            n = atoi(p + 15);
+        char *end;
+        long v = p != NULL ? strtol(p + 15, &end, 10) : -1;
+        if (p != NULL && end != p + 15 && v >= 0 && v < 1000000)
+            n = (int)v;
     }
     result_free(&r);
     return n;
@@ -155,34 +157,6 @@ static void wait_ms(int ms)
     uv_run(loop, UV_RUN_NOWAIT);
 }
 
-static int start_server(const char *python, const char *script)
-{
-    int in[2], out[2];
-    if (pipe(in) != 0 || pipe(out) != 0)
-        return -1;
-    server_pid = fork();
-    if (server_pid < 0)
-        return -1;
-    if (server_pid == 0) {
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        close(in[1]);
-        close(out[0]);
-        execlp(python, python, script, (char *)NULL);
-        _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    server_stdin = in[1];
-    FILE *f = fdopen(out[0], "r");
-    int port = 0;
-    if (f == NULL || fscanf(f, "PORT %d", &port) != 1 || port <= 0)
-        return -1;
-    fclose(f);
-    snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
-    return 0;
-}
-
 static int closed_called;
 static void on_multi_closed(void *arg)
 {
@@ -197,10 +171,10 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    if (start_server(argv[1], argv[2]) != 0) {
-        fprintf(stderr, "the script server did not start\n");
+    char *const server_argv[] = {argv[1], argv[2], NULL};
+    if (script_server_start(&server, server_argv) != 0)
         return 1;
-    }
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", server.port);
     if (getenv("PDR_DEBUG") != NULL)
         pdr_log_level = PDR_LOG_DEBUG;
     loop = uv_default_loop();
@@ -372,9 +346,7 @@ int main(int argc, char **argv)
     CHECK(closed_called);
     CHECK(uv_loop_close(loop) == 0);
 
-    close(server_stdin);
-    kill(server_pid, SIGTERM);
-    waitpid(server_pid, NULL, 0);
+    script_server_stop(&server);
     free(big);
     free(post);
     free(two);
