@@ -20,20 +20,10 @@ foreach(s auth workers add_delete reload drain_load drain_h2load drain_timeout s
   set_tests_properties(router_admin_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
 
-# Fuzz target of the admin API's parsers (drain body, worker id); with -DPDR_LIBFUZZER=ON (clang) a
-# libFuzzer binary, otherwise a replay of the seed corpus with deterministic mutations.
+# Fuzz target of the admin API's parsers (drain body, worker id, add-worker body).
 add_executable(fuzz_admin fuzz/fuzz_admin.c)
-target_include_directories(fuzz_admin PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/fuzz)
 target_link_libraries(fuzz_admin PRIVATE pdr_router)
-if(PDR_LIBFUZZER)
-  target_compile_definitions(fuzz_admin PRIVATE PDR_LIBFUZZER)
-  target_compile_options(fuzz_admin PRIVATE -fsanitize=fuzzer)
-  target_link_options(fuzz_admin PRIVATE -fsanitize=fuzzer)
-endif()
-file(GLOB PDR_ADMIN_SEEDS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/admin/*)
-list(SORT PDR_ADMIN_SEEDS)
-add_test(NAME router_admin_fuzz_corpus COMMAND fuzz_admin ${PDR_ADMIN_SEEDS})
-set_tests_properties(router_admin_fuzz_corpus PROPERTIES TIMEOUT 60)
+pdr_fuzz_corpus_test(router_admin_fuzz_corpus fuzz_admin admin 60)
 
 # Discovery scenarios (see test_discovery.py): Kubernetes against a replaying API server, DNS against
 # dnsmasq (skipped with 77 when dnsmasq is missing).

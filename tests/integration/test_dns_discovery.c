@@ -22,20 +22,11 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "../unit/check.h"
 #include "config.h"
 #include "discovery.h"
 
 #define MAX_SET 8
-
-static int failures;
-
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                         \
-            failures++;                                                                                      \
-        }                                                                                                    \
-    } while (0)
 
 /* What the emit callback saw, per role. */
 static struct {
@@ -114,7 +105,7 @@ static int wait_set(int line, pdr_role_t role, const char *const *want, size_t n
                 seen.emits[role]);
         for (size_t i = 0; i < seen.n[role]; i++)
             fprintf(stderr, "  %s\n", seen.urls[role][i]);
-        failures++;
+        check_failures++;
     }
     pthread_mutex_unlock(&seen.mu);
     return ok;
@@ -149,24 +140,30 @@ static const char *find_dnsmasq(void)
     return NULL;
 }
 
+/* addr:port as a sockaddr of family; returns its length. */
+static socklen_t make_addr(int family, const char *addr, int port, struct sockaddr_storage *ss)
+{
+    memset(ss, 0, sizeof(*ss));
+    if (family == AF_INET) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons((uint16_t)port);
+        inet_pton(AF_INET, addr, &sin->sin_addr);
+        return sizeof(*sin);
+    }
+    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons((uint16_t)port);
+    inet_pton(AF_INET6, addr, &sin6->sin6_addr);
+    return sizeof(*sin6);
+}
+
 /* A port free for both UDP and TCP on addr (dnsmasq takes both); 0 when none was found. */
 static int free_port(int family, const char *addr)
 {
     for (int attempt = 0; attempt < 20; attempt++) {
         struct sockaddr_storage ss;
-        socklen_t sl;
-        memset(&ss, 0, sizeof(ss));
-        if (family == AF_INET) {
-            struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-            sin->sin_family = AF_INET;
-            inet_pton(AF_INET, addr, &sin->sin_addr);
-            sl = sizeof(*sin);
-        } else {
-            struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
-            sin6->sin6_family = AF_INET6;
-            inet_pton(AF_INET6, addr, &sin6->sin6_addr);
-            sl = sizeof(*sin6);
-        }
+        socklen_t sl = make_addr(family, addr, 0, &ss);
         int u = socket(family, SOCK_DGRAM, 0), t = socket(family, SOCK_STREAM, 0);
         int port = 0;
         if (u >= 0 && t >= 0 && bind(u, (struct sockaddr *)&ss, sl) == 0 &&
@@ -187,21 +184,7 @@ static int free_port(int family, const char *addr)
 static int tcp_up(int family, const char *addr, int port)
 {
     struct sockaddr_storage ss;
-    socklen_t sl;
-    memset(&ss, 0, sizeof(ss));
-    if (family == AF_INET) {
-        struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-        sin->sin_family = AF_INET;
-        sin->sin_port = htons((uint16_t)port);
-        inet_pton(AF_INET, addr, &sin->sin_addr);
-        sl = sizeof(*sin);
-    } else {
-        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
-        sin6->sin6_family = AF_INET6;
-        sin6->sin6_port = htons((uint16_t)port);
-        inet_pton(AF_INET6, addr, &sin6->sin6_addr);
-        sl = sizeof(*sin6);
-    }
+    socklen_t sl = make_addr(family, addr, port, &ss);
     int fd = socket(family, SOCK_STREAM, 0);
     int ok = fd >= 0 && connect(fd, (struct sockaddr *)&ss, sl) == 0;
     if (fd >= 0)
@@ -384,7 +367,7 @@ int main(int argc, char **argv)
     uint64_t took = now_ms() - t0;
     if (took >= 1000) {
         fprintf(stderr, "pdr_discovery_stop took %llu ms\n", (unsigned long long)took);
-        failures++;
+        check_failures++;
     }
     pthread_mutex_lock(&seen.mu);
     CHECK(seen.emits[0] == before[0] && seen.emits[1] == before[1]);
@@ -401,8 +384,8 @@ int main(int argc, char **argv)
 
     unlink(hosts);
     rmdir(dir);
-    if (failures) {
-        fprintf(stderr, "test_dns_discovery: %d check(s) failed\n", failures);
+    if (check_failures) {
+        fprintf(stderr, "test_dns_discovery: %d check(s) failed\n", check_failures);
         return 1;
     }
     printf("test_dns_discovery %s: all checks passed (stop took %llu ms)\n", v6 ? "ipv6" : "ipv4",
