@@ -152,14 +152,14 @@ static json_t *worker_json(const pdr_worker_t *w)
     uint64_t last = __atomic_load_n(&w->last_check_ms, __ATOMIC_RELAXED);
     uint64_t now = pdr_now_ms();
     json_t *ago = last == 0 ? json_null() : json_integer((json_int_t)(now > last ? now - last : 0));
-    json_t *bport = w->conf->bootstrap_port >= 0 ? json_integer(w->conf->bootstrap_port) : json_null();
+    json_t *bport = w->conf.bootstrap_port >= 0 ? json_integer(w->conf.bootstrap_port) : json_null();
     json_t *labels = json_loads(w->labels_json, 0, NULL);
     if (labels == NULL)
         labels = json_object();
     json_t *name = w->name[0] ? json_string(w->name) : json_null();
     json_t *o =
         json_pack("{s:s,s:s,s:s,s:o,s:s,s:o,s:s,s:i,s:I,s:o,s:o}", "id", w->id, "role",
-                  pdr_role_name(w->role), "url", w->conf->url, "bootstrap_port", bport, "source", w->source,
+                  pdr_role_name(w->role), "url", w->conf.url, "bootstrap_port", bport, "source", w->source,
                   "name", name, "state", pdr_worker_state_name(w), "in_flight", pdr_worker_inflight(w),
                   "requests_total", (json_int_t)__atomic_load_n(&w->requests_total, __ATOMIC_RELAXED),
                   "last_check_ms_ago", ago, "labels", labels);

@@ -65,9 +65,9 @@ static void probe_done(pdr_leg_t *leg, int err)
                                                      : "its health check answered health.drain_status");
     if (pdr_pool_check_result(&r->pool, w, ok)) {
         if (ok)
-            pdr_info("worker %s %s is healthy (%d checks passed)", w->id, w->conf->url, c->health.rise);
+            pdr_info("worker %s %s is healthy (%d checks passed)", w->id, w->conf.url, c->health.rise);
         else {
-            pdr_warn("worker %s %s is unhealthy: %d checks failed, last: %s", w->id, w->conf->url,
+            pdr_warn("worker %s %s is unhealthy: %d checks failed, last: %s", w->id, w->conf.url,
                      c->health.fall, err ? pdr_strerror(err) : "bad status");
             pdr_pool_record(&r->pool, w, "marked unhealthy: %d failed health check(s), last: %s",
                             c->health.fall, err ? pdr_strerror(err) : "bad status");
@@ -88,7 +88,7 @@ static void check_worker(pdr_router_t *r, pdr_worker_t *w)
         return;
     pr->r = r;
     pr->w = pdr_worker_ref(w);
-    snprintf(pr->url, sizeof(pr->url), "%s%s", w->conf->url, c->health.path);
+    snprintf(pr->url, sizeof(pr->url), "%s%s", w->conf.url, c->health.path);
     pr->next = r->probes;
     if (r->probes != NULL)
         r->probes->prev = pr;

@@ -75,7 +75,6 @@ typedef struct pd_req {
     const char *error_cause;
     uv_timer_t timer;
     int counted_inflight;
-    int waiting; /* counted in m.waiting: no response byte sent yet */
     int last_fail_status;
     char last_fail_msg[256];
 } pd_req_t;
@@ -86,13 +85,15 @@ static void arm_timer(pd_req_t *x);
 
 /* ---- helpers ---- */
 
-/* The request leaves the "waiting for the first byte" gauge (the router-side view of the workers' queues). */
-static void stop_waiting(pd_req_t *x)
+/* The client response begins (first byte, or an error answer; ttfb: time it). A PD request counts in the
+ * m.waiting gauge (the router's view of the workers' queues) from its start until this. */
+static void mark_started(pd_req_t *x, int ttfb)
 {
-    if (x->waiting) {
-        x->waiting = 0;
+    if (!x->started && x->counted_inflight)
         x->t->m.waiting--;
-    }
+    x->started = 1;
+    if (ttfb)
+        x->ttfb_ns = pdr_now_ns();
 }
 
 static void release_leg(pd_req_t *x, int prefill)
@@ -127,10 +128,8 @@ static void fail_response(pd_req_t *x, int status, const char *type, const char 
     cancel_legs(x);
     if (x->req == NULL || x->started)
         return;
-    x->started = 1;
+    mark_started(x, 1);
     x->final_sent = 1;
-    x->ttfb_ns = pdr_now_ns();
-    stop_waiting(x);
     pdr_send_error(x->req, status, type, msg, retry_after);
 }
 
@@ -218,9 +217,7 @@ static int sse_merge_events(pd_req_t *x, const char *p, size_t n, pdr_buf_t *out
 static void start_client_response(pd_req_t *x)
 {
     h2o_req_t *req = x->req;
-    x->started = 1;
-    x->ttfb_ns = pdr_now_ns();
-    stop_waiting(x);
+    mark_started(x, 1);
     x->status = (int)x->dleg.status;
     req->res.status = x->status;
     req->res.reason = pdr_http_reason(x->status);
@@ -325,12 +322,12 @@ static void attempt_failed(pd_req_t *x, pdr_role_t role, int cause, int status, 
         return;
     x->last_fail_status = status;
     snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "%s worker %s failed: %s", pdr_role_name(role),
-             w ? w->conf->url : "-", msg);
+             w ? w->conf.url : "-", msg);
     if (x->attempt < x->conf->retries.max && !pdr_router_shutting_down(x->r)) {
         x->attempt++;
         x->t->m.retries_total++;
         pdr_info("request %s: %s worker %s failed (%s); retry %d on a new pair", x->request_id,
-                 pdr_role_name(role), w ? w->conf->url : "-", msg, x->attempt);
+                 pdr_role_name(role), w ? w->conf.url : "-", msg, x->attempt);
         start_attempt(x);
         return;
     }
@@ -403,10 +400,8 @@ static void advance(pd_req_t *x)
     if (x->p_done && x->pleg.status >= 400) {
         cancel_legs(x);
         x->status = (int)x->pleg.status;
-        x->started = 1;
+        mark_started(x, 1);
         x->final_sent = 1;
-        x->ttfb_ns = pdr_now_ns();
-        stop_waiting(x);
         h2o_req_t *req = x->req;
         req->res.status = x->status;
         req->res.reason = pdr_http_reason(x->status);
@@ -546,7 +541,7 @@ static void on_timer(uv_timer_t *t)
                 x->status = 499;
                 cancel_legs(x);
                 x->stopped = 1;
-                x->started = 1;
+                mark_started(x, 0);
                 h2o_send_error_502(x->req, "Bad Gateway", "client closed",
                                    H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
                 return;
@@ -634,7 +629,7 @@ static void start_attempt(pd_req_t *x)
     const char *hdrs[] = {x->xrid_header, NULL};
     char url[512];
     if (x->mode == MODE_MODELS) {
-        snprintf(url, sizeof(url), "%s/v1/models", x->dw->conf->url);
+        snprintf(url, sizeof(url), "%s/v1/models", x->dw->conf.url);
         if (pdr_leg_start(&x->dleg, x->t->multi, url, NULL, 0, hdrs, c->timeouts.connect_ms, 0, &decode_cbs,
                           x) != 0) {
             fail_response(x, 503, "service_unavailable", "out of memory", 1);
@@ -649,20 +644,20 @@ static void start_attempt(pd_req_t *x)
     for (size_t i = 0; i < x->n_rooms; i++)
         x->rooms[i] = pdr_random_room();
     free(x->body);
-    x->body = pdr_pdreq_build_body(&x->pr, x->pw->bootstrap_host, x->pw->conf->bootstrap_port, x->rooms,
+    x->body = pdr_pdreq_build_body(&x->pr, x->pw->bootstrap_host, x->pw->conf.bootstrap_port, x->rooms,
                                    &x->body_len);
     if (x->body == NULL) {
         fail_response(x, 503, "service_unavailable", "out of memory", 1);
         return;
     }
     static const char *paths[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
-    snprintf(url, sizeof(url), "%s%s", x->pw->conf->url, paths[x->route]);
+    snprintf(url, sizeof(url), "%s%s", x->pw->conf.url, paths[x->route]);
     int rc = pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, hdrs, c->timeouts.connect_ms, 0,
                            &prefill_cbs, x);
     if (rc == 0) {
         x->p_running = 1;
         pdr_worker_track(x->pw, 1);
-        snprintf(url, sizeof(url), "%s%s", x->dw->conf->url, paths[x->route]);
+        snprintf(url, sizeof(url), "%s%s", x->dw->conf.url, paths[x->route]);
         rc = pdr_leg_start(&x->dleg, x->t->multi, url, x->body, x->body_len, hdrs, c->timeouts.connect_ms, 0,
                            &decode_cbs, x);
         if (rc == 0) {
@@ -734,8 +729,8 @@ static void write_access_log(pd_req_t *x)
         "\"decode\":%s%s%s,\"room\":%s,\"attempts\":%d,\"ttfb_ms\":%.3f,\"total_ms\":%.3f,"
         "\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s}\n",
         pdr_wall_us(), x->request_id, x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status,
-        x->pw ? "\"" : "", x->pw ? x->pw->conf->url : "null", x->pw ? "\"" : "", x->dw ? "\"" : "",
-        x->dw ? x->dw->conf->url : "null", x->dw ? "\"" : "", room, x->attempt + 1,
+        x->pw ? "\"" : "", x->pw ? x->pw->conf.url : "null", x->pw ? "\"" : "", x->dw ? "\"" : "",
+        x->dw ? x->dw->conf.url : "null", x->dw ? "\"" : "", room, x->attempt + 1,
         ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0, x->bytes_out,
         x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null", x->error_cause ? "\"" : "");
     if (n > 0)
@@ -750,7 +745,8 @@ static void on_dispose(void *p)
         x->error_cause = "client_abort";
     }
     cancel_legs(x);
-    stop_waiting(x);
+    if (!x->started && x->counted_inflight)
+        x->t->m.waiting--;
     write_access_log(x);
     x->req = NULL;
     if (x->counted_inflight) {
@@ -852,7 +848,6 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     x->n_rooms = pr.batch ? pr.batch : 1;
     x->rooms = calloc(x->n_rooms, sizeof(uint64_t));
     x->counted_inflight = 1;
-    x->waiting = 1;
     t->m.waiting++;
     __atomic_add_fetch(&r->inflight, 1, __ATOMIC_RELAXED);
     t->live++;

@@ -88,7 +88,7 @@ void pdr_worker_unref(pdr_worker_t *w)
 {
     if (w == NULL || __atomic_sub_fetch(&w->refcnt, 1, __ATOMIC_ACQ_REL) != 0)
         return;
-    conf_free(&w->own_conf);
+    conf_free(&w->conf);
     free(w->labels_json);
     free(w);
 }
@@ -109,7 +109,7 @@ static pdr_worker_t *worker_new(pdr_pool_t *p, pdr_role_t role, const pdr_worker
     if (w == NULL)
         return NULL;
     w->labels_json = strdup(labels_json != NULL ? labels_json : "{}");
-    if (w->labels_json == NULL || conf_copy(&w->own_conf, conf) != 0) {
+    if (w->labels_json == NULL || conf_copy(&w->conf, conf) != 0) {
         free(w->labels_json);
         free(w);
         return NULL;
@@ -121,13 +121,12 @@ static pdr_worker_t *worker_new(pdr_pool_t *p, pdr_role_t role, const pdr_worker
     snprintf(w->id, sizeof(w->id), "%s-%u", pdr_role_name(role), w->seq);
     snprintf(w->source, sizeof(w->source), "%s", pdr_source_names[source]);
     snprintf(w->name, sizeof(w->name), "%s", name != NULL ? name : "");
-    w->conf = &w->own_conf;
     w->added_ms = pdr_now_ms();
     w->health.healthy = 1; /* optimistic start; the first check runs at once */
-    if (w->conf->is_ipv6)
-        snprintf(w->bootstrap_host, sizeof(w->bootstrap_host), "[%s]", w->conf->host);
+    if (w->conf.is_ipv6)
+        snprintf(w->bootstrap_host, sizeof(w->bootstrap_host), "[%s]", w->conf.host);
     else
-        snprintf(w->bootstrap_host, sizeof(w->bootstrap_host), "%s", w->conf->host);
+        snprintf(w->bootstrap_host, sizeof(w->bootstrap_host), "%s", w->conf.host);
     return w;
 }
 
@@ -196,7 +195,7 @@ void pdr_pool_dispose(pdr_pool_t *p)
 static ssize_t find_url(const pdr_worker_list_t *l, const char *url)
 {
     for (size_t i = 0; i < l->n; i++)
-        if (strcmp(l->w[i]->conf->url, url) == 0)
+        if (strcmp(l->w[i]->conf.url, url) == 0)
             return (ssize_t)i;
     return -1;
 }
@@ -233,7 +232,7 @@ pdr_worker_t *pdr_pool_add(pdr_pool_t *p, pdr_role_t role, const pdr_worker_conf
     p->added_total[source]++;
     publish(p, role, next);
     pthread_rwlock_unlock(&p->rw);
-    pdr_info("worker %s %s added (source %s%s%s)", w->id, w->conf->url, w->source, w->name[0] ? ", " : "",
+    pdr_info("worker %s %s added (source %s%s%s)", w->id, w->conf.url, w->source, w->name[0] ? ", " : "",
              w->name);
     return w;
 }
@@ -254,7 +253,7 @@ static void retire(pdr_pool_t *p, pdr_worker_t *w, const char *why)
 {
     __atomic_store_n(&w->removed, 1, __ATOMIC_RELEASE);
     p->removed_total[source_of(w)]++;
-    pdr_info("worker %s %s removed (%s): %d requests in flight finish on it", w->id, w->conf->url, why,
+    pdr_info("worker %s %s removed (%s): %d requests in flight finish on it", w->id, w->conf.url, why,
              pdr_worker_inflight(w));
 }
 
@@ -296,10 +295,10 @@ size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_
         pdr_worker_t *w = cur->w[i];
         int wanted = 0;
         for (size_t k = 0; k < n; k++)
-            if (strcmp(confs[k].url, w->conf->url) == 0) {
+            if (strcmp(confs[k].url, w->conf.url) == 0) {
                 if (strcmp(w->source, src) != 0) {
                     keep_new[k] = 0; /* another source owns this URL */
-                } else if (confs[k].bootstrap_port == w->conf->bootstrap_port) {
+                } else if (confs[k].bootstrap_port == w->conf.bootstrap_port) {
                     keep_new[k] = 0;
                     wanted = 1;
                 }
@@ -344,7 +343,7 @@ size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_
         next->w[next->n++] = w;
         p->added_total[source]++;
         changes++;
-        pdr_info("worker %s %s added (source %s%s%s)", w->id, w->conf->url, src, w->name[0] ? ", " : "",
+        pdr_info("worker %s %s added (source %s%s%s)", w->id, w->conf.url, src, w->name[0] ? ", " : "",
                  w->name);
     }
     for (size_t i = 0; i < n_gone; i++)
@@ -546,7 +545,7 @@ void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why)
         __atomic_store_n(&w->ejected, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&p->lock);
     if (changed)
-        pdr_warn("worker %s %s marked unhealthy: %s", pdr_role_name(w->role), w->conf->url, why);
+        pdr_warn("worker %s %s marked unhealthy: %s", pdr_role_name(w->role), w->conf.url, why);
     pdr_pool_record(p, w, "%s: %s", changed ? "ejected (marked unhealthy)" : "request failed", why);
 }
 
@@ -564,7 +563,7 @@ void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why)
     int fails = s.consec_fail;
     pthread_mutex_unlock(&p->lock);
     if (changed)
-        pdr_warn("worker %s %s marked unhealthy after %d failures: %s", pdr_role_name(w->role), w->conf->url,
+        pdr_warn("worker %s %s marked unhealthy after %d failures: %s", pdr_role_name(w->role), w->conf.url,
                  fails, why);
     if (changed)
         pdr_pool_record(p, w, "marked unhealthy after %d failures: %s", fails, why);
@@ -622,7 +621,7 @@ void pdr_pool_note_idle(pdr_worker_t *w)
     int want = PDR_DRAIN_DRAINING;
     if (__atomic_compare_exchange_n(&w->drain, &want, PDR_DRAIN_DRAINED, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE))
-        pdr_info("worker %s %s drained: no requests in flight", w->id, w->conf->url);
+        pdr_info("worker %s %s drained: no requests in flight", w->id, w->conf.url);
 }
 
 int pdr_pool_drain(pdr_pool_t *p, pdr_worker_t *w, uint64_t timeout_ms, const char *why)
@@ -636,7 +635,7 @@ int pdr_pool_drain(pdr_pool_t *p, pdr_worker_t *w, uint64_t timeout_ms, const ch
     }
     pthread_mutex_unlock(&p->lock);
     if (was == PDR_DRAIN_ACTIVE)
-        pdr_info("worker %s %s draining (%s): %d requests in flight, timeout %llu ms", w->id, w->conf->url,
+        pdr_info("worker %s %s draining (%s): %d requests in flight, timeout %llu ms", w->id, w->conf.url,
                  why, pdr_worker_inflight(w), (unsigned long long)timeout_ms);
     /* Requests that ended before the flag was visible did not see it: check once here. */
     if (pdr_worker_inflight(w) == 0)
@@ -653,7 +652,7 @@ int pdr_pool_activate(pdr_pool_t *p, pdr_worker_t *w)
     __atomic_store_n(&w->drain, PDR_DRAIN_ACTIVE, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&p->lock);
     if (was != PDR_DRAIN_ACTIVE)
-        pdr_info("worker %s %s activated (was %s)", w->id, w->conf->url,
+        pdr_info("worker %s %s activated (was %s)", w->id, w->conf.url,
                  was == PDR_DRAIN_DRAINING ? "draining" : "drained");
     return was;
 }
@@ -681,7 +680,7 @@ int pdr_pool_drain_tick(pdr_pool_t *p, uint64_t now_ms)
                 pdr_warn(
                     "worker %s %s drained at its drain timeout with %d requests still in flight (they are "
                     "left to finish)",
-                    w->id, w->conf->url, pdr_worker_inflight(w));
+                    w->id, w->conf.url, pdr_worker_inflight(w));
                 pdr_pool_record(p, w, "drain timeout: drained with %d requests still in flight",
                                 pdr_worker_inflight(w));
             }

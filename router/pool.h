@@ -46,14 +46,13 @@ enum { PDR_DRAIN_ACTIVE = 0, PDR_DRAIN_DRAINING = 1, PDR_DRAIN_DRAINED = 2 };
 typedef struct pdr_worker {
     int refcnt; /* atomic */
     pdr_role_t role;
-    unsigned seq;                  /* the number in the id */
-    uint64_t uid;                  /* unique for the process's life (retries avoid by uid) */
-    char id[32];                   /* "prefill-3" */
-    char source[16];               /* static | admin | dns | kubernetes */
-    char name[256];                /* the source's name for it (pod, address); "" for static and admin */
-    char *labels_json;             /* a JSON object, "{}" when none; immutable */
-    const pdr_worker_conf_t *conf; /* points at own_conf */
-    pdr_worker_conf_t own_conf;
+    unsigned seq;            /* the number in the id */
+    uint64_t uid;            /* unique for the process's life (retries avoid by uid) */
+    char id[32];             /* "prefill-3" */
+    char source[16];         /* static | admin | dns | kubernetes */
+    char name[256];          /* the source's name for it (pod, address); "" for static and admin */
+    char *labels_json;       /* a JSON object, "{}" when none; immutable */
+    pdr_worker_conf_t conf;  /* its own copy: url, host, port, bootstrap_port */
     char bootstrap_host[80]; /* as sent to workers: IPv6 in brackets */
     uint64_t added_ms;
     pdr_health_state_t health;

@@ -254,7 +254,7 @@ static void test_membership(void)
     pdr_worker_t *a =
         pdr_pool_add(&p, PDR_ROLE_PREFILL, &wc, PDR_SOURCE_ADMIN, NULL, "{\"zone\":\"a\"}", &err);
     CHECK(a != NULL && strcmp(a->id, "prefill-2") == 0 && strcmp(a->source, "admin") == 0);
-    CHECK(strcmp(a->labels_json, "{\"zone\":\"a\"}") == 0 && a->conf->bootstrap_port == 8998);
+    CHECK(strcmp(a->labels_json, "{\"zone\":\"a\"}") == 0 && a->conf.bootstrap_port == 8998);
     CHECK(pdr_pool_count(&p, PDR_ROLE_PREFILL) == 3 && p.generation != gen0);
     CHECK(pdr_pool_add(&p, PDR_ROLE_PREFILL, &wc, PDR_SOURCE_ADMIN, NULL, NULL, &err) == NULL &&
           err == PDR_EEXIST);
