@@ -371,15 +371,24 @@ HC = "health: { interval_ms: 200, timeout_ms: 150, rise: 2, fall: 2 }"
 
 def scenario_prefill_stopped():
     """A SIGSTOPped prefill: the request ends by first_byte_ms (504 here: it is the only prefill), the
-    decode sees its leg cancelled, health checks mark the prefill down, and SIGCONT brings it back."""
+    decode sees its leg cancelled, pdr_queued_requests counts it while it waits, health checks mark the
+    prefill down, and SIGCONT brings it back."""
     p, d = sim("prefill"), sim("decode")
     r = router([p], [d], config=HC + "\ntimeouts: { first_byte_ms: 800, kv_transfer_ms: 5000 }\nretries: { max: 1 }")
     try:
         os.kill(p.proc.pid, signal.SIGSTOP)
         t0 = time.monotonic()
-        st, _, out = request(r.port, "POST", "/generate", BODIES["/generate"], timeout=10)
+        result = {}
+        t = threading.Thread(target=lambda: result.update(resp=request(r.port, "POST", "/generate",
+                                                                        BODIES["/generate"], timeout=10)))
+        t.start()
+        # While it waits for the stopped prefill, the request is queued (no response byte yet).
+        pdtest.poll_until(lambda: metric_value(metrics(r), "pdr_queued_requests") == 1, 5, "the queued request")
+        t.join(10)
         dt = time.monotonic() - t0
+        st, _, out = result["resp"]
         check(st == 504, "stopped prefill: %d %s" % (st, out), r)
+        check(metric_value(metrics(r), "pdr_queued_requests") == 0, "the answered request still queued", r)
         check(0.75 < dt < 1.3, "ended after %.3fs, first_byte_ms is 0.8s" % dt)
         pdtest.poll_until(lambda: stats(d)["cancelled"] >= 1, 5, "the decode to see its leg cancelled")
         url = "http://127.0.0.1:%d" % p.port
