@@ -2716,17 +2716,27 @@ static void conn_adopted(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr_
 
 /* Polls c's staging copies: finished sends go out, a receiver blocked on a full ring reads again. While
  * copies are pending the loop must not sleep (*want = 0). Returns -1 if c died. */
+/* Whether a device copy of the ring is still in flight. */
+static int stage_copying(const struct pdr__conn *c)
+{
+    for (size_t k = 0; k < c->stg_count; k++)
+        if (c->stg[(c->stg_head + k) % c->nstg].state == STG_COPY)
+            return 1;
+    return 0;
+}
+
 static int stage_pump(pdr_xfer_engine_t *eng, struct pdr__conn *c, int *want)
 {
-    size_t pending = stage_poll(eng, c, 0);
-    if (pending > 0) {
-        *want = 0;
-        c->io->copy_wait = 1;
-    }
+    stage_poll(eng, c, 0);
     if (!c->outbound) {
         if (c->tx_state == TX_IDLE && c->cq_head == NULL && c->stg_count > 0 &&
-            c->stg[c->stg_head].state == STG_READY)
-            return conn_flush(eng, c);
+            c->stg[c->stg_head].state == STG_READY && conn_flush(eng, c) != 0)
+            return -1;
+        /* The flush refills the ring: those copies must be polled soon too, not at the next heartbeat. */
+        if (!c->dead && c->stg != NULL && stage_copying(c)) {
+            *want = 0;
+            c->io->copy_wait = 1;
+        }
         return 0;
     }
     if (c->rx_blocked && c->stg_count < c->nstg) {
@@ -2740,7 +2750,7 @@ static int stage_pump(pdr_xfer_engine_t *eng, struct pdr__conn *c, int *want)
         if (!c->rx_blocked && conn_read(eng, c) != 0)
             return -1;
     }
-    if (c->rx_blocked) {
+    if (c->rx_blocked || (c->stg != NULL && stage_copying(c))) {
         *want = 0;
         c->io->copy_wait = 1;
     }

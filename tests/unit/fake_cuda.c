@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda.h"
 #include "err.h"
@@ -36,12 +37,21 @@ struct fake_event {
     struct fake_copy *upto; /* the stream's last copy when recorded */
     int polls;
     int recorded;
+    uint64_t done_at_us; /* pdr__fake_cuda_copy_us mode */
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_alloc allocs[MAX_ALLOCS];
 static __thread int bound = -1;
-long pdr__fake_cuda_live; /* streams + events + pinned buffers alive: 0 after every engine is destroyed */
+long pdr__fake_cuda_live;
+long pdr__fake_cuda_copy_us; /* > 0: events complete by time instead of by poll count */
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+} /* streams + events + pinned buffers alive: 0 after every engine is destroyed */
 
 int pdr__cuda_init(void)
 {
@@ -151,6 +161,7 @@ int pdr__cuda_event_record(void *ev, void *stream)
     e->upto = e->s->tail;
     e->polls = 0;
     e->recorded = 1;
+    e->done_at_us = now_us() + (uint64_t)__atomic_load_n(&pdr__fake_cuda_copy_us, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&mu);
     return 0;
 }
@@ -169,7 +180,8 @@ int pdr__cuda_event_query(void *ev)
     int rc = 0;
     pthread_mutex_lock(&mu);
     if (e->recorded && e->upto != NULL && stream_has(e->s, e->upto)) {
-        if (++e->polls < FAKE_POLLS)
+        long by_time = __atomic_load_n(&pdr__fake_cuda_copy_us, __ATOMIC_RELAXED);
+        if (by_time > 0 ? now_us() < e->done_at_us : ++e->polls < FAKE_POLLS)
             rc = PDR_EAGAIN;
         else
             run_until(e->s, e->upto);
