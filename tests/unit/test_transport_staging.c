@@ -41,7 +41,8 @@ static void run_room_in(pdr_xfer_engine_t *pre, pdr_xfer_engine_t *dec, int port
     done_init(&b.d);
     CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, room, ds, 2, timeout_ms, info_cb, &b), 0);
     CHECK_EQ_ERR(pdr_xfer_push_ex(pre, room, ss, 3, timeout_ms, info_cb, &a), 0);
-    CHECK(done_wait(&a.d, 1, (int)timeout_ms + 10000) == 1 && done_wait(&b.d, 1, (int)timeout_ms + 10000) == 1);
+    CHECK(done_wait(&a.d, 1, (int)timeout_ms + 10000) == 1 &&
+          done_wait(&b.d, 1, (int)timeout_ms + 10000) == 1);
     CHECK_EQ_ERR(a.d.status, 0);
     CHECK_EQ_ERR(b.d.status, 0);
     CHECK(check_fill(dst, len, room, 0));
