@@ -7,7 +7,8 @@
 #     per room (block 1342177280, batch 1), and the same in 64 MiB blocks;
 #  4. stress: 32 concurrent 1.25 GiB rooms for STRESS_MIN minutes: zero failures, staging bounded,
 #     nvidia-smi compute apps sampled while it runs (each process at most once per GPU, none stray);
-#  5. with two GPUs: CUDA IPC GPU0 -> GPU1 (1.25 GiB rooms) next to the copytest peer rate.
+#  5. with two GPUs: CUDA IPC GPU0 -> GPU1 (1.25 GiB rooms; cuMemAlloc and VMM destinations) next to
+#     the copytest peer rate.
 #
 # Usage: BIN=build bench/xfer_gpu.sh ; env: BIN (directory holding pdxfer-bench, default build/),
 #        DURATION (s per measurement, 20), STRESS_MIN (minutes, 5; 0 skips), CONNS (4), SRC (0: target GPU),
@@ -148,6 +149,8 @@ if [ "$ngpu" -ge 2 ]; then
         --block-size $KV --batch 1 --threads 1 --duration "$DURATION"
     run_initiator "cuda_ipc 1.25 GiB, 4 threads" "$work/ipc2.log" --backend cuda_ipc --mem cuda --device "$DST" \
         --block-size $KV --batch 1 --threads 4 --duration "$DURATION"
+    run_initiator "cuda_ipc into VMM memory 1.25 GiB, batch 1" "$work/ipc3.log" --backend cuda_ipc --mem cuda_vmm \
+        --device "$DST" --block-size $KV --batch 1 --threads 1 --duration "$DURATION"
     stop_target
     echo "cuMemcpyPeerAsync GPU$SRC->GPU$DST: $(jfield "$work/copy.log" peer_memcpypeer_gb_per_s) GB/s," \
         "unified d2d: $(jfield "$work/copy.log" peer_d2d_unified_gb_per_s) GB/s"

@@ -44,6 +44,7 @@ pdr_xfer_test(test_transport_big ${PDR_XFER_TEST_DIR}/integration/test_transport
 add_executable(test_transport_staging ${PDR_XFER_TEST_DIR}/unit/test_transport_staging.c
                ${PDR_XFER_TEST_DIR}/unit/fake_cuda.c ${PROJECT_SOURCE_DIR}/transport/engine.c
                ${PROJECT_SOURCE_DIR}/transport/tcp.c ${PROJECT_SOURCE_DIR}/transport/wire.c
+               ${PROJECT_SOURCE_DIR}/transport/fdpass.c
                ${PROJECT_SOURCE_DIR}/transport/rdma.c ${PROJECT_SOURCE_DIR}/transport/rdma_wire.c
                ${PROJECT_SOURCE_DIR}/transport/rdma_plan.c ${PROJECT_SOURCE_DIR}/transport/rdma_topo.c)
 target_include_directories(test_transport_staging PRIVATE ${PDR_XFER_TEST_DIR}/integration
@@ -59,9 +60,17 @@ add_executable(test_transport_rdma ${PDR_XFER_TEST_DIR}/unit/test_transport_rdma
                ${PROJECT_SOURCE_DIR}/transport/engine.c ${PROJECT_SOURCE_DIR}/transport/tcp.c
                ${PROJECT_SOURCE_DIR}/transport/wire.c ${PROJECT_SOURCE_DIR}/transport/rdma.c
                ${PROJECT_SOURCE_DIR}/transport/rdma_wire.c ${PROJECT_SOURCE_DIR}/transport/rdma_plan.c
-               ${PROJECT_SOURCE_DIR}/transport/rdma_topo.c)
+               ${PROJECT_SOURCE_DIR}/transport/rdma_topo.c ${PROJECT_SOURCE_DIR}/transport/fdpass.c)
 target_include_directories(test_transport_rdma PRIVATE ${PDR_XFER_TEST_DIR}/integration ${PDR_XFER_TEST_DIR}/unit
                            ${PROJECT_SOURCE_DIR}/transport ${IBVERBS_INCLUDE_DIRS})
 target_link_libraries(test_transport_rdma PRIVATE pdr_common Threads::Threads)
 add_test(NAME test_transport_rdma COMMAND test_transport_rdma)
 set_tests_properties(test_transport_rdma PROPERTIES TIMEOUT 60)
+
+# The fd server of CUDA VMM sharing alone: descriptors over an abstract Unix socket, unknown ids, no
+# server, drop, stop.
+add_executable(test_fdpass ${PDR_XFER_TEST_DIR}/unit/test_fdpass.c)
+target_include_directories(test_fdpass PRIVATE ${PDR_XFER_TEST_DIR}/unit ${PROJECT_SOURCE_DIR}/transport)
+target_link_libraries(test_fdpass PRIVATE pdr_transport)
+add_test(NAME test_fdpass COMMAND test_fdpass)
+set_tests_properties(test_fdpass PROPERTIES TIMEOUT 30)

@@ -72,7 +72,18 @@
     XX(IpcGetMemHandle, cuIpcGetMemHandle, 4010, 1)                                                          \
     XX(IpcOpenMemHandle, cuIpcOpenMemHandle, 11000, 1)                                                       \
     XX(IpcCloseMemHandle, cuIpcCloseMemHandle, 4010, 1)                                                      \
-    XX(MemGetHandleForAddressRange, cuMemGetHandleForAddressRange, 11070, 0)
+    XX(MemGetHandleForAddressRange, cuMemGetHandleForAddressRange, 11070, 0)                                 \
+    XX(MemCreate, cuMemCreate, 10020, 0)                                                                     \
+    XX(MemRelease, cuMemRelease, 10020, 0)                                                                   \
+    XX(MemRetainAllocationHandle, cuMemRetainAllocationHandle, 11000, 0)                                     \
+    XX(MemExportToShareableHandle, cuMemExportToShareableHandle, 10020, 0)                                   \
+    XX(MemImportFromShareableHandle, cuMemImportFromShareableHandle, 10020, 0)                               \
+    XX(MemAddressReserve, cuMemAddressReserve, 10020, 0)                                                     \
+    XX(MemAddressFree, cuMemAddressFree, 10020, 0)                                                           \
+    XX(MemMap, cuMemMap, 10020, 0)                                                                           \
+    XX(MemUnmap, cuMemUnmap, 10020, 0)                                                                       \
+    XX(MemSetAccess, cuMemSetAccess, 10020, 0)                                                               \
+    XX(MemGetAllocationGranularity, cuMemGetAllocationGranularity, 10020, 0)
 
 static struct {
 #define PDR__CU_FIELD(field, name, ver, req) PFN_##name##_v##ver field;
@@ -561,6 +572,191 @@ int pdr__cuda_ipc_close(void *base)
     int rc = tr(cu.IpcCloseMemHandle(dptr(base)));
     end_borrow(borrowed);
     return rc;
+}
+
+static int have_vmm(void)
+{
+    return cu.MemRetainAllocationHandle != NULL && cu.MemRelease != NULL &&
+           cu.MemExportToShareableHandle != NULL && cu.MemImportFromShareableHandle != NULL &&
+           cu.MemAddressReserve != NULL && cu.MemAddressFree != NULL && cu.MemMap != NULL &&
+           cu.MemUnmap != NULL && cu.MemSetAccess != NULL;
+}
+
+int pdr__cuda_mem_range(const void *p, struct pdr_cuda_range *out)
+{
+    PDR__CUDA_READY();
+    if (p == NULL || out == NULL)
+        return PDR_EINVAL;
+    memset(out, 0, sizeof(*out));
+    int borrowed;
+    begin_borrow(p, &borrowed);
+    CUmemGenericAllocationHandle h = 0;
+    int rc = 0, legacy = 0;
+    if (cu.PointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, dptr(p)) !=
+        CUDA_SUCCESS)
+        legacy = 0;
+    if (!legacy && cu.MemRetainAllocationHandle != NULL && cu.MemRelease != NULL &&
+        cu.MemRetainAllocationHandle(&h, (void *)(uintptr_t)p) == CUDA_SUCCESS) {
+        /* A VMM mapping: its own start and size (one cuMemMap of one physical allocation). */
+        (void)cu.MemRelease(h);
+        CUdeviceptr base = 0;
+        size_t size = 0;
+        unsigned long long id = 0;
+        rc = tr(cu.PointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, dptr(p)));
+        if (rc == 0)
+            rc = tr(cu.PointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, dptr(p)));
+        if (rc == 0)
+            rc = tr(cu.PointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID, dptr(p)));
+        out->base = (void *)(uintptr_t)base;
+        out->size = size;
+        out->vmm = 1;
+        out->block_id = id;
+    } else {
+        CUdeviceptr base = 0;
+        size_t size = 0;
+        rc = tr(cu.MemGetAddressRange(&base, &size, dptr(p)));
+        out->base = (void *)(uintptr_t)base;
+        out->size = size;
+    }
+    end_borrow(borrowed);
+    if (rc == 0 && (dptr(p) < dptr(out->base) || dptr(p) - dptr(out->base) >= out->size))
+        rc = fail(PDR_EIO, "pointer outside the range the driver reported");
+    return rc;
+}
+
+int pdr__cuda_vmm_export(const void *base, int *fd)
+{
+    PDR__CUDA_READY();
+    if (base == NULL || fd == NULL)
+        return PDR_EINVAL;
+    *fd = -1;
+    if (!have_vmm())
+        return fail(PDR_ENOTSUP, "driver lacks the VMM API (needs 11.0)");
+    int borrowed;
+    begin_borrow(base, &borrowed);
+    CUmemGenericAllocationHandle h = 0;
+    int out = -1;
+    int rc = tr(cu.MemRetainAllocationHandle(&h, (void *)(uintptr_t)base));
+    if (rc == 0) {
+        /* Fails (CUDA_ERROR_INVALID_VALUE / NOT_SUPPORTED) unless the allocation was created with
+         * CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR among its requested handle types. */
+        rc = tr(cu.MemExportToShareableHandle(&out, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        (void)cu.MemRelease(h);
+    }
+    end_borrow(borrowed);
+    *fd = rc == 0 ? out : -1;
+    return rc;
+}
+
+int pdr__cuda_vmm_map(int fd, uint64_t size, int ordinal, void **base)
+{
+    PDR__CUDA_BOUND();
+    if (fd < 0 || size == 0 || base == NULL || ordinal < 0 || ordinal >= ndevices)
+        return PDR_EINVAL;
+    *base = NULL;
+    if (!have_vmm())
+        return fail(PDR_ENOTSUP, "driver lacks the VMM API (needs 11.0)");
+    CUmemGenericAllocationHandle h = 0;
+    int rc = tr(
+        cu.MemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    if (rc != 0)
+        return rc;
+    CUdeviceptr va = 0;
+    rc = tr(cu.MemAddressReserve(&va, (size_t)size, 0, 0, 0));
+    int mapped = 0;
+    if (rc == 0) {
+        rc = tr(cu.MemMap(va, (size_t)size, 0, h, 0));
+        mapped = rc == 0;
+    }
+    if (rc == 0) {
+        CUmemAccessDesc acc;
+        memset(&acc, 0, sizeof(acc));
+        acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        acc.location.id = ordinal;
+        acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        rc = tr(cu.MemSetAccess(va, (size_t)size, &acc, 1));
+    }
+    (void)cu.MemRelease(h); /* the mapping holds the allocation from here on */
+    if (rc != 0) {
+        if (mapped)
+            (void)cu.MemUnmap(va, (size_t)size);
+        if (va != 0)
+            (void)cu.MemAddressFree(va, (size_t)size);
+        return rc;
+    }
+    *base = (void *)(uintptr_t)va;
+    return 0;
+}
+
+int pdr__cuda_vmm_unmap(void *base, uint64_t size)
+{
+    PDR__CUDA_READY();
+    if (base == NULL || size == 0 || !have_vmm())
+        return PDR_EINVAL;
+    int borrowed;
+    begin_borrow(NULL, &borrowed);
+    int rc = tr(cu.MemUnmap(dptr(base), (size_t)size));
+    int rc2 = tr(cu.MemAddressFree(dptr(base), (size_t)size));
+    end_borrow(borrowed);
+    return rc != 0 ? rc : rc2;
+}
+
+int pdr__cuda_vmm_alloc(int ordinal, size_t len, void **out, size_t *alloc_len)
+{
+    PDR__CUDA_BOUND();
+    if (out == NULL || alloc_len == NULL || len == 0 || ordinal < 0 || ordinal >= ndevices)
+        return PDR_EINVAL;
+    *out = NULL;
+    *alloc_len = 0;
+    if (!have_vmm() || cu.MemCreate == NULL || cu.MemGetAllocationGranularity == NULL)
+        return fail(PDR_ENOTSUP, "driver lacks the VMM API (needs 11.0)");
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof(prop));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = ordinal;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    size_t gran = 0;
+    int rc = tr(cu.MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    if (rc != 0)
+        return rc;
+    size_t size = (len + gran - 1) / gran * gran;
+    CUmemGenericAllocationHandle h = 0;
+    rc = tr(cu.MemCreate(&h, size, &prop, 0));
+    if (rc != 0)
+        return rc;
+    CUdeviceptr va = 0;
+    rc = tr(cu.MemAddressReserve(&va, size, 0, 0, 0));
+    int mapped = 0;
+    if (rc == 0) {
+        rc = tr(cu.MemMap(va, size, 0, h, 0));
+        mapped = rc == 0;
+    }
+    if (rc == 0) {
+        CUmemAccessDesc acc;
+        memset(&acc, 0, sizeof(acc));
+        acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        acc.location.id = ordinal;
+        acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        rc = tr(cu.MemSetAccess(va, size, &acc, 1));
+    }
+    (void)cu.MemRelease(h);
+    if (rc != 0) {
+        if (mapped)
+            (void)cu.MemUnmap(va, size);
+        if (va != 0)
+            (void)cu.MemAddressFree(va, size);
+        return rc;
+    }
+    *out = (void *)(uintptr_t)va;
+    *alloc_len = size;
+    return 0;
+}
+
+void pdr__cuda_vmm_free(void *p, size_t alloc_len)
+{
+    if (p != NULL && alloc_len > 0 && pdr__cuda_init() == 0)
+        (void)pdr__cuda_vmm_unmap(p, alloc_len);
 }
 
 int pdr__cuda_dmabuf_fd(const void *p, size_t len, int *fd)

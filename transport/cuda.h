@@ -59,6 +59,29 @@ int pdr__cuda_ipc_export(const void *p, unsigned char handle[PDR_CUDA_IPC_HANDLE
 int pdr__cuda_ipc_open(const unsigned char handle[PDR_CUDA_IPC_HANDLE_BYTES], void **base);
 int pdr__cuda_ipc_close(void *base);
 
+/* VMM allocations (cuMemCreate + cuMemMap, as PyTorch's expandable segments make) have no legacy IPC
+ * handle; they are shared as a POSIX file descriptor (cuMemExportToShareableHandle), passed to the
+ * other process over a Unix socket (fdpass.h), which maps it with pdr__cuda_vmm_map. */
+struct pdr_cuda_range {
+    void *base;        /* start of the allocation (cuMemAlloc) or VMM mapping that contains p */
+    uint64_t size;     /* its size: p's allocation ends at base + size */
+    int vmm;           /* 1: a VMM mapping (share it with pdr__cuda_vmm_export) */
+    uint64_t block_id; /* VMM: process-wide unique id of the physical allocation (changes when the
+                          memory at base is freed and created again) */
+};
+int pdr__cuda_mem_range(const void *p, struct pdr_cuda_range *out);
+/* A new file descriptor for the VMM allocation mapped at base (the caller closes it). PDR_ENOTSUP or
+ * PDR_EINVAL when it was not created exportable as a POSIX file descriptor. */
+int pdr__cuda_vmm_export(const void *base, int *fd);
+/* Maps a peer's exported allocation of `size` bytes into this process with read/write access for
+ * device `ordinal` (bound); *base is the mapping. fd stays the caller's. */
+int pdr__cuda_vmm_map(int fd, uint64_t size, int ordinal, void **base);
+int pdr__cuda_vmm_unmap(void *base, uint64_t size);
+/* Tests and benchmarks: VMM device memory on device `ordinal` (bound), exportable as a file descriptor;
+ * *alloc_len is len rounded up to the allocation granularity (pass it to pdr__cuda_vmm_free). */
+int pdr__cuda_vmm_alloc(int ordinal, size_t len, void **out, size_t *alloc_len);
+void pdr__cuda_vmm_free(void *p, size_t alloc_len);
+
 /* GPUDirect: a dma-buf fd for [p, p+len) (cuMemGetHandleForAddressRange); page-aligned ranges only. */
 int pdr__cuda_dmabuf_fd(const void *p, size_t len, int *fd);
 /* "0000:18:00.0" style PCI bus id of a device, for NIC locality. */

@@ -33,6 +33,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 #include "cuda.h"
+#include "fdpass.h"
 #include "err.h"
 #include "rdma.h"
 #include "transport_internal.h"
@@ -98,7 +99,19 @@ struct ipc_map {
     uint8_t handle[PDR_XFER_IPC_HANDLE];
     int dev;
     void *base;
+    uint64_t vmm_size; /* > 0: a VMM mapping of that size (pdr__cuda_vmm_unmap), else a legacy IPC one */
 };
+
+/* A VMM allocation this (decode) engine exported: the fd server holds its descriptor under id. */
+struct vmm_export {
+    void *base;
+    uint64_t size, block_id, id;
+};
+#define VMM_EXPORTS_MAX 1024
+/* A FETCH_IPC handle slot that names a VMM allocation instead of holding a CUipcMemHandle: this tag
+ * (8 bytes with its NUL), then the exporter's fd server (pid u32 at 8, nonce u64 at 16), the
+ * descriptor's id (u64 at 24) and the allocation's size (u64 at 32); the rest zero. */
+#define VMM_TAG "PDRVMM1"
 
 struct pdr__conn {
     int tag; /* PDR__IO_CONN: first, see epoll data.ptr */
@@ -160,6 +173,9 @@ struct tcp_state {
     struct pdr__op *ipc_pending;    /* pushes whose CUDA IPC copies are in flight (thread 0) */
     void *ipc_stream[IPC_MAX_DEVS]; /* thread 0's stream per source device, for IPC copies */
     struct pdr_rdma_ctx *rdma_ctx;  /* opened by the first RDMA room, closed at shutdown */
+    struct pdr__fdsrv *fdsrv;       /* started by the first VMM export (thread 0) */
+    struct vmm_export *vx;          /* exported VMM allocations, oldest first (thread 0) */
+    size_t nvx, cvx;
 };
 
 static struct tcp_state *st(pdr_xfer_engine_t *eng)
@@ -738,6 +754,24 @@ static int same_host(pdr_xfer_engine_t *eng, const struct pdr__sess *s)
     return pdr__xfer_hello_same_host(&s->peer_hello, &st(eng)->me);
 }
 
+/* Maps the VMM allocation a handle slot names: its descriptor comes from the exporter's fd server. */
+static int vmm_open(const uint8_t *handle, int dev, void **base, uint64_t *size)
+{
+    uint32_t pid = pdr__get_u32(handle + 8);
+    uint64_t nonce = pdr__get_u64(handle + 16), id = pdr__get_u64(handle + 24);
+    *size = pdr__get_u64(handle + 32);
+    int fd = -1;
+    int rc = pdr__fdsrv_fetch(pid, nonce, id, 1000, &fd);
+    if (rc != 0) {
+        pdr_warn("transport: cannot get the VMM allocation's descriptor from process %u: %s", (unsigned)pid,
+                 pdr_strerror(rc));
+        return rc;
+    }
+    rc = pdr__cuda_vmm_map(fd, *size, dev, base);
+    close(fd);
+    return rc;
+}
+
 static int ipc_map_get(pdr_xfer_engine_t *eng, struct pdr__sess *s, const uint8_t *handle, int dev,
                        void **base)
 {
@@ -758,7 +792,10 @@ static int ipc_map_get(pdr_xfer_engine_t *eng, struct pdr__sess *s, const uint8_
         s->cipc = cap;
     }
     int rc = io_bind(&eng->io[0], dev);
-    if (rc == 0)
+    uint64_t vmm_size = 0;
+    if (rc == 0 && memcmp(handle, VMM_TAG, sizeof(VMM_TAG)) == 0)
+        rc = vmm_open(handle, dev, base, &vmm_size);
+    else if (rc == 0)
         rc = pdr__cuda_ipc_open(handle, base);
     if (rc != 0)
         return rc;
@@ -766,14 +803,20 @@ static int ipc_map_get(pdr_xfer_engine_t *eng, struct pdr__sess *s, const uint8_
     memcpy(m->handle, handle, PDR_XFER_IPC_HANDLE);
     m->dev = dev;
     m->base = *base;
+    m->vmm_size = vmm_size;
     return 0;
 }
 
 static void ipc_map_close(struct pdr__io *io, struct pdr__sess *s)
 {
-    for (size_t i = 0; i < s->nipc; i++)
-        if (io_bind(io, s->ipc[i].dev) == 0)
+    for (size_t i = 0; i < s->nipc; i++) {
+        if (io_bind(io, s->ipc[i].dev) != 0)
+            continue;
+        if (s->ipc[i].vmm_size > 0)
+            pdr__cuda_vmm_unmap(s->ipc[i].base, s->ipc[i].vmm_size);
+        else
             pdr__cuda_ipc_close(s->ipc[i].base);
+    }
     free(s->ipc);
     s->ipc = NULL;
     s->nipc = s->cipc = 0;
@@ -1567,62 +1610,183 @@ static void sess_open_data(pdr_xfer_engine_t *eng, struct pdr__sess *s)
 
 /* A FETCH_IPC frame for op (device memory), or NULL if the handles cannot be exported (then a plain
  * FETCH goes, and the bytes come by TCP staging). Thread 0. */
+/* The handle slot for the VMM allocation r (exported once, then cached while the same physical
+ * allocation is mapped at the same place). Thread 0. */
+static int vmm_handle(pdr_xfer_engine_t *eng, const struct pdr_cuda_range *r, uint8_t h[PDR_XFER_IPC_HANDLE])
+{
+    struct tcp_state *ts = st(eng);
+    struct vmm_export *x = NULL;
+    for (size_t i = 0; i < ts->nvx; i++) {
+        if (ts->vx[i].base != r->base)
+            continue;
+        if (ts->vx[i].size == r->size && ts->vx[i].block_id == r->block_id) {
+            x = &ts->vx[i];
+        } else { /* freed and created again: the old descriptor would name the old memory */
+            pdr__fdsrv_drop(ts->fdsrv, ts->vx[i].id);
+            memmove(&ts->vx[i], &ts->vx[i + 1], (ts->nvx - i - 1) * sizeof(*ts->vx));
+            ts->nvx--;
+        }
+        break;
+    }
+    if (x == NULL) {
+        int rc = ts->fdsrv == NULL ? pdr__fdsrv_start(&ts->fdsrv) : 0;
+        if (rc == 0 && ts->nvx == ts->cvx) {
+            if (ts->cvx == VMM_EXPORTS_MAX) { /* let the oldest go */
+                pdr__fdsrv_drop(ts->fdsrv, ts->vx[0].id);
+                memmove(&ts->vx[0], &ts->vx[1], (ts->nvx - 1) * sizeof(*ts->vx));
+                ts->nvx--;
+            } else {
+                size_t cap = ts->cvx == 0 ? 16 : 2 * ts->cvx;
+                struct vmm_export *v = realloc(ts->vx, cap * sizeof(*v));
+                if (v == NULL)
+                    return PDR_ENOMEM;
+                ts->vx = v;
+                ts->cvx = cap;
+            }
+        }
+        int fd = -1;
+        uint64_t id = 0;
+        if (rc == 0)
+            rc = pdr__cuda_vmm_export(r->base, &fd);
+        if (rc == 0)
+            rc = pdr__fdsrv_add(ts->fdsrv, fd, &id);
+        if (rc != 0)
+            return rc;
+        x = &ts->vx[ts->nvx++];
+        x->base = r->base;
+        x->size = r->size;
+        x->block_id = r->block_id;
+        x->id = id;
+    }
+    memset(h, 0, PDR_XFER_IPC_HANDLE);
+    memcpy(h, VMM_TAG, sizeof(VMM_TAG));
+    pdr__put_u32(h + 8, pdr__fdsrv_pid(ts->fdsrv));
+    pdr__put_u64(h + 16, pdr__fdsrv_nonce(ts->fdsrv));
+    pdr__put_u64(h + 24, x->id);
+    pdr__put_u64(h + 32, x->size);
+    return 0;
+}
+
+/* FETCH_IPC for op: its destination cut at allocation boundaries (a segment may span several cuMemAlloc
+ * allocations or VMM mappings), each piece named by its allocation's handle (legacy CUDA IPC, or a VMM
+ * slot) and its offset inside it. NULL when it cannot be exported: the caller sends a plain FETCH. */
 static struct ctl_msg *fetch_ipc_msg(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
-    uint32_t nseg = (uint32_t)op->nseg;
-    if (op->nseg > PDR_XFER_IPC_MAX_SEGS)
-        return NULL;
-    uint8_t *handles = malloc((size_t)(nseg + 1) * PDR_XFER_IPC_HENTRY);
-    uint32_t *hidx = calloc(nseg + 1, sizeof(*hidx));
-    uint64_t *offs = calloc(nseg + 1, sizeof(*offs));
+    size_t cap = op->nseg + 1, np = 0;
+    uint8_t *handles = malloc((size_t)PDR_XFER_IPC_MAX_HANDLES * PDR_XFER_IPC_HENTRY);
+    size_t *lens = malloc(cap * sizeof(*lens));
+    uint32_t *hidx = malloc(cap * sizeof(*hidx));
+    uint64_t *offs = malloc(cap * sizeof(*offs));
     struct ctl_msg *m = calloc(1, sizeof(*m));
     uint8_t *buf = NULL;
     uint32_t nh = 0;
     unsigned char uuid[16] = {0};
-    int rc = handles != NULL && hidx != NULL && offs != NULL && m != NULL ? io_bind(&eng->io[0], op->dev)
-                                                                          : PDR_ENOMEM;
+    int rc = handles != NULL && lens != NULL && hidx != NULL && offs != NULL && m != NULL
+                 ? io_bind(&eng->io[0], op->dev)
+                 : PDR_ENOMEM;
     if (rc == 0)
         pdr__cuda_uuid(op->dev, uuid);
-    for (uint32_t i = 0; i < nseg && rc == 0; i++) {
-        if (op->segs[i].len == 0)
-            continue; /* index 0, offset 0: never dereferenced */
-        uint8_t h[PDR_XFER_IPC_HANDLE];
-        rc = pdr__cuda_ipc_export(op->segs[i].addr, h, &offs[i]);
-        if (rc != 0)
-            break;
-        uint32_t k = 0;
-        while (k < nh && memcmp(handles + (size_t)k * PDR_XFER_IPC_HENTRY, h, sizeof(h)) != 0)
-            k++;
-        if (k == nh) {
-            memcpy(handles + (size_t)k * PDR_XFER_IPC_HENTRY, h, sizeof(h));
-            memcpy(handles + (size_t)k * PDR_XFER_IPC_HENTRY + PDR_XFER_IPC_HANDLE, uuid, sizeof(uuid));
-            nh++;
-            if (nh > PDR_XFER_IPC_MAX_HANDLES)
-                rc = PDR_ETOOBIG;
+    uint8_t *last_base = NULL; /* the allocation of the previous piece (KV pages share a few pools) */
+    uint64_t last_size = 0;
+    uint32_t last_k = 0;
+    for (size_t i = 0; i < op->nseg && rc == 0; i++) {
+        uint8_t *p = op->segs[i].addr;
+        uint64_t left = op->segs[i].len;
+        if (left == 0) { /* index 0, offset 0: never dereferenced */
+            lens[np] = 0;
+            hidx[np] = 0;
+            offs[np++] = 0;
         }
-        hidx[i] = k;
+        while (left > 0 && rc == 0) {
+            struct pdr_cuda_range r;
+            uint8_t h[PDR_XFER_IPC_HANDLE];
+            uint64_t off = 0;
+            uint32_t k = 0;
+            if (last_base != NULL && p >= last_base && (uint64_t)(p - last_base) < last_size) {
+                off = (uint64_t)(p - last_base);
+                r.size = last_size;
+                k = last_k;
+                goto piece;
+            }
+            rc = pdr__cuda_mem_range(p, &r);
+            if (rc == 0 && r.vmm) {
+                off = (uint64_t)(p - (uint8_t *)r.base);
+                rc = vmm_handle(eng, &r, h);
+            } else if (rc == 0) {
+                rc = pdr__cuda_ipc_export(p, h, &off);
+            }
+            if (rc != 0)
+                break;
+            /* legacy handles: the range cuIpcGetMemHandle reported (p - off) */
+            if (!r.vmm)
+                r.base = p - off;
+            while (k < nh && memcmp(handles + (size_t)k * PDR_XFER_IPC_HENTRY, h, sizeof(h)) != 0)
+                k++;
+            if (k == nh) {
+                if (nh == PDR_XFER_IPC_MAX_HANDLES) {
+                    rc = PDR_ETOOBIG;
+                    break;
+                }
+                memcpy(handles + (size_t)k * PDR_XFER_IPC_HENTRY, h, sizeof(h));
+                memcpy(handles + (size_t)k * PDR_XFER_IPC_HENTRY + PDR_XFER_IPC_HANDLE, uuid, sizeof(uuid));
+                nh++;
+            }
+            last_base = r.base;
+            last_size = r.size;
+            last_k = k;
+        piece:;
+            uint64_t n = r.size - off < left ? r.size - off : left;
+            if (np == cap) {
+                if (cap >= PDR_XFER_IPC_MAX_SEGS) {
+                    rc = PDR_ETOOBIG;
+                    break;
+                }
+                cap *= 2;
+                size_t *l2 = realloc(lens, cap * sizeof(*lens));
+                if (l2 != NULL)
+                    lens = l2;
+                uint32_t *h2 = realloc(hidx, cap * sizeof(*hidx));
+                if (h2 != NULL)
+                    hidx = h2;
+                uint64_t *o2 = realloc(offs, cap * sizeof(*offs));
+                if (o2 != NULL)
+                    offs = o2;
+                if (l2 == NULL || h2 == NULL || o2 == NULL) {
+                    rc = PDR_ENOMEM;
+                    break;
+                }
+            }
+            lens[np] = (size_t)n;
+            hidx[np] = k;
+            offs[np++] = off;
+            p += n;
+            left -= n;
+        }
     }
+    if (rc == 0 && np > PDR_XFER_IPC_MAX_SEGS)
+        rc = PDR_ETOOBIG;
     if (rc == 0 && nh == 0) {
         memset(handles, 0, PDR_XFER_IPC_HENTRY); /* an empty room still needs a table entry to point at */
         nh = 1;
     }
-    size_t len = pdr__xfer_fetch_ipc_size(nseg, nh);
+    size_t len = rc == 0 ? pdr__xfer_fetch_ipc_size((uint32_t)np, nh) : 0;
     if (rc == 0 && (buf = malloc(len)) == NULL)
         rc = PDR_ENOMEM;
     if (rc == 0) {
         m->data = buf;
         m->len = pdr__xfer_fetch_ipc_encode(buf, len, op->room, op->xid, op->total, op->timeout_ms,
-                                            nseg > 0 ? &op->segs[0].len : NULL, sizeof(pdr_xfer_seg_t), nseg,
-                                            handles, nh, hidx, offs);
+                                            np > 0 ? lens : NULL, sizeof(*lens), (uint32_t)np, handles, nh,
+                                            hidx, offs);
         if (m->len == 0)
             rc = PDR_ETOOBIG;
     }
     free(handles);
+    free(lens);
     free(hidx);
     free(offs);
     if (rc != 0) {
-        pdr_warn("transport: cannot export CUDA IPC handles for room %llu (%s); using tcp staging",
-                 (unsigned long long)op->room, pdr_strerror(rc));
+        pdr_warn("transport: cannot export CUDA IPC handles for room %llu (%s: %s); using tcp staging",
+                 (unsigned long long)op->room, pdr_strerror(rc), pdr__cuda_last_error());
         free(buf);
         free(m);
         return NULL;
@@ -3021,6 +3185,8 @@ static void tcp_shutdown(pdr_xfer_engine_t *eng)
     if (s->rdma_ctx != NULL)
         pdr__rdma_close(s->rdma_ctx);
     s->rdma_ctx = NULL;
+    pdr__fdsrv_stop(s->fdsrv); /* closes every exported VMM descriptor */
+    free(s->vx);
     for (int d = 0; d < IPC_MAX_DEVS; d++) {
         if (s->ipc_stream[d] != NULL && pdr__cuda_bind(d) == 0) {
             pdr__cuda_stream_sync(s->ipc_stream[d]);

@@ -2,8 +2,9 @@
  * transport — the KV transfer engine. Moves the bytes of a "room" (one request's KV cache, a list of
  * memory segments) from the process that produced it (the prefill, which *pushes*) to the process
  * that needs it (the decode, which *pulls*). Backends: TCP (host memory directly; GPU memory through a
- * fixed pool of pinned staging buffers) and CUDA IPC (both ends on one host, GPU memory on both ends);
- * RDMA has a hook, not yet integrated.
+ * fixed pool of pinned staging buffers), CUDA IPC (both ends on one host, GPU memory on both ends:
+ * cuMemAlloc memory through legacy IPC handles, VMM memory from cuMemCreate through file descriptors
+ * passed over a Unix socket) and RDMA (libibverbs, when both ends have a device; never run on hardware).
  *
  *   prefill: eng = pdr_xfer_engine_create({.listen_host = "0.0.0.0", .listen_port = 8998}, &err);
  *            pdr_xfer_push(eng, room, segs, nseg, timeout_ms, cb, arg);

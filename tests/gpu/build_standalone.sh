@@ -8,5 +8,5 @@ CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
 F="-std=gnu11 -O2 -g -Wall -Wextra -Werror"
 gcc $F -I"$CUDA_INC" -Icommon -Itransport -c transport/cuda.c -o "$out/cuda.o"
 gcc $F -Icommon -Itransport -Itests/integration common/err.c common/util.c common/buf.c transport/engine.c \
-    transport/tcp.c transport/wire.c transport/rdma.c transport/rdma_wire.c transport/rdma_plan.c \
+    transport/tcp.c transport/wire.c transport/fdpass.c transport/rdma.c transport/rdma_wire.c transport/rdma_plan.c \
     transport/rdma_topo.c "$out/cuda.o" tests/gpu/test_xfer_gpu.c -o "$out/test_xfer_gpu" -libverbs -lpthread -ldl

@@ -6,7 +6,9 @@
  *     conns_per_peer × staging_chunks × chunk_bytes (the pool never grows with the room);
  *     host → device and device → host rooms too.
  *  2. CUDA IPC between two processes on one host (forked before any CUDA call): device 0 → device 1
- *     when there are two GPUs, else on one device; bytes verified, the backend reported.
+ *     when there are two GPUs, else on one device; bytes verified, the backend reported; then the
+ *     same into VMM memory (cuMemCreate, exportable as a file descriptor), whose descriptor travels
+ *     through the decode's fd server.
  * At the end it prints `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` and its own pid:
  * this process must appear only on the devices it registered memory on (the lead checks the output).
  * PDR_TEST_GPU_BYTES overrides the room size; PDR_TEST_IO_THREADS and PDR_TEST_STAGING_CHUNKS set the
@@ -231,6 +233,13 @@ static int ipc_child(int rfd, int wfd)
     CHECK(done_wait(&a.d, 1, 130000) == 1);
     printf("ipc prefill: status %s, backend %s\n", pdr_errname(a.d.status), a.backend);
     int rc = a.d.status == 0 && strcmp(a.backend, "cuda_ipc") == 0 ? 0 : 1;
+    /* Room 6: the same bytes, pulled into VMM memory. */
+    done_init(&a.d);
+    CHECK_EQ_ERR(pdr_xfer_push_ex(pre, 6, s, 2, 120000, info_cb, &a), 0);
+    CHECK(done_wait(&a.d, 1, 130000) == 1);
+    printf("ipc prefill (vmm destination): status %s, backend %s\n", pdr_errname(a.d.status), a.backend);
+    if (a.d.status != 0 || strcmp(a.backend, "cuda_ipc") != 0)
+        rc = 1;
     pdr_xfer_engine_destroy(pre);
     pdr__cuda_mem_free(src);
     _exit(rc);
@@ -262,6 +271,29 @@ static void test_ipc(pid_t child, int go_fd, int port_fd, int ndev)
     printf("ipc: device 0 (pid %d) -> device %d (pid %d): %zu bytes in %.3f s (%.2f GB/s), backend %s\n",
            (int)child, dst_dev, (int)getpid(), size, secs, (double)size / secs / 1e9, b.backend);
     CHECK(dev_check(dst, size, 11));
+
+    /* Room 6 into VMM memory (as PyTorch's expandable segments allocate): no legacy IPC handle, the
+     * allocation travels as a file descriptor. */
+    void *vmm = NULL;
+    size_t vlen = 0;
+    CHECK_EQ_ERR(pdr__cuda_bind(dst_dev), 0);
+    CHECK_EQ_ERR(pdr__cuda_vmm_alloc(dst_dev, size, &vmm, &vlen), 0);
+    CHECK_EQ_ERR(pdr__cuda_memset(vmm, 0, vlen), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, vmm, vlen, PDR_XFER_MEM_CUDA), 0);
+    struct info_done v;
+    memset(&v, 0, sizeof(v));
+    done_init(&v.d);
+    pdr_xfer_seg_t vs[2] = {{vmm, size / 3}, {(uint8_t *)vmm + size / 3, size - size / 3}};
+    t0 = t_now_ns();
+    CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, 6, vs, 2, 120000, info_cb, &v), 0);
+    CHECK(done_wait(&v.d, 1, 130000) == 1);
+    secs = (double)(t_now_ns() - t0) / 1e9;
+    CHECK_EQ_ERR(v.d.status, 0);
+    printf("ipc into VMM memory: device 0 -> device %d: %zu bytes in %.3f s (%.2f GB/s), backend %s\n",
+           dst_dev, size, secs, (double)size / secs / 1e9, v.backend);
+    CHECK(dev_check(vmm, size, 11));
+    CHECK(strcmp(v.backend, "cuda_ipc") == 0);
+    done_fini(&v.d);
     int st = 0;
     while (waitpid(child, &st, 0) < 0 && errno == EINTR) {
     }
@@ -269,8 +301,9 @@ static void test_ipc(pid_t child, int go_fd, int port_fd, int ndev)
     CHECK(strcmp(b.backend, "cuda_ipc") == 0); /* one host, device memory on both ends */
     pdr_xfer_engine_destroy(dec);
     pdr__cuda_mem_free(dst);
+    pdr__cuda_vmm_free(vmm, vlen);
     done_fini(&b.d);
-    printf("ok ipc (%s)\n", b.backend);
+    printf("ok ipc (%s), ok ipc into VMM memory\n", b.backend);
 }
 
 int main(void)

@@ -6,11 +6,14 @@
  * allocations in this process. Thread-safe (one mutex). Not for production: tests link it instead of
  * cuda.c.
  */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cuda.h"
 #include "err.h"
@@ -22,6 +25,9 @@ struct fake_alloc {
     uint8_t *base;
     size_t len;
     int dev;
+    int vmm;           /* a "VMM mapping": exported as a memfd holding its base address */
+    int exportable;    /* vmm: created exportable as a POSIX file descriptor */
+    uint64_t block_id; /* vmm: a new one per adoption */
 };
 struct fake_copy {
     struct fake_copy *next;
@@ -237,8 +243,17 @@ int pdr__cuda_copy_h2d_async(void *dst_dev, const void *src_host, size_t len, vo
 {
     return enqueue(dst_dev, src_host, len, stream);
 }
+static int alloc_at(const void *p);
+
 int pdr__cuda_copy_d2d_async(void *dst_dev, const void *src_dev, size_t len, void *stream)
 {
+    /* A VMM mapping ends where it ends: a copy past it faults on a device. */
+    pthread_mutex_lock(&mu);
+    int i = alloc_at(dst_dev);
+    int past = i >= 0 && allocs[i].vmm && (uint8_t *)dst_dev + len > allocs[i].base + allocs[i].len;
+    pthread_mutex_unlock(&mu);
+    if (past)
+        return PDR_EINVAL;
     return enqueue(dst_dev, src_dev, len, stream);
 }
 
@@ -288,7 +303,7 @@ int pdr__cuda_mem_alloc(size_t len, void **out)
     pthread_mutex_lock(&mu);
     for (int i = 0; i < MAX_ALLOCS; i++) {
         if (allocs[i].base == NULL) {
-            allocs[i] = (struct fake_alloc){p, len, bound < 0 ? 0 : bound};
+            allocs[i] = (struct fake_alloc){p, len, bound < 0 ? 0 : bound, 0, 0, 0};
             break;
         }
     }
@@ -331,4 +346,121 @@ int pdr__cuda_pci_bus_id(int ordinal, char *buf, size_t len)
     (void)buf;
     (void)len;
     return PDR_ENOTSUP; /* no PCI topology in the fake: the RDMA NIC is picked by name */
+}
+
+/* ---- VMM ---- */
+
+static uint64_t next_block_id = 1;
+void pdr__fake_cuda_vmm_adopt(void *p, size_t len, int dev, int exportable);
+void pdr__fake_cuda_forget(void *p);
+
+static int alloc_at(const void *p) /* mu held; index or -1 */
+{
+    for (int i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].base != NULL && (const uint8_t *)p >= allocs[i].base &&
+            (const uint8_t *)p < allocs[i].base + allocs[i].len)
+            return i;
+    return -1;
+}
+
+/* Test helper: [p, p + len) becomes a VMM mapping of device dev (adjacent adoptions make a range that
+ * spans several mappings, as PyTorch's expandable segments do). */
+void pdr__fake_cuda_vmm_adopt(void *p, size_t len, int dev, int exportable)
+{
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        if (allocs[i].base == NULL) {
+            allocs[i] = (struct fake_alloc){p, len, dev, 1, exportable, next_block_id++};
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+/* Test helper: forgets the mapping that starts at p (the memory stays the caller's). */
+void pdr__fake_cuda_forget(void *p)
+{
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].base == p)
+            allocs[i].base = NULL;
+    pthread_mutex_unlock(&mu);
+}
+
+int pdr__cuda_mem_range(const void *p, struct pdr_cuda_range *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&mu);
+    int i = alloc_at(p);
+    if (i >= 0) {
+        out->base = allocs[i].base;
+        out->size = allocs[i].len;
+        out->vmm = allocs[i].vmm;
+        out->block_id = allocs[i].vmm ? allocs[i].block_id : 0;
+    }
+    pthread_mutex_unlock(&mu);
+    return i >= 0 ? 0 : PDR_EINVAL;
+}
+
+int pdr__cuda_vmm_export(const void *base, int *fd)
+{
+    *fd = -1;
+    pthread_mutex_lock(&mu);
+    int i = alloc_at(base);
+    int ok = i >= 0 && allocs[i].vmm && allocs[i].exportable && allocs[i].base == base;
+    pthread_mutex_unlock(&mu);
+    if (!ok)
+        return PDR_EINVAL;
+    int f = memfd_create("fake-vmm", MFD_CLOEXEC);
+    uintptr_t b = (uintptr_t)base;
+    if (f < 0 || pwrite(f, &b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
+        if (f >= 0)
+            close(f);
+        return PDR_EIO;
+    }
+    *fd = f;
+    return 0;
+}
+
+int pdr__cuda_vmm_map(int fd, uint64_t size, int ordinal, void **base)
+{
+    (void)ordinal;
+    uintptr_t b = 0;
+    if (pread(fd, &b, sizeof(b), 0) != (ssize_t)sizeof(b))
+        return PDR_EINVAL;
+    pthread_mutex_lock(&mu);
+    int i = alloc_at((void *)b);
+    int ok = i >= 0 && allocs[i].base == (uint8_t *)b && allocs[i].len == size;
+    pthread_mutex_unlock(&mu);
+    if (!ok)
+        return PDR_EINVAL;
+    *base = (void *)b;
+    __atomic_add_fetch(&pdr__fake_cuda_live, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+int pdr__cuda_vmm_unmap(void *base, uint64_t size)
+{
+    (void)base;
+    (void)size;
+    __atomic_sub_fetch(&pdr__fake_cuda_live, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+int pdr__cuda_vmm_alloc(int ordinal, size_t len, void **out, size_t *alloc_len)
+{
+    uint8_t *p = malloc(len);
+    if (p == NULL)
+        return PDR_ENOMEM;
+    pdr__fake_cuda_vmm_adopt(p, len, ordinal, 1);
+    *out = p;
+    *alloc_len = len;
+    return 0;
+}
+
+void pdr__cuda_vmm_free(void *p, size_t alloc_len)
+{
+    (void)alloc_len;
+    pdr__fake_cuda_forget(p);
+    free(p);
 }

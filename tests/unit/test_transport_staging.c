@@ -18,6 +18,8 @@
 
 extern long pdr__fake_cuda_live;
 extern long pdr__fake_cuda_copy_us;
+void pdr__fake_cuda_vmm_adopt(void *p, size_t len, int dev, int exportable);
+void pdr__fake_cuda_forget(void *p);
 
 static void *dev_alloc(int dev, size_t len)
 {
@@ -213,11 +215,56 @@ static void test_copy_wakeup(void)
     printf("ok copy wakeup\n");
 }
 
+/* CUDA IPC into VMM memory (cuMemCreate + cuMemMap, as PyTorch's expandable segments): the decode's
+ * destination is two adjacent VMM mappings, so a segment crossing the boundary is cut in two; each
+ * mapping travels as a file descriptor through the decode's fd server (a real abstract Unix socket)
+ * and the prefill maps it. An allocation not exportable as a descriptor falls back to tcp staging; one
+ * freed and created again at the same address is exported anew (its block id changed). */
+static void test_ipc_vmm(void)
+{
+    int err;
+    pdr_xfer_opts_t po = {.listen_host = "127.0.0.1"};
+    pdr_xfer_engine_t *pre = pdr_xfer_engine_create(&po, &err), *dec = pdr_xfer_engine_create(NULL, &err);
+    CHECK(pre && dec);
+    int port = pdr_xfer_listen_port(pre);
+    size_t len = 8u << 20, cut = 3u << 20;
+    uint8_t *dsrc = dev_alloc(0, len);
+    uint8_t *vbuf = malloc(len), *nbuf = malloc(len);
+    CHECK(vbuf && nbuf);
+    pdr__fake_cuda_vmm_adopt(vbuf, cut, 1, 1);
+    pdr__fake_cuda_vmm_adopt(vbuf + cut, len - cut, 1, 1);
+    pdr__fake_cuda_vmm_adopt(nbuf, len, 1, 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(pre, dsrc, len, PDR_XFER_MEM_AUTO), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, vbuf, len, PDR_XFER_MEM_CUDA), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, nbuf, len, PDR_XFER_MEM_CUDA), 0);
+    /* run_room's second destination segment, [len/3, len), crosses the mappings' boundary at 3 MiB. */
+    for (int r = 0; r < 3; r++)
+        run_room(pre, dec, port, 500 + (uint64_t)r, dsrc, vbuf, len, "cuda_ipc");
+    run_room(pre, dec, port, 510, dsrc, nbuf, len, "tcp");
+    /* Freed and created again in place: new physical memory, so a new descriptor. */
+    pdr__fake_cuda_forget(vbuf);
+    pdr__fake_cuda_forget(vbuf + cut);
+    pdr__fake_cuda_vmm_adopt(vbuf, cut, 1, 1);
+    pdr__fake_cuda_vmm_adopt(vbuf + cut, len - cut, 1, 1);
+    run_room(pre, dec, port, 520, dsrc, vbuf, len, "cuda_ipc");
+    pdr_xfer_engine_destroy(dec);
+    pdr_xfer_engine_destroy(pre);
+    CHECK(pdr__fake_cuda_live == 0); /* every mapping the prefill made was unmapped */
+    pdr__fake_cuda_forget(vbuf);
+    pdr__fake_cuda_forget(vbuf + cut);
+    pdr__fake_cuda_forget(nbuf);
+    pdr__cuda_mem_free(dsrc);
+    free(vbuf);
+    free(nbuf);
+    printf("ok ipc vmm\n");
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
     test_copy_wakeup();
     test_staging();
     test_ipc();
+    test_ipc_vmm();
     return 0;
 }

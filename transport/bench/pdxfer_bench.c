@@ -188,12 +188,33 @@ static size_t sample_offset(size_t block, unsigned i, unsigned n)
 
 static int is_cuda(const struct args *a)
 {
-    return strcmp(a->mem, "cuda") == 0;
+    return strcmp(a->mem, "cuda") == 0 || strcmp(a->mem, "cuda_vmm") == 0;
 }
+
+/* --mem cuda_vmm: device memory from cuMemCreate (as PyTorch's expandable segments), exportable as a
+ * file descriptor; CUDA IPC then shares it through the fd server. Its mapping sizes, to free it. */
+static struct {
+    void *p;
+    size_t len;
+} vmm_allocs[4];
 
 static void *mem_alloc(const struct args *a, size_t len)
 {
     void *p = NULL;
+    if (strcmp(a->mem, "cuda_vmm") == 0) {
+        size_t alen = 0;
+        int rc = pdr__cuda_vmm_alloc(a->device, len, &p, &alen);
+        for (size_t i = 0; rc == 0 && i < sizeof(vmm_allocs) / sizeof(vmm_allocs[0]); i++) {
+            if (vmm_allocs[i].p == NULL) {
+                vmm_allocs[i].p = p;
+                vmm_allocs[i].len = alen;
+                return p;
+            }
+        }
+        fprintf(stderr, "pdxfer-bench: VMM allocation of %zu bytes on device %d: %s (%s)\n", len, a->device,
+                pdr_strerror(rc != 0 ? rc : PDR_ETOOBIG), pdr__cuda_last_error());
+        exit(2);
+    }
     if (is_cuda(a)) {
         int rc = pdr__cuda_mem_alloc(len, &p);
         if (rc != 0) {
@@ -211,6 +232,13 @@ static void *mem_alloc(const struct args *a, size_t len)
 
 static void mem_free(const struct args *a, void *p)
 {
+    for (size_t i = 0; p != NULL && i < sizeof(vmm_allocs) / sizeof(vmm_allocs[0]); i++) {
+        if (vmm_allocs[i].p == p) {
+            pdr__cuda_vmm_free(p, vmm_allocs[i].len);
+            vmm_allocs[i].p = NULL;
+            return;
+        }
+    }
     if (is_cuda(a))
         pdr__cuda_mem_free(p);
     else
@@ -1072,17 +1100,18 @@ static int run_copytest(const struct args *a)
 static void usage(FILE *f)
 {
     fprintf(
-        f,
-        "usage:\n"
-        "  pdxfer-bench --mode target --listen HOST:PORT [--backend auto|tcp|rdma|cuda_ipc] [--mem "
-        "host|cuda]\n"
-        "               [--device N] [--io-threads N] [--staging-chunks N] [--chunk-bytes N] [--json]\n"
-        "  pdxfer-bench --mode initiator --peer HOST:PORT --backend B --mem host|cuda --block-size BYTES\n"
-        "               --batch N --threads N --conns N --duration SECONDS [--json] [--verify] [--device N]\n"
-        "               [--staging-chunks N] [--chunk-bytes N] [--io-threads N] [--timeout-ms N]\n"
-        "  pdxfer-bench --mode copytest --mem cuda [--device N] [--peer-device M] [--block-size BYTES]\n"
-        "               [--duration SECONDS] [--json]\n"
-        "Sizes take k/m/g suffixes (binary). The target also listens on PORT+1 for the control socket.\n");
+        f, "usage:\n"
+           "  pdxfer-bench --mode target --listen HOST:PORT [--backend auto|tcp|rdma|cuda_ipc] [--mem "
+           "host|cuda|cuda_vmm]\n"
+           "               [--device N] [--io-threads N] [--staging-chunks N] [--chunk-bytes N] [--json]\n"
+           "  pdxfer-bench --mode initiator --peer HOST:PORT --backend B --mem host|cuda|cuda_vmm\n"
+           "               --block-size BYTES --batch N --threads N --conns N --duration SECONDS [--json] "
+           "[--verify] [--device N]\n"
+           "               [--staging-chunks N] [--chunk-bytes N] [--io-threads N] [--timeout-ms N]\n"
+           "  pdxfer-bench --mode copytest --mem cuda [--device N] [--peer-device M] [--block-size BYTES]\n"
+           "               [--duration SECONDS] [--json]\n"
+           "cuda_vmm: device memory from cuMemCreate, shared by CUDA IPC as a file descriptor.\n"
+           "Sizes take k/m/g suffixes (binary). The target also listens on PORT+1 for the control socket.\n");
 }
 
 int main(int argc, char **argv)
@@ -1159,8 +1188,8 @@ int main(int argc, char **argv)
         }
         i += takes;
     }
-    if (strcmp(a.mem, "host") != 0 && strcmp(a.mem, "cuda") != 0) {
-        fprintf(stderr, "pdxfer-bench: --mem is host or cuda\n");
+    if (strcmp(a.mem, "host") != 0 && strcmp(a.mem, "cuda") != 0 && strcmp(a.mem, "cuda_vmm") != 0) {
+        fprintf(stderr, "pdxfer-bench: --mem is host, cuda or cuda_vmm (cuMemCreate memory)\n");
         return 2;
     }
     struct sigaction sa;
