@@ -675,6 +675,8 @@ int pdr_xfer_mem_unregister(pdr_xfer_engine_t *eng, void *addr)
         if ((*pp)->addr == addr) {
             struct pdr_xfer_memreg *m = *pp;
             *pp = m->next;
+            if (eng->be->mem_unregistered != NULL)
+                eng->be->mem_unregistered(eng, m->addr, m->len); /* takes only its own lock */
             if (m->rdma_refs > 0) {
                 /* RDMA rooms in flight still use its MR: the last of them releases it (tcp.c). */
                 m->unlinked = 1;

@@ -174,7 +174,8 @@ struct tcp_state {
     void *ipc_stream[IPC_MAX_DEVS]; /* thread 0's stream per source device, for IPC copies */
     struct pdr_rdma_ctx *rdma_ctx;  /* opened by the first RDMA room, closed at shutdown */
     struct pdr__fdsrv *fdsrv;       /* started by the first VMM export (thread 0) */
-    struct vmm_export *vx;          /* exported VMM allocations, oldest first (thread 0) */
+    pthread_mutex_t vx_lock;        /* vx: thread 0 exports, mem_unregister (any thread) forgets */
+    struct vmm_export *vx;          /* exported VMM allocations, oldest first */
     size_t nvx, cvx;
 };
 
@@ -1612,7 +1613,38 @@ static void sess_open_data(pdr_xfer_engine_t *eng, struct pdr__sess *s)
  * FETCH goes, and the bytes come by TCP staging). Thread 0. */
 /* The handle slot for the VMM allocation r (exported once, then cached while the same physical
  * allocation is mapped at the same place). Thread 0. */
+static int vmm_handle_locked(pdr_xfer_engine_t *eng, const struct pdr_cuda_range *r,
+                             uint8_t h[PDR_XFER_IPC_HANDLE]);
+
 static int vmm_handle(pdr_xfer_engine_t *eng, const struct pdr_cuda_range *r, uint8_t h[PDR_XFER_IPC_HANDLE])
+{
+    pthread_mutex_lock(&st(eng)->vx_lock);
+    int rc = vmm_handle_locked(eng, r, h);
+    pthread_mutex_unlock(&st(eng)->vx_lock);
+    return rc;
+}
+
+/* The region [addr, addr+len) was unregistered: its exports go (their descriptors pinned the memory). */
+static void tcp_mem_unregistered(pdr_xfer_engine_t *eng, const void *addr, size_t len)
+{
+    struct tcp_state *ts = st(eng);
+    if (ts == NULL)
+        return;
+    pthread_mutex_lock(&ts->vx_lock);
+    size_t k = 0;
+    for (size_t i = 0; i < ts->nvx; i++) {
+        uintptr_t b = (uintptr_t)ts->vx[i].base, a = (uintptr_t)addr;
+        if (b >= a && b - a < len)
+            pdr__fdsrv_drop(ts->fdsrv, ts->vx[i].id);
+        else
+            ts->vx[k++] = ts->vx[i];
+    }
+    ts->nvx = k;
+    pthread_mutex_unlock(&ts->vx_lock);
+}
+
+static int vmm_handle_locked(pdr_xfer_engine_t *eng, const struct pdr_cuda_range *r,
+                             uint8_t h[PDR_XFER_IPC_HANDLE])
 {
     struct tcp_state *ts = st(eng);
     struct vmm_export *x = NULL;
@@ -3095,6 +3127,7 @@ static int tcp_init(pdr_xfer_engine_t *eng)
     if (s == NULL)
         return PDR_ENOMEM;
     s->listen_tag = PDR__IO_LISTEN;
+    pthread_mutex_init(&s->vx_lock, NULL);
     read_identity(&s->me);
     eng->be_state = s;
     const char *host = eng->opts.listen_host;
@@ -3187,6 +3220,7 @@ static void tcp_shutdown(pdr_xfer_engine_t *eng)
     s->rdma_ctx = NULL;
     pdr__fdsrv_stop(s->fdsrv); /* closes every exported VMM descriptor */
     free(s->vx);
+    pthread_mutex_destroy(&s->vx_lock);
     for (int d = 0; d < IPC_MAX_DEVS; d++) {
         if (s->ipc_stream[d] != NULL && pdr__cuda_bind(d) == 0) {
             pdr__cuda_stream_sync(s->ipc_stream[d]);
@@ -3218,4 +3252,5 @@ const struct pdr_xfer_backend_ops pdr__tcp_backend = {
     .parked_expired = tcp_parked_expired,
     .after_turn = tcp_after_turn,
     .shutdown = tcp_shutdown,
+    .mem_unregistered = tcp_mem_unregistered,
 };

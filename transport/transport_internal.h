@@ -168,6 +168,8 @@ struct pdr_xfer_backend_ops {
     void (*parked_expired)(pdr_xfer_engine_t *eng, struct pdr__parked *p);
     void (*after_turn)(pdr_xfer_engine_t *eng, struct pdr__io *io);
     void (*shutdown)(pdr_xfer_engine_t *eng); /* after every thread was joined */
+    /* [addr, addr+len) was unregistered (any thread): forget what was exported from it. May be NULL. */
+    void (*mem_unregistered)(pdr_xfer_engine_t *eng, const void *addr, size_t len);
 };
 
 extern const struct pdr_xfer_backend_ops pdr__tcp_backend;

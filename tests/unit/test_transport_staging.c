@@ -7,6 +7,7 @@
  * backend auto and refused (PDR_ENOTSUP) when forced for host memory, and every fake stream, event and
  * pinned buffer released after destroy. Short heartbeats make a stalled connection fail fast.
  */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,6 +221,17 @@ static void test_copy_wakeup(void)
  * mapping travels as a file descriptor through the decode's fd server (a real abstract Unix socket)
  * and the prefill maps it. An allocation not exportable as a descriptor falls back to tcp staging; one
  * freed and created again at the same address is exported anew (its block id changed). */
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    CHECK(d != NULL);
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}
+
 static void test_ipc_vmm(void)
 {
     int err;
@@ -247,6 +259,12 @@ static void test_ipc_vmm(void)
     pdr__fake_cuda_vmm_adopt(vbuf, cut, 1, 1);
     pdr__fake_cuda_vmm_adopt(vbuf + cut, len - cut, 1, 1);
     run_room(pre, dec, port, 520, dsrc, vbuf, len, "cuda_ipc");
+    /* Unregistering the region lets its exports go; registered again, it is exported anew and works. */
+    int fds = open_fds();
+    CHECK_EQ_ERR(pdr_xfer_mem_unregister(dec, vbuf), 0);
+    CHECK(open_fds() == fds - 2); /* the fd server held one descriptor per mapping */
+    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, vbuf, len, PDR_XFER_MEM_CUDA), 0);
+    run_room(pre, dec, port, 530, dsrc, vbuf, len, "cuda_ipc");
     pdr_xfer_engine_destroy(dec);
     pdr_xfer_engine_destroy(pre);
     CHECK(pdr__fake_cuda_live == 0); /* every mapping the prefill made was unmapped */
