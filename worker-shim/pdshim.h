@@ -35,16 +35,39 @@ extern "C" {
 typedef struct pdshim pdshim_t;
 
 typedef struct pdshim_seg {
-    void *addr; /* host memory in v1 */
+    void *addr; /* host memory, or device memory inside a region given to pdshim_mem_register */
     size_t len;
 } pdshim_seg_t;
 
+/* Zero-initialize, then set what you need: every 0 / NULL field selects the default. */
 typedef struct pdshim_opts {
     const char *listen_host;     /* NULL: no listener (a decode-only shim) */
     int listen_port;             /* 0: an ephemeral port, see pdshim_listen_port() */
     uint32_t default_timeout_ms; /* used when an operation passes 0; 0 here means 30000 */
     size_t max_segments;         /* per room; 0 means 65536 */
+    /* Transport tuning (docs/internals/transport.md). */
+    const char *backend;   /* NULL or "auto": cuda_ipc on one host with GPU memory on both ends, else rdma
+                              when both ends have a device, else tcp; or force "tcp" | "rdma" | "cuda_ipc" */
+    size_t chunk_bytes;    /* TCP payload per frame and pinned staging buffer size; 0 means 1 MiB */
+    size_t staging_chunks; /* pinned staging buffers per TCP connection (GPU memory); 0 means 4 */
+    int conns_per_peer;    /* TCP connections per peer, a room striped over them; 0 means 4 */
+    int io_threads;        /* I/O threads; 0 means min(4, cores) */
 } pdshim_opts_t;
+
+/* Kinds of pdshim_mem_register. */
+#define PDSHIM_MEM_AUTO 0 /* ask the CUDA driver (host memory without one) */
+#define PDSHIM_MEM_HOST 1
+#define PDSHIM_MEM_CUDA 2 /* device memory (cudaMalloc / cuMemAlloc, or cuMemCreate) */
+
+/* What one offer or fetch did. */
+typedef struct pdshim_result {
+    uint64_t room;
+    int status;          /* 0 or a negative PDR_E* code */
+    uint64_t bytes;      /* bytes moved */
+    const char *backend; /* "tcp", "rdma", "cuda_ipc", or "none" when nothing moved (static string) */
+    uint64_t usec;       /* from the call to completion */
+} pdshim_result_t;
+typedef void (*pdshim_result_cb)(void *arg, const pdshim_result_t *result);
 
 /* Called once per offer or fetch, on a shim thread. status is 0 or a negative PDR_E* code; bytes is
  * the number of bytes moved. */
@@ -69,6 +92,22 @@ PDSHIM_API int pdshim_offer(pdshim_t *shim, uint64_t room, const pdshim_seg_t *s
 PDSHIM_API int pdshim_fetch(pdshim_t *shim, const char *host, int port, uint64_t room,
                             const pdshim_seg_t *segs, size_t nseg, uint32_t timeout_ms, pdshim_done_cb cb,
                             void *arg);
+
+/* Describes a memory region (the KV pool, typically once at start). Device memory must be registered
+ * before a room's segments point into it; host memory needs no registration. A room is all host memory
+ * or all memory of one device. Returns 0, PDR_ENOTSUP (PDSHIM_MEM_CUDA without a CUDA driver) or
+ * PDR_EINVAL (not device memory, bad kind). */
+PDSHIM_API int pdshim_mem_register(pdshim_t *shim, void *addr, size_t len, int kind);
+/* Forgets the region registered at addr (no room may use it any more). 0 or PDR_EINVAL. */
+PDSHIM_API int pdshim_mem_unregister(pdshim_t *shim, void *addr);
+
+/* As pdshim_offer / pdshim_fetch, with a callback that also says which backend moved the bytes and how
+ * long it took. */
+PDSHIM_API int pdshim_offer_ex(pdshim_t *shim, uint64_t room, const pdshim_seg_t *segs, size_t nseg,
+                               uint32_t timeout_ms, pdshim_result_cb cb, void *arg);
+PDSHIM_API int pdshim_fetch_ex(pdshim_t *shim, const char *host, int port, uint64_t room,
+                               const pdshim_seg_t *segs, size_t nseg, uint32_t timeout_ms,
+                               pdshim_result_cb cb, void *arg);
 
 /* Cancels a pending offer or fetch of this room on this shim: its callback runs with PDR_ECANCELED,
  * and the peer's side of the room fails promptly. Returns 0, or PDR_ENOROOM if nothing is pending. */

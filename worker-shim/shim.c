@@ -28,6 +28,11 @@ PDSHIM_API pdshim_t *pdshim_create(const pdshim_opts_t *opts, int *err)
         o.listen_port = opts->listen_port;
         o.default_timeout_ms = opts->default_timeout_ms;
         o.max_segments = opts->max_segments;
+        o.backend = opts->backend;
+        o.chunk_bytes = opts->chunk_bytes;
+        o.staging_chunks = opts->staging_chunks;
+        o.conns_per_peer = opts->conns_per_peer;
+        o.io_threads = opts->io_threads;
     }
     pdshim_t *shim = calloc(1, sizeof(*shim));
     if (shim == NULL) {
@@ -71,6 +76,74 @@ PDSHIM_API int pdshim_fetch(pdshim_t *shim, const char *host, int port, uint64_t
         return PDR_EINVAL;
     return pdr_xfer_pull(shim->eng, host, port, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms, cb,
                          arg);
+}
+
+PDSHIM_API int pdshim_mem_register(pdshim_t *shim, void *addr, size_t len, int kind)
+{
+    if (shim == NULL)
+        return PDR_EINVAL;
+    int k = kind == PDSHIM_MEM_AUTO   ? PDR_XFER_MEM_AUTO
+            : kind == PDSHIM_MEM_HOST ? PDR_XFER_MEM_HOST
+            : kind == PDSHIM_MEM_CUDA ? PDR_XFER_MEM_CUDA
+                                      : -1;
+    if (k < 0)
+        return PDR_EINVAL;
+    return pdr_xfer_mem_register(shim->eng, addr, len, k);
+}
+
+PDSHIM_API int pdshim_mem_unregister(pdshim_t *shim, void *addr)
+{
+    if (shim == NULL)
+        return PDR_EINVAL;
+    return pdr_xfer_mem_unregister(shim->eng, addr);
+}
+
+/* The _ex callbacks: the engine's info, reshaped. One allocation per operation, freed in the callback. */
+struct ex_call {
+    pdshim_result_cb cb;
+    void *arg;
+};
+
+static void ex_done(void *arg, uint64_t room, const pdr_xfer_info_t *info)
+{
+    struct ex_call c = *(struct ex_call *)arg;
+    free(arg);
+    pdshim_result_t r = {room, info->status, info->bytes, info->backend, info->usec};
+    c.cb(c.arg, &r);
+}
+
+PDSHIM_API int pdshim_offer_ex(pdshim_t *shim, uint64_t room, const pdshim_seg_t *segs, size_t nseg,
+                               uint32_t timeout_ms, pdshim_result_cb cb, void *arg)
+{
+    if (shim == NULL || cb == NULL)
+        return PDR_EINVAL;
+    struct ex_call *c = malloc(sizeof(*c));
+    if (c == NULL)
+        return PDR_ENOMEM;
+    c->cb = cb;
+    c->arg = arg;
+    int rc = pdr_xfer_push_ex(shim->eng, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms, ex_done, c);
+    if (rc != 0)
+        free(c);
+    return rc;
+}
+
+PDSHIM_API int pdshim_fetch_ex(pdshim_t *shim, const char *host, int port, uint64_t room,
+                               const pdshim_seg_t *segs, size_t nseg, uint32_t timeout_ms,
+                               pdshim_result_cb cb, void *arg)
+{
+    if (shim == NULL || cb == NULL)
+        return PDR_EINVAL;
+    struct ex_call *c = malloc(sizeof(*c));
+    if (c == NULL)
+        return PDR_ENOMEM;
+    c->cb = cb;
+    c->arg = arg;
+    int rc = pdr_xfer_pull_ex(shim->eng, host, port, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms,
+                              ex_done, c);
+    if (rc != 0)
+        free(c);
+    return rc;
 }
 
 PDSHIM_API int pdshim_cancel(pdshim_t *shim, uint64_t room)

@@ -278,6 +278,71 @@ static void test_api_errors(void)
     printf("ok api errors\n");
 }
 
+/* The _ex calls: the result names the room, the bytes, the backend and a duration; registration kinds;
+ * tuning options reach the engine (an unknown backend is refused at create). */
+struct ex_done {
+    struct done d;
+    pdshim_result_t r;
+    char backend[16];
+};
+
+static void ex_cb(void *arg, const pdshim_result_t *r)
+{
+    struct ex_done *e = arg;
+    e->r = *r;
+    snprintf(e->backend, sizeof(e->backend), "%s", r->backend);
+    done_cb(&e->d, r->room, r->status, r->bytes);
+}
+
+static void test_ex(void)
+{
+    int err = 0;
+    pdshim_opts_t bad = {.backend = "carrier-pigeon"};
+    CHECK(pdshim_create(&bad, &err) == NULL && err == PDR_EINVAL);
+    pdshim_opts_t po = {.listen_host = "127.0.0.1",
+                        .backend = "tcp",
+                        .chunk_bytes = 4096,
+                        .conns_per_peer = 2,
+                        .io_threads = 2,
+                        .staging_chunks = 2};
+    pdshim_opts_t dopt = {.backend = "tcp", .chunk_bytes = 4096, .conns_per_peer = 2, .io_threads = 2};
+    pdshim_t *p2 = pdshim_create(&po, &err), *d2 = pdshim_create(&dopt, &err);
+    CHECK(p2 != NULL && d2 != NULL);
+    size_t len = 1u << 20;
+    uint8_t *src = malloc(len), *dst = calloc(1, len);
+    CHECK(src && dst);
+    fill(src, len, 31, 0);
+    CHECK_EQ_ERR(pdshim_mem_register(d2, dst, len, PDSHIM_MEM_HOST), 0);
+    CHECK_EQ_ERR(pdshim_mem_register(d2, dst, len, 42), PDR_EINVAL);
+    CHECK_EQ_ERR(pdshim_mem_register(NULL, dst, len, PDSHIM_MEM_HOST), PDR_EINVAL);
+    int crc = pdshim_mem_register(d2, src, len, PDSHIM_MEM_CUDA); /* host memory: never device memory */
+    CHECK(crc == PDR_ENOTSUP || crc == PDR_EINVAL);
+    struct ex_done a, b;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    done_init(&a.d);
+    done_init(&b.d);
+    pdshim_seg_t ss = {src, len}, ds = {dst, len};
+    CHECK_EQ_ERR(pdshim_fetch_ex(d2, "127.0.0.1", pdshim_listen_port(p2), 7, &ds, 1, 5000, ex_cb, &b), 0);
+    CHECK_EQ_ERR(pdshim_offer_ex(p2, 7, &ss, 1, 5000, ex_cb, &a), 0);
+    CHECK_EQ_ERR(pdshim_offer_ex(p2, 8, &ss, 1, 5000, NULL, &a), PDR_EINVAL);
+    CHECK(done_wait(&a.d, 1, 10000) == 1 && done_wait(&b.d, 1, 10000) == 1);
+    CHECK_EQ_ERR(a.r.status, 0);
+    CHECK_EQ_ERR(b.r.status, 0);
+    CHECK(a.r.room == 7 && b.r.room == 7 && a.r.bytes == len && b.r.bytes == len);
+    CHECK(strcmp(a.backend, "tcp") == 0 && strcmp(b.backend, "tcp") == 0);
+    CHECK(b.r.usec > 0);
+    CHECK(check_fill(dst, len, 31, 0));
+    CHECK_EQ_ERR(pdshim_mem_unregister(d2, dst), 0);
+    pdshim_destroy(d2);
+    pdshim_destroy(p2);
+    done_fini(&a.d);
+    done_fini(&b.d);
+    free(src);
+    free(dst);
+    printf("ok ex calls\n");
+}
+
 #define NCONC 1000
 static void test_concurrent(void)
 {
@@ -349,6 +414,7 @@ int main(void)
     test_cancel();
     test_refused();
     test_api_errors();
+    test_ex();
     test_concurrent();
     test_destroy_pending();
     printf("all ok\n");

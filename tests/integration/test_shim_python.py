@@ -78,7 +78,43 @@ def main():
         raise AssertionError("expected ECLOSED")
     except pdshim.PdshimError as e:
         assert e.name == "ECLOSED", e
+    tuning()
     print("ok python binding")
+
+
+def tuning():
+    """Transport options reach the engine, (address, length) segments and registration work, and each
+    future says which backend moved its bytes."""
+    import ctypes
+    try:
+        pdshim.Shim(backend="carrier-pigeon")
+        raise AssertionError("expected EINVAL for an unknown backend")
+    except pdshim.PdshimError as e:
+        assert e.name == "EINVAL", e
+    with pdshim.Shim(listen_host="127.0.0.1", backend="tcp", chunk_bytes=4096, conns_per_peer=2,
+                     io_threads=2, staging_chunks=2) as pre, \
+            pdshim.Shim(backend="tcp", chunk_bytes=4096, conns_per_peer=2, io_threads=2) as dec:
+        src = bytes(range(256)) * 4096  # 1 MiB: 256 frames of 4 KiB over 2 connections
+        raw = (ctypes.c_char * len(src))()
+        dec.register(ctypes.addressof(raw), len(src), "host")
+        ff = dec.fetch("127.0.0.1", pre.port, 90, [(ctypes.addressof(raw), 1000),
+                                                    (ctypes.addressof(raw) + 1000, len(src) - 1000)])
+        fo = pre.offer(90, src)
+        assert ff.result(timeout=10) == len(src) and fo.result(timeout=10) == len(src)
+        assert bytes(raw) == src
+        assert ff.backend == "tcp" and fo.backend == "tcp", (ff.backend, fo.backend)
+        assert ff.usec > 0
+        dec.unregister(ctypes.addressof(raw))
+        try:
+            dec.register(ctypes.addressof(raw), len(src), "cuda")  # no GPU here, or not device memory
+            raise AssertionError("expected ENOTSUP or EINVAL")
+        except pdshim.PdshimError as e:
+            assert e.name in ("ENOTSUP", "EINVAL"), e
+        try:
+            dec.fetch("127.0.0.1", pre.port, 91, [(-1, 4)])
+            raise AssertionError("expected ValueError")
+        except ValueError:
+            pass
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@
     f2.result(); f1.result()                              # or dec.fetch(..., wait=True)
 
 Segments are any objects exporting a contiguous buffer (bytearray, memoryview, numpy array, mmap,
-ctypes array); read-only bytes are fine for offer. The binding keeps each segment (and the ctypes view
+ctypes array), or (address, length) pairs of integers for memory Python cannot see, such as GPU memory
+(`(t.data_ptr(), t.numel() * t.element_size())` for a torch tensor) inside a region given to
+`Shim.register(address, length)`; read-only bytes are fine for offer. Each future also carries
+`.backend` ("tcp", "cuda_ipc", "rdma") and `.usec` once done. The binding keeps each segment (and the ctypes view
 over it) alive until the operation's callback has run. Futures complete on the shim's I/O thread; a
 failed operation raises PdshimError with .code (a negative PDR_E* value) and .name ("ETIMEDOUT").
 
@@ -21,7 +24,7 @@ import os
 import threading
 from concurrent.futures import Future
 
-__all__ = ["Shim", "PdshimError", "load_library", "ERRORS"]
+__all__ = ["Shim", "PdshimError", "load_library", "ERRORS", "MEM_KINDS"]
 
 # The order of common/err.h's PDR_ERRNO_MAP: codes are -1000 + position (1-based).
 _ERR_NAMES = [
@@ -43,10 +46,29 @@ class _Opts(ctypes.Structure):
         ("listen_port", ctypes.c_int),
         ("default_timeout_ms", ctypes.c_uint32),
         ("max_segments", ctypes.c_size_t),
+        ("backend", ctypes.c_char_p),
+        ("chunk_bytes", ctypes.c_size_t),
+        ("staging_chunks", ctypes.c_size_t),
+        ("conns_per_peer", ctypes.c_int),
+        ("io_threads", ctypes.c_int),
     ]
 
 
+class _Result(ctypes.Structure):
+    _fields_ = [
+        ("room", ctypes.c_uint64),
+        ("status", ctypes.c_int),
+        ("bytes", ctypes.c_uint64),
+        ("backend", ctypes.c_char_p),
+        ("usec", ctypes.c_uint64),
+    ]
+
+
+MEM_KINDS = {"auto": 0, "host": 1, "cuda": 2}
+
+
 _DONE_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64)
+_RESULT_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(_Result))
 _lib = None
 _lib_lock = threading.Lock()
 
@@ -95,6 +117,17 @@ def load_library():
         lib.pdshim_fetch.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64,
                                      ctypes.POINTER(_Seg), ctypes.c_size_t, ctypes.c_uint32, _DONE_CB,
                                      ctypes.c_void_p]
+        for name in ("pdshim_offer_ex", "pdshim_fetch_ex"):
+            getattr(lib, name).restype = ctypes.c_int
+        lib.pdshim_offer_ex.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(_Seg), ctypes.c_size_t,
+                                        ctypes.c_uint32, _RESULT_CB, ctypes.c_void_p]
+        lib.pdshim_fetch_ex.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64,
+                                        ctypes.POINTER(_Seg), ctypes.c_size_t, ctypes.c_uint32, _RESULT_CB,
+                                        ctypes.c_void_p]
+        lib.pdshim_mem_register.restype = ctypes.c_int
+        lib.pdshim_mem_register.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        lib.pdshim_mem_unregister.restype = ctypes.c_int
+        lib.pdshim_mem_unregister.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         lib.pdshim_cancel.restype = ctypes.c_int
         lib.pdshim_cancel.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
         lib.pdshim_strerror.restype = ctypes.c_char_p
@@ -118,6 +151,12 @@ def _segments(buffers, writable):
     keep = []
     segs = (_Seg * max(1, len(buffers)))()
     for i, b in enumerate(buffers):
+        if isinstance(b, tuple) and len(b) == 2 and all(isinstance(x, int) for x in b):
+            if b[0] < 0 or b[1] < 0:
+                raise ValueError("an (address, length) segment needs non-negative integers")
+            segs[i].addr = b[0] or None
+            segs[i].len = b[1]
+            continue
         if isinstance(b, bytes):
             if writable:
                 raise TypeError("fetch needs writable buffers, got bytes")
@@ -146,9 +185,12 @@ def _segments(buffers, writable):
 class Shim:
     """One pdshim instance. Use as a context manager or call close()."""
 
-    def __init__(self, listen_host=None, listen_port=0, default_timeout_ms=0, max_segments=0):
+    def __init__(self, listen_host=None, listen_port=0, default_timeout_ms=0, max_segments=0, backend=None,
+                 chunk_bytes=0, staging_chunks=0, conns_per_peer=0, io_threads=0):
         self._lib = load_library()
-        opts = _Opts(listen_host.encode() if listen_host else None, listen_port, default_timeout_ms, max_segments)
+        opts = _Opts(listen_host.encode() if listen_host else None, listen_port, default_timeout_ms, max_segments,
+                     backend.encode() if backend else None, chunk_bytes, staging_chunks, conns_per_peer,
+                     io_threads)
         err = ctypes.c_int(0)
         self._h = self._lib.pdshim_create(ctypes.byref(opts), ctypes.byref(err))
         if not self._h:
@@ -156,21 +198,24 @@ class Shim:
         self._lock = threading.Lock()
         self._pending = {}  # token -> (future, keep-alive objects)
         self._next = 1
-        self._cb = _DONE_CB(self._on_done)  # one callback object for the shim's lifetime
+        self._cb = _RESULT_CB(self._on_done)  # one callback object for the shim's lifetime
 
     @property
     def port(self):
         return self._lib.pdshim_listen_port(self._h)
 
-    def _on_done(self, arg, room, status, nbytes):
+    def _on_done(self, arg, res):
+        r = res.contents
         with self._lock:
             fut, _ = self._pending.pop(arg or 0, (None, None))
         if fut is None:
             return
-        if status == 0:
-            fut.set_result(nbytes)
+        fut.backend = r.backend.decode() if r.backend else "none"
+        fut.usec = r.usec
+        if r.status == 0:
+            fut.set_result(r.bytes)
         else:
-            fut.set_exception(PdshimError(status, "room %d" % room))
+            fut.set_exception(PdshimError(r.status, "room %d" % r.room))
 
     def _post(self, call, buffers, writable, wait):
         if not self._h:
@@ -190,15 +235,28 @@ class Shim:
 
     def offer(self, room, buffers, timeout_ms=0, wait=False):
         """Prefill side. Returns a Future of the bytes moved (or the count itself with wait=True)."""
-        return self._post(lambda s, n, t: self._lib.pdshim_offer(self._h, room, s, n, timeout_ms, self._cb, t),
+        return self._post(lambda s, n, t: self._lib.pdshim_offer_ex(self._h, room, s, n, timeout_ms, self._cb, t),
                           buffers, False, wait)
 
     def fetch(self, host, port, room, buffers, timeout_ms=0, wait=False):
         """Decode side: fills buffers with the room's bytes from the prefill shim at host:port."""
         h = host.encode()
         return self._post(
-            lambda s, n, t: self._lib.pdshim_fetch(self._h, h, port, room, s, n, timeout_ms, self._cb, t),
+            lambda s, n, t: self._lib.pdshim_fetch_ex(self._h, h, port, room, s, n, timeout_ms, self._cb, t),
             buffers, True, wait)
+
+    def register(self, address, length, kind="auto"):
+        """Describes a memory region (GPU memory must be registered before segments point into it)."""
+        if not self._h:
+            raise PdshimError(ERRORS["ECLOSED"], "shim closed")
+        rc = self._lib.pdshim_mem_register(self._h, address, length, MEM_KINDS[kind])
+        if rc != 0:
+            raise PdshimError(rc, "register")
+
+    def unregister(self, address):
+        rc = self._lib.pdshim_mem_unregister(self._h, address)
+        if rc != 0:
+            raise PdshimError(rc, "unregister")
 
     def cancel(self, room):
         """Returns True if something was pending for the room."""
