@@ -23,6 +23,11 @@ if(PDR_SANITIZE)
   list(APPEND PDR_XFER_PY_ENV "LD_PRELOAD=${PDR_LIBASAN}" "ASAN_OPTIONS=detect_leaks=0")
 endif()
 set_tests_properties(test_shim_python PROPERTIES TIMEOUT 60 ENVIRONMENT "${PDR_XFER_PY_ENV}")
+# The shim with PyTorch GPU tensors across processes (cudaMalloc and expandable-segment memory, forced
+# tcp); exits 77 without torch or a GPU.
+add_test(NAME test_shim_torch_gpu
+         COMMAND ${Python3_EXECUTABLE} ${PDR_XFER_TEST_DIR}/gpu/test_shim_torch.py ${CMAKE_BINARY_DIR})
+set_tests_properties(test_shim_torch_gpu PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${PDR_XFER_PY_ENV}")
 
 pdr_xfer_test(test_transport_wire ${PDR_XFER_TEST_DIR}/unit/test_transport_wire.c 30 pdr_transport)
 pdr_xfer_test(test_transport_engine ${PDR_XFER_TEST_DIR}/unit/test_transport_engine.c 60 pdr_transport)
