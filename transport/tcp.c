@@ -1724,69 +1724,64 @@ static struct ctl_msg *fetch_ipc_msg(pdr_xfer_engine_t *eng, struct pdr__op *op)
     for (size_t i = 0; i < op->nseg && rc == 0; i++) {
         uint8_t *p = op->segs[i].addr;
         uint64_t left = op->segs[i].len;
-        if (left == 0) { /* index 0, offset 0: never dereferenced */
-            lens[np] = 0;
-            hidx[np] = 0;
-            offs[np++] = 0;
-        }
-        while (left > 0 && rc == 0) {
-            struct pdr_cuda_range r;
-            uint8_t h[PDR_XFER_IPC_HANDLE];
-            uint64_t off = 0;
-            uint32_t k = 0;
-            if (last_base != NULL && p >= last_base && (uint64_t)(p - last_base) < last_size) {
-                off = (uint64_t)(p - last_base);
-                r.size = last_size;
+        int first = 1;
+        while ((left > 0 || first) && rc == 0) {
+            first = 0;
+            uint64_t off = 0, n = 0;
+            uint32_t k = 0; /* a zero-length segment: index 0, offset 0, never dereferenced */
+            if (left > 0 && last_base != NULL && p >= last_base && (uint64_t)(p - last_base) < last_size) {
+                off = (uint64_t)(p - last_base); /* inside the previous piece's allocation */
                 k = last_k;
-                goto piece;
-            }
-            rc = pdr__cuda_mem_range(p, &r);
-            if (rc == 0 && r.vmm) {
-                off = (uint64_t)(p - (uint8_t *)r.base);
-                rc = vmm_handle(eng, &r, h);
-            } else if (rc == 0) {
-                rc = pdr__cuda_ipc_export(p, h, &off);
-            }
-            if (rc != 0)
-                break;
-            /* legacy handles: the range cuIpcGetMemHandle reported (p - off) */
-            if (!r.vmm)
-                r.base = p - off;
-            while (k < nh && memcmp(handles + (size_t)k * PDR_XFER_IPC_HENTRY, h, sizeof(h)) != 0)
-                k++;
-            if (k == nh) {
-                if (nh == PDR_XFER_IPC_MAX_HANDLES) {
-                    rc = PDR_ETOOBIG;
-                    break;
+                n = last_size - off;
+            } else if (left > 0) {
+                struct pdr_cuda_range r;
+                uint8_t h[PDR_XFER_IPC_HANDLE];
+                rc = pdr__cuda_mem_range(p, &r);
+                if (rc == 0 && r.vmm) {
+                    off = (uint64_t)(p - (uint8_t *)r.base);
+                    rc = vmm_handle(eng, &r, h);
+                } else if (rc == 0) {
+                    rc = pdr__cuda_ipc_export(p, h, &off);
                 }
-                memcpy(handles + (size_t)k * PDR_XFER_IPC_HENTRY, h, sizeof(h));
-                memcpy(handles + (size_t)k * PDR_XFER_IPC_HENTRY + PDR_XFER_IPC_HANDLE, uuid, sizeof(uuid));
-                nh++;
+                if (rc != 0)
+                    break;
+                while (k < nh && memcmp(handles + (size_t)k * PDR_XFER_IPC_HENTRY, h, sizeof(h)) != 0)
+                    k++;
+                if (k == nh) {
+                    if (nh == PDR_XFER_IPC_MAX_HANDLES) {
+                        rc = PDR_ETOOBIG;
+                        break;
+                    }
+                    memcpy(handles + (size_t)k * PDR_XFER_IPC_HENTRY, h, sizeof(h));
+                    memcpy(handles + (size_t)k * PDR_XFER_IPC_HENTRY + PDR_XFER_IPC_HANDLE, uuid,
+                           sizeof(uuid));
+                    nh++;
+                }
+                last_base = p - off; /* the allocation (legacy) or mapping (VMM) that holds p */
+                last_size = r.size;
+                last_k = k;
+                n = r.size - off;
             }
-            last_base = r.base;
-            last_size = r.size;
-            last_k = k;
-        piece:;
-            uint64_t n = r.size - off < left ? r.size - off : left;
+            if (n > left)
+                n = left;
             if (np == cap) {
-                if (cap >= PDR_XFER_IPC_MAX_SEGS) {
-                    rc = PDR_ETOOBIG;
-                    break;
+                rc = cap >= PDR_XFER_IPC_MAX_SEGS ? PDR_ETOOBIG : PDR_ENOMEM;
+                if (rc == PDR_ENOMEM) {
+                    cap *= 2;
+                    size_t *l2 = realloc(lens, cap * sizeof(*lens));
+                    if (l2 != NULL)
+                        lens = l2;
+                    uint32_t *h2 = realloc(hidx, cap * sizeof(*hidx));
+                    if (h2 != NULL)
+                        hidx = h2;
+                    uint64_t *o2 = realloc(offs, cap * sizeof(*offs));
+                    if (o2 != NULL)
+                        offs = o2;
+                    if (l2 != NULL && h2 != NULL && o2 != NULL)
+                        rc = 0;
                 }
-                cap *= 2;
-                size_t *l2 = realloc(lens, cap * sizeof(*lens));
-                if (l2 != NULL)
-                    lens = l2;
-                uint32_t *h2 = realloc(hidx, cap * sizeof(*hidx));
-                if (h2 != NULL)
-                    hidx = h2;
-                uint64_t *o2 = realloc(offs, cap * sizeof(*offs));
-                if (o2 != NULL)
-                    offs = o2;
-                if (l2 == NULL || h2 == NULL || o2 == NULL) {
-                    rc = PDR_ENOMEM;
+                if (rc != 0)
                     break;
-                }
             }
             lens[np] = (size_t)n;
             hidx[np] = k;

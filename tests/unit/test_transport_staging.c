@@ -217,7 +217,7 @@ static void test_copy_wakeup(void)
 }
 
 /* CUDA IPC into VMM memory (cuMemCreate + cuMemMap, as PyTorch's expandable segments): the decode's
- * destination is two adjacent VMM mappings, so a segment crossing the boundary is cut in two; each
+ * destination is four adjacent VMM mappings, so a segment crossing a boundary is cut; each
  * mapping travels as a file descriptor through the decode's fd server (a real abstract Unix socket)
  * and the prefill maps it. An allocation not exportable as a descriptor falls back to tcp staging; one
  * freed and created again at the same address is exported anew (its block id changed). */
@@ -239,37 +239,58 @@ static void test_ipc_vmm(void)
     pdr_xfer_engine_t *pre = pdr_xfer_engine_create(&po, &err), *dec = pdr_xfer_engine_create(NULL, &err);
     CHECK(pre && dec);
     int port = pdr_xfer_listen_port(pre);
-    size_t len = 8u << 20, cut = 3u << 20;
+    size_t len = 8u << 20, q = len / 4;
     uint8_t *dsrc = dev_alloc(0, len);
     uint8_t *vbuf = malloc(len), *nbuf = malloc(len);
     CHECK(vbuf && nbuf);
-    pdr__fake_cuda_vmm_adopt(vbuf, cut, 1, 1);
-    pdr__fake_cuda_vmm_adopt(vbuf + cut, len - cut, 1, 1);
+    for (int k = 0; k < 4; k++)
+        pdr__fake_cuda_vmm_adopt(vbuf + k * q, q, 1, 1);
     pdr__fake_cuda_vmm_adopt(nbuf, len, 1, 0);
     CHECK_EQ_ERR(pdr_xfer_mem_register(pre, dsrc, len, PDR_XFER_MEM_AUTO), 0);
     CHECK_EQ_ERR(pdr_xfer_mem_register(dec, vbuf, len, PDR_XFER_MEM_CUDA), 0);
     CHECK_EQ_ERR(pdr_xfer_mem_register(dec, nbuf, len, PDR_XFER_MEM_CUDA), 0);
-    /* run_room's second destination segment, [len/3, len), crosses the mappings' boundary at 3 MiB. */
+    /* vbuf is four mappings; run_room's destination segments [0, len/3) and [len/3, len) cross three of
+     * their boundaries: five pieces from two segments. */
     for (int r = 0; r < 3; r++)
         run_room(pre, dec, port, 500 + (uint64_t)r, dsrc, vbuf, len, "cuda_ipc");
+    {
+        /* One segment over all four mappings, then zero-length ones: the piece table grows past its first
+         * size (segments + 1) before the empty pieces are added. */
+        fill(dsrc, len, 505, 0);
+        memset(vbuf, 0, len);
+        pdr_xfer_seg_t ss = {dsrc, len}, ds[3] = {{vbuf, len}, {vbuf + len, 0}, {vbuf, 0}};
+        struct info_done a, b;
+        memset(&a, 0, sizeof(a));
+        memset(&b, 0, sizeof(b));
+        done_init(&a.d);
+        done_init(&b.d);
+        CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, 505, ds, 3, 20000, info_cb, &b), 0);
+        CHECK_EQ_ERR(pdr_xfer_push_ex(pre, 505, &ss, 1, 20000, info_cb, &a), 0);
+        CHECK(done_wait(&a.d, 1, 30000) == 1 && done_wait(&b.d, 1, 30000) == 1);
+        CHECK_EQ_ERR(b.d.status, 0);
+        CHECK(check_fill(vbuf, len, 505, 0));
+        CHECK(strcmp(b.backend, "cuda_ipc") == 0);
+        done_fini(&a.d);
+        done_fini(&b.d);
+    }
     run_room(pre, dec, port, 510, dsrc, nbuf, len, "tcp");
     /* Freed and created again in place: new physical memory, so a new descriptor. */
-    pdr__fake_cuda_forget(vbuf);
-    pdr__fake_cuda_forget(vbuf + cut);
-    pdr__fake_cuda_vmm_adopt(vbuf, cut, 1, 1);
-    pdr__fake_cuda_vmm_adopt(vbuf + cut, len - cut, 1, 1);
+    for (int k = 0; k < 4; k++) {
+        pdr__fake_cuda_forget(vbuf + k * q);
+        pdr__fake_cuda_vmm_adopt(vbuf + k * q, q, 1, 1);
+    }
     run_room(pre, dec, port, 520, dsrc, vbuf, len, "cuda_ipc");
     /* Unregistering the region lets its exports go; registered again, it is exported anew and works. */
     int fds = open_fds();
     CHECK_EQ_ERR(pdr_xfer_mem_unregister(dec, vbuf), 0);
-    CHECK(open_fds() == fds - 2); /* the fd server held one descriptor per mapping */
+    CHECK(open_fds() == fds - 4); /* the fd server held one descriptor per mapping */
     CHECK_EQ_ERR(pdr_xfer_mem_register(dec, vbuf, len, PDR_XFER_MEM_CUDA), 0);
     run_room(pre, dec, port, 530, dsrc, vbuf, len, "cuda_ipc");
     pdr_xfer_engine_destroy(dec);
     pdr_xfer_engine_destroy(pre);
     CHECK(pdr__fake_cuda_live == 0); /* every mapping the prefill made was unmapped */
-    pdr__fake_cuda_forget(vbuf);
-    pdr__fake_cuda_forget(vbuf + cut);
+    for (int k = 0; k < 4; k++)
+        pdr__fake_cuda_forget(vbuf + k * q);
     pdr__fake_cuda_forget(nbuf);
     pdr__cuda_mem_free(dsrc);
     free(vbuf);
