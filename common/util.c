@@ -1,5 +1,6 @@
 /* Clocks, CSPRNG, integer parsing and the process log (stderr, one line per call). Any thread. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,15 +53,38 @@ int pdr_random_bytes(void *buf, size_t len)
     return 0;
 }
 
+/* Rooms come from a per-thread buffer of kernel CSPRNG output (one getrandom per 32 rooms, not one per
+ * request). A forked child must not replay its parent's buffer: the fork handler empties the forking
+ * thread's buffer (the only thread the child has). */
+#define ROOM_BUF 32
+static __thread uint64_t room_buf[ROOM_BUF];
+static __thread unsigned room_left;
+static pthread_once_t room_once = PTHREAD_ONCE_INIT;
+
+static void room_forked(void)
+{
+    room_left = 0;
+}
+
+static void room_init(void)
+{
+    pthread_atfork(NULL, NULL, room_forked);
+}
+
 uint64_t pdr_random_room(void)
 {
-    uint64_t v = 0;
-    /* getrandom() on a booted kernel does not fail for 8 bytes; on failure abort rather than hand out
-     * a predictable room. */
-    if (pdr_random_bytes(&v, sizeof(v)) != 0) {
-        pdr_error("getrandom failed: %s", strerror(errno));
-        abort();
+    pthread_once(&room_once, room_init);
+    if (room_left == 0) {
+        /* getrandom() on a booted kernel does not fail; on failure abort rather than hand out a
+         * predictable room. */
+        if (pdr_random_bytes(room_buf, sizeof(room_buf)) != 0) {
+            pdr_error("getrandom failed: %s", strerror(errno));
+            abort();
+        }
+        room_left = ROOM_BUF;
     }
+    uint64_t v = room_buf[--room_left];
+    room_buf[room_left] = 0; /* handed out once */
     return v & INT64_MAX;
 }
 

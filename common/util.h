@@ -20,7 +20,8 @@ uint64_t pdr_wall_us(void);
 
 /* Fills buf from the kernel CSPRNG (getrandom). Returns 0 or a PDR_E* code. */
 int pdr_random_bytes(void *buf, size_t len);
-/* A uniformly random integer in [0, 2^63-1] from the CSPRNG. */
+/* A uniformly random integer in [0, 2^63-1] from the CSPRNG (read 32 at a time into a per-thread
+ * buffer; a forked child starts with an empty one). */
 uint64_t pdr_random_room(void);
 
 /* Parses a whole decimal integer in [min, max]; no trailing garbage. Returns 0 or PDR_EINVAL. */

@@ -468,13 +468,32 @@ static void conn_send(pdr_conn_t *c)
     pdr_h1_init(&c->resp);
     uv_buf_t bufs[2] = {uv_buf_init(leg->head, (unsigned)leg->head_len),
                         uv_buf_init((char *)(uintptr_t)leg->body, (unsigned)leg->body_len)};
-    c->wreq.data = c;
-    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, bufs, leg->body_len > 0 ? 2 : 1, on_write);
-    if (rc != 0) {
+    unsigned nbufs = leg->body_len > 0 ? 2 : 1;
+    /* Written at once in the common case: uv_write would also re-arm the socket's poll watcher (one
+     * epoll_ctl per request); only what the socket does not take now goes through a write request. */
+    int w = uv_try_write((uv_stream_t *)&c->tcp, bufs, nbufs);
+    if (w < 0 && w != UV_EAGAIN) {
         leg_fail(c, PDR_EPEERGONE);
         return;
     }
-    c->writing = 1;
+    size_t done = w > 0 ? (size_t)w : 0;
+    uv_buf_t *rest = bufs;
+    while (nbufs > 0 && done >= rest->len) {
+        done -= rest->len;
+        rest++;
+        nbufs--;
+    }
+    if (nbufs > 0) {
+        rest->base += done;
+        rest->len -= done;
+        c->wreq.data = c;
+        int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, rest, nbufs, on_write);
+        if (rc != 0) {
+            leg_fail(c, PDR_EPEERGONE);
+            return;
+        }
+        c->writing = 1;
+    }
     arm_total(c);
     conn_read(c);
 }

@@ -280,6 +280,17 @@ int main(int argc, char **argv)
     CHECK(run(&r, "/echo", post, 5000) == 0 && r.err == 0 && r.len == (1u << 20) &&
           memcmp(r.body, post, r.len) == 0);
     result_free(&r);
+    /* 32 MiB: more than the socket takes at once, so the client writes what it can and queues the rest. */
+    size_t huge_len = 32u << 20;
+    char *huge = malloc(huge_len + 1);
+    for (size_t i = 0; i < huge_len; i++)
+        huge[i] = (char)('a' + (i * 7) % 26);
+    huge[huge_len] = '\0';
+    result_init(&r);
+    CHECK(run(&r, "/echo", huge, 20000) == 0 && r.err == 0 && r.len == huge_len &&
+          memcmp(r.body, huge, r.len) == 0);
+    result_free(&r);
+    free(huge);
 
     /* Back-pressure: every 3rd delivery pauses, a timer resumes; nothing is lost or repeated. */
     char *two = malloc(2000001);

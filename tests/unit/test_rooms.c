@@ -1,0 +1,73 @@
+/*
+ * pdr_random_room: CSPRNG rooms handed out from a per-thread buffer. Every room is below 2^63, 10 000
+ * rooms of one thread are distinct, two threads get different rooms, and a forked child does not replay
+ * the parent's buffer (its next rooms differ from the parent's next rooms).
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "util.h"
+
+#define N 10000
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void *other_thread(void *arg)
+{
+    uint64_t *out = arg;
+    for (int i = 0; i < 8; i++)
+        out[i] = pdr_random_room();
+    return NULL;
+}
+
+int main(void)
+{
+    static uint64_t r[N + 16];
+    for (int i = 0; i < N; i++) {
+        r[i] = pdr_random_room();
+        CHECK(r[i] <= INT64_MAX);
+    }
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, other_thread, r + N) == 0);
+    pthread_join(t, NULL);
+    qsort(r, N + 8, sizeof(r[0]), cmp_u64);
+    int dup = 0;
+    for (int i = 1; i < N + 8; i++)
+        dup += r[i] == r[i - 1];
+    CHECK(dup == 0);
+
+    /* Fork with rooms left in this thread's buffer: the child's next rooms are its own. */
+    (void)pdr_random_room();
+    int p[2];
+    CHECK(pipe(p) == 0);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        uint64_t mine[4];
+        for (int i = 0; i < 4; i++)
+            mine[i] = pdr_random_room();
+        _exit(write(p[1], mine, sizeof(mine)) == (ssize_t)sizeof(mine) ? 0 : 1);
+    }
+    uint64_t theirs[4], ours[4];
+    for (int i = 0; i < 4; i++)
+        ours[i] = pdr_random_room();
+    CHECK(read(p[0], theirs, sizeof(theirs)) == (ssize_t)sizeof(theirs));
+    int st = 0;
+    waitpid(child, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int same = 0;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            same += ours[i] == theirs[j];
+    CHECK(same == 0);
+    CHECK_DONE();
+}
