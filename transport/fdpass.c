@@ -55,7 +55,9 @@ static socklen_t srv_addr(struct sockaddr_un *a, uint32_t pid, uint64_t nonce)
 
 static void serve_one(struct pdr__fdsrv *srv, int c)
 {
-    struct timeval tv = {1, 0};
+    /* One connection at a time: a client that connects and says nothing holds the others up 200 ms at
+     * most (a real client sends its request right after connecting). */
+    struct timeval tv = {0, 200000};
     setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     uint8_t req[16];

@@ -6,6 +6,11 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -62,6 +67,22 @@ int main(void)
     pdr__fdsrv_drop(srv, ida); /* again: no-op */
     CHECK(pdr__fdsrv_fetch(pid, nonce, idb, 1000, &got) == 0 && got >= 0);
     close(got);
+
+    /* A client that connects and never asks holds the server up for a bounded time only: a request
+     * behind it is still answered well inside its own 5 s timeout. */
+    {
+        int idle = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        struct sockaddr_un sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sun_family = AF_UNIX;
+        int n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "pdxfer-fd/%u/%016llx", (unsigned)pid,
+                         (unsigned long long)nonce);
+        CHECK(connect(idle, (struct sockaddr *)&sa,
+                      (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) == 0);
+        CHECK(pdr__fdsrv_fetch(pid, nonce, idb, 5000, &got) == 0 && got >= 0);
+        close(got);
+        close(idle);
+    }
 
     /* Stop: the socket is gone and b's descriptor closed (fd b is free for reuse). */
     pdr__fdsrv_stop(srv);
