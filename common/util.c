@@ -88,6 +88,32 @@ uint64_t pdr_random_room(void)
     return v & INT64_MAX;
 }
 
+size_t pdr_fmt_u64(char *out, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}
+
+size_t pdr_join2(char *out, size_t cap, const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > cap - 1)
+        la = cap - 1;
+    if (lb > cap - 1 - la)
+        lb = cap - 1 - la;
+    memcpy(out, a, la);
+    memcpy(out + la, b, lb);
+    out[la + lb] = '\0';
+    return la + lb;
+}
+
 int pdr_parse_int64(const char *s, size_t len, int64_t min, int64_t max, int64_t *out)
 {
     char tmp[32];

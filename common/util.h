@@ -24,6 +24,12 @@ int pdr_random_bytes(void *buf, size_t len);
  * buffer; a forked child starts with an empty one). */
 uint64_t pdr_random_room(void);
 
+/* Writes v in decimal at out (at most 20 bytes, no NUL); returns the number of digits. For hot paths
+ * where snprintf's cost shows (a PD request formats rooms, ports and URLs). */
+size_t pdr_fmt_u64(char *out, uint64_t v);
+/* out = a followed by b, truncated to cap - 1 bytes and NUL-terminated (cap > 0); returns the length. */
+size_t pdr_join2(char *out, size_t cap, const char *a, const char *b);
+
 /* Parses a whole decimal integer in [min, max]; no trailing garbage. Returns 0 or PDR_EINVAL. */
 int pdr_parse_int64(const char *s, size_t len, int64_t min, int64_t max, int64_t *out);
 

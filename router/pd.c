@@ -651,13 +651,13 @@ static void start_attempt(pd_req_t *x)
         return;
     }
     static const char *paths[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
-    snprintf(url, sizeof(url), "%s%s", x->pw->conf.url, paths[x->route]);
+    pdr_join2(url, sizeof(url), x->pw->conf.url, paths[x->route]);
     int rc = pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, hdrs, c->timeouts.connect_ms, 0,
                            &prefill_cbs, x);
     if (rc == 0) {
         x->p_running = 1;
         pdr_worker_track(x->pw, 1);
-        snprintf(url, sizeof(url), "%s%s", x->dw->conf.url, paths[x->route]);
+        pdr_join2(url, sizeof(url), x->dw->conf.url, paths[x->route]);
         rc = pdr_leg_start(&x->dleg, x->t->multi, url, x->body, x->body_len, hdrs, c->timeouts.connect_ms, 0,
                            &decode_cbs, x);
         if (rc == 0) {
@@ -794,12 +794,14 @@ static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
                   ch == '-' || ch == '_' || ch == '.'))
                 break;
         }
-        if (k == v.len)
-            snprintf(x->request_id, sizeof(x->request_id), "%.*s", (int)v.len, v.base);
+        if (k == v.len) {
+            memcpy(x->request_id, v.base, v.len); /* v.len < 64 <= sizeof(request_id) - 1 */
+            x->request_id[v.len] = '\0';
+        }
     }
     if (x->request_id[0] == '\0')
         new_request_id(x->request_id);
-    snprintf(x->xrid_header, sizeof(x->xrid_header), "X-Request-Id: %s", x->request_id);
+    pdr_join2(x->xrid_header, sizeof(x->xrid_header), "X-Request-Id: ", x->request_id);
     uv_timer_init(t->loop, &x->timer);
     x->timer.data = x;
     pd_req_t **anchor = h2o_mem_alloc_shared(&req->pool, sizeof(*anchor), on_dispose);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include "err.h"
 #include "rewrite.h"
+#include "util.h"
 
 #define FAIL(...)                                                                                            \
     do {                                                                                                     \
@@ -215,10 +216,14 @@ char *pdr_pdreq_build_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport
                 o += hl;
                 out[o++] = '"';
             } else if (f == 1) {
-                o += (size_t)(bport < 0 ? snprintf(out + o, cap - o, "null")
-                                        : snprintf(out + o, cap - o, "%d", bport));
+                if (bport < 0) {
+                    memcpy(out + o, "null", 4);
+                    o += 4;
+                } else {
+                    o += pdr_fmt_u64(out + o, (uint64_t)bport);
+                }
             } else {
-                o += (size_t)snprintf(out + o, cap - o, "%" PRIu64, rooms[i]);
+                o += pdr_fmt_u64(out + o, rooms[i]);
             }
         }
         if (r->batch)

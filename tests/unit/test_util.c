@@ -1,9 +1,12 @@
 /*
- * pdr_random_room: CSPRNG rooms handed out from a per-thread buffer. Every room is below 2^63, 10 000
- * rooms of one thread are distinct, two threads get different rooms, and a forked child does not replay
- * the parent's buffer (its next rooms differ from the parent's next rooms).
+ * common/util.c helpers. pdr_fmt_u64 and pdr_join2 agree with snprintf (every power-of-ten edge, the
+ * largest value, truncation). pdr_random_room: CSPRNG rooms handed out from a per-thread buffer. Every room
+ * is below 2^63, 10 000 rooms of one thread are distinct, two threads get different rooms, and a forked child
+ * does not replay the parent's buffer (its next rooms differ from the parent's next rooms).
  */
+#include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +32,34 @@ static void *other_thread(void *arg)
     return NULL;
 }
 
+static void formatting(void)
+{
+    uint64_t vals[64];
+    int n = 0;
+    vals[n++] = 0;
+    vals[n++] = UINT64_MAX;
+    for (uint64_t p = 1; n < 62 && p <= UINT64_MAX / 10; p *= 10) {
+        vals[n++] = p - 1;
+        vals[n++] = p;
+    }
+    for (int i = 0; i < n; i++) {
+        char a[32], b[32];
+        size_t k = pdr_fmt_u64(a, vals[i]);
+        a[k] = '\0';
+        snprintf(b, sizeof(b), "%" PRIu64, vals[i]);
+        CHECK(strcmp(a, b) == 0);
+    }
+    char out[16];
+    CHECK(pdr_join2(out, sizeof(out), "http://h:1", "/generate") == 15 &&
+          strcmp(out, "http://h:1/gene") == 0);
+    CHECK(pdr_join2(out, sizeof(out), "ab", "cd") == 4 && strcmp(out, "abcd") == 0);
+    CHECK(pdr_join2(out, 3, "abcdef", "x") == 2 && strcmp(out, "ab") == 0);
+    CHECK(pdr_join2(out, 1, "a", "b") == 0 && out[0] == '\0');
+}
+
 int main(void)
 {
+    formatting();
     static uint64_t r[N + 16];
     for (int i = 0; i < N; i++) {
         r[i] = pdr_random_room();
