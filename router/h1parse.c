@@ -71,7 +71,7 @@ static int is_tchar(unsigned char c)
 
 static int lower(unsigned char c)
 {
-    return (c >= 'A' && c <= 'Z') ? c + ('a' - 'A') : c;
+    return c | (((unsigned)c - (unsigned)'A' < 26u) << 5); /* ASCII letters only: 'A'..'Z' gain bit 5 */
 }
 
 /* Case-insensitive comparison of the slice [s, s + len) with the lower-case literal lit. */
@@ -189,28 +189,41 @@ static int header_line(pdr_h1resp_t *r, int apply)
             return fail(r, "invalid character in header name (or whitespace before ':')");
     if (!apply)
         return 0;
-    /* Only four names matter here; their lengths (10, 12, 14, 17) tell the rest apart at once. */
-    if (nlen != 10 && nlen != 12 && nlen != 14 && nlen != 17)
+    /* Only four names matter here, and their lengths tell them apart: one comparison per header. */
+    enum { H_OTHER, H_CTYPE, H_CLEN, H_TE, H_CONN } which = H_OTHER;
+    switch (nlen) {
+    case 10:
+        which = slice_is(l, nlen, "connection") ? H_CONN : H_OTHER;
+        break;
+    case 12:
+        which = slice_is(l, nlen, "content-type") ? H_CTYPE : H_OTHER;
+        break;
+    case 14:
+        which = slice_is(l, nlen, "content-length") ? H_CLEN : H_OTHER;
+        break;
+    case 17:
+        which = slice_is(l, nlen, "transfer-encoding") ? H_TE : H_OTHER;
+        break;
+    default:
+        break;
+    }
+    if (which == H_OTHER)
         return 0;
     const char *v = colon + 1;
     size_t vlen = len - nlen - 1;
     trim(&v, &vlen);
-    if (slice_is(l, nlen, "content-type")) {
+    if (which == H_CTYPE) {
         /* Truncated to the field's size (the value is only logged and matched by prefix). */
         size_t c = vlen < sizeof(r->content_type) - 1 ? vlen : sizeof(r->content_type) - 1;
         memcpy(r->content_type, v, c);
         r->content_type[c] = '\0';
         return 0;
     }
-    int framing = slice_is(l, nlen, "content-length") || slice_is(l, nlen, "transfer-encoding") ||
-                  slice_is(l, nlen, "connection");
-    if (!framing)
-        return 0;
     if (cut)
         return fail(r, "Content-Length, Transfer-Encoding or Connection header line too long");
-    if (slice_is(l, nlen, "content-length"))
+    if (which == H_CLEN)
         return content_length(r, v, vlen);
-    if (slice_is(l, nlen, "connection"))
+    if (which == H_CONN)
         return each_element(r, v, vlen, connection_token);
     r->saw_te = 1;
     return each_element(r, v, vlen, transfer_coding);
