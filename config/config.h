@@ -60,8 +60,9 @@ typedef struct pdr_config {
         int drain_timeout_ms; /* default 30000: listeners closed, waiting for requests in flight */
     } lifecycle;
     struct {
-        int64_t max_body_bytes; /* default 33554432 */
-        int max_inflight;       /* default 4096 */
+        int64_t max_body_bytes;         /* default 33554432 */
+        int max_inflight;               /* default 4096 */
+        int max_connections_per_worker; /* default 0: no limit; else shared out across the loops */
     } limits;
     struct {
         int max; /* default 2 */

@@ -50,6 +50,7 @@
 #define PDR_MIN_BODY_BYTES 1024
 #define PDR_MAX_BODY_BYTES ((int64_t)1 << 40) /* 1 TiB: a sanity ceiling, not a recommendation */
 #define PDR_MAX_INFLIGHT 10000000
+#define PDR_MAX_CONNS_PER_WORKER 1000000
 
 /* Ceilings on what a configuration may hold; more is refused rather than allocated. */
 #define PDR_CONFIG_MAX_WORKERS 4096     /* per role */

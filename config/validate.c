@@ -396,6 +396,8 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->lifecycle.drain_timeout_ms, 1, PDR_MAX_MS, "lifecycle.drain_timeout_ms");
     CHECK_RANGE(c->limits.max_body_bytes, PDR_MIN_BODY_BYTES, PDR_MAX_BODY_BYTES, "limits.max_body_bytes");
     CHECK_RANGE(c->limits.max_inflight, 1, PDR_MAX_INFLIGHT, "limits.max_inflight");
+    CHECK_RANGE(c->limits.max_connections_per_worker, 0, PDR_MAX_CONNS_PER_WORKER,
+                "limits.max_connections_per_worker");
     CHECK_RANGE(c->retries.max, 0, PDR_MAX_RETRIES, "retries.max");
     CHECK_RANGE(c->threads, 0, PDR_MAX_THREADS, "threads");
     if (c->log.access_log == NULL || c->log.access_log[0] == '\0') {

@@ -94,6 +94,8 @@ static const struct field timeouts_fields[] = {
 static const struct field limits_fields[] = {
     {"max_body_bytes", F_INT64, CONF(limits.max_body_bytes), PDR_MIN_BODY_BYTES, PDR_MAX_BODY_BYTES, NULL},
     {"max_inflight", F_INT, CONF(limits.max_inflight), 1, PDR_MAX_INFLIGHT, NULL},
+    {"max_connections_per_worker", F_INT, CONF(limits.max_connections_per_worker), 0,
+     PDR_MAX_CONNS_PER_WORKER, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field retries_fields[] = {

@@ -351,6 +351,14 @@ static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reu
     return 0;
 }
 
+/* This loop's share of limits.max_connections_per_worker (each loop keeps its own pool): rounded up,
+ * so the total may exceed the limit by at most threads - 1. */
+static void apply_conn_limit(pdr_thread_t *t)
+{
+    size_t limit = (size_t)t->config->limits.max_connections_per_worker, n = (size_t)t->r->n_threads;
+    pdr_multi_set_conn_limit(t->multi, limit == 0 ? 0 : (limit + n - 1) / n);
+}
+
 void pdr_thread_sync_config(pdr_thread_t *t)
 {
     pdr_router_t *r = t->r;
@@ -361,8 +369,10 @@ void pdr_thread_sync_config(pdr_thread_t *t)
         t->config = pdr_config_ref(r->config);
     }
     pthread_mutex_unlock(&r->config_lock);
-    if (old != NULL)
+    if (old != NULL) {
+        apply_conn_limit(t);
         pdr_config_unref(old);
+    }
 }
 
 static void on_wakeup(uv_async_t *a)
@@ -382,6 +392,7 @@ static int init_thread(pdr_router_t *r, pdr_thread_t *t, int id, uv_loop_t *loop
     t->multi = pdr_multi_new(loop, 1024);
     if (t->multi == NULL)
         return PDR_ENOMEM;
+    apply_conn_limit(t);
     h2o_context_init(&t->h2o_ctx, loop, &r->h2o_config);
     t->accept_ctx.ctx = &t->h2o_ctx;
     t->accept_ctx.hosts = r->h2o_config.hosts;

@@ -63,6 +63,7 @@ typedef struct pdr_conn {
 
 typedef struct pdr_origin {
     struct pdr_origin *next;
+    pdr_multi_t *m;
     char host[256];      /* as in the URL, IPv6 without brackets */
     char authority[272]; /* the Host header */
     int port;
@@ -72,6 +73,7 @@ typedef struct pdr_origin {
     pdr_conn_t *idle;
     size_t n_idle;
     size_t connecting;                /* connections resolving or connecting */
+    size_t open;                      /* every connection of this origin: connecting, busy or idle */
     pdr_leg_t *wait_head, *wait_tail; /* legs waiting for a connect slot or a pooled connection */
 } pdr_origin_t;
 
@@ -81,6 +83,8 @@ struct pdr_multi {
     pdr_leg_t *active; /* every leg between start and its end */
     size_t max_idle;
     size_t connecting_peak; /* the most connects ever in progress to one origin (tests) */
+    size_t conn_limit;      /* connections per origin (limits.max_connections_per_worker share); 0: none */
+    size_t open_peak;       /* the most connections ever open to one origin (tests) */
     size_t open_conns;      /* allocated connections */
     uv_timer_t kick;        /* 0 ms: reports failures that happened inside pdr_leg_start */
     pdr_leg_t **failq;
@@ -239,7 +243,12 @@ static void conn_close(pdr_conn_t *c)
         idle_remove(c);
     c->state = C_CLOSING;
     c->leg = NULL;
-    connect_ended(c);
+    pdr_origin_t *o = c->o;
+    o->open--;
+    int counted = c->counted;
+    connect_ended(c); /* a connect slot freed: kicks the waiting legs */
+    if (!counted && c->m->conn_limit > 0 && o->wait_head != NULL)
+        origin_kick(o); /* a connection under the per-worker limit freed */
     if (c->gai_pending)
         uv_cancel((uv_req_t *)c->gai);
     if (c->timer_open) {
@@ -262,6 +271,8 @@ static pdr_conn_t *conn_new(pdr_multi_t *m, pdr_origin_t *o)
     c->timer_open = 1;
     c->tcp.data = c;
     m->open_conns++;
+    if (++o->open > m->open_peak)
+        m->open_peak = o->open;
     return c;
 }
 
@@ -590,6 +601,7 @@ static pdr_origin_t *origin_get(pdr_multi_t *m, const char *host, size_t hlen, i
     if (o == NULL)
         return NULL;
     memcpy(o->host, host, hlen);
+    o->m = m;
     o->port = port;
     snprintf(o->authority, sizeof(o->authority), v6 ? "[%s]:%d" : "%s:%d", o->host, port);
     if (uv_ip4_addr(o->host, port, (struct sockaddr_in *)&o->addr) == 0 ||
@@ -640,6 +652,14 @@ static int parse_url(const char *url, const char **host, size_t *hlen, int *port
     return 0;
 }
 
+/* Whether a new connection to o may be opened now: a connect slot is free and the per-worker limit (if
+ * any) not reached. */
+static int can_open(const pdr_origin_t *o)
+{
+    const pdr_multi_t *m = o->m;
+    return o->connecting < CONNECTING_MAX && (m->conn_limit == 0 || o->open < m->conn_limit);
+}
+
 /* Gives the leg a connection: a pooled one (unless fresh), else a new one (resolving first when the
  * origin is a host name whose address is missing or old). 0 or PDR_ENOMEM. */
 static int leg_connect(pdr_leg_t *leg, int fresh)
@@ -654,9 +674,13 @@ static int leg_connect(pdr_leg_t *leg, int fresh)
         conn_send(c);
         return 0;
     }
-    if (o->connecting >= CONNECTING_MAX) {
+    if (fresh && m->conn_limit > 0 && o->open >= m->conn_limit && o->idle != NULL &&
+        o->connecting < CONNECTING_MAX)
+        conn_close(o->idle); /* a retry needs a new connection: a pooled one makes room */
+    if (!can_open(o)) {
         /* A burst must not become a SYN storm that overflows the worker's accept queue (and makes its
-         * connects time out, which would eject it): wait for a slot or a pooled connection. */
+         * connects time out, which would eject it), nor exceed limits.max_connections_per_worker: wait
+         * for a slot or a pooled connection. */
         leg->waiting = 1;
         leg->wait_prev = o->wait_tail;
         leg->wait_next = NULL;
@@ -703,15 +727,34 @@ static int leg_connect(pdr_leg_t *leg, int fresh)
     return 0;
 }
 
-/* Hands pooled connections and free connect slots to the legs waiting for them, oldest first. */
+/* Hands pooled connections and free connect slots to the legs waiting for them, oldest first. A leg is
+ * taken off the queue only when leg_connect can serve it at once (it never queues it again). */
 static void origin_kick(pdr_origin_t *o)
 {
-    while (o->wait_head != NULL && (o->idle != NULL || o->connecting < CONNECTING_MAX)) {
+    while (o->wait_head != NULL) {
         pdr_leg_t *leg = o->wait_head;
+        size_t limit = leg->multi->conn_limit;
+        int fresh = leg->retried;
+        int ok = (!fresh && o->idle != NULL) || can_open(o) ||
+                 (fresh && limit > 0 && o->idle != NULL && o->connecting < CONNECTING_MAX);
+        if (!ok)
+            break;
         wait_remove(leg);
-        if (leg_connect(leg, leg->retried) != 0)
+        if (leg_connect(leg, fresh) != 0)
             leg_finish(leg, PDR_ENOMEM);
     }
+}
+
+void pdr_multi_set_conn_limit(pdr_multi_t *m, size_t per_origin)
+{
+    m->conn_limit = per_origin;
+    for (pdr_origin_t *o = m->origins; o != NULL; o = o->next)
+        origin_kick(o); /* a raised limit serves the waiting legs */
+}
+
+size_t pdr__multi_open_peak(const pdr_multi_t *m)
+{
+    return m->open_peak;
 }
 
 /* ---- the multi ---- */

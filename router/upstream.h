@@ -79,6 +79,12 @@ void pdr_leg_cancel(pdr_leg_t *leg);
 /* Resumes a leg whose on_data returned PDR_LEG_PAUSE. */
 void pdr_leg_resume(pdr_leg_t *leg);
 
+/* limits.max_connections_per_worker, this loop's share: at most per_origin connections to each worker
+ * (connecting, busy or pooled); requests beyond it wait for one. 0: no limit. */
+void pdr_multi_set_conn_limit(pdr_multi_t *m, size_t per_origin);
+/* Tests: the most connections ever open at once to one origin. */
+size_t pdr__multi_open_peak(const pdr_multi_t *m);
+
 /* Tests: the most connects that were ever in progress at once to one origin (at most 64: a burst of
  * requests waits for connect slots or pooled connections instead of flooding the worker with SYNs). */
 size_t pdr__multi_connecting_peak(const pdr_multi_t *m);

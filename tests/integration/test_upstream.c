@@ -271,6 +271,46 @@ int main(int argc, char **argv)
         free(rs);
     }
 
+    /* limits.max_connections_per_worker: with a limit of 3, a burst of 60 requests to the worker opens
+     * exactly 3 connections (its own multi, so the peak is this burst's) and every request succeeds. */
+    {
+        enum { N2 = 60, LIMIT = 3 };
+        pdr_multi_t *m2 = pdr_multi_new(loop, 16);
+        pdr_multi_set_conn_limit(m2, LIMIT);
+        result_t *rs = calloc(N2, sizeof(*rs));
+        int before = server_connections();
+        char u[128];
+        snprintf(u, sizeof(u), "%s/cl/100", base);
+        for (int i = 0; i < N2; i++) {
+            result_init(&rs[i]);
+            CHECK(pdr_leg_start(&rs[i].leg, m2, u, NULL, 0, NULL, 1000, 0, &cbs, &rs[i]) == 0);
+        }
+        int ok = 0, done = 0;
+        uint64_t until = pdr_now_ms() + 10000;
+        while (done < N2 && pdr_now_ms() < until) {
+            uv_run(loop, UV_RUN_ONCE);
+            ok = done = 0;
+            for (int i = 0; i < N2; i++) {
+                ok += rs[i].done == 1 && rs[i].err == 0 && rs[i].len == 100;
+                done += rs[i].done != 0;
+            }
+        }
+        int opened = server_connections() - before;
+        CHECK(ok == N2);
+        CHECK(pdr__multi_open_peak(m2) == LIMIT && opened == LIMIT);
+        if (ok != N2 || opened != LIMIT)
+            fprintf(stderr, "limit: %d of %d ok, %d new connections, peak %zu\n", ok, N2, opened,
+                    pdr__multi_open_peak(m2));
+        for (int i = 0; i < N2; i++)
+            result_free(&rs[i]);
+        free(rs);
+        closed_called = 0;
+        pdr_multi_close(m2, on_multi_closed, NULL);
+        while (!closed_called)
+            uv_run(loop, UV_RUN_ONCE);
+        closed_called = 0;
+    }
+
     /* A POST body, 1 MiB, echoed. */
     char *post = malloc((1 << 20) + 1);
     for (int i = 0; i < (1 << 20); i++)

@@ -97,7 +97,7 @@ static void test_full_file(void)
         "health:   { path: /healthz, interval_ms: 500, timeout_ms: 2500, rise: 1, fall: 5 }\n"
         "timeouts: { connect_ms: 100, first_byte_ms: 5000, kv_transfer_ms: 7000,\n"
         "            stream_idle_ms: 9000 }\n"
-        "limits:   { max_body_bytes: 1048576, max_inflight: 10 }\n"
+        "limits:   { max_body_bytes: 1048576, max_inflight: 10, max_connections_per_worker: 32 }\n"
         "retries:  { max: 0 }\n"
         "log:      { access_log: off, level: warning }\n"
         "lifecycle: { drain_grace_ms: 0, drain_timeout_ms: 12000 }\n";
@@ -155,6 +155,7 @@ static void test_full_file(void)
     CHECK(c->lifecycle.drain_timeout_ms == 12000);
     CHECK(c->limits.max_body_bytes == 1048576);
     CHECK(c->limits.max_inflight == 10);
+    CHECK(c->limits.max_connections_per_worker == 32);
     CHECK(c->retries.max == 0);
     CHECK_STR(c->log.access_log, "off");
     CHECK_STR(c->log.level, "warn");
@@ -192,6 +193,7 @@ static void check_defaults_but_token(const pdr_config_t *c)
     CHECK(c->lifecycle.drain_timeout_ms == 30000);
     CHECK(c->limits.max_body_bytes == 33554432);
     CHECK(c->limits.max_inflight == 4096);
+    CHECK(c->limits.max_connections_per_worker == 0);
     CHECK(c->retries.max == 2);
     CHECK_STR(c->log.access_log, "-");
     CHECK_STR(c->log.level, "info");
@@ -323,6 +325,8 @@ static void test_errors(void)
     EXPECT_ERROR(
         "limits: { max_inflight: 99999999999999999999999 }\n",
         "bad.yaml:1:25: limits.max_inflight: 99999999999999999999999 is out of range, expected 1..10000000");
+    EXPECT_ERROR("limits: { max_connections_per_worker: -1 }\n",
+                 "bad.yaml:1:39: limits.max_connections_per_worker: -1 is out of range, expected 0..1000000");
     EXPECT_ERROR("timeouts: { connect_ms: 1.5 }\n",
                  "bad.yaml:1:25: timeouts.connect_ms: expected an integer, got '1.5'");
     EXPECT_ERROR("timeouts: { connect_ms: }\n",
