@@ -94,8 +94,8 @@ static void check_worker(pdr_router_t *r, pdr_worker_t *w)
         r->probes->prev = pr;
     r->probes = pr;
     w->probing = 1;
-    if (pdr_leg_start(&pr->leg, r->threads[0].multi, pr->url, NULL, 0, NULL, c->health.timeout_ms,
-                      c->health.timeout_ms, &probe_cbs, pr) != 0)
+    if (pdr_leg_start_probe(&pr->leg, r->threads[0].multi, pr->url, c->health.timeout_ms, &probe_cbs, pr) !=
+        0)
         probe_free(pr);
 }
 

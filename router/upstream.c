@@ -333,7 +333,8 @@ static void conn_complete(pdr_conn_t *c)
     pdr_leg_t *leg = c->leg;
     pdr_multi_t *m = c->m;
     int reusable =
-        c->resp.keep_alive && !c->writing && c->len == 0 && !m->closing && c->o->n_idle < m->max_idle;
+        c->resp.keep_alive && !c->writing && c->len == 0 && !m->closing && c->o->n_idle < m->max_idle &&
+        (m->conn_limit == 0 || c->o->open <= m->conn_limit); /* a probe's extra connection is not kept */
     c->leg = NULL;
     leg->conn = NULL;
     if (reusable) {
@@ -654,10 +655,10 @@ static int parse_url(const char *url, const char **host, size_t *hlen, int *port
 
 /* Whether a new connection to o may be opened now: a connect slot is free and the per-worker limit (if
  * any) not reached. */
-static int can_open(const pdr_origin_t *o)
+static int can_open(const pdr_origin_t *o, const pdr_leg_t *leg)
 {
     const pdr_multi_t *m = o->m;
-    return o->connecting < CONNECTING_MAX && (m->conn_limit == 0 || o->open < m->conn_limit);
+    return o->connecting < CONNECTING_MAX && (m->conn_limit == 0 || leg->uncapped || o->open < m->conn_limit);
 }
 
 /* Gives the leg a connection: a pooled one (unless fresh), else a new one (resolving first when the
@@ -677,7 +678,7 @@ static int leg_connect(pdr_leg_t *leg, int fresh)
     if (fresh && m->conn_limit > 0 && o->open >= m->conn_limit && o->idle != NULL &&
         o->connecting < CONNECTING_MAX)
         conn_close(o->idle); /* a retry needs a new connection: a pooled one makes room */
-    if (!can_open(o)) {
+    if (!can_open(o, leg)) {
         /* A burst must not become a SYN storm that overflows the worker's accept queue (and makes its
          * connects time out, which would eject it), nor exceed limits.max_connections_per_worker: wait
          * for a slot or a pooled connection. */
@@ -735,7 +736,7 @@ static void origin_kick(pdr_origin_t *o)
         pdr_leg_t *leg = o->wait_head;
         size_t limit = leg->multi->conn_limit;
         int fresh = leg->retried;
-        int ok = (!fresh && o->idle != NULL) || can_open(o) ||
+        int ok = (!fresh && o->idle != NULL) || can_open(o, leg) ||
                  (fresh && limit > 0 && o->idle != NULL && o->connecting < CONNECTING_MAX);
         if (!ok)
             break;
@@ -867,11 +868,12 @@ static void head_add(head_t *h, const char *s, size_t n)
     h->len += n;
 }
 
-int pdr_leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *body, size_t body_len,
-                  const char *const *extra_headers, long connect_timeout_ms, long total_timeout_ms,
-                  const pdr_leg_cbs_t *cbs, void *data)
+static int leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *body, size_t body_len,
+                     const char *const *extra_headers, long connect_timeout_ms, long total_timeout_ms,
+                     const pdr_leg_cbs_t *cbs, void *data, int uncapped)
 {
     memset(leg, 0, sizeof(*leg));
+    leg->uncapped = uncapped != 0;
     leg->multi = m;
     leg->cbs = cbs;
     leg->data = data;
@@ -943,6 +945,20 @@ int pdr_leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *b
         return rc;
     }
     return 0;
+}
+
+int pdr_leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *body, size_t body_len,
+                  const char *const *extra_headers, long connect_timeout_ms, long total_timeout_ms,
+                  const pdr_leg_cbs_t *cbs, void *data)
+{
+    return leg_start(leg, m, url, body, body_len, extra_headers, connect_timeout_ms, total_timeout_ms, cbs,
+                     data, 0);
+}
+
+int pdr_leg_start_probe(pdr_leg_t *leg, pdr_multi_t *m, const char *url, long timeout_ms,
+                        const pdr_leg_cbs_t *cbs, void *data)
+{
+    return leg_start(leg, m, url, NULL, 0, NULL, timeout_ms, timeout_ms, cbs, data, 1);
 }
 
 size_t pdr_multi_fail_all(pdr_multi_t *m, int err)

@@ -46,7 +46,8 @@ struct pdr_leg {
     long status;            /* HTTP status once known, else 0 */
     int64_t content_length; /* -1 when unknown */
     char content_type[96];
-    unsigned active : 1, paused : 1, got_headers : 1, abort_requested : 1, retried : 1, waiting : 1;
+    unsigned active : 1, paused : 1, got_headers : 1, abort_requested : 1, retried : 1, waiting : 1,
+        uncapped : 1;                 /* not held back by the per-worker connection limit (health checks) */
     pdr_leg_t *wait_next, *wait_prev; /* its origin's queue of legs waiting for a connection */
     uint64_t started_ns, first_byte_ns;
     uint64_t bytes_in;
@@ -73,6 +74,11 @@ size_t pdr_multi_fail_all(pdr_multi_t *m, int err);
 int pdr_leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *body, size_t body_len,
                   const char *const *extra_headers, long connect_timeout_ms, long total_timeout_ms,
                   const pdr_leg_cbs_t *cbs, void *data);
+/* As pdr_leg_start, for a health check: the per-worker connection limit does not hold it back (a
+ * probe queued behind the requests of a busy worker would time out and eject a healthy worker), so
+ * a worker may see one connection beyond the limit while it is checked. */
+int pdr_leg_start_probe(pdr_leg_t *leg, pdr_multi_t *m, const char *url, long timeout_ms,
+                        const pdr_leg_cbs_t *cbs, void *data);
 /* Stops a started leg at once and closes its connection (the worker sees the abort). on_done is not
  * called. Safe from any callback, including the leg's own. */
 void pdr_leg_cancel(pdr_leg_t *leg);

@@ -304,6 +304,36 @@ int main(int argc, char **argv)
         for (int i = 0; i < N2; i++)
             result_free(&rs[i]);
         free(rs);
+
+        /* A health check is not held back by the limit: with all 3 connections hung, a request waits
+         * but a probe gets its own connection and its answer. */
+        result_t hung[LIMIT], waiting, probe;
+        char uh[128];
+        snprintf(uh, sizeof(uh), "%s/hang", base);
+        for (int i = 0; i < LIMIT; i++) {
+            result_init(&hung[i]);
+            CHECK(pdr_leg_start(&hung[i].leg, m2, uh, NULL, 0, NULL, 1000, 0, &cbs, &hung[i]) == 0);
+        }
+        result_init(&waiting);
+        result_init(&probe);
+        CHECK(pdr_leg_start(&waiting.leg, m2, u, NULL, 0, NULL, 1000, 0, &cbs, &waiting) == 0);
+        CHECK(pdr_leg_start_probe(&probe.leg, m2, u, 2000, &cbs, &probe) == 0);
+        until = pdr_now_ms() + 5000;
+        while (!probe.done && pdr_now_ms() < until)
+            uv_run(loop, UV_RUN_ONCE);
+        CHECK(probe.done == 1 && probe.err == 0 && probe.len == 100);
+        CHECK(waiting.done == 0 && waiting.leg.waiting);
+        for (int i = 0; i < LIMIT; i++) {
+            pdr_leg_cancel(&hung[i].leg);
+            result_free(&hung[i]);
+        }
+        /* The hung connections are gone: the waiting request gets one and its answer. */
+        until = pdr_now_ms() + 5000;
+        while (!waiting.done && pdr_now_ms() < until)
+            uv_run(loop, UV_RUN_ONCE);
+        CHECK(waiting.done == 1 && waiting.err == 0 && waiting.len == 100);
+        result_free(&waiting);
+        result_free(&probe);
         closed_called = 0;
         pdr_multi_close(m2, on_multi_closed, NULL);
         while (!closed_called)
