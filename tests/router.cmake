@@ -7,7 +7,7 @@ foreach(t rewrite pool events sse_count util)
 endforeach()
 
 # Router integration scenarios: real pdrouter and pdsim processes on loopback (see test_router.py).
-foreach(s routes errors policy prefill_killed all_prefills_dead prefill_stopped prefill_stopped_retry
+foreach(s routes errors policy conn_limit prefill_killed all_prefills_dead prefill_stopped prefill_stopped_retry
           disconnect decode_reset check_config shutdown shutdown_load shutdown_drain_timeout slow_client metrics_latency)
   add_test(NAME router_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_router.py ${s})
   set_tests_properties(router_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")

@@ -313,6 +313,38 @@ def scenario_policy():
         pdtest.stop_all()
 
 
+def scenario_conn_limit():
+    """limits.max_connections_per_worker: 12 concurrent slow requests through one loop open at most 2
+    connections to the decode worker (counted with ss on the router's side), and all 12 succeed."""
+    ps = [sim("prefill")]
+    ds = [sim("decode")]
+    # One loop (its share is the whole limit); health checks once at start only.
+    r = router(ps, ds, config="threads: 1\nlimits: { max_connections_per_worker: 2 }\n"
+                               "health: { interval_ms: 600000 }")
+    try:
+        request_json(ds[0].port, "POST", "/pdsim/fault", {"decode_us_per_token": 20000})
+        statuses = []
+
+        def one():
+            st, _, _ = request(r.port, "POST", "/generate", BODIES["/generate"], timeout=30)
+            statuses.append(st)
+        threads = [threading.Thread(target=one) for _ in range(12)]
+        for t in threads:
+            t.start()
+        peak = 0
+        while any(t.is_alive() for t in threads):
+            out = subprocess.run(["ss", "-Htn", "state", "established", "( dport = :%d )" % ds[0].port],
+                                 capture_output=True, text=True).stdout
+            peak = max(peak, len([ln for ln in out.splitlines() if ln.strip()]))
+            time.sleep(0.01)  # sampling, not synchronization: the threads are joined below
+        for t in threads:
+            t.join()
+        check(statuses == [200] * 12, "statuses %r" % statuses, r)
+        check(peak == 2, "connections to the decode worker at once: %d, limit 2" % peak, r)
+    finally:
+        pdtest.stop_all()
+
+
 def scenario_prefill_killed():
     """kill -9 one of two prefills: every following request succeeds on the other, none over 1 s."""
     ps = [sim("prefill"), sim("prefill")]
