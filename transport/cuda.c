@@ -648,6 +648,37 @@ int pdr__cuda_vmm_export(const void *base, int *fd)
     return rc;
 }
 
+/* Maps allocation h (size bytes) at a new address with read/write access for device ordinal, and
+ * releases h (the mapping holds the memory from then on; on failure nothing is left). */
+static int map_allocation(CUmemGenericAllocationHandle h, size_t size, int ordinal, void **base)
+{
+    CUdeviceptr va = 0;
+    int rc = tr(cu.MemAddressReserve(&va, size, 0, 0, 0));
+    int mapped = 0;
+    if (rc == 0) {
+        rc = tr(cu.MemMap(va, size, 0, h, 0));
+        mapped = rc == 0;
+    }
+    if (rc == 0) {
+        CUmemAccessDesc acc;
+        memset(&acc, 0, sizeof(acc));
+        acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        acc.location.id = ordinal;
+        acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        rc = tr(cu.MemSetAccess(va, size, &acc, 1));
+    }
+    (void)cu.MemRelease(h);
+    if (rc != 0) {
+        if (mapped)
+            (void)cu.MemUnmap(va, size);
+        if (va != 0)
+            (void)cu.MemAddressFree(va, size);
+        return rc;
+    }
+    *base = (void *)(uintptr_t)va;
+    return 0;
+}
+
 int pdr__cuda_vmm_map(int fd, uint64_t size, int ordinal, void **base)
 {
     PDR__CUDA_BOUND();
@@ -661,31 +692,7 @@ int pdr__cuda_vmm_map(int fd, uint64_t size, int ordinal, void **base)
         cu.MemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
     if (rc != 0)
         return rc;
-    CUdeviceptr va = 0;
-    rc = tr(cu.MemAddressReserve(&va, (size_t)size, 0, 0, 0));
-    int mapped = 0;
-    if (rc == 0) {
-        rc = tr(cu.MemMap(va, (size_t)size, 0, h, 0));
-        mapped = rc == 0;
-    }
-    if (rc == 0) {
-        CUmemAccessDesc acc;
-        memset(&acc, 0, sizeof(acc));
-        acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        acc.location.id = ordinal;
-        acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        rc = tr(cu.MemSetAccess(va, (size_t)size, &acc, 1));
-    }
-    (void)cu.MemRelease(h); /* the mapping holds the allocation from here on */
-    if (rc != 0) {
-        if (mapped)
-            (void)cu.MemUnmap(va, (size_t)size);
-        if (va != 0)
-            (void)cu.MemAddressFree(va, (size_t)size);
-        return rc;
-    }
-    *base = (void *)(uintptr_t)va;
-    return 0;
+    return map_allocation(h, (size_t)size, ordinal, base);
 }
 
 int pdr__cuda_vmm_unmap(void *base, uint64_t size)
@@ -723,34 +730,11 @@ int pdr__cuda_vmm_alloc(int ordinal, size_t len, void **out, size_t *alloc_len)
     size_t size = (len + gran - 1) / gran * gran;
     CUmemGenericAllocationHandle h = 0;
     rc = tr(cu.MemCreate(&h, size, &prop, 0));
-    if (rc != 0)
-        return rc;
-    CUdeviceptr va = 0;
-    rc = tr(cu.MemAddressReserve(&va, size, 0, 0, 0));
-    int mapped = 0;
-    if (rc == 0) {
-        rc = tr(cu.MemMap(va, size, 0, h, 0));
-        mapped = rc == 0;
-    }
-    if (rc == 0) {
-        CUmemAccessDesc acc;
-        memset(&acc, 0, sizeof(acc));
-        acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        acc.location.id = ordinal;
-        acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        rc = tr(cu.MemSetAccess(va, size, &acc, 1));
-    }
-    (void)cu.MemRelease(h);
-    if (rc != 0) {
-        if (mapped)
-            (void)cu.MemUnmap(va, size);
-        if (va != 0)
-            (void)cu.MemAddressFree(va, size);
-        return rc;
-    }
-    *out = (void *)(uintptr_t)va;
-    *alloc_len = size;
-    return 0;
+    if (rc == 0)
+        rc = map_allocation(h, size, ordinal, out);
+    if (rc == 0)
+        *alloc_len = size;
+    return rc;
 }
 
 void pdr__cuda_vmm_free(void *p, size_t alloc_len)

@@ -104,6 +104,16 @@ struct ex_call {
     void *arg;
 };
 
+static struct ex_call *ex_new(pdshim_result_cb cb, void *arg)
+{
+    struct ex_call *c = malloc(sizeof(*c));
+    if (c != NULL) {
+        c->cb = cb;
+        c->arg = arg;
+    }
+    return c;
+}
+
 static void ex_done(void *arg, uint64_t room, const pdr_xfer_info_t *info)
 {
     struct ex_call c = *(struct ex_call *)arg;
@@ -117,11 +127,9 @@ PDSHIM_API int pdshim_offer_ex(pdshim_t *shim, uint64_t room, const pdshim_seg_t
 {
     if (shim == NULL || cb == NULL)
         return PDR_EINVAL;
-    struct ex_call *c = malloc(sizeof(*c));
+    struct ex_call *c = ex_new(cb, arg);
     if (c == NULL)
         return PDR_ENOMEM;
-    c->cb = cb;
-    c->arg = arg;
     int rc = pdr_xfer_push_ex(shim->eng, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms, ex_done, c);
     if (rc != 0)
         free(c);
@@ -134,11 +142,9 @@ PDSHIM_API int pdshim_fetch_ex(pdshim_t *shim, const char *host, int port, uint6
 {
     if (shim == NULL || cb == NULL)
         return PDR_EINVAL;
-    struct ex_call *c = malloc(sizeof(*c));
+    struct ex_call *c = ex_new(cb, arg);
     if (c == NULL)
         return PDR_ENOMEM;
-    c->cb = cb;
-    c->arg = arg;
     int rc = pdr_xfer_pull_ex(shim->eng, host, port, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms,
                               ex_done, c);
     if (rc != 0)
