@@ -243,12 +243,9 @@ static void conn_close(pdr_conn_t *c)
         idle_remove(c);
     c->state = C_CLOSING;
     c->leg = NULL;
-    pdr_origin_t *o = c->o;
-    o->open--;
-    int counted = c->counted;
-    connect_ended(c); /* a connect slot freed: kicks the waiting legs */
-    if (!counted && c->m->conn_limit > 0 && o->wait_head != NULL)
-        origin_kick(o); /* a connection under the per-worker limit freed */
+    c->o->open--;     /* room under the per-worker limit ... */
+    connect_ended(c); /* ... and maybe a connect slot: either can serve a waiting leg */
+    origin_kick(c->o);
     if (c->gai_pending)
         uv_cancel((uv_req_t *)c->gai);
     if (c->timer_open) {
