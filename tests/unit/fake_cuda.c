@@ -72,19 +72,26 @@ const char *pdr__cuda_last_error(void)
     return "";
 }
 
+static int alloc_at(const void *p) /* mu held; index or -1 */
+{
+    for (int i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].base != NULL && (const uint8_t *)p >= allocs[i].base &&
+            (const uint8_t *)p < allocs[i].base + allocs[i].len)
+            return i;
+    return -1;
+}
+
 int pdr__cuda_ptr_info(const void *p, int *is_device, int *ordinal)
 {
     *is_device = 0;
     if (ordinal != NULL)
         *ordinal = -1;
     pthread_mutex_lock(&mu);
-    for (int i = 0; i < MAX_ALLOCS; i++) {
-        if (allocs[i].base != NULL && (const uint8_t *)p >= allocs[i].base &&
-            (const uint8_t *)p < allocs[i].base + allocs[i].len) {
-            *is_device = 1;
-            if (ordinal != NULL)
-                *ordinal = allocs[i].dev;
-        }
+    int i = alloc_at(p);
+    if (i >= 0) {
+        *is_device = 1;
+        if (ordinal != NULL)
+            *ordinal = allocs[i].dev;
     }
     pthread_mutex_unlock(&mu);
     return 0;
@@ -243,8 +250,6 @@ int pdr__cuda_copy_h2d_async(void *dst_dev, const void *src_host, size_t len, vo
 {
     return enqueue(dst_dev, src_host, len, stream);
 }
-static int alloc_at(const void *p);
-
 int pdr__cuda_copy_d2d_async(void *dst_dev, const void *src_dev, size_t len, void *stream)
 {
     /* A VMM mapping ends where it ends: a copy past it faults on a device. */
@@ -261,18 +266,14 @@ int pdr__cuda_ipc_export(const void *p, unsigned char handle[PDR_CUDA_IPC_HANDLE
 {
     memset(handle, 0, PDR_CUDA_IPC_HANDLE_BYTES);
     pthread_mutex_lock(&mu);
-    for (int i = 0; i < MAX_ALLOCS; i++) {
-        if (allocs[i].base != NULL && (const uint8_t *)p >= allocs[i].base &&
-            (const uint8_t *)p < allocs[i].base + allocs[i].len) {
-            uintptr_t b = (uintptr_t)allocs[i].base;
-            memcpy(handle, &b, sizeof(b));
-            *offset = (uint64_t)((const uint8_t *)p - allocs[i].base);
-            pthread_mutex_unlock(&mu);
-            return 0;
-        }
+    int i = alloc_at(p);
+    if (i >= 0) {
+        uintptr_t b = (uintptr_t)allocs[i].base;
+        memcpy(handle, &b, sizeof(b));
+        *offset = (uint64_t)((const uint8_t *)p - allocs[i].base);
     }
     pthread_mutex_unlock(&mu);
-    return PDR_EINVAL;
+    return i >= 0 ? 0 : PDR_EINVAL;
 }
 int pdr__cuda_ipc_open(const unsigned char handle[PDR_CUDA_IPC_HANDLE_BYTES], void **base)
 {
@@ -353,15 +354,6 @@ int pdr__cuda_pci_bus_id(int ordinal, char *buf, size_t len)
 static uint64_t next_block_id = 1;
 void pdr__fake_cuda_vmm_adopt(void *p, size_t len, int dev, int exportable);
 void pdr__fake_cuda_forget(void *p);
-
-static int alloc_at(const void *p) /* mu held; index or -1 */
-{
-    for (int i = 0; i < MAX_ALLOCS; i++)
-        if (allocs[i].base != NULL && (const uint8_t *)p >= allocs[i].base &&
-            (const uint8_t *)p < allocs[i].base + allocs[i].len)
-            return i;
-    return -1;
-}
 
 /* Test helper: [p, p + len) becomes a VMM mapping of device dev (adjacent adoptions make a range that
  * spans several mappings, as PyTorch's expandable segments do). */

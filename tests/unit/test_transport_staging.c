@@ -64,6 +64,44 @@ static void run_room(pdr_xfer_engine_t *pre, pdr_xfer_engine_t *dec, int port, u
     run_room_in(pre, dec, port, room, src, dst, len, want_backend, 20000);
 }
 
+/* Device memory on devices 0 (registered with the prefill) and 1 (with the decode), and host memory. */
+struct bufs {
+    uint8_t *dsrc, *ddst, *hsrc, *hdst;
+    size_t len;
+};
+
+static void bufs_new(struct bufs *b, pdr_xfer_engine_t *pre, pdr_xfer_engine_t *dec, size_t len)
+{
+    b->len = len;
+    b->dsrc = dev_alloc(0, len);
+    b->ddst = dev_alloc(1, len);
+    b->hsrc = malloc(len);
+    b->hdst = malloc(len);
+    CHECK(b->hsrc && b->hdst);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(pre, b->dsrc, len, PDR_XFER_MEM_CUDA), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, b->ddst, len, PDR_XFER_MEM_AUTO), 0);
+}
+
+static void bufs_free(struct bufs *b)
+{
+    pdr__cuda_mem_free(b->dsrc);
+    pdr__cuda_mem_free(b->ddst);
+    free(b->hsrc);
+    free(b->hdst);
+}
+
+/* rounds × (device → device, device → host, host → device): rooms room0 + r, room0 + 10 + r,
+ * room0 + 20 + r, each within timeout_ms. */
+static void three_ways(pdr_xfer_engine_t *pre, pdr_xfer_engine_t *dec, int port, uint64_t room0,
+                       const struct bufs *b, int rounds, uint32_t timeout_ms)
+{
+    for (int r = 0; r < rounds; r++) {
+        run_room_in(pre, dec, port, room0 + (uint64_t)r, b->dsrc, b->ddst, b->len, "tcp", timeout_ms);
+        run_room_in(pre, dec, port, room0 + 10 + (uint64_t)r, b->dsrc, b->hdst, b->len, "tcp", timeout_ms);
+        run_room_in(pre, dec, port, room0 + 20 + (uint64_t)r, b->hsrc, b->ddst, b->len, "tcp", timeout_ms);
+    }
+}
+
 static void test_staging(void)
 {
     int err;
@@ -78,15 +116,10 @@ static void test_staging(void)
     CHECK(pre && dec);
     int port = pdr_xfer_listen_port(pre);
     size_t len = 48u << 20;
-    uint8_t *dsrc = dev_alloc(0, len), *ddst = dev_alloc(1, len);
-    uint8_t *hsrc = malloc(len), *hdst = malloc(len);
-    CHECK_EQ_ERR(pdr_xfer_mem_register(pre, dsrc, len, PDR_XFER_MEM_CUDA), 0);
-    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, ddst, len, PDR_XFER_MEM_AUTO), 0);
-    for (int r = 0; r < 4; r++) {
-        run_room(pre, dec, port, 10 + (uint64_t)r, dsrc, ddst, len, "tcp"); /* device → device */
-        run_room(pre, dec, port, 20 + (uint64_t)r, dsrc, hdst, len, "tcp"); /* device → host */
-        run_room(pre, dec, port, 30 + (uint64_t)r, hsrc, ddst, len, "tcp"); /* host → device */
-    }
+    struct bufs bu;
+    bufs_new(&bu, pre, dec, len);
+    uint8_t *dsrc = bu.dsrc, *ddst = bu.ddst;
+    three_ways(pre, dec, port, 10, &bu, 4, 20000);
     /* Many GPU rooms at once, one slice of the buffers each. */
     enum { N = 16 };
     size_t part = len / N;
@@ -126,10 +159,7 @@ static void test_staging(void)
     pdr_xfer_engine_destroy(dec);
     pdr_xfer_engine_destroy(pre);
     CHECK(pdr__fake_cuda_live == 0);
-    pdr__cuda_mem_free(dsrc);
-    pdr__cuda_mem_free(ddst);
-    free(hsrc);
-    free(hdst);
+    bufs_free(&bu);
     done_fini(&a);
     done_fini(&b);
     printf("ok staging\n");
@@ -195,23 +225,13 @@ static void test_copy_wakeup(void)
     pdr_xfer_engine_t *pre = pdr_xfer_engine_create(&po, &err), *dec = pdr_xfer_engine_create(&dopt, &err);
     CHECK(pre && dec);
     int port = pdr_xfer_listen_port(pre);
-    size_t len = 16u << 20; /* 64 chunks: each connection's ring of 4 is refilled 4 times */
-    uint8_t *dsrc = dev_alloc(0, len), *ddst = dev_alloc(1, len);
-    uint8_t *hsrc = malloc(len), *hdst = malloc(len);
-    CHECK_EQ_ERR(pdr_xfer_mem_register(pre, dsrc, len, PDR_XFER_MEM_CUDA), 0);
-    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, ddst, len, PDR_XFER_MEM_AUTO), 0);
-    for (int r = 0; r < 3; r++) {
-        run_room_in(pre, dec, port, 400 + (uint64_t)r, dsrc, ddst, len, "tcp", 5000); /* device → device */
-        run_room_in(pre, dec, port, 410 + (uint64_t)r, dsrc, hdst, len, "tcp", 5000); /* device → host */
-        run_room_in(pre, dec, port, 420 + (uint64_t)r, hsrc, ddst, len, "tcp", 5000); /* host → device */
-    }
+    struct bufs b;
+    bufs_new(&b, pre, dec, 16u << 20); /* 64 chunks: each connection's ring of 4 is refilled 4 times */
+    three_ways(pre, dec, port, 400, &b, 3, 5000);
     pdr_xfer_engine_destroy(dec);
     pdr_xfer_engine_destroy(pre);
     CHECK(pdr__fake_cuda_live == 0);
-    pdr__cuda_mem_free(dsrc);
-    pdr__cuda_mem_free(ddst);
-    free(hsrc);
-    free(hdst);
+    bufs_free(&b);
     pdr__fake_cuda_copy_us = 0;
     printf("ok copy wakeup\n");
 }
