@@ -133,6 +133,7 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
     }
     t->retries_total += m->retries_total;
     t->client_aborts_total += m->client_aborts_total;
+    t->client_stalled_total += m->client_stalled_total;
     t->waiting += __atomic_load_n(&m->waiting, __ATOMIC_RELAXED);
     t->bytes_in_total += m->bytes_in_total;
     t->bytes_out_total += m->bytes_out_total;
@@ -225,6 +226,11 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         "# HELP pdr_client_aborts_total Requests whose client went away before the end.\n"
         "# TYPE pdr_client_aborts_total counter\npdr_client_aborts_total %llu\n",
         (unsigned long long)m->client_aborts_total);
+    put(&o,
+        "# HELP pdr_client_stalled_total Streams ended because the client took no data for "
+        "timeouts.stream_idle_ms.\n"
+        "# TYPE pdr_client_stalled_total counter\npdr_client_stalled_total %llu\n",
+        (unsigned long long)m->client_stalled_total);
     put(&o,
         "# HELP pdr_request_bytes_total Request body bytes received from clients.\n"
         "# TYPE pdr_request_bytes_total counter\npdr_request_bytes_total %llu\n",

@@ -70,6 +70,7 @@ typedef struct pd_req {
     unsigned started : 1, send_inflight : 1, final_sent : 1, stopped : 1, errored : 1, broken : 1;
     int status;
     uint64_t t0_ns, ttfb_ns, end_ns, attempt_t0_ns, last_data_ns;
+    uint64_t send_ns; /* when the send in flight was handed to h2o (the client's read clock) */
     uint64_t first_byte_deadline_ns, kv_deadline_ns;
     uint64_t bytes_in, bytes_out;
     const char *error_cause;
@@ -82,6 +83,7 @@ typedef struct pd_req {
 static void advance(pd_req_t *x);
 static void start_attempt(pd_req_t *x);
 static void arm_timer(pd_req_t *x);
+static uint64_t idle_ns(const pd_req_t *x);
 
 /* ---- helpers ---- */
 
@@ -167,7 +169,7 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
     /* The client went away mid-response: stop both legs now. */
     x->stopped = 1;
     x->send_inflight = 0;
-    if (!x->final_sent) {
+    if (!x->final_sent && x->error_cause == NULL) { /* not when the router cut a stalled client */
         x->t->m.client_aborts_total++;
         x->error_cause = "client_abort";
     }
@@ -292,6 +294,7 @@ static void send_final_or_more(pd_req_t *x)
     h2o_iovec_t v = h2o_iovec_init(x->sending.p, x->sending.len);
     x->bytes_out += x->sending.len;
     x->send_inflight = 1;
+    x->send_ns = pdr_now_ns();
     if (final) {
         x->final_sent = 1;
         x->end_ns = pdr_now_ns();
@@ -522,7 +525,37 @@ static void decode_done(pdr_leg_t *leg, int err)
 static const pdr_leg_cbs_t prefill_cbs = {prefill_data, prefill_done};
 static const pdr_leg_cbs_t decode_cbs = {decode_data, decode_done};
 
-/* ---- timer: deadlines, idle stream, h1 disconnect probe ---- */
+/* ---- timer: deadlines, idle stream, stalled client, h1 disconnect probe ---- */
+
+static uint64_t idle_ns(const pd_req_t *x)
+{
+    return (uint64_t)x->conf->timeouts.stream_idle_ms * 1000000u;
+}
+
+/* Ends the response of a client that has not taken a send for stream_idle_ms (nginx's send_timeout): both
+ * legs are cancelled and the client's connection is reset, which fails the write in flight, so h2o closes
+ * the connection and disposes of the request. Over HTTP/2 this ends the other streams of that connection
+ * too, as nginx's send_timeout does: a client that stopped reading has stalled them all, and one that
+ * withholds a single stream's flow-control window is misbehaving. */
+static void cut_stalled_client(pd_req_t *x)
+{
+    h2o_req_t *req = x->req;
+    x->t->m.client_stalled_total++;
+    x->error_cause = "client_stalled";
+    x->stopped = 1;
+    cancel_legs(x);
+    pdr_warn("request %s: the client took no data for %d ms (timeouts.stream_idle_ms): connection reset",
+             x->request_id, x->conf->timeouts.stream_idle_ms);
+    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+    if (sock == NULL)
+        return;
+    /* SO_LINGER 0: the bytes queued for a client that does not read are dropped (an RST, not a FIN
+     * behind them), so the kernel does not keep them either. */
+    int fd = h2o_socket_get_fd(sock);
+    struct linger lg = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    shutdown(fd, SHUT_RDWR);
+}
 
 static void on_timer(uv_timer_t *t)
 {
@@ -558,8 +591,10 @@ static void on_timer(uv_timer_t *t)
                            PDR_CAUSE_FIRST_BYTE_DEADLINE, 504, "no first byte within timeouts.first_byte_ms");
             return;
         }
-    } else if (x->d_running && !x->dleg.paused &&
-               now - x->last_data_ns >= (uint64_t)x->conf->timeouts.stream_idle_ms * 1000000u) {
+    } else if (x->send_inflight && now - x->send_ns >= idle_ns(x)) {
+        cut_stalled_client(x);
+        return;
+    } else if (x->d_running && !x->dleg.paused && now - x->last_data_ns >= idle_ns(x)) {
         x->t->m.upstream_errors[PDR_ROLE_DECODE][PDR_CAUSE_TIMEOUT]++;
         pdr_leg_cancel(&x->dleg);
         release_leg(x, 0);
@@ -569,24 +604,44 @@ static void on_timer(uv_timer_t *t)
     arm_timer(x);
 }
 
-static void arm_timer(pd_req_t *x)
+/* The next deadline of a request, or 0 when it has none. Every deadline armed here is one that on_timer
+ * acts on once it has passed, so the timer cannot find a passed deadline and re-arm for it. */
+static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
 {
-    if (x->req == NULL || x->final_sent || x->stopped)
-        return;
-    uint64_t now = pdr_now_ns(), next;
+    uint64_t next = 0;
     if (!x->started) {
         next = x->first_byte_deadline_ns;
         if (x->mode == MODE_PD && !x->p_done && x->kv_deadline_ns < next)
             next = x->kv_deadline_ns;
         if (x->req->version < 0x200 && now + PEEK_INTERVAL_MS * 1000000ull < next)
             next = now + PEEK_INTERVAL_MS * 1000000ull;
-    } else if (x->d_running) {
-        next = x->last_data_ns + (uint64_t)x->conf->timeouts.stream_idle_ms * 1000000u;
-    } else {
+        return next;
+    }
+    /* The client's side: a send it has not taken for stream_idle_ms (it stopped reading). */
+    if (x->send_inflight)
+        next = x->send_ns + idle_ns(x);
+    /* The decode's side: silence while the router is ready for its bytes (not paused by the client). */
+    if (x->d_running && !x->dleg.paused) {
+        uint64_t d = x->last_data_ns + idle_ns(x);
+        if (next == 0 || d < next)
+            next = d;
+    }
+    return next;
+}
+
+static void arm_timer(pd_req_t *x)
+{
+    if (x->req == NULL || x->final_sent || x->stopped)
+        return;
+    uint64_t now = pdr_now_ns(), next = next_deadline(x, now);
+    if (next == 0) {
+        uv_timer_stop(&x->timer);
         return;
     }
-    uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 0;
-    uv_timer_start(&x->timer, on_timer, ms, 0);
+    /* At least 1 ms: libuv runs a 0 ms timer started from a timer callback again in the same pass, so a
+     * deadline that on_timer did not act on would keep the loop from ever polling again. */
+    uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 1;
+    uv_timer_start(&x->timer, on_timer, ms ? ms : 1, 0);
 }
 
 /* ---- attempts ---- */

@@ -13,6 +13,13 @@ foreach(s routes errors policy conn_limit prefill_killed all_prefills_dead prefi
   set_tests_properties(router_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
 
+# Attacks and faults (see test_hardening.py): stalled readers over HTTP/1 and HTTP/2, smuggling, stream
+# floods, a full fd table, frozen and dead workers.
+foreach(s stalled_reader stalled_reader_left stalled_reader_h2)
+  add_test(NAME router_hardening_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_hardening.py ${s})
+  set_tests_properties(router_hardening_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()
+
 # Admin API scenarios (see test_admin.py): auth, worker list, drain under load, drain timeout,
 # worker-initiated drain (health 410), readiness while draining.
 foreach(s auth workers add_delete reload drain_load drain_h2load drain_timeout self_drain readiness shutdown)

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Attacks and faults that must not hurt the router: clients that stop reading, request smuggling,
+HTTP/2 stream floods, a full file-descriptor table, frozen or dead workers. Real pdrouter and pdsim
+processes on loopback.
+
+Usage: test_hardening.py SCENARIO   (one of the functions named scenario_*; ctest runs each separately)
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pdtest  # noqa: E402
+from pdtest import check, request  # noqa: E402
+from test_router import BODIES, metric_value, metrics, router, sim, stats  # noqa: E402
+
+H = "127.0.0.1"
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of a process so far (seconds)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def health_ok(r, timeout=1.0):
+    try:
+        return request(r.port, "GET", "/health", timeout=timeout)[0] == 200
+    except OSError:
+        return False
+
+
+def access_log_lines(path):
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def stalled_setup(idle_ms):
+    p, d = sim("prefill"), sim("decode")
+    fd, alog = tempfile.mkstemp(prefix="pdtest-alog-", suffix=".log")
+    os.close(fd)
+    r = router([p], [d], config="threads: 1\ntimeouts: { stream_idle_ms: %d }\nlog: { access_log: %s }" %
+               (idle_ms, alog))
+    return p, d, r, alog
+
+
+def stalled_socket(r):
+    """A client with a 4 KiB receive buffer that asks for a very long stream and never reads."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect((H, r.port))
+    raw = json.dumps(dict(BODIES["/generate"], stream=True, sampling_params={"max_new_tokens": 1000000})).encode()
+    s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(raw) + raw)
+    return s
+
+
+def fionread(s):
+    """Bytes waiting in a socket's receive queue."""
+    import array
+    import fcntl
+    import termios
+    buf = array.array("i", [0])
+    fcntl.ioctl(s.fileno(), termios.FIONREAD, buf)
+    return buf[0]
+
+
+def check_loop_alive(r, what):
+    """The router's only loop answers /health at once and is not spinning."""
+    check(health_ok(r), "/health did not answer %s" % what, r)
+    c0 = cpu_seconds(r.proc.pid)
+    t0 = time.monotonic()
+    for _ in range(10):
+        check(health_ok(r), "/health did not answer %s" % what, r)
+        time.sleep(0.1)  # pacing of the probe requests, not synchronisation
+    used = (cpu_seconds(r.proc.pid) - c0) / (time.monotonic() - t0)
+    check(used < 0.5, "the router used %.0f%% of a core %s" % (used * 100, what), r)
+
+
+def scenario_stalled_reader():
+    """A client that stops reading a stream: after timeouts.stream_idle_ms the stream is ended, both legs
+    are cancelled, the connection is reset, and the loop (threads: 1) keeps serving without spinning."""
+    idle_ms = 1000
+    p, d, r, alog = stalled_setup(idle_ms)
+    try:
+        s = stalled_socket(r)
+        t0 = time.monotonic()
+        pdtest.poll_until(lambda: stats(d)["cancelled"] >= 1, 10, "the decode leg to be cancelled")
+        took = time.monotonic() - t0
+        check(took >= idle_ms / 1000 * 0.9, "stream cut after %.2fs, before stream_idle_ms" % took, r)
+        check(took < idle_ms / 1000 * 2 + 2, "stream cut only after %.2fs" % took, r)
+        check_loop_alive(r, "after the stalled client was cut")
+        # The client sees its connection reset (or closed) once it reads.
+        s.settimeout(5)
+        got = 0
+        try:
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                got += len(b)
+        except ConnectionResetError:
+            pass
+        s.close()
+        check(got < 8 << 20, "the stalled client still got %d bytes" % got, r)
+        m = pdtest.poll_until(lambda: (lambda t: t if metric_value(t, "pdr_client_stalled_total") == 1 else None)(
+            metrics(r)), 5, "pdr_client_stalled_total to count it")
+        check(metric_value(m, "pdr_worker_healthy", role="decode", url="http://127.0.0.1:%d" % d.port) == 1,
+              "the decode worker was blamed for the client", r)
+        lines = pdtest.poll_until(lambda: [l for l in access_log_lines(alog) if l.get("error") == "client_stalled"],
+                                  5, "the access-log line")
+        check(len(lines) == 1 and lines[0]["path"] == "/generate", "access log: %r" % lines, r)
+        # The router still serves full requests.
+        st, _, out = request(r.port, "POST", "/generate", BODIES["/generate"])
+        check(st == 200, "request after the cut: %d %s" % (st, out[:200]), r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_stalled_reader_left():
+    """A client that stopped reading and then left without a reset (its FIN arrives, nothing more: as
+    from a host that went away): the router, which reads nothing from an HTTP/1 client during a
+    response, cannot tell; the send timeout ends the stream, both legs are cancelled, the loop stays
+    idle."""
+    p, d, r, alog = stalled_setup(1000)
+    try:
+        s = stalled_socket(r)
+        pdtest.poll_until(lambda: stats(d)["inflight"] == 1, 5, "the stream to start")
+        # Let the client's receive buffer fill (it reads nothing) and the router's send stall, then leave.
+        last = [None, 0]
+
+        def stalled():
+            queued = fionread(s)
+            last[1] = last[1] + 1 if queued and queued == last[0] else 0
+            last[0] = queued
+            return last[1] >= 5
+        pdtest.poll_until(stalled, 10, "the client's receive buffer to fill")
+        s.shutdown(socket.SHUT_WR)
+        pdtest.poll_until(lambda: stats(d)["cancelled"] >= 1 and stats(d)["inflight"] == 0, 10,
+                          "the decode leg to be cancelled")
+        check_loop_alive(r, "after the client left")
+        s.close()
+        st, _, out = request(r.port, "POST", "/generate", BODIES["/generate"])
+        check(st == 200, "request after the client left: %d %s" % (st, out[:200]), r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_stalled_reader_h2():
+    """HTTP/2: a client that grants a stream no flow-control window gets its connection reset after
+    stream_idle_ms; both legs are cancelled."""
+    nghttp = shutil.which("nghttp")
+    if nghttp is None:
+        print("nghttp not installed (nghttp2-client)")
+        sys.exit(77)
+    p, d, r, alog = stalled_setup(1000)
+    try:
+        body = json.dumps(dict(BODIES["/generate"], stream=True, sampling_params={"max_new_tokens": 1000000}))
+        fd, path = tempfile.mkstemp(prefix="pdtest-body-")
+        with os.fdopen(fd, "w") as f:
+            f.write(body)
+        t0 = time.monotonic()
+        # -w 0: the stream's initial window is 2^0-1 = 0 bytes, so the router can send no DATA on it.
+        out = subprocess.run([nghttp, "-n", "-w", "0", "-d", path, "-H", "content-type: application/json",
+                              "http://127.0.0.1:%d/generate" % r.port], capture_output=True, timeout=20)
+        took = time.monotonic() - t0
+        check(took >= 0.9 and took < 5, "nghttp ended after %.2fs: %r" % (took, out), r)
+        pdtest.poll_until(lambda: stats(d)["cancelled"] >= 1 and stats(d)["inflight"] == 0, 10,
+                          "the decode leg to be cancelled")
+        check_loop_alive(r, "after the stalled HTTP/2 stream")
+        check(metric_value(metrics(r), "pdr_client_stalled_total") == 1, "stall not counted", r)
+    finally:
+        pdtest.stop_all()
+
+
+if __name__ == "__main__":
+    pdtest.run_scenario(globals())
