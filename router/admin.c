@@ -575,6 +575,8 @@ static int on_admin_req(h2o_handler_t *self, h2o_req_t *req)
 {
     pdr_router_t *r = ((admin_handler_t *)self)->r;
     pdr_thread_t *t = &r->threads[0];
+    if (pdr__refuse_ambiguous_head(t, req))
+        return 0;
     int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET"));
     int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
     const char *p = req->path.base;

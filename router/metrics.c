@@ -134,6 +134,7 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
     t->retries_total += m->retries_total;
     t->client_aborts_total += m->client_aborts_total;
     t->client_stalled_total += m->client_stalled_total;
+    t->bad_framing_total += m->bad_framing_total;
     t->waiting += __atomic_load_n(&m->waiting, __ATOMIC_RELAXED);
     t->bytes_in_total += m->bytes_in_total;
     t->bytes_out_total += m->bytes_out_total;
@@ -231,6 +232,13 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         "timeouts.stream_idle_ms.\n"
         "# TYPE pdr_client_stalled_total counter\npdr_client_stalled_total %llu\n",
         (unsigned long long)m->client_stalled_total);
+    put(&o,
+        "# HELP pdr_http_bad_framing_total HTTP/1 requests refused with 400 because their head could be "
+        "framed "
+        "differently by another parser (Content-Length with Transfer-Encoding, duplicate Content-Length, "
+        "obs-fold, bare LF, no Host); their connections are closed.\n"
+        "# TYPE pdr_http_bad_framing_total counter\npdr_http_bad_framing_total %llu\n",
+        (unsigned long long)m->bad_framing_total);
     put(&o,
         "# HELP pdr_request_bytes_total Request body bytes received from clients.\n"
         "# TYPE pdr_request_bytes_total counter\npdr_request_bytes_total %llu\n",

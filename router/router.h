@@ -106,6 +106,9 @@ int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req);
 /* server.c */
 void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *msg, int retry_after_s);
 void pdr_access_log(pdr_thread_t *t, const char *line, size_t len);
+/* HTTP/1 requests whose head another parser could frame differently (reqguard.h): answers 400, closes the
+ * connection and returns 1; else 0. Both listeners call it first. */
+int pdr__refuse_ambiguous_head(pdr_thread_t *t, h2o_req_t *req);
 /* Answers GET /metrics (data and admin ports). */
 void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req);
 /* Sets up the shared state and every loop (loop 0 on `loop0`), starts threads 1..n-1. */

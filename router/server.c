@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include "err.h"
+#include "reqguard.h"
 #include "router.h"
 #include "util.h"
 
@@ -154,10 +155,33 @@ static int readiness_ok(pdr_router_t *r)
            pdr_pool_count_healthy(&r->pool, PDR_ROLE_DECODE) > 0;
 }
 
+/* HTTP/1: refuses a request whose head may be framed differently by another parser (reqguard.h) with 400,
+ * and closes the connection, so that nothing after it on the connection is read as a request. h2o keeps
+ * the raw head at the start of the connection's input buffer until the response is over. */
+int pdr__refuse_ambiguous_head(pdr_thread_t *t, h2o_req_t *req)
+{
+    if (req->version >= 0x200)
+        return 0;
+    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+    if (sock == NULL || sock->input == NULL)
+        return 0;
+    const char *why;
+    if (pdr_reqguard_check_head(sock->input->bytes, sock->input->size, &why) == 0)
+        return 0;
+    t->m.bad_framing_total++;
+    req->http1_is_persistent = 0;
+    char msg[160];
+    snprintf(msg, sizeof(msg), "malformed request: %s", why);
+    pdr_send_error(req, 400, "invalid_request_error", msg, 0);
+    return 1;
+}
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     pdr_router_t *r = ((route_handler_t *)self)->r;
     pdr_thread_t *t = H2O_STRUCT_FROM_MEMBER(pdr_thread_t, h2o_ctx, req->conn->ctx);
+    if (pdr__refuse_ambiguous_head(t, req))
+        return 0;
     int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
     int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET"));
     static const struct {

@@ -1,5 +1,5 @@
 # Router unit tests (pure modules, no sockets).
-foreach(t rewrite pool events sse_count util)
+foreach(t rewrite pool events sse_count util reqguard)
   add_executable(test_${t} unit/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE pdr_router)
   add_test(NAME router_unit_${t} COMMAND test_${t})
@@ -15,7 +15,7 @@ endforeach()
 
 # Attacks and faults (see test_hardening.py): stalled readers over HTTP/1 and HTTP/2, smuggling, stream
 # floods, a full fd table, frozen and dead workers.
-foreach(s stalled_reader stalled_reader_left stalled_reader_h2)
+foreach(s stalled_reader stalled_reader_left stalled_reader_h2 smuggling)
   add_test(NAME router_hardening_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_hardening.py ${s})
   set_tests_properties(router_hardening_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

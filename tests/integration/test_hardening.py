@@ -8,6 +8,7 @@ Usage: test_hardening.py SCENARIO   (one of the functions named scenario_*; ctes
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -178,6 +179,74 @@ def scenario_stalled_reader_h2():
                           "the decode leg to be cancelled")
         check_loop_alive(r, "after the stalled HTTP/2 stream")
         check(metric_value(metrics(r), "pdr_client_stalled_total") == 1, "stall not counted", r)
+    finally:
+        pdtest.stop_all()
+
+
+def raw_exchange(port, data, timeout=5.0):
+    """Sends data on a fresh connection and reads until the router closes it. Returns (bytes, closed)."""
+    s = socket.create_connection((H, port))
+    s.settimeout(timeout)
+    s.sendall(data)
+    out = b""
+    closed = False
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                closed = True
+                break
+            out += b
+    except socket.timeout:
+        pass
+    except ConnectionResetError:
+        closed = True
+    s.close()
+    return out, closed
+
+
+def scenario_smuggling():
+    """Heads that another parser could frame differently get 400 and a closed connection, and nothing of
+    them (or of the bytes after them) reaches a worker: Content-Length with Transfer-Encoding in either
+    order, two Content-Length values, obs-fold, bare LF, HTTP/1.1 without Host."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d])
+    try:
+        body = json.dumps(BODIES["/generate"]).encode()
+        chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+        smuggled = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+        ct = b"Content-Type: application/json\r\n"
+        cases = {
+            "CL then TE": b"POST /generate HTTP/1.1\r\nHost: x\r\n" + ct + b"Content-Length: %d\r\n"
+                          b"Transfer-Encoding: chunked\r\n\r\n" % len(chunked) + chunked + smuggled,
+            "TE then CL": b"POST /generate HTTP/1.1\r\nHost: x\r\n" + ct + b"Transfer-Encoding: chunked\r\n"
+                          b"Content-Length: 3\r\n\r\n" + chunked + smuggled,
+            "two CL": b"POST /generate HTTP/1.1\r\nHost: x\r\n" + ct + b"Content-Length: %d\r\n"
+                      b"Content-Length: %d\r\n\r\n" % (len(body), len(body) + len(smuggled)) + body + smuggled,
+            "obs-fold": b"POST /generate HTTP/1.1\r\nHost: x\r\n" + ct + b"X-Folded: a\r\n b\r\n"
+                        b"Content-Length: %d\r\n\r\n" % len(body) + body + smuggled,
+            "bare LF": b"POST /generate HTTP/1.1\nHost: x\n" + ct + b"Content-Length: %d\n\n" % len(body) + body +
+                       smuggled,
+            "no Host": b"POST /generate HTTP/1.1\r\n" + ct + b"Content-Length: %d\r\n\r\n" % len(body) + body +
+                       smuggled,
+        }
+        for name, data in cases.items():
+            out, closed = raw_exchange(r.port, data)
+            statuses = re.findall(rb"HTTP/1\.[01] (\d{3}) ", out)
+            check(statuses == [b"400"], "%s: statuses %r: %r" % (name, statuses, out[:600]), r)
+            check(closed, "%s: connection left open after the 400" % name, r)
+            check(b"connection: close" in out.lower(), "%s: no Connection: close: %r" % (name, out[:400]), r)
+            check(b'"code":400' in out and b"malformed request" in out, "%s: %r" % (name, out[-300:]), r)
+        for w in (p, d):
+            check(stats(w)["requests"] == 0, "a refused request reached %s: %r" % (w.name, stats(w)), r)
+        m = metrics(r)
+        check(metric_value(m, "pdr_http_bad_framing_total") == len(cases), "bad framing count: %s" %
+              metric_value(m, "pdr_http_bad_framing_total"), r)
+        # The same request, framed once, still works on a kept-alive connection.
+        out, _ = raw_exchange(r.port, b"POST /generate HTTP/1.1\r\nHost: x\r\n" + ct +
+                              b"Content-Length: %d\r\n\r\n" % len(body) + body + smuggled, timeout=2)
+        statuses = re.findall(rb"HTTP/1\.[01] (\d{3}) ", out)
+        check(statuses == [b"200", b"200"], "a well-framed pipelined pair: %r" % statuses, r)
     finally:
         pdtest.stop_all()
 
