@@ -59,6 +59,8 @@ static void probe_done(pdr_leg_t *leg, int err)
     }
     int gone = err == 0 && c->health.drain_status != 0 && leg->status == c->health.drain_status;
     int ok = gone || (err == 0 && leg->status >= 200 && leg->status < 300);
+    if (ok)
+        pdr_worker_note_alive(w, pdr_now_ns());
     if (gone && pdr_worker_drain_state(w) == PDR_DRAIN_ACTIVE)
         pdr_pool_drain(&r->pool, w, 0,
                        c->health.drain_status == 410 ? "its health check answered 410"
@@ -118,10 +120,22 @@ static void on_health_timer(uv_timer_t *t)
 
 #define PDR_DRAIN_TICK_MS 100
 
+/* Workers a request suspects (pdr_worker_suspect) are checked now rather than at the next round. */
+static void check_suspects(pdr_router_t *r)
+{
+    pdr_worker_t **ws;
+    size_t n = pdr_pool_snapshot(&r->pool, -1, &ws);
+    for (size_t i = 0; i < n; i++)
+        if (__atomic_exchange_n(&ws[i]->probe_now, 0, __ATOMIC_RELAXED))
+            check_worker(r, ws[i]);
+    pdr_pool_release(ws, n);
+}
+
 static void on_drain_timer(uv_timer_t *t)
 {
     pdr_router_t *r = t->data;
     pdr_pool_drain_tick(&r->pool, pdr_now_ms());
+    check_suspects(r);
     /* Membership changed: check the newcomers now rather than at the next round. */
     if (__atomic_load_n(&r->pool.generation, __ATOMIC_ACQUIRE) != r->health_generation)
         run_round(r);

@@ -306,35 +306,73 @@ static void send_final_or_more(pd_req_t *x)
 
 /* ---- attempt failure and retry ---- */
 
-static void attempt_failed(pd_req_t *x, pdr_role_t role, int cause, int status, const char *msg)
+/* No retry follows: the answer says how the last attempt failed. */
+static void fail_last(pd_req_t *x)
 {
-    pdr_worker_t *w = role == PDR_ROLE_PREFILL ? x->pw : x->dw;
-    x->t->m.upstream_errors[role][cause]++;
+    int st = x->last_fail_status;
+    fail_response(x, st,
+                  st == 504   ? "timeout_error"
+                  : st == 503 ? "service_unavailable"
+                              : "upstream_error",
+                  x->last_fail_msg, st == 503 ? 1 : 0);
+}
+
+/* A leg that ended before its worker answered anything, with an error that means the worker could not
+ * be reached (refused, reset, connect timeout): the request is answered 503, as Envoy answers upstream
+ * connect failures, not 502, which is for a worker that answered badly. */
+static int unreachable(const pdr_leg_t *leg, int err)
+{
+    return leg->status == 0 && (err == PDR_ECONNREFUSED || err == PDR_ETIMEDOUT || err == PDR_EPEERGONE);
+}
+
+/* An attempt failed. The worker of `role` is blamed (ejected or counted, and avoided by the retry) unless
+ * role is -1: a pair's deadline that cannot be pinned on either side, where both are avoided and checked
+ * out of turn instead. status is the answer when no retry follows: 503 for a worker that could not be
+ * reached, 502 for one that answered badly, 504 for a deadline. */
+static void attempt_failed(pd_req_t *x, int role, int cause, int status, const char *msg)
+{
+    int blamed = role >= 0;
+    pdr_role_t r0 = blamed ? (pdr_role_t)role : PDR_ROLE_PREFILL;
+    pdr_worker_t *w = r0 == PDR_ROLE_PREFILL ? x->pw : x->dw;
+    x->t->m.upstream_errors[r0][cause]++;
     x->error_cause = msg;
-    if (w != NULL) {
+    if (blamed && w != NULL) {
         if (cause == PDR_CAUSE_CONNECT || cause == PDR_CAUSE_FIRST_BYTE_DEADLINE ||
             cause == PDR_CAUSE_KV_DEADLINE || cause == PDR_CAUSE_TIMEOUT)
             pdr_pool_eject(&x->r->pool, w, msg);
         else
             pdr_pool_report_failure(&x->r->pool, w, msg);
-        if (x->n_tried[role] < PDR_MAX_TRIED)
-            x->tried[role][x->n_tried[role]++] = w->uid;
+    }
+    for (int k = 0; k < 2; k++) {
+        pdr_worker_t *v = k == PDR_ROLE_PREFILL ? x->pw : x->dw;
+        if (v == NULL || (blamed && k != role))
+            continue;
+        if (!blamed)
+            pdr_worker_suspect(v);
+        if (x->n_tried[k] < PDR_MAX_TRIED)
+            x->tried[k][x->n_tried[k]++] = v->uid;
     }
     cancel_legs(x);
     if (x->req == NULL)
         return;
     x->last_fail_status = status;
-    snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "%s worker %s failed: %s", pdr_role_name(role),
-             w ? w->conf.url : "-", msg);
+    if (!blamed)
+        snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "prefill %s and decode %s: %s",
+                 x->pw ? x->pw->conf.url : "-", x->dw ? x->dw->conf.url : "-", msg);
+    else if (status == 503)
+        snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "%s worker %s could not be reached: %s",
+                 pdr_role_name(r0), w ? w->conf.url : "-", msg);
+    else
+        snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "%s worker %s failed: %s", pdr_role_name(r0),
+                 w ? w->conf.url : "-", msg);
     if (x->attempt < x->conf->retries.max && !pdr_router_shutting_down(x->r)) {
         x->attempt++;
         x->t->m.retries_total++;
-        pdr_info("request %s: %s worker %s failed (%s); retry %d on a new pair", x->request_id,
-                 pdr_role_name(role), w ? w->conf.url : "-", msg, x->attempt);
+        pdr_info("request %s: %s; retry %d on a new pair", x->request_id, x->last_fail_msg, x->attempt);
         start_attempt(x);
         return;
     }
-    fail_response(x, status, status == 504 ? "timeout_error" : "upstream_error", x->last_fail_msg, 0);
+    fail_last(x);
 }
 
 static int cause_of(int err)
@@ -380,7 +418,8 @@ static void advance(pd_req_t *x)
     }
     /* Prefill failures before the response starts: retry on a new pair. */
     if (x->p_done && x->p_err != 0) {
-        attempt_failed(x, PDR_ROLE_PREFILL, cause_of(x->p_err), 502, pdr_strerror(x->p_err));
+        attempt_failed(x, PDR_ROLE_PREFILL, cause_of(x->p_err), unreachable(&x->pleg, x->p_err) ? 503 : 502,
+                       pdr_strerror(x->p_err));
         return;
     }
     if (x->p_done && x->pleg.status >= 500) {
@@ -388,7 +427,8 @@ static void advance(pd_req_t *x)
         return;
     }
     if (x->d_done && x->d_err != 0) {
-        attempt_failed(x, PDR_ROLE_DECODE, cause_of(x->d_err), 502, pdr_strerror(x->d_err));
+        attempt_failed(x, PDR_ROLE_DECODE, cause_of(x->d_err), unreachable(&x->dleg, x->d_err) ? 503 : 502,
+                       pdr_strerror(x->d_err));
         return;
     }
     if (x->dleg.got_headers && x->dleg.status >= 500) {
@@ -453,8 +493,10 @@ static void prefill_done(pdr_leg_t *leg, int err)
     release_leg(x, 1);
     x->p_done = 1;
     x->p_err = err;
-    if (err == 0 && leg->status < 500 && x->pw != NULL)
+    if (err == 0 && leg->status < 500 && x->pw != NULL) {
         pdr_pool_report_success(&x->r->pool, x->pw);
+        pdr_worker_note_alive(x->pw, pdr_now_ns());
+    }
     if (err == 0 && leg->status >= 200 && leg->status < 300)
         pdr_hist_observe_in(&x->t->m.prefill[x->mroute], PDR_BUCKETS_LLM,
                             (double)(pdr_now_ns() - x->attempt_t0_ns) / 1e9);
@@ -473,6 +515,8 @@ static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
 {
     pd_req_t *x = leg->data;
     x->last_data_ns = pdr_now_ns();
+    if (x->dw != NULL && leg->status < 500)
+        pdr_worker_note_alive(x->dw, x->last_data_ns);
     size_t limit = HIGH_WATER;
     if ((x->started && x->merge && !x->is_sse) || leg->status >= 400)
         limit = PREFILL_BODY_CAP; /* a whole answer is needed: a merge or an error body */
@@ -537,6 +581,26 @@ static uint64_t idle_ns(const pd_req_t *x)
  * the connection and disposes of the request. Over HTTP/2 this ends the other streams of that connection
  * too, as nginx's send_timeout does: a client that stopped reading has stalled them all, and one that
  * withholds a single stream's flow-control window is misbehaving. */
+/* A pair's deadline passed with the prefill's answer missing. Which side went silent? The decode, when it
+ * has answered nothing of this attempt and the prefill has answered other requests since the attempt
+ * began (a frozen or stopped decode holds up the transfer: the prefill cannot push KV to a decode that
+ * does not pull). The prefill, when the decode has begun its answer or has answered other requests while
+ * the prefill answered none. Otherwise the deadline cannot be pinned on either (-1): neither is ejected
+ * for it, both are avoided by the retry and health-checked out of turn, so that one frozen worker cannot
+ * empty the other role. */
+static int deadline_culprit(const pd_req_t *x)
+{
+    if (x->dleg.got_headers)
+        return PDR_ROLE_PREFILL;
+    int p_alive = x->pw != NULL && pdr_worker_alive_ns(x->pw) > x->attempt_t0_ns;
+    int d_alive = x->dw != NULL && pdr_worker_alive_ns(x->dw) > x->attempt_t0_ns;
+    if (p_alive && !d_alive)
+        return PDR_ROLE_DECODE;
+    if (d_alive && !p_alive)
+        return PDR_ROLE_PREFILL;
+    return -1;
+}
+
 static void cut_stalled_client(pd_req_t *x)
 {
     h2o_req_t *req = x->req;
@@ -581,13 +645,12 @@ static void on_timer(uv_timer_t *t)
             }
         }
         if (x->mode == MODE_PD && !x->p_done && now >= x->kv_deadline_ns) {
-            attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_KV_DEADLINE, 504,
-                           "prefill did not finish the KV transfer within timeouts.kv_transfer_ms");
+            attempt_failed(x, deadline_culprit(x), PDR_CAUSE_KV_DEADLINE, 504,
+                           "the KV transfer did not finish within timeouts.kv_transfer_ms");
             return;
         }
         if (now >= x->first_byte_deadline_ns) {
-            int prefill_guilty = x->mode == MODE_PD && !x->p_done;
-            attempt_failed(x, prefill_guilty ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE,
+            attempt_failed(x, x->mode == MODE_PD && !x->p_done ? deadline_culprit(x) : PDR_ROLE_DECODE,
                            PDR_CAUSE_FIRST_BYTE_DEADLINE, 504, "no first byte within timeouts.first_byte_ms");
             return;
         }
@@ -665,9 +728,7 @@ static void start_attempt(pd_req_t *x)
     if ((x->mode == MODE_PD && x->pw == NULL) || x->dw == NULL) {
         if (x->attempt > 0) {
             /* The pair that failed was the last healthy one: answer with that failure. */
-            fail_response(x, x->last_fail_status,
-                          x->last_fail_status == 504 ? "timeout_error" : "upstream_error", x->last_fail_msg,
-                          1);
+            fail_last(x);
             return;
         }
         pdr_role_t role = x->mode == MODE_PD && x->pw == NULL ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;

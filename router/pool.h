@@ -67,6 +67,8 @@ typedef struct pdr_worker {
     uint64_t drains_total;      /* under the pool lock */
     int remove_when_drained;    /* under the pool lock: DELETE without force */
     int removed;                /* atomic: out of the pool */
+    uint64_t alive_ns;          /* atomic: when it last answered a request (pdr_worker_note_alive) */
+    int probe_now;              /* atomic: a request suspects it; loop 0 checks it at its next tick */
 } pdr_worker_t;
 
 typedef struct pdr_worker_list {
@@ -131,6 +133,23 @@ static inline void pdr_worker_track(pdr_worker_t *w, int delta)
         __atomic_add_fetch(&w->requests_total, 1, __ATOMIC_RELAXED);
     else if (now == 0 && pdr_worker_drain_state(w) == PDR_DRAIN_DRAINING)
         pdr_pool_note_idle(w);
+}
+
+/* The worker answered (a prefill's response, a decode's first bytes): evidence, at a pair's deadline, of
+ * which side went silent. Any thread. */
+static inline void pdr_worker_note_alive(pdr_worker_t *w, uint64_t now_ns)
+{
+    __atomic_store_n(&w->alive_ns, now_ns, __ATOMIC_RELAXED);
+}
+static inline uint64_t pdr_worker_alive_ns(const pdr_worker_t *w)
+{
+    return __atomic_load_n(&w->alive_ns, __ATOMIC_RELAXED);
+}
+/* Asks loop 0 to health-check the worker now, out of turn (a pair's deadline could not tell which side
+ * is at fault). Any thread. */
+static inline void pdr_worker_suspect(pdr_worker_t *w)
+{
+    __atomic_store_n(&w->probe_now, 1, __ATOMIC_RELAXED);
 }
 
 /* Applies an active check's result under the pool lock; returns 1 when the healthy flag changed. */

@@ -251,5 +251,111 @@ def scenario_smuggling():
         pdtest.stop_all()
 
 
+def url(w):
+    return "http://127.0.0.1:%d" % w.port
+
+
+def scenario_frozen_decode():
+    """Under load, one of two decodes is frozen (SIGSTOP) for 3 s: its KV deadlines are not charged to the
+    prefills, which stay healthy (never ejected); every request succeeds on a retry; the frozen decode is
+    the one taken out, and it comes back after SIGCONT."""
+    ps = [sim("prefill"), sim("prefill")]
+    ds = [sim("decode"), sim("decode")]
+    r = router(ps, ds, config="policy: { prefill: round_robin, decode: round_robin }\n"
+               "health: { interval_ms: 500, timeout_ms: 300, rise: 1, fall: 2 }\n"
+               "timeouts: { first_byte_ms: 1500, kv_transfer_ms: 600 }\nretries: { max: 3 }")
+    statuses, slow = [], []
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def load():
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                st = request(r.port, "POST", "/generate", BODIES["/generate"], timeout=15)[0]
+            except OSError as e:
+                st = repr(e)
+            with lock:
+                statuses.append(st)
+                if time.monotonic() - t0 > 5:
+                    slow.append(time.monotonic() - t0)
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        pdtest.poll_until(lambda: len(statuses) >= 20, 10, "load to run")
+        os.kill(ds[0].proc.pid, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        pdtest.poll_until(lambda: metric_value(metrics(r), "pdr_worker_healthy", role="decode", url=url(ds[0])) == 0,
+                          10, "the frozen decode to be taken out")
+        while time.monotonic() - frozen_at < 3:
+            m = metrics(r)
+            for p in ps:
+                check(metric_value(m, "pdr_worker_healthy", role="prefill", url=url(p)) == 1,
+                      "prefill %s taken out while a decode was frozen" % url(p), r)
+            time.sleep(0.05)  # sampling interval of the observation, not synchronisation
+        os.kill(ds[0].proc.pid, signal.SIGCONT)
+        pdtest.poll_until(lambda: metric_value(metrics(r), "pdr_worker_healthy", role="decode", url=url(ds[0])) == 1,
+                          10, "the decode to come back")
+        n = len(statuses)
+        pdtest.poll_until(lambda: len(statuses) >= n + 20, 10, "load after the thaw")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(20)
+        try:
+            os.kill(ds[0].proc.pid, signal.SIGCONT)
+        except OSError:
+            pass
+    try:
+        bad = [s for s in statuses if s != 200]
+        check(not bad, "%d of %d requests failed: %r" % (len(bad), len(statuses), bad[:20]), r)
+        m = metrics(r)
+        for p in ps:
+            check(metric_value(m, "pdr_worker_ejections_total", role="prefill", url=url(p)) == 0,
+                  "prefill %s was ejected" % url(p), r)
+        check(metric_value(m, "pdr_worker_ejections_total", role="decode", url=url(ds[0])) >= 1,
+              "the frozen decode was never taken out", r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_dead_prefills_503():
+    """Three prefills: one frozen (health checks take it out), then the other two killed one after the other.
+    Once no prefill can be reached every request is answered 503 with Retry-After and a message naming
+    the cause, within 1 s; never 502 (that is for a worker that answered badly)."""
+    ps = [sim("prefill"), sim("prefill"), sim("prefill")]
+    d = sim("decode")
+    r = router(ps, [d], config="policy: { prefill: round_robin, decode: round_robin }\n"
+               "health: { interval_ms: 300, timeout_ms: 200, rise: 1, fall: 2 }\n"
+               "timeouts: { first_byte_ms: 3000, kv_transfer_ms: 3000 }\nretries: { max: 2 }")
+    try:
+        os.kill(ps[0].proc.pid, signal.SIGSTOP)
+        pdtest.poll_until(lambda: metric_value(metrics(r), "pdr_worker_healthy", role="prefill", url=url(ps[0])) == 0,
+                          10, "the frozen prefill to be taken out")
+        for k in (1, 2):
+            ps[k].proc.kill()
+            ps[k].proc.wait()
+            for i in range(4):
+                t0 = time.monotonic()
+                st, h, out = request(r.port, "POST", "/generate", BODIES["/generate"])
+                dt = time.monotonic() - t0
+                check(dt < 1.0, "request took %.2fs" % dt, r)
+                if k == 1:
+                    check(st == 200, "with one prefill left: %d %s" % (st, out[:300]), r)
+                    continue
+                err = json.loads(out)["error"]
+                check(st == 503 and h.get("retry-after") == "1" and err["code"] == 503,
+                      "after the last kill: %d %r %s" % (st, h, out[:300]), r)
+                check("could not be reached" in err["message"] or "no healthy prefill" in err["message"],
+                      "the message names no cause: %s" % err["message"], r)
+    finally:
+        try:
+            os.kill(ps[0].proc.pid, signal.SIGCONT)
+        except OSError:
+            pass
+        pdtest.stop_all()
+
+
 if __name__ == "__main__":
     pdtest.run_scenario(globals())

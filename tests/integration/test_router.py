@@ -382,7 +382,10 @@ def scenario_all_prefills_dead():
         t0 = time.monotonic()
         st, h, out = request(r.port, "POST", "/generate", BODIES["/generate"])
         dt = time.monotonic() - t0
-        check(st in (502, 503) and dt < 1.0, "first request after the kill: %d in %.3fs %s" % (st, dt, out))
+        # The only prefill refuses connections: 503 (it cannot be reached), not 502.
+        check(st == 503 and h.get("retry-after") == "1" and dt < 1.0,
+              "first request after the kill: %d in %.3fs %r %s" % (st, dt, h, out))
+        check("could not be reached" in json.loads(out)["error"]["message"], out)
         for _ in range(5):
             t0 = time.monotonic()
             st, h, out = request(r.port, "POST", "/generate", BODIES["/generate"])
