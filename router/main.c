@@ -3,8 +3,10 @@
  * (then readiness off for lifecycle.drain_grace_ms, stop accepting, let in-flight requests finish
  * within lifecycle.drain_timeout_ms, exit 0; see pdr_router_begin_shutdown).
  */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,29 @@ static void on_reload_signal(uv_signal_t *s, int signum)
     pdr_info("SIGHUP: reloading the configuration");
     if (pdr_router_reload(s->data, msg, sizeof(msg)) != 0)
         pdr_error("reload failed, the running configuration stays: %s", msg);
+}
+
+/* Every client and worker connection is a file descriptor, and the default soft limit (1024) is far below
+ * what a front door holds: the soft limit is raised to the hard limit at start, as nginx's
+ * worker_rlimit_nofile and most servers do, and the result logged once. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t was = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            pdr_warn("cannot raise the open files limit from %llu to %llu: %s", (unsigned long long)was,
+                     (unsigned long long)rl.rlim_max, strerror(errno));
+            return;
+        }
+        pdr_info("open files limit raised from %llu to %llu", (unsigned long long)was,
+                 (unsigned long long)rl.rlim_cur);
+    } else {
+        pdr_info("open files limit %llu", (unsigned long long)rl.rlim_cur);
+    }
 }
 
 int main(int argc, char **argv)
@@ -71,6 +96,7 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
     /* The other loops answer requests (readiness included) as soon as pdr_router_start spawns them,
      * before the watchers below exist: block SIGTERM and SIGINT until then, so that one arriving early
      * stays pending instead of killing the process. The spawned threads inherit the mask and never

@@ -135,6 +135,7 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
     t->client_aborts_total += m->client_aborts_total;
     t->client_stalled_total += m->client_stalled_total;
     t->bad_framing_total += m->bad_framing_total;
+    t->accept_fd_exhausted_total += m->accept_fd_exhausted_total;
     t->waiting += __atomic_load_n(&m->waiting, __ATOMIC_RELAXED);
     t->bytes_in_total += m->bytes_in_total;
     t->bytes_out_total += m->bytes_out_total;
@@ -239,6 +240,12 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         "obs-fold, bare LF, no Host); their connections are closed.\n"
         "# TYPE pdr_http_bad_framing_total counter\npdr_http_bad_framing_total %llu\n",
         (unsigned long long)m->bad_framing_total);
+    put(&o,
+        "# HELP pdr_accept_fd_exhausted_total Times accept() found no free file descriptor (EMFILE/ENFILE) "
+        "and "
+        "accepting paused for 100 ms.\n"
+        "# TYPE pdr_accept_fd_exhausted_total counter\npdr_accept_fd_exhausted_total %llu\n",
+        (unsigned long long)m->accept_fd_exhausted_total);
     put(&o,
         "# HELP pdr_request_bytes_total Request body bytes received from clients.\n"
         "# TYPE pdr_request_bytes_total counter\npdr_request_bytes_total %llu\n",

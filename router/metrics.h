@@ -46,8 +46,9 @@ typedef struct pdr_metrics {
     uint64_t retries_total;
     uint64_t no_worker_total[2];
     uint64_t client_aborts_total;
-    uint64_t client_stalled_total; /* streams cut: the client took no data for stream_idle_ms */
-    uint64_t bad_framing_total;    /* HTTP/1 requests refused for an ambiguous head (reqguard.h) */
+    uint64_t client_stalled_total;      /* streams cut: the client took no data for stream_idle_ms */
+    uint64_t bad_framing_total;         /* HTTP/1 requests refused for an ambiguous head (reqguard.h) */
+    uint64_t accept_fd_exhausted_total; /* accept() out of file descriptors: accepting paused */
     uint64_t bytes_in_total, bytes_out_total;
     pdr_hist_t duration[PDR_MR__COUNT];
     pdr_hist_t ttfb[PDR_MR__COUNT];

@@ -416,6 +416,14 @@ static void advance(pd_req_t *x)
                       "the router is shutting down: request cancelled at lifecycle.drain_timeout_ms", 1);
         return;
     }
+    /* The router itself ran out of descriptors or memory for a leg: no worker is at fault, and a retry now
+     * would fail the same way. */
+    if ((x->p_done && x->p_err == PDR_ENOMEM) || (x->d_done && x->d_err == PDR_ENOMEM)) {
+        x->error_cause = "router_out_of_resources";
+        fail_response(x, 503, "service_unavailable",
+                      "the router is out of file descriptors or memory for a worker connection", 1);
+        return;
+    }
     /* Prefill failures before the response starts: retry on a new pair. */
     if (x->p_done && x->p_err != 0) {
         attempt_failed(x, PDR_ROLE_PREFILL, cause_of(x->p_err), unreachable(&x->pleg, x->p_err) ? 503 : 502,

@@ -17,6 +17,17 @@
 #include "upstream.h"
 
 struct pdr_router;
+struct pdr_thread;
+
+/* A listening socket that the loop polls and accepts from by hand (server.c), so that a full file
+ * descriptor table pauses accepting for a while instead of making libuv retry accept() in a loop. */
+typedef struct pdr_listener {
+    uv_poll_t poll;
+    uv_timer_t resume; /* accepting paused after EMFILE/ENFILE: restarts it */
+    struct pdr_thread *t;
+    int fd;
+    int admin; /* the admin port's listener (its own h2o accept context) */
+} pdr_listener_t;
 
 typedef struct pdr_thread {
     struct pdr_router *r;
@@ -26,7 +37,7 @@ typedef struct pdr_thread {
     uv_thread_t tid;
     h2o_context_t h2o_ctx;
     h2o_accept_ctx_t accept_ctx;
-    uv_tcp_t listener;
+    pdr_listener_t listener;
     int listening;
     pdr_multi_t *multi;
     pdr_metrics_t m;
@@ -76,13 +87,14 @@ typedef struct pdr_router {
     uv_timer_t health_timer;
     uv_timer_t drain_timer; /* loop 0: DRAINING -> DRAINED on idle or timeout */
     uint64_t started_ms;
+    uint64_t fd_exhausted_log_ms; /* atomic: when accept's EMFILE/ENFILE was last logged */
 
     /* Admin listener (loop 0 only, see admin.c); admin_on is 0 when admin.port is 0. */
     int admin_on, admin_listening, admin_ctx_live;
     h2o_globalconf_t admin_config;
     h2o_context_t admin_ctx;
     h2o_accept_ctx_t admin_accept;
-    uv_tcp_t admin_listener;
+    pdr_listener_t admin_listener;
     char *admin_token; /* NULL: auth off */
     size_t admin_token_len;
 } pdr_router_t;

@@ -265,53 +265,109 @@ static void on_conn_closed(uv_handle_t *h)
     maybe_dispose_h2o(t);
 }
 
-/* Hands an accepted connection to h2o; fd >= 0: a socket accepted by hand (accept_backlog). */
-static void serve_conn(pdr_thread_t *t, uv_stream_t *listener, int fd)
+/* Hands an accepted connection to h2o. */
+static void serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
 {
     client_conn_t *cc = malloc(sizeof(*cc));
     if (cc == NULL) {
-        if (fd >= 0)
-            close(fd);
+        close(fd);
         return;
     }
     uv_tcp_t *conn = &cc->tcp;
     cc->t = t;
     uv_tcp_init(t->loop, conn);
-    int e = fd >= 0 ? uv_tcp_open(conn, fd) : uv_accept(listener, (uv_stream_t *)conn);
-    if (e != 0) {
-        if (fd >= 0)
-            close(fd);
+    if (uv_tcp_open(conn, fd) != 0) {
+        close(fd);
         uv_close((uv_handle_t *)conn, (uv_close_cb)free);
         return;
     }
     uv_tcp_nodelay(conn, 1);
     t->conns++; /* admin connections count too: loop 0 ends only when they are gone */
     h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)conn, on_conn_closed);
-    h2o_accept(listener == (uv_stream_t *)&t->r->admin_listener ? &t->r->admin_accept : &t->accept_ctx, sock);
+    h2o_accept(l->admin ? &t->r->admin_accept : &t->accept_ctx, sock);
 }
 
-static void on_accept(uv_stream_t *listener, int status)
+#define ACCEPT_BATCH 64 /* connections taken per readiness event, so that one listener cannot hog a loop */
+#define FD_EXHAUSTED_PAUSE_MS 100 /* nginx pauses accepting for 500 ms; idle connections close meanwhile */
+#define FD_EXHAUSTED_LOG_MS 60000
+
+static void on_listener_ready(uv_poll_t *h, int status, int events);
+
+static void on_accept_resume(uv_timer_t *h)
 {
-    if (status == 0)
-        serve_conn(listener->data, listener, -1);
+    pdr_listener_t *l = h->data;
+    uv_poll_start(&l->poll, UV_READABLE, on_listener_ready);
+}
+
+/* accept() found the process (EMFILE) or the system (ENFILE) out of file descriptors. Retrying at once
+ * would spin: the pending connection stays in the backlog and the socket stays readable. Accepting
+ * pauses instead, so the loop serves its open connections (and closes the ones whose clients left,
+ * which frees descriptors); the backlog waits, as nginx does. Logged at most once a minute, counted. */
+static void accept_exhausted(pdr_listener_t *l, int err)
+{
+    pdr_thread_t *t = l->t;
+    t->m.accept_fd_exhausted_total++;
+    uint64_t now = pdr_now_ms(), last = __atomic_load_n(&t->r->fd_exhausted_log_ms, __ATOMIC_RELAXED);
+    if ((last == 0 || now - last >= FD_EXHAUSTED_LOG_MS) &&
+        __atomic_compare_exchange_n(&t->r->fd_exhausted_log_ms, &last, now, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        pdr_warn(
+            "accept: %s (%d client connections open on loop %d): not accepting for %d ms; raise the open "
+            "files limit (ulimit -n, LimitNOFILE=) if this repeats",
+            strerror(err), (int)t->conns, t->id, FD_EXHAUSTED_PAUSE_MS);
+    uv_poll_stop(&l->poll);
+    uv_timer_start(&l->resume, on_accept_resume, FD_EXHAUSTED_PAUSE_MS, 0);
+}
+
+static void on_listener_ready(uv_poll_t *h, int status, int events)
+{
+    pdr_listener_t *l = h->data;
+    (void)events;
+    if (status < 0)
+        return;
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            serve_conn(l->t, l, fd);
+            continue;
+        }
+        if (errno == EINTR || errno == ECONNABORTED)
+            continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+            accept_exhausted(l, errno);
+        return; /* EAGAIN: the backlog is empty */
+    }
 }
 
 /* Before a listener closes: takes the connections the kernel already completed, which closing the
  * socket would reset, and serves them (their clients sent before the listener went away). */
-static void accept_backlog(pdr_thread_t *t, uv_tcp_t *listener)
+static void accept_backlog(pdr_thread_t *t, pdr_listener_t *l)
 {
-    uv_os_fd_t lfd;
-    if (uv_fileno((uv_handle_t *)listener, &lfd) != 0)
-        return;
     for (int i = 0; i < 4096; i++) {
-        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
-        serve_conn(t, (uv_stream_t *)listener, fd);
+        serve_conn(t, l, fd);
     }
 }
 
-static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reuseport, uv_tcp_t *h,
+static void on_listener_closed(uv_handle_t *h)
+{
+    pdr_listener_t *l = h->data;
+    if (h == (uv_handle_t *)&l->poll) {
+        close(l->fd);
+        l->fd = -1;
+    }
+}
+
+static void close_listener(pdr_listener_t *l)
+{
+    uv_timer_stop(&l->resume);
+    uv_close((uv_handle_t *)&l->resume, on_listener_closed);
+    uv_close((uv_handle_t *)&l->poll, on_listener_closed);
+}
+
+static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reuseport, pdr_listener_t *h,
                             int *listening);
 
 static int open_listener(pdr_thread_t *t, const pdr_config_t *c)
@@ -320,7 +376,7 @@ static int open_listener(pdr_thread_t *t, const pdr_config_t *c)
 }
 
 /* Binds host:port (SO_REUSEPORT when reuseport) and accepts on t's loop into `h`. */
-static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reuseport, uv_tcp_t *h,
+static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reuseport, pdr_listener_t *h,
                             int *listening)
 {
     struct sockaddr_storage ss;
@@ -361,16 +417,19 @@ static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reu
             close(fd);
         return PDR_EIO;
     }
-    uv_tcp_init(t->loop, h);
-    h->data = t;
-    int e = uv_tcp_open(h, fd);
-    if (e == 0)
-        e = uv_listen((uv_stream_t *)h, h == &t->listener ? 4096 : 64, on_accept);
-    if (e != 0) {
-        pdr_error("cannot listen on %s:%d: %s", host, port, uv_strerror(e));
-        uv_close((uv_handle_t *)h, NULL);
+    if (listen(fd, h == &t->listener ? 4096 : 64) != 0) {
+        pdr_error("cannot listen on %s:%d: %s", host, port, strerror(errno));
+        close(fd);
         return PDR_EIO;
     }
+    h->t = t;
+    h->fd = fd;
+    h->admin = h != &t->listener;
+    uv_poll_init(t->loop, &h->poll, fd);
+    h->poll.data = h;
+    uv_timer_init(t->loop, &h->resume);
+    h->resume.data = h;
+    uv_poll_start(&h->poll, UV_READABLE, on_listener_ready);
     *listening = 1;
     return 0;
 }
@@ -638,11 +697,11 @@ static void start_loop_shutdown(pdr_thread_t *t)
     t->closing = 1;
     if (t->listening) {
         accept_backlog(t, &t->listener);
-        uv_close((uv_handle_t *)&t->listener, NULL);
+        close_listener(&t->listener);
         t->listening = 0;
     }
     if (t->id == 0 && t->r->admin_listening) {
-        uv_close((uv_handle_t *)&t->r->admin_listener, NULL);
+        close_listener(&t->r->admin_listener);
         t->r->admin_listening = 0;
     }
     /* The first tick comes after a poll, so that the connections just taken from the backlog have

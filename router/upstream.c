@@ -544,7 +544,10 @@ static void conn_connect(pdr_conn_t *c)
     c->creq.data = c;
     int rc = uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&o->addr, on_connect);
     if (rc != 0) {
-        leg_fail(c, PDR_ECONNREFUSED);
+        /* libuv makes the socket here: out of descriptors or memory is the router's own failure, and must
+         * not be taken for a worker that refuses connections. */
+        int local = rc == UV_EMFILE || rc == UV_ENFILE || rc == UV_ENOBUFS || rc == UV_ENOMEM;
+        leg_fail(c, local ? PDR_ENOMEM : PDR_ECONNREFUSED);
         return;
     }
     pdr_leg_t *leg = c->leg;
