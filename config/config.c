@@ -181,6 +181,7 @@ pdr_config_t *pdr_config_new_default(void)
     c->lifecycle.drain_timeout_ms = PDR_DEF_DRAIN_TIMEOUT_MS;
     c->limits.max_body_bytes = PDR_DEF_MAX_BODY_BYTES;
     c->limits.max_inflight = PDR_DEF_MAX_INFLIGHT;
+    c->limits.h2_max_resets = PDR_DEF_H2_MAX_RESETS;
     c->retries.max = PDR_DEF_RETRIES;
     c->log.access_log = strdup(PDR_DEF_ACCESS_LOG);
     c->log.level = strdup(PDR_DEF_LOG_LEVEL);

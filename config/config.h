@@ -63,6 +63,7 @@ typedef struct pdr_config {
         int64_t max_body_bytes;         /* default 33554432 */
         int max_inflight;               /* default 4096 */
         int max_connections_per_worker; /* default 0: no limit; else shared out across the loops */
+        int h2_max_resets; /* default 200: streams an HTTP/2 client may abandon per connection in 10 s */
     } limits;
     struct {
         int max; /* default 2 */

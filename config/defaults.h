@@ -28,6 +28,11 @@
 
 #define PDR_DEF_MAX_BODY_BYTES 33554432 /* 32 MiB */
 #define PDR_DEF_MAX_INFLIGHT 4096
+/* Streams an HTTP/2 client may reset or abandon before their answer ends, per connection in any 10 s
+ * (a token bucket of this size refilled over 10 s); past it the connection is closed (the rapid-reset
+ * attack, CVE-2023-44487). 0: no limit. */
+#define PDR_DEF_H2_MAX_RESETS 200
+#define PDR_MAX_H2_RESETS 1000000
 #define PDR_DEF_RETRIES 2
 
 #define PDR_DEF_ACCESS_LOG "-"

@@ -96,6 +96,7 @@ static const struct field limits_fields[] = {
     {"max_inflight", F_INT, CONF(limits.max_inflight), 1, PDR_MAX_INFLIGHT, NULL},
     {"max_connections_per_worker", F_INT, CONF(limits.max_connections_per_worker), 0,
      PDR_MAX_CONNS_PER_WORKER, NULL},
+    {"h2_max_resets", F_INT, CONF(limits.h2_max_resets), 0, PDR_MAX_H2_RESETS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field retries_fields[] = {

@@ -136,6 +136,9 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
     t->client_stalled_total += m->client_stalled_total;
     t->bad_framing_total += m->bad_framing_total;
     t->accept_fd_exhausted_total += m->accept_fd_exhausted_total;
+    t->h2_client_resets_total += m->h2_client_resets_total;
+    t->h2_reset_floods_total += m->h2_reset_floods_total;
+    t->alog_suppressed_total += m->alog_suppressed_total;
     t->waiting += __atomic_load_n(&m->waiting, __ATOMIC_RELAXED);
     t->bytes_in_total += m->bytes_in_total;
     t->bytes_out_total += m->bytes_out_total;
@@ -246,6 +249,21 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         "accepting paused for 100 ms.\n"
         "# TYPE pdr_accept_fd_exhausted_total counter\npdr_accept_fd_exhausted_total %llu\n",
         (unsigned long long)m->accept_fd_exhausted_total);
+    put(&o,
+        "# HELP pdr_h2_client_resets_total HTTP/2 streams the client reset or abandoned before their answer "
+        "ended.\n"
+        "# TYPE pdr_h2_client_resets_total counter\npdr_h2_client_resets_total %llu\n",
+        (unsigned long long)m->h2_client_resets_total);
+    put(&o,
+        "# HELP pdr_h2_reset_floods_total HTTP/2 connections closed for resetting more streams than "
+        "limits.h2_max_resets allows.\n"
+        "# TYPE pdr_h2_reset_floods_total counter\npdr_h2_reset_floods_total %llu\n",
+        (unsigned long long)m->h2_reset_floods_total);
+    put(&o,
+        "# HELP pdr_access_log_suppressed_total Access-log lines of client-aborted requests not written "
+        "because they came faster than the log rate for them (a summary line counts them).\n"
+        "# TYPE pdr_access_log_suppressed_total counter\npdr_access_log_suppressed_total %llu\n",
+        (unsigned long long)m->alog_suppressed_total);
     put(&o,
         "# HELP pdr_request_bytes_total Request body bytes received from clients.\n"
         "# TYPE pdr_request_bytes_total counter\npdr_request_bytes_total %llu\n",

@@ -49,6 +49,9 @@ typedef struct pdr_metrics {
     uint64_t client_stalled_total;      /* streams cut: the client took no data for stream_idle_ms */
     uint64_t bad_framing_total;         /* HTTP/1 requests refused for an ambiguous head (reqguard.h) */
     uint64_t accept_fd_exhausted_total; /* accept() out of file descriptors: accepting paused */
+    uint64_t h2_client_resets_total;    /* HTTP/2 streams the client reset before their answer ended */
+    uint64_t h2_reset_floods_total;     /* connections closed for exceeding limits.h2_max_resets */
+    uint64_t alog_suppressed_total;     /* access-log lines of aborted requests over the rate, not written */
     uint64_t bytes_in_total, bytes_out_total;
     pdr_hist_t duration[PDR_MR__COUNT];
     pdr_hist_t ttfb[PDR_MR__COUNT];

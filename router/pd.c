@@ -857,8 +857,13 @@ static void write_access_log(pd_req_t *x)
         x->dw ? x->dw->conf.url : "null", x->dw ? "\"" : "", room, x->attempt + 1,
         ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0, x->bytes_out,
         x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null", x->error_cause ? "\"" : "");
-    if (n > 0)
-        pdr_access_log(x->t, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+    if (n <= 0)
+        return;
+    size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+    if (status == 499 && x->error_cause != NULL && strcmp(x->error_cause, "client_abort") == 0)
+        pdr_access_log_aborted(x->t, line, len);
+    else
+        pdr_access_log(x->t, line, len);
 }
 
 static void on_dispose(void *p)
@@ -868,6 +873,8 @@ static void on_dispose(void *p)
         x->t->m.client_aborts_total++;
         x->error_cause = "client_abort";
     }
+    if (x->req->version >= 0x200 && x->error_cause != NULL && strcmp(x->error_cause, "client_abort") == 0)
+        pdr__note_client_reset(x->t, x->req); /* may close the connection: a reset flood */
     cancel_legs(x);
     if (!x->started && x->counted_inflight)
         x->t->m.waiting--;
@@ -933,6 +940,13 @@ static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
     return x;
 }
 
+static void on_deferred_start(uv_timer_t *h)
+{
+    pd_req_t *x = h->data;
+    if (x->req != NULL)
+        start_attempt(x);
+}
+
 int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute)
 {
     pdr_router_t *r = t->r;
@@ -941,6 +955,12 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     if (pdr_router_shutting_down(r)) {
         pdr_send_error(req, 503, "service_unavailable", "the router is shutting down", 1);
         pdr_metrics_count_request(&t->m, mroute, 503, 0, -1);
+        return 0;
+    }
+    if (req->version >= 0x200 && pdr__conn_condemned(req)) {
+        /* Parsed from the buffer of a connection closed for a reset flood: never routed. */
+        pdr_send_error(req, 429, "rate_limit_error", "connection closed: too many streams reset", 0);
+        pdr_metrics_count_request(&t->m, mroute, 429, 0, -1);
         return 0;
     }
     if ((int64_t)req->entity.len > c->limits.max_body_bytes) {
@@ -979,6 +999,13 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     t->live++;
     if (x->rooms == NULL) {
         fail_response(x, 503, "service_unavailable", "out of memory", 1);
+        return 0;
+    }
+    if (req->version >= 0x200) {
+        /* HTTP/2: the legs go out on the next loop turn, after h2o has read the rest of what the client
+         * sent with this request, so that a stream the client resets at once (the rapid-reset pattern)
+         * costs the workers nothing: on_dispose runs first and nothing is started. */
+        uv_timer_start(&x->timer, on_deferred_start, 0, 0);
         return 0;
     }
     start_attempt(x);

@@ -54,7 +54,10 @@ typedef struct pdr_thread {
     char *alog;
     size_t alog_len, alog_cap;
     uv_timer_t alog_timer;
-    int alog_closed; /* the timer is gone (shutdown): write lines at once */
+    int alog_closed;          /* the timer is gone (shutdown): write lines at once */
+    double alog_abort_tokens; /* lines of client-aborted requests: a token bucket (pdr_access_log_aborted) */
+    uint64_t alog_abort_ms;   /* its last refill */
+    uint64_t alog_suppressed; /* lines not written since the last summary line */
 } pdr_thread_t;
 
 typedef struct pdr_router {
@@ -118,9 +121,19 @@ int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req);
 /* server.c */
 void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *msg, int retry_after_s);
 void pdr_access_log(pdr_thread_t *t, const char *line, size_t len);
+/* The line of a request its client aborted: written at most ALOG_ABORT_PER_S a second per loop (a burst of
+ * as many); the rest are counted and summed up in one line per flush, so that a client that opens and
+ * resets streams in a loop cannot turn the access log into a disk-filling amplifier. */
+void pdr_access_log_aborted(pdr_thread_t *t, const char *line, size_t len);
 /* HTTP/1 requests whose head another parser could frame differently (reqguard.h): answers 400, closes the
  * connection and returns 1; else 0. Both listeners call it first. */
 int pdr__refuse_ambiguous_head(pdr_thread_t *t, h2o_req_t *req);
+/* HTTP/2: the client reset (or abandoned) a stream before its answer ended. Takes a token of the
+ * connection's limits.h2_max_resets bucket; when none is left the connection is closed. Returns 1 when
+ * the connection is (now or already) closed for that. */
+int pdr__note_client_reset(pdr_thread_t *t, h2o_req_t *req);
+/* The request's connection was closed for a reset flood (its buffer may still hold requests). */
+int pdr__conn_condemned(h2o_req_t *req);
 /* Answers GET /metrics (data and admin ports). */
 void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req);
 /* Sets up the shared state and every loop (loop 0 on `loop0`), starts threads 1..n-1. */

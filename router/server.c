@@ -6,10 +6,12 @@
  */
 #define _GNU_SOURCE /* accept4 */
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include "err.h"
@@ -91,11 +93,49 @@ static void alog_flush(pdr_thread_t *t)
     t->alog_len = 0;
 }
 
+#define ALOG_ABORT_PER_S 100
+
+static void alog_summary(pdr_thread_t *t)
+{
+    char line[192];
+    int n = snprintf(line, sizeof(line),
+                     "{\"ts_us\":%" PRIu64 ",\"suppressed\":%" PRIu64
+                     ",\"error\":\"client_abort\",\"note\":\"lines of "
+                     "client-aborted requests over %d/s per loop\"}\n",
+                     pdr_wall_us(), t->alog_suppressed, ALOG_ABORT_PER_S);
+    t->alog_suppressed = 0;
+    pdr_access_log(t, line, (size_t)n);
+}
+
 static void on_alog_timer(uv_timer_t *h)
 {
     pdr_thread_t *t = h->data;
+    if (t->alog_suppressed > 0)
+        alog_summary(t);
     if (t->alog_len > 0)
         alog_flush(t);
+}
+
+void pdr_access_log_aborted(pdr_thread_t *t, const char *line, size_t len)
+{
+    if (t->r->access_fd < 0 || t->alog == NULL)
+        return;
+    uint64_t now = pdr_now_ms();
+    t->alog_abort_tokens += (double)(now - t->alog_abort_ms) * ALOG_ABORT_PER_S / 1000;
+    if (t->alog_abort_tokens > ALOG_ABORT_PER_S)
+        t->alog_abort_tokens = ALOG_ABORT_PER_S;
+    t->alog_abort_ms = now;
+    if (t->alog_abort_tokens >= 1) {
+        t->alog_abort_tokens -= 1;
+        pdr_access_log(t, line, len);
+        return;
+    }
+    t->alog_suppressed++;
+    t->m.alog_suppressed_total++;
+    if (t->alog_closed)
+        alog_summary(t);
+    else if (!uv_is_active((uv_handle_t *)&t->alog_timer))
+        uv_timer_start(&t->alog_timer, on_alog_timer, ALOG_FLUSH_MS, 0);
 }
 
 void pdr_access_log(pdr_thread_t *t, const char *line, size_t len)
@@ -254,12 +294,82 @@ static void maybe_dispose_h2o(pdr_thread_t *t)
 typedef struct client_conn {
     uv_tcp_t tcp;
     pdr_thread_t *t;
+    int fd;
+    /* HTTP/2 streams the client reset or abandoned before their answer ended: a token bucket of
+     * limits.h2_max_resets refilled over RESET_WINDOW_MS; empty, the connection is closed. */
+    double reset_tokens;
+    uint64_t reset_ms;
+    int condemned; /* closed for a reset flood: requests still parsed from its buffer are refused */
 } client_conn_t;
+
+#define RESET_WINDOW_MS 10000
+
+/* The client connection of each descriptor, for the HTTP/2 reset accounting: h2o does not expose the
+ * socket's handle, but a request's socket gives its descriptor. Sized to the open files limit; a slot is
+ * written only by the loop that owns the descriptor. */
+static client_conn_t **conn_by_fd;
+static size_t conn_by_fd_len;
+
+static void conn_map_init(void)
+{
+    struct rlimit rl;
+    size_t n =
+        getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (size_t)rl.rlim_cur : 65536;
+    if (n > (1u << 22))
+        n = 1u << 22;
+    conn_by_fd = calloc(n, sizeof(*conn_by_fd));
+    conn_by_fd_len = conn_by_fd != NULL ? n : 0;
+}
+
+static client_conn_t *conn_of(h2o_req_t *req)
+{
+    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+    if (sock == NULL)
+        return NULL;
+    int fd = h2o_socket_get_fd(sock);
+    return fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
+}
+
+int pdr__conn_condemned(h2o_req_t *req)
+{
+    client_conn_t *cc = conn_of(req);
+    return cc != NULL && cc->condemned;
+}
+
+int pdr__note_client_reset(pdr_thread_t *t, h2o_req_t *req)
+{
+    t->m.h2_client_resets_total++;
+    int limit = t->config->limits.h2_max_resets;
+    client_conn_t *cc = conn_of(req);
+    if (limit == 0 || cc == NULL || cc->condemned)
+        return cc != NULL && cc->condemned;
+    uint64_t now = pdr_now_ms();
+    cc->reset_tokens += (double)(now - cc->reset_ms) * limit / RESET_WINDOW_MS;
+    if (cc->reset_tokens > limit)
+        cc->reset_tokens = limit;
+    cc->reset_ms = now;
+    cc->reset_tokens -= 1;
+    if (cc->reset_tokens >= 0)
+        return 0;
+    /* h2o 2.2.5 has no call to send this connection a GOAWAY: the socket is reset instead (h2o sees the
+     * close on its next read and disposes of every stream). */
+    cc->condemned = 1;
+    t->m.h2_reset_floods_total++;
+    pdr_warn("HTTP/2 client reset more than %d streams in %d s on one connection (limits.h2_max_resets): "
+             "connection closed",
+             limit, RESET_WINDOW_MS / 1000);
+    struct linger lg = {1, 0};
+    setsockopt(cc->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    shutdown(cc->fd, SHUT_RDWR);
+    return 1;
+}
 
 static void on_conn_closed(uv_handle_t *h)
 {
     client_conn_t *cc = (client_conn_t *)h;
     pdr_thread_t *t = cc->t;
+    if (cc->fd >= 0 && (size_t)cc->fd < conn_by_fd_len && conn_by_fd[cc->fd] == cc)
+        conn_by_fd[cc->fd] = NULL;
     t->conns--;
     free(cc);
     maybe_dispose_h2o(t);
@@ -282,6 +392,12 @@ static void serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
         return;
     }
     uv_tcp_nodelay(conn, 1);
+    cc->fd = fd;
+    cc->reset_tokens = t->config->limits.h2_max_resets;
+    cc->reset_ms = pdr_now_ms();
+    cc->condemned = 0;
+    if ((size_t)fd < conn_by_fd_len)
+        conn_by_fd[fd] = cc;
     t->conns++; /* admin connections count too: loop 0 ends only when they are gone */
     h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)conn, on_conn_closed);
     h2o_accept(l->admin ? &t->r->admin_accept : &t->accept_ctx, sock);
@@ -481,6 +597,8 @@ static int init_thread(pdr_router_t *r, pdr_thread_t *t, int id, uv_loop_t *loop
     t->accept_ctx.hosts = r->h2o_config.hosts;
     uv_timer_init(loop, &t->alog_timer);
     t->alog_timer.data = t;
+    t->alog_abort_tokens = ALOG_ABORT_PER_S;
+    t->alog_abort_ms = pdr_now_ms();
     if (r->access_fd >= 0) {
         t->alog_cap = ALOG_MAX;
         t->alog = malloc(t->alog_cap);
@@ -541,6 +659,8 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
     char **argv = r->argv;
     small_socket_buffers(); /* loop 0 runs on this thread */
     memset(r, 0, sizeof(*r));
+    if (conn_by_fd == NULL)
+        conn_map_init();
     r->argc = argc;
     r->argv = argv;
     r->config = pdr_config_ref(c);
@@ -650,6 +770,8 @@ static void close_multi(pdr_thread_t *t)
     uv_timer_init(t->loop, &t->stop_timer);
     uv_timer_start(&t->stop_timer, on_stop_timer, 500, 0);
     uv_unref((uv_handle_t *)&t->stop_timer);
+    if (t->alog_suppressed > 0)
+        alog_summary(t);
     if (t->alog_len > 0)
         alog_flush(t);
     uv_timer_stop(&t->alog_timer);

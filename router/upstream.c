@@ -59,6 +59,7 @@ typedef struct pdr_conn {
     const char *pend;  /* a body span the owner paused on */
     size_t pend_len;
     struct pdr_conn *next_idle;
+    struct pdr_conn *due_next, **due_prev; /* on the multi's list of deadlines to act on after a poll */
 } pdr_conn_t;
 
 typedef struct pdr_origin {
@@ -91,6 +92,10 @@ struct pdr_multi {
     int *failq_err;
     size_t n_failq, cap_failq;
     char scratch[IDLE_BUF]; /* reads of idle connections */
+    uv_check_t due_check;   /* runs after the loop's poll: deadlines that passed (conn_due) */
+    uv_idle_t due_idle;     /* active with due_check: makes that poll return at once */
+    pdr_conn_t *due;
+    int due_closed;
     int closing;
     int in_start; /* inside pdr_leg_start: failures are reported from the kick timer */
     void (*close_cb)(void *);
@@ -194,6 +199,27 @@ static void leg_fail(pdr_conn_t *c, int err)
 
 /* ---- connections ---- */
 
+static void due_unlink(pdr_conn_t *c)
+{
+    if (c->due_prev == NULL)
+        return;
+    *c->due_prev = c->due_next;
+    if (c->due_next != NULL)
+        c->due_next->due_prev = c->due_prev;
+    c->due_prev = NULL;
+    c->due_next = NULL;
+}
+
+/* The multi is gone once its connections and its check handle have closed: the kick timer's close frees
+ * it (libuv runs close callbacks in no set order, so they are chained). */
+static void maybe_close_kick(pdr_multi_t *m)
+{
+    if (m->closing == 1 && m->open_conns == 0 && m->due_closed == 2) {
+        m->closing = 2;
+        uv_close((uv_handle_t *)&m->kick, on_kick_closed);
+    }
+}
+
 static void on_handle_closed(uv_handle_t *h)
 {
     pdr_conn_t *c = h->data;
@@ -204,13 +230,11 @@ static void on_handle_closed(uv_handle_t *h)
     if (c->tcp_open || c->timer_open || c->gai_pending)
         return;
     pdr_multi_t *m = c->m;
+    due_unlink(c);
     free(c->buf);
     free(c);
     m->open_conns--;
-    if (m->closing == 1 && m->open_conns == 0) {
-        m->closing = 2;
-        uv_close((uv_handle_t *)&m->kick, on_kick_closed);
-    }
+    maybe_close_kick(m);
 }
 
 static void idle_remove(pdr_conn_t *c)
@@ -243,6 +267,7 @@ static void conn_close(pdr_conn_t *c)
         idle_remove(c);
     c->state = C_CLOSING;
     c->leg = NULL;
+    due_unlink(c);
     c->o->open--;     /* room under the per-worker limit ... */
     connect_ended(c); /* ... and maybe a connect slot: either can serve a waiting leg */
     origin_kick(c->o);
@@ -280,10 +305,45 @@ static void on_idle_timeout(uv_timer_t *t)
     conn_close(t->data);
 }
 
+/* A connect or total deadline passed. It is acted on after the loop's next poll (in the check phase of
+ * this same loop pass), not now: when the loop runs late (a burst of work, a flood), the answer or the
+ * completed connect may already be waiting in the socket, and the router's own lag must not eject a
+ * healthy worker. What the poll completes leaves the list (due_unlink); the rest fail. */
+static void on_due_check(uv_check_t *h)
+{
+    pdr_multi_t *m = h->data;
+    uv_check_stop(h);
+    uv_idle_stop(&m->due_idle);
+    while (m->due != NULL) {
+        pdr_conn_t *c = m->due;
+        due_unlink(c);
+        if (c->state == C_CONNECTING || c->state == C_RESOLVING || (c->state == C_BUSY && c->leg != NULL))
+            leg_fail(c, PDR_ETIMEDOUT);
+    }
+}
+
+static void on_due_idle(uv_idle_t *h)
+{
+    (void)h; /* an active idle handle only makes the loop poll without blocking */
+}
+
+static void conn_due(pdr_conn_t *c)
+{
+    pdr_multi_t *m = c->m;
+    if (c->due_prev != NULL)
+        return;
+    c->due_next = m->due;
+    if (m->due != NULL)
+        m->due->due_prev = &c->due_next;
+    m->due = c;
+    c->due_prev = &m->due;
+    uv_check_start(&m->due_check, on_due_check);
+    uv_idle_start(&m->due_idle, on_due_idle);
+}
+
 static void on_timer(uv_timer_t *t)
 {
-    pdr_conn_t *c = t->data;
-    leg_fail(c, PDR_ETIMEDOUT);
+    conn_due(t->data);
 }
 
 /* The leg's total deadline, from its start, when it has one. */
@@ -334,6 +394,7 @@ static void conn_complete(pdr_conn_t *c)
         (m->conn_limit == 0 || c->o->open <= m->conn_limit); /* a probe's extra connection is not kept */
     c->leg = NULL;
     leg->conn = NULL;
+    due_unlink(c);
     if (reusable) {
         c->state = C_IDLE;
         c->reused = 1;
@@ -512,6 +573,7 @@ static void on_connect(uv_connect_t *req, int status)
     pdr_conn_t *c = req->data;
     if (c->state == C_CLOSING)
         return;
+    due_unlink(c);
     connect_ended(c);
     if (status < 0) {
         leg_fail(c, status == UV_ETIMEDOUT ? PDR_ETIMEDOUT : PDR_ECONNREFUSED);
@@ -528,8 +590,7 @@ static void on_connect(uv_connect_t *req, int status)
 
 static void on_connect_timeout(uv_timer_t *t)
 {
-    pdr_conn_t *c = t->data;
-    leg_fail(c, PDR_ETIMEDOUT); /* a connect that does not finish in time: the worker is unreachable */
+    conn_due(t->data); /* a connect that does not finish in time: the worker is unreachable */
 }
 
 static void conn_connect(pdr_conn_t *c)
@@ -783,6 +844,10 @@ pdr_multi_t *pdr_multi_new(uv_loop_t *loop, int max_connects)
     m->max_idle = max_connects > 0 ? (size_t)max_connects : 64;
     uv_timer_init(loop, &m->kick);
     m->kick.data = m;
+    uv_check_init(loop, &m->due_check);
+    m->due_check.data = m;
+    uv_idle_init(loop, &m->due_idle);
+    m->due_idle.data = m;
     return m;
 }
 
@@ -801,6 +866,13 @@ static void on_kick_closed(uv_handle_t *h)
     free(m);
 }
 
+static void on_due_closed(uv_handle_t *h)
+{
+    pdr_multi_t *m = h->data;
+    if (++m->due_closed == 2) /* the check and the idle handle */
+        maybe_close_kick(m);
+}
+
 void pdr_multi_close(pdr_multi_t *m, void (*close_cb)(void *), void *arg)
 {
     m->close_cb = close_cb;
@@ -810,12 +882,12 @@ void pdr_multi_close(pdr_multi_t *m, void (*close_cb)(void *), void *arg)
     for (pdr_origin_t *o = m->origins; o != NULL; o = o->next)
         while (o->idle != NULL)
             conn_close(o->idle);
-    /* Connections close asynchronously; the last one's close closes the kick timer (on_handle_closed).
-     * The kick timer's close frees the multi. */
-    if (m->open_conns == 0) {
-        m->closing = 2;
-        uv_close((uv_handle_t *)&m->kick, on_kick_closed);
-    }
+    /* Connections close asynchronously; the last one's close closes the kick timer (on_handle_closed),
+     * once the check handle has closed too. The kick timer's close frees the multi. */
+    uv_check_stop(&m->due_check);
+    uv_idle_stop(&m->due_idle);
+    uv_close((uv_handle_t *)&m->due_check, on_due_closed);
+    uv_close((uv_handle_t *)&m->due_idle, on_due_closed);
 }
 
 const char *pdr_leg_cause(int err)

@@ -403,5 +403,54 @@ def scenario_fd_exhausted():
         pdtest.stop_all()
 
 
+def scenario_h2_rapid_reset():
+    """HTTP/2 rapid reset (HEADERS + DATA + RST_STREAM in a loop, 2 connections, 3 s): every flooding
+    connection is closed after about limits.h2_max_resets streams, no reset stream reaches a worker, an
+    ordinary request keeps being answered quickly, no worker is ejected, and the access log stays small."""
+    import h2flood
+    ps, ds = [sim("prefill")], [sim("decode")]
+    fd, alog = tempfile.mkstemp(prefix="pdtest-alog-", suffix=".log")
+    os.close(fd)
+    r = router(ps, ds, config="threads: 2\nlog: { access_log: %s }\n"
+               "health: { interval_ms: 300, timeout_ms: 300, rise: 1, fall: 1 }\nlimits: { h2_max_resets: 100 }" % alog)
+    try:
+        res = {}
+        th = threading.Thread(target=lambda: res.update(h2flood.flood(r.port, 2, 3.0, 50)))
+        th.start()
+        lat, bad = [], []
+        while th.is_alive():
+            t0 = time.monotonic()
+            st = request(r.port, "POST", "/generate", BODIES["/generate"], timeout=10)[0]
+            lat.append(time.monotonic() - t0)
+            if st != 200:
+                bad.append(st)
+            time.sleep(0.05)  # the probe's pacing
+        th.join()
+        m = metrics(r)
+        resets = metric_value(m, "pdr_h2_client_resets_total")
+        floods = metric_value(m, "pdr_h2_reset_floods_total")
+        check(res["closed_by_server"] >= 2 and floods >= res["closed_by_server"] - 1,
+              "flooding connections not closed: %r, %s closed by the router" % (res, floods), r)
+        # A connection is closed once it has used its budget (plus what its last read still held).
+        check(resets <= floods * 100 * 5 + 500, "%s resets over %s closed connections" % (resets, floods), r)
+        reached = stats(ps[0])["requests"] - len(lat)
+        check(reached <= resets * 0.01, "%d reset streams reached the prefill (of %s)" % (reached, resets), r)
+        check(not bad and max(lat) < 2.0, "ordinary requests during the flood: bad %r, slowest %.2fs" %
+              (bad, max(lat)), r)
+        for role, w in (("prefill", ps[0]), ("decode", ds[0])):
+            check(metric_value(m, "pdr_worker_ejections_total", role=role, url=url(w)) == 0,
+                  "%s ejected during the flood" % role, r)
+        lines = pdtest.poll_until(lambda: access_log_lines(alog), 5, "the access log")
+        aborted = [l for l in lines if l.get("error") == "client_abort" and "suppressed" not in l]
+        # 100 lines a second per loop (a burst of as many), 2 loops, a few seconds: the rest are summed up.
+        check(len(aborted) <= 100 * 2 * 6, "%d aborted-request lines in the access log" % len(aborted), r)
+        suppressed = sum(l["suppressed"] for l in lines if "suppressed" in l)
+        check(suppressed == metric_value(metrics(r), "pdr_access_log_suppressed_total") and suppressed > 0,
+              "summary lines count %d, the metric %s" % (suppressed,
+                                                         metric_value(metrics(r), "pdr_access_log_suppressed_total")), r)
+    finally:
+        pdtest.stop_all()
+
+
 if __name__ == "__main__":
     pdtest.run_scenario(globals())

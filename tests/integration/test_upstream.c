@@ -382,6 +382,22 @@ int main(int argc, char **argv)
     result_free(&r);
     CHECK(get_ok("/cl/2", "ab"));
 
+    /* A deadline that passes while the loop is busy elsewhere (here: not running at all) is judged after
+     * the loop has read what arrived meanwhile: the answer that came in time wins over the late timer. */
+    CHECK(get_ok("/cl/2", "ab")); /* a pooled connection: the next request is written at once */
+    result_init(&r);
+    {
+        char lag_url[256];
+        snprintf(lag_url, sizeof(lag_url), "%s/cl/2", base);
+        CHECK(pdr_leg_start(&r.leg, multi, lag_url, NULL, 0, NULL, 1000, 100, &cbs, &r) == 0);
+        usleep(300 * 1000); /* the loop lags 300 ms behind a 100 ms deadline; the server answers meanwhile */
+        uint64_t lag_until = pdr_now_ms() + 5000;
+        while (!r.done && pdr_now_ms() < lag_until)
+            uv_run(loop, UV_RUN_ONCE);
+        CHECK(r.done == 1 && r.err == 0 && r.leg.status == 200);
+    }
+    result_free(&r);
+
     /* Failures: reset, garbage, hang past the total deadline, connect refused (reported later, never
      * from inside pdr_leg_start), a URL it cannot use. */
     result_init(&r);
