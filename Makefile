@@ -1,10 +1,12 @@
-# Thin wrapper around CMake: `make`, `make test`, `make run`, `make bench`.
+# Thin wrapper around CMake: `make`, `make test`, `make run`, `make bench`, `make fuzz`.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?= --output-on-failure
 
-.PHONY: all deps build test test-release test-asan run bench format clean
+.PHONY: all deps build test test-release test-asan run bench fuzz format clean
 
 all: build
 
@@ -36,8 +38,12 @@ run: deps build
 bench: build
 	./bench/run.sh
 
+# libFuzzer campaigns (clang): each fuzz target for FUZZ_SECONDS from its seed corpus, one at a time.
+fuzz:
+	FUZZ_BUILD=$(FUZZ_BUILD) JOBS=$(JOBS) ./scripts/fuzz.sh $(FUZZ_SECONDS)
+
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

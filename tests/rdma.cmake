@@ -15,8 +15,7 @@ set_tests_properties(test_rdma_device PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
 # Descriptor decoders: libFuzzer with -DPDR_LIBFUZZER (clang), else a replay of the seeds and mutations.
 add_executable(fuzz_rdma_desc ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_rdma_desc.c)
 target_link_libraries(fuzz_rdma_desc PRIVATE pdr_transport)
-add_test(NAME fuzz_rdma_desc COMMAND fuzz_rdma_desc ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/rdma)
-set_tests_properties(fuzz_rdma_desc PROPERTIES TIMEOUT 60)
+pdr_fuzz_corpus_test(fuzz_rdma_desc fuzz_rdma_desc rdma 60)
 
 # The runtime against a fake libibverbs (tests/unit/rdma_fake_verbs.c, linked instead of the real one):
 # posting, completions, errors and teardown, without hardware.

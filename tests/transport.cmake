@@ -36,8 +36,7 @@ pdr_xfer_test(test_transport_engine ${PDR_XFER_TEST_DIR}/unit/test_transport_eng
 # and their deterministic mutations.
 add_executable(fuzz_xfer_frame ${PDR_XFER_TEST_DIR}/fuzz/fuzz_xfer_frame.c)
 target_link_libraries(fuzz_xfer_frame PRIVATE pdr_transport)
-add_test(NAME fuzz_xfer_frame COMMAND fuzz_xfer_frame ${PDR_XFER_TEST_DIR}/fuzz/corpus/xfer)
-set_tests_properties(fuzz_xfer_frame PROPERTIES TIMEOUT 60)
+pdr_fuzz_corpus_test(fuzz_xfer_frame fuzz_xfer_frame xfer 60)
 
 pdr_xfer_test(test_shim_faults ${PDR_XFER_TEST_DIR}/integration/test_shim_faults.c 90 pdshim pdr_transport)
 
