@@ -33,6 +33,10 @@ int pdr__check_selector(const char *s, size_t len, char *msg, size_t msglen);   
 int pdr__check_namespace(const char *s, size_t len, char *msg, size_t msglen);  /* kubernetes.namespace */
 int pdr__check_api_server(const char *s, size_t len, char *msg, size_t msglen); /* kubernetes.api_server */
 
+/* The protocols the router can run: the parsers know every contract name, the validators refuse these
+ * so that --check-config and a reload refuse what the router cannot start with. Argument: the name. */
+#define PDR__PROTOCOL_UNSUPPORTED_FMT "protocol %s is not implemented yet; use protocol: sglang"
+
 /* A role with neither static workers nor a discovery source; arguments: the role's name four times. */
 #define PDR__NO_WORKERS_FMT                                                                                  \
     "workers.%s: at least one %s worker is required, or a discovery source for it (discovery.dns.%s.name "   \

@@ -372,6 +372,11 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         return PDR_ECONFIG;
     }
     CHECK_RANGE(c->protocol, 0, 2, "protocol");
+    if (c->protocol != PDR_PROTO_SGLANG) {
+        pdr__config_err(err, errlen, "protocol: " PDR__PROTOCOL_UNSUPPORTED_FMT,
+                        pdr_protocol_name(c->protocol));
+        return PDR_ECONFIG;
+    }
     CHECK_RANGE(c->policy_prefill, 0, 2, "policy.prefill");
     CHECK_RANGE(c->policy_decode, 0, 2, "policy.decode");
     if (c->health.path == NULL || c->health.path[0] != '/') {

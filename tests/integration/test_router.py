@@ -535,6 +535,19 @@ def scenario_check_config():
     check(out.returncode == 0, "valid config: %d %s" % (out.returncode, out.stderr))
     out = subprocess.run([exe, "--check-config", bad], capture_output=True, text=True)
     check(out.returncode == 2 and ("%s:7:18:" % bad) in out.stderr, "broken config: %d %r" % (out.returncode, out.stderr))
+    # What the router refuses at start, --check-config refuses too, at the key: the protocols it cannot
+    # run yet. The same file given to the router stops it with the same message, before it listens.
+    for proto in ("vllm", "pdshim"):
+        unsupported = tempfile.mktemp(suffix=".yaml")
+        with open(unsupported, "w") as f:
+            f.write("workers:\n  prefill: [ http://127.0.0.1:1 ]\n  decode: [ http://127.0.0.1:3 ]\n"
+                    "protocol:  %s\n" % proto)
+        want = "%s:4:12: protocol: protocol %s is not implemented yet; use protocol: sglang" % (unsupported, proto)
+        out = subprocess.run([exe, "--check-config", unsupported], capture_output=True, text=True)
+        check(out.returncode == 2 and want in out.stderr, "check-config %s: %d %r" % (proto, out.returncode, out.stderr))
+        out = subprocess.run([exe, "--config", unsupported, "--admin-port", "0", "--port", str(pdtest.free_port())],
+                             capture_output=True, text=True, timeout=10)
+        check(out.returncode == 2 and want in out.stderr, "start with %s: %d %r" % (proto, out.returncode, out.stderr))
     out = subprocess.run([exe, "--no-such-flag"], capture_output=True, text=True)
     check(out.returncode == 2 and "no-such-flag" in out.stderr, out.stderr)
     out = subprocess.run([exe, "--version"], capture_output=True, text=True)

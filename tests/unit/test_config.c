@@ -81,7 +81,7 @@ static void test_full_file(void)
         "# every key\n"
         "listen:   { host: 127.0.0.2, port: 9000 }\n"
         "admin:    { host: 127.0.0.3, port: 0, token_file: /etc/pdrouter/token }\n"
-        "protocol: vllm\n"
+        "protocol: sglang\n"
         "policy:   { prefill: random, decode: round_robin }\n"
         "workers:\n"
         "  prefill:\n"
@@ -115,7 +115,7 @@ static void test_full_file(void)
     CHECK_STR(c->admin_host, "127.0.0.3");
     CHECK(c->admin_port == 0);
     CHECK_STR(c->admin_token_file, "/etc/pdrouter/token");
-    CHECK(c->protocol == PDR_PROTO_VLLM);
+    CHECK(c->protocol == PDR_PROTO_SGLANG);
     CHECK(c->policy_prefill == PDR_POLICY_RANDOM);
     CHECK(c->policy_decode == PDR_POLICY_ROUND_ROBIN);
     CHECK(c->n_prefill == 4);
@@ -219,6 +219,10 @@ static void test_defaults(void)
     CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
     CHECK_STR(err, "workers.prefill: at least one prefill worker is required, or a discovery source for it "
                    "(discovery.dns.prefill.name or discovery.kubernetes.prefill.selector)");
+    /* A snapshot built in code with a protocol the router cannot run is refused like a file is. */
+    c->protocol = PDR_PROTO_PDSHIM;
+    CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
+    CHECK_STR(err, "protocol: protocol pdshim is not implemented yet; use protocol: sglang");
     pdr_config_unref(c);
 
     /* A file with only workers gets every default. */
@@ -335,6 +339,11 @@ static void test_errors(void)
                  "bad.yaml:1:17: health.path: must start with '/', got 'healthz'");
     EXPECT_ERROR("protocol: grpc\n",
                  "bad.yaml:1:11: protocol: unknown protocol 'grpc', expected sglang, vllm or pdshim");
+    /* Contract names the router cannot run yet: refused where written, not at start. */
+    EXPECT_ERROR("protocol: vllm\n", "bad.yaml:1:11: protocol: protocol vllm is not implemented yet; use "
+                                     "protocol: sglang");
+    EXPECT_ERROR("listen: { port: 8000 }\nprotocol:   pdshim\n",
+                 "bad.yaml:2:13: protocol: protocol pdshim is not implemented yet; use protocol: sglang");
     EXPECT_ERROR("policy: { decode: cache_aware }\n",
                  "bad.yaml:1:19: policy.decode: unknown policy 'cache_aware', expected round_robin, "
                  "least_load or random");
@@ -855,7 +864,7 @@ static void test_cli(void)
                         "least_load",
                         "--decode-policy=round_robin",
                         "--protocol",
-                        "pdshim",
+                        "sglang",
                         "--log-level",
                         "debug",
                         "--access-log",
@@ -880,7 +889,7 @@ static void test_cli(void)
     } else {
         pdr_config_t *c = cli.config;
         CHECK(c->policy_prefill == PDR_POLICY_LEAST_LOAD && c->policy_decode == PDR_POLICY_ROUND_ROBIN);
-        CHECK(c->protocol == PDR_PROTO_PDSHIM);
+        CHECK(c->protocol == PDR_PROTO_SGLANG);
         CHECK_STR(c->log.level, "debug");
         CHECK_STR(c->log.access_log, "off");
         CHECK(c->retries.max == 0);
@@ -954,6 +963,8 @@ static void test_cli(void)
                       "--port", "8000");
     EXPECT_ARGV_ERROR("argv: at least one --decode URL is required", "--prefill", "http://a:1", "8998");
     EXPECT_ARGV_ERROR("argv: at least one --prefill URL is required", "--decode", "http://a:1");
+    EXPECT_ARGV_ERROR("argv: --protocol: protocol vllm is not implemented yet; use protocol: sglang",
+                      "--prefill", "http://a:1", "--decode", "http://b:1", "--protocol", "vllm");
     EXPECT_ARGV_ERROR("argv: --port: expected an integer in 1..65535, got 'abc'", "--port", "abc");
     EXPECT_ARGV_ERROR("argv: --port: expected an integer in 1..65535, got '0'", "--port=0");
     EXPECT_ARGV_ERROR("argv: --prefill: expected an integer in 1..65535, got '70000'", "--prefill",
