@@ -266,6 +266,11 @@ static int handle(const struct opt *o, const char *val, int argc, char **argv, i
                             pdr__config_show(val, strlen(val), shown, sizeof(shown)));
             return PDR_EINVAL;
         }
+        if (fl->protocol != PDR_PROTO_SGLANG) {
+            pdr__config_err(err, errlen, "argv: --protocol: " PDR__PROTOCOL_UNSUPPORTED_FMT,
+                            pdr_protocol_name(fl->protocol));
+            return PDR_EINVAL;
+        }
         return 0;
     case OPT_CONFIG:
         if (*config_file != NULL) {

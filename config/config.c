@@ -132,6 +132,7 @@ static void config_free(pdr_config_t *c)
     free(c->listen_host);
     free(c->admin_host);
     free(c->admin_token_file);
+    free(c->admin_deny_networks.nets);
     for (size_t i = 0; i < c->n_prefill; i++)
         pdr_worker_conf_clear(&c->prefill[i]);
     free(c->prefill);
@@ -164,6 +165,13 @@ pdr_config_t *pdr_config_new_default(void)
     c->listen_port = PDR_DEF_LISTEN_PORT;
     c->admin_host = strdup(PDR_DEF_ADMIN_HOST);
     c->admin_port = PDR_DEF_ADMIN_PORT;
+    static const char *const deny[] = PDR_DEF_ADMIN_DENY_NETWORKS;
+    size_t ndeny = sizeof(deny) / sizeof(deny[0]);
+    c->admin_deny_networks.nets = calloc(ndeny, sizeof(pdr_ipnet_t));
+    for (size_t i = 0; c->admin_deny_networks.nets != NULL && i < ndeny; i++)
+        if (pdr_ipnet_parse(deny[i], strlen(deny[i]), &c->admin_deny_networks.nets[c->admin_deny_networks.n],
+                            NULL, 0) == 0)
+            c->admin_deny_networks.n++;
     c->protocol = PDR_PROTO_SGLANG;
     c->policy_prefill = PDR_POLICY_ROUND_ROBIN;
     c->policy_decode = PDR_POLICY_LEAST_LOAD;
@@ -194,7 +202,7 @@ pdr_config_t *pdr_config_new_default(void)
     c->discovery.kubernetes.role[PDR_ROLE_DECODE].bootstrap_port = -1;
     c->discovery.kubernetes.watch_timeout_s = PDR_DEF_K8S_WATCH_TIMEOUT_S;
     if (c->source == NULL || c->listen_host == NULL || c->admin_host == NULL || c->health.path == NULL ||
-        c->log.access_log == NULL || c->log.level == NULL) {
+        c->log.access_log == NULL || c->log.level == NULL || c->admin_deny_networks.nets == NULL) {
         config_free(c);
         return NULL;
     }
@@ -228,6 +236,62 @@ static int is_host_char(char ch)
 {
     return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
            ch == '.' || ch == '_';
+}
+
+/*
+ * Writes the normalized host into out (at least INET6_ADDRSTRLEN bytes, and more than hlen): numeric
+ * forms as canonical addresses, names in lower case; sets *is_ipv6. is_bracketed: the URL held the host
+ * in [ ]. Returns 0, or PDR_EINVAL with the reason in err.
+ */
+static int normalize_host(const char *host, size_t hlen, int is_bracketed, const char *shown, char *out,
+                          size_t outlen, int *is_ipv6, char *err, size_t errlen)
+{
+    uint8_t a[16];
+    int family = AF_INET;
+    char tmp[INET6_ADDRSTRLEN + 1];
+    *is_ipv6 = 0;
+    if (is_bracketed) {
+        if (hlen == 0 || hlen >= sizeof(tmp)) {
+            pdr__config_err(err, errlen, "'%s': not an IPv6 address between '[' and ']'", shown);
+            return PDR_EINVAL;
+        }
+        memcpy(tmp, host, hlen);
+        tmp[hlen] = '\0';
+        if (inet_pton(AF_INET6, tmp, a) != 1) {
+            pdr__config_err(err, errlen, "'%s': '%s' is not an IPv6 address", shown, tmp);
+            return PDR_EINVAL;
+        }
+        if (pdr__ipv6_is_v4mapped(a)) {
+            memmove(a, a + 12, 4); /* ::ffff:a.b.c.d is a.b.c.d on the wire */
+        } else {
+            family = AF_INET6;
+            *is_ipv6 = 1;
+        }
+    } else {
+        int r = pdr__ipv4_parse_host(host, hlen, a);
+        if (r < 0) {
+            char hshown[80];
+            pdr__config_err(err, errlen,
+                            "'%s': '%s' is read as an IPv4 address (its last label is a number) but is not "
+                            "one: expected 1 to 4 parts, each decimal, 0x-hex or 0-octal, within 0..255 "
+                            "(the last part may fill the remaining bytes)",
+                            shown, pdr__config_show(host, hlen, hshown, sizeof(hshown)));
+            return PDR_EINVAL;
+        }
+        if (r == 0) {
+            for (size_t i = 0; i < hlen; i++)
+                out[i] = host[i] >= 'A' && host[i] <= 'Z' ? (char)(host[i] | 0x20) : host[i];
+            out[hlen] = '\0';
+            return 0;
+        }
+    }
+    inet_ntop(family, a, out, (socklen_t)outlen);
+    const char *why = pdr__addr_unusable(family, a);
+    if (why != NULL) {
+        pdr__config_err(err, errlen, "'%s': %s is %s", shown, out, why);
+        return PDR_EINVAL;
+    }
+    return 0;
 }
 
 int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, size_t errlen)
@@ -266,7 +330,7 @@ int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, 
 
     const char *host, *after;
     size_t hlen;
-    int is_ipv6 = 0;
+    int bracketed = 0;
     if (alen > 0 && auth[0] == '[') {
         const char *close = memchr(auth, ']', alen);
         if (close == NULL) {
@@ -275,19 +339,7 @@ int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, 
         }
         host = auth + 1;
         hlen = (size_t)(close - host);
-        char tmp[INET6_ADDRSTRLEN + 1];
-        struct in6_addr a6;
-        if (hlen == 0 || hlen >= sizeof(tmp)) {
-            pdr__config_err(err, errlen, "'%s': not an IPv6 address between '[' and ']'", shown);
-            return PDR_EINVAL;
-        }
-        memcpy(tmp, host, hlen);
-        tmp[hlen] = '\0';
-        if (inet_pton(AF_INET6, tmp, &a6) != 1) {
-            pdr__config_err(err, errlen, "'%s': '%s' is not an IPv6 address", shown, tmp);
-            return PDR_EINVAL;
-        }
-        is_ipv6 = 1;
+        bracketed = 1;
         after = close + 1;
     } else {
         const char *colon = memchr(auth, ':', alen);
@@ -328,25 +380,36 @@ int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, 
         port = (int)v;
     }
 
-    size_t keep = len;
-    if (rest[0] != '\0') {
-        if (rest[0] == '/' && rest[1] == '\0') {
-            keep = len - 1;
-        } else {
-            char rshown[80];
-            pdr__config_err(err, errlen, "'%s': worker URLs take no path, query or fragment (got '%s')",
-                            shown, pdr__config_show(rest, strlen(rest), rshown, sizeof(rshown)));
-            return PDR_EINVAL;
-        }
+    if (rest[0] != '\0' && !(rest[0] == '/' && rest[1] == '\0')) {
+        char rshown[80];
+        pdr__config_err(err, errlen, "'%s': worker URLs take no path, query or fragment (got '%s')", shown,
+                        pdr__config_show(rest, strlen(rest), rshown, sizeof(rshown)));
+        return PDR_EINVAL;
     }
 
-    char *u = strndup(url, keep), *h = strndup(host, hlen);
-    if (u == NULL || h == NULL) {
-        free(u);
+    int is_ipv6;
+    size_t hcap = hlen + INET6_ADDRSTRLEN + 1;
+    char *h = malloc(hcap);
+    if (h == NULL) {
+        pdr__config_err(err, errlen, "out of memory");
+        return PDR_ENOMEM;
+    }
+    if (normalize_host(host, hlen, bracketed, shown, h, hcap, &is_ipv6, err, errlen) != 0) {
+        free(h);
+        return PDR_EINVAL;
+    }
+    /* "http://" + [host] + ":65535" */
+    size_t ucap = 7 + strlen(h) + 2 + 6 + 1;
+    char *u = malloc(ucap);
+    if (u == NULL) {
         free(h);
         pdr__config_err(err, errlen, "out of memory");
         return PDR_ENOMEM;
     }
+    if (port == 80)
+        snprintf(u, ucap, is_ipv6 ? "http://[%s]" : "http://%s", h);
+    else
+        snprintf(u, ucap, is_ipv6 ? "http://[%s]:%d" : "http://%s:%d", h, port);
     w->url = u;
     w->host = h;
     w->port = port;

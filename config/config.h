@@ -16,12 +16,20 @@ typedef enum { PDR_POLICY_ROUND_ROBIN = 0, PDR_POLICY_LEAST_LOAD, PDR_POLICY_RAN
 typedef enum { PDR_ROLE_PREFILL = 0, PDR_ROLE_DECODE = 1 } pdr_role_t;
 
 typedef struct pdr_worker_conf {
-    char *url;          /* as written, without a trailing slash: "http://127.0.0.1:30001" */
-    char *host;         /* host part as in the URL; IPv6 without brackets */
+    char *url;          /* normalized (see pdr_worker_conf_parse_url): "http://127.0.0.1:30001" */
+    char *host;         /* host part as in the normalized URL; IPv6 without brackets */
     int port;           /* explicit or the scheme's default */
     int is_ipv6;        /* host is an IPv6 literal (bracketed in bootstrap_host) */
     int bootstrap_port; /* prefill only; -1 = none (sent as JSON null) */
 } pdr_worker_conf_t;
+
+/* An IP network (admin.deny_worker_networks). */
+typedef struct pdr_ipnet {
+    int family;       /* AF_INET or AF_INET6 */
+    int prefix;       /* 0..32 or 0..128 */
+    uint8_t addr[16]; /* the network address; IPv4 in the first 4 bytes */
+    char text[52];    /* canonical "address/prefix", for messages */
+} pdr_ipnet_t;
 
 typedef struct pdr_config {
     char *source; /* file name, or "<command line>" */
@@ -31,6 +39,10 @@ typedef struct pdr_config {
     char *admin_host;       /* default 127.0.0.1 */
     int admin_port;         /* default 8001; 0 disables the admin listener */
     char *admin_token_file; /* NULL: no token (development) */
+    struct {
+        pdr_ipnet_t *nets; /* workers the admin API refuses to add; default PDR_DEF_ADMIN_DENY_NETWORKS */
+        size_t n;
+    } admin_deny_networks;
 
     pdr_protocol_t protocol;          /* default sglang */
     pdr_policy_kind_t policy_prefill; /* default round_robin */
@@ -135,8 +147,21 @@ const char *pdr_protocol_name(pdr_protocol_t p);
 
 /* Parses "http://host[:port][/]" into a worker. Returns 0 or PDR_EINVAL with a message in err. */
 /* It overwrites *w entirely (url, host, port, is_ipv6; bootstrap_port = -1) without freeing what *w held;
- * on failure *w owns nothing. PDR_ENOMEM when out of memory. */
+ * on failure *w owns nothing. PDR_ENOMEM when out of memory.
+ * The URL is normalized so that two spellings of one worker are equal strings: scheme and host names in
+ * lower case; a numeric host in any IPv4 spelling (127.1, 0x7f000001, 2130706433, 0177.0.0.1) as a
+ * dotted quad; IPv6 in its canonical text form (RFC 5952), an IPv4-mapped one (::ffff:127.0.0.1) as
+ * plain IPv4; port 80 left out, no trailing slash. Addresses no worker can have are refused: the
+ * unspecified 0.0.0.0 and ::, the broadcast 255.255.255.255, multicast 224.0.0.0/4 and ff00::/8. */
 int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, size_t errlen);
+
+/* Parses "ADDRESS" (one address) or "ADDRESS/PREFIX" (IPv4 a.b.c.d or IPv6), refusing bits set past the
+ * prefix. An IPv4-mapped IPv6 network (::ffff:0:0/96 and longer) becomes the IPv4 one. Returns 0, or
+ * PDR_EINVAL with a message in err. */
+int pdr_ipnet_parse(const char *s, size_t len, pdr_ipnet_t *net, char *err, size_t errlen);
+/* Index of the first of nets[0..n) that holds the worker's address, or -1 (also for host names, which
+ * are resolved only when connecting). */
+long pdr_ipnet_find(const pdr_ipnet_t *nets, size_t n, const pdr_worker_conf_t *w);
 void pdr_worker_conf_clear(pdr_worker_conf_t *w);
 
 /* Additions beyond the original contract. */

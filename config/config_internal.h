@@ -3,6 +3,7 @@
 #define PDR_CONFIG_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "config.h"
 
 /* Replaces *dst with a copy of s[0..len). Returns 0 or PDR_ENOMEM (then *dst is unchanged). */
@@ -32,6 +33,20 @@ int pdr__check_resolver(const char *s, size_t len, char *msg, size_t msglen);   
 int pdr__check_selector(const char *s, size_t len, char *msg, size_t msglen);   /* kubernetes.*.selector */
 int pdr__check_namespace(const char *s, size_t len, char *msg, size_t msglen);  /* kubernetes.namespace */
 int pdr__check_api_server(const char *s, size_t len, char *msg, size_t msglen); /* kubernetes.api_server */
+
+/* Numeric hosts (netaddr.c). pdr__ipv4_parse_host: 1 and the address in out when host[0..len) is an IPv4
+ * address in any of the URL Standard's spellings (127.1, 0x7f000001, 0177.0.0.1, 2130706433, one trailing
+ * dot allowed), 0 when it is a host name, -1 when it looks numeric but is no address (1.2.3.256). */
+int pdr__ipv4_parse_host(const char *host, size_t len, uint8_t out[4]);
+/* NULL for an address a worker can have; else why not (unspecified, broadcast, multicast). family is
+ * AF_INET (4 bytes at a) or AF_INET6 (16). */
+const char *pdr__addr_unusable(int family, const uint8_t *a);
+/* 1 for an IPv4-mapped IPv6 address (::ffff:a.b.c.d). */
+int pdr__ipv6_is_v4mapped(const uint8_t a[16]);
+
+/* The protocols the router can run: the parsers know every contract name, the validators refuse these
+ * so that --check-config and a reload refuse what the router cannot start with. Argument: the name. */
+#define PDR__PROTOCOL_UNSUPPORTED_FMT "protocol %s is not implemented yet; use protocol: sglang"
 
 /* A role with neither static workers nor a discovery source; arguments: the role's name four times. */
 #define PDR__NO_WORKERS_FMT                                                                                  \

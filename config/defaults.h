@@ -10,6 +10,14 @@
 #define PDR_DEF_LISTEN_PORT 8000 /* sglang router's default port */
 #define PDR_DEF_ADMIN_HOST "127.0.0.1"
 #define PDR_DEF_ADMIN_PORT 8001
+/* Networks the admin API adds no worker in: link-local (169.254.0.0/16, RFC 3927; fe80::/10, RFC 4291),
+ * which holds the cloud instance-metadata address 169.254.169.254, and fd00:ec2::254, AWS's IPv6
+ * instance-metadata address. */
+#define PDR_DEF_ADMIN_DENY_NETWORKS                                                                          \
+    {                                                                                                        \
+        "169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128"                                                   \
+    }
+#define PDR_CONFIG_MAX_NETWORKS 1024 /* entries of admin.deny_worker_networks */
 
 #define PDR_DEF_HEALTH_PATH "/health"
 #define PDR_DEF_HEALTH_INTERVAL_MS 2000

@@ -371,7 +371,25 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         pdr__config_err(err, errlen, "admin.token_file: must not be empty (leave it out for no token)");
         return PDR_ECONFIG;
     }
+    if (c->admin_deny_networks.n > 0 && c->admin_deny_networks.nets == NULL) {
+        pdr__config_err(err, errlen, "admin.deny_worker_networks: missing list");
+        return PDR_ECONFIG;
+    }
+    CHECK_RANGE(c->admin_deny_networks.n, 0, PDR_CONFIG_MAX_NETWORKS, "admin.deny_worker_networks (count)");
+    for (size_t i = 0; i < c->admin_deny_networks.n; i++) {
+        const pdr_ipnet_t *net = &c->admin_deny_networks.nets[i];
+        if ((net->family != AF_INET && net->family != AF_INET6) || net->prefix < 0 ||
+            net->prefix > (net->family == AF_INET ? 32 : 128)) {
+            pdr__config_err(err, errlen, "admin.deny_worker_networks[%zu]: not an IP network", i);
+            return PDR_ECONFIG;
+        }
+    }
     CHECK_RANGE(c->protocol, 0, 2, "protocol");
+    if (c->protocol != PDR_PROTO_SGLANG) {
+        pdr__config_err(err, errlen, "protocol: " PDR__PROTOCOL_UNSUPPORTED_FMT,
+                        pdr_protocol_name(c->protocol));
+        return PDR_ECONFIG;
+    }
     CHECK_RANGE(c->policy_prefill, 0, 2, "policy.prefill");
     CHECK_RANGE(c->policy_decode, 0, 2, "policy.decode");
     if (c->health.path == NULL || c->health.path[0] != '/') {

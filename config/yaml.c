@@ -42,6 +42,7 @@ enum ftype {
     F_API_URL,   /* string: http:// or https:// URL of the API server */
     F_DNS_ROLE,  /* a mapping described by sub, then name and port required; min is the role */
     F_K8S_ROLE,  /* a mapping described by sub, then selector required; min is the role */
+    F_NETWORKS,  /* sequence of IP networks, or null for none (admin_deny_networks) */
 };
 
 struct field {
@@ -63,6 +64,7 @@ static const struct field admin_fields[] = {
     {"host", F_STR, CONF(admin_host), 0, 0, NULL},
     {"port", F_INT, CONF(admin_port), 0, 65535, NULL},
     {"token_file", F_STR_OPT, CONF(admin_token_file), 0, 0, NULL},
+    {"deny_worker_networks", F_NETWORKS, 0, 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field policy_fields[] = {
@@ -393,6 +395,45 @@ static int load_workers(struct ctx *cx, const yaml_node_t *seq, const char *path
     return 0;
 }
 
+/* admin.deny_worker_networks: a sequence of "ADDRESS[/PREFIX]" scalars; null or [] for none. */
+static int load_networks(struct ctx *cx, const yaml_node_t *seq, const char *path)
+{
+    pdr_config_t *c = cx->c;
+    free(c->admin_deny_networks.nets);
+    c->admin_deny_networks.nets = NULL;
+    c->admin_deny_networks.n = 0;
+    if (is_null(seq))
+        return 0;
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return FAIL(cx, seq,
+                    "%s: expected a sequence of IP networks such as [169.254.0.0/16, \"fe80::/10\"], got %s",
+                    path, node_kind(seq));
+    size_t count = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    if (count > PDR_CONFIG_MAX_NETWORKS)
+        return FAIL(cx, seq, "%s: %zu networks, at most %d are allowed", path, count,
+                    PDR_CONFIG_MAX_NETWORKS);
+    if (count == 0)
+        return 0;
+    if ((c->admin_deny_networks.nets = calloc(count, sizeof(pdr_ipnet_t))) == NULL)
+        return FAIL(cx, seq, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *item = yaml_document_get_node(cx->doc, seq->data.sequence.items.start[i]);
+        char ipath[160], msg[256];
+        size_t len;
+        snprintf(ipath, sizeof(ipath), "%.120s[%zu]", path, i);
+        if (item == NULL)
+            return FAIL(cx, seq, "%s: missing node", ipath);
+        int rc = need_scalar(cx, item, ipath, "an IP network (ADDRESS or ADDRESS/PREFIX)");
+        if (rc != 0)
+            return rc;
+        const char *str = sval(item, &len);
+        if (pdr_ipnet_parse(str, len, &c->admin_deny_networks.nets[i], msg, sizeof(msg)) != 0)
+            return FAIL(cx, item, "%s: %s", ipath, msg);
+        c->admin_deny_networks.n = i + 1;
+    }
+    return 0;
+}
+
 static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, const char *path, void *base)
 {
     char buf[80];
@@ -451,6 +492,9 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
         if (pdr__protocol_parse(s, len, (pdr_protocol_t *)(void *)p) != 0)
             return FAIL(cx, v, "%s: unknown protocol '%s', expected sglang, vllm or pdshim", path,
                         show(v, buf, sizeof(buf)));
+        if (*(pdr_protocol_t *)(void *)p != PDR_PROTO_SGLANG)
+            return FAIL(cx, v, "%s: " PDR__PROTOCOL_UNSUPPORTED_FMT, path,
+                        pdr_protocol_name(*(pdr_protocol_t *)(void *)p));
         return 0;
     }
     case F_POLICY:
@@ -501,6 +545,8 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
     }
     case F_BPORT_BAD:
         return FAIL(cx, v, "%s: only prefill workers have a bootstrap port", path);
+    case F_NETWORKS:
+        return load_networks(cx, v, path);
     case F_HOSTNAME:
     case F_RESOLVER:
     case F_SELECTOR:

@@ -530,6 +530,20 @@ static void add_worker(pdr_router_t *r, h2o_req_t *req)
                        rc == PDR_ENOMEM ? "service_unavailable" : "invalid_request_error", msg, 0);
         return;
     }
+    /* Link-local and metadata addresses by default: an admin token must not be a way to make the router
+     * send requests (and health checks) to the host's own metadata service. */
+    const pdr_config_t *c = r->config;
+    long deny = pdr_ipnet_find(c->admin_deny_networks.nets, c->admin_deny_networks.n, &conf);
+    if (deny >= 0) {
+        snprintf(msg, sizeof(msg),
+                 "url: %s is in admin.deny_worker_networks (%s); the admin API adds no worker there",
+                 conf.url, c->admin_deny_networks.nets[deny].text);
+        audit(req, "refused: denied network");
+        pdr_send_error(req, 400, "invalid_request_error", msg, 0);
+        pdr_worker_conf_clear(&conf);
+        free(labels);
+        return;
+    }
     int err = 0;
     pdr_worker_t *w = pdr_pool_add(&r->pool, (pdr_role_t)role, &conf, PDR_SOURCE_ADMIN, NULL, labels, &err);
     if (w == NULL && err == PDR_EEXIST) {

@@ -1,7 +1,8 @@
 /*
  * Owns the single-pass JSON scanner declared in jsonscan.h: strict RFC 8259 validation of a request
  * body whose top-level value must be an object, plus a record (key, raw span, type, array shape) for
- * each top-level member. Nested values are validated and typed but not recorded.
+ * each top-level member. Nested values are validated and typed but not recorded; the walkers
+ * (pdr_jarray_next, pdr_jobject_next) read them again on demand.
  *
  * Invariants: the input is never written and never read past p + len (it need not be NUL-terminated);
  * recursion is bounded by PDR_JSON_MAX_DEPTH; a call allocates at most once (the duplicate-key table of a
@@ -12,6 +13,7 @@
  */
 #include "jsonscan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,10 +208,65 @@ static const char *scan_string(scan_t *s, const char *p, int *escaped)
     }
 }
 
+/*
+ * 1 when the number token [p, end) (valid JSON grammar) is larger in magnitude than DBL_MAX, so that a
+ * consumer parsing it as a double (Python's json module, strtod) gets infinity. With m the position of
+ * the first significant digit relative to the decimal point (123.4 -> 3, 0.05 -> -1) and e the exponent,
+ * the magnitude lies in [10^(m+e-1), 10^(m+e)): above 309 it overflows, below 309 it does not (DBL_MAX
+ * is about 1.8e308), and at 309 strtod decides on the first 40 significant digits, which fix the
+ * rounding for every value not within 1e-40 relative of DBL_MAX's rounding boundary.
+ */
+static int number_overflows(const char *p, const char *end)
+{
+    /* EXP_CAP: beyond any digit count a body can hold, so m + e keeps its sign when e saturates. */
+    enum { SIG_MAX = 40 };
+    const long long EXP_CAP = 1000000000000000ll;
+    char buf[SIG_MAX + 32];
+    size_t nsig = 0;
+    long long m = 0, e = 0;
+    int seen = 0, in_frac = 0, eneg = 0;
+    if (p < end && *p == '-')
+        p++;
+    for (; p < end && (is_digit(*p) || *p == '.'); p++) {
+        if (*p == '.') {
+            in_frac = 1;
+            continue;
+        }
+        if (!seen && *p == '0') {
+            if (in_frac)
+                m--;
+            continue;
+        }
+        if (!seen)
+            seen = 1;
+        if (!in_frac)
+            m++;
+        if (nsig < SIG_MAX)
+            buf[nsig++] = *p;
+    }
+    if (!seen)
+        return 0; /* zero */
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            eneg = *p++ == '-';
+        for (; p < end && is_digit(*p); p++)
+            if (e < EXP_CAP)
+                e = e * 10 + (*p - '0');
+        if (eneg)
+            e = -e;
+    }
+    if (m + e != 309)
+        return m + e > 309;
+    /* The digits read as an integer, scaled by 10^(m + e - nsig); no decimal point, so no locale. */
+    snprintf(buf + nsig, sizeof(buf) - nsig, "e%lld", m + e - (long long)nsig);
+    return isinf(strtod(buf, NULL));
+}
+
 /* p is at '-' or a digit. Returns the byte after the number and sets *type to INT or NUMBER. */
 static const char *scan_number(scan_t *s, const char *p, uint8_t *type)
 {
-    const char *end = s->end;
+    const char *end = s->end, *start = p;
     if (*p == '-')
         p++;
     if (p == end || !is_digit(*p))
@@ -241,6 +298,15 @@ static const char *scan_number(scan_t *s, const char *p, uint8_t *type)
             p++;
         *type = PDR_JT_NUMBER;
     }
+    /* 309 digits: the shortest integer above DBL_MAX (1.8e308 has 309). */
+    if ((*type == PDR_JT_NUMBER || p - start >= 309) && number_overflows(start, p)) {
+        if (s->errlen > 0)
+            snprintf(s->err, s->errlen,
+                     "number out of range at byte %zu: larger than a double can hold (it would read as "
+                     "infinity)",
+                     (size_t)(start - s->start));
+        return NULL;
+    }
     return p;
 }
 
@@ -265,7 +331,7 @@ static const char *scan_value(scan_t *s, const char *p, int depth, pdr_jval_t *v
 static const char *scan_array(scan_t *s, const char *p, int depth, pdr_jval_t *v)
 {
     const char *end = s->end;
-    uint8_t elem = PDR_JT_NONE, elem_elem = PDR_JT_NONE;
+    uint8_t elem = PDR_JT_NONE, elem_elem = PDR_JT_NONE, empty_inner = 0;
     uint32_t count = 0;
     if (depth > PDR_JSON_MAX_DEPTH)
         return fail(s, p, "nesting deeper than 128 levels");
@@ -275,6 +341,7 @@ static const char *scan_array(scan_t *s, const char *p, int depth, pdr_jval_t *v
     } else {
         for (;;) {
             uint8_t t, te = PDR_JT_NONE;
+            uint32_t tc = 0;
             if (p < end && (is_digit(*p) || *p == '-')) {
                 /* Numbers skip scan_value: token-id arrays are made of little else. */
                 if ((p = scan_number(s, p, &t)) == NULL)
@@ -285,11 +352,14 @@ static const char *scan_array(scan_t *s, const char *p, int depth, pdr_jval_t *v
                     return NULL;
                 t = c.type;
                 te = c.elem;
+                tc = c.count;
             }
             count = count_up(count);
             elem = merge_type(elem, t);
             if (t == PDR_JT_ARRAY && te != PDR_JT_NONE)
                 elem_elem = merge_type(elem_elem, te);
+            if (t == PDR_JT_ARRAY && tc == 0)
+                empty_inner = 1;
             p = skip_ws(p, end);
             if (p == end)
                 return fail(s, p, "unexpected end of input: expected ',' or ']'");
@@ -307,6 +377,7 @@ static const char *scan_array(scan_t *s, const char *p, int depth, pdr_jval_t *v
     v->type = PDR_JT_ARRAY;
     v->elem = elem;
     v->elem_elem = elem == PDR_JT_ARRAY ? elem_elem : PDR_JT_NONE;
+    v->empty_inner = elem == PDR_JT_ARRAY ? empty_inner : 0;
     v->count = count;
     return p;
 }
@@ -373,6 +444,7 @@ static const char *scan_value(scan_t *s, const char *p, int depth, pdr_jval_t *v
     int escaped = 0;
     v->elem = PDR_JT_NONE;
     v->elem_elem = PDR_JT_NONE;
+    v->empty_inner = 0;
     v->count = 0;
     v->p = p;
     if (p == s->end)
@@ -796,6 +868,49 @@ int pdr_jval_int(const pdr_jval_t *v, int64_t *out)
     else
         *out = (int64_t)acc;
     return 0;
+}
+
+/* The first byte of the next element or member of a container being walked, or NULL at its end. */
+static const char *walk_next(const pdr_jval_t *c, size_t *pos, char close)
+{
+    const char *end = c->p + c->len;
+    const char *p = skip_ws(c->p + (*pos == 0 ? 1 : *pos), end);
+    if (p < end && *p == ',')
+        p = skip_ws(p + 1, end);
+    return p < end && *p != close ? p : NULL;
+}
+
+int pdr_jarray_next(const pdr_jval_t *arr, size_t *pos, pdr_jval_t *elem)
+{
+    scan_t s = {arr->p, arr->p + arr->len, NULL, 0};
+    const char *p = arr->type == PDR_JT_ARRAY ? walk_next(arr, pos, ']') : NULL;
+    if (p == NULL || (p = scan_value(&s, p, 1, elem)) == NULL)
+        return 0;
+    *pos = (size_t)(p - arr->p);
+    return 1;
+}
+
+int pdr_jobject_next(const pdr_jval_t *obj, size_t *pos, pdr_jmember_t *m)
+{
+    scan_t s = {obj->p, obj->p + obj->len, NULL, 0};
+    const char *p = obj->type == PDR_JT_OBJECT ? walk_next(obj, pos, '}') : NULL;
+    int escaped = 0;
+    if (p == NULL || *p != '"')
+        return 0;
+    m->raw = p;
+    m->key = p + 1;
+    if ((p = scan_string(&s, p + 1, &escaped)) == NULL)
+        return 0;
+    m->key_len = (size_t)(p - 1 - m->key);
+    m->key_escaped = escaped;
+    p = skip_ws(p, s.end);
+    if (p == s.end || *p != ':')
+        return 0;
+    if ((p = scan_value(&s, skip_ws(p + 1, s.end), 1, &m->v)) == NULL)
+        return 0;
+    m->raw_len = (size_t)(p - m->raw);
+    *pos = (size_t)(p - obj->p);
+    return 1;
 }
 
 const char *pdr_jt_name(int type)

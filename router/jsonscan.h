@@ -34,6 +34,8 @@ typedef struct pdr_jval {
     /* Arrays whose elements are all arrays: the type shared by all their elements, empty inner arrays
      * not counting (NONE if all inner arrays are empty, MIXED if they differ). NONE otherwise. */
     uint8_t elem_elem;
+    /* Arrays whose elements are all arrays: 1 when at least one of them is empty. 0 otherwise. */
+    uint8_t empty_inner;
     uint32_t count; /* arrays: elements; objects: members; others: 0 */
     const char *p;  /* raw bytes of the value, exactly as in the input */
     size_t len;
@@ -51,7 +53,8 @@ typedef struct pdr_jmember {
 /*
  * Validates the whole document (RFC 8259, strict: one top-level value which must be an OBJECT,
  * surrounding whitespace allowed; strings valid UTF-8 without raw control characters, escapes valid
- * including \uXXXX surrogate pairs; numbers per the JSON grammar; nesting depth at most
+ * including \uXXXX surrogate pairs; numbers per the JSON grammar and within a double's range (1e999,
+ * which a parser would read as infinity, is refused: "number out of range at byte N"); nesting depth at most
  * PDR_JSON_MAX_DEPTH; no trailing commas, no comments). Fills out[0..*n) with the top-level members in
  * order, at most max of them (more: error "too many top-level fields"). Duplicate top-level keys
  * (compared after decoding escapes) are an error; nested objects are not checked for duplicates.
@@ -71,6 +74,16 @@ int pdr_jval_int(const pdr_jval_t *v, int64_t *out);
 
 /* Finds a top-level member by decoded name, or NULL. */
 const pdr_jmember_t *pdr_jfind(const pdr_jmember_t *m, size_t n, const char *name);
+
+/*
+ * Walk the elements of an ARRAY value, or the members of an OBJECT value, that pdr_json_scan_object
+ * validated (nested values are not recorded by the scan; these read them when a caller needs them).
+ * *pos starts at 0 and is the iteration state. Each call fills *elem (a member's key, raw span and value
+ * for objects, as in the top-level records) and returns 1, or returns 0 after the last one (and for a
+ * value of another type). Duplicate keys in nested objects are not detected: every occurrence comes.
+ */
+int pdr_jarray_next(const pdr_jval_t *arr, size_t *pos, pdr_jval_t *elem);
+int pdr_jobject_next(const pdr_jval_t *obj, size_t *pos, pdr_jmember_t *member);
 
 /* Static name of a pdr_jt_t ("string", "array", ...) for error messages. Never NULL. */
 const char *pdr_jt_name(int type);

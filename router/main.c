@@ -89,12 +89,6 @@ int main(int argc, char **argv)
         return 2;
     }
     pdr_set_log_level_name(c->log.level);
-    if (c->protocol != PDR_PROTO_SGLANG) {
-        fprintf(stderr, "pdrouter: protocol %s is not implemented yet; use protocol: sglang\n",
-                pdr_protocol_name(c->protocol));
-        pdr_config_unref(c);
-        return 2;
-    }
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
     /* The other loops answer requests (readiness included) as soon as pdr_router_start spawns them,

@@ -19,6 +19,8 @@
 
 /* 1024: far more top-level fields than any OpenAI or sglang request has. */
 #define MAX_MEMBERS 1024
+/* 128: the maximum of n in OpenAI's chat completions reference; completions use the same bound. */
+#define MAX_N 128
 
 static const pdr_jval_t *get(const pdr_pdreq_t *r, const char *name)
 {
@@ -38,16 +40,26 @@ static int get_bool(const pdr_pdreq_t *r, const char *key, int *out, char *err, 
     return 0;
 }
 
-/* An array of arrays of integers (inner arrays may be empty). */
-static int is_int_lists(const pdr_jval_t *v)
+/* An array of arrays of integers; with allow_empty, inner arrays may be empty. */
+static int is_int_lists(const pdr_jval_t *v, int allow_empty)
 {
     return v->type == PDR_JT_ARRAY && v->elem == PDR_JT_ARRAY &&
-           (v->elem_elem == PDR_JT_INT || v->elem_elem == PDR_JT_NONE);
+           (v->elem_elem == PDR_JT_INT || v->elem_elem == PDR_JT_NONE) && (allow_empty || !v->empty_inner);
 }
 
+/*
+ * sglang's GenerateReqInput takes one prompt form. Given two, it takes the batch size from the first of
+ * text, input_ids, input_embeds but tokenizes from input_ids (older releases refuse the pair outright), so
+ * {"text":"a","input_ids":[[1],[2]]} would be one item to the router and two token lists to the engine.
+ * The router refuses such bodies rather than guess.
+ */
 static int parse_generate(pdr_pdreq_t *r, char *err, size_t errlen)
 {
-    const pdr_jval_t *text = get(r, "text"), *ids = get(r, "input_ids");
+    const pdr_jval_t *text = get(r, "text"), *ids = get(r, "input_ids"), *embeds = get(r, "input_embeds");
+    if ((text != NULL) + (ids != NULL) + (embeds != NULL) > 1)
+        FAIL("give only one of 'text', 'input_ids' or 'input_embeds' (this request has %s%s%s%s%s)",
+             text ? "'text'" : "", text && ids ? " and " : "", ids ? "'input_ids'" : "",
+             (text || ids) && embeds ? " and " : "", embeds ? "'input_embeds'" : "");
     if (text != NULL) {
         if (text->type == PDR_JT_ARRAY) {
             if (text->count == 0)
@@ -59,13 +71,21 @@ static int parse_generate(pdr_pdreq_t *r, char *err, size_t errlen)
             FAIL("'text' must be a string or an array of strings");
         }
     } else if (ids != NULL) {
-        if (ids->type != PDR_JT_ARRAY || ids->count == 0)
-            FAIL("'input_ids' must be a non-empty array of integers or of arrays of integers");
-        if (is_int_lists(ids))
+        if (ids->type == PDR_JT_ARRAY && ids->count > 0 && is_int_lists(ids, 0))
             r->batch = ids->count;
-        else if (ids->elem != PDR_JT_INT)
-            FAIL("'input_ids' must be a non-empty array of integers or of arrays of integers");
-    } else if (get(r, "input_embeds") == NULL) {
+        else if (ids->type != PDR_JT_ARRAY || ids->count == 0 || ids->elem != PDR_JT_INT)
+            FAIL("'input_ids' must be a non-empty array of integers or a non-empty array of non-empty "
+                 "arrays of integers");
+    } else if (embeds != NULL) {
+        /* One prompt is a list of vectors, a batch a list of those. */
+        if (embeds->type != PDR_JT_ARRAY || embeds->count == 0 || embeds->elem != PDR_JT_ARRAY ||
+            embeds->empty_inner)
+            FAIL("'input_embeds' must be a non-empty array of embedding vectors, or an array of those");
+        if (embeds->elem_elem == PDR_JT_ARRAY)
+            r->batch = embeds->count;
+        else if (embeds->elem_elem != PDR_JT_NUMBER && embeds->elem_elem != PDR_JT_INT)
+            FAIL("'input_embeds' must be a non-empty array of embedding vectors, or an array of those");
+    } else {
         FAIL("one of 'text', 'input_ids' or 'input_embeds' is required");
     }
     const pdr_jval_t *sp = get(r, "sampling_params");
@@ -95,14 +115,16 @@ static int parse_completions(pdr_pdreq_t *r, char *err, size_t errlen)
     if (p->type == PDR_JT_ARRAY) {
         if (p->count == 0)
             FAIL("'prompt' must not be an empty array");
-        if (p->elem == PDR_JT_STRING || is_int_lists(p))
+        if (p->elem == PDR_JT_STRING || is_int_lists(p, 1))
             r->batch = p->count;
         else if (p->elem != PDR_JT_INT)
             FAIL("'prompt' must be a string, an array of strings, or an array of integers");
     } else if (p->type != PDR_JT_STRING) {
         FAIL("'prompt' must be a string, an array of strings, or an array of integers");
     }
-    if (check_count(r, "max_tokens", 0, INT64_MAX, err, errlen) != 0)
+    /* n completions per prompt: the engine samples them from one prefill, so the batch stays the prompts. */
+    if (check_count(r, "n", 1, MAX_N, err, errlen) != 0 ||
+        check_count(r, "max_tokens", 0, INT64_MAX, err, errlen) != 0)
         return PDR_EINVAL;
     const pdr_jval_t *lp = get(r, "logprobs");
     if (lp != NULL) {
@@ -117,6 +139,35 @@ static int parse_completions(pdr_pdreq_t *r, char *err, size_t errlen)
     return 0;
 }
 
+/* Each message: an object whose "role" is a string and whose "content", if any, is a string, null or an
+ * array of content parts (objects). Every occurrence of a repeated key is checked: parsers keep the last. */
+static int check_messages(const pdr_jval_t *msgs, char *err, size_t errlen)
+{
+    size_t pos = 0, i = 0;
+    pdr_jval_t msg;
+    for (; pdr_jarray_next(msgs, &pos, &msg); i++) {
+        size_t mpos = 0;
+        int has_role = 0;
+        pdr_jmember_t f;
+        while (pdr_jobject_next(&msg, &mpos, &f)) {
+            if (pdr_jmember_key_is(&f, "role")) {
+                if (f.v.type != PDR_JT_STRING)
+                    FAIL("'messages[%zu].role' must be a string", i);
+                has_role = 1;
+            } else if (pdr_jmember_key_is(&f, "content")) {
+                if (f.v.type != PDR_JT_STRING && f.v.type != PDR_JT_NULL &&
+                    (f.v.type != PDR_JT_ARRAY || (f.v.count > 0 && f.v.elem != PDR_JT_OBJECT)))
+                    FAIL("'messages[%zu].content' must be a string, null or an array of content parts "
+                         "(objects)",
+                         i);
+            }
+        }
+        if (!has_role)
+            FAIL("'messages[%zu].role' is required (a string such as \"user\")", i);
+    }
+    return 0;
+}
+
 static int parse_chat(pdr_pdreq_t *r, char *err, size_t errlen)
 {
     const pdr_jval_t *m = get(r, "messages");
@@ -124,7 +175,9 @@ static int parse_chat(pdr_pdreq_t *r, char *err, size_t errlen)
         FAIL("'messages' must be a non-empty array");
     if (m->elem != PDR_JT_OBJECT)
         FAIL("'messages' items must all be objects");
-    if (check_count(r, "n", 1, 128, err, errlen) != 0)
+    if (check_messages(m, err, errlen) != 0)
+        return PDR_EINVAL;
+    if (check_count(r, "n", 1, MAX_N, err, errlen) != 0)
         return PDR_EINVAL;
     const pdr_jval_t *n = get(r, "n");
     int64_t k;

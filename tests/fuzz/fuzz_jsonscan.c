@@ -17,7 +17,8 @@
  *      allows it and so does the scanner. jansson stops at the first error, so nothing is known about
  *      the rest: the input is excluded and counted (skip_nul_key).
  *   5. Numbers outside int64 ("too big integer") or beyond double ("real number overflow"): jansson
- *      fails, the JSON grammar allows them and so does the scanner. Excluded and counted (skip_range).
+ *      fails. The scanner refuses those beyond a double's range too (they would read as infinity) but
+ *      accepts integers beyond int64 that a double holds. Excluded and counted (skip_range).
  *   6. Duplicate keys: JSON_REJECT_DUPLICATES checks every depth, the scanner only the top level.
  *      jansson reports the first duplicate in document order at the byte after the key; when that key
  *      is at depth 1 the input must be rejected, otherwise the input is excluded (skip_nested_dup).
@@ -28,7 +29,8 @@
  *      holding one is expected to be rejected; the cases where jansson accepts are counted
  *      (jansson_raw_nul).
  * When both accept, the records are checked against jansson's tree: member count, decoded keys, the raw
- * member and value spans (each reparsed on its own), types, counts and array element types.
+ * member and value spans (each reparsed on its own), types, counts and array element types, and each
+ * container member is walked with pdr_jarray_next/pdr_jobject_next element by element.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -131,6 +133,7 @@ static uint8_t jdiff_merge(uint8_t acc, uint8_t t)
 static void jdiff_shape(const json_t *j, pdr_jval_t *v)
 {
     v->elem = v->elem_elem = PDR_JT_NONE;
+    v->empty_inner = 0;
     v->count = 0;
     switch (json_typeof(j)) {
     case JSON_OBJECT:
@@ -146,9 +149,11 @@ static void jdiff_shape(const json_t *j, pdr_jval_t *v)
             v->elem = jdiff_merge(v->elem, c.type);
             if (c.type == PDR_JT_ARRAY && c.elem != PDR_JT_NONE)
                 v->elem_elem = jdiff_merge(v->elem_elem, c.elem);
+            if (c.type == PDR_JT_ARRAY && c.count == 0)
+                v->empty_inner = 1;
         }
         if (v->elem != PDR_JT_ARRAY)
-            v->elem_elem = PDR_JT_NONE;
+            v->elem_elem = v->empty_inner = 0;
         break;
     case JSON_STRING:
         v->type = PDR_JT_STRING;
@@ -169,6 +174,64 @@ static void jdiff_shape(const json_t *j, pdr_jval_t *v)
         v->type = PDR_JT_NULL;
         break;
     }
+}
+
+/*
+ * Walks a container member with pdr_jarray_next/pdr_jobject_next and checks each element (each member:
+ * decoded key and value) against jansson's. Returns 0, or 1 with a description in why.
+ */
+static int jdiff_check_walk(const pdr_jval_t *v, const json_t *want, size_t i, char *why, size_t whylen)
+{
+    json_error_t e;
+    size_t pos = 0, k = 0, want_n = json_is_array(want) ? json_array_size(want) : json_object_size(want);
+    int bad = 0;
+    if (v->type == PDR_JT_ARRAY) {
+        pdr_jval_t c;
+        for (; !bad && pdr_jarray_next(v, &pos, &c); k++) {
+            json_t *cv = json_loadb(c.p, c.len, JSON_ALLOW_NUL | JSON_DECODE_ANY, &e);
+            if (cv == NULL || !json_equal(cv, json_array_get(want, k)) || c.p < v->p ||
+                c.p + c.len > v->p + v->len) {
+                snprintf(why, whylen, "member %zu: walked element %zu differs from jansson's", i, k);
+                bad = 1;
+            }
+            json_decref(cv);
+        }
+    } else if (v->type == PDR_JT_OBJECT) {
+        pdr_jmember_t c;
+        for (; !bad && pdr_jobject_next(v, &pos, &c); k++) {
+            size_t wlen = c.raw_len + 2;
+            char *w = malloc(wlen);
+            if (w == NULL)
+                abort();
+            w[0] = '{';
+            memcpy(w + 1, c.raw, c.raw_len);
+            w[wlen - 1] = '}';
+            json_t *one = json_loadb(w, wlen, JSON_ALLOW_NUL, &e);
+            void *it = one ? json_object_iter(one) : NULL;
+            const char *key = it ? json_object_iter_key(it) : NULL;
+            json_t *cv = json_loadb(c.v.p, c.v.len, JSON_ALLOW_NUL | JSON_DECODE_ANY, &e);
+            json_t *wv = key ? json_object_getn(want, key, json_object_iter_key_len(it)) : NULL;
+            if (wv == NULL || cv == NULL || !json_equal(cv, wv) || c.key != c.raw + 1 ||
+                c.v.p + c.v.len != c.raw + c.raw_len ||
+                (memchr(key, '\0', json_object_iter_key_len(it)) == NULL && !pdr_jmember_key_is(&c, key))) {
+                snprintf(why, whylen, "member %zu: walked member %zu differs from jansson's", i, k);
+                bad = 1;
+            }
+            json_decref(cv);
+            json_decref(one);
+            free(w);
+        }
+    } else if (pdr_jarray_next(v, &pos, &(pdr_jval_t){0}) || pdr_jobject_next(v, &pos, &(pdr_jmember_t){0})) {
+        snprintf(why, whylen, "member %zu: a walker accepted a %s", i, pdr_jt_name(v->type));
+        return 1;
+    } else {
+        return 0;
+    }
+    if (!bad && k != want_n) {
+        snprintf(why, whylen, "member %zu: walked %zu elements, jansson has %zu", i, k, want_n);
+        bad = 1;
+    }
+    return bad;
 }
 
 /* Checks accepted records against jansson's tree. Returns 0, or 1 with a description in why. */
@@ -220,10 +283,12 @@ static int jdiff_check_members(const uint8_t *b, size_t len, const pdr_jmember_t
         } else {
             jdiff_shape(want, &shape);
             if (shape.type != x->v.type || shape.elem != x->v.elem || shape.elem_elem != x->v.elem_elem ||
-                shape.count != x->v.count) {
+                shape.empty_inner != x->v.empty_inner || shape.count != x->v.count) {
                 snprintf(why, whylen, "member %zu: shape %d/%d/%d/%u, jansson says %d/%d/%d/%u", i, x->v.type,
                          x->v.elem, x->v.elem_elem, x->v.count, shape.type, shape.elem, shape.elem_elem,
                          shape.count);
+                bad = 1;
+            } else if (jdiff_check_walk(&x->v, want, i, why, whylen) != 0) {
                 bad = 1;
             } else if (shape.type == PDR_JT_INT) {
                 int64_t iv;

@@ -201,6 +201,83 @@ def stream_complete(result, tokens):
     return st == 200 and evs and evs[-1] == "[DONE]" and len(evs) == tokens + 1
 
 
+def scenario_worker_urls():
+    """POST /admin/v1/workers normalizes the URL before its duplicate check: every numeric spelling of
+    the static decode's address (0x7f000001, 2130706433, 0177.0.0.1, 127.1, [::ffff:127.0.0.1]), with or
+    without a trailing slash, is 409; so are another host case and an explicit default port. Addresses no
+    worker can have (0.0.0.0, ::, broadcast, multicast) are 400, as are the default deny-list's
+    (link-local, cloud metadata) in any spelling; admin.deny_worker_networks replaces that list."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d])
+    try:
+        def add(url, role="decode"):
+            st, _, raw = request(r.ports["admin"], "POST", "/admin/v1/workers", {"role": role, "url": url})
+            return st, json.loads(raw)
+
+        canon = "http://127.0.0.1:%d" % d.port
+        for host in ("0x7f000001", "2130706433", "0177.0.0.1", "127.1", "0x7f.1", "[::ffff:127.0.0.1]",
+                     "[::ffff:7f00:1]", "127.0.0.1"):
+            for tail in ("", "/"):
+                url = "http://%s:%d%s" % (host, d.port, tail)
+                st, j = add(url)
+                check(st == 409 and j["error"]["type"] == "conflict_error" and canon in j["error"]["message"],
+                      "%s: %d %r" % (url, st, j), r)
+        st, j = add("http://0x7f000001:%d" % p.port, role="prefill")
+        check(st == 409 and ("http://127.0.0.1:%d" % p.port) in j["error"]["message"], repr(j), r)
+        # Host names: compared without case. Port 80 is the same as no port.
+        st, j = add("http://LocalHost:%d/" % d.port)
+        check(st == 201 and j["url"] == "http://localhost:%d" % d.port, "%d %r" % (st, j), r)
+        st, j = add("http://LOCALHOST:%d" % d.port)
+        check(st == 409, "LOCALHOST: %d %r" % (st, j), r)
+        st, j = add("http://127.0.0.1")
+        check(st == 201 and j["url"] == "http://127.0.0.1", "%d %r" % (st, j), r)
+        for url in ("http://127.0.0.1:80", "HTTP://127.0.0.1:080/", "http://2130706433:80"):
+            st, j = add(url)
+            check(st == 409, "%s: %d %r" % (url, st, j), r)
+
+        for url, needle in [
+                ("http://0.0.0.0:30001", "0.0.0.0 is the unspecified address"),
+                ("http://0:30001", "0.0.0.0 is the unspecified address"),
+                ("http://[::]:30001", ":: is the unspecified address"),
+                ("http://[::ffff:0.0.0.0]:30001", "0.0.0.0 is the unspecified address"),
+                ("http://255.255.255.255:30001", "255.255.255.255 is the limited broadcast address"),
+                ("http://4294967295:30001", "255.255.255.255 is the limited broadcast address"),
+                ("http://224.0.0.1:30001", "224.0.0.1 is a multicast address"),
+                ("http://239.255.255.250:1900", "239.255.255.250 is a multicast address"),
+                ("http://[ff02::1]:30001", "ff02::1 is a multicast address"),
+                ("http://1.2.3.256:30001", "is read as an IPv4 address"),
+                ("http://169.254.169.254", "is in admin.deny_worker_networks (169.254.0.0/16)"),
+                ("http://0xa9fea9fe:80", "http://169.254.169.254 is in admin.deny_worker_networks (169.254.0.0/16)"),
+                ("http://[::ffff:169.254.169.254]", "is in admin.deny_worker_networks (169.254.0.0/16)"),
+                ("http://169.254.1.1:30001", "is in admin.deny_worker_networks (169.254.0.0/16)"),
+                ("http://[fe80::1]:30001", "is in admin.deny_worker_networks (fe80::/10)"),
+                ("http://[fd00:ec2::254]", "is in admin.deny_worker_networks (fd00:ec2::254/128)")]:
+            st, j = add(url)
+            check(st == 400 and j["error"]["type"] == "invalid_request_error" and needle in j["error"]["message"],
+                  "%s: %d %r" % (url, st, j), r)
+        urls = sorted(w["url"] for w in admin(r, "GET", "/admin/v1/workers")["workers"])
+        check(urls == sorted(["http://127.0.0.1:%d" % p.port, canon, "http://localhost:%d" % d.port,
+                              "http://127.0.0.1"]), "the pool: %r" % urls, r)
+        check("admin audit: POST /admin/v1/workers" in open(r.log_path).read() and
+              "refused: denied network" in open(r.log_path).read(), "refusals are audited", r)
+        r.stop()
+
+        # The key replaces the default list: link-local is allowed then, the listed network is not.
+        r = router([p], [d], config="admin: { host: 127.0.0.1, port: {admin}, "
+                                    "deny_worker_networks: [10.0.0.0/8, \"fd00::/8\"] }")
+        st, j = add("http://169.254.0.1:1")
+        check(st == 201 and j["url"] == "http://169.254.0.1:1", "%d %r" % (st, j), r)
+        st, j = add("http://0x0a000001:1")
+        check(st == 400 and "http://10.0.0.1:1 is in admin.deny_worker_networks (10.0.0.0/8)" in j["error"]["message"],
+              "%d %r" % (st, j), r)
+        st, j = add("http://[fd00:ec2::254]:1")
+        check(st == 400 and "(fd00::/8)" in j["error"]["message"], "%d %r" % (st, j), r)
+        st, j = add("http://0.0.0.0:1")
+        check(st == 400 and "unspecified" in j["error"]["message"], "%d %r" % (st, j), r)
+    finally:
+        pdtest.stop_all()
+
+
 def scenario_add_delete():
     """POST /admin/v1/workers adds a worker that takes traffic at once (201, Location, source admin,
     labels); a duplicate is 409 and bad bodies 400. DELETE drains first: a stream in flight on the worker

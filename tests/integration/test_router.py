@@ -255,6 +255,23 @@ def scenario_errors():
             j = json.loads(out)
             check(st == 400 and needle in j["error"]["message"] and j["error"]["code"] == 400, "%s -> %d %s" % (body, st, out))
             check(h["content-type"] == "application/json", repr(h))
+        # Bodies the engine would read differently from the router (two prompt forms, a batch shape it
+        # would not compute) or could not run (a non-string role, a number that reads as infinity).
+        for path, body, needle in [
+                ("/generate", '{"text": "a", "input_ids": [[1], [2]]}',
+                 "give only one of 'text', 'input_ids' or 'input_embeds' (this request has 'text' and 'input_ids')"),
+                ("/generate", '{"input_ids": [[1], []]}', "'input_ids' must be a non-empty array"),
+                ("/generate", '{"text": "a", "sampling_params": {"temperature": 1e999}}', "number out of range"),
+                ("/v1/completions", '{"prompt": "x", "n": 0}', "'n' must be an integer between 1 and 128"),
+                ("/v1/completions", '{"prompt": "x", "n": 2.5}', "'n' must be an integer between 1 and 128"),
+                ("/v1/chat/completions", '{"messages": [{"role": 1, "content": "x"}]}', "'messages[0].role' must be a string"),
+                ("/v1/chat/completions", '{"messages": [{"role": "user", "content": 5}]}', "'messages[0].content' must be"),
+                ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "x"}], "top_p": -1e400}',
+                 "number out of range")]:
+            st, h, out = request(r.port, "POST", path, body)
+            j = json.loads(out)
+            check(st == 400 and needle in j["error"]["message"] and j["error"]["type"] == "invalid_request_error"
+                  and j["error"]["code"] == 400, "%s %s -> %d %s" % (path, body, st, out))
         st, _, out = request(r.port, "POST", "/v1/chat/completions", '{"messages": "hi"}')
         check(st == 400 and b"'messages'" in out, out)
         st, _, out = request(r.port, "POST", "/v1/completions", '{"prompt": "x", "max_tokens": "ten"}')
@@ -521,6 +538,19 @@ def scenario_check_config():
     check(out.returncode == 0, "valid config: %d %s" % (out.returncode, out.stderr))
     out = subprocess.run([exe, "--check-config", bad], capture_output=True, text=True)
     check(out.returncode == 2 and ("%s:7:18:" % bad) in out.stderr, "broken config: %d %r" % (out.returncode, out.stderr))
+    # What the router refuses at start, --check-config refuses too, at the key: the protocols it cannot
+    # run yet. The same file given to the router stops it with the same message, before it listens.
+    for proto in ("vllm", "pdshim"):
+        unsupported = tempfile.mktemp(suffix=".yaml")
+        with open(unsupported, "w") as f:
+            f.write("workers:\n  prefill: [ http://127.0.0.1:1 ]\n  decode: [ http://127.0.0.1:3 ]\n"
+                    "protocol:  %s\n" % proto)
+        want = "%s:4:12: protocol: protocol %s is not implemented yet; use protocol: sglang" % (unsupported, proto)
+        out = subprocess.run([exe, "--check-config", unsupported], capture_output=True, text=True)
+        check(out.returncode == 2 and want in out.stderr, "check-config %s: %d %r" % (proto, out.returncode, out.stderr))
+        out = subprocess.run([exe, "--config", unsupported, "--admin-port", "0", "--port", str(pdtest.free_port())],
+                             capture_output=True, text=True, timeout=10)
+        check(out.returncode == 2 and want in out.stderr, "start with %s: %d %r" % (proto, out.returncode, out.stderr))
     out = subprocess.run([exe, "--no-such-flag"], capture_output=True, text=True)
     check(out.returncode == 2 and "no-such-flag" in out.stderr, out.stderr)
     out = subprocess.run([exe, "--version"], capture_output=True, text=True)

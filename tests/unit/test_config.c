@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include "config.h"
 #include "err.h"
@@ -81,7 +82,7 @@ static void test_full_file(void)
         "# every key\n"
         "listen:   { host: 127.0.0.2, port: 9000 }\n"
         "admin:    { host: 127.0.0.3, port: 0, token_file: /etc/pdrouter/token }\n"
-        "protocol: vllm\n"
+        "protocol: sglang\n"
         "policy:   { prefill: random, decode: round_robin }\n"
         "workers:\n"
         "  prefill:\n"
@@ -115,7 +116,7 @@ static void test_full_file(void)
     CHECK_STR(c->admin_host, "127.0.0.3");
     CHECK(c->admin_port == 0);
     CHECK_STR(c->admin_token_file, "/etc/pdrouter/token");
-    CHECK(c->protocol == PDR_PROTO_VLLM);
+    CHECK(c->protocol == PDR_PROTO_SGLANG);
     CHECK(c->policy_prefill == PDR_POLICY_RANDOM);
     CHECK(c->policy_decode == PDR_POLICY_ROUND_ROBIN);
     CHECK(c->n_prefill == 4);
@@ -219,6 +220,10 @@ static void test_defaults(void)
     CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
     CHECK_STR(err, "workers.prefill: at least one prefill worker is required, or a discovery source for it "
                    "(discovery.dns.prefill.name or discovery.kubernetes.prefill.selector)");
+    /* A snapshot built in code with a protocol the router cannot run is refused like a file is. */
+    c->protocol = PDR_PROTO_PDSHIM;
+    CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
+    CHECK_STR(err, "protocol: protocol pdshim is not implemented yet; use protocol: sglang");
     pdr_config_unref(c);
 
     /* A file with only workers gets every default. */
@@ -335,6 +340,11 @@ static void test_errors(void)
                  "bad.yaml:1:17: health.path: must start with '/', got 'healthz'");
     EXPECT_ERROR("protocol: grpc\n",
                  "bad.yaml:1:11: protocol: unknown protocol 'grpc', expected sglang, vllm or pdshim");
+    /* Contract names the router cannot run yet: refused where written, not at start. */
+    EXPECT_ERROR("protocol: vllm\n", "bad.yaml:1:11: protocol: protocol vllm is not implemented yet; use "
+                                     "protocol: sglang");
+    EXPECT_ERROR("listen: { port: 8000 }\nprotocol:   pdshim\n",
+                 "bad.yaml:2:13: protocol: protocol pdshim is not implemented yet; use protocol: sglang");
     EXPECT_ERROR("policy: { decode: cache_aware }\n",
                  "bad.yaml:1:19: policy.decode: unknown policy 'cache_aware', expected round_robin, "
                  "least_load or random");
@@ -373,10 +383,39 @@ static void test_errors(void)
         "bad.yaml:5:42: workers.decode[0].bootstrap_port: only prefill workers have a bootstrap port");
     EXPECT_ERROR(
         "workers:\n  prefill:\n    - http://a:1\n    - http://A:1/\n",
-        "bad.yaml:4:7: workers.prefill[1]: duplicate worker 'http://A:1' (same as workers.prefill[0])");
+        "bad.yaml:4:7: workers.prefill[1]: duplicate worker 'http://a:1' (same as workers.prefill[0])");
     EXPECT_ERROR(
         "workers:\n  decode:\n    - http://[::1]:80\n    - http://[0::1]\n",
-        "bad.yaml:4:7: workers.decode[1]: duplicate worker 'http://[0::1]' (same as workers.decode[0])");
+        "bad.yaml:4:7: workers.decode[1]: duplicate worker 'http://[::1]' (same as workers.decode[0])");
+    /* The file's worker URLs go through the same normalizer as the admin API's. */
+    EXPECT_ERROR("workers:\n  decode:\n    - http://127.0.0.1:30002\n    - http://0x7f000001:30002/\n",
+                 "bad.yaml:4:7: workers.decode[1]: duplicate worker 'http://127.0.0.1:30002' (same as "
+                 "workers.decode[0])");
+    EXPECT_ERROR(
+        "workers:\n  prefill:\n    - { url: \"http://[::ffff:127.0.0.1]:1\" }\n    - http://127.1:1\n",
+        "bad.yaml:4:7: workers.prefill[1]: duplicate worker 'http://127.0.0.1:1' (same as "
+        "workers.prefill[0])");
+    EXPECT_ERROR(
+        "workers:\n  prefill:\n    - http://0.0.0.0:30001\n",
+        "bad.yaml:3:7: workers.prefill[0]: 'http://0.0.0.0:30001': 0.0.0.0 is the unspecified address "
+        "(it means 'any' when binding), not one a worker can be reached at");
+    /* admin.deny_worker_networks: each entry checked where it is written. */
+    EXPECT_ERROR(
+        WORKERS "admin:\n  deny_worker_networks: [169.254.0.0/16, 10.0.0.1/8]\n",
+        "bad.yaml:5:42: admin.deny_worker_networks[1]: '10.0.0.1/8' has bits set past the prefix; the "
+        "network is 10.0.0.0/8");
+    EXPECT_ERROR(
+        WORKERS "admin: { deny_worker_networks: [ \"fe80::/129\" ] }\n",
+        "bad.yaml:4:34: admin.deny_worker_networks[0]: 'fe80::/129': the prefix length must be 0..128");
+    EXPECT_ERROR(WORKERS "admin: { deny_worker_networks: [ metadata.internal ] }\n",
+                 "bad.yaml:4:34: admin.deny_worker_networks[0]: 'metadata.internal' is not an IP network: "
+                 "'metadata.internal' is not an IPv4 (a.b.c.d) or IPv6 address");
+    EXPECT_ERROR(WORKERS "admin: { deny_worker_networks: 169.254.0.0/16 }\n",
+                 "bad.yaml:4:32: admin.deny_worker_networks: expected a sequence of IP networks such as "
+                 "[169.254.0.0/16, \"fe80::/10\"], got a scalar");
+    EXPECT_ERROR(WORKERS "admin: { deny_worker_networks: [ [1] ] }\n",
+                 "bad.yaml:4:34: admin.deny_worker_networks[0]: expected an IP network (ADDRESS or "
+                 "ADDRESS/PREFIX), got a sequence");
     EXPECT_ERROR(
         "workers:\n  prefill:\n    - http://a:1\n",
         "bad.yaml:2:3: workers.decode: at least one decode worker is required, or a discovery source "
@@ -478,6 +517,177 @@ static void test_urls(void)
     CHECK_STR(err, "'https://a:1': TLS to workers is not supported yet; use http://");
     CHECK(pdr_worker_conf_parse_url("http://::1:80", &w, err, sizeof(err)) == PDR_EINVAL);
     CHECK_STR(err, "'http://::1:80': invalid port; write IPv6 addresses in brackets: http://[::1]:30001");
+}
+
+/* Spellings of one worker normalize to one URL; addresses no worker can have are refused. */
+static void test_url_normalization(void)
+{
+    static const struct {
+        const char *in, *url, *host;
+        int port, is_ipv6;
+    } same[] = {
+        {"http://127.0.0.1:30001", "http://127.0.0.1:30001", "127.0.0.1", 30001, 0},
+        {"http://0x7f000001:30001", "http://127.0.0.1:30001", "127.0.0.1", 30001, 0},
+        {"http://0X7F000001:30001", "http://127.0.0.1:30001", "127.0.0.1", 30001, 0},
+        {"http://2130706433:30001", "http://127.0.0.1:30001", "127.0.0.1", 30001, 0},
+        {"http://0177.0.0.1:30001", "http://127.0.0.1:30001", "127.0.0.1", 30001, 0},
+        {"http://127.1:30001", "http://127.0.0.1:30001", "127.0.0.1", 30001, 0},
+        {"http://127.0.1:30001", "http://127.0.0.1:30001", "127.0.0.1", 30001, 0},
+        {"http://0x7f.0.0.0x1:30001/", "http://127.0.0.1:30001", "127.0.0.1", 30001, 0},
+        {"http://127.0.0.1.:30001", "http://127.0.0.1:30001", "127.0.0.1", 30001, 0},
+        {"http://[::ffff:127.0.0.1]:30001", "http://127.0.0.1:30001", "127.0.0.1", 30001, 0},
+        {"http://[::FFFF:7f00:1]:30001", "http://127.0.0.1:30001", "127.0.0.1", 30001, 0},
+        {"HTTP://LOCALHOST:30001", "http://localhost:30001", "localhost", 30001, 0},
+        {"http://Prefill-0.Svc.Cluster.Local:030001", "http://prefill-0.svc.cluster.local:30001",
+         "prefill-0.svc.cluster.local", 30001, 0},
+        {"http://10.0.0.5:80/", "http://10.0.0.5", "10.0.0.5", 80, 0},
+        {"http://10.0.0.5", "http://10.0.0.5", "10.0.0.5", 80, 0},
+        {"http://[0:0:0:0:0:0:0:1]:80", "http://[::1]", "::1", 80, 1},
+        {"http://[2001:DB8:0:0::1]:30001/", "http://[2001:db8::1]:30001", "2001:db8::1", 30001, 1},
+        {"http://1.2.3.4", "http://1.2.3.4", "1.2.3.4", 80, 0},
+        {"http://0.1.2.3:1", "http://0.1.2.3:1", "0.1.2.3", 1, 0},
+        {"http://cafe:1", "http://cafe:1", "cafe", 1, 0},
+        {"http://1a:1", "http://1a:1", "1a", 1, 0},
+        {"http://x.0y:1", "http://x.0y:1", "x.0y", 1, 0},
+    };
+    char err[256];
+    pdr_worker_conf_t w;
+    for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
+        int rc = pdr_worker_conf_parse_url(same[i].in, &w, err, sizeof(err));
+        if (rc != 0 || strcmp(w.url, same[i].url) != 0 || strcmp(w.host, same[i].host) != 0 ||
+            w.port != same[i].port || w.is_ipv6 != same[i].is_ipv6) {
+            fprintf(stderr, "%s:%d: '%s' -> rc %d '%s' '%s' %d %d, want '%s' '%s' %d %d (%s)\n", __FILE__,
+                    __LINE__, same[i].in, rc, rc == 0 ? w.url : "", rc == 0 ? w.host : "", w.port, w.is_ipv6,
+                    same[i].url, same[i].host, same[i].port, same[i].is_ipv6, rc ? err : "");
+            failures++;
+        }
+        if (rc == 0)
+            pdr_worker_conf_clear(&w);
+    }
+
+    static const struct {
+        const char *in, *msg;
+    } refused[] = {
+        {"http://0.0.0.0:30001", "'http://0.0.0.0:30001': 0.0.0.0 is the unspecified address"},
+        {"http://0:30001", "0.0.0.0 is the unspecified address"},
+        {"http://0x0:30001", "0.0.0.0 is the unspecified address"},
+        {"http://[::]:30001", "'http://[::]:30001': :: is the unspecified address"},
+        {"http://[::ffff:0.0.0.0]:1", "0.0.0.0 is the unspecified address"},
+        {"http://255.255.255.255:1", "255.255.255.255 is the limited broadcast address"},
+        {"http://4294967295:1", "255.255.255.255 is the limited broadcast address"},
+        {"http://224.0.0.1:1", "224.0.0.1 is a multicast address (224.0.0.0/4)"},
+        {"http://239.255.255.250:1", "239.255.255.250 is a multicast address (224.0.0.0/4)"},
+        {"http://0xe0000001:1", "224.0.0.1 is a multicast address"},
+        {"http://[::ffff:239.1.2.3]:1", "239.1.2.3 is a multicast address"},
+        {"http://[ff02::1]:1", "ff02::1 is a multicast address (ff00::/8)"},
+        {"http://[FF05::1:3]:1", "ff05::1:3 is a multicast address"},
+        {"http://1.2.3.256:1",
+         "'1.2.3.256' is read as an IPv4 address (its last label is a number) but is not"},
+        {"http://256.1:1", "is read as an IPv4 address"},
+        {"http://1.16777216:1", "is read as an IPv4 address"},
+        {"http://4294967296:1", "is read as an IPv4 address"},
+        {"http://1.2.3.4.5:1", "is read as an IPv4 address"},
+        {"http://1..2:1", "is read as an IPv4 address"},
+        {"http://08.1:1", "is read as an IPv4 address"},
+        {"http://0x1g.1:1", "is read as an IPv4 address"},
+        {"http://a.0x:1", "is read as an IPv4 address"},
+        {"http://example.123:1", "is read as an IPv4 address"},
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        err[0] = '\0';
+        int rc = pdr_worker_conf_parse_url(refused[i].in, &w, err, sizeof(err));
+        if (rc != PDR_EINVAL || strstr(err, refused[i].msg) == NULL) {
+            fprintf(stderr, "%s:%d: '%s' -> rc %d '%s', want PDR_EINVAL with '%s'\n", __FILE__, __LINE__,
+                    refused[i].in, rc, rc == 0 ? w.url : err, refused[i].msg);
+            failures++;
+            if (rc == 0)
+                pdr_worker_conf_clear(&w);
+        } else {
+            CHECK(w.url == NULL && w.host == NULL);
+        }
+    }
+}
+
+static void test_ipnet(void)
+{
+    char err[256];
+    pdr_ipnet_t net;
+    CHECK(pdr_ipnet_parse("169.254.0.0/16", 14, &net, err, sizeof(err)) == 0 && net.family == AF_INET &&
+          net.prefix == 16);
+    CHECK_STR(net.text, "169.254.0.0/16");
+    CHECK(pdr_ipnet_parse("fd00:ec2::254", 13, &net, err, sizeof(err)) == 0 && net.family == AF_INET6 &&
+          net.prefix == 128);
+    CHECK_STR(net.text, "fd00:ec2::254/128");
+    CHECK(pdr_ipnet_parse("::ffff:10.0.0.0/104", 19, &net, err, sizeof(err)) == 0 && net.family == AF_INET &&
+          net.prefix == 8);
+    CHECK_STR(net.text, "10.0.0.0/8");
+    CHECK(pdr_ipnet_parse("0.0.0.0/0", 9, &net, err, sizeof(err)) == 0 && net.prefix == 0);
+    static const char *const bad[] = {"",
+                                      "/8",
+                                      "10.0.0.0/",
+                                      "10.0.0.0/33",
+                                      "10.0.0.0/-1",
+                                      "10.0.0.0/+8",
+                                      "10.0.0.0/8x",
+                                      "10.1/16",
+                                      "0x0a000000/8",
+                                      "[::1]",
+                                      "::1/129",
+                                      "a.b",
+                                      "10.0.0.1/8",
+                                      "fe80::1/10",
+                                      "10.0.0.0/0008"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (pdr_ipnet_parse(bad[i], strlen(bad[i]), &net, err, sizeof(err)) != PDR_EINVAL) {
+            fprintf(stderr, "%s:%d: network '%s' accepted\n", __FILE__, __LINE__, bad[i]);
+            failures++;
+        }
+    }
+    CHECK(pdr_ipnet_parse("fe80::1/10", 10, &net, err, sizeof(err)) == PDR_EINVAL);
+    CHECK_STR(err, "'fe80::1/10' has bits set past the prefix; the network is fe80::/10");
+
+    /* Matching is on the normalized worker address: every spelling of a denied address is found. */
+    pdr_config_t *c = pdr_config_new_default();
+    CHECK(c != NULL && c->admin_deny_networks.n == 3);
+    if (c == NULL)
+        return;
+    static const struct {
+        const char *url;
+        long want;
+    } m[] = {
+        {"http://169.254.169.254", 0},          {"http://0xa9fea9fe:80", 0}, {"http://169.254.43518:1", 0},
+        {"http://[::ffff:169.254.169.254]", 0}, {"http://169.255.0.1", -1},  {"http://[fe80::1]:1", 1},
+        {"http://[febf:ffff::1]:1", 1},         {"http://[fec0::1]:1", -1},  {"http://[fd00:ec2::254]", 2},
+        {"http://[fd00:ec2::255]", -1},         {"http://127.0.0.1:1", -1},  {"http://metadata.internal", -1},
+    };
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+        pdr_worker_conf_t w;
+        CHECK(pdr_worker_conf_parse_url(m[i].url, &w, err, sizeof(err)) == 0);
+        long got = pdr_ipnet_find(c->admin_deny_networks.nets, c->admin_deny_networks.n, &w);
+        if (got != m[i].want) {
+            fprintf(stderr, "%s:%d: %s matched %ld, want %ld\n", __FILE__, __LINE__, m[i].url, got,
+                    m[i].want);
+            failures++;
+        }
+        pdr_worker_conf_clear(&w);
+    }
+    pdr_config_unref(c);
+
+    /* The key replaces the default list; null and [] leave none. */
+    c = load(WORKERS "admin: { deny_worker_networks: [ 10.0.0.0/8, \"fd00::/8\", 192.0.2.1 ] }\n", err,
+             sizeof(err));
+    CHECK(c != NULL && c->admin_deny_networks.n == 3);
+    if (c != NULL) {
+        CHECK_STR(c->admin_deny_networks.nets[1].text, "fd00::/8");
+        CHECK_STR(c->admin_deny_networks.nets[2].text, "192.0.2.1/32");
+        pdr_config_unref(c);
+    }
+    c = load(WORKERS "admin: { deny_worker_networks: [] }\n", err, sizeof(err));
+    CHECK(c != NULL && c->admin_deny_networks.n == 0);
+    pdr_config_unref(c);
+    c = load(WORKERS "admin: { deny_worker_networks: null }\n", err, sizeof(err));
+    CHECK(c != NULL && c->admin_deny_networks.n == 0);
+    pdr_config_unref(c);
 }
 
 static void check_discovery_defaults(const pdr_config_t *c)
@@ -855,7 +1065,7 @@ static void test_cli(void)
                         "least_load",
                         "--decode-policy=round_robin",
                         "--protocol",
-                        "pdshim",
+                        "sglang",
                         "--log-level",
                         "debug",
                         "--access-log",
@@ -880,7 +1090,7 @@ static void test_cli(void)
     } else {
         pdr_config_t *c = cli.config;
         CHECK(c->policy_prefill == PDR_POLICY_LEAST_LOAD && c->policy_decode == PDR_POLICY_ROUND_ROBIN);
-        CHECK(c->protocol == PDR_PROTO_PDSHIM);
+        CHECK(c->protocol == PDR_PROTO_SGLANG);
         CHECK_STR(c->log.level, "debug");
         CHECK_STR(c->log.access_log, "off");
         CHECK(c->retries.max == 0);
@@ -954,6 +1164,8 @@ static void test_cli(void)
                       "--port", "8000");
     EXPECT_ARGV_ERROR("argv: at least one --decode URL is required", "--prefill", "http://a:1", "8998");
     EXPECT_ARGV_ERROR("argv: at least one --prefill URL is required", "--decode", "http://a:1");
+    EXPECT_ARGV_ERROR("argv: --protocol: protocol vllm is not implemented yet; use protocol: sglang",
+                      "--prefill", "http://a:1", "--decode", "http://b:1", "--protocol", "vllm");
     EXPECT_ARGV_ERROR("argv: --port: expected an integer in 1..65535, got 'abc'", "--port", "abc");
     EXPECT_ARGV_ERROR("argv: --port: expected an integer in 1..65535, got '0'", "--port=0");
     EXPECT_ARGV_ERROR("argv: --prefill: expected an integer in 1..65535, got '70000'", "--prefill",
@@ -1020,6 +1232,8 @@ int main(void)
     test_defaults();
     test_errors();
     test_urls();
+    test_url_normalization();
+    test_ipnet();
     test_cli();
     test_discovery();
     test_discovery_errors();

@@ -135,8 +135,132 @@ static void test_validation(void)
     CHECK(rejects(PDR_ROUTE_COMPLETIONS, "{\"prompt\":\"a\",\"model\":3}", "'model'"));
     CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[]}", "'messages'"));
     CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[1]}", "items must all be objects"));
-    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[{}],\"n\":0}", "'n'"));
-    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[{}],\"logprobs\":\"x\"}", "'logprobs'"));
+#define MSG "{\"role\":\"user\",\"content\":\"x\"}"
+    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[" MSG "],\"n\":0}", "'n'"));
+    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[" MSG "],\"n\":129}",
+                  "'n' must be an integer between 1 and 128"));
+    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[" MSG "],\"logprobs\":\"x\"}", "'logprobs'"));
+#undef MSG
+}
+
+/* Bodies whose prompt sglang would read differently from the router are refused, naming the fields. */
+static void test_prompt_forms(void)
+{
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":\"a\",\"input_ids\":[[1],[2]]}",
+                  "give only one of 'text', 'input_ids' or 'input_embeds' (this request has 'text' and "
+                  "'input_ids')"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"input_ids\":[1],\"input_embeds\":[[0.5]]}",
+                  "(this request has 'input_ids' and 'input_embeds')"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":[\"a\"],\"input_ids\":[1],\"input_embeds\":[[0.5]]}",
+                  "(this request has 'text' and 'input_ids' and 'input_embeds')"));
+    /* null is absent, as for the engine. */
+    pdr_pdreq_t r;
+    char err[256];
+    const char *b = "{\"text\":null,\"input_ids\":[[1],[2]]}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, b, strlen(b), &r, err, sizeof(err)) == 0 && r.batch == 2);
+    pdr_pdreq_clear(&r);
+
+    /* input_ids: integers, or non-empty lists of integers; nothing else. */
+    static const char *const bad_ids[] = {
+        "{\"input_ids\":[]}",      "{\"input_ids\":[[]]}",    "{\"input_ids\":[[1],[]]}",
+        "{\"input_ids\":[1,[2]]}", "{\"input_ids\":[[1],2]}", "{\"input_ids\":[1.5]}",
+        "{\"input_ids\":[[1.5]]}", "{\"input_ids\":\"1 2\"}", "{\"input_ids\":[[[1]]]}",
+        "{\"input_ids\":[\"1\"]}", "{\"input_ids\":{}}",      "{\"input_ids\":7}",
+    };
+    for (size_t i = 0; i < sizeof(bad_ids) / sizeof(bad_ids[0]); i++)
+        CHECK(rejects(PDR_ROUTE_GENERATE, bad_ids[i], "'input_ids' must be a non-empty array"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":[]}", "'text'"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":[[\"a\"]]}", "'text'"));
+
+    /* input_embeds: a list of vectors is one prompt, a list of those a batch. */
+    b = "{\"input_embeds\":[[0.5,1],[2,3e-2]]}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, b, strlen(b), &r, err, sizeof(err)) == 0 && r.batch == 0);
+    pdr_pdreq_clear(&r);
+    b = "{\"input_embeds\":[[[0.5]],[[1]],[[2]]]}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, b, strlen(b), &r, err, sizeof(err)) == 0 && r.batch == 3);
+    pdr_pdreq_clear(&r);
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"input_embeds\":[0.5]}", "'input_embeds'"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"input_embeds\":[[]]}", "'input_embeds'"));
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"input_embeds\":[[\"a\"]]}", "'input_embeds'"));
+}
+
+/* n on completions is validated like chat's; it does not change the batch (one prefill per prompt). */
+static void test_completions_n(void)
+{
+    pdr_pdreq_t r;
+    char err[256];
+    const char *b = "{\"prompt\":\"a\",\"n\":3}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_COMPLETIONS, b, strlen(b), &r, err, sizeof(err)) == 0 && r.batch == 0);
+    pdr_pdreq_clear(&r);
+    b = "{\"prompt\":[\"a\",\"b\"],\"n\":128}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_COMPLETIONS, b, strlen(b), &r, err, sizeof(err)) == 0 && r.batch == 2);
+    pdr_pdreq_clear(&r);
+    b = "{\"prompt\":\"a\",\"n\":null}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_COMPLETIONS, b, strlen(b), &r, err, sizeof(err)) == 0);
+    pdr_pdreq_clear(&r);
+    static const char *const bad[] = {"0",     "-1",   "129", "1.0",
+                                      "\"2\"", "true", "[2]", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char body[96];
+        snprintf(body, sizeof(body), "{\"prompt\":\"a\",\"n\":%s}", bad[i]);
+        CHECK(rejects(PDR_ROUTE_COMPLETIONS, body, "'n' must be an integer between 1 and 128"));
+    }
+}
+
+/* Chat messages: role a string, content a string, null or an array of content parts. */
+static void test_messages(void)
+{
+    static const char *const good[] = {
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+        "{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]}]}",
+        "{\"messages\":[{\"role\":\"assistant\"}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}]}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":[]}]}",
+        "{\"messages\":[ { \"content\" : \"x\" , \"r\\u006fle\" : \"user\" } ]}",
+    };
+    pdr_pdreq_t r;
+    char err[256];
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        int rc = pdr_pdreq_parse(PDR_ROUTE_CHAT, good[i], strlen(good[i]), &r, err, sizeof(err));
+        if (rc != 0)
+            fprintf(stderr, "refused %s: %s\n", good[i], err);
+        CHECK(rc == 0);
+        pdr_pdreq_clear(&r);
+    }
+    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "'messages[0].role' is required"));
+    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":1}]}",
+                  "'messages[1].role' must be a string"));
+    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[{\"role\":null}]}", "'messages[0].role' must be a string"));
+    /* A repeated key: the last one is what a parser keeps, so every one must be valid. */
+    CHECK(rejects(PDR_ROUTE_CHAT, "{\"messages\":[{\"role\":\"user\",\"role\":[]}]}",
+                  "'messages[0].role' must be a string"));
+    static const char *const bad_content[] = {"1", "true", "{}", "[\"x\"]", "[{},\"x\"]", "[[]]"};
+    for (size_t i = 0; i < sizeof(bad_content) / sizeof(bad_content[0]); i++) {
+        char body[128];
+        snprintf(body, sizeof(body),
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+                 "{\"role\":\"user\",\"content\":%s}]}",
+                 bad_content[i]);
+        CHECK(rejects(PDR_ROUTE_CHAT, body,
+                      "'messages[1].content' must be a string, null or an array of content parts (objects)"));
+    }
+}
+
+/* Numbers a parser would read as infinity are refused wherever they are. */
+static void test_non_finite(void)
+{
+    CHECK(rejects(PDR_ROUTE_GENERATE, "{\"text\":\"a\",\"sampling_params\":{\"temperature\":1e999}}",
+                  "number out of range at byte 45"));
+    CHECK(rejects(PDR_ROUTE_COMPLETIONS, "{\"prompt\":\"a\",\"top_p\":-2e308}", "number out of range"));
+    CHECK(rejects(PDR_ROUTE_CHAT,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"1\":1.8e308}}",
+                  "number out of range"));
+    /* Finite extremes and underflow to zero pass. */
+    pdr_pdreq_t r;
+    char err[256];
+    const char *b = "{\"text\":\"a\",\"sampling_params\":{\"x\":1.7976931348623157e308,\"y\":1e-999}}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, b, strlen(b), &r, err, sizeof(err)) == 0);
+    pdr_pdreq_clear(&r);
 }
 
 static void test_logprob_merge(void)
@@ -199,6 +323,10 @@ int main(void)
     test_splice();
     test_batch();
     test_validation();
+    test_prompt_forms();
+    test_completions_n();
+    test_messages();
+    test_non_finite();
     test_logprob_merge();
     test_sse();
     CHECK_DONE();
