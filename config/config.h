@@ -76,6 +76,7 @@ typedef struct pdr_config {
         int max_inflight;               /* default 4096 */
         int max_connections_per_worker; /* default 0: no limit; else shared out across the loops */
         int h2_max_resets; /* default 200: streams an HTTP/2 client may abandon per connection in 10 s */
+        int64_t max_merge_bytes; /* default 64 MiB: a non-streaming answer held whole for the logprob merge */
     } limits;
     struct {
         int max; /* default 2 */

@@ -41,6 +41,11 @@
  * attack, CVE-2023-44487). 0: no limit. */
 #define PDR_DEF_H2_MAX_RESETS 200
 #define PDR_MAX_H2_RESETS 1000000
+/* A non-streaming answer with logprobs is held whole (the prefill's input logprobs go in front of the
+ * decode's): past this the request is answered 502 before any byte is sent. */
+#define PDR_DEF_MAX_MERGE_BYTES (64LL << 20)
+#define PDR_MIN_MERGE_BYTES 4096LL
+#define PDR_MAX_MERGE_BYTES (1LL << 30)
 #define PDR_DEF_RETRIES 2
 
 #define PDR_DEF_ACCESS_LOG "-"

@@ -417,6 +417,8 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->limits.max_connections_per_worker, 0, PDR_MAX_CONNS_PER_WORKER,
                 "limits.max_connections_per_worker");
     CHECK_RANGE(c->limits.h2_max_resets, 0, PDR_MAX_H2_RESETS, "limits.h2_max_resets");
+    CHECK_RANGE(c->limits.max_merge_bytes, PDR_MIN_MERGE_BYTES, PDR_MAX_MERGE_BYTES,
+                "limits.max_merge_bytes");
     CHECK_RANGE(c->retries.max, 0, PDR_MAX_RETRIES, "retries.max");
     CHECK_RANGE(c->threads, 0, PDR_MAX_THREADS, "threads");
     if (c->log.access_log == NULL || c->log.access_log[0] == '\0') {

@@ -99,6 +99,8 @@ static const struct field limits_fields[] = {
     {"max_connections_per_worker", F_INT, CONF(limits.max_connections_per_worker), 0,
      PDR_MAX_CONNS_PER_WORKER, NULL},
     {"h2_max_resets", F_INT, CONF(limits.h2_max_resets), 0, PDR_MAX_H2_RESETS, NULL},
+    {"max_merge_bytes", F_INT64, CONF(limits.max_merge_bytes), PDR_MIN_MERGE_BYTES, PDR_MAX_MERGE_BYTES,
+     NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field retries_fields[] = {

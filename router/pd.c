@@ -63,6 +63,7 @@ typedef struct pd_req {
     pdr_buf_t sending;   /* bytes h2o is writing now */
     pdr_buf_t sse_carry; /* streaming merge: an incomplete event */
     int merge;           /* logprob merge wanted */
+    int merge_overflow;  /* a whole-answer merge outgrew limits.max_merge_bytes */
     int is_sse;
     pdr_sse_counter_t sse_count; /* token events in the relayed stream (metrics) */
     uint64_t tokens, first_token_ns, last_token_ns;
@@ -84,6 +85,7 @@ static void advance(pd_req_t *x);
 static void start_attempt(pd_req_t *x);
 static void arm_timer(pd_req_t *x);
 static uint64_t idle_ns(const pd_req_t *x);
+static int whole_answer(const pd_req_t *x);
 
 /* ---- helpers ---- */
 
@@ -409,6 +411,13 @@ static void advance(pd_req_t *x)
         send_final_or_more(x);
         return;
     }
+    if (x->merge_overflow) {
+        x->error_cause = "merge_too_large";
+        fail_response(x, 502, "upstream_error",
+                      "the decode's answer exceeds limits.max_merge_bytes (the logprob merge holds it whole)",
+                      0);
+        return;
+    }
     /* Cancelled by the router itself (lifecycle.drain_timeout_ms ran out): not the workers' fault. */
     if ((x->p_done && x->p_err == PDR_ECANCELED) || (x->d_done && x->d_err == PDR_ECANCELED)) {
         x->error_cause = "shutdown_cancelled";
@@ -467,6 +476,8 @@ static void advance(pd_req_t *x)
     int decode_4xx = x->dleg.got_headers && x->dleg.status >= 400;
     if (!decode_4xx && !(x->p_done && x->dleg.got_headers) && !(x->p_done && x->d_done))
         return;
+    if (!decode_4xx && whole_answer(x) && !x->d_done)
+        return;
     if (decode_4xx && x->p_running) {
         pdr_leg_cancel(&x->pleg);
         release_leg(x, 1);
@@ -484,6 +495,13 @@ static void advance(pd_req_t *x)
 }
 
 /* ---- upstream callbacks ---- */
+
+/* A successful non-streaming answer with the logprob merge: the client response starts only once it has
+ * arrived whole, so that an answer too large to merge is refused before any byte is sent. */
+static int whole_answer(const pd_req_t *x)
+{
+    return x->merge && x->dleg.status < 400 && strncmp(x->dleg.content_type, "text/event-stream", 17) != 0;
+}
 
 static size_t prefill_data(pdr_leg_t *leg, const char *p, size_t n)
 {
@@ -525,12 +543,17 @@ static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
     x->last_data_ns = pdr_now_ns();
     if (x->dw != NULL && leg->status < 500)
         pdr_worker_note_alive(x->dw, x->last_data_ns);
-    size_t limit = HIGH_WATER;
-    if ((x->started && x->merge && !x->is_sse) || leg->status >= 400)
-        limit = PREFILL_BODY_CAP; /* a whole answer is needed: a merge or an error body */
-    if (x->pending.len >= limit)
-        return PDR_LEG_PAUSE;
-    if (pdr_buf_append(&x->pending, p, n, PREFILL_BODY_CAP) != 0)
+    if (whole_answer(x)) {
+        /* Held whole until it ends: past the limit the leg is aborted and the client gets a clean 502. */
+        if (x->pending.len + n > (uint64_t)x->conf->limits.max_merge_bytes) {
+            x->merge_overflow = 1;
+            return 0;
+        }
+    } else if (x->pending.len >= (leg->status >= 400 ? PREFILL_BODY_CAP : HIGH_WATER)) {
+        return PDR_LEG_PAUSE; /* an error body is read whole too, within its own cap */
+    }
+    if (pdr_buf_append(&x->pending, p, n,
+                       whole_answer(x) ? (size_t)x->conf->limits.max_merge_bytes : PREFILL_BODY_CAP) != 0)
         return 0; /* aborts the transfer; on_done reports it */
     x->bytes_in += n;
     if (x->started) {
@@ -947,40 +970,50 @@ static void on_deferred_start(uv_timer_t *h)
         start_attempt(x);
 }
 
+/* A PD request refused before any worker is chosen: the error answer, its metrics, and its access-log line
+ * (every PD request gets exactly one), with the cause in "error". */
+static int refuse(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute, int status,
+                  const char *type, const char *msg, int retry_after, const char *cause)
+{
+    pdr_send_error(req, status, type, msg, retry_after);
+    pdr_metrics_count_request(&t->m, mroute, status, 0, -1);
+    if (t->r->access_fd < 0)
+        return 0;
+    static const char *names[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
+    char id[33], line[512];
+    new_request_id(id);
+    int n = snprintf(line, sizeof(line),
+                     "{\"ts_us\":%" PRIu64
+                     ",\"request_id\":\"%s\",\"path\":\"%s\",\"status\":%d,\"prefill\":null,"
+                     "\"decode\":null,\"room\":null,\"attempts\":0,\"ttfb_ms\":0.000,\"total_ms\":0.000,"
+                     "\"bytes_in\":%zu,\"bytes_out\":0,\"error\":\"%s\"}\n",
+                     pdr_wall_us(), id, names[route], status, req->entity.len, cause);
+    if (n > 0 && (size_t)n < sizeof(line))
+        pdr_access_log(t, line, (size_t)n);
+    return 0;
+}
+
 int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute)
 {
     pdr_router_t *r = t->r;
     const pdr_config_t *c = t->config;
     t->m.bytes_in_total += req->entity.len;
-    if (pdr_router_shutting_down(r)) {
-        pdr_send_error(req, 503, "service_unavailable", "the router is shutting down", 1);
-        pdr_metrics_count_request(&t->m, mroute, 503, 0, -1);
-        return 0;
-    }
-    if (req->version >= 0x200 && pdr__conn_condemned(req)) {
-        /* Parsed from the buffer of a connection closed for a reset flood: never routed. */
-        pdr_send_error(req, 429, "rate_limit_error", "connection closed: too many streams reset", 0);
-        pdr_metrics_count_request(&t->m, mroute, 429, 0, -1);
-        return 0;
-    }
-    if ((int64_t)req->entity.len > c->limits.max_body_bytes) {
-        pdr_send_error(req, 413, "invalid_request_error", "request body exceeds limits.max_body_bytes", 0);
-        pdr_metrics_count_request(&t->m, mroute, 413, 0, -1);
-        return 0;
-    }
-    if (__atomic_load_n(&r->inflight, __ATOMIC_RELAXED) >= c->limits.max_inflight) {
-        pdr_send_error(req, 503, "service_unavailable", "too many requests in flight (limits.max_inflight)",
-                       1);
-        pdr_metrics_count_request(&t->m, mroute, 503, 0, -1);
-        return 0;
-    }
+    if (pdr_router_shutting_down(r))
+        return refuse(t, req, route, mroute, 503, "service_unavailable", "the router is shutting down", 1,
+                      "shutting_down");
+    if (req->version >= 0x200 && pdr__conn_condemned(req)) /* parsed from a connection closed for a flood */
+        return refuse(t, req, route, mroute, 429, "rate_limit_error",
+                      "connection closed: too many streams reset", 0, "h2_reset_flood");
+    if ((int64_t)req->entity.len > c->limits.max_body_bytes)
+        return refuse(t, req, route, mroute, 413, "invalid_request_error",
+                      "request body exceeds limits.max_body_bytes", 0, "body_too_large");
+    if (__atomic_load_n(&r->inflight, __ATOMIC_RELAXED) >= c->limits.max_inflight)
+        return refuse(t, req, route, mroute, 503, "service_unavailable",
+                      "too many requests in flight (limits.max_inflight)", 1, "max_inflight");
     pdr_pdreq_t pr;
     char err[256];
-    if (pdr_pdreq_parse(route, req->entity.base, req->entity.len, &pr, err, sizeof(err)) != 0) {
-        pdr_send_error(req, 400, "invalid_request_error", err, 0);
-        pdr_metrics_count_request(&t->m, mroute, 400, 0, -1);
-        return 0;
-    }
+    if (pdr_pdreq_parse(route, req->entity.base, req->entity.len, &pr, err, sizeof(err)) != 0)
+        return refuse(t, req, route, mroute, 400, "invalid_request_error", err, 0, "invalid_request");
     pd_req_t *x = new_req(t, req, mroute);
     if (x == NULL) {
         pdr_pdreq_clear(&pr);

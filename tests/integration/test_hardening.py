@@ -455,5 +455,55 @@ def scenario_h2_rapid_reset():
         pdtest.stop_all()
 
 
+def scenario_merge_too_large():
+    """A non-streaming answer with logprobs larger than limits.max_merge_bytes is answered with a clean 502
+    (JSON error, a length, nothing else sent), never a 200 with a broken body; smaller ones are merged, and
+    streams are not held whole."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config="limits: { max_merge_bytes: 4096 }")
+    try:
+        big = dict(BODIES["/generate"], return_logprob=True, sampling_params={"max_new_tokens": 600})
+        st, h, out = request(r.port, "POST", "/generate", big)
+        check(st == 502 and h.get("content-length") == str(len(out)), "big merge: %d %r %r" % (st, h, out[:300]), r)
+        err = json.loads(out)["error"]
+        check("max_merge_bytes" in err["message"] and err["code"] == 502, out, r)
+        small = dict(BODIES["/generate"], return_logprob=True)
+        j = json.loads(request(r.port, "POST", "/generate", small)[2])
+        check(len(j["meta_info"]["input_token_logprobs"]) == j["meta_info"]["prompt_tokens"], repr(j)[:300], r)
+        st, _, raw = request(r.port, "POST", "/generate", dict(big, stream=True))
+        check(st == 200 and raw.rstrip().endswith(b"data: [DONE]"), "big stream: %d %r" % (st, raw[-200:]), r)
+        pdtest.poll_until(lambda: stats(d)["inflight"] == 0, 5, "the decode to finish")
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_refusals_logged():
+    """Every PD request gets exactly one access-log line, the ones refused before routing too
+    (limits.max_inflight, a malformed body). (A body over limits.max_body_bytes is refused by h2o before the
+    router sees the request.)"""
+    p, d = sim("prefill"), sim("decode", "--decode-us-per-token", "20000")
+    fd, alog = tempfile.mkstemp(prefix="pdtest-alog-", suffix=".log")
+    os.close(fd)
+    r = router([p], [d], config="log: { access_log: %s }\nlimits: { max_inflight: 1 }" % alog)
+    try:
+        result = {}
+        t = threading.Thread(target=lambda: result.update(resp=request(r.port, "POST", "/generate", dict(
+            BODIES["/generate"], sampling_params={"max_new_tokens": 50}))))
+        t.start()
+        pdtest.poll_until(lambda: stats(d)["inflight"] == 1, 5, "the first request to run")
+        st, h, _ = request(r.port, "POST", "/generate", BODIES["/generate"])
+        check(st == 503 and h.get("retry-after") == "1", "over max_inflight: %d" % st, r)
+        t.join(10)
+        check(result["resp"][0] == 200, "the first request: %r" % (result["resp"][:2],), r)
+        check(request(r.port, "POST", "/generate", "{not json")[0] == 400, "malformed", r)
+        lines = pdtest.poll_until(lambda: (lambda ls: ls if len(ls) >= 3 else None)(access_log_lines(alog)), 5,
+                                  "three access-log lines")
+        causes = sorted(str(l["error"]) for l in lines)
+        check(len(lines) == 3 and causes == ["None", "invalid_request", "max_inflight"],
+              "access log: %r" % lines, r)
+    finally:
+        pdtest.stop_all()
+
+
 if __name__ == "__main__":
     pdtest.run_scenario(globals())
