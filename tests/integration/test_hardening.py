@@ -358,11 +358,11 @@ def scenario_dead_prefills_503():
 
 
 def scenario_fd_exhausted():
-    """The router runs with 256 file descriptors (soft = hard) and 400 idle clients connect: the loops pause
+    """The router runs with 512 file descriptors (soft = hard) and 700 idle clients connect: the loops pause
     accepting instead of spinning on EMFILE, count and log it, and once the clients are gone /health and
     PD requests are served again."""
     p, d = sim("prefill"), sim("decode")
-    argv = ["/usr/bin/prlimit", "--nofile=256:256", pdtest.binary("pdrouter"), "--pd-disaggregation", "--host", H,
+    argv = ["/usr/bin/prlimit", "--nofile=512:512", pdtest.binary("pdrouter"), "--pd-disaggregation", "--host", H,
             "--port", "{port}", "--prefill", url(p), str(p.ports["bport"]), "--decode", url(d),
             "--admin-port", "{admin}", "--access-log", "off", "--drain-grace-ms", "0", "--threads", "2"]
     if not os.access(argv[0], os.X_OK):
@@ -371,7 +371,7 @@ def scenario_fd_exhausted():
     r = pdtest.start(argv, name="pdrouter", health_path="/readiness", healthy=200)
     clients = []
     try:
-        for _ in range(400):
+        for _ in range(700):
             c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             c.setblocking(False)
             c.connect_ex((H, r.port))
@@ -395,7 +395,7 @@ def scenario_fd_exhausted():
         check(st == 200, "request after the clients left: %d %s" % (st, out[:200]), r)
         check(metric_value(metrics(r), "pdr_accept_fd_exhausted_total") >= 1, "not counted", r)
         log = open(r.log_path).read()
-        check("open files limit 256" in log, "the limit is not logged", r)
+        check("open files limit 512" in log, "the limit is not logged", r)
         check(log.count("not accepting for") == 1, "EMFILE not logged exactly once", r)
     finally:
         for c in clients:
