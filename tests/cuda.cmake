@@ -25,3 +25,11 @@ target_include_directories(test_cuda_gpu PRIVATE ${PDR_CUDA_TEST_DIR}/unit ${PRO
 target_link_libraries(test_cuda_gpu PRIVATE pdr_transport Threads::Threads)
 add_test(NAME test_cuda_gpu COMMAND test_cuda_gpu)
 set_tests_properties(test_cuda_gpu PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+
+# The pattern kernels' PTX assembles (ptxas where installed; skipped otherwise).
+add_executable(test_cuda_ptx ${PDR_CUDA_TEST_DIR}/unit/test_cuda_ptx.c)
+target_include_directories(test_cuda_ptx PRIVATE ${PROJECT_SOURCE_DIR}/transport)
+target_link_libraries(test_cuda_ptx PRIVATE pdr_transport)
+add_test(NAME test_cuda_ptx COMMAND test_cuda_ptx)
+set_tests_properties(test_cuda_ptx PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
+
