@@ -33,3 +33,6 @@ target_link_libraries(test_cuda_ptx PRIVATE pdr_transport)
 add_test(NAME test_cuda_ptx COMMAND test_cuda_ptx)
 set_tests_properties(test_cuda_ptx PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
 
+# pdxfer-bench between two processes on a GPU, full verification (skipped without a GPU).
+add_test(NAME test_bench_gpu COMMAND sh ${PDR_CUDA_TEST_DIR}/gpu/test_bench_gpu.sh $<TARGET_FILE:pdxfer-bench>)
+set_tests_properties(test_bench_gpu PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
