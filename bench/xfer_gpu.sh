@@ -7,13 +7,20 @@
 #     per room (block 1342177280, batch 1), and the same in 64 MiB blocks;
 #  4. stress: 32 concurrent 1.25 GiB rooms for STRESS_MIN minutes: zero failures, staging bounded,
 #     nvidia-smi compute apps sampled while it runs (each process at most once per GPU, none stray);
-#  5. with two GPUs: CUDA IPC GPU0 -> GPU1 (1.25 GiB rooms; cuMemAlloc and VMM destinations) next to
-#     the copytest peer rate.
+#  5. CUDA IPC GPU$SRC -> GPU$DST (GPU0 -> GPU1 with two GPUs, else both processes on GPU0): 1.25 GiB
+#     rooms with 1, 2, 4 and 8 in flight, 64 MiB rooms 4 x 4 in flight, cuMemAlloc and VMM (cuMemCreate)
+#     destinations, next to the copytest peer rate.
+# Every room is verified as --verify VERIFY says (default full: every byte, compared on the device);
+# rooms into host memory as VERIFY_HOST says (default sample: a full compare runs on one CPU core at
+# about 1.3 GB/s and would measure that instead of the transport).
+# A run that fails a room or finds a wrong byte (pdxfer-bench exits non-zero), or whose target exits
+# non-zero, is reported as FAILED without its numbers, and the script exits 1 after the remaining runs.
 #
 # Usage: BIN=build bench/xfer_gpu.sh ; env: BIN (directory holding pdxfer-bench, default build/),
 #        DURATION (s per measurement, 20), STRESS_MIN (minutes, 5; 0 skips), CONNS (4), SRC (0: target GPU),
 #        DST (GPU of the initiator; 1 when there are two GPUs, else 0), STAGING_MAX (bytes; the stress run
-#        fails above it, default 1 GiB), PORT (19800; uses PORT, PORT+1, PORT+2).
+#        fails above it, default 1 GiB), PORT (19800; uses PORT, PORT+1, PORT+2), VERIFY (full),
+#        VERIFY_HOST (sample).
 # Needs: nvidia-smi, iperf3, python3. LD_LIBRARY_PATH is used as given (binaries unpacked from a bundle).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,6 +30,8 @@ STRESS_MIN=${STRESS_MIN:-5}
 CONNS=${CONNS:-4}
 PORT=${PORT:-19800}
 STAGING_MAX=${STAGING_MAX:-1073741824}
+VERIFY=${VERIFY:-full}
+VERIFY_HOST=${VERIFY_HOST:-sample}
 KV=1342177280 # 32768 tokens x 320 KiB / 8
 bench=$BIN/pdxfer-bench
 [ -x "$bench" ] || { echo "no $bench (set BIN)" >&2; exit 2; }
@@ -48,19 +57,38 @@ start_target() {
     for _ in $(seq 50); do grep -q '^target:' "$log" && return 0; sleep 0.2; done
     cat "$log" >&2; return 1
 }
-stop_target() { kill -INT "$target_pid" 2>/dev/null || true; wait "$target_pid" 2>/dev/null || true; }
+# Stops the target; a target that exits non-zero (it counted failed rooms) fails the script.
+stop_target() {
+    kill -INT "$target_pid" 2>/dev/null || true
+    local rc=0
+    wait "$target_pid" 2>/dev/null || rc=$?
+    if [ "$rc" != 0 ]; then
+        echo "TARGET FAILED (exit $rc):" >&2
+        tail -5 "$1" >&2
+        status=1
+    fi
+}
 
-# One initiator run; prints a table row.
+HEADER="| run | GB/s | transfers | verify errors | verify s | p50/p99 µs | failures | CPU s | staging peak initiator/target B |
+|---|---|---|---|---|---|---|---|---|"
+
+# One initiator run; prints a table row, or FAILED without numbers when it exited non-zero.
 run_initiator() {
     local label=$1 log=$2; shift 2
-    if ! timeout $((DURATION * 3 + 300)) "$bench" --mode initiator --peer 127.0.0.1:$PORT --json "$@" >"$log" 2>&1; then
+    local rc=0 verify=$VERIFY
+    [[ " $* " == *" --mem host "* ]] && verify=$VERIFY_HOST
+    timeout $((DURATION * 3 + 300)) "$bench" --mode initiator --peer 127.0.0.1:$PORT --json --verify "$verify" \
+        "$@" >"$log" 2>&1 || rc=$?
+    if [ "$rc" != 0 ] || [ "$(jfield "$log" ok)" != True ]; then
         status=1
-        tail -5 "$log" >&2
+        printf '| %s | FAILED (exit %s; its numbers are not reported) |\n' "$label" "$rc"
+        tail -8 "$log" >&2
+        return 0
     fi
-    printf '| %s | %s | %s | %s/%s | %s | %s | %s/%s |\n' "$label" "$(jfield "$log" gb_per_s)" \
-        "$(jfield "$log" transfers)" "$(jfield "$log" p50_us)" "$(jfield "$log" p99_us)" \
-        "$(jfield "$log" failures)" "$(jfield "$log" cpu_s)" "$(jfield "$log" staging_peak_bytes)" \
-        "$(jfield "$log" target_staging_peak_bytes)"
+    printf '| %s | %s | %s | %s (%s) | %s | %s/%s | %s | %s | %s/%s |\n' "$label" "$(jfield "$log" gb_per_s)" \
+        "$(jfield "$log" transfers)" "$(jfield "$log" verify_errors)" "$verify" "$(jfield "$log" verify_s)" \
+        "$(jfield "$log" p50_us)" "$(jfield "$log" p99_us)" "$(jfield "$log" failures)" "$(jfield "$log" cpu_s)" \
+        "$(jfield "$log" staging_peak_bytes)" "$(jfield "$log" target_staging_peak_bytes)"
 }
 
 echo "## GPUs"
@@ -86,8 +114,7 @@ fi
 echo
 
 echo "## 3. TCP, GPU$SRC -> GPU$DST over loopback (--conns $CONNS)"
-echo "| run | GB/s | transfers | p50/p99 µs | failures | CPU s | staging peak initiator/target B |"
-echo "|---|---|---|---|---|---|---|"
+echo "$HEADER"
 start_target "$work/t-tcp.log" --backend tcp --mem cuda --device "$SRC"
 run_initiator "1.25 GiB room, batch 1" "$work/i1.log" --backend tcp --mem cuda --device "$DST" \
     --block-size $KV --batch 1 --threads 1 --conns "$CONNS" --duration "$DURATION"
@@ -103,8 +130,7 @@ if [ "$STRESS_MIN" != 0 ]; then
         >"$work/smi.log" 2>&1 &
     smi_pid=$!
     pids+=("$smi_pid")
-    echo "| run | GB/s | transfers | p50/p99 µs | failures | CPU s | staging peak initiator/target B |"
-    echo "|---|---|---|---|---|---|---|"
+    echo "$HEADER"
     DURATION_SAVE=$DURATION
     DURATION=$((STRESS_MIN * 60))
     run_initiator "32 x 1.25 GiB" "$work/stress.log" --backend tcp --mem cuda --device "$DST" \
@@ -115,10 +141,12 @@ if [ "$STRESS_MIN" != 0 ]; then
     echo "nvidia-smi compute apps (sampled every 10 s; last 3 samples):"
     tail -n 12 "$work/smi.log"
     f=$(jfield "$work/stress.log" failures)
+    v=$(jfield "$work/stress.log" verify_errors)
     ti=$(jfield "$work/stress.log" staging_peak_bytes)
     tt=$(jfield "$work/stress.log" target_staging_peak_bytes)
     if [ "$f" != 0 ]; then echo "STRESS FAILED: $f failed transfers"; status=1; fi
-    if [ "$ti" = nan ] || [ "$ti" -gt "$STAGING_MAX" ] || [ "$tt" -gt "$STAGING_MAX" ]; then
+    if [ "$v" != 0 ]; then echo "STRESS FAILED: $v rooms with wrong bytes"; status=1; fi
+    if [ "$ti" = nan ] || [ "$tt" = nan ] || [ "$tt" = -1 ] || [ "$ti" -gt "$STAGING_MAX" ] || [ "$tt" -gt "$STAGING_MAX" ]; then
         echo "STRESS FAILED: staging peak $ti/$tt above $STAGING_MAX"; status=1
     fi
     # A process must appear at most once per GPU.
@@ -138,23 +166,28 @@ sys.exit(1 if bad else 0)
 PY
     echo
 fi
-stop_target
+stop_target "$work/t-tcp.log"
 
-if [ "$ngpu" -ge 2 ]; then
-    echo "## 5. CUDA IPC, GPU$SRC -> GPU$DST, vs cuMemcpyPeer"
-    echo "| run | GB/s | transfers | p50/p99 µs | failures | CPU s | staging peak initiator/target B |"
-    echo "|---|---|---|---|---|---|---|"
-    start_target "$work/t-ipc.log" --backend cuda_ipc --mem cuda --device "$SRC"
-    run_initiator "cuda_ipc 1.25 GiB, batch 1" "$work/ipc1.log" --backend cuda_ipc --mem cuda --device "$DST" \
-        --block-size $KV --batch 1 --threads 1 --duration "$DURATION"
-    run_initiator "cuda_ipc 1.25 GiB, 4 threads" "$work/ipc2.log" --backend cuda_ipc --mem cuda --device "$DST" \
-        --block-size $KV --batch 1 --threads 4 --duration "$DURATION"
-    run_initiator "cuda_ipc into VMM memory 1.25 GiB, batch 1" "$work/ipc3.log" --backend cuda_ipc --mem cuda_vmm \
-        --device "$DST" --block-size $KV --batch 1 --threads 1 --duration "$DURATION"
-    stop_target
+if [ "$SRC" = "$DST" ]; then where="same GPU: GPU$SRC -> GPU$DST, two processes"; else where="GPU$SRC -> GPU$DST"; fi
+echo "## 5. CUDA IPC, $where (reference: the copytest rate below)"
+echo "$HEADER"
+start_target "$work/t-ipc.log" --backend cuda_ipc --mem cuda --device "$SRC"
+for t in 1 2 4 8; do
+    run_initiator "cuda_ipc 1.25 GiB, $t in flight (--threads $t)" "$work/ipc-t$t.log" --backend cuda_ipc \
+        --mem cuda --device "$DST" --block-size $KV --batch 1 --threads "$t" --duration "$DURATION"
+done
+run_initiator "cuda_ipc 64 MiB, 16 in flight (--batch 4 --threads 4)" "$work/ipc-b4.log" --backend cuda_ipc \
+    --mem cuda --device "$DST" --block-size 64m --batch 4 --threads 4 --duration "$DURATION"
+for t in 1 4; do
+    run_initiator "cuda_ipc into VMM memory 1.25 GiB, $t in flight" "$work/ipc-vmm$t.log" --backend cuda_ipc \
+        --mem cuda_vmm --device "$DST" --block-size $KV --batch 1 --threads "$t" --duration "$DURATION"
+done
+stop_target "$work/t-ipc.log"
+if [ "$SRC" != "$DST" ]; then
     echo "cuMemcpyPeerAsync GPU$SRC->GPU$DST: $(jfield "$work/copy.log" peer_memcpypeer_gb_per_s) GB/s," \
         "unified d2d: $(jfield "$work/copy.log" peer_d2d_unified_gb_per_s) GB/s"
 else
-    echo "## 5. CUDA IPC: one GPU only, skipped"
+    echo "d2d copy on GPU$SRC: $(jfield "$work/copy.log" d2d_same_device_gb_per_s) GB/s"
 fi
+[ "$status" = 0 ] || echo "FAILED: at least one run above failed; see its log lines on stderr" >&2
 exit $status

@@ -25,3 +25,14 @@ target_include_directories(test_cuda_gpu PRIVATE ${PDR_CUDA_TEST_DIR}/unit ${PRO
 target_link_libraries(test_cuda_gpu PRIVATE pdr_transport Threads::Threads)
 add_test(NAME test_cuda_gpu COMMAND test_cuda_gpu)
 set_tests_properties(test_cuda_gpu PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+
+# The pattern kernels' PTX assembles (ptxas where installed; skipped otherwise).
+add_executable(test_cuda_ptx ${PDR_CUDA_TEST_DIR}/unit/test_cuda_ptx.c)
+target_include_directories(test_cuda_ptx PRIVATE ${PROJECT_SOURCE_DIR}/transport)
+target_link_libraries(test_cuda_ptx PRIVATE pdr_transport)
+add_test(NAME test_cuda_ptx COMMAND test_cuda_ptx)
+set_tests_properties(test_cuda_ptx PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
+
+# pdxfer-bench between two processes on a GPU, full verification (skipped without a GPU).
+add_test(NAME test_bench_gpu COMMAND sh ${PDR_CUDA_TEST_DIR}/gpu/test_bench_gpu.sh $<TARGET_FILE:pdxfer-bench>)
+set_tests_properties(test_bench_gpu PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)

@@ -64,6 +64,20 @@ target_link_libraries(test_transport_staging PRIVATE pdr_common Threads::Threads
 add_test(NAME test_transport_staging COMMAND test_transport_staging)
 set_tests_properties(test_transport_staging PROPERTIES TIMEOUT 120)
 
+# pdxfer-bench's rooms on a CPU: the benchmark's source included by the test, the engine built from source
+# against tests/unit/fake_cuda.c (strict about waiting for stream work).
+add_executable(test_bench_order ${PDR_XFER_TEST_DIR}/unit/test_bench_order.c
+               ${PDR_XFER_TEST_DIR}/unit/fake_cuda.c ${PROJECT_SOURCE_DIR}/transport/engine.c
+               ${PROJECT_SOURCE_DIR}/transport/tcp.c ${PROJECT_SOURCE_DIR}/transport/wire.c
+               ${PROJECT_SOURCE_DIR}/transport/fdpass.c
+               ${PROJECT_SOURCE_DIR}/transport/rdma.c ${PROJECT_SOURCE_DIR}/transport/rdma_wire.c
+               ${PROJECT_SOURCE_DIR}/transport/rdma_plan.c ${PROJECT_SOURCE_DIR}/transport/rdma_topo.c)
+target_include_directories(test_bench_order PRIVATE ${PDR_XFER_TEST_DIR}/integration
+                           ${PROJECT_SOURCE_DIR}/transport)
+target_link_libraries(test_bench_order PRIVATE pdr_common Threads::Threads PkgConfig::IBVERBS)
+add_test(NAME test_bench_order COMMAND test_bench_order)
+set_tests_properties(test_bench_order PROPERTIES TIMEOUT 120)
+
 # The RDMA data path on a CPU: the engine built from source against the fake libibverbs
 # (tests/unit/rdma_fake_verbs.c) and tests/unit/fake_cuda.c.
 add_executable(test_transport_rdma ${PDR_XFER_TEST_DIR}/unit/test_transport_rdma.c

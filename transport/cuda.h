@@ -89,11 +89,42 @@ int pdr__cuda_pci_bus_id(int ordinal, char *buf, size_t len);
 /* A 16-byte device UUID (tells the same GPU apart across processes). */
 int pdr__cuda_uuid(int ordinal, unsigned char uuid[16]);
 
-/* Tests and benchmarks: device memory on the bound device. */
+/* Tests and benchmarks: device memory on the bound device. pdr__cuda_memset and pdr__cuda_copy_sync
+ * (any direction, unified addressing) return once the bytes are in place: they run on the legacy
+ * default stream and synchronize it, as cuMemsetD8 and cuMemcpy alone do not (cuMemcpy from pageable
+ * host memory returns once the bytes are staged, before they reach the device; device-to-device copies
+ * and memsets return once queued), and nothing on another stream, context or process is ordered after
+ * the legacy stream. */
 int pdr__cuda_mem_alloc(size_t len, void **out);
 void pdr__cuda_mem_free(void *p);
 int pdr__cuda_memset(void *dev, unsigned char byte, size_t len);
-int pdr__cuda_copy_sync(void *dst, const void *src, size_t len); /* any direction, unified addressing */
+int pdr__cuda_copy_sync(void *dst, const void *src, size_t len);
+
+/* Tests and benchmarks: a test pattern written and compared on the device. Word w (8 bytes, native
+ * order) of a buffer holding the pattern of seed is pdr__cuda_pattern_word(seed, w), w counted from
+ * word0 at the buffer's start; buffers are 8-byte aligned and a whole number of words long
+ * (PDR_EINVAL otherwise). The calling thread must be bound to the device of the memory; the kernels
+ * come from PTX text the driver compiles once per device. */
+#define PDR_PATTERN_SEED_MUL 0x9E3779B97F4A7C15ull
+static inline uint64_t pdr__cuda_pattern_word(uint64_t seed, uint64_t word)
+{
+    uint64_t z = seed * PDR_PATTERN_SEED_MUL ^ word * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+/* Queues the writing of the pattern on stream (the caller synchronizes it before anything else reads). */
+int pdr__cuda_pattern_fill(void *dev, size_t len, uint64_t seed, uint64_t word0, void *stream);
+struct pdr_cuda_check {
+    uint64_t mismatches; /* words that differ from the pattern */
+    uint64_t first_bad;  /* index (from the buffer's start) of the first of them; UINT64_MAX if none */
+};
+/* Compares every word with the pattern on stream and waits for the result (and so for everything queued
+ * on stream before). scratch: 16 bytes of device memory of the same device, reused across calls. */
+int pdr__cuda_pattern_check(const void *dev, size_t len, uint64_t seed, uint64_t word0, void *scratch,
+                            void *stream, struct pdr_cuda_check *out);
+/* The kernels' PTX text (tests assemble it with ptxas where one is installed). */
+const char *pdr__cuda_pattern_ptx(void);
 
 /* The name of the last CUresult that failed on this thread ("CUDA_ERROR_OUT_OF_MEMORY"), or "". */
 const char *pdr__cuda_last_error(void);

@@ -19,6 +19,28 @@
  * staging_chunks pinned buffers per connection. docs/internals/transport.md describes the wire
  * protocol, threads and limits.
  *
+ * Ordering with CUDA work (device memory). The engine copies device memory on streams of its own, and
+ * with CUDA IPC the peer process copies into or out of this process's memory; neither waits for any
+ * stream or event of the caller, and nothing the caller queued on any stream is ordered before them.
+ * Hence, for a room in device memory:
+ *  - Before pdr_xfer_push: every write of the source bytes has completed on the device, i.e. the caller
+ *    synchronized the stream that wrote them (cuStreamSynchronize, cuEventSynchronize on an event
+ *    recorded after the writes, cudaDeviceSynchronize, torch.cuda.synchronize()). A returned call is not
+ *    a completed write: a kernel launch or cuMemsetD8 returns once queued, and cuMemcpy from pageable
+ *    host memory returns once the bytes are staged, before they reach the device.
+ *  - Before pdr_xfer_pull: nothing the caller queued still writes or reads the destination (a write
+ *    landing after the engine's overwrites the room's bytes; the same synchronization as above).
+ *  - Until the callback: the caller does not write the source nor touch the destination.
+ *  - When a pull's callback reports status 0 (backends tcp and cuda_ipc): every byte of the destination
+ *    has been written to device memory and the copies that wrote it have completed (the engine's
+ *    host-to-device staging copies, or the peer's CUDA IPC copy, which the peer waits for before it
+ *    reports the room done). Work that any stream of any context queues on that device after the
+ *    callback ran reads the room's bytes, with no further synchronization. RDMA into device memory has
+ *    not run on hardware, so this is not established for it.
+ *  - When a push's callback runs, the engine and the peer no longer read the source.
+ * Host memory needs none of this: the engine reads and writes it with the CPU, and the callback orders
+ * those accesses before whatever the caller does after it.
+ *
  * Threading: every function may be called from any thread, except pdr_xfer_engine_destroy (not from
  * a callback). Each engine runs io_threads I/O threads; every callback runs on the first of them,
  * exactly once per accepted operation, never inside the call that posted it. Callbacks must not block.

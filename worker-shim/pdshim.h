@@ -15,6 +15,18 @@
  * synchronously inside pdshim_offer/pdshim_fetch; they must not block. Memory passed in segments must
  * stay valid and untouched until the operation's callback has run.
  *
+ * Ordering with CUDA (device memory; the rules of transport.h, in short). The shim copies on its own
+ * streams, and over CUDA IPC the peer process copies; they are ordered after none of the caller's
+ * streams. So:
+ *  - pdshim_offer only once the room's KV is complete on the device: the stream that wrote it has been
+ *    synchronized (cudaStreamSynchronize, cudaEventSynchronize on an event recorded after the writes,
+ *    torch.cuda.synchronize()). That the kernels were launched, or that a cudaMemcpy from pageable
+ *    memory returned, is not enough.
+ *  - pdshim_fetch only once no queued kernel or copy still writes or reads the destination.
+ *  - A fetch completed with status 0 (tcp or cuda_ipc) has every byte of the destination written to
+ *    device memory by copies that have finished: kernels launched after the callback, on any stream,
+ *    read the room. An offer's callback means the source is no longer read.
+ *
  * Errors are negative PDR_E* codes (see pdshim_strerror): PDR_ETIMEDOUT, PDR_EPEERGONE,
  * PDR_ECONNREFUSED, PDR_ESIZE (source and destination sizes differ), PDR_ENOROOM (the prefill never
  * offered this room before the deadline), PDR_ECANCELED, PDR_EEXIST (room already pending here),

@@ -3,7 +3,9 @@
  *
  * Checks: device memory and pinned memory on every device, async copies with events (round trip,
  * byte-exact), pointer classification without a context, errors translated (out of memory), an unbound
- * thread refused, d2d and peer copies across devices, a dma-buf fd, PCI bus id and UUID, and CUDA IPC:
+ * thread refused, d2d and peer copies across devices, a dma-buf fd, PCI bus id and UUID, the pattern
+ * kernels (fill and compare, from PTX), pdr__cuda_copy_sync and pdr__cuda_memset complete on return
+ * (another stream reads their bytes right after, while the device is busy), and CUDA IPC:
  * a child process exports device memory, this process opens and reads it. The child is forked before
  * any CUDA call here (CUDA state does not survive fork). At the end nvidia-smi must list this process
  * at most once per device, and only on devices it bound (the stray-context-on-GPU0 check).
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -190,6 +193,114 @@ static void per_device(int d, void **dev_out)
     *dev_out = dev;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The pattern kernels: a fill read back word by word, checks that find nothing, everything, a sub-range
+ * from its word0 and three planted words (counted, the lowest located), arguments refused, and the rate
+ * of both over 1 GiB (pdxfer-bench checks every GPU room this way). */
+static void pattern_kernels(int d)
+{
+    size_t len = (size_t)8 * 1000003; /* not a multiple of a thread block's 256 words */
+    void *dev = NULL, *scratch = NULL, *s = NULL;
+    CHECK(pdr__cuda_bind(d) == 0);
+    CHECK(pdr__cuda_mem_alloc(len, &dev) == 0);
+    CHECK(pdr__cuda_mem_alloc(16, &scratch) == 0);
+    CHECK(pdr__cuda_stream_create(&s) == 0);
+    uint64_t *h = malloc(len);
+    CHECK(h != NULL);
+    if (!dev || !scratch || !s || !h)
+        return;
+    int rc = pdr__cuda_pattern_fill(dev, len, 42, 0, s);
+    if (rc == 0)
+        rc = pdr__cuda_stream_sync(s);
+    if (rc != 0)
+        printf("device %d: pattern fill: %s (%s)\n", d, pdr_strerror(rc), pdr__cuda_last_error());
+    CHECK(rc == 0);
+    CHECK(pdr__cuda_copy_sync(h, dev, len) == 0);
+    size_t wrong = 0;
+    for (size_t w = 0; w < len / 8; w++)
+        wrong += h[w] != pdr__cuda_pattern_word(42, w);
+    CHECK(wrong == 0);
+    struct pdr_cuda_check ck;
+    CHECK(pdr__cuda_pattern_check(dev, len, 42, 0, scratch, s, &ck) == 0);
+    CHECK(ck.mismatches == 0 && ck.first_bad == UINT64_MAX);
+    CHECK(pdr__cuda_pattern_check(dev, len, 43, 0, scratch, s, &ck) == 0);
+    CHECK(ck.mismatches == len / 8 && ck.first_bad == 0);
+    CHECK(pdr__cuda_pattern_check((uint64_t *)dev + 1000, len - 8000, 42, 1000, scratch, s, &ck) == 0);
+    CHECK(ck.mismatches == 0);
+    CHECK(pdr__cuda_pattern_check(dev, 8, 42, 0, scratch, s, &ck) == 0 && ck.mismatches == 0);
+    const size_t planted[3] = {len / 8 - 1, 777777, 7};
+    uint64_t junk = 0;
+    for (int i = 0; i < 3; i++)
+        CHECK(pdr__cuda_copy_sync((uint64_t *)dev + planted[i], &junk, 8) == 0);
+    CHECK(pdr__cuda_pattern_check(dev, len, 42, 0, scratch, s, &ck) == 0);
+    CHECK(ck.mismatches == 3 && ck.first_bad == 7);
+    printf("device %d: pattern check found %llu wrong words, the first at word %llu\n", d,
+           (unsigned long long)ck.mismatches, (unsigned long long)ck.first_bad);
+    CHECK(pdr__cuda_pattern_check((char *)dev + 4, 8, 42, 0, scratch, s, &ck) == PDR_EINVAL);
+    CHECK(pdr__cuda_pattern_fill(dev, 12, 42, 0, s) == PDR_EINVAL);
+
+    void *big = NULL;
+    size_t blen = (size_t)1 << 30;
+    if (pdr__cuda_mem_alloc(blen, &big) == 0) {
+        double t0 = now_s();
+        CHECK(pdr__cuda_pattern_fill(big, blen, 5, 0, s) == 0 && pdr__cuda_stream_sync(s) == 0);
+        double t1 = now_s();
+        CHECK(pdr__cuda_pattern_check(big, blen, 5, 0, scratch, s, &ck) == 0 && ck.mismatches == 0);
+        double t2 = now_s();
+        printf("device %d: pattern fill %.0f GB/s, check %.0f GB/s over 1 GiB\n", d,
+               (double)blen / (t1 - t0) / 1e9, (double)blen / (t2 - t1) / 1e9);
+        pdr__cuda_mem_free(big);
+    }
+    free(h);
+    pdr__cuda_stream_destroy(s);
+    pdr__cuda_mem_free(scratch);
+    pdr__cuda_mem_free(dev);
+}
+
+/* pdr__cuda_copy_sync (8 bytes from pageable memory) and pdr__cuda_memset return with the bytes in
+ * place: a copy on a non-blocking stream, which nothing orders after them, reads them right after, while
+ * a third stream keeps the device busy with large copies. */
+static void sync_helpers(int d)
+{
+    size_t blen = (size_t)256 << 20;
+    void *a = NULL, *b = NULL, *x = NULL, *pinned = NULL, *sb = NULL, *sr = NULL;
+    CHECK(pdr__cuda_bind(d) == 0);
+    CHECK(pdr__cuda_mem_alloc(blen, &a) == 0 && pdr__cuda_mem_alloc(blen, &b) == 0);
+    CHECK(pdr__cuda_mem_alloc(4096, &x) == 0 && pdr__cuda_host_alloc(4096, &pinned) == 0);
+    CHECK(pdr__cuda_stream_create(&sb) == 0 && pdr__cuda_stream_create(&sr) == 0);
+    if (!a || !b || !x || !pinned || !sb || !sr)
+        return;
+    int stale = 0, rounds = 2000;
+    for (int i = 0; i < rounds; i++) {
+        if (i % 4 == 0)
+            CHECK(pdr__cuda_copy_d2d_async(b, a, blen, sb) == 0);
+        uint64_t v = 0x5100000000000000ull + (uint64_t)i, got = 0;
+        CHECK(pdr__cuda_copy_sync(x, &v, 8) == 0);
+        CHECK(pdr__cuda_copy_d2h_async(pinned, x, 8, sr) == 0 && pdr__cuda_stream_sync(sr) == 0);
+        memcpy(&got, pinned, 8);
+        stale += got != v;
+        CHECK(pdr__cuda_memset(x, (unsigned char)(i | 1), 8) == 0);
+        CHECK(pdr__cuda_copy_d2h_async(pinned, x, 8, sr) == 0 && pdr__cuda_stream_sync(sr) == 0);
+        stale += ((unsigned char *)pinned)[7] != (unsigned char)(i | 1);
+    }
+    CHECK(pdr__cuda_stream_sync(sb) == 0);
+    printf("device %d: %d of %d reads right after pdr__cuda_copy_sync / pdr__cuda_memset saw older bytes\n",
+           d, stale, 2 * rounds);
+    CHECK(stale == 0);
+    pdr__cuda_stream_destroy(sb);
+    pdr__cuda_stream_destroy(sr);
+    pdr__cuda_host_free(pinned);
+    pdr__cuda_mem_free(x);
+    pdr__cuda_mem_free(a);
+    pdr__cuda_mem_free(b);
+}
+
 /* nvidia-smi lists compute processes per GPU; this process must appear at most once per device and only
  * on devices it bound. Containers without the host PID namespace list nobody: then nothing to check. */
 static void check_nvidia_smi(const int *used, int ndev)
@@ -326,6 +437,8 @@ int main(void)
 
     for (int d = 0; d < ndev; d++) {
         per_device(d, &devmem[d]);
+        pattern_kernels(d);
+        sync_helpers(d);
         used[d] = 1;
     }
 

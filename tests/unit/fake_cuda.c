@@ -1,14 +1,17 @@
 /*
  * A fake of transport/cuda.h for CPU-only tests of the GPU paths (staging ring, event polling, IPC
  * bookkeeping): "device memory" is host memory handed out by pdr__cuda_mem_alloc and known to
- * pdr__cuda_ptr_info; an async copy is queued on its stream and done when an event recorded after it
- * has been queried FAKE_POLLS times (so the engine's pending paths run); IPC handles name fake
- * allocations in this process. Thread-safe (one mutex). Not for production: tests link it instead of
- * cuda.c.
+ * pdr__cuda_ptr_info; an async copy or pattern fill is queued on its stream and done when an event
+ * recorded after it has been queried FAKE_POLLS times (so the engine's pending paths run), when the
+ * stream is synchronized, or when the stream is destroyed (with pdr__fake_cuda_strict set, destroying
+ * a stream drops its pending work instead, so that a caller that never waits for its work is caught);
+ * IPC handles name fake allocations in this process. Thread-safe (one mutex). Not for production:
+ * tests link it instead of cuda.c.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -32,8 +35,9 @@ struct fake_alloc {
 struct fake_copy {
     struct fake_copy *next;
     void *dst;
-    const void *src;
+    const void *src; /* NULL: a pattern fill of seed from word0 */
     size_t len;
+    uint64_t seed, word0;
 };
 struct fake_stream {
     struct fake_copy *head, *tail;
@@ -50,7 +54,11 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct fake_alloc allocs[MAX_ALLOCS];
 static __thread int bound = -1;
 long pdr__fake_cuda_live;
-long pdr__fake_cuda_copy_us; /* > 0: events complete by time instead of by poll count */
+long pdr__fake_cuda_copy_us;  /* > 0: events complete by time instead of by poll count */
+long pdr__fake_cuda_strict;   /* != 0: pdr__cuda_stream_destroy drops pending work */
+long pdr__fake_cuda_dropped;  /* operations dropped that way */
+long pdr__fake_cuda_lose_d2d; /* > 0: every N-th device-to-device copy is lost (accepted, never run) */
+static long d2d_copies;
 
 static uint64_t now_us(void)
 {
@@ -70,6 +78,15 @@ int pdr__cuda_device_count(void)
 const char *pdr__cuda_last_error(void)
 {
     return "";
+}
+const char *pdr__cuda_init_error(void)
+{
+    return "";
+}
+int pdr__cuda_device_name(int ordinal, char *buf, size_t len)
+{
+    snprintf(buf, len, "fake device %d", ordinal);
+    return 0;
 }
 
 static int alloc_at(const void *p) /* mu held; index or -1 */
@@ -133,7 +150,14 @@ static void run_until(struct fake_stream *s, struct fake_copy *upto)
     /* Runs queued copies up to and including upto (all of them when upto is NULL). mu held. */
     while (s->head != NULL) {
         struct fake_copy *c = s->head;
-        memcpy(c->dst, c->src, c->len);
+        if (c->src != NULL) {
+            memcpy(c->dst, c->src, c->len);
+        } else {
+            for (size_t w = 0; w < c->len / 8; w++) {
+                uint64_t v = pdr__cuda_pattern_word(c->seed, c->word0 + w);
+                memcpy((uint8_t *)c->dst + w * 8, &v, 8);
+            }
+        }
         s->head = c->next;
         if (s->head == NULL)
             s->tail = NULL;
@@ -145,8 +169,20 @@ static void run_until(struct fake_stream *s, struct fake_copy *upto)
 
 void pdr__cuda_stream_destroy(void *stream)
 {
+    if (stream == NULL)
+        return;
+    struct fake_stream *s = stream;
     pthread_mutex_lock(&mu);
-    run_until(stream, NULL);
+    if (__atomic_load_n(&pdr__fake_cuda_strict, __ATOMIC_RELAXED)) {
+        while (s->head != NULL) {
+            struct fake_copy *c = s->head;
+            s->head = c->next;
+            free(c);
+            pdr__fake_cuda_dropped++;
+        }
+        s->tail = NULL;
+    }
+    run_until(s, NULL);
     pthread_mutex_unlock(&mu);
     free(stream);
     __atomic_sub_fetch(&pdr__fake_cuda_live, 1, __ATOMIC_RELAXED);
@@ -215,13 +251,15 @@ int pdr__cuda_event_sync(void *ev)
 
 int pdr__cuda_stream_sync(void *stream)
 {
+    if (stream == NULL)
+        return 0; /* the legacy stream: the fake's synchronous helpers leave nothing on it */
     pthread_mutex_lock(&mu);
     run_until(stream, NULL);
     pthread_mutex_unlock(&mu);
     return 0;
 }
 
-static int enqueue(void *dst, const void *src, size_t len, void *stream)
+static int enqueue_op(void *dst, const void *src, size_t len, uint64_t seed, uint64_t word0, void *stream)
 {
     if (bound < 0)
         return PDR_EINVAL; /* the engine must bind before any copy */
@@ -231,6 +269,8 @@ static int enqueue(void *dst, const void *src, size_t len, void *stream)
     c->dst = dst;
     c->src = src;
     c->len = len;
+    c->seed = seed;
+    c->word0 = word0;
     struct fake_stream *s = stream;
     pthread_mutex_lock(&mu);
     if (s->tail != NULL)
@@ -240,6 +280,11 @@ static int enqueue(void *dst, const void *src, size_t len, void *stream)
     s->tail = c;
     pthread_mutex_unlock(&mu);
     return 0;
+}
+
+static int enqueue(void *dst, const void *src, size_t len, void *stream)
+{
+    return enqueue_op(dst, src, len, 0, 0, stream);
 }
 
 int pdr__cuda_copy_d2h_async(void *dst_host, const void *src_dev, size_t len, void *stream)
@@ -259,6 +304,9 @@ int pdr__cuda_copy_d2d_async(void *dst_dev, const void *src_dev, size_t len, voi
     pthread_mutex_unlock(&mu);
     if (past)
         return PDR_EINVAL;
+    long lose = __atomic_load_n(&pdr__fake_cuda_lose_d2d, __ATOMIC_RELAXED);
+    if (lose > 0 && __atomic_add_fetch(&d2d_copies, 1, __ATOMIC_RELAXED) % lose == 0)
+        return 0;
     return enqueue(dst_dev, src_dev, len, stream);
 }
 
@@ -330,6 +378,47 @@ int pdr__cuda_copy_sync(void *dst, const void *src, size_t len)
 {
     memcpy(dst, src, len);
     return 0;
+}
+int pdr__cuda_copy_peer_async(void *dst_dev, int dst_ordinal, const void *src_dev, int src_ordinal,
+                              size_t len, void *stream)
+{
+    (void)dst_ordinal;
+    (void)src_ordinal;
+    return enqueue(dst_dev, src_dev, len, stream);
+}
+
+/* ---- Pattern kernels: a fill runs with the stream's other work; a check waits for the stream. ---- */
+
+int pdr__cuda_pattern_fill(void *dev, size_t len, uint64_t seed, uint64_t word0, void *stream)
+{
+    if (dev == NULL || (uintptr_t)dev % 8 != 0 || len % 8 != 0)
+        return PDR_EINVAL;
+    return len == 0 ? 0 : enqueue_op(dev, NULL, len, seed, word0, stream);
+}
+
+int pdr__cuda_pattern_check(const void *dev, size_t len, uint64_t seed, uint64_t word0, void *scratch,
+                            void *stream, struct pdr_cuda_check *out)
+{
+    if (dev == NULL || scratch == NULL || stream == NULL || (uintptr_t)dev % 8 != 0 || len % 8 != 0 ||
+        bound < 0)
+        return PDR_EINVAL;
+    pthread_mutex_lock(&mu);
+    run_until(stream, NULL);
+    pthread_mutex_unlock(&mu);
+    out->mismatches = 0;
+    out->first_bad = UINT64_MAX;
+    for (size_t w = 0; w < len / 8; w++) {
+        uint64_t v;
+        memcpy(&v, (const uint8_t *)dev + w * 8, 8);
+        if (v != pdr__cuda_pattern_word(seed, word0 + w) && out->mismatches++ == 0)
+            out->first_bad = w;
+    }
+    return 0;
+}
+
+const char *pdr__cuda_pattern_ptx(void)
+{
+    return "";
 }
 
 /* No GPUDirect in the fake: the RDMA module (linked into the engine) asks only with a device. */

@@ -4,32 +4,39 @@
  *
  *   pdxfer-bench --mode target --listen HOST:PORT [--backend B] [--mem host|cuda] [--device N] [--json]
  *   pdxfer-bench --mode initiator --peer HOST:PORT --backend tcp|rdma|cuda_ipc|auto --mem host|cuda
- *                --block-size BYTES --batch N --threads N --conns N --duration SECONDS [--json] [--verify]
- *                [--device N] [--staging-chunks N] [--chunk-bytes N] [--io-threads N] [--timeout-ms N]
+ *                --block-size BYTES --batch N --threads N --conns N --duration SECONDS [--json]
+ *                [--verify full|sample|off] [--device N] [--staging-chunks N] [--chunk-bytes N]
+ *                [--io-threads N] [--timeout-ms N]
  *   pdxfer-bench --mode copytest --mem cuda [--device N] [--peer-device M] [--block-size BYTES]
  *                [--duration SECONDS] [--json]
  *
  * Design. The target's engine listens on PORT; a control socket listens on PORT+1. A session:
- *  1. The initiator connects to the control port and sends "PDXFER 1 threads=T batch=B block=S\n". The
- *     target allocates B blocks of S bytes (host, or device memory on --device), fills block k with a
- *     pattern derived from k, registers it, and answers "OK session=N\n".
+ *  1. The initiator connects to the control port and sends "PDXFER 2 threads=T batch=B block=S\n". The
+ *     target allocates B + 1 blocks of S bytes (host, or device memory on --device), fills block k with
+ *     a pattern derived from k (on the device for device memory), waits until the pattern is in place,
+ *     registers the buffer, and answers "OK session=N blocks=B+1\n".
  *  2. Room ids are (N << 48) | (t << 32) | seq for worker t in [0, T) and seq = 0, 1, 2, ...; room seq
- *     carries block seq % B. The target offers (pushes) seq 0..B-1 of every worker at once, and each time
- *     a push completes (successfully or not) it offers seq + B of the same worker. The initiator's worker t
- *     pulls seq 0..B-1 at once, each into its own destination slot, and on each completion verifies a
- *     sample of the bytes and pulls seq + B. Both sides thus keep T x B rooms in flight and agree on which
- *     rooms exist without any per-room control traffic; a failed room fails on both sides and both move on.
+ *     carries block seq % (B + 1). The target offers (pushes) seq 0..B-1 of every worker at once, and
+ *     each time a push completes (successfully or not) it offers seq + B of the same worker. The
+ *     initiator's worker t pulls seq 0..B-1 at once, seq into destination slot seq % B, and on each
+ *     completion verifies the slot and pulls seq + B. Both sides thus keep T x B rooms in flight and agree
+ *     on which rooms exist without any per-room control traffic; a failed room fails on both sides and
+ *     both move on. Consecutive rooms of a slot carry different blocks (seq and seq + B differ mod B + 1),
+ *     so a byte a room did not write still holds the previous room's pattern and fails verification:
+ *     the initiator never writes a destination after setting it to zero once, before the first pull.
  *  3. After --duration seconds the initiator stops posting, waits for its pulls in flight, and sends
  *     "BYE\n". The target cancels the rooms it still offers (T x B), drains their callbacks and answers
  *     "STATS transfers=X failures=Y staging_peak=Z\n", which the initiator reports next to its own numbers.
  *     The target then waits for the next session (a script can run many rounds against one target), and
  *     prints its totals on SIGINT/SIGTERM.
  * Reported: GB/s (10^9 bytes/s of successfully pulled bytes over the wall time from the first post to the
- * last completion), per-transfer latency p50/p99 (the engine's post-to-completion time of successful pulls),
- * CPU seconds of the process (getrusage user+sys over the run), and pdr_xfer_get_stats().staging_peak_bytes
- * on both sides. Verification: the initiator writes the complement of the expected word at 17 sample offsets
- * before each pull and checks them after (3 offsets for GPU memory); --verify checks every byte (host memory
- * only).
+ * last completion, verification included), per-transfer latency p50/p99 (the engine's post-to-completion
+ * time of successful pulls), CPU seconds of the process (getrusage user+sys over the run), the seconds
+ * the workers spent verifying, and pdr_xfer_get_stats().staging_peak_bytes on both sides.
+ * Verification (--verify): full compares every byte of every room, on the device for device memory (a
+ * compare kernel on the worker's stream) and on the CPU for host memory; sample compares 17 words (3 for
+ * device memory) at fixed offsets; off compares nothing. The default is full for device memory and
+ * sample for host memory. A verify error or a failed room on either side makes the initiator exit 1.
  *
  * copytest mode measures the copy rates the GPU paths are bounded by: pinned H2D/D2H whole and in 1 MiB
  * and 64 KiB pieces, pageable D2H, device-local d2d, and with a second device cuMemcpyPeerAsync and a
@@ -63,12 +70,15 @@
 
 struct args {
     const char *mode, *listen, *peer, *backend, *mem;
-    int device, peer_device, threads, conns, io_threads, json, verify;
+    int device, peer_device, threads, conns, io_threads, json, verify; /* verify: enum verify_mode */
     long batch;
     size_t block, chunk_bytes, staging_chunks;
     double duration;
     uint32_t timeout_ms;
 };
+
+enum verify_mode { VERIFY_AUTO = -1, VERIFY_OFF, VERIFY_SAMPLE, VERIFY_FULL };
+static const char *const verify_names[] = {"off", "sample", "full"};
 
 static volatile sig_atomic_t stop_flag;
 
@@ -161,12 +171,10 @@ static int split_hostport(const char *s, char *host, size_t hlen, int *port)
 
 /* ---- The data pattern: 64-bit words derived from (block, word index). ---- */
 
+/* Seed block + 1 of the pattern that transport/cuda.c's kernels also write and compare on the device. */
 static uint64_t pattern_word(uint64_t block, uint64_t word)
 {
-    uint64_t z = (block + 1) * 0x9E3779B97F4A7C15ull ^ (word * 0xBF58476D1CE4E5B9ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return pdr__cuda_pattern_word(block + 1, word);
 }
 
 static void fill_block(unsigned char *p, size_t len, uint64_t block)
@@ -261,24 +269,28 @@ static void cuda_setup(const struct args *a)
     }
 }
 
-/* Writes block patterns into buf (B blocks); device memory through one host block. */
-static void fill_buffer(const struct args *a, unsigned char *buf, size_t block, long batch)
+/* Writes the patterns of blocks 0..nblocks-1 into buf; device memory on the device (the calling thread
+ * is bound). Returns once every byte is in place: the engine's copies run on streams of their own (in
+ * another process, for CUDA IPC) that nothing orders after the fill. */
+static void fill_buffer(const struct args *a, unsigned char *buf, size_t block, long nblocks)
 {
-    unsigned char *tmp = is_cuda(a) ? malloc(block) : NULL;
-    if (is_cuda(a) && tmp == NULL)
-        die("pattern buffer", PDR_ENOMEM);
-    for (long k = 0; k < batch; k++) {
-        unsigned char *dst = buf + (size_t)k * block;
-        if (!is_cuda(a)) {
-            fill_block(dst, block, (uint64_t)k);
-            continue;
-        }
-        fill_block(tmp, block, (uint64_t)k);
-        int rc = pdr__cuda_copy_sync(dst, tmp, block);
-        if (rc != 0)
-            die("pattern upload", rc);
+    if (!is_cuda(a)) {
+        for (long k = 0; k < nblocks; k++)
+            fill_block(buf + (size_t)k * block, block, (uint64_t)k);
+        return;
     }
-    free(tmp);
+    void *stream = NULL;
+    int rc = pdr__cuda_stream_create(&stream);
+    for (long k = 0; k < nblocks && rc == 0; k++)
+        rc = pdr__cuda_pattern_fill(buf + (size_t)k * block, block, (uint64_t)k + 1, 0, stream);
+    if (rc == 0)
+        rc = pdr__cuda_stream_sync(stream);
+    if (rc != 0) {
+        fprintf(stderr, "pdxfer-bench: pattern fill on device %d: %s (%s)\n", a->device, pdr_strerror(rc),
+                pdr__cuda_last_error());
+        exit(2);
+    }
+    pdr__cuda_stream_destroy(stream);
 }
 
 static pdr_xfer_engine_t *make_engine(const struct args *a, const char *host, int port)
@@ -479,7 +491,7 @@ struct target_session {
     pdr_xfer_engine_t *eng;
     struct queue q;
     unsigned session, threads;
-    long batch;
+    long batch, nblocks; /* nblocks = batch + 1 blocks in buf */
     size_t block;
     unsigned char *buf;
     uint64_t *pending; /* [threads * batch]: room offered in that slot, or UINT64_MAX */
@@ -490,7 +502,7 @@ struct target_session {
 static int offer_one(struct target_session *s, unsigned tid, uint64_t seq)
 {
     size_t slot = (size_t)tid * (size_t)s->batch + (size_t)(seq % (uint64_t)s->batch);
-    pdr_xfer_seg_t seg = {.addr = s->buf + (size_t)(seq % (uint64_t)s->batch) * s->block, .len = s->block};
+    pdr_xfer_seg_t seg = {.addr = s->buf + (size_t)(seq % (uint64_t)s->nblocks) * s->block, .len = s->block};
     uint64_t room = room_id(s->session, tid, seq);
     s->pending[slot] = room;
     int rc = pdr_xfer_push_ex(s->eng, room, &seg, 1, 0, on_info, &s->q);
@@ -591,15 +603,16 @@ static int run_target(const struct args *a)
             continue;
         char line[CTL_LINE];
         unsigned long long th = 0, ba = 0, bl = 0;
-        if (ctl_recv(cfd, line, sizeof(line), 5000, 1) != 0 || strncmp(line, "PDXFER 1 ", 9) != 0 ||
+        if (ctl_recv(cfd, line, sizeof(line), 5000, 1) != 0 || strncmp(line, "PDXFER 2 ", 9) != 0 ||
             ctl_field(line, "threads", &th) != 0 || ctl_field(line, "batch", &ba) != 0 ||
             ctl_field(line, "block", &bl) != 0 || th < 1 || th > 4096 || ba < 1 || ba > 65536 || bl < 8 ||
-            bl % 8 != 0 || bl > (1ull << 40) / ba) {
-            (void)ctl_send(cfd, "ERR bad hello\n");
+            bl % 8 != 0 || bl > (1ull << 40) / (ba + 1)) {
+            (void)ctl_send(cfd, "ERR bad hello (this target speaks PDXFER 2)\n");
             close(cfd);
             continue;
         }
-        size_t need = (size_t)(ba * bl);
+        unsigned long long nb = ba + 1;
+        size_t need = (size_t)(nb * bl);
         if (need != buflen) {
             if (buf != NULL) {
                 pdr_xfer_mem_unregister(eng, buf);
@@ -607,13 +620,13 @@ static int run_target(const struct args *a)
             }
             buf = mem_alloc(a, need);
             buflen = need;
-            fill_buffer(a, buf, (size_t)bl, (long)ba);
+            fill_buffer(a, buf, (size_t)bl, (long)nb);
             int rc =
                 pdr_xfer_mem_register(eng, buf, buflen, is_cuda(a) ? PDR_XFER_MEM_CUDA : PDR_XFER_MEM_HOST);
             if (rc != 0)
                 fprintf(stderr, "target: mem_register: %s\n", pdr_strerror(rc));
         } else {
-            fill_buffer(a, buf, (size_t)bl, (long)ba);
+            fill_buffer(a, buf, (size_t)bl, (long)nb);
         }
         session = (session + 1) & 0xffff;
         struct target_session s;
@@ -622,6 +635,7 @@ static int run_target(const struct args *a)
         s.session = session;
         s.threads = (unsigned)th;
         s.batch = (long)ba;
+        s.nblocks = (long)nb;
         s.block = (size_t)bl;
         s.buf = buf;
         s.pending = malloc(sizeof(uint64_t) * th * ba);
@@ -629,7 +643,7 @@ static int run_target(const struct args *a)
             die("pending table", PDR_ENOMEM);
         queue_init(&s.q, (size_t)(th * ba));
         char ok[64];
-        snprintf(ok, sizeof(ok), "OK session=%u\n", session);
+        snprintf(ok, sizeof(ok), "OK session=%u blocks=%llu\n", session, nb);
         pthread_t t;
         if (pthread_create(&t, NULL, target_offer_main, &s) != 0)
             die("offer thread", PDR_ENOMEM);
@@ -675,7 +689,7 @@ static int run_target(const struct args *a)
     pdr_xfer_engine_destroy(eng);
     if (buf != NULL)
         mem_free(a, buf);
-    return 0;
+    return tot_failures == 0 ? 0 : 1;
 }
 
 /* ---- Initiator. ---- */
@@ -687,11 +701,13 @@ struct worker {
     unsigned tid;
     pthread_t thread;
     struct queue q;
-    uint64_t transfers, failures, verify_errors, bytes;
+    uint64_t transfers, failures, verify_errors, bad_words, bytes;
+    double verify_s;
     uint32_t *lat; /* microseconds, capped at UINT32_MAX */
     size_t nlat, seen;
     uint64_t rng;
     const char *backend_used;
+    void *stream, *scratch; /* device memory, --verify full: the compare kernel's stream and result */
 };
 
 struct initiator {
@@ -717,62 +733,74 @@ static unsigned char *slot_of(struct worker *w, uint64_t seq)
     return w->in->dst + slot * a->block;
 }
 
-/* Writes the complement of the expected words at the sample offsets (or clears the block for --verify),
- * so that a transfer that did not write them is caught. */
-static void poison(struct worker *w, uint64_t seq)
+/* The block room seq carries (the target holds batch + 1 of them). */
+static uint64_t block_of(const struct args *a, uint64_t seq)
 {
-    const struct args *a = w->in->a;
-    unsigned char *p = slot_of(w, seq);
-    uint64_t block = seq % (uint64_t)a->batch;
-    if (a->verify && !is_cuda(a)) {
-        memset(p, 0, a->block);
-        return;
-    }
-    unsigned n = sample_count(a);
-    for (unsigned i = 0; i < n; i++) {
-        size_t off = sample_offset(a->block, i, n);
-        uint64_t v = ~pattern_word(block, off / 8);
-        if (is_cuda(a))
-            (void)pdr__cuda_copy_sync(p + off, &v, 8);
-        else
-            memcpy(p + off, &v, 8);
-    }
+    return seq % ((uint64_t)a->batch + 1);
 }
 
-static int verify(struct worker *w, uint64_t seq)
+/* One word of a destination slot, read back to the host. */
+static uint64_t read_word(const struct args *a, const unsigned char *p)
+{
+    uint64_t v = 0;
+    if (is_cuda(a)) {
+        if (pdr__cuda_copy_sync(&v, p, 8) != 0)
+            die("verify read-back", PDR_EIO);
+    } else {
+        memcpy(&v, p, 8);
+    }
+    return v;
+}
+
+/* What a wrong word holds: the pattern this slot held before (the room did not write it), zeros (no room
+ * ever wrote it) or something else. */
+static const char *mismatch_kind(const struct args *a, uint64_t seq, uint64_t word, uint64_t v)
+{
+    if (seq >= (uint64_t)a->batch && v == pattern_word(block_of(a, seq - (uint64_t)a->batch), word))
+        return "the slot's previous room";
+    return v == 0 ? "zero, never written" : "neither this room's nor the previous room's";
+}
+
+/* Compares the slot of room seq with its block. Returns the number of wrong words; *first is the index of
+ * the first one. */
+static uint64_t verify(struct worker *w, uint64_t seq, uint64_t *first)
 {
     const struct args *a = w->in->a;
-    unsigned char *p = slot_of(w, seq);
-    uint64_t block = seq % (uint64_t)a->batch;
-    if (a->verify && !is_cuda(a)) {
-        for (size_t off = 0; off < a->block; off += 8) {
-            uint64_t v, want = pattern_word(block, off / 8);
-            memcpy(&v, p + off, 8);
-            if (v != want)
-                return -1;
+    const unsigned char *p = slot_of(w, seq);
+    uint64_t block = block_of(a, seq), bad = 0;
+    *first = UINT64_MAX;
+    if (a->verify == VERIFY_FULL && is_cuda(a)) {
+        struct pdr_cuda_check ck;
+        int rc = pdr__cuda_pattern_check(p, a->block, block + 1, 0, w->scratch, w->stream, &ck);
+        if (rc != 0) {
+            fprintf(stderr, "pdxfer-bench: compare kernel on device %d: %s (%s)\n", a->device,
+                    pdr_strerror(rc), pdr__cuda_last_error());
+            exit(2);
         }
-        return 0;
+        *first = ck.first_bad;
+        return ck.mismatches;
     }
-    unsigned n = sample_count(a);
+    if (a->verify == VERIFY_FULL) {
+        for (size_t off = 0; off < a->block; off += 8) {
+            uint64_t v;
+            memcpy(&v, p + off, 8);
+            if (v != pattern_word(block, off / 8) && bad++ == 0)
+                *first = off / 8;
+        }
+        return bad;
+    }
+    unsigned n = a->verify == VERIFY_SAMPLE ? sample_count(a) : 0;
     for (unsigned i = 0; i < n; i++) {
         size_t off = sample_offset(a->block, i, n);
-        uint64_t v = 0;
-        if (is_cuda(a)) {
-            if (pdr__cuda_copy_sync(&v, p + off, 8) != 0)
-                return -1;
-        } else {
-            memcpy(&v, p + off, 8);
-        }
-        if (v != pattern_word(block, off / 8))
-            return -1;
+        if (read_word(a, p + off) != pattern_word(block, off / 8) && bad++ == 0)
+            *first = off / 8;
     }
-    return 0;
+    return bad;
 }
 
 static int post_pull(struct worker *w, uint64_t seq)
 {
     struct initiator *in = w->in;
-    poison(w, seq);
     pdr_xfer_seg_t seg = {.addr = slot_of(w, seq), .len = in->a->block};
     return pdr_xfer_pull_ex(in->eng, in->host, in->port, room_id(in->session, w->tid, seq), &seg, 1,
                             in->a->timeout_ms, on_info, &w->q);
@@ -792,12 +820,40 @@ static void record_latency(struct worker *w, uint64_t usec)
         w->lat[j] = v;
 }
 
+static void check_room(struct worker *w, uint64_t seq)
+{
+    const struct args *a = w->in->a;
+    double t0 = now_s();
+    uint64_t first = UINT64_MAX, bad = verify(w, seq, &first);
+    if (bad > 0) {
+        w->bad_words += bad;
+        if (w->verify_errors++ < 5) {
+            uint64_t v = read_word(a, slot_of(w, seq) + first * 8);
+            fprintf(stderr,
+                    "initiator: room %u/%llu (block %llu): %llu wrong words of %zu; the first, word %llu, "
+                    "holds %016llx, expected %016llx (%s)\n",
+                    w->tid, (unsigned long long)seq, (unsigned long long)block_of(a, seq),
+                    (unsigned long long)bad, a->block / 8, (unsigned long long)first, (unsigned long long)v,
+                    (unsigned long long)pattern_word(block_of(a, seq), first),
+                    mismatch_kind(a, seq, first, v));
+        }
+    }
+    w->verify_s += now_s() - t0;
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     const struct args *a = w->in->a;
     if (is_cuda(a) && pdr__cuda_bind(a->device) != 0)
         die("worker bind", PDR_EIO);
+    if (is_cuda(a) && a->verify == VERIFY_FULL) {
+        int rc = pdr__cuda_stream_create(&w->stream);
+        if (rc == 0)
+            rc = pdr__cuda_mem_alloc(16, &w->scratch);
+        if (rc != 0)
+            die("compare kernel stream", rc);
+    }
     size_t inflight = 0;
     /* Posts seq, or the next seqs of this slot when posting fails (the target moves on after its timeout). */
     for (long k = 0; k < a->batch; k++) {
@@ -822,8 +878,7 @@ static void *worker_main(void *arg)
             w->bytes += d.bytes;
             if (w->backend_used == NULL)
                 w->backend_used = d.backend;
-            if (verify(w, seq) != 0 && w->verify_errors++ < 5)
-                fprintf(stderr, "initiator: room %u/%llu: data mismatch\n", w->tid, (unsigned long long)seq);
+            check_room(w, seq);
         } else {
             if (w->failures++ < 5)
                 fprintf(stderr, "initiator: room %u/%llu failed: %s\n", w->tid, (unsigned long long)seq,
@@ -839,6 +894,8 @@ static void *worker_main(void *arg)
             usleep(1000);
         }
     }
+    pdr__cuda_mem_free(w->scratch);
+    pdr__cuda_stream_destroy(w->stream);
     return NULL;
 }
 
@@ -868,9 +925,14 @@ static int run_initiator(const struct args *a)
     }
     cuda_setup(a);
     in.eng = make_engine(a, NULL, 0);
+    int rc;
     size_t total = a->block * (size_t)a->batch * (size_t)a->threads;
     in.dst = mem_alloc(a, total);
-    int rc = pdr_xfer_mem_register(in.eng, in.dst, total, is_cuda(a) ? PDR_XFER_MEM_CUDA : PDR_XFER_MEM_HOST);
+    /* Zeros before the first pull (host memory: mem_alloc's), so that no earlier process's pattern can
+     * pass for a room's bytes. pdr__cuda_memset returns once they are in place. */
+    if (is_cuda(a) && (rc = pdr__cuda_memset(in.dst, 0, total)) != 0)
+        die("clearing the destination", rc);
+    rc = pdr_xfer_mem_register(in.eng, in.dst, total, is_cuda(a) ? PDR_XFER_MEM_CUDA : PDR_XFER_MEM_HOST);
     if (rc != 0)
         fprintf(stderr, "initiator: mem_register: %s\n", pdr_strerror(rc));
 
@@ -881,12 +943,13 @@ static int run_initiator(const struct args *a)
         return 2;
     }
     char line[CTL_LINE];
-    snprintf(line, sizeof(line), "PDXFER 1 threads=%d batch=%ld block=%zu\n", a->threads, a->batch, a->block);
-    unsigned long long sess = 0;
+    snprintf(line, sizeof(line), "PDXFER 2 threads=%d batch=%ld block=%zu\n", a->threads, a->batch, a->block);
+    unsigned long long sess = 0, nblocks = 0;
     /* The target allocates and fills its buffer before answering: allow for a large one. */
     if (ctl_send(cfd, line) != 0 || ctl_recv(cfd, line, sizeof(line), 300000, 0) != 0 ||
-        strncmp(line, "OK ", 3) != 0 || ctl_field(line, "session", &sess) != 0) {
-        fprintf(stderr, "pdxfer-bench: the target refused the session\n");
+        strncmp(line, "OK ", 3) != 0 || ctl_field(line, "session", &sess) != 0 ||
+        ctl_field(line, "blocks", &nblocks) != 0 || nblocks != (unsigned long long)a->batch + 1) {
+        fprintf(stderr, "pdxfer-bench: the target refused the session (an older pdxfer-bench?)\n");
         return 2;
     }
     in.session = (unsigned)sess;
@@ -919,13 +982,16 @@ static int run_initiator(const struct args *a)
                       ctl_field(line, "cpu_ms", &tcpu) == 0;
     close(cfd);
 
-    uint64_t transfers = 0, failures = 0, verr = 0, bytes = 0;
+    uint64_t transfers = 0, failures = 0, verr = 0, bad_words = 0, bytes = 0;
+    double verify_s = 0;
     size_t nlat = 0;
     const char *used = NULL;
     for (int t = 0; t < a->threads; t++) {
         transfers += in.w[t].transfers;
         failures += in.w[t].failures;
         verr += in.w[t].verify_errors;
+        bad_words += in.w[t].bad_words;
+        verify_s += in.w[t].verify_s;
         bytes += in.w[t].bytes;
         nlat += in.w[t].nlat;
         if (used == NULL)
@@ -947,8 +1013,9 @@ static int run_initiator(const struct args *a)
 
     printf("initiator: backend=%s (used %s) mem=%s block=%zu batch=%ld threads=%d conns=%d duration=%.1fs\n",
            a->backend, used ? used : "none", a->mem, a->block, a->batch, a->threads, a->conns, el);
-    printf("  transfers %llu  failures %llu  verify errors %llu\n", (unsigned long long)transfers,
-           (unsigned long long)failures, (unsigned long long)verr);
+    printf("  transfers %llu  failures %llu  verify errors %llu (verify %s: %llu wrong words, %.2f s)\n",
+           (unsigned long long)transfers, (unsigned long long)failures, (unsigned long long)verr,
+           verify_names[a->verify], (unsigned long long)bad_words, verify_s);
     printf("  throughput %.3f GB/s  latency p50 %.0f us  p99 %.0f us\n", gbs, p50, p99);
     printf("  cpu %.2f s (%.2f cores)", cpu, el > 0 ? cpu / el : 0);
     if (have_target)
@@ -958,19 +1025,24 @@ static int run_initiator(const struct args *a)
         printf(", target %llu bytes (target: %llu transfers, %llu failures)\n", tsp, tt, tf);
     else
         printf(", target unknown (no STATS reply)\n");
+    /* A run that moved nothing, lost a room or a byte on either side, or cannot tell, failed. */
+    int ok = transfers > 0 && failures == 0 && verr == 0 && have_target && tf == 0;
+    printf("  result: %s\n", ok ? "ok" : "FAILED");
     if (a->json)
         printf("{\"mode\":\"initiator\",\"backend\":\"%s\",\"backend_used\":\"%s\",\"mem\":\"%s\","
                "\"block_size\":%zu,\"batch\":%ld,\"threads\":%d,\"conns\":%d,\"duration_s\":%.3f,"
                "\"bytes\":%llu,\"gb_per_s\":%.4f,\"p50_us\":%.0f,\"p99_us\":%.0f,\"transfers\":%llu,"
-               "\"failures\":%llu,\"verify_errors\":%llu,\"cpu_s\":%.3f,\"staging_peak_bytes\":%llu,"
+               "\"failures\":%llu,\"verify\":\"%s\",\"verify_errors\":%llu,\"verify_bad_words\":%llu,"
+               "\"verify_s\":%.3f,\"cpu_s\":%.3f,\"staging_peak_bytes\":%llu,"
                "\"target_staging_peak_bytes\":%lld,\"target_transfers\":%lld,\"target_failures\":%lld,"
-               "\"target_cpu_s\":%.3f}\n",
+               "\"target_cpu_s\":%.3f,\"ok\":%s}\n",
                a->backend, used ? used : "none", a->mem, a->block, a->batch, a->threads, a->conns, el,
                (unsigned long long)bytes, gbs, p50, p99, (unsigned long long)transfers,
-               (unsigned long long)failures, (unsigned long long)verr, cpu,
-               (unsigned long long)st.staging_peak_bytes, have_target ? (long long)tsp : -1LL,
-               have_target ? (long long)tt : -1LL, have_target ? (long long)tf : -1LL,
-               have_target ? (double)tcpu / 1000 : -1.0);
+               (unsigned long long)failures, verify_names[a->verify], (unsigned long long)verr,
+               (unsigned long long)bad_words, verify_s, cpu, (unsigned long long)st.staging_peak_bytes,
+               have_target ? (long long)tsp : -1LL, have_target ? (long long)tt : -1LL,
+               have_target ? (long long)tf : -1LL, have_target ? (double)tcpu / 1000 : -1.0,
+               ok ? "true" : "false");
     fflush(stdout);
 
     pdr_xfer_engine_destroy(in.eng);
@@ -981,7 +1053,7 @@ static int run_initiator(const struct args *a)
     free(in.w);
     free(all);
     mem_free(a, in.dst);
-    return failures == 0 && verr == 0 ? 0 : 1;
+    return ok ? 0 : 1;
 }
 
 /* ---- copytest: the copy rates GPU transfers are bounded by. ---- */
@@ -1105,12 +1177,15 @@ static void usage(FILE *f)
            "host|cuda|cuda_vmm]\n"
            "               [--device N] [--io-threads N] [--staging-chunks N] [--chunk-bytes N] [--json]\n"
            "  pdxfer-bench --mode initiator --peer HOST:PORT --backend B --mem host|cuda|cuda_vmm\n"
-           "               --block-size BYTES --batch N --threads N --conns N --duration SECONDS [--json] "
-           "[--verify] [--device N]\n"
-           "               [--staging-chunks N] [--chunk-bytes N] [--io-threads N] [--timeout-ms N]\n"
+           "               --block-size BYTES --batch N --threads N --conns N --duration SECONDS [--json]\n"
+           "               [--verify full|sample|off] [--device N] [--staging-chunks N] [--chunk-bytes N]\n"
+           "               [--io-threads N] [--timeout-ms N]\n"
            "  pdxfer-bench --mode copytest --mem cuda [--device N] [--peer-device M] [--block-size BYTES]\n"
            "               [--duration SECONDS] [--json]\n"
            "cuda_vmm: device memory from cuMemCreate, shared by CUDA IPC as a file descriptor.\n"
+           "--verify: full compares every byte of every room (on the device for device memory), sample 17\n"
+           "  words of each (3 for device memory), off nothing; default full for cuda and cuda_vmm, sample\n"
+           "  for host memory. The initiator exits 1 when a room failed on either side or a byte was wrong.\n"
            "Sizes take k/m/g suffixes (binary). The target also listens on PORT+1 for the control socket.\n");
 }
 
@@ -1126,6 +1201,7 @@ int main(int argc, char **argv)
                      .batch = 1,
                      .block = 0,
                      .duration = 10,
+                     .verify = VERIFY_AUTO,
                      .timeout_ms = 120000};
     int have_block = 0;
     for (int i = 1; i < argc; i++) {
@@ -1161,7 +1237,16 @@ int main(int argc, char **argv)
             a.staging_chunks = (size_t)need_int(f, v, 1, 1024);
         else if (strcmp(f, "--chunk-bytes") == 0)
             a.chunk_bytes = (size_t)need_int(f, v, 1, 1L << 30);
-        else if (strcmp(f, "--timeout-ms") == 0)
+        else if (strcmp(f, "--verify") == 0) {
+            int m = VERIFY_OFF;
+            while (v != NULL && m <= VERIFY_FULL && strcmp(v, verify_names[m]) != 0)
+                m++;
+            if (v == NULL || m > VERIFY_FULL) {
+                fprintf(stderr, "pdxfer-bench: --verify is full, sample or off\n");
+                return 2;
+            }
+            a.verify = m;
+        } else if (strcmp(f, "--timeout-ms") == 0)
             a.timeout_ms = (uint32_t)need_int(f, v, 1, 3600000);
         else if (strcmp(f, "--duration") == 0) {
             char *end;
@@ -1175,8 +1260,6 @@ int main(int argc, char **argv)
             takes = 0;
             if (strcmp(f, "--json") == 0)
                 a.json = 1;
-            else if (strcmp(f, "--verify") == 0)
-                a.verify = 1;
             else if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
                 usage(stdout);
                 return 0;
@@ -1192,6 +1275,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "pdxfer-bench: --mem is host, cuda or cuda_vmm (cuMemCreate memory)\n");
         return 2;
     }
+    if (a.verify == VERIFY_AUTO)
+        a.verify = is_cuda(&a) ? VERIFY_FULL : VERIFY_SAMPLE;
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;

@@ -234,12 +234,19 @@ class Shim:
         return fut.result() if wait else fut
 
     def offer(self, room, buffers, timeout_ms=0, wait=False):
-        """Prefill side. Returns a Future of the bytes moved (or the count itself with wait=True)."""
+        """Prefill side. Returns a Future of the bytes moved (or the count itself with wait=True).
+
+        GPU buffers must hold their final bytes on the device before the call: synchronize the stream
+        that wrote them first (torch.cuda.synchronize(), or an event recorded after the writes); the
+        shim's copies are not ordered after any of the caller's streams (pdshim.h)."""
         return self._post(lambda s, n, t: self._lib.pdshim_offer_ex(self._h, room, s, n, timeout_ms, self._cb, t),
                           buffers, False, wait)
 
     def fetch(self, host, port, room, buffers, timeout_ms=0, wait=False):
-        """Decode side: fills buffers with the room's bytes from the prefill shim at host:port."""
+        """Decode side: fills buffers with the room's bytes from the prefill shim at host:port.
+
+        No queued kernel or copy may still touch GPU buffers when called. Once the Future completes,
+        the bytes are on the device: kernels launched after that, on any stream, read them (pdshim.h)."""
         h = host.encode()
         return self._post(
             lambda s, n, t: self._lib.pdshim_fetch_ex(self._h, h, port, room, s, n, timeout_ms, self._cb, t),
