@@ -1,6 +1,7 @@
 /* Metric storage and the Prometheus text rendering. Each loop counts into its own set; rendering reads
  * the others' sets without locks (64-bit counters, a scrape may see a count a moment old). */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +114,33 @@ static void add_hist(pdr_hist_t *to, const pdr_hist_t *from)
     to->count += from->count;
 }
 
+/* Counters with no labels: summed over the loops and rendered from this one table. */
+static const struct {
+    const char *name, *help;
+    size_t off;
+} plain_counters[] = {
+    {"pdr_client_aborts_total", "Requests whose client went away before the end.",
+     offsetof(pdr_metrics_t, client_aborts_total)},
+    {"pdr_client_stalled_total", "Streams ended because the client took no data for timeouts.stream_idle_ms.",
+     offsetof(pdr_metrics_t, client_stalled_total)},
+    {"pdr_http_bad_framing_total",
+     "HTTP/1 requests refused with 400 because another parser could frame their head differently "
+     "(Content-Length with Transfer-Encoding, duplicate Content-Length, obs-fold, bare LF, no Host); their "
+     "connections are closed.",
+     offsetof(pdr_metrics_t, bad_framing_total)},
+    {"pdr_accept_fd_exhausted_total",
+     "Times accept() found no free file descriptor (EMFILE/ENFILE) and accepting paused for 100 ms.",
+     offsetof(pdr_metrics_t, accept_fd_exhausted_total)},
+    {"pdr_h2_client_resets_total", "HTTP/2 streams the client reset or abandoned before their answer ended.",
+     offsetof(pdr_metrics_t, h2_client_resets_total)},
+    {"pdr_h2_reset_floods_total",
+     "HTTP/2 connections closed for resetting more streams than limits.h2_max_resets allows.",
+     offsetof(pdr_metrics_t, h2_reset_floods_total)},
+    {"pdr_access_log_suppressed_total",
+     "Access-log lines of client-aborted requests not written because they came faster than 100/s per loop "
+     "(summary lines count them).",
+     offsetof(pdr_metrics_t, alog_suppressed_total)},
+};
 static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
 {
     for (int r = 0; r < PDR_MR__COUNT; r++) {
@@ -132,13 +160,9 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
         t->no_worker_total[role] += m->no_worker_total[role];
     }
     t->retries_total += m->retries_total;
-    t->client_aborts_total += m->client_aborts_total;
-    t->client_stalled_total += m->client_stalled_total;
-    t->bad_framing_total += m->bad_framing_total;
-    t->accept_fd_exhausted_total += m->accept_fd_exhausted_total;
-    t->h2_client_resets_total += m->h2_client_resets_total;
-    t->h2_reset_floods_total += m->h2_reset_floods_total;
-    t->alog_suppressed_total += m->alog_suppressed_total;
+    for (size_t i = 0; i < sizeof(plain_counters) / sizeof(plain_counters[0]); i++)
+        *(uint64_t *)((char *)t + plain_counters[i].off) +=
+            *(const uint64_t *)((const char *)m + plain_counters[i].off);
     t->waiting += __atomic_load_n(&m->waiting, __ATOMIC_RELAXED);
     t->bytes_in_total += m->bytes_in_total;
     t->bytes_out_total += m->bytes_out_total;
@@ -227,43 +251,10 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
     for (int role = 0; role < 2; role++)
         put(&o, "pdr_no_healthy_worker_total{role=\"%s\"} %llu\n", pdr_role_name((pdr_role_t)role),
             (unsigned long long)m->no_worker_total[role]);
-    put(&o,
-        "# HELP pdr_client_aborts_total Requests whose client went away before the end.\n"
-        "# TYPE pdr_client_aborts_total counter\npdr_client_aborts_total %llu\n",
-        (unsigned long long)m->client_aborts_total);
-    put(&o,
-        "# HELP pdr_client_stalled_total Streams ended because the client took no data for "
-        "timeouts.stream_idle_ms.\n"
-        "# TYPE pdr_client_stalled_total counter\npdr_client_stalled_total %llu\n",
-        (unsigned long long)m->client_stalled_total);
-    put(&o,
-        "# HELP pdr_http_bad_framing_total HTTP/1 requests refused with 400 because their head could be "
-        "framed "
-        "differently by another parser (Content-Length with Transfer-Encoding, duplicate Content-Length, "
-        "obs-fold, bare LF, no Host); their connections are closed.\n"
-        "# TYPE pdr_http_bad_framing_total counter\npdr_http_bad_framing_total %llu\n",
-        (unsigned long long)m->bad_framing_total);
-    put(&o,
-        "# HELP pdr_accept_fd_exhausted_total Times accept() found no free file descriptor (EMFILE/ENFILE) "
-        "and "
-        "accepting paused for 100 ms.\n"
-        "# TYPE pdr_accept_fd_exhausted_total counter\npdr_accept_fd_exhausted_total %llu\n",
-        (unsigned long long)m->accept_fd_exhausted_total);
-    put(&o,
-        "# HELP pdr_h2_client_resets_total HTTP/2 streams the client reset or abandoned before their answer "
-        "ended.\n"
-        "# TYPE pdr_h2_client_resets_total counter\npdr_h2_client_resets_total %llu\n",
-        (unsigned long long)m->h2_client_resets_total);
-    put(&o,
-        "# HELP pdr_h2_reset_floods_total HTTP/2 connections closed for resetting more streams than "
-        "limits.h2_max_resets allows.\n"
-        "# TYPE pdr_h2_reset_floods_total counter\npdr_h2_reset_floods_total %llu\n",
-        (unsigned long long)m->h2_reset_floods_total);
-    put(&o,
-        "# HELP pdr_access_log_suppressed_total Access-log lines of client-aborted requests not written "
-        "because they came faster than the log rate for them (a summary line counts them).\n"
-        "# TYPE pdr_access_log_suppressed_total counter\npdr_access_log_suppressed_total %llu\n",
-        (unsigned long long)m->alog_suppressed_total);
+    for (size_t i = 0; i < sizeof(plain_counters) / sizeof(plain_counters[0]); i++)
+        put(&o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", plain_counters[i].name, plain_counters[i].help,
+            plain_counters[i].name, plain_counters[i].name,
+            (unsigned long long)*(const uint64_t *)((const char *)m + plain_counters[i].off));
     put(&o,
         "# HELP pdr_request_bytes_total Request body bytes received from clients.\n"
         "# TYPE pdr_request_bytes_total counter\npdr_request_bytes_total %llu\n",
