@@ -136,6 +136,10 @@ static const struct {
     {"pdr_h2_reset_floods_total",
      "HTTP/2 connections closed for resetting more streams than limits.h2_max_resets allows.",
      offsetof(pdr_metrics_t, h2_reset_floods_total)},
+    {"pdr_http_chunk_too_large_total",
+     "HTTP/1 chunked request bodies answered 413 at a chunk that declares more than limits.max_body_bytes "
+     "allows.",
+     offsetof(pdr_metrics_t, chunk_too_large_total)},
     {"pdr_access_log_suppressed_total",
      "Access-log lines of client-aborted requests not written because they came faster than 100/s per loop "
      "(summary lines count them).",

@@ -84,3 +84,116 @@ int pdr_reqguard_check_head(const char *p, size_t n, const char **why)
         return 0;
     return -1;
 }
+
+size_t pdr_reqguard_head_len(const char *p, size_t n, int *chunked)
+{
+    size_t i = 0;
+    while (i < n && (p[i] == '\r' || p[i] == '\n'))
+        i++;
+    *chunked = 0;
+    int first = 1;
+    for (;;) {
+        const char *nl = memchr(p + i, '\n', n - i);
+        if (nl == NULL)
+            return 0;
+        size_t end = (size_t)(nl - p);
+        size_t len = end - i;
+        if (len > 0 && p[end - 1] == '\r')
+            len--;
+        const char *line = p + i;
+        i = end + 1;
+        if (len == 0 && !first)
+            return i;
+        first = 0;
+        const char *colon = memchr(line, ':', len);
+        if (colon != NULL && name_is(line, (size_t)(colon - line), "transfer-encoding"))
+            *chunked = 1;
+    }
+}
+
+enum { CG_SIZE = 0, CG_EXT, CG_LF, CG_DATA, CG_DATA_CR, CG_DATA_LF };
+
+void pdr_chunkguard_init(pdr_chunkguard_t *g, uint64_t limit)
+{
+    memset(g, 0, sizeof(*g));
+    g->limit = limit;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int pdr_chunkguard_feed(pdr_chunkguard_t *g, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        switch (g->state) {
+        case CG_SIZE: {
+            int v = hexval(c);
+            if (v >= 0) {
+                if (++g->digits > 16)
+                    return PDR_CHUNK_LOST; /* h2o refuses it itself */
+                g->size = g->size * 16 + (uint64_t)v;
+                continue;
+            }
+            if (g->digits == 0)
+                return PDR_CHUNK_LOST;
+            if (c == ';' || c == ' ' || c == '\t')
+                g->state = CG_EXT;
+            else if (c == '\r')
+                g->state = CG_LF;
+            else if (c == '\n')
+                goto size_line_done;
+            else
+                return PDR_CHUNK_LOST;
+            continue;
+        }
+        case CG_EXT:
+            if (c == '\r')
+                g->state = CG_LF;
+            else if (c == '\n')
+                goto size_line_done;
+            continue;
+        case CG_LF:
+            if (c != '\n')
+                return PDR_CHUNK_LOST;
+        size_line_done:
+            if (g->size > g->limit || g->size > g->limit - g->data)
+                return PDR_CHUNK_TOO_BIG;
+            if (g->size == 0)
+                return PDR_CHUNK_DONE;
+            g->left = g->size;
+            g->state = CG_DATA;
+            continue;
+        case CG_DATA: {
+            uint64_t take = n - i < g->left ? n - i : g->left;
+            g->left -= take;
+            g->data += take;
+            i += (size_t)take - 1;
+            if (g->left == 0)
+                g->state = CG_DATA_CR;
+            continue;
+        }
+        case CG_DATA_CR:
+        case CG_DATA_LF:
+            if (c == '\r' && g->state == CG_DATA_CR) {
+                g->state = CG_DATA_LF;
+                continue;
+            }
+            if (c != '\n') /* CRLF or a bare LF after the data */
+                return PDR_CHUNK_LOST;
+            g->state = CG_SIZE;
+            g->size = 0;
+            g->digits = 0;
+            continue;
+        }
+    }
+    return PDR_CHUNK_MORE;
+}

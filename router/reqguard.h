@@ -20,10 +20,36 @@
 #define PDR_REQGUARD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Checks the request head at the start of p (leading empty lines are skipped, as parsers do). Returns 0
  * when it is acceptable, or -1 with *why set to a static description of the problem. A head that does not
  * end within n bytes is refused too ("incomplete request head"). */
 int pdr_reqguard_check_head(const char *p, size_t n, const char **why);
+
+/* The length of the complete request head at the start of p (through its empty line, leading empty lines
+ * included), or 0 when p holds no complete head yet; *chunked says whether it declares
+ * Transfer-Encoding: chunked. */
+size_t pdr_reqguard_head_len(const char *p, size_t n, int *chunked);
+
+/* Follows the framing of a chunked request body as its raw bytes arrive, to refuse at once a chunk whose
+ * declared size cannot fit the body limit (h2o 2.2.5 would wait for those bytes until its request
+ * timeout). The caller feeds every raw body byte once, in order. */
+typedef struct pdr_chunkguard {
+    int state;
+    int digits;
+    uint64_t size;  /* the chunk size being read */
+    uint64_t left;  /* data bytes left in the current chunk */
+    uint64_t data;  /* data bytes so far (what h2o has de-chunked once it has read the same bytes) */
+    uint64_t limit; /* the body limit */
+} pdr_chunkguard_t;
+
+enum { PDR_CHUNK_MORE = 0, PDR_CHUNK_DONE, PDR_CHUNK_TOO_BIG, PDR_CHUNK_LOST };
+
+void pdr_chunkguard_init(pdr_chunkguard_t *g, uint64_t limit);
+/* MORE: everything fed is consistent, more to come; DONE: the last chunk's size line is complete (the
+ * trailers are h2o's); TOO_BIG: a chunk declares more than the limit leaves; LOST: bytes that are not
+ * chunked framing (h2o answers those itself). */
+int pdr_chunkguard_feed(pdr_chunkguard_t *g, const char *p, size_t n);
 
 #endif

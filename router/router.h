@@ -39,6 +39,8 @@ typedef struct pdr_thread {
     h2o_accept_ctx_t accept_ctx;
     pdr_listener_t listener;
     int listening;
+    struct client_conn *rewrap; /* HTTP/1 connections whose read callback h2o reset (server.c) */
+    uv_prepare_t rewrap_prepare;
     pdr_multi_t *multi;
     pdr_metrics_t m;
     uint64_t live;  /* PD requests in progress on this loop */

@@ -195,27 +195,6 @@ static int readiness_ok(pdr_router_t *r)
            pdr_pool_count_healthy(&r->pool, PDR_ROLE_DECODE) > 0;
 }
 
-/* HTTP/1: refuses a request whose head may be framed differently by another parser (reqguard.h) with 400,
- * and closes the connection, so that nothing after it on the connection is read as a request. h2o keeps
- * the raw head at the start of the connection's input buffer until the response is over. */
-int pdr__refuse_ambiguous_head(pdr_thread_t *t, h2o_req_t *req)
-{
-    if (req->version >= 0x200)
-        return 0;
-    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
-    if (sock == NULL || sock->input == NULL)
-        return 0;
-    const char *why;
-    if (pdr_reqguard_check_head(sock->input->bytes, sock->input->size, &why) == 0)
-        return 0;
-    t->m.bad_framing_total++;
-    req->http1_is_persistent = 0;
-    char msg[160];
-    snprintf(msg, sizeof(msg), "malformed request: %s", why);
-    pdr_send_error(req, 400, "invalid_request_error", msg, 0);
-    return 1;
-}
-
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     pdr_router_t *r = ((route_handler_t *)self)->r;
@@ -287,6 +266,7 @@ static void maybe_dispose_h2o(pdr_thread_t *t)
         }
         uv_close((uv_handle_t *)&t->stop_timer, NULL);
         uv_close((uv_handle_t *)&t->shutdown_timer, NULL);
+        uv_close((uv_handle_t *)&t->rewrap_prepare, NULL);
     }
 }
 
@@ -300,6 +280,13 @@ typedef struct client_conn {
     double reset_tokens;
     uint64_t reset_ms;
     int condemned; /* closed for a reset flood: requests still parsed from its buffer are refused */
+    /* HTTP/1 chunked-body guard (chunk_guard_read): */
+    h2o_socket_t *sock;
+    size_t g_last_size; /* the input buffer's size when h2o last returned from a read */
+    size_t g_head_len;  /* of the request whose body is being followed */
+    int g_active;
+    pdr_chunkguard_t g;
+    struct client_conn *rewrap_next, **rewrap_prev; /* on t->rewrap */
 } client_conn_t;
 
 #define RESET_WINDOW_MS 10000
@@ -364,15 +351,169 @@ int pdr__note_client_reset(pdr_thread_t *t, h2o_req_t *req)
     return 1;
 }
 
+/* ---- HTTP/1: a chunked body whose declared chunk cannot fit limits.max_body_bytes ----
+ *
+ * h2o 2.2.5 de-chunks a request body in place, inside its own read callback, before any handler runs: a
+ * chunk that declares more than the body limit makes it wait for those bytes until its 10 s request
+ * timeout, then close without an answer. The router puts its own read callback in front of h2o's for
+ * HTTP/1 connections: it follows the chunked framing of the raw bytes before h2o decodes them and answers
+ * 413 at once (then h2o closes the connection). It fails open: it follows a body only when it saw the
+ * head complete in the same read and every read since, and checks after each read that h2o's decoded
+ * length is the one it predicts; any doubt stops it for that request, and h2o's own handling stands.
+ * h2o sets its callback again whenever it restarts reading (after each response); the router's goes back
+ * in front before the next poll (rewrap_prepare), or at once when that happens inside a read. */
+
+static h2o_socket_cb h1_reqread; /* h2o's HTTP/1 read callback, learned at the first accept */
+
+static void chunk_guard_read(h2o_socket_t *sock, const char *err);
+
+static void guard_wrap(client_conn_t *cc)
+{
+    if (cc->sock != NULL && h1_reqread != NULL && cc->sock->_cb.read == h1_reqread) {
+        cc->sock->_cb.read = chunk_guard_read;
+        cc->g_last_size = cc->sock->input->size;
+    }
+}
+
+static void rewrap_unlink(client_conn_t *cc)
+{
+    if (cc->rewrap_prev == NULL)
+        return;
+    *cc->rewrap_prev = cc->rewrap_next;
+    if (cc->rewrap_next != NULL)
+        cc->rewrap_next->rewrap_prev = cc->rewrap_prev;
+    cc->rewrap_prev = NULL;
+    cc->rewrap_next = NULL;
+}
+
+static void on_rewrap_prepare(uv_prepare_t *h)
+{
+    pdr_thread_t *t = h->data;
+    while (t->rewrap != NULL) {
+        client_conn_t *cc = t->rewrap;
+        rewrap_unlink(cc);
+        guard_wrap(cc);
+    }
+    uv_prepare_stop(h);
+}
+
+/* An HTTP/1 request is disposed of: its response is over, and h2o is about to restart reading with its
+ * own callback. */
+static void on_h1_req_dispose(void *p)
+{
+    client_conn_t *cc = *(client_conn_t **)p;
+    pdr_thread_t *t = cc->t;
+    cc->g_active = 0;
+    if (cc->rewrap_prev != NULL)
+        return;
+    cc->rewrap_next = t->rewrap;
+    if (t->rewrap != NULL)
+        t->rewrap->rewrap_prev = &cc->rewrap_next;
+    t->rewrap = cc;
+    cc->rewrap_prev = &t->rewrap;
+    uv_prepare_start(&t->rewrap_prepare, on_rewrap_prepare);
+}
+
+/* Looks at the bytes h2o is about to read: 1 when a chunk declares more than the body limit allows. */
+static int chunk_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
+{
+    const char *p = sock->input->bytes;
+    size_t size = sock->input->size, pre = cc->g_last_size;
+    if (pre > size) { /* consumed meanwhile: not the bytes this guard knows */
+        cc->g_active = 0;
+        return 0;
+    }
+    size_t from = pre;
+    if (!cc->g_active) {
+        int chunked;
+        size_t head = pdr_reqguard_head_len(p, size, &chunked);
+        if (head == 0 || !chunked || head <= pre)
+            return 0; /* no head, not chunked, or a head this guard did not see arrive */
+        cc->g_active = 1;
+        cc->g_head_len = head;
+        pdr_chunkguard_init(&cc->g, (uint64_t)cc->t->config->limits.max_body_bytes);
+        from = head;
+    }
+    switch (pdr_chunkguard_feed(&cc->g, p + from, size - from)) {
+    case PDR_CHUNK_TOO_BIG:
+        return 1;
+    case PDR_CHUNK_MORE:
+        return 0;
+    default: /* DONE (h2o dispatches the request now) or LOST (h2o answers it) */
+        cc->g_active = 0;
+        return 0;
+    }
+}
+
+static void chunk_guard_read(h2o_socket_t *sock, const char *err)
+{
+    int fd = h2o_socket_get_fd(sock);
+    client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
+    if (err == NULL && cc != NULL && chunk_guard_inspect(cc, sock)) {
+        static const char body[] =
+            "{\"error\":{\"message\":\"a chunk of the request body exceeds "
+            "limits.max_body_bytes\",\"type\":\"invalid_request_error\",\"code\":413}}";
+        char resp[384];
+        int n = snprintf(
+            resp, sizeof(resp),
+            "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            "Content-Length: %zu\r\n\r\n%s",
+            sizeof(body) - 1, body);
+        /* Nothing else is being written on the connection: h2o is still reading this request. */
+        ssize_t w = send(fd, resp, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)w;
+        shutdown(fd, SHUT_WR);
+        cc->t->m.chunk_too_large_total++;
+        cc->g_active = 0;
+        h1_reqread(sock, h2o_socket_error_closed); /* h2o closes the connection */
+        return;
+    }
+    h1_reqread(sock, err);
+    if (cc == NULL || err != NULL)
+        return;
+    if (sock->_cb.read == h1_reqread)
+        sock->_cb.read = chunk_guard_read; /* h2o restarted reading inside its callback */
+    cc->g_last_size = sock->input->size;
+    if (cc->g_active && sock->input->size != cc->g_head_len + cc->g.data)
+        cc->g_active = 0; /* h2o decoded something else than predicted: stop following */
+}
+
 static void on_conn_closed(uv_handle_t *h)
 {
     client_conn_t *cc = (client_conn_t *)h;
     pdr_thread_t *t = cc->t;
+    rewrap_unlink(cc);
     if (cc->fd >= 0 && (size_t)cc->fd < conn_by_fd_len && conn_by_fd[cc->fd] == cc)
         conn_by_fd[cc->fd] = NULL;
     t->conns--;
     free(cc);
     maybe_dispose_h2o(t);
+}
+
+/* HTTP/1: refuses a request whose head may be framed differently by another parser (reqguard.h) with 400,
+ * and closes the connection, so that nothing after it on the connection is read as a request. h2o keeps
+ * the raw head at the start of the connection's input buffer until the response is over. */
+int pdr__refuse_ambiguous_head(pdr_thread_t *t, h2o_req_t *req)
+{
+    if (req->version >= 0x200)
+        return 0;
+    client_conn_t *cc = conn_of(req);
+    if (cc != NULL) {
+        client_conn_t **anchor = h2o_mem_alloc_shared(&req->pool, sizeof(*anchor), on_h1_req_dispose);
+        *anchor = cc;
+    }
+    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+    if (sock == NULL || sock->input == NULL)
+        return 0;
+    const char *why;
+    if (pdr_reqguard_check_head(sock->input->bytes, sock->input->size, &why) == 0)
+        return 0;
+    t->m.bad_framing_total++;
+    req->http1_is_persistent = 0;
+    char msg[160];
+    snprintf(msg, sizeof(msg), "malformed request: %s", why);
+    pdr_send_error(req, 400, "invalid_request_error", msg, 0);
+    return 1;
 }
 
 /* Hands an accepted connection to h2o. */
@@ -400,7 +541,15 @@ static void serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
         conn_by_fd[fd] = cc;
     t->conns++; /* admin connections count too: loop 0 ends only when they are gone */
     h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)conn, on_conn_closed);
+    cc->sock = sock;
+    cc->g_active = 0;
+    cc->rewrap_next = NULL;
+    cc->rewrap_prev = NULL;
     h2o_accept(l->admin ? &t->r->admin_accept : &t->accept_ctx, sock);
+    /* A plain connection starts as HTTP/1: the callback h2o reads it with is its HTTP/1 one. */
+    if (h1_reqread == NULL)
+        h1_reqread = sock->_cb.read;
+    guard_wrap(cc);
 }
 
 #define ACCEPT_BATCH 64 /* connections taken per readiness event, so that one listener cannot hog a loop */
@@ -607,6 +756,8 @@ static int init_thread(pdr_router_t *r, pdr_thread_t *t, int id, uv_loop_t *loop
     }
     uv_async_init(loop, &t->wakeup, on_wakeup);
     t->wakeup.data = t;
+    uv_prepare_init(loop, &t->rewrap_prepare);
+    t->rewrap_prepare.data = t;
     int rc = open_listener(t, r->config);
     if (rc == 0 && id == 0 && r->admin_on) {
         /* The admin port is one socket on loop 0 (no SO_REUSEPORT: a second router on the same admin port

@@ -53,5 +53,41 @@ int main(void)
     const char *ok = "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n";
     for (size_t k = 0; k < strlen(ok); k++)
         CHECK(pdr_reqguard_check_head(ok, k, &why) == -1);
+    /* Head length and framing. */
+    int chunked = -1;
+    const char *h = "\r\nPOST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n";
+    CHECK(pdr_reqguard_head_len(h, strlen(h), &chunked) == strlen(h) - 3 && chunked == 1);
+    CHECK(pdr_reqguard_head_len(h, 20, &chunked) == 0);
+    CHECK(pdr_reqguard_head_len(ok, strlen(ok), &chunked) == strlen(ok) && chunked == 0);
+
+    /* The chunk guard: a well-framed body fed byte by byte ends DONE with its data counted. */
+    const char *body = "5;ext=1\r\nhello\r\n1a\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\n\r\n";
+    pdr_chunkguard_t g;
+    pdr_chunkguard_init(&g, 1000);
+    int rc = PDR_CHUNK_MORE;
+    for (size_t k = 0; k < strlen(body) && rc == PDR_CHUNK_MORE; k++)
+        rc = pdr_chunkguard_feed(&g, body + k, 1);
+    CHECK(rc == PDR_CHUNK_DONE && g.data == 31);
+    pdr_chunkguard_init(&g, 1000);
+    CHECK(pdr_chunkguard_feed(&g, body, strlen(body)) == PDR_CHUNK_DONE && g.data == 31);
+    /* Bare LFs are framing too. */
+    pdr_chunkguard_init(&g, 1000);
+    CHECK(pdr_chunkguard_feed(&g, "2\nab\n0\n", 9) == PDR_CHUNK_DONE && g.data == 2);
+    /* A size past the limit, at once or after data; 16 hex digits (the largest h2o accepts). */
+    pdr_chunkguard_init(&g, 1000);
+    CHECK(pdr_chunkguard_feed(&g, "ffffffffffffffff\r\n", 18) == PDR_CHUNK_TOO_BIG);
+    pdr_chunkguard_init(&g, 1000);
+    CHECK(pdr_chunkguard_feed(&g, "3e8\r\n", 5) == PDR_CHUNK_MORE); /* exactly the limit */
+    pdr_chunkguard_init(&g, 1000);
+    CHECK(pdr_chunkguard_feed(&g, "3e9\r\n", 5) == PDR_CHUNK_TOO_BIG);
+    pdr_chunkguard_init(&g, 10);
+    CHECK(pdr_chunkguard_feed(&g, "8\r\n12345678\r\n3\r\n", 18) == PDR_CHUNK_TOO_BIG);
+    /* Not chunked framing: left to h2o. */
+    pdr_chunkguard_init(&g, 1000);
+    CHECK(pdr_chunkguard_feed(&g, "fffffffffffffffff\r\n", 19) == PDR_CHUNK_LOST);
+    pdr_chunkguard_init(&g, 1000);
+    CHECK(pdr_chunkguard_feed(&g, "GET / HTTP/1.1\r\n", 16) == PDR_CHUNK_LOST);
+    pdr_chunkguard_init(&g, 1000);
+    CHECK(pdr_chunkguard_feed(&g, "2\r\nabX", 7) == PDR_CHUNK_LOST);
     CHECK_DONE();
 }
