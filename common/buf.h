@@ -1,6 +1,7 @@
 /*
  * A growable byte buffer with a ceiling chosen by the caller: growth past the limit is PDR_ETOOBIG,
- * never an unbounded allocation (style.md: every buffer has a ceiling). Not thread-safe.
+ * never an unbounded allocation (every buffer in the project has a ceiling chosen by its owner). Not
+ * thread-safe.
  */
 #ifndef PDR_BUF_H
 #define PDR_BUF_H

@@ -28,7 +28,7 @@
 
 #define PDR_DEF_CONNECT_MS 1000
 #define PDR_DEF_FIRST_BYTE_MS 60000
-#define PDR_DEF_KV_TRANSFER_MS 30000 /* well below the engines' 300 s, see design.md */
+#define PDR_DEF_KV_TRANSFER_MS 30000 /* well below the engines' own 300 s KV timeouts (sglang, mooncake) */
 #define PDR_DEF_STREAM_IDLE_MS 300000
 
 #define PDR_DEF_DRAIN_GRACE_MS 5000 /* load balancers and endpoints stop sending */

@@ -4,10 +4,11 @@
  * and only appends the finished item to a locked queue and wakes the loop with a uv_async_t.
  *
  * A request's state (sim_req_t) is malloc'ed and reference counted: one reference for the h2o request
- * (dropped by the pool's dispose callback, which h2o runs even when stop never ran: stack.md pitfall 2),
- * one per pending shim operation and one per thread-pool job. KV buffers live in it, so they stay valid
- * until every shim callback has run. Its two timers are closed, and it is freed, when the count is zero.
- * After dispose (ctx->req == NULL) nothing touches h2o again; after stop nothing is sent again.
+ * (dropped by the pool's dispose callback, which h2o runs even when stop never ran: an HTTP/2 client that
+ * resets before the headers gets no stop), one per pending shim operation and one per thread-pool job. KV
+ * buffers live in it, so they stay valid until every shim callback has run. Its two timers are closed, and it
+ * is freed, when the count is zero. After dispose (ctx->req == NULL) nothing touches h2o again; after stop
+ * nothing is sent again.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -30,9 +31,11 @@
 #define SIM_MAX_BODY (64u << 20)
 /* KV below this is built and hashed on the loop thread; above it, on the uv thread pool. */
 #define SIM_INLINE_KV (1u << 20)
-/* How often an HTTP/1 connection that is waiting is checked for a disconnect (stack.md pitfall 3). */
+/* How often an HTTP/1 connection that is waiting is checked for a disconnect (h2o reads nothing from it while
+ * the handler is pending). */
 #define SIM_PEEK_MS 100
-/* Coalesce streamed events up to this many bytes per h2o_send (stack.md pitfall 8). */
+/* Coalesce streamed events up to this many bytes per h2o_send (one write per event starves small-window
+ * clients). */
 #define SIM_SEND_HIWAT (64u << 10)
 #define SIM_LAST_MAX 64
 
@@ -121,7 +124,7 @@ static const char *role_name(int role)
 
 /* ------------------------------------------------------------------ responses */
 
-/* Sends a complete response with a known length (stack.md pitfall 5). */
+/* Sends a complete response with a known length (h2o_send_inline alone would send it chunked). */
 static void send_body(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len)
 {
     req->res.status = status;
@@ -273,7 +276,7 @@ static int fd_of(h2o_req_t *req)
     return sock != NULL ? h2o_socket_get_fd(sock) : -1;
 }
 
-/* stack.md pitfall 3: h2o does not read an HTTP/1 socket while the handler is pending. */
+/* h2o does not read an HTTP/1 socket while the handler is pending. */
 static void on_peek(uv_timer_t *t)
 {
     sim_req_t *ctx = t->data;

@@ -249,7 +249,7 @@ static void test_defaults(void)
         pdr_config_unref(c);
     }
 
-    /* The example of design.md, verbatim. */
+    /* The contract's example configuration (docs/config.md), verbatim. */
     static const char design[] =
         "listen:   { host: 0.0.0.0, port: 8000 }\n"
         "admin:    { host: 127.0.0.1, port: 8001, token_file: /path/to/token }   # token_file optional in "
