@@ -11,6 +11,7 @@
 #include <h2o.h>
 #include <uv.h>
 #include "config.h"
+#include "dlist.h"
 #include "metrics.h"
 #include "pool.h"
 #include "rewrite.h"
@@ -39,7 +40,7 @@ typedef struct pdr_thread {
     h2o_accept_ctx_t accept_ctx;
     pdr_listener_t listener;
     int listening;
-    struct client_conn *rewrap; /* HTTP/1 connections whose read callback h2o reset (server.c) */
+    pdr_dlink_t *rewrap; /* HTTP/1 connections whose read callback h2o reset (server.c) */
     uv_prepare_t rewrap_prepare;
     pdr_multi_t *multi;
     pdr_metrics_t m;

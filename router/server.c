@@ -286,7 +286,7 @@ typedef struct client_conn {
     size_t g_head_len;  /* of the request whose body is being followed */
     int g_active;
     pdr_chunkguard_t g;
-    struct client_conn *rewrap_next, **rewrap_prev; /* on t->rewrap */
+    pdr_dlink_t rewrap; /* on t->rewrap */
 } client_conn_t;
 
 #define RESET_WINDOW_MS 10000
@@ -375,23 +375,12 @@ static void guard_wrap(client_conn_t *cc)
     }
 }
 
-static void rewrap_unlink(client_conn_t *cc)
-{
-    if (cc->rewrap_prev == NULL)
-        return;
-    *cc->rewrap_prev = cc->rewrap_next;
-    if (cc->rewrap_next != NULL)
-        cc->rewrap_next->rewrap_prev = cc->rewrap_prev;
-    cc->rewrap_prev = NULL;
-    cc->rewrap_next = NULL;
-}
-
 static void on_rewrap_prepare(uv_prepare_t *h)
 {
     pdr_thread_t *t = h->data;
     while (t->rewrap != NULL) {
-        client_conn_t *cc = t->rewrap;
-        rewrap_unlink(cc);
+        client_conn_t *cc = PDR_DLINK_ITEM(t->rewrap, client_conn_t, rewrap);
+        pdr_dlink_unlink(&cc->rewrap);
         guard_wrap(cc);
     }
     uv_prepare_stop(h);
@@ -404,13 +393,9 @@ static void on_h1_req_dispose(void *p)
     client_conn_t *cc = *(client_conn_t **)p;
     pdr_thread_t *t = cc->t;
     cc->g_active = 0;
-    if (cc->rewrap_prev != NULL)
+    if (pdr_dlink_linked(&cc->rewrap))
         return;
-    cc->rewrap_next = t->rewrap;
-    if (t->rewrap != NULL)
-        t->rewrap->rewrap_prev = &cc->rewrap_next;
-    t->rewrap = cc;
-    cc->rewrap_prev = &t->rewrap;
+    pdr_dlink_push(&t->rewrap, &cc->rewrap);
     uv_prepare_start(&t->rewrap_prepare, on_rewrap_prepare);
 }
 
@@ -482,7 +467,7 @@ static void on_conn_closed(uv_handle_t *h)
 {
     client_conn_t *cc = (client_conn_t *)h;
     pdr_thread_t *t = cc->t;
-    rewrap_unlink(cc);
+    pdr_dlink_unlink(&cc->rewrap);
     if (cc->fd >= 0 && (size_t)cc->fd < conn_by_fd_len && conn_by_fd[cc->fd] == cc)
         conn_by_fd[cc->fd] = NULL;
     t->conns--;
@@ -543,8 +528,7 @@ static void serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)conn, on_conn_closed);
     cc->sock = sock;
     cc->g_active = 0;
-    cc->rewrap_next = NULL;
-    cc->rewrap_prev = NULL;
+    cc->rewrap = (pdr_dlink_t){NULL, NULL};
     h2o_accept(l->admin ? &t->r->admin_accept : &t->accept_ctx, sock);
     /* A plain connection starts as HTTP/1: the callback h2o reads it with is its HTTP/1 one. */
     if (h1_reqread == NULL)

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "dlist.h"
 #include "err.h"
 #include "h1parse.h"
 #include "upstream.h"
@@ -59,7 +60,7 @@ typedef struct pdr_conn {
     const char *pend;  /* a body span the owner paused on */
     size_t pend_len;
     struct pdr_conn *next_idle;
-    struct pdr_conn *due_next, **due_prev; /* on the multi's list of deadlines to act on after a poll */
+    pdr_dlink_t due; /* on the multi's list of deadlines to act on after a poll */
 } pdr_conn_t;
 
 typedef struct pdr_origin {
@@ -94,7 +95,7 @@ struct pdr_multi {
     char scratch[IDLE_BUF]; /* reads of idle connections */
     uv_check_t due_check;   /* runs after the loop's poll: deadlines that passed (conn_due) */
     uv_idle_t due_idle;     /* active with due_check: makes that poll return at once */
-    pdr_conn_t *due;
+    pdr_dlink_t *due;       /* connections whose deadline passed (conn_due) */
     int due_closed;
     int closing;
     int in_start; /* inside pdr_leg_start: failures are reported from the kick timer */
@@ -201,13 +202,7 @@ static void leg_fail(pdr_conn_t *c, int err)
 
 static void due_unlink(pdr_conn_t *c)
 {
-    if (c->due_prev == NULL)
-        return;
-    *c->due_prev = c->due_next;
-    if (c->due_next != NULL)
-        c->due_next->due_prev = c->due_prev;
-    c->due_prev = NULL;
-    c->due_next = NULL;
+    pdr_dlink_unlink(&c->due);
 }
 
 /* The multi is gone once its connections and its check handle have closed: the kick timer's close frees
@@ -315,7 +310,7 @@ static void on_due_check(uv_check_t *h)
     uv_check_stop(h);
     uv_idle_stop(&m->due_idle);
     while (m->due != NULL) {
-        pdr_conn_t *c = m->due;
+        pdr_conn_t *c = PDR_DLINK_ITEM(m->due, pdr_conn_t, due);
         due_unlink(c);
         if (c->state == C_CONNECTING || c->state == C_RESOLVING || (c->state == C_BUSY && c->leg != NULL))
             leg_fail(c, PDR_ETIMEDOUT);
@@ -330,13 +325,9 @@ static void on_due_idle(uv_idle_t *h)
 static void conn_due(pdr_conn_t *c)
 {
     pdr_multi_t *m = c->m;
-    if (c->due_prev != NULL)
+    if (pdr_dlink_linked(&c->due))
         return;
-    c->due_next = m->due;
-    if (m->due != NULL)
-        m->due->due_prev = &c->due_next;
-    m->due = c;
-    c->due_prev = &m->due;
+    pdr_dlink_push(&m->due, &c->due);
     uv_check_start(&m->due_check, on_due_check);
     uv_idle_start(&m->due_idle, on_due_idle);
 }

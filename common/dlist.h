@@ -1,0 +1,48 @@
+/*
+ * An intrusive list whose members can leave it in O(1) from anywhere (the member's `prev` points at the
+ * pointer that points at it: the head or the previous member's `next`). An unlinked member has prev NULL,
+ * so unlinking twice, or a member never linked, is a no-op. Not thread-safe; the owner's thread only.
+ *
+ *   typedef struct item { ...; pdr_dlink_t link; } item_t;
+ *   pdr_dlink_t *head = NULL;
+ *   pdr_dlink_push(&head, &it->link);
+ *   item_t *first = PDR_DLINK_ITEM(head, item_t, link);
+ */
+#ifndef PDR_DLIST_H
+#define PDR_DLIST_H
+
+#include <stddef.h>
+
+typedef struct pdr_dlink {
+    struct pdr_dlink *next, **prev;
+} pdr_dlink_t;
+
+#define PDR_DLINK_ITEM(l, type, member) ((type *)(void *)((char *)(l)-offsetof(type, member)))
+
+static inline int pdr_dlink_linked(const pdr_dlink_t *l)
+{
+    return l->prev != NULL;
+}
+
+/* Links l at the front of the list (l must not be linked). */
+static inline void pdr_dlink_push(pdr_dlink_t **head, pdr_dlink_t *l)
+{
+    l->next = *head;
+    if (*head != NULL)
+        (*head)->prev = &l->next;
+    *head = l;
+    l->prev = head;
+}
+
+static inline void pdr_dlink_unlink(pdr_dlink_t *l)
+{
+    if (l->prev == NULL)
+        return;
+    *l->prev = l->next;
+    if (l->next != NULL)
+        l->next->prev = l->prev;
+    l->prev = NULL;
+    l->next = NULL;
+}
+
+#endif
