@@ -73,6 +73,7 @@ typedef struct pd_req {
     uint64_t tokens, first_token_ns, last_token_ns;
 
     unsigned started : 1, send_inflight : 1, final_sent : 1, stopped : 1, errored : 1, broken : 1;
+    unsigned client_aborted : 1; /* the client went away before the end (error_cause "client_abort") */
     int status;
     uint64_t t0_ns, ttfb_ns, end_ns, attempt_t0_ns, last_data_ns;
     uint64_t send_ns; /* when the send in flight was handed to h2o (the client's read clock) */
@@ -102,6 +103,14 @@ static void mark_started(pd_req_t *x, int ttfb)
     x->started = 1;
     if (ttfb)
         x->ttfb_ns = pdr_now_ns();
+}
+
+/* The client went away before the end: counted once, and named in the access log. */
+static void note_client_abort(pd_req_t *x)
+{
+    x->t->m.client_aborts_total++;
+    x->error_cause = "client_abort";
+    x->client_aborted = 1;
 }
 
 static void release_leg(pd_req_t *x, int prefill)
@@ -175,10 +184,8 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
     /* The client went away mid-response: stop both legs now. */
     x->stopped = 1;
     x->send_inflight = 0;
-    if (!x->final_sent && x->error_cause == NULL) { /* not when the router cut a stalled client */
-        x->t->m.client_aborts_total++;
-        x->error_cause = "client_abort";
-    }
+    if (!x->final_sent && x->error_cause == NULL) /* not when the router cut a stalled client */
+        note_client_abort(x);
     cancel_legs(x);
 }
 
@@ -668,8 +675,7 @@ static void on_timer(uv_timer_t *t)
             char c;
             if (sock != NULL && recv(h2o_socket_get_fd(sock), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
                 /* HTTP/1 client closed while we wait for the workers (h2o does not read it meanwhile). */
-                x->t->m.client_aborts_total++;
-                x->error_cause = "client_abort";
+                note_client_abort(x);
                 x->status = 499;
                 cancel_legs(x);
                 x->stopped = 1;
@@ -887,7 +893,7 @@ static void write_access_log(pd_req_t *x)
     if (n <= 0)
         return;
     size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
-    if (status == 499 && x->error_cause != NULL && strcmp(x->error_cause, "client_abort") == 0)
+    if (status == 499 && x->client_aborted)
         pdr_access_log_aborted(x->t, line, len);
     else
         pdr_access_log(x->t, line, len);
@@ -896,11 +902,9 @@ static void write_access_log(pd_req_t *x)
 static void on_dispose(void *p)
 {
     pd_req_t *x = *(pd_req_t **)p;
-    if (!x->final_sent && !x->errored && x->error_cause == NULL) {
-        x->t->m.client_aborts_total++;
-        x->error_cause = "client_abort";
-    }
-    if (x->req->version >= 0x200 && x->error_cause != NULL && strcmp(x->error_cause, "client_abort") == 0)
+    if (!x->final_sent && !x->errored && x->error_cause == NULL)
+        note_client_abort(x);
+    if (x->req->version >= 0x200 && x->client_aborted)
         pdr__note_client_reset(x->t, x->req); /* may close the connection: a reset flood */
     cancel_legs(x);
     if (!x->started && x->counted_inflight)
