@@ -140,6 +140,10 @@ static const struct {
      "HTTP/1 chunked request bodies answered 413 at a chunk that declares more than limits.max_body_bytes "
      "allows.",
      offsetof(pdr_metrics_t, chunk_too_large_total)},
+    {"pdr_h2_header_block_too_large_total",
+     "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM for a header block (HEADERS + CONTINUATION) "
+     "larger than the router takes.",
+     offsetof(pdr_metrics_t, h2_header_block_too_large_total)},
     {"pdr_access_log_suppressed_total",
      "Access-log lines of client-aborted requests not written because they came faster than 100/s per loop "
      "(summary lines count them).",

@@ -51,11 +51,9 @@ typedef struct pdr_metrics {
     uint64_t accept_fd_exhausted_total; /* accept() out of file descriptors: accepting paused */
     uint64_t h2_client_resets_total;    /* HTTP/2 streams the client reset before their answer ended */
     uint64_t h2_reset_floods_total;     /* connections closed for exceeding limits.h2_max_resets */
-    uint64_t alog_suppressed_total;
-    uint64_t chunk_too_large_total;
-    /* HTTP/1 chunked bodies refused at a chunk past max_body_bytes */ /* access-log lines of aborted
-                                                                          requests over the rate, not
-                                                                          written */
+    uint64_t alog_suppressed_total;     /* access-log lines of aborted requests over the rate */
+    uint64_t chunk_too_large_total;     /* HTTP/1 chunked bodies refused at a chunk past max_body_bytes */
+    uint64_t h2_header_block_too_large_total; /* HTTP/2 connections closed for a header block too large */
     uint64_t bytes_in_total, bytes_out_total;
     pdr_hist_t duration[PDR_MR__COUNT];
     pdr_hist_t ttfb[PDR_MR__COUNT];

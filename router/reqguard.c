@@ -197,3 +197,97 @@ int pdr_chunkguard_feed(pdr_chunkguard_t *g, const char *p, size_t n)
     }
     return PDR_CHUNK_MORE;
 }
+
+/* ---- HTTP/2 header blocks ---- */
+
+static const char H2_PREFACE[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+#define H2_HEADERS 0x1
+#define H2_CONTINUATION 0x9
+#define H2_END_HEADERS 0x4
+
+void pdr_h2guard_init(pdr_h2guard_t *g, uint64_t limit)
+{
+    memset(g, 0, sizeof(*g));
+    g->preface_left = sizeof(H2_PREFACE) - 1;
+    g->limit = limit;
+}
+
+/* A frame's header is complete: 0 to go on, or a PDR_H2G_* verdict. */
+static int h2guard_frame(pdr_h2guard_t *g)
+{
+    const uint8_t *h = g->hdr;
+    uint32_t len = (uint32_t)h[0] << 16 | (uint32_t)h[1] << 8 | h[2];
+    uint8_t type = h[3], flags = h[4];
+    uint32_t stream =
+        ((uint32_t)h[5] << 24 | (uint32_t)h[6] << 16 | (uint32_t)h[7] << 8 | h[8]) & 0x7fffffffu;
+    g->payload_left = len;
+    if (g->in_block) {
+        if (type != H2_CONTINUATION || stream != g->block_stream)
+            return PDR_H2G_LOST; /* a protocol error h2o answers itself */
+    } else if (type == H2_CONTINUATION) {
+        return PDR_H2G_LOST;
+    } else if (type != H2_HEADERS) {
+        return 0;
+    } else {
+        g->in_block = 1;
+        g->block_stream = stream;
+        g->block = 0;
+    }
+    g->block += len;
+    if (g->block > g->limit)
+        return PDR_H2G_TOO_BIG;
+    if (flags & H2_END_HEADERS) {
+        g->in_block = 0;
+        if (stream > g->last_stream)
+            g->last_stream = stream;
+    }
+    return 0;
+}
+
+int pdr_h2guard_feed(pdr_h2guard_t *g, const char *p, size_t n)
+{
+    const char *end = p + n;
+    while (p < end) {
+        if (g->preface_left > 0) {
+            size_t at = sizeof(H2_PREFACE) - 1 - g->preface_left;
+            if (*p != H2_PREFACE[at])
+                return PDR_H2G_LOST;
+            g->preface_left--;
+            p++;
+        } else if (g->payload_left > 0) {
+            size_t take = (size_t)(end - p) < g->payload_left ? (size_t)(end - p) : g->payload_left;
+            g->payload_left -= (uint32_t)take;
+            p += take;
+        } else {
+            g->hdr[g->hdr_have++] = (uint8_t)*p++;
+            if (g->hdr_have == sizeof(g->hdr)) {
+                g->hdr_have = 0;
+                int v = h2guard_frame(g);
+                if (v != 0)
+                    return v;
+            }
+        }
+    }
+    return PDR_H2G_MORE;
+}
+
+size_t pdr_h2_goaway_frame(char *out, size_t cap, uint32_t last_stream, uint32_t error_code,
+                           const char *debug)
+{
+    size_t dl = strlen(debug), len = 8 + dl;
+    if (cap < 9 + len)
+        return 0;
+    uint8_t *o = (uint8_t *)out;
+    o[0] = (uint8_t)(len >> 16), o[1] = (uint8_t)(len >> 8), o[2] = (uint8_t)len;
+    o[3] = 0x7; /* GOAWAY */
+    o[4] = 0;
+    memset(o + 5, 0, 4); /* stream 0 */
+    last_stream &= 0x7fffffffu;
+    o[9] = (uint8_t)(last_stream >> 24), o[10] = (uint8_t)(last_stream >> 16),
+    o[11] = (uint8_t)(last_stream >> 8), o[12] = (uint8_t)last_stream;
+    o[13] = (uint8_t)(error_code >> 24), o[14] = (uint8_t)(error_code >> 16),
+    o[15] = (uint8_t)(error_code >> 8), o[16] = (uint8_t)error_code;
+    memcpy(o + 17, debug, dl);
+    return 9 + len;
+}

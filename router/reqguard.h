@@ -52,4 +52,34 @@ void pdr_chunkguard_init(pdr_chunkguard_t *g, uint64_t limit);
  * chunked framing (h2o answers those itself). */
 int pdr_chunkguard_feed(pdr_chunkguard_t *g, const char *p, size_t n);
 
+/* Follows the HTTP/2 frames a client sends (from the connection preface on), to refuse a header block
+ * (HEADERS and its CONTINUATION frames) larger than the limit before h2o buffers it: h2o 2.2.5 resets the
+ * stream and then closes the connection with a GOAWAY whose debug text ("unexpected stream id in
+ * CONTINUATION frame") does not say why. Counts frame payload bytes (padding and priority fields
+ * included, so never fewer than the header block fragments h2o counts). Fed every raw byte once, in
+ * order; decides as soon as a frame's 9-byte header is in, before its payload arrives. */
+typedef struct pdr_h2guard {
+    uint32_t preface_left; /* connection preface bytes not yet seen */
+    uint8_t hdr[9];
+    uint32_t hdr_have;
+    uint32_t payload_left; /* of the current frame */
+    int in_block;          /* a HEADERS frame without END_HEADERS was seen */
+    uint32_t block_stream; /* its stream */
+    uint64_t block;        /* payload bytes of the block so far */
+    uint64_t limit;        /* the most a header block may have */
+    uint32_t last_stream;  /* the highest stream whose header block was complete */
+} pdr_h2guard_t;
+
+enum { PDR_H2G_MORE = 0, PDR_H2G_TOO_BIG, PDR_H2G_LOST };
+
+void pdr_h2guard_init(pdr_h2guard_t *g, uint64_t limit);
+/* MORE: fine so far; TOO_BIG: the header block in progress exceeds the limit (g->block_stream is its
+ * stream, g->last_stream the stream to name in a GOAWAY); LOST: bytes that are not a client's HTTP/2
+ * framing (h2o answers those itself). */
+int pdr_h2guard_feed(pdr_h2guard_t *g, const char *p, size_t n);
+/* Writes a GOAWAY frame (last stream id, error code, debug text) into out; returns its length, or 0 when
+ * it does not fit. */
+size_t pdr_h2_goaway_frame(char *out, size_t cap, uint32_t last_stream, uint32_t error_code,
+                           const char *debug);
+
 #endif

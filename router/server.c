@@ -287,6 +287,9 @@ typedef struct client_conn {
     int g_active;
     pdr_chunkguard_t g;
     pdr_dlink_t rewrap; /* on t->rewrap */
+    /* HTTP/2 header-block guard (h2_guard_read): decided at the connection's first bytes */
+    enum { H2G_UNDECIDED = 0, H2G_FOLLOWING, H2G_OFF } h2_state;
+    pdr_h2guard_t h2g;
 } client_conn_t;
 
 #define RESET_WINDOW_MS 10000
@@ -323,6 +326,8 @@ int pdr__conn_condemned(h2o_req_t *req)
     return cc != NULL && cc->condemned;
 }
 
+static int h2_send_goaway(uv_tcp_t *tcp, int fd, int settings_first, uint32_t last_stream, const char *debug);
+
 int pdr__note_client_reset(pdr_thread_t *t, h2o_req_t *req)
 {
     t->m.h2_client_resets_total++;
@@ -338,10 +343,16 @@ int pdr__note_client_reset(pdr_thread_t *t, h2o_req_t *req)
     cc->reset_tokens -= 1;
     if (cc->reset_tokens >= 0)
         return 0;
-    /* h2o 2.2.5 has no call to send this connection a GOAWAY: the socket is reset instead (h2o sees the
-     * close on its next read and disposes of every stream). */
+    /* h2o 2.2.5 has no call to send this connection a GOAWAY: the router writes one itself when nothing
+     * of h2o's is waiting to be written, then resets the socket (h2o sees the close on its next read and
+     * disposes of every stream). */
     cc->condemned = 1;
     t->m.h2_reset_floods_total++;
+    char debug[96];
+    snprintf(debug, sizeof(debug), "more than %d streams reset in %d s (limits.h2_max_resets)", limit,
+             RESET_WINDOW_MS / 1000);
+    h2_send_goaway(&cc->tcp, cc->fd, 0, cc->h2_state == H2G_FOLLOWING ? cc->h2g.last_stream : 0x7fffffff,
+                   debug);
     pdr_warn("HTTP/2 client reset more than %d streams in %d s on one connection (limits.h2_max_resets): "
              "connection closed",
              limit, RESET_WINDOW_MS / 1000);
@@ -430,10 +441,133 @@ static int chunk_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
     }
 }
 
+/* ---- HTTP/2: a header block larger than h2o takes ----
+ *
+ * Connections that open with the HTTP/2 preface (h2c with prior knowledge) have their frames followed by
+ * pdr_h2guard_t, fed as the HTTP/1 guard is fed: the bytes each read adds, before h2o's callback sees
+ * them (h2o consumes whole frames from the front of the buffer and never stops reading an HTTP/2
+ * connection, so its callback is wrapped once). A header block past H2O_MAX_REQLEN gets a GOAWAY
+ * ENHANCE_YOUR_CALM that says so, and the connection is closed; h2o would reset the stream and then
+ * close with an unrelated debug text. */
+
+static h2o_socket_cb h2_read; /* h2o's HTTP/2 read callback, learned at the first switch */
+
+#define H2_ENHANCE_YOUR_CALM 0xb
+
+/* Writes a GOAWAY straight to the socket when nothing of h2o's is waiting to be written (so it lands
+ * between frames). settings_first: h2o has not sent its SETTINGS yet (the client expects them first).
+ * Returns 1 when written. */
+static int h2_send_goaway(uv_tcp_t *tcp, int fd, int settings_first, uint32_t last_stream, const char *debug)
+{
+    if (uv_stream_get_write_queue_size((uv_stream_t *)tcp) != 0)
+        return 0;
+    char buf[9 + 8 + 160];
+    size_t n = 0;
+    if (settings_first) {
+        static const char empty_settings[9] = {0, 0, 0, 0x4, 0, 0, 0, 0, 0};
+        memcpy(buf, empty_settings, sizeof(empty_settings));
+        n = sizeof(empty_settings);
+    }
+    size_t g = pdr_h2_goaway_frame(buf + n, sizeof(buf) - n, last_stream, H2_ENHANCE_YOUR_CALM, debug);
+    if (g == 0)
+        return 0;
+    n += g;
+    return send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)n;
+}
+
+/* Feeds the bytes added since h2o last returned: 1 when the connection must be refused. */
+static int h2_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
+{
+    size_t size = sock->input->size, pre = cc->g_last_size;
+    if (pre > size) {
+        cc->h2_state = H2G_OFF;
+        return 0;
+    }
+    switch (pdr_h2guard_feed(&cc->h2g, sock->input->bytes + pre, size - pre)) {
+    case PDR_H2G_TOO_BIG:
+        return 1;
+    case PDR_H2G_LOST:
+        cc->h2_state = H2G_OFF;
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+static void h2_refuse_block(client_conn_t *cc, h2o_socket_t *sock, h2o_socket_cb next)
+{
+    char debug[160];
+    snprintf(debug, sizeof(debug),
+             "header block of stream %" PRIu32 " exceeds %u bytes (HEADERS + CONTINUATION)",
+             cc->h2g.block_stream, (unsigned)H2O_MAX_REQLEN);
+    h2_send_goaway(&cc->tcp, cc->fd, next != h2_read, cc->h2g.last_stream, debug);
+    shutdown(cc->fd, SHUT_WR);
+    cc->t->m.h2_header_block_too_large_total++;
+    cc->h2_state = H2G_OFF;
+    next(sock, h2o_socket_error_closed); /* h2o closes the connection */
+}
+
+static void h2_guard_read(h2o_socket_t *sock, const char *err)
+{
+    int fd = h2o_socket_get_fd(sock);
+    client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
+    if (err == NULL && cc != NULL && cc->h2_state == H2G_FOLLOWING && h2_guard_inspect(cc, sock)) {
+        h2_refuse_block(cc, sock, h2_read);
+        return;
+    }
+    h2_read(sock, err);
+    if (cc != NULL && err == NULL)
+        cc->g_last_size = sock->input->size;
+}
+
+/* After h2o's HTTP/1 callback switched the connection to HTTP/2: its HTTP/2 callback gets the guard. */
+static void h2_guard_wrap(client_conn_t *cc, h2o_socket_t *sock)
+{
+    h2o_socket_cb cb = sock->_cb.read;
+    if (cb == NULL || cb == h1_reqread || cb == chunk_guard_read || cb == h2_guard_read) {
+        return;
+    }
+    if (h2_read == NULL)
+        h2_read = cb;
+    if (cb != h2_read) {
+        cc->h2_state = H2G_OFF;
+        return;
+    }
+    sock->_cb.read = h2_guard_read;
+    cc->g_last_size = sock->input->size;
+}
+
+static int is_preface_start(const h2o_socket_t *sock)
+{
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    size_t n = sock->input->size < sizeof(preface) - 1 ? sock->input->size : sizeof(preface) - 1;
+    return n > 0 && memcmp(sock->input->bytes, preface, n) == 0;
+}
+
 static void chunk_guard_read(h2o_socket_t *sock, const char *err)
 {
     int fd = h2o_socket_get_fd(sock);
     client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
+    if (err == NULL && cc != NULL && cc->h2_state == H2G_UNDECIDED && sock->input->size > 0) {
+        cc->h2_state = is_preface_start(sock) ? H2G_FOLLOWING : H2G_OFF;
+        if (cc->h2_state == H2G_FOLLOWING)
+            pdr_h2guard_init(&cc->h2g, H2O_MAX_REQLEN);
+    }
+    if (err == NULL && cc != NULL && cc->h2_state == H2G_FOLLOWING) {
+        /* The HTTP/2 preface (prior knowledge): h2o switches the connection inside its HTTP/1 callback. */
+        if (h2_guard_inspect(cc, sock)) {
+            h2_refuse_block(cc, sock, h1_reqread);
+            return;
+        }
+        h1_reqread(sock, err);
+        if (sock->_cb.read == chunk_guard_read || sock->_cb.read == h1_reqread) {
+            sock->_cb.read = chunk_guard_read; /* still HTTP/1: the preface is not complete yet */
+            cc->g_last_size = sock->input->size;
+        } else if (cc->h2_state == H2G_FOLLOWING) {
+            h2_guard_wrap(cc, sock);
+        }
+        return;
+    }
     if (err == NULL && cc != NULL && chunk_guard_inspect(cc, sock)) {
         static const char body[] =
             "{\"error\":{\"message\":\"a chunk of the request body exceeds "
@@ -528,6 +662,8 @@ static void serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)conn, on_conn_closed);
     cc->sock = sock;
     cc->g_active = 0;
+    cc->g_last_size = 0;
+    cc->h2_state = H2G_UNDECIDED;
     cc->rewrap = (pdr_dlink_t){NULL, NULL};
     h2o_accept(l->admin ? &t->r->admin_accept : &t->accept_ctx, sock);
     /* A plain connection starts as HTTP/1: the callback h2o reads it with is its HTTP/1 one. */

@@ -427,6 +427,9 @@ def scenario_h2_rapid_reset():
             time.sleep(0.05)  # the probe's pacing
         th.join()
         m = metrics(r)
+        # The router writes GOAWAY ENHANCE_YOUR_CALM before the reset when h2o has nothing queued.
+        check(res["goaway_codes"].get(11, 0) >= res["closed_by_server"] // 2,
+              "closed flooding connections without GOAWAY ENHANCE_YOUR_CALM: %r" % res, r)
         resets = metric_value(m, "pdr_h2_client_resets_total")
         floods = metric_value(m, "pdr_h2_reset_floods_total")
         check(res["closed_by_server"] >= 2 and floods >= res["closed_by_server"] - 1,
@@ -572,6 +575,82 @@ def scenario_chunked_bodies():
         s.close()
         check(stats(p)["requests"] == 4 and stats(d)["requests"] == 4, "workers saw %r %r" % (stats(p), stats(d)), r)
         check(metric_value(metrics(r), "pdr_http_chunk_too_large_total") == 3, "not counted", r)
+    finally:
+        pdtest.stop_all()
+
+
+def h2_frames(sock, timeout=5.0):
+    """Reads frames until the server closes: [(type, flags, stream, payload)]."""
+    sock.settimeout(timeout)
+    buf, out = b"", []
+    try:
+        while True:
+            b = sock.recv(1 << 16)
+            if not b:
+                break
+            buf += b
+    except OSError:
+        pass
+    while len(buf) >= 9:
+        n = int.from_bytes(buf[:3], "big")
+        if len(buf) < 9 + n:
+            break
+        out.append((buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF, buf[9:9 + n]))
+        buf = buf[9 + n:]
+    return out
+
+
+def scenario_h2_header_block():
+    """An HTTP/2 header block (HEADERS + CONTINUATION) larger than h2o takes: the connection gets SETTINGS,
+    then GOAWAY ENHANCE_YOUR_CALM whose debug text names the cause, and is closed, whether the block comes
+    in the connection's first read or after an ordinary request on the same connection; a block of a
+    normal size is served."""
+    import h2flood
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d])
+    try:
+        frag = bytes(16384)
+        flood = h2flood.frame(1, 0, 1, frag) + b"".join(h2flood.frame(9, 0, 1, frag) for _ in range(40))
+        # 1. All of it in one send, right behind the preface.
+        s = socket.create_connection((H, r.port))
+        s.sendall(h2flood.PREFACE + h2flood.frame(4, 0, 0) + flood)
+        fr = h2_frames(s)
+        s.close()
+        check(fr and fr[0][0] == 4, "first frame is not SETTINGS: %r" % [f[:3] for f in fr], r)
+        ga = [f for f in fr if f[0] == 7]
+        check(len(ga) == 1, "no single GOAWAY: %r" % [f[:3] for f in fr], r)
+        code = int.from_bytes(ga[0][3][4:8], "big")
+        text = ga[0][3][8:].decode()
+        check(code == 0xB and "header block of stream 1 exceeds" in text, "GOAWAY %#x %r" % (code, text), r)
+        # 2. An ordinary request first (answered), then a block too large on stream 3.
+        s = socket.create_connection((H, r.port))
+        s.sendall(h2flood.PREFACE + h2flood.frame(4, 0, 0) + h2flood.frame(1, 0x4, 1, h2flood.request_block()) +
+                  h2flood.frame(0, 0x1, 1, h2flood.BODY))
+        s.settimeout(10)
+        got, ended = b"", False
+        while not ended:  # until stream 1's answer ends (a DATA or HEADERS frame with END_STREAM)
+            b = s.recv(1 << 16)
+            check(b, "closed before the first answer", r)
+            got += b
+            while len(got) >= 9 and len(got) >= 9 + int.from_bytes(got[:3], "big"):
+                n = int.from_bytes(got[:3], "big")
+                ended = ended or (got[3] in (0, 1) and got[4] & 1 and int.from_bytes(got[5:9], "big") == 1)
+                got = got[9 + n:]
+        s.sendall(h2flood.frame(1, 0, 3, frag) + b"".join(h2flood.frame(9, 0, 3, frag) for _ in range(40)))
+        fr = h2_frames(s)
+        s.close()
+        ga = [f for f in fr if f[0] == 7]
+        check(len(ga) == 1, "no GOAWAY after an answered request: %r" % [f[:3] for f in fr], r)
+        last = int.from_bytes(ga[0][3][:4], "big")
+        text = ga[0][3][8:].decode()
+        check(last == 1 and "header block of stream 3 exceeds" in text, "GOAWAY last %d %r" % (last, text), r)
+        check(metric_value(metrics(r), "pdr_h2_header_block_too_large_total") == 2, "not counted", r)
+        # 3. The router still serves HTTP/2 (nghttp) and HTTP/1.
+        check(request(r.port, "POST", "/generate", BODIES["/generate"], timeout=10)[0] == 200, "HTTP/1 after", r)
+        out = subprocess.run(["nghttp", "-d", "-", "-H", ":method: POST", "-H", "content-type: application/json",
+                              "http://%s:%d/generate" % (H, r.port)], input=json.dumps(BODIES["/generate"]).encode(),
+                             capture_output=True, timeout=20)
+        check(out.returncode == 0 and b"text" in out.stdout, "nghttp request: %r" % (out.stderr[-300:],), r)
     finally:
         pdtest.stop_all()
 

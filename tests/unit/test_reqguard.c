@@ -89,5 +89,58 @@ int main(void)
     CHECK(pdr_chunkguard_feed(&g, "GET / HTTP/1.1\r\n", 16) == PDR_CHUNK_LOST);
     pdr_chunkguard_init(&g, 1000);
     CHECK(pdr_chunkguard_feed(&g, "2\r\nabX", 7) == PDR_CHUNK_LOST);
+
+    /* HTTP/2 header blocks. */
+    {
+        static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        char buf[256];
+        size_t n = 0;
+#define H2F(type, flags, stream, len)                                                                        \
+    do {                                                                                                     \
+        uint8_t h_[9] = {0, (uint8_t)((len) >> 8), (uint8_t)(len), (type), (flags), 0, 0, 0, (stream)};      \
+        memcpy(buf + n, h_, 9);                                                                              \
+        n += 9;                                                                                              \
+        memset(buf + n, 'x', (len));                                                                         \
+        n += (len);                                                                                          \
+    } while (0)
+        memcpy(buf, preface, 24);
+        n = 24;
+        H2F(4, 0, 0, 0);    /* SETTINGS */
+        H2F(1, 0x4, 1, 30); /* a whole block on stream 1 */
+        H2F(1, 0, 3, 40);   /* HEADERS without END_HEADERS on stream 3 ... */
+        H2F(9, 0, 3, 40);   /* ... 80 bytes so far */
+        pdr_h2guard_t hg;
+        pdr_h2guard_init(&hg, 100);
+        CHECK(pdr_h2guard_feed(&hg, buf, n) == PDR_H2G_MORE && hg.in_block && hg.block == 80 &&
+              hg.last_stream == 1);
+        int hr = PDR_H2G_MORE;
+        pdr_h2guard_init(&hg, 100);
+        for (size_t k = 0; k < n && hr == PDR_H2G_MORE; k++) /* a byte at a time */
+            hr = pdr_h2guard_feed(&hg, buf + k, 1);
+        CHECK(hr == PDR_H2G_MORE && hg.block == 80);
+        size_t m = n;
+        H2F(9, 0x4, 3, 20); /* exactly the limit, ends the block */
+        CHECK(pdr_h2guard_feed(&hg, buf + m, n - m) == PDR_H2G_MORE && !hg.in_block && hg.last_stream == 3);
+        /* Past the limit: decided at the frame header, before its payload. */
+        pdr_h2guard_init(&hg, 100);
+        CHECK(pdr_h2guard_feed(&hg, buf, m) == PDR_H2G_MORE);
+        CHECK(pdr_h2guard_feed(&hg, "\0\0\x15\x09\0\0\0\0\x03", 9) == PDR_H2G_TOO_BIG &&
+              hg.block_stream == 3 && hg.last_stream == 1);
+        /* Another frame inside a block, a CONTINUATION out of one, a wrong preface: h2o's to answer. */
+        pdr_h2guard_init(&hg, 100);
+        CHECK(pdr_h2guard_feed(&hg, buf, m) == PDR_H2G_MORE);
+        CHECK(pdr_h2guard_feed(&hg, "\0\0\0\x04\0\0\0\0\0", 9) == PDR_H2G_LOST);
+        pdr_h2guard_init(&hg, 100);
+        CHECK(pdr_h2guard_feed(&hg, preface, 24) == PDR_H2G_MORE);
+        CHECK(pdr_h2guard_feed(&hg, "\0\0\0\x09\x04\0\0\0\x01", 9) == PDR_H2G_LOST);
+        pdr_h2guard_init(&hg, 100);
+        CHECK(pdr_h2guard_feed(&hg, "PRI * HTTP/1.1", 14) == PDR_H2G_LOST);
+#undef H2F
+        /* GOAWAY framing. */
+        char f[64];
+        size_t fl = pdr_h2_goaway_frame(f, sizeof(f), 5, 0xb, "why");
+        CHECK(fl == 9 + 8 + 3 && memcmp(f, "\0\0\x0b\x07\0\0\0\0\0\0\0\0\x05\0\0\0\x0bwhy", fl) == 0);
+        CHECK(pdr_h2_goaway_frame(f, 19, 5, 0xb, "why") == 0);
+    }
     CHECK_DONE();
 }
