@@ -192,6 +192,7 @@ pdr_config_t *pdr_config_new_default(void)
     c->limits.h2_max_resets = PDR_DEF_H2_MAX_RESETS;
     c->limits.max_merge_bytes = PDR_DEF_MAX_MERGE_BYTES;
     c->retries.max = PDR_DEF_RETRIES;
+    c->pd.relay = PDR_RELAY_FIRST_BYTE;
     c->log.access_log = strdup(PDR_DEF_ACCESS_LOG);
     c->log.level = strdup(PDR_DEF_LOG_LEVEL);
     /* Discovery: every role unused (NULL name and selector). The kubernetes strings stay NULL: their

@@ -14,6 +14,8 @@
 typedef enum { PDR_PROTO_SGLANG = 0, PDR_PROTO_VLLM, PDR_PROTO_PDSHIM } pdr_protocol_t;
 typedef enum { PDR_POLICY_ROUND_ROBIN = 0, PDR_POLICY_LEAST_LOAD, PDR_POLICY_RANDOM } pdr_policy_kind_t;
 typedef enum { PDR_ROLE_PREFILL = 0, PDR_ROLE_DECODE = 1 } pdr_role_t;
+/* pd.relay: when the decode's answer is relayed to the client (sglang protocol). */
+typedef enum { PDR_RELAY_FIRST_BYTE = 0, PDR_RELAY_AFTER_PREFILL } pdr_relay_t;
 
 typedef struct pdr_worker_conf {
     char *url;          /* normalized (see pdr_worker_conf_parse_url): "http://127.0.0.1:30001" */
@@ -81,6 +83,9 @@ typedef struct pdr_config {
     struct {
         int max; /* default 2 */
     } retries;
+    struct {
+        pdr_relay_t relay; /* default first_byte: from the decode's first body byte */
+    } pd;
     struct {
         char *access_log; /* default "-" (stdout); "off" disables */
         char *level;      /* debug|info|warn|error, default info */

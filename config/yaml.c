@@ -31,6 +31,7 @@ enum ftype {
     F_PROTOCOL,  /* pdr_protocol_t */
     F_POLICY,    /* pdr_policy_kind_t */
     F_LEVEL,     /* log level, stored as its canonical name */
+    F_RELAY,     /* pdr_relay_t */
     F_WORKERS,   /* sequence of workers; min is the role */
     F_URL,       /* worker url (base is a pdr_worker_conf_t) */
     F_BPORT,     /* bootstrap port or null/none */
@@ -107,6 +108,10 @@ static const struct field retries_fields[] = {
     {"max", F_INT, CONF(retries.max), 0, PDR_MAX_RETRIES, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
+static const struct field pd_fields[] = {
+    {"relay", F_RELAY, CONF(pd.relay), 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
 static const struct field log_fields[] = {
     {"access_log", F_STR, CONF(log.access_log), 0, 0, NULL},
     {"level", F_LEVEL, CONF(log.level), 0, 0, NULL},
@@ -177,6 +182,7 @@ static const struct field top_fields[] = {
     {"timeouts", F_SECTION, 0, 0, 0, timeouts_fields},
     {"limits", F_SECTION, 0, 0, 0, limits_fields},
     {"retries", F_SECTION, 0, 0, 0, retries_fields},
+    {"pd", F_SECTION, 0, 0, 0, pd_fields},
     {"log", F_SECTION, 0, 0, 0, log_fields},
     {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields},
     {"threads", F_INT, CONF(threads), 0, PDR_MAX_THREADS, NULL},
@@ -501,6 +507,20 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
     }
     case F_POLICY:
         return get_policy(cx, v, path, (pdr_policy_kind_t *)(void *)p);
+    case F_RELAY: {
+        rc = need_scalar(cx, v, path, "first_byte or after_prefill");
+        if (rc != 0)
+            return rc;
+        const char *s = sval(v, &len);
+        if (len == 10 && memcmp(s, "first_byte", 10) == 0)
+            *(pdr_relay_t *)(void *)p = PDR_RELAY_FIRST_BYTE;
+        else if (len == 13 && memcmp(s, "after_prefill", 13) == 0)
+            *(pdr_relay_t *)(void *)p = PDR_RELAY_AFTER_PREFILL;
+        else
+            return FAIL(cx, v, "%s: unknown relay mode '%s', expected first_byte or after_prefill", path,
+                        show(v, buf, sizeof(buf)));
+        return 0;
+    }
     case F_LEVEL: {
         rc = need_scalar(cx, v, path, "a log level");
         if (rc != 0)

@@ -167,6 +167,8 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
             t->upstream_errors[role][c] += m->upstream_errors[role][c];
         t->no_worker_total[role] += m->no_worker_total[role];
     }
+    for (int c = 0; c < PDR_CAUSE__COUNT; c++)
+        t->prefill_late_failures[c] += m->prefill_late_failures[c];
     t->retries_total += m->retries_total;
     for (size_t i = 0; i < sizeof(plain_counters) / sizeof(plain_counters[0]); i++)
         *(uint64_t *)((char *)t + plain_counters[i].off) +=
@@ -249,6 +251,12 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
             put(&o, "pdr_upstream_errors_total{role=\"%s\",cause=\"%s\"} %llu\n",
                 pdr_role_name((pdr_role_t)role), cause_names[c],
                 (unsigned long long)m->upstream_errors[role][c]);
+    put(&o, "# HELP pdr_prefill_late_failures_total Prefill legs that failed after the decode's first byte "
+            "reached the client (pd.relay first_byte): not retried, the decode's answer went on.\n"
+            "# TYPE pdr_prefill_late_failures_total counter\n");
+    for (int c = 0; c < PDR_CAUSE__COUNT; c++)
+        put(&o, "pdr_prefill_late_failures_total{cause=\"%s\"} %llu\n", cause_names[c],
+            (unsigned long long)m->prefill_late_failures[c]);
     put(&o,
         "# HELP pdr_retries_total Requests retried on a new prefill/decode pair.\n"
         "# TYPE pdr_retries_total counter\npdr_retries_total %llu\n",

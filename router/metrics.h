@@ -43,6 +43,8 @@ typedef struct pdr_hist {
 typedef struct pdr_metrics {
     uint64_t requests[PDR_MR__COUNT][600];
     uint64_t upstream_errors[2][PDR_CAUSE__COUNT];
+    uint64_t
+        prefill_late_failures[PDR_CAUSE__COUNT]; /* after the decode's first byte (pd.relay first_byte) */
     uint64_t retries_total;
     uint64_t no_worker_total[2];
     uint64_t client_aborts_total;

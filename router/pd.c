@@ -4,11 +4,18 @@
  * and per attempt), send both legs at once, read the prefill's answer to the end and check it, and
  * relay the decode's answer with back-pressure both ways.
  *
- * The decode's bytes are held (at most HIGH_WATER, then the decode transfer is paused) until the
- * prefill leg has answered successfully, so a prefill failure is always "before the first byte" and
- * can be retried on a new pair. Any failure before the client response starts cancels both legs at
- * once (their connections are closed, so workers see the abort) and retries up to retries.max, then
- * answers 502 (upstream failure) or 504 (deadline) in the OpenAI error shape.
+ * pd.relay first_byte (the default): the decode's answer is relayed from its first body byte, without
+ * waiting for the prefill's HTTP answer (a real prefill answers up to a forward pass after its KV has
+ * left); the prefill leg is still read to its end, after the client's response if need be (the request
+ * lingers, off the client's books, until the prefill answers or its KV deadline passes). A prefill
+ * failure after that first byte is logged and counted by cause, and the decode's stream goes on: the
+ * decode already holds the KV. pd.relay after_prefill, and any request with the logprob merge (which
+ * needs the prefill's input logprobs in front of the decode's): the decode's bytes are held (at most
+ * HIGH_WATER, then the decode transfer is paused) until the prefill leg has answered successfully.
+ * Any failure before the client response starts cancels both legs at once (their connections are
+ * closed, so workers see the abort) and retries up to retries.max on a new pair with new rooms, then
+ * answers 502 (upstream failure) or 504 (deadline) in the OpenAI error shape. A decode failure cancels
+ * the prefill leg at once; a client that goes away cancels both.
  *
  * Ownership: pd_req_t is malloc'd; the h2o pool holds a small anchor whose dispose callback detaches
  * the request (the client is gone or the response is over), cancels what is still running, writes
@@ -74,6 +81,8 @@ typedef struct pd_req {
 
     unsigned started : 1, send_inflight : 1, final_sent : 1, stopped : 1, errored : 1, broken : 1;
     unsigned client_aborted : 1; /* the client went away before the end (error_cause "client_abort") */
+    unsigned lingering : 1;      /* the client's response is over; the prefill leg is read to its end */
+    unsigned recheck : 1;        /* advance() waits for the prefill leg's connect: look again in 1 ms */
     int status;
     uint64_t t0_ns, ttfb_ns, end_ns, attempt_t0_ns, last_data_ns;
     uint64_t send_ns; /* when the send in flight was handed to h2o (the client's read clock) */
@@ -87,12 +96,44 @@ typedef struct pd_req {
 } pd_req_t;
 
 static void advance(pd_req_t *x);
+static void on_kick(uv_timer_t *t);
 static void start_attempt(pd_req_t *x);
 static void arm_timer(pd_req_t *x);
 static uint64_t idle_ns(const pd_req_t *x);
 static int whole_answer(const pd_req_t *x);
 
 /* ---- helpers ---- */
+
+/* The decode's answer goes to the client from its first body byte (pd.relay first_byte), not after the
+ * prefill's answer. The logprob merge needs the prefill's answer first. */
+static int relay_first_byte(const pd_req_t *x)
+{
+    return x->mode == MODE_PD && x->conf->pd.relay == PDR_RELAY_FIRST_BYTE && !x->merge;
+}
+
+/* The prefill leg failed (or its KV deadline passed) after the decode's first byte reached the client:
+ * nothing is retried, the decode's stream goes on; logged, counted by cause, and the prefill's failure
+ * reported to the pool. */
+static void late_prefill_failure(pd_req_t *x, int cause, const char *msg)
+{
+    x->t->m.upstream_errors[PDR_ROLE_PREFILL][cause]++;
+    x->t->m.prefill_late_failures[cause]++;
+    if (x->pw != NULL && cause != PDR_CAUSE_KV_DEADLINE)
+        pdr_pool_report_failure(&x->r->pool, x->pw, msg);
+    pdr_warn("request %s: prefill %s failed after the decode's first byte (%s); the decode's answer goes on",
+             x->request_id, x->pw ? x->pw->conf.url : "-", msg);
+}
+
+/* A lingering request's prefill leg has ended: the request goes. */
+static void free_req(uv_handle_t *h);
+static void linger_end(pd_req_t *x)
+{
+    x->lingering = 0;
+    x->t->live--;
+    x->t->lingering--;
+    uv_timer_stop(&x->timer);
+    uv_close((uv_handle_t *)&x->timer, free_req);
+}
 
 /* The client response begins (first byte, or an error answer; ttfb: time it). A PD request counts in the
  * m.waiting gauge (the router's view of the workers' queues) from its start until this. */
@@ -454,6 +495,15 @@ static void advance(pd_req_t *x)
         attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_STATUS_5XX, 502, "prefill answered a server error");
         return;
     }
+    /* The decode failed while the prefill leg is still connecting: the decode's failure may come from the
+     * prefill's being unreachable (its KV bootstrap failed), so the prefill's connect outcome decides
+     * first; it is polled every millisecond (bounded by timeouts.connect_ms). */
+    if (x->p_running && pdr_leg_connecting(&x->pleg) &&
+        ((x->d_done && (x->d_err != 0 || x->dleg.status == 0)) ||
+         (x->dleg.got_headers && x->dleg.status >= 500))) {
+        x->recheck = 1; /* next_deadline: 1 ms */
+        return;
+    }
     if (x->d_done && x->d_err != 0) {
         attempt_failed(x, PDR_ROLE_DECODE, cause_of(x->d_err), unreachable(&x->dleg, x->d_err) ? 503 : 502,
                        pdr_strerror(x->d_err));
@@ -485,7 +535,10 @@ static void advance(pd_req_t *x)
     }
     /* A decode client error: relay it as soon as it is complete; the prefill is no longer needed. */
     int decode_4xx = x->dleg.got_headers && x->dleg.status >= 400;
-    if (!decode_4xx && !(x->p_done && x->dleg.got_headers) && !(x->p_done && x->d_done))
+    /* pd.relay first_byte: the decode's first body byte (or its end) starts the response, with the
+     * prefill's answer still to come. Until then a prefill failure above retries the whole request. */
+    int first_byte = relay_first_byte(x) && x->dleg.got_headers && (x->pending.len > 0 || x->d_done);
+    if (!decode_4xx && !first_byte && !(x->p_done && x->dleg.got_headers) && !(x->p_done && x->d_done))
         return;
     if (!decode_4xx && whole_answer(x) && !x->d_done)
         return;
@@ -530,6 +583,30 @@ static void prefill_done(pdr_leg_t *leg, int err)
     release_leg(x, 1);
     x->p_done = 1;
     x->p_err = err;
+    if (x->started || x->lingering) {
+        /* After the decode's first byte (pd.relay first_byte): the outcome no longer changes the answer. */
+        if (err == PDR_ECANCELED) {
+            /* the router's own drain deadline: nobody's fault */
+        } else if (err != 0) {
+            late_prefill_failure(x, cause_of(err), pdr_strerror(err));
+        } else if (leg->status >= 500 || leg->status < 200) {
+            late_prefill_failure(x, PDR_CAUSE_STATUS_5XX, "prefill answered a server error");
+        } else if (leg->status >= 400) {
+            late_prefill_failure(x, PDR_CAUSE_OTHER, "prefill answered a client error");
+        } else if (x->pw != NULL) {
+            pdr_pool_report_success(&x->r->pool, x->pw);
+            pdr_worker_note_alive(x->pw, pdr_now_ns());
+            pdr_hist_observe_in(&x->t->m.prefill[x->mroute], PDR_BUCKETS_LLM,
+                                (double)(pdr_now_ns() - x->attempt_t0_ns) / 1e9);
+        }
+        if (x->lingering) {
+            linger_end(x);
+            return;
+        }
+        advance(x);
+        arm_timer(x);
+        return;
+    }
     if (err == 0 && leg->status < 500 && x->pw != NULL) {
         pdr_pool_report_success(&x->r->pool, x->pw);
         pdr_worker_note_alive(x->pw, pdr_now_ns());
@@ -585,8 +662,13 @@ static void decode_done(pdr_leg_t *leg, int err)
     x->d_err = err;
     if (x->started && err != 0 && !x->final_sent) {
         /* The stream broke after the response started (or the router cancelled it at its drain
-         * deadline, which is not counted against the worker): end it visibly. */
+         * deadline, which is not counted against the worker): end it visibly. The prefill leg (still
+         * running with pd.relay first_byte) is no longer of use. */
         x->broken = 1;
+        if (x->p_running) {
+            pdr_leg_cancel(&x->pleg);
+            release_leg(x, 1);
+        }
         if (err == PDR_ECANCELED) {
             x->error_cause = "shutdown_cancelled";
         } else {
@@ -669,6 +751,12 @@ static void on_timer(uv_timer_t *t)
     if (x->req == NULL)
         return;
     uint64_t now = pdr_now_ns();
+    if (x->recheck && !x->started) {
+        x->recheck = 0;
+        advance(x);
+        if (x->req == NULL || x->stopped)
+            return;
+    }
     if (!x->started) {
         if (x->req->version < 0x200) {
             h2o_socket_t *sock = x->req->conn->callbacks->get_socket(x->req->conn);
@@ -695,6 +783,13 @@ static void on_timer(uv_timer_t *t)
                            PDR_CAUSE_FIRST_BYTE_DEADLINE, 504, "no first byte within timeouts.first_byte_ms");
             return;
         }
+    } else if (x->p_running && now >= x->kv_deadline_ns) {
+        /* pd.relay first_byte: the prefill still has not answered; the decode's answer goes on. */
+        pdr_leg_cancel(&x->pleg);
+        release_leg(x, 1);
+        x->p_done = 1;
+        x->p_err = PDR_ETIMEDOUT;
+        late_prefill_failure(x, PDR_CAUSE_KV_DEADLINE, "no answer within timeouts.kv_transfer_ms");
     } else if (x->send_inflight && now - x->send_ns >= idle_ns(x)) {
         cut_stalled_client(x);
         return;
@@ -719,11 +814,16 @@ static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
             next = x->kv_deadline_ns;
         if (x->req->version < 0x200 && now + PEEK_INTERVAL_MS * 1000000ull < next)
             next = now + PEEK_INTERVAL_MS * 1000000ull;
+        if (x->recheck && now + 1000000ull < next)
+            next = now + 1000000ull;
         return next;
     }
     /* The client's side: a send it has not taken for stream_idle_ms (it stopped reading). */
     if (x->send_inflight)
         next = x->send_ns + idle_ns(x);
+    /* The prefill's answer, still to come after the decode's first byte (pd.relay first_byte). */
+    if (x->p_running && (next == 0 || x->kv_deadline_ns < next))
+        next = x->kv_deadline_ns;
     /* The decode's side: silence while the router is ready for its bytes (not paused by the client). */
     if (x->d_running && !x->dleg.paused) {
         uint64_t d = x->last_data_ns + idle_ns(x);
@@ -755,6 +855,7 @@ static void start_attempt(pd_req_t *x)
     pdr_router_t *r = x->r;
     const pdr_config_t *c = x->conf;
     x->p_done = x->d_done = 0;
+    x->recheck = 0;
     x->p_err = x->d_err = 0;
     x->pbody.len = 0;
     x->pending.len = 0;
@@ -899,6 +1000,20 @@ static void write_access_log(pd_req_t *x)
         pdr_access_log(x->t, line, len);
 }
 
+/* A lingering request's prefill did not answer within timeouts.kv_transfer_ms. */
+static void on_linger_deadline(uv_timer_t *t)
+{
+    pd_req_t *x = t->data;
+    if (!x->lingering)
+        return;
+    if (x->p_running) {
+        pdr_leg_cancel(&x->pleg);
+        release_leg(x, 1);
+        late_prefill_failure(x, PDR_CAUSE_KV_DEADLINE, "no answer within timeouts.kv_transfer_ms");
+    }
+    linger_end(x);
+}
+
 static void on_dispose(void *p)
 {
     pd_req_t *x = *(pd_req_t **)p;
@@ -906,14 +1021,34 @@ static void on_dispose(void *p)
         note_client_abort(x);
     if (x->req->version >= 0x200 && x->client_aborted)
         pdr__note_client_reset(x->t, x->req); /* may close the connection: a reset flood */
-    cancel_legs(x);
+    /* The client's answer is complete and the prefill has not answered yet (pd.relay first_byte): its
+     * leg is read to its end, so that the prefill sees no abort, and its outcome is counted. */
+    int linger = x->p_running && x->counted_inflight && x->final_sent && !x->broken && !x->stopped &&
+                 !x->errored && !x->client_aborted;
+    if (linger) {
+        if (x->d_running) {
+            pdr_leg_cancel(&x->dleg);
+            release_leg(x, 0);
+        }
+    } else {
+        cancel_legs(x);
+    }
     if (!x->started && x->counted_inflight)
         x->t->m.waiting--;
     write_access_log(x);
     x->req = NULL;
     if (x->counted_inflight) {
         __atomic_sub_fetch(&x->r->inflight, 1, __ATOMIC_RELAXED);
-        x->t->live--;
+        if (!linger)
+            x->t->live--;
+    }
+    if (linger) {
+        x->lingering = 1;
+        x->t->lingering++;
+        uint64_t now = pdr_now_ns();
+        uint64_t ms = x->kv_deadline_ns > now ? (x->kv_deadline_ns - now + 999999) / 1000000 : 1;
+        uv_timer_start(&x->timer, on_linger_deadline, ms, 0);
+        return;
     }
     uv_timer_stop(&x->timer);
     uv_close((uv_handle_t *)&x->timer, free_req);

@@ -44,8 +44,9 @@ typedef struct pdr_thread {
     uv_prepare_t rewrap_prepare;
     pdr_multi_t *multi;
     pdr_metrics_t m;
-    uint64_t live;  /* PD requests in progress on this loop */
-    uint64_t conns; /* client connections open on this loop */
+    uint64_t live;      /* PD requests in progress on this loop (lingering ones included) */
+    uint64_t lingering; /* of them, answered already: their prefill leg is read to its end */
+    uint64_t conns;     /* client connections open on this loop */
     int h2o_disposed;
 
     uv_async_t wakeup; /* shutdown notification from loop 0 */

@@ -1060,6 +1060,15 @@ void pdr_leg_resume(pdr_leg_t *leg)
     conn_dispatch(c);
 }
 
+int pdr_leg_connecting(const pdr_leg_t *leg)
+{
+    if (!leg->active)
+        return 0;
+    if (leg->waiting || leg->conn == NULL)
+        return 1;
+    return leg->conn->state == C_CONNECTING || leg->conn->state == C_RESOLVING;
+}
+
 size_t pdr__multi_connecting_peak(const pdr_multi_t *m)
 {
     return m->connecting_peak;

@@ -82,6 +82,8 @@ int pdr_leg_start_probe(pdr_leg_t *leg, pdr_multi_t *m, const char *url, long ti
 /* Stops a started leg at once and closes its connection (the worker sees the abort). on_done is not
  * called. Safe from any callback, including the leg's own. */
 void pdr_leg_cancel(pdr_leg_t *leg);
+/* 1 while a started leg has no established connection yet (waiting for one, resolving or connecting). */
+int pdr_leg_connecting(const pdr_leg_t *leg);
 /* Resumes a leg whose on_data returned PDR_LEG_PAUSE. */
 void pdr_leg_resume(pdr_leg_t *leg);
 

@@ -46,3 +46,10 @@ target_link_libraries(test_upstream PRIVATE pdr_router)
 add_test(NAME router_upstream COMMAND test_upstream ${Python3_EXECUTABLE}
                                       ${CMAKE_CURRENT_SOURCE_DIR}/integration/h1_script_server.py)
 set_tests_properties(router_upstream PROPERTIES TIMEOUT 120)
+
+# pd.relay (see test_relay.py): the first token without waiting for the prefill's answer, the option to
+# wait, late prefill failures, a decode failure cancelling the prefill, the lingering prefill leg.
+foreach(s first_byte after_prefill late_prefill_failure decode_failure_cancels_prefill linger_deadline)
+  add_test(NAME router_relay_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_relay.py ${s})
+  set_tests_properties(router_relay_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()

@@ -29,6 +29,10 @@ static void usage(FILE *f)
            "  --decode-us-per-token N   gap between output tokens in microseconds (default 0)\n"
            "  --max-tokens-default N    output tokens when the request names none (default 16)\n"
            "  --kv-timeout-ms N         deadline of every KV offer or fetch (default 30000)\n"
+           "  --prefill-answer-lag-ms N the prefill answers N ms after its KV was sent (default 0; a real\n"
+           "                            prefill answers up to a forward pass after its KV has left)\n"
+           "  --stamp-first-token       the first streamed event carries \"pdsim_mono_us\": CLOCK_MONOTONIC\n"
+           "                            microseconds when it was written (pdbench: router overhead)\n"
            "fault knobs (also POST /pdsim/fault at run time):\n"
            "  --fail-health             GET /health answers 503\n"
            "  --fail-status CODE        generate routes answer CODE with an OpenAI error\n"
@@ -36,6 +40,7 @@ static void usage(FILE *f)
            "  --drip-ms N               gap between streamed tokens (overrides --decode-us-per-token)\n"
            "  --reset-after-tokens N    abort the connection hard after N output tokens\n"
            "  --stall-kv                the prefill never offers its KV (fails after --kv-timeout-ms)\n"
+           "  --fail-after-kv CODE      the prefill sends its KV, then answers CODE with an OpenAI error\n"
            "  --die-after N             exit(3) after N generate requests completed\n"
            "  --log-level debug|info|warn|error\n");
 }
@@ -129,6 +134,7 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         INT_FLAG("--decode-us-per-token", decode_us_per_token, 0, 10000000)
         INT_FLAG("--max-tokens-default", max_tokens_default, 0, PDSIM_MAX_TOKENS)
         INT_FLAG("--kv-timeout-ms", kv_timeout_ms, 1, 3600000)
+        INT_FLAG("--prefill-answer-lag-ms", prefill_answer_lag_ms, 0, 3600000)
         INT_FLAG("--drip-ms", faults.drip_ms, 0, 3600000)
         INT_FLAG("--reset-after-tokens", faults.reset_after_tokens, 0, PDSIM_MAX_TOKENS)
         INT_FLAG("--die-after", faults.die_after, 0, INT32_MAX)
@@ -140,6 +146,17 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         }
         if (strcmp(a, "--hang-before-headers") == 0) {
             o->faults.hang_before_headers = 1;
+            continue;
+        }
+        if (strcmp(a, "--stamp-first-token") == 0) {
+            o->stamp_first_token = 1;
+            continue;
+        }
+        if (strcmp(a, "--fail-after-kv") == 0) {
+            if (int_arg(a, val, 400, 599, &v) != 0)
+                return -1;
+            o->faults.fail_after_kv = (int)v;
+            i++;
             continue;
         }
         if (strcmp(a, "--stall-kv") == 0) {

@@ -29,6 +29,7 @@ typedef struct pdsim_faults {
     int64_t drip_ms;
     int64_t reset_after_tokens;
     int stall_kv;
+    int fail_after_kv; /* prefill: the KV is sent, then the request is answered with this status */
     int64_t die_after; /* as configured (reported back) */
 } pdsim_faults_t;
 
@@ -43,6 +44,8 @@ typedef struct pdsim_opts {
     int64_t decode_us_per_token;
     int64_t max_tokens_default;
     int64_t kv_timeout_ms;
+    int64_t prefill_answer_lag_ms; /* prefill: the answer comes this long after the KV was sent */
+    int stamp_first_token;         /* the first streamed event carries "pdsim_mono_us" */
     pdsim_faults_t faults;
 } pdsim_opts_t;
 

@@ -550,7 +550,10 @@ static void pump_once(sim_req_t *ctx)
             break;
         if (ctx->reset_after > 0 && j >= (uint64_t)ctx->reset_after)
             break;
-        if (sendbuf_event(ctx, stream_obj(ctx, &ctx->items[ctx->next_ev % ctx->n_items], j)) != 0) {
+        json_t *ev = stream_obj(ctx, &ctx->items[ctx->next_ev % ctx->n_items], j);
+        if (ev != NULL && ctx->next_ev == 0 && S.opts.stamp_first_token)
+            json_object_set_new(ev, "pdsim_mono_us", json_integer((json_int_t)(uv_hrtime() / 1000)));
+        if (sendbuf_event(ctx, ev) != 0) {
             ctx->abort_pending = 1;
             ctx->need_pump = 1;
             return;
@@ -750,6 +753,23 @@ static void on_shim_done(void *arg, uint64_t room, int status, uint64_t bytes)
     uv_async_send(&S.async);
 }
 
+/* The prefill's KV has left: its answer (after --prefill-answer-lag-ms). */
+static void prefill_answer(sim_req_t *ctx)
+{
+    if (!req_is_live(ctx))
+        return;
+    if (S.faults.fail_after_kv != 0) {
+        req_fail(ctx, S.faults.fail_after_kv, "pdsim: fault knob fail_after_kv");
+        return;
+    }
+    send_final(ctx, 0);
+}
+
+static void on_prefill_answer(uv_timer_t *t)
+{
+    prefill_answer(t->data);
+}
+
 static void transfers_done(sim_req_t *ctx)
 {
     if (!req_is_live(ctx))
@@ -762,7 +782,11 @@ static void transfers_done(sim_req_t *ctx)
         return;
     }
     if (S.opts.role == PDSIM_ROLE_PREFILL) {
-        send_final(ctx, 0);
+        if (S.opts.prefill_answer_lag_ms > 0) {
+            uv_timer_start(&ctx->timer, on_prefill_answer, (uint64_t)S.opts.prefill_answer_lag_ms, 0);
+            return;
+        }
+        prefill_answer(ctx);
         return;
     }
     compute_then_continue(ctx); /* decode: hash what arrived */
@@ -1243,11 +1267,11 @@ static void send_stats(h2o_req_t *req)
 static json_t *faults_obj(void)
 {
     const pdsim_faults_t *f = &S.faults;
-    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I}", "fail_health", f->fail_health, "health_status",
+    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i}", "fail_health", f->fail_health, "health_status",
                      f->health_status, "fail_status", f->fail_status, "hang_before_headers",
                      f->hang_before_headers, "drip_ms", (json_int_t)f->drip_ms, "reset_after_tokens",
                      (json_int_t)f->reset_after_tokens, "stall_kv", f->stall_kv, "die_after",
-                     (json_int_t)f->die_after);
+                     (json_int_t)f->die_after, "fail_after_kv", f->fail_after_kv);
 }
 
 static void set_die_after(int64_t n)
@@ -1297,6 +1321,7 @@ static void handle_fault(h2o_req_t *req)
         f.field = v;
     KNOB("fail_health", fail_health, 0, 1)
     KNOB("fail_status", fail_status, 0, 599)
+    KNOB("fail_after_kv", fail_after_kv, 0, 599)
     KNOB("health_status", health_status, 0, 599)
     KNOB("hang_before_headers", hang_before_headers, 0, 1)
     KNOB("drip_ms", drip_ms, 0, 3600000)

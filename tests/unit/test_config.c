@@ -100,6 +100,7 @@ static void test_full_file(void)
         "            stream_idle_ms: 9000 }\n"
         "limits:   { max_body_bytes: 1048576, max_inflight: 10, max_connections_per_worker: 32 }\n"
         "retries:  { max: 0 }\n"
+        "pd: { relay: after_prefill }\n"
         "log:      { access_log: off, level: warning }\n"
         "lifecycle: { drain_grace_ms: 0, drain_timeout_ms: 12000 }\n";
     char err[512] = "";
@@ -158,6 +159,7 @@ static void test_full_file(void)
     CHECK(c->limits.max_inflight == 10);
     CHECK(c->limits.max_connections_per_worker == 32);
     CHECK(c->retries.max == 0);
+    CHECK(c->pd.relay == PDR_RELAY_AFTER_PREFILL);
     CHECK_STR(c->log.access_log, "off");
     CHECK_STR(c->log.level, "warn");
     CHECK(pdr_config_validate(c, err, sizeof(err)) == 0);
@@ -196,6 +198,7 @@ static void check_defaults_but_token(const pdr_config_t *c)
     CHECK(c->limits.max_inflight == 4096);
     CHECK(c->limits.max_connections_per_worker == 0);
     CHECK(c->retries.max == 2);
+    CHECK(c->pd.relay == PDR_RELAY_FIRST_BYTE);
     CHECK_STR(c->log.access_log, "-");
     CHECK_STR(c->log.level, "info");
 }
@@ -348,6 +351,10 @@ static void test_errors(void)
     EXPECT_ERROR("policy: { decode: cache_aware }\n",
                  "bad.yaml:1:19: policy.decode: unknown policy 'cache_aware', expected round_robin, "
                  "least_load or random");
+    EXPECT_ERROR("pd: { relay: eager }\n",
+                 "bad.yaml:1:14: pd.relay: unknown relay mode 'eager', expected first_byte or after_prefill");
+    EXPECT_ERROR("pd: { relay: [a] }\n",
+                 "bad.yaml:1:14: pd.relay: expected first_byte or after_prefill, got a sequence");
     EXPECT_ERROR("log: { level: loud }\n",
                  "bad.yaml:1:15: log.level: unknown level 'loud', expected debug, info, warn or error");
 
