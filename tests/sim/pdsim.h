@@ -43,6 +43,8 @@ typedef struct pdsim_opts {
     int64_t decode_us_per_token;
     int64_t max_tokens_default;
     int64_t kv_timeout_ms;
+    int64_t kv_abort_timeout_ms; /* vLLM mode: how long a prefill holds KV no decode pulls (480 s default) */
+    int64_t kv_fetch_delay_ms;   /* a decode waits this long before pulling the KV */
     pdsim_faults_t faults;
 } pdsim_opts_t;
 
