@@ -46,3 +46,10 @@ target_link_libraries(test_upstream PRIVATE pdr_router)
 add_test(NAME router_upstream COMMAND test_upstream ${Python3_EXECUTABLE}
                                       ${CMAKE_CURRENT_SOURCE_DIR}/integration/h1_script_server.py)
 set_tests_properties(router_upstream PROPERTIES TIMEOUT 120)
+
+# protocol vllm (see test_vllm.py): the sequential prefill-then-decode path against pdsim in vLLM mode,
+# prefill failures, dead prefills, and the release of KV a client left behind.
+foreach(s routes prefill_failures all_prefills_dead disconnect_release kv_expiry)
+  add_test(NAME router_vllm_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_vllm.py ${s})
+  set_tests_properties(router_vllm_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()
