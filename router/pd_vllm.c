@@ -74,7 +74,8 @@ void pdr__vllm_release(pdr_thread_t *t, const char *url, char *body, size_t len,
                        long connect_ms, long total_ms)
 {
     vllm_release_t *rel = calloc(1, sizeof(*rel));
-    if (rel == NULL || t->multi == NULL) {
+    /* Not once the shutdown deadline passed: the loop's upstream client is about to close. */
+    if (rel == NULL || t->multi == NULL || pdr_router_shutting_down(t->r)) {
         t->m.vllm_kv_release[PDR_KV_RELEASE_FAILED]++;
         free(rel);
         free(body);
