@@ -53,3 +53,9 @@ foreach(s routes prefill_failures all_prefills_dead disconnect_release kv_expiry
   add_test(NAME router_vllm_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_vllm.py ${s})
   set_tests_properties(router_vllm_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
+
+# Fuzz target of the vLLM body rewrite and the prefill answer's kv_transfer_params (jansson checks
+# every body built).
+add_executable(fuzz_vllm fuzz/fuzz_vllm.c)
+target_link_libraries(fuzz_vllm PRIVATE pdr_router)
+pdr_fuzz_corpus_test(router_vllm_fuzz_corpus fuzz_vllm vllm 60)
