@@ -917,17 +917,28 @@ static void vllm_start_decode(pd_req_t *x)
 
 /* The request lets go of the decode (client gone, attempt failed, response over). KV the prefill holds for
  * a decode that has not answered a byte yet would stay there until vLLM's abort timeout: a release leg
- * has the decode read it. A decode that has begun its answer has read it already. */
+ * has a decode read it, the same one unless this request just blamed it (any decode can read the KV).
+ * A decode that has begun a successful answer has read it already. */
 static void vllm_release_kv(pd_req_t *x)
 {
     char *body = x->release;
     x->release = NULL;
-    if (x->dleg.bytes_in > 0 || x->dw == NULL) {
+    if ((x->dleg.bytes_in > 0 && x->dleg.status < 400) || x->dw == NULL) {
         free(body);
         return;
     }
+    pdr_worker_t *w = x->dw, *other = NULL;
+    for (size_t i = 0; i < x->n_tried[PDR_ROLE_DECODE]; i++)
+        if (x->tried[PDR_ROLE_DECODE][i] == x->dw->uid) {
+            other = pdr_pool_pick(&x->r->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE],
+                                  x->n_tried[PDR_ROLE_DECODE]);
+            if (other != NULL)
+                w = other;
+            break;
+        }
     char url[512];
-    pdr_join2(url, sizeof(url), x->dw->conf.url, route_paths[x->route]);
+    pdr_join2(url, sizeof(url), w->conf.url, route_paths[x->route]);
+    pdr_worker_unref(other);
     pdr__vllm_release(x->t, url, body, x->release_len, x->xrid_header, x->conf->timeouts.connect_ms,
                       x->conf->timeouts.kv_transfer_ms);
 }

@@ -49,7 +49,7 @@ set_tests_properties(router_upstream PROPERTIES TIMEOUT 120)
 
 # protocol vllm (see test_vllm.py): the sequential prefill-then-decode path against pdsim in vLLM mode,
 # prefill failures, dead prefills, and the release of KV a client left behind.
-foreach(s routes prefill_failures all_prefills_dead disconnect_release kv_expiry)
+foreach(s routes prefill_failures all_prefills_dead disconnect_release decode_failure_release kv_expiry)
   add_test(NAME router_vllm_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_vllm.py ${s})
   set_tests_properties(router_vllm_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

@@ -232,6 +232,28 @@ def scenario_disconnect_release():
         pdtest.stop_all()
 
 
+def scenario_decode_failure_release():
+    """A decode that answers 5xx before reading the KV: the attempt is retried (a new prefill call), and the
+    KV of the failed attempt is released through another decode, not left to the abort timeout."""
+    p, bad, good = sim("prefill"), sim("decode"), sim("decode")
+    request_json(bad.port, "POST", "/pdsim/fault", {"fail_status": 503})
+    r = router([p], [bad, good], "--policy", "round_robin", "--health-interval-ms", "60000")
+    try:
+        j = request_json(r.port, "POST", "/v1/chat/completions", BODIES["/v1/chat/completions"])
+        check(j["choices"][0]["message"]["content"], repr(j))
+        check(stats(bad)["requests"] == 1 and stats(p)["requests"] == 2, repr((stats(bad), stats(p))))
+        pdtest.poll_until(lambda: stats(p)["kv_held"] == 0 and stats(p)["kv_released"] == 2, 5,
+                          "both attempts' KV to be released")
+        check(stats(good)["requests"] == 2, "the release did not go to the healthy decode: %r" % stats(good))
+        releases = [e for e in stats(good)["last"] if e["body"].get("max_tokens") == 1]
+        check(len(releases) == 1 and releases[0]["body"]["stream"] is False, repr(stats(good)["last"]))
+        m = pdtest.poll_until(lambda: (lambda t: t if metric_value(t, "pdr_vllm_kv_release_total", outcome="released")
+                                       == 1 else None)(metrics(r)), 5, "the release to be counted")
+        check(metric_value(m, "pdr_retries_total") == 1, m)
+    finally:
+        pdtest.stop_all()
+
+
 def scenario_kv_expiry():
     """pdsim's own abort timeout: KV that no decode pulls is freed after --kv-abort-timeout-ms and
     counted as expired (what happens on a vLLM prefill without the router's release)."""
