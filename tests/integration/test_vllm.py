@@ -37,6 +37,16 @@ def last(p):
     return stats(p)["last"][-1]
 
 
+def stop_clean(*procs):
+    """Stops each process (SIGTERM) and checks that it exited 0 with no sanitizer report (under ASan a
+    leak makes the exit status nonzero)."""
+    for p in procs:
+        rc = p.stop()
+        log = open(p.log_path, errors="replace").read()
+        check(rc == 0 and "Sanitizer" not in log and "runtime error" not in log,
+              "%s exited %s\n%s" % (p.name, rc, p.log_tail(60)))
+
+
 def scenario_routes():
     """Completions and chat, streaming and not, batches: disaggregated output == --role both output; the
     prefill gets one token, no stream and the router's kv_transfer_params; the decode gets the client's
@@ -129,6 +139,7 @@ def scenario_routes():
         m = metrics(r)
         check(metric_value(m, "pdr_vllm_kv_release_total", outcome="released") == 0, m)
         check(r.alive(), "router died", r)
+        stop_clean(r, p, d, both)
     finally:
         pdtest.stop_all()
 
@@ -228,6 +239,7 @@ def scenario_disconnect_release():
         request_json(r.port, "POST", "/v1/completions", BODIES["/v1/completions"])
         check(stats(d)["requests"] == 2 * want + 1, repr(stats(d)))
         check(r.alive(), "router died", r)
+        stop_clean(r, p, d)
     finally:
         pdtest.stop_all()
 
@@ -250,6 +262,7 @@ def scenario_decode_failure_release():
         m = pdtest.poll_until(lambda: (lambda t: t if metric_value(t, "pdr_vllm_kv_release_total", outcome="released")
                                        == 1 else None)(metrics(r)), 5, "the release to be counted")
         check(metric_value(m, "pdr_retries_total") == 1, m)
+        stop_clean(r, p, bad, good)
     finally:
         pdtest.stop_all()
 
@@ -266,6 +279,11 @@ def scenario_kv_expiry():
         check(stats(p)["kv_held"] == 1, repr(stats(p)))
         pdtest.poll_until(lambda: stats(p)["kv_expired"] == 1, 5, "the KV to expire")
         check(stats(p)["kv_held"] == 0 and stats(p)["kv_released"] == 0, repr(stats(p)))
+        # KV still held at shutdown is freed with the shim: a clean exit, no leak.
+        p2 = sim("prefill")
+        request_json(p2.port, "POST", "/v1/completions", b)
+        check(stats(p2)["kv_held"] == 1, repr(stats(p2)))
+        stop_clean(p, p2)
     finally:
         pdtest.stop_all()
 
