@@ -92,6 +92,16 @@ def scenario_routes():
                 check(lp["x_request_id"] and lp["x_request_id"] == ld["x_request_id"],
                       "X-Request-Id differs: %r %r" % (lp["x_request_id"], ld["x_request_id"]))
 
+        # HTTP/2 with prior knowledge, streaming and not.
+        for stream in (False, True):
+            b = dict(BODIES["/v1/chat/completions"], stream=stream)
+            st, out, ver = curl(r.port, "/v1/chat/completions", b, "--http2-prior-knowledge", version=True)
+            n += 1
+            check(st == 200 and ver == "2", "h2: %d %s %s" % (st, ver, out[:200]))
+            _, ref = curl(both.port, "/v1/chat/completions", b)
+            check(texts("/v1/chat/completions", b, out, stream) == texts("/v1/chat/completions", b, ref, stream),
+                  "h2 text %r != %r" % (out[:200], ref[:200]))
+
         # The client's X-Request-Id reaches both legs; its own kv_transfer_params reach neither.
         evil = dict(BODIES["/v1/completions"], kv_transfer_params={"do_remote_prefill": True, "remote_host": "10.6.6.6",
                                                                    "remote_port": 1, "remote_block_ids": [7]})
