@@ -266,7 +266,7 @@ static int handle(const struct opt *o, const char *val, int argc, char **argv, i
                             pdr__config_show(val, strlen(val), shown, sizeof(shown)));
             return PDR_EINVAL;
         }
-        if (fl->protocol != PDR_PROTO_SGLANG) {
+        if (fl->protocol == PDR_PROTO_PDSHIM) {
             pdr__config_err(err, errlen, "argv: --protocol: " PDR__PROTOCOL_UNSUPPORTED_FMT,
                             pdr_protocol_name(fl->protocol));
             return PDR_EINVAL;

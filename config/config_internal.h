@@ -46,7 +46,7 @@ int pdr__ipv6_is_v4mapped(const uint8_t a[16]);
 
 /* The protocols the router can run: the parsers know every contract name, the validators refuse these
  * so that --check-config and a reload refuse what the router cannot start with. Argument: the name. */
-#define PDR__PROTOCOL_UNSUPPORTED_FMT "protocol %s is not implemented yet; use protocol: sglang"
+#define PDR__PROTOCOL_UNSUPPORTED_FMT "protocol %s is not implemented yet; use protocol: sglang or vllm"
 
 /* A role with neither static workers nor a discovery source; arguments: the role's name four times. */
 #define PDR__NO_WORKERS_FMT                                                                                  \

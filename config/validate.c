@@ -385,7 +385,7 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         }
     }
     CHECK_RANGE(c->protocol, 0, 2, "protocol");
-    if (c->protocol != PDR_PROTO_SGLANG) {
+    if (c->protocol == PDR_PROTO_PDSHIM) {
         pdr__config_err(err, errlen, "protocol: " PDR__PROTOCOL_UNSUPPORTED_FMT,
                         pdr_protocol_name(c->protocol));
         return PDR_ECONFIG;

@@ -500,7 +500,7 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
         if (pdr__protocol_parse(s, len, (pdr_protocol_t *)(void *)p) != 0)
             return FAIL(cx, v, "%s: unknown protocol '%s', expected sglang, vllm or pdshim", path,
                         show(v, buf, sizeof(buf)));
-        if (*(pdr_protocol_t *)(void *)p != PDR_PROTO_SGLANG)
+        if (*(pdr_protocol_t *)(void *)p == PDR_PROTO_PDSHIM)
             return FAIL(cx, v, "%s: " PDR__PROTOCOL_UNSUPPORTED_FMT, path,
                         pdr_protocol_name(*(pdr_protocol_t *)(void *)p));
         return 0;

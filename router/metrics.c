@@ -170,6 +170,8 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
     for (int c = 0; c < PDR_CAUSE__COUNT; c++)
         t->prefill_late_failures[c] += m->prefill_late_failures[c];
     t->retries_total += m->retries_total;
+    for (int k = 0; k < PDR_KV_RELEASE__COUNT; k++)
+        t->vllm_kv_release[k] += m->vllm_kv_release[k];
     for (size_t i = 0; i < sizeof(plain_counters) / sizeof(plain_counters[0]); i++)
         *(uint64_t *)((char *)t + plain_counters[i].off) +=
             *(const uint64_t *)((const char *)m + plain_counters[i].off);
@@ -267,6 +269,14 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
     for (int role = 0; role < 2; role++)
         put(&o, "pdr_no_healthy_worker_total{role=\"%s\"} %llu\n", pdr_role_name((pdr_role_t)role),
             (unsigned long long)m->no_worker_total[role]);
+    static const char *const release_outcomes[PDR_KV_RELEASE__COUNT] = {"released", "failed", "timeout"};
+    put(&o,
+        "# HELP pdr_vllm_kv_release_total Decode calls (max_tokens 1, answer discarded) that free the KV a "
+        "client left on a vLLM prefill, by outcome.\n"
+        "# TYPE pdr_vllm_kv_release_total counter\n");
+    for (int k = 0; k < PDR_KV_RELEASE__COUNT; k++)
+        put(&o, "pdr_vllm_kv_release_total{outcome=\"%s\"} %llu\n", release_outcomes[k],
+            (unsigned long long)m->vllm_kv_release[k]);
     for (size_t i = 0; i < sizeof(plain_counters) / sizeof(plain_counters[0]); i++)
         put(&o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", plain_counters[i].name, plain_counters[i].help,
             plain_counters[i].name, plain_counters[i].name,

@@ -33,6 +33,9 @@ enum {
     PDR_CAUSE__COUNT
 };
 
+/* Outcomes of the decode legs that release KV a client left on a vLLM prefill (pd_vllm.c). */
+enum { PDR_KV_RELEASE_OK = 0, PDR_KV_RELEASE_FAILED, PDR_KV_RELEASE_TIMEOUT, PDR_KV_RELEASE__COUNT };
+
 #define PDR_HIST_BUCKETS 16
 typedef struct pdr_hist {
     uint64_t counts[PDR_HIST_BUCKETS + 1]; /* the last one is +Inf */
@@ -57,6 +60,7 @@ typedef struct pdr_metrics {
     uint64_t chunk_too_large_total;     /* HTTP/1 chunked bodies refused at a chunk past max_body_bytes */
     uint64_t h2_header_block_too_large_total; /* HTTP/2 connections closed for a header block too large */
     uint64_t bytes_in_total, bytes_out_total;
+    uint64_t vllm_kv_release[PDR_KV_RELEASE__COUNT]; /* by outcome */
     pdr_hist_t duration[PDR_MR__COUNT];
     pdr_hist_t ttfb[PDR_MR__COUNT];
     /* LLM latencies of PD routes (docs/metrics.md has the exact definitions). */

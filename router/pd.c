@@ -29,6 +29,7 @@
 #include <sys/socket.h>
 #include "buf.h"
 #include "err.h"
+#include "pd_vllm.h"
 #include "router.h"
 #include "util.h"
 
@@ -93,11 +94,20 @@ typedef struct pd_req {
     int counted_inflight;
     int last_fail_status;
     char last_fail_msg[256];
+    /* protocol vllm (pd_vllm.h): the prefill runs first, alone; then the decode with dbody. release is the
+     * body that frees the prefill's KV if the decode's answer never begins (NULL: no KV held for it). */
+    unsigned vllm : 1, vllm_bad : 1;
+    char *dbody, *release;
+    size_t dbody_len, release_len;
+    char vllm_err[200]; /* why the prefill's answer cannot be used (vllm_bad) */
 } pd_req_t;
 
 static void advance(pd_req_t *x);
 static void on_kick(uv_timer_t *t);
 static void start_attempt(pd_req_t *x);
+static void vllm_start_prefill(pd_req_t *x);
+static void vllm_start_decode(pd_req_t *x);
+static void vllm_release_kv(pd_req_t *x);
 static void arm_timer(pd_req_t *x);
 static uint64_t idle_ns(const pd_req_t *x);
 static int whole_answer(const pd_req_t *x);
@@ -108,7 +118,7 @@ static int whole_answer(const pd_req_t *x);
  * prefill's answer. The logprob merge needs the prefill's answer first. */
 static int relay_first_byte(const pd_req_t *x)
 {
-    return x->mode == MODE_PD && x->conf->pd.relay == PDR_RELAY_FIRST_BYTE && !x->merge;
+    return x->mode == MODE_PD && !x->vllm && x->conf->pd.relay == PDR_RELAY_FIRST_BYTE && !x->merge;
 }
 
 /* The prefill leg failed (or its KV deadline passed) after the decode's first byte reached the client:
@@ -169,6 +179,8 @@ static void release_leg(pd_req_t *x, int prefill)
 
 static void cancel_legs(pd_req_t *x)
 {
+    if (x->release != NULL)
+        vllm_release_kv(x);
     if (x->p_running) {
         pdr_leg_cancel(&x->pleg);
         release_leg(x, 1);
@@ -495,6 +507,10 @@ static void advance(pd_req_t *x)
         attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_STATUS_5XX, 502, "prefill answered a server error");
         return;
     }
+    if (x->p_done && x->vllm_bad) {
+        attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_OTHER, 502, x->vllm_err);
+        return;
+    }
     /* The decode failed while the prefill leg is still connecting: the decode's failure may come from the
      * prefill's being unreachable (its KV bootstrap failed), so the prefill's connect outcome decides
      * first; it is polled every millisecond (bounded by timeouts.connect_ms). */
@@ -570,8 +586,9 @@ static int whole_answer(const pd_req_t *x)
 static size_t prefill_data(pdr_leg_t *leg, const char *p, size_t n)
 {
     pd_req_t *x = leg->data;
-    if (!x->merge && leg->status < 400)
-        return n; /* a successful answer is only needed for the logprob merge */
+    if (!x->merge && !x->vllm && leg->status < 400)
+        return n; /* a successful answer is only needed for the logprob merge (or vLLM's kv_transfer_params)
+                   */
     if (!x->p_truncated && pdr_buf_append(&x->pbody, p, n, PREFILL_BODY_CAP) != 0)
         x->p_truncated = 1; /* still read to the end; only the merge needs the body */
     return n;
@@ -614,6 +631,8 @@ static void prefill_done(pdr_leg_t *leg, int err)
     if (err == 0 && leg->status >= 200 && leg->status < 300)
         pdr_hist_observe_in(&x->t->m.prefill[x->mroute], PDR_BUCKETS_LLM,
                             (double)(pdr_now_ns() - x->attempt_t0_ns) / 1e9);
+    if (x->vllm && err == 0 && leg->status >= 200 && leg->status < 300)
+        vllm_start_decode(x);
     advance(x);
     arm_timer(x);
 }
@@ -714,6 +733,8 @@ static uint64_t idle_ns(const pd_req_t *x)
  * empty the other role. */
 static int deadline_culprit(const pd_req_t *x)
 {
+    if (x->vllm)
+        return PDR_ROLE_PREFILL; /* the decode starts only once the prefill has answered */
     if (x->dleg.got_headers)
         return PDR_ROLE_PREFILL;
     int p_alive = x->pw != NULL && pdr_worker_alive_ns(x->pw) > x->attempt_t0_ns;
@@ -898,6 +919,10 @@ static void start_attempt(pd_req_t *x)
         arm_timer(x);
         return;
     }
+    if (x->vllm) {
+        vllm_start_prefill(x);
+        return;
+    }
     /* A fresh CSPRNG room per item and per attempt; the same rooms go to both legs. */
     for (size_t i = 0; i < x->n_rooms; i++)
         x->rooms[i] = pdr_random_room();
@@ -930,6 +955,95 @@ static void start_attempt(pd_req_t *x)
     arm_timer(x);
 }
 
+/* ---- protocol vllm: the prefill alone, then the decode (pd_vllm.h) ---- */
+
+static const char *const route_paths[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
+
+/* The attempt's first leg: the prefill, with the body that asks it to keep its KV for a remote decode. */
+static void vllm_start_prefill(pd_req_t *x)
+{
+    const pdr_config_t *c = x->conf;
+    free(x->body);
+    free(x->dbody);
+    x->dbody = NULL;
+    x->vllm_bad = 0;
+    memset(&x->dleg, 0, sizeof(x->dleg)); /* no decode leg in this attempt yet */
+    x->body = pdr_pdreq_build_vllm(&x->pr, PDR_VLLM_PREFILL, NULL, 0, &x->body_len);
+    if (x->body == NULL) {
+        fail_response(x, 503, "service_unavailable", "out of memory", 1);
+        return;
+    }
+    const char *hdrs[] = {x->xrid_header, NULL};
+    char url[512];
+    pdr_join2(url, sizeof(url), x->pw->conf.url, route_paths[x->route]);
+    if (pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, hdrs, c->timeouts.connect_ms, 0,
+                      &prefill_cbs, x) != 0) {
+        fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
+        return;
+    }
+    x->p_running = 1;
+    pdr_worker_track(x->pw, 1);
+    arm_timer(x);
+}
+
+/* The prefill answered 2xx: its kv_transfer_params go to the decode with the client's body. An answer
+ * without them fails the attempt as a prefill failure (advance() retries or answers 502). */
+static void vllm_start_decode(pd_req_t *x)
+{
+    pdr_vllm_next_t next;
+    if (x->req == NULL || x->p_truncated ||
+        pdr__vllm_next(&x->pr, x->pbody.p ? x->pbody.p : "", x->pbody.len, &next, x->vllm_err,
+                       sizeof(x->vllm_err)) != 0) {
+        if (x->p_truncated)
+            snprintf(x->vllm_err, sizeof(x->vllm_err), "the prefill's answer exceeds 64 MiB");
+        x->vllm_bad = 1;
+        return;
+    }
+    x->dbody = next.decode;
+    x->dbody_len = next.decode_len;
+    x->release = next.release; /* the prefill holds KV for this request from now on */
+    x->release_len = next.release_len;
+    const char *hdrs[] = {x->xrid_header, NULL};
+    char url[512];
+    pdr_join2(url, sizeof(url), x->dw->conf.url, route_paths[x->route]);
+    if (pdr_leg_start(&x->dleg, x->t->multi, url, x->dbody, x->dbody_len, hdrs, x->conf->timeouts.connect_ms,
+                      0, &decode_cbs, x) != 0) {
+        x->dleg.got_headers = 0;
+        fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
+        return;
+    }
+    x->d_running = 1;
+    pdr_worker_track(x->dw, 1);
+}
+
+/* The request lets go of the decode (client gone, attempt failed, response over). KV the prefill holds for
+ * a decode that has not answered a byte yet would stay there until vLLM's abort timeout: a release leg
+ * has a decode read it, the same one unless this request just blamed it (any decode can read the KV).
+ * A decode that has begun a successful answer has read it already. */
+static void vllm_release_kv(pd_req_t *x)
+{
+    char *body = x->release;
+    x->release = NULL;
+    if ((x->dleg.bytes_in > 0 && x->dleg.status < 400) || x->dw == NULL) {
+        free(body);
+        return;
+    }
+    pdr_worker_t *w = x->dw, *other = NULL;
+    for (size_t i = 0; i < x->n_tried[PDR_ROLE_DECODE]; i++)
+        if (x->tried[PDR_ROLE_DECODE][i] == x->dw->uid) {
+            other = pdr_pool_pick(&x->r->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE],
+                                  x->n_tried[PDR_ROLE_DECODE]);
+            if (other != NULL)
+                w = other;
+            break;
+        }
+    char url[512];
+    pdr_join2(url, sizeof(url), w->conf.url, route_paths[x->route]);
+    pdr_worker_unref(other);
+    pdr__vllm_release(x->t, url, body, x->release_len, x->xrid_header, x->conf->timeouts.connect_ms,
+                      x->conf->timeouts.kv_transfer_ms);
+}
+
 /* ---- lifetime ---- */
 
 static void free_req(uv_handle_t *h)
@@ -940,6 +1054,8 @@ static void free_req(uv_handle_t *h)
     pdr_config_unref((pdr_config_t *)x->conf);
     pdr_pdreq_clear(&x->pr);
     free(x->body);
+    free(x->dbody);
+    free(x->release);
     free(x->rooms);
     pdr_buf_free(&x->pbody);
     pdr_buf_free(&x->pending);
@@ -978,7 +1094,7 @@ static void write_access_log(pd_req_t *x)
         return;
     char line[1024];
     char room[24] = "null";
-    if (x->n_rooms > 0 && x->body != NULL)
+    if (x->n_rooms > 0 && x->body != NULL && !x->vllm)
         snprintf(room, sizeof(room), "%" PRIu64, x->rooms[0]);
     static const char *names[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
     int n = snprintf(
@@ -1153,6 +1269,11 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     if (__atomic_load_n(&r->inflight, __ATOMIC_RELAXED) >= c->limits.max_inflight)
         return refuse(t, req, route, mroute, 503, "service_unavailable",
                       "too many requests in flight (limits.max_inflight)", 1, "max_inflight");
+    if (c->protocol == PDR_PROTO_VLLM && route == PDR_ROUTE_GENERATE)
+        return refuse(t, req, route, mroute, 400, "invalid_request_error",
+                      "protocol vllm serves /v1/completions and /v1/chat/completions; /generate is sglang's "
+                      "native route",
+                      0, "route_not_served");
     pdr_pdreq_t pr;
     char err[256];
     if (pdr_pdreq_parse(route, req->entity.base, req->entity.len, &pr, err, sizeof(err)) != 0)
@@ -1166,7 +1287,8 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     x->mode = MODE_PD;
     x->route = route;
     x->pr = pr;
-    x->merge = pr.want_logprobs;
+    x->vllm = c->protocol == PDR_PROTO_VLLM;
+    x->merge = pr.want_logprobs && !x->vllm; /* vLLM: the decode answers the logprobs itself */
     x->n_rooms = pr.batch ? pr.batch : 1;
     x->rooms = calloc(x->n_rooms, sizeof(uint64_t));
     x->counted_inflight = 1;

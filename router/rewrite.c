@@ -288,6 +288,107 @@ char *pdr_pdreq_build_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport
     return out;
 }
 
+/* ---- protocol vllm ---- */
+
+/* What the router sets on the prefill and release legs (vLLM's proxies drop min_tokens and
+ * min_completion_tokens there: a one-token prefill cannot honour them; the decode gets them). */
+static int is_vllm_prefill_field(const pdr_jmember_t *m)
+{
+    static const char *const names[] = {"stream",
+                                        "max_tokens",
+                                        "max_completion_tokens",
+                                        "stream_options",
+                                        "min_tokens",
+                                        "min_completion_tokens",
+                                        "kv_transfer_params"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (pdr_jmember_key_is(m, names[i]))
+            return 1;
+    return 0;
+}
+
+/* {"do_remote_decode": true, every other field false or null}: vLLM's proxies send exactly this. */
+static const char VLLM_ASK[] =
+    "\"kv_transfer_params\":{\"do_remote_decode\":true,\"do_remote_prefill\":false,"
+    "\"remote_engine_id\":null,\"remote_block_ids\":null,\"remote_host\":null,"
+    "\"remote_port\":null}";
+
+static size_t put(char *out, size_t o, const char *s, size_t n)
+{
+    memcpy(out + o, s, n);
+    return o + n;
+}
+
+char *pdr_pdreq_build_vllm(const pdr_pdreq_t *r, pdr_vllm_body_t kind, const char *kv, size_t kv_len,
+                           size_t *len)
+{
+    size_t cap = r->len + r->n + kv_len + sizeof(VLLM_ASK) + 128;
+    char *out = malloc(cap);
+    if (out == NULL)
+        return NULL;
+    size_t o = 0;
+    out[o++] = '{';
+    for (size_t i = 0; i < r->n; i++) {
+        const pdr_jmember_t *m = &r->m[i];
+        if (kind == PDR_VLLM_DECODE ? pdr_jmember_key_is(m, "kv_transfer_params") : is_vllm_prefill_field(m))
+            continue; /* a client never chooses where KV goes */
+        o = put(out, o, m->raw, m->raw_len);
+        out[o++] = ',';
+    }
+    if (kind != PDR_VLLM_DECODE) {
+        static const char one[] = "\"stream\":false,\"max_tokens\":1,";
+        o = put(out, o, one, sizeof(one) - 1);
+        if (pdr_jfind(r->m, r->n, "max_completion_tokens") != NULL)
+            o = put(out, o, "\"max_completion_tokens\":1,", sizeof("\"max_completion_tokens\":1,") - 1);
+    }
+    if (kind == PDR_VLLM_PREFILL) {
+        o = put(out, o, VLLM_ASK, sizeof(VLLM_ASK) - 1);
+    } else {
+        o = put(out, o, "\"kv_transfer_params\":", sizeof("\"kv_transfer_params\":") - 1);
+        o = put(out, o, kv, kv_len);
+    }
+    out[o++] = '}';
+    out[o] = '\0';
+    *len = o;
+    return out;
+}
+
+int pdr_vllm_kv_params(const char *body, size_t len, const char **kv, size_t *kv_len, char *err,
+                       size_t errlen)
+{
+    size_t cap = len / 5 + 1 < MAX_MEMBERS ? len / 5 + 1 : MAX_MEMBERS, n = 0;
+    pdr_jmember_t *m = malloc(cap * sizeof(*m));
+    if (m == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return PDR_ENOMEM;
+    }
+    char why[160];
+    int rc = pdr_json_scan_object(body, len, m, cap, &n, why, sizeof(why));
+    if (rc != 0) {
+        free(m);
+        if (rc == PDR_ENOMEM)
+            FAIL("out of memory");
+        FAIL("the prefill's answer is not a JSON object (%s)", why);
+    }
+    const pdr_jmember_t *f = pdr_jfind(m, n, "kv_transfer_params");
+    pdr_jval_t v = f != NULL ? f->v : (pdr_jval_t){0};
+    free(m);
+    if (f == NULL || v.type != PDR_JT_OBJECT)
+        FAIL("the prefill's answer has no kv_transfer_params object (is the prefill a vLLM worker with a KV "
+             "connector, kv_role kv_producer or kv_both?)");
+    size_t pos = 0;
+    pdr_jmember_t e;
+    int remote = 0;
+    while (pdr_jobject_next(&v, &pos, &e))
+        if (pdr_jmember_key_is(&e, "do_remote_prefill"))
+            remote = e.v.type == PDR_JT_TRUE; /* the last occurrence counts, as in Python's json */
+    if (!remote)
+        FAIL("the prefill's kv_transfer_params does not offer its KV (\"do_remote_prefill\" is not true)");
+    *kv = v.p;
+    *kv_len = v.len;
+    return 0;
+}
+
 static int merge_one(json_t *d, const json_t *p)
 {
     json_t *dm = json_object_get(d, "meta_info");

@@ -41,6 +41,33 @@ void pdr_pdreq_clear(pdr_pdreq_t *r);
 char *pdr_pdreq_build_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
                            size_t *len);
 
+/* The three bodies of protocol vllm (docs/architecture.md, "vLLM PD path"). */
+typedef enum {
+    /* The prefill: the client's members without stream, max_tokens, max_completion_tokens, stream_options,
+     * min_tokens, min_completion_tokens and kv_transfer_params, then "stream":false, "max_tokens":1,
+     * "max_completion_tokens":1 (only when the client sent that key) and the router's kv_transfer_params
+     * asking for a remote decode (every remote_* null). */
+    PDR_VLLM_PREFILL = 0,
+    /* The decode: the client's members without kv_transfer_params, then kv_transfer_params set to the
+     * object the prefill answered (kv, its raw bytes). */
+    PDR_VLLM_DECODE,
+    /* The release of KV a client left behind: as the prefill's body, with kv as kv_transfer_params, so that
+     * a decode pulls the KV (which frees it on the prefill) and answers one token nobody reads. */
+    PDR_VLLM_RELEASE
+} pdr_vllm_body_t;
+
+/* Builds one of those bodies (kv/kv_len: the prefill's kv_transfer_params object, unused for
+ * PDR_VLLM_PREFILL). Returns a malloc'd, NUL-terminated string and its length, or NULL. */
+char *pdr_pdreq_build_vllm(const pdr_pdreq_t *r, pdr_vllm_body_t kind, const char *kv, size_t kv_len,
+                           size_t *len);
+
+/* Finds the kv_transfer_params object in a vLLM prefill's answer (a JSON object, validated whole). The
+ * object is usable when it says "do_remote_prefill": true, as vLLM's connectors answer when the prefill
+ * holds KV for a remote decode. Returns 0 with *kv, *kv_len pointing into body, or PDR_EINVAL with the
+ * reason in err (PDR_ENOMEM when out of memory). */
+int pdr_vllm_kv_params(const char *body, size_t len, const char **kv, size_t *kv_len, char *err,
+                       size_t errlen);
+
 /* Puts prefill's meta_info.input_token_logprobs in front of decode's, for an object or, element by
  * element, for arrays. Returns 1 when something was merged. */
 int pdr_merge_logprobs(json_t *decode, const json_t *prefill);

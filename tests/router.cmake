@@ -53,3 +53,16 @@ foreach(s first_byte after_prefill late_prefill_failure decode_failure_cancels_p
   add_test(NAME router_relay_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_relay.py ${s})
   set_tests_properties(router_relay_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
+
+# protocol vllm (see test_vllm.py): the sequential prefill-then-decode path against pdsim in vLLM mode,
+# prefill failures, dead prefills, and the release of KV a client left behind.
+foreach(s routes prefill_failures all_prefills_dead disconnect_release decode_failure_release kv_expiry)
+  add_test(NAME router_vllm_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_vllm.py ${s})
+  set_tests_properties(router_vllm_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()
+
+# Fuzz target of the vLLM body rewrite and the prefill answer's kv_transfer_params (jansson checks
+# every body built).
+add_executable(fuzz_vllm fuzz/fuzz_vllm.c)
+target_link_libraries(fuzz_vllm PRIVATE pdr_router)
+pdr_fuzz_corpus_test(router_vllm_fuzz_corpus fuzz_vllm vllm 60)

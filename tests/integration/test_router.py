@@ -538,19 +538,33 @@ def scenario_check_config():
     check(out.returncode == 0, "valid config: %d %s" % (out.returncode, out.stderr))
     out = subprocess.run([exe, "--check-config", bad], capture_output=True, text=True)
     check(out.returncode == 2 and ("%s:7:18:" % bad) in out.stderr, "broken config: %d %r" % (out.returncode, out.stderr))
-    # What the router refuses at start, --check-config refuses too, at the key: the protocols it cannot
+    # What the router refuses at start, --check-config refuses too, at the key: the protocol it cannot
     # run yet. The same file given to the router stops it with the same message, before it listens.
-    for proto in ("vllm", "pdshim"):
-        unsupported = tempfile.mktemp(suffix=".yaml")
-        with open(unsupported, "w") as f:
-            f.write("workers:\n  prefill: [ http://127.0.0.1:1 ]\n  decode: [ http://127.0.0.1:3 ]\n"
-                    "protocol:  %s\n" % proto)
-        want = "%s:4:12: protocol: protocol %s is not implemented yet; use protocol: sglang" % (unsupported, proto)
-        out = subprocess.run([exe, "--check-config", unsupported], capture_output=True, text=True)
-        check(out.returncode == 2 and want in out.stderr, "check-config %s: %d %r" % (proto, out.returncode, out.stderr))
-        out = subprocess.run([exe, "--config", unsupported, "--admin-port", "0", "--port", str(pdtest.free_port())],
-                             capture_output=True, text=True, timeout=10)
-        check(out.returncode == 2 and want in out.stderr, "start with %s: %d %r" % (proto, out.returncode, out.stderr))
+    unsupported = tempfile.mktemp(suffix=".yaml")
+    with open(unsupported, "w") as f:
+        f.write("workers:\n  prefill: [ http://127.0.0.1:1 ]\n  decode: [ http://127.0.0.1:3 ]\n"
+                "protocol:  pdshim\n")
+    want = ("%s:4:12: protocol: protocol pdshim is not implemented yet; use protocol: sglang or vllm"
+            % unsupported)
+    out = subprocess.run([exe, "--check-config", unsupported], capture_output=True, text=True)
+    check(out.returncode == 2 and want in out.stderr, "check-config pdshim: %d %r" % (out.returncode, out.stderr))
+    out = subprocess.run([exe, "--config", unsupported, "--admin-port", "0", "--port", str(pdtest.free_port())],
+                         capture_output=True, text=True, timeout=10)
+    check(out.returncode == 2 and want in out.stderr, "start with pdshim: %d %r" % (out.returncode, out.stderr))
+    # protocol: vllm: --check-config and the router agree that it runs (a bootstrap_port is accepted and
+    # unused); the flag spelling too.
+    vllm = tempfile.mktemp(suffix=".yaml")
+    with open(vllm, "w") as f:
+        f.write("workers:\n  prefill: [ { url: http://127.0.0.1:1, bootstrap_port: 2 } ]\n"
+                "  decode: [ http://127.0.0.1:3 ]\nprotocol: vllm\n")
+    out = subprocess.run([exe, "--check-config", vllm], capture_output=True, text=True)
+    check(out.returncode == 0, "check-config vllm: %d %r" % (out.returncode, out.stderr))
+    for argv in (["--config", vllm], ["--pd-disaggregation", "--prefill", "http://127.0.0.1:1", "--decode",
+                                      "http://127.0.0.1:3", "--protocol", "vllm"]):
+        r = pdtest.start([exe] + argv + ["--admin-port", "0", "--port", "{port}", "--drain-grace-ms", "0"],
+                         name="pdrouter", health_path="/health", healthy=200)
+        check(r.alive(), "the router did not start with protocol vllm", r)
+        r.stop()
     out = subprocess.run([exe, "--no-such-flag"], capture_output=True, text=True)
     check(out.returncode == 2 and "no-such-flag" in out.stderr, out.stderr)
     out = subprocess.run([exe, "--version"], capture_output=True, text=True)

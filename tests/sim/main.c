@@ -33,6 +33,9 @@ static void usage(FILE *f)
            "                            prefill answers up to a forward pass after its KV has left)\n"
            "  --stamp-first-token       the first streamed event carries \"pdsim_mono_us\": CLOCK_MONOTONIC\n"
            "                            microseconds when it was written (pdbench: router overhead)\n"
+           "  --kv-abort-timeout-ms N   vLLM mode: a prefill frees KV no decode pulled after N ms (default\n"
+           "                            480000, vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT)\n"
+           "  --kv-fetch-delay-ms N     a decode waits N ms before it pulls the KV (default 0)\n"
            "fault knobs (also POST /pdsim/fault at run time):\n"
            "  --fail-health             GET /health answers 503\n"
            "  --fail-status CODE        generate routes answer CODE with an OpenAI error\n"
@@ -66,6 +69,7 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
     o->model = "pdsim";
     o->max_tokens_default = 16;
     o->kv_timeout_ms = 30000;
+    o->kv_abort_timeout_ms = 480000; /* 480 s: vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 #define INT_FLAG(name, field, min, max)                                                                      \
@@ -135,6 +139,8 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         INT_FLAG("--max-tokens-default", max_tokens_default, 0, PDSIM_MAX_TOKENS)
         INT_FLAG("--kv-timeout-ms", kv_timeout_ms, 1, 3600000)
         INT_FLAG("--prefill-answer-lag-ms", prefill_answer_lag_ms, 0, 3600000)
+        INT_FLAG("--kv-abort-timeout-ms", kv_abort_timeout_ms, 1, 3600000)
+        INT_FLAG("--kv-fetch-delay-ms", kv_fetch_delay_ms, 0, 3600000)
         INT_FLAG("--drip-ms", faults.drip_ms, 0, 3600000)
         INT_FLAG("--reset-after-tokens", faults.reset_after_tokens, 0, PDSIM_MAX_TOKENS)
         INT_FLAG("--die-after", faults.die_after, 0, INT32_MAX)

@@ -46,6 +46,8 @@ typedef struct pdsim_opts {
     int64_t kv_timeout_ms;
     int64_t prefill_answer_lag_ms; /* prefill: the answer comes this long after the KV was sent */
     int stamp_first_token;         /* the first streamed event carries "pdsim_mono_us" */
+    int64_t kv_abort_timeout_ms; /* vLLM mode: how long a prefill holds KV no decode pulls (480 s default) */
+    int64_t kv_fetch_delay_ms;   /* a decode waits this long before pulling the KV */
     pdsim_faults_t faults;
 } pdsim_opts_t;
 

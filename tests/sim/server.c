@@ -40,6 +40,7 @@
 #define SIM_LAST_MAX 64
 
 enum sim_route { ROUTE_GENERATE, ROUTE_COMPLETIONS, ROUTE_CHAT };
+enum { VLLM_OFF = 0, VLLM_PREFILL, VLLM_DECODE };
 
 struct sim_req;
 
@@ -85,7 +86,9 @@ typedef struct sim_req {
     uv_timer_t timer;
     uv_timer_t peek;
     uv_work_t work;
-    pdr_buf_t send; /* the events of one h2o_send */
+    pdr_buf_t send;  /* the events of one h2o_send */
+    int vllm;        /* vLLM mode: VLLM_OFF, VLLM_PREFILL or VLLM_DECODE (see "vLLM mode" below) */
+    json_t *vllm_kv; /* a vLLM prefill's kv_transfer_params answer */
 } sim_req_t;
 
 typedef struct sim_conn {
@@ -113,6 +116,9 @@ static struct {
     uint64_t requests, completed, cancelled, errors, resets, kv_rx, kv_tx, counter;
     json_t *last[SIM_LAST_MAX];
     size_t last_pos;
+    struct vllm_hold *holds_done; /* vLLM mode: held KV whose offer ended, for the loop (under qlock) */
+    uint64_t kv_held, kv_released, kv_expired, kv_hold_failed;
+    char engine_id[96];
     int shutting_down;
     void (*on_drained)(void);
 } S;
@@ -181,6 +187,7 @@ static void req_on_handle_close(uv_handle_t *h)
     free(ctx->items);
     pdr_buf_free(&ctx->send);
     json_decref(ctx->body);
+    json_decref(ctx->vllm_kv);
     free(ctx);
     if (S.shutting_down && S.nreqs == 0 && S.nconns == 0 && S.on_drained != NULL)
         S.on_drained();
@@ -244,6 +251,8 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
 }
 
 static void pump(sim_req_t *ctx);
+static void vllm_answer_prefill(sim_req_t *ctx);
+static void vllm_drain_holds(void);
 
 static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
 {
@@ -605,6 +614,8 @@ static void pump(sim_req_t *ctx)
 static void send_final(sim_req_t *ctx, uint64_t ntok)
 {
     json_t *o = full_obj(ctx, ntok);
+    if (o != NULL && ctx->vllm_kv != NULL && json_is_object(o))
+        json_object_set(o, "kv_transfer_params", ctx->vllm_kv);
     char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (s == NULL) {
@@ -817,6 +828,7 @@ static void item_done(sim_item_t *it)
 
 static void drain_queue(void)
 {
+    vllm_drain_holds();
     for (;;) {
         pthread_mutex_lock(&S.qlock);
         sim_item_t *it = S.qhead;
@@ -885,6 +897,8 @@ static void after_prefill_delay(sim_req_t *ctx)
         return;
     if (S.opts.role == PDSIM_ROLE_BOTH) {
         begin_output(ctx);
+    } else if (ctx->vllm == VLLM_PREFILL) {
+        vllm_answer_prefill(ctx);
     } else if (S.faults.stall_kv) {
         uv_timer_start(&ctx->timer, on_stall_timeout, (uint64_t)S.opts.kv_timeout_ms, 0);
     } else {
@@ -911,6 +925,201 @@ static void after_compute(sim_req_t *ctx)
         return;
     }
     uv_timer_start(&ctx->timer, on_prefill_delay, ms, 0);
+}
+
+/* ------------------------------------------------------------------ vLLM mode */
+
+/*
+ * A request that carries kv_transfer_params speaks vLLM's PD protocol (the fields of vLLM's NIXL
+ * connector); one without them, the sglang one. The transfer itself is libpdshim's, as in sglang mode.
+ *  - prefill, given {"do_remote_decode": true}: builds the KV, answers one token with kv_transfer_params
+ *    {"do_remote_prefill": true, "do_remote_decode": false, "remote_engine_id", "remote_block_ids" (one
+ *    shim room per item: the name of its held KV), "remote_host", "remote_port" (the shim's listener),
+ *    "tp_size": 1}, and holds each item's KV (offered on the shim, owned by a vllm_hold_t, not by the HTTP
+ *    request) until a decode pulls it or --kv-abort-timeout-ms passes (vLLM frees such blocks after
+ *    VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s). /pdsim/stats counts kv_held, kv_released (pulled),
+ *    kv_expired (nobody pulled in time) and kv_hold_failed.
+ *  - decode, given {"do_remote_prefill": true, "remote_host", "remote_port", "remote_block_ids"}: pulls
+ *    each item's KV from there (after --kv-fetch-delay-ms), then generates from its digest, so the output
+ *    equals --role both's.
+ */
+
+typedef struct vllm_hold {
+    uint8_t *kv;
+    size_t len;
+    uint64_t room;
+    int status;
+    uint64_t bytes;
+    struct vllm_hold *qnext;
+} vllm_hold_t;
+
+#define VLLM_FAIL(...)                                                                                       \
+    do {                                                                                                     \
+        snprintf(err, errlen, __VA_ARGS__);                                                                  \
+        return PDR_EINVAL;                                                                                   \
+    } while (0)
+
+static int vllm_parse(sim_req_t *ctx, const json_t *body, char *err, size_t errlen)
+{
+    json_t *kv = json_object_get(body, "kv_transfer_params");
+    if (kv == NULL || json_is_null(kv) || S.opts.role == PDSIM_ROLE_BOTH)
+        return 0;
+    if (!json_is_object(kv))
+        VLLM_FAIL("kv_transfer_params must be an object");
+    int remote_decode = json_is_true(json_object_get(kv, "do_remote_decode"));
+    int remote_prefill = json_is_true(json_object_get(kv, "do_remote_prefill"));
+    if (S.opts.role == PDSIM_ROLE_PREFILL) {
+        if (!remote_decode || remote_prefill)
+            VLLM_FAIL("this pdsim is a prefill: kv_transfer_params needs do_remote_decode true and "
+                      "do_remote_prefill not true");
+        ctx->vllm = VLLM_PREFILL;
+        for (size_t i = 0; i < ctx->n_items; i++) {
+            uint64_t room = 0;
+            if (pdr_random_bytes(&room, sizeof(room)) != 0)
+                room = pdsim_mix64(uv_hrtime() + i);
+            ctx->items[i].room = room & (uint64_t)INT64_MAX;
+        }
+        return 0;
+    }
+    if (!remote_prefill || remote_decode)
+        VLLM_FAIL("this pdsim is a decode: kv_transfer_params needs do_remote_prefill true and "
+                  "do_remote_decode not true");
+    json_t *host = json_object_get(kv, "remote_host"), *port = json_object_get(kv, "remote_port");
+    json_t *ids = json_object_get(kv, "remote_block_ids");
+    if (!json_is_string(host) || !json_is_integer(port) || json_integer_value(port) < 1 ||
+        json_integer_value(port) > 65535)
+        VLLM_FAIL("kv_transfer_params.remote_host (a string) and remote_port (an integer) are required");
+    if (!json_is_array(ids) || json_array_size(ids) != ctx->n_items)
+        VLLM_FAIL("kv_transfer_params.remote_block_ids must be a list of %zu ids (one per item)",
+                  ctx->n_items);
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        json_t *id = json_array_get(ids, i);
+        if (!json_is_integer(id) || json_integer_value(id) < 0)
+            VLLM_FAIL("kv_transfer_params.remote_block_ids[%zu] must be a non-negative integer", i);
+        ctx->items[i].room = (uint64_t)json_integer_value(id);
+        ctx->items[i].host = json_string_value(host);
+        ctx->items[i].port = (int)json_integer_value(port);
+    }
+    ctx->vllm = VLLM_DECODE;
+    return 0;
+}
+
+/* A shim thread: a held KV's offer ended (pulled, expired, cancelled at shutdown). */
+static void vllm_on_hold_done(void *arg, uint64_t room, int status, uint64_t bytes)
+{
+    vllm_hold_t *h = arg;
+    (void)room;
+    h->status = status;
+    h->bytes = bytes;
+    pthread_mutex_lock(&S.qlock);
+    h->qnext = S.holds_done;
+    S.holds_done = h;
+    pthread_mutex_unlock(&S.qlock);
+    uv_async_send(&S.async);
+}
+
+static void vllm_drain_holds(void)
+{
+    pthread_mutex_lock(&S.qlock);
+    vllm_hold_t *h = S.holds_done;
+    S.holds_done = NULL;
+    pthread_mutex_unlock(&S.qlock);
+    while (h != NULL) {
+        vllm_hold_t *next = h->qnext;
+        S.kv_held--;
+        if (h->status == 0) {
+            S.kv_released++;
+            S.kv_tx += h->bytes;
+        } else if (h->status == PDR_ETIMEDOUT) {
+            S.kv_expired++;
+            pdr_info("pdsim: KV of room %" PRIu64 " expired: no decode pulled it within %" PRId64 " ms",
+                     h->room, S.opts.kv_abort_timeout_ms);
+        } else {
+            S.kv_hold_failed++;
+        }
+        free(h->kv);
+        free(h);
+        h = next;
+    }
+}
+
+/* The prefill's KV is ready: hand each item's buffer to a hold, offer it, answer with kv_transfer_params.
+ * With --stall-kv nothing is offered (a decode's pull times out). */
+static void vllm_answer_prefill(sim_req_t *ctx)
+{
+    json_t *ids = json_array();
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        sim_item_t *it = &ctx->items[i];
+        json_array_append_new(ids, json_integer((json_int_t)it->room));
+        if (S.faults.stall_kv)
+            continue;
+        vllm_hold_t *h = calloc(1, sizeof(*h));
+        if (h == NULL) {
+            json_decref(ids);
+            req_fail(ctx, 503, "pdsim: out of memory");
+            return;
+        }
+        h->kv = it->kv;
+        h->len = it->kv_len;
+        h->room = it->room;
+        pdshim_seg_t seg = {h->kv, h->len};
+        int r = pdshim_offer(S.shim, h->room, &seg, 1, (uint32_t)S.opts.kv_abort_timeout_ms,
+                             vllm_on_hold_done, h);
+        if (r != 0) {
+            free(h);
+            S.kv_hold_failed++;
+            json_decref(ids);
+            char msg[160];
+            snprintf(msg, sizeof(msg), "pdsim: cannot hold the KV of room %" PRIu64 ": PDR_%s", it->room,
+                     pdr_errname(r));
+            req_fail(ctx, 500, msg);
+            return;
+        }
+        it->kv = NULL; /* the hold owns it now */
+        S.kv_held++;
+    }
+    ctx->vllm_kv = json_pack("{s:b,s:b,s:s,s:o,s:s,s:i,s:i}", "do_remote_prefill", 1, "do_remote_decode", 0,
+                             "remote_engine_id", S.engine_id, "remote_block_ids", ids, "remote_host",
+                             S.opts.host, "remote_port", S.opts.bootstrap_port, "tp_size", 1);
+    send_final(ctx, ctx->max_tokens);
+}
+
+static void on_fetch_delay(uv_timer_t *t)
+{
+    sim_req_t *ctx = t->data;
+    if (req_is_live(ctx))
+        start_transfers(ctx);
+}
+
+/* A decode pulls the KV, after --kv-fetch-delay-ms (a decode whose scheduler is busy). */
+static void decode_fetch(sim_req_t *ctx)
+{
+    if (S.opts.kv_fetch_delay_ms > 0)
+        uv_timer_start(&ctx->timer, on_fetch_delay, (uint64_t)S.opts.kv_fetch_delay_ms, 0);
+    else
+        start_transfers(ctx);
+}
+
+static void vllm_stats(json_t *o)
+{
+    json_object_set_new(o, "kv_held", json_integer((json_int_t)S.kv_held));
+    json_object_set_new(o, "kv_released", json_integer((json_int_t)S.kv_released));
+    json_object_set_new(o, "kv_expired", json_integer((json_int_t)S.kv_expired));
+    json_object_set_new(o, "kv_hold_failed", json_integer((json_int_t)S.kv_hold_failed));
+}
+
+/* The last request's whole body and X-Request-Id, next to the fields record_last() keeps. */
+static void record_detail(h2o_req_t *req, json_t *body)
+{
+    json_t *o = S.last_pos > 0 ? S.last[(S.last_pos - 1) % SIM_LAST_MAX] : NULL;
+    if (o == NULL)
+        return;
+    json_object_set(o, "body", body);
+    ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-request-id"), -1);
+    json_object_set_new(
+        o, "x_request_id",
+        i >= 0 ? json_stringn(req->headers.entries[i].value.base, req->headers.entries[i].value.len)
+               : json_null());
 }
 
 /* ------------------------------------------------------------------ request parsing */
@@ -1204,6 +1413,7 @@ static void handle_generate(h2o_req_t *req, enum sim_route route, const char *pa
         return;
     }
     record_last(path, ctx->body);
+    record_detail(req, ctx->body);
     ctx->stream = json_is_true(json_object_get(ctx->body, "stream"));
     ctx->return_logprob =
         route == ROUTE_GENERATE && json_is_true(json_object_get(ctx->body, "return_logprob"));
@@ -1211,7 +1421,9 @@ static void handle_generate(h2o_req_t *req, enum sim_route route, const char *pa
     int r = parse_prompts(ctx, ctx->body, err, sizeof(err));
     if (r == 0)
         r = parse_max_tokens(ctx, ctx->body, err, sizeof(err));
-    if (r == 0 && S.opts.role != PDSIM_ROLE_BOTH)
+    if (r == 0)
+        r = vllm_parse(ctx, ctx->body, err, sizeof(err));
+    if (r == 0 && S.opts.role != PDSIM_ROLE_BOTH && ctx->vllm == VLLM_OFF)
         r = parse_bootstrap(ctx, ctx->body, err, sizeof(err));
     if (r != 0) {
         if (r == PDR_ENOMEM)
@@ -1242,7 +1454,7 @@ static void handle_generate(h2o_req_t *req, enum sim_route route, const char *pa
         }
     }
     if (S.opts.role == PDSIM_ROLE_DECODE)
-        start_transfers(ctx);
+        decode_fetch(ctx);
     else
         compute_then_continue(ctx);
 }
@@ -1260,6 +1472,7 @@ static void send_stats(h2o_req_t *req)
                           "cancelled", (json_int_t)S.cancelled, "errors", (json_int_t)S.errors, "resets",
                           (json_int_t)S.resets, "inflight", (json_int_t)S.nreqs, "kv_bytes_received",
                           (json_int_t)S.kv_rx, "kv_bytes_sent", (json_int_t)S.kv_tx, "last", last);
+    vllm_stats(o);
     send_json(req, 200, o);
     json_decref(o);
 }
@@ -1499,6 +1712,7 @@ int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
         pdr_error("pdsim: cannot listen on %s:%d: %s", opts->host, opts->port, uv_strerror(r));
         return PDR_EIO;
     }
+    snprintf(S.engine_id, sizeof(S.engine_id), "pdsim-%s-%d", opts->host, opts->port);
     pdr_info("pdsim: role %s listening on %s:%d%s", role_name(opts->role), opts->host, opts->port,
              opts->role == PDSIM_ROLE_PREFILL ? " (bootstrap port open)" : "");
     return 0;

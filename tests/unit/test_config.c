@@ -226,8 +226,19 @@ static void test_defaults(void)
     /* A snapshot built in code with a protocol the router cannot run is refused like a file is. */
     c->protocol = PDR_PROTO_PDSHIM;
     CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
-    CHECK_STR(err, "protocol: protocol pdshim is not implemented yet; use protocol: sglang");
+    CHECK_STR(err, "protocol: protocol pdshim is not implemented yet; use protocol: sglang or vllm");
     pdr_config_unref(c);
+
+    /* protocol: vllm runs: loaded and validated like sglang, a bootstrap_port accepted (and unused). */
+    c = load("workers:\n  prefill: [ { url: http://127.0.0.1:30001, bootstrap_port: 8998 } ]\n"
+             "  decode: [ http://127.0.0.1:30002 ]\nprotocol: vllm\n",
+             err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        CHECK(c->protocol == PDR_PROTO_VLLM);
+        CHECK(pdr_config_validate(c, err, sizeof(err)) == 0);
+        pdr_config_unref(c);
+    }
 
     /* A file with only workers gets every default. */
     c = load(WORKERS, err, sizeof(err));
@@ -343,11 +354,10 @@ static void test_errors(void)
                  "bad.yaml:1:17: health.path: must start with '/', got 'healthz'");
     EXPECT_ERROR("protocol: grpc\n",
                  "bad.yaml:1:11: protocol: unknown protocol 'grpc', expected sglang, vllm or pdshim");
-    /* Contract names the router cannot run yet: refused where written, not at start. */
-    EXPECT_ERROR("protocol: vllm\n", "bad.yaml:1:11: protocol: protocol vllm is not implemented yet; use "
-                                     "protocol: sglang");
+    /* A contract name the router cannot run yet: refused where written, not at start. */
     EXPECT_ERROR("listen: { port: 8000 }\nprotocol:   pdshim\n",
-                 "bad.yaml:2:13: protocol: protocol pdshim is not implemented yet; use protocol: sglang");
+                 "bad.yaml:2:13: protocol: protocol pdshim is not implemented yet; use protocol: sglang or "
+                 "vllm");
     EXPECT_ERROR("policy: { decode: cache_aware }\n",
                  "bad.yaml:1:19: policy.decode: unknown policy 'cache_aware', expected round_robin, "
                  "least_load or random");
@@ -1171,8 +1181,9 @@ static void test_cli(void)
                       "--port", "8000");
     EXPECT_ARGV_ERROR("argv: at least one --decode URL is required", "--prefill", "http://a:1", "8998");
     EXPECT_ARGV_ERROR("argv: at least one --prefill URL is required", "--decode", "http://a:1");
-    EXPECT_ARGV_ERROR("argv: --protocol: protocol vllm is not implemented yet; use protocol: sglang",
-                      "--prefill", "http://a:1", "--decode", "http://b:1", "--protocol", "vllm");
+    EXPECT_ARGV_ERROR(
+        "argv: --protocol: protocol pdshim is not implemented yet; use protocol: sglang or vllm", "--prefill",
+        "http://a:1", "--decode", "http://b:1", "--protocol", "pdshim");
     EXPECT_ARGV_ERROR("argv: --port: expected an integer in 1..65535, got 'abc'", "--port", "abc");
     EXPECT_ARGV_ERROR("argv: --port: expected an integer in 1..65535, got '0'", "--port=0");
     EXPECT_ARGV_ERROR("argv: --prefill: expected an integer in 1..65535, got '70000'", "--prefill",

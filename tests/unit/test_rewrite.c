@@ -317,8 +317,124 @@ static void test_sse(void)
     CHECK(pdr_sse_first_data("", 0, &n) == NULL);
 }
 
+static json_t *vllm(pdr_route_t route, const char *body, pdr_vllm_body_t kind, const char *kv)
+{
+    pdr_pdreq_t r;
+    char err[256];
+    if (pdr_pdreq_parse(route, body, strlen(body), &r, err, sizeof(err)) != 0) {
+        fprintf(stderr, "unexpected parse error: %s\n", err);
+        return NULL;
+    }
+    size_t len;
+    char *s = pdr_pdreq_build_vllm(&r, kind, kv, kv ? strlen(kv) : 0, &len);
+    json_error_t jerr;
+    json_t *j = json_loadb(s, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (j == NULL)
+        fprintf(stderr, "bad body %s: %s\n", s, jerr.text);
+    CHECK(s != NULL && strlen(s) == len);
+    free(s);
+    pdr_pdreq_clear(&r);
+    return j;
+}
+
+static void test_vllm_bodies(void)
+{
+    const char *chat =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":true,"
+        "\"stream_options\":{\"include_usage\":true},\"max_tokens\":50,\"max_completion_tokens\":40,"
+        "\"min_tokens\":3,\"temperature\":0.5,"
+        "\"kv_transfer_params\":{\"do_remote_prefill\":true,\"remote_host\":\"10.6.6.6\"}}";
+    /* The prefill: one token, no stream, the router's request for a remote decode, the rest kept. */
+    json_t *j = vllm(PDR_ROUTE_CHAT, chat, PDR_VLLM_PREFILL, NULL);
+    CHECK(j != NULL);
+    CHECK(json_is_false(json_object_get(j, "stream")));
+    CHECK(json_object_get(j, "stream_options") == NULL && json_object_get(j, "min_tokens") == NULL);
+    CHECK(json_integer_value(json_object_get(j, "max_tokens")) == 1);
+    CHECK(json_integer_value(json_object_get(j, "max_completion_tokens")) == 1);
+    CHECK(json_real_value(json_object_get(j, "temperature")) == 0.5);
+    CHECK(strcmp(json_string_value(json_object_get(j, "model")), "m") == 0);
+    json_t *kv = json_object_get(j, "kv_transfer_params");
+    json_t *want =
+        json_loads("{\"do_remote_decode\":true,\"do_remote_prefill\":false,\"remote_engine_id\":null,"
+                   "\"remote_block_ids\":null,\"remote_host\":null,\"remote_port\":null}",
+                   0, NULL);
+    CHECK(json_equal(kv, want));
+    json_decref(want);
+    json_decref(j);
+
+    /* max_completion_tokens only when the client sent it (even as null). */
+    const char *comp = "{\"prompt\":\"a b\",\"max_tokens\":7}";
+    j = vllm(PDR_ROUTE_COMPLETIONS, comp, PDR_VLLM_PREFILL, NULL);
+    CHECK(j != NULL && json_object_get(j, "max_completion_tokens") == NULL);
+    CHECK(json_integer_value(json_object_get(j, "max_tokens")) == 1 &&
+          json_is_false(json_object_get(j, "stream")));
+    json_decref(j);
+    j = vllm(PDR_ROUTE_CHAT, "{\"messages\":[{\"role\":\"user\"}],\"max_completion_tokens\":null}",
+             PDR_VLLM_PREFILL, NULL);
+    CHECK(j != NULL && json_integer_value(json_object_get(j, "max_completion_tokens")) == 1);
+    json_decref(j);
+    /* An escaped spelling of a key the router sets is dropped too (no duplicate key reaches the worker). */
+    j = vllm(PDR_ROUTE_COMPLETIONS, "{\"prompt\":\"a\",\"max_token\\u0073\":9,\"str\\u0065am\":true}",
+             PDR_VLLM_PREFILL, NULL);
+    CHECK(j != NULL && json_integer_value(json_object_get(j, "max_tokens")) == 1);
+    json_decref(j);
+
+    /* The decode: the client's body as sent, kv_transfer_params the prefill's object byte for byte. */
+    const char *pkv =
+        "{\"do_remote_prefill\":true,\"do_remote_decode\":false,\"remote_block_ids\":[1,2],"
+        "\"remote_engine_id\":\"e\",\"remote_host\":\"10.0.0.1\",\"remote_port\":5600,\"tp_size\":1}";
+    j = vllm(PDR_ROUTE_CHAT, chat, PDR_VLLM_DECODE, pkv);
+    CHECK(j != NULL);
+    CHECK(json_is_true(json_object_get(j, "stream")) && json_object_get(j, "stream_options") != NULL);
+    CHECK(json_integer_value(json_object_get(j, "max_tokens")) == 50);
+    CHECK(json_integer_value(json_object_get(j, "min_tokens")) == 3);
+    want = json_loads(pkv, 0, NULL);
+    CHECK(json_equal(json_object_get(j, "kv_transfer_params"), want));
+    json_decref(j);
+
+    /* The release: one token, not streamed, with the prefill's object. */
+    j = vllm(PDR_ROUTE_CHAT, chat, PDR_VLLM_RELEASE, pkv);
+    CHECK(j != NULL);
+    CHECK(json_is_false(json_object_get(j, "stream")) && json_object_get(j, "stream_options") == NULL);
+    CHECK(json_integer_value(json_object_get(j, "max_tokens")) == 1);
+    CHECK(json_integer_value(json_object_get(j, "max_completion_tokens")) == 1);
+    CHECK(json_equal(json_object_get(j, "kv_transfer_params"), want));
+    json_decref(want);
+    json_decref(j);
+}
+
+static int kv_of(const char *answer, const char **kv, size_t *n, char *err)
+{
+    return pdr_vllm_kv_params(answer, strlen(answer), kv, n, err, 256);
+}
+
+static void test_vllm_answer(void)
+{
+    const char *kv;
+    size_t n;
+    char err[256];
+    const char *a =
+        "{\"id\":\"x\",\"choices\":[{\"text\":\"t\"}],\"kv_transfer_params\": {\"do_remote_prefill\":true,"
+        "\"remote_block_ids\":[3],\"remote_host\":\"h\",\"remote_port\":1} ,\"usage\":{}}";
+    CHECK(kv_of(a, &kv, &n, err) == 0);
+    CHECK(n > 0 && kv[0] == '{' && kv[n - 1] == '}' && memcmp(kv, "{\"do_remote_prefill\":true,", 26) == 0);
+    CHECK(kv_of("{\"choices\":[]}", &kv, &n, err) == PDR_EINVAL &&
+          strstr(err, "no kv_transfer_params") != NULL);
+    CHECK(kv_of("{\"kv_transfer_params\":null}", &kv, &n, err) == PDR_EINVAL);
+    CHECK(kv_of("{\"kv_transfer_params\":[1]}", &kv, &n, err) == PDR_EINVAL);
+    CHECK(kv_of("{\"kv_transfer_params\":{}}", &kv, &n, err) == PDR_EINVAL &&
+          strstr(err, "do_remote_prefill"));
+    CHECK(kv_of("{\"kv_transfer_params\":{\"do_remote_prefill\":false}}", &kv, &n, err) == PDR_EINVAL);
+    CHECK(kv_of("{\"kv_transfer_params\":{\"do_remote_prefill\":true", &kv, &n, err) == PDR_EINVAL &&
+          strstr(err, "not a JSON object") != NULL);
+    CHECK(kv_of("", &kv, &n, err) == PDR_EINVAL);
+    CHECK(kv_of("[]", &kv, &n, err) == PDR_EINVAL);
+}
+
 int main(void)
 {
+    test_vllm_bodies();
+    test_vllm_answer();
     test_injection();
     test_splice();
     test_batch();
