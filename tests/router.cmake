@@ -46,3 +46,10 @@ target_link_libraries(test_upstream PRIVATE pdr_router)
 add_test(NAME router_upstream COMMAND test_upstream ${Python3_EXECUTABLE}
                                       ${CMAKE_CURRENT_SOURCE_DIR}/integration/h1_script_server.py)
 set_tests_properties(router_upstream PROPERTIES TIMEOUT 120)
+
+# sglang router compatibility (see test_sglang_compat.py): the metrics-only listener, the worker startup
+# deadline, CORS, log levels and --log-dir, --admin-token-file, the sglang router's extra routes, refused flags.
+foreach(s prometheus startup_timeout cors log_level admin_token_file routes refused_flags)
+  add_test(NAME router_sglang_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_sglang_compat.py ${s})
+  set_tests_properties(router_sglang_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()
