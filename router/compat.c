@@ -16,6 +16,8 @@
  *
  * One call per worker through the loop's upstream multi; a request's state lives from its handler to
  * the request pool's dispose (the client may leave first: the calls still running are cancelled there).
+ * It counts in the loop's live requests, so that a shutdown waits for it as for a PD request and ends
+ * its calls at the drain deadline (each then counts as failed in the answer).
  * Answers are read whole up to COMPAT_MAX_BODY. Loop thread only.
  */
 #include <jansson.h>
@@ -90,6 +92,7 @@ static const pdr_leg_cbs_t cbs = {on_data, on_done};
 static void on_dispose(void *p)
 {
     fan_t *f = *(fan_t **)p;
+    f->t->live--;
     for (size_t i = 0; i < f->n; i++) {
         call_t *c = &f->calls[i];
         if (c->running)
@@ -285,6 +288,7 @@ static fan_t *new_fan(pdr_thread_t *t, h2o_req_t *req, enum kind kind, const cha
     f->kind = kind;
     f->n = n;
     snprintf(f->path, sizeof(f->path), "%s", path);
+    f->t->live++; /* the shutdown waits for it, and cancels its calls at lifecycle.drain_timeout_ms */
     fan_t **anchor = h2o_mem_alloc_shared(&req->pool, sizeof(*anchor), on_dispose);
     *anchor = f;
     return f;

@@ -47,6 +47,10 @@ def router(prefills, decodes, *extra, ready=True, dead_prefills=(), dead_decodes
                         healthy=200 if ready else None)
 
 
+def stats(p):
+    return request_json(p.port, "GET", "/pdsim/stats")
+
+
 def log_of(p):
     with open(p.log_path, errors="replace") as f:
         return f.read()
@@ -71,7 +75,8 @@ def scenario_prometheus():
     check(st == 200, "data-port /metrics: %d" % st, r)
     check("metrics listener on 127.0.0.1:%d" % mport in log_of(r), "start log names the listener", r)
     # A port already taken: the start fails and says which key.
-    r.stop()
+    rc = r.stop()
+    check(rc == 0, "exit status %s after SIGTERM" % rc, r)
     blocker = __import__("socket").socket()
     blocker.bind((H, 0))
     blocker.listen(1)
@@ -106,6 +111,8 @@ def scenario_startup_timeout():
     request_json(d.port, "POST", "/pdsim/fault", {"fail_health": True})
     pdtest.poll_until(lambda: request(r2.port, "GET", "/readiness")[0] == 503, 5, "readiness to drop")
     check(r2.alive() and "exiting" not in log_of(r2), "exited after a healthy start", r2)
+    rc = r2.stop()
+    check(rc == 0, "exit status %s after SIGTERM" % rc, r2)
 
 
 def preflight(port, origin, path="/v1/chat/completions"):
@@ -145,6 +152,8 @@ def scenario_cors():
     r = router([p], [d])
     st, h, _ = preflight(r.port, "https://app.example")
     check(st == 405 and "access-control-allow-origin" not in h, "CORS off: %d %r" % (st, h), r)
+    rc = r.stop()
+    check(rc == 0, "exit status %s after SIGTERM" % rc, r)
 
 
 def checked(r, wid):
@@ -210,7 +219,7 @@ def scenario_admin_token_file():
 
 def scenario_routes():
     p, d, d2 = sim("prefill"), sim("decode"), sim("decode")
-    r = router([p], [d, d2])
+    r = router([p], [d, d2], "--drain-timeout-ms", "1000")
     # Model and server info: forwarded to the prefill worker, on the path asked.
     for path in ("/get_model_info", "/model_info"):
         j = request_json(r.port, "GET", path)
@@ -254,6 +263,47 @@ def scenario_routes():
     st, _, body = request(r.port, "GET", "/get_server_info")
     check(st == 502 and "failed to answer /get_server_info" in json.loads(body)["error"]["message"],
           "info with the prefill gone: %d %r" % (st, body), r)
+    # A worker that takes connections and never answers: a flush waits for it; a shutdown waits for the
+    # flush up to lifecycle.drain_timeout_ms, then ends its call, answers, and exits 0 (no leak in ASan
+    # builds).
+    import socket as so
+    import threading
+    hole = so.socket()
+    hole.bind((H, 0))
+    hole.listen(64)
+    hole_url = "http://127.0.0.1:%d" % hole.getsockname()[1]
+    st, _, body = request(r.ports["admin"], "POST", "/admin/v1/workers", {"role": "decode", "url": hole_url})
+    check(st == 201, "add the silent worker: %d %r" % (st, body), r)
+    held = []
+
+    def wait_flush():
+        hole.settimeout(10)
+        while True:
+            conn, _ = hole.accept()
+            held.append(conn)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            if data.startswith(b"POST /flush_cache"):
+                return
+    got = {}
+    t = threading.Thread(target=lambda: got.update(resp=request(r.port, "POST", "/flush_cache", timeout=20)))
+    t.start()
+    wait_flush()  # the router's call reached the silent worker
+    r.proc.send_signal(__import__("signal").SIGTERM)
+    t.join(20)
+    st, _, body = got["resp"]
+    j = json.loads(body)
+    check(st == 206 and hole_url in [f["worker"] for f in j["failed"]], "flush at shutdown: %d %r" % (st, j), r)
+    rc = r.wait_exit(10)
+    check(rc == 0, "exit status %s after SIGTERM" % rc, r)
+    check("requests cancelled at drain_timeout" in log_of(r), "the flush was not waited for", r)
+    for c in held:
+        c.close()
+    hole.close()
 
 
 def scenario_refused_flags():
