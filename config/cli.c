@@ -802,7 +802,9 @@ static void swap_str(char **a, char **b)
 static void apply_overrides(pdr_config_t *c, pdr_config_t *fl, unsigned given)
 {
     if (given & G_K8S) {
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < 2; r++) { /* a role the flags name; the file's other role stays */
+            if (fl->discovery.kubernetes.role[r].selector == NULL)
+                continue;
             swap_str(&c->discovery.kubernetes.role[r].selector, &fl->discovery.kubernetes.role[r].selector);
             c->discovery.kubernetes.role[r].port = fl->discovery.kubernetes.role[r].port;
         }

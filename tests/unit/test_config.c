@@ -1214,7 +1214,20 @@ static void test_cli(void)
                                             "--first-byte-ms",
                                             "--kv-transfer-ms",
                                             "--health-interval-ms",
-                                            "--admin-port"};
+                                            "--admin-port",
+                                            "--admin-token-file",
+                                            "--prometheus-port",
+                                            "--prometheus-host",
+                                            "--cors-allowed-origins",
+                                            "--worker-startup-timeout-secs",
+                                            "--service-discovery",
+                                            "--prefill-selector",
+                                            "--bootstrap-port-annotation",
+                                            "--log-dir",
+                                            "--max-payload-size",
+                                            "--request-timeout-secs",
+                                            "--health-check-endpoint",
+                                            "--retry-max-retries"};
         for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
             if (strstr(text, flags[i]) == NULL) {
                 fprintf(stderr, "help text lacks %s\n", flags[i]);
@@ -1378,6 +1391,24 @@ static void test_cli_sglang(void)
     if (cli.config != NULL) {
         CHECK(cli.config->discovery.kubernetes.role[PDR_ROLE_PREFILL].port == 30000);
         CHECK(cli.config->discovery.kubernetes.role[PDR_ROLE_DECODE].selector == NULL);
+        pdr_config_unref(cli.config);
+    } else {
+        fprintf(stderr, "  %s\n", err);
+        failures++;
+    }
+
+    /* Discovery flags on top of a file: the role they name changes, the file's other role stays. */
+    const char *kpath =
+        write_file("cli-k8s.yaml", "workers: { prefill: [ http://a:1 ] }\n"
+                                   "discovery: { kubernetes: { decode: { selector: app=d, port: 7 } } }\n");
+    const char *kf[] = {"pdrouter",           "--config", kpath, "--service-discovery",
+                        "--prefill-selector", "app=p",    NULL};
+    CHECK(parse(kf, &cli, err, sizeof(err)) == 0);
+    if (cli.config != NULL) {
+        CHECK_STR(cli.config->discovery.kubernetes.role[PDR_ROLE_PREFILL].selector, "app=p");
+        CHECK(cli.config->discovery.kubernetes.role[PDR_ROLE_PREFILL].port == 80);
+        CHECK_STR(cli.config->discovery.kubernetes.role[PDR_ROLE_DECODE].selector, "app=d");
+        CHECK(cli.config->discovery.kubernetes.role[PDR_ROLE_DECODE].port == 7);
         pdr_config_unref(cli.config);
     } else {
         fprintf(stderr, "  %s\n", err);
@@ -1600,7 +1631,8 @@ int main(void)
     test_discovery_errors();
 
     static const char *const files[] = {"full.yaml",    "empty.yaml",         "cli.yaml",
-                                        "cli-bad.yaml", "cli-discovery.yaml", "cli-sglang.yaml"};
+                                        "cli-bad.yaml", "cli-discovery.yaml", "cli-sglang.yaml",
+                                        "cli-k8s.yaml"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         char p[300];
         snprintf(p, sizeof(p), "%s/%s", tmpdir, files[i]);
