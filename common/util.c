@@ -5,12 +5,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/random.h>
 #include <time.h>
 #include "err.h"
 #include "util.h"
 
 int pdr_log_level = PDR_LOG_INFO;
+static int log_fd = -1;
+
+void pdr_log_also_to(int fd)
+{
+    log_fd = fd;
+}
 
 int pdr_set_log_level_name(const char *s)
 {
@@ -152,6 +159,13 @@ void pdr_log(int level, const char *fmt, ...)
         vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
     va_end(ap);
     fprintf(stderr, "%s\n", line);
+    if (log_fd >= 0) {
+        /* One write per line: O_APPEND keeps the lines of several threads whole. */
+        size_t len = strnlen(line, sizeof(line) - 1);
+        line[len] = '\n';
+        ssize_t w = write(log_fd, line, len + 1);
+        (void)w;
+    }
 }
 
 const char *pdr_http_reason(int status)

@@ -41,6 +41,8 @@ extern int pdr_log_level;
 /* "debug", "info", "warn" or "error" -> pdr_log_level; NULL leaves it. 0 or PDR_EINVAL. */
 int pdr_set_log_level_name(const char *name);
 void pdr_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Every log line also goes to fd (an O_APPEND file: log.dir); -1 stops that. Set before other threads log. */
+void pdr_log_also_to(int fd);
 #define pdr_debug(...) (pdr_log_level <= PDR_LOG_DEBUG ? pdr_log(PDR_LOG_DEBUG, __VA_ARGS__) : (void)0)
 #define pdr_info(...) pdr_log(PDR_LOG_INFO, __VA_ARGS__)
 #define pdr_warn(...) pdr_log(PDR_LOG_WARN, __VA_ARGS__)

@@ -15,6 +15,7 @@
 
 enum opt_id {
     OPT_PD,
+    OPT_MINI_LB,
     OPT_PREFILL,
     OPT_DECODE,
     OPT_HOST,
@@ -23,50 +24,201 @@ enum opt_id {
     OPT_PREFILL_POLICY,
     OPT_DECODE_POLICY,
     OPT_PROTOCOL,
+    OPT_BACKEND,
     OPT_CONFIG,
     OPT_CHECK,
     OPT_VERSION,
     OPT_HELP,
     OPT_LOG_LEVEL,
+    OPT_LOG_DIR,
     OPT_ACCESS_LOG,
     OPT_RETRIES,
+    OPT_RETRY_MAX,
+    OPT_DISABLE_RETRIES,
+    OPT_DISABLE_CB,
     OPT_FIRST_BYTE,
     OPT_KV,
+    OPT_REQUEST_TIMEOUT,
     OPT_HEALTH_INTERVAL,
+    OPT_HEALTH_INTERVAL_S,
+    OPT_HEALTH_TIMEOUT_S,
+    OPT_HEALTH_FAILURE,
+    OPT_HEALTH_SUCCESS,
+    OPT_HEALTH_ENDPOINT,
     OPT_ADMIN_PORT,
+    OPT_ADMIN_TOKEN_FILE,
     OPT_THREADS,
     OPT_DRAIN_GRACE,
     OPT_DRAIN_TIMEOUT,
+    OPT_SHUTDOWN_GRACE_S,
+    OPT_STARTUP_TIMEOUT_S,
+    OPT_MAX_PAYLOAD,
+    OPT_MAX_CONCURRENT,
+    OPT_QUEUE_SIZE,
+    OPT_PROM_HOST,
+    OPT_PROM_PORT,
+    OPT_CORS,
+    OPT_SD,
+    OPT_PREFILL_SELECTOR,
+    OPT_DECODE_SELECTOR,
+    OPT_SD_NAMESPACE,
+    OPT_SD_PORT,
+    OPT_BOOTSTRAP_ANNOTATION,
 };
+
+/* How many words follow a flag: none, one, one or more, or zero or more (up to the next "--flag"), as
+ * argparse's nargs in the sglang router. */
+enum { ARG_NONE, ARG_ONE, ARG_SOME, ARG_ANY };
 
 static const struct opt {
     const char *name;
     enum opt_id id;
-    int has_arg;
+    int nargs;
 } opts[] = {
-    {"pd-disaggregation", OPT_PD, 0},
-    {"prefill", OPT_PREFILL, 1},
-    {"decode", OPT_DECODE, 1},
-    {"host", OPT_HOST, 1},
-    {"port", OPT_PORT, 1},
-    {"policy", OPT_POLICY, 1},
-    {"prefill-policy", OPT_PREFILL_POLICY, 1},
-    {"decode-policy", OPT_DECODE_POLICY, 1},
-    {"protocol", OPT_PROTOCOL, 1},
-    {"config", OPT_CONFIG, 1},
-    {"check-config", OPT_CHECK, 1},
-    {"version", OPT_VERSION, 0},
-    {"help", OPT_HELP, 0},
-    {"log-level", OPT_LOG_LEVEL, 1},
-    {"access-log", OPT_ACCESS_LOG, 1},
-    {"retries", OPT_RETRIES, 1},
-    {"first-byte-ms", OPT_FIRST_BYTE, 1},
-    {"kv-transfer-ms", OPT_KV, 1},
-    {"health-interval-ms", OPT_HEALTH_INTERVAL, 1},
-    {"admin-port", OPT_ADMIN_PORT, 1},
-    {"threads", OPT_THREADS, 1},
-    {"drain-grace-ms", OPT_DRAIN_GRACE, 1},
-    {"drain-timeout-ms", OPT_DRAIN_TIMEOUT, 1},
+    {"pd-disaggregation", OPT_PD, ARG_NONE},
+    {"mini-lb", OPT_MINI_LB, ARG_NONE},
+    {"prefill", OPT_PREFILL, ARG_ONE},
+    {"decode", OPT_DECODE, ARG_ONE},
+    {"host", OPT_HOST, ARG_ONE},
+    {"port", OPT_PORT, ARG_ONE},
+    {"policy", OPT_POLICY, ARG_ONE},
+    {"prefill-policy", OPT_PREFILL_POLICY, ARG_ONE},
+    {"decode-policy", OPT_DECODE_POLICY, ARG_ONE},
+    {"protocol", OPT_PROTOCOL, ARG_ONE},
+    {"backend", OPT_BACKEND, ARG_ONE},
+    {"config", OPT_CONFIG, ARG_ONE},
+    {"check-config", OPT_CHECK, ARG_ONE},
+    {"version", OPT_VERSION, ARG_NONE},
+    {"help", OPT_HELP, ARG_NONE},
+    {"log-level", OPT_LOG_LEVEL, ARG_ONE},
+    {"log-dir", OPT_LOG_DIR, ARG_ONE},
+    {"access-log", OPT_ACCESS_LOG, ARG_ONE},
+    {"retries", OPT_RETRIES, ARG_ONE},
+    {"retry-max-retries", OPT_RETRY_MAX, ARG_ONE},
+    {"disable-retries", OPT_DISABLE_RETRIES, ARG_NONE},
+    {"disable-circuit-breaker", OPT_DISABLE_CB, ARG_NONE},
+    {"first-byte-ms", OPT_FIRST_BYTE, ARG_ONE},
+    {"kv-transfer-ms", OPT_KV, ARG_ONE},
+    {"request-timeout-secs", OPT_REQUEST_TIMEOUT, ARG_ONE},
+    {"health-interval-ms", OPT_HEALTH_INTERVAL, ARG_ONE},
+    {"health-check-interval-secs", OPT_HEALTH_INTERVAL_S, ARG_ONE},
+    {"health-check-timeout-secs", OPT_HEALTH_TIMEOUT_S, ARG_ONE},
+    {"health-failure-threshold", OPT_HEALTH_FAILURE, ARG_ONE},
+    {"health-success-threshold", OPT_HEALTH_SUCCESS, ARG_ONE},
+    {"health-check-endpoint", OPT_HEALTH_ENDPOINT, ARG_ONE},
+    {"admin-port", OPT_ADMIN_PORT, ARG_ONE},
+    {"admin-token-file", OPT_ADMIN_TOKEN_FILE, ARG_ONE},
+    {"threads", OPT_THREADS, ARG_ONE},
+    {"drain-grace-ms", OPT_DRAIN_GRACE, ARG_ONE},
+    {"drain-timeout-ms", OPT_DRAIN_TIMEOUT, ARG_ONE},
+    {"shutdown-grace-period-secs", OPT_SHUTDOWN_GRACE_S, ARG_ONE},
+    {"worker-startup-timeout-secs", OPT_STARTUP_TIMEOUT_S, ARG_ONE},
+    {"max-payload-size", OPT_MAX_PAYLOAD, ARG_ONE},
+    {"max-concurrent-requests", OPT_MAX_CONCURRENT, ARG_ONE},
+    {"queue-size", OPT_QUEUE_SIZE, ARG_ONE},
+    {"prometheus-host", OPT_PROM_HOST, ARG_ONE},
+    {"prometheus-port", OPT_PROM_PORT, ARG_ONE},
+    {"cors-allowed-origins", OPT_CORS, ARG_ANY},
+    {"service-discovery", OPT_SD, ARG_NONE},
+    {"prefill-selector", OPT_PREFILL_SELECTOR, ARG_SOME},
+    {"decode-selector", OPT_DECODE_SELECTOR, ARG_SOME},
+    {"service-discovery-namespace", OPT_SD_NAMESPACE, ARG_ONE},
+    {"service-discovery-port", OPT_SD_PORT, ARG_ONE},
+    {"bootstrap-port-annotation", OPT_BOOTSTRAP_ANNOTATION, ARG_ONE},
+};
+
+/* The sglang router's flags that pdrouter has no equivalent for: refused (never ignored), each with what
+ * pdrouter offers instead. docs/migrating-from-sglang-router.md has the same table. */
+#define NO_CACHE_AWARE                                                                                       \
+    "the cache_aware policy is not available yet (policies: round_robin, least_load, random)"
+#define NO_TOKENIZER "pdrouter does not tokenize or template requests: the workers do"
+#define NO_HISTORY "pdrouter keeps no conversation or response history"
+#define NO_BACKOFF                                                                                           \
+    "pdrouter retries at once on another worker pair, without backoff; only the count is set "               \
+    "(--retry-max-retries, retries.max)"
+#define NO_CB                                                                                                \
+    "pdrouter has no circuit breaker: failing workers leave the rotation through their health checks "       \
+    "(--health-failure-threshold, health.fall)"
+#define NO_WORKER_TLS "TLS to workers is not supported yet: workers are reached over http://"
+#define NO_JWT "the admin API takes one bearer token: --admin-token-file FILE (admin.token_file)"
+
+static const struct refused {
+    const char *name;
+    const char *why;
+} refused[] = {
+    {"worker-urls", "pdrouter routes prefill/decode pairs only: give --prefill URL and --decode URL"},
+    {"selector", "pdrouter discovers PD workers only: use --prefill-selector and --decode-selector"},
+    {"dp-aware", "data-parallel-aware scheduling is not available: each worker URL is one engine"},
+    {"enable-igw", "pdrouter serves one model (no multi-model gateway)"},
+    {"cache-threshold", NO_CACHE_AWARE},
+    {"balance-abs-threshold", NO_CACHE_AWARE},
+    {"balance-rel-threshold", NO_CACHE_AWARE},
+    {"eviction-interval-secs", NO_CACHE_AWARE},
+    {"max-tree-size", NO_CACHE_AWARE},
+    {"bucket-adjust-interval-secs", "the bucket policy is not available (policies: round_robin, least_load, "
+                                    "random)"},
+    {"max-idle-secs", "the manual policy is not available (policies: round_robin, least_load, random)"},
+    {"assignment-mode", "the manual policy is not available (policies: round_robin, least_load, random)"},
+    {"redis-url", "pdrouter keeps no shared state and no history"},
+    {"redis-key-prefix", "pdrouter keeps no shared state and no history"},
+    {"redis-pool-max", NO_HISTORY},
+    {"redis-retention-days", NO_HISTORY},
+    {"worker-startup-check-interval",
+     "starting workers are checked every health.interval_ms (--health-check-interval-secs)"},
+    {"prometheus-duration-buckets", "the latency histograms have fixed buckets (docs/metrics.md)"},
+    {"retry-initial-backoff-ms", NO_BACKOFF},
+    {"retry-max-backoff-ms", NO_BACKOFF},
+    {"retry-backoff-multiplier", NO_BACKOFF},
+    {"retry-jitter-factor", NO_BACKOFF},
+    {"cb-failure-threshold", NO_CB},
+    {"cb-success-threshold", NO_CB},
+    {"cb-timeout-duration-secs", NO_CB},
+    {"cb-window-duration-secs", NO_CB},
+    {"queue-timeout-secs",
+     "pdrouter has no admission queue: past --max-concurrent-requests (limits.max_inflight) requests are "
+     "answered 503 at once"},
+    {"rate-limit-tokens-per-second",
+     "pdrouter has no token-bucket rate limit: --max-concurrent-requests (limits.max_inflight) caps the "
+     "requests in flight"},
+    {"disable-health-check",
+     "health checks cannot be turned off; set their period with --health-check-interval-secs "
+     "(health.interval_ms)"},
+    {"model-path", NO_TOKENIZER},
+    {"tokenizer-path", NO_TOKENIZER},
+    {"chat-template", NO_TOKENIZER},
+    {"tokenizer-cache-enable-l0", NO_TOKENIZER},
+    {"tokenizer-cache-l0-max-entries", NO_TOKENIZER},
+    {"tokenizer-cache-enable-l1", NO_TOKENIZER},
+    {"tokenizer-cache-l1-max-memory", NO_TOKENIZER},
+    {"reasoning-parser", "pdrouter passes answers through without parsing them"},
+    {"tool-call-parser", "pdrouter passes answers through without parsing them"},
+    {"mcp-config-path", "pdrouter calls no tools (no MCP)"},
+    {"history-backend", NO_HISTORY},
+    {"oracle-wallet-path", NO_HISTORY},
+    {"oracle-tns-alias", NO_HISTORY},
+    {"oracle-connect-descriptor", NO_HISTORY},
+    {"oracle-username", NO_HISTORY},
+    {"oracle-password", NO_HISTORY},
+    {"oracle-pool-min", NO_HISTORY},
+    {"oracle-pool-max", NO_HISTORY},
+    {"oracle-pool-timeout-secs", NO_HISTORY},
+    {"postgres-db-url", NO_HISTORY},
+    {"postgres-pool-max", NO_HISTORY},
+    {"client-cert-path", NO_WORKER_TLS},
+    {"client-key-path", NO_WORKER_TLS},
+    {"ca-cert-paths", NO_WORKER_TLS},
+    {"tls-cert-path", "TLS on the listener is not supported: terminate TLS in a proxy in front"},
+    {"tls-key-path", "TLS on the listener is not supported: terminate TLS in a proxy in front"},
+    {"enable-trace", "no OpenTelemetry tracing: each request has an access-log line (log.access_log)"},
+    {"otlp-traces-endpoint",
+     "no OpenTelemetry tracing: each request has an access-log line (log.access_log)"},
+    {"control-plane-api-keys", NO_JWT},
+    {"control-plane-audit-enabled",
+     "admin API calls are logged at info level; there is no separate audit log"},
+    {"jwt-issuer", NO_JWT},
+    {"jwt-audience", NO_JWT},
+    {"jwt-jwks-uri", NO_JWT},
+    {"jwt-role-mapping", NO_JWT},
 };
 
 void pdr_config_usage(FILE *out)
@@ -77,7 +229,7 @@ void pdr_config_usage(FILE *out)
           "       pdrouter --check-config FILE | --version | --help\n"
           "\n"
           "Workers (sglang router compatible; each flag may be repeated):\n"
-          "  --pd-disaggregation        accepted for compatibility (always on)\n"
+          "  --pd-disaggregation        accepted for compatibility (always on); so is --mini-lb\n"
           "  --prefill URL [PORT|none]  a prefill worker, http://host[:port]; the optional second word is\n"
           "                             its bootstrap port (1..65535) or 'none' (the default: none)\n"
           "  --decode URL               a decode worker\n"
@@ -85,28 +237,50 @@ void pdr_config_usage(FILE *out)
           "--prefill/--decode)\n"
           "  --check-config FILE        validate FILE and exit: 0 valid, 2 invalid\n"
           "\n"
+          "Kubernetes discovery (sglang router compatible):\n"
+          "  --service-discovery        find the workers by label selector (needs a selector below)\n"
+          "  --prefill-selector K=V ... prefill pods' labels; --decode-selector K=V ... decode pods'\n"
+          "  --service-discovery-namespace NS   namespace (default: the router's own)\n"
+          "  --service-discovery-port N         the workers' HTTP port (default 80, as sglang)\n"
+          "  --bootstrap-port-annotation KEY    pod annotation with the bootstrap port "
+          "(default " PDR_DEF_K8S_BOOTSTRAP_ANNOTATION ")\n"
+          "\n"
           "Overrides (also applied on top of --config):\n"
           "  --host H                   listen address (default " PDR_DEF_LISTEN_HOST ")\n"
           "  --port P                   listen port (default 8000)\n"
           "  --policy P                 policy for both roles: round_robin, least_load or random\n"
           "  --prefill-policy P         prefill policy (default round_robin)\n"
           "  --decode-policy P          decode policy (default least_load)\n"
-          "  --protocol X               sglang, vllm or pdshim (default sglang)\n"
+          "  --protocol X               sglang, vllm or pdshim (default sglang); --backend sglang too\n"
           "  --admin-port N             admin listener port, 0 disables it (default 8001)\n"
+          "  --admin-token-file FILE    bearer token of the admin API (default: none, development only)\n"
+          "  --prometheus-port N        a listener serving GET /metrics only (default: none)\n"
+          "  --prometheus-host H        its address (default 0.0.0.0; alone it implies port 29000)\n"
+          "  --cors-allowed-origins O.. CORS on the data port for these origins ('*': any; default off)\n"
           "  --threads N                event-loop threads, 0 = one per CPU core (default 0)\n"
           "  --log-level L              debug, info, warn or error (default info)\n"
+          "  --log-dir DIR              also write the router's log to DIR/pdrouter.log\n"
           "  --access-log PATH|-|off    access log file, '-' for stdout (default), 'off' to disable\n"
           "  --retries N                retries on another worker pair, 0..10 (default 2)\n"
+          "  --retry-max-retries N      attempts in all, 1..11 (retries = N - 1); --disable-retries: 1\n"
+          "  --max-payload-size BYTES   largest request body (default 33554432)\n"
+          "  --max-concurrent-requests N  requests in flight, -1 = no limit (default 4096)\n"
+          "  --request-timeout-secs N   first-byte and stream-idle deadlines (default 60 and 300)\n"
           "  --first-byte-ms N          deadline for the decode's first byte (default 60000)\n"
           "  --kv-transfer-ms N         deadline for the KV transfer (default 30000)\n"
-          "  --health-interval-ms N     health check period (default 2000)\n"
+          "  --health-interval-ms N     health check period (default 2000); --health-check-interval-secs\n"
+          "  --health-check-timeout-secs N, --health-failure-threshold N, --health-success-threshold N,\n"
+          "  --health-check-endpoint PATH   health.timeout_ms, health.fall, health.rise, health.path\n"
+          "  --worker-startup-timeout-secs N  exit 1 unless a healthy prefill/decode pair within N s\n"
           "  --drain-grace-ms N         on SIGTERM: readiness off, still serving (default 5000)\n"
-          "  --drain-timeout-ms N       then: listeners closed, wait for requests (default 30000)\n"
+          "  --drain-timeout-ms N       then: listeners closed, wait for requests (default 30000);\n"
+          "                             --shutdown-grace-period-secs N sets it in seconds\n"
           "\n"
           "  --version                  print the version and exit\n"
           "  -h, --help                 print this help and exit\n"
           "\n"
-          "Both '--opt value' and '--opt=value' are accepted. Every key is described in docs/config.md.\n",
+          "Both '--opt value' and '--opt=value' are accepted. Every key is described in docs/config.md;\n"
+          "docs/migrating-from-sglang-router.md maps every sglang router flag.\n",
           out);
 }
 
@@ -127,6 +301,30 @@ enum {
     G_THREADS = 1 << 12,
     G_DRAIN_GRACE = 1 << 13,
     G_DRAIN_TIMEOUT = 1 << 14,
+    G_STREAM_IDLE = 1 << 15,
+    G_HEALTH_TIMEOUT = 1 << 16,
+    G_HEALTH_FALL = 1 << 17,
+    G_HEALTH_RISE = 1 << 18,
+    G_HEALTH_PATH = 1 << 19,
+    G_ADMIN_TOKEN = 1 << 20,
+    G_STARTUP = 1 << 21,
+    G_MAX_BODY = 1 << 22,
+    G_INFLIGHT = 1 << 23,
+    G_METRICS_HOST = 1 << 24,
+    G_METRICS_PORT = 1 << 25,
+    G_CORS = 1 << 26,
+    G_LOG_DIR = 1 << 27,
+    G_K8S = 1 << 28, /* --service-discovery and its flags: the whole kubernetes section */
+};
+
+/* What the flags said beyond the snapshot they fill. */
+struct pstate {
+    unsigned given;
+    const char *config_file;
+    int sd;              /* --service-discovery */
+    const char *sel_opt; /* the first selector or discovery flag, for the message when sd is missing */
+    int sd_port_given;
+    int disable_retries;
 };
 
 static int argv_int(const char *opt, const char *val, int64_t min, int64_t max, int *out, char *err,
@@ -196,12 +394,77 @@ static int add_worker(pdr_config_t *fl, pdr_role_t role, const char *url, int bp
 
 static int set_policy(const char *opt, const char *val, pdr_policy_kind_t *out, char *err, size_t errlen)
 {
+    static const char *const later[] = {"cache_aware", "power_of_two", "manual", "bucket"};
     char shown[80];
-    if (pdr__policy_parse(val, strlen(val), out) != 0) {
-        pdr__config_err(err, errlen,
-                        "argv: --%s: unknown policy '%s', expected round_robin, least_load or random", opt,
-                        pdr__config_show(val, strlen(val), shown, sizeof(shown)));
+    if (pdr__policy_parse(val, strlen(val), out) == 0)
+        return 0;
+    for (size_t i = 0; i < sizeof(later) / sizeof(later[0]); i++)
+        if (strcmp(val, later[i]) == 0) {
+            pdr__config_err(err, errlen,
+                            "argv: --%s: the %s policy is not available yet; the policies are round_robin, "
+                            "least_load and random",
+                            opt, val);
+            return PDR_EINVAL;
+        }
+    pdr__config_err(err, errlen,
+                    "argv: --%s: unknown policy '%s', expected round_robin, least_load or random", opt,
+                    pdr__config_show(val, strlen(val), shown, sizeof(shown)));
+    return PDR_EINVAL;
+}
+
+/* Seconds given to a flag, stored as milliseconds (1 s .. one day). */
+static int argv_secs(const char *opt, const char *val, int *out_ms, char *err, size_t errlen)
+{
+    int secs;
+    if (argv_int(opt, val, 1, PDR_MAX_MS / 1000, &secs, err, errlen) != 0)
         return PDR_EINVAL;
+    *out_ms = secs * 1000;
+    return 0;
+}
+
+/* sglang's selector words "k=v k2=v2" (or one word holding spaces) as a selector string "k=v,k2=v2". */
+static int join_selector(const char *opt, const char *const *vals, int n, char **dst, char *err,
+                         size_t errlen)
+{
+    char buf[4096], shown[80], msg[256];
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        const char *w = vals[i];
+        while (*w != '\0') {
+            size_t wl = strcspn(w, " ");
+            if (wl > 0) {
+                const char *eq = memchr(w, '=', wl);
+                if (eq == NULL || eq == w) {
+                    pdr__config_err(err, errlen, "argv: --%s: expected key=value words, got '%s'", opt,
+                                    pdr__config_show(w, wl, shown, sizeof(shown)));
+                    return PDR_EINVAL;
+                }
+                if (len + wl + 2 > sizeof(buf)) {
+                    pdr__config_err(err, errlen, "argv: --%s: selector longer than %zu bytes", opt,
+                                    sizeof(buf) - 1);
+                    return PDR_EINVAL;
+                }
+                if (len > 0)
+                    buf[len++] = ',';
+                memcpy(buf + len, w, wl);
+                len += wl;
+            }
+            w += wl;
+            while (*w == ' ')
+                w++;
+        }
+    }
+    if (len == 0) {
+        pdr__config_err(err, errlen, "argv: --%s needs key=value words", opt);
+        return PDR_EINVAL;
+    }
+    if (pdr__check_selector(buf, len, msg, sizeof(msg)) != 0) {
+        pdr__config_err(err, errlen, "argv: --%s: %s", opt, msg);
+        return PDR_EINVAL;
+    }
+    if (pdr__config_set_str(dst, buf, len) != 0) {
+        pdr__config_err(err, errlen, "argv: out of memory");
+        return PDR_ENOMEM;
     }
     return 0;
 }
@@ -215,13 +478,17 @@ static int set_str(char **dst, const char *val, char *err, size_t errlen)
     return 0;
 }
 
-/* Handles one option with its value (NULL for flags). */
-static int handle(const struct opt *o, const char *val, int argc, char **argv, int *i, pdr_config_t *fl,
-                  unsigned *given, const char **config_file, pdr_cli_t *cli, char *err, size_t errlen)
+/* Handles one option with its values (n of them at vals; none for flags). */
+static int handle(const struct opt *o, const char *const *vals, int n, int argc, char **argv, int *i,
+                  pdr_config_t *fl, struct pstate *ps, pdr_cli_t *cli, char *err, size_t errlen)
 {
-    char shown[80];
+    char shown[80], msg[256];
+    const char *val = n > 0 ? vals[0] : NULL;
+    unsigned *given = &ps->given;
     switch (o->id) {
     case OPT_PD:
+    case OPT_MINI_LB:
+    case OPT_DISABLE_CB: /* pdrouter has no circuit breaker: the flag asks for what it does anyway */
         return 0;
     case OPT_HELP:
         cli->show_help = 1;
@@ -258,6 +525,16 @@ static int handle(const struct opt *o, const char *val, int argc, char **argv, i
     case OPT_DECODE_POLICY:
         *given |= G_POLICY_D;
         return set_policy(o->name, val, &fl->policy_decode, err, errlen);
+    case OPT_BACKEND:
+        if (strcmp(val, "sglang") != 0) {
+            pdr__config_err(err, errlen,
+                            "argv: --backend: '%s' is not supported; pdrouter drives sglang workers "
+                            "(--backend sglang, or --protocol)",
+                            pdr__config_show(val, strlen(val), shown, sizeof(shown)));
+            return PDR_EINVAL;
+        }
+        /* --backend sglang is --protocol sglang */
+        /* fall through */
     case OPT_PROTOCOL:
         *given |= G_PROTOCOL;
         if (pdr__protocol_parse(val, strlen(val), &fl->protocol) != 0) {
@@ -273,11 +550,11 @@ static int handle(const struct opt *o, const char *val, int argc, char **argv, i
         }
         return 0;
     case OPT_CONFIG:
-        if (*config_file != NULL) {
+        if (ps->config_file != NULL) {
             pdr__config_err(err, errlen, "argv: --config given twice");
             return PDR_EINVAL;
         }
-        *config_file = val;
+        ps->config_file = val;
         return 0;
     case OPT_CHECK:
         cli->check_config = val;
@@ -293,24 +570,77 @@ static int handle(const struct opt *o, const char *val, int argc, char **argv, i
         }
         return set_str(&fl->log.level, canon, err, errlen);
     }
+    case OPT_LOG_DIR:
+        *given |= G_LOG_DIR;
+        return set_str(&fl->log.dir, val, err, errlen);
     case OPT_ACCESS_LOG:
         *given |= G_ACCESS_LOG;
         return set_str(&fl->log.access_log, val, err, errlen);
     case OPT_RETRIES:
         *given |= G_RETRIES;
         return argv_int(o->name, val, 0, PDR_MAX_RETRIES, &fl->retries.max, err, errlen);
+    case OPT_RETRY_MAX: {
+        /* sglang counts attempts (--disable-retries is "max retries 1"); retries.max counts the retries. */
+        int attempts;
+        *given |= G_RETRIES;
+        if (argv_int(o->name, val, 1, PDR_MAX_RETRIES + 1, &attempts, err, errlen) != 0)
+            return PDR_EINVAL;
+        fl->retries.max = attempts - 1;
+        return 0;
+    }
+    case OPT_DISABLE_RETRIES:
+        *given |= G_RETRIES;
+        ps->disable_retries = 1;
+        return 0;
     case OPT_FIRST_BYTE:
         *given |= G_FIRST_BYTE;
         return argv_int(o->name, val, 1, PDR_MAX_MS, &fl->timeouts.first_byte_ms, err, errlen);
     case OPT_KV:
         *given |= G_KV;
         return argv_int(o->name, val, 1, PDR_MAX_MS, &fl->timeouts.kv_transfer_ms, err, errlen);
+    case OPT_REQUEST_TIMEOUT:
+        /* sglang bounds a whole request; pdrouter bounds the wait for the first byte and each silence
+         * of a stream, never a stream that keeps flowing. */
+        *given |= G_FIRST_BYTE | G_STREAM_IDLE;
+        if (argv_secs(o->name, val, &fl->timeouts.first_byte_ms, err, errlen) != 0)
+            return PDR_EINVAL;
+        fl->timeouts.stream_idle_ms = fl->timeouts.first_byte_ms;
+        return 0;
     case OPT_HEALTH_INTERVAL:
         *given |= G_HEALTH_INTERVAL;
         return argv_int(o->name, val, 1, PDR_MAX_MS, &fl->health.interval_ms, err, errlen);
+    case OPT_HEALTH_INTERVAL_S:
+        *given |= G_HEALTH_INTERVAL;
+        return argv_secs(o->name, val, &fl->health.interval_ms, err, errlen);
+    case OPT_HEALTH_TIMEOUT_S:
+        *given |= G_HEALTH_TIMEOUT;
+        return argv_secs(o->name, val, &fl->health.timeout_ms, err, errlen);
+    case OPT_HEALTH_FAILURE:
+        *given |= G_HEALTH_FALL;
+        return argv_int(o->name, val, 1, PDR_MAX_RISE_FALL, &fl->health.fall, err, errlen);
+    case OPT_HEALTH_SUCCESS:
+        *given |= G_HEALTH_RISE;
+        return argv_int(o->name, val, 1, PDR_MAX_RISE_FALL, &fl->health.rise, err, errlen);
+    case OPT_HEALTH_ENDPOINT:
+        *given |= G_HEALTH_PATH;
+        for (const char *c = val; *c; c++)
+            if ((unsigned char)*c <= 0x20 || *c == 0x7f) {
+                pdr__config_err(err, errlen, "argv: --%s: no spaces or control characters in a path",
+                                o->name);
+                return PDR_EINVAL;
+            }
+        if (val[0] != '/') {
+            pdr__config_err(err, errlen, "argv: --%s: '%s' must start with '/'", o->name,
+                            pdr__config_show(val, strlen(val), shown, sizeof(shown)));
+            return PDR_EINVAL;
+        }
+        return set_str(&fl->health.path, val, err, errlen);
     case OPT_ADMIN_PORT:
         *given |= G_ADMIN_PORT;
         return argv_int(o->name, val, 0, 65535, &fl->admin_port, err, errlen);
+    case OPT_ADMIN_TOKEN_FILE:
+        *given |= G_ADMIN_TOKEN;
+        return set_str(&fl->admin_token_file, val, err, errlen);
     case OPT_THREADS:
         *given |= G_THREADS;
         return argv_int(o->name, val, 0, PDR_MAX_THREADS, &fl->threads, err, errlen);
@@ -320,9 +650,145 @@ static int handle(const struct opt *o, const char *val, int argc, char **argv, i
     case OPT_DRAIN_TIMEOUT:
         *given |= G_DRAIN_TIMEOUT;
         return argv_int(o->name, val, 1, PDR_MAX_MS, &fl->lifecycle.drain_timeout_ms, err, errlen);
+    case OPT_SHUTDOWN_GRACE_S:
+        *given |= G_DRAIN_TIMEOUT;
+        return argv_secs(o->name, val, &fl->lifecycle.drain_timeout_ms, err, errlen);
+    case OPT_STARTUP_TIMEOUT_S:
+        *given |= G_STARTUP;
+        return argv_secs(o->name, val, &fl->lifecycle.worker_startup_timeout_ms, err, errlen);
+    case OPT_MAX_PAYLOAD: {
+        int64_t v;
+        *given |= G_MAX_BODY;
+        if (pdr__parse_int(val, strlen(val), &v) != 0 || v < PDR_MIN_BODY_BYTES || v > PDR_MAX_BODY_BYTES) {
+            pdr__config_err(err, errlen, "argv: --%s: expected a size in bytes in %lld..%lld, got '%s'",
+                            o->name, (long long)PDR_MIN_BODY_BYTES, (long long)PDR_MAX_BODY_BYTES,
+                            pdr__config_show(val, strlen(val), shown, sizeof(shown)));
+            return PDR_EINVAL;
+        }
+        fl->limits.max_body_bytes = v;
+        return 0;
+    }
+    case OPT_MAX_CONCURRENT:
+        *given |= G_INFLIGHT;
+        if (strcmp(val, "-1") == 0) { /* sglang: no limit; here: the largest limit */
+            fl->limits.max_inflight = PDR_MAX_INFLIGHT;
+            return 0;
+        }
+        return argv_int(o->name, val, 1, PDR_MAX_INFLIGHT, &fl->limits.max_inflight, err, errlen);
+    case OPT_QUEUE_SIZE:
+        if (strcmp(val, "0") != 0) {
+            pdr__config_err(
+                err, errlen,
+                "argv: --queue-size: pdrouter has no admission queue: past --max-concurrent-requests "
+                "(limits.max_inflight) requests are answered 503 at once, as with --queue-size 0");
+            return PDR_EINVAL;
+        }
+        return 0;
+    case OPT_PROM_HOST:
+        *given |= G_METRICS_HOST;
+        return set_str(&fl->metrics_host, val, err, errlen);
+    case OPT_PROM_PORT:
+        *given |= G_METRICS_PORT;
+        return argv_int(o->name, val, 1, 65535, &fl->metrics_port, err, errlen);
+    case OPT_CORS:
+        *given |= G_CORS;
+        if (n == 0) {
+            pdr__config_err(err, errlen,
+                            "argv: --cors-allowed-origins needs the origins, or '*' for any origin (what the "
+                            "sglang router allows when it is given none)");
+            return PDR_EINVAL;
+        }
+        pdr__config_free_origins(fl);
+        for (int k = 0; k < n; k++) {
+            if (pdr__check_origin(vals[k], strlen(vals[k]), msg, sizeof(msg)) != 0) {
+                pdr__config_err(err, errlen, "argv: --cors-allowed-origins: '%s': %s",
+                                pdr__config_show(vals[k], strlen(vals[k]), shown, sizeof(shown)), msg);
+                return PDR_EINVAL;
+            }
+            if (fl->cors.n >= PDR_CONFIG_MAX_ORIGINS) {
+                pdr__config_err(err, errlen, "argv: --cors-allowed-origins: at most %d origins",
+                                PDR_CONFIG_MAX_ORIGINS);
+                return PDR_EINVAL;
+            }
+            if (pdr__config_add_origin(fl, vals[k], strlen(vals[k])) != 0) {
+                pdr__config_err(err, errlen, "argv: out of memory");
+                return PDR_ENOMEM;
+            }
+        }
+        return 0;
+    case OPT_SD:
+        *given |= G_K8S;
+        ps->sd = 1;
+        return 0;
+    case OPT_PREFILL_SELECTOR:
+    case OPT_DECODE_SELECTOR: {
+        pdr_role_t role = o->id == OPT_PREFILL_SELECTOR ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
+        *given |= G_K8S;
+        if (ps->sel_opt == NULL)
+            ps->sel_opt = o->name;
+        return join_selector(o->name, vals, n, &fl->discovery.kubernetes.role[role].selector, err, errlen);
+    }
+    case OPT_SD_NAMESPACE:
+        *given |= G_K8S;
+        if (ps->sel_opt == NULL)
+            ps->sel_opt = o->name;
+        if (pdr__check_namespace(val, strlen(val), msg, sizeof(msg)) != 0) {
+            pdr__config_err(err, errlen, "argv: --%s: %s", o->name, msg);
+            return PDR_EINVAL;
+        }
+        return set_str(&fl->discovery.kubernetes.namespace_, val, err, errlen);
+    case OPT_SD_PORT: {
+        int port;
+        *given |= G_K8S;
+        if (ps->sel_opt == NULL)
+            ps->sel_opt = o->name;
+        if (argv_int(o->name, val, 1, 65535, &port, err, errlen) != 0)
+            return PDR_EINVAL;
+        ps->sd_port_given = 1;
+        fl->discovery.kubernetes.role[PDR_ROLE_PREFILL].port = port;
+        fl->discovery.kubernetes.role[PDR_ROLE_DECODE].port = port;
+        return 0;
+    }
+    case OPT_BOOTSTRAP_ANNOTATION:
+        *given |= G_K8S;
+        if (ps->sel_opt == NULL)
+            ps->sel_opt = o->name;
+        if (pdr__check_annotation(val, strlen(val), msg, sizeof(msg)) != 0) {
+            pdr__config_err(err, errlen, "argv: --%s: %s", o->name, msg);
+            return PDR_EINVAL;
+        }
+        return set_str(&fl->discovery.kubernetes.bootstrap_port_annotation, val, err, errlen);
     }
     pdr__config_err(err, errlen, "argv: internal error: unhandled option --%s", o->name);
     return PDR_EINVAL;
+}
+
+/* After every flag was read: what depends on several of them. */
+static int finish_flags(pdr_config_t *fl, struct pstate *ps, char *err, size_t errlen)
+{
+    if (ps->disable_retries)
+        fl->retries.max = 0; /* as in the sglang router, it wins over --retry-max-retries */
+    if ((ps->given & G_METRICS_HOST) && !(ps->given & G_METRICS_PORT))
+        fl->metrics_port = PDR_SGLANG_PROMETHEUS_PORT;
+    if (ps->given & G_K8S) {
+        if (!ps->sd) {
+            pdr__config_err(err, errlen, "argv: --%s needs --service-discovery", ps->sel_opt);
+            return PDR_EINVAL;
+        }
+        if (fl->discovery.kubernetes.role[PDR_ROLE_PREFILL].selector == NULL &&
+            fl->discovery.kubernetes.role[PDR_ROLE_DECODE].selector == NULL) {
+            pdr__config_err(
+                err, errlen,
+                "argv: --service-discovery needs --prefill-selector K=V ... and/or --decode-selector "
+                "K=V ... (PD mode; --selector is for the sglang router's regular mode)");
+            return PDR_EINVAL;
+        }
+        if (!ps->sd_port_given) { /* the sglang router's default; 0 (the pod's containerPort) in YAML */
+            fl->discovery.kubernetes.role[PDR_ROLE_PREFILL].port = PDR_SGLANG_DISCOVERY_PORT;
+            fl->discovery.kubernetes.role[PDR_ROLE_DECODE].port = PDR_SGLANG_DISCOVERY_PORT;
+        }
+    }
+    return 0;
 }
 
 static void swap_str(char **a, char **b)
@@ -335,6 +801,49 @@ static void swap_str(char **a, char **b)
 /* Moves the given overrides from fl into c. */
 static void apply_overrides(pdr_config_t *c, pdr_config_t *fl, unsigned given)
 {
+    if (given & G_K8S) {
+        for (int r = 0; r < 2; r++) { /* a role the flags name; the file's other role stays */
+            if (fl->discovery.kubernetes.role[r].selector == NULL)
+                continue;
+            swap_str(&c->discovery.kubernetes.role[r].selector, &fl->discovery.kubernetes.role[r].selector);
+            c->discovery.kubernetes.role[r].port = fl->discovery.kubernetes.role[r].port;
+        }
+        if (fl->discovery.kubernetes.namespace_ != NULL)
+            swap_str(&c->discovery.kubernetes.namespace_, &fl->discovery.kubernetes.namespace_);
+        if (fl->discovery.kubernetes.bootstrap_port_annotation != NULL)
+            swap_str(&c->discovery.kubernetes.bootstrap_port_annotation,
+                     &fl->discovery.kubernetes.bootstrap_port_annotation);
+    }
+    if (given & G_STREAM_IDLE)
+        c->timeouts.stream_idle_ms = fl->timeouts.stream_idle_ms;
+    if (given & G_HEALTH_TIMEOUT)
+        c->health.timeout_ms = fl->health.timeout_ms;
+    if (given & G_HEALTH_FALL)
+        c->health.fall = fl->health.fall;
+    if (given & G_HEALTH_RISE)
+        c->health.rise = fl->health.rise;
+    if (given & G_HEALTH_PATH)
+        swap_str(&c->health.path, &fl->health.path);
+    if (given & G_ADMIN_TOKEN)
+        swap_str(&c->admin_token_file, &fl->admin_token_file);
+    if (given & G_STARTUP)
+        c->lifecycle.worker_startup_timeout_ms = fl->lifecycle.worker_startup_timeout_ms;
+    if (given & G_MAX_BODY)
+        c->limits.max_body_bytes = fl->limits.max_body_bytes;
+    if (given & G_INFLIGHT)
+        c->limits.max_inflight = fl->limits.max_inflight;
+    if (given & G_METRICS_HOST)
+        swap_str(&c->metrics_host, &fl->metrics_host);
+    if (given & (G_METRICS_PORT | G_METRICS_HOST))
+        c->metrics_port = fl->metrics_port;
+    if (given & G_LOG_DIR)
+        swap_str(&c->log.dir, &fl->log.dir);
+    if (given & G_CORS) {
+        pdr__config_free_origins(c);
+        c->cors = fl->cors;
+        fl->cors.origins = NULL;
+        fl->cors.n = 0;
+    }
     if (given & G_HOST)
         swap_str(&c->listen_host, &fl->listen_host);
     if (given & G_PORT)
@@ -367,14 +876,22 @@ static void apply_overrides(pdr_config_t *c, pdr_config_t *fl, unsigned given)
         c->lifecycle.drain_timeout_ms = fl->lifecycle.drain_timeout_ms;
 }
 
+static const struct refused *find_refused(const char *name, size_t nlen)
+{
+    for (size_t k = 0; k < sizeof(refused) / sizeof(refused[0]); k++)
+        if (strlen(refused[k].name) == nlen && memcmp(refused[k].name, name, nlen) == 0)
+            return &refused[k];
+    return NULL;
+}
+
 int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size_t errlen)
 {
-    const char *config_file = NULL;
-    unsigned given = 0;
+    struct pstate ps;
     char shown[80];
     int rc = 0;
 
     memset(cli, 0, sizeof(*cli));
+    memset(&ps, 0, sizeof(ps));
     pdr__config_err(err, errlen, "argv: unknown error");
     pdr_config_t *fl = pdr_config_new_default();
     if (fl == NULL) {
@@ -404,38 +921,56 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
             }
         }
         if (o == NULL) {
-            pdr__config_err(err, errlen, "argv: unknown option '--%s' (see --help)",
-                            pdr__config_show(name, nlen, shown, sizeof(shown)));
+            const struct refused *r = find_refused(name, nlen);
+            if (r != NULL)
+                pdr__config_err(err, errlen, "argv: --%s (sglang router) is not supported: %s", r->name,
+                                r->why);
+            else
+                pdr__config_err(err, errlen, "argv: unknown option '--%s' (see --help)",
+                                pdr__config_show(name, nlen, shown, sizeof(shown)));
             rc = PDR_EINVAL;
             break;
         }
-        const char *val = NULL;
-        if (!o->has_arg) {
+        const char *const *vals = NULL;
+        const char *one[1];
+        int n = 0;
+        if (o->nargs == ARG_NONE) {
             if (eq != NULL) {
                 pdr__config_err(err, errlen, "argv: --%s takes no value", o->name);
                 rc = PDR_EINVAL;
                 break;
             }
         } else if (eq != NULL) {
-            val = eq + 1;
-        } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
-            val = argv[++i];
+            one[0] = eq + 1;
+            vals = one;
+            n = 1;
         } else {
-            pdr__config_err(err, errlen, "argv: --%s needs a value", o->name);
-            rc = PDR_EINVAL;
-            break;
+            /* The words up to the next option: one for ARG_ONE, all of them for ARG_SOME/ARG_ANY. */
+            vals = (const char *const *)argv + i + 1;
+            while (i + 1 + n < argc && strncmp(argv[i + 1 + n], "--", 2) != 0 &&
+                   (o->nargs != ARG_ONE || n == 0))
+                n++;
+            if (n == 0 && o->nargs != ARG_ANY) {
+                pdr__config_err(err, errlen, "argv: --%s needs a value", o->name);
+                rc = PDR_EINVAL;
+                break;
+            }
+            i += n;
         }
-        if (val != NULL && val[0] == '\0') {
-            pdr__config_err(err, errlen, "argv: --%s: empty value", o->name);
-            rc = PDR_EINVAL;
-            break;
-        }
-        rc = handle(o, val, argc, argv, &i, fl, &given, &config_file, cli, err, errlen);
+        for (int k = 0; k < n; k++)
+            if (vals[k][0] == '\0') {
+                pdr__config_err(err, errlen, "argv: --%s: empty value", o->name);
+                rc = PDR_EINVAL;
+            }
+        if (rc == 0)
+            rc = handle(o, vals, n, argc, argv, &i, fl, &ps, cli, err, errlen);
     }
+    if (rc == 0)
+        rc = finish_flags(fl, &ps, err, errlen);
     if (rc != 0)
         goto fail;
 
-    if (config_file != NULL && (fl->n_prefill > 0 || fl->n_decode > 0)) {
+    if (ps.config_file != NULL && (fl->n_prefill > 0 || fl->n_decode > 0)) {
         pdr__config_err(err, errlen,
                         "argv: --config cannot be combined with --prefill or --decode; list the "
                         "workers in the file");
@@ -448,17 +983,17 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
     }
 
     pdr_config_t *c;
-    if (config_file != NULL) {
-        c = pdr_config_load_file(config_file, err, errlen);
+    if (ps.config_file != NULL) {
+        c = pdr_config_load_file(ps.config_file, err, errlen);
         if (c == NULL) {
             rc = PDR_ECONFIG;
             goto fail;
         }
-        apply_overrides(c, fl, given);
+        apply_overrides(c, fl, ps.given);
         pdr_config_unref(fl);
         fl = NULL;
     } else {
-        if (fl->n_prefill == 0 && fl->n_decode == 0) {
+        if (fl->n_prefill == 0 && fl->n_decode == 0 && !ps.sd) {
             pdr__config_err(err, errlen,
                             "argv: no workers: give --prefill URL and --decode URL, or --config FILE "
                             "(see --help)");
@@ -474,10 +1009,12 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
     }
     char msg[512];
     if (pdr_config_validate(c, msg, sizeof(msg)) != 0) {
-        if (config_file == NULL && c->n_prefill == 0)
-            pdr__config_err(err, errlen, "argv: at least one --prefill URL is required");
-        else if (config_file == NULL && c->n_decode == 0)
-            pdr__config_err(err, errlen, "argv: at least one --decode URL is required");
+        if (ps.config_file == NULL && c->n_prefill == 0 && !pdr__role_discovered(c, PDR_ROLE_PREFILL))
+            pdr__config_err(err, errlen, "argv: at least one --prefill URL is required%s",
+                            ps.sd ? " (or --prefill-selector)" : "");
+        else if (ps.config_file == NULL && c->n_decode == 0 && !pdr__role_discovered(c, PDR_ROLE_DECODE))
+            pdr__config_err(err, errlen, "argv: at least one --decode URL is required%s",
+                            ps.sd ? " (or --decode-selector)" : "");
         else
             pdr__config_err(err, errlen, "argv: %s", msg);
         pdr_config_unref(c);

@@ -126,6 +126,90 @@ const char *pdr_protocol_name(pdr_protocol_t p)
     return (unsigned)p < 3 ? protocol_names[p] : "unknown";
 }
 
+void pdr__config_free_origins(pdr_config_t *c)
+{
+    for (size_t i = 0; i < c->cors.n; i++)
+        free(c->cors.origins[i]);
+    free(c->cors.origins);
+    c->cors.origins = NULL;
+    c->cors.n = 0;
+}
+
+int pdr__config_add_origin(pdr_config_t *c, const char *s, size_t len)
+{
+    char **na = realloc(c->cors.origins, (c->cors.n + 1) * sizeof(*na));
+    if (na == NULL)
+        return PDR_ENOMEM;
+    c->cors.origins = na;
+    na[c->cors.n] = NULL;
+    if (pdr__config_set_str(&na[c->cors.n], s, len) != 0)
+        return PDR_ENOMEM;
+    c->cors.n++;
+    return 0;
+}
+
+/* An Origin is "*", or scheme "://" host [":" port] (RFC 6454): what a browser sends, compared as
+ * written. */
+int pdr__check_origin(const char *s, size_t len, char *msg, size_t msglen)
+{
+    if (len == 1 && s[0] == '*')
+        return 0;
+    if (len == 0 || len > PDR_CONFIG_MAX_ORIGIN) {
+        pdr__config_err(msg, msglen, "an origin is 1..%d bytes", PDR_CONFIG_MAX_ORIGIN);
+        return PDR_EINVAL;
+    }
+    const char *sep = NULL;
+    for (size_t i = 0; i + 2 < len; i++)
+        if (s[i] == ':' && s[i + 1] == '/' && s[i + 2] == '/') {
+            sep = s + i;
+            break;
+        }
+    if (sep == NULL || sep == s || (size_t)(sep - s) + 3 >= len) {
+        pdr__config_err(msg, msglen,
+                        "expected scheme://host[:port] (for example https://app.example.com) or *");
+        return PDR_EINVAL;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch <= 0x20 || ch >= 0x7f || ch == ',' || ch == '"') {
+            pdr__config_err(msg, msglen, "an origin has no spaces, commas, quotes or control characters");
+            return PDR_EINVAL;
+        }
+    }
+    if (memchr(sep + 3, '/', len - (size_t)(sep + 3 - s)) != NULL) {
+        pdr__config_err(msg, msglen, "an origin has no path (no '/' after the host)");
+        return PDR_EINVAL;
+    }
+    return 0;
+}
+
+/* A Kubernetes annotation key: [prefix/]name, the prefix a DNS subdomain (at most 253 bytes), the name
+ * 1..63 letters, digits, '-', '_' or '.' starting and ending with a letter or digit. */
+int pdr__check_annotation(const char *s, size_t len, char *msg, size_t msglen)
+{
+    const char *slash = memchr(s, '/', len);
+    const char *name = slash != NULL ? slash + 1 : s;
+    size_t nlen = len - (size_t)(name - s), plen = slash != NULL ? (size_t)(slash - s) : 0;
+    int ok = nlen >= 1 && nlen <= 63 && (slash == NULL || (plen >= 1 && plen <= 253));
+    for (size_t i = 0; ok && i < nlen; i++) {
+        char ch = name[i];
+        int alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+        ok = alnum || ((ch == '-' || ch == '_' || ch == '.') && i > 0 && i + 1 < nlen);
+    }
+    for (size_t i = 0; ok && i < plen; i++) {
+        char ch = s[i];
+        ok = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '.';
+    }
+    if (!ok) {
+        pdr__config_err(
+            msg, msglen,
+            "expected an annotation key [prefix/]name (name: 1..63 letters, digits, '-', '_', '.'; "
+            "prefix: a lowercase DNS subdomain)");
+        return PDR_EINVAL;
+    }
+    return 0;
+}
+
 static void config_free(pdr_config_t *c)
 {
     free(c->source);
@@ -133,6 +217,8 @@ static void config_free(pdr_config_t *c)
     free(c->admin_host);
     free(c->admin_token_file);
     free(c->admin_deny_networks.nets);
+    free(c->metrics_host);
+    pdr__config_free_origins(c);
     for (size_t i = 0; i < c->n_prefill; i++)
         pdr_worker_conf_clear(&c->prefill[i]);
     free(c->prefill);
@@ -142,6 +228,7 @@ static void config_free(pdr_config_t *c)
     free(c->health.path);
     free(c->log.access_log);
     free(c->log.level);
+    free(c->log.dir);
     for (int r = 0; r < 2; r++) {
         free(c->discovery.dns.role[r].name);
         free(c->discovery.kubernetes.role[r].selector);
@@ -151,6 +238,7 @@ static void config_free(pdr_config_t *c)
     free(c->discovery.kubernetes.namespace_);
     free(c->discovery.kubernetes.token_file);
     free(c->discovery.kubernetes.ca_file);
+    free(c->discovery.kubernetes.bootstrap_port_annotation);
     free(c);
 }
 
@@ -165,6 +253,8 @@ pdr_config_t *pdr_config_new_default(void)
     c->listen_port = PDR_DEF_LISTEN_PORT;
     c->admin_host = strdup(PDR_DEF_ADMIN_HOST);
     c->admin_port = PDR_DEF_ADMIN_PORT;
+    c->metrics_host = strdup(PDR_DEF_METRICS_HOST);
+    c->metrics_port = PDR_DEF_METRICS_PORT;
     static const char *const deny[] = PDR_DEF_ADMIN_DENY_NETWORKS;
     size_t ndeny = sizeof(deny) / sizeof(deny[0]);
     c->admin_deny_networks.nets = calloc(ndeny, sizeof(pdr_ipnet_t));
@@ -203,8 +293,9 @@ pdr_config_t *pdr_config_new_default(void)
     c->discovery.kubernetes.role[PDR_ROLE_PREFILL].bootstrap_port = PDR_DEF_BOOTSTRAP_PORT;
     c->discovery.kubernetes.role[PDR_ROLE_DECODE].bootstrap_port = -1;
     c->discovery.kubernetes.watch_timeout_s = PDR_DEF_K8S_WATCH_TIMEOUT_S;
-    if (c->source == NULL || c->listen_host == NULL || c->admin_host == NULL || c->health.path == NULL ||
-        c->log.access_log == NULL || c->log.level == NULL || c->admin_deny_networks.nets == NULL) {
+    if (c->source == NULL || c->listen_host == NULL || c->admin_host == NULL || c->metrics_host == NULL ||
+        c->health.path == NULL || c->log.access_log == NULL || c->log.level == NULL ||
+        c->admin_deny_networks.nets == NULL) {
         config_free(c);
         return NULL;
     }

@@ -41,6 +41,12 @@ typedef struct pdr_config {
     char *admin_host;       /* default 127.0.0.1 */
     int admin_port;         /* default 8001; 0 disables the admin listener */
     char *admin_token_file; /* NULL: no token (development) */
+    char *metrics_host;     /* default 0.0.0.0: the metrics-only listener (sglang's --prometheus-host) */
+    int metrics_port;       /* default 0: no metrics-only listener (GET /metrics stays on both ports) */
+    struct {
+        char **origins; /* allowed Origin values; "*" allows any; n == 0: no CORS headers at all */
+        size_t n;
+    } cors;
     struct {
         pdr_ipnet_t *nets; /* workers the admin API refuses to add; default PDR_DEF_ADMIN_DENY_NETWORKS */
         size_t n;
@@ -70,8 +76,9 @@ typedef struct pdr_config {
         int stream_idle_ms; /* default 300000 */
     } timeouts;
     struct {
-        int drain_grace_ms;   /* default 5000: readiness off, still serving */
-        int drain_timeout_ms; /* default 30000: listeners closed, waiting for requests in flight */
+        int drain_grace_ms;            /* default 5000: readiness off, still serving */
+        int drain_timeout_ms;          /* default 30000: listeners closed, waiting for requests in flight */
+        int worker_startup_timeout_ms; /* default 0: none; else exit 1 when no healthy pair by then */
     } lifecycle;
     struct {
         int64_t max_body_bytes;         /* default 33554432 */
@@ -89,6 +96,7 @@ typedef struct pdr_config {
     struct {
         char *access_log; /* default "-" (stdout); "off" disables */
         char *level;      /* debug|info|warn|error, default info */
+        char *dir;        /* NULL (default): the router's log on stderr only; else also DIR/pdrouter.log */
     } log;
 
     int threads; /* event-loop threads; 0 (default) = one per CPU core */
@@ -118,6 +126,7 @@ typedef struct pdr_config {
             char *token_file;    /* default /var/run/secrets/kubernetes.io/serviceaccount/token */
             char *ca_file;       /* default /var/run/secrets/kubernetes.io/serviceaccount/ca.crt */
             int watch_timeout_s; /* default 300: timeoutSeconds of each watch request */
+            char *bootstrap_port_annotation; /* default sglang.ai/bootstrap-port */
         } kubernetes;
     } discovery;
 
@@ -133,9 +142,11 @@ pdr_config_t *pdr_config_load_file(const char *path, char *err, size_t errlen);
 pdr_config_t *pdr_config_load_string(const char *text, size_t len, const char *name, char *err,
                                      size_t errlen);
 
-/* Parses the sglang-compatible quick-start flags (--pd-disaggregation --prefill URL [PORT|none]
- * --decode URL --host H --port P --policy P --prefill-policy P --decode-policy P) plus --config FILE.
- * argv[0] is the program name. Options it does not know are an error. */
+/* Parses the sglang-router-compatible flags (--pd-disaggregation --prefill URL [PORT|none] --decode URL
+ * --host H --port P --policy P ...; docs/migrating-from-sglang-router.md lists every one) plus
+ * --config FILE and pdrouter's own overrides. argv[0] is the program name. Options it does not know are
+ * an error, and so are the sglang router's flags pdrouter has no equivalent for (the message names what
+ * exists instead). */
 typedef struct pdr_cli {
     int show_help, show_version;
     const char *check_config; /* --check-config FILE */

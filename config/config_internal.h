@@ -34,6 +34,13 @@ int pdr__check_selector(const char *s, size_t len, char *msg, size_t msglen);   
 int pdr__check_namespace(const char *s, size_t len, char *msg, size_t msglen);  /* kubernetes.namespace */
 int pdr__check_api_server(const char *s, size_t len, char *msg, size_t msglen); /* kubernetes.api_server */
 
+/* cors.allowed_origins: the list's entries (pdr__config_add_origin: 0 or PDR_ENOMEM) and their check. */
+void pdr__config_free_origins(pdr_config_t *c);
+int pdr__config_add_origin(pdr_config_t *c, const char *s, size_t len);
+int pdr__check_origin(const char *s, size_t len, char *msg, size_t msglen);
+/* discovery.kubernetes.bootstrap_port_annotation */
+int pdr__check_annotation(const char *s, size_t len, char *msg, size_t msglen);
+
 /* Numeric hosts (netaddr.c). pdr__ipv4_parse_host: 1 and the address in out when host[0..len) is an IPv4
  * address in any of the URL Standard's spellings (127.1, 0x7f000001, 0177.0.0.1, 2130706433, one trailing
  * dot allowed), 0 when it is a host name, -1 when it looks numeric but is no address (1.2.3.256). */

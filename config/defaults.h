@@ -10,6 +10,13 @@
 #define PDR_DEF_LISTEN_PORT 8000 /* sglang router's default port */
 #define PDR_DEF_ADMIN_HOST "127.0.0.1"
 #define PDR_DEF_ADMIN_PORT 8001
+/* The metrics-only listener: off unless metrics.port is set. 0.0.0.0 and 29000 are the sglang router's
+ * --prometheus-host and --prometheus-port defaults (29000 is used when only --prometheus-host is given). */
+#define PDR_DEF_METRICS_HOST "0.0.0.0"
+#define PDR_DEF_METRICS_PORT 0
+#define PDR_SGLANG_PROMETHEUS_PORT 29000
+#define PDR_CONFIG_MAX_ORIGINS 256 /* entries of cors.allowed_origins */
+#define PDR_CONFIG_MAX_ORIGIN 2048 /* bytes of one origin */
 /* Networks the admin API adds no worker in: link-local (169.254.0.0/16, RFC 3927; fe80::/10, RFC 4291),
  * which holds the cloud instance-metadata address 169.254.169.254, and fd00:ec2::254, AWS's IPv6
  * instance-metadata address. */
@@ -56,6 +63,8 @@
 #define PDR_DEF_DNS_INTERVAL_MS 5000
 #define PDR_DEF_DNS_PORT 53 /* of discovery.dns.resolver when it names none (RFC 1035) */
 #define PDR_DEF_K8S_WATCH_TIMEOUT_S 300
+#define PDR_DEF_K8S_BOOTSTRAP_ANNOTATION "sglang.ai/bootstrap-port" /* sglang router's default */
+#define PDR_SGLANG_DISCOVERY_PORT 80 /* sglang router's --service-discovery-port default */
 #define PDR_MIN_DNS_INTERVAL_MS 100
 #define PDR_MAX_DNS_INTERVAL_MS 3600000 /* one hour */
 #define PDR_MAX_K8S_WATCH_TIMEOUT_S 3600

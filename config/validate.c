@@ -384,6 +384,25 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
             return PDR_ECONFIG;
         }
     }
+    if (c->metrics_host == NULL || c->metrics_host[0] == '\0') {
+        pdr__config_err(err, errlen, "metrics.host: must not be empty");
+        return PDR_ECONFIG;
+    }
+    CHECK_RANGE(c->metrics_port, 0, 65535, "metrics.port");
+    if (c->metrics_port != 0 && (c->metrics_port == c->listen_port || c->metrics_port == c->admin_port)) {
+        pdr__config_err(err, errlen, "metrics.port: %d is already %s; give the metrics listener its own port",
+                        c->metrics_port, c->metrics_port == c->listen_port ? "listen.port" : "admin.port");
+        return PDR_ECONFIG;
+    }
+    CHECK_RANGE(c->cors.n, 0, PDR_CONFIG_MAX_ORIGINS, "cors.allowed_origins (count)");
+    for (size_t i = 0; i < c->cors.n; i++) {
+        char msg[256];
+        const char *o = c->cors.origins != NULL ? c->cors.origins[i] : NULL;
+        if (o == NULL || pdr__check_origin(o, strlen(o), msg, sizeof(msg)) != 0) {
+            pdr__config_err(err, errlen, "cors.allowed_origins[%zu]: %s", i, o == NULL ? "missing" : msg);
+            return PDR_ECONFIG;
+        }
+    }
     CHECK_RANGE(c->protocol, 0, 2, "protocol");
     if (c->protocol == PDR_PROTO_PDSHIM) {
         pdr__config_err(err, errlen, "protocol: " PDR__PROTOCOL_UNSUPPORTED_FMT,
@@ -412,6 +431,7 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->timeouts.stream_idle_ms, 1, PDR_MAX_MS, "timeouts.stream_idle_ms");
     CHECK_RANGE(c->lifecycle.drain_grace_ms, 0, PDR_MAX_MS, "lifecycle.drain_grace_ms");
     CHECK_RANGE(c->lifecycle.drain_timeout_ms, 1, PDR_MAX_MS, "lifecycle.drain_timeout_ms");
+    CHECK_RANGE(c->lifecycle.worker_startup_timeout_ms, 0, PDR_MAX_MS, "lifecycle.worker_startup_timeout_ms");
     CHECK_RANGE(c->limits.max_body_bytes, PDR_MIN_BODY_BYTES, PDR_MAX_BODY_BYTES, "limits.max_body_bytes");
     CHECK_RANGE(c->limits.max_inflight, 1, PDR_MAX_INFLIGHT, "limits.max_inflight");
     CHECK_RANGE(c->limits.max_connections_per_worker, 0, PDR_MAX_CONNS_PER_WORKER,
@@ -428,6 +448,18 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     if (c->log.level == NULL || pdr__log_level_parse(c->log.level, strlen(c->log.level)) == NULL) {
         pdr__config_err(err, errlen, "log.level: expected debug, info, warn or error");
         return PDR_ECONFIG;
+    }
+    if (c->log.dir != NULL && c->log.dir[0] == '\0') {
+        pdr__config_err(err, errlen, "log.dir: must not be empty (leave it out for stderr only)");
+        return PDR_ECONFIG;
+    }
+    const char *ann = c->discovery.kubernetes.bootstrap_port_annotation;
+    if (ann != NULL) {
+        char msg[256];
+        if (pdr__check_annotation(ann, strlen(ann), msg, sizeof(msg)) != 0) {
+            pdr__config_err(err, errlen, "discovery.kubernetes.bootstrap_port_annotation: %s", msg);
+            return PDR_ECONFIG;
+        }
     }
     int rc = check_discovery(c, err, errlen);
     if (rc == 0)

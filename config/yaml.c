@@ -21,29 +21,31 @@
 #include "defaults.h"
 
 enum ftype {
-    F_SECTION,   /* a mapping described by sub */
-    F_POLICIES,  /* policy: a mapping {prefill, decode} or one name for both */
-    F_STR,       /* non-empty string */
-    F_STR_OPT,   /* string, or null for "none" */
-    F_PATH,      /* string starting with '/' */
-    F_INT,       /* int in [min, max] */
-    F_INT64,     /* int64_t in [min, max] */
-    F_PROTOCOL,  /* pdr_protocol_t */
-    F_POLICY,    /* pdr_policy_kind_t */
-    F_LEVEL,     /* log level, stored as its canonical name */
-    F_RELAY,     /* pdr_relay_t */
-    F_WORKERS,   /* sequence of workers; min is the role */
-    F_URL,       /* worker url (base is a pdr_worker_conf_t) */
-    F_BPORT,     /* bootstrap port or null/none */
-    F_BPORT_BAD, /* bootstrap_port on a decode worker */
-    F_HOSTNAME,  /* string: a DNS name (pdr__check_hostname) */
-    F_RESOLVER,  /* string: "IPv4[:port]", "[IPv6]:port" or IPv6 */
-    F_SELECTOR,  /* string: a Kubernetes label selector */
-    F_NAMESPACE, /* string: a Kubernetes namespace name */
-    F_API_URL,   /* string: http:// or https:// URL of the API server */
-    F_DNS_ROLE,  /* a mapping described by sub, then name and port required; min is the role */
-    F_K8S_ROLE,  /* a mapping described by sub, then selector required; min is the role */
-    F_NETWORKS,  /* sequence of IP networks, or null for none (admin_deny_networks) */
+    F_SECTION,    /* a mapping described by sub */
+    F_POLICIES,   /* policy: a mapping {prefill, decode} or one name for both */
+    F_STR,        /* non-empty string */
+    F_STR_OPT,    /* string, or null for "none" */
+    F_PATH,       /* string starting with '/' */
+    F_INT,        /* int in [min, max] */
+    F_INT64,      /* int64_t in [min, max] */
+    F_PROTOCOL,   /* pdr_protocol_t */
+    F_POLICY,     /* pdr_policy_kind_t */
+    F_LEVEL,      /* log level, stored as its canonical name */
+    F_RELAY,      /* pdr_relay_t */
+    F_WORKERS,    /* sequence of workers; min is the role */
+    F_URL,        /* worker url (base is a pdr_worker_conf_t) */
+    F_BPORT,      /* bootstrap port or null/none */
+    F_BPORT_BAD,  /* bootstrap_port on a decode worker */
+    F_HOSTNAME,   /* string: a DNS name (pdr__check_hostname) */
+    F_RESOLVER,   /* string: "IPv4[:port]", "[IPv6]:port" or IPv6 */
+    F_SELECTOR,   /* string: a Kubernetes label selector */
+    F_NAMESPACE,  /* string: a Kubernetes namespace name */
+    F_API_URL,    /* string: http:// or https:// URL of the API server */
+    F_DNS_ROLE,   /* a mapping described by sub, then name and port required; min is the role */
+    F_K8S_ROLE,   /* a mapping described by sub, then selector required; min is the role */
+    F_NETWORKS,   /* sequence of IP networks, or null for none (admin_deny_networks) */
+    F_ORIGINS,    /* sequence of CORS origins, or null for none (cors.allowed_origins) */
+    F_ANNOTATION, /* string: a Kubernetes annotation key */
 };
 
 struct field {
@@ -66,6 +68,17 @@ static const struct field admin_fields[] = {
     {"port", F_INT, CONF(admin_port), 0, 65535, NULL},
     {"token_file", F_STR_OPT, CONF(admin_token_file), 0, 0, NULL},
     {"deny_worker_networks", F_NETWORKS, 0, 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
+static const struct field metrics_fields[] = {
+    {"host", F_STR, CONF(metrics_host), 0, 0, NULL},
+    {"port", F_INT, CONF(metrics_port), 0, 65535, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
+static const struct field cors_fields[] = {
+    {"allowed_origins", F_ORIGINS, 0, 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field policy_fields[] = {
@@ -115,11 +128,13 @@ static const struct field pd_fields[] = {
 static const struct field log_fields[] = {
     {"access_log", F_STR, CONF(log.access_log), 0, 0, NULL},
     {"level", F_LEVEL, CONF(log.level), 0, 0, NULL},
+    {"dir", F_STR_OPT, CONF(log.dir), 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field lifecycle_fields[] = {
     {"drain_grace_ms", F_INT, CONF(lifecycle.drain_grace_ms), 0, PDR_MAX_MS, NULL},
     {"drain_timeout_ms", F_INT, CONF(lifecycle.drain_timeout_ms), 1, PDR_MAX_MS, NULL},
+    {"worker_startup_timeout_ms", F_INT, CONF(lifecycle.worker_startup_timeout_ms), 0, PDR_MAX_MS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 #define DNS_ROLE(r, m) CONF(discovery.dns.role[r].m)
@@ -163,6 +178,8 @@ static const struct field k8s_fields[] = {
     {"ca_file", F_STR, CONF(discovery.kubernetes.ca_file), 0, 0, NULL},
     {"watch_timeout_s", F_INT, CONF(discovery.kubernetes.watch_timeout_s), 1, PDR_MAX_K8S_WATCH_TIMEOUT_S,
      NULL},
+    {"bootstrap_port_annotation", F_ANNOTATION, CONF(discovery.kubernetes.bootstrap_port_annotation), 0, 0,
+     NULL},
     {"prefill", F_K8S_ROLE, 0, PDR_ROLE_PREFILL, 0, k8s_prefill_fields},
     {"decode", F_K8S_ROLE, 0, PDR_ROLE_DECODE, 0, k8s_decode_fields},
     {NULL, 0, 0, 0, 0, NULL},
@@ -175,6 +192,8 @@ static const struct field discovery_fields[] = {
 static const struct field top_fields[] = {
     {"listen", F_SECTION, 0, 0, 0, listen_fields},
     {"admin", F_SECTION, 0, 0, 0, admin_fields},
+    {"metrics", F_SECTION, 0, 0, 0, metrics_fields},
+    {"cors", F_SECTION, 0, 0, 0, cors_fields},
     {"protocol", F_PROTOCOL, CONF(protocol), 0, 0, NULL},
     {"policy", F_POLICIES, 0, 0, 0, policy_fields},
     {"workers", F_SECTION, 0, 0, 0, workers_fields},
@@ -338,6 +357,8 @@ static check_fn checker(enum ftype t)
         return pdr__check_selector;
     case F_NAMESPACE:
         return pdr__check_namespace;
+    case F_ANNOTATION:
+        return pdr__check_annotation;
     default:
         return pdr__check_api_server;
     }
@@ -404,6 +425,38 @@ static int load_workers(struct ctx *cx, const yaml_node_t *seq, const char *path
 }
 
 /* admin.deny_worker_networks: a sequence of "ADDRESS[/PREFIX]" scalars; null or [] for none. */
+static int load_origins(struct ctx *cx, const yaml_node_t *seq, const char *path)
+{
+    pdr_config_t *c = cx->c;
+    pdr__config_free_origins(c);
+    if (is_null(seq))
+        return 0;
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return FAIL(cx, seq,
+                    "%s: expected a sequence of origins such as [\"https://app.example.com\"], got %s", path,
+                    node_kind(seq));
+    size_t count = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    if (count > PDR_CONFIG_MAX_ORIGINS)
+        return FAIL(cx, seq, "%s: %zu origins, at most %d are allowed", path, count, PDR_CONFIG_MAX_ORIGINS);
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *item = yaml_document_get_node(cx->doc, seq->data.sequence.items.start[i]);
+        char ipath[160], msg[256];
+        size_t len;
+        snprintf(ipath, sizeof(ipath), "%.120s[%zu]", path, i);
+        if (item == NULL)
+            return FAIL(cx, seq, "%s: missing node", ipath);
+        int rc = need_scalar(cx, item, ipath, "an origin (scheme://host[:port] or *)");
+        if (rc != 0)
+            return rc;
+        const char *str = sval(item, &len);
+        if (pdr__check_origin(str, len, msg, sizeof(msg)) != 0)
+            return FAIL(cx, item, "%s: %s", ipath, msg);
+        if (pdr__config_add_origin(c, str, len) != 0)
+            return FAIL(cx, item, "out of memory");
+    }
+    return 0;
+}
+
 static int load_networks(struct ctx *cx, const yaml_node_t *seq, const char *path)
 {
     pdr_config_t *c = cx->c;
@@ -569,6 +622,9 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
         return FAIL(cx, v, "%s: only prefill workers have a bootstrap port", path);
     case F_NETWORKS:
         return load_networks(cx, v, path);
+    case F_ORIGINS:
+        return load_origins(cx, v, path);
+    case F_ANNOTATION:
     case F_HOSTNAME:
     case F_RESOLVER:
     case F_SELECTOR:

@@ -24,6 +24,8 @@
 #include "err.h"
 #include "util.h"
 
+#define ANN_KEY(rc) ((rc)->annotation != NULL ? (rc)->annotation : PDR_K8S_ANN_BOOTSTRAP)
+
 #define K8S_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 #define K8S_MAX_ERROR_BODY (64u << 10)
 #define K8S_MAX_TOKEN (64u << 10)
@@ -131,7 +133,7 @@ pdr_k8s_pod_state_t pdr__k8s_pod_parse(const json_t *pod, const pdr_k8s_role_con
     snprintf(out->url, sizeof(out->url), v6 ? "http://[%s]:%d" : "http://%s:%d", ip, port);
     out->bootstrap_port = rc->bootstrap_port;
     if (rc->use_annotation) {
-        const char *ann = jstr(json_object_get(meta, "annotations"), PDR_K8S_ANN_BOOTSTRAP);
+        const char *ann = jstr(json_object_get(meta, "annotations"), ANN_KEY(rc));
         int64_t bp;
         if (ann != NULL) {
             size_t digits = strspn(ann, "0123456789");
@@ -233,10 +235,10 @@ static void pod_warn_once(const pdr_k8s_set_t *s, pdr_k8s_pod_t *p, int bad_anno
         p->warned = 1;
     } else if (bad_annotation) {
         const char *ann =
-            jstr(json_object_get(json_object_get(pod, "metadata"), "annotations"), PDR_K8S_ANN_BOOTSTRAP);
+            jstr(json_object_get(json_object_get(pod, "metadata"), "annotations"), ANN_KEY(&s->rc));
         pdr_warn("kubernetes discovery: %s: pod %s: annotation %s=\"%.32s\" is not a port in 1..65535; "
                  "using the configured bootstrap port %d",
-                 s->label, p->w.name, PDR_K8S_ANN_BOOTSTRAP, ann != NULL ? ann : "", s->rc.bootstrap_port);
+                 s->label, p->w.name, ANN_KEY(&s->rc), ann != NULL ? ann : "", s->rc.bootstrap_port);
         p->warned = 1;
     }
 }
@@ -1039,6 +1041,7 @@ pdr_discovery_t *pdr_k8s_discovery_start(const pdr_config_t *c, pdr_discovery_em
             .port = c->discovery.kubernetes.role[i].port,
             .bootstrap_port = i == PDR_ROLE_PREFILL ? c->discovery.kubernetes.role[i].bootstrap_port : -1,
             .use_annotation = i == PDR_ROLE_PREFILL,
+            .annotation = c->discovery.kubernetes.bootstrap_port_annotation,
         };
         pdr__k8s_set_init(&r->set, &rc, r->label);
         if (r->selector != NULL && (r->multi = curl_multi_init()) == NULL) {

@@ -21,9 +21,10 @@
 
 /* What the config says about one role. */
 typedef struct pdr_k8s_role_conf {
-    int port;           /* > 0: every worker's HTTP port; 0: the pod's first containerPort */
-    int bootstrap_port; /* used when the pod has no valid annotation; -1 = none */
-    int use_annotation; /* prefill: 1 (the annotation overrides); decode: 0 (always -1) */
+    int port;               /* > 0: every worker's HTTP port; 0: the pod's first containerPort */
+    int bootstrap_port;     /* used when the pod has no valid annotation; -1 = none */
+    int use_annotation;     /* prefill: 1 (the annotation overrides); decode: 0 (always -1) */
+    const char *annotation; /* its key; NULL: PDR_K8S_ANN_BOOTSTRAP */
 } pdr_k8s_role_conf_t;
 
 typedef enum {

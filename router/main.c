@@ -4,6 +4,9 @@
  * within lifecycle.drain_timeout_ms, exit 0; see pdr_router_begin_shutdown).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -55,6 +58,28 @@ static void raise_fd_limit(void)
     }
 }
 
+/* log.dir (--log-dir): the router's log goes to DIR/pdrouter.log as well as stderr; the directory is
+ * created if missing (as the sglang router does). Returns the descriptor or -1 (logged). */
+static int open_log_dir(const char *dir)
+{
+    char path[4096];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        pdr_error("log.dir %s: cannot create it: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (snprintf(path, sizeof(path), "%s/pdrouter.log", dir) >= (int)sizeof(path)) {
+        pdr_error("log.dir %s: path too long", dir);
+        return -1;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        pdr_error("log.dir: cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    pdr_log_also_to(fd);
+    return fd;
+}
+
 int main(int argc, char **argv)
 {
     pdr_cli_t cli;
@@ -89,6 +114,11 @@ int main(int argc, char **argv)
         return 2;
     }
     pdr_set_log_level_name(c->log.level);
+    int log_fd = -1;
+    if (c->log.dir != NULL && (log_fd = open_log_dir(c->log.dir)) < 0) {
+        pdr_config_unref(c);
+        return 1;
+    }
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
     /* The other loops answer requests (readiness included) as soon as pdr_router_start spawns them,
@@ -123,10 +153,16 @@ int main(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
     pdr_router_join(&router);
     curl_global_cleanup();
+    if (router.exit_code != 0)
+        return router.exit_code;
     if (!pdr_router_stopping(&router))
         return 1;
     pdr_info("shutdown: %lld requests cancelled at drain_timeout",
              (long long)__atomic_load_n(&router.drain_cancelled, __ATOMIC_RELAXED));
     pdr_info("bye");
+    if (log_fd >= 0) {
+        pdr_log_also_to(-1);
+        close(log_fd);
+    }
     return 0;
 }

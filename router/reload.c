@@ -167,7 +167,9 @@ static int k8s_same(const pdr_config_t *a, const pdr_config_t *b)
            str_eq(a->discovery.kubernetes.namespace_, b->discovery.kubernetes.namespace_) &&
            str_eq(a->discovery.kubernetes.token_file, b->discovery.kubernetes.token_file) &&
            str_eq(a->discovery.kubernetes.ca_file, b->discovery.kubernetes.ca_file) &&
-           a->discovery.kubernetes.watch_timeout_s == b->discovery.kubernetes.watch_timeout_s;
+           a->discovery.kubernetes.watch_timeout_s == b->discovery.kubernetes.watch_timeout_s &&
+           str_eq(a->discovery.kubernetes.bootstrap_port_annotation,
+                  b->discovery.kubernetes.bootstrap_port_annotation);
 }
 
 /* Appends to msg the keys whose change needs a restart. */
@@ -183,6 +185,9 @@ static void restart_keys(const pdr_config_t *o, const pdr_config_t *n, char *out
     KEEP(!str_eq(o->listen_host, n->listen_host) || o->listen_port != n->listen_port, "listen");
     KEEP(!str_eq(o->admin_host, n->admin_host) || o->admin_port != n->admin_port, "admin.host/admin.port");
     KEEP(o->admin_token_file != NULL && n->admin_token_file == NULL, "admin.token_file (removing it)");
+    KEEP(!str_eq(o->metrics_host, n->metrics_host) || o->metrics_port != n->metrics_port,
+         "metrics.host/metrics.port");
+    KEEP(!str_eq(o->log.dir, n->log.dir), "log.dir");
     KEEP(o->threads != n->threads, "threads");
     KEEP(o->protocol != n->protocol, "protocol");
     KEEP(!str_eq(o->log.access_log, n->log.access_log), "log.access_log");

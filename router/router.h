@@ -27,7 +27,8 @@ typedef struct pdr_listener {
     uv_timer_t resume; /* accepting paused after EMFILE/ENFILE: restarts it */
     struct pdr_thread *t;
     int fd;
-    int admin; /* the admin port's listener (its own h2o accept context) */
+    int admin;   /* the admin port's listener (its own h2o accept context) */
+    int metrics; /* the metrics-only listener (metrics.port; its own h2o accept context) */
 } pdr_listener_t;
 
 typedef struct pdr_thread {
@@ -104,6 +105,19 @@ typedef struct pdr_router {
     pdr_listener_t admin_listener;
     char *admin_token; /* NULL: auth off */
     size_t admin_token_len;
+
+    /* Metrics-only listener (loop 0; metrics_on is 0 when metrics.port is 0): GET /metrics, nothing else. */
+    int metrics_on, metrics_listening, metrics_ctx_live;
+    h2o_globalconf_t metrics_config;
+    h2o_context_t metrics_ctx;
+    h2o_accept_ctx_t metrics_accept;
+    pdr_listener_t metrics_listener;
+
+    /* lifecycle.worker_startup_timeout_ms (loop 0): until a healthy prefill/decode pair is first seen. */
+    uv_timer_t startup_timer;
+    int startup_timer_live;
+    int startup_pending; /* atomic: the deadline is set and no pair has passed a health check yet */
+    int exit_code;       /* nonzero: the process exits with it (no healthy pair within the startup timeout) */
 } pdr_router_t;
 
 /* At the drain deadline: new PD requests are refused and failed ones are not retried. */
@@ -121,6 +135,11 @@ static inline int pdr_router_stopping(const pdr_router_t *r)
 /* pd.c */
 int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute);
 int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req);
+
+/* compat.c: the sglang router's routes beside the PD ones (model and server info, health_generate,
+ * flush_cache, get_loads), forwarded to one worker or fanned out to all of them. Returns 1 when path is
+ * one of them (the request is answered), else 0. */
+int pdr_compat_handle(pdr_thread_t *t, h2o_req_t *req);
 
 /* server.c */
 void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *msg, int retry_after_s);

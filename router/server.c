@@ -1,8 +1,10 @@
 /*
  * The client-facing server: h2o (HTTP/1.1, h2c upgrade and prior knowledge) on the router's libuv
  * loop, the route table, the small local endpoints (/health, /readiness, /metrics), error answers in
- * the OpenAI shape, the batched access log, the loop threads and the shutdown sequence. Loop 0 also
- * owns the admin listener (routes in admin.c, a separate h2o config: no admin route on the data port).
+ * the OpenAI shape, CORS on the data port (cors.allowed_origins), the batched access log, the loop
+ * threads and the shutdown sequence. Loop 0 also owns the admin listener (routes in admin.c, a separate
+ * h2o config: no admin route on the data port), the metrics-only listener (metrics.port: GET /metrics and
+ * nothing else, its own h2o config) and the worker startup deadline (lifecycle.worker_startup_timeout_ms).
  */
 #define _GNU_SOURCE /* accept4 */
 #include <errno.h>
@@ -29,6 +31,7 @@ typedef struct route_handler {
 } route_handler_t;
 
 static void start_loop_shutdown(pdr_thread_t *t);
+static void begin_drain(pdr_router_t *r);
 
 static void json_escape(char *out, size_t cap, const char *s)
 {
@@ -188,11 +191,68 @@ void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req)
     free(text);
 }
 
-/* Healthy means healthy and not draining (pdr_pool_count_healthy). */
+/* Healthy means healthy and not draining (pdr_pool_count_healthy). With a worker startup deadline, not
+ * before a prefill/decode pair has passed a health check (workers start optimistically healthy). */
 static int readiness_ok(pdr_router_t *r)
 {
-    return !pdr_router_stopping(r) && pdr_pool_count_healthy(&r->pool, PDR_ROLE_PREFILL) > 0 &&
+    return !pdr_router_stopping(r) && !__atomic_load_n(&r->startup_pending, __ATOMIC_RELAXED) &&
+           pdr_pool_count_healthy(&r->pool, PDR_ROLE_PREFILL) > 0 &&
            pdr_pool_count_healthy(&r->pool, PDR_ROLE_DECODE) > 0;
+}
+
+/* ---- CORS (cors.allowed_origins), as the sglang router's: with "*" any origin and any method or header;
+ * with a list the listed origins, GET/POST/OPTIONS, the content-type and authorization headers, and
+ * x-request-id readable by the page. Preflights are answered here; other answers get the headers. ---- */
+
+#define CORS_MAX_AGE "3600"
+
+static void add_hdr(h2o_req_t *req, const char *name, const char *val, size_t len)
+{
+    h2o_add_header_by_str(&req->pool, &req->res.headers, name, strlen(name), 0, NULL, val, len);
+}
+
+/* Returns 1 when the request was a preflight and is answered. */
+static int cors_apply(pdr_thread_t *t, h2o_req_t *req)
+{
+    const pdr_config_t *c = t->config;
+    ssize_t oi = h2o_find_header_by_str(&req->headers, H2O_STRLIT("origin"), -1);
+    if (oi < 0)
+        return 0;
+    h2o_iovec_t origin = req->headers.entries[oi].value;
+    int any = 0, allowed = 0;
+    for (size_t i = 0; i < c->cors.n; i++) {
+        const char *o = c->cors.origins[i];
+        if (strcmp(o, "*") == 0)
+            any = 1;
+        else if (strlen(o) == origin.len && memcmp(o, origin.base, origin.len) == 0)
+            allowed = 1;
+    }
+    int preflight =
+        h2o_memis(req->method.base, req->method.len, H2O_STRLIT("OPTIONS")) &&
+        h2o_find_header_by_str(&req->headers, H2O_STRLIT("access-control-request-method"), -1) >= 0;
+    if (any) {
+        add_hdr(req, "access-control-allow-origin", H2O_STRLIT("*"));
+    } else {
+        add_hdr(req, "vary", H2O_STRLIT("origin"));
+        if (allowed)
+            add_hdr(req, "access-control-allow-origin", origin.base, origin.len);
+    }
+    if (!preflight) {
+        if (any || allowed)
+            add_hdr(req, "access-control-expose-headers", any ? "*" : "x-request-id", any ? 1 : 12);
+        return 0;
+    }
+    if (any || allowed) {
+        add_hdr(req, "access-control-allow-methods", any ? "*" : "GET,POST,OPTIONS", any ? 1 : 16);
+        add_hdr(req, "access-control-allow-headers", any ? "*" : "content-type,authorization", any ? 1 : 26);
+        add_hdr(req, "access-control-max-age", H2O_STRLIT(CORS_MAX_AGE));
+    }
+    req->res.status = 200;
+    req->res.reason = "OK";
+    req->res.content_length = 0;
+    h2o_send_inline(req, "", 0);
+    pdr_metrics_count_request(&t->m, PDR_MR_OTHER, 200, 0, -1);
+    return 1;
 }
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
@@ -200,6 +260,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     pdr_router_t *r = ((route_handler_t *)self)->r;
     pdr_thread_t *t = H2O_STRUCT_FROM_MEMBER(pdr_thread_t, h2o_ctx, req->conn->ctx);
     if (pdr__refuse_ambiguous_head(t, req))
+        return 0;
+    if (t->config->cors.n > 0 && cors_apply(t, req))
         return 0;
     int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
     int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET"));
@@ -231,7 +293,10 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
             send_text(req, 200, "text/plain", "ready\n", 6);
         else
             pdr_send_error(req, 503, "service_unavailable",
-                           pdr_router_stopping(r) ? "shutting down" : "no healthy prefill or decode worker",
+                           pdr_router_stopping(r) ? "shutting down"
+                           : __atomic_load_n(&r->startup_pending, __ATOMIC_RELAXED)
+                               ? "waiting for the first healthy prefill/decode pair"
+                               : "no healthy prefill or decode worker",
                            1);
         pdr_metrics_count_request(&t->m, PDR_MR_READINESS, ok ? 200 : 503, 0, -1);
         return 0;
@@ -242,8 +307,46 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     }
     if (is_get && path_is(req, "/v1/models"))
         return pdr_models_handle(t, req);
+    if (pdr_compat_handle(t, req))
+        return 0;
     pdr_send_error(req, 404, "invalid_request_error", "unknown route", 0);
     pdr_metrics_count_request(&t->m, PDR_MR_OTHER, 404, 0, -1);
+    return 0;
+}
+
+/* The metrics-only listener: GET /metrics (rendered as on the data port), nothing else. */
+static int on_metrics_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    pdr_router_t *r = ((route_handler_t *)self)->r;
+    pdr_thread_t *t = &r->threads[0];
+    if (pdr__refuse_ambiguous_head(t, req))
+        return 0;
+    if (!path_is(req, "/metrics")) {
+        pdr_send_error(req, 404, "invalid_request_error", "this listener serves GET /metrics only", 0);
+        return 0;
+    }
+    if (!h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) &&
+        !h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"))) {
+        pdr_send_error(req, 405, "invalid_request_error", "use GET", 0);
+        return 0;
+    }
+    pdr__send_metrics(t, req);
+    return 0;
+}
+
+static int metrics_init(pdr_router_t *r, const pdr_config_t *c)
+{
+    if (c->metrics_port == 0)
+        return 0;
+    h2o_config_init(&r->metrics_config);
+    r->metrics_config.server_name = h2o_iovec_init(H2O_STRLIT("pdrouter"));
+    h2o_hostconf_t *host =
+        h2o_config_register_host(&r->metrics_config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
+    route_handler_t *h = (route_handler_t *)h2o_create_handler(path, sizeof(*h));
+    h->super.on_req = on_metrics_req;
+    h->r = r;
+    r->metrics_on = 1;
     return 0;
 }
 
@@ -257,12 +360,18 @@ static void maybe_dispose_h2o(pdr_thread_t *t)
     if (t->closing && t->multi == NULL && t->conns == 0 && !t->h2o_disposed &&
         !h2o_timeout_is_linked(&t->h2o_ctx.http2._graceful_shutdown_timeout) &&
         !(t->id == 0 && r->admin_ctx_live &&
-          h2o_timeout_is_linked(&r->admin_ctx.http2._graceful_shutdown_timeout))) {
+          h2o_timeout_is_linked(&r->admin_ctx.http2._graceful_shutdown_timeout)) &&
+        !(t->id == 0 && r->metrics_ctx_live &&
+          h2o_timeout_is_linked(&r->metrics_ctx.http2._graceful_shutdown_timeout))) {
         t->h2o_disposed = 1;
         h2o_context_dispose(&t->h2o_ctx);
         if (t->id == 0 && r->admin_ctx_live) {
             r->admin_ctx_live = 0;
             h2o_context_dispose(&r->admin_ctx);
+        }
+        if (t->id == 0 && r->metrics_ctx_live) {
+            r->metrics_ctx_live = 0;
+            h2o_context_dispose(&r->metrics_ctx);
         }
         uv_close((uv_handle_t *)&t->stop_timer, NULL);
         uv_close((uv_handle_t *)&t->shutdown_timer, NULL);
@@ -665,7 +774,7 @@ static void serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     cc->g_last_size = 0;
     cc->h2_state = H2G_UNDECIDED;
     cc->rewrap = (pdr_dlink_t){NULL, NULL};
-    h2o_accept(l->admin ? &t->r->admin_accept : &t->accept_ctx, sock);
+    h2o_accept(l->metrics ? &t->r->metrics_accept : l->admin ? &t->r->admin_accept : &t->accept_ctx, sock);
     /* A plain connection starts as HTTP/1: the callback h2o reads it with is its HTTP/1 one. */
     if (h1_reqread == NULL)
         h1_reqread = sock->_cb.read;
@@ -768,7 +877,11 @@ static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reu
     memset(&ss, 0, sizeof(ss));
     if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
         uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0) {
-        pdr_error("%s %s is not an IP address", h == &t->listener ? "listen.host" : "admin.host", host);
+        pdr_error("%s %s is not an IP address",
+                  h == &t->listener              ? "listen.host"
+                  : h == &t->r->metrics_listener ? "metrics.host"
+                                                 : "admin.host",
+                  host);
         return PDR_EINVAL;
     }
     /* Every loop binds its own socket to the same address (SO_REUSEPORT): the kernel spreads new
@@ -797,7 +910,10 @@ static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reu
         bind(fd, (struct sockaddr *)&ss,
              ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) != 0) {
         pdr_error("cannot listen on %s:%d: %s%s", host, port, strerror(errno),
-                  h == &t->listener ? "" : " (admin.host/admin.port; port 0 turns the admin API off)");
+                  h == &t->listener ? ""
+                  : h == &t->r->metrics_listener
+                      ? " (metrics.host/metrics.port, --prometheus-host/--prometheus-port)"
+                      : " (admin.host/admin.port; port 0 turns the admin API off)");
         if (fd >= 0)
             close(fd);
         return PDR_EIO;
@@ -809,7 +925,8 @@ static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reu
     }
     h->t = t;
     h->fd = fd;
-    h->admin = h != &t->listener;
+    h->admin = h == &t->r->admin_listener;
+    h->metrics = h == &t->r->metrics_listener;
     uv_poll_init(t->loop, &h->poll, fd);
     h->poll.data = h;
     uv_timer_init(t->loop, &h->resume);
@@ -889,6 +1006,14 @@ static int init_thread(pdr_router_t *r, pdr_thread_t *t, int id, uv_loop_t *loop
         rc = open_listener_on(t, r->config->admin_host, r->config->admin_port, 0, &r->admin_listener,
                               &r->admin_listening);
     }
+    if (rc == 0 && id == 0 && r->metrics_on) {
+        h2o_context_init(&r->metrics_ctx, loop, &r->metrics_config);
+        r->metrics_ctx_live = 1;
+        r->metrics_accept.ctx = &r->metrics_ctx;
+        r->metrics_accept.hosts = r->metrics_config.hosts;
+        rc = open_listener_on(t, r->config->metrics_host, r->config->metrics_port, 0, &r->metrics_listener,
+                              &r->metrics_listening);
+    }
     return rc;
 }
 
@@ -924,6 +1049,64 @@ static int open_access_log(pdr_router_t *r, const char *spec)
     return 0;
 }
 
+/* ---- lifecycle.worker_startup_timeout_ms: as the sglang router's --worker-startup-timeout-secs, a router
+ * whose workers never come up exits (1) instead of waiting forever; readiness stays 503 until then. Once a
+ * healthy prefill/decode pair was seen the deadline is gone: workers failing later are the health
+ * checks' business. Looked at every STARTUP_POLL_MS on loop 0. ---- */
+
+#define STARTUP_POLL_MS 100
+
+/* A worker of the role that serves and has passed a health check (loop 0 writes checks_ok). */
+static int role_confirmed(pdr_router_t *r, pdr_role_t role)
+{
+    pdr_worker_t **ws;
+    size_t n = pdr_pool_snapshot(&r->pool, role, &ws);
+    int ok = 0;
+    for (size_t i = 0; i < n && !ok; i++)
+        ok = pdr_worker_serving(ws[i]) && ws[i]->checks_ok > 0;
+    pdr_pool_release(ws, n);
+    return ok;
+}
+
+static void on_startup_tick(uv_timer_t *h)
+{
+    pdr_router_t *r = h->data;
+    uint64_t waited = pdr_now_ms() - r->started_ms;
+    int limit = r->config->lifecycle.worker_startup_timeout_ms;
+    if (role_confirmed(r, PDR_ROLE_PREFILL) && role_confirmed(r, PDR_ROLE_DECODE)) {
+        __atomic_store_n(&r->startup_pending, 0, __ATOMIC_RELAXED);
+        pdr_info("a healthy prefill/decode pair after %llu ms (lifecycle.worker_startup_timeout_ms %d)",
+                 (unsigned long long)waited, limit);
+    } else if (pdr_router_stopping(r)) {
+        /* a shutdown began meanwhile: nothing to wait for */
+    } else if (waited >= (uint64_t)limit) {
+        pdr_error("no healthy prefill/decode pair within %d ms (lifecycle.worker_startup_timeout_ms, "
+                  "--worker-startup-timeout-secs): %zu of %zu prefill and %zu of %zu decode workers healthy; "
+                  "exiting",
+                  limit, pdr_pool_count_healthy(&r->pool, PDR_ROLE_PREFILL),
+                  pdr_pool_count(&r->pool, PDR_ROLE_PREFILL),
+                  pdr_pool_count_healthy(&r->pool, PDR_ROLE_DECODE),
+                  pdr_pool_count(&r->pool, PDR_ROLE_DECODE));
+        r->exit_code = 1;
+        __atomic_store_n(&r->stopping, 1, __ATOMIC_RELAXED);
+        begin_drain(r); /* nothing was ever ready: no grace */
+    } else {
+        return;
+    }
+    r->startup_timer_live = 0;
+    uv_close((uv_handle_t *)h, NULL);
+}
+
+static void startup_watch(pdr_router_t *r, const pdr_config_t *c)
+{
+    if (c->lifecycle.worker_startup_timeout_ms <= 0)
+        return;
+    uv_timer_init(r->threads[0].loop, &r->startup_timer);
+    r->startup_timer.data = r;
+    r->startup_timer_live = 1;
+    uv_timer_start(&r->startup_timer, on_startup_tick, STARTUP_POLL_MS, STARTUP_POLL_MS);
+}
+
 int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
 {
     int argc = r->argc;
@@ -935,6 +1118,7 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
     r->argc = argc;
     r->argv = argv;
     r->config = pdr_config_ref(c);
+    r->startup_pending = c->lifecycle.worker_startup_timeout_ms > 0; /* before any loop answers readiness */
     pthread_mutex_init(&r->config_lock, NULL);
     if (c->source != NULL && c->source[0] != '<' && (r->config_path = strdup(c->source)) == NULL)
         return PDR_ENOMEM;
@@ -956,6 +1140,8 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
     r->h2o_config.server_name = h2o_iovec_init(H2O_STRLIT("pdrouter"));
     r->started_ms = pdr_now_ms();
     if ((rc = pdr_admin_init(r)) != 0)
+        return rc;
+    if ((rc = metrics_init(r, c)) != 0)
         return rc;
     /* h2o answers 413 itself above this; the handler repeats the check in the OpenAI error shape. */
     r->h2o_config.max_request_entity_size = (size_t)c->limits.max_body_bytes;
@@ -991,6 +1177,9 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
              c->n_decode, pdr_policy_name(c->policy_prefill), pdr_policy_name(c->policy_decode),
              pdr_protocol_name(c->protocol));
     pdr_admin_log_start(r);
+    if (r->metrics_on)
+        pdr_info("metrics listener on %s:%d (GET /metrics)", c->metrics_host, c->metrics_port);
+    startup_watch(r, c);
     return 0;
 }
 
@@ -1025,12 +1214,18 @@ static void finish_loop(pdr_thread_t *t)
             r->grace_timer_live = 0;
             uv_close((uv_handle_t *)&r->grace_timer, NULL);
         }
+        if (r->startup_timer_live) {
+            r->startup_timer_live = 0;
+            uv_close((uv_handle_t *)&r->startup_timer, NULL);
+        }
     }
     uv_close((uv_handle_t *)&t->wakeup, NULL);
     if (t->conns > 0) {
         h2o_context_request_shutdown(&t->h2o_ctx);
         if (t->id == 0 && r->admin_ctx_live)
             h2o_context_request_shutdown(&r->admin_ctx);
+        if (t->id == 0 && r->metrics_ctx_live)
+            h2o_context_request_shutdown(&r->metrics_ctx);
     }
 }
 
@@ -1096,6 +1291,10 @@ static void start_loop_shutdown(pdr_thread_t *t)
     if (t->id == 0 && t->r->admin_listening) {
         close_listener(&t->r->admin_listener);
         t->r->admin_listening = 0;
+    }
+    if (t->id == 0 && t->r->metrics_listening) {
+        close_listener(&t->r->metrics_listener);
+        t->r->metrics_listening = 0;
     }
     /* The first tick comes after a poll, so that the connections just taken from the backlog have
      * their requests read before idle connections are closed. */
@@ -1165,6 +1364,9 @@ void pdr_router_join(pdr_router_t *r)
         /* Every loop ended by itself: release the shared state too (no leak reports at exit). */
         h2o_config_dispose(&r->h2o_config);
         pdr_admin_dispose(r);
+        if (r->metrics_on)
+            h2o_config_dispose(&r->metrics_config);
+        r->metrics_on = 0;
         free(r->threads);
         r->threads = NULL;
         pdr_pool_dispose(&r->pool);

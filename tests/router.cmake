@@ -66,3 +66,10 @@ endforeach()
 add_executable(fuzz_vllm fuzz/fuzz_vllm.c)
 target_link_libraries(fuzz_vllm PRIVATE pdr_router)
 pdr_fuzz_corpus_test(router_vllm_fuzz_corpus fuzz_vllm vllm 60)
+
+# sglang router compatibility (see test_sglang_compat.py): the metrics-only listener, the worker startup
+# deadline, CORS, log levels and --log-dir, --admin-token-file, the sglang router's extra routes, refused flags.
+foreach(s prometheus startup_timeout cors log_level admin_token_file routes refused_flags)
+  add_test(NAME router_sglang_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_sglang_compat.py ${s})
+  set_tests_properties(router_sglang_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()

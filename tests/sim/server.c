@@ -1607,9 +1607,25 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
                               "object", "model", "created", 0, "owned_by", "pdsim", "root", S.opts.model);
         send_json(req, 200, o);
         json_decref(o);
-    } else if (path_is(req, "/get_model_info")) {
+    } else if (path_is(req, "/get_model_info") || path_is(req, "/model_info")) {
         json_t *o = json_pack("{s:s,s:s,s:b}", "model_path", S.opts.model, "tokenizer_path", S.opts.model,
                               "is_generation", 1);
+        send_json(req, 200, o);
+        json_decref(o);
+    } else if (path_is(req, "/get_server_info") || path_is(req, "/server_info")) {
+        json_t *o = json_pack("{s:s,s:s,s:I}", "model_path", S.opts.model, "disaggregation_mode",
+                              role_name(S.opts.role), "port", (json_int_t)S.opts.port);
+        send_json(req, 200, o);
+        json_decref(o);
+    } else if (path_is(req, "/flush_cache")) {
+        if (method_is(req, "POST"))
+            send_body(req, 200, "text/plain", "Cache flushed.\n", 15);
+        else
+            send_error(req, 405, "use POST");
+    } else if (path_is(req, "/get_load")) {
+        /* sglang's shape: one entry per data-parallel rank (pdsim has one); tokens = requests in flight. */
+        json_t *o = json_pack("[{s:i,s:I,s:i,s:I}]", "dp_rank", 0, "num_reqs", (json_int_t)S.nreqs,
+                              "num_waiting_reqs", 0, "num_tokens", (json_int_t)S.nreqs);
         send_json(req, 200, o);
         json_decref(o);
     } else if (path_is(req, "/pdsim/stats")) {

@@ -337,7 +337,7 @@ static void test_errors(void)
                  "bad.yaml:2:19: lifecycle.drain_grace_ms: -1 is out of range, expected 0..86400000");
     EXPECT_ERROR("lifecycle: { drain_ms: 1 }\n",
                  "bad.yaml:1:14: unknown key 'drain_ms' in 'lifecycle' (valid keys: "
-                 "drain_grace_ms, drain_timeout_ms)");
+                 "drain_grace_ms, drain_timeout_ms, worker_startup_timeout_ms)");
     EXPECT_ERROR("retries: { max: 11 }\n", "bad.yaml:1:17: retries.max: 11 is out of range, expected 0..10");
     EXPECT_ERROR("limits: { max_body_bytes: 1023 }\n",
                  "bad.yaml:1:27: limits.max_body_bytes: 1023 is out of range, expected 1024..1099511627776");
@@ -1170,7 +1170,9 @@ static void test_cli(void)
 
     /* Errors. */
     EXPECT_ARGV_ERROR("argv: unknown option '--bogus' (see --help)", "--prefill", "http://a:1", "--bogus");
-    EXPECT_ARGV_ERROR("argv: unknown option '--worker-urls' (see --help)", "--worker-urls=http://a:1");
+    EXPECT_ARGV_ERROR("argv: --worker-urls (sglang router) is not supported: pdrouter routes prefill/decode "
+                      "pairs only: give --prefill URL and --decode URL",
+                      "--worker-urls=http://a:1");
     EXPECT_ARGV_ERROR(
         "argv: --config cannot be combined with --prefill or --decode; list the workers in the file",
         "--config", "x.yaml", "--prefill", "http://a:1");
@@ -1193,9 +1195,9 @@ static void test_cli(void)
     EXPECT_ARGV_ERROR("argv: --prefill needs a value", "--prefill", "--decode", "http://a:1");
     EXPECT_ARGV_ERROR("argv: --host needs a value", "--host");
     EXPECT_ARGV_ERROR("argv: --version takes no value", "--version=1");
-    EXPECT_ARGV_ERROR(
-        "argv: --policy: unknown policy 'cache_aware', expected round_robin, least_load or random",
-        "--policy", "cache_aware");
+    EXPECT_ARGV_ERROR("argv: --policy: the cache_aware policy is not available yet; the policies are "
+                      "round_robin, least_load and random",
+                      "--policy", "cache_aware");
     EXPECT_ARGV_ERROR("argv: --retries: expected an integer in 0..10, got '11'", "--retries", "11");
     EXPECT_ARGV_ERROR("argv: --decode: 'https://a:1': TLS to workers is not supported yet; use http://",
                       "--decode", "https://a:1");
@@ -1230,7 +1232,20 @@ static void test_cli(void)
                                             "--first-byte-ms",
                                             "--kv-transfer-ms",
                                             "--health-interval-ms",
-                                            "--admin-port"};
+                                            "--admin-port",
+                                            "--admin-token-file",
+                                            "--prometheus-port",
+                                            "--prometheus-host",
+                                            "--cors-allowed-origins",
+                                            "--worker-startup-timeout-secs",
+                                            "--service-discovery",
+                                            "--prefill-selector",
+                                            "--bootstrap-port-annotation",
+                                            "--log-dir",
+                                            "--max-payload-size",
+                                            "--request-timeout-secs",
+                                            "--health-check-endpoint",
+                                            "--retry-max-retries"};
         for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
             if (strstr(text, flags[i]) == NULL) {
                 fprintf(stderr, "help text lacks %s\n", flags[i]);
@@ -1238,6 +1253,381 @@ static void test_cli(void)
             }
         free(text);
     }
+}
+
+/* The sglang router's flags: each one works with sglang's meaning, or is refused naming what exists. */
+static void test_cli_sglang(void)
+{
+    char err[512];
+    pdr_cli_t cli;
+    const char *a[] = {"pdrouter",
+                       "--pd-disaggregation",
+                       "--mini-lb",
+                       "--prefill",
+                       "http://127.0.0.1:30001",
+                       "8998",
+                       "--decode",
+                       "http://127.0.0.1:30002",
+                       "--host",
+                       "127.0.0.1",
+                       "--port",
+                       "30000",
+                       "--max-payload-size",
+                       "536870912",
+                       "--request-timeout-secs",
+                       "1800",
+                       "--worker-startup-timeout-secs",
+                       "600",
+                       "--health-failure-threshold",
+                       "5",
+                       "--health-success-threshold",
+                       "1",
+                       "--health-check-timeout-secs",
+                       "7",
+                       "--health-check-interval-secs",
+                       "30",
+                       "--health-check-endpoint",
+                       "/health_generate",
+                       "--prometheus-port",
+                       "29001",
+                       "--log-level",
+                       "warn",
+                       "--log-dir",
+                       "/tmp/pdr-logs",
+                       "--cors-allowed-origins",
+                       "https://a.example",
+                       "http://localhost:3000",
+                       "--prefill-policy",
+                       "random",
+                       "--decode-policy",
+                       "round_robin",
+                       "--retry-max-retries",
+                       "4",
+                       "--max-concurrent-requests",
+                       "128",
+                       "--queue-size",
+                       "0",
+                       "--shutdown-grace-period-secs",
+                       "90",
+                       "--admin-token-file",
+                       "/run/pdr/token",
+                       "--backend",
+                       "sglang",
+                       "--disable-circuit-breaker",
+                       NULL};
+    CHECK(parse(a, &cli, err, sizeof(err)) == 0);
+    if (cli.config == NULL) {
+        fprintf(stderr, "  %s\n", err);
+        failures++;
+    } else {
+        const pdr_config_t *c = cli.config;
+        CHECK(c->listen_port == 30000);
+        CHECK(c->limits.max_body_bytes == 536870912);
+        CHECK(c->timeouts.first_byte_ms == 1800000 && c->timeouts.stream_idle_ms == 1800000);
+        CHECK(c->lifecycle.worker_startup_timeout_ms == 600000);
+        CHECK(c->health.fall == 5 && c->health.rise == 1);
+        CHECK(c->health.timeout_ms == 7000 && c->health.interval_ms == 30000);
+        CHECK_STR(c->health.path, "/health_generate");
+        CHECK(c->metrics_port == 29001);
+        CHECK_STR(c->metrics_host, "0.0.0.0");
+        CHECK_STR(c->log.level, "warn");
+        CHECK_STR(c->log.dir, "/tmp/pdr-logs");
+        CHECK(c->cors.n == 2);
+        if (c->cors.n == 2) {
+            CHECK_STR(c->cors.origins[0], "https://a.example");
+            CHECK_STR(c->cors.origins[1], "http://localhost:3000");
+        }
+        CHECK(c->policy_prefill == PDR_POLICY_RANDOM && c->policy_decode == PDR_POLICY_ROUND_ROBIN);
+        CHECK(c->retries.max == 3);
+        CHECK(c->limits.max_inflight == 128);
+        CHECK(c->lifecycle.drain_timeout_ms == 90000);
+        CHECK_STR(c->admin_token_file, "/run/pdr/token");
+        pdr_config_unref(cli.config);
+    }
+
+    /* --prometheus-host alone: sglang's default port 29000. --disable-retries wins. -1: no limit. */
+    const char *b[] = {"pdrouter",
+                       "--prefill",
+                       "http://a:1",
+                       "--decode",
+                       "http://b:2",
+                       "--prometheus-host",
+                       "127.0.0.1",
+                       "--retry-max-retries",
+                       "3",
+                       "--disable-retries",
+                       "--max-concurrent-requests",
+                       "-1",
+                       "--cors-allowed-origins=*",
+                       NULL};
+    CHECK(parse(b, &cli, err, sizeof(err)) == 0);
+    if (cli.config != NULL) {
+        CHECK(cli.config->metrics_port == 29000);
+        CHECK_STR(cli.config->metrics_host, "127.0.0.1");
+        CHECK(cli.config->retries.max == 0);
+        CHECK(cli.config->limits.max_inflight == 10000000);
+        CHECK(cli.config->cors.n == 1 && strcmp(cli.config->cors.origins[0], "*") == 0);
+        pdr_config_unref(cli.config);
+    } else {
+        fprintf(stderr, "  %s\n", err);
+        failures++;
+    }
+
+    /* Kubernetes discovery from flags alone: no static worker needed; port 80 as in sglang. */
+    const char *k[] = {"pdrouter",
+                       "--pd-disaggregation",
+                       "--service-discovery",
+                       "--prefill-selector",
+                       "app=sglang",
+                       "component=prefill",
+                       "--decode-selector",
+                       "app=sglang component=decode",
+                       "--service-discovery-namespace",
+                       "llm",
+                       "--bootstrap-port-annotation",
+                       "example.com/bootstrap",
+                       NULL};
+    CHECK(parse(k, &cli, err, sizeof(err)) == 0);
+    if (cli.config != NULL) {
+        const pdr_config_t *c = cli.config;
+        CHECK(c->n_prefill == 0 && c->n_decode == 0);
+        CHECK_STR(c->discovery.kubernetes.role[PDR_ROLE_PREFILL].selector, "app=sglang,component=prefill");
+        CHECK_STR(c->discovery.kubernetes.role[PDR_ROLE_DECODE].selector, "app=sglang,component=decode");
+        CHECK(c->discovery.kubernetes.role[PDR_ROLE_PREFILL].port == 80);
+        CHECK(c->discovery.kubernetes.role[PDR_ROLE_DECODE].port == 80);
+        CHECK_STR(c->discovery.kubernetes.namespace_, "llm");
+        CHECK_STR(c->discovery.kubernetes.bootstrap_port_annotation, "example.com/bootstrap");
+        pdr_config_unref(cli.config);
+    } else {
+        fprintf(stderr, "  %s\n", err);
+        failures++;
+    }
+    const char *k2[] = {"pdrouter", "--service-discovery", "--prefill-selector",       "app=p",
+                        "--decode", "http://d:1",          "--service-discovery-port", "30000",
+                        NULL};
+    CHECK(parse(k2, &cli, err, sizeof(err)) == 0);
+    if (cli.config != NULL) {
+        CHECK(cli.config->discovery.kubernetes.role[PDR_ROLE_PREFILL].port == 30000);
+        CHECK(cli.config->discovery.kubernetes.role[PDR_ROLE_DECODE].selector == NULL);
+        pdr_config_unref(cli.config);
+    } else {
+        fprintf(stderr, "  %s\n", err);
+        failures++;
+    }
+
+    /* Discovery flags on top of a file: the role they name changes, the file's other role stays. */
+    const char *kpath =
+        write_file("cli-k8s.yaml", "workers: { prefill: [ http://a:1 ] }\n"
+                                   "discovery: { kubernetes: { decode: { selector: app=d, port: 7 } } }\n");
+    const char *kf[] = {"pdrouter",           "--config", kpath, "--service-discovery",
+                        "--prefill-selector", "app=p",    NULL};
+    CHECK(parse(kf, &cli, err, sizeof(err)) == 0);
+    if (cli.config != NULL) {
+        CHECK_STR(cli.config->discovery.kubernetes.role[PDR_ROLE_PREFILL].selector, "app=p");
+        CHECK(cli.config->discovery.kubernetes.role[PDR_ROLE_PREFILL].port == 80);
+        CHECK_STR(cli.config->discovery.kubernetes.role[PDR_ROLE_DECODE].selector, "app=d");
+        CHECK(cli.config->discovery.kubernetes.role[PDR_ROLE_DECODE].port == 7);
+        pdr_config_unref(cli.config);
+    } else {
+        fprintf(stderr, "  %s\n", err);
+        failures++;
+    }
+
+    /* Flags on top of --config. */
+    const char *path =
+        write_file("cli-sglang.yaml", WORKERS "cors: { allowed_origins: [\"https://x.example\"] }\n");
+    const char *cf[] = {"pdrouter",
+                        "--config",
+                        path,
+                        "--prometheus-port",
+                        "9100",
+                        "--health-check-endpoint",
+                        "/ready",
+                        "--cors-allowed-origins",
+                        "https://y.example",
+                        NULL};
+    CHECK(parse(cf, &cli, err, sizeof(err)) == 0);
+    if (cli.config != NULL) {
+        CHECK(cli.config->metrics_port == 9100);
+        CHECK_STR(cli.config->health.path, "/ready");
+        CHECK(cli.config->cors.n == 1 && strcmp(cli.config->cors.origins[0], "https://y.example") == 0);
+        pdr_config_unref(cli.config);
+    } else {
+        fprintf(stderr, "  %s\n", err);
+        failures++;
+    }
+
+#define PD "--prefill", "http://a:1", "--decode", "http://b:2"
+    EXPECT_ARGV_ERROR("argv: --max-payload-size: expected a size in bytes in 1024..1099511627776, got '10'",
+                      PD, "--max-payload-size", "10");
+    EXPECT_ARGV_ERROR("argv: --max-payload-size: expected a size in bytes in 1024..1099511627776, got '1MB'",
+                      PD, "--max-payload-size=1MB");
+    EXPECT_ARGV_ERROR("argv: --request-timeout-secs: expected an integer in 1..86400, got '0'", PD,
+                      "--request-timeout-secs", "0");
+    EXPECT_ARGV_ERROR("argv: --worker-startup-timeout-secs: expected an integer in 1..86400, got 'soon'", PD,
+                      "--worker-startup-timeout-secs", "soon");
+    EXPECT_ARGV_ERROR("argv: --health-failure-threshold: expected an integer in 1..1000, got '0'", PD,
+                      "--health-failure-threshold", "0");
+    EXPECT_ARGV_ERROR("argv: --health-success-threshold: expected an integer in 1..1000, got '-2'", PD,
+                      "--health-success-threshold=-2");
+    EXPECT_ARGV_ERROR("argv: --health-check-timeout-secs: expected an integer in 1..86400, got '1.5'", PD,
+                      "--health-check-timeout-secs", "1.5");
+    EXPECT_ARGV_ERROR("argv: --health-check-interval-secs: expected an integer in 1..86400, got '100000'", PD,
+                      "--health-check-interval-secs", "100000");
+    EXPECT_ARGV_ERROR("argv: --health-check-endpoint: 'health' must start with '/'", PD,
+                      "--health-check-endpoint", "health");
+    EXPECT_ARGV_ERROR("argv: --health-check-endpoint: no spaces or control characters in a path", PD,
+                      "--health-check-endpoint", "/a b");
+    EXPECT_ARGV_ERROR("argv: --prometheus-port: expected an integer in 1..65535, got '0'", PD,
+                      "--prometheus-port", "0");
+    EXPECT_ARGV_ERROR(
+        "argv: metrics.port: 8000 is already listen.port; give the metrics listener its own port", PD,
+        "--prometheus-port", "8000");
+    EXPECT_ARGV_ERROR("argv: --prometheus-host: empty value", PD, "--prometheus-host=");
+    EXPECT_ARGV_ERROR("argv: --log-level: unknown level 'trace', expected debug, info, warn or error", PD,
+                      "--log-level", "trace");
+    EXPECT_ARGV_ERROR("argv: --log-dir needs a value", PD, "--log-dir");
+    EXPECT_ARGV_ERROR(
+        "argv: --cors-allowed-origins needs the origins, or '*' for any origin (what the sglang "
+        "router allows when it is given none)",
+        PD, "--cors-allowed-origins");
+    EXPECT_ARGV_ERROR(
+        "argv: --cors-allowed-origins: 'example.com': expected scheme://host[:port] (for example "
+        "https://app.example.com) or *",
+        PD, "--cors-allowed-origins", "example.com");
+    EXPECT_ARGV_ERROR("argv: --cors-allowed-origins: 'https://a.example/app': an origin has no path (no '/' "
+                      "after the host)",
+                      PD, "--cors-allowed-origins", "https://a.example/app");
+    EXPECT_ARGV_ERROR(
+        "argv: --prefill-policy: the power_of_two policy is not available yet; the policies are "
+        "round_robin, least_load and random",
+        PD, "--prefill-policy", "power_of_two");
+    EXPECT_ARGV_ERROR("argv: --prefill-policy: the bucket policy is not available yet; the policies are "
+                      "round_robin, least_load and random",
+                      PD, "--prefill-policy", "bucket");
+    EXPECT_ARGV_ERROR("argv: --decode-policy: the manual policy is not available yet; the policies are "
+                      "round_robin, least_load and random",
+                      PD, "--decode-policy", "manual");
+    EXPECT_ARGV_ERROR("argv: --retry-max-retries: expected an integer in 1..11, got '0'", PD,
+                      "--retry-max-retries", "0");
+    EXPECT_ARGV_ERROR("argv: --max-concurrent-requests: expected an integer in 1..10000000, got '0'", PD,
+                      "--max-concurrent-requests", "0");
+    EXPECT_ARGV_ERROR("argv: --queue-size: pdrouter has no admission queue: past --max-concurrent-requests "
+                      "(limits.max_inflight) requests are answered 503 at once, as with --queue-size 0",
+                      PD, "--queue-size", "100");
+    EXPECT_ARGV_ERROR("argv: --shutdown-grace-period-secs: expected an integer in 1..86400, got 'x'", PD,
+                      "--shutdown-grace-period-secs", "x");
+    EXPECT_ARGV_ERROR("argv: --admin-token-file: empty value", PD, "--admin-token-file=");
+    EXPECT_ARGV_ERROR("argv: --backend: 'openai' is not supported; pdrouter drives sglang workers (--backend "
+                      "sglang, or --protocol)",
+                      PD, "--backend", "openai");
+    EXPECT_ARGV_ERROR("argv: --pd-disaggregation takes no value", PD, "--pd-disaggregation=1");
+    /* Discovery flags. */
+    EXPECT_ARGV_ERROR("argv: --prefill-selector needs --service-discovery", "--prefill-selector", "app=p",
+                      PD);
+    EXPECT_ARGV_ERROR("argv: --service-discovery-port needs --service-discovery", PD,
+                      "--service-discovery-port", "80");
+    EXPECT_ARGV_ERROR("argv: --service-discovery needs --prefill-selector K=V ... and/or --decode-selector "
+                      "K=V ... (PD mode; --selector is for the sglang router's regular mode)",
+                      "--service-discovery");
+    EXPECT_ARGV_ERROR("argv: --prefill-selector needs a value", "--service-discovery", "--prefill-selector");
+    EXPECT_ARGV_ERROR("argv: --prefill-selector: expected key=value words, got 'app'", "--service-discovery",
+                      "--prefill-selector", "app");
+    EXPECT_ARGV_ERROR("argv: --service-discovery-namespace: *", "--service-discovery", "--prefill-selector",
+                      "a=b", "--decode-selector", "a=c", "--service-discovery-namespace", "Bad_NS");
+    EXPECT_ARGV_ERROR(
+        "argv: --bootstrap-port-annotation: expected an annotation key [prefix/]name (name: 1..63 "
+        "letters, digits, '-', '_', '.'; prefix: a lowercase DNS subdomain)",
+        "--service-discovery", "--prefill-selector", "a=b", "--decode-selector", "a=c",
+        "--bootstrap-port-annotation", "bad key");
+    EXPECT_ARGV_ERROR("argv: at least one --decode URL is required (or --decode-selector)",
+                      "--service-discovery", "--prefill-selector", "a=b");
+    EXPECT_ARGV_ERROR(
+        "argv: --selector (sglang router) is not supported: pdrouter discovers PD workers only: "
+        "use --prefill-selector and --decode-selector",
+        "--service-discovery", "--selector", "app=x");
+    /* Refused flags name what exists. */
+    EXPECT_ARGV_ERROR(
+        "argv: --cb-failure-threshold (sglang router) is not supported: pdrouter has no circuit "
+        "breaker: failing workers leave the rotation through their health checks "
+        "(--health-failure-threshold, health.fall)",
+        PD, "--cb-failure-threshold", "5");
+    EXPECT_ARGV_ERROR(
+        "argv: --retry-initial-backoff-ms (sglang router) is not supported: pdrouter retries at "
+        "once on another worker pair, without backoff; only the count is set (--retry-max-retries, "
+        "retries.max)",
+        PD, "--retry-initial-backoff-ms", "50");
+    EXPECT_ARGV_ERROR("argv: --queue-timeout-secs (sglang router) is not supported: *", PD,
+                      "--queue-timeout-secs", "60");
+    EXPECT_ARGV_ERROR("argv: --rate-limit-tokens-per-second (sglang router) is not supported: *", PD,
+                      "--rate-limit-tokens-per-second", "10");
+    EXPECT_ARGV_ERROR(
+        "argv: --cache-threshold (sglang router) is not supported: the cache_aware policy is not "
+        "available yet (policies: round_robin, least_load, random)",
+        PD, "--cache-threshold", "0.5");
+    EXPECT_ARGV_ERROR("argv: --disable-health-check (sglang router) is not supported: *", PD,
+                      "--disable-health-check");
+    EXPECT_ARGV_ERROR("argv: --tls-cert-path (sglang router) is not supported: *", PD, "--tls-cert-path",
+                      "x");
+    /* Left to the request-header and worker-key features: unknown here. */
+    EXPECT_ARGV_ERROR("argv: unknown option '--api-key' (see --help)", PD, "--api-key", "k");
+    EXPECT_ARGV_ERROR("argv: unknown option '--request-id-headers' (see --help)", PD, "--request-id-headers",
+                      "x");
+#undef PD
+}
+
+/* The new YAML keys and their checks. */
+static void test_sglang_keys(void)
+{
+    char err[512];
+    pdr_config_t *c = load(WORKERS "metrics: { host: 127.0.0.1, port: 29000 }\n"
+                                   "cors: { allowed_origins: [\"*\", \"https://a.example:8443\"] }\n"
+                                   "lifecycle: { worker_startup_timeout_ms: 5000 }\n"
+                                   "log: { dir: /var/log/pdrouter }\n"
+                                   "discovery: { kubernetes: { bootstrap_port_annotation: example.com/bp, "
+                                   "decode: { selector: app=d } } }\n",
+                           err, sizeof(err));
+    CHECK(c != NULL);
+    if (c == NULL) {
+        fprintf(stderr, "  %s\n", err);
+        return;
+    }
+    CHECK_STR(c->metrics_host, "127.0.0.1");
+    CHECK(c->metrics_port == 29000);
+    CHECK(c->cors.n == 2);
+    CHECK(c->lifecycle.worker_startup_timeout_ms == 5000);
+    CHECK_STR(c->log.dir, "/var/log/pdrouter");
+    CHECK_STR(c->discovery.kubernetes.bootstrap_port_annotation, "example.com/bp");
+    pdr_config_unref(c);
+
+    c = pdr_config_new_default();
+    CHECK(c != NULL && c->metrics_port == 0 && c->cors.n == 0 &&
+          c->lifecycle.worker_startup_timeout_ms == 0 && c->log.dir == NULL &&
+          c->discovery.kubernetes.bootstrap_port_annotation == NULL);
+    pdr_config_unref(c);
+
+    EXPECT_ERROR(WORKERS "metrics: { port: 70000 }\n",
+                 "bad.yaml:4:18: metrics.port: 70000 is out of range, expected 0..65535");
+    EXPECT_ERROR(
+        WORKERS "metrics: { port: 8001 }\n",
+        "bad.yaml:1:1: metrics.port: 8001 is already admin.port; give the metrics listener its own port");
+    EXPECT_ERROR(WORKERS "cors: { allowed_origins: https://a.example }\n",
+                 "bad.yaml:4:26: cors.allowed_origins: expected a sequence of origins such as "
+                 "[\"https://app.example.com\"], got a scalar");
+    EXPECT_ERROR(WORKERS "cors: { allowed_origins: [\"ftp:/x\"] }\n",
+                 "bad.yaml:4:27: cors.allowed_origins[0]: expected scheme://host[:port] (for example "
+                 "https://app.example.com) or *");
+    EXPECT_ERROR(WORKERS "cors: { origins: [] }\n",
+                 "bad.yaml:4:9: unknown key 'origins' in 'cors' (valid keys: "
+                 "allowed_origins)");
+    EXPECT_ERROR(
+        WORKERS "lifecycle: { worker_startup_timeout_ms: -1 }\n",
+        "bad.yaml:4:41: lifecycle.worker_startup_timeout_ms: -1 is out of range, expected 0..86400000");
+    EXPECT_ERROR(WORKERS "log: { dir: \"\" }\n", "*");
+    EXPECT_ERROR(
+        WORKERS "discovery: { kubernetes: { bootstrap_port_annotation: \"a b\" } }\n",
+        "bad.yaml:4:55: discovery.kubernetes.bootstrap_port_annotation: expected an annotation key "
+        "[prefix/]name (name: 1..63 letters, digits, '-', '_', '.'; prefix: a lowercase DNS subdomain)");
 }
 
 int main(void)
@@ -1253,11 +1643,14 @@ int main(void)
     test_url_normalization();
     test_ipnet();
     test_cli();
+    test_cli_sglang();
+    test_sglang_keys();
     test_discovery();
     test_discovery_errors();
 
-    static const char *const files[] = {"full.yaml", "empty.yaml", "cli.yaml", "cli-bad.yaml",
-                                        "cli-discovery.yaml"};
+    static const char *const files[] = {"full.yaml",    "empty.yaml",         "cli.yaml",
+                                        "cli-bad.yaml", "cli-discovery.yaml", "cli-sglang.yaml",
+                                        "cli-k8s.yaml"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         char p[300];
         snprintf(p, sizeof(p), "%s/%s", tmpdir, files[i]);
