@@ -374,7 +374,7 @@ static int write_plot_data(const pdb_opts_t *o, const pdb_run_t *runs, size_t n_
     return 0;
 }
 
-static int write_gp(const pdb_opts_t *o, const char *dir)
+static int write_gp(const pdb_opts_t *o, const pdb_run_t *runs, size_t n_runs, const char *dir)
 {
     FILE *f = open_in(dir, "plots.gp");
     if (f == NULL)
@@ -383,10 +383,18 @@ static int write_gp(const pdb_opts_t *o, const char *dir)
     fprintf(f, "set terminal pngcairo size 900,560 font ',10'\nset grid\nset key outside right\n");
     fprintf(f, "\nset output 'ttft_vs_isl.png'\nset title 'TTFT p50 against input length'\n");
     fprintf(f, "set xlabel 'input tokens (ISL)'\nset ylabel 'TTFT p50 (ms)'\nset logscale x 2\n");
-    fprintf(f, "plot ");
-    for (size_t c = 0; c < o->n_conc; c++)
-        fprintf(f, "%s'ttft_vs_isl.dat' index %zu using 1:2 with linespoints pt 7 title 'c=%d'",
-                c ? ", \\\n     " : "", c, o->conc[c]);
+    size_t shown = 0;
+    for (size_t c = 0; c < o->n_conc; c++) {
+        int have = 0; /* a block without points would stop gnuplot */
+        for (size_t p = 0; p < o->n_profiles; p++)
+            have |= cell_of(runs, n_runs, o->isl[p], o->osl[p], o->conc[c]).have_ttft;
+        if (have)
+            fprintf(f, "%s'ttft_vs_isl.dat' index %zu using 1:2 with linespoints pt 7 title 'c=%d'",
+                    shown++ ? ", \\\n     " : "plot ", c, o->conc[c]);
+    }
+    if (shown == 0)
+        fprintf(f, "set label 1 'no successful request' at graph 0.5,0.5 center\nunset logscale x\n"
+                   "set xrange [1:2]\nset yrange [0:1]\nplot -1 notitle\nunset label 1\nset autoscale xy");
     fprintf(f, "\nunset logscale x\n");
     fprintf(
         f,
@@ -410,7 +418,9 @@ static int write_gp(const pdb_opts_t *o, const char *dir)
     fprintf(f, ")\nset ytics (");
     for (size_t p = 0; p < o->n_profiles; p++)
         fprintf(f, "%s\"%d/%d\" %zu", p ? ", " : "", o->isl[p], o->osl[p], p);
-    fprintf(f, ")\nplot 'failures.dat' using 1:2:3 with image notitle, \\\n");
+    fprintf(f,
+            ")\nplot 'failures.dat' using 1:2:($1-0.5):($1+0.5):($2-0.5):($2+0.5):3 with boxxy fs solid 1.0 "
+            "lc palette notitle, \\\n");
     fprintf(f, "     'failures.dat' using 1:2:(sprintf('%%.0f%%%%', $3*100)) with labels notitle\n");
     if (fclose(f) != 0)
         return -1;
@@ -477,7 +487,7 @@ int pdb_write_report(const pdb_opts_t *o, const pdb_run_t *runs, size_t n_runs, 
         fprintf(stderr, "pdbench: cannot create %s: %s\n", dir, strerror(errno));
         return -1;
     }
-    if (write_plot_data(o, runs, n_runs, dir) != 0 || write_gp(o, dir) != 0)
+    if (write_plot_data(o, runs, n_runs, dir) != 0 || write_gp(o, runs, n_runs, dir) != 0)
         return -1;
     char why[512] = "";
     int plots = 0; /* 1 made, 0 skipped by --no-plots, -1 failed */
