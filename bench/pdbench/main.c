@@ -352,7 +352,9 @@ static const char *err_cause(int err)
     case PDR_ETIMEDOUT:
         return "timeout";
     case PDR_EPEERGONE:
-        return "reset";
+        return "reset"; /* the connection closed or was reset before the response ended */
+    case PDR_EIO:
+        return "bad_response"; /* malformed HTTP framing (a stream cut inside a chunk looks like this) */
     default:
         return "io";
     }
