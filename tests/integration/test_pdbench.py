@@ -78,14 +78,14 @@ def scenario_cluster():
     url = "http://127.0.0.1:%d" % r.port
     report = tempfile.mkdtemp(prefix="pdbench-report-")
     try:
-        j, err = bench_json("--url", url, "--profiles", "16/8,64/4", "--concurrency", "1,4", "--requests", 8,
+        j, err = bench_json("--url", url, "--profiles", "16/16,64/8", "--concurrency", "1,4", "--requests", 8,
                             "--seed", 7, "--per-request", "--report", report,
                             *([] if shutil.which("gnuplot") else ["--no-plots"]))
         check(j["tool"] == "pdbench" and j["config"]["api"] == "generate" and j["config"]["seed"] == 7,
               "config block: %r" % j["config"])
         runs = j["runs"]
         check([(x["profile"], x["concurrency"]) for x in runs] ==
-              [("16/8", 1), ("16/8", 4), ("64/4", 1), ("64/4", 4)], "run order: %r" % runs)
+              [("16/16", 1), ("16/16", 4), ("64/8", 1), ("64/8", 4)], "run order: %r" % runs)
         for x in runs:
             what = "run %s c=%d" % (x["profile"], x["concurrency"])
             check(x["requests"] == 8 and x["ok"] == 8 and x["failed"] == 0 and x["failures"] == {},
@@ -100,15 +100,18 @@ def scenario_cluster():
             check(x["ttft_ms"]["n"] == 8 and x["e2e_ms"]["n"] == 8 and x["itl_ms"]["n"] == 8 * (x["osl"] - 1),
                   "%s: sample counts" % what)
             ms = DECODE_US / 1000.0
-            # pdsim writes token j at t0 + (j+1) x decode time: each gap is at least that long on average.
-            check(x["tpot_ms"]["p50"] >= 0.95 * ms, "%s: TPOT p50 %.3f ms < %.1f ms" % (what, x["tpot_ms"]["p50"], ms))
+            # pdsim writes token j no earlier than t0 + (j+1) x decode time, t0 after the request came: E2E
+            # is at least OSL x decode time (checked per request below). A late token is followed by one
+            # that catches up, so single gaps may be shorter, and TPOT by the first token's own delay
+            # over OSL - 1 gaps: hence the margins.
+            check(x["tpot_ms"]["p50"] >= 0.7 * ms, "%s: TPOT p50 %.3f ms < %.1f ms" % (what, x["tpot_ms"]["p50"], ms))
             check(x["tpot_ms"]["p50"] < 10 * ms, "%s: TPOT p50 %.3f ms implausible" % (what, x["tpot_ms"]["p50"]))
-            check(x["itl_ms"]["p50"] >= 0.9 * ms, "%s: ITL p50 %.3f ms" % (what, x["itl_ms"]["p50"]))
+            check(x["itl_ms"]["mean"] >= 0.6 * ms and x["itl_ms"]["max"] >= ms, "%s: ITL mean %.3f ms" % (what, x["itl_ms"]["mean"]))
             for q in x["per_request"]:
                 check(q["ok"] and q["tokens"] == x["osl"] and q["prompt_tokens"] == x["isl"], "%s: %r" % (what, q))
-                check(q["ttft_ms"] >= 0.95 * ms, "%s: TTFT %.3f ms before the first token was due" % (what,
+                check(q["ttft_ms"] >= ms, "%s: TTFT %.3f ms before the first token was due" % (what,
                                                                                                    q["ttft_ms"]))
-                check(q["e2e_ms"] >= x["osl"] * ms * 0.95 and q["e2e_ms"] >= q["ttft_ms"], "%s: E2E %r" % (what, q))
+                check(q["e2e_ms"] >= x["osl"] * ms and q["e2e_ms"] >= q["ttft_ms"], "%s: E2E %r" % (what, q))
                 check(len(q["itl_ms"]) == x["osl"] - 1, "%s: %d gaps" % (what, len(q["itl_ms"])))
                 tpot = (q["e2e_ms"] - q["ttft_ms"]) / (q["tokens"] - 1)
                 check(abs(tpot - q["tpot_ms"]) < 1e-3, "%s: TPOT %r != (E2E-TTFT)/(tokens-1)" % (what, q))
@@ -118,7 +121,7 @@ def scenario_cluster():
 
         with open(os.path.join(report, "report.md")) as f:
             md = f.read()
-        for row in ("| 1 | 16/8 | 1 | 1 | 8 / 8 | 0 |", "| 4 | 64/4 | 4 | 1 | 8 / 8 | 0 |"):
+        for row in ("| 1 | 16/16 | 1 | 1 | 8 / 8 | 0 |", "| 4 | 64/8 | 4 | 1 | 8 / 8 | 0 |"):
             check(row in md, "report.md lacks %r:\n%s" % (row, md))
         for dat in ("ttft_vs_isl.dat", "throughput_vs_concurrency.dat", "failures.dat", "plots.gp"):
             check(os.path.getsize(os.path.join(report, dat)) > 0, "report: %s empty" % dat)
