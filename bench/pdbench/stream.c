@@ -5,6 +5,7 @@
  * skipping strings with one pass and no allocation keeps the client's cost far below the server's.
  * Pure code (no I/O), any thread.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "err.h"
@@ -21,16 +22,22 @@ static const char *ws(const char *p, const char *e)
     return p;
 }
 
-/* p at the opening quote; returns the position after the closing quote, or NULL. */
+/* p at the opening quote; returns the position after the closing quote, or NULL. memchr finds each
+ * candidate quote (the text of a /generate event is one long string); a quote preceded by an odd
+ * number of backslashes is escaped. */
 static const char *skip_string(const char *p, const char *e)
 {
-    for (p++; p < e; p++) {
-        if (*p == '\\') {
-            p++;
-            continue;
-        }
-        if (*p == '"')
-            return p + 1;
+    const char *s = p + 1;
+    while (s < e) {
+        const char *q = memchr(s, '"', (size_t)(e - s));
+        if (q == NULL)
+            return NULL;
+        size_t k = 0;
+        while (q - k > p + 1 && q[-1 - (ptrdiff_t)k] == '\\')
+            k++;
+        if (k % 2 == 0)
+            return q + 1;
+        s = q + 1;
     }
     return NULL;
 }
@@ -70,43 +77,55 @@ static const char *skip_value(const char *p, const char *e)
     return NULL;
 }
 
-/* The value of member `key` of the object in v (keys compared as raw bytes), or an absent span. */
-static span_t obj_get(span_t v, const char *key)
+/* The values of the members named keys[0..n) of the object in v (keys compared as raw bytes; absent
+ * spans for missing ones), in one pass over the object. Returns 0, or -1 when v is not a well-formed
+ * object. */
+static int obj_get_many(span_t v, const char *const *keys, span_t *out, size_t n)
 {
-    span_t none = {NULL, NULL};
+    for (size_t i = 0; i < n; i++)
+        out[i].p = out[i].e = NULL;
     if (v.p == NULL)
-        return none;
+        return -1;
     const char *p = ws(v.p, v.e), *e = v.e;
     if (p >= e || *p != '{')
-        return none;
-    size_t klen = strlen(key);
+        return -1;
     p = ws(p + 1, e);
     if (p < e && *p == '}')
-        return none;
+        return 0;
     while (p < e) {
         if (*p != '"')
-            return none;
+            return -1;
         const char *k = p + 1, *kend = skip_string(p, e);
         if (kend == NULL)
-            return none;
-        int match = (size_t)(kend - 1 - k) == klen && memcmp(k, key, klen) == 0;
+            return -1;
+        size_t klen = (size_t)(kend - 1 - k);
         p = ws(kend, e);
         if (p >= e || *p != ':')
-            return none;
+            return -1;
         p = ws(p + 1, e);
         const char *vend = skip_value(p, e);
         if (vend == NULL)
-            return none;
-        if (match) {
-            span_t r = {p, vend};
-            return r;
-        }
+            return -1;
+        for (size_t i = 0; i < n; i++)
+            if (strlen(keys[i]) == klen && memcmp(k, keys[i], klen) == 0) {
+                out[i].p = p;
+                out[i].e = vend;
+            }
         p = ws(vend, e);
+        if (p < e && *p == '}')
+            return ws(p + 1, e) == e ? 0 : -1;
         if (p >= e || *p != ',')
-            return none;
+            return -1;
         p = ws(p + 1, e);
     }
-    return none;
+    return -1;
+}
+
+static span_t obj_get(span_t v, const char *key)
+{
+    span_t r;
+    obj_get_many(v, &key, &r, 1);
+    return r;
 }
 
 static span_t arr_first(span_t v)
@@ -154,7 +173,6 @@ void pdb_event_parse(const char *p, size_t n, pdb_event_t *ev)
 {
     memset(ev, 0, sizeof(*ev));
     ev->completion = ev->prompt = ev->pdsim_mono_us = -1;
-    span_t all = {p, p + n};
     const char *q = ws(p, p + n);
     size_t rest = (size_t)(p + n - q);
     while (rest > 0 && (q[rest - 1] == ' ' || q[rest - 1] == '\r' || q[rest - 1] == '\n'))
@@ -163,23 +181,21 @@ void pdb_event_parse(const char *p, size_t n, pdb_event_t *ev)
         ev->done = 1;
         return;
     }
-    if (rest == 0 || *q != '{' || skip_value(q, q + rest) != q + rest) {
+    static const char *const keys[] = {"error", "object", "pdsim_mono_us", "meta_info", "usage", "choices"};
+    span_t all = {q, q + rest}, v[6];
+    if (rest == 0 || *q != '{' || obj_get_many(all, keys, v, 6) != 0) {
         ev->bad_json = 1;
         return;
     }
-    all.p = q;
-    all.e = q + rest;
-    if (obj_get(all, "error").p != NULL || span_is(obj_get(all, "object"), "\"error\"")) {
+    if (v[0].p != NULL || span_is(v[1], "\"error\"")) {
         ev->error = 1;
         return;
     }
-    ev->pdsim_mono_us = span_int(obj_get(all, "pdsim_mono_us"));
-    span_t meta = obj_get(all, "meta_info");
-    if (meta.p == NULL)
-        meta = obj_get(all, "usage");
+    ev->pdsim_mono_us = span_int(v[2]);
+    span_t meta = v[3].p != NULL ? v[3] : v[4];
     ev->completion = span_int(obj_get(meta, "completion_tokens"));
     ev->prompt = span_int(obj_get(meta, "prompt_tokens"));
-    span_t c0 = arr_first(obj_get(all, "choices"));
+    span_t c0 = arr_first(v[5]);
     if (c0.p != NULL)
         ev->has_content = span_nonempty_string(obj_get(c0, "text")) ||
                           span_nonempty_string(obj_get(obj_get(c0, "delta"), "content"));
