@@ -22,7 +22,7 @@ pids="$pids $!"
 "$BUILD/pdsim" --role decode --port $((PORT + 2)) --kv-bytes-per-token "$KV_BPT" \
     --prefill-us-per-token "$PREFILL_US" --decode-us-per-token "$DECODE_US" >"$OUT/decode.log" 2>&1 &
 pids="$pids $!"
-"$BUILD/pdrouter" --pd-disaggregation --host 127.0.0.1 --port "$PORT" --admin-port $((PORT + 9)) \
+"$BUILD/pdrouter" --pd-disaggregation --host 127.0.0.1 --port "$PORT" --admin-port $((PORT + 9)) --drain-grace-ms 0 \
     --prefill "http://127.0.0.1:$((PORT + 1))" $((PORT + 11)) --decode "http://127.0.0.1:$((PORT + 2))" \
     >"$OUT/router.log" 2>&1 &
 pids="$pids $!"

@@ -382,7 +382,9 @@ static int write_gp(const pdb_opts_t *o, const pdb_run_t *runs, size_t n_runs, c
     fprintf(f, "# Made by pdbench: gnuplot plots.gp (from this directory) remakes the PNGs.\n");
     fprintf(f, "set terminal pngcairo size 900,560 font ',10'\nset grid\nset key outside right\n");
     fprintf(f, "\nset output 'ttft_vs_isl.png'\nset title 'TTFT p50 against input length'\n");
-    fprintf(f, "set xlabel 'input tokens (ISL)'\nset ylabel 'TTFT p50 (ms)'\nset logscale x 2\n");
+    fprintf(
+        f,
+        "set xlabel 'input tokens (ISL)'\nset ylabel 'TTFT p50 (ms)'\nset logscale x 2\nset logscale y 10\n");
     size_t shown = 0;
     for (size_t c = 0; c < o->n_conc; c++) {
         int have = 0; /* a block without points would stop gnuplot */
@@ -393,9 +395,9 @@ static int write_gp(const pdb_opts_t *o, const pdb_run_t *runs, size_t n_runs, c
                     shown++ ? ", \\\n     " : "plot ", c, o->conc[c]);
     }
     if (shown == 0)
-        fprintf(f, "set label 1 'no successful request' at graph 0.5,0.5 center\nunset logscale x\n"
+        fprintf(f, "set label 1 'no successful request' at graph 0.5,0.5 center\nunset logscale xy\n"
                    "set xrange [1:2]\nset yrange [0:1]\nplot -1 notitle\nunset label 1\nset autoscale xy");
-    fprintf(f, "\nunset logscale x\n");
+    fprintf(f, "\nunset logscale xy\n");
     fprintf(
         f,
         "\nset output 'throughput_vs_concurrency.png'\nset title 'Output throughput against concurrency'\n");
