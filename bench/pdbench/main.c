@@ -13,6 +13,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1080,6 +1081,12 @@ int main(int argc, char **argv)
         return rc;
     signal(SIGPIPE, SIG_IGN);
     pdb_opts_t *o = &b->o;
+    /* One connection per request in flight: the soft open-files limit goes up to the hard one. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
     size_t ulen = strlen(o->url);
     while (ulen > 7 && o->url[ulen - 1] == '/')
         ulen--;
