@@ -293,9 +293,7 @@ static int on_event(void *arg, const char *d, size_t n)
     } else {
         if (ev.has_content)
             delta = 1;
-        if (ev.completion >= 0 && ev.has_content == 0)
-            s->usage_tokens = ev.completion; /* the usage chunk (include_usage) */
-        else if (ev.completion >= 0)
+        if (ev.completion >= 0) /* the usage chunk (include_usage), or usage on every chunk */
             s->usage_tokens = ev.completion;
     }
     if (delta <= 0)
