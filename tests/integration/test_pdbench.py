@@ -10,7 +10,8 @@ scripted SSE server, checking what pdbench measured and reported.
 - failures: HTTP 500 from a worker, 503 through the router, refused connections, a failed health gate,
   a reset mid-stream: non-zero exit, failures counted by cause; --allow-failures exits 0.
 - stub: a Python SSE server that stamps pdsim_mono_us (router_overhead_us), answers short, sends an
-  error event or ends without [DONE]; plots skipped without gnuplot (exit 3) or with --no-plots.
+  error event, ends without [DONE] or does not stream; the seed fixes the prompts (and repeats get
+  their own); plots skipped without gnuplot (exit 3) or with --no-plots.
 - usage: bad flags exit 2 with a message; --help names every flag.
 """
 
@@ -204,6 +205,9 @@ def scenario_failures():
           "router failures: %r" % x, r)
 
 
+SEEN = []  # every body the stub received
+
+
 class Stub(http.server.BaseHTTPRequestHandler):
     """An SSE server in the sglang /generate shape. The query string picks the behaviour:
     stamp (pdsim_mono_us in every event: 50 ms in the past on the first, 10 s on the others), short
@@ -222,6 +226,7 @@ class Stub(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        SEEN.append(body)
         n = body["sampling_params"]["max_new_tokens"]
         mode = self.path.partition("?")[2]
         self.send_response(200)
@@ -270,6 +275,24 @@ def scenario_stub():
             check(j["runs"][0]["failures"] == {cause: 2}, "%s: %r" % (mode, j["runs"][0]))
             if mode == "error":
                 check("stub failure" in j["runs"][0]["failure_examples"][cause], "error event: %r" % j["runs"][0])
+
+        # The seed fixes the prompts: the same seed sends the same bodies, another seed others; every
+        # request of a matrix (repeats included) has its own prompt of ISL words.
+        def prompts(seed):
+            del SEEN[:]
+            j, _ = bench_json("--url", url, "--path", "/generate?plain", "--profiles", "12/2", "--concurrency", "1,2",
+                              "--repeats", 2, "--requests", 3, "--seed", seed, "--quiet")
+            check([(x["concurrency"], x["repeat"]) for x in j["runs"]] == [(1, 0), (1, 1), (2, 0), (2, 1)],
+                  "repeats: %r" % j["runs"])
+            check(all(x["ok"] == 3 for x in j["runs"]), "plain: %r" % j["runs"])
+            texts = [b["text"] for b in SEEN]
+            check(len(texts) == 16 and all(len(t.split(" ")) == 12 for t in texts), "prompts: %r" % texts)
+            check(all(b["sampling_params"] == {"max_new_tokens": 2, "ignore_eos": True, "temperature": 0}
+                      and b["stream"] is True for b in SEEN), "bodies: %r" % SEEN[:2])
+            return sorted(texts)
+        a, b, c = prompts(5), prompts(5), prompts(6)
+        check(a == b, "the same seed sent other prompts")
+        check(len(set(a)) == 16 and not set(a) & set(c), "prompts repeat across requests or seeds")
 
         # Plots asked for but gnuplot missing: the report says so, pdbench says so, exit 3.
         rc, out, err = pdbench("--url", url, "--path", "/generate?stamp", "--profiles", "4/3", "--requests", 2,
