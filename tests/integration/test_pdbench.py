@@ -5,7 +5,8 @@ scripted SSE server, checking what pdbench measured and reported.
 
 - cluster: a prefill + decode pdsim pair behind pdrouter; a 2 profiles x 2 concurrencies matrix on
   /generate (text and input_ids), /v1/completions and /v1/chat/completions. Counts, token numbers,
-  percentile order, latencies against pdsim's configured decode time, the JSON, report.md and the PNGs
+  percentile order, latencies against pdsim's configured decode time, the router overhead from the
+  decode's first-token stamp (pdsim --stamp-first-token), the JSON, report.md and the PNGs
   (this scenario exits 77 at the end, after every other check, when gnuplot is not installed).
 - failures: HTTP 500 from a worker, 503 through the router, refused connections, a failed health gate,
   a reset mid-stream: non-zero exit, failures counted by cause; --allow-failures exits 0.
@@ -66,7 +67,7 @@ def cluster():
                       "--prefill-us-per-token", str(PREFILL_US), "--decode-us-per-token", str(DECODE_US)],
                      name="pdsim-prefill")
     d = pdtest.start(["pdsim", "--role", "decode", "--port", "{port}", "--prefill-us-per-token", str(PREFILL_US),
-                      "--decode-us-per-token", str(DECODE_US)], name="pdsim-decode")
+                      "--decode-us-per-token", str(DECODE_US), "--stamp-first-token"], name="pdsim-decode")
     r = pdtest.start(["pdrouter", "--pd-disaggregation", "--host", "127.0.0.1", "--port", "{port}",
                       "--admin-port", "{admin}", "--drain-grace-ms", "0", "--prefill",
                       "http://127.0.0.1:%d" % p.port, str(p.ports["bport"]), "--decode",
@@ -95,7 +96,10 @@ def scenario_cluster():
             check(x["output_tokens"] == 8 * x["osl"], "%s: %d output tokens" % (what, x["output_tokens"]))
             check(x["prompt_tokens_mean"] == x["isl"], "%s: pdsim counted %r prompt tokens" % (what,
                                                                                             x["prompt_tokens_mean"]))
-            check("router_overhead_us" not in x, "%s: overhead without pdsim_mono_us" % what)
+            # The decode stamps its first event (--stamp-first-token): the router's share of TTFT.
+            dist_ok(x.get("router_overhead_us"), "%s router_overhead_us" % what)
+            check(x["router_overhead_us"]["n"] == 8 and x["router_overhead_us"]["max"] < 1000 * x["ttft_ms"]["max"],
+                  "%s: overhead %r, TTFT %r" % (what, x["router_overhead_us"], x["ttft_ms"]))
             for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
                 dist_ok(x[k], "%s %s" % (what, k))
             check(x["ttft_ms"]["n"] == 8 and x["e2e_ms"]["n"] == 8 and x["itl_ms"]["n"] == 8 * (x["osl"] - 1),
@@ -124,6 +128,7 @@ def scenario_cluster():
             md = f.read()
         for row in ("| 1 | 16/16 | 1 | 1 | 8 / 8 | 0 |", "| 4 | 64/8 | 4 | 1 | 8 / 8 | 0 |"):
             check(row in md, "report.md lacks %r:\n%s" % (row, md))
+        check("router overhead µs" in md, "report.md has no overhead column:\n%s" % md)
         for dat in ("ttft_vs_isl.dat", "throughput_vs_concurrency.dat", "failures.dat", "plots.gp"):
             check(os.path.getsize(os.path.join(report, dat)) > 0, "report: %s empty" % dat)
 
@@ -284,7 +289,7 @@ def scenario_stub():
                               "--repeats", 2, "--requests", 3, "--seed", seed, "--quiet")
             check([(x["concurrency"], x["repeat"]) for x in j["runs"]] == [(1, 0), (1, 1), (2, 0), (2, 1)],
                   "repeats: %r" % j["runs"])
-            check(all(x["ok"] == 3 for x in j["runs"]), "plain: %r" % j["runs"])
+            check(all(x["ok"] == 3 and "router_overhead_us" not in x for x in j["runs"]), "plain: %r" % j["runs"])
             texts = [b["text"] for b in SEEN]
             check(len(texts) == 16 and all(len(t.split(" ")) == 12 for t in texts), "prompts: %r" % texts)
             check(all(b["sampling_params"] == {"max_new_tokens": 2, "ignore_eos": True, "temperature": 0}
