@@ -4,6 +4,8 @@ set -eu
 PKGS="build-essential cmake pkgconf git ca-certificates \
  libuv1-dev libh2o-dev libcurl4-openssl-dev libyaml-dev libibverbs-dev libssl-dev libjansson-dev \
  curl python3 nghttp2-client wrk nginx-light iperf3 jq bc clang-format"
+# pdbench --report draws its plots with gnuplot (PNG through the cairo terminal).
+PKGS="$PKGS gnuplot-nox"
 # ss (iproute2): router_conn_limit counts the router's connections to a worker.
 PKGS="$PKGS iproute2"
 # Browser test of the admin status page.
