@@ -210,8 +210,68 @@ int pdr__check_annotation(const char *s, size_t len, char *msg, size_t msglen)
     return 0;
 }
 
+static void pool_conf_free(pdr_pool_conf_t *pl)
+{
+    free(pl->name);
+    for (size_t i = 0; i < pl->n_models; i++)
+        free(pl->models[i]);
+    free(pl->models);
+    for (size_t i = 0; i < pl->n_prefill; i++)
+        pdr_worker_conf_clear(&pl->prefill[i]);
+    free(pl->prefill);
+    for (size_t i = 0; i < pl->n_decode; i++)
+        pdr_worker_conf_clear(&pl->decode[i]);
+    free(pl->decode);
+}
+
+size_t pdr_config_pool_count(const pdr_config_t *c)
+{
+    return c->n_pools > 0 ? c->n_pools : 1;
+}
+
+void pdr_config_pool(const pdr_config_t *c, size_t i, pdr_pool_conf_t *out)
+{
+    if (c->n_pools > 0) {
+        *out = c->pools[i < c->n_pools ? i : 0];
+        return;
+    }
+    memset(out, 0, sizeof(*out));
+    out->name = (char *)PDR_DEFAULT_POOL;
+    out->protocol = c->protocol;
+    out->policy_prefill = c->policy_prefill;
+    out->policy_decode = c->policy_decode;
+    out->prefill = c->prefill;
+    out->n_prefill = c->n_prefill;
+    out->decode = c->decode;
+    out->n_decode = c->n_decode;
+}
+
+long pdr_config_pool_for_model(const pdr_config_t *c, const char *model, size_t len)
+{
+    if (c->n_pools == 0)
+        return 0;
+    for (size_t i = 0; i < c->n_pools; i++)
+        for (size_t k = 0; k < c->pools[i].n_models; k++)
+            if (strlen(c->pools[i].models[k]) == len && memcmp(c->pools[i].models[k], model, len) == 0)
+                return (long)i;
+    return -1;
+}
+
+long pdr_config_pool_find(const pdr_config_t *c, const char *name, size_t len)
+{
+    if (c->n_pools == 0)
+        return len == strlen(PDR_DEFAULT_POOL) && memcmp(name, PDR_DEFAULT_POOL, len) == 0 ? 0 : -1;
+    for (size_t i = 0; i < c->n_pools; i++)
+        if (strlen(c->pools[i].name) == len && memcmp(c->pools[i].name, name, len) == 0)
+            return (long)i;
+    return -1;
+}
+
 static void config_free(pdr_config_t *c)
 {
+    for (size_t i = 0; i < c->n_pools; i++)
+        pool_conf_free(&c->pools[i]);
+    free(c->pools);
     free(c->source);
     free(c->listen_host);
     free(c->admin_host);

@@ -33,6 +33,19 @@ typedef struct pdr_ipnet {
     char text[52];    /* canonical "address/prefix", for messages */
 } pdr_ipnet_t;
 
+/* One pool of `pools:`: the workers that serve a set of models, with their own protocol and policies. */
+typedef struct pdr_pool_conf {
+    char *name;      /* unique, [a-z0-9_-], at most PDR_CONFIG_MAX_POOL_NAME bytes */
+    char **models;   /* the model names it serves (at least one; each in one pool only) */
+    size_t n_models; /* 0 only in the shorthand's view (pdr_config_pool): any model */
+    pdr_protocol_t protocol;
+    pdr_policy_kind_t policy_prefill, policy_decode;
+    pdr_worker_conf_t *prefill;
+    size_t n_prefill;
+    pdr_worker_conf_t *decode;
+    size_t n_decode;
+} pdr_pool_conf_t;
+
 typedef struct pdr_config {
     char *source; /* file name, or "<command line>" */
 
@@ -60,6 +73,12 @@ typedef struct pdr_config {
     size_t n_prefill;
     pdr_worker_conf_t *decode;
     size_t n_decode;
+
+    /* `pools:` (n_pools > 0): then protocol, policy_* and the static lists above are unused (defaults and
+     * empty), and the router reads each pool's. n_pools == 0: the one-pool shorthand, a pool named
+     * "default" of the top-level keys serving every model. Read both forms through pdr_config_pool. */
+    pdr_pool_conf_t *pools;
+    size_t n_pools;
 
     struct {
         char *path;       /* default /health */
@@ -190,6 +209,18 @@ void pdr_config_usage(FILE *out);
  * no bootstrap_port on a decode worker). For snapshots built in code; the loaders already run it.
  * Returns 0 or PDR_ECONFIG with "key: message" in err. */
 int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen);
+
+/* Pools (both forms). pdr_config_pool_count: n_pools, or 1 for the shorthand. pdr_config_pool: a shallow
+ * copy of the i-th pool into *out (its pointers borrowed from the snapshot); for the shorthand a view
+ * named "default" (n_models 0: any model) of the top-level keys. */
+size_t pdr_config_pool_count(const pdr_config_t *c);
+void pdr_config_pool(const pdr_config_t *c, size_t i, pdr_pool_conf_t *out);
+/* The pool that serves the model model[0..len): its index, or -1 when none does. The shorthand serves
+ * every model (0, whatever the name). */
+long pdr_config_pool_for_model(const pdr_config_t *c, const char *model, size_t len);
+/* The pool named name[0..len): its index, or -1. */
+long pdr_config_pool_find(const pdr_config_t *c, const char *name, size_t len);
+#define PDR_DEFAULT_POOL "default"
 
 /* Name → enum ("round_robin", "sglang", ...), the inverse of pdr_policy_name/pdr_protocol_name.
  * Return 0 or PDR_EINVAL. */

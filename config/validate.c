@@ -315,41 +315,152 @@ static int check_discovery(const pdr_config_t *c, char *err, size_t errlen)
     return 0;
 }
 
-static int check_workers(const pdr_config_t *c, pdr_role_t r, char *err, size_t errlen)
+/* One role's static workers; prefix names where they are ("workers" or "pools[1].workers"). */
+static int check_worker_list(const pdr_worker_conf_t *ws, size_t n, pdr_role_t r, const char *prefix,
+                             int discovered, char *err, size_t errlen)
 {
-    const pdr_worker_conf_t *ws = r == PDR_ROLE_PREFILL ? c->prefill : c->decode;
-    size_t n = r == PDR_ROLE_PREFILL ? c->n_prefill : c->n_decode;
     const char *role = r == PDR_ROLE_PREFILL ? "prefill" : "decode";
-    if (n == 0 && !pdr__role_discovered(c, r)) {
-        pdr__config_err(err, errlen, PDR__NO_WORKERS_FMT, role, role, role, role);
+    if (n == 0 && !discovered) {
+        if (strcmp(prefix, "workers") == 0)
+            pdr__config_err(err, errlen, PDR__NO_WORKERS_FMT, role, role, role, role);
+        else
+            pdr__config_err(err, errlen, "%s.%s: at least one %s worker is required", prefix, role, role);
         return PDR_ECONFIG;
     }
     if (n > PDR_CONFIG_MAX_WORKERS) {
-        pdr__config_err(err, errlen, "workers.%s: more than %d workers", role, PDR_CONFIG_MAX_WORKERS);
+        pdr__config_err(err, errlen, "%s.%s: more than %d workers", prefix, role, PDR_CONFIG_MAX_WORKERS);
         return PDR_ECONFIG;
     }
     for (size_t i = 0; i < n; i++) {
         const pdr_worker_conf_t *w = &ws[i];
         if (w->url == NULL || w->host == NULL || w->port < 1 || w->port > 65535) {
-            pdr__config_err(err, errlen, "workers.%s[%zu]: missing or invalid url", role, i);
+            pdr__config_err(err, errlen, "%s.%s[%zu]: missing or invalid url", prefix, role, i);
             return PDR_ECONFIG;
         }
         if (role[0] == 'd' && w->bootstrap_port != -1) {
-            pdr__config_err(err, errlen,
-                            "workers.decode[%zu]: bootstrap_port is only valid for prefill workers", i);
+            pdr__config_err(err, errlen, "%s.decode[%zu]: bootstrap_port is only valid for prefill workers",
+                            prefix, i);
             return PDR_ECONFIG;
         }
         if (w->bootstrap_port != -1 && (w->bootstrap_port < 1 || w->bootstrap_port > 65535)) {
-            pdr__config_err(err, errlen,
-                            "workers.%s[%zu].bootstrap_port: %d is out of range, expected 1..65535", role, i,
-                            w->bootstrap_port);
+            pdr__config_err(err, errlen, "%s.%s[%zu].bootstrap_port: %d is out of range, expected 1..65535",
+                            prefix, role, i, w->bootstrap_port);
             return PDR_ECONFIG;
         }
         long j = pdr__workers_find_dup(ws, i);
         if (j >= 0) {
-            pdr__config_err(err, errlen, "workers.%s[%zu]: duplicate worker '%s' (same as workers.%s[%ld])",
-                            role, i, w->url, role, j);
+            pdr__config_err(err, errlen, "%s.%s[%zu]: duplicate worker '%s' (same as %s.%s[%ld])", prefix,
+                            role, i, w->url, prefix, role, j);
             return PDR_ECONFIG;
+        }
+    }
+    return 0;
+}
+
+static int check_workers(const pdr_config_t *c, pdr_role_t r, char *err, size_t errlen)
+{
+    const pdr_worker_conf_t *ws = r == PDR_ROLE_PREFILL ? c->prefill : c->decode;
+    size_t n = r == PDR_ROLE_PREFILL ? c->n_prefill : c->n_decode;
+    return check_worker_list(ws, n, r, "workers", pdr__role_discovered(c, r), err, errlen);
+}
+
+static int same_str(const char *a, const char *b)
+{
+    return a != NULL && b != NULL && strcmp(a, b) == 0;
+}
+
+/* pools: names, models (each in one pool), protocol, policies and workers (each in one pool); nothing of
+ * the one-pool form beside them. */
+static int check_pools(const pdr_config_t *c, char *err, size_t errlen)
+{
+    char key[96];
+    if (c->n_pools > PDR_CONFIG_MAX_POOLS || c->pools == NULL) {
+        pdr__config_err(err, errlen, "pools: between 1 and %d pools", PDR_CONFIG_MAX_POOLS);
+        return PDR_ECONFIG;
+    }
+    if (c->n_prefill > 0 || c->n_decode > 0) {
+        pdr__config_err(err, errlen, "workers: not allowed beside pools: (each pool has its own workers)");
+        return PDR_ECONFIG;
+    }
+    if (pdr__role_discovered(c, PDR_ROLE_PREFILL) || pdr__role_discovered(c, PDR_ROLE_DECODE)) {
+        pdr__config_err(err, errlen, "discovery: not supported together with pools: yet");
+        return PDR_ECONFIG;
+    }
+    for (size_t i = 0; i < c->n_pools; i++) {
+        const pdr_pool_conf_t *pl = &c->pools[i];
+        const char *nm = pl->name;
+        size_t len = nm != NULL ? strlen(nm) : 0;
+        int ok = len >= 1 && len <= PDR_CONFIG_MAX_POOL_NAME;
+        for (size_t k = 0; ok && k < len; k++)
+            ok = (nm[k] >= 'a' && nm[k] <= 'z') || (nm[k] >= '0' && nm[k] <= '9') || nm[k] == '-' ||
+                 nm[k] == '_';
+        if (!ok) {
+            pdr__config_err(err, errlen, "pools[%zu].name: 1..%d characters of a-z, 0-9, '-' and '_'", i,
+                            PDR_CONFIG_MAX_POOL_NAME);
+            return PDR_ECONFIG;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (same_str(c->pools[j].name, nm)) {
+                pdr__config_err(err, errlen, "pools[%zu].name: duplicate pool name '%s' (same as pools[%zu])",
+                                i, nm, j);
+                return PDR_ECONFIG;
+            }
+        if (pl->n_models == 0 || pl->n_models > PDR_CONFIG_MAX_MODELS || pl->models == NULL) {
+            pdr__config_err(err, errlen, "pools[%zu].models: between 1 and %d model names", i,
+                            PDR_CONFIG_MAX_MODELS);
+            return PDR_ECONFIG;
+        }
+        for (size_t k = 0; k < pl->n_models; k++) {
+            const char *m = pl->models[k];
+            size_t ml = m != NULL ? strlen(m) : 0;
+            int mok = ml >= 1 && ml <= PDR_CONFIG_MAX_MODEL_NAME;
+            for (size_t q = 0; mok && q < ml; q++)
+                mok = (unsigned char)m[q] >= 0x20 && m[q] != 0x7f && m[q] != '"' && m[q] != '\\';
+            if (!mok) {
+                pdr__config_err(err, errlen,
+                                "pools[%zu].models[%zu]: 1..%d bytes, no control characters, '\"' or '\\'", i,
+                                k, PDR_CONFIG_MAX_MODEL_NAME);
+                return PDR_ECONFIG;
+            }
+            for (size_t j = 0; j <= i; j++)
+                for (size_t q = 0; q < (j == i ? k : c->pools[j].n_models); q++)
+                    if (same_str(c->pools[j].models[q], m)) {
+                        pdr__config_err(err, errlen,
+                                        "pools[%zu].models[%zu]: model '%s' is served by pool '%s' already",
+                                        i, k, m, c->pools[j].name);
+                        return PDR_ECONFIG;
+                    }
+        }
+        snprintf(key, sizeof(key), "pools[%zu].protocol", i);
+        CHECK_RANGE(pl->protocol, 0, 2, key);
+        if (pl->protocol != PDR_PROTO_SGLANG) {
+            pdr__config_err(err, errlen, "%s: " PDR__PROTOCOL_UNSUPPORTED_FMT, key,
+                            pdr_protocol_name(pl->protocol));
+            return PDR_ECONFIG;
+        }
+        snprintf(key, sizeof(key), "pools[%zu].policy.prefill", i);
+        CHECK_RANGE(pl->policy_prefill, 0, 2, key);
+        snprintf(key, sizeof(key), "pools[%zu].policy.decode", i);
+        CHECK_RANGE(pl->policy_decode, 0, 2, key);
+        snprintf(key, sizeof(key), "pools[%zu].workers", i);
+        for (int r = 0; r < 2; r++) {
+            const pdr_worker_conf_t *ws = r == 0 ? pl->prefill : pl->decode;
+            size_t n = r == 0 ? pl->n_prefill : pl->n_decode;
+            int rc = check_worker_list(ws, n, (pdr_role_t)r, key, 0, err, errlen);
+            if (rc != 0)
+                return rc;
+            for (size_t k = 0; k < n; k++)
+                for (size_t j = 0; j < i; j++) {
+                    const pdr_worker_conf_t *os = r == 0 ? c->pools[j].prefill : c->pools[j].decode;
+                    size_t on = r == 0 ? c->pools[j].n_prefill : c->pools[j].n_decode;
+                    for (size_t q = 0; q < on; q++)
+                        if (same_str(os[q].url, ws[k].url)) {
+                            pdr__config_err(err, errlen, "%s.%s[%zu]: worker '%s' is in pool '%s' already",
+                                            key, r == 0 ? "prefill" : "decode", k, ws[k].url,
+                                            c->pools[j].name);
+                            return PDR_ECONFIG;
+                        }
+                }
         }
     }
     return 0;
@@ -462,6 +573,8 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         }
     }
     int rc = check_discovery(c, err, errlen);
+    if (rc == 0 && c->n_pools > 0)
+        return check_pools(c, err, errlen);
     if (rc == 0)
         rc = check_workers(c, PDR_ROLE_PREFILL, err, errlen);
     if (rc == 0)

@@ -46,6 +46,10 @@ enum ftype {
     F_NETWORKS,   /* sequence of IP networks, or null for none (admin_deny_networks) */
     F_ORIGINS,    /* sequence of CORS origins, or null for none (cors.allowed_origins) */
     F_ANNOTATION, /* string: a Kubernetes annotation key */
+    F_POOLS,      /* pools: a sequence of pool mappings */
+    F_POOL_NAME,  /* a pool's name: [a-z0-9_-], unique */
+    F_MODELS,     /* a pool's models: a sequence of model names, each in one pool only */
+    F_REFUSED,    /* a key that is known but not supported here; the message is in sub's key */
 };
 
 struct field {
@@ -189,6 +193,26 @@ static const struct field discovery_fields[] = {
     {"kubernetes", F_SECTION, 0, 0, 0, k8s_fields},
     {NULL, 0, 0, 0, 0, NULL},
 };
+#define POOLF(m) offsetof(pdr_pool_conf_t, m)
+static const struct field pool_policy_fields[] = {
+    {"prefill", F_POLICY, POOLF(policy_prefill), 0, 0, NULL},
+    {"decode", F_POLICY, POOLF(policy_decode), 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field pool_discovery_refused[] = {
+    {"discovery per pool is not supported yet: list the pool's workers under its workers: key, or add them "
+     "at run time with POST /admin/v1/workers and \"pool\"",
+     0, 0, 0, 0, NULL},
+};
+static const struct field pool_fields[] = {
+    {"name", F_POOL_NAME, POOLF(name), 0, 0, NULL},
+    {"models", F_MODELS, 0, 0, 0, NULL},
+    {"protocol", F_PROTOCOL, POOLF(protocol), 0, 0, NULL},
+    {"policy", F_POLICIES, 0, 0, 0, pool_policy_fields},
+    {"workers", F_SECTION, 0, 0, 0, workers_fields},
+    {"discovery", F_REFUSED, 0, 0, 0, pool_discovery_refused},
+    {NULL, 0, 0, 0, 0, NULL},
+};
 static const struct field top_fields[] = {
     {"listen", F_SECTION, 0, 0, 0, listen_fields},
     {"admin", F_SECTION, 0, 0, 0, admin_fields},
@@ -206,6 +230,7 @@ static const struct field top_fields[] = {
     {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields},
     {"threads", F_INT, CONF(threads), 0, PDR_MAX_THREADS, NULL},
     {"discovery", F_SECTION, 0, 0, 0, discovery_fields},
+    {"pools", F_POOLS, 0, 0, 0, pool_fields},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field prefill_fields[] = {
@@ -223,6 +248,7 @@ struct ctx {
     const char *name;
     yaml_document_t *doc;
     pdr_config_t *c;
+    pdr_pool_conf_t *pool; /* the pool being read (pools[i]); NULL outside pools: */
     char *err;
     size_t errlen;
 };
@@ -343,6 +369,7 @@ static int get_policy(struct ctx *cx, const yaml_node_t *v, const char *path, pd
 
 static int walk_map(struct ctx *cx, const yaml_node_t *map, const char *path, const struct field *fields,
                     void *base);
+static const yaml_node_t *map_get(yaml_document_t *doc, const yaml_node_t *map, const char *key);
 
 typedef int (*check_fn)(const char *s, size_t len, char *msg, size_t msglen);
 
@@ -394,6 +421,10 @@ static int load_workers(struct ctx *cx, const yaml_node_t *seq, const char *path
 {
     pdr_worker_conf_t **arr = role == PDR_ROLE_PREFILL ? &cx->c->prefill : &cx->c->decode;
     size_t *n = role == PDR_ROLE_PREFILL ? &cx->c->n_prefill : &cx->c->n_decode;
+    if (cx->pool != NULL) {
+        arr = role == PDR_ROLE_PREFILL ? &cx->pool->prefill : &cx->pool->decode;
+        n = role == PDR_ROLE_PREFILL ? &cx->pool->n_prefill : &cx->pool->n_decode;
+    }
     if (is_null(seq))
         return 0;
     if (seq->type != YAML_SEQUENCE_NODE)
@@ -495,6 +526,172 @@ static int load_networks(struct ctx *cx, const yaml_node_t *seq, const char *pat
     return 0;
 }
 
+/* A pool's name: 1..PDR_CONFIG_MAX_POOL_NAME of [a-z0-9_-] (it appears in metric labels, log lines and
+ * the admin API's JSON as is), unique among the pools read so far. */
+static int get_pool_name(struct ctx *cx, const yaml_node_t *v, const char *path, char **dst)
+{
+    char buf[80];
+    int rc = need_scalar(cx, v, path, "a pool name");
+    if (rc != 0)
+        return rc;
+    size_t len;
+    const char *s = sval(v, &len);
+    int ok = len >= 1 && len <= PDR_CONFIG_MAX_POOL_NAME;
+    for (size_t i = 0; ok && i < len; i++)
+        ok = (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-' || s[i] == '_';
+    if (!ok)
+        return FAIL(cx, v, "%s: '%s' is not a pool name: 1..%d characters of a-z, 0-9, '-' and '_'", path,
+                    show(v, buf, sizeof(buf)), PDR_CONFIG_MAX_POOL_NAME);
+    for (size_t i = 0; i < cx->c->n_pools && &cx->c->pools[i] != cx->pool; i++)
+        if (cx->c->pools[i].name != NULL && strlen(cx->c->pools[i].name) == len &&
+            memcmp(cx->c->pools[i].name, s, len) == 0)
+            return FAIL(cx, v, "%s: duplicate pool name '%s' (same as pools[%zu])", path,
+                        show(v, buf, sizeof(buf)), i);
+    return get_string(cx, v, path, dst);
+}
+
+/* The pool (< upto) and model index that already serve model s[0..len), or -1. */
+static long model_owner(const pdr_config_t *c, size_t upto, const pdr_pool_conf_t *cur, size_t cur_n,
+                        const char *s, size_t len, size_t *at)
+{
+    for (size_t i = 0; i <= upto && i < c->n_pools; i++) {
+        const pdr_pool_conf_t *pl = &c->pools[i];
+        size_t n = pl == cur ? cur_n : pl->n_models;
+        for (size_t k = 0; k < n; k++)
+            if (pl->models[k] != NULL && strlen(pl->models[k]) == len && memcmp(pl->models[k], s, len) == 0) {
+                *at = k;
+                return (long)i;
+            }
+    }
+    return -1;
+}
+
+/* A pool's models: a non-empty sequence of names (no control characters), each served by one pool. */
+static int load_models(struct ctx *cx, const yaml_node_t *seq, const char *path)
+{
+    pdr_pool_conf_t *pl = cx->pool;
+    char buf[80];
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return FAIL(cx, seq, "%s: expected a sequence of model names, got %s", path,
+                    is_null(seq) ? "null" : node_kind(seq));
+    size_t count = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    if (count == 0)
+        return FAIL(cx, seq, "%s: a pool serves at least one model", path);
+    if (count > PDR_CONFIG_MAX_MODELS)
+        return FAIL(cx, seq, "%s: %zu models, at most %d are allowed", path, count, PDR_CONFIG_MAX_MODELS);
+    if ((pl->models = calloc(count, sizeof(char *))) == NULL)
+        return FAIL(cx, seq, "out of memory");
+    size_t self = (size_t)(pl - cx->c->pools);
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *item = yaml_document_get_node(cx->doc, seq->data.sequence.items.start[i]);
+        char ipath[160];
+        snprintf(ipath, sizeof(ipath), "%.120s[%zu]", path, i);
+        if (item == NULL)
+            return FAIL(cx, seq, "%s: missing node", ipath);
+        int rc = need_scalar(cx, item, ipath, "a model name");
+        if (rc != 0)
+            return rc;
+        size_t len;
+        const unsigned char *s = (const unsigned char *)sval(item, &len);
+        if (len == 0 || len > PDR_CONFIG_MAX_MODEL_NAME)
+            return FAIL(cx, item, "%s: a model name has 1..%d bytes", ipath, PDR_CONFIG_MAX_MODEL_NAME);
+        for (size_t k = 0; k < len; k++)
+            if (s[k] < 0x20 || s[k] == 0x7f || s[k] == '"' || s[k] == '\\')
+                return FAIL(cx, item, "%s: a model name has no control characters, '\"' or '\\'", ipath);
+        size_t at = 0;
+        long owner = model_owner(cx->c, self, pl, i, (const char *)s, len, &at);
+        if (owner == (long)self)
+            return FAIL(cx, item, "%s: model '%s' is listed twice (same as %.120s[%zu])", ipath,
+                        show(item, buf, sizeof(buf)), path, at);
+        if (owner >= 0)
+            return FAIL(cx, item,
+                        "%s: model '%s' is served by pool '%s' already; a model belongs to one pool", ipath,
+                        show(item, buf, sizeof(buf)), cx->c->pools[owner].name);
+        if (pdr__config_set_str(&pl->models[i], (const char *)s, len) != 0)
+            return FAIL(cx, item, "out of memory");
+        pl->n_models = i + 1;
+    }
+    return 0;
+}
+
+/* pools: a non-empty sequence of {name, models, protocol?, policy?, workers}. */
+static int load_pools(struct ctx *cx, const yaml_node_t *seq, const char *path, const struct field *fields)
+{
+    pdr_config_t *c = cx->c;
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return FAIL(cx, seq, "%s: expected a sequence of pools ({name, models, workers}), got %s", path,
+                    is_null(seq) ? "null" : node_kind(seq));
+    size_t count = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    if (count == 0)
+        return FAIL(cx, seq, "%s: at least one pool is required (or leave pools: out for one pool)", path);
+    if (count > PDR_CONFIG_MAX_POOLS)
+        return FAIL(cx, seq, "%s: %zu pools, at most %d are allowed", path, count, PDR_CONFIG_MAX_POOLS);
+    if ((c->pools = calloc(count, sizeof(*c->pools))) == NULL)
+        return FAIL(cx, seq, "out of memory");
+    c->n_pools = count;
+    for (size_t i = 0; i < count; i++) {
+        c->pools[i].protocol = PDR_PROTO_SGLANG;
+        c->pools[i].policy_prefill = PDR_POLICY_ROUND_ROBIN;
+        c->pools[i].policy_decode = PDR_POLICY_LEAST_LOAD;
+    }
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *item = yaml_document_get_node(cx->doc, seq->data.sequence.items.start[i]);
+        char ipath[160];
+        snprintf(ipath, sizeof(ipath), "%.120s[%zu]", path, i);
+        if (item == NULL)
+            return FAIL(cx, seq, "%s: missing node", ipath);
+        if (item->type != YAML_MAPPING_NODE)
+            return FAIL(cx, item, "%s: expected a mapping {name, models, workers}, got %s", ipath,
+                        is_null(item) ? "null" : node_kind(item));
+        pdr_pool_conf_t *pl = &c->pools[i];
+        cx->pool = pl;
+        int rc = walk_map(cx, item, ipath, fields, pl);
+        cx->pool = NULL;
+        if (rc != 0)
+            return rc;
+        if (pl->name == NULL)
+            return FAIL(cx, item, "%s: missing required key 'name'", ipath);
+        if (pl->n_models == 0)
+            return FAIL(cx, item, "%s: missing required key 'models' (the model names the pool serves)",
+                        ipath);
+        const yaml_node_t *workers = map_get(cx->doc, item, "workers");
+        static const char *const roles[] = {"prefill", "decode"};
+        size_t counts[] = {pl->n_prefill, pl->n_decode};
+        for (int r = 0; r < 2; r++) {
+            if (counts[r] != 0)
+                continue;
+            const yaml_node_t *list = map_get(cx->doc, workers, roles[r]);
+            return FAIL(cx,
+                        list != NULL      ? list
+                        : workers != NULL ? workers
+                                          : item,
+                        "%s.workers.%s: at least one %s worker is required", ipath, roles[r], roles[r]);
+        }
+        /* A worker serves one pool: its URL may not appear in an earlier one. */
+        for (int r = 0; r < 2; r++) {
+            const pdr_worker_conf_t *ws = r == 0 ? pl->prefill : pl->decode;
+            const yaml_node_t *list = map_get(cx->doc, workers, roles[r]);
+            for (size_t k = 0; k < counts[r]; k++)
+                for (size_t j = 0; j < i; j++) {
+                    const pdr_pool_conf_t *o = &c->pools[j];
+                    const pdr_worker_conf_t *os = r == 0 ? o->prefill : o->decode;
+                    size_t on = r == 0 ? o->n_prefill : o->n_decode;
+                    for (size_t m = 0; m < on; m++)
+                        if (strcmp(os[m].url, ws[k].url) == 0) {
+                            const yaml_node_t *at = list;
+                            if (list != NULL && list->type == YAML_SEQUENCE_NODE)
+                                at = yaml_document_get_node(cx->doc, list->data.sequence.items.start[k]);
+                            return FAIL(cx, at != NULL ? at : item,
+                                        "%s.workers.%s[%zu]: worker '%s' is in pool '%s' already; a worker "
+                                        "serves one pool",
+                                        ipath, roles[r], k, ws[k].url, o->name);
+                        }
+                }
+        }
+    }
+    return 0;
+}
+
 static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, const char *path, void *base)
 {
     char buf[80];
@@ -509,7 +706,9 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
         if (v->type == YAML_SCALAR_NODE) {
             pdr_policy_kind_t k;
             rc = get_policy(cx, v, path, &k);
-            if (rc == 0)
+            if (rc == 0 && cx->pool != NULL)
+                cx->pool->policy_prefill = cx->pool->policy_decode = k;
+            else if (rc == 0)
                 cx->c->policy_prefill = cx->c->policy_decode = k;
             return rc;
         }
@@ -651,6 +850,14 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
             return FAIL(cx, v, "%s: missing required key 'port' (the workers' HTTP port)", path);
         return 0;
     }
+    case F_POOLS:
+        return load_pools(cx, v, path, f->sub);
+    case F_POOL_NAME:
+        return get_pool_name(cx, v, path, (char **)(void *)p);
+    case F_MODELS:
+        return load_models(cx, v, path);
+    case F_REFUSED:
+        return FAIL(cx, v, "%s: %s", path, f->sub->key);
     case F_K8S_ROLE:
         rc = walk_map(cx, v, path, f->sub, base);
         if (rc == 0 && cx->c->discovery.kubernetes.role[f->min].selector == NULL)
@@ -735,6 +942,19 @@ static const yaml_node_t *map_get(yaml_document_t *doc, const yaml_node_t *map, 
     return NULL;
 }
 
+/* The key node of `key` in map, or NULL. */
+static const yaml_node_t *map_key(yaml_document_t *doc, const yaml_node_t *map, const char *key)
+{
+    for (const yaml_node_pair_t *pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top;
+         pair++) {
+        const yaml_node_t *k = yaml_document_get_node(doc, pair->key);
+        if (k != NULL && k->type == YAML_SCALAR_NODE && k->data.scalar.length == strlen(key) &&
+            memcmp(k->data.scalar.value, key, k->data.scalar.length) == 0)
+            return k;
+    }
+    return NULL;
+}
+
 /* Translates libyaml's parser error into "name:line:col: problem context". */
 static void syntax_error(struct ctx *cx, const yaml_parser_t *p, const char *text, size_t textlen)
 {
@@ -772,7 +992,7 @@ static void syntax_error(struct ctx *cx, const yaml_parser_t *p, const char *tex
 
 pdr_config_t *pdr_config_load_string(const char *text, size_t len, const char *name, char *err, size_t errlen)
 {
-    struct ctx cx = {name != NULL ? name : "<string>", NULL, NULL, err, errlen};
+    struct ctx cx = {name != NULL ? name : "<string>", NULL, NULL, NULL, err, errlen};
     yaml_parser_t parser;
     yaml_document_t doc, extra;
     pdr_config_t *c = NULL;
@@ -824,17 +1044,38 @@ pdr_config_t *pdr_config_load_string(const char *text, size_t len, const char *n
     if (rc != 0)
         goto out;
 
-    /* Each role needs static workers or a discovery source. */
-    const yaml_node_t *workers = map_get(&doc, root, "workers");
-    const char *roles[] = {"prefill", "decode"};
-    size_t counts[] = {c->n_prefill, c->n_decode};
-    for (int r = 0; r < 2; r++) {
-        if (counts[r] != 0 || pdr__role_discovered(c, (pdr_role_t)r))
-            continue;
-        const yaml_node_t *list = map_get(&doc, workers, roles[r]);
-        const yaml_node_t *at = list != NULL ? list : workers != NULL ? workers : root;
-        rc = FAIL(&cx, at, PDR__NO_WORKERS_FMT, roles[r], roles[r], roles[r], roles[r]);
-        goto out;
+    /* pools: or the one-pool shorthand (workers, protocol, policy, discovery at the top), not both. */
+    const yaml_node_t *pools = map_key(&doc, root, "pools");
+    if (pools != NULL) {
+        static const char *const shorthand[] = {"workers", "protocol", "policy", "discovery"};
+        for (size_t i = 0; i < sizeof(shorthand) / sizeof(shorthand[0]); i++) {
+            const yaml_node_t *v = map_key(&doc, root, shorthand[i]);
+            if (v == NULL)
+                continue;
+            if (i == 3)
+                rc = FAIL(&cx, v,
+                          "discovery: not supported together with pools: yet (each pool lists its workers, "
+                          "or they are added with the admin API)");
+            else
+                rc = FAIL(&cx, v,
+                          "%s: not allowed beside pools: (line %zu); with pools:, each pool has its own "
+                          "workers, protocol and policy (a top-level %s: is the one-pool form)",
+                          shorthand[i], pools->start_mark.line + 1, shorthand[i]);
+            goto out;
+        }
+    } else {
+        /* Each role needs static workers or a discovery source. */
+        const yaml_node_t *workers = map_get(&doc, root, "workers");
+        const char *roles[] = {"prefill", "decode"};
+        size_t counts[] = {c->n_prefill, c->n_decode};
+        for (int r = 0; r < 2; r++) {
+            if (counts[r] != 0 || pdr__role_discovered(c, (pdr_role_t)r))
+                continue;
+            const yaml_node_t *list = map_get(&doc, workers, roles[r]);
+            const yaml_node_t *at = list != NULL ? list : workers != NULL ? workers : root;
+            rc = FAIL(&cx, at, PDR__NO_WORKERS_FMT, roles[r], roles[r], roles[r], roles[r]);
+            goto out;
+        }
     }
     /* Final guard: every value was checked where it was read, so this only fails on a bug here. */
     char msg[512];

@@ -1630,6 +1630,196 @@ static void test_sglang_keys(void)
         "[prefix/]name (name: 1..63 letters, digits, '-', '_', '.'; prefix: a lowercase DNS subdomain)");
 }
 
+#define POOL_A                                                                                               \
+    "  - name: pool-a\n"                                                                                     \
+    "    models: [llama, llama-instruct]\n"                                                                  \
+    "    workers:\n"                                                                                         \
+    "      prefill: [ { url: http://127.0.0.1:31001, bootstrap_port: 8998 } ]\n"                             \
+    "      decode: [ http://127.0.0.1:31002 ]\n"
+#define POOL_B                                                                                               \
+    "  - name: pool_b\n"                                                                                     \
+    "    models: [qwen]\n"                                                                                   \
+    "    protocol: sglang\n"                                                                                 \
+    "    policy: { prefill: random, decode: round_robin }\n"                                                 \
+    "    workers:\n"                                                                                         \
+    "      prefill: [ http://127.0.0.1:32001 ]\n"                                                            \
+    "      decode: [ http://127.0.0.1:32002, http://127.0.0.1:32003 ]\n"
+
+static void test_pools(void)
+{
+    char err[512];
+    pdr_config_t *c = load("pools:\n" POOL_A POOL_B, err, sizeof(err));
+    CHECK(c != NULL);
+    if (c == NULL) {
+        fprintf(stderr, "  %s\n", err);
+        return;
+    }
+    CHECK(c->n_pools == 2 && pdr_config_pool_count(c) == 2);
+    CHECK(c->n_prefill == 0 && c->n_decode == 0);
+    pdr_pool_conf_t a, b;
+    pdr_config_pool(c, 0, &a);
+    pdr_config_pool(c, 1, &b);
+    CHECK_STR(a.name, "pool-a");
+    CHECK(a.n_models == 2);
+    CHECK_STR(a.models[1], "llama-instruct");
+    CHECK(a.protocol == PDR_PROTO_SGLANG);
+    CHECK(a.policy_prefill == PDR_POLICY_ROUND_ROBIN && a.policy_decode == PDR_POLICY_LEAST_LOAD);
+    CHECK(a.n_prefill == 1 && a.prefill[0].bootstrap_port == 8998 && a.n_decode == 1);
+    CHECK_STR(a.decode[0].url, "http://127.0.0.1:31002");
+    CHECK_STR(b.name, "pool_b");
+    CHECK(b.policy_prefill == PDR_POLICY_RANDOM && b.policy_decode == PDR_POLICY_ROUND_ROBIN);
+    CHECK(b.n_decode == 2 && b.prefill[0].bootstrap_port == -1);
+    CHECK(pdr_config_pool_for_model(c, "llama", 5) == 0);
+    CHECK(pdr_config_pool_for_model(c, "llama-instruct", 14) == 0);
+    CHECK(pdr_config_pool_for_model(c, "qwen", 4) == 1);
+    CHECK(pdr_config_pool_for_model(c, "qwe", 3) == -1);
+    CHECK(pdr_config_pool_for_model(c, "", 0) == -1);
+    CHECK(pdr_config_pool_find(c, "pool_b", 6) == 1);
+    CHECK(pdr_config_pool_find(c, "default", 7) == -1);
+    CHECK(pdr_config_validate(c, err, sizeof(err)) == 0);
+    pdr_config_unref(c);
+
+    /* One policy name for both roles. */
+    c = load("pools:\n  - name: p\n    models: [m]\n    policy: random\n    workers:\n      prefill: "
+             "[http://a:1]\n"
+             "      decode: [http://a:2]\n",
+             err, sizeof(err));
+    CHECK(c != NULL && c->pools[0].policy_prefill == PDR_POLICY_RANDOM &&
+          c->pools[0].policy_decode == PDR_POLICY_RANDOM);
+    pdr_config_unref(c);
+
+    /* The shorthand: one pool "default" of the top-level keys, serving any model. */
+    c = load(WORKERS "policy: random\n", err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        CHECK(c->n_pools == 0 && pdr_config_pool_count(c) == 1);
+        pdr_config_pool(c, 0, &a);
+        CHECK_STR(a.name, "default");
+        CHECK(a.n_models == 0 && a.n_prefill == 1 && a.n_decode == 1 &&
+              a.policy_prefill == PDR_POLICY_RANDOM);
+        CHECK(pdr_config_pool_for_model(c, "anything", 8) == 0);
+        CHECK(pdr_config_pool_find(c, "default", 7) == 0);
+        pdr_config_unref(c);
+    }
+
+    /* Both forms at once. */
+    EXPECT_ERROR(
+        WORKERS "pools:\n" POOL_A,
+        "bad.yaml:1:1: workers: not allowed beside pools: (line 4); with pools:, each pool has its own "
+        "workers, protocol and policy (a top-level workers: is the one-pool form)");
+    EXPECT_ERROR("pools:\n" POOL_A "protocol: sglang\n",
+                 "bad.yaml:7:1: protocol: not allowed beside pools: (line 1)*");
+    EXPECT_ERROR("policy: random\npools:\n" POOL_A,
+                 "bad.yaml:1:1: policy: not allowed beside pools: (line 2)*");
+    EXPECT_ERROR("pools:\n" POOL_A "discovery:\n  dns:\n    decode: { name: d.local, port: 1 }\n",
+                 "bad.yaml:7:1: discovery: not supported together with pools: yet (each pool lists its "
+                 "workers, or they are added with the admin API)");
+
+    /* Shape of pools: and of a pool. */
+    EXPECT_ERROR("pools: []\n", "bad.yaml:1:8: pools: at least one pool is required (or leave pools: out for "
+                                "one pool)");
+    EXPECT_ERROR("pools: {name: a}\n", "bad.yaml:1:8: pools: expected a sequence of pools ({name, models, "
+                                       "workers}), got a mapping");
+    EXPECT_ERROR("pools:\n  - x\n",
+                 "bad.yaml:2:5: pools[0]: expected a mapping {name, models, workers}, got a "
+                 "scalar");
+    EXPECT_ERROR(
+        "pools:\n  - name: a\n    modles: [m]\n",
+        "bad.yaml:3:5: unknown key 'modles' in 'pools[0]' (valid keys: name, models, protocol, policy, "
+        "workers, discovery)");
+    EXPECT_ERROR("pools:\n  - models: [m]\n    workers: { prefill: [http://a:1], decode: [http://a:2] }\n",
+                 "bad.yaml:2:5: pools[0]: missing required key 'name'");
+    EXPECT_ERROR("pools:\n  - name: a\n    workers: { prefill: [http://a:1], decode: [http://a:2] }\n",
+                 "bad.yaml:2:5: pools[0]: missing required key 'models' (the model names the pool serves)");
+    EXPECT_ERROR("pools:\n  - name: a\n    models: [m]\n",
+                 "bad.yaml:2:5: pools[0].workers.prefill: at least one prefill worker is required");
+    EXPECT_ERROR("pools:\n  - name: a\n    models: [m]\n    workers: { prefill: [http://a:1] }\n",
+                 "bad.yaml:4:14: pools[0].workers.decode: at least one decode worker is required");
+    EXPECT_ERROR("pools:\n  - name: a\n    models: [m]\n    workers: { prefill: [http://a:1], decode: [] }\n",
+                 "bad.yaml:4:47: pools[0].workers.decode: at least one decode worker is required");
+
+    /* Names. */
+    EXPECT_ERROR("pools:\n  - name: Pool A\n",
+                 "bad.yaml:2:11: pools[0].name: 'Pool A' is not a pool name: 1..63 characters of a-z, 0-9, "
+                 "'-' and '_'");
+    EXPECT_ERROR("pools:\n  - name: ''\n", "bad.yaml:2:11: pools[0].name: '' is not a pool name*");
+    EXPECT_ERROR("pools:\n  - name: a\n    name: b\n", "bad.yaml:3:5: duplicate key 'name' in 'pools[0]'");
+    EXPECT_ERROR("pools:\n" POOL_A "  - name: pool-a\n",
+                 "bad.yaml:7:11: pools[1].name: duplicate pool name 'pool-a' (same as pools[0])");
+    EXPECT_ERROR("pools:\n  - name: [a]\n",
+                 "bad.yaml:2:11: pools[0].name: expected a pool name, got a sequence");
+
+    /* Models. */
+    EXPECT_ERROR("pools:\n  - name: a\n    models: []\n", "bad.yaml:3:13: pools[0].models: a pool serves at "
+                                                          "least one model");
+    EXPECT_ERROR("pools:\n  - name: a\n    models: m\n",
+                 "bad.yaml:3:13: pools[0].models: expected a sequence of model names, got a scalar");
+    EXPECT_ERROR("pools:\n  - name: a\n    models: [m, '']\n",
+                 "bad.yaml:3:17: pools[0].models[1]: a model name has 1..256 bytes");
+    EXPECT_ERROR("pools:\n  - name: a\n    models: [m, \"x\\ty\"]\n",
+                 "bad.yaml:3:17: pools[0].models[1]: a model name has no control characters, '\"' or '\\'");
+    EXPECT_ERROR("pools:\n  - name: a\n    models: [m, {x: 1}]\n",
+                 "bad.yaml:3:17: pools[0].models[1]: expected a model name, got a mapping");
+    EXPECT_ERROR("pools:\n  - name: a\n    models: [m, n, m]\n",
+                 "bad.yaml:3:20: pools[0].models[2]: model 'm' is listed twice (same as pools[0].models[0])");
+    EXPECT_ERROR(
+        "pools:\n" POOL_A "  - name: b\n    models: [qwen, llama]\n",
+        "bad.yaml:8:20: pools[1].models[1]: model 'llama' is served by pool 'pool-a' already; a model "
+        "belongs to one pool");
+
+    /* Protocol, policy, workers, discovery. */
+    EXPECT_ERROR(
+        "pools:\n  - name: a\n    protocol: grpc\n",
+        "bad.yaml:3:15: pools[0].protocol: unknown protocol 'grpc', expected sglang, vllm or pdshim");
+    EXPECT_ERROR(
+        "pools:\n  - name: a\n    protocol: vllm\n",
+        "bad.yaml:3:15: pools[0].protocol: protocol vllm is not implemented yet; use protocol: sglang");
+    EXPECT_ERROR("pools:\n  - name: a\n    policy: { decode: fastest }\n",
+                 "bad.yaml:3:23: pools[0].policy.decode: unknown policy 'fastest', expected round_robin, "
+                 "least_load or random");
+    EXPECT_ERROR("pools:\n  - name: a\n    workers: { decode: [ { url: http://a:1, bootstrap_port: 1 } ] }\n",
+                 "bad.yaml:3:61: pools[0].workers.decode[0].bootstrap_port: only prefill workers have a "
+                 "bootstrap port");
+    EXPECT_ERROR("pools:\n  - name: a\n    workers: { prefill: [ http://a:1, http://A:1/ ] }\n",
+                 "bad.yaml:3:39: pools[0].workers.prefill[1]: duplicate worker 'http://a:1' (same as "
+                 "pools[0].workers.prefill[0])");
+    EXPECT_ERROR("pools:\n" POOL_A
+                 "  - name: b\n    models: [qwen]\n    workers:\n      prefill: [ http://127.0.0.1:31001 ]\n"
+                 "      decode: [ http://127.0.0.1:32002 ]\n",
+                 "bad.yaml:10:18: pools[1].workers.prefill[0]: worker 'http://127.0.0.1:31001' is in pool "
+                 "'pool-a' already; a worker serves one pool");
+    EXPECT_ERROR(
+        "pools:\n  - name: a\n    discovery: { dns: {} }\n",
+        "bad.yaml:3:16: pools[0].discovery: discovery per pool is not supported yet: list the pool's "
+        "workers under its workers: key, or add them at run time with POST /admin/v1/workers and "
+        "\"pool\"");
+    char many[8192];
+    size_t n = (size_t)snprintf(many, sizeof(many), "pools:\n");
+    for (int i = 0; i <= 64; i++)
+        n += (size_t)snprintf(many + n, sizeof(many) - n, "  - {name: p%d}\n", i);
+    EXPECT_ERROR(many, "bad.yaml:2:3: pools: 65 pools, at most 64 are allowed");
+
+    /* Snapshots built in code get the same checks from pdr_config_validate. */
+    c = load("pools:\n" POOL_A POOL_B, err, sizeof(err));
+    if (c != NULL) {
+        char *saved = c->pools[1].models[0];
+        c->pools[1].models[0] = c->pools[0].models[0];
+        CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
+        CHECK_STR(err, "pools[1].models[0]: model 'llama' is served by pool 'pool-a' already");
+        c->pools[1].models[0] = saved;
+        c->pools[1].protocol = PDR_PROTO_PDSHIM;
+        CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
+        CHECK_STR(err, "pools[1].protocol: protocol pdshim is not implemented yet; use protocol: sglang");
+        c->pools[1].protocol = PDR_PROTO_SGLANG;
+        c->pools[1].name[0] = 'P';
+        CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
+        CHECK_STR(err, "pools[1].name: 1..63 characters of a-z, 0-9, '-' and '_'");
+        c->pools[1].name[0] = 'p';
+        CHECK(pdr_config_validate(c, err, sizeof(err)) == 0);
+        pdr_config_unref(c);
+    }
+}
+
 int main(void)
 {
     if (mkdtemp(tmpdir) == NULL) {
@@ -1647,6 +1837,7 @@ int main(void)
     test_sglang_keys();
     test_discovery();
     test_discovery_errors();
+    test_pools();
 
     static const char *const files[] = {"full.yaml",    "empty.yaml",         "cli.yaml",
                                         "cli-bad.yaml", "cli-discovery.yaml", "cli-sglang.yaml",
