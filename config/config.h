@@ -221,6 +221,7 @@ long pdr_config_pool_for_model(const pdr_config_t *c, const char *model, size_t 
 /* The pool named name[0..len): its index, or -1. */
 long pdr_config_pool_find(const pdr_config_t *c, const char *name, size_t len);
 #define PDR_DEFAULT_POOL "default"
+#define PDR_CONFIG_MAX_POOLS 64 /* entries of pools: */
 
 /* Name → enum ("round_robin", "sglang", ...), the inverse of pdr_policy_name/pdr_protocol_name.
  * Return 0 or PDR_EINVAL. */

@@ -83,7 +83,6 @@
 #define PDR_CONFIG_MAX_WORKERS 4096     /* per role */
 #define PDR_CONFIG_MAX_FILE (16u << 20) /* bytes of YAML */
 #define PDR_CONFIG_MAX_URL 2048         /* bytes of one worker URL */
-#define PDR_CONFIG_MAX_POOLS 64         /* entries of pools: */
 #define PDR_CONFIG_MAX_POOL_NAME 63     /* bytes of a pool's name */
 #define PDR_CONFIG_MAX_MODELS 1024      /* models of one pool */
 #define PDR_CONFIG_MAX_MODEL_NAME 256   /* bytes of a model name */

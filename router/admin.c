@@ -158,7 +158,7 @@ static json_t *worker_json(const pdr_worker_t *w)
         labels = json_object();
     json_t *name = w->name[0] ? json_string(w->name) : json_null();
     json_t *o =
-        json_pack("{s:s,s:s,s:s,s:o,s:s,s:o,s:s,s:i,s:I,s:o,s:o}", "id", w->id, "role",
+        json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:o,s:s,s:i,s:I,s:o,s:o}", "id", w->id, "pool", w->pool, "role",
                   pdr_role_name(w->role), "url", w->conf.url, "bootstrap_port", bport, "source", w->source,
                   "name", name, "state", pdr_worker_state_name(w), "in_flight", pdr_worker_inflight(w),
                   "requests_total", (json_int_t)__atomic_load_n(&w->requests_total, __ATOMIC_RELAXED),
@@ -296,9 +296,10 @@ int pdr__admin_parse_drain(const char *body, size_t n, uint64_t *timeout_ms, cha
 }
 
 int pdr__admin_parse_worker(const char *body, size_t n, int *role, pdr_worker_conf_t *conf,
-                            char **labels_json, char *msg, size_t cap)
+                            char **labels_json, char pool[64], char *msg, size_t cap)
 {
     *role = -1;
+    pool[0] = '\0';
     *labels_json = NULL;
     memset(conf, 0, sizeof(*conf));
     conf->bootstrap_port = -1;
@@ -328,6 +329,19 @@ int pdr__admin_parse_worker(const char *body, size_t n, int *role, pdr_worker_co
             if (s == NULL || (*role = pdr_role_parse(s, strlen(s))) < 0) {
                 snprintf(msg, cap, "role must be \"prefill\" or \"decode\"");
                 rc = PDR_EINVAL;
+            }
+        } else if (strcmp(key, "pool") == 0) {
+            const char *s = json_string_value(v);
+            size_t len = s != NULL ? strlen(s) : 0;
+            int ok = len >= 1 && len < 64;
+            for (size_t i = 0; ok && i < len; i++)
+                ok = (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-' ||
+                     s[i] == '_';
+            if (!ok) {
+                snprintf(msg, cap, "pool must be a pool name (1..63 characters of a-z, 0-9, '-' and '_')");
+                rc = PDR_EINVAL;
+            } else {
+                memcpy(pool, s, len + 1);
             }
         } else if (strcmp(key, "url") == 0) {
             if ((url = json_string_value(v)) == NULL) {
@@ -365,7 +379,8 @@ int pdr__admin_parse_worker(const char *body, size_t n, int *role, pdr_worker_co
                 labels = v;
             }
         } else {
-            snprintf(msg, cap, "unknown field \"%.40s\" (expected role, url, bootstrap_port, labels)", key);
+            snprintf(msg, cap, "unknown field \"%.40s\" (expected role, url, bootstrap_port, pool, labels)",
+                     key);
             rc = PDR_EINVAL;
         }
     }
@@ -521,10 +536,10 @@ static void add_worker(pdr_router_t *r, h2o_req_t *req)
     int role;
     pdr_worker_conf_t conf;
     char *labels = NULL;
-    char msg[300];
+    char msg[600], pool[64];
     int rc = pdr__admin_parse_worker(req->entity.base != NULL ? req->entity.base : "",
                                      req->entity.base != NULL ? req->entity.len : 0, &role, &conf, &labels,
-                                     msg, sizeof(msg));
+                                     pool, msg, sizeof(msg));
     if (rc != 0) {
         pdr_send_error(req, rc == PDR_ENOMEM ? 503 : 400,
                        rc == PDR_ENOMEM ? "service_unavailable" : "invalid_request_error", msg, 0);
@@ -544,11 +559,35 @@ static void add_worker(pdr_router_t *r, h2o_req_t *req)
         free(labels);
         return;
     }
+    /* The pool: required when there are several, else the only one. */
+    char names[PDR_CONFIG_MAX_POOLS][64], list[400];
+    size_t ng = pdr_pool_groups(&r->pool, names, PDR_CONFIG_MAX_POOLS), ln = 0;
+    int known = 0;
+    list[0] = '\0';
+    for (size_t i = 0; i < ng; i++) {
+        known |= strcmp(names[i], pool) == 0;
+        if (ln + strlen(names[i]) + 8 < sizeof(list))
+            ln += (size_t)snprintf(list + ln, sizeof(list) - ln, "%s%s", i ? ", " : "", names[i]);
+    }
+    if ((pool[0] == '\0' && ng > 1) || (pool[0] != '\0' && !known)) {
+        if (pool[0] == '\0')
+            snprintf(msg, sizeof(msg), "pool is required: the router has several pools (%s)", list);
+        else
+            snprintf(msg, sizeof(msg), "unknown pool \"%s\" (pools: %s)", pool, list);
+        pdr_send_error(req, 400, "invalid_request_error", msg, 0);
+        pdr_worker_conf_clear(&conf);
+        free(labels);
+        return;
+    }
     int err = 0;
-    pdr_worker_t *w = pdr_pool_add(&r->pool, (pdr_role_t)role, &conf, PDR_SOURCE_ADMIN, NULL, labels, &err);
+    pdr_worker_t *w = pdr_pool_add(&r->pool, pool[0] ? pool : NULL, (pdr_role_t)role, &conf, PDR_SOURCE_ADMIN,
+                                   NULL, labels, &err);
     if (w == NULL && err == PDR_EEXIST) {
         snprintf(msg, sizeof(msg), "a %s worker with url %s is in the pool already",
                  pdr_role_name((pdr_role_t)role), conf.url);
+        pdr_send_error(req, 409, "conflict_error", msg, 0);
+    } else if (w == NULL && err == PDR_ENOWORKER) {
+        snprintf(msg, sizeof(msg), "the pool \"%s\" left the configuration meanwhile", pool);
         pdr_send_error(req, 409, "conflict_error", msg, 0);
     } else if (w == NULL) {
         pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);

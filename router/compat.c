@@ -385,8 +385,8 @@ int pdr_compat_handle(pdr_thread_t *t, h2o_req_t *req)
             f->calls[0].w = w;
         }
     } else if (kind == K_HEALTH_GENERATE) {
-        pdr_worker_t *p = pdr_pool_pick(pool, PDR_ROLE_PREFILL, NULL, 0);
-        pdr_worker_t *d = p != NULL ? pdr_pool_pick(pool, PDR_ROLE_DECODE, NULL, 0) : NULL;
+        pdr_worker_t *p = pdr_pool_pick(pool, NULL, PDR_ROLE_PREFILL, NULL, 0);
+        pdr_worker_t *d = p != NULL ? pdr_pool_pick(pool, NULL, PDR_ROLE_DECODE, NULL, 0) : NULL;
         if (d == NULL) {
             if (p != NULL)
                 pdr_worker_unref(p);

@@ -61,6 +61,8 @@ typedef struct pd_req {
     char xrid_header[112];
 
     const pdr_config_t *conf; /* the snapshot this request started with (a reload does not change it) */
+    const char *pool;         /* the pool serving the request's model (a name in conf); retries stay in it */
+    pdr_protocol_t protocol;  /* that pool's protocol */
     int attempt;
     uint64_t tried[2][PDR_MAX_TRIED]; /* uids of the workers that failed this request, by role */
     size_t n_tried[2];
@@ -885,9 +887,10 @@ static void start_attempt(pd_req_t *x)
     pdr_worker_unref(x->dw);
     x->pw = x->dw = NULL;
     if (x->mode == MODE_PD)
-        x->pw = pdr_pool_pick(&r->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
+        x->pw = pdr_pool_pick(&r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
                               x->n_tried[PDR_ROLE_PREFILL]);
-    x->dw = pdr_pool_pick(&r->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE], x->n_tried[PDR_ROLE_DECODE]);
+    x->dw = pdr_pool_pick(&r->pool, x->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE],
+                          x->n_tried[PDR_ROLE_DECODE]);
     if ((x->mode == MODE_PD && x->pw == NULL) || x->dw == NULL) {
         if (x->attempt > 0) {
             /* The pair that failed was the last healthy one: answer with that failure. */
@@ -897,7 +900,11 @@ static void start_attempt(pd_req_t *x)
         pdr_role_t role = x->mode == MODE_PD && x->pw == NULL ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
         x->t->m.no_worker_total[role]++;
         char msg[128];
-        snprintf(msg, sizeof(msg), "no healthy %s worker is available", pdr_role_name(role));
+        if (x->conf->n_pools > 0)
+            snprintf(msg, sizeof(msg), "no healthy %s worker is available in pool %s", pdr_role_name(role),
+                     x->pool);
+        else
+            snprintf(msg, sizeof(msg), "no healthy %s worker is available", pdr_role_name(role));
         x->error_cause = "no_healthy_worker";
         fail_response(x, 503, "service_unavailable", msg, 1);
         return;
@@ -1099,11 +1106,13 @@ static void write_access_log(pd_req_t *x)
     static const char *names[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
     int n = snprintf(
         line, sizeof(line),
-        "{\"ts_us\":%" PRIu64 ",\"request_id\":\"%s\",\"path\":\"%s\",\"status\":%d,\"prefill\":%s%s%s,"
+        "{\"ts_us\":%" PRIu64 ",\"request_id\":\"%s\",\"path\":\"%s\",\"status\":%d,\"pool\":%s%s%s,"
+        "\"prefill\":%s%s%s,"
         "\"decode\":%s%s%s,\"room\":%s,\"attempts\":%d,\"ttfb_ms\":%.3f,\"total_ms\":%.3f,"
         "\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s}\n",
         pdr_wall_us(), x->request_id, x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status,
-        x->pw ? "\"" : "", x->pw ? x->pw->conf.url : "null", x->pw ? "\"" : "", x->dw ? "\"" : "",
+        x->pool ? "\"" : "", x->pool ? x->pool : "null", x->pool ? "\"" : "", x->pw ? "\"" : "",
+        x->pw ? x->pw->conf.url : "null", x->pw ? "\"" : "", x->dw ? "\"" : "",
         x->dw ? x->dw->conf.url : "null", x->dw ? "\"" : "", room, x->attempt + 1,
         ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0, x->bytes_out,
         x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null", x->error_cause ? "\"" : "");
@@ -1243,7 +1252,7 @@ static int refuse(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     new_request_id(id);
     int n = snprintf(line, sizeof(line),
                      "{\"ts_us\":%" PRIu64
-                     ",\"request_id\":\"%s\",\"path\":\"%s\",\"status\":%d,\"prefill\":null,"
+                     ",\"request_id\":\"%s\",\"path\":\"%s\",\"status\":%d,\"pool\":null,\"prefill\":null,"
                      "\"decode\":null,\"room\":null,\"attempts\":0,\"ttfb_ms\":0.000,\"total_ms\":0.000,"
                      "\"bytes_in\":%zu,\"bytes_out\":0,\"error\":\"%s\"}\n",
                      pdr_wall_us(), id, names[route], status, req->entity.len, cause);
@@ -1278,6 +1287,14 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     char err[256];
     if (pdr_pdreq_parse(route, req->entity.base, req->entity.len, &pr, err, sizeof(err)) != 0)
         return refuse(t, req, route, mroute, 400, "invalid_request_error", err, 0, "invalid_request");
+    long pool;
+    char pmsg[512];
+    int pst = pdr__request_pool(c, &pr, &pool, pmsg, sizeof(pmsg));
+    if (pst != 0) {
+        pdr_pdreq_clear(&pr);
+        return refuse(t, req, route, mroute, pst, "invalid_request_error", pmsg, 0,
+                      pst == 404 ? "model_not_found" : "invalid_request");
+    }
     pd_req_t *x = new_req(t, req, mroute);
     if (x == NULL) {
         pdr_pdreq_clear(&pr);
@@ -1286,6 +1303,10 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     }
     x->mode = MODE_PD;
     x->route = route;
+    pdr_pool_conf_t pc;
+    pdr_config_pool(x->conf, (size_t)pool, &pc);
+    x->pool = pc.name; /* lives as long as x->conf */
+    x->protocol = pc.protocol;
     x->pr = pr;
     x->vllm = c->protocol == PDR_PROTO_VLLM;
     x->merge = pr.want_logprobs && !x->vllm; /* vLLM: the decode answers the logprobs itself */
@@ -1312,6 +1333,26 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
 
 int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req)
 {
+    if (t->config->n_pools > 0) {
+        /* Several pools: the union of their models, answered here. */
+        size_t len;
+        char *body = pdr__models_list_json(t->config, pdr_wall_us() / 1000000, &len);
+        if (body == NULL) {
+            pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
+            pdr_metrics_count_request(&t->m, PDR_MR_MODELS, 503, 0, -1);
+            return 0;
+        }
+        req->res.status = 200;
+        req->res.reason = "OK";
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                       H2O_STRLIT("application/json"));
+        h2o_iovec_t v = h2o_strdup(&req->pool, body, len);
+        free(body);
+        req->res.content_length = len;
+        h2o_send_inline(req, v.base, v.len);
+        pdr_metrics_count_request(&t->m, PDR_MR_MODELS, 200, 0, -1);
+        return 0;
+    }
     pd_req_t *x = new_req(t, req, PDR_MR_MODELS);
     if (x == NULL) {
         pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);

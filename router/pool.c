@@ -102,8 +102,8 @@ static pdr_worker_list_t *list_new(size_t n)
 }
 
 /* A new worker with one reference (the caller's); under the write lock (sequence numbers). */
-static pdr_worker_t *worker_new(pdr_pool_t *p, pdr_role_t role, const pdr_worker_conf_t *conf, int source,
-                                const char *name, const char *labels_json)
+static pdr_worker_t *worker_new(pdr_pool_t *p, int group, pdr_role_t role, const pdr_worker_conf_t *conf,
+                                int source, const char *name, const char *labels_json)
 {
     pdr_worker_t *w = calloc(1, sizeof(*w));
     if (w == NULL)
@@ -120,6 +120,8 @@ static pdr_worker_t *worker_new(pdr_pool_t *p, pdr_role_t role, const pdr_worker
     w->uid = ++p->next_uid;
     snprintf(w->id, sizeof(w->id), "%s-%u", pdr_role_name(role), w->seq);
     snprintf(w->source, sizeof(w->source), "%s", pdr_source_names[source]);
+    w->group = group;
+    snprintf(w->pool, sizeof(w->pool), "%s", p->groups[group].name);
     snprintf(w->name, sizeof(w->name), "%s", name != NULL ? name : "");
     w->added_ms = pdr_now_ms();
     w->health.healthy = 1; /* optimistic start; the first check runs at once */
@@ -138,12 +140,42 @@ static int source_of(const pdr_worker_t *w)
     return PDR_SOURCE_STATIC;
 }
 
-static void apply_settings(pdr_pool_t *p, const pdr_config_t *c)
+/* Under the write lock (or before the pool is shared): the groups of c's pools. A pool that existed keeps
+ * its round-robin cursors. Returns 0 or PDR_ENOMEM (then nothing changed). */
+static int apply_settings(pdr_pool_t *p, const pdr_config_t *c)
 {
-    p->policy[PDR_ROLE_PREFILL] = c->policy_prefill;
-    p->policy[PDR_ROLE_DECODE] = c->policy_decode;
+    size_t n = pdr_config_pool_count(c);
+    pdr_pool_group_t *g = calloc(n, sizeof(*g));
+    if (g == NULL)
+        return PDR_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        pdr_pool_conf_t pc;
+        pdr_config_pool(c, i, &pc);
+        snprintf(g[i].name, sizeof(g[i].name), "%s", pc.name);
+        g[i].policy[PDR_ROLE_PREFILL] = pc.policy_prefill;
+        g[i].policy[PDR_ROLE_DECODE] = pc.policy_decode;
+        g[i].protocol = pc.protocol;
+        for (size_t k = 0; k < p->n_groups; k++)
+            if (strcmp(p->groups[k].name, g[i].name) == 0)
+                memcpy(g[i].rr_next, p->groups[k].rr_next, sizeof(g[i].rr_next));
+    }
+    free(p->groups);
+    p->groups = g;
+    p->n_groups = n;
     p->rise = c->health.rise;
     p->fall = c->health.fall;
+    return 0;
+}
+
+/* Under the lock: the group named pool (NULL: the first), or -1. */
+static int group_of(const pdr_pool_t *p, const char *pool)
+{
+    if (pool == NULL)
+        return p->n_groups > 0 ? 0 : -1;
+    for (size_t i = 0; i < p->n_groups; i++)
+        if (strcmp(p->groups[i].name, pool) == 0)
+            return (int)i;
+    return -1;
 }
 
 int pdr_pool_init(pdr_pool_t *p, const pdr_config_t *c)
@@ -153,19 +185,37 @@ int pdr_pool_init(pdr_pool_t *p, const pdr_config_t *c)
     pthread_mutex_init(&p->lock, NULL);
     pdr_events_init(&p->events);
     p->live = 1;
-    apply_settings(p, c);
-    const pdr_worker_conf_t *confs[2] = {c->prefill, c->decode};
-    size_t counts[2] = {c->n_prefill, c->n_decode};
-    for (int r = 0; r < 2; r++) {
-        p->list[r] = list_new(counts[r]);
-        if (p->list[r] == NULL)
+    size_t total[2] = {0, 0};
+    for (int r = 0; r < 2; r++)
+        if ((p->list[r] = list_new(1)) == NULL)
             return PDR_ENOMEM;
-        for (size_t i = 0; i < counts[r]; i++) {
-            pdr_worker_t *w = worker_new(p, (pdr_role_t)r, &confs[r][i], PDR_SOURCE_STATIC, NULL, NULL);
-            if (w == NULL)
-                return PDR_ENOMEM;
-            p->list[r]->w[p->list[r]->n++] = w;
-            p->added_total[PDR_SOURCE_STATIC]++;
+    if (apply_settings(p, c) != 0)
+        return PDR_ENOMEM;
+    for (size_t g = 0; g < p->n_groups; g++) {
+        pdr_pool_conf_t pc;
+        pdr_config_pool(c, g, &pc);
+        total[0] += pc.n_prefill;
+        total[1] += pc.n_decode;
+    }
+    for (int r = 0; r < 2; r++) {
+        free(p->list[r]);
+        if ((p->list[r] = list_new(total[r])) == NULL)
+            return PDR_ENOMEM;
+    }
+    for (size_t g = 0; g < p->n_groups; g++) {
+        pdr_pool_conf_t pc;
+        pdr_config_pool(c, g, &pc);
+        const pdr_worker_conf_t *confs[2] = {pc.prefill, pc.decode};
+        size_t counts[2] = {pc.n_prefill, pc.n_decode};
+        for (int r = 0; r < 2; r++) {
+            for (size_t i = 0; i < counts[r]; i++) {
+                pdr_worker_t *w =
+                    worker_new(p, (int)g, (pdr_role_t)r, &confs[r][i], PDR_SOURCE_STATIC, NULL, NULL);
+                if (w == NULL)
+                    return PDR_ENOMEM;
+                p->list[r]->w[p->list[r]->n++] = w;
+                p->added_total[PDR_SOURCE_STATIC]++;
+            }
         }
     }
     return 0;
@@ -184,6 +234,7 @@ void pdr_pool_dispose(pdr_pool_t *p)
         }
         free(p->list[r]);
     }
+    free(p->groups);
     pthread_rwlock_destroy(&p->rw);
     pthread_mutex_destroy(&p->lock);
     pdr_events_dispose(&p->events);
@@ -208,10 +259,16 @@ static void publish(pdr_pool_t *p, pdr_role_t role, pdr_worker_list_t *next)
     __atomic_add_fetch(&p->generation, 1, __ATOMIC_RELEASE);
 }
 
-pdr_worker_t *pdr_pool_add(pdr_pool_t *p, pdr_role_t role, const pdr_worker_conf_t *conf, int source,
-                           const char *name, const char *labels_json, int *err)
+pdr_worker_t *pdr_pool_add(pdr_pool_t *p, const char *pool, pdr_role_t role, const pdr_worker_conf_t *conf,
+                           int source, const char *name, const char *labels_json, int *err)
 {
     pthread_rwlock_wrlock(&p->rw);
+    int g = group_of(p, pool);
+    if (g < 0) {
+        pthread_rwlock_unlock(&p->rw);
+        *err = PDR_ENOWORKER;
+        return NULL;
+    }
     pdr_worker_list_t *cur = p->list[role];
     if (find_url(cur, conf->url) >= 0) {
         pthread_rwlock_unlock(&p->rw);
@@ -219,7 +276,7 @@ pdr_worker_t *pdr_pool_add(pdr_pool_t *p, pdr_role_t role, const pdr_worker_conf
         return NULL;
     }
     pdr_worker_list_t *next = list_new(cur->n + 1);
-    pdr_worker_t *w = next != NULL ? worker_new(p, role, conf, source, name, labels_json) : NULL;
+    pdr_worker_t *w = next != NULL ? worker_new(p, g, role, conf, source, name, labels_json) : NULL;
     if (w == NULL) {
         pthread_rwlock_unlock(&p->rw);
         free(next);
@@ -232,8 +289,8 @@ pdr_worker_t *pdr_pool_add(pdr_pool_t *p, pdr_role_t role, const pdr_worker_conf
     p->added_total[source]++;
     publish(p, role, next);
     pthread_rwlock_unlock(&p->rw);
-    pdr_info("worker %s %s added (source %s%s%s)", w->id, w->conf.url, w->source, w->name[0] ? ", " : "",
-             w->name);
+    pdr_info("worker %s %s added (pool %s, source %s%s%s)", w->id, w->conf.url, w->pool, w->source,
+             w->name[0] ? ", " : "", w->name);
     return w;
 }
 
@@ -280,11 +337,12 @@ int pdr_pool_remove(pdr_pool_t *p, pdr_worker_t *w, const char *why)
     return 0;
 }
 
-size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_worker_conf_t *confs,
-                          const char *const *names, size_t n)
+/* Under the write lock: confs[k] belongs to group groups[k] (NULL: all to group 0). A worker of the source
+ * matches a conf with the same URL, bootstrap port and group. Unlocks. */
+static size_t reconcile_locked(pdr_pool_t *p, int source, pdr_role_t role, const pdr_worker_conf_t *confs,
+                               const char *const *names, const int *groups, size_t n)
 {
     const char *src = pdr_source_names[source];
-    pthread_rwlock_wrlock(&p->rw);
     pdr_worker_list_t *cur = p->list[role];
     unsigned char drop[cur->n + 1];
     unsigned char keep_new[n + 1];
@@ -298,7 +356,8 @@ size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_
             if (strcmp(confs[k].url, w->conf.url) == 0) {
                 if (strcmp(w->source, src) != 0) {
                     keep_new[k] = 0; /* another source owns this URL */
-                } else if (confs[k].bootstrap_port == w->conf.bootstrap_port) {
+                } else if (confs[k].bootstrap_port == w->conf.bootstrap_port &&
+                           w->group == (groups != NULL ? groups[k] : 0)) {
                     keep_new[k] = 0;
                     wanted = 1;
                 }
@@ -335,7 +394,8 @@ size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_
     for (size_t k = 0; k < n; k++) {
         if (!keep_new[k])
             continue;
-        pdr_worker_t *w = worker_new(p, role, &confs[k], source, names ? names[k] : NULL, NULL);
+        pdr_worker_t *w = worker_new(p, groups != NULL ? groups[k] : 0, role, &confs[k], source,
+                                     names ? names[k] : NULL, NULL);
         if (w == NULL) {
             pdr_warn("%s: out of memory adding %s", src, confs[k].url);
             continue;
@@ -343,8 +403,8 @@ size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_
         next->w[next->n++] = w;
         p->added_total[source]++;
         changes++;
-        pdr_info("worker %s %s added (source %s%s%s)", w->id, w->conf.url, src, w->name[0] ? ", " : "",
-                 w->name);
+        pdr_info("worker %s %s added (pool %s, source %s%s%s)", w->id, w->conf.url, w->pool, src,
+                 w->name[0] ? ", " : "", w->name);
     }
     for (size_t i = 0; i < n_gone; i++)
         retire(p, gone[i], src);
@@ -357,13 +417,77 @@ size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_
     return changes;
 }
 
-size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
+size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_worker_conf_t *confs,
+                          const char *const *names, size_t n)
 {
     pthread_rwlock_wrlock(&p->rw);
-    apply_settings(p, c);
+    return reconcile_locked(p, source, role, confs, names, NULL, n);
+}
+
+size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
+{
+    size_t changes = 0, n_pools = pdr_config_pool_count(c);
+    pthread_rwlock_wrlock(&p->rw);
+    if (apply_settings(p, c) != 0) {
+        pthread_rwlock_unlock(&p->rw);
+        pdr_warn("reload: out of memory while updating the pools");
+        return 0;
+    }
+    /* Every listed worker's group by its pool's name; the workers of a pool that is gone leave. */
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < p->list[r]->n; i++) {
+            pdr_worker_t *w = p->list[r]->w[i];
+            w->group = group_of(p, w->pool);
+        }
     pthread_rwlock_unlock(&p->rw);
-    return pdr_pool_reconcile(p, PDR_SOURCE_STATIC, PDR_ROLE_PREFILL, c->prefill, NULL, c->n_prefill) +
-           pdr_pool_reconcile(p, PDR_SOURCE_STATIC, PDR_ROLE_DECODE, c->decode, NULL, c->n_decode);
+    for (int r = 0; r < 2; r++) {
+        pdr_worker_t **ws;
+        size_t n = pdr_pool_snapshot(p, r, &ws);
+        for (size_t i = 0; i < n; i++) {
+            char why[128];
+            snprintf(why, sizeof(why), "its pool %s is no longer configured", ws[i]->pool);
+            pthread_rwlock_rdlock(&p->rw);
+            int gone = ws[i]->group < 0;
+            pthread_rwlock_unlock(&p->rw);
+            if (gone && pdr_pool_remove(p, ws[i], why) == 0)
+                changes++;
+        }
+        pdr_pool_release(ws, n);
+    }
+    /* The static workers of every pool, one role at a time, so that a worker moving between pools is
+     * matched against all of them at once. */
+    for (int r = 0; r < 2; r++) {
+        size_t total = 0;
+        for (size_t g = 0; g < n_pools; g++) {
+            pdr_pool_conf_t pc;
+            pdr_config_pool(c, g, &pc);
+            total += r == 0 ? pc.n_prefill : pc.n_decode;
+        }
+        pdr_worker_conf_t *confs = calloc(total + 1, sizeof(*confs));
+        int *groups = calloc(total + 1, sizeof(*groups));
+        if (confs == NULL || groups == NULL) {
+            free(confs);
+            free(groups);
+            pdr_warn("reload: out of memory while updating the %s workers", pdr_role_name((pdr_role_t)r));
+            continue;
+        }
+        size_t k = 0;
+        pthread_rwlock_wrlock(&p->rw);
+        for (size_t g = 0; g < n_pools; g++) {
+            pdr_pool_conf_t pc;
+            pdr_config_pool(c, g, &pc);
+            const pdr_worker_conf_t *ws = r == 0 ? pc.prefill : pc.decode;
+            size_t n = r == 0 ? pc.n_prefill : pc.n_decode;
+            for (size_t i = 0; i < n; i++) {
+                confs[k] = ws[i]; /* shallow: borrowed from c for the call */
+                groups[k++] = group_of(p, pc.name);
+            }
+        }
+        changes += reconcile_locked(p, PDR_SOURCE_STATIC, (pdr_role_t)r, confs, NULL, groups, k);
+        free(confs);
+        free(groups);
+    }
+    return changes;
 }
 
 /* ---- reading ---- */
@@ -417,6 +541,27 @@ size_t pdr_pool_count_healthy(pdr_pool_t *p, pdr_role_t role)
     return k;
 }
 
+size_t pdr_pool_count_healthy_in(pdr_pool_t *p, const char *pool, pdr_role_t role)
+{
+    pthread_rwlock_rdlock(&p->rw);
+    int g = group_of(p, pool);
+    size_t k = 0;
+    for (size_t i = 0; g >= 0 && i < p->list[role]->n; i++)
+        k += p->list[role]->w[i]->group == g && pdr_worker_serving(p->list[role]->w[i]);
+    pthread_rwlock_unlock(&p->rw);
+    return k;
+}
+
+size_t pdr_pool_groups(pdr_pool_t *p, char (*names)[64], size_t cap)
+{
+    pthread_rwlock_rdlock(&p->rw);
+    size_t n = p->n_groups < cap ? p->n_groups : cap;
+    for (size_t i = 0; i < n; i++)
+        memcpy(names[i], p->groups[i].name, sizeof(names[i]));
+    pthread_rwlock_unlock(&p->rw);
+    return n;
+}
+
 size_t pdr_pool_count_state(pdr_pool_t *p, pdr_role_t role, int drain_state)
 {
     pthread_rwlock_rdlock(&p->rw);
@@ -455,36 +600,40 @@ static int usable(const pdr_worker_t *w, const uint64_t *avoid, size_t n_avoid)
     return 1;
 }
 
-static pdr_worker_t *pick_round_robin(pdr_pool_t *p, const pdr_worker_list_t *l, pdr_role_t role,
-                                      const uint64_t *avoid, size_t n_avoid)
+/* The candidates of one pick: the pool's workers of the role. */
+typedef struct {
+    size_t n;
+    pdr_worker_t *const *w;
+} cands_t;
+
+static pdr_worker_t *pick_round_robin(pdr_pool_group_t *g, cands_t l, pdr_role_t role, const uint64_t *avoid,
+                                      size_t n_avoid)
 {
-    size_t n = l->n;
-    unsigned start = __atomic_fetch_add(&p->rr_next[role], 1, __ATOMIC_RELAXED);
+    size_t n = l.n;
+    unsigned start = __atomic_fetch_add(&g->rr_next[role], 1, __ATOMIC_RELAXED);
     for (size_t k = 0; k < n; k++) {
-        pdr_worker_t *w = l->w[(start + k) % n];
+        pdr_worker_t *w = l.w[(start + k) % n];
         if (usable(w, avoid, n_avoid))
             return w;
     }
     return NULL;
 }
 
-static pdr_worker_t *pick_random_k(const pdr_worker_list_t *l, const uint64_t *avoid, size_t n_avoid,
-                                   size_t nth)
+static pdr_worker_t *pick_random_k(cands_t l, const uint64_t *avoid, size_t n_avoid, size_t nth)
 {
-    for (size_t i = 0; i < l->n; i++) {
-        pdr_worker_t *w = l->w[i];
+    for (size_t i = 0; i < l.n; i++) {
+        pdr_worker_t *w = l.w[i];
         if (usable(w, avoid, n_avoid) && nth-- == 0)
             return w;
     }
     return NULL;
 }
 
-static pdr_worker_t *pick_least_load(pdr_pool_t *p, const pdr_worker_list_t *l, const uint64_t *avoid,
-                                     size_t n_avoid, int two)
+static pdr_worker_t *pick_least_load(pdr_pool_t *p, cands_t l, const uint64_t *avoid, size_t n_avoid, int two)
 {
     size_t cand = 0;
-    for (size_t i = 0; i < l->n; i++)
-        cand += usable(l->w[i], avoid, n_avoid);
+    for (size_t i = 0; i < l.n; i++)
+        cand += usable(l.w[i], avoid, n_avoid);
     if (cand == 0)
         return NULL;
     size_t a = next_rand(p) % cand;
@@ -498,22 +647,35 @@ static pdr_worker_t *pick_least_load(pdr_pool_t *p, const pdr_worker_list_t *l, 
     return pdr_worker_inflight(wb) < pdr_worker_inflight(wa) ? wb : wa;
 }
 
-pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, pdr_role_t role, const uint64_t *avoid, size_t n_avoid)
+pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
+                            size_t n_avoid)
 {
     pthread_rwlock_rdlock(&p->rw);
     const pdr_worker_list_t *l = p->list[role];
-    pdr_policy_kind_t pol = p->policy[role];
+    int gi = group_of(p, pool);
+    if (gi < 0) {
+        pthread_rwlock_unlock(&p->rw);
+        return NULL;
+    }
+    pdr_pool_group_t *g = &p->groups[gi];
+    /* The pool's workers of the role, in list order (one pass, like the policies' own). */
+    pdr_worker_t *view[l->n + 1];
+    cands_t c = {0, view};
+    for (size_t i = 0; i < l->n; i++)
+        if (l->w[i]->group == gi)
+            view[c.n++] = l->w[i];
+    pdr_policy_kind_t pol = g->policy[role];
     pdr_worker_t *w = NULL;
     for (int pass = 0; pass < 2 && w == NULL; pass++) {
         switch (pol) {
         case PDR_POLICY_LEAST_LOAD:
-            w = pick_least_load(p, l, avoid, n_avoid, 1);
+            w = pick_least_load(p, c, avoid, n_avoid, 1);
             break;
         case PDR_POLICY_RANDOM:
-            w = pick_least_load(p, l, avoid, n_avoid, 0);
+            w = pick_least_load(p, c, avoid, n_avoid, 0);
             break;
         default:
-            w = pick_round_robin(p, l, role, avoid, n_avoid);
+            w = pick_round_robin(g, c, role, avoid, n_avoid);
             break;
         }
         /* Every serving worker was tried already in this request: allow them again. */

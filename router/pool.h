@@ -10,6 +10,12 @@
  * last request on it ends; it simply is never picked again. A worker keeps its id ("prefill-3": role and
  * a per-role sequence number, the static workers numbered in config order) for its whole life.
  *
+ * Pools (config `pools:`; the one-pool shorthand is a pool named "default"): every worker belongs to one
+ * pool, the request's model picks the pool (router/pd.c) and pdr_pool_pick chooses only among that pool's
+ * workers, by that pool's policies. The registry keeps one group per configured pool (name, policies,
+ * protocol, round-robin cursors), replaced by a reload; a worker's `group` is its index there (-1 once its
+ * pool is gone: never picked again, and taken out of the registry).
+ *
  * Sources: "static" (the config's lists; a reload reconciles them), "admin" (POST /admin/v1/workers;
  * kept across reloads), "dns" and "kubernetes" (discovery, which reconciles its own workers). A URL is in
  * the pool at most once per role: the first source to bring it owns it.
@@ -50,6 +56,8 @@ typedef struct pdr_worker {
     uint64_t uid;            /* unique for the process's life (retries avoid by uid) */
     char id[32];             /* "prefill-3" */
     char source[16];         /* static | admin | dns | kubernetes */
+    char pool[64];           /* the pool's name (immutable) */
+    int group;               /* under rw: index in pdr_pool_t.groups, -1 when the pool is gone */
     char name[256];          /* the source's name for it (pod, address); "" for static and admin */
     char *labels_json;       /* a JSON object, "{}" when none; immutable */
     pdr_worker_conf_t conf;  /* its own copy: url, host, port, bootstrap_port */
@@ -76,14 +84,22 @@ typedef struct pdr_worker_list {
     pdr_worker_t *w[];
 } pdr_worker_list_t;
 
+/* One configured pool's picking state. */
+typedef struct pdr_pool_group {
+    char name[64];
+    pdr_policy_kind_t policy[2]; /* by role */
+    pdr_protocol_t protocol;
+    unsigned rr_next[2]; /* atomic: round-robin cursors by role */
+} pdr_pool_group_t;
+
 typedef struct pdr_pool {
-    pthread_rwlock_t rw;        /* list[] pointers, policy, rise, fall, sequence counters */
+    pthread_rwlock_t rw;        /* list[] pointers, groups, workers' group, rise, fall, sequence counters */
     pdr_worker_list_t *list[2]; /* [PDR_ROLE_PREFILL], [PDR_ROLE_DECODE] */
-    pdr_policy_kind_t policy[2];
+    pdr_pool_group_t *groups;   /* the configured pools, in config order */
+    size_t n_groups;
     int rise, fall;
     unsigned next_seq[2];
     uint64_t next_uid;
-    unsigned rr_next[2];                       /* atomic */
     uint64_t generation;                       /* atomic: bumped on every membership change */
     uint64_t added_total[4], removed_total[4]; /* by source (PDR_SOURCE_*), under rw write */
     pthread_mutex_t lock;                      /* health and drain transitions */
@@ -162,11 +178,12 @@ void pdr_pool_dispose(pdr_pool_t *p);
 
 /* ---- membership ---- */
 
-/* A new worker of the role from conf (copied). labels_json: a JSON object text or NULL. Returns the
- * worker with a reference for the caller (pdr_worker_unref it), or NULL with *err = PDR_EEXIST (the URL
- * is in the role already) or PDR_ENOMEM. */
-pdr_worker_t *pdr_pool_add(pdr_pool_t *p, pdr_role_t role, const pdr_worker_conf_t *conf, int source,
-                           const char *name, const char *labels_json, int *err);
+/* A new worker of the role in the pool named `pool` (NULL: the first pool) from conf (copied).
+ * labels_json: a JSON object text or NULL. Returns the worker with a reference for the caller
+ * (pdr_worker_unref it), or NULL with *err = PDR_EEXIST (the URL is in the role already, in any pool),
+ * PDR_ENOWORKER (no such pool) or PDR_ENOMEM. */
+pdr_worker_t *pdr_pool_add(pdr_pool_t *p, const char *pool, pdr_role_t role, const pdr_worker_conf_t *conf,
+                           int source, const char *name, const char *labels_json, int *err);
 /* Takes w out of the pool now (requests in flight on it finish). Returns 0, or PDR_ENOWORKER when it
  * was not in the pool. */
 int pdr_pool_remove(pdr_pool_t *p, pdr_worker_t *w, const char *why);
@@ -174,12 +191,14 @@ int pdr_pool_remove(pdr_pool_t *p, pdr_worker_t *w, const char *why);
  * removes it once DRAINED. Returns the drain state (PDR_DRAIN_*), -1 when removed at once, or
  * PDR_ENOWORKER when it was no longer in the pool. */
 int pdr_pool_delete(pdr_pool_t *p, pdr_worker_t *w, int force, uint64_t timeout_ms);
-/* Makes the workers of `source` and `role` exactly `confs` (matched by URL and bootstrap port): adds the
- * new ones, removes the missing ones, keeps the rest with their state. names[i] may be NULL. Returns
- * how many were added plus removed. */
+/* Makes the workers of `source` and `role` exactly `confs` (matched by URL and bootstrap port), all in the
+ * first pool (discovery runs with the one-pool form only): adds the new ones, removes the missing ones,
+ * keeps the rest with their state. names[i] may be NULL. Returns how many were added plus removed. */
 size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_worker_conf_t *confs,
                           const char *const *names, size_t n);
-/* A reload: policies and thresholds from c, then the static workers reconciled with c's lists. */
+/* A reload: pools, policies and thresholds from c (the workers of a pool c no longer has are removed, from
+ * every source), then the static workers reconciled with c's lists (a static worker that moved to another
+ * pool is replaced by a new one there). */
 size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c);
 
 /* ---- reading ---- */
@@ -194,13 +213,19 @@ size_t pdr_pool_count(pdr_pool_t *p, pdr_role_t role);
 size_t pdr_pool_count_state(pdr_pool_t *p, pdr_role_t role, int drain_state);
 /* Workers of the role that may receive new requests (healthy and not draining). */
 size_t pdr_pool_count_healthy(pdr_pool_t *p, pdr_role_t role);
+/* The same, in the pool named `pool` only. */
+size_t pdr_pool_count_healthy_in(pdr_pool_t *p, const char *pool, pdr_role_t role);
+/* The names of the pools (copies, in config order) into names[0..cap); returns the count. */
+size_t pdr_pool_groups(pdr_pool_t *p, char (*names)[64], size_t cap);
 /* Tests only: the i-th worker of the role, borrowed (no reference). */
 pdr_worker_t *pdr_pool__at(pdr_pool_t *p, pdr_role_t role, size_t i);
 
-/* Picks a serving worker of the role by its policy, preferring workers whose uid is not in avoid (the
- * ones that failed this request). Draining and drained workers are never picked. Returns it with a
- * reference (pdr_worker_unref), or NULL when none serves. */
-pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, pdr_role_t role, const uint64_t *avoid, size_t n_avoid);
+/* Picks a serving worker of the role in the pool named `pool` (NULL: the first pool) by that pool's
+ * policy, preferring workers whose uid is not in avoid (the ones that failed this request). Draining and
+ * drained workers are never picked. Returns it with a reference (pdr_worker_unref), or NULL when none
+ * serves (or there is no such pool). */
+pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
+                            size_t n_avoid);
 
 /* ---- drain ---- */
 

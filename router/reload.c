@@ -243,10 +243,12 @@ int pdr_router_reload(pdr_router_t *r, char *msg, size_t cap)
         __atomic_add_fetch(&r->reloads_failed, 1, __ATOMIC_RELAXED);
         return rc;
     }
+    /* Pools and workers first, then the snapshot: a request that sees the new snapshot finds the new
+     * pools' workers in place. */
+    size_t changed = pdr_pool_apply_config(&r->pool, c);
     pthread_mutex_lock(&r->config_lock);
     r->config = c;
     pthread_mutex_unlock(&r->config_lock);
-    size_t changed = pdr_pool_apply_config(&r->pool, c);
     pdr_health_restart(r);
     for (int which = 0; which < 2; which++) {
         int same = which == 0 ? dns_same(old, c) : k8s_same(old, c);

@@ -141,6 +141,13 @@ int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req);
  * one of them (the request is answered), else 0. */
 int pdr_compat_handle(pdr_thread_t *t, h2o_req_t *req);
 
+/* pools.c */
+/* The pool (index in c's pools) that serves the parsed body pr: 0 with *pool set, or the HTTP status to
+ * answer (400: no model with several pools, or not a string; 404: no pool serves it) with the message. */
+int pdr__request_pool(const pdr_config_t *c, const pdr_pdreq_t *pr, long *pool, char *msg, size_t cap);
+/* GET /v1/models with pools: every pool's models, OpenAI's list shape. malloc'd (free), or NULL. */
+char *pdr__models_list_json(const pdr_config_t *c, uint64_t created, size_t *len);
+
 /* server.c */
 void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *msg, int retry_after_s);
 void pdr_access_log(pdr_thread_t *t, const char *line, size_t len);
@@ -180,11 +187,12 @@ int pdr_admin_reload_token(pdr_router_t *r, const pdr_config_t *c, char *msg, si
  * *timeout_ms set (0 = none; an empty or all-whitespace body = none), or PDR_EINVAL with a message. */
 #define PDR_ADMIN_MAX_DRAIN_TIMEOUT_MS (7 * 24 * 3600 * 1000ULL) /* a week: anything longer is a typo */
 int pdr__admin_parse_drain(const char *body, size_t len, uint64_t *timeout_ms, char *msg, size_t cap);
-/* Parses the POST /admin/v1/workers body {"role", "url", "bootstrap_port"?, "labels"?} (pure; fuzzed): 0
- * with *role, conf (owned by the caller: pdr_worker_conf_clear) and *labels_json (malloc'd JSON object
- * text), or PDR_EINVAL / PDR_ENOMEM with a message and nothing owned. */
+/* Parses the POST /admin/v1/workers body {"role", "url", "bootstrap_port"?, "pool"?, "labels"?} (pure;
+ * fuzzed): 0 with *role, conf (owned by the caller: pdr_worker_conf_clear), pool (the name, "" when not
+ * given) and *labels_json (malloc'd JSON object text), or PDR_EINVAL / PDR_ENOMEM with a message and
+ * nothing owned. */
 int pdr__admin_parse_worker(const char *body, size_t len, int *role, pdr_worker_conf_t *conf,
-                            char **labels_json, char *msg, size_t cap);
+                            char **labels_json, char pool[64], char *msg, size_t cap);
 
 /* health.c (loop 0) */
 int pdr_health_start(pdr_router_t *r);

@@ -191,13 +191,36 @@ void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req)
     free(text);
 }
 
-/* Healthy means healthy and not draining (pdr_pool_count_healthy). With a worker startup deadline, not
- * before a prefill/decode pair has passed a health check (workers start optimistically healthy). */
-static int readiness_ok(pdr_router_t *r)
+/* Ready when every pool has a healthy (healthy and not draining) prefill and decode worker, as a
+ * Kubernetes readiness probe wants: a router that would answer 503 for one of its models takes no traffic.
+ * Else 0 with the reason in msg, naming the pools that have no pair. */
+static int readiness_ok(pdr_router_t *r, char *msg, size_t cap)
 {
-    return !pdr_router_stopping(r) && !__atomic_load_n(&r->startup_pending, __ATOMIC_RELAXED) &&
-           pdr_pool_count_healthy(&r->pool, PDR_ROLE_PREFILL) > 0 &&
-           pdr_pool_count_healthy(&r->pool, PDR_ROLE_DECODE) > 0;
+    if (pdr_router_stopping(r)) {
+        snprintf(msg, cap, "shutting down");
+        return 0;
+    }
+    /* With a worker startup deadline, not before a prefill/decode pair has passed a health check (workers
+     * start optimistically healthy). */
+    if (__atomic_load_n(&r->startup_pending, __ATOMIC_RELAXED)) {
+        snprintf(msg, cap, "waiting for the first healthy prefill/decode pair");
+        return 0;
+    }
+    char names[PDR_CONFIG_MAX_POOLS][64];
+    size_t ng = pdr_pool_groups(&r->pool, names, PDR_CONFIG_MAX_POOLS), bad = 0, n = 0;
+    for (size_t i = 0; i < ng; i++) {
+        if (pdr_pool_count_healthy_in(&r->pool, names[i], PDR_ROLE_PREFILL) > 0 &&
+            pdr_pool_count_healthy_in(&r->pool, names[i], PDR_ROLE_DECODE) > 0)
+            continue;
+        if (bad++ == 0)
+            n = (size_t)snprintf(msg, cap, "no healthy prefill or decode worker in pool%s ",
+                                 ng > 1 ? "s:" : "");
+        if (n < cap)
+            n += (size_t)snprintf(msg + n, cap - n, "%s%s", bad > 1 ? ", " : "", names[i]);
+    }
+    if (bad > 0 && ng == 1 && strcmp(names[0], PDR_DEFAULT_POOL) == 0)
+        snprintf(msg, cap, "no healthy prefill or decode worker");
+    return ng > 0 && bad == 0;
 }
 
 /* ---- CORS (cors.allowed_origins), as the sglang router's: with "*" any origin and any method or header;
@@ -288,16 +311,12 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         return 0;
     }
     if (is_get && path_is(req, "/readiness")) {
-        int ok = readiness_ok(r);
+        char why[400] = "no pool";
+        int ok = readiness_ok(r, why, sizeof(why));
         if (ok)
             send_text(req, 200, "text/plain", "ready\n", 6);
         else
-            pdr_send_error(req, 503, "service_unavailable",
-                           pdr_router_stopping(r) ? "shutting down"
-                           : __atomic_load_n(&r->startup_pending, __ATOMIC_RELAXED)
-                               ? "waiting for the first healthy prefill/decode pair"
-                               : "no healthy prefill or decode worker",
-                           1);
+            pdr_send_error(req, 503, "service_unavailable", why, 1);
         pdr_metrics_count_request(&t->m, PDR_MR_READINESS, ok ? 200 : 503, 0, -1);
         return 0;
     }

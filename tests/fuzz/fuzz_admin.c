@@ -65,9 +65,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int role;
         pdr_worker_conf_t conf;
         char *labels = NULL;
-        char msg[300];
+        char msg[300], pool[64];
         msg[0] = '\0';
-        if (pdr__admin_parse_worker(in, n, &role, &conf, &labels, msg, sizeof(msg)) == 0) {
+        if (pdr__admin_parse_worker(in, n, &role, &conf, &labels, pool, msg, sizeof(msg)) == 0) {
             if ((role != 0 && role != 1) || conf.url == NULL || labels == NULL || labels[0] != '{' ||
                 (role == 1 && conf.bootstrap_port != -1))
                 abort();

@@ -55,7 +55,7 @@ static pdr_worker_t *W(pdr_pool_t *p, pdr_role_t role, size_t i)
 /* A pick, borrowed (the pool keeps the worker alive in these single-threaded tests). */
 static pdr_worker_t *pick(pdr_pool_t *p, pdr_role_t role, const uint64_t *avoid, size_t n)
 {
-    pdr_worker_t *w = pdr_pool_pick(p, role, avoid, n);
+    pdr_worker_t *w = pdr_pool_pick(p, NULL, role, avoid, n);
     pdr_worker_unref(w);
     return w;
 }
@@ -252,14 +252,14 @@ static void test_membership(void)
     pdr_worker_conf_t wc = conf_of("http://10.0.0.9:30000", 8998);
     int err = 0;
     pdr_worker_t *a =
-        pdr_pool_add(&p, PDR_ROLE_PREFILL, &wc, PDR_SOURCE_ADMIN, NULL, "{\"zone\":\"a\"}", &err);
+        pdr_pool_add(&p, NULL, PDR_ROLE_PREFILL, &wc, PDR_SOURCE_ADMIN, NULL, "{\"zone\":\"a\"}", &err);
     CHECK(a != NULL && strcmp(a->id, "prefill-2") == 0 && strcmp(a->source, "admin") == 0);
     CHECK(strcmp(a->labels_json, "{\"zone\":\"a\"}") == 0 && a->conf.bootstrap_port == 8998);
     CHECK(pdr_pool_count(&p, PDR_ROLE_PREFILL) == 3 && p.generation != gen0);
-    CHECK(pdr_pool_add(&p, PDR_ROLE_PREFILL, &wc, PDR_SOURCE_ADMIN, NULL, NULL, &err) == NULL &&
+    CHECK(pdr_pool_add(&p, NULL, PDR_ROLE_PREFILL, &wc, PDR_SOURCE_ADMIN, NULL, NULL, &err) == NULL &&
           err == PDR_EEXIST);
     /* The same URL as a decode is another worker. */
-    pdr_worker_t *ad = pdr_pool_add(&p, PDR_ROLE_DECODE, &wc, PDR_SOURCE_ADMIN, NULL, NULL, &err);
+    pdr_worker_t *ad = pdr_pool_add(&p, NULL, PDR_ROLE_DECODE, &wc, PDR_SOURCE_ADMIN, NULL, NULL, &err);
     CHECK(ad != NULL && strcmp(ad->id, "decode-1") == 0);
     pdr_worker_unref(ad);
 
@@ -275,7 +275,7 @@ static void test_membership(void)
     pdr_worker_track(held, -1);
     pdr_worker_unref(held);
     pdr_worker_unref(a); /* the add's reference: now freed (ASan checks) */
-    pdr_worker_t *b = pdr_pool_add(&p, PDR_ROLE_PREFILL, &wc, PDR_SOURCE_ADMIN, NULL, NULL, &err);
+    pdr_worker_t *b = pdr_pool_add(&p, NULL, PDR_ROLE_PREFILL, &wc, PDR_SOURCE_ADMIN, NULL, NULL, &err);
     CHECK(b != NULL && strcmp(b->id, "prefill-3") == 0);
     pdr_worker_unref(b);
     pdr_worker_conf_clear(&wc);
@@ -313,7 +313,7 @@ static void test_membership(void)
     CHECK(!pdr_worker_removed(s0) && !pdr_worker_healthy(s0));
     CHECK(found(&p, "prefill-1", 9, NULL) &&
           found(&p, "prefill-3", 9, pdr_pool__at(&p, PDR_ROLE_PREFILL, 1)));
-    CHECK(pdr_pool_count(&p, PDR_ROLE_DECODE) == 3 && p.policy[PDR_ROLE_PREFILL] == PDR_POLICY_LEAST_LOAD);
+    CHECK(pdr_pool_count(&p, PDR_ROLE_DECODE) == 3 && p.groups[0].policy[PDR_ROLE_PREFILL] == PDR_POLICY_LEAST_LOAD);
     pdr_worker_unref(s0);
 
     /* delete: idle -> gone at once; busy -> draining, gone at the tick after its last request. */
