@@ -6,6 +6,7 @@ Usage: test_router.py SCENARIO   (one of the functions named scenario_*; ctest r
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -107,11 +108,22 @@ def metrics_when(r, pred, what):
     return pdtest.poll_until(scrape, 5, what)
 
 
+METRIC_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+METRIC_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
 def metric_value(text, name, **labels):
-    want = ",".join('%s="%s"' % kv for kv in labels.items())
+    """The value of the series `name` with exactly these labels (in any order). The per-worker series' `pool`
+    label may be left out: it then matches any pool."""
     for line in text.splitlines():
-        if line.startswith(name + "{" + want + "}") or (not labels and line.startswith(name + " ")):
-            return float(line.rsplit(" ", 1)[1])
+        m = METRIC_LINE.match(line)
+        if m is None or m.group(1) != name:
+            continue
+        have = dict(METRIC_LABEL.findall(m.group(2) or ""))
+        if "pool" not in labels and name.startswith("pdr_worker_"):
+            have.pop("pool", None)
+        if have == {k: str(v) for k, v in labels.items()}:
+            return float(m.group(3))
     return None
 
 

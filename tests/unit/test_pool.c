@@ -313,7 +313,8 @@ static void test_membership(void)
     CHECK(!pdr_worker_removed(s0) && !pdr_worker_healthy(s0));
     CHECK(found(&p, "prefill-1", 9, NULL) &&
           found(&p, "prefill-3", 9, pdr_pool__at(&p, PDR_ROLE_PREFILL, 1)));
-    CHECK(pdr_pool_count(&p, PDR_ROLE_DECODE) == 3 && p.groups[0].policy[PDR_ROLE_PREFILL] == PDR_POLICY_LEAST_LOAD);
+    CHECK(pdr_pool_count(&p, PDR_ROLE_DECODE) == 3 &&
+          p.groups[0].policy[PDR_ROLE_PREFILL] == PDR_POLICY_LEAST_LOAD);
     pdr_worker_unref(s0);
 
     /* delete: idle -> gone at once; busy -> draining, gone at the tick after its last request. */
