@@ -206,20 +206,21 @@ static int readiness_ok(pdr_router_t *r, char *msg, size_t cap)
         snprintf(msg, cap, "waiting for the first healthy prefill/decode pair");
         return 0;
     }
-    char names[PDR_CONFIG_MAX_POOLS][64];
+    char names[PDR_CONFIG_MAX_POOLS][64], list[300];
     size_t ng = pdr_pool_groups(&r->pool, names, PDR_CONFIG_MAX_POOLS), bad = 0, n = 0;
+    list[0] = '\0';
     for (size_t i = 0; i < ng; i++) {
         if (pdr_pool_count_healthy_in(&r->pool, names[i], PDR_ROLE_PREFILL) > 0 &&
             pdr_pool_count_healthy_in(&r->pool, names[i], PDR_ROLE_DECODE) > 0)
             continue;
-        if (bad++ == 0)
-            n = (size_t)snprintf(msg, cap, "no healthy prefill or decode worker in pool%s ",
-                                 ng > 1 ? "s:" : "");
-        if (n < cap)
-            n += (size_t)snprintf(msg + n, cap - n, "%s%s", bad > 1 ? ", " : "", names[i]);
+        if (n + strlen(names[i]) + 3 < sizeof(list))
+            n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", bad ? ", " : "", names[i]);
+        bad++;
     }
     if (bad > 0 && ng == 1 && strcmp(names[0], PDR_DEFAULT_POOL) == 0)
         snprintf(msg, cap, "no healthy prefill or decode worker");
+    else if (bad > 0)
+        snprintf(msg, cap, "no healthy prefill or decode worker in pool%s %s", bad > 1 ? "s" : "", list);
     return ng > 0 && bad == 0;
 }
 
@@ -1190,11 +1191,22 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
     for (int i = 1; i < r->n_threads; i++)
         if (uv_thread_create(&r->threads[i].tid, thread_main, &r->threads[i]) != 0)
             return PDR_ENOMEM;
-    pdr_info("pdrouter listening on %s:%d with %d loop thread%s (%zu prefill, %zu decode, policy %s/%s, "
-             "protocol %s)",
-             c->listen_host, c->listen_port, r->n_threads, r->n_threads == 1 ? "" : "s", c->n_prefill,
-             c->n_decode, pdr_policy_name(c->policy_prefill), pdr_policy_name(c->policy_decode),
-             pdr_protocol_name(c->protocol));
+    if (c->n_pools > 0)
+        pdr_info("pdrouter listening on %s:%d with %d loop thread%s (%zu pools)", c->listen_host,
+                 c->listen_port, r->n_threads, r->n_threads == 1 ? "" : "s", c->n_pools);
+    else
+        pdr_info("pdrouter listening on %s:%d with %d loop thread%s (%zu prefill, %zu decode, policy %s/%s, "
+                 "protocol %s)",
+                 c->listen_host, c->listen_port, r->n_threads, r->n_threads == 1 ? "" : "s", c->n_prefill,
+                 c->n_decode, pdr_policy_name(c->policy_prefill), pdr_policy_name(c->policy_decode),
+                 pdr_protocol_name(c->protocol));
+    for (size_t i = 0; i < c->n_pools; i++) {
+        const pdr_pool_conf_t *pl = &c->pools[i];
+        pdr_info("pool %s: %zu model%s (%s%s), %zu prefill, %zu decode, policy %s/%s, protocol %s", pl->name,
+                 pl->n_models, pl->n_models == 1 ? "" : "s", pl->models[0], pl->n_models > 1 ? ", ..." : "",
+                 pl->n_prefill, pl->n_decode, pdr_policy_name(pl->policy_prefill),
+                 pdr_policy_name(pl->policy_decode), pdr_protocol_name(pl->protocol));
+    }
     pdr_admin_log_start(r);
     if (r->metrics_on)
         pdr_info("metrics listener on %s:%d (GET /metrics)", c->metrics_host, c->metrics_port);
