@@ -349,6 +349,106 @@ static void test_membership(void)
     pdr_config_unref(c);
 }
 
+static pdr_config_t *load_yaml(const char *yaml)
+{
+    char err[256];
+    pdr_config_t *c = pdr_config_load_string(yaml, strlen(yaml), "pools.yaml", err, sizeof(err));
+    if (c == NULL)
+        fprintf(stderr, "%s\n", err);
+    return c;
+}
+
+#define POOL_YAML(name, model, policy, pport, dport1, dport2)                                                \
+    "  - name: " name "\n    models: [" model "]\n    policy: " policy "\n    workers:\n"                    \
+    "      prefill: [ http://127.0.0.1:" pport " ]\n"                                                        \
+    "      decode: [ http://127.0.0.1:" dport1 ", http://127.0.0.1:" dport2 " ]\n"
+
+/* Pools: picks (every policy) and retries stay in the request's pool; per-pool policies and counts; a
+ * reload adds a pool, removes one (its workers from every source leave) and moves a worker. */
+static void test_pools(void)
+{
+    pdr_config_t *c = load_yaml("pools:\n" POOL_YAML("a", "ma", "round_robin", "30000", "31000", "31001")
+                                    POOL_YAML("b", "mb", "least_load", "30001", "31002", "31003"));
+    pdr_pool_t p;
+    CHECK(c != NULL && pdr_pool_init(&p, c) == 0);
+    CHECK(p.n_groups == 2 && strcmp(p.groups[1].name, "b") == 0 &&
+          p.groups[1].policy[PDR_ROLE_PREFILL] == PDR_POLICY_LEAST_LOAD);
+    CHECK(strcmp(W(&p, PDR_ROLE_DECODE, 2)->pool, "b") == 0 && W(&p, PDR_ROLE_DECODE, 2)->group == 1);
+    /* Round robin inside a: its two decodes in turn, never b's. */
+    int seen[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 40; i++) {
+        pdr_worker_t *w = pdr_pool_pick(&p, "a", PDR_ROLE_DECODE, NULL, 0);
+        CHECK(w != NULL && w->group == 0);
+        if (w != NULL)
+            seen[w->seq]++;
+        pdr_worker_unref(w);
+    }
+    CHECK(seen[0] == 20 && seen[1] == 20 && seen[2] == 0 && seen[3] == 0);
+    /* Least load inside b; avoiding both of b's decodes gives one of b's again, never a's. */
+    uint64_t avoid[2] = {W(&p, PDR_ROLE_DECODE, 2)->uid, W(&p, PDR_ROLE_DECODE, 3)->uid};
+    for (int i = 0; i < 20; i++) {
+        pdr_worker_t *w = pdr_pool_pick(&p, "b", PDR_ROLE_DECODE, avoid, i % 2 ? 2 : 1);
+        CHECK(w != NULL && w->group == 1 && (i % 2 || w == W(&p, PDR_ROLE_DECODE, 3)));
+        pdr_worker_unref(w);
+    }
+    CHECK(pdr_pool_pick(&p, "c", PDR_ROLE_DECODE, NULL, 0) == NULL);
+    /* b's only prefill down: b has none to give, a still does. */
+    pdr_pool_eject(&p, W(&p, PDR_ROLE_PREFILL, 1), "test");
+    CHECK(pdr_pool_pick(&p, "b", PDR_ROLE_PREFILL, NULL, 0) == NULL);
+    CHECK(pdr_pool_count_healthy_in(&p, "b", PDR_ROLE_PREFILL) == 0 &&
+          pdr_pool_count_healthy_in(&p, "a", PDR_ROLE_PREFILL) == 1 &&
+          pdr_pool_count_healthy_in(&p, "b", PDR_ROLE_DECODE) == 2 &&
+          pdr_pool_count_healthy_in(&p, "zz", PDR_ROLE_DECODE) == 0);
+    pdr_worker_t *pw = pdr_pool_pick(&p, "a", PDR_ROLE_PREFILL, NULL, 0);
+    CHECK(pw != NULL && pw->seq == 0);
+    pdr_worker_unref(pw);
+
+    /* Admin adds: into a named pool; an unknown pool is refused. */
+    pdr_worker_conf_t wc;
+    int err = 0;
+    CHECK(pdr_worker_conf_parse_url("http://127.0.0.1:32000", &wc, NULL, 0) == 0);
+    CHECK(pdr_pool_add(&p, "zz", PDR_ROLE_DECODE, &wc, PDR_SOURCE_ADMIN, NULL, NULL, &err) == NULL &&
+          err == PDR_ENOWORKER);
+    pdr_worker_t *ad = pdr_pool_add(&p, "b", PDR_ROLE_DECODE, &wc, PDR_SOURCE_ADMIN, NULL, NULL, &err);
+    CHECK(ad != NULL && ad->group == 1 && strcmp(ad->pool, "b") == 0);
+    pdr_worker_conf_clear(&wc);
+    char names[4][64];
+    CHECK(pdr_pool_groups(&p, names, 4) == 2 && strcmp(names[0], "a") == 0 && strcmp(names[1], "b") == 0);
+
+    /* Reload: b goes (its static and admin workers leave), c comes with b's old prefill URL (a new worker
+     * there), a keeps its workers with their state and gets a policy change. */
+    pdr_worker_t *a0 = pdr_pool_find(&p, "decode-0", 8);
+    pdr_worker_t *b0 = pdr_pool_find(&p, "prefill-1", 9);
+    pdr_config_t *c2 = load_yaml("pools:\n" POOL_YAML("a", "ma", "random", "30000", "31000", "31001")
+                                     POOL_YAML("c", "mc", "round_robin", "30001", "31004", "31005"));
+    CHECK(c2 != NULL &&
+          pdr_pool_apply_config(&p, c2) == 7); /* b's 3 + 1 admin out; c's 3 in (its prefill anew) */
+    CHECK(p.n_groups == 2 && strcmp(p.groups[1].name, "c") == 0 &&
+          p.groups[0].policy[PDR_ROLE_DECODE] == PDR_POLICY_RANDOM);
+    CHECK(pdr_worker_removed(ad) && pdr_worker_removed(b0) && !pdr_worker_removed(a0) && a0->group == 0);
+    CHECK(pdr_pool_count(&p, PDR_ROLE_PREFILL) == 2 && pdr_pool_count(&p, PDR_ROLE_DECODE) == 4);
+    pdr_worker_t *cp = pdr_pool_pick(&p, "c", PDR_ROLE_PREFILL, NULL, 0);
+    CHECK(cp != NULL && cp != b0 && strcmp(cp->conf.url, "http://127.0.0.1:30001") == 0 && cp->group == 1 &&
+          pdr_worker_healthy(cp));
+    pdr_worker_unref(cp);
+    CHECK(pdr_pool_pick(&p, "b", PDR_ROLE_DECODE, NULL, 0) == NULL);
+    /* Back to the one-pool form: the pools are gone, their workers too; "default" gets its own. */
+    pdr_config_t *c3 = make_config(1, 1, "round_robin", "round_robin");
+    CHECK(c3 != NULL && pdr_pool_apply_config(&p, c3) > 0);
+    CHECK(p.n_groups == 1 && strcmp(p.groups[0].name, "default") == 0);
+    CHECK(pdr_pool_count(&p, PDR_ROLE_PREFILL) == 1 && pdr_pool_count(&p, PDR_ROLE_DECODE) == 1);
+    pdr_worker_t *dw = pdr_pool_pick(&p, NULL, PDR_ROLE_DECODE, NULL, 0);
+    CHECK(dw != NULL && strcmp(dw->pool, "default") == 0 && pdr_worker_removed(a0)); /* a is gone too */
+    pdr_worker_unref(dw);
+    pdr_worker_unref(ad);
+    pdr_worker_unref(a0);
+    pdr_worker_unref(b0);
+    pdr_pool_dispose(&p);
+    pdr_config_unref(c);
+    pdr_config_unref(c2);
+    pdr_config_unref(c3);
+}
+
 int main(void)
 {
     test_health_state();
@@ -357,5 +457,6 @@ int main(void)
     test_drain();
     test_find();
     test_membership();
+    test_pools();
     CHECK_DONE();
 }
