@@ -989,6 +989,15 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
             rc = PDR_ECONFIG;
             goto fail;
         }
+        if (c->n_pools > 0 && (ps.given & (G_POLICY_P | G_POLICY_D | G_PROTOCOL))) {
+            pdr__config_err(
+                err, errlen, "argv: %s: %s has pools:, each with its own policy and protocol; set them there",
+                ps.given & G_PROTOCOL ? "--protocol" : "--policy/--prefill-policy/--decode-policy",
+                ps.config_file);
+            pdr_config_unref(c);
+            rc = PDR_EINVAL;
+            goto fail;
+        }
         apply_overrides(c, fl, ps.given);
         pdr_config_unref(fl);
         fl = NULL;

@@ -1799,6 +1799,21 @@ static void test_pools(void)
         n += (size_t)snprintf(many + n, sizeof(many) - n, "  - {name: p%d}\n", i);
     EXPECT_ERROR(many, "bad.yaml:2:3: pools: 65 pools, at most 64 are allowed");
 
+    /* Flags that set the one-pool form's keys do not apply to a file with pools. */
+    {
+        const char *path = write_file("cli-pools.yaml", "pools:\n" POOL_A);
+        const char *argv1[] = {"pdrouter", "--config", path, "--policy", "random", NULL};
+        pdr_cli_t cli;
+        CHECK(pdr_config_parse_args(5, (char **)argv1, &cli, err, sizeof(err)) == PDR_EINVAL);
+        CHECK(strstr(err, "argv: --policy/--prefill-policy/--decode-policy: ") == err &&
+              strstr(err, "has pools:, each with its own policy and protocol; set them there") != NULL);
+        const char *argv2[] = {"pdrouter", "--config", path, "--port", "7001", NULL};
+        CHECK(pdr_config_parse_args(5, (char **)argv2, &cli, err, sizeof(err)) == 0 && cli.config != NULL &&
+              cli.config->n_pools == 1 && cli.config->listen_port == 7001);
+        pdr_config_unref(cli.config);
+        unlink(path);
+    }
+
     /* Snapshots built in code get the same checks from pdr_config_validate. */
     c = load("pools:\n" POOL_A POOL_B, err, sizeof(err));
     if (c != NULL) {
