@@ -22,12 +22,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         return 0;
     }
-    /* A loaded snapshot is runnable: each role has workers or a discovery source, and it passes the
-     * whole-snapshot check. */
-    for (int r = 0; r < 2; r++)
-        if ((r == 0 ? c->n_prefill : c->n_decode) == 0 && c->discovery.dns.role[r].name == NULL &&
-            c->discovery.kubernetes.role[r].selector == NULL)
+    /* A loaded snapshot is runnable: each role of each pool has workers or (the one-pool form) a discovery
+     * source, every pool of pools: serves a model, and it passes the whole-snapshot check. */
+    for (size_t i = 0; i < pdr_config_pool_count(c); i++) {
+        pdr_pool_conf_t pc;
+        pdr_config_pool(c, i, &pc);
+        if (c->n_pools > 0 && (pc.n_models == 0 || pc.n_prefill == 0 || pc.n_decode == 0))
             abort();
+        for (int r = 0; r < 2; r++)
+            if ((r == 0 ? pc.n_prefill : pc.n_decode) == 0 && c->discovery.dns.role[r].name == NULL &&
+                c->discovery.kubernetes.role[r].selector == NULL)
+                abort();
+    }
     if (pdr_config_validate(c, err, sizeof(err)) != 0)
         abort();
     pdr_config_unref(pdr_config_ref(c));
