@@ -433,7 +433,7 @@ static int check_pools(const pdr_config_t *c, char *err, size_t errlen)
         }
         snprintf(key, sizeof(key), "pools[%zu].protocol", i);
         CHECK_RANGE(pl->protocol, 0, 2, key);
-        if (pl->protocol != PDR_PROTO_SGLANG) {
+        if (pl->protocol == PDR_PROTO_PDSHIM) {
             pdr__config_err(err, errlen, "%s: " PDR__PROTOCOL_UNSUPPORTED_FMT, key,
                             pdr_protocol_name(pl->protocol));
             return PDR_ECONFIG;

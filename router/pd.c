@@ -1038,7 +1038,7 @@ static void vllm_release_kv(pd_req_t *x)
     pdr_worker_t *w = x->dw, *other = NULL;
     for (size_t i = 0; i < x->n_tried[PDR_ROLE_DECODE]; i++)
         if (x->tried[PDR_ROLE_DECODE][i] == x->dw->uid) {
-            other = pdr_pool_pick(&x->r->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE],
+            other = pdr_pool_pick(&x->r->pool, x->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE],
                                   x->n_tried[PDR_ROLE_DECODE]);
             if (other != NULL)
                 w = other;
@@ -1278,11 +1278,12 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     if (__atomic_load_n(&r->inflight, __ATOMIC_RELAXED) >= c->limits.max_inflight)
         return refuse(t, req, route, mroute, 503, "service_unavailable",
                       "too many requests in flight (limits.max_inflight)", 1, "max_inflight");
+    static const char no_generate[] =
+        "protocol vllm serves /v1/completions and /v1/chat/completions; /generate "
+        "is sglang's native route";
     if (c->protocol == PDR_PROTO_VLLM && route == PDR_ROUTE_GENERATE)
-        return refuse(t, req, route, mroute, 400, "invalid_request_error",
-                      "protocol vllm serves /v1/completions and /v1/chat/completions; /generate is sglang's "
-                      "native route",
-                      0, "route_not_served");
+        return refuse(t, req, route, mroute, 400, "invalid_request_error", no_generate, 0,
+                      "route_not_served");
     pdr_pdreq_t pr;
     char err[256];
     if (pdr_pdreq_parse(route, req->entity.base, req->entity.len, &pr, err, sizeof(err)) != 0)
@@ -1295,6 +1296,13 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
         return refuse(t, req, route, mroute, pst, "invalid_request_error", pmsg, 0,
                       pst == 404 ? "model_not_found" : "invalid_request");
     }
+    pdr_pool_conf_t pc;
+    pdr_config_pool(c, (size_t)pool, &pc);
+    if (pc.protocol == PDR_PROTO_VLLM && route == PDR_ROUTE_GENERATE) { /* a vllm pool of pools: */
+        pdr_pdreq_clear(&pr);
+        return refuse(t, req, route, mroute, 400, "invalid_request_error", no_generate, 0,
+                      "route_not_served");
+    }
     pd_req_t *x = new_req(t, req, mroute);
     if (x == NULL) {
         pdr_pdreq_clear(&pr);
@@ -1303,12 +1311,10 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     }
     x->mode = MODE_PD;
     x->route = route;
-    pdr_pool_conf_t pc;
-    pdr_config_pool(x->conf, (size_t)pool, &pc);
-    x->pool = pc.name; /* lives as long as x->conf */
+    x->pool = pc.name; /* lives as long as x->conf (== c) */
     x->protocol = pc.protocol;
     x->pr = pr;
-    x->vllm = c->protocol == PDR_PROTO_VLLM;
+    x->vllm = x->protocol == PDR_PROTO_VLLM;
     x->merge = pr.want_logprobs && !x->vllm; /* vLLM: the decode answers the logprobs itself */
     x->n_rooms = pr.batch ? pr.batch : 1;
     x->rooms = calloc(x->n_rooms, sizeof(uint64_t));

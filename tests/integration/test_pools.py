@@ -3,15 +3,15 @@
 decode started with --model, and assertions on what reached which worker (pdsim /pdsim/stats).
 
 Scenarios (argv[1]):
-  routing  two pools: each model reaches only its pool's workers (OpenAI routes and /generate with a
-           model), an unknown model is 404 listing the served ones, /generate without a model is 400,
+  routing  three pools, two sglang and one vllm: each model reaches only its pool's workers, by its pool's
+           protocol (OpenAI routes and /generate with a model), an unknown model is 404 listing the served ones, /generate without a model is 400,
            /v1/models lists the union, the admin API shows and takes pools, metrics and the access log
            carry the pool, readiness names a pool without a healthy pair.
   reload   a reload adds a third pool (its model becomes routable), adds a model to a pool, and removes a
            pool (its workers leave, its model is then unknown).
 
-The pools are data (POOLS below): a pool of another protocol is one more entry with its `protocol` and
-workers that speak it; nothing else in the scenarios depends on the protocol.
+The pools are data (POOLS below): a pool of another protocol is one more entry with its `protocol`
+(pdsim answers both protocols, telling them apart by the body).
 """
 import json
 import os
@@ -27,7 +27,11 @@ from test_router import metric_value, metrics, metrics_when, router, stats  # no
 POOLS = [
     {"name": "alpha", "models": ["llama-3-8b", "llama-3-8b-instruct"], "protocol": "sglang"},
     {"name": "beta", "models": ["qwen-2-7b"], "protocol": "sglang"},
+    {"name": "mistral", "models": ["mistral-7b-instruct"], "protocol": "vllm"},
 ]
+# What the router asks a vLLM prefill to do with its KV (docs/architecture.md, the vLLM PD path).
+ASK = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None, "remote_block_ids": None,
+       "remote_host": None, "remote_port": None}
 GAMMA = {"name": "gamma", "models": ["mistral-7b"], "protocol": "sglang"}
 
 
@@ -98,9 +102,13 @@ def expect_routed(r, pools, target, model, n, path="/v1/completions"):
         check(got == (want, want), "%s for %s: pool %s got %r, want %r each" % (path, model, p["name"], got, want), r)
 
 
+def last(p):
+    return stats(p)["last"][-1]
+
+
 def scenario_routing():
     pools = [start_pool(dict(p)) for p in POOLS]
-    alpha, beta = pools
+    alpha, beta, mistral = pools
     fd, alog = tempfile.mkstemp(prefix="pdrouter-access-", suffix=".log")
     os.close(fd)
     r = router([], [], config="%s\nlog: { access_log: %s }\n%s" % (COMMON, alog, pools_yaml(pools)))
@@ -110,6 +118,20 @@ def scenario_routing():
         expect_routed(r, pools, beta, "qwen-2-7b", 3)
         expect_routed(r, pools, beta, "qwen-2-7b", 2, "/v1/chat/completions")
         expect_routed(r, pools, beta, "qwen-2-7b", 2, "/generate")
+        check(isinstance(last(beta["prefill"])["room"], int), "beta's prefill got no bootstrap room", r)
+        # The vllm pool: its own protocol, prefill first with kv_transfer_params, no bootstrap fields.
+        expect_routed(r, pools, mistral, "mistral-7b-instruct", 3)
+        expect_routed(r, pools, mistral, "mistral-7b-instruct", 2, "/v1/chat/completions")
+        lp, ld = last(mistral["prefill"]), last(mistral["decode"])
+        check(lp["body"]["kv_transfer_params"] == ASK and lp["room"] is None and
+              ld["body"]["kv_transfer_params"]["remote_host"] == "127.0.0.1", repr((lp, ld)), r)
+        expect_routed(r, pools, alpha, "llama-3-8b", 1)
+        la = last(alpha["prefill"])
+        check(isinstance(la["room"], int) and "kv_transfer_params" not in la.get("body", {}), repr(la), r)
+        before = counts(pools)
+        st, body = completion(r, "mistral-7b-instruct", "/generate")
+        check(st == 400 and "protocol vllm serves" in body["error"]["message"] and counts(pools) == before,
+              "%d %r" % (st, body), r)
 
         # An unknown model: 404 in the OpenAI shape, listing what is served; no worker sees it.
         before = counts(pools)
@@ -117,7 +139,7 @@ def scenario_routing():
         err = body["error"]
         check(st == 404 and err["code"] == 404 and err["type"] == "invalid_request_error" and
               err["message"] == "The model `gpt-4` does not exist. Served: llama-3-8b, llama-3-8b-instruct, "
-              "qwen-2-7b", "%d %r" % (st, body), r)
+              "qwen-2-7b, mistral-7b-instruct", "%d %r" % (st, body), r)
         st, body = completion(r, None, "/generate")
         check(st == 400 and "model: required" in body["error"]["message"] and
               "qwen-2-7b" in body["error"]["message"], "%d %r" % (st, body), r)
@@ -128,30 +150,32 @@ def scenario_routing():
         # /v1/models: the union of the pools' models, answered by the router.
         ms = request_json(r.port, "GET", "/v1/models")
         check(ms["object"] == "list" and [m["id"] for m in ms["data"]] == ["llama-3-8b", "llama-3-8b-instruct",
-                                                                             "qwen-2-7b"], repr(ms), r)
+                                                                             "qwen-2-7b", "mistral-7b-instruct"],
+              repr(ms), r)
         check(all(m["object"] == "model" and m["owned_by"] == "pdrouter" for m in ms["data"]) and
               ms["data"][2]["pool"] == "beta", repr(ms), r)
 
         # The admin API: every worker shows its pool; adding one needs a pool when there are several.
         ws = request_json(r.ports["admin"], "GET", "/admin/v1/workers")["workers"]
         check([(w["id"], w["pool"]) for w in ws] == [("prefill-0", "alpha"), ("prefill-1", "beta"),
-                                                      ("decode-0", "alpha"), ("decode-1", "beta")], repr(ws), r)
+                                                      ("prefill-2", "mistral"), ("decode-0", "alpha"),
+                                                      ("decode-1", "beta"), ("decode-2", "mistral")], repr(ws), r)
         extra = pdtest.start(["pdsim", "--role", "decode", "--port", "{port}", "--model", "qwen-2-7b"],
                              name="pdsim-beta-decode-2")
         url = "http://127.0.0.1:%d" % extra.port
         st, _, raw = request(r.ports["admin"], "POST", "/admin/v1/workers", {"role": "decode", "url": url})
         check(st == 400 and json.loads(raw)["error"]["message"] ==
-              "pool is required: the router has several pools (alpha, beta)", raw, r)
+              "pool is required: the router has several pools (alpha, beta, mistral)", raw, r)
         st, _, raw = request(r.ports["admin"], "POST", "/admin/v1/workers",
                              {"role": "decode", "url": url, "pool": "delta"})
-        check(st == 400 and json.loads(raw)["error"]["message"] == 'unknown pool "delta" (pools: alpha, beta)',
+        check(st == 400 and json.loads(raw)["error"]["message"] == 'unknown pool "delta" (pools: alpha, beta, mistral)',
               raw, r)
         st, _, raw = request(r.ports["admin"], "POST", "/admin/v1/workers",
                              {"role": "decode", "url": url, "pool": "Beta!"})
         check(st == 400 and "pool must be a pool name" in json.loads(raw)["error"]["message"], raw, r)
         w = request_json(r.ports["admin"], "POST", "/admin/v1/workers", {"role": "decode", "url": url, "pool": "beta"},
                          expect=201)
-        check(w["pool"] == "beta" and w["id"] == "decode-2", repr(w), r)
+        check(w["pool"] == "beta" and w["id"] == "decode-3", repr(w), r)
         # The added decode serves beta only: alpha's requests never reach it.
         n0 = stats(extra)["requests"]
         for _ in range(6):
@@ -170,7 +194,7 @@ def scenario_routing():
         check(metric_value(m, "pdr_worker_healthy", pool="alpha", role="decode", url=url) is None, m, r)
 
         # The access log: the pool of each request; null for one refused before a pool was chosen.
-        # (alpha 12 answered, beta 19, 3 refused; the lines are written in batches).
+        # (alpha 13 answered, beta 19, mistral 5, 4 refused; the lines are written in batches).
         def logged():
             by_pool = {}
             with open(alog) as f:
@@ -179,11 +203,12 @@ def scenario_routing():
                         j = json.loads(l)
                         by_pool.setdefault(j["pool"], []).append(j)
             n = {k: len(v) for k, v in by_pool.items()}
-            return by_pool if n == {"alpha": 12, "beta": 19, None: 3} else None
+            return by_pool if n == {"alpha": 13, "beta": 19, "mistral": 5, None: 4} else None
         by_pool = pdtest.poll_until(logged, 5, "the access log lines")
         check(all(l["decode"] == da and l["status"] == 200 for l in by_pool["alpha"]) and
               all(l["status"] == 200 for l in by_pool["beta"]) and
-              sorted(l["error"] for l in by_pool[None]) == ["invalid_request", "invalid_request", "model_not_found"],
+              sorted(l["error"] for l in by_pool[None]) == ["invalid_request", "invalid_request", "model_not_found",
+                                                          "route_not_served"],
               repr(by_pool), r)
 
         # Readiness: every pool needs a healthy pair; the answer names the one that has none.
@@ -205,7 +230,7 @@ def scenario_routing():
 
 
 def scenario_reload():
-    pools = [start_pool(dict(p)) for p in POOLS]
+    pools = [start_pool(dict(p)) for p in POOLS[:2]]
     alpha, beta = pools
     r = router([], [], config="%s\n%s" % (COMMON, pools_yaml(pools)))
     try:

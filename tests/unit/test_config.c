@@ -1679,6 +1679,14 @@ static void test_pools(void)
     CHECK(pdr_config_validate(c, err, sizeof(err)) == 0);
     pdr_config_unref(c);
 
+    /* Each pool keeps its own protocol: vllm beside sglang. */
+    c = load("pools:\n" POOL_A "  - name: v\n    models: [vm]\n    protocol: vllm\n    workers:\n"
+             "      prefill: [http://a:1]\n      decode: [http://a:2]\n",
+             err, sizeof(err));
+    CHECK(c != NULL && c->n_pools == 2 && c->pools[0].protocol == PDR_PROTO_SGLANG &&
+          c->pools[1].protocol == PDR_PROTO_VLLM && c->protocol == PDR_PROTO_SGLANG);
+    pdr_config_unref(c);
+
     /* One policy name for both roles. */
     c = load("pools:\n  - name: p\n    models: [m]\n    policy: random\n    workers:\n      prefill: "
              "[http://a:1]\n"
@@ -1772,8 +1780,9 @@ static void test_pools(void)
         "pools:\n  - name: a\n    protocol: grpc\n",
         "bad.yaml:3:15: pools[0].protocol: unknown protocol 'grpc', expected sglang, vllm or pdshim");
     EXPECT_ERROR(
-        "pools:\n  - name: a\n    protocol: vllm\n",
-        "bad.yaml:3:15: pools[0].protocol: protocol vllm is not implemented yet; use protocol: sglang");
+        "pools:\n  - name: a\n    protocol: pdshim\n",
+        "bad.yaml:3:15: pools[0].protocol: protocol pdshim is not implemented yet; use protocol: sglang or "
+        "vllm");
     EXPECT_ERROR("pools:\n  - name: a\n    policy: { decode: fastest }\n",
                  "bad.yaml:3:23: pools[0].policy.decode: unknown policy 'fastest', expected round_robin, "
                  "least_load or random");
@@ -1824,7 +1833,8 @@ static void test_pools(void)
         c->pools[1].models[0] = saved;
         c->pools[1].protocol = PDR_PROTO_PDSHIM;
         CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
-        CHECK_STR(err, "pools[1].protocol: protocol pdshim is not implemented yet; use protocol: sglang");
+        CHECK_STR(err,
+                  "pools[1].protocol: protocol pdshim is not implemented yet; use protocol: sglang or vllm");
         c->pools[1].protocol = PDR_PROTO_SGLANG;
         c->pools[1].name[0] = 'P';
         CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
