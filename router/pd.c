@@ -1340,7 +1340,7 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
 int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req)
 {
     if (t->config->n_pools > 0) {
-        /* Several pools: the union of their models, answered here. */
+        /* pools: the union of their models, answered here (no worker has them all). */
         size_t len;
         char *body = pdr__models_list_json(t->config, pdr_wall_us() / 1000000, &len);
         if (body == NULL) {
@@ -1352,10 +1352,9 @@ int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req)
         req->res.reason = "OK";
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
                        H2O_STRLIT("application/json"));
-        h2o_iovec_t v = h2o_strdup(&req->pool, body, len);
-        free(body);
         req->res.content_length = len;
-        h2o_send_inline(req, v.base, v.len);
+        h2o_send_inline(req, body, len); /* copies */
+        free(body);
         pdr_metrics_count_request(&t->m, PDR_MR_MODELS, 200, 0, -1);
         return 0;
     }
