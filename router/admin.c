@@ -192,6 +192,27 @@ static json_t *role_counts(pdr_router_t *r, pdr_role_t role)
                      (json_int_t)pdr_pool_count_state(&r->pool, role, PDR_DRAIN_DRAINED));
 }
 
+/* The pools of the current config (loop 0 reads r->config): name, protocol, models (null in the one-pool
+ * form: any) and the serving workers of each role. */
+static json_t *pools_json(pdr_router_t *r)
+{
+    const pdr_config_t *c = r->config;
+    json_t *a = json_array();
+    for (size_t i = 0; a != NULL && i < pdr_config_pool_count(c); i++) {
+        pdr_pool_conf_t pc;
+        pdr_config_pool(c, i, &pc);
+        json_t *models = c->n_pools > 0 ? json_array() : json_null();
+        for (size_t k = 0; models != NULL && k < pc.n_models; k++)
+            json_array_append_new(models, json_string(pc.models[k]));
+        json_array_append_new(
+            a, json_pack("{s:s,s:s,s:o,s:{s:I,s:I}}", "name", pc.name, "protocol",
+                         pdr_protocol_name(pc.protocol), "models", models, "healthy", "prefill",
+                         (json_int_t)pdr_pool_count_healthy_in(&r->pool, pc.name, PDR_ROLE_PREFILL), "decode",
+                         (json_int_t)pdr_pool_count_healthy_in(&r->pool, pc.name, PDR_ROLE_DECODE)));
+    }
+    return a != NULL ? a : json_null();
+}
+
 static json_t *status_json(pdr_router_t *r)
 {
     uint64_t up = (pdr_now_ms() - r->started_ms) / 1000;
@@ -200,12 +221,12 @@ static json_t *status_json(pdr_router_t *r)
         if (r->discovery[i] != NULL)
             json_array_append_new(disc, json_string(i == 0 ? "dns" : "kubernetes"));
     json_t *cfg = r->config_path != NULL ? json_string(r->config_path) : json_null();
-    return json_pack("{s:s,s:I,s:i,s:{s:o,s:o},s:I,s:b,s:o,s:o,s:{s:I,s:I}}", "version", PDR_VERSION,
+    return json_pack("{s:s,s:I,s:i,s:{s:o,s:o},s:o,s:I,s:b,s:o,s:o,s:{s:I,s:I}}", "version", PDR_VERSION,
                      "uptime_s", (json_int_t)up, "threads", r->n_threads, "workers", "prefill",
-                     role_counts(r, PDR_ROLE_PREFILL), "decode", role_counts(r, PDR_ROLE_DECODE), "inflight",
-                     (json_int_t)__atomic_load_n(&r->inflight, __ATOMIC_RELAXED), "shutting_down",
-                     pdr_router_stopping(r), "discovery", disc, "config_file", cfg, "reloads", "ok",
-                     (json_int_t)__atomic_load_n(&r->reloads_ok, __ATOMIC_RELAXED), "failed",
+                     role_counts(r, PDR_ROLE_PREFILL), "decode", role_counts(r, PDR_ROLE_DECODE), "pools",
+                     pools_json(r), "inflight", (json_int_t)__atomic_load_n(&r->inflight, __ATOMIC_RELAXED),
+                     "shutting_down", pdr_router_stopping(r), "discovery", disc, "config_file", cfg,
+                     "reloads", "ok", (json_int_t)__atomic_load_n(&r->reloads_ok, __ATOMIC_RELAXED), "failed",
                      (json_int_t)__atomic_load_n(&r->reloads_failed, __ATOMIC_RELAXED));
 }
 

@@ -7,6 +7,8 @@ Scenarios (argv[1]):
            protocol (OpenAI routes and /generate with a model), an unknown model is 404 listing the served ones, /generate without a model is 400,
            /v1/models lists the union, the admin API shows and takes pools, metrics and the access log
            carry the pool, readiness names a pool without a healthy pair.
+  shorthand  the one-pool form (top-level workers:): a pool "default" that takes any model or none,
+           /v1/models relayed from a decode, and the pool shown as "default" everywhere.
   reload   a reload adds a third pool (its model becomes routable), adds a model to a pool, and removes a
            pool (its workers leave, its model is then unknown).
 
@@ -155,7 +157,14 @@ def scenario_routing():
         check(all(m["object"] == "model" and m["owned_by"] == "pdrouter" for m in ms["data"]) and
               ms["data"][2]["pool"] == "beta", repr(ms), r)
 
-        # The admin API: every worker shows its pool; adding one needs a pool when there are several.
+        # The admin API: every worker shows its pool; the status lists the pools; adding a worker needs a
+        # pool when there are several.
+        stp = request_json(r.ports["admin"], "GET", "/admin/v1/status")["pools"]
+        check(stp == [{"name": "alpha", "protocol": "sglang", "models": ["llama-3-8b", "llama-3-8b-instruct"],
+                       "healthy": {"prefill": 1, "decode": 1}},
+                      {"name": "beta", "protocol": "sglang", "models": ["qwen-2-7b"], "healthy": {"prefill": 1, "decode": 1}},
+                      {"name": "mistral", "protocol": "vllm", "models": ["mistral-7b-instruct"],
+                       "healthy": {"prefill": 1, "decode": 1}}], repr(stp), r)
         ws = request_json(r.ports["admin"], "GET", "/admin/v1/workers")["workers"]
         check([(w["id"], w["pool"]) for w in ws] == [("prefill-0", "alpha"), ("prefill-1", "beta"),
                                                       ("prefill-2", "mistral"), ("decode-0", "alpha"),
@@ -227,6 +236,36 @@ def scenario_routing():
     finally:
         pdtest.stop_all()
         os.unlink(alog)
+
+
+def scenario_shorthand():
+    pool = start_pool({"name": "default", "models": ["served-model"], "protocol": "sglang"})
+    r = router([pool["prefill"]], [pool["decode"]], config=COMMON)
+    try:
+        for model in ("served-model", "anything-else"):
+            st, body = completion(r, model)
+            check(st == 200 and body["model"] == "served-model", "%s: %d %r" % (model, st, body), r)
+        check(completion(r, None, "/generate")[0] == 200, "/generate without a model", r)
+        ms = request_json(r.port, "GET", "/v1/models")
+        check([m["id"] for m in ms["data"]] == ["served-model"] and ms["data"][0]["owned_by"] == "pdsim",
+              "not relayed from the decode: %r" % ms, r)
+        ws = request_json(r.ports["admin"], "GET", "/admin/v1/workers")["workers"]
+        check([w["pool"] for w in ws] == ["default", "default"], repr(ws), r)
+        stp = request_json(r.ports["admin"], "GET", "/admin/v1/status")["pools"]
+        check(stp == [{"name": "default", "protocol": "sglang", "models": None,
+                       "healthy": {"prefill": 1, "decode": 1}}], repr(stp), r)
+        m = metrics(r)
+        check(metric_value(m, "pdr_worker_requests_total", pool="default", role="decode",
+                           url="http://127.0.0.1:%d" % pool["decode"].port) == 4, m, r)  # 3 PD + /v1/models
+        # One pool: an admin-added worker needs no pool; a wrong one is still refused.
+        st, _, raw = request(r.ports["admin"], "POST", "/admin/v1/workers",
+                             {"role": "decode", "url": "http://127.0.0.1:1", "pool": "other"})
+        check(st == 400 and json.loads(raw)["error"]["message"] == 'unknown pool "other" (pools: default)', raw, r)
+        w = request_json(r.ports["admin"], "POST", "/admin/v1/workers", {"role": "decode", "url": "http://127.0.0.1:1"},
+                         expect=201)
+        check(w["pool"] == "default", repr(w), r)
+    finally:
+        pdtest.stop_all()
 
 
 def scenario_reload():
