@@ -337,10 +337,10 @@ int pdr_pool_remove(pdr_pool_t *p, pdr_worker_t *w, const char *why)
     return 0;
 }
 
-/* Under the write lock: confs[k] belongs to group groups[k] (NULL: all to group 0). A worker of the source
- * matches a conf with the same URL, bootstrap port and group. Unlocks. */
+/* Under the write lock: confs[k] belongs to group groups[k] (groups NULL: all to group_all). A worker of the
+ * source matches a conf with the same URL, bootstrap port and group. Unlocks. */
 static size_t reconcile_locked(pdr_pool_t *p, int source, pdr_role_t role, const pdr_worker_conf_t *confs,
-                               const char *const *names, const int *groups, size_t n)
+                               const char *const *names, const int *groups, int group_all, size_t n)
 {
     const char *src = pdr_source_names[source];
     pdr_worker_list_t *cur = p->list[role];
@@ -357,7 +357,7 @@ static size_t reconcile_locked(pdr_pool_t *p, int source, pdr_role_t role, const
                 if (strcmp(w->source, src) != 0) {
                     keep_new[k] = 0; /* another source owns this URL */
                 } else if (confs[k].bootstrap_port == w->conf.bootstrap_port &&
-                           w->group == (groups != NULL ? groups[k] : 0)) {
+                           w->group == (groups != NULL ? groups[k] : group_all)) {
                     keep_new[k] = 0;
                     wanted = 1;
                 }
@@ -394,7 +394,7 @@ static size_t reconcile_locked(pdr_pool_t *p, int source, pdr_role_t role, const
     for (size_t k = 0; k < n; k++) {
         if (!keep_new[k])
             continue;
-        pdr_worker_t *w = worker_new(p, groups != NULL ? groups[k] : 0, role, &confs[k], source,
+        pdr_worker_t *w = worker_new(p, groups != NULL ? groups[k] : group_all, role, &confs[k], source,
                                      names ? names[k] : NULL, NULL);
         if (w == NULL) {
             pdr_warn("%s: out of memory adding %s", src, confs[k].url);
@@ -421,7 +421,10 @@ size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_
                           const char *const *names, size_t n)
 {
     pthread_rwlock_wrlock(&p->rw);
-    return reconcile_locked(p, source, role, confs, names, NULL, n);
+    /* Discovery feeds the one-pool form's pool. With pools: (where the config refuses discovery) it only
+     * takes its workers out, also when a reload switched forms while a source was still running. */
+    int g = group_of(p, PDR_DEFAULT_POOL);
+    return reconcile_locked(p, source, role, confs, names, NULL, g, g >= 0 ? n : 0);
 }
 
 size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
@@ -483,7 +486,7 @@ size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
                 groups[k++] = group_of(p, pc.name);
             }
         }
-        changes += reconcile_locked(p, PDR_SOURCE_STATIC, (pdr_role_t)r, confs, NULL, groups, k);
+        changes += reconcile_locked(p, PDR_SOURCE_STATIC, (pdr_role_t)r, confs, NULL, groups, 0, k);
         free(confs);
         free(groups);
     }

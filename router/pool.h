@@ -192,8 +192,9 @@ int pdr_pool_remove(pdr_pool_t *p, pdr_worker_t *w, const char *why);
  * PDR_ENOWORKER when it was no longer in the pool. */
 int pdr_pool_delete(pdr_pool_t *p, pdr_worker_t *w, int force, uint64_t timeout_ms);
 /* Makes the workers of `source` and `role` exactly `confs` (matched by URL and bootstrap port), all in the
- * first pool (discovery runs with the one-pool form only): adds the new ones, removes the missing ones,
- * keeps the rest with their state. names[i] may be NULL. Returns how many were added plus removed. */
+ * pool "default" (discovery runs with the one-pool form only; without that pool nothing is added): adds the
+ * new ones, removes the missing ones, keeps the rest with their state. names[i] may be NULL. Returns how many
+ * were added plus removed. */
 size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_worker_conf_t *confs,
                           const char *const *names, size_t n);
 /* A reload: pools, policies and thresholds from c (the workers of a pool c no longer has are removed, from

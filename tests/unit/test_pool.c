@@ -432,6 +432,12 @@ static void test_pools(void)
           pdr_worker_healthy(cp));
     pdr_worker_unref(cp);
     CHECK(pdr_pool_pick(&p, "b", PDR_ROLE_DECODE, NULL, 0) == NULL);
+    /* Discovery has no pool to feed with pools: (a source still running across a reload adds nothing). */
+    pdr_worker_conf_t dc;
+    CHECK(pdr_worker_conf_parse_url("http://10.9.0.1:30000", &dc, NULL, 0) == 0);
+    CHECK(pdr_pool_reconcile(&p, PDR_SOURCE_DNS, PDR_ROLE_DECODE, &dc, NULL, 1) == 0 &&
+          pdr_pool_count(&p, PDR_ROLE_DECODE) == 4);
+    pdr_worker_conf_clear(&dc);
     /* Back to the one-pool form: the pools are gone, their workers too; "default" gets its own. */
     pdr_config_t *c3 = make_config(1, 1, "round_robin", "round_robin");
     CHECK(c3 != NULL && pdr_pool_apply_config(&p, c3) > 0);
