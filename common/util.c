@@ -71,7 +71,7 @@ static void room_init(void)
     pthread_atfork(NULL, NULL, room_forked);
 }
 
-uint64_t pdr_random_room(void)
+uint64_t pdr_random_u64(void)
 {
     pthread_once(&room_once, room_init);
     if (room_left == 0) {
@@ -85,7 +85,12 @@ uint64_t pdr_random_room(void)
     }
     uint64_t v = room_buf[--room_left];
     room_buf[room_left] = 0; /* handed out once */
-    return v & INT64_MAX;
+    return v;
+}
+
+uint64_t pdr_random_room(void)
+{
+    return pdr_random_u64() & INT64_MAX;
 }
 
 size_t pdr_fmt_u64(char *out, uint64_t v)

@@ -37,6 +37,9 @@ enum opt_id {
     OPT_THREADS,
     OPT_DRAIN_GRACE,
     OPT_DRAIN_TIMEOUT,
+    OPT_API_KEY,
+    OPT_API_KEY_FILE,
+    OPT_REQUEST_ID_HEADERS,
 };
 
 static const struct opt {
@@ -67,6 +70,9 @@ static const struct opt {
     {"threads", OPT_THREADS, 1},
     {"drain-grace-ms", OPT_DRAIN_GRACE, 1},
     {"drain-timeout-ms", OPT_DRAIN_TIMEOUT, 1},
+    {"api-key", OPT_API_KEY, 1},
+    {"api-key-file", OPT_API_KEY_FILE, 1},
+    {"request-id-headers", OPT_REQUEST_ID_HEADERS, 1},
 };
 
 void pdr_config_usage(FILE *out)
@@ -102,6 +108,11 @@ void pdr_config_usage(FILE *out)
           "  --health-interval-ms N     health check period (default 2000)\n"
           "  --drain-grace-ms N         on SIGTERM: readiness off, still serving (default 5000)\n"
           "  --drain-timeout-ms N       then: listeners closed, wait for requests (default 30000)\n"
+          "  --api-key KEY              sent to every worker as 'Authorization: Bearer KEY' (sglang's\n"
+          "                             flag; other users can read a command line: prefer the file)\n"
+          "  --api-key-file PATH        the same, read from a file (workers.api_key_file)\n"
+          "  --request-id-headers H ... client headers that carry the request id, in order (default\n"
+          "                             x-request-id x-correlation-id x-trace-id request-id)\n"
           "\n"
           "  --version                  print the version and exit\n"
           "  -h, --help                 print this help and exit\n"
@@ -127,6 +138,8 @@ enum {
     G_THREADS = 1 << 12,
     G_DRAIN_GRACE = 1 << 13,
     G_DRAIN_TIMEOUT = 1 << 14,
+    G_API_KEY = 1 << 15,
+    G_REQUEST_ID_HEADERS = 1 << 16,
 };
 
 static int argv_int(const char *opt, const char *val, int64_t min, int64_t max, int *out, char *err,
@@ -320,6 +333,68 @@ static int handle(const struct opt *o, const char *val, int argc, char **argv, i
     case OPT_DRAIN_TIMEOUT:
         *given |= G_DRAIN_TIMEOUT;
         return argv_int(o->name, val, 1, PDR_MAX_MS, &fl->lifecycle.drain_timeout_ms, err, errlen);
+    case OPT_API_KEY:
+    case OPT_API_KEY_FILE: {
+        char msg[512];
+        if (*given & G_API_KEY) {
+            pdr__config_err(err, errlen, "argv: --%s: give one of --api-key and --api-key-file, once",
+                            o->name);
+            return PDR_EINVAL;
+        }
+        *given |= G_API_KEY;
+        if (o->id == OPT_API_KEY) {
+            if (pdr__check_api_key(val, strlen(val), msg, sizeof(msg)) != 0) {
+                pdr__config_err(err, errlen, "argv: --api-key: %s", msg);
+                return PDR_EINVAL;
+            }
+            return set_str(&fl->worker_api_key, val, err, errlen);
+        }
+        if (pdr__read_secret_file(val, &fl->worker_api_key, msg, sizeof(msg)) != 0) {
+            pdr__config_err(err, errlen, "argv: --api-key-file: %s", msg);
+            return PDR_EINVAL;
+        }
+        return set_str(&fl->worker_api_key_file, val, err, errlen);
+    }
+    case OPT_REQUEST_ID_HEADERS: {
+        char msg[256];
+        if (*given & G_REQUEST_ID_HEADERS) {
+            pdr__config_err(err, errlen, "argv: --request-id-headers given twice");
+            return PDR_EINVAL;
+        }
+        *given |= G_REQUEST_ID_HEADERS;
+        pdr__free_names(fl->request_id_headers, fl->n_request_id_headers);
+        fl->request_id_headers = NULL;
+        fl->n_request_id_headers = 0;
+        /* Every word up to the next option (sglang's nargs="+"). */
+        for (const char *name = val;;) {
+            if (fl->n_request_id_headers == PDR_CONFIG_MAX_REQUEST_ID_HEADERS) {
+                pdr__config_err(err, errlen, "argv: --request-id-headers: at most %d names",
+                                PDR_CONFIG_MAX_REQUEST_ID_HEADERS);
+                return PDR_EINVAL;
+            }
+            if (pdr__check_header_name(name, strlen(name), msg, sizeof(msg)) != 0) {
+                pdr__config_err(err, errlen, "argv: --request-id-headers '%s': %s",
+                                pdr__config_show(name, strlen(name), shown, sizeof(shown)), msg);
+                return PDR_EINVAL;
+            }
+            char **na = realloc(fl->request_id_headers, (fl->n_request_id_headers + 1) * sizeof(char *));
+            if (na == NULL) {
+                pdr__config_err(err, errlen, "argv: out of memory");
+                return PDR_ENOMEM;
+            }
+            fl->request_id_headers = na;
+            char *copy = NULL;
+            if (set_str(&copy, name, err, errlen) != 0)
+                return PDR_ENOMEM;
+            for (char *q = copy; *q; q++)
+                if (*q >= 'A' && *q <= 'Z')
+                    *q = (char)(*q - 'A' + 'a');
+            na[fl->n_request_id_headers++] = copy;
+            if (*i + 1 >= argc || strncmp(argv[*i + 1], "--", 2) == 0)
+                return 0;
+            name = argv[++*i];
+        }
+    }
     }
     pdr__config_err(err, errlen, "argv: internal error: unhandled option --%s", o->name);
     return PDR_EINVAL;
@@ -365,6 +440,18 @@ static void apply_overrides(pdr_config_t *c, pdr_config_t *fl, unsigned given)
         c->lifecycle.drain_grace_ms = fl->lifecycle.drain_grace_ms;
     if (given & G_DRAIN_TIMEOUT)
         c->lifecycle.drain_timeout_ms = fl->lifecycle.drain_timeout_ms;
+    if (given & G_API_KEY) {
+        swap_str(&c->worker_api_key, &fl->worker_api_key);
+        swap_str(&c->worker_api_key_file, &fl->worker_api_key_file);
+    }
+    if (given & G_REQUEST_ID_HEADERS) {
+        char **names = c->request_id_headers;
+        size_t n = c->n_request_id_headers;
+        c->request_id_headers = fl->request_id_headers;
+        c->n_request_id_headers = fl->n_request_id_headers;
+        fl->request_id_headers = names;
+        fl->n_request_id_headers = n;
+    }
 }
 
 int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size_t errlen)

@@ -140,6 +140,10 @@ static const struct {
      "HTTP/1 chunked request bodies answered 413 at a chunk that declares more than limits.max_body_bytes "
      "allows.",
      offsetof(pdr_metrics_t, chunk_too_large_total)},
+    {"pdr_http_headers_too_large_total",
+     "Requests answered 431 (more header fields than limits.max_headers, or more bytes than "
+     "limits.max_header_bytes) or 414 (a request target longer than limits.max_header_bytes).",
+     offsetof(pdr_metrics_t, headers_too_large_total)},
     {"pdr_access_log_suppressed_total",
      "Access-log lines of client-aborted requests not written because they came faster than 100/s per loop "
      "(summary lines count them).",

@@ -53,6 +53,7 @@ typedef struct pdr_metrics {
     uint64_t h2_reset_floods_total;     /* connections closed for exceeding limits.h2_max_resets */
     uint64_t alog_suppressed_total;
     uint64_t chunk_too_large_total;
+    uint64_t headers_too_large_total; /* requests answered 431 or 414 (limits.max_headers/max_header_bytes) */
     /* HTTP/1 chunked bodies refused at a chunk past max_body_bytes */ /* access-log lines of aborted
                                                                           requests over the rate, not
                                                                           written */

@@ -111,6 +111,37 @@ size_t pdr_reqguard_head_len(const char *p, size_t n, int *chunked)
     }
 }
 
+int pdr_reqguard_head_limits(const char *p, size_t n, size_t max_fields, size_t max_bytes)
+{
+    size_t i = 0, fields = 0, bytes = 0;
+    while (i < n && (p[i] == '\r' || p[i] == '\n'))
+        i++;
+    const char *nl = memchr(p + i, '\n', n - i);
+    if (nl == NULL)
+        return n - i > max_bytes ? 414 : 0;
+    if ((size_t)(nl - (p + i)) > max_bytes + 1) /* + 1: its CR */
+        return 414;
+    i = (size_t)(nl - p) + 1;
+    while (i < n) {
+        nl = memchr(p + i, '\n', n - i);
+        size_t len = nl != NULL ? (size_t)(nl - (p + i)) : n - i; /* with a CR, if any */
+        if (nl != NULL && (len == 0 || (len == 1 && p[i] == '\r')))
+            return 0; /* the end of the head */
+        if (nl != NULL) {
+            if (p[i + len - 1] != '\r')
+                len++; /* a bare LF counts as a CRLF would */
+            fields++;
+        }
+        bytes += nl != NULL ? len + 1 : len;
+        if (fields > max_fields || bytes > max_bytes)
+            return 431;
+        if (nl == NULL)
+            break;
+        i += (size_t)(nl - (p + i)) + 1;
+    }
+    return 0;
+}
+
 enum { CG_SIZE = 0, CG_EXT, CG_LF, CG_DATA, CG_DATA_CR, CG_DATA_LF };
 
 void pdr_chunkguard_init(pdr_chunkguard_t *g, uint64_t limit)

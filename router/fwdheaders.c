@@ -1,0 +1,493 @@
+/*
+ * The headers a request carries to its workers, and the limits its head must keep (see fwdheaders.h).
+ * pdr_fwd_build() runs once per request, from the h2o request's header list (HTTP/1 and HTTP/2 alike:
+ * h2o gives both as name/value pairs, pseudo-headers apart); the block lives in the request's pool.
+ * Loop thread only; the pure helpers are any thread.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include "err.h"
+#include "fwdheaders.h"
+#include "router.h"
+#include "util.h"
+
+static int lc(int c)
+{
+    return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
+}
+
+/* name[0..len) equals the lower-case literal s, in any case. */
+static int eq(const char *name, size_t len, const char *s, size_t slen)
+{
+    if (len != slen)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (lc((unsigned char)name[i]) != s[i])
+            return 0;
+    return 1;
+}
+
+#define EQ(n, l, lit) eq(n, l, lit, sizeof(lit) - 1)
+
+int pdr_fwd_is_hop_by_hop(const char *name, size_t len)
+{
+    if (len >= 6 && EQ(name, 6, "proxy-")) /* Proxy-Authorization, Proxy-Connection, ... */
+        return 1;
+    switch (len) {
+    case 2:
+        return EQ(name, len, "te");
+    case 7:
+        return EQ(name, len, "trailer") || EQ(name, len, "upgrade");
+    case 10:
+        return EQ(name, len, "connection") || EQ(name, len, "keep-alive");
+    case 14:
+        return EQ(name, len, "http2-settings");
+    case 17:
+        return EQ(name, len, "transfer-encoding");
+    }
+    return 0;
+}
+
+int pdr_fwd_is_router_set(const char *name, size_t len, int api_key)
+{
+    if (len > 0 && name[0] == ':')
+        return 1; /* a pseudo-header (h2o keeps them apart; never forwarded as a field) */
+    switch (len) {
+    case 4:
+        return EQ(name, len, "host");
+    case 6:
+        return EQ(name, len, "expect");
+    case 11:
+        return EQ(name, len, "traceparent");
+    case 12:
+        return EQ(name, len, "content-type") || EQ(name, len, "x-request-id");
+    case 13:
+        return api_key && EQ(name, len, "authorization");
+    case 14:
+        return EQ(name, len, "content-length");
+    case 15:
+        return EQ(name, len, "accept-encoding");
+    case 16:
+        return EQ(name, len, "content-encoding");
+    case 17:
+        return EQ(name, len, "x-forwarded-proto");
+    }
+    return 0;
+}
+
+static int is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+int pdr_fwd_connection_names(const char *conn, size_t clen, const char *name, size_t nlen)
+{
+    size_t i = 0;
+    while (i < clen) {
+        while (i < clen && (is_ows(conn[i]) || conn[i] == ','))
+            i++;
+        size_t s = i;
+        while (i < clen && conn[i] != ',')
+            i++;
+        size_t e = i;
+        while (e > s && is_ows(conn[e - 1]))
+            e--;
+        if (e - s == nlen && nlen > 0) {
+            size_t k = 0;
+            while (k < nlen && lc((unsigned char)conn[s + k]) == lc((unsigned char)name[k]))
+                k++;
+            if (k == nlen)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+static int hexv(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1; /* upper case is invalid in traceparent */
+}
+
+static int unhex(const char *s, size_t n, uint8_t *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        int h = hexv(s[2 * i]), l = hexv(s[2 * i + 1]);
+        if (h < 0 || l < 0)
+            return -1;
+        out[i] = (uint8_t)(h << 4 | l);
+    }
+    return 0;
+}
+
+static int all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != 0)
+            return 0;
+    return 1;
+}
+
+int pdr_traceparent_parse(const char *v, size_t len, pdr_trace_t *out)
+{
+    /* Surrounding whitespace is not part of the value (h2o trims HTTP/1 values; HTTP/2 has none). */
+    while (len > 0 && is_ows(v[0])) {
+        v++;
+        len--;
+    }
+    while (len > 0 && is_ows(v[len - 1]))
+        len--;
+    uint8_t version;
+    if (len < PDR_TRACEPARENT_LEN || unhex(v, 1, &version) != 0 || version == 0xff)
+        return -1;
+    if (version == 0 ? len != PDR_TRACEPARENT_LEN
+                     : len > PDR_TRACEPARENT_LEN && v[PDR_TRACEPARENT_LEN] != '-')
+        return -1;
+    if (v[2] != '-' || v[35] != '-' || v[52] != '-')
+        return -1;
+    pdr_trace_t t;
+    if (unhex(v + 3, 16, t.trace_id) != 0 || unhex(v + 36, 8, t.parent_id) != 0 ||
+        unhex(v + 53, 1, &t.flags) != 0)
+        return -1;
+    if (all_zero(t.trace_id, 16) || all_zero(t.parent_id, 8))
+        return -1;
+    *out = t;
+    return 0;
+}
+
+void pdr_hex(const uint8_t *p, size_t n, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hex[p[i] >> 4];
+        out[2 * i + 1] = hex[p[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+void pdr_traceparent_format(const pdr_trace_t *t, const uint8_t span[8], char out[PDR_TRACEPARENT_LEN + 1])
+{
+    memcpy(out, "00-", 3);
+    pdr_hex(t->trace_id, 16, out + 3);
+    out[35] = '-';
+    pdr_hex(span, 8, out + 36);
+    out[52] = '-';
+    pdr_hex(&t->flags, 1, out + 53);
+}
+
+int pdr_fwd_request_id_ok(const char *v, size_t len)
+{
+    if (len == 0 || len >= 64)
+        return 0;
+    for (size_t k = 0; k < len; k++) {
+        char ch = v[k];
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '-' ||
+              ch == '_' || ch == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- request-head checks ---- */
+
+static int name_ok(const char *p, size_t n)
+{
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c <= 0x20 || c >= 0x7f || c == ':' || c == '"' || c == '(' || c == ')' || c == ',' || c == '/' ||
+            c == ';' || c == '<' || c == '=' || c == '>' || c == '?' || c == '@' || c == '[' || c == '\\' ||
+            c == ']' || c == '{' || c == '}')
+            return 0;
+    }
+    return 1;
+}
+
+/* A field value may not hold CR, LF or NUL: HTTP/2 can carry them (h2o 2.2.5 does not refuse them), and
+ * written into an HTTP/1 request to a worker they would split it. Other control characters but HTAB too. */
+static int value_ok(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return 0;
+    }
+    return 1;
+}
+
+int pdr_fwd_check_request(h2o_req_t *req, const pdr_config_t *c, char *msg, size_t cap)
+{
+    size_t n = req->headers.size, bytes = 0;
+    if (n > (size_t)c->limits.max_headers) {
+        snprintf(msg, cap, "the request has %zu header fields, more than limits.max_headers (%d)", n,
+                 c->limits.max_headers);
+        return 431;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const h2o_header_t *e = &req->headers.entries[i];
+        bytes += e->name->len + e->value.len + 4;
+        if (!name_ok(e->name->base, e->name->len) || !value_ok(e->value.base, e->value.len)) {
+            snprintf(msg, cap, "a header field %s holds a character HTTP does not allow there",
+                     name_ok(e->name->base, e->name->len) ? "value" : "name");
+            return 400;
+        }
+    }
+    if (bytes > (size_t)c->limits.max_header_bytes) {
+        snprintf(msg, cap,
+                 "the request's header fields take %zu bytes, more than limits.max_header_bytes (%d)", bytes,
+                 c->limits.max_header_bytes);
+        return 431;
+    }
+    if (req->input.path.len > (size_t)c->limits.max_header_bytes) {
+        snprintf(msg, cap, "the request target is longer than limits.max_header_bytes (%d)",
+                 c->limits.max_header_bytes);
+        return 414;
+    }
+    if (!value_ok(req->input.authority.base, req->input.authority.len)) {
+        snprintf(msg, cap, "the request's authority holds a character HTTP does not allow there");
+        return 400;
+    }
+    return 0;
+}
+
+/* ---- the forwarded block ---- */
+
+typedef struct out {
+    char *p;
+    size_t len, cap;
+} out_t;
+
+static void put(out_t *o, const char *s, size_t n)
+{
+    if (o->len + n > o->cap) /* cannot happen: the capacity is computed for the worst case */
+        n = o->cap - o->len;
+    memcpy(o->p + o->len, s, n);
+    o->len += n;
+}
+
+static void put_line(out_t *o, const char *name, size_t nlen, const char *v, size_t vlen)
+{
+    if (o->len > 0)
+        put(o, "\r\n", 2);
+    put(o, name, nlen);
+    put(o, ": ", 2);
+    put(o, v, vlen);
+}
+
+#define PUT_LIT(o, s) put(o, s, sizeof(s) - 1)
+
+/* The client's address as X-Forwarded-For writes it (IPv6 without brackets, as nginx does). */
+static size_t peer_addr(h2o_req_t *req, char *out, size_t cap)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = req->conn->callbacks->get_peername != NULL
+                       ? req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss)
+                       : 0;
+    const char *r = NULL;
+    if (sl != 0 && ss.ss_family == AF_INET)
+        r = inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, out, (socklen_t)cap);
+    else if (sl != 0 && ss.ss_family == AF_INET6)
+        r = inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, out, (socklen_t)cap);
+    if (r == NULL) {
+        snprintf(out, cap, "unknown"); /* RFC 7239's obfuscated "unknown" */
+        return 7;
+    }
+    return strlen(out);
+}
+
+/* The request id: the first of request_id_headers (in config order) with a usable value, else a new
+ * one: 64 random bits per thread, then a counter, in hex (no syscall per request). */
+static void pick_request_id(h2o_req_t *req, const pdr_config_t *c, char out[80])
+{
+    for (size_t k = 0; k < c->n_request_id_headers; k++) {
+        const char *name = c->request_id_headers[k];
+        ssize_t i = h2o_find_header_by_str(&req->headers, name, strlen(name), -1);
+        for (; i >= 0; i = h2o_find_header_by_str(&req->headers, name, strlen(name), i)) {
+            h2o_iovec_t v = req->headers.entries[i].value;
+            if (pdr_fwd_request_id_ok(v.base, v.len)) {
+                memcpy(out, v.base, v.len); /* v.len < 64 < 80 */
+                out[v.len] = '\0';
+                return;
+            }
+        }
+    }
+    pdr_fwd_new_request_id(out);
+}
+
+void pdr_fwd_new_request_id(char out[33])
+{
+    static __thread uint64_t prefix, counter;
+    if (prefix == 0)
+        pdr_random_bytes(&prefix, sizeof(prefix));
+    uint64_t v[2] = {prefix, ++counter};
+    uint8_t b[16];
+    for (int i = 0; i < 16; i++)
+        b[i] = (uint8_t)(v[i / 8] >> (56 - 8 * (i % 8)));
+    pdr_hex(b, 16, out);
+}
+
+static void random_nonzero(uint8_t *p, size_t n)
+{
+    do {
+        for (size_t i = 0; i < n; i += 8) {
+            uint64_t r = pdr_random_u64();
+            memcpy(p + i, &r, n - i < 8 ? n - i : 8);
+        }
+    } while (all_zero(p, n));
+}
+
+/* The client's trace context: 1 with *t when it sent exactly one valid traceparent. */
+static int client_trace(h2o_req_t *req, pdr_trace_t *t)
+{
+    ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("traceparent"), -1);
+    if (i < 0 || h2o_find_header_by_str(&req->headers, H2O_STRLIT("traceparent"), i) >= 0)
+        return 0; /* none, or several (which one would be the parent?) */
+    h2o_iovec_t v = req->headers.entries[i].value;
+    return pdr_traceparent_parse(v.base, v.len, t) == 0;
+}
+
+int pdr_fwd_trace_id(h2o_req_t *req, char out[33])
+{
+    pdr_trace_t t;
+    if (!client_trace(req, &t))
+        return 0;
+    pdr_hex(t.trace_id, 16, out);
+    return 1;
+}
+
+int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
+{
+    memset(f, 0, sizeof(*f));
+    pick_request_id(req, c, f->request_id);
+    int traced = client_trace(req, &f->trace);
+    if (!traced) {
+        /* A new trace. Flags 01 (sampled): the router records its part (the access log's trace_id), and
+         * workers that sample by their parent's flag keep the trace. */
+        random_nonzero(f->trace.trace_id, 16);
+        memset(f->trace.parent_id, 0, 8);
+        f->trace.flags = 0x01;
+    }
+    pdr_hex(f->trace.trace_id, 16, f->trace_id);
+
+    const char *key = c->worker_api_key;
+    size_t keylen = key != NULL ? strlen(key) : 0;
+    /* Connection names more hop-by-hop headers (HTTP/1 only: HTTP/2 has no Connection header). */
+    ssize_t conn_i = h2o_find_header(&req->headers, H2O_TOKEN_CONNECTION, -1);
+    int h2 = req->version >= 0x200;
+
+    /* The worst case: every client field, plus what the router adds. */
+    size_t cap = 0, xff_len = 0, cookie_len = 0, n_xff = 0, n_cookie = 0;
+    const h2o_iovec_t *xfh = NULL;
+    for (size_t i = 0; i < req->headers.size; i++) {
+        const h2o_header_t *e = &req->headers.entries[i];
+        cap += e->name->len + e->value.len + 4;
+        if (EQ(e->name->base, e->name->len, "x-forwarded-for")) {
+            xff_len += e->value.len + 2;
+            n_xff++;
+        } else if (h2 && EQ(e->name->base, e->name->len, "cookie")) {
+            cookie_len += e->value.len + 2;
+            n_cookie++;
+        } else if (xfh == NULL && EQ(e->name->base, e->name->len, "x-forwarded-host")) {
+            xfh = &e->value;
+        }
+    }
+    char addr[INET6_ADDRSTRLEN + 8];
+    size_t addr_len = peer_addr(req, addr, sizeof(addr));
+    /* h2o takes Host (HTTP/1) and :authority (HTTP/2) out of the field list into input.authority; for an
+     * HTTP/1.0 request without Host it makes one up, which is not the client's. */
+    h2o_iovec_t authority = req->version != 0x100 ? req->input.authority : h2o_iovec_init(NULL, 0);
+    cap += 18 + xff_len + addr_len + 2;                            /* X-Forwarded-For */
+    cap += 21 + (req->scheme != NULL ? req->scheme->name.len : 5); /* X-Forwarded-Proto */
+    cap += 20 + authority.len;                                     /* X-Forwarded-Host */
+    cap += 16 + strlen(f->request_id);                             /* X-Request-Id */
+    cap += 25 + keylen;                                            /* Authorization: Bearer */
+    cap += 10 + cookie_len;                                        /* Cookie (HTTP/2: one line) */
+    cap += 1;
+    char *p = h2o_mem_alloc_pool(&req->pool, cap);
+    out_t o = {p, 0, cap - 1};
+
+    put_line(&o, H2O_STRLIT("X-Request-Id"), f->request_id, strlen(f->request_id));
+    if (key != NULL) {
+        put_line(&o, H2O_STRLIT("Authorization"), H2O_STRLIT("Bearer "));
+        put(&o, key, keylen);
+    }
+    for (size_t i = 0; i < req->headers.size; i++) {
+        const h2o_header_t *e = &req->headers.entries[i];
+        const char *name = e->name->base;
+        size_t nlen = e->name->len;
+        if (pdr_fwd_is_hop_by_hop(name, nlen) || pdr_fwd_is_router_set(name, nlen, key != NULL))
+            continue;
+        if (EQ(name, nlen, "x-forwarded-for") || (h2 && EQ(name, nlen, "cookie")))
+            continue; /* written below, as one line */
+        if (!traced && EQ(name, nlen, "tracestate"))
+            continue; /* belongs to a trace the router does not continue */
+        if (conn_i >= 0) {
+            int named = 0;
+            for (ssize_t k = conn_i; k >= 0 && !named;
+                 k = h2o_find_header(&req->headers, H2O_TOKEN_CONNECTION, k))
+                named = pdr_fwd_connection_names(req->headers.entries[k].value.base,
+                                                 req->headers.entries[k].value.len, name, nlen);
+            if (named)
+                continue;
+        }
+        put_line(&o, e->orig_name != NULL ? e->orig_name : name, nlen, e->value.base, e->value.len);
+    }
+    if (n_cookie > 0) {
+        /* HTTP/2 may split Cookie into several fields; HTTP/1 carries one (RFC 9113 section 8.2.3). */
+        put_line(&o, H2O_STRLIT("Cookie"), "", 0);
+        size_t k = 0;
+        for (size_t i = 0; i < req->headers.size; i++) {
+            const h2o_header_t *e = &req->headers.entries[i];
+            if (!EQ(e->name->base, e->name->len, "cookie"))
+                continue;
+            if (k++ > 0)
+                PUT_LIT(&o, "; ");
+            put(&o, e->value.base, e->value.len);
+        }
+    }
+    put_line(&o, H2O_STRLIT("X-Forwarded-For"), "", 0);
+    if (n_xff > 0) {
+        size_t k = 0;
+        for (size_t i = 0; i < req->headers.size; i++) {
+            const h2o_header_t *e = &req->headers.entries[i];
+            if (!EQ(e->name->base, e->name->len, "x-forwarded-for") || e->value.len == 0)
+                continue;
+            if (k++ > 0)
+                PUT_LIT(&o, ", ");
+            put(&o, e->value.base, e->value.len);
+        }
+        if (k > 0)
+            PUT_LIT(&o, ", ");
+    }
+    put(&o, addr, addr_len);
+    if (req->scheme != NULL)
+        put_line(&o, H2O_STRLIT("X-Forwarded-Proto"), req->scheme->name.base, req->scheme->name.len);
+    else
+        put_line(&o, H2O_STRLIT("X-Forwarded-Proto"), H2O_STRLIT("http"));
+    if (xfh == NULL && authority.len > 0)
+        put_line(&o, H2O_STRLIT("X-Forwarded-Host"), authority.base, authority.len);
+    p[o.len] = '\0';
+    f->block = p;
+    return 0;
+}
+
+const char *const *pdr_fwd_leg(pdr_fwd_t *f)
+{
+    /* Each leg is a new span of the router's (as Envoy makes one per upstream call): the workers see the
+     * router's span as their parent, and each leg's id is its own. */
+    uint8_t span[8];
+    random_nonzero(span, 8);
+    memcpy(f->tp_line, "traceparent: ", 13);
+    pdr_traceparent_format(&f->trace, span, f->tp_line + 13);
+    f->leg[0] = f->block != NULL && f->block[0] != '\0' ? f->block : f->tp_line;
+    f->leg[1] = f->leg[0] == f->tp_line ? NULL : f->tp_line;
+    f->leg[2] = NULL;
+    return f->leg;
+}
