@@ -251,8 +251,13 @@ int pdr__check_header_name(const char *s, size_t len, char *msg, size_t msglen)
         /* RFC 9110 token characters. */
         if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
               (ch != 0 && strchr("!#$%&'*+-.^_`|~", ch) != NULL))) {
-            pdr__config_err(msg, msglen, "'%c' cannot be in a header name (RFC 9110 token characters only)",
-                            ch >= 0x21 && ch < 0x7f ? ch : '?');
+            if (ch > 0x20 && ch < 0x7f)
+                pdr__config_err(msg, msglen,
+                                "'%c' cannot be in a header name (RFC 9110 token characters only)", ch);
+            else
+                pdr__config_err(msg, msglen,
+                                "byte 0x%02x cannot be in a header name (RFC 9110 token characters only)",
+                                ch);
             return PDR_EINVAL;
         }
     }
@@ -284,7 +289,7 @@ int pdr__check_api_key(const char *s, size_t len, char *msg, size_t msglen)
 int pdr__read_secret_file(const char *path, char **out, char *msg, size_t msglen)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK); /* a FIFO must not block the load */
     if (fd < 0) {
         pdr__config_err(msg, msglen, "%s: %s", path, strerror(errno));
         return PDR_EIO;
