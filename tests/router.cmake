@@ -46,3 +46,10 @@ target_link_libraries(test_upstream PRIVATE pdr_router)
 add_test(NAME router_upstream COMMAND test_upstream ${Python3_EXECUTABLE}
                                       ${CMAKE_CURRENT_SOURCE_DIR}/integration/h1_script_server.py)
 set_tests_properties(router_upstream PROPERTIES TIMEOUT 120)
+
+# Client headers end to end (see test_headers.py): forwarding to both legs, trace context, request ids,
+# the worker API key, 431 for heads past the limits over HTTP/1 and HTTP/2.
+foreach(s forward trace api_key limits)
+  add_test(NAME router_headers_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_headers.py ${s})
+  set_tests_properties(router_headers_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()
