@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include "defaults.h"
 #include "err.h"
 #include "fwdheaders.h"
 #include "router.h"
@@ -161,13 +162,19 @@ int pdr_traceparent_parse(const char *v, size_t len, pdr_trace_t *out)
     return 0;
 }
 
+/* Two lower-case hex characters per byte value, "000102...ff" (this runs for ~80 bytes per request). */
+static const char hex_pairs[] =
+    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f"
+    "303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
+    "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f808182838485868788898a8b8c8d8e8f"
+    "909192939495969798999a9b9c9d9e9fa0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+    "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedfe0e1e2e3e4e5e6e7e8e9eaebecedeeef"
+    "f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
+
 void pdr_hex(const uint8_t *p, size_t n, char *out)
 {
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = hex[p[i] >> 4];
-        out[2 * i + 1] = hex[p[i] & 15];
-    }
+    for (size_t i = 0; i < n; i++)
+        memcpy(out + 2 * i, hex_pairs + 2 * p[i], 2);
     out[2 * n] = '\0';
 }
 
@@ -196,17 +203,20 @@ int pdr_fwd_request_id_ok(const char *v, size_t len)
 
 /* ---- request-head checks ---- */
 
+/* RFC 9110 token characters. */
+static int is_tchar(unsigned char c)
+{
+    static const uint32_t map[8] = {0, 0x03ff6cfa, 0xc7fffffe, 0x57ffffff, 0, 0, 0, 0};
+    return (map[c >> 5] >> (c & 31)) & 1;
+}
+
 static int name_ok(const char *p, size_t n)
 {
     if (n == 0)
         return 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c <= 0x20 || c >= 0x7f || c == ':' || c == '"' || c == '(' || c == ')' || c == ',' || c == '/' ||
-            c == ';' || c == '<' || c == '=' || c == '>' || c == '?' || c == '@' || c == '[' || c == '\\' ||
-            c == ']' || c == '{' || c == '}')
+    for (size_t i = 0; i < n; i++)
+        if (!is_tchar((unsigned char)p[i]))
             return 0;
-    }
     return 1;
 }
 
@@ -230,10 +240,13 @@ int pdr_fwd_check_request(h2o_req_t *req, const pdr_config_t *c, char *msg, size
                  c->limits.max_headers);
         return 431;
     }
+    /* HTTP/1: h2o's parser (picohttpparser) has already refused names that are not tokens and values with
+     * control characters; HTTP/2 fields come from HPACK unchecked. */
+    int h2 = req->version >= 0x200;
     for (size_t i = 0; i < n; i++) {
         const h2o_header_t *e = &req->headers.entries[i];
         bytes += e->name->len + e->value.len + 4;
-        if (!name_ok(e->name->base, e->name->len) || !value_ok(e->value.base, e->value.len)) {
+        if (h2 && (!name_ok(e->name->base, e->name->len) || !value_ok(e->value.base, e->value.len))) {
             snprintf(msg, cap, "a header field %s holds a character HTTP does not allow there",
                      name_ok(e->name->base, e->name->len) ? "value" : "name");
             return 400;
@@ -250,7 +263,7 @@ int pdr_fwd_check_request(h2o_req_t *req, const pdr_config_t *c, char *msg, size
                  c->limits.max_header_bytes);
         return 414;
     }
-    if (!value_ok(req->input.authority.base, req->input.authority.len)) {
+    if (h2 && !value_ok(req->input.authority.base, req->input.authority.len)) {
         snprintf(msg, cap, "the request's authority holds a character HTTP does not allow there");
         return 400;
     }
@@ -291,34 +304,24 @@ static size_t peer_addr(h2o_req_t *req, char *out, size_t cap)
                        ? req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss)
                        : 0;
     const char *r = NULL;
-    if (sl != 0 && ss.ss_family == AF_INET)
-        r = inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, out, (socklen_t)cap);
-    else if (sl != 0 && ss.ss_family == AF_INET6)
+    if (sl != 0 && ss.ss_family == AF_INET && cap >= 16) {
+        /* By hand: inet_ntop formats IPv4 with sprintf, a third of the cost of the whole block. */
+        const uint8_t *a = (const uint8_t *)&((struct sockaddr_in *)&ss)->sin_addr;
+        size_t n = 0;
+        for (int i = 0; i < 4; i++) {
+            if (i > 0)
+                out[n++] = '.';
+            n += pdr_fmt_u64(out + n, a[i]);
+        }
+        out[n] = '\0';
+        return n;
+    } else if (sl != 0 && ss.ss_family == AF_INET6)
         r = inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, out, (socklen_t)cap);
     if (r == NULL) {
         snprintf(out, cap, "unknown"); /* RFC 7239's obfuscated "unknown" */
         return 7;
     }
     return strlen(out);
-}
-
-/* The request id: the first of request_id_headers (in config order) with a usable value, else a new
- * one: 64 random bits per thread, then a counter, in hex (no syscall per request). */
-static void pick_request_id(h2o_req_t *req, const pdr_config_t *c, char out[80])
-{
-    for (size_t k = 0; k < c->n_request_id_headers; k++) {
-        const char *name = c->request_id_headers[k];
-        ssize_t i = h2o_find_header_by_str(&req->headers, name, strlen(name), -1);
-        for (; i >= 0; i = h2o_find_header_by_str(&req->headers, name, strlen(name), i)) {
-            h2o_iovec_t v = req->headers.entries[i].value;
-            if (pdr_fwd_request_id_ok(v.base, v.len)) {
-                memcpy(out, v.base, v.len); /* v.len < 64 < 80 */
-                out[v.len] = '\0';
-                return;
-            }
-        }
-    }
-    pdr_fwd_new_request_id(out);
 }
 
 void pdr_fwd_new_request_id(char out[33])
@@ -365,8 +368,59 @@ int pdr_fwd_trace_id(h2o_req_t *req, char out[33])
 int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
 {
     memset(f, 0, sizeof(*f));
-    pick_request_id(req, c, f->request_id);
-    int traced = client_trace(req, &f->trace);
+    const char *key = c->worker_api_key;
+    size_t keylen = key != NULL ? strlen(key) : 0;
+    int h2 = req->version >= 0x200;
+
+    /* One pass over the client's fields finds what the router needs (an h2o_find_header per name would
+     * walk them once each): the request id candidates, the traceparent, Connection, and the sizes. */
+    size_t cap = 0, xff_len = 0, cookie_len = 0, n_xff = 0, n_cookie = 0, n_tp = 0;
+    size_t rid_rank = SIZE_MAX; /* position in request_id_headers of the best usable id so far */
+    const h2o_iovec_t *xfh = NULL, *tp = NULL, *rid = NULL;
+    ssize_t conn_i = -1; /* Connection names more hop-by-hop headers (HTTP/1 only) */
+    size_t n_rid = c->n_request_id_headers < PDR_CONFIG_MAX_REQUEST_ID_HEADERS
+                       ? c->n_request_id_headers
+                       : PDR_CONFIG_MAX_REQUEST_ID_HEADERS;
+    size_t rid_len[PDR_CONFIG_MAX_REQUEST_ID_HEADERS];
+    for (size_t k = 0; k < n_rid; k++)
+        rid_len[k] = strlen(c->request_id_headers[k]);
+    for (size_t i = 0; i < req->headers.size; i++) {
+        const h2o_header_t *e = &req->headers.entries[i];
+        const char *name = e->name->base;
+        size_t nlen = e->name->len;
+        cap += nlen + e->value.len + 4;
+        if (EQ(name, nlen, "x-forwarded-for")) {
+            xff_len += e->value.len + 2;
+            n_xff++;
+        } else if (h2 && EQ(name, nlen, "cookie")) {
+            cookie_len += e->value.len + 2;
+            n_cookie++;
+        } else if (xfh == NULL && EQ(name, nlen, "x-forwarded-host")) {
+            xfh = &e->value;
+        } else if (EQ(name, nlen, "traceparent")) {
+            tp = &e->value;
+            n_tp++;
+        } else if (conn_i < 0 && EQ(name, nlen, "connection")) {
+            conn_i = (ssize_t)i;
+        }
+        for (size_t k = 0; k < n_rid && k < rid_rank; k++) {
+            /* request_id_headers are lower case */
+            if (eq(name, nlen, c->request_id_headers[k], rid_len[k]) &&
+                pdr_fwd_request_id_ok(e->value.base, e->value.len)) {
+                rid_rank = k;
+                rid = &e->value;
+                break;
+            }
+        }
+    }
+    if (rid != NULL) {
+        memcpy(f->request_id, rid->base, rid->len); /* rid->len < 64 < sizeof(request_id) */
+        f->request_id[rid->len] = '\0';
+    } else {
+        pdr_fwd_new_request_id(f->request_id);
+    }
+    /* Several traceparent fields: which one would be the parent? None is trusted. */
+    int traced = n_tp == 1 && pdr_traceparent_parse(tp->base, tp->len, &f->trace) == 0;
     if (!traced) {
         /* A new trace. Flags 01 (sampled): the router records its part (the access log's trace_id), and
          * workers that sample by their parent's flag keep the trace. */
@@ -376,28 +430,6 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
     }
     pdr_hex(f->trace.trace_id, 16, f->trace_id);
 
-    const char *key = c->worker_api_key;
-    size_t keylen = key != NULL ? strlen(key) : 0;
-    /* Connection names more hop-by-hop headers (HTTP/1 only: HTTP/2 has no Connection header). */
-    ssize_t conn_i = h2o_find_header(&req->headers, H2O_TOKEN_CONNECTION, -1);
-    int h2 = req->version >= 0x200;
-
-    /* The worst case: every client field, plus what the router adds. */
-    size_t cap = 0, xff_len = 0, cookie_len = 0, n_xff = 0, n_cookie = 0;
-    const h2o_iovec_t *xfh = NULL;
-    for (size_t i = 0; i < req->headers.size; i++) {
-        const h2o_header_t *e = &req->headers.entries[i];
-        cap += e->name->len + e->value.len + 4;
-        if (EQ(e->name->base, e->name->len, "x-forwarded-for")) {
-            xff_len += e->value.len + 2;
-            n_xff++;
-        } else if (h2 && EQ(e->name->base, e->name->len, "cookie")) {
-            cookie_len += e->value.len + 2;
-            n_cookie++;
-        } else if (xfh == NULL && EQ(e->name->base, e->name->len, "x-forwarded-host")) {
-            xfh = &e->value;
-        }
-    }
     char addr[INET6_ADDRSTRLEN + 8];
     size_t addr_len = peer_addr(req, addr, sizeof(addr));
     /* h2o takes Host (HTTP/1) and :authority (HTTP/2) out of the field list into input.authority; for an
@@ -484,8 +516,13 @@ const char *const *pdr_fwd_leg(pdr_fwd_t *f)
      * router's span as their parent, and each leg's id is its own. */
     uint8_t span[8];
     random_nonzero(span, 8);
-    memcpy(f->tp_line, "traceparent: ", 13);
-    pdr_traceparent_format(&f->trace, span, f->tp_line + 13);
+    char *o = f->tp_line;
+    memcpy(o, "traceparent: 00-", 16);
+    memcpy(o + 16, f->trace_id, 32); /* the trace id's hex, made once */
+    o[48] = '-';
+    pdr_hex(span, 8, o + 49);
+    o[65] = '-';
+    pdr_hex(&f->trace.flags, 1, o + 66);
     f->leg[0] = f->block != NULL && f->block[0] != '\0' ? f->block : f->tp_line;
     f->leg[1] = f->leg[0] == f->tp_line ? NULL : f->tp_line;
     f->leg[2] = NULL;
