@@ -107,24 +107,26 @@ int pdr_fwd_connection_names(const char *conn, size_t clen, const char *name, si
     return 0;
 }
 
-static int hexv(char c)
+/* Lower-case hex digit values; -1 for anything else (upper case is invalid in traceparent). */
+static int hexv(unsigned char c)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1; /* upper case is invalid in traceparent */
+    static const signed char v[256] = {
+        ['0'] = 0, ['1'] = 1, ['2'] = 2,  ['3'] = 3,  ['4'] = 4,  ['5'] = 5,  ['6'] = 6,  ['7'] = 7,
+        ['8'] = 8, ['9'] = 9, ['a'] = 10, ['b'] = 11, ['c'] = 12, ['d'] = 13, ['e'] = 14, ['f'] = 15,
+    };
+    /* The table's zero means "not a digit" except for '0'. */
+    return v[c] != 0 || c == '0' ? v[c] : -1;
 }
 
 static int unhex(const char *s, size_t n, uint8_t *out)
 {
+    int bad = 0;
     for (size_t i = 0; i < n; i++) {
-        int h = hexv(s[2 * i]), l = hexv(s[2 * i + 1]);
-        if (h < 0 || l < 0)
-            return -1;
-        out[i] = (uint8_t)(h << 4 | l);
+        int h = hexv((unsigned char)s[2 * i]), l = hexv((unsigned char)s[2 * i + 1]);
+        bad |= h | l;
+        out[i] = (uint8_t)((h & 15) << 4 | (l & 15));
     }
-    return 0;
+    return bad < 0 ? -1 : 0;
 }
 
 static int all_zero(const uint8_t *p, size_t n)
