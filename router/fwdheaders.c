@@ -33,50 +33,76 @@ static int eq(const char *name, size_t len, const char *s, size_t slen)
 
 #define EQ(n, l, lit) eq(n, l, lit, sizeof(lit) - 1)
 
-int pdr_fwd_is_hop_by_hop(const char *name, size_t len)
+/* What the router does with a client field, by name (any case): one switch on the length, so each field
+ * costs one comparison or two. */
+enum kind {
+    K_FORWARD = 0, /* end to end: forwarded as is */
+    K_HOP,         /* hop-by-hop: dropped */
+    K_CONNECTION,  /* hop-by-hop, and it names more */
+    K_ROUTER,      /* the router writes its own: dropped */
+    K_XFF,         /* X-Forwarded-For: joined, the client's address appended */
+    K_XFH,         /* X-Forwarded-Host: forwarded, and the router adds none */
+    K_COOKIE,      /* forwarded; HTTP/2 fields joined into one line */
+    K_TRACEPARENT, /* read, never forwarded as is */
+    K_TRACESTATE,  /* forwarded when the trace is continued */
+};
+
+static enum kind classify(const char *name, size_t len, int api_key)
 {
     if (len >= 6 && EQ(name, 6, "proxy-")) /* Proxy-Authorization, Proxy-Connection, ... */
-        return 1;
+        return K_HOP;
+    if (len > 0 && name[0] == ':')
+        return K_ROUTER; /* a pseudo-header (h2o keeps them apart; never forwarded as a field) */
     switch (len) {
     case 2:
-        return EQ(name, len, "te");
+        return EQ(name, len, "te") ? K_HOP : K_FORWARD;
+    case 4:
+        return EQ(name, len, "host") ? K_ROUTER : K_FORWARD;
+    case 6:
+        return EQ(name, len, "cookie") ? K_COOKIE : EQ(name, len, "expect") ? K_ROUTER : K_FORWARD;
     case 7:
-        return EQ(name, len, "trailer") || EQ(name, len, "upgrade");
+        return EQ(name, len, "trailer") || EQ(name, len, "upgrade") ? K_HOP : K_FORWARD;
     case 10:
-        return EQ(name, len, "connection") || EQ(name, len, "keep-alive");
+        return EQ(name, len, "connection")   ? K_CONNECTION
+               : EQ(name, len, "keep-alive") ? K_HOP
+               : EQ(name, len, "tracestate") ? K_TRACESTATE
+                                             : K_FORWARD;
+    case 11:
+        return EQ(name, len, "traceparent") ? K_TRACEPARENT : K_FORWARD;
+    case 12:
+        return EQ(name, len, "content-type") || EQ(name, len, "x-request-id") ? K_ROUTER : K_FORWARD;
+    case 13:
+        return api_key && EQ(name, len, "authorization") ? K_ROUTER : K_FORWARD;
     case 14:
-        return EQ(name, len, "http2-settings");
+        return EQ(name, len, "content-length")   ? K_ROUTER
+               : EQ(name, len, "http2-settings") ? K_HOP
+                                                 : K_FORWARD;
+    case 15:
+        return EQ(name, len, "x-forwarded-for")   ? K_XFF
+               : EQ(name, len, "accept-encoding") ? K_ROUTER
+                                                  : K_FORWARD;
+    case 16:
+        return EQ(name, len, "x-forwarded-host")   ? K_XFH
+               : EQ(name, len, "content-encoding") ? K_ROUTER
+                                                   : K_FORWARD;
     case 17:
-        return EQ(name, len, "transfer-encoding");
+        return EQ(name, len, "transfer-encoding")   ? K_HOP
+               : EQ(name, len, "x-forwarded-proto") ? K_ROUTER
+                                                    : K_FORWARD;
     }
-    return 0;
+    return K_FORWARD;
+}
+
+int pdr_fwd_is_hop_by_hop(const char *name, size_t len)
+{
+    enum kind k = classify(name, len, 0);
+    return k == K_HOP || k == K_CONNECTION;
 }
 
 int pdr_fwd_is_router_set(const char *name, size_t len, int api_key)
 {
-    if (len > 0 && name[0] == ':')
-        return 1; /* a pseudo-header (h2o keeps them apart; never forwarded as a field) */
-    switch (len) {
-    case 4:
-        return EQ(name, len, "host");
-    case 6:
-        return EQ(name, len, "expect");
-    case 11:
-        return EQ(name, len, "traceparent");
-    case 12:
-        return EQ(name, len, "content-type") || EQ(name, len, "x-request-id");
-    case 13:
-        return api_key && EQ(name, len, "authorization");
-    case 14:
-        return EQ(name, len, "content-length");
-    case 15:
-        return EQ(name, len, "accept-encoding");
-    case 16:
-        return EQ(name, len, "content-encoding");
-    case 17:
-        return EQ(name, len, "x-forwarded-proto");
-    }
-    return 0;
+    enum kind k = classify(name, len, api_key);
+    return k == K_ROUTER || k == K_TRACEPARENT;
 }
 
 static int is_ows(char c)
@@ -279,21 +305,27 @@ typedef struct out {
     size_t len, cap;
 } out_t;
 
-static void put(out_t *o, const char *s, size_t n)
+/* The capacity is computed for the worst case first, so nothing here can overflow. */
+static inline void put(out_t *o, const char *s, size_t n)
 {
-    if (o->len + n > o->cap) /* cannot happen: the capacity is computed for the worst case */
-        n = o->cap - o->len;
     memcpy(o->p + o->len, s, n);
     o->len += n;
 }
 
-static void put_line(out_t *o, const char *name, size_t nlen, const char *v, size_t vlen)
+static inline void put_line(out_t *o, const char *name, size_t nlen, const char *v, size_t vlen)
 {
-    if (o->len > 0)
-        put(o, "\r\n", 2);
-    put(o, name, nlen);
-    put(o, ": ", 2);
-    put(o, v, vlen);
+    char *p = o->p + o->len;
+    if (o->len > 0) {
+        p[0] = '\r';
+        p[1] = '\n';
+        p += 2;
+    }
+    memcpy(p, name, nlen);
+    p += nlen;
+    p[0] = ':';
+    p[1] = ' ';
+    memcpy(p + 2, v, vlen);
+    o->len = (size_t)(p + 2 + vlen - o->p);
 }
 
 #define PUT_LIT(o, s) put(o, s, sizeof(s) - 1)
@@ -386,24 +418,41 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
     size_t rid_len[PDR_CONFIG_MAX_REQUEST_ID_HEADERS];
     for (size_t k = 0; k < n_rid; k++)
         rid_len[k] = strlen(c->request_id_headers[k]);
+    /* Each field's kind, kept for the second pass (a request has at most limits.max_headers <= 100). */
+    uint8_t kinds[128];
     for (size_t i = 0; i < req->headers.size; i++) {
         const h2o_header_t *e = &req->headers.entries[i];
         const char *name = e->name->base;
         size_t nlen = e->name->len;
         cap += nlen + e->value.len + 4;
-        if (EQ(name, nlen, "x-forwarded-for")) {
+        enum kind kd = classify(name, nlen, key != NULL);
+        if (kd == K_COOKIE && !h2)
+            kd = K_FORWARD;
+        if (i < sizeof(kinds))
+            kinds[i] = (uint8_t)kd;
+        switch (kd) {
+        case K_XFF:
             xff_len += e->value.len + 2;
             n_xff++;
-        } else if (h2 && EQ(name, nlen, "cookie")) {
+            break;
+        case K_COOKIE:
             cookie_len += e->value.len + 2;
             n_cookie++;
-        } else if (xfh == NULL && EQ(name, nlen, "x-forwarded-host")) {
-            xfh = &e->value;
-        } else if (EQ(name, nlen, "traceparent")) {
+            break;
+        case K_XFH:
+            if (xfh == NULL)
+                xfh = &e->value;
+            break;
+        case K_TRACEPARENT:
             tp = &e->value;
             n_tp++;
-        } else if (conn_i < 0 && EQ(name, nlen, "connection")) {
-            conn_i = (ssize_t)i;
+            break;
+        case K_CONNECTION:
+            if (conn_i < 0)
+                conn_i = (ssize_t)i;
+            break;
+        default:
+            break;
         }
         for (size_t k = 0; k < n_rid && k < rid_rank; k++) {
             /* request_id_headers are lower case */
@@ -456,11 +505,13 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
         const h2o_header_t *e = &req->headers.entries[i];
         const char *name = e->name->base;
         size_t nlen = e->name->len;
-        if (pdr_fwd_is_hop_by_hop(name, nlen) || pdr_fwd_is_router_set(name, nlen, key != NULL))
-            continue;
-        if (EQ(name, nlen, "x-forwarded-for") || (h2 && EQ(name, nlen, "cookie")))
-            continue; /* written below, as one line */
-        if (!traced && EQ(name, nlen, "tracestate"))
+        enum kind kd = i < sizeof(kinds) ? (enum kind)kinds[i] : classify(name, nlen, key != NULL);
+        if (kd == K_COOKIE && !h2)
+            kd = K_FORWARD;
+        if (kd == K_HOP || kd == K_CONNECTION || kd == K_ROUTER || kd == K_TRACEPARENT || kd == K_XFF ||
+            kd == K_COOKIE)
+            continue; /* dropped, or (X-Forwarded-For, HTTP/2 cookies) written below as one line */
+        if (kd == K_TRACESTATE && !traced)
             continue; /* belongs to a trace the router does not continue */
         if (conn_i >= 0) {
             int named = 0;
@@ -479,7 +530,7 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
         size_t k = 0;
         for (size_t i = 0; i < req->headers.size; i++) {
             const h2o_header_t *e = &req->headers.entries[i];
-            if (!EQ(e->name->base, e->name->len, "cookie"))
+            if (classify(e->name->base, e->name->len, 0) != K_COOKIE)
                 continue;
             if (k++ > 0)
                 PUT_LIT(&o, "; ");
@@ -491,7 +542,7 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
         size_t k = 0;
         for (size_t i = 0; i < req->headers.size; i++) {
             const h2o_header_t *e = &req->headers.entries[i];
-            if (!EQ(e->name->base, e->name->len, "x-forwarded-for") || e->value.len == 0)
+            if (e->value.len == 0 || classify(e->name->base, e->name->len, 0) != K_XFF)
                 continue;
             if (k++ > 0)
                 PUT_LIT(&o, ", ");
