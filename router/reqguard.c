@@ -116,28 +116,32 @@ int pdr_reqguard_head_limits(const char *p, size_t n, size_t max_fields, size_t 
     size_t i = 0, fields = 0, bytes = 0;
     while (i < n && (p[i] == '\r' || p[i] == '\n'))
         i++;
+    /* A line that has not ended yet counts without a CR it may end with, so that the verdict on a head
+     * can only go from accepted to refused as more of it arrives. */
     const char *nl = memchr(p + i, '\n', n - i);
+    size_t len = nl != NULL ? (size_t)(nl - (p + i)) : n - i;
+    if (len > 0 && p[i + len - 1] == '\r')
+        len--;
+    if (len > max_bytes)
+        return 414; /* the request line, without its line end */
     if (nl == NULL)
-        return n - i > max_bytes ? 414 : 0;
-    if ((size_t)(nl - (p + i)) > max_bytes + 1) /* + 1: its CR */
-        return 414;
+        return 0;
     i = (size_t)(nl - p) + 1;
     while (i < n) {
         nl = memchr(p + i, '\n', n - i);
-        size_t len = nl != NULL ? (size_t)(nl - (p + i)) : n - i; /* with a CR, if any */
-        if (nl != NULL && (len == 0 || (len == 1 && p[i] == '\r')))
+        len = nl != NULL ? (size_t)(nl - (p + i)) : n - i;
+        if (len > 0 && p[i + len - 1] == '\r')
+            len--;
+        if (nl != NULL && len == 0)
             return 0; /* the end of the head */
-        if (nl != NULL) {
-            if (p[i + len - 1] != '\r')
-                len++; /* a bare LF counts as a CRLF would */
+        if (nl != NULL)
             fields++;
-        }
-        bytes += nl != NULL ? len + 1 : len;
+        bytes += nl != NULL ? len + 2 : len; /* a complete line counts with a CRLF, bare LF or not */
         if (fields > max_fields || bytes > max_bytes)
             return 431;
         if (nl == NULL)
             break;
-        i += (size_t)(nl - (p + i)) + 1;
+        i = (size_t)(nl - p) + 1;
     }
     return 0;
 }

@@ -53,3 +53,9 @@ foreach(s forward trace api_key limits)
   add_test(NAME router_headers_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_headers.py ${s})
   set_tests_properties(router_headers_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
+
+# Fuzz target of the forwarded-header parsers (traceparent, Connection lists, name classes) and the raw
+# head limits.
+add_executable(fuzz_fwdheaders fuzz/fuzz_fwdheaders.c)
+target_link_libraries(fuzz_fwdheaders PRIVATE pdr_router)
+pdr_fuzz_corpus_test(fwdheaders_fuzz_corpus fuzz_fwdheaders fwd 60)
