@@ -178,10 +178,14 @@ const char *pdr_http_reason(int status)
         return "Gone";
     case 413:
         return "Payload Too Large";
+    case 414:
+        return "URI Too Long";
     case 422:
         return "Unprocessable Content";
     case 429:
         return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
     case 500:
         return "Internal Server Error";
     case 501:
