@@ -4,7 +4,9 @@
 # directly. Prints a markdown table of requests/s and latency for each concurrency.
 #
 # Usage: bench/run.sh [BUILD_DIR] ; env: DURATION (s, default 10), CONCURRENCY ("1 64"), ROUNDS (2),
-#        THREADS (pdrouter --threads and nginx worker_processes for the proxy, default 1)
+#        THREADS (pdrouter --threads and nginx worker_processes for the proxy, default 1),
+#        CLIENT_HEADERS (empty: Content-Type only; "typical": the eleven headers an OpenAI SDK client sends,
+#        with an Authorization, an X-Request-Id and a traceparent, which the router forwards to both legs)
 # Needs: nginx, wrk (scripts/install-deps.sh installs them). Loopback only.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,6 +56,21 @@ wrk.method = "POST"
 wrk.body = '$body'
 wrk.headers["Content-Type"] = "application/json"
 LUA
+if [ "${CLIENT_HEADERS:-}" = typical ]; then
+cat >>"$work/post.lua" <<'LUA'
+wrk.headers["User-Agent"] = "OpenAI/Python 1.54.0"
+wrk.headers["Accept"] = "application/json"
+wrk.headers["Authorization"] = "Bearer sk-bench-0123456789abcdef0123456789abcdef"
+wrk.headers["X-Stainless-Lang"] = "python"
+wrk.headers["X-Stainless-Package-Version"] = "1.54.0"
+wrk.headers["X-Stainless-OS"] = "Linux"
+wrk.headers["X-Stainless-Arch"] = "x64"
+wrk.headers["X-Stainless-Runtime"] = "CPython"
+wrk.headers["X-Stainless-Runtime-Version"] = "3.11.2"
+wrk.headers["X-Request-Id"] = "bench-req-1"
+wrk.headers["traceparent"] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+LUA
+fi
 # Sanity: the router really makes a PD call and answers 200.
 curl -sf -XPOST -d "$body" "http://127.0.0.1:$ROUTER/generate" >/dev/null
 

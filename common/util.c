@@ -78,7 +78,7 @@ static void room_init(void)
     pthread_atfork(NULL, NULL, room_forked);
 }
 
-uint64_t pdr_random_room(void)
+uint64_t pdr_random_u64(void)
 {
     pthread_once(&room_once, room_init);
     if (room_left == 0) {
@@ -92,7 +92,12 @@ uint64_t pdr_random_room(void)
     }
     uint64_t v = room_buf[--room_left];
     room_buf[room_left] = 0; /* handed out once */
-    return v & INT64_MAX;
+    return v;
+}
+
+uint64_t pdr_random_room(void)
+{
+    return pdr_random_u64() & INT64_MAX;
 }
 
 size_t pdr_fmt_u64(char *out, uint64_t v)
@@ -187,10 +192,14 @@ const char *pdr_http_reason(int status)
         return "Gone";
     case 413:
         return "Payload Too Large";
+    case 414:
+        return "URI Too Long";
     case 422:
         return "Unprocessable Content";
     case 429:
         return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
     case 500:
         return "Internal Server Error";
     case 501:

@@ -23,6 +23,8 @@ int pdr_random_bytes(void *buf, size_t len);
 /* A uniformly random integer in [0, 2^63-1] from the CSPRNG (read 32 at a time into a per-thread
  * buffer; a forked child starts with an empty one). */
 uint64_t pdr_random_room(void);
+/* 64 uniformly random bits from the same per-thread CSPRNG buffer (trace and span ids). */
+uint64_t pdr_random_u64(void);
 
 /* Writes v in decimal at out (at most 20 bytes, no NUL); returns the number of digits. For hot paths
  * where snprintf's cost shows (a PD request formats rooms, ports and URLs). */

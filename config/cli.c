@@ -64,6 +64,9 @@ enum opt_id {
     OPT_SD_NAMESPACE,
     OPT_SD_PORT,
     OPT_BOOTSTRAP_ANNOTATION,
+    OPT_API_KEY,
+    OPT_API_KEY_FILE,
+    OPT_REQUEST_ID_HEADERS,
 };
 
 /* How many words follow a flag: none, one, one or more, or zero or more (up to the next "--flag"), as
@@ -125,6 +128,9 @@ static const struct opt {
     {"service-discovery-namespace", OPT_SD_NAMESPACE, ARG_ONE},
     {"service-discovery-port", OPT_SD_PORT, ARG_ONE},
     {"bootstrap-port-annotation", OPT_BOOTSTRAP_ANNOTATION, ARG_ONE},
+    {"api-key", OPT_API_KEY, ARG_ONE},
+    {"api-key-file", OPT_API_KEY_FILE, ARG_ONE},
+    {"request-id-headers", OPT_REQUEST_ID_HEADERS, ARG_SOME},
 };
 
 /* The sglang router's flags that pdrouter has no equivalent for: refused (never ignored), each with what
@@ -245,6 +251,13 @@ void pdr_config_usage(FILE *out)
           "  --bootstrap-port-annotation KEY    pod annotation with the bootstrap port "
           "(default " PDR_DEF_K8S_BOOTSTRAP_ANNOTATION ")\n"
           "\n"
+          "Headers to the workers:\n"
+          "  --api-key KEY              sent to every worker as 'Authorization: Bearer KEY' (sglang's\n"
+          "                             flag; other users can read a command line: prefer the file)\n"
+          "  --api-key-file PATH        the same, read from a file (workers.api_key_file)\n"
+          "  --request-id-headers H ... client headers that carry the request id, in order (default\n"
+          "                             x-request-id x-correlation-id x-trace-id request-id)\n"
+          "\n"
           "Overrides (also applied on top of --config):\n"
           "  --host H                   listen address (default " PDR_DEF_LISTEN_HOST ")\n"
           "  --port P                   listen port (default 8000)\n"
@@ -314,6 +327,8 @@ enum {
     G_METRICS_PORT = 1 << 25,
     G_CORS = 1 << 26,
     G_LOG_DIR = 1 << 27,
+    G_API_KEY = 1 << 29,
+    G_REQUEST_ID_HEADERS = 1 << 30,
     G_K8S = 1 << 28, /* --service-discovery and its flags: the whole kubernetes section */
 };
 
@@ -749,6 +764,61 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
         fl->discovery.kubernetes.role[PDR_ROLE_DECODE].port = port;
         return 0;
     }
+    case OPT_API_KEY:
+    case OPT_API_KEY_FILE: {
+        char kmsg[512];
+        if (*given & G_API_KEY) {
+            pdr__config_err(err, errlen, "argv: --%s: give one of --api-key and --api-key-file, once",
+                            o->name);
+            return PDR_EINVAL;
+        }
+        *given |= G_API_KEY;
+        if (o->id == OPT_API_KEY) {
+            if (pdr__check_api_key(val, strlen(val), kmsg, sizeof(kmsg)) != 0) {
+                pdr__config_err(err, errlen, "argv: --api-key: %s", kmsg);
+                return PDR_EINVAL;
+            }
+            return set_str(&fl->worker_api_key, val, err, errlen);
+        }
+        if (pdr__read_secret_file(val, &fl->worker_api_key, kmsg, sizeof(kmsg)) != 0) {
+            pdr__config_err(err, errlen, "argv: --api-key-file: %s", kmsg);
+            return PDR_EINVAL;
+        }
+        return set_str(&fl->worker_api_key_file, val, err, errlen);
+    }
+    case OPT_REQUEST_ID_HEADERS:
+        if (*given & G_REQUEST_ID_HEADERS) {
+            pdr__config_err(err, errlen, "argv: --request-id-headers given twice");
+            return PDR_EINVAL;
+        }
+        *given |= G_REQUEST_ID_HEADERS;
+        pdr__free_names(fl->request_id_headers, fl->n_request_id_headers);
+        fl->request_id_headers = NULL;
+        fl->n_request_id_headers = 0;
+        if (n > PDR_CONFIG_MAX_REQUEST_ID_HEADERS) {
+            pdr__config_err(err, errlen, "argv: --request-id-headers: at most %d names",
+                            PDR_CONFIG_MAX_REQUEST_ID_HEADERS);
+            return PDR_EINVAL;
+        }
+        if ((fl->request_id_headers = calloc((size_t)n, sizeof(char *))) == NULL) {
+            pdr__config_err(err, errlen, "argv: out of memory");
+            return PDR_ENOMEM;
+        }
+        for (int k = 0; k < n; k++) {
+            if (pdr__check_header_name(vals[k], strlen(vals[k]), msg, sizeof(msg)) != 0) {
+                pdr__config_err(err, errlen, "argv: --request-id-headers '%s': %s",
+                                pdr__config_show(vals[k], strlen(vals[k]), shown, sizeof(shown)), msg);
+                return PDR_EINVAL;
+            }
+            char *copy = NULL;
+            if (set_str(&copy, vals[k], err, errlen) != 0)
+                return PDR_ENOMEM;
+            for (char *q = copy; *q; q++)
+                if (*q >= 'A' && *q <= 'Z')
+                    *q = (char)(*q - 'A' + 'a');
+            fl->request_id_headers[fl->n_request_id_headers++] = copy;
+        }
+        return 0;
     case OPT_BOOTSTRAP_ANNOTATION:
         *given |= G_K8S;
         if (ps->sel_opt == NULL)
@@ -838,6 +908,18 @@ static void apply_overrides(pdr_config_t *c, pdr_config_t *fl, unsigned given)
         c->metrics_port = fl->metrics_port;
     if (given & G_LOG_DIR)
         swap_str(&c->log.dir, &fl->log.dir);
+    if (given & G_API_KEY) {
+        swap_str(&c->worker_api_key, &fl->worker_api_key);
+        swap_str(&c->worker_api_key_file, &fl->worker_api_key_file);
+    }
+    if (given & G_REQUEST_ID_HEADERS) {
+        char **names = c->request_id_headers;
+        size_t nn = c->n_request_id_headers;
+        c->request_id_headers = fl->request_id_headers;
+        c->n_request_id_headers = fl->n_request_id_headers;
+        fl->request_id_headers = names;
+        fl->n_request_id_headers = nn;
+    }
     if (given & G_CORS) {
         pdr__config_free_origins(c);
         c->cors = fl->cors;

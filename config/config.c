@@ -5,6 +5,9 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,6 +288,11 @@ static void config_free(pdr_config_t *c)
     for (size_t i = 0; i < c->n_decode; i++)
         pdr_worker_conf_clear(&c->decode[i]);
     free(c->decode);
+    free(c->worker_api_key_file);
+    if (c->worker_api_key != NULL)
+        pdr__secure_zero(c->worker_api_key, strlen(c->worker_api_key));
+    free(c->worker_api_key);
+    pdr__free_names(c->request_id_headers, c->n_request_id_headers);
     free(c->health.path);
     free(c->log.access_log);
     free(c->log.level);
@@ -341,6 +349,13 @@ pdr_config_t *pdr_config_new_default(void)
     c->limits.max_inflight = PDR_DEF_MAX_INFLIGHT;
     c->limits.h2_max_resets = PDR_DEF_H2_MAX_RESETS;
     c->limits.max_merge_bytes = PDR_DEF_MAX_MERGE_BYTES;
+    c->limits.max_header_bytes = PDR_DEF_MAX_HEADER_BYTES;
+    c->limits.max_headers = PDR_DEF_MAX_HEADERS;
+    static const char *const rid[] = PDR_DEF_REQUEST_ID_HEADERS;
+    c->request_id_headers = calloc(sizeof(rid) / sizeof(rid[0]), sizeof(char *));
+    for (size_t i = 0; c->request_id_headers != NULL && i < sizeof(rid) / sizeof(rid[0]); i++)
+        if ((c->request_id_headers[i] = strdup(rid[i])) != NULL)
+            c->n_request_id_headers = i + 1;
     c->retries.max = PDR_DEF_RETRIES;
     c->pd.relay = PDR_RELAY_FIRST_BYTE;
     c->log.access_log = strdup(PDR_DEF_ACCESS_LOG);
@@ -355,11 +370,121 @@ pdr_config_t *pdr_config_new_default(void)
     c->discovery.kubernetes.watch_timeout_s = PDR_DEF_K8S_WATCH_TIMEOUT_S;
     if (c->source == NULL || c->listen_host == NULL || c->admin_host == NULL || c->metrics_host == NULL ||
         c->health.path == NULL || c->log.access_log == NULL || c->log.level == NULL ||
-        c->admin_deny_networks.nets == NULL) {
+        c->admin_deny_networks.nets == NULL || c->n_request_id_headers != sizeof(rid) / sizeof(rid[0])) {
         config_free(c);
         return NULL;
     }
     return c;
+}
+
+void pdr__secure_zero(void *p, size_t n)
+{
+    volatile unsigned char *v = p;
+    while (n-- > 0)
+        *v++ = 0;
+}
+
+void pdr__free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+int pdr__check_header_name(const char *s, size_t len, char *msg, size_t msglen)
+{
+    if (len == 0 || len > PDR_CONFIG_MAX_HEADER_NAME) {
+        pdr__config_err(msg, msglen, "a header name has 1 to %d characters", PDR_CONFIG_MAX_HEADER_NAME);
+        return PDR_EINVAL;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        /* RFC 9110 token characters. */
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              (ch != 0 && strchr("!#$%&'*+-.^_`|~", ch) != NULL))) {
+            if (ch > 0x20 && ch < 0x7f)
+                pdr__config_err(msg, msglen,
+                                "'%c' cannot be in a header name (RFC 9110 token characters only)", ch);
+            else
+                pdr__config_err(msg, msglen,
+                                "byte 0x%02x cannot be in a header name (RFC 9110 token characters only)",
+                                ch);
+            return PDR_EINVAL;
+        }
+    }
+    return 0;
+}
+
+int pdr__check_api_key(const char *s, size_t len, char *msg, size_t msglen)
+{
+    if (len == 0) {
+        pdr__config_err(msg, msglen, "the key is empty");
+        return PDR_EINVAL;
+    }
+    if (len > PDR_CONFIG_MAX_API_KEY) {
+        pdr__config_err(msg, msglen, "the key is longer than %d bytes", PDR_CONFIG_MAX_API_KEY);
+        return PDR_EINVAL;
+    }
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f) {
+            /* It goes into a header line: no spaces, control characters or non-ASCII bytes. */
+            pdr__config_err(msg, msglen,
+                            "the key holds a space, control character or non-ASCII byte at offset %zu "
+                            "(only visible ASCII characters can go into an Authorization header)",
+                            i);
+            return PDR_EINVAL;
+        }
+    return 0;
+}
+
+int pdr__read_secret_file(const char *path, char **out, char *msg, size_t msglen)
+{
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK); /* a FIFO must not block the load */
+    if (fd < 0) {
+        pdr__config_err(msg, msglen, "%s: %s", path, strerror(errno));
+        return PDR_EIO;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        pdr__config_err(msg, msglen, "%s: not a regular file", path);
+        close(fd);
+        return PDR_EINVAL;
+    }
+    if ((st.st_mode & (S_IRWXO | S_IWGRP)) != 0) {
+        /* Like ssh with a private key: a secret others can read (or a group can rewrite) is refused. */
+        pdr__config_err(msg, msglen,
+                        "%s: mode %04o lets other users read or change the key; make it 0600 or 0640 "
+                        "(chmod o-rwx,g-w)",
+                        path, (unsigned)(st.st_mode & 07777));
+        close(fd);
+        return PDR_EINVAL;
+    }
+    char *buf = malloc(PDR_CONFIG_MAX_API_KEY + 2);
+    size_t len = 0;
+    ssize_t n = 0;
+    while (buf != NULL && len < PDR_CONFIG_MAX_API_KEY + 1 &&
+           ((n = read(fd, buf + len, PDR_CONFIG_MAX_API_KEY + 1 - len)) > 0 || (n < 0 && errno == EINTR)))
+        if (n > 0)
+            len += (size_t)n;
+    int e = errno;
+    close(fd);
+    if (buf == NULL) {
+        pdr__config_err(msg, msglen, "out of memory");
+        return PDR_ENOMEM;
+    }
+    while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+        len--;
+    buf[len] = '\0';
+    char why[160];
+    if (n < 0 || pdr__check_api_key(buf, len, why, sizeof(why)) != 0) {
+        pdr__config_err(msg, msglen, "%s: %s", path, n < 0 ? strerror(e) : why);
+        pdr__secure_zero(buf, len);
+        free(buf);
+        return PDR_EINVAL;
+    }
+    *out = buf;
+    return 0;
 }
 
 pdr_config_t *pdr_config_ref(pdr_config_t *c)

@@ -73,6 +73,17 @@ typedef struct pdr_config {
     size_t n_prefill;
     pdr_worker_conf_t *decode;
     size_t n_decode;
+    /* The key every worker request carries as "Authorization: Bearer KEY" (legs, health checks, the
+     * model list): read from workers.api_key_file when the config is loaded, or given with --api-key.
+     * NULL: none (the client's Authorization is forwarded instead). Never logged. */
+    char *worker_api_key_file;
+    char *worker_api_key;
+
+    /* Client headers that may carry the request id, in order of preference, lower case (YAML
+     * request_id_headers, --request-id-headers). Default PDR_DEF_REQUEST_ID_HEADERS; empty: the router
+     * always makes the id. */
+    char **request_id_headers;
+    size_t n_request_id_headers;
 
     /* `pools:` (n_pools > 0): then protocol, policy_* and the static lists above are unused (defaults and
      * empty), and the router reads each pool's. n_pools == 0: the one-pool shorthand, a pool named
@@ -105,6 +116,8 @@ typedef struct pdr_config {
         int max_connections_per_worker; /* default 0: no limit; else shared out across the loops */
         int h2_max_resets; /* default 200: streams an HTTP/2 client may abandon per connection in 10 s */
         int64_t max_merge_bytes; /* default 64 MiB: a non-streaming answer held whole for the logprob merge */
+        int max_header_bytes;    /* default 32 KiB: the request's header fields (431 above) */
+        int max_headers;         /* default 100: header fields per request (431 above; h2o's own cap) */
     } limits;
     struct {
         int max; /* default 2 */

@@ -64,6 +64,18 @@ int pdr__ipv6_is_v4mapped(const uint8_t a[16]);
 /* Whether role r has a discovery source configured (a dns name or a kubernetes selector). */
 int pdr__role_discovered(const pdr_config_t *c, pdr_role_t r);
 
+/* Secrets and header names (workers.api_key_file, --api-key, request_id_headers). */
+void pdr__secure_zero(void *p, size_t n);
+void pdr__free_names(char **names, size_t n);
+/* 0, or PDR_EINVAL with the reason in msg: an RFC 9110 token of 1..PDR_CONFIG_MAX_HEADER_NAME bytes. */
+int pdr__check_header_name(const char *s, size_t len, char *msg, size_t msglen);
+/* 0, or PDR_EINVAL: 1..PDR_CONFIG_MAX_API_KEY visible ASCII characters (it goes into a header line). */
+int pdr__check_api_key(const char *s, size_t len, char *msg, size_t msglen);
+/* Reads a key file: a regular file that other users cannot read or write and that its group cannot
+ * write, holding one key (trailing CR/LF dropped) that pdr__check_api_key accepts. 0 with *out
+ * malloc'd, or an error with "PATH: reason" in msg. */
+int pdr__read_secret_file(const char *path, char **out, char *msg, size_t msglen);
+
 /* Error text into a caller's buffer; always NUL-terminated, safe with errlen 0. */
 void pdr__config_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -54,6 +54,23 @@
 #define PDR_MIN_MERGE_BYTES 4096LL
 #define PDR_MAX_MERGE_BYTES (1LL << 30)
 #define PDR_DEF_RETRIES 2
+/* Request head limits (431 above them). A field counts as name + value + 4 (": " and CRLF, as HTTP/1
+ * writes it). h2o 2.2.5 parses at most H2O_MAX_HEADERS = 100 fields of an HTTP/1 request (it answers a
+ * plain 400 to more) and closes a connection whose head passes H2O_MAX_REQLEN = 8192 + 4096 * 100
+ * bytes, so both maxima stay below what h2o accepts and the router answers first. */
+#define PDR_DEF_MAX_HEADER_BYTES 32768
+#define PDR_MIN_MAX_HEADER_BYTES 1024
+#define PDR_MAX_MAX_HEADER_BYTES 262144
+#define PDR_DEF_MAX_HEADERS 100
+#define PDR_MAX_MAX_HEADERS 100
+/* sglang router's default --request-id-headers. */
+#define PDR_DEF_REQUEST_ID_HEADERS                                                                           \
+    {                                                                                                        \
+        "x-request-id", "x-correlation-id", "x-trace-id", "request-id"                                       \
+    }
+#define PDR_CONFIG_MAX_REQUEST_ID_HEADERS 16
+#define PDR_CONFIG_MAX_HEADER_NAME 64
+#define PDR_CONFIG_MAX_API_KEY 4096
 
 #define PDR_DEF_ACCESS_LOG "-"
 #define PDR_DEF_LOG_LEVEL "info"

@@ -550,6 +550,25 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->limits.h2_max_resets, 0, PDR_MAX_H2_RESETS, "limits.h2_max_resets");
     CHECK_RANGE(c->limits.max_merge_bytes, PDR_MIN_MERGE_BYTES, PDR_MAX_MERGE_BYTES,
                 "limits.max_merge_bytes");
+    CHECK_RANGE(c->limits.max_header_bytes, PDR_MIN_MAX_HEADER_BYTES, PDR_MAX_MAX_HEADER_BYTES,
+                "limits.max_header_bytes");
+    CHECK_RANGE(c->limits.max_headers, 1, PDR_MAX_MAX_HEADERS, "limits.max_headers");
+    CHECK_RANGE(c->n_request_id_headers, 0, PDR_CONFIG_MAX_REQUEST_ID_HEADERS, "request_id_headers (count)");
+    for (size_t i = 0; i < c->n_request_id_headers; i++) {
+        char msg[160];
+        const char *h = c->request_id_headers != NULL ? c->request_id_headers[i] : NULL;
+        if (h == NULL || pdr__check_header_name(h, strlen(h), msg, sizeof(msg)) != 0) {
+            pdr__config_err(err, errlen, "request_id_headers[%zu]: %s", i, h == NULL ? "missing" : msg);
+            return PDR_ECONFIG;
+        }
+    }
+    if (c->worker_api_key != NULL) {
+        char msg[200];
+        if (pdr__check_api_key(c->worker_api_key, strlen(c->worker_api_key), msg, sizeof(msg)) != 0) {
+            pdr__config_err(err, errlen, "workers.api_key_file: %s", msg);
+            return PDR_ECONFIG;
+        }
+    }
     CHECK_RANGE(c->retries.max, 0, PDR_MAX_RETRIES, "retries.max");
     CHECK_RANGE(c->threads, 0, PDR_MAX_THREADS, "threads");
     if (c->log.access_log == NULL || c->log.access_log[0] == '\0') {

@@ -50,6 +50,8 @@ enum ftype {
     F_POOL_NAME,  /* a pool's name: [a-z0-9_-], unique */
     F_MODELS,     /* a pool's models: a sequence of model names, each in one pool only */
     F_REFUSED,    /* a key that is known but not supported here; the message is in sub's key */
+    F_KEY_FILE,   /* path of a key file, read and checked now (workers.api_key_file); null for none */
+    F_NAMES,      /* sequence of header names, stored lower case (request_id_headers) */
 };
 
 struct field {
@@ -93,6 +95,7 @@ static const struct field policy_fields[] = {
 static const struct field workers_fields[] = {
     {"prefill", F_WORKERS, 0, PDR_ROLE_PREFILL, 0, NULL},
     {"decode", F_WORKERS, 0, PDR_ROLE_DECODE, 0, NULL},
+    {"api_key_file", F_KEY_FILE, 0, 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field health_fields[] = {
@@ -119,6 +122,9 @@ static const struct field limits_fields[] = {
     {"h2_max_resets", F_INT, CONF(limits.h2_max_resets), 0, PDR_MAX_H2_RESETS, NULL},
     {"max_merge_bytes", F_INT64, CONF(limits.max_merge_bytes), PDR_MIN_MERGE_BYTES, PDR_MAX_MERGE_BYTES,
      NULL},
+    {"max_header_bytes", F_INT, CONF(limits.max_header_bytes), PDR_MIN_MAX_HEADER_BYTES,
+     PDR_MAX_MAX_HEADER_BYTES, NULL},
+    {"max_headers", F_INT, CONF(limits.max_headers), 1, PDR_MAX_MAX_HEADERS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field retries_fields[] = {
@@ -231,6 +237,7 @@ static const struct field top_fields[] = {
     {"threads", F_INT, CONF(threads), 0, PDR_MAX_THREADS, NULL},
     {"discovery", F_SECTION, 0, 0, 0, discovery_fields},
     {"pools", F_POOLS, 0, 0, 0, pool_fields},
+    {"request_id_headers", F_NAMES, 0, 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field prefill_fields[] = {
@@ -522,6 +529,50 @@ static int load_networks(struct ctx *cx, const yaml_node_t *seq, const char *pat
         if (pdr_ipnet_parse(str, len, &c->admin_deny_networks.nets[i], msg, sizeof(msg)) != 0)
             return FAIL(cx, item, "%s: %s", ipath, msg);
         c->admin_deny_networks.n = i + 1;
+    }
+    return 0;
+}
+
+static int load_names(struct ctx *cx, const yaml_node_t *seq, const char *path)
+{
+    pdr_config_t *c = cx->c;
+    pdr__free_names(c->request_id_headers, c->n_request_id_headers);
+    c->request_id_headers = NULL;
+    c->n_request_id_headers = 0;
+    if (is_null(seq))
+        return 0;
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return FAIL(cx, seq, "%s: expected a sequence of header names such as [x-request-id], got %s", path,
+                    node_kind(seq));
+    size_t count = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    if (count > PDR_CONFIG_MAX_REQUEST_ID_HEADERS)
+        return FAIL(cx, seq, "%s: %zu names, at most %d are allowed", path, count,
+                    PDR_CONFIG_MAX_REQUEST_ID_HEADERS);
+    if (count == 0)
+        return 0;
+    if ((c->request_id_headers = calloc(count, sizeof(char *))) == NULL)
+        return FAIL(cx, seq, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *item = yaml_document_get_node(cx->doc, seq->data.sequence.items.start[i]);
+        char ipath[160], msg[256];
+        size_t len;
+        snprintf(ipath, sizeof(ipath), "%.120s[%zu]", path, i);
+        if (item == NULL)
+            return FAIL(cx, seq, "%s: missing node", ipath);
+        int rc = need_scalar(cx, item, ipath, "a header name");
+        if (rc != 0)
+            return rc;
+        const char *str = sval(item, &len);
+        if (pdr__check_header_name(str, len, msg, sizeof(msg)) != 0)
+            return FAIL(cx, item, "%s: %s", ipath, msg);
+        char *name = NULL;
+        if (pdr__config_set_str(&name, str, len) != 0)
+            return FAIL(cx, item, "out of memory");
+        for (size_t k = 0; k < len; k++)
+            if (name[k] >= 'A' && name[k] <= 'Z')
+                name[k] = (char)(name[k] - 'A' + 'a');
+        c->request_id_headers[i] = name;
+        c->n_request_id_headers = i + 1;
     }
     return 0;
 }
@@ -821,6 +872,26 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
         return FAIL(cx, v, "%s: only prefill workers have a bootstrap port", path);
     case F_NETWORKS:
         return load_networks(cx, v, path);
+    case F_NAMES:
+        return load_names(cx, v, path);
+    case F_KEY_FILE: {
+        pdr_config_t *c = cx->c;
+        char msg[512];
+        if (c->worker_api_key != NULL)
+            pdr__secure_zero(c->worker_api_key, strlen(c->worker_api_key));
+        free(c->worker_api_key);
+        c->worker_api_key = NULL;
+        free(c->worker_api_key_file);
+        c->worker_api_key_file = NULL;
+        if (is_null(v))
+            return 0;
+        rc = get_string(cx, v, path, &c->worker_api_key_file);
+        if (rc != 0)
+            return rc;
+        if (pdr__read_secret_file(c->worker_api_key_file, &c->worker_api_key, msg, sizeof(msg)) != 0)
+            return FAIL(cx, v, "%s: %s", path, msg);
+        return 0;
+    }
     case F_ORIGINS:
         return load_origins(cx, v, path);
     case F_ANNOTATION:

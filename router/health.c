@@ -1,7 +1,8 @@
 /*
  * Active health checks: every health.interval_ms each worker gets GET <url><health.path> with a
  * health.timeout_ms deadline; a 2xx answer is a pass. The rise/fall state machine is in pool.c.
- * The first round runs at start. Probes run on loop 0 and its upstream client.
+ * The first round runs at start. Probes run on loop 0 and its upstream client. With a worker key
+ * (workers.api_key_file, --api-key) every check carries "Authorization: Bearer KEY", as the requests do.
  *
  * Worker-initiated drain: a check answered health.drain_status (410 Gone by default) means "drain me"
  * (HAProxy's disable-on-404, Envoy's x-envoy-immediate-health-check-fail). The worker goes DRAINING (see
@@ -9,9 +10,11 @@
  * admin API does. A second timer here (every PDR_DRAIN_TICK_MS) moves idle or timed-out DRAINING workers to
  * DRAINED.
  */
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "defaults.h"
 #include "err.h"
 #include "router.h"
 #include "util.h"
@@ -96,8 +99,18 @@ static void check_worker(pdr_router_t *r, pdr_worker_t *w)
         r->probes->prev = pr;
     r->probes = pr;
     w->probing = 1;
-    if (pdr_leg_start_probe(&pr->leg, r->threads[0].multi, pr->url, c->health.timeout_ms, &probe_cbs, pr) !=
-        0)
+    /* With a worker key the checks carry it too: a worker that requires it answers 401 without. */
+    char auth[32 + PDR_CONFIG_MAX_API_KEY];
+    const char *hdrs[2] = {NULL, NULL};
+    if (c->worker_api_key != NULL) {
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s", c->worker_api_key);
+        hdrs[0] = auth;
+    }
+    int rc = pdr_leg_start_probe(&pr->leg, r->threads[0].multi, pr->url, hdrs, c->health.timeout_ms,
+                                 &probe_cbs, pr);
+    if (c->worker_api_key != NULL)
+        OPENSSL_cleanse(auth, sizeof(auth));
+    if (rc != 0)
         probe_free(pr);
 }
 

@@ -144,6 +144,10 @@ static const struct {
      "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM for a header block (HEADERS + CONTINUATION) "
      "larger than the router takes.",
      offsetof(pdr_metrics_t, h2_header_block_too_large_total)},
+    {"pdr_http_headers_too_large_total",
+     "Requests answered 431 (more header fields than limits.max_headers, or more bytes than "
+     "limits.max_header_bytes) or 414 (a request target longer than limits.max_header_bytes).",
+     offsetof(pdr_metrics_t, headers_too_large_total)},
     {"pdr_access_log_suppressed_total",
      "Access-log lines of client-aborted requests not written because they came faster than 100/s per loop "
      "(summary lines count them).",

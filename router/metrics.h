@@ -59,6 +59,7 @@ typedef struct pdr_metrics {
     uint64_t alog_suppressed_total;     /* access-log lines of aborted requests over the rate */
     uint64_t chunk_too_large_total;     /* HTTP/1 chunked bodies refused at a chunk past max_body_bytes */
     uint64_t h2_header_block_too_large_total; /* HTTP/2 connections closed for a header block too large */
+    uint64_t headers_too_large_total; /* requests answered 431 or 414 (limits.max_headers/max_header_bytes) */
     uint64_t bytes_in_total, bytes_out_total;
     uint64_t vllm_kv_release[PDR_KV_RELEASE__COUNT]; /* by outcome */
     pdr_hist_t duration[PDR_MR__COUNT];

@@ -58,7 +58,7 @@ typedef struct pd_req {
     uint64_t *rooms;
     size_t n_rooms;
     char request_id[80];
-    char xrid_header[112];
+    pdr_fwd_t fwd; /* the headers both legs carry (fwdheaders.h), built once */
 
     const pdr_config_t *conf; /* the snapshot this request started with (a reload does not change it) */
     const char *pool;         /* the pool serving the request's model (a name in conf); retries stay in it */
@@ -912,12 +912,11 @@ static void start_attempt(pd_req_t *x)
     x->attempt_t0_ns = pdr_now_ns();
     x->first_byte_deadline_ns = x->attempt_t0_ns + (uint64_t)c->timeouts.first_byte_ms * 1000000u;
     x->kv_deadline_ns = x->attempt_t0_ns + (uint64_t)c->timeouts.kv_transfer_ms * 1000000u;
-    const char *hdrs[] = {x->xrid_header, NULL};
     char url[512];
     if (x->mode == MODE_MODELS) {
         snprintf(url, sizeof(url), "%s/v1/models", x->dw->conf.url);
-        if (pdr_leg_start(&x->dleg, x->t->multi, url, NULL, 0, hdrs, c->timeouts.connect_ms, 0, &decode_cbs,
-                          x) != 0) {
+        if (pdr_leg_start(&x->dleg, x->t->multi, url, NULL, 0, pdr_fwd_leg(&x->fwd), c->timeouts.connect_ms,
+                          0, &decode_cbs, x) != 0) {
             fail_response(x, 503, "service_unavailable", "out of memory", 1);
             return;
         }
@@ -942,14 +941,14 @@ static void start_attempt(pd_req_t *x)
     }
     static const char *paths[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
     pdr_join2(url, sizeof(url), x->pw->conf.url, paths[x->route]);
-    int rc = pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, hdrs, c->timeouts.connect_ms, 0,
-                           &prefill_cbs, x);
+    int rc = pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, pdr_fwd_leg(&x->fwd),
+                           c->timeouts.connect_ms, 0, &prefill_cbs, x);
     if (rc == 0) {
         x->p_running = 1;
         pdr_worker_track(x->pw, 1);
         pdr_join2(url, sizeof(url), x->dw->conf.url, paths[x->route]);
-        rc = pdr_leg_start(&x->dleg, x->t->multi, url, x->body, x->body_len, hdrs, c->timeouts.connect_ms, 0,
-                           &decode_cbs, x);
+        rc = pdr_leg_start(&x->dleg, x->t->multi, url, x->body, x->body_len, pdr_fwd_leg(&x->fwd),
+                           c->timeouts.connect_ms, 0, &decode_cbs, x);
         if (rc == 0) {
             x->d_running = 1;
             pdr_worker_track(x->dw, 1);
@@ -980,11 +979,10 @@ static void vllm_start_prefill(pd_req_t *x)
         fail_response(x, 503, "service_unavailable", "out of memory", 1);
         return;
     }
-    const char *hdrs[] = {x->xrid_header, NULL};
     char url[512];
     pdr_join2(url, sizeof(url), x->pw->conf.url, route_paths[x->route]);
-    if (pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, hdrs, c->timeouts.connect_ms, 0,
-                      &prefill_cbs, x) != 0) {
+    if (pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, pdr_fwd_leg(&x->fwd),
+                      c->timeouts.connect_ms, 0, &prefill_cbs, x) != 0) {
         fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
         return;
     }
@@ -1010,11 +1008,10 @@ static void vllm_start_decode(pd_req_t *x)
     x->dbody_len = next.decode_len;
     x->release = next.release; /* the prefill holds KV for this request from now on */
     x->release_len = next.release_len;
-    const char *hdrs[] = {x->xrid_header, NULL};
     char url[512];
     pdr_join2(url, sizeof(url), x->dw->conf.url, route_paths[x->route]);
-    if (pdr_leg_start(&x->dleg, x->t->multi, url, x->dbody, x->dbody_len, hdrs, x->conf->timeouts.connect_ms,
-                      0, &decode_cbs, x) != 0) {
+    if (pdr_leg_start(&x->dleg, x->t->multi, url, x->dbody, x->dbody_len, pdr_fwd_leg(&x->fwd),
+                      x->conf->timeouts.connect_ms, 0, &decode_cbs, x) != 0) {
         x->dleg.got_headers = 0;
         fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
         return;
@@ -1047,8 +1044,8 @@ static void vllm_release_kv(pd_req_t *x)
     char url[512];
     pdr_join2(url, sizeof(url), w->conf.url, route_paths[x->route]);
     pdr_worker_unref(other);
-    pdr__vllm_release(x->t, url, body, x->release_len, x->xrid_header, x->conf->timeouts.connect_ms,
-                      x->conf->timeouts.kv_transfer_ms);
+    pdr__vllm_release(x->t, url, body, x->release_len, pdr_fwd_leg(&x->fwd), x->fwd.request_id,
+                      x->conf->timeouts.connect_ms, x->conf->timeouts.kv_transfer_ms);
 }
 
 /* ---- lifetime ---- */
@@ -1106,16 +1103,16 @@ static void write_access_log(pd_req_t *x)
     static const char *names[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
     int n = snprintf(
         line, sizeof(line),
-        "{\"ts_us\":%" PRIu64 ",\"request_id\":\"%s\",\"path\":\"%s\",\"status\":%d,\"pool\":%s%s%s,"
-        "\"prefill\":%s%s%s,"
-        "\"decode\":%s%s%s,\"room\":%s,\"attempts\":%d,\"ttfb_ms\":%.3f,\"total_ms\":%.3f,"
-        "\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s}\n",
-        pdr_wall_us(), x->request_id, x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status,
-        x->pool ? "\"" : "", x->pool ? x->pool : "null", x->pool ? "\"" : "", x->pw ? "\"" : "",
-        x->pw ? x->pw->conf.url : "null", x->pw ? "\"" : "", x->dw ? "\"" : "",
-        x->dw ? x->dw->conf.url : "null", x->dw ? "\"" : "", room, x->attempt + 1,
-        ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0, x->bytes_out,
-        x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null", x->error_cause ? "\"" : "");
+        "{\"ts_us\":%" PRIu64 ",\"request_id\":\"%s\",\"trace_id\":\"%s\",\"path\":\"%s\",\"status\":%d,"
+        "\"pool\":%s%s%s,\"prefill\":%s%s%s,\"decode\":%s%s%s,\"room\":%s,\"attempts\":%d,\"ttfb_ms\":%.3f,"
+        "\"total_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s}\n",
+        pdr_wall_us(), x->request_id, x->fwd.trace_id,
+        x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status, x->pool ? "\"" : "",
+        x->pool ? x->pool : "null", x->pool ? "\"" : "", x->pw ? "\"" : "", x->pw ? x->pw->conf.url : "null",
+        x->pw ? "\"" : "", x->dw ? "\"" : "", x->dw ? x->dw->conf.url : "null", x->dw ? "\"" : "", room,
+        x->attempt + 1, ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0,
+        x->bytes_out, x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null",
+        x->error_cause ? "\"" : "");
     if (n <= 0)
         return;
     size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
@@ -1179,20 +1176,6 @@ static void on_dispose(void *p)
     uv_close((uv_handle_t *)&x->timer, free_req);
 }
 
-/* A unique id without a syscall per request: 64 random bits per thread, then a counter, in hex. */
-static void new_request_id(char out[33])
-{
-    static __thread uint64_t prefix, counter;
-    static const char hex[] = "0123456789abcdef";
-    if (prefix == 0)
-        pdr_random_bytes(&prefix, sizeof(prefix));
-    uint64_t v[2] = {prefix, ++counter};
-    for (int i = 0; i < 2; i++)
-        for (int k = 0; k < 16; k++)
-            out[i * 16 + k] = hex[(v[i] >> (60 - 4 * k)) & 15];
-    out[32] = '\0';
-}
-
 static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
 {
     pd_req_t *x = calloc(1, sizeof(*x));
@@ -1205,25 +1188,8 @@ static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
     x->mroute = mroute;
     x->t0_ns = pdr_now_ns();
     x->last_data_ns = x->t0_ns;
-    ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-request-id"), -1);
-    if (i >= 0 && req->headers.entries[i].value.len > 0 && req->headers.entries[i].value.len < 64) {
-        /* Only a plain token is echoed into logs and upstream headers. */
-        h2o_iovec_t v = req->headers.entries[i].value;
-        size_t k = 0;
-        for (; k < v.len; k++) {
-            char ch = v.base[k];
-            if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                  ch == '-' || ch == '_' || ch == '.'))
-                break;
-        }
-        if (k == v.len) {
-            memcpy(x->request_id, v.base, v.len); /* v.len < 64 <= sizeof(request_id) - 1 */
-            x->request_id[v.len] = '\0';
-        }
-    }
-    if (x->request_id[0] == '\0')
-        new_request_id(x->request_id);
-    pdr_join2(x->xrid_header, sizeof(x->xrid_header), "X-Request-Id: ", x->request_id);
+    pdr_fwd_build(&x->fwd, req, x->conf); /* the request id, the trace and the forwarded headers */
+    memcpy(x->request_id, x->fwd.request_id, sizeof(x->request_id));
     uv_timer_init(t->loop, &x->timer);
     x->timer.data = x;
     pd_req_t **anchor = h2o_mem_alloc_shared(&req->pool, sizeof(*anchor), on_dispose);
@@ -1248,14 +1214,20 @@ static int refuse(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     if (t->r->access_fd < 0)
         return 0;
     static const char *names[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
-    char id[33], line[512];
-    new_request_id(id);
+    char id[33], line[512], trace[35] = "null";
+    pdr_fwd_new_request_id(id);
+    if (pdr_fwd_trace_id(req, trace + 1)) {
+        trace[0] = '"';
+        trace[33] = '"';
+        trace[34] = '\0';
+    }
     int n = snprintf(line, sizeof(line),
                      "{\"ts_us\":%" PRIu64
-                     ",\"request_id\":\"%s\",\"path\":\"%s\",\"status\":%d,\"pool\":null,\"prefill\":null,"
+                     ",\"request_id\":\"%s\",\"trace_id\":%s,\"path\":\"%s\",\"status\":%d,\"pool\":null,"
+                     "\"prefill\":null,"
                      "\"decode\":null,\"room\":null,\"attempts\":0,\"ttfb_ms\":0.000,\"total_ms\":0.000,"
                      "\"bytes_in\":%zu,\"bytes_out\":0,\"error\":\"%s\"}\n",
-                     pdr_wall_us(), id, names[route], status, req->entity.len, cause);
+                     pdr_wall_us(), id, trace, names[route], status, req->entity.len, cause);
     if (n > 0 && (size_t)n < sizeof(line))
         pdr_access_log(t, line, (size_t)n);
     return 0;
@@ -1272,6 +1244,15 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     if (req->version >= 0x200 && pdr__conn_condemned(req)) /* parsed from a connection closed for a flood */
         return refuse(t, req, route, mroute, 429, "rate_limit_error",
                       "connection closed: too many streams reset", 0, "h2_reset_flood");
+    char why[256];
+    int bad = pdr_fwd_check_request(req, c, why, sizeof(why));
+    if (bad != 0 && bad != 400)
+        t->m.headers_too_large_total++;
+    if (bad != 0)
+        return refuse(t, req, route, mroute, bad, "invalid_request_error", why, 0,
+                      bad == 400   ? "bad_header"
+                      : bad == 414 ? "request_target_too_long"
+                                   : "headers_too_large");
     if ((int64_t)req->entity.len > c->limits.max_body_bytes)
         return refuse(t, req, route, mroute, 413, "invalid_request_error",
                       "request body exceeds limits.max_body_bytes", 0, "body_too_large");

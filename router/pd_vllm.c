@@ -43,7 +43,7 @@ typedef struct vllm_release {
     pdr_leg_t leg;
     pdr_thread_t *t;
     char *body;
-    char xrid[112];
+    char xrid[112]; /* "request ID", for the log */
 } vllm_release_t;
 
 static size_t release_data(pdr_leg_t *leg, const char *p, size_t n)
@@ -70,8 +70,8 @@ static void release_done(pdr_leg_t *leg, int err)
 
 static const pdr_leg_cbs_t release_cbs = {release_data, release_done};
 
-void pdr__vllm_release(pdr_thread_t *t, const char *url, char *body, size_t len, const char *xrid_header,
-                       long connect_ms, long total_ms)
+void pdr__vllm_release(pdr_thread_t *t, const char *url, char *body, size_t len, const char *const *headers,
+                       const char *request_id, long connect_ms, long total_ms)
 {
     vllm_release_t *rel = calloc(1, sizeof(*rel));
     /* Not once the shutdown deadline passed: the loop's upstream client is about to close. */
@@ -83,10 +83,9 @@ void pdr__vllm_release(pdr_thread_t *t, const char *url, char *body, size_t len,
     }
     rel->t = t;
     rel->body = body;
-    snprintf(rel->xrid, sizeof(rel->xrid), "%s", xrid_header);
-    const char *hdrs[] = {rel->xrid, NULL};
-    if (pdr_leg_start(&rel->leg, t->multi, url, body, len, hdrs, connect_ms, total_ms, &release_cbs, rel) !=
-        0) {
+    snprintf(rel->xrid, sizeof(rel->xrid), "request %s", request_id);
+    if (pdr_leg_start(&rel->leg, t->multi, url, body, len, headers, connect_ms, total_ms, &release_cbs,
+                      rel) != 0) {
         t->m.vllm_kv_release[PDR_KV_RELEASE_FAILED]++;
         free(rel->body);
         free(rel);

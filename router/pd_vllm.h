@@ -26,10 +26,11 @@ int pdr__vllm_next(const pdr_pdreq_t *pr, const char *answer, size_t len, pdr_vl
                    size_t errlen);
 
 /* Sends a release leg to url (the decode's route) with `body` (taken over, freed when the leg ends), the
- * X-Request-Id header line of the request and a deadline of total_ms: the decode pulls the KV, which
- * frees it on the prefill, and its answer is read and discarded. The leg counts in t->live (a shutdown
- * waits for it, or cancels it at drain_timeout_ms) and, when it ends, in pdr_vllm_kv_release_total. */
-void pdr__vllm_release(struct pdr_thread *t, const char *url, char *body, size_t len, const char *xrid_header,
-                       long connect_ms, long total_ms);
+ * header lines of the request (its X-Request-Id, worker key, trace context) and a deadline of total_ms: the
+ * decode pulls the KV, which frees it on the prefill, and its answer is read and discarded. The leg counts in
+ * t->live (a shutdown waits for it, or cancels it at drain_timeout_ms) and, when it ends, in
+ * pdr_vllm_kv_release_total. */
+void pdr__vllm_release(struct pdr_thread *t, const char *url, char *body, size_t len,
+                       const char *const *headers, const char *request_id, long connect_ms, long total_ms);
 
 #endif

@@ -111,6 +111,41 @@ size_t pdr_reqguard_head_len(const char *p, size_t n, int *chunked)
     }
 }
 
+int pdr_reqguard_head_limits(const char *p, size_t n, size_t max_fields, size_t max_bytes)
+{
+    size_t i = 0, fields = 0, bytes = 0;
+    while (i < n && (p[i] == '\r' || p[i] == '\n'))
+        i++;
+    /* A line that has not ended yet counts without a CR it may end with, so that the verdict on a head
+     * can only go from accepted to refused as more of it arrives. */
+    const char *nl = memchr(p + i, '\n', n - i);
+    size_t len = nl != NULL ? (size_t)(nl - (p + i)) : n - i;
+    if (len > 0 && p[i + len - 1] == '\r')
+        len--;
+    if (len > max_bytes)
+        return 414; /* the request line, without its line end */
+    if (nl == NULL)
+        return 0;
+    i = (size_t)(nl - p) + 1;
+    while (i < n) {
+        nl = memchr(p + i, '\n', n - i);
+        len = nl != NULL ? (size_t)(nl - (p + i)) : n - i;
+        if (len > 0 && p[i + len - 1] == '\r')
+            len--;
+        if (nl != NULL && len == 0)
+            return 0; /* the end of the head */
+        if (nl != NULL)
+            fields++;
+        bytes += nl != NULL ? len + 2 : len; /* a complete line counts with a CRLF, bare LF or not */
+        if (fields > max_fields || bytes > max_bytes)
+            return 431;
+        if (nl == NULL)
+            break;
+        i = (size_t)(nl - p) + 1;
+    }
+    return 0;
+}
+
 enum { CG_SIZE = 0, CG_EXT, CG_LF, CG_DATA, CG_DATA_CR, CG_DATA_LF };
 
 void pdr_chunkguard_init(pdr_chunkguard_t *g, uint64_t limit)

@@ -32,6 +32,14 @@ int pdr_reqguard_check_head(const char *p, size_t n, const char **why);
  * Transfer-Encoding: chunked. */
 size_t pdr_reqguard_head_len(const char *p, size_t n, int *chunked);
 
+/* Checks the size of the request head at the start of p as far as it has arrived (complete or not), so
+ * that a head past the router's limits is answered before h2o parses it (h2o 2.2.5 answers a plain 400
+ * to more than 100 fields and closes the connection without an answer past ~408 KiB). Returns 0 while
+ * within the limits, 414 when the request line is longer than max_bytes, 431 when there are more than
+ * max_fields header lines or they take more than max_bytes (each line counted with its CRLF: a field
+ * "name: value" is name + value + 4 bytes, the count the router applies to HTTP/2 fields too). */
+int pdr_reqguard_head_limits(const char *p, size_t n, size_t max_fields, size_t max_bytes);
+
 /* Follows the framing of a chunked request body as its raw bytes arrive, to refuse at once a chunk whose
  * declared size cannot fit the body limit (h2o 2.2.5 would wait for those bytes until its request
  * timeout). The caller feeds every raw body byte once, in order. */

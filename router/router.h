@@ -12,6 +12,7 @@
 #include <uv.h>
 #include "config.h"
 #include "dlist.h"
+#include "fwdheaders.h"
 #include "metrics.h"
 #include "pool.h"
 #include "rewrite.h"
@@ -147,6 +148,19 @@ int pdr_compat_handle(pdr_thread_t *t, h2o_req_t *req);
 int pdr__request_pool(const pdr_config_t *c, const pdr_pdreq_t *pr, long *pool, char *msg, size_t cap);
 /* GET /v1/models with pools: every pool's models, OpenAI's list shape. malloc'd (free), or NULL. */
 char *pdr__models_list_json(const pdr_config_t *c, uint64_t created, size_t *len);
+
+/* fwdheaders.c */
+/* The request-head limits and character checks every data-plane request passes first: 0, or the status
+ * to answer (431 past limits.max_headers / limits.max_header_bytes, 414 for a request target longer than
+ * limits.max_header_bytes, 400 for a character HTTP does not allow) with the reason in msg. */
+int pdr_fwd_check_request(h2o_req_t *req, const pdr_config_t *c, char *msg, size_t cap);
+/* Builds the request's forwarded headers, its request id and trace context (fwdheaders.h). 0, or
+ * PDR_ENOMEM. */
+int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c);
+/* The trace id of the client's valid traceparent in lower-case hex: 1, or 0 when it sent none. */
+int pdr_fwd_trace_id(h2o_req_t *req, char out[33]);
+/* A new request id (32 hex characters). */
+void pdr_fwd_new_request_id(char out[33]);
 
 /* server.c */
 void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *msg, int retry_after_s);

@@ -306,18 +306,27 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
             return pdr_pd_handle(t, req, pd_routes[i].route, pd_routes[i].mroute);
         }
     }
+    char why[256];
+    int bad = pdr_fwd_check_request(req, t->config, why, sizeof(why));
+    if (bad != 0) {
+        if (bad != 400)
+            t->m.headers_too_large_total++;
+        pdr_send_error(req, bad, "invalid_request_error", why, 0);
+        pdr_metrics_count_request(&t->m, PDR_MR_OTHER, bad, 0, -1);
+        return 0;
+    }
     if (is_get && path_is(req, "/health")) {
         send_text(req, 200, "text/plain", "ok\n", 3);
         pdr_metrics_count_request(&t->m, PDR_MR_HEALTH, 200, 0, -1);
         return 0;
     }
     if (is_get && path_is(req, "/readiness")) {
-        char why[400] = "no pool";
-        int ok = readiness_ok(r, why, sizeof(why));
+        char rwhy[400] = "no pool";
+        int ok = readiness_ok(r, rwhy, sizeof(rwhy));
         if (ok)
             send_text(req, 200, "text/plain", "ready\n", 6);
         else
-            pdr_send_error(req, 503, "service_unavailable", why, 1);
+            pdr_send_error(req, 503, "service_unavailable", rwhy, 1);
         pdr_metrics_count_request(&t->m, PDR_MR_READINESS, ok ? 200 : 503, 0, -1);
         return 0;
     }
@@ -673,6 +682,36 @@ static int is_preface_start(const h2o_socket_t *sock)
     return n > 0 && memcmp(sock->input->bytes, preface, n) == 0;
 }
 
+/* Answers an HTTP/1 request whose head passes the router's limits before h2o parses it (see
+ * pdr_reqguard_head_limits), then lets h2o close the connection. */
+static int head_guard(client_conn_t *cc, h2o_socket_t *sock, int fd)
+{
+    const pdr_config_t *c = cc->t->config;
+    int st = pdr_reqguard_head_limits(sock->input->bytes, sock->input->size, (size_t)c->limits.max_headers,
+                                      (size_t)c->limits.max_header_bytes);
+    if (st == 0)
+        return 0;
+    char body[320], resp[640];
+    int bn = snprintf(
+        body, sizeof(body), "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"code\":%d}}",
+        st == 414 ? "the request line is longer than limits.max_header_bytes"
+                  : "the request head has more fields than limits.max_headers or more bytes than "
+                    "limits.max_header_bytes",
+        st);
+    int n = snprintf(resp, sizeof(resp),
+                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                     "Content-Length: %d\r\n\r\n%s",
+                     st, pdr_http_reason(st), bn, body);
+    /* Nothing else is being written on the connection: h2o is still reading this request. */
+    ssize_t w = send(fd, resp, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)w;
+    shutdown(fd, SHUT_WR);
+    cc->t->m.headers_too_large_total++;
+    cc->g_active = 0;
+    h1_reqread(sock, h2o_socket_error_closed); /* h2o closes the connection */
+    return 1;
+}
+
 static void chunk_guard_read(h2o_socket_t *sock, const char *err)
 {
     int fd = h2o_socket_get_fd(sock);
@@ -697,6 +736,8 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err)
         }
         return;
     }
+    if (err == NULL && cc != NULL && !cc->g_active && head_guard(cc, sock, fd))
+        return;
     if (err == NULL && cc != NULL && chunk_guard_inspect(cc, sock)) {
         static const char body[] =
             "{\"error\":{\"message\":\"a chunk of the request body exceeds "

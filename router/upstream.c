@@ -30,9 +30,9 @@
 #define READ_BUF_MAX (64 * 1024) /* ...doubled up to this while reads fill it (large answers) */
 #define IDLE_BUF 512
 #define DNS_TTL_MS 10000
-#define HEAD_MAX 8192
-#define IDLE_MAX_MS 60000 /* a pooled connection unused this long is closed */
-#define CONNECTING_MAX 64 /* connects in progress per origin and loop; more requests wait for one */
+#define HEAD_MAX (512 * 1024) /* a request head to a worker: forwarded client headers are at most 256 KiB */
+#define IDLE_MAX_MS 60000     /* a pooled connection unused this long is closed */
+#define CONNECTING_MAX 64     /* connects in progress per origin and loop; more requests wait for one */
 
 enum { C_RESOLVING = 0, C_CONNECTING, C_BUSY, C_IDLE, C_CLOSING };
 
@@ -917,13 +917,13 @@ static int queue_failure(pdr_multi_t *m, pdr_leg_t *leg, int err)
 
 typedef struct head {
     char *p;
-    size_t len;
+    size_t len, cap;
     int overflow;
 } head_t;
 
 static void head_add(head_t *h, const char *s, size_t n)
 {
-    if (h->overflow || h->len + n > HEAD_MAX) {
+    if (h->overflow || h->len + n > h->cap) {
         h->overflow = 1;
         return;
     }
@@ -955,16 +955,22 @@ static int leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char
     leg->origin = origin_get(m, host, hlen, port, v6);
     if (leg->origin == NULL)
         return PDR_ENOMEM;
-    leg->head = malloc(HEAD_MAX);
+    /* The head by hand, not snprintf: this runs twice per PD request. Sized exactly first, so a request
+     * with many forwarded client headers is one allocation of what it needs. */
+    size_t plen = strcspn(path, " \r\n"), alen = strlen(leg->origin->authority);
+    size_t need = 5 + plen + 17 + alen + 2 + (body != NULL ? 48 + 24 + 2 : 0) + 2;
+    for (const char *const *x = extra_headers; x != NULL && *x != NULL; x++)
+        need += strlen(*x) + 2;
+    if (need > HEAD_MAX)
+        return PDR_ETOOBIG;
+    leg->head = malloc(need);
     if (leg->head == NULL)
         return PDR_ENOMEM;
-    /* The head by hand, not snprintf: this runs twice per PD request. */
-    head_t h = {leg->head, 0, 0};
-    size_t plen = strcspn(path, " \r\n");
+    head_t h = {leg->head, 0, need, 0};
     head_add(&h, body != NULL ? "POST " : "GET ", body != NULL ? 5 : 4);
     head_add(&h, path, plen);
     head_add(&h, " HTTP/1.1\r\nHost: ", 17);
-    head_add(&h, leg->origin->authority, strlen(leg->origin->authority));
+    head_add(&h, leg->origin->authority, alen);
     head_add(&h, "\r\n", 2);
     if (body != NULL) {
         char num[24];
@@ -988,10 +994,6 @@ static int leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char
         return PDR_ETOOBIG;
     }
     size_t k = h.len;
-    char *exact =
-        realloc(leg->head, k); /* held for the leg's life: a long stream keeps ~300 bytes, not 8 KiB */
-    if (exact != NULL)
-        leg->head = exact;
     leg->head_len = (size_t)k;
     leg->started_ns = pdr_now_ns();
     leg->active = 1;
@@ -1018,10 +1020,10 @@ int pdr_leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *b
                      data, 0);
 }
 
-int pdr_leg_start_probe(pdr_leg_t *leg, pdr_multi_t *m, const char *url, long timeout_ms,
-                        const pdr_leg_cbs_t *cbs, void *data)
+int pdr_leg_start_probe(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *const *extra_headers,
+                        long timeout_ms, const pdr_leg_cbs_t *cbs, void *data)
 {
-    return leg_start(leg, m, url, NULL, 0, NULL, timeout_ms, timeout_ms, cbs, data, 1);
+    return leg_start(leg, m, url, NULL, 0, extra_headers, timeout_ms, timeout_ms, cbs, data, 1);
 }
 
 size_t pdr_multi_fail_all(pdr_multi_t *m, int err)

@@ -77,8 +77,8 @@ int pdr_leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *b
 /* As pdr_leg_start, for a health check: the per-worker connection limit does not hold it back (a
  * probe queued behind the requests of a busy worker would time out and eject a healthy worker), so
  * a worker may see one connection beyond the limit while it is checked. */
-int pdr_leg_start_probe(pdr_leg_t *leg, pdr_multi_t *m, const char *url, long timeout_ms,
-                        const pdr_leg_cbs_t *cbs, void *data);
+int pdr_leg_start_probe(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *const *extra_headers,
+                        long timeout_ms, const pdr_leg_cbs_t *cbs, void *data);
 /* Stops a started leg at once and closes its connection (the worker sees the abort). on_done is not
  * called. Safe from any callback, including the leg's own. */
 void pdr_leg_cancel(pdr_leg_t *leg);

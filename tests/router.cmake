@@ -1,5 +1,5 @@
 # Router unit tests (pure modules, no sockets).
-foreach(t rewrite pool events sse_count util reqguard)
+foreach(t rewrite pool events sse_count util reqguard fwdheaders)
   add_executable(test_${t} unit/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE pdr_router)
   add_test(NAME router_unit_${t} COMMAND test_${t})
@@ -80,3 +80,16 @@ foreach(s routing shorthand reload)
   add_test(NAME router_pools_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pools.py ${s})
   set_tests_properties(router_pools_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
+
+# Client headers end to end (see test_headers.py): forwarding to both legs, trace context, request ids,
+# the worker API key, 431 for heads past the limits over HTTP/1 and HTTP/2.
+foreach(s forward trace api_key limits)
+  add_test(NAME router_headers_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_headers.py ${s})
+  set_tests_properties(router_headers_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()
+
+# Fuzz target of the forwarded-header parsers (traceparent, Connection lists, name classes) and the raw
+# head limits.
+add_executable(fuzz_fwdheaders fuzz/fuzz_fwdheaders.c)
+target_link_libraries(fuzz_fwdheaders PRIVATE pdr_router)
+pdr_fuzz_corpus_test(fwdheaders_fuzz_corpus fuzz_fwdheaders fwd 60)

@@ -663,7 +663,7 @@ static void probe_health(bench_t *b)
     uint64_t now = pdr_now_us();
     long left_ms = b->health_deadline_us > now ? (long)((b->health_deadline_us - now) / 1000) : 0;
     long t = left_ms < 2000 ? (left_ms < 100 ? 100 : left_ms) : 2000;
-    int r = pdr_leg_start_probe(&b->probe, b->multi, b->health_url, t, &probe_cbs, b);
+    int r = pdr_leg_start_probe(&b->probe, b->multi, b->health_url, NULL, t, &probe_cbs, b);
     if (r != 0) {
         /* A URL the client cannot use: reported as a failed gate on the next turn of the loop. */
         snprintf(b->health_last, sizeof(b->health_last), "cannot send: %s", pdr_strerror(r));

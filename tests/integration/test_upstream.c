@@ -317,7 +317,7 @@ int main(int argc, char **argv)
         result_init(&waiting);
         result_init(&probe);
         CHECK(pdr_leg_start(&waiting.leg, m2, u, NULL, 0, NULL, 1000, 0, &cbs, &waiting) == 0);
-        CHECK(pdr_leg_start_probe(&probe.leg, m2, u, 2000, &cbs, &probe) == 0);
+        CHECK(pdr_leg_start_probe(&probe.leg, m2, u, NULL, 2000, &cbs, &probe) == 0);
         until = pdr_now_ms() + 5000;
         while (!probe.done && pdr_now_ms() < until)
             uv_run(loop, UV_RUN_ONCE);

@@ -119,6 +119,7 @@ static struct {
     struct vllm_hold *holds_done; /* vLLM mode: held KV whose offer ended, for the loop (under qlock) */
     uint64_t kv_held, kv_released, kv_expired, kv_hold_failed;
     char engine_id[96];
+    json_t *last_headers[3]; /* GET /pdsim/last_headers: of the last generate, health and models request */
     int shutting_down;
     void (*on_drained)(void);
 } S;
@@ -1575,9 +1576,40 @@ static int method_is(const h2o_req_t *req, const char *m)
     return req->method.len == n && memcmp(req->method.base, m, n) == 0;
 }
 
+/* Tests: the header fields of the last request of each kind, as h2o received them ([[name, value], ...]),
+ * answered by GET /pdsim/last_headers. */
+static void record_headers(h2o_req_t *req)
+{
+    int kind = path_is(req, "/health") || path_is(req, "/health_generate") ? 1
+               : path_is(req, "/v1/models")                                ? 2
+                                                                           : 0;
+    if (kind == 0 && !path_is(req, "/generate") && !path_is(req, "/v1/completions") &&
+        !path_is(req, "/v1/chat/completions"))
+        return;
+    json_t *a = json_array();
+    for (size_t i = 0; a != NULL && i < req->headers.size; i++) {
+        const h2o_header_t *e = &req->headers.entries[i];
+        json_array_append_new(a,
+                              json_pack("[s%s%]", e->name->base, e->name->len, e->value.base, e->value.len));
+    }
+    if (a == NULL)
+        return;
+    json_decref(S.last_headers[kind]);
+    S.last_headers[kind] = a;
+}
+
+static void send_last_headers(h2o_req_t *req)
+{
+    json_t *o = json_pack("{s:O?,s:O?,s:O?}", "generate", S.last_headers[0], "health", S.last_headers[1],
+                          "models", S.last_headers[2]);
+    send_json(req, 200, o);
+    json_decref(o);
+}
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     (void)self;
+    record_headers(req);
     static const struct {
         const char *path;
         enum sim_route route;
@@ -1630,6 +1662,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         json_decref(o);
     } else if (path_is(req, "/pdsim/stats")) {
         send_stats(req);
+    } else if (path_is(req, "/pdsim/last_headers")) {
+        send_last_headers(req);
     } else if (path_is(req, "/pdsim/fault")) {
         if (method_is(req, "POST")) {
             handle_fault(req);
@@ -1785,5 +1819,7 @@ void pdsim_server_dispose(void)
     h2o_config_dispose(&S.config);
     for (size_t i = 0; i < SIM_LAST_MAX; i++)
         json_decref(S.last[i]);
+    for (size_t i = 0; i < 3; i++)
+        json_decref(S.last_headers[i]);
     pthread_mutex_destroy(&S.qlock);
 }

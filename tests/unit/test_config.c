@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "config.h"
 #include "err.h"
@@ -1569,10 +1570,6 @@ static void test_cli_sglang(void)
                       "--disable-health-check");
     EXPECT_ARGV_ERROR("argv: --tls-cert-path (sglang router) is not supported: *", PD, "--tls-cert-path",
                       "x");
-    /* Left to the request-header and worker-key features: unknown here. */
-    EXPECT_ARGV_ERROR("argv: unknown option '--api-key' (see --help)", PD, "--api-key", "k");
-    EXPECT_ARGV_ERROR("argv: unknown option '--request-id-headers' (see --help)", PD, "--request-id-headers",
-                      "x");
 #undef PD
 }
 
@@ -1845,6 +1842,120 @@ static void test_pools(void)
     }
 }
 
+/* Worker key, request id headers and head limits. */
+static void test_header_keys(void)
+{
+    char err[512], text[1024];
+    pdr_config_t *c = load(WORKERS, err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        CHECK(c->worker_api_key == NULL && c->worker_api_key_file == NULL);
+        CHECK(c->limits.max_header_bytes == 32768 && c->limits.max_headers == 100);
+        CHECK(c->n_request_id_headers == 4);
+        if (c->n_request_id_headers == 4) {
+            CHECK_STR(c->request_id_headers[0], "x-request-id");
+            CHECK_STR(c->request_id_headers[3], "request-id");
+        }
+        pdr_config_unref(c);
+    }
+    const char *key = write_file("key", "s3cret-key\n");
+    chmod(key, 0640);
+    snprintf(
+        text, sizeof(text),
+        "workers:\n  api_key_file: %s\n  prefill: [ http://127.0.0.1:30001 ]\n  decode: [ "
+        "http://127.0.0.1:30002 ]\n"
+        "request_id_headers: [X-My-Id, x-request-id]\nlimits: { max_header_bytes: 4096, max_headers: 50 }\n",
+        key);
+    c = load(text, err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        CHECK_STR(c->worker_api_key, "s3cret-key");
+        CHECK_STR(c->worker_api_key_file, key);
+        CHECK(c->n_request_id_headers == 2);
+        if (c->n_request_id_headers == 2)
+            CHECK_STR(c->request_id_headers[0], "x-my-id");
+        CHECK(c->limits.max_header_bytes == 4096 && c->limits.max_headers == 50);
+        pdr_config_unref(c);
+    } else {
+        fprintf(stderr, "  %s\n", err);
+    }
+    c = load(WORKERS "request_id_headers: []\n", err, sizeof(err));
+    CHECK(c != NULL && c->n_request_id_headers == 0);
+    pdr_config_unref(c);
+    /* Refused: a key others can read, a key with a space, an empty one, a missing file. */
+    chmod(key, 0644);
+    snprintf(text, sizeof(text), "workers:\n  api_key_file: %s\n", key);
+    c = load(text, err, sizeof(err));
+    CHECK(c == NULL && strstr(err, "bad.yaml:2:17: workers.api_key_file: ") == err &&
+          strstr(err, "mode 0644"));
+    pdr_config_unref(c);
+    chmod(key, 0600);
+    write_file("key", "two words\n");
+    c = load(text, err, sizeof(err));
+    CHECK(c == NULL && strstr(err, "space, control character"));
+    pdr_config_unref(c);
+    write_file("key", "\n");
+    c = load(text, err, sizeof(err));
+    CHECK(c == NULL && strstr(err, "the key is empty"));
+    pdr_config_unref(c);
+    c = load("workers:\n  api_key_file: /nonexistent/key\n", err, sizeof(err));
+    CHECK(c == NULL && strstr(err, "/nonexistent/key: No such file or directory"));
+    pdr_config_unref(c);
+    EXPECT_ERROR(WORKERS "request_id_headers: [\"bad name\"]\n",
+                 "bad.yaml:4:22: request_id_headers[0]: byte 0x20 cannot be in a header name (RFC 9110 token "
+                 "characters "
+                 "only)");
+    EXPECT_ERROR(
+        WORKERS "request_id_headers: x-request-id\n",
+        "bad.yaml:4:21: request_id_headers: expected a sequence of header names such as [x-request-id], got "
+        "a scalar*");
+    EXPECT_ERROR(WORKERS "limits: { max_headers: 101 }\n", "bad.yaml:4:24: limits.max_headers: *");
+    EXPECT_ERROR(WORKERS "limits: { max_header_bytes: 1000000 }\n",
+                 "bad.yaml:4:29: limits.max_header_bytes: *");
+
+    /* Flags: --api-key, --api-key-file, --request-id-headers with several words. */
+    pdr_cli_t cli;
+    const char *argv1[] = {"pdrouter",
+                           "--prefill",
+                           "http://127.0.0.1:1",
+                           "--decode",
+                           "http://127.0.0.1:2",
+                           "--api-key",
+                           "k3y",
+                           "--request-id-headers",
+                           "X-A",
+                           "x-b",
+                           "--port",
+                           "9000",
+                           NULL};
+    CHECK(parse(argv1, &cli, err, sizeof(err)) == 0);
+    if (cli.config != NULL) {
+        CHECK_STR(cli.config->worker_api_key, "k3y");
+        CHECK(cli.config->n_request_id_headers == 2 && cli.config->listen_port == 9000);
+        if (cli.config->n_request_id_headers == 2) {
+            CHECK_STR(cli.config->request_id_headers[0], "x-a");
+            CHECK_STR(cli.config->request_id_headers[1], "x-b");
+        }
+        pdr_config_unref(cli.config);
+    }
+    write_file("key", "filekey\n");
+    const char *argv2[] = {
+        "pdrouter", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2", "--api-key-file",
+        key,        NULL};
+    CHECK(parse(argv2, &cli, err, sizeof(err)) == 0);
+    if (cli.config != NULL) {
+        CHECK_STR(cli.config->worker_api_key, "filekey");
+        pdr_config_unref(cli.config);
+    }
+    EXPECT_ARGV_ERROR("argv: --api-key: the key holds a space*", "--prefill", "http://127.0.0.1:1",
+                      "--decode", "http://127.0.0.1:2", "--api-key", "a b");
+    EXPECT_ARGV_ERROR("argv: --api-key-file: give one of --api-key and --api-key-file, once", "--api-key",
+                      "a", "--api-key-file", key);
+    EXPECT_ARGV_ERROR("argv: --request-id-headers 'a:b': ':' cannot be in a header name*",
+                      "--request-id-headers", "x", "a:b");
+    unlink(key);
+}
+
 int main(void)
 {
     if (mkdtemp(tmpdir) == NULL) {
@@ -1863,6 +1974,7 @@ int main(void)
     test_discovery();
     test_discovery_errors();
     test_pools();
+    test_header_keys();
 
     static const char *const files[] = {"full.yaml",    "empty.yaml",         "cli.yaml",
                                         "cli-bad.yaml", "cli-discovery.yaml", "cli-sglang.yaml",

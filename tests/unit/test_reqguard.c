@@ -22,6 +22,32 @@ int main(void)
               "POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n") == 0);
     CHECK(check_head("GET / HTTP/1.1\r\nHost: x\r\nX-A: a b\tc\r\n\r\n") == 0);
 
+    /* Head limits (before h2o parses): fields counted as name + value + 4, the request line apart. */
+    {
+        const char *h = "GET / HTTP/1.1\r\nHost: x\r\nA: 1\r\n\r\n"; /* 2 fields, 9 + 6 bytes */
+        CHECK(pdr_reqguard_head_limits(h, strlen(h), 2, 15) == 0);
+        CHECK(pdr_reqguard_head_limits(h, strlen(h), 1, 15) == 431);
+        CHECK(pdr_reqguard_head_limits(h, strlen(h), 2, 14) == 431);
+        /* Incomplete heads count as far as they have arrived; a bare LF counts as a CRLF. */
+        CHECK(pdr_reqguard_head_limits(h, 20, 2, 15) == 0);
+        const char *lf = "GET / HTTP/1.1\nHost: x\nA: 1\n\n";
+        CHECK(pdr_reqguard_head_limits(lf, strlen(lf), 2, 15) == 0 &&
+              pdr_reqguard_head_limits(lf, strlen(lf), 2, 14) == 431);
+        const char *part = "GET / HTTP/1.1\r\nX-Long: aaaaaaaaaaaaaaaaaaaa";
+        CHECK(pdr_reqguard_head_limits(part, strlen(part), 100, 100) == 0);
+        CHECK(pdr_reqguard_head_limits(part, strlen(part), 100, 20) == 431);
+        /* The request line alone, complete or not. */
+        const char *rl = "GET /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa HTTP/1.1\r\n\r\n";
+        CHECK(pdr_reqguard_head_limits(rl, strlen(rl), 100, 20) == 414);
+        CHECK(pdr_reqguard_head_limits(rl, 30, 100, 20) == 414 &&
+              pdr_reqguard_head_limits(rl, 15, 100, 20) == 0);
+        CHECK(pdr_reqguard_head_limits(rl, strlen(rl), 100, 100) == 0);
+        /* The body after the head is not counted; leading empty lines are skipped. */
+        const char *b = "\r\nPOST / HTTP/1.1\r\nHost: x\r\n\r\nHost: y\r\nHost: z\r\n";
+        CHECK(pdr_reqguard_head_limits(b, strlen(b), 1, 20) == 0);
+        CHECK(pdr_reqguard_head_limits("", 0, 1, 1) == 0);
+    }
+
     /* Smuggling vectors. */
     const char *why = NULL;
     const char *clte =

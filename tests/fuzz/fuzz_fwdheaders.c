@@ -1,0 +1,121 @@
+/*
+ * Fuzz target for the pure parsers of the forwarded headers (router/fwdheaders.c) and the raw head
+ * limits (router/reqguard.c). Invariants:
+ *   - pdr_traceparent_parse: a value it accepts, formatted again with its own parent id, is accepted
+ *     again with the same fields; for version 00 that string is the (trimmed) input itself;
+ *   - pdr_fwd_is_hop_by_hop / pdr_fwd_is_router_set do not depend on the case of the name;
+ *   - pdr_fwd_connection_names finds every token of a list the input builds from its own bytes;
+ *   - pdr_reqguard_head_limits answers 0, 414 or 431; a refused prefix stays refused as more bytes
+ *     arrive, and a head accepted whole is accepted at every prefix (the check runs on each read).
+ * Built with libFuzzer when PDR_LIBFUZZER is defined; otherwise a main() replays the files named on the
+ * command line with deterministic mutations (ctest's fwdheaders_fuzz_corpus).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fwdheaders.h"
+#include "reqguard.h"
+
+static void fail(const char *what, const uint8_t *data, size_t size)
+{
+    fprintf(stderr, "fwdheaders: %s (input of %zu bytes: %.*s)\n", what, size, (int)(size < 200 ? size : 200),
+            (const char *)data);
+    abort();
+}
+
+static void check_traceparent(const uint8_t *data, size_t size)
+{
+    pdr_trace_t t;
+    if (pdr_traceparent_parse((const char *)data, size, &t) != 0)
+        return;
+    char again[PDR_TRACEPARENT_LEN + 1];
+    pdr_traceparent_format(&t, t.parent_id, again);
+    pdr_trace_t u;
+    if (pdr_traceparent_parse(again, PDR_TRACEPARENT_LEN, &u) != 0 || memcmp(&t, &u, sizeof(t)) != 0)
+        fail("a formatted traceparent does not parse back", data, size);
+    const char *v = (const char *)data;
+    size_t n = size;
+    while (n > 0 && (*v == ' ' || *v == '\t')) {
+        v++;
+        n--;
+    }
+    while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    if (v[0] == '0' && v[1] == '0' && (n != PDR_TRACEPARENT_LEN || memcmp(v, again, n) != 0))
+        fail("a version 00 traceparent is not its own formatting", data, size);
+}
+
+static void check_names(const uint8_t *data, size_t size)
+{
+    size_t n = size < 64 ? size : 64;
+    char up[64], low[64];
+    for (size_t i = 0; i < n; i++) {
+        char c = (char)data[i];
+        up[i] = c >= 'a' && c <= 'z' ? (char)(c - 'a' + 'A') : c;
+        low[i] = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+    }
+    if (pdr_fwd_is_hop_by_hop(up, n) != pdr_fwd_is_hop_by_hop(low, n) ||
+        pdr_fwd_is_router_set(up, n, 1) != pdr_fwd_is_router_set(low, n, 1) ||
+        pdr_fwd_is_router_set(up, n, 0) != pdr_fwd_is_router_set(low, n, 0))
+        fail("a name's class depends on its case", data, size);
+    if (pdr_fwd_is_router_set(low, n, 0) && !pdr_fwd_is_router_set(low, n, 1))
+        fail("a worker key makes the router write fewer headers", data, size);
+    /* A Connection list of the input's comma-free, space-free pieces names each of them. */
+    char list[600];
+    size_t ll = 0, start = 0;
+    for (size_t i = 0; i <= n && ll + 70 < sizeof(list); i++) {
+        if (i < n && data[i] != ',' && data[i] != ' ' && data[i] != '\t')
+            continue;
+        if (i > start) {
+            memcpy(list + ll, data + start, i - start);
+            ll += i - start;
+            list[ll++] = ',';
+            list[ll++] = ' ';
+        }
+        start = i + 1;
+    }
+    start = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n && data[i] != ',' && data[i] != ' ' && data[i] != '\t')
+            continue;
+        if (i > start && ll + 70 < sizeof(list) &&
+            !pdr_fwd_connection_names(list, ll, (const char *)data + start, i - start))
+            fail("a Connection list does not name one of its tokens", data, size);
+        start = i + 1;
+    }
+}
+
+static void check_head_limits(const uint8_t *data, size_t size)
+{
+    const char *p = (const char *)data;
+    size_t fields = size > 0 ? data[0] % 8 : 1, bytes = size > 1 ? 16 + data[1] % 128 : 64;
+    int whole = pdr_reqguard_head_limits(p, size, fields, bytes);
+    if (whole != 0 && whole != 414 && whole != 431)
+        fail("head_limits answered something else than 0, 414 or 431", data, size);
+    int refused = 0;
+    for (size_t k = 0; k <= size; k += 1 + size / 64) {
+        int r = pdr_reqguard_head_limits(p, k, fields, bytes);
+        if (refused && r == 0)
+            fail("a refused head was accepted once more bytes came", data, size);
+        if (r != 0)
+            refused = 1;
+        if (whole == 0 && r != 0)
+            fail("a head accepted whole was refused at a prefix", data, size);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    check_traceparent(data, size);
+    check_names(data, size);
+    check_head_limits(data, size);
+    return 0;
+}
+
+#ifndef PDR_LIBFUZZER
+#define PDR_REPLAY_MUTATIONS 300
+#include "replay_main.h"
+#endif
