@@ -249,6 +249,17 @@ void pdr_config_pool(const pdr_config_t *c, size_t i, pdr_pool_conf_t *out)
     out->n_decode = c->n_decode;
 }
 
+void pdr_config_pool_timeouts(const pdr_config_t *c, const pdr_pool_conf_t *pc, pdr_timeouts_t *out)
+{
+    out->connect_ms = pc && pc->timeouts.connect_ms ? pc->timeouts.connect_ms : c->timeouts.connect_ms;
+    out->first_byte_ms =
+        pc && pc->timeouts.first_byte_ms ? pc->timeouts.first_byte_ms : c->timeouts.first_byte_ms;
+    out->kv_transfer_ms =
+        pc && pc->timeouts.kv_transfer_ms ? pc->timeouts.kv_transfer_ms : c->timeouts.kv_transfer_ms;
+    out->stream_idle_ms =
+        pc && pc->timeouts.stream_idle_ms ? pc->timeouts.stream_idle_ms : c->timeouts.stream_idle_ms;
+}
+
 long pdr_config_pool_for_model(const pdr_config_t *c, const char *model, size_t len)
 {
     if (c->n_pools == 0)

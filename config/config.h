@@ -44,7 +44,15 @@ typedef struct pdr_pool_conf {
     size_t n_prefill;
     pdr_worker_conf_t *decode;
     size_t n_decode;
+    struct {
+        int connect_ms, first_byte_ms, kv_transfer_ms, stream_idle_ms; /* 0: the top-level timeouts' */
+    } timeouts;
 } pdr_pool_conf_t;
+
+/* The deadlines a request of pool pc runs with: the pool's own where it sets them, else c's. */
+typedef struct pdr_timeouts {
+    int connect_ms, first_byte_ms, kv_transfer_ms, stream_idle_ms;
+} pdr_timeouts_t;
 
 typedef struct pdr_config {
     char *source; /* file name, or "<command line>" */
@@ -228,6 +236,8 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen);
  * named "default" (n_models 0: any model) of the top-level keys. */
 size_t pdr_config_pool_count(const pdr_config_t *c);
 void pdr_config_pool(const pdr_config_t *c, size_t i, pdr_pool_conf_t *out);
+/* The deadlines of a request served by pool pc (NULL: the top-level timeouts). */
+void pdr_config_pool_timeouts(const pdr_config_t *c, const pdr_pool_conf_t *pc, pdr_timeouts_t *out);
 /* The pool that serves the model model[0..len): its index, or -1 when none does. The shorthand serves
  * every model (0, whatever the name). */
 long pdr_config_pool_for_model(const pdr_config_t *c, const char *model, size_t len);

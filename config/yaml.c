@@ -205,6 +205,13 @@ static const struct field pool_policy_fields[] = {
     {"decode", F_POLICY, POOLF(policy_decode), 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
+static const struct field pool_timeouts_fields[] = {
+    {"connect_ms", F_INT, POOLF(timeouts.connect_ms), 1, PDR_MAX_MS, NULL},
+    {"first_byte_ms", F_INT, POOLF(timeouts.first_byte_ms), 1, PDR_MAX_MS, NULL},
+    {"kv_transfer_ms", F_INT, POOLF(timeouts.kv_transfer_ms), 1, PDR_MAX_MS, NULL},
+    {"stream_idle_ms", F_INT, POOLF(timeouts.stream_idle_ms), 1, PDR_MAX_MS, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
 static const struct field pool_discovery_refused[] = {
     {"discovery per pool is not supported yet: list the pool's workers under its workers: key, or add them "
      "at run time with POST /admin/v1/workers and \"pool\"",
@@ -216,6 +223,7 @@ static const struct field pool_fields[] = {
     {"protocol", F_PROTOCOL, POOLF(protocol), 0, 0, NULL},
     {"policy", F_POLICIES, 0, 0, 0, pool_policy_fields},
     {"workers", F_SECTION, 0, 0, 0, workers_fields},
+    {"timeouts", F_SECTION, 0, 0, 0, pool_timeouts_fields},
     {"discovery", F_REFUSED, 0, 0, 0, pool_discovery_refused},
     {NULL, 0, 0, 0, 0, NULL},
 };

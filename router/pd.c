@@ -62,6 +62,7 @@ typedef struct pd_req {
 
     const pdr_config_t *conf; /* the snapshot this request started with (a reload does not change it) */
     const char *pool;         /* the pool serving the request's model (a name in conf); retries stay in it */
+    pdr_timeouts_t to;        /* its deadlines: the pool's timeouts where it sets them, else the top-level */
     pdr_protocol_t protocol;  /* that pool's protocol */
     int attempt;
     uint64_t tried[2][PDR_MAX_TRIED]; /* uids of the workers that failed this request, by role */
@@ -718,7 +719,7 @@ static const pdr_leg_cbs_t decode_cbs = {decode_data, decode_done};
 
 static uint64_t idle_ns(const pd_req_t *x)
 {
-    return (uint64_t)x->conf->timeouts.stream_idle_ms * 1000000u;
+    return (uint64_t)x->to.stream_idle_ms * 1000000u;
 }
 
 /* Ends the response of a client that has not taken a send for stream_idle_ms (nginx's send_timeout): both
@@ -756,7 +757,7 @@ static void cut_stalled_client(pd_req_t *x)
     x->stopped = 1;
     cancel_legs(x);
     pdr_warn("request %s: the client took no data for %d ms (timeouts.stream_idle_ms): connection reset",
-             x->request_id, x->conf->timeouts.stream_idle_ms);
+             x->request_id, x->to.stream_idle_ms);
     h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
     if (sock == NULL)
         return;
@@ -876,7 +877,6 @@ static void arm_timer(pd_req_t *x)
 static void start_attempt(pd_req_t *x)
 {
     pdr_router_t *r = x->r;
-    const pdr_config_t *c = x->conf;
     x->p_done = x->d_done = 0;
     x->recheck = 0;
     x->p_err = x->d_err = 0;
@@ -910,13 +910,13 @@ static void start_attempt(pd_req_t *x)
         return;
     }
     x->attempt_t0_ns = pdr_now_ns();
-    x->first_byte_deadline_ns = x->attempt_t0_ns + (uint64_t)c->timeouts.first_byte_ms * 1000000u;
-    x->kv_deadline_ns = x->attempt_t0_ns + (uint64_t)c->timeouts.kv_transfer_ms * 1000000u;
+    x->first_byte_deadline_ns = x->attempt_t0_ns + (uint64_t)x->to.first_byte_ms * 1000000u;
+    x->kv_deadline_ns = x->attempt_t0_ns + (uint64_t)x->to.kv_transfer_ms * 1000000u;
     char url[512];
     if (x->mode == MODE_MODELS) {
         snprintf(url, sizeof(url), "%s/v1/models", x->dw->conf.url);
-        if (pdr_leg_start(&x->dleg, x->t->multi, url, NULL, 0, pdr_fwd_leg(&x->fwd), c->timeouts.connect_ms,
-                          0, &decode_cbs, x) != 0) {
+        if (pdr_leg_start(&x->dleg, x->t->multi, url, NULL, 0, pdr_fwd_leg(&x->fwd), x->to.connect_ms, 0,
+                          &decode_cbs, x) != 0) {
             fail_response(x, 503, "service_unavailable", "out of memory", 1);
             return;
         }
@@ -942,13 +942,13 @@ static void start_attempt(pd_req_t *x)
     static const char *paths[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
     pdr_join2(url, sizeof(url), x->pw->conf.url, paths[x->route]);
     int rc = pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, pdr_fwd_leg(&x->fwd),
-                           c->timeouts.connect_ms, 0, &prefill_cbs, x);
+                           x->to.connect_ms, 0, &prefill_cbs, x);
     if (rc == 0) {
         x->p_running = 1;
         pdr_worker_track(x->pw, 1);
         pdr_join2(url, sizeof(url), x->dw->conf.url, paths[x->route]);
         rc = pdr_leg_start(&x->dleg, x->t->multi, url, x->body, x->body_len, pdr_fwd_leg(&x->fwd),
-                           c->timeouts.connect_ms, 0, &decode_cbs, x);
+                           x->to.connect_ms, 0, &decode_cbs, x);
         if (rc == 0) {
             x->d_running = 1;
             pdr_worker_track(x->dw, 1);
@@ -968,7 +968,6 @@ static const char *const route_paths[] = {"/generate", "/v1/completions", "/v1/c
 /* The attempt's first leg: the prefill, with the body that asks it to keep its KV for a remote decode. */
 static void vllm_start_prefill(pd_req_t *x)
 {
-    const pdr_config_t *c = x->conf;
     free(x->body);
     free(x->dbody);
     x->dbody = NULL;
@@ -982,7 +981,7 @@ static void vllm_start_prefill(pd_req_t *x)
     char url[512];
     pdr_join2(url, sizeof(url), x->pw->conf.url, route_paths[x->route]);
     if (pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, pdr_fwd_leg(&x->fwd),
-                      c->timeouts.connect_ms, 0, &prefill_cbs, x) != 0) {
+                      x->to.connect_ms, 0, &prefill_cbs, x) != 0) {
         fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
         return;
     }
@@ -1011,7 +1010,7 @@ static void vllm_start_decode(pd_req_t *x)
     char url[512];
     pdr_join2(url, sizeof(url), x->dw->conf.url, route_paths[x->route]);
     if (pdr_leg_start(&x->dleg, x->t->multi, url, x->dbody, x->dbody_len, pdr_fwd_leg(&x->fwd),
-                      x->conf->timeouts.connect_ms, 0, &decode_cbs, x) != 0) {
+                      x->to.connect_ms, 0, &decode_cbs, x) != 0) {
         x->dleg.got_headers = 0;
         fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
         return;
@@ -1045,7 +1044,7 @@ static void vllm_release_kv(pd_req_t *x)
     pdr_join2(url, sizeof(url), w->conf.url, route_paths[x->route]);
     pdr_worker_unref(other);
     pdr__vllm_release(x->t, url, body, x->release_len, pdr_fwd_leg(&x->fwd), x->fwd.request_id,
-                      x->conf->timeouts.connect_ms, x->conf->timeouts.kv_transfer_ms);
+                      x->to.connect_ms, x->to.kv_transfer_ms);
 }
 
 /* ---- lifetime ---- */
@@ -1184,6 +1183,7 @@ static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
     x->t = t;
     x->r = t->r;
     x->conf = pdr_config_ref(t->config);
+    pdr_config_pool_timeouts(x->conf, NULL, &x->to);
     x->req = req;
     x->mroute = mroute;
     x->t0_ns = pdr_now_ns();
@@ -1293,6 +1293,7 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     x->mode = MODE_PD;
     x->route = route;
     x->pool = pc.name; /* lives as long as x->conf (== c) */
+    pdr_config_pool_timeouts(c, &pc, &x->to);
     x->protocol = pc.protocol;
     x->pr = pr;
     x->vllm = x->protocol == PDR_PROTO_VLLM;

@@ -76,7 +76,7 @@ endforeach()
 
 # Model pools (see test_pools.py): routing by model across two pools, unknown models, /v1/models, the admin
 # API, metrics, access log and readiness per pool; reloads that add, change and remove pools.
-foreach(s routing shorthand reload)
+foreach(s routing shorthand reload timeouts)
   add_test(NAME router_pools_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pools.py ${s})
   set_tests_properties(router_pools_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

@@ -9,6 +9,8 @@ Scenarios (argv[1]):
            carry the pool, readiness names a pool without a healthy pair.
   shorthand  the one-pool form (top-level workers:): a pool "default" that takes any model or none,
            /v1/models relayed from a decode, and the pool shown as "default" everywhere.
+  timeouts a pool's own timeouts: its stalled prefill is cut at its kv_transfer_ms (504 within a second),
+           while the other pool keeps the top-level deadline.
   reload   a reload adds a third pool (its model becomes routable), adds a model to a pool, and removes a
            pool (its workers leave, its model is then unknown).
 
@@ -57,6 +59,8 @@ def pools_yaml(pools):
                   "      prefill: [ { url: http://127.0.0.1:%d, bootstrap_port: %d } ]"
                   % (p["prefill"].port, p["prefill"].ports["bport"]),
                   "      decode: [ http://127.0.0.1:%d ]" % p["decode"].port]
+        if p.get("timeouts"):
+            lines.append("    timeouts: %s" % p["timeouts"])
     return "\n".join(lines)
 
 
@@ -323,6 +327,29 @@ def scenario_reload():
     finally:
         pdtest.stop_all()
 
+
+
+def scenario_timeouts():
+    """Per-pool timeouts: pool "slow" (its prefill never offers its KV) answers 504 once its own
+    kv_transfer_ms (400 ms) passes, not the top-level 30 s; pool "fast" serves as usual."""
+    slow = {"name": "slow", "models": ["m-slow"], "protocol": "sglang",
+            "timeouts": "{ kv_transfer_ms: 400, first_byte_ms: 20000 }"}
+    fast = {"name": "fast", "models": ["m-fast"], "protocol": "sglang"}
+    for p in (slow, fast):
+        start_pool(p)
+    request(slow["prefill"].port, "POST", "/pdsim/fault", {"stall_kv": True})
+    r = router([], [], config=COMMON + "\nretries: { max: 0 }\n" + pools_yaml([slow, fast]))
+    try:
+        import time
+        t0 = time.monotonic()
+        st, body = completion(r, "m-slow")
+        dt = time.monotonic() - t0
+        check(st == 504 and "kv_transfer_ms" in body["error"]["message"] and dt < 3.0,
+              "slow pool: %d after %.2fs: %r" % (st, dt, body), r)
+        st, body = completion(r, "m-fast")
+        check(st == 200, "fast pool: %d %r" % (st, body), r)
+    finally:
+        pdtest.stop_all()
 
 if __name__ == "__main__":
     pdtest.run_scenario(globals())

@@ -1672,6 +1672,16 @@ static void test_pools(void)
     CHECK(pdr_config_pool_for_model(c, "qwe", 3) == -1);
     CHECK(pdr_config_pool_for_model(c, "", 0) == -1);
     CHECK(pdr_config_pool_find(c, "pool_b", 6) == 1);
+    {
+        /* Per-pool timeouts: what a pool sets, else the top-level ones. */
+        pdr_timeouts_t to;
+        b.timeouts.kv_transfer_ms = 700;
+        pdr_config_pool_timeouts(c, &b, &to);
+        CHECK(to.kv_transfer_ms == 700 && to.first_byte_ms == c->timeouts.first_byte_ms &&
+              to.connect_ms == c->timeouts.connect_ms && to.stream_idle_ms == c->timeouts.stream_idle_ms);
+        pdr_config_pool_timeouts(c, NULL, &to);
+        CHECK(to.kv_transfer_ms == c->timeouts.kv_transfer_ms);
+    }
     CHECK(pdr_config_pool_find(c, "default", 7) == -1);
     CHECK(pdr_config_validate(c, err, sizeof(err)) == 0);
     pdr_config_unref(c);
@@ -1731,7 +1741,9 @@ static void test_pools(void)
     EXPECT_ERROR(
         "pools:\n  - name: a\n    modles: [m]\n",
         "bad.yaml:3:5: unknown key 'modles' in 'pools[0]' (valid keys: name, models, protocol, policy, "
-        "workers, discovery)");
+        "workers, timeouts, discovery)");
+    EXPECT_ERROR("pools:\n  - name: a\n    models: [m]\n    timeouts: { kv_transfer_ms: 0 }\n",
+                 "bad.yaml:4:33: pools[0].timeouts.kv_transfer_ms: 0 is out of range, expected 1..86400000");
     EXPECT_ERROR("pools:\n  - models: [m]\n    workers: { prefill: [http://a:1], decode: [http://a:2] }\n",
                  "bad.yaml:2:5: pools[0]: missing required key 'name'");
     EXPECT_ERROR("pools:\n  - name: a\n    workers: { prefill: [http://a:1], decode: [http://a:2] }\n",
