@@ -121,24 +121,6 @@ static int authorized(pdr_router_t *r, h2o_req_t *req)
     return len == r->admin_token_len && CRYPTO_memcmp(tok, r->admin_token, len) == 0;
 }
 
-static void send_json(h2o_req_t *req, int status, json_t *o)
-{
-    char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (s == NULL) {
-        pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
-        return;
-    }
-    size_t len = strlen(s);
-    req->res.status = status;
-    req->res.reason = pdr_http_reason(status);
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
-                   H2O_STRLIT("application/json"));
-    req->res.content_length = len;
-    h2o_send_inline(req, s, len);
-    free(s);
-}
-
 static void method_not_allowed(h2o_req_t *req, const char *allow)
 {
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW, NULL, allow, strlen(allow));
@@ -498,7 +480,7 @@ static void delete_worker(pdr_router_t *r, h2o_req_t *req, pdr_worker_t *w)
         return;
     }
     /* 200: gone now (the body is its last state); 202: draining, it leaves the pool once drained. */
-    send_json(req, st == -1 ? 200 : 202, worker_json(w));
+    pdr_send_json(req, st == -1 ? 200 : 202, worker_json(w));
 }
 
 static void handle_worker(pdr_router_t *r, h2o_req_t *req, const char *rest, size_t len, int is_get,
@@ -518,7 +500,7 @@ static void handle_worker(pdr_router_t *r, h2o_req_t *req, const char *rest, siz
         if (h2o_memis(req->method.base, req->method.len, H2O_STRLIT("DELETE")))
             delete_worker(r, req, w);
         else if (is_get)
-            send_json(req, 200, worker_json(w));
+            pdr_send_json(req, 200, worker_json(w));
         else
             method_not_allowed(req, "GET, DELETE");
         pdr_worker_unref(w);
@@ -542,12 +524,12 @@ static void handle_worker(pdr_router_t *r, h2o_req_t *req, const char *rest, siz
         } else {
             audit(req, "drain");
             pdr_pool_drain(&r->pool, w, timeout_ms, "admin API");
-            send_json(req, 202, worker_json(w));
+            pdr_send_json(req, 202, worker_json(w));
         }
     } else {
         audit(req, "activate");
         pdr_pool_activate(&r->pool, w);
-        send_json(req, 200, worker_json(w));
+        pdr_send_json(req, 200, worker_json(w));
     }
     pdr_worker_unref(w);
 }
@@ -618,7 +600,7 @@ static void add_worker(pdr_router_t *r, h2o_req_t *req)
         int k = snprintf(loc, sizeof(loc), "/admin/v1/workers/%s", w->id);
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_LOCATION, NULL,
                        h2o_strdup(&req->pool, loc, (size_t)k).base, (size_t)k);
-        send_json(req, 201, worker_json(w));
+        pdr_send_json(req, 201, worker_json(w));
         pdr_worker_unref(w);
     }
     pdr_worker_conf_clear(&conf);
@@ -631,7 +613,7 @@ static void reload(pdr_router_t *r, h2o_req_t *req)
     int rc = pdr_router_reload(r, msg, sizeof(msg));
     audit(req, rc == 0 ? "reload applied" : "reload refused");
     if (rc == 0)
-        send_json(req, 200, json_pack("{s:b,s:s}", "reloaded", 1, "message", msg));
+        pdr_send_json(req, 200, json_pack("{s:b,s:s}", "reloaded", 1, "message", msg));
     else if (rc == PDR_ECONFIG)
         pdr_send_error(req, 400, "invalid_config_error", msg, 0);
     else if (rc == PDR_ECLOSED)
@@ -681,17 +663,17 @@ static int on_admin_req(h2o_handler_t *self, h2o_req_t *req)
             method_not_allowed(req, "GET");
     } else if (path_eq(p, len, "/admin/v1/status")) {
         if (is_get)
-            send_json(req, 200, status_json(r));
+            pdr_send_json(req, 200, status_json(r));
         else
             method_not_allowed(req, "GET");
     } else if (path_eq(p, len, "/admin/v1/events")) {
         if (is_get)
-            send_json(req, 200, events_json(r));
+            pdr_send_json(req, 200, events_json(r));
         else
             method_not_allowed(req, "GET");
     } else if (path_eq(p, len, "/admin/v1/workers")) {
         if (is_get) {
-            send_json(req, 200, workers_json(r));
+            pdr_send_json(req, 200, workers_json(r));
         } else if (is_post) {
             add_worker(r, req);
         } else {

@@ -122,23 +122,7 @@ static void call_error(const call_t *c, char *out, size_t cap)
 
 static void send_json(fan_t *f, int status, json_t *o)
 {
-    h2o_req_t *req = f->req;
-    char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (text == NULL) {
-        pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
-        pdr_metrics_count_request(&f->t->m, PDR_MR_OTHER, 503, 0, -1);
-        return;
-    }
-    size_t len = strlen(text);
-    req->res.status = status;
-    req->res.reason = pdr_http_reason(status);
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
-                   H2O_STRLIT("application/json"));
-    req->res.content_length = len;
-    h2o_send_inline(req, text, len);
-    free(text);
-    pdr_metrics_count_request(&f->t->m, PDR_MR_OTHER, status, 0, -1);
+    pdr_metrics_count_request(&f->t->m, PDR_MR_OTHER, pdr_send_json(f->req, status, o), 0, -1);
 }
 
 static void finish_forward(fan_t *f)
@@ -154,13 +138,9 @@ static void finish_forward(fan_t *f)
         return;
     }
     int status = (int)c->leg.status;
-    req->res.status = status;
-    req->res.reason = pdr_http_reason(status);
     const char *ct = c->leg.content_type[0] ? c->leg.content_type : "application/json";
-    h2o_iovec_t v = h2o_strdup(&req->pool, ct, strlen(ct));
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, v.base, v.len);
-    req->res.content_length = c->len;
-    h2o_send_inline(req, c->buf != NULL ? c->buf : "", c->len);
+    pdr_send_body(req, status, h2o_strdup(&req->pool, ct, strlen(ct)).base, c->buf != NULL ? c->buf : "",
+                  c->len);
     pdr_metrics_count_request(&f->t->m, PDR_MR_OTHER, status, 0, -1);
 }
 

@@ -164,6 +164,11 @@ void pdr_fwd_new_request_id(char out[33]);
 
 /* server.c */
 void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *msg, int retry_after_s);
+/* Answers status with body (copied by h2o) of content type ctype (a string that outlives the request). */
+void pdr_send_body(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len);
+/* Answers status with the compact JSON text of o (its reference is taken), or 503 when out of memory.
+ * Returns the status sent. */
+int pdr_send_json(h2o_req_t *req, int status, json_t *o);
 void pdr_access_log(pdr_thread_t *t, const char *line, size_t len);
 /* The line of a request its client aborted: written at most ALOG_ABORT_PER_S a second per loop (a burst of
  * as many); the rest are counted and summed up in one line per flush, so that a client that opens and

@@ -70,13 +70,26 @@ void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *ms
     h2o_send_inline(req, body, (size_t)n);
 }
 
-static void send_text(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len)
+void pdr_send_body(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len)
 {
     req->res.status = status;
     req->res.reason = pdr_http_reason(status);
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ctype, strlen(ctype));
     req->res.content_length = len;
     h2o_send_inline(req, body, len);
+}
+
+int pdr_send_json(h2o_req_t *req, int status, json_t *o)
+{
+    char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (s == NULL) {
+        pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
+        return 503;
+    }
+    pdr_send_body(req, status, "application/json", s, strlen(s));
+    free(s);
+    return status;
 }
 
 /* ---- access log ---- */
@@ -187,7 +200,7 @@ void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req)
         pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
         return;
     }
-    send_text(req, 200, "text/plain; version=0.0.4", text, len);
+    pdr_send_body(req, 200, "text/plain; version=0.0.4", text, len);
     free(text);
 }
 
@@ -316,7 +329,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         return 0;
     }
     if (is_get && path_is(req, "/health")) {
-        send_text(req, 200, "text/plain", "ok\n", 3);
+        pdr_send_body(req, 200, "text/plain", "ok\n", 3);
         pdr_metrics_count_request(&t->m, PDR_MR_HEALTH, 200, 0, -1);
         return 0;
     }
@@ -324,7 +337,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         char rwhy[400] = "no pool";
         int ok = readiness_ok(r, rwhy, sizeof(rwhy));
         if (ok)
-            send_text(req, 200, "text/plain", "ready\n", 6);
+            pdr_send_body(req, 200, "text/plain", "ready\n", 6);
         else
             pdr_send_error(req, 503, "service_unavailable", rwhy, 1);
         pdr_metrics_count_request(&t->m, PDR_MR_READINESS, ok ? 200 : 503, 0, -1);
