@@ -334,6 +334,31 @@ static int need_scalar(struct ctx *cx, const yaml_node_t *v, const char *path, c
     return 0;
 }
 
+/* Item i of the sequence seq at path, its own path ("path[i]") written into ipath (160 bytes). NULL, with
+ * the error set, when the document lacks it. */
+static const yaml_node_t *seq_item(struct ctx *cx, const yaml_node_t *seq, const char *path, size_t i,
+                                   char *ipath)
+{
+    const yaml_node_t *item = yaml_document_get_node(cx->doc, seq->data.sequence.items.start[i]);
+    snprintf(ipath, 160, "%.120s[%zu]", path, i);
+    if (item == NULL)
+        FAIL(cx, seq, "%s: missing node", ipath);
+    return item;
+}
+
+/* Item i of a sequence of scalars (seq_item, then need_scalar with what): 0 with *item and its text. */
+static int seq_scalar(struct ctx *cx, const yaml_node_t *seq, const char *path, size_t i, const char *what,
+                      char *ipath, const yaml_node_t **item, const char **str, size_t *len)
+{
+    *item = seq_item(cx, seq, path, i, ipath);
+    if (*item == NULL)
+        return PDR_ECONFIG;
+    int rc = need_scalar(cx, *item, ipath, what);
+    if (rc == 0)
+        *str = sval(*item, len);
+    return rc;
+}
+
 static int get_string(struct ctx *cx, const yaml_node_t *v, const char *path, char **dst)
 {
     int rc = need_scalar(cx, v, path, "a string");
@@ -454,11 +479,10 @@ static int load_workers(struct ctx *cx, const yaml_node_t *seq, const char *path
         return FAIL(cx, seq, "out of memory");
     *n = count;
     for (size_t i = 0; i < count; i++) {
-        const yaml_node_t *item = yaml_document_get_node(cx->doc, seq->data.sequence.items.start[i]);
         char ipath[160];
-        snprintf(ipath, sizeof(ipath), "%.120s[%zu]", path, i);
+        const yaml_node_t *item = seq_item(cx, seq, path, i, ipath);
         if (item == NULL)
-            return FAIL(cx, seq, "%s: missing node", ipath);
+            return PDR_ECONFIG;
         int rc = load_worker(cx, item, ipath, role, &(*arr)[i]);
         if (rc != 0)
             return rc;
@@ -485,16 +509,15 @@ static int load_origins(struct ctx *cx, const yaml_node_t *seq, const char *path
     if (count > PDR_CONFIG_MAX_ORIGINS)
         return FAIL(cx, seq, "%s: %zu origins, at most %d are allowed", path, count, PDR_CONFIG_MAX_ORIGINS);
     for (size_t i = 0; i < count; i++) {
-        const yaml_node_t *item = yaml_document_get_node(cx->doc, seq->data.sequence.items.start[i]);
-        char ipath[160], msg[256];
+        const yaml_node_t *item;
+        char ipath[160];
+        char msg[256];
+        const char *str;
         size_t len;
-        snprintf(ipath, sizeof(ipath), "%.120s[%zu]", path, i);
-        if (item == NULL)
-            return FAIL(cx, seq, "%s: missing node", ipath);
-        int rc = need_scalar(cx, item, ipath, "an origin (scheme://host[:port] or *)");
+        int rc =
+            seq_scalar(cx, seq, path, i, "an origin (scheme://host[:port] or *)", ipath, &item, &str, &len);
         if (rc != 0)
             return rc;
-        const char *str = sval(item, &len);
         if (pdr__check_origin(str, len, msg, sizeof(msg)) != 0)
             return FAIL(cx, item, "%s: %s", ipath, msg);
         if (pdr__config_add_origin(c, str, len) != 0)
@@ -524,16 +547,15 @@ static int load_networks(struct ctx *cx, const yaml_node_t *seq, const char *pat
     if ((c->admin_deny_networks.nets = calloc(count, sizeof(pdr_ipnet_t))) == NULL)
         return FAIL(cx, seq, "out of memory");
     for (size_t i = 0; i < count; i++) {
-        const yaml_node_t *item = yaml_document_get_node(cx->doc, seq->data.sequence.items.start[i]);
-        char ipath[160], msg[256];
+        const yaml_node_t *item;
+        char ipath[160];
+        char msg[256];
+        const char *str;
         size_t len;
-        snprintf(ipath, sizeof(ipath), "%.120s[%zu]", path, i);
-        if (item == NULL)
-            return FAIL(cx, seq, "%s: missing node", ipath);
-        int rc = need_scalar(cx, item, ipath, "an IP network (ADDRESS or ADDRESS/PREFIX)");
+        int rc = seq_scalar(cx, seq, path, i, "an IP network (ADDRESS or ADDRESS/PREFIX)", ipath, &item, &str,
+                            &len);
         if (rc != 0)
             return rc;
-        const char *str = sval(item, &len);
         if (pdr_ipnet_parse(str, len, &c->admin_deny_networks.nets[i], msg, sizeof(msg)) != 0)
             return FAIL(cx, item, "%s: %s", ipath, msg);
         c->admin_deny_networks.n = i + 1;
@@ -561,16 +583,14 @@ static int load_names(struct ctx *cx, const yaml_node_t *seq, const char *path)
     if ((c->request_id_headers = calloc(count, sizeof(char *))) == NULL)
         return FAIL(cx, seq, "out of memory");
     for (size_t i = 0; i < count; i++) {
-        const yaml_node_t *item = yaml_document_get_node(cx->doc, seq->data.sequence.items.start[i]);
-        char ipath[160], msg[256];
+        const yaml_node_t *item;
+        char ipath[160];
+        char msg[256];
+        const char *str;
         size_t len;
-        snprintf(ipath, sizeof(ipath), "%.120s[%zu]", path, i);
-        if (item == NULL)
-            return FAIL(cx, seq, "%s: missing node", ipath);
-        int rc = need_scalar(cx, item, ipath, "a header name");
+        int rc = seq_scalar(cx, seq, path, i, "a header name", ipath, &item, &str, &len);
         if (rc != 0)
             return rc;
-        const char *str = sval(item, &len);
         if (pdr__check_header_name(str, len, msg, sizeof(msg)) != 0)
             return FAIL(cx, item, "%s: %s", ipath, msg);
         char *name = NULL;
@@ -642,16 +662,14 @@ static int load_models(struct ctx *cx, const yaml_node_t *seq, const char *path)
         return FAIL(cx, seq, "out of memory");
     size_t self = (size_t)(pl - cx->c->pools);
     for (size_t i = 0; i < count; i++) {
-        const yaml_node_t *item = yaml_document_get_node(cx->doc, seq->data.sequence.items.start[i]);
+        const yaml_node_t *item;
         char ipath[160];
-        snprintf(ipath, sizeof(ipath), "%.120s[%zu]", path, i);
-        if (item == NULL)
-            return FAIL(cx, seq, "%s: missing node", ipath);
-        int rc = need_scalar(cx, item, ipath, "a model name");
+        const char *str;
+        size_t len;
+        int rc = seq_scalar(cx, seq, path, i, "a model name", ipath, &item, &str, &len);
         if (rc != 0)
             return rc;
-        size_t len;
-        const unsigned char *s = (const unsigned char *)sval(item, &len);
+        const unsigned char *s = (const unsigned char *)str;
         if (len == 0 || len > PDR_CONFIG_MAX_MODEL_NAME)
             return FAIL(cx, item, "%s: a model name has 1..%d bytes", ipath, PDR_CONFIG_MAX_MODEL_NAME);
         for (size_t k = 0; k < len; k++)
@@ -694,11 +712,10 @@ static int load_pools(struct ctx *cx, const yaml_node_t *seq, const char *path, 
         c->pools[i].policy_decode = PDR_POLICY_LEAST_LOAD;
     }
     for (size_t i = 0; i < count; i++) {
-        const yaml_node_t *item = yaml_document_get_node(cx->doc, seq->data.sequence.items.start[i]);
         char ipath[160];
-        snprintf(ipath, sizeof(ipath), "%.120s[%zu]", path, i);
+        const yaml_node_t *item = seq_item(cx, seq, path, i, ipath);
         if (item == NULL)
-            return FAIL(cx, seq, "%s: missing node", ipath);
+            return PDR_ECONFIG;
         if (item->type != YAML_MAPPING_NODE)
             return FAIL(cx, item, "%s: expected a mapping {name, models, workers}, got %s", ipath,
                         is_null(item) ? "null" : node_kind(item));
