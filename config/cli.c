@@ -1100,10 +1100,12 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
     }
     char msg[512];
     if (pdr_config_validate(c, msg, sizeof(msg)) != 0) {
-        if (ps.config_file == NULL && c->n_prefill == 0 && !pdr__role_discovered(c, PDR_ROLE_PREFILL))
+        if (ps.config_file == NULL && c->n_prefill == 0 &&
+            !pdr__role_discovered(&c->discovery, PDR_ROLE_PREFILL))
             pdr__config_err(err, errlen, "argv: at least one --prefill URL is required%s",
                             ps.sd ? " (or --prefill-selector)" : "");
-        else if (ps.config_file == NULL && c->n_decode == 0 && !pdr__role_discovered(c, PDR_ROLE_DECODE))
+        else if (ps.config_file == NULL && c->n_decode == 0 &&
+                 !pdr__role_discovered(&c->discovery, PDR_ROLE_DECODE))
             pdr__config_err(err, errlen, "argv: at least one --decode URL is required%s",
                             ps.sd ? " (or --decode-selector)" : "");
         else

@@ -213,8 +213,35 @@ int pdr__check_annotation(const char *s, size_t len, char *msg, size_t msglen)
     return 0;
 }
 
+static void discovery_conf_free(pdr_discovery_conf_t *d)
+{
+    for (int r = 0; r < 2; r++) {
+        free(d->dns.role[r].name);
+        free(d->kubernetes.role[r].selector);
+    }
+    free(d->dns.resolver);
+    free(d->kubernetes.api_server);
+    free(d->kubernetes.namespace_);
+    free(d->kubernetes.token_file);
+    free(d->kubernetes.ca_file);
+    free(d->kubernetes.bootstrap_port_annotation);
+}
+
+void pdr__discovery_conf_defaults(pdr_discovery_conf_t *d)
+{
+    /* Every role unused (NULL name and selector). The kubernetes strings stay NULL: their defaults come
+     * from the pod's environment and are resolved when the source starts. */
+    d->dns.role[PDR_ROLE_PREFILL].bootstrap_port = PDR_DEF_BOOTSTRAP_PORT;
+    d->dns.role[PDR_ROLE_DECODE].bootstrap_port = -1;
+    d->dns.interval_ms = PDR_DEF_DNS_INTERVAL_MS;
+    d->kubernetes.role[PDR_ROLE_PREFILL].bootstrap_port = PDR_DEF_BOOTSTRAP_PORT;
+    d->kubernetes.role[PDR_ROLE_DECODE].bootstrap_port = -1;
+    d->kubernetes.watch_timeout_s = PDR_DEF_K8S_WATCH_TIMEOUT_S;
+}
+
 static void pool_conf_free(pdr_pool_conf_t *pl)
 {
+    discovery_conf_free(&pl->discovery);
     free(pl->name);
     for (size_t i = 0; i < pl->n_models; i++)
         free(pl->models[i]);
@@ -247,6 +274,7 @@ void pdr_config_pool(const pdr_config_t *c, size_t i, pdr_pool_conf_t *out)
     out->n_prefill = c->n_prefill;
     out->decode = c->decode;
     out->n_decode = c->n_decode;
+    out->discovery = c->discovery;
 }
 
 void pdr_config_pool_timeouts(const pdr_config_t *c, const pdr_pool_conf_t *pc, pdr_timeouts_t *out)
@@ -308,16 +336,7 @@ static void config_free(pdr_config_t *c)
     free(c->log.access_log);
     free(c->log.level);
     free(c->log.dir);
-    for (int r = 0; r < 2; r++) {
-        free(c->discovery.dns.role[r].name);
-        free(c->discovery.kubernetes.role[r].selector);
-    }
-    free(c->discovery.dns.resolver);
-    free(c->discovery.kubernetes.api_server);
-    free(c->discovery.kubernetes.namespace_);
-    free(c->discovery.kubernetes.token_file);
-    free(c->discovery.kubernetes.ca_file);
-    free(c->discovery.kubernetes.bootstrap_port_annotation);
+    discovery_conf_free(&c->discovery);
     free(c);
 }
 
@@ -371,14 +390,7 @@ pdr_config_t *pdr_config_new_default(void)
     c->pd.relay = PDR_RELAY_FIRST_BYTE;
     c->log.access_log = strdup(PDR_DEF_ACCESS_LOG);
     c->log.level = strdup(PDR_DEF_LOG_LEVEL);
-    /* Discovery: every role unused (NULL name and selector). The kubernetes strings stay NULL: their
-     * defaults come from the pod's environment and are resolved when the source starts. */
-    c->discovery.dns.role[PDR_ROLE_PREFILL].bootstrap_port = PDR_DEF_BOOTSTRAP_PORT;
-    c->discovery.dns.role[PDR_ROLE_DECODE].bootstrap_port = -1;
-    c->discovery.dns.interval_ms = PDR_DEF_DNS_INTERVAL_MS;
-    c->discovery.kubernetes.role[PDR_ROLE_PREFILL].bootstrap_port = PDR_DEF_BOOTSTRAP_PORT;
-    c->discovery.kubernetes.role[PDR_ROLE_DECODE].bootstrap_port = -1;
-    c->discovery.kubernetes.watch_timeout_s = PDR_DEF_K8S_WATCH_TIMEOUT_S;
+    pdr__discovery_conf_defaults(&c->discovery);
     if (c->source == NULL || c->listen_host == NULL || c->admin_host == NULL || c->metrics_host == NULL ||
         c->health.path == NULL || c->log.access_log == NULL || c->log.level == NULL ||
         c->admin_deny_networks.nets == NULL || c->n_request_id_headers != sizeof(rid) / sizeof(rid[0])) {

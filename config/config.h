@@ -33,6 +33,35 @@ typedef struct pdr_ipnet {
     char text[52];    /* canonical "address/prefix", for messages */
 } pdr_ipnet_t;
 
+/* Dynamic workers (router/discovery.h): the top-level discovery: of the one-pool form, or a pool's own.
+ * A role's target is in use when its name (dns) or selector (kubernetes) is non-NULL. */
+typedef struct pdr_discovery_conf {
+    struct {
+        struct {
+            char *name;         /* A/AAAA name, e.g. a headless Service; NULL = role unused */
+            int port;           /* worker HTTP port, required with a name */
+            int bootstrap_port; /* prefill: default 8998; -1 = none ("none" in YAML); decode: -1 */
+        } role[2];              /* [PDR_ROLE_PREFILL], [PDR_ROLE_DECODE] */
+        int interval_ms;        /* default 5000: re-resolve period */
+        char *resolver;         /* "IP[:PORT]" of the DNS server to ask; NULL = /etc/resolv.conf */
+    } dns;
+    struct {
+        struct {
+            char *selector;     /* label selector "k=v,k2=v2"; NULL = role unused */
+            int port;           /* worker HTTP port; 0 (default) = the pod's first containerPort */
+            int bootstrap_port; /* prefill default 8998 unless the pod has the annotation
+                                   sglang.ai/bootstrap-port; -1 = none; decode: -1 */
+        } role[2];
+        char *api_server;    /* default https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT */
+        char *namespace_;    /* YAML "namespace"; default: the service account's namespace file,
+                                else "default" */
+        char *token_file;    /* default /var/run/secrets/kubernetes.io/serviceaccount/token */
+        char *ca_file;       /* default /var/run/secrets/kubernetes.io/serviceaccount/ca.crt */
+        int watch_timeout_s; /* default 300: timeoutSeconds of each watch request */
+        char *bootstrap_port_annotation; /* default sglang.ai/bootstrap-port */
+    } kubernetes;
+} pdr_discovery_conf_t;
+
 /* One pool of `pools:`: the workers that serve a set of models, with their own protocol and policies. */
 typedef struct pdr_pool_conf {
     char *name;      /* unique, [a-z0-9_-], at most PDR_CONFIG_MAX_POOL_NAME bytes */
@@ -47,6 +76,7 @@ typedef struct pdr_pool_conf {
     struct {
         int connect_ms, first_byte_ms, kv_transfer_ms, stream_idle_ms; /* 0: the top-level timeouts' */
     } timeouts;
+    pdr_discovery_conf_t discovery; /* the pool's discovery: (the shorthand's view: the top-level one) */
 } pdr_pool_conf_t;
 
 /* The deadlines a request of pool pc runs with: the pool's own where it sets them, else c's. */
@@ -141,34 +171,9 @@ typedef struct pdr_config {
 
     int threads; /* event-loop threads; 0 (default) = one per CPU core */
 
-    /* Dynamic workers, beside the static lists above (which may then be empty). See router/discovery.h.
-     * A role's target is in use when its name (dns) or selector (kubernetes) is non-NULL. */
-    struct {
-        struct {
-            struct {
-                char *name;         /* A/AAAA name, e.g. a headless Service; NULL = role unused */
-                int port;           /* worker HTTP port, required with a name */
-                int bootstrap_port; /* prefill: default 8998; -1 = none ("none" in YAML); decode: -1 */
-            } role[2];              /* [PDR_ROLE_PREFILL], [PDR_ROLE_DECODE] */
-            int interval_ms;        /* default 5000: re-resolve period */
-            char *resolver;         /* "IP[:PORT]" of the DNS server to ask; NULL = /etc/resolv.conf */
-        } dns;
-        struct {
-            struct {
-                char *selector;     /* label selector "k=v,k2=v2"; NULL = role unused */
-                int port;           /* worker HTTP port; 0 (default) = the pod's first containerPort */
-                int bootstrap_port; /* prefill default 8998 unless the pod has the annotation
-                                       sglang.ai/bootstrap-port; -1 = none; decode: -1 */
-            } role[2];
-            char *api_server;    /* default https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT */
-            char *namespace_;    /* YAML "namespace"; default: the service account's namespace file,
-                                    else "default" */
-            char *token_file;    /* default /var/run/secrets/kubernetes.io/serviceaccount/token */
-            char *ca_file;       /* default /var/run/secrets/kubernetes.io/serviceaccount/ca.crt */
-            int watch_timeout_s; /* default 300: timeoutSeconds of each watch request */
-            char *bootstrap_port_annotation; /* default sglang.ai/bootstrap-port */
-        } kubernetes;
-    } discovery;
+    /* Dynamic workers of the one-pool form, beside the static lists above (which may then be empty).
+     * With pools:, each pool has its own (pdr_pool_conf_t.discovery) and this one is unused. */
+    pdr_discovery_conf_t discovery;
 
     int refcnt; /* atomic */
 } pdr_config_t;

@@ -61,8 +61,15 @@ int pdr__ipv6_is_v4mapped(const uint8_t a[16]);
     "or "                                                                                                    \
     "discovery.kubernetes.%s.selector)"
 
-/* Whether role r has a discovery source configured (a dns name or a kubernetes selector). */
-int pdr__role_discovered(const pdr_config_t *c, pdr_role_t r);
+/* The same in a pool; arguments: the role's name three times, after "pools[i].workers.ROLE: ". */
+#define PDR__NO_POOL_WORKERS_FMT                                                                             \
+    "at least one %s worker is required, or a discovery source for it (the pool's discovery.dns.%s.name or " \
+    "discovery.kubernetes.%s.selector)"
+
+/* Whether role r has a discovery source configured in d (a dns name or a kubernetes selector). */
+int pdr__role_discovered(const pdr_discovery_conf_t *d, pdr_role_t r);
+/* Discovery defaults (no role in use) into a zeroed section. */
+void pdr__discovery_conf_defaults(pdr_discovery_conf_t *d);
 
 /* Secrets and header names (workers.api_key_file, --api-key, request_id_headers). */
 void pdr__secure_zero(void *p, size_t n);

@@ -247,9 +247,9 @@ int pdr__check_api_server(const char *s, size_t len, char *msg, size_t msglen)
     return 0;
 }
 
-int pdr__role_discovered(const pdr_config_t *c, pdr_role_t r)
+int pdr__role_discovered(const pdr_discovery_conf_t *d, pdr_role_t r)
 {
-    return c->discovery.dns.role[r].name != NULL || c->discovery.kubernetes.role[r].selector != NULL;
+    return d->dns.role[r].name != NULL || d->kubernetes.role[r].selector != NULL;
 }
 
 typedef int (*string_check_fn)(const char *s, size_t len, char *msg, size_t msglen);
@@ -266,34 +266,35 @@ static int check_string(const char *val, string_check_fn fn, const char *key, ch
     return 0;
 }
 
-static int check_discovery(const pdr_config_t *c, char *err, size_t errlen)
+/* One discovery section; pre names where it is ("" at the top, "pools[1]." in a pool). */
+static int check_discovery(const pdr_discovery_conf_t *d, const char *pre, char *err, size_t errlen)
 {
     static const char *const roles[] = {"prefill", "decode"};
-    char key[80];
-    CHECK_RANGE(c->discovery.dns.interval_ms, PDR_MIN_DNS_INTERVAL_MS, PDR_MAX_DNS_INTERVAL_MS,
-                "discovery.dns.interval_ms");
-    if (check_string(c->discovery.dns.resolver, pdr__check_resolver, "discovery.dns.resolver", err, errlen))
+    char key[128];
+    snprintf(key, sizeof(key), "%sdiscovery.dns.interval_ms", pre);
+    CHECK_RANGE(d->dns.interval_ms, PDR_MIN_DNS_INTERVAL_MS, PDR_MAX_DNS_INTERVAL_MS, key);
+    snprintf(key, sizeof(key), "%sdiscovery.dns.resolver", pre);
+    if (check_string(d->dns.resolver, pdr__check_resolver, key, err, errlen))
         return PDR_ECONFIG;
     for (int r = 0; r < 2; r++) {
         const char *role = roles[r];
-        const char *name = c->discovery.dns.role[r].name,
-                   *selector = c->discovery.kubernetes.role[r].selector;
+        const char *name = d->dns.role[r].name, *selector = d->kubernetes.role[r].selector;
         if (name != NULL) {
-            snprintf(key, sizeof(key), "discovery.dns.%s.name", role);
+            snprintf(key, sizeof(key), "%sdiscovery.dns.%s.name", pre, role);
             if (check_string(name, pdr__check_hostname, key, err, errlen))
                 return PDR_ECONFIG;
-            snprintf(key, sizeof(key), "discovery.dns.%s.port", role);
-            CHECK_RANGE(c->discovery.dns.role[r].port, 1, 65535, key);
+            snprintf(key, sizeof(key), "%sdiscovery.dns.%s.port", pre, role);
+            CHECK_RANGE(d->dns.role[r].port, 1, 65535, key);
         }
-        snprintf(key, sizeof(key), "discovery.kubernetes.%s.selector", role);
+        snprintf(key, sizeof(key), "%sdiscovery.kubernetes.%s.selector", pre, role);
         if (check_string(selector, pdr__check_selector, key, err, errlen))
             return PDR_ECONFIG;
-        snprintf(key, sizeof(key), "discovery.kubernetes.%s.port", role);
-        CHECK_RANGE(c->discovery.kubernetes.role[r].port, 0, 65535, key);
-        int bports[2] = {c->discovery.dns.role[r].bootstrap_port,
-                         c->discovery.kubernetes.role[r].bootstrap_port};
+        snprintf(key, sizeof(key), "%sdiscovery.kubernetes.%s.port", pre, role);
+        CHECK_RANGE(d->kubernetes.role[r].port, 0, 65535, key);
+        int bports[2] = {d->dns.role[r].bootstrap_port, d->kubernetes.role[r].bootstrap_port};
         for (int s = 0; s < 2; s++) {
-            snprintf(key, sizeof(key), "discovery.%s.%s.bootstrap_port", s == 0 ? "dns" : "kubernetes", role);
+            snprintf(key, sizeof(key), "%sdiscovery.%s.%s.bootstrap_port", pre, s == 0 ? "dns" : "kubernetes",
+                     role);
             if (r == PDR_ROLE_DECODE && bports[s] != -1) {
                 pdr__config_err(err, errlen, "%s: only prefill workers have a bootstrap port", key);
                 return PDR_ECONFIG;
@@ -302,16 +303,25 @@ static int check_discovery(const pdr_config_t *c, char *err, size_t errlen)
                 CHECK_RANGE(bports[s], 1, 65535, key);
         }
     }
-    const char *ns = c->discovery.kubernetes.namespace_;
-    if (check_string(ns, pdr__check_namespace, "discovery.kubernetes.namespace", err, errlen) ||
-        check_string(c->discovery.kubernetes.api_server, pdr__check_api_server,
-                     "discovery.kubernetes.api_server", err, errlen) ||
-        check_string(c->discovery.kubernetes.token_file, NULL, "discovery.kubernetes.token_file", err,
-                     errlen) ||
-        check_string(c->discovery.kubernetes.ca_file, NULL, "discovery.kubernetes.ca_file", err, errlen))
-        return PDR_ECONFIG;
-    CHECK_RANGE(c->discovery.kubernetes.watch_timeout_s, 1, PDR_MAX_K8S_WATCH_TIMEOUT_S,
-                "discovery.kubernetes.watch_timeout_s");
+    static const char *const names[] = {"namespace", "api_server", "token_file", "ca_file"};
+    const char *vals[] = {d->kubernetes.namespace_, d->kubernetes.api_server, d->kubernetes.token_file,
+                          d->kubernetes.ca_file};
+    const string_check_fn fns[] = {pdr__check_namespace, pdr__check_api_server, NULL, NULL};
+    for (int i = 0; i < 4; i++) {
+        snprintf(key, sizeof(key), "%sdiscovery.kubernetes.%s", pre, names[i]);
+        if (check_string(vals[i], fns[i], key, err, errlen))
+            return PDR_ECONFIG;
+    }
+    snprintf(key, sizeof(key), "%sdiscovery.kubernetes.watch_timeout_s", pre);
+    CHECK_RANGE(d->kubernetes.watch_timeout_s, 1, PDR_MAX_K8S_WATCH_TIMEOUT_S, key);
+    const char *ann = d->kubernetes.bootstrap_port_annotation;
+    if (ann != NULL) {
+        char msg[256];
+        if (pdr__check_annotation(ann, strlen(ann), msg, sizeof(msg)) != 0) {
+            pdr__config_err(err, errlen, "%sdiscovery.kubernetes.bootstrap_port_annotation: %s", pre, msg);
+            return PDR_ECONFIG;
+        }
+    }
     return 0;
 }
 
@@ -324,7 +334,7 @@ static int check_worker_list(const pdr_worker_conf_t *ws, size_t n, pdr_role_t r
         if (strcmp(prefix, "workers") == 0)
             pdr__config_err(err, errlen, PDR__NO_WORKERS_FMT, role, role, role, role);
         else
-            pdr__config_err(err, errlen, "%s.%s: at least one %s worker is required", prefix, role, role);
+            pdr__config_err(err, errlen, "%s.%s: " PDR__NO_POOL_WORKERS_FMT, prefix, role, role, role, role);
         return PDR_ECONFIG;
     }
     if (n > PDR_CONFIG_MAX_WORKERS) {
@@ -361,7 +371,7 @@ static int check_workers(const pdr_config_t *c, pdr_role_t r, char *err, size_t 
 {
     const pdr_worker_conf_t *ws = r == PDR_ROLE_PREFILL ? c->prefill : c->decode;
     size_t n = r == PDR_ROLE_PREFILL ? c->n_prefill : c->n_decode;
-    return check_worker_list(ws, n, r, "workers", pdr__role_discovered(c, r), err, errlen);
+    return check_worker_list(ws, n, r, "workers", pdr__role_discovered(&c->discovery, r), err, errlen);
 }
 
 static int same_str(const char *a, const char *b)
@@ -382,8 +392,10 @@ static int check_pools(const pdr_config_t *c, char *err, size_t errlen)
         pdr__config_err(err, errlen, "workers: not allowed beside pools: (each pool has its own workers)");
         return PDR_ECONFIG;
     }
-    if (pdr__role_discovered(c, PDR_ROLE_PREFILL) || pdr__role_discovered(c, PDR_ROLE_DECODE)) {
-        pdr__config_err(err, errlen, "discovery: not supported together with pools: yet");
+    if (pdr__role_discovered(&c->discovery, PDR_ROLE_PREFILL) ||
+        pdr__role_discovered(&c->discovery, PDR_ROLE_DECODE)) {
+        pdr__config_err(err, errlen,
+                        "discovery: not allowed beside pools: (each pool has its own discovery:)");
         return PDR_ECONFIG;
     }
     for (size_t i = 0; i < c->n_pools; i++) {
@@ -442,11 +454,16 @@ static int check_pools(const pdr_config_t *c, char *err, size_t errlen)
         CHECK_RANGE(pl->policy_prefill, 0, 2, key);
         snprintf(key, sizeof(key), "pools[%zu].policy.decode", i);
         CHECK_RANGE(pl->policy_decode, 0, 2, key);
+        snprintf(key, sizeof(key), "pools[%zu].", i);
+        int drc = check_discovery(&pl->discovery, key, err, errlen);
+        if (drc != 0)
+            return drc;
         snprintf(key, sizeof(key), "pools[%zu].workers", i);
         for (int r = 0; r < 2; r++) {
             const pdr_worker_conf_t *ws = r == 0 ? pl->prefill : pl->decode;
             size_t n = r == 0 ? pl->n_prefill : pl->n_decode;
-            int rc = check_worker_list(ws, n, (pdr_role_t)r, key, 0, err, errlen);
+            int rc = check_worker_list(ws, n, (pdr_role_t)r, key,
+                                       pdr__role_discovered(&pl->discovery, (pdr_role_t)r), err, errlen);
             if (rc != 0)
                 return rc;
             for (size_t k = 0; k < n; k++)
@@ -583,15 +600,7 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         pdr__config_err(err, errlen, "log.dir: must not be empty (leave it out for stderr only)");
         return PDR_ECONFIG;
     }
-    const char *ann = c->discovery.kubernetes.bootstrap_port_annotation;
-    if (ann != NULL) {
-        char msg[256];
-        if (pdr__check_annotation(ann, strlen(ann), msg, sizeof(msg)) != 0) {
-            pdr__config_err(err, errlen, "discovery.kubernetes.bootstrap_port_annotation: %s", msg);
-            return PDR_ECONFIG;
-        }
-    }
-    int rc = check_discovery(c, err, errlen);
+    int rc = check_discovery(&c->discovery, "", err, errlen);
     if (rc == 0 && c->n_pools > 0)
         return check_pools(c, err, errlen);
     if (rc == 0)

@@ -49,7 +49,7 @@ enum ftype {
     F_POOLS,      /* pools: a sequence of pool mappings */
     F_POOL_NAME,  /* a pool's name: [a-z0-9_-], unique */
     F_MODELS,     /* a pool's models: a sequence of model names, each in one pool only */
-    F_REFUSED,    /* a key that is known but not supported here; the message is in sub's key */
+    F_DISCOVERY,  /* a pdr_discovery_conf_t at off: its fields' offsets are relative to it */
     F_KEY_FILE,   /* path of a key file, read and checked now (workers.api_key_file); null for none */
     F_NAMES,      /* sequence of header names, stored lower case (request_id_headers) */
 };
@@ -147,8 +147,10 @@ static const struct field lifecycle_fields[] = {
     {"worker_startup_timeout_ms", F_INT, CONF(lifecycle.worker_startup_timeout_ms), 0, PDR_MAX_MS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
-#define DNS_ROLE(r, m) CONF(discovery.dns.role[r].m)
-#define K8S_ROLE(r, m) CONF(discovery.kubernetes.role[r].m)
+/* Offsets in a pdr_discovery_conf_t: the top-level section and each pool's one share these tables. */
+#define DISC(m) offsetof(pdr_discovery_conf_t, m)
+#define DNS_ROLE(r, m) DISC(dns.role[r].m)
+#define K8S_ROLE(r, m) DISC(kubernetes.role[r].m)
 static const struct field dns_prefill_fields[] = {
     {"name", F_HOSTNAME, DNS_ROLE(PDR_ROLE_PREFILL, name), 0, 0, NULL},
     {"port", F_INT, DNS_ROLE(PDR_ROLE_PREFILL, port), 1, 65535, NULL},
@@ -162,9 +164,8 @@ static const struct field dns_decode_fields[] = {
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field dns_fields[] = {
-    {"interval_ms", F_INT, CONF(discovery.dns.interval_ms), PDR_MIN_DNS_INTERVAL_MS, PDR_MAX_DNS_INTERVAL_MS,
-     NULL},
-    {"resolver", F_RESOLVER, CONF(discovery.dns.resolver), 0, 0, NULL},
+    {"interval_ms", F_INT, DISC(dns.interval_ms), PDR_MIN_DNS_INTERVAL_MS, PDR_MAX_DNS_INTERVAL_MS, NULL},
+    {"resolver", F_RESOLVER, DISC(dns.resolver), 0, 0, NULL},
     {"prefill", F_DNS_ROLE, 0, PDR_ROLE_PREFILL, 0, dns_prefill_fields},
     {"decode", F_DNS_ROLE, 0, PDR_ROLE_DECODE, 0, dns_decode_fields},
     {NULL, 0, 0, 0, 0, NULL},
@@ -182,14 +183,12 @@ static const struct field k8s_decode_fields[] = {
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field k8s_fields[] = {
-    {"namespace", F_NAMESPACE, CONF(discovery.kubernetes.namespace_), 0, 0, NULL},
-    {"api_server", F_API_URL, CONF(discovery.kubernetes.api_server), 0, 0, NULL},
-    {"token_file", F_STR, CONF(discovery.kubernetes.token_file), 0, 0, NULL},
-    {"ca_file", F_STR, CONF(discovery.kubernetes.ca_file), 0, 0, NULL},
-    {"watch_timeout_s", F_INT, CONF(discovery.kubernetes.watch_timeout_s), 1, PDR_MAX_K8S_WATCH_TIMEOUT_S,
-     NULL},
-    {"bootstrap_port_annotation", F_ANNOTATION, CONF(discovery.kubernetes.bootstrap_port_annotation), 0, 0,
-     NULL},
+    {"namespace", F_NAMESPACE, DISC(kubernetes.namespace_), 0, 0, NULL},
+    {"api_server", F_API_URL, DISC(kubernetes.api_server), 0, 0, NULL},
+    {"token_file", F_STR, DISC(kubernetes.token_file), 0, 0, NULL},
+    {"ca_file", F_STR, DISC(kubernetes.ca_file), 0, 0, NULL},
+    {"watch_timeout_s", F_INT, DISC(kubernetes.watch_timeout_s), 1, PDR_MAX_K8S_WATCH_TIMEOUT_S, NULL},
+    {"bootstrap_port_annotation", F_ANNOTATION, DISC(kubernetes.bootstrap_port_annotation), 0, 0, NULL},
     {"prefill", F_K8S_ROLE, 0, PDR_ROLE_PREFILL, 0, k8s_prefill_fields},
     {"decode", F_K8S_ROLE, 0, PDR_ROLE_DECODE, 0, k8s_decode_fields},
     {NULL, 0, 0, 0, 0, NULL},
@@ -212,11 +211,6 @@ static const struct field pool_timeouts_fields[] = {
     {"stream_idle_ms", F_INT, POOLF(timeouts.stream_idle_ms), 1, PDR_MAX_MS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
-static const struct field pool_discovery_refused[] = {
-    {"discovery per pool is not supported yet: list the pool's workers under its workers: key, or add them "
-     "at run time with POST /admin/v1/workers and \"pool\"",
-     0, 0, 0, 0, NULL},
-};
 static const struct field pool_fields[] = {
     {"name", F_POOL_NAME, POOLF(name), 0, 0, NULL},
     {"models", F_MODELS, 0, 0, 0, NULL},
@@ -224,7 +218,7 @@ static const struct field pool_fields[] = {
     {"policy", F_POLICIES, 0, 0, 0, pool_policy_fields},
     {"workers", F_SECTION, 0, 0, 0, workers_fields},
     {"timeouts", F_SECTION, 0, 0, 0, pool_timeouts_fields},
-    {"discovery", F_REFUSED, 0, 0, 0, pool_discovery_refused},
+    {"discovery", F_DISCOVERY, POOLF(discovery), 0, 0, discovery_fields},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field top_fields[] = {
@@ -243,7 +237,7 @@ static const struct field top_fields[] = {
     {"log", F_SECTION, 0, 0, 0, log_fields},
     {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields},
     {"threads", F_INT, CONF(threads), 0, PDR_MAX_THREADS, NULL},
-    {"discovery", F_SECTION, 0, 0, 0, discovery_fields},
+    {"discovery", F_DISCOVERY, CONF(discovery), 0, 0, discovery_fields},
     {"pools", F_POOLS, 0, 0, 0, pool_fields},
     {"request_id_headers", F_NAMES, 0, 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
@@ -710,6 +704,7 @@ static int load_pools(struct ctx *cx, const yaml_node_t *seq, const char *path, 
         c->pools[i].protocol = PDR_PROTO_SGLANG;
         c->pools[i].policy_prefill = PDR_POLICY_ROUND_ROBIN;
         c->pools[i].policy_decode = PDR_POLICY_LEAST_LOAD;
+        pdr__discovery_conf_defaults(&c->pools[i].discovery);
     }
     for (size_t i = 0; i < count; i++) {
         char ipath[160];
@@ -734,14 +729,15 @@ static int load_pools(struct ctx *cx, const yaml_node_t *seq, const char *path, 
         static const char *const roles[] = {"prefill", "decode"};
         size_t counts[] = {pl->n_prefill, pl->n_decode};
         for (int r = 0; r < 2; r++) {
-            if (counts[r] != 0)
+            if (counts[r] != 0 || pdr__role_discovered(&pl->discovery, (pdr_role_t)r))
                 continue;
             const yaml_node_t *list = map_get(cx->doc, workers, roles[r]);
             return FAIL(cx,
                         list != NULL      ? list
                         : workers != NULL ? workers
                                           : item,
-                        "%s.workers.%s: at least one %s worker is required", ipath, roles[r], roles[r]);
+                        "%s.workers.%s: " PDR__NO_POOL_WORKERS_FMT, ipath, roles[r], roles[r], roles[r],
+                        roles[r]);
         }
         /* A worker serves one pool: its URL may not appear in an earlier one. */
         for (int r = 0; r < 2; r++) {
@@ -778,6 +774,8 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
     switch (f->type) {
     case F_SECTION:
         return walk_map(cx, v, path, f->sub, base);
+    case F_DISCOVERY:
+        return walk_map(cx, v, path, f->sub, p);
     case F_POLICIES:
         if (v->type == YAML_SCALAR_NODE) {
             pdr_policy_kind_t k;
@@ -940,9 +938,10 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
         rc = walk_map(cx, v, path, f->sub, base);
         if (rc != 0)
             return rc;
-        if (cx->c->discovery.dns.role[f->min].name == NULL)
+        const pdr_discovery_conf_t *d = base;
+        if (d->dns.role[f->min].name == NULL)
             return FAIL(cx, v, "%s: missing required key 'name'", path);
-        if (cx->c->discovery.dns.role[f->min].port == 0)
+        if (d->dns.role[f->min].port == 0)
             return FAIL(cx, v, "%s: missing required key 'port' (the workers' HTTP port)", path);
         return 0;
     }
@@ -952,11 +951,9 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
         return get_pool_name(cx, v, path, (char **)(void *)p);
     case F_MODELS:
         return load_models(cx, v, path);
-    case F_REFUSED:
-        return FAIL(cx, v, "%s: %s", path, f->sub->key);
     case F_K8S_ROLE:
         rc = walk_map(cx, v, path, f->sub, base);
-        if (rc == 0 && cx->c->discovery.kubernetes.role[f->min].selector == NULL)
+        if (rc == 0 && ((const pdr_discovery_conf_t *)base)->kubernetes.role[f->min].selector == NULL)
             return FAIL(cx, v, "%s: missing required key 'selector'", path);
         return rc;
     }
@@ -1149,9 +1146,11 @@ pdr_config_t *pdr_config_load_string(const char *text, size_t len, const char *n
             if (v == NULL)
                 continue;
             if (i == 3)
-                rc = FAIL(&cx, v,
-                          "discovery: not supported together with pools: yet (each pool lists its workers, "
-                          "or they are added with the admin API)");
+                rc = FAIL(
+                    &cx, v,
+                    "discovery: not allowed beside pools: (line %zu); with pools:, each pool has its own "
+                    "discovery: section (a top-level discovery: is the one-pool form)",
+                    pools->start_mark.line + 1);
             else
                 rc = FAIL(&cx, v,
                           "%s: not allowed beside pools: (line %zu); with pools:, each pool has its own "
@@ -1165,7 +1164,7 @@ pdr_config_t *pdr_config_load_string(const char *text, size_t len, const char *n
         const char *roles[] = {"prefill", "decode"};
         size_t counts[] = {c->n_prefill, c->n_decode};
         for (int r = 0; r < 2; r++) {
-            if (counts[r] != 0 || pdr__role_discovered(c, (pdr_role_t)r))
+            if (counts[r] != 0 || pdr__role_discovered(&c->discovery, (pdr_role_t)r))
                 continue;
             const yaml_node_t *list = map_get(&doc, workers, roles[r]);
             const yaml_node_t *at = list != NULL ? list : workers != NULL ? workers : root;

@@ -200,7 +200,7 @@ static json_t *status_json(pdr_router_t *r)
     uint64_t up = (pdr_now_ms() - r->started_ms) / 1000;
     json_t *disc = json_array();
     for (int i = 0; i < 2 && disc != NULL; i++)
-        if (r->discovery[i] != NULL)
+        if (pdr_router_discovery_running(r, i))
             json_array_append_new(disc, json_string(i == 0 ? "dns" : "kubernetes"));
     json_t *cfg = r->config_path != NULL ? json_string(r->config_path) : json_null();
     return json_pack("{s:s,s:I,s:i,s:{s:o,s:o},s:o,s:I,s:b,s:o,s:o,s:{s:I,s:I}}", "version", PDR_VERSION,

@@ -8,6 +8,9 @@
  * what it knows: on a failure it may not tell apart from "no workers" (a DNS timeout, an API server
  * that does not answer) it emits nothing and keeps trying, so a flaky resolver never empties the pool.
  *
+ * Sources run per pool: the one-pool form's top-level discovery: feeds the pool "default", and with pools:
+ * each pool's discovery: section feeds that pool (its own dns and kubernetes sources).
+ *
  *   dns         re-resolves discovery.dns.role[r].name every interval_ms (A and AAAA records, through the
  *               system's resolver or discovery.dns.resolver); one worker per address, at the role's
  *               port: what a headless Service gives. NXDOMAIN or an empty answer is an empty set.
@@ -39,12 +42,14 @@ typedef struct pdr_discovery {
     void (*stop)(struct pdr_discovery *d); /* joins the thread, frees everything */
 } pdr_discovery_t;
 
-/* Start a source for the roles the config names (NULL with nothing to do: *err empty; NULL on an error:
- * err says why). The config must outlive the source (the caller holds a reference). */
-pdr_discovery_t *pdr_dns_discovery_start(const pdr_config_t *c, pdr_discovery_emit_cb cb, void *ud, char *err,
-                                         size_t errlen);
-pdr_discovery_t *pdr_k8s_discovery_start(const pdr_config_t *c, pdr_discovery_emit_cb cb, void *ud, char *err,
-                                         size_t errlen);
+/* Start a source for the roles the discovery section d names: the top-level discovery: of the one-pool
+ * form or one pool's (pool: its name, for the log; NULL: "default"). NULL with nothing to do: *err empty;
+ * NULL on an error: err says why. d must outlive the source (the caller holds a reference to its config
+ * snapshot). */
+pdr_discovery_t *pdr_dns_discovery_start(const pdr_discovery_conf_t *d, const char *pool,
+                                         pdr_discovery_emit_cb cb, void *ud, char *err, size_t errlen);
+pdr_discovery_t *pdr_k8s_discovery_start(const pdr_discovery_conf_t *d, const char *pool,
+                                         pdr_discovery_emit_cb cb, void *ud, char *err, size_t errlen);
 /* Stops the source's thread (promptly: within ~100 ms even in the middle of a watch) and frees it.
  * No callback runs after it returns. NULL is a no-op. */
 static inline void pdr_discovery_stop(pdr_discovery_t *d)

@@ -64,6 +64,7 @@ typedef struct dns_source {
     pdr_discovery_emit_cb cb;
     void *ud;
     int interval_ms;
+    char pool[64];  /* the pool it feeds, for the log */
     int has_server; /* discovery.dns.resolver given: server replaces resolv.conf */
     struct sockaddr_in6 server;
     struct dns_role roles[2];
@@ -316,8 +317,8 @@ static void publish(dns_source_t *s, pdr_role_t ri, struct dns_set *set)
     memcpy(copy, set->v, set->n * sizeof(*copy));
     for (size_t i = 0; i < set->n; i++)
         format_worker(&set->v[i], r->port, r->bootstrap_port, &list[i]);
-    pdr_info("dns discovery: %s %s -> %zu address%s", role_names[ri], r->name, set->n,
-             set->n == 1 ? "" : "es");
+    pdr_info("dns discovery: %s %s -> %zu address%s (pool %s)", role_names[ri], r->name, set->n,
+             set->n == 1 ? "" : "es", s->pool);
     s->cb(s->ud, "dns", ri, list, set->n);
     free(list);
     free(r->last);
@@ -407,13 +408,12 @@ static void dns_stop(pdr_discovery_t *d)
     dns_free(s);
 }
 
-pdr_discovery_t *pdr_dns_discovery_start(const pdr_config_t *c, pdr_discovery_emit_cb cb, void *ud, char *err,
-                                         size_t errlen)
+pdr_discovery_t *pdr_dns_discovery_start(const pdr_discovery_conf_t *d, const char *pool,
+                                         pdr_discovery_emit_cb cb, void *ud, char *err, size_t errlen)
 {
     if (err != NULL && errlen > 0)
         err[0] = '\0';
-    if (c->discovery.dns.role[PDR_ROLE_PREFILL].name == NULL &&
-        c->discovery.dns.role[PDR_ROLE_DECODE].name == NULL)
+    if (d->dns.role[PDR_ROLE_PREFILL].name == NULL && d->dns.role[PDR_ROLE_DECODE].name == NULL)
         return NULL;
     dns_source_t *s = calloc(1, sizeof(*s));
     if (s == NULL || (s->answer = malloc(PDR_DNS_ANSWER_MAX)) == NULL) {
@@ -424,16 +424,17 @@ pdr_discovery_t *pdr_dns_discovery_start(const pdr_config_t *c, pdr_discovery_em
     s->base.stop = dns_stop;
     s->cb = cb;
     s->ud = ud;
-    s->interval_ms = c->discovery.dns.interval_ms > 0 ? c->discovery.dns.interval_ms : 1;
+    snprintf(s->pool, sizeof(s->pool), "%s", pool != NULL ? pool : PDR_DEFAULT_POOL);
+    s->interval_ms = d->dns.interval_ms > 0 ? d->dns.interval_ms : 1;
     for (int r = 0; r < 2; r++) {
-        s->roles[r].name = c->discovery.dns.role[r].name;
-        s->roles[r].port = c->discovery.dns.role[r].port;
-        s->roles[r].bootstrap_port = r == PDR_ROLE_PREFILL ? c->discovery.dns.role[r].bootstrap_port : -1;
+        s->roles[r].name = d->dns.role[r].name;
+        s->roles[r].port = d->dns.role[r].port;
+        s->roles[r].bootstrap_port = r == PDR_ROLE_PREFILL ? d->dns.role[r].bootstrap_port : -1;
     }
-    if (c->discovery.dns.resolver != NULL) {
-        if (parse_resolver(c->discovery.dns.resolver, &s->server) != 0) {
+    if (d->dns.resolver != NULL) {
+        if (parse_resolver(d->dns.resolver, &s->server) != 0) {
             snprintf(err, errlen, "discovery.dns.resolver: '%.80s' is not IPv4[:port], [IPv6]:port or IPv6",
-                     c->discovery.dns.resolver);
+                     d->dns.resolver);
             dns_free(s);
             return NULL;
         }

@@ -488,7 +488,8 @@ struct k8s_source {
     char *api_server, *ns, *token_file, *ca_file;
     int token_required; /* token_file came from the config: failing to read it is an error */
     int watch_timeout_s;
-    int stopping; /* atomic */
+    char pool[64]; /* the pool it feeds, for the log */
+    int stopping;  /* atomic */
     uv_mutex_t emit_lock;
     k8s_role_t roles[2];
 };
@@ -928,11 +929,11 @@ static void source_stop(pdr_discovery_t *d)
 }
 
 /* Fills the connection settings, from the config or the in-cluster defaults. 0 or -1 with err. */
-static int source_settings(k8s_source_t *src, const pdr_config_t *c, char *err, size_t errlen)
+static int source_settings(k8s_source_t *src, const pdr_discovery_conf_t *d, char *err, size_t errlen)
 {
     int in_cluster = 0;
-    if (c->discovery.kubernetes.api_server != NULL) {
-        src->api_server = strdup(c->discovery.kubernetes.api_server);
+    if (d->kubernetes.api_server != NULL) {
+        src->api_server = strdup(d->kubernetes.api_server);
     } else {
         const char *host = getenv("KUBERNETES_SERVICE_HOST");
         const char *port = getenv("KUBERNETES_SERVICE_PORT");
@@ -961,8 +962,8 @@ static int source_settings(k8s_source_t *src, const pdr_config_t *c, char *err, 
         return -1;
     }
 
-    if (c->discovery.kubernetes.namespace_ != NULL) {
-        src->ns = strdup(c->discovery.kubernetes.namespace_);
+    if (d->kubernetes.namespace_ != NULL) {
+        src->ns = strdup(d->kubernetes.namespace_);
     } else {
         char ignored[256];
         src->ns = read_small_file(K8S_SA_DIR "/namespace", 253, ignored, sizeof(ignored));
@@ -974,7 +975,7 @@ static int source_settings(k8s_source_t *src, const pdr_config_t *c, char *err, 
     if (src->ns == NULL)
         goto nomem;
 
-    const char *token = c->discovery.kubernetes.token_file;
+    const char *token = d->kubernetes.token_file;
     src->token_required = token != NULL;
     if (token == NULL && in_cluster)
         token = K8S_SA_DIR "/token";
@@ -991,26 +992,25 @@ static int source_settings(k8s_source_t *src, const pdr_config_t *c, char *err, 
             pdr_warn("kubernetes discovery: %s; asking the API server without a bearer token", ferr);
         free(t);
     }
-    const char *ca = c->discovery.kubernetes.ca_file;
+    const char *ca = d->kubernetes.ca_file;
     if (ca == NULL && in_cluster)
         ca = K8S_SA_DIR "/ca.crt";
     if (ca != NULL && (src->ca_file = strdup(ca)) == NULL)
         goto nomem;
-    src->watch_timeout_s = c->discovery.kubernetes.watch_timeout_s > 0
-                               ? c->discovery.kubernetes.watch_timeout_s
-                               : K8S_DEF_WATCH_TIMEOUT_S;
+    src->watch_timeout_s =
+        d->kubernetes.watch_timeout_s > 0 ? d->kubernetes.watch_timeout_s : K8S_DEF_WATCH_TIMEOUT_S;
     return 0;
 nomem:
     snprintf(err, errlen, "kubernetes discovery: out of memory");
     return -1;
 }
 
-pdr_discovery_t *pdr_k8s_discovery_start(const pdr_config_t *c, pdr_discovery_emit_cb cb, void *ud, char *err,
-                                         size_t errlen)
+pdr_discovery_t *pdr_k8s_discovery_start(const pdr_discovery_conf_t *d, const char *pool,
+                                         pdr_discovery_emit_cb cb, void *ud, char *err, size_t errlen)
 {
     if (errlen > 0)
         err[0] = '\0';
-    if (c->discovery.kubernetes.role[0].selector == NULL && c->discovery.kubernetes.role[1].selector == NULL)
+    if (d->kubernetes.role[0].selector == NULL && d->kubernetes.role[1].selector == NULL)
         return NULL;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         snprintf(err, errlen, "kubernetes discovery: libcurl failed to initialize");
@@ -1026,7 +1026,8 @@ pdr_discovery_t *pdr_k8s_discovery_start(const pdr_config_t *c, pdr_discovery_em
     src->base.stop = source_stop;
     src->cb = cb;
     src->ud = ud;
-    if (source_settings(src, c, err, errlen) != 0) {
+    snprintf(src->pool, sizeof(src->pool), "%s", pool != NULL ? pool : PDR_DEFAULT_POOL);
+    if (source_settings(src, d, err, errlen) != 0) {
         source_free(src);
         return NULL;
     }
@@ -1034,14 +1035,14 @@ pdr_discovery_t *pdr_k8s_discovery_start(const pdr_config_t *c, pdr_discovery_em
         k8s_role_t *r = &src->roles[i];
         r->src = src;
         r->role = (pdr_role_t)i;
-        r->selector = c->discovery.kubernetes.role[i].selector;
+        r->selector = d->kubernetes.role[i].selector;
         r->lines.limit = PDR_K8S_MAX_LINE;
         snprintf(r->label, sizeof(r->label), "%s %s", role_name(r->role), r->selector ? r->selector : "");
         pdr_k8s_role_conf_t rc = {
-            .port = c->discovery.kubernetes.role[i].port,
-            .bootstrap_port = i == PDR_ROLE_PREFILL ? c->discovery.kubernetes.role[i].bootstrap_port : -1,
+            .port = d->kubernetes.role[i].port,
+            .bootstrap_port = i == PDR_ROLE_PREFILL ? d->kubernetes.role[i].bootstrap_port : -1,
             .use_annotation = i == PDR_ROLE_PREFILL,
-            .annotation = c->discovery.kubernetes.bootstrap_port_annotation,
+            .annotation = d->kubernetes.bootstrap_port_annotation,
         };
         pdr__k8s_set_init(&r->set, &rc, r->label);
         if (r->selector != NULL && (r->multi = curl_multi_init()) == NULL) {
@@ -1061,8 +1062,9 @@ pdr_discovery_t *pdr_k8s_discovery_start(const pdr_config_t *c, pdr_discovery_em
         }
         r->thread_started = 1;
     }
-    pdr_info("kubernetes discovery: watching pods at %s in namespace %s (prefill: %s, decode: %s)",
-             src->api_server, src->ns, src->roles[0].selector ? src->roles[0].selector : "-",
-             src->roles[1].selector ? src->roles[1].selector : "-");
+    pdr_info(
+        "kubernetes discovery: watching pods at %s in namespace %s for pool %s (prefill: %s, decode: %s)",
+        src->api_server, src->ns, src->pool, src->roles[0].selector ? src->roles[0].selector : "-",
+        src->roles[1].selector ? src->roles[1].selector : "-");
     return &src->base;
 }

@@ -338,9 +338,12 @@ int pdr_pool_remove(pdr_pool_t *p, pdr_worker_t *w, const char *why)
 }
 
 /* Under the write lock: confs[k] belongs to group groups[k] (groups NULL: all to group_all). A worker of the
- * source matches a conf with the same URL, bootstrap port and group. Unlocks. */
-static size_t reconcile_locked(pdr_pool_t *p, int source, pdr_role_t role, const pdr_worker_conf_t *confs,
-                               const char *const *names, const int *groups, int group_all, size_t n)
+ * source matches a conf with the same URL, bootstrap port and group. scope (non-NULL): only the source's
+ * workers of the pool of that name are reconciled; the source's workers of other pools stay and keep
+ * their URLs, like another source's. Unlocks. */
+static size_t reconcile_locked(pdr_pool_t *p, int source, const char *scope, pdr_role_t role,
+                               const pdr_worker_conf_t *confs, const char *const *names, const int *groups,
+                               int group_all, size_t n)
 {
     const char *src = pdr_source_names[source];
     pdr_worker_list_t *cur = p->list[role];
@@ -351,10 +354,11 @@ static size_t reconcile_locked(pdr_pool_t *p, int source, pdr_role_t role, const
     size_t changes = 0;
     for (size_t i = 0; i < cur->n; i++) {
         pdr_worker_t *w = cur->w[i];
+        int mine = strcmp(w->source, src) == 0 && (scope == NULL || strcmp(w->pool, scope) == 0);
         int wanted = 0;
         for (size_t k = 0; k < n; k++)
             if (strcmp(confs[k].url, w->conf.url) == 0) {
-                if (strcmp(w->source, src) != 0) {
+                if (!mine) {
                     keep_new[k] = 0; /* another source owns this URL */
                 } else if (confs[k].bootstrap_port == w->conf.bootstrap_port &&
                            w->group == (groups != NULL ? groups[k] : group_all)) {
@@ -362,7 +366,7 @@ static size_t reconcile_locked(pdr_pool_t *p, int source, pdr_role_t role, const
                     wanted = 1;
                 }
             }
-        if (strcmp(w->source, src) == 0 && !wanted)
+        if (mine && !wanted)
             drop[i] = 1, changes++;
     }
     size_t adds = 0;
@@ -417,14 +421,14 @@ static size_t reconcile_locked(pdr_pool_t *p, int source, pdr_role_t role, const
     return changes;
 }
 
-size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_worker_conf_t *confs,
-                          const char *const *names, size_t n)
+size_t pdr_pool_reconcile(pdr_pool_t *p, const char *pool, int source, pdr_role_t role,
+                          const pdr_worker_conf_t *confs, const char *const *names, size_t n)
 {
     pthread_rwlock_wrlock(&p->rw);
-    /* Discovery feeds the one-pool form's pool. With pools: (where the config refuses discovery) it only
-     * takes its workers out, also when a reload switched forms while a source was still running. */
-    int g = group_of(p, PDR_DEFAULT_POOL);
-    return reconcile_locked(p, source, role, confs, names, NULL, g, g >= 0 ? n : 0);
+    /* A pool that is not (or no longer) configured gets nothing; its workers of the source leave. */
+    int g = group_of(p, pool);
+    return reconcile_locked(p, source, p->groups != NULL && g >= 0 ? p->groups[g].name : pool, role, confs,
+                            names, NULL, g, g >= 0 ? n : 0);
 }
 
 size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
@@ -486,7 +490,7 @@ size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
                 groups[k++] = group_of(p, pc.name);
             }
         }
-        changes += reconcile_locked(p, PDR_SOURCE_STATIC, (pdr_role_t)r, confs, NULL, groups, 0, k);
+        changes += reconcile_locked(p, PDR_SOURCE_STATIC, NULL, (pdr_role_t)r, confs, NULL, groups, 0, k);
         free(confs);
         free(groups);
     }

@@ -17,8 +17,8 @@
  * pool is gone: never picked again, and taken out of the registry).
  *
  * Sources: "static" (the config's lists; a reload reconciles them), "admin" (POST /admin/v1/workers;
- * kept across reloads), "dns" and "kubernetes" (discovery, which reconciles its own workers). A URL is in
- * the pool at most once per role: the first source to bring it owns it.
+ * kept across reloads), "dns" and "kubernetes" (discovery: each pool's sources reconcile that pool's
+ * workers only). A URL is in the pool at most once per role: the first source to bring it owns it.
  *
  * Health state machine (HAProxy/Envoy style): a worker starts healthy; `fall` consecutive failed
  * checks make it unhealthy, `rise` consecutive good checks make it healthy again. Request failures
@@ -191,12 +191,14 @@ int pdr_pool_remove(pdr_pool_t *p, pdr_worker_t *w, const char *why);
  * removes it once DRAINED. Returns the drain state (PDR_DRAIN_*), -1 when removed at once, or
  * PDR_ENOWORKER when it was no longer in the pool. */
 int pdr_pool_delete(pdr_pool_t *p, pdr_worker_t *w, int force, uint64_t timeout_ms);
-/* Makes the workers of `source` and `role` exactly `confs` (matched by URL and bootstrap port), all in the
- * pool "default" (discovery runs with the one-pool form only; without that pool nothing is added): adds the
- * new ones, removes the missing ones, keeps the rest with their state. names[i] may be NULL. Returns how many
- * were added plus removed. */
-size_t pdr_pool_reconcile(pdr_pool_t *p, int source, pdr_role_t role, const pdr_worker_conf_t *confs,
-                          const char *const *names, size_t n);
+/* Makes the workers of `source` and `role` in the pool named `pool` (NULL: the first pool) exactly `confs`
+ * (matched by URL and bootstrap port): adds the new ones, removes the missing ones, keeps the rest with
+ * their state. The source's workers of other pools are left alone (each pool's discovery reconciles its
+ * own), and a URL that is in the role already, from another source or pool, is not added again. For a
+ * pool that is not configured, nothing is added and the source's workers of it leave. names[i] may be
+ * NULL. Returns how many were added plus removed. */
+size_t pdr_pool_reconcile(pdr_pool_t *p, const char *pool, int source, pdr_role_t role,
+                          const pdr_worker_conf_t *confs, const char *const *names, size_t n);
 /* A reload: pools, policies and thresholds from c (the workers of a pool c no longer has are removed, from
  * every source), then the static workers reconciled with c's lists (a static worker that moved to another
  * pool is replaced by a new one there). */

@@ -74,7 +74,9 @@ typedef struct pdr_router {
     char **argv;                 /* reload reads config_path alone) */
     uint64_t reloads_ok, reloads_failed; /* atomic */
     uint64_t last_reload_ms;
-    struct pdr_source_run *discovery[2]; /* dns, kubernetes (loop 0 starts and stops them; reload.c) */
+    /* Discovery sources by pool (index in config's pools, or 0 for the one-pool form) and kind (dns,
+     * kubernetes); NULL where none runs. Loop 0 starts and stops them (reload.c). */
+    struct pdr_source_run *discovery[PDR_CONFIG_MAX_POOLS][2];
     pdr_pool_t pool;
     h2o_globalconf_t h2o_config;
     pdr_thread_t *threads;
@@ -228,6 +230,8 @@ int pdr_router_reload(pdr_router_t *r, char *msg, size_t cap);
 /* Starts the discovery sources of r->config; 0 or an error logged. */
 int pdr_router_discovery_start(pdr_router_t *r);
 void pdr_router_discovery_stop(pdr_router_t *r);
+/* Whether a source of the kind (0: dns, 1: kubernetes) runs for any pool (loop 0). */
+int pdr_router_discovery_running(const pdr_router_t *r, int which);
 /* Any loop: takes the current snapshot into t->config if it changed. */
 void pdr_thread_sync_config(pdr_thread_t *t);
 

@@ -315,7 +315,7 @@ int main(int argc, char **argv)
         kill(dnsmasq, SIGKILL);
         return 1;
     }
-    pdr_discovery_t *d = pdr_dns_discovery_start(c, on_emit, NULL, err, sizeof(err));
+    pdr_discovery_t *d = pdr_dns_discovery_start(&c->discovery, NULL, on_emit, NULL, err, sizeof(err));
     CHECK(d != NULL);
     if (d == NULL) {
         fprintf(stderr, "start: %s\n", err);
@@ -377,7 +377,8 @@ int main(int argc, char **argv)
     /* Nothing to do: no source, no error. */
     pdr_config_t *none = pdr_config_new_default();
     err[0] = 'x';
-    CHECK(none != NULL && pdr_dns_discovery_start(none, on_emit, NULL, err, sizeof(err)) == NULL &&
+    CHECK(none != NULL &&
+          pdr_dns_discovery_start(&none->discovery, NULL, on_emit, NULL, err, sizeof(err)) == NULL &&
           err[0] == '\0');
     pdr_config_unref(none);
     pdr_config_unref(c);

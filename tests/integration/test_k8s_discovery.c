@@ -231,18 +231,19 @@ static void test_start_errors(const char *token_path)
     pdr_config_t *c = pdr_config_new_default();
     /* Nothing to watch: NULL and no error. */
     err[0] = 'x';
-    CHECK(pdr_k8s_discovery_start(c, on_emit, NULL, err, sizeof(err)) == NULL && err[0] == '\0');
+    CHECK(pdr_k8s_discovery_start(&c->discovery, NULL, on_emit, NULL, err, sizeof(err)) == NULL &&
+          err[0] == '\0');
     c->discovery.kubernetes.role[PDR_ROLE_PREFILL].selector = strdup(PREFILL_SEL);
     /* No api_server and no in-cluster environment. */
     unsetenv("KUBERNETES_SERVICE_HOST");
-    CHECK(pdr_k8s_discovery_start(c, on_emit, NULL, err, sizeof(err)) == NULL);
+    CHECK(pdr_k8s_discovery_start(&c->discovery, NULL, on_emit, NULL, err, sizeof(err)) == NULL);
     CHECK(strstr(err, "KUBERNETES_SERVICE_HOST") != NULL);
     /* An explicit token file that does not exist. */
     c->discovery.kubernetes.api_server = strdup(server_url);
     char missing[4200];
     snprintf(missing, sizeof(missing), "%s.missing", token_path);
     c->discovery.kubernetes.token_file = strdup(missing);
-    CHECK(pdr_k8s_discovery_start(c, on_emit, NULL, err, sizeof(err)) == NULL);
+    CHECK(pdr_k8s_discovery_start(&c->discovery, NULL, on_emit, NULL, err, sizeof(err)) == NULL);
     CHECK(strstr(err, "token_file") != NULL && strstr(err, ".missing") != NULL);
     pdr_config_unref(c);
 }
@@ -288,7 +289,7 @@ int main(int argc, char **argv)
     c->discovery.kubernetes.token_file = strdup(token_path);
     c->discovery.kubernetes.watch_timeout_s = 30;
     char err[512];
-    pdr_discovery_t *d = pdr_k8s_discovery_start(c, on_emit, NULL, err, sizeof(err));
+    pdr_discovery_t *d = pdr_k8s_discovery_start(&c->discovery, NULL, on_emit, NULL, err, sizeof(err));
     CHECK(d != NULL);
     if (d == NULL) {
         fprintf(stderr, "start: %s\n", err);

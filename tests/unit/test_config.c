@@ -1726,9 +1726,10 @@ static void test_pools(void)
                  "bad.yaml:7:1: protocol: not allowed beside pools: (line 1)*");
     EXPECT_ERROR("policy: random\npools:\n" POOL_A,
                  "bad.yaml:1:1: policy: not allowed beside pools: (line 2)*");
-    EXPECT_ERROR("pools:\n" POOL_A "discovery:\n  dns:\n    decode: { name: d.local, port: 1 }\n",
-                 "bad.yaml:7:1: discovery: not supported together with pools: yet (each pool lists its "
-                 "workers, or they are added with the admin API)");
+    EXPECT_ERROR(
+        "pools:\n" POOL_A "discovery:\n  dns:\n    decode: { name: d.local, port: 1 }\n",
+        "bad.yaml:7:1: discovery: not allowed beside pools: (line 1); with pools:, each pool has its "
+        "own discovery: section (a top-level discovery: is the one-pool form)");
 
     /* Shape of pools: and of a pool. */
     EXPECT_ERROR("pools: []\n", "bad.yaml:1:8: pools: at least one pool is required (or leave pools: out for "
@@ -1749,11 +1750,14 @@ static void test_pools(void)
     EXPECT_ERROR("pools:\n  - name: a\n    workers: { prefill: [http://a:1], decode: [http://a:2] }\n",
                  "bad.yaml:2:5: pools[0]: missing required key 'models' (the model names the pool serves)");
     EXPECT_ERROR("pools:\n  - name: a\n    models: [m]\n",
-                 "bad.yaml:2:5: pools[0].workers.prefill: at least one prefill worker is required");
+                 "bad.yaml:2:5: pools[0].workers.prefill: at least one prefill worker is required, or a "
+                 "discovery source for it (the pool's discovery.dns.prefill.name or "
+                 "discovery.kubernetes.prefill.selector)");
     EXPECT_ERROR("pools:\n  - name: a\n    models: [m]\n    workers: { prefill: [http://a:1] }\n",
-                 "bad.yaml:4:14: pools[0].workers.decode: at least one decode worker is required");
+                 "bad.yaml:4:14: pools[0].workers.decode: at least one decode worker is required, or a "
+                 "discovery source for it*");
     EXPECT_ERROR("pools:\n  - name: a\n    models: [m]\n    workers: { prefill: [http://a:1], decode: [] }\n",
-                 "bad.yaml:4:47: pools[0].workers.decode: at least one decode worker is required");
+                 "bad.yaml:4:47: pools[0].workers.decode: at least one decode worker is required*");
 
     /* Names. */
     EXPECT_ERROR("pools:\n  - name: Pool A\n",
@@ -1806,11 +1810,29 @@ static void test_pools(void)
                  "      decode: [ http://127.0.0.1:32002 ]\n",
                  "bad.yaml:10:18: pools[1].workers.prefill[0]: worker 'http://127.0.0.1:31001' is in pool "
                  "'pool-a' already; a worker serves one pool");
-    EXPECT_ERROR(
-        "pools:\n  - name: a\n    discovery: { dns: {} }\n",
-        "bad.yaml:3:16: pools[0].discovery: discovery per pool is not supported yet: list the pool's "
-        "workers under its workers: key, or add them at run time with POST /admin/v1/workers and "
-        "\"pool\"");
+    /* A pool's discovery: the top-level section's keys and checks, under pools[i]. */
+    EXPECT_ERROR("pools:\n  - name: a\n    discovery: { dns: { prefill: { port: 1 } } }\n",
+                 "bad.yaml:3:34: pools[0].discovery.dns.prefill: missing required key 'name'");
+    EXPECT_ERROR("pools:\n  - name: a\n    discovery: { kubernetes: { decode: { port: 1 } } }\n",
+                 "bad.yaml:3:40: pools[0].discovery.kubernetes.decode: missing required key 'selector'");
+    EXPECT_ERROR("pools:\n  - name: a\n    discovery: { kubernetes: { decode: { selector: a=b, "
+                 "bootstrap_port: 1 } } }\n",
+                 "bad.yaml:3:73: pools[0].discovery.kubernetes.decode.bootstrap_port: only prefill workers "
+                 "have a bootstrap port");
+    EXPECT_ERROR("pools:\n  - name: a\n    discovery: { kubernetes: { prefill: { selector: 'a b' } } }\n",
+                 "bad.yaml:3:53: pools[0].discovery.kubernetes.prefill.selector: 'a b': invalid term*");
+    EXPECT_ERROR("pools:\n  - name: a\n    discovery: { consul: {} }\n",
+                 "bad.yaml:3:18: unknown key 'consul' in 'pools[0].discovery' (valid keys: dns, kubernetes)");
+    EXPECT_ERROR("pools:\n  - name: a\n    discovery: { dns: { interval_ms: 1 } }\n",
+                 "bad.yaml:3:38: pools[0].discovery.dns.interval_ms: 1 is out of range*");
+    EXPECT_ERROR("pools:\n  - name: a\n    discovery: []\n",
+                 "bad.yaml:3:16: pools[0].discovery: expected a mapping, got a sequence");
+    /* Discovery for one role only: the other still needs workers or a source. */
+    EXPECT_ERROR("pools:\n  - name: a\n    models: [m]\n"
+                 "    discovery: { kubernetes: { prefill: { selector: app=p } } }\n",
+                 "bad.yaml:2:5: pools[0].workers.decode: at least one decode worker is required, or a "
+                 "discovery source for it (the pool's discovery.dns.decode.name or "
+                 "discovery.kubernetes.decode.selector)");
     char many[8192];
     size_t n = (size_t)snprintf(many, sizeof(many), "pools:\n");
     for (int i = 0; i <= 64; i++)
@@ -1855,6 +1877,80 @@ static void test_pools(void)
 }
 
 /* Worker key, request id headers and head limits. */
+/* pools[i].discovery: the top-level section's shape, one per pool, with its own defaults. */
+static void test_pool_discovery(void)
+{
+    char err[512];
+    pdr_config_t *c = load("pools:\n"
+                           "  - name: a\n"
+                           "    models: [ma]\n"
+                           "    discovery:\n"
+                           "      kubernetes:\n"
+                           "        api_server: http://127.0.0.1:6443\n"
+                           "        namespace: llm\n"
+                           "        prefill: { selector: 'app=a,role=prefill', port: 30000 }\n"
+                           "        decode: { selector: 'app=a,role=decode' }\n"
+                           "  - name: b\n"
+                           "    models: [mb]\n"
+                           "    workers: { decode: [ http://127.0.0.1:31002 ] }\n"
+                           "    discovery:\n"
+                           "      dns:\n"
+                           "        resolver: 127.0.0.1:5353\n"
+                           "        prefill: { name: prefill.b.local, port: 30000, bootstrap_port: none }\n",
+                           err, sizeof(err));
+    CHECK(c != NULL);
+    if (c == NULL) {
+        fprintf(stderr, "  %s\n", err);
+        return;
+    }
+    pdr_pool_conf_t a, b;
+    pdr_config_pool(c, 0, &a);
+    pdr_config_pool(c, 1, &b);
+    CHECK(a.n_prefill == 0 && a.n_decode == 0);
+    CHECK_STR(a.discovery.kubernetes.api_server, "http://127.0.0.1:6443");
+    CHECK_STR(a.discovery.kubernetes.namespace_, "llm");
+    CHECK_STR(a.discovery.kubernetes.role[PDR_ROLE_PREFILL].selector, "app=a,role=prefill");
+    CHECK_STR(a.discovery.kubernetes.role[PDR_ROLE_DECODE].selector, "app=a,role=decode");
+    CHECK(a.discovery.kubernetes.role[PDR_ROLE_PREFILL].port == 30000 &&
+          a.discovery.kubernetes.role[PDR_ROLE_DECODE].port == 0);
+    CHECK(a.discovery.kubernetes.role[PDR_ROLE_PREFILL].bootstrap_port == 8998 &&
+          a.discovery.kubernetes.role[PDR_ROLE_DECODE].bootstrap_port == -1);
+    CHECK(a.discovery.kubernetes.watch_timeout_s == 300 && a.discovery.dns.interval_ms == 5000);
+    CHECK(a.discovery.dns.role[0].name == NULL && a.discovery.dns.role[1].name == NULL);
+    CHECK(b.n_prefill == 0 && b.n_decode == 1);
+    CHECK_STR(b.discovery.dns.role[PDR_ROLE_PREFILL].name, "prefill.b.local");
+    CHECK(b.discovery.dns.role[PDR_ROLE_PREFILL].port == 30000 &&
+          b.discovery.dns.role[PDR_ROLE_PREFILL].bootstrap_port == -1);
+    CHECK_STR(b.discovery.dns.resolver, "127.0.0.1:5353");
+    CHECK(b.discovery.kubernetes.role[0].selector == NULL && b.discovery.kubernetes.role[1].selector == NULL);
+    /* The top-level section stays unused with pools:. */
+    CHECK(c->discovery.dns.role[0].name == NULL && c->discovery.kubernetes.role[0].selector == NULL);
+    CHECK(pdr_config_validate(c, err, sizeof(err)) == 0);
+    /* A snapshot built in code is checked the same way, the key naming the pool. */
+    c->pools[1].discovery.dns.interval_ms = 1;
+    CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
+    CHECK(strstr(err, "pools[1].discovery.dns.interval_ms: 1 is out of range") == err);
+    c->pools[1].discovery.dns.interval_ms = 5000;
+    char *sel = c->pools[0].discovery.kubernetes.role[PDR_ROLE_DECODE].selector;
+    c->pools[0].discovery.kubernetes.role[PDR_ROLE_DECODE].selector = NULL;
+    CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
+    CHECK(strstr(err, "pools[0].workers.decode: at least one decode worker is required, or a discovery "
+                      "source for it") == err);
+    c->pools[0].discovery.kubernetes.role[PDR_ROLE_DECODE].selector = sel;
+    pdr_config_unref(c);
+
+    /* The shorthand's view carries the top-level section. */
+    c = load("discovery:\n  kubernetes:\n    prefill: { selector: app=p }\n    decode: { selector: app=d }\n",
+             err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        pdr_config_pool(c, 0, &a);
+        CHECK_STR(a.name, "default");
+        CHECK_STR(a.discovery.kubernetes.role[PDR_ROLE_DECODE].selector, "app=d");
+        pdr_config_unref(c);
+    }
+}
+
 static void test_header_keys(void)
 {
     char err[512], text[1024];
@@ -1986,6 +2082,7 @@ int main(void)
     test_discovery();
     test_discovery_errors();
     test_pools();
+    test_pool_discovery();
     test_header_keys();
 
     static const char *const files[] = {"full.yaml",    "empty.yaml",         "cli.yaml",

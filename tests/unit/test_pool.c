@@ -285,21 +285,25 @@ static void test_membership(void)
                                 conf_of("http://10.1.0.2:30000", 8998),
                                 conf_of("http://127.0.0.1:30000", 8998)}; /* the last is a static URL */
     const char *names[3] = {"pod-a", "pod-b", "pod-c"};
-    CHECK(pdr_pool_reconcile(&p, PDR_SOURCE_KUBERNETES, PDR_ROLE_PREFILL, set, names, 3) == 2);
+    CHECK(pdr_pool_reconcile(&p, PDR_DEFAULT_POOL, PDR_SOURCE_KUBERNETES, PDR_ROLE_PREFILL, set, names, 3) ==
+          2);
     CHECK(pdr_pool_count(&p, PDR_ROLE_PREFILL) == 5);
     pdr_worker_t *k1 = pdr_pool_find(&p, "prefill-4", 9);
     CHECK(k1 != NULL && strcmp(k1->source, "kubernetes") == 0 && strcmp(k1->name, "pod-a") == 0);
     pdr_pool_eject(&p, k1, "keeps its state across an identical reconcile");
-    CHECK(pdr_pool_reconcile(&p, PDR_SOURCE_KUBERNETES, PDR_ROLE_PREFILL, set, names, 3) == 0);
+    CHECK(pdr_pool_reconcile(&p, PDR_DEFAULT_POOL, PDR_SOURCE_KUBERNETES, PDR_ROLE_PREFILL, set, names, 3) ==
+          0);
     CHECK(!pdr_worker_removed(k1) && !pdr_worker_healthy(k1));
     /* pod-a goes away, pod-b changes its bootstrap port (a new worker), a pod-d arrives */
     pdr_worker_conf_clear(&set[0]);
     set[0] = conf_of("http://10.1.0.4:30000", 8998);
     set[1].bootstrap_port = 9999;
-    CHECK(pdr_pool_reconcile(&p, PDR_SOURCE_KUBERNETES, PDR_ROLE_PREFILL, set, names, 2) == 4);
+    CHECK(pdr_pool_reconcile(&p, PDR_DEFAULT_POOL, PDR_SOURCE_KUBERNETES, PDR_ROLE_PREFILL, set, names, 2) ==
+          4);
     CHECK(pdr_worker_removed(k1) && pdr_pool_count(&p, PDR_ROLE_PREFILL) == 5);
     pdr_worker_unref(k1);
-    CHECK(pdr_pool_reconcile(&p, PDR_SOURCE_KUBERNETES, PDR_ROLE_PREFILL, NULL, NULL, 0) == 2);
+    CHECK(pdr_pool_reconcile(&p, PDR_DEFAULT_POOL, PDR_SOURCE_KUBERNETES, PDR_ROLE_PREFILL, NULL, NULL, 0) ==
+          2);
     CHECK(pdr_pool_count(&p, PDR_ROLE_PREFILL) == 3); /* 2 static + prefill-3 (admin) */
     for (int i = 0; i < 3; i++)
         pdr_worker_conf_clear(&set[i]);
@@ -432,12 +436,38 @@ static void test_pools(void)
           pdr_worker_healthy(cp));
     pdr_worker_unref(cp);
     CHECK(pdr_pool_pick(&p, "b", PDR_ROLE_DECODE, NULL, 0) == NULL);
-    /* Discovery has no pool to feed with pools: (a source still running across a reload adds nothing). */
-    pdr_worker_conf_t dc;
-    CHECK(pdr_worker_conf_parse_url("http://10.9.0.1:30000", &dc, NULL, 0) == 0);
-    CHECK(pdr_pool_reconcile(&p, PDR_SOURCE_DNS, PDR_ROLE_DECODE, &dc, NULL, 1) == 0 &&
-          pdr_pool_count(&p, PDR_ROLE_DECODE) == 4);
-    pdr_worker_conf_clear(&dc);
+    /* Discovery per pool: each pool's source reconciles that pool's workers only; a URL another pool's
+     * source brought first is not taken; a pool that is not configured gets nothing. */
+    pdr_worker_conf_t dc[3];
+    CHECK(pdr_worker_conf_parse_url("http://10.9.0.1:30000", &dc[0], NULL, 0) == 0 &&
+          pdr_worker_conf_parse_url("http://10.9.0.2:30000", &dc[1], NULL, 0) == 0 &&
+          pdr_worker_conf_parse_url("http://10.9.0.3:30000", &dc[2], NULL, 0) == 0);
+    const char *pods[3] = {"pod-1", "pod-2", "pod-3"};
+    CHECK(pdr_pool_reconcile(&p, "a", PDR_SOURCE_KUBERNETES, PDR_ROLE_DECODE, dc, pods, 2) == 2 &&
+          pdr_pool_count(&p, PDR_ROLE_DECODE) == 6);
+    pdr_worker_conf_t cset[2] = {dc[2], dc[0]}; /* shallow: 10.9.0.3 and a's 10.9.0.1 */
+    const char *cpods[2] = {"pod-3", "pod-1"};
+    CHECK(pdr_pool_reconcile(&p, "c", PDR_SOURCE_KUBERNETES, PDR_ROLE_DECODE, cset, cpods, 2) == 1 &&
+          pdr_pool_count(&p, PDR_ROLE_DECODE) == 7);
+    CHECK(pdr_pool_count_healthy_in(&p, "a", PDR_ROLE_DECODE) == 4 &&
+          pdr_pool_count_healthy_in(&p, "c", PDR_ROLE_DECODE) == 3);
+    /* a's set again unchanged: c's worker of the same source stays; then a's set empties. */
+    CHECK(pdr_pool_reconcile(&p, "a", PDR_SOURCE_KUBERNETES, PDR_ROLE_DECODE, dc, pods, 2) == 0);
+    CHECK(pdr_pool_reconcile(&p, "a", PDR_SOURCE_KUBERNETES, PDR_ROLE_DECODE, NULL, NULL, 0) == 2 &&
+          pdr_pool_count(&p, PDR_ROLE_DECODE) == 5 &&
+          pdr_pool_count_healthy_in(&p, "c", PDR_ROLE_DECODE) == 3);
+    /* 10.9.0.1 is free now: c's next set takes it. */
+    CHECK(pdr_pool_reconcile(&p, "c", PDR_SOURCE_KUBERNETES, PDR_ROLE_DECODE, cset, cpods, 2) == 1 &&
+          pdr_pool_count_healthy_in(&p, "c", PDR_ROLE_DECODE) == 4);
+    for (int i = 0; i < 20; i++) {
+        pdr_worker_t *w = pdr_pool_pick(&p, "c", PDR_ROLE_DECODE, NULL, 0);
+        CHECK(w != NULL && w->group == 1 && strcmp(w->pool, "c") == 0);
+        pdr_worker_unref(w);
+    }
+    CHECK(pdr_pool_reconcile(&p, PDR_DEFAULT_POOL, PDR_SOURCE_DNS, PDR_ROLE_DECODE, &dc[1], NULL, 1) == 0 &&
+          pdr_pool_count(&p, PDR_ROLE_DECODE) == 6);
+    for (int i = 0; i < 3; i++)
+        pdr_worker_conf_clear(&dc[i]);
     /* Back to the one-pool form: the pools are gone, their workers too; "default" gets its own. */
     pdr_config_t *c3 = make_config(1, 1, "round_robin", "round_robin");
     CHECK(c3 != NULL && pdr_pool_apply_config(&p, c3) > 0);
