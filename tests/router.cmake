@@ -33,8 +33,8 @@ target_link_libraries(fuzz_admin PRIVATE pdr_router)
 pdr_fuzz_corpus_test(router_admin_fuzz_corpus fuzz_admin admin 60)
 
 # Discovery scenarios (see test_discovery.py): Kubernetes against a replaying API server, DNS against
-# dnsmasq (skipped with 77 when dnsmasq is missing).
-foreach(s kubernetes dns)
+# dnsmasq (skipped with 77 when dnsmasq is missing); pools_kubernetes: a Kubernetes source per pool.
+foreach(s kubernetes dns pools_kubernetes)
   add_test(NAME router_discovery_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_discovery.py ${s})
   set_tests_properties(router_discovery_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

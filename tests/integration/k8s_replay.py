@@ -29,9 +29,11 @@ given with --namespace (404 otherwise). The test drives the state through /contr
   GET  /control/wait_watchers?role=R&n=N&timeout=S      waits until R has N open watches
   GET  /control/wait_request?role=R&watch=1&rv=RV&timeout=S   waits until such a request was seen
 
-SPEC: {"name", "role", "ip", "ready": bool, "phase": "Running", "port": 30000 or null, "ann": "9001"}.
+SPEC: {"name", "role", "ip", "ready": bool, "phase": "Running", "port": 30000 or null, "ann": "9001",
+"labels": {more pod labels, e.g. "model": "a"}}.
 A role R is the value of the pod label "role"; a selector belongs to R when a pod labelled
-{app: sglang, role: R} matches it. It prints "PORT N" once listening and exits when stdin closes.
+{app: sglang, role: R} matches its terms on the keys app and role (terms on other keys, such as a
+pool's model label, pick pods within the role). It prints "PORT N" once listening and exits when stdin closes.
 """
 import argparse
 import json
@@ -94,7 +96,11 @@ def parse_selector(sel):
 
 
 def matches(sel, labels):
-    for k, op, v in parse_selector(sel):
+    return matches_terms(parse_selector(sel), labels)
+
+
+def matches_terms(terms, labels):
+    for k, op, v in terms:
         have = labels.get(k)
         if op == "=" and have != v:
             return False
@@ -112,8 +118,9 @@ def matches(sel, labels):
 
 
 def selector_role(sel):
+    terms = [t for t in parse_selector(sel) if t[0] in ("app", "role")]
     for role in ("prefill", "decode"):
-        if matches(sel, {"app": "sglang", "role": role}):
+        if matches_terms(terms, {"app": "sglang", "role": role}):
             return role
     return None
 
@@ -135,7 +142,7 @@ def make_pod(st, spec, rv, old=None):
         "uid": old["metadata"]["uid"] if old else str(uuid.uuid4()),
         "resourceVersion": str(rv),
         "creationTimestamp": ts,
-        "labels": {"app": "sglang", "role": role, "pod-template-hash": "7d9f8c6b5"},
+        "labels": dict({"app": "sglang", "role": role, "pod-template-hash": "7d9f8c6b5"}, **spec.get("labels", {})),
         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "sglang-" + role,
                              "uid": "5f0c1a5e-0000-4000-8000-000000000001", "controller": True,
                              "blockOwnerDeletion": True}],

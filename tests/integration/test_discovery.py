@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
 from pdtest import check, request, request_json  # noqa: E402
 from test_admin import admin, slow_stream, stream_complete  # noqa: E402
+from test_pools import completion, counts, expect_routed, start_pool  # noqa: E402
 from test_router import BODIES, metric_value, router, sim, stats  # noqa: E402
 
 GEN = BODIES["/generate"]
@@ -58,8 +59,10 @@ class K8s:
         self.proc.wait(10)
 
 
-def pod(name, role, proc, ready=True, ann=True):
+def pod(name, role, proc, ready=True, ann=True, labels=None):
     spec = {"name": name, "role": role, "ip": "127.0.0.1", "ready": ready, "phase": "Running", "port": proc.port}
+    if labels:
+        spec["labels"] = labels
     if ann and role == "prefill":
         spec["ann"] = str(proc.ports["bport"])
     return spec
@@ -137,6 +140,95 @@ def scenario_kubernetes():
     finally:
         pdtest.stop_all()
         api.close()
+
+
+def pool_k8s_yaml(name, model, api, tok_path, prefill_sel, decode_sel):
+    return ("  - name: %s\n    models: [%s]\n    discovery:\n      kubernetes:\n"
+            "        api_server: http://127.0.0.1:%d\n        namespace: sglang\n        token_file: %s\n"
+            "        prefill: { selector: \"%s\" }\n        decode: { selector: \"%s\" }\n"
+            % (name, model, api.port, tok_path, prefill_sel, decode_sel))
+
+
+def scenario_pools_kubernetes():
+    """Discovery per pool: two pools, each with its own Kubernetes selectors (a "model" label on the pods),
+    and no static worker. Each pool gets only the pods its selectors match; a request for a model reaches
+    only its pool's discovered workers; a reload that changes one pool's prefill selector swaps that
+    pool's prefill for the newly selected pod and leaves the other pool's workers (and sources) alone;
+    a reload that removes a pool takes its discovered workers out."""
+    pools = [start_pool({"name": "alpha", "models": ["model-a"], "protocol": "sglang"}),
+             start_pool({"name": "beta", "models": ["model-b"], "protocol": "sglang"})]
+    spare = start_pool({"name": "gamma", "models": ["model-b"], "protocol": "sglang"})
+    fd, tok_path = tempfile.mkstemp(prefix="pdrouter-k8s-token-")
+    with os.fdopen(fd, "w") as f:
+        f.write("k8s-token\n")
+    api = K8s("k8s-token", "sglang")
+    try:
+        for p, m in ((pools[0], "a"), (pools[1], "b"), (spare, "c")):
+            api.put(pod("%s-prefill-0" % p["name"], "prefill", p["prefill"], labels={"model": m}),
+                    pod("%s-decode-0" % p["name"], "decode", p["decode"], labels={"model": m}))
+        sel = "app=sglang,role=%s,model=%s"
+        cfg = ("health: { interval_ms: 200 }\npools:\n" +
+               pool_k8s_yaml("alpha", "model-a", api, tok_path, sel % ("prefill", "a"), sel % ("decode", "a")) +
+               pool_k8s_yaml("beta", "model-b", api, tok_path, sel % ("prefill", "b"), sel % ("decode", "b")))
+        r = router([], [], config=cfg)
+        pdtest.poll_until(lambda: len(workers(r)) == 4, 5, "both pools' pods")
+        ws = workers(r)
+        check(sorted((w["pool"], w["role"], w["name"], w["source"]) for w in ws) ==
+              [("alpha", "decode", "alpha-decode-0", "kubernetes"), ("alpha", "prefill", "alpha-prefill-0", "kubernetes"),
+               ("beta", "decode", "beta-decode-0", "kubernetes"), ("beta", "prefill", "beta-prefill-0", "kubernetes")],
+              repr(ws), r)
+        check(all(w["url"] == "http://127.0.0.1:%d" % p[w["role"]].port
+                  for p in pools for w in ws if w["pool"] == p["name"]), repr(ws), r)
+        everyone = pools + [spare]
+        expect_routed(r, everyone, pools[0], "model-a", 3)
+        expect_routed(r, everyone, pools[1], "model-b", 3)
+        check(admin(r, "GET", "/admin/v1/status")["discovery"] == ["kubernetes"], "status", r)
+
+        # A pod of beta's joins beta only; leaving, it leaves beta only.
+        extra = sim("decode")
+        api.put(pod("beta-decode-1", "decode", extra, labels={"model": "b"}))
+        pdtest.poll_until(lambda: len(workers(r, "decode")) == 3, 5, "beta's new pod")
+        check([w["pool"] for w in workers(r, "decode") if w["name"] == "beta-decode-1"] == ["beta"],
+              repr(workers(r)), r)
+        api.control("delete", {"names": ["beta-decode-1"]})
+        pdtest.poll_until(lambda: len(workers(r, "decode")) == 2, 5, "beta's pod to leave")
+
+        # Reload: beta's prefill selector now picks gamma's pod (model=c); alpha's sources keep running.
+        alpha_ids = sorted(w["id"] for w in workers(r) if w["pool"] == "alpha")
+        with open(r.config_path) as f:
+            text = f.read()
+        with open(r.config_path, "w") as f:
+            f.write(text.replace(sel % ("prefill", "b"), sel % ("prefill", "c")))
+        out = admin(r, "POST", "/admin/v1/reload")
+        check(out["reloaded"] is True, repr(out), r)
+        pdtest.poll_until(lambda: [w["name"] for w in workers(r, "prefill") if w["pool"] == "beta"] ==
+                          ["gamma-prefill-0"], 5, "beta's new prefill")
+        check(sorted(w["id"] for w in workers(r) if w["pool"] == "alpha") == alpha_ids, repr(workers(r)), r)
+        check(sorted(w["name"] for w in workers(r)) ==
+              ["alpha-decode-0", "alpha-prefill-0", "beta-decode-0", "gamma-prefill-0"], repr(workers(r)), r)
+        before = counts(everyone)
+        for _ in range(3):
+            check(completion(r, "model-b")[0] == 200, "model-b after the reload", r)
+        after = counts(everyone)
+        check(after["gamma"][0] - before["gamma"][0] == 3 and after["beta"][0] == before["beta"][0] and
+              after["beta"][1] - before["beta"][1] == 3, "model-b after the reload: %r -> %r" % (before, after), r)
+        expect_routed(r, everyone, pools[0], "model-a", 2)
+        log = request_json(api.port, "GET", "/control/log")
+        check(any(e["selector"] == sel % ("prefill", "c") for e in log), "no list with the new selector", r)
+
+        # Reload without beta: its discovered workers leave; alpha stays.
+        with open(r.config_path, "w") as f:
+            f.write(text[:text.index("  - name: beta")])
+        out = admin(r, "POST", "/admin/v1/reload")
+        check(out["reloaded"] is True, repr(out), r)
+        pdtest.poll_until(lambda: len(workers(r)) == 2, 5, "beta's workers to leave")
+        check(sorted(w["id"] for w in workers(r)) == alpha_ids, repr(workers(r)), r)
+        check(completion(r, "model-b")[0] == 404, "model-b without its pool", r)
+        check(r.alive(), "router died", r)
+    finally:
+        pdtest.stop_all()
+        api.close()
+        os.unlink(tok_path)
 
 
 def start_dnsmasq(hosts_path):
