@@ -1,0 +1,107 @@
+/*
+ * The two policies of sglang's router that pdrouter's older ones lack: cache_aware (prefix affinity with
+ * a load-imbalance escape) and power_of_two (the less loaded of two random candidates). Any thread: the
+ * caller passes the candidates' ids and loads; cache_aware's only shared state is the tree, whose lock
+ * covers the whole decision.
+ */
+#include "routing.h"
+
+#include "err.h"
+#include "routing_internal.h"
+
+/* The least loaded candidate, the lowest index on a tie. */
+static size_t least_loaded(const uint64_t *loads, size_t n)
+{
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (loads[i] < loads[best])
+            best = i;
+    return best;
+}
+
+int pdr_cache_aware_pick(pdr_ptree_t *tree, const pdr_cache_aware_params_t *params, const uint64_t *ids,
+                         const uint64_t *loads, size_t n, const char *text, size_t len,
+                         pdr_cache_aware_decision_t *decision)
+{
+    if (n == 0)
+        return PDR_ENOWORKER;
+    if (tree == NULL || params == NULL || ids == NULL || loads == NULL || (text == NULL && len > 0) ||
+        n > INT32_MAX)
+        return PDR_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == 0)
+            return PDR_EINVAL;
+    if (text == NULL)
+        text = "";
+
+    uint64_t max = loads[0], min = loads[0];
+    for (size_t i = 1; i < n; i++) {
+        if (loads[i] > max)
+            max = loads[i];
+        if (loads[i] < min)
+            min = loads[i];
+    }
+    /* sglang: imbalanced when both the absolute and the relative spread exceed their thresholds. */
+    int imbalanced = max - min > params->balance_abs_threshold &&
+                     (double)max > (double)min * params->balance_rel_threshold;
+
+    size_t pick = 0;
+    pdr_cache_aware_decision_t why;
+    pdr__ptree_lock(tree);
+    if (imbalanced) {
+        pick = least_loaded(loads, n);
+        why = PDR_CACHE_AWARE_BALANCE;
+    } else {
+        size_t matched = 0;
+        const void *deepest = pdr__ptree_walk(tree, text, len, ids, n, &matched);
+        double rate = len > 0 ? (double)matched / (double)len : 0.0;
+        if (rate > params->cache_threshold) {
+            /* Every candidate holding the deepest node matches the same length: the least loaded wins. */
+            int found = 0;
+            for (size_t i = 0; i < n; i++)
+                if (pdr__ptree_node_holds(deepest, ids[i]) && (!found || loads[i] < loads[pick])) {
+                    pick = i;
+                    found = 1;
+                }
+            why = PDR_CACHE_AWARE_MATCH;
+        } else {
+            uint64_t best = 0;
+            for (size_t i = 0; i < n; i++) {
+                uint64_t c = pdr__ptree_chars_locked(tree, ids[i]);
+                if (i == 0 || c < best || (c == best && loads[i] < loads[pick])) {
+                    best = c;
+                    pick = i;
+                }
+            }
+            why = PDR_CACHE_AWARE_SMALLEST_TREE;
+        }
+    }
+    (void)pdr__ptree_insert_locked(tree, text, len, ids[pick]);
+    pdr__ptree_unlock(tree);
+    if (decision != NULL)
+        *decision = why;
+    return (int)pick;
+}
+
+uint64_t pdr_routing_rng_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+int pdr_power_of_two_pick(const uint64_t *loads, size_t n, uint64_t *rng_state)
+{
+    if (n == 0)
+        return PDR_ENOWORKER;
+    if (loads == NULL || rng_state == NULL || n > INT32_MAX)
+        return PDR_EINVAL;
+    if (n == 1)
+        return 0;
+    size_t a = (size_t)(pdr_routing_rng_next(rng_state) % n);
+    size_t b = (size_t)(pdr_routing_rng_next(rng_state) % (n - 1));
+    if (b >= a)
+        b++;
+    return (int)(loads[b] < loads[a] ? b : a);
+}

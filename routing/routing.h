@@ -1,0 +1,103 @@
+/*
+ * Request routing that needs state of its own: an approximate prefix tree of recent prompts (which worker
+ * has seen which prefix, by bytes, after sglang's router "approximate radix tree") and the two policies
+ * built on it or on loads alone, cache_aware and power_of_two. Plain C: no event-loop or HTTP types, so
+ * the router, the unit tests and the benchmark link the same code.
+ *
+ * Threads: a tree is shared by the router's loop threads; every call takes the tree's mutex for its whole
+ * duration (one cache_aware decision is one critical section: match, choice and insert). The pure
+ * functions (power_of_two, the bound) touch no shared state. The cost of the lock is measured in
+ * docs/benchmarks.md ("Routing: prefix tree cost"); docs/internals/routing.md describes the tree, its
+ * eviction and its memory bound.
+ */
+#ifndef PDR_ROUTING_H
+#define PDR_ROUTING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pdr_ptree pdr_ptree_t;
+
+/*
+ * A tree whose tenants (workers, by an opaque non-zero id) are each trimmed to max_chars bytes of prompt
+ * text: pdr_ptree_evict() trims every tenant above it (the periodic eviction), and an insert that takes
+ * its tenant past 2 * max_chars trims that tenant at once, so no tenant ever holds more than
+ * 2 * max_chars (the hard bound of pdr_ptree_bytes_bound()). max_chars must be at least 1. Returns NULL
+ * and sets *err (PDR_EINVAL, PDR_ENOMEM) on failure.
+ */
+pdr_ptree_t *pdr_ptree_new(uint64_t max_chars, int *err);
+void pdr_ptree_free(pdr_ptree_t *tree);
+
+/*
+ * Records that tenant has seen text[0..len): every node on the path gets the tenant with a fresh access
+ * stamp. Returns 0, PDR_EINVAL (tenant 0) or PDR_ENOMEM; on PDR_ENOMEM the tree stays consistent and
+ * holds a prefix of the text for the tenant.
+ */
+int pdr_ptree_insert(pdr_ptree_t *tree, const char *text, size_t len, uint64_t tenant);
+
+/*
+ * The longest prefix of text[0..len) that one of the tenants holds. With cand (n ids) only those tenants
+ * count; with cand NULL every tenant does. Returns the matched length in bytes and sets *tenant to the
+ * matching tenant (the most recently used one among those that match that far), or to 0 when nothing
+ * matches. Does not refresh access stamps (an insert does).
+ */
+size_t pdr_ptree_match(pdr_ptree_t *tree, const char *text, size_t len, const uint64_t *cand, size_t n,
+                       uint64_t *tenant);
+
+/* The bytes of prompt text that tenant holds (the size that cache_aware's "smallest tree" compares). */
+uint64_t pdr_ptree_tenant_chars(pdr_ptree_t *tree, uint64_t tenant);
+/* The number of tenants known to the tree. */
+size_t pdr_ptree_tenants(pdr_ptree_t *tree);
+/* Forgets a tenant: its stamps, its count, and the nodes no other tenant holds. */
+void pdr_ptree_remove_tenant(pdr_ptree_t *tree, uint64_t tenant);
+/*
+ * Trims every tenant holding more than max_chars bytes (0: the tree's own max_chars), least recently used
+ * leaves first, until it holds at most that. Returns 0, or PDR_ENOMEM when the eviction's heap could not
+ * be allocated (the tree stays consistent, some tenants untrimmed).
+ */
+int pdr_ptree_evict(pdr_ptree_t *tree, uint64_t max_chars);
+
+/* The bytes the tree has allocated now (its own exact count of every block it holds). */
+uint64_t pdr_ptree_bytes(pdr_ptree_t *tree);
+/* The most pdr_ptree_bytes() can reach with the given number of tenants and max_chars (see
+ * docs/internals/routing.md for the formula). */
+uint64_t pdr_ptree_bytes_bound(uint64_t tenants, uint64_t max_chars);
+
+/* sglang's cache_aware thresholds (its command line defaults: 0.3, 64, 1.5). */
+typedef struct pdr_cache_aware_params {
+    double cache_threshold;         /* match_len / prompt_len must exceed it for a cache hit */
+    uint64_t balance_abs_threshold; /* imbalanced when max - min load exceeds it ... */
+    double balance_rel_threshold;   /* ... and max load exceeds min load times it */
+} pdr_cache_aware_params_t;
+
+#define PDR_CACHE_AWARE_PARAMS_DEFAULT                                                                       \
+    {                                                                                                        \
+        0.3, 64, 1.5                                                                                         \
+    }
+
+typedef enum pdr_cache_aware_decision {
+    PDR_CACHE_AWARE_MATCH,         /* the candidate holding the longest prefix */
+    PDR_CACHE_AWARE_SMALLEST_TREE, /* match too short: the candidate holding the fewest bytes */
+    PDR_CACHE_AWARE_BALANCE,       /* loads imbalanced: the least loaded candidate */
+} pdr_cache_aware_decision_t;
+
+/*
+ * Picks one of n candidates (ids[i] non-zero, loads[i] their in-flight requests) for text[0..len) and
+ * records the text under the chosen one (in every case, as sglang does). Ties go to the lower load, then
+ * to the lower index. Returns the index, or PDR_ENOWORKER when n is 0, or PDR_EINVAL. A failed insert
+ * (out of memory) does not change the choice. decision, when not NULL, says which rule chose.
+ */
+int pdr_cache_aware_pick(pdr_ptree_t *tree, const pdr_cache_aware_params_t *params, const uint64_t *ids,
+                         const uint64_t *loads, size_t n, const char *text, size_t len,
+                         pdr_cache_aware_decision_t *decision);
+
+/*
+ * power_of_two: two distinct candidates drawn at random from *rng_state (advanced), the less loaded of
+ * the two (the first drawn on a tie). Returns the index, or PDR_ENOWORKER when n is 0.
+ */
+int pdr_power_of_two_pick(const uint64_t *loads, size_t n, uint64_t *rng_state);
+
+/* The generator power_of_two draws from (splitmix64): any seed, a new state and 64 bits per call. */
+uint64_t pdr_routing_rng_next(uint64_t *state);
+
+#endif

@@ -1,0 +1,483 @@
+/*
+ * Unit tests of routing/: the prefix tree (structure, matches, tenant sizes, removal, LRU eviction, the
+ * byte count and its bound, allocation failures, two threads) against a reference model, and the
+ * cache_aware and power_of_two decisions. ptree.c is included so that the checker can walk the nodes and
+ * so that its allocations go through a counting allocator that can fail the N-th call.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "err.h"
+
+static long alloc_calls, alloc_fail_at = -1;
+static void *t_malloc(size_t n)
+{
+    return ++alloc_calls == alloc_fail_at ? NULL : malloc(n);
+}
+static void *t_calloc(size_t a, size_t b)
+{
+    return ++alloc_calls == alloc_fail_at ? NULL : calloc(a, b);
+}
+static void *t_realloc(void *p, size_t n)
+{
+    return ++alloc_calls == alloc_fail_at ? NULL : realloc(p, n);
+}
+#define malloc t_malloc
+#define calloc t_calloc
+#define realloc t_realloc
+#include "../../routing/ptree.c"
+#include "../../routing/policy.c"
+#undef malloc
+#undef calloc
+#undef realloc
+
+/* Walks the whole tree and checks every invariant of ptree.c's opening comment; returns the problems. */
+static int tree_problems(pdr_ptree_t *t)
+{
+    int bad = 0;
+    uint64_t bytes = sizeof(*t) + t->captenants * sizeof(tenant_t) + t->root.capchildren * sizeof(node_t *);
+    uint64_t *chars = calloc(t->ntenants ? t->ntenants : 1, sizeof(uint64_t));
+    node_t *n = &t->root;
+    /* Preorder without a stack over all nodes. */
+    for (;;) {
+        node_t *next = NULL;
+        if (n->nchildren > 0)
+            next = n->children[0];
+        else {
+            node_t *c = n;
+            while (c != &t->root && next == NULL) {
+                node_t *p = c->parent;
+                int found;
+                uint32_t i = child_index(p, (unsigned char)c->label[0], &found);
+                if (!found || p->children[i] != c)
+                    bad++;
+                if (i + 1 < p->nchildren)
+                    next = p->children[i + 1];
+                c = p;
+            }
+        }
+        if (next == NULL)
+            break;
+        n = next;
+        bytes += sizeof(node_t) + n->len + n->capchildren * sizeof(node_t *) + n->captenants * sizeof(slot_t);
+        if (n->len == 0 || n->ntenants == 0 || n->nchildren > n->capchildren || n->ntenants > n->captenants)
+            bad++;
+        for (uint32_t i = 0; i + 1 < n->nchildren; i++)
+            if ((unsigned char)n->children[i]->label[0] >= (unsigned char)n->children[i + 1]->label[0])
+                bad++;
+        for (uint32_t i = 0; i < n->nchildren; i++)
+            if (n->children[i]->parent != n)
+                bad++;
+        for (uint32_t i = 0; i < n->ntenants; i++) {
+            if (n->parent != &t->root) {
+                slot_t *ps = node_slot(n->parent, n->tenants[i].id);
+                if (ps == NULL || ps->stamp < n->tenants[i].stamp)
+                    bad++;
+            }
+            tenant_t *te = tenant_find(t, n->tenants[i].id);
+            if (te == NULL)
+                bad++;
+            else
+                chars[te - t->tenants] += n->len;
+        }
+    }
+    for (size_t i = 0; i < t->ntenants; i++)
+        if (chars[i] != t->tenants[i].chars)
+            bad++;
+    if (bytes != t->bytes)
+        bad++;
+    free(chars);
+    return bad;
+}
+
+static void test_basic(void)
+{
+    int err;
+    pdr_ptree_t *t = pdr_ptree_new(1000, &err);
+    CHECK(t != NULL && err == 0);
+    CHECK(pdr_ptree_new(0, &err) == NULL && err == PDR_EINVAL);
+    uint64_t who;
+    CHECK(pdr_ptree_match(t, "abc", 3, NULL, 0, &who) == 0 && who == 0);
+    CHECK(pdr_ptree_insert(t, "hello world", 11, 1) == 0);
+    CHECK(pdr_ptree_insert(t, "hello there", 11, 2) == 0);
+    CHECK(pdr_ptree_insert(t, "x", 1, 0) == PDR_EINVAL);
+    CHECK(pdr_ptree_match(t, "hello world!", 12, NULL, 0, &who) == 11 && who == 1);
+    CHECK(pdr_ptree_match(t, "hello thx", 9, NULL, 0, &who) == 8 && who == 2);
+    /* Both hold "hello ": the more recent one (2) answers. */
+    CHECK(pdr_ptree_match(t, "hello xyz", 9, NULL, 0, &who) == 6 && who == 2);
+    uint64_t only1 = 1, only3 = 3;
+    CHECK(pdr_ptree_match(t, "hello there", 11, &only1, 1, &who) == 6 && who == 1);
+    CHECK(pdr_ptree_match(t, "hello there", 11, &only3, 1, &who) == 0 && who == 0);
+    CHECK(pdr_ptree_tenant_chars(t, 1) == 11 && pdr_ptree_tenant_chars(t, 2) == 11);
+    CHECK(pdr_ptree_tenant_chars(t, 3) == 0 && pdr_ptree_tenants(t) == 2);
+    /* A prefix of an existing label splits it; an empty insert only registers the tenant. */
+    CHECK(pdr_ptree_insert(t, "hel", 3, 3) == 0 && pdr_ptree_tenant_chars(t, 3) == 3);
+    CHECK(pdr_ptree_insert(t, "", 0, 4) == 0 && pdr_ptree_tenants(t) == 4);
+    CHECK(pdr_ptree_insert(t, "\xff\x00\x01", 3, 4) == 0);
+    CHECK(pdr_ptree_match(t, "\xff\x00\x02", 3, NULL, 0, &who) == 2 && who == 4);
+    CHECK(tree_problems(t) == 0);
+    uint64_t before = pdr_ptree_bytes(t);
+    pdr_ptree_remove_tenant(t, 1);
+    CHECK(pdr_ptree_tenants(t) == 3 && pdr_ptree_tenant_chars(t, 1) == 0);
+    CHECK(pdr_ptree_match(t, "hello world", 11, NULL, 0, &who) == 6 && who == 2);
+    CHECK(pdr_ptree_bytes(t) < before);
+    CHECK(tree_problems(t) == 0);
+    pdr_ptree_remove_tenant(t, 2);
+    pdr_ptree_remove_tenant(t, 3);
+    pdr_ptree_remove_tenant(t, 4);
+    pdr_ptree_remove_tenant(t, 9);
+    CHECK(pdr_ptree_tenants(t) == 0 && t->root.nchildren == 0);
+    CHECK(pdr_ptree_bytes(t) == sizeof(*t) && tree_problems(t) == 0);
+    pdr_ptree_free(t);
+}
+
+/* Eviction drops least recently used leaves first; the newest prompt survives. */
+static void test_evict_lru(void)
+{
+    int err;
+    pdr_ptree_t *t = pdr_ptree_new(1000, &err);
+    const char *p[] = {"system: be brief. user: first question", "system: be brief. user: second one",
+                       "system: be brief. user: third", "unrelated prompt"};
+    for (int i = 0; i < 4; i++)
+        CHECK(pdr_ptree_insert(t, p[i], strlen(p[i]), 7) == 0);
+    CHECK(pdr_ptree_insert(t, p[0], strlen(p[0]), 8) == 0);
+    /* Touch p[0] again for 7: p[1] is now its oldest leaf, then p[2]. */
+    CHECK(pdr_ptree_insert(t, p[0], strlen(p[0]), 7) == 0);
+    uint64_t total = pdr_ptree_tenant_chars(t, 7);
+    CHECK(total == strlen(p[0]) + strlen("second one") + strlen("third") + strlen(p[3]));
+    CHECK(pdr_ptree_evict(t, total - 1) == 0);
+    uint64_t who;
+    uint64_t c7 = 7;
+    CHECK(pdr_ptree_match(t, p[1], strlen(p[1]), &c7, 1, &who) == strlen("system: be brief. user: "));
+    CHECK(pdr_ptree_match(t, p[2], strlen(p[2]), &c7, 1, &who) == strlen(p[2]));
+    CHECK(pdr_ptree_tenant_chars(t, 7) == total - strlen("second one"));
+    CHECK(pdr_ptree_evict(t, strlen(p[0])) == 0);
+    CHECK(pdr_ptree_tenant_chars(t, 7) <= strlen(p[0]));
+    CHECK(pdr_ptree_match(t, p[0], strlen(p[0]), &c7, 1, &who) == strlen(p[0]) && who == 7);
+    CHECK(pdr_ptree_match(t, p[3], strlen(p[3]), &c7, 1, &who) == 0);
+    /* Tenant 8 is untouched by 7's eviction. */
+    CHECK(pdr_ptree_tenant_chars(t, 8) == strlen(p[0]));
+    CHECK(tree_problems(t) == 0);
+    /* The tree's own cap (0) and an insert past twice the cap. */
+    pdr_ptree_t *small = pdr_ptree_new(10, &err);
+    CHECK(pdr_ptree_insert(small, "0123456789abcdefghij", 20, 1) == 0 &&
+          pdr_ptree_tenant_chars(small, 1) == 20);
+    CHECK(pdr_ptree_insert(small, "Z", 1, 1) == 0 && pdr_ptree_tenant_chars(small, 1) <= 10);
+    CHECK(pdr_ptree_match(small, "Z", 1, NULL, 0, &who) == 1 && who == 1);
+    CHECK(pdr_ptree_insert(small, "0123", 4, 1) == 0 && pdr_ptree_evict(small, 0) == 0);
+    CHECK(pdr_ptree_tenant_chars(small, 1) <= 10 && tree_problems(small) == 0);
+    pdr_ptree_free(small);
+    pdr_ptree_free(t);
+}
+
+/* A reference: each tenant's set of inserted strings. */
+#define REF_MAX 512
+typedef struct ref {
+    char *s[8][REF_MAX];
+    size_t len[8][REF_MAX];
+    size_t n[8];
+} ref_t;
+
+static size_t lcp(const char *a, size_t al, const char *b, size_t bl)
+{
+    size_t i = 0;
+    while (i < al && i < bl && a[i] == b[i])
+        i++;
+    return i;
+}
+
+static int cmp_str(const void *x, const void *y)
+{
+    const char *const *a = x, *const *b = y;
+    return strcmp(*a, *b);
+}
+
+/* The distinct non-empty prefixes of a tenant's strings: its size in a trie. */
+static uint64_t ref_chars(ref_t *r, int t)
+{
+    char **v = malloc((r->n[t] + 1) * sizeof(char *));
+    memcpy(v, r->s[t], r->n[t] * sizeof(char *));
+    qsort(v, r->n[t], sizeof(char *), cmp_str);
+    uint64_t total = 0;
+    for (size_t i = 0; i < r->n[t]; i++)
+        total += strlen(v[i]) - (i ? lcp(v[i], strlen(v[i]), v[i - 1], strlen(v[i - 1])) : 0);
+    free(v);
+    return total;
+}
+
+static void random_text(uint64_t *rng, char *buf, size_t *len)
+{
+    /* Small alphabet and shared stems so that paths meet and split often. */
+    static const char *stems[] = {"", "sys:", "sys:hello ", "abc", "abcabc", "q"};
+    uint64_t r = pdr_routing_rng_next(rng);
+    const char *stem = stems[r % 6];
+    size_t n = strlen(stem);
+    memcpy(buf, stem, n);
+    size_t extra = (r >> 8) % 12;
+    for (size_t i = 0; i < extra; i++)
+        buf[n++] = "abcq: "[pdr_routing_rng_next(rng) % 6];
+    buf[n] = 0;
+    *len = n;
+}
+
+static void test_reference(void)
+{
+    int err;
+    pdr_ptree_t *t = pdr_ptree_new(1u << 20, &err);
+    static ref_t r;
+    uint64_t rng = 42;
+    char buf[64];
+    size_t len;
+    for (int step = 0; step < 3000; step++) {
+        random_text(&rng, buf, &len);
+        int ten = (int)(pdr_routing_rng_next(&rng) % 8);
+        if (pdr_routing_rng_next(&rng) % 3 == 0 || r.n[ten] == REF_MAX) {
+            /* A match over a random candidate set against the reference. */
+            uint64_t cand[8];
+            size_t nc = 0;
+            uint64_t mask = pdr_routing_rng_next(&rng);
+            for (int i = 0; i < 8; i++)
+                if (mask >> i & 1)
+                    cand[nc++] = (uint64_t)i + 1;
+            size_t best = 0;
+            for (size_t c = 0; c < nc; c++)
+                for (size_t k = 0; k < r.n[cand[c] - 1]; k++) {
+                    size_t l = lcp(buf, len, r.s[cand[c] - 1][k], r.len[cand[c] - 1][k]);
+                    best = l > best ? l : best;
+                }
+            uint64_t who;
+            size_t m = pdr_ptree_match(t, buf, len, cand, nc, &who);
+            CHECK(m == best);
+            if (m > 0) {
+                int holds = 0;
+                for (size_t k = 0; k < r.n[who - 1]; k++)
+                    holds |= lcp(buf, len, r.s[who - 1][k], r.len[who - 1][k]) == m;
+                CHECK(holds);
+            }
+            continue;
+        }
+        CHECK(pdr_ptree_insert(t, buf, len, (uint64_t)ten + 1) == 0);
+        r.s[ten][r.n[ten]] = strdup(buf);
+        r.len[ten][r.n[ten]++] = len;
+        if (step % 500 == 499) {
+            CHECK(tree_problems(t) == 0);
+            for (int i = 0; i < 8; i++)
+                CHECK(pdr_ptree_tenant_chars(t, (uint64_t)i + 1) == ref_chars(&r, i));
+        }
+        if (step == 2000) {
+            pdr_ptree_remove_tenant(t, 3);
+            for (size_t k = 0; k < r.n[2]; k++)
+                free(r.s[2][k]);
+            r.n[2] = 0;
+            CHECK(tree_problems(t) == 0);
+        }
+    }
+    for (int i = 0; i < 8; i++)
+        for (size_t k = 0; k < r.n[i]; k++)
+            free(r.s[i][k]);
+    pdr_ptree_free(t);
+}
+
+/* The byte count is exact (tree_problems recomputes it) and never passes the documented bound. */
+static void test_memory_bound(void)
+{
+    int err;
+    const uint64_t cap = 300;
+    pdr_ptree_t *t = pdr_ptree_new(cap, &err);
+    uint64_t rng = 7, peak = 0;
+    char buf[64];
+    size_t len;
+    for (int step = 0; step < 20000; step++) {
+        random_text(&rng, buf, &len);
+        uint64_t ten = pdr_routing_rng_next(&rng) % 4 + 1;
+        CHECK(pdr_ptree_insert(t, buf, len, ten) == 0);
+        CHECK(pdr_ptree_tenant_chars(t, ten) <= 2 * cap);
+        uint64_t b = pdr_ptree_bytes(t);
+        peak = b > peak ? b : peak;
+        if (step % 1000 == 0)
+            CHECK(pdr_ptree_evict(t, 0) == 0 && tree_problems(t) == 0);
+    }
+    CHECK(peak <= pdr_ptree_bytes_bound(4, cap));
+    /* The bound's per-character term, as docs/internals/routing.md states it. */
+    CHECK(pdr_ptree_bytes_bound(1, 1) - pdr_ptree_bytes_bound(0, 1) == sizeof(tenant_t) + 2 * 81);
+    CHECK(sizeof(node_t) == 56 && sizeof(slot_t) == 16);
+    /* A worst case: prompts that grow one byte at a time make one-byte nodes. */
+    pdr_ptree_t *w = pdr_ptree_new(cap, &err);
+    char big[700];
+    memset(big, 'a', sizeof(big));
+    for (size_t i = 1; i <= sizeof(big); i++) {
+        big[i - 1] = (char)('a' + i % 7);
+        CHECK(pdr_ptree_insert(w, big, i, 1) == 0);
+        CHECK(pdr_ptree_bytes(w) <= pdr_ptree_bytes_bound(1, cap));
+    }
+    CHECK(tree_problems(w) == 0);
+    pdr_ptree_free(w);
+    pdr_ptree_free(t);
+}
+
+/* Every allocation of a sequence fails in turn: the call reports PDR_ENOMEM or succeeds, and the tree
+ * stays consistent (ASan checks that nothing leaks). */
+static void test_alloc_failures(void)
+{
+    for (long fail = 1; fail < 400; fail++) {
+        alloc_calls = 0;
+        alloc_fail_at = fail;
+        int err;
+        pdr_ptree_t *t = pdr_ptree_new(40, &err);
+        if (t == NULL) {
+            CHECK(err == PDR_ENOMEM);
+            continue;
+        }
+        uint64_t rng = 3;
+        char buf[64];
+        size_t len;
+        for (int i = 0; i < 60; i++) {
+            random_text(&rng, buf, &len);
+            int rc = pdr_ptree_insert(t, buf, len, (uint64_t)(i % 3) + 1);
+            CHECK(rc == 0 || rc == PDR_ENOMEM);
+            if (i % 20 == 19) {
+                rc = pdr_ptree_evict(t, 10);
+                CHECK(rc == 0 || rc == PDR_ENOMEM);
+            }
+            if (i == 45)
+                pdr_ptree_remove_tenant(t, 2);
+        }
+        CHECK(tree_problems(t) == 0);
+        pdr_ptree_free(t);
+    }
+    alloc_fail_at = -1;
+}
+
+static void test_cache_aware(void)
+{
+    int err;
+    pdr_ptree_t *t = pdr_ptree_new(1u << 20, &err);
+    pdr_cache_aware_params_t p = PDR_CACHE_AWARE_PARAMS_DEFAULT;
+    uint64_t ids[3] = {11, 22, 33}, loads[3] = {0, 0, 0};
+    pdr_cache_aware_decision_t d;
+    const char *a = "You are a helpful assistant. Summarize the following document: lorem ipsum";
+    const char *b = "Translate into French: the cat sat on the mat";
+    CHECK(pdr_cache_aware_pick(t, &p, ids, loads, 0, a, strlen(a), &d) == PDR_ENOWORKER);
+    uint64_t zero[1] = {0};
+    CHECK(pdr_cache_aware_pick(t, &p, zero, loads, 1, a, strlen(a), &d) == PDR_EINVAL);
+    /* Empty tree: smallest tree, the lowest index on a tie. */
+    CHECK(pdr_cache_aware_pick(t, &p, ids, loads, 3, a, strlen(a), &d) == 0 &&
+          d == PDR_CACHE_AWARE_SMALLEST_TREE);
+    /* A different prompt: 0 holds bytes now, so 1 (smallest, lower index than 2). */
+    CHECK(pdr_cache_aware_pick(t, &p, ids, loads, 3, b, strlen(b), &d) == 1 &&
+          d == PDR_CACHE_AWARE_SMALLEST_TREE);
+    /* The same prefix again goes back to its holder, whatever the small load difference. */
+    loads[0] = 5;
+    CHECK(pdr_cache_aware_pick(t, &p, ids, loads, 3, a, strlen(a) - 3, &d) == 0 &&
+          d == PDR_CACHE_AWARE_MATCH);
+    CHECK(pdr_cache_aware_pick(t, &p, ids, loads, 3, b, strlen(b), &d) == 1 && d == PDR_CACHE_AWARE_MATCH);
+    /* Short match (under 30%): smallest tree, which is 2 (nothing yet). */
+    CHECK(pdr_cache_aware_pick(t, &p, ids, loads, 3, "You are xyz but different and long enough", 41, &d) ==
+              2 &&
+          d == PDR_CACHE_AWARE_SMALLEST_TREE);
+    /* Imbalance: both spreads must exceed the thresholds (100 - 0 > 64 and 100 > 0 * 1.5). */
+    loads[0] = 100;
+    loads[1] = 0;
+    loads[2] = 3;
+    CHECK(pdr_cache_aware_pick(t, &p, ids, loads, 3, a, strlen(a), &d) == 1 && d == PDR_CACHE_AWARE_BALANCE);
+    /* Balance mode still records the prompt under its choice: 1 now holds a too. */
+    uint64_t who, c1 = 22;
+    CHECK(pdr_ptree_match(t, a, strlen(a), &c1, 1, &who) == strlen(a));
+    /* Absolute spread over 64 but relative under 1.5: not imbalanced. */
+    loads[0] = 200;
+    loads[1] = 150;
+    loads[2] = 150;
+    CHECK(pdr_cache_aware_pick(t, &p, ids, loads, 3, b, strlen(b), &d) == 1 && d == PDR_CACHE_AWARE_MATCH);
+    /* Two holders of the full prompt (0 and 1): the less loaded. */
+    loads[0] = 10;
+    loads[1] = 20;
+    loads[2] = 0;
+    CHECK(pdr_cache_aware_pick(t, &p, ids, loads, 3, a, strlen(a), &d) == 0 && d == PDR_CACHE_AWARE_MATCH);
+    /* The threshold is strict (sglang: match_rate > cache_threshold). */
+    pdr_cache_aware_params_t half = {0.5, 64, 1.5};
+    loads[0] = loads[1] = loads[2] = 0;
+    CHECK(pdr_cache_aware_pick(t, &half, ids, loads, 3, "Translate XXXXXXXXXXX", 20, &d) >= 0 &&
+          d == PDR_CACHE_AWARE_SMALLEST_TREE); /* "Translate " is 10 of 20 */
+    /* A candidate outside the set does not count: only 2 is offered. */
+    CHECK(pdr_cache_aware_pick(t, &p, &ids[2], &loads[2], 1, a, strlen(a), &d) == 0);
+    /* An empty prompt: a rate of 0, smallest tree. */
+    CHECK(pdr_cache_aware_pick(t, &p, ids, loads, 3, NULL, 0, &d) >= 0 && d == PDR_CACHE_AWARE_SMALLEST_TREE);
+    CHECK(tree_problems(t) == 0);
+    pdr_ptree_free(t);
+}
+
+static void test_power_of_two(void)
+{
+    uint64_t rng = 1;
+    uint64_t loads[4] = {5, 1, 9, 3};
+    CHECK(pdr_power_of_two_pick(loads, 0, &rng) == PDR_ENOWORKER);
+    CHECK(pdr_power_of_two_pick(loads, 1, &rng) == 0);
+    int hits[4] = {0};
+    for (int i = 0; i < 4000; i++) {
+        int k = pdr_power_of_two_pick(loads, 4, &rng);
+        CHECK(k >= 0 && k < 4);
+        hits[k]++;
+    }
+    /* The most loaded never wins a pair; the least loaded wins every pair it is in (half of them). */
+    CHECK(hits[2] == 0);
+    CHECK(hits[1] > 1800 && hits[1] < 2200);
+    CHECK(hits[0] > 0 && hits[3] > hits[0]);
+    /* Two candidates: always both drawn, the less loaded wins. */
+    uint64_t two[2] = {4, 2};
+    for (int i = 0; i < 100; i++)
+        CHECK(pdr_power_of_two_pick(two, 2, &rng) == 1);
+}
+
+typedef struct worker_arg {
+    pdr_ptree_t *t;
+    uint64_t seed;
+} worker_arg_t;
+
+static void *hammer(void *arg)
+{
+    worker_arg_t *w = arg;
+    pdr_cache_aware_params_t p = PDR_CACHE_AWARE_PARAMS_DEFAULT;
+    uint64_t ids[3] = {1, 2, 3}, loads[3] = {0, 0, 0};
+    char buf[64];
+    size_t len;
+    for (int i = 0; i < 5000; i++) {
+        random_text(&w->seed, buf, &len);
+        loads[i % 3] = (uint64_t)(i % 7);
+        pdr_cache_aware_pick(w->t, &p, ids, loads, 3, buf, len, NULL);
+        if (i % 1000 == 999)
+            pdr_ptree_evict(w->t, 50);
+    }
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    int err;
+    pdr_ptree_t *t = pdr_ptree_new(200, &err);
+    pthread_t th[3];
+    worker_arg_t args[3] = {{t, 1}, {t, 2}, {t, 3}};
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, hammer, &args[i]);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    CHECK(tree_problems(t) == 0);
+    for (uint64_t i = 1; i <= 3; i++)
+        CHECK(pdr_ptree_tenant_chars(t, i) <= 400);
+    pdr_ptree_free(t);
+}
+
+int main(void)
+{
+    test_basic();
+    test_evict_lru();
+    test_reference();
+    test_memory_bound();
+    test_alloc_failures();
+    test_cache_aware();
+    test_power_of_two();
+    test_threads();
+    CHECK_DONE();
+}
