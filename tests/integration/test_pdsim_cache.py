@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
 from pdtest import request, request_json, check  # noqa: E402
 
-US_PER_TOKEN = 2000  # 2 ms per computed prompt token
+US_PER_TOKEN = 4000  # 4 ms per computed prompt token
 
 
 def words(tag, n):
@@ -39,8 +39,8 @@ def test_hits(p):
     check(m1["prompt_tokens"] == 100 and m1["cached_tokens"] == 0, repr(m1), p)
     m2, t2 = gen(p.port, system + " " + words("ub", 20))
     check(m2["cached_tokens"] == 80, "shared 80-token prefix: %r" % m2, p)
-    # 100 tokens computed take at least 200 ms; 20 take about 40 ms.
-    check(t1 >= 0.2 and t2 < t1 - 0.08, "prefill times %.3f then %.3f s" % (t1, t2), p)
+    # 100 tokens computed take at least 400 ms; 20 take about 80 ms.
+    check(t1 >= 0.4 and t2 < t1 - 0.2, "prefill times %.3f then %.3f s" % (t1, t2), p)
     st = cache_stats(p)
     check(st["enabled"] and st["hit_tokens"] == 80 and st["miss_tokens"] == 120, repr(st), p)
     check(st["blocks"] == 6 + 1 and st["block_tokens"] == 16 and st["evicted_blocks"] == 0, repr(st), p)
