@@ -16,3 +16,9 @@ target_include_directories(test_pdsim_pcache PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
 target_link_libraries(test_pdsim_pcache PRIVATE pdr_common PkgConfig::UV)
 add_test(NAME pdsim_unit_pcache COMMAND test_pdsim_pcache)
 set_tests_properties(pdsim_unit_pcache PROPERTIES TIMEOUT 60)
+
+# pdsim's prefix cache end to end (--prefix-cache-tokens): hits, prefill time, stats, LRU eviction.
+add_test(NAME pdsim_prefix_cache
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pdsim_cache.py)
+set_tests_properties(pdsim_prefix_cache PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
