@@ -38,7 +38,7 @@ done
 "$BUILD/pdrouter" --pd-disaggregation --host 127.0.0.1 --port "$PORT" --admin-port 0 --access-log off \
     --prefill "http://127.0.0.1:$((PORT + 1))" $((PORT + 11)) --prefill "http://127.0.0.1:$((PORT + 2))" $((PORT + 12)) \
     --decode "http://127.0.0.1:$((PORT + 3))" --decode "http://127.0.0.1:$((PORT + 4))" \
-    --prefill-policy "$POLICY" >"$OUT/router.log" 2>&1 &
+    --prefill-policy "$POLICY" --drain-grace-ms 0 >"$OUT/router.log" 2>&1 &
 pids="$pids $!"
 "$BUILD/pdbench" --url "http://127.0.0.1:$PORT" --health-url "http://127.0.0.1:$PORT/readiness" --quiet \
     --profiles "$ISL/$OSL" --concurrency "$CONCURRENCY" --requests "$REQUESTS" --seed "$SEED" --warmup 0 \
