@@ -1,6 +1,6 @@
 # pdsim: the simulated inference worker (tests/sim/) and its tests. Included by tests/CMakeLists.txt;
 # the binary lands in the build root (CMAKE_RUNTIME_OUTPUT_DIRECTORY).
-add_executable(pdsim sim/main.c sim/server.c sim/model.c)
+add_executable(pdsim sim/main.c sim/server.c sim/model.c sim/prefix_cache.c)
 target_include_directories(pdsim PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/sim ${PROJECT_SOURCE_DIR}/worker-shim)
 target_link_libraries(pdsim PRIVATE pdshim pdr_common PkgConfig::H2O PkgConfig::UV PkgConfig::SSL
                                     PkgConfig::JANSSON Threads::Threads)
@@ -8,4 +8,17 @@ target_link_libraries(pdsim PRIVATE pdshim pdr_common PkgConfig::H2O PkgConfig::
 add_test(NAME pdsim_integration
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pdsim.py)
 set_tests_properties(pdsim_integration PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+
+# pdsim's prefix cache, as pure code.
+add_executable(test_pdsim_pcache unit/test_pdsim_pcache.c sim/prefix_cache.c sim/model.c)
+target_include_directories(test_pdsim_pcache PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/sim ${PROJECT_SOURCE_DIR}/worker-shim)
+target_link_libraries(test_pdsim_pcache PRIVATE pdr_common PkgConfig::UV)
+add_test(NAME pdsim_unit_pcache COMMAND test_pdsim_pcache)
+set_tests_properties(pdsim_unit_pcache PROPERTIES TIMEOUT 60)
+
+# pdsim's prefix cache end to end (--prefix-cache-tokens): hits, prefill time, stats, LRU eviction.
+add_test(NAME pdsim_prefix_cache
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pdsim_cache.py)
+set_tests_properties(pdsim_prefix_cache PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
                      ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")

@@ -48,7 +48,8 @@ typedef struct slot {
     int64_t events_tokens; /* tokens counted from events */
     int64_t cum_reported;  /* /generate: the last meta_info.completion_tokens */
     int64_t usage_tokens;  /* OpenAI: usage.completion_tokens when a usage chunk came */
-    int64_t prompt_tokens;
+    int64_t prompt_tokens, cached_tokens;
+    uint64_t seq; /* requests this slot started in the run (multi-turn: its conversations' turns) */
     int got_done, error_event, checked_type;
     char stream_cause[32];
     char detail[160];
@@ -164,20 +165,20 @@ static int put_json_string(pdr_buf_t *b, const char *s)
     return r == 0 ? put(b, "\"") : r;
 }
 
-/* The prompt: isl words drawn uniformly from WORDS, separated by single spaces, or isl token ids in
- * [1000, 31000) for --input-ids. */
-static int put_prompt(pdr_buf_t *b, int isl, int ids, uint64_t seed)
+/* Appends n words drawn uniformly from WORDS (or token ids in [1000, 31000) for --input-ids) from the
+ * PRNG state seed; *count is the number of words already in the prompt (for the separators). */
+static int put_words(pdr_buf_t *b, int n, int ids, uint64_t seed, int *count)
 {
     int r = 0;
     char num[24];
-    for (int i = 0; r == 0 && i < isl; i++) {
+    for (int i = 0; r == 0 && i < n; i++, (*count)++) {
         uint64_t x = splitmix64(&seed);
         if (ids) {
-            int n =
-                snprintf(num, sizeof(num), "%s%llu", i ? "," : "", (unsigned long long)(1000 + x % 30000));
-            r = pdr_buf_append(b, num, (size_t)n, BODY_LIMIT);
+            int k = snprintf(num, sizeof(num), "%s%llu", *count ? "," : "",
+                             (unsigned long long)(1000 + x % 30000));
+            r = pdr_buf_append(b, num, (size_t)k, BODY_LIMIT);
         } else {
-            if (i > 0)
+            if (*count > 0)
                 r = pdr_buf_append(b, " ", 1, BODY_LIMIT);
             if (r == 0)
                 r = put(b, WORDS[x & 255]);
@@ -186,7 +187,46 @@ static int put_prompt(pdr_buf_t *b, int isl, int ids, uint64_t seed)
     return r;
 }
 
-static int build_body(const bench_t *b, const pdb_run_t *run, uint64_t seed, pdr_buf_t *out)
+/* A PRNG state for one part of a workload: a function of --seed, a tag and two numbers only. */
+static uint64_t part_seed(const pdb_opts_t *o, uint64_t tag, uint64_t a, uint64_t c)
+{
+    uint64_t s = o->seed ^ tag;
+    s = splitmix64(&s) ^ a;
+    s = splitmix64(&s) ^ c;
+    return splitmix64(&s);
+}
+
+/* The prompt of a request whose PRNG state is seed, by --workload:
+ *  random:        isl words from seed;
+ *  shared-prefix: system prompt k (prefix_tokens words from part_seed("sys", k), k drawn from seed
+ *                 modulo prefixes), then isl - prefix_tokens words from seed;
+ *  multi-turn:    conversation `conv` at turn `turn`: user turn 0, answer 0, user turn 1, ... user turn
+ *                 `turn`, each user turn isl words and each answer osl words, all from part_seed(conv, j).
+ *                 The answers are synthesized, not the server's: the prompts do not depend on what the
+ *                 server said, so a seed gives the same prompts against any server. */
+static int put_prompt(const pdb_opts_t *o, const pdb_run_t *run, pdr_buf_t *b, uint64_t seed, uint64_t conv,
+                      int turn)
+{
+    int count = 0, r = 0;
+    if (o->workload == PDB_WL_SHARED_PREFIX) {
+        uint64_t k = splitmix64(&seed) % (uint64_t)o->prefixes;
+        r = put_words(b, o->prefix_tokens, o->input_ids, part_seed(o, 0x73797370ull, k, 0), &count);
+        return r == 0 ? put_words(b, run->isl - o->prefix_tokens, o->input_ids, seed, &count) : r;
+    }
+    if (o->workload == PDB_WL_MULTI_TURN) {
+        for (int j = 0; r == 0 && j <= turn; j++) {
+            r = put_words(b, run->isl, o->input_ids, part_seed(o, 0x75736572ull, conv, (uint64_t)j), &count);
+            if (r == 0 && j < turn)
+                r = put_words(b, run->osl, o->input_ids, part_seed(o, 0x616e7377ull, conv, (uint64_t)j),
+                              &count);
+        }
+        return r;
+    }
+    return put_words(b, run->isl, o->input_ids, seed, &count);
+}
+
+static int build_body(const bench_t *b, const pdb_run_t *run, uint64_t seed, uint64_t conv, int turn,
+                      pdr_buf_t *out)
 {
     const pdb_opts_t *o = &b->o;
     char tail[256];
@@ -195,7 +235,7 @@ static int build_body(const bench_t *b, const pdb_run_t *run, uint64_t seed, pdr
     if (o->api == PDB_API_GENERATE) {
         r = put(out, o->input_ids ? "{\"input_ids\":[" : "{\"text\":\"");
         if (r == 0)
-            r = put_prompt(out, run->isl, o->input_ids, seed);
+            r = put_prompt(o, run, out, seed, conv, turn);
         snprintf(tail, sizeof(tail),
                  "%s,\"sampling_params\":{\"max_new_tokens\":%d,%s\"temperature\":%g},\"stream\":true}",
                  o->input_ids ? "]" : "\"", run->osl, o->ignore_eos ? "\"ignore_eos\":true," : "",
@@ -208,7 +248,7 @@ static int build_body(const bench_t *b, const pdb_run_t *run, uint64_t seed, pdr
             r = put(out, o->api == PDB_API_COMPLETIONS ? ",\"prompt\":\""
                                                        : ",\"messages\":[{\"role\":\"user\",\"content\":\"");
         if (r == 0)
-            r = put_prompt(out, run->isl, 0, seed);
+            r = put_prompt(o, run, out, seed, conv, turn);
         snprintf(tail, sizeof(tail),
                  "\"%s,\"max_tokens\":%d,%s\"temperature\":%g,\"stream\":true,"
                  "\"stream_options\":{\"include_usage\":true}}",
@@ -281,6 +321,8 @@ static int on_event(void *arg, const char *d, size_t n)
     }
     if (ev.prompt >= 0)
         s->prompt_tokens = ev.prompt;
+    if (ev.cached >= 0)
+        s->cached_tokens = ev.cached;
     int64_t delta = 0;
     if (s->b->o.api == PDB_API_GENERATE) {
         if (ev.completion >= 0) {
@@ -365,7 +407,7 @@ static void slot_reset(slot_t *s)
     pdb_sse_free(&s->sse);
     pdb_sse_init(&s->sse, EVENT_LIMIT);
     s->events_tokens = s->cum_reported = 0;
-    s->usage_tokens = s->prompt_tokens = -1;
+    s->usage_tokens = s->prompt_tokens = s->cached_tokens = -1;
     s->got_done = s->error_event = s->checked_type = 0;
     s->stream_cause[0] = s->detail[0] = '\0';
     s->overhead_us = NAN;
@@ -443,6 +485,7 @@ static void on_req_done(pdr_leg_t *leg, int err)
     q.overhead_us = NAN;
     q.ok = judge(s, err, &q);
     q.prompt_tokens = s->prompt_tokens;
+    q.cached_tokens = s->cached_tokens;
     q.e2e_ms = (double)(end - s->t0_us) / 1000.0;
     q.ttft_ms = s->events_tokens > 0 ? (double)(s->first_us - s->t0_us) / 1000.0 : -1;
     q.tpot_ms = q.tokens > 1 && s->events_tokens > 0 ? (q.e2e_ms - q.ttft_ms) / (double)(q.tokens - 1) : -1;
@@ -481,7 +524,12 @@ static int slot_start(bench_t *b, slot_t *s, uint64_t index, int warmup)
     pdb_run_t *run = &b->runs[b->cur];
     slot_reset(s);
     s->warmup = warmup;
-    int r = build_body(b, run, request_seed(&b->o, run, index), &s->body);
+    /* Multi-turn: slot k runs conversations k, k + c, k + 2c, ... (c = concurrency), each for --turns
+     * requests in order, so a turn is sent only after the previous one was answered. */
+    uint64_t c = (uint64_t)run->concurrency, k = (uint64_t)(s - b->slots), T = (uint64_t)b->o.turns;
+    uint64_t conv = k + c * (s->seq / T) + c * 1000003ull * (uint64_t)run->repeat;
+    int turn = (int)(s->seq % T);
+    int r = build_body(b, run, request_seed(&b->o, run, index), conv, turn, &s->body);
     if (r != 0) {
         fprintf(stderr, "pdbench: cannot build a %d-token request body: %s\n", run->isl, pdr_strerror(r));
         return r;
@@ -495,6 +543,8 @@ static int slot_start(bench_t *b, slot_t *s, uint64_t index, int warmup)
     }
     s->active = 1;
     b->active++;
+    if (!warmup)
+        s->seq++;
     return 0;
 }
 
@@ -506,11 +556,19 @@ static void progress(bench_t *b, int final)
         return;
     const pdb_run_t *r = &b->runs[b->cur];
     size_t failed = 0;
-    int64_t toks = 0;
+    int64_t toks = 0, cached = 0, prompt = 0;
     for (size_t i = 0; i < r->n_reqs; i++) {
-        failed += !r->reqs[i].ok;
-        toks += r->reqs[i].ok ? r->reqs[i].tokens : 0;
+        const pdb_req_t *q = &r->reqs[i];
+        failed += !q->ok;
+        toks += q->ok ? q->tokens : 0;
+        if (q->ok && q->cached_tokens >= 0 && q->prompt_tokens >= 0) {
+            cached += q->cached_tokens;
+            prompt += q->prompt_tokens;
+        }
     }
+    char hit[32] = "";
+    if (prompt > 0)
+        snprintf(hit, sizeof(hit), ", cache hit %.1f%%", 100.0 * (double)cached / (double)prompt);
     uint64_t now = final && b->last_end_us ? b->last_end_us : pdr_now_us();
     double el = b->measure_t0_us && now > b->measure_t0_us ? (double)(now - b->measure_t0_us) / 1e6 : 0;
     char plan[32];
@@ -521,9 +579,9 @@ static void progress(bench_t *b, int final)
     const char *ph = b->phase == PH_HEALTH ? "health gate" : b->phase == PH_WARMUP ? "warm-up" : "";
     char line[256];
     int n = snprintf(line, sizeof(line),
-                     "[%zu/%zu] %d/%d c=%d r%d: %s%s%zu%s done, %zu failed, %.0f tok/s, %.1fs", b->cur + 1,
+                     "[%zu/%zu] %d/%d c=%d r%d: %s%s%zu%s done, %zu failed, %.0f tok/s%s, %.1fs", b->cur + 1,
                      b->n_runs, r->isl, r->osl, r->concurrency, r->repeat + 1, ph, ph[0] ? ", " : "",
-                     r->n_reqs, plan, failed, el > 0 ? (double)toks / el : 0.0, el);
+                     r->n_reqs, plan, failed, el > 0 ? (double)toks / el : 0.0, hit, el);
     if (n < 0)
         return;
     if (b->tty)
@@ -560,10 +618,14 @@ static int more_to_start(const bench_t *b)
 
 static void start_more(bench_t *b)
 {
+    const pdb_run_t *run = &b->runs[b->cur];
     for (size_t i = 0; i < b->n_slots && more_to_start(b); i++) {
         slot_t *s = &b->slots[i];
         if (s->active)
             continue;
+        if (b->o.workload == PDB_WL_MULTI_TURN && run->planned != 0 &&
+            s->seq >= run->planned / b->n_slots + (i < run->planned % b->n_slots))
+            continue; /* this slot's share is sent: which requests run depends on --seed only */
         if (slot_start(b, s, b->started, 0) != 0) {
             b->interrupted = b->fatal = 1;
             break;
@@ -582,6 +644,8 @@ static void begin_measure(bench_t *b)
     b->measure_t0_us = b->last_end_us = pdr_now_us();
     b->deadline_us = b->measure_t0_us + (uint64_t)(b->o.duration * 1e6);
     b->n_slots = (size_t)run->concurrency;
+    for (size_t i = 0; i < b->n_slots; i++)
+        b->slots[i].seq = 0;
     start_more(b);
 }
 
@@ -784,6 +848,16 @@ static const char USAGE[] =
     "  --repeats N            runs per profile and concurrency (default 1)\n"
     "  --seed N               prompt seed (default 1): the same seed sends the same prompts\n"
     "  --warmup N             warm-up requests per run, not measured: 0 or 1 (default 1)\n"
+    "  --workload W           random (default): independent prompts of ISL words;\n"
+    "                         shared-prefix: one of --prefixes K system prompts of --prefix-tokens P\n"
+    "                         words (picked by the seeded PRNG), then a unique suffix of ISL - P words;\n"
+    "                         multi-turn: conversations of --turns T requests, each prompt the previous\n"
+    "                         one + a synthesized answer of OSL words + a new user turn of ISL words\n"
+    "                         (turn t sends (t+1) x ISL + t x OSL tokens; conversations interleave over\n"
+    "                         the concurrency slots, each slot sends its turns in order)\n"
+    "  --prefixes K           shared-prefix: system prompts (default 4)\n"
+    "  --prefix-tokens P      shared-prefix: tokens of each (required; at most every profile's ISL)\n"
+    "  --turns T              multi-turn: requests per conversation (default 4)\n"
     "\n"
     "Health and time limits\n"
     "  --health-url URL       GET before every run until it answers 200 (default URL/health)\n"
@@ -905,6 +979,8 @@ static int parse_args(int argc, char **argv, pdb_opts_t *o)
     o->repeats = 1;
     o->seed = 1;
     o->warmup = 1;
+    o->prefixes = 4;
+    o->turns = 4;
     o->health_timeout_s = 60;
     o->timeout_s = 600;
     o->connect_timeout_ms = 5000;
@@ -992,6 +1068,31 @@ static int parse_args(int argc, char **argv, pdb_opts_t *o)
             if (pdr_parse_int64(v, strlen(v), 0, INT64_MAX, &s) != 0)
                 return usage_error("--seed %s: expected a non-negative integer%s", v, "");
             o->seed = (uint64_t)s;
+        } else if (strcmp(a, "--workload") == 0) {
+            NEEDV();
+            if (strcmp(v, "random") == 0)
+                o->workload = PDB_WL_RANDOM;
+            else if (strcmp(v, "shared-prefix") == 0)
+                o->workload = PDB_WL_SHARED_PREFIX;
+            else if (strcmp(v, "multi-turn") == 0)
+                o->workload = PDB_WL_MULTI_TURN;
+            else
+                return usage_error("--workload %s: expected random, shared-prefix or multi-turn%s", v, "");
+        } else if (strcmp(a, "--prefixes") == 0) {
+            NEEDV();
+            if (parse_long(v, 1, 1000000, &l) != 0)
+                return usage_error("--prefixes %s: expected an integer in [1, 1000000]%s", v, "");
+            o->prefixes = (int)l;
+        } else if (strcmp(a, "--prefix-tokens") == 0) {
+            NEEDV();
+            if (parse_long(v, 1, 16777216, &l) != 0)
+                return usage_error("--prefix-tokens %s: expected an integer in [1, 16777216]%s", v, "");
+            o->prefix_tokens = (int)l;
+        } else if (strcmp(a, "--turns") == 0) {
+            NEEDV();
+            if (parse_long(v, 1, 1000, &l) != 0)
+                return usage_error("--turns %s: expected an integer in [1, 1000]%s", v, "");
+            o->turns = (int)l;
         } else if (strcmp(a, "--warmup") == 0) {
             NEEDV();
             if (parse_long(v, 0, 1, &l) != 0)
@@ -1053,6 +1154,20 @@ static int parse_args(int argc, char **argv, pdb_opts_t *o)
     if (parse_list(conc, &o->conc, &o->n_conc, 1, 100000) != 0)
         return usage_error("--concurrency %s: expected integers in [1, 100000] separated by commas%s", conc,
                            "");
+    if (o->workload == PDB_WL_SHARED_PREFIX) {
+        if (o->prefix_tokens == 0)
+            return usage_error("--workload shared-prefix needs --prefix-tokens P (the system prompts' "
+                               "length)%s%s",
+                               "", "");
+        for (size_t k = 0; k < o->n_profiles; k++)
+            if (o->prefix_tokens > o->isl[k])
+                return usage_error("--prefix-tokens %d is longer than a profile's ISL (%s)", o->prefix_tokens,
+                                   o->profiles_arg);
+    } else if (o->prefix_tokens != 0 || o->prefixes != 4) {
+        return usage_error("--prefixes and --prefix-tokens need --workload shared-prefix%s%s", "", "");
+    }
+    if (o->workload != PDB_WL_MULTI_TURN && o->turns != 4)
+        return usage_error("--turns needs --workload multi-turn%s%s", "", "");
     if (o->path == NULL)
         o->path = o->api == PDB_API_GENERATE      ? "/generate"
                   : o->api == PDB_API_COMPLETIONS ? "/v1/completions"

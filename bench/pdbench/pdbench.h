@@ -11,6 +11,9 @@
 #include <stdint.h>
 
 enum { PDB_API_GENERATE = 0, PDB_API_COMPLETIONS, PDB_API_CHAT };
+/* --workload: independent random prompts, K shared system prompts + a unique suffix, or conversations
+ * that grow by one answer and one user turn per request. */
+enum { PDB_WL_RANDOM = 0, PDB_WL_SHARED_PREFIX, PDB_WL_MULTI_TURN };
 
 /* ------------------------------------------------------------------ stream.c: SSE and event fields */
 
@@ -21,6 +24,7 @@ typedef struct pdb_event {
     int has_content;       /* OpenAI: choices[0].text or delta.content is a non-empty string */
     int64_t completion;    /* meta_info.completion_tokens or usage.completion_tokens, else -1 */
     int64_t prompt;        /* meta_info.prompt_tokens or usage.prompt_tokens, else -1 */
+    int64_t cached;        /* meta_info.cached_tokens or usage.prompt_tokens_details.cached_tokens, else -1 */
     int64_t pdsim_mono_us; /* top-level "pdsim_mono_us" integer, else -1 */
     int bad_json;          /* the payload is not a JSON object */
 } pdb_event_t;
@@ -57,6 +61,7 @@ typedef struct pdb_req {
     long status;
     int64_t tokens;                  /* output tokens counted from the stream */
     int64_t prompt_tokens;           /* as the server reported it, else -1 */
+    int64_t cached_tokens;           /* prompt tokens the server found in its prefix cache, else -1 */
     double ttft_ms, tpot_ms, e2e_ms; /* < 0: not measured (no token, one token, interrupted) */
     double overhead_us; /* arrival of the first token event minus its pdsim_mono_us; NAN: absent */
     double *itl_ms;     /* every inter-token gap */
@@ -91,6 +96,9 @@ typedef struct pdb_run {
     size_t ok, failed;
     int64_t output_tokens;
     double prompt_tokens_mean; /* < 0 when the server reported none */
+    /* Sum of cached over sum of prompt tokens, over the requests that reported both; < 0: none did. */
+    double cache_hit_ratio;
+    int64_t cached_tokens, cache_prompt_tokens; /* the two sums */
     double out_tok_s, req_s;
     pdb_dist_t ttft, tpot, itl, e2e, overhead;
     pdb_cause_t causes[PDB_MAX_CAUSES];
@@ -129,7 +137,14 @@ typedef struct pdb_opts {
     const char **headers;
     size_t n_headers;
     double temperature;
+    int workload;      /* PDB_WL_* */
+    int prefixes;      /* shared-prefix: K system prompts */
+    int prefix_tokens; /* shared-prefix: P tokens each */
+    int turns;         /* multi-turn: T requests per conversation */
 } pdb_opts_t;
+
+/* The name of a PDB_WL_* value. */
+const char *pdb_workload_name(int wl);
 
 /* ------------------------------------------------------------------ report.c */
 

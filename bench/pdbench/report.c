@@ -19,6 +19,11 @@
 
 extern char **environ;
 
+const char *pdb_workload_name(int wl)
+{
+    return wl == PDB_WL_SHARED_PREFIX ? "shared-prefix" : wl == PDB_WL_MULTI_TURN ? "multi-turn" : "random";
+}
+
 const char *pdb_api_name(int api)
 {
     return api == PDB_API_GENERATE ? "generate" : api == PDB_API_COMPLETIONS ? "completions" : "chat";
@@ -90,6 +95,7 @@ void pdb_run_summarize(pdb_run_t *r)
     r->ok = r->failed = 0;
     r->output_tokens = 0;
     r->n_causes = 0;
+    r->cached_tokens = r->cache_prompt_tokens = 0;
     for (size_t i = 0; i < n; i++) {
         const pdb_req_t *q = &r->reqs[i];
         if (!q->ok) {
@@ -102,6 +108,10 @@ void pdb_run_summarize(pdb_run_t *r)
         if (q->prompt_tokens >= 0) {
             psum += (double)q->prompt_tokens;
             np++;
+        }
+        if (q->prompt_tokens >= 0 && q->cached_tokens >= 0) {
+            r->cached_tokens += q->cached_tokens;
+            r->cache_prompt_tokens += q->prompt_tokens;
         }
         if (a == NULL || b == NULL || c == NULL || d == NULL || e == NULL)
             continue;
@@ -116,6 +126,8 @@ void pdb_run_summarize(pdb_run_t *r)
             e[ne++] = q->itl_ms[k];
     }
     r->prompt_tokens_mean = np ? psum / (double)np : -1;
+    r->cache_hit_ratio =
+        r->cache_prompt_tokens > 0 ? (double)r->cached_tokens / (double)r->cache_prompt_tokens : -1;
     r->out_tok_s = r->wall_s > 0 ? (double)r->output_tokens / r->wall_s : 0;
     r->req_s = r->wall_s > 0 ? (double)r->ok / r->wall_s : 0;
     r->ttft = pdb_dist_of(a, na);
@@ -154,6 +166,8 @@ static json_t *req_json(const pdb_req_t *q)
                           num_or_null(q->e2e_ms));
     if (o == NULL)
         return NULL;
+    json_object_set_new(o, "cached_tokens",
+                        q->cached_tokens >= 0 ? json_integer(q->cached_tokens) : json_null());
     if (!q->ok) {
         json_object_set_new(o, "cause", json_string(q->cause));
         json_object_set_new(o, "detail", json_string(q->detail));
@@ -194,6 +208,8 @@ static json_t *run_json(const pdb_opts_t *o, const pdb_run_t *r)
         json_object_set_new(j, "warmup_error", json_string(r->warmup_error));
     if (r->overhead.n > 0)
         json_object_set_new(j, "router_overhead_us", dist_json(&r->overhead));
+    json_object_set_new(j, "cache_hit_ratio", num_or_null(r->cache_hit_ratio));
+    json_object_set_new(j, "cached_tokens", json_integer((json_int_t)r->cached_tokens));
     if (o->per_request) {
         json_t *a = json_array();
         for (size_t i = 0; i < r->n_reqs; i++)
@@ -222,6 +238,14 @@ int pdb_write_json(const pdb_opts_t *o, const pdb_run_t *runs, size_t n_runs, co
     if (root == NULL) {
         fprintf(stderr, "pdbench: cannot build the JSON results\n");
         return -1;
+    }
+    json_t *cfg = json_object_get(root, "config");
+    json_object_set_new(cfg, "workload", json_string(pdb_workload_name(o->workload)));
+    if (o->workload == PDB_WL_SHARED_PREFIX) {
+        json_object_set_new(cfg, "prefixes", json_integer(o->prefixes));
+        json_object_set_new(cfg, "prefix_tokens", json_integer(o->prefix_tokens));
+    } else if (o->workload == PDB_WL_MULTI_TURN) {
+        json_object_set_new(cfg, "turns", json_integer(o->turns));
     }
     json_t *a = json_array();
     for (size_t i = 0; i < n_runs; i++)
@@ -501,9 +525,11 @@ int pdb_write_report(const pdb_opts_t *o, const pdb_run_t *runs, size_t n_runs, 
     FILE *f = open_in(dir, "report.md");
     if (f == NULL)
         return -1;
-    int any_overhead = 0;
-    for (size_t i = 0; i < n_runs; i++)
+    int any_overhead = 0, any_cache = 0;
+    for (size_t i = 0; i < n_runs; i++) {
         any_overhead |= runs[i].overhead.n > 0;
+        any_cache |= runs[i].cache_hit_ratio >= 0;
+    }
     time_t now = time(NULL);
     struct tm tm;
     char date[64];
@@ -517,12 +543,21 @@ int pdb_write_report(const pdb_opts_t *o, const pdb_run_t *runs, size_t n_runs, 
     fprintf(f,
             "Latencies are p50 / p99 over the run's successful requests; ITL over every inter-token gap of "
             "those requests. Definitions: docs/pdbench.md.\n\n");
+    if (o->workload == PDB_WL_SHARED_PREFIX)
+        fprintf(f, "Workload shared-prefix: %d system prompts of %d tokens, then a unique suffix.\n\n",
+                o->prefixes, o->prefix_tokens);
+    else if (o->workload == PDB_WL_MULTI_TURN)
+        fprintf(f, "Workload multi-turn: conversations of %d turns.\n\n", o->turns);
+    if (any_cache)
+        fprintf(
+            f,
+            "Cache hit = the server's cached prompt tokens over its prompt tokens, summed over the run.\n\n");
     fprintf(f,
             "| run | ISL/OSL | conc | rep | ok / sent | failures | TTFT ms | TPOT ms | ITL ms | E2E ms | "
-            "out tok/s | req/s |%s\n",
-            any_overhead ? " router overhead µs |" : "");
-    fprintf(f, "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|%s\n",
-            any_overhead ? "---:|" : "");
+            "out tok/s | req/s |%s%s\n",
+            any_overhead ? " router overhead µs |" : "", any_cache ? " cache hit |" : "");
+    fprintf(f, "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|%s%s\n",
+            any_overhead ? "---:|" : "", any_cache ? "---:|" : "");
     for (size_t i = 0; i < n_runs; i++) {
         const pdb_run_t *r = &runs[i];
         fprintf(f, "| %zu | %d/%d | %d | %d | %zu / %zu | ", i + 1, r->isl, r->osl, r->concurrency,
@@ -543,6 +578,12 @@ int pdb_write_report(const pdb_opts_t *o, const pdb_run_t *runs, size_t n_runs, 
         fprintf(f, " %.0f | %.2f |", r->out_tok_s, r->req_s);
         if (any_overhead)
             md_dist(f, &r->overhead, 0);
+        if (any_cache) {
+            if (r->cache_hit_ratio >= 0)
+                fprintf(f, " %.1f%% |", 100.0 * r->cache_hit_ratio);
+            else
+                fprintf(f, " – |");
+        }
         fprintf(f, "\n");
     }
     int any_fail_detail = 0;

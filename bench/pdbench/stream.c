@@ -172,7 +172,7 @@ static int span_nonempty_string(span_t v)
 void pdb_event_parse(const char *p, size_t n, pdb_event_t *ev)
 {
     memset(ev, 0, sizeof(*ev));
-    ev->completion = ev->prompt = ev->pdsim_mono_us = -1;
+    ev->completion = ev->prompt = ev->cached = ev->pdsim_mono_us = -1;
     const char *q = ws(p, p + n);
     size_t rest = (size_t)(p + n - q);
     while (rest > 0 && (q[rest - 1] == ' ' || q[rest - 1] == '\r' || q[rest - 1] == '\n'))
@@ -195,6 +195,9 @@ void pdb_event_parse(const char *p, size_t n, pdb_event_t *ev)
     span_t meta = v[3].p != NULL ? v[3] : v[4];
     ev->completion = span_int(obj_get(meta, "completion_tokens"));
     ev->prompt = span_int(obj_get(meta, "prompt_tokens"));
+    ev->cached = span_int(obj_get(meta, "cached_tokens"));
+    if (ev->cached < 0)
+        ev->cached = span_int(obj_get(obj_get(meta, "prompt_tokens_details"), "cached_tokens"));
     span_t c0 = arr_first(v[5]);
     if (c0.p != NULL)
         ev->has_content = span_nonempty_string(obj_get(c0, "text")) ||

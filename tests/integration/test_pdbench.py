@@ -1,7 +1,7 @@
 """pdbench end to end: real pdbench runs against pdsim workers (behind pdrouter or directly) and a small
 scripted SSE server, checking what pdbench measured and reported.
 
-    python3 test_pdbench.py cluster|failures|stub|usage
+    python3 test_pdbench.py cluster|failures|stub|usage|prefix
 
 - cluster: a prefill + decode pdsim pair behind pdrouter; a 2 profiles x 2 concurrencies matrix on
   /generate (text and input_ids), /v1/completions and /v1/chat/completions. Counts, token numbers,
@@ -14,6 +14,10 @@ scripted SSE server, checking what pdbench measured and reported.
   error event, ends without [DONE] or does not stream; the seed fixes the prompts (and repeats get
   their own); plots skipped without gnuplot (exit 3) or with --no-plots.
 - usage: bad flags exit 2 with a message; --help names every flag.
+- prefix: --workload random, shared-prefix and multi-turn against pdsim with its prefix cache on: the
+  hit ratio pdbench reports from the answers' cached_tokens is 0 for random prompts and well above 0
+  for shared prefixes and conversations; the same seed sends the same prompts (a second run is all
+  hits), another seed other suffixes; multi-turn prompts grow by ISL + OSL per turn.
 """
 
 import http.server
@@ -331,6 +335,63 @@ def scenario_usage():
                       (["--url", "http://x", "--requests"], "--requests needs a value")):
         rc, out, err = pdbench(*args)
         check(rc == 2 and msg in err, "%r: rc %d, stderr %r" % (args, rc, err))
+
+
+def scenario_prefix():
+    sim = pdtest.start(["pdsim", "--role", "both", "--port", "{port}", "--prefix-cache-tokens", "1000000",
+                        "--prefill-us-per-token", str(PREFILL_US)], name="cache")
+    url = "http://127.0.0.1:%d" % sim.port
+    base = ["--url", url, "--profiles", "256/4", "--concurrency", 2, "--warmup", 0, "--quiet", "--per-request"]
+
+    def cache():
+        return pdtest.request_json(sim.port, "GET", "/pdsim/stats")["prefix_cache"]
+
+    j, _ = bench_json(*base, "--requests", 16)
+    r = j["runs"][0]
+    check(j["config"]["workload"] == "random" and r["cache_hit_ratio"] is not None, repr(r)[:400])
+    check(r["cache_hit_ratio"] < 0.01, "random prompts hit the cache: %r" % r["cache_hit_ratio"])
+    shared = base + ["--workload", "shared-prefix", "--prefixes", 2, "--prefix-tokens", 192, "--requests", 16,
+                     "--seed", 7]
+    h0 = cache()["hit_tokens"]
+    j, _ = bench_json(*shared)
+    r = j["runs"][0]
+    check(j["config"]["workload"] == "shared-prefix" and j["config"]["prefix_tokens"] == 192, repr(j["config"]))
+    # 2 prefixes of 12 blocks; at most the first request of each prefix per slot misses.
+    check(0.4 < r["cache_hit_ratio"] <= 0.75, "shared-prefix hit ratio %r" % r["cache_hit_ratio"])
+    per = [q["cached_tokens"] for q in r["per_request"]]
+    check(all(c % 16 == 0 and c <= 192 for c in per), "cached_tokens per request: %r" % per)
+    check(r["cached_tokens"] == sum(per) == cache()["hit_tokens"] - h0, "sum %r vs %r" % (r["cached_tokens"], per))
+    # The same seed again: the same prompts, so every whole block but the last token's hits.
+    j, _ = bench_json(*shared)
+    check(j["runs"][0]["cache_hit_ratio"] == 240 / 256, "same seed: %r" % j["runs"][0]["cache_hit_ratio"])
+    shared[shared.index("--seed") + 1] = 8
+    j, _ = bench_json(*shared)
+    check(j["runs"][0]["cache_hit_ratio"] <= 0.75, "another seed: %r" % j["runs"][0]["cache_hit_ratio"])
+    # Conversations: 2 slots x 2 conversations of 3 turns; turn t sends (t + 1) x 64 + t x 8 tokens.
+    j, err = bench_json("--url", url, "--profiles", "64/8", "--concurrency", 2, "--warmup", 0, "--per-request",
+                        "--workload", "multi-turn", "--turns", 3, "--requests", 12)
+    r = j["runs"][0]
+    pt = sorted(q["prompt_tokens"] for q in r["per_request"])
+    check(pt == [64] * 4 + [136] * 4 + [208] * 4, "multi-turn prompt sizes %r" % pt)
+    check(r["cache_hit_ratio"] > 0.3, "multi-turn hit ratio %r" % r["cache_hit_ratio"])
+    check("cache hit" in err, "progress line: %r" % err)
+    report = tempfile.mkdtemp(prefix="pdbench-report-")
+    try:
+        rc, out, err = pdbench(*shared, "--report", report, "--no-plots")
+        check(rc == 0, "report run: %d %s" % (rc, err))
+        with open(os.path.join(report, "report.md")) as f:
+            md = f.read()
+        check("cache hit |" in md and "Workload shared-prefix: 2 system prompts of 192 tokens" in md, md)
+    finally:
+        shutil.rmtree(report, ignore_errors=True)
+    for args, msg in ((["--workload", "shared-prefix"], "needs --prefix-tokens"),
+                      (["--workload", "shared-prefix", "--prefix-tokens", 300], "longer than a profile's ISL"),
+                      (["--prefix-tokens", 10], "need --workload shared-prefix"),
+                      (["--turns", 3], "--turns needs --workload multi-turn"),
+                      (["--workload", "nope"], "--workload nope")):
+        rc, out, err = pdbench("--url", url, "--profiles", "256/4", *args)
+        check(rc == 2 and msg in err, "%r: rc %d, stderr %r" % (args, rc, err))
+    check(sim.stop() == 0, "pdsim exit status", sim)
 
 
 if __name__ == "__main__":

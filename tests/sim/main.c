@@ -19,33 +19,37 @@ static uv_loop_t *loop;
 static void usage(FILE *f)
 {
     fprintf(
-        f, "usage: pdsim --role prefill|decode|both --port N [options]\n"
-           "  --host H                  listen address (default 127.0.0.1)\n"
-           "  --port N                  HTTP port\n"
-           "  --bootstrap-port M        the prefill's shim (KV transfer) port; required with --role prefill\n"
-           "  --kv-bytes-per-token B    KV bytes per prompt token (default 1024)\n"
-           "  --model NAME              model name reported by the OpenAI routes (default pdsim)\n"
-           "  --prefill-us-per-token N  simulated prefill time per prompt token (default 0)\n"
-           "  --decode-us-per-token N   gap between output tokens in microseconds (default 0)\n"
-           "  --max-tokens-default N    output tokens when the request names none (default 16)\n"
-           "  --kv-timeout-ms N         deadline of every KV offer or fetch (default 30000)\n"
-           "  --prefill-answer-lag-ms N the prefill answers N ms after its KV was sent (default 0; a real\n"
-           "                            prefill answers up to a forward pass after its KV has left)\n"
-           "  --stamp-first-token       the first streamed event carries \"pdsim_mono_us\": CLOCK_MONOTONIC\n"
-           "                            microseconds when it was written (pdbench: router overhead)\n"
-           "  --kv-abort-timeout-ms N   vLLM mode: a prefill frees KV no decode pulled after N ms (default\n"
-           "                            480000, vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT)\n"
-           "  --kv-fetch-delay-ms N     a decode waits N ms before it pulls the KV (default 0)\n"
-           "fault knobs (also POST /pdsim/fault at run time):\n"
-           "  --fail-health             GET /health answers 503\n"
-           "  --fail-status CODE        generate routes answer CODE with an OpenAI error\n"
-           "  --hang-before-headers     accept generate requests and never answer\n"
-           "  --drip-ms N               gap between streamed tokens (overrides --decode-us-per-token)\n"
-           "  --reset-after-tokens N    abort the connection hard after N output tokens\n"
-           "  --stall-kv                the prefill never offers its KV (fails after --kv-timeout-ms)\n"
-           "  --fail-after-kv CODE      the prefill sends its KV, then answers CODE with an OpenAI error\n"
-           "  --die-after N             exit(3) after N generate requests completed\n"
-           "  --log-level debug|info|warn|error\n");
+        f,
+        "usage: pdsim --role prefill|decode|both --port N [options]\n"
+        "  --host H                  listen address (default 127.0.0.1)\n"
+        "  --port N                  HTTP port\n"
+        "  --bootstrap-port M        the prefill's shim (KV transfer) port; required with --role prefill\n"
+        "  --kv-bytes-per-token B    KV bytes per prompt token (default 1024)\n"
+        "  --model NAME              model name reported by the OpenAI routes (default pdsim)\n"
+        "  --prefill-us-per-token N  simulated prefill time per prompt token (default 0)\n"
+        "  --decode-us-per-token N   gap between output tokens in microseconds (default 0)\n"
+        "  --max-tokens-default N    output tokens when the request names none (default 16)\n"
+        "  --kv-timeout-ms N         deadline of every KV offer or fetch (default 30000)\n"
+        "  --prefill-answer-lag-ms N the prefill answers N ms after its KV was sent (default 0; a real\n"
+        "                            prefill answers up to a forward pass after its KV has left)\n"
+        "  --stamp-first-token       the first streamed event carries \"pdsim_mono_us\": CLOCK_MONOTONIC\n"
+        "                            microseconds when it was written (pdbench: router overhead)\n"
+        "  --kv-abort-timeout-ms N   vLLM mode: a prefill frees KV no decode pulled after N ms (default\n"
+        "                            480000, vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT)\n"
+        "  --kv-fetch-delay-ms N     a decode waits N ms before it pulls the KV (default 0)\n"
+        "  --prefix-cache-tokens N   prefill and both: an LRU prefix cache of N prompt tokens in whole\n"
+        "                            blocks; prefill time counts only the uncached tokens (default 0: off)\n"
+        "  --cache-block-tokens N    the prefix cache's block size in tokens (default 16, vLLM's)\n"
+        "fault knobs (also POST /pdsim/fault at run time):\n"
+        "  --fail-health             GET /health answers 503\n"
+        "  --fail-status CODE        generate routes answer CODE with an OpenAI error\n"
+        "  --hang-before-headers     accept generate requests and never answer\n"
+        "  --drip-ms N               gap between streamed tokens (overrides --decode-us-per-token)\n"
+        "  --reset-after-tokens N    abort the connection hard after N output tokens\n"
+        "  --stall-kv                the prefill never offers its KV (fails after --kv-timeout-ms)\n"
+        "  --fail-after-kv CODE      the prefill sends its KV, then answers CODE with an OpenAI error\n"
+        "  --die-after N             exit(3) after N generate requests completed\n"
+        "  --log-level debug|info|warn|error\n");
 }
 
 static int int_arg(const char *flag, const char *v, int64_t min, int64_t max, int64_t *out)
@@ -70,6 +74,7 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
     o->max_tokens_default = 16;
     o->kv_timeout_ms = 30000;
     o->kv_abort_timeout_ms = 480000; /* 480 s: vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT */
+    o->cache_block_tokens = 16;      /* vLLM's default block size */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 #define INT_FLAG(name, field, min, max)                                                                      \
@@ -141,6 +146,8 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         INT_FLAG("--prefill-answer-lag-ms", prefill_answer_lag_ms, 0, 3600000)
         INT_FLAG("--kv-abort-timeout-ms", kv_abort_timeout_ms, 1, 3600000)
         INT_FLAG("--kv-fetch-delay-ms", kv_fetch_delay_ms, 0, 3600000)
+        INT_FLAG("--prefix-cache-tokens", prefix_cache_tokens, 0, PDSIM_PCACHE_MAX_TOKENS)
+        INT_FLAG("--cache-block-tokens", cache_block_tokens, 1, 4096)
         INT_FLAG("--drip-ms", faults.drip_ms, 0, 3600000)
         INT_FLAG("--reset-after-tokens", faults.reset_after_tokens, 0, PDSIM_MAX_TOKENS)
         INT_FLAG("--die-after", faults.die_after, 0, INT32_MAX)
@@ -178,6 +185,18 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
     }
     if (o->role == PDSIM_ROLE_PREFILL && o->bootstrap_port < 0) {
         fprintf(stderr, "pdsim: --role prefill needs --bootstrap-port (the decode fetches KV from it)\n");
+        return -1;
+    }
+    if (o->prefix_cache_tokens > 0 && o->role == PDSIM_ROLE_DECODE) {
+        fprintf(stderr,
+                "pdsim: --prefix-cache-tokens applies to --role prefill or both (a decode computes no "
+                "prompt)\n");
+        return -1;
+    }
+    if (o->prefix_cache_tokens > 0 && o->prefix_cache_tokens < o->cache_block_tokens) {
+        fprintf(stderr,
+                "pdsim: --prefix-cache-tokens %lld is less than one block (--cache-block-tokens %lld)\n",
+                (long long)o->prefix_cache_tokens, (long long)o->cache_block_tokens);
         return -1;
     }
     return 0;

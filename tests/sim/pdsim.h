@@ -2,6 +2,7 @@
  * pdsim — the simulated inference worker. Shared declarations of its three parts:
  *   model.c   the deterministic "model": tokenizer, KV bytes, digest, output words, logprobs (pure);
  *   server.c  the h2o data plane, the request state machine and the libpdshim glue (loop thread);
+ *   prefix_cache.c  the LRU prefix cache of prompt blocks (pure);
  *   main.c    flags, the loop, signals and shutdown.
  */
 #ifndef PDSIM_H
@@ -48,6 +49,8 @@ typedef struct pdsim_opts {
     int stamp_first_token;         /* the first streamed event carries "pdsim_mono_us" */
     int64_t kv_abort_timeout_ms; /* vLLM mode: how long a prefill holds KV no decode pulls (480 s default) */
     int64_t kv_fetch_delay_ms;   /* a decode waits this long before pulling the KV */
+    int64_t prefix_cache_tokens; /* prefill and both: the prefix cache's size in tokens; 0 = off */
+    int64_t cache_block_tokens;  /* the prefix cache's block size (16, vLLM's default block size) */
     pdsim_faults_t faults;
 } pdsim_opts_t;
 
@@ -85,5 +88,30 @@ uint64_t pdsim_kv_digest(const uint8_t *buf, size_t len);
 const char *pdsim_out_word(uint64_t digest, uint64_t j, int64_t *token_id);
 /* A deterministic negative log probability for a token id. */
 double pdsim_logprob(int64_t token_id);
+
+/* ---- prefix_cache.c ---- */
+
+/* Ceiling on --prefix-cache-tokens: 16 Mi tokens (about 50 MB of entries with 16-token blocks). */
+#define PDSIM_PCACHE_MAX_TOKENS ((int64_t)1 << 24)
+
+typedef struct pdsim_pcache pdsim_pcache_t;
+
+typedef struct pdsim_pcache_stats {
+    uint64_t hit_tokens, miss_tokens; /* prompt tokens found cached / computed, over all lookups */
+    uint64_t blocks, max_blocks, block_tokens;
+    uint64_t inserted_blocks, evicted_blocks;
+} pdsim_pcache_stats_t;
+
+/* A cache of at most cap_tokens / block_tokens whole blocks. NULL when block_tokens is 0, cap_tokens
+ * is below one block, or memory is short. */
+pdsim_pcache_t *pdsim_pcache_new(uint64_t cap_tokens, uint64_t block_tokens);
+void pdsim_pcache_free(pdsim_pcache_t *c);
+/* The prompt's cached prefix in tokens (whole blocks, at most n - 1 tokens); marks those blocks used
+ * and counts hits and misses. */
+uint64_t pdsim_pcache_lookup(pdsim_pcache_t *c, const int64_t *ids, size_t n);
+/* Inserts the prompt's whole blocks (or marks them used), evicting the least recently used blocks
+ * at the cap. Returns 0 or PDR_ENOMEM (the blocks inserted so far stay). */
+int pdsim_pcache_insert(pdsim_pcache_t *c, const int64_t *ids, size_t n);
+void pdsim_pcache_stats(const pdsim_pcache_t *c, pdsim_pcache_stats_t *out);
 
 #endif

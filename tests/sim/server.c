@@ -57,6 +57,7 @@ typedef struct sim_item {
     int status;     /* shim result */
     uint64_t bytes; /* shim result */
     uint64_t digest;
+    uint64_t cached; /* prompt tokens found in the prefix cache */
     struct sim_item *qnext;
 } sim_item_t;
 
@@ -119,6 +120,7 @@ static struct {
     struct vllm_hold *holds_done; /* vLLM mode: held KV whose offer ended, for the loop (under qlock) */
     uint64_t kv_held, kv_released, kv_expired, kv_hold_failed;
     char engine_id[96];
+    pdsim_pcache_t *pcache;  /* prefill and both with --prefix-cache-tokens; NULL when off */
     json_t *last_headers[3]; /* GET /pdsim/last_headers: of the last generate, health and models request */
     int shutting_down;
     void (*on_drained)(void);
@@ -345,6 +347,14 @@ static uint64_t total_prompt_tokens(const sim_req_t *ctx)
     return n;
 }
 
+static uint64_t total_cached_tokens(const sim_req_t *ctx)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < ctx->n_items; i++)
+        n += ctx->items[i].cached;
+    return n;
+}
+
 /* The words of output tokens [from, to) joined by spaces; a leading space when from > 0. */
 static json_t *words_json(const sim_item_t *it, uint64_t from, uint64_t to)
 {
@@ -407,10 +417,11 @@ static json_t *generate_obj(const sim_req_t *ctx, const sim_item_t *it, uint64_t
 {
     char id[64];
     item_id(ctx, it, id, sizeof(id));
-    json_t *meta = json_pack(
-        "{s:s,s:o,s:I,s:I,s:i}", "id", id, "finish_reason",
-        final ? json_pack("{s:s,s:I}", "type", "length", "length", (json_int_t)ntok) : json_null(),
-        "prompt_tokens", (json_int_t)it->toks.n, "completion_tokens", (json_int_t)ntok, "cached_tokens", 0);
+    json_t *meta =
+        json_pack("{s:s,s:o,s:I,s:I,s:i}", "id", id, "finish_reason",
+                  final ? json_pack("{s:s,s:I}", "type", "length", "length", (json_int_t)ntok) : json_null(),
+                  "prompt_tokens", (json_int_t)it->toks.n, "completion_tokens", (json_int_t)ntok,
+                  "cached_tokens", (json_int_t)it->cached);
     if (ctx->return_logprob) {
         json_object_set_new(meta, "input_token_logprobs",
                             S.opts.role == PDSIM_ROLE_DECODE ? json_array() : input_logprobs(it));
@@ -446,11 +457,15 @@ static json_t *full_obj(const sim_req_t *ctx, uint64_t ntok)
                                                      "logprobs", "finish_reason", "length"));
     }
     uint64_t pt = total_prompt_tokens(ctx), ct = ntok * ctx->n_items;
-    return json_pack("{s:s,s:s,s:I,s:s,s:o,s:{s:I,s:I,s:I}}", "id", ctx->id, "object",
-                     ctx->route == ROUTE_COMPLETIONS ? "text_completion" : "chat.completion", "created",
-                     (json_int_t)ctx->created, "model", S.opts.model, "choices", choices, "usage",
-                     "prompt_tokens", (json_int_t)pt, "completion_tokens", (json_int_t)ct, "total_tokens",
-                     (json_int_t)(pt + ct));
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:{s:I,s:I,s:I}}", "id", ctx->id, "object",
+                          ctx->route == ROUTE_COMPLETIONS ? "text_completion" : "chat.completion", "created",
+                          (json_int_t)ctx->created, "model", S.opts.model, "choices", choices, "usage",
+                          "prompt_tokens", (json_int_t)pt, "completion_tokens", (json_int_t)ct,
+                          "total_tokens", (json_int_t)(pt + ct));
+    if (S.pcache != NULL)
+        json_object_set_new(json_object_get(o, "usage"), "prompt_tokens_details",
+                            json_pack("{s:I}", "cached_tokens", (json_int_t)total_cached_tokens(ctx)));
+    return o;
 }
 
 /* One streamed event: item i, step j (output token j; step 0 with no tokens when max_tokens is 0). */
@@ -892,10 +907,23 @@ static void on_stall_timeout(uv_timer_t *t)
     req_fail(ctx, 500, msg);
 }
 
+/* After a prefill: its whole blocks join the prefix cache (an engine caches a prompt's KV once it is
+ * computed). Short of memory the cache just holds less. */
+static void pcache_insert(sim_req_t *ctx)
+{
+    for (size_t i = 0; i < ctx->n_items; i++)
+        if (pdsim_pcache_insert(S.pcache, ctx->items[i].toks.ids, ctx->items[i].toks.n) != 0) {
+            pdr_warn("pdsim: out of memory inserting into the prefix cache");
+            return;
+        }
+}
+
 static void after_prefill_delay(sim_req_t *ctx)
 {
     if (!req_is_live(ctx))
         return;
+    if (S.pcache != NULL)
+        pcache_insert(ctx);
     if (S.opts.role == PDSIM_ROLE_BOTH) {
         begin_output(ctx);
     } else if (ctx->vllm == VLLM_PREFILL) {
@@ -920,7 +948,15 @@ static void after_compute(sim_req_t *ctx)
         begin_output(ctx);
         return;
     }
-    uint64_t ms = (total_prompt_tokens(ctx) * (uint64_t)S.opts.prefill_us_per_token + 999) / 1000;
+    /* With the prefix cache on, only the tokens after the cached prefix are computed. */
+    uint64_t computed = 0;
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        sim_item_t *it = &ctx->items[i];
+        if (S.pcache != NULL)
+            it->cached = pdsim_pcache_lookup(S.pcache, it->toks.ids, it->toks.n);
+        computed += it->toks.n - it->cached;
+    }
+    uint64_t ms = (computed * (uint64_t)S.opts.prefill_us_per_token + 999) / 1000;
     if (ms == 0) {
         after_prefill_delay(ctx);
         return;
@@ -1474,6 +1510,16 @@ static void send_stats(h2o_req_t *req)
                           (json_int_t)S.resets, "inflight", (json_int_t)S.nreqs, "kv_bytes_received",
                           (json_int_t)S.kv_rx, "kv_bytes_sent", (json_int_t)S.kv_tx, "last", last);
     vllm_stats(o);
+    pdsim_pcache_stats_t pc = {0};
+    if (S.pcache != NULL)
+        pdsim_pcache_stats(S.pcache, &pc);
+    json_object_set_new(o, "prefix_cache",
+                        json_pack("{s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "enabled", S.pcache != NULL,
+                                  "hit_tokens", (json_int_t)pc.hit_tokens, "miss_tokens",
+                                  (json_int_t)pc.miss_tokens, "blocks", (json_int_t)pc.blocks, "max_blocks",
+                                  (json_int_t)pc.max_blocks, "block_tokens", (json_int_t)pc.block_tokens,
+                                  "inserted_blocks", (json_int_t)pc.inserted_blocks, "evicted_blocks",
+                                  (json_int_t)pc.evicted_blocks));
     send_json(req, 200, o);
     json_decref(o);
 }
@@ -1723,6 +1769,14 @@ int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
     pthread_mutex_init(&S.qlock, NULL);
     uv_async_init(loop, &S.async, on_async);
     uv_timer_init(loop, &S.die_timer);
+    if (opts->prefix_cache_tokens > 0 && opts->role != PDSIM_ROLE_DECODE) {
+        S.pcache = pdsim_pcache_new((uint64_t)opts->prefix_cache_tokens, (uint64_t)opts->cache_block_tokens);
+        if (S.pcache == NULL) {
+            pdr_error("pdsim: cannot allocate the prefix cache (%" PRId64 " tokens)",
+                      opts->prefix_cache_tokens);
+            return PDR_ENOMEM;
+        }
+    }
 
     h2o_config_init(&S.config);
     S.config.max_request_entity_size = SIM_MAX_BODY;
@@ -1821,5 +1875,7 @@ void pdsim_server_dispose(void)
         json_decref(S.last[i]);
     for (size_t i = 0; i < 3; i++)
         json_decref(S.last_headers[i]);
+    pdsim_pcache_free(S.pcache);
+    S.pcache = NULL;
     pthread_mutex_destroy(&S.qlock);
 }

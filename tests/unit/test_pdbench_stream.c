@@ -1,7 +1,8 @@
 /* Unit tests for pdbench's stream side (bench/pdbench/stream.c): the SSE splitter fed whole, byte by
  * byte and in odd chunks (CRLF lines, comments, multi-line data, the size limit), and the event
  * scanner on sglang /generate, OpenAI completions and chat chunks, usage chunks, error events,
- * escaped quotes inside the text, pdsim_mono_us, [DONE] and malformed payloads. */
+ * escaped quotes inside the text, cached_tokens (both shapes), pdsim_mono_us, [DONE] and malformed payloads.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,15 @@ static void check_events(void)
     CHECK(!e.has_content);
     e = ev_of("{\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":5,\"total_tokens\":12}}");
     CHECK(!e.has_content && e.completion == 5 && e.prompt == 7);
+    CHECK(e.cached == -1);
+    /* The prefix cache's hits: sglang's meta_info.cached_tokens, OpenAI's prompt_tokens_details. */
+    e = ev_of("{\"text\":\"\",\"meta_info\":{\"prompt_tokens\":40,\"cached_tokens\":32}}");
+    CHECK(e.prompt == 40 && e.cached == 32);
+    e = ev_of("{\"choices\":[],\"usage\":{\"prompt_tokens\":70,\"completion_tokens\":5,"
+              "\"prompt_tokens_details\":{\"cached_tokens\":64}}}");
+    CHECK(e.prompt == 70 && e.cached == 64);
+    e = ev_of("{\"usage\":{\"prompt_tokens\":70,\"prompt_tokens_details\":null}}");
+    CHECK(e.prompt == 70 && e.cached == -1);
     CHECK(ev_of("not json").bad_json);
     CHECK(ev_of("{\"text\":\"unterminated}").bad_json);
     CHECK(ev_of("{\"a\":1} trailing").bad_json);

@@ -1,0 +1,189 @@
+/*
+ * pdsim's prefix cache: an LRU set of whole prompt blocks, as a real engine's prefix cache holds KV
+ * blocks (vLLM's block pool, sglang's radix tree). Pure code, no I/O; the loop thread owns the cache.
+ *
+ * A block is block_tokens consecutive token ids starting at a multiple of block_tokens. Its key is a
+ * running hash of its ids and the key of the block before it (vLLM's chained block hash), so a key
+ * names the whole prefix up to the block's end and a lookup walks the prompt block by block until
+ * the first miss. Only whole blocks are cached; a partial last block is always recomputed.
+ *
+ * Invariants: at most cap_tokens / block_tokens blocks are held; each is one malloc'ed entry in one
+ * chained hash bucket and in the LRU list. A request touches its blocks last to first, so its first
+ * block is the most recent one and eviction takes a prefix's tail before its head (vLLM frees a
+ * request's blocks in reverse order for the same reason). Memory: one entry (about 48 bytes) per held
+ * block and one pointer per bucket (buckets = the block cap rounded up to a power of two).
+ */
+#include <stdlib.h>
+#include "err.h"
+#include "pdsim.h"
+
+typedef struct pc_block {
+    uint64_t key;
+    struct pc_block *hnext;       /* bucket chain */
+    struct pc_block *prev, *next; /* LRU list: S->lru.next is the most recent */
+} pc_block_t;
+
+struct pdsim_pcache {
+    size_t block_tokens, max_blocks, nbuckets;
+    pc_block_t **buckets;
+    pc_block_t lru; /* sentinel */
+    pdsim_pcache_stats_t st;
+};
+
+pdsim_pcache_t *pdsim_pcache_new(uint64_t cap_tokens, uint64_t block_tokens)
+{
+    if (block_tokens == 0 || cap_tokens < block_tokens)
+        return NULL;
+    pdsim_pcache_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    c->block_tokens = (size_t)block_tokens;
+    c->max_blocks = (size_t)(cap_tokens / block_tokens);
+    c->nbuckets = 1;
+    while (c->nbuckets < c->max_blocks)
+        c->nbuckets <<= 1;
+    c->buckets = calloc(c->nbuckets, sizeof(*c->buckets));
+    if (c->buckets == NULL) {
+        free(c);
+        return NULL;
+    }
+    c->lru.prev = c->lru.next = &c->lru;
+    return c;
+}
+
+void pdsim_pcache_free(pdsim_pcache_t *c)
+{
+    if (c == NULL)
+        return;
+    pc_block_t *b = c->lru.next;
+    while (b != &c->lru) {
+        pc_block_t *n = b->next;
+        free(b);
+        b = n;
+    }
+    free(c->buckets);
+    free(c);
+}
+
+/* The key of the block of ids[0..block_tokens) that follows the block keyed prev. */
+static uint64_t block_key(uint64_t prev, const int64_t *ids, size_t n)
+{
+    uint64_t h = pdsim_mix64(prev ^ 0x9e3779b97f4a7c15ULL);
+    for (size_t i = 0; i < n; i++)
+        h = pdsim_mix64(h ^ (uint64_t)ids[i]);
+    return h;
+}
+
+static pc_block_t **find(pdsim_pcache_t *c, uint64_t key)
+{
+    pc_block_t **p = &c->buckets[key & (c->nbuckets - 1)];
+    while (*p != NULL && (*p)->key != key)
+        p = &(*p)->hnext;
+    return p;
+}
+
+static void lru_unlink(pc_block_t *b)
+{
+    b->prev->next = b->next;
+    b->next->prev = b->prev;
+}
+
+/* Whole blocks of ids[0..n) that may count as cached: a prompt's last token is always computed (an
+ * engine needs its logits), so the hit covers at most n - 1 tokens, as in vLLM and sglang. */
+static size_t matchable_blocks(const pdsim_pcache_t *c, size_t n)
+{
+    return n == 0 ? 0 : (n - 1) / c->block_tokens;
+}
+
+/* Puts the detached list first..last in front of the LRU list, keeping its order. */
+static void lru_splice_front(pdsim_pcache_t *c, pc_block_t *first, pc_block_t *last)
+{
+    if (first == NULL)
+        return;
+    last->next = c->lru.next;
+    c->lru.next->prev = last;
+    c->lru.next = first;
+    first->prev = &c->lru;
+}
+
+/* Appends b to the detached list *first..*last. */
+static void chain_append(pc_block_t **first, pc_block_t **last, pc_block_t *b)
+{
+    b->next = NULL;
+    b->prev = *last;
+    if (*last != NULL)
+        (*last)->next = b;
+    else
+        *first = b;
+    *last = b;
+}
+
+uint64_t pdsim_pcache_lookup(pdsim_pcache_t *c, const int64_t *ids, size_t n)
+{
+    size_t nb = matchable_blocks(c, n), hit = 0;
+    pc_block_t *first = NULL, *last = NULL;
+    uint64_t key = 0;
+    for (; hit < nb; hit++) {
+        key = block_key(key, ids + hit * c->block_tokens, c->block_tokens);
+        pc_block_t *b = *find(c, key);
+        if (b == NULL)
+            break;
+        lru_unlink(b);
+        chain_append(&first, &last, b);
+    }
+    lru_splice_front(c, first, last);
+    uint64_t cached = (uint64_t)hit * c->block_tokens;
+    c->st.hit_tokens += cached;
+    c->st.miss_tokens += n - cached;
+    return cached;
+}
+
+int pdsim_pcache_insert(pdsim_pcache_t *c, const int64_t *ids, size_t n)
+{
+    size_t nb = n / c->block_tokens;
+    if (nb > c->max_blocks)
+        nb = c->max_blocks; /* the head of a prompt longer than the cache */
+    uint64_t key = 0;
+    pc_block_t *first = NULL, *last = NULL;
+    /* Build the request's chain as a detached list first..last, then splice it in front. */
+    for (size_t i = 0; i < nb; i++) {
+        key = block_key(key, ids + i * c->block_tokens, c->block_tokens);
+        pc_block_t **p = find(c, key), *b = *p;
+        if (b != NULL) {
+            lru_unlink(b);
+        } else {
+            if (c->st.blocks == c->max_blocks) {
+                pc_block_t *victim = c->lru.prev;
+                if (victim == &c->lru)
+                    break; /* every slot is taken by this request's own chain */
+                lru_unlink(victim);
+                pc_block_t **vp = find(c, victim->key);
+                *vp = victim->hnext;
+                free(victim);
+                c->st.blocks--;
+                c->st.evicted_blocks++;
+                p = find(c, key); /* the victim may have preceded it in this bucket */
+            }
+            b = malloc(sizeof(*b));
+            if (b == NULL) {
+                lru_splice_front(c, first, last);
+                return PDR_ENOMEM;
+            }
+            b->key = key;
+            b->hnext = NULL;
+            *p = b;
+            c->st.blocks++;
+            c->st.inserted_blocks++;
+        }
+        chain_append(&first, &last, b);
+    }
+    lru_splice_front(c, first, last);
+    return 0;
+}
+
+void pdsim_pcache_stats(const pdsim_pcache_t *c, pdsim_pcache_stats_t *out)
+{
+    *out = c->st;
+    out->max_blocks = c->max_blocks;
+    out->block_tokens = c->block_tokens;
+}
