@@ -65,6 +65,11 @@ enum opt_id {
     OPT_SD_PORT,
     OPT_BOOTSTRAP_ANNOTATION,
     OPT_API_KEY,
+    OPT_CACHE_THRESHOLD,
+    OPT_BALANCE_ABS,
+    OPT_BALANCE_REL,
+    OPT_EVICTION_INTERVAL,
+    OPT_MAX_TREE_SIZE,
     OPT_API_KEY_FILE,
     OPT_REQUEST_ID_HEADERS,
 };
@@ -129,14 +134,17 @@ static const struct opt {
     {"service-discovery-port", OPT_SD_PORT, ARG_ONE},
     {"bootstrap-port-annotation", OPT_BOOTSTRAP_ANNOTATION, ARG_ONE},
     {"api-key", OPT_API_KEY, ARG_ONE},
+    {"cache-threshold", OPT_CACHE_THRESHOLD, ARG_ONE},
+    {"balance-abs-threshold", OPT_BALANCE_ABS, ARG_ONE},
+    {"balance-rel-threshold", OPT_BALANCE_REL, ARG_ONE},
+    {"eviction-interval-secs", OPT_EVICTION_INTERVAL, ARG_ONE},
+    {"max-tree-size", OPT_MAX_TREE_SIZE, ARG_ONE},
     {"api-key-file", OPT_API_KEY_FILE, ARG_ONE},
     {"request-id-headers", OPT_REQUEST_ID_HEADERS, ARG_SOME},
 };
 
 /* The sglang router's flags that pdrouter has no equivalent for: refused (never ignored), each with what
  * pdrouter offers instead. docs/migrating-from-sglang-router.md has the same table. */
-#define NO_CACHE_AWARE                                                                                       \
-    "the cache_aware policy is not available yet (policies: round_robin, least_load, random)"
 #define NO_TOKENIZER "pdrouter does not tokenize or template requests: the workers do"
 #define NO_HISTORY "pdrouter keeps no conversation or response history"
 #define NO_BACKOFF                                                                                           \
@@ -156,11 +164,6 @@ static const struct refused {
     {"selector", "pdrouter discovers PD workers only: use --prefill-selector and --decode-selector"},
     {"dp-aware", "data-parallel-aware scheduling is not available: each worker URL is one engine"},
     {"enable-igw", "pdrouter serves one model (no multi-model gateway)"},
-    {"cache-threshold", NO_CACHE_AWARE},
-    {"balance-abs-threshold", NO_CACHE_AWARE},
-    {"balance-rel-threshold", NO_CACHE_AWARE},
-    {"eviction-interval-secs", NO_CACHE_AWARE},
-    {"max-tree-size", NO_CACHE_AWARE},
     {"bucket-adjust-interval-secs", "the bucket policy is not available (policies: round_robin, least_load, "
                                     "random)"},
     {"max-idle-secs", "the manual policy is not available (policies: round_robin, least_load, random)"},
@@ -261,7 +264,10 @@ void pdr_config_usage(FILE *out)
           "Overrides (also applied on top of --config):\n"
           "  --host H                   listen address (default " PDR_DEF_LISTEN_HOST ")\n"
           "  --port P                   listen port (default 8000)\n"
-          "  --policy P                 policy for both roles: round_robin, least_load or random\n"
+          "  --policy P                 policy for both roles: round_robin, least_load, random,\n"
+          "                             cache_aware or power_of_two\n"
+          "  --cache-threshold X, --balance-abs-threshold N, --balance-rel-threshold X,\n"
+          "  --eviction-interval-secs N, --max-tree-size BYTES   cache_aware's settings (sglang's)\n"
           "  --prefill-policy P         prefill policy (default round_robin)\n"
           "  --decode-policy P          decode policy (default least_load)\n"
           "  --protocol X               sglang, vllm or pdshim (default sglang); --backend sglang too\n"
@@ -340,7 +346,22 @@ struct pstate {
     const char *sel_opt; /* the first selector or discovery flag, for the message when sd is missing */
     int sd_port_given;
     int disable_retries;
+    unsigned ca_given; /* the cache_aware flags given (1 << k, k the field's place in cache_aware) */
 };
+
+/* A decimal number flag in [min, max]. */
+static int argv_double(const char *opt, const char *val, double min, double max, double *out, char *err,
+                       size_t errlen)
+{
+    char *end = NULL;
+    double d = strtod(val, &end);
+    if (*val == '\0' || *end != '\0' || !(d >= min && d <= max)) {
+        pdr__config_err(err, errlen, "argv: --%s: expected a number in %g..%g, got '%s'", opt, min, max, val);
+        return PDR_EINVAL;
+    }
+    *out = d;
+    return 0;
+}
 
 static int argv_int(const char *opt, const char *val, int64_t min, int64_t max, int *out, char *err,
                     size_t errlen)
@@ -409,7 +430,7 @@ static int add_worker(pdr_config_t *fl, pdr_role_t role, const char *url, int bp
 
 static int set_policy(const char *opt, const char *val, pdr_policy_kind_t *out, char *err, size_t errlen)
 {
-    static const char *const later[] = {"cache_aware", "power_of_two", "manual", "bucket"};
+    static const char *const later[] = {"manual", "bucket", "consistent_hashing", "prefix_hash"};
     char shown[80];
     if (pdr__policy_parse(val, strlen(val), out) == 0)
         return 0;
@@ -417,13 +438,15 @@ static int set_policy(const char *opt, const char *val, pdr_policy_kind_t *out, 
         if (strcmp(val, later[i]) == 0) {
             pdr__config_err(err, errlen,
                             "argv: --%s: the %s policy is not available yet; the policies are round_robin, "
-                            "least_load and random",
+                            "least_load, random, cache_aware and power_of_two",
                             opt, val);
             return PDR_EINVAL;
         }
-    pdr__config_err(err, errlen,
-                    "argv: --%s: unknown policy '%s', expected round_robin, least_load or random", opt,
-                    pdr__config_show(val, strlen(val), shown, sizeof(shown)));
+    pdr__config_err(
+        err, errlen,
+        "argv: --%s: unknown policy '%s', expected round_robin, least_load, random, cache_aware or "
+        "power_of_two",
+        opt, pdr__config_show(val, strlen(val), shown, sizeof(shown)));
     return PDR_EINVAL;
 }
 
@@ -764,6 +787,29 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
         fl->discovery.kubernetes.role[PDR_ROLE_DECODE].port = port;
         return 0;
     }
+    case OPT_CACHE_THRESHOLD:
+        ps->ca_given |= 1u << 0;
+        return argv_double(o->name, val, 0, 1, &fl->cache_aware.cache_threshold, err, errlen);
+    case OPT_BALANCE_ABS:
+        ps->ca_given |= 1u << 1;
+        return argv_int(o->name, val, 0, 1000000, &fl->cache_aware.balance_abs_threshold, err, errlen);
+    case OPT_BALANCE_REL:
+        ps->ca_given |= 1u << 2;
+        return argv_double(o->name, val, 1, 1000000, &fl->cache_aware.balance_rel_threshold, err, errlen);
+    case OPT_EVICTION_INTERVAL:
+        ps->ca_given |= 1u << 3;
+        return argv_int(o->name, val, 1, 86400, &fl->cache_aware.eviction_interval_secs, err, errlen);
+    case OPT_MAX_TREE_SIZE: {
+        int64_t v;
+        ps->ca_given |= 1u << 4;
+        if (pdr__parse_int(val, strlen(val), &v) != 0 || v < 1024 || v > ((int64_t)1 << 40)) {
+            pdr__config_err(err, errlen, "argv: --max-tree-size: expected an integer in 1024..%lld, got '%s'",
+                            (long long)1 << 40, val);
+            return PDR_EINVAL;
+        }
+        fl->cache_aware.max_tree_size = v;
+        return 0;
+    }
     case OPT_API_KEY:
     case OPT_API_KEY_FILE: {
         char kmsg[512];
@@ -1081,6 +1127,16 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
             goto fail;
         }
         apply_overrides(c, fl, ps.given);
+        if (ps.ca_given & 1u)
+            c->cache_aware.cache_threshold = fl->cache_aware.cache_threshold;
+        if (ps.ca_given & 2u)
+            c->cache_aware.balance_abs_threshold = fl->cache_aware.balance_abs_threshold;
+        if (ps.ca_given & 4u)
+            c->cache_aware.balance_rel_threshold = fl->cache_aware.balance_rel_threshold;
+        if (ps.ca_given & 8u)
+            c->cache_aware.eviction_interval_secs = fl->cache_aware.eviction_interval_secs;
+        if (ps.ca_given & 16u)
+            c->cache_aware.max_tree_size = fl->cache_aware.max_tree_size;
         pdr_config_unref(fl);
         fl = NULL;
     } else {

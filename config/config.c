@@ -69,7 +69,8 @@ int pdr__parse_int(const char *s, size_t len, int64_t *out)
     return 0;
 }
 
-static const char *const policy_names[] = {"round_robin", "least_load", "random"};
+static const char *const policy_names[] = {"round_robin", "least_load", "random", "cache_aware",
+                                           "power_of_two"};
 static const char *const protocol_names[] = {"sglang", "vllm", "pdshim"};
 
 static int name_lookup(const char *const *names, int n, const char *s, size_t len)
@@ -82,7 +83,7 @@ static int name_lookup(const char *const *names, int n, const char *s, size_t le
 
 int pdr__policy_parse(const char *s, size_t len, pdr_policy_kind_t *out)
 {
-    int i = name_lookup(policy_names, 3, s, len);
+    int i = name_lookup(policy_names, 5, s, len);
     if (i < 0)
         return PDR_EINVAL;
     *out = (pdr_policy_kind_t)i;
@@ -121,7 +122,7 @@ int pdr_protocol_parse(const char *name, pdr_protocol_t *out)
 
 const char *pdr_policy_name(pdr_policy_kind_t p)
 {
-    return (unsigned)p < 3 ? policy_names[p] : "unknown";
+    return (unsigned)p < 5 ? policy_names[p] : "unknown";
 }
 
 const char *pdr_protocol_name(pdr_protocol_t p)
@@ -388,6 +389,11 @@ pdr_config_t *pdr_config_new_default(void)
             c->n_request_id_headers = i + 1;
     c->retries.max = PDR_DEF_RETRIES;
     c->pd.relay = PDR_RELAY_FIRST_BYTE;
+    c->cache_aware.cache_threshold = 0.3; /* the sglang router's command-line defaults */
+    c->cache_aware.balance_abs_threshold = 64;
+    c->cache_aware.balance_rel_threshold = 1.5;
+    c->cache_aware.eviction_interval_secs = 120;
+    c->cache_aware.max_tree_size = (int64_t)1 << 26;
     c->log.access_log = strdup(PDR_DEF_ACCESS_LOG);
     c->log.level = strdup(PDR_DEF_LOG_LEVEL);
     pdr__discovery_conf_defaults(&c->discovery);

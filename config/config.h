@@ -12,7 +12,13 @@
 #include <stdio.h>
 
 typedef enum { PDR_PROTO_SGLANG = 0, PDR_PROTO_VLLM, PDR_PROTO_PDSHIM } pdr_protocol_t;
-typedef enum { PDR_POLICY_ROUND_ROBIN = 0, PDR_POLICY_LEAST_LOAD, PDR_POLICY_RANDOM } pdr_policy_kind_t;
+typedef enum {
+    PDR_POLICY_ROUND_ROBIN = 0,
+    PDR_POLICY_LEAST_LOAD,
+    PDR_POLICY_RANDOM,
+    PDR_POLICY_CACHE_AWARE, /* sglang's: an approximate prefix tree of recent prompts per worker */
+    PDR_POLICY_POWER_OF_TWO /* sglang's: the less loaded of two workers drawn at random */
+} pdr_policy_kind_t;
 typedef enum { PDR_ROLE_PREFILL = 0, PDR_ROLE_DECODE = 1 } pdr_role_t;
 /* pd.relay: when the decode's answer is relayed to the client (sglang protocol). */
 typedef enum { PDR_RELAY_FIRST_BYTE = 0, PDR_RELAY_AFTER_PREFILL } pdr_relay_t;
@@ -160,6 +166,13 @@ typedef struct pdr_config {
     struct {
         int max; /* default 2 */
     } retries;
+    struct {
+        double cache_threshold;       /* default 0.3: a match longer than this share of the prompt wins */
+        int balance_abs_threshold;    /* default 64: loads are imbalanced when max - min exceeds it ... */
+        double balance_rel_threshold; /* default 1.5: ... and max exceeds min times it */
+        int eviction_interval_secs;   /* default 120: the trees are trimmed this often */
+        int64_t max_tree_size;        /* default 2^26: bytes of prompt text kept per worker */
+    } cache_aware;
     struct {
         pdr_relay_t relay; /* default first_byte: from the decode's first body byte */
     } pd;

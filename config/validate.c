@@ -451,9 +451,9 @@ static int check_pools(const pdr_config_t *c, char *err, size_t errlen)
             return PDR_ECONFIG;
         }
         snprintf(key, sizeof(key), "pools[%zu].policy.prefill", i);
-        CHECK_RANGE(pl->policy_prefill, 0, 2, key);
+        CHECK_RANGE(pl->policy_prefill, 0, 4, key);
         snprintf(key, sizeof(key), "pools[%zu].policy.decode", i);
-        CHECK_RANGE(pl->policy_decode, 0, 2, key);
+        CHECK_RANGE(pl->policy_decode, 0, 4, key);
         snprintf(key, sizeof(key), "pools[%zu].", i);
         int drc = check_discovery(&pl->discovery, key, err, errlen);
         if (drc != 0)
@@ -537,8 +537,22 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
                         pdr_protocol_name(c->protocol));
         return PDR_ECONFIG;
     }
-    CHECK_RANGE(c->policy_prefill, 0, 2, "policy.prefill");
-    CHECK_RANGE(c->policy_decode, 0, 2, "policy.decode");
+    CHECK_RANGE(c->policy_prefill, 0, 4, "policy.prefill");
+    CHECK_RANGE(c->policy_decode, 0, 4, "policy.decode");
+    CHECK_RANGE(c->cache_aware.balance_abs_threshold, 0, 1000000, "cache_aware.balance_abs_threshold");
+    CHECK_RANGE(c->cache_aware.eviction_interval_secs, 1, 86400, "cache_aware.eviction_interval_secs");
+    CHECK_RANGE(c->cache_aware.max_tree_size, 1024, (int64_t)1 << 40, "cache_aware.max_tree_size");
+    if (!(c->cache_aware.cache_threshold >= 0 && c->cache_aware.cache_threshold <= 1)) {
+        pdr__config_err(err, errlen, "cache_aware.cache_threshold: %g is out of range, expected 0..1",
+                        c->cache_aware.cache_threshold);
+        return PDR_ECONFIG;
+    }
+    if (!(c->cache_aware.balance_rel_threshold >= 1 && c->cache_aware.balance_rel_threshold <= 1e6)) {
+        pdr__config_err(err, errlen,
+                        "cache_aware.balance_rel_threshold: %g is out of range, expected 1..1000000",
+                        c->cache_aware.balance_rel_threshold);
+        return PDR_ECONFIG;
+    }
     if (c->health.path == NULL || c->health.path[0] != '/') {
         pdr__config_err(err, errlen, "health.path: must start with '/'");
         return PDR_ECONFIG;

@@ -28,6 +28,7 @@ enum ftype {
     F_PATH,       /* string starting with '/' */
     F_INT,        /* int in [min, max] */
     F_INT64,      /* int64_t in [min, max] */
+    F_DOUBLE,     /* double in [min, max] */
     F_PROTOCOL,   /* pdr_protocol_t */
     F_POLICY,     /* pdr_policy_kind_t */
     F_LEVEL,      /* log level, stored as its canonical name */
@@ -129,6 +130,14 @@ static const struct field limits_fields[] = {
 };
 static const struct field retries_fields[] = {
     {"max", F_INT, CONF(retries.max), 0, PDR_MAX_RETRIES, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field cache_aware_fields[] = {
+    {"cache_threshold", F_DOUBLE, CONF(cache_aware.cache_threshold), 0, 1, NULL},
+    {"balance_abs_threshold", F_INT, CONF(cache_aware.balance_abs_threshold), 0, 1000000, NULL},
+    {"balance_rel_threshold", F_DOUBLE, CONF(cache_aware.balance_rel_threshold), 1, 1000000, NULL},
+    {"eviction_interval_secs", F_INT, CONF(cache_aware.eviction_interval_secs), 1, 86400, NULL},
+    {"max_tree_size", F_INT64, CONF(cache_aware.max_tree_size), 1024, (int64_t)1 << 40, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field pd_fields[] = {
@@ -234,6 +243,7 @@ static const struct field top_fields[] = {
     {"limits", F_SECTION, 0, 0, 0, limits_fields},
     {"retries", F_SECTION, 0, 0, 0, retries_fields},
     {"pd", F_SECTION, 0, 0, 0, pd_fields},
+    {"cache_aware", F_SECTION, 0, 0, 0, cache_aware_fields},
     {"log", F_SECTION, 0, 0, 0, log_fields},
     {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields},
     {"threads", F_INT, CONF(threads), 0, PDR_MAX_THREADS, NULL},
@@ -387,6 +397,31 @@ static int get_int(struct ctx *cx, const yaml_node_t *v, const char *path, int64
     return 0;
 }
 
+/* A finite decimal number in [min, max]. */
+static int get_double(struct ctx *cx, const yaml_node_t *v, const char *path, double min, double max,
+                      double *out)
+{
+    char buf[80], num[64];
+    int rc = need_scalar(cx, v, path, "a number");
+    if (rc != 0)
+        return rc;
+    size_t len;
+    const char *s = sval(v, &len);
+    char *end = NULL;
+    if (len == 0 || len >= sizeof(num))
+        return FAIL(cx, v, "%s: expected a number, got '%s'", path, show(v, buf, sizeof(buf)));
+    memcpy(num, s, len);
+    num[len] = '\0';
+    double d = strtod(num, &end);
+    if (end != num + len || !(d == d) || d - d != 0)
+        return FAIL(cx, v, "%s: expected a number, got '%s'", path, show(v, buf, sizeof(buf)));
+    if (d < min || d > max)
+        return FAIL(cx, v, "%s: %s is out of range, expected %g..%g", path, show(v, buf, sizeof(buf)), min,
+                    max);
+    *out = d;
+    return 0;
+}
+
 static int get_policy(struct ctx *cx, const yaml_node_t *v, const char *path, pdr_policy_kind_t *out)
 {
     char buf[80];
@@ -396,8 +431,10 @@ static int get_policy(struct ctx *cx, const yaml_node_t *v, const char *path, pd
     size_t len;
     const char *s = sval(v, &len);
     if (pdr__policy_parse(s, len, out) != 0)
-        return FAIL(cx, v, "%s: unknown policy '%s', expected round_robin, least_load or random", path,
-                    show(v, buf, sizeof(buf)));
+        return FAIL(
+            cx, v,
+            "%s: unknown policy '%s', expected round_robin, least_load, random, cache_aware or power_of_two",
+            path, show(v, buf, sizeof(buf)));
     return 0;
 }
 
@@ -813,6 +850,8 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
         if (rc == 0)
             *(int *)(void *)p = (int)iv;
         return rc;
+    case F_DOUBLE:
+        return get_double(cx, v, path, (double)f->min, (double)f->max, (double *)(void *)p);
     case F_INT64:
         rc = get_int(cx, v, path, f->min, f->max, &iv);
         if (rc == 0)

@@ -124,6 +124,12 @@ static void run_round(pdr_router_t *r)
         check_worker(r, ws[i]);
     pdr_pool_release(ws, n);
     r->health_generation = __atomic_load_n(&r->pool.generation, __ATOMIC_ACQUIRE);
+    /* cache_aware's trees are trimmed every cache_aware.eviction_interval_secs (at this round's pace). */
+    uint64_t now = pdr_now_ms();
+    if (now - r->ca_evict_ms >= (uint64_t)r->config->cache_aware.eviction_interval_secs * 1000) {
+        r->ca_evict_ms = now;
+        pdr_pool_evict_trees(&r->pool);
+    }
 }
 
 static void on_health_timer(uv_timer_t *t)

@@ -874,6 +874,21 @@ static void arm_timer(pd_req_t *x)
 
 /* ---- attempts ---- */
 
+/* What cache_aware matches on: the raw JSON of the prompt member ("text", "prompt", "messages" or
+ * "input_ids"), exactly as the client sent it, so that requests sharing a system prompt or a
+ * conversation's start share a prefix. NULL when the body has none. */
+static const char *routing_text(const pdr_pdreq_t *pr, size_t *len)
+{
+    static const char *const keys[] = {"text", "prompt", "messages", "input_ids"};
+    for (size_t i = 0; i < pr->n; i++)
+        for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+            if (pr->m[i].key_len == strlen(keys[k]) && memcmp(pr->m[i].key, keys[k], pr->m[i].key_len) == 0) {
+                *len = pr->m[i].v.len;
+                return pr->m[i].v.p;
+            }
+    return NULL;
+}
+
 static void start_attempt(pd_req_t *x)
 {
     pdr_router_t *r = x->r;
@@ -886,11 +901,13 @@ static void start_attempt(pd_req_t *x)
     pdr_worker_unref(x->pw);
     pdr_worker_unref(x->dw);
     x->pw = x->dw = NULL;
+    size_t tlen = 0;
+    const char *text = x->mode == MODE_PD ? routing_text(&x->pr, &tlen) : NULL;
     if (x->mode == MODE_PD)
-        x->pw = pdr_pool_pick(&r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
-                              x->n_tried[PDR_ROLE_PREFILL]);
-    x->dw = pdr_pool_pick(&r->pool, x->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE],
-                          x->n_tried[PDR_ROLE_DECODE]);
+        x->pw = pdr_pool_pick_text(&r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
+                                   x->n_tried[PDR_ROLE_PREFILL], text, tlen);
+    x->dw = pdr_pool_pick_text(&r->pool, x->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE],
+                               x->n_tried[PDR_ROLE_DECODE], text, tlen);
     if ((x->mode == MODE_PD && x->pw == NULL) || x->dw == NULL) {
         if (x->attempt > 0) {
             /* The pair that failed was the last healthy one: answer with that failure. */

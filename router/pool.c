@@ -146,8 +146,15 @@ static int apply_settings(pdr_pool_t *p, const pdr_config_t *c)
 {
     size_t n = pdr_config_pool_count(c);
     pdr_pool_group_t *g = calloc(n, sizeof(*g));
-    if (g == NULL)
+    int(*reuse)[2] = malloc((n + 1) * sizeof(*reuse));
+    if (g == NULL || reuse == NULL) {
+        free(g);
+        free(reuse);
         return PDR_ENOMEM;
+    }
+    int failed = 0;
+    for (size_t i = 0; i < n; i++)
+        reuse[i][0] = reuse[i][1] = -1;
     for (size_t i = 0; i < n; i++) {
         pdr_pool_conf_t pc;
         pdr_config_pool(c, i, &pc);
@@ -156,9 +163,41 @@ static int apply_settings(pdr_pool_t *p, const pdr_config_t *c)
         g[i].policy[PDR_ROLE_DECODE] = pc.policy_decode;
         g[i].protocol = pc.protocol;
         for (size_t k = 0; k < p->n_groups; k++)
-            if (strcmp(p->groups[k].name, g[i].name) == 0)
+            if (strcmp(p->groups[k].name, g[i].name) == 0) {
                 memcpy(g[i].rr_next, p->groups[k].rr_next, sizeof(g[i].rr_next));
+                for (int r = 0; r < 2; r++) /* a pool's tree survives a reload (taken below) */
+                    if (g[i].policy[r] == PDR_POLICY_CACHE_AWARE && p->groups[k].tree[r] != NULL)
+                        reuse[i][r] = (int)k;
+            }
+        for (int r = 0; r < 2 && !failed; r++) {
+            int err = 0;
+            if (g[i].policy[r] == PDR_POLICY_CACHE_AWARE && reuse[i][r] < 0 &&
+                (g[i].tree[r] = pdr_ptree_new((uint64_t)c->cache_aware.max_tree_size, &err)) == NULL)
+                failed = 1;
+        }
     }
+    if (failed) { /* nothing taken from the old groups yet */
+        for (size_t i = 0; i < n; i++)
+            for (int r = 0; r < 2; r++)
+                pdr_ptree_free(g[i].tree[r]);
+        free(g);
+        free(reuse);
+        return PDR_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        for (int r = 0; r < 2; r++)
+            if (reuse[i][r] >= 0) {
+                g[i].tree[r] = p->groups[reuse[i][r]].tree[r];
+                p->groups[reuse[i][r]].tree[r] = NULL;
+            }
+    for (size_t k = 0; k < p->n_groups; k++)
+        for (int r = 0; r < 2; r++)
+            pdr_ptree_free(p->groups[k].tree[r]); /* pools gone, or no longer cache_aware */
+    free(reuse);
+    p->ca.cache_threshold = c->cache_aware.cache_threshold;
+    p->ca.balance_abs_threshold = (uint64_t)c->cache_aware.balance_abs_threshold;
+    p->ca.balance_rel_threshold = c->cache_aware.balance_rel_threshold;
+    p->ca_max_tree = (uint64_t)c->cache_aware.max_tree_size;
     free(p->groups);
     p->groups = g;
     p->n_groups = n;
@@ -234,6 +273,9 @@ void pdr_pool_dispose(pdr_pool_t *p)
         }
         free(p->list[r]);
     }
+    for (size_t k = 0; k < p->n_groups; k++)
+        for (int r = 0; r < 2; r++)
+            pdr_ptree_free(p->groups[k].tree[r]);
     free(p->groups);
     pthread_rwlock_destroy(&p->rw);
     pthread_mutex_destroy(&p->lock);
@@ -309,6 +351,8 @@ static pdr_worker_list_t *without(const pdr_worker_list_t *cur, const unsigned c
 static void retire(pdr_pool_t *p, pdr_worker_t *w, const char *why)
 {
     __atomic_store_n(&w->removed, 1, __ATOMIC_RELEASE);
+    if (w->group >= 0 && (size_t)w->group < p->n_groups && p->groups[w->group].tree[w->role] != NULL)
+        pdr_ptree_remove_tenant(p->groups[w->group].tree[w->role], w->uid);
     p->removed_total[source_of(w)]++;
     pdr_info("worker %s %s removed (%s): %d requests in flight finish on it", w->id, w->conf.url, why,
              pdr_worker_inflight(w));
@@ -654,8 +698,47 @@ static pdr_worker_t *pick_least_load(pdr_pool_t *p, cands_t l, const uint64_t *a
     return pdr_worker_inflight(wb) < pdr_worker_inflight(wa) ? wb : wa;
 }
 
+/* cache_aware among the usable candidates: sglang's rules over the group's tree for the role. */
+static pdr_worker_t *pick_cache_aware(pdr_pool_t *p, pdr_pool_group_t *g, cands_t l, pdr_role_t role,
+                                      const uint64_t *avoid, size_t n_avoid, const char *text, size_t len)
+{
+    uint64_t ids[l.n + 1], loads[l.n + 1];
+    pdr_worker_t *ws[l.n + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < l.n; i++)
+        if (usable(l.w[i], avoid, n_avoid)) {
+            ws[n] = l.w[i];
+            ids[n] = l.w[i]->uid;
+            loads[n++] = (uint64_t)pdr_worker_inflight(l.w[i]);
+        }
+    if (n == 0)
+        return NULL;
+    pdr_cache_aware_decision_t d = PDR_CACHE_AWARE_MATCH;
+    int k = pdr_cache_aware_pick(g->tree[role], &p->ca, ids, loads, n, text, len, &d);
+    if (k < 0 || (size_t)k >= n)
+        return pick_least_load(p, l, avoid, n_avoid, 1);
+    __atomic_add_fetch(&p->ca_decisions[d], 1, __ATOMIC_RELAXED);
+    return ws[k];
+}
+
 pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
                             size_t n_avoid)
+{
+    return pdr_pool_pick_text(p, pool, role, avoid, n_avoid, NULL, 0);
+}
+
+void pdr_pool_evict_trees(pdr_pool_t *p)
+{
+    pthread_rwlock_rdlock(&p->rw);
+    for (size_t k = 0; k < p->n_groups; k++)
+        for (int r = 0; r < 2; r++)
+            if (p->groups[k].tree[r] != NULL)
+                pdr_ptree_evict(p->groups[k].tree[r], p->ca_max_tree);
+    pthread_rwlock_unlock(&p->rw);
+}
+
+pdr_worker_t *pdr_pool_pick_text(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
+                                 size_t n_avoid, const char *text, size_t len)
 {
     pthread_rwlock_rdlock(&p->rw);
     const pdr_worker_list_t *l = p->list[role];
@@ -680,6 +763,14 @@ pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, const char *pool, pdr_role_t role, co
             break;
         case PDR_POLICY_RANDOM:
             w = pick_least_load(p, c, avoid, n_avoid, 0);
+            break;
+        case PDR_POLICY_POWER_OF_TWO: /* the less loaded of two drawn at random: least_load's rule */
+            w = pick_least_load(p, c, avoid, n_avoid, 1);
+            break;
+        case PDR_POLICY_CACHE_AWARE:
+            w = text != NULL && g->tree[role] != NULL
+                    ? pick_cache_aware(p, g, c, role, avoid, n_avoid, text, len)
+                    : pick_least_load(p, c, avoid, n_avoid, 1);
             break;
         default:
             w = pick_round_robin(g, c, role, avoid, n_avoid);

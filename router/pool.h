@@ -38,6 +38,7 @@
 #include <stdint.h>
 #include "config.h"
 #include "events.h"
+#include "routing.h"
 
 typedef struct pdr_health_state {
     int healthy;
@@ -89,7 +90,8 @@ typedef struct pdr_pool_group {
     char name[64];
     pdr_policy_kind_t policy[2]; /* by role */
     pdr_protocol_t protocol;
-    unsigned rr_next[2]; /* atomic: round-robin cursors by role */
+    unsigned rr_next[2];  /* atomic: round-robin cursors by role */
+    pdr_ptree_t *tree[2]; /* cache_aware: the prompts recently sent to each worker of the role (own lock) */
 } pdr_pool_group_t;
 
 typedef struct pdr_pool {
@@ -104,6 +106,9 @@ typedef struct pdr_pool {
     uint64_t added_total[4], removed_total[4]; /* by source (PDR_SOURCE_*), under rw write */
     pthread_mutex_t lock;                      /* health and drain transitions */
     pdr_events_t events;                       /* recent errors, for the admin status page (own lock) */
+    pdr_cache_aware_params_t ca;               /* cache_aware thresholds (under rw) */
+    uint64_t ca_max_tree;                      /* cache_aware.max_tree_size */
+    uint64_t ca_decisions[3];                  /* atomic: by pdr_cache_aware_decision_t */
     int live;
 } pdr_pool_t;
 
@@ -227,6 +232,13 @@ pdr_worker_t *pdr_pool__at(pdr_pool_t *p, pdr_role_t role, size_t i);
  * policy, preferring workers whose uid is not in avoid (the ones that failed this request). Draining and
  * drained workers are never picked. Returns it with a reference (pdr_worker_unref), or NULL when none
  * serves (or there is no such pool). */
+/* As pdr_pool_pick, with the request's routing text for cache_aware (NULL: that policy picks as
+ * power_of_two does). */
+pdr_worker_t *pdr_pool_pick_text(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
+                                 size_t n_avoid, const char *text, size_t len);
+/* Loop 0, every cache_aware.eviction_interval_secs: trims every tree to cache_aware.max_tree_size per
+ * worker (least recently used first). */
+void pdr_pool_evict_trees(pdr_pool_t *p);
 pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
                             size_t n_avoid);
 

@@ -94,6 +94,7 @@ typedef struct pdr_router {
     uv_signal_t sig_term, sig_int, sig_hup; /* loop 0 */
     struct pdr_health_probe *probes;        /* loop 0: checks in progress */
     uint64_t health_generation;             /* the pool generation the last round saw */
+    uint64_t ca_evict_ms;                   /* loop 0: when cache_aware's trees were last trimmed */
     int drain_timeout_ms;                   /* lifecycle.drain_timeout_ms as of the shutdown's start */
     uv_timer_t health_timer;
     uv_timer_t drain_timer; /* loop 0: DRAINING -> DRAINED on idle or timeout */

@@ -308,7 +308,7 @@ def scenario_routes():
 
 def scenario_refused_flags():
     for argv, want in ((["--cb-failure-threshold", "5"], "no circuit breaker"),
-                       (["--policy", "cache_aware"], "not available yet"),
+                       (["--policy", "manual"], "not available yet"),
                        (["--queue-size", "100"], "no admission queue"),
                        (["--request-timeout-secs", "0"], "expected an integer in 1..86400")):
         proc = subprocess.run([pdtest.binary("pdrouter"), "--prefill", "http://a:1", "--decode", "http://b:2"] + argv,

@@ -295,7 +295,9 @@ static void test_defaults(void)
     pdr_policy_kind_t pk;
     pdr_protocol_t pt;
     CHECK(pdr_policy_parse("round_robin", &pk) == 0 && pk == PDR_POLICY_ROUND_ROBIN);
-    CHECK(pdr_policy_parse("cache_aware", &pk) == PDR_EINVAL);
+    CHECK(pdr_policy_parse("cache_aware", &pk) == 0 && pk == PDR_POLICY_CACHE_AWARE);
+    CHECK(pdr_policy_parse("power_of_two", &pk) == 0 && pk == PDR_POLICY_POWER_OF_TWO);
+    CHECK(pdr_policy_parse("bucket", &pk) == PDR_EINVAL);
     CHECK(pdr_protocol_parse("vllm", &pt) == 0 && pt == PDR_PROTO_VLLM);
     CHECK(pdr_protocol_parse("grpc", &pt) == PDR_EINVAL);
 }
@@ -359,9 +361,16 @@ static void test_errors(void)
     EXPECT_ERROR("listen: { port: 8000 }\nprotocol:   pdshim\n",
                  "bad.yaml:2:13: protocol: protocol pdshim is not implemented yet; use protocol: sglang or "
                  "vllm");
-    EXPECT_ERROR("policy: { decode: cache_aware }\n",
-                 "bad.yaml:1:19: policy.decode: unknown policy 'cache_aware', expected round_robin, "
-                 "least_load or random");
+    EXPECT_ERROR("policy: { decode: bucket }\n",
+                 "bad.yaml:1:19: policy.decode: unknown policy 'bucket', expected round_robin, "
+                 "least_load, random, cache_aware or power_of_two");
+    EXPECT_ERROR("cache_aware: { cache_threshold: 1.5 }\n",
+                 "bad.yaml:1:33: cache_aware.cache_threshold: 1.5 is out of range, expected 0..1");
+    EXPECT_ERROR("cache_aware: { balance_rel_threshold: x }\n",
+                 "bad.yaml:1:39: cache_aware.balance_rel_threshold: expected a number, got 'x'");
+    EXPECT_ERROR(
+        "cache_aware: { max_tree_size: 10 }\n",
+        "bad.yaml:1:31: cache_aware.max_tree_size: 10 is out of range, expected 1024..1099511627776");
     EXPECT_ERROR("pd: { relay: eager }\n",
                  "bad.yaml:1:14: pd.relay: unknown relay mode 'eager', expected first_byte or after_prefill");
     EXPECT_ERROR("pd: { relay: [a] }\n",
@@ -1196,9 +1205,45 @@ static void test_cli(void)
     EXPECT_ARGV_ERROR("argv: --prefill needs a value", "--prefill", "--decode", "http://a:1");
     EXPECT_ARGV_ERROR("argv: --host needs a value", "--host");
     EXPECT_ARGV_ERROR("argv: --version takes no value", "--version=1");
-    EXPECT_ARGV_ERROR("argv: --policy: the cache_aware policy is not available yet; the policies are "
-                      "round_robin, least_load and random",
-                      "--policy", "cache_aware");
+    EXPECT_ARGV_ERROR("argv: --policy: the bucket policy is not available yet; the policies are "
+                      "round_robin, least_load, random, cache_aware and power_of_two",
+                      "--policy", "bucket");
+    EXPECT_ARGV_ERROR("argv: --cache-threshold: expected a number in 0..1, got '2'", "--cache-threshold",
+                      "2");
+    {
+        const char *argv_ca[] = {"pdrouter",
+                                 "--prefill",
+                                 "http://127.0.0.1:1",
+                                 "--decode",
+                                 "http://127.0.0.1:2",
+                                 "--prefill-policy",
+                                 "cache_aware",
+                                 "--decode-policy",
+                                 "power_of_two",
+                                 "--cache-threshold",
+                                 "0.5",
+                                 "--balance-abs-threshold",
+                                 "32",
+                                 "--balance-rel-threshold",
+                                 "1.1",
+                                 "--eviction-interval-secs",
+                                 "30",
+                                 "--max-tree-size",
+                                 "10000",
+                                 NULL};
+        pdr_cli_t cli_ca;
+        char err_ca[512];
+        CHECK(parse(argv_ca, &cli_ca, err_ca, sizeof(err_ca)) == 0);
+        if (cli_ca.config != NULL) {
+            const pdr_config_t *cc = cli_ca.config;
+            CHECK(cc->policy_prefill == PDR_POLICY_CACHE_AWARE &&
+                  cc->policy_decode == PDR_POLICY_POWER_OF_TWO);
+            CHECK(cc->cache_aware.cache_threshold == 0.5 && cc->cache_aware.balance_abs_threshold == 32 &&
+                  cc->cache_aware.balance_rel_threshold == 1.1 &&
+                  cc->cache_aware.eviction_interval_secs == 30 && cc->cache_aware.max_tree_size == 10000);
+            pdr_config_unref(cli_ca.config);
+        }
+    }
     EXPECT_ARGV_ERROR("argv: --retries: expected an integer in 0..10, got '11'", "--retries", "11");
     EXPECT_ARGV_ERROR("argv: --decode: 'https://a:1': TLS to workers is not supported yet; use http://",
                       "--decode", "https://a:1");
@@ -1499,15 +1544,11 @@ static void test_cli_sglang(void)
     EXPECT_ARGV_ERROR("argv: --cors-allowed-origins: 'https://a.example/app': an origin has no path (no '/' "
                       "after the host)",
                       PD, "--cors-allowed-origins", "https://a.example/app");
-    EXPECT_ARGV_ERROR(
-        "argv: --prefill-policy: the power_of_two policy is not available yet; the policies are "
-        "round_robin, least_load and random",
-        PD, "--prefill-policy", "power_of_two");
     EXPECT_ARGV_ERROR("argv: --prefill-policy: the bucket policy is not available yet; the policies are "
-                      "round_robin, least_load and random",
+                      "round_robin, least_load, random, cache_aware and power_of_two",
                       PD, "--prefill-policy", "bucket");
     EXPECT_ARGV_ERROR("argv: --decode-policy: the manual policy is not available yet; the policies are "
-                      "round_robin, least_load and random",
+                      "round_robin, least_load, random, cache_aware and power_of_two",
                       PD, "--decode-policy", "manual");
     EXPECT_ARGV_ERROR("argv: --retry-max-retries: expected an integer in 1..11, got '0'", PD,
                       "--retry-max-retries", "0");
@@ -1562,10 +1603,6 @@ static void test_cli_sglang(void)
                       "--queue-timeout-secs", "60");
     EXPECT_ARGV_ERROR("argv: --rate-limit-tokens-per-second (sglang router) is not supported: *", PD,
                       "--rate-limit-tokens-per-second", "10");
-    EXPECT_ARGV_ERROR(
-        "argv: --cache-threshold (sglang router) is not supported: the cache_aware policy is not "
-        "available yet (policies: round_robin, least_load, random)",
-        PD, "--cache-threshold", "0.5");
     EXPECT_ARGV_ERROR("argv: --disable-health-check (sglang router) is not supported: *", PD,
                       "--disable-health-check");
     EXPECT_ARGV_ERROR("argv: --tls-cert-path (sglang router) is not supported: *", PD, "--tls-cert-path",
@@ -1798,7 +1835,7 @@ static void test_pools(void)
         "vllm");
     EXPECT_ERROR("pools:\n  - name: a\n    policy: { decode: fastest }\n",
                  "bad.yaml:3:23: pools[0].policy.decode: unknown policy 'fastest', expected round_robin, "
-                 "least_load or random");
+                 "least_load, random, cache_aware or power_of_two");
     EXPECT_ERROR("pools:\n  - name: a\n    workers: { decode: [ { url: http://a:1, bootstrap_port: 1 } ] }\n",
                  "bad.yaml:3:61: pools[0].workers.decode[0].bootstrap_port: only prefill workers have a "
                  "bootstrap port");
