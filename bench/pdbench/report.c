@@ -447,7 +447,7 @@ static int write_gp(const pdb_opts_t *o, const pdb_run_t *runs, size_t n_runs, c
     fprintf(f,
             ")\nplot 'failures.dat' using 1:2:($1-0.5):($1+0.5):($2-0.5):($2+0.5):3 with boxxy fs solid 1.0 "
             "lc palette notitle, \\\n");
-    fprintf(f, "     'failures.dat' using 1:2:(sprintf('%%.0f%%%%', $3*100)) with labels notitle\n");
+    fprintf(f, "     'failures.dat' using 1:2:(gprintf('%%.0f', $3*100).'%%') with labels notitle\n");
     if (fclose(f) != 0)
         return -1;
     return 0;
