@@ -203,6 +203,31 @@ def stream_request(port, method, path, body, timeout=10.0, host=HOST):
     return conn, conn.getresponse()
 
 
+def raw_exchange(port, data, timeout=5.0, host=HOST):
+    """Sends data on a fresh connection (as much as the peer takes) and reads until it closes the
+    connection. Returns (bytes, closed)."""
+    s = socket.create_connection((host, port))
+    s.settimeout(timeout)
+    out, closed = b"", False
+    try:
+        s.sendall(data)
+    except (ConnectionResetError, BrokenPipeError, socket.timeout):
+        pass  # the peer answered and closed before taking it all: its answer is still to be read
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                closed = True
+                break
+            out += b
+    except socket.timeout:
+        pass
+    except ConnectionResetError:
+        closed = True
+    s.close()
+    return out, closed
+
+
 def check(cond, msg, *procs):
     """assert with the log tails of procs appended to the message."""
     if not cond:

@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
-from pdtest import check, request  # noqa: E402
+from pdtest import check, raw_exchange, request  # noqa: E402
 from test_router import BODIES, metric_value, metrics, router, sim, stats  # noqa: E402
 
 H = "127.0.0.1"
@@ -182,27 +182,6 @@ def scenario_stalled_reader_h2():
     finally:
         pdtest.stop_all()
 
-
-def raw_exchange(port, data, timeout=5.0):
-    """Sends data on a fresh connection and reads until the router closes it. Returns (bytes, closed)."""
-    s = socket.create_connection((H, port))
-    s.settimeout(timeout)
-    s.sendall(data)
-    out = b""
-    closed = False
-    try:
-        while True:
-            b = s.recv(65536)
-            if not b:
-                closed = True
-                break
-            out += b
-    except socket.timeout:
-        pass
-    except ConnectionResetError:
-        closed = True
-    s.close()
-    return out, closed
 
 
 def scenario_smuggling():

@@ -17,7 +17,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
-from pdtest import check, request  # noqa: E402
+from pdtest import check, raw_exchange, request  # noqa: E402
 from test_router import metric_value, metrics, router, sim  # noqa: E402
 
 H = "127.0.0.1"
@@ -67,30 +67,6 @@ def access_lines(path, n):
         return lines if len(lines) >= n else None
     return pdtest.poll_until(read, 5, "%d access-log lines" % n)
 
-
-def raw_exchange(port, data, timeout=5.0):
-    """Sends data on a fresh connection (as much as the router takes), reads until it closes the connection.
-    Returns (bytes, closed)."""
-    s = socket.create_connection((H, port))
-    s.settimeout(timeout)
-    out, closed = b"", False
-    try:
-        s.sendall(data)
-    except (ConnectionResetError, BrokenPipeError, socket.timeout):
-        pass  # the router answered and closed before taking it all: its answer is still to be read
-    try:
-        while True:
-            b = s.recv(65536)
-            if not b:
-                closed = True
-                break
-            out += b
-    except socket.timeout:
-        pass
-    except ConnectionResetError:
-        closed = True
-    s.close()
-    return out, closed
 
 
 def field_bytes(head):
