@@ -487,9 +487,13 @@ def scenario_refusals_logged():
         pdtest.stop_all()
 
 
+_unread = {}  # socket -> bytes received past the end of the last response read_response returned
+
+
 def read_response(s):
-    """One HTTP/1.1 response with a Content-Length from socket s: (status, body)."""
-    buf = b""
+    """One HTTP/1.1 response with a Content-Length from socket s: (status, body). Bytes that arrived
+    after it (a pipelined response in the same read) are kept for the next call on s."""
+    buf = _unread.pop(s, b"")
     while b"\r\n\r\n" not in buf:
         b = s.recv(65536)
         if not b:
@@ -498,7 +502,12 @@ def read_response(s):
     head, _, rest = buf.partition(b"\r\n\r\n")
     n = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))
     while len(rest) < n:
-        rest += s.recv(65536)
+        b = s.recv(65536)
+        if not b:
+            raise AssertionError("connection closed inside a response body: %r" % head)
+        rest += b
+    if len(rest) > n:
+        _unread[s] = rest[n:]
     return int(head.split(b" ")[1]), rest[:n]
 
 
