@@ -5,9 +5,12 @@
  * Prompts: TEMPLATES shared prefixes (system prompts, few-shot blocks) of 512-6144 random bytes, each
  * prompt one of them plus a unique tail of 256-2048 bytes (1-8 KB in all), generated on the fly from a
  * seed (not timed). Phases: fill (N decisions into an empty tree), steady (N more at N entries),
- * eviction to --cap bytes per worker, then the same steady load from --threads threads at once.
+ * eviction to --cap bytes per worker, then the same steady load from --threads threads at once. With
+ * --seed consistent_hash the decisions seed unseen prefixes on the hash ring; either way the last line
+ * is the ring's own cost (pdr_chash_pick over W workers, ns per pick).
  *
- *   routing_bench [--entries N] [--workers W] [--cap BYTES] [--threads T]
+ *   routing_bench [--entries N] [--workers W] [--cap BYTES] [--threads T] [--seed
+ * smallest_tree|consistent_hash]
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -24,6 +27,7 @@
 static char *templates[TEMPLATES];
 static size_t template_len[TEMPLATES];
 static size_t workers = 8;
+static pdr_cache_aware_seed_t seed_mode = PDR_CACHE_AWARE_SEED_SMALLEST_TREE;
 
 static void fill_random(uint64_t *rng, char *buf, size_t n)
 {
@@ -47,13 +51,14 @@ typedef struct run {
     pdr_ptree_t *tree;
     uint64_t first, count;
     uint64_t ns;
-    uint64_t decisions[3];
+    uint64_t decisions[4];
 } run_t;
 
 static void *run_decisions(void *arg)
 {
     run_t *r = arg;
     pdr_cache_aware_params_t p = PDR_CACHE_AWARE_PARAMS_DEFAULT;
+    p.seed = seed_mode;
     uint64_t ids[64], loads[64] = {0};
     for (size_t i = 0; i < workers; i++)
         ids[i] = i + 1;
@@ -81,18 +86,19 @@ static uint64_t total_chars(pdr_ptree_t *t)
 
 static void report(const char *phase, run_t *r, size_t nruns, uint64_t wall_ns, pdr_ptree_t *t)
 {
-    uint64_t n = 0, ns = 0, d[3] = {0};
+    uint64_t n = 0, ns = 0, d[4] = {0};
     for (size_t i = 0; i < nruns; i++) {
         n += r[i].count;
         ns += r[i].ns;
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 4; k++)
             d[k] += r[i].decisions[k];
     }
     printf("%-8s %zu thread(s): %8.0f ns/decision (per call), %9.0f decisions/s (wall); match %llu, "
-           "smallest_tree %llu, balance %llu; tree %.1f MiB for %.1f MiB of text (%.2f B/char)\n",
+           "smallest_tree %llu, balance %llu, hash %llu; tree %.1f MiB for %.1f MiB of text (%.2f B/char)\n",
            phase, nruns, (double)ns / (double)n, (double)n * 1e9 / (double)wall_ns, (unsigned long long)d[0],
-           (unsigned long long)d[1], (unsigned long long)d[2], (double)pdr_ptree_bytes(t) / 1048576.0,
-           (double)total_chars(t) / 1048576.0, (double)pdr_ptree_bytes(t) / (double)total_chars(t));
+           (unsigned long long)d[1], (unsigned long long)d[2], (unsigned long long)d[3],
+           (double)pdr_ptree_bytes(t) / 1048576.0, (double)total_chars(t) / 1048576.0,
+           (double)pdr_ptree_bytes(t) / (double)total_chars(t));
 }
 
 int main(int argc, char **argv)
@@ -100,6 +106,16 @@ int main(int argc, char **argv)
     uint64_t entries = 100000, cap = 1ULL << 24;
     size_t threads = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--seed") == 0) {
+            if (strcmp(argv[i + 1], "consistent_hash") == 0)
+                seed_mode = PDR_CACHE_AWARE_SEED_CONSISTENT_HASH;
+            else if (strcmp(argv[i + 1], "smallest_tree") != 0) {
+                fprintf(stderr, "routing_bench: --seed smallest_tree or consistent_hash, not '%s'\n",
+                        argv[i + 1]);
+                return 2;
+            }
+            continue;
+        }
         char *end;
         unsigned long long v = strtoull(argv[i + 1], &end, 10);
         if (*end != 0 || v == 0) {
@@ -116,7 +132,8 @@ int main(int argc, char **argv)
             threads = (size_t)v;
         else {
             fprintf(stderr,
-                    "usage: routing_bench [--entries N] [--workers W<=64] [--cap BYTES] [--threads T<=16]\n");
+                    "usage: routing_bench [--entries N] [--workers W<=64] [--cap BYTES] [--threads T<=16] "
+                    "[--seed smallest_tree|consistent_hash]\n");
             return 2;
         }
     }
@@ -164,6 +181,22 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < threads; i++)
         pthread_join(th[i], NULL);
     report("threads", par, threads, pdr_now_ns() - t0, t);
+
+    /* The ring alone: one pick among W workers (W * PDR_CHASH_VNODES points), keys hashed beforehand. */
+    uint64_t keys[64], loads[64] = {0}, sink = 0, picks = 1000000;
+    for (size_t i = 0; i < workers; i++) {
+        char url[64];
+        int l = snprintf(url, sizeof(url), "http://10.0.0.%zu:30000", i + 1);
+        keys[i] = pdr_routing_hash(url, (size_t)l);
+    }
+    t0 = pdr_now_ns();
+    for (uint64_t i = 0; i < picks; i++) {
+        int k = pdr_chash_pick(keys, loads, workers, pdr_routing_rng_next(&rng), 1.25);
+        sink += (uint64_t)k;
+        loads[k] = (loads[k] + 1) % 8; /* loads that move, so the bound is exercised */
+    }
+    printf("chash    %zu workers x %d points: %.0f ns/pick (bounded load 1.25; checksum %llu)\n", workers,
+           PDR_CHASH_VNODES, (double)(pdr_now_ns() - t0) / (double)picks, (unsigned long long)sink);
 
     pdr_ptree_free(t);
     for (size_t i = 0; i < TEMPLATES; i++)

@@ -1,8 +1,8 @@
 /*
  * The two policies of sglang's router that pdrouter's older ones lack: cache_aware (prefix affinity with
- * a load-imbalance escape) and power_of_two (the less loaded of two random candidates). Any thread: the
- * caller passes the candidates' ids and loads; cache_aware's only shared state is the tree, whose lock
- * covers the whole decision.
+ * a load-imbalance escape; unseen prefixes seeded by smallest tree or by consistent hash) and power_of_two
+ * (the less loaded of two random candidates). Any thread: the caller passes the candidates' ids and loads;
+ * cache_aware's only shared state is the tree, whose lock covers the whole decision.
  */
 #include "routing.h"
 
@@ -22,6 +22,13 @@ static size_t least_loaded(const uint64_t *loads, size_t n)
 int pdr_cache_aware_pick(pdr_ptree_t *tree, const pdr_cache_aware_params_t *params, const uint64_t *ids,
                          const uint64_t *loads, size_t n, const char *text, size_t len,
                          pdr_cache_aware_decision_t *decision)
+{
+    return pdr_cache_aware_pick_keyed(tree, params, ids, NULL, loads, n, text, len, decision);
+}
+
+int pdr_cache_aware_pick_keyed(pdr_ptree_t *tree, const pdr_cache_aware_params_t *params, const uint64_t *ids,
+                               const uint64_t *keys, const uint64_t *loads, size_t n, const char *text,
+                               size_t len, pdr_cache_aware_decision_t *decision)
 {
     if (n == 0)
         return PDR_ENOWORKER;
@@ -64,6 +71,13 @@ int pdr_cache_aware_pick(pdr_ptree_t *tree, const pdr_cache_aware_params_t *para
                     found = 1;
                 }
             why = PDR_CACHE_AWARE_MATCH;
+        } else if (params->seed == PDR_CACHE_AWARE_SEED_CONSISTENT_HASH) {
+            /* The same first choice in every replica: the ring decides from the prompt's start. */
+            size_t k = len < params->hash_prefix_chars ? len : params->hash_prefix_chars;
+            int r = pdr_chash_pick(keys != NULL ? keys : ids, loads, n, pdr_routing_hash(text, k),
+                                   params->hash_load_factor);
+            pick = r >= 0 ? (size_t)r : least_loaded(loads, n);
+            why = PDR_CACHE_AWARE_HASH;
         } else {
             uint64_t best = 0;
             for (size_t i = 0; i < n; i++) {

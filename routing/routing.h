@@ -63,22 +63,34 @@ uint64_t pdr_ptree_bytes(pdr_ptree_t *tree);
  * docs/internals/routing.md for the formula). */
 uint64_t pdr_ptree_bytes_bound(uint64_t tenants, uint64_t max_chars);
 
-/* sglang's cache_aware thresholds (its command line defaults: 0.3, 64, 1.5). */
+/* Where cache_aware sends a prompt that no candidate holds far enough (below cache_threshold). */
+typedef enum pdr_cache_aware_seed {
+    PDR_CACHE_AWARE_SEED_SMALLEST_TREE,   /* sglang: the candidate holding the fewest bytes */
+    PDR_CACHE_AWARE_SEED_CONSISTENT_HASH, /* the prompt's start on a ring of the candidates, bounded load */
+} pdr_cache_aware_seed_t;
+
+/* sglang's cache_aware thresholds (its command line defaults: 0.3, 64, 1.5) and the seeding rule. */
 typedef struct pdr_cache_aware_params {
     double cache_threshold;         /* match_len / prompt_len must exceed it for a cache hit */
     uint64_t balance_abs_threshold; /* imbalanced when max - min load exceeds it ... */
     double balance_rel_threshold;   /* ... and max load exceeds min load times it */
+    pdr_cache_aware_seed_t seed;    /* below the threshold: smallest tree (sglang) or consistent hash */
+    size_t hash_prefix_chars;       /* consistent_hash: the ring key is a hash of this many leading bytes */
+    double hash_load_factor;        /* consistent_hash: no candidate above this times the mean load */
 } pdr_cache_aware_params_t;
 
+/* 256 bytes: past a chat template's opening and into the system prompt; 1.25: Mirrokni et al.'s
+ * worked example (1 + epsilon with epsilon 0.25). */
 #define PDR_CACHE_AWARE_PARAMS_DEFAULT                                                                       \
     {                                                                                                        \
-        0.3, 64, 1.5                                                                                         \
+        0.3, 64, 1.5, PDR_CACHE_AWARE_SEED_SMALLEST_TREE, 256, 1.25                                          \
     }
 
 typedef enum pdr_cache_aware_decision {
     PDR_CACHE_AWARE_MATCH,         /* the candidate holding the longest prefix */
     PDR_CACHE_AWARE_SMALLEST_TREE, /* match too short: the candidate holding the fewest bytes */
     PDR_CACHE_AWARE_BALANCE,       /* loads imbalanced: the least loaded candidate */
+    PDR_CACHE_AWARE_HASH,          /* match too short, seed consistent_hash: the ring's choice */
 } pdr_cache_aware_decision_t;
 
 /*
@@ -90,6 +102,34 @@ typedef enum pdr_cache_aware_decision {
 int pdr_cache_aware_pick(pdr_ptree_t *tree, const pdr_cache_aware_params_t *params, const uint64_t *ids,
                          const uint64_t *loads, size_t n, const char *text, size_t len,
                          pdr_cache_aware_decision_t *decision);
+
+/*
+ * As pdr_cache_aware_pick, with keys[i] the candidates' ring keys for the consistent_hash seed: a value
+ * that names the worker alike in every router replica (pdr_routing_hash of its URL), where ids (the
+ * tree's tenants) may be local numbers. keys NULL: the ids are the keys.
+ */
+int pdr_cache_aware_pick_keyed(pdr_ptree_t *tree, const pdr_cache_aware_params_t *params, const uint64_t *ids,
+                               const uint64_t *keys, const uint64_t *loads, size_t n, const char *text,
+                               size_t len, pdr_cache_aware_decision_t *decision);
+
+/*
+ * Consistent hashing with bounded loads (Mirrokni, Thorup, Zadimoghaddam, "Consistent Hashing with
+ * Bounded Loads", 2018). Each candidate (keys[i]: a value the same in every process) has
+ * PDR_CHASH_VNODES points on a 64-bit ring; key_hash goes to the first point clockwise whose candidate
+ * is under capacity, capacity being ceil(load_factor * (sum(loads) + 1) / n), the mean load with this
+ * request counted. The result depends on the set of (key, load) pairs only, not on their order, so
+ * independent processes with the same candidates and loads choose the same one; removing a candidate
+ * moves only the keys that were on it (with no load above capacity). load_factor below 1 counts as 1
+ * (someone is always under capacity then). loads NULL: all zero. Returns the index, PDR_ENOWORKER when n
+ * is 0, PDR_EINVAL when keys is NULL.
+ */
+#define PDR_CHASH_VNODES 64
+int pdr_chash_pick(const uint64_t *keys, const uint64_t *loads, size_t n, uint64_t key_hash,
+                   double load_factor);
+
+/* A 64-bit hash of bytes, the same on every platform and in every process (FNV-1a, then splitmix64's
+ * finalizer to spread FNV's low bits). */
+uint64_t pdr_routing_hash(const void *p, size_t len);
 
 /*
  * power_of_two: two distinct candidates drawn at random from *rng_state (advanced), the less loaded of

@@ -30,6 +30,7 @@ static void *t_realloc(void *p, size_t n)
 #define realloc t_realloc
 #include "../../routing/ptree.c"
 #include "../../routing/policy.c"
+#include "../../routing/chash.c"
 #undef malloc
 #undef calloc
 #undef realloc
@@ -397,7 +398,8 @@ static void test_cache_aware(void)
     loads[2] = 0;
     CHECK(pdr_cache_aware_pick(t, &p, ids, loads, 3, a, strlen(a), &d) == 0 && d == PDR_CACHE_AWARE_MATCH);
     /* The threshold is strict (sglang: match_rate > cache_threshold). */
-    pdr_cache_aware_params_t half = {0.5, 64, 1.5};
+    pdr_cache_aware_params_t half = PDR_CACHE_AWARE_PARAMS_DEFAULT;
+    half.cache_threshold = 0.5;
     loads[0] = loads[1] = loads[2] = 0;
     CHECK(pdr_cache_aware_pick(t, &half, ids, loads, 3, "Translate XXXXXXXXXXX", 20, &d) >= 0 &&
           d == PDR_CACHE_AWARE_SMALLEST_TREE); /* "Translate " is 10 of 20 */
@@ -469,6 +471,151 @@ static void test_threads(void)
     pdr_ptree_free(t);
 }
 
+/* Worker keys as a router derives them: a hash of each worker's URL. */
+static void url_keys(uint64_t *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char url[64];
+        int l = snprintf(url, sizeof(url), "http://10.0.0.%zu:30000", i + 1);
+        keys[i] = pdr_routing_hash(url, (size_t)l);
+    }
+}
+
+static void test_chash(void)
+{
+    uint64_t keys[8], perm[8], loads[8] = {0};
+    url_keys(keys, 8);
+    CHECK(pdr_routing_hash("abc", 3) == pdr_routing_hash("abc", 3));
+    CHECK(pdr_routing_hash("abc", 3) != pdr_routing_hash("abd", 3));
+    CHECK(pdr_chash_pick(keys, loads, 0, 1, 1.25) == PDR_ENOWORKER);
+    CHECK(pdr_chash_pick(NULL, loads, 3, 1, 1.25) == PDR_EINVAL);
+    /* The candidates' order does not matter: the same key names the same worker in reversed order. */
+    for (size_t i = 0; i < 8; i++)
+        perm[i] = keys[7 - i];
+    size_t per[8] = {0};
+    for (uint64_t k = 0; k < 4000; k++) {
+        uint64_t h = pdr_routing_hash(&k, sizeof(k));
+        int a = pdr_chash_pick(keys, NULL, 8, h, 1.25), b = pdr_chash_pick(perm, loads, 8, h, 1.25);
+        CHECK(a >= 0 && b >= 0 && keys[a] == perm[b]);
+        if (a >= 0)
+            per[a]++;
+    }
+    /* 64 points each spread the keys: every worker gets at least a third of its share (500). */
+    for (size_t i = 0; i < 8; i++)
+        CHECK(per[i] > 4000 / 8 / 3);
+
+    /* Removing a worker moves only its keys (no load bound in play: all loads 0). */
+    uint64_t six[7];
+    for (size_t i = 0, j = 0; i < 8; i++)
+        if (i != 5)
+            six[j++] = keys[i];
+    size_t moved = 0, owned = 0;
+    for (uint64_t k = 0; k < 4000; k++) {
+        uint64_t h = pdr_routing_hash(&k, sizeof(k));
+        int a = pdr_chash_pick(keys, NULL, 8, h, 1.25), b = pdr_chash_pick(six, NULL, 7, h, 1.25);
+        if (a == 5)
+            owned++;
+        else
+            moved += keys[a] != six[b];
+    }
+    CHECK(moved == 0 && owned > 0);
+
+    /* Bounded load: every key the same (the worst case for a plain ring), requests never finish. Each
+     * choice is under ceil(1.25 * (sum + 1) / n), so no worker ever exceeds it. */
+    uint64_t h = pdr_routing_hash("same", 4);
+    int first = pdr_chash_pick(keys, NULL, 4, h, 1.25);
+    for (uint64_t i = 0; i < 400; i++) {
+        uint64_t sum = 0, max = 0;
+        for (size_t k = 0; k < 4; k++)
+            sum += loads[k];
+        double mean = 1.25 * (double)(sum + 1) / 4.0;
+        uint64_t cap = (uint64_t)mean + ((double)(uint64_t)mean < mean);
+        int k = pdr_chash_pick(keys, loads, 4, h, 1.25);
+        CHECK(k >= 0 && k < 4 && loads[k] + 1 <= cap);
+        if (k < 0 || k >= 4)
+            break;
+        if (i == 0)
+            CHECK(k == first); /* nothing loaded: the ring's own choice */
+        loads[k]++;
+        for (size_t j = 0; j < 4; j++)
+            max = loads[j] > max ? loads[j] : max;
+        CHECK((double)max <= 1.25 * (double)(sum + 1) / 4.0 + 1.0);
+    }
+    /* The ring's order fills up: three workers at the cap (ceil(1.25 * 400 / 4) = 125 before the last
+     * request), the ring's last one takes the rest. */
+    CHECK(loads[first] == 125 && loads[0] + loads[1] + loads[2] + loads[3] == 400);
+    for (size_t j = 0; j < 4; j++)
+        CHECK(loads[j] <= 126);
+    /* A factor below 1 (or NaN) counts as 1: still a choice. */
+    CHECK(pdr_chash_pick(keys, loads, 4, h, 0.5) >= 0);
+    CHECK(pdr_chash_pick(keys, loads, 4, h, 0.0 / 0.0) >= 0);
+}
+
+/* Three independent replicas (own trees, own local ids, the workers listed in different orders) with
+ * consistent_hash seeding send one prefix family to one worker; with smallest_tree seeding, replicas
+ * whose trees differ scatter it. */
+static void test_replicas_agree(void)
+{
+    uint64_t keys[4];
+    url_keys(keys, 4);
+    for (int seed = 0; seed < 2; seed++) {
+        pdr_cache_aware_params_t p = PDR_CACHE_AWARE_PARAMS_DEFAULT;
+        p.seed = seed ? PDR_CACHE_AWARE_SEED_CONSISTENT_HASH : PDR_CACHE_AWARE_SEED_SMALLEST_TREE;
+        p.hash_prefix_chars = 64;
+        pdr_ptree_t *t[3];
+        uint64_t ids[3][4], rk[3][4], loads[4] = {0};
+        int err;
+        for (int r = 0; r < 3; r++) {
+            t[r] = pdr_ptree_new(1 << 20, &err);
+            for (int i = 0; i < 4; i++) {
+                int w = (i + r) % 4; /* replica r lists worker w at place i */
+                ids[r][i] = 100 * (uint64_t)(r + 1) + (uint64_t)w;
+                rk[r][i] = keys[w];
+            }
+            /* Each replica has seen different traffic before: its trees' sizes differ. */
+            for (int k = 0; k <= r; k++) {
+                char warm[80];
+                int l =
+                    snprintf(warm, sizeof(warm), "warm-up prompt %d of replica %d ................", k, r);
+                CHECK(pdr_ptree_insert(t[r], warm, (size_t)l, ids[r][k]) == 0);
+            }
+        }
+        int scattered = 0;
+        for (int fam = 0; fam < 16; fam++) {
+            char sys[128], q[256];
+            snprintf(sys, sizeof(sys), "family %02d's system prompt: answer briefly and in full sentences.",
+                     fam);
+            uint64_t owner = 0;
+            for (int r = 0; r < 3; r++) {
+                snprintf(q, sizeof(q), "%s user question %d", sys, r);
+                pdr_cache_aware_decision_t d;
+                int k = pdr_cache_aware_pick_keyed(t[r], &p, ids[r], rk[r], loads, 4, q, strlen(q), &d);
+                CHECK(k >= 0 && k < 4);
+                if (k < 0)
+                    continue;
+                if (seed)
+                    CHECK(d == PDR_CACHE_AWARE_HASH);
+                if (r == 0)
+                    owner = rk[r][k];
+                else if (rk[r][k] != owner)
+                    scattered++;
+                /* The replica's next request of the family matches its tree: the same worker. */
+                snprintf(q, sizeof(q), "%s another user question", sys);
+                int k2 = pdr_cache_aware_pick_keyed(t[r], &p, ids[r], rk[r], loads, 4, q, strlen(q), &d);
+                CHECK(k2 == k && d == PDR_CACHE_AWARE_MATCH);
+            }
+        }
+        if (seed)
+            CHECK(scattered == 0);
+        else
+            CHECK(scattered > 0); /* the rule this seed replaces does scatter */
+        for (int r = 0; r < 3; r++) {
+            CHECK(tree_problems(t[r]) == 0);
+            pdr_ptree_free(t[r]);
+        }
+    }
+}
+
 int main(void)
 {
     test_basic();
@@ -479,5 +626,7 @@ int main(void)
     test_cache_aware();
     test_power_of_two();
     test_threads();
+    test_chash();
+    test_replicas_agree();
     CHECK_DONE();
 }
