@@ -276,6 +276,53 @@ void pdr_config_pool(const pdr_config_t *c, size_t i, pdr_pool_conf_t *out)
     out->decode = c->decode;
     out->n_decode = c->n_decode;
     out->discovery = c->discovery;
+    pdr__cache_aware_unset(out);
+}
+
+static void ca_unset(pdr_cache_aware_conf_t *a)
+{
+    a->cache_threshold = a->balance_rel_threshold = a->hash_load_factor = -1;
+    a->balance_abs_threshold = a->seed = a->hash_prefix_chars = -1;
+}
+
+void pdr__cache_aware_unset(pdr_pool_conf_t *pc)
+{
+    ca_unset(&pc->cache_aware);
+    for (int r = 0; r < 2; r++)
+        ca_unset(&pc->cache_aware_role[r]);
+}
+
+/* Copies every field of from that is set (not negative) over out. */
+static void ca_over(pdr_cache_aware_conf_t *out, const pdr_cache_aware_conf_t *from)
+{
+    if (from->cache_threshold >= 0)
+        out->cache_threshold = from->cache_threshold;
+    if (from->balance_abs_threshold >= 0)
+        out->balance_abs_threshold = from->balance_abs_threshold;
+    if (from->balance_rel_threshold >= 0)
+        out->balance_rel_threshold = from->balance_rel_threshold;
+    if (from->seed >= 0)
+        out->seed = from->seed;
+    if (from->hash_prefix_chars >= 0)
+        out->hash_prefix_chars = from->hash_prefix_chars;
+    if (from->hash_load_factor >= 0)
+        out->hash_load_factor = from->hash_load_factor;
+}
+
+void pdr_config_pool_cache_aware(const pdr_config_t *c, const pdr_pool_conf_t *pc, int role,
+                                 pdr_cache_aware_conf_t *out)
+{
+    out->cache_threshold = c->cache_aware.cache_threshold;
+    out->balance_abs_threshold = c->cache_aware.balance_abs_threshold;
+    out->balance_rel_threshold = c->cache_aware.balance_rel_threshold;
+    out->seed = c->cache_aware.seed;
+    out->hash_prefix_chars = c->cache_aware.hash_prefix_chars;
+    out->hash_load_factor = c->cache_aware.hash_load_factor;
+    if (pc == NULL)
+        return;
+    ca_over(out, &pc->cache_aware);
+    if (role >= 0 && role < 2)
+        ca_over(out, &pc->cache_aware_role[role]);
 }
 
 void pdr_config_pool_timeouts(const pdr_config_t *c, const pdr_pool_conf_t *pc, pdr_timeouts_t *out)
@@ -394,6 +441,9 @@ pdr_config_t *pdr_config_new_default(void)
     c->cache_aware.balance_rel_threshold = 1.5;
     c->cache_aware.eviction_interval_secs = 120;
     c->cache_aware.max_tree_size = (int64_t)1 << 26;
+    c->cache_aware.seed = PDR_CA_SEED_CONSISTENT_HASH; /* not sglang's: replicas agree (docs/config.md) */
+    c->cache_aware.hash_prefix_chars = 256;
+    c->cache_aware.hash_load_factor = 1.25;
     c->log.access_log = strdup(PDR_DEF_ACCESS_LOG);
     c->log.level = strdup(PDR_DEF_LOG_LEVEL);
     pdr__discovery_conf_defaults(&c->discovery);

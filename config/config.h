@@ -68,6 +68,21 @@ typedef struct pdr_discovery_conf {
     } kubernetes;
 } pdr_discovery_conf_t;
 
+/* cache_aware's seed for prompts no worker holds far enough (routing/routing.h). */
+typedef enum { PDR_CA_SEED_SMALLEST_TREE = 0, PDR_CA_SEED_CONSISTENT_HASH = 1 } pdr_ca_seed_t;
+
+/* The cache_aware settings a pool, or one role of it, may set for itself (`pools[i].cache_aware`, with
+ * `prefill:` and `decode:` inside). In a pool a negative value is "not set": the role's own, else the
+ * pool's, else the top-level cache_aware: applies (pdr_config_pool_cache_aware). */
+typedef struct pdr_cache_aware_conf {
+    double cache_threshold;
+    int balance_abs_threshold;
+    double balance_rel_threshold;
+    int seed; /* pdr_ca_seed_t */
+    int hash_prefix_chars;
+    double hash_load_factor;
+} pdr_cache_aware_conf_t;
+
 /* One pool of `pools:`: the workers that serve a set of models, with their own protocol and policies. */
 typedef struct pdr_pool_conf {
     char *name;      /* unique, [a-z0-9_-], at most PDR_CONFIG_MAX_POOL_NAME bytes */
@@ -82,7 +97,9 @@ typedef struct pdr_pool_conf {
     struct {
         int connect_ms, first_byte_ms, kv_transfer_ms, stream_idle_ms; /* 0: the top-level timeouts' */
     } timeouts;
-    pdr_discovery_conf_t discovery; /* the pool's discovery: (the shorthand's view: the top-level one) */
+    pdr_discovery_conf_t discovery;     /* the pool's discovery: (the shorthand's view: the top-level one) */
+    pdr_cache_aware_conf_t cache_aware; /* the pool's own (negative: not set) */
+    pdr_cache_aware_conf_t cache_aware_role[2]; /* [PDR_ROLE_PREFILL], [PDR_ROLE_DECODE]: the roles' own */
 } pdr_pool_conf_t;
 
 /* The deadlines a request of pool pc runs with: the pool's own where it sets them, else c's. */
@@ -172,6 +189,9 @@ typedef struct pdr_config {
         double balance_rel_threshold; /* default 1.5: ... and max exceeds min times it */
         int eviction_interval_secs;   /* default 120: the trees are trimmed this often */
         int64_t max_tree_size;        /* default 2^26: bytes of prompt text kept per worker */
+        int seed;                     /* pdr_ca_seed_t, default consistent_hash (docs/config.md says why) */
+        int hash_prefix_chars;        /* default 256: the consistent-hash key is this many leading bytes */
+        double hash_load_factor;      /* default 1.25: no worker seeded above this times the mean load */
     } cache_aware;
     struct {
         pdr_relay_t relay; /* default first_byte: from the decode's first body byte */
@@ -254,6 +274,10 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen);
  * named "default" (n_models 0: any model) of the top-level keys. */
 size_t pdr_config_pool_count(const pdr_config_t *c);
 void pdr_config_pool(const pdr_config_t *c, size_t i, pdr_pool_conf_t *out);
+/* The cache_aware settings of role (a pdr_role_t) in pool pc (NULL: the top-level ones): the role's own
+ * where set, else the pool's, else the top-level cache_aware's. */
+void pdr_config_pool_cache_aware(const pdr_config_t *c, const pdr_pool_conf_t *pc, int role,
+                                 pdr_cache_aware_conf_t *out);
 /* The deadlines of a request served by pool pc (NULL: the top-level timeouts). */
 void pdr_config_pool_timeouts(const pdr_config_t *c, const pdr_pool_conf_t *pc, pdr_timeouts_t *out);
 /* The pool that serves the model model[0..len): its index, or -1 when none does. The shorthand serves

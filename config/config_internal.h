@@ -70,6 +70,8 @@ int pdr__ipv6_is_v4mapped(const uint8_t a[16]);
 int pdr__role_discovered(const pdr_discovery_conf_t *d, pdr_role_t r);
 /* Discovery defaults (no role in use) into a zeroed section. */
 void pdr__discovery_conf_defaults(pdr_discovery_conf_t *d);
+/* Marks every cache_aware setting of a pool (its own and its roles') as not set. */
+void pdr__cache_aware_unset(pdr_pool_conf_t *pc);
 
 /* Secrets and header names (workers.api_key_file, --api-key, request_id_headers). */
 void pdr__secure_zero(void *p, size_t n);

@@ -90,6 +90,7 @@
 #define PDR_MAX_MS 86400000
 #define PDR_MAX_RISE_FALL 1000
 #define PDR_MAX_RETRIES 10
+#define PDR_MAX_HASH_PREFIX_CHARS (1 << 20) /* cache_aware.hash_prefix_chars: 1 MiB of prompt */
 #define PDR_MAX_THREADS 256
 #define PDR_MIN_BODY_BYTES 1024
 #define PDR_MAX_BODY_BYTES ((int64_t)1 << 40) /* 1 TiB: a sanity ceiling, not a recommendation */

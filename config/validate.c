@@ -483,6 +483,56 @@ static int check_pools(const pdr_config_t *c, char *err, size_t errlen)
     return 0;
 }
 
+/* The seeding settings at the top, and every pool's (and role's) cache_aware overrides that are set. */
+static int check_ca(const pdr_cache_aware_conf_t *a, int pooled, const char *where, char *err, size_t errlen)
+{
+    /* In a pool a negative value is "not set"; at the top every value is in use. */
+#define CA_BAD(v, lo, hi) (!((pooled && (v) < 0) || ((v) >= (lo) && (v) <= (hi))))
+    const char *key = NULL;
+    if (CA_BAD(a->cache_threshold, 0, 1))
+        key = "cache_threshold: out of range, expected 0..1";
+    else if (CA_BAD(a->balance_abs_threshold, 0, 1000000))
+        key = "balance_abs_threshold: out of range, expected 0..1000000";
+    else if (CA_BAD(a->balance_rel_threshold, 1, 1e6))
+        key = "balance_rel_threshold: out of range, expected 1..1000000";
+    else if (CA_BAD(a->seed, 0, 1))
+        key = "seed: expected smallest_tree or consistent_hash";
+    else if (CA_BAD(a->hash_prefix_chars, 1, PDR_MAX_HASH_PREFIX_CHARS))
+        key = "hash_prefix_chars: out of range, expected 1..1048576";
+    else if (CA_BAD(a->hash_load_factor, 1, 100))
+        key = "hash_load_factor: out of range, expected 1..100";
+#undef CA_BAD
+    if (key == NULL)
+        return 0;
+    pdr__config_err(err, errlen, "%scache_aware.%s", where, key);
+    return PDR_ECONFIG;
+}
+
+static int validate_cache_aware(const pdr_config_t *c, char *err, size_t errlen)
+{
+    pdr_cache_aware_conf_t top;
+    pdr_config_pool_cache_aware(c, NULL, 0, &top);
+    if (check_ca(&top, 0, "", err, errlen) != 0)
+        return PDR_ECONFIG;
+    static const char *const roles[] = {"prefill.", "decode."};
+    for (size_t i = 0; i < c->n_pools; i++) {
+        char where[64];
+        snprintf(where, sizeof(where), "pools[%zu].", i);
+        if (check_ca(&c->pools[i].cache_aware, 1, where, err, errlen) != 0)
+            return PDR_ECONFIG;
+        for (int r = 0; r < 2; r++) {
+            /* The key sits inside cache_aware: pools[i].cache_aware.prefill.seed. */
+            char msg[256];
+            if (check_ca(&c->pools[i].cache_aware_role[r], 1, "", msg, sizeof(msg)) != 0) {
+                pdr__config_err(err, errlen, "pools[%zu].cache_aware.%s%s", i, roles[r],
+                                msg + strlen("cache_aware."));
+                return PDR_ECONFIG;
+            }
+        }
+    }
+    return 0;
+}
+
 int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
 {
     if (c->listen_host == NULL || c->listen_host[0] == '\0') {
@@ -553,6 +603,8 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
                         c->cache_aware.balance_rel_threshold);
         return PDR_ECONFIG;
     }
+    if (validate_cache_aware(c, err, errlen) != 0)
+        return PDR_ECONFIG;
     if (c->health.path == NULL || c->health.path[0] != '/') {
         pdr__config_err(err, errlen, "health.path: must start with '/'");
         return PDR_ECONFIG;

@@ -53,6 +53,7 @@ enum ftype {
     F_DISCOVERY,  /* a pdr_discovery_conf_t at off: its fields' offsets are relative to it */
     F_KEY_FILE,   /* path of a key file, read and checked now (workers.api_key_file); null for none */
     F_NAMES,      /* sequence of header names, stored lower case (request_id_headers) */
+    F_SEED,       /* cache_aware.seed: smallest_tree or consistent_hash, stored as an int */
 };
 
 struct field {
@@ -138,6 +139,9 @@ static const struct field cache_aware_fields[] = {
     {"balance_rel_threshold", F_DOUBLE, CONF(cache_aware.balance_rel_threshold), 1, 1000000, NULL},
     {"eviction_interval_secs", F_INT, CONF(cache_aware.eviction_interval_secs), 1, 86400, NULL},
     {"max_tree_size", F_INT64, CONF(cache_aware.max_tree_size), 1024, (int64_t)1 << 40, NULL},
+    {"seed", F_SEED, CONF(cache_aware.seed), 0, 0, NULL},
+    {"hash_prefix_chars", F_INT, CONF(cache_aware.hash_prefix_chars), 1, PDR_MAX_HASH_PREFIX_CHARS, NULL},
+    {"hash_load_factor", F_DOUBLE, CONF(cache_aware.hash_load_factor), 1, 100, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field pd_fields[] = {
@@ -220,6 +224,31 @@ static const struct field pool_timeouts_fields[] = {
     {"stream_idle_ms", F_INT, POOLF(timeouts.stream_idle_ms), 1, PDR_MAX_MS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
+/* A pool's cache_aware: (and its prefill: / decode: inside): the thresholds and the seed, not the
+ * trees' size or eviction interval, which stay global. */
+#define POOL_CA_FIELDS(m)                                                                                    \
+    {"cache_threshold", F_DOUBLE, POOLF(m.cache_threshold), 0, 1, NULL},                                     \
+        {"balance_abs_threshold", F_INT, POOLF(m.balance_abs_threshold), 0, 1000000, NULL},                  \
+        {"balance_rel_threshold", F_DOUBLE, POOLF(m.balance_rel_threshold), 1, 1000000, NULL},               \
+        {"seed", F_SEED, POOLF(m.seed), 0, 0, NULL},                                                         \
+        {"hash_prefix_chars", F_INT, POOLF(m.hash_prefix_chars), 1, PDR_MAX_HASH_PREFIX_CHARS, NULL},        \
+    {                                                                                                        \
+        "hash_load_factor", F_DOUBLE, POOLF(m.hash_load_factor), 1, 100, NULL                                \
+    }
+static const struct field pool_ca_prefill_fields[] = {
+    POOL_CA_FIELDS(cache_aware_role[PDR_ROLE_PREFILL]),
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field pool_ca_decode_fields[] = {
+    POOL_CA_FIELDS(cache_aware_role[PDR_ROLE_DECODE]),
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field pool_ca_fields[] = {
+    POOL_CA_FIELDS(cache_aware),
+    {"prefill", F_SECTION, 0, 0, 0, pool_ca_prefill_fields},
+    {"decode", F_SECTION, 0, 0, 0, pool_ca_decode_fields},
+    {NULL, 0, 0, 0, 0, NULL},
+};
 static const struct field pool_fields[] = {
     {"name", F_POOL_NAME, POOLF(name), 0, 0, NULL},
     {"models", F_MODELS, 0, 0, 0, NULL},
@@ -228,6 +257,7 @@ static const struct field pool_fields[] = {
     {"workers", F_SECTION, 0, 0, 0, workers_fields},
     {"timeouts", F_SECTION, 0, 0, 0, pool_timeouts_fields},
     {"discovery", F_DISCOVERY, POOLF(discovery), 0, 0, discovery_fields},
+    {"cache_aware", F_SECTION, 0, 0, 0, pool_ca_fields},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field top_fields[] = {
@@ -742,6 +772,7 @@ static int load_pools(struct ctx *cx, const yaml_node_t *seq, const char *path, 
         c->pools[i].policy_prefill = PDR_POLICY_ROUND_ROBIN;
         c->pools[i].policy_decode = PDR_POLICY_LEAST_LOAD;
         pdr__discovery_conf_defaults(&c->pools[i].discovery);
+        pdr__cache_aware_unset(&c->pools[i]);
     }
     for (size_t i = 0; i < count; i++) {
         char ipath[160];
@@ -883,6 +914,20 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
             *(pdr_relay_t *)(void *)p = PDR_RELAY_AFTER_PREFILL;
         else
             return FAIL(cx, v, "%s: unknown relay mode '%s', expected first_byte or after_prefill", path,
+                        show(v, buf, sizeof(buf)));
+        return 0;
+    }
+    case F_SEED: {
+        rc = need_scalar(cx, v, path, "smallest_tree or consistent_hash");
+        if (rc != 0)
+            return rc;
+        const char *s = sval(v, &len);
+        if (len == 13 && memcmp(s, "smallest_tree", 13) == 0)
+            *(int *)(void *)p = PDR_CA_SEED_SMALLEST_TREE;
+        else if (len == 15 && memcmp(s, "consistent_hash", 15) == 0)
+            *(int *)(void *)p = PDR_CA_SEED_CONSISTENT_HASH;
+        else
+            return FAIL(cx, v, "%s: unknown seed '%s', expected smallest_tree or consistent_hash", path,
                         show(v, buf, sizeof(buf)));
         return 0;
     }

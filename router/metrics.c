@@ -318,11 +318,12 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
     memcpy(added, pool->added_total, sizeof(added));
     memcpy(removed, pool->removed_total, sizeof(removed));
     pthread_rwlock_unlock(&pool->rw);
-    static const char *const ca_names[3] = {"match", "smallest_tree", "balance"};
+    static const char *const ca_names[4] = {"match", "smallest_tree", "balance", "consistent_hash"};
     put(&o, "# HELP pdr_cache_aware_decisions_total Picks of the cache_aware policy by the rule that chose: "
-            "the longest cached prefix, the smallest tree (no match long enough), or the least loaded "
-            "(loads imbalanced).\n# TYPE pdr_cache_aware_decisions_total counter\n");
-    for (int d = 0; d < 3; d++)
+            "the longest cached prefix, the smallest tree (no match long enough), the least loaded "
+            "(loads imbalanced), or the consistent-hash ring (no match long enough, seed consistent_hash)."
+            "\n# TYPE pdr_cache_aware_decisions_total counter\n");
+    for (int d = 0; d < 4; d++)
         put(&o, "pdr_cache_aware_decisions_total{decision=\"%s\"} %llu\n", ca_names[d],
             (unsigned long long)__atomic_load_n(&pool->ca_decisions[d], __ATOMIC_RELAXED));
     put(&o, "# HELP pdr_workers Workers in the pool by role and source.\n# TYPE pdr_workers gauge\n");

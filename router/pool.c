@@ -118,6 +118,7 @@ static pdr_worker_t *worker_new(pdr_pool_t *p, int group, pdr_role_t role, const
     w->role = role;
     w->seq = p->next_seq[role]++;
     w->uid = ++p->next_uid;
+    w->ring_key = pdr_routing_hash(w->conf.url, strlen(w->conf.url));
     snprintf(w->id, sizeof(w->id), "%s-%u", pdr_role_name(role), w->seq);
     snprintf(w->source, sizeof(w->source), "%s", pdr_source_names[source]);
     w->group = group;
@@ -162,6 +163,17 @@ static int apply_settings(pdr_pool_t *p, const pdr_config_t *c)
         g[i].policy[PDR_ROLE_PREFILL] = pc.policy_prefill;
         g[i].policy[PDR_ROLE_DECODE] = pc.policy_decode;
         g[i].protocol = pc.protocol;
+        for (int r = 0; r < 2; r++) {
+            pdr_cache_aware_conf_t ca;
+            pdr_config_pool_cache_aware(c, c->n_pools > 0 ? &pc : NULL, r, &ca);
+            g[i].ca[r].cache_threshold = ca.cache_threshold;
+            g[i].ca[r].balance_abs_threshold = (uint64_t)ca.balance_abs_threshold;
+            g[i].ca[r].balance_rel_threshold = ca.balance_rel_threshold;
+            g[i].ca[r].seed = ca.seed == PDR_CA_SEED_CONSISTENT_HASH ? PDR_CACHE_AWARE_SEED_CONSISTENT_HASH
+                                                                     : PDR_CACHE_AWARE_SEED_SMALLEST_TREE;
+            g[i].ca[r].hash_prefix_chars = (size_t)ca.hash_prefix_chars;
+            g[i].ca[r].hash_load_factor = ca.hash_load_factor;
+        }
         for (size_t k = 0; k < p->n_groups; k++)
             if (strcmp(p->groups[k].name, g[i].name) == 0) {
                 memcpy(g[i].rr_next, p->groups[k].rr_next, sizeof(g[i].rr_next));
@@ -194,9 +206,6 @@ static int apply_settings(pdr_pool_t *p, const pdr_config_t *c)
         for (int r = 0; r < 2; r++)
             pdr_ptree_free(p->groups[k].tree[r]); /* pools gone, or no longer cache_aware */
     free(reuse);
-    p->ca.cache_threshold = c->cache_aware.cache_threshold;
-    p->ca.balance_abs_threshold = (uint64_t)c->cache_aware.balance_abs_threshold;
-    p->ca.balance_rel_threshold = c->cache_aware.balance_rel_threshold;
     p->ca_max_tree = (uint64_t)c->cache_aware.max_tree_size;
     free(p->groups);
     p->groups = g;
@@ -702,19 +711,20 @@ static pdr_worker_t *pick_least_load(pdr_pool_t *p, cands_t l, const uint64_t *a
 static pdr_worker_t *pick_cache_aware(pdr_pool_t *p, pdr_pool_group_t *g, cands_t l, pdr_role_t role,
                                       const uint64_t *avoid, size_t n_avoid, const char *text, size_t len)
 {
-    uint64_t ids[l.n + 1], loads[l.n + 1];
+    uint64_t ids[l.n + 1], keys[l.n + 1], loads[l.n + 1];
     pdr_worker_t *ws[l.n + 1];
     size_t n = 0;
     for (size_t i = 0; i < l.n; i++)
         if (usable(l.w[i], avoid, n_avoid)) {
             ws[n] = l.w[i];
             ids[n] = l.w[i]->uid;
+            keys[n] = l.w[i]->ring_key;
             loads[n++] = (uint64_t)pdr_worker_inflight(l.w[i]);
         }
     if (n == 0)
         return NULL;
     pdr_cache_aware_decision_t d = PDR_CACHE_AWARE_MATCH;
-    int k = pdr_cache_aware_pick(g->tree[role], &p->ca, ids, loads, n, text, len, &d);
+    int k = pdr_cache_aware_pick_keyed(g->tree[role], &g->ca[role], ids, keys, loads, n, text, len, &d);
     if (k < 0 || (size_t)k >= n)
         return pick_least_load(p, l, avoid, n_avoid, 1);
     __atomic_add_fetch(&p->ca_decisions[d], 1, __ATOMIC_RELAXED);

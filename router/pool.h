@@ -55,6 +55,7 @@ typedef struct pdr_worker {
     pdr_role_t role;
     unsigned seq;            /* the number in the id */
     uint64_t uid;            /* unique for the process's life (retries avoid by uid) */
+    uint64_t ring_key;       /* cache_aware: hash of the URL, alike in every replica */
     char id[32];             /* "prefill-3" */
     char source[16];         /* static | admin | dns | kubernetes */
     char pool[64];           /* the pool's name (immutable) */
@@ -92,6 +93,7 @@ typedef struct pdr_pool_group {
     pdr_protocol_t protocol;
     unsigned rr_next[2];  /* atomic: round-robin cursors by role */
     pdr_ptree_t *tree[2]; /* cache_aware: the prompts recently sent to each worker of the role (own lock) */
+    pdr_cache_aware_params_t ca[2]; /* cache_aware: the pool's thresholds and seed by role (under rw) */
 } pdr_pool_group_t;
 
 typedef struct pdr_pool {
@@ -106,9 +108,8 @@ typedef struct pdr_pool {
     uint64_t added_total[4], removed_total[4]; /* by source (PDR_SOURCE_*), under rw write */
     pthread_mutex_t lock;                      /* health and drain transitions */
     pdr_events_t events;                       /* recent errors, for the admin status page (own lock) */
-    pdr_cache_aware_params_t ca;               /* cache_aware thresholds (under rw) */
     uint64_t ca_max_tree;                      /* cache_aware.max_tree_size */
-    uint64_t ca_decisions[3];                  /* atomic: by pdr_cache_aware_decision_t */
+    uint64_t ca_decisions[4];                  /* atomic: by pdr_cache_aware_decision_t */
     int live;
 } pdr_pool_t;
 

@@ -95,8 +95,9 @@ target_link_libraries(fuzz_fwdheaders PRIVATE pdr_router)
 pdr_fuzz_corpus_test(fwdheaders_fuzz_corpus fuzz_fwdheaders fwd 60)
 
 # sglang's cache_aware and power_of_two policies (see test_cache_aware.py): prompt families kept on one
-# prefill each (against round_robin), and power_of_two's spread.
-foreach(s affinity power_of_two)
+# prefill each (against round_robin), and power_of_two's spread; replicas that agree through
+# consistent-hash seeding; cache_aware settings per pool and role.
+foreach(s affinity power_of_two replicas pool_thresholds)
   add_test(NAME router_policy_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_cache_aware.py ${s})
   set_tests_properties(router_policy_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

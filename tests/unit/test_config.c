@@ -1779,7 +1779,7 @@ static void test_pools(void)
     EXPECT_ERROR(
         "pools:\n  - name: a\n    modles: [m]\n",
         "bad.yaml:3:5: unknown key 'modles' in 'pools[0]' (valid keys: name, models, protocol, policy, "
-        "workers, timeouts, discovery)");
+        "workers, timeouts, discovery, cache_aware)");
     EXPECT_ERROR("pools:\n  - name: a\n    models: [m]\n    timeouts: { kv_transfer_ms: 0 }\n",
                  "bad.yaml:4:33: pools[0].timeouts.kv_transfer_ms: 0 is out of range, expected 1..86400000");
     EXPECT_ERROR("pools:\n  - models: [m]\n    workers: { prefill: [http://a:1], decode: [http://a:2] }\n",
@@ -1915,6 +1915,71 @@ static void test_pools(void)
 
 /* Worker key, request id headers and head limits. */
 /* pools[i].discovery: the top-level section's shape, one per pool, with its own defaults. */
+/* cache_aware per pool and role: the role's own, else the pool's, else the top-level; the seed keys. */
+static void test_pool_cache_aware(void)
+{
+    char err[512];
+    pdr_config_t *c =
+        load("cache_aware: { cache_threshold: 0.4, seed: smallest_tree, hash_prefix_chars: 512 }\n"
+             "pools:\n" POOL_A "    cache_aware:\n"
+             "      balance_abs_threshold: 8\n"
+             "      seed: consistent_hash\n"
+             "      prefill: { cache_threshold: 0.9, hash_load_factor: 2 }\n"
+             "      decode: { seed: smallest_tree, balance_rel_threshold: 3 }\n" POOL_B,
+             err, sizeof(err));
+    CHECK(c != NULL);
+    if (c == NULL) {
+        fprintf(stderr, "  %s\n", err);
+        return;
+    }
+    pdr_pool_conf_t a, b;
+    pdr_config_pool(c, 0, &a);
+    pdr_config_pool(c, 1, &b);
+    pdr_cache_aware_conf_t x;
+    pdr_config_pool_cache_aware(c, &a, PDR_ROLE_PREFILL, &x);
+    CHECK(x.cache_threshold == 0.9 && x.balance_abs_threshold == 8 && x.balance_rel_threshold == 1.5 &&
+          x.seed == PDR_CA_SEED_CONSISTENT_HASH && x.hash_prefix_chars == 512 && x.hash_load_factor == 2);
+    pdr_config_pool_cache_aware(c, &a, PDR_ROLE_DECODE, &x);
+    CHECK(x.cache_threshold == 0.4 && x.balance_abs_threshold == 8 && x.balance_rel_threshold == 3 &&
+          x.seed == PDR_CA_SEED_SMALLEST_TREE && x.hash_load_factor == 1.25);
+    /* A pool that sets nothing has the top-level settings, and so does the shorthand's view. */
+    pdr_config_pool_cache_aware(c, &b, PDR_ROLE_PREFILL, &x);
+    CHECK(x.cache_threshold == 0.4 && x.balance_abs_threshold == 64 && x.seed == PDR_CA_SEED_SMALLEST_TREE &&
+          x.hash_prefix_chars == 512);
+    pdr_config_unref(c);
+    c = load(WORKERS, err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        pdr_config_pool(c, 0, &a);
+        pdr_config_pool_cache_aware(c, &a, PDR_ROLE_DECODE, &x);
+        /* The defaults: sglang's thresholds, consistent-hash seeding over the first 256 bytes. */
+        CHECK(x.cache_threshold == 0.3 && x.balance_abs_threshold == 64 && x.balance_rel_threshold == 1.5 &&
+              x.seed == PDR_CA_SEED_CONSISTENT_HASH && x.hash_prefix_chars == 256 &&
+              x.hash_load_factor == 1.25);
+        /* A snapshot built in code is checked too. */
+        c->cache_aware.hash_load_factor = 0.5;
+        CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG &&
+              strcmp(err, "cache_aware.hash_load_factor: out of range, expected 1..100") == 0);
+        pdr_config_unref(c);
+    }
+    EXPECT_ERROR("cache_aware: { seed: nearest }\n",
+                 "bad.yaml:1:22: cache_aware.seed: unknown seed 'nearest', expected smallest_tree or "
+                 "consistent_hash");
+    EXPECT_ERROR("cache_aware: { hash_prefix_chars: 0 }\n",
+                 "bad.yaml:1:35: cache_aware.hash_prefix_chars: 0 is out of range, expected 1..1048576");
+    EXPECT_ERROR("cache_aware: { hash_load_factor: 0.9 }\n",
+                 "bad.yaml:1:34: cache_aware.hash_load_factor: 0.9 is out of range, expected 1..100");
+    EXPECT_ERROR("pools:\n" POOL_A "    cache_aware: { prefill: { cache_threshold: 2 } }\n",
+                 "bad.yaml:7:48: pools[0].cache_aware.prefill.cache_threshold: 2 is out of range, expected "
+                 "0..1");
+    EXPECT_ERROR("pools:\n" POOL_A "    cache_aware: { max_tree_size: 4096 }\n",
+                 "bad.yaml:7:20: unknown key 'max_tree_size' in 'pools[0].cache_aware'*");
+    EXPECT_ERROR(
+        "pools:\n" POOL_A "    cache_aware: { decode: { seed: 1 } }\n",
+        "bad.yaml:7:36: pools[0].cache_aware.decode.seed: unknown seed '1', expected smallest_tree or "
+        "consistent_hash");
+}
+
 static void test_pool_discovery(void)
 {
     char err[512];
@@ -2119,6 +2184,7 @@ int main(void)
     test_discovery();
     test_discovery_errors();
     test_pools();
+    test_pool_cache_aware();
     test_pool_discovery();
     test_header_keys();
 
