@@ -62,7 +62,9 @@ struct bench {
     uv_loop_t *loop;
     pdr_multi_t *multi;
     pdb_opts_t o;
-    char url[2048], health_url[2048];
+    char url[2048], health_url[2048]; /* url: the first (or only) target */
+    char (*urls)[2048];               /* --url A,B,C: every target; requests go to them in turn */
+    size_t n_urls, next_url;
     const char **hdrs; /* NULL-terminated */
     pdb_run_t *runs;
     size_t n_runs, cur;
@@ -535,10 +537,11 @@ static int slot_start(bench_t *b, slot_t *s, uint64_t index, int warmup)
         return r;
     }
     s->t0_us = pdr_now_us();
-    r = pdr_leg_start(&s->leg, b->multi, b->url, s->body.p, s->body.len, b->hdrs, b->o.connect_timeout_ms,
+    const char *url = b->urls[b->next_url++ % b->n_urls];
+    r = pdr_leg_start(&s->leg, b->multi, url, s->body.p, s->body.len, b->hdrs, b->o.connect_timeout_ms,
                       (long)(b->o.timeout_s * 1000.0), &req_cbs, s);
     if (r != 0) {
-        fprintf(stderr, "pdbench: cannot send to %s: %s\n", b->url, pdr_strerror(r));
+        fprintf(stderr, "pdbench: cannot send to %s: %s\n", url, pdr_strerror(r));
         return r;
     }
     s->active = 1;
@@ -829,7 +832,8 @@ static const char USAGE[] =
     "OSL output tokens (ignore_eos). See docs/pdbench.md.\n"
     "\n"
     "Target\n"
-    "  --url URL              base URL of the endpoint (http only), e.g. http://127.0.0.1:8000\n"
+    "  --url URL              base URL of the endpoint (http only), e.g. http://127.0.0.1:8000; a\n"
+    "                         comma-separated list (router replicas): requests go to each in turn\n"
     "  --api API              generate (default, sglang native), completions or chat (OpenAI)\n"
     "  --path PATH            request path (default /generate, /v1/completions or /v1/chat/completions)\n"
     "  --model NAME           \"model\" of OpenAI requests (default: default)\n"
@@ -1200,17 +1204,40 @@ int main(int argc, char **argv)
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
-    size_t ulen = strlen(o->url);
-    while (ulen > 7 && o->url[ulen - 1] == '/')
-        ulen--;
-    if (ulen + strlen(o->path) + 1 > sizeof(b->url) || ulen + 8 > sizeof(b->health_url))
-        return usage_error("--url %s: too long%s", o->url, "");
-    memcpy(b->url, o->url, ulen);
-    memcpy(b->url + ulen, o->path, strlen(o->path) + 1);
+    /* --url A[,B...]: each a base URL; the path goes after each. The health gate asks the first. */
+    size_t n_urls = 1;
+    for (const char *q = o->url; *q; q++)
+        n_urls += *q == ',';
+    if (n_urls > PDB_MAX_URLS)
+        return usage_error("--url: %zu URLs, at most %d%s", n_urls, PDB_MAX_URLS, "");
+    if ((b->urls = calloc(n_urls, sizeof(*b->urls))) == NULL)
+        return usage_error("out of memory%s%s", "", "");
+    size_t ulen0 = 0;
+    for (const char *q = o->url; b->n_urls < n_urls; b->n_urls++) {
+        const char *e = strchr(q, ',');
+        size_t ulen = e != NULL ? (size_t)(e - q) : strlen(q);
+        const char *bad =
+            ulen < 8 || strncmp(q, "http://", 7) != 0 ? "every URL must be http://HOST:PORT" : NULL;
+        while (ulen > 7 && q[ulen - 1] == '/')
+            ulen--;
+        if (bad == NULL && (ulen + strlen(o->path) + 1 > sizeof(b->url) || ulen + 8 > sizeof(b->health_url)))
+            bad = "too long";
+        if (bad != NULL) {
+            free(b->urls);
+            b->urls = NULL;
+            return usage_error("--url %s: %s", o->url, bad);
+        }
+        memcpy(b->urls[b->n_urls], q, ulen);
+        memcpy(b->urls[b->n_urls] + ulen, o->path, strlen(o->path) + 1);
+        if (b->n_urls == 0)
+            ulen0 = ulen;
+        q = e != NULL ? e + 1 : q + ulen;
+    }
+    memcpy(b->url, b->urls[0], sizeof(b->url));
     if (o->health_url != NULL)
         snprintf(b->health_url, sizeof(b->health_url), "%.2000s", o->health_url);
     else
-        snprintf(b->health_url, sizeof(b->health_url), "%.*s/health", (int)ulen, o->url);
+        snprintf(b->health_url, sizeof(b->health_url), "%.*s/health", (int)ulen0, o->url);
     b->hdrs = o->headers;
     b->tty = isatty(2);
 
@@ -1300,6 +1327,7 @@ int main(int argc, char **argv)
     }
     free(b->slots);
     free(b->runs);
+    free(b->urls);
     free(o->isl);
     free(o->osl);
     free(o->conc);

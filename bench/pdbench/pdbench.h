@@ -80,6 +80,7 @@ typedef struct pdb_cause {
 } pdb_cause_t;
 
 #define PDB_MAX_CAUSES 16
+#define PDB_MAX_URLS 64 /* --url A,B,...: router replicas */
 
 /* One run: a profile at a concurrency, one repeat. */
 typedef struct pdb_run {

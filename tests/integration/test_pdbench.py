@@ -1,7 +1,7 @@
 """pdbench end to end: real pdbench runs against pdsim workers (behind pdrouter or directly) and a small
 scripted SSE server, checking what pdbench measured and reported.
 
-    python3 test_pdbench.py cluster|failures|stub|usage|prefix
+    python3 test_pdbench.py cluster|failures|stub|usage|prefix|spread
 
 - cluster: a prefill + decode pdsim pair behind pdrouter; a 2 profiles x 2 concurrencies matrix on
   /generate (text and input_ids), /v1/completions and /v1/chat/completions. Counts, token numbers,
@@ -18,6 +18,8 @@ scripted SSE server, checking what pdbench measured and reported.
   hit ratio pdbench reports from the answers' cached_tokens is 0 for random prompts and well above 0
   for shared prefixes and conversations; the same seed sends the same prompts (a second run is all
   hits), another seed other suffixes; multi-turn prompts grow by ISL + OSL per turn.
+- spread: --url A,B (router replicas behind one name): requests alternate between the two targets; a
+  list with a bad URL is a usage error.
 """
 
 import http.server
@@ -392,6 +394,20 @@ def scenario_prefix():
         rc, out, err = pdbench("--url", url, "--profiles", "256/4", *args)
         check(rc == 2 and msg in err, "%r: rc %d, stderr %r" % (args, rc, err))
     check(sim.stop() == 0, "pdsim exit status", sim)
+
+
+def scenario_spread():
+    sims = [pdtest.start(["pdsim", "--role", "both", "--port", "{port}"], name="both%d" % i) for i in range(2)]
+    urls = ",".join("http://127.0.0.1:%d/" % x.port for x in sims)
+    j, _ = bench_json("--url", urls, "--profiles", "16/2", "--concurrency", 2, "--requests", 10, "--warmup", 0,
+                      "--quiet")
+    check(j["runs"][0]["requests"] == 10 and j["runs"][0]["failed"] == 0, repr(j["runs"][0])[:300])
+    n = [pdtest.request_json(x.port, "GET", "/pdsim/stats")["requests"] for x in sims]
+    check(n == [5, 5], "requests per target %r" % n)
+    rc, out, err = pdbench("--url", urls + ",https://x", "--profiles", "16/2")
+    check(rc == 2 and "every URL must be http://HOST:PORT" in err, "rc %d, stderr %r" % (rc, err))
+    for x in sims:
+        check(x.stop() == 0, "pdsim exit status", x)
 
 
 if __name__ == "__main__":
