@@ -191,11 +191,11 @@ int main(int argc, char **argv)
     }
     t0 = pdr_now_ns();
     for (uint64_t i = 0; i < picks; i++) {
-        int k = pdr_chash_pick(keys, loads, workers, pdr_routing_rng_next(&rng), 1.25);
+        int k = pdr_chash_pick(keys, loads, workers, pdr_routing_rng_next(&rng), 1.5);
         sink += (uint64_t)k;
         loads[k] = (loads[k] + 1) % 8; /* loads that move, so the bound is exercised */
     }
-    printf("chash    %zu workers x %d points: %.0f ns/pick (bounded load 1.25; checksum %llu)\n", workers,
+    printf("chash    %zu workers x %d points: %.0f ns/pick (bounded load 1.5; checksum %llu)\n", workers,
            PDR_CHASH_VNODES, (double)(pdr_now_ns() - t0) / (double)picks, (unsigned long long)sink);
 
     pdr_ptree_free(t);

@@ -443,7 +443,7 @@ pdr_config_t *pdr_config_new_default(void)
     c->cache_aware.max_tree_size = (int64_t)1 << 26;
     c->cache_aware.seed = PDR_CA_SEED_CONSISTENT_HASH; /* not sglang's: replicas agree (docs/config.md) */
     c->cache_aware.hash_prefix_chars = 256;
-    c->cache_aware.hash_load_factor = 1.25;
+    c->cache_aware.hash_load_factor = 1.5;
     c->log.access_log = strdup(PDR_DEF_ACCESS_LOG);
     c->log.level = strdup(PDR_DEF_LOG_LEVEL);
     pdr__discovery_conf_defaults(&c->discovery);

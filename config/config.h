@@ -191,7 +191,7 @@ typedef struct pdr_config {
         int64_t max_tree_size;        /* default 2^26: bytes of prompt text kept per worker */
         int seed;                     /* pdr_ca_seed_t, default consistent_hash (docs/config.md says why) */
         int hash_prefix_chars;        /* default 256: the consistent-hash key is this many leading bytes */
-        double hash_load_factor;      /* default 1.25: no worker seeded above this times the mean load */
+        double hash_load_factor;      /* default 1.5: no worker seeded above this times the mean load */
     } cache_aware;
     struct {
         pdr_relay_t relay; /* default first_byte: from the decode's first body byte */

@@ -72,12 +72,16 @@ int pdr_cache_aware_pick_keyed(pdr_ptree_t *tree, const pdr_cache_aware_params_t
                 }
             why = PDR_CACHE_AWARE_MATCH;
         } else if (params->seed == PDR_CACHE_AWARE_SEED_CONSISTENT_HASH) {
-            /* The same first choice in every replica: the ring decides from the prompt's start. */
+            /* The same first choice in every replica: the ring decides from the prompt's start. It reads
+             * no tree state, so it runs outside the lock (a microsecond per dozen candidates); the insert
+             * below takes the lock again. */
+            pdr__ptree_unlock(tree);
             size_t k = len < params->hash_prefix_chars ? len : params->hash_prefix_chars;
             int r = pdr_chash_pick(keys != NULL ? keys : ids, loads, n, pdr_routing_hash(text, k),
                                    params->hash_load_factor);
             pick = r >= 0 ? (size_t)r : least_loaded(loads, n);
             why = PDR_CACHE_AWARE_HASH;
+            pdr__ptree_lock(tree);
         } else {
             uint64_t best = 0;
             for (size_t i = 0; i < n; i++) {

@@ -5,8 +5,10 @@
  * the router, the unit tests and the benchmark link the same code.
  *
  * Threads: a tree is shared by the router's loop threads; every call takes the tree's mutex for its whole
- * duration (one cache_aware decision is one critical section: match, choice and insert). The pure
- * functions (power_of_two, the bound) touch no shared state. The cost of the lock is measured in
+ * duration (one cache_aware decision is one critical section: match, choice and insert; the one
+ * exception is the consistent-hash seed, a pure function of the candidates computed with the lock
+ * released between the match and the insert). The pure functions (power_of_two, the ring, the bound)
+ * touch no shared state. The cost of the lock is measured in
  * docs/benchmarks.md ("Routing: prefix tree cost"); docs/internals/routing.md describes the tree, its
  * eviction and its memory bound.
  */
@@ -79,11 +81,11 @@ typedef struct pdr_cache_aware_params {
     double hash_load_factor;        /* consistent_hash: no candidate above this times the mean load */
 } pdr_cache_aware_params_t;
 
-/* 256 bytes: past a chat template's opening and into the system prompt; 1.25: Mirrokni et al.'s
- * worked example (1 + epsilon with epsilon 0.25). */
+/* 256 bytes: past a chat template's opening and into the system prompt; 1.5: 1 + epsilon with epsilon
+ * 0.5, where three replicas kept families together better than at 1.25 (docs/benchmarks.md). */
 #define PDR_CACHE_AWARE_PARAMS_DEFAULT                                                                       \
     {                                                                                                        \
-        0.3, 64, 1.5, PDR_CACHE_AWARE_SEED_SMALLEST_TREE, 256, 1.25                                          \
+        0.3, 64, 1.5, PDR_CACHE_AWARE_SEED_SMALLEST_TREE, 256, 1.5                                           \
     }
 
 typedef enum pdr_cache_aware_decision {

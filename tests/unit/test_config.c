@@ -1941,7 +1941,7 @@ static void test_pool_cache_aware(void)
           x.seed == PDR_CA_SEED_CONSISTENT_HASH && x.hash_prefix_chars == 512 && x.hash_load_factor == 2);
     pdr_config_pool_cache_aware(c, &a, PDR_ROLE_DECODE, &x);
     CHECK(x.cache_threshold == 0.4 && x.balance_abs_threshold == 8 && x.balance_rel_threshold == 3 &&
-          x.seed == PDR_CA_SEED_SMALLEST_TREE && x.hash_load_factor == 1.25);
+          x.seed == PDR_CA_SEED_SMALLEST_TREE && x.hash_load_factor == 1.5);
     /* A pool that sets nothing has the top-level settings, and so does the shorthand's view. */
     pdr_config_pool_cache_aware(c, &b, PDR_ROLE_PREFILL, &x);
     CHECK(x.cache_threshold == 0.4 && x.balance_abs_threshold == 64 && x.seed == PDR_CA_SEED_SMALLEST_TREE &&
@@ -1955,7 +1955,7 @@ static void test_pool_cache_aware(void)
         /* The defaults: sglang's thresholds, consistent-hash seeding over the first 256 bytes. */
         CHECK(x.cache_threshold == 0.3 && x.balance_abs_threshold == 64 && x.balance_rel_threshold == 1.5 &&
               x.seed == PDR_CA_SEED_CONSISTENT_HASH && x.hash_prefix_chars == 256 &&
-              x.hash_load_factor == 1.25);
+              x.hash_load_factor == 1.5);
         /* A snapshot built in code is checked too. */
         c->cache_aware.hash_load_factor = 0.5;
         CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG &&
