@@ -70,6 +70,7 @@ enum opt_id {
     OPT_BALANCE_REL,
     OPT_EVICTION_INTERVAL,
     OPT_MAX_TREE_SIZE,
+    OPT_CACHE_AWARE_SEED,
     OPT_API_KEY_FILE,
     OPT_REQUEST_ID_HEADERS,
 };
@@ -139,6 +140,7 @@ static const struct opt {
     {"balance-rel-threshold", OPT_BALANCE_REL, ARG_ONE},
     {"eviction-interval-secs", OPT_EVICTION_INTERVAL, ARG_ONE},
     {"max-tree-size", OPT_MAX_TREE_SIZE, ARG_ONE},
+    {"cache-aware-seed", OPT_CACHE_AWARE_SEED, ARG_ONE},
     {"api-key-file", OPT_API_KEY_FILE, ARG_ONE},
     {"request-id-headers", OPT_REQUEST_ID_HEADERS, ARG_SOME},
 };
@@ -268,6 +270,7 @@ void pdr_config_usage(FILE *out)
           "                             cache_aware or power_of_two\n"
           "  --cache-threshold X, --balance-abs-threshold N, --balance-rel-threshold X,\n"
           "  --eviction-interval-secs N, --max-tree-size BYTES   cache_aware's settings (sglang's)\n"
+          "  --cache-aware-seed S       consistent_hash (default) or smallest_tree (sglang's rule)\n"
           "  --prefill-policy P         prefill policy (default round_robin)\n"
           "  --decode-policy P          decode policy (default least_load)\n"
           "  --protocol X               sglang, vllm or pdshim (default sglang); --backend sglang too\n"
@@ -810,6 +813,20 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
         fl->cache_aware.max_tree_size = v;
         return 0;
     }
+    case OPT_CACHE_AWARE_SEED:
+        ps->ca_given |= 1u << 5;
+        if (strcmp(val, "smallest_tree") == 0)
+            fl->cache_aware.seed = PDR_CA_SEED_SMALLEST_TREE;
+        else if (strcmp(val, "consistent_hash") == 0)
+            fl->cache_aware.seed = PDR_CA_SEED_CONSISTENT_HASH;
+        else {
+            pdr__config_err(
+                err, errlen,
+                "argv: --cache-aware-seed: unknown seed '%s', expected smallest_tree or consistent_hash",
+                val);
+            return PDR_EINVAL;
+        }
+        return 0;
     case OPT_API_KEY:
     case OPT_API_KEY_FILE: {
         char kmsg[512];
@@ -1137,6 +1154,8 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
             c->cache_aware.eviction_interval_secs = fl->cache_aware.eviction_interval_secs;
         if (ps.ca_given & 16u)
             c->cache_aware.max_tree_size = fl->cache_aware.max_tree_size;
+        if (ps.ca_given & 32u)
+            c->cache_aware.seed = fl->cache_aware.seed;
         pdr_config_unref(fl);
         fl = NULL;
     } else {

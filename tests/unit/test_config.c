@@ -1230,6 +1230,8 @@ static void test_cli(void)
                                  "30",
                                  "--max-tree-size",
                                  "10000",
+                                 "--cache-aware-seed",
+                                 "smallest_tree",
                                  NULL};
         pdr_cli_t cli_ca;
         char err_ca[512];
@@ -1240,10 +1242,14 @@ static void test_cli(void)
                   cc->policy_decode == PDR_POLICY_POWER_OF_TWO);
             CHECK(cc->cache_aware.cache_threshold == 0.5 && cc->cache_aware.balance_abs_threshold == 32 &&
                   cc->cache_aware.balance_rel_threshold == 1.1 &&
-                  cc->cache_aware.eviction_interval_secs == 30 && cc->cache_aware.max_tree_size == 10000);
+                  cc->cache_aware.eviction_interval_secs == 30 && cc->cache_aware.max_tree_size == 10000 &&
+                  cc->cache_aware.seed == PDR_CA_SEED_SMALLEST_TREE);
             pdr_config_unref(cli_ca.config);
         }
     }
+    EXPECT_ARGV_ERROR(
+        "argv: --cache-aware-seed: unknown seed 'ring', expected smallest_tree or consistent_hash",
+        "--cache-aware-seed", "ring");
     EXPECT_ARGV_ERROR("argv: --retries: expected an integer in 0..10, got '11'", "--retries", "11");
     EXPECT_ARGV_ERROR("argv: --decode: 'https://a:1': TLS to workers is not supported yet; use http://",
                       "--decode", "https://a:1");
