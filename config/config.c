@@ -253,6 +253,9 @@ static void pool_conf_free(pdr_pool_conf_t *pl)
     for (size_t i = 0; i < pl->n_decode; i++)
         pdr_worker_conf_clear(&pl->decode[i]);
     free(pl->decode);
+    for (size_t i = 0; i < pl->n_regular; i++)
+        pdr_worker_conf_clear(&pl->regular[i]);
+    free(pl->regular);
 }
 
 size_t pdr_config_pool_count(const pdr_config_t *c)
@@ -275,6 +278,8 @@ void pdr_config_pool(const pdr_config_t *c, size_t i, pdr_pool_conf_t *out)
     out->n_prefill = c->n_prefill;
     out->decode = c->decode;
     out->n_decode = c->n_decode;
+    out->regular = c->regular;
+    out->n_regular = c->n_regular;
     out->discovery = c->discovery;
     pdr__cache_aware_unset(out);
 }
@@ -375,6 +380,9 @@ static void config_free(pdr_config_t *c)
     for (size_t i = 0; i < c->n_decode; i++)
         pdr_worker_conf_clear(&c->decode[i]);
     free(c->decode);
+    for (size_t i = 0; i < c->n_regular; i++)
+        pdr_worker_conf_clear(&c->regular[i]);
+    free(c->regular);
     free(c->worker_api_key_file);
     if (c->worker_api_key != NULL)
         pdr__secure_zero(c->worker_api_key, strlen(c->worker_api_key));

@@ -19,7 +19,11 @@ typedef enum {
     PDR_POLICY_CACHE_AWARE, /* sglang's: an approximate prefix tree of recent prompts per worker */
     PDR_POLICY_POWER_OF_TWO /* sglang's: the less loaded of two workers drawn at random */
 } pdr_policy_kind_t;
-typedef enum { PDR_ROLE_PREFILL = 0, PDR_ROLE_DECODE = 1 } pdr_role_t;
+/* PDR_ROLE_REGULAR: a non-disaggregated worker that runs whole requests (workers.regular), used only when
+ * conditional disaggregation skips the prefill with protocol sglang. Arrays "by role" of prefill and
+ * decode have 2 entries; those that hold regular workers too have PDR_ROLES. */
+typedef enum { PDR_ROLE_PREFILL = 0, PDR_ROLE_DECODE = 1, PDR_ROLE_REGULAR = 2 } pdr_role_t;
+#define PDR_ROLES 3
 /* pd.relay: when the decode's answer is relayed to the client (sglang protocol). */
 typedef enum { PDR_RELAY_FIRST_BYTE = 0, PDR_RELAY_AFTER_PREFILL } pdr_relay_t;
 
@@ -94,6 +98,8 @@ typedef struct pdr_pool_conf {
     size_t n_prefill;
     pdr_worker_conf_t *decode;
     size_t n_decode;
+    pdr_worker_conf_t *regular; /* workers.regular: non-disaggregated workers (conditional disaggregation) */
+    size_t n_regular;
     struct {
         int connect_ms, first_byte_ms, kv_transfer_ms, stream_idle_ms; /* 0: the top-level timeouts' */
     } timeouts;
@@ -134,6 +140,8 @@ typedef struct pdr_config {
     size_t n_prefill;
     pdr_worker_conf_t *decode;
     size_t n_decode;
+    pdr_worker_conf_t *regular; /* workers.regular: non-disaggregated workers (conditional disaggregation) */
+    size_t n_regular;
     /* The key every worker request carries as "Authorization: Bearer KEY" (legs, health checks, the
      * model list): read from workers.api_key_file when the config is loaded, or given with --api-key.
      * NULL: none (the client's Authorization is forwarded instead). Never logged. */
@@ -196,6 +204,16 @@ typedef struct pdr_config {
     struct {
         pdr_relay_t relay; /* default first_byte: from the decode's first body byte */
     } pd;
+    /* Conditional disaggregation (router/disagg.h): a request whose uncached prompt is short, or that
+     * arrives while every prefill is saturated, skips the prefill. Every field 0: off (the default). */
+    struct {
+        int min_prefill_tokens; /* default 0: a token prompt (input_ids) whose uncached part is shorter
+                                   is not disaggregated */
+        int min_prefill_chars;  /* default 0: the same for a text prompt, in bytes of its JSON text */
+        int skip_when_prefill_saturated; /* default 0 (false) */
+        int prefill_saturated_inflight;  /* default 0; >= 1 with skip_when_prefill_saturated: a prefill is
+                                            saturated at this many requests in flight */
+    } disaggregation;
     struct {
         char *access_log; /* default "-" (stdout); "off" disables */
         char *level;      /* debug|info|warn|error, default info */

@@ -95,6 +95,7 @@
 #define PDR_MIN_BODY_BYTES 1024
 #define PDR_MAX_BODY_BYTES ((int64_t)1 << 40) /* 1 TiB: a sanity ceiling, not a recommendation */
 #define PDR_MAX_INFLIGHT 10000000
+#define PDR_MAX_DISAGG_MIN (1 << 30) /* disaggregation.min_prefill_{tokens,chars} */
 #define PDR_MAX_CONNS_PER_WORKER 1000000
 
 /* Ceilings on what a configuration may hold; more is refused rather than allocated. */

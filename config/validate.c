@@ -329,8 +329,8 @@ static int check_discovery(const pdr_discovery_conf_t *d, const char *pre, char 
 static int check_worker_list(const pdr_worker_conf_t *ws, size_t n, pdr_role_t r, const char *prefix,
                              int discovered, char *err, size_t errlen)
 {
-    const char *role = r == PDR_ROLE_PREFILL ? "prefill" : "decode";
-    if (n == 0 && !discovered) {
+    const char *role = r == PDR_ROLE_PREFILL ? "prefill" : r == PDR_ROLE_DECODE ? "decode" : "regular";
+    if (n == 0 && !discovered && r != PDR_ROLE_REGULAR) { /* regular workers are optional */
         if (strcmp(prefix, "workers") == 0)
             pdr__config_err(err, errlen, PDR__NO_WORKERS_FMT, role, role, role, role);
         else
@@ -347,9 +347,9 @@ static int check_worker_list(const pdr_worker_conf_t *ws, size_t n, pdr_role_t r
             pdr__config_err(err, errlen, "%s.%s[%zu]: missing or invalid url", prefix, role, i);
             return PDR_ECONFIG;
         }
-        if (role[0] == 'd' && w->bootstrap_port != -1) {
-            pdr__config_err(err, errlen, "%s.decode[%zu]: bootstrap_port is only valid for prefill workers",
-                            prefix, i);
+        if (r != PDR_ROLE_PREFILL && w->bootstrap_port != -1) {
+            pdr__config_err(err, errlen, "%s.%s[%zu]: bootstrap_port is only valid for prefill workers",
+                            prefix, role, i);
             return PDR_ECONFIG;
         }
         if (w->bootstrap_port != -1 && (w->bootstrap_port < 1 || w->bootstrap_port > 65535)) {
@@ -388,7 +388,7 @@ static int check_pools(const pdr_config_t *c, char *err, size_t errlen)
         pdr__config_err(err, errlen, "pools: between 1 and %d pools", PDR_CONFIG_MAX_POOLS);
         return PDR_ECONFIG;
     }
-    if (c->n_prefill > 0 || c->n_decode > 0) {
+    if (c->n_prefill > 0 || c->n_decode > 0 || c->n_regular > 0) {
         pdr__config_err(err, errlen, "workers: not allowed beside pools: (each pool has its own workers)");
         return PDR_ECONFIG;
     }
@@ -464,6 +464,8 @@ static int check_pools(const pdr_config_t *c, char *err, size_t errlen)
             size_t n = r == 0 ? pl->n_prefill : pl->n_decode;
             int rc = check_worker_list(ws, n, (pdr_role_t)r, key,
                                        pdr__role_discovered(&pl->discovery, (pdr_role_t)r), err, errlen);
+            if (rc == 0 && r == PDR_ROLE_DECODE)
+                rc = check_worker_list(pl->regular, pl->n_regular, PDR_ROLE_REGULAR, key, 0, err, errlen);
             if (rc != 0)
                 return rc;
             for (size_t k = 0; k < n; k++)
@@ -592,6 +594,19 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->cache_aware.balance_abs_threshold, 0, 1000000, "cache_aware.balance_abs_threshold");
     CHECK_RANGE(c->cache_aware.eviction_interval_secs, 1, 86400, "cache_aware.eviction_interval_secs");
     CHECK_RANGE(c->cache_aware.max_tree_size, 1024, (int64_t)1 << 40, "cache_aware.max_tree_size");
+    CHECK_RANGE(c->disaggregation.min_prefill_tokens, 0, PDR_MAX_DISAGG_MIN,
+                "disaggregation.min_prefill_tokens");
+    CHECK_RANGE(c->disaggregation.min_prefill_chars, 0, PDR_MAX_DISAGG_MIN,
+                "disaggregation.min_prefill_chars");
+    CHECK_RANGE(c->disaggregation.prefill_saturated_inflight, 0, PDR_MAX_INFLIGHT,
+                "disaggregation.prefill_saturated_inflight");
+    if (c->disaggregation.skip_when_prefill_saturated && c->disaggregation.prefill_saturated_inflight < 1) {
+        pdr__config_err(
+            err, errlen,
+            "disaggregation.skip_when_prefill_saturated needs disaggregation.prefill_saturated_inflight "
+            "(the in-flight count at which a prefill is saturated, at least 1)");
+        return PDR_ECONFIG;
+    }
     if (!(c->cache_aware.cache_threshold >= 0 && c->cache_aware.cache_threshold <= 1)) {
         pdr__config_err(err, errlen, "cache_aware.cache_threshold: %g is out of range, expected 0..1",
                         c->cache_aware.cache_threshold);
@@ -673,5 +688,7 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         rc = check_workers(c, PDR_ROLE_PREFILL, err, errlen);
     if (rc == 0)
         rc = check_workers(c, PDR_ROLE_DECODE, err, errlen);
+    if (rc == 0)
+        rc = check_worker_list(c->regular, c->n_regular, PDR_ROLE_REGULAR, "workers", 0, err, errlen);
     return rc;
 }

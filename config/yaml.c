@@ -33,6 +33,7 @@ enum ftype {
     F_POLICY,     /* pdr_policy_kind_t */
     F_LEVEL,      /* log level, stored as its canonical name */
     F_RELAY,      /* pdr_relay_t */
+    F_BOOL,       /* int 0/1 from true or false */
     F_WORKERS,    /* sequence of workers; min is the role */
     F_URL,        /* worker url (base is a pdr_worker_conf_t) */
     F_BPORT,      /* bootstrap port or null/none */
@@ -97,6 +98,7 @@ static const struct field policy_fields[] = {
 static const struct field workers_fields[] = {
     {"prefill", F_WORKERS, 0, PDR_ROLE_PREFILL, 0, NULL},
     {"decode", F_WORKERS, 0, PDR_ROLE_DECODE, 0, NULL},
+    {"regular", F_WORKERS, 0, PDR_ROLE_REGULAR, 0, NULL},
     {"api_key_file", F_KEY_FILE, 0, 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
@@ -146,6 +148,14 @@ static const struct field cache_aware_fields[] = {
 };
 static const struct field pd_fields[] = {
     {"relay", F_RELAY, CONF(pd.relay), 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field disaggregation_fields[] = {
+    {"min_prefill_tokens", F_INT, CONF(disaggregation.min_prefill_tokens), 0, PDR_MAX_DISAGG_MIN, NULL},
+    {"min_prefill_chars", F_INT, CONF(disaggregation.min_prefill_chars), 0, PDR_MAX_DISAGG_MIN, NULL},
+    {"skip_when_prefill_saturated", F_BOOL, CONF(disaggregation.skip_when_prefill_saturated), 0, 0, NULL},
+    {"prefill_saturated_inflight", F_INT, CONF(disaggregation.prefill_saturated_inflight), 0,
+     PDR_MAX_INFLIGHT, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field log_fields[] = {
@@ -274,6 +284,7 @@ static const struct field top_fields[] = {
     {"retries", F_SECTION, 0, 0, 0, retries_fields},
     {"pd", F_SECTION, 0, 0, 0, pd_fields},
     {"cache_aware", F_SECTION, 0, 0, 0, cache_aware_fields},
+    {"disaggregation", F_SECTION, 0, 0, 0, disaggregation_fields},
     {"log", F_SECTION, 0, 0, 0, log_fields},
     {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields},
     {"threads", F_INT, CONF(threads), 0, PDR_MAX_THREADS, NULL},
@@ -520,11 +531,19 @@ static int load_worker(struct ctx *cx, const yaml_node_t *item, const char *path
 
 static int load_workers(struct ctx *cx, const yaml_node_t *seq, const char *path, pdr_role_t role)
 {
-    pdr_worker_conf_t **arr = role == PDR_ROLE_PREFILL ? &cx->c->prefill : &cx->c->decode;
-    size_t *n = role == PDR_ROLE_PREFILL ? &cx->c->n_prefill : &cx->c->n_decode;
+    pdr_worker_conf_t **arr = role == PDR_ROLE_PREFILL  ? &cx->c->prefill
+                              : role == PDR_ROLE_DECODE ? &cx->c->decode
+                                                        : &cx->c->regular;
+    size_t *n = role == PDR_ROLE_PREFILL  ? &cx->c->n_prefill
+                : role == PDR_ROLE_DECODE ? &cx->c->n_decode
+                                          : &cx->c->n_regular;
     if (cx->pool != NULL) {
-        arr = role == PDR_ROLE_PREFILL ? &cx->pool->prefill : &cx->pool->decode;
-        n = role == PDR_ROLE_PREFILL ? &cx->pool->n_prefill : &cx->pool->n_decode;
+        arr = role == PDR_ROLE_PREFILL  ? &cx->pool->prefill
+              : role == PDR_ROLE_DECODE ? &cx->pool->decode
+                                        : &cx->pool->regular;
+        n = role == PDR_ROLE_PREFILL  ? &cx->pool->n_prefill
+            : role == PDR_ROLE_DECODE ? &cx->pool->n_decode
+                                      : &cx->pool->n_regular;
     }
     if (is_null(seq))
         return 0;
@@ -881,6 +900,20 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
         if (rc == 0)
             *(int *)(void *)p = (int)iv;
         return rc;
+    case F_BOOL: {
+        rc = need_scalar(cx, v, path, "true or false");
+        if (rc != 0)
+            return rc;
+        const char *s = sval(v, &len);
+        if (len == 4 && (memcmp(s, "true", 4) == 0 || memcmp(s, "True", 4) == 0 || memcmp(s, "TRUE", 4) == 0))
+            *(int *)(void *)p = 1;
+        else if (len == 5 &&
+                 (memcmp(s, "false", 5) == 0 || memcmp(s, "False", 5) == 0 || memcmp(s, "FALSE", 5) == 0))
+            *(int *)(void *)p = 0;
+        else
+            return FAIL(cx, v, "%s: expected true or false, got '%s'", path, show(v, buf, sizeof(buf)));
+        return 0;
+    }
     case F_DOUBLE:
         return get_double(cx, v, path, (double)f->min, (double)f->max, (double *)(void *)p);
     case F_INT64:

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "disagg.h"
 #include "metrics.h"
 
 static const double bucket_sets[PDR_BUCKETS__COUNT][PDR_HIST_BUCKETS] = {
@@ -176,6 +177,8 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
     t->retries_total += m->retries_total;
     for (int k = 0; k < PDR_KV_RELEASE__COUNT; k++)
         t->vllm_kv_release[k] += m->vllm_kv_release[k];
+    for (int k = 0; k < PDR_DISAGG__COUNT; k++)
+        t->disagg_decisions[k] += m->disagg_decisions[k];
     for (size_t i = 0; i < sizeof(plain_counters) / sizeof(plain_counters[0]); i++)
         *(uint64_t *)((char *)t + plain_counters[i].off) +=
             *(const uint64_t *)((const char *)m + plain_counters[i].off);
@@ -281,6 +284,12 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
     for (int k = 0; k < PDR_KV_RELEASE__COUNT; k++)
         put(&o, "pdr_vllm_kv_release_total{outcome=\"%s\"} %llu\n", release_outcomes[k],
             (unsigned long long)m->vllm_kv_release[k]);
+    put(&o, "# HELP pdr_disagg_decisions_total Conditional disaggregation: attempts sent to a prefill and a "
+            "decode (disaggregated) or to one worker without a prefill, by reason.\n"
+            "# TYPE pdr_disagg_decisions_total counter\n");
+    for (int k = 0; k < PDR_DISAGG__COUNT; k++)
+        put(&o, "pdr_disagg_decisions_total{decision=\"%s\"} %llu\n", pdr_disagg_decision_names[k],
+            (unsigned long long)m->disagg_decisions[k]);
     for (size_t i = 0; i < sizeof(plain_counters) / sizeof(plain_counters[0]); i++)
         put(&o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", plain_counters[i].name, plain_counters[i].help,
             plain_counters[i].name, plain_counters[i].name,
@@ -327,7 +336,7 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         put(&o, "pdr_cache_aware_decisions_total{decision=\"%s\"} %llu\n", ca_names[d],
             (unsigned long long)__atomic_load_n(&pool->ca_decisions[d], __ATOMIC_RELAXED));
     put(&o, "# HELP pdr_workers Workers in the pool by role and source.\n# TYPE pdr_workers gauge\n");
-    for (int role = 0; role < 2; role++)
+    for (int role = 0; role < PDR_ROLES; role++)
         for (int src = 0; src < 4; src++) {
             size_t k = 0;
             for (size_t i = 0; i < nw; i++)

@@ -62,6 +62,7 @@ typedef struct pdr_metrics {
     uint64_t headers_too_large_total; /* requests answered 431 or 414 (limits.max_headers/max_header_bytes) */
     uint64_t bytes_in_total, bytes_out_total;
     uint64_t vllm_kv_release[PDR_KV_RELEASE__COUNT]; /* by outcome */
+    uint64_t disagg_decisions[3]; /* conditional disaggregation, by pdr_disagg_decision_t (disagg.h) */
     pdr_hist_t duration[PDR_MR__COUNT];
     pdr_hist_t ttfb[PDR_MR__COUNT];
     /* LLM latencies of PD routes (docs/metrics.md has the exact definitions). */

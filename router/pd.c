@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include "buf.h"
+#include "disagg.h"
 #include "err.h"
 #include "pd_vllm.h"
 #include "router.h"
@@ -103,6 +104,11 @@ typedef struct pd_req {
     char *dbody, *release;
     size_t dbody_len, release_len;
     char vllm_err[200]; /* why the prefill's answer cannot be used (vllm_bad) */
+    /* Conditional disaggregation (disagg.h): solo = this attempt skips the prefill and runs on one worker
+     * (dw: the decode with protocol vllm, a regular worker with sglang); disagg = the attempt's decision
+     * (-1: none made, the feature is off or nothing can run the request alone). */
+    unsigned solo : 1, merge_wanted : 1;
+    int disagg;
 } pd_req_t;
 
 static void advance(pd_req_t *x);
@@ -889,6 +895,76 @@ static const char *routing_text(const pdr_pdreq_t *pr, size_t *len)
     return NULL;
 }
 
+/* ---- conditional disaggregation (disagg.h) ---- */
+
+/* The feature is on and something can run the request alone: with protocol vllm the decode; with sglang
+ * a regular worker of the pool (a decode-mode sglang server cannot prefill), so without regular workers
+ * sglang requests are always disaggregated. */
+static int disagg_possible(const pd_req_t *x)
+{
+    if (!pdr_disagg_enabled(x->conf))
+        return 0;
+    if (x->protocol == PDR_PROTO_VLLM)
+        return 1;
+    return x->protocol == PDR_PROTO_SGLANG &&
+           pdr_pool_count_healthy_in(&x->r->pool, x->pool, PDR_ROLE_REGULAR) > 0;
+}
+
+/* Picks the prefill without recording the prompt in its cache_aware tree, decides from the prefix it holds
+ * and the prefills' load, and either keeps that prefill (recording the prompt now) or lets it go: the
+ * attempt is solo. */
+static void decide_disaggregation(pd_req_t *x, const char *text, size_t tlen)
+{
+    pdr_router_t *r = x->r;
+    pdr_pick_info_t info = {.record = 0};
+    x->pw = pdr_pool_pick_info(&r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
+                               x->n_tried[PDR_ROLE_PREFILL], text, tlen, &info);
+    if (x->pw == NULL)
+        return; /* no serving prefill: answered as without the feature */
+    pdr_disagg_input_t in;
+    pdr_disagg_measure(text, tlen, info.matched_known ? info.matched : 0, &in);
+    const pdr_config_t *c = x->conf;
+    if (c->disaggregation.skip_when_prefill_saturated)
+        in.prefill_saturated = pdr_pool_saturated(&r->pool, x->pool, PDR_ROLE_PREFILL,
+                                                  c->disaggregation.prefill_saturated_inflight);
+    x->disagg = (int)pdr_disagg_decide(c, &in);
+    x->t->m.disagg_decisions[x->disagg]++;
+    if (x->disagg == PDR_DISAGG_DISAGGREGATED) {
+        if (info.matched_known)
+            pdr_pool_record_pick(&r->pool, x->pw, text, tlen);
+        return;
+    }
+    pdr_worker_unref(x->pw);
+    x->pw = NULL;
+    x->solo = 1;
+    x->merge = 0; /* one worker answers the whole request, input logprobs included */
+}
+
+/* A solo attempt: one leg, the client's body without any PD field, to the worker that runs it all. The
+ * prefill counts as done, so advance() treats the leg as a decode whose prefill succeeded. */
+static void start_solo(pd_req_t *x)
+{
+    free(x->body);
+    x->body = pdr_pdreq_build_plain(&x->pr, &x->body_len);
+    if (x->body == NULL) {
+        fail_response(x, 503, "service_unavailable", "out of memory", 1);
+        return;
+    }
+    memset(&x->pleg, 0, sizeof(x->pleg));
+    x->p_done = 1;
+    char url[512];
+    static const char *paths[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
+    pdr_join2(url, sizeof(url), x->dw->conf.url, paths[x->route]);
+    if (pdr_leg_start(&x->dleg, x->t->multi, url, x->body, x->body_len, pdr_fwd_leg(&x->fwd),
+                      x->to.connect_ms, 0, &decode_cbs, x) != 0) {
+        fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
+        return;
+    }
+    x->d_running = 1;
+    pdr_worker_track(x->dw, 1);
+    arm_timer(x);
+}
+
 static void start_attempt(pd_req_t *x)
 {
     pdr_router_t *r = x->r;
@@ -903,25 +979,34 @@ static void start_attempt(pd_req_t *x)
     x->pw = x->dw = NULL;
     size_t tlen = 0;
     const char *text = x->mode == MODE_PD ? routing_text(&x->pr, &tlen) : NULL;
-    if (x->mode == MODE_PD)
+    x->solo = 0;
+    x->merge = x->merge_wanted;
+    if (x->mode == MODE_PD && disagg_possible(x)) {
+        decide_disaggregation(x, text, tlen);
+    } else if (x->mode == MODE_PD) {
         x->pw = pdr_pool_pick_text(&r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
                                    x->n_tried[PDR_ROLE_PREFILL], text, tlen);
-    x->dw = pdr_pool_pick_text(&r->pool, x->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE],
-                               x->n_tried[PDR_ROLE_DECODE], text, tlen);
-    if ((x->mode == MODE_PD && x->pw == NULL) || x->dw == NULL) {
+    }
+    /* The decode; or, for a solo sglang attempt, the regular worker that runs it all (in dw: it is the
+     * worker that answers, blamed and avoided as a decode would be). */
+    x->dw = pdr_pool_pick_text(&r->pool, x->pool, x->solo && !x->vllm ? PDR_ROLE_REGULAR : PDR_ROLE_DECODE,
+                               x->tried[PDR_ROLE_DECODE], x->n_tried[PDR_ROLE_DECODE], text, tlen);
+    if ((x->mode == MODE_PD && x->pw == NULL && !x->solo) || x->dw == NULL) {
         if (x->attempt > 0) {
             /* The pair that failed was the last healthy one: answer with that failure. */
             fail_last(x);
             return;
         }
-        pdr_role_t role = x->mode == MODE_PD && x->pw == NULL ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
+        pdr_role_t role =
+            x->mode == MODE_PD && x->pw == NULL && !x->solo ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
         x->t->m.no_worker_total[role]++;
+        pdr_role_t named = x->solo && !x->vllm ? PDR_ROLE_REGULAR : role;
         char msg[128];
         if (x->conf->n_pools > 0)
-            snprintf(msg, sizeof(msg), "no healthy %s worker is available in pool %s", pdr_role_name(role),
+            snprintf(msg, sizeof(msg), "no healthy %s worker is available in pool %s", pdr_role_name(named),
                      x->pool);
         else
-            snprintf(msg, sizeof(msg), "no healthy %s worker is available", pdr_role_name(role));
+            snprintf(msg, sizeof(msg), "no healthy %s worker is available", pdr_role_name(named));
         x->error_cause = "no_healthy_worker";
         fail_response(x, 503, "service_unavailable", msg, 1);
         return;
@@ -940,6 +1025,10 @@ static void start_attempt(pd_req_t *x)
         x->d_running = 1;
         pdr_worker_track(x->dw, 1);
         arm_timer(x);
+        return;
+    }
+    if (x->solo) {
+        start_solo(x);
         return;
     }
     if (x->vllm) {
@@ -1114,21 +1203,22 @@ static void write_access_log(pd_req_t *x)
         return;
     char line[1024];
     char room[24] = "null";
-    if (x->n_rooms > 0 && x->body != NULL && !x->vllm)
+    if (x->n_rooms > 0 && x->body != NULL && !x->vllm && !x->solo)
         snprintf(room, sizeof(room), "%" PRIu64, x->rooms[0]);
     static const char *names[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
     int n = snprintf(
         line, sizeof(line),
         "{\"ts_us\":%" PRIu64 ",\"request_id\":\"%s\",\"trace_id\":\"%s\",\"path\":\"%s\",\"status\":%d,"
         "\"pool\":%s%s%s,\"prefill\":%s%s%s,\"decode\":%s%s%s,\"room\":%s,\"attempts\":%d,\"ttfb_ms\":%.3f,"
-        "\"total_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s}\n",
+        "\"total_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s,\"disagg\":%s%s%s}\n",
         pdr_wall_us(), x->request_id, x->fwd.trace_id,
         x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status, x->pool ? "\"" : "",
         x->pool ? x->pool : "null", x->pool ? "\"" : "", x->pw ? "\"" : "", x->pw ? x->pw->conf.url : "null",
         x->pw ? "\"" : "", x->dw ? "\"" : "", x->dw ? x->dw->conf.url : "null", x->dw ? "\"" : "", room,
         x->attempt + 1, ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0,
         x->bytes_out, x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null",
-        x->error_cause ? "\"" : "");
+        x->error_cause ? "\"" : "", x->disagg >= 0 ? "\"" : "",
+        x->disagg >= 0 ? pdr_disagg_decision_names[x->disagg] : "null", x->disagg >= 0 ? "\"" : "");
     if (n <= 0)
         return;
     size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
@@ -1205,6 +1295,7 @@ static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
     x->mroute = mroute;
     x->t0_ns = pdr_now_ns();
     x->last_data_ns = x->t0_ns;
+    x->disagg = -1;
     pdr_fwd_build(&x->fwd, req, x->conf); /* the request id, the trace and the forwarded headers */
     memcpy(x->request_id, x->fwd.request_id, sizeof(x->request_id));
     uv_timer_init(t->loop, &x->timer);
@@ -1243,7 +1334,7 @@ static int refuse(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
                      ",\"request_id\":\"%s\",\"trace_id\":%s,\"path\":\"%s\",\"status\":%d,\"pool\":null,"
                      "\"prefill\":null,"
                      "\"decode\":null,\"room\":null,\"attempts\":0,\"ttfb_ms\":0.000,\"total_ms\":0.000,"
-                     "\"bytes_in\":%zu,\"bytes_out\":0,\"error\":\"%s\"}\n",
+                     "\"bytes_in\":%zu,\"bytes_out\":0,\"error\":\"%s\",\"disagg\":null}\n",
                      pdr_wall_us(), id, trace, names[route], status, req->entity.len, cause);
     if (n > 0 && (size_t)n < sizeof(line))
         pdr_access_log(t, line, (size_t)n);
@@ -1315,6 +1406,7 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     x->pr = pr;
     x->vllm = x->protocol == PDR_PROTO_VLLM;
     x->merge = pr.want_logprobs && !x->vllm; /* vLLM: the decode answers the logprobs itself */
+    x->merge_wanted = x->merge;
     x->n_rooms = pr.batch ? pr.batch : 1;
     x->rooms = calloc(x->n_rooms, sizeof(uint64_t));
     x->counted_inflight = 1;

@@ -33,7 +33,7 @@ int pdr_health_update(pdr_health_state_t *s, int ok, int rise, int fall)
 
 const char *pdr_role_name(pdr_role_t r)
 {
-    return r == PDR_ROLE_PREFILL ? "prefill" : "decode";
+    return r == PDR_ROLE_PREFILL ? "prefill" : r == PDR_ROLE_DECODE ? "decode" : "regular";
 }
 
 static __thread uint64_t rng_state;
@@ -147,7 +147,7 @@ static int apply_settings(pdr_pool_t *p, const pdr_config_t *c)
 {
     size_t n = pdr_config_pool_count(c);
     pdr_pool_group_t *g = calloc(n, sizeof(*g));
-    int(*reuse)[2] = malloc((n + 1) * sizeof(*reuse));
+    int(*reuse)[PDR_ROLES] = malloc((n + 1) * sizeof(*reuse));
     if (g == NULL || reuse == NULL) {
         free(g);
         free(reuse);
@@ -155,13 +155,15 @@ static int apply_settings(pdr_pool_t *p, const pdr_config_t *c)
     }
     int failed = 0;
     for (size_t i = 0; i < n; i++)
-        reuse[i][0] = reuse[i][1] = -1;
+        for (int r = 0; r < PDR_ROLES; r++)
+            reuse[i][r] = -1;
     for (size_t i = 0; i < n; i++) {
         pdr_pool_conf_t pc;
         pdr_config_pool(c, i, &pc);
         snprintf(g[i].name, sizeof(g[i].name), "%s", pc.name);
         g[i].policy[PDR_ROLE_PREFILL] = pc.policy_prefill;
         g[i].policy[PDR_ROLE_DECODE] = pc.policy_decode;
+        g[i].policy[PDR_ROLE_REGULAR] = pc.policy_decode; /* regular workers are picked as decodes are */
         g[i].protocol = pc.protocol;
         for (int r = 0; r < 2; r++) {
             pdr_cache_aware_conf_t ca;
@@ -174,14 +176,15 @@ static int apply_settings(pdr_pool_t *p, const pdr_config_t *c)
             g[i].ca[r].hash_prefix_chars = (size_t)ca.hash_prefix_chars;
             g[i].ca[r].hash_load_factor = ca.hash_load_factor;
         }
+        g[i].ca[PDR_ROLE_REGULAR] = g[i].ca[PDR_ROLE_DECODE]; /* regular workers: the decode's settings */
         for (size_t k = 0; k < p->n_groups; k++)
             if (strcmp(p->groups[k].name, g[i].name) == 0) {
                 memcpy(g[i].rr_next, p->groups[k].rr_next, sizeof(g[i].rr_next));
-                for (int r = 0; r < 2; r++) /* a pool's tree survives a reload (taken below) */
+                for (int r = 0; r < PDR_ROLES; r++) /* a pool's tree survives a reload (taken below) */
                     if (g[i].policy[r] == PDR_POLICY_CACHE_AWARE && p->groups[k].tree[r] != NULL)
                         reuse[i][r] = (int)k;
             }
-        for (int r = 0; r < 2 && !failed; r++) {
+        for (int r = 0; r < PDR_ROLES && !failed; r++) {
             int err = 0;
             if (g[i].policy[r] == PDR_POLICY_CACHE_AWARE && reuse[i][r] < 0 &&
                 (g[i].tree[r] = pdr_ptree_new((uint64_t)c->cache_aware.max_tree_size, &err)) == NULL)
@@ -190,20 +193,20 @@ static int apply_settings(pdr_pool_t *p, const pdr_config_t *c)
     }
     if (failed) { /* nothing taken from the old groups yet */
         for (size_t i = 0; i < n; i++)
-            for (int r = 0; r < 2; r++)
+            for (int r = 0; r < PDR_ROLES; r++)
                 pdr_ptree_free(g[i].tree[r]);
         free(g);
         free(reuse);
         return PDR_ENOMEM;
     }
     for (size_t i = 0; i < n; i++)
-        for (int r = 0; r < 2; r++)
+        for (int r = 0; r < PDR_ROLES; r++)
             if (reuse[i][r] >= 0) {
                 g[i].tree[r] = p->groups[reuse[i][r]].tree[r];
                 p->groups[reuse[i][r]].tree[r] = NULL;
             }
     for (size_t k = 0; k < p->n_groups; k++)
-        for (int r = 0; r < 2; r++)
+        for (int r = 0; r < PDR_ROLES; r++)
             pdr_ptree_free(p->groups[k].tree[r]); /* pools gone, or no longer cache_aware */
     free(reuse);
     p->ca_max_tree = (uint64_t)c->cache_aware.max_tree_size;
@@ -233,8 +236,8 @@ int pdr_pool_init(pdr_pool_t *p, const pdr_config_t *c)
     pthread_mutex_init(&p->lock, NULL);
     pdr_events_init(&p->events);
     p->live = 1;
-    size_t total[2] = {0, 0};
-    for (int r = 0; r < 2; r++)
+    size_t total[PDR_ROLES] = {0, 0, 0};
+    for (int r = 0; r < PDR_ROLES; r++)
         if ((p->list[r] = list_new(1)) == NULL)
             return PDR_ENOMEM;
     if (apply_settings(p, c) != 0)
@@ -244,8 +247,9 @@ int pdr_pool_init(pdr_pool_t *p, const pdr_config_t *c)
         pdr_config_pool(c, g, &pc);
         total[0] += pc.n_prefill;
         total[1] += pc.n_decode;
+        total[2] += pc.n_regular;
     }
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < PDR_ROLES; r++) {
         free(p->list[r]);
         if ((p->list[r] = list_new(total[r])) == NULL)
             return PDR_ENOMEM;
@@ -253,9 +257,9 @@ int pdr_pool_init(pdr_pool_t *p, const pdr_config_t *c)
     for (size_t g = 0; g < p->n_groups; g++) {
         pdr_pool_conf_t pc;
         pdr_config_pool(c, g, &pc);
-        const pdr_worker_conf_t *confs[2] = {pc.prefill, pc.decode};
-        size_t counts[2] = {pc.n_prefill, pc.n_decode};
-        for (int r = 0; r < 2; r++) {
+        const pdr_worker_conf_t *confs[PDR_ROLES] = {pc.prefill, pc.decode, pc.regular};
+        size_t counts[PDR_ROLES] = {pc.n_prefill, pc.n_decode, pc.n_regular};
+        for (int r = 0; r < PDR_ROLES; r++) {
             for (size_t i = 0; i < counts[r]; i++) {
                 pdr_worker_t *w =
                     worker_new(p, (int)g, (pdr_role_t)r, &confs[r][i], PDR_SOURCE_STATIC, NULL, NULL);
@@ -273,7 +277,7 @@ void pdr_pool_dispose(pdr_pool_t *p)
 {
     if (!p->live)
         return;
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < PDR_ROLES; r++) {
         if (p->list[r] == NULL)
             continue;
         for (size_t i = 0; i < p->list[r]->n; i++) {
@@ -283,7 +287,7 @@ void pdr_pool_dispose(pdr_pool_t *p)
         free(p->list[r]);
     }
     for (size_t k = 0; k < p->n_groups; k++)
-        for (int r = 0; r < 2; r++)
+        for (int r = 0; r < PDR_ROLES; r++)
             pdr_ptree_free(p->groups[k].tree[r]);
     free(p->groups);
     pthread_rwlock_destroy(&p->rw);
@@ -494,13 +498,13 @@ size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
         return 0;
     }
     /* Every listed worker's group by its pool's name; the workers of a pool that is gone leave. */
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < PDR_ROLES; r++)
         for (size_t i = 0; i < p->list[r]->n; i++) {
             pdr_worker_t *w = p->list[r]->w[i];
             w->group = group_of(p, w->pool);
         }
     pthread_rwlock_unlock(&p->rw);
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < PDR_ROLES; r++) {
         pdr_worker_t **ws;
         size_t n = pdr_pool_snapshot(p, r, &ws);
         for (size_t i = 0; i < n; i++) {
@@ -516,12 +520,12 @@ size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
     }
     /* The static workers of every pool, one role at a time, so that a worker moving between pools is
      * matched against all of them at once. */
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < PDR_ROLES; r++) {
         size_t total = 0;
         for (size_t g = 0; g < n_pools; g++) {
             pdr_pool_conf_t pc;
             pdr_config_pool(c, g, &pc);
-            total += r == 0 ? pc.n_prefill : pc.n_decode;
+            total += r == 0 ? pc.n_prefill : r == 1 ? pc.n_decode : pc.n_regular;
         }
         pdr_worker_conf_t *confs = calloc(total + 1, sizeof(*confs));
         int *groups = calloc(total + 1, sizeof(*groups));
@@ -536,8 +540,8 @@ size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
         for (size_t g = 0; g < n_pools; g++) {
             pdr_pool_conf_t pc;
             pdr_config_pool(c, g, &pc);
-            const pdr_worker_conf_t *ws = r == 0 ? pc.prefill : pc.decode;
-            size_t n = r == 0 ? pc.n_prefill : pc.n_decode;
+            const pdr_worker_conf_t *ws = r == 0 ? pc.prefill : r == 1 ? pc.decode : pc.regular;
+            size_t n = r == 0 ? pc.n_prefill : r == 1 ? pc.n_decode : pc.n_regular;
             for (size_t i = 0; i < n; i++) {
                 confs[k] = ws[i]; /* shallow: borrowed from c for the call */
                 groups[k++] = group_of(p, pc.name);
@@ -557,12 +561,12 @@ size_t pdr_pool_snapshot(pdr_pool_t *p, int role, pdr_worker_t ***out)
     *out = NULL;
     pthread_rwlock_rdlock(&p->rw);
     size_t n = 0;
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < PDR_ROLES; r++)
         if (role < 0 || role == r)
             n += p->list[r]->n;
     pdr_worker_t **a = n ? malloc(n * sizeof(*a)) : NULL;
     size_t k = 0;
-    for (int r = 0; r < 2 && a != NULL; r++)
+    for (int r = 0; r < PDR_ROLES && a != NULL; r++)
         if (role < 0 || role == r)
             for (size_t i = 0; i < p->list[r]->n; i++)
                 a[k++] = pdr_worker_ref(p->list[r]->w[i]);
@@ -636,7 +640,7 @@ pdr_worker_t *pdr_pool_find(pdr_pool_t *p, const char *id, size_t len)
 {
     pdr_worker_t *found = NULL;
     pthread_rwlock_rdlock(&p->rw);
-    for (int r = 0; r < 2 && found == NULL; r++)
+    for (int r = 0; r < PDR_ROLES && found == NULL; r++)
         for (size_t i = 0; i < p->list[r]->n; i++) {
             pdr_worker_t *w = p->list[r]->w[i];
             if (strlen(w->id) == len && memcmp(w->id, id, len) == 0) {
@@ -709,7 +713,8 @@ static pdr_worker_t *pick_least_load(pdr_pool_t *p, cands_t l, const uint64_t *a
 
 /* cache_aware among the usable candidates: sglang's rules over the group's tree for the role. */
 static pdr_worker_t *pick_cache_aware(pdr_pool_t *p, pdr_pool_group_t *g, cands_t l, pdr_role_t role,
-                                      const uint64_t *avoid, size_t n_avoid, const char *text, size_t len)
+                                      const uint64_t *avoid, size_t n_avoid, const char *text, size_t len,
+                                      pdr_pick_info_t *info)
 {
     uint64_t ids[l.n + 1], keys[l.n + 1], loads[l.n + 1];
     pdr_worker_t *ws[l.n + 1];
@@ -724,9 +729,15 @@ static pdr_worker_t *pick_cache_aware(pdr_pool_t *p, pdr_pool_group_t *g, cands_
     if (n == 0)
         return NULL;
     pdr_cache_aware_decision_t d = PDR_CACHE_AWARE_MATCH;
-    int k = pdr_cache_aware_pick_keyed(g->tree[role], &g->ca[role], ids, keys, loads, n, text, len, &d);
+    size_t matched = 0;
+    int k = pdr_cache_aware_pick_ex(g->tree[role], &g->ca[role], ids, keys, loads, n, text, len, &d,
+                                    info == NULL || info->record, info != NULL ? &matched : NULL);
     if (k < 0 || (size_t)k >= n)
         return pick_least_load(p, l, avoid, n_avoid, 1);
+    if (info != NULL) {
+        info->matched_known = 1;
+        info->matched = matched;
+    }
     __atomic_add_fetch(&p->ca_decisions[d], 1, __ATOMIC_RELAXED);
     return ws[k];
 }
@@ -741,7 +752,7 @@ void pdr_pool_evict_trees(pdr_pool_t *p)
 {
     pthread_rwlock_rdlock(&p->rw);
     for (size_t k = 0; k < p->n_groups; k++)
-        for (int r = 0; r < 2; r++)
+        for (int r = 0; r < PDR_ROLES; r++)
             if (p->groups[k].tree[r] != NULL)
                 pdr_ptree_evict(p->groups[k].tree[r], p->ca_max_tree);
     pthread_rwlock_unlock(&p->rw);
@@ -750,6 +761,43 @@ void pdr_pool_evict_trees(pdr_pool_t *p)
 pdr_worker_t *pdr_pool_pick_text(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
                                  size_t n_avoid, const char *text, size_t len)
 {
+    return pdr_pool_pick_info(p, pool, role, avoid, n_avoid, text, len, NULL);
+}
+
+void pdr_pool_record_pick(pdr_pool_t *p, const pdr_worker_t *w, const char *text, size_t len)
+{
+    if (text == NULL)
+        return;
+    pthread_rwlock_rdlock(&p->rw);
+    if (w->group >= 0 && (size_t)w->group < p->n_groups && p->groups[w->group].tree[w->role] != NULL)
+        (void)pdr_ptree_insert(p->groups[w->group].tree[w->role], text, len, w->uid);
+    pthread_rwlock_unlock(&p->rw);
+}
+
+int pdr_pool_saturated(pdr_pool_t *p, const char *pool, pdr_role_t role, int inflight)
+{
+    size_t serving = 0, full = 0;
+    pthread_rwlock_rdlock(&p->rw);
+    int gi = group_of(p, pool);
+    const pdr_worker_list_t *l = p->list[role];
+    for (size_t i = 0; gi >= 0 && i < l->n; i++) {
+        const pdr_worker_t *w = l->w[i];
+        if (w->group != gi || !pdr_worker_serving(w))
+            continue;
+        serving++;
+        full += pdr_worker_inflight(w) >= inflight;
+    }
+    pthread_rwlock_unlock(&p->rw);
+    return serving > 0 && full == serving;
+}
+
+pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
+                                 size_t n_avoid, const char *text, size_t len, pdr_pick_info_t *info)
+{
+    if (info != NULL) {
+        info->matched_known = 0;
+        info->matched = 0;
+    }
     pthread_rwlock_rdlock(&p->rw);
     const pdr_worker_list_t *l = p->list[role];
     int gi = group_of(p, pool);
@@ -779,7 +827,7 @@ pdr_worker_t *pdr_pool_pick_text(pdr_pool_t *p, const char *pool, pdr_role_t rol
             break;
         case PDR_POLICY_CACHE_AWARE:
             w = text != NULL && g->tree[role] != NULL
-                    ? pick_cache_aware(p, g, c, role, avoid, n_avoid, text, len)
+                    ? pick_cache_aware(p, g, c, role, avoid, n_avoid, text, len, info)
                     : pick_least_load(p, c, avoid, n_avoid, 1);
             break;
         default:

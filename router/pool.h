@@ -89,20 +89,22 @@ typedef struct pdr_worker_list {
 /* One configured pool's picking state. */
 typedef struct pdr_pool_group {
     char name[64];
-    pdr_policy_kind_t policy[2]; /* by role */
+    pdr_policy_kind_t policy[PDR_ROLES]; /* by role */
     pdr_protocol_t protocol;
-    unsigned rr_next[2];  /* atomic: round-robin cursors by role */
-    pdr_ptree_t *tree[2]; /* cache_aware: the prompts recently sent to each worker of the role (own lock) */
-    pdr_cache_aware_params_t ca[2]; /* cache_aware: the pool's thresholds and seed by role (under rw) */
+    unsigned rr_next[PDR_ROLES];  /* atomic: round-robin cursors by role */
+    pdr_ptree_t *tree[PDR_ROLES]; /* cache_aware: the prompts recently sent to each worker of the role
+                                     (own lock) */
+    pdr_cache_aware_params_t
+        ca[PDR_ROLES]; /* cache_aware: the pool's thresholds and seed by role (under rw) */
 } pdr_pool_group_t;
 
 typedef struct pdr_pool {
-    pthread_rwlock_t rw;        /* list[] pointers, groups, workers' group, rise, fall, sequence counters */
-    pdr_worker_list_t *list[2]; /* [PDR_ROLE_PREFILL], [PDR_ROLE_DECODE] */
-    pdr_pool_group_t *groups;   /* the configured pools, in config order */
+    pthread_rwlock_t rw; /* list[] pointers, groups, workers' group, rise, fall, sequence counters */
+    pdr_worker_list_t *list[PDR_ROLES]; /* [PDR_ROLE_PREFILL], [PDR_ROLE_DECODE], [PDR_ROLE_REGULAR] */
+    pdr_pool_group_t *groups;           /* the configured pools, in config order */
     size_t n_groups;
     int rise, fall;
-    unsigned next_seq[2];
+    unsigned next_seq[PDR_ROLES];
     uint64_t next_uid;
     uint64_t generation;                       /* atomic: bumped on every membership change */
     uint64_t added_total[4], removed_total[4]; /* by source (PDR_SOURCE_*), under rw write */
@@ -212,8 +214,8 @@ size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c);
 
 /* ---- reading ---- */
 
-/* The workers of a role (role -1: both, prefill first), each with a reference: release with
- * pdr_pool_release. Returns the count; *out is NULL when 0 or out of memory (then returns 0). */
+/* The workers of a role (role -1: every role, prefill first, regular last), each with a reference: release
+ * with pdr_pool_release. Returns the count; *out is NULL when 0 or out of memory (then returns 0). */
 size_t pdr_pool_snapshot(pdr_pool_t *p, int role, pdr_worker_t ***out);
 void pdr_pool_release(pdr_worker_t **ws, size_t n);
 /* The worker with this id, with a reference; NULL if none. */
@@ -237,6 +239,20 @@ pdr_worker_t *pdr_pool__at(pdr_pool_t *p, pdr_role_t role, size_t i);
  * power_of_two does). */
 pdr_worker_t *pdr_pool_pick_text(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
                                  size_t n_avoid, const char *text, size_t len);
+/* What a pick reports beside the worker (conditional disaggregation, router/disagg.h). */
+typedef struct pdr_pick_info {
+    int record;        /* in: 0 = cache_aware leaves its tree unchanged (pdr_pool_record_pick once final) */
+    int matched_known; /* out: 1 when the policy looked the text up (cache_aware) */
+    size_t matched;    /* out: bytes of the text's prefix the chosen worker holds, from the same lookup */
+} pdr_pick_info_t;
+/* As pdr_pool_pick_text; info (NULL: record, report nothing) as above. */
+pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
+                                 size_t n_avoid, const char *text, size_t len, pdr_pick_info_t *info);
+/* Records text under w in its pool's cache_aware tree for its role (nothing when that role has none). */
+void pdr_pool_record_pick(pdr_pool_t *p, const pdr_worker_t *w, const char *text, size_t len);
+/* 1 when every serving worker of the role in the pool has at least `inflight` requests in flight; 0 when
+ * one has fewer, or none serves. */
+int pdr_pool_saturated(pdr_pool_t *p, const char *pool, pdr_role_t role, int inflight);
 /* Loop 0, every cache_aware.eviction_interval_secs: trims every tree to cache_aware.max_tree_size per
  * worker (least recently used first). */
 void pdr_pool_evict_trees(pdr_pool_t *p);

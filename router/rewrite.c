@@ -288,6 +288,28 @@ char *pdr_pdreq_build_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport
     return out;
 }
 
+char *pdr_pdreq_build_plain(const pdr_pdreq_t *r, size_t *len)
+{
+    char *out = malloc(r->len + r->n + 3);
+    if (out == NULL)
+        return NULL;
+    size_t o = 0;
+    out[o++] = '{';
+    for (size_t i = 0; i < r->n; i++) {
+        const pdr_jmember_t *m = &r->m[i];
+        if (is_bootstrap_field(m) || pdr_jmember_key_is(m, "kv_transfer_params"))
+            continue; /* a client never chooses where KV goes, nor that its request is a PD leg */
+        if (o > 1)
+            out[o++] = ',';
+        memcpy(out + o, m->raw, m->raw_len);
+        o += m->raw_len;
+    }
+    out[o++] = '}';
+    out[o] = '\0';
+    *len = o;
+    return out;
+}
+
 /* ---- protocol vllm ---- */
 
 /* What the router sets on the prefill and release legs (vLLM's proxies drop min_tokens and

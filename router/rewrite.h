@@ -41,6 +41,12 @@ void pdr_pdreq_clear(pdr_pdreq_t *r);
 char *pdr_pdreq_build_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
                            size_t *len);
 
+/* The body of a request that skips the prefill (conditional disaggregation, router/disagg.h): the
+ * client's members except bootstrap_host, bootstrap_port, bootstrap_room and kv_transfer_params, so that
+ * the worker runs it as a plain, non-disaggregated request. Returns a malloc'd, NUL-terminated string and
+ * its length, or NULL. */
+char *pdr_pdreq_build_plain(const pdr_pdreq_t *r, size_t *len);
+
 /* The three bodies of protocol vllm (docs/architecture.md, "vLLM PD path"). */
 typedef enum {
     /* The prefill: the client's members without stream, max_tokens, max_completion_tokens, stream_options,

@@ -30,6 +30,13 @@ int pdr_cache_aware_pick_keyed(pdr_ptree_t *tree, const pdr_cache_aware_params_t
                                const uint64_t *keys, const uint64_t *loads, size_t n, const char *text,
                                size_t len, pdr_cache_aware_decision_t *decision)
 {
+    return pdr_cache_aware_pick_ex(tree, params, ids, keys, loads, n, text, len, decision, 1, NULL);
+}
+
+int pdr_cache_aware_pick_ex(pdr_ptree_t *tree, const pdr_cache_aware_params_t *params, const uint64_t *ids,
+                            const uint64_t *keys, const uint64_t *loads, size_t n, const char *text,
+                            size_t len, pdr_cache_aware_decision_t *decision, int record, size_t *matched_out)
+{
     if (n == 0)
         return PDR_ENOWORKER;
     if (tree == NULL || params == NULL || ids == NULL || loads == NULL || (text == NULL && len > 0) ||
@@ -94,7 +101,14 @@ int pdr_cache_aware_pick_keyed(pdr_ptree_t *tree, const pdr_cache_aware_params_t
             why = PDR_CACHE_AWARE_SMALLEST_TREE;
         }
     }
-    (void)pdr__ptree_insert_locked(tree, text, len, ids[pick]);
+    if (matched_out != NULL) {
+        /* What the chosen one holds (the deepest match above may be another candidate's). */
+        size_t mine = 0;
+        (void)pdr__ptree_walk(tree, text, len, &ids[pick], 1, &mine);
+        *matched_out = mine;
+    }
+    if (record)
+        (void)pdr__ptree_insert_locked(tree, text, len, ids[pick]);
     pdr__ptree_unlock(tree);
     if (decision != NULL)
         *decision = why;

@@ -134,6 +134,18 @@ int pdr_chash_pick(const uint64_t *keys, const uint64_t *loads, size_t n, uint64
 uint64_t pdr_routing_hash(const void *p, size_t len);
 
 /*
+ * As pdr_cache_aware_pick_keyed, and: with record 0 the tree is left unchanged (the caller records the
+ * text with pdr_ptree_insert once it knows the request goes to that worker); matched_out, when not NULL,
+ * gets the length of the prefix of text the chosen candidate holds (its own match, whatever rule chose
+ * it), from the same critical section. Conditional disaggregation uses both: the prefill's cached prefix
+ * decides whether the prefill runs at all.
+ */
+int pdr_cache_aware_pick_ex(pdr_ptree_t *tree, const pdr_cache_aware_params_t *params, const uint64_t *ids,
+                            const uint64_t *keys, const uint64_t *loads, size_t n, const char *text,
+                            size_t len, pdr_cache_aware_decision_t *decision, int record,
+                            size_t *matched_out);
+
+/*
  * power_of_two: two distinct candidates drawn at random from *rng_state (advanced), the less loaded of
  * the two (the first drawn on a tie). Returns the index, or PDR_ENOWORKER when n is 0.
  */

@@ -101,3 +101,10 @@ foreach(s affinity power_of_two replicas pool_thresholds)
   add_test(NAME router_policy_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_cache_aware.py ${s})
   set_tests_properties(router_policy_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
+
+# Conditional disaggregation (see test_disagg.py): short prompts and saturated prefills skip the prefill
+# (vllm: the decode alone; sglang: a regular worker), decisions in the metrics and the access log.
+foreach(s vllm_short_prompt vllm_tokens vllm_cached_prefix vllm_saturated off sglang_regular sglang_no_regular)
+  add_test(NAME router_disagg_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_disagg.py ${s})
+  set_tests_properties(router_disagg_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()

@@ -40,6 +40,8 @@ static void usage(FILE *f)
         "  --prefix-cache-tokens N   prefill and both: an LRU prefix cache of N prompt tokens in whole\n"
         "                            blocks; prefill time counts only the uncached tokens (default 0: off)\n"
         "  --cache-block-tokens N    the prefix cache's block size in tokens (default 16, vLLM's)\n"
+        "  --local-prefill           decode: a request with no bootstrap fields and no kv_transfer_params\n"
+        "                            is computed here, prompt and all (a vLLM decode's plain request)\n"
         "fault knobs (also POST /pdsim/fault at run time):\n"
         "  --fail-health             GET /health answers 503\n"
         "  --fail-status CODE        generate routes answer CODE with an OpenAI error\n"
@@ -170,6 +172,10 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
                 return -1;
             o->faults.fail_after_kv = (int)v;
             i++;
+            continue;
+        }
+        if (strcmp(a, "--local-prefill") == 0) {
+            o->local_prefill = 1;
             continue;
         }
         if (strcmp(a, "--stall-kv") == 0) {

@@ -90,6 +90,7 @@ typedef struct sim_req {
     pdr_buf_t send;  /* the events of one h2o_send */
     int vllm;        /* vLLM mode: VLLM_OFF, VLLM_PREFILL or VLLM_DECODE (see "vLLM mode" below) */
     json_t *vllm_kv; /* a vLLM prefill's kv_transfer_params answer */
+    int role;        /* what this request does: the worker's role, or both for a decode's local prefill */
 } sim_req_t;
 
 typedef struct sim_conn {
@@ -115,6 +116,7 @@ static struct {
     sim_req_t reqs;
     size_t nconns, nreqs;
     uint64_t requests, completed, cancelled, errors, resets, kv_rx, kv_tx, counter;
+    uint64_t local_prefills; /* decode, --local-prefill: plain requests computed here */
     json_t *last[SIM_LAST_MAX];
     size_t last_pos;
     struct vllm_hold *holds_done; /* vLLM mode: held KV whose offer ended, for the loop (under qlock) */
@@ -322,6 +324,7 @@ static sim_req_t *req_new(h2o_req_t *req, enum sim_route route)
     ctx->req = req;
     ctx->refs = 1;
     ctx->route = route;
+    ctx->role = S.opts.role;
     ctx->created = (int64_t)time(NULL);
     uv_timer_init(S.loop, &ctx->timer);
     uv_timer_init(S.loop, &ctx->peek);
@@ -406,7 +409,7 @@ static json_t *output_logprobs(const sim_item_t *it, uint64_t ntok)
 
 static void item_id(const sim_req_t *ctx, const sim_item_t *it, char *buf, size_t len)
 {
-    if (S.opts.role != PDSIM_ROLE_BOTH)
+    if (ctx->role != PDSIM_ROLE_BOTH)
         snprintf(buf, len, "pdsim-%" PRIu64, it->room);
     else
         snprintf(buf, len, "%s-%zu", ctx->id, it->index);
@@ -424,8 +427,8 @@ static json_t *generate_obj(const sim_req_t *ctx, const sim_item_t *it, uint64_t
                   "cached_tokens", (json_int_t)it->cached);
     if (ctx->return_logprob) {
         json_object_set_new(meta, "input_token_logprobs",
-                            S.opts.role == PDSIM_ROLE_DECODE ? json_array() : input_logprobs(it));
-        if (S.opts.role != PDSIM_ROLE_PREFILL)
+                            ctx->role == PDSIM_ROLE_DECODE ? json_array() : input_logprobs(it));
+        if (ctx->role != PDSIM_ROLE_PREFILL)
             json_object_set_new(meta, "output_token_logprobs", output_logprobs(it, ntok));
     }
     json_t *o = json_pack("{s:o,s:o}", "text", words_json(it, 0, ntok), "meta_info", meta);
@@ -727,7 +730,7 @@ static void kv_compute(sim_req_t *ctx, int fill)
 static void kv_work_cb(uv_work_t *w)
 {
     sim_req_t *ctx = w->data;
-    kv_compute(ctx, S.opts.role != PDSIM_ROLE_DECODE);
+    kv_compute(ctx, ctx->role != PDSIM_ROLE_DECODE);
 }
 
 static void after_compute(sim_req_t *ctx);
@@ -751,7 +754,7 @@ static void compute_then_continue(sim_req_t *ctx)
     for (size_t i = 0; i < ctx->n_items; i++)
         total += ctx->items[i].kv_len;
     if (total <= SIM_INLINE_KV) {
-        kv_compute(ctx, S.opts.role != PDSIM_ROLE_DECODE);
+        kv_compute(ctx, ctx->role != PDSIM_ROLE_DECODE);
         after_compute(ctx);
         return;
     }
@@ -808,7 +811,7 @@ static void transfers_done(sim_req_t *ctx)
         req_fail(ctx, 500, msg);
         return;
     }
-    if (S.opts.role == PDSIM_ROLE_PREFILL) {
+    if (ctx->role == PDSIM_ROLE_PREFILL) {
         if (S.opts.prefill_answer_lag_ms > 0) {
             uv_timer_start(&ctx->timer, on_prefill_answer, (uint64_t)S.opts.prefill_answer_lag_ms, 0);
             return;
@@ -825,7 +828,7 @@ static void item_done(sim_item_t *it)
     it->op_pending = 0;
     ctx->ops_pending--;
     if (it->status == 0) {
-        if (S.opts.role == PDSIM_ROLE_PREFILL)
+        if (ctx->role == PDSIM_ROLE_PREFILL)
             S.kv_tx += it->bytes;
         else
             S.kv_rx += it->bytes;
@@ -872,7 +875,7 @@ static void start_transfers(sim_req_t *ctx)
         sim_item_t *it = &ctx->items[i];
         pdshim_seg_t seg = {it->kv, it->kv_len};
         int r;
-        if (S.opts.role == PDSIM_ROLE_PREFILL)
+        if (ctx->role == PDSIM_ROLE_PREFILL)
             r = pdshim_offer(S.shim, it->room, &seg, 1, (uint32_t)S.opts.kv_timeout_ms, on_shim_done, it);
         else
             r = pdshim_fetch(S.shim, it->host, it->port, it->room, &seg, 1, (uint32_t)S.opts.kv_timeout_ms,
@@ -924,7 +927,7 @@ static void after_prefill_delay(sim_req_t *ctx)
         return;
     if (S.pcache != NULL)
         pcache_insert(ctx);
-    if (S.opts.role == PDSIM_ROLE_BOTH) {
+    if (ctx->role == PDSIM_ROLE_BOTH) {
         begin_output(ctx);
     } else if (ctx->vllm == VLLM_PREFILL) {
         vllm_answer_prefill(ctx);
@@ -944,7 +947,7 @@ static void after_compute(sim_req_t *ctx)
 {
     if (!req_is_live(ctx))
         return;
-    if (S.opts.role == PDSIM_ROLE_DECODE) {
+    if (ctx->role == PDSIM_ROLE_DECODE) {
         begin_output(ctx);
         return;
     }
@@ -999,13 +1002,13 @@ typedef struct vllm_hold {
 static int vllm_parse(sim_req_t *ctx, const json_t *body, char *err, size_t errlen)
 {
     json_t *kv = json_object_get(body, "kv_transfer_params");
-    if (kv == NULL || json_is_null(kv) || S.opts.role == PDSIM_ROLE_BOTH)
+    if (kv == NULL || json_is_null(kv) || ctx->role == PDSIM_ROLE_BOTH)
         return 0;
     if (!json_is_object(kv))
         VLLM_FAIL("kv_transfer_params must be an object");
     int remote_decode = json_is_true(json_object_get(kv, "do_remote_decode"));
     int remote_prefill = json_is_true(json_object_get(kv, "do_remote_prefill"));
-    if (S.opts.role == PDSIM_ROLE_PREFILL) {
+    if (ctx->role == PDSIM_ROLE_PREFILL) {
         if (!remote_decode || remote_prefill)
             VLLM_FAIL("this pdsim is a prefill: kv_transfer_params needs do_remote_decode true and "
                       "do_remote_prefill not true");
@@ -1347,7 +1350,7 @@ static int parse_bootstrap(sim_req_t *ctx, const json_t *body, char *err, size_t
     json_t *rooms = json_object_get(body, "bootstrap_room");
     json_t *hosts = json_object_get(body, "bootstrap_host");
     json_t *ports = json_object_get(body, "bootstrap_port");
-    int decode = S.opts.role == PDSIM_ROLE_DECODE;
+    int decode = ctx->role == PDSIM_ROLE_DECODE;
     if (json_is_integer(rooms) && ctx->n_items > 1) {
         snprintf(err, errlen, "bootstrap_room must be a list of %zu rooms for this batch", ctx->n_items);
         return PDR_EINVAL;
@@ -1460,7 +1463,14 @@ static void handle_generate(h2o_req_t *req, enum sim_route route, const char *pa
         r = parse_max_tokens(ctx, ctx->body, err, sizeof(err));
     if (r == 0)
         r = vllm_parse(ctx, ctx->body, err, sizeof(err));
-    if (r == 0 && S.opts.role != PDSIM_ROLE_BOTH && ctx->vllm == VLLM_OFF)
+    if (r == 0 && ctx->role == PDSIM_ROLE_DECODE && ctx->vllm == VLLM_OFF && S.opts.local_prefill &&
+        json_object_get(ctx->body, "bootstrap_room") == NULL) {
+        /* --local-prefill: a plain request (no bootstrap fields, no kv_transfer_params) is computed here,
+         * prompt and all, as a vLLM decode does with a request its router did not disaggregate. */
+        ctx->role = PDSIM_ROLE_BOTH;
+        S.local_prefills++;
+    }
+    if (r == 0 && ctx->role != PDSIM_ROLE_BOTH && ctx->vllm == VLLM_OFF)
         r = parse_bootstrap(ctx, ctx->body, err, sizeof(err));
     if (r != 0) {
         if (r == PDR_ENOMEM)
@@ -1469,7 +1479,7 @@ static void handle_generate(h2o_req_t *req, enum sim_route route, const char *pa
             req_fail(ctx, 400, err);
         return;
     }
-    if (S.opts.role == PDSIM_ROLE_BOTH)
+    if (ctx->role == PDSIM_ROLE_BOTH)
         snprintf(ctx->id, sizeof(ctx->id), "pdsim-%" PRIu64, ++S.counter);
     else
         snprintf(ctx->id, sizeof(ctx->id), "pdsim-%" PRIu64, ctx->items[0].room);
@@ -1490,7 +1500,7 @@ static void handle_generate(h2o_req_t *req, enum sim_route route, const char *pa
             return;
         }
     }
-    if (S.opts.role == PDSIM_ROLE_DECODE)
+    if (ctx->role == PDSIM_ROLE_DECODE)
         decode_fetch(ctx);
     else
         compute_then_continue(ctx);
@@ -1510,6 +1520,7 @@ static void send_stats(h2o_req_t *req)
                           (json_int_t)S.resets, "inflight", (json_int_t)S.nreqs, "kv_bytes_received",
                           (json_int_t)S.kv_rx, "kv_bytes_sent", (json_int_t)S.kv_tx, "last", last);
     vllm_stats(o);
+    json_object_set_new(o, "local_prefills", json_integer((json_int_t)S.local_prefills));
     pdsim_pcache_stats_t pc = {0};
     if (S.pcache != NULL)
         pdsim_pcache_stats(S.pcache, &pc);
