@@ -23,7 +23,10 @@ SEED=${SEED:-1}
 PORT=${PORT:-18900}
 mkdir -p "$OUT"
 pids=""
-cleanup() { for p in $pids; do kill "$p" 2>/dev/null || true; done; }
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null || true; done
+    for p in $pids; do wait "$p" 2>/dev/null || true; done
+}
 trap cleanup EXIT INT TERM
 "$BUILD/pdsim" --role prefill --port $((PORT + 1)) --bootstrap-port $((PORT + 11)) --kv-bytes-per-token "$KVBPT" \
     --prefill-us-per-token "$PREFILL_US" >"$OUT/prefill.log" 2>&1 &
