@@ -922,7 +922,14 @@ static void decide_disaggregation(pd_req_t *x, const char *text, size_t tlen)
     if (x->pw == NULL)
         return; /* no serving prefill: answered as without the feature */
     pdr_disagg_input_t in;
-    pdr_disagg_measure(text, tlen, info.matched_known ? info.matched : 0, &in);
+    if (info.matched_known && info.tokens) { /* a policy that counts tokens itself */
+        memset(&in, 0, sizeof(in));
+        in.tokens = 1;
+        in.length = info.prompt_tokens;
+        in.matched = info.matched;
+    } else {
+        pdr_disagg_measure(text, tlen, info.matched_known ? info.matched : 0, &in);
+    }
     const pdr_config_t *c = x->conf;
     if (c->disaggregation.skip_when_prefill_saturated)
         in.prefill_saturated = pdr_pool_saturated(&r->pool, x->pool, PDR_ROLE_PREFILL,

@@ -797,6 +797,8 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
     if (info != NULL) {
         info->matched_known = 0;
         info->matched = 0;
+        info->tokens = 0;
+        info->prompt_tokens = 0;
     }
     pthread_rwlock_rdlock(&p->rw);
     const pdr_worker_list_t *l = p->list[role];

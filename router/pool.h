@@ -242,8 +242,12 @@ pdr_worker_t *pdr_pool_pick_text(pdr_pool_t *p, const char *pool, pdr_role_t rol
 /* What a pick reports beside the worker (conditional disaggregation, router/disagg.h). */
 typedef struct pdr_pick_info {
     int record;        /* in: 0 = cache_aware leaves its tree unchanged (pdr_pool_record_pick once final) */
-    int matched_known; /* out: 1 when the policy looked the text up (cache_aware) */
-    size_t matched;    /* out: bytes of the text's prefix the chosen worker holds, from the same lookup */
+    int matched_known; /* out: 1 when the policy knows what the chosen worker has cached */
+    size_t matched;    /* out: the prefix of the prompt the chosen worker holds, from the pick's own lookup:
+                          bytes of the routing text (cache_aware), or tokens when tokens is set */
+    int tokens;        /* out: a policy that counts in tokens (engine KV events) sets it, with
+                          prompt_tokens = the prompt's length in the same tokens */
+    size_t prompt_tokens;
 } pdr_pick_info_t;
 /* As pdr_pool_pick_text; info (NULL: record, report nothing) as above. */
 pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,

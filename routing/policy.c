@@ -59,7 +59,8 @@ int pdr_cache_aware_pick_ex(pdr_ptree_t *tree, const pdr_cache_aware_params_t *p
     int imbalanced = max - min > params->balance_abs_threshold &&
                      (double)max > (double)min * params->balance_rel_threshold;
 
-    size_t pick = 0;
+    size_t pick = 0, deepest_len = 0;
+    int chosen_holds_deepest = 0;
     pdr_cache_aware_decision_t why;
     pdr__ptree_lock(tree);
     if (imbalanced) {
@@ -68,6 +69,7 @@ int pdr_cache_aware_pick_ex(pdr_ptree_t *tree, const pdr_cache_aware_params_t *p
     } else {
         size_t matched = 0;
         const void *deepest = pdr__ptree_walk(tree, text, len, ids, n, &matched);
+        deepest_len = matched;
         double rate = len > 0 ? (double)matched / (double)len : 0.0;
         if (rate > params->cache_threshold) {
             /* Every candidate holding the deepest node matches the same length: the least loaded wins. */
@@ -78,6 +80,7 @@ int pdr_cache_aware_pick_ex(pdr_ptree_t *tree, const pdr_cache_aware_params_t *p
                     found = 1;
                 }
             why = PDR_CACHE_AWARE_MATCH;
+            chosen_holds_deepest = 1;
         } else if (params->seed == PDR_CACHE_AWARE_SEED_CONSISTENT_HASH) {
             /* The same first choice in every replica: the ring decides from the prompt's start. It reads
              * no tree state, so it runs outside the lock (a microsecond per dozen candidates); the insert
@@ -102,9 +105,11 @@ int pdr_cache_aware_pick_ex(pdr_ptree_t *tree, const pdr_cache_aware_params_t *p
         }
     }
     if (matched_out != NULL) {
-        /* What the chosen one holds (the deepest match above may be another candidate's). */
-        size_t mine = 0;
-        (void)pdr__ptree_walk(tree, text, len, &ids[pick], 1, &mine);
+        /* What the chosen one holds: the match above when it chose by it; otherwise (the deepest match
+         * may be another candidate's, or balance looked at none) a walk limited to the chosen one. */
+        size_t mine = deepest_len;
+        if (!chosen_holds_deepest)
+            (void)pdr__ptree_walk(tree, text, len, &ids[pick], 1, &mine);
         *matched_out = mine;
     }
     if (record)

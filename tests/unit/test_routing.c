@@ -411,6 +411,37 @@ static void test_cache_aware(void)
     pdr_ptree_free(t);
 }
 
+/* The variant conditional disaggregation uses: the chosen candidate's own match, and no record. */
+static void test_cache_aware_ex(void)
+{
+    int err;
+    pdr_ptree_t *t = pdr_ptree_new(1u << 20, &err);
+    pdr_cache_aware_params_t p = PDR_CACHE_AWARE_PARAMS_DEFAULT;
+    uint64_t ids[2] = {11, 22}, loads[2] = {0, 0};
+    pdr_cache_aware_decision_t d;
+    const char *a = "You are a helpful assistant. Summarize the following document: lorem ipsum";
+    size_t m = 99;
+    /* record 0: the tree stays empty, nothing matched. */
+    CHECK(pdr_cache_aware_pick_ex(t, &p, ids, NULL, loads, 2, a, strlen(a), &d, 0, &m) == 0 && m == 0);
+    CHECK(pdr_ptree_tenant_chars(t, 11) == 0 && pdr_ptree_tenants(t) == 0);
+    CHECK(pdr_ptree_insert(t, a, strlen(a), 11) == 0);
+    /* A match: the chosen one's length. */
+    CHECK(pdr_cache_aware_pick_ex(t, &p, ids, NULL, loads, 2, a, strlen(a) - 5, &d, 0, &m) == 0 &&
+          d == PDR_CACHE_AWARE_MATCH && m == strlen(a) - 5);
+    /* Balance picks 22, which holds nothing: 0, not 11's match. */
+    loads[0] = 100;
+    CHECK(pdr_cache_aware_pick_ex(t, &p, ids, NULL, loads, 2, a, strlen(a), &d, 0, &m) == 1 &&
+          d == PDR_CACHE_AWARE_BALANCE && m == 0);
+    CHECK(pdr_ptree_tenant_chars(t, 22) == 0); /* still not recorded */
+    /* Balance picks 11 (22 loaded): its own match, though balance looked at none. */
+    loads[0] = 0;
+    loads[1] = 100;
+    CHECK(pdr_cache_aware_pick_ex(t, &p, ids, NULL, loads, 2, a, strlen(a), &d, 1, &m) == 0 &&
+          d == PDR_CACHE_AWARE_BALANCE && m == strlen(a));
+    CHECK(tree_problems(t) == 0);
+    pdr_ptree_free(t);
+}
+
 static void test_power_of_two(void)
 {
     uint64_t rng = 1;
@@ -624,6 +655,7 @@ int main(void)
     test_memory_bound();
     test_alloc_failures();
     test_cache_aware();
+    test_cache_aware_ex();
     test_power_of_two();
     test_threads();
     test_chash();
