@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
 from pdtest import check, sse_events  # noqa: E402
 from test_router import curl, metric_value, metrics_when, router, sim, stats, texts  # noqa: E402
+from test_vllm import stop_clean  # noqa: E402
 
 LONG = " ".join("word%d" % i for i in range(80))  # about 560 bytes of prompt text
 SHORT = "a short prompt"
@@ -109,6 +110,7 @@ def scenario_vllm_short_prompt():
         check([l["disagg"] for l in lines] == ["short_prompt"] * n + ["disaggregated"], "log %r" % lines)
         check(all(l["prefill"] is None and l["status"] == 200 for l in lines[:n]), "log %r" % lines[:n])
         check(lines[n]["prefill"] == "http://127.0.0.1:%d" % p.port, "log %r" % lines[n])
+        stop_clean(r, d)  # exit 0, and no sanitizer report under ASan
     finally:
         os.unlink(alog)
 
@@ -256,6 +258,7 @@ def scenario_sglang_regular():
                                                 url="http://127.0.0.1:%d" % reg.port) == 0, "regular unhealthy")
         st, out = curl(r.port, GEN, {"text": SHORT, "sampling_params": {"max_new_tokens": 6}})
         check(st == 200 and stats(p)["requests"] == 2 and stats(reg)["requests"] == n, out[:300], r)
+        stop_clean(r, reg)
     finally:
         os.unlink(alog)
 
