@@ -33,7 +33,11 @@ typedef struct pdr_worker_conf {
     int port;           /* explicit or the scheme's default */
     int is_ipv6;        /* host is an IPv6 literal (bracketed in bootstrap_host) */
     int bootstrap_port; /* prefill only; -1 = none (sent as JSON null) */
+    int dp_size;        /* data-parallel attention ranks: 0 or 1 = one target; N > 1 = N routing targets */
+    int dp_rank;        /* with dp_size > 1, in the pool's per-rank copies: the rank, 0..dp_size-1 (else
+                           unused: config lists hold one entry per worker) */
 } pdr_worker_conf_t;
+#define PDR_MAX_DP_SIZE 1024 /* dp_size of one worker */
 
 /* An IP network (admin.deny_worker_networks). */
 typedef struct pdr_ipnet {

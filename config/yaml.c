@@ -296,11 +296,13 @@ static const struct field top_fields[] = {
 static const struct field prefill_fields[] = {
     {"url", F_URL, 0, 0, 0, NULL},
     {"bootstrap_port", F_BPORT, offsetof(pdr_worker_conf_t, bootstrap_port), 1, 65535, NULL},
+    {"dp_size", F_INT, offsetof(pdr_worker_conf_t, dp_size), 1, PDR_MAX_DP_SIZE, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field decode_fields[] = {
     {"url", F_URL, 0, 0, 0, NULL},
     {"bootstrap_port", F_BPORT_BAD, 0, 0, 0, NULL},
+    {"dp_size", F_INT, offsetof(pdr_worker_conf_t, dp_size), 1, PDR_MAX_DP_SIZE, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 
@@ -988,10 +990,11 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
         const char *s = sval(v, &len);
         if (memchr(s, '\0', len) != NULL)
             return FAIL(cx, v, "%s: contains a NUL character", path);
-        int bport = w->bootstrap_port;
+        int bport = w->bootstrap_port, dp = w->dp_size;
         if (pdr_worker_conf_parse_url(s, w, msg, sizeof(msg)) != 0)
             return FAIL(cx, v, "%s: %s", path, msg);
         w->bootstrap_port = bport;
+        w->dp_size = dp;
         return 0;
     }
     case F_BPORT: {

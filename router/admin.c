@@ -145,6 +145,8 @@ static json_t *worker_json(const pdr_worker_t *w)
                   "name", name, "state", pdr_worker_state_name(w), "in_flight", pdr_worker_inflight(w),
                   "requests_total", (json_int_t)__atomic_load_n(&w->requests_total, __ATOMIC_RELAXED),
                   "last_check_ms_ago", ago, "labels", labels);
+    if (o != NULL && w->dp_rank >= 0) /* one data-parallel rank of the worker at url */
+        json_object_set_new(o, "dp_rank", json_integer(w->dp_rank));
     if (o != NULL && pdr_worker_removed(w))
         json_object_set_new(o, "removed", json_true());
     if (o != NULL && !pdr_worker_removed(w) && __atomic_load_n(&w->remove_when_drained, __ATOMIC_RELAXED))

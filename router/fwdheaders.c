@@ -85,6 +85,8 @@ static enum kind classify(const char *name, size_t len, int api_key)
         return EQ(name, len, "x-forwarded-host")   ? K_XFH
                : EQ(name, len, "content-encoding") ? K_ROUTER
                                                    : K_FORWARD;
+    case 20: /* vLLM's rank header: with data-parallel workers the router names the rank of each leg */
+        return EQ(name, len, "x-data-parallel-rank") ? K_ROUTER : K_FORWARD;
     case 17:
         return EQ(name, len, "transfer-encoding")   ? K_HOP
                : EQ(name, len, "x-forwarded-proto") ? K_ROUTER

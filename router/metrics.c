@@ -374,41 +374,41 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
             const char *rn = pdr_role_name(w->role);
             switch (k) {
             case 0:
-                put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\"} %d\n", wm[k][0], w->pool, rn, w->conf.url,
+                put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\"} %d\n", wm[k][0], w->pool, rn, w->target,
                     pdr_worker_healthy(w));
                 break;
             case 1:
-                put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\"} %d\n", wm[k][0], w->pool, rn, w->conf.url,
+                put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\"} %d\n", wm[k][0], w->pool, rn, w->target,
                     pdr_worker_inflight(w));
                 break;
             case 2:
-                put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], w->pool, rn, w->conf.url,
+                put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], w->pool, rn, w->target,
                     (unsigned long long)w->requests_total);
                 break;
             case 3:
-                put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], w->pool, rn, w->conf.url,
+                put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], w->pool, rn, w->target,
                     (unsigned long long)w->failures_total);
                 break;
             case 4:
-                put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], w->pool, rn, w->conf.url,
+                put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], w->pool, rn, w->target,
                     (unsigned long long)w->ejections_total);
                 break;
             case 6: {
                 const char *cur = pdr_worker_state_name(w);
                 for (size_t j = 0; j < sizeof(states) / sizeof(states[0]); j++)
                     put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\",state=\"%s\"} %d\n", wm[k][0], w->pool, rn,
-                        w->conf.url, states[j], strcmp(cur, states[j]) == 0);
+                        w->target, states[j], strcmp(cur, states[j]) == 0);
                 break;
             }
             case 7:
-                put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], w->pool, rn, w->conf.url,
+                put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\"} %llu\n", wm[k][0], w->pool, rn, w->target,
                     (unsigned long long)__atomic_load_n(&w->drains_total, __ATOMIC_RELAXED));
                 break;
             default:
                 put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\",result=\"ok\"} %llu\n", wm[k][0], w->pool, rn,
-                    w->conf.url, (unsigned long long)w->checks_ok);
+                    w->target, (unsigned long long)w->checks_ok);
                 put(&o, "%s{pool=\"%s\",role=\"%s\",url=\"%s\",result=\"failed\"} %llu\n", wm[k][0], w->pool,
-                    rn, w->conf.url, (unsigned long long)w->checks_failed);
+                    rn, w->target, (unsigned long long)w->checks_failed);
                 break;
             }
         }

@@ -97,7 +97,7 @@ typedef struct pd_req {
     uv_timer_t timer;
     int counted_inflight;
     int last_fail_status;
-    char last_fail_msg[256];
+    char last_fail_msg[768];
     /* protocol vllm (pd_vllm.h): the prefill runs first, alone; then the decode with dbody. release is the
      * body that frees the prefill's KV if the decode's answer never begins (NULL: no KV held for it). */
     unsigned vllm : 1, vllm_bad : 1;
@@ -109,6 +109,10 @@ typedef struct pd_req {
      * (-1: none made, the feature is off or nothing can run the request alone). */
     unsigned solo : 1, merge_wanted : 1;
     int disagg;
+    /* Data-parallel attention (pool.c: a rank is a worker of its own, w->dp_rank): protocol vllm names the
+     * rank in a header of each leg, built here (pdr_leg_start copies it). */
+    const char *rank_hdrs[4];
+    char rank_line[48];
 } pd_req_t;
 
 static void advance(pd_req_t *x);
@@ -140,7 +144,7 @@ static void late_prefill_failure(pd_req_t *x, int cause, const char *msg)
     if (x->pw != NULL && cause != PDR_CAUSE_KV_DEADLINE)
         pdr_pool_report_failure(&x->r->pool, x->pw, msg);
     pdr_warn("request %s: prefill %s failed after the decode's first byte (%s); the decode's answer goes on",
-             x->request_id, x->pw ? x->pw->conf.url : "-", msg);
+             x->request_id, x->pw ? x->pw->target : "-", msg);
 }
 
 /* A lingering request's prefill leg has ended: the request goes. */
@@ -433,13 +437,13 @@ static void attempt_failed(pd_req_t *x, int role, int cause, int status, const c
     x->last_fail_status = status;
     if (!blamed)
         snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "prefill %s and decode %s: %s",
-                 x->pw ? x->pw->conf.url : "-", x->dw ? x->dw->conf.url : "-", msg);
+                 x->pw ? x->pw->target : "-", x->dw ? x->dw->target : "-", msg);
     else if (status == 503)
         snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "%s worker %s could not be reached: %s",
-                 pdr_role_name(r0), w ? w->conf.url : "-", msg);
+                 pdr_role_name(r0), w ? w->target : "-", msg);
     else
         snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "%s worker %s failed: %s", pdr_role_name(r0),
-                 w ? w->conf.url : "-", msg);
+                 w ? w->target : "-", msg);
     if (x->attempt < x->conf->retries.max && !pdr_router_shutting_down(x->r)) {
         x->attempt++;
         x->t->m.retries_total++;
@@ -895,6 +899,37 @@ static const char *routing_text(const pdr_pdreq_t *pr, size_t *len)
     return NULL;
 }
 
+/* ---- data-parallel attention ranks ---- */
+
+/* The header lines of a leg to w: the request's (pdr_fwd_leg), and for protocol vllm with w one rank of a
+ * data-parallel worker "X-data-parallel-rank: R" (vLLM's API server hands the request to that rank's
+ * engine). sglang takes the rank in the body instead (pdr_pdreq_build_body_rank). */
+static const char *const *leg_headers(pd_req_t *x, const pdr_worker_t *w)
+{
+    const char *const *base = pdr_fwd_leg(&x->fwd);
+    if (!x->vllm || w == NULL || w->dp_rank < 0)
+        return base;
+    size_t k = 0;
+    for (; base[k] != NULL && k < 2; k++)
+        x->rank_hdrs[k] = base[k];
+    snprintf(x->rank_line, sizeof(x->rank_line), "X-data-parallel-rank: %d", w->dp_rank);
+    x->rank_hdrs[k++] = x->rank_line;
+    x->rank_hdrs[k] = NULL;
+    return x->rank_hdrs;
+}
+
+/* sglang: the room of a prefill rank. A prefill with dp_size N sends a request to rank room % N unless the
+ * request names one ("follow_bootstrap_room", its default in PD mode), and a decode finds the prefill rank
+ * that holds the KV the same way, so the room is made to agree with the rank the router chose: its value
+ * modulo N is the rank (the rest of it stays random). */
+static uint64_t room_for_rank(uint64_t room, const pdr_worker_t *pw)
+{
+    if (pw == NULL || pw->dp_rank < 0)
+        return room;
+    uint64_t n = (uint64_t)pw->conf.dp_size, r = room - room % n + (uint64_t)pw->dp_rank;
+    return r > ((1ull << 63) - 1) ? r - n : r;
+}
+
 /* ---- conditional disaggregation (disagg.h) ---- */
 
 /* The feature is on and something can run the request alone: with protocol vllm the decode; with sglang
@@ -952,7 +987,7 @@ static void decide_disaggregation(pd_req_t *x, const char *text, size_t tlen)
 static void start_solo(pd_req_t *x)
 {
     free(x->body);
-    x->body = pdr_pdreq_build_plain(&x->pr, &x->body_len);
+    x->body = pdr_pdreq_build_plain(&x->pr, x->vllm ? -1 : x->dw->dp_rank, &x->body_len);
     if (x->body == NULL) {
         fail_response(x, 503, "service_unavailable", "out of memory", 1);
         return;
@@ -962,7 +997,7 @@ static void start_solo(pd_req_t *x)
     char url[512];
     static const char *paths[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
     pdr_join2(url, sizeof(url), x->dw->conf.url, paths[x->route]);
-    if (pdr_leg_start(&x->dleg, x->t->multi, url, x->body, x->body_len, pdr_fwd_leg(&x->fwd),
+    if (pdr_leg_start(&x->dleg, x->t->multi, url, x->body, x->body_len, leg_headers(x, x->dw),
                       x->to.connect_ms, 0, &decode_cbs, x) != 0) {
         fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
         return;
@@ -1044,10 +1079,22 @@ static void start_attempt(pd_req_t *x)
     }
     /* A fresh CSPRNG room per item and per attempt; the same rooms go to both legs. */
     for (size_t i = 0; i < x->n_rooms; i++)
-        x->rooms[i] = pdr_random_room();
+        x->rooms[i] = room_for_rank(pdr_random_room(), x->pw);
     free(x->body);
-    x->body = pdr_pdreq_build_body(&x->pr, x->pw->bootstrap_host, x->pw->conf.bootstrap_port, x->rooms,
-                                   &x->body_len);
+    free(x->dbody);
+    x->dbody = NULL;
+    x->body = pdr_pdreq_build_body_rank(&x->pr, x->pw->bootstrap_host, x->pw->conf.bootstrap_port, x->rooms,
+                                        x->pw->dp_rank, &x->body_len);
+    /* Each leg names its own worker's rank: the decode's rank is its own choice (it finds the prefill's
+     * rank from the room). Without ranks both legs share one body. */
+    if (x->body != NULL && (x->pw->dp_rank >= 0 || x->dw->dp_rank >= 0)) {
+        x->dbody = pdr_pdreq_build_body_rank(&x->pr, x->pw->bootstrap_host, x->pw->conf.bootstrap_port,
+                                             x->rooms, x->dw->dp_rank, &x->dbody_len);
+        if (x->dbody == NULL) {
+            free(x->body);
+            x->body = NULL;
+        }
+    }
     if (x->body == NULL) {
         fail_response(x, 503, "service_unavailable", "out of memory", 1);
         return;
@@ -1060,8 +1107,9 @@ static void start_attempt(pd_req_t *x)
         x->p_running = 1;
         pdr_worker_track(x->pw, 1);
         pdr_join2(url, sizeof(url), x->dw->conf.url, paths[x->route]);
-        rc = pdr_leg_start(&x->dleg, x->t->multi, url, x->body, x->body_len, pdr_fwd_leg(&x->fwd),
-                           x->to.connect_ms, 0, &decode_cbs, x);
+        rc = pdr_leg_start(&x->dleg, x->t->multi, url, x->dbody ? x->dbody : x->body,
+                           x->dbody ? x->dbody_len : x->body_len, pdr_fwd_leg(&x->fwd), x->to.connect_ms, 0,
+                           &decode_cbs, x);
         if (rc == 0) {
             x->d_running = 1;
             pdr_worker_track(x->dw, 1);
@@ -1093,7 +1141,7 @@ static void vllm_start_prefill(pd_req_t *x)
     }
     char url[512];
     pdr_join2(url, sizeof(url), x->pw->conf.url, route_paths[x->route]);
-    if (pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, pdr_fwd_leg(&x->fwd),
+    if (pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, leg_headers(x, x->pw),
                       x->to.connect_ms, 0, &prefill_cbs, x) != 0) {
         fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
         return;
@@ -1122,7 +1170,7 @@ static void vllm_start_decode(pd_req_t *x)
     x->release_len = next.release_len;
     char url[512];
     pdr_join2(url, sizeof(url), x->dw->conf.url, route_paths[x->route]);
-    if (pdr_leg_start(&x->dleg, x->t->multi, url, x->dbody, x->dbody_len, pdr_fwd_leg(&x->fwd),
+    if (pdr_leg_start(&x->dleg, x->t->multi, url, x->dbody, x->dbody_len, leg_headers(x, x->dw),
                       x->to.connect_ms, 0, &decode_cbs, x) != 0) {
         x->dleg.got_headers = 0;
         fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
@@ -1155,9 +1203,10 @@ static void vllm_release_kv(pd_req_t *x)
         }
     char url[512];
     pdr_join2(url, sizeof(url), w->conf.url, route_paths[x->route]);
+    const char *const *hdrs = leg_headers(x, w);
     pdr_worker_unref(other);
-    pdr__vllm_release(x->t, url, body, x->release_len, pdr_fwd_leg(&x->fwd), x->fwd.request_id,
-                      x->to.connect_ms, x->to.kv_transfer_ms);
+    pdr__vllm_release(x->t, url, body, x->release_len, hdrs, x->fwd.request_id, x->to.connect_ms,
+                      x->to.kv_transfer_ms);
 }
 
 /* ---- lifetime ---- */
@@ -1220,8 +1269,8 @@ static void write_access_log(pd_req_t *x)
         "\"total_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s,\"disagg\":%s%s%s}\n",
         pdr_wall_us(), x->request_id, x->fwd.trace_id,
         x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status, x->pool ? "\"" : "",
-        x->pool ? x->pool : "null", x->pool ? "\"" : "", x->pw ? "\"" : "", x->pw ? x->pw->conf.url : "null",
-        x->pw ? "\"" : "", x->dw ? "\"" : "", x->dw ? x->dw->conf.url : "null", x->dw ? "\"" : "", room,
+        x->pool ? x->pool : "null", x->pool ? "\"" : "", x->pw ? "\"" : "", x->pw ? x->pw->target : "null",
+        x->pw ? "\"" : "", x->dw ? "\"" : "", x->dw ? x->dw->target : "null", x->dw ? "\"" : "", room,
         x->attempt + 1, ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0,
         x->bytes_out, x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null",
         x->error_cause ? "\"" : "", x->disagg >= 0 ? "\"" : "",

@@ -72,6 +72,18 @@ static void conf_free(pdr_worker_conf_t *c)
     memset(c, 0, sizeof(*c));
 }
 
+/* Data-parallel attention: a worker with dp_size N > 1 is N routing targets, one per rank, each a
+ * pdr_worker_t of its own (its own load, cache_aware tenant and health state); a config entry is expanded
+ * into them here. The rank of a conf, or -1 for a worker that is one target. */
+static int rank_of(const pdr_worker_conf_t *c)
+{
+    return c->dp_size > 1 ? c->dp_rank : -1;
+}
+static size_t targets_of(const pdr_worker_conf_t *c)
+{
+    return c->dp_size > 1 ? (size_t)c->dp_size : 1;
+}
+
 static int conf_copy(pdr_worker_conf_t *to, const pdr_worker_conf_t *from)
 {
     *to = *from;
@@ -126,6 +138,11 @@ static pdr_worker_t *worker_new(pdr_pool_t *p, int group, pdr_role_t role, const
     snprintf(w->name, sizeof(w->name), "%s", name != NULL ? name : "");
     w->added_ms = pdr_now_ms();
     w->health.healthy = 1; /* optimistic start; the first check runs at once */
+    w->dp_rank = rank_of(&w->conf);
+    if (w->dp_rank >= 0)
+        snprintf(w->target, sizeof(w->target), "%s@%d", w->conf.url, w->dp_rank);
+    else
+        snprintf(w->target, sizeof(w->target), "%s", w->conf.url);
     if (w->conf.is_ipv6)
         snprintf(w->bootstrap_host, sizeof(w->bootstrap_host), "[%s]", w->conf.host);
     else
@@ -245,9 +262,12 @@ int pdr_pool_init(pdr_pool_t *p, const pdr_config_t *c)
     for (size_t g = 0; g < p->n_groups; g++) {
         pdr_pool_conf_t pc;
         pdr_config_pool(c, g, &pc);
-        total[0] += pc.n_prefill;
-        total[1] += pc.n_decode;
-        total[2] += pc.n_regular;
+        for (size_t i = 0; i < pc.n_prefill; i++)
+            total[0] += targets_of(&pc.prefill[i]);
+        for (size_t i = 0; i < pc.n_decode; i++)
+            total[1] += targets_of(&pc.decode[i]);
+        for (size_t i = 0; i < pc.n_regular; i++)
+            total[2] += targets_of(&pc.regular[i]);
     }
     for (int r = 0; r < PDR_ROLES; r++) {
         free(p->list[r]);
@@ -260,14 +280,17 @@ int pdr_pool_init(pdr_pool_t *p, const pdr_config_t *c)
         const pdr_worker_conf_t *confs[PDR_ROLES] = {pc.prefill, pc.decode, pc.regular};
         size_t counts[PDR_ROLES] = {pc.n_prefill, pc.n_decode, pc.n_regular};
         for (int r = 0; r < PDR_ROLES; r++) {
-            for (size_t i = 0; i < counts[r]; i++) {
-                pdr_worker_t *w =
-                    worker_new(p, (int)g, (pdr_role_t)r, &confs[r][i], PDR_SOURCE_STATIC, NULL, NULL);
-                if (w == NULL)
-                    return PDR_ENOMEM;
-                p->list[r]->w[p->list[r]->n++] = w;
-                p->added_total[PDR_SOURCE_STATIC]++;
-            }
+            for (size_t i = 0; i < counts[r]; i++)
+                for (size_t rank = 0; rank < targets_of(&confs[r][i]); rank++) {
+                    pdr_worker_conf_t one = confs[r][i]; /* shallow; worker_new copies */
+                    one.dp_rank = (int)rank;
+                    pdr_worker_t *w =
+                        worker_new(p, (int)g, (pdr_role_t)r, &one, PDR_SOURCE_STATIC, NULL, NULL);
+                    if (w == NULL)
+                        return PDR_ENOMEM;
+                    p->list[r]->w[p->list[r]->n++] = w;
+                    p->added_total[PDR_SOURCE_STATIC]++;
+                }
         }
     }
     return 0;
@@ -414,10 +437,11 @@ static size_t reconcile_locked(pdr_pool_t *p, int source, const char *scope, pdr
         int mine = strcmp(w->source, src) == 0 && (scope == NULL || strcmp(w->pool, scope) == 0);
         int wanted = 0;
         for (size_t k = 0; k < n; k++)
-            if (strcmp(confs[k].url, w->conf.url) == 0) {
+            if (strcmp(confs[k].url, w->conf.url) == 0 && rank_of(&confs[k]) == w->dp_rank) {
                 if (!mine) {
                     keep_new[k] = 0; /* another source owns this URL */
                 } else if (confs[k].bootstrap_port == w->conf.bootstrap_port &&
+                           targets_of(&confs[k]) == targets_of(&w->conf) &&
                            w->group == (groups != NULL ? groups[k] : group_all)) {
                     keep_new[k] = 0;
                     wanted = 1;
@@ -430,7 +454,8 @@ static size_t reconcile_locked(pdr_pool_t *p, int source, const char *scope, pdr
     for (size_t k = 0; k < n; k++) {
         /* a URL twice in the input: the first wins */
         for (size_t j = 0; j < k && keep_new[k]; j++)
-            if (keep_new[j] && strcmp(confs[j].url, confs[k].url) == 0)
+            if (keep_new[j] && strcmp(confs[j].url, confs[k].url) == 0 &&
+                rank_of(&confs[j]) == rank_of(&confs[k]))
                 keep_new[k] = 0;
         adds += keep_new[k];
     }
@@ -525,7 +550,10 @@ size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
         for (size_t g = 0; g < n_pools; g++) {
             pdr_pool_conf_t pc;
             pdr_config_pool(c, g, &pc);
-            total += r == 0 ? pc.n_prefill : r == 1 ? pc.n_decode : pc.n_regular;
+            const pdr_worker_conf_t *ws = r == 0 ? pc.prefill : r == 1 ? pc.decode : pc.regular;
+            size_t n = r == 0 ? pc.n_prefill : r == 1 ? pc.n_decode : pc.n_regular;
+            for (size_t i = 0; i < n; i++)
+                total += targets_of(&ws[i]);
         }
         pdr_worker_conf_t *confs = calloc(total + 1, sizeof(*confs));
         int *groups = calloc(total + 1, sizeof(*groups));
@@ -542,10 +570,12 @@ size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
             pdr_config_pool(c, g, &pc);
             const pdr_worker_conf_t *ws = r == 0 ? pc.prefill : r == 1 ? pc.decode : pc.regular;
             size_t n = r == 0 ? pc.n_prefill : r == 1 ? pc.n_decode : pc.n_regular;
-            for (size_t i = 0; i < n; i++) {
-                confs[k] = ws[i]; /* shallow: borrowed from c for the call */
-                groups[k++] = group_of(p, pc.name);
-            }
+            for (size_t i = 0; i < n; i++)
+                for (size_t rank = 0; rank < targets_of(&ws[i]); rank++) {
+                    confs[k] = ws[i]; /* shallow: borrowed from c for the call */
+                    confs[k].dp_rank = (int)rank;
+                    groups[k++] = group_of(p, pc.name);
+                }
         }
         changes += reconcile_locked(p, PDR_SOURCE_STATIC, NULL, (pdr_role_t)r, confs, NULL, groups, 0, k);
         free(confs);

@@ -64,6 +64,8 @@ typedef struct pdr_worker {
     char *labels_json;       /* a JSON object, "{}" when none; immutable */
     pdr_worker_conf_t conf;  /* its own copy: url, host, port, bootstrap_port */
     char bootstrap_host[80]; /* as sent to workers: IPv6 in brackets */
+    int dp_rank;             /* data-parallel attention rank this target is (conf.dp_size > 1), else -1 */
+    char target[300]; /* the URL, with "@RANK" for a rank (the sglang router's naming): logs, metrics */
     uint64_t added_ms;
     pdr_health_state_t health;
     int inflight;

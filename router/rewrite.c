@@ -231,14 +231,35 @@ static int is_bootstrap_field(const pdr_jmember_t *m)
             pdr_jmember_key_is(m, "bootstrap_room"));
 }
 
+/* sglang's field for the data-parallel rank a request goes to (newer releases also read routed_dp_rank and
+ * take this one as its deprecated spelling). */
+static int is_rank_field(const pdr_jmember_t *m)
+{
+    return pdr_jmember_key_is(m, "data_parallel_rank");
+}
+
+static size_t put_rank(char *out, size_t o, int dp_rank)
+{
+    static const char k[] = "\"data_parallel_rank\":";
+    memcpy(out + o, k, sizeof(k) - 1);
+    o += sizeof(k) - 1;
+    return o + pdr_fmt_u64(out + o, (uint64_t)dp_rank);
+}
+
 char *pdr_pdreq_build_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
                            size_t *len)
+{
+    return pdr_pdreq_build_body_rank(r, bootstrap_host, bport, rooms, -1, len);
+}
+
+char *pdr_pdreq_build_body_rank(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
+                                int dp_rank, size_t *len)
 {
     size_t items = r->batch ? r->batch : 1;
     size_t hl = strlen(bootstrap_host);
     /* Members, separators, the three fields: each item at most host + quotes, 5-digit port or null,
      * 19-digit room, 3 commas. */
-    size_t cap = r->len + 2 + r->n + 64 + items * (hl + 2 + 5 + 19 + 3) + 16;
+    size_t cap = r->len + 2 + r->n + 64 + items * (hl + 2 + 5 + 19 + 3) + 16 + 48;
     char *out = malloc(cap);
     if (out == NULL)
         return NULL;
@@ -246,10 +267,14 @@ char *pdr_pdreq_build_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport
     out[o++] = '{';
     for (size_t i = 0; i < r->n; i++) {
         const pdr_jmember_t *m = &r->m[i];
-        if (is_bootstrap_field(m))
-            continue; /* a client never chooses where KV goes */
+        if (is_bootstrap_field(m) || (dp_rank >= 0 && is_rank_field(m)))
+            continue; /* a client never chooses where KV goes, nor the rank the router chose */
         memcpy(out + o, m->raw, m->raw_len);
         o += m->raw_len;
+        out[o++] = ',';
+    }
+    if (dp_rank >= 0) {
+        o = put_rank(out, o, dp_rank);
         out[o++] = ',';
     }
     const char *names[3] = {"\"bootstrap_host\":", "\"bootstrap_port\":", "\"bootstrap_room\":"};
@@ -288,21 +313,27 @@ char *pdr_pdreq_build_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport
     return out;
 }
 
-char *pdr_pdreq_build_plain(const pdr_pdreq_t *r, size_t *len)
+char *pdr_pdreq_build_plain(const pdr_pdreq_t *r, int dp_rank, size_t *len)
 {
-    char *out = malloc(r->len + r->n + 3);
+    char *out = malloc(r->len + r->n + 3 + 48);
     if (out == NULL)
         return NULL;
     size_t o = 0;
     out[o++] = '{';
     for (size_t i = 0; i < r->n; i++) {
         const pdr_jmember_t *m = &r->m[i];
-        if (is_bootstrap_field(m) || pdr_jmember_key_is(m, "kv_transfer_params"))
+        if (is_bootstrap_field(m) || pdr_jmember_key_is(m, "kv_transfer_params") ||
+            (dp_rank >= 0 && is_rank_field(m)))
             continue; /* a client never chooses where KV goes, nor that its request is a PD leg */
         if (o > 1)
             out[o++] = ',';
         memcpy(out + o, m->raw, m->raw_len);
         o += m->raw_len;
+    }
+    if (dp_rank >= 0) {
+        if (o > 1)
+            out[o++] = ',';
+        o = put_rank(out, o, dp_rank);
     }
     out[o++] = '}';
     out[o] = '\0';

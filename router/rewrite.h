@@ -41,11 +41,18 @@ void pdr_pdreq_clear(pdr_pdreq_t *r);
 char *pdr_pdreq_build_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
                            size_t *len);
 
+/* As pdr_pdreq_build_body, for a worker running data-parallel attention: dp_rank >= 0 adds
+ * "data_parallel_rank": dp_rank (sglang's field naming the rank that serves the request), replacing any the
+ * client sent. */
+char *pdr_pdreq_build_body_rank(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
+                                int dp_rank, size_t *len);
+
 /* The body of a request that skips the prefill (conditional disaggregation, router/disagg.h): the
  * client's members except bootstrap_host, bootstrap_port, bootstrap_room and kv_transfer_params, so that
- * the worker runs it as a plain, non-disaggregated request. Returns a malloc'd, NUL-terminated string and
+ * the worker runs it as a plain, non-disaggregated request; dp_rank >= 0 adds "data_parallel_rank" as
+ * pdr_pdreq_build_body_rank does. Returns a malloc'd, NUL-terminated string and
  * its length, or NULL. */
-char *pdr_pdreq_build_plain(const pdr_pdreq_t *r, size_t *len);
+char *pdr_pdreq_build_plain(const pdr_pdreq_t *r, int dp_rank, size_t *len);
 
 /* The three bodies of protocol vllm (docs/architecture.md, "vLLM PD path"). */
 typedef enum {

@@ -1160,6 +1160,12 @@ static void record_detail(h2o_req_t *req, json_t *body)
         o, "x_request_id",
         i >= 0 ? json_stringn(req->headers.entries[i].value.base, req->headers.entries[i].value.len)
                : json_null());
+    /* The data-parallel rank the request named: vLLM's header, and sglang's body field (in "body"). */
+    i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-data-parallel-rank"), -1);
+    json_object_set_new(
+        o, "x_data_parallel_rank",
+        i >= 0 ? json_stringn(req->headers.entries[i].value.base, req->headers.entries[i].value.len)
+               : json_null());
 }
 
 /* ------------------------------------------------------------------ request parsing */

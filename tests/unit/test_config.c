@@ -309,9 +309,9 @@ static void test_errors(void)
                  "bad.yaml:6:3: unknown key 'foo' in 'timeouts' (valid keys: connect_ms, first_byte_ms, "
                  "kv_transfer_ms, stream_idle_ms)");
     EXPECT_ERROR("lisen: { port: 1 }\n", "bad.yaml:1:1: unknown key 'lisen' at the top level*");
-    EXPECT_ERROR(
-        "workers:\n  prefill:\n    - { url: http://a:1, weight: 2 }\n",
-        "bad.yaml:3:26: unknown key 'weight' in 'workers.prefill[0]' (valid keys: url, bootstrap_port)");
+    EXPECT_ERROR("workers:\n  prefill:\n    - { url: http://a:1, weight: 2 }\n",
+                 "bad.yaml:3:26: unknown key 'weight' in 'workers.prefill[0]' (valid keys: url, "
+                 "bootstrap_port, dp_size)");
 
     /* Duplicate keys (libyaml does not check them). */
     EXPECT_ERROR("listen:\n  port: 1\n  port: 2\n", "bad.yaml:3:3: duplicate key 'port' in 'listen'");

@@ -77,13 +77,13 @@ int main(void)
     char err[256];
     CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, body, strlen(body), &r, err, sizeof(err)) == 0);
     size_t len;
-    char *plain = pdr_pdreq_build_plain(&r, &len);
+    char *plain = pdr_pdreq_build_plain(&r, -1, &len);
     CHECK(plain != NULL && strcmp(plain, "{\"text\":\"hi\",\"stream\":true}") == 0 && len == strlen(plain));
     free(plain);
     pdr_pdreq_clear(&r);
     CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, "{\"bootstrap_room\":1,\"text\":\"a\"}", 31, &r, err,
                           sizeof(err)) == 0);
-    plain = pdr_pdreq_build_plain(&r, &len);
+    plain = pdr_pdreq_build_plain(&r, -1, &len);
     CHECK(plain != NULL && strcmp(plain, "{\"text\":\"a\"}") == 0);
     free(plain);
     pdr_pdreq_clear(&r);
