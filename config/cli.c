@@ -164,7 +164,8 @@ static const struct refused {
 } refused[] = {
     {"worker-urls", "pdrouter routes prefill/decode pairs only: give --prefill URL and --decode URL"},
     {"selector", "pdrouter discovers PD workers only: use --prefill-selector and --decode-selector"},
-    {"dp-aware", "data-parallel-aware scheduling is not available: each worker URL is one engine"},
+    {"dp-aware", "pdrouter does not ask workers their dp_size: give each data-parallel worker dp_size: N in a "
+                 "config file (workers.prefill/decode entries)"},
     {"enable-igw", "pdrouter serves one model (no multi-model gateway)"},
     {"bucket-adjust-interval-secs", "the bucket policy is not available (policies: round_robin, least_load, "
                                     "random)"},
