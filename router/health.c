@@ -70,9 +70,9 @@ static void probe_done(pdr_leg_t *leg, int err)
                                                      : "its health check answered health.drain_status");
     if (pdr_pool_check_result(&r->pool, w, ok)) {
         if (ok)
-            pdr_info("worker %s %s is healthy (%d checks passed)", w->id, w->conf.url, c->health.rise);
+            pdr_info("worker %s %s is healthy (%d checks passed)", w->id, w->target, c->health.rise);
         else {
-            pdr_warn("worker %s %s is unhealthy: %d checks failed, last: %s", w->id, w->conf.url,
+            pdr_warn("worker %s %s is unhealthy: %d checks failed, last: %s", w->id, w->target,
                      c->health.fall, err ? pdr_strerror(err) : "bad status");
             pdr_pool_record(&r->pool, w, "marked unhealthy: %d failed health check(s), last: %s",
                             c->health.fall, err ? pdr_strerror(err) : "bad status");

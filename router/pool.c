@@ -367,7 +367,7 @@ pdr_worker_t *pdr_pool_add(pdr_pool_t *p, const char *pool, pdr_role_t role, con
     p->added_total[source]++;
     publish(p, role, next);
     pthread_rwlock_unlock(&p->rw);
-    pdr_info("worker %s %s added (pool %s, source %s%s%s)", w->id, w->conf.url, w->pool, w->source,
+    pdr_info("worker %s %s added (pool %s, source %s%s%s)", w->id, w->target, w->pool, w->source,
              w->name[0] ? ", " : "", w->name);
     return w;
 }
@@ -390,7 +390,7 @@ static void retire(pdr_pool_t *p, pdr_worker_t *w, const char *why)
     if (w->group >= 0 && (size_t)w->group < p->n_groups && p->groups[w->group].tree[w->role] != NULL)
         pdr_ptree_remove_tenant(p->groups[w->group].tree[w->role], w->uid);
     p->removed_total[source_of(w)]++;
-    pdr_info("worker %s %s removed (%s): %d requests in flight finish on it", w->id, w->conf.url, why,
+    pdr_info("worker %s %s removed (%s): %d requests in flight finish on it", w->id, w->target, why,
              pdr_worker_inflight(w));
 }
 
@@ -489,7 +489,7 @@ static size_t reconcile_locked(pdr_pool_t *p, int source, const char *scope, pdr
         next->w[next->n++] = w;
         p->added_total[source]++;
         changes++;
-        pdr_info("worker %s %s added (pool %s, source %s%s%s)", w->id, w->conf.url, w->pool, src,
+        pdr_info("worker %s %s added (pool %s, source %s%s%s)", w->id, w->target, w->pool, src,
                  w->name[0] ? ", " : "", w->name);
     }
     for (size_t i = 0; i < n_gone; i++)
@@ -895,7 +895,7 @@ void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why)
         __atomic_store_n(&w->ejected, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&p->lock);
     if (changed)
-        pdr_warn("worker %s %s marked unhealthy: %s", pdr_role_name(w->role), w->conf.url, why);
+        pdr_warn("worker %s %s marked unhealthy: %s", pdr_role_name(w->role), w->target, why);
     pdr_pool_record(p, w, "%s: %s", changed ? "ejected (marked unhealthy)" : "request failed", why);
 }
 
@@ -913,7 +913,7 @@ void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why)
     int fails = s.consec_fail;
     pthread_mutex_unlock(&p->lock);
     if (changed)
-        pdr_warn("worker %s %s marked unhealthy after %d failures: %s", pdr_role_name(w->role), w->conf.url,
+        pdr_warn("worker %s %s marked unhealthy after %d failures: %s", pdr_role_name(w->role), w->target,
                  fails, why);
     if (changed)
         pdr_pool_record(p, w, "marked unhealthy after %d failures: %s", fails, why);
@@ -971,7 +971,7 @@ void pdr_pool_note_idle(pdr_worker_t *w)
     int want = PDR_DRAIN_DRAINING;
     if (__atomic_compare_exchange_n(&w->drain, &want, PDR_DRAIN_DRAINED, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE))
-        pdr_info("worker %s %s drained: no requests in flight", w->id, w->conf.url);
+        pdr_info("worker %s %s drained: no requests in flight", w->id, w->target);
 }
 
 int pdr_pool_drain(pdr_pool_t *p, pdr_worker_t *w, uint64_t timeout_ms, const char *why)
@@ -985,8 +985,8 @@ int pdr_pool_drain(pdr_pool_t *p, pdr_worker_t *w, uint64_t timeout_ms, const ch
     }
     pthread_mutex_unlock(&p->lock);
     if (was == PDR_DRAIN_ACTIVE)
-        pdr_info("worker %s %s draining (%s): %d requests in flight, timeout %llu ms", w->id, w->conf.url,
-                 why, pdr_worker_inflight(w), (unsigned long long)timeout_ms);
+        pdr_info("worker %s %s draining (%s): %d requests in flight, timeout %llu ms", w->id, w->target, why,
+                 pdr_worker_inflight(w), (unsigned long long)timeout_ms);
     /* Requests that ended before the flag was visible did not see it: check once here. */
     if (pdr_worker_inflight(w) == 0)
         pdr_pool_note_idle(w);
@@ -1002,7 +1002,7 @@ int pdr_pool_activate(pdr_pool_t *p, pdr_worker_t *w)
     __atomic_store_n(&w->drain, PDR_DRAIN_ACTIVE, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&p->lock);
     if (was != PDR_DRAIN_ACTIVE)
-        pdr_info("worker %s %s activated (was %s)", w->id, w->conf.url,
+        pdr_info("worker %s %s activated (was %s)", w->id, w->target,
                  was == PDR_DRAIN_DRAINING ? "draining" : "drained");
     return was;
 }
@@ -1030,7 +1030,7 @@ int pdr_pool_drain_tick(pdr_pool_t *p, uint64_t now_ms)
                 pdr_warn(
                     "worker %s %s drained at its drain timeout with %d requests still in flight (they are "
                     "left to finish)",
-                    w->id, w->conf.url, pdr_worker_inflight(w));
+                    w->id, w->target, pdr_worker_inflight(w));
                 pdr_pool_record(p, w, "drain timeout: drained with %d requests still in flight",
                                 pdr_worker_inflight(w));
             }

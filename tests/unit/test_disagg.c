@@ -87,5 +87,22 @@ int main(void)
     CHECK(plain != NULL && strcmp(plain, "{\"text\":\"a\"}") == 0);
     free(plain);
     pdr_pdreq_clear(&r);
+    /* With a data-parallel rank: the client's data_parallel_rank replaced by the router's. */
+    body = "{\"text\":\"hi\",\"data_parallel_rank\":7}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, body, strlen(body), &r, err, sizeof(err)) == 0);
+    plain = pdr_pdreq_build_plain(&r, 3, &len);
+    CHECK(plain != NULL && strcmp(plain, "{\"text\":\"hi\",\"data_parallel_rank\":3}") == 0);
+    free(plain);
+    plain = pdr_pdreq_build_plain(&r, -1, &len); /* no rank: the client's stays */
+    CHECK(plain != NULL && strcmp(plain, body) == 0);
+    free(plain);
+    uint64_t rooms[1] = {42};
+    char *b = pdr_pdreq_build_body_rank(&r, "10.0.0.1", 8998, rooms, 1, &len);
+    json_t *j = b != NULL ? json_loads(b, 0, NULL) : NULL;
+    CHECK(j != NULL && json_integer_value(json_object_get(j, "data_parallel_rank")) == 1 &&
+          json_integer_value(json_object_get(j, "bootstrap_room")) == 42 && json_object_size(j) == 5);
+    json_decref(j);
+    free(b);
+    pdr_pdreq_clear(&r);
     CHECK_DONE();
 }

@@ -485,6 +485,73 @@ static void test_pools(void)
     pdr_config_unref(c3);
 }
 
+static pdr_config_t *load(const char *yaml)
+{
+    char err[256];
+    pdr_config_t *c = pdr_config_load_string(yaml, strlen(yaml), "dp.yaml", err, sizeof(err));
+    if (c == NULL)
+        fprintf(stderr, "%s\n", err);
+    return c;
+}
+
+/* dp_size: one worker per rank, named URL@RANK; regular workers; saturation; a reload by URL and rank. */
+static void test_ranks_and_regular(void)
+{
+    pdr_config_t *c =
+        load("workers:\n"
+             "  prefill: [ { url: 'http://127.0.0.1:30000', bootstrap_port: 9000, dp_size: 3 } ]\n"
+             "  decode: [ 'http://127.0.0.1:31000' ]\n"
+             "  regular: [ 'http://127.0.0.1:32000', { url: 'http://127.0.0.1:32001', dp_size: 2 } ]\n");
+    pdr_pool_t p;
+    CHECK(c != NULL && pdr_pool_init(&p, c) == 0);
+    CHECK(pdr_pool_count(&p, PDR_ROLE_PREFILL) == 3 && pdr_pool_count(&p, PDR_ROLE_DECODE) == 1);
+    CHECK(pdr_pool_count(&p, PDR_ROLE_REGULAR) == 3);
+    for (int r = 0; r < 3; r++) {
+        pdr_worker_t *w = W(&p, PDR_ROLE_PREFILL, (size_t)r);
+        char want[64];
+        snprintf(want, sizeof(want), "http://127.0.0.1:30000@%d", r);
+        CHECK(w->dp_rank == r && strcmp(w->target, want) == 0 && w->conf.bootstrap_port == 9000);
+    }
+    CHECK(W(&p, PDR_ROLE_DECODE, 0)->dp_rank == -1 &&
+          strcmp(W(&p, PDR_ROLE_DECODE, 0)->target, "http://127.0.0.1:31000") == 0);
+    CHECK(W(&p, PDR_ROLE_REGULAR, 0)->dp_rank == -1 && W(&p, PDR_ROLE_REGULAR, 2)->dp_rank == 1);
+    CHECK(strcmp(W(&p, PDR_ROLE_REGULAR, 0)->id, "regular-0") == 0);
+    pdr_worker_t **all;
+    size_t n = pdr_pool_snapshot(&p, -1, &all); /* every role: health checks cover regular workers */
+    CHECK(n == 7);
+    pdr_pool_release(all, n);
+    /* Saturation: every serving prefill at the threshold. */
+    CHECK(!pdr_pool_saturated(&p, NULL, PDR_ROLE_PREFILL, 1));
+    for (int r = 0; r < 3; r++)
+        pdr_worker_track(W(&p, PDR_ROLE_PREFILL, (size_t)r), 1);
+    CHECK(pdr_pool_saturated(&p, NULL, PDR_ROLE_PREFILL, 1) &&
+          !pdr_pool_saturated(&p, NULL, PDR_ROLE_PREFILL, 2));
+    pdr_pool_drain(&p, W(&p, PDR_ROLE_PREFILL, 0), 0, "test"); /* not serving: does not count */
+    pdr_worker_track(W(&p, PDR_ROLE_PREFILL, 1), -1);
+    CHECK(!pdr_pool_saturated(&p, NULL, PDR_ROLE_PREFILL, 1));
+    pdr_worker_track(W(&p, PDR_ROLE_PREFILL, 0), -1);
+    pdr_worker_track(W(&p, PDR_ROLE_PREFILL, 2), -1);
+    pdr_pool_activate(&p, W(&p, PDR_ROLE_PREFILL, 0));
+    /* A reload: an identical config keeps every rank's worker; a new dp_size replaces them all (the room
+     * is computed from the worker's dp_size). */
+    uint64_t uid2 = W(&p, PDR_ROLE_PREFILL, 2)->uid;
+    pdr_pool_apply_config(&p, c);
+    CHECK(pdr_pool_count(&p, PDR_ROLE_PREFILL) == 3 && W(&p, PDR_ROLE_PREFILL, 2)->uid == uid2);
+    uint64_t uid0 = W(&p, PDR_ROLE_PREFILL, 0)->uid, uid1 = W(&p, PDR_ROLE_PREFILL, 1)->uid;
+    pdr_config_t *c2 =
+        load("workers:\n"
+             "  prefill: [ { url: 'http://127.0.0.1:30000', bootstrap_port: 9000, dp_size: 2 } ]\n"
+             "  decode: [ 'http://127.0.0.1:31000' ]\n");
+    CHECK(c2 != NULL);
+    pdr_pool_apply_config(&p, c2);
+    CHECK(pdr_pool_count(&p, PDR_ROLE_PREFILL) == 2 && pdr_pool_count(&p, PDR_ROLE_REGULAR) == 0);
+    CHECK(W(&p, PDR_ROLE_PREFILL, 0)->uid != uid0 && W(&p, PDR_ROLE_PREFILL, 1)->uid != uid1);
+    CHECK(W(&p, PDR_ROLE_PREFILL, 0)->conf.dp_size == 2 && W(&p, PDR_ROLE_PREFILL, 1)->dp_rank == 1);
+    pdr_pool_dispose(&p);
+    pdr_config_unref(c);
+    pdr_config_unref(c2);
+}
+
 int main(void)
 {
     test_health_state();
@@ -494,5 +561,6 @@ int main(void)
     test_find();
     test_membership();
     test_pools();
+    test_ranks_and_regular();
     CHECK_DONE();
 }
