@@ -73,6 +73,7 @@ enum opt_id {
     OPT_CACHE_AWARE_SEED,
     OPT_API_KEY_FILE,
     OPT_REQUEST_ID_HEADERS,
+    OPT_DP_AWARE,
 };
 
 /* How many words follow a flag: none, one, one or more, or zero or more (up to the next "--flag"), as
@@ -143,6 +144,7 @@ static const struct opt {
     {"cache-aware-seed", OPT_CACHE_AWARE_SEED, ARG_ONE},
     {"api-key-file", OPT_API_KEY_FILE, ARG_ONE},
     {"request-id-headers", OPT_REQUEST_ID_HEADERS, ARG_SOME},
+    {"dp-aware", OPT_DP_AWARE, ARG_NONE},
 };
 
 /* The sglang router's flags that pdrouter has no equivalent for: refused (never ignored), each with what
@@ -164,8 +166,6 @@ static const struct refused {
 } refused[] = {
     {"worker-urls", "pdrouter routes prefill/decode pairs only: give --prefill URL and --decode URL"},
     {"selector", "pdrouter discovers PD workers only: use --prefill-selector and --decode-selector"},
-    {"dp-aware", "pdrouter does not ask workers their dp_size: give each data-parallel worker dp_size: N in a "
-                 "config file (workers.prefill/decode entries)"},
     {"enable-igw", "pdrouter serves one model (no multi-model gateway)"},
     {"bucket-adjust-interval-secs", "the bucket policy is not available (policies: round_robin, least_load, "
                                     "random)"},
@@ -235,76 +235,81 @@ static const struct refused {
 
 void pdr_config_usage(FILE *out)
 {
-    fputs("Usage: pdrouter --config FILE [OVERRIDES]\n"
-          "       pdrouter [--pd-disaggregation] --prefill URL [BOOTSTRAP_PORT|none] ... --decode URL ...\n"
-          "                [--host H] [--port P] [--policy P] [OVERRIDES]\n"
-          "       pdrouter --check-config FILE | --version | --help\n"
-          "\n"
-          "Workers (sglang router compatible; each flag may be repeated):\n"
-          "  --pd-disaggregation        accepted for compatibility (always on); so is --mini-lb\n"
-          "  --prefill URL [PORT|none]  a prefill worker, http://host[:port]; the optional second word is\n"
-          "                             its bootstrap port (1..65535) or 'none' (the default: none)\n"
-          "  --decode URL               a decode worker\n"
-          "  --config FILE              read a YAML configuration (cannot be combined with "
-          "--prefill/--decode)\n"
-          "  --check-config FILE        validate FILE and exit: 0 valid, 2 invalid\n"
-          "\n"
-          "Kubernetes discovery (sglang router compatible):\n"
-          "  --service-discovery        find the workers by label selector (needs a selector below)\n"
-          "  --prefill-selector K=V ... prefill pods' labels; --decode-selector K=V ... decode pods'\n"
-          "  --service-discovery-namespace NS   namespace (default: the router's own)\n"
-          "  --service-discovery-port N         the workers' HTTP port (default 80, as sglang)\n"
-          "  --bootstrap-port-annotation KEY    pod annotation with the bootstrap port "
-          "(default " PDR_DEF_K8S_BOOTSTRAP_ANNOTATION ")\n"
-          "\n"
-          "Headers to the workers:\n"
-          "  --api-key KEY              sent to every worker as 'Authorization: Bearer KEY' (sglang's\n"
-          "                             flag; other users can read a command line: prefer the file)\n"
-          "  --api-key-file PATH        the same, read from a file (workers.api_key_file)\n"
-          "  --request-id-headers H ... client headers that carry the request id, in order (default\n"
-          "                             x-request-id x-correlation-id x-trace-id request-id)\n"
-          "\n"
-          "Overrides (also applied on top of --config):\n"
-          "  --host H                   listen address (default " PDR_DEF_LISTEN_HOST ")\n"
-          "  --port P                   listen port (default 8000)\n"
-          "  --policy P                 policy for both roles: round_robin, least_load, random,\n"
-          "                             cache_aware or power_of_two\n"
-          "  --cache-threshold X, --balance-abs-threshold N, --balance-rel-threshold X,\n"
-          "  --eviction-interval-secs N, --max-tree-size BYTES   cache_aware's settings (sglang's)\n"
-          "  --cache-aware-seed S       consistent_hash (default) or smallest_tree (sglang's rule)\n"
-          "  --prefill-policy P         prefill policy (default round_robin)\n"
-          "  --decode-policy P          decode policy (default least_load)\n"
-          "  --protocol X               sglang, vllm or pdshim (default sglang); --backend sglang too\n"
-          "  --admin-port N             admin listener port, 0 disables it (default 8001)\n"
-          "  --admin-token-file FILE    bearer token of the admin API (default: none, development only)\n"
-          "  --prometheus-port N        a listener serving GET /metrics only (default: none)\n"
-          "  --prometheus-host H        its address (default 0.0.0.0; alone it implies port 29000)\n"
-          "  --cors-allowed-origins O.. CORS on the data port for these origins ('*': any; default off)\n"
-          "  --threads N                event-loop threads, 0 = one per CPU core (default 0)\n"
-          "  --log-level L              debug, info, warn or error (default info)\n"
-          "  --log-dir DIR              also write the router's log to DIR/pdrouter.log\n"
-          "  --access-log PATH|-|off    access log file, '-' for stdout (default), 'off' to disable\n"
-          "  --retries N                retries on another worker pair, 0..10 (default 2)\n"
-          "  --retry-max-retries N      attempts in all, 1..11 (retries = N - 1); --disable-retries: 1\n"
-          "  --max-payload-size BYTES   largest request body (default 33554432)\n"
-          "  --max-concurrent-requests N  requests in flight, -1 = no limit (default 4096)\n"
-          "  --request-timeout-secs N   first-byte and stream-idle deadlines (default 60 and 300)\n"
-          "  --first-byte-ms N          deadline for the decode's first byte (default 60000)\n"
-          "  --kv-transfer-ms N         deadline for the KV transfer (default 30000)\n"
-          "  --health-interval-ms N     health check period (default 2000); --health-check-interval-secs\n"
-          "  --health-check-timeout-secs N, --health-failure-threshold N, --health-success-threshold N,\n"
-          "  --health-check-endpoint PATH   health.timeout_ms, health.fall, health.rise, health.path\n"
-          "  --worker-startup-timeout-secs N  exit 1 unless a healthy prefill/decode pair within N s\n"
-          "  --drain-grace-ms N         on SIGTERM: readiness off, still serving (default 5000)\n"
-          "  --drain-timeout-ms N       then: listeners closed, wait for requests (default 30000);\n"
-          "                             --shutdown-grace-period-secs N sets it in seconds\n"
-          "\n"
-          "  --version                  print the version and exit\n"
-          "  -h, --help                 print this help and exit\n"
-          "\n"
-          "Both '--opt value' and '--opt=value' are accepted. Every key is described in docs/config.md;\n"
-          "docs/migrating-from-sglang-router.md maps every sglang router flag.\n",
-          out);
+    fputs(
+        "Usage: pdrouter --config FILE [OVERRIDES]\n"
+        "       pdrouter [--pd-disaggregation] --prefill URL [BOOTSTRAP_PORT|none] ... --decode URL ...\n"
+        "                [--host H] [--port P] [--policy P] [OVERRIDES]\n"
+        "       pdrouter --check-config FILE | --version | --help\n"
+        "\n"
+        "Workers (sglang router compatible; each flag may be repeated):\n"
+        "  --pd-disaggregation        accepted for compatibility (always on); so is --mini-lb\n"
+        "  --prefill URL [PORT|none]  a prefill worker, http://host[:port]; the optional second word is\n"
+        "                             its bootstrap port (1..65535) or 'none' (the default: none)\n"
+        "  --decode URL               a decode worker\n"
+        "  --config FILE              read a YAML configuration (cannot be combined with "
+        "--prefill/--decode)\n"
+        "  --check-config FILE        validate FILE and exit: 0 valid, 2 invalid\n"
+        "\n"
+        "Kubernetes discovery (sglang router compatible):\n"
+        "  --service-discovery        find the workers by label selector (needs a selector below)\n"
+        "  --prefill-selector K=V ... prefill pods' labels; --decode-selector K=V ... decode pods'\n"
+        "  --service-discovery-namespace NS   namespace (default: the router's own)\n"
+        "  --service-discovery-port N         the workers' HTTP port (default 80, as sglang)\n"
+        "  --bootstrap-port-annotation KEY    pod annotation with the bootstrap port "
+        "(default " PDR_DEF_K8S_BOOTSTRAP_ANNOTATION ")\n"
+        "\n"
+        "Headers to the workers:\n"
+        "  --api-key KEY              sent to every worker as 'Authorization: Bearer KEY' (sglang's\n"
+        "                             flag; other users can read a command line: prefer the file)\n"
+        "  --api-key-file PATH        the same, read from a file (workers.api_key_file)\n"
+        "  --request-id-headers H ... client headers that carry the request id, in order (default\n"
+        "                             x-request-id x-correlation-id x-trace-id request-id)\n"
+        "\n"
+        "Data-parallel attention:\n"
+        "  --dp-aware                 ask each worker its dp_size at start (GET /get_server_info): a worker\n"
+        "                             of N ranks is N targets (dp_aware; or dp_size: N per worker)\n"
+        "\n"
+        "Overrides (also applied on top of --config):\n"
+        "  --host H                   listen address (default " PDR_DEF_LISTEN_HOST ")\n"
+        "  --port P                   listen port (default 8000)\n"
+        "  --policy P                 policy for both roles: round_robin, least_load, random,\n"
+        "                             cache_aware or power_of_two\n"
+        "  --cache-threshold X, --balance-abs-threshold N, --balance-rel-threshold X,\n"
+        "  --eviction-interval-secs N, --max-tree-size BYTES   cache_aware's settings (sglang's)\n"
+        "  --cache-aware-seed S       consistent_hash (default) or smallest_tree (sglang's rule)\n"
+        "  --prefill-policy P         prefill policy (default round_robin)\n"
+        "  --decode-policy P          decode policy (default least_load)\n"
+        "  --protocol X               sglang, vllm or pdshim (default sglang); --backend sglang too\n"
+        "  --admin-port N             admin listener port, 0 disables it (default 8001)\n"
+        "  --admin-token-file FILE    bearer token of the admin API (default: none, development only)\n"
+        "  --prometheus-port N        a listener serving GET /metrics only (default: none)\n"
+        "  --prometheus-host H        its address (default 0.0.0.0; alone it implies port 29000)\n"
+        "  --cors-allowed-origins O.. CORS on the data port for these origins ('*': any; default off)\n"
+        "  --threads N                event-loop threads, 0 = one per CPU core (default 0)\n"
+        "  --log-level L              debug, info, warn or error (default info)\n"
+        "  --log-dir DIR              also write the router's log to DIR/pdrouter.log\n"
+        "  --access-log PATH|-|off    access log file, '-' for stdout (default), 'off' to disable\n"
+        "  --retries N                retries on another worker pair, 0..10 (default 2)\n"
+        "  --retry-max-retries N      attempts in all, 1..11 (retries = N - 1); --disable-retries: 1\n"
+        "  --max-payload-size BYTES   largest request body (default 33554432)\n"
+        "  --max-concurrent-requests N  requests in flight, -1 = no limit (default 4096)\n"
+        "  --request-timeout-secs N   first-byte and stream-idle deadlines (default 60 and 300)\n"
+        "  --first-byte-ms N          deadline for the decode's first byte (default 60000)\n"
+        "  --kv-transfer-ms N         deadline for the KV transfer (default 30000)\n"
+        "  --health-interval-ms N     health check period (default 2000); --health-check-interval-secs\n"
+        "  --health-check-timeout-secs N, --health-failure-threshold N, --health-success-threshold N,\n"
+        "  --health-check-endpoint PATH   health.timeout_ms, health.fall, health.rise, health.path\n"
+        "  --worker-startup-timeout-secs N  exit 1 unless a healthy prefill/decode pair within N s\n"
+        "  --drain-grace-ms N         on SIGTERM: readiness off, still serving (default 5000)\n"
+        "  --drain-timeout-ms N       then: listeners closed, wait for requests (default 30000);\n"
+        "                             --shutdown-grace-period-secs N sets it in seconds\n"
+        "\n"
+        "  --version                  print the version and exit\n"
+        "  -h, --help                 print this help and exit\n"
+        "\n"
+        "Both '--opt value' and '--opt=value' are accepted. Every key is described in docs/config.md;\n"
+        "docs/migrating-from-sglang-router.md maps every sglang router flag.\n",
+        out);
 }
 
 /* Bits of the overrides given on the command line. */
@@ -351,6 +356,7 @@ struct pstate {
     int sd_port_given;
     int disable_retries;
     unsigned ca_given; /* the cache_aware flags given (1 << k, k the field's place in cache_aware) */
+    int dp_aware;      /* --dp-aware */
 };
 
 /* A decimal number flag in [min, max]. */
@@ -528,6 +534,9 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
     const char *val = n > 0 ? vals[0] : NULL;
     unsigned *given = &ps->given;
     switch (o->id) {
+    case OPT_DP_AWARE:
+        ps->dp_aware = 1;
+        return 0;
     case OPT_PD:
     case OPT_MINI_LB:
     case OPT_DISABLE_CB: /* pdrouter has no circuit breaker: the flag asks for what it does anyway */
@@ -1189,6 +1198,8 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
         pdr_config_unref(c);
         return PDR_EINVAL;
     }
+    if (ps.dp_aware)
+        c->dp_aware = 1;
     cli->config = c;
     return 0;
 

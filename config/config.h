@@ -225,6 +225,9 @@ typedef struct pdr_config {
     } log;
 
     int threads; /* event-loop threads; 0 (default) = one per CPU core */
+    /* dp_aware (--dp-aware, the sglang router's flag): at start, each static worker without a dp_size is
+     * asked its dp_size (GET /get_server_info); router/dpaware.c. Default 0. */
+    int dp_aware;
 
     /* Dynamic workers of the one-pool form, beside the static lists above (which may then be empty).
      * With pools:, each pool has its own (pdr_pool_conf_t.discovery) and this one is unused. */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <curl/curl.h>
+#include "dpaware.h"
 #include "err.h"
 #include "router.h"
 #include "util.h"
@@ -132,6 +133,7 @@ int main(int argc, char **argv)
     sigaddset(&stop_sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop_sigs, &old_mask);
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    pdr_dp_aware_resolve(c, NULL); /* --dp-aware: before any loop shares the snapshot */
     uv_loop_t *loop = uv_default_loop();
     router.argc = argc;
     router.argv = argv;

@@ -130,7 +130,6 @@ static pdr_worker_t *worker_new(pdr_pool_t *p, int group, pdr_role_t role, const
     w->role = role;
     w->seq = p->next_seq[role]++;
     w->uid = ++p->next_uid;
-    w->ring_key = pdr_routing_hash(w->conf.url, strlen(w->conf.url));
     snprintf(w->id, sizeof(w->id), "%s-%u", pdr_role_name(role), w->seq);
     snprintf(w->source, sizeof(w->source), "%s", pdr_source_names[source]);
     w->group = group;
@@ -143,6 +142,8 @@ static pdr_worker_t *worker_new(pdr_pool_t *p, int group, pdr_role_t role, const
         snprintf(w->target, sizeof(w->target), "%s@%d", w->conf.url, w->dp_rank);
     else
         snprintf(w->target, sizeof(w->target), "%s", w->conf.url);
+    /* The ring key names the target alike in every router replica: its URL, with "@RANK" for a rank. */
+    w->ring_key = pdr_routing_hash(w->target, strlen(w->target));
     if (w->conf.is_ipv6)
         snprintf(w->bootstrap_host, sizeof(w->bootstrap_host), "[%s]", w->conf.host);
     else

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "discovery.h"
+#include "dpaware.h"
 #include "err.h"
 #include "router.h"
 #include "util.h"
@@ -307,6 +308,7 @@ int pdr_router_reload(pdr_router_t *r, char *msg, size_t cap)
         return PDR_ECONFIG;
     }
     pdr_config_t *old = r->config;
+    pdr_dp_aware_resolve(c, old); /* --dp-aware: the dp_size learned at start, nothing asked */
     char kept[512];
     restart_keys(old, c, kept, sizeof(kept));
     if (c->protocol != old->protocol) {

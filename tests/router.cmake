@@ -111,7 +111,7 @@ endforeach()
 
 # Data-parallel attention ranks (see test_dp.py): one routing target per rank, the rank on each leg as the
 # engine expects (sglang body field and room, vLLM header), reloads.
-foreach(s sglang_ranks vllm_ranks config)
+foreach(s sglang_ranks vllm_ranks solo_ranks dp_aware config)
   add_test(NAME router_dp_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_dp.py ${s})
   set_tests_properties(router_dp_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

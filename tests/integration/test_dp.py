@@ -98,6 +98,72 @@ def scenario_vllm_ranks():
     stop_clean(r)
 
 
+def scenario_solo_ranks():
+    """A request that skips the prefill (conditional disaggregation) names its worker's rank too: a vLLM
+    decode's in the header, an sglang regular worker's in the body."""
+    p, d, reg = sim("prefill"), sim("decode", "--local-prefill"), sim("both")
+    r = router([], [], config="protocol: vllm\n%sdisaggregation: { min_prefill_chars: 1000 }\n"
+               "policy: { prefill: round_robin, decode: round_robin }" % workers_yaml(p, 1, d, 2))
+    for i in range(2):
+        st, out = curl(r.port, "/v1/completions", {"model": "pdsim", "prompt": "hi %d" % i, "max_tokens": 3})
+        check(st == 200, "%d %s" % (st, out[:300]), r)
+    check(stats(p)["requests"] == 0, "the prefill was called")
+    check(sorted(e["x_data_parallel_rank"] for e in stats(d)["last"][-2:]) == ["0", "1"], "decode %r" % stats(d))
+    stop_clean(r)
+    r = router([], [], config="%s  regular: [ { url: 'http://127.0.0.1:%d', dp_size: 2 } ]\n"
+               "disaggregation: { min_prefill_chars: 1000 }\npolicy: { prefill: round_robin, decode: round_robin }"
+               % (workers_yaml(p, 1, d, 1), reg.port))
+    for i in range(2):
+        st, out = curl(r.port, "/generate", {"text": "hi %d" % i, "sampling_params": {"max_new_tokens": 3}})
+        check(st == 200, "%d %s" % (st, out[:300]), r)
+    bodies = [e["body"] for e in stats(reg)["last"][-2:]]
+    check(sorted(b["data_parallel_rank"] for b in bodies) == [0, 1], "regular bodies %r" % bodies)
+    check(all("bootstrap_room" not in b for b in bodies), "regular bodies %r" % bodies)
+    stop_clean(r)
+
+
+def scenario_dp_aware():
+    """--dp-aware (the sglang router's flag): each worker is asked its dp_size (GET /get_server_info) at
+    start and becomes that many targets; a worker given dp_size in the file is not asked; a reload keeps the
+    learned sizes without asking; ranks reach the legs."""
+    p, d = sim("prefill", "--dp-size", "2"), sim("decode", "--dp-size", "3")
+    r = router([p], [d], "--dp-aware", "--prefill-policy", "round_robin", "--decode-policy", "round_robin")
+
+    def ranks():
+        ws = request_json(r.ports["admin"], "GET", "/admin/v1/workers")
+        ws = ws["workers"] if isinstance(ws, dict) else ws
+        return {role: sorted(w.get("dp_rank") for w in ws if w["role"] == role) for role in ("prefill", "decode")}
+    check(ranks() == {"prefill": [0, 1], "decode": [0, 1, 2]}, "ranks %r" % ranks(), r)
+    for i in range(6):
+        st, out = curl(r.port, "/generate", {"text": "x %d" % i, "sampling_params": {"max_new_tokens": 2}})
+        check(st == 200, "%d %s" % (st, out[:200]), r)
+    check(sorted(e["body"]["data_parallel_rank"] for e in stats(d)["last"][-6:]) == [0, 0, 1, 1, 2, 2], "decode")
+    check(all(e["room"] % 2 == e["body"]["data_parallel_rank"] for e in stats(p)["last"][-6:]), "rooms")
+    check(len([l for l in open(r.log_path) if "--dp-aware: " in l]) == 2, "log", r)
+    stop_clean(r)
+    # From a file: dp_size written there is not asked for (nor overridden); a worker that cannot be asked
+    # is one target (warned); a reload keeps the learned sizes without asking again.
+    r = router([], [], "--dp-aware", config="workers:\n"
+               "  prefill: [ { url: 'http://127.0.0.1:%d', bootstrap_port: %d, dp_size: 4 } ]\n"
+               "  decode: [ 'http://127.0.0.1:%d' ]\n"
+               "  regular: [ 'http://127.0.0.1:%d' ]\n" % (p.port, p.ports["bport"], d.port, pdtest.free_port()))
+
+    def ranks2():
+        ws = request_json(r.ports["admin"], "GET", "/admin/v1/workers")
+        ws = ws["workers"] if isinstance(ws, dict) else ws
+        return {role: sorted(w.get("dp_rank", -1) for w in ws if w["role"] == role)
+                for role in ("prefill", "decode", "regular")}
+    want = {"prefill": [0, 1, 2, 3], "decode": [0, 1, 2], "regular": [-1]}
+    check(ranks2() == want, "ranks %r" % ranks2(), r)
+    log = [l for l in open(r.log_path) if "--dp-aware: " in l]
+    check(len(log) == 2 and any("cannot read the dp_size" in l for l in log), "log %r" % log, r)
+    r.proc.send_signal(signal.SIGHUP)
+    pdtest.poll_until(lambda: metric_value(metrics(r), "pdr_config_reloads_total", result="ok") == 1, 5, "reload")
+    check(ranks2() == want, "after the reload %r" % ranks2(), r)
+    check(len([l for l in open(r.log_path) if "--dp-aware: " in l]) == 2, "asked again on reload", r)
+    stop_clean(r)
+
+
 def scenario_config():
     """dp_size out of range is refused where it is written; a worker without it is one target."""
     for bad, want in (("dp_size: 0", "out of range"), ("dp_size: 5000", "out of range"), ("dp_size: two", "integer")):

@@ -40,6 +40,8 @@ static void usage(FILE *f)
         "  --prefix-cache-tokens N   prefill and both: an LRU prefix cache of N prompt tokens in whole\n"
         "                            blocks; prefill time counts only the uncached tokens (default 0: off)\n"
         "  --cache-block-tokens N    the prefix cache's block size in tokens (default 16, vLLM's)\n"
+        "  --dp-size N               the dp_size /get_server_info reports (default 1; pdsim serves every\n"
+        "                            rank itself and records the rank each request names)\n"
         "  --local-prefill           decode: a request with no bootstrap fields and no kv_transfer_params\n"
         "                            is computed here, prompt and all (a vLLM decode's plain request)\n"
         "fault knobs (also POST /pdsim/fault at run time):\n"
@@ -150,6 +152,7 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         INT_FLAG("--kv-fetch-delay-ms", kv_fetch_delay_ms, 0, 3600000)
         INT_FLAG("--prefix-cache-tokens", prefix_cache_tokens, 0, PDSIM_PCACHE_MAX_TOKENS)
         INT_FLAG("--cache-block-tokens", cache_block_tokens, 1, 4096)
+        INT_FLAG("--dp-size", dp_size, 1, 1024)
         INT_FLAG("--drip-ms", faults.drip_ms, 0, 3600000)
         INT_FLAG("--reset-after-tokens", faults.reset_after_tokens, 0, PDSIM_MAX_TOKENS)
         INT_FLAG("--die-after", faults.die_after, 0, INT32_MAX)

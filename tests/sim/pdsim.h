@@ -51,6 +51,7 @@ typedef struct pdsim_opts {
     int64_t kv_fetch_delay_ms;   /* a decode waits this long before pulling the KV */
     int64_t prefix_cache_tokens; /* prefill and both: the prefix cache's size in tokens; 0 = off */
     int64_t cache_block_tokens;  /* the prefix cache's block size (16, vLLM's default block size) */
+    int64_t dp_size;             /* what /get_server_info reports as dp_size (default 1) */
     int local_prefill;           /* decode: a request with no bootstrap fields and no kv_transfer_params is
                                     computed locally (a vLLM decode's plain request) */
     pdsim_faults_t faults;

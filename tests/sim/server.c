@@ -1708,8 +1708,9 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         send_json(req, 200, o);
         json_decref(o);
     } else if (path_is(req, "/get_server_info") || path_is(req, "/server_info")) {
-        json_t *o = json_pack("{s:s,s:s,s:I}", "model_path", S.opts.model, "disaggregation_mode",
-                              role_name(S.opts.role), "port", (json_int_t)S.opts.port);
+        json_t *o = json_pack("{s:s,s:s,s:I,s:I}", "model_path", S.opts.model, "disaggregation_mode",
+                              role_name(S.opts.role), "port", (json_int_t)S.opts.port, "dp_size",
+                              (json_int_t)(S.opts.dp_size > 0 ? S.opts.dp_size : 1));
         send_json(req, 200, o);
         json_decref(o);
     } else if (path_is(req, "/flush_cache")) {
