@@ -55,7 +55,7 @@ typedef struct pdr_worker {
     pdr_role_t role;
     unsigned seq;            /* the number in the id */
     uint64_t uid;            /* unique for the process's life (retries avoid by uid) */
-    uint64_t ring_key;       /* cache_aware: hash of the URL, alike in every replica */
+    uint64_t ring_key;       /* cache_aware: hash of the target (URL[@RANK]), alike in every replica */
     char id[32];             /* "prefill-3" */
     char source[16];         /* static | admin | dns | kubernetes */
     char pool[64];           /* the pool's name (immutable) */
