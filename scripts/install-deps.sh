@@ -4,6 +4,8 @@ set -eu
 PKGS="build-essential cmake pkgconf git ca-certificates \
  libuv1-dev libh2o-dev libcurl4-openssl-dev libyaml-dev libibverbs-dev libssl-dev libjansson-dev \
  curl python3 nghttp2-client wrk nginx-light iperf3 jq bc clang-format"
+# routing/tokenizer*.c: PCRE2 for the pre-tokenizer patterns, utf8proc for NFC.
+PKGS="$PKGS libpcre2-dev libutf8proc-dev"
 # pdbench --report draws its plots with gnuplot (PNG through the cairo terminal).
 PKGS="$PKGS gnuplot-nox"
 # ss (iproute2): router_conn_limit counts the router's connections to a worker.

@@ -9,3 +9,19 @@ set_tests_properties(routing_unit PROPERTIES TIMEOUT 120)
 # The benchmark runs (small) in every build, so that it keeps building and answering.
 add_test(NAME routing_bench_smoke COMMAND routing_bench --entries 2000 --workers 4 --cap 65536 --threads 2)
 set_tests_properties(routing_bench_smoke PROPERTIES TIMEOUT 60)
+
+# The tokenizer.json encoder, token for token against the ids the Hugging Face `tokenizers` package
+# wrote for a held-out corpus (tests/fixtures/tokenizer/, see make_fixtures.py there).
+add_executable(pdtok tok/pdtok.c)
+target_link_libraries(pdtok PRIVATE pdr_routing PkgConfig::JANSSON)
+foreach(variant llama3 qwen2 gpt2)
+  add_test(NAME tokenizer_ref_${variant}
+           COMMAND sh -c "gzip -dc '${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/${variant}.reference.jsonl.gz' | '$<TARGET_FILE:pdtok>' --check '${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/${variant}.tokenizer.json'")
+  set_tests_properties(tokenizer_ref_${variant} PROPERTIES TIMEOUT 300)
+endforeach()
+add_executable(test_tokenizer unit/test_tokenizer.c)
+target_include_directories(test_tokenizer PRIVATE ${PROJECT_SOURCE_DIR}/routing)
+target_link_libraries(test_tokenizer PRIVATE pdr_routing Threads::Threads)
+add_test(NAME tokenizer_unit
+         COMMAND test_tokenizer ${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/llama3.tokenizer.json)
+set_tests_properties(tokenizer_unit PROPERTIES TIMEOUT 60)

@@ -1,0 +1,40 @@
+/*
+ * A Hugging Face tokenizer.json encoder for byte-level BPE tokenizers (as Llama 3, Qwen2 and GPT-2 ship
+ * them): the router turns a prompt's text into the token ids the engine will see, so that KV events
+ * keyed by token ids can be matched against requests. docs/internals/tokenizer.md lists what a file may
+ * use, what was checked token for token against the `tokenizers` package, and what is refused.
+ *
+ * Threads: a loaded tokenizer is immutable; pdr_tokenizer_encode() may run on one tokenizer from any
+ * number of threads at once (each call allocates its own scratch).
+ */
+#ifndef PDR_TOKENIZER_H
+#define PDR_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pdr_tokenizer pdr_tokenizer_t;
+
+/*
+ * Loads a tokenizer.json. Returns NULL and writes a message to err[0..errlen) on failure: the file's
+ * name and what is wrong, with line:column for malformed JSON and the JSON path of a feature this
+ * encoder does not implement (e.g. "normalizer.type: \"Lowercase\" is not supported").
+ */
+pdr_tokenizer_t *pdr_tokenizer_load(const char *path, char *err, size_t errlen);
+void pdr_tokenizer_free(pdr_tokenizer_t *tok);
+
+/*
+ * Encodes text[0..len) (UTF-8) as `Tokenizer.encode(text).ids` does: added tokens split out first, the
+ * normalizer, the pre-tokenizer, BPE, then the post-processor's special tokens. *ids is malloc'ed (the
+ * caller frees it; NULL when *n is 0). Returns 0, PDR_EINVAL (text not valid UTF-8), PDR_ENOMEM, or
+ * PDR_ENOTSUP (a regex step exceeded PCRE2's match limits; the caller should fall back).
+ */
+int pdr_tokenizer_encode(const pdr_tokenizer_t *tok, const char *text, size_t len, uint32_t **ids, size_t *n);
+
+/* The bytes the loaded tokenizer holds (tables, strings and compiled patterns; an estimate for PCRE2). */
+size_t pdr_tokenizer_bytes(const pdr_tokenizer_t *tok);
+/* The number of vocabulary entries and of merges. */
+size_t pdr_tokenizer_vocab_size(const pdr_tokenizer_t *tok);
+size_t pdr_tokenizer_merges(const pdr_tokenizer_t *tok);
+
+#endif

@@ -1,0 +1,79 @@
+/* Between tokenizer_load.c (tokenizer.json to tables) and tokenizer.c (the tables, encoding). */
+#ifndef PDR_TOKENIZER_INTERNAL_H
+#define PDR_TOKENIZER_INTERNAL_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdint.h>
+
+#include "tokenizer.h"
+
+#define PDR_TOK_NONE UINT32_MAX
+
+/* A string -> id table (the vocabulary), open addressing over a string pool. */
+typedef struct pdr__tok_vocab {
+    char *pool;
+    size_t pool_len, pool_cap;
+    struct pdr__tok_ventry {
+        uint32_t off, len, id, hash;
+    } * ents;
+    size_t n, ents_cap, cap; /* entries; cap: slots, a power of two */
+    uint32_t *slots;         /* index + 1 into ents, 0: empty */
+} pdr__tok_vocab_t;
+
+/* (left id, right id) -> (rank, merged id). */
+typedef struct pdr__tok_merge {
+    uint64_t key; /* left << 32 | right; UINT64_MAX: empty */
+    uint32_t rank, id;
+} pdr__tok_merge_t;
+
+typedef struct pdr__tok_added {
+    char *s;
+    uint32_t len, id;
+} pdr__tok_added_t;
+
+/* One set of added tokens, matched leftmost-longest by exact bytes. */
+typedef struct pdr__tok_addset {
+    pdr__tok_added_t *tok; /* sorted by first byte, then by length, longest first */
+    size_t n;
+    uint32_t first[257]; /* tokens starting with byte b: tok[first[b] .. first[b + 1]) */
+} pdr__tok_addset_t;
+
+typedef enum { PDR__TOK_SPLIT, PDR__TOK_PREFIX_SPACE } pdr__tok_step_kind_t;
+
+typedef struct pdr__tok_step {
+    pdr__tok_step_kind_t kind;
+    pcre2_code *re; /* PDR__TOK_SPLIT: the pattern, behaviour Isolated */
+} pdr__tok_step_t;
+
+struct pdr_tokenizer {
+    pdr__tok_vocab_t vocab;
+    pdr__tok_merge_t *merges;
+    size_t merge_cap, n_merges; /* cap a power of two */
+    uint32_t byte_id[256];      /* the vocabulary id of each byte's ByteLevel character, or NONE */
+    uint32_t unk_id;            /* NONE: unknown characters are dropped (as `tokenizers` does) */
+    int fuse_unk, ignore_merges, nfc;
+    pdr__tok_addset_t added_raw;  /* added tokens with normalized false: split from the raw text */
+    pdr__tok_addset_t added_norm; /* normalized true (only without a normalizer): matched afterwards */
+    pdr__tok_step_t *steps;
+    size_t n_steps;
+    uint32_t *prefix, *suffix; /* the post-processor's ids around the sequence */
+    size_t n_prefix, n_suffix;
+    size_t bytes;
+};
+
+/* The ByteLevel character of byte b as UTF-8 (1 or 2 bytes) into out; returns its length. */
+size_t pdr__tok_byte_char(uint8_t b, char out[2]);
+uint32_t pdr__tok_hash(const char *s, size_t len);
+/* Returns the id of s in the vocabulary, or PDR_TOK_NONE. */
+uint32_t pdr__tok_vocab_get(const pdr__tok_vocab_t *v, const char *s, size_t len);
+/* Adds s -> id (an existing s gets the new id). Returns 0 or PDR_ENOMEM. */
+int pdr__tok_vocab_put(pdr__tok_vocab_t *v, const char *s, size_t len, uint32_t id);
+void pdr__tok_vocab_free(pdr__tok_vocab_t *v);
+/* Adds a merge (a later duplicate replaces an earlier one, as `tokenizers` does). 0 or PDR_ENOMEM. */
+int pdr__tok_merge_put(pdr_tokenizer_t *t, uint32_t left, uint32_t right, uint32_t rank, uint32_t id);
+const pdr__tok_merge_t *pdr__tok_merge_get(const pdr_tokenizer_t *t, uint32_t left, uint32_t right);
+/* Sorts a set and builds its first-byte index. */
+void pdr__tok_addset_index(pdr__tok_addset_t *a);
+
+#endif
