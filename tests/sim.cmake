@@ -2,7 +2,7 @@
 # the binary lands in the build root (CMAKE_RUNTIME_OUTPUT_DIRECTORY).
 add_executable(pdsim sim/main.c sim/server.c sim/model.c sim/prefix_cache.c)
 target_include_directories(pdsim PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/sim ${PROJECT_SOURCE_DIR}/worker-shim)
-target_link_libraries(pdsim PRIVATE pdshim pdr_common PkgConfig::H2O PkgConfig::UV PkgConfig::SSL
+target_link_libraries(pdsim PRIVATE pdshim pdr_common pdr_routing PkgConfig::H2O PkgConfig::UV PkgConfig::SSL
                                     PkgConfig::JANSSON Threads::Threads)
 
 add_test(NAME pdsim_integration
@@ -13,7 +13,7 @@ set_tests_properties(pdsim_integration PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 7
 # pdsim's prefix cache, as pure code.
 add_executable(test_pdsim_pcache unit/test_pdsim_pcache.c sim/prefix_cache.c sim/model.c)
 target_include_directories(test_pdsim_pcache PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/sim ${PROJECT_SOURCE_DIR}/worker-shim)
-target_link_libraries(test_pdsim_pcache PRIVATE pdr_common PkgConfig::UV)
+target_link_libraries(test_pdsim_pcache PRIVATE pdr_common pdr_routing PkgConfig::UV)
 add_test(NAME pdsim_unit_pcache COMMAND test_pdsim_pcache)
 set_tests_properties(pdsim_unit_pcache PROPERTIES TIMEOUT 60)
 

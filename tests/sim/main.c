@@ -11,6 +11,7 @@
 #include "err.h"
 #include "util.h"
 #include "pdsim.h"
+#include "tokenizer.h"
 
 static uv_signal_t sig_term, sig_int;
 static uv_timer_t guard;
@@ -44,6 +45,8 @@ static void usage(FILE *f)
         "                            rank itself and records the rank each request names)\n"
         "  --local-prefill           decode: a request with no bootstrap fields and no kv_transfer_params\n"
         "                            is computed here, prompt and all (a vLLM decode's plain request)\n"
+        "  --tokenizer FILE          a Hugging Face tokenizer.json: prompt text becomes its token ids (the\n"
+        "                            prefix cache and KV follow them) instead of one hash per word\n"
         "fault knobs (also POST /pdsim/fault at run time):\n"
         "  --fail-health             GET /health answers 503\n"
         "  --fail-status CODE        generate routes answer CODE with an OpenAI error\n"
@@ -110,6 +113,11 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         }
         if (strcmp(a, "--host") == 0 && val != NULL) {
             o->host = val;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--tokenizer") == 0 && val != NULL) {
+            o->tokenizer = val;
             i++;
             continue;
         }
@@ -247,6 +255,15 @@ int main(int argc, char **argv)
     memset(&opts, 0, sizeof(opts));
     if (parse_args(argc, argv, &opts) != 0)
         return 2;
+    pdr_tokenizer_t *tok = NULL;
+    if (opts.tokenizer != NULL) {
+        char err[512];
+        if ((tok = pdr_tokenizer_load(opts.tokenizer, err, sizeof(err))) == NULL) {
+            fprintf(stderr, "pdsim: --tokenizer: %s\n", err);
+            return 2;
+        }
+        pdsim_set_tokenizer(tok);
+    }
     signal(SIGPIPE, SIG_IGN);
     loop = uv_default_loop();
     uv_signal_init(loop, &sig_term);
@@ -270,5 +287,7 @@ int main(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
     if (uv_loop_close(loop) != 0)
         pdr_warn("pdsim: handles still open at exit");
+    pdsim_set_tokenizer(NULL);
+    pdr_tokenizer_free(tok);
     return rc;
 }

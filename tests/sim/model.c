@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include "err.h"
 #include "pdsim.h"
+#include "tokenizer.h"
 
 /* 64 fixed output words. */
 static const char *const vocab[64] = {
@@ -66,8 +67,27 @@ static int is_space(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
+/* --tokenizer: set once at start, read-only afterwards (pdr_tokenizer_encode is thread-safe). */
+static const pdr_tokenizer_t *sim_tokenizer;
+
+void pdsim_set_tokenizer(const pdr_tokenizer_t *tok)
+{
+    sim_tokenizer = tok;
+}
+
 int pdsim_tokenize(pdsim_toks_t *t, const char *s, size_t len)
 {
+    if (sim_tokenizer != NULL) {
+        uint32_t *ids;
+        size_t n;
+        int r = pdr_tokenizer_encode(sim_tokenizer, s, len, &ids, &n);
+        if (r != 0)
+            return r;
+        for (size_t k = 0; k < n && r == 0; k++)
+            r = pdsim_toks_push(t, (int64_t)ids[k]);
+        free(ids);
+        return r;
+    }
     size_t i = 0;
     while (i < len) {
         while (i < len && is_space(s[i]))

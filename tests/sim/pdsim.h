@@ -41,6 +41,7 @@ typedef struct pdsim_opts {
     int bootstrap_port;
     int64_t kv_bytes_per_token;
     const char *model;
+    const char *tokenizer; /* --tokenizer: a tokenizer.json for prompt text (NULL: one hash per word) */
     int64_t prefill_us_per_token;
     int64_t decode_us_per_token;
     int64_t max_tokens_default;
@@ -78,8 +79,13 @@ uint64_t pdsim_fnv1a(const void *p, size_t len);
 uint64_t pdsim_mix64(uint64_t x);
 /* Appends one id. Returns 0 or PDR_ENOMEM. */
 int pdsim_toks_push(pdsim_toks_t *t, int64_t id);
-/* Splits text on whitespace and appends one token per word. Returns 0 or PDR_ENOMEM. */
+/* Splits text on whitespace and appends one token per word; with a tokenizer set (--tokenizer), appends
+ * the tokenizer's ids of the text instead. Returns 0, PDR_ENOMEM, or the tokenizer's PDR_EINVAL (text not
+ * UTF-8) / PDR_ENOTSUP. */
 int pdsim_tokenize(pdsim_toks_t *t, const char *s, size_t len);
+struct pdr_tokenizer;
+/* Makes pdsim_tokenize() use tok (NULL: the whitespace words again). */
+void pdsim_set_tokenizer(const struct pdr_tokenizer *tok);
 /* Gives an empty prompt its one token. Returns 0 or PDR_ENOMEM. */
 int pdsim_toks_finish(pdsim_toks_t *t);
 void pdsim_toks_free(pdsim_toks_t *t);

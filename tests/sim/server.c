@@ -1186,9 +1186,15 @@ static int toks_from_ids(const json_t *arr, pdsim_toks_t *t, char *err, size_t e
     return pdsim_toks_finish(t);
 }
 
-static int toks_from_text(const json_t *s, pdsim_toks_t *t)
+static int toks_from_text(const json_t *s, pdsim_toks_t *t, char *err, size_t errlen)
 {
-    if (pdsim_tokenize(t, json_string_value(s), json_string_length(s)) != 0)
+    int r = pdsim_tokenize(t, json_string_value(s), json_string_length(s));
+    if (r == PDR_EINVAL || r == PDR_ENOTSUP) {
+        snprintf(err, errlen, "the tokenizer cannot encode the prompt: %s",
+                 r == PDR_EINVAL ? "it is not valid UTF-8" : pdr_strerror(r));
+        return PDR_EINVAL;
+    }
+    if (r != 0)
         return PDR_ENOMEM;
     return pdsim_toks_finish(t);
 }
@@ -1220,7 +1226,7 @@ static int prompts_from_list(sim_req_t *ctx, const json_t *list, char *err, size
         json_t *e = json_array_get(list, i);
         int r;
         if (json_is_string(e))
-            r = toks_from_text(e, &ctx->items[i].toks);
+            r = toks_from_text(e, &ctx->items[i].toks, err, errlen);
         else if (json_is_array(e))
             r = toks_from_ids(e, &ctx->items[i].toks, err, errlen);
         else {
@@ -1231,6 +1237,15 @@ static int prompts_from_list(sim_req_t *ctx, const json_t *list, char *err, size
             return r;
     }
     return 0;
+}
+
+static int text_error(int r, char *err, size_t errlen)
+{
+    if (r != PDR_EINVAL && r != PDR_ENOTSUP)
+        return PDR_ENOMEM;
+    snprintf(err, errlen, "the tokenizer cannot encode a message: %s",
+             r == PDR_EINVAL ? "it is not valid UTF-8" : pdr_strerror(r));
+    return PDR_EINVAL;
 }
 
 static int append_text(pdsim_toks_t *t, const json_t *s)
@@ -1258,7 +1273,7 @@ static int parse_prompts(sim_req_t *ctx, const json_t *body, char *err, size_t e
         if (json_is_string(text)) {
             if (add_items(ctx, 1) != 0)
                 return PDR_ENOMEM;
-            return toks_from_text(text, &ctx->items[0].toks);
+            return toks_from_text(text, &ctx->items[0].toks, err, errlen);
         }
         if (json_is_array(text)) {
             ctx->batch = 1;
@@ -1272,7 +1287,7 @@ static int parse_prompts(sim_req_t *ctx, const json_t *body, char *err, size_t e
         if (json_is_string(p)) {
             if (add_items(ctx, 1) != 0)
                 return PDR_ENOMEM;
-            return toks_from_text(p, &ctx->items[0].toks);
+            return toks_from_text(p, &ctx->items[0].toks, err, errlen);
         }
         if (json_is_array(p)) {
             json_t *first = json_array_get(p, 0);
@@ -1314,15 +1329,16 @@ static int parse_prompts(sim_req_t *ctx, const json_t *body, char *err, size_t e
             return PDR_EINVAL;
         }
         json_t *content = json_object_get(m, "content");
-        if (append_text(t, json_object_get(m, "role")) != 0 || append_text(t, content) != 0)
-            return PDR_ENOMEM;
+        int r;
+        if ((r = append_text(t, json_object_get(m, "role"))) != 0 || (r = append_text(t, content)) != 0)
+            return text_error(r, err, errlen);
         if (json_is_array(content)) { /* content parts: [{"type":"text","text":...}] */
             size_t k;
             json_t *part;
             json_array_foreach(content, k, part)
             {
-                if (append_text(t, json_object_get(part, "text")) != 0)
-                    return PDR_ENOMEM;
+                if ((r = append_text(t, json_object_get(part, "text"))) != 0)
+                    return text_error(r, err, errlen);
             }
         }
     }
