@@ -31,6 +31,7 @@ enum opt_id {
     OPT_HELP,
     OPT_LOG_LEVEL,
     OPT_LOG_DIR,
+    OPT_TOKENIZER_PATH,
     OPT_ACCESS_LOG,
     OPT_RETRIES,
     OPT_RETRY_MAX,
@@ -102,6 +103,7 @@ static const struct opt {
     {"help", OPT_HELP, ARG_NONE},
     {"log-level", OPT_LOG_LEVEL, ARG_ONE},
     {"log-dir", OPT_LOG_DIR, ARG_ONE},
+    {"tokenizer-path", OPT_TOKENIZER_PATH, ARG_ONE},
     {"access-log", OPT_ACCESS_LOG, ARG_ONE},
     {"retries", OPT_RETRIES, ARG_ONE},
     {"retry-max-retries", OPT_RETRY_MAX, ARG_ONE},
@@ -149,7 +151,9 @@ static const struct opt {
 
 /* The sglang router's flags that pdrouter has no equivalent for: refused (never ignored), each with what
  * pdrouter offers instead. docs/migrating-from-sglang-router.md has the same table. */
-#define NO_TOKENIZER "pdrouter does not tokenize or template requests: the workers do"
+#define NO_TOKENIZER                                                                                         \
+    "pdrouter does not template requests or load models: the workers do (--tokenizer-path takes a "          \
+    "tokenizer.json)"
 #define NO_HISTORY "pdrouter keeps no conversation or response history"
 #define NO_BACKOFF                                                                                           \
     "pdrouter retries at once on another worker pair, without backoff; only the count is set "               \
@@ -196,7 +200,6 @@ static const struct refused {
      "health checks cannot be turned off; set their period with --health-check-interval-secs "
      "(health.interval_ms)"},
     {"model-path", NO_TOKENIZER},
-    {"tokenizer-path", NO_TOKENIZER},
     {"chat-template", NO_TOKENIZER},
     {"tokenizer-cache-enable-l0", NO_TOKENIZER},
     {"tokenizer-cache-l0-max-entries", NO_TOKENIZER},
@@ -288,6 +291,8 @@ void pdr_config_usage(FILE *out)
         "  --threads N                event-loop threads, 0 = one per CPU core (default 0)\n"
         "  --log-level L              debug, info, warn or error (default info)\n"
         "  --log-dir DIR              also write the router's log to DIR/pdrouter.log\n"
+        "  --tokenizer-path FILE      a Hugging Face tokenizer.json for prompt token ids (config: "
+        "tokenizer)\n"
         "  --access-log PATH|-|off    access log file, '-' for stdout (default), 'off' to disable\n"
         "  --retries N                retries on another worker pair, 0..10 (default 2)\n"
         "  --retry-max-retries N      attempts in all, 1..11 (retries = N - 1); --disable-retries: 1\n"
@@ -624,6 +629,8 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
     case OPT_LOG_DIR:
         *given |= G_LOG_DIR;
         return set_str(&fl->log.dir, val, err, errlen);
+    case OPT_TOKENIZER_PATH: /* given when set: the default is none */
+        return set_str(&fl->tokenizer, val, err, errlen);
     case OPT_ACCESS_LOG:
         *given |= G_ACCESS_LOG;
         return set_str(&fl->log.access_log, val, err, errlen);
@@ -981,6 +988,8 @@ static void apply_overrides(pdr_config_t *c, pdr_config_t *fl, unsigned given)
         c->metrics_port = fl->metrics_port;
     if (given & G_LOG_DIR)
         swap_str(&c->log.dir, &fl->log.dir);
+    if (fl->tokenizer != NULL)
+        swap_str(&c->tokenizer, &fl->tokenizer);
     if (given & G_API_KEY) {
         swap_str(&c->worker_api_key, &fl->worker_api_key);
         swap_str(&c->worker_api_key_file, &fl->worker_api_key_file);

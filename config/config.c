@@ -392,6 +392,7 @@ static void config_free(pdr_config_t *c)
     free(c->log.access_log);
     free(c->log.level);
     free(c->log.dir);
+    free(c->tokenizer);
     discovery_conf_free(&c->discovery);
     free(c);
 }

@@ -228,6 +228,7 @@ typedef struct pdr_config {
     /* dp_aware (--dp-aware, the sglang router's flag): at start, each static worker without a dp_size is
      * asked its dp_size (GET /get_server_info); router/dpaware.c. Default 0. */
     int dp_aware;
+    char *tokenizer; /* NULL (default): none; else a tokenizer.json the router loads (--tokenizer-path) */
 
     /* Dynamic workers of the one-pool form, beside the static lists above (which may then be empty).
      * With pools:, each pool has its own (pdr_pool_conf_t.discovery) and this one is unused. */

@@ -547,6 +547,11 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         return PDR_ECONFIG;
     }
     CHECK_RANGE(c->admin_port, 0, 65535, "admin.port");
+    if (c->tokenizer != NULL && c->tokenizer[0] == '\0') {
+        pdr__config_err(err, errlen,
+                        "tokenizer: must not be empty (a tokenizer.json; leave it out for none)");
+        return PDR_ECONFIG;
+    }
     if (c->admin_token_file != NULL && c->admin_token_file[0] == '\0') {
         pdr__config_err(err, errlen, "admin.token_file: must not be empty (leave it out for no token)");
         return PDR_ECONFIG;

@@ -289,6 +289,7 @@ static const struct field top_fields[] = {
     {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields},
     {"threads", F_INT, CONF(threads), 0, PDR_MAX_THREADS, NULL},
     {"dp_aware", F_BOOL, CONF(dp_aware), 0, 0, NULL},
+    {"tokenizer", F_STR_OPT, CONF(tokenizer), 0, 0, NULL},
     {"discovery", F_DISCOVERY, CONF(discovery), 0, 0, discovery_fields},
     {"pools", F_POOLS, 0, 0, 0, pool_fields},
     {"request_id_headers", F_NAMES, 0, 0, 0, NULL},

@@ -17,6 +17,7 @@
 #include "dpaware.h"
 #include "err.h"
 #include "router.h"
+#include "tokenizer.h"
 #include "util.h"
 
 static pdr_router_t router;
@@ -103,6 +104,15 @@ int main(int argc, char **argv)
         if (c == NULL) {
             fprintf(stderr, "%s\n", err);
             return 2;
+        }
+        if (c->tokenizer != NULL) { /* loaded as the router would, so that a broken file fails here too */
+            pdr_tokenizer_t *tok = pdr_tokenizer_load(c->tokenizer, err, sizeof(err));
+            if (tok == NULL) {
+                fprintf(stderr, "%s\n", err);
+                pdr_config_unref(c);
+                return 2;
+            }
+            pdr_tokenizer_free(tok);
         }
         printf("%s: ok (%zu prefill, %zu decode workers)\n", cli.check_config, c->n_prefill, c->n_decode);
         pdr_config_unref(c);

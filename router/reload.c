@@ -318,6 +318,8 @@ int pdr_router_reload(pdr_router_t *r, char *msg, size_t cap)
         return PDR_ECONFIG;
     }
     int rc = pdr_admin_reload_token(r, c, err, sizeof(err));
+    if (rc == 0)
+        rc = pdr_router_tokenizer_load(r, c, err, sizeof(err));
     if (rc != 0) {
         snprintf(msg, cap, "%s", err);
         pdr_config_unref(c);

@@ -9,6 +9,7 @@
 #define PDR_ROUTER_H
 
 #include <h2o.h>
+#include <sys/stat.h>
 #include <uv.h>
 #include "config.h"
 #include "dlist.h"
@@ -73,6 +74,11 @@ typedef struct pdr_router {
     int argc;                    /* the command line a reload parses again (set before start; NULL argv: */
     char **argv;                 /* reload reads config_path alone) */
     uint64_t reloads_ok, reloads_failed; /* atomic */
+    /* The tokenizer of config key `tokenizer` (NULL: none): swapped under config_lock by start and
+     * reload; other code takes it with pdr_router_tokenizer() (tokenizer_ref.c). */
+    struct pdr_tokenizer *tokenizer;
+    char *tokenizer_path;
+    struct stat tokenizer_stat; /* of the file as loaded: an unchanged file is not parsed again */
     uint64_t last_reload_ms;
     /* Discovery sources by pool (index in config's pools, or 0 for the one-pool form) and kind (dns,
      * kubernetes); NULL where none runs. Loop 0 starts and stops them (reload.c). */
@@ -233,6 +239,13 @@ int pdr_router_discovery_start(pdr_router_t *r);
 void pdr_router_discovery_stop(pdr_router_t *r);
 /* Whether a source of the kind (0: dns, 1: kubernetes) runs for any pool (loop 0). */
 int pdr_router_discovery_running(const pdr_router_t *r, int which);
+/* tokenizer_ref.c. Loop 0 (start, reload): loads c->tokenizer unless the same file is loaded already,
+ * or drops the tokenizer when c has none. Returns 0, or an error with the loader's message in err (the
+ * running tokenizer stays). */
+int pdr_router_tokenizer_load(pdr_router_t *r, const pdr_config_t *c, char *err, size_t errlen);
+/* Any loop: a reference to the current tokenizer (release it with pdr_tokenizer_free()), or NULL. */
+struct pdr_tokenizer *pdr_router_tokenizer(pdr_router_t *r);
+void pdr_router_tokenizer_dispose(pdr_router_t *r);
 /* Any loop: takes the current snapshot into t->config if it changed. */
 void pdr_thread_sync_config(pdr_thread_t *t);
 

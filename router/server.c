@@ -1196,8 +1196,13 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
     pthread_mutex_init(&r->config_lock, NULL);
     if (c->source != NULL && c->source[0] != '<' && (r->config_path = strdup(c->source)) == NULL)
         return PDR_ENOMEM;
-    int rc = pdr_pool_init(&r->pool, c);
-    if (rc != 0)
+    char tok_err[1024];
+    int rc = pdr_router_tokenizer_load(r, c, tok_err, sizeof(tok_err));
+    if (rc != 0) {
+        pdr_error("%s", tok_err);
+        return rc;
+    }
+    if ((rc = pdr_pool_init(&r->pool, c)) != 0)
         return rc;
     if ((rc = open_access_log(r, c->log.access_log)) != 0)
         return rc;
@@ -1457,6 +1462,7 @@ void pdr_router_join(pdr_router_t *r)
         pdr_pool_dispose(&r->pool);
         pdr_config_unref(r->config);
         r->config = NULL;
+        pdr_router_tokenizer_dispose(r);
         pthread_mutex_destroy(&r->config_lock);
         free(r->config_path);
     }

@@ -205,9 +205,15 @@ void pdr__tok_addset_index(pdr__tok_addset_t *a)
     a->first[256] = (uint32_t)k;
 }
 
+pdr_tokenizer_t *pdr_tokenizer_ref(pdr_tokenizer_t *t)
+{
+    __atomic_add_fetch(&t->refcnt, 1, __ATOMIC_RELAXED);
+    return t;
+}
+
 void pdr_tokenizer_free(pdr_tokenizer_t *t)
 {
-    if (t == NULL)
+    if (t == NULL || __atomic_sub_fetch(&t->refcnt, 1, __ATOMIC_ACQ_REL) > 0)
         return;
     pdr__tok_vocab_free(&t->vocab);
     free(t->merges);

@@ -21,6 +21,9 @@ typedef struct pdr_tokenizer pdr_tokenizer_t;
  * encoder does not implement (e.g. "normalizer.type: \"Lowercase\" is not supported").
  */
 pdr_tokenizer_t *pdr_tokenizer_load(const char *path, char *err, size_t errlen);
+/* A tokenizer is reference-counted (it starts with one): pdr_tokenizer_ref() adds one, and
+ * pdr_tokenizer_free() drops one and frees the tokenizer with the last. Both are thread-safe. */
+pdr_tokenizer_t *pdr_tokenizer_ref(pdr_tokenizer_t *tok);
 void pdr_tokenizer_free(pdr_tokenizer_t *tok);
 
 /*

@@ -60,6 +60,7 @@ struct pdr_tokenizer {
     uint32_t *prefix, *suffix; /* the post-processor's ids around the sequence */
     size_t n_prefix, n_suffix;
     size_t bytes;
+    int refcnt; /* atomic */
 };
 
 /* The ByteLevel character of byte b as UTF-8 (1 or 2 bytes) into out; returns its length. */

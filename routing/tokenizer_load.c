@@ -581,6 +581,7 @@ pdr_tokenizer_t *pdr_tokenizer_load(const char *path, char *err, size_t errlen)
         json_decref(root);
         return NULL;
     }
+    L.t->refcnt = 1;
     int r = load_root(&L, root);
     json_decref(root);
     if (r != 0) {

@@ -1,0 +1,85 @@
+/*
+ * The router's tokenizer (config key `tokenizer`, --tokenizer-path): loaded at start and on reload, and
+ * handed out by reference so that a reload can swap it while requests on other loops still encode with
+ * the previous one. A reload whose file did not change (same path, inode, size and mtime) keeps the
+ * loaded tables instead of parsing the file again; a file that fails to load fails the start or the
+ * reload with the loader's message, and a failed reload keeps the running tokenizer.
+ *
+ * Threads: load and swap on loop 0 (start, reload); pdr_router_tokenizer() from any loop.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "err.h"
+#include "router.h"
+#include "tokenizer.h"
+#include "util.h"
+
+static int same_file(const pdr_router_t *r, const char *path, const struct stat *st)
+{
+    return r->tokenizer != NULL && r->tokenizer_path != NULL && strcmp(r->tokenizer_path, path) == 0 &&
+           r->tokenizer_stat.st_ino == st->st_ino && r->tokenizer_stat.st_dev == st->st_dev &&
+           r->tokenizer_stat.st_size == st->st_size &&
+           r->tokenizer_stat.st_mtim.tv_sec == st->st_mtim.tv_sec &&
+           r->tokenizer_stat.st_mtim.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+static void swap_in(pdr_router_t *r, pdr_tokenizer_t *tok, char *path, const struct stat *st)
+{
+    pthread_mutex_lock(&r->config_lock);
+    pdr_tokenizer_t *old = r->tokenizer;
+    char *old_path = r->tokenizer_path;
+    r->tokenizer = tok;
+    r->tokenizer_path = path;
+    if (st != NULL)
+        r->tokenizer_stat = *st;
+    pthread_mutex_unlock(&r->config_lock);
+    pdr_tokenizer_free(old); /* one reference: requests still encoding hold their own */
+    free(old_path);
+}
+
+int pdr_router_tokenizer_load(pdr_router_t *r, const pdr_config_t *c, char *err, size_t errlen)
+{
+    if (c->tokenizer == NULL) {
+        if (r->tokenizer != NULL)
+            pdr_info("tokenizer: none any more (%s dropped)", r->tokenizer_path);
+        swap_in(r, NULL, NULL, NULL);
+        return 0;
+    }
+    struct stat st;
+    if (stat(c->tokenizer, &st) == 0 && same_file(r, c->tokenizer, &st))
+        return 0;
+    uint64_t t0 = pdr_now_ms();
+    pdr_tokenizer_t *tok = pdr_tokenizer_load(c->tokenizer, err, errlen);
+    if (tok == NULL)
+        return PDR_ECONFIG;
+    char *path = strdup(c->tokenizer);
+    if (path == NULL) {
+        pdr_tokenizer_free(tok);
+        snprintf(err, errlen, "%s: out of memory", c->tokenizer);
+        return PDR_ENOMEM;
+    }
+    pdr_info("tokenizer: %s loaded in %llu ms (%zu tokens, %zu merges, %zu KiB)", c->tokenizer,
+             (unsigned long long)(pdr_now_ms() - t0), pdr_tokenizer_vocab_size(tok),
+             pdr_tokenizer_merges(tok), pdr_tokenizer_bytes(tok) / 1024);
+    swap_in(r, tok, path, &st);
+    return 0;
+}
+
+pdr_tokenizer_t *pdr_router_tokenizer(pdr_router_t *r)
+{
+    pthread_mutex_lock(&r->config_lock);
+    pdr_tokenizer_t *tok = r->tokenizer ? pdr_tokenizer_ref(r->tokenizer) : NULL;
+    pthread_mutex_unlock(&r->config_lock);
+    return tok;
+}
+
+void pdr_router_tokenizer_dispose(pdr_router_t *r)
+{
+    pdr_tokenizer_free(r->tokenizer);
+    free(r->tokenizer_path);
+    r->tokenizer = NULL;
+    r->tokenizer_path = NULL;
+}

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Integration tests of the tokenizer.json encoder in the processes that load it.
+
+Usage: test_tokenizer.py SCENARIO   (one of the functions named scenario_*; ctest runs each separately)
+
+pdsim: --tokenizer makes prompt text the tokenizer's ids (usage.prompt_tokens equals the reference count
+from tests/fixtures/tokenizer/, the prefix cache hits on shared token prefixes); without it the
+whitespace words stay; a broken file exits 2 with the loader's message.
+router: --tokenizer-path / config key `tokenizer` load at start (a broken file fails the start and
+--check-config with the loader's message), again on reload when the file changed (a failed reload keeps
+the running one), and not when it did not. Standard library only; nothing sleeps to synchronize."""
+
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pdtest  # noqa: E402
+from pdtest import check, request, request_json  # noqa: E402
+from test_router import metric_value, router, sim  # noqa: E402
+
+FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tokenizer")
+
+
+def fixture(name):
+    return os.path.abspath(os.path.join(FIX, name))
+
+
+def references(variant, n):
+    """The first n non-empty reference texts with their ids."""
+    out = []
+    with gzip.open(fixture(variant + ".reference.jsonl.gz"), "rt", encoding="utf-8") as f:
+        for line in f:
+            o = json.loads(line)
+            if o["text"].strip():
+                out.append((o["text"], o["ids"]))
+            if len(out) == n:
+                break
+    return out
+
+
+def tmpdir():
+    d = tempfile.mkdtemp(prefix="pdtest-tok-")
+    return d
+
+
+def scenario_pdsim():
+    refs = references("llama3", 40)
+    p = pdtest.start(["pdsim", "--role", "both", "--port", "{port}", "--tokenizer", fixture("llama3.tokenizer.json"),
+                      "--prefix-cache-tokens", "65536", "--cache-block-tokens", "4"], name="pdsim-tok")
+    for text, ids in refs:
+        c = request_json(p.port, "POST", "/v1/completions", {"prompt": text, "max_tokens": 1})
+        check(c["usage"]["prompt_tokens"] == len(ids), "%r: %r, want %d" % (text[:80], c["usage"], len(ids)), p)
+    text, ids = refs[0]
+    g = request_json(p.port, "POST", "/generate", {"text": text, "sampling_params": {"max_new_tokens": 1}})
+    check(g["meta_info"]["prompt_tokens"] == len(ids), repr(g["meta_info"]), p)
+    # The prefix cache follows the token ids: a long shared prefix hits in whole 4-token blocks.
+    system = "You are a careful assistant. Answer in one short sentence, and cite the license text. " * 4
+    a = request_json(p.port, "POST", "/generate", {"text": system + "First question?",
+                                                   "sampling_params": {"max_new_tokens": 1}})["meta_info"]
+    b = request_json(p.port, "POST", "/generate", {"text": system + "Another one!",
+                                                   "sampling_params": {"max_new_tokens": 1}})["meta_info"]
+    check(a["cached_tokens"] == 0 and b["cached_tokens"] >= 4 * ((a["prompt_tokens"] - 8) // 4) - 4,
+          "cache over token ids: %r then %r" % (a, b), p)
+    check(p.stop() == 0, "exit status", p)
+
+    # The default is unchanged: one token per whitespace-separated word.
+    q = pdtest.start(["pdsim", "--role", "both", "--port", "{port}"], name="pdsim-words")
+    c = request_json(q.port, "POST", "/v1/completions", {"prompt": "one two  three\nfour", "max_tokens": 1})
+    check(c["usage"]["prompt_tokens"] == 4, repr(c["usage"]), q)
+    check(q.stop() == 0, "exit status", q)
+
+    d = tmpdir()
+    bad = os.path.join(d, "bad.json")
+    with open(bad, "w") as f:
+        f.write('{"model": {"type": "Unigram"}}')
+    r = subprocess.run([pdtest.binary("pdsim"), "--role", "both", "--port", "1", "--tokenizer", bad],
+                       capture_output=True, text=True)
+    check(r.returncode == 2 and "model.type: \"Unigram\" is not supported" in r.stderr, repr((r.returncode, r.stderr)))
+    shutil.rmtree(d)
+
+
+def loaded_lines(r):
+    with open(r.log_path, errors="replace") as f:
+        return [l for l in f if "tokenizer: " in l and " loaded in " in l]
+
+
+def reloads(r, result):
+    m = request(r.port, "GET", "/metrics")[2].decode()
+    return metric_value(m, "pdr_config_reloads_total", result=result)
+
+
+def admin_reload(r):
+    st, _, raw = request(r.ports["admin"], "POST", "/admin/v1/reload")
+    return st, json.loads(raw)
+
+
+def scenario_router():
+    d = tmpdir()
+    tok = os.path.join(d, "tokenizer.json")
+    shutil.copy(fixture("llama3.tokenizer.json"), tok)
+    broken = os.path.join(d, "broken.json")
+    with open(broken, "w") as f:
+        f.write('{\n  "model": {"type": "BPE",\n  "vocab": {"a" 0}}}\n')
+
+    # --check-config loads the tokenizer as a start would.
+    cfg = os.path.join(d, "check.yaml")
+    pdr = pdtest.binary("pdrouter")
+    for path, rc, want in ((tok, 0, "ok"), (broken, 2, "broken.json:3:"), (os.path.join(d, "missing.json"), 2,
+                                                                           "missing.json")):
+        with open(cfg, "w") as f:
+            f.write("workers: { prefill: [ { url: http://127.0.0.1:1 } ], decode: [ { url: http://127.0.0.1:2 } ] }\n"
+                    "tokenizer: %s\n" % path)
+        out = subprocess.run([pdr, "--check-config", cfg], capture_output=True, text=True)
+        check(out.returncode == rc and want in out.stdout + out.stderr, "%s: %r" % (path, out))
+
+    # A broken file fails the start, with the loader's message.
+    out = subprocess.run([pdr, "--pd-disaggregation", "--prefill", "http://127.0.0.1:1", "--decode",
+                          "http://127.0.0.1:2", "--port", str(pdtest.free_port()), "--admin-port", "0",
+                          "--access-log", "off", "--tokenizer-path", broken],
+                         capture_output=True, text=True, timeout=20)
+    check(out.returncode != 0 and "broken.json:3:" in out.stdout + out.stderr, repr(out))
+
+    p, dec = sim("prefill"), sim("decode")
+    r = router([p], [dec], config="tokenizer: %s" % tok)
+    try:
+        pdtest.poll_until(lambda: len(loaded_lines(r)) == 1, 5, "the tokenizer's load line")
+        check("(8000 tokens, 7741 merges" in loaded_lines(r)[0], loaded_lines(r)[0], r)
+        # Unchanged file: the reload keeps the loaded tables.
+        st, out = admin_reload(r)
+        check(st == 200 and out["reloaded"] is True, repr(out), r)
+        check(len(loaded_lines(r)) == 1, "an unchanged tokenizer was parsed again", r)
+        # A broken file: the reload is refused with the loader's message, the old tokenizer stays.
+        shutil.copy(broken, tok)
+        st, out = admin_reload(r)
+        check(st == 400 and "tokenizer.json:3:" in out["error"]["message"], "%d %r" % (st, out), r)
+        check(reloads(r, "failed") == 1, "failed reloads", r)
+        body = {"text": "hello", "sampling_params": {"max_new_tokens": 2}}
+        check(request(r.port, "POST", "/generate", body)[0] == 200, "requests after the refused reload", r)
+        # A changed, valid file (another tokenizer) is loaded.
+        shutil.copy(fixture("gpt2.tokenizer.json"), tok)
+        r.proc.send_signal(signal.SIGHUP)
+        pdtest.poll_until(lambda: reloads(r, "ok") == 2, 5, "the SIGHUP reload")
+        lines = loaded_lines(r)
+        check(len(lines) == 2 and "7743 merges" in lines[1], repr(lines), r)
+        # The key removed: no tokenizer any more.
+        with open(r.config_path) as f:
+            text = f.read()
+        with open(r.config_path, "w") as f:
+            f.write(re.sub(r"(?m)^tokenizer: .*$", "", text))
+        st, out = admin_reload(r)
+        check(st == 200, repr(out), r)
+        with open(r.log_path, errors="replace") as f:
+            check("tokenizer: none any more" in f.read(), "the dropped tokenizer", r)
+        check(r.stop() == 0, "exit status", r)
+        log = r.log_tail(400)
+        check("LeakSanitizer" not in log and "AddressSanitizer" not in log, "sanitizer report", r)
+    finally:
+        shutil.rmtree(d)
+
+
+if __name__ == "__main__":
+    pdtest.run_scenario(globals())
