@@ -54,26 +54,27 @@ uint32_t pdr__tok_vocab_get(const pdr__tok_vocab_t *v, const char *s, size_t len
         return PDR_TOK_NONE;
     uint32_t h = pdr__tok_hash(s, len);
     for (size_t i = h & (v->cap - 1);; i = (i + 1) & (v->cap - 1)) {
-        uint32_t k = v->slots[i];
-        if (k == 0)
+        const struct pdr__tok_vslot *sl = &v->slots[i];
+        if (sl->idx == 0)
             return PDR_TOK_NONE;
-        const struct pdr__tok_ventry *e = &v->ents[k - 1];
-        if (e->hash == h && e->len == len && memcmp(v->pool + e->off, s, len) == 0)
+        if (sl->hash != h)
+            continue;
+        const struct pdr__tok_ventry *e = &v->ents[sl->idx - 1];
+        if (e->len == len && memcmp(v->pool + e->off, s, len) == 0)
             return e->id;
     }
 }
 
-static int vocab_grow(pdr__tok_vocab_t *v)
+static int vocab_grow(pdr__tok_vocab_t *v, size_t cap)
 {
-    size_t cap = v->cap ? v->cap * 2 : 1024;
-    uint32_t *slots = calloc(cap, sizeof(*slots));
+    struct pdr__tok_vslot *slots = calloc(cap, sizeof(*slots));
     if (slots == NULL)
         return PDR_ENOMEM;
     for (size_t k = 0; k < v->n; k++) {
         size_t i = v->ents[k].hash & (cap - 1);
-        while (slots[i] != 0)
+        while (slots[i].idx != 0)
             i = (i + 1) & (cap - 1);
-        slots[i] = (uint32_t)k + 1;
+        slots[i] = (struct pdr__tok_vslot){v->ents[k].hash, (uint32_t)k + 1};
     }
     free(v->slots);
     v->slots = slots;
@@ -85,12 +86,12 @@ int pdr__tok_vocab_put(pdr__tok_vocab_t *v, const char *s, size_t len, uint32_t 
 {
     if (len > UINT32_MAX / 2 || v->pool_len + len > UINT32_MAX)
         return PDR_ETOOBIG;
-    if ((v->n + 1) * 2 > v->cap && vocab_grow(v) != 0)
+    if ((v->n + 1) * 2 > v->cap && vocab_grow(v, v->cap ? v->cap * 2 : 1024) != 0)
         return PDR_ENOMEM;
     uint32_t h = pdr__tok_hash(s, len);
     size_t i = h & (v->cap - 1);
-    for (; v->slots[i] != 0; i = (i + 1) & (v->cap - 1)) {
-        struct pdr__tok_ventry *e = &v->ents[v->slots[i] - 1];
+    for (; v->slots[i].idx != 0; i = (i + 1) & (v->cap - 1)) {
+        struct pdr__tok_ventry *e = &v->ents[v->slots[i].idx - 1];
         if (e->hash == h && e->len == len && memcmp(v->pool + e->off, s, len) == 0) {
             e->id = id;
             return 0;
@@ -117,7 +118,24 @@ int pdr__tok_vocab_put(pdr__tok_vocab_t *v, const char *s, size_t len, uint32_t 
     memcpy(v->pool + v->pool_len, s, len);
     v->ents[v->n] = (struct pdr__tok_ventry){(uint32_t)v->pool_len, (uint32_t)len, id, h};
     v->pool_len += len;
-    v->slots[i] = (uint32_t)++v->n;
+    v->slots[i] = (struct pdr__tok_vslot){h, (uint32_t)++v->n};
+    return 0;
+}
+
+int pdr__tok_vocab_reserve(pdr__tok_vocab_t *v, size_t n)
+{
+    size_t cap = 1024;
+    while (cap < 2 * (n + 1))
+        cap *= 2;
+    if (cap > v->cap && vocab_grow(v, cap) != 0)
+        return PDR_ENOMEM;
+    if (n > v->ents_cap) {
+        struct pdr__tok_ventry *e = realloc(v->ents, n * sizeof(*e));
+        if (e == NULL)
+            return PDR_ENOMEM;
+        v->ents = e;
+        v->ents_cap = n;
+    }
     return 0;
 }
 
@@ -137,27 +155,39 @@ static size_t merge_slot(uint64_t key, size_t cap)
     return (size_t)key & (cap - 1);
 }
 
+static int merge_grow(pdr_tokenizer_t *t, size_t cap)
+{
+    pdr__tok_merge_t *m = malloc(cap * sizeof(*m));
+    if (m == NULL)
+        return PDR_ENOMEM;
+    for (size_t i = 0; i < cap; i++)
+        m[i].key = UINT64_MAX;
+    for (size_t k = 0; k < t->merge_cap; k++) {
+        if (t->merges[k].key == UINT64_MAX)
+            continue;
+        size_t i = merge_slot(t->merges[k].key, cap);
+        while (m[i].key != UINT64_MAX)
+            i = (i + 1) & (cap - 1);
+        m[i] = t->merges[k];
+    }
+    free(t->merges);
+    t->merges = m;
+    t->merge_cap = cap;
+    return 0;
+}
+
+int pdr__tok_merge_reserve(pdr_tokenizer_t *t, size_t n)
+{
+    size_t cap = 4096;
+    while (cap < 2 * (n + 1))
+        cap *= 2;
+    return cap > t->merge_cap ? merge_grow(t, cap) : 0;
+}
+
 int pdr__tok_merge_put(pdr_tokenizer_t *t, uint32_t left, uint32_t right, uint32_t rank, uint32_t id)
 {
-    if ((t->n_merges + 1) * 2 > t->merge_cap) {
-        size_t cap = t->merge_cap ? t->merge_cap * 2 : 4096;
-        pdr__tok_merge_t *m = malloc(cap * sizeof(*m));
-        if (m == NULL)
-            return PDR_ENOMEM;
-        for (size_t i = 0; i < cap; i++)
-            m[i].key = UINT64_MAX;
-        for (size_t k = 0; k < t->merge_cap; k++) {
-            if (t->merges[k].key == UINT64_MAX)
-                continue;
-            size_t i = merge_slot(t->merges[k].key, cap);
-            while (m[i].key != UINT64_MAX)
-                i = (i + 1) & (cap - 1);
-            m[i] = t->merges[k];
-        }
-        free(t->merges);
-        t->merges = m;
-        t->merge_cap = cap;
-    }
+    if ((t->n_merges + 1) * 2 > t->merge_cap && merge_grow(t, t->merge_cap ? t->merge_cap * 2 : 4096) != 0)
+        return PDR_ENOMEM;
     uint64_t key = (uint64_t)left << 32 | right;
     size_t i = merge_slot(key, t->merge_cap);
     while (t->merges[i].key != UINT64_MAX && t->merges[i].key != key)

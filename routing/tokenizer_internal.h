@@ -18,7 +18,9 @@ typedef struct pdr__tok_vocab {
         uint32_t off, len, id, hash;
     } * ents;
     size_t n, ents_cap, cap; /* entries; cap: slots, a power of two */
-    uint32_t *slots;         /* index + 1 into ents, 0: empty */
+    struct pdr__tok_vslot {
+        uint32_t hash, idx; /* idx: index + 1 into ents, 0: empty */
+    } * slots;
 } pdr__tok_vocab_t;
 
 /* (left id, right id) -> (rank, merged id). */
@@ -71,6 +73,9 @@ uint32_t pdr__tok_vocab_get(const pdr__tok_vocab_t *v, const char *s, size_t len
 /* Adds s -> id (an existing s gets the new id). Returns 0 or PDR_ENOMEM. */
 int pdr__tok_vocab_put(pdr__tok_vocab_t *v, const char *s, size_t len, uint32_t id);
 void pdr__tok_vocab_free(pdr__tok_vocab_t *v);
+/* Sizes the tables for n entries (or merges) up front. 0 or PDR_ENOMEM. */
+int pdr__tok_vocab_reserve(pdr__tok_vocab_t *v, size_t n);
+int pdr__tok_merge_reserve(pdr_tokenizer_t *t, size_t n);
 /* Adds a merge (a later duplicate replaces an earlier one, as `tokenizers` does). 0 or PDR_ENOMEM. */
 int pdr__tok_merge_put(pdr_tokenizer_t *t, uint32_t left, uint32_t right, uint32_t rank, uint32_t id);
 const pdr__tok_merge_t *pdr__tok_merge_get(const pdr_tokenizer_t *t, uint32_t left, uint32_t right);

@@ -1,17 +1,17 @@
 /*
- * tokenizer.json to the encoder's tables. The file is parsed strictly by jansson (duplicate keys
- * refused, malformed JSON reported with line:column), then walked once: every field that changes the
- * ids of Tokenizer.encode() is either implemented or refused with its JSON path, so that a file this
- * encoder cannot reproduce fails at load and never encodes differently. Fields that only change offsets
- * or decoding (trim_offsets, decoder) are not looked at.
+ * tokenizer.json to the encoder's tables. The file is parsed strictly by tjson.c (malformed JSON reported
+ * with line:column, duplicate keys refused; a vocabulary's duplicates by the vocabulary), then walked once:
+ * every field that changes the ids of Tokenizer.encode() is either implemented or refused with its JSON path,
+ * so that a file this encoder cannot reproduce fails at load and never encodes differently. Fields that only
+ * change offsets or decoding (trim_offsets, decoder) are not looked at.
  */
-#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
+#include "tjson.h"
 #include "tokenizer_internal.h"
 
 /* GPT-2's pre-tokenizer pattern, as `tokenizers`' ByteLevel builds it in (use_regex true). */
@@ -24,6 +24,7 @@ static const char gpt2_pattern[] =
     "\\t-\\r\\x20\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
 
 typedef struct ld {
+    const pdr__tj_t *doc;
     const char *file;
     char *err;
     size_t errlen;
@@ -44,6 +45,29 @@ __attribute__((format(printf, 2, 3))) static int fail(ld_t *L, const char *fmt, 
     return PDR_ECONFIG;
 }
 
+typedef const pdr__tj_node_t json_t;
+#define IS(v, t) ((v) != NULL && (v)->type == PDR__TJ_##t)
+#define json_is_null(v) IS(v, NULL)
+#define json_is_string(v) IS(v, STR)
+#define json_is_true(v) IS(v, TRUE)
+#define json_is_boolean(v) (IS(v, TRUE) || IS(v, FALSE))
+#define json_is_integer(v) (IS(v, NUM) && (v)->is_int)
+#define json_is_object(v) IS(v, OBJ)
+#define json_is_array(v) IS(v, ARR)
+#define json_string_length(v) ((size_t)(v)->n)
+#define json_array_size(v) ((size_t)(v)->n)
+#define json_integer_value(v) ((v)->v.i)
+#define json_object_get(o, k) pdr__tj_get(L->doc, o, k)
+#define json_array_get(a, i) pdr__tj_at(L->doc, a, i)
+/* A string value for printf's "%.*s". */
+#define SHOW(x) (int)((x)->n > 80 ? 80 : (x)->n), (x)->v.s
+
+/* Whether v is the string lit. */
+static int str_is(json_t *v, const char *lit)
+{
+    return IS(v, STR) && v->n == strlen(lit) && memcmp(v->v.s, lit, v->n) == 0;
+}
+
 static int nomem(ld_t *L)
 {
     fail(L, "out of memory");
@@ -62,19 +86,22 @@ static int get_bool(ld_t *L, json_t *obj, const char *key, const char *path, int
     return 0;
 }
 
-static const char *get_type(ld_t *L, json_t *obj, const char *path)
+/* The "type" member, copied into buf as a C string. */
+static const char *get_type(ld_t *L, json_t *obj, const char *path, char buf[64])
 {
     json_t *v = json_object_get(obj, "type");
-    if (!json_is_string(v)) {
-        fail(L, "%s.type: expected a string", path);
+    if (!json_is_string(v) || v->n >= 64 || memchr(v->v.s, '\0', v->n) != NULL) {
+        fail(L, "%s.type: expected a type name", path);
         return NULL;
     }
-    return json_string_value(v);
+    memcpy(buf, v->v.s, v->n);
+    buf[v->n] = '\0';
+    return buf;
 }
 
 /* Rewrites \s and \S to Unicode White_Space (see WS_CLASS). Returns a malloc'ed pattern, or NULL with
  * the error set. */
-static char *rewrite_ws(ld_t *L, const char *pat, size_t len, const char *path)
+static char *rewrite_ws(ld_t *L, const char *pat, size_t len, const char *path, size_t *outlen)
 {
     size_t cap = len * 2 + 64, n = 0;
     char *o = malloc(cap);
@@ -137,6 +164,7 @@ static char *rewrite_ws(ld_t *L, const char *pat, size_t len, const char *path)
         n += al;
     }
     o[n] = '\0';
+    *outlen = n;
     return o;
 }
 
@@ -144,11 +172,12 @@ static int add_split(ld_t *L, const char *pat, size_t len, int literal, const ch
 {
     pdr_tokenizer_t *t = L->t;
     char *rw = NULL;
-    if (!literal && (rw = rewrite_ws(L, pat, len, path)) == NULL)
+    size_t rwlen = 0;
+    if (!literal && (rw = rewrite_ws(L, pat, len, path, &rwlen)) == NULL)
         return PDR_ECONFIG;
     int ec;
     PCRE2_SIZE eo;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)(literal ? pat : rw), literal ? len : PCRE2_ZERO_TERMINATED,
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)(literal ? pat : rw), literal ? len : rwlen,
                                    PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &ec, &eo, NULL);
     free(rw);
     if (re == NULL) {
@@ -185,7 +214,8 @@ static int load_pre(ld_t *L, json_t *pt, const char *path, int *bytelevel)
 {
     if (!json_is_object(pt))
         return fail(L, "%s: expected an object", path);
-    const char *type = get_type(L, pt, path);
+    char tbuf[64];
+    const char *type = get_type(L, pt, path, tbuf);
     if (type == NULL)
         return PDR_ECONFIG;
     if (*bytelevel)
@@ -222,7 +252,7 @@ static int load_pre(ld_t *L, json_t *pt, const char *path, int *bytelevel)
     }
     if (strcmp(type, "Split") == 0) {
         json_t *beh = json_object_get(pt, "behavior");
-        if (!json_is_string(beh) || strcmp(json_string_value(beh), "Isolated") != 0)
+        if (!json_is_string(beh) || !str_is(beh, "Isolated"))
             return fail(L, "%s.behavior: only \"Isolated\" is supported", path);
         int invert = 0, r;
         if ((r = get_bool(L, pt, "invert", path, &invert)) != 0)
@@ -234,9 +264,9 @@ static int load_pre(ld_t *L, json_t *pt, const char *path, int *bytelevel)
         char sub[256];
         snprintf(sub, sizeof(sub), "%s.pattern", path);
         if (json_is_string(re))
-            return add_split(L, json_string_value(re), json_string_length(re), 0, sub);
+            return add_split(L, re->v.s, re->n, 0, sub);
         if (json_is_string(lit) && json_string_length(lit) > 0)
-            return add_split(L, json_string_value(lit), json_string_length(lit), 1, sub);
+            return add_split(L, lit->v.s, lit->n, 1, sub);
         return fail(L, "%s: expected {\"Regex\": string} or {\"String\": non-empty string}", sub);
     }
     return fail(L, "%s.type: \"%s\" is not supported (Sequence, Split, ByteLevel are)", path, type);
@@ -246,7 +276,8 @@ static int load_normalizer(ld_t *L, json_t *n)
 {
     if (n == NULL || json_is_null(n))
         return 0;
-    const char *type = get_type(L, n, "normalizer");
+    char tbuf[64];
+    const char *type = get_type(L, n, "normalizer", tbuf);
     if (type == NULL)
         return PDR_ECONFIG;
     if (strcmp(type, "NFC") == 0) {
@@ -258,7 +289,7 @@ static int load_normalizer(ld_t *L, json_t *n)
 
 static int get_id(ld_t *L, json_t *v, const char *path, uint32_t *id)
 {
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (json_int_t)UINT32_MAX)
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (int64_t)UINT32_MAX)
         return fail(L, "%s: expected a token id (an integer from 0 to 2^32-2)", path);
     *id = (uint32_t)json_integer_value(v);
     return 0;
@@ -282,7 +313,7 @@ static int load_added(ld_t *L, json_t *arr)
         snprintf(path, sizeof(path), "added_tokens[%zu]", i);
         if (!json_is_object(a))
             return fail(L, "%s: expected an object", path);
-        uint32_t id;
+        uint32_t id = 0;
         char sub[96];
         snprintf(sub, sizeof(sub), "%s.id", path);
         int r = get_id(L, json_object_get(a, "id"), sub, &id);
@@ -309,7 +340,7 @@ static int load_added(ld_t *L, json_t *arr)
         char *s = malloc(len);
         if (s == NULL)
             return nomem(L);
-        memcpy(s, json_string_value(c), len);
+        memcpy(s, c->v.s, len);
         set->tok[set->n++] = (pdr__tok_added_t){s, (uint32_t)len, id};
         t->bytes += len + sizeof(pdr__tok_added_t) * 2;
     }
@@ -351,7 +382,8 @@ static int load_model(ld_t *L, json_t *m)
     pdr_tokenizer_t *t = L->t;
     if (!json_is_object(m))
         return fail(L, "model: expected an object");
-    const char *type = get_type(L, m, "model");
+    char tbuf[64];
+    const char *type = get_type(L, m, "model", tbuf);
     if (type == NULL)
         return PDR_ECONFIG;
     if (strcmp(type, "BPE") != 0)
@@ -376,20 +408,19 @@ static int load_model(ld_t *L, json_t *m)
     json_t *vocab = json_object_get(m, "vocab");
     if (!json_is_object(vocab))
         return fail(L, "model.vocab: expected an object");
-    const char *key;
-    json_t *val;
-    json_object_foreach(vocab, key, val)
-    {
-        uint32_t id;
-        char path[96];
-        if (!json_is_integer(val)) {
-            snprintf(path, sizeof(path), "model.vocab[\"%.40s\"]", key);
-            return get_id(L, val, path, &id);
+    if (pdr__tok_vocab_reserve(&t->vocab, vocab->n) != 0)
+        return nomem(L);
+    /* A token given twice keeps its last id, as `tokenizers` (a map) does. */
+    for (json_t *key = pdr__tj_first(vocab); key != NULL; key = pdr__tj_next(L->doc, vocab, key)) {
+        uint32_t id = 0;
+        char path[128];
+        if (!json_is_integer(key + 1)) {
+            snprintf(path, sizeof(path), "model.vocab[\"%.*s\"]", SHOW(key));
+            return get_id(L, key + 1, path, &id);
         }
-        if ((r = get_id(L, val, "model.vocab", &id)) != 0)
+        if ((r = get_id(L, key + 1, "model.vocab", &id)) != 0)
             return r;
-        /* jansson keys are NUL-terminated; a token holding U+0000 is refused with JSON_ALLOW_NUL off. */
-        if ((r = pdr__tok_vocab_put(&t->vocab, key, strlen(key), id)) != 0)
+        if ((r = pdr__tok_vocab_put(&t->vocab, key->v.s, key->n, id)) != 0)
             return r == PDR_ENOMEM ? nomem(L) : fail(L, "model.vocab: too large");
     }
     v = json_object_get(m, "unk_token");
@@ -397,8 +428,8 @@ static int load_model(ld_t *L, json_t *m)
     if (v != NULL && !json_is_null(v)) {
         if (!json_is_string(v))
             return fail(L, "model.unk_token: expected a string or null");
-        if ((t->unk_id = vocab_id(L, json_string_value(v), json_string_length(v))) == PDR_TOK_NONE)
-            return fail(L, "model.unk_token: \"%s\" is not in the vocabulary", json_string_value(v));
+        if ((t->unk_id = vocab_id(L, v->v.s, v->n)) == PDR_TOK_NONE)
+            return fail(L, "model.unk_token: \"%.*s\" is not in the vocabulary", SHOW(v));
     }
     for (unsigned b = 0; b < 256; b++) {
         char c[2];
@@ -411,21 +442,19 @@ static int load_model(ld_t *L, json_t *m)
         return 0;
     if (!json_is_array(merges))
         return fail(L, "model.merges: expected an array");
-    size_t n = json_array_size(merges);
-    for (size_t i = 0; i < n; i++) {
-        json_t *e = json_array_get(merges, i);
+    if (pdr__tok_merge_reserve(t, merges->n) != 0)
+        return nomem(L);
+    size_t i = 0;
+    for (json_t *e = pdr__tj_first(merges); e != NULL; e = pdr__tj_next(L->doc, merges, e), i++) {
         if (json_is_string(e)) { /* "a b" */
-            const char *s = json_string_value(e);
+            const char *s = e->v.s;
             size_t len = json_string_length(e);
             const char *sp = memchr(s, ' ', len);
             if (sp == NULL || sp == s || sp + 1 == s + len || memchr(sp + 1, ' ', (size_t)(s + len - sp - 1)))
                 return fail(L, "model.merges[%zu]: expected \"left right\" (two tokens, one space)", i);
             r = load_merge(L, s, (size_t)(sp - s), sp + 1, (size_t)(s + len - sp - 1), i);
-        } else if (json_is_array(e) && json_array_size(e) == 2 && json_is_string(json_array_get(e, 0)) &&
-                   json_is_string(json_array_get(e, 1))) {
-            json_t *a = json_array_get(e, 0), *b = json_array_get(e, 1);
-            r = load_merge(L, json_string_value(a), json_string_length(a), json_string_value(b),
-                           json_string_length(b), i);
+        } else if (json_is_array(e) && e->n == 2 && json_is_string(e + 1) && json_is_string(e + 2)) {
+            r = load_merge(L, e[1].v.s, e[1].n, e[2].v.s, e[2].n, i);
         } else {
             return fail(L, "model.merges[%zu]: expected \"left right\" or [left, right]", i);
         }
@@ -466,7 +495,7 @@ static int load_template(ld_t *L, json_t *pp, const char *path)
         json_t *seq = json_object_get(it, "Sequence"), *sp = json_object_get(it, "SpecialToken");
         if (seq != NULL) {
             json_t *id = json_object_get(seq, "id");
-            if (seen_a || !json_is_string(id) || strcmp(json_string_value(id), "A") != 0)
+            if (seen_a || !str_is(id, "A"))
                 r = fail(L, "%s.single[%zu]: only one sequence, $A, is supported", path, i);
             seen_a = 1;
             continue;
@@ -477,17 +506,16 @@ static int load_template(ld_t *L, json_t *pp, const char *path)
                      path, i);
             break;
         }
-        json_t *def = json_object_get(specials, json_string_value(name));
+        json_t *def = pdr__tj_getn(L->doc, specials, name->v.s, name->n);
         json_t *ids = json_object_get(def, "ids");
         if (!json_is_array(ids)) {
-            r = fail(L, "%s.special_tokens[\"%s\"].ids: expected an array", path, json_string_value(name));
+            r = fail(L, "%s.special_tokens[\"%.*s\"].ids: expected an array", path, SHOW(name));
             break;
         }
         for (size_t k = 0; k < json_array_size(ids) && r == 0; k++) {
-            uint32_t id;
+            uint32_t id = 0;
             char sub[320];
-            snprintf(sub, sizeof(sub), "%s.special_tokens[\"%.40s\"].ids[%zu]", path, json_string_value(name),
-                     k);
+            snprintf(sub, sizeof(sub), "%s.special_tokens[\"%.*s\"].ids[%zu]", path, SHOW(name), k);
             if ((r = get_id(L, json_array_get(ids, k), sub, &id)) == 0)
                 r = seen_a ? append_ids(L, &suf, &nsuf, &id, 1, 0) : append_ids(L, &pre, &npre, &id, 1, 0);
         }
@@ -510,7 +538,8 @@ static int load_post(ld_t *L, json_t *pp, const char *path)
         return 0;
     if (!json_is_object(pp))
         return fail(L, "%s: expected an object or null", path);
-    const char *type = get_type(L, pp, path);
+    char tbuf[64];
+    const char *type = get_type(L, pp, path, tbuf);
     if (type == NULL)
         return PDR_ECONFIG;
     if (strcmp(type, "ByteLevel") == 0) /* offsets only */
@@ -563,27 +592,23 @@ static int load_root(ld_t *L, json_t *root)
 
 pdr_tokenizer_t *pdr_tokenizer_load(const char *path, char *err, size_t errlen)
 {
-    ld_t L = {path, err, errlen, NULL};
+    ld_t L = {NULL, path, err, errlen, NULL};
     if (errlen > 0)
         err[0] = '\0';
-    json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (root == NULL) {
-        if (je.line > 0 && errlen > 0)
-            snprintf(err, errlen, "%s:%d:%d: %s", path, je.line, je.column, je.text);
-        else
-            fail(&L, "%s", je.text);
+    pdr__tj_t doc;
+    if (pdr__tj_parse_file(&doc, path, err, errlen) != 0)
         return NULL;
-    }
+    L.doc = &doc;
+    json_t *root = doc.nodes;
     L.t = calloc(1, sizeof(*L.t));
     if (L.t == NULL) {
         nomem(&L);
-        json_decref(root);
+        pdr__tj_free(&doc);
         return NULL;
     }
     L.t->refcnt = 1;
     int r = load_root(&L, root);
-    json_decref(root);
+    pdr__tj_free(&doc);
     if (r != 0) {
         pdr_tokenizer_free(L.t);
         return NULL;
