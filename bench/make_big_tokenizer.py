@@ -27,28 +27,40 @@ def main():
     rnd = random.Random(1)
     nid = max(vocab.values()) + 1
     specials = {a["content"] for a in d["added_tokens"]}
-    base = [t for t in toks if t not in specials and len(t) <= 8]
-    while len(vocab) < vocab_n:
-        a, b = rnd.choice(base), rnd.choice(base)
-        t = a + b
-        if t in vocab or len(t) > 16:
-            continue
+    # Syllables: the fixture's short tokens. New tokens are runs of syllables, each added with every
+    # merge that splits it at a syllable boundary into two tokens (as Llama 3 lists every such split).
+    syl = [t for t in toks if t not in specials and 2 <= len(t) <= 4]
+    by_first = {}
+
+    def add(parts):
+        nonlocal nid
+        t = "".join(parts)
+        if t in vocab:
+            return False
         vocab[t] = nid
         nid += 1
-        merges.append((a, b))
-        have.add((a, b))
-        base.append(t)
-    # More merges to existing tokens by another split point (real files have more merges than tokens).
-    long_toks = [t for t in vocab if len(t) >= 3 and t not in specials]
-    tries = 0
-    while len(merges) < merges_n and tries < merges_n * 20:
-        tries += 1
-        t = rnd.choice(long_toks)
-        k = rnd.randrange(1, len(t))
-        a, b = t[:k], t[k:]
-        if a in vocab and b in vocab and (a, b) not in have:
-            merges.append((a, b))
-            have.add((a, b))
+        for k in range(1, len(parts)):
+            a, b = "".join(parts[:k]), "".join(parts[k:])
+            if a in vocab and b in vocab and (a, b) not in have:
+                merges.append((a, b))
+                have.add((a, b))
+        return True
+
+    runs = []
+    while len(vocab) < vocab_n:
+        if len(runs) < 2000 or rnd.random() < 0.25:
+            parts = [rnd.choice(syl), rnd.choice(syl)]
+        else:
+            # Extend a run by a syllable that follows its last one in another run (so the tail is a token).
+            r = rnd.choice(runs)
+            nxt = by_first.get(r[-1])
+            if len(r) >= 6 or not nxt:
+                continue
+            parts = r + [rnd.choice(nxt)[1]]
+        if add(parts):
+            runs.append(parts)
+            if len(parts) == 2:
+                by_first.setdefault(parts[0], []).append(parts)
     m["vocab"] = vocab
     m["merges"] = [list(x) for x in merges]
     with open(out, "w", encoding="utf-8") as f:

@@ -54,27 +54,28 @@ uint32_t pdr__tok_vocab_get(const pdr__tok_vocab_t *v, const char *s, size_t len
         return PDR_TOK_NONE;
     uint32_t h = pdr__tok_hash(s, len);
     for (size_t i = h & (v->cap - 1);; i = (i + 1) & (v->cap - 1)) {
-        const struct pdr__tok_vslot *sl = &v->slots[i];
-        if (sl->idx == 0)
+        const struct pdr__tok_vslot *e = &v->slots[i];
+        if (e->id == PDR_TOK_NONE)
             return PDR_TOK_NONE;
-        if (sl->hash != h)
-            continue;
-        const struct pdr__tok_ventry *e = &v->ents[sl->idx - 1];
-        if (e->len == len && memcmp(v->pool + e->off, s, len) == 0)
+        if (e->hash == h && e->len == len && memcmp(v->pool + e->off, s, len) == 0)
             return e->id;
     }
 }
 
 static int vocab_grow(pdr__tok_vocab_t *v, size_t cap)
 {
-    struct pdr__tok_vslot *slots = calloc(cap, sizeof(*slots));
+    struct pdr__tok_vslot *slots = malloc(cap * sizeof(*slots));
     if (slots == NULL)
         return PDR_ENOMEM;
-    for (size_t k = 0; k < v->n; k++) {
-        size_t i = v->ents[k].hash & (cap - 1);
-        while (slots[i].idx != 0)
+    for (size_t i = 0; i < cap; i++)
+        slots[i].id = PDR_TOK_NONE;
+    for (size_t k = 0; k < v->cap; k++) {
+        if (v->slots[k].id == PDR_TOK_NONE)
+            continue;
+        size_t i = v->slots[k].hash & (cap - 1);
+        while (slots[i].id != PDR_TOK_NONE)
             i = (i + 1) & (cap - 1);
-        slots[i] = (struct pdr__tok_vslot){v->ents[k].hash, (uint32_t)k + 1};
+        slots[i] = v->slots[k];
     }
     free(v->slots);
     v->slots = slots;
@@ -84,14 +85,14 @@ static int vocab_grow(pdr__tok_vocab_t *v, size_t cap)
 
 int pdr__tok_vocab_put(pdr__tok_vocab_t *v, const char *s, size_t len, uint32_t id)
 {
-    if (len > UINT32_MAX / 2 || v->pool_len + len > UINT32_MAX)
+    if (id == PDR_TOK_NONE || len > UINT32_MAX / 2 || v->pool_len + len > UINT32_MAX)
         return PDR_ETOOBIG;
     if ((v->n + 1) * 2 > v->cap && vocab_grow(v, v->cap ? v->cap * 2 : 1024) != 0)
         return PDR_ENOMEM;
     uint32_t h = pdr__tok_hash(s, len);
     size_t i = h & (v->cap - 1);
-    for (; v->slots[i].idx != 0; i = (i + 1) & (v->cap - 1)) {
-        struct pdr__tok_ventry *e = &v->ents[v->slots[i].idx - 1];
+    for (; v->slots[i].id != PDR_TOK_NONE; i = (i + 1) & (v->cap - 1)) {
+        struct pdr__tok_vslot *e = &v->slots[i];
         if (e->hash == h && e->len == len && memcmp(v->pool + e->off, s, len) == 0) {
             e->id = id;
             return 0;
@@ -107,34 +108,26 @@ int pdr__tok_vocab_put(pdr__tok_vocab_t *v, const char *s, size_t len, uint32_t 
         v->pool = p;
         v->pool_cap = cap;
     }
-    if (v->n == v->ents_cap) {
-        size_t cap = v->ents_cap ? v->ents_cap * 2 : 1024;
-        struct pdr__tok_ventry *e = realloc(v->ents, cap * sizeof(*e));
-        if (e == NULL)
-            return PDR_ENOMEM;
-        v->ents = e;
-        v->ents_cap = cap;
-    }
     memcpy(v->pool + v->pool_len, s, len);
-    v->ents[v->n] = (struct pdr__tok_ventry){(uint32_t)v->pool_len, (uint32_t)len, id, h};
+    v->slots[i] = (struct pdr__tok_vslot){h, id, (uint32_t)v->pool_len, (uint32_t)len};
     v->pool_len += len;
-    v->slots[i] = (struct pdr__tok_vslot){h, (uint32_t)++v->n};
+    v->n++;
     return 0;
 }
 
-int pdr__tok_vocab_reserve(pdr__tok_vocab_t *v, size_t n)
+int pdr__tok_vocab_reserve(pdr__tok_vocab_t *v, size_t n, size_t bytes)
 {
     size_t cap = 1024;
     while (cap < 2 * (n + 1))
         cap *= 2;
     if (cap > v->cap && vocab_grow(v, cap) != 0)
         return PDR_ENOMEM;
-    if (n > v->ents_cap) {
-        struct pdr__tok_ventry *e = realloc(v->ents, n * sizeof(*e));
-        if (e == NULL)
+    if (bytes > v->pool_cap) {
+        char *p = realloc(v->pool, bytes);
+        if (p == NULL)
             return PDR_ENOMEM;
-        v->ents = e;
-        v->ents_cap = n;
+        v->pool = p;
+        v->pool_cap = bytes;
     }
     return 0;
 }
@@ -142,7 +135,6 @@ int pdr__tok_vocab_reserve(pdr__tok_vocab_t *v, size_t n)
 void pdr__tok_vocab_free(pdr__tok_vocab_t *v)
 {
     free(v->pool);
-    free(v->ents);
     free(v->slots);
     memset(v, 0, sizeof(*v));
 }

@@ -14,13 +14,10 @@
 typedef struct pdr__tok_vocab {
     char *pool;
     size_t pool_len, pool_cap;
-    struct pdr__tok_ventry {
-        uint32_t off, len, id, hash;
-    } * ents;
-    size_t n, ents_cap, cap; /* entries; cap: slots, a power of two */
     struct pdr__tok_vslot {
-        uint32_t hash, idx; /* idx: index + 1 into ents, 0: empty */
+        uint32_t hash, id, off, len; /* id PDR_TOK_NONE: empty */
     } * slots;
+    size_t n, cap; /* entries; slots, a power of two */
 } pdr__tok_vocab_t;
 
 /* (left id, right id) -> (rank, merged id). */
@@ -73,8 +70,8 @@ uint32_t pdr__tok_vocab_get(const pdr__tok_vocab_t *v, const char *s, size_t len
 /* Adds s -> id (an existing s gets the new id). Returns 0 or PDR_ENOMEM. */
 int pdr__tok_vocab_put(pdr__tok_vocab_t *v, const char *s, size_t len, uint32_t id);
 void pdr__tok_vocab_free(pdr__tok_vocab_t *v);
-/* Sizes the tables for n entries (or merges) up front. 0 or PDR_ENOMEM. */
-int pdr__tok_vocab_reserve(pdr__tok_vocab_t *v, size_t n);
+/* Sizes the tables for n entries (of bytes in all), or n merges, up front. 0 or PDR_ENOMEM. */
+int pdr__tok_vocab_reserve(pdr__tok_vocab_t *v, size_t n, size_t bytes);
 int pdr__tok_merge_reserve(pdr_tokenizer_t *t, size_t n);
 /* Adds a merge (a later duplicate replaces an earlier one, as `tokenizers` does). 0 or PDR_ENOMEM. */
 int pdr__tok_merge_put(pdr_tokenizer_t *t, uint32_t left, uint32_t right, uint32_t rank, uint32_t id);

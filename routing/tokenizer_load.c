@@ -408,7 +408,10 @@ static int load_model(ld_t *L, json_t *m)
     json_t *vocab = json_object_get(m, "vocab");
     if (!json_is_object(vocab))
         return fail(L, "model.vocab: expected an object");
-    if (pdr__tok_vocab_reserve(&t->vocab, vocab->n) != 0)
+    size_t bytes = 0;
+    for (json_t *key = pdr__tj_first(vocab); key != NULL; key = pdr__tj_next(L->doc, vocab, key))
+        bytes += key->n;
+    if (pdr__tok_vocab_reserve(&t->vocab, vocab->n, bytes) != 0)
         return nomem(L);
     /* A token given twice keeps its last id, as `tokenizers` (a map) does. */
     for (json_t *key = pdr__tj_first(vocab); key != NULL; key = pdr__tj_next(L->doc, vocab, key)) {
@@ -614,8 +617,8 @@ pdr_tokenizer_t *pdr_tokenizer_load(const char *path, char *err, size_t errlen)
         return NULL;
     }
     pdr_tokenizer_t *t = L.t;
-    t->bytes += sizeof(*t) + t->vocab.pool_cap + t->vocab.ents_cap * sizeof(*t->vocab.ents) +
-                t->vocab.cap * sizeof(*t->vocab.slots) + t->merge_cap * sizeof(*t->merges) +
-                t->n_steps * sizeof(*t->steps) + (t->n_prefix + t->n_suffix) * sizeof(uint32_t);
+    t->bytes += sizeof(*t) + t->vocab.pool_cap + t->vocab.cap * sizeof(*t->vocab.slots) +
+                t->merge_cap * sizeof(*t->merges) + t->n_steps * sizeof(*t->steps) +
+                (t->n_prefix + t->n_suffix) * sizeof(uint32_t);
     return t;
 }

@@ -31,3 +31,6 @@ foreach(s pdsim router)
   add_test(NAME tokenizer_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_tokenizer.py ${s})
   set_tests_properties(tokenizer_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
+add_test(NAME tokenizer_bench_smoke
+         COMMAND sh -c "gzip -dc '${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/gpt2.reference.jsonl.gz' | '$<TARGET_FILE:tokenizer_bench>' '${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/gpt2.tokenizer.json' --loads 1 --rounds 1 --threads 2")
+set_tests_properties(tokenizer_bench_smoke PROPERTIES TIMEOUT 60)
