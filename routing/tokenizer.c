@@ -375,8 +375,11 @@ static int bpe(struct enc *e, const char *p, size_t len)
         if (grow((void **)&e->map, &e->map_cap, 2 * len, 1) != 0)
             return PDR_ENOMEM;
         size_t m = 0;
-        for (size_t i = 0; i < len; i++)
-            m += pdr__tok_byte_char((uint8_t)p[i], e->map + m);
+        for (size_t i = 0; i < len; i++) {
+            uint8_t b = (uint8_t)p[i];
+            memcpy(e->map + m, t->byte_chr[b], 2); /* map has room for 2 * len */
+            m += t->byte_len[b];
+        }
         uint32_t id = pdr__tok_vocab_get(&t->vocab, e->map, m);
         if (id != PDR_TOK_NONE)
             return emit(e, id);

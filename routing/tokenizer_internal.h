@@ -50,6 +50,8 @@ struct pdr_tokenizer {
     pdr__tok_merge_t *merges;
     size_t merge_cap, n_merges; /* cap a power of two */
     uint32_t byte_id[256];      /* the vocabulary id of each byte's ByteLevel character, or NONE */
+    char byte_chr[256][2];      /* each byte's ByteLevel character as UTF-8 ... */
+    uint8_t byte_len[256];      /* ... of 1 or 2 bytes */
     uint32_t unk_id;            /* NONE: unknown characters are dropped (as `tokenizers` does) */
     int fuse_unk, ignore_merges, nfc;
     pdr__tok_addset_t added_raw;  /* added tokens with normalized false: split from the raw text */

@@ -435,9 +435,11 @@ static int load_model(ld_t *L, json_t *m)
             return fail(L, "model.unk_token: \"%.*s\" is not in the vocabulary", SHOW(v));
     }
     for (unsigned b = 0; b < 256; b++) {
-        char c[2];
+        char c[2] = {0, 0};
         size_t n = pdr__tok_byte_char((uint8_t)b, c);
         t->byte_id[b] = vocab_id(L, c, n);
+        memcpy(t->byte_chr[b], c, 2);
+        t->byte_len[b] = (uint8_t)n;
     }
 
     json_t *merges = json_object_get(m, "merges");
