@@ -64,6 +64,11 @@ struct pdr_tokenizer {
     int refcnt; /* atomic */
 };
 
+/* pdr_tokenizer_load() from memory: buf[0..len) is taken over (freed before the call returns); name
+ * stands for the file in messages. For the fuzz target. */
+pdr_tokenizer_t *pdr__tokenizer_load_buffer(char *buf, size_t len, const char *name, char *err,
+                                            size_t errlen);
+
 /* The ByteLevel character of byte b as UTF-8 (1 or 2 bytes) into out; returns its length. */
 size_t pdr__tok_byte_char(uint8_t b, char out[2]);
 uint32_t pdr__tok_hash(const char *s, size_t len);

@@ -595,25 +595,19 @@ static int load_root(ld_t *L, json_t *root)
     return load_post(L, json_object_get(root, "post_processor"), "post_processor");
 }
 
-pdr_tokenizer_t *pdr_tokenizer_load(const char *path, char *err, size_t errlen)
+static pdr_tokenizer_t *load_doc(pdr__tj_t *doc, const char *path, char *err, size_t errlen)
 {
-    ld_t L = {NULL, path, err, errlen, NULL};
-    if (errlen > 0)
-        err[0] = '\0';
-    pdr__tj_t doc;
-    if (pdr__tj_parse_file(&doc, path, err, errlen) != 0)
-        return NULL;
-    L.doc = &doc;
-    json_t *root = doc.nodes;
+    ld_t L = {doc, path, err, errlen, NULL};
+    json_t *root = doc->nodes;
     L.t = calloc(1, sizeof(*L.t));
     if (L.t == NULL) {
         nomem(&L);
-        pdr__tj_free(&doc);
+        pdr__tj_free(doc);
         return NULL;
     }
     L.t->refcnt = 1;
     int r = load_root(&L, root);
-    pdr__tj_free(&doc);
+    pdr__tj_free(doc);
     if (r != 0) {
         pdr_tokenizer_free(L.t);
         return NULL;
@@ -623,4 +617,24 @@ pdr_tokenizer_t *pdr_tokenizer_load(const char *path, char *err, size_t errlen)
                 t->merge_cap * sizeof(*t->merges) + t->n_steps * sizeof(*t->steps) +
                 (t->n_prefix + t->n_suffix) * sizeof(uint32_t);
     return t;
+}
+
+pdr_tokenizer_t *pdr_tokenizer_load(const char *path, char *err, size_t errlen)
+{
+    if (errlen > 0)
+        err[0] = '\0';
+    pdr__tj_t doc;
+    if (pdr__tj_parse_file(&doc, path, err, errlen) != 0)
+        return NULL;
+    return load_doc(&doc, path, err, errlen);
+}
+
+pdr_tokenizer_t *pdr__tokenizer_load_buffer(char *buf, size_t len, const char *name, char *err, size_t errlen)
+{
+    if (errlen > 0)
+        err[0] = '\0';
+    pdr__tj_t doc;
+    if (pdr__tj_parse(&doc, buf, len, name, err, errlen) != 0)
+        return NULL;
+    return load_doc(&doc, name, err, errlen);
 }

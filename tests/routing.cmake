@@ -34,3 +34,9 @@ endforeach()
 add_test(NAME tokenizer_bench_smoke
          COMMAND sh -c "gzip -dc '${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/gpt2.reference.jsonl.gz' | '$<TARGET_FILE:tokenizer_bench>' '${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/gpt2.tokenizer.json' --loads 1 --rounds 1 --threads 2")
 set_tests_properties(tokenizer_bench_smoke PROPERTIES TIMEOUT 60)
+
+# Fuzz target of the tokenizer.json loader and the encoder behind it (seeds: cut-down fixtures).
+add_executable(fuzz_tokenizer fuzz/fuzz_tokenizer.c)
+target_include_directories(fuzz_tokenizer PRIVATE ${PROJECT_SOURCE_DIR}/routing)
+target_link_libraries(fuzz_tokenizer PRIVATE pdr_routing)
+pdr_fuzz_corpus_test(tokenizer_fuzz_corpus fuzz_tokenizer tokenizer 120)
