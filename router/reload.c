@@ -317,9 +317,11 @@ int pdr_router_reload(pdr_router_t *r, char *msg, size_t cap)
         __atomic_add_fetch(&r->reloads_failed, 1, __ATOMIC_RELAXED);
         return PDR_ECONFIG;
     }
-    int rc = pdr_admin_reload_token(r, c, err, sizeof(err));
-    if (rc == 0)
-        rc = pdr_router_tokenizer_load(r, c, err, sizeof(err));
+    /* The tokenizer is loaded first and installed last: a refused reload changes nothing. */
+    pdr_tokenizer_next_t tok_next;
+    int rc = pdr_router_tokenizer_prepare(r, c, &tok_next, err, sizeof(err));
+    if (rc == 0 && (rc = pdr_admin_reload_token(r, c, err, sizeof(err))) != 0)
+        pdr_router_tokenizer_abandon(&tok_next);
     if (rc != 0) {
         snprintf(msg, cap, "%s", err);
         pdr_config_unref(c);
@@ -328,6 +330,7 @@ int pdr_router_reload(pdr_router_t *r, char *msg, size_t cap)
     }
     /* Pools and workers first, then the snapshot: a request that sees the new snapshot finds the new
      * pools' workers in place. */
+    pdr_router_tokenizer_commit(r, &tok_next);
     size_t changed = pdr_pool_apply_config(&r->pool, c);
     pthread_mutex_lock(&r->config_lock);
     r->config = c;

@@ -241,8 +241,19 @@ void pdr_router_discovery_stop(pdr_router_t *r);
 int pdr_router_discovery_running(const pdr_router_t *r, int which);
 /* tokenizer_ref.c. Loop 0 (start, reload): loads c->tokenizer unless the same file is loaded already,
  * or drops the tokenizer when c has none. Returns 0, or an error with the loader's message in err (the
- * running tokenizer stays). */
+ * running tokenizer stays). _prepare does the loading and leaves the swap to _commit (or _abandon), for a
+ * reload that may still be refused. */
+typedef struct pdr_tokenizer_next {
+    int change; /* whether _commit changes anything (a new tokenizer, or none any more) */
+    struct pdr_tokenizer *tok;
+    char *path;
+    struct stat st;
+} pdr_tokenizer_next_t;
 int pdr_router_tokenizer_load(pdr_router_t *r, const pdr_config_t *c, char *err, size_t errlen);
+int pdr_router_tokenizer_prepare(pdr_router_t *r, const pdr_config_t *c, pdr_tokenizer_next_t *next,
+                                 char *err, size_t errlen);
+void pdr_router_tokenizer_commit(pdr_router_t *r, pdr_tokenizer_next_t *next);
+void pdr_router_tokenizer_abandon(pdr_tokenizer_next_t *next);
 /* Any loop: a reference to the current tokenizer (release it with pdr_tokenizer_free()), or NULL. */
 struct pdr_tokenizer *pdr_router_tokenizer(pdr_router_t *r);
 void pdr_router_tokenizer_dispose(pdr_router_t *r);

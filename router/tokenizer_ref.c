@@ -5,6 +5,9 @@
  * loaded tables instead of parsing the file again; a file that fails to load fails the start or the
  * reload with the loader's message, and a failed reload keeps the running tokenizer.
  *
+ * A reload prepares the new tokenizer first and installs it only once nothing else can refuse the reload,
+ * so that a refused reload changes nothing.
+ *
  * Threads: load and swap on loop 0 (start, reload); pdr_router_tokenizer() from any loop.
  */
 #include <stdio.h>
@@ -40,23 +43,21 @@ static void swap_in(pdr_router_t *r, pdr_tokenizer_t *tok, char *path, const str
     free(old_path);
 }
 
-int pdr_router_tokenizer_load(pdr_router_t *r, const pdr_config_t *c, char *err, size_t errlen)
+int pdr_router_tokenizer_prepare(pdr_router_t *r, const pdr_config_t *c, pdr_tokenizer_next_t *next,
+                                 char *err, size_t errlen)
 {
+    memset(next, 0, sizeof(*next));
     if (c->tokenizer == NULL) {
-        if (r->tokenizer != NULL)
-            pdr_info("tokenizer: none any more (%s dropped)", r->tokenizer_path);
-        swap_in(r, NULL, NULL, NULL);
+        next->change = r->tokenizer != NULL;
         return 0;
     }
-    struct stat st;
-    if (stat(c->tokenizer, &st) == 0 && same_file(r, c->tokenizer, &st))
+    if (stat(c->tokenizer, &next->st) == 0 && same_file(r, c->tokenizer, &next->st))
         return 0;
     uint64_t t0 = pdr_now_ms();
     pdr_tokenizer_t *tok = pdr_tokenizer_load(c->tokenizer, err, errlen);
     if (tok == NULL)
         return PDR_ECONFIG;
-    char *path = strdup(c->tokenizer);
-    if (path == NULL) {
+    if ((next->path = strdup(c->tokenizer)) == NULL) {
         pdr_tokenizer_free(tok);
         snprintf(err, errlen, "%s: out of memory", c->tokenizer);
         return PDR_ENOMEM;
@@ -64,8 +65,35 @@ int pdr_router_tokenizer_load(pdr_router_t *r, const pdr_config_t *c, char *err,
     pdr_info("tokenizer: %s loaded in %llu ms (%zu tokens, %zu merges, %zu KiB)", c->tokenizer,
              (unsigned long long)(pdr_now_ms() - t0), pdr_tokenizer_vocab_size(tok),
              pdr_tokenizer_merges(tok), pdr_tokenizer_bytes(tok) / 1024);
-    swap_in(r, tok, path, &st);
+    next->tok = tok;
+    next->change = 1;
     return 0;
+}
+
+void pdr_router_tokenizer_commit(pdr_router_t *r, pdr_tokenizer_next_t *next)
+{
+    if (!next->change)
+        return;
+    if (next->tok == NULL && r->tokenizer != NULL)
+        pdr_info("tokenizer: none any more (%s dropped)", r->tokenizer_path);
+    swap_in(r, next->tok, next->path, next->tok != NULL ? &next->st : NULL);
+    memset(next, 0, sizeof(*next));
+}
+
+void pdr_router_tokenizer_abandon(pdr_tokenizer_next_t *next)
+{
+    pdr_tokenizer_free(next->tok);
+    free(next->path);
+    memset(next, 0, sizeof(*next));
+}
+
+int pdr_router_tokenizer_load(pdr_router_t *r, const pdr_config_t *c, char *err, size_t errlen)
+{
+    pdr_tokenizer_next_t next;
+    int rc = pdr_router_tokenizer_prepare(r, c, &next, err, errlen);
+    if (rc == 0)
+        pdr_router_tokenizer_commit(r, &next);
+    return rc;
 }
 
 pdr_tokenizer_t *pdr_router_tokenizer(pdr_router_t *r)
