@@ -23,6 +23,9 @@ static void write_file(const char *s)
     CHECK(pwrite(fd, s, strlen(s), 0) == (ssize_t)strlen(s));
 }
 
+/* When set, make() uses these instead of its own extra tokens and merges. */
+static const char *vocab_extra, *merges_json;
+
 /* A file with the 256 byte characters (ids 0-255), "ab" 256, "Ġab" 257, "<s>" 258, "</s>" 259. */
 static char *make(const char *normalizer, const char *pre, const char *post, const char *added,
                   const char *model_extra)
@@ -41,8 +44,11 @@ static char *make(const char *normalizer, const char *pre, const char *post, con
         unsigned cp = k == 1 ? (uint8_t)u[0] : (((uint8_t)u[0] & 0x1Fu) << 6 | ((uint8_t)u[1] & 0x3Fu));
         n += (size_t)snprintf(b + n, cap - n, "\"\\u%04x\": %u, ", cp, c);
     }
-    n += (size_t)snprintf(b + n, cap - n, "\"ab\": 256, \"\\u0120ab\": 257, \"<s>\": 258, \"</s>\": 259},\n");
-    snprintf(b + n, cap - n, "\"merges\": [\"a b\", [\"\\u0120\", \"ab\"]]}}\n");
+    n += (size_t)snprintf(b + n, cap - n, "%s},\n",
+                          vocab_extra ? vocab_extra
+                                      : "\"ab\": 256, \"\\u0120ab\": 257, \"<s>\": 258, \"</s>\": 259");
+    snprintf(b + n, cap - n, "\"merges\": %s}}\n",
+             merges_json ? merges_json : "[\"a b\", [\"\\u0120\", \"ab\"]]");
     return b;
 }
 
@@ -206,6 +212,29 @@ static void test_encode(void)
     pdr_tokenizer_free(t);
 }
 
+/* \s is Unicode White_Space (as in Oniguruma and Rust's regex), not PCRE2's: U+180E (E1 A0 8E) is not a
+ * space, so GPT-2's pattern keeps "U+180E!" one piece (` ?[^\s\p{L}\p{N}]+`) and the merge of byte 8E
+ * with '!' applies; with PCRE2's own \s the pieces would be "U+180E" and "!" and it could not. */
+static void test_white_space(void)
+{
+    char c8e[2];
+    size_t k = pdr__tok_byte_char(0x8E, c8e);
+    unsigned cp = k == 1 ? (uint8_t)c8e[0] : (((uint8_t)c8e[0] & 0x1Fu) << 6 | ((uint8_t)c8e[1] & 0x3Fu));
+    char ve[96], mj[96];
+    snprintf(ve, sizeof(ve), "\"\\u%04x!\": 256", cp);
+    snprintf(mj, sizeof(mj), "[[\"\\u%04x\", \"!\"]]", cp);
+    vocab_extra = ve;
+    merges_json = mj;
+    pdr_tokenizer_t *t = load(make("null", BL, "null", "[]", ""));
+    vocab_extra = merges_json = NULL;
+    if (t == NULL)
+        return;
+    expect_ids(t, "\xe1\xa0\x8e!", (const uint32_t[]){0xE1, 0xA0, 256, UINT32_MAX});
+    /* NEL (U+0085, C2 85) is White_Space: "x NEL" ends in a space run, its bytes stay apart. */
+    expect_ids(t, "x\xc2\x85", (const uint32_t[]){'x', 0xC2, 0x85, UINT32_MAX});
+    pdr_tokenizer_free(t);
+}
+
 struct job {
     const pdr_tokenizer_t *t;
     const char *const *texts;
@@ -269,6 +298,7 @@ int main(int argc, char **argv)
     CHECK(fd >= 0);
     test_errors();
     test_encode();
+    test_white_space();
     if (argc > 1)
         test_threads(argv[1]);
     close(fd);
