@@ -248,6 +248,7 @@ typedef struct pdr_tokenizer_next {
     struct pdr_tokenizer *tok;
     char *path;
     struct stat st;
+    uint64_t load_ms;
 } pdr_tokenizer_next_t;
 int pdr_router_tokenizer_load(pdr_router_t *r, const pdr_config_t *c, char *err, size_t errlen);
 int pdr_router_tokenizer_prepare(pdr_router_t *r, const pdr_config_t *c, pdr_tokenizer_next_t *next,

@@ -62,9 +62,7 @@ int pdr_router_tokenizer_prepare(pdr_router_t *r, const pdr_config_t *c, pdr_tok
         snprintf(err, errlen, "%s: out of memory", c->tokenizer);
         return PDR_ENOMEM;
     }
-    pdr_info("tokenizer: %s loaded in %llu ms (%zu tokens, %zu merges, %zu KiB)", c->tokenizer,
-             (unsigned long long)(pdr_now_ms() - t0), pdr_tokenizer_vocab_size(tok),
-             pdr_tokenizer_merges(tok), pdr_tokenizer_bytes(tok) / 1024);
+    next->load_ms = pdr_now_ms() - t0;
     next->tok = tok;
     next->change = 1;
     return 0;
@@ -76,6 +74,10 @@ void pdr_router_tokenizer_commit(pdr_router_t *r, pdr_tokenizer_next_t *next)
         return;
     if (next->tok == NULL && r->tokenizer != NULL)
         pdr_info("tokenizer: none any more (%s dropped)", r->tokenizer_path);
+    if (next->tok != NULL)
+        pdr_info("tokenizer: %s loaded in %llu ms (%zu tokens, %zu merges, %zu KiB)", next->path,
+                 (unsigned long long)next->load_ms, pdr_tokenizer_vocab_size(next->tok),
+                 pdr_tokenizer_merges(next->tok), pdr_tokenizer_bytes(next->tok) / 1024);
     swap_in(r, next->tok, next->path, next->tok != NULL ? &next->st : NULL);
     memset(next, 0, sizeof(*next));
 }

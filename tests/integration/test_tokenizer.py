@@ -97,7 +97,7 @@ def reloads(r, result):
 
 
 def admin_reload(r):
-    st, _, raw = request(r.ports["admin"], "POST", "/admin/v1/reload")
+    st, _, raw = request(r.ports["admin"], "POST", "/admin/v1/reload", headers={"Authorization": "Bearer secret"})
     return st, json.loads(raw)
 
 
@@ -128,7 +128,11 @@ def scenario_router():
     check(out.returncode != 0 and "broken.json:3:" in out.stdout + out.stderr, repr(out))
 
     p, dec = sim("prefill"), sim("decode")
-    r = router([p], [dec], config="tokenizer: %s" % tok)
+    admin_tok = os.path.join(d, "admin-token")
+    with open(admin_tok, "w") as f:
+        f.write("secret\n")
+    r = router([p], [dec], config="tokenizer: %s\nadmin: { host: 127.0.0.1, port: {admin}, token_file: %s }"
+               % (tok, admin_tok))
     try:
         pdtest.poll_until(lambda: len(loaded_lines(r)) == 1, 5, "the tokenizer's load line")
         check("(8000 tokens, 7741 merges" in loaded_lines(r)[0], loaded_lines(r)[0], r)
@@ -143,8 +147,15 @@ def scenario_router():
         check(reloads(r, "failed") == 1, "failed reloads", r)
         body = {"text": "hello", "sampling_params": {"max_new_tokens": 2}}
         check(request(r.port, "POST", "/generate", body)[0] == 200, "requests after the refused reload", r)
-        # A changed, valid file (another tokenizer) is loaded.
+        # A changed, valid file (another tokenizer), but the reload is refused for another reason (the
+        # admin token file is gone): nothing is installed.
         shutil.copy(fixture("gpt2.tokenizer.json"), tok)
+        os.rename(admin_tok, admin_tok + ".away")
+        st, out = admin_reload(r)
+        check(st != 200 and "admin-token" in out["error"]["message"], "%d %r" % (st, out), r)
+        check(len(loaded_lines(r)) == 1, "a refused reload installed the new tokenizer", r)
+        os.rename(admin_tok + ".away", admin_tok)
+        # Now it loads.
         r.proc.send_signal(signal.SIGHUP)
         pdtest.poll_until(lambda: reloads(r, "ok") == 2, 5, "the SIGHUP reload")
         lines = loaded_lines(r)
