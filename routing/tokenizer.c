@@ -273,8 +273,13 @@ size_t pdr_tokenizer_merges(const pdr_tokenizer_t *t)
 struct sym {
     uint32_t id;
     int32_t prev, next;
-    uint32_t len; /* bytes; 0: merged into its left neighbour */
+    uint32_t len;       /* bytes; 0: merged into its left neighbour */
+    uint32_t rank, mid; /* short words: the merge of this symbol with the next (rank NONE: none) */
 };
+
+/* Words of at most this many symbols merge by scanning their pairs' cached ranks (cheaper than the
+ * heap for short words, and the same order: lowest rank, then leftmost). */
+#define SCAN_MAX 48
 
 struct cand {
     uint32_t rank, pos, id;
@@ -367,6 +372,46 @@ static void push_pair(struct enc *e, size_t *hn, int32_t pos)
         heap_push(e, hn, (struct cand){m->rank, (uint32_t)pos, m->id});
 }
 
+static void pair_rank(struct enc *e, int32_t pos)
+{
+    struct sym *s = &e->sym[pos];
+    const pdr__tok_merge_t *m = s->next >= 0 ? pdr__tok_merge_get(e->t, s->id, e->sym[s->next].id) : NULL;
+    s->rank = m ? m->rank : PDR_TOK_NONE;
+    s->mid = m ? m->id : PDR_TOK_NONE;
+}
+
+/* The merges of a short word (symbols 0..ns-1 linked), then its ids. */
+static int merge_scan(struct enc *e, int32_t ns)
+{
+    for (int32_t i = 0; i < ns; i++)
+        pair_rank(e, i);
+    for (;;) {
+        int32_t best = -1;
+        uint32_t rank = PDR_TOK_NONE;
+        for (int32_t i = 0; i >= 0; i = e->sym[i].next)
+            if (e->sym[i].rank < rank) {
+                rank = e->sym[i].rank;
+                best = i;
+            }
+        if (best < 0)
+            break;
+        struct sym *s = &e->sym[best], *r = &e->sym[s->next];
+        s->id = s->mid;
+        s->len += r->len;
+        r->len = 0;
+        s->next = r->next;
+        if (s->next >= 0)
+            e->sym[s->next].prev = best;
+        pair_rank(e, best);
+        if (s->prev >= 0)
+            pair_rank(e, s->prev);
+    }
+    for (int32_t i = 0; i >= 0; i = e->sym[i].next)
+        if (emit(e, e->sym[i].id) != 0)
+            return PDR_ENOMEM;
+    return 0;
+}
+
 /* BPE of one pre-token (raw bytes p[0..len)). */
 static int bpe(struct enc *e, const char *p, size_t len)
 {
@@ -405,12 +450,14 @@ static int bpe(struct enc *e, const char *p, size_t len)
         } else {
             unk_open = 0;
         }
-        e->sym[ns] = (struct sym){id, ns - 1, ns + 1, 1};
+        e->sym[ns] = (struct sym){id, ns - 1, ns + 1, 1, PDR_TOK_NONE, PDR_TOK_NONE};
         ns++;
     }
     if (ns == 0)
         return 0;
     e->sym[ns - 1].next = -1;
+    if (ns <= SCAN_MAX)
+        return merge_scan(e, ns);
     size_t hn = 0;
     for (int32_t i = 0; i + 1 < ns; i++)
         push_pair(e, &hn, i);
