@@ -307,8 +307,8 @@ static int load_added(ld_t *L, json_t *arr)
     t->added_norm.tok = calloc(n + 1, sizeof(pdr__tok_added_t));
     if (t->added_raw.tok == NULL || t->added_norm.tok == NULL)
         return nomem(L);
-    for (size_t i = 0; i < n; i++) {
-        json_t *a = json_array_get(arr, i);
+    size_t i = 0;
+    for (json_t *a = pdr__tj_first(arr); a != NULL; a = pdr__tj_next(L->doc, arr, a), i++) {
         char path[64];
         snprintf(path, sizeof(path), "added_tokens[%zu]", i);
         if (!json_is_object(a))
