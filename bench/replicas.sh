@@ -7,8 +7,12 @@
 # prefills' own count from /pdsim/stats (hit tokens over prompt tokens, all prefills together): behind a
 # PD router the client sees the decode's answer, and a pdsim decode computes no prompt (it reports
 # cached_tokens 0). The spread is each prefill's share of the requests, max over mean.
+# With POLICY=precise_prefix every prefill publishes its KV events (--kv-events-endpoint), every replica
+# subscribes to all of them (the worker entries' kv_events), and pdbench sends input_ids (INPUT_IDS=1,
+# the default for that policy: the token ids the index matches).
 # Prints one markdown row; exits non-zero when pdbench saw a failed request or a non-2xx answer.
 #   BUILD=build REPLICAS=3 POLICY=cache_aware SEED_MODE=consistent_hash bench/replicas.sh
+#   REPLICAS=3 POLICY=precise_prefix bench/replicas.sh
 #   WORKLOAD=multi-turn REPLICAS=1 POLICY=round_robin bench/replicas.sh
 set -eu
 BUILD=${BUILD:-build}
@@ -32,7 +36,8 @@ CACHE_TOKENS=${CACHE_TOKENS:-6144} # per prefill: 4 of the 16 system prompts, pl
 PREFILL_US=${PREFILL_US:-50}        # per computed prompt token
 DECODE_US=${DECODE_US:-1000}
 SEED=${SEED:-1}
-PORT=${PORT:-21700}  # uses PORT+1 .. PORT+60+REPLICAS
+PORT=${PORT:-21700}  # uses PORT+1 .. PORT+60+REPLICAS, and PORT+80+i for prefill i's KV events
+INPUT_IDS=${INPUT_IDS:-$([ "$POLICY" = precise_prefix ] && echo 1 || echo 0)}
 mkdir -p "$OUT"
 rm -f "$OUT"/*.log
 pids=""
@@ -42,11 +47,17 @@ trap cleanup EXIT INT TERM
 workers="workers:\n  prefill:\n"
 i=1
 while [ "$i" -le "$PREFILLS" ]; do
+    kv="" kvkey=""
+    if [ "$POLICY" = precise_prefix ]; then
+        kv="--kv-events-endpoint tcp://127.0.0.1:$((PORT + 80 + i))"
+        kvkey=", kv_events: tcp://127.0.0.1:$((PORT + 80 + i))"
+    fi
+    # shellcheck disable=SC2086 # $kv is two words or none
     "$BUILD/pdsim" --role prefill --port $((PORT + i)) --bootstrap-port $((PORT + 20 + i)) \
         --kv-bytes-per-token 16 --prefill-us-per-token "$PREFILL_US" --prefix-cache-tokens "$CACHE_TOKENS" \
-        >"$OUT/prefill$i.log" 2>&1 &
+        $kv >"$OUT/prefill$i.log" 2>&1 &
     pids="$pids $!"
-    workers="$workers    - { url: http://127.0.0.1:$((PORT + i)), bootstrap_port: $((PORT + 20 + i)) }\n"
+    workers="$workers    - { url: http://127.0.0.1:$((PORT + i)), bootstrap_port: $((PORT + 20 + i))$kvkey }\n"
     i=$((i + 1))
 done
 workers="$workers  decode:\n"
@@ -105,12 +116,15 @@ if [ "$WORKLOAD" = multi-turn ]; then
 else
     wl="--workload shared-prefix --prefixes $PREFIXES --prefix-tokens $PREFIX_TOKENS"
 fi
+[ "$INPUT_IDS" = 1 ] && wl="$wl --input-ids"
 # shellcheck disable=SC2086 # $wl is several flags
 "$BUILD/pdbench" --url "$urls" --health-url "http://127.0.0.1:$((PORT + 61))/readiness" --quiet \
     --profiles "$ISL/$OSL" --concurrency "$CONCURRENCY" --requests "$REQUESTS" --seed "$SEED" --warmup 0 \
     $wl --json "$OUT/pdbench.json"
 label="$POLICY"
 [ "$POLICY" = cache_aware ] && label="cache_aware, seed $SEED_MODE"
+[ "$POLICY" = precise_prefix ] && label="precise_prefix, seed $SEED_MODE"
+[ "$INPUT_IDS" = 1 ] && label="$label (input_ids)"
 python3 - "$OUT" "$label" "$PORT" "$PREFILLS" "$REPLICAS" "$WORKLOAD" <<'PY'
 import json, sys, urllib.request
 out, label, port, prefills, replicas, workload = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]

@@ -9,8 +9,13 @@
  * --seed consistent_hash the decisions seed unseen prefixes on the hash ring; either way the last line
  * is the ring's own cost (pdr_chash_pick over W workers, ns per pick).
  *
- *   routing_bench [--entries N] [--workers W] [--cap BYTES] [--threads T] [--seed
- * smallest_tree|consistent_hash]
+ * With --kv-blocks B, then the precise prefix index (routing/kvindex.c): B blocks of 16 tokens stored
+ * through events, as chains of 256 blocks (4096-token prompts) spread over the workers, then the cost
+ * of one lookup of a 4096-token prompt against every worker (a whole-prompt hit for one of them), and
+ * the index's bytes when it is filled to twice what --kv-cap holds.
+ *
+ *   routing_bench [--entries N] [--workers W] [--cap BYTES] [--threads T]
+ *                 [--seed smallest_tree|consistent_hash] [--kv-blocks B] [--kv-cap BYTES]
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +23,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "kvevents.h"
 #include "routing.h"
 #include "util.h"
 
@@ -101,8 +107,97 @@ static void report(const char *phase, run_t *r, size_t nruns, uint64_t wall_ns, 
            (double)pdr_ptree_bytes(t) / (double)total_chars(t));
 }
 
+#define KV_BS 16
+#define KV_CHAIN 256
+
+/* The token ids of chain c (4096 of them, the same every time). */
+static void kv_chain_tokens(uint64_t c, uint32_t *ids)
+{
+    uint64_t rng = c * 0x9e3779b97f4a7c15ULL + 7;
+    for (size_t i = 0; i < KV_CHAIN * KV_BS; i++)
+        ids[i] = (uint32_t)(pdr_routing_rng_next(&rng) % 150000);
+}
+
+/* Stores chains [0, n) into ix as one BlockStored message each (worker c % workers, its next number). */
+static void kv_fill(pdr_kvindex_t *ix, uint64_t n, uint64_t *seq)
+{
+    uint32_t ids[KV_CHAIN * KV_BS];
+    uint64_t hashes[KV_CHAIN];
+    pdr_kv_event_t ev = {.kind = PDR_KV_BLOCK_STORED,
+                         .hashes = hashes,
+                         .n_hashes = KV_CHAIN,
+                         .tokens = ids,
+                         .n_tokens = KV_CHAIN * KV_BS,
+                         .block_size = KV_BS,
+                         .gpu = 1};
+    pdr_kv_batch_t b = {.events = &ev, .n_events = 1};
+    for (uint64_t c = 0; c < n; c++) {
+        kv_chain_tokens(c, ids);
+        for (size_t i = 0; i < KV_CHAIN; i++)
+            hashes[i] = c * KV_CHAIN + i + 1;
+        size_t w = (size_t)(c % workers);
+        (void)pdr_kvindex_apply(ix, w + 1, seq[w]++, &b, NULL);
+    }
+}
+
+static int kv_bench(uint64_t blocks, uint64_t kv_cap)
+{
+    uint64_t chains = (blocks + KV_CHAIN - 1) / KV_CHAIN, seq[64] = {0};
+    pdr_kvindex_params_t p = {blocks * 256 + (1 << 20), 1}; /* room for all of them */
+    int err;
+    pdr_kvindex_t *ix = pdr_kvindex_new(&p, &err);
+    if (ix == NULL) {
+        fprintf(stderr, "routing_bench: %s\n", pdr_strerror(err));
+        return 1;
+    }
+    uint64_t t0 = pdr_now_ns();
+    kv_fill(ix, chains, seq);
+    uint64_t fill_ns = pdr_now_ns() - t0;
+    pdr_kvindex_stats_t st;
+    pdr_kvindex_stats(ix, &st);
+    printf("kv fill  %llu blocks (%llu chains of %d x %d tokens, %zu workers): %.0f ns/block stored; "
+           "%.1f MiB, %.1f B/block\n",
+           (unsigned long long)st.entries, (unsigned long long)chains, KV_CHAIN, KV_BS, workers,
+           (double)fill_ns / (double)st.entries, (double)st.bytes / 1048576.0,
+           (double)st.bytes / (double)st.entries);
+    uint64_t ids[64];
+    for (size_t i = 0; i < workers; i++)
+        ids[i] = i + 1;
+    uint32_t prompt[KV_CHAIN * KV_BS];
+    pdr_kvindex_match_t m[64];
+    uint64_t lookups = 20000, ns = 0, hit = 0, rng = 99;
+    for (uint64_t i = 0; i < lookups; i++) {
+        uint64_t c = pdr_routing_rng_next(&rng) % chains;
+        kv_chain_tokens(c, prompt);
+        t0 = pdr_now_ns();
+        pdr_kvindex_match(ix, prompt, KV_CHAIN * KV_BS, ids, workers, m);
+        ns += pdr_now_ns() - t0;
+        hit += m[c % workers].blocks == KV_CHAIN;
+    }
+    printf("kv match 4096-token prompt x %zu workers: %.0f ns/lookup (%llu/%llu whole hits)\n", workers,
+           (double)ns / (double)lookups, (unsigned long long)hit, (unsigned long long)lookups);
+    pdr_kvindex_free(ix);
+
+    p.max_bytes = kv_cap;
+    if ((ix = pdr_kvindex_new(&p, &err)) == NULL) {
+        fprintf(stderr, "routing_bench: --kv-cap: %s\n", pdr_strerror(err));
+        return 1;
+    }
+    memset(seq, 0, sizeof(seq));
+    uint64_t fit = kv_cap / 80 / KV_CHAIN + 1; /* about 80 bytes an entry: fill twice that */
+    kv_fill(ix, 2 * fit, seq);
+    pdr_kvindex_stats(ix, &st);
+    printf("kv cap   %llu B: %llu B held (%.1f%%), %llu blocks, %llu evicted, %.1f B/block at cap\n",
+           (unsigned long long)kv_cap, (unsigned long long)st.bytes,
+           100.0 * (double)st.bytes / (double)kv_cap, (unsigned long long)st.entries,
+           (unsigned long long)st.evicted, (double)st.bytes / (double)st.entries);
+    pdr_kvindex_free(ix);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    uint64_t kv_blocks = 0, kv_cap = 64ULL << 20;
     uint64_t entries = 100000, cap = 1ULL << 24;
     size_t threads = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -130,10 +225,14 @@ int main(int argc, char **argv)
             cap = v;
         else if (strcmp(argv[i], "--threads") == 0 && v <= 16)
             threads = (size_t)v;
+        else if (strcmp(argv[i], "--kv-blocks") == 0)
+            kv_blocks = v;
+        else if (strcmp(argv[i], "--kv-cap") == 0)
+            kv_cap = v;
         else {
             fprintf(stderr,
                     "usage: routing_bench [--entries N] [--workers W<=64] [--cap BYTES] [--threads T<=16] "
-                    "[--seed smallest_tree|consistent_hash]\n");
+                    "[--seed smallest_tree|consistent_hash] [--kv-blocks B] [--kv-cap BYTES]\n");
             return 2;
         }
     }
@@ -201,5 +300,5 @@ int main(int argc, char **argv)
     pdr_ptree_free(t);
     for (size_t i = 0; i < TEMPLATES; i++)
         free(templates[i]);
-    return 0;
+    return kv_blocks > 0 ? kv_bench(kv_blocks, kv_cap) : 0;
 }

@@ -276,7 +276,7 @@ void pdr_config_usage(FILE *out)
         "  --host H                   listen address (default " PDR_DEF_LISTEN_HOST ")\n"
         "  --port P                   listen port (default 8000)\n"
         "  --policy P                 policy for both roles: round_robin, least_load, random,\n"
-        "                             cache_aware or power_of_two\n"
+        "                             cache_aware, power_of_two or precise_prefix\n"
         "  --cache-threshold X, --balance-abs-threshold N, --balance-rel-threshold X,\n"
         "  --eviction-interval-secs N, --max-tree-size BYTES   cache_aware's settings (sglang's)\n"
         "  --cache-aware-seed S       consistent_hash (default) or smallest_tree (sglang's rule)\n"
@@ -453,15 +453,14 @@ static int set_policy(const char *opt, const char *val, pdr_policy_kind_t *out, 
         if (strcmp(val, later[i]) == 0) {
             pdr__config_err(err, errlen,
                             "argv: --%s: the %s policy is not available yet; the policies are round_robin, "
-                            "least_load, random, cache_aware and power_of_two",
+                            "least_load, random, cache_aware, power_of_two and precise_prefix",
                             opt, val);
             return PDR_EINVAL;
         }
-    pdr__config_err(
-        err, errlen,
-        "argv: --%s: unknown policy '%s', expected round_robin, least_load, random, cache_aware or "
-        "power_of_two",
-        opt, pdr__config_show(val, strlen(val), shown, sizeof(shown)));
+    pdr__config_err(err, errlen,
+                    "argv: --%s: unknown policy '%s', expected round_robin, least_load, random, cache_aware, "
+                    "power_of_two or precise_prefix",
+                    opt, pdr__config_show(val, strlen(val), shown, sizeof(shown)));
     return PDR_EINVAL;
 }
 

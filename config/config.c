@@ -69,8 +69,8 @@ int pdr__parse_int(const char *s, size_t len, int64_t *out)
     return 0;
 }
 
-static const char *const policy_names[] = {"round_robin", "least_load", "random", "cache_aware",
-                                           "power_of_two"};
+static const char *const policy_names[] = {"round_robin", "least_load",   "random",
+                                           "cache_aware", "power_of_two", "precise_prefix"};
 static const char *const protocol_names[] = {"sglang", "vllm", "pdshim"};
 
 static int name_lookup(const char *const *names, int n, const char *s, size_t len)
@@ -83,7 +83,7 @@ static int name_lookup(const char *const *names, int n, const char *s, size_t le
 
 int pdr__policy_parse(const char *s, size_t len, pdr_policy_kind_t *out)
 {
-    int i = name_lookup(policy_names, 5, s, len);
+    int i = name_lookup(policy_names, 6, s, len);
     if (i < 0)
         return PDR_EINVAL;
     *out = (pdr_policy_kind_t)i;
@@ -122,7 +122,7 @@ int pdr_protocol_parse(const char *name, pdr_protocol_t *out)
 
 const char *pdr_policy_name(pdr_policy_kind_t p)
 {
-    return (unsigned)p < 5 ? policy_names[p] : "unknown";
+    return (unsigned)p < 6 ? policy_names[p] : "unknown";
 }
 
 const char *pdr_protocol_name(pdr_protocol_t p)
@@ -182,6 +182,47 @@ int pdr__check_origin(const char *s, size_t len, char *msg, size_t msglen)
     }
     if (memchr(sep + 3, '/', len - (size_t)(sep + 3 - s)) != NULL) {
         pdr__config_err(msg, msglen, "an origin has no path (no '/' after the host)");
+        return PDR_EINVAL;
+    }
+    return 0;
+}
+
+static int is_host_char(char ch);
+
+int pdr_kv_endpoint_check(const char *s, size_t len, char *msg, size_t msglen)
+{
+    int ok = len < 256 && memchr(s, '\0', len) == NULL;
+    if (ok && len > 6 && memcmp(s, "ipc://", 6) == 0) {
+        for (size_t i = 6; i < len; i++)
+            ok = ok && (unsigned char)s[i] > 0x20 && s[i] != 0x7f;
+    } else if (ok && len > 6 && memcmp(s, "tcp://", 6) == 0) {
+        const char *h = s + 6, *end = s + len, *colon;
+        if (*h == '[') {
+            const char *rb = memchr(h, ']', (size_t)(end - h));
+            ok = rb != NULL && rb > h + 1 && rb + 1 < end && rb[1] == ':';
+            colon = ok ? rb + 1 : NULL;
+            for (const char *q = h + 1; ok && q < rb; q++)
+                ok = (*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f') || (*q >= 'A' && *q <= 'F') ||
+                     *q == ':' || *q == '.';
+        } else {
+            colon = NULL;
+            for (const char *q = h; q < end; q++)
+                if (*q == ':')
+                    colon = q;
+            ok = colon != NULL && colon > h;
+            for (const char *q = h; ok && q < colon; q++)
+                ok = is_host_char(*q);
+        }
+        int64_t port;
+        ok = ok && colon != NULL &&
+             pdr_parse_int64(colon + 1, (size_t)(end - colon - 1), 1, 65535, &port) == 0;
+    } else {
+        ok = 0;
+    }
+    if (!ok) {
+        pdr__config_err(msg, msglen,
+                        "expected a ZMQ endpoint tcp://HOST:PORT (PORT 1..65535, IPv6 in brackets) or "
+                        "ipc://PATH, under 256 bytes");
         return PDR_EINVAL;
     }
     return 0;
@@ -453,6 +494,8 @@ pdr_config_t *pdr_config_new_default(void)
     c->cache_aware.seed = PDR_CA_SEED_CONSISTENT_HASH; /* not sglang's: replicas agree (docs/config.md) */
     c->cache_aware.hash_prefix_chars = 256;
     c->cache_aware.hash_load_factor = 1.5;
+    c->kv_events.max_index_bytes = (int64_t)64 << 20;
+    c->kv_events.resync_messages = 32;
     c->log.access_log = strdup(PDR_DEF_ACCESS_LOG);
     c->log.level = strdup(PDR_DEF_LOG_LEVEL);
     pdr__discovery_conf_defaults(&c->discovery);
@@ -594,6 +637,7 @@ void pdr_worker_conf_clear(pdr_worker_conf_t *w)
         return;
     free(w->url);
     free(w->host);
+    free(w->kv_events);
     memset(w, 0, sizeof(*w));
     w->bootstrap_port = -1;
 }

@@ -16,8 +16,9 @@ typedef enum {
     PDR_POLICY_ROUND_ROBIN = 0,
     PDR_POLICY_LEAST_LOAD,
     PDR_POLICY_RANDOM,
-    PDR_POLICY_CACHE_AWARE, /* sglang's: an approximate prefix tree of recent prompts per worker */
-    PDR_POLICY_POWER_OF_TWO /* sglang's: the less loaded of two workers drawn at random */
+    PDR_POLICY_CACHE_AWARE,   /* sglang's: an approximate prefix tree of recent prompts per worker */
+    PDR_POLICY_POWER_OF_TWO,  /* sglang's: the less loaded of two workers drawn at random */
+    PDR_POLICY_PRECISE_PREFIX /* cache_aware's rules on the prefixes the workers' KV events report */
 } pdr_policy_kind_t;
 /* PDR_ROLE_REGULAR: a non-disaggregated worker that runs whole requests (workers.regular), used only when
  * conditional disaggregation skips the prefill with protocol sglang. Arrays "by role" of prefill and
@@ -36,6 +37,7 @@ typedef struct pdr_worker_conf {
     int dp_size;        /* data-parallel attention ranks: 0 or 1 = one target; N > 1 = N routing targets */
     int dp_rank;        /* with dp_size > 1, in the pool's per-rank copies: the rank, 0..dp_size-1 (else
                            unused: config lists hold one entry per worker) */
+    char *kv_events;    /* the worker's KV event publisher (ZMQ endpoint tcp://HOST:PORT); NULL = none */
 } pdr_worker_conf_t;
 #define PDR_MAX_DP_SIZE 1024 /* dp_size of one worker */
 
@@ -206,6 +208,10 @@ typedef struct pdr_config {
         double hash_load_factor;      /* default 1.5: no worker seeded above this times the mean load */
     } cache_aware;
     struct {
+        int64_t max_index_bytes; /* default 64 MiB: the precise prefix index's hard cap, all workers */
+        int resync_messages;     /* default 32: consecutive messages after a gap before a worker counts */
+    } kv_events;
+    struct {
         pdr_relay_t relay; /* default first_byte: from the decode's first body byte */
     } pd;
     /* Conditional disaggregation (router/disagg.h): a request whose uncached prompt is short, or that
@@ -236,6 +242,11 @@ typedef struct pdr_config {
 
     int refcnt; /* atomic */
 } pdr_config_t;
+
+/* A KV event endpoint the router can connect a ZMQ SUB socket to: tcp://HOST:PORT (HOST a DNS name, an
+ * IPv4 address or a bracketed IPv6 one; PORT 1..65535) or ipc://PATH, under 256 bytes. 0, or PDR_EINVAL
+ * with the reason in msg. */
+int pdr_kv_endpoint_check(const char *s, size_t len, char *msg, size_t msglen);
 
 /* Builds a snapshot with every default and no workers. */
 pdr_config_t *pdr_config_new_default(void);

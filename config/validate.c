@@ -451,9 +451,9 @@ static int check_pools(const pdr_config_t *c, char *err, size_t errlen)
             return PDR_ECONFIG;
         }
         snprintf(key, sizeof(key), "pools[%zu].policy.prefill", i);
-        CHECK_RANGE(pl->policy_prefill, 0, 4, key);
+        CHECK_RANGE(pl->policy_prefill, 0, PDR_POLICY_PRECISE_PREFIX, key);
         snprintf(key, sizeof(key), "pools[%zu].policy.decode", i);
-        CHECK_RANGE(pl->policy_decode, 0, 4, key);
+        CHECK_RANGE(pl->policy_decode, 0, PDR_POLICY_PRECISE_PREFIX, key);
         snprintf(key, sizeof(key), "pools[%zu].", i);
         int drc = check_discovery(&pl->discovery, key, err, errlen);
         if (drc != 0)
@@ -594,8 +594,8 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
                         pdr_protocol_name(c->protocol));
         return PDR_ECONFIG;
     }
-    CHECK_RANGE(c->policy_prefill, 0, 4, "policy.prefill");
-    CHECK_RANGE(c->policy_decode, 0, 4, "policy.decode");
+    CHECK_RANGE(c->policy_prefill, 0, PDR_POLICY_PRECISE_PREFIX, "policy.prefill");
+    CHECK_RANGE(c->policy_decode, 0, PDR_POLICY_PRECISE_PREFIX, "policy.decode");
     CHECK_RANGE(c->cache_aware.balance_abs_threshold, 0, 1000000, "cache_aware.balance_abs_threshold");
     CHECK_RANGE(c->cache_aware.eviction_interval_secs, 1, 86400, "cache_aware.eviction_interval_secs");
     CHECK_RANGE(c->cache_aware.max_tree_size, 1024, (int64_t)1 << 40, "cache_aware.max_tree_size");
@@ -612,6 +612,8 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
             "(the in-flight count at which a prefill is saturated, at least 1)");
         return PDR_ECONFIG;
     }
+    CHECK_RANGE(c->kv_events.max_index_bytes, 4096, (int64_t)1 << 40, "kv_events.max_index_bytes");
+    CHECK_RANGE(c->kv_events.resync_messages, 1, 1000000, "kv_events.resync_messages");
     if (!(c->cache_aware.cache_threshold >= 0 && c->cache_aware.cache_threshold <= 1)) {
         pdr__config_err(err, errlen, "cache_aware.cache_threshold: %g is out of range, expected 0..1",
                         c->cache_aware.cache_threshold);

@@ -21,40 +21,41 @@
 #include "defaults.h"
 
 enum ftype {
-    F_SECTION,    /* a mapping described by sub */
-    F_POLICIES,   /* policy: a mapping {prefill, decode} or one name for both */
-    F_STR,        /* non-empty string */
-    F_STR_OPT,    /* string, or null for "none" */
-    F_PATH,       /* string starting with '/' */
-    F_INT,        /* int in [min, max] */
-    F_INT64,      /* int64_t in [min, max] */
-    F_DOUBLE,     /* double in [min, max] */
-    F_PROTOCOL,   /* pdr_protocol_t */
-    F_POLICY,     /* pdr_policy_kind_t */
-    F_LEVEL,      /* log level, stored as its canonical name */
-    F_RELAY,      /* pdr_relay_t */
-    F_BOOL,       /* int 0/1 from true or false */
-    F_WORKERS,    /* sequence of workers; min is the role */
-    F_URL,        /* worker url (base is a pdr_worker_conf_t) */
-    F_BPORT,      /* bootstrap port or null/none */
-    F_BPORT_BAD,  /* bootstrap_port on a decode worker */
-    F_HOSTNAME,   /* string: a DNS name (pdr__check_hostname) */
-    F_RESOLVER,   /* string: "IPv4[:port]", "[IPv6]:port" or IPv6 */
-    F_SELECTOR,   /* string: a Kubernetes label selector */
-    F_NAMESPACE,  /* string: a Kubernetes namespace name */
-    F_API_URL,    /* string: http:// or https:// URL of the API server */
-    F_DNS_ROLE,   /* a mapping described by sub, then name and port required; min is the role */
-    F_K8S_ROLE,   /* a mapping described by sub, then selector required; min is the role */
-    F_NETWORKS,   /* sequence of IP networks, or null for none (admin_deny_networks) */
-    F_ORIGINS,    /* sequence of CORS origins, or null for none (cors.allowed_origins) */
-    F_ANNOTATION, /* string: a Kubernetes annotation key */
-    F_POOLS,      /* pools: a sequence of pool mappings */
-    F_POOL_NAME,  /* a pool's name: [a-z0-9_-], unique */
-    F_MODELS,     /* a pool's models: a sequence of model names, each in one pool only */
-    F_DISCOVERY,  /* a pdr_discovery_conf_t at off: its fields' offsets are relative to it */
-    F_KEY_FILE,   /* path of a key file, read and checked now (workers.api_key_file); null for none */
-    F_NAMES,      /* sequence of header names, stored lower case (request_id_headers) */
-    F_SEED,       /* cache_aware.seed: smallest_tree or consistent_hash, stored as an int */
+    F_SECTION,     /* a mapping described by sub */
+    F_POLICIES,    /* policy: a mapping {prefill, decode} or one name for both */
+    F_STR,         /* non-empty string */
+    F_STR_OPT,     /* string, or null for "none" */
+    F_PATH,        /* string starting with '/' */
+    F_INT,         /* int in [min, max] */
+    F_INT64,       /* int64_t in [min, max] */
+    F_DOUBLE,      /* double in [min, max] */
+    F_PROTOCOL,    /* pdr_protocol_t */
+    F_POLICY,      /* pdr_policy_kind_t */
+    F_LEVEL,       /* log level, stored as its canonical name */
+    F_RELAY,       /* pdr_relay_t */
+    F_BOOL,        /* int 0/1 from true or false */
+    F_WORKERS,     /* sequence of workers; min is the role */
+    F_URL,         /* worker url (base is a pdr_worker_conf_t) */
+    F_BPORT,       /* bootstrap port or null/none */
+    F_BPORT_BAD,   /* bootstrap_port on a decode worker */
+    F_HOSTNAME,    /* string: a DNS name (pdr__check_hostname) */
+    F_RESOLVER,    /* string: "IPv4[:port]", "[IPv6]:port" or IPv6 */
+    F_SELECTOR,    /* string: a Kubernetes label selector */
+    F_NAMESPACE,   /* string: a Kubernetes namespace name */
+    F_API_URL,     /* string: http:// or https:// URL of the API server */
+    F_DNS_ROLE,    /* a mapping described by sub, then name and port required; min is the role */
+    F_K8S_ROLE,    /* a mapping described by sub, then selector required; min is the role */
+    F_NETWORKS,    /* sequence of IP networks, or null for none (admin_deny_networks) */
+    F_ORIGINS,     /* sequence of CORS origins, or null for none (cors.allowed_origins) */
+    F_ANNOTATION,  /* string: a Kubernetes annotation key */
+    F_POOLS,       /* pools: a sequence of pool mappings */
+    F_POOL_NAME,   /* a pool's name: [a-z0-9_-], unique */
+    F_MODELS,      /* a pool's models: a sequence of model names, each in one pool only */
+    F_DISCOVERY,   /* a pdr_discovery_conf_t at off: its fields' offsets are relative to it */
+    F_KEY_FILE,    /* path of a key file, read and checked now (workers.api_key_file); null for none */
+    F_NAMES,       /* sequence of header names, stored lower case (request_id_headers) */
+    F_SEED,        /* cache_aware.seed: smallest_tree or consistent_hash, stored as an int */
+    F_KV_ENDPOINT, /* string: a ZMQ endpoint (pdr_kv_endpoint_check) */
 };
 
 struct field {
@@ -133,6 +134,11 @@ static const struct field limits_fields[] = {
 };
 static const struct field retries_fields[] = {
     {"max", F_INT, CONF(retries.max), 0, PDR_MAX_RETRIES, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field kv_events_fields[] = {
+    {"max_index_bytes", F_INT64, CONF(kv_events.max_index_bytes), 4096, (int64_t)1 << 40, NULL},
+    {"resync_messages", F_INT, CONF(kv_events.resync_messages), 1, 1000000, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field cache_aware_fields[] = {
@@ -285,6 +291,7 @@ static const struct field top_fields[] = {
     {"pd", F_SECTION, 0, 0, 0, pd_fields},
     {"cache_aware", F_SECTION, 0, 0, 0, cache_aware_fields},
     {"disaggregation", F_SECTION, 0, 0, 0, disaggregation_fields},
+    {"kv_events", F_SECTION, 0, 0, 0, kv_events_fields},
     {"log", F_SECTION, 0, 0, 0, log_fields},
     {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields},
     {"threads", F_INT, CONF(threads), 0, PDR_MAX_THREADS, NULL},
@@ -299,12 +306,14 @@ static const struct field prefill_fields[] = {
     {"url", F_URL, 0, 0, 0, NULL},
     {"bootstrap_port", F_BPORT, offsetof(pdr_worker_conf_t, bootstrap_port), 1, 65535, NULL},
     {"dp_size", F_INT, offsetof(pdr_worker_conf_t, dp_size), 1, PDR_MAX_DP_SIZE, NULL},
+    {"kv_events", F_KV_ENDPOINT, offsetof(pdr_worker_conf_t, kv_events), 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field decode_fields[] = {
     {"url", F_URL, 0, 0, 0, NULL},
     {"bootstrap_port", F_BPORT_BAD, 0, 0, 0, NULL},
     {"dp_size", F_INT, offsetof(pdr_worker_conf_t, dp_size), 1, PDR_MAX_DP_SIZE, NULL},
+    {"kv_events", F_KV_ENDPOINT, offsetof(pdr_worker_conf_t, kv_events), 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 
@@ -476,10 +485,10 @@ static int get_policy(struct ctx *cx, const yaml_node_t *v, const char *path, pd
     size_t len;
     const char *s = sval(v, &len);
     if (pdr__policy_parse(s, len, out) != 0)
-        return FAIL(
-            cx, v,
-            "%s: unknown policy '%s', expected round_robin, least_load, random, cache_aware or power_of_two",
-            path, show(v, buf, sizeof(buf)));
+        return FAIL(cx, v,
+                    "%s: unknown policy '%s', expected round_robin, least_load, random, cache_aware, "
+                    "power_of_two or precise_prefix",
+                    path, show(v, buf, sizeof(buf)));
     return 0;
 }
 
@@ -502,6 +511,8 @@ static check_fn checker(enum ftype t)
         return pdr__check_namespace;
     case F_ANNOTATION:
         return pdr__check_annotation;
+    case F_KV_ENDPOINT:
+        return pdr_kv_endpoint_check;
     default:
         return pdr__check_api_server;
     }
@@ -1040,6 +1051,7 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
     case F_ORIGINS:
         return load_origins(cx, v, path);
     case F_ANNOTATION:
+    case F_KV_ENDPOINT:
     case F_HOSTNAME:
     case F_RESOLVER:
     case F_SELECTOR:

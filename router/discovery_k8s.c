@@ -143,6 +143,15 @@ pdr_k8s_pod_state_t pdr__k8s_pod_parse(const json_t *pod, const pdr_k8s_role_con
                 *bad_annotation = 1;
         }
     }
+    /* precise_prefix: the pod's KV event publisher, any role (a bad one is ignored, as the router cannot
+     * subscribe to it). */
+    const char *kv = jstr(json_object_get(meta, "annotations"), PDR_K8S_ANN_KV_EVENTS);
+    char msg[160];
+    if (kv != NULL && strlen(kv) < sizeof(out->kv_events) &&
+        pdr_kv_endpoint_check(kv, strlen(kv), msg, sizeof(msg)) == 0)
+        memcpy(out->kv_events, kv, strlen(kv) + 1);
+    else if (kv != NULL)
+        *bad_annotation |= 2;
     return PDR_K8S_POD_READY;
 }
 
@@ -232,6 +241,13 @@ static void pod_warn_once(const pdr_k8s_set_t *s, pdr_k8s_pod_t *p, int bad_anno
         pdr_warn("kubernetes discovery: %s: pod %s has no containerPort and the config gives no port; "
                  "it is not used (set discovery.kubernetes port for this role)",
                  s->label, p->w.name);
+        p->warned = 1;
+    } else if (bad_annotation & 2) {
+        const char *ann =
+            jstr(json_object_get(json_object_get(pod, "metadata"), "annotations"), PDR_K8S_ANN_KV_EVENTS);
+        pdr_warn("kubernetes discovery: %s: pod %s: annotation %s=\"%.64s\" is not a ZMQ endpoint "
+                 "tcp://HOST:PORT or ipc://PATH; its KV events are not used",
+                 s->label, p->w.name, PDR_K8S_ANN_KV_EVENTS, ann != NULL ? ann : "");
         p->warned = 1;
     } else if (bad_annotation) {
         const char *ann =
@@ -422,7 +438,7 @@ out:
 static int same_worker(const pdr_discovered_t *a, const pdr_discovered_t *b)
 {
     return strcmp(a->name, b->name) == 0 && strcmp(a->url, b->url) == 0 &&
-           a->bootstrap_port == b->bootstrap_port;
+           a->bootstrap_port == b->bootstrap_port && strcmp(a->kv_events, b->kv_events) == 0;
 }
 
 int pdr__k8s_set_take_changed(pdr_k8s_set_t *s, const pdr_discovered_t **list, size_t *n)

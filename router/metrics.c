@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "disagg.h"
+#include "kv_events.h"
 #include "metrics.h"
 
 static const double bucket_sets[PDR_BUCKETS__COUNT][PDR_HIST_BUCKETS] = {
@@ -192,6 +193,20 @@ typedef struct out {
     size_t len, cap;
 } out_t;
 
+__attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt, ...);
+
+/* put for other files' families (pdr_kv_events_put_cb): one formatted piece at a time. */
+__attribute__((format(printf, 2, 3))) static void put_line(void *o, const char *fmt, ...)
+{
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        put(o, "%s", line);
+}
+
 __attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt, ...)
 {
     for (;;) {
@@ -335,6 +350,8 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
     for (int d = 0; d < 4; d++)
         put(&o, "pdr_cache_aware_decisions_total{decision=\"%s\"} %llu\n", ca_names[d],
             (unsigned long long)__atomic_load_n(&pool->ca_decisions[d], __ATOMIC_RELAXED));
+    if (x->router != NULL)
+        pdr_kv_events_metrics(x->router, put_line, &o);
     put(&o, "# HELP pdr_workers Workers in the pool by role and source.\n# TYPE pdr_workers gauge\n");
     for (int role = 0; role < PDR_ROLES; role++)
         for (int src = 0; src < 4; src++) {

@@ -102,6 +102,7 @@ typedef struct pdr_metrics_extra {
     int64_t inflight; /* PD requests in progress */
     int max_inflight; /* limits.max_inflight of the current config */
     uint64_t reloads_ok, reloads_failed;
+    struct pdr_router *router; /* the KV event families (kv_events.c); NULL: left out */
 } pdr_metrics_extra_t;
 
 /* Renders every metric: the sum of the n per-thread sets, the pool's gauges, the router-wide values.

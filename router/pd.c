@@ -32,6 +32,7 @@
 #include "err.h"
 #include "pd_vllm.h"
 #include "router.h"
+#include "token_ids.h"
 #include "util.h"
 
 /* Decode bytes are coalesced up to 64 KiB per send: one small write per SSE event starves a client with a
@@ -948,10 +949,10 @@ static int disagg_possible(const pd_req_t *x)
 /* Picks the prefill without recording the prompt in its cache_aware tree, decides from the prefix it holds
  * and the prefills' load, and either keeps that prefill (recording the prompt now) or lets it go: the
  * attempt is solo. */
-static void decide_disaggregation(pd_req_t *x, const char *text, size_t tlen)
+static void decide_disaggregation(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok)
 {
     pdr_router_t *r = x->r;
-    pdr_pick_info_t info = {.record = 0};
+    pdr_pick_info_t info = {.record = 0, .tok = tok};
     x->pw = pdr_pool_pick_info(&r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
                                x->n_tried[PDR_ROLE_PREFILL], text, tlen, &info);
     if (x->pw == NULL)
@@ -1021,18 +1022,23 @@ static void start_attempt(pd_req_t *x)
     x->pw = x->dw = NULL;
     size_t tlen = 0;
     const char *text = x->mode == MODE_PD ? routing_text(&x->pr, &tlen) : NULL;
+    /* precise_prefix matches token ids: only read them when some pool uses it (the index exists). */
+    pdr_prompt_tokens_t tok = {NULL, 0};
+    if (text != NULL && r->pool.kvindex != NULL)
+        (void)pdr_request_token_ids(&x->pr, &tok);
     x->solo = 0;
     x->merge = x->merge_wanted;
     if (x->mode == MODE_PD && disagg_possible(x)) {
-        decide_disaggregation(x, text, tlen);
+        decide_disaggregation(x, text, tlen, &tok);
     } else if (x->mode == MODE_PD) {
-        x->pw = pdr_pool_pick_text(&r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
-                                   x->n_tried[PDR_ROLE_PREFILL], text, tlen);
+        x->pw = pdr_pool_pick_prompt(&r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
+                                     x->n_tried[PDR_ROLE_PREFILL], text, tlen, &tok);
     }
     /* The decode; or, for a solo sglang attempt, the regular worker that runs it all (in dw: it is the
      * worker that answers, blamed and avoided as a decode would be). */
-    x->dw = pdr_pool_pick_text(&r->pool, x->pool, x->solo && !x->vllm ? PDR_ROLE_REGULAR : PDR_ROLE_DECODE,
-                               x->tried[PDR_ROLE_DECODE], x->n_tried[PDR_ROLE_DECODE], text, tlen);
+    x->dw = pdr_pool_pick_prompt(&r->pool, x->pool, x->solo && !x->vllm ? PDR_ROLE_REGULAR : PDR_ROLE_DECODE,
+                                 x->tried[PDR_ROLE_DECODE], x->n_tried[PDR_ROLE_DECODE], text, tlen, &tok);
+    free(tok.ids);
     if ((x->mode == MODE_PD && x->pw == NULL && !x->solo) || x->dw == NULL) {
         if (x->attempt > 0) {
             /* The pair that failed was the last healthy one: answer with that failure. */

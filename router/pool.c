@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "err.h"
+#include "kvevents.h"
 #include "pool.h"
 #include "util.h"
 
@@ -69,6 +70,7 @@ static void conf_free(pdr_worker_conf_t *c)
 {
     free(c->url);
     free(c->host);
+    free(c->kv_events);
     memset(c, 0, sizeof(*c));
 }
 
@@ -89,7 +91,8 @@ static int conf_copy(pdr_worker_conf_t *to, const pdr_worker_conf_t *from)
     *to = *from;
     to->url = strdup(from->url);
     to->host = strdup(from->host);
-    if (to->url == NULL || to->host == NULL) {
+    to->kv_events = from->kv_events != NULL ? strdup(from->kv_events) : NULL;
+    if (to->url == NULL || to->host == NULL || (from->kv_events != NULL && to->kv_events == NULL)) {
         conf_free(to);
         return PDR_ENOMEM;
     }
@@ -103,6 +106,12 @@ void pdr_worker_unref(pdr_worker_t *w)
     conf_free(&w->conf);
     free(w->labels_json);
     free(w);
+}
+
+/* The policies that keep a prefix tree per pool and role (precise_prefix falls back to it). */
+static int uses_tree(pdr_policy_kind_t k)
+{
+    return k == PDR_POLICY_CACHE_AWARE || k == PDR_POLICY_PRECISE_PREFIX;
 }
 
 static pdr_worker_list_t *list_new(size_t n)
@@ -199,12 +208,12 @@ static int apply_settings(pdr_pool_t *p, const pdr_config_t *c)
             if (strcmp(p->groups[k].name, g[i].name) == 0) {
                 memcpy(g[i].rr_next, p->groups[k].rr_next, sizeof(g[i].rr_next));
                 for (int r = 0; r < PDR_ROLES; r++) /* a pool's tree survives a reload (taken below) */
-                    if (g[i].policy[r] == PDR_POLICY_CACHE_AWARE && p->groups[k].tree[r] != NULL)
+                    if (uses_tree(g[i].policy[r]) && p->groups[k].tree[r] != NULL)
                         reuse[i][r] = (int)k;
             }
         for (int r = 0; r < PDR_ROLES && !failed; r++) {
             int err = 0;
-            if (g[i].policy[r] == PDR_POLICY_CACHE_AWARE && reuse[i][r] < 0 &&
+            if (uses_tree(g[i].policy[r]) && reuse[i][r] < 0 &&
                 (g[i].tree[r] = pdr_ptree_new((uint64_t)c->cache_aware.max_tree_size, &err)) == NULL)
                 failed = 1;
         }
@@ -422,6 +431,13 @@ int pdr_pool_remove(pdr_pool_t *p, pdr_worker_t *w, const char *why)
  * source matches a conf with the same URL, bootstrap port and group. scope (non-NULL): only the source's
  * workers of the pool of that name are reconciled; the source's workers of other pools stay and keep
  * their URLs, like another source's. Unlocks. */
+/* A changed KV event endpoint is another worker (its subscriber follows the worker, kv_events.c). */
+static int same_kv_events(const pdr_worker_conf_t *a, const pdr_worker_conf_t *b)
+{
+    return (a->kv_events == NULL && b->kv_events == NULL) ||
+           (a->kv_events != NULL && b->kv_events != NULL && strcmp(a->kv_events, b->kv_events) == 0);
+}
+
 static size_t reconcile_locked(pdr_pool_t *p, int source, const char *scope, pdr_role_t role,
                                const pdr_worker_conf_t *confs, const char *const *names, const int *groups,
                                int group_all, size_t n)
@@ -443,6 +459,7 @@ static size_t reconcile_locked(pdr_pool_t *p, int source, const char *scope, pdr
                     keep_new[k] = 0; /* another source owns this URL */
                 } else if (confs[k].bootstrap_port == w->conf.bootstrap_port &&
                            targets_of(&confs[k]) == targets_of(&w->conf) &&
+                           same_kv_events(&confs[k], &w->conf) &&
                            w->group == (groups != NULL ? groups[k] : group_all)) {
                     keep_new[k] = 0;
                     wanted = 1;
@@ -742,7 +759,8 @@ static pdr_worker_t *pick_least_load(pdr_pool_t *p, cands_t l, const uint64_t *a
     return pdr_worker_inflight(wb) < pdr_worker_inflight(wa) ? wb : wa;
 }
 
-/* cache_aware among the usable candidates: sglang's rules over the group's tree for the role. */
+/* cache_aware among the usable candidates: sglang's rules over the group's tree for the role. With
+ * precise_prefix and the KV event index, the index's match for the workers it knows (precise.c). */
 static pdr_worker_t *pick_cache_aware(pdr_pool_t *p, pdr_pool_group_t *g, cands_t l, pdr_role_t role,
                                       const uint64_t *avoid, size_t n_avoid, const char *text, size_t len,
                                       pdr_pick_info_t *info)
@@ -761,22 +779,39 @@ static pdr_worker_t *pick_cache_aware(pdr_pool_t *p, pdr_pool_group_t *g, cands_
         return NULL;
     pdr_cache_aware_decision_t d = PDR_CACHE_AWARE_MATCH;
     size_t matched = 0;
-    int k = pdr_cache_aware_pick_ex(g->tree[role], &g->ca[role], ids, keys, loads, n, text, len, &d,
-                                    info == NULL || info->record, info != NULL ? &matched : NULL);
+    int from_index = 0, in_tokens = 0, k;
+    int record = info == NULL || info->record;
+    if (g->policy[role] == PDR_POLICY_PRECISE_PREFIX) {
+        const pdr_prompt_tokens_t *tok = info != NULL ? info->tok : NULL;
+        k = pdr_precise_prefix_pick(g->tree[role], p->kvindex, &g->ca[role], ids, keys, loads, n, text, len,
+                                    tok != NULL ? tok->ids : NULL, tok != NULL ? tok->n : 0, &d, record,
+                                    &matched, &from_index);
+        in_tokens = from_index;
+    } else {
+        k = pdr_cache_aware_pick_ex(g->tree[role], &g->ca[role], ids, keys, loads, n, text, len, &d, record,
+                                    info != NULL ? &matched : NULL);
+    }
     if (k < 0 || (size_t)k >= n)
         return pick_least_load(p, l, avoid, n_avoid, 1);
     if (info != NULL) {
         info->matched_known = 1;
         info->matched = matched;
+        if (in_tokens) { /* the index counts in tokens: the prompt's length in the same unit */
+            info->tokens = 1;
+            info->prompt_tokens = info->tok->n;
+        }
     }
-    __atomic_add_fetch(&p->ca_decisions[d], 1, __ATOMIC_RELAXED);
+    if (g->policy[role] == PDR_POLICY_PRECISE_PREFIX)
+        __atomic_add_fetch(&p->pp_decisions[from_index != 0][d], 1, __ATOMIC_RELAXED);
+    else
+        __atomic_add_fetch(&p->ca_decisions[d], 1, __ATOMIC_RELAXED);
     return ws[k];
 }
 
 pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
                             size_t n_avoid)
 {
-    return pdr_pool_pick_text(p, pool, role, avoid, n_avoid, NULL, 0);
+    return pdr_pool_pick_prompt(p, pool, role, avoid, n_avoid, NULL, 0, NULL);
 }
 
 void pdr_pool_evict_trees(pdr_pool_t *p)
@@ -793,6 +828,14 @@ pdr_worker_t *pdr_pool_pick_text(pdr_pool_t *p, const char *pool, pdr_role_t rol
                                  size_t n_avoid, const char *text, size_t len)
 {
     return pdr_pool_pick_info(p, pool, role, avoid, n_avoid, text, len, NULL);
+}
+
+pdr_worker_t *pdr_pool_pick_prompt(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
+                                   size_t n_avoid, const char *text, size_t len,
+                                   const pdr_prompt_tokens_t *tok)
+{
+    pdr_pick_info_t info = {.record = 1, .tok = tok};
+    return pdr_pool_pick_info(p, pool, role, avoid, n_avoid, text, len, tok != NULL ? &info : NULL);
 }
 
 void pdr_pool_record_pick(pdr_pool_t *p, const pdr_worker_t *w, const char *text, size_t len)
@@ -859,6 +902,7 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
             w = pick_least_load(p, c, avoid, n_avoid, 1);
             break;
         case PDR_POLICY_CACHE_AWARE:
+        case PDR_POLICY_PRECISE_PREFIX:
             w = text != NULL && g->tree[role] != NULL
                     ? pick_cache_aware(p, g, c, role, avoid, n_avoid, text, len, info)
                     : pick_least_load(p, c, avoid, n_avoid, 1);

@@ -114,6 +114,8 @@ typedef struct pdr_pool {
     pdr_events_t events;                       /* recent errors, for the admin status page (own lock) */
     uint64_t ca_max_tree;                      /* cache_aware.max_tree_size */
     uint64_t ca_decisions[4];                  /* atomic: by pdr_cache_aware_decision_t */
+    struct pdr_kvindex *kvindex;               /* precise_prefix: the KV event index (router/kv_events.c) */
+    uint64_t pp_decisions[2][4];               /* atomic: precise_prefix by [from the index][decision] */
     int live;
 } pdr_pool_t;
 
@@ -241,14 +243,20 @@ pdr_worker_t *pdr_pool__at(pdr_pool_t *p, pdr_role_t role, size_t i);
  * power_of_two does). */
 pdr_worker_t *pdr_pool_pick_text(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
                                  size_t n_avoid, const char *text, size_t len);
+/* A request's prompt as token ids (pdr_request_token_ids), for precise_prefix. */
+typedef struct pdr_prompt_tokens {
+    uint32_t *ids;
+    size_t n;
+} pdr_prompt_tokens_t;
 /* What a pick reports beside the worker (conditional disaggregation, router/disagg.h). */
 typedef struct pdr_pick_info {
-    int record;        /* in: 0 = cache_aware leaves its tree unchanged (pdr_pool_record_pick once final) */
-    int matched_known; /* out: 1 when the policy knows what the chosen worker has cached */
-    size_t matched;    /* out: the prefix of the prompt the chosen worker holds, from the pick's own lookup:
-                          bytes of the routing text (cache_aware), or tokens when tokens is set */
-    int tokens;        /* out: a policy that counts in tokens (engine KV events) sets it, with
-                          prompt_tokens = the prompt's length in the same tokens */
+    int record; /* in: 0 = cache_aware leaves its tree unchanged (pdr_pool_record_pick once final) */
+    const pdr_prompt_tokens_t *tok; /* in: the prompt's token ids for precise_prefix; NULL: none */
+    int matched_known;              /* out: 1 when the policy knows what the chosen worker has cached */
+    size_t matched; /* out: the prefix of the prompt the chosen worker holds, from the pick's own lookup:
+                       bytes of the routing text (cache_aware), or tokens when tokens is set */
+    int tokens;     /* out: a policy that counts in tokens (engine KV events) sets it, with
+                       prompt_tokens = the prompt's length in the same tokens */
     size_t prompt_tokens;
 } pdr_pick_info_t;
 /* As pdr_pool_pick_text; info (NULL: record, report nothing) as above. */
@@ -259,6 +267,11 @@ void pdr_pool_record_pick(pdr_pool_t *p, const pdr_worker_t *w, const char *text
 /* 1 when every serving worker of the role in the pool has at least `inflight` requests in flight; 0 when
  * one has fewer, or none serves. */
 int pdr_pool_saturated(pdr_pool_t *p, const char *pool, pdr_role_t role, int inflight);
+/* As pdr_pool_pick_text, with the prompt's token ids too (tok NULL or empty: precise_prefix falls back to
+ * the tree for every candidate). */
+pdr_worker_t *pdr_pool_pick_prompt(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
+                                   size_t n_avoid, const char *text, size_t len,
+                                   const pdr_prompt_tokens_t *tok);
 /* Loop 0, every cache_aware.eviction_interval_secs: trims every tree to cache_aware.max_tree_size per
  * worker (least recently used first). */
 void pdr_pool_evict_trees(pdr_pool_t *p);

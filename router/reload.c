@@ -65,6 +65,10 @@ static void on_discovered(void *ud, const char *source, pdr_role_t role, const p
             continue;
         }
         confs[k].bootstrap_port = role == PDR_ROLE_PREFILL ? list[i].bootstrap_port : -1;
+        if (list[i].kv_events[0] != '\0' && (confs[k].kv_events = strdup(list[i].kv_events)) == NULL) {
+            pdr_worker_conf_clear(&confs[k]);
+            continue;
+        }
         names[k] = list[i].name;
         k++;
     }

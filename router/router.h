@@ -101,6 +101,7 @@ typedef struct pdr_router {
     struct pdr_health_probe *probes;        /* loop 0: checks in progress */
     uint64_t health_generation;             /* the pool generation the last round saw */
     uint64_t ca_evict_ms;                   /* loop 0: when cache_aware's trees were last trimmed */
+    struct pdr_kv_events *kv_events;        /* loop 0: precise_prefix's subscribers (kv_events.c) */
     int drain_timeout_ms;                   /* lifecycle.drain_timeout_ms as of the shutdown's start */
     uv_timer_t health_timer;
     uv_timer_t drain_timer; /* loop 0: DRAINING -> DRAINED on idle or timeout */

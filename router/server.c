@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include "err.h"
 #include "reqguard.h"
+#include "kv_events.h"
 #include "router.h"
 #include "util.h"
 
@@ -194,6 +195,7 @@ void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req)
         .max_inflight = t->config->limits.max_inflight,
         .reloads_ok = __atomic_load_n(&r->reloads_ok, __ATOMIC_RELAXED),
         .reloads_failed = __atomic_load_n(&r->reloads_failed, __ATOMIC_RELAXED),
+        .router = r,
     };
     char *text = pdr_metrics_render(&r->pool, ms, n, &x, &len);
     if (text == NULL) {
@@ -1245,6 +1247,8 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
     }
     if ((rc = pdr_health_start(r)) != 0)
         return rc;
+    if ((rc = pdr_kv_events_start(r)) != 0)
+        return rc;
     if ((rc = pdr_router_discovery_start(r)) != 0)
         return rc;
     for (int i = 1; i < r->n_threads; i++)
@@ -1297,6 +1301,7 @@ static void finish_loop(pdr_thread_t *t)
     if (t->id == 0) {
         pdr_router_discovery_stop(r);
         pdr_health_stop(r);
+        pdr_kv_events_stop(r);
         uv_close((uv_handle_t *)&r->sig_term, NULL);
         uv_close((uv_handle_t *)&r->sig_int, NULL);
         uv_close((uv_handle_t *)&r->sig_hup, NULL);
@@ -1459,6 +1464,7 @@ void pdr_router_join(pdr_router_t *r)
         r->metrics_on = 0;
         free(r->threads);
         r->threads = NULL;
+        pdr_kv_events_free(r);
         pdr_pool_dispose(&r->pool);
         pdr_config_unref(r->config);
         r->config = NULL;

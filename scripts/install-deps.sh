@@ -6,6 +6,8 @@ PKGS="build-essential cmake pkgconf git ca-certificates \
  curl python3 nghttp2-client wrk nginx-light iperf3 jq bc clang-format"
 # routing/tokenizer*.c: PCRE2 for the pre-tokenizer patterns, utf8proc for NFC.
 PKGS="$PKGS libpcre2-dev libutf8proc-dev"
+# KV events (precise_prefix): ZeroMQ and msgpack-c in the router and pdsim.
+PKGS="$PKGS libzmq3-dev libmsgpack-dev"
 # pdbench --report draws its plots with gnuplot (PNG through the cairo terminal).
 PKGS="$PKGS gnuplot-nox"
 # ss (iproute2): router_conn_limit counts the router's connections to a worker.

@@ -7,7 +7,8 @@ add_test(NAME routing_unit COMMAND test_routing)
 set_tests_properties(routing_unit PROPERTIES TIMEOUT 120)
 
 # The benchmark runs (small) in every build, so that it keeps building and answering.
-add_test(NAME routing_bench_smoke COMMAND routing_bench --entries 2000 --workers 4 --cap 65536 --threads 2)
+add_test(NAME routing_bench_smoke COMMAND routing_bench --entries 2000 --workers 4 --cap 65536 --threads 2
+                                          --kv-blocks 20000 --kv-cap 1048576)
 set_tests_properties(routing_bench_smoke PROPERTIES TIMEOUT 60)
 
 # The tokenizer.json encoder, token for token against the ids the Hugging Face `tokenizers` package
@@ -40,3 +41,15 @@ add_executable(fuzz_tokenizer fuzz/fuzz_tokenizer.c)
 target_include_directories(fuzz_tokenizer PRIVATE ${PROJECT_SOURCE_DIR}/routing)
 target_link_libraries(fuzz_tokenizer PRIVATE pdr_routing)
 pdr_fuzz_corpus_test(tokenizer_fuzz_corpus fuzz_tokenizer tokenizer 120)
+# The KV event decoder and the precise prefix index (test_kvindex.c includes routing/*.c to count and fail
+# their allocations and to check the index's lists).
+add_executable(test_kvindex unit/test_kvindex.c)
+target_include_directories(test_kvindex PRIVATE ${PROJECT_SOURCE_DIR}/routing)
+target_link_libraries(test_kvindex PRIVATE pdr_common PkgConfig::MSGPACK Threads::Threads)
+add_test(NAME routing_unit_kvindex COMMAND test_kvindex)
+set_tests_properties(routing_unit_kvindex PROPERTIES TIMEOUT 120)
+
+# Fuzz target of the KV event decoder and the index it feeds; see tests/fuzz/fuzz_kvevents.c.
+add_executable(fuzz_kvevents fuzz/fuzz_kvevents.c)
+target_link_libraries(fuzz_kvevents PRIVATE pdr_routing)
+pdr_fuzz_corpus_test(kvevents_fuzz_corpus fuzz_kvevents kvevents 60)

@@ -47,6 +47,9 @@ static void usage(FILE *f)
         "                            is computed here, prompt and all (a vLLM decode's plain request)\n"
         "  --tokenizer FILE          a Hugging Face tokenizer.json: prompt text becomes its token ids (the\n"
         "                            prefix cache and KV follow them) instead of one hash per word\n"
+        "  --kv-events-endpoint E    publish the prefix cache's KV events in vLLM's format on a ZMQ PUB\n"
+        "                            socket bound to E (tcp://HOST:PORT); needs --prefix-cache-tokens\n"
+        "  --kv-events-topic T       the topic frame of every KV event message (default empty)\n"
         "fault knobs (also POST /pdsim/fault at run time):\n"
         "  --fail-health             GET /health answers 503\n"
         "  --fail-status CODE        generate routes answer CODE with an OpenAI error\n"
@@ -56,6 +59,7 @@ static void usage(FILE *f)
         "  --stall-kv                the prefill never offers its KV (fails after --kv-timeout-ms)\n"
         "  --fail-after-kv CODE      the prefill sends its KV, then answers CODE with an OpenAI error\n"
         "  --die-after N             exit(3) after N generate requests completed\n"
+        "  --kv-events-drop-every N  every Nth KV event message is not sent (a gap in its numbers)\n"
         "  --log-level debug|info|warn|error\n");
 }
 
@@ -121,6 +125,16 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
             i++;
             continue;
         }
+        if (strcmp(a, "--kv-events-endpoint") == 0 && val != NULL) {
+            o->kv_events_endpoint = val;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--kv-events-topic") == 0 && val != NULL) {
+            o->kv_events_topic = val;
+            i++;
+            continue;
+        }
         if (strcmp(a, "--model") == 0 && val != NULL) {
             o->model = val;
             i++;
@@ -161,6 +175,7 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         INT_FLAG("--prefix-cache-tokens", prefix_cache_tokens, 0, PDSIM_PCACHE_MAX_TOKENS)
         INT_FLAG("--cache-block-tokens", cache_block_tokens, 1, 4096)
         INT_FLAG("--dp-size", dp_size, 1, 1024)
+        INT_FLAG("--kv-events-drop-every", kv_events_drop_every, 0, INT32_MAX)
         INT_FLAG("--drip-ms", faults.drip_ms, 0, 3600000)
         INT_FLAG("--reset-after-tokens", faults.reset_after_tokens, 0, PDSIM_MAX_TOKENS)
         INT_FLAG("--die-after", faults.die_after, 0, INT32_MAX)
@@ -208,6 +223,11 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         fprintf(stderr,
                 "pdsim: --prefix-cache-tokens applies to --role prefill or both (a decode computes no "
                 "prompt)\n");
+        return -1;
+    }
+    if (o->kv_events_endpoint != NULL && o->prefix_cache_tokens == 0) {
+        fprintf(stderr, "pdsim: --kv-events-endpoint publishes the prefix cache's events: it needs "
+                        "--prefix-cache-tokens\n");
         return -1;
     }
     if (o->prefix_cache_tokens > 0 && o->prefix_cache_tokens < o->cache_block_tokens) {

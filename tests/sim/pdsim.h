@@ -55,6 +55,9 @@ typedef struct pdsim_opts {
     int64_t dp_size;             /* what /get_server_info reports as dp_size (default 1) */
     int local_prefill;           /* decode: a request with no bootstrap fields and no kv_transfer_params is
                                     computed locally (a vLLM decode's plain request) */
+    const char *kv_events_endpoint; /* ZMQ PUB endpoint (bound) for KV events in vLLM's format; NULL: off */
+    const char *kv_events_topic;    /* the topic frame (default empty) */
+    int64_t kv_events_drop_every;   /* fault: every Nth message is not sent (its number is used up) */
     pdsim_faults_t faults;
 } pdsim_opts_t;
 
@@ -122,5 +125,31 @@ uint64_t pdsim_pcache_lookup(pdsim_pcache_t *c, const int64_t *ids, size_t n);
  * at the cap. Returns 0 or PDR_ENOMEM (the blocks inserted so far stay). */
 int pdsim_pcache_insert(pdsim_pcache_t *c, const int64_t *ids, size_t n);
 void pdsim_pcache_stats(const pdsim_pcache_t *c, pdsim_pcache_stats_t *out);
+
+/* What the cache tells a listener: a block stored (its key, its parent's key unless it starts the
+ * prompt, its block_tokens ids) or a block evicted (its key only). */
+typedef enum { PDSIM_PCACHE_STORED, PDSIM_PCACHE_REMOVED } pdsim_pcache_event_t;
+typedef void (*pdsim_pcache_listener_cb)(void *arg, pdsim_pcache_event_t ev, uint64_t key, int has_parent,
+                                         uint64_t parent, const int64_t *ids, size_t n);
+/* Every later insert reports its stores and evictions to cb, in the order they happen. */
+void pdsim_pcache_set_listener(pdsim_pcache_t *c, pdsim_pcache_listener_cb cb, void *arg);
+
+/* ---- kv_events.c ---- */
+
+/* Binds the PUB socket, hooks the cache, publishes AllBlocksCleared (sequence 0). 0 or a PDR_E* code
+ * (the reason logged). */
+int pdsim_kvev_start(const pdsim_opts_t *opts, pdsim_pcache_t *cache);
+/* Sends the events collected since the last call as one batch (nothing when there are none). */
+void pdsim_kvev_flush(void);
+/* Counters for /pdsim/stats; enabled 0 when off. */
+typedef struct pdsim_kvev_stats {
+    int enabled;
+    uint64_t messages, dropped, malformed, events, next_seq;
+} pdsim_kvev_stats_t;
+void pdsim_kvev_stats(pdsim_kvev_stats_t *out);
+void pdsim_kvev_stop(void);
+/* Fault knobs at run time (-1: unchanged): every Nth message dropped (0: none); the next `malformed`
+ * messages carry a truncated payload instead of their batch (their events are lost). */
+void pdsim_kvev_fault(int64_t drop_every, int64_t malformed);
 
 #endif

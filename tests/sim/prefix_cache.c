@@ -28,7 +28,15 @@ struct pdsim_pcache {
     pc_block_t **buckets;
     pc_block_t lru; /* sentinel */
     pdsim_pcache_stats_t st;
+    pdsim_pcache_listener_cb on_event;
+    void *on_event_arg;
 };
+
+void pdsim_pcache_set_listener(pdsim_pcache_t *c, pdsim_pcache_listener_cb cb, void *arg)
+{
+    c->on_event = cb;
+    c->on_event_arg = arg;
+}
 
 pdsim_pcache_t *pdsim_pcache_new(uint64_t cap_tokens, uint64_t block_tokens)
 {
@@ -143,7 +151,7 @@ int pdsim_pcache_insert(pdsim_pcache_t *c, const int64_t *ids, size_t n)
     size_t nb = n / c->block_tokens;
     if (nb > c->max_blocks)
         nb = c->max_blocks; /* the head of a prompt longer than the cache */
-    uint64_t key = 0;
+    uint64_t key = 0, parent = 0;
     pc_block_t *first = NULL, *last = NULL;
     /* Build the request's chain as a detached list first..last, then splice it in front. */
     for (size_t i = 0; i < nb; i++) {
@@ -159,6 +167,8 @@ int pdsim_pcache_insert(pdsim_pcache_t *c, const int64_t *ids, size_t n)
                 lru_unlink(victim);
                 pc_block_t **vp = find(c, victim->key);
                 *vp = victim->hnext;
+                if (c->on_event != NULL)
+                    c->on_event(c->on_event_arg, PDSIM_PCACHE_REMOVED, victim->key, 0, 0, NULL, 0);
                 free(victim);
                 c->st.blocks--;
                 c->st.evicted_blocks++;
@@ -174,7 +184,11 @@ int pdsim_pcache_insert(pdsim_pcache_t *c, const int64_t *ids, size_t n)
             *p = b;
             c->st.blocks++;
             c->st.inserted_blocks++;
+            if (c->on_event != NULL)
+                c->on_event(c->on_event_arg, PDSIM_PCACHE_STORED, key, i > 0, parent,
+                            ids + i * c->block_tokens, c->block_tokens);
         }
+        parent = key;
         chain_append(&first, &last, b);
     }
     lru_splice_front(c, first, last);

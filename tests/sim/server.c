@@ -917,8 +917,9 @@ static void pcache_insert(sim_req_t *ctx)
     for (size_t i = 0; i < ctx->n_items; i++)
         if (pdsim_pcache_insert(S.pcache, ctx->items[i].toks.ids, ctx->items[i].toks.n) != 0) {
             pdr_warn("pdsim: out of memory inserting into the prefix cache");
-            return;
+            break;
         }
+    pdsim_kvev_flush();
 }
 
 static void after_prefill_delay(sim_req_t *ctx)
@@ -1553,6 +1554,13 @@ static void send_stats(h2o_req_t *req)
                                   (json_int_t)pc.max_blocks, "block_tokens", (json_int_t)pc.block_tokens,
                                   "inserted_blocks", (json_int_t)pc.inserted_blocks, "evicted_blocks",
                                   (json_int_t)pc.evicted_blocks));
+    pdsim_kvev_stats_t ks;
+    pdsim_kvev_stats(&ks);
+    json_object_set_new(o, "kv_events",
+                        json_pack("{s:b,s:I,s:I,s:I,s:I,s:I}", "enabled", ks.enabled, "messages",
+                                  (json_int_t)ks.messages, "dropped", (json_int_t)ks.dropped, "malformed",
+                                  (json_int_t)ks.malformed, "events", (json_int_t)ks.events, "next_seq",
+                                  (json_int_t)ks.next_seq));
     send_json(req, 200, o);
     json_decref(o);
 }
@@ -1621,6 +1629,10 @@ static void handle_fault(h2o_req_t *req)
     KNOB("reset_after_tokens", reset_after_tokens, 0, PDSIM_MAX_TOKENS)
     KNOB("stall_kv", stall_kv, 0, 1)
 #undef KNOB
+    int64_t kv_drop = -1, kv_bad = -1;
+    if (fault_int(body, "kv_events_drop_every", 0, INT32_MAX, &kv_drop) != 0 ||
+        fault_int(body, "kv_events_malformed", 0, 1000, &kv_bad) != 0)
+        bad = 1;
     int die_set = json_object_get(body, "die_after") != NULL || json_is_true(json_object_get(body, "reset"));
     if (fault_int(body, "die_after", 0, INT32_MAX, &die) != 0)
         bad = 1;
@@ -1638,6 +1650,7 @@ static void handle_fault(h2o_req_t *req)
     S.faults = f;
     if (die_set)
         set_die_after(die);
+    pdsim_kvev_fault(kv_drop, kv_bad);
     json_t *o = faults_obj();
     send_json(req, 200, o);
     json_decref(o);
@@ -1810,6 +1823,8 @@ int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
                       opts->prefix_cache_tokens);
             return PDR_ENOMEM;
         }
+        if (opts->kv_events_endpoint != NULL && pdsim_kvev_start(opts, S.pcache) != 0)
+            return PDR_EIO;
     }
 
     h2o_config_init(&S.config);
@@ -1909,6 +1924,7 @@ void pdsim_server_dispose(void)
         json_decref(S.last[i]);
     for (size_t i = 0; i < 3; i++)
         json_decref(S.last_headers[i]);
+    pdsim_kvev_stop();
     pdsim_pcache_free(S.pcache);
     S.pcache = NULL;
     pthread_mutex_destroy(&S.qlock);

@@ -311,7 +311,7 @@ static void test_errors(void)
     EXPECT_ERROR("lisen: { port: 1 }\n", "bad.yaml:1:1: unknown key 'lisen' at the top level*");
     EXPECT_ERROR("workers:\n  prefill:\n    - { url: http://a:1, weight: 2 }\n",
                  "bad.yaml:3:26: unknown key 'weight' in 'workers.prefill[0]' (valid keys: url, "
-                 "bootstrap_port, dp_size)");
+                 "bootstrap_port, dp_size, kv_events)");
 
     /* Duplicate keys (libyaml does not check them). */
     EXPECT_ERROR("listen:\n  port: 1\n  port: 2\n", "bad.yaml:3:3: duplicate key 'port' in 'listen'");
@@ -363,7 +363,7 @@ static void test_errors(void)
                  "vllm");
     EXPECT_ERROR("policy: { decode: bucket }\n",
                  "bad.yaml:1:19: policy.decode: unknown policy 'bucket', expected round_robin, "
-                 "least_load, random, cache_aware or power_of_two");
+                 "least_load, random, cache_aware, power_of_two or precise_prefix");
     EXPECT_ERROR("cache_aware: { cache_threshold: 1.5 }\n",
                  "bad.yaml:1:33: cache_aware.cache_threshold: 1.5 is out of range, expected 0..1");
     EXPECT_ERROR("cache_aware: { balance_rel_threshold: x }\n",
@@ -1206,7 +1206,7 @@ static void test_cli(void)
     EXPECT_ARGV_ERROR("argv: --host needs a value", "--host");
     EXPECT_ARGV_ERROR("argv: --version takes no value", "--version=1");
     EXPECT_ARGV_ERROR("argv: --policy: the bucket policy is not available yet; the policies are "
-                      "round_robin, least_load, random, cache_aware and power_of_two",
+                      "round_robin, least_load, random, cache_aware, power_of_two and precise_prefix",
                       "--policy", "bucket");
     EXPECT_ARGV_ERROR("argv: --cache-threshold: expected a number in 0..1, got '2'", "--cache-threshold",
                       "2");
@@ -1551,10 +1551,10 @@ static void test_cli_sglang(void)
                       "after the host)",
                       PD, "--cors-allowed-origins", "https://a.example/app");
     EXPECT_ARGV_ERROR("argv: --prefill-policy: the bucket policy is not available yet; the policies are "
-                      "round_robin, least_load, random, cache_aware and power_of_two",
+                      "round_robin, least_load, random, cache_aware, power_of_two and precise_prefix",
                       PD, "--prefill-policy", "bucket");
     EXPECT_ARGV_ERROR("argv: --decode-policy: the manual policy is not available yet; the policies are "
-                      "round_robin, least_load, random, cache_aware and power_of_two",
+                      "round_robin, least_load, random, cache_aware, power_of_two and precise_prefix",
                       PD, "--decode-policy", "manual");
     EXPECT_ARGV_ERROR("argv: --retry-max-retries: expected an integer in 1..11, got '0'", PD,
                       "--retry-max-retries", "0");
@@ -1841,7 +1841,7 @@ static void test_pools(void)
         "vllm");
     EXPECT_ERROR("pools:\n  - name: a\n    policy: { decode: fastest }\n",
                  "bad.yaml:3:23: pools[0].policy.decode: unknown policy 'fastest', expected round_robin, "
-                 "least_load, random, cache_aware or power_of_two");
+                 "least_load, random, cache_aware, power_of_two or precise_prefix");
     EXPECT_ERROR("pools:\n  - name: a\n    workers: { decode: [ { url: http://a:1, bootstrap_port: 1 } ] }\n",
                  "bad.yaml:3:61: pools[0].workers.decode[0].bootstrap_port: only prefill workers have a "
                  "bootstrap port");
@@ -2172,6 +2172,47 @@ static void test_header_keys(void)
     unlink(key);
 }
 
+/* precise_prefix: the policy name, a worker's kv_events endpoint, the top-level kv_events section. */
+static void test_kv_events_keys(void)
+{
+    char err[512];
+    pdr_config_t *c = load(WORKERS, err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        CHECK(c->kv_events.max_index_bytes == (int64_t)64 << 20 && c->kv_events.resync_messages == 32);
+        CHECK(c->prefill[0].kv_events == NULL);
+        pdr_config_unref(c);
+    }
+    const char *ok =
+        "policy: { prefill: precise_prefix }\n"
+        "kv_events: { max_index_bytes: 1048576, resync_messages: 4 }\n"
+        "workers:\n  prefill:\n    - { url: http://127.0.0.1:30001, kv_events: tcp://127.0.0.1:5557 }\n"
+        "  decode:\n    - { url: http://127.0.0.1:30002, kv_events: 'tcp://[::1]:5558' }\n";
+    c = load(ok, err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        CHECK(c->policy_prefill == PDR_POLICY_PRECISE_PREFIX);
+        CHECK_STR(pdr_policy_name(c->policy_prefill), "precise_prefix");
+        CHECK(c->kv_events.max_index_bytes == 1048576 && c->kv_events.resync_messages == 4);
+        CHECK_STR(c->prefill[0].kv_events, "tcp://127.0.0.1:5557");
+        CHECK_STR(c->decode[0].kv_events, "tcp://[::1]:5558");
+        pdr_config_unref(c);
+    } else {
+        fprintf(stderr, "%s\n", err);
+    }
+    EXPECT_ERROR("workers:\n  prefill:\n    - { url: http://a:1, kv_events: 'http://a:5' }\n",
+                 "bad.yaml:3:37: workers.prefill[0].kv_events: expected a ZMQ endpoint tcp://HOST:PORT*");
+    EXPECT_ERROR("workers:\n  prefill:\n    - { url: http://a:1, kv_events: 'tcp://a:0' }\n",
+                 "bad.yaml:3:37: workers.prefill[0].kv_events: expected a ZMQ endpoint*");
+    EXPECT_ERROR("kv_events: { max_index_bytes: 100 }\n", "bad.yaml:1:31: kv_events.max_index_bytes:*");
+    EXPECT_ERROR("kv_events: { resync_messages: 0 }\n", "bad.yaml:1:31: kv_events.resync_messages:*");
+    char msg[256];
+    CHECK(pdr_kv_endpoint_check("ipc:///tmp/kv", 13, msg, sizeof(msg)) == 0);
+    CHECK(pdr_kv_endpoint_check("tcp://host", 10, msg, sizeof(msg)) == PDR_EINVAL);
+    CHECK(pdr_kv_endpoint_check("tcp://[zz]:1", 12, msg, sizeof(msg)) == PDR_EINVAL);
+    CHECK(pdr_kv_endpoint_check("tcp://a b:1", 11, msg, sizeof(msg)) == PDR_EINVAL);
+}
+
 int main(void)
 {
     if (mkdtemp(tmpdir) == NULL) {
@@ -2193,6 +2234,7 @@ int main(void)
     test_pool_cache_aware();
     test_pool_discovery();
     test_header_keys();
+    test_kv_events_keys();
 
     static const char *const files[] = {"full.yaml",    "empty.yaml",         "cli.yaml",
                                         "cli-bad.yaml", "cli-discovery.yaml", "cli-sglang.yaml",

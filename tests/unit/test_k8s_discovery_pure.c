@@ -324,10 +324,35 @@ static void test_set(void)
     pdr__k8s_set_free(&set);
 }
 
+/* precise_prefix: the pod's KV event publisher, from its annotation, for either role. */
+static void test_kv_events_annotation(void)
+{
+    pdr_k8s_role_conf_t decode = {.port = 31000, .bootstrap_port = -1, .use_annotation = 0};
+    pod_spec_t s = {"d-1", "Running", "10.1.2.9", "True", NULL, 30000, 0};
+    const char *const vals[] = {"tcp://10.1.2.9:5557", "http://10.1.2.9:5557", "tcp://10.1.2.9"};
+    for (int i = 0; i < 3; i++) {
+        json_t *pod = pod_json(&s);
+        json_object_set_new(json_object_get(pod, "metadata"), "annotations",
+                            json_pack("{s:s}", PDR_K8S_ANN_KV_EVENTS, vals[i]));
+        pdr_discovered_t w;
+        int bad = 0;
+        CHECK(pdr__k8s_pod_parse(pod, &decode, &w, &bad) == PDR_K8S_POD_READY);
+        if (i == 0)
+            CHECK(strcmp(w.kv_events, "tcp://10.1.2.9:5557") == 0 && bad == 0);
+        else
+            CHECK(w.kv_events[0] == '\0' && bad == 2);
+        json_decref(pod);
+    }
+    pdr_discovered_t w;
+    int bad = 0;
+    CHECK(parse(&s, &decode, &w, &bad) == PDR_K8S_POD_READY && w.kv_events[0] == '\0' && bad == 0);
+}
+
 int main(void)
 {
     test_pod_parse();
     test_lines();
     test_set();
+    test_kv_events_annotation();
     CHECK_DONE();
 }

@@ -1,0 +1,436 @@
+/*
+ * The KV event subscriber of precise_prefix (docs/internals/routing.md, "Precise prefix index"): one
+ * ZMQ SUB socket per worker that names a publisher (a worker entry's kv_events, or the Kubernetes pod
+ * annotation pdrouter.io/kv-events-endpoint), whose messages feed the index that the pick reads.
+ *
+ * Threads: everything here runs on loop 0, except pdr_kv_events_metrics (any loop; it takes the lock
+ * that guards the list of subscribers) and the index itself (its own mutex, read by every loop's picks).
+ * libzmq adds one I/O thread of its own (the context's); the sockets are used from loop 0 only.
+ *
+ * Loop integration: each socket's ZMQ_FD is polled with uv_poll for readability. That fd is
+ * edge-triggered and only says "ZMQ_EVENTS may have changed": after each wake the socket is drained
+ * with ZMQ_DONTWAIT until EAGAIN, and ZMQ_EVENTS is re-checked before going back to the loop.
+ *
+ * Membership: a once-a-second tick on loop 0 compares the subscribers with the pool's workers and
+ * opens or closes sockets (so added, discovered, reloaded and removed workers need no hook of their
+ * own); a closed worker's blocks leave the index.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "buf.h"
+#include "err.h"
+#include "kv_events.h"
+#include "kvevents.h"
+#include "router.h"
+#include "util.h"
+
+#define KV_TICK_MS 1000
+#define KV_RCVHWM 10000 /* messages queued per socket before libzmq drops (a gap, seen as such) */
+#define KV_LOG_EVERY_MS 5000
+
+typedef struct kv_sub {
+    struct kv_sub *next;
+    struct pdr_kv_events *ke;
+    uint64_t uid;
+    char *url, *endpoint;
+    void *sock;
+    uv_poll_t poll;
+    int mark;
+    uint64_t applied, malformed; /* atomic (read by the metrics) */
+    uint64_t unknown_events;     /* atomic */
+    uint64_t log_ms;             /* the last warning about this publisher */
+} kv_sub_t;
+
+struct pdr_kv_events {
+    pdr_router_t *r;
+    void *zctx;
+    pdr_kvindex_t *ix;
+    pthread_mutex_t lock; /* subs (the list; loop 0 changes it, the metrics read it) */
+    kv_sub_t *subs;
+    uv_timer_t timer;
+    int timer_live;
+};
+
+static int config_uses_precise(const pdr_config_t *c)
+{
+    size_t n = c->n_pools > 0 ? c->n_pools : 1;
+    for (size_t i = 0; i < n; i++) {
+        pdr_pool_conf_t pc;
+        pdr_config_pool(c, i, &pc);
+        if (pc.policy_prefill == PDR_POLICY_PRECISE_PREFIX || pc.policy_decode == PDR_POLICY_PRECISE_PREFIX)
+            return 1;
+    }
+    return 0;
+}
+
+/* Logs at most once per KV_LOG_EVERY_MS per publisher. */
+static int may_log(kv_sub_t *s)
+{
+    uint64_t now = pdr_now_ms();
+    if (s->log_ms != 0 && now - s->log_ms < KV_LOG_EVERY_MS)
+        return 0;
+    s->log_ms = now;
+    return 1;
+}
+
+static void handle_message(kv_sub_t *s, zmq_msg_t *f, int nframes)
+{
+    pdr_kvindex_t *ix = s->ke->ix;
+    uint64_t seq = 0;
+    int have_seq = nframes >= 2 && pdr_kv_seq_decode(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), &seq) == 0;
+    char err[256] = "";
+    pdr_kv_batch_t b;
+    int rc = PDR_EPROTO;
+    if (nframes != 3)
+        snprintf(err, sizeof(err), "%d frames, expected 3 (topic, sequence number, payload)", nframes);
+    else if (!have_seq)
+        snprintf(err, sizeof(err), "the sequence number frame has %zu bytes, expected 8",
+                 zmq_msg_size(&f[1]));
+    else
+        rc = pdr_kv_batch_decode(zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), &b, err, sizeof(err));
+    if (rc == 0) {
+        pdr_kvindex_seq_t what = PDR_KVINDEX_SEQ_OK;
+        if (pdr_kvindex_apply(ix, s->uid, seq, &b, &what) == PDR_ENOMEM && may_log(s))
+            pdr_warn("kv events from %s (%s): out of memory applying message %" PRIu64 "", s->endpoint,
+                     s->url, seq);
+        __atomic_add_fetch(&s->applied, 1, __ATOMIC_RELAXED);
+        if (b.n_unknown > 0)
+            __atomic_add_fetch(&s->unknown_events, b.n_unknown, __ATOMIC_RELAXED);
+        if (what != PDR_KVINDEX_SEQ_OK && may_log(s))
+            pdr_warn(
+                "kv events from %s (%s): %s at message %" PRIu64 "; the worker's blocks were dropped, it "
+                "is routed by the prefix tree until it is in sync again",
+                s->endpoint, s->url, what == PDR_KVINDEX_SEQ_GAP ? "sequence gap" : "publisher restart", seq);
+        pdr_kv_batch_free(&b);
+        return;
+    }
+    /* Something was lost: the message's events. Its number still counts, so the next one is no gap. */
+    if (have_seq) {
+        pdr_kv_batch_t empty = {0};
+        (void)pdr_kvindex_apply(ix, s->uid, seq, &empty, NULL);
+    }
+    pdr_kvindex_desync(ix, s->uid);
+    __atomic_add_fetch(&s->malformed, 1, __ATOMIC_RELAXED);
+    if (may_log(s))
+        pdr_warn("kv events from %s (%s): malformed message%s%s: %s; the worker's blocks were dropped",
+                 s->endpoint, s->url, have_seq ? " " : "", have_seq ? "(sequence number known)" : "", err);
+}
+
+/* Receives one whole message (all its frames) without blocking. Returns 0 when none was waiting. */
+static int recv_one(kv_sub_t *s)
+{
+    zmq_msg_t f[3];
+    int n = 0, more = 1;
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, s->sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            if (n == 0)
+                break;
+            /* Frames of one message arrive together; an error inside one ends it. */
+            more = 0;
+            continue;
+        }
+        more = zmq_msg_more(&m);
+        if (n < 3)
+            f[n] = m;
+        else
+            zmq_msg_close(&m);
+        n++;
+    }
+    if (n == 0)
+        return 0;
+    handle_message(s, f, n);
+    for (int i = 0; i < n && i < 3; i++)
+        zmq_msg_close(&f[i]);
+    return 1;
+}
+
+static void on_readable(uv_poll_t *h, int status, int events)
+{
+    kv_sub_t *s = h->data;
+    (void)status;
+    (void)events;
+    for (;;) {
+        int ev = 0;
+        size_t sz = sizeof(ev);
+        if (zmq_getsockopt(s->sock, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN))
+            break;
+        while (recv_one(s))
+            ;
+    }
+}
+
+static void on_sub_closed(uv_handle_t *h)
+{
+    kv_sub_t *s = h->data;
+    zmq_close(s->sock);
+    free(s->url);
+    free(s->endpoint);
+    free(s);
+}
+
+static void sub_close(kv_sub_t *s)
+{
+    pdr_kvindex_remove_worker(s->ke->ix, s->uid);
+    uv_poll_stop(&s->poll);
+    uv_close((uv_handle_t *)&s->poll, on_sub_closed);
+}
+
+/*
+ * The endpoint of the target's publisher: the worker's own, or for data-parallel rank R of a tcp://
+ * endpoint its port + R, as vLLM and sglang offset each rank's publisher (offset_endpoint_port). NULL
+ * when there is none: a rank above 0 of an ipc:// endpoint (the engines have no rule for it).
+ */
+static char *rank_endpoint(const pdr_worker_t *w)
+{
+    const char *e = w->conf.kv_events;
+    if (w->dp_rank <= 0)
+        return strdup(e);
+    const char *colon = strrchr(e, ':');
+    if (strncmp(e, "tcp://", 6) != 0 || colon == NULL)
+        return NULL;
+    long port = strtol(colon + 1, NULL, 10) + w->dp_rank;
+    if (port > 65535)
+        return NULL;
+    size_t n = (size_t)(colon - e) + 8;
+    char *out = malloc(n);
+    if (out != NULL)
+        snprintf(out, n, "%.*s:%ld", (int)(colon - e), e, port);
+    return out;
+}
+
+static kv_sub_t *sub_open(struct pdr_kv_events *ke, const pdr_worker_t *w)
+{
+    kv_sub_t *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->ke = ke;
+    s->uid = w->uid;
+    s->url = strdup(w->target[0] != '\0' ? w->target : w->conf.url);
+    s->endpoint = rank_endpoint(w);
+    static uint64_t warned_ms; /* loop 0; the tick retries every second: say it once a minute */
+    if (s->endpoint == NULL && s->url != NULL) {
+        if (warned_ms == 0 || pdr_now_ms() - warned_ms > 60000)
+            pdr_warn(
+                "kv events: %s: no publisher endpoint for data-parallel rank %d of %s (a rank's endpoint is "
+                "tcp://HOST:PORT+RANK); its KV events are not used",
+                s->url, w->dp_rank, w->conf.kv_events);
+        warned_ms = pdr_now_ms();
+        free(s->url);
+        free(s);
+        return NULL;
+    }
+    s->sock = zmq_socket(ke->zctx, ZMQ_SUB);
+    int fd = -1;
+    size_t fdlen = sizeof(fd);
+    int hwm = KV_RCVHWM, linger = 0, ivl_max = 5000;
+    int64_t maxmsg = (int64_t)PDR_KV_MAX_PAYLOAD + 4096;
+    if (s->url == NULL || s->endpoint == NULL || s->sock == NULL ||
+        zmq_setsockopt(s->sock, ZMQ_SUBSCRIBE, "", 0) != 0 ||
+        zmq_setsockopt(s->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm)) != 0 ||
+        zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof(linger)) != 0 ||
+        zmq_setsockopt(s->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max)) != 0 ||
+        zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) != 0 ||
+        zmq_connect(s->sock, s->endpoint) != 0 || zmq_getsockopt(s->sock, ZMQ_FD, &fd, &fdlen) != 0 ||
+        uv_poll_init(ke->r->threads[0].loop, &s->poll, fd) != 0) {
+        pdr_warn("kv events: cannot subscribe to %s for %s %s: %s", w->conf.kv_events, pdr_role_name(w->role),
+                 w->conf.url, s->sock == NULL ? zmq_strerror(zmq_errno()) : zmq_strerror(zmq_errno()));
+        if (s->sock != NULL)
+            zmq_close(s->sock);
+        free(s->url);
+        free(s->endpoint);
+        free(s);
+        return NULL;
+    }
+    s->poll.data = s;
+    uv_poll_start(&s->poll, UV_READABLE, on_readable);
+    pdr_info("kv events: subscribed to %s for %s %s", s->endpoint, pdr_role_name(w->role), s->url);
+    return s;
+}
+
+/* Loop 0: creates the index once a pool uses precise_prefix, then matches subscribers to workers. */
+static void reconcile(struct pdr_kv_events *ke)
+{
+    pdr_router_t *r = ke->r;
+    if (ke->ix == NULL) {
+        if (!config_uses_precise(r->config))
+            return;
+        pdr_kvindex_params_t p = {(uint64_t)r->config->kv_events.max_index_bytes,
+                                  (uint32_t)r->config->kv_events.resync_messages};
+        int err;
+        if ((ke->ix = pdr_kvindex_new(&p, &err)) == NULL) {
+            pdr_warn("kv events: cannot create the index (%s); precise_prefix routes by the prefix tree",
+                     pdr_strerror(err));
+            return;
+        }
+        if ((ke->zctx = zmq_ctx_new()) == NULL) {
+            pdr_warn("kv events: cannot create a ZMQ context (%s); precise_prefix routes by the prefix tree",
+                     zmq_strerror(zmq_errno()));
+            pdr_kvindex_free(ke->ix);
+            ke->ix = NULL;
+            return;
+        }
+        __atomic_store_n(&r->pool.kvindex, ke->ix, __ATOMIC_RELEASE);
+    }
+    pdr_worker_t **ws;
+    size_t n = pdr_pool_snapshot(&r->pool, -1, &ws);
+    pthread_mutex_lock(&ke->lock);
+    for (kv_sub_t *s = ke->subs; s != NULL; s = s->next)
+        s->mark = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ws[i]->conf.kv_events == NULL)
+            continue;
+        kv_sub_t *s = ke->subs;
+        while (s != NULL && s->uid != ws[i]->uid)
+            s = s->next;
+        if (s == NULL && (s = sub_open(ke, ws[i])) != NULL) {
+            s->next = ke->subs;
+            ke->subs = s;
+        }
+        if (s != NULL)
+            s->mark = 1;
+    }
+    for (kv_sub_t **pp = &ke->subs; *pp != NULL;) {
+        kv_sub_t *s = *pp;
+        if (s->mark) {
+            pp = &s->next;
+            continue;
+        }
+        *pp = s->next;
+        pdr_info("kv events: unsubscribed from %s (%s left the pool)", s->endpoint, s->url);
+        sub_close(s);
+    }
+    pthread_mutex_unlock(&ke->lock);
+    pdr_pool_release(ws, n);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    reconcile(t->data);
+}
+
+int pdr_kv_events_start(pdr_router_t *r)
+{
+    struct pdr_kv_events *ke = calloc(1, sizeof(*ke));
+    if (ke == NULL)
+        return PDR_ENOMEM;
+    ke->r = r;
+    pthread_mutex_init(&ke->lock, NULL);
+    uv_timer_init(r->threads[0].loop, &ke->timer);
+    ke->timer.data = ke;
+    ke->timer_live = 1;
+    uv_timer_start(&ke->timer, on_tick, 0, KV_TICK_MS);
+    r->kv_events = ke;
+    return 0;
+}
+
+void pdr_kv_events_stop(pdr_router_t *r)
+{
+    struct pdr_kv_events *ke = r->kv_events;
+    if (ke == NULL || !ke->timer_live)
+        return;
+    ke->timer_live = 0;
+    uv_timer_stop(&ke->timer);
+    uv_close((uv_handle_t *)&ke->timer, NULL);
+    pthread_mutex_lock(&ke->lock);
+    while (ke->subs != NULL) {
+        kv_sub_t *s = ke->subs;
+        ke->subs = s->next;
+        sub_close(s);
+    }
+    pthread_mutex_unlock(&ke->lock);
+}
+
+void pdr_kv_events_free(pdr_router_t *r)
+{
+    struct pdr_kv_events *ke = r->kv_events;
+    if (ke == NULL)
+        return;
+    r->pool.kvindex = NULL;
+    if (ke->zctx != NULL)
+        zmq_ctx_term(ke->zctx); /* every socket was closed by its handle's close callback */
+    pdr_kvindex_free(ke->ix);
+    pthread_mutex_destroy(&ke->lock);
+    free(ke);
+    r->kv_events = NULL;
+}
+
+typedef struct {
+    const char *name, *help, *type;
+} family_t;
+
+void pdr_kv_events_metrics(pdr_router_t *r, pdr_kv_events_put_cb put, void *o)
+{
+    struct pdr_kv_events *ke = r->kv_events;
+    pdr_kvindex_stats_t st = {0};
+    if (ke != NULL && __atomic_load_n(&r->pool.kvindex, __ATOMIC_ACQUIRE) != NULL)
+        pdr_kvindex_stats(ke->ix, &st);
+    put(o,
+        "# HELP pdr_kv_index_bytes Bytes the precise prefix index holds (all its allocations counted).\n"
+        "# TYPE pdr_kv_index_bytes gauge\npdr_kv_index_bytes %llu\n"
+        "# HELP pdr_kv_index_max_bytes kv_events.max_index_bytes: the index's hard cap.\n"
+        "# TYPE pdr_kv_index_max_bytes gauge\npdr_kv_index_max_bytes %llu\n"
+        "# HELP pdr_kv_index_blocks Distinct blocks in the precise prefix index.\n"
+        "# TYPE pdr_kv_index_blocks gauge\npdr_kv_index_blocks %llu\n"
+        "# HELP pdr_kv_index_evicted_total (worker, block) entries the index dropped to stay under its cap.\n"
+        "# TYPE pdr_kv_index_evicted_total counter\npdr_kv_index_evicted_total %llu\n",
+        (unsigned long long)st.bytes, (unsigned long long)st.max_bytes, (unsigned long long)st.blocks,
+        (unsigned long long)st.evicted);
+    static const char *const dnames[4] = {"match", "smallest_tree", "balance", "consistent_hash"};
+    put(o, "# HELP pdr_precise_prefix_decisions_total Picks of the precise_prefix policy by the rule that "
+           "chose and where the chosen worker's match came from (index: its KV events; tree: the "
+           "approximate prefix tree, for a worker not in sync or a request without token ids).\n"
+           "# TYPE pdr_precise_prefix_decisions_total counter\n");
+    for (int src = 0; src < 2; src++)
+        for (int d = 0; d < 4; d++)
+            put(o, "pdr_precise_prefix_decisions_total{source=\"%s\",decision=\"%s\"} %llu\n",
+                src ? "index" : "tree", dnames[d],
+                (unsigned long long)__atomic_load_n(&r->pool.pp_decisions[src][d], __ATOMIC_RELAXED));
+    if (ke == NULL)
+        return;
+    static const family_t fam[] = {
+        {"pdr_kv_events_total", "KV event messages from a worker's publisher by result (applied, malformed).",
+         "counter"},
+        {"pdr_kv_events_gaps_total", "Sequence gaps in a worker's KV events (its blocks dropped, unsynced).",
+         "counter"},
+        {"pdr_kv_events_restarts_total", "Sequence numbers that went backwards: a new publisher.", "counter"},
+        {"pdr_kv_events_resyncs_total", "Times a worker's index came back in sync.", "counter"},
+        {"pdr_kv_events_synced", "1 while the index is in sync with the worker (its matches are used).",
+         "gauge"},
+        {"pdr_kv_events_blocks", "Blocks the index holds for the worker.", "gauge"},
+        {"pdr_kv_events_orphan_blocks_total",
+         "Stored blocks whose parent the index did not know (not indexed).", "counter"},
+        {"pdr_kv_events_unknown_total", "Events with a tag the router does not know (skipped).", "counter"},
+    };
+    pthread_mutex_lock(&ke->lock);
+    for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
+        put(o, "# HELP %s %s\n# TYPE %s %s\n", fam[k].name, fam[k].help, fam[k].name, fam[k].type);
+        for (kv_sub_t *s = ke->subs; s != NULL; s = s->next) {
+            pdr_kvindex_worker_stats_t ws = {0};
+            (void)pdr_kvindex_worker_stats(ke->ix, s->uid, &ws);
+            if (k == 0) {
+                put(o, "pdr_kv_events_total{worker=\"%s\",result=\"applied\"} %llu\n", s->url,
+                    (unsigned long long)__atomic_load_n(&s->applied, __ATOMIC_RELAXED));
+                put(o, "pdr_kv_events_total{worker=\"%s\",result=\"malformed\"} %llu\n", s->url,
+                    (unsigned long long)__atomic_load_n(&s->malformed, __ATOMIC_RELAXED));
+                continue;
+            }
+            uint64_t v = k == 1   ? ws.gaps
+                         : k == 2 ? ws.restarts
+                         : k == 3 ? ws.resyncs
+                         : k == 4 ? (uint64_t)ws.synced
+                         : k == 5 ? ws.blocks
+                         : k == 6 ? ws.orphans
+                                  : __atomic_load_n(&s->unknown_events, __ATOMIC_RELAXED);
+            put(o, "%s{worker=\"%s\"} %llu\n", fam[k].name, s->url, (unsigned long long)v);
+        }
+    }
+    pthread_mutex_unlock(&ke->lock);
+}

@@ -1,0 +1,81 @@
+/*
+ * A request's prompt as token ids, for precise_prefix (the KV event index matches token ids, not text).
+ * Any loop thread; no shared state.
+ *
+ * Today the ids come from the body's input_ids (generate route) only: a flat JSON array of integers in
+ * 0..2^32-1, validated by the request scanner already. Text prompts (text, prompt, messages) need the
+ * model's tokenizer; that path belongs in pdr_request_token_ids as well, so that every caller keeps one
+ * entry point.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "token_ids.h"
+
+/* Parses the raw bytes of a JSON array of non-negative integers, at most PDR_ROUTING_MAX_TOKENS of them
+ * (the head of a longer prompt: a prefix match never looks further). PDR_EINVAL on anything else. */
+static int parse_ids(const char *p, size_t len, uint32_t **ids, size_t *n)
+{
+    size_t i = 0, k = 0, cap = 0;
+    uint32_t *v = NULL;
+    while (i < len && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
+        i++;
+    if (i >= len || p[i] != '[')
+        return PDR_EINVAL;
+    i++;
+    for (;;) {
+        while (i < len && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r' || p[i] == ','))
+            i++;
+        if (i >= len)
+            goto bad;
+        if (p[i] == ']')
+            break;
+        if (p[i] < '0' || p[i] > '9')
+            goto bad;
+        uint64_t x = 0;
+        while (i < len && p[i] >= '0' && p[i] <= '9') {
+            x = x * 10 + (uint64_t)(p[i] - '0');
+            if (x > UINT32_MAX)
+                goto bad;
+            i++;
+        }
+        if (i < len && (p[i] == '.' || p[i] == 'e' || p[i] == 'E'))
+            goto bad;
+        if (k == PDR_ROUTING_MAX_TOKENS)
+            break;
+        if (k == cap) {
+            size_t nc = cap ? 2 * cap : 256;
+            uint32_t *nv = realloc(v, nc * sizeof(*nv));
+            if (nv == NULL) {
+                free(v);
+                return PDR_ENOMEM;
+            }
+            v = nv;
+            cap = nc;
+        }
+        v[k++] = (uint32_t)x;
+    }
+    *ids = v;
+    *n = k;
+    return 0;
+bad:
+    free(v);
+    return PDR_EINVAL;
+}
+
+int pdr_request_token_ids(const pdr_pdreq_t *pr, pdr_prompt_tokens_t *out)
+{
+    out->ids = NULL;
+    out->n = 0;
+    if (pr->batch > 0)
+        return 0; /* a batch has one prompt per item: the router routes it as a whole, by text */
+    for (size_t i = 0; i < pr->n; i++) {
+        const pdr_jmember_t *m = &pr->m[i];
+        if (m->key_len == 9 && memcmp(m->key, "input_ids", 9) == 0 && m->v.type == PDR_JT_ARRAY &&
+            m->v.elem == PDR_JT_INT)
+            return parse_ids(m->v.p, m->v.len, &out->ids, &out->n);
+    }
+    /* Text prompts: a tokenizer (pdr_tokenizer_encode) would fill out here. */
+    return 0;
+}

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""precise_prefix: the router routes by the KV events pdsim's prefix caches publish (vLLM's format).
+
+Two pdsim prefills with prefix caches publish KV events; one decode. Prompts are input_ids.
+
+Scenarios (argv[1]):
+  routing    a shared prefix sent as input_ids with spaces after the commas lands on a prefill X; the
+             same ids written compactly (other JSON bytes, the same tokens) then go to X as well, because
+             X's events say it holds the prefix: its cache hits grow, and the decisions are counted as
+             index matches. With cache_aware (the prefix tree of request bytes) the compact requests go
+             to the other prefill: the comparison that fails without the feature.
+  gap        a message X does not send (a sequence gap) is counted, X's blocks are dropped, and X is
+             routed by the tree (decisions counted as such) until it is in sync again.
+  restart    X restarts (a new publisher, numbers from 0 again): counted as a restart.
+  malformed  a truncated payload from Y is counted as malformed; the router keeps serving.
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pdtest  # noqa: E402
+from pdtest import check, request  # noqa: E402
+from test_router import metric_value, metrics, sim, stats  # noqa: E402
+import test_router  # noqa: E402
+
+PREFIX = list(range(1000, 1512))  # 512 ids: 32 blocks of 16
+
+
+def prefill(kv_port=None, http_port=None, bport=None):
+    kv = "{kv}" if kv_port is None else str(kv_port)
+    argv = ["pdsim", "--role", "prefill", "--port", "{port}" if http_port is None else str(http_port),
+            "--bootstrap-port", "{bport}" if bport is None else str(bport), "--prefix-cache-tokens", "65536",
+            "--cache-block-tokens", "16", "--kv-events-endpoint", "tcp://127.0.0.1:%s" % kv]
+    return pdtest.start(argv, name="pdsim-prefill")
+
+
+def router(ps, ds, policy, resync=1, health=None):
+    lines = ["policy: { prefill: %s, decode: least_load }" % policy,
+             "kv_events: { resync_messages: %d }" % resync,
+             # sglang's seed: a prompt no tree matches goes to the smallest tree (the comparison in
+             # scenario_routing relies on it; the hash ring would pick either prefill).
+             "cache_aware: { seed: smallest_tree }"] + ([health] if health else []) + ["workers:", "  prefill:"]
+    lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %d, kv_events: 'tcp://127.0.0.1:%d' }" %
+              (p.port, p.ports["bport"], p.ports["kv"]) for p in ps]
+    lines += ["  decode:"] + ["    - { url: http://127.0.0.1:%d }" % d.port for d in ds]
+    return test_router.router([], [], config="\n".join(lines))
+
+
+def post(r, ids, compact):
+    body = json.dumps({"input_ids": ids, "sampling_params": {"max_new_tokens": 1}},
+                      separators=(",", ":") if compact else (", ", ": "))
+    return request(r.port, "POST", "/generate", body, headers={"Content-Type": "application/json"})
+
+
+def send(r, ids, compact):
+    st, _, data = post(r, ids, compact)
+    check(st == 200, "status %d: %r" % (st, data[:300]), r)
+
+
+def url(p):
+    return "http://127.0.0.1:%d" % p.port
+
+
+def kv_metric(r, name, p, **labels):
+    return metric_value(metrics(r), name, worker=url(p), **labels) or 0
+
+
+def wait_metric(r, what, pred):
+    return pdtest.poll_until(lambda: pred(metrics(r)), 10, what)
+
+
+def connect_all(r, ps):
+    """Sends distinct short prompts until every prefill's events reach the router: the SUB sockets
+    connect asynchronously, and a message published before that is not seen."""
+    k = [0]
+
+    def probe():
+        k[0] += 1
+        send(r, [900000 + 100 * k[0] + i for i in range(20)], False)
+        m = metrics(r)
+        return all((metric_value(m, "pdr_kv_events_total", worker=url(p), result="applied") or 0) >= 1 and
+                   metric_value(m, "pdr_kv_events_synced", worker=url(p)) == 1 for p in ps)
+    pdtest.poll_until(probe, 10, "every prefill's KV events to reach the router")
+
+
+def holder(ps, before):
+    """The prefill whose request count grew since before (one request sent)."""
+    grown = [p for p, b in zip(ps, before) if stats(p)["requests"] > b]
+    assert len(grown) == 1, grown
+    return grown[0]
+
+
+def setup(policy, resync=1):
+    ps, ds = [prefill(), prefill()], [sim("decode")]
+    r = router(ps, ds, policy, resync)
+    if policy == "precise_prefix":
+        connect_all(r, ps)
+    before = [stats(p)["requests"] for p in ps]
+    send(r, PREFIX + list(range(5000, 5016)), False)  # the prefix, JSON with spaces
+    x = holder(ps, before)
+    y = ps[1] if x is ps[0] else ps[0]
+    if policy == "precise_prefix":
+        wait_metric(r, "the prefix's blocks indexed for X",
+                    lambda m: (metric_value(m, "pdr_kv_events_blocks", worker=url(x)) or 0) >= len(PREFIX) // 16)
+    return r, ps, x, y
+
+
+def compact_round(r, ps, x, y, n=4):
+    hits0 = stats(x)["prefix_cache"]["hit_tokens"]
+    counts0 = [stats(p)["requests"] for p in (x, y)]
+    for k in range(n):
+        send(r, PREFIX + list(range(6000 + 100 * k, 6000 + 100 * k + 16)), True)
+    counts = [stats(p)["requests"] - c for p, c in zip((x, y), counts0)]
+    return counts, stats(x)["prefix_cache"]["hit_tokens"] - hits0
+
+
+def scenario_routing():
+    try:
+        r, ps, x, y = setup("precise_prefix")
+        counts, hits = compact_round(r, ps, x, y)
+        check(counts == [4, 0], "precise_prefix: compact requests per prefill (X, Y) %r" % counts, r)
+        check(hits >= 4 * len(PREFIX), "X's cache hits grew by %d tokens only" % hits, r)
+        m = metrics(r)
+        check((metric_value(m, "pdr_precise_prefix_decisions_total", source="index", decision="match") or 0) >= 4,
+              "index matches not counted", r)
+        check((metric_value(m, "pdr_kv_index_bytes") or 0) > 0 and
+              metric_value(m, "pdr_kv_index_max_bytes") == 64 << 20, "index bytes", r)
+        pdtest.stop_all()
+        # The comparison: the prefix tree sees other bytes and sends the compact requests elsewhere.
+        r, ps, x, y = setup("cache_aware")
+        counts, _ = compact_round(r, ps, x, y)
+        check(counts[0] < 4, "cache_aware kept the compact requests on X: %r" % counts, r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_gap():
+    try:
+        r, ps, x, y = setup("precise_prefix", resync=3)
+        # X does not send its next message; the one after shows the gap.
+        request(x.port, "POST", "/pdsim/fault", {"kv_events_drop_every": 1})
+        send(r, PREFIX + list(range(7000, 7016)), True)
+        check(stats(x)["kv_events"]["dropped"] == 1, "X dropped %r" % stats(x)["kv_events"], x)
+        request(x.port, "POST", "/pdsim/fault", {"kv_events_drop_every": 0})
+        send(r, PREFIX + list(range(7100, 7116)), True)
+        wait_metric(r, "the gap to be counted",
+                    lambda m: (metric_value(m, "pdr_kv_events_gaps_total", worker=url(x)) or 0) >= 1)
+        m = metrics(r)
+        check(metric_value(m, "pdr_kv_events_synced", worker=url(x)) == 0, "X still synced after a gap", r)
+        check(metric_value(m, "pdr_kv_events_blocks", worker=url(x)) == 0, "X's blocks kept after a gap", r)
+        # Unsynced: X's match comes from the tree (it saw these compact prompts).
+        tree0 = metric_value(m, "pdr_precise_prefix_decisions_total", source="tree", decision="match") or 0
+        counts, _ = compact_round(r, ps, x, y, n=1)
+        check(counts == [1, 0], "fallback sent the request to %r" % counts, r)
+        m = metrics(r)
+        check((metric_value(m, "pdr_precise_prefix_decisions_total", source="tree", decision="match") or 0) ==
+              tree0 + 1, "the fallback decision was not counted as a tree match", r)
+        # Two more consecutive messages (three in a row with the last one): in sync again.
+        for k in range(2):
+            send(r, PREFIX + list(range(7200 + 100 * k, 7216 + 100 * k)), True)
+        wait_metric(r, "X to resync",
+                    lambda m: metric_value(m, "pdr_kv_events_synced", worker=url(x)) == 1 and
+                    (metric_value(m, "pdr_kv_events_resyncs_total", worker=url(x)) or 0) >= 1)
+    finally:
+        pdtest.stop_all()
+
+
+def _up(port):
+    try:
+        return request(port, "GET", "/health", timeout=1.0)[0] == 200
+    except OSError:
+        return False
+
+
+def scenario_restart():
+    try:
+        # One prefill: every request goes to it, whatever the index says of it.
+        x, ds = prefill(), [sim("decode")]
+        r = router([x], ds, "precise_prefix", health="health: { interval_ms: 200, rise: 1 }")
+        connect_all(r, [x])
+        for k in range(30):  # many messages: the publisher's numbers are well past the new one's first
+            send(r, PREFIX + list(range(6000 + 100 * k, 6016 + 100 * k)), True)
+        wait_metric(r, "X's messages", lambda m: (metric_value(m, "pdr_kv_events_total", worker=url(x),
+                                                               result="applied") or 0) >= 30)
+        ports = (x.ports["kv"], x.port, x.ports["bport"])
+        x.stop()
+        prefill(*ports)
+        pdtest.poll_until(lambda: _up(ports[1]), 10, "the new prefill to answer /health")
+        # The new process numbers its messages from 0 again, below the old publisher's last one. Each
+        # request has new blocks (so a message), since the router's socket reconnects in its own time;
+        # requests sent while the router still holds connections to the old process may fail.
+        k = [0]
+
+        def new_message():
+            k[0] += 1
+            post(r, PREFIX + list(range(20000 + 100 * k[0], 20016 + 100 * k[0])), True)
+            return kv_metric(r, "pdr_kv_events_restarts_total", x) >= 1
+        pdtest.poll_until(new_message, 15, "the publisher restart to be counted")
+        check(request(r.port, "GET", "/health")[0] == 200, "router not healthy", r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_malformed():
+    try:
+        r, ps, x, y = setup("precise_prefix")
+        request(y.port, "POST", "/pdsim/fault", {"kv_events_malformed": 1})
+        # New prompts go to the prefill with the smaller tree, Y, until it has published one.
+        k = [0]
+
+        def new_prompt():
+            k[0] += 1
+            send(r, [700000 + 1000 * k[0] + i for i in range(40)], False)
+            return stats(y)["kv_events"]["malformed"] >= 1
+        pdtest.poll_until(new_prompt, 10, "Y to send a malformed message")
+        wait_metric(r, "the malformed message to be counted",
+                    lambda m: (metric_value(m, "pdr_kv_events_total", worker=url(y), result="malformed") or 0) >= 1)
+        check(request(r.port, "GET", "/health")[0] == 200, "router not healthy", r)
+        send(r, PREFIX + list(range(9000, 9016)), True)  # still serving and routing
+        check("malformed message" in open(r.log_path).read(), "no log line for the malformed message", r)
+    finally:
+        pdtest.stop_all()
+
+
+if __name__ == "__main__":
+    pdtest.run_scenario(globals())
