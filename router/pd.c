@@ -1024,8 +1024,11 @@ static void start_attempt(pd_req_t *x)
     const char *text = x->mode == MODE_PD ? routing_text(&x->pr, &tlen) : NULL;
     /* precise_prefix matches token ids: only read them when some pool uses it (the index exists). */
     pdr_prompt_tokens_t tok = {NULL, 0};
-    if (text != NULL && r->pool.kvindex != NULL)
-        (void)pdr_request_token_ids(&x->pr, &tok);
+    if (text != NULL && r->pool.kvindex != NULL) {
+        struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
+        (void)pdr_request_token_ids(&x->pr, tk, &tok);
+        pdr_tokenizer_free(tk);
+    }
     x->solo = 0;
     x->merge = x->merge_wanted;
     if (x->mode == MODE_PD && disagg_possible(x)) {

@@ -2,11 +2,13 @@
  * A request's prompt as token ids, for precise_prefix (the KV event index matches token ids, not text).
  * Any loop thread; no shared state.
  *
- * Today the ids come from the body's input_ids (generate route) only: a flat JSON array of integers in
- * 0..2^32-1, validated by the request scanner already. Text prompts (text, prompt, messages) need the
- * model's tokenizer; that path belongs in pdr_request_token_ids as well, so that every caller keeps one
- * entry point.
+ * The ids come from the body's input_ids (generate route) when it has them: a flat JSON array of
+ * integers in 0..2^32-1, validated by the request scanner already. Otherwise, with the router's
+ * tokenizer (config key tokenizer), a string prompt (generate's text, completions' prompt) is decoded
+ * from JSON and encoded as the engine's tokenizer would. Chat messages need the model's chat template,
+ * which the router does not have: they get no ids (the tree routes them).
  */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,7 +66,28 @@ bad:
     return PDR_EINVAL;
 }
 
-int pdr_request_token_ids(const pdr_pdreq_t *pr, pdr_prompt_tokens_t *out)
+/* A JSON string value (raw bytes, quotes included) decoded and encoded with tk. */
+static int encode_string(const pdr_tokenizer_t *tk, const char *raw, size_t len, pdr_prompt_tokens_t *out)
+{
+    json_error_t jerr;
+    json_t *v = json_loadb(raw, len, JSON_DECODE_ANY, &jerr);
+    if (!json_is_string(v)) {
+        json_decref(v);
+        return PDR_EINVAL;
+    }
+    int rc = pdr_tokenizer_encode(tk, json_string_value(v), json_string_length(v), &out->ids, &out->n);
+    json_decref(v);
+    if (rc != 0) {
+        free(out->ids);
+        out->ids = NULL;
+        out->n = 0;
+    } else if (out->n > PDR_ROUTING_MAX_TOKENS) {
+        out->n = PDR_ROUTING_MAX_TOKENS; /* the head: a prefix match never looks further */
+    }
+    return rc;
+}
+
+int pdr_request_token_ids(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_prompt_tokens_t *out)
 {
     out->ids = NULL;
     out->n = 0;
@@ -76,6 +99,14 @@ int pdr_request_token_ids(const pdr_pdreq_t *pr, pdr_prompt_tokens_t *out)
             m->v.elem == PDR_JT_INT)
             return parse_ids(m->v.p, m->v.len, &out->ids, &out->n);
     }
-    /* Text prompts: a tokenizer (pdr_tokenizer_encode) would fill out here. */
+    if (tk == NULL)
+        return 0;
+    for (size_t i = 0; i < pr->n; i++) {
+        const pdr_jmember_t *m = &pr->m[i];
+        int named = (m->key_len == 4 && memcmp(m->key, "text", 4) == 0) ||
+                    (m->key_len == 6 && memcmp(m->key, "prompt", 6) == 0);
+        if (named && m->v.type == PDR_JT_STRING)
+            return encode_string(tk, m->v.p, m->v.len, out);
+    }
     return 0;
 }

@@ -13,6 +13,9 @@ Scenarios (argv[1]):
              routed by the tree (decisions counted as such) until it is in sync again.
   restart    X restarts (a new publisher, numbers from 0 again): counted as a restart.
   malformed  a truncated payload from Y is counted as malformed; the router keeps serving.
+  text       with a tokenizer (the router's config key tokenizer, pdsim's --tokenizer: the same
+             tokenizer.json), text prompts are matched by token ids too: the same text written with
+             JSON escapes (other bytes for the tree) goes to the prefill whose events hold it.
 """
 import json
 import os
@@ -25,18 +28,21 @@ from test_router import metric_value, metrics, sim, stats  # noqa: E402
 import test_router  # noqa: E402
 
 PREFIX = list(range(1000, 1512))  # 512 ids: 32 blocks of 16
+GPT2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tokenizer", "gpt2.tokenizer.json")
 
 
-def prefill(kv_port=None, http_port=None, bport=None):
+def prefill(kv_port=None, http_port=None, bport=None, tokenizer=None):
     kv = "{kv}" if kv_port is None else str(kv_port)
     argv = ["pdsim", "--role", "prefill", "--port", "{port}" if http_port is None else str(http_port),
             "--bootstrap-port", "{bport}" if bport is None else str(bport), "--prefix-cache-tokens", "65536",
             "--cache-block-tokens", "16", "--kv-events-endpoint", "tcp://127.0.0.1:%s" % kv]
+    if tokenizer:
+        argv += ["--tokenizer", tokenizer]
     return pdtest.start(argv, name="pdsim-prefill")
 
 
-def router(ps, ds, policy, resync=1, health=None):
-    lines = ["policy: { prefill: %s, decode: least_load }" % policy,
+def router(ps, ds, policy, resync=1, health=None, extra=None):
+    lines = ([extra] if extra else []) + ["policy: { prefill: %s, decode: least_load }" % policy,
              "kv_events: { resync_messages: %d }" % resync,
              # sglang's seed: a prompt no tree matches goes to the smallest tree (the comparison in
              # scenario_routing relies on it; the hash ring would pick either prefill).
@@ -219,6 +225,38 @@ def scenario_malformed():
         check(request(r.port, "GET", "/health")[0] == 200, "router not healthy", r)
         send(r, PREFIX + list(range(9000, 9016)), True)  # still serving and routing
         check("malformed message" in open(r.log_path).read(), "no log line for the malformed message", r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_text():
+    try:
+        ps = [prefill(tokenizer=GPT2), prefill(tokenizer=GPT2)]
+        r = router(ps, [sim("decode", "--tokenizer", GPT2)], "precise_prefix", extra="tokenizer: %s" % GPT2)
+        connect_all(r, ps)
+        system = " ".join("sentence%d about the weather here" % i for i in range(60))
+
+        def post_text(tail, escaped):
+            raw = json.dumps(system + tail)
+            if escaped:  # the same text, other bytes: every "e" as a \u0065 escape
+                raw = raw.replace("e", "\\u0065")
+            body = '{"text": %s, "sampling_params": {"max_new_tokens": 1}}' % raw
+            st, _, data = request(r.port, "POST", "/generate", body, headers={"Content-Type": "application/json"})
+            check(st == 200, "status %d: %r" % (st, data[:300]), r)
+        before = [stats(p)["requests"] for p in ps]
+        post_text(" first question", False)
+        x = holder(ps, before)
+        y = ps[1] if x is ps[0] else ps[0]
+        wait_metric(r, "the text's blocks indexed for X",
+                    lambda m: (metric_value(m, "pdr_kv_events_blocks", worker=url(x)) or 0) >= 16)
+        counts0 = [stats(p)["requests"] for p in (x, y)]
+        for k in range(3):
+            post_text(" question number %d" % k, True)
+        counts = [stats(p)["requests"] - c for p, c in zip((x, y), counts0)]
+        check(counts == [3, 0], "escaped text prompts per prefill (X, Y) %r" % counts, r)
+        m = metrics(r)
+        check((metric_value(m, "pdr_precise_prefix_decisions_total", source="index", decision="match") or 0) >= 3,
+              "index matches for text not counted", r)
     finally:
         pdtest.stop_all()
 
