@@ -241,7 +241,7 @@ static kv_sub_t *sub_open(struct pdr_kv_events *ke, const pdr_worker_t *w)
         zmq_connect(s->sock, s->endpoint) != 0 || zmq_getsockopt(s->sock, ZMQ_FD, &fd, &fdlen) != 0 ||
         uv_poll_init(ke->r->threads[0].loop, &s->poll, fd) != 0) {
         pdr_warn("kv events: cannot subscribe to %s for %s %s: %s", w->conf.kv_events, pdr_role_name(w->role),
-                 w->conf.url, s->sock == NULL ? zmq_strerror(zmq_errno()) : zmq_strerror(zmq_errno()));
+                 w->conf.url, zmq_strerror(zmq_errno()));
         if (s->sock != NULL)
             zmq_close(s->sock);
         free(s->url);
