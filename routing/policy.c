@@ -19,6 +19,21 @@ static size_t least_loaded(const uint64_t *loads, size_t n)
     return best;
 }
 
+/* sglang: imbalanced when both the absolute and the relative spread of loads[0..n) (n >= 1) exceed their
+ * thresholds. */
+int pdr__loads_imbalanced(const pdr_cache_aware_params_t *params, const uint64_t *loads, size_t n)
+{
+    uint64_t max = loads[0], min = loads[0];
+    for (size_t i = 1; i < n; i++) {
+        if (loads[i] > max)
+            max = loads[i];
+        if (loads[i] < min)
+            min = loads[i];
+    }
+    return max - min > params->balance_abs_threshold &&
+           (double)max > (double)min * params->balance_rel_threshold;
+}
+
 int pdr_cache_aware_pick(pdr_ptree_t *tree, const pdr_cache_aware_params_t *params, const uint64_t *ids,
                          const uint64_t *loads, size_t n, const char *text, size_t len,
                          pdr_cache_aware_decision_t *decision)
@@ -48,16 +63,7 @@ int pdr_cache_aware_pick_ex(pdr_ptree_t *tree, const pdr_cache_aware_params_t *p
     if (text == NULL)
         text = "";
 
-    uint64_t max = loads[0], min = loads[0];
-    for (size_t i = 1; i < n; i++) {
-        if (loads[i] > max)
-            max = loads[i];
-        if (loads[i] < min)
-            min = loads[i];
-    }
-    /* sglang: imbalanced when both the absolute and the relative spread exceed their thresholds. */
-    int imbalanced = max - min > params->balance_abs_threshold &&
-                     (double)max > (double)min * params->balance_rel_threshold;
+    int imbalanced = pdr__loads_imbalanced(params, loads, n);
 
     size_t pick = 0, deepest_len = 0;
     int chosen_holds_deepest = 0;

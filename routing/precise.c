@@ -29,15 +29,7 @@ int pdr_precise_prefix_pick(pdr_ptree_t *tree, pdr_kvindex_t *ix, const pdr_cach
     if (matched_out != NULL)
         *matched_out = 0;
 
-    uint64_t max = loads[0], min = loads[0];
-    for (size_t i = 1; i < n; i++) {
-        if (loads[i] > max)
-            max = loads[i];
-        if (loads[i] < min)
-            min = loads[i];
-    }
-    int imbalanced = max - min > params->balance_abs_threshold &&
-                     (double)max > (double)min * params->balance_rel_threshold;
+    int imbalanced = pdr__loads_imbalanced(params, loads, n);
     pdr_kvindex_match_t m[n + 1];
     int any_synced = 0;
     for (size_t i = 0; i < n; i++)

@@ -13,5 +13,7 @@ const void *pdr__ptree_walk(pdr_ptree_t *t, const char *text, size_t len, const 
 int pdr__ptree_node_holds(const void *node, uint64_t id);
 uint64_t pdr__ptree_chars_locked(pdr_ptree_t *t, uint64_t id);
 int pdr__ptree_insert_locked(pdr_ptree_t *t, const char *text, size_t len, uint64_t id);
+/* cache_aware's balance rule over loads[0..n), n >= 1 (policy.c; precise_prefix uses it too). */
+int pdr__loads_imbalanced(const pdr_cache_aware_params_t *params, const uint64_t *loads, size_t n);
 
 #endif

@@ -13,31 +13,14 @@
 #include "check.h"
 #include "err.h"
 
-static long alloc_calls, alloc_fail_at = -1;
-static void *t_malloc(size_t n)
-{
-    return ++alloc_calls == alloc_fail_at ? NULL : malloc(n);
-}
-static void *t_calloc(size_t a, size_t b)
-{
-    return ++alloc_calls == alloc_fail_at ? NULL : calloc(a, b);
-}
-static void *t_realloc(void *p, size_t n)
-{
-    return ++alloc_calls == alloc_fail_at ? NULL : realloc(p, n);
-}
-#define malloc t_malloc
-#define calloc t_calloc
-#define realloc t_realloc
+#include "failalloc.h"
 #include "../../routing/kvevents.c"
 #include "../../routing/kvindex.c"
 #include "../../routing/precise.c"
 #include "../../routing/policy.c"
 #include "../../routing/ptree.c"
 #include "../../routing/chash.c"
-#undef malloc
-#undef calloc
-#undef realloc
+#include "failalloc_end.h"
 
 /* ---- payload builders (msgpack-c's packer) ---- */
 

@@ -12,28 +12,11 @@
 #include "check.h"
 #include "err.h"
 
-static long alloc_calls, alloc_fail_at = -1;
-static void *t_malloc(size_t n)
-{
-    return ++alloc_calls == alloc_fail_at ? NULL : malloc(n);
-}
-static void *t_calloc(size_t a, size_t b)
-{
-    return ++alloc_calls == alloc_fail_at ? NULL : calloc(a, b);
-}
-static void *t_realloc(void *p, size_t n)
-{
-    return ++alloc_calls == alloc_fail_at ? NULL : realloc(p, n);
-}
-#define malloc t_malloc
-#define calloc t_calloc
-#define realloc t_realloc
+#include "failalloc.h"
 #include "../../routing/ptree.c"
 #include "../../routing/policy.c"
 #include "../../routing/chash.c"
-#undef malloc
-#undef calloc
-#undef realloc
+#include "failalloc_end.h"
 
 /* Walks the whole tree and checks every invariant of ptree.c's opening comment; returns the problems. */
 static int tree_problems(pdr_ptree_t *t)

@@ -1,0 +1,4 @@
+/* The end of the sources compiled under failalloc.h: the test's own code allocates normally. */
+#undef malloc
+#undef calloc
+#undef realloc
