@@ -7,6 +7,18 @@
 
 /* Monotonic clock. */
 uint64_t pdr_now_ns(void);
+/* The value of one hexadecimal digit (either case), or -1. */
+static inline int pdr_hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 static inline uint64_t pdr_now_us(void)
 {
     return pdr_now_ns() / 1000;

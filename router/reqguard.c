@@ -4,6 +4,7 @@
  */
 #include "reqguard.h"
 #include <string.h>
+#include "util.h"
 
 static int name_is(const char *p, size_t len, const char *name)
 {
@@ -154,24 +155,13 @@ void pdr_chunkguard_init(pdr_chunkguard_t *g, uint64_t limit)
     g->limit = limit;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int pdr_chunkguard_feed(pdr_chunkguard_t *g, const char *p, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         char c = p[i];
         switch (g->state) {
         case CG_SIZE: {
-            int v = hexval(c);
+            int v = pdr_hex_digit(c);
             if (v >= 0) {
                 if (++g->digits > 16)
                     return PDR_CHUNK_LOST; /* h2o refuses it itself */

@@ -12,6 +12,7 @@
 
 #include "err.h"
 #include "tjson.h"
+#include "util.h"
 
 #define MAX_DEPTH 128
 #define MAX_FILE ((size_t)1 << 30) /* 1 GiB: far past any tokenizer.json (17 MB) */
@@ -84,24 +85,13 @@ static pdr__tj_node_t *new_node(ps_t *s, uint8_t type)
     return n;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static int hex4(ps_t *s, const char *at, uint32_t *out)
 {
     if (s->end - at < 4)
         return perr(s, at, "truncated \\u escape");
     uint32_t v = 0;
     for (int i = 0; i < 4; i++) {
-        int h = hexval(at[i]);
+        int h = pdr_hex_digit(at[i]);
         if (h < 0)
             return perr(s, at, "invalid \\u escape");
         v = v << 4 | (uint32_t)h;
