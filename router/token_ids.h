@@ -8,6 +8,8 @@
 
 /* Prompts longer than this are matched on their first PDR_ROUTING_MAX_TOKENS ids. */
 #define PDR_ROUTING_MAX_TOKENS ((size_t)1 << 18)
+/* Prompt text longer than this is tokenized on its head only (token_ids.c says where it is cut). */
+#define PDR_TOKENIZE_MAX_BYTES ((size_t)64 << 10)
 
 /*
  * Fills *out with the prompt's token ids (malloc'd: free(out->ids)): the body's input_ids, else, with a

@@ -5,6 +5,10 @@ foreach(t rewrite pool events sse_count util reqguard fwdheaders disagg)
   add_test(NAME router_unit_${t} COMMAND test_${t})
   set_tests_properties(router_unit_${t} PROPERTIES TIMEOUT 60)
 endforeach()
+add_executable(test_token_ids unit/test_token_ids.c)
+target_link_libraries(test_token_ids PRIVATE pdr_router)
+add_test(NAME router_unit_token_ids COMMAND test_token_ids ${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/llama3.tokenizer.json)
+set_tests_properties(router_unit_token_ids PROPERTIES TIMEOUT 60)
 
 # Router integration scenarios: real pdrouter and pdsim processes on loopback (see test_router.py).
 foreach(s routes errors policy conn_limit prefill_killed all_prefills_dead prefill_stopped prefill_stopped_retry

@@ -1,0 +1,67 @@
+/* Unit tests for a request's token ids (router/token_ids.c): input_ids taken as they are, a string prompt
+ * through the tokenizer, and a prompt longer than PDR_TOKENIZE_MAX_BYTES encoded on its head only, cut
+ * where the head's ids are a prefix of the whole text's ids. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "rewrite.h"
+#include "token_ids.h"
+
+static pdr_prompt_tokens_t ids_of(const pdr_tokenizer_t *tk, const char *body)
+{
+    pdr_pdreq_t r;
+    char err[256];
+    pdr_prompt_tokens_t t = {0};
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, body, strlen(body), &r, err, sizeof(err)) == 0);
+    CHECK(pdr_request_token_ids(&r, tk, &t) == 0);
+    pdr_pdreq_clear(&r);
+    return t;
+}
+
+int main(int argc, char **argv)
+{
+    CHECK(argc == 2); /* a tokenizer.json */
+    char err[256];
+    pdr_tokenizer_t *tk = pdr_tokenizer_load(argv[1], err, sizeof(err));
+    CHECK(tk != NULL);
+
+    pdr_prompt_tokens_t t = ids_of(tk, "{\"input_ids\": [5, 4000000000, 7]}");
+    CHECK(t.n == 3 && t.ids[0] == 5 && t.ids[1] == 4000000000u && t.ids[2] == 7);
+    free(t.ids);
+
+    /* Words of varied length, so the cap falls inside a word: the cut must move back to a space. */
+    size_t want = PDR_TOKENIZE_MAX_BYTES * 2;
+    char *text = malloc(want + 64);
+    size_t o = 0;
+    for (unsigned k = 0; o < want; k++)
+        o += (size_t)snprintf(text + o, want + 64 - o, "%s%u ", k % 3 ? "word" : "x", k * 7919u % 100003u);
+    text[o] = '\0';
+    char *body = malloc(o + 64);
+    snprintf(body, o + 64, "{\"text\": \"%s\"}", text);
+    t = ids_of(tk, body);
+
+    uint32_t *all = NULL;
+    size_t n_all = 0;
+    CHECK(pdr_tokenizer_encode(tk, text, o, &all, &n_all) == 0);
+    CHECK(t.n > 1000 && t.n < n_all);                   /* the head only */
+    CHECK(memcmp(t.ids, all, t.n * sizeof(*all)) == 0); /* and exactly the whole text's first ids */
+    free(t.ids);
+
+    /* The same text cut by hand in the middle of a word would not be a prefix: the test can fail. */
+    uint32_t *cut = NULL;
+    size_t n_cut = 0;
+    size_t at = PDR_TOKENIZE_MAX_BYTES;
+    while (text[at] == ' ' || text[at - 1] == ' ')
+        at++;
+    CHECK(pdr_tokenizer_encode(tk, text, at, &cut, &n_cut) == 0);
+    CHECK(n_cut > 0 && memcmp(cut, all, n_cut * sizeof(*all)) != 0);
+    free(cut);
+
+    free(all);
+    free(body);
+    free(text);
+    pdr_tokenizer_free(tk);
+    printf("token_ids: ok\n");
+    return 0;
+}
