@@ -214,3 +214,53 @@ const char *pdr_http_reason(int status)
         return status >= 500 ? "Server Error" : status >= 400 ? "Client Error" : "OK";
     }
 }
+
+int pdr_split_hostport(const char *s, size_t len, pdr_hostport_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->host = s;
+    out->hlen = len;
+    if (len > 0 && s[0] == '[') {
+        const char *close = memchr(s, ']', len);
+        if (close == NULL) {
+            out->bad = PDR_HOSTPORT_NO_CLOSE;
+            return PDR_EINVAL;
+        }
+        out->host = s + 1;
+        out->hlen = (size_t)(close - out->host);
+        out->ipv6 = out->bracketed = 1;
+        size_t rest = len - (size_t)(close + 1 - s);
+        if (rest > 0) {
+            if (close[1] != ':') {
+                out->bad = PDR_HOSTPORT_AFTER_CLOSE;
+                return PDR_EINVAL;
+            }
+            out->port = close + 2;
+            out->plen = rest - 1;
+        }
+    } else {
+        const char *colon = memchr(s, ':', len);
+        if (colon != NULL && memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)) != NULL) {
+            out->ipv6 = 1;
+        } else if (colon != NULL) {
+            out->hlen = (size_t)(colon - s);
+            out->port = colon + 1;
+            out->plen = len - out->hlen - 1;
+        }
+    }
+    if (out->hlen == 0) {
+        out->bad = PDR_HOSTPORT_EMPTY;
+        return PDR_EINVAL;
+    }
+    return 0;
+}
+
+int pdr_host_copy(const char *s, size_t len, char *buf, size_t cap)
+{
+    pdr_hostport_t hp;
+    if (pdr_split_hostport(s, len, &hp) != 0 || hp.hlen >= cap)
+        return PDR_EINVAL;
+    memcpy(buf, hp.host, hp.hlen);
+    buf[hp.hlen] = '\0';
+    return 0;
+}

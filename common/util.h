@@ -47,6 +47,27 @@ size_t pdr_join2(char *out, size_t cap, const char *a, const char *b);
 /* Parses a whole decimal integer in [min, max]; no trailing garbage. Returns 0 or PDR_EINVAL. */
 int pdr_parse_int64(const char *s, size_t len, int64_t min, int64_t max, int64_t *out);
 
+/* A "host[:port]" split by pdr_split_hostport; the spans point into the input. */
+typedef struct {
+    const char *host; /* without the brackets of "[IPv6]" */
+    size_t hlen;
+    const char *port; /* the text after the separating ':' (not checked); NULL when there is none */
+    size_t plen;
+    int ipv6;      /* in brackets, or a bare address with two or more colons */
+    int bracketed; /* written "[...]" */
+    int bad;       /* on PDR_EINVAL: PDR_HOSTPORT_NO_CLOSE, _AFTER_CLOSE or _EMPTY */
+} pdr_hostport_t;
+enum { PDR_HOSTPORT_NO_CLOSE = 1, PDR_HOSTPORT_AFTER_CLOSE, PDR_HOSTPORT_EMPTY };
+
+/* The one parser of "host", "host:port", "[IPv6]", "[IPv6]:port" and a bare IPv6 address (two or more
+ * colons without brackets: all host, no port) in s[0..len). The host is not checked beyond being
+ * non-empty, nor the port (pdr_parse_int64). Returns 0, or PDR_EINVAL with out->bad saying why: a '['
+ * without its ']', something other than ':' after the ']', an empty host. */
+int pdr_split_hostport(const char *s, size_t len, pdr_hostport_t *out);
+/* Copies the host of s (as pdr_split_hostport splits it) NUL-terminated into buf; 0 or PDR_EINVAL (bad
+ * syntax, or a host of cap bytes or more). */
+int pdr_host_copy(const char *s, size_t len, char *buf, size_t cap);
+
 /* The standard reason phrase of an HTTP status ("Bad Gateway"); a generic one for unlisted codes. */
 const char *pdr_http_reason(int status);
 

@@ -196,26 +196,16 @@ int pdr_kv_endpoint_check(const char *s, size_t len, char *msg, size_t msglen)
         for (size_t i = 6; i < len; i++)
             ok = ok && (unsigned char)s[i] > 0x20 && s[i] != 0x7f;
     } else if (ok && len > 6 && memcmp(s, "tcp://", 6) == 0) {
-        const char *h = s + 6, *end = s + len, *colon;
-        if (*h == '[') {
-            const char *rb = memchr(h, ']', (size_t)(end - h));
-            ok = rb != NULL && rb > h + 1 && rb + 1 < end && rb[1] == ':';
-            colon = ok ? rb + 1 : NULL;
-            for (const char *q = h + 1; ok && q < rb; q++)
-                ok = (*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f') || (*q >= 'A' && *q <= 'F') ||
-                     *q == ':' || *q == '.';
-        } else {
-            colon = NULL;
-            for (const char *q = h; q < end; q++)
-                if (*q == ':')
-                    colon = q;
-            ok = colon != NULL && colon > h;
-            for (const char *q = h; ok && q < colon; q++)
-                ok = is_host_char(*q);
+        pdr_hostport_t hp;
+        ok = pdr_split_hostport(s + 6, len - 6, &hp) == 0 && hp.port != NULL && hp.ipv6 == hp.bracketed;
+        for (size_t i = 0; ok && i < hp.hlen; i++) {
+            char q = hp.host[i];
+            ok = hp.bracketed ? (q >= '0' && q <= '9') || (q >= 'a' && q <= 'f') || (q >= 'A' && q <= 'F') ||
+                                    q == ':' || q == '.'
+                              : is_host_char(q);
         }
         int64_t port;
-        ok = ok && colon != NULL &&
-             pdr_parse_int64(colon + 1, (size_t)(end - colon - 1), 1, 65535, &port) == 0;
+        ok = ok && pdr_parse_int64(hp.port, hp.plen, 1, 65535, &port) == 0;
     } else {
         ok = 0;
     }
@@ -738,30 +728,24 @@ int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, 
         return PDR_EINVAL;
     }
 
-    const char *host, *after;
-    size_t hlen;
-    int bracketed = 0;
-    if (alen > 0 && auth[0] == '[') {
-        const char *close = memchr(auth, ']', alen);
-        if (close == NULL) {
-            pdr__config_err(err, errlen, "'%s': missing ']' after the IPv6 address", shown);
-            return PDR_EINVAL;
-        }
-        host = auth + 1;
-        hlen = (size_t)(close - host);
-        bracketed = 1;
-        after = close + 1;
-    } else {
-        const char *colon = memchr(auth, ':', alen);
-        if (colon != NULL && memchr(colon + 1, ':', alen - (size_t)(colon + 1 - auth)) != NULL) {
+    pdr_hostport_t hp;
+    if (pdr_split_hostport(auth, alen, &hp) != 0 && hp.bad != PDR_HOSTPORT_EMPTY) {
+        pdr__config_err(err, errlen,
+                        hp.bad == PDR_HOSTPORT_NO_CLOSE ? "'%s': missing ']' after the IPv6 address"
+                                                        : "'%s': expected ':' or '/' after the host",
+                        shown);
+        return PDR_EINVAL;
+    }
+    const char *host = hp.host;
+    size_t hlen = hp.hlen;
+    int bracketed = hp.bracketed;
+    if (!bracketed) {
+        if (hp.ipv6) {
             pdr__config_err(err, errlen,
                             "'%s': invalid port; write IPv6 addresses in brackets: http://[::1]:30001",
                             shown);
             return PDR_EINVAL;
         }
-        host = auth;
-        hlen = colon != NULL ? (size_t)(colon - auth) : alen;
-        after = auth + hlen;
         if (hlen == 0) {
             pdr__config_err(err, errlen, "'%s': missing host", shown);
             return PDR_EINVAL;
@@ -775,13 +759,9 @@ int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, 
     }
 
     int port = 80; /* RFC 9110: http's default port */
-    if (after < rest) {
-        if (*after != ':') {
-            pdr__config_err(err, errlen, "'%s': expected ':' or '/' after the host", shown);
-            return PDR_EINVAL;
-        }
-        const char *p = after + 1;
-        size_t plen = (size_t)(rest - p);
+    if (hp.port != NULL) {
+        const char *p = hp.port;
+        size_t plen = hp.plen;
         int64_t v;
         if (plen == 0 || pdr__parse_int(p, plen, &v) != 0 || p[0] == '-' || v < 1 || v > 65535) {
             pdr__config_err(err, errlen, "'%s': invalid port, expected 1..65535", shown);

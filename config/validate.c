@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 #include "err.h"
+#include "util.h"
 #include "config.h"
 #include "config_internal.h"
 #include "defaults.h"
@@ -99,40 +100,16 @@ static int parse_port(const char *s, size_t len)
 int pdr__check_resolver(const char *s, size_t len, char *msg, size_t msglen)
 {
     char shown[80], host[INET6_ADDRSTRLEN + 1];
-    const char *hs = s, *port = NULL;
-    size_t hlen = len, plen = 0;
-    int family = AF_INET;
     pdr__config_show(s, len, shown, sizeof(shown));
-    const char *colon = memchr(s, ':', len);
-    if (len > 0 && s[0] == '[') {
-        const char *close = memchr(s, ']', len);
-        if (close == NULL)
-            goto bad;
-        hs = s + 1;
-        hlen = (size_t)(close - hs);
-        family = AF_INET6;
-        size_t rest = len - (size_t)(close + 1 - s);
-        if (rest > 0) {
-            if (close[1] != ':')
-                goto bad;
-            port = close + 2;
-            plen = rest - 1;
-        }
-    } else if (colon != NULL && memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)) != NULL) {
-        family = AF_INET6;
-    } else if (colon != NULL) {
-        hlen = (size_t)(colon - s);
-        port = colon + 1;
-        plen = len - hlen - 1;
-    }
-    if (hlen == 0 || hlen >= sizeof(host))
+    pdr_hostport_t hp;
+    if (pdr_split_hostport(s, len, &hp) != 0 || hp.hlen >= sizeof(host))
         goto bad;
-    memcpy(host, hs, hlen);
-    host[hlen] = '\0';
+    memcpy(host, hp.host, hp.hlen);
+    host[hp.hlen] = '\0';
     unsigned char addr[16];
-    if (inet_pton(family, host, addr) != 1)
+    if (inet_pton(hp.ipv6 ? AF_INET6 : AF_INET, host, addr) != 1)
         goto bad;
-    if (port != NULL && parse_port(port, plen) < 0) {
+    if (hp.port != NULL && parse_port(hp.port, hp.plen) < 0) {
         pdr__config_err(msg, msglen, "'%s': invalid port, expected 1..65535", shown);
         return PDR_EINVAL;
     }

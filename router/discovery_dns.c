@@ -156,34 +156,16 @@ static int parse_answer(const unsigned char *msg, int len, ns_type type, struct 
 static int parse_resolver(const char *s, struct sockaddr_in6 *out)
 {
     char host[INET6_ADDRSTRLEN + 1];
-    const char *port = NULL, *hs = s;
-    size_t hlen = strlen(s);
-    int family = AF_INET;
-    const char *colon = strchr(s, ':');
-    if (s[0] == '[') {
-        const char *close = strchr(s, ']');
-        if (close == NULL || (close[1] != '\0' && close[1] != ':'))
-            return -1;
-        hs = s + 1;
-        hlen = (size_t)(close - hs);
-        family = AF_INET6;
-        if (close[1] == ':')
-            port = close + 2;
-    } else if (colon != NULL && strchr(colon + 1, ':') != NULL) {
-        family = AF_INET6;
-    } else if (colon != NULL) {
-        hlen = (size_t)(colon - s);
-        port = colon + 1;
-    }
-    if (hlen == 0 || hlen >= sizeof(host))
+    pdr_hostport_t hp;
+    if (pdr_split_hostport(s, strlen(s), &hp) != 0 || hp.hlen >= sizeof(host))
         return -1;
-    memcpy(host, hs, hlen);
-    host[hlen] = '\0';
+    memcpy(host, hp.host, hp.hlen);
+    host[hp.hlen] = '\0';
     int64_t p = 53; /* RFC 1035 */
-    if (port != NULL && pdr_parse_int64(port, strlen(port), 1, 65535, &p) != 0)
+    if (hp.port != NULL && pdr_parse_int64(hp.port, hp.plen, 1, 65535, &p) != 0)
         return -1;
     memset(out, 0, sizeof(*out));
-    if (family == AF_INET) {
+    if (!hp.ipv6) {
         struct sockaddr_in *sin = (struct sockaddr_in *)(void *)out;
         sin->sin_family = AF_INET;
         sin->sin_port = htons((uint16_t)p);

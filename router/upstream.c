@@ -671,36 +671,18 @@ static int parse_url(const char *url, const char **host, size_t *hlen, int *port
     static const char scheme[] = "http://";
     if (strncmp(url, scheme, sizeof(scheme) - 1) != 0)
         return PDR_EINVAL;
-    const char *p = url + sizeof(scheme) - 1;
-    const char *end;
-    *v6 = 0;
-    if (*p == '[') {
-        end = strchr(p, ']');
-        if (end == NULL)
-            return PDR_EINVAL;
-        *host = p + 1;
-        *hlen = (size_t)(end - p - 1);
-        *v6 = 1;
-        p = end + 1;
-    } else {
-        end = p + strcspn(p, ":/?");
-        *host = p;
-        *hlen = (size_t)(end - p);
-        p = end;
-    }
-    if (*hlen == 0)
+    const char *auth = url + sizeof(scheme) - 1;
+    const char *p = auth + strcspn(auth, "/?");
+    pdr_hostport_t hp;
+    if (pdr_split_hostport(auth, (size_t)(p - auth), &hp) != 0 || hp.ipv6 != hp.bracketed)
         return PDR_EINVAL;
-    *port = 80;
-    if (*p == ':') {
-        char *e;
-        long v = strtol(p + 1, &e, 10);
-        if (e == p + 1 || v < 1 || v > 65535)
-            return PDR_EINVAL;
-        *port = (int)v;
-        p = e;
-    }
-    if (*p != '\0' && *p != '/' && *p != '?')
+    *host = hp.host;
+    *hlen = hp.hlen;
+    *v6 = hp.bracketed;
+    int64_t v = 80;
+    if (hp.port != NULL && pdr_parse_int64(hp.port, hp.plen, 1, 65535, &v) != 0)
         return PDR_EINVAL;
+    *port = (int)v;
     *path = *p != '\0' ? p : "/";
     return 0;
 }

@@ -1851,10 +1851,20 @@ int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
         }
     }
 
+    /* "127.0.0.1", "::1" or "[::1]" */
     struct sockaddr_storage addr;
-    int r = strchr(opts->host, ':') != NULL
-                ? uv_ip6_addr(opts->host, opts->port, (struct sockaddr_in6 *)&addr)
-                : uv_ip4_addr(opts->host, opts->port, (struct sockaddr_in *)&addr);
+    pdr_hostport_t hp;
+    char name[64];
+    int r = pdr_split_hostport(opts->host, strlen(opts->host), &hp) != 0 || hp.port != NULL ||
+                    hp.hlen >= sizeof(name)
+                ? UV_EINVAL
+                : 0;
+    if (r == 0) {
+        memcpy(name, hp.host, hp.hlen);
+        name[hp.hlen] = '\0';
+        r = hp.ipv6 ? uv_ip6_addr(name, opts->port, (struct sockaddr_in6 *)&addr)
+                    : uv_ip4_addr(name, opts->port, (struct sockaddr_in *)&addr);
+    }
     if (r != 0) {
         pdr_error("pdsim: bad --host %s: %s", opts->host, uv_strerror(r));
         return PDR_EINVAL;

@@ -3,6 +3,8 @@
  * largest value, truncation). pdr_random_room: CSPRNG rooms handed out from a per-thread buffer. Every room
  * is below 2^63, 10 000 rooms of one thread are distinct, two threads get different rooms, and a forked child
  * does not replay the parent's buffer (its next rooms differ from the parent's next rooms).
+ * pdr_split_hostport: names, IPv4, bracketed and bare IPv6, with and without a port, and each way to
+ * get it wrong.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "err.h"
 #include "util.h"
 
 #define N 10000
@@ -57,8 +60,50 @@ static void formatting(void)
     CHECK(pdr_join2(out, 1, "a", "b") == 0 && out[0] == '\0');
 }
 
+static void hostport_case(const char *in, int rc, const char *host, const char *port, int v6, int bad)
+{
+    pdr_hostport_t hp;
+    int r = pdr_split_hostport(in, strlen(in), &hp);
+    CHECK(r == rc);
+    if (r != 0) {
+        CHECK(hp.bad == bad);
+        return;
+    }
+    CHECK(hp.hlen == strlen(host) && memcmp(hp.host, host, hp.hlen) == 0);
+    CHECK(port == NULL ? hp.port == NULL
+                       : hp.port != NULL && hp.plen == strlen(port) && memcmp(hp.port, port, hp.plen) == 0);
+    CHECK(hp.ipv6 == v6);
+    CHECK(hp.bracketed == (in[0] == '['));
+}
+
+static void hostport(void)
+{
+    hostport_case("example.com", 0, "example.com", NULL, 0, 0);
+    hostport_case("example.com:8000", 0, "example.com", "8000", 0, 0);
+    hostport_case("10.0.0.1:53", 0, "10.0.0.1", "53", 0, 0);
+    hostport_case("10.0.0.1:", 0, "10.0.0.1", "", 0, 0);
+    hostport_case("[::1]", 0, "::1", NULL, 1, 0);
+    hostport_case("[::1]:30001", 0, "::1", "30001", 1, 0);
+    hostport_case("[fe80::1%eth0]:1", 0, "fe80::1%eth0", "1", 1, 0);
+    hostport_case("::1", 0, "::1", NULL, 1, 0);
+    hostport_case("2001:db8::5:53", 0, "2001:db8::5:53", NULL, 1, 0);
+    hostport_case("[::1", PDR_EINVAL, NULL, NULL, 0, PDR_HOSTPORT_NO_CLOSE);
+    hostport_case("[::1]x", PDR_EINVAL, NULL, NULL, 0, PDR_HOSTPORT_AFTER_CLOSE);
+    hostport_case("[::1]]:80", PDR_EINVAL, NULL, NULL, 0, PDR_HOSTPORT_AFTER_CLOSE);
+    hostport_case("[]:80", PDR_EINVAL, NULL, NULL, 0, PDR_HOSTPORT_EMPTY);
+    hostport_case(":80", PDR_EINVAL, NULL, NULL, 0, PDR_HOSTPORT_EMPTY);
+    hostport_case("", PDR_EINVAL, NULL, NULL, 0, PDR_HOSTPORT_EMPTY);
+    /* Only the given span is read. */
+    pdr_hostport_t hp;
+    CHECK(pdr_split_hostport("[::1]:80/path", 8, &hp) == 0 && hp.plen == 2);
+    char buf[8];
+    CHECK(pdr_host_copy("[::1]", 5, buf, sizeof(buf)) == 0 && strcmp(buf, "::1") == 0);
+    CHECK(pdr_host_copy("verylonghost", 12, buf, sizeof(buf)) == PDR_EINVAL);
+}
+
 int main(void)
 {
+    hostport();
     formatting();
     static uint64_t r[N + 16];
     for (int i = 0; i < N; i++) {
