@@ -30,77 +30,10 @@
 #define PDR_VERSION "dev"
 #endif
 
-#define ADMIN_TOKEN_MAX 4096
-
 typedef struct admin_handler {
     h2o_handler_t super;
     pdr_router_t *r;
 } admin_handler_t;
-
-/* Reads the token file into *out (malloc'd, length *out_len). 0, or an error described in msg. */
-static int read_token_file(const char *path, char **out, size_t *out_len, char *msg, size_t cap)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(msg, cap, "admin.token_file %s: %s", path, strerror(errno));
-        return PDR_EIO;
-    }
-    char *buf = malloc(ADMIN_TOKEN_MAX + 1);
-    size_t len = 0;
-    ssize_t n = 0;
-    while (buf != NULL && len < ADMIN_TOKEN_MAX + 1 &&
-           ((n = read(fd, buf + len, ADMIN_TOKEN_MAX + 1 - len)) > 0 || (n < 0 && errno == EINTR)))
-        if (n > 0)
-            len += (size_t)n;
-    close(fd);
-    if (buf == NULL) {
-        snprintf(msg, cap, "admin.token_file %s: out of memory", path);
-        return PDR_ENOMEM;
-    }
-    if (n < 0 || len > ADMIN_TOKEN_MAX) {
-        snprintf(msg, cap, "admin.token_file %s: %s", path,
-                 n < 0 ? strerror(errno) : "longer than 4096 bytes; it should hold one token");
-        free(buf);
-        return PDR_EINVAL;
-    }
-    while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
-        len--;
-    if (len == 0) {
-        snprintf(msg, cap,
-                 "admin.token_file %s is empty: write the bearer token into it, or leave the key out to run "
-                 "without auth (development only)",
-                 path);
-        free(buf);
-        return PDR_EINVAL;
-    }
-    *out = buf;
-    *out_len = len;
-    return 0;
-}
-
-static void drop_token(pdr_router_t *r)
-{
-    if (r->admin_token != NULL)
-        OPENSSL_cleanse(r->admin_token, r->admin_token_len);
-    free(r->admin_token);
-    r->admin_token = NULL;
-    r->admin_token_len = 0;
-}
-
-int pdr_admin_reload_token(pdr_router_t *r, const pdr_config_t *c, char *msg, size_t cap)
-{
-    if (!r->admin_on || c->admin_token_file == NULL)
-        return 0; /* removing the token file needs a restart (reload.c says so): auth stays on */
-    char *tok;
-    size_t len;
-    int rc = read_token_file(c->admin_token_file, &tok, &len, msg, cap);
-    if (rc != 0)
-        return rc;
-    drop_token(r);
-    r->admin_token = tok;
-    r->admin_token_len = len;
-    return 0;
-}
 
 static int authorized(pdr_router_t *r, h2o_req_t *req)
 {
@@ -704,7 +637,8 @@ int pdr_admin_init(pdr_router_t *r)
         return 0;
     if (c->admin_token_file != NULL) {
         char msg[512];
-        int rc = read_token_file(c->admin_token_file, &r->admin_token, &r->admin_token_len, msg, sizeof(msg));
+        int rc = pdr__admin_token_read(c->admin_token_file, &r->admin_token, &r->admin_token_len, msg,
+                                       sizeof(msg));
         if (rc != 0) {
             pdr_error("%s", msg);
             return rc;
@@ -741,5 +675,5 @@ void pdr_admin_dispose(pdr_router_t *r)
     if (r->admin_on)
         h2o_config_dispose(&r->admin_config);
     r->admin_on = 0;
-    drop_token(r);
+    pdr__admin_token_drop(r);
 }

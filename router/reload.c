@@ -353,3 +353,27 @@ int pdr_router_reload(pdr_router_t *r, char *msg, size_t cap)
     pdr_info("reload of %s applied: %s", r->config_path, msg);
     return 0;
 }
+
+/* This loop's share of limits.max_connections_per_worker (each loop keeps its own pool): rounded up,
+ * so the total may exceed the limit by at most threads - 1. */
+void pdr__apply_conn_limit(pdr_thread_t *t)
+{
+    size_t limit = (size_t)t->config->limits.max_connections_per_worker, n = (size_t)t->r->n_threads;
+    pdr_multi_set_conn_limit(t->multi, limit == 0 ? 0 : (limit + n - 1) / n);
+}
+
+void pdr_thread_sync_config(pdr_thread_t *t)
+{
+    pdr_router_t *r = t->r;
+    pthread_mutex_lock(&r->config_lock);
+    pdr_config_t *old = NULL;
+    if (t->config != r->config) {
+        old = t->config;
+        t->config = pdr_config_ref(r->config);
+    }
+    pthread_mutex_unlock(&r->config_lock);
+    if (old != NULL) {
+        pdr__apply_conn_limit(t);
+        pdr_config_unref(old);
+    }
+}

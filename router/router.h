@@ -1,9 +1,14 @@
 /*
  * The router process: `threads` event loops, each running an h2o server context (clients, accepted on
- * its own SO_REUSEPORT listener) and a curl multi (workers). The worker pool, the h2o configuration
- * and the config snapshot are shared; a request lives and dies on the loop that accepted it.
- * Health checks, signals, the drain timer and the admin listener (admin.c, its own h2o globalconf and
- * context) run on loop 0.
+ * its own SO_REUSEPORT listener) and a pdr_multi_t, the hand-written HTTP/1.1 client of upstream.c
+ * (workers: PD legs, health checks, model lists). The worker pool, the h2o configuration and the config
+ * snapshot are shared; a request lives and dies on the loop that accepted it. Health checks, signals,
+ * the drain timer and the admin listener (admin.c, its own h2o globalconf and context) run on loop 0.
+ * libcurl is used only off the loops: the Kubernetes discovery threads and --dp-aware's start-time query.
+ *
+ * Who calls whom (tests/layering/check_layering.py; docs/internals/principles.md): main.c -> server.c ->
+ * the handlers (pd.c, admin.c, compat.c) -> reload.c and conn.c -> reply.c, accesslog.c, admin_token.c;
+ * never the other way.
  */
 #ifndef PDR_ROUTER_H
 #define PDR_ROUTER_H
@@ -21,6 +26,8 @@
 
 struct pdr_router;
 struct pdr_thread;
+
+#define PDR_MAX_THREADS_RENDER 256 /* loops at most (threads); /metrics sums as many */
 
 /* A listening socket that the loop polls and accepts from by hand (server.c), so that a full file
  * descriptor table pauses accepting for a while instead of making libuv retry accept() in a loop. */
@@ -172,18 +179,32 @@ int pdr_fwd_trace_id(h2o_req_t *req, char out[33]);
 /* A new request id (32 hex characters). */
 void pdr_fwd_new_request_id(char out[33]);
 
-/* server.c */
+/* reply.c: answers any listener sends (calls nothing of server.c, pd.c or admin.c) */
+/* The OpenAI error shape {"error":{"message","type","code"}} with status; retry_after_s > 0 adds
+ * Retry-After. */
 void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *msg, int retry_after_s);
 /* Answers status with body (copied by h2o) of content type ctype (a string that outlives the request). */
 void pdr_send_body(h2o_req_t *req, int status, const char *ctype, const char *body, size_t len);
 /* Answers status with the compact JSON text of o (its reference is taken), or 503 when out of memory.
  * Returns the status sent. */
 int pdr_send_json(h2o_req_t *req, int status, json_t *o);
+/* Answers GET /metrics (data, admin and metrics ports). */
+void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req);
+
+/* accesslog.c: the loop's batched access log (log.access) */
 void pdr_access_log(pdr_thread_t *t, const char *line, size_t len);
 /* The line of a request its client aborted: written at most ALOG_ABORT_PER_S a second per loop (a burst of
  * as many); the rest are counted and summed up in one line per flush, so that a client that opens and
  * resets streams in a loop cannot turn the access log into a disk-filling amplifier. */
 void pdr_access_log_aborted(pdr_thread_t *t, const char *line, size_t len);
+/* The loop's buffer (when log.access is on) and rate limit; t->alog_timer is initialized already. 0 or
+ * PDR_ENOMEM. */
+int pdr__access_log_init(pdr_thread_t *t);
+/* At the loop's shutdown: the summary line, what is buffered, and the timer closed; later lines are
+ * written at once. */
+void pdr__access_log_close(pdr_thread_t *t);
+
+/* conn.c: client connections and their guards */
 /* HTTP/1 requests whose head another parser could frame differently (reqguard.h): answers 400, closes the
  * connection and returns 1; else 0. Both listeners call it first. */
 int pdr__refuse_ambiguous_head(pdr_thread_t *t, h2o_req_t *req);
@@ -193,8 +214,23 @@ int pdr__refuse_ambiguous_head(pdr_thread_t *t, h2o_req_t *req);
 int pdr__note_client_reset(pdr_thread_t *t, h2o_req_t *req);
 /* The request's connection was closed for a reset flood (its buffer may still hold requests). */
 int pdr__conn_condemned(h2o_req_t *req);
-/* Answers GET /metrics (data and admin ports). */
-void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req);
+/* Once, before any loop accepts: the descriptor -> connection map, sized to the open files limit. */
+void pdr__conn_map_init(void);
+/* Hands an accepted connection on listener l to h2o, with the guards in front of h2o's reads. */
+void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd);
+/* Once shutting down and the loop's last connection closed: disposes of its h2o contexts and handles. */
+void pdr__maybe_dispose_h2o(pdr_thread_t *t);
+
+/* admin_token.c (loop 0) */
+/* Reads the token file into *out (malloc'd, length *out_len). 0, or an error described in msg. */
+int pdr__admin_token_read(const char *path, char **out, size_t *out_len, char *msg, size_t cap);
+/* Wipes and frees r->admin_token. */
+void pdr__admin_token_drop(pdr_router_t *r);
+/* A reload: reads the new admin.token_file (a new token applies at once). 0, or an error in msg and the
+ * old token stays. */
+int pdr_admin_reload_token(pdr_router_t *r, const pdr_config_t *c, char *msg, size_t cap);
+
+/* server.c: the listeners, the loop threads, the route dispatch and the shutdown sequence */
 /* Sets up the shared state and every loop (loop 0 on `loop0`), starts threads 1..n-1. */
 int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0);
 /* Loop 0, on SIGTERM/SIGINT: readiness off at once, keep serving for lifecycle.drain_grace_ms, then
@@ -209,9 +245,6 @@ void pdr_router_join(pdr_router_t *r);
 int pdr_admin_init(pdr_router_t *r);
 void pdr_admin_log_start(const pdr_router_t *r);
 void pdr_admin_dispose(pdr_router_t *r);
-/* A reload: reads the new admin.token_file (a new token applies at once). 0, or an error in msg and the
- * old token stays. */
-int pdr_admin_reload_token(pdr_router_t *r, const pdr_config_t *c, char *msg, size_t cap);
 /* Parses the optional drain body {"timeout_ms": N} (pure; fuzzed by tests/fuzz/fuzz_admin.c): 0 with
  * *timeout_ms set (0 = none; an empty or all-whitespace body = none), or PDR_EINVAL with a message. */
 #define PDR_ADMIN_MAX_DRAIN_TIMEOUT_MS (7 * 24 * 3600 * 1000ULL) /* a week: anything longer is a typo */
@@ -259,7 +292,9 @@ void pdr_router_tokenizer_abandon(pdr_tokenizer_next_t *next);
 /* Any loop: a reference to the current tokenizer (release it with pdr_tokenizer_free()), or NULL. */
 struct pdr_tokenizer *pdr_router_tokenizer(pdr_router_t *r);
 void pdr_router_tokenizer_dispose(pdr_router_t *r);
-/* Any loop: takes the current snapshot into t->config if it changed. */
+/* reload.c, any loop: takes the current snapshot into t->config if it changed. */
 void pdr_thread_sync_config(pdr_thread_t *t);
+/* This loop's share of limits.max_connections_per_worker, applied to its worker connections. */
+void pdr__apply_conn_limit(pdr_thread_t *t);
 
 #endif

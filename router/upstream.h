@@ -60,7 +60,7 @@ pdr_multi_t *pdr_multi_new(uv_loop_t *loop, int max_connects);
 void pdr_multi_close(pdr_multi_t *m, void (*close_cb)(void *), void *arg);
 
 /* Ends every active leg at once with `err` (connections closed, so workers see the abort): on_done
- * runs for each, from this call (never from curl's callbacks; call it from a timer). Returns how
+ * runs for each, from this call (never from within another leg's callback; call it from a timer). Returns how
  * many legs were ended. Used at the shutdown deadline. */
 size_t pdr_multi_fail_all(pdr_multi_t *m, int err);
 
