@@ -26,6 +26,7 @@
 #include <string.h>
 #include "err.h"
 #include "router.h"
+#include "routes.h"
 #include "util.h"
 
 #define COMPAT_MAX_BODY (4u << 20) /* a model or server info document is a few KiB */
@@ -318,32 +319,27 @@ static pdr_worker_t *first_prefill(pdr_pool_t *p)
     return pick;
 }
 
-static int path_is(const h2o_req_t *req, const char *p)
+int pdr_compat_handle(pdr_thread_t *t, h2o_req_t *req, const pdr_route_def_t *rt)
 {
-    size_t len = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
-    return len == strlen(p) && memcmp(req->path.base, p, len) == 0;
-}
-
-int pdr_compat_handle(pdr_thread_t *t, h2o_req_t *req)
-{
-    static const char *const info[] = {"/get_model_info", "/model_info", "/get_server_info", "/server_info"};
     enum kind kind;
-    const char *path = NULL, *method = "GET";
-    for (size_t i = 0; i < sizeof(info) / sizeof(info[0]) && path == NULL; i++)
-        if (path_is(req, info[i]))
-            path = info[i];
-    if (path != NULL) {
+    switch (rt->kind) {
+    case PDR_RK_FORWARD:
         kind = K_FORWARD;
-    } else if (path_is(req, "/health_generate")) {
-        kind = K_HEALTH_GENERATE, path = "/health_generate";
-    } else if (path_is(req, "/flush_cache")) {
-        kind = K_FLUSH, path = "/flush_cache", method = "POST";
-    } else if (path_is(req, "/get_loads") || path_is(req, "/v1/loads")) {
-        kind = K_LOADS, path = "/get_load";
-    } else {
+        break;
+    case PDR_RK_HEALTH_GENERATE:
+        kind = K_HEALTH_GENERATE;
+        break;
+    case PDR_RK_FLUSH:
+        kind = K_FLUSH;
+        break;
+    case PDR_RK_LOADS:
+        kind = K_LOADS;
+        break;
+    default:
         return 0;
     }
-    if (!h2o_memis(req->method.base, req->method.len, method, strlen(method))) {
+    const char *path = rt->worker_path;
+    if (!pdr_route_method_ok(req, rt)) {
         refuse(t, req, 405, "invalid_request_error", kind == K_FLUSH ? "use POST" : "use GET", 0);
         return 1;
     }

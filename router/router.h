@@ -155,9 +155,10 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
 int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req);
 
 /* compat.c: the sglang router's routes beside the PD ones (model and server info, health_generate,
- * flush_cache, get_loads), forwarded to one worker or fanned out to all of them. Returns 1 when path is
- * one of them (the request is answered), else 0. */
-int pdr_compat_handle(pdr_thread_t *t, h2o_req_t *req);
+ * flush_cache, get_loads; routes.c's PDR_RK_FORWARD and later kinds), forwarded to one worker or fanned
+ * out to all of them. Returns 1 when rt is one of them (the request is answered), else 0. */
+struct pdr_route_def;
+int pdr_compat_handle(pdr_thread_t *t, h2o_req_t *req, const struct pdr_route_def *rt);
 
 /* pools.c */
 /* The pool (index in c's pools) that serves the parsed body pr: 0 with *pool set, or the HTTP status to

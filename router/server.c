@@ -1,10 +1,13 @@
 /*
  * The client-facing server: h2o (HTTP/1.1, h2c upgrade and prior knowledge) on the router's libuv
- * loop, the route table, the small local endpoints (/health, /readiness, /metrics), error answers in
- * the OpenAI shape, CORS on the data port (cors.allowed_origins), the batched access log, the loop
- * threads and the shutdown sequence. Loop 0 also owns the admin listener (routes in admin.c, a separate
- * h2o config: no admin route on the data port), the metrics-only listener (metrics.port: GET /metrics and
- * nothing else, its own h2o config) and the worker startup deadline (lifecycle.worker_startup_timeout_ms).
+ * loop, the listeners and accepting, the route dispatch (to pd.c, compat.c and, on the admin port,
+ * admin.c), the small local endpoints (/health, /readiness), CORS on the data port
+ * (cors.allowed_origins), the loop threads and the shutdown sequence. The routes are routes.c's table;
+ * error answers are reply.c's, the access log accesslog.c's, client connections and their guards
+ * conn.c's; none of them calls back here. Loop 0 also owns the admin listener (routes in admin.c, a
+ * separate h2o config: no admin route on the data port), the metrics-only listener (metrics.port: GET
+ * /metrics and nothing else, its own h2o config) and the worker startup deadline
+ * (lifecycle.worker_startup_timeout_ms).
  */
 #define _GNU_SOURCE /* accept4 */
 #include <errno.h>
@@ -20,6 +23,7 @@
 #include "reqguard.h"
 #include "kv_events.h"
 #include "router.h"
+#include "routes.h"
 #include "util.h"
 
 typedef struct route_handler {
@@ -134,24 +138,14 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         return 0;
     if (t->config->cors.n > 0 && cors_apply(t, req))
         return 0;
-    int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
-    int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET"));
-    static const struct {
-        const char *path;
-        pdr_route_t route;
-        int mroute;
-    } pd_routes[] = {{"/generate", PDR_ROUTE_GENERATE, PDR_MR_GENERATE},
-                     {"/v1/completions", PDR_ROUTE_COMPLETIONS, PDR_MR_COMPLETIONS},
-                     {"/v1/chat/completions", PDR_ROUTE_CHAT, PDR_MR_CHAT}};
-    for (size_t i = 0; i < sizeof(pd_routes) / sizeof(pd_routes[0]); i++) {
-        if (path_is(req, pd_routes[i].path)) {
-            if (!is_post) {
-                pdr_send_error(req, 405, "invalid_request_error", "use POST", 0);
-                pdr_metrics_count_request(&t->m, pd_routes[i].mroute, 405, 0, -1);
-                return 0;
-            }
-            return pdr_pd_handle(t, req, pd_routes[i].route, pd_routes[i].mroute);
+    const pdr_route_def_t *rt = pdr_route_lookup(req); /* routes.c: the one table */
+    if (rt != NULL && rt->kind == PDR_RK_PD) {
+        if (!pdr_route_method_ok(req, rt)) {
+            pdr_send_error(req, 405, "invalid_request_error", "use POST", 0);
+            pdr_metrics_count_request(&t->m, rt->mroute, 405, 0, -1);
+            return 0;
         }
+        return pdr_pd_handle(t, req, rt->pd_route, rt->mroute);
     }
     char why[256];
     int bad = pdr_fwd_check_request(req, t->config, why, sizeof(why));
@@ -162,12 +156,14 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         pdr_metrics_count_request(&t->m, PDR_MR_OTHER, bad, 0, -1);
         return 0;
     }
-    if (is_get && path_is(req, "/health")) {
+    /* The local routes answer their method only; another falls through to 404, as an unknown route. */
+    int local = rt != NULL && pdr_route_method_ok(req, rt);
+    if (local && rt->kind == PDR_RK_HEALTH) {
         pdr_send_body(req, 200, "text/plain", "ok\n", 3);
         pdr_metrics_count_request(&t->m, PDR_MR_HEALTH, 200, 0, -1);
         return 0;
     }
-    if (is_get && path_is(req, "/readiness")) {
+    if (local && rt->kind == PDR_RK_READINESS) {
         char rwhy[400] = "no pool";
         int ok = readiness_ok(r, rwhy, sizeof(rwhy));
         if (ok)
@@ -177,13 +173,13 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         pdr_metrics_count_request(&t->m, PDR_MR_READINESS, ok ? 200 : 503, 0, -1);
         return 0;
     }
-    if (is_get && path_is(req, "/metrics")) {
+    if (local && rt->kind == PDR_RK_METRICS) {
         pdr__send_metrics(t, req);
         return 0;
     }
-    if (is_get && path_is(req, "/v1/models"))
+    if (local && rt->kind == PDR_RK_MODELS)
         return pdr_models_handle(t, req);
-    if (pdr_compat_handle(t, req))
+    if (rt != NULL && rt->kind >= PDR_RK_FORWARD && pdr_compat_handle(t, req, rt))
         return 0;
     pdr_send_error(req, 404, "invalid_request_error", "unknown route", 0);
     pdr_metrics_count_request(&t->m, PDR_MR_OTHER, 404, 0, -1);

@@ -13,3 +13,8 @@ set_tests_properties(docs_openapi PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77 ENVI
 add_test(NAME router_layering COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/layering/check_layering.py
                                       ${PROJECT_SOURCE_DIR})
 set_tests_properties(router_layering PROPERTIES TIMEOUT 60)
+
+# The repository stands alone: no tracked file points outside it or to an issue number.
+add_test(NAME repo_stands_alone COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/standalone/check_standalone.py
+                                        ${PROJECT_SOURCE_DIR})
+set_tests_properties(repo_stands_alone PROPERTIES TIMEOUT 60)

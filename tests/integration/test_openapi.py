@@ -5,8 +5,8 @@ router serves, no more and no fewer.
 Usage: test_openapi.py   (exit 77, skipped, when the openapi_spec_validator module is missing)
 
 The routes come from two sides that must agree with the spec:
-- the router's own dispatch code (router/server.c and router/compat.c for the data port, router/admin.c
-  for the admin port): the path literals it compares against; and
+- the router's own route tables (router/routes.c for the data port, router/admin.c for the admin
+  port): the path literals dispatch compares against; and
 - a running router: every (path, method) pair of those paths is sent over HTTP, and a pair is served
   when the answer is neither 404 (unknown route) nor 405 (wrong method).
 The spec's routes (with the listener each names in its servers) must equal the served pairs.
@@ -62,11 +62,8 @@ def source_paths():
         with open(os.path.join(ROOT, "router", name)) as f:
             return f.read()
 
-    server, admin, compat = read("server.c"), read("admin.c"), read("compat.c")
-    data = set(re.findall(r'path_is\(req, "(/[^"]*)"\)', server))
-    data |= set(re.findall(r'path_is\(req, "(/[^"]*)"\)', compat))
-    data |= set(re.findall(r'"(/[^"]*)"', re.search(r'info\[\] = \{([^}]*)\}', compat).group(1)))
-    data |= set(re.findall(r'\{"(/[^"]*)", PDR_ROUTE_', server))
+    routes, admin = read("routes.c"), read("admin.c")
+    data = set(re.findall(r'^\s*\{"(/[^"]*)", "(?:GET|POST)", PDR_RK_', routes, re.M))
     adm = set(re.findall(r'path_eq\(p, len, "(/[^"]*)"\)', admin))
     prefix = re.search(r'wprefix\[\] = "(/[^"]*)/";', admin).group(1)
     adm.add(prefix + "/{id}")
@@ -75,7 +72,7 @@ def source_paths():
     # The parse found the dispatch code it expects (a refactor that hides it must update this test).
     check({"/generate", "/v1/completions", "/v1/chat/completions", "/health", "/readiness", "/metrics",
            "/v1/models", "/get_model_info", "/get_server_info", "/health_generate", "/flush_cache",
-           "/get_loads"} <= data, "data routes found in server.c and compat.c: %r" % sorted(data))
+           "/get_loads"} <= data, "data routes found in routes.c: %r" % sorted(data))
     check({"/", "/metrics", "/admin/v1/workers", "/admin/v1/workers/{id}/drain"} <= adm,
           "admin routes found in admin.c: %r" % sorted(adm))
     return data, adm

@@ -20,6 +20,7 @@ RANKS = {
     "compat.c": 2,
     "reload.c": 1,
     "conn.c": 1,
+    "routes.c": 0,
     "reply.c": 0,
     "accesslog.c": 0,
     "admin_token.c": 0,
