@@ -45,4 +45,29 @@ static inline void pdr_dlink_unlink(pdr_dlink_t *l)
     l->next = NULL;
 }
 
+/*
+ * A FIFO of the same links: members join at the tail and leave from anywhere (pdr_dqueue_unlink, which
+ * keeps the tail right; pdr_dlink_unlink alone would not). head is a plain list for iteration.
+ */
+typedef struct pdr_dqueue {
+    pdr_dlink_t *head, *tail;
+} pdr_dqueue_t;
+
+static inline void pdr_dqueue_append(pdr_dqueue_t *q, pdr_dlink_t *l)
+{
+    l->next = NULL;
+    l->prev = q->tail != NULL ? &q->tail->next : &q->head;
+    *l->prev = l;
+    q->tail = l;
+}
+
+static inline void pdr_dqueue_unlink(pdr_dqueue_t *q, pdr_dlink_t *l)
+{
+    if (l->prev == NULL)
+        return;
+    if (q->tail == l) /* the previous member's `next` is its link's first field */
+        q->tail = l->prev == &q->head ? NULL : PDR_DLINK_ITEM(l->prev, pdr_dlink_t, next);
+    pdr_dlink_unlink(l);
+}
+
 #endif

@@ -25,7 +25,7 @@ typedef struct pdr_health_probe {
     pdr_router_t *r;
     pdr_worker_t *w;
     pdr_leg_t leg;
-    struct pdr_health_probe *prev, *next;
+    pdr_dlink_t link; /* on r->probes */
     char url[512];
 } probe_t;
 
@@ -38,13 +38,7 @@ static size_t probe_data(pdr_leg_t *leg, const char *p, size_t n)
 
 static void probe_free(probe_t *pr)
 {
-    pdr_router_t *r = pr->r;
-    if (pr->prev != NULL)
-        pr->prev->next = pr->next;
-    else
-        r->probes = pr->next;
-    if (pr->next != NULL)
-        pr->next->prev = pr->prev;
+    pdr_dlink_unlink(&pr->link);
     pr->w->probing = 0;
     pdr_worker_unref(pr->w);
     free(pr);
@@ -94,10 +88,7 @@ static void check_worker(pdr_router_t *r, pdr_worker_t *w)
     pr->r = r;
     pr->w = pdr_worker_ref(w);
     snprintf(pr->url, sizeof(pr->url), "%s%s", w->conf.url, c->health.path);
-    pr->next = r->probes;
-    if (r->probes != NULL)
-        r->probes->prev = pr;
-    r->probes = pr;
+    pdr_dlink_push(&r->probes, &pr->link);
     w->probing = 1;
     /* With a worker key the checks carry it too: a worker that requires it answers 401 without. */
     char auth[32 + PDR_CONFIG_MAX_API_KEY];
@@ -180,7 +171,7 @@ void pdr_health_restart(pdr_router_t *r)
 void pdr_health_stop(pdr_router_t *r)
 {
     while (r->probes != NULL) {
-        probe_t *pr = r->probes;
+        probe_t *pr = PDR_DLINK_ITEM(r->probes, probe_t, link);
         pdr_leg_cancel(&pr->leg);
         probe_free(pr);
     }

@@ -34,7 +34,7 @@
 #define KV_LOG_EVERY_MS 5000
 
 typedef struct kv_sub {
-    struct kv_sub *next;
+    pdr_dlink_t link; /* on ke->subs */
     struct pdr_kv_events *ke;
     uint64_t uid;
     char *url, *endpoint;
@@ -46,12 +46,14 @@ typedef struct kv_sub {
     uint64_t log_ms;             /* the last warning about this publisher */
 } kv_sub_t;
 
+#define SUB_OF(l) PDR_DLINK_ITEM(l, kv_sub_t, link)
+
 struct pdr_kv_events {
     pdr_router_t *r;
     void *zctx;
     pdr_kvindex_t *ix;
     pthread_mutex_t lock; /* subs (the list; loop 0 changes it, the metrics read it) */
-    kv_sub_t *subs;
+    pdr_dlink_t *subs;
     uv_timer_t timer;
     int timer_live;
 };
@@ -282,28 +284,26 @@ static void reconcile(struct pdr_kv_events *ke)
     pdr_worker_t **ws;
     size_t n = pdr_pool_snapshot(&r->pool, -1, &ws);
     pthread_mutex_lock(&ke->lock);
-    for (kv_sub_t *s = ke->subs; s != NULL; s = s->next)
-        s->mark = 0;
+    for (pdr_dlink_t *l = ke->subs; l != NULL; l = l->next)
+        SUB_OF(l)->mark = 0;
     for (size_t i = 0; i < n; i++) {
         if (ws[i]->conf.kv_events == NULL)
             continue;
-        kv_sub_t *s = ke->subs;
-        while (s != NULL && s->uid != ws[i]->uid)
-            s = s->next;
-        if (s == NULL && (s = sub_open(ke, ws[i])) != NULL) {
-            s->next = ke->subs;
-            ke->subs = s;
-        }
+        kv_sub_t *s = NULL;
+        for (pdr_dlink_t *l = ke->subs; l != NULL && s == NULL; l = l->next)
+            if (SUB_OF(l)->uid == ws[i]->uid)
+                s = SUB_OF(l);
+        if (s == NULL && (s = sub_open(ke, ws[i])) != NULL)
+            pdr_dlink_push(&ke->subs, &s->link);
         if (s != NULL)
             s->mark = 1;
     }
-    for (kv_sub_t **pp = &ke->subs; *pp != NULL;) {
-        kv_sub_t *s = *pp;
-        if (s->mark) {
-            pp = &s->next;
+    for (pdr_dlink_t *l = ke->subs, *nx; l != NULL; l = nx) {
+        kv_sub_t *s = SUB_OF(l);
+        nx = l->next;
+        if (s->mark)
             continue;
-        }
-        *pp = s->next;
+        pdr_dlink_unlink(&s->link);
         pdr_info("kv events: unsubscribed from %s (%s left the pool)", s->endpoint, s->url);
         sub_close(s);
     }
@@ -341,8 +341,8 @@ void pdr_kv_events_stop(pdr_router_t *r)
     uv_close((uv_handle_t *)&ke->timer, NULL);
     pthread_mutex_lock(&ke->lock);
     while (ke->subs != NULL) {
-        kv_sub_t *s = ke->subs;
-        ke->subs = s->next;
+        kv_sub_t *s = SUB_OF(ke->subs);
+        pdr_dlink_unlink(&s->link);
         sub_close(s);
     }
     pthread_mutex_unlock(&ke->lock);
@@ -412,7 +412,8 @@ void pdr_kv_events_metrics(pdr_router_t *r, pdr_kv_events_put_cb put, void *o)
     pthread_mutex_lock(&ke->lock);
     for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
         put(o, "# HELP %s %s\n# TYPE %s %s\n", fam[k].name, fam[k].help, fam[k].name, fam[k].type);
-        for (kv_sub_t *s = ke->subs; s != NULL; s = s->next) {
+        for (pdr_dlink_t *l = ke->subs; l != NULL; l = l->next) {
+            const kv_sub_t *s = SUB_OF(l);
             pdr_kvindex_worker_stats_t ws = {0};
             (void)pdr_kvindex_worker_stats(ke->ix, s->uid, &ws);
             if (k == 0) {

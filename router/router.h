@@ -105,7 +105,7 @@ typedef struct pdr_router {
     int access_fd;    /* -1 when off */
 
     uv_signal_t sig_term, sig_int, sig_hup; /* loop 0 */
-    struct pdr_health_probe *probes;        /* loop 0: checks in progress */
+    pdr_dlink_t *probes;                    /* loop 0: checks in progress (health.c) */
     uint64_t health_generation;             /* the pool generation the last round saw */
     uint64_t ca_evict_ms;                   /* loop 0: when cache_aware's trees were last trimmed */
     struct pdr_kv_events *kv_events;        /* loop 0: precise_prefix's subscribers (kv_events.c) */

@@ -59,30 +59,32 @@ typedef struct pdr_conn {
     int filled;        /* the last read filled the buffer */
     const char *pend;  /* a body span the owner paused on */
     size_t pend_len;
-    struct pdr_conn *next_idle;
-    pdr_dlink_t due; /* on the multi's list of deadlines to act on after a poll */
+    pdr_dlink_t idle_link; /* on its origin's idle list */
+    pdr_dlink_t due;       /* on the multi's list of deadlines to act on after a poll */
 } pdr_conn_t;
 
 typedef struct pdr_origin {
-    struct pdr_origin *next;
+    pdr_dlink_t link; /* on the multi's origins */
     pdr_multi_t *m;
     char host[256];      /* as in the URL, IPv6 without brackets */
     char authority[272]; /* the Host header */
     int port;
     struct sockaddr_storage addr;
     int have_addr;
-    uint64_t addr_ms; /* when a host name was resolved (0 for a literal address) */
-    pdr_conn_t *idle;
+    uint64_t addr_ms;  /* when a host name was resolved (0 for a literal address) */
+    pdr_dlink_t *idle; /* pooled connections, the last one pooled first */
     size_t n_idle;
-    size_t connecting;                /* connections resolving or connecting */
-    size_t open;                      /* every connection of this origin: connecting, busy or idle */
-    pdr_leg_t *wait_head, *wait_tail; /* legs waiting for a connect slot or a pooled connection */
+    size_t connecting; /* connections resolving or connecting */
+    size_t open;       /* every connection of this origin: connecting, busy or idle */
+    pdr_dqueue_t wait; /* legs waiting for a connect slot or a pooled connection, oldest first */
 } pdr_origin_t;
+
+#define IDLE_FIRST(o) PDR_DLINK_ITEM((o)->idle, pdr_conn_t, idle_link)
 
 struct pdr_multi {
     uv_loop_t *loop;
-    pdr_origin_t *origins;
-    pdr_leg_t *active; /* every leg between start and its end */
+    pdr_dlink_t *origins;
+    pdr_dlink_t *active; /* every leg between start and its end */
     size_t max_idle;
     size_t connecting_peak; /* the most connects ever in progress to one origin (tests) */
     size_t conn_limit;      /* connections per origin (limits.max_connections_per_worker share); 0: none */
@@ -118,15 +120,7 @@ static void wait_remove(pdr_leg_t *leg)
     pdr_origin_t *o = leg->origin;
     if (!leg->waiting)
         return;
-    if (leg->wait_prev != NULL)
-        leg->wait_prev->wait_next = leg->wait_next;
-    else
-        o->wait_head = leg->wait_next;
-    if (leg->wait_next != NULL)
-        leg->wait_next->wait_prev = leg->wait_prev;
-    else
-        o->wait_tail = leg->wait_prev;
-    leg->wait_next = leg->wait_prev = NULL;
+    pdr_dqueue_unlink(&o->wait, &leg->wait_link);
     leg->waiting = 0;
 }
 
@@ -145,12 +139,7 @@ static void leg_unlink(pdr_leg_t *leg)
     leg->head = NULL;
     leg->active = 0;
     leg->conn = NULL;
-    if (leg->next_active != NULL)
-        leg->next_active->prev_active = leg->prev_active;
-    if (leg->prev_active != NULL)
-        *leg->prev_active = leg->next_active;
-    leg->next_active = NULL;
-    leg->prev_active = NULL;
+    pdr_dlink_unlink(&leg->active_link);
 }
 
 /* Ends a leg: its connection is closed, on_done runs (from the kick timer when this happens inside
@@ -234,14 +223,10 @@ static void on_handle_closed(uv_handle_t *h)
 
 static void idle_remove(pdr_conn_t *c)
 {
-    pdr_origin_t *o = c->o;
-    for (pdr_conn_t **p = &o->idle; *p != NULL; p = &(*p)->next_idle)
-        if (*p == c) {
-            *p = c->next_idle;
-            o->n_idle--;
-            break;
-        }
-    c->next_idle = NULL;
+    if (pdr_dlink_linked(&c->idle_link)) {
+        pdr_dlink_unlink(&c->idle_link);
+        c->o->n_idle--;
+    }
 }
 
 /* A connect ended (made, failed or abandoned): the slot goes to a waiting leg. */
@@ -393,8 +378,7 @@ static void conn_complete(pdr_conn_t *c)
         free(c->buf); /* idle connections hold no buffer: memory follows requests, not the pool */
         c->buf = NULL;
         uv_timer_start(&c->timer, on_idle_timeout, IDLE_MAX_MS, 0);
-        c->next_idle = c->o->idle;
-        c->o->idle = c;
+        pdr_dlink_push(&c->o->idle, &c->idle_link);
         c->o->n_idle++;
     } else {
         conn_close(c);
@@ -645,9 +629,11 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 
 static pdr_origin_t *origin_get(pdr_multi_t *m, const char *host, size_t hlen, int port, int v6)
 {
-    for (pdr_origin_t *o = m->origins; o != NULL; o = o->next)
+    for (pdr_dlink_t *l = m->origins; l != NULL; l = l->next) {
+        pdr_origin_t *o = PDR_DLINK_ITEM(l, pdr_origin_t, link);
         if (o->port == port && strlen(o->host) == hlen && memcmp(o->host, host, hlen) == 0)
             return o;
+    }
     if (hlen >= sizeof(((pdr_origin_t *)0)->host))
         return NULL;
     pdr_origin_t *o = calloc(1, sizeof(*o));
@@ -660,8 +646,7 @@ static pdr_origin_t *origin_get(pdr_multi_t *m, const char *host, size_t hlen, i
     if (uv_ip4_addr(o->host, port, (struct sockaddr_in *)&o->addr) == 0 ||
         uv_ip6_addr(o->host, port, (struct sockaddr_in6 *)&o->addr) == 0)
         o->have_addr = 1; /* a literal: never resolved, never expires */
-    o->next = m->origins;
-    m->origins = o;
+    pdr_dlink_push(&m->origins, &o->link);
     return o;
 }
 
@@ -702,7 +687,7 @@ static int leg_connect(pdr_leg_t *leg, int fresh)
     pdr_multi_t *m = leg->multi;
     pdr_origin_t *o = leg->origin;
     if (!fresh && o->idle != NULL) {
-        pdr_conn_t *c = o->idle;
+        pdr_conn_t *c = IDLE_FIRST(o);
         idle_remove(c);
         c->leg = leg;
         leg->conn = c;
@@ -711,19 +696,13 @@ static int leg_connect(pdr_leg_t *leg, int fresh)
     }
     if (fresh && m->conn_limit > 0 && o->open >= m->conn_limit && o->idle != NULL &&
         o->connecting < CONNECTING_MAX)
-        conn_close(o->idle); /* a retry needs a new connection: a pooled one makes room */
+        conn_close(IDLE_FIRST(o)); /* a retry needs a new connection: a pooled one makes room */
     if (!can_open(o, leg)) {
         /* A burst must not become a SYN storm that overflows the worker's accept queue (and makes its
          * connects time out, which would eject it), nor exceed limits.max_connections_per_worker: wait
          * for a slot or a pooled connection. */
         leg->waiting = 1;
-        leg->wait_prev = o->wait_tail;
-        leg->wait_next = NULL;
-        if (o->wait_tail != NULL)
-            o->wait_tail->wait_next = leg;
-        else
-            o->wait_head = leg;
-        o->wait_tail = leg;
+        pdr_dqueue_append(&o->wait, &leg->wait_link);
         return 0;
     }
     pdr_conn_t *c = conn_new(m, o);
@@ -766,8 +745,8 @@ static int leg_connect(pdr_leg_t *leg, int fresh)
  * taken off the queue only when leg_connect can serve it at once (it never queues it again). */
 static void origin_kick(pdr_origin_t *o)
 {
-    while (o->wait_head != NULL) {
-        pdr_leg_t *leg = o->wait_head;
+    while (o->wait.head != NULL) {
+        pdr_leg_t *leg = PDR_DLINK_ITEM(o->wait.head, pdr_leg_t, wait_link);
         size_t limit = leg->multi->conn_limit;
         int fresh = leg->retried;
         int ok = (!fresh && o->idle != NULL) || can_open(o, leg) ||
@@ -783,8 +762,8 @@ static void origin_kick(pdr_origin_t *o)
 void pdr_multi_set_conn_limit(pdr_multi_t *m, size_t per_origin)
 {
     m->conn_limit = per_origin;
-    for (pdr_origin_t *o = m->origins; o != NULL; o = o->next)
-        origin_kick(o); /* a raised limit serves the waiting legs */
+    for (pdr_dlink_t *l = m->origins; l != NULL; l = l->next)
+        origin_kick(PDR_DLINK_ITEM(l, pdr_origin_t, link)); /* a raised limit serves the waiting legs */
 }
 
 size_t pdr__multi_open_peak(const pdr_multi_t *m)
@@ -828,8 +807,8 @@ static void on_kick_closed(uv_handle_t *h)
 {
     pdr_multi_t *m = h->data;
     while (m->origins != NULL) {
-        pdr_origin_t *o = m->origins;
-        m->origins = o->next;
+        pdr_origin_t *o = PDR_DLINK_ITEM(m->origins, pdr_origin_t, link);
+        pdr_dlink_unlink(&o->link);
         free(o);
     }
     if (m->close_cb)
@@ -852,9 +831,11 @@ void pdr_multi_close(pdr_multi_t *m, void (*close_cb)(void *), void *arg)
     m->close_arg = arg;
     m->closing = 1;
     uv_timer_stop(&m->kick);
-    for (pdr_origin_t *o = m->origins; o != NULL; o = o->next)
+    for (pdr_dlink_t *l = m->origins; l != NULL; l = l->next) {
+        pdr_origin_t *o = PDR_DLINK_ITEM(l, pdr_origin_t, link);
         while (o->idle != NULL)
-            conn_close(o->idle);
+            conn_close(IDLE_FIRST(o));
+    }
     /* Connections close asynchronously; the last one's close closes the kick timer (on_handle_closed),
      * once the check handle has closed too. The kick timer's close frees the multi. */
     uv_check_stop(&m->due_check);
@@ -979,11 +960,7 @@ static int leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char
     leg->head_len = (size_t)k;
     leg->started_ns = pdr_now_ns();
     leg->active = 1;
-    leg->next_active = m->active;
-    leg->prev_active = &m->active;
-    if (m->active != NULL)
-        m->active->prev_active = &leg->next_active;
-    m->active = leg;
+    pdr_dlink_push(&m->active, &leg->active_link);
     m->in_start = 1;
     int rc = leg_connect(leg, 0);
     m->in_start = 0;
@@ -1012,10 +989,9 @@ size_t pdr_multi_fail_all(pdr_multi_t *m, int err)
 {
     /* on_done may cancel other legs (the request's other leg): take the head again after each. */
     size_t n = 0;
-    pdr_leg_t *leg;
-    while ((leg = m->active) != NULL) {
+    while (m->active != NULL) {
         n++;
-        leg_finish(leg, err);
+        leg_finish(PDR_DLINK_ITEM(m->active, pdr_leg_t, active_link), err);
     }
     return n;
 }

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
+#include "dlist.h"
 
 typedef struct pdr_multi pdr_multi_t;
 typedef struct pdr_leg pdr_leg_t;
@@ -47,11 +48,11 @@ struct pdr_leg {
     int64_t content_length; /* -1 when unknown */
     char content_type[96];
     unsigned active : 1, paused : 1, got_headers : 1, abort_requested : 1, retried : 1, waiting : 1,
-        uncapped : 1;                 /* not held back by the per-worker connection limit (health checks) */
-    pdr_leg_t *wait_next, *wait_prev; /* its origin's queue of legs waiting for a connection */
+        uncapped : 1;      /* not held back by the per-worker connection limit (health checks) */
+    pdr_dlink_t wait_link; /* on its origin's queue of legs waiting for a connection */
     uint64_t started_ns, first_byte_ns;
     uint64_t bytes_in;
-    pdr_leg_t *next_active, **prev_active; /* the multi's list of active legs */
+    pdr_dlink_t active_link; /* on the multi's list of active legs */
 };
 
 pdr_multi_t *pdr_multi_new(uv_loop_t *loop, int max_connects);

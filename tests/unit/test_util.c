@@ -4,7 +4,8 @@
  * is below 2^63, 10 000 rooms of one thread are distinct, two threads get different rooms, and a forked child
  * does not replay the parent's buffer (its next rooms differ from the parent's next rooms).
  * pdr_split_hostport: names, IPv4, bracketed and bare IPv6, with and without a port, and each way to
- * get it wrong.
+ * get it wrong. pdr_dqueue_t: appends keep the order, and leaving from the tail, the head or the middle
+ * keeps head and tail right.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "dlist.h"
 #include "err.h"
 #include "util.h"
 
@@ -101,9 +103,33 @@ static void hostport(void)
     CHECK(pdr_host_copy("verylonghost", 12, buf, sizeof(buf)) == PDR_EINVAL);
 }
 
+static void dqueue(void)
+{
+    pdr_dlink_t l[4] = {{0}};
+    pdr_dqueue_t q = {0};
+    for (int i = 0; i < 3; i++)
+        pdr_dqueue_append(&q, &l[i]);
+    CHECK(q.head == &l[0] && q.tail == &l[2] && l[0].next == &l[1] && l[1].next == &l[2] &&
+          l[2].next == NULL);
+    pdr_dqueue_unlink(&q, &l[2]); /* the tail */
+    CHECK(q.tail == &l[1] && l[1].next == NULL && !pdr_dlink_linked(&l[2]));
+    pdr_dqueue_append(&q, &l[3]);
+    CHECK(q.tail == &l[3] && l[1].next == &l[3]);
+    pdr_dqueue_unlink(&q, &l[1]); /* the middle */
+    CHECK(q.head == &l[0] && l[0].next == &l[3] && q.tail == &l[3]);
+    pdr_dqueue_unlink(&q, &l[0]); /* the head */
+    CHECK(q.head == &l[3] && q.tail == &l[3]);
+    pdr_dqueue_unlink(&q, &l[3]);
+    pdr_dqueue_unlink(&q, &l[3]); /* twice: a no-op */
+    CHECK(q.head == NULL && q.tail == NULL);
+    pdr_dqueue_append(&q, &l[2]);
+    CHECK(q.head == &l[2] && q.tail == &l[2] && l[2].prev == &q.head);
+}
+
 int main(void)
 {
     hostport();
+    dqueue();
     formatting();
     static uint64_t r[N + 16];
     for (int i = 0; i < N; i++) {
