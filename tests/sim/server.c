@@ -22,6 +22,7 @@
 #include <h2o.h>
 #include <jansson.h>
 #include "buf.h"
+#include "dlist.h"
 #include "err.h"
 #include "util.h"
 #include "pdshim.h"
@@ -66,7 +67,7 @@ typedef struct sim_req {
     h2o_req_t *req; /* NULL once h2o disposed the request */
     int refs;
     int closed_handles;
-    struct sim_req *prev, *next;
+    pdr_dlink_t link; /* on S.reqs */
     enum sim_route route;
     json_t *body;
     int stream, batch, return_logprob, hang;
@@ -95,7 +96,7 @@ typedef struct sim_req {
 
 typedef struct sim_conn {
     uv_tcp_t tcp;
-    struct sim_conn *prev, *next;
+    pdr_dlink_t link; /* on S.conns */
 } sim_conn_t;
 
 static struct {
@@ -112,8 +113,7 @@ static struct {
     pthread_mutex_t qlock;
     sim_item_t *qhead, *qtail;
     uv_timer_t die_timer;
-    sim_conn_t conns;
-    sim_req_t reqs;
+    pdr_dqueue_t conns, reqs; /* oldest first */
     size_t nconns, nreqs;
     uint64_t requests, completed, cancelled, errors, resets, kv_rx, kv_tx, counter;
     uint64_t local_prefills; /* decode, --local-prefill: plain requests computed here */
@@ -182,8 +182,7 @@ static void req_on_handle_close(uv_handle_t *h)
     sim_req_t *ctx = h->data;
     if (++ctx->closed_handles < 2)
         return;
-    ctx->prev->next = ctx->next;
-    ctx->next->prev = ctx->prev;
+    pdr_dqueue_unlink(&S.reqs, &ctx->link);
     S.nreqs--;
     for (size_t i = 0; i < ctx->n_items; i++) {
         pdsim_toks_free(&ctx->items[i].toks);
@@ -330,10 +329,7 @@ static sim_req_t *req_new(h2o_req_t *req, enum sim_route route)
     uv_timer_init(S.loop, &ctx->peek);
     ctx->timer.data = ctx;
     ctx->peek.data = ctx;
-    ctx->next = &S.reqs;
-    ctx->prev = S.reqs.prev;
-    S.reqs.prev->next = ctx;
-    S.reqs.prev = ctx;
+    pdr_dqueue_append(&S.reqs, &ctx->link);
     S.nreqs++;
     if (req->version < 0x200)
         uv_timer_start(&ctx->peek, on_peek, SIM_PEEK_MS, SIM_PEEK_MS);
@@ -1776,8 +1772,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 static void on_conn_close(uv_handle_t *h)
 {
     sim_conn_t *c = (sim_conn_t *)h;
-    c->prev->next = c->next;
-    c->next->prev = c->prev;
+    pdr_dqueue_unlink(&S.conns, &c->link);
     S.nconns--;
     free(c);
     if (S.shutting_down && S.nreqs == 0 && S.nconns == 0 && S.on_drained != NULL)
@@ -1797,10 +1792,7 @@ static void on_accept(uv_stream_t *listener, int status)
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    c->next = &S.conns;
-    c->prev = S.conns.prev;
-    S.conns.prev->next = c;
-    S.conns.prev = c;
+    pdr_dqueue_append(&S.conns, &c->link);
     S.nconns++;
     h2o_accept(&S.actx, h2o_uv_socket_create((uv_stream_t *)&c->tcp, on_conn_close));
 }
@@ -1811,8 +1803,7 @@ int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
     S.opts = *opts;
     S.faults = opts->faults;
     set_die_after(opts->faults.die_after);
-    S.conns.next = S.conns.prev = &S.conns;
-    S.reqs.next = S.reqs.prev = &S.reqs;
+    S.conns = S.reqs = (pdr_dqueue_t){NULL, NULL};
     pthread_mutex_init(&S.qlock, NULL);
     uv_async_init(loop, &S.async, on_async);
     uv_timer_init(loop, &S.die_timer);
@@ -1896,8 +1887,9 @@ void pdsim_server_shutdown(void (*on_drained)(void))
         S.shim = NULL;
     }
     drain_queue();
-    for (sim_req_t *ctx = S.reqs.next, *next; ctx != &S.reqs; ctx = next) {
-        next = ctx->next;
+    for (pdr_dlink_t *l = S.reqs.head, *next; l != NULL; l = next) {
+        sim_req_t *ctx = PDR_DLINK_ITEM(l, sim_req_t, link);
+        next = l->next;
         if (!req_is_live(ctx))
             continue;
         if (!ctx->started) {
@@ -1910,7 +1902,8 @@ void pdsim_server_shutdown(void (*on_drained)(void))
         }
     }
     /* Idle keep-alive connections are in h2o's read: an EOF makes h2o close them cleanly. */
-    for (sim_conn_t *c = S.conns.next; c != &S.conns; c = c->next) {
+    for (pdr_dlink_t *l = S.conns.head; l != NULL; l = l->next) {
+        sim_conn_t *c = PDR_DLINK_ITEM(l, sim_conn_t, link);
         uv_os_fd_t fd;
         if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
             shutdown(fd, SHUT_RD);
