@@ -50,7 +50,7 @@ typedef struct pdr_thread {
     h2o_accept_ctx_t accept_ctx;
     pdr_listener_t listener;
     int listening;
-    pdr_dlink_t *rewrap; /* HTTP/1 connections whose read callback h2o reset (server.c) */
+    pdr_dlink_t *rewrap; /* HTTP/1 connections whose read callback h2o reset (conn.c) */
     uv_prepare_t rewrap_prepare;
     pdr_multi_t *multi;
     pdr_metrics_t m;
