@@ -1,12 +1,13 @@
 # Thin wrapper around CMake: `make`, `make test`, `make run`, `make bench`, `make fuzz`.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?= --output-on-failure
 
-.PHONY: all deps build test test-release test-asan run bench fuzz format clean
+.PHONY: all deps build test test-release test-asan test-tsan run bench fuzz format clean
 
 all: build
 
@@ -29,8 +30,21 @@ test-asan: $(ASAN_BUILD)/CMakeCache.txt
 		LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 		ctest -j $(JOBS) $(CTEST_ARGS)
 
-# The whole suite: the release build, then the same tests under ASan+UBSan.
-test: test-release test-asan
+# ThreadSanitizer over the multi-threaded part: the transport engine and the worker shim (their own I/O
+# threads, callbacks on them). Only these targets are built, so the run stays a few minutes on 2 cores.
+TSAN_TARGETS = test_runner test_transport_wire test_transport_engine test_shim_basic test_shim_faults \
+	test_fdpass test_transport_staging test_transport_rdma
+$(TSAN_BUILD)/CMakeCache.txt:
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDR_TSAN=ON >/dev/null
+
+test-tsan: $(TSAN_BUILD)/CMakeCache.txt
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+		ctest -j $(JOBS) $(CTEST_ARGS) -R '^($(shell echo $(TSAN_TARGETS) | tr ' ' '|'))$$'
+
+# The whole suite: the release build, then the same tests under ASan+UBSan, then the threaded part under
+# ThreadSanitizer.
+test: test-release test-asan test-tsan
 
 run: deps build
 	./scripts/demo.sh

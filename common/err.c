@@ -7,7 +7,7 @@ const char *pdr_strerror(int err)
     switch (err) {
     case PDR_OK:
         return "success";
-#define PDR__ERR_CASE(name, msg)                                                                             \
+#define PDR__ERR_CASE(name, value, msg)                                                                      \
     case PDR_##name:                                                                                         \
         return msg;
         PDR_ERRNO_MAP(PDR__ERR_CASE)
@@ -25,7 +25,7 @@ const char *pdr_errname(int err)
     switch (err) {
     case PDR_OK:
         return "OK";
-#define PDR__ERR_NAME(name, msg)                                                                             \
+#define PDR__ERR_NAME(name, value, msg)                                                                      \
     case PDR_##name:                                                                                         \
         return #name;
         PDR_ERRNO_MAP(PDR__ERR_NAME)

@@ -99,3 +99,15 @@ target_include_directories(test_fdpass PRIVATE ${PDR_XFER_TEST_DIR}/unit ${PROJE
 target_link_libraries(test_fdpass PRIVATE pdr_transport)
 add_test(NAME test_fdpass COMMAND test_fdpass)
 set_tests_properties(test_fdpass PROPERTIES TIMEOUT 30)
+
+# The error codes are ABI: pdshim.h's enum and pdshim.py's ERRORS must match common/err.h, name for name
+# and value for value.
+add_test(NAME abi_err_codes COMMAND ${Python3_EXECUTABLE} ${PDR_XFER_TEST_DIR}/abi/check_err_codes.py
+                                    ${PROJECT_SOURCE_DIR})
+set_tests_properties(abi_err_codes PROPERTIES TIMEOUT 30)
+
+# The case runner itself (tests/unit/runner.h): a crash, a hang past its deadline and a failed check are
+# each reported with the case's name, and the cases after them still run.
+add_executable(test_runner ${PDR_XFER_TEST_DIR}/unit/test_runner.c)
+add_test(NAME test_runner COMMAND test_runner)
+set_tests_properties(test_runner PROPERTIES TIMEOUT 30)

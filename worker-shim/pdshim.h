@@ -27,7 +27,7 @@
  *    device memory by copies that have finished: kernels launched after the callback, on any stream,
  *    read the room. An offer's callback means the source is no longer read.
  *
- * Errors are negative PDR_E* codes (see pdshim_strerror): PDR_ETIMEDOUT, PDR_EPEERGONE,
+ * Errors are negative PDR_E* codes, defined below (see pdshim_strerror): PDR_ETIMEDOUT, PDR_EPEERGONE,
  * PDR_ECONNREFUSED, PDR_ESIZE (source and destination sizes differ), PDR_ENOROOM (the prefill never
  * offered this room before the deadline), PDR_ECANCELED, PDR_EEXIST (room already pending here),
  * PDR_EINVAL, PDR_ENOMEM, PDR_ECLOSED.
@@ -43,6 +43,35 @@ extern "C" {
 #endif
 
 #define PDSHIM_API __attribute__((visibility("default")))
+
+/*
+ * Error codes: the same values as the transport's own table (common/err.h), which defines the same enum
+ * under the same guard, so either header may come first. The values are ABI and never change; a test
+ * checks this copy and python/pdshim.py against common/err.h. pdshim_strerror describes each.
+ */
+#ifndef PDR_ERRNO_DEFINED
+#define PDR_ERRNO_DEFINED
+enum {
+    PDR_OK = 0,
+    PDR_EAGAIN = -999,       /* operation would block */
+    PDR_ENOMEM = -998,       /* out of memory */
+    PDR_EINVAL = -997,       /* invalid argument */
+    PDR_ETOOBIG = -996,      /* size limit exceeded */
+    PDR_ETIMEDOUT = -995,    /* the operation's deadline passed */
+    PDR_ECANCELED = -994,    /* canceled by pdshim_cancel or by the peer */
+    PDR_EPEERGONE = -993,    /* the peer closed the connection */
+    PDR_ECONNREFUSED = -992, /* the peer's bootstrap port refused the connection */
+    PDR_ESIZE = -991,        /* source and destination sizes differ */
+    PDR_ENOROOM = -990,      /* the room is unknown (never offered, or nothing pending) */
+    PDR_EEXIST = -989,       /* the room is already pending here */
+    PDR_EPROTO = -988,       /* protocol error */
+    PDR_EIO = -987,          /* input/output error (socket, CUDA or verbs) */
+    PDR_ENOWORKER = -986,    /* no healthy worker (router only) */
+    PDR_ECONFIG = -985,      /* invalid configuration (router only) */
+    PDR_ENOTSUP = -984,      /* not supported (e.g. device memory without a CUDA driver) */
+    PDR_ECLOSED = -983,      /* the shim is shutting down */
+};
+#endif
 
 typedef struct pdshim pdshim_t;
 

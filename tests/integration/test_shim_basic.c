@@ -14,6 +14,7 @@
 
 #include "pdshim.h"
 #include "test_shim_util.h"
+#include "../unit/runner.h"
 
 static pdshim_t *pre, *dec;
 static int port;
@@ -31,6 +32,15 @@ static void setup(void)
     dec = pdshim_create(&d, &err);
     CHECK(dec != NULL);
     CHECK(pdshim_listen_port(dec) == -1);
+}
+
+static void teardown(void)
+{
+    if (dec)
+        pdshim_destroy(dec);
+    if (pre)
+        pdshim_destroy(pre);
+    dec = pre = NULL;
 }
 
 /* Random segment sizes adding up to total (some zero-length). */
@@ -393,9 +403,11 @@ static void test_destroy_pending(void)
         CHECK_EQ_ERR(pdshim_fetch(dec, "127.0.0.1", port, next_room++, &s, 1, 60000, done_cb, &b), 0);
     }
     pdshim_destroy(dec);
+    dec = NULL;
     CHECK(b.count == 10 && b.nfail == 10);
     CHECK_EQ_ERR(b.status, PDR_ECLOSED);
     pdshim_destroy(pre);
+    pre = NULL;
     CHECK(a.count == 10 && a.nfail == 10);
     CHECK_EQ_ERR(a.status, PDR_ECLOSED);
     done_fini(&a);
@@ -403,20 +415,20 @@ static void test_destroy_pending(void)
     printf("ok destroy with pending operations\n");
 }
 
-int main(void)
+static const pdr_test_case_t cases[] = {
+    {"round_trips", test_round_trips, 30},
+    {"size_mismatch", test_size_mismatch, 30},
+    {"unknown_room", test_unknown_room, 30},
+    {"offer_timeout", test_offer_timeout, 30},
+    {"cancel", test_cancel, 30},
+    {"refused", test_refused, 30},
+    {"api_errors", test_api_errors, 30},
+    {"ex", test_ex, 30},
+    {"concurrent", test_concurrent, 30},
+    {"destroy_pending", test_destroy_pending, 30},
+};
+
+int main(int argc, char **argv)
 {
-    setvbuf(stdout, NULL, _IONBF, 0);
-    setup();
-    test_round_trips();
-    test_size_mismatch();
-    test_unknown_room();
-    test_offer_timeout();
-    test_cancel();
-    test_refused();
-    test_api_errors();
-    test_ex();
-    test_concurrent();
-    test_destroy_pending();
-    printf("all ok\n");
-    return 0;
+    return pdr_test_run(cases, sizeof(cases) / sizeof(cases[0]), setup, teardown, argc, argv);
 }

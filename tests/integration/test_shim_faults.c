@@ -22,6 +22,7 @@
 #include "pdshim.h"
 #include "test_shim_util.h"
 #include "wire.h"
+#include "../unit/runner.h"
 
 #define BIG (512u << 20)
 
@@ -324,14 +325,15 @@ static void test_malformed(void)
     printf("ok malformed frames\n");
 }
 
-int main(void)
+static const pdr_test_case_t cases[] = {
+    {"prefill_killed", test_prefill_killed, 40},
+    {"decode_killed", test_decode_killed, 40},
+    {"stalled", test_stalled, 40},
+    {"malformed", test_malformed, 40},
+};
+
+int main(int argc, char **argv)
 {
-    setvbuf(stdout, NULL, _IONBF, 0);
     signal(SIGPIPE, SIG_IGN);
-    test_prefill_killed();
-    test_decode_killed();
-    test_stalled();
-    test_malformed();
-    printf("all ok\n");
-    return 0;
+    return pdr_test_run(cases, sizeof(cases) / sizeof(cases[0]), NULL, NULL, argc, argv);
 }

@@ -13,6 +13,7 @@
 #include "wire.h"
 #include "rdma.h"
 #include "test_shim_util.h"
+#include "runner.h"
 
 static void test_header(void)
 {
@@ -510,14 +511,17 @@ static void test_rdma_ready_go(void)
     printf("ok rdma ready and go\n");
 }
 
-int main(void)
+static const pdr_test_case_t cases[] = {
+    {"header", test_header, 10},
+    {"fetch", test_fetch, 10},
+    {"ctl", test_ctl, 10},
+    {"hello", test_hello, 10},
+    {"fetch_ipc", test_fetch_ipc, 10},
+    {"fetch_rdma", test_fetch_rdma, 10},
+    {"rdma_ready_go", test_rdma_ready_go, 10},
+};
+
+int main(int argc, char **argv)
 {
-    test_header();
-    test_fetch();
-    test_ctl();
-    test_hello();
-    test_fetch_ipc();
-    test_fetch_rdma();
-    test_rdma_ready_go();
-    return 0;
+    return pdr_test_run(cases, sizeof(cases) / sizeof(cases[0]), NULL, NULL, argc, argv);
 }

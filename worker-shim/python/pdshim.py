@@ -26,12 +26,26 @@ from concurrent.futures import Future
 
 __all__ = ["Shim", "PdshimError", "load_library", "ERRORS", "MEM_KINDS"]
 
-# The order of common/err.h's PDR_ERRNO_MAP: codes are -1000 + position (1-based).
-_ERR_NAMES = [
-    "EAGAIN", "ENOMEM", "EINVAL", "ETOOBIG", "ETIMEDOUT", "ECANCELED", "EPEERGONE", "ECONNREFUSED",
-    "ESIZE", "ENOROOM", "EEXIST", "EPROTO", "EIO", "ENOWORKER", "ECONFIG", "ENOTSUP", "ECLOSED",
-]
-ERRORS = {name: -1000 + i + 1 for i, name in enumerate(_ERR_NAMES)}
+# A copy of common/err.h's PDR_ERRNO_MAP: explicit values, ABI (a test checks them against the header).
+ERRORS = {
+    "EAGAIN": -999,
+    "ENOMEM": -998,
+    "EINVAL": -997,
+    "ETOOBIG": -996,
+    "ETIMEDOUT": -995,
+    "ECANCELED": -994,
+    "EPEERGONE": -993,
+    "ECONNREFUSED": -992,
+    "ESIZE": -991,
+    "ENOROOM": -990,
+    "EEXIST": -989,
+    "EPROTO": -988,
+    "EIO": -987,
+    "ENOWORKER": -986,
+    "ECONFIG": -985,
+    "ENOTSUP": -984,
+    "ECLOSED": -983,
+}
 _CODE_NAMES = {v: k for k, v in ERRORS.items()}
 globals().update({"PDR_" + k: v for k, v in ERRORS.items()})
 
