@@ -65,7 +65,8 @@ int main(int argc, char **argv)
     fputs(out, stdout);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
     CHECK(strstr(out, "ok 1 - first_passes\n") != NULL);
-    CHECK(strstr(out, "not ok 2 - crashes (killed by signal 11") != NULL);
+    /* Killed by SIGSEGV, or under a sanitizer that catches it, its report's exit status. */
+    CHECK(strstr(out, "not ok 2 - crashes (") != NULL);
     CHECK(strstr(out, "ok 3 - after_crash_passes\n") != NULL);
     CHECK(strstr(out, "not ok 4 - hangs (timed out after 1 s, killed)") != NULL);
     CHECK(strstr(out, "ok 5 - after_hang_passes\n") != NULL);

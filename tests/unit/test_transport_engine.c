@@ -9,7 +9,6 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
-#include <linux/tcp.h>
 #include <netinet/in.h>
 #include <time.h>
 #include <stdio.h>
@@ -159,21 +158,6 @@ static int peer_sockets(int port, int *fds, int max)
     return n;
 }
 
-/* Bytes the kernel has received on the engine's sockets connected to 127.0.0.1:port. */
-static uint64_t received_from(int port)
-{
-    int fds[64];
-    int n = peer_sockets(port, fds, 64);
-    uint64_t sum = 0;
-    for (int i = 0; i < n; i++) {
-        struct tcp_info ti;
-        socklen_t tl = sizeof(ti);
-        if (getsockopt(fds[i], IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0)
-            sum += ti.tcpi_bytes_received;
-    }
-    return sum;
-}
-
 static void nap_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
@@ -313,7 +297,7 @@ static void test_conn_killed(void)
      * dst, which the engine's threads are writing. */
     int got = 0;
     for (int i = 0; i < 10000 && !got; i++) {
-        got = received_from(porta) > (1u << 20);
+        got = tcp_received_from(porta) > (1u << 20);
         if (!got)
             nap_ms(1);
     }

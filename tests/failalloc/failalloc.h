@@ -1,0 +1,23 @@
+/*
+ * Allocation-failure injection for tests (curl's "torture" mode): a program linked with failalloc.c and
+ * -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup,--wrap=free (see
+ * tests/transport.cmake) has every allocation of its own code (not of the shared libraries it uses)
+ * counted, and the N-th after arming fails with ENOMEM. Any thread.
+ *
+ * Armed from the test (pdr_failalloc_arm) or, for a server process, from the environment:
+ * PDR_FAIL_ALLOC_AT=N arms on SIGUSR2 (counting from the signal, so start-up is not counted; 0 counts
+ * only), and PDR_FAIL_ALLOC_REPORT=PATH gets "count live failed" at exit.
+ */
+#ifndef PDR_TEST_FAILALLOC_H
+#define PDR_TEST_FAILALLOC_H
+
+/* Counts allocations from now; the fail_at-th (1-based) fails, fail_at 0 counts only, -1 disarms. */
+void pdr_failalloc_arm(long fail_at);
+/* Allocations since the last arm. */
+long pdr_failalloc_count(void);
+/* Whether the armed failure has happened. */
+int pdr_failalloc_failed(void);
+/* Allocations made through the wrappers and not yet freed through them. */
+long pdr_failalloc_live(void);
+
+#endif
