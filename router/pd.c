@@ -1440,7 +1440,10 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
                       "route_not_served");
     pdr_pdreq_t pr;
     char err[256];
-    if (pdr_pdreq_parse(route, req->entity.base, req->entity.len, &pr, err, sizeof(err)) != 0)
+    int prc = pdr_pdreq_parse(route, req->entity.base, req->entity.len, &pr, err, sizeof(err));
+    if (prc == PDR_ENOMEM)
+        return refuse(t, req, route, mroute, 503, "service_unavailable", err, 1, "out_of_memory");
+    if (prc != 0)
         return refuse(t, req, route, mroute, 400, "invalid_request_error", err, 0, "invalid_request");
     long pool;
     char pmsg[512];

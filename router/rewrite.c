@@ -197,8 +197,10 @@ int pdr_pdreq_parse(pdr_route_t route, const char *body, size_t len, pdr_pdreq_t
     /* Room for every member of a small body; a member needs at least 5 bytes ("a":1,). */
     size_t cap = len / 5 + 1 < MAX_MEMBERS ? len / 5 + 1 : MAX_MEMBERS;
     r->m = malloc(cap * sizeof(*r->m));
-    if (r->m == NULL)
-        FAIL("out of memory");
+    if (r->m == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return PDR_ENOMEM;
+    }
     int rc = pdr_json_scan_object(body, len, r->m, cap, &r->n, err, errlen);
     if (rc == 0 && (rc = get_bool(r, "stream", &r->stream, err, errlen)) == 0) {
         const pdr_jval_t *model = get(r, "model");

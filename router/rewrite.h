@@ -30,7 +30,8 @@ typedef struct pdr_pdreq {
     size_t batch;      /* 0: one item; else the number of items (fields become arrays) */
 } pdr_pdreq_t;
 
-/* Parses and validates a PD request body. Returns 0, or PDR_EINVAL with a client-facing message. */
+/* Parses and validates a PD request body. Returns 0, PDR_EINVAL with a client-facing message, or
+ * PDR_ENOMEM (the router's fault: a 503, not a 400). */
 int pdr_pdreq_parse(pdr_route_t route, const char *body, size_t len, pdr_pdreq_t *out, char *err,
                     size_t errlen);
 void pdr_pdreq_clear(pdr_pdreq_t *r);

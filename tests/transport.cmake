@@ -112,20 +112,6 @@ add_executable(test_runner ${PDR_XFER_TEST_DIR}/unit/test_runner.c)
 add_test(NAME test_runner COMMAND test_runner)
 set_tests_properties(test_runner PROPERTIES TIMEOUT 30)
 
-# Allocation-failure injection (tests/failalloc/): the program's own malloc, calloc, realloc, strdup,
-# strndup and free go through counting wrappers (-Wl,--wrap: the shared libraries' allocations are not
-# touched), and the N-th after arming fails.
-set(PDR_FAILALLOC_WRAP "-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup,--wrap=free")
-add_library(pdr_failalloc OBJECT ${PDR_XFER_TEST_DIR}/failalloc/failalloc.c)
-# One room, both engines in this process, failing the N-th allocation for every N of a clean room.
-add_executable(test_failalloc_room ${PDR_XFER_TEST_DIR}/failalloc/test_failalloc_room.c
-                                   $<TARGET_OBJECTS:pdr_failalloc>)
-target_include_directories(test_failalloc_room PRIVATE ${PDR_XFER_TEST_DIR}/failalloc ${PDR_XFER_TEST_DIR}/integration)
-target_link_libraries(test_failalloc_room PRIVATE pdr_transport pdr_common Threads::Threads)
-target_link_options(test_failalloc_room PRIVATE ${PDR_FAILALLOC_WRAP})
-add_test(NAME test_failalloc_room COMMAND test_failalloc_room)
-set_tests_properties(test_failalloc_room PROPERTIES TIMEOUT 300)
-
 # ThreadSanitizer slows the engine's threads several times over.
 if(PDR_TSAN)
   set_tests_properties(test_transport_engine test_shim_basic test_shim_faults test_transport_staging

@@ -3,6 +3,7 @@
  * threads. The SIGUSR2 handler only stores to atomics (async-signal-safe).
  */
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -61,6 +62,12 @@ static int should_fail(void)
     if (at == 0 || n != at)
         return 0;
     __atomic_store_n(&failed, 1, __ATOMIC_SEQ_CST);
+    if (getenv("PDR_FAIL_ALLOC_TRACE") != NULL) { /* where it failed, on stderr */
+        void *frames[32];
+        int nf = backtrace(frames, 32);
+        fprintf(stderr, "failalloc: allocation %ld fails here:\n", n);
+        backtrace_symbols_fd(frames, nf, 2);
+    }
     errno = ENOMEM;
     return 1;
 }
@@ -111,10 +118,19 @@ void __wrap_free(void *p)
     __real_free(p);
 }
 
+static char armed_path[4096]; /* PDR_FAIL_ALLOC_REPORT ".armed", made when SIGUSR2 has armed */
+
 static void on_sigusr2(int sig)
 {
     (void)sig;
+    int saved = errno;
     pdr_failalloc_arm(__atomic_load_n(&env_at, __ATOMIC_SEQ_CST));
+    if (armed_path[0] != '\0') {
+        int fd = open(armed_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd >= 0)
+            close(fd);
+    }
+    errno = saved;
 }
 
 static void report(void)
@@ -139,6 +155,9 @@ __attribute__((constructor)) static void failalloc_init(void)
     if (end == at || *end != '\0' || v < 0)
         return;
     env_at = v;
+    const char *rep = getenv("PDR_FAIL_ALLOC_REPORT");
+    if (rep != NULL)
+        snprintf(armed_path, sizeof(armed_path), "%s.armed", rep);
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_sigusr2;
