@@ -29,9 +29,9 @@
 /*
  * The values are ABI: they cross the wire (transport ERROR frames) and the shim's C and Python APIs
  * (worker-shim/pdshim.h and python/pdshim.py hold copies, checked against this table by a test). A
- * value never changes and is never reused; a new code takes the next free value, PDR__ERR_LAST, and
- * PDR__ERR_LAST moves down by one. pdshim.h defines the same enum under the same guard, so either
- * header may come first.
+ * value never changes and is never reused; a new code takes the next free value, PDR__ERR_LAST's, and
+ * PDR__ERR_LAST moves up by one (toward zero). pdshim.h defines the same enum under the same guard, so
+ * either header may come first.
  */
 #define PDR__ERR_FIRST (-1000) /* below every code */
 #define PDR__ERR_LAST (-982)   /* above every code */

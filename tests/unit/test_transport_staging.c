@@ -16,6 +16,7 @@
 #include "err.h"
 #include "transport.h"
 #include "test_shim_util.h"
+#include "runner.h"
 
 extern long pdr__fake_cuda_live;
 extern long pdr__fake_cuda_copy_us;
@@ -318,12 +319,14 @@ static void test_ipc_vmm(void)
     printf("ok ipc vmm\n");
 }
 
-int main(void)
+static const pdr_test_case_t cases[] = {
+    {"copy_wakeup", test_copy_wakeup, 60},
+    {"staging", test_staging, 60},
+    {"ipc", test_ipc, 60},
+    {"ipc_vmm", test_ipc_vmm, 60},
+};
+
+int main(int argc, char **argv)
 {
-    setvbuf(stdout, NULL, _IONBF, 0);
-    test_copy_wakeup();
-    test_staging();
-    test_ipc();
-    test_ipc_vmm();
-    return 0;
+    return PDR_TEST_RUN(cases, argc, argv);
 }
