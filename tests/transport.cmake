@@ -115,5 +115,5 @@ set_tests_properties(test_runner PROPERTIES TIMEOUT 30)
 # ThreadSanitizer slows the engine's threads several times over.
 if(PDR_TSAN)
   set_tests_properties(test_transport_engine test_shim_basic test_shim_faults test_transport_staging
-                       test_transport_rdma PROPERTIES TIMEOUT 400)
+                       test_transport_rdma PROPERTIES TIMEOUT 400 ENVIRONMENT "PDR_TEST_TIMEOUT_SCALE=4")
 endif()

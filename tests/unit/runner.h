@@ -9,7 +9,8 @@
  *   int main(int argc, char **argv) { return PDR_TEST_RUN(cases, argc, argv); }
  *
  * `prog NAME...` runs only the named cases; PDR_TEST_NOFORK=1 runs them in this process (for a debugger);
- * PDR_TEST_TIMEOUT=S overrides every case's deadline. A case's own child processes are its business.
+ * PDR_TEST_TIMEOUT=S overrides every case's deadline; PDR_TEST_TIMEOUT_SCALE=K multiplies each (a sanitizer
+ * tree). A case's own child processes are its business.
  * With tests/unit/check.h (CHECK counts and goes on), a case whose checks failed exits 1.
  */
 #ifndef PDR_TEST_RUNNER_H
@@ -96,6 +97,10 @@ static inline int pdr_test_run(const pdr_test_case_t *cases, size_t n, void (*se
 {
     const char *nofork = getenv("PDR_TEST_NOFORK");
     const char *tenv = getenv("PDR_TEST_TIMEOUT");
+    const char *senv = getenv("PDR_TEST_TIMEOUT_SCALE");
+    long scale = senv ? strtol(senv, NULL, 10) : 1;
+    if (scale < 1 || scale > 100)
+        scale = 1;
     int failed = 0, skipped = 0, ran = 0;
     setvbuf(stdout, NULL, _IONBF, 0);
     sigset_t set, old;
@@ -107,6 +112,8 @@ static inline int pdr_test_run(const pdr_test_case_t *cases, size_t n, void (*se
             continue;
         ran++;
         int timeout_s = c->timeout_s > 0 ? c->timeout_s : 60;
+        if (scale > 1)
+            timeout_s *= scale;
         if (tenv) {
             char *end = NULL;
             long t = strtol(tenv, &end, 10);
