@@ -36,6 +36,7 @@ pdr_xfer_test(test_transport_engine ${PDR_XFER_TEST_DIR}/unit/test_transport_eng
 # and their deterministic mutations.
 add_executable(fuzz_xfer_frame ${PDR_XFER_TEST_DIR}/fuzz/fuzz_xfer_frame.c)
 target_link_libraries(fuzz_xfer_frame PRIVATE pdr_transport)
+target_include_directories(fuzz_xfer_frame PRIVATE ${PROJECT_SOURCE_DIR}/transport)
 pdr_fuzz_corpus_test(fuzz_xfer_frame fuzz_xfer_frame xfer 60)
 
 pdr_xfer_test(test_shim_faults ${PDR_XFER_TEST_DIR}/integration/test_shim_faults.c 90 pdshim pdr_transport)
@@ -51,44 +52,33 @@ if(NOT PDR_SANITIZE)
                        ENVIRONMENT "PDR_TEST_BIG_BYTES=4294967296")
 endif()
 
-# The GPU paths on a CPU: the engine built from source against tests/unit/fake_cuda.c instead of cuda.c.
+# The GPU paths on a CPU: the engine's objects (pdr_transport_core) with tests/unit/fake_cuda.c instead of
+# cuda.c.
 add_executable(test_transport_staging ${PDR_XFER_TEST_DIR}/unit/test_transport_staging.c
-               ${PDR_XFER_TEST_DIR}/unit/fake_cuda.c ${PROJECT_SOURCE_DIR}/transport/engine.c
-               ${PROJECT_SOURCE_DIR}/transport/tcp.c ${PROJECT_SOURCE_DIR}/transport/wire.c
-               ${PROJECT_SOURCE_DIR}/transport/fdpass.c
-               ${PROJECT_SOURCE_DIR}/transport/rdma.c ${PROJECT_SOURCE_DIR}/transport/rdma_wire.c
-               ${PROJECT_SOURCE_DIR}/transport/rdma_plan.c ${PROJECT_SOURCE_DIR}/transport/rdma_topo.c)
+               ${PDR_XFER_TEST_DIR}/unit/fake_cuda.c)
 target_include_directories(test_transport_staging PRIVATE ${PDR_XFER_TEST_DIR}/integration
                            ${PROJECT_SOURCE_DIR}/transport)
-target_link_libraries(test_transport_staging PRIVATE pdr_common Threads::Threads PkgConfig::IBVERBS)
+target_link_libraries(test_transport_staging PRIVATE pdr_transport_core pdr_transport_rdma PkgConfig::IBVERBS)
 add_test(NAME test_transport_staging COMMAND test_transport_staging)
 set_tests_properties(test_transport_staging PROPERTIES TIMEOUT 120)
 
-# pdxfer-bench's rooms on a CPU: the benchmark's source included by the test, the engine built from source
-# against tests/unit/fake_cuda.c (strict about waiting for stream work).
+# pdxfer-bench's rooms on a CPU: the benchmark's source included by the test, the engine's objects with
+# tests/unit/fake_cuda.c (strict about waiting for stream work).
 add_executable(test_bench_order ${PDR_XFER_TEST_DIR}/unit/test_bench_order.c
-               ${PDR_XFER_TEST_DIR}/unit/fake_cuda.c ${PROJECT_SOURCE_DIR}/transport/engine.c
-               ${PROJECT_SOURCE_DIR}/transport/tcp.c ${PROJECT_SOURCE_DIR}/transport/wire.c
-               ${PROJECT_SOURCE_DIR}/transport/fdpass.c
-               ${PROJECT_SOURCE_DIR}/transport/rdma.c ${PROJECT_SOURCE_DIR}/transport/rdma_wire.c
-               ${PROJECT_SOURCE_DIR}/transport/rdma_plan.c ${PROJECT_SOURCE_DIR}/transport/rdma_topo.c)
+               ${PDR_XFER_TEST_DIR}/unit/fake_cuda.c)
 target_include_directories(test_bench_order PRIVATE ${PDR_XFER_TEST_DIR}/integration
                            ${PROJECT_SOURCE_DIR}/transport)
-target_link_libraries(test_bench_order PRIVATE pdr_common Threads::Threads PkgConfig::IBVERBS)
+target_link_libraries(test_bench_order PRIVATE pdr_transport_core pdr_transport_rdma PkgConfig::IBVERBS)
 add_test(NAME test_bench_order COMMAND test_bench_order)
 set_tests_properties(test_bench_order PROPERTIES TIMEOUT 120)
 
-# The RDMA data path on a CPU: the engine built from source against the fake libibverbs
+# The RDMA data path on a CPU: the engine's objects with the fake libibverbs
 # (tests/unit/rdma_fake_verbs.c) and tests/unit/fake_cuda.c.
 add_executable(test_transport_rdma ${PDR_XFER_TEST_DIR}/unit/test_transport_rdma.c
-               ${PDR_XFER_TEST_DIR}/unit/rdma_fake_verbs.c ${PDR_XFER_TEST_DIR}/unit/fake_cuda.c
-               ${PROJECT_SOURCE_DIR}/transport/engine.c ${PROJECT_SOURCE_DIR}/transport/tcp.c
-               ${PROJECT_SOURCE_DIR}/transport/wire.c ${PROJECT_SOURCE_DIR}/transport/rdma.c
-               ${PROJECT_SOURCE_DIR}/transport/rdma_wire.c ${PROJECT_SOURCE_DIR}/transport/rdma_plan.c
-               ${PROJECT_SOURCE_DIR}/transport/rdma_topo.c ${PROJECT_SOURCE_DIR}/transport/fdpass.c)
+               ${PDR_XFER_TEST_DIR}/unit/rdma_fake_verbs.c ${PDR_XFER_TEST_DIR}/unit/fake_cuda.c)
 target_include_directories(test_transport_rdma PRIVATE ${PDR_XFER_TEST_DIR}/integration ${PDR_XFER_TEST_DIR}/unit
                            ${PROJECT_SOURCE_DIR}/transport ${IBVERBS_INCLUDE_DIRS})
-target_link_libraries(test_transport_rdma PRIVATE pdr_common Threads::Threads)
+target_link_libraries(test_transport_rdma PRIVATE pdr_transport_core pdr_transport_rdma)
 add_test(NAME test_transport_rdma COMMAND test_transport_rdma)
 set_tests_properties(test_transport_rdma PROPERTIES TIMEOUT 60)
 

@@ -1,5 +1,5 @@
 /*
- * cuda.c — the CUDA driver API, loaded at run time (see cuda.h for the contract).
+ * cuda.c — the CUDA driver API, loaded at run time (see gpu_cuda.h for the contract).
  *
  * Owns: the dlopen handle of libcuda.so.1, the table of driver entry points (resolved once through
  * cuGetProcAddress by base name and API version, so no _v2/_v3 spelling leaks into this file), the
@@ -20,7 +20,7 @@
  * Threads: any. Loading runs once under pthread_once; the context cache and the peer-access matrix are
  * guarded by one mutex, taken only on first use of a device or device pair.
  */
-#include "cuda.h"
+#include "gpu_cuda.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>

@@ -18,7 +18,7 @@
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-#include "cuda.h"
+#include "gpu_cuda.h"
 #include "err.h"
 #include "rdma.h"
 #include "transport_internal.h"

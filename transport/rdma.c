@@ -34,7 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cuda.h"
+#include "gpu_cuda.h"
 #include "err.h"
 #include "rdma.h"
 #include "util.h"

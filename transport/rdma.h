@@ -264,7 +264,7 @@ void pdr__rdma_set_imm_cb(struct pdr_rdma_ep *ep, pdr__rdma_imm_cb cb, void *arg
 /* Registers [addr, addr+len). Host memory: ibv_reg_mr with LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ (and
  * the optional RELAXED_ORDERING). CUDA memory (is_cuda): ibv_reg_dmabuf_mr over a dma-buf of the
  * page-aligned range from pdr__cuda_dmabuf_fd, falling back to ibv_reg_mr on the device pointer
- * (nvidia-peermem). The caller binds the owning device's context first (cuda.h's rule). Returns 0 or
+ * (nvidia-peermem). The caller binds the owning device's context first (gpu_cuda.h's rule). Returns 0 or
  * PDR_EINVAL, PDR_ENOMEM, PDR_EIO (neither path worked; logged with errno). */
 int pdr__rdma_reg(struct pdr_rdma_ctx *ctx, void *addr, size_t len, int is_cuda, struct pdr_rdma_mr **mr,
                   uint32_t *lkey, uint32_t *rkey);

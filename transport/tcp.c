@@ -32,152 +32,15 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include "cuda.h"
+#include "gpu_cuda.h"
 #include "fdpass.h"
 #include "err.h"
 #include "rdma.h"
 #include "transport_internal.h"
+#include "session.h"
 #include "util.h"
 
-#define RBUF_CAP (64u << 10)
-#define MAX_IOV 64
-#define IO_BUDGET (8u << 20) /* bytes per connection per loop turn, for fairness */
-
 static const uint8_t zeros[64 << 10];
-
-struct ctl_msg {
-    struct ctl_msg *next;
-    size_t len;
-    uint8_t *data; /* inl, or a heap buffer for FETCH and HELLO */
-    uint8_t inl[PDR_XFER_HDR_LEN + 16];
-};
-
-enum { RX_HDR = 0, RX_DATAPFX, RX_BODY, RX_PAYLOAD };
-
-/* A pinned staging buffer of chunk_bytes for GPU rooms (see "GPU staging" below). */
-enum { STG_FREE = 0, STG_FILL, STG_COPY, STG_READY };
-struct stage {
-    uint8_t *buf;
-    void *ev;
-    struct pdr__op *op; /* holds a reference, and one of the op's busy counts while STG_COPY */
-    uint64_t off, len;  /* room offset and bytes */
-    int state;
-};
-enum { TX_IDLE = 0, TX_CTL, TX_DATA };
-/* rx_process results besides 0 and -1: the connection must move to another thread. */
-enum { RX_MIGRATE = 1 };
-
-/* A session: the connections between one decode engine and one prefill engine. Created by thread 0
- * (outbound: by a pull; inbound: by the first frame of an accepted control connection), listed in
- * tcp_state.sessions until it dies; freed when its last reference (the list's, each connection's)
- * goes. Fields marked (L) are under eng->lock, the rest belong to thread 0. */
-struct pdr__sess {
-    struct pdr__sess *next, *prev;
-    struct pdr__sess *dnext; /* eng->dead_sess (L) */
-    uint64_t id;
-    int refs;        /* (L) */
-    int dead;        /* (L) */
-    int status;      /* (L) why it died */
-    int dead_queued; /* (L) */
-    int outbound;
-    int hello_done; /* outbound: the peer's HELLO arrived and the data connections were opened */
-    int nconns;
-    struct pdr_xfer_hello peer_hello;
-    struct pdr__conn *ctl;
-    struct pdr__op *ops;             /* bound ops (L) */
-    size_t nops;                     /* (L) */
-    struct pdr__op *p_head, *p_tail; /* push ops with unclaimed bytes (L) */
-    char peer[96];
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
-    struct ipc_map *ipc; /* peer allocations opened by CUDA IPC, closed when the session dies */
-    size_t nipc, cipc;
-    struct rdma_link *rdma; /* the session's RDMA endpoint, or NULL */
-};
-
-struct ipc_map {
-    uint8_t handle[PDR_XFER_IPC_HANDLE];
-    int dev;
-    void *base;
-    uint64_t vmm_size; /* > 0: a VMM mapping of that size (pdr__cuda_vmm_unmap), else a legacy IPC one */
-};
-
-/* A VMM allocation this (decode) engine exported: the fd server holds its descriptor under id. */
-struct vmm_export {
-    void *base;
-    uint64_t size, block_id, id;
-};
-#define VMM_EXPORTS_MAX 1024
-/* A FETCH_IPC handle slot that names a VMM allocation instead of holding a CUipcMemHandle: this tag
- * (8 bytes with its NUL), then the exporter's fd server (pid u32 at 8, nonce u64 at 16), the
- * descriptor's id (u64 at 24) and the allocation's size (u64 at 32); the rest zero. */
-#define VMM_TAG "PDRVMM1"
-
-struct pdr__conn {
-    int tag; /* PDR__IO_CONN: first, see epoll data.ptr */
-    struct pdr__conn *next, *prev;
-    struct pdr__io *io;
-    struct pdr__sess *sess; /* holds a reference */
-    int index;
-    int fd;
-    int connecting;
-    int outbound;
-    int dead;
-    int hello_seen;
-    int migrate_to;
-    int attached;
-    uint32_t evmask;
-    char peer[96];
-
-    uint8_t *rbuf;
-    size_t rpos, rlen;
-    int rx_state;
-    struct pdr_xfer_hdr rh;
-    uint8_t *body;
-    size_t body_len, body_got;
-    uint8_t body_inl[64];
-    struct pdr__op *rx_op; /* holds a reference; NULL while discarding the payload of a failed room */
-    uint64_t rx_off, rx_left, rx_len;
-
-    struct ctl_msg *cq_head, *cq_tail;
-    int tx_state;
-    struct ctl_msg *tx_ctl;
-    size_t tx_sent;
-    uint8_t tx_hdr[PDR_XFER_HDR_LEN + PDR_XFER_DATA_PFX];
-    struct pdr__op *tx_op; /* holds a reference; NULL or dead: the rest of the frame is zeros */
-    uint64_t tx_off, tx_left, tx_len;
-
-    /* GPU staging: a ring of staging_chunks buffers, slots [stg_head, stg_head + stg_count) in issue
-     * order; allocated on the connection's first GPU room, freed with the connection. */
-    struct stage *stg;
-    size_t nstg, stg_head, stg_count;
-    void *stream;
-    int stg_dev;
-    int tx_stage;   /* slot whose buffer the current DATA frame sends, or -1 */
-    int rx_fill;    /* slot being filled from the socket, or -1 */
-    int rx_blocked; /* stopped reading: every slot busy */
-    uint64_t rx_fill_len;
-
-    struct pdr__parked *parked;
-    uint64_t last_live_ns; /* last byte received or DATA payload accepted by the kernel */
-    int hb_armed;          /* the session had pending rooms at the last heartbeat check */
-    uint64_t ping_ns;
-};
-
-#define IPC_MAX_DEVS 64
-
-struct tcp_state {
-    int listen_tag;
-    struct pdr__sess *sessions;
-    struct pdr_xfer_hello me;
-    struct pdr__op *ipc_pending;    /* pushes whose CUDA IPC copies are in flight (thread 0) */
-    void *ipc_stream[IPC_MAX_DEVS]; /* thread 0's stream per source device, for IPC copies */
-    struct pdr_rdma_ctx *rdma_ctx;  /* opened by the first RDMA room, closed at shutdown */
-    struct pdr__fdsrv *fdsrv;       /* started by the first VMM export (thread 0) */
-    pthread_mutex_t vx_lock;        /* vx: thread 0 exports, mem_unregister (any thread) forgets */
-    struct vmm_export *vx;          /* exported VMM allocations, oldest first */
-    size_t nvx, cvx;
-};
 
 static struct tcp_state *st(pdr_xfer_engine_t *eng)
 {

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "cuda.h"
+#include "gpu_cuda.h"
 #include "err.h"
 
 #define LEN (8u << 20)

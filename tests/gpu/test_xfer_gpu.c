@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cuda.h"
+#include "gpu_cuda.h"
 #include "err.h"
 #include "transport.h"
 #include "test_shim_util.h"

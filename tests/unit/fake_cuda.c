@@ -1,5 +1,5 @@
 /*
- * A fake of transport/cuda.h for CPU-only tests of the GPU paths (staging ring, event polling, IPC
+ * A fake of transport/gpu_cuda.h for CPU-only tests of the GPU paths (staging ring, event polling, IPC
  * bookkeeping): "device memory" is host memory handed out by pdr__cuda_mem_alloc and known to
  * pdr__cuda_ptr_info; an async copy or pattern fill is queued on its stream and done when an event
  * recorded after it has been queried FAKE_POLLS times (so the engine's pending paths run), when the
@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cuda.h"
+#include "gpu_cuda.h"
 #include "err.h"
 
 #define FAKE_POLLS 3

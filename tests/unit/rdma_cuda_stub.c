@@ -5,7 +5,7 @@
  */
 #include <stddef.h>
 
-#include "cuda.h"
+#include "gpu_cuda.h"
 #include "err.h"
 
 int pdr__cuda_dmabuf_fd(const void *p, size_t len, int *fd)

@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cuda.h"
+#include "gpu_cuda.h"
 
 static int executable(const char *path)
 {

@@ -13,10 +13,10 @@
 #include <string.h>
 
 #include "check.h"
-#include "cuda.h"
+#include "gpu_cuda.h"
 #include "err.h"
 
-/* Every entry point of cuda.h, called with plausible arguments, must answer PDR_ENOTSUP. */
+/* Every entry point of gpu_cuda.h, called with plausible arguments, must answer PDR_ENOTSUP. */
 static void check_all_unsupported(void)
 {
     CHECK(pdr__cuda_init() == PDR_ENOTSUP);

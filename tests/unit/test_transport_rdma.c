@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cuda.h"
+#include "gpu_cuda.h"
 #include "err.h"
 #include "rdma_fake_verbs.h"
 #include "transport.h"

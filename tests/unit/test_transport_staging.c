@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda.h"
+#include "gpu_cuda.h"
 #include "err.h"
 #include "transport.h"
 #include "test_shim_util.h"

@@ -1,6 +1,6 @@
 /*
  * pdxfer-bench — the transport benchmark (in the spirit of mooncake's transfer_engine_bench, in our
- * push/pull model). Uses only the public API of transport.h, plus transport/cuda.h to allocate GPU memory.
+ * push/pull model). Uses only the public API of transport.h, plus transport/gpu_cuda.h to allocate GPU memory.
  *
  *   pdxfer-bench --mode target --listen HOST:PORT [--backend B] [--mem host|cuda] [--device N] [--json]
  *   pdxfer-bench --mode initiator --peer HOST:PORT --backend tcp|rdma|cuda_ipc|auto --mem host|cuda
@@ -61,7 +61,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cuda.h"
+#include "gpu_cuda.h"
 #include "err.h"
 #include "transport.h"
 
