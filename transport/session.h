@@ -152,6 +152,24 @@ struct tcp_state {
 };
 
 /* -- cross-file functions (begin) -- */
+/* tcp.c */
+struct tcp_state *pdr__tcp_st(pdr_xfer_engine_t *eng);
+void pdr__conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status);
+void pdr__cq_append(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct ctl_msg *m);
+int pdr__queue_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint8_t type, uint64_t room, uint64_t xid,
+                   uint64_t value, int32_t code);
+int pdr__io_bind(struct pdr__io *io, int dev);
+void pdr__tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code);
+/* mover_rdma.c */
+void pdr__mv_rdma_link_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s);
+struct ctl_msg *pdr__mv_rdma_fetch_msg(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op,
+                                       int *rc);
+int pdr__mv_rdma_push_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s,
+                            const uint8_t *body, size_t len);
+int pdr__mv_rdma_on_ready(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, const uint8_t *body,
+                          size_t len);
+void pdr__mv_rdma_on_go(pdr_xfer_engine_t *eng, struct pdr__sess *s);
+void pdr__mv_rdma_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s);
 /* -- cross-file functions (end) -- */
 
 #endif

@@ -17,7 +17,7 @@
  *    descriptor limit, and a control-frame queue of a few frames per pending room. Payload goes
  *    straight between the socket and the room's segments (readv/sendmsg), never through a copy
  *    proportional to the room size.
- *  - Nothing here touches a connection after conn_fail(): functions that can fail a connection return
+ *  - Nothing here touches a connection after pdr__conn_fail(): functions that can fail a connection return
  *    -1 and their callers stop. Failed connections are freed at the end of their thread's loop turn.
  */
 #define _GNU_SOURCE
@@ -42,7 +42,7 @@
 
 static const uint8_t zeros[64 << 10];
 
-static struct tcp_state *st(pdr_xfer_engine_t *eng)
+struct tcp_state *pdr__tcp_st(pdr_xfer_engine_t *eng)
 {
     return eng->be_state;
 }
@@ -102,7 +102,7 @@ static struct pdr__sess *sess_new(pdr_xfer_engine_t *eng, int outbound, uint64_t
     s->outbound = outbound;
     s->id = id;
     snprintf(s->peer, sizeof(s->peer), "%s", peer);
-    struct tcp_state *ts = st(eng);
+    struct tcp_state *ts = pdr__tcp_st(eng);
     s->next = ts->sessions;
     if (ts->sessions != NULL)
         ts->sessions->prev = s;
@@ -227,7 +227,7 @@ static void sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status);
 static void drop_parked_all(pdr_xfer_engine_t *eng, struct pdr__conn *c);
 
 /* Closes the connection; its session dies with status (thread 0 does that; other threads post it). */
-static void conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status)
+void pdr__conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status)
 {
     if (c->dead)
         return;
@@ -266,7 +266,7 @@ static void conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status)
 
 /* ---- control frames ---- */
 
-static void cq_append(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct ctl_msg *m)
+void pdr__cq_append(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct ctl_msg *m)
 {
     if (c->cq_tail != NULL)
         c->cq_tail->next = m;
@@ -277,20 +277,20 @@ static void cq_append(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct ctl_ms
         conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
 }
 
-static int queue_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint8_t type, uint64_t room, uint64_t xid,
-                     uint64_t value, int32_t code)
+int pdr__queue_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint8_t type, uint64_t room, uint64_t xid,
+                   uint64_t value, int32_t code)
 {
     if (c == NULL || c->dead)
         return 0;
     struct ctl_msg *m = calloc(1, sizeof(*m));
     if (m == NULL) {
         /* The peer would wait for a frame that never comes: fail the session rather than hang it. */
-        conn_fail(eng, c, PDR_ENOMEM);
+        pdr__conn_fail(eng, c, PDR_ENOMEM);
         return -1;
     }
     m->data = m->inl;
     m->len = pdr__xfer_ctl_encode(m->inl, type, room, xid, value, code);
-    cq_append(eng, c, m);
+    pdr__cq_append(eng, c, m);
     return 0;
 }
 
@@ -304,7 +304,7 @@ static int queue_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t ses
         free(buf);
         return PDR_ENOMEM;
     }
-    struct pdr_xfer_hello h = st(eng)->me;
+    struct pdr_xfer_hello h = pdr__tcp_st(eng)->me;
     pthread_mutex_lock(&eng->lock);
     if (eng->has_cuda)
         h.caps |= PDR_XFER_CAP_CUDA;
@@ -314,7 +314,7 @@ static int queue_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t ses
     h.nconns = nconns;
     m->data = buf;
     m->len = pdr__xfer_hello_encode(buf, &h);
-    cq_append(eng, c, m);
+    pdr__cq_append(eng, c, m);
     return 0;
 }
 
@@ -361,10 +361,10 @@ static int seg_iov_at(const struct pdr__op *op, uint64_t off, uint64_t max, stru
  * copied to the destination with cuMemcpyHtoDAsync; the bytes count toward the room (and so toward its
  * ACK) only when that copy's event completed. Events are polled (cuEventQuery) every loop turn while
  * copies are pending, never waited for. Every CUDA call is preceded by binding the thread to the
- * primary context of the memory's device (io_bind), never device 0 implicitly.
+ * primary context of the memory's device (pdr__io_bind), never device 0 implicitly.
  */
 
-static int io_bind(struct pdr__io *io, int dev)
+int pdr__io_bind(struct pdr__io *io, int dev)
 {
     if (io != NULL && io->cuda_dev == dev)
         return 0;
@@ -394,7 +394,7 @@ static int stage_init(pdr_xfer_engine_t *eng, struct pdr__conn *c, int dev)
         return 0;
     if (c->stg != NULL && c->stg_count > 0)
         return PDR_EAGAIN;
-    int rc = io_bind(c->io, dev);
+    int rc = pdr__io_bind(c->io, dev);
     if (rc != 0)
         return rc;
     if (c->stg == NULL) {
@@ -412,9 +412,9 @@ static int stage_init(pdr_xfer_engine_t *eng, struct pdr__conn *c, int dev)
             pdr__stats_staging(eng, (int64_t)eng->opts.chunk_bytes);
         }
     } else {
-        if (c->stg_dev >= 0 && io_bind(c->io, c->stg_dev) == 0)
+        if (c->stg_dev >= 0 && pdr__io_bind(c->io, c->stg_dev) == 0)
             stage_destroy_handles(c);
-        rc = io_bind(c->io, dev);
+        rc = pdr__io_bind(c->io, dev);
     }
     c->stg_dev = dev;
     if (rc == 0)
@@ -486,7 +486,7 @@ static size_t stage_poll(pdr_xfer_engine_t *eng, struct pdr__conn *c, int block)
             pending++;
             continue;
         }
-        io_bind(c->io, c->stg_dev);
+        pdr__io_bind(c->io, c->stg_dev);
         int rc = block ? pdr__cuda_event_sync(g->ev) : pdr__cuda_event_query(g->ev);
         if (rc == PDR_EAGAIN) {
             stop = 1; /* later copies on the stream are not done either */
@@ -532,7 +532,7 @@ static int stage_issue(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct stage
 {
     if (pdr__op_enter(op) != 0)
         return PDR_ECANCELED;
-    int rc = io_bind(c->io, op->dev);
+    int rc = pdr__io_bind(c->io, op->dev);
     struct iovec iov[MAX_IOV];
     uint64_t done = 0;
     while (rc == 0 && done < g->len) {
@@ -615,7 +615,7 @@ static void push_list_del(struct pdr__sess *s, struct pdr__op *op)
 
 static int same_host(pdr_xfer_engine_t *eng, const struct pdr__sess *s)
 {
-    return pdr__xfer_hello_same_host(&s->peer_hello, &st(eng)->me);
+    return pdr__xfer_hello_same_host(&s->peer_hello, &pdr__tcp_st(eng)->me);
 }
 
 /* Maps the VMM allocation a handle slot names: its descriptor comes from the exporter's fd server. */
@@ -655,7 +655,7 @@ static int ipc_map_get(pdr_xfer_engine_t *eng, struct pdr__sess *s, const uint8_
         s->ipc = m;
         s->cipc = cap;
     }
-    int rc = io_bind(&eng->io[0], dev);
+    int rc = pdr__io_bind(&eng->io[0], dev);
     uint64_t vmm_size = 0;
     if (rc == 0 && memcmp(handle, VMM_TAG, sizeof(VMM_TAG)) == 0)
         rc = vmm_open(handle, dev, base, &vmm_size);
@@ -674,7 +674,7 @@ static int ipc_map_get(pdr_xfer_engine_t *eng, struct pdr__sess *s, const uint8_
 static void ipc_map_close(struct pdr__io *io, struct pdr__sess *s)
 {
     for (size_t i = 0; i < s->nipc; i++) {
-        if (io_bind(io, s->ipc[i].dev) != 0)
+        if (pdr__io_bind(io, s->ipc[i].dev) != 0)
             continue;
         if (s->ipc[i].vmm_size > 0)
             pdr__cuda_vmm_unmap(s->ipc[i].base, s->ipc[i].vmm_size);
@@ -696,8 +696,8 @@ static int ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__ses
     int dev = op->dev;
     if (pdr__xfer_fetch_ipc_decode(body, len, &fd, &d) != 0 || dev < 0 || dev >= IPC_MAX_DEVS)
         return PDR_EINVAL;
-    struct tcp_state *ts = st(eng);
-    int rc = io_bind(&eng->io[0], dev);
+    struct tcp_state *ts = pdr__tcp_st(eng);
+    int rc = pdr__io_bind(&eng->io[0], dev);
     if (rc == 0 && ts->ipc_stream[dev] == NULL)
         rc = pdr__cuda_stream_create(&ts->ipc_stream[dev]);
     void *ev = NULL;
@@ -752,13 +752,13 @@ static int ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__ses
 /* Takes op off the pending list once its copies are done (waits for them). */
 static void ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
-    struct pdr__op **pp = &st(eng)->ipc_pending;
+    struct pdr__op **pp = &pdr__tcp_st(eng)->ipc_pending;
     while (*pp != NULL && *pp != op)
         pp = &(*pp)->ipc_next;
     if (*pp == op)
         *pp = op->ipc_next;
     op->ipc_next = NULL;
-    io_bind(&eng->io[0], op->dev);
+    pdr__io_bind(&eng->io[0], op->dev);
     pdr__cuda_event_destroy(op->ipc_ev);
     op->ipc_ev = NULL;
     pdr__op_leave(op);
@@ -768,10 +768,10 @@ static void ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op)
 static int ipc_poll(pdr_xfer_engine_t *eng)
 {
     int pending = 0;
-    struct pdr__op *op = st(eng)->ipc_pending;
+    struct pdr__op *op = pdr__tcp_st(eng)->ipc_pending;
     while (op != NULL) {
         struct pdr__op *next = op->ipc_next;
-        io_bind(&eng->io[0], op->dev);
+        pdr__io_bind(&eng->io[0], op->dev);
         int rc = pdr__cuda_event_query(op->ipc_ev);
         if (rc == PDR_EAGAIN) {
             pending++;
@@ -782,468 +782,12 @@ static int ipc_poll(pdr_xfer_engine_t *eng)
                 pdr__op_complete(eng, op, rc, rc);
             } else if (op->sess != NULL) {
                 op->state = PDR__OP_DRAINED;
-                queue_ctl(eng, op->sess->ctl, PDR_XF_IPC_DONE, op->room, op->xid, op->total, 0);
+                pdr__queue_ctl(eng, op->sess->ctl, PDR_XF_IPC_DONE, op->room, op->xid, op->total, 0);
             }
         }
         op = next;
     }
     return pending;
-}
-
-/* ---- RDMA (thread 0) ----
- *
- * With backend auto (or rdma) and PDR_XFER_CAP_RDMA in both HELLOs, a pull registers its destination
- * and sends FETCH_RDMA (its endpoint, its memory with rkeys, a 32-bit tag). The prefill keeps one
- * endpoint per session (struct rdma_link, nqp = PDR_RDMA_DEFAULT_NQP): when it has none, or the decode's
- * endpoint bytes differ from those it connected to (the decode recreated its endpoint), it creates one,
- * connects it to the decode's and answers RDMA_READY with its own; the decode connects its side and
- * answers RDMA_GO; only then does the prefill post pdr__rdma_write_room (rooms that arrive meanwhile
- * wait for the GO). The decode completes a room on its immediate (every byte is placed, by rdma.h's
- * completion rule), without a completion frame; the prefill completes on write_room's done_cb(0).
- * A failed room kills the session's endpoint on the side that saw it (its other rooms fail with
- * PDR_EPEERGONE); the next room creates a new one. A room that ends without its bytes on the decode
- * (error, cancel, deadline) destroys the decode's endpoint before deregistering its memory, and an
- * unfinished push destroys the prefill's endpoint before its memory is released: no QP can touch a
- * completed room's memory. Memory inside a region registered with pdr_xfer_mem_register uses the
- * region's cached MR (one per region, made on first RDMA use, refcounted by the rooms that use it:
- * rdma_mem_ref); other memory is registered per room. The blocking verbs calls (open, ep_create,
- * ep_connect, reg, dereg, destroy) run here on thread 0: a documented bounded cost (open and endpoints
- * once per session; a registered region once; other memory once per room, proportional to its size).
- */
-struct rdma_link {
-    pdr_xfer_engine_t *eng;
-    struct pdr__sess *sess;
-    struct pdr_rdma_ep *ep;
-    struct pdr_rdma_ep_info mine;
-    uint8_t peer_ep[PDR_RDMA_EP_MAX_BYTES]; /* prefill: the decode endpoint it connected to */
-    size_t peer_len;
-    int connected; /* decode: connected to the prefill's endpoint; prefill: RDMA_GO arrived */
-};
-
-struct rdma_room {
-    pdr_xfer_engine_t *eng;
-    struct pdr__op *op;
-    struct rdma_link *link;   /* (L): cleared when the link dies */
-    struct pdr_rdma_mr **mrs; /* per-room registrations (memory outside registered regions) */
-    size_t nmr;
-    struct pdr_xfer_memreg **regs; /* registered regions whose cached MR this room holds a ref on */
-    size_t nregs;
-    struct pdr_rdma_seg *local, *remote;
-    uint32_t nlocal, nremote;
-    uint32_t tag;
-    int posted;  /* push: write_room accepted, done_cb pending until done */
-    int done;    /* push: done_cb ran (L) */
-    int status;  /* push: done_cb's status (L) */
-    int got;     /* pull: the immediate arrived (L) */
-    int wait_go; /* push: waiting for RDMA_GO */
-};
-
-static int rdma_ctx_get(pdr_xfer_engine_t *eng, int dev, struct pdr_rdma_ctx **ctx)
-{
-    struct tcp_state *ts = st(eng);
-    if (ts->rdma_ctx == NULL) {
-        char bus[32];
-        const char *gpu = NULL;
-        if (dev >= 0 && pdr__cuda_pci_bus_id(dev, bus, sizeof(bus)) == 0)
-            gpu = bus;
-        int err = 0;
-        ts->rdma_ctx = pdr__rdma_open(NULL, gpu, &err);
-        if (ts->rdma_ctx == NULL)
-            return err != 0 ? err : PDR_EIO;
-        pdr_info("transport: RDMA device %s opened", pdr__rdma_dev_name(ts->rdma_ctx));
-    }
-    *ctx = ts->rdma_ctx;
-    return 0;
-}
-
-/* The decode's immediate: room tag32 of this link is in memory (completion thread). */
-static void rdma_on_imm(void *arg, uint32_t tag32)
-{
-    struct rdma_link *l = arg;
-    pdr_xfer_engine_t *eng = l->eng;
-    pthread_mutex_lock(&eng->lock);
-    for (struct pdr__op *op = l->sess->ops; op != NULL; op = op->snext) {
-        struct rdma_room *r = op->rdma;
-        if (op->kind == PDR__OP_PULL && r != NULL && r->link == l && r->tag == tag32 && !r->got) {
-            r->got = 1;
-            op->got = op->total;
-            pdr__op_ready_locked(eng, op, PDR__READY_GOT);
-            break;
-        }
-    }
-    pthread_mutex_unlock(&eng->lock);
-}
-
-/* The prefill's room finished (completion thread, or inside ep_destroy). */
-static void rdma_on_done(void *arg, int status)
-{
-    struct rdma_room *r = arg;
-    pdr_xfer_engine_t *eng = r->eng;
-    struct pdr__op *op = r->op;
-    pthread_mutex_lock(&eng->lock);
-    r->done = 1;
-    r->status = status;
-    if (status == 0) {
-        op->sent = op->total;
-        pdr__op_ready_locked(eng, op, PDR__READY_SENT);
-    } else {
-        op->fail_status = status == PDR_ECLOSED ? PDR_EPEERGONE : status;
-        pdr__op_ready_locked(eng, op, PDR__READY_FAIL);
-    }
-    pthread_mutex_unlock(&eng->lock);
-    pdr__op_unref(eng, op); /* write_room's reference */
-}
-
-/* Destroys s's endpoint (never from a module callback, eng->lock not held): its rooms not finished fail
- * with PDR_EPEERGONE through the ready list; the caller's own room (if any) is completing already. */
-static void rdma_link_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s)
-{
-    struct rdma_link *l = s->rdma;
-    if (l == NULL)
-        return;
-    s->rdma = NULL;
-    pdr__rdma_ep_destroy(l->ep); /* push rooms posted on it get done_cb(PDR_ECLOSED) in here */
-    pthread_mutex_lock(&eng->lock);
-    for (struct pdr__op *op = s->ops; op != NULL; op = op->snext) {
-        struct rdma_room *r = op->rdma;
-        if (r == NULL || r->link != l)
-            continue;
-        r->link = NULL;
-        if (!r->got && !r->done && !__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
-            op->fail_status = PDR_EPEERGONE;
-            pdr__op_ready_locked(eng, op, PDR__READY_FAIL);
-        }
-    }
-    pthread_mutex_unlock(&eng->lock);
-    free(l);
-}
-
-static int rdma_link_new(pdr_xfer_engine_t *eng, struct pdr__sess *s, int dev, struct rdma_link **out)
-{
-    struct pdr_rdma_ctx *ctx;
-    int rc = rdma_ctx_get(eng, dev, &ctx);
-    if (rc != 0)
-        return rc;
-    struct rdma_link *l = calloc(1, sizeof(*l));
-    if (l == NULL)
-        return PDR_ENOMEM;
-    l->eng = eng;
-    l->sess = s;
-    rc = pdr__rdma_ep_create(ctx, PDR_RDMA_DEFAULT_NQP, &l->ep, &l->mine);
-    if (rc != 0) {
-        free(l);
-        return rc;
-    }
-    pdr__rdma_set_imm_cb(l->ep, rdma_on_imm, l);
-    s->rdma = l;
-    *out = l;
-    return 0;
-}
-
-/* Drops a room's reference on a registered region's MR; frees the region (and its MR) when
- * pdr_xfer_mem_unregister already unlinked it and this was the last room using it. */
-static void rdma_mem_unref(pdr_xfer_engine_t *eng, struct pdr_xfer_memreg *m)
-{
-    pthread_mutex_lock(&eng->lock);
-    int last = --m->rdma_refs == 0 && m->unlinked;
-    pthread_mutex_unlock(&eng->lock);
-    if (last) {
-        pdr__rdma_dereg(m->rdma_mr);
-        free(m);
-    }
-}
-
-/* The cached MR of the registered region that holds [addr, addr+len), registered now if this is the
- * region's first RDMA use; takes a reference on the region (r->regs) so that an unregister meanwhile
- * cannot release the MR under the room. Returns 0 with the keys, PDR_ENOROOM when no registered region
- * holds the whole range (the caller registers it per room), or the registration's error. */
-static int rdma_mem_ref(pdr_xfer_engine_t *eng, struct pdr_rdma_ctx *ctx, struct rdma_room *r, void *addr,
-                        size_t len, uint32_t *lkey, uint32_t *rkey)
-{
-    uintptr_t a = (uintptr_t)addr;
-    struct pdr_xfer_memreg *m;
-    pthread_mutex_lock(&eng->lock);
-    for (m = eng->mem; m != NULL; m = m->next) {
-        uintptr_t b = (uintptr_t)m->addr;
-        if (a >= b && a - b < m->len && len <= m->len - (a - b))
-            break;
-    }
-    if (m != NULL)
-        m->rdma_refs++;
-    pthread_mutex_unlock(&eng->lock);
-    if (m == NULL)
-        return PDR_ENOROOM;
-    r->regs[r->nregs++] = m;
-    if (m->rdma_mr == NULL) { /* only thread 0 registers, so nobody else is doing this now */
-        struct pdr_rdma_mr *mr;
-        uint32_t lk, rk;
-        int rc = pdr__rdma_reg(ctx, m->addr, m->len, m->kind == PDR_XFER_MEM_CUDA, &mr, &lk, &rk);
-        if (rc != 0)
-            return rc; /* the reference is dropped by rdma_room_free */
-        pthread_mutex_lock(&eng->lock);
-        m->rdma_mr = mr;
-        m->rdma_lkey = lk;
-        m->rdma_rkey = rk;
-        pthread_mutex_unlock(&eng->lock);
-    }
-    *lkey = m->rdma_lkey;
-    *rkey = m->rdma_rkey;
-    return 0;
-}
-
-/* Releases a room's registrations and region references; its link must no longer be able to touch
- * them. */
-static void rdma_room_free(struct rdma_room *r)
-{
-    for (size_t i = 0; i < r->nmr; i++)
-        pdr__rdma_dereg(r->mrs[i]);
-    for (size_t i = 0; i < r->nregs; i++)
-        rdma_mem_unref(r->eng, r->regs[i]);
-    free(r->regs);
-    free(r->mrs);
-    free(r->local);
-    free(r->remote);
-    free(r);
-}
-
-/* Fills r->local with op's non-empty segments and their keys (lkeys; for a pull the rkeys it sends):
- * a segment inside a region registered with pdr_xfer_mem_register uses that region's cached MR (the
- * keys cover the whole region, the address stays absolute), any other is registered for this room. */
-static int rdma_room_reg(pdr_xfer_engine_t *eng, struct pdr__op *op, struct rdma_room *r)
-{
-    struct pdr_rdma_ctx *ctx;
-    int rc = rdma_ctx_get(eng, op->dev, &ctx);
-    if (rc != 0)
-        return rc;
-    if (op->nseg > PDR_RDMA_MAX_SEGS)
-        return PDR_ETOOBIG;
-    r->mrs = calloc(op->nseg + 1, sizeof(*r->mrs));
-    r->regs = calloc(op->nseg + 1, sizeof(*r->regs));
-    r->local = calloc(op->nseg + 1, sizeof(*r->local));
-    if (r->mrs == NULL || r->regs == NULL || r->local == NULL)
-        return PDR_ENOMEM;
-    if (op->dev >= 0 && (rc = io_bind(&eng->io[0], op->dev)) != 0)
-        return rc;
-    for (size_t i = 0; i < op->nseg; i++) {
-        if (op->segs[i].len == 0)
-            continue;
-        uint32_t lkey, rkey;
-        rc = rdma_mem_ref(eng, ctx, r, op->segs[i].addr, op->segs[i].len, &lkey, &rkey);
-        if (rc == PDR_ENOROOM) {
-            rc = pdr__rdma_reg(ctx, op->segs[i].addr, op->segs[i].len, op->dev >= 0, &r->mrs[r->nmr], &lkey,
-                               &rkey);
-            if (rc == 0)
-                r->nmr++;
-        }
-        if (rc != 0)
-            return rc;
-        r->local[r->nlocal].addr = (uint64_t)(uintptr_t)op->segs[i].addr;
-        r->local[r->nlocal].len = op->segs[i].len;
-        r->local[r->nlocal].key = op->kind == PDR__OP_PULL ? rkey : lkey;
-        r->nlocal++;
-    }
-    return 0;
-}
-
-/* Decode: a FETCH_RDMA message for op on session s, or NULL (rc says why). */
-static struct ctl_msg *rdma_fetch_msg(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op,
-                                      int *rc)
-{
-    struct rdma_link *l = s->rdma;
-    if (l == NULL && (*rc = rdma_link_new(eng, s, op->dev, &l)) != 0)
-        return NULL;
-    struct rdma_room *r = calloc(1, sizeof(*r));
-    if (r == NULL) {
-        *rc = PDR_ENOMEM;
-        return NULL;
-    }
-    r->eng = eng;
-    r->op = op;
-    r->tag = (uint32_t)op->xid;
-    if ((*rc = rdma_room_reg(eng, op, r)) != 0) {
-        rdma_room_free(r);
-        return NULL;
-    }
-    uint8_t ep[PDR_RDMA_EP_MAX_BYTES];
-    size_t eplen = pdr__rdma_pack_ep(&l->mine, ep, sizeof(ep));
-    size_t memcap = pdr__rdma_mem_wire_size(r->nlocal);
-    uint8_t *mem = malloc(memcap);
-    size_t memlen = mem != NULL ? pdr__rdma_pack_mem(r->local, r->nlocal, mem, memcap) : 0;
-    size_t len = pdr__xfer_fetch_rdma_size((uint32_t)op->nseg, eplen, memlen);
-    struct ctl_msg *m = calloc(1, sizeof(*m));
-    uint8_t *buf = malloc(len);
-    if (eplen == 0 || memlen == 0 || m == NULL || buf == NULL) {
-        free(mem);
-        free(m);
-        free(buf);
-        rdma_room_free(r);
-        *rc = PDR_ENOMEM;
-        return NULL;
-    }
-    m->data = buf;
-    m->len = pdr__xfer_fetch_rdma_encode(buf, len, op->room, op->xid, op->total, op->timeout_ms,
-                                         &op->segs[0].len, sizeof(pdr_xfer_seg_t), (uint32_t)op->nseg, r->tag,
-                                         ep, eplen, mem, memlen);
-    free(mem);
-    r->link = l;
-    op->rdma = r;
-    return m;
-}
-
-/* Prefill: posts a room whose link is connected. */
-static void rdma_post(pdr_xfer_engine_t *eng, struct pdr__op *op)
-{
-    struct rdma_room *r = op->rdma;
-    pthread_mutex_lock(&eng->lock);
-    op->refs++; /* dropped by rdma_on_done */
-    pthread_mutex_unlock(&eng->lock);
-    r->wait_go = 0;
-    r->posted = 1;
-    int rc = pdr__rdma_write_room(r->link->ep, r->tag, r->local, r->nlocal, r->remote, r->nremote,
-                                  rdma_on_done, r);
-    if (rc != 0) {
-        r->posted = 0;
-        pdr__op_unref(eng, op);
-        pdr_warn("transport: rdma write of room %llu failed (%s)", (unsigned long long)op->room,
-                 pdr_strerror(rc));
-        pdr__op_complete(eng, op, rc, rc);
-    }
-}
-
-/* Prefill: serves op (matched with a FETCH_RDMA body) by RDMA. 0, or a PDR_E* code (nothing started). */
-static int rdma_push_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s,
-                           const uint8_t *body, size_t len)
-{
-    struct pdr_xfer_fetch_desc fd;
-    struct pdr_xfer_rdma_desc rd;
-    struct pdr_rdma_ep_info peer;
-    if (pdr__xfer_fetch_rdma_decode(body, len, &fd, &rd) != 0 ||
-        pdr__rdma_unpack_ep(rd.ep, rd.eplen, &peer) != 0)
-        return PDR_EPROTO;
-    struct rdma_room *r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return PDR_ENOMEM;
-    r->eng = eng;
-    r->op = op;
-    r->tag = rd.tag;
-    r->remote = calloc(rd.nseg, sizeof(*r->remote));
-    uint64_t total;
-    int rc = r->remote == NULL ? PDR_ENOMEM : 0;
-    if (rc == 0)
-        rc = pdr__rdma_unpack_mem(rd.mem, rd.memlen, r->remote, rd.nseg, &r->nremote, &total);
-    if (rc == 0)
-        rc = rdma_room_reg(eng, op, r);
-    if (rc != 0) {
-        rdma_room_free(r);
-        return rc;
-    }
-    struct rdma_link *l = s->rdma;
-    if (l != NULL && (l->peer_len != rd.eplen || memcmp(l->peer_ep, rd.ep, rd.eplen) != 0))
-        rdma_link_kill(eng, s); /* the decode has a new endpoint: its old one is gone */
-    l = s->rdma;
-    if (l == NULL) {
-        rc = rdma_link_new(eng, s, op->dev, &l);
-        if (rc == 0 && (rc = pdr__rdma_ep_connect(l->ep, &peer)) != 0)
-            rdma_link_kill(eng, s);
-        if (rc != 0) {
-            rdma_room_free(r);
-            return rc;
-        }
-        memcpy(l->peer_ep, rd.ep, rd.eplen);
-        l->peer_len = rd.eplen;
-        uint8_t ep[PDR_RDMA_EP_MAX_BYTES];
-        size_t eplen = pdr__rdma_pack_ep(&l->mine, ep, sizeof(ep));
-        size_t flen = PDR_XFER_HDR_LEN + PDR_XFER_RDMA_READY_FIXED + eplen;
-        struct ctl_msg *m = calloc(1, sizeof(*m));
-        uint8_t *buf = malloc(flen);
-        if (m == NULL || buf == NULL || eplen == 0) {
-            free(m);
-            free(buf);
-            rdma_link_kill(eng, s);
-            rdma_room_free(r);
-            return PDR_ENOMEM;
-        }
-        m->data = buf;
-        m->len = pdr__xfer_rdma_ready_encode(buf, flen, op->room, fd.xid, peer.qpn[0], ep, eplen);
-        cq_append(eng, s->ctl, m);
-    }
-    r->link = l;
-    op->rdma = r;
-    op->backend = "rdma";
-    if (l->connected)
-        rdma_post(eng, op);
-    else
-        r->wait_go = 1;
-    return 0;
-}
-
-/* Decode: the prefill's endpoint for ours. */
-static int rdma_on_ready(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, const uint8_t *body,
-                         size_t len)
-{
-    uint64_t xid;
-    uint32_t qpn0;
-    const uint8_t *epb;
-    size_t eplen;
-    struct pdr_rdma_ep_info peer;
-    struct pdr__sess *s = c->sess;
-    if (!c->outbound || s == NULL || pdr__xfer_rdma_ready_decode(body, len, &xid, &qpn0, &epb, &eplen) != 0 ||
-        pdr__rdma_unpack_ep(epb, eplen, &peer) != 0) {
-        conn_fail(eng, c, PDR_EPROTO);
-        return -1;
-    }
-    struct rdma_link *l = s->rdma;
-    if (l == NULL || l->connected || l->mine.qpn[0] != qpn0)
-        return 0; /* for an endpoint we already dropped */
-    int rc = pdr__rdma_ep_connect(l->ep, &peer);
-    if (rc != 0) {
-        pdr_warn("transport: rdma connect to %s failed (%s)", s->peer, pdr_strerror(rc));
-        rdma_link_kill(eng, s);
-        return 0;
-    }
-    l->connected = 1;
-    return queue_ctl(eng, c, PDR_XF_RDMA_GO, room, xid, 0, 0);
-}
-
-/* Prefill: the decode connected its side: post every room that waited. */
-static void rdma_on_go(pdr_xfer_engine_t *eng, struct pdr__sess *s)
-{
-    struct rdma_link *l = s->rdma;
-    if (l == NULL || l->connected)
-        return;
-    l->connected = 1;
-    for (;;) {
-        struct pdr__op *op;
-        pthread_mutex_lock(&eng->lock);
-        for (op = s->ops; op != NULL; op = op->snext) {
-            struct rdma_room *r = op->rdma;
-            if (op->kind == PDR__OP_PUSH && r != NULL && r->wait_go && r->link == l)
-                break;
-        }
-        pthread_mutex_unlock(&eng->lock);
-        if (op == NULL)
-            return;
-        rdma_post(eng, op);
-        if (s->rdma != l)
-            return;
-    }
-}
-
-/* From tcp_abort: releases op's RDMA state, first destroying the endpoint if it may still touch it. */
-static void rdma_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s)
-{
-    struct rdma_room *r = op->rdma;
-    if (r == NULL)
-        return;
-    pthread_mutex_lock(&eng->lock);
-    struct rdma_link *l = r->link;
-    int safe = op->kind == PDR__OP_PULL ? r->got || op->done_seen : !r->posted || (r->done && r->status == 0);
-    int dead_ep = op->kind == PDR__OP_PUSH && r->done && r->status != 0;
-    pthread_mutex_unlock(&eng->lock);
-    if (l != NULL && s != NULL && s->rdma == l && (!safe || dead_ep))
-        rdma_link_kill(eng, s);
-    op->rdma = NULL;
-    rdma_room_free(r);
 }
 
 /* Serves a FETCH (xid, total; ipc: its FETCH_IPC or FETCH_RDMA body, per ext_type, or NULL) of op's
@@ -1255,7 +799,7 @@ static void push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__c
     if (rdma_body != NULL)
         ipc = NULL;
     if (total != op->total) {
-        if (queue_ctl(eng, c, PDR_XF_ERROR, op->room, xid, 0, PDR_ESIZE) != 0)
+        if (pdr__queue_ctl(eng, c, PDR_XF_ERROR, op->room, xid, 0, PDR_ESIZE) != 0)
             return;
         pdr__op_complete(eng, op, PDR_ESIZE, 0);
         return;
@@ -1269,14 +813,14 @@ static void push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__c
         pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
         return;
     }
-    int want_rdma = rdma_body != NULL && op->total > 0 && (st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
+    int want_rdma = rdma_body != NULL && op->total > 0 && (pdr__tcp_st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
                     (eng->backend_forced == PDR__BE_AUTO || eng->backend_forced == PDR__BE_RDMA);
     if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 && !want_rdma) {
         pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
         return;
     }
     if (want_rdma) {
-        int rc = rdma_push_start(eng, op, c->sess, rdma_body, ipc_len);
+        int rc = pdr__mv_rdma_push_start(eng, op, c->sess, rdma_body, ipc_len);
         if (rc == 0)
             return;
         if (eng->backend_forced == PDR__BE_RDMA) {
@@ -1300,7 +844,7 @@ static void push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__c
     }
     if (op->total == 0) {
         op->state = PDR__OP_DRAINED;
-        queue_ctl(eng, c, PDR_XF_DONE, op->room, op->xid, 0, 0);
+        pdr__queue_ctl(eng, c, PDR_XF_DONE, op->room, op->xid, 0, 0);
         return;
     }
     pthread_mutex_lock(&eng->lock);
@@ -1359,7 +903,8 @@ static void drop_parked_all(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 
 static void tcp_start_push(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
-    if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 && !(st(eng)->me.caps & PDR_XFER_CAP_RDMA)) {
+    if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 &&
+        !(pdr__tcp_st(eng)->me.caps & PDR_XFER_CAP_RDMA)) {
         pdr__op_complete(eng, op, PDR_ENOTSUP, 0); /* no RDMA device here */
         return;
     }
@@ -1422,7 +967,7 @@ static struct pdr__sess *sess_open(pdr_xfer_engine_t *eng, struct pdr__op *op, i
     }
     struct pdr__sess *s = sess_new(eng, 1, pdr_random_room(), op->peer);
     if (s == NULL) {
-        conn_fail(eng, c, PDR_ENOMEM);
+        pdr__conn_fail(eng, c, PDR_ENOMEM);
         *err = PDR_ENOMEM;
         return NULL;
     }
@@ -1431,7 +976,7 @@ static struct pdr__sess *sess_open(pdr_xfer_engine_t *eng, struct pdr__op *op, i
     conn_join(eng, c, s, 0);
     s->ctl = c;
     if (queue_hello(eng, c, s->id, 0, (uint32_t)eng->opts.conns_per_peer) != 0) {
-        conn_fail(eng, c, PDR_ENOMEM);
+        pdr__conn_fail(eng, c, PDR_ENOMEM);
         *err = PDR_ENOMEM;
         return NULL;
     }
@@ -1481,16 +1026,16 @@ static int vmm_handle_locked(pdr_xfer_engine_t *eng, const struct pdr_cuda_range
 
 static int vmm_handle(pdr_xfer_engine_t *eng, const struct pdr_cuda_range *r, uint8_t h[PDR_XFER_IPC_HANDLE])
 {
-    pthread_mutex_lock(&st(eng)->vx_lock);
+    pthread_mutex_lock(&pdr__tcp_st(eng)->vx_lock);
     int rc = vmm_handle_locked(eng, r, h);
-    pthread_mutex_unlock(&st(eng)->vx_lock);
+    pthread_mutex_unlock(&pdr__tcp_st(eng)->vx_lock);
     return rc;
 }
 
 /* The region [addr, addr+len) was unregistered: its exports go (their descriptors pinned the memory). */
 static void tcp_mem_unregistered(pdr_xfer_engine_t *eng, const void *addr, size_t len)
 {
-    struct tcp_state *ts = st(eng);
+    struct tcp_state *ts = pdr__tcp_st(eng);
     if (ts == NULL)
         return;
     pthread_mutex_lock(&ts->vx_lock);
@@ -1509,7 +1054,7 @@ static void tcp_mem_unregistered(pdr_xfer_engine_t *eng, const void *addr, size_
 static int vmm_handle_locked(pdr_xfer_engine_t *eng, const struct pdr_cuda_range *r,
                              uint8_t h[PDR_XFER_IPC_HANDLE])
 {
-    struct tcp_state *ts = st(eng);
+    struct tcp_state *ts = pdr__tcp_st(eng);
     struct vmm_export *x = NULL;
     for (size_t i = 0; i < ts->nvx; i++) {
         if (ts->vx[i].base != r->base)
@@ -1577,7 +1122,7 @@ static struct ctl_msg *fetch_ipc_msg(pdr_xfer_engine_t *eng, struct pdr__op *op)
     uint32_t nh = 0;
     unsigned char uuid[16] = {0};
     int rc = handles != NULL && lens != NULL && hidx != NULL && offs != NULL && m != NULL
-                 ? io_bind(&eng->io[0], op->dev)
+                 ? pdr__io_bind(&eng->io[0], op->dev)
                  : PDR_ENOMEM;
     if (rc == 0)
         pdr__cuda_uuid(op->dev, uuid);
@@ -1695,7 +1240,7 @@ static void pull_send(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__o
         pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
         return;
     }
-    int rdma = op->total > 0 && (st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
+    int rdma = op->total > 0 && (pdr__tcp_st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
                (s->peer_hello.caps & PDR_XFER_CAP_RDMA) &&
                (eng->backend_forced == PDR__BE_AUTO || eng->backend_forced == PDR__BE_RDMA);
     if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 && !rdma) {
@@ -1711,7 +1256,7 @@ static void pull_send(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__o
         op->ipc_offered = 1;
     } else if (rdma) {
         int rc = 0;
-        m = rdma_fetch_msg(eng, s, op, &rc);
+        m = pdr__mv_rdma_fetch_msg(eng, s, op, &rc);
         if (m == NULL && eng->backend_forced == PDR__BE_RDMA) {
             pdr__op_complete(eng, op, rc, 0);
             return;
@@ -1735,7 +1280,7 @@ static void pull_send(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__o
                                         op->nseg > 0 ? &op->segs[0].len : NULL, sizeof(pdr_xfer_seg_t),
                                         (uint32_t)op->nseg);
     }
-    cq_append(eng, s->ctl, m);
+    pdr__cq_append(eng, s->ctl, m);
 }
 
 /* The outbound session's HELLO arrived: send the FETCHes that waited for it (its RDMA capability). */
@@ -1757,13 +1302,13 @@ static void pull_flush_hello(pdr_xfer_engine_t *eng, struct pdr__sess *s)
 
 static void tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
-    int may_rdma = op->total > 0 && (st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
+    int may_rdma = op->total > 0 && (pdr__tcp_st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
                    (eng->backend_forced == PDR__BE_AUTO || eng->backend_forced == PDR__BE_RDMA);
     if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 && !may_rdma) {
         pdr__op_complete(eng, op, PDR_ENOTSUP, 0); /* no RDMA device here */
         return;
     }
-    struct pdr__sess *s = st(eng)->sessions;
+    struct pdr__sess *s = pdr__tcp_st(eng)->sessions;
     while (s != NULL && !(s->outbound && !s->dead && s->ctl != NULL && strcmp(s->peer, op->peer) == 0))
         s = s->next;
     if (s == NULL) {
@@ -1783,11 +1328,11 @@ static void tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op)
     pull_send(eng, s, op);
 }
 
-static void tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code)
+void pdr__tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code)
 {
-    rdma_abort(eng, op, op->sess);
+    pdr__mv_rdma_abort(eng, op, op->sess);
     if (op->ipc_ev != NULL) {
-        io_bind(&eng->io[0], op->dev);
+        pdr__io_bind(&eng->io[0], op->dev);
         pdr__cuda_event_sync(op->ipc_ev); /* the copies read this room's memory */
         ipc_finish(eng, op);
     }
@@ -1811,9 +1356,9 @@ static void tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_cod
     pthread_mutex_unlock(&eng->lock);
     if (notify_code != 0 && s->ctl != NULL && !s->ctl->dead) {
         if (notify_code == PDR_ECANCELED)
-            queue_ctl(eng, s->ctl, PDR_XF_CANCEL, op->room, op->xid, 0, 0);
+            pdr__queue_ctl(eng, s->ctl, PDR_XF_CANCEL, op->room, op->xid, 0, 0);
         else
-            queue_ctl(eng, s->ctl, PDR_XF_ERROR, op->room, op->xid, 0, notify_code);
+            pdr__queue_ctl(eng, s->ctl, PDR_XF_ERROR, op->room, op->xid, 0, notify_code);
     }
 }
 
@@ -1828,7 +1373,7 @@ static void sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status)
     s->dead = 1;
     s->status = status;
     pthread_mutex_unlock(&eng->lock);
-    struct tcp_state *ts = st(eng);
+    struct tcp_state *ts = pdr__tcp_st(eng);
     if (s->prev != NULL)
         s->prev->next = s->next;
     else
@@ -1845,9 +1390,9 @@ static void sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status)
         pdr__op_complete(eng, op, status, 0);
     }
     if (s->ctl != NULL)
-        conn_fail(eng, s->ctl, status);
+        pdr__conn_fail(eng, s->ctl, status);
     ipc_map_close(&eng->io[0], s);
-    rdma_link_kill(eng, s);
+    pdr__mv_rdma_link_kill(eng, s);
     rescan_all(eng);    /* the other threads close their connections of s */
     sess_unref(eng, s); /* the list's reference */
 }
@@ -1871,7 +1416,7 @@ static int sess_implicit(pdr_xfer_engine_t *eng, struct pdr__conn *c)
         return 0;
     struct pdr__sess *s = sess_new(eng, 0, 0, c->peer);
     if (s == NULL) {
-        conn_fail(eng, c, PDR_ENOMEM);
+        pdr__conn_fail(eng, c, PDR_ENOMEM);
         return -1;
     }
     conn_join(eng, c, s, 0);
@@ -1883,7 +1428,7 @@ static int on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *
 {
     struct pdr_xfer_hello h;
     if (c->hello_seen || pdr__xfer_hello_decode(body, len, &h) != 0) {
-        conn_fail(eng, c, PDR_EPROTO);
+        pdr__conn_fail(eng, c, PDR_EPROTO);
         return -1;
     }
     c->hello_seen = 1;
@@ -1891,7 +1436,7 @@ static int on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *
         /* The prefill's answer on our control connection. */
         struct pdr__sess *s = c->sess;
         if (s == NULL || s->ctl != c || h.session != s->id) {
-            conn_fail(eng, c, PDR_EPROTO);
+            pdr__conn_fail(eng, c, PDR_EPROTO);
             return -1;
         }
         s->peer_hello = h;
@@ -1901,29 +1446,29 @@ static int on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *
         return 0;
     }
     if (c->sess != NULL) {
-        conn_fail(eng, c, PDR_EPROTO);
+        pdr__conn_fail(eng, c, PDR_EPROTO);
         return -1;
     }
     if (h.index == 0) {
         struct pdr__sess *s = sess_new(eng, 0, h.session, c->peer);
         if (s == NULL) {
-            conn_fail(eng, c, PDR_ENOMEM);
+            pdr__conn_fail(eng, c, PDR_ENOMEM);
             return -1;
         }
         s->peer_hello = h;
         conn_join(eng, c, s, 0);
         s->ctl = c;
         if (queue_hello(eng, c, h.session, 0, h.nconns) != 0) {
-            conn_fail(eng, c, PDR_ENOMEM);
+            pdr__conn_fail(eng, c, PDR_ENOMEM);
             return -1;
         }
         return 0;
     }
-    struct pdr__sess *s = st(eng)->sessions;
+    struct pdr__sess *s = pdr__tcp_st(eng)->sessions;
     while (s != NULL && !(!s->outbound && s->id == h.session && s->ctl != NULL))
         s = s->next;
     if (s == NULL) {
-        conn_fail(eng, c, PDR_EPEERGONE); /* its session is gone already */
+        pdr__conn_fail(eng, c, PDR_EPEERGONE); /* its session is gone already */
         return -1;
     }
     conn_join(eng, c, s, (int)h.index);
@@ -1947,7 +1492,7 @@ static int on_fetch(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, 
               : ext_type == PDR_XF_FETCH_RDMA ? pdr__xfer_fetch_rdma_decode(body, len, &d, &rd)
                                               : pdr__xfer_fetch_decode(body, len, &d);
     if (bad != 0) {
-        conn_fail(eng, c, PDR_EPROTO);
+        pdr__conn_fail(eng, c, PDR_EPROTO);
         return -1;
     }
     pthread_mutex_lock(&eng->lock);
@@ -1963,18 +1508,18 @@ static int on_fetch(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, 
         tomb_del(eng, t);
         if (op == NULL && push) {
             if (code == PDR_ECANCELED)
-                return queue_ctl(eng, c, PDR_XF_CANCEL, room, d.xid, 0, 0);
-            return queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, code);
+                return pdr__queue_ctl(eng, c, PDR_XF_CANCEL, room, d.xid, 0, 0);
+            return pdr__queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, code);
         }
         /* Re-offered (still queued): park the fetch for the new push. */
     }
     if ((op != NULL && op->state != PDR__OP_QUEUED) || pdr__parked_find(eng, room) != NULL)
-        return queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_EEXIST); /* another decode has it */
+        return pdr__queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_EEXIST); /* another decode has it */
     if (eng->nparked >= eng->opts.max_rooms)
-        return queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_ETOOBIG);
+        return pdr__queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_ETOOBIG);
     struct pdr__parked *p = calloc(1, sizeof(*p) + (is_ipc ? len : 0));
     if (p == NULL)
-        return queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_ENOMEM);
+        return pdr__queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_ENOMEM);
     if (is_ipc) {
         p->ext_type = ext_type;
         p->ipc = (uint8_t *)(p + 1);
@@ -1991,14 +1536,14 @@ static int on_fetch(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, 
     uint32_t keep = d.timeout_ms != 0 && d.timeout_ms < 3600000 ? d.timeout_ms : eng->opts.default_timeout_ms;
     if (pdr__timer_arm(eng, &p->timer, pdr_now_ns() + ((uint64_t)keep + 1000) * 1000000u) != 0) {
         free(p);
-        return queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_ETOOBIG);
+        return pdr__queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_ETOOBIG);
     }
     pdr__parked_insert(eng, p);
     p->cnext = c->parked;
     if (c->parked != NULL)
         c->parked->cprev = p;
     c->parked = p;
-    return queue_ctl(eng, c, PDR_XF_WAIT, room, d.xid, 0, 0);
+    return pdr__queue_ctl(eng, c, PDR_XF_WAIT, room, d.xid, 0, 0);
 }
 
 /* The decode of a parked fetch canceled it or gave up (code): remember that for a late push. */
@@ -2023,7 +1568,7 @@ static int pull_maybe_done(pdr_xfer_engine_t *eng, struct pdr__op *op)
     if (!op->done_seen || !all)
         return 0;
     struct pdr__sess *s = op->sess;
-    if (s != NULL && queue_ctl(eng, s->ctl, PDR_XF_ACK, op->room, op->xid, op->total, 0) != 0)
+    if (s != NULL && pdr__queue_ctl(eng, s->ctl, PDR_XF_ACK, op->room, op->xid, op->total, 0) != 0)
         return -1;
     pdr__op_complete(eng, op, 0, 0);
     return 0;
@@ -2036,12 +1581,12 @@ static int on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_
     if (h->type == PDR_XF_HELLO)
         return on_hello(eng, c, body, (size_t)h->len);
     if (h->type == PDR_XF_PING)
-        return queue_ctl(eng, c, PDR_XF_PONG, 0, 0, 0, 0);
+        return pdr__queue_ctl(eng, c, PDR_XF_PONG, 0, 0, 0, 0);
     if (h->type == PDR_XF_PONG)
         return 0;
     /* Room-scoped control frames travel on control connections only, which live on thread 0. */
     if (c->io->idx != 0 || (c->sess != NULL && c->sess->ctl != c)) {
-        conn_fail(eng, c, PDR_EPROTO);
+        pdr__conn_fail(eng, c, PDR_EPROTO);
         return -1;
     }
     if (!c->outbound && sess_implicit(eng, c) != 0)
@@ -2049,10 +1594,10 @@ static int on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_
     if (h->type == PDR_XF_FETCH || h->type == PDR_XF_FETCH_IPC || h->type == PDR_XF_FETCH_RDMA)
         return on_fetch(eng, c, h->room, body, (size_t)h->len, h->type);
     if (h->type == PDR_XF_RDMA_READY)
-        return rdma_on_ready(eng, c, h->room, body, (size_t)h->len);
+        return pdr__mv_rdma_on_ready(eng, c, h->room, body, (size_t)h->len);
     struct pdr_xfer_ctl m;
     if (pdr__xfer_ctl_decode(h->type, body, (size_t)h->len, &m) != 0) {
-        conn_fail(eng, c, PDR_EPROTO);
+        pdr__conn_fail(eng, c, PDR_EPROTO);
         return -1;
     }
     struct pdr__op *op;
@@ -2067,7 +1612,7 @@ static int on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_
         if (op == NULL)
             return 0; /* a room we already failed */
         if (m.value != op->total || op->done_seen) {
-            conn_fail(eng, c, PDR_EPROTO);
+            pdr__conn_fail(eng, c, PDR_EPROTO);
             return -1;
         }
         op->done_seen = 1;
@@ -2075,17 +1620,17 @@ static int on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_
         return pull_maybe_done(eng, op);
     case PDR_XF_RDMA_GO:
         if (c->outbound || c->sess == NULL) {
-            conn_fail(eng, c, PDR_EPROTO);
+            pdr__conn_fail(eng, c, PDR_EPROTO);
             return -1;
         }
-        rdma_on_go(eng, c->sess);
+        pdr__mv_rdma_on_go(eng, c->sess);
         return 0;
     case PDR_XF_IPC_DONE:
         op = find_op(eng, c, PDR__OP_PULL, h->room, m.xid);
         if (op == NULL)
             return 0;
         if (m.value != op->total || op->done_seen || !op->ipc_offered) {
-            conn_fail(eng, c, PDR_EPROTO);
+            pdr__conn_fail(eng, c, PDR_EPROTO);
             return -1;
         }
         pthread_mutex_lock(&eng->lock);
@@ -2100,7 +1645,7 @@ static int on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_
         if (op == NULL)
             return 0;
         if (op->state != PDR__OP_DRAINED || m.value != op->total) {
-            conn_fail(eng, c, PDR_EPROTO);
+            pdr__conn_fail(eng, c, PDR_EPROTO);
             return -1;
         }
         pdr__op_complete(eng, op, 0, 0);
@@ -2117,7 +1662,7 @@ static int on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_
         return 0;
     }
     default:
-        conn_fail(eng, c, PDR_EPROTO);
+        pdr__conn_fail(eng, c, PDR_EPROTO);
         return -1;
     }
 }
@@ -2133,7 +1678,7 @@ static int on_data_start(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint
     c->rx_off = offset;
     c->rx_op = NULL;
     if (!c->outbound || c->sess == NULL) {
-        conn_fail(eng, c, PDR_EPROTO); /* DATA flows from the listening side only */
+        pdr__conn_fail(eng, c, PDR_EPROTO); /* DATA flows from the listening side only */
         return -1;
     }
     int bad = 0;
@@ -2150,7 +1695,7 @@ static int on_data_start(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint
     }
     pthread_mutex_unlock(&eng->lock);
     if (bad) {
-        conn_fail(eng, c, PDR_EPROTO);
+        pdr__conn_fail(eng, c, PDR_EPROTO);
         return -1;
     }
     return 0; /* without an op: a room failed or canceled here, its payload is discarded */
@@ -2257,7 +1802,7 @@ static int rx_process(pdr_xfer_engine_t *eng, struct pdr__conn *c)
             if (avail < PDR_XFER_HDR_LEN)
                 return 0;
             if (pdr__xfer_hdr_decode(p, &c->rh) != 0) {
-                conn_fail(eng, c, PDR_EPROTO);
+                pdr__conn_fail(eng, c, PDR_EPROTO);
                 return -1;
             }
             c->rpos += PDR_XFER_HDR_LEN;
@@ -2272,7 +1817,7 @@ static int rx_process(pdr_xfer_engine_t *eng, struct pdr__conn *c)
                 c->body_got = 0;
                 c->body = c->body_len <= sizeof(c->body_inl) ? c->body_inl : malloc(c->body_len);
                 if (c->body == NULL) {
-                    conn_fail(eng, c, PDR_ENOMEM);
+                    pdr__conn_fail(eng, c, PDR_ENOMEM);
                     return -1;
                 }
                 c->rx_state = RX_BODY;
@@ -2408,7 +1953,7 @@ static int conn_read(pdr_xfer_engine_t *eng, struct pdr__conn *c)
             }
         }
         if (n == 0) {
-            conn_fail(eng, c, PDR_EPEERGONE);
+            pdr__conn_fail(eng, c, PDR_EPEERGONE);
             return -1;
         }
         if (n < 0) {
@@ -2416,7 +1961,7 @@ static int conn_read(pdr_xfer_engine_t *eng, struct pdr__conn *c)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 return 0;
-            conn_fail(eng, c, PDR_EPEERGONE);
+            pdr__conn_fail(eng, c, PDR_EPEERGONE);
             return -1;
         }
         c->last_live_ns = pdr_now_ns();
@@ -2630,7 +2175,7 @@ static int conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
                 conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
                 return 0;
             }
-            conn_fail(eng, c, PDR_EPEERGONE);
+            pdr__conn_fail(eng, c, PDR_EPEERGONE);
             return -1;
         }
         budget = (size_t)n < budget ? budget - (size_t)n : 0;
@@ -2715,7 +2260,7 @@ static void conn_service(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t e
             conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
         } else if (soerr != 0 || (events & (EPOLLERR | EPOLLHUP))) {
             /* A data connection's session was up already: its peer went away, it did not refuse. */
-            conn_fail(eng, c, c->index > 0 ? PDR_EPEERGONE : PDR_ECONNREFUSED);
+            pdr__conn_fail(eng, c, c->index > 0 ? PDR_EPEERGONE : PDR_ECONNREFUSED);
             return;
         } else {
             return;
@@ -2737,7 +2282,7 @@ static void conn_service(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t e
 static void tcp_on_event(pdr_xfer_engine_t *eng, struct pdr__io *io, void *handle, uint32_t events)
 {
     (void)io;
-    if (handle == &st(eng)->listen_tag) {
+    if (handle == &pdr__tcp_st(eng)->listen_tag) {
         on_accept(eng);
         return;
     }
@@ -2840,7 +2385,7 @@ static int tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
     uint64_t hb = (uint64_t)eng->opts.heartbeat_ms * 1000000u;
     uint64_t dead_after = (uint64_t)eng->opts.heartbeat_timeout_ms * 1000000u;
     int want = -1;
-    if (io->idx == 0 && st(eng)->ipc_pending != NULL && ipc_poll(eng) > 0) {
+    if (io->idx == 0 && pdr__tcp_st(eng)->ipc_pending != NULL && ipc_poll(eng) > 0) {
         want = 0; /* copies in flight: poll them soon */
         io->copy_wait = 1;
     }
@@ -2856,7 +2401,7 @@ static int tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
             pthread_mutex_unlock(&eng->lock);
         }
         if (sdead) {
-            conn_fail(eng, c, s->status);
+            pdr__conn_fail(eng, c, s->status);
             c = next;
             continue;
         }
@@ -2886,12 +2431,12 @@ static int tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
                     c->peer, (unsigned long long)(quiet / 1000000), c->index, io->idx, c->rx_state,
                     (unsigned long long)c->rx_left, c->tx_state, c->stg_count, c->nstg,
                     c->rx_blocked ? ", reading paused" : "");
-                conn_fail(eng, c, PDR_EPEERGONE);
+                pdr__conn_fail(eng, c, PDR_EPEERGONE);
                 c = next;
                 continue;
             } else if (quiet >= hb && (c->ping_ns == 0 || now - c->ping_ns >= hb)) {
                 c->ping_ns = now;
-                if (queue_ctl(eng, c, PDR_XF_PING, 0, 0, 0, 0) != 0) {
+                if (pdr__queue_ctl(eng, c, PDR_XF_PING, 0, 0, 0, 0) != 0) {
                     c = next;
                     continue;
                 }
@@ -2939,7 +2484,7 @@ static void tcp_ready(pdr_xfer_engine_t *eng, struct pdr__op *op, int what)
     }
     if ((what & PDR__READY_SENT) && op->kind == PDR__OP_PUSH && op->state == PDR__OP_ACTIVE) {
         op->state = PDR__OP_DRAINED;
-        queue_ctl(eng, s->ctl, PDR_XF_DONE, op->room, op->xid, op->total, 0);
+        pdr__queue_ctl(eng, s->ctl, PDR_XF_DONE, op->room, op->xid, op->total, 0);
     }
     if ((what & PDR__READY_GOT) && op->kind == PDR__OP_PULL)
         pull_maybe_done(eng, op);
@@ -3037,7 +2582,7 @@ static int tcp_init(pdr_xfer_engine_t *eng)
 /* After every I/O thread was joined (or before any started): frees everything. */
 static void tcp_shutdown(pdr_xfer_engine_t *eng)
 {
-    struct tcp_state *s = st(eng);
+    struct tcp_state *s = pdr__tcp_st(eng);
     if (s == NULL)
         return;
     for (int i = 0; i < eng->nio; i++) {
@@ -3065,7 +2610,7 @@ static void tcp_shutdown(pdr_xfer_engine_t *eng)
         struct pdr__sess *x = s->sessions;
         s->sessions = x->next;
         ipc_map_close(NULL, x);
-        rdma_link_kill(eng, x);
+        pdr__mv_rdma_link_kill(eng, x);
         sess_unref(eng, x);
     }
     /* Every room is gone: release the registered regions' cached MRs before their context. */
@@ -3102,7 +2647,7 @@ const struct pdr_xfer_backend_ops pdr__tcp_backend = {
     .init = tcp_init,
     .start_push = tcp_start_push,
     .start_pull = tcp_start_pull,
-    .abort = tcp_abort,
+    .abort = pdr__tcp_abort,
     .quiesce = tcp_quiesce,
     .ready = tcp_ready,
     .on_event = tcp_on_event,

@@ -1,6 +1,7 @@
 /*
  * pdxfer-bench — the transport benchmark (in the spirit of mooncake's transfer_engine_bench, in our
- * push/pull model). Uses only the public API of transport.h, plus transport/gpu_cuda.h to allocate GPU memory.
+ * push/pull model). Uses only the public API of transport.h, plus transport/gpu_cuda.h to allocate GPU
+ * memory.
  *
  *   pdxfer-bench --mode target --listen HOST:PORT [--backend B] [--mem host|cuda] [--device N] [--json]
  *   pdxfer-bench --mode initiator --peer HOST:PORT --backend tcp|rdma|cuda_ipc|auto --mem host|cuda
