@@ -158,8 +158,18 @@ void pdr__conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status);
 void pdr__cq_append(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct ctl_msg *m);
 int pdr__queue_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint8_t type, uint64_t room, uint64_t xid,
                    uint64_t value, int32_t code);
+int pdr__seg_iov_at(const struct pdr__op *op, uint64_t off, uint64_t max, struct iovec *iov, int maxiov);
 int pdr__io_bind(struct pdr__io *io, int dev);
 void pdr__tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code);
+/* mover_ipc.c */
+int pdr__same_host(pdr_xfer_engine_t *eng, const struct pdr__sess *s);
+void pdr__ipc_map_close(struct pdr__io *io, struct pdr__sess *s);
+int pdr__ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s, const uint8_t *body,
+                   size_t len);
+void pdr__ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op);
+int pdr__ipc_poll(pdr_xfer_engine_t *eng);
+void pdr__tcp_mem_unregistered(pdr_xfer_engine_t *eng, const void *addr, size_t len);
+struct ctl_msg *pdr__fetch_ipc_msg(pdr_xfer_engine_t *eng, struct pdr__op *op);
 /* mover_rdma.c */
 void pdr__mv_rdma_link_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s);
 struct ctl_msg *pdr__mv_rdma_fetch_msg(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op,

@@ -321,7 +321,7 @@ static int queue_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t ses
 /* ---- segment cursors ---- */
 
 /* Fills iov with up to max bytes of op's memory from room offset off. Returns the iov count. */
-static int seg_iov_at(const struct pdr__op *op, uint64_t off, uint64_t max, struct iovec *iov, int maxiov)
+int pdr__seg_iov_at(const struct pdr__op *op, uint64_t off, uint64_t max, struct iovec *iov, int maxiov)
 {
     /* The segment holding off: the last s with cum[s] <= off (skipping empty segments). */
     size_t lo = 0, hi = op->nseg;
@@ -536,7 +536,7 @@ static int stage_issue(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct stage
     struct iovec iov[MAX_IOV];
     uint64_t done = 0;
     while (rc == 0 && done < g->len) {
-        int n = seg_iov_at(op, g->off + done, g->len - done, iov, MAX_IOV);
+        int n = pdr__seg_iov_at(op, g->off + done, g->len - done, iov, MAX_IOV);
         for (int i = 0; i < n && rc == 0; i++) {
             rc = d2h ? pdr__cuda_copy_d2h_async(g->buf + done, iov[i].iov_base, iov[i].iov_len, c->stream)
                      : pdr__cuda_copy_h2d_async(iov[i].iov_base, g->buf + done, iov[i].iov_len, c->stream);
@@ -603,193 +603,6 @@ static void push_list_del(struct pdr__sess *s, struct pdr__op *op)
     op->pnext = op->pprev = NULL;
 }
 
-/* ---- CUDA IPC (thread 0) ----
- *
- * A decode on the same host whose destination is device memory sends FETCH_IPC: per destination segment
- * an IPC handle of its allocation and the offset inside it. The prefill (same host per HELLO, source in
- * device memory, backend auto or cuda_ipc) opens each handle once per session (closed when the session
- * dies), binds its source device, copies with cuMemcpyAsync on its own stream, polls the event and then
- * sends IPC_DONE instead of DATA frames. If a handle cannot be opened or a copy cannot start, it warns and
- * falls back to TCP staging (the DATA frames rewrite every byte), unless cuda_ipc was forced (PDR_ENOTSUP).
- */
-
-static int same_host(pdr_xfer_engine_t *eng, const struct pdr__sess *s)
-{
-    return pdr__xfer_hello_same_host(&s->peer_hello, &pdr__tcp_st(eng)->me);
-}
-
-/* Maps the VMM allocation a handle slot names: its descriptor comes from the exporter's fd server. */
-static int vmm_open(const uint8_t *handle, int dev, void **base, uint64_t *size)
-{
-    uint32_t pid = pdr__get_u32(handle + 8);
-    uint64_t nonce = pdr__get_u64(handle + 16), id = pdr__get_u64(handle + 24);
-    *size = pdr__get_u64(handle + 32);
-    int fd = -1;
-    int rc = pdr__fdsrv_fetch(pid, nonce, id, 1000, &fd);
-    if (rc != 0) {
-        pdr_warn("transport: cannot get the VMM allocation's descriptor from process %u: %s", (unsigned)pid,
-                 pdr_strerror(rc));
-        return rc;
-    }
-    rc = pdr__cuda_vmm_map(fd, *size, dev, base);
-    close(fd);
-    return rc;
-}
-
-static int ipc_map_get(pdr_xfer_engine_t *eng, struct pdr__sess *s, const uint8_t *handle, int dev,
-                       void **base)
-{
-    for (size_t i = 0; i < s->nipc; i++) {
-        if (s->ipc[i].dev == dev && memcmp(s->ipc[i].handle, handle, PDR_XFER_IPC_HANDLE) == 0) {
-            *base = s->ipc[i].base;
-            return 0;
-        }
-    }
-    if (s->nipc == s->cipc) {
-        if (s->cipc >= PDR_XFER_IPC_MAX_HANDLES)
-            return PDR_ETOOBIG;
-        size_t cap = s->cipc == 0 ? 8 : 2 * s->cipc;
-        struct ipc_map *m = realloc(s->ipc, cap * sizeof(*m));
-        if (m == NULL)
-            return PDR_ENOMEM;
-        s->ipc = m;
-        s->cipc = cap;
-    }
-    int rc = pdr__io_bind(&eng->io[0], dev);
-    uint64_t vmm_size = 0;
-    if (rc == 0 && memcmp(handle, VMM_TAG, sizeof(VMM_TAG)) == 0)
-        rc = vmm_open(handle, dev, base, &vmm_size);
-    else if (rc == 0)
-        rc = pdr__cuda_ipc_open(handle, base);
-    if (rc != 0)
-        return rc;
-    struct ipc_map *m = &s->ipc[s->nipc++];
-    memcpy(m->handle, handle, PDR_XFER_IPC_HANDLE);
-    m->dev = dev;
-    m->base = *base;
-    m->vmm_size = vmm_size;
-    return 0;
-}
-
-static void ipc_map_close(struct pdr__io *io, struct pdr__sess *s)
-{
-    for (size_t i = 0; i < s->nipc; i++) {
-        if (pdr__io_bind(io, s->ipc[i].dev) != 0)
-            continue;
-        if (s->ipc[i].vmm_size > 0)
-            pdr__cuda_vmm_unmap(s->ipc[i].base, s->ipc[i].vmm_size);
-        else
-            pdr__cuda_ipc_close(s->ipc[i].base);
-    }
-    free(s->ipc);
-    s->ipc = NULL;
-    s->nipc = s->cipc = 0;
-}
-
-/* Starts op's copies into the decode's memory described by a FETCH_IPC body. 0 or a PDR_E* code
- * (nothing is left in flight then). */
-static int ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s, const uint8_t *body,
-                     size_t len)
-{
-    struct pdr_xfer_fetch_desc fd;
-    struct pdr_xfer_ipc_desc d;
-    int dev = op->dev;
-    if (pdr__xfer_fetch_ipc_decode(body, len, &fd, &d) != 0 || dev < 0 || dev >= IPC_MAX_DEVS)
-        return PDR_EINVAL;
-    struct tcp_state *ts = pdr__tcp_st(eng);
-    int rc = pdr__io_bind(&eng->io[0], dev);
-    if (rc == 0 && ts->ipc_stream[dev] == NULL)
-        rc = pdr__cuda_stream_create(&ts->ipc_stream[dev]);
-    void *ev = NULL;
-    if (rc == 0)
-        rc = pdr__cuda_event_create(&ev);
-    if (rc != 0)
-        return rc;
-    void *stream = ts->ipc_stream[dev];
-    if (pdr__op_enter(op) != 0) {
-        pdr__cuda_event_destroy(ev);
-        return PDR_ECANCELED;
-    }
-    uint64_t pos = 0;
-    for (uint32_t i = 0; i < fd.nseg && rc == 0; i++) {
-        uint64_t seglen = pdr__get_u64(fd.seglens + (size_t)i * 8);
-        uint32_t hidx;
-        uint64_t off;
-        pdr__xfer_ipc_seg(&d, i, &hidx, &off);
-        if (seglen == 0)
-            continue;
-        void *base;
-        rc = ipc_map_get(eng, s, d.handles + (size_t)hidx * PDR_XFER_IPC_HENTRY, dev, &base);
-        uint64_t done = 0;
-        while (rc == 0 && done < seglen) {
-            struct iovec iov[MAX_IOV];
-            int n = seg_iov_at(op, pos + done, seglen - done, iov, MAX_IOV);
-            for (int k = 0; k < n && rc == 0; k++) {
-                rc = pdr__cuda_copy_d2d_async((uint8_t *)base + off + done, iov[k].iov_base, iov[k].iov_len,
-                                              stream);
-                done += iov[k].iov_len;
-            }
-        }
-        pos += seglen;
-    }
-    if (rc == 0)
-        rc = pdr__cuda_event_record(ev, stream);
-    if (rc != 0) {
-        pdr_warn("transport: cuda_ipc to %s failed (%s, %s)", s->peer, pdr_strerror(rc),
-                 pdr__cuda_last_error());
-        pdr__cuda_stream_sync(stream); /* copies already issued finish before the room's memory is let go */
-        pdr__op_leave(op);
-        pdr__cuda_event_destroy(ev);
-        return rc;
-    }
-    op->ipc_ev = ev;
-    op->ipc_next = ts->ipc_pending;
-    ts->ipc_pending = op;
-    op->backend = "cuda_ipc";
-    return 0;
-}
-
-/* Takes op off the pending list once its copies are done (waits for them). */
-static void ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op)
-{
-    struct pdr__op **pp = &pdr__tcp_st(eng)->ipc_pending;
-    while (*pp != NULL && *pp != op)
-        pp = &(*pp)->ipc_next;
-    if (*pp == op)
-        *pp = op->ipc_next;
-    op->ipc_next = NULL;
-    pdr__io_bind(&eng->io[0], op->dev);
-    pdr__cuda_event_destroy(op->ipc_ev);
-    op->ipc_ev = NULL;
-    pdr__op_leave(op);
-}
-
-/* Polls the IPC copies in flight: finished rooms send IPC_DONE. Returns how many are still pending. */
-static int ipc_poll(pdr_xfer_engine_t *eng)
-{
-    int pending = 0;
-    struct pdr__op *op = pdr__tcp_st(eng)->ipc_pending;
-    while (op != NULL) {
-        struct pdr__op *next = op->ipc_next;
-        pdr__io_bind(&eng->io[0], op->dev);
-        int rc = pdr__cuda_event_query(op->ipc_ev);
-        if (rc == PDR_EAGAIN) {
-            pending++;
-        } else {
-            ipc_finish(eng, op);
-            if (rc != 0) {
-                pdr_warn("transport: cuda_ipc copy failed: %s", pdr__cuda_last_error());
-                pdr__op_complete(eng, op, rc, rc);
-            } else if (op->sess != NULL) {
-                op->state = PDR__OP_DRAINED;
-                pdr__queue_ctl(eng, op->sess->ctl, PDR_XF_IPC_DONE, op->room, op->xid, op->total, 0);
-            }
-        }
-        op = next;
-    }
-    return pending;
-}
-
 /* Serves a FETCH (xid, total; ipc: its FETCH_IPC or FETCH_RDMA body, per ext_type, or NULL) of op's
  * room from the session of control connection c. */
 static void push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__conn *c, uint64_t xid,
@@ -808,7 +621,7 @@ static void push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__c
     op->state = PDR__OP_ACTIVE;
     sess_bind(eng, c->sess, op);
     int want_ipc =
-        ipc != NULL && op->dev >= 0 && eng->backend_forced != PDR__BE_TCP && same_host(eng, c->sess);
+        ipc != NULL && op->dev >= 0 && eng->backend_forced != PDR__BE_TCP && pdr__same_host(eng, c->sess);
     if (eng->backend_forced == PDR__BE_CUDA_IPC && !want_ipc) {
         pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
         return;
@@ -831,7 +644,7 @@ static void push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__c
                  pdr_strerror(rc));
     }
     if (want_ipc && op->total > 0) {
-        int rc = ipc_start(eng, op, c->sess, ipc, ipc_len);
+        int rc = pdr__ipc_start(eng, op, c->sess, ipc, ipc_len);
         if (rc == 0)
             return;
         if (eng->backend_forced == PDR__BE_CUDA_IPC) {
@@ -1017,225 +830,13 @@ static void sess_open_data(pdr_xfer_engine_t *eng, struct pdr__sess *s)
     }
 }
 
-/* A FETCH_IPC frame for op (device memory), or NULL if the handles cannot be exported (then a plain
- * FETCH goes, and the bytes come by TCP staging). Thread 0. */
-/* The handle slot for the VMM allocation r (exported once, then cached while the same physical
- * allocation is mapped at the same place). Thread 0. */
-static int vmm_handle_locked(pdr_xfer_engine_t *eng, const struct pdr_cuda_range *r,
-                             uint8_t h[PDR_XFER_IPC_HANDLE]);
-
-static int vmm_handle(pdr_xfer_engine_t *eng, const struct pdr_cuda_range *r, uint8_t h[PDR_XFER_IPC_HANDLE])
-{
-    pthread_mutex_lock(&pdr__tcp_st(eng)->vx_lock);
-    int rc = vmm_handle_locked(eng, r, h);
-    pthread_mutex_unlock(&pdr__tcp_st(eng)->vx_lock);
-    return rc;
-}
-
-/* The region [addr, addr+len) was unregistered: its exports go (their descriptors pinned the memory). */
-static void tcp_mem_unregistered(pdr_xfer_engine_t *eng, const void *addr, size_t len)
-{
-    struct tcp_state *ts = pdr__tcp_st(eng);
-    if (ts == NULL)
-        return;
-    pthread_mutex_lock(&ts->vx_lock);
-    size_t k = 0;
-    for (size_t i = 0; i < ts->nvx; i++) {
-        uintptr_t b = (uintptr_t)ts->vx[i].base, a = (uintptr_t)addr;
-        if (b >= a && b - a < len)
-            pdr__fdsrv_drop(ts->fdsrv, ts->vx[i].id);
-        else
-            ts->vx[k++] = ts->vx[i];
-    }
-    ts->nvx = k;
-    pthread_mutex_unlock(&ts->vx_lock);
-}
-
-static int vmm_handle_locked(pdr_xfer_engine_t *eng, const struct pdr_cuda_range *r,
-                             uint8_t h[PDR_XFER_IPC_HANDLE])
-{
-    struct tcp_state *ts = pdr__tcp_st(eng);
-    struct vmm_export *x = NULL;
-    for (size_t i = 0; i < ts->nvx; i++) {
-        if (ts->vx[i].base != r->base)
-            continue;
-        if (ts->vx[i].size == r->size && ts->vx[i].block_id == r->block_id) {
-            x = &ts->vx[i];
-        } else { /* freed and created again: the old descriptor would name the old memory */
-            pdr__fdsrv_drop(ts->fdsrv, ts->vx[i].id);
-            memmove(&ts->vx[i], &ts->vx[i + 1], (ts->nvx - i - 1) * sizeof(*ts->vx));
-            ts->nvx--;
-        }
-        break;
-    }
-    if (x == NULL) {
-        int rc = ts->fdsrv == NULL ? pdr__fdsrv_start(&ts->fdsrv) : 0;
-        if (rc == 0 && ts->nvx == ts->cvx) {
-            if (ts->cvx == VMM_EXPORTS_MAX) { /* let the oldest go */
-                pdr__fdsrv_drop(ts->fdsrv, ts->vx[0].id);
-                memmove(&ts->vx[0], &ts->vx[1], (ts->nvx - 1) * sizeof(*ts->vx));
-                ts->nvx--;
-            } else {
-                size_t cap = ts->cvx == 0 ? 16 : 2 * ts->cvx;
-                struct vmm_export *v = realloc(ts->vx, cap * sizeof(*v));
-                if (v == NULL)
-                    return PDR_ENOMEM;
-                ts->vx = v;
-                ts->cvx = cap;
-            }
-        }
-        int fd = -1;
-        uint64_t id = 0;
-        if (rc == 0)
-            rc = pdr__cuda_vmm_export(r->base, &fd);
-        if (rc == 0)
-            rc = pdr__fdsrv_add(ts->fdsrv, fd, &id);
-        if (rc != 0)
-            return rc;
-        x = &ts->vx[ts->nvx++];
-        x->base = r->base;
-        x->size = r->size;
-        x->block_id = r->block_id;
-        x->id = id;
-    }
-    memset(h, 0, PDR_XFER_IPC_HANDLE);
-    memcpy(h, VMM_TAG, sizeof(VMM_TAG));
-    pdr__put_u32(h + 8, pdr__fdsrv_pid(ts->fdsrv));
-    pdr__put_u64(h + 16, pdr__fdsrv_nonce(ts->fdsrv));
-    pdr__put_u64(h + 24, x->id);
-    pdr__put_u64(h + 32, x->size);
-    return 0;
-}
-
-/* FETCH_IPC for op: its destination cut at allocation boundaries (a segment may span several cuMemAlloc
- * allocations or VMM mappings), each piece named by its allocation's handle (legacy CUDA IPC, or a VMM
- * slot) and its offset inside it. NULL when it cannot be exported: the caller sends a plain FETCH. */
-static struct ctl_msg *fetch_ipc_msg(pdr_xfer_engine_t *eng, struct pdr__op *op)
-{
-    size_t cap = op->nseg + 1, np = 0;
-    uint8_t *handles = malloc((size_t)PDR_XFER_IPC_MAX_HANDLES * PDR_XFER_IPC_HENTRY);
-    size_t *lens = malloc(cap * sizeof(*lens));
-    uint32_t *hidx = malloc(cap * sizeof(*hidx));
-    uint64_t *offs = malloc(cap * sizeof(*offs));
-    struct ctl_msg *m = calloc(1, sizeof(*m));
-    uint8_t *buf = NULL;
-    uint32_t nh = 0;
-    unsigned char uuid[16] = {0};
-    int rc = handles != NULL && lens != NULL && hidx != NULL && offs != NULL && m != NULL
-                 ? pdr__io_bind(&eng->io[0], op->dev)
-                 : PDR_ENOMEM;
-    if (rc == 0)
-        pdr__cuda_uuid(op->dev, uuid);
-    uint8_t *last_base = NULL; /* the allocation of the previous piece (KV pages share a few pools) */
-    uint64_t last_size = 0;
-    uint32_t last_k = 0;
-    for (size_t i = 0; i < op->nseg && rc == 0; i++) {
-        uint8_t *p = op->segs[i].addr;
-        uint64_t left = op->segs[i].len;
-        int first = 1;
-        while ((left > 0 || first) && rc == 0) {
-            first = 0;
-            uint64_t off = 0, n = 0;
-            uint32_t k = 0; /* a zero-length segment: index 0, offset 0, never dereferenced */
-            if (left > 0 && last_base != NULL && p >= last_base && (uint64_t)(p - last_base) < last_size) {
-                off = (uint64_t)(p - last_base); /* inside the previous piece's allocation */
-                k = last_k;
-                n = last_size - off;
-            } else if (left > 0) {
-                struct pdr_cuda_range r;
-                uint8_t h[PDR_XFER_IPC_HANDLE];
-                rc = pdr__cuda_mem_range(p, &r);
-                if (rc == 0 && r.vmm) {
-                    off = (uint64_t)(p - (uint8_t *)r.base);
-                    rc = vmm_handle(eng, &r, h);
-                } else if (rc == 0) {
-                    rc = pdr__cuda_ipc_export(p, h, &off);
-                }
-                if (rc != 0)
-                    break;
-                while (k < nh && memcmp(handles + (size_t)k * PDR_XFER_IPC_HENTRY, h, sizeof(h)) != 0)
-                    k++;
-                if (k == nh) {
-                    if (nh == PDR_XFER_IPC_MAX_HANDLES) {
-                        rc = PDR_ETOOBIG;
-                        break;
-                    }
-                    memcpy(handles + (size_t)k * PDR_XFER_IPC_HENTRY, h, sizeof(h));
-                    memcpy(handles + (size_t)k * PDR_XFER_IPC_HENTRY + PDR_XFER_IPC_HANDLE, uuid,
-                           sizeof(uuid));
-                    nh++;
-                }
-                last_base = p - off; /* the allocation (legacy) or mapping (VMM) that holds p */
-                last_size = r.size;
-                last_k = k;
-                n = r.size - off;
-            }
-            if (n > left)
-                n = left;
-            if (np == cap) {
-                rc = cap >= PDR_XFER_IPC_MAX_SEGS ? PDR_ETOOBIG : PDR_ENOMEM;
-                if (rc == PDR_ENOMEM) {
-                    cap *= 2;
-                    size_t *l2 = realloc(lens, cap * sizeof(*lens));
-                    if (l2 != NULL)
-                        lens = l2;
-                    uint32_t *h2 = realloc(hidx, cap * sizeof(*hidx));
-                    if (h2 != NULL)
-                        hidx = h2;
-                    uint64_t *o2 = realloc(offs, cap * sizeof(*offs));
-                    if (o2 != NULL)
-                        offs = o2;
-                    if (l2 != NULL && h2 != NULL && o2 != NULL)
-                        rc = 0;
-                }
-                if (rc != 0)
-                    break;
-            }
-            lens[np] = (size_t)n;
-            hidx[np] = k;
-            offs[np++] = off;
-            p += n;
-            left -= n;
-        }
-    }
-    if (rc == 0 && np > PDR_XFER_IPC_MAX_SEGS)
-        rc = PDR_ETOOBIG;
-    if (rc == 0 && nh == 0) {
-        memset(handles, 0, PDR_XFER_IPC_HENTRY); /* an empty room still needs a table entry to point at */
-        nh = 1;
-    }
-    size_t len = rc == 0 ? pdr__xfer_fetch_ipc_size((uint32_t)np, nh) : 0;
-    if (rc == 0 && (buf = malloc(len)) == NULL)
-        rc = PDR_ENOMEM;
-    if (rc == 0) {
-        m->data = buf;
-        m->len = pdr__xfer_fetch_ipc_encode(buf, len, op->room, op->xid, op->total, op->timeout_ms,
-                                            np > 0 ? lens : NULL, sizeof(*lens), (uint32_t)np, handles, nh,
-                                            hidx, offs);
-        if (m->len == 0)
-            rc = PDR_ETOOBIG;
-    }
-    free(handles);
-    free(lens);
-    free(hidx);
-    free(offs);
-    if (rc != 0) {
-        pdr_warn("transport: cannot export CUDA IPC handles for room %llu (%s: %s); using tcp staging",
-                 (unsigned long long)op->room, pdr_strerror(rc), pdr__cuda_last_error());
-        free(buf);
-        free(m);
-        return NULL;
-    }
-    return m;
-}
-
 /* Sends op's FETCH (or FETCH_IPC, or FETCH_RDMA) on session s, to which it is bound. */
 static void pull_send(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op)
 {
     /* Device memory on a peer that may share this host (its HELLO not seen yet, or the same boot id and
      * host name): offer CUDA IPC handles; the prefill decides. */
     int ipc = op->dev >= 0 && eng->backend_forced != PDR__BE_TCP && eng->backend_forced != PDR__BE_RDMA &&
-              (s->peer_hello.hostname[0] == '\0' || same_host(eng, s));
+              (s->peer_hello.hostname[0] == '\0' || pdr__same_host(eng, s));
     if (eng->backend_forced == PDR__BE_CUDA_IPC && !ipc) {
         pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
         return;
@@ -1247,7 +848,7 @@ static void pull_send(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__o
         pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
         return;
     }
-    struct ctl_msg *m = ipc ? fetch_ipc_msg(eng, op) : NULL;
+    struct ctl_msg *m = ipc ? pdr__fetch_ipc_msg(eng, op) : NULL;
     if (m == NULL && eng->backend_forced == PDR__BE_CUDA_IPC) {
         pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
         return;
@@ -1334,7 +935,7 @@ void pdr__tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code)
     if (op->ipc_ev != NULL) {
         pdr__io_bind(&eng->io[0], op->dev);
         pdr__cuda_event_sync(op->ipc_ev); /* the copies read this room's memory */
-        ipc_finish(eng, op);
+        pdr__ipc_finish(eng, op);
     }
     struct pdr__sess *s = op->sess;
     if (s == NULL) {
@@ -1391,7 +992,7 @@ static void sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status)
     }
     if (s->ctl != NULL)
         pdr__conn_fail(eng, s->ctl, status);
-    ipc_map_close(&eng->io[0], s);
+    pdr__ipc_map_close(&eng->io[0], s);
     pdr__mv_rdma_link_kill(eng, s);
     rescan_all(eng);    /* the other threads close their connections of s */
     sess_unref(eng, s); /* the list's reference */
@@ -1877,7 +1478,7 @@ static int rx_process(pdr_xfer_engine_t *eng, struct pdr__conn *c)
                     struct iovec iov[MAX_IOV];
                     size_t done = 0;
                     while (done < take) {
-                        int n = seg_iov_at(c->rx_op, c->rx_off + done, take - done, iov, MAX_IOV);
+                        int n = pdr__seg_iov_at(c->rx_op, c->rx_off + done, take - done, iov, MAX_IOV);
                         for (int i = 0; i < n; i++) {
                             memcpy(iov[i].iov_base, p + done, iov[i].iov_len);
                             done += iov[i].iov_len;
@@ -1920,7 +1521,7 @@ static int conn_read(pdr_xfer_engine_t *eng, struct pdr__conn *c)
             } else if (c->rx_op != NULL) {
                 if (pdr__op_enter(c->rx_op) == 0) {
                     struct iovec iov[MAX_IOV];
-                    int cnt = seg_iov_at(c->rx_op, c->rx_off, c->rx_left, iov, MAX_IOV);
+                    int cnt = pdr__seg_iov_at(c->rx_op, c->rx_off, c->rx_left, iov, MAX_IOV);
                     n = readv(c->fd, iov, cnt);
                     pdr__op_leave(c->rx_op);
                 } else {
@@ -2152,7 +1753,7 @@ static int conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
             } else if (c->tx_op != NULL && c->tx_left > 0) {
                 if (pdr__op_enter(c->tx_op) == 0) {
                     entered = 1;
-                    cnt += seg_iov_at(c->tx_op, c->tx_off, c->tx_left, iov + cnt, MAX_IOV);
+                    cnt += pdr__seg_iov_at(c->tx_op, c->tx_off, c->tx_left, iov + cnt, MAX_IOV);
                 } else {
                     pdr__op_unref(eng, c->tx_op); /* dead: the rest of this frame is zeros */
                     c->tx_op = NULL;
@@ -2385,7 +1986,7 @@ static int tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
     uint64_t hb = (uint64_t)eng->opts.heartbeat_ms * 1000000u;
     uint64_t dead_after = (uint64_t)eng->opts.heartbeat_timeout_ms * 1000000u;
     int want = -1;
-    if (io->idx == 0 && pdr__tcp_st(eng)->ipc_pending != NULL && ipc_poll(eng) > 0) {
+    if (io->idx == 0 && pdr__tcp_st(eng)->ipc_pending != NULL && pdr__ipc_poll(eng) > 0) {
         want = 0; /* copies in flight: poll them soon */
         io->copy_wait = 1;
     }
@@ -2609,7 +2210,7 @@ static void tcp_shutdown(pdr_xfer_engine_t *eng)
     while (s->sessions != NULL) {
         struct pdr__sess *x = s->sessions;
         s->sessions = x->next;
-        ipc_map_close(NULL, x);
+        pdr__ipc_map_close(NULL, x);
         pdr__mv_rdma_link_kill(eng, x);
         sess_unref(eng, x);
     }
@@ -2655,5 +2256,5 @@ const struct pdr_xfer_backend_ops pdr__tcp_backend = {
     .parked_expired = tcp_parked_expired,
     .after_turn = tcp_after_turn,
     .shutdown = tcp_shutdown,
-    .mem_unregistered = tcp_mem_unregistered,
+    .mem_unregistered = pdr__tcp_mem_unregistered,
 };
