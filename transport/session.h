@@ -36,7 +36,7 @@ struct stage {
     int state;
 };
 enum { TX_IDLE = 0, TX_CTL, TX_DATA };
-/* rx_process results besides 0 and -1: the connection must move to another thread. */
+/* pdr__rx_process results besides 0 and -1: the connection must move to another thread. */
 enum { RX_MIGRATE = 1 };
 
 /* A session: the connections between one decode engine and one prefill engine. Created by thread 0
@@ -154,13 +154,33 @@ struct tcp_state {
 /* -- cross-file functions (begin) -- */
 /* tcp.c */
 struct tcp_state *pdr__tcp_st(pdr_xfer_engine_t *eng);
+void pdr__conn_set_events(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t mask);
 void pdr__conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status);
 void pdr__cq_append(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct ctl_msg *m);
 int pdr__queue_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint8_t type, uint64_t room, uint64_t xid,
                    uint64_t value, int32_t code);
 int pdr__seg_iov_at(const struct pdr__op *op, uint64_t off, uint64_t max, struct iovec *iov, int maxiov);
-int pdr__io_bind(struct pdr__io *io, int dev);
 void pdr__tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code);
+void pdr__rx_advance(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t n);
+void pdr__rx_drop_op(pdr_xfer_engine_t *eng, struct pdr__conn *c);
+int pdr__rx_process(pdr_xfer_engine_t *eng, struct pdr__conn *c);
+int pdr__conn_read(pdr_xfer_engine_t *eng, struct pdr__conn *c);
+struct pdr__op *pdr__claim(pdr_xfer_engine_t *eng, struct pdr__conn *c, int want_dev, uint64_t *off,
+                           uint64_t *len);
+int pdr__conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c);
+/* mover_staging.c */
+int pdr__io_bind(struct pdr__io *io, int dev);
+int pdr__stage_init(pdr_xfer_engine_t *eng, struct pdr__conn *c, int dev);
+void pdr__stage_free(pdr_xfer_engine_t *eng, struct pdr__conn *c);
+void pdr__op_fail_async(pdr_xfer_engine_t *eng, struct pdr__op *op, int status);
+size_t pdr__stage_poll(pdr_xfer_engine_t *eng, struct pdr__conn *c, int block);
+int pdr__stage_issue(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct stage *g, struct pdr__op *op,
+                     int d2h);
+int pdr__rx_stage_slot(pdr_xfer_engine_t *eng, struct pdr__conn *c);
+void pdr__rx_stage_commit(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t n);
+size_t pdr__rx_stage_room(pdr_xfer_engine_t *eng, const struct pdr__conn *c);
+int pdr__stage_pump(pdr_xfer_engine_t *eng, struct pdr__conn *c, int *want);
+void pdr__tcp_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op);
 /* mover_ipc.c */
 int pdr__same_host(pdr_xfer_engine_t *eng, const struct pdr__sess *s);
 void pdr__ipc_map_close(struct pdr__io *io, struct pdr__sess *s);

@@ -72,7 +72,7 @@ static void tune_socket(pdr_xfer_engine_t *eng, int fd)
     }
 }
 
-static void conn_set_events(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t mask)
+void pdr__conn_set_events(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t mask)
 {
     (void)eng;
     if (c->dead || c->evmask == mask)
@@ -204,11 +204,9 @@ static void ctl_free_all(struct ctl_msg *m)
     }
 }
 
-static void stage_free(pdr_xfer_engine_t *eng, struct pdr__conn *c);
-
 static void conn_free(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
-    stage_free(eng, c);
+    pdr__stage_free(eng, c);
     ctl_free_all(c->cq_head);
     ctl_free_all(c->tx_ctl);
     if (c->body != NULL && c->body != c->body_inl)
@@ -274,7 +272,7 @@ void pdr__cq_append(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct ctl_msg 
         c->cq_head = m;
     c->cq_tail = m;
     if (!c->connecting && c->attached)
-        conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
+        pdr__conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
 }
 
 int pdr__queue_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint8_t type, uint64_t room, uint64_t xid,
@@ -350,212 +348,6 @@ int pdr__seg_iov_at(const struct pdr__op *op, uint64_t off, uint64_t max, struct
         s++;
     }
     return n;
-}
-
-/* ---- GPU staging ----
- *
- * A room in device memory moves through a fixed ring of pinned buffers per connection (staging_chunks
- * of chunk_bytes, never more, whatever the room size). Sender: claim a chunk, cuMemcpyDtoHAsync it into
- * the next free buffer on the connection's stream, record an event; buffers whose event completed are
- * sent in issue order, so copies overlap sends. Receiver: DATA payload lands in a buffer, which is
- * copied to the destination with cuMemcpyHtoDAsync; the bytes count toward the room (and so toward its
- * ACK) only when that copy's event completed. Events are polled (cuEventQuery) every loop turn while
- * copies are pending, never waited for. Every CUDA call is preceded by binding the thread to the
- * primary context of the memory's device (pdr__io_bind), never device 0 implicitly.
- */
-
-int pdr__io_bind(struct pdr__io *io, int dev)
-{
-    if (io != NULL && io->cuda_dev == dev)
-        return 0;
-    int rc = pdr__cuda_bind(dev);
-    if (rc == 0 && io != NULL)
-        io->cuda_dev = dev;
-    return rc;
-}
-
-static void stage_destroy_handles(struct pdr__conn *c)
-{
-    for (size_t i = 0; i < c->nstg; i++) {
-        if (c->stg[i].ev != NULL)
-            pdr__cuda_event_destroy(c->stg[i].ev);
-        c->stg[i].ev = NULL;
-    }
-    if (c->stream != NULL)
-        pdr__cuda_stream_destroy(c->stream);
-    c->stream = NULL;
-}
-
-/* Makes the ring ready for rooms of device dev. Returns 0, PDR_EAGAIN (copies of another device are
- * still in flight) or a CUDA error. Owner thread. */
-static int stage_init(pdr_xfer_engine_t *eng, struct pdr__conn *c, int dev)
-{
-    if (c->stg != NULL && c->stg_dev == dev && c->stream != NULL)
-        return 0;
-    if (c->stg != NULL && c->stg_count > 0)
-        return PDR_EAGAIN;
-    int rc = pdr__io_bind(c->io, dev);
-    if (rc != 0)
-        return rc;
-    if (c->stg == NULL) {
-        size_t n = eng->opts.staging_chunks;
-        c->stg = calloc(n, sizeof(*c->stg));
-        if (c->stg == NULL)
-            return PDR_ENOMEM;
-        c->nstg = n;
-        for (size_t i = 0; i < n; i++) {
-            void *p = NULL;
-            rc = pdr__cuda_host_alloc(eng->opts.chunk_bytes, &p);
-            if (rc != 0)
-                break;
-            c->stg[i].buf = p;
-            pdr__stats_staging(eng, (int64_t)eng->opts.chunk_bytes);
-        }
-    } else {
-        if (c->stg_dev >= 0 && pdr__io_bind(c->io, c->stg_dev) == 0)
-            stage_destroy_handles(c);
-        rc = pdr__io_bind(c->io, dev);
-    }
-    c->stg_dev = dev;
-    if (rc == 0)
-        rc = pdr__cuda_stream_create(&c->stream);
-    for (size_t i = 0; i < c->nstg && rc == 0; i++)
-        rc = pdr__cuda_event_create(&c->stg[i].ev);
-    if (rc != 0) {
-        pdr_warn("transport: cannot set up GPU staging on device %d: %s (%s)", dev, pdr_strerror(rc),
-                 pdr__cuda_last_error());
-        stage_free(eng, c);
-    }
-    return rc;
-}
-
-/* Finishes or abandons every copy and frees the ring. Any thread that may bind the device. */
-static void stage_free(pdr_xfer_engine_t *eng, struct pdr__conn *c)
-{
-    if (c->stg == NULL)
-        return;
-    int bound = c->stg_dev >= 0 && pdr__cuda_bind(c->stg_dev) == 0;
-    if (c->io != NULL && bound)
-        c->io->cuda_dev = c->stg_dev;
-    if (bound && c->stream != NULL)
-        pdr__cuda_stream_sync(c->stream);
-    for (size_t i = 0; i < c->nstg; i++) {
-        struct stage *g = &c->stg[i];
-        if (g->op != NULL) {
-            if (g->state == STG_COPY)
-                pdr__op_leave(g->op);
-            pdr__op_unref(eng, g->op);
-            g->op = NULL;
-        }
-        if (g->buf != NULL) {
-            pdr__cuda_host_free(g->buf);
-            pdr__stats_staging(eng, -(int64_t)eng->opts.chunk_bytes);
-        }
-    }
-    if (bound)
-        stage_destroy_handles(c);
-    free(c->stg);
-    c->stg = NULL;
-    c->nstg = c->stg_head = c->stg_count = 0;
-    c->tx_stage = c->rx_fill = -1;
-}
-
-/* A data thread cannot complete an op: it hands the failure to thread 0. */
-static void op_fail_async(pdr_xfer_engine_t *eng, struct pdr__op *op, int status)
-{
-    pthread_mutex_lock(&eng->lock);
-    if (!__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
-        if (op->fail_status == 0)
-            op->fail_status = status;
-        pdr__op_ready_locked(eng, op, PDR__READY_FAIL);
-    }
-    pthread_mutex_unlock(&eng->lock);
-}
-
-/* Polls the ring's copies in issue order (block: wait for them). Receiver slots are recycled here and
- * their bytes counted; sender slots become READY. Returns the number of copies still pending. */
-static size_t stage_poll(pdr_xfer_engine_t *eng, struct pdr__conn *c, int block)
-{
-    size_t pending = 0;
-    int stop = 0;
-    for (size_t k = 0; k < c->stg_count; k++) {
-        struct stage *g = &c->stg[(c->stg_head + k) % c->nstg];
-        if (g->state != STG_COPY)
-            continue;
-        if (stop) {
-            pending++;
-            continue;
-        }
-        pdr__io_bind(c->io, c->stg_dev);
-        int rc = block ? pdr__cuda_event_sync(g->ev) : pdr__cuda_event_query(g->ev);
-        if (rc == PDR_EAGAIN) {
-            stop = 1; /* later copies on the stream are not done either */
-            pending++;
-            continue;
-        }
-        struct pdr__op *op = g->op;
-        pdr__op_leave(op);
-        if (rc != 0) {
-            pdr_warn("transport: GPU staging copy failed: %s", pdr__cuda_last_error());
-            op_fail_async(eng, op, rc);
-        }
-        if (c->outbound) {
-            /* Receiver: the bytes are in place. */
-            g->op = NULL;
-            if (rc == 0) {
-                pthread_mutex_lock(&eng->lock);
-                if (!__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
-                    op->got += g->len;
-                    if (op->got == op->total)
-                        pdr__op_ready_locked(eng, op, PDR__READY_GOT);
-                }
-                pthread_mutex_unlock(&eng->lock);
-            }
-            pdr__op_unref(eng, op);
-            g->state = STG_FREE;
-        } else {
-            g->state = STG_READY;
-        }
-    }
-    /* Receiver: recycle finished slots at the head. */
-    while (c->outbound && c->stg_count > 0 && c->stg[c->stg_head].state == STG_FREE) {
-        c->stg_head = (c->stg_head + 1) % c->nstg;
-        c->stg_count--;
-    }
-    return pending;
-}
-
-/* Issues the device copy of slot g for op (d2h: sender; h2d: receiver). Returns 0 or a PDR_E* code;
- * PDR_ECANCELED when the op died (nothing issued). */
-static int stage_issue(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct stage *g, struct pdr__op *op,
-                       int d2h)
-{
-    if (pdr__op_enter(op) != 0)
-        return PDR_ECANCELED;
-    int rc = pdr__io_bind(c->io, op->dev);
-    struct iovec iov[MAX_IOV];
-    uint64_t done = 0;
-    while (rc == 0 && done < g->len) {
-        int n = pdr__seg_iov_at(op, g->off + done, g->len - done, iov, MAX_IOV);
-        for (int i = 0; i < n && rc == 0; i++) {
-            rc = d2h ? pdr__cuda_copy_d2h_async(g->buf + done, iov[i].iov_base, iov[i].iov_len, c->stream)
-                     : pdr__cuda_copy_h2d_async(iov[i].iov_base, g->buf + done, iov[i].iov_len, c->stream);
-            done += iov[i].iov_len;
-        }
-    }
-    if (rc == 0)
-        rc = pdr__cuda_event_record(g->ev, c->stream);
-    if (rc != 0) {
-        pdr__op_leave(op);
-        pdr_warn("transport: GPU staging copy could not start: %s", pdr__cuda_last_error());
-        return rc;
-    }
-    pthread_mutex_lock(&eng->lock);
-    op->refs++;
-    pthread_mutex_unlock(&eng->lock);
-    g->op = op;
-    g->state = STG_COPY;
-    return 0;
 }
 
 /* ---- binding ops to sessions (thread 0) ---- */
@@ -663,7 +455,7 @@ static void push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__c
     pthread_mutex_lock(&eng->lock);
     push_list_add(c->sess, op);
     pthread_mutex_unlock(&eng->lock);
-    rescan_all(eng); /* every connection of the session may claim chunks now */
+    rescan_all(eng); /* every connection of the session may pdr__claim chunks now */
 }
 
 static void tomb_add(pdr_xfer_engine_t *eng, uint64_t room, int code, int push, uint32_t keep_ms)
@@ -1311,7 +1103,7 @@ static void rx_frame_end(pdr_xfer_engine_t *eng, struct pdr__conn *c)
         return;
     c->rx_op = NULL;
     pthread_mutex_lock(&eng->lock);
-    /* Device rooms count their bytes when the staging copy lands (stage_poll). */
+    /* Device rooms count their bytes when the staging copy lands (pdr__stage_poll). */
     if (op->dev < 0 && !__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
         op->got += c->rx_len;
         if (op->got == op->total)
@@ -1322,7 +1114,7 @@ static void rx_frame_end(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 }
 
 /* Payload bytes of the current frame landed (n of them, at rx_off). */
-static void rx_advance(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t n)
+void pdr__rx_advance(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t n)
 {
     c->rx_off += n;
     c->rx_left -= n;
@@ -1331,69 +1123,16 @@ static void rx_advance(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t n)
 }
 
 /* The room of the current frame died: discard the rest of its payload. */
-static void rx_drop_op(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+void pdr__rx_drop_op(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
     struct pdr__op *op = c->rx_op;
     c->rx_op = NULL;
     pdr__op_unref(eng, op);
 }
 
-/* Device destination: makes sure a staging slot is being filled. Returns 0 (go), 1 (every slot busy:
- * stop reading until a copy finishes) or -1 (the room was dropped: discard its payload). */
-static int rx_stage_slot(pdr_xfer_engine_t *eng, struct pdr__conn *c)
-{
-    if (c->rx_fill >= 0)
-        return 0;
-    int rc = stage_init(eng, c, c->rx_op->dev);
-    if (rc == PDR_EAGAIN || (rc == 0 && c->stg_count == c->nstg)) {
-        c->rx_blocked = 1;
-        return 1;
-    }
-    if (rc != 0) {
-        op_fail_async(eng, c->rx_op, rc);
-        rx_drop_op(eng, c);
-        return -1;
-    }
-    size_t i = (c->stg_head + c->stg_count) % c->nstg;
-    c->stg_count++;
-    c->stg[i].state = STG_FILL;
-    c->stg[i].off = c->rx_off;
-    c->stg[i].len = 0;
-    c->rx_fill = (int)i;
-    c->rx_fill_len = 0;
-    return 0;
-}
-
-/* n payload bytes were put in the slot being filled; a full slot (or the frame's end) goes to the GPU. */
-static void rx_stage_commit(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t n)
-{
-    struct stage *g = &c->stg[c->rx_fill];
-    c->rx_fill_len += n;
-    if (c->rx_fill_len == eng->opts.chunk_bytes || n == c->rx_left) {
-        g->len = c->rx_fill_len;
-        c->rx_fill = -1;
-        int rc = stage_issue(eng, c, g, c->rx_op, 0);
-        if (rc != 0) {
-            g->state = STG_FREE; /* the newest slot: the ring's tail */
-            c->stg_count--;
-            if (rc != PDR_ECANCELED)
-                op_fail_async(eng, c->rx_op, rc);
-            rx_drop_op(eng, c);
-        }
-    }
-    rx_advance(eng, c, n);
-}
-
-/* Room left in the slot being filled, capped by the frame. */
-static size_t rx_stage_room(pdr_xfer_engine_t *eng, const struct pdr__conn *c)
-{
-    uint64_t room = eng->opts.chunk_bytes - c->rx_fill_len;
-    return (size_t)(room < c->rx_left ? room : c->rx_left);
-}
-
 /* Consumes buffered bytes. Returns 0 when it needs more input, -1 when the connection died,
  * RX_MIGRATE when it must move to another thread (the rest stays buffered). */
-static int rx_process(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+int pdr__rx_process(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
     for (;;) {
         size_t avail = c->rlen - c->rpos;
@@ -1460,16 +1199,16 @@ static int rx_process(pdr_xfer_engine_t *eng, struct pdr__conn *c)
                 return 0;
             size_t take = c->rx_left < avail ? (size_t)c->rx_left : avail;
             if (c->rx_op != NULL && c->rx_op->dev >= 0) {
-                int r = rx_stage_slot(eng, c);
+                int r = pdr__rx_stage_slot(eng, c);
                 if (r == 1)
                     return 0;
                 if (r == 0) {
-                    size_t room = rx_stage_room(eng, c);
+                    size_t room = pdr__rx_stage_room(eng, c);
                     if (take > room)
                         take = room;
                     memcpy(c->stg[c->rx_fill].buf + c->rx_fill_len, p, take);
                     c->rpos += take;
-                    rx_stage_commit(eng, c, take);
+                    pdr__rx_stage_commit(eng, c, take);
                     break;
                 }
             }
@@ -1486,38 +1225,38 @@ static int rx_process(pdr_xfer_engine_t *eng, struct pdr__conn *c)
                     }
                     pdr__op_leave(c->rx_op);
                 } else {
-                    rx_drop_op(eng, c);
+                    pdr__rx_drop_op(eng, c);
                 }
             }
             c->rpos += take;
-            rx_advance(eng, c, take);
+            pdr__rx_advance(eng, c, take);
             break;
         }
         }
     }
 }
 
-static int conn_read(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+int pdr__conn_read(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
     size_t budget = IO_BUDGET;
     while (budget > 0) {
         ssize_t n;
         if (c->rx_blocked) {
             /* Every staging slot busy: stop polling the socket (level-triggered EPOLLIN would spin);
-             * stage_pump resumes reading when a slot frees. */
-            conn_set_events(eng, c, c->evmask & ~(uint32_t)EPOLLIN);
+             * pdr__stage_pump resumes reading when a slot frees. */
+            pdr__conn_set_events(eng, c, c->evmask & ~(uint32_t)EPOLLIN);
             return 0;
         }
         if (c->rx_state == RX_PAYLOAD && c->rpos == c->rlen) {
             /* Straight from the socket into the room's memory (or its staging slot). */
             n = -2;
-            int r = c->rx_op != NULL && c->rx_op->dev >= 0 ? rx_stage_slot(eng, c) : -1;
+            int r = c->rx_op != NULL && c->rx_op->dev >= 0 ? pdr__rx_stage_slot(eng, c) : -1;
             if (r == 1)
                 return 0;
             if (r == 0) {
-                n = read(c->fd, c->stg[c->rx_fill].buf + c->rx_fill_len, rx_stage_room(eng, c));
+                n = read(c->fd, c->stg[c->rx_fill].buf + c->rx_fill_len, pdr__rx_stage_room(eng, c));
                 if (n > 0)
-                    rx_stage_commit(eng, c, (uint64_t)n);
+                    pdr__rx_stage_commit(eng, c, (uint64_t)n);
             } else if (c->rx_op != NULL) {
                 if (pdr__op_enter(c->rx_op) == 0) {
                     struct iovec iov[MAX_IOV];
@@ -1525,15 +1264,15 @@ static int conn_read(pdr_xfer_engine_t *eng, struct pdr__conn *c)
                     n = readv(c->fd, iov, cnt);
                     pdr__op_leave(c->rx_op);
                 } else {
-                    rx_drop_op(eng, c);
+                    pdr__rx_drop_op(eng, c);
                 }
             }
             if (n == -2) {
                 n = read(c->fd, c->rbuf, c->rx_left < RBUF_CAP ? (size_t)c->rx_left : RBUF_CAP);
                 if (n > 0)
-                    rx_advance(eng, c, (uint64_t)n);
+                    pdr__rx_advance(eng, c, (uint64_t)n);
             } else if (r != 0 && n > 0) {
-                rx_advance(eng, c, (uint64_t)n);
+                pdr__rx_advance(eng, c, (uint64_t)n);
             }
         } else {
             if (c->rpos > 0 && c->rpos == c->rlen)
@@ -1548,7 +1287,7 @@ static int conn_read(pdr_xfer_engine_t *eng, struct pdr__conn *c)
                 c->rlen += (size_t)n;
                 c->last_live_ns = pdr_now_ns();
                 c->ping_ns = 0;
-                int rc = rx_process(eng, c);
+                int rc = pdr__rx_process(eng, c);
                 if (rc != 0)
                     return rc;
             }
@@ -1576,8 +1315,8 @@ static int conn_read(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 
 /* Claims the next chunk of the session's first push op with unclaimed bytes (round robin over ops), if
  * that op's memory is of the wanted kind (want_dev: device memory). Returns it with a reference. */
-static struct pdr__op *claim(pdr_xfer_engine_t *eng, struct pdr__conn *c, int want_dev, uint64_t *off,
-                             uint64_t *len)
+struct pdr__op *pdr__claim(pdr_xfer_engine_t *eng, struct pdr__conn *c, int want_dev, uint64_t *off,
+                           uint64_t *len)
 {
     struct pdr__sess *s = c->sess;
     if (s == NULL)
@@ -1626,7 +1365,7 @@ static int tx_next(pdr_xfer_engine_t *eng, struct pdr__conn *c)
     for (;;) {
         /* 1. A staged chunk whose device copy finished, in issue order. */
         if (c->stg_count > 0) {
-            stage_poll(eng, c, 0);
+            pdr__stage_poll(eng, c, 0);
             struct stage *g = &c->stg[c->stg_head];
             if (g->state == STG_READY) {
                 struct pdr__op *op = g->op;
@@ -1646,31 +1385,31 @@ static int tx_next(pdr_xfer_engine_t *eng, struct pdr__conn *c)
         /* 2. Keep the ring full of device copies. */
         int dev = peek_dev(eng, c);
         if (dev >= 0) {
-            int rc = stage_init(eng, c, dev);
+            int rc = pdr__stage_init(eng, c, dev);
             if (rc == PDR_EAGAIN)
                 return 0; /* the other device's copies drain first */
             uint64_t off, len;
             if (rc != 0) {
-                struct pdr__op *op = claim(eng, c, 1, &off, &len);
+                struct pdr__op *op = pdr__claim(eng, c, 1, &off, &len);
                 if (op != NULL) {
-                    op_fail_async(eng, op, rc);
+                    pdr__op_fail_async(eng, op, rc);
                     pdr__op_unref(eng, op);
                 }
                 return 0;
             }
             if (c->stg_count == c->nstg)
                 return 0; /* every buffer busy: the loop polls the copies */
-            struct pdr__op *op = claim(eng, c, 1, &off, &len);
+            struct pdr__op *op = pdr__claim(eng, c, 1, &off, &len);
             if (op == NULL)
                 continue;
             struct stage *g = &c->stg[(c->stg_head + c->stg_count) % c->nstg];
             g->off = off;
             g->len = len;
-            rc = stage_issue(eng, c, g, op, 1);
+            rc = pdr__stage_issue(eng, c, g, op, 1);
             if (rc == 0)
                 c->stg_count++;
             else if (rc != PDR_ECANCELED)
-                op_fail_async(eng, op, rc);
+                pdr__op_fail_async(eng, op, rc);
             pdr__op_unref(eng, op);
             if (rc != 0 && rc != PDR_ECANCELED)
                 return 0;
@@ -1679,7 +1418,7 @@ static int tx_next(pdr_xfer_engine_t *eng, struct pdr__conn *c)
         /* 3. Host memory goes straight from the room to the socket. */
         if (dev == -1) {
             uint64_t off, len;
-            struct pdr__op *op = claim(eng, c, 0, &off, &len);
+            struct pdr__op *op = pdr__claim(eng, c, 0, &off, &len);
             if (op == NULL)
                 continue;
             tx_start(c, op, off, len);
@@ -1712,7 +1451,7 @@ static void tx_frame_end(pdr_xfer_engine_t *eng, struct pdr__conn *c)
     pdr__op_unref(eng, op);
 }
 
-static int conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+int pdr__conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
     size_t budget = IO_BUDGET;
     while (budget > 0) {
@@ -1727,7 +1466,7 @@ static int conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
             } else if (!c->outbound && tx_next(eng, c)) {
                 c->tx_state = TX_DATA;
             } else {
-                conn_set_events(eng, c, EPOLLIN);
+                pdr__conn_set_events(eng, c, EPOLLIN);
                 return 0;
             }
             c->tx_sent = 0;
@@ -1773,7 +1512,7 @@ static int conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
             if (saved == EINTR)
                 continue;
             if (saved == EAGAIN || saved == EWOULDBLOCK) {
-                conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
+                pdr__conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
                 return 0;
             }
             pdr__conn_fail(eng, c, PDR_EPEERGONE);
@@ -1801,7 +1540,7 @@ static int conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
         if (c->tx_sent == sizeof(c->tx_hdr) && c->tx_left == 0)
             tx_frame_end(eng, c);
     }
-    conn_set_events(eng, c, EPOLLIN | EPOLLOUT); /* budget spent: come back next turn */
+    pdr__conn_set_events(eng, c, EPOLLIN | EPOLLOUT); /* budget spent: come back next turn */
     return 0;
 }
 
@@ -1858,7 +1597,7 @@ static void conn_service(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t e
         if (soerr == 0 && !(events & (EPOLLERR | EPOLLHUP)) && (events & EPOLLOUT)) {
             c->connecting = 0;
             c->last_live_ns = pdr_now_ns();
-            conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
+            pdr__conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
         } else if (soerr != 0 || (events & (EPOLLERR | EPOLLHUP))) {
             /* A data connection's session was up already: its peer went away, it did not refuse. */
             pdr__conn_fail(eng, c, c->index > 0 ? PDR_EPEERGONE : PDR_ECONNREFUSED);
@@ -1868,7 +1607,7 @@ static void conn_service(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t e
         }
     }
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
-        int rc = conn_read(eng, c);
+        int rc = pdr__conn_read(eng, c);
         if (rc == RX_MIGRATE) {
             conn_migrate(eng, c);
             return;
@@ -1877,7 +1616,7 @@ static void conn_service(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t e
             return;
     }
     if (c->cq_head != NULL || c->tx_state != TX_IDLE || (events & EPOLLOUT))
-        conn_flush(eng, c);
+        pdr__conn_flush(eng, c);
 }
 
 static void tcp_on_event(pdr_xfer_engine_t *eng, struct pdr__io *io, void *handle, uint32_t events)
@@ -1906,55 +1645,12 @@ static void conn_adopted(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr_
         return;
     }
     if (c->rpos < c->rlen) {
-        int rc = rx_process(eng, c);
+        int rc = pdr__rx_process(eng, c);
         if (rc != 0)
             return;
     }
     if (!c->connecting)
-        conn_flush(eng, c);
-}
-
-/* Polls c's staging copies: finished sends go out, a receiver blocked on a full ring reads again. While
- * copies are pending the loop must not sleep (*want = 0). Returns -1 if c died. */
-/* Whether a device copy of the ring is still in flight. */
-static int stage_copying(const struct pdr__conn *c)
-{
-    for (size_t k = 0; k < c->stg_count; k++)
-        if (c->stg[(c->stg_head + k) % c->nstg].state == STG_COPY)
-            return 1;
-    return 0;
-}
-
-static int stage_pump(pdr_xfer_engine_t *eng, struct pdr__conn *c, int *want)
-{
-    stage_poll(eng, c, 0);
-    if (!c->outbound) {
-        if (c->tx_state == TX_IDLE && c->cq_head == NULL && c->stg_count > 0 &&
-            c->stg[c->stg_head].state == STG_READY && conn_flush(eng, c) != 0)
-            return -1;
-        /* The flush refills the ring: those copies must be polled soon too, not at the next heartbeat. */
-        if (!c->dead && c->stg != NULL && stage_copying(c)) {
-            *want = 0;
-            c->io->copy_wait = 1;
-        }
-        return 0;
-    }
-    if (c->rx_blocked && c->stg_count < c->nstg) {
-        c->rx_blocked = 0;
-        conn_set_events(eng, c, EPOLLIN | (c->evmask & EPOLLOUT));
-        if (c->rpos < c->rlen) {
-            int rc = rx_process(eng, c);
-            if (rc != 0)
-                return -1;
-        }
-        if (!c->rx_blocked && conn_read(eng, c) != 0)
-            return -1;
-    }
-    if (c->rx_blocked || (c->stg != NULL && stage_copying(c))) {
-        *want = 0;
-        c->io->copy_wait = 1;
-    }
-    return 0;
+        pdr__conn_flush(eng, c);
 }
 
 static int tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
@@ -2007,12 +1703,12 @@ static int tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
             continue;
         }
         if (rescan && !c->connecting && c->tx_state == TX_IDLE && c->cq_head == NULL &&
-            conn_flush(eng, c) != 0) {
+            pdr__conn_flush(eng, c) != 0) {
             c = next;
             continue;
         }
         /* A paused reader resumes here even if thread 0's quiesce already recycled its ring. */
-        if ((c->stg_count > 0 || c->rx_blocked) && stage_pump(eng, c, &want) != 0) {
+        if ((c->stg_count > 0 || c->rx_blocked) && pdr__stage_pump(eng, c, &want) != 0) {
             c = next;
             continue;
         }
@@ -2049,20 +1745,6 @@ static int tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
         c = next;
     }
     return want;
-}
-
-/* Thread 0 is about to wait for op's busy count: copies it issued itself must finish first. */
-static void tcp_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op)
-{
-    for (struct pdr__conn *c = eng->io[0].conns; c != NULL; c = c->next) {
-        for (size_t k = 0; k < c->stg_count; k++) {
-            struct stage *g = &c->stg[(c->stg_head + k) % c->nstg];
-            if (g->state == STG_COPY && g->op == op) {
-                stage_poll(eng, c, 1);
-                break;
-            }
-        }
-    }
 }
 
 /* An op from the ready list (thread 0). */
@@ -2249,7 +1931,7 @@ const struct pdr_xfer_backend_ops pdr__tcp_backend = {
     .start_push = tcp_start_push,
     .start_pull = tcp_start_pull,
     .abort = pdr__tcp_abort,
-    .quiesce = tcp_quiesce,
+    .quiesce = pdr__tcp_quiesce,
     .ready = tcp_ready,
     .on_event = tcp_on_event,
     .tick = tcp_tick,
