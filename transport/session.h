@@ -157,14 +157,24 @@ struct tcp_state *pdr__tcp_st(pdr_xfer_engine_t *eng);
 void pdr__conn_set_events(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t mask);
 void pdr__ctl_free_all(struct ctl_msg *m);
 void pdr__conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status);
+void pdr__push_list_add(struct pdr__sess *s, struct pdr__op *op);
+void pdr__push_list_del(struct pdr__sess *s, struct pdr__op *op);
+void pdr__push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__conn *c, uint64_t xid,
+                     uint64_t total, const uint8_t *ipc, size_t ipc_len, int ext_type);
+int pdr__sess_implicit(pdr_xfer_engine_t *eng, struct pdr__conn *c);
+int pdr__on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *body, size_t len);
+/* ctl.c */
 void pdr__cq_append(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct ctl_msg *m);
 int pdr__queue_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint8_t type, uint64_t room, uint64_t xid,
                    uint64_t value, int32_t code);
-void pdr__push_list_add(struct pdr__sess *s, struct pdr__op *op);
-void pdr__push_list_del(struct pdr__sess *s, struct pdr__op *op);
+void pdr__tomb_del(pdr_xfer_engine_t *eng, struct pdr__parked *p);
+void pdr__parked_unlink(struct pdr__conn *c, struct pdr__parked *p);
+void pdr__drop_parked_all(pdr_xfer_engine_t *eng, struct pdr__conn *c);
 void pdr__tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code);
 int pdr__on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_xfer_hdr *h,
                 const uint8_t *body);
+void pdr__tcp_ready(pdr_xfer_engine_t *eng, struct pdr__op *op, int what);
+void pdr__tcp_parked_expired(pdr_xfer_engine_t *eng, struct pdr__parked *p);
 /* mover_tcp.c */
 int pdr__seg_iov_at(const struct pdr__op *op, uint64_t off, uint64_t max, struct iovec *iov, int maxiov);
 void pdr__rx_advance(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t n);

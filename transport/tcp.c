@@ -220,7 +220,6 @@ static void conn_free(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 }
 
 static void sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status);
-static void drop_parked_all(pdr_xfer_engine_t *eng, struct pdr__conn *c);
 
 /* Closes the connection; its session dies with status (thread 0 does that; other threads post it). */
 void pdr__conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status)
@@ -239,7 +238,7 @@ void pdr__conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status)
     io->zombies = c;
     struct pdr__sess *s = c->sess;
     if (io->idx == 0) {
-        drop_parked_all(eng, c);
+        pdr__drop_parked_all(eng, c);
         if (s != NULL && s->ctl == c)
             s->ctl = NULL;
         if (s != NULL)
@@ -258,36 +257,6 @@ void pdr__conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status)
         pdr__io_wake_locked(eng, &eng->io[0]);
     }
     pthread_mutex_unlock(&eng->lock);
-}
-
-/* ---- control frames ---- */
-
-void pdr__cq_append(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct ctl_msg *m)
-{
-    if (c->cq_tail != NULL)
-        c->cq_tail->next = m;
-    else
-        c->cq_head = m;
-    c->cq_tail = m;
-    if (!c->connecting && c->attached)
-        pdr__conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
-}
-
-int pdr__queue_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint8_t type, uint64_t room, uint64_t xid,
-                   uint64_t value, int32_t code)
-{
-    if (c == NULL || c->dead)
-        return 0;
-    struct ctl_msg *m = calloc(1, sizeof(*m));
-    if (m == NULL) {
-        /* The peer would wait for a frame that never comes: fail the session rather than hang it. */
-        pdr__conn_fail(eng, c, PDR_ENOMEM);
-        return -1;
-    }
-    m->data = m->inl;
-    m->len = pdr__xfer_ctl_encode(m->inl, type, room, xid, value, code);
-    pdr__cq_append(eng, c, m);
-    return 0;
 }
 
 static int queue_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t session, uint32_t index,
@@ -361,8 +330,8 @@ void pdr__push_list_del(struct pdr__sess *s, struct pdr__op *op)
 
 /* Serves a FETCH (xid, total; ipc: its FETCH_IPC or FETCH_RDMA body, per ext_type, or NULL) of op's
  * room from the session of control connection c. */
-static void push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__conn *c, uint64_t xid,
-                       uint64_t total, const uint8_t *ipc, size_t ipc_len, int ext_type)
+void pdr__push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__conn *c, uint64_t xid,
+                     uint64_t total, const uint8_t *ipc, size_t ipc_len, int ext_type)
 {
     const uint8_t *rdma_body = ext_type == PDR_XF_FETCH_RDMA ? ipc : NULL;
     if (rdma_body != NULL)
@@ -422,54 +391,6 @@ static void push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__c
     rescan_all(eng); /* every connection of the session may pdr__claim chunks now */
 }
 
-static void tomb_add(pdr_xfer_engine_t *eng, uint64_t room, int code, int push, uint32_t keep_ms)
-{
-    if (eng->nparked >= eng->opts.max_rooms || pdr__parked_find(eng, room) != NULL)
-        return;
-    struct pdr__parked *p = calloc(1, sizeof(*p));
-    if (p == NULL)
-        return; /* best effort: a late FETCH then waits for its own deadline */
-    p->timer.idx = SIZE_MAX;
-    p->timer.what = PDR__TIMER_PARKED;
-    p->room = room;
-    p->tomb_code = code;
-    p->tomb_push = push;
-    if (keep_ms > 60000)
-        keep_ms = 60000;
-    if (pdr__timer_arm(eng, &p->timer, pdr_now_ns() + (uint64_t)keep_ms * 1000000u) != 0) {
-        free(p);
-        return;
-    }
-    pdr__parked_insert(eng, p);
-}
-
-static void tomb_del(pdr_xfer_engine_t *eng, struct pdr__parked *p)
-{
-    pdr__parked_remove(eng, p);
-    free(p);
-}
-
-static void parked_unlink(struct pdr__conn *c, struct pdr__parked *p)
-{
-    if (p->cprev != NULL)
-        p->cprev->cnext = p->cnext;
-    else
-        c->parked = p->cnext;
-    if (p->cnext != NULL)
-        p->cnext->cprev = p->cprev;
-    p->cnext = p->cprev = NULL;
-}
-
-static void drop_parked_all(pdr_xfer_engine_t *eng, struct pdr__conn *c)
-{
-    while (c->parked != NULL) {
-        struct pdr__parked *p = c->parked;
-        c->parked = p->cnext;
-        pdr__parked_remove(eng, p);
-        free(p);
-    }
-}
-
 static void tcp_start_push(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
     if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 &&
@@ -480,7 +401,7 @@ static void tcp_start_push(pdr_xfer_engine_t *eng, struct pdr__op *op)
     struct pdr__parked *p = pdr__parked_find(eng, op->room);
     if (p != NULL && p->tomb_code != 0) {
         int code = p->tomb_push ? 0 : p->tomb_code;
-        tomb_del(eng, p); /* a new push of the room replaces the memory of the old one */
+        pdr__tomb_del(eng, p); /* a new push of the room replaces the memory of the old one */
         if (code != 0) {
             pdr__op_complete(eng, op, code, 0); /* its decode already gave up */
             return;
@@ -490,9 +411,9 @@ static void tcp_start_push(pdr_xfer_engine_t *eng, struct pdr__op *op)
     if (p == NULL)
         return; /* waits for a FETCH until its deadline */
     struct pdr__conn *c = p->conn;
-    parked_unlink(c, p);
+    pdr__parked_unlink(c, p);
     pdr__parked_remove(eng, p);
-    push_match(eng, op, c, p->xid, p->total, p->ipc, p->ipc_len, p->ext_type);
+    pdr__push_match(eng, op, c, p->xid, p->total, p->ipc, p->ipc_len, p->ext_type);
     free(p);
 }
 
@@ -685,40 +606,6 @@ static void tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op)
     pull_send(eng, s, op);
 }
 
-void pdr__tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code)
-{
-    pdr__mv_rdma_abort(eng, op, op->sess);
-    if (op->ipc_ev != NULL) {
-        pdr__io_bind(&eng->io[0], op->dev);
-        pdr__cuda_event_sync(op->ipc_ev); /* the copies read this room's memory */
-        pdr__ipc_finish(eng, op);
-    }
-    struct pdr__sess *s = op->sess;
-    if (s == NULL) {
-        if (op->kind == PDR__OP_PUSH && op->state == PDR__OP_WAITING && notify_code != 0)
-            tomb_add(eng, op->room, notify_code, 1, op->timeout_ms);
-        return;
-    }
-    pthread_mutex_lock(&eng->lock);
-    pdr__push_list_del(s, op);
-    if (op->sprev != NULL)
-        op->sprev->snext = op->snext;
-    else
-        s->ops = op->snext;
-    if (op->snext != NULL)
-        op->snext->sprev = op->sprev;
-    op->snext = op->sprev = NULL;
-    s->nops--;
-    op->sess = NULL;
-    pthread_mutex_unlock(&eng->lock);
-    if (notify_code != 0 && s->ctl != NULL && !s->ctl->dead) {
-        if (notify_code == PDR_ECANCELED)
-            pdr__queue_ctl(eng, s->ctl, PDR_XF_CANCEL, op->room, op->xid, 0, 0);
-        else
-            pdr__queue_ctl(eng, s->ctl, PDR_XF_ERROR, op->room, op->xid, 0, notify_code);
-    }
-}
-
 /* Kills a session (thread 0): its rooms fail with status, its connections close. */
 static void sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status)
 {
@@ -756,18 +643,8 @@ static void sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status)
 
 /* ---- receiving ---- */
 
-/* The op of (room, xid, kind) bound to c's session, or NULL. Thread 0. */
-static struct pdr__op *find_op(pdr_xfer_engine_t *eng, struct pdr__conn *c, int kind, uint64_t room,
-                               uint64_t xid)
-{
-    pthread_mutex_lock(&eng->lock);
-    struct pdr__op *op = pdr__room_find(eng, room, kind);
-    pthread_mutex_unlock(&eng->lock);
-    return op != NULL && c->sess != NULL && op->sess == c->sess && op->xid == xid ? op : NULL;
-}
-
 /* An accepted connection whose first frame is not a HELLO: a one-connection session. */
-static int sess_implicit(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+int pdr__sess_implicit(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
     if (c->sess != NULL)
         return 0;
@@ -781,7 +658,7 @@ static int sess_implicit(pdr_xfer_engine_t *eng, struct pdr__conn *c)
     return 0;
 }
 
-static int on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *body, size_t len)
+int pdr__on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *body, size_t len)
 {
     struct pdr_xfer_hello h;
     if (c->hello_seen || pdr__xfer_hello_decode(body, len, &h) != 0) {
@@ -836,192 +713,6 @@ static int on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *
     }
     rescan_all(eng);
     return 0;
-}
-
-static int on_fetch(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, const uint8_t *body,
-                    size_t len, int ext_type)
-{
-    struct pdr_xfer_fetch_desc d;
-    struct pdr_xfer_ipc_desc ipc;
-    struct pdr_xfer_rdma_desc rd;
-    int is_ipc = ext_type != PDR_XF_FETCH;
-    int bad = ext_type == PDR_XF_FETCH_IPC    ? pdr__xfer_fetch_ipc_decode(body, len, &d, &ipc)
-              : ext_type == PDR_XF_FETCH_RDMA ? pdr__xfer_fetch_rdma_decode(body, len, &d, &rd)
-                                              : pdr__xfer_fetch_decode(body, len, &d);
-    if (bad != 0) {
-        pdr__conn_fail(eng, c, PDR_EPROTO);
-        return -1;
-    }
-    pthread_mutex_lock(&eng->lock);
-    struct pdr__op *op = pdr__room_find(eng, room, PDR__OP_PUSH);
-    pthread_mutex_unlock(&eng->lock);
-    if (op != NULL && op->state == PDR__OP_WAITING) {
-        push_match(eng, op, c, d.xid, d.total, is_ipc ? body : NULL, len, ext_type);
-        return c->dead ? -1 : 0;
-    }
-    struct pdr__parked *t = pdr__parked_find(eng, room);
-    if (t != NULL && t->tomb_code != 0) {
-        int code = t->tomb_code, push = t->tomb_push;
-        tomb_del(eng, t);
-        if (op == NULL && push) {
-            if (code == PDR_ECANCELED)
-                return pdr__queue_ctl(eng, c, PDR_XF_CANCEL, room, d.xid, 0, 0);
-            return pdr__queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, code);
-        }
-        /* Re-offered (still queued): park the fetch for the new push. */
-    }
-    if ((op != NULL && op->state != PDR__OP_QUEUED) || pdr__parked_find(eng, room) != NULL)
-        return pdr__queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_EEXIST); /* another decode has it */
-    if (eng->nparked >= eng->opts.max_rooms)
-        return pdr__queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_ETOOBIG);
-    struct pdr__parked *p = calloc(1, sizeof(*p) + (is_ipc ? len : 0));
-    if (p == NULL)
-        return pdr__queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_ENOMEM);
-    if (is_ipc) {
-        p->ext_type = ext_type;
-        p->ipc = (uint8_t *)(p + 1);
-        p->ipc_len = len;
-        memcpy(p->ipc, body, len);
-    }
-    p->timer.idx = SIZE_MAX;
-    p->timer.what = PDR__TIMER_PARKED;
-    p->room = room;
-    p->xid = d.xid;
-    p->total = d.total;
-    p->conn = c;
-    /* The decode enforces its own deadline; ours only bounds how long we remember it (+1 s slack). */
-    uint32_t keep = d.timeout_ms != 0 && d.timeout_ms < 3600000 ? d.timeout_ms : eng->opts.default_timeout_ms;
-    if (pdr__timer_arm(eng, &p->timer, pdr_now_ns() + ((uint64_t)keep + 1000) * 1000000u) != 0) {
-        free(p);
-        return pdr__queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_ETOOBIG);
-    }
-    pdr__parked_insert(eng, p);
-    p->cnext = c->parked;
-    if (c->parked != NULL)
-        c->parked->cprev = p;
-    c->parked = p;
-    return pdr__queue_ctl(eng, c, PDR_XF_WAIT, room, d.xid, 0, 0);
-}
-
-/* The decode of a parked fetch canceled it or gave up (code): remember that for a late push. */
-static void drop_parked(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, uint64_t xid, int code)
-{
-    struct pdr__parked *p = pdr__parked_find(eng, room);
-    if (p == NULL || p->conn != c || p->xid != xid)
-        return;
-    parked_unlink(c, p);
-    pdr__parked_remove(eng, p);
-    free(p);
-    if (code != 0)
-        tomb_add(eng, room, code, 0, eng->opts.default_timeout_ms);
-}
-
-/* Both halves of a pull arrived (DONE and every byte): acknowledge and complete. Thread 0. */
-static int pull_maybe_done(pdr_xfer_engine_t *eng, struct pdr__op *op)
-{
-    pthread_mutex_lock(&eng->lock);
-    int all = op->got == op->total;
-    pthread_mutex_unlock(&eng->lock);
-    if (!op->done_seen || !all)
-        return 0;
-    struct pdr__sess *s = op->sess;
-    if (s != NULL && pdr__queue_ctl(eng, s->ctl, PDR_XF_ACK, op->room, op->xid, op->total, 0) != 0)
-        return -1;
-    pdr__op_complete(eng, op, 0, 0);
-    return 0;
-}
-
-/* A complete control frame (not DATA). */
-int pdr__on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_xfer_hdr *h,
-                const uint8_t *body)
-{
-    if (h->type == PDR_XF_HELLO)
-        return on_hello(eng, c, body, (size_t)h->len);
-    if (h->type == PDR_XF_PING)
-        return pdr__queue_ctl(eng, c, PDR_XF_PONG, 0, 0, 0, 0);
-    if (h->type == PDR_XF_PONG)
-        return 0;
-    /* Room-scoped control frames travel on control connections only, which live on thread 0. */
-    if (c->io->idx != 0 || (c->sess != NULL && c->sess->ctl != c)) {
-        pdr__conn_fail(eng, c, PDR_EPROTO);
-        return -1;
-    }
-    if (!c->outbound && sess_implicit(eng, c) != 0)
-        return -1;
-    if (h->type == PDR_XF_FETCH || h->type == PDR_XF_FETCH_IPC || h->type == PDR_XF_FETCH_RDMA)
-        return on_fetch(eng, c, h->room, body, (size_t)h->len, h->type);
-    if (h->type == PDR_XF_RDMA_READY)
-        return pdr__mv_rdma_on_ready(eng, c, h->room, body, (size_t)h->len);
-    struct pdr_xfer_ctl m;
-    if (pdr__xfer_ctl_decode(h->type, body, (size_t)h->len, &m) != 0) {
-        pdr__conn_fail(eng, c, PDR_EPROTO);
-        return -1;
-    }
-    struct pdr__op *op;
-    switch (h->type) {
-    case PDR_XF_WAIT:
-        op = find_op(eng, c, PDR__OP_PULL, h->room, m.xid);
-        if (op != NULL && op->state == PDR__OP_WAITING)
-            op->state = PDR__OP_PARKED;
-        return 0;
-    case PDR_XF_DONE:
-        op = find_op(eng, c, PDR__OP_PULL, h->room, m.xid);
-        if (op == NULL)
-            return 0; /* a room we already failed */
-        if (m.value != op->total || op->done_seen) {
-            pdr__conn_fail(eng, c, PDR_EPROTO);
-            return -1;
-        }
-        op->done_seen = 1;
-        op->state = PDR__OP_ACTIVE;
-        return pull_maybe_done(eng, op);
-    case PDR_XF_RDMA_GO:
-        if (c->outbound || c->sess == NULL) {
-            pdr__conn_fail(eng, c, PDR_EPROTO);
-            return -1;
-        }
-        pdr__mv_rdma_on_go(eng, c->sess);
-        return 0;
-    case PDR_XF_IPC_DONE:
-        op = find_op(eng, c, PDR__OP_PULL, h->room, m.xid);
-        if (op == NULL)
-            return 0;
-        if (m.value != op->total || op->done_seen || !op->ipc_offered) {
-            pdr__conn_fail(eng, c, PDR_EPROTO);
-            return -1;
-        }
-        pthread_mutex_lock(&eng->lock);
-        op->got = op->total; /* the prefill's GPU wrote every byte */
-        pthread_mutex_unlock(&eng->lock);
-        op->done_seen = 1;
-        op->state = PDR__OP_ACTIVE;
-        op->backend = "cuda_ipc";
-        return pull_maybe_done(eng, op);
-    case PDR_XF_ACK:
-        op = find_op(eng, c, PDR__OP_PUSH, h->room, m.xid);
-        if (op == NULL)
-            return 0;
-        if (op->state != PDR__OP_DRAINED || m.value != op->total) {
-            pdr__conn_fail(eng, c, PDR_EPROTO);
-            return -1;
-        }
-        pdr__op_complete(eng, op, 0, 0);
-        return 0;
-    case PDR_XF_ERROR:
-    case PDR_XF_CANCEL: {
-        int code = h->type == PDR_XF_CANCEL ? PDR_ECANCELED : m.code;
-        if ((op = find_op(eng, c, PDR__OP_PULL, h->room, m.xid)) != NULL)
-            pdr__op_complete(eng, op, code, 0);
-        else if ((op = find_op(eng, c, PDR__OP_PUSH, h->room, m.xid)) != NULL)
-            pdr__op_complete(eng, op, code, 0);
-        else
-            drop_parked(eng, c, h->room, m.xid, code);
-        return 0;
-    }
-    default:
-        pdr__conn_fail(eng, c, PDR_EPROTO);
-        return -1;
-    }
 }
 
 /* ---- events ---- */
@@ -1227,40 +918,6 @@ static int tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
     return want;
 }
 
-/* An op from the ready list (thread 0). */
-static void tcp_ready(pdr_xfer_engine_t *eng, struct pdr__op *op, int what)
-{
-    if (what & PDR__READY_FAIL) {
-        pthread_mutex_lock(&eng->lock);
-        int code = op->fail_status != 0 ? op->fail_status : PDR_EIO;
-        pthread_mutex_unlock(&eng->lock);
-        pdr__op_complete(eng, op, code, code);
-        return;
-    }
-    struct pdr__sess *s = op->sess;
-    if (s == NULL)
-        return;
-    if (op->rdma != NULL && (what & (PDR__READY_SENT | PDR__READY_GOT))) {
-        op->backend = "rdma"; /* the decode's bytes were placed (its immediate, or the prefill's done_cb) */
-        pdr__op_complete(eng, op, 0, 0);
-        return;
-    }
-    if ((what & PDR__READY_SENT) && op->kind == PDR__OP_PUSH && op->state == PDR__OP_ACTIVE) {
-        op->state = PDR__OP_DRAINED;
-        pdr__queue_ctl(eng, s->ctl, PDR_XF_DONE, op->room, op->xid, op->total, 0);
-    }
-    if ((what & PDR__READY_GOT) && op->kind == PDR__OP_PULL)
-        pull_maybe_done(eng, op);
-}
-
-static void tcp_parked_expired(pdr_xfer_engine_t *eng, struct pdr__parked *p)
-{
-    if (p->tomb_code != 0)
-        tomb_del(eng, p);
-    else
-        drop_parked(eng, p->conn, p->room, p->xid, 0);
-}
-
 static void tcp_after_turn(pdr_xfer_engine_t *eng, struct pdr__io *io)
 {
     while (io->zombies != NULL) {
@@ -1395,7 +1052,7 @@ static void tcp_shutdown(pdr_xfer_engine_t *eng)
     }
     for (size_t b = 0; b < eng->nbuckets && eng->parked != NULL; b++)
         while (eng->parked[b] != NULL)
-            tomb_del(eng, eng->parked[b]);
+            pdr__tomb_del(eng, eng->parked[b]);
     if (eng->listen_fd >= 0) {
         close(eng->listen_fd);
         eng->listen_fd = -1;
@@ -1412,10 +1069,10 @@ const struct pdr_xfer_backend_ops pdr__tcp_backend = {
     .start_pull = tcp_start_pull,
     .abort = pdr__tcp_abort,
     .quiesce = pdr__tcp_quiesce,
-    .ready = tcp_ready,
+    .ready = pdr__tcp_ready,
     .on_event = tcp_on_event,
     .tick = tcp_tick,
-    .parked_expired = tcp_parked_expired,
+    .parked_expired = pdr__tcp_parked_expired,
     .after_turn = tcp_after_turn,
     .shutdown = tcp_shutdown,
     .mem_unregistered = pdr__tcp_mem_unregistered,
