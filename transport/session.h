@@ -155,14 +155,27 @@ struct tcp_state {
 /* tcp.c */
 struct tcp_state *pdr__tcp_st(pdr_xfer_engine_t *eng);
 void pdr__conn_set_events(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t mask);
+struct pdr__conn *pdr__conn_new(int fd, int outbound, int connecting, const char *peer);
+int pdr__conn_attach(struct pdr__io *io, struct pdr__conn *c);
+void pdr__conn_handoff(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr__conn *c);
+void pdr__rescan_all(pdr_xfer_engine_t *eng);
 void pdr__ctl_free_all(struct ctl_msg *m);
+void pdr__conn_free(pdr_xfer_engine_t *eng, struct pdr__conn *c);
 void pdr__conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status);
+int pdr__connect_to(pdr_xfer_engine_t *eng, const struct sockaddr_storage *addr, socklen_t addrlen,
+                    int *connecting, int *err);
+/* session.c */
+void pdr__sess_unref(pdr_xfer_engine_t *eng, struct pdr__sess *s);
 void pdr__push_list_add(struct pdr__sess *s, struct pdr__op *op);
 void pdr__push_list_del(struct pdr__sess *s, struct pdr__op *op);
 void pdr__push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__conn *c, uint64_t xid,
                      uint64_t total, const uint8_t *ipc, size_t ipc_len, int ext_type);
+void pdr__tcp_start_push(pdr_xfer_engine_t *eng, struct pdr__op *op);
+void pdr__tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op);
+void pdr__sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status);
 int pdr__sess_implicit(pdr_xfer_engine_t *eng, struct pdr__conn *c);
 int pdr__on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *body, size_t len);
+void pdr__read_identity(struct pdr_xfer_hello *me);
 /* ctl.c */
 void pdr__cq_append(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct ctl_msg *m);
 int pdr__queue_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint8_t type, uint64_t room, uint64_t xid,

@@ -1,0 +1,510 @@
+/*
+ * Sessions: the connections between one decode engine and one prefill engine, HELLO (identity and
+ * capabilities), opening a session and its data connections, binding ops to it, and the choice of the
+ * data mover for each room (pdr__mover_choose). Thread 0.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include "gpu_cuda.h"
+#include "fdpass.h"
+#include "err.h"
+#include "rdma.h"
+#include "transport_internal.h"
+#include "session.h"
+#include "util.h"
+
+void pdr__sess_unref(pdr_xfer_engine_t *eng, struct pdr__sess *s)
+{
+    pthread_mutex_lock(&eng->lock);
+    int last = --s->refs == 0;
+    pthread_mutex_unlock(&eng->lock);
+    if (last)
+        free(s);
+}
+
+static struct pdr__sess *sess_new(pdr_xfer_engine_t *eng, int outbound, uint64_t id, const char *peer)
+{
+    struct pdr__sess *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->refs = 1; /* the list's */
+    s->outbound = outbound;
+    s->id = id;
+    snprintf(s->peer, sizeof(s->peer), "%s", peer);
+    struct tcp_state *ts = pdr__tcp_st(eng);
+    s->next = ts->sessions;
+    if (ts->sessions != NULL)
+        ts->sessions->prev = s;
+    ts->sessions = s;
+    return s;
+}
+
+static void conn_join(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct pdr__sess *s, int index)
+{
+    pthread_mutex_lock(&eng->lock);
+    s->refs++;
+    s->nconns++;
+    pthread_mutex_unlock(&eng->lock);
+    c->sess = s;
+    c->index = index;
+}
+
+static int queue_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t session, uint32_t index,
+                       uint32_t nconns)
+{
+    struct ctl_msg *m = calloc(1, sizeof(*m));
+    uint8_t *buf = malloc(PDR_XFER_HDR_LEN + PDR_XFER_HELLO_LEN);
+    if (m == NULL || buf == NULL) {
+        free(m);
+        free(buf);
+        return PDR_ENOMEM;
+    }
+    struct pdr_xfer_hello h = pdr__tcp_st(eng)->me;
+    pthread_mutex_lock(&eng->lock);
+    if (eng->has_cuda)
+        h.caps |= PDR_XFER_CAP_CUDA;
+    pthread_mutex_unlock(&eng->lock);
+    h.session = session;
+    h.index = index;
+    h.nconns = nconns;
+    m->data = buf;
+    m->len = pdr__xfer_hello_encode(buf, &h);
+    pdr__cq_append(eng, c, m);
+    return 0;
+}
+
+/* ---- binding ops to sessions (thread 0) ---- */
+
+static void sess_bind(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op)
+{
+    pthread_mutex_lock(&eng->lock);
+    op->sess = s;
+    op->sprev = NULL;
+    op->snext = s->ops;
+    if (s->ops != NULL)
+        s->ops->sprev = op;
+    s->ops = op;
+    s->nops++;
+    pthread_mutex_unlock(&eng->lock);
+    op->backend = "tcp";
+}
+
+/* eng->lock held. */
+void pdr__push_list_add(struct pdr__sess *s, struct pdr__op *op)
+{
+    op->in_push_list = 1;
+    op->pnext = NULL;
+    op->pprev = s->p_tail;
+    if (s->p_tail != NULL)
+        s->p_tail->pnext = op;
+    else
+        s->p_head = op;
+    s->p_tail = op;
+}
+
+void pdr__push_list_del(struct pdr__sess *s, struct pdr__op *op)
+{
+    if (!op->in_push_list)
+        return;
+    op->in_push_list = 0;
+    if (op->pprev != NULL)
+        op->pprev->pnext = op->pnext;
+    else
+        s->p_head = op->pnext;
+    if (op->pnext != NULL)
+        op->pnext->pprev = op->pprev;
+    else
+        s->p_tail = op->pprev;
+    op->pnext = op->pprev = NULL;
+}
+
+/* Serves a FETCH (xid, total; ipc: its FETCH_IPC or FETCH_RDMA body, per ext_type, or NULL) of op's
+ * room from the session of control connection c. */
+void pdr__push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__conn *c, uint64_t xid,
+                     uint64_t total, const uint8_t *ipc, size_t ipc_len, int ext_type)
+{
+    const uint8_t *rdma_body = ext_type == PDR_XF_FETCH_RDMA ? ipc : NULL;
+    if (rdma_body != NULL)
+        ipc = NULL;
+    if (total != op->total) {
+        if (pdr__queue_ctl(eng, c, PDR_XF_ERROR, op->room, xid, 0, PDR_ESIZE) != 0)
+            return;
+        pdr__op_complete(eng, op, PDR_ESIZE, 0);
+        return;
+    }
+    op->xid = xid;
+    op->state = PDR__OP_ACTIVE;
+    sess_bind(eng, c->sess, op);
+    int want_ipc =
+        ipc != NULL && op->dev >= 0 && eng->backend_forced != PDR__BE_TCP && pdr__same_host(eng, c->sess);
+    if (eng->backend_forced == PDR__BE_CUDA_IPC && !want_ipc) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
+        return;
+    }
+    int want_rdma = rdma_body != NULL && op->total > 0 && (pdr__tcp_st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
+                    (eng->backend_forced == PDR__BE_AUTO || eng->backend_forced == PDR__BE_RDMA);
+    if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 && !want_rdma) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
+        return;
+    }
+    if (want_rdma) {
+        int rc = pdr__mv_rdma_push_start(eng, op, c->sess, rdma_body, ipc_len);
+        if (rc == 0)
+            return;
+        if (eng->backend_forced == PDR__BE_RDMA) {
+            pdr__op_complete(eng, op, rc, rc);
+            return;
+        }
+        pdr_warn("transport: room %llu falls back from rdma to tcp (%s)", (unsigned long long)op->room,
+                 pdr_strerror(rc));
+    }
+    if (want_ipc && op->total > 0) {
+        int rc = pdr__ipc_start(eng, op, c->sess, ipc, ipc_len);
+        if (rc == 0)
+            return;
+        if (eng->backend_forced == PDR__BE_CUDA_IPC) {
+            pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
+            return;
+        }
+        pdr_warn("transport: room %llu falls back from cuda_ipc to tcp staging",
+                 (unsigned long long)op->room);
+        op->backend = "tcp";
+    }
+    if (op->total == 0) {
+        op->state = PDR__OP_DRAINED;
+        pdr__queue_ctl(eng, c, PDR_XF_DONE, op->room, op->xid, 0, 0);
+        return;
+    }
+    pthread_mutex_lock(&eng->lock);
+    pdr__push_list_add(c->sess, op);
+    pthread_mutex_unlock(&eng->lock);
+    pdr__rescan_all(eng); /* every connection of the session may pdr__claim chunks now */
+}
+
+void pdr__tcp_start_push(pdr_xfer_engine_t *eng, struct pdr__op *op)
+{
+    if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 &&
+        !(pdr__tcp_st(eng)->me.caps & PDR_XFER_CAP_RDMA)) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, 0); /* no RDMA device here */
+        return;
+    }
+    struct pdr__parked *p = pdr__parked_find(eng, op->room);
+    if (p != NULL && p->tomb_code != 0) {
+        int code = p->tomb_push ? 0 : p->tomb_code;
+        pdr__tomb_del(eng, p); /* a new push of the room replaces the memory of the old one */
+        if (code != 0) {
+            pdr__op_complete(eng, op, code, 0); /* its decode already gave up */
+            return;
+        }
+        p = NULL;
+    }
+    if (p == NULL)
+        return; /* waits for a FETCH until its deadline */
+    struct pdr__conn *c = p->conn;
+    pdr__parked_unlink(c, p);
+    pdr__parked_remove(eng, p);
+    pdr__push_match(eng, op, c, p->xid, p->total, p->ipc, p->ipc_len, p->ext_type);
+    free(p);
+}
+
+/* Opens a session to op's peer: its control connection, on thread 0. */
+static struct pdr__sess *sess_open(pdr_xfer_engine_t *eng, struct pdr__op *op, int *err)
+{
+    int connecting;
+    int fd = pdr__connect_to(eng, &op->addr, op->addrlen, &connecting, err);
+    if (fd < 0)
+        return NULL;
+    struct pdr__conn *c = pdr__conn_new(fd, 1, connecting, op->peer);
+    if (c == NULL || pdr__conn_attach(&eng->io[0], c) != 0) {
+        if (c != NULL) {
+            free(c->rbuf);
+            free(c);
+        }
+        close(fd);
+        *err = PDR_ENOMEM;
+        return NULL;
+    }
+    struct pdr__sess *s = sess_new(eng, 1, pdr_random_room(), op->peer);
+    if (s == NULL) {
+        pdr__conn_fail(eng, c, PDR_ENOMEM);
+        *err = PDR_ENOMEM;
+        return NULL;
+    }
+    memcpy(&s->addr, &op->addr, op->addrlen);
+    s->addrlen = op->addrlen;
+    conn_join(eng, c, s, 0);
+    s->ctl = c;
+    if (queue_hello(eng, c, s->id, 0, (uint32_t)eng->opts.conns_per_peer) != 0) {
+        pdr__conn_fail(eng, c, PDR_ENOMEM);
+        *err = PDR_ENOMEM;
+        return NULL;
+    }
+    return s;
+}
+
+/* The prefill answered our HELLO: open the data connections, spread over the I/O threads. */
+static void sess_open_data(pdr_xfer_engine_t *eng, struct pdr__sess *s)
+{
+    s->hello_done = 1;
+    for (int k = 1; k < eng->opts.conns_per_peer; k++) {
+        int connecting, err;
+        int fd = pdr__connect_to(eng, &s->addr, s->addrlen, &connecting, &err);
+        if (fd < 0) {
+            pdr_warn("transport: data connection %d to %s failed: %s", k, s->peer, pdr_strerror(err));
+            continue;
+        }
+        struct pdr__conn *c = pdr__conn_new(fd, 1, connecting, s->peer);
+        if (c == NULL) {
+            close(fd);
+            continue;
+        }
+        conn_join(eng, c, s, k);
+        if (queue_hello(eng, c, s->id, (uint32_t)k, (uint32_t)eng->opts.conns_per_peer) != 0) {
+            close(fd);
+            pdr__conn_free(eng, c);
+            continue;
+        }
+        struct pdr__io *io = &eng->io[k % eng->nio];
+        if (io->idx == 0) {
+            if (pdr__conn_attach(io, c) != 0) {
+                close(fd);
+                pdr__conn_free(eng, c);
+            }
+        } else {
+            pdr__conn_handoff(eng, io, c);
+        }
+    }
+}
+
+/* Sends op's FETCH (or FETCH_IPC, or FETCH_RDMA) on session s, to which it is bound. */
+static void pull_send(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op)
+{
+    /* Device memory on a peer that may share this host (its HELLO not seen yet, or the same boot id and
+     * host name): offer CUDA IPC handles; the prefill decides. */
+    int ipc = op->dev >= 0 && eng->backend_forced != PDR__BE_TCP && eng->backend_forced != PDR__BE_RDMA &&
+              (s->peer_hello.hostname[0] == '\0' || pdr__same_host(eng, s));
+    if (eng->backend_forced == PDR__BE_CUDA_IPC && !ipc) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
+        return;
+    }
+    int rdma = op->total > 0 && (pdr__tcp_st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
+               (s->peer_hello.caps & PDR_XFER_CAP_RDMA) &&
+               (eng->backend_forced == PDR__BE_AUTO || eng->backend_forced == PDR__BE_RDMA);
+    if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 && !rdma) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
+        return;
+    }
+    struct ctl_msg *m = ipc ? pdr__fetch_ipc_msg(eng, op) : NULL;
+    if (m == NULL && eng->backend_forced == PDR__BE_CUDA_IPC) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
+        return;
+    }
+    if (m != NULL) {
+        op->ipc_offered = 1;
+    } else if (rdma) {
+        int rc = 0;
+        m = pdr__mv_rdma_fetch_msg(eng, s, op, &rc);
+        if (m == NULL && eng->backend_forced == PDR__BE_RDMA) {
+            pdr__op_complete(eng, op, rc, 0);
+            return;
+        }
+        if (m == NULL)
+            pdr_warn("transport: room %llu falls back from rdma to tcp (%s)", (unsigned long long)op->room,
+                     pdr_strerror(rc));
+    }
+    if (m == NULL) {
+        size_t len = pdr__xfer_fetch_size((uint32_t)op->nseg);
+        m = calloc(1, sizeof(*m));
+        uint8_t *buf = malloc(len);
+        if (m == NULL || buf == NULL) {
+            free(m);
+            free(buf);
+            pdr__op_complete(eng, op, PDR_ENOMEM, 0);
+            return;
+        }
+        m->data = buf;
+        m->len = pdr__xfer_fetch_encode(buf, len, op->room, op->xid, op->total, op->timeout_ms,
+                                        op->nseg > 0 ? &op->segs[0].len : NULL, sizeof(pdr_xfer_seg_t),
+                                        (uint32_t)op->nseg);
+    }
+    pdr__cq_append(eng, s->ctl, m);
+}
+
+/* The outbound session's HELLO arrived: send the FETCHes that waited for it (its RDMA capability). */
+static void pull_flush_hello(pdr_xfer_engine_t *eng, struct pdr__sess *s)
+{
+    for (;;) {
+        struct pdr__op *op;
+        pthread_mutex_lock(&eng->lock);
+        for (op = s->ops; op != NULL && !op->wait_hello; op = op->snext)
+            ;
+        if (op != NULL)
+            op->wait_hello = 0;
+        pthread_mutex_unlock(&eng->lock);
+        if (op == NULL)
+            return;
+        pull_send(eng, s, op);
+    }
+}
+
+void pdr__tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op)
+{
+    int may_rdma = op->total > 0 && (pdr__tcp_st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
+                   (eng->backend_forced == PDR__BE_AUTO || eng->backend_forced == PDR__BE_RDMA);
+    if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 && !may_rdma) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, 0); /* no RDMA device here */
+        return;
+    }
+    struct pdr__sess *s = pdr__tcp_st(eng)->sessions;
+    while (s != NULL && !(s->outbound && !s->dead && s->ctl != NULL && strcmp(s->peer, op->peer) == 0))
+        s = s->next;
+    if (s == NULL) {
+        int err = 0;
+        s = sess_open(eng, op, &err);
+        if (s == NULL) {
+            pdr__op_complete(eng, op, err, 0);
+            return;
+        }
+    }
+    sess_bind(eng, s, op);
+    if (may_rdma && s->peer_hello.hostname[0] == '\0' &&
+        !(op->dev >= 0 && eng->backend_forced == PDR__BE_AUTO)) {
+        op->wait_hello = 1; /* RDMA needs the peer's capability: its HELLO comes within one round trip */
+        return;
+    }
+    pull_send(eng, s, op);
+}
+
+/* Kills a session (thread 0): its rooms fail with status, its connections close. */
+void pdr__sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status)
+{
+    pthread_mutex_lock(&eng->lock);
+    if (s->dead) {
+        pthread_mutex_unlock(&eng->lock);
+        return;
+    }
+    s->dead = 1;
+    s->status = status;
+    pthread_mutex_unlock(&eng->lock);
+    struct tcp_state *ts = pdr__tcp_st(eng);
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        ts->sessions = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    s->next = s->prev = NULL;
+    for (;;) {
+        pthread_mutex_lock(&eng->lock);
+        struct pdr__op *op = s->ops;
+        pthread_mutex_unlock(&eng->lock);
+        if (op == NULL)
+            break;
+        pdr__op_complete(eng, op, status, 0);
+    }
+    if (s->ctl != NULL)
+        pdr__conn_fail(eng, s->ctl, status);
+    pdr__ipc_map_close(&eng->io[0], s);
+    pdr__mv_rdma_link_kill(eng, s);
+    pdr__rescan_all(eng);    /* the other threads close their connections of s */
+    pdr__sess_unref(eng, s); /* the list's reference */
+}
+
+/* An accepted connection whose first frame is not a HELLO: a one-connection session. */
+int pdr__sess_implicit(pdr_xfer_engine_t *eng, struct pdr__conn *c)
+{
+    if (c->sess != NULL)
+        return 0;
+    struct pdr__sess *s = sess_new(eng, 0, 0, c->peer);
+    if (s == NULL) {
+        pdr__conn_fail(eng, c, PDR_ENOMEM);
+        return -1;
+    }
+    conn_join(eng, c, s, 0);
+    s->ctl = c;
+    return 0;
+}
+
+int pdr__on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *body, size_t len)
+{
+    struct pdr_xfer_hello h;
+    if (c->hello_seen || pdr__xfer_hello_decode(body, len, &h) != 0) {
+        pdr__conn_fail(eng, c, PDR_EPROTO);
+        return -1;
+    }
+    c->hello_seen = 1;
+    if (c->outbound) {
+        /* The prefill's answer on our control connection. */
+        struct pdr__sess *s = c->sess;
+        if (s == NULL || s->ctl != c || h.session != s->id) {
+            pdr__conn_fail(eng, c, PDR_EPROTO);
+            return -1;
+        }
+        s->peer_hello = h;
+        if (!s->hello_done)
+            sess_open_data(eng, s);
+        pull_flush_hello(eng, s);
+        return 0;
+    }
+    if (c->sess != NULL) {
+        pdr__conn_fail(eng, c, PDR_EPROTO);
+        return -1;
+    }
+    if (h.index == 0) {
+        struct pdr__sess *s = sess_new(eng, 0, h.session, c->peer);
+        if (s == NULL) {
+            pdr__conn_fail(eng, c, PDR_ENOMEM);
+            return -1;
+        }
+        s->peer_hello = h;
+        conn_join(eng, c, s, 0);
+        s->ctl = c;
+        if (queue_hello(eng, c, h.session, 0, h.nconns) != 0) {
+            pdr__conn_fail(eng, c, PDR_ENOMEM);
+            return -1;
+        }
+        return 0;
+    }
+    struct pdr__sess *s = pdr__tcp_st(eng)->sessions;
+    while (s != NULL && !(!s->outbound && s->id == h.session && s->ctl != NULL))
+        s = s->next;
+    if (s == NULL) {
+        pdr__conn_fail(eng, c, PDR_EPEERGONE); /* its session is gone already */
+        return -1;
+    }
+    conn_join(eng, c, s, (int)h.index);
+    int t = (int)(h.index % (uint32_t)eng->nio);
+    if (t != 0) {
+        c->migrate_to = t;
+        return RX_MIGRATE;
+    }
+    pdr__rescan_all(eng);
+    return 0;
+}
+
+void pdr__read_identity(struct pdr_xfer_hello *me)
+{
+    memset(me, 0, sizeof(*me));
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f != NULL) {
+        if (fgets(me->boot_id, sizeof(me->boot_id), f) == NULL)
+            me->boot_id[0] = '\0';
+        fclose(f);
+        me->boot_id[strcspn(me->boot_id, "\n")] = '\0';
+    }
+    if (gethostname(me->hostname, sizeof(me->hostname) - 1) != 0)
+        me->hostname[0] = '\0';
+    me->hostname[sizeof(me->hostname) - 1] = '\0';
+    /* PDR_XFER_CAP_CUDA is added per HELLO once CUDA memory was registered (queue_hello). */
+    me->caps = pdr__rdma_device_count() > 0 ? PDR_XFER_CAP_RDMA : 0;
+}
