@@ -3,6 +3,22 @@
  * connection and the backend's per-engine state, used by its files (conn.c, session.c, ctl.c and one
  * mover_*.c per data mover). Not installed; only transport/ and its unit tests include it. Threading
  * and the locking rule (fields marked (L) are under eng->lock) are in transport_internal.h.
+ *
+ * Invariants:
+ *  - Frames are never interleaved on a connection: a DATA frame, once started, is finished even if its
+ *    room fails (the rest of its payload is sent as zeros), and a received DATA frame whose room failed
+ *    is read to its end into a scratch buffer. So a failed room never breaks the framing of a
+ *    connection, and only a malformed frame (PDR_EPROTO) or an I/O error closes one.
+ *  - A room's chunks are claimed under eng->lock by whichever connection of the session is ready to
+ *    send; each DATA frame names its offset, so the decode writes it in place and counts bytes. The
+ *    prefill sends DONE (on the control connection) once every chunk was handed to the kernel; the
+ *    decode ACKs when DONE arrived and its byte count reached the total.
+ *  - Memory per connection is bounded: a 64 KiB receive buffer, one control body of at most the FETCH
+ *    descriptor limit, and a control-frame queue of a few frames per pending room. Payload goes
+ *    straight between the socket and the room's segments (readv/sendmsg), never through a copy
+ *    proportional to the room size.
+ *  - Nothing here touches a connection after pdr__conn_fail(): functions that can fail a connection return
+ *    -1 and their callers stop. Failed connections are freed at the end of their thread's loop turn.
  */
 #ifndef PDR_TRANSPORT_SESSION_H
 #define PDR_TRANSPORT_SESSION_H
@@ -152,7 +168,7 @@ struct tcp_state {
 };
 
 /* -- cross-file functions (begin) -- */
-/* tcp.c */
+/* conn.c */
 struct tcp_state *pdr__tcp_st(pdr_xfer_engine_t *eng);
 void pdr__conn_set_events(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t mask);
 struct pdr__conn *pdr__conn_new(int fd, int outbound, int connecting, const char *peer);

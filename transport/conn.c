@@ -1,24 +1,10 @@
 /*
- * The TCP backend: the listener, sessions (conns_per_peer connections per decode/prefill pair), and
- * the per-connection receive and send state machines. Each connection runs on the I/O thread that owns
- * it (transport_internal.h has the threading story); the control connection of every session, the
+ * Connections of the TCP backend: sockets (options, connect, accept, the listener), attaching a
+ * connection to its I/O thread and handing it to another, failing and freeing it, the heartbeat, and
+ * each thread's turn (adopted connections, rescans, dead sessions). Also the backend's init and shutdown
+ * and its hooks table for engine.c. Each connection runs on the I/O thread that owns it
+ * (transport_internal.h has the threading story); the control connection of every session, the
  * listener and everything that completes an op run on I/O thread 0.
- *
- * Invariants:
- *  - Frames are never interleaved on a connection: a DATA frame, once started, is finished even if its
- *    room fails (the rest of its payload is sent as zeros), and a received DATA frame whose room failed
- *    is read to its end into a scratch buffer. So a failed room never breaks the framing of a
- *    connection, and only a malformed frame (PDR_EPROTO) or an I/O error closes one.
- *  - A room's chunks are claimed under eng->lock by whichever connection of the session is ready to
- *    send; each DATA frame names its offset, so the decode writes it in place and counts bytes. The
- *    prefill sends DONE (on the control connection) once every chunk was handed to the kernel; the
- *    decode ACKs when DONE arrived and its byte count reached the total.
- *  - Memory per connection is bounded: a 64 KiB receive buffer, one control body of at most the FETCH
- *    descriptor limit, and a control-frame queue of a few frames per pending room. Payload goes
- *    straight between the socket and the room's segments (readv/sendmsg), never through a copy
- *    proportional to the room size.
- *  - Nothing here touches a connection after pdr__conn_fail(): functions that can fail a connection return
- *    -1 and their callers stop. Failed connections are freed at the end of their thread's loop turn.
  */
 #define _GNU_SOURCE
 #include <errno.h>
