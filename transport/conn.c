@@ -368,7 +368,7 @@ static int tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
     uint64_t hb = (uint64_t)eng->opts.heartbeat_ms * 1000000u;
     uint64_t dead_after = (uint64_t)eng->opts.heartbeat_timeout_ms * 1000000u;
     int want = -1;
-    if (io->idx == 0 && pdr__tcp_st(eng)->ipc_pending != NULL && pdr__ipc_poll(eng) > 0) {
+    if (io->idx == 0 && pdr__movers_poll(eng) > 0) {
         want = 0; /* copies in flight: poll them soon */
         io->copy_wait = 1;
     }
@@ -527,27 +527,10 @@ static void tcp_shutdown(pdr_xfer_engine_t *eng)
     while (s->sessions != NULL) {
         struct pdr__sess *x = s->sessions;
         s->sessions = x->next;
-        pdr__ipc_map_close(NULL, x);
-        pdr__mv_rdma_link_kill(eng, x);
+        pdr__movers_sess_close(eng, NULL, x);
         pdr__sess_unref(eng, x);
     }
-    /* Every room is gone: release the registered regions' cached MRs before their context. */
-    for (struct pdr_xfer_memreg *m = eng->mem; m != NULL; m = m->next) {
-        pdr__rdma_dereg(m->rdma_mr);
-        m->rdma_mr = NULL;
-    }
-    if (s->rdma_ctx != NULL)
-        pdr__rdma_close(s->rdma_ctx);
-    s->rdma_ctx = NULL;
-    pdr__fdsrv_stop(s->fdsrv); /* closes every exported VMM descriptor */
-    free(s->vx);
-    pthread_mutex_destroy(&s->vx_lock);
-    for (int d = 0; d < IPC_MAX_DEVS; d++) {
-        if (s->ipc_stream[d] != NULL && pdr__cuda_bind(d) == 0) {
-            pdr__cuda_stream_sync(s->ipc_stream[d]);
-            pdr__cuda_stream_destroy(s->ipc_stream[d]);
-        }
-    }
+    pdr__movers_shutdown(eng);
     for (size_t b = 0; b < eng->nbuckets && eng->parked != NULL; b++)
         while (eng->parked[b] != NULL)
             pdr__tomb_del(eng, eng->parked[b]);
@@ -566,12 +549,12 @@ const struct pdr_xfer_backend_ops pdr__tcp_backend = {
     .start_push = pdr__tcp_start_push,
     .start_pull = pdr__tcp_start_pull,
     .abort = pdr__tcp_abort,
-    .quiesce = pdr__tcp_quiesce,
+    .quiesce = pdr__movers_quiesce,
     .ready = pdr__tcp_ready,
     .on_event = tcp_on_event,
     .tick = tcp_tick,
     .parked_expired = pdr__tcp_parked_expired,
     .after_turn = tcp_after_turn,
     .shutdown = tcp_shutdown,
-    .mem_unregistered = pdr__tcp_mem_unregistered,
+    .mem_unregistered = pdr__movers_mem_unregistered,
 };

@@ -104,12 +104,7 @@ void pdr__drop_parked_all(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 
 void pdr__tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code)
 {
-    pdr__mv_rdma_abort(eng, op, op->sess);
-    if (op->ipc_ev != NULL) {
-        pdr__io_bind(&eng->io[0], op->dev);
-        pdr__cuda_event_sync(op->ipc_ev); /* the copies read this room's memory */
-        pdr__ipc_finish(eng, op);
-    }
+    pdr__movers_abort(eng, op, op->sess);
     struct pdr__sess *s = op->sess;
     if (s == NULL) {
         if (op->kind == PDR__OP_PUSH && op->state == PDR__OP_WAITING && notify_code != 0)

@@ -419,3 +419,57 @@ struct ctl_msg *pdr__fetch_ipc_msg(pdr_xfer_engine_t *eng, struct pdr__op *op)
     }
     return m;
 }
+
+/* Decode: FETCH_IPC, or NULL when the handles cannot be exported (it warns; a plain FETCH goes). */
+static struct ctl_msg *ipc_offer(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op, int *rc)
+{
+    (void)s;
+    *rc = PDR_ENOTSUP;
+    return pdr__fetch_ipc_msg(eng, op);
+}
+
+static void ipc_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s)
+{
+    (void)s;
+    if (op->ipc_ev != NULL) {
+        pdr__io_bind(&eng->io[0], op->dev);
+        pdr__cuda_event_sync(op->ipc_ev); /* the copies read this room's memory */
+        pdr__ipc_finish(eng, op);
+    }
+}
+
+static int ipc_poll_pending(pdr_xfer_engine_t *eng)
+{
+    return pdr__tcp_st(eng)->ipc_pending != NULL ? pdr__ipc_poll(eng) : 0;
+}
+
+static void ipc_sess_close(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr__sess *s)
+{
+    (void)eng;
+    pdr__ipc_map_close(io, s);
+}
+
+static void ipc_shutdown(pdr_xfer_engine_t *eng)
+{
+    struct tcp_state *s = pdr__tcp_st(eng);
+    pdr__fdsrv_stop(s->fdsrv); /* closes every exported VMM descriptor */
+    free(s->vx);
+    pthread_mutex_destroy(&s->vx_lock);
+    for (int d = 0; d < IPC_MAX_DEVS; d++) {
+        if (s->ipc_stream[d] != NULL && pdr__cuda_bind(d) == 0) {
+            pdr__cuda_stream_sync(s->ipc_stream[d]);
+            pdr__cuda_stream_destroy(s->ipc_stream[d]);
+        }
+    }
+}
+
+const struct pdr__mover_ops pdr__mover_ipc = {
+    .name = "cuda_ipc",
+    .offer = ipc_offer,
+    .serve = pdr__ipc_start,
+    .abort = ipc_abort,
+    .poll = ipc_poll_pending,
+    .sess_close = ipc_sess_close,
+    .mem_unregistered = pdr__tcp_mem_unregistered,
+    .shutdown = ipc_shutdown,
+};

@@ -478,3 +478,31 @@ void pdr__mv_rdma_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__
     op->rdma = NULL;
     rdma_room_free(r);
 }
+
+static void rdma_sess_close(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr__sess *s)
+{
+    (void)io;
+    pdr__mv_rdma_link_kill(eng, s);
+}
+
+static void rdma_shutdown(pdr_xfer_engine_t *eng)
+{
+    struct tcp_state *s = pdr__tcp_st(eng);
+    /* Every room is gone: release the registered regions' cached MRs before their context. */
+    for (struct pdr_xfer_memreg *m = eng->mem; m != NULL; m = m->next) {
+        pdr__rdma_dereg(m->rdma_mr);
+        m->rdma_mr = NULL;
+    }
+    if (s->rdma_ctx != NULL)
+        pdr__rdma_close(s->rdma_ctx);
+    s->rdma_ctx = NULL;
+}
+
+const struct pdr__mover_ops pdr__mover_rdma = {
+    .name = "rdma",
+    .offer = pdr__mv_rdma_fetch_msg,
+    .serve = pdr__mv_rdma_push_start,
+    .abort = pdr__mv_rdma_abort,
+    .sess_close = rdma_sess_close,
+    .shutdown = rdma_shutdown,
+};

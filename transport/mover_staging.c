@@ -26,7 +26,7 @@
 /* ---- GPU staging ----
  *
  * A room in device memory moves through a fixed ring of pinned buffers per connection (staging_chunks
- * of chunk_bytes, never more, whatever the room size). Sender: pdr__claim a chunk, cuMemcpyDtoHAsync it into
+ * of chunk_bytes, never more, whatever the room size). Sender: claim a chunk, cuMemcpyDtoHAsync it into
  * the next free buffer on the connection's stream, record an event; buffers whose event completed are
  * sent in issue order, so copies overlap sends. Receiver: DATA payload lands in a buffer, which is
  * copied to the destination with cuMemcpyHtoDAsync; the bytes count toward the room (and so toward its
@@ -338,3 +338,8 @@ void pdr__tcp_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op)
         }
     }
 }
+
+const struct pdr__mover_ops pdr__mover_staging = {
+    .name = "tcp staging",
+    .quiesce = pdr__tcp_quiesce,
+};

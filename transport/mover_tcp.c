@@ -543,3 +543,48 @@ int pdr__conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
     pdr__conn_set_events(eng, c, EPOLLIN | EPOLLOUT); /* budget spent: come back next turn */
     return 0;
 }
+
+/* Decode: a plain FETCH (the bytes come in DATA frames). */
+static struct ctl_msg *tcp_offer(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op, int *rc)
+{
+    (void)eng;
+    (void)s;
+    size_t len = pdr__xfer_fetch_size((uint32_t)op->nseg);
+    struct ctl_msg *m = calloc(1, sizeof(*m));
+    uint8_t *buf = malloc(len);
+    if (m == NULL || buf == NULL) {
+        free(m);
+        free(buf);
+        *rc = PDR_ENOMEM;
+        return NULL;
+    }
+    m->data = buf;
+    m->len = pdr__xfer_fetch_encode(buf, len, op->room, op->xid, op->total, op->timeout_ms,
+                                    op->nseg > 0 ? &op->segs[0].len : NULL, sizeof(pdr_xfer_seg_t),
+                                    (uint32_t)op->nseg);
+    return m;
+}
+
+/* Prefill: the room's chunks go on the session's push list, where its connections claim them. */
+static int tcp_serve(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s, const uint8_t *body,
+                     size_t len)
+{
+    (void)body;
+    (void)len;
+    if (op->total == 0) {
+        op->state = PDR__OP_DRAINED;
+        pdr__queue_ctl(eng, s->ctl, PDR_XF_DONE, op->room, op->xid, 0, 0);
+        return 0;
+    }
+    pthread_mutex_lock(&eng->lock);
+    pdr__push_list_add(s, op);
+    pthread_mutex_unlock(&eng->lock);
+    pdr__rescan_all(eng); /* every connection of the session may claim chunks now */
+    return 0;
+}
+
+const struct pdr__mover_ops pdr__mover_tcp = {
+    .name = "tcp",
+    .offer = tcp_offer,
+    .serve = tcp_serve,
+};

@@ -128,6 +128,98 @@ void pdr__push_list_del(struct pdr__sess *s, struct pdr__op *op)
     op->pnext = op->pprev = NULL;
 }
 
+/* ---- the choice of the data mover (thread 0) ----
+ *
+ * The one place that reads the configured backend (eng->backend_forced): auto tries CUDA IPC for device
+ * memory on the same host and RDMA where both HELLOs carry PDR_XFER_CAP_RDMA, and falls back to TCP when
+ * they fail; tcp, rdma and cuda_ipc force one mover, and a room the forced mover cannot move fails with
+ * PDR_ENOTSUP instead of falling back.
+ */
+void pdr__mover_choose(pdr_xfer_engine_t *eng, const struct pdr__sess *s, const struct pdr__op *op, int step,
+                       int ext_type, int has_body, struct pdr__mover_plan *p)
+{
+    int be = eng->backend_forced;
+    int me_rdma = (pdr__tcp_st(eng)->me.caps & PDR_XFER_CAP_RDMA) != 0;
+    memset(p, 0, sizeof(*p));
+    p->ipc_forced = be == PDR__BE_CUDA_IPC;
+    p->rdma_forced = be == PDR__BE_RDMA;
+    switch (step) {
+    case PDR__CHOOSE_PUSH:
+        p->refuse = be == PDR__BE_RDMA && op->total > 0 && !me_rdma; /* no RDMA device here */
+        break;
+    case PDR__CHOOSE_PULL:
+        p->rdma = op->total > 0 && me_rdma && (be == PDR__BE_AUTO || be == PDR__BE_RDMA);
+        p->refuse = be == PDR__BE_RDMA && op->total > 0 && !p->rdma; /* no RDMA device here */
+        /* RDMA needs the peer's capability: its HELLO comes within one round trip. */
+        p->need_hello = p->rdma && !(op->dev >= 0 && be == PDR__BE_AUTO);
+        break;
+    case PDR__CHOOSE_OFFER:
+        /* Device memory on a peer that may share this host (its HELLO not seen yet, or the same boot id
+         * and host name): offer CUDA IPC handles; the prefill decides. */
+        p->ipc = op->dev >= 0 && be != PDR__BE_TCP && be != PDR__BE_RDMA &&
+                 (s->peer_hello.hostname[0] == '\0' || pdr__same_host(eng, s));
+        p->rdma = op->total > 0 && me_rdma && (s->peer_hello.caps & PDR_XFER_CAP_RDMA) &&
+                  (be == PDR__BE_AUTO || be == PDR__BE_RDMA);
+        p->refuse = (be == PDR__BE_CUDA_IPC && !p->ipc) || (be == PDR__BE_RDMA && op->total > 0 && !p->rdma);
+        break;
+    case PDR__CHOOSE_SERVE:
+        p->ipc = ext_type == PDR_XF_FETCH_IPC && has_body && op->dev >= 0 && be != PDR__BE_TCP &&
+                 pdr__same_host(eng, s);
+        p->rdma = ext_type == PDR_XF_FETCH_RDMA && has_body && op->total > 0 && me_rdma &&
+                  (be == PDR__BE_AUTO || be == PDR__BE_RDMA);
+        p->refuse = (be == PDR__BE_CUDA_IPC && !p->ipc) || (be == PDR__BE_RDMA && op->total > 0 && !p->rdma);
+        break;
+    }
+}
+
+const struct pdr__mover_ops *const pdr__movers[PDR__NMOVERS] = {&pdr__mover_rdma, &pdr__mover_ipc,
+                                                                &pdr__mover_staging, &pdr__mover_tcp};
+
+void pdr__movers_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s)
+{
+    for (int i = 0; i < PDR__NMOVERS; i++)
+        if (pdr__movers[i]->abort != NULL)
+            pdr__movers[i]->abort(eng, op, s);
+}
+
+void pdr__movers_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op)
+{
+    for (int i = 0; i < PDR__NMOVERS; i++)
+        if (pdr__movers[i]->quiesce != NULL)
+            pdr__movers[i]->quiesce(eng, op);
+}
+
+/* Returns how many rooms are still in flight in the movers' own work. */
+int pdr__movers_poll(pdr_xfer_engine_t *eng)
+{
+    int pending = 0;
+    for (int i = 0; i < PDR__NMOVERS; i++)
+        if (pdr__movers[i]->poll != NULL)
+            pending += pdr__movers[i]->poll(eng);
+    return pending;
+}
+
+void pdr__movers_sess_close(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr__sess *s)
+{
+    for (int i = 0; i < PDR__NMOVERS; i++)
+        if (pdr__movers[i]->sess_close != NULL)
+            pdr__movers[i]->sess_close(eng, io, s);
+}
+
+void pdr__movers_mem_unregistered(pdr_xfer_engine_t *eng, const void *addr, size_t len)
+{
+    for (int i = 0; i < PDR__NMOVERS; i++)
+        if (pdr__movers[i]->mem_unregistered != NULL)
+            pdr__movers[i]->mem_unregistered(eng, addr, len);
+}
+
+void pdr__movers_shutdown(pdr_xfer_engine_t *eng)
+{
+    for (int i = 0; i < PDR__NMOVERS; i++)
+        if (pdr__movers[i]->shutdown != NULL)
+            pdr__movers[i]->shutdown(eng);
+}
+
 /* Serves a FETCH (xid, total; ipc: its FETCH_IPC or FETCH_RDMA body, per ext_type, or NULL) of op's
  * room from the session of control connection c. */
 void pdr__push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__conn *c, uint64_t xid,
@@ -145,34 +237,28 @@ void pdr__push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__con
     op->xid = xid;
     op->state = PDR__OP_ACTIVE;
     sess_bind(eng, c->sess, op);
-    int want_ipc =
-        ipc != NULL && op->dev >= 0 && eng->backend_forced != PDR__BE_TCP && pdr__same_host(eng, c->sess);
-    if (eng->backend_forced == PDR__BE_CUDA_IPC && !want_ipc) {
+    struct pdr__mover_plan plan;
+    pdr__mover_choose(eng, c->sess, op, PDR__CHOOSE_SERVE, ext_type, ipc != NULL || rdma_body != NULL, &plan);
+    if (plan.refuse) {
         pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
         return;
     }
-    int want_rdma = rdma_body != NULL && op->total > 0 && (pdr__tcp_st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
-                    (eng->backend_forced == PDR__BE_AUTO || eng->backend_forced == PDR__BE_RDMA);
-    if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 && !want_rdma) {
-        pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
-        return;
-    }
-    if (want_rdma) {
-        int rc = pdr__mv_rdma_push_start(eng, op, c->sess, rdma_body, ipc_len);
+    if (plan.rdma) {
+        int rc = pdr__mover_rdma.serve(eng, op, c->sess, rdma_body, ipc_len);
         if (rc == 0)
             return;
-        if (eng->backend_forced == PDR__BE_RDMA) {
+        if (plan.rdma_forced) {
             pdr__op_complete(eng, op, rc, rc);
             return;
         }
         pdr_warn("transport: room %llu falls back from rdma to tcp (%s)", (unsigned long long)op->room,
                  pdr_strerror(rc));
     }
-    if (want_ipc && op->total > 0) {
-        int rc = pdr__ipc_start(eng, op, c->sess, ipc, ipc_len);
+    if (plan.ipc && op->total > 0) {
+        int rc = pdr__mover_ipc.serve(eng, op, c->sess, ipc, ipc_len);
         if (rc == 0)
             return;
-        if (eng->backend_forced == PDR__BE_CUDA_IPC) {
+        if (plan.ipc_forced) {
             pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
             return;
         }
@@ -180,22 +266,15 @@ void pdr__push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__con
                  (unsigned long long)op->room);
         op->backend = "tcp";
     }
-    if (op->total == 0) {
-        op->state = PDR__OP_DRAINED;
-        pdr__queue_ctl(eng, c, PDR_XF_DONE, op->room, op->xid, 0, 0);
-        return;
-    }
-    pthread_mutex_lock(&eng->lock);
-    pdr__push_list_add(c->sess, op);
-    pthread_mutex_unlock(&eng->lock);
-    pdr__rescan_all(eng); /* every connection of the session may pdr__claim chunks now */
+    pdr__mover_tcp.serve(eng, op, c->sess, NULL, 0);
 }
 
 void pdr__tcp_start_push(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
-    if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 &&
-        !(pdr__tcp_st(eng)->me.caps & PDR_XFER_CAP_RDMA)) {
-        pdr__op_complete(eng, op, PDR_ENOTSUP, 0); /* no RDMA device here */
+    struct pdr__mover_plan plan;
+    pdr__mover_choose(eng, NULL, op, PDR__CHOOSE_PUSH, 0, 0, &plan);
+    if (plan.refuse) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
         return;
     }
     struct pdr__parked *p = pdr__parked_find(eng, op->room);
@@ -289,32 +368,23 @@ static void sess_open_data(pdr_xfer_engine_t *eng, struct pdr__sess *s)
 /* Sends op's FETCH (or FETCH_IPC, or FETCH_RDMA) on session s, to which it is bound. */
 static void pull_send(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op)
 {
-    /* Device memory on a peer that may share this host (its HELLO not seen yet, or the same boot id and
-     * host name): offer CUDA IPC handles; the prefill decides. */
-    int ipc = op->dev >= 0 && eng->backend_forced != PDR__BE_TCP && eng->backend_forced != PDR__BE_RDMA &&
-              (s->peer_hello.hostname[0] == '\0' || pdr__same_host(eng, s));
-    if (eng->backend_forced == PDR__BE_CUDA_IPC && !ipc) {
+    struct pdr__mover_plan plan;
+    pdr__mover_choose(eng, s, op, PDR__CHOOSE_OFFER, 0, 0, &plan);
+    if (plan.refuse) {
         pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
         return;
     }
-    int rdma = op->total > 0 && (pdr__tcp_st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
-               (s->peer_hello.caps & PDR_XFER_CAP_RDMA) &&
-               (eng->backend_forced == PDR__BE_AUTO || eng->backend_forced == PDR__BE_RDMA);
-    if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 && !rdma) {
-        pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
-        return;
-    }
-    struct ctl_msg *m = ipc ? pdr__fetch_ipc_msg(eng, op) : NULL;
-    if (m == NULL && eng->backend_forced == PDR__BE_CUDA_IPC) {
+    int rc = 0;
+    struct ctl_msg *m = plan.ipc ? pdr__mover_ipc.offer(eng, s, op, &rc) : NULL;
+    if (m == NULL && plan.ipc_forced) {
         pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
         return;
     }
     if (m != NULL) {
         op->ipc_offered = 1;
-    } else if (rdma) {
-        int rc = 0;
-        m = pdr__mv_rdma_fetch_msg(eng, s, op, &rc);
-        if (m == NULL && eng->backend_forced == PDR__BE_RDMA) {
+    } else if (plan.rdma) {
+        m = pdr__mover_rdma.offer(eng, s, op, &rc);
+        if (m == NULL && plan.rdma_forced) {
             pdr__op_complete(eng, op, rc, 0);
             return;
         }
@@ -322,20 +392,9 @@ static void pull_send(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__o
             pdr_warn("transport: room %llu falls back from rdma to tcp (%s)", (unsigned long long)op->room,
                      pdr_strerror(rc));
     }
-    if (m == NULL) {
-        size_t len = pdr__xfer_fetch_size((uint32_t)op->nseg);
-        m = calloc(1, sizeof(*m));
-        uint8_t *buf = malloc(len);
-        if (m == NULL || buf == NULL) {
-            free(m);
-            free(buf);
-            pdr__op_complete(eng, op, PDR_ENOMEM, 0);
-            return;
-        }
-        m->data = buf;
-        m->len = pdr__xfer_fetch_encode(buf, len, op->room, op->xid, op->total, op->timeout_ms,
-                                        op->nseg > 0 ? &op->segs[0].len : NULL, sizeof(pdr_xfer_seg_t),
-                                        (uint32_t)op->nseg);
+    if (m == NULL && (m = pdr__mover_tcp.offer(eng, s, op, &rc)) == NULL) {
+        pdr__op_complete(eng, op, rc, 0);
+        return;
     }
     pdr__cq_append(eng, s->ctl, m);
 }
@@ -359,10 +418,10 @@ static void pull_flush_hello(pdr_xfer_engine_t *eng, struct pdr__sess *s)
 
 void pdr__tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
-    int may_rdma = op->total > 0 && (pdr__tcp_st(eng)->me.caps & PDR_XFER_CAP_RDMA) &&
-                   (eng->backend_forced == PDR__BE_AUTO || eng->backend_forced == PDR__BE_RDMA);
-    if (eng->backend_forced == PDR__BE_RDMA && op->total > 0 && !may_rdma) {
-        pdr__op_complete(eng, op, PDR_ENOTSUP, 0); /* no RDMA device here */
+    struct pdr__mover_plan plan;
+    pdr__mover_choose(eng, NULL, op, PDR__CHOOSE_PULL, 0, 0, &plan);
+    if (plan.refuse) {
+        pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
         return;
     }
     struct pdr__sess *s = pdr__tcp_st(eng)->sessions;
@@ -377,9 +436,8 @@ void pdr__tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op)
         }
     }
     sess_bind(eng, s, op);
-    if (may_rdma && s->peer_hello.hostname[0] == '\0' &&
-        !(op->dev >= 0 && eng->backend_forced == PDR__BE_AUTO)) {
-        op->wait_hello = 1; /* RDMA needs the peer's capability: its HELLO comes within one round trip */
+    if (plan.need_hello && s->peer_hello.hostname[0] == '\0') {
+        op->wait_hello = 1;
         return;
     }
     pull_send(eng, s, op);
@@ -414,8 +472,7 @@ void pdr__sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status)
     }
     if (s->ctl != NULL)
         pdr__conn_fail(eng, s->ctl, status);
-    pdr__ipc_map_close(&eng->io[0], s);
-    pdr__mv_rdma_link_kill(eng, s);
+    pdr__movers_sess_close(eng, &eng->io[0], s);
     pdr__rescan_all(eng);    /* the other threads close their connections of s */
     pdr__sess_unref(eng, s); /* the list's reference */
 }

@@ -167,6 +167,54 @@ struct tcp_state {
     size_t nvx, cvx;
 };
 
+/* A data mover moves the bytes of a room once its FETCH met its push. Each mover is one const instance
+ * of this table in its own file (mover_tcp.c, mover_staging.c, mover_ipc.c, mover_rdma.c), with its
+ * state behind the session and the op; a hook a mover does not need is NULL. Every hook runs on thread
+ * 0 unless it says otherwise. Which mover a room tries is decided in one place, pdr__mover_choose. */
+struct pdr__mover_ops {
+    const char *name;
+    /* Decode: the FETCH-family frame that offers this mover for op on s, or NULL (*rc says why). */
+    struct ctl_msg *(*offer)(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op, int *rc);
+    /* Prefill: starts moving op's bytes as the decode's offer (body, len) asks. 0, or a PDR_E* code with
+     * nothing started (the caller falls back or fails the room). */
+    int (*serve)(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s, const uint8_t *body,
+                 size_t len);
+    /* op leaves its session (completion, cancel, deadline): release what this mover holds of it. */
+    void (*abort)(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s);
+    /* Before thread 0 waits for op's busy count: finish the copies thread 0 issued itself. */
+    void (*quiesce)(pdr_xfer_engine_t *eng, struct pdr__op *op);
+    /* Each turn of thread 0: polls work in flight; returns how many rooms are still pending. */
+    int (*poll)(pdr_xfer_engine_t *eng);
+    /* Session s dies (io: thread 0, or NULL at shutdown): releases the mover's per-session state. */
+    void (*sess_close)(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr__sess *s);
+    /* [addr, addr+len) was unregistered (any thread): forget what was exported from it. */
+    void (*mem_unregistered)(pdr_xfer_engine_t *eng, const void *addr, size_t len);
+    /* After every thread was joined and every session closed: frees the mover's engine-wide state. */
+    void (*shutdown)(pdr_xfer_engine_t *eng);
+};
+
+extern const struct pdr__mover_ops pdr__mover_tcp, pdr__mover_staging, pdr__mover_ipc, pdr__mover_rdma;
+#define PDR__NMOVERS 4
+/* Every mover, for the hooks that concern all of them, in the order they run. */
+extern const struct pdr__mover_ops *const pdr__movers[PDR__NMOVERS];
+
+/* The steps at which a room's mover is chosen. */
+enum {
+    PDR__CHOOSE_PUSH,  /* a push was posted (prefill) */
+    PDR__CHOOSE_PULL,  /* a pull was posted (decode), before its session is known */
+    PDR__CHOOSE_OFFER, /* the decode's FETCH goes on session s */
+    PDR__CHOOSE_SERVE, /* the prefill matched a FETCH (of type ext_type, with a body or not) */
+};
+/* What pdr__mover_choose decided. Movers not tried fall back to the TCP mover (mover_tcp.c), which moves
+ * every kind of memory (device memory through the staging ring). */
+struct pdr__mover_plan {
+    int refuse;      /* the forced backend cannot move this room: it fails with PDR_ENOTSUP */
+    int ipc, rdma;   /* try CUDA IPC, RDMA (on the decode IPC is offered first, then RDMA) */
+    int ipc_forced;  /* backend cuda_ipc: a failed CUDA IPC fails the room instead of falling back */
+    int rdma_forced; /* backend rdma: likewise for RDMA */
+    int need_hello;  /* PDR__CHOOSE_PULL: the choice needs the peer's HELLO (its RDMA capability) */
+};
+
 /* -- cross-file functions (begin) -- */
 /* conn.c */
 struct tcp_state *pdr__tcp_st(pdr_xfer_engine_t *eng);
@@ -184,6 +232,14 @@ int pdr__connect_to(pdr_xfer_engine_t *eng, const struct sockaddr_storage *addr,
 void pdr__sess_unref(pdr_xfer_engine_t *eng, struct pdr__sess *s);
 void pdr__push_list_add(struct pdr__sess *s, struct pdr__op *op);
 void pdr__push_list_del(struct pdr__sess *s, struct pdr__op *op);
+void pdr__mover_choose(pdr_xfer_engine_t *eng, const struct pdr__sess *s, const struct pdr__op *op, int step,
+                       int ext_type, int has_body, struct pdr__mover_plan *p);
+void pdr__movers_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s);
+void pdr__movers_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op);
+int pdr__movers_poll(pdr_xfer_engine_t *eng);
+void pdr__movers_sess_close(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr__sess *s);
+void pdr__movers_mem_unregistered(pdr_xfer_engine_t *eng, const void *addr, size_t len);
+void pdr__movers_shutdown(pdr_xfer_engine_t *eng);
 void pdr__push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__conn *c, uint64_t xid,
                      uint64_t total, const uint8_t *ipc, size_t ipc_len, int ext_type);
 void pdr__tcp_start_push(pdr_xfer_engine_t *eng, struct pdr__op *op);
