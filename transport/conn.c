@@ -31,11 +31,6 @@ struct tcp_state *pdr__tcp_st(pdr_xfer_engine_t *eng)
     return eng->be_state;
 }
 
-static int tcp_supports_mem(int kind)
-{
-    return kind == PDR_XFER_MEM_HOST;
-}
-
 /* ---- socket setup ---- */
 
 static void tune_socket(pdr_xfer_engine_t *eng, int fd)
@@ -305,7 +300,7 @@ static void conn_service(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t e
         pdr__conn_flush(eng, c);
 }
 
-static void tcp_on_event(pdr_xfer_engine_t *eng, struct pdr__io *io, void *handle, uint32_t events)
+void pdr__tcp_on_event(pdr_xfer_engine_t *eng, struct pdr__io *io, void *handle, uint32_t events)
 {
     (void)io;
     if (handle == &pdr__tcp_st(eng)->listen_tag) {
@@ -339,7 +334,7 @@ static void conn_adopted(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr_
         pdr__conn_flush(eng, c);
 }
 
-static int tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
+int pdr__tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
 {
     pthread_mutex_lock(&eng->lock);
     struct pdr__conn *adopt = io->adopt;
@@ -433,7 +428,7 @@ static int tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
     return want;
 }
 
-static void tcp_after_turn(pdr_xfer_engine_t *eng, struct pdr__io *io)
+void pdr__tcp_after_turn(pdr_xfer_engine_t *eng, struct pdr__io *io)
 {
     while (io->zombies != NULL) {
         struct pdr__conn *c = io->zombies;
@@ -442,7 +437,7 @@ static void tcp_after_turn(pdr_xfer_engine_t *eng, struct pdr__io *io)
     }
 }
 
-static int tcp_init(pdr_xfer_engine_t *eng)
+int pdr__tcp_init(pdr_xfer_engine_t *eng)
 {
     struct tcp_state *s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -498,7 +493,7 @@ static int tcp_init(pdr_xfer_engine_t *eng)
 }
 
 /* After every I/O thread was joined (or before any started): frees everything. */
-static void tcp_shutdown(pdr_xfer_engine_t *eng)
+void pdr__tcp_shutdown(pdr_xfer_engine_t *eng)
 {
     struct tcp_state *s = pdr__tcp_st(eng);
     if (s == NULL)
@@ -517,7 +512,7 @@ static void tcp_shutdown(pdr_xfer_engine_t *eng)
             close(c->fd);
             pdr__conn_free(eng, c);
         }
-        tcp_after_turn(eng, io);
+        pdr__tcp_after_turn(eng, io);
     }
     while (eng->dead_sess != NULL) {
         struct pdr__sess *d = eng->dead_sess;
@@ -541,20 +536,3 @@ static void tcp_shutdown(pdr_xfer_engine_t *eng)
     free(s);
     eng->be_state = NULL;
 }
-
-const struct pdr_xfer_backend_ops pdr__tcp_backend = {
-    .name = "tcp",
-    .supports_mem = tcp_supports_mem,
-    .init = tcp_init,
-    .start_push = pdr__tcp_start_push,
-    .start_pull = pdr__tcp_start_pull,
-    .abort = pdr__tcp_abort,
-    .quiesce = pdr__movers_quiesce,
-    .ready = pdr__tcp_ready,
-    .on_event = tcp_on_event,
-    .tick = tcp_tick,
-    .parked_expired = pdr__tcp_parked_expired,
-    .after_turn = tcp_after_turn,
-    .shutdown = tcp_shutdown,
-    .mem_unregistered = pdr__movers_mem_unregistered,
-};

@@ -1,8 +1,8 @@
 /*
  * The engine core: public API (any thread), the room table, command queue and ready list (under
  * eng->lock), the I/O threads' loops, the deadline heap and the parked-fetch table (I/O thread 0).
- * Backends (tcp.c) do the byte moving through struct pdr_xfer_backend_ops. transport_internal.h has
- * the threading story.
+ * The TCP backend (conn.c, session.c, ctl.c, mover_*.c) does the byte moving through the pdr__tcp_*
+ * entry points declared in transport_internal.h, which also has the threading story.
  *
  * Invariants: an accepted op is completed exactly once, on I/O thread 0, by pdr__op_complete; the
  * heap and parked table are sized at creation (2 × max_rooms entries), so arming a deadline never
@@ -209,10 +209,10 @@ void pdr__op_complete(pdr_xfer_engine_t *eng, struct pdr__op *op, int status, in
         return;
     __atomic_store_n(&op->dead, 1, __ATOMIC_SEQ_CST);
     if (op->state != PDR__OP_QUEUED)
-        eng->be->abort(eng, op, notify_code);
+        pdr__tcp_abort(eng, op, notify_code);
     /* A data thread may be inside one syscall or GPU copy on this room's memory: bounded, so wait it out
      * (thread 0 first finishes its own copies: nobody else would poll them). */
-    eng->be->quiesce(eng, op);
+    pdr__movers_quiesce(eng, op);
     while (__atomic_load_n(&op->busy, __ATOMIC_SEQ_CST) != 0)
         sched_yield();
     pdr__timer_disarm(eng, &op->timer);
@@ -266,9 +266,9 @@ static int drain_commands(pdr_xfer_engine_t *eng)
             continue;
         }
         if (op->kind == PDR__OP_PUSH)
-            eng->be->start_push(eng, op);
+            pdr__tcp_start_push(eng, op);
         else
-            eng->be->start_pull(eng, op);
+            pdr__tcp_start_pull(eng, op);
     }
     while (c != NULL) {
         struct pdr__cancel *n = c->next;
@@ -293,7 +293,7 @@ static int drain_commands(pdr_xfer_engine_t *eng)
         op->rnext = NULL;
         pthread_mutex_unlock(&eng->lock);
         if (!closing && !__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST))
-            eng->be->ready(eng, op, what);
+            pdr__tcp_ready(eng, op, what);
         pdr__op_unref(eng, op);
     }
     return closing;
@@ -305,7 +305,7 @@ static void fire_timers(pdr_xfer_engine_t *eng, uint64_t now)
         struct pdr__timer *t = eng->heap[0];
         pdr__timer_disarm(eng, t);
         if (t->what == PDR__TIMER_PARKED) {
-            eng->be->parked_expired(eng, (struct pdr__parked *)t);
+            pdr__tcp_parked_expired(eng, (struct pdr__parked *)t);
             continue;
         }
         struct pdr__op *op = (struct pdr__op *)t;
@@ -319,7 +319,7 @@ static void fire_timers(pdr_xfer_engine_t *eng, uint64_t now)
 
 static int next_timeout_ms(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
 {
-    int ms = eng->be->tick(eng, io, now);
+    int ms = pdr__tcp_tick(eng, io, now);
     if (io->idx == 0 && eng->heap_len > 0) {
         uint64_t at = eng->heap[0]->at_ns;
         uint64_t d = at > now ? (at - now + 999999) / 1000000 : 0;
@@ -373,7 +373,7 @@ static void io_loop(pdr_xfer_engine_t *eng, struct pdr__io *io)
                 ssize_t r = read(io->wakefd, &v, sizeof(v));
                 (void)r;
             } else {
-                eng->be->on_event(eng, io, evs[i].data.ptr, evs[i].events);
+                pdr__tcp_on_event(eng, io, evs[i].data.ptr, evs[i].events);
             }
         }
         if (io->idx == 0) {
@@ -387,7 +387,7 @@ static void io_loop(pdr_xfer_engine_t *eng, struct pdr__io *io)
             if (closing)
                 break;
         }
-        eng->be->after_turn(eng, io);
+        pdr__tcp_after_turn(eng, io);
     }
     if (io->idx == 0)
         fail_all(eng, PDR_ECLOSED);
@@ -512,7 +512,6 @@ pdr_xfer_engine_t *pdr_xfer_engine_create(const pdr_xfer_opts_t *opts, int *err)
     eng->opts = o;
     eng->opts.listen_host = NULL; /* not kept: the caller's string */
     eng->backend_forced = be;
-    eng->be = &pdr__tcp_backend;
     eng->listen_fd = -1;
     eng->listen_port = -1;
     pthread_mutex_init(&eng->lock, NULL);
@@ -545,10 +544,10 @@ pdr_xfer_engine_t *pdr_xfer_engine_create(const pdr_xfer_opts_t *opts, int *err)
         }
     }
     eng->opts.listen_host = opts != NULL ? opts->listen_host : NULL;
-    int rc = eng->be->init(eng);
+    int rc = pdr__tcp_init(eng);
     eng->opts.listen_host = NULL;
     if (rc != 0) {
-        eng->be->shutdown(eng);
+        pdr__tcp_shutdown(eng);
         engine_free(eng);
         *err = rc;
         return NULL;
@@ -562,7 +561,7 @@ pdr_xfer_engine_t *pdr_xfer_engine_create(const pdr_xfer_opts_t *opts, int *err)
         if (a == NULL || pthread_create(&eng->io[i].thread, NULL, io_thread, a) != 0) {
             free(a);
             join_threads(eng);
-            eng->be->shutdown(eng);
+            pdr__tcp_shutdown(eng);
             engine_free(eng);
             *err = PDR_ENOMEM;
             return NULL;
@@ -583,7 +582,7 @@ void pdr_xfer_engine_destroy(pdr_xfer_engine_t *eng)
     if (eng == NULL)
         return;
     join_threads(eng);
-    eng->be->shutdown(eng);
+    pdr__tcp_shutdown(eng);
     /* Ready entries posted by data threads after thread 0 stopped. */
     while (eng->r_head != NULL) {
         struct pdr__op *op = eng->r_head;
@@ -675,10 +674,9 @@ int pdr_xfer_mem_unregister(pdr_xfer_engine_t *eng, void *addr)
         if ((*pp)->addr == addr) {
             struct pdr_xfer_memreg *m = *pp;
             *pp = m->next;
-            if (eng->be->mem_unregistered != NULL)
-                eng->be->mem_unregistered(eng, m->addr, m->len); /* takes only its own lock */
+            pdr__movers_mem_unregistered(eng, m->addr, m->len); /* takes only its own lock */
             if (m->rdma_refs > 0) {
-                /* RDMA rooms in flight still use its MR: the last of them releases it (tcp.c). */
+                /* RDMA rooms in flight still use its MR: the last of them releases it (mover_rdma.c). */
                 m->unlinked = 1;
                 pthread_mutex_unlock(&eng->lock);
                 return 0;

@@ -1,7 +1,7 @@
 /*
  * The pinned GPU staging ring: how a connection of the TCP mover moves a room in device memory through
  * a fixed ring of pinned host buffers. Runs on the I/O thread that owns the connection (pdr__stage_free: any
- * thread that may bind the device; pdr__tcp_quiesce: thread 0).
+ * thread that may bind the device; pdr__stage_quiesce: thread 0).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -326,7 +326,7 @@ int pdr__stage_pump(pdr_xfer_engine_t *eng, struct pdr__conn *c, int *want)
 }
 
 /* Thread 0 is about to wait for op's busy count: copies it issued itself must finish first. */
-void pdr__tcp_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op)
+void pdr__stage_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
     for (struct pdr__conn *c = eng->io[0].conns; c != NULL; c = c->next) {
         for (size_t k = 0; k < c->stg_count; k++) {
@@ -341,5 +341,5 @@ void pdr__tcp_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op)
 
 const struct pdr__mover_ops pdr__mover_staging = {
     .name = "tcp staging",
-    .quiesce = pdr__tcp_quiesce,
+    .quiesce = pdr__stage_quiesce,
 };

@@ -228,6 +228,11 @@ void pdr__conn_free(pdr_xfer_engine_t *eng, struct pdr__conn *c);
 void pdr__conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status);
 int pdr__connect_to(pdr_xfer_engine_t *eng, const struct sockaddr_storage *addr, socklen_t addrlen,
                     int *connecting, int *err);
+void pdr__tcp_on_event(pdr_xfer_engine_t *eng, struct pdr__io *io, void *handle, uint32_t events);
+int pdr__tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now);
+void pdr__tcp_after_turn(pdr_xfer_engine_t *eng, struct pdr__io *io);
+int pdr__tcp_init(pdr_xfer_engine_t *eng);
+void pdr__tcp_shutdown(pdr_xfer_engine_t *eng);
 /* session.c */
 void pdr__sess_unref(pdr_xfer_engine_t *eng, struct pdr__sess *s);
 void pdr__push_list_add(struct pdr__sess *s, struct pdr__op *op);
@@ -281,7 +286,7 @@ int pdr__rx_stage_slot(pdr_xfer_engine_t *eng, struct pdr__conn *c);
 void pdr__rx_stage_commit(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t n);
 size_t pdr__rx_stage_room(pdr_xfer_engine_t *eng, const struct pdr__conn *c);
 int pdr__stage_pump(pdr_xfer_engine_t *eng, struct pdr__conn *c, int *want);
-void pdr__tcp_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op);
+void pdr__stage_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op);
 /* mover_ipc.c */
 int pdr__same_host(pdr_xfer_engine_t *eng, const struct pdr__sess *s);
 void pdr__ipc_map_close(struct pdr__io *io, struct pdr__sess *s);

@@ -1,6 +1,7 @@
 /*
  * Engine internals shared by engine.c (API, command queue, room table, timers, the I/O threads) and
- * the backends (tcp.c). Not installed; only transport/ and its unit tests include it.
+ * the TCP backend (conn.c and the files session.h lists). Not installed; only transport/ and its unit tests
+ * include it.
  *
  * Threads. An engine runs opts.io_threads I/O threads (struct pdr__io), each with its own epoll set.
  * Every connection is owned by exactly one of them: only the owner reads, writes, flushes or frees it.
@@ -99,7 +100,7 @@ struct pdr__op {
     int ipc_offered;     /* pull: FETCH_IPC was sent (thread 0) */
     struct pdr__op *ipc_next;
     int wait_hello; /* pull: its FETCH waits for the peer's HELLO (RDMA capability) (L) */
-    void *rdma;     /* the room's RDMA state (tcp.c's struct rdma_room), or NULL (thread 0; fields (L)) */
+    void *rdma; /* the room's RDMA state (mover_rdma.c's struct rdma_room), or NULL (thread 0; fields (L)) */
     /* pull only */
     struct sockaddr_storage addr;
     socklen_t addrlen;
@@ -148,31 +149,26 @@ struct pdr__io {
     int wake_pending;
 };
 
-/* A backend moves the bytes of ops over its own connections. All hooks run on I/O threads; those
- * without an io argument run on thread 0. */
-struct pdr_xfer_backend_ops {
-    const char *name;
-    int (*supports_mem)(int kind);
-    int (*init)(pdr_xfer_engine_t *eng);
-    void (*start_push)(pdr_xfer_engine_t *eng, struct pdr__op *op);
-    void (*start_pull)(pdr_xfer_engine_t *eng, struct pdr__op *op);
-    /* Detaches op from the backend; tells the peer when notify_code != 0. */
-    void (*abort)(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code);
-    /* Before pdr__op_complete waits for op's busy count: finish what thread 0 itself holds. */
-    void (*quiesce)(pdr_xfer_engine_t *eng, struct pdr__op *op);
-    /* An op on the ready list (thread 0). */
-    void (*ready)(pdr_xfer_engine_t *eng, struct pdr__op *op, int what);
-    void (*on_event)(pdr_xfer_engine_t *eng, struct pdr__io *io, void *handle, uint32_t events);
-    /* Adopted connections, rescans, heartbeats; returns the ms until it wants to run again, or -1. */
-    int (*tick)(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now_ns);
-    void (*parked_expired)(pdr_xfer_engine_t *eng, struct pdr__parked *p);
-    void (*after_turn)(pdr_xfer_engine_t *eng, struct pdr__io *io);
-    void (*shutdown)(pdr_xfer_engine_t *eng); /* after every thread was joined */
-    /* [addr, addr+len) was unregistered (any thread): forget what was exported from it. May be NULL. */
-    void (*mem_unregistered)(pdr_xfer_engine_t *eng, const void *addr, size_t len);
-};
-
-extern const struct pdr_xfer_backend_ops pdr__tcp_backend;
+/* The TCP backend (conn.c, session.c, ctl.c and the data movers, mover_*.c; session.h has its types),
+ * the one backend engine.c drives. All of these run on I/O threads; those without an io argument run
+ * on thread 0. */
+int pdr__tcp_init(pdr_xfer_engine_t *eng);
+void pdr__tcp_start_push(pdr_xfer_engine_t *eng, struct pdr__op *op);
+void pdr__tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op);
+/* Detaches op from the backend; tells the peer when notify_code != 0. */
+void pdr__tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code);
+/* Before pdr__op_complete waits for op's busy count: finish what thread 0 itself holds. */
+void pdr__movers_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op);
+/* An op on the ready list (thread 0). */
+void pdr__tcp_ready(pdr_xfer_engine_t *eng, struct pdr__op *op, int what);
+void pdr__tcp_on_event(pdr_xfer_engine_t *eng, struct pdr__io *io, void *handle, uint32_t events);
+/* Adopted connections, rescans, heartbeats; returns the ms until it wants to run again, or -1. */
+int pdr__tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now_ns);
+void pdr__tcp_parked_expired(pdr_xfer_engine_t *eng, struct pdr__parked *p);
+void pdr__tcp_after_turn(pdr_xfer_engine_t *eng, struct pdr__io *io);
+void pdr__tcp_shutdown(pdr_xfer_engine_t *eng); /* after every thread was joined */
+/* [addr, addr+len) was unregistered (any thread): the movers forget what was exported from it. */
+void pdr__movers_mem_unregistered(pdr_xfer_engine_t *eng, const void *addr, size_t len);
 
 struct pdr_xfer_memreg {
     struct pdr_xfer_memreg *next;
@@ -180,8 +176,8 @@ struct pdr_xfer_memreg {
     size_t len;
     int kind;
     int ordinal;
-    /* The region's one RDMA MR on the engine's RDMA context (tcp.c's rdma_mem_ref): registered by thread
-     * 0 on the first RDMA room inside the region, released by pdr_xfer_mem_unregister, or by the last
+    /* The region's one RDMA MR on the engine's RDMA context (mover_rdma.c's rdma_mem_ref): registered by
+     * thread 0 on the first RDMA room inside the region, released by pdr_xfer_mem_unregister, or by the last
      * room that still uses it when unregister came first (unlinked), or at shutdown. rdma_refs and
      * unlinked are guarded by eng->lock; rdma_mr and the keys are written by thread 0 only, under it. */
     struct pdr_rdma_mr *rdma_mr;
@@ -192,7 +188,6 @@ struct pdr_xfer_memreg {
 
 struct pdr_xfer_engine {
     pdr_xfer_opts_t opts;
-    const struct pdr_xfer_backend_ops *be;
     int backend_forced; /* 0 auto, else a PDR__BE_* value */
     int listen_fd;
     int listen_port;

@@ -1,5 +1,5 @@
 /*
- * The RDMA data path of the engine on a CPU: engine.c, tcp.c and wire.c built against the fake
+ * The RDMA data path of the engine on a CPU: the engine's objects built against the fake
  * libibverbs (tests/unit/rdma_fake_verbs.c: one fake device, RC loopback inside this process) and
  * tests/unit/fake_cuda.c. Two engines over loopback TCP with backend auto: the room's bytes arrive
  * (several segments of odd sizes on both sides) and both info callbacks say "rdma"; a second room
