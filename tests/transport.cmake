@@ -107,3 +107,12 @@ if(PDR_TSAN)
   set_tests_properties(test_transport_engine test_shim_basic test_shim_faults test_transport_staging
                        test_transport_rdma PROPERTIES TIMEOUT 400 ENVIRONMENT "PDR_TEST_TIMEOUT_SCALE=4")
 endif()
+
+# What may include what (router/ no transport or shim header; transport/ no h2o, curl or config header),
+# on the tree and on a fixture tree that breaks every rule (which must fail).
+add_test(NAME check_includes COMMAND ${Python3_EXECUTABLE} ${PDR_XFER_TEST_DIR}/check_includes.py ${PROJECT_SOURCE_DIR})
+add_test(NAME check_includes_rejects
+         COMMAND ${Python3_EXECUTABLE} ${PDR_XFER_TEST_DIR}/check_includes.py ${PDR_XFER_TEST_DIR}/fixtures/includes_bad)
+set_tests_properties(check_includes check_includes_rejects PROPERTIES TIMEOUT 30)
+set_tests_properties(check_includes_rejects PROPERTIES PASS_REGULAR_EXPRESSION
+                     "router/bad.c:2: router/[^\n]*transport.h.*transport/bad.c:2: [^\n]*h2o.h.*curl/curl.h.*config header config.h")
