@@ -32,8 +32,10 @@
  * Threading: every runtime function may be called from any thread except from a callback (ep_destroy
  * and close must not be called from one). Each context runs one completion thread; done_cb and imm_cb
  * run there, never inside the call that posted the work, and must not block. open, ep_create,
- * ep_connect, reg and dereg make blocking verbs calls (reg pins memory: milliseconds per GiB), so the
- * engine calls them off its event-loop thread; write_room and set_imm_cb only queue. Errors: 0 or a
+ * ep_connect, ep_destroy, reg and dereg make blocking verbs calls (reg pins memory: milliseconds per
+ * GiB); the engine makes them on its I/O thread 0 (transport/mover_rdma.c), a bounded cost per session,
+ * region or room, except that pdr_xfer_mem_unregister deregisters an idle region's MR on the caller's
+ * thread. write_room and set_imm_cb only queue. Errors: 0 or a
  * negative PDR_E* code; verbs errors are translated here (IBV_WC_RETRY_EXC_ERR → PDR_EPEERGONE, other
  * WC errors → PDR_EIO, with ibv_wc_status_str logged).
  */
