@@ -135,9 +135,7 @@ void pdr__tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code)
 static struct pdr__op *find_op(pdr_xfer_engine_t *eng, struct pdr__conn *c, int kind, uint64_t room,
                                uint64_t xid)
 {
-    pthread_mutex_lock(&eng->lock);
-    struct pdr__op *op = pdr__room_find(eng, room, kind);
-    pthread_mutex_unlock(&eng->lock);
+    struct pdr__op *op = pdr__room_get(eng, room, kind);
     return op != NULL && c->sess != NULL && op->sess == c->sess && op->xid == xid ? op : NULL;
 }
 
@@ -155,9 +153,7 @@ static int on_fetch(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, 
         pdr__conn_fail(eng, c, PDR_EPROTO);
         return -1;
     }
-    pthread_mutex_lock(&eng->lock);
-    struct pdr__op *op = pdr__room_find(eng, room, PDR__OP_PUSH);
-    pthread_mutex_unlock(&eng->lock);
+    struct pdr__op *op = pdr__room_get(eng, room, PDR__OP_PUSH);
     if (op != NULL && op->state == PDR__OP_WAITING) {
         pdr__push_match(eng, op, c, d.xid, d.total, is_ipc ? body : NULL, len, ext_type);
         return c->dead ? -1 : 0;

@@ -167,6 +167,33 @@ void pdr__op_unref(pdr_xfer_engine_t *eng, struct pdr__op *op)
     }
 }
 
+void pdr__op_ref(pdr_xfer_engine_t *eng, struct pdr__op *op)
+{
+    pthread_mutex_lock(&eng->lock);
+    op->refs++;
+    pthread_mutex_unlock(&eng->lock);
+}
+
+void pdr__op_count(pdr_xfer_engine_t *eng, struct pdr__op *op, uint64_t n, int what)
+{
+    pthread_mutex_lock(&eng->lock);
+    if (!__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
+        uint64_t *done = what == PDR__READY_SENT ? &op->sent : &op->got;
+        *done += n;
+        if (*done == op->total)
+            pdr__op_ready_locked(eng, op, what);
+    }
+    pthread_mutex_unlock(&eng->lock);
+}
+
+struct pdr__op *pdr__room_get(pdr_xfer_engine_t *eng, uint64_t room, int kind)
+{
+    pthread_mutex_lock(&eng->lock);
+    struct pdr__op *op = pdr__room_find(eng, room, kind);
+    pthread_mutex_unlock(&eng->lock);
+    return op;
+}
+
 void pdr__io_wake_locked(pdr_xfer_engine_t *eng, struct pdr__io *io)
 {
     (void)eng;

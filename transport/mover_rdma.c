@@ -329,9 +329,7 @@ struct ctl_msg *pdr__mv_rdma_fetch_msg(pdr_xfer_engine_t *eng, struct pdr__sess 
 static void rdma_post(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
     struct rdma_room *r = op->rdma;
-    pthread_mutex_lock(&eng->lock);
-    op->refs++; /* dropped by rdma_on_done */
-    pthread_mutex_unlock(&eng->lock);
+    pdr__op_ref(eng, op); /* dropped by rdma_on_done */
     r->wait_go = 0;
     r->posted = 1;
     int rc = pdr__rdma_write_room(r->link->ep, r->tag, r->local, r->nlocal, r->remote, r->nremote,

@@ -173,15 +173,8 @@ size_t pdr__stage_poll(pdr_xfer_engine_t *eng, struct pdr__conn *c, int block)
         if (c->outbound) {
             /* Receiver: the bytes are in place. */
             g->op = NULL;
-            if (rc == 0) {
-                pthread_mutex_lock(&eng->lock);
-                if (!__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
-                    op->got += g->len;
-                    if (op->got == op->total)
-                        pdr__op_ready_locked(eng, op, PDR__READY_GOT);
-                }
-                pthread_mutex_unlock(&eng->lock);
-            }
+            if (rc == 0)
+                pdr__op_count(eng, op, g->len, PDR__READY_GOT);
             pdr__op_unref(eng, op);
             g->state = STG_FREE;
         } else {
@@ -221,9 +214,7 @@ int pdr__stage_issue(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct stage *
         pdr_warn("transport: GPU staging copy could not start: %s", pdr__cuda_last_error());
         return rc;
     }
-    pthread_mutex_lock(&eng->lock);
-    op->refs++;
-    pthread_mutex_unlock(&eng->lock);
+    pdr__op_ref(eng, op);
     g->op = op;
     g->state = STG_COPY;
     return 0;

@@ -102,14 +102,9 @@ static void rx_frame_end(pdr_xfer_engine_t *eng, struct pdr__conn *c)
     if (op == NULL)
         return;
     c->rx_op = NULL;
-    pthread_mutex_lock(&eng->lock);
     /* Device rooms count their bytes when the staging copy lands (pdr__stage_poll). */
-    if (op->dev < 0 && !__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
-        op->got += c->rx_len;
-        if (op->got == op->total)
-            pdr__op_ready_locked(eng, op, PDR__READY_GOT);
-    }
-    pthread_mutex_unlock(&eng->lock);
+    if (op->dev < 0)
+        pdr__op_count(eng, op, c->rx_len, PDR__READY_GOT);
     pdr__op_unref(eng, op);
 }
 
@@ -441,13 +436,7 @@ static void tx_frame_end(pdr_xfer_engine_t *eng, struct pdr__conn *c)
     }
     if (op == NULL)
         return;
-    pthread_mutex_lock(&eng->lock);
-    if (!__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST)) {
-        op->sent += c->tx_len;
-        if (op->sent == op->total)
-            pdr__op_ready_locked(eng, op, PDR__READY_SENT);
-    }
-    pthread_mutex_unlock(&eng->lock);
+    pdr__op_count(eng, op, c->tx_len, PDR__READY_SENT);
     pdr__op_unref(eng, op);
 }
 

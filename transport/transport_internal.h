@@ -223,6 +223,8 @@ enum { PDR__BE_AUTO = 0, PDR__BE_TCP, PDR__BE_RDMA, PDR__BE_CUDA_IPC };
 
 /* Room table (eng->lock held). */
 struct pdr__op *pdr__room_find(pdr_xfer_engine_t *eng, uint64_t room, int kind);
+/* The same, taking eng->lock. */
+struct pdr__op *pdr__room_get(pdr_xfer_engine_t *eng, uint64_t room, int kind);
 
 /* Timers (thread 0). */
 int pdr__timer_arm(pdr_xfer_engine_t *eng, struct pdr__timer *t, uint64_t at_ns);
@@ -234,6 +236,12 @@ void pdr__timer_disarm(pdr_xfer_engine_t *eng, struct pdr__timer *t);
 void pdr__op_complete(pdr_xfer_engine_t *eng, struct pdr__op *op, int status, int notify_code);
 /* Drops a reference; frees the op at zero. Takes eng->lock. */
 void pdr__op_unref(pdr_xfer_engine_t *eng, struct pdr__op *op);
+/* Takes one more reference. Takes eng->lock. */
+void pdr__op_ref(pdr_xfer_engine_t *eng, struct pdr__op *op);
+/* Counts n more bytes of a live op, as sent (what PDR__READY_SENT: a push's DATA handed to the kernel)
+ * or received (PDR__READY_GOT: a pull's bytes in place), and puts it on the ready list with what when
+ * that reaches its total. Nothing for a dead op. Takes eng->lock; any thread. */
+void pdr__op_count(pdr_xfer_engine_t *eng, struct pdr__op *op, uint64_t n, int what);
 /* Around each access to op's memory from any thread: enter returns 0 (go ahead, then leave) or -1 (the
  * op is dead: do not touch its memory). */
 static inline int pdr__op_enter(struct pdr__op *op)
