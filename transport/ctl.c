@@ -285,7 +285,7 @@ int pdr__on_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, const struct pdr_xf
         op = find_op(eng, c, PDR__OP_PULL, h->room, m.xid);
         if (op == NULL)
             return 0;
-        if (m.value != op->total || op->done_seen || !op->ipc_offered) {
+        if (m.value != op->total || op->done_seen || op->mover != &pdr__mover_ipc) {
             pdr__conn_fail(eng, c, PDR_EPROTO);
             return -1;
         }
@@ -336,7 +336,7 @@ void pdr__tcp_ready(pdr_xfer_engine_t *eng, struct pdr__op *op, int what)
     struct pdr__sess *s = op->sess;
     if (s == NULL)
         return;
-    if (op->rdma != NULL && (what & (PDR__READY_SENT | PDR__READY_GOT))) {
+    if (op->mover == &pdr__mover_rdma && op->mv != NULL && (what & (PDR__READY_SENT | PDR__READY_GOT))) {
         op->backend = "rdma"; /* the decode's bytes were placed (its immediate, or the prefill's done_cb) */
         pdr__op_complete(eng, op, 0, 0);
         return;

@@ -23,6 +23,13 @@
 #include "session.h"
 #include "util.h"
 
+/* A push whose copies are in flight: its event, on the engine's pending list (op->mv). */
+struct ipc_room {
+    struct pdr__op *op;
+    void *ev;
+    struct ipc_room *next;
+};
+
 /* ---- CUDA IPC (thread 0) ----
  *
  * A decode on the same host whose destination is device memory sends FETCH_IPC: per destination segment
@@ -157,6 +164,9 @@ int pdr__ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess 
     }
     if (rc == 0)
         rc = pdr__cuda_event_record(ev, stream);
+    struct ipc_room *ir = NULL;
+    if (rc == 0 && (ir = calloc(1, sizeof(*ir))) == NULL)
+        rc = PDR_ENOMEM;
     if (rc != 0) {
         pdr_warn("transport: cuda_ipc to %s failed (%s, %s)", s->peer, pdr_strerror(rc),
                  pdr__cuda_last_error());
@@ -165,9 +175,12 @@ int pdr__ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess 
         pdr__cuda_event_destroy(ev);
         return rc;
     }
-    op->ipc_ev = ev;
-    op->ipc_next = ts->ipc_pending;
-    ts->ipc_pending = op;
+    ir->op = op;
+    ir->ev = ev;
+    ir->next = ts->ipc_pending;
+    ts->ipc_pending = ir;
+    op->mover = &pdr__mover_ipc;
+    op->mv = ir;
     op->backend = "cuda_ipc";
     return 0;
 }
@@ -175,15 +188,17 @@ int pdr__ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess 
 /* Takes op off the pending list once its copies are done (waits for them). */
 void pdr__ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
-    struct pdr__op **pp = &pdr__tcp_st(eng)->ipc_pending;
-    while (*pp != NULL && *pp != op)
-        pp = &(*pp)->ipc_next;
-    if (*pp == op)
-        *pp = op->ipc_next;
-    op->ipc_next = NULL;
+    struct ipc_room *ir = op->mv;
+    struct ipc_room **pp = &pdr__tcp_st(eng)->ipc_pending;
+    while (*pp != NULL && *pp != ir)
+        pp = &(*pp)->next;
+    if (*pp == ir)
+        *pp = ir->next;
     pdr__io_bind(&eng->io[0], op->dev);
-    pdr__cuda_event_destroy(op->ipc_ev);
-    op->ipc_ev = NULL;
+    pdr__cuda_event_destroy(ir->ev);
+    free(ir);
+    op->mv = NULL;
+    op->mover = NULL;
     pdr__op_leave(op);
 }
 
@@ -191,11 +206,12 @@ void pdr__ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op)
 int pdr__ipc_poll(pdr_xfer_engine_t *eng)
 {
     int pending = 0;
-    struct pdr__op *op = pdr__tcp_st(eng)->ipc_pending;
-    while (op != NULL) {
-        struct pdr__op *next = op->ipc_next;
+    struct ipc_room *ir = pdr__tcp_st(eng)->ipc_pending;
+    while (ir != NULL) {
+        struct ipc_room *next = ir->next;
+        struct pdr__op *op = ir->op;
         pdr__io_bind(&eng->io[0], op->dev);
-        int rc = pdr__cuda_event_query(op->ipc_ev);
+        int rc = pdr__cuda_event_query(ir->ev);
         if (rc == PDR_EAGAIN) {
             pending++;
         } else {
@@ -208,7 +224,7 @@ int pdr__ipc_poll(pdr_xfer_engine_t *eng)
                 pdr__queue_ctl(eng, op->sess->ctl, PDR_XF_IPC_DONE, op->room, op->xid, op->total, 0);
             }
         }
-        op = next;
+        ir = next;
     }
     return pending;
 }
@@ -431,9 +447,10 @@ static struct ctl_msg *ipc_offer(pdr_xfer_engine_t *eng, struct pdr__sess *s, st
 static void ipc_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s)
 {
     (void)s;
-    if (op->ipc_ev != NULL) {
+    struct ipc_room *ir = op->mover == &pdr__mover_ipc ? op->mv : NULL;
+    if (ir != NULL) {
         pdr__io_bind(&eng->io[0], op->dev);
-        pdr__cuda_event_sync(op->ipc_ev); /* the copies read this room's memory */
+        pdr__cuda_event_sync(ir->ev); /* the copies read this room's memory */
         pdr__ipc_finish(eng, op);
     }
 }

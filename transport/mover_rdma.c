@@ -73,6 +73,12 @@ struct rdma_room {
     int wait_go; /* push: waiting for RDMA_GO */
 };
 
+/* op's RDMA state, or NULL when RDMA does not move it. */
+static struct rdma_room *rdma_of(const struct pdr__op *op)
+{
+    return op->mover == &pdr__mover_rdma ? op->mv : NULL;
+}
+
 static int rdma_ctx_get(pdr_xfer_engine_t *eng, int dev, struct pdr_rdma_ctx **ctx)
 {
     struct tcp_state *ts = pdr__tcp_st(eng);
@@ -98,7 +104,7 @@ static void rdma_on_imm(void *arg, uint32_t tag32)
     pdr_xfer_engine_t *eng = l->eng;
     pthread_mutex_lock(&eng->lock);
     for (struct pdr__op *op = l->sess->ops; op != NULL; op = op->snext) {
-        struct rdma_room *r = op->rdma;
+        struct rdma_room *r = rdma_of(op);
         if (op->kind == PDR__OP_PULL && r != NULL && r->link == l && r->tag == tag32 && !r->got) {
             r->got = 1;
             op->got = op->total;
@@ -140,7 +146,7 @@ void pdr__mv_rdma_link_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s)
     pdr__rdma_ep_destroy(l->ep); /* push rooms posted on it get done_cb(PDR_ECLOSED) in here */
     pthread_mutex_lock(&eng->lock);
     for (struct pdr__op *op = s->ops; op != NULL; op = op->snext) {
-        struct rdma_room *r = op->rdma;
+        struct rdma_room *r = rdma_of(op);
         if (r == NULL || r->link != l)
             continue;
         r->link = NULL;
@@ -321,14 +327,15 @@ struct ctl_msg *pdr__mv_rdma_fetch_msg(pdr_xfer_engine_t *eng, struct pdr__sess 
                                          ep, eplen, mem, memlen);
     free(mem);
     r->link = l;
-    op->rdma = r;
+    op->mover = &pdr__mover_rdma;
+    op->mv = r;
     return m;
 }
 
 /* Prefill: posts a room whose link is connected. */
 static void rdma_post(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
-    struct rdma_room *r = op->rdma;
+    struct rdma_room *r = rdma_of(op);
     pdr__op_ref(eng, op); /* dropped by rdma_on_done */
     r->wait_go = 0;
     r->posted = 1;
@@ -401,7 +408,8 @@ int pdr__mv_rdma_push_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct p
         pdr__cq_append(eng, s->ctl, m);
     }
     r->link = l;
-    op->rdma = r;
+    op->mover = &pdr__mover_rdma;
+    op->mv = r;
     op->backend = "rdma";
     if (l->connected)
         rdma_post(eng, op);
@@ -449,7 +457,7 @@ void pdr__mv_rdma_on_go(pdr_xfer_engine_t *eng, struct pdr__sess *s)
         struct pdr__op *op;
         pthread_mutex_lock(&eng->lock);
         for (op = s->ops; op != NULL; op = op->snext) {
-            struct rdma_room *r = op->rdma;
+            struct rdma_room *r = rdma_of(op);
             if (op->kind == PDR__OP_PUSH && r != NULL && r->wait_go && r->link == l)
                 break;
         }
@@ -465,7 +473,7 @@ void pdr__mv_rdma_on_go(pdr_xfer_engine_t *eng, struct pdr__sess *s)
 /* From pdr__tcp_abort: releases op's RDMA state, first destroying the endpoint if it may still touch it. */
 void pdr__mv_rdma_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s)
 {
-    struct rdma_room *r = op->rdma;
+    struct rdma_room *r = rdma_of(op);
     if (r == NULL)
         return;
     pthread_mutex_lock(&eng->lock);
@@ -475,7 +483,8 @@ void pdr__mv_rdma_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__
     pthread_mutex_unlock(&eng->lock);
     if (l != NULL && s != NULL && s->rdma == l && (!safe || dead_ep))
         pdr__mv_rdma_link_kill(eng, s);
-    op->rdma = NULL;
+    op->mv = NULL;
+    op->mover = NULL;
     rdma_room_free(r);
 }
 

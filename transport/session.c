@@ -381,7 +381,7 @@ static void pull_send(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__o
         return;
     }
     if (m != NULL) {
-        op->ipc_offered = 1;
+        op->mover = &pdr__mover_ipc; /* IPC_DONE may answer it */
     } else if (plan.rdma) {
         m = pdr__mover_rdma.offer(eng, s, op, &rc);
         if (m == NULL && plan.rdma_forced) {

@@ -158,7 +158,7 @@ struct tcp_state {
     int listen_tag;
     struct pdr__sess *sessions;
     struct pdr_xfer_hello me;
-    struct pdr__op *ipc_pending;    /* pushes whose CUDA IPC copies are in flight (thread 0) */
+    struct ipc_room *ipc_pending;   /* pushes whose CUDA IPC copies are in flight (thread 0) */
     void *ipc_stream[IPC_MAX_DEVS]; /* thread 0's stream per source device, for IPC copies */
     struct pdr_rdma_ctx *rdma_ctx;  /* opened by the first RDMA room, closed at shutdown */
     struct pdr__fdsrv *fdsrv;       /* started by the first VMM export (thread 0) */

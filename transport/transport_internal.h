@@ -96,11 +96,11 @@ struct pdr__op {
     pdr_xfer_info_cb info_cb;
     void *arg;
     const char *backend; /* name of the backend that moved the bytes, "none" before */
-    void *ipc_ev;        /* push by CUDA IPC: the event of its copies (thread 0) */
-    int ipc_offered;     /* pull: FETCH_IPC was sent (thread 0) */
-    struct pdr__op *ipc_next;
+    /* The data mover (session.h's struct pdr__mover_ops) that holds this room's state mv: a pull whose
+     * FETCH offered it (mv may stay NULL), a push it serves. NULL: the TCP mover, which keeps none. */
+    const void *mover; /* thread 0 */
+    void *mv;       /* that mover's state of the room, or NULL (thread 0; its fields marked (L) under it) */
     int wait_hello; /* pull: its FETCH waits for the peer's HELLO (RDMA capability) (L) */
-    void *rdma; /* the room's RDMA state (mover_rdma.c's struct rdma_room), or NULL (thread 0; fields (L)) */
     /* pull only */
     struct sockaddr_storage addr;
     socklen_t addrlen;
