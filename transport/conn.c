@@ -93,25 +93,15 @@ int pdr__conn_attach(struct pdr__io *io, struct pdr__conn *c)
     struct epoll_event ev = {.events = c->evmask, .data.ptr = c};
     if (epoll_ctl(io->epfd, EPOLL_CTL_ADD, c->fd, &ev) != 0)
         return -1;
-    c->prev = NULL;
-    c->next = io->conns;
-    if (io->conns != NULL)
-        io->conns->prev = c;
-    io->conns = c;
+    pdr_dlink_push(&io->conns, &c->link);
     c->attached = 1;
     return 0;
 }
 
 static void conn_unlink(struct pdr__conn *c)
 {
-    struct pdr__io *io = c->io;
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        io->conns = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    c->next = c->prev = NULL;
+    pdr_dlink_unlink(&c->link);
+    c->next = NULL;
     c->attached = 0;
 }
 
@@ -367,9 +357,9 @@ int pdr__tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
         want = 0; /* copies in flight: poll them soon */
         io->copy_wait = 1;
     }
-    struct pdr__conn *c = io->conns;
+    struct pdr__conn *c = pdr__conn_of(io->conns);
     while (c != NULL) {
-        struct pdr__conn *next = c->next;
+        struct pdr__conn *next = pdr__conn_of(c->link.next);
         struct pdr__sess *s = c->sess;
         int sdead = 0, busy = 0;
         if (s != NULL) {
@@ -507,7 +497,7 @@ void pdr__tcp_shutdown(pdr_xfer_engine_t *eng)
             pdr__conn_free(eng, c);
         }
         while (io->conns != NULL) {
-            struct pdr__conn *c = io->conns;
+            struct pdr__conn *c = pdr__conn_of(io->conns);
             conn_unlink(c);
             close(c->fd);
             pdr__conn_free(eng, c);
@@ -520,8 +510,8 @@ void pdr__tcp_shutdown(pdr_xfer_engine_t *eng)
         pdr__sess_unref(eng, d);
     }
     while (s->sessions != NULL) {
-        struct pdr__sess *x = s->sessions;
-        s->sessions = x->next;
+        struct pdr__sess *x = pdr__sess_of(s->sessions);
+        pdr_dlink_unlink(&x->link);
         pdr__movers_sess_close(eng, NULL, x);
         pdr__sess_unref(eng, x);
     }

@@ -83,20 +83,15 @@ void pdr__tomb_del(pdr_xfer_engine_t *eng, struct pdr__parked *p)
 
 void pdr__parked_unlink(struct pdr__conn *c, struct pdr__parked *p)
 {
-    if (p->cprev != NULL)
-        p->cprev->cnext = p->cnext;
-    else
-        c->parked = p->cnext;
-    if (p->cnext != NULL)
-        p->cnext->cprev = p->cprev;
-    p->cnext = p->cprev = NULL;
+    (void)c;
+    pdr_dlink_unlink(&p->clink);
 }
 
 void pdr__drop_parked_all(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
     while (c->parked != NULL) {
-        struct pdr__parked *p = c->parked;
-        c->parked = p->cnext;
+        struct pdr__parked *p = pdr__parked_of(c->parked);
+        pdr_dlink_unlink(&p->clink);
         pdr__parked_remove(eng, p);
         free(p);
     }
@@ -195,10 +190,7 @@ static int on_fetch(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, 
         return pdr__queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_ETOOBIG);
     }
     pdr__parked_insert(eng, p);
-    p->cnext = c->parked;
-    if (c->parked != NULL)
-        c->parked->cprev = p;
-    c->parked = p;
+    pdr_dlink_push(&c->parked, &p->clink);
     return pdr__queue_ctl(eng, c, PDR_XF_WAIT, room, d.xid, 0, 0);
 }
 

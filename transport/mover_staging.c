@@ -319,7 +319,7 @@ int pdr__stage_pump(pdr_xfer_engine_t *eng, struct pdr__conn *c, int *want)
 /* Thread 0 is about to wait for op's busy count: copies it issued itself must finish first. */
 void pdr__stage_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
-    for (struct pdr__conn *c = eng->io[0].conns; c != NULL; c = c->next) {
+    for (struct pdr__conn *c = pdr__conn_of(eng->io[0].conns); c != NULL; c = pdr__conn_of(c->link.next)) {
         for (size_t k = 0; k < c->stg_count; k++) {
             struct stage *g = &c->stg[(c->stg_head + k) % c->nstg];
             if (g->state == STG_COPY && g->op == op) {

@@ -42,10 +42,7 @@ static struct pdr__sess *sess_new(pdr_xfer_engine_t *eng, int outbound, uint64_t
     s->id = id;
     snprintf(s->peer, sizeof(s->peer), "%s", peer);
     struct tcp_state *ts = pdr__tcp_st(eng);
-    s->next = ts->sessions;
-    if (ts->sessions != NULL)
-        ts->sessions->prev = s;
-    ts->sessions = s;
+    pdr_dlink_push(&ts->sessions, &s->link);
     return s;
 }
 
@@ -424,9 +421,9 @@ void pdr__tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op)
         pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
         return;
     }
-    struct pdr__sess *s = pdr__tcp_st(eng)->sessions;
+    struct pdr__sess *s = pdr__sess_of(pdr__tcp_st(eng)->sessions);
     while (s != NULL && !(s->outbound && !s->dead && s->ctl != NULL && strcmp(s->peer, op->peer) == 0))
-        s = s->next;
+        s = pdr__sess_of(s->link.next);
     if (s == NULL) {
         int err = 0;
         s = sess_open(eng, op, &err);
@@ -454,14 +451,7 @@ void pdr__sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status)
     s->dead = 1;
     s->status = status;
     pthread_mutex_unlock(&eng->lock);
-    struct tcp_state *ts = pdr__tcp_st(eng);
-    if (s->prev != NULL)
-        s->prev->next = s->next;
-    else
-        ts->sessions = s->next;
-    if (s->next != NULL)
-        s->next->prev = s->prev;
-    s->next = s->prev = NULL;
+    pdr_dlink_unlink(&s->link);
     for (;;) {
         pthread_mutex_lock(&eng->lock);
         struct pdr__op *op = s->ops;
@@ -532,9 +522,9 @@ int pdr__on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *bo
         }
         return 0;
     }
-    struct pdr__sess *s = pdr__tcp_st(eng)->sessions;
+    struct pdr__sess *s = pdr__sess_of(pdr__tcp_st(eng)->sessions);
     while (s != NULL && !(!s->outbound && s->id == h.session && s->ctl != NULL))
-        s = s->next;
+        s = pdr__sess_of(s->link.next);
     if (s == NULL) {
         pdr__conn_fail(eng, c, PDR_EPEERGONE); /* its session is gone already */
         return -1;

@@ -60,7 +60,7 @@ enum { RX_MIGRATE = 1 };
  * tcp_state.sessions until it dies; freed when its last reference (the list's, each connection's)
  * goes. Fields marked (L) are under eng->lock, the rest belong to thread 0. */
 struct pdr__sess {
-    struct pdr__sess *next, *prev;
+    pdr_dlink_t link;        /* tcp_state.sessions */
     struct pdr__sess *dnext; /* eng->dead_sess (L) */
     uint64_t id;
     int refs;        /* (L) */
@@ -102,8 +102,9 @@ struct vmm_export {
 #define VMM_TAG "PDRVMM1"
 
 struct pdr__conn {
-    int tag; /* PDR__IO_CONN: first, see epoll data.ptr */
-    struct pdr__conn *next, *prev;
+    int tag;                /* PDR__IO_CONN: first, see epoll data.ptr */
+    struct pdr__conn *next; /* the adopt or zombie list of its thread */
+    pdr_dlink_t link;       /* its thread's conns while attached */
     struct pdr__io *io;
     struct pdr__sess *sess; /* holds a reference */
     int index;
@@ -146,7 +147,7 @@ struct pdr__conn {
     int rx_blocked; /* stopped reading: every slot busy */
     uint64_t rx_fill_len;
 
-    struct pdr__parked *parked;
+    pdr_dlink_t *parked;   /* parked fetches of this control connection (struct pdr__parked's clink) */
     uint64_t last_live_ns; /* last byte received or DATA payload accepted by the kernel */
     int hb_armed;          /* the session had pending rooms at the last heartbeat check */
     uint64_t ping_ns;
@@ -156,7 +157,7 @@ struct pdr__conn {
 
 struct tcp_state {
     int listen_tag;
-    struct pdr__sess *sessions;
+    pdr_dlink_t *sessions; /* struct pdr__sess's link */
     struct pdr_xfer_hello me;
     struct ipc_room *ipc_pending;   /* pushes whose CUDA IPC copies are in flight (thread 0) */
     void *ipc_stream[IPC_MAX_DEVS]; /* thread 0's stream per source device, for IPC copies */
@@ -214,6 +215,20 @@ struct pdr__mover_plan {
     int rdma_forced; /* backend rdma: likewise for RDMA */
     int need_hello;  /* PDR__CHOOSE_PULL: the choice needs the peer's HELLO (its RDMA capability) */
 };
+
+/* The member of a list link, or NULL for the end of the list. */
+static inline struct pdr__sess *pdr__sess_of(pdr_dlink_t *l)
+{
+    return l != NULL ? PDR_DLINK_ITEM(l, struct pdr__sess, link) : NULL;
+}
+static inline struct pdr__conn *pdr__conn_of(pdr_dlink_t *l)
+{
+    return l != NULL ? PDR_DLINK_ITEM(l, struct pdr__conn, link) : NULL;
+}
+static inline struct pdr__parked *pdr__parked_of(pdr_dlink_t *l)
+{
+    return l != NULL ? PDR_DLINK_ITEM(l, struct pdr__parked, clink) : NULL;
+}
 
 /* -- cross-file functions (begin) -- */
 /* conn.c */

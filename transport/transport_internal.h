@@ -36,6 +36,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include "dlist.h"
 #include "transport.h"
 #include "wire.h"
 
@@ -115,7 +116,7 @@ struct pdr__op {
 struct pdr__parked {
     struct pdr__timer timer;
     struct pdr__parked *hnext;
-    struct pdr__parked *cnext, *cprev;
+    pdr_dlink_t clink; /* its connection's parked list (struct pdr__conn's parked) */
     uint64_t room, xid, total;
     struct pdr__conn *conn;
     int tomb_code;
@@ -141,7 +142,7 @@ struct pdr__io {
     /* Owner thread only: */
     int cuda_dev;  /* the device whose primary context is current here, -1 none */
     int copy_wait; /* this turn's timeout 0 is only for GPU copies in flight: wait briefly, do not spin */
-    struct pdr__conn *conns;
+    pdr_dlink_t *conns; /* attached connections (struct pdr__conn's link) */
     struct pdr__conn *zombies;
     /* Under eng->lock: */
     struct pdr__conn *adopt; /* connections handed to this thread */
