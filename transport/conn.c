@@ -443,10 +443,7 @@ int pdr__tcp_init(pdr_xfer_engine_t *eng)
     size_t hlen = strlen(host);
     if (hlen >= sizeof(name))
         return PDR_EINVAL;
-    if (host[0] == '[' && hlen > 2 && host[hlen - 1] == ']')
-        snprintf(name, sizeof(name), "%.*s", (int)(hlen - 2), host + 1);
-    else
-        snprintf(name, sizeof(name), "%s", host);
+    pdr__host_unbracket(host, name, sizeof(name));
     char port[8];
     snprintf(port, sizeof(port), "%d", eng->opts.listen_port);
     struct addrinfo hints = {

@@ -847,6 +847,15 @@ int pdr_xfer_push_ex(pdr_xfer_engine_t *eng, uint64_t room, const pdr_xfer_seg_t
     return push_common(eng, room, segs, nseg, timeout_ms, NULL, cb, arg);
 }
 
+void pdr__host_unbracket(const char *host, char *out, size_t cap)
+{
+    size_t hlen = strlen(host);
+    if (host[0] == '[' && hlen > 2 && host[hlen - 1] == ']')
+        snprintf(out, cap, "%.*s", (int)(hlen - 2), host + 1);
+    else
+        snprintf(out, cap, "%s", host);
+}
+
 static int pull_common(pdr_xfer_engine_t *eng, const char *host, int port, uint64_t room,
                        const pdr_xfer_seg_t *segs, size_t nseg, uint32_t timeout_ms, pdr_xfer_done_cb cb,
                        pdr_xfer_info_cb icb, void *arg)
@@ -862,10 +871,7 @@ static int pull_common(pdr_xfer_engine_t *eng, const char *host, int port, uint6
         return rc;
     /* Brackets around an IPv6 literal are accepted ("[::1]"), as the router writes them. */
     char name[84];
-    if (host[0] == '[' && hlen > 2 && host[hlen - 1] == ']')
-        snprintf(name, sizeof(name), "%.*s", (int)(hlen - 2), host + 1);
-    else
-        snprintf(name, sizeof(name), "%s", host);
+    pdr__host_unbracket(host, name, sizeof(name));
     char portstr[8];
     snprintf(portstr, sizeof(portstr), "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
