@@ -23,6 +23,19 @@
 #include "session.h"
 #include "util.h"
 
+/* Doubles the array *arr of *cap elements of size bytes (first: the capacity of an empty one); -1 when
+ * out of memory (the array is left as it was). The callers bound *cap. */
+static int grow(void **arr, size_t *cap, size_t first, size_t size)
+{
+    size_t n = *cap == 0 ? first : 2 * *cap;
+    void *p = realloc(*arr, n * size);
+    if (p == NULL)
+        return -1;
+    *arr = p;
+    *cap = n;
+    return 0;
+}
+
 /* A push whose copies are in flight: its event, on the engine's pending list (op->mv). */
 struct ipc_room {
     struct pdr__op *op;
@@ -78,12 +91,8 @@ static int ipc_map_get(pdr_xfer_engine_t *eng, struct pdr__sess *s, const uint8_
     if (s->nipc == s->cipc) {
         if (s->cipc >= PDR_XFER_IPC_MAX_HANDLES)
             return PDR_ETOOBIG;
-        size_t cap = s->cipc == 0 ? 8 : 2 * s->cipc;
-        struct ipc_map *m = realloc(s->ipc, cap * sizeof(*m));
-        if (m == NULL)
+        if (grow((void **)&s->ipc, &s->cipc, 8, sizeof(*s->ipc)) != 0)
             return PDR_ENOMEM;
-        s->ipc = m;
-        s->cipc = cap;
     }
     int rc = pdr__io_bind(&eng->io[0], dev);
     uint64_t vmm_size = 0;
@@ -283,12 +292,8 @@ static int vmm_handle_locked(pdr_xfer_engine_t *eng, const struct pdr_cuda_range
                 memmove(&ts->vx[0], &ts->vx[1], (ts->nvx - 1) * sizeof(*ts->vx));
                 ts->nvx--;
             } else {
-                size_t cap = ts->cvx == 0 ? 16 : 2 * ts->cvx;
-                struct vmm_export *v = realloc(ts->vx, cap * sizeof(*v));
-                if (v == NULL)
+                if (grow((void **)&ts->vx, &ts->cvx, 16, sizeof(*ts->vx)) != 0)
                     return PDR_ENOMEM;
-                ts->vx = v;
-                ts->cvx = cap;
             }
         }
         int fd = -1;

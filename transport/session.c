@@ -266,14 +266,22 @@ void pdr__push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__con
     pdr__mover_tcp.serve(eng, op, c->sess, NULL, 0);
 }
 
+/* Chooses op's movers at step (not PDR__CHOOSE_SERVE); a room the forced backend cannot move fails
+ * here with PDR_ENOTSUP (returns 1). */
+static int mover_refused(pdr_xfer_engine_t *eng, const struct pdr__sess *s, struct pdr__op *op, int step,
+                         struct pdr__mover_plan *plan)
+{
+    pdr__mover_choose(eng, s, op, step, 0, 0, plan);
+    if (plan->refuse)
+        pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
+    return plan->refuse;
+}
+
 void pdr__tcp_start_push(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
     struct pdr__mover_plan plan;
-    pdr__mover_choose(eng, NULL, op, PDR__CHOOSE_PUSH, 0, 0, &plan);
-    if (plan.refuse) {
-        pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
+    if (mover_refused(eng, NULL, op, PDR__CHOOSE_PUSH, &plan))
         return;
-    }
     struct pdr__parked *p = pdr__parked_find(eng, op->room);
     if (p != NULL && p->tomb_code != 0) {
         int code = p->tomb_push ? 0 : p->tomb_code;
@@ -366,11 +374,8 @@ static void sess_open_data(pdr_xfer_engine_t *eng, struct pdr__sess *s)
 static void pull_send(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op)
 {
     struct pdr__mover_plan plan;
-    pdr__mover_choose(eng, s, op, PDR__CHOOSE_OFFER, 0, 0, &plan);
-    if (plan.refuse) {
-        pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
+    if (mover_refused(eng, s, op, PDR__CHOOSE_OFFER, &plan))
         return;
-    }
     int rc = 0;
     struct ctl_msg *m = plan.ipc ? pdr__mover_ipc.offer(eng, s, op, &rc) : NULL;
     if (m == NULL && plan.ipc_forced) {
@@ -416,11 +421,8 @@ static void pull_flush_hello(pdr_xfer_engine_t *eng, struct pdr__sess *s)
 void pdr__tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
     struct pdr__mover_plan plan;
-    pdr__mover_choose(eng, NULL, op, PDR__CHOOSE_PULL, 0, 0, &plan);
-    if (plan.refuse) {
-        pdr__op_complete(eng, op, PDR_ENOTSUP, 0);
+    if (mover_refused(eng, NULL, op, PDR__CHOOSE_PULL, &plan))
         return;
-    }
     struct pdr__sess *s = pdr__sess_of(pdr__tcp_st(eng)->sessions);
     while (s != NULL && !(s->outbound && !s->dead && s->ctl != NULL && strcmp(s->peer, op->peer) == 0))
         s = pdr__sess_of(s->link.next);
