@@ -108,13 +108,7 @@ void pdr__tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code)
     }
     pthread_mutex_lock(&eng->lock);
     pdr__push_list_del(s, op);
-    if (op->sprev != NULL)
-        op->sprev->snext = op->snext;
-    else
-        s->ops = op->snext;
-    if (op->snext != NULL)
-        op->snext->sprev = op->sprev;
-    op->snext = op->sprev = NULL;
+    pdr_dlink_unlink(&op->slink);
     s->nops--;
     op->sess = NULL;
     pthread_mutex_unlock(&eng->lock);

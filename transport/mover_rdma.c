@@ -103,7 +103,7 @@ static void rdma_on_imm(void *arg, uint32_t tag32)
     struct rdma_link *l = arg;
     pdr_xfer_engine_t *eng = l->eng;
     pthread_mutex_lock(&eng->lock);
-    for (struct pdr__op *op = l->sess->ops; op != NULL; op = op->snext) {
+    for (struct pdr__op *op = pdr__op_of(l->sess->ops); op != NULL; op = pdr__op_of(op->slink.next)) {
         struct rdma_room *r = rdma_of(op);
         if (op->kind == PDR__OP_PULL && r != NULL && r->link == l && r->tag == tag32 && !r->got) {
             r->got = 1;
@@ -145,7 +145,7 @@ void pdr__mv_rdma_link_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s)
     s->rdma = NULL;
     pdr__rdma_ep_destroy(l->ep); /* push rooms posted on it get done_cb(PDR_ECLOSED) in here */
     pthread_mutex_lock(&eng->lock);
-    for (struct pdr__op *op = s->ops; op != NULL; op = op->snext) {
+    for (struct pdr__op *op = pdr__op_of(s->ops); op != NULL; op = pdr__op_of(op->slink.next)) {
         struct rdma_room *r = rdma_of(op);
         if (r == NULL || r->link != l)
             continue;
@@ -456,7 +456,7 @@ void pdr__mv_rdma_on_go(pdr_xfer_engine_t *eng, struct pdr__sess *s)
     for (;;) {
         struct pdr__op *op;
         pthread_mutex_lock(&eng->lock);
-        for (op = s->ops; op != NULL; op = op->snext) {
+        for (op = pdr__op_of(s->ops); op != NULL; op = pdr__op_of(op->slink.next)) {
             struct rdma_room *r = rdma_of(op);
             if (op->kind == PDR__OP_PUSH && r != NULL && r->wait_go && r->link == l)
                 break;

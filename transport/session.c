@@ -86,11 +86,7 @@ static void sess_bind(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__o
 {
     pthread_mutex_lock(&eng->lock);
     op->sess = s;
-    op->sprev = NULL;
-    op->snext = s->ops;
-    if (s->ops != NULL)
-        s->ops->sprev = op;
-    s->ops = op;
+    pdr_dlink_push(&s->ops, &op->slink);
     s->nops++;
     pthread_mutex_unlock(&eng->lock);
     op->backend = "tcp";
@@ -407,7 +403,7 @@ static void pull_flush_hello(pdr_xfer_engine_t *eng, struct pdr__sess *s)
     for (;;) {
         struct pdr__op *op;
         pthread_mutex_lock(&eng->lock);
-        for (op = s->ops; op != NULL && !op->wait_hello; op = op->snext)
+        for (op = pdr__op_of(s->ops); op != NULL && !op->wait_hello; op = pdr__op_of(op->slink.next))
             ;
         if (op != NULL)
             op->wait_hello = 0;
@@ -456,7 +452,7 @@ void pdr__sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status)
     pdr_dlink_unlink(&s->link);
     for (;;) {
         pthread_mutex_lock(&eng->lock);
-        struct pdr__op *op = s->ops;
+        struct pdr__op *op = pdr__op_of(s->ops);
         pthread_mutex_unlock(&eng->lock);
         if (op == NULL)
             break;

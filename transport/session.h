@@ -72,7 +72,7 @@ struct pdr__sess {
     int nconns;
     struct pdr_xfer_hello peer_hello;
     struct pdr__conn *ctl;
-    struct pdr__op *ops;             /* bound ops (L) */
+    pdr_dlink_t *ops;                /* bound ops, by slink (L) */
     size_t nops;                     /* (L) */
     struct pdr__op *p_head, *p_tail; /* push ops with unclaimed bytes (L) */
     char peer[96];

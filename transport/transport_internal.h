@@ -68,7 +68,7 @@ struct pdr__op {
     struct pdr__timer timer;       /* first: container from timer */
     struct pdr__op *hnext;         /* room table chain (L) */
     struct pdr__op *qnext;         /* command queue (L) */
-    struct pdr__op *snext, *sprev; /* session's op list (L) */
+    pdr_dlink_t slink;             /* session's op list (L) */
     struct pdr__op *pnext, *pprev; /* session's push list: ops with unclaimed bytes (L) */
     struct pdr__op *rnext;         /* ready list (L) */
     uint64_t room;
@@ -107,6 +107,12 @@ struct pdr__op {
     socklen_t addrlen;
     char peer[96]; /* "host:port", the session cache key */
 };
+
+/* The op of a session op-list link, or NULL for the end of the list. */
+static inline struct pdr__op *pdr__op_of(pdr_dlink_t *l)
+{
+    return l != NULL ? PDR_DLINK_ITEM(l, struct pdr__op, slink) : NULL;
+}
 
 /* A FETCH that arrived before the push of its room; or, with conn NULL and tomb_code set, a tombstone:
  * the memory of a push that was canceled or expired before anyone fetched it (tomb_push 1: a late
