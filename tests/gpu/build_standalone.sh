@@ -6,7 +6,8 @@ out=${1:-/tmp}
 mkdir -p "$out"
 CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
 F="-std=gnu11 -O2 -g -Wall -Wextra -Werror"
-gcc $F -I"$CUDA_INC" -Icommon -Itransport -c transport/cuda.c -o "$out/cuda.o"
-gcc $F -Icommon -Itransport -Itests/integration common/err.c common/util.c common/buf.c transport/engine.c \
-    transport/tcp.c transport/wire.c transport/fdpass.c transport/rdma.c transport/rdma_wire.c transport/rdma_plan.c \
+gcc $F -I"$CUDA_INC" -Icommon -Itransport -Itransport/include -c transport/cuda.c -o "$out/cuda.o"
+gcc $F -Icommon -Itransport -Itransport/include -Itests/integration common/err.c common/util.c common/buf.c \
+    transport/engine.c transport/conn.c transport/session.c transport/ctl.c transport/mover_tcp.c \
+    transport/mover_staging.c transport/mover_ipc.c transport/mover_rdma.c transport/wire.c transport/fdpass.c transport/rdma.c transport/rdma_wire.c transport/rdma_plan.c \
     transport/rdma_topo.c "$out/cuda.o" tests/gpu/test_xfer_gpu.c -o "$out/test_xfer_gpu" -libverbs -lpthread -ldl
