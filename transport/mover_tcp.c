@@ -317,7 +317,7 @@ struct pdr__op *pdr__claim(pdr_xfer_engine_t *eng, struct pdr__conn *c, int want
     if (s == NULL)
         return NULL;
     pthread_mutex_lock(&eng->lock);
-    struct pdr__op *op = s->dead ? NULL : s->p_head;
+    struct pdr__op *op = s->dead ? NULL : pdr__push_op_of(s->push.head);
     if (op != NULL && ((op->dev >= 0) != want_dev || (want_dev && c->stg_count > 0 && c->stg_dev != op->dev)))
         op = NULL;
     if (op != NULL) {
@@ -341,7 +341,7 @@ static int peek_dev(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
     struct pdr__sess *s = c->sess;
     pthread_mutex_lock(&eng->lock);
-    int dev = s == NULL || s->dead || s->p_head == NULL ? -2 : s->p_head->dev;
+    int dev = s == NULL || s->dead || s->push.head == NULL ? -2 : pdr__push_op_of(s->push.head)->dev;
     pthread_mutex_unlock(&eng->lock);
     return dev;
 }

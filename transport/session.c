@@ -95,30 +95,12 @@ static void sess_bind(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__o
 /* eng->lock held. */
 void pdr__push_list_add(struct pdr__sess *s, struct pdr__op *op)
 {
-    op->in_push_list = 1;
-    op->pnext = NULL;
-    op->pprev = s->p_tail;
-    if (s->p_tail != NULL)
-        s->p_tail->pnext = op;
-    else
-        s->p_head = op;
-    s->p_tail = op;
+    pdr_dqueue_append(&s->push, &op->plink);
 }
 
 void pdr__push_list_del(struct pdr__sess *s, struct pdr__op *op)
 {
-    if (!op->in_push_list)
-        return;
-    op->in_push_list = 0;
-    if (op->pprev != NULL)
-        op->pprev->pnext = op->pnext;
-    else
-        s->p_head = op->pnext;
-    if (op->pnext != NULL)
-        op->pnext->pprev = op->pprev;
-    else
-        s->p_tail = op->pprev;
-    op->pnext = op->pprev = NULL;
+    pdr_dqueue_unlink(&s->push, &op->plink);
 }
 
 /* ---- the choice of the data mover (thread 0) ----

@@ -72,9 +72,9 @@ struct pdr__sess {
     int nconns;
     struct pdr_xfer_hello peer_hello;
     struct pdr__conn *ctl;
-    pdr_dlink_t *ops;                /* bound ops, by slink (L) */
-    size_t nops;                     /* (L) */
-    struct pdr__op *p_head, *p_tail; /* push ops with unclaimed bytes (L) */
+    pdr_dlink_t *ops;  /* bound ops, by slink (L) */
+    size_t nops;       /* (L) */
+    pdr_dqueue_t push; /* push ops with unclaimed bytes, by plink, oldest first (L) */
     char peer[96];
     struct sockaddr_storage addr;
     socklen_t addrlen;

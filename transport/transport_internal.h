@@ -65,16 +65,15 @@ struct pdr__sess;
 enum { PDR__READY_SENT = 1, PDR__READY_GOT = 2, PDR__READY_FAIL = 4 };
 
 struct pdr__op {
-    struct pdr__timer timer;       /* first: container from timer */
-    struct pdr__op *hnext;         /* room table chain (L) */
-    struct pdr__op *qnext;         /* command queue (L) */
-    pdr_dlink_t slink;             /* session's op list (L) */
-    struct pdr__op *pnext, *pprev; /* session's push list: ops with unclaimed bytes (L) */
-    struct pdr__op *rnext;         /* ready list (L) */
+    struct pdr__timer timer; /* first: container from timer */
+    struct pdr__op *hnext;   /* room table chain (L) */
+    struct pdr__op *qnext;   /* command queue (L) */
+    pdr_dlink_t slink;       /* session's op list (L) */
+    pdr_dlink_t plink;       /* session's push queue: ops with unclaimed bytes (L) */
+    struct pdr__op *rnext;   /* ready list (L) */
     uint64_t room;
     int kind;
     int state; /* thread 0 */
-    int in_push_list;
     int ready; /* PDR__READY_* bits (L) */
     int refs;  /* (L) the room table holds one; every connection or list holding the op one more */
     int dead;  /* atomic: set once by pdr__op_complete */
@@ -107,6 +106,12 @@ struct pdr__op {
     socklen_t addrlen;
     char peer[96]; /* "host:port", the session cache key */
 };
+
+/* The op of a session push-queue link, or NULL for the end of the queue. */
+static inline struct pdr__op *pdr__push_op_of(pdr_dlink_t *l)
+{
+    return l != NULL ? PDR_DLINK_ITEM(l, struct pdr__op, plink) : NULL;
+}
 
 /* The op of a session op-list link, or NULL for the end of the list. */
 static inline struct pdr__op *pdr__op_of(pdr_dlink_t *l)
