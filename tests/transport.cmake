@@ -44,7 +44,7 @@ pdr_xfer_test(test_shim_faults ${PDR_XFER_TEST_DIR}/integration/test_shim_faults
 # GPU memory through the engine (TCP staging, CUDA IPC): built always, exits 77 (skipped) without a GPU.
 pdr_xfer_test(test_xfer_gpu ${PDR_XFER_TEST_DIR}/gpu/test_xfer_gpu.c 300 pdr_transport)
 pdr_xfer_test(test_transport_big ${PDR_XFER_TEST_DIR}/integration/test_transport_big.c 120 pdr_transport)
-# The issue's size, 4 GiB in one room (8 GiB of buffers, ~40 s of page faults on the 2-core VM): release
+# A 4 GiB room, past every 32-bit length (8 GiB of buffers, ~40 s of page faults on the 2-core VM): release
 # build only, alone (RUN_SERIAL), so the sanitizer run and parallel tests do not double its memory.
 if(NOT PDR_SANITIZE)
   add_test(NAME test_transport_big_4g COMMAND test_transport_big)
