@@ -4,6 +4,7 @@
 #include <string.h>
 #include <jansson.h>
 #include "check.h"
+#include "runner.h"
 #include "config.h"
 #include "disagg.h"
 #include "rewrite.h"
@@ -15,7 +16,7 @@ static pdr_disagg_input_t measure(const char *text, size_t matched)
     return in;
 }
 
-int main(void)
+static void test_measure(void)
 {
     /* Text: bytes of the JSON text; matched bytes as given, at most the length. */
     pdr_disagg_input_t in = measure("\"hello world\"", 4);
@@ -28,9 +29,12 @@ int main(void)
     CHECK(!in.tokens);
     in = measure(NULL, 0);
     CHECK(in.length == 0 && in.matched == 0);
+}
 
+static void test_token_ids(void)
+{
     /* Token ids: integers counted, matched = those wholly inside the matched bytes. */
-    in = measure("[101, 2023, 7, 99]", 0);
+    pdr_disagg_input_t in = measure("[101, 2023, 7, 99]", 0);
     CHECK(in.tokens && in.length == 4 && in.matched == 0);
     in = measure("[101, 2023, 7, 99]", 5); /* "[101," : 101 complete */
     CHECK(in.matched == 1);
@@ -40,7 +44,10 @@ int main(void)
     CHECK(in.matched == 4);
     in = measure(" [ [1,2], [3] ]", 0);
     CHECK(in.tokens && in.length == 3);
+}
 
+static void test_rule(void)
+{
     /* The rule. */
     pdr_config_t *c = pdr_config_new_default();
     CHECK(c != NULL && !pdr_disagg_enabled(c));
@@ -68,7 +75,10 @@ int main(void)
     CHECK(pdr_disagg_decide(c, &x) == PDR_DISAGG_SHORT_PROMPT);
     CHECK(strcmp(pdr_disagg_decision_names[PDR_DISAGG_PREFILL_SATURATED], "prefill_saturated") == 0);
     pdr_config_unref(c);
+}
 
+static void test_plain_body(void)
+{
     /* The plain body: bootstrap fields and kv_transfer_params (escaped spellings too) dropped, the rest
      * byte for byte. */
     const char *body = "{\"text\":\"hi\",\"bootstrap_room\":5,\"kv_transfer_params\":{\"a\":1},"
@@ -104,5 +114,16 @@ int main(void)
     json_decref(j);
     free(b);
     pdr_pdreq_clear(&r);
-    CHECK_DONE();
+}
+
+static const pdr_test_case_t cases[] = {
+    {"measure", test_measure, 60},
+    {"token_ids", test_token_ids, 60},
+    {"rule", test_rule, 60},
+    {"plain_body", test_plain_body, 60},
+};
+
+int main(int argc, char **argv)
+{
+    return PDR_TEST_RUN(cases, argc, argv);
 }

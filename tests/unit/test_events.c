@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "runner.h"
 #include "config.h"
 #include "events.h"
 #include "pool.h"
@@ -131,10 +132,13 @@ static void test_pool_records(void)
     pdr_config_unref(c);
 }
 
-int main(void)
+static const pdr_test_case_t cases[] = {
+    {"ring", test_ring, 60},
+    {"concurrent", test_concurrent, 60},
+    {"pool_records", test_pool_records, 60},
+};
+
+int main(int argc, char **argv)
 {
-    test_ring();
-    test_concurrent();
-    test_pool_records();
-    CHECK_DONE();
+    return PDR_TEST_RUN(cases, argc, argv);
 }

@@ -7,6 +7,7 @@
 #include <strings.h>
 #include "../../router/fwdheaders.h"
 #include "check.h"
+#include "runner.h"
 #include "router.h"
 
 static int hop(const char *s)
@@ -94,7 +95,7 @@ static const char *line_of(const char *block, const char *name, char *out, size_
     return found != NULL ? out : NULL;
 }
 
-int main(void)
+static void test_names(void)
 {
     /* Hop-by-hop, any case; Proxy-* by prefix. */
     CHECK(hop("connection") && hop("Connection") && hop("KEEP-ALIVE") && hop("te") && hop("Trailer"));
@@ -114,7 +115,10 @@ int main(void)
           conn_names(" ,x-a ,, x-b ", "x-b"));
     CHECK(!conn_names("keep-alive", "x-hop") && !conn_names("x-hopper", "x-hop") && !conn_names("", "x"));
     CHECK(!conn_names("x-ho", "x-hop") && !conn_names("close", ""));
+}
 
+static void test_traceparent(void)
+{
     /* traceparent (W3C Trace Context level 1, section 3.2). */
     const char *good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     pdr_trace_t t;
@@ -143,14 +147,21 @@ int main(void)
     uint8_t span[8] = {0xde, 0xad, 0xbe, 0xef, 0, 1, 2, 3};
     pdr_traceparent_format(&t, span, out);
     CHECK(strcmp(out, "00-4bf92f3577b34da6a3ce929d0e0e4736-deadbeef00010203-01") == 0);
+}
 
+static void test_request_ids(void)
+{
     /* Request ids. */
     CHECK(pdr_fwd_request_id_ok("abc-DEF_1.2", 11) && !pdr_fwd_request_id_ok("", 0));
     CHECK(!pdr_fwd_request_id_ok("a b", 3) && !pdr_fwd_request_id_ok("a\"b", 3));
     char long_id[65];
     memset(long_id, 'a', 64);
     CHECK(pdr_fwd_request_id_ok(long_id, 63) && !pdr_fwd_request_id_ok(long_id, 64));
+}
 
+static void test_forwarded(void)
+{
+    const char *good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     pdr_config_t *c = pdr_config_new_default();
     CHECK(c != NULL);
     char msg[256], v[512];
@@ -290,5 +301,16 @@ int main(void)
     CHECK(pdr_fwd_check_request(&f.req, c, msg, sizeof(msg)) == 400);
     h2o_mem_clear_pool(&f.req.pool);
     pdr_config_unref(c);
-    CHECK_DONE();
+}
+
+static const pdr_test_case_t cases[] = {
+    {"names", test_names, 60},
+    {"traceparent", test_traceparent, 60},
+    {"request_ids", test_request_ids, 60},
+    {"forwarded", test_forwarded, 60},
+};
+
+int main(int argc, char **argv)
+{
+    return PDR_TEST_RUN(cases, argc, argv);
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "runner.h"
 #include "err.h"
 #include "config.h"
 #include "pool.h"
@@ -552,15 +553,18 @@ static void test_ranks_and_regular(void)
     pdr_config_unref(c2);
 }
 
-int main(void)
+static const pdr_test_case_t cases[] = {
+    {"health_state", test_health_state, 60},
+    {"round_robin", test_round_robin, 60},
+    {"least_load", test_least_load, 60},
+    {"drain", test_drain, 60},
+    {"find", test_find, 60},
+    {"membership", test_membership, 60},
+    {"pools", test_pools, 60},
+    {"ranks_and_regular", test_ranks_and_regular, 60},
+};
+
+int main(int argc, char **argv)
 {
-    test_health_state();
-    test_round_robin();
-    test_least_load();
-    test_drain();
-    test_find();
-    test_membership();
-    test_pools();
-    test_ranks_and_regular();
-    CHECK_DONE();
+    return PDR_TEST_RUN(cases, argc, argv);
 }

@@ -2,6 +2,7 @@
 #include "../../router/reqguard.h"
 #include <string.h>
 #include "check.h"
+#include "runner.h"
 
 static int check_head(const char *head)
 {
@@ -12,7 +13,7 @@ static int check_head(const char *head)
     return rc;
 }
 
-int main(void)
+static void test_accepted(void)
 {
     /* Accepted: ordinary heads, leading empty lines, HTTP/1.0 without Host, identical names in any case. */
     CHECK(check_head("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}") == 0);
@@ -21,7 +22,10 @@ int main(void)
     CHECK(check_head(
               "POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n") == 0);
     CHECK(check_head("GET / HTTP/1.1\r\nHost: x\r\nX-A: a b\tc\r\n\r\n") == 0);
+}
 
+static void test_head_limits(void)
+{
     /* Head limits (before h2o parses): fields counted as name + value + 4, the request line apart. */
     {
         const char *h = "GET / HTTP/1.1\r\nHost: x\r\nA: 1\r\n\r\n"; /* 2 fields, 9 + 6 bytes */
@@ -47,7 +51,10 @@ int main(void)
         CHECK(pdr_reqguard_head_limits(b, strlen(b), 1, 20) == 0);
         CHECK(pdr_reqguard_head_limits("", 0, 1, 1) == 0);
     }
+}
 
+static void test_smuggling(void)
+{
     /* Smuggling vectors. */
     const char *why = NULL;
     const char *clte =
@@ -85,7 +92,10 @@ int main(void)
     CHECK(pdr_reqguard_head_len(h, strlen(h), &chunked) == strlen(h) - 3 && chunked == 1);
     CHECK(pdr_reqguard_head_len(h, 20, &chunked) == 0);
     CHECK(pdr_reqguard_head_len(ok, strlen(ok), &chunked) == strlen(ok) && chunked == 0);
+}
 
+static void test_chunk_guard(void)
+{
     /* The chunk guard: a well-framed body fed byte by byte ends DONE with its data counted. */
     const char *body = "5;ext=1\r\nhello\r\n1a\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\n\r\n";
     pdr_chunkguard_t g;
@@ -115,7 +125,10 @@ int main(void)
     CHECK(pdr_chunkguard_feed(&g, "GET / HTTP/1.1\r\n", 16) == PDR_CHUNK_LOST);
     pdr_chunkguard_init(&g, 1000);
     CHECK(pdr_chunkguard_feed(&g, "2\r\nabX", 7) == PDR_CHUNK_LOST);
+}
 
+static void test_h2_guard(void)
+{
     /* HTTP/2 header blocks. */
     {
         static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -168,5 +181,15 @@ int main(void)
         CHECK(fl == 9 + 8 + 3 && memcmp(f, "\0\0\x0b\x07\0\0\0\0\0\0\0\0\x05\0\0\0\x0bwhy", fl) == 0);
         CHECK(pdr_h2_goaway_frame(f, 19, 5, 0xb, "why") == 0);
     }
-    CHECK_DONE();
+}
+
+static const pdr_test_case_t cases[] = {
+    {"accepted", test_accepted, 60},   {"head_limits", test_head_limits, 60},
+    {"smuggling", test_smuggling, 60}, {"chunk_guard", test_chunk_guard, 60},
+    {"h2_guard", test_h2_guard, 60},
+};
+
+int main(int argc, char **argv)
+{
+    return PDR_TEST_RUN(cases, argc, argv);
 }

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "runner.h"
 #include "err.h"
 #include "rewrite.h"
 
@@ -431,19 +432,22 @@ static void test_vllm_answer(void)
     CHECK(kv_of("[]", &kv, &n, err) == PDR_EINVAL);
 }
 
-int main(void)
+static const pdr_test_case_t cases[] = {
+    {"vllm_bodies", test_vllm_bodies, 60},
+    {"vllm_answer", test_vllm_answer, 60},
+    {"injection", test_injection, 60},
+    {"splice", test_splice, 60},
+    {"batch", test_batch, 60},
+    {"validation", test_validation, 60},
+    {"prompt_forms", test_prompt_forms, 60},
+    {"completions_n", test_completions_n, 60},
+    {"messages", test_messages, 60},
+    {"non_finite", test_non_finite, 60},
+    {"logprob_merge", test_logprob_merge, 60},
+    {"sse", test_sse, 60},
+};
+
+int main(int argc, char **argv)
 {
-    test_vllm_bodies();
-    test_vllm_answer();
-    test_injection();
-    test_splice();
-    test_batch();
-    test_validation();
-    test_prompt_forms();
-    test_completions_n();
-    test_messages();
-    test_non_finite();
-    test_logprob_merge();
-    test_sse();
-    CHECK_DONE();
+    return PDR_TEST_RUN(cases, argc, argv);
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "check.h"
+#include "runner.h"
 #include "metrics.h"
 
 static size_t feed(pdr_sse_counter_t *c, const char *s)
@@ -70,11 +71,14 @@ static void test_long_event(void)
     CHECK(feed_split("\n\n\ndata: {}\n\n\n\n", 1) == 1);
 }
 
-int main(void)
+static const pdr_test_case_t cases[] = {
+    {"whole", test_whole, 60},
+    {"splits", test_splits, 60},
+    {"boundary_split", test_boundary_split, 60},
+    {"long_event", test_long_event, 60},
+};
+
+int main(int argc, char **argv)
 {
-    test_whole();
-    test_splits();
-    test_boundary_split();
-    test_long_event();
-    CHECK_DONE();
+    return PDR_TEST_RUN(cases, argc, argv);
 }

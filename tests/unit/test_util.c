@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "runner.h"
 #include "dlist.h"
 #include "err.h"
 #include "util.h"
@@ -126,11 +127,8 @@ static void dqueue(void)
     CHECK(q.head == &l[2] && q.tail == &l[2] && l[2].prev == &q.head);
 }
 
-int main(void)
+static void test_random_room(void)
 {
-    hostport();
-    dqueue();
-    formatting();
     static uint64_t r[N + 16];
     for (int i = 0; i < N; i++) {
         r[i] = pdr_random_room();
@@ -169,5 +167,16 @@ int main(void)
         for (int j = 0; j < 4; j++)
             same += ours[i] == theirs[j];
     CHECK(same == 0);
-    CHECK_DONE();
+}
+
+static const pdr_test_case_t cases[] = {
+    {"hostport", hostport, 60},
+    {"dqueue", dqueue, 60},
+    {"formatting", formatting, 60},
+    {"random_room", test_random_room, 60},
+};
+
+int main(int argc, char **argv)
+{
+    return PDR_TEST_RUN(cases, argc, argv);
 }
