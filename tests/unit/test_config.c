@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "config.h"
 #include "err.h"
+#include "runner.h"
 
 static int failures;
 
@@ -2213,28 +2214,43 @@ static void test_kv_events_keys(void)
     CHECK(pdr_kv_endpoint_check("tcp://a b:1", 11, msg, sizeof(msg)) == PDR_EINVAL);
 }
 
-int main(void)
+/* After each case, in its child: its failed checks fail it. */
+static void after_case(void)
+{
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        fflush(stderr);
+        exit(1);
+    }
+}
+
+static const pdr_test_case_t runner_cases[] = {
+    {"full_file", test_full_file, 60},
+    {"defaults", test_defaults, 60},
+    {"errors", test_errors, 60},
+    {"urls", test_urls, 60},
+    {"url_normalization", test_url_normalization, 60},
+    {"ipnet", test_ipnet, 60},
+    {"cli", test_cli, 60},
+    {"cli_sglang", test_cli_sglang, 60},
+    {"sglang_keys", test_sglang_keys, 60},
+    {"discovery", test_discovery, 60},
+    {"discovery_errors", test_discovery_errors, 60},
+    {"pools", test_pools, 60},
+    {"pool_cache_aware", test_pool_cache_aware, 60},
+    {"pool_discovery", test_pool_discovery, 60},
+    {"header_keys", test_header_keys, 60},
+    {"kv_events_keys", test_kv_events_keys, 60},
+};
+
+int main(int argc, char **argv)
 {
     if (mkdtemp(tmpdir) == NULL) {
         perror("mkdtemp");
         return 1;
     }
-    test_full_file();
-    test_defaults();
-    test_errors();
-    test_urls();
-    test_url_normalization();
-    test_ipnet();
-    test_cli();
-    test_cli_sglang();
-    test_sglang_keys();
-    test_discovery();
-    test_discovery_errors();
-    test_pools();
-    test_pool_cache_aware();
-    test_pool_discovery();
-    test_header_keys();
-    test_kv_events_keys();
+    int rc = pdr_test_run(runner_cases, sizeof(runner_cases) / sizeof(runner_cases[0]), NULL, after_case,
+                          argc, argv);
 
     static const char *const files[] = {"full.yaml",    "empty.yaml",         "cli.yaml",
                                         "cli-bad.yaml", "cli-discovery.yaml", "cli-sglang.yaml",
@@ -2245,10 +2261,5 @@ int main(void)
         unlink(p);
     }
     rmdir(tmpdir);
-    if (failures) {
-        fprintf(stderr, "test_config: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("test_config: all checks passed\n");
-    return 0;
+    return rc;
 }

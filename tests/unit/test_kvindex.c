@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "runner.h"
 #include "err.h"
 
 #include "failalloc.h"
@@ -595,14 +596,17 @@ static void test_precise_pick(void)
     pdr_kvindex_free(ix);
 }
 
-int main(void)
+static const pdr_test_case_t cases[] = {
+    {"decode_array_like", test_decode_array_like, 60},
+    {"decode_maps", test_decode_maps, 60},
+    {"decode_bad", test_decode_bad, 60},
+    {"index_basic", test_index_basic, 60},
+    {"index_cap", test_index_cap, 60},
+    {"index_alloc_failures", test_index_alloc_failures, 60},
+    {"precise_pick", test_precise_pick, 60},
+};
+
+int main(int argc, char **argv)
 {
-    test_decode_array_like();
-    test_decode_maps();
-    test_decode_bad();
-    test_index_basic();
-    test_index_cap();
-    test_index_alloc_failures();
-    test_precise_pick();
-    CHECK_DONE();
+    return PDR_TEST_RUN(cases, argc, argv);
 }

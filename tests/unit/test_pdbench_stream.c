@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "runner.h"
 #include "err.h"
 #include "pdbench.h"
 
@@ -112,13 +113,26 @@ static void check_events(void)
     CHECK(!ev_of("{}").bad_json);
 }
 
-int main(void)
+static void test_stream_steps(void)
 {
     for (size_t step = 1; step <= sizeof(stream); step++)
         check_stream(step);
-    check_limit();
-    check_events();
+}
+
+static void test_dist(void)
+{
     pdb_dist_t d = pdb_dist_of((double[]){4, 1, 3, 2, 5}, 5);
     CHECK(d.n == 5 && d.p50 == 3 && d.max == 5 && d.mean == 3 && d.p90 > 4.5 && d.p90 < 4.7);
-    CHECK_DONE();
+}
+
+static const pdr_test_case_t cases[] = {
+    {"stream_steps", test_stream_steps, 60},
+    {"limit", check_limit, 60},
+    {"events", check_events, 60},
+    {"dist", test_dist, 60},
+};
+
+int main(int argc, char **argv)
+{
+    return PDR_TEST_RUN(cases, argc, argv);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "runner.h"
 #include "pdsim.h"
 
 static void fill(int64_t *ids, size_t n, int64_t base)
@@ -108,13 +109,19 @@ static void test_many(void)
     pdsim_pcache_free(c);
 }
 
-int main(void)
+static void test_bad_args(void)
 {
     CHECK(pdsim_pcache_new(100, 0) == NULL);
     CHECK(pdsim_pcache_new(15, 16) == NULL);
     pdsim_pcache_free(NULL);
-    test_basic();
-    test_lru();
-    test_many();
-    CHECK_DONE();
+}
+
+static const pdr_test_case_t runner_cases[] = {{"bad_args", test_bad_args, 60},
+                                               {"basic", test_basic, 60},
+                                               {"lru", test_lru, 60},
+                                               {"many", test_many, 60}};
+
+int main(int argc, char **argv)
+{
+    return PDR_TEST_RUN(runner_cases, argc, argv);
 }

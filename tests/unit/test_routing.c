@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "runner.h"
 #include "err.h"
 
 #include "failalloc.h"
@@ -630,18 +631,21 @@ static void test_replicas_agree(void)
     }
 }
 
-int main(void)
+static const pdr_test_case_t cases[] = {
+    {"basic", test_basic, 60},
+    {"evict_lru", test_evict_lru, 60},
+    {"reference", test_reference, 60},
+    {"memory_bound", test_memory_bound, 60},
+    {"alloc_failures", test_alloc_failures, 60},
+    {"cache_aware", test_cache_aware, 60},
+    {"cache_aware_ex", test_cache_aware_ex, 60},
+    {"power_of_two", test_power_of_two, 60},
+    {"threads", test_threads, 60},
+    {"chash", test_chash, 60},
+    {"replicas_agree", test_replicas_agree, 60},
+};
+
+int main(int argc, char **argv)
 {
-    test_basic();
-    test_evict_lru();
-    test_reference();
-    test_memory_bound();
-    test_alloc_failures();
-    test_cache_aware();
-    test_cache_aware_ex();
-    test_power_of_two();
-    test_threads();
-    test_chash();
-    test_replicas_agree();
-    CHECK_DONE();
+    return PDR_TEST_RUN(cases, argc, argv);
 }

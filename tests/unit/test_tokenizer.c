@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "runner.h"
 #include "err.h"
 #include "tokenizer.h"
 #include "tokenizer_internal.h"
@@ -292,16 +293,41 @@ static void test_threads(const char *file)
     pdr_tokenizer_free(t);
 }
 
-int main(int argc, char **argv)
+static const char *tokenizer_json; /* argv[1]: a tokenizer.json for the threads case */
+
+/* Each case, in its child, has a scratch file of its own. */
+static void make_scratch(void)
 {
     fd = mkstemp(path);
     CHECK(fd >= 0);
-    test_errors();
-    test_encode();
-    test_white_space();
-    if (argc > 1)
-        test_threads(argv[1]);
+}
+
+static void drop_scratch(void)
+{
     close(fd);
     unlink(path);
-    CHECK_DONE();
+}
+
+static void test_threads_json(void)
+{
+    test_threads(tokenizer_json);
+}
+
+static const pdr_test_case_t cases[] = {
+    {"errors", test_errors, 60},
+    {"encode", test_encode, 60},
+    {"white_space", test_white_space, 60},
+    {"threads", test_threads_json, 60}, /* last: only with a tokenizer.json */
+};
+
+/* test_tokenizer [TOKENIZER_JSON [CASE...]] */
+int main(int argc, char **argv)
+{
+    size_t n = sizeof(cases) / sizeof(cases[0]);
+    if (argc > 1)
+        tokenizer_json = argv[1];
+    else
+        n--;
+    return pdr_test_run(cases, n, make_scratch, drop_scratch, argc > 1 ? argc - 1 : argc,
+                        argc > 1 ? argv + 1 : argv);
 }
