@@ -5,6 +5,7 @@
  */
 #include "../../router/discovery_dns.c"
 #include "check.h"
+#include "runner.h"
 
 static struct dns_addr v4(const char *s)
 {
@@ -223,12 +224,15 @@ static void test_resolver_lifecycle(void)
     }
 }
 
-int main(void)
+static const pdr_test_case_t cases[] = {
+    {"set", test_set, 60},
+    {"resolver", test_resolver, 60},
+    {"answer", test_answer, 60},
+    {"publish", test_publish, 60},
+    {"resolver_lifecycle", test_resolver_lifecycle, 60},
+};
+
+int main(int argc, char **argv)
 {
-    test_set();
-    test_resolver();
-    test_answer();
-    test_publish();
-    test_resolver_lifecycle();
-    CHECK_DONE();
+    return PDR_TEST_RUN(cases, argc, argv);
 }

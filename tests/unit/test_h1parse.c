@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "runner.h"
 #include "h1parse.h"
 
 #define PDR_H1PARSE_NO_MAIN
@@ -691,15 +692,23 @@ static void test_mutations(void)
     }
 }
 
-int main(void)
+static void test_table(void)
 {
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
         check_case(&cases[k]);
-    test_event_sequences();
-    test_spans_follow_input();
-    test_pipelined();
-    test_eof();
-    test_limits();
-    test_mutations();
-    CHECK_DONE();
+}
+
+static const pdr_test_case_t runner_cases[] = {
+    {"table", test_table, 60},
+    {"event_sequences", test_event_sequences, 60},
+    {"spans_follow_input", test_spans_follow_input, 60},
+    {"pipelined", test_pipelined, 60},
+    {"eof", test_eof, 60},
+    {"limits", test_limits, 60},
+    {"mutations", test_mutations, 60},
+};
+
+int main(int argc, char **argv)
+{
+    return PDR_TEST_RUN(runner_cases, argc, argv);
 }

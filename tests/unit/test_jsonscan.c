@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "runner.h"
 #include "err.h"
 #include "jsonscan.h"
 
@@ -717,22 +718,30 @@ static void test_mutations(void)
     CHECK(stats.reject - before.reject > 1000);
 }
 
-int main(void)
+/* After each case, in its child: the differential checks it made (its own inputs) and no mismatch. */
+static void after_case(void)
 {
-    test_valid();
-    test_invalid();
-    test_depth();
-    test_shapes();
-    test_big_numbers();
-    test_walk();
-    test_keys();
-    test_int();
-    test_many_members();
-    test_jansson_differences();
-    jdiff_stats_t fixed = stats;
-    test_mutations();
-    printf("fixed inputs: %lu accepted, %lu rejected, %lu excluded, %lu mismatches\n", fixed.accept,
-           fixed.reject, fixed.skip_nested_dup + fixed.skip_nul_key + fixed.skip_range, fixed.mismatch);
+    printf("inputs: %lu accepted, %lu rejected, %lu excluded, %lu mismatches\n", stats.accept, stats.reject,
+           stats.skip_nested_dup + stats.skip_nul_key + stats.skip_range, stats.mismatch);
     CHECK(stats.mismatch == 0);
-    CHECK_DONE();
+}
+
+static const pdr_test_case_t runner_cases[] = {
+    {"valid", test_valid, 60},
+    {"invalid", test_invalid, 60},
+    {"depth", test_depth, 60},
+    {"shapes", test_shapes, 60},
+    {"big_numbers", test_big_numbers, 60},
+    {"walk", test_walk, 60},
+    {"keys", test_keys, 60},
+    {"int", test_int, 60},
+    {"many_members", test_many_members, 60},
+    {"jansson_differences", test_jansson_differences, 60},
+    {"mutations", test_mutations, 60},
+};
+
+int main(int argc, char **argv)
+{
+    return pdr_test_run(runner_cases, sizeof(runner_cases) / sizeof(runner_cases[0]), NULL, after_case, argc,
+                        argv);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "runner.h"
 #include "discovery_k8s.h"
 #include "err.h"
 
@@ -348,11 +349,14 @@ static void test_kv_events_annotation(void)
     CHECK(parse(&s, &decode, &w, &bad) == PDR_K8S_POD_READY && w.kv_events[0] == '\0' && bad == 0);
 }
 
-int main(void)
+static const pdr_test_case_t cases[] = {
+    {"pod_parse", test_pod_parse, 60},
+    {"lines", test_lines, 60},
+    {"set", test_set, 60},
+    {"kv_events_annotation", test_kv_events_annotation, 60},
+};
+
+int main(int argc, char **argv)
 {
-    test_pod_parse();
-    test_lines();
-    test_set();
-    test_kv_events_annotation();
-    CHECK_DONE();
+    return PDR_TEST_RUN(cases, argc, argv);
 }
