@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "runner.h"
 #include "gpu_cuda.h"
 #include "err.h"
 
@@ -67,34 +68,40 @@ static void check_all_unsupported(void)
     CHECK(pdr__cuda_last_error() != NULL);
 }
 
+/* No libcuda.so.1 at all. */
+static void test_nolib(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib != NULL) {
+        printf("a libcuda.so.1 is installed here: skipped\n");
+        dlclose(lib);
+        exit(77);
+    }
+    check_all_unsupported();
+    CHECK(strstr(pdr__cuda_init_error(), "no CUDA driver") != NULL);
+    CHECK(strcmp(pdr__cuda_last_error(), "") == 0); /* nothing reached a driver */
+}
+
+/* The toolkit's stub libcuda.so.1 on LD_LIBRARY_PATH. */
+static void test_stub(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        printf("no stub libcuda.so.1 on LD_LIBRARY_PATH (toolkit stubs missing): skipped\n");
+        exit(77);
+    }
+    /* The stub answers CUDA_ERROR_STUB_LIBRARY (34) even to cuGetProcAddress. */
+    check_all_unsupported();
+    printf("init error: %s; last CUresult: %s\n", pdr__cuda_init_error(), pdr__cuda_last_error());
+    CHECK(strstr(pdr__cuda_init_error(), "stub") != NULL);
+    CHECK(strcmp(pdr__cuda_last_error(), "CUDA_ERROR_STUB_LIBRARY") == 0);
+    dlclose(lib);
+}
+
+static const pdr_test_case_t cases[] = {{"nolib", test_nolib, 30}, {"stub", test_stub, 30}};
+
+/* test_cuda_stub [nolib|stub]: the case names; ctest runs each in its own environment. */
 int main(int argc, char **argv)
 {
-    const char *mode = argc > 1 ? argv[1] : "nolib";
-    if (strcmp(mode, "nolib") == 0) {
-        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-        if (lib != NULL) {
-            printf("a libcuda.so.1 is installed here: skipped\n");
-            dlclose(lib);
-            return 77;
-        }
-        check_all_unsupported();
-        CHECK(strstr(pdr__cuda_init_error(), "no CUDA driver") != NULL);
-        CHECK(strcmp(pdr__cuda_last_error(), "") == 0); /* nothing reached a driver */
-    } else if (strcmp(mode, "stub") == 0) {
-        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-        if (lib == NULL) {
-            printf("no stub libcuda.so.1 on LD_LIBRARY_PATH (toolkit stubs missing): skipped\n");
-            return 77;
-        }
-        /* The stub answers CUDA_ERROR_STUB_LIBRARY (34) even to cuGetProcAddress. */
-        check_all_unsupported();
-        printf("init error: %s; last CUresult: %s\n", pdr__cuda_init_error(), pdr__cuda_last_error());
-        CHECK(strstr(pdr__cuda_init_error(), "stub") != NULL);
-        CHECK(strcmp(pdr__cuda_last_error(), "CUDA_ERROR_STUB_LIBRARY") == 0);
-        dlclose(lib);
-    } else {
-        fprintf(stderr, "usage: test_cuda_stub nolib|stub\n");
-        return 2;
-    }
-    CHECK_DONE();
+    return PDR_TEST_RUN(cases, argc, argv);
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "runner.h"
 #include "err.h"
 #include "rdma.h"
 
@@ -587,12 +588,12 @@ static void test_pick_nic(void)
     rm_rf(root);
 }
 
-int main(void)
+static const pdr_test_case_t cases[] = {
+    {"ep_desc", test_ep_desc, 60}, {"mem_desc", test_mem_desc, 60}, {"state_machine", test_state_machine, 60},
+    {"plan", test_plan, 60},       {"pick_nic", test_pick_nic, 60},
+};
+
+int main(int argc, char **argv)
 {
-    test_ep_desc();
-    test_mem_desc();
-    test_state_machine();
-    test_plan();
-    test_pick_nic();
-    CHECK_DONE();
+    return PDR_TEST_RUN(cases, argc, argv);
 }

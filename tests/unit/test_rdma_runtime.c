@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "runner.h"
 #include "err.h"
 #include "rdma.h"
 #include "rdma_fake_verbs.h"
@@ -272,7 +273,7 @@ static void budget(void)
     CHECK(fake_verbs.live_qps == 0);
 }
 
-int main(void)
+static void test_device_count(void)
 {
     fake_verbs.ndev = 0;
     int err = 0;
@@ -280,10 +281,17 @@ int main(void)
     CHECK(pdr__rdma_open(NULL, NULL, &err) == NULL && err == PDR_ENOTSUP);
     fake_verbs.ndev = 1;
     CHECK(pdr__rdma_device_count() == 1);
+}
 
+static void test_rooms(void)
+{
     rooms(2, 1, (5u << 20) + 12345); /* InfiniBand, one room */
     rooms(1, 1, 64);                 /* one small room, one QP */
-    fake_verbs.max_qp_wr = 40;       /* send queues of 40 WRs and 4 KiB per WRITE: batches wait for slots */
+}
+
+static void test_rooms_queue_limits(void)
+{
+    fake_verbs.max_qp_wr = 40; /* send queues of 40 WRs and 4 KiB per WRITE: batches wait for slots */
     fake_verbs.max_msg_sz = 4096;
     rooms(3, 20, (300u << 10) + 77);
     CHECK(fake_verbs.max_sq_used >= 32 && fake_verbs.max_sq_used <= 40);
@@ -291,15 +299,45 @@ int main(void)
     rooms(2, 1, 4u << 20);
     fake_verbs.max_qp_wr = 0;
     fake_verbs.max_msg_sz = 0;
+}
+
+static void test_rooms_roce(void)
+{
     fake_verbs.link_layer = IBV_LINK_LAYER_ETHERNET; /* RoCE: GID index 3 must be chosen */
     rooms(2, 3, 3u << 20);
     fake_verbs.link_layer = IBV_LINK_LAYER_INFINIBAND;
+}
+
+static void test_failure(void)
+{
     failure(2);
     failure(5);
-    destroy_in_flight();
-    budget();
+}
+
+/* Each case, in its child: one fake device, and no verbs rule broken by the end. */
+static void one_device(void)
+{
+    fake_verbs.ndev = 1;
+}
+
+static void no_violations(void)
+{
     CHECK(fake_verbs.violations == 0);
     printf("fake verbs: %llu WRs posted, %d IMMs\n", (unsigned long long)fake_verbs.posted_wrs,
            fake_verbs.imms);
-    CHECK_DONE();
+}
+
+static const pdr_test_case_t cases[] = {
+    {"device_count", test_device_count, 60},
+    {"rooms", test_rooms, 60},
+    {"rooms_queue_limits", test_rooms_queue_limits, 60},
+    {"rooms_roce", test_rooms_roce, 60},
+    {"failure", test_failure, 60},
+    {"destroy_in_flight", destroy_in_flight, 60},
+    {"budget", budget, 60},
+};
+
+int main(int argc, char **argv)
+{
+    return pdr_test_run(cases, sizeof(cases) / sizeof(cases[0]), one_device, no_violations, argc, argv);
 }
