@@ -42,7 +42,7 @@
  * rdma_mem_ref); other memory is registered per room. The blocking verbs calls (open, ep_create,
  * ep_connect, reg, dereg, destroy) run here on thread 0, not on a helper thread: a bounded cost (open
  * and endpoints once per session; a registered region once; other memory once per room, proportional to
- * its size). The one exception is pdr_xfer_mem_unregister (engine.c), which deregisters the MR of a
+ * its size). The one exception is pdr_xfer_mem_unregister (engine_room.c), which deregisters the MR of a
  * region no room uses on the caller's thread.
  */
 struct rdma_link {

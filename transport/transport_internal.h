@@ -1,5 +1,6 @@
 /*
- * Engine internals shared by engine.c (API, command queue, room table, timers, the I/O threads) and
+ * Engine internals shared by engine.c (lifecycle, command queue, the I/O threads), engine_room.c (API,
+ * room table, timers, parked table, completion) and
  * the TCP backend (conn.c and the files session.h lists). Not installed; only transport/ and its unit tests
  * include it.
  *
