@@ -433,9 +433,11 @@ int pdr__tcp_init(pdr_xfer_engine_t *eng)
     if (s == NULL)
         return PDR_ENOMEM;
     s->listen_tag = PDR__IO_LISTEN;
-    pthread_mutex_init(&s->vx_lock, NULL);
     pdr__read_identity(&s->me);
     eng->be_state = s;
+    int rc = pdr__movers_init(eng);
+    if (rc != 0)
+        return rc;
     const char *host = eng->opts.listen_host;
     if (host == NULL)
         return 0;

@@ -36,6 +36,16 @@ static int grow(void **arr, size_t *cap, size_t first, size_t size)
     return 0;
 }
 
+/* The mover's engine-wide state (tcp_state.ipc). */
+struct ipc_engine {
+    struct ipc_room *ipc_pending;   /* pushes whose CUDA IPC copies are in flight (thread 0) */
+    void *ipc_stream[IPC_MAX_DEVS]; /* thread 0's stream per source device, for IPC copies */
+    struct pdr__fdsrv *fdsrv;       /* started by the first VMM export (thread 0) */
+    pthread_mutex_t vx_lock;        /* vx: thread 0 exports, mem_unregister (any thread) forgets */
+    struct vmm_export *vx;          /* exported VMM allocations, oldest first */
+    size_t nvx, cvx;
+};
+
 /* A push whose copies are in flight: its event, on the engine's pending list (op->mv). */
 struct ipc_room {
     struct pdr__op *op;
@@ -135,16 +145,16 @@ int pdr__ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess 
     int dev = op->dev;
     if (pdr__xfer_fetch_ipc_decode(body, len, &fd, &d) != 0 || dev < 0 || dev >= IPC_MAX_DEVS)
         return PDR_EINVAL;
-    struct tcp_state *ts = pdr__tcp_st(eng);
+    struct ipc_engine *ie = pdr__tcp_st(eng)->ipc;
     int rc = pdr__io_bind(&eng->io[0], dev);
-    if (rc == 0 && ts->ipc_stream[dev] == NULL)
-        rc = pdr__cuda_stream_create(&ts->ipc_stream[dev]);
+    if (rc == 0 && ie->ipc_stream[dev] == NULL)
+        rc = pdr__cuda_stream_create(&ie->ipc_stream[dev]);
     void *ev = NULL;
     if (rc == 0)
         rc = pdr__cuda_event_create(&ev);
     if (rc != 0)
         return rc;
-    void *stream = ts->ipc_stream[dev];
+    void *stream = ie->ipc_stream[dev];
     if (pdr__op_enter(op) != 0) {
         pdr__cuda_event_destroy(ev);
         return PDR_ECANCELED;
@@ -186,8 +196,8 @@ int pdr__ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess 
     }
     ir->op = op;
     ir->ev = ev;
-    ir->next = ts->ipc_pending;
-    ts->ipc_pending = ir;
+    ir->next = ie->ipc_pending;
+    ie->ipc_pending = ir;
     op->mover = &pdr__mover_ipc;
     op->mv = ir;
     op->backend = "cuda_ipc";
@@ -198,7 +208,7 @@ int pdr__ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess 
 void pdr__ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
     struct ipc_room *ir = op->mv;
-    struct ipc_room **pp = &pdr__tcp_st(eng)->ipc_pending;
+    struct ipc_room **pp = &pdr__tcp_st(eng)->ipc->ipc_pending;
     while (*pp != NULL && *pp != ir)
         pp = &(*pp)->next;
     if (*pp == ir)
@@ -215,7 +225,7 @@ void pdr__ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op)
 int pdr__ipc_poll(pdr_xfer_engine_t *eng)
 {
     int pending = 0;
-    struct ipc_room *ir = pdr__tcp_st(eng)->ipc_pending;
+    struct ipc_room *ir = pdr__tcp_st(eng)->ipc->ipc_pending;
     while (ir != NULL) {
         struct ipc_room *next = ir->next;
         struct pdr__op *op = ir->op;
@@ -240,9 +250,9 @@ int pdr__ipc_poll(pdr_xfer_engine_t *eng)
 
 static int vmm_handle(pdr_xfer_engine_t *eng, const struct pdr_cuda_range *r, uint8_t h[PDR_XFER_IPC_HANDLE])
 {
-    pthread_mutex_lock(&pdr__tcp_st(eng)->vx_lock);
+    pthread_mutex_lock(&pdr__tcp_st(eng)->ipc->vx_lock);
     int rc = vmm_handle_locked(eng, r, h);
-    pthread_mutex_unlock(&pdr__tcp_st(eng)->vx_lock);
+    pthread_mutex_unlock(&pdr__tcp_st(eng)->ipc->vx_lock);
     return rc;
 }
 
@@ -250,19 +260,20 @@ static int vmm_handle(pdr_xfer_engine_t *eng, const struct pdr_cuda_range *r, ui
 void pdr__tcp_mem_unregistered(pdr_xfer_engine_t *eng, const void *addr, size_t len)
 {
     struct tcp_state *ts = pdr__tcp_st(eng);
-    if (ts == NULL)
+    struct ipc_engine *ie = ts != NULL ? ts->ipc : NULL;
+    if (ie == NULL)
         return;
-    pthread_mutex_lock(&ts->vx_lock);
+    pthread_mutex_lock(&ie->vx_lock);
     size_t k = 0;
-    for (size_t i = 0; i < ts->nvx; i++) {
-        uintptr_t b = (uintptr_t)ts->vx[i].base, a = (uintptr_t)addr;
+    for (size_t i = 0; i < ie->nvx; i++) {
+        uintptr_t b = (uintptr_t)ie->vx[i].base, a = (uintptr_t)addr;
         if (b >= a && b - a < len)
-            pdr__fdsrv_drop(ts->fdsrv, ts->vx[i].id);
+            pdr__fdsrv_drop(ie->fdsrv, ie->vx[i].id);
         else
-            ts->vx[k++] = ts->vx[i];
+            ie->vx[k++] = ie->vx[i];
     }
-    ts->nvx = k;
-    pthread_mutex_unlock(&ts->vx_lock);
+    ie->nvx = k;
+    pthread_mutex_unlock(&ie->vx_lock);
 }
 
 /* The handle slot for the VMM allocation r (exported once, then cached while the same physical
@@ -270,29 +281,29 @@ void pdr__tcp_mem_unregistered(pdr_xfer_engine_t *eng, const void *addr, size_t 
 static int vmm_handle_locked(pdr_xfer_engine_t *eng, const struct pdr_cuda_range *r,
                              uint8_t h[PDR_XFER_IPC_HANDLE])
 {
-    struct tcp_state *ts = pdr__tcp_st(eng);
+    struct ipc_engine *ie = pdr__tcp_st(eng)->ipc;
     struct vmm_export *x = NULL;
-    for (size_t i = 0; i < ts->nvx; i++) {
-        if (ts->vx[i].base != r->base)
+    for (size_t i = 0; i < ie->nvx; i++) {
+        if (ie->vx[i].base != r->base)
             continue;
-        if (ts->vx[i].size == r->size && ts->vx[i].block_id == r->block_id) {
-            x = &ts->vx[i];
+        if (ie->vx[i].size == r->size && ie->vx[i].block_id == r->block_id) {
+            x = &ie->vx[i];
         } else { /* freed and created again: the old descriptor would name the old memory */
-            pdr__fdsrv_drop(ts->fdsrv, ts->vx[i].id);
-            memmove(&ts->vx[i], &ts->vx[i + 1], (ts->nvx - i - 1) * sizeof(*ts->vx));
-            ts->nvx--;
+            pdr__fdsrv_drop(ie->fdsrv, ie->vx[i].id);
+            memmove(&ie->vx[i], &ie->vx[i + 1], (ie->nvx - i - 1) * sizeof(*ie->vx));
+            ie->nvx--;
         }
         break;
     }
     if (x == NULL) {
-        int rc = ts->fdsrv == NULL ? pdr__fdsrv_start(&ts->fdsrv) : 0;
-        if (rc == 0 && ts->nvx == ts->cvx) {
-            if (ts->cvx == VMM_EXPORTS_MAX) { /* let the oldest go */
-                pdr__fdsrv_drop(ts->fdsrv, ts->vx[0].id);
-                memmove(&ts->vx[0], &ts->vx[1], (ts->nvx - 1) * sizeof(*ts->vx));
-                ts->nvx--;
+        int rc = ie->fdsrv == NULL ? pdr__fdsrv_start(&ie->fdsrv) : 0;
+        if (rc == 0 && ie->nvx == ie->cvx) {
+            if (ie->cvx == VMM_EXPORTS_MAX) { /* let the oldest go */
+                pdr__fdsrv_drop(ie->fdsrv, ie->vx[0].id);
+                memmove(&ie->vx[0], &ie->vx[1], (ie->nvx - 1) * sizeof(*ie->vx));
+                ie->nvx--;
             } else {
-                if (grow((void **)&ts->vx, &ts->cvx, 16, sizeof(*ts->vx)) != 0)
+                if (grow((void **)&ie->vx, &ie->cvx, 16, sizeof(*ie->vx)) != 0)
                     return PDR_ENOMEM;
             }
         }
@@ -301,10 +312,10 @@ static int vmm_handle_locked(pdr_xfer_engine_t *eng, const struct pdr_cuda_range
         if (rc == 0)
             rc = pdr__cuda_vmm_export(r->base, &fd);
         if (rc == 0)
-            rc = pdr__fdsrv_add(ts->fdsrv, fd, &id);
+            rc = pdr__fdsrv_add(ie->fdsrv, fd, &id);
         if (rc != 0)
             return rc;
-        x = &ts->vx[ts->nvx++];
+        x = &ie->vx[ie->nvx++];
         x->base = r->base;
         x->size = r->size;
         x->block_id = r->block_id;
@@ -312,8 +323,8 @@ static int vmm_handle_locked(pdr_xfer_engine_t *eng, const struct pdr_cuda_range
     }
     memset(h, 0, PDR_XFER_IPC_HANDLE);
     memcpy(h, VMM_TAG, sizeof(VMM_TAG));
-    pdr__put_u32(h + 8, pdr__fdsrv_pid(ts->fdsrv));
-    pdr__put_u64(h + 16, pdr__fdsrv_nonce(ts->fdsrv));
+    pdr__put_u32(h + 8, pdr__fdsrv_pid(ie->fdsrv));
+    pdr__put_u64(h + 16, pdr__fdsrv_nonce(ie->fdsrv));
     pdr__put_u64(h + 24, x->id);
     pdr__put_u64(h + 32, x->size);
     return 0;
@@ -462,7 +473,7 @@ static void ipc_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__se
 
 static int ipc_poll_pending(pdr_xfer_engine_t *eng)
 {
-    return pdr__tcp_st(eng)->ipc_pending != NULL ? pdr__ipc_poll(eng) : 0;
+    return pdr__tcp_st(eng)->ipc->ipc_pending != NULL ? pdr__ipc_poll(eng) : 0;
 }
 
 static void ipc_sess_close(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr__sess *s)
@@ -471,9 +482,21 @@ static void ipc_sess_close(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pd
     pdr__ipc_map_close(io, s);
 }
 
+static int ipc_init(pdr_xfer_engine_t *eng)
+{
+    struct ipc_engine *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return PDR_ENOMEM;
+    pthread_mutex_init(&s->vx_lock, NULL);
+    pdr__tcp_st(eng)->ipc = s;
+    return 0;
+}
+
 static void ipc_shutdown(pdr_xfer_engine_t *eng)
 {
-    struct tcp_state *s = pdr__tcp_st(eng);
+    struct ipc_engine *s = pdr__tcp_st(eng)->ipc;
+    if (s == NULL)
+        return;
     pdr__fdsrv_stop(s->fdsrv); /* closes every exported VMM descriptor */
     free(s->vx);
     pthread_mutex_destroy(&s->vx_lock);
@@ -483,10 +506,13 @@ static void ipc_shutdown(pdr_xfer_engine_t *eng)
             pdr__cuda_stream_destroy(s->ipc_stream[d]);
         }
     }
+    free(s);
+    pdr__tcp_st(eng)->ipc = NULL;
 }
 
 const struct pdr__mover_ops pdr__mover_ipc = {
     .name = "cuda_ipc",
+    .init = ipc_init,
     .offer = ipc_offer,
     .serve = pdr__ipc_start,
     .abort = ipc_abort,

@@ -79,21 +79,26 @@ static struct rdma_room *rdma_of(const struct pdr__op *op)
     return op->mover == &pdr__mover_rdma ? op->mv : NULL;
 }
 
+/* The mover's engine-wide state (tcp_state.rdma). */
+struct rdma_engine {
+    struct pdr_rdma_ctx *rdma_ctx; /* opened by the first RDMA room, closed at shutdown */
+};
+
 static int rdma_ctx_get(pdr_xfer_engine_t *eng, int dev, struct pdr_rdma_ctx **ctx)
 {
-    struct tcp_state *ts = pdr__tcp_st(eng);
-    if (ts->rdma_ctx == NULL) {
+    struct rdma_engine *re = pdr__tcp_st(eng)->rdma;
+    if (re->rdma_ctx == NULL) {
         char bus[32];
         const char *gpu = NULL;
         if (dev >= 0 && pdr__cuda_pci_bus_id(dev, bus, sizeof(bus)) == 0)
             gpu = bus;
         int err = 0;
-        ts->rdma_ctx = pdr__rdma_open(NULL, gpu, &err);
-        if (ts->rdma_ctx == NULL)
+        re->rdma_ctx = pdr__rdma_open(NULL, gpu, &err);
+        if (re->rdma_ctx == NULL)
             return err != 0 ? err : PDR_EIO;
-        pdr_info("transport: RDMA device %s opened", pdr__rdma_dev_name(ts->rdma_ctx));
+        pdr_info("transport: RDMA device %s opened", pdr__rdma_dev_name(re->rdma_ctx));
     }
-    *ctx = ts->rdma_ctx;
+    *ctx = re->rdma_ctx;
     return 0;
 }
 
@@ -494,9 +499,20 @@ static void rdma_sess_close(pdr_xfer_engine_t *eng, struct pdr__io *io, struct p
     pdr__mv_rdma_link_kill(eng, s);
 }
 
+static int rdma_init(pdr_xfer_engine_t *eng)
+{
+    struct rdma_engine *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return PDR_ENOMEM;
+    pdr__tcp_st(eng)->rdma = s;
+    return 0;
+}
+
 static void rdma_shutdown(pdr_xfer_engine_t *eng)
 {
-    struct tcp_state *s = pdr__tcp_st(eng);
+    struct rdma_engine *s = pdr__tcp_st(eng)->rdma;
+    if (s == NULL)
+        return;
     /* Every room is gone: release the registered regions' cached MRs before their context. */
     for (struct pdr_xfer_memreg *m = eng->mem; m != NULL; m = m->next) {
         pdr__rdma_dereg(m->rdma_mr);
@@ -504,11 +520,13 @@ static void rdma_shutdown(pdr_xfer_engine_t *eng)
     }
     if (s->rdma_ctx != NULL)
         pdr__rdma_close(s->rdma_ctx);
-    s->rdma_ctx = NULL;
+    free(s);
+    pdr__tcp_st(eng)->rdma = NULL;
 }
 
 const struct pdr__mover_ops pdr__mover_rdma = {
     .name = "rdma",
+    .init = rdma_init,
     .offer = pdr__mv_rdma_fetch_msg,
     .serve = pdr__mv_rdma_push_start,
     .abort = pdr__mv_rdma_abort,

@@ -150,6 +150,16 @@ void pdr__mover_choose(pdr_xfer_engine_t *eng, const struct pdr__sess *s, const 
 const struct pdr__mover_ops *const pdr__movers[PDR__NMOVERS] = {&pdr__mover_rdma, &pdr__mover_ipc,
                                                                 &pdr__mover_staging, &pdr__mover_tcp};
 
+int pdr__movers_init(pdr_xfer_engine_t *eng)
+{
+    for (int i = 0; i < PDR__NMOVERS; i++) {
+        int rc = pdr__movers[i]->init != NULL ? pdr__movers[i]->init(eng) : 0;
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
 void pdr__movers_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s)
 {
     for (int i = 0; i < PDR__NMOVERS; i++)

@@ -159,13 +159,9 @@ struct tcp_state {
     int listen_tag;
     pdr_dlink_t *sessions; /* struct pdr__sess's link */
     struct pdr_xfer_hello me;
-    struct ipc_room *ipc_pending;   /* pushes whose CUDA IPC copies are in flight (thread 0) */
-    void *ipc_stream[IPC_MAX_DEVS]; /* thread 0's stream per source device, for IPC copies */
-    struct pdr_rdma_ctx *rdma_ctx;  /* opened by the first RDMA room, closed at shutdown */
-    struct pdr__fdsrv *fdsrv;       /* started by the first VMM export (thread 0) */
-    pthread_mutex_t vx_lock;        /* vx: thread 0 exports, mem_unregister (any thread) forgets */
-    struct vmm_export *vx;          /* exported VMM allocations, oldest first */
-    size_t nvx, cvx;
+    /* Each mover's engine-wide state, allocated by its init hook, freed by its shutdown hook. */
+    struct ipc_engine *ipc;   /* mover_ipc.c */
+    struct rdma_engine *rdma; /* mover_rdma.c */
 };
 
 /* A data mover moves the bytes of a room once its FETCH met its push. Each mover is one const instance
@@ -174,6 +170,9 @@ struct tcp_state {
  * 0 unless it says otherwise. Which mover a room tries is decided in one place, pdr__mover_choose. */
 struct pdr__mover_ops {
     const char *name;
+    /* Backend init, before any I/O thread runs: allocates the mover's engine-wide state. 0 or a PDR_E*
+     * code (the engine is not created). */
+    int (*init)(pdr_xfer_engine_t *eng);
     /* Decode: the FETCH-family frame that offers this mover for op on s, or NULL (*rc says why). */
     struct ctl_msg *(*offer)(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op, int *rc);
     /* Prefill: starts moving op's bytes as the decode's offer (body, len) asks. 0, or a PDR_E* code with
@@ -190,7 +189,8 @@ struct pdr__mover_ops {
     void (*sess_close)(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr__sess *s);
     /* [addr, addr+len) was unregistered (any thread): forget what was exported from it. */
     void (*mem_unregistered)(pdr_xfer_engine_t *eng, const void *addr, size_t len);
-    /* After every thread was joined and every session closed: frees the mover's engine-wide state. */
+    /* After every thread was joined and every session closed: frees the mover's engine-wide state (also
+     * after a failed init: its state may be NULL). */
     void (*shutdown)(pdr_xfer_engine_t *eng);
 };
 
@@ -254,6 +254,7 @@ void pdr__push_list_add(struct pdr__sess *s, struct pdr__op *op);
 void pdr__push_list_del(struct pdr__sess *s, struct pdr__op *op);
 void pdr__mover_choose(pdr_xfer_engine_t *eng, const struct pdr__sess *s, const struct pdr__op *op, int step,
                        int ext_type, int has_body, struct pdr__mover_plan *p);
+int pdr__movers_init(pdr_xfer_engine_t *eng);
 void pdr__movers_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s);
 void pdr__movers_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op);
 int pdr__movers_poll(pdr_xfer_engine_t *eng);
