@@ -442,10 +442,8 @@ int pdr__tcp_init(pdr_xfer_engine_t *eng)
     if (host == NULL)
         return 0;
     char name[96];
-    size_t hlen = strlen(host);
-    if (hlen >= sizeof(name))
+    if (pdr_host_copy(host, strlen(host), name, sizeof(name)) != 0)
         return PDR_EINVAL;
-    pdr__host_unbracket(host, name, sizeof(name));
     char port[8];
     snprintf(port, sizeof(port), "%d", eng->opts.listen_port);
     struct addrinfo hints = {

@@ -473,15 +473,6 @@ int pdr_xfer_push_ex(pdr_xfer_engine_t *eng, uint64_t room, const pdr_xfer_seg_t
     return push_common(eng, room, segs, nseg, timeout_ms, NULL, cb, arg);
 }
 
-void pdr__host_unbracket(const char *host, char *out, size_t cap)
-{
-    size_t hlen = strlen(host);
-    if (host[0] == '[' && hlen > 2 && host[hlen - 1] == ']')
-        snprintf(out, cap, "%.*s", (int)(hlen - 2), host + 1);
-    else
-        snprintf(out, cap, "%s", host);
-}
-
 static int pull_common(pdr_xfer_engine_t *eng, const char *host, int port, uint64_t room,
                        const pdr_xfer_seg_t *segs, size_t nseg, uint32_t timeout_ms, pdr_xfer_done_cb cb,
                        pdr_xfer_info_cb icb, void *arg)
@@ -489,15 +480,14 @@ static int pull_common(pdr_xfer_engine_t *eng, const char *host, int port, uint6
     if (host == NULL || port <= 0 || port > 65535)
         return PDR_EINVAL;
     size_t hlen = strlen(host);
-    if (hlen == 0 || hlen > 80)
+    /* Brackets around an IPv6 literal are accepted ("[::1]"), as the router writes them. */
+    char name[84];
+    if (hlen == 0 || hlen > 80 || pdr_host_copy(host, hlen, name, sizeof(name)) != 0)
         return PDR_EINVAL;
     struct pdr__op *op;
     int rc = op_new(eng, PDR__OP_PULL, room, segs, nseg, timeout_ms, cb, arg, &op);
     if (rc != 0)
         return rc;
-    /* Brackets around an IPv6 literal are accepted ("[::1]"), as the router writes them. */
-    char name[84];
-    pdr__host_unbracket(host, name, sizeof(name));
     char portstr[8];
     snprintf(portstr, sizeof(portstr), "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};

@@ -275,10 +275,6 @@ void pdr__stats_staging(pdr_xfer_engine_t *eng, int64_t delta);
 /* Puts op on the ready list with reason what (eng->lock held) and wakes thread 0. */
 void pdr__op_ready_locked(pdr_xfer_engine_t *eng, struct pdr__op *op, int what);
 
-/* host without the brackets of an IPv6 literal ("[::1]" gives "::1"; any other host as it is), into
- * out (cap bytes, truncated). The one place transport/ parses them: listen_host and a pull's host. */
-void pdr__host_unbracket(const char *host, char *out, size_t cap);
-
 /* Wakes an I/O thread (eng->lock held). */
 void pdr__io_wake_locked(pdr_xfer_engine_t *eng, struct pdr__io *io);
 

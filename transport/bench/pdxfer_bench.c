@@ -65,6 +65,7 @@
 #include "gpu_cuda.h"
 #include "err.h"
 #include "transport.h"
+#include "util.h"
 
 #define MAX_SAMPLES (1u << 20) /* latency samples kept per worker (reservoir beyond) */
 #define CTL_LINE 256
@@ -145,25 +146,22 @@ static long need_int(const char *flag, const char *v, long lo, long hi)
     return (long)x;
 }
 
-/* "HOST:PORT" or "[v6]:PORT" into host (a copy) and port. */
+/* "HOST:PORT" or "[v6]:PORT" into host (a copy) and port (required, 1-65534). */
 static int split_hostport(const char *s, char *host, size_t hlen, int *port)
 {
-    const char *colon = strrchr(s, ':');
-    if (colon == NULL || colon == s)
+    pdr_hostport_t hp;
+    if (pdr_split_hostport(s, strlen(s), &hp) != 0 || hp.port == NULL || hp.hlen == 0 || hp.hlen >= hlen)
         return -1;
-    const char *h = s;
-    size_t n = (size_t)(colon - s);
-    if (h[0] == '[' && n >= 2 && h[n - 1] == ']') {
-        h++;
-        n -= 2;
-    }
-    if (n == 0 || n >= hlen)
+    memcpy(host, hp.host, hp.hlen);
+    host[hp.hlen] = '\0';
+    char digits[8];
+    if (hp.plen == 0 || hp.plen >= sizeof(digits))
         return -1;
-    memcpy(host, h, n);
-    host[n] = '\0';
+    memcpy(digits, hp.port, hp.plen);
+    digits[hp.plen] = '\0';
     char *end;
     errno = 0;
-    long p = strtol(colon + 1, &end, 10);
+    long p = strtol(digits, &end, 10);
     if (errno != 0 || *end != '\0' || p < 1 || p > 65534)
         return -1;
     *port = (int)p;
