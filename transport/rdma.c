@@ -307,14 +307,14 @@ void pdr__rdma_close(struct pdr_rdma_ctx *ctx)
         return;
     for (;;) {
         pthread_mutex_lock(&ctx->mu);
-        struct pdr_rdma_ep *ep = ctx->eps;
+        struct pdr_rdma_ep *ep = ctx->eps != NULL ? PDR__RDMA_EP(ctx->eps) : NULL;
         pthread_mutex_unlock(&ctx->mu);
         if (ep == NULL)
             break;
         pdr__rdma_ep_destroy(ep);
     }
     while (ctx->mrs != NULL)
-        pdr__rdma_dereg(ctx->mrs);
+        pdr__rdma_dereg(PDR_DLINK_ITEM(ctx->mrs, struct pdr_rdma_mr, link));
     ctx_free(ctx);
 }
 
@@ -382,20 +382,12 @@ void pdr__rdma_ep_drain(struct pdr_rdma_ep *ep)
 /* The context's endpoint list (ctx->mu held). Unlinking also returns the endpoint's CQ reservation. */
 static void ep_link(struct pdr_rdma_ctx *ctx, struct pdr_rdma_ep *ep)
 {
-    ep->next = ctx->eps;
-    if (ctx->eps)
-        ctx->eps->prev = ep;
-    ctx->eps = ep;
+    pdr_dlink_push(&ctx->eps, &ep->link);
 }
 
 static void ep_unlink(struct pdr_rdma_ctx *ctx, struct pdr_rdma_ep *ep)
 {
-    if (ep->prev)
-        ep->prev->next = ep->next;
-    else
-        ctx->eps = ep->next;
-    if (ep->next)
-        ep->next->prev = ep->prev;
+    pdr_dlink_unlink(&ep->link);
     ctx->cq_used -= ep->cq_reserved;
 }
 
@@ -589,17 +581,17 @@ void pdr__rdma_ep_destroy(struct pdr_rdma_ep *ep)
     struct room_op *finished = NULL;
     pthread_mutex_lock(&ctx->mu);
     ep->closing = 1;
-    for (struct room_op *op = ep->ops_head; op != NULL; op = op->next)
-        if (op->status == 0)
-            op->status = PDR_ECLOSED;
+    for (pdr_dlink_t *l = ep->ops.head; l != NULL; l = l->next)
+        if (PDR__RDMA_OP(l)->status == 0)
+            PDR__RDMA_OP(l)->status = PDR_ECLOSED;
     for (unsigned i = 0; i < ep->nqp; i++) {
         enum pdr_rdma_qp_action act;
         if (ep->qps[i].state != PDR_RDMA_QPS_NONE)
             pdr__rdma_qp_event(&ep->qps[i], PDR_RDMA_QPE_DESTROY, &act);
     }
     pdr__rdma_ep_drain(ep);
-    while (ep->ops_head != NULL)
-        pdr__rdma_op_finish(ep->ops_head, &finished);
+    while (ep->ops.head != NULL)
+        pdr__rdma_op_finish(PDR__RDMA_OP(ep->ops.head), &finished);
     ep_unlink(ctx, ep);
     pthread_mutex_unlock(&ctx->mu);
     pdr__rdma_run_finished(finished);

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "dlist.h"
 #include "rdma.h"
 
 #define CQ_ENTRIES 65536 /* clamped to the device's max_cqe */
@@ -26,7 +27,7 @@
 struct pdr_rdma_mr {
     struct ibv_mr *mr;
     struct pdr_rdma_ctx *ctx;
-    struct pdr_rdma_mr *prev, *next;
+    pdr_dlink_t link; /* ctx->mrs */
 };
 
 struct room_op;
@@ -40,7 +41,8 @@ struct batch {
 
 struct room_op {
     struct pdr_rdma_ep *ep;
-    struct room_op *prev, *next; /* ep->ops, in posting order; or the finished list */
+    pdr_dlink_t link;              /* ep->ops, in posting order */
+    struct room_op *finished_next; /* the finished list (after it has left ep->ops) */
     pdr__rdma_done_cb cb;
     void *arg;
     struct pdr_rdma_wr *wrs;
@@ -61,7 +63,7 @@ struct qp {
 
 struct pdr_rdma_ep {
     struct pdr_rdma_ctx *ctx;
-    struct pdr_rdma_ep *prev, *next;
+    pdr_dlink_t link; /* ctx->eps */
     unsigned nqp;
     uint32_t max_wr;
     uint32_t cq_reserved;
@@ -71,7 +73,7 @@ struct pdr_rdma_ep {
     int closing;         /* ep_destroy in progress */
     pdr__rdma_imm_cb imm_cb;
     void *imm_arg;
-    struct room_op *ops_head, *ops_tail;
+    pdr_dqueue_t ops; /* struct room_op, in posting order */
     struct qp qps[PDR_RDMA_MAX_QP];
 };
 
@@ -98,8 +100,8 @@ struct pdr_rdma_ctx {
     int thread_started;
     int kick_fd;
     int stop;
-    struct pdr_rdma_ep *eps;
-    struct pdr_rdma_mr *mrs;
+    pdr_dlink_t *eps;                   /* struct pdr_rdma_ep */
+    pdr_dlink_t *mrs;                   /* struct pdr_rdma_mr */
     const struct pdr_rdma_ep *in_cb_ep; /* the endpoint whose imm_cb runs now, for ep_destroy */
 };
 
@@ -114,5 +116,8 @@ void pdr__rdma_ep_fail(struct pdr_rdma_ep *ep, int err, struct room_op **finishe
 /* Runs the callbacks of the finished list (ctx->mu released). */
 void pdr__rdma_run_finished(struct room_op *finished);
 void *pdr__rdma_completion_thread(void *p);
+
+#define PDR__RDMA_EP(l) PDR_DLINK_ITEM(l, struct pdr_rdma_ep, link)
+#define PDR__RDMA_OP(l) PDR_DLINK_ITEM(l, struct room_op, link)
 
 #endif

@@ -71,10 +71,7 @@ int pdr__rdma_reg(struct pdr_rdma_ctx *ctx, void *addr, size_t len, int is_cuda,
     }
     m->ctx = ctx;
     pthread_mutex_lock(&ctx->mu);
-    m->next = ctx->mrs;
-    if (ctx->mrs)
-        ctx->mrs->prev = m;
-    ctx->mrs = m;
+    pdr_dlink_push(&ctx->mrs, &m->link);
     pthread_mutex_unlock(&ctx->mu);
     if (lkey)
         *lkey = m->mr->lkey;
@@ -90,12 +87,7 @@ void pdr__rdma_dereg(struct pdr_rdma_mr *m)
         return;
     struct pdr_rdma_ctx *ctx = m->ctx;
     pthread_mutex_lock(&ctx->mu);
-    if (m->prev)
-        m->prev->next = m->next;
-    else
-        ctx->mrs = m->next;
-    if (m->next)
-        m->next->prev = m->prev;
+    pdr_dlink_unlink(&m->link);
     pthread_mutex_unlock(&ctx->mu);
     int rc = ibv_dereg_mr(m->mr);
     if (rc != 0)

@@ -33,15 +33,7 @@ static int wc_to_err(enum ibv_wc_status s)
 
 static void op_unlink(struct pdr_rdma_ep *ep, struct room_op *op)
 {
-    if (op->prev)
-        op->prev->next = op->next;
-    else
-        ep->ops_head = op->next;
-    if (op->next)
-        op->next->prev = op->prev;
-    else
-        ep->ops_tail = op->prev;
-    op->prev = op->next = NULL;
+    pdr_dqueue_unlink(&ep->ops, &op->link);
 }
 
 /* Moves op to the finished list (its callback runs once the lock is released). */
@@ -49,7 +41,7 @@ void pdr__rdma_op_finish(struct room_op *op, struct room_op **finished)
 {
     op_unlink(op->ep, op);
     op->ep->cb_pending++;
-    op->next = *finished;
+    op->finished_next = *finished;
     *finished = op;
 }
 
@@ -72,14 +64,15 @@ void pdr__rdma_ep_fail(struct pdr_rdma_ep *ep, int err, struct room_op **finishe
                 pdr_error("rdma: %s: modify QP %u to ERR: %s", ep->ctx->name, q->qp->qp_num, strerror(rc));
         }
     }
-    struct room_op *op = ep->ops_head;
-    while (op != NULL) {
-        struct room_op *nx = op->next;
+    pdr_dlink_t *l = ep->ops.head;
+    while (l != NULL) {
+        struct room_op *op = PDR__RDMA_OP(l);
+        pdr_dlink_t *nx = l->next;
         if (op->status == 0)
             op->status = ep->err;
         if (op->inflight == 0)
             pdr__rdma_op_finish(op, finished);
-        op = nx;
+        l = nx;
     }
 }
 
@@ -127,7 +120,8 @@ static void ep_pump(struct pdr_rdma_ep *ep, struct room_op **finished)
 {
     if (ep->err != 0 || ep->closing)
         return;
-    for (struct room_op *op = ep->ops_head; op != NULL; op = op->next) {
+    for (pdr_dlink_t *l = ep->ops.head; l != NULL; l = l->next) {
+        struct room_op *op = PDR__RDMA_OP(l);
         while (op->next_batch < op->ndata) {
             struct batch *b = &op->batches[op->next_batch];
             if (ep->qps[b->qp].outstanding + b->count > ep->max_wr)
@@ -155,10 +149,12 @@ static void ep_pump(struct pdr_rdma_ep *ep, struct room_op **finished)
 
 static struct pdr_rdma_ep *ep_by_qpn(struct pdr_rdma_ctx *ctx, uint32_t qpn)
 {
-    for (struct pdr_rdma_ep *ep = ctx->eps; ep != NULL; ep = ep->next)
+    for (pdr_dlink_t *l = ctx->eps; l != NULL; l = l->next) {
+        struct pdr_rdma_ep *ep = PDR__RDMA_EP(l);
         for (unsigned i = 0; i < ep->nqp; i++)
             if (ep->qps[i].qp != NULL && ep->qps[i].qp->qp_num == qpn)
                 return ep;
+    }
     return NULL;
 }
 
@@ -237,7 +233,7 @@ void pdr__rdma_run_finished(struct room_op *finished)
         struct room_op *op = finished;
         struct pdr_rdma_ep *ep = op->ep;
         struct pdr_rdma_ctx *ctx = ep->ctx;
-        finished = op->next;
+        finished = op->finished_next;
         op->cb(op->arg, op->status);
         free(op);
         pthread_mutex_lock(&ctx->mu);
@@ -324,8 +320,8 @@ void *pdr__rdma_completion_thread(void *p)
         pthread_mutex_lock(&ctx->mu);
         int stop = ctx->stop;
         struct room_op *finished = NULL;
-        for (struct pdr_rdma_ep *ep = ctx->eps; ep != NULL; ep = ep->next)
-            ep_pump(ep, &finished);
+        for (pdr_dlink_t *l = ctx->eps; l != NULL; l = l->next)
+            ep_pump(PDR__RDMA_EP(l), &finished);
         pthread_mutex_unlock(&ctx->mu);
         pdr__rdma_run_finished(finished);
         if (stop)
@@ -410,12 +406,7 @@ int pdr__rdma_write_room(struct pdr_rdma_ep *ep, uint64_t tag, const struct pdr_
         free(op);
         return rc;
     }
-    op->prev = ep->ops_tail;
-    if (ep->ops_tail)
-        ep->ops_tail->next = op;
-    else
-        ep->ops_head = op;
-    ep->ops_tail = op;
+    pdr_dqueue_append(&ep->ops, &op->link);
     pthread_mutex_unlock(&ctx->mu);
     pdr__rdma_kick(ctx); /* the completion thread posts it */
     return 0;
