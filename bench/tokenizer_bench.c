@@ -116,14 +116,25 @@ int main(int argc, char **argv)
     int loads = 5, rounds = 5, threads = 2;
     const char *file = NULL;
     for (int i = 1; i < argc; i++) {
+        int *count = NULL;
         if (i + 1 < argc && strcmp(argv[i], "--loads") == 0)
-            loads = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
+            count = &loads;
         else if (i + 1 < argc && strcmp(argv[i], "--rounds") == 0)
-            rounds = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
+            count = &rounds;
         else if (i + 1 < argc && strcmp(argv[i], "--threads") == 0)
-            threads = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
+            count = &threads;
         else
             file = argv[i];
+        if (count != NULL) {
+            int64_t v;
+            if (pdr_parse_int64(argv[i + 1], strlen(argv[i + 1]), 1, 1000000, &v) != 0) {
+                fprintf(stderr, "tokenizer_bench: %s %s: expected an integer in [1, 1000000]\n", argv[i],
+                        argv[i + 1]);
+                return 2;
+            }
+            *count = (int)v;
+            i++;
+        }
     }
     if (file == NULL || threads > 64) {
         fprintf(
