@@ -223,7 +223,7 @@ static int chunk_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
  * Connections that open with the HTTP/2 preface (h2c with prior knowledge) have their frames followed by
  * pdr_h2guard_t, fed as the HTTP/1 guard is fed: the bytes each read adds, before h2o's callback sees
  * them (h2o consumes whole frames from the front of the buffer and never stops reading an HTTP/2
- * connection, so its callback is wrapped once). A header block past H2O_MAX_REQLEN gets a GOAWAY
+ * connection, so its callback is wrapped once). A header block past H2O_MAX_REQLEN receives a GOAWAY
  * ENHANCE_YOUR_CALM that says so, and the connection is closed; h2o would reset the stream and then
  * close with an unrelated debug text. */
 
@@ -297,7 +297,7 @@ static void h2_guard_read(h2o_socket_t *sock, const char *err)
         cc->g_last_size = sock->input->size;
 }
 
-/* After h2o's HTTP/1 callback switched the connection to HTTP/2: its HTTP/2 callback gets the guard. */
+/* After h2o's HTTP/1 callback switched the connection to HTTP/2: its HTTP/2 callback receives the guard. */
 static void h2_guard_wrap(client_conn_t *cc, h2o_socket_t *sock)
 {
     h2o_socket_cb cb = sock->_cb.read;

@@ -42,7 +42,7 @@ typedef enum {
 const char *pdr__k8s_pod_state_name(pdr_k8s_pod_state_t s);
 
 /* Reads one Pod object. out is zeroed, then out->name is filled whenever the state is not MALFORMED and
- * out->url, out->bootstrap_port and out->kv_events when the state is READY. *bad_annotation gets bit 1
+ * out->url, out->bootstrap_port and out->kv_events when the state is READY. *bad_annotation receives bit 1
  * when the pod has a bootstrap-port annotation that is not a decimal in 1..65535 (the config's default
  * is used), bit 2 when its PDR_K8S_ANN_KV_EVENTS annotation is not a ZMQ endpoint (ignored). */
 pdr_k8s_pod_state_t pdr__k8s_pod_parse(const json_t *pod, const pdr_k8s_role_conf_t *rc,

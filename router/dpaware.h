@@ -6,9 +6,9 @@
 
 #include "config.h"
 
-/* With c->dp_aware: each static worker of c without a dp_size gets one. prev NULL (the start): asked of the
- * worker (blocking, bounded by health.timeout_ms each); prev non-NULL (a reload): taken from prev's worker
- * with the same URL, nothing asked. Only for a snapshot no other thread holds yet. */
+/* With c->dp_aware: each static worker of c without a dp_size receives one. prev NULL (the start): asked of
+ * the worker (blocking, bounded by health.timeout_ms each); prev non-NULL (a reload): taken from prev's
+ * worker with the same URL, nothing asked. Only for a snapshot no other thread holds yet. */
 void pdr_dp_aware_resolve(pdr_config_t *c, const pdr_config_t *prev);
 
 #endif

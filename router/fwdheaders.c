@@ -341,7 +341,8 @@ static size_t peer_addr(h2o_req_t *req, char *out, size_t cap)
                        : 0;
     const char *r = NULL;
     if (sl != 0 && ss.ss_family == AF_INET && cap >= 16) {
-        /* By hand: inet_ntop formats IPv4 with sprintf, a third of the cost of the whole block. */
+        /* By hand: inet_ntop formats IPv4 through printf-style formatting, a third of the cost of the whole
+         * block. */
         const uint8_t *a = (const uint8_t *)&((struct sockaddr_in *)&ss)->sin_addr;
         size_t n = 0;
         for (int i = 0; i < 4; i++) {

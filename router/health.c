@@ -1,5 +1,5 @@
 /*
- * Active health checks: every health.interval_ms each worker gets GET <url><health.path> with a
+ * Active health checks: every health.interval_ms each worker receives GET <url><health.path> with a
  * health.timeout_ms deadline; a 2xx answer is a pass. The rise/fall state machine is in pool.c.
  * The first round runs at start. Probes run on loop 0 and its upstream client. With a worker key
  * (workers.api_key_file, --api-key) every check carries "Authorization: Bearer KEY", as the requests do.

@@ -665,7 +665,7 @@ static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
     if (x->dw != NULL && leg->status < 500)
         pdr_worker_note_alive(x->dw, x->last_data_ns);
     if (whole_answer(x)) {
-        /* Held whole until it ends: past the limit the leg is aborted and the client gets a clean 502. */
+        /* Held whole until it ends: past the limit the leg is aborted and the client receives a clean 502. */
         if (x->pending.len + n > (uint64_t)x->conf->limits.max_merge_bytes) {
             x->merge_overflow = 1;
             return 0;
@@ -1378,7 +1378,7 @@ static void on_deferred_start(uv_timer_t *h)
 }
 
 /* A PD request refused before any worker is chosen: the error answer, its metrics, and its access-log line
- * (every PD request gets exactly one), with the cause in "error". */
+ * (every PD request receives exactly one), with the cause in "error". */
 static int refuse(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute, int status,
                   const char *type, const char *msg, int retry_after, const char *cause)
 {

@@ -525,7 +525,7 @@ size_t pdr_pool_reconcile(pdr_pool_t *p, const char *pool, int source, pdr_role_
                           const pdr_worker_conf_t *confs, const char *const *names, size_t n)
 {
     pthread_rwlock_wrlock(&p->rw);
-    /* A pool that is not (or no longer) configured gets nothing; its workers of the source leave. */
+    /* A pool that is not (or no longer) configured receives nothing; its workers of the source leave. */
     int g = group_of(p, pool);
     return reconcile_locked(p, source, p->groups != NULL && g >= 0 ? p->groups[g].name : pool, role, confs,
                             names, NULL, g, g >= 0 ? n : 0);

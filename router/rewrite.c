@@ -346,7 +346,7 @@ char *pdr_pdreq_build_plain(const pdr_pdreq_t *r, int dp_rank, size_t *len)
 /* ---- protocol vllm ---- */
 
 /* What the router sets on the prefill and release legs (vLLM's proxies drop min_tokens and
- * min_completion_tokens there: a one-token prefill cannot honour them; the decode gets them). */
+ * min_completion_tokens there: a one-token prefill cannot honour them; the decode receives them). */
 static int is_vllm_prefill_field(const pdr_jmember_t *m)
 {
     static const char *const names[] = {"stream",

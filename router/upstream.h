@@ -8,7 +8,7 @@
  * Callbacks never run synchronously inside pdr_leg_start(). on_data may return PDR_LEG_PAUSE to leave
  * the bytes unconsumed (they are delivered again after pdr_leg_resume(); nothing more is read from the
  * worker meanwhile, so TCP flow control pushes back on it); returning anything other than n or
- * PDR_LEG_PAUSE aborts the leg (on_done gets PDR_ECANCELED). on_done runs once per started leg unless
+ * PDR_LEG_PAUSE aborts the leg (on_done receives PDR_ECANCELED). on_done runs once per started leg unless
  * the leg was cancelled with pdr_leg_cancel(); from any callback the owner may start or cancel legs.
  * Loop thread only.
  */

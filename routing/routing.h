@@ -31,7 +31,7 @@ pdr_ptree_t *pdr_ptree_new(uint64_t max_chars, int *err);
 void pdr_ptree_free(pdr_ptree_t *tree);
 
 /*
- * Records that tenant has seen text[0..len): every node on the path gets the tenant with a fresh access
+ * Records that tenant has seen text[0..len): every node on the path receives the tenant with a fresh access
  * stamp. Returns 0, PDR_EINVAL (tenant 0) or PDR_ENOMEM; on PDR_ENOMEM the tree stays consistent and
  * holds a prefix of the text for the tenant.
  */
@@ -136,7 +136,7 @@ uint64_t pdr_routing_hash(const void *p, size_t len);
 /*
  * As pdr_cache_aware_pick_keyed, and: with record 0 the tree is left unchanged (the caller records the
  * text with pdr_ptree_insert once it knows the request goes to that worker); matched_out, when not NULL,
- * gets the length of the prefix of text the chosen candidate holds (its own match, whatever rule chose
+ * receives the length of the prefix of text the chosen candidate holds (its own match, whatever rule chose
  * it), from the same critical section. Conditional disaggregation uses both: the prefill's cached prefix
  * decides whether the prefill runs at all.
  */

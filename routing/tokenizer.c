@@ -532,7 +532,7 @@ static int run_steps(struct enc *e, size_t step, const char *p, size_t len)
         return bpe(e, p, len);
     if (e->t->steps[step].kind == PDR__TOK_SPLIT)
         return split_step(e, step, p, len);
-    /* ByteLevel's add_prefix_space: a piece that does not start with a space gets one. */
+    /* ByteLevel's add_prefix_space: a piece that does not start with a space receives one. */
     if (p[0] == ' ')
         return run_steps(e, step + 1, p, len);
     char *q = malloc(len + 1);

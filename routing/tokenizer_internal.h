@@ -74,7 +74,7 @@ size_t pdr__tok_byte_char(uint8_t b, char out[2]);
 uint32_t pdr__tok_hash(const char *s, size_t len);
 /* Returns the id of s in the vocabulary, or PDR_TOK_NONE. */
 uint32_t pdr__tok_vocab_get(const pdr__tok_vocab_t *v, const char *s, size_t len);
-/* Adds s -> id (an existing s gets the new id). Returns 0 or PDR_ENOMEM. */
+/* Adds s -> id (an existing s receives the new id). Returns 0 or PDR_ENOMEM. */
 int pdr__tok_vocab_put(pdr__tok_vocab_t *v, const char *s, size_t len, uint32_t id);
 void pdr__tok_vocab_free(pdr__tok_vocab_t *v);
 /* Sizes the tables for n entries (of bytes in all), or n merges, up front. 0 or PDR_ENOMEM. */

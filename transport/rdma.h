@@ -202,7 +202,7 @@ struct pdr_rdma_plan_limits {
     uint32_t nqp;          /* 0: 1; at most PDR_RDMA_MAX_QP */
 };
 
-/* Computes the plan. With out == NULL only counts: *nwr gets the number of entries (data WRs + 1) and
+/* Computes the plan. With out == NULL only counts: *nwr receives the number of entries (data WRs + 1) and
  * *nbatch the number of data batches. Returns 0; PDR_ESIZE when the two sides' totals differ;
  * PDR_EINVAL for empty lists, empty or wrapping segments, or limits out of range; PDR_ETOOBIG when the
  * plan would exceed PDR_RDMA_MAX_PLAN_WRS or cap (with out != NULL). */

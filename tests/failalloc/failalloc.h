@@ -7,7 +7,7 @@
  *
  * Armed from the test (pdr_failalloc_arm) or, for a server process, from the environment:
  * PDR_FAIL_ALLOC_AT=N arms on SIGUSR2 (counting from the signal, so start-up is not counted; 0 counts
- * only), and PDR_FAIL_ALLOC_REPORT=PATH gets "count live failed" at exit (and PATH.armed is created once
+ * only), and PDR_FAIL_ALLOC_REPORT=PATH receives "count live failed" at exit (and PATH.armed is created once
  * SIGUSR2 has armed the counter).
  */
 #ifndef PDR_TEST_FAILALLOC_WRAP_H

@@ -1,6 +1,6 @@
 /*
  * Failure paths across process and socket boundaries: a prefill child SIGKILLed mid-stream and a
- * decode child SIGKILLed mid-stream (the survivor gets PDR_EPEERGONE promptly, not at its deadline);
+ * decode child SIGKILLed mid-stream (the survivor receives PDR_EPEERGONE promptly, not at its deadline);
  * stalled peers (a socket that accepts and never answers, a fake decode that never reads) end at
  * their deadline; malformed frames from raw sockets (bad magic, huge len, an offset outside the
  * destination) close only that connection while the shim keeps serving other peers.

@@ -5,7 +5,7 @@
  *
  * A request's state (sim_req_t) is malloc'ed and reference counted: one reference for the h2o request
  * (dropped by the pool's dispose callback, which h2o runs even when stop never ran: an HTTP/2 client that
- * resets before the headers gets no stop), one per pending shim operation and one per thread-pool job. KV
+ * resets before the headers receives no stop), one per pending shim operation and one per thread-pool job. KV
  * buffers live in it, so they stay valid until every shim callback has run. Its two timers are closed, and it
  * is freed, when the count is zero. After dispose (ctx->req == NULL) nothing touches h2o again; after stop
  * nothing is sent again.

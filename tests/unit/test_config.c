@@ -242,7 +242,7 @@ static void test_defaults(void)
         pdr_config_unref(c);
     }
 
-    /* A file with only workers gets every default. */
+    /* A file with only workers receives every default. */
     c = load(WORKERS, err, sizeof(err));
     CHECK(c != NULL);
     if (c == NULL) {

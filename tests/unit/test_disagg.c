@@ -1,5 +1,5 @@
 /* Unit tests for conditional disaggregation's rule and prompt measure (router/disagg.c), and the plain body
- * a skipped prefill's worker gets (router/rewrite.c). */
+ * a worker receives when its request skips the prefill (router/rewrite.c). */
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>

@@ -36,7 +36,7 @@ static void test_ring(void)
         snprintf(want, sizeof(want), "failure %zu", k + 10);
         CHECK(strcmp(out[k].message, want) == 0);
     }
-    /* A smaller snapshot gets the most recent ones. */
+    /* A smaller snapshot receives the most recent ones. */
     CHECK(pdr_events_snapshot(&ev, out, 3, NULL) == 3);
     CHECK(strcmp(out[0].message, "failure 39") == 0 && strcmp(out[2].message, "failure 41") == 0);
 

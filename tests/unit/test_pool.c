@@ -421,7 +421,7 @@ static void test_pools(void)
     CHECK(pdr_pool_groups(&p, names, 4) == 2 && strcmp(names[0], "a") == 0 && strcmp(names[1], "b") == 0);
 
     /* Reload: b goes (its static and admin workers leave), c comes with b's old prefill URL (a new worker
-     * there), a keeps its workers with their state and gets a policy change. */
+     * there), a keeps its workers with their state and receives a policy change. */
     pdr_worker_t *a0 = pdr_pool_find(&p, "decode-0", 8);
     pdr_worker_t *b0 = pdr_pool_find(&p, "prefill-1", 9);
     pdr_config_t *c2 = load_yaml("pools:\n" POOL_YAML("a", "ma", "random", "30000", "31000", "31001")
@@ -438,7 +438,7 @@ static void test_pools(void)
     pdr_worker_unref(cp);
     CHECK(pdr_pool_pick(&p, "b", PDR_ROLE_DECODE, NULL, 0) == NULL);
     /* Discovery per pool: each pool's source reconciles that pool's workers only; a URL another pool's
-     * source brought first is not taken; a pool that is not configured gets nothing. */
+     * source brought first is not taken; a pool that is not configured receives nothing. */
     pdr_worker_conf_t dc[3];
     CHECK(pdr_worker_conf_parse_url("http://10.9.0.1:30000", &dc[0], NULL, 0) == 0 &&
           pdr_worker_conf_parse_url("http://10.9.0.2:30000", &dc[1], NULL, 0) == 0 &&
@@ -469,7 +469,7 @@ static void test_pools(void)
           pdr_pool_count(&p, PDR_ROLE_DECODE) == 6);
     for (int i = 0; i < 3; i++)
         pdr_worker_conf_clear(&dc[i]);
-    /* Back to the one-pool form: the pools are gone, their workers too; "default" gets its own. */
+    /* Back to the one-pool form: the pools are gone, their workers too; "default" receives its own. */
     pdr_config_t *c3 = make_config(1, 1, "round_robin", "round_robin");
     CHECK(c3 != NULL && pdr_pool_apply_config(&p, c3) > 0);
     CHECK(p.n_groups == 1 && strcmp(p.groups[0].name, "default") == 0);

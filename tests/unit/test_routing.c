@@ -515,7 +515,7 @@ static void test_chash(void)
         if (a >= 0)
             per[a]++;
     }
-    /* 64 points each spread the keys: every worker gets at least a third of its share (500). */
+    /* 64 points each spread the keys: every worker receives at least a third of its share (500). */
     for (size_t i = 0; i < 8; i++)
         CHECK(per[i] > 4000 / 8 / 3);
 

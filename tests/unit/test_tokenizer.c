@@ -261,7 +261,7 @@ static void *encode_all(void *arg)
     return NULL;
 }
 
-/* Four threads encode the same texts with one tokenizer; each must get what one thread alone gets. */
+/* Four threads encode the same texts with one tokenizer; each must get what one thread alone receives. */
 static void test_threads(const char *file)
 {
     char err[512];

@@ -5,7 +5,7 @@
  * (several segments of odd sizes on both sides) and both info callbacks say "rdma"; a second room
  * reuses the session's endpoint (no new QPs); an injected retry-exceeded completion fails that room with
  * PDR_EPEERGONE on both sides and the next room succeeds on a new endpoint; cancel on either side; a
- * deadline with a stalled peer; memory registered with pdr_xfer_mem_register gets one cached MR per
+ * deadline with a stalled peer; memory registered with pdr_xfer_mem_register receives one cached MR per
  * region (host, and fake CUDA memory with backend rdma), shared by its rooms, released at unregister
  * (after the last room using it) or engine destroy.
  * Nothing here runs on real RDMA hardware.
