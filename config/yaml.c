@@ -476,6 +476,26 @@ static int get_double(struct ctx *cx, const yaml_node_t *v, const char *path, do
     return 0;
 }
 
+/* A scalar that is one of two names: *out = va or vb. Otherwise "PATH: unknown WHAT 'X', expected A or B". */
+static int get_either(struct ctx *cx, const yaml_node_t *v, const char *path, const char *what, const char *a,
+                      int va, const char *b, int vb, int *out)
+{
+    char expect[64], buf[64];
+    snprintf(expect, sizeof(expect), "%s or %s", a, b);
+    int rc = need_scalar(cx, v, path, expect);
+    if (rc != 0)
+        return rc;
+    size_t len;
+    const char *s = sval(v, &len);
+    if (len == strlen(a) && memcmp(s, a, len) == 0)
+        *out = va;
+    else if (len == strlen(b) && memcmp(s, b, len) == 0)
+        *out = vb;
+    else
+        return FAIL(cx, v, "%s: unknown %s '%s', expected %s", path, what, show(v, buf, sizeof(buf)), expect);
+    return 0;
+}
+
 static int get_policy(struct ctx *cx, const yaml_node_t *v, const char *path, pdr_policy_kind_t *out)
 {
     char buf[80];
@@ -952,33 +972,16 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
     case F_POLICY:
         return get_policy(cx, v, path, (pdr_policy_kind_t *)(void *)p);
     case F_RELAY: {
-        rc = need_scalar(cx, v, path, "first_byte or after_prefill");
-        if (rc != 0)
-            return rc;
-        const char *s = sval(v, &len);
-        if (len == 10 && memcmp(s, "first_byte", 10) == 0)
-            *(pdr_relay_t *)(void *)p = PDR_RELAY_FIRST_BYTE;
-        else if (len == 13 && memcmp(s, "after_prefill", 13) == 0)
-            *(pdr_relay_t *)(void *)p = PDR_RELAY_AFTER_PREFILL;
-        else
-            return FAIL(cx, v, "%s: unknown relay mode '%s', expected first_byte or after_prefill", path,
-                        show(v, buf, sizeof(buf)));
-        return 0;
+        int m;
+        rc = get_either(cx, v, path, "relay mode", "first_byte", PDR_RELAY_FIRST_BYTE, "after_prefill",
+                        PDR_RELAY_AFTER_PREFILL, &m);
+        if (rc == 0)
+            *(pdr_relay_t *)(void *)p = (pdr_relay_t)m;
+        return rc;
     }
-    case F_SEED: {
-        rc = need_scalar(cx, v, path, "smallest_tree or consistent_hash");
-        if (rc != 0)
-            return rc;
-        const char *s = sval(v, &len);
-        if (len == 13 && memcmp(s, "smallest_tree", 13) == 0)
-            *(int *)(void *)p = PDR_CA_SEED_SMALLEST_TREE;
-        else if (len == 15 && memcmp(s, "consistent_hash", 15) == 0)
-            *(int *)(void *)p = PDR_CA_SEED_CONSISTENT_HASH;
-        else
-            return FAIL(cx, v, "%s: unknown seed '%s', expected smallest_tree or consistent_hash", path,
-                        show(v, buf, sizeof(buf)));
-        return 0;
-    }
+    case F_SEED:
+        return get_either(cx, v, path, "seed", "smallest_tree", PDR_CA_SEED_SMALLEST_TREE, "consistent_hash",
+                          PDR_CA_SEED_CONSISTENT_HASH, (int *)(void *)p);
     case F_LEVEL: {
         rc = need_scalar(cx, v, path, "a log level");
         if (rc != 0)
