@@ -41,11 +41,51 @@ def binary(name):
     return p
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_PORT_DIR = os.path.join(tempfile.gettempdir(), "pdtest-ports")
+_held = {}  # port -> lock file this process holds until it exits (fcntl locks do not stop the holder)
+
+
 def free_port(host=HOST):
-    """A TCP port that was free a moment ago (bind to 0, read it back, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A loopback TCP port for a server a test starts.
+
+    bind(0) would hand out a port from the kernel's ephemeral range, which every outgoing connection
+    (the router to its workers, ZMQ, clients) also draws its source port from: between closing the probe
+    socket and the server's bind, a connection of a test running in parallel may take it. Ports are
+    therefore picked below that range, checked with a bind, and reserved across the parallel test
+    processes with a lock file held (fcntl) until this process exits."""
+    import fcntl
+    import random
+
+    low = _ephemeral_low()
+    lo, hi = (12000, low - 1) if low > 14000 else (61000, 65535)
+    os.makedirs(_PORT_DIR, exist_ok=True)
+    for _ in range(2000):
+        port = random.randint(lo, hi)
+        if port in _held:
+            continue
+        fd = os.open(os.path.join(_PORT_DIR, str(port)), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                os.close(fd)
+                continue
+        _held[port] = fd
+        return port
+    raise AssertionError("no free loopback port in %d..%d" % (lo, hi))
 
 
 def poll_until(pred, timeout=10.0, what="condition"):
