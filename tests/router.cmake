@@ -126,3 +126,8 @@ foreach(s routing gap restart malformed text)
   add_test(NAME router_kv_events_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_events.py ${s})
   set_tests_properties(router_kv_events_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
+# The HMAC-SHA256 key ring shared by the router, the shim and pdsim (common/keyring.c).
+add_executable(test_keyring unit/test_keyring.c)
+target_link_libraries(test_keyring PRIVATE pdr_keyring)
+add_test(NAME keyring_unit COMMAND test_keyring)
+set_tests_properties(keyring_unit PROPERTIES TIMEOUT 60)
