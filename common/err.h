@@ -24,7 +24,12 @@
     XX(ENOWORKER, -986, "no healthy worker")                                                                 \
     XX(ECONFIG, -985, "invalid configuration")                                                               \
     XX(ENOTSUP, -984, "not supported")                                                                       \
-    XX(ECLOSED, -983, "engine is shutting down")
+    XX(ECLOSED, -983, "engine is shutting down")                                                             \
+    XX(EBADTICKET, -982, "malformed ticket")                                                                 \
+    XX(ETICKETEXPIRED, -981, "expired ticket")                                                               \
+    XX(EFORGED, -980, "forged ticket (bad signature or unknown key)")                                        \
+    XX(EREPLAYED, -979, "replayed ticket (already used)")                                                    \
+    XX(EWRONGPEER, -978, "ticket names another peer")
 
 /*
  * The values are ABI: they cross the wire (transport ERROR frames) and the shim's C and Python APIs
@@ -34,7 +39,7 @@
  * either header may come first.
  */
 #define PDR__ERR_FIRST (-1000) /* below every code */
-#define PDR__ERR_LAST (-982)   /* above every code */
+#define PDR__ERR_LAST (-977)   /* above every code */
 
 #ifndef PDR_ERRNO_DEFINED
 #define PDR_ERRNO_DEFINED

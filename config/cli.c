@@ -598,12 +598,7 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
                             pdr__config_show(val, strlen(val), shown, sizeof(shown)));
             return PDR_EINVAL;
         }
-        if (fl->protocol == PDR_PROTO_PDSHIM) {
-            pdr__config_err(err, errlen, "argv: --protocol: " PDR__PROTOCOL_UNSUPPORTED_FMT,
-                            pdr_protocol_name(fl->protocol));
-            return PDR_EINVAL;
-        }
-        return 0;
+        return 0; /* pdshim: its ticket keys come from the --config file (validated with the rest) */
     case OPT_CONFIG:
         if (ps->config_file != NULL) {
             pdr__config_err(err, errlen, "argv: --config given twice");

@@ -17,6 +17,7 @@
 #include "util.h"
 #include "config.h"
 #include "config_internal.h"
+#include "keyring.h"
 #include "defaults.h"
 
 void pdr__config_err(char *err, size_t errlen, const char *fmt, ...)
@@ -418,6 +419,7 @@ static void config_free(pdr_config_t *c)
     if (c->worker_api_key != NULL)
         pdr__secure_zero(c->worker_api_key, strlen(c->worker_api_key));
     free(c->worker_api_key);
+    pdr__ticket_conf_clear(c);
     pdr__free_names(c->request_id_headers, c->n_request_id_headers);
     free(c->health.path);
     free(c->log.access_log);
@@ -449,6 +451,7 @@ pdr_config_t *pdr_config_new_default(void)
                             NULL, 0) == 0)
             c->admin_deny_networks.n++;
     c->protocol = PDR_PROTO_SGLANG;
+    c->ticket.ttl_ms = PDR_DEF_TICKET_TTL_MS;
     c->policy_prefill = PDR_POLICY_ROUND_ROBIN;
     c->policy_decode = PDR_POLICY_LEAST_LOAD;
     c->health.path = strdup(PDR_DEF_HEALTH_PATH);
@@ -805,4 +808,39 @@ int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, 
     w->port = port;
     w->is_ipv6 = is_ipv6;
     return 0;
+}
+
+void pdr__ticket_conf_clear(pdr_config_t *c)
+{
+    for (size_t i = 0; i < c->ticket.n_key_files; i++)
+        free(c->ticket.key_files[i]);
+    c->ticket.n_key_files = 0;
+    if (c->ticket.keys != NULL) {
+        pdr_keyring_wipe(c->ticket.keys);
+        free(c->ticket.keys);
+        c->ticket.keys = NULL;
+    }
+}
+
+int pdr__ticket_conf_load(pdr_config_t *c, const char *const *files, size_t n, char *msg, size_t msglen)
+{
+    pdr__ticket_conf_clear(c);
+    pdr_keyring_t *kr = malloc(sizeof(*kr));
+    if (kr == NULL) {
+        snprintf(msg, msglen, "out of memory");
+        return PDR_ENOMEM;
+    }
+    int rc = pdr_keyring_load(kr, files, n, msg, msglen);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        c->ticket.key_files[i] = strdup(files[i]);
+        if (c->ticket.key_files[i] == NULL) {
+            snprintf(msg, msglen, "out of memory");
+            rc = PDR_ENOMEM;
+        }
+        c->ticket.n_key_files = i + 1;
+    }
+    c->ticket.keys = kr;
+    if (rc != 0)
+        pdr__ticket_conf_clear(c);
+    return rc;
 }

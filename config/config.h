@@ -153,6 +153,14 @@ typedef struct pdr_config {
      * NULL: none (the client's Authorization is forwarded instead). Never logged. */
     char *worker_api_key_file;
     char *worker_api_key;
+    /* ticket: (protocol pdshim, docs/internals/tickets.md): the key files, read into keys when the config
+     * is loaded (a reload reads them again); the first signs, the shims verify with any. keys NULL: none. */
+    struct {
+        char *key_files[4]; /* PDR_KEYRING_MAX */
+        size_t n_key_files;
+        struct pdr_keyring *keys;
+        int ttl_ms; /* default 30000: a ticket's validity, from signing */
+    } ticket;
 
     /* Client headers that may carry the request id, in order of preference, lower case (YAML
      * request_id_headers, --request-id-headers). Default PDR_DEF_REQUEST_ID_HEADERS; empty: the router

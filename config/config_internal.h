@@ -51,9 +51,12 @@ const char *pdr__addr_unusable(int family, const uint8_t *a);
 /* 1 for an IPv4-mapped IPv6 address (::ffff:a.b.c.d). */
 int pdr__ipv6_is_v4mapped(const uint8_t a[16]);
 
-/* The protocols the router can run: the parsers know every contract name, the validators refuse these
- * so that --check-config and a reload refuse what the router cannot start with. Argument: the name. */
-#define PDR__PROTOCOL_UNSUPPORTED_FMT "protocol %s is not implemented yet; use protocol: sglang or vllm"
+/* ticket: key files (config.h, pdr_config_t.ticket): load replaces what c held; 0, or an error with
+ * the file and the reason in msg. */
+int pdr__ticket_conf_load(pdr_config_t *c, const char *const *files, size_t n, char *msg, size_t msglen);
+void pdr__ticket_conf_clear(pdr_config_t *c);
+/* Protocol pdshim signs tickets: without ticket keys it cannot run. */
+#define PDR__PDSHIM_NEEDS_KEYS "protocol pdshim signs tickets: set ticket: { key_file: FILE } (or key_files)"
 
 /* A role with neither static workers nor a discovery source; arguments: the role's name four times. */
 #define PDR__NO_WORKERS_FMT                                                                                  \

@@ -106,4 +106,8 @@
 #define PDR_CONFIG_MAX_MODELS 1024      /* models of one pool */
 #define PDR_CONFIG_MAX_MODEL_NAME 256   /* bytes of a model name */
 
+/* ticket.ttl_ms: a ticket is valid this long after signing. 30 s: the default kv_transfer_ms, so a
+ * ticket outlives every transfer the router still waits for, and a replay cache keeps a room no longer. */
+#define PDR_DEF_TICKET_TTL_MS 30000
+
 #endif

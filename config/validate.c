@@ -422,9 +422,8 @@ static int check_pools(const pdr_config_t *c, char *err, size_t errlen)
         }
         snprintf(key, sizeof(key), "pools[%zu].protocol", i);
         CHECK_RANGE(pl->protocol, 0, 2, key);
-        if (pl->protocol == PDR_PROTO_PDSHIM) {
-            pdr__config_err(err, errlen, "%s: " PDR__PROTOCOL_UNSUPPORTED_FMT, key,
-                            pdr_protocol_name(pl->protocol));
+        if (pl->protocol == PDR_PROTO_PDSHIM && c->ticket.keys == NULL) {
+            pdr__config_err(err, errlen, "%s: " PDR__PDSHIM_NEEDS_KEYS, key);
             return PDR_ECONFIG;
         }
         snprintf(key, sizeof(key), "pools[%zu].policy.prefill", i);
@@ -566,11 +565,11 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         }
     }
     CHECK_RANGE(c->protocol, 0, 2, "protocol");
-    if (c->protocol == PDR_PROTO_PDSHIM) {
-        pdr__config_err(err, errlen, "protocol: " PDR__PROTOCOL_UNSUPPORTED_FMT,
-                        pdr_protocol_name(c->protocol));
+    if (c->protocol == PDR_PROTO_PDSHIM && c->ticket.keys == NULL) {
+        pdr__config_err(err, errlen, "protocol: " PDR__PDSHIM_NEEDS_KEYS);
         return PDR_ECONFIG;
     }
+    CHECK_RANGE(c->ticket.ttl_ms, 1000, 300000, "ticket.ttl_ms");
     CHECK_RANGE(c->policy_prefill, 0, PDR_POLICY_PRECISE_PREFIX, "policy.prefill");
     CHECK_RANGE(c->policy_decode, 0, PDR_POLICY_PRECISE_PREFIX, "policy.decode");
     CHECK_RANGE(c->cache_aware.balance_abs_threshold, 0, 1000000, "cache_aware.balance_abs_threshold");

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "config_internal.h"
 #include "defaults.h"
+#include "keyring.h"
 
 enum ftype {
     F_SECTION,     /* a mapping described by sub */
@@ -56,6 +57,7 @@ enum ftype {
     F_NAMES,       /* sequence of header names, stored lower case (request_id_headers) */
     F_SEED,        /* cache_aware.seed: smallest_tree or consistent_hash, stored as an int */
     F_KV_ENDPOINT, /* string: a ZMQ endpoint (pdr_kv_endpoint_check) */
+    F_TICKET_KEYS, /* ticket.key_file (a path; min 0) or ticket.key_files (a sequence; min 1), read now */
 };
 
 struct field {
@@ -134,6 +136,12 @@ static const struct field limits_fields[] = {
 };
 static const struct field retries_fields[] = {
     {"max", F_INT, CONF(retries.max), 0, PDR_MAX_RETRIES, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field ticket_fields[] = {
+    {"key_file", F_TICKET_KEYS, 0, 0, 0, NULL},
+    {"key_files", F_TICKET_KEYS, 0, 1, 0, NULL},
+    {"ttl_ms", F_INT, CONF(ticket.ttl_ms), 1000, 300000, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field kv_events_fields[] = {
@@ -292,6 +300,7 @@ static const struct field top_fields[] = {
     {"cache_aware", F_SECTION, 0, 0, 0, cache_aware_fields},
     {"disaggregation", F_SECTION, 0, 0, 0, disaggregation_fields},
     {"kv_events", F_SECTION, 0, 0, 0, kv_events_fields},
+    {"ticket", F_SECTION, 0, 0, 0, ticket_fields},
     {"log", F_SECTION, 0, 0, 0, log_fields},
     {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields},
     {"threads", F_INT, CONF(threads), 0, PDR_MAX_THREADS, NULL},
@@ -324,10 +333,14 @@ struct ctx {
     pdr_pool_conf_t *pool; /* the pool being read (pools[i]); NULL outside pools: */
     char *err;
     size_t errlen;
+    const yaml_node_t *pdshim; /* the first protocol: pdshim (it needs ticket keys), at pdshim_path */
+    char pdshim_path[160];
+    const yaml_node_t *ticket_keys; /* the ticket key_file / key_files node read */
 };
 
 static int fail_mark(struct ctx *cx, yaml_mark_t m, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+static int load_ticket_keys(struct ctx *cx, const yaml_node_t *v, const char *path, int list);
 static int fail_mark(struct ctx *cx, yaml_mark_t m, const char *fmt, ...)
 {
     if (cx->err == NULL || cx->errlen == 0)
@@ -964,9 +977,10 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
         if (pdr__protocol_parse(s, len, (pdr_protocol_t *)(void *)p) != 0)
             return FAIL(cx, v, "%s: unknown protocol '%s', expected sglang, vllm or pdshim", path,
                         show(v, buf, sizeof(buf)));
-        if (*(pdr_protocol_t *)(void *)p == PDR_PROTO_PDSHIM)
-            return FAIL(cx, v, "%s: " PDR__PROTOCOL_UNSUPPORTED_FMT, path,
-                        pdr_protocol_name(*(pdr_protocol_t *)(void *)p));
+        if (*(pdr_protocol_t *)(void *)p == PDR_PROTO_PDSHIM && cx->pdshim == NULL) {
+            cx->pdshim = v;
+            snprintf(cx->pdshim_path, sizeof(cx->pdshim_path), "%s", path);
+        }
         return 0;
     }
     case F_POLICY:
@@ -1053,6 +1067,8 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
     }
     case F_ORIGINS:
         return load_origins(cx, v, path);
+    case F_TICKET_KEYS:
+        return load_ticket_keys(cx, v, path, (int)f->min);
     case F_ANNOTATION:
     case F_KV_ENDPOINT:
     case F_HOSTNAME:
@@ -1222,7 +1238,7 @@ static void syntax_error(struct ctx *cx, const yaml_parser_t *p, const char *tex
 
 pdr_config_t *pdr_config_load_string(const char *text, size_t len, const char *name, char *err, size_t errlen)
 {
-    struct ctx cx = {name != NULL ? name : "<string>", NULL, NULL, NULL, err, errlen};
+    struct ctx cx = {.name = name != NULL ? name : "<string>", .err = err, .errlen = errlen};
     yaml_parser_t parser;
     yaml_document_t doc, extra;
     pdr_config_t *c = NULL;
@@ -1273,6 +1289,10 @@ pdr_config_t *pdr_config_load_string(const char *text, size_t len, const char *n
     rc = walk_map(&cx, root, "", top_fields, c);
     if (rc != 0)
         goto out;
+    if (cx.pdshim != NULL && c->ticket.keys == NULL) {
+        rc = FAIL(&cx, cx.pdshim, "%s: " PDR__PDSHIM_NEEDS_KEYS, cx.pdshim_path);
+        goto out;
+    }
 
     /* pools: or the one-pool shorthand (workers, protocol, policy, discovery at the top), not both. */
     const yaml_node_t *pools = map_key(&doc, root, "pools");
@@ -1323,6 +1343,56 @@ out:
         return NULL;
     }
     return c;
+}
+
+/* ticket.key_file: PATH, or ticket.key_files: [PATH, ...] (list): each file read and checked now, so a
+ * missing or short key is an error at its own line and column. */
+static int load_ticket_keys(struct ctx *cx, const yaml_node_t *v, const char *path, int list)
+{
+    if (cx->ticket_keys != NULL)
+        return FAIL(cx, v, "%s: ticket has key_file or key_files, not both (line %zu)", path,
+                    cx->ticket_keys->start_mark.line + 1);
+    cx->ticket_keys = v;
+    const yaml_node_t *items[PDR_KEYRING_MAX];
+    char *files[PDR_KEYRING_MAX] = {0};
+    size_t n = 0;
+    int rc = 0;
+    char ipath[160];
+    if (!list) {
+        items[n] = v;
+        rc = get_string(cx, v, path, &files[n]);
+        n++;
+    } else {
+        if (v->type != YAML_SEQUENCE_NODE)
+            return FAIL(cx, v, "%s: expected a sequence of key files, got %s", path, node_kind(v));
+        size_t cnt = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+        if (cnt == 0 || cnt > PDR_KEYRING_MAX)
+            return FAIL(cx, v, "%s: between 1 and %d key files (the first signs, all verify), not %zu", path,
+                        PDR_KEYRING_MAX, cnt);
+        for (size_t i = 0; rc == 0 && i < cnt; i++) {
+            items[n] = seq_item(cx, v, path, i, ipath);
+            if (items[n] == NULL) {
+                rc = PDR_ECONFIG;
+                break;
+            }
+            rc = get_string(cx, items[n], ipath, &files[n]);
+            n++;
+        }
+    }
+    /* Each file alone first, so that the error points at the file that is wrong. */
+    char msg[512];
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        pdr_keyring_t one;
+        const char *f = files[i];
+        if (pdr_keyring_load(&one, &f, 1, msg, sizeof(msg)) != 0)
+            rc = FAIL(cx, items[i], "%s: %s", list ? "ticket.key_files" : path, msg);
+        pdr_keyring_wipe(&one);
+    }
+    if (rc == 0 && pdr__ticket_conf_load(cx->c, (const char *const *)files, n, msg, sizeof(msg)) != 0)
+        rc = FAIL(cx, v, "%s: %s", path, msg);
+    for (size_t i = 0; i < n; i++)
+        free(files[i]);
+    return rc;
 }
 
 pdr_config_t *pdr_config_load_file(const char *path, char *err, size_t errlen)

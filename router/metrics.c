@@ -150,6 +150,9 @@ static const struct {
      "Requests answered 431 (more header fields than limits.max_headers, or more bytes than "
      "limits.max_header_bytes) or 414 (a request target longer than limits.max_header_bytes).",
      offsetof(pdr_metrics_t, headers_too_large_total)},
+    {"pdr_tickets_signed_total",
+     "Tickets signed for protocol pdshim: one per room of each attempt (both legs carry the same one).",
+     offsetof(pdr_metrics_t, tickets_signed_total)},
     {"pdr_access_log_suppressed_total",
      "Access-log lines of client-aborted requests not written because they came faster than 100/s per loop "
      "(summary lines count them).",

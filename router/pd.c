@@ -31,6 +31,7 @@
 #include "disagg.h"
 #include "err.h"
 #include "pd_vllm.h"
+#include "tickets.h"
 #include "router.h"
 #include "token_ids.h"
 #include "util.h"
@@ -1092,18 +1093,33 @@ static void start_attempt(pd_req_t *x)
     free(x->body);
     free(x->dbody);
     x->dbody = NULL;
-    x->body = pdr_pdreq_build_body_rank(&x->pr, x->pw->bootstrap_host, x->pw->conf.bootstrap_port, x->rooms,
-                                        x->pw->dp_rank, &x->body_len);
+    /* protocol pdshim: a signed ticket per room (tickets.h), the same in both legs. */
+    char **tickets = NULL;
+    if (x->protocol == PDR_PROTO_PDSHIM) {
+        char terr[256];
+        int oom;
+        tickets = pdr_tickets_sign(x->conf, x->pw, x->dw, x->rooms, x->n_rooms, &oom, terr, sizeof(terr));
+        if (tickets == NULL) {
+            x->error_cause = oom ? "out_of_memory" : "ticket";
+            fail_response(x, oom ? 503 : 500, oom ? "service_unavailable" : "internal_error", terr, oom);
+            return;
+        }
+        x->t->m.tickets_signed_total += x->n_rooms;
+    }
+    const char *const *tk = (const char *const *)tickets;
+    x->body = pdr_pdreq_build_body_ticket(&x->pr, x->pw->bootstrap_host, x->pw->conf.bootstrap_port, x->rooms,
+                                          x->pw->dp_rank, tk, &x->body_len);
     /* Each leg names its own worker's rank: the decode's rank is its own choice (it finds the prefill's
      * rank from the room). Without ranks both legs share one body. */
     if (x->body != NULL && (x->pw->dp_rank >= 0 || x->dw->dp_rank >= 0)) {
-        x->dbody = pdr_pdreq_build_body_rank(&x->pr, x->pw->bootstrap_host, x->pw->conf.bootstrap_port,
-                                             x->rooms, x->dw->dp_rank, &x->dbody_len);
+        x->dbody = pdr_pdreq_build_body_ticket(&x->pr, x->pw->bootstrap_host, x->pw->conf.bootstrap_port,
+                                               x->rooms, x->dw->dp_rank, tk, &x->dbody_len);
         if (x->dbody == NULL) {
             free(x->body);
             x->body = NULL;
         }
     }
+    free(tickets);
     if (x->body == NULL) {
         fail_response(x, 503, "service_unavailable", "out of memory", 1);
         return;

@@ -226,11 +226,14 @@ void pdr_pdreq_clear(pdr_pdreq_t *r)
     memset(r, 0, sizeof(*r));
 }
 
+/* The fields that say where KV goes: the router's alone. pd_ticket (protocol pdshim) is dropped under
+ * every protocol, so that no client ticket ever reaches a worker. */
 static int is_bootstrap_field(const pdr_jmember_t *m)
 {
-    return m->key_len >= 14 &&
-           (pdr_jmember_key_is(m, "bootstrap_host") || pdr_jmember_key_is(m, "bootstrap_port") ||
-            pdr_jmember_key_is(m, "bootstrap_room"));
+    return (m->key_len >= 14 &&
+            (pdr_jmember_key_is(m, "bootstrap_host") || pdr_jmember_key_is(m, "bootstrap_port") ||
+             pdr_jmember_key_is(m, "bootstrap_room"))) ||
+           pdr_jmember_key_is(m, "pd_ticket");
 }
 
 /* sglang's field for the data-parallel rank a request goes to (newer releases also read routed_dp_rank and
@@ -257,11 +260,20 @@ char *pdr_pdreq_build_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport
 char *pdr_pdreq_build_body_rank(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
                                 int dp_rank, size_t *len)
 {
+    return pdr_pdreq_build_body_ticket(r, bootstrap_host, bport, rooms, dp_rank, NULL, len);
+}
+
+char *pdr_pdreq_build_body_ticket(pdr_pdreq_t *r, const char *bootstrap_host, int bport,
+                                  const uint64_t *rooms, int dp_rank, const char *const *tickets, size_t *len)
+{
     size_t items = r->batch ? r->batch : 1;
     size_t hl = strlen(bootstrap_host);
+    size_t tl = 0;
+    for (size_t i = 0; tickets != NULL && i < items; i++)
+        tl += strlen(tickets[i]) + 3;
     /* Members, separators, the three fields: each item at most host + quotes, 5-digit port or null,
-     * 19-digit room, 3 commas. */
-    size_t cap = r->len + 2 + r->n + 64 + items * (hl + 2 + 5 + 19 + 3) + 16 + 48;
+     * 19-digit room, 3 commas; the tickets with quotes and commas, and their key. */
+    size_t cap = r->len + 2 + r->n + 64 + items * (hl + 2 + 5 + 19 + 3) + 16 + 48 + tl + 16;
     char *out = malloc(cap);
     if (out == NULL)
         return NULL;
@@ -309,6 +321,27 @@ char *pdr_pdreq_build_body_rank(pdr_pdreq_t *r, const char *bootstrap_host, int 
         if (r->batch)
             out[o++] = ']';
         out[o++] = f < 2 ? ',' : '}';
+    }
+    if (tickets != NULL) {
+        /* Tickets are base64url and dots (ticket.h): no character needs escaping. */
+        static const char k[] = ",\"pd_ticket\":";
+        o--; /* the closing brace */
+        memcpy(out + o, k, sizeof(k) - 1);
+        o += sizeof(k) - 1;
+        if (r->batch)
+            out[o++] = '[';
+        for (size_t i = 0; i < items; i++) {
+            size_t n = strlen(tickets[i]);
+            if (i > 0)
+                out[o++] = ',';
+            out[o++] = '"';
+            memcpy(out + o, tickets[i], n);
+            o += n;
+            out[o++] = '"';
+        }
+        if (r->batch)
+            out[o++] = ']';
+        out[o++] = '}';
     }
     out[o] = '\0';
     *len = o;

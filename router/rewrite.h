@@ -36,8 +36,8 @@ int pdr_pdreq_parse(pdr_route_t route, const char *body, size_t len, pdr_pdreq_t
                     size_t errlen);
 void pdr_pdreq_clear(pdr_pdreq_t *r);
 
-/* Builds a leg's body: the client's members except bootstrap_host, bootstrap_port and bootstrap_room,
- * then those three set by the router (arrays of `batch` elements, rooms[i] each, when batch > 0;
+/* Builds a leg's body: the client's members except bootstrap_host, bootstrap_port, bootstrap_room and
+ * pd_ticket, then those three set by the router (arrays of `batch` elements, rooms[i] each, when batch > 0;
  * bport < 0 gives null). Returns a malloc'd, NUL-terminated string and its length, or NULL. */
 char *pdr_pdreq_build_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
                            size_t *len);
@@ -47,6 +47,13 @@ char *pdr_pdreq_build_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport
  * client sent. */
 char *pdr_pdreq_build_body_rank(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
                                 int dp_rank, size_t *len);
+
+/* As pdr_pdreq_build_body_rank, with protocol pdshim's "pd_ticket" too (tickets non-NULL): a string, or
+ * with batch > 0 an array with tickets[i] for rooms[i]. Whatever the client sent as pd_ticket is dropped
+ * by every build function, tickets or not. */
+char *pdr_pdreq_build_body_ticket(pdr_pdreq_t *r, const char *bootstrap_host, int bport,
+                                  const uint64_t *rooms, int dp_rank, const char *const *tickets,
+                                  size_t *len);
 
 /* The body of a request that skips the prefill (conditional disaggregation, router/disagg.h): the
  * client's members except bootstrap_host, bootstrap_port, bootstrap_room and kv_transfer_params, so that

@@ -30,7 +30,8 @@
  * Errors are negative PDR_E* codes, defined below (see pdshim_strerror): PDR_ETIMEDOUT, PDR_EPEERGONE,
  * PDR_ECONNREFUSED, PDR_ESIZE (source and destination sizes differ), PDR_ENOROOM (the prefill never
  * offered this room before the deadline), PDR_ECANCELED, PDR_EEXIST (room already pending here),
- * PDR_EINVAL, PDR_ENOMEM, PDR_ECLOSED.
+ * PDR_EINVAL, PDR_ENOMEM, PDR_ECLOSED; and for tickets PDR_EBADTICKET, PDR_ETICKETEXPIRED, PDR_EFORGED,
+ * PDR_EREPLAYED, PDR_EWRONGPEER.
  */
 #ifndef PDSHIM_H
 #define PDSHIM_H
@@ -53,23 +54,28 @@ extern "C" {
 #define PDR_ERRNO_DEFINED
 enum {
     PDR_OK = 0,
-    PDR_EAGAIN = -999,       /* operation would block */
-    PDR_ENOMEM = -998,       /* out of memory */
-    PDR_EINVAL = -997,       /* invalid argument */
-    PDR_ETOOBIG = -996,      /* size limit exceeded */
-    PDR_ETIMEDOUT = -995,    /* the operation's deadline passed */
-    PDR_ECANCELED = -994,    /* canceled by pdshim_cancel or by the peer */
-    PDR_EPEERGONE = -993,    /* the peer closed the connection */
-    PDR_ECONNREFUSED = -992, /* the peer's bootstrap port refused the connection */
-    PDR_ESIZE = -991,        /* source and destination sizes differ */
-    PDR_ENOROOM = -990,      /* the room is unknown (never offered, or nothing pending) */
-    PDR_EEXIST = -989,       /* the room is already pending here */
-    PDR_EPROTO = -988,       /* protocol error */
-    PDR_EIO = -987,          /* input/output error (socket, CUDA or verbs) */
-    PDR_ENOWORKER = -986,    /* no healthy worker (router only) */
-    PDR_ECONFIG = -985,      /* invalid configuration (router only) */
-    PDR_ENOTSUP = -984,      /* not supported (e.g. device memory without a CUDA driver) */
-    PDR_ECLOSED = -983,      /* the shim is shutting down */
+    PDR_EAGAIN = -999,         /* operation would block */
+    PDR_ENOMEM = -998,         /* out of memory */
+    PDR_EINVAL = -997,         /* invalid argument */
+    PDR_ETOOBIG = -996,        /* size limit exceeded */
+    PDR_ETIMEDOUT = -995,      /* the operation's deadline passed */
+    PDR_ECANCELED = -994,      /* canceled by pdshim_cancel or by the peer */
+    PDR_EPEERGONE = -993,      /* the peer closed the connection */
+    PDR_ECONNREFUSED = -992,   /* the peer's bootstrap port refused the connection */
+    PDR_ESIZE = -991,          /* source and destination sizes differ */
+    PDR_ENOROOM = -990,        /* the room is unknown (never offered, or nothing pending) */
+    PDR_EEXIST = -989,         /* the room is already pending here */
+    PDR_EPROTO = -988,         /* protocol error */
+    PDR_EIO = -987,            /* input/output error (socket, CUDA or verbs) */
+    PDR_ENOWORKER = -986,      /* no healthy worker (router only) */
+    PDR_ECONFIG = -985,        /* invalid configuration (router only) */
+    PDR_ENOTSUP = -984,        /* not supported (e.g. device memory without a CUDA driver) */
+    PDR_ECLOSED = -983,        /* the shim is shutting down */
+    PDR_EBADTICKET = -982,     /* the ticket is malformed (length, syntax, fields) */
+    PDR_ETICKETEXPIRED = -981, /* the ticket's expiry has passed (beyond the allowed clock skew) */
+    PDR_EFORGED = -980,        /* the ticket's MAC is wrong or its key id is unknown */
+    PDR_EREPLAYED = -979,      /* this shim already accepted this ticket (its room) in this role */
+    PDR_EWRONGPEER = -978,     /* the ticket names another prefill port or another decode */
 };
 #endif
 
@@ -93,6 +99,14 @@ typedef struct pdshim_opts {
     size_t staging_chunks; /* pinned staging buffers per TCP connection (GPU memory); 0 means 4 */
     int conns_per_peer;    /* TCP connections per peer, a room striped over them; 0 means 4 */
     int io_threads;        /* I/O threads; 0 means min(4, cores) */
+    /* Tickets (protocol pdshim; docs/internals/tickets.md). With key files, pdshim_offer_ticket and
+     * pdshim_fetch_ticket verify the router's signed ticket; without, they fail with PDR_EFORGED. */
+    const char *const *ticket_key_files; /* the router's key files: every one verifies (rotation) */
+    size_t n_ticket_key_files;           /* 0..4 */
+    uint32_t ticket_max_skew_ms;         /* clock skew allowed past a ticket's expiry; 0 means 2000 */
+    const char *ticket_identity; /* decode: its identity as tickets name it, "host:port" of the URL the
+                                    router has for it; NULL: not checked */
+    size_t ticket_replay_max;    /* tickets remembered per role until they expire; 0 means 65536 */
 } pdshim_opts_t;
 
 /* Kinds of pdshim_mem_register. */
@@ -153,6 +167,40 @@ PDSHIM_API int pdshim_fetch_ex(pdshim_t *shim, const char *host, int port, uint6
 /* Cancels a pending offer or fetch of this room on this shim: its callback runs with PDR_ECANCELED,
  * and the peer's side of the room fails promptly. Returns 0, or PDR_ENOROOM if nothing is pending. */
 PDSHIM_API int pdshim_cancel(pdshim_t *shim, uint64_t room);
+
+/*
+ * Tickets (protocol pdshim). The router puts a signed `pd_ticket` in both legs' bodies; it carries the
+ * room, the prefill's transport address (bootstrap host and port), the decode's identity and an expiry
+ * (docs/internals/tickets.md). These calls take the room, the prefill address and the deadline from the
+ * verified ticket, never from the caller. Verification order: length and syntax (PDR_EBADTICKET), key
+ * id and MAC, compared in constant time (PDR_EFORGED; also when the shim has no key files), expiry with
+ * ticket_max_skew_ms of tolerance (PDR_ETICKETEXPIRED), the peer (PDR_EWRONGPEER: on the prefill side
+ * the ticket must name this shim's listen port; on the decode side its identity, when ticket_identity
+ * is set), then replay (PDR_EREPLAYED: each shim remembers, per role, the rooms of the tickets it
+ * accepted until they expire; when ticket_replay_max of them are live a new ticket is refused with
+ * PDR_ETOOBIG rather than one forgotten). A refused ticket moves no bytes, registers nothing and its
+ * callback does not run; an accepted one is used up even if the transfer then fails.
+ *
+ * The operation's deadline is timeout_ms (0: the shim's default) but never past the ticket's expiry.
+ */
+typedef struct pdshim_ticket_info {
+    uint64_t room;
+    uint64_t expires_ms;   /* wall clock, ms since the Unix epoch */
+    char prefill_host[65]; /* the prefill's transport host (IPv6 without brackets) */
+    int prefill_port;      /* its transport (bootstrap) port */
+    char decode_id[81];    /* the decode's identity */
+    char key_id[9];        /* the key that signed (8 hex digits) */
+} pdshim_ticket_info_t;
+
+/* Prefill side: pdshim_offer_ex of the ticket's room. */
+PDSHIM_API int pdshim_offer_ticket(pdshim_t *shim, const char *ticket, const pdshim_seg_t *segs, size_t nseg,
+                                   uint32_t timeout_ms, pdshim_result_cb cb, void *arg);
+/* Decode side: pdshim_fetch_ex of the ticket's room from the prefill address inside the ticket. */
+PDSHIM_API int pdshim_fetch_ticket(pdshim_t *shim, const char *ticket, const pdshim_seg_t *segs, size_t nseg,
+                                   uint32_t timeout_ms, pdshim_result_cb cb, void *arg);
+/* Verifies a ticket (syntax, key, MAC, expiry; neither the peer nor replay, and nothing is used up) and
+ * returns its fields. 0, PDR_EBADTICKET, PDR_EFORGED, PDR_ETICKETEXPIRED or PDR_EINVAL. */
+PDSHIM_API int pdshim_ticket_inspect(pdshim_t *shim, const char *ticket, pdshim_ticket_info_t *out);
 
 PDSHIM_API const char *pdshim_strerror(int status);
 

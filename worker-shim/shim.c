@@ -6,16 +6,11 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include "err.h"
-#include "pdshim.h"
-#include "transport.h"
+#include "shim_internal.h"
 
 _Static_assert(sizeof(pdshim_seg_t) == sizeof(pdr_xfer_seg_t), "segment layouts differ");
 _Static_assert(offsetof(pdshim_seg_t, addr) == offsetof(pdr_xfer_seg_t, addr), "segment layouts differ");
 _Static_assert(offsetof(pdshim_seg_t, len) == offsetof(pdr_xfer_seg_t, len), "segment layouts differ");
-
-struct pdshim {
-    pdr_xfer_engine_t *eng;
-};
 
 PDSHIM_API pdshim_t *pdshim_create(const pdshim_opts_t *opts, int *err)
 {
@@ -39,8 +34,16 @@ PDSHIM_API pdshim_t *pdshim_create(const pdshim_opts_t *opts, int *err)
         *err = PDR_ENOMEM;
         return NULL;
     }
+    int rc = pdshim__tickets_init(shim, opts);
+    if (rc != 0) {
+        *err = rc;
+        pdshim__tickets_free(shim);
+        free(shim);
+        return NULL;
+    }
     shim->eng = pdr_xfer_engine_create(&o, err);
     if (shim->eng == NULL) {
+        pdshim__tickets_free(shim);
         free(shim);
         return NULL;
     }
@@ -57,6 +60,7 @@ PDSHIM_API void pdshim_destroy(pdshim_t *shim)
     if (shim == NULL)
         return;
     pdr_xfer_engine_destroy(shim->eng);
+    pdshim__tickets_free(shim);
     free(shim);
 }
 

@@ -50,6 +50,11 @@ static void usage(FILE *f)
         "  --kv-events-endpoint E    publish the prefix cache's KV events in vLLM's format on a ZMQ PUB\n"
         "                            socket bound to E (tcp://HOST:PORT); needs --prefix-cache-tokens\n"
         "  --kv-events-topic T       the topic frame of every KV event message (default empty)\n"
+        "  --ticket-key FILE         protocol pdshim: a ticket key file of the router (repeat for rotation:\n"
+        "                            every one verifies); then every PD request needs a valid pd_ticket\n"
+        "                            (403 otherwise) and the KV moves through pdshim's ticket calls\n"
+        "  --ticket-identity ID      decode: the identity tickets must name (default HOST:PORT of --host\n"
+        "                            and --port, IPv6 in brackets; \"\" checks none)\n"
         "fault knobs (also POST /pdsim/fault at run time):\n"
         "  --fail-health             GET /health answers 503\n"
         "  --fail-status CODE        generate routes answer CODE with an OpenAI error\n"
@@ -132,6 +137,20 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         }
         if (strcmp(a, "--kv-events-topic") == 0 && val != NULL) {
             o->kv_events_topic = val;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--ticket-key") == 0 && val != NULL) {
+            if (o->n_ticket_keys >= PDSIM_MAX_TICKET_KEYS) {
+                fprintf(stderr, "pdsim: at most %d --ticket-key files\n", PDSIM_MAX_TICKET_KEYS);
+                return -1;
+            }
+            o->ticket_keys[o->n_ticket_keys++] = val;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--ticket-identity") == 0 && val != NULL) {
+            o->ticket_identity = val;
             i++;
             continue;
         }

@@ -58,8 +58,12 @@ typedef struct pdsim_opts {
     const char *kv_events_endpoint; /* ZMQ PUB endpoint (bound) for KV events in vLLM's format; NULL: off */
     const char *kv_events_topic;    /* the topic frame (default empty) */
     int64_t kv_events_drop_every;   /* fault: every Nth message is not sent (its number is used up) */
+    const char *ticket_keys[4];     /* --ticket-key (protocol pdshim): the router's key files; 0: off */
+    int n_ticket_keys;
+    const char *ticket_identity; /* --ticket-identity; NULL: HOST:PORT */
     pdsim_faults_t faults;
 } pdsim_opts_t;
+#define PDSIM_MAX_TICKET_KEYS 4
 
 /* ---- server.c ---- */
 

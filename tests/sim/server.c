@@ -54,6 +54,7 @@ typedef struct sim_item {
     uint64_t room;
     const char *host; /* points into ctx->body */
     int port;
+    const char *ticket; /* pd_ticket (--ticket-key): points into ctx->body */
     int op_pending;
     int status;     /* shim result */
     uint64_t bytes; /* shim result */
@@ -117,6 +118,9 @@ static struct {
     size_t nconns, nreqs;
     uint64_t requests, completed, cancelled, errors, resets, kv_rx, kv_tx, counter;
     uint64_t local_prefills; /* decode, --local-prefill: plain requests computed here */
+    /* --ticket-key: tickets accepted (one per item) and requests refused, by reason (TICKET_*). */
+    uint64_t tickets_accepted, ticket_refused[7];
+    char ticket_identity[96];
     json_t *last[SIM_LAST_MAX];
     size_t last_pos;
     struct vllm_hold *holds_done; /* vLLM mode: held KV whose offer ended, for the loop (under qlock) */
@@ -127,6 +131,38 @@ static struct {
     int shutting_down;
     void (*on_drained)(void);
 } S;
+
+/* Why a pd_ticket was refused (403), the /pdsim/stats keys of ticket_refused. */
+enum {
+    TICKET_MISSING,
+    TICKET_MALFORMED,
+    TICKET_FORGED,
+    TICKET_EXPIRED,
+    TICKET_REPLAYED,
+    TICKET_WRONG_PEER,
+    TICKET_WRONG_ROOM
+};
+static const char *const ticket_reasons[] = {"missing",  "malformed",  "forged",    "expired",
+                                             "replayed", "wrong_peer", "wrong_room"};
+
+/* The reason for a shim's ticket error, or -1 when status is not one. */
+static int ticket_reason(int status)
+{
+    switch (status) {
+    case PDR_EBADTICKET:
+        return TICKET_MALFORMED;
+    case PDR_EFORGED:
+        return TICKET_FORGED;
+    case PDR_ETICKETEXPIRED:
+        return TICKET_EXPIRED;
+    case PDR_EREPLAYED:
+        return TICKET_REPLAYED;
+    case PDR_EWRONGPEER:
+        return TICKET_WRONG_PEER;
+    default:
+        return -1;
+    }
+}
 
 static const char *role_name(int role)
 {
@@ -162,6 +198,7 @@ static json_t *error_obj(int status, const char *msg)
 {
     const char *type = status == 400 || status == 404 || status == 405 || status == 413
                            ? "invalid_request_error"
+                       : status == 403 ? "permission_error"
                        : status == 503 ? "service_unavailable"
                                        : "internal_error";
     return json_pack("{s:{s:s,s:s,s:i}}", "error", "message", msg, "type", type, "code", status);
@@ -802,6 +839,16 @@ static void transfers_done(sim_req_t *ctx)
         return;
     if (ctx->op_error != 0) {
         char msg[256];
+        int why = ticket_reason(ctx->op_error);
+        if (why >= 0) {
+            /* The shim refused the ticket before anything moved (replay, mostly: the rest was checked
+             * when the request arrived). */
+            S.ticket_refused[why]++;
+            snprintf(msg, sizeof(msg), "pdsim: pd_ticket refused (%s) for room %" PRIu64 ": %s",
+                     ticket_reasons[why], ctx->op_error_room, pdshim_strerror(ctx->op_error));
+            req_fail(ctx, 403, msg);
+            return;
+        }
         snprintf(msg, sizeof(msg), "KV transfer failed for room %" PRIu64 ": PDR_%s (%s)", ctx->op_error_room,
                  pdr_errname(ctx->op_error), pdr_strerror(ctx->op_error));
         req_fail(ctx, 500, msg);
@@ -865,13 +912,24 @@ static void on_async(uv_async_t *a)
     drain_queue();
 }
 
+static void on_shim_result(void *arg, const pdshim_result_t *res)
+{
+    on_shim_done(arg, res->room, res->status, res->bytes);
+}
+
 static void start_transfers(sim_req_t *ctx)
 {
     for (size_t i = 0; i < ctx->n_items; i++) {
         sim_item_t *it = &ctx->items[i];
         pdshim_seg_t seg = {it->kv, it->kv_len};
         int r;
-        if (ctx->role == PDSIM_ROLE_PREFILL)
+        if (it->ticket != NULL && ctx->role == PDSIM_ROLE_PREFILL)
+            r = pdshim_offer_ticket(S.shim, it->ticket, &seg, 1, (uint32_t)S.opts.kv_timeout_ms,
+                                    on_shim_result, it);
+        else if (it->ticket != NULL)
+            r = pdshim_fetch_ticket(S.shim, it->ticket, &seg, 1, (uint32_t)S.opts.kv_timeout_ms,
+                                    on_shim_result, it);
+        else if (ctx->role == PDSIM_ROLE_PREFILL)
             r = pdshim_offer(S.shim, it->room, &seg, 1, (uint32_t)S.opts.kv_timeout_ms, on_shim_done, it);
         else
             r = pdshim_fetch(S.shim, it->host, it->port, it->room, &seg, 1, (uint32_t)S.opts.kv_timeout_ms,
@@ -1400,6 +1458,48 @@ static int parse_bootstrap(sim_req_t *ctx, const json_t *body, char *err, size_t
     return 0;
 }
 
+/* --ticket-key: every item needs a pd_ticket (a string, or a list of one per item in a batch) that
+ * verifies, names the item's room and this worker (the prefill's transport port; the decode's identity).
+ * Returns -1 when all pass, else the refusal's TICKET_* reason with the message in err. Replay is the
+ * shim's to see, when the KV moves (transfers_done). */
+static int parse_tickets(sim_req_t *ctx, const json_t *body, char *err, size_t errlen)
+{
+    json_t *tickets = json_object_get(body, "pd_ticket");
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        sim_item_t *it = &ctx->items[i];
+        int bad = 0;
+        json_t *t = field_at(ctx, tickets, i, &bad);
+        if (tickets == NULL || bad || !json_is_string(t)) {
+            snprintf(err, errlen, "pdsim: pd_ticket refused (missing): a signed ticket is required%s",
+                     ctx->batch ? ", one per batch item" : "");
+            return TICKET_MISSING;
+        }
+        pdshim_ticket_info_t info;
+        int rc = pdshim_ticket_inspect(S.shim, json_string_value(t), &info);
+        int why = rc == 0 ? -1 : ticket_reason(rc);
+        if (rc != 0 && why < 0)
+            why = TICKET_MALFORMED;
+        if (why < 0 && info.room != it->room)
+            why = TICKET_WRONG_ROOM;
+        if (why < 0 && ((ctx->role == PDSIM_ROLE_PREFILL && info.prefill_port != S.opts.bootstrap_port) ||
+                        (ctx->role == PDSIM_ROLE_DECODE && S.ticket_identity[0] != '\0' &&
+                         strcmp(info.decode_id, S.ticket_identity) != 0)))
+            why = TICKET_WRONG_PEER;
+        if (why >= 0) {
+            snprintf(err, errlen, "pdsim: pd_ticket refused (%s) for item %zu: %s", ticket_reasons[why], i,
+                     why == TICKET_WRONG_ROOM ? "the ticket names another room than bootstrap_room"
+                     : why == TICKET_WRONG_PEER && ctx->role == PDSIM_ROLE_PREFILL
+                         ? "the ticket names another prefill transport port"
+                     : why == TICKET_WRONG_PEER ? "the ticket names another decode"
+                                                : pdshim_strerror(rc));
+            return why;
+        }
+        it->ticket = json_string_value(t);
+    }
+    S.tickets_accepted += ctx->n_items;
+    return -1;
+}
+
 static int parse_max_tokens(sim_req_t *ctx, const json_t *body, char *err, size_t errlen)
 {
     json_t *v = NULL;
@@ -1491,6 +1591,14 @@ static void handle_generate(h2o_req_t *req, enum sim_route route, const char *pa
     }
     if (r == 0 && ctx->role != PDSIM_ROLE_BOTH && ctx->vllm == VLLM_OFF)
         r = parse_bootstrap(ctx, ctx->body, err, sizeof(err));
+    if (r == 0 && ctx->role != PDSIM_ROLE_BOTH && ctx->vllm == VLLM_OFF && S.opts.n_ticket_keys > 0) {
+        int why = parse_tickets(ctx, ctx->body, err, sizeof(err));
+        if (why >= 0) {
+            S.ticket_refused[why]++;
+            req_fail(ctx, 403, err);
+            return;
+        }
+    }
     if (r != 0) {
         if (r == PDR_ENOMEM)
             req_fail(ctx, 503, "pdsim: out of memory");
@@ -1540,6 +1648,12 @@ static void send_stats(h2o_req_t *req)
                           (json_int_t)S.kv_rx, "kv_bytes_sent", (json_int_t)S.kv_tx, "last", last);
     vllm_stats(o);
     json_object_set_new(o, "local_prefills", json_integer((json_int_t)S.local_prefills));
+    json_t *tr = json_object();
+    for (size_t k = 0; k < sizeof(ticket_reasons) / sizeof(ticket_reasons[0]); k++)
+        json_object_set_new(tr, ticket_reasons[k], json_integer((json_int_t)S.ticket_refused[k]));
+    json_object_set_new(o, "tickets",
+                        json_pack("{s:b,s:I,s:o}", "enabled", S.opts.n_ticket_keys > 0, "accepted",
+                                  (json_int_t)S.tickets_accepted, "refused", tr));
     pdsim_pcache_stats_t pc = {0};
     if (S.pcache != NULL)
         pdsim_pcache_stats(S.pcache, &pc);
@@ -1833,6 +1947,17 @@ int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
         so.listen_host = opts->role == PDSIM_ROLE_PREFILL ? opts->host : NULL;
         so.listen_port = opts->role == PDSIM_ROLE_PREFILL ? opts->bootstrap_port : 0;
         so.default_timeout_ms = (uint32_t)opts->kv_timeout_ms;
+        so.ticket_key_files = opts->ticket_keys;
+        so.n_ticket_key_files = (size_t)opts->n_ticket_keys;
+        if (opts->role == PDSIM_ROLE_DECODE && opts->n_ticket_keys > 0) {
+            if (opts->ticket_identity != NULL)
+                snprintf(S.ticket_identity, sizeof(S.ticket_identity), "%s", opts->ticket_identity);
+            else if (strchr(opts->host, ':') != NULL && opts->host[0] != '[')
+                snprintf(S.ticket_identity, sizeof(S.ticket_identity), "[%s]:%d", opts->host, opts->port);
+            else
+                snprintf(S.ticket_identity, sizeof(S.ticket_identity), "%s:%d", opts->host, opts->port);
+            so.ticket_identity = S.ticket_identity[0] != '\0' ? S.ticket_identity : NULL;
+        }
         int err = 0;
         S.shim = pdshim_create(&so, &err);
         if (S.shim == NULL) {

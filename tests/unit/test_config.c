@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "config.h"
 #include "err.h"
+#include "keyring.h"
 #include "runner.h"
 
 static int failures;
@@ -225,10 +226,10 @@ static void test_defaults(void)
     CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
     CHECK_STR(err, "workers.prefill: at least one prefill worker is required, or a discovery source for it "
                    "(discovery.dns.prefill.name or discovery.kubernetes.prefill.selector)");
-    /* A snapshot built in code with a protocol the router cannot run is refused like a file is. */
+    /* A snapshot built in code with protocol pdshim and no ticket keys is refused like a file is. */
     c->protocol = PDR_PROTO_PDSHIM;
     CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
-    CHECK_STR(err, "protocol: protocol pdshim is not implemented yet; use protocol: sglang or vllm");
+    CHECK_STR(err, "protocol: protocol pdshim signs tickets: set ticket: { key_file: FILE } (or key_files)");
     pdr_config_unref(c);
 
     /* protocol: vllm runs: loaded and validated like sglang, a bootstrap_port accepted (and unused). */
@@ -358,10 +359,10 @@ static void test_errors(void)
                  "bad.yaml:1:17: health.path: must start with '/', got 'healthz'");
     EXPECT_ERROR("protocol: grpc\n",
                  "bad.yaml:1:11: protocol: unknown protocol 'grpc', expected sglang, vllm or pdshim");
-    /* A contract name the router cannot run yet: refused where written, not at start. */
+    /* pdshim without ticket keys: refused where written, not at start. */
     EXPECT_ERROR("listen: { port: 8000 }\nprotocol:   pdshim\n",
-                 "bad.yaml:2:13: protocol: protocol pdshim is not implemented yet; use protocol: sglang or "
-                 "vllm");
+                 "bad.yaml:2:13: protocol: protocol pdshim signs tickets: set ticket: { key_file: FILE } (or "
+                 "key_files)");
     EXPECT_ERROR("policy: { decode: bucket }\n",
                  "bad.yaml:1:19: policy.decode: unknown policy 'bucket', expected round_robin, "
                  "least_load, random, cache_aware, power_of_two or precise_prefix");
@@ -1195,8 +1196,8 @@ static void test_cli(void)
     EXPECT_ARGV_ERROR("argv: at least one --decode URL is required", "--prefill", "http://a:1", "8998");
     EXPECT_ARGV_ERROR("argv: at least one --prefill URL is required", "--decode", "http://a:1");
     EXPECT_ARGV_ERROR(
-        "argv: --protocol: protocol pdshim is not implemented yet; use protocol: sglang or vllm", "--prefill",
-        "http://a:1", "--decode", "http://b:1", "--protocol", "pdshim");
+        "argv: protocol: protocol pdshim signs tickets: set ticket: { key_file: FILE } (or key_files)",
+        "--prefill", "http://a:1", "--decode", "http://b:1", "--protocol", "pdshim");
     EXPECT_ARGV_ERROR("argv: --port: expected an integer in 1..65535, got 'abc'", "--port", "abc");
     EXPECT_ARGV_ERROR("argv: --port: expected an integer in 1..65535, got '0'", "--port=0");
     EXPECT_ARGV_ERROR("argv: --prefill: expected an integer in 1..65535, got '70000'", "--prefill",
@@ -1836,10 +1837,10 @@ static void test_pools(void)
     EXPECT_ERROR(
         "pools:\n  - name: a\n    protocol: grpc\n",
         "bad.yaml:3:15: pools[0].protocol: unknown protocol 'grpc', expected sglang, vllm or pdshim");
-    EXPECT_ERROR(
-        "pools:\n  - name: a\n    protocol: pdshim\n",
-        "bad.yaml:3:15: pools[0].protocol: protocol pdshim is not implemented yet; use protocol: sglang or "
-        "vllm");
+    EXPECT_ERROR("pools:\n  - name: a\n    models: [m]\n    protocol: pdshim\n    workers: { prefill: [ "
+                 "http://127.0.0.1:1 ], decode: [ http://127.0.0.1:2 ] }\n",
+                 "bad.yaml:4:15: pools[0].protocol: protocol pdshim signs tickets: set ticket: { key_file: "
+                 "FILE } (or key_files)");
     EXPECT_ERROR("pools:\n  - name: a\n    policy: { decode: fastest }\n",
                  "bad.yaml:3:23: pools[0].policy.decode: unknown policy 'fastest', expected round_robin, "
                  "least_load, random, cache_aware, power_of_two or precise_prefix");
@@ -1908,8 +1909,8 @@ static void test_pools(void)
         c->pools[1].models[0] = saved;
         c->pools[1].protocol = PDR_PROTO_PDSHIM;
         CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
-        CHECK_STR(err,
-                  "pools[1].protocol: protocol pdshim is not implemented yet; use protocol: sglang or vllm");
+        CHECK_STR(err, "pools[1].protocol: protocol pdshim signs tickets: set ticket: { key_file: FILE } (or "
+                       "key_files)");
         c->pools[1].protocol = PDR_PROTO_SGLANG;
         c->pools[1].name[0] = 'P';
         CHECK(pdr_config_validate(c, err, sizeof(err)) == PDR_ECONFIG);
@@ -2224,8 +2225,82 @@ static void after_case(void)
     }
 }
 
+/* ticket: (protocol pdshim): key_file and key_files read at load (a missing or short key is an error at
+ * its own line and column), ttl_ms, both forms at once refused, and pdshim runnable only with a key. */
+static void test_ticket_keys(void)
+{
+    char k1[300], k2[300], shortk[300], err[512];
+    snprintf(k1, sizeof(k1), "%s/ticket1.key", tmpdir);
+    snprintf(k2, sizeof(k2), "%s/ticket2.key", tmpdir);
+    snprintf(shortk, sizeof(shortk), "%s/short.key", tmpdir);
+    FILE *f = fopen(k1, "w");
+    fputs("0123456789abcdef0123456789abcdef\n", f);
+    fclose(f);
+    f = fopen(k2, "w");
+    fputs("another key of at least thirty-two bytes\n", f);
+    fclose(f);
+    f = fopen(shortk, "w");
+    fputs("short\n", f);
+    fclose(f);
+    char text[2048];
+    snprintf(text, sizeof(text), "protocol: pdshim\nticket: { key_file: %s }\n" WORKERS, k1);
+    pdr_config_t *c = load(text, err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        CHECK(c->protocol == PDR_PROTO_PDSHIM && c->ticket.keys != NULL && c->ticket.keys->n == 1);
+        CHECK(c->ticket.ttl_ms == 30000 && c->ticket.n_key_files == 1 &&
+              strcmp(c->ticket.key_files[0], k1) == 0);
+        pdr_config_unref(c);
+    }
+    snprintf(text, sizeof(text),
+             "protocol: pdshim\nticket:\n  key_files: [ %s, %s ]\n  ttl_ms: 12000\n" WORKERS, k2, k1);
+    c = load(text, err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        CHECK(c->ticket.keys->n == 2 && c->ticket.ttl_ms == 12000 && strcmp(c->ticket.key_files[0], k2) == 0);
+        pdr_config_unref(c);
+    }
+    /* Keys without pdshim are allowed (a rollout sets them first). */
+    snprintf(text, sizeof(text), "ticket: { key_file: %s }\n" WORKERS, k1);
+    c = load(text, err, sizeof(err));
+    CHECK(c != NULL);
+    pdr_config_unref(c);
+    char want[1024];
+    snprintf(text, sizeof(text), "protocol: pdshim\nticket: { key_file: %s/missing.key }\n" WORKERS, tmpdir);
+    snprintf(want, sizeof(want),
+             "bad.yaml:2:21: ticket.key_file: key file %s/missing.key: No such file or directory", tmpdir);
+    EXPECT_ERROR(text, want);
+    snprintf(text, sizeof(text), "ticket:\n  key_files:\n    - %s\n    - %s\n" WORKERS, k1, shortk);
+    snprintf(want, sizeof(want),
+             "bad.yaml:4:7: ticket.key_files: key file %s: 5 bytes; a key has at least 32 (head -c 32 "
+             "/dev/urandom)",
+             shortk);
+    EXPECT_ERROR(text, want);
+    snprintf(text, sizeof(text), "ticket: { key_files: [ %s, %s ] }\n" WORKERS, k1, k1);
+    snprintf(want, sizeof(want), "bad.yaml:1:22: ticket.key_files: key file %s: the same key as %s", k1, k1);
+    EXPECT_ERROR(text, want);
+    snprintf(text, sizeof(text), "ticket: { key_file: %s, key_files: [ %s ] }\n" WORKERS, k1, k2);
+    snprintf(want, sizeof(want),
+             "bad.yaml:1:%zu: ticket.key_files: ticket has key_file or key_files, not both (line 1)",
+             strlen("ticket: { key_file: , key_files: ") + strlen(k1) + 1);
+    EXPECT_ERROR(text, want);
+    EXPECT_ERROR(
+        "ticket: { key_files: [] }\n" WORKERS,
+        "bad.yaml:1:22: ticket.key_files: between 1 and 4 key files (the first signs, all verify), not 0");
+    EXPECT_ERROR("ticket: { key_files: x }\n" WORKERS,
+                 "bad.yaml:1:22: ticket.key_files: expected a sequence of key files, got a scalar");
+    EXPECT_ERROR("ticket: { ttl_ms: 5 }\n" WORKERS,
+                 "bad.yaml:1:19: ticket.ttl_ms: 5 is out of range, expected 1000..300000");
+    EXPECT_ERROR("ticket: { key: x }\n" WORKERS,
+                 "bad.yaml:1:11: unknown key 'key' in 'ticket' (valid keys: key_file, key_files, ttl_ms)");
+    unlink(k1);
+    unlink(k2);
+    unlink(shortk);
+}
+
 static const pdr_test_case_t runner_cases[] = {
     {"full_file", test_full_file, 60},
+    {"ticket_keys", test_ticket_keys, 60},
     {"defaults", test_defaults, 60},
     {"errors", test_errors, 60},
     {"urls", test_urls, 60},

@@ -45,6 +45,11 @@ ERRORS = {
     "ECONFIG": -985,
     "ENOTSUP": -984,
     "ECLOSED": -983,
+    "EBADTICKET": -982,
+    "ETICKETEXPIRED": -981,
+    "EFORGED": -980,
+    "EREPLAYED": -979,
+    "EWRONGPEER": -978,
 }
 _CODE_NAMES = {v: k for k, v in ERRORS.items()}
 globals().update({"PDR_" + k: v for k, v in ERRORS.items()})
@@ -65,6 +70,22 @@ class _Opts(ctypes.Structure):
         ("staging_chunks", ctypes.c_size_t),
         ("conns_per_peer", ctypes.c_int),
         ("io_threads", ctypes.c_int),
+        ("ticket_key_files", ctypes.POINTER(ctypes.c_char_p)),
+        ("n_ticket_key_files", ctypes.c_size_t),
+        ("ticket_max_skew_ms", ctypes.c_uint32),
+        ("ticket_identity", ctypes.c_char_p),
+        ("ticket_replay_max", ctypes.c_size_t),
+    ]
+
+
+class _TicketInfo(ctypes.Structure):
+    _fields_ = [
+        ("room", ctypes.c_uint64),
+        ("expires_ms", ctypes.c_uint64),
+        ("prefill_host", ctypes.c_char * 65),
+        ("prefill_port", ctypes.c_int),
+        ("decode_id", ctypes.c_char * 81),
+        ("key_id", ctypes.c_char * 9),
     ]
 
 
@@ -138,6 +159,12 @@ def load_library():
         lib.pdshim_fetch_ex.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64,
                                         ctypes.POINTER(_Seg), ctypes.c_size_t, ctypes.c_uint32, _RESULT_CB,
                                         ctypes.c_void_p]
+        for name in ("pdshim_offer_ticket", "pdshim_fetch_ticket"):
+            getattr(lib, name).restype = ctypes.c_int
+            getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_Seg), ctypes.c_size_t,
+                                           ctypes.c_uint32, _RESULT_CB, ctypes.c_void_p]
+        lib.pdshim_ticket_inspect.restype = ctypes.c_int
+        lib.pdshim_ticket_inspect.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_TicketInfo)]
         lib.pdshim_mem_register.restype = ctypes.c_int
         lib.pdshim_mem_register.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         lib.pdshim_mem_unregister.restype = ctypes.c_int
@@ -200,11 +227,17 @@ class Shim:
     """One pdshim instance. Use as a context manager or call close()."""
 
     def __init__(self, listen_host=None, listen_port=0, default_timeout_ms=0, max_segments=0, backend=None,
-                 chunk_bytes=0, staging_chunks=0, conns_per_peer=0, io_threads=0):
+                 chunk_bytes=0, staging_chunks=0, conns_per_peer=0, io_threads=0, ticket_key_files=(),
+                 ticket_max_skew_ms=0, ticket_identity=None, ticket_replay_max=0):
+        """ticket_key_files: the router's ticket key files (every one verifies); ticket_identity: a decode's
+        identity as tickets name it ("host:port" of its URL at the router)."""
         self._lib = load_library()
+        files = [os.fsencode(f) for f in ticket_key_files]
+        self._key_files = (ctypes.c_char_p * max(1, len(files)))(*files)
         opts = _Opts(listen_host.encode() if listen_host else None, listen_port, default_timeout_ms, max_segments,
                      backend.encode() if backend else None, chunk_bytes, staging_chunks, conns_per_peer,
-                     io_threads)
+                     io_threads, self._key_files if files else None, len(files), ticket_max_skew_ms,
+                     ticket_identity.encode() if ticket_identity else None, ticket_replay_max)
         err = ctypes.c_int(0)
         self._h = self._lib.pdshim_create(ctypes.byref(opts), ctypes.byref(err))
         if not self._h:
@@ -265,6 +298,34 @@ class Shim:
         return self._post(
             lambda s, n, t: self._lib.pdshim_fetch_ex(self._h, h, port, room, s, n, timeout_ms, self._cb, t),
             buffers, True, wait)
+
+    def offer_ticket(self, ticket, buffers, timeout_ms=0, wait=False):
+        """Prefill side, protocol pdshim: offer() of the room the router's signed ticket names. A bad
+        ticket raises PdshimError (EBADTICKET, EFORGED, ETICKETEXPIRED, EWRONGPEER, EREPLAYED) at once."""
+        t = ticket.encode() if isinstance(ticket, str) else bytes(ticket)
+        return self._post(
+            lambda s, n, k: self._lib.pdshim_offer_ticket(self._h, t, s, n, timeout_ms, self._cb, k),
+            buffers, False, wait)
+
+    def fetch_ticket(self, ticket, buffers, timeout_ms=0, wait=False):
+        """Decode side, protocol pdshim: fetch() from the prefill address inside the ticket."""
+        t = ticket.encode() if isinstance(ticket, str) else bytes(ticket)
+        return self._post(
+            lambda s, n, k: self._lib.pdshim_fetch_ticket(self._h, t, s, n, timeout_ms, self._cb, k),
+            buffers, True, wait)
+
+    def ticket_inspect(self, ticket):
+        """Verifies a ticket (syntax, key, MAC, expiry; not the peer, not replay) and returns its fields."""
+        if not self._h:
+            raise PdshimError(ERRORS["ECLOSED"], "shim closed")
+        t = ticket.encode() if isinstance(ticket, str) else bytes(ticket)
+        info = _TicketInfo()
+        rc = self._lib.pdshim_ticket_inspect(self._h, t, ctypes.byref(info))
+        if rc != 0:
+            raise PdshimError(rc, "ticket")
+        return {"room": info.room, "expires_ms": info.expires_ms, "prefill_host": info.prefill_host.decode(),
+                "prefill_port": info.prefill_port, "decode_id": info.decode_id.decode(),
+                "key_id": info.key_id.decode()}
 
     def register(self, address, length, kind="auto"):
         """Describes a memory region (GPU memory must be registered before segments point into it)."""

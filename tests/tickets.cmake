@@ -1,0 +1,10 @@
+# Tickets (protocol pdshim): the codec (common/ticket.c), its fuzz target, the shim's ticket calls, pdsim's
+# refusals and the router end to end.
+add_executable(test_ticket unit/test_ticket.c)
+target_link_libraries(test_ticket PRIVATE pdr_keyring)
+add_test(NAME ticket_unit COMMAND test_ticket)
+set_tests_properties(ticket_unit PROPERTIES TIMEOUT 120)
+
+add_executable(fuzz_ticket fuzz/fuzz_ticket.c)
+target_link_libraries(fuzz_ticket PRIVATE pdr_keyring)
+pdr_fuzz_corpus_test(ticket_fuzz_corpus fuzz_ticket ticket 120)

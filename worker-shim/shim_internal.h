@@ -1,0 +1,38 @@
+/* The shim's state, shared by shim.c (transfers) and shim_ticket.c (tickets and their replay caches). */
+#ifndef PDSHIM_INTERNAL_H
+#define PDSHIM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include "keyring.h"
+#include "pdshim.h"
+#include "transport.h"
+
+/* The rooms of the tickets one role accepted, each until its expiry (plus the skew): open addressing,
+ * linear probing, a slot whose entry expired reused. Bounded at init; never grows. */
+typedef struct pdshim__replay {
+    struct pdshim__seen {
+        uint64_t room;
+        uint64_t until_ms; /* 0: never used */
+    } * slots;
+    size_t cap;  /* a power of two, at least twice max */
+    size_t max;  /* live entries allowed */
+    size_t used; /* slots ever filled since the last rebuild */
+} pdshim__replay_t;
+
+struct pdshim {
+    pdr_xfer_engine_t *eng;
+    /* Tickets: read-only after create, except the replay caches under lock. */
+    pdr_keyring_t *keys; /* NULL: no key files */
+    uint32_t skew_ms;
+    uint32_t default_ms; /* the operations' default timeout (opts.default_timeout_ms or 30000) */
+    char identity[96];   /* "" when not checked */
+    pthread_mutex_t lock;
+    pdshim__replay_t seen[2]; /* [0] offers, [1] fetches */
+};
+
+/* Sets up the ticket part of shim from opts. 0, or PDR_EINVAL / PDR_ENOMEM / a key file's error. */
+int pdshim__tickets_init(pdshim_t *shim, const pdshim_opts_t *opts);
+void pdshim__tickets_free(pdshim_t *shim);
+
+#endif
