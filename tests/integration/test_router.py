@@ -550,13 +550,13 @@ def scenario_check_config():
     check(out.returncode == 0, "valid config: %d %s" % (out.returncode, out.stderr))
     out = subprocess.run([exe, "--check-config", bad], capture_output=True, text=True)
     check(out.returncode == 2 and ("%s:7:18:" % bad) in out.stderr, "broken config: %d %r" % (out.returncode, out.stderr))
-    # What the router refuses at start, --check-config refuses too, at the key: the protocol it cannot
-    # run yet. The same file given to the router stops it with the same message, before it listens.
+    # What the router refuses at start, --check-config refuses too, at the key: protocol pdshim without
+    # ticket keys. The same file given to the router stops it with the same message, before it listens.
     unsupported = tempfile.mktemp(suffix=".yaml")
     with open(unsupported, "w") as f:
         f.write("workers:\n  prefill: [ http://127.0.0.1:1 ]\n  decode: [ http://127.0.0.1:3 ]\n"
                 "protocol:  pdshim\n")
-    want = ("%s:4:12: protocol: protocol pdshim is not implemented yet; use protocol: sglang or vllm"
+    want = ("%s:4:12: protocol: protocol pdshim signs tickets: set ticket: { key_file: FILE } (or key_files)"
             % unsupported)
     out = subprocess.run([exe, "--check-config", unsupported], capture_output=True, text=True)
     check(out.returncode == 2 and want in out.stderr, "check-config pdshim: %d %r" % (out.returncode, out.stderr))

@@ -1469,10 +1469,15 @@ static int parse_tickets(sim_req_t *ctx, const json_t *body, char *err, size_t e
         sim_item_t *it = &ctx->items[i];
         int bad = 0;
         json_t *t = field_at(ctx, tickets, i, &bad);
-        if (tickets == NULL || bad || !json_is_string(t)) {
+        if (tickets == NULL) {
             snprintf(err, errlen, "pdsim: pd_ticket refused (missing): a signed ticket is required%s",
                      ctx->batch ? ", one per batch item" : "");
             return TICKET_MISSING;
+        }
+        if (bad || !json_is_string(t)) {
+            snprintf(err, errlen, "pdsim: pd_ticket refused (malformed): expected %s",
+                     ctx->batch ? "a list of one ticket string per batch item" : "a ticket string");
+            return TICKET_MALFORMED;
         }
         pdshim_ticket_info_t info;
         int rc = pdshim_ticket_inspect(S.shim, json_string_value(t), &info);
