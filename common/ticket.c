@@ -208,6 +208,7 @@ static int parse(const char *s, size_t len, pdr_ticket_t *out, size_t *signed_le
         return PDR_EBADTICKET;
     }
     memcpy(out->key_id, s + PREFIX_LEN, PDR_KEY_ID_LEN);
+    memcpy(out->mac, mac, PDR_HMAC_LEN);
     *signed_len = len - MAC_B64_LEN - 1;
     return 0;
 }

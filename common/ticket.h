@@ -30,6 +30,7 @@ typedef struct pdr_ticket {
     int port;                           /* the prefill's transport (bootstrap) port, 1..65535 */
     char peer[PDR_TICKET_PEER_MAX + 1]; /* the decode's identity ("host:port" of its URL) */
     char key_id[PDR_KEY_ID_LEN + 1];    /* verify only: the key that signed */
+    uint8_t mac[PDR_HMAC_LEN];          /* verify only: the MAC (known only to holders of the ticket) */
 } pdr_ticket_t;
 
 /* Writes the ticket for t (its key_id is ignored) signed with key into out (cap bytes, NUL-terminated).

@@ -14,3 +14,8 @@ foreach(s end_to_end strip_client_ticket refusals rotation reload config_errors)
   add_test(NAME tickets_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_tickets.py ${s})
   set_tests_properties(tickets_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
+
+# The shim's ticket calls through the Python binding (the library's environment as test_shim_python's).
+add_test(NAME tickets_shim_python
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_shim_tickets.py ${CMAKE_BINARY_DIR})
+set_tests_properties(tickets_shim_python PROPERTIES TIMEOUT 60 ENVIRONMENT "${PDR_XFER_PY_ENV}")

@@ -182,6 +182,11 @@ PDSHIM_API int pdshim_cancel(pdshim_t *shim, uint64_t room);
  * callback does not run; an accepted one is used up even if the transfer then fails.
  *
  * The operation's deadline is timeout_ms (0: the shim's default) but never past the ticket's expiry.
+ *
+ * The fetch is bound to the ticket: on the transport both shims name the room by 64 bits of the ticket's
+ * MAC, not by its bootstrap room, so a prefill that offered by ticket serves only a decode that fetches
+ * with that ticket (a plain pdshim_fetch of the room number finds nothing). Both sides of a room must
+ * use the ticket calls. Callbacks report the bootstrap room, and pdshim_cancel takes it.
  */
 typedef struct pdshim_ticket_info {
     uint64_t room;

@@ -160,7 +160,14 @@ PDSHIM_API int pdshim_cancel(pdshim_t *shim, uint64_t room)
 {
     if (shim == NULL)
         return PDR_EINVAL;
-    return pdr_xfer_cancel(shim->eng, room);
+    /* A room offered or fetched by ticket runs on the transport under its ticket-derived name. */
+    int rc = pdr_xfer_cancel(shim->eng, room);
+    for (int role = 0; role < 2; role++) {
+        uint64_t x = pdshim__ticket_xroom(shim, role, room);
+        if (x != 0 && x != room && pdr_xfer_cancel(shim->eng, x) == 0)
+            rc = 0;
+    }
+    return rc;
 }
 
 PDSHIM_API const char *pdshim_strerror(int status)

@@ -12,7 +12,8 @@
  * linear probing, a slot whose entry expired reused. Bounded at init; never grows. */
 typedef struct pdshim__replay {
     struct pdshim__seen {
-        uint64_t room;
+        uint64_t room;     /* the ticket's room (the caller's name for it) */
+        uint64_t xroom;    /* the room's name on the transport, derived from the ticket's MAC */
         uint64_t until_ms; /* 0: never used */
     } * slots;
     size_t cap;  /* a power of two, at least twice max */
@@ -34,5 +35,8 @@ struct pdshim {
 /* Sets up the ticket part of shim from opts. 0, or PDR_EINVAL / PDR_ENOMEM / a key file's error. */
 int pdshim__tickets_init(pdshim_t *shim, const pdshim_opts_t *opts);
 void pdshim__tickets_free(pdshim_t *shim);
+/* The transport room of a ticket this shim accepted under room (pdshim_cancel by the caller's room), or 0
+ * when none is live. role: 0 offers, 1 fetches. */
+uint64_t pdshim__ticket_xroom(pdshim_t *shim, int role, uint64_t room);
 
 #endif

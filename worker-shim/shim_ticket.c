@@ -3,6 +3,12 @@
  * signed ticket, check the peer, remember it against replay, then run the plain offer or fetch with the
  * room, the prefill address and a deadline taken from the ticket. Any thread may call in: the key ring
  * is read-only after create, the replay caches are under the shim's lock (a handful of loads per call).
+ *
+ * Binding the fetch to the ticket: on the transport the room is not named by its bootstrap room (which
+ * the request body, logs and metrics show) but by 64 bits of the ticket's MAC, which only holders of the
+ * ticket know. A prefill that offered by ticket serves the room only to a fetch that names that value:
+ * a peer that knows the room number but not the ticket finds nothing to fetch. Callbacks and
+ * pdshim_cancel keep using the bootstrap room.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,8 +66,22 @@ static size_t replay_rebuild(pdshim__replay_t *r, uint64_t now_ms)
     return live;
 }
 
+/* The live entry of room, or NULL. */
+static const struct pdshim__seen *replay_find(const pdshim__replay_t *r, uint64_t room, uint64_t now_ms)
+{
+    size_t i = slot_of(room, r->cap);
+    for (size_t probes = 0; r->slots != NULL && probes < r->cap; probes++, i = (i + 1) & (r->cap - 1)) {
+        const struct pdshim__seen *s = &r->slots[i];
+        if (s->until_ms == 0)
+            return NULL;
+        if (s->until_ms >= now_ms && s->room == room)
+            return s;
+    }
+    return NULL;
+}
+
 /* Records room until until_ms. 0, PDR_EREPLAYED (live already) or PDR_ETOOBIG (max live entries). */
-static int replay_add(pdshim__replay_t *r, uint64_t room, uint64_t until_ms, uint64_t now_ms)
+static int replay_add(pdshim__replay_t *r, uint64_t room, uint64_t xroom, uint64_t until_ms, uint64_t now_ms)
 {
     size_t free_slot = r->cap, i = slot_of(room, r->cap);
     for (size_t probes = 0; probes < r->cap; probes++, i = (i + 1) & (r->cap - 1)) {
@@ -84,13 +104,50 @@ static int replay_add(pdshim__replay_t *r, uint64_t room, uint64_t until_ms, uin
         if (r->used >= r->max) {
             if (replay_rebuild(r, now_ms) >= r->max)
                 return PDR_ETOOBIG;
-            return replay_add(r, room, until_ms, now_ms);
+            return replay_add(r, room, xroom, until_ms, now_ms);
         }
         r->used++;
     }
     r->slots[free_slot].room = room;
+    r->slots[free_slot].xroom = xroom;
     r->slots[free_slot].until_ms = until_ms;
     return 0;
+}
+
+uint64_t pdshim__ticket_xroom(pdshim_t *shim, int role, uint64_t room)
+{
+    if (shim->keys == NULL)
+        return 0;
+    pthread_mutex_lock(&shim->lock);
+    const struct pdshim__seen *s = replay_find(&shim->seen[role], room, pdr_ticket_now_ms());
+    uint64_t x = s != NULL ? s->xroom : 0;
+    pthread_mutex_unlock(&shim->lock);
+    return x;
+}
+
+/* The room's name on the transport: the first 8 bytes of the ticket's MAC (never 0). */
+static uint64_t xfer_room(const pdr_ticket_t *t)
+{
+    uint64_t x = 0;
+    for (int i = 0; i < 8; i++)
+        x = x << 8 | t->mac[i];
+    return x != 0 ? x : 1;
+}
+
+/* The result callback of a ticket operation: reports the ticket's room, not the transport's name. */
+struct tk_call {
+    pdshim_result_cb cb;
+    void *arg;
+    uint64_t room;
+};
+
+static void tk_done(void *arg, const pdshim_result_t *res)
+{
+    struct tk_call c = *(struct tk_call *)arg;
+    free(arg);
+    pdshim_result_t r = *res;
+    r.room = c.room;
+    c.cb(c.arg, &r);
 }
 
 int pdshim__tickets_init(pdshim_t *shim, const pdshim_opts_t *opts)
@@ -175,7 +232,7 @@ static int admit(pdshim_t *shim, int role, const pdr_ticket_t *t, uint64_t now_m
     }
     uint64_t until = t->expires_ms + shim->skew_ms;
     pthread_mutex_lock(&shim->lock);
-    int rc = replay_add(&shim->seen[role], t->room, until, now_ms);
+    int rc = replay_add(&shim->seen[role], t->room, xfer_room(t), until, now_ms);
     pthread_mutex_unlock(&shim->lock);
     if (rc != 0)
         return rc;
@@ -199,7 +256,14 @@ PDSHIM_API int pdshim_offer_ticket(pdshim_t *shim, const char *ticket, const pds
         rc = admit(shim, 0, &t, now, &timeout_ms);
     if (rc != 0)
         return rc;
-    return pdshim_offer_ex(shim, t.room, segs, nseg, timeout_ms, cb, arg);
+    struct tk_call *c = malloc(sizeof(*c));
+    if (c == NULL)
+        return PDR_ENOMEM;
+    *c = (struct tk_call){cb, arg, t.room};
+    rc = pdshim_offer_ex(shim, xfer_room(&t), segs, nseg, timeout_ms, tk_done, c);
+    if (rc != 0)
+        free(c);
+    return rc;
 }
 
 PDSHIM_API int pdshim_fetch_ticket(pdshim_t *shim, const char *ticket, const pdshim_seg_t *segs, size_t nseg,
@@ -214,7 +278,14 @@ PDSHIM_API int pdshim_fetch_ticket(pdshim_t *shim, const char *ticket, const pds
         rc = admit(shim, 1, &t, now, &timeout_ms);
     if (rc != 0)
         return rc;
-    return pdshim_fetch_ex(shim, t.host, t.port, t.room, segs, nseg, timeout_ms, cb, arg);
+    struct tk_call *c = malloc(sizeof(*c));
+    if (c == NULL)
+        return PDR_ENOMEM;
+    *c = (struct tk_call){cb, arg, t.room};
+    rc = pdshim_fetch_ex(shim, t.host, t.port, xfer_room(&t), segs, nseg, timeout_ms, tk_done, c);
+    if (rc != 0)
+        free(c);
+    return rc;
 }
 
 PDSHIM_API int pdshim_ticket_inspect(pdshim_t *shim, const char *ticket, pdshim_ticket_info_t *out)
