@@ -432,11 +432,51 @@ static void test_vllm_answer(void)
     CHECK(kv_of("[]", &kv, &n, err) == PDR_EINVAL);
 }
 
+/* protocol pdshim: the router's pd_ticket after the bootstrap fields (an array in a batch, one per room);
+ * a client's pd_ticket is dropped by every builder, tickets or not. */
+static void test_tickets(void)
+{
+    uint64_t rooms[2] = {11, 22};
+    const char *tk[2] = {"pt1.0011aabb.AAAA.x-_", "pt1.0011aabb.BBBB.y-_"};
+    pdr_pdreq_t r;
+    char err[256];
+    size_t len;
+    /* An escaped spelling is the same key: dropped too. */
+    const char *b = "{\"text\":\"hi\",\"pd\\u005fticket\":\"pt1.client\"}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, b, strlen(b), &r, err, sizeof(err)) == 0);
+    char *s = pdr_pdreq_build_body_ticket(&r, "10.0.0.1", 8998, rooms, -1, tk, &len);
+    CHECK(s != NULL && strlen(s) == len);
+    CHECK(s != NULL && strcmp(s, "{\"text\":\"hi\",\"bootstrap_host\":\"10.0.0.1\",\"bootstrap_port\":8998,"
+                                 "\"bootstrap_room\":11,\"pd_ticket\":\"pt1.0011aabb.AAAA.x-_\"}") == 0);
+    free(s);
+    s = pdr_pdreq_build_body(&r, "10.0.0.1", 8998, rooms, &len);
+    CHECK(s != NULL && strstr(s, "pd_ticket") == NULL && strstr(s, "client") == NULL);
+    free(s);
+    s = pdr_pdreq_build_plain(&r, -1, &len);
+    CHECK(s != NULL && strcmp(s, "{\"text\":\"hi\"}") == 0);
+    free(s);
+    pdr_pdreq_clear(&r);
+    const char *batch = "{\"text\":[\"a\",\"b\"],\"pd_ticket\":[\"c1\",\"c2\"]}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, batch, strlen(batch), &r, err, sizeof(err)) == 0 &&
+          r.batch == 2);
+    s = pdr_pdreq_build_body_ticket(&r, "h", 1, rooms, 3, tk, &len);
+    json_t *j = s != NULL ? json_loads(s, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    CHECK(j != NULL);
+    json_t *t = json_object_get(j, "pd_ticket");
+    CHECK(json_is_array(t) && json_array_size(t) == 2);
+    CHECK(strcmp(json_string_value(json_array_get(t, 1)), tk[1]) == 0);
+    CHECK(json_integer_value(json_object_get(j, "data_parallel_rank")) == 3);
+    json_decref(j);
+    free(s);
+    pdr_pdreq_clear(&r);
+}
+
 static const pdr_test_case_t cases[] = {
     {"vllm_bodies", test_vllm_bodies, 60},
     {"vllm_answer", test_vllm_answer, 60},
     {"injection", test_injection, 60},
     {"splice", test_splice, 60},
+    {"tickets", test_tickets, 60},
     {"batch", test_batch, 60},
     {"validation", test_validation, 60},
     {"prompt_forms", test_prompt_forms, 60},
