@@ -235,7 +235,7 @@ int pdr_ticket_verify(const pdr_keyring_t *kr, const char *s, size_t len, uint64
         mac_of(key, s, sl, want);
         if (!pdr_ct_equal(mac, want, PDR_HMAC_LEN))
             rc = PDR_EFORGED;
-        else if (out->expires_ms + skew_ms < out->expires_ms || now_ms > out->expires_ms + skew_ms)
+        else if (out->expires_ms < UINT64_MAX - skew_ms && now_ms > out->expires_ms + skew_ms)
             rc = PDR_ETICKETEXPIRED;
     }
     if (rc != 0)

@@ -19,9 +19,10 @@
 #include <stdint.h>
 #include "keyring.h"
 
-#define PDR_TICKET_MAX 300     /* characters of a ticket, the longest one fits */
-#define PDR_TICKET_HOST_MAX 64 /* bytes of the prefill's transport host */
-#define PDR_TICKET_PEER_MAX 80 /* bytes of the decode's identity */
+#define PDR_TICKET_MAX 300           /* characters of a ticket, the longest one fits */
+#define PDR_TICKET_HOST_MAX 64       /* bytes of the prefill's transport host */
+#define PDR_TICKET_PEER_MAX 80       /* bytes of the decode's identity */
+#define PDR_TICKET_TTL_MAX_MS 300000 /* the longest ticket.ttl_ms; shims refuse expiries further ahead */
 
 typedef struct pdr_ticket {
     uint64_t room;                      /* the bootstrap room; also the replay key */

@@ -20,6 +20,7 @@
 #include "config_internal.h"
 #include "defaults.h"
 #include "keyring.h"
+#include "ticket.h"
 
 enum ftype {
     F_SECTION,     /* a mapping described by sub */
@@ -141,7 +142,7 @@ static const struct field retries_fields[] = {
 static const struct field ticket_fields[] = {
     {"key_file", F_TICKET_KEYS, 0, 0, 0, NULL},
     {"key_files", F_TICKET_KEYS, 0, 1, 0, NULL},
-    {"ttl_ms", F_INT, CONF(ticket.ttl_ms), 1000, 300000, NULL},
+    {"ttl_ms", F_INT, CONF(ticket.ttl_ms), 1000, PDR_TICKET_TTL_MAX_MS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field kv_events_fields[] = {

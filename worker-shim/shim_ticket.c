@@ -224,6 +224,11 @@ static int verify(pdshim_t *shim, const char *ticket, pdr_ticket_t *t, uint64_t 
  * operation's deadline, capped at the ticket's expiry. */
 static int admit(pdshim_t *shim, int role, const pdr_ticket_t *t, uint64_t now_ms, uint32_t *timeout)
 {
+    /* The router signs at most PDR_TICKET_TTL_MAX_MS ahead: a later expiry would hold a replay slot for
+     * longer than any ticket lives, so it is refused as malformed (it can only come from a wrong clock
+     * or a wrong signer). */
+    if (t->expires_ms > now_ms + PDR_TICKET_TTL_MAX_MS + shim->skew_ms)
+        return PDR_EBADTICKET;
     if (role == 0) {
         if (pdshim_listen_port(shim) != t->port)
             return PDR_EWRONGPEER;

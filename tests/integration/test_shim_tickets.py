@@ -74,6 +74,14 @@ def main():
             for bt in tickets:
                 refused(lambda: pre.offer_ticket(bt, src), name)
                 refused(lambda: dec.fetch_ticket(bt, bytearray(10)), name)
+        # An expiry further ahead than any ticket lives (300 s + skew): refused, not remembered for hours.
+        bad = {
+            "EBADTICKET": [pdticket.sign(key, 83, H, pre.port, me, expires_ms=pdticket.now_ms() + 3600 * 1000)],
+        }
+        for name, tickets in bad.items():
+            for bt in tickets:
+                refused(lambda: pre.offer_ticket(bt, src), name)
+                refused(lambda: dec.fetch_ticket(bt, bytearray(10)), name)
         refused(lambda: pre.offer_ticket(pdticket.sign(key, 80, H, pre.port + 1, me), src), "EWRONGPEER")
         refused(lambda: dec.fetch_ticket(pdticket.sign(key, 80, H, pre.port, "10.0.0.9:1"), bytearray(1)),
                 "EWRONGPEER")
