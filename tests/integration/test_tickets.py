@@ -43,21 +43,22 @@ def sim(role, *keys, extra=()):
     return pdtest.start(argv + list(extra), name="pdsim-%s" % role)
 
 
-def write_config(path, prefills, decodes, ticket_yaml, port, aport, protocol="pdshim"):
+def write_config(path, prefills, decodes, ticket_yaml, port, aport, protocol="pdshim", bport=None):
     lines = ["listen: { host: 127.0.0.1, port: %d }" % port, "admin: { host: 127.0.0.1, port: %d }" % aport,
              "protocol: %s" % protocol, "workers:", "  prefill:"]
-    lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %d }" % (p.port, p.ports["bport"]) for p in prefills]
+    lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %s }" % (p.port, bport or p.ports["bport"])
+              for p in prefills]
     lines += ["  decode:"] + ["    - { url: http://127.0.0.1:%d }" % d.port for d in decodes]
     lines += [ticket_yaml, "log: { access_log: off }", "lifecycle: { drain_grace_ms: 0 }"]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
-def router(prefills, decodes, ticket_yaml, protocol="pdshim"):
+def router(prefills, decodes, ticket_yaml, protocol="pdshim", bport=None):
     port, aport = pdtest.free_port(), pdtest.free_port()
     fd, path = tempfile.mkstemp(prefix="pdrouter-", suffix=".yaml")
     os.close(fd)
-    write_config(path, prefills, decodes, ticket_yaml, port, aport, protocol)
+    write_config(path, prefills, decodes, ticket_yaml, port, aport, protocol, bport)
     fd, log_path = tempfile.mkstemp(prefix="pdtest-pdrouter-", suffix=".log")
     with os.fdopen(fd, "w") as log:
         proc = subprocess.Popen([pdtest.binary("pdrouter"), "--config", path], stdout=log, stderr=subprocess.STDOUT)
@@ -141,6 +142,18 @@ def scenario_end_to_end():
         return st == 200 and "\npdr_tickets_signed_total 6\n" in m.decode()
 
     pdtest.poll_until(counted, 5, "pdr_tickets_signed_total 6")
+
+
+def scenario_no_bootstrap_port():
+    """A prefill without a bootstrap port cannot be named in a ticket: the request answers 500 in the
+    OpenAI error shape saying so, and neither worker is called."""
+    ka = keyfile(KEY_A)
+    p, d = sim("prefill", ka), sim("decode", ka)
+    r = router([p], [d], "ticket: { key_file: %s }" % ka, bport="none")
+    st, ans = generate(r.port, PROMPT)
+    check(st == 500 and ans["error"]["code"] == 500 and "has no bootstrap port" in ans["error"]["message"],
+          "status %d %r" % (st, ans), r)
+    check(stats(p)["requests"] == 0 and stats(d)["requests"] == 0, "a worker was called")
 
 
 def scenario_strip_client_ticket():
