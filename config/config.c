@@ -426,6 +426,9 @@ static void config_free(pdr_config_t *c)
     free(c->log.level);
     free(c->log.dir);
     free(c->tokenizer);
+    free(c->tracing.otlp_endpoint);
+    free(c->tracing.file);
+    free(c->tracing.service_name);
     discovery_conf_free(&c->discovery);
     free(c);
 }
@@ -491,10 +494,17 @@ pdr_config_t *pdr_config_new_default(void)
     c->kv_events.resync_messages = 32;
     c->log.access_log = strdup(PDR_DEF_ACCESS_LOG);
     c->log.level = strdup(PDR_DEF_LOG_LEVEL);
+    c->tracing.sample_ratio = 1.0;
+    c->tracing.service_name = strdup("pdrouter");
+    c->tracing.batch_max = 512;
+    c->tracing.flush_ms = 1000;
+    c->tracing.queue_max = 8192;
+    c->tracing.timeout_ms = 2000;
     pdr__discovery_conf_defaults(&c->discovery);
     if (c->source == NULL || c->listen_host == NULL || c->admin_host == NULL || c->metrics_host == NULL ||
         c->health.path == NULL || c->log.access_log == NULL || c->log.level == NULL ||
-        c->admin_deny_networks.nets == NULL || c->n_request_id_headers != sizeof(rid) / sizeof(rid[0])) {
+        c->tracing.service_name == NULL || c->admin_deny_networks.nets == NULL ||
+        c->n_request_id_headers != sizeof(rid) / sizeof(rid[0])) {
         config_free(c);
         return NULL;
     }

@@ -238,6 +238,19 @@ typedef struct pdr_config {
         char *dir;        /* NULL (default): the router's log on stderr only; else also DIR/pdrouter.log */
     } log;
 
+    /* Trace export (router/trace.h): spans of each PD request under its W3C trace context. Exporting is
+     * on when otlp_endpoint or file is set; read at start (a reload keeps the running exporter). */
+    struct {
+        char *otlp_endpoint; /* NULL (default): none; else an OTLP/HTTP traces URL (JSON encoding) */
+        char *file;          /* NULL (default): none; else a file that gets one OTLP JSON object per line */
+        double sample_ratio; /* default 1: the share of new traces recorded (a client's sampled bit rules) */
+        char *service_name;  /* default "pdrouter": the resource's service.name */
+        int batch_max;       /* default 512: spans per export request */
+        int flush_ms;        /* default 1000: a partial batch waits at most this long */
+        int queue_max;       /* default 8192: spans waiting for export; more are dropped and counted */
+        int timeout_ms;      /* default 2000: one export request's deadline */
+    } tracing;
+
     int threads; /* event-loop threads; 0 (default) = one per CPU core */
     /* dp_aware (--dp-aware, the sglang router's flag): at start, each static worker without a dp_size is
      * asked its dp_size (GET /get_server_info); router/dpaware.c. Default 0. */

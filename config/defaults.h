@@ -92,6 +92,9 @@
 #define PDR_MAX_RETRIES 10
 #define PDR_MAX_HASH_PREFIX_CHARS (1 << 20) /* cache_aware.hash_prefix_chars: 1 MiB of prompt */
 #define PDR_MAX_THREADS 256
+#define PDR_MAX_TRACE_BATCH 65536   /* tracing.batch_max */
+#define PDR_MAX_TRACE_QUEUE 1048576 /* tracing.queue_max: spans of about 1 KiB each */
+#define PDR_MAX_TRACE_MS 600000     /* tracing.flush_ms, tracing.timeout_ms: 10 min */
 #define PDR_MIN_BODY_BYTES 1024
 #define PDR_MAX_BODY_BYTES ((int64_t)1 << 40) /* 1 TiB: a sanity ceiling, not a recommendation */
 #define PDR_MAX_INFLIGHT 10000000

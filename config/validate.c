@@ -664,6 +664,17 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         pdr__config_err(err, errlen, "log.dir: must not be empty (leave it out for stderr only)");
         return PDR_ECONFIG;
     }
+    if (!(c->tracing.sample_ratio >= 0 && c->tracing.sample_ratio <= 1)) {
+        pdr__config_err(err, errlen, "tracing.sample_ratio: expected a number in [0, 1]");
+        return PDR_ECONFIG;
+    }
+    CHECK_RANGE(c->tracing.batch_max, 1, PDR_MAX_TRACE_BATCH, "tracing.batch_max");
+    CHECK_RANGE(c->tracing.queue_max, 1, PDR_MAX_TRACE_QUEUE, "tracing.queue_max");
+    CHECK_RANGE(c->tracing.flush_ms, 1, PDR_MAX_TRACE_MS, "tracing.flush_ms");
+    CHECK_RANGE(c->tracing.timeout_ms, 1, PDR_MAX_TRACE_MS, "tracing.timeout_ms");
+    if (c->tracing.otlp_endpoint != NULL &&
+        check_string(c->tracing.otlp_endpoint, pdr__check_api_server, "tracing.otlp_endpoint", err, errlen))
+        return PDR_ECONFIG;
     int rc = check_discovery(&c->discovery, "", err, errlen);
     if (rc == 0 && c->n_pools > 0)
         return check_pools(c, err, errlen);

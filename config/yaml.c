@@ -179,6 +179,17 @@ static const struct field log_fields[] = {
     {"dir", F_STR_OPT, CONF(log.dir), 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
+static const struct field tracing_fields[] = {
+    {"otlp_endpoint", F_API_URL, CONF(tracing.otlp_endpoint), 0, 0, NULL},
+    {"file", F_STR_OPT, CONF(tracing.file), 0, 0, NULL},
+    {"sample_ratio", F_DOUBLE, CONF(tracing.sample_ratio), 0, 1, NULL},
+    {"service_name", F_STR, CONF(tracing.service_name), 0, 0, NULL},
+    {"batch_max", F_INT, CONF(tracing.batch_max), 1, PDR_MAX_TRACE_BATCH, NULL},
+    {"flush_ms", F_INT, CONF(tracing.flush_ms), 1, PDR_MAX_TRACE_MS, NULL},
+    {"queue_max", F_INT, CONF(tracing.queue_max), 1, PDR_MAX_TRACE_QUEUE, NULL},
+    {"timeout_ms", F_INT, CONF(tracing.timeout_ms), 1, PDR_MAX_TRACE_MS, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
 static const struct field lifecycle_fields[] = {
     {"drain_grace_ms", F_INT, CONF(lifecycle.drain_grace_ms), 0, PDR_MAX_MS, NULL},
     {"drain_timeout_ms", F_INT, CONF(lifecycle.drain_timeout_ms), 1, PDR_MAX_MS, NULL},
@@ -304,6 +315,7 @@ static const struct field top_fields[] = {
     {"ticket", F_SECTION, 0, 0, 0, ticket_fields},
     {"log", F_SECTION, 0, 0, 0, log_fields},
     {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields},
+    {"tracing", F_SECTION, 0, 0, 0, tracing_fields},
     {"threads", F_INT, CONF(threads), 0, PDR_MAX_THREADS, NULL},
     {"dp_aware", F_BOOL, CONF(dp_aware), 0, 0, NULL},
     {"tokenizer", F_STR_OPT, CONF(tokenizer), 0, 0, NULL},

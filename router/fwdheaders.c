@@ -13,6 +13,7 @@
 #include "err.h"
 #include "fwdheaders.h"
 #include "router.h"
+#include "trace.h"
 #include "util.h"
 
 static int lc(int c)
@@ -476,11 +477,12 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
     /* Several traceparent fields: which one would be the parent? None is trusted. */
     int traced = n_tp == 1 && pdr_traceparent_parse(tp->base, tp->len, &f->trace) == 0;
     if (!traced) {
-        /* A new trace. Flags 01 (sampled): the router records its part (the access log's trace_id), and
-         * workers that sample by their parent's flag keep the trace. */
+        /* A new trace. Flags 01 (sampled) unless tracing.sample_ratio leaves it out: the router records its
+         * part (the access log's trace_id, the exported spans), and workers that sample by their parent's
+         * flag keep the trace. */
         random_nonzero(f->trace.trace_id, 16);
         memset(f->trace.parent_id, 0, 8);
-        f->trace.flags = 0x01;
+        f->trace.flags = pdr_trace_sample_new() ? 0x01 : 0x00;
     }
     pdr_hex(f->trace.trace_id, 16, f->trace_id);
 
@@ -570,7 +572,7 @@ const char *const *pdr_fwd_leg(pdr_fwd_t *f)
 {
     /* Each leg is a new span of the router's (as Envoy makes one per upstream call): the workers see the
      * router's span as their parent, and each leg's id is its own. */
-    uint8_t span[8];
+    uint8_t *span = f->last_span;
     random_nonzero(span, 8);
     char *o = f->tp_line;
     memcpy(o, "traceparent: 00-", 16);

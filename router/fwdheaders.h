@@ -62,7 +62,8 @@ typedef struct pdr_fwd {
     char trace_id[33]; /* lower-case hex, for the access log */
     pdr_trace_t trace; /* the trace the legs continue (parent_id: the client's, or zero) */
     char tp_line[16 + PDR_TRACEPARENT_LEN];
-    const char *leg[3]; /* {block, tp_line, NULL}: what pdr_fwd_leg() returns */
+    const char *leg[3];   /* {block, tp_line, NULL}: what pdr_fwd_leg() returns */
+    uint8_t last_span[8]; /* the span id in the last pdr_fwd_leg()'s traceparent (the leg's trace span) */
 } pdr_fwd_t;
 
 /* The header lines of one more leg: the shared block and a traceparent with a new span id. The array

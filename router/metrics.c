@@ -8,6 +8,8 @@
 #include "disagg.h"
 #include "kv_events.h"
 #include "metrics.h"
+#include "phases.h"
+#include "trace.h"
 
 static const double bucket_sets[PDR_BUCKETS__COUNT][PDR_HIST_BUCKETS] = {
     [PDR_BUCKETS_DEFAULT] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
@@ -355,6 +357,8 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
             (unsigned long long)__atomic_load_n(&pool->ca_decisions[d], __ATOMIC_RELAXED));
     if (x->router != NULL)
         pdr_kv_events_metrics(x->router, put_line, &o);
+    pdr_phase_metrics_render(ms, n, put_line, &o);
+    pdr_trace_metrics(put_line, &o);
     put(&o, "# HELP pdr_workers Workers in the pool by role and source.\n# TYPE pdr_workers gauge\n");
     for (int role = 0; role < PDR_ROLES; role++)
         for (int src = 0; src < 4; src++) {

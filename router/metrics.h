@@ -73,6 +73,7 @@ typedef struct pdr_metrics {
     pdr_hist_t prefill[PDR_MR__COUNT]; /* PDR_BUCKETS_LLM */
     uint64_t stream_events_total[PDR_MR__COUNT];
     uint64_t started_wall_s;
+    struct pdr_phase_metrics *phases; /* phases.h: allocated with the loop, NULL in summed copies */
     int64_t waiting; /* gauge: PD requests whose response has not started (queued in the workers) */
 } pdr_metrics_t;
 

@@ -31,9 +31,11 @@
 #include "disagg.h"
 #include "err.h"
 #include "pd_vllm.h"
+#include "phases.h"
 #include "tickets.h"
 #include "router.h"
 #include "token_ids.h"
+#include "trace.h"
 #include "util.h"
 
 /* Decode bytes are coalesced up to 64 KiB per send: one small write per SSE event starves a client with a
@@ -115,6 +117,12 @@ typedef struct pd_req {
      * rank in a header of each leg, built here (pdr_leg_start copies it). */
     const char *rank_hdrs[4];
     char rank_line[48];
+    /* Phase timing (phases.h) and the request's trace spans (trace.h): traced = the trace is sampled and
+     * an exporter runs; root_span is the router's span for the request, p_span/d_span the span ids the
+     * current attempt's legs carry in their traceparent. */
+    pdr_phase_t ph;
+    unsigned traced : 1;
+    uint8_t root_span[8], p_span[8], d_span[8];
 } pd_req_t;
 
 static void advance(pd_req_t *x);
@@ -179,10 +187,67 @@ static void note_client_abort(pd_req_t *x)
     x->client_aborted = 1;
 }
 
+static void random_span(uint8_t out[8])
+{
+    uint64_t r;
+    do
+        r = pdr_random_u64();
+    while (r == 0); /* an all-zero span id is invalid (W3C trace context) */
+    memcpy(out, &r, 8);
+}
+
+/* A leg ended (answered, failed or cancelled): its timestamps go to the phase record, and its span (the
+ * id its worker received as parent) to the exporter. */
+static void leg_ended(pd_req_t *x, int prefill, const pdr_worker_t *w)
+{
+    const pdr_leg_t *leg = prefill ? &x->pleg : &x->dleg;
+    int done = prefill ? x->p_done : x->d_done, err = prefill ? x->p_err : x->d_err;
+    uint64_t end_us = pdr_now_us();
+    if (prefill) {
+        x->ph.prefill_sent_us = leg->started_ns / 1000;
+        x->ph.prefill_headers_us = leg->first_byte_ns / 1000;
+        if (done && err == 0 && leg->status >= 200 && leg->status < 300)
+            x->ph.prefill_done_us = end_us;
+    } else {
+        x->ph.decode_sent_us = leg->started_ns / 1000;
+        x->ph.decode_headers_us = leg->first_byte_ns / 1000;
+    }
+    if (!x->traced)
+        return;
+    pdr_span_t sp;
+    pdr_span_init(&sp, prefill ? "prefill" : "decode", PDR_SPAN_CLIENT, x->fwd.trace.trace_id,
+                  prefill ? x->p_span : x->d_span, x->root_span, leg->started_ns / 1000, end_us);
+    pdr_span_attr_str(&sp, "pdr.role",
+                      prefill   ? "prefill"
+                      : x->solo ? "solo"
+                                : "decode",
+                      prefill   ? 7
+                      : x->solo ? 4
+                                : 6);
+    if (w != NULL)
+        pdr_span_attr_str(&sp, "server.address", w->target, strlen(w->target));
+    pdr_span_attr_int(&sp, "pdr.attempt", x->attempt + 1);
+    if (leg->status != 0)
+        pdr_span_attr_int(&sp, "http.response.status_code", leg->status);
+    pdr_span_attr_int(&sp, "pdr.bytes_in", (int64_t)leg->bytes_in);
+    const char *why = !done ? "cancelled" : err != 0 ? pdr_strerror(err) : NULL;
+    if (why != NULL)
+        pdr_span_attr_str(&sp, "error.type", why, strlen(why));
+    if (x->n_rooms > 0 && x->rooms != NULL && !x->vllm && !x->solo)
+        pdr_span_attr_int(&sp, "pdr.room", (int64_t)x->rooms[0]);
+    pdr_span_event(&sp, "response_headers", leg->first_byte_ns / 1000);
+    if (!prefill)
+        pdr_span_event(&sp, "first_byte", x->ph.decode_first_byte_us);
+    sp.status = why != NULL || leg->status >= 500 ? PDR_SPAN_STATUS_ERROR : PDR_SPAN_STATUS_OK;
+    pdr_trace_submit(&sp, 1);
+}
+
 static void release_leg(pd_req_t *x, int prefill)
 {
     pdr_worker_t *w = prefill ? x->pw : x->dw;
     if (prefill ? x->p_running : x->d_running) {
+        if (x->mode == MODE_PD)
+            leg_ended(x, prefill, w);
         if (prefill)
             x->p_running = 0;
         else
@@ -227,9 +292,12 @@ static void note_tokens(pd_req_t *x)
     if (n == 0)
         return;
     uint64_t now = pdr_now_ns();
-    if (x->tokens == 0)
+    if (x->tokens == 0) {
         x->first_token_ns = now;
+        x->ph.first_token_us = now / 1000;
+    }
     x->last_token_ns = now;
+    x->ph.last_token_us = now / 1000;
     x->tokens += n;
     x->t->m.stream_events_total[x->mroute] += n;
 }
@@ -376,6 +444,12 @@ static void send_final_or_more(pd_req_t *x)
     x->bytes_out += x->sending.len;
     x->send_inflight = 1;
     x->send_ns = pdr_now_ns();
+    if (!x->is_sse && x->sending.len > 0 && x->status < 400) {
+        /* A whole answer: its first and last body bytes stand for the first and last token. */
+        if (x->ph.first_token_us == 0)
+            x->ph.first_token_us = x->send_ns / 1000;
+        x->ph.last_token_us = x->send_ns / 1000;
+    }
     if (final) {
         x->final_sent = 1;
         x->end_ns = pdr_now_ns();
@@ -612,9 +686,9 @@ static size_t prefill_data(pdr_leg_t *leg, const char *p, size_t n)
 static void prefill_done(pdr_leg_t *leg, int err)
 {
     pd_req_t *x = leg->data;
-    release_leg(x, 1);
     x->p_done = 1;
     x->p_err = err;
+    release_leg(x, 1);
     if (x->started || x->lingering) {
         /* After the decode's first byte (pd.relay first_byte): the outcome no longer changes the answer. */
         if (err == PDR_ECANCELED) {
@@ -663,6 +737,8 @@ static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
 {
     pd_req_t *x = leg->data;
     x->last_data_ns = pdr_now_ns();
+    if (x->ph.decode_first_byte_us == 0)
+        x->ph.decode_first_byte_us = x->last_data_ns / 1000;
     if (x->dw != NULL && leg->status < 500)
         pdr_worker_note_alive(x->dw, x->last_data_ns);
     if (whole_answer(x)) {
@@ -691,9 +767,9 @@ static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
 static void decode_done(pdr_leg_t *leg, int err)
 {
     pd_req_t *x = leg->data;
-    release_leg(x, 0);
     x->d_done = 1;
     x->d_err = err;
+    release_leg(x, 0);
     if (x->started && err != 0 && !x->final_sent) {
         /* The stream broke after the response started (or the router cancelled it at its drain
          * deadline, which is not counted against the worker): end it visibly. The prefill leg (still
@@ -1004,6 +1080,8 @@ static void start_solo(pd_req_t *x)
         fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
         return;
     }
+    memcpy(x->d_span, x->fwd.last_span, 8);
+    x->ph.solo = 1;
     x->d_running = 1;
     pdr_worker_track(x->dw, 1);
     arm_timer(x);
@@ -1064,6 +1142,8 @@ static void start_attempt(pd_req_t *x)
         return;
     }
     x->attempt_t0_ns = pdr_now_ns();
+    pdr_phase_attempt(&x->ph);
+    x->ph.sent_us = x->attempt_t0_ns / 1000; /* the pair is picked; its first leg goes out now */
     x->first_byte_deadline_ns = x->attempt_t0_ns + (uint64_t)x->to.first_byte_ms * 1000000u;
     x->kv_deadline_ns = x->attempt_t0_ns + (uint64_t)x->to.kv_transfer_ms * 1000000u;
     char url[512];
@@ -1128,6 +1208,7 @@ static void start_attempt(pd_req_t *x)
     pdr_join2(url, sizeof(url), x->pw->conf.url, paths[x->route]);
     int rc = pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, pdr_fwd_leg(&x->fwd),
                            x->to.connect_ms, 0, &prefill_cbs, x);
+    memcpy(x->p_span, x->fwd.last_span, 8);
     if (rc == 0) {
         x->p_running = 1;
         pdr_worker_track(x->pw, 1);
@@ -1135,6 +1216,7 @@ static void start_attempt(pd_req_t *x)
         rc = pdr_leg_start(&x->dleg, x->t->multi, url, x->dbody ? x->dbody : x->body,
                            x->dbody ? x->dbody_len : x->body_len, pdr_fwd_leg(&x->fwd), x->to.connect_ms, 0,
                            &decode_cbs, x);
+        memcpy(x->d_span, x->fwd.last_span, 8);
         if (rc == 0) {
             x->d_running = 1;
             pdr_worker_track(x->dw, 1);
@@ -1171,6 +1253,7 @@ static void vllm_start_prefill(pd_req_t *x)
         fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
         return;
     }
+    memcpy(x->p_span, x->fwd.last_span, 8);
     x->p_running = 1;
     pdr_worker_track(x->pw, 1);
     arm_timer(x);
@@ -1201,6 +1284,7 @@ static void vllm_start_decode(pd_req_t *x)
         fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
         return;
     }
+    memcpy(x->d_span, x->fwd.last_span, 8);
     x->d_running = 1;
     pdr_worker_track(x->dw, 1);
 }
@@ -1261,13 +1345,81 @@ static void count_latencies(pd_req_t *x, uint64_t end)
 {
     pdr_metrics_t *m = &x->t->m;
     uint64_t first = x->is_sse ? x->first_token_ns : x->ttfb_ns;
-    if (first != 0)
-        pdr_hist_observe_in(&m->ttft[x->mroute], PDR_BUCKETS_LLM, (double)(first - x->t0_ns) / 1e9);
-    if (x->is_sse && x->tokens >= 2)
-        pdr_hist_observe_in(&m->tpot[x->mroute], PDR_BUCKETS_TPOT,
-                            (double)(x->last_token_ns - x->first_token_ns) / 1e9 / (double)(x->tokens - 1));
+    double ttft = -1, tpot = -1;
+    if (first != 0) {
+        ttft = (double)(first - x->t0_ns) / 1e9;
+        pdr_hist_observe_in(&m->ttft[x->mroute], PDR_BUCKETS_LLM, ttft);
+    }
+    if (x->is_sse && x->tokens >= 2) {
+        tpot = (double)(x->last_token_ns - x->first_token_ns) / 1e9 / (double)(x->tokens - 1);
+        pdr_hist_observe_in(&m->tpot[x->mroute], PDR_BUCKETS_TPOT, tpot);
+    }
+    pdr_phase_observe_llm(m->phases, x->mroute, x->pool, ttft, tpot);
     if (x->final_sent && !x->stopped && !x->broken && !x->errored)
         pdr_hist_observe_in(&m->e2e[x->mroute], PDR_BUCKETS_LLM, (double)(end - x->t0_ns) / 1e9);
+}
+
+/* The router's own spans of the request: the root (the client's request), its queue and the KV transfer
+ * the shim reported; the legs' spans went when each leg ended (leg_ended). */
+static void emit_request_spans(pd_req_t *x, int status, uint64_t end_us)
+{
+    static const char *const names[] = {"POST /generate", "POST /v1/completions",
+                                        "POST /v1/chat/completions"};
+    static const char *const routes[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
+    const uint8_t *parent = x->fwd.trace.parent_id; /* all zero for a new trace: the root has no parent */
+    pdr_span_t sp[3];
+    size_t n = 0;
+    pdr_span_t *root = &sp[n++];
+    pdr_span_init(root, names[x->route], PDR_SPAN_SERVER, x->fwd.trace.trace_id, x->root_span, parent,
+                  x->ph.arrival_us, end_us);
+    pdr_span_attr_str(root, "http.request.method", "POST", 4);
+    pdr_span_attr_str(root, "http.route", routes[x->route], strlen(routes[x->route]));
+    pdr_span_attr_int(root, "http.response.status_code", status);
+    pdr_span_attr_str(root, "pdr.request_id", x->request_id, strlen(x->request_id));
+    if (x->pool != NULL)
+        pdr_span_attr_str(root, "pdr.pool", x->pool, strlen(x->pool));
+    if (x->pw != NULL)
+        pdr_span_attr_str(root, "pdr.prefill", x->pw->target, strlen(x->pw->target));
+    if (x->dw != NULL)
+        pdr_span_attr_str(root, "pdr.decode", x->dw->target, strlen(x->dw->target));
+    pdr_span_attr_int(root, "pdr.attempts", x->attempt + 1);
+    pdr_span_attr_int(root, "pdr.bytes_out", (int64_t)x->bytes_out);
+    pdr_span_attr_int(root, "pdr.tokens", (int64_t)x->tokens);
+    if (x->error_cause != NULL)
+        pdr_span_attr_str(root, "error.type", x->error_cause, strlen(x->error_cause));
+    if (x->disagg >= 0)
+        pdr_span_attr_str(root, "pdr.disagg", pdr_disagg_decision_names[x->disagg],
+                          strlen(pdr_disagg_decision_names[x->disagg]));
+    pdr_span_event(root, "decode_first_token", x->ph.decode_first_byte_us);
+    pdr_span_event(root, "first_token", x->ph.first_token_us);
+    pdr_span_event(root, "last_token", x->ph.last_token_us);
+    root->status = status >= 500 || x->broken ? PDR_SPAN_STATUS_ERROR : PDR_SPAN_STATUS_OK;
+    if (x->ph.sent_us != 0) {
+        uint8_t id[8];
+        random_span(id);
+        pdr_span_t *q = &sp[n++];
+        pdr_span_init(q, "queue", PDR_SPAN_INTERNAL, x->fwd.trace.trace_id, id, x->root_span,
+                      x->ph.arrival_us, x->ph.sent_us);
+        pdr_span_attr_int(q, "pdr.attempts", x->attempt + 1);
+        q->status = PDR_SPAN_STATUS_OK;
+    }
+    if (x->ph.kv_seen) {
+        /* The shim's wall-clock times, placed on the router's monotonic clock. */
+        int64_t off = (int64_t)pdr_wall_us() - (int64_t)pdr_now_us();
+        uint8_t id[8];
+        random_span(id);
+        pdr_span_t *k = &sp[n++];
+        pdr_span_init(k, "kv_transfer", PDR_SPAN_INTERNAL, x->fwd.trace.trace_id, id, x->root_span,
+                      (uint64_t)((int64_t)x->ph.kv_start_wall_us - off),
+                      (uint64_t)((int64_t)x->ph.kv_end_wall_us - off));
+        pdr_span_attr_int(k, "pdr.kv.bytes", (int64_t)x->ph.kv_bytes);
+        pdr_span_attr_str(k, "pdr.kv.backend", x->ph.kv_backend, strlen(x->ph.kv_backend));
+        pdr_span_attr_int(k, "pdr.kv.status", x->ph.kv_status);
+        if (x->ph.kv_cause[0])
+            pdr_span_attr_str(k, "error.type", x->ph.kv_cause, strlen(x->ph.kv_cause));
+        k->status = x->ph.kv_status != 0 ? PDR_SPAN_STATUS_ERROR : PDR_SPAN_STATUS_OK;
+    }
+    pdr_trace_submit(sp, n);
 }
 
 static void write_access_log(pd_req_t *x)
@@ -1280,9 +1432,25 @@ static void write_access_log(pd_req_t *x)
     if (x->mode == MODE_PD && status >= 200 && status < 300)
         count_latencies(x, end);
     x->t->m.bytes_out_total += x->bytes_out;
+    char phases[512] = "";
+    if (x->mode == MODE_PD) {
+        x->ph.end_us = end / 1000;
+        if (x->d_running) { /* the current attempt's decode leg (or solo leg), still going */
+            x->ph.decode_sent_us = x->dleg.started_ns / 1000;
+            x->ph.decode_headers_us = x->dleg.first_byte_ns / 1000;
+        }
+        pdr_phase_observe(&x->ph, x->t->m.phases);
+        if (x->traced)
+            emit_request_spans(x, status, end / 1000);
+        int k = pdr_phase_format_json(&x->ph, phases + 1, sizeof(phases) - 1);
+        if (k > 0 && (size_t)k < sizeof(phases) - 1)
+            phases[0] = ',';
+        else
+            phases[0] = '\0';
+    }
     if (x->r->access_fd < 0)
         return;
-    char line[1024];
+    char line[2048];
     char room[24] = "null";
     if (x->n_rooms > 0 && x->body != NULL && !x->vllm && !x->solo)
         snprintf(room, sizeof(room), "%" PRIu64, x->rooms[0]);
@@ -1291,7 +1459,8 @@ static void write_access_log(pd_req_t *x)
         line, sizeof(line),
         "{\"ts_us\":%" PRIu64 ",\"request_id\":\"%s\",\"trace_id\":\"%s\",\"path\":\"%s\",\"status\":%d,"
         "\"pool\":%s%s%s,\"prefill\":%s%s%s,\"decode\":%s%s%s,\"room\":%s,\"attempts\":%d,\"ttfb_ms\":%.3f,"
-        "\"total_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s,\"disagg\":%s%s%s}\n",
+        "\"total_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%" PRIu64
+        ",\"error\":%s%s%s,\"disagg\":%s%s%s%s}\n",
         pdr_wall_us(), x->request_id, x->fwd.trace_id,
         x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status, x->pool ? "\"" : "",
         x->pool ? x->pool : "null", x->pool ? "\"" : "", x->pw ? "\"" : "", x->pw ? x->pw->target : "null",
@@ -1299,7 +1468,7 @@ static void write_access_log(pd_req_t *x)
         x->attempt + 1, ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0,
         x->bytes_out, x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null",
         x->error_cause ? "\"" : "", x->disagg >= 0 ? "\"" : "",
-        x->disagg >= 0 ? pdr_disagg_decision_names[x->disagg] : "null", x->disagg >= 0 ? "\"" : "");
+        x->disagg >= 0 ? pdr_disagg_decision_names[x->disagg] : "null", x->disagg >= 0 ? "\"" : "", phases);
     if (n <= 0)
         return;
     size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
@@ -1378,6 +1547,7 @@ static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
     x->last_data_ns = x->t0_ns;
     x->disagg = -1;
     pdr_fwd_build(&x->fwd, req, x->conf); /* the request id, the trace and the forwarded headers */
+    pdr_phase_init(&x->ph, t->m.phases, x->t0_ns / 1000);
     memcpy(x->request_id, x->fwd.request_id, sizeof(x->request_id));
     uv_timer_init(t->loop, &x->timer);
     x->timer.data = x;
@@ -1484,6 +1654,9 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     }
     x->mode = MODE_PD;
     x->route = route;
+    x->traced = pdr_trace_on() && (x->fwd.trace.flags & 0x01);
+    if (x->traced)
+        random_span(x->root_span);
     x->pool = pc.name; /* lives as long as x->conf (== c) */
     pdr_config_pool_timeouts(c, &pc, &x->to);
     x->protocol = pc.protocol;

@@ -22,8 +22,10 @@
 #include "err.h"
 #include "reqguard.h"
 #include "kv_events.h"
+#include "phases.h"
 #include "router.h"
 #include "routes.h"
+#include "trace.h"
 #include "util.h"
 
 typedef struct route_handler {
@@ -393,6 +395,9 @@ static int init_thread(pdr_router_t *r, pdr_thread_t *t, int id, uv_loop_t *loop
     t->id = id;
     t->loop = loop;
     t->config = pdr_config_ref(r->config);
+    t->m.phases = calloc(1, sizeof(*t->m.phases));
+    if (t->m.phases == NULL)
+        return PDR_ENOMEM;
     t->multi = pdr_multi_new(loop, 1024);
     if (t->multi == NULL)
         return PDR_ENOMEM;
@@ -580,6 +585,11 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
         }
         if ((rc = init_thread(r, &r->threads[i], i, loop)) != 0)
             return rc;
+    }
+    char terr[512];
+    if ((rc = pdr_trace_start(c, terr, sizeof(terr))) != 0) {
+        pdr_error("%s", terr);
+        return rc;
     }
     if ((rc = pdr_health_start(r)) != 0)
         return rc;
@@ -782,6 +792,8 @@ void pdr_router_join(pdr_router_t *r)
     for (int i = 0; i < r->n_threads; i++) {
         clean &= r->threads[i].h2o_disposed;
         free(r->threads[i].alog);
+        free(r->threads[i].m.phases);
+        r->threads[i].m.phases = NULL;
         pdr_config_unref(r->threads[i].config);
         r->threads[i].config = NULL;
     }
@@ -802,6 +814,7 @@ void pdr_router_join(pdr_router_t *r)
         pthread_mutex_destroy(&r->config_lock);
         free(r->config_path);
     }
+    pdr_trace_stop(); /* what the loops submitted is exported (one try) before the process ends */
     if (r->access_fd > STDERR_FILENO)
         close(r->access_fd);
 }

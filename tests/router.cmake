@@ -1,5 +1,5 @@
 # Router unit tests (pure modules, no sockets).
-foreach(t rewrite pool events sse_count util reqguard fwdheaders disagg)
+foreach(t rewrite pool events sse_count util reqguard fwdheaders disagg otlp)
   add_executable(test_${t} unit/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE pdr_router)
   add_test(NAME router_unit_${t} COMMAND test_${t})
@@ -90,6 +90,14 @@ endforeach()
 foreach(s forward trace api_key limits)
   add_test(NAME router_headers_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_headers.py ${s})
   set_tests_properties(router_headers_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()
+
+# Per-phase timing and trace export (see test_tracing.py): spans at an OTLP/HTTP collector chained to the
+# client's traceparent and to the ids the workers received, access-log phases, histograms, the file
+# exporter and sampling, a collector that hangs or is gone, protocol vllm, config errors.
+foreach(s otlp collector_down file vllm config)
+  add_test(NAME router_tracing_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_tracing.py ${s})
+  set_tests_properties(router_tracing_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
 
 # Fuzz target of the forwarded-header parsers (traceparent, Connection lists, name classes) and the raw
