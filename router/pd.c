@@ -202,11 +202,13 @@ static void leg_ended(pd_req_t *x, int prefill, const pdr_worker_t *w)
 {
     const pdr_leg_t *leg = prefill ? &x->pleg : &x->dleg;
     int done = prefill ? x->p_done : x->d_done, err = prefill ? x->p_err : x->d_err;
-    uint64_t end_us = pdr_now_us();
+    int ok = done && err == 0 && leg->status >= 200 && leg->status < 300;
+    /* The clock is read only when something uses the end: a good prefill's phase, or a traced leg. */
+    uint64_t end_us = (prefill && ok) || x->traced ? pdr_now_us() : 0;
     if (prefill) {
         x->ph.prefill_sent_us = leg->started_ns / 1000;
         x->ph.prefill_headers_us = leg->first_byte_ns / 1000;
-        if (done && err == 0 && leg->status >= 200 && leg->status < 300)
+        if (ok)
             x->ph.prefill_done_us = end_us;
     } else {
         x->ph.decode_sent_us = leg->started_ns / 1000;
@@ -1442,14 +1444,16 @@ static void write_access_log(pd_req_t *x)
         pdr_phase_observe(&x->ph, x->t->m.phases);
         if (x->traced)
             emit_request_spans(x, status, end / 1000);
+    }
+    if (x->r->access_fd < 0)
+        return;
+    if (x->mode == MODE_PD) {
         int k = pdr_phase_format_json(&x->ph, phases + 1, sizeof(phases) - 1);
         if (k > 0 && (size_t)k < sizeof(phases) - 1)
             phases[0] = ',';
         else
             phases[0] = '\0';
     }
-    if (x->r->access_fd < 0)
-        return;
     char line[2048];
     char room[24] = "null";
     if (x->n_rooms > 0 && x->body != NULL && !x->vllm && !x->solo)

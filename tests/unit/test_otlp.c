@@ -185,6 +185,14 @@ static void test_phases(void)
     pdr_phase_observe_llm(m, 2, "beta", 0.1, -1);
     CHECK(m->n_pools == 2 && m->ttft[1][0].count == 2 && m->tpot[1][0].count == 1 &&
           m->ttft[2][1].count == 1);
+    /* Buckets: a bound is inclusive (le), past the last is +Inf. */
+    pdr_phase_observe_llm(m, 0, "edges", 0.005, 1.0);
+    pdr_phase_observe_llm(m, 0, "edges", 0.0051, 1.01);
+    pdr_phase_observe_llm(m, 0, "edges", 120, -1);
+    pdr_phase_observe_llm(m, 0, "edges", 121, -1);
+    CHECK(m->ttft[0][2].counts[0] == 1 && m->ttft[0][2].counts[1] == 1);
+    CHECK(m->ttft[0][2].counts[PDR_HIST_BUCKETS - 1] == 1 && m->ttft[0][2].counts[PDR_HIST_BUCKETS] == 1);
+    CHECK(m->tpot[0][2].counts[PDR_HIST_BUCKETS - 1] == 1 && m->tpot[0][2].counts[PDR_HIST_BUCKETS] == 1);
     pdr_phase_observe_llm(m, 7, "alpha", 0.1, 0.1); /* not a PD route */
     CHECK(m->ttft[1][0].count == 2);
     free(m);
