@@ -208,8 +208,10 @@ static void leg_ended(pd_req_t *x, int prefill, const pdr_worker_t *w)
     if (prefill) {
         x->ph.prefill_sent_us = leg->started_ns / 1000;
         x->ph.prefill_headers_us = leg->first_byte_ns / 1000;
-        if (ok)
+        if (ok) {
             x->ph.prefill_done_us = end_us;
+            pdr_phase_observe_prefill(&x->ph, x->t->m.phases);
+        }
     } else {
         x->ph.decode_sent_us = leg->started_ns / 1000;
         x->ph.decode_headers_us = leg->first_byte_ns / 1000;

@@ -143,8 +143,8 @@ void pdr_phase_observe(const pdr_phase_t *p, pdr_phase_metrics_t *m)
     if (m == NULL)
         return;
     for (int i = 0; i < PDR_PHASE__COUNT; i++) {
-        if (i == PDR_PHASE_KV_TRANSFER)
-            continue; /* observed when reported (pdr_phase_kv), here it would count twice */
+        if (i == PDR_PHASE_KV_TRANSFER || i == PDR_PHASE_PREFILL)
+            continue; /* observed below, and when the prefill ends (it may outlast the answer) */
         int64_t d = pdr_phase_duration(p, (pdr_phase_id_t)i);
         if (d >= 0)
             observe(&m->phase[i], phase_bounds, (double)d / 1e6);
@@ -152,6 +152,13 @@ void pdr_phase_observe(const pdr_phase_t *p, pdr_phase_metrics_t *m)
     int64_t kv = pdr_phase_duration(p, PDR_PHASE_KV_TRANSFER);
     if (kv >= 0)
         observe(&m->phase[PDR_PHASE_KV_TRANSFER], phase_bounds, (double)kv / 1e6);
+}
+
+void pdr_phase_observe_prefill(const pdr_phase_t *p, pdr_phase_metrics_t *m)
+{
+    int64_t d = pdr_phase_duration(p, PDR_PHASE_PREFILL);
+    if (m != NULL && d >= 0)
+        observe(&m->phase[PDR_PHASE_PREFILL], phase_bounds, (double)d / 1e6);
 }
 
 /* The slot of a pool name in m (claimed on first sight), or -1 when every slot is taken. */

@@ -94,8 +94,11 @@ void pdr_phase_kv(pdr_phase_t *p, uint64_t start_wall_us, uint64_t end_wall_us, 
 /* The phase's duration in microseconds, or -1 when it was not reached (or does not apply). */
 int64_t pdr_phase_duration(const pdr_phase_t *p, pdr_phase_id_t id);
 
-/* Observes every phase reached in m's histograms (at the end of a PD request). */
+/* Observes every phase reached in m's histograms (at the end of the client's answer), but prefill. */
 void pdr_phase_observe(const pdr_phase_t *p, pdr_phase_metrics_t *m);
+/* Observes the prefill phase (when the prefill leg answered: with pd.relay first_byte that may be after
+ * the client's answer ended). */
+void pdr_phase_observe_prefill(const pdr_phase_t *p, pdr_phase_metrics_t *m);
 /* TTFT/TPOT of a 2xx PD request by route (PDR_MR_*) and pool name. */
 void pdr_phase_observe_llm(pdr_phase_metrics_t *m, int route, const char *pool, double ttft_s, double tpot_s);
 

@@ -30,6 +30,7 @@ typedef struct tracer {
     pdr_span_t *ring; /* queue_max slots */
     size_t cap, head, len;
     int stopping;
+    int give_up; /* exporter thread only: an export failed while stopping; the rest is dropped unsent */
     /* settings, copied at start */
     char *endpoint, *file_path, *service;
     double ratio;
@@ -149,7 +150,9 @@ static void ship(tracer_t *t, CURL *h, const pdr_span_t *batch, size_t n, pdr_bu
             ok = 0;
         }
     }
-    if (h != NULL) {
+    if (h != NULL && t->give_up) {
+        ok = 0; /* stopping, and the collector just failed: the rest is not sent (a bounded shutdown) */
+    } else if (h != NULL) {
         int backoff = BACKOFF_FIRST_MS;
         for (int k = 0;; k++) {
             int r = post(t, h, body);
@@ -163,6 +166,7 @@ static void ship(tracer_t *t, CURL *h, const pdr_span_t *batch, size_t n, pdr_bu
             pthread_mutex_unlock(&t->mu);
             if (r < 0 || k + 1 >= EXPORT_TRIES || stopping) {
                 ok = 0;
+                t->give_up = stopping;
                 break;
             }
             __atomic_add_fetch(&t->retries, 1, __ATOMIC_RELAXED);
