@@ -32,6 +32,10 @@ enum opt_id {
     OPT_LOG_LEVEL,
     OPT_LOG_DIR,
     OPT_TOKENIZER_PATH,
+    OPT_OTLP_ENDPOINT,
+    OPT_ENABLE_TRACE,
+    OPT_TRACE_FILE,
+    OPT_TRACE_RATIO,
     OPT_ACCESS_LOG,
     OPT_RETRIES,
     OPT_RETRY_MAX,
@@ -104,6 +108,10 @@ static const struct opt {
     {"log-level", OPT_LOG_LEVEL, ARG_ONE},
     {"log-dir", OPT_LOG_DIR, ARG_ONE},
     {"tokenizer-path", OPT_TOKENIZER_PATH, ARG_ONE},
+    {"otlp-traces-endpoint", OPT_OTLP_ENDPOINT, ARG_ONE},
+    {"enable-trace", OPT_ENABLE_TRACE, ARG_NONE},
+    {"trace-file", OPT_TRACE_FILE, ARG_ONE},
+    {"trace-sample-ratio", OPT_TRACE_RATIO, ARG_ONE},
     {"access-log", OPT_ACCESS_LOG, ARG_ONE},
     {"retries", OPT_RETRIES, ARG_ONE},
     {"retry-max-retries", OPT_RETRY_MAX, ARG_ONE},
@@ -224,9 +232,6 @@ static const struct refused {
     {"ca-cert-paths", NO_WORKER_TLS},
     {"tls-cert-path", "TLS on the listener is not supported: terminate TLS in a proxy in front"},
     {"tls-key-path", "TLS on the listener is not supported: terminate TLS in a proxy in front"},
-    {"enable-trace", "no OpenTelemetry tracing: each request has an access-log line (log.access_log)"},
-    {"otlp-traces-endpoint",
-     "no OpenTelemetry tracing: each request has an access-log line (log.access_log)"},
     {"control-plane-api-keys", NO_JWT},
     {"control-plane-audit-enabled",
      "admin API calls are logged at info level; there is no separate audit log"},
@@ -294,6 +299,10 @@ void pdr_config_usage(FILE *out)
         "  --tokenizer-path FILE      a Hugging Face tokenizer.json for prompt token ids (config: "
         "tokenizer)\n"
         "  --access-log PATH|-|off    access log file, '-' for stdout (default), 'off' to disable\n"
+        "  --otlp-traces-endpoint URL export trace spans as OTLP/HTTP JSON to URL (tracing.otlp_endpoint;\n"
+        "                             e.g. http://collector:4318/v1/traces); --enable-trace is accepted\n"
+        "  --trace-file PATH          also append the spans to PATH, one OTLP JSON object a line\n"
+        "  --trace-sample-ratio R     share of new traces recorded, 0..1 (default 1)\n"
         "  --retries N                retries on another worker pair, 0..10 (default 2)\n"
         "  --retry-max-retries N      attempts in all, 1..11 (retries = N - 1); --disable-retries: 1\n"
         "  --max-payload-size BYTES   largest request body (default 33554432)\n"
@@ -362,6 +371,8 @@ struct pstate {
     int disable_retries;
     unsigned ca_given; /* the cache_aware flags given (1 << k, k the field's place in cache_aware) */
     int dp_aware;      /* --dp-aware */
+    int enable_trace;  /* --enable-trace (needs an endpoint or a file) */
+    int trace_ratio_given;
 };
 
 /* A decimal number flag in [min, max]. */
@@ -625,6 +636,24 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
         return set_str(&fl->log.dir, val, err, errlen);
     case OPT_TOKENIZER_PATH: /* given when set: the default is none */
         return set_str(&fl->tokenizer, val, err, errlen);
+    case OPT_OTLP_ENDPOINT: /* given when set, as the tracing.file below */
+        if (pdr__check_api_server(val, strlen(val), msg, sizeof(msg)) != 0) {
+            pdr__config_err(
+                err, errlen,
+                "argv: --otlp-traces-endpoint: %s (pdrouter exports OTLP/HTTP with JSON, not gRPC: "
+                "give the collector's traces URL, such as http://HOST:4318/v1/traces)",
+                msg);
+            return PDR_EINVAL;
+        }
+        return set_str(&fl->tracing.otlp_endpoint, val, err, errlen);
+    case OPT_ENABLE_TRACE:
+        ps->enable_trace = 1;
+        return 0;
+    case OPT_TRACE_FILE:
+        return set_str(&fl->tracing.file, val, err, errlen);
+    case OPT_TRACE_RATIO:
+        ps->trace_ratio_given = 1;
+        return argv_double(o->name, val, 0, 1, &fl->tracing.sample_ratio, err, errlen);
     case OPT_ACCESS_LOG:
         *given |= G_ACCESS_LOG;
         return set_str(&fl->log.access_log, val, err, errlen);
@@ -910,6 +939,12 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
 /* After every flag was read: what depends on several of them. */
 static int finish_flags(pdr_config_t *fl, struct pstate *ps, char *err, size_t errlen)
 {
+    if (ps->enable_trace && fl->tracing.otlp_endpoint == NULL && fl->tracing.file == NULL) {
+        pdr__config_err(err, errlen,
+                        "argv: --enable-trace needs --otlp-traces-endpoint URL (OTLP/HTTP JSON, such as "
+                        "http://HOST:4318/v1/traces) or --trace-file PATH");
+        return PDR_EINVAL;
+    }
     if (ps->disable_retries)
         fl->retries.max = 0; /* as in the sglang router, it wins over --retry-max-retries */
     if ((ps->given & G_METRICS_HOST) && !(ps->given & G_METRICS_PORT))
@@ -1157,6 +1192,12 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
             goto fail;
         }
         apply_overrides(c, fl, ps.given);
+        if (fl->tracing.otlp_endpoint != NULL)
+            swap_str(&c->tracing.otlp_endpoint, &fl->tracing.otlp_endpoint);
+        if (fl->tracing.file != NULL)
+            swap_str(&c->tracing.file, &fl->tracing.file);
+        if (ps.trace_ratio_given)
+            c->tracing.sample_ratio = fl->tracing.sample_ratio;
         if (ps.ca_given & 1u)
             c->cache_aware.cache_threshold = fl->cache_aware.cache_threshold;
         if (ps.ca_given & 2u)

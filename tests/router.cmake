@@ -94,8 +94,9 @@ endforeach()
 
 # Per-phase timing and trace export (see test_tracing.py): spans at an OTLP/HTTP collector chained to the
 # client's traceparent and to the ids the workers received, access-log phases, histograms, the file
-# exporter and sampling, a collector that hangs or is gone, protocol vllm, config errors.
-foreach(s otlp collector_down file vllm config)
+# exporter and sampling, a collector that hangs or is gone, protocol vllm, a request that skips the prefill,
+# config errors.
+foreach(s otlp collector_down file vllm solo config)
   add_test(NAME router_tracing_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_tracing.py ${s})
   set_tests_properties(router_tracing_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

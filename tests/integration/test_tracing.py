@@ -252,14 +252,14 @@ def scenario_collector_down():
 
 
 def scenario_file():
-    """tracing.file: one OTLP JSON object per line; sample_ratio 0 records no new trace (and tells the
+    """tracing.file (--trace-file): one OTLP JSON object per line; sample_ratio 0 records no new trace (and tells the
     workers so with flag 00) but a client's sampled trace still is; a protocol vllm request's phases; a
     file that cannot be opened stops the start with its name."""
     path = tempfile.mktemp(prefix="pdtest-spans-", suffix=".jsonl")
     alog = tempfile.mktemp(prefix="pdtest-alog-", suffix=".log")
     p, d = sim("prefill"), sim("decode")
-    r = router([p], [d], config="threads: 1\nlog: { access_log: %s }\n"
-               "tracing: { file: %s, sample_ratio: 0, flush_ms: 20 }" % (alog, path))
+    # The flags (the YAML keys are tracing.file and tracing.sample_ratio).
+    r = router([p], [d], "--threads", "1", "--trace-file", path, "--trace-sample-ratio", "0", access_log=alog)
     try:
         st, _ = stream(r.port, {})
         check(st == 200 and worker_traceparent(d).group(3) == "00", "sample_ratio 0: new trace flagged sampled")
@@ -327,6 +327,41 @@ def scenario_vllm():
         col.close()
 
 
+def scenario_solo():
+    """A request that skips the prefill (conditional disaggregation, protocol vllm, a short prompt): no
+    prefill phase and no prefill span; its one leg is a span of role solo with the id the decode received;
+    the other phases as usual."""
+    col = Collector()
+    p, d = sim("prefill"), sim("decode", "--local-prefill")
+    alog = tempfile.mktemp(prefix="pdtest-alog-", suffix=".log")
+    r = router([p], [d], config="threads: 1\nprotocol: vllm\ndisaggregation: { min_prefill_chars: 200 }\n"
+               "log: { access_log: %s }\ntracing: { otlp_endpoint: 'http://127.0.0.1:%d/v1/traces', flush_ms: 20 }"
+               % (alog, col.port))
+    try:
+        body = {"model": "pdsim", "prompt": "short", "max_tokens": 5, "stream": True}
+        st, _, data = request(r.port, "POST", "/v1/completions", body, headers={"traceparent": TP})
+        check(st == 200, "status %d %r" % (st, data[:300]), r)
+        line = access_lines(alog, 1)[0]
+        check(line["disagg"] == "short_prompt" and line["prefill"] is None, repr(line))
+        ph = check_phases(line)
+        check("prefill" not in ph, "a solo request has a prefill phase: %r" % ph)
+        dtp = worker_traceparent(d)
+
+        def complete():
+            ss = spans_of_trace(col.spans(), TRACE)
+            return ss if {"POST /v1/completions", "decode", "queue"} <= {s["name"] for s in ss} else None
+        ss = pdtest.poll_until(complete, 10, "the solo request's spans")
+        by = {s["name"]: s for s in ss}
+        check("prefill" not in by, "a prefill span for a solo request: %r" % ss)
+        check(by["decode"]["spanId"] == dtp.group(2) and attr(by["decode"], "pdr.role") == "solo", repr(by["decode"]))
+        check(by["decode"]["parentSpanId"] == by["POST /v1/completions"]["spanId"], repr(ss))
+        check(attr(by["POST /v1/completions"], "pdr.disagg") == "short_prompt", repr(by["POST /v1/completions"]))
+        check(pdtest.request_json(p.port, "GET", "/pdsim/stats")["requests"] == 0, "the prefill was called")
+    finally:
+        pdtest.stop_all()
+        col.close()
+
+
 def scenario_config():
     """Bad tracing settings are refused with file:line:col."""
     exe = pdtest.binary("pdrouter")
@@ -345,6 +380,14 @@ def scenario_config():
         out = subprocess.run([exe, "--check-config", path], capture_output=True, text=True)
         check(out.returncode == 2 and ("%s:%s" % (path, where)) in out.stderr and "tracing" in out.stderr,
               "%r: %d %r" % (text, out.returncode, out.stderr))
+    # The flags: an endpoint that is not an OTLP/HTTP URL (sglang's gRPC default form), --enable-trace
+    # with nowhere to send, a ratio out of range.
+    flags = [exe, "--pd-disaggregation", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:3"]
+    for extra, want in ((["--otlp-traces-endpoint", "0.0.0.0:4317"], "OTLP/HTTP"),
+                        (["--enable-trace"], "--enable-trace needs --otlp-traces-endpoint"),
+                        (["--trace-sample-ratio", "2"], "--trace-sample-ratio")):
+        out = subprocess.run(flags + extra, capture_output=True, text=True, timeout=20)
+        check(out.returncode == 2 and want in out.stderr, "%r: %d %r" % (extra, out.returncode, out.stderr))
     good = tempfile.mktemp(suffix=".yaml")
     with open(good, "w") as f:
         f.write(base + "tracing: { otlp_endpoint: 'http://127.0.0.1:4318/v1/traces', file: /tmp/x.jsonl, sample_ratio: 0.25,"
