@@ -76,6 +76,17 @@ class Collector:
         self.server.server_close()
 
 
+def stop_clean(r, timeout=10):
+    """Stops the router (SIGTERM) and checks that it exited 0 with no sanitizer report (under ASan a leak
+    makes the exit status nonzero). Returns the seconds it took."""
+    t = time.monotonic()
+    rc = r.stop(timeout=timeout)
+    took = time.monotonic() - t
+    log = open(r.log_path, errors="replace").read()
+    check(rc == 0 and "Sanitizer" not in log and "runtime error" not in log, "%s exited %s\n%s" % (r.name, rc, r.log_tail(60)))
+    return took
+
+
 def spans_of_trace(spans, trace):
     return [s for s in spans if s["traceId"] == trace]
 
@@ -200,6 +211,7 @@ def scenario_otlp():
         check(metric_value(m, "pdr_trace_spans_dropped_total", reason="queue_full") == 0, "drops")
         check(metric_value(m, "pdr_trace_export_failures_total", sink="otlp") == 0, "failures")
         check(metric_value(m, "pdr_kv_transfer_seconds_count", backend="tcp") == 0, "kv histogram without reports")
+        stop_clean(r)
     finally:
         pdtest.stop_all()
         col.close()
@@ -214,7 +226,7 @@ def scenario_collector_down():
     hang.bind((H, pdtest.free_port()))
     hang.listen(64)  # never accepted: the kernel completes the handshakes, nothing answers
     p, d = sim("prefill"), sim("decode")
-    tracing = "tracing: { otlp_endpoint: 'http://127.0.0.1:%d/v1/traces', flush_ms: 20, batch_max: 4, queue_max: 64, timeout_ms: 400 }"
+    tracing = "tracing: { otlp_endpoint: 'http://127.0.0.1:%d/v1/traces', flush_ms: 20, batch_max: 4, queue_max: 64, timeout_ms: 1000 }"
     r = router([p], [d], config="threads: 1\n" + tracing % hang.getsockname()[1])
     try:
         worst = 0.0
@@ -223,18 +235,16 @@ def scenario_collector_down():
             st, ev = stream(r.port, {"traceparent": TP})
             worst = max(worst, time.monotonic() - t)
             check(st == 200 and ev and ev[-1] == "[DONE]", "request %d: %d %r" % (i, st, ev), r)
-        # Each export waits 400 ms for an answer that never comes: a request that waited on one would
-        # take that long.
-        check(worst < 0.3, "a request took %.3f s while the collector hung" % worst, r)
+        # Each export waits 1 s for an answer that never comes: a request that waited on one would take
+        # that long.
+        check(worst < 0.5, "a request took %.3f s while the collector hung" % worst, r)
         m = metrics_when(r, lambda t: (metric_value(t, "pdr_trace_export_failures_total", sink="otlp") or 0) >= 1
                          and (metric_value(t, "pdr_trace_spans_dropped_total", reason="queue_full") or 0) >= 1,
                          "export failures and drops counted")
         check(metric_value(m, "pdr_trace_spans_exported_total") == 0, "spans exported to a hung collector")
-        # Stopping with a full queue (16 batches of 4) and the collector still hung: one try of 400 ms,
-        # then the rest is dropped, not 16 tries.
-        t = time.monotonic()
-        r.stop(timeout=20)
-        took = time.monotonic() - t
+        # Stopping with a full queue (16 batches of 4) and the collector still hung: one try of 1 s, then
+        # the rest is dropped, not 16 tries.
+        took = stop_clean(r, timeout=20)
         check(took < 3, "stopping took %.1f s with the collector hung" % took)
         # Nobody listening at all: connections refused, retried with back-off, the router carries on.
         gone = pdtest.free_port()
@@ -242,10 +252,11 @@ def scenario_collector_down():
         for i in range(5):
             t = time.monotonic()
             st, _ = stream(r.port, {"traceparent": TP})
-            check(st == 200 and time.monotonic() - t < 0.3, "status %d with the collector gone" % st, r)
+            check(st == 200 and time.monotonic() - t < 0.5, "status %d with the collector gone" % st, r)
         m = metrics_when(r, lambda t: (metric_value(t, "pdr_trace_export_retries_total") or 0) >= 1
                          and (metric_value(t, "pdr_trace_export_failures_total", sink="otlp") or 0) >= 2,
                          "retries counted")
+        stop_clean(r)
     finally:
         pdtest.stop_all()
         hang.close()
@@ -283,7 +294,7 @@ def scenario_file():
         lines_ = access_lines(alog, 2)
         for l in lines_:
             check_phases(l)
-        pdtest.stop_all()
+        stop_clean(r)
         # A file the router cannot open: it does not start, and says why.
         bad = "/nonexistent-dir/spans.jsonl"
         cfg = tempfile.mktemp(suffix=".yaml")
@@ -322,6 +333,7 @@ def scenario_vllm():
         pgot = [v for n, v in pdtest.request_json(p.port, "GET", "/pdsim/last_headers")["generate"] if n.lower() == "traceparent"]
         check(pgot and TP_RE.match(pgot[0]).group(2) == by["prefill"]["spanId"], "%r %r" % (pgot, by["prefill"]))
         check(int(by["prefill"]["endTimeUnixNano"]) <= int(by["decode"]["startTimeUnixNano"]), "vllm legs overlap: %r" % ss)
+        stop_clean(r)
     finally:
         pdtest.stop_all()
         col.close()
@@ -357,6 +369,7 @@ def scenario_solo():
         check(by["decode"]["parentSpanId"] == by["POST /v1/completions"]["spanId"], repr(ss))
         check(attr(by["POST /v1/completions"], "pdr.disagg") == "short_prompt", repr(by["POST /v1/completions"]))
         check(pdtest.request_json(p.port, "GET", "/pdsim/stats")["requests"] == 0, "the prefill was called")
+        stop_clean(r)
     finally:
         pdtest.stop_all()
         col.close()
