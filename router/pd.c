@@ -221,13 +221,8 @@ static void leg_ended(pd_req_t *x, int prefill, const pdr_worker_t *w)
     pdr_span_t sp;
     pdr_span_init(&sp, prefill ? "prefill" : "decode", PDR_SPAN_CLIENT, x->fwd.trace.trace_id,
                   prefill ? x->p_span : x->d_span, x->root_span, leg->started_ns / 1000, end_us);
-    pdr_span_attr_str(&sp, "pdr.role",
-                      prefill   ? "prefill"
-                      : x->solo ? "solo"
-                                : "decode",
-                      prefill   ? 7
-                      : x->solo ? 4
-                                : 6);
+    const char *role = prefill ? "prefill" : x->solo ? "solo" : "decode";
+    pdr_span_attr_str(&sp, "pdr.role", role, strlen(role));
     if (w != NULL)
         pdr_span_attr_str(&sp, "server.address", w->target, strlen(w->target));
     pdr_span_attr_int(&sp, "pdr.attempt", x->attempt + 1);
