@@ -101,7 +101,6 @@ int pdr__conn_attach(struct pdr__io *io, struct pdr__conn *c)
 static void conn_unlink(struct pdr__conn *c)
 {
     pdr_dlink_unlink(&c->link);
-    c->next = NULL;
     c->attached = 0;
 }
 
@@ -110,8 +109,7 @@ void pdr__conn_handoff(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr__c
 {
     c->io = io;
     pthread_mutex_lock(&eng->lock);
-    c->next = io->adopt;
-    io->adopt = c;
+    pdr_dlink_push(&io->adopt, &c->qlink);
     pdr__io_wake_locked(eng, io);
     pthread_mutex_unlock(&eng->lock);
 }
@@ -126,22 +124,27 @@ void pdr__rescan_all(pdr_xfer_engine_t *eng)
     pthread_mutex_unlock(&eng->lock);
 }
 
-void pdr__ctl_free_all(struct ctl_msg *m)
+void pdr__ctl_free(struct ctl_msg *m)
 {
-    while (m != NULL) {
-        struct ctl_msg *n = m->next;
-        if (m->data != m->inl)
-            free(m->data);
-        free(m);
-        m = n;
-    }
+    if (m == NULL)
+        return;
+    if (m->data != m->inl)
+        free(m->data);
+    free(m);
+}
+
+void pdr__ctl_free_all(pdr_dqueue_t *q)
+{
+    struct ctl_msg *m;
+    while ((m = PDR_DLINK_ENTRY(pdr_dqueue_pop(q), struct ctl_msg, link)) != NULL)
+        pdr__ctl_free(m);
 }
 
 void pdr__conn_free(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
     pdr__stage_free(eng, c);
-    pdr__ctl_free_all(c->cq_head);
-    pdr__ctl_free_all(c->tx_ctl);
+    pdr__ctl_free_all(&c->cq);
+    pdr__ctl_free(c->tx_ctl);
     if (c->body != NULL && c->body != c->body_inl)
         free(c->body);
     if (c->rx_op != NULL)
@@ -167,8 +170,7 @@ void pdr__conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status)
     c->fd = -1;
     struct pdr__io *io = c->io;
     conn_unlink(c);
-    c->next = io->zombies;
-    io->zombies = c;
+    pdr_dlink_push(&io->zombies, &c->qlink);
     struct pdr__sess *s = c->sess;
     if (io->idx == 0) {
         pdr__drop_parked_all(eng, c);
@@ -185,8 +187,7 @@ void pdr__conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status)
         s->dead_queued = 1;
         s->status = status;
         s->refs++;
-        s->dnext = eng->dead_sess;
-        eng->dead_sess = s;
+        pdr_dlink_push(&eng->dead_sess, &s->dlink);
         pdr__io_wake_locked(eng, &eng->io[0]);
     }
     pthread_mutex_unlock(&eng->lock);
@@ -286,7 +287,7 @@ static void conn_service(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint32_t e
         if (rc != 0)
             return;
     }
-    if (c->cq_head != NULL || c->tx_state != TX_IDLE || (events & EPOLLOUT))
+    if (c->cq.head != NULL || c->tx_state != TX_IDLE || (events & EPOLLOUT))
         pdr__conn_flush(eng, c);
 }
 
@@ -311,8 +312,7 @@ static void conn_adopted(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr_
         c->dead = 1;
         close(c->fd);
         c->fd = -1;
-        c->next = io->zombies;
-        io->zombies = c;
+        pdr_dlink_push(&io->zombies, &c->qlink);
         return;
     }
     if (c->rpos < c->rlen) {
@@ -326,29 +326,23 @@ static void conn_adopted(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr_
 
 int pdr__tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
 {
+    pdr_dlink_t *adopt, *dead = NULL;
     pthread_mutex_lock(&eng->lock);
-    struct pdr__conn *adopt = io->adopt;
-    io->adopt = NULL;
+    pdr_dlink_move(&adopt, &io->adopt);
     int rescan = io->rescan;
     io->rescan = 0;
     if (io->idx != 0)
         io->wake_pending = 0;
-    struct pdr__sess *dead = NULL;
-    if (io->idx == 0) {
-        dead = eng->dead_sess;
-        eng->dead_sess = NULL;
-    }
+    if (io->idx == 0)
+        pdr_dlink_move(&dead, &eng->dead_sess);
     pthread_mutex_unlock(&eng->lock);
-    while (adopt != NULL) {
-        struct pdr__conn *c = adopt;
-        adopt = c->next;
-        conn_adopted(eng, io, c);
-    }
-    while (dead != NULL) {
-        struct pdr__sess *s = dead;
-        dead = s->dnext;
-        pdr__sess_kill(eng, s, s->status);
-        pdr__sess_unref(eng, s); /* the dead list's reference */
+    struct pdr__conn *ac;
+    while ((ac = PDR_DLINK_ENTRY(pdr_dlink_pop(&adopt), struct pdr__conn, qlink)) != NULL)
+        conn_adopted(eng, io, ac);
+    struct pdr__sess *ds;
+    while ((ds = PDR_DLINK_ENTRY(pdr_dlink_pop(&dead), struct pdr__sess, dlink)) != NULL) {
+        pdr__sess_kill(eng, ds, ds->status);
+        pdr__sess_unref(eng, ds); /* the dead list's reference */
     }
     uint64_t hb = (uint64_t)eng->opts.heartbeat_ms * 1000000u;
     uint64_t dead_after = (uint64_t)eng->opts.heartbeat_timeout_ms * 1000000u;
@@ -357,9 +351,9 @@ int pdr__tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
         want = 0; /* copies in flight: poll them soon */
         io->copy_wait = 1;
     }
-    struct pdr__conn *c = pdr__conn_of(io->conns);
+    struct pdr__conn *c = PDR_DLINK_ENTRY(io->conns, struct pdr__conn, link);
     while (c != NULL) {
-        struct pdr__conn *next = pdr__conn_of(c->link.next);
+        struct pdr__conn *next = PDR_DLINK_ENTRY(c->link.next, struct pdr__conn, link);
         struct pdr__sess *s = c->sess;
         int sdead = 0, busy = 0;
         if (s != NULL) {
@@ -373,7 +367,7 @@ int pdr__tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
             c = next;
             continue;
         }
-        if (rescan && !c->connecting && c->tx_state == TX_IDLE && c->cq_head == NULL &&
+        if (rescan && !c->connecting && c->tx_state == TX_IDLE && c->cq.head == NULL &&
             pdr__conn_flush(eng, c) != 0) {
             c = next;
             continue;
@@ -420,11 +414,9 @@ int pdr__tcp_tick(pdr_xfer_engine_t *eng, struct pdr__io *io, uint64_t now)
 
 void pdr__tcp_after_turn(pdr_xfer_engine_t *eng, struct pdr__io *io)
 {
-    while (io->zombies != NULL) {
-        struct pdr__conn *c = io->zombies;
-        io->zombies = c->next;
+    struct pdr__conn *c;
+    while ((c = PDR_DLINK_ENTRY(pdr_dlink_pop(&io->zombies), struct pdr__conn, qlink)) != NULL)
         pdr__conn_free(eng, c);
-    }
 }
 
 int pdr__tcp_init(pdr_xfer_engine_t *eng)
@@ -487,27 +479,23 @@ void pdr__tcp_shutdown(pdr_xfer_engine_t *eng)
         return;
     for (int i = 0; i < eng->nio; i++) {
         struct pdr__io *io = &eng->io[i];
-        while (io->adopt != NULL) {
-            struct pdr__conn *c = io->adopt;
-            io->adopt = c->next;
+        struct pdr__conn *c;
+        while ((c = PDR_DLINK_ENTRY(pdr_dlink_pop(&io->adopt), struct pdr__conn, qlink)) != NULL) {
             close(c->fd);
             pdr__conn_free(eng, c);
         }
-        while (io->conns != NULL) {
-            struct pdr__conn *c = pdr__conn_of(io->conns);
+        while ((c = PDR_DLINK_ENTRY(io->conns, struct pdr__conn, link)) != NULL) {
             conn_unlink(c);
             close(c->fd);
             pdr__conn_free(eng, c);
         }
         pdr__tcp_after_turn(eng, io);
     }
-    while (eng->dead_sess != NULL) {
-        struct pdr__sess *d = eng->dead_sess;
-        eng->dead_sess = d->dnext;
+    struct pdr__sess *d;
+    while ((d = PDR_DLINK_ENTRY(pdr_dlink_pop(&eng->dead_sess), struct pdr__sess, dlink)) != NULL)
         pdr__sess_unref(eng, d);
-    }
     while (s->sessions != NULL) {
-        struct pdr__sess *x = pdr__sess_of(s->sessions);
+        struct pdr__sess *x = PDR_DLINK_ENTRY(s->sessions, struct pdr__sess, link);
         pdr_dlink_unlink(&x->link);
         pdr__movers_sess_close(eng, NULL, x);
         pdr__sess_unref(eng, x);
@@ -515,7 +503,7 @@ void pdr__tcp_shutdown(pdr_xfer_engine_t *eng)
     pdr__movers_shutdown(eng);
     for (size_t b = 0; b < eng->nbuckets && eng->parked != NULL; b++)
         while (eng->parked[b] != NULL)
-            pdr__tomb_del(eng, eng->parked[b]);
+            pdr__tomb_del(eng, PDR_DLINK_ENTRY(eng->parked[b], struct pdr__parked, hlink));
     if (eng->listen_fd >= 0) {
         close(eng->listen_fd);
         eng->listen_fd = -1;

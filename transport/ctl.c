@@ -26,13 +26,23 @@
 
 /* ---- control frames ---- */
 
+/* A control frame of len bytes to fill (m->data) and queue; NULL without memory. */
+struct ctl_msg *pdr__ctl_new(size_t len)
+{
+    struct ctl_msg *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return NULL;
+    m->data = len <= sizeof(m->inl) ? m->inl : malloc(len);
+    if (m->data == NULL) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
 void pdr__cq_append(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct ctl_msg *m)
 {
-    if (c->cq_tail != NULL)
-        c->cq_tail->next = m;
-    else
-        c->cq_head = m;
-    c->cq_tail = m;
+    pdr_dqueue_append(&c->cq, &m->link);
     if (!c->connecting && c->attached)
         pdr__conn_set_events(eng, c, EPOLLIN | EPOLLOUT);
 }
@@ -42,13 +52,12 @@ int pdr__queue_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint8_t type, ui
 {
     if (c == NULL || c->dead)
         return 0;
-    struct ctl_msg *m = calloc(1, sizeof(*m));
+    struct ctl_msg *m = pdr__ctl_new(PDR_XFER_HDR_LEN + 16);
     if (m == NULL) {
         /* The peer would wait for a frame that never comes: fail the session rather than hang it. */
         pdr__conn_fail(eng, c, PDR_ENOMEM);
         return -1;
     }
-    m->data = m->inl;
     m->len = pdr__xfer_ctl_encode(m->inl, type, room, xid, value, code);
     pdr__cq_append(eng, c, m);
     return 0;
@@ -90,7 +99,7 @@ void pdr__parked_unlink(struct pdr__conn *c, struct pdr__parked *p)
 void pdr__drop_parked_all(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
     while (c->parked != NULL) {
-        struct pdr__parked *p = pdr__parked_of(c->parked);
+        struct pdr__parked *p = PDR_DLINK_ENTRY(c->parked, struct pdr__parked, clink);
         pdr_dlink_unlink(&p->clink);
         pdr__parked_remove(eng, p);
         free(p);

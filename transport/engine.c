@@ -31,21 +31,17 @@
 /* Takes the queued commands and the ready list. Returns 1 when the engine is closing. */
 static int drain_commands(pdr_xfer_engine_t *eng)
 {
+    pdr_dqueue_t q, c, r;
     pthread_mutex_lock(&eng->lock);
-    struct pdr__op *q = eng->q_head;
-    struct pdr__cancel *c = eng->c_head;
-    struct pdr__op *r = eng->r_head;
-    eng->q_head = eng->q_tail = NULL;
-    eng->c_head = eng->c_tail = NULL;
-    eng->r_head = eng->r_tail = NULL;
+    pdr_dqueue_move(&q, &eng->cmds);
+    pdr_dqueue_move(&c, &eng->cancels);
+    pdr_dqueue_move(&r, &eng->ready);
     eng->io[0].wake_pending = 0;
     int closing = eng->closing;
     pthread_mutex_unlock(&eng->lock);
 
-    while (q != NULL) {
-        struct pdr__op *op = q;
-        q = op->qnext;
-        op->qnext = NULL;
+    struct pdr__op *op;
+    while ((op = PDR_DLINK_ENTRY(pdr_dqueue_pop(&q), struct pdr__op, qlink)) != NULL) {
         if (closing)
             continue; /* still in the room table: failed with PDR_ECLOSED by shutdown */
         op->state = PDR__OP_WAITING;
@@ -60,27 +56,25 @@ static int drain_commands(pdr_xfer_engine_t *eng)
         else
             pdr__tcp_start_pull(eng, op);
     }
-    while (c != NULL) {
-        struct pdr__cancel *n = c->next;
+    pdr_dlink_t *l;
+    while ((l = pdr_dqueue_pop(&c)) != NULL) {
+        struct pdr__cancel *cn = PDR_DLINK_ITEM(l, struct pdr__cancel, link);
         if (!closing) {
             for (int kind = PDR__OP_PUSH; kind <= PDR__OP_PULL; kind++) {
                 pthread_mutex_lock(&eng->lock);
-                struct pdr__op *op = pdr__room_find(eng, c->room, kind);
+                op = pdr__room_find(eng, cn->room, kind);
                 pthread_mutex_unlock(&eng->lock);
                 if (op != NULL && op->state != PDR__OP_QUEUED)
                     pdr__op_complete(eng, op, PDR_ECANCELED, PDR_ECANCELED);
             }
         }
-        free(c);
-        c = n;
+        free(cn);
     }
-    while (r != NULL) {
-        struct pdr__op *op = r;
-        r = op->rnext;
+    while ((op = PDR_DLINK_ENTRY(r.head, struct pdr__op, rlink)) != NULL) {
         pthread_mutex_lock(&eng->lock);
         int what = op->ready;
         op->ready = 0;
-        op->rnext = NULL;
+        pdr_dqueue_unlink(&r, &op->rlink); /* with ready 0 a data thread may append it again */
         pthread_mutex_unlock(&eng->lock);
         if (!closing && !__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST))
             pdr__tcp_ready(eng, op, what);
@@ -125,7 +119,7 @@ static void fail_all(pdr_xfer_engine_t *eng, int status)
         struct pdr__op *op = NULL;
         pthread_mutex_lock(&eng->lock);
         for (size_t b = 0; b < eng->nbuckets && op == NULL; b++)
-            op = eng->rooms[b];
+            op = PDR_DLINK_ENTRY(eng->rooms[b], struct pdr__op, hlink);
         pthread_mutex_unlock(&eng->lock);
         if (op == NULL)
             return;
@@ -212,9 +206,8 @@ static void engine_free(pdr_xfer_engine_t *eng)
             close(eng->io[i].wakefd);
     }
     free(eng->io);
-    while (eng->mem != NULL) {
-        struct pdr_xfer_memreg *m = eng->mem;
-        eng->mem = m->next;
+    struct pdr_xfer_memreg *m;
+    while ((m = PDR_DLINK_ENTRY(pdr_dlink_pop(&eng->mem), struct pdr_xfer_memreg, link)) != NULL) {
         pdr__rdma_dereg(m->rdma_mr); /* NULL: the backend's shutdown released it with its context */
         free(m);
     }
@@ -374,11 +367,9 @@ void pdr_xfer_engine_destroy(pdr_xfer_engine_t *eng)
     join_threads(eng);
     pdr__tcp_shutdown(eng);
     /* Ready entries posted by data threads after thread 0 stopped. */
-    while (eng->r_head != NULL) {
-        struct pdr__op *op = eng->r_head;
-        eng->r_head = op->rnext;
+    struct pdr__op *op;
+    while ((op = PDR_DLINK_ENTRY(pdr_dqueue_pop(&eng->ready), struct pdr__op, rlink)) != NULL)
         pdr__op_unref(eng, op);
-    }
     engine_free(eng);
 }
 

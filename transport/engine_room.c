@@ -29,7 +29,9 @@ static size_t room_bucket(const pdr_xfer_engine_t *eng, uint64_t room, int kind)
 
 struct pdr__op *pdr__room_find(pdr_xfer_engine_t *eng, uint64_t room, int kind)
 {
-    for (struct pdr__op *op = eng->rooms[room_bucket(eng, room, kind)]; op != NULL; op = op->hnext)
+    for (struct pdr__op *op =
+             PDR_DLINK_ENTRY(eng->rooms[room_bucket(eng, room, kind)], struct pdr__op, hlink);
+         op != NULL; op = PDR_DLINK_ENTRY(op->hlink.next, struct pdr__op, hlink))
         if (op->room == room && op->kind == kind)
             return op;
     return NULL;
@@ -37,11 +39,8 @@ struct pdr__op *pdr__room_find(pdr_xfer_engine_t *eng, uint64_t room, int kind)
 
 static void room_remove(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
-    struct pdr__op **pp = &eng->rooms[room_bucket(eng, op->room, op->kind)];
-    while (*pp != NULL && *pp != op)
-        pp = &(*pp)->hnext;
-    if (*pp == op) {
-        *pp = op->hnext;
+    if (pdr_dlink_linked(&op->hlink)) {
+        pdr_dlink_unlink(&op->hlink);
         eng->nops--;
     }
 }
@@ -124,7 +123,9 @@ static size_t parked_bucket(const pdr_xfer_engine_t *eng, uint64_t room)
 
 struct pdr__parked *pdr__parked_find(pdr_xfer_engine_t *eng, uint64_t room)
 {
-    for (struct pdr__parked *p = eng->parked[parked_bucket(eng, room)]; p != NULL; p = p->hnext)
+    for (struct pdr__parked *p =
+             PDR_DLINK_ENTRY(eng->parked[parked_bucket(eng, room)], struct pdr__parked, hlink);
+         p != NULL; p = PDR_DLINK_ENTRY(p->hlink.next, struct pdr__parked, hlink))
         if (p->room == room)
             return p;
     return NULL;
@@ -132,19 +133,14 @@ struct pdr__parked *pdr__parked_find(pdr_xfer_engine_t *eng, uint64_t room)
 
 void pdr__parked_insert(pdr_xfer_engine_t *eng, struct pdr__parked *p)
 {
-    size_t b = parked_bucket(eng, p->room);
-    p->hnext = eng->parked[b];
-    eng->parked[b] = p;
+    pdr_dlink_push(&eng->parked[parked_bucket(eng, p->room)], &p->hlink);
     eng->nparked++;
 }
 
 void pdr__parked_remove(pdr_xfer_engine_t *eng, struct pdr__parked *p)
 {
-    struct pdr__parked **pp = &eng->parked[parked_bucket(eng, p->room)];
-    while (*pp != NULL && *pp != p)
-        pp = &(*pp)->hnext;
-    if (*pp == p) {
-        *pp = p->hnext;
+    if (pdr_dlink_linked(&p->hlink)) {
+        pdr_dlink_unlink(&p->hlink);
         eng->nparked--;
     }
     pdr__timer_disarm(eng, &p->timer);
@@ -216,12 +212,7 @@ void pdr__op_ready_locked(pdr_xfer_engine_t *eng, struct pdr__op *op, int what)
 {
     if (op->ready == 0) {
         op->refs++;
-        op->rnext = NULL;
-        if (eng->r_tail != NULL)
-            eng->r_tail->rnext = op;
-        else
-            eng->r_head = op;
-        eng->r_tail = op;
+        pdr_dqueue_append(&eng->ready, &op->rlink);
     }
     op->ready |= what;
     pdr__io_wake_locked(eng, &eng->io[0]);
@@ -293,8 +284,7 @@ int pdr_xfer_mem_register(pdr_xfer_engine_t *eng, void *addr, size_t len, int ki
     m->kind = kind;
     m->ordinal = ordinal;
     pthread_mutex_lock(&eng->lock);
-    m->next = eng->mem;
-    eng->mem = m;
+    pdr_dlink_push(&eng->mem, &m->link);
     if (kind == PDR_XFER_MEM_CUDA)
         eng->has_cuda = 1;
     pthread_mutex_unlock(&eng->lock);
@@ -306,7 +296,8 @@ int pdr_xfer_mem_register(pdr_xfer_engine_t *eng, void *addr, size_t len, int ki
 static int mem_device(pdr_xfer_engine_t *eng, const void *addr, size_t len)
 {
     uintptr_t a = (uintptr_t)addr;
-    for (struct pdr_xfer_memreg *m = eng->mem; m != NULL; m = m->next) {
+    for (struct pdr_xfer_memreg *m = PDR_DLINK_ENTRY(eng->mem, struct pdr_xfer_memreg, link); m != NULL;
+         m = PDR_DLINK_ENTRY(m->link.next, struct pdr_xfer_memreg, link)) {
         if (m->kind != PDR_XFER_MEM_CUDA)
             continue;
         uintptr_t b = (uintptr_t)m->addr;
@@ -323,14 +314,13 @@ int pdr_xfer_mem_unregister(pdr_xfer_engine_t *eng, void *addr)
     if (eng == NULL)
         return PDR_EINVAL;
     pthread_mutex_lock(&eng->lock);
-    for (struct pdr_xfer_memreg **pp = &eng->mem; *pp != NULL; pp = &(*pp)->next) {
-        if ((*pp)->addr == addr) {
-            struct pdr_xfer_memreg *m = *pp;
-            *pp = m->next;
+    for (struct pdr_xfer_memreg *m = PDR_DLINK_ENTRY(eng->mem, struct pdr_xfer_memreg, link); m != NULL;
+         m = PDR_DLINK_ENTRY(m->link.next, struct pdr_xfer_memreg, link)) {
+        if (m->addr == addr) {
+            pdr_dlink_unlink(&m->link);
             pdr__movers_mem_unregistered(eng, m->addr, m->len); /* takes only its own lock */
             if (m->rdma_refs > 0) {
                 /* RDMA rooms in flight still use its MR: the last of them releases it (mover_rdma.c). */
-                m->unlinked = 1;
                 pthread_mutex_unlock(&eng->lock);
                 return 0;
             }
@@ -430,15 +420,9 @@ static int op_post(pdr_xfer_engine_t *eng, struct pdr__op *op)
     if (rc == 0) {
         if (op->kind == PDR__OP_PULL)
             op->xid = ++eng->next_xid;
-        size_t b = room_bucket(eng, op->room, op->kind);
-        op->hnext = eng->rooms[b];
-        eng->rooms[b] = op;
+        pdr_dlink_push(&eng->rooms[room_bucket(eng, op->room, op->kind)], &op->hlink);
         eng->nops++;
-        if (eng->q_tail != NULL)
-            eng->q_tail->qnext = op;
-        else
-            eng->q_head = op;
-        eng->q_tail = op;
+        pdr_dqueue_append(&eng->cmds, &op->qlink);
         pdr__io_wake_locked(eng, &eng->io[0]);
     }
     pthread_mutex_unlock(&eng->lock);
@@ -539,11 +523,7 @@ int pdr_xfer_cancel(pdr_xfer_engine_t *eng, uint64_t room)
              pdr__room_find(eng, room, PDR__OP_PULL) == NULL)
         rc = PDR_ENOROOM;
     if (rc == 0) {
-        if (eng->c_tail != NULL)
-            eng->c_tail->next = c;
-        else
-            eng->c_head = c;
-        eng->c_tail = c;
+        pdr_dqueue_append(&eng->cancels, &c->link);
         pdr__io_wake_locked(eng, &eng->io[0]);
     }
     pthread_mutex_unlock(&eng->lock);

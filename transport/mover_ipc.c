@@ -38,7 +38,7 @@ static int grow(void **arr, size_t *cap, size_t first, size_t size)
 
 /* The mover's engine-wide state (tcp_state.ipc). */
 struct ipc_engine {
-    struct ipc_room *ipc_pending;   /* pushes whose CUDA IPC copies are in flight (thread 0) */
+    pdr_dlink_t *ipc_pending;       /* pushes whose CUDA IPC copies are in flight (ipc_room's link) */
     void *ipc_stream[IPC_MAX_DEVS]; /* thread 0's stream per source device, for IPC copies */
     struct pdr__fdsrv *fdsrv;       /* started by the first VMM export (thread 0) */
     pthread_mutex_t vx_lock;        /* vx: thread 0 exports, mem_unregister (any thread) forgets */
@@ -50,7 +50,7 @@ struct ipc_engine {
 struct ipc_room {
     struct pdr__op *op;
     void *ev;
-    struct ipc_room *next;
+    pdr_dlink_t link; /* ipc_engine's ipc_pending (thread 0) */
 };
 
 /* ---- CUDA IPC (thread 0) ----
@@ -196,8 +196,7 @@ int pdr__ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess 
     }
     ir->op = op;
     ir->ev = ev;
-    ir->next = ie->ipc_pending;
-    ie->ipc_pending = ir;
+    pdr_dlink_push(&ie->ipc_pending, &ir->link);
     op->mover = &pdr__mover_ipc;
     op->mv = ir;
     op->backend = "cuda_ipc";
@@ -208,11 +207,7 @@ int pdr__ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess 
 void pdr__ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
     struct ipc_room *ir = op->mv;
-    struct ipc_room **pp = &pdr__tcp_st(eng)->ipc->ipc_pending;
-    while (*pp != NULL && *pp != ir)
-        pp = &(*pp)->next;
-    if (*pp == ir)
-        *pp = ir->next;
+    pdr_dlink_unlink(&ir->link);
     pdr__io_bind(&eng->io[0], op->dev);
     pdr__cuda_event_destroy(ir->ev);
     free(ir);
@@ -225,9 +220,9 @@ void pdr__ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op)
 int pdr__ipc_poll(pdr_xfer_engine_t *eng)
 {
     int pending = 0;
-    struct ipc_room *ir = pdr__tcp_st(eng)->ipc->ipc_pending;
+    struct ipc_room *ir = PDR_DLINK_ENTRY(pdr__tcp_st(eng)->ipc->ipc_pending, struct ipc_room, link);
     while (ir != NULL) {
-        struct ipc_room *next = ir->next;
+        struct ipc_room *next = PDR_DLINK_ENTRY(ir->link.next, struct ipc_room, link);
         struct pdr__op *op = ir->op;
         pdr__io_bind(&eng->io[0], op->dev);
         int rc = pdr__cuda_event_query(ir->ev);
@@ -340,11 +335,10 @@ struct ctl_msg *pdr__fetch_ipc_msg(pdr_xfer_engine_t *eng, struct pdr__op *op)
     size_t *lens = malloc(cap * sizeof(*lens));
     uint32_t *hidx = malloc(cap * sizeof(*hidx));
     uint64_t *offs = malloc(cap * sizeof(*offs));
-    struct ctl_msg *m = calloc(1, sizeof(*m));
-    uint8_t *buf = NULL;
+    struct ctl_msg *m = NULL;
     uint32_t nh = 0;
     unsigned char uuid[16] = {0};
-    int rc = handles != NULL && lens != NULL && hidx != NULL && offs != NULL && m != NULL
+    int rc = handles != NULL && lens != NULL && hidx != NULL && offs != NULL
                  ? pdr__io_bind(&eng->io[0], op->dev)
                  : PDR_ENOMEM;
     if (rc == 0)
@@ -428,11 +422,10 @@ struct ctl_msg *pdr__fetch_ipc_msg(pdr_xfer_engine_t *eng, struct pdr__op *op)
         nh = 1;
     }
     size_t len = rc == 0 ? pdr__xfer_fetch_ipc_size((uint32_t)np, nh) : 0;
-    if (rc == 0 && (buf = malloc(len)) == NULL)
+    if (rc == 0 && (m = pdr__ctl_new(len)) == NULL)
         rc = PDR_ENOMEM;
     if (rc == 0) {
-        m->data = buf;
-        m->len = pdr__xfer_fetch_ipc_encode(buf, len, op->room, op->xid, op->total, op->timeout_ms,
+        m->len = pdr__xfer_fetch_ipc_encode(m->data, len, op->room, op->xid, op->total, op->timeout_ms,
                                             np > 0 ? lens : NULL, sizeof(*lens), (uint32_t)np, handles, nh,
                                             hidx, offs);
         if (m->len == 0)
@@ -445,8 +438,7 @@ struct ctl_msg *pdr__fetch_ipc_msg(pdr_xfer_engine_t *eng, struct pdr__op *op)
     if (rc != 0) {
         pdr_warn("transport: cannot export CUDA IPC handles for room %llu (%s: %s); using tcp staging",
                  (unsigned long long)op->room, pdr_strerror(rc), pdr__cuda_last_error());
-        free(buf);
-        free(m);
+        pdr__ctl_free(m);
         return NULL;
     }
     return m;

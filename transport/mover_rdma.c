@@ -108,7 +108,8 @@ static void rdma_on_imm(void *arg, uint32_t tag32)
     struct rdma_link *l = arg;
     pdr_xfer_engine_t *eng = l->eng;
     pthread_mutex_lock(&eng->lock);
-    for (struct pdr__op *op = pdr__op_of(l->sess->ops); op != NULL; op = pdr__op_of(op->slink.next)) {
+    for (struct pdr__op *op = PDR_DLINK_ENTRY(l->sess->ops, struct pdr__op, slink); op != NULL;
+         op = PDR_DLINK_ENTRY(op->slink.next, struct pdr__op, slink)) {
         struct rdma_room *r = rdma_of(op);
         if (op->kind == PDR__OP_PULL && r != NULL && r->link == l && r->tag == tag32 && !r->got) {
             r->got = 1;
@@ -150,7 +151,8 @@ void pdr__mv_rdma_link_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s)
     s->rdma = NULL;
     pdr__rdma_ep_destroy(l->ep); /* push rooms posted on it get done_cb(PDR_ECLOSED) in here */
     pthread_mutex_lock(&eng->lock);
-    for (struct pdr__op *op = pdr__op_of(s->ops); op != NULL; op = pdr__op_of(op->slink.next)) {
+    for (struct pdr__op *op = PDR_DLINK_ENTRY(s->ops, struct pdr__op, slink); op != NULL;
+         op = PDR_DLINK_ENTRY(op->slink.next, struct pdr__op, slink)) {
         struct rdma_room *r = rdma_of(op);
         if (r == NULL || r->link != l)
             continue;
@@ -191,7 +193,7 @@ static int rdma_link_new(pdr_xfer_engine_t *eng, struct pdr__sess *s, int dev, s
 static void rdma_mem_unref(pdr_xfer_engine_t *eng, struct pdr_xfer_memreg *m)
 {
     pthread_mutex_lock(&eng->lock);
-    int last = --m->rdma_refs == 0 && m->unlinked;
+    int last = --m->rdma_refs == 0 && !pdr_dlink_linked(&m->link);
     pthread_mutex_unlock(&eng->lock);
     if (last) {
         pdr__rdma_dereg(m->rdma_mr);
@@ -209,7 +211,8 @@ static int rdma_mem_ref(pdr_xfer_engine_t *eng, struct pdr_rdma_ctx *ctx, struct
     uintptr_t a = (uintptr_t)addr;
     struct pdr_xfer_memreg *m;
     pthread_mutex_lock(&eng->lock);
-    for (m = eng->mem; m != NULL; m = m->next) {
+    for (m = PDR_DLINK_ENTRY(eng->mem, struct pdr_xfer_memreg, link); m != NULL;
+         m = PDR_DLINK_ENTRY(m->link.next, struct pdr_xfer_memreg, link)) {
         uintptr_t b = (uintptr_t)m->addr;
         if (a >= b && a - b < m->len && len <= m->len - (a - b))
             break;
@@ -316,18 +319,14 @@ struct ctl_msg *pdr__mv_rdma_fetch_msg(pdr_xfer_engine_t *eng, struct pdr__sess 
     uint8_t *mem = malloc(memcap);
     size_t memlen = mem != NULL ? pdr__rdma_pack_mem(r->local, r->nlocal, mem, memcap) : 0;
     size_t len = pdr__xfer_fetch_rdma_size((uint32_t)op->nseg, eplen, memlen);
-    struct ctl_msg *m = calloc(1, sizeof(*m));
-    uint8_t *buf = malloc(len);
-    if (eplen == 0 || memlen == 0 || m == NULL || buf == NULL) {
+    struct ctl_msg *m = eplen != 0 && memlen != 0 ? pdr__ctl_new(len) : NULL;
+    if (m == NULL) {
         free(mem);
-        free(m);
-        free(buf);
         rdma_room_free(r);
         *rc = PDR_ENOMEM;
         return NULL;
     }
-    m->data = buf;
-    m->len = pdr__xfer_fetch_rdma_encode(buf, len, op->room, op->xid, op->total, op->timeout_ms,
+    m->len = pdr__xfer_fetch_rdma_encode(m->data, len, op->room, op->xid, op->total, op->timeout_ms,
                                          &op->segs[0].len, sizeof(pdr_xfer_seg_t), (uint32_t)op->nseg, r->tag,
                                          ep, eplen, mem, memlen);
     free(mem);
@@ -399,17 +398,13 @@ int pdr__mv_rdma_push_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct p
         uint8_t ep[PDR_RDMA_EP_MAX_BYTES];
         size_t eplen = pdr__rdma_pack_ep(&l->mine, ep, sizeof(ep));
         size_t flen = PDR_XFER_HDR_LEN + PDR_XFER_RDMA_READY_FIXED + eplen;
-        struct ctl_msg *m = calloc(1, sizeof(*m));
-        uint8_t *buf = malloc(flen);
-        if (m == NULL || buf == NULL || eplen == 0) {
-            free(m);
-            free(buf);
+        struct ctl_msg *m = eplen != 0 ? pdr__ctl_new(flen) : NULL;
+        if (m == NULL) {
             pdr__mv_rdma_link_kill(eng, s);
             rdma_room_free(r);
             return PDR_ENOMEM;
         }
-        m->data = buf;
-        m->len = pdr__xfer_rdma_ready_encode(buf, flen, op->room, fd.xid, peer.qpn[0], ep, eplen);
+        m->len = pdr__xfer_rdma_ready_encode(m->data, flen, op->room, fd.xid, peer.qpn[0], ep, eplen);
         pdr__cq_append(eng, s->ctl, m);
     }
     r->link = l;
@@ -461,7 +456,8 @@ void pdr__mv_rdma_on_go(pdr_xfer_engine_t *eng, struct pdr__sess *s)
     for (;;) {
         struct pdr__op *op;
         pthread_mutex_lock(&eng->lock);
-        for (op = pdr__op_of(s->ops); op != NULL; op = pdr__op_of(op->slink.next)) {
+        for (op = PDR_DLINK_ENTRY(s->ops, struct pdr__op, slink); op != NULL;
+             op = PDR_DLINK_ENTRY(op->slink.next, struct pdr__op, slink)) {
             struct rdma_room *r = rdma_of(op);
             if (op->kind == PDR__OP_PUSH && r != NULL && r->wait_go && r->link == l)
                 break;
@@ -514,7 +510,8 @@ static void rdma_shutdown(pdr_xfer_engine_t *eng)
     if (s == NULL)
         return;
     /* Every room is gone: release the registered regions' cached MRs before their context. */
-    for (struct pdr_xfer_memreg *m = eng->mem; m != NULL; m = m->next) {
+    for (struct pdr_xfer_memreg *m = PDR_DLINK_ENTRY(eng->mem, struct pdr_xfer_memreg, link); m != NULL;
+         m = PDR_DLINK_ENTRY(m->link.next, struct pdr_xfer_memreg, link)) {
         pdr__rdma_dereg(m->rdma_mr);
         m->rdma_mr = NULL;
     }

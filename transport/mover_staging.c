@@ -288,7 +288,7 @@ int pdr__stage_pump(pdr_xfer_engine_t *eng, struct pdr__conn *c, int *want)
 {
     pdr__stage_poll(eng, c, 0);
     if (!c->outbound) {
-        if (c->tx_state == TX_IDLE && c->cq_head == NULL && c->stg_count > 0 &&
+        if (c->tx_state == TX_IDLE && c->cq.head == NULL && c->stg_count > 0 &&
             c->stg[c->stg_head].state == STG_READY && pdr__conn_flush(eng, c) != 0)
             return -1;
         /* The flush refills the ring: those copies must be polled soon too, not at the next heartbeat. */
@@ -319,7 +319,8 @@ int pdr__stage_pump(pdr_xfer_engine_t *eng, struct pdr__conn *c, int *want)
 /* Thread 0 is about to wait for op's busy count: copies it issued itself must finish first. */
 void pdr__stage_quiesce(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
-    for (struct pdr__conn *c = pdr__conn_of(eng->io[0].conns); c != NULL; c = pdr__conn_of(c->link.next)) {
+    for (struct pdr__conn *c = PDR_DLINK_ENTRY(eng->io[0].conns, struct pdr__conn, link); c != NULL;
+         c = PDR_DLINK_ENTRY(c->link.next, struct pdr__conn, link)) {
         for (size_t k = 0; k < c->stg_count; k++) {
             struct stage *g = &c->stg[(c->stg_head + k) % c->nstg];
             if (g->state == STG_COPY && g->op == op) {

@@ -317,7 +317,7 @@ struct pdr__op *pdr__claim(pdr_xfer_engine_t *eng, struct pdr__conn *c, int want
     if (s == NULL)
         return NULL;
     pthread_mutex_lock(&eng->lock);
-    struct pdr__op *op = s->dead ? NULL : pdr__push_op_of(s->push.head);
+    struct pdr__op *op = s->dead ? NULL : PDR_DLINK_ENTRY(s->push.head, struct pdr__op, plink);
     if (op != NULL && ((op->dev >= 0) != want_dev || (want_dev && c->stg_count > 0 && c->stg_dev != op->dev)))
         op = NULL;
     if (op != NULL) {
@@ -341,7 +341,9 @@ static int peek_dev(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 {
     struct pdr__sess *s = c->sess;
     pthread_mutex_lock(&eng->lock);
-    int dev = s == NULL || s->dead || s->push.head == NULL ? -2 : pdr__push_op_of(s->push.head)->dev;
+    int dev = s == NULL || s->dead || s->push.head == NULL
+                  ? -2
+                  : PDR_DLINK_ENTRY(s->push.head, struct pdr__op, plink)->dev;
     pthread_mutex_unlock(&eng->lock);
     return dev;
 }
@@ -445,12 +447,8 @@ int pdr__conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
     size_t budget = IO_BUDGET;
     while (budget > 0) {
         if (c->tx_state == TX_IDLE) {
-            if (c->cq_head != NULL) {
-                c->tx_ctl = c->cq_head;
-                c->cq_head = c->tx_ctl->next;
-                if (c->cq_head == NULL)
-                    c->cq_tail = NULL;
-                c->tx_ctl->next = NULL;
+            if (c->cq.head != NULL) {
+                c->tx_ctl = PDR_DLINK_ENTRY(pdr_dqueue_pop(&c->cq), struct ctl_msg, link);
                 c->tx_state = TX_CTL;
             } else if (!c->outbound && tx_next(eng, c)) {
                 c->tx_state = TX_DATA;
@@ -512,7 +510,7 @@ int pdr__conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
         if (c->tx_state == TX_CTL) {
             c->tx_sent += sent;
             if (c->tx_sent == c->tx_ctl->len) {
-                pdr__ctl_free_all(c->tx_ctl);
+                pdr__ctl_free(c->tx_ctl);
                 c->tx_ctl = NULL;
                 c->tx_state = TX_IDLE;
             }
@@ -539,16 +537,12 @@ static struct ctl_msg *tcp_offer(pdr_xfer_engine_t *eng, struct pdr__sess *s, st
     (void)eng;
     (void)s;
     size_t len = pdr__xfer_fetch_size((uint32_t)op->nseg);
-    struct ctl_msg *m = calloc(1, sizeof(*m));
-    uint8_t *buf = malloc(len);
-    if (m == NULL || buf == NULL) {
-        free(m);
-        free(buf);
+    struct ctl_msg *m = pdr__ctl_new(len);
+    if (m == NULL) {
         *rc = PDR_ENOMEM;
         return NULL;
     }
-    m->data = buf;
-    m->len = pdr__xfer_fetch_encode(buf, len, op->room, op->xid, op->total, op->timeout_ms,
+    m->len = pdr__xfer_fetch_encode(m->data, len, op->room, op->xid, op->total, op->timeout_ms,
                                     op->nseg > 0 ? &op->segs[0].len : NULL, sizeof(pdr_xfer_seg_t),
                                     (uint32_t)op->nseg);
     return m;

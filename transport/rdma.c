@@ -565,11 +565,11 @@ int pdr__rdma_ep_connect(struct pdr_rdma_ep *ep, const struct pdr_rdma_ep_info *
     int rc = ep->err != 0 ? ep->err : 0;
     for (unsigned i = 0; rc == 0 && i < ep->nqp; i++)
         rc = qp_connect(ctx, &ep->qps[i], remote, i);
-    struct room_op *finished = NULL;
+    pdr_dlink_t *finished = NULL;
     if (rc == PDR_EIO)
         pdr__rdma_ep_fail(ep, PDR_EIO, &finished); /* no room can be queued before connect succeeded */
     pthread_mutex_unlock(&ctx->mu);
-    pdr__rdma_run_finished(finished);
+    pdr__rdma_run_finished(&finished);
     return rc;
 }
 
@@ -578,7 +578,7 @@ void pdr__rdma_ep_destroy(struct pdr_rdma_ep *ep)
     if (ep == NULL)
         return;
     struct pdr_rdma_ctx *ctx = ep->ctx;
-    struct room_op *finished = NULL;
+    pdr_dlink_t *finished = NULL;
     pthread_mutex_lock(&ctx->mu);
     ep->closing = 1;
     for (pdr_dlink_t *l = ep->ops.head; l != NULL; l = l->next)
@@ -594,6 +594,6 @@ void pdr__rdma_ep_destroy(struct pdr_rdma_ep *ep)
         pdr__rdma_op_finish(PDR__RDMA_OP(ep->ops.head), &finished);
     ep_unlink(ctx, ep);
     pthread_mutex_unlock(&ctx->mu);
-    pdr__rdma_run_finished(finished);
+    pdr__rdma_run_finished(&finished);
     ep_free(ep);
 }

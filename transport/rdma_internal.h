@@ -41,8 +41,7 @@ struct batch {
 
 struct room_op {
     struct pdr_rdma_ep *ep;
-    pdr_dlink_t link;              /* ep->ops, in posting order */
-    struct room_op *finished_next; /* the finished list (after it has left ep->ops) */
+    pdr_dlink_t link; /* ep->ops, in posting order; then a finished list (pdr__rdma_op_finish) */
     pdr__rdma_done_cb cb;
     void *arg;
     struct pdr_rdma_wr *wrs;
@@ -111,10 +110,10 @@ int pdr__rdma_qp_event(struct qp *q, enum pdr_rdma_qp_event ev, enum pdr_rdma_qp
 void pdr__rdma_ep_drain(struct pdr_rdma_ep *ep);
 
 /* rdma_post.c (ctx->mu held unless said otherwise) */
-void pdr__rdma_op_finish(struct room_op *op, struct room_op **finished);
-void pdr__rdma_ep_fail(struct pdr_rdma_ep *ep, int err, struct room_op **finished);
+void pdr__rdma_op_finish(struct room_op *op, pdr_dlink_t **finished);
+void pdr__rdma_ep_fail(struct pdr_rdma_ep *ep, int err, pdr_dlink_t **finished);
 /* Runs the callbacks of the finished list (ctx->mu released). */
-void pdr__rdma_run_finished(struct room_op *finished);
+void pdr__rdma_run_finished(pdr_dlink_t **finished);
 void *pdr__rdma_completion_thread(void *p);
 
 #define PDR__RDMA_EP(l) PDR_DLINK_ITEM(l, struct pdr_rdma_ep, link)

@@ -37,15 +37,14 @@ static void op_unlink(struct pdr_rdma_ep *ep, struct room_op *op)
 }
 
 /* Moves op to the finished list (its callback runs once the lock is released). */
-void pdr__rdma_op_finish(struct room_op *op, struct room_op **finished)
+void pdr__rdma_op_finish(struct room_op *op, pdr_dlink_t **finished)
 {
     op_unlink(op->ep, op);
     op->ep->cb_pending++;
-    op->finished_next = *finished;
-    *finished = op;
+    pdr_dlink_push(finished, &op->link);
 }
 
-void pdr__rdma_ep_fail(struct pdr_rdma_ep *ep, int err, struct room_op **finished)
+void pdr__rdma_ep_fail(struct pdr_rdma_ep *ep, int err, pdr_dlink_t **finished)
 {
     if (ep->err == 0) {
         ep->err = err;
@@ -116,32 +115,33 @@ static int post_batch(struct pdr_rdma_ep *ep, struct room_op *op, struct batch *
 }
 
 /* Posts whatever fits, rooms in order: a room's batches go out before any of the next room's. */
-static void ep_pump(struct pdr_rdma_ep *ep, struct room_op **finished)
+/* Posts batch b of op if its QP's send queue has room: 1 posted, 0 no room yet, -1 the post failed (the
+ * endpoint failed with it). */
+static int pump_batch(struct pdr_rdma_ep *ep, struct room_op *op, struct batch *b, pdr_dlink_t **finished)
+{
+    if (ep->qps[b->qp].outstanding + b->count > ep->max_wr)
+        return 0;
+    if (post_batch(ep, op, b) != 0) {
+        pdr__rdma_ep_fail(ep, PDR_EIO, finished);
+        return -1;
+    }
+    return 1;
+}
+
+static void ep_pump(struct pdr_rdma_ep *ep, pdr_dlink_t **finished)
 {
     if (ep->err != 0 || ep->closing)
         return;
     for (pdr_dlink_t *l = ep->ops.head; l != NULL; l = l->next) {
         struct room_op *op = PDR__RDMA_OP(l);
-        while (op->next_batch < op->ndata) {
-            struct batch *b = &op->batches[op->next_batch];
-            if (ep->qps[b->qp].outstanding + b->count > ep->max_wr)
+        for (; op->next_batch < op->ndata; op->next_batch++)
+            if (pump_batch(ep, op, &op->batches[op->next_batch], finished) <= 0)
                 return;
-            if (post_batch(ep, op, b) != 0) {
-                pdr__rdma_ep_fail(ep, PDR_EIO, finished);
-                return;
-            }
-            op->next_batch++;
-        }
         if (op->done_batches < op->ndata)
             continue; /* its IMM waits for every data WRITE to complete; later rooms may post meanwhile */
         if (!op->imm_posted) {
-            struct batch *b = &op->batches[op->ndata];
-            if (ep->qps[b->qp].outstanding + b->count > ep->max_wr)
+            if (pump_batch(ep, op, &op->batches[op->ndata], finished) <= 0)
                 return;
-            if (post_batch(ep, op, b) != 0) {
-                pdr__rdma_ep_fail(ep, PDR_EIO, finished);
-                return;
-            }
             op->imm_posted = 1;
         }
     }
@@ -168,7 +168,7 @@ static void log_wc(const struct pdr_rdma_ctx *ctx, const struct ibv_wc *wc)
 }
 
 /* Handles one CQE. Sets *imm_ep when an immediate arrived for that endpoint's callback. */
-static void handle_wc(struct pdr_rdma_ctx *ctx, const struct ibv_wc *wc, struct room_op **finished,
+static void handle_wc(struct pdr_rdma_ctx *ctx, const struct ibv_wc *wc, pdr_dlink_t **finished,
                       struct pdr_rdma_ep **imm_ep, uint32_t *imm)
 {
     uintptr_t id = (uintptr_t)wc->wr_id;
@@ -227,13 +227,13 @@ static void handle_wc(struct pdr_rdma_ctx *ctx, const struct ibv_wc *wc, struct 
 
 /* Runs the callbacks of finished rooms; ctx->mu must not be held. ep_destroy waits for cb_pending to
  * drop to 0, so the endpoint outlives the decrement and not one instant more. */
-void pdr__rdma_run_finished(struct room_op *finished)
+void pdr__rdma_run_finished(pdr_dlink_t **finished)
 {
-    while (finished != NULL) {
-        struct room_op *op = finished;
+    pdr_dlink_t *l;
+    while ((l = pdr_dlink_pop(finished)) != NULL) {
+        struct room_op *op = PDR__RDMA_OP(l);
         struct pdr_rdma_ep *ep = op->ep;
         struct pdr_rdma_ctx *ctx = ep->ctx;
-        finished = op->finished_next;
         op->cb(op->arg, op->status);
         free(op);
         pthread_mutex_lock(&ctx->mu);
@@ -255,7 +255,7 @@ static void drain_cq(struct pdr_rdma_ctx *ctx)
         if (n == 0)
             return;
         for (int i = 0; i < n; i++) {
-            struct room_op *finished = NULL;
+            pdr_dlink_t *finished = NULL;
             struct pdr_rdma_ep *imm_ep = NULL;
             uint32_t imm = 0;
             pdr__rdma_imm_cb cb = NULL;
@@ -276,7 +276,7 @@ static void drain_cq(struct pdr_rdma_ctx *ctx)
                 pthread_cond_broadcast(&ctx->drained);
                 pthread_mutex_unlock(&ctx->mu);
             }
-            pdr__rdma_run_finished(finished);
+            pdr__rdma_run_finished(&finished);
         }
     }
 }
@@ -288,13 +288,13 @@ static void handle_async(struct pdr_rdma_ctx *ctx)
         pdr_warn("rdma: %s: async event: %s", ctx->name, ibv_event_type_str(ev.event_type));
         if (ev.event_type == IBV_EVENT_QP_FATAL || ev.event_type == IBV_EVENT_QP_ACCESS_ERR ||
             ev.event_type == IBV_EVENT_QP_REQ_ERR) {
-            struct room_op *finished = NULL;
+            pdr_dlink_t *finished = NULL;
             pthread_mutex_lock(&ctx->mu);
             struct pdr_rdma_ep *ep = ep_by_qpn(ctx, ev.element.qp->qp_num);
             if (ep != NULL)
                 pdr__rdma_ep_fail(ep, PDR_EIO, &finished);
             pthread_mutex_unlock(&ctx->mu);
-            pdr__rdma_run_finished(finished);
+            pdr__rdma_run_finished(&finished);
         }
         ibv_ack_async_event(&ev);
     }
@@ -319,11 +319,11 @@ void *pdr__rdma_completion_thread(void *p)
         }
         pthread_mutex_lock(&ctx->mu);
         int stop = ctx->stop;
-        struct room_op *finished = NULL;
+        pdr_dlink_t *finished = NULL;
         for (pdr_dlink_t *l = ctx->eps; l != NULL; l = l->next)
             ep_pump(PDR__RDMA_EP(l), &finished);
         pthread_mutex_unlock(&ctx->mu);
-        pdr__rdma_run_finished(finished);
+        pdr__rdma_run_finished(&finished);
         if (stop)
             break;
         if (fds[1].revents & POLLIN) {

@@ -59,13 +59,9 @@ static void conn_join(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct pdr__s
 static int queue_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t session, uint32_t index,
                        uint32_t nconns)
 {
-    struct ctl_msg *m = calloc(1, sizeof(*m));
-    uint8_t *buf = malloc(PDR_XFER_HDR_LEN + PDR_XFER_HELLO_LEN);
-    if (m == NULL || buf == NULL) {
-        free(m);
-        free(buf);
+    struct ctl_msg *m = pdr__ctl_new(PDR_XFER_HDR_LEN + PDR_XFER_HELLO_LEN);
+    if (m == NULL)
         return PDR_ENOMEM;
-    }
     struct pdr_xfer_hello h = pdr__tcp_st(eng)->me;
     pthread_mutex_lock(&eng->lock);
     if (eng->has_cuda)
@@ -74,8 +70,7 @@ static int queue_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t ses
     h.session = session;
     h.index = index;
     h.nconns = nconns;
-    m->data = buf;
-    m->len = pdr__xfer_hello_encode(buf, &h);
+    m->len = pdr__xfer_hello_encode(m->data, &h);
     pdr__cq_append(eng, c, m);
     return 0;
 }
@@ -207,6 +202,26 @@ void pdr__movers_shutdown(pdr_xfer_engine_t *eng)
 
 /* Serves a FETCH (xid, total; ipc: its FETCH_IPC or FETCH_RDMA body, per ext_type, or NULL) of op's
  * room from the session of control connection c. */
+/* Prefill: serves op with mover m (body, len: the decode's offer). Returns 1 when the room is settled: m
+ * serves it, or m failed and was forced, so the room fails (with forced_code, or m's error when 0).
+ * Returns 0 when the room falls back to the TCP mover (with a warning). */
+static int serve_with(pdr_xfer_engine_t *eng, const struct pdr__mover_ops *m, struct pdr__op *op,
+                      struct pdr__sess *s, const uint8_t *body, size_t len, int forced, int forced_code)
+{
+    int rc = m->serve(eng, op, s, body, len);
+    if (rc == 0)
+        return 1;
+    if (forced) {
+        int code = forced_code != 0 ? forced_code : rc;
+        pdr__op_complete(eng, op, code, code);
+        return 1;
+    }
+    pdr_warn("transport: room %llu falls back from %s to tcp%s (%s)", (unsigned long long)op->room, m->name,
+             m == &pdr__mover_ipc ? " staging" : "", pdr_strerror(rc));
+    op->backend = "tcp";
+    return 0;
+}
+
 void pdr__push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__conn *c, uint64_t xid,
                      uint64_t total, const uint8_t *ipc, size_t ipc_len, int ext_type)
 {
@@ -228,29 +243,11 @@ void pdr__push_match(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__con
         pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
         return;
     }
-    if (plan.rdma) {
-        int rc = pdr__mover_rdma.serve(eng, op, c->sess, rdma_body, ipc_len);
-        if (rc == 0)
-            return;
-        if (plan.rdma_forced) {
-            pdr__op_complete(eng, op, rc, rc);
-            return;
-        }
-        pdr_warn("transport: room %llu falls back from rdma to tcp (%s)", (unsigned long long)op->room,
-                 pdr_strerror(rc));
-    }
-    if (plan.ipc && op->total > 0) {
-        int rc = pdr__mover_ipc.serve(eng, op, c->sess, ipc, ipc_len);
-        if (rc == 0)
-            return;
-        if (plan.ipc_forced) {
-            pdr__op_complete(eng, op, PDR_ENOTSUP, PDR_ENOTSUP);
-            return;
-        }
-        pdr_warn("transport: room %llu falls back from cuda_ipc to tcp staging",
-                 (unsigned long long)op->room);
-        op->backend = "tcp";
-    }
+    if (plan.rdma && serve_with(eng, &pdr__mover_rdma, op, c->sess, rdma_body, ipc_len, plan.rdma_forced, 0))
+        return;
+    if (plan.ipc && op->total > 0 &&
+        serve_with(eng, &pdr__mover_ipc, op, c->sess, ipc, ipc_len, plan.ipc_forced, PDR_ENOTSUP))
+        return;
     pdr__mover_tcp.serve(eng, op, c->sess, NULL, 0);
 }
 
@@ -395,7 +392,8 @@ static void pull_flush_hello(pdr_xfer_engine_t *eng, struct pdr__sess *s)
     for (;;) {
         struct pdr__op *op;
         pthread_mutex_lock(&eng->lock);
-        for (op = pdr__op_of(s->ops); op != NULL && !op->wait_hello; op = pdr__op_of(op->slink.next))
+        for (op = PDR_DLINK_ENTRY(s->ops, struct pdr__op, slink); op != NULL && !op->wait_hello;
+             op = PDR_DLINK_ENTRY(op->slink.next, struct pdr__op, slink))
             ;
         if (op != NULL)
             op->wait_hello = 0;
@@ -411,9 +409,9 @@ void pdr__tcp_start_pull(pdr_xfer_engine_t *eng, struct pdr__op *op)
     struct pdr__mover_plan plan;
     if (mover_refused(eng, NULL, op, PDR__CHOOSE_PULL, &plan))
         return;
-    struct pdr__sess *s = pdr__sess_of(pdr__tcp_st(eng)->sessions);
+    struct pdr__sess *s = PDR_DLINK_ENTRY(pdr__tcp_st(eng)->sessions, struct pdr__sess, link);
     while (s != NULL && !(s->outbound && !s->dead && s->ctl != NULL && strcmp(s->peer, op->peer) == 0))
-        s = pdr__sess_of(s->link.next);
+        s = PDR_DLINK_ENTRY(s->link.next, struct pdr__sess, link);
     if (s == NULL) {
         int err = 0;
         s = sess_open(eng, op, &err);
@@ -444,7 +442,7 @@ void pdr__sess_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s, int status)
     pdr_dlink_unlink(&s->link);
     for (;;) {
         pthread_mutex_lock(&eng->lock);
-        struct pdr__op *op = pdr__op_of(s->ops);
+        struct pdr__op *op = PDR_DLINK_ENTRY(s->ops, struct pdr__op, slink);
         pthread_mutex_unlock(&eng->lock);
         if (op == NULL)
             break;
@@ -512,9 +510,9 @@ int pdr__on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *bo
         }
         return 0;
     }
-    struct pdr__sess *s = pdr__sess_of(pdr__tcp_st(eng)->sessions);
+    struct pdr__sess *s = PDR_DLINK_ENTRY(pdr__tcp_st(eng)->sessions, struct pdr__sess, link);
     while (s != NULL && !(!s->outbound && s->id == h.session && s->ctl != NULL))
-        s = pdr__sess_of(s->link.next);
+        s = PDR_DLINK_ENTRY(s->link.next, struct pdr__sess, link);
     if (s == NULL) {
         pdr__conn_fail(eng, c, PDR_EPEERGONE); /* its session is gone already */
         return -1;

@@ -34,7 +34,7 @@
 #define IO_BUDGET (8u << 20) /* bytes per connection per loop turn, for fairness */
 
 struct ctl_msg {
-    struct ctl_msg *next;
+    pdr_dlink_t link; /* its connection's control-frame queue (struct pdr__conn's cq) */
     size_t len;
     uint8_t *data; /* inl, or a heap buffer for FETCH and HELLO */
     uint8_t inl[PDR_XFER_HDR_LEN + 16];
@@ -60,8 +60,8 @@ enum { RX_MIGRATE = 1 };
  * tcp_state.sessions until it dies; freed when its last reference (the list's, each connection's)
  * goes. Fields marked (L) are under eng->lock, the rest belong to thread 0. */
 struct pdr__sess {
-    pdr_dlink_t link;        /* tcp_state.sessions */
-    struct pdr__sess *dnext; /* eng->dead_sess (L) */
+    pdr_dlink_t link;  /* tcp_state.sessions */
+    pdr_dlink_t dlink; /* eng->dead_sess (L) */
     uint64_t id;
     int refs;        /* (L) */
     int dead;        /* (L) */
@@ -102,9 +102,9 @@ struct vmm_export {
 #define VMM_TAG "PDRVMM1"
 
 struct pdr__conn {
-    int tag;                /* PDR__IO_CONN: first, see epoll data.ptr */
-    struct pdr__conn *next; /* the adopt or zombie list of its thread */
-    pdr_dlink_t link;       /* its thread's conns while attached */
+    int tag;           /* PDR__IO_CONN: first, see epoll data.ptr */
+    pdr_dlink_t qlink; /* the adopt (L) or zombie list of its thread */
+    pdr_dlink_t link;  /* its thread's conns while attached */
     struct pdr__io *io;
     struct pdr__sess *sess; /* holds a reference */
     int index;
@@ -128,9 +128,9 @@ struct pdr__conn {
     struct pdr__op *rx_op; /* holds a reference; NULL while discarding the payload of a failed room */
     uint64_t rx_off, rx_left, rx_len;
 
-    struct ctl_msg *cq_head, *cq_tail;
+    pdr_dqueue_t cq; /* control frames waiting to be sent, oldest first (struct ctl_msg's link) */
     int tx_state;
-    struct ctl_msg *tx_ctl;
+    struct ctl_msg *tx_ctl; /* the control frame being sent, off cq */
     size_t tx_sent;
     uint8_t tx_hdr[PDR_XFER_HDR_LEN + PDR_XFER_DATA_PFX];
     struct pdr__op *tx_op; /* holds a reference; NULL or dead: the rest of the frame is zeros */
@@ -216,20 +216,6 @@ struct pdr__mover_plan {
     int need_hello;  /* PDR__CHOOSE_PULL: the choice needs the peer's HELLO (its RDMA capability) */
 };
 
-/* The member of a list link, or NULL for the end of the list. */
-static inline struct pdr__sess *pdr__sess_of(pdr_dlink_t *l)
-{
-    return l != NULL ? PDR_DLINK_ITEM(l, struct pdr__sess, link) : NULL;
-}
-static inline struct pdr__conn *pdr__conn_of(pdr_dlink_t *l)
-{
-    return l != NULL ? PDR_DLINK_ITEM(l, struct pdr__conn, link) : NULL;
-}
-static inline struct pdr__parked *pdr__parked_of(pdr_dlink_t *l)
-{
-    return l != NULL ? PDR_DLINK_ITEM(l, struct pdr__parked, clink) : NULL;
-}
-
 /* -- cross-file functions (begin) -- */
 /* conn.c */
 struct tcp_state *pdr__tcp_st(pdr_xfer_engine_t *eng);
@@ -238,7 +224,8 @@ struct pdr__conn *pdr__conn_new(int fd, int outbound, int connecting, const char
 int pdr__conn_attach(struct pdr__io *io, struct pdr__conn *c);
 void pdr__conn_handoff(pdr_xfer_engine_t *eng, struct pdr__io *io, struct pdr__conn *c);
 void pdr__rescan_all(pdr_xfer_engine_t *eng);
-void pdr__ctl_free_all(struct ctl_msg *m);
+void pdr__ctl_free(struct ctl_msg *m);
+void pdr__ctl_free_all(pdr_dqueue_t *q);
 void pdr__conn_free(pdr_xfer_engine_t *eng, struct pdr__conn *c);
 void pdr__conn_fail(pdr_xfer_engine_t *eng, struct pdr__conn *c, int status);
 int pdr__connect_to(pdr_xfer_engine_t *eng, const struct sockaddr_storage *addr, socklen_t addrlen,
@@ -270,6 +257,7 @@ int pdr__sess_implicit(pdr_xfer_engine_t *eng, struct pdr__conn *c);
 int pdr__on_hello(pdr_xfer_engine_t *eng, struct pdr__conn *c, const uint8_t *body, size_t len);
 void pdr__read_identity(struct pdr_xfer_hello *me);
 /* ctl.c */
+struct ctl_msg *pdr__ctl_new(size_t len);
 void pdr__cq_append(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct ctl_msg *m);
 int pdr__queue_ctl(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint8_t type, uint64_t room, uint64_t xid,
                    uint64_t value, int32_t code);

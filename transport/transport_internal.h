@@ -67,11 +67,11 @@ enum { PDR__READY_SENT = 1, PDR__READY_GOT = 2, PDR__READY_FAIL = 4 };
 
 struct pdr__op {
     struct pdr__timer timer; /* first: container from timer */
-    struct pdr__op *hnext;   /* room table chain (L) */
-    struct pdr__op *qnext;   /* command queue (L) */
+    pdr_dlink_t hlink;       /* room table bucket (L) */
+    pdr_dlink_t qlink;       /* command queue, eng->cmds (L) */
     pdr_dlink_t slink;       /* session's op list (L) */
     pdr_dlink_t plink;       /* session's push queue: ops with unclaimed bytes (L) */
-    struct pdr__op *rnext;   /* ready list (L) */
+    pdr_dlink_t rlink;       /* ready list, eng->ready (L) */
     uint64_t room;
     int kind;
     int state; /* thread 0 */
@@ -108,18 +108,6 @@ struct pdr__op {
     char peer[96]; /* "host:port", the session cache key */
 };
 
-/* The op of a session push-queue link, or NULL for the end of the queue. */
-static inline struct pdr__op *pdr__push_op_of(pdr_dlink_t *l)
-{
-    return l != NULL ? PDR_DLINK_ITEM(l, struct pdr__op, plink) : NULL;
-}
-
-/* The op of a session op-list link, or NULL for the end of the list. */
-static inline struct pdr__op *pdr__op_of(pdr_dlink_t *l)
-{
-    return l != NULL ? PDR_DLINK_ITEM(l, struct pdr__op, slink) : NULL;
-}
-
 /* A FETCH that arrived before the push of its room; or, with conn NULL and tomb_code set, a tombstone:
  * the memory of a push that was canceled or expired before anyone fetched it (tomb_push 1: a late
  * FETCH fails at once with tomb_code), or of a parked fetch that its decode canceled or gave up
@@ -127,7 +115,7 @@ static inline struct pdr__op *pdr__op_of(pdr_dlink_t *l)
  * Thread 0 only. */
 struct pdr__parked {
     struct pdr__timer timer;
-    struct pdr__parked *hnext;
+    pdr_dlink_t hlink; /* parked table bucket */
     pdr_dlink_t clink; /* its connection's parked list (struct pdr__conn's parked) */
     uint64_t room, xid, total;
     struct pdr__conn *conn;
@@ -139,7 +127,7 @@ struct pdr__parked {
 };
 
 struct pdr__cancel {
-    struct pdr__cancel *next;
+    pdr_dlink_t link; /* eng->cancels (L) */
     uint64_t room;
 };
 
@@ -154,11 +142,11 @@ struct pdr__io {
     /* Owner thread only: */
     int cuda_dev;  /* the device whose primary context is current here, -1 none */
     int copy_wait; /* this turn's timeout 0 is only for GPU copies in flight: wait briefly, do not spin */
-    pdr_dlink_t *conns; /* attached connections (struct pdr__conn's link) */
-    struct pdr__conn *zombies;
+    pdr_dlink_t *conns;   /* attached connections (struct pdr__conn's link) */
+    pdr_dlink_t *zombies; /* failed connections, freed after the turn (struct pdr__conn's qlink) */
     /* Under eng->lock: */
-    struct pdr__conn *adopt; /* connections handed to this thread */
-    int rescan;              /* look at every connection: new work, or its session died */
+    pdr_dlink_t *adopt; /* connections handed to this thread (struct pdr__conn's qlink) */
+    int rescan;         /* look at every connection: new work, or its session died */
     int wake_pending;
 };
 
@@ -184,19 +172,19 @@ void pdr__tcp_shutdown(pdr_xfer_engine_t *eng); /* after every thread was joined
 void pdr__movers_mem_unregistered(pdr_xfer_engine_t *eng, const void *addr, size_t len);
 
 struct pdr_xfer_memreg {
-    struct pdr_xfer_memreg *next;
+    pdr_dlink_t link; /* eng->mem (L) */
     void *addr;
     size_t len;
     int kind;
     int ordinal;
     /* The region's one RDMA MR on the engine's RDMA context (mover_rdma.c's rdma_mem_ref): registered by
      * thread 0 on the first RDMA room inside the region, released by pdr_xfer_mem_unregister, or by the last
-     * room that still uses it when unregister came first (unlinked), or at shutdown. rdma_refs and
-     * unlinked are guarded by eng->lock; rdma_mr and the keys are written by thread 0 only, under it. */
+     * room that still uses it when unregister came first (link no longer linked), or at shutdown.
+     * rdma_refs and link are guarded by eng->lock; rdma_mr and the keys are written by thread 0 only,
+     * under it. */
     struct pdr_rdma_mr *rdma_mr;
     uint32_t rdma_lkey, rdma_rkey;
     int rdma_refs; /* RDMA rooms in flight whose keys come from rdma_mr */
-    int unlinked;  /* off eng->mem already: the last room to drop rdma_refs frees it */
 };
 
 struct pdr_xfer_engine {
@@ -209,17 +197,17 @@ struct pdr_xfer_engine {
 
     pthread_mutex_t lock;
     /* Under lock: */
-    struct pdr__op **rooms; /* hash of pending ops, keyed by (room, kind) */
+    pdr_dlink_t **rooms; /* hash of pending ops, keyed by (room, kind) (struct pdr__op's hlink) */
     size_t nbuckets;
     size_t nops;
-    struct pdr__op *q_head, *q_tail;
-    struct pdr__cancel *c_head, *c_tail;
-    struct pdr__op *r_head, *r_tail; /* ready list */
-    struct pdr__sess *dead_sess;     /* sessions a data thread saw die */
+    pdr_dqueue_t cmds;      /* posted ops, oldest first (qlink) */
+    pdr_dqueue_t cancels;   /* struct pdr__cancel, oldest first */
+    pdr_dqueue_t ready;     /* ops handed back to thread 0 (rlink) */
+    pdr_dlink_t *dead_sess; /* sessions a data thread saw die (struct pdr__sess's dlink) */
     int closing;
     uint64_t next_xid;
-    struct pdr_xfer_memreg *mem;
-    int has_cuda; /* CUDA memory was registered here */
+    pdr_dlink_t *mem; /* registered regions (struct pdr_xfer_memreg's link), newest first */
+    int has_cuda;     /* CUDA memory was registered here */
 
     /* Atomics (pdr_xfer_get_stats). */
     uint64_t st_transfers, st_failures, st_bytes_sent, st_bytes_received, st_staging, st_staging_peak;
@@ -227,7 +215,7 @@ struct pdr_xfer_engine {
     /* Thread 0 only: */
     struct pdr__timer **heap;
     size_t heap_len, heap_cap;
-    struct pdr__parked **parked; /* keyed by room, nbuckets */
+    pdr_dlink_t **parked; /* keyed by room, nbuckets (struct pdr__parked's hlink) */
     size_t nparked;
     void *be_state;
 };

@@ -8,25 +8,27 @@
  * the first miss. Only whole blocks are cached; a partial last block is always recomputed.
  *
  * Invariants: at most cap_tokens / block_tokens blocks are held; each is one malloc'ed entry in one
- * chained hash bucket and in the LRU list. A request touches its blocks last to first, so its first
- * block is the most recent one and eviction takes a prefix's tail before its head (vLLM frees a
- * request's blocks in reverse order for the same reason). Memory: one entry (about 48 bytes) per held
- * block and one pointer per bucket (buckets = the block cap rounded up to a power of two).
+ * hash bucket's list and in the LRU queue (common/dlist.h). A request touches its blocks last to
+ * first, so its first block is the most recent one and eviction takes a prefix's tail before its head
+ * (vLLM frees a request's blocks in reverse order for the same reason). Memory: one entry (about 40
+ * bytes) per held block and one pointer per bucket (buckets = the block cap rounded up to a power of
+ * two).
  */
 #include <stdlib.h>
+#include "dlist.h"
 #include "err.h"
 #include "pdsim.h"
 
 typedef struct pc_block {
     uint64_t key;
-    struct pc_block *hnext;       /* bucket chain */
-    struct pc_block *prev, *next; /* LRU list: S->lru.next is the most recent */
+    pdr_dlink_t hlink; /* its hash bucket */
+    pdr_dlink_t link;  /* the LRU queue, or a request's chain while it is being touched */
 } pc_block_t;
 
 struct pdsim_pcache {
     size_t block_tokens, max_blocks, nbuckets;
-    pc_block_t **buckets;
-    pc_block_t lru; /* sentinel */
+    pdr_dlink_t **buckets;
+    pdr_dqueue_t lru; /* least recent first: the head is the next victim */
     pdsim_pcache_stats_t st;
     pdsim_pcache_listener_cb on_event;
     void *on_event_arg;
@@ -55,7 +57,6 @@ pdsim_pcache_t *pdsim_pcache_new(uint64_t cap_tokens, uint64_t block_tokens)
         free(c);
         return NULL;
     }
-    c->lru.prev = c->lru.next = &c->lru;
     return c;
 }
 
@@ -63,12 +64,9 @@ void pdsim_pcache_free(pdsim_pcache_t *c)
 {
     if (c == NULL)
         return;
-    pc_block_t *b = c->lru.next;
-    while (b != &c->lru) {
-        pc_block_t *n = b->next;
+    pc_block_t *b;
+    while ((b = PDR_DLINK_ENTRY(pdr_dqueue_pop(&c->lru), pc_block_t, link)) != NULL)
         free(b);
-        b = n;
-    }
     free(c->buckets);
     free(c);
 }
@@ -82,18 +80,17 @@ static uint64_t block_key(uint64_t prev, const int64_t *ids, size_t n)
     return h;
 }
 
-static pc_block_t **find(pdsim_pcache_t *c, uint64_t key)
+static pdr_dlink_t **bucket(pdsim_pcache_t *c, uint64_t key)
 {
-    pc_block_t **p = &c->buckets[key & (c->nbuckets - 1)];
-    while (*p != NULL && (*p)->key != key)
-        p = &(*p)->hnext;
-    return p;
+    return &c->buckets[key & (c->nbuckets - 1)];
 }
 
-static void lru_unlink(pc_block_t *b)
+static pc_block_t *find(pdsim_pcache_t *c, uint64_t key)
 {
-    b->prev->next = b->next;
-    b->next->prev = b->prev;
+    pc_block_t *b = PDR_DLINK_ENTRY(*bucket(c, key), pc_block_t, hlink);
+    while (b != NULL && b->key != key)
+        b = PDR_DLINK_ENTRY(b->hlink.next, pc_block_t, hlink);
+    return b;
 }
 
 /* Whole blocks of ids[0..n) that may count as cached: a prompt's last token is always computed (an
@@ -103,43 +100,35 @@ static size_t matchable_blocks(const pdsim_pcache_t *c, size_t n)
     return n == 0 ? 0 : (n - 1) / c->block_tokens;
 }
 
-/* Puts the detached list first..last in front of the LRU list, keeping its order. */
-static void lru_splice_front(pdsim_pcache_t *c, pc_block_t *first, pc_block_t *last)
+/* Takes b off the LRU queue onto the front of a request's chain (its first block ends last). */
+static void chain_push(pdsim_pcache_t *c, pdr_dlink_t **chain, pc_block_t *b)
 {
-    if (first == NULL)
-        return;
-    last->next = c->lru.next;
-    c->lru.next->prev = last;
-    c->lru.next = first;
-    first->prev = &c->lru;
+    pdr_dqueue_unlink(&c->lru, &b->link);
+    pdr_dlink_push(chain, &b->link);
 }
 
-/* Appends b to the detached list *first..*last. */
-static void chain_append(pc_block_t **first, pc_block_t **last, pc_block_t *b)
+/* Puts a request's chain back as the most recent blocks: its first block the most recent of all, its
+ * last one the oldest of the chain. */
+static void lru_touch(pdsim_pcache_t *c, pdr_dlink_t **chain)
 {
-    b->next = NULL;
-    b->prev = *last;
-    if (*last != NULL)
-        (*last)->next = b;
-    else
-        *first = b;
-    *last = b;
+    pdr_dlink_t *l;
+    while ((l = pdr_dlink_pop(chain)) != NULL)
+        pdr_dqueue_append(&c->lru, l);
 }
 
 uint64_t pdsim_pcache_lookup(pdsim_pcache_t *c, const int64_t *ids, size_t n)
 {
     size_t nb = matchable_blocks(c, n), hit = 0;
-    pc_block_t *first = NULL, *last = NULL;
+    pdr_dlink_t *chain = NULL;
     uint64_t key = 0;
     for (; hit < nb; hit++) {
         key = block_key(key, ids + hit * c->block_tokens, c->block_tokens);
-        pc_block_t *b = *find(c, key);
+        pc_block_t *b = find(c, key);
         if (b == NULL)
             break;
-        lru_unlink(b);
-        chain_append(&first, &last, b);
+        chain_push(c, &chain, b);
     }
-    lru_splice_front(c, first, last);
+    lru_touch(c, &chain);
     uint64_t cached = (uint64_t)hit * c->block_tokens;
     c->st.hit_tokens += cached;
     c->st.miss_tokens += n - cached;
@@ -152,36 +141,31 @@ int pdsim_pcache_insert(pdsim_pcache_t *c, const int64_t *ids, size_t n)
     if (nb > c->max_blocks)
         nb = c->max_blocks; /* the head of a prompt longer than the cache */
     uint64_t key = 0, parent = 0;
-    pc_block_t *first = NULL, *last = NULL;
-    /* Build the request's chain as a detached list first..last, then splice it in front. */
+    pdr_dlink_t *chain = NULL;
+    /* Build the request's chain off the LRU queue first (so that it never evicts itself), then put
+     * it back as the most recent blocks. */
     for (size_t i = 0; i < nb; i++) {
         key = block_key(key, ids + i * c->block_tokens, c->block_tokens);
-        pc_block_t **p = find(c, key), *b = *p;
-        if (b != NULL) {
-            lru_unlink(b);
-        } else {
+        pc_block_t *b = find(c, key);
+        if (b == NULL) {
             if (c->st.blocks == c->max_blocks) {
-                pc_block_t *victim = c->lru.prev;
-                if (victim == &c->lru)
+                pc_block_t *victim = PDR_DLINK_ENTRY(pdr_dqueue_pop(&c->lru), pc_block_t, link);
+                if (victim == NULL)
                     break; /* every slot is taken by this request's own chain */
-                lru_unlink(victim);
-                pc_block_t **vp = find(c, victim->key);
-                *vp = victim->hnext;
+                pdr_dlink_unlink(&victim->hlink);
                 if (c->on_event != NULL)
                     c->on_event(c->on_event_arg, PDSIM_PCACHE_REMOVED, victim->key, 0, 0, NULL, 0);
                 free(victim);
                 c->st.blocks--;
                 c->st.evicted_blocks++;
-                p = find(c, key); /* the victim may have preceded it in this bucket */
             }
-            b = malloc(sizeof(*b));
+            b = calloc(1, sizeof(*b));
             if (b == NULL) {
-                lru_splice_front(c, first, last);
+                lru_touch(c, &chain);
                 return PDR_ENOMEM;
             }
             b->key = key;
-            b->hnext = NULL;
-            *p = b;
+            pdr_dlink_push(bucket(c, key), &b->hlink);
             c->st.blocks++;
             c->st.inserted_blocks++;
             if (c->on_event != NULL)
@@ -189,9 +173,9 @@ int pdsim_pcache_insert(pdsim_pcache_t *c, const int64_t *ids, size_t n)
                             ids + i * c->block_tokens, c->block_tokens);
         }
         parent = key;
-        chain_append(&first, &last, b);
+        chain_push(c, &chain, b);
     }
-    lru_splice_front(c, first, last);
+    lru_touch(c, &chain);
     return 0;
 }
 

@@ -59,8 +59,8 @@ typedef struct sim_item {
     int status;     /* shim result */
     uint64_t bytes; /* shim result */
     uint64_t digest;
-    uint64_t cached; /* prompt tokens found in the prefix cache */
-    struct sim_item *qnext;
+    uint64_t cached;   /* prompt tokens found in the prefix cache */
+    pdr_dlink_t qlink; /* S.done_items while its shim result waits for the loop (under S.qlock) */
 } sim_item_t;
 
 typedef struct sim_req {
@@ -112,7 +112,7 @@ static struct {
     pdshim_t *shim;
     uv_async_t async;
     pthread_mutex_t qlock;
-    sim_item_t *qhead, *qtail;
+    pdr_dqueue_t done_items; /* items whose shim operation ended, oldest first (sim_item_t's qlink) */
     uv_timer_t die_timer;
     pdr_dqueue_t conns, reqs; /* oldest first */
     size_t nconns, nreqs;
@@ -123,7 +123,7 @@ static struct {
     char ticket_identity[96];
     json_t *last[SIM_LAST_MAX];
     size_t last_pos;
-    struct vllm_hold *holds_done; /* vLLM mode: held KV whose offer ended, for the loop (under qlock) */
+    pdr_dlink_t *holds_done; /* vLLM mode: held KV whose offer ended, for the loop (under qlock) */
     uint64_t kv_held, kv_released, kv_expired, kv_hold_failed;
     char engine_id[96];
     pdsim_pcache_t *pcache;  /* prefill and both with --prefix-cache-tokens; NULL when off */
@@ -805,13 +805,8 @@ static void on_shim_done(void *arg, uint64_t room, int status, uint64_t bytes)
     (void)room;
     it->status = status;
     it->bytes = bytes;
-    it->qnext = NULL;
     pthread_mutex_lock(&S.qlock);
-    if (S.qtail != NULL)
-        S.qtail->qnext = it;
-    else
-        S.qhead = it;
-    S.qtail = it;
+    pdr_dqueue_append(&S.done_items, &it->qlink);
     pthread_mutex_unlock(&S.qlock);
     uv_async_send(&S.async);
 }
@@ -892,17 +887,15 @@ static void drain_queue(void)
 {
     vllm_drain_holds();
     for (;;) {
+        pdr_dqueue_t q;
         pthread_mutex_lock(&S.qlock);
-        sim_item_t *it = S.qhead;
-        S.qhead = S.qtail = NULL;
+        pdr_dqueue_move(&q, &S.done_items);
         pthread_mutex_unlock(&S.qlock);
-        if (it == NULL)
+        if (q.head == NULL)
             return;
-        while (it != NULL) {
-            sim_item_t *next = it->qnext;
-            item_done(it);
-            it = next;
-        }
+        pdr_dlink_t *l;
+        while ((l = pdr_dqueue_pop(&q)) != NULL)
+            item_done(PDR_DLINK_ITEM(l, sim_item_t, qlink));
     }
 }
 
@@ -1045,7 +1038,7 @@ typedef struct vllm_hold {
     uint64_t room;
     int status;
     uint64_t bytes;
-    struct vllm_hold *qnext;
+    pdr_dlink_t link; /* S.holds_done (under S.qlock) */
 } vllm_hold_t;
 
 #define VLLM_FAIL(...)                                                                                       \
@@ -1107,20 +1100,19 @@ static void vllm_on_hold_done(void *arg, uint64_t room, int status, uint64_t byt
     h->status = status;
     h->bytes = bytes;
     pthread_mutex_lock(&S.qlock);
-    h->qnext = S.holds_done;
-    S.holds_done = h;
+    pdr_dlink_push(&S.holds_done, &h->link);
     pthread_mutex_unlock(&S.qlock);
     uv_async_send(&S.async);
 }
 
 static void vllm_drain_holds(void)
 {
+    pdr_dlink_t *done, *l;
     pthread_mutex_lock(&S.qlock);
-    vllm_hold_t *h = S.holds_done;
-    S.holds_done = NULL;
+    pdr_dlink_move(&done, &S.holds_done);
     pthread_mutex_unlock(&S.qlock);
-    while (h != NULL) {
-        vllm_hold_t *next = h->qnext;
+    while ((l = pdr_dlink_pop(&done)) != NULL) {
+        vllm_hold_t *h = PDR_DLINK_ITEM(l, vllm_hold_t, link);
         S.kv_held--;
         if (h->status == 0) {
             S.kv_released++;
@@ -1134,7 +1126,6 @@ static void vllm_drain_holds(void)
         }
         free(h->kv);
         free(h);
-        h = next;
     }
 }
 

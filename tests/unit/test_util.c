@@ -5,7 +5,9 @@
  * does not replay the parent's buffer (its next rooms differ from the parent's next rooms).
  * pdr_split_hostport: names, IPv4, bracketed and bare IPv6, with and without a port, and each way to
  * get it wrong. pdr_dqueue_t: appends keep the order, and leaving from the tail, the head or the middle
- * keeps head and tail right.
+ * keeps head and tail right. pdr_dlink_pop / pdr_dqueue_pop take the first member (a stack, a FIFO) and
+ * NULL when empty; pdr_dlink_move / pdr_dqueue_move hand a whole list over, in order, leaving the source
+ * empty and the moved members able to leave their new list.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -127,6 +129,45 @@ static void dqueue(void)
     CHECK(q.head == &l[2] && q.tail == &l[2] && l[2].prev == &q.head);
 }
 
+static void dlist_pop_move(void)
+{
+    pdr_dlink_t l[4] = {{0}};
+    pdr_dlink_t *stack = NULL, *taken = NULL;
+    CHECK(pdr_dlink_pop(&stack) == NULL);
+    for (int i = 0; i < 3; i++)
+        pdr_dlink_push(&stack, &l[i]);
+    pdr_dlink_move(&taken, &stack);
+    CHECK(stack == NULL && taken == &l[2] && l[2].prev == &taken);
+    pdr_dlink_push(&stack, &l[3]); /* the source is usable again, apart from what was taken */
+    CHECK(stack == &l[3] && l[3].next == NULL);
+    pdr_dlink_unlink(&l[1]); /* a moved member leaves its new list */
+    CHECK(l[2].next == &l[0] && l[0].prev == &l[2].next);
+    CHECK(pdr_dlink_pop(&taken) == &l[2] && !pdr_dlink_linked(&l[2]) && taken == &l[0]);
+    CHECK(pdr_dlink_pop(&taken) == &l[0] && taken == NULL && pdr_dlink_pop(&taken) == NULL);
+    pdr_dlink_t *empty = NULL;
+    pdr_dlink_move(&taken, &empty);
+    CHECK(taken == NULL);
+
+    pdr_dlink_t m[4] = {{0}};
+    pdr_dqueue_t q = {0}, got = {0};
+    CHECK(pdr_dqueue_pop(&q) == NULL);
+    for (int i = 0; i < 3; i++)
+        pdr_dqueue_append(&q, &m[i]);
+    pdr_dqueue_move(&got, &q);
+    CHECK(q.head == NULL && q.tail == NULL && got.head == &m[0] && got.tail == &m[2] &&
+          m[0].prev == &got.head);
+    pdr_dqueue_append(&q, &m[3]);
+    CHECK(q.head == &m[3] && q.tail == &m[3] && got.tail == &m[2] && m[2].next == NULL);
+    CHECK(pdr_dqueue_pop(&got) == &m[0] && got.head == &m[1] && m[1].prev == &got.head);
+    pdr_dqueue_unlink(&got, &m[2]);
+    CHECK(got.tail == &m[1]);
+    CHECK(pdr_dqueue_pop(&got) == &m[1] && got.head == NULL && got.tail == NULL);
+    CHECK(pdr_dqueue_pop(&got) == NULL);
+    pdr_dqueue_t none = {0};
+    pdr_dqueue_move(&got, &none);
+    CHECK(got.head == NULL && got.tail == NULL);
+}
+
 static void test_random_room(void)
 {
     static uint64_t r[N + 16];
@@ -172,6 +213,7 @@ static void test_random_room(void)
 static const pdr_test_case_t cases[] = {
     {"hostport", hostport, 60},
     {"dqueue", dqueue, 60},
+    {"dlist_pop_move", dlist_pop_move, 60},
     {"formatting", formatting, 60},
     {"random_room", test_random_room, 60},
 };
