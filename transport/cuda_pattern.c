@@ -189,6 +189,22 @@ static unsigned pattern_blocks(uint64_t nwords)
     return b > PDR_PATTERN_MAX_BLOCKS ? PDR_PATTERN_MAX_BLOCKS : (unsigned)b;
 }
 
+/* Launches the fill kernel (check 0) or the check kernel (check 1, which writes its result to scratch)
+ * over the len / 8 words at dev, for the pattern of seed and word0. */
+static int pattern_launch(int check, const void *dev, size_t len, uint64_t seed, uint64_t word0,
+                          void *scratch, void *stream)
+{
+    CUfunction fill_fn = NULL, check_fn = NULL;
+    int rc = pattern_functions(&fill_fn, &check_fn);
+    if (rc != 0)
+        return rc;
+    unsigned long long p = pdr__cuda_dptr(dev), n = len / 8, s = seed * PDR_PATTERN_SEED_MUL, w0 = word0,
+                       o = check ? pdr__cuda_dptr(scratch) : 0;
+    void *args[] = {&p, &n, &s, &w0, &o}; /* the fill kernel takes the first four */
+    return pdr__cuda_tr(pdr__cu.LaunchKernel(check ? check_fn : fill_fn, pattern_blocks(n), 1, 1,
+                                             PDR_PATTERN_THREADS, 1, 1, 0, (CUstream)stream, args, NULL));
+}
+
 int pdr__cuda_pattern_fill(void *dev, size_t len, uint64_t seed, uint64_t word0, void *stream)
 {
     PDR__CUDA_BOUND();
@@ -196,14 +212,7 @@ int pdr__cuda_pattern_fill(void *dev, size_t len, uint64_t seed, uint64_t word0,
         return pdr__cuda_fail(PDR_EINVAL, "pattern buffers are whole 8-byte words");
     if (len == 0)
         return 0;
-    CUfunction fill_fn, check_fn;
-    int rc = pattern_functions(&fill_fn, &check_fn);
-    if (rc != 0)
-        return rc;
-    unsigned long long p = pdr__cuda_dptr(dev), n = len / 8, s = seed * PDR_PATTERN_SEED_MUL, w0 = word0;
-    void *args[] = {&p, &n, &s, &w0};
-    return pdr__cuda_tr(pdr__cu.LaunchKernel(fill_fn, pattern_blocks(n), 1, 1, PDR_PATTERN_THREADS, 1, 1, 0,
-                                             (CUstream)stream, args, NULL));
+    return pattern_launch(0, dev, len, seed, word0, NULL, stream);
 }
 
 int pdr__cuda_pattern_check(const void *dev, size_t len, uint64_t seed, uint64_t word0, void *scratch,
@@ -216,19 +225,12 @@ int pdr__cuda_pattern_check(const void *dev, size_t len, uint64_t seed, uint64_t
     out->first_bad = UINT64_MAX;
     if (len == 0)
         return 0;
-    CUfunction fill_fn, check_fn;
-    int rc = pattern_functions(&fill_fn, &check_fn);
-    if (rc != 0)
-        return rc;
     static const uint64_t init[2] = {0, UINT64_MAX};
     uint64_t res[2] = {0, UINT64_MAX};
-    unsigned long long p = pdr__cuda_dptr(dev), n = len / 8, s = seed * PDR_PATTERN_SEED_MUL, w0 = word0,
-                       o = pdr__cuda_dptr(scratch);
-    void *args[] = {&p, &n, &s, &w0, &o};
-    rc = pdr__cuda_tr(pdr__cu.MemcpyHtoDAsync(pdr__cuda_dptr(scratch), init, sizeof(init), (CUstream)stream));
+    int rc =
+        pdr__cuda_tr(pdr__cu.MemcpyHtoDAsync(pdr__cuda_dptr(scratch), init, sizeof(init), (CUstream)stream));
     if (rc == 0)
-        rc = pdr__cuda_tr(pdr__cu.LaunchKernel(check_fn, pattern_blocks(n), 1, 1, PDR_PATTERN_THREADS, 1, 1,
-                                               0, (CUstream)stream, args, NULL));
+        rc = pattern_launch(1, dev, len, seed, word0, scratch, stream);
     if (rc == 0)
         rc = pdr__cuda_tr(
             pdr__cu.MemcpyDtoHAsync(res, pdr__cuda_dptr(scratch), sizeof(res), (CUstream)stream));

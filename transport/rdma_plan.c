@@ -30,69 +30,38 @@ const char *pdr__rdma_qp_action_name(int a)
     return a >= 0 && a < (int)(sizeof(action_names) / sizeof(action_names[0])) ? action_names[a] : "?";
 }
 
+/* The QP state machine: an event in a state from lo to hi (an ordered range) moves to `to` and asks for
+ * `act`. Anything not listed is refused (PDR_EINVAL) and changes nothing. */
+static const struct qp_rule {
+    enum pdr_rdma_qp_event ev;
+    enum pdr_rdma_qp_state lo, hi, to;
+    enum pdr_rdma_qp_action act;
+} qp_rules[] = {
+    {PDR_RDMA_QPE_CREATE, PDR_RDMA_QPS_NONE, PDR_RDMA_QPS_NONE, PDR_RDMA_QPS_RESET, PDR_RDMA_QPA_MODIFY_INIT},
+    {PDR_RDMA_QPE_LOCAL_INIT_DONE, PDR_RDMA_QPS_RESET, PDR_RDMA_QPS_RESET, PDR_RDMA_QPS_INIT,
+     PDR_RDMA_QPA_NONE},
+    {PDR_RDMA_QPE_REMOTE_INFO, PDR_RDMA_QPS_INIT, PDR_RDMA_QPS_INIT, PDR_RDMA_QPS_INIT,
+     PDR_RDMA_QPA_MODIFY_RTR},
+    {PDR_RDMA_QPE_RTR_DONE, PDR_RDMA_QPS_INIT, PDR_RDMA_QPS_INIT, PDR_RDMA_QPS_RTR, PDR_RDMA_QPA_MODIFY_RTS},
+    {PDR_RDMA_QPE_RTS_DONE, PDR_RDMA_QPS_RTR, PDR_RDMA_QPS_RTR, PDR_RDMA_QPS_RTS, PDR_RDMA_QPA_NONE},
+    {PDR_RDMA_QPE_ERROR, PDR_RDMA_QPS_RESET, PDR_RDMA_QPS_RTS, PDR_RDMA_QPS_ERR, PDR_RDMA_QPA_FLUSH_FAIL},
+    {PDR_RDMA_QPE_ERROR, PDR_RDMA_QPS_ERR, PDR_RDMA_QPS_ERR, PDR_RDMA_QPS_ERR, PDR_RDMA_QPA_NONE},
+    {PDR_RDMA_QPE_DESTROY, PDR_RDMA_QPS_RESET, PDR_RDMA_QPS_ERR, PDR_RDMA_QPS_DESTROYED,
+     PDR_RDMA_QPA_DESTROY},
+};
+
 int pdr__rdma_qp_step(enum pdr_rdma_qp_state cur, enum pdr_rdma_qp_event ev, enum pdr_rdma_qp_state *next,
                       enum pdr_rdma_qp_action *act)
 {
-    enum pdr_rdma_qp_state n = cur;
-    enum pdr_rdma_qp_action a = PDR_RDMA_QPA_NONE;
-    int ok = 0;
-    switch (ev) {
-    case PDR_RDMA_QPE_CREATE:
-        if (cur == PDR_RDMA_QPS_NONE) {
-            n = PDR_RDMA_QPS_RESET;
-            a = PDR_RDMA_QPA_MODIFY_INIT;
-            ok = 1;
-        }
-        break;
-    case PDR_RDMA_QPE_LOCAL_INIT_DONE:
-        if (cur == PDR_RDMA_QPS_RESET) {
-            n = PDR_RDMA_QPS_INIT;
-            ok = 1;
-        }
-        break;
-    case PDR_RDMA_QPE_REMOTE_INFO:
-        if (cur == PDR_RDMA_QPS_INIT) {
-            a = PDR_RDMA_QPA_MODIFY_RTR;
-            ok = 1;
-        }
-        break;
-    case PDR_RDMA_QPE_RTR_DONE:
-        if (cur == PDR_RDMA_QPS_INIT) {
-            n = PDR_RDMA_QPS_RTR;
-            a = PDR_RDMA_QPA_MODIFY_RTS;
-            ok = 1;
-        }
-        break;
-    case PDR_RDMA_QPE_RTS_DONE:
-        if (cur == PDR_RDMA_QPS_RTR) {
-            n = PDR_RDMA_QPS_RTS;
-            ok = 1;
-        }
-        break;
-    case PDR_RDMA_QPE_ERROR:
-        if (cur >= PDR_RDMA_QPS_RESET && cur <= PDR_RDMA_QPS_RTS) {
-            n = PDR_RDMA_QPS_ERR;
-            a = PDR_RDMA_QPA_FLUSH_FAIL;
-            ok = 1;
-        } else if (cur == PDR_RDMA_QPS_ERR) {
-            ok = 1;
-        }
-        break;
-    case PDR_RDMA_QPE_DESTROY:
-        if (cur >= PDR_RDMA_QPS_RESET && cur <= PDR_RDMA_QPS_ERR) {
-            n = PDR_RDMA_QPS_DESTROYED;
-            a = PDR_RDMA_QPA_DESTROY;
-            ok = 1;
-        }
-        break;
-    default:
-        break;
-    }
+    const struct qp_rule *r = NULL;
+    for (size_t i = 0; i < sizeof(qp_rules) / sizeof(qp_rules[0]) && r == NULL; i++)
+        if (qp_rules[i].ev == ev && cur >= qp_rules[i].lo && cur <= qp_rules[i].hi)
+            r = &qp_rules[i];
     if (next != NULL)
-        *next = ok ? n : cur;
+        *next = r != NULL ? r->to : cur;
     if (act != NULL)
-        *act = ok ? a : PDR_RDMA_QPA_NONE;
-    return ok ? 0 : PDR_EINVAL;
+        *act = r != NULL ? r->act : PDR_RDMA_QPA_NONE;
+    return r != NULL ? 0 : PDR_EINVAL;
 }
 
 static int segs_total(const struct pdr_rdma_seg *s, uint32_t n, uint64_t *total)

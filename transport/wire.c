@@ -268,18 +268,30 @@ size_t pdr__xfer_fetch_ipc_encode(uint8_t *out, size_t cap, uint64_t room, uint6
     return len;
 }
 
+/* The FETCH body that opens an extended FETCH (FETCH_IPC, FETCH_RDMA) of len bytes: at most max_segs
+ * segments, then at least ext bytes of extension. 0 with the FETCH's length in *flen, or PDR_EPROTO. */
+static int fetch_ext_decode(const uint8_t *body, size_t len, uint32_t max_segs, size_t ext,
+                            struct pdr_xfer_fetch_desc *fd, size_t *flen)
+{
+    if (len < PDR_XFER_FETCH_FIXED)
+        return PDR_EPROTO;
+    uint32_t nseg = pdr__get_u32(body + 20);
+    if (nseg > max_segs)
+        return PDR_EPROTO;
+    *flen = PDR_XFER_FETCH_FIXED + (size_t)nseg * 8;
+    if (len < *flen + ext || pdr__xfer_fetch_decode(body, *flen, fd) != 0)
+        return PDR_EPROTO;
+    return 0;
+}
+
 int pdr__xfer_fetch_ipc_decode(const uint8_t *body, size_t len, struct pdr_xfer_fetch_desc *fd,
                                struct pdr_xfer_ipc_desc *ipc)
 {
     memset(ipc, 0, sizeof(*ipc));
-    if (len < PDR_XFER_FETCH_FIXED)
+    size_t flen;
+    if (fetch_ext_decode(body, len, PDR_XFER_IPC_MAX_SEGS, 8, fd, &flen) != 0)
         return PDR_EPROTO;
-    uint32_t nseg = pdr__get_u32(body + 20);
-    if (nseg > PDR_XFER_IPC_MAX_SEGS)
-        return PDR_EPROTO;
-    size_t flen = PDR_XFER_FETCH_FIXED + (size_t)nseg * 8;
-    if (len < flen + 8 || pdr__xfer_fetch_decode(body, flen, fd) != 0)
-        return PDR_EPROTO;
+    uint32_t nseg = fd->nseg;
     const uint8_t *p = body + flen;
     uint32_t nh = pdr__get_u32(p);
     if (nh > PDR_XFER_IPC_MAX_HANDLES || pdr__get_u32(p + 4) != 0 ||
@@ -326,13 +338,8 @@ int pdr__xfer_fetch_rdma_decode(const uint8_t *body, size_t len, struct pdr_xfer
                                 struct pdr_xfer_rdma_desc *rd)
 {
     memset(rd, 0, sizeof(*rd));
-    if (len < PDR_XFER_FETCH_FIXED)
-        return PDR_EPROTO;
-    uint32_t nseg = pdr__get_u32(body + 20);
-    if (nseg > PDR_RDMA_MAX_SEGS)
-        return PDR_EPROTO;
-    size_t flen = PDR_XFER_FETCH_FIXED + (size_t)nseg * 8;
-    if (len < flen + PDR_XFER_RDMA_EXT || pdr__xfer_fetch_decode(body, flen, fd) != 0)
+    size_t flen;
+    if (fetch_ext_decode(body, len, PDR_RDMA_MAX_SEGS, PDR_XFER_RDMA_EXT, fd, &flen) != 0)
         return PDR_EPROTO;
     const uint8_t *p = body + flen;
     size_t eplen = pdr__get_u32(p + 4), memlen = pdr__get_u32(p + 8);
