@@ -36,6 +36,33 @@ static int grow(void **arr, size_t *cap, size_t first, size_t size)
     return 0;
 }
 
+#define IPC_MAX_DEVS 64
+
+/* A peer allocation this (prefill) session opened: a legacy IPC handle or a VMM mapping. */
+struct ipc_map {
+    uint8_t handle[PDR_XFER_IPC_HANDLE];
+    int dev;
+    void *base;
+    uint64_t vmm_size; /* > 0: a VMM mapping of that size (pdr__cuda_vmm_unmap), else a legacy IPC one */
+};
+
+/* The mover's per-session state (struct pdr__sess's ipc): the peer allocations opened so far. */
+struct ipc_sess {
+    struct ipc_map *maps;
+    size_t n, cap;
+};
+
+/* A VMM allocation this (decode) engine exported: the fd server holds its descriptor under id. */
+struct vmm_export {
+    void *base;
+    uint64_t size, block_id, id;
+};
+#define VMM_EXPORTS_MAX 1024
+/* A FETCH_IPC handle slot that names a VMM allocation instead of holding a CUipcMemHandle: this tag
+ * (8 bytes with its NUL), then the exporter's fd server (pid u32 at 8, nonce u64 at 16), the
+ * descriptor's id (u64 at 24) and the allocation's size (u64 at 32); the rest zero. */
+#define VMM_TAG "PDRVMM1"
+
 /* The mover's engine-wide state (tcp_state.ipc). */
 struct ipc_engine {
     pdr_dlink_t *ipc_pending;       /* pushes whose CUDA IPC copies are in flight (ipc_room's link) */
@@ -92,16 +119,19 @@ static int vmm_open(const uint8_t *handle, int dev, void **base, uint64_t *size)
 static int ipc_map_get(pdr_xfer_engine_t *eng, struct pdr__sess *s, const uint8_t *handle, int dev,
                        void **base)
 {
-    for (size_t i = 0; i < s->nipc; i++) {
-        if (s->ipc[i].dev == dev && memcmp(s->ipc[i].handle, handle, PDR_XFER_IPC_HANDLE) == 0) {
-            *base = s->ipc[i].base;
+    if (s->ipc == NULL && (s->ipc = calloc(1, sizeof(*s->ipc))) == NULL)
+        return PDR_ENOMEM;
+    struct ipc_sess *is = s->ipc;
+    for (size_t i = 0; i < is->n; i++) {
+        if (is->maps[i].dev == dev && memcmp(is->maps[i].handle, handle, PDR_XFER_IPC_HANDLE) == 0) {
+            *base = is->maps[i].base;
             return 0;
         }
     }
-    if (s->nipc == s->cipc) {
-        if (s->cipc >= PDR_XFER_IPC_MAX_HANDLES)
+    if (is->n == is->cap) {
+        if (is->cap >= PDR_XFER_IPC_MAX_HANDLES)
             return PDR_ETOOBIG;
-        if (grow((void **)&s->ipc, &s->cipc, 8, sizeof(*s->ipc)) != 0)
+        if (grow((void **)&is->maps, &is->cap, 8, sizeof(*is->maps)) != 0)
             return PDR_ENOMEM;
     }
     int rc = pdr__io_bind(&eng->io[0], dev);
@@ -112,7 +142,7 @@ static int ipc_map_get(pdr_xfer_engine_t *eng, struct pdr__sess *s, const uint8_
         rc = pdr__cuda_ipc_open(handle, base);
     if (rc != 0)
         return rc;
-    struct ipc_map *m = &s->ipc[s->nipc++];
+    struct ipc_map *m = &is->maps[is->n++];
     memcpy(m->handle, handle, PDR_XFER_IPC_HANDLE);
     m->dev = dev;
     m->base = *base;
@@ -122,17 +152,21 @@ static int ipc_map_get(pdr_xfer_engine_t *eng, struct pdr__sess *s, const uint8_
 
 void pdr__ipc_map_close(struct pdr__io *io, struct pdr__sess *s)
 {
-    for (size_t i = 0; i < s->nipc; i++) {
-        if (pdr__io_bind(io, s->ipc[i].dev) != 0)
+    struct ipc_sess *is = s->ipc;
+    if (is == NULL)
+        return;
+    for (size_t i = 0; i < is->n; i++) {
+        const struct ipc_map *m = &is->maps[i];
+        if (pdr__io_bind(io, m->dev) != 0)
             continue;
-        if (s->ipc[i].vmm_size > 0)
-            pdr__cuda_vmm_unmap(s->ipc[i].base, s->ipc[i].vmm_size);
+        if (m->vmm_size > 0)
+            pdr__cuda_vmm_unmap(m->base, m->vmm_size);
         else
-            pdr__cuda_ipc_close(s->ipc[i].base);
+            pdr__cuda_ipc_close(m->base);
     }
-    free(s->ipc);
+    free(is->maps);
+    free(is);
     s->ipc = NULL;
-    s->nipc = s->cipc = 0;
 }
 
 /* Starts op's copies into the decode's memory described by a FETCH_IPC body. 0 or a PDR_E* code

@@ -78,28 +78,10 @@ struct pdr__sess {
     char peer[96];
     struct sockaddr_storage addr;
     socklen_t addrlen;
-    struct ipc_map *ipc; /* peer allocations opened by CUDA IPC, closed when the session dies */
-    size_t nipc, cipc;
-    struct rdma_link *rdma; /* the session's RDMA endpoint, or NULL */
+    /* Each mover's per-session state (its types are the mover's own), NULL until it is needed: */
+    struct ipc_sess *ipc; /* mover_ipc.c: peer allocations opened by CUDA IPC, closed when the session dies */
+    struct rdma_link *rdma; /* mover_rdma.c: the session's RDMA endpoint */
 };
-
-struct ipc_map {
-    uint8_t handle[PDR_XFER_IPC_HANDLE];
-    int dev;
-    void *base;
-    uint64_t vmm_size; /* > 0: a VMM mapping of that size (pdr__cuda_vmm_unmap), else a legacy IPC one */
-};
-
-/* A VMM allocation this (decode) engine exported: the fd server holds its descriptor under id. */
-struct vmm_export {
-    void *base;
-    uint64_t size, block_id, id;
-};
-#define VMM_EXPORTS_MAX 1024
-/* A FETCH_IPC handle slot that names a VMM allocation instead of holding a CUipcMemHandle: this tag
- * (8 bytes with its NUL), then the exporter's fd server (pid u32 at 8, nonce u64 at 16), the
- * descriptor's id (u64 at 24) and the allocation's size (u64 at 32); the rest zero. */
-#define VMM_TAG "PDRVMM1"
 
 struct pdr__conn {
     int tag;           /* PDR__IO_CONN: first, see epoll data.ptr */
@@ -152,8 +134,6 @@ struct pdr__conn {
     int hb_armed;          /* the session had pending rooms at the last heartbeat check */
     uint64_t ping_ns;
 };
-
-#define IPC_MAX_DEVS 64
 
 struct tcp_state {
     int listen_tag;
