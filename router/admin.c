@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include "err.h"
 #include "router.h"
+#include "routes.h"
 #include "status_html.h"
 #include "util.h"
 
@@ -418,55 +419,20 @@ static void delete_worker(pdr_router_t *r, h2o_req_t *req, pdr_worker_t *w)
     pdr_send_json(req, st == -1 ? 200 : 202, worker_json(w));
 }
 
-static void handle_worker(pdr_router_t *r, h2o_req_t *req, const char *rest, size_t len, int is_get,
-                          int is_post)
+/* POST /admin/v1/workers/{id}/drain. */
+static void drain_worker(pdr_router_t *r, h2o_req_t *req, pdr_worker_t *w)
 {
-    const char *slash = memchr(rest, '/', len);
-    size_t idlen = slash != NULL ? (size_t)(slash - rest) : len;
-    pdr_worker_t *w = pdr_pool_find(&r->pool, rest, idlen);
-    if (w == NULL) {
-        char msg[160];
-        snprintf(msg, sizeof(msg), "no worker with id \"%.*s\" (ids look like prefill-0, decode-1)",
-                 (int)(idlen > 64 ? 64 : idlen), rest);
-        pdr_send_error(req, 404, "not_found_error", msg, 0);
+    uint64_t timeout_ms;
+    char msg[256];
+    if (pdr__admin_parse_drain(req->entity.base != NULL ? req->entity.base : "",
+                               req->entity.base != NULL ? req->entity.len : 0, &timeout_ms, msg,
+                               sizeof(msg)) != 0) {
+        pdr_send_error(req, 400, "invalid_request_error", msg, 0);
         return;
     }
-    if (slash == NULL) {
-        if (h2o_memis(req->method.base, req->method.len, H2O_STRLIT("DELETE")))
-            delete_worker(r, req, w);
-        else if (is_get)
-            pdr_send_json(req, 200, worker_json(w));
-        else
-            method_not_allowed(req, "GET, DELETE");
-        pdr_worker_unref(w);
-        return;
-    }
-    const char *action = slash + 1;
-    size_t alen = len - idlen - 1;
-    int drain = alen == 5 && memcmp(action, "drain", 5) == 0;
-    int activate = alen == 8 && memcmp(action, "activate", 8) == 0;
-    if (!drain && !activate) {
-        pdr_send_error(req, 404, "not_found_error", "unknown admin route", 0);
-    } else if (!is_post) {
-        method_not_allowed(req, "POST");
-    } else if (drain) {
-        uint64_t timeout_ms;
-        char msg[256];
-        if (pdr__admin_parse_drain(req->entity.base != NULL ? req->entity.base : "",
-                                   req->entity.base != NULL ? req->entity.len : 0, &timeout_ms, msg,
-                                   sizeof(msg)) != 0) {
-            pdr_send_error(req, 400, "invalid_request_error", msg, 0);
-        } else {
-            audit(req, "drain");
-            pdr_pool_drain(&r->pool, w, timeout_ms, "admin API");
-            pdr_send_json(req, 202, worker_json(w));
-        }
-    } else {
-        audit(req, "activate");
-        pdr_pool_activate(&r->pool, w);
-        pdr_send_json(req, 200, worker_json(w));
-    }
-    pdr_worker_unref(w);
+    audit(req, "drain");
+    pdr_pool_drain(&r->pool, w, timeout_ms, "admin API");
+    pdr_send_json(req, 202, worker_json(w));
 }
 
 static void add_worker(pdr_router_t *r, h2o_req_t *req)
@@ -557,27 +523,87 @@ static void reload(pdr_router_t *r, h2o_req_t *req)
         pdr_send_error(req, 409, "conflict_error", msg, 0);
 }
 
-static int path_eq(const char *p, size_t len, const char *lit)
+/* The worker a {id} route names, or NULL when it answered 404. */
+static pdr_worker_t *route_worker(pdr_router_t *r, h2o_req_t *req, const pdr_route_match_t *m)
 {
-    return len == strlen(lit) && memcmp(p, lit, len) == 0;
+    pdr_worker_t *w = pdr_pool_find(&r->pool, m->id, m->id_len);
+    if (w == NULL) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "no worker with id \"%.*s\" (ids look like prefill-0, decode-1)",
+                 (int)(m->id_len > 64 ? 64 : m->id_len), m->id);
+        pdr_send_error(req, 404, "not_found_error", msg, 0);
+    }
+    return w;
 }
 
+/* Answers an admin request whose token (if any) was checked: rt is its route (NULL: the path is unknown or
+ * takes other methods, per m), w the worker of a {id} route. */
+static void admin_route(pdr_router_t *r, pdr_thread_t *t, h2o_req_t *req, const pdr_route_def_t *rt,
+                        const pdr_route_match_t *m, pdr_worker_t *w)
+{
+    if (m->path_route == NULL) {
+        pdr_send_error(req, 404, "not_found_error", "unknown admin route", 0);
+        return;
+    }
+    if (rt == NULL) {
+        method_not_allowed(req, m->allow);
+        return;
+    }
+    switch (rt->kind) {
+    case PDR_RK_ADMIN_METRICS:
+        pdr__send_metrics(t, req);
+        break;
+    case PDR_RK_ADMIN_STATUS:
+        pdr_send_json(req, 200, status_json(r));
+        break;
+    case PDR_RK_ADMIN_EVENTS:
+        pdr_send_json(req, 200, events_json(r));
+        break;
+    case PDR_RK_ADMIN_WORKERS:
+        pdr_send_json(req, 200, workers_json(r));
+        break;
+    case PDR_RK_ADMIN_WORKER_ADD:
+        add_worker(r, req);
+        break;
+    case PDR_RK_ADMIN_WORKER:
+        pdr_send_json(req, 200, worker_json(w));
+        break;
+    case PDR_RK_ADMIN_WORKER_DELETE:
+        delete_worker(r, req, w);
+        break;
+    case PDR_RK_ADMIN_WORKER_DRAIN:
+        drain_worker(r, req, w);
+        break;
+    case PDR_RK_ADMIN_WORKER_ACTIVATE:
+        audit(req, "activate");
+        pdr_pool_activate(&r->pool, w);
+        pdr_send_json(req, 200, worker_json(w));
+        break;
+    case PDR_RK_ADMIN_RELOAD:
+        reload(r, req);
+        break;
+    default:
+        pdr_send_error(req, 404, "not_found_error", "unknown admin route", 0);
+        break;
+    }
+}
+
+/* Dispatches from the route table's admin routes (routes.c). */
 static int on_admin_req(h2o_handler_t *self, h2o_req_t *req)
 {
     pdr_router_t *r = ((admin_handler_t *)self)->r;
     pdr_thread_t *t = &r->threads[0];
     if (pdr__refuse_ambiguous_head(t, req))
         return 0;
-    int is_get = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET"));
-    int is_post = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
-    const char *p = req->path.base;
-    size_t len = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
-    if (path_eq(p, len, "/")) {
+    pdr_route_match_t m;
+    const pdr_route_def_t *rt = pdr_route_admin(req, &m);
+    pdr_route_kind_t kind = m.path_route != NULL ? m.path_route->kind : PDR_RK_PD;
+    if (kind == PDR_RK_ADMIN_PAGE) {
         /* The status page: no data in it, so no token (see the top of this file). */
-        if (is_get)
+        if (rt != NULL)
             send_status_page(req);
         else
-            method_not_allowed(req, "GET");
+            method_not_allowed(req, m.allow);
         pdr_metrics_count_request(&t->m, PDR_MR_OTHER, req->res.status, 0, -1);
         return 0;
     }
@@ -590,42 +616,13 @@ static int on_admin_req(h2o_handler_t *self, h2o_req_t *req)
         pdr_metrics_count_request(&t->m, PDR_MR_OTHER, 401, 0, -1);
         return 0;
     }
-    static const char wprefix[] = "/admin/v1/workers/";
-    if (path_eq(p, len, "/metrics")) {
-        if (is_get)
-            pdr__send_metrics(t, req);
-        else
-            method_not_allowed(req, "GET");
-    } else if (path_eq(p, len, "/admin/v1/status")) {
-        if (is_get)
-            pdr_send_json(req, 200, status_json(r));
-        else
-            method_not_allowed(req, "GET");
-    } else if (path_eq(p, len, "/admin/v1/events")) {
-        if (is_get)
-            pdr_send_json(req, 200, events_json(r));
-        else
-            method_not_allowed(req, "GET");
-    } else if (path_eq(p, len, "/admin/v1/workers")) {
-        if (is_get) {
-            pdr_send_json(req, 200, workers_json(r));
-        } else if (is_post) {
-            add_worker(r, req);
-        } else {
-            method_not_allowed(req, "GET, POST");
-        }
-    } else if (len > sizeof(wprefix) - 1 && memcmp(p, wprefix, sizeof(wprefix) - 1) == 0) {
-        handle_worker(r, req, p + sizeof(wprefix) - 1, len - (sizeof(wprefix) - 1), is_get, is_post);
-    } else if (path_eq(p, len, "/admin/v1/reload")) {
-        if (is_post) {
-            reload(r, req);
-        } else {
-            method_not_allowed(req, "POST");
-        }
-    } else {
-        pdr_send_error(req, 404, "not_found_error", "unknown admin route", 0);
-    }
-    if (!path_eq(p, len, "/metrics"))
+    /* A worker's route looks the worker up first: an unknown id is a 404 whatever the method. */
+    pdr_worker_t *w = NULL;
+    if (m.id == NULL || (w = route_worker(r, req, &m)) != NULL)
+        admin_route(r, t, req, rt, &m, w);
+    if (w != NULL)
+        pdr_worker_unref(w);
+    if (kind != PDR_RK_ADMIN_METRICS)
         pdr_metrics_count_request(&t->m, PDR_MR_OTHER, req->res.status, 0, -1);
     return 0;
 }

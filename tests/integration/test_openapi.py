@@ -5,8 +5,8 @@ router serves, no more and no fewer.
 Usage: test_openapi.py   (exit 77, skipped, when the openapi_spec_validator module is missing)
 
 The routes come from two sides that must agree with the spec:
-- the router's own route tables (router/routes.c for the data port, router/admin.c for the admin
-  port): the path literals dispatch compares against; and
+- the router's route table (router/routes.c: one line per path and method of both listeners, the
+  admin port's lines are those of a PDR_RK_ADMIN_* kind): what dispatch matches against; and
 - a running router: every (path, method) pair of those paths is sent over HTTP, and a pair is served
   when the answer is neither 404 (unknown route) nor 405 (wrong method).
 The spec's routes (with the listener each names in its servers) must equal the served pairs.
@@ -57,24 +57,18 @@ def spec_routes(spec):
 
 
 def source_paths():
-    """The paths the dispatch code compares against, as spec paths ({id} for a worker id)."""
-    def read(name):
-        with open(os.path.join(ROOT, "router", name)) as f:
-            return f.read()
-
-    routes, admin = read("routes.c"), read("admin.c")
-    data = set(re.findall(r'^\s*\{"(/[^"]*)", "(?:GET|POST)", PDR_RK_', routes, re.M))
-    adm = set(re.findall(r'path_eq\(p, len, "(/[^"]*)"\)', admin))
-    prefix = re.search(r'wprefix\[\] = "(/[^"]*)/";', admin).group(1)
-    adm.add(prefix + "/{id}")
-    for action in re.findall(r'memcmp\(action, "([a-z]+)", \d+\)', admin):
-        adm.add(prefix + "/{id}/" + action)
-    # The parse found the dispatch code it expects (a refactor that hides it must update this test).
+    """The paths of the route table, per listener, as spec paths ({id} for a worker id)."""
+    with open(os.path.join(ROOT, "router", "routes.c")) as f:
+        routes = f.read()
+    rows = re.findall(r'^\s*\{"(/[^"]*)", "(?:GET|POST|DELETE)", PDR_RK_(ADMIN_)?', routes, re.M)
+    data = {path for path, admin in rows if not admin}
+    adm = {path for path, admin in rows if admin}
+    # The parse found the table it expects (a refactor that hides it must update this test).
     check({"/generate", "/v1/completions", "/v1/chat/completions", "/health", "/readiness", "/metrics",
            "/v1/models", "/get_model_info", "/get_server_info", "/health_generate", "/flush_cache",
            "/get_loads"} <= data, "data routes found in routes.c: %r" % sorted(data))
     check({"/", "/metrics", "/admin/v1/workers", "/admin/v1/workers/{id}/drain"} <= adm,
-          "admin routes found in admin.c: %r" % sorted(adm))
+          "admin routes found in routes.c: %r" % sorted(adm))
     return data, adm
 
 
