@@ -10,7 +10,7 @@
  * Invariants: at most cap_tokens / block_tokens blocks are held; each is one malloc'ed entry in one
  * hash bucket's list and in the LRU queue (common/dlist.h). A request touches its blocks last to
  * first, so its first block is the most recent one and eviction takes a prefix's tail before its head
- * (vLLM frees a request's blocks in reverse order for the same reason). Memory: one entry (about 40
+ * (vLLM frees a request's blocks in reverse order for the same reason). Memory: one entry (about 48
  * bytes) per held block and one pointer per bucket (buckets = the block cap rounded up to a power of
  * two).
  */
