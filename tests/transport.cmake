@@ -28,6 +28,18 @@ set_tests_properties(test_shim_python PROPERTIES TIMEOUT 60 ENVIRONMENT "${PDR_X
 add_test(NAME test_shim_torch_gpu
          COMMAND ${Python3_EXECUTABLE} ${PDR_XFER_TEST_DIR}/gpu/test_shim_torch.py ${CMAKE_BINARY_DIR})
 set_tests_properties(test_shim_torch_gpu PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${PDR_XFER_PY_ENV}")
+# A real (randomly initialised) Llama-style model disaggregated behind pdrouter (tests/gpu/test_model_pd.py):
+# the 1b config on GPU 0 (exits 77 without torch or a GPU), and the same flow with the tiny config on the
+# CPU over tcp (exits 77 without torch). Results under the build directory.
+add_test(NAME test_model_pd_gpu
+         COMMAND ${Python3_EXECUTABLE} ${PDR_XFER_TEST_DIR}/gpu/test_model_pd.py ${CMAKE_BINARY_DIR}
+                 --out ${CMAKE_BINARY_DIR}/model-pd-gpu)
+set_tests_properties(test_model_pd_gpu PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77 ENVIRONMENT "${PDR_XFER_PY_ENV}")
+add_test(NAME test_model_pd_cpu
+         COMMAND ${Python3_EXECUTABLE} ${PDR_XFER_TEST_DIR}/gpu/test_model_pd.py ${CMAKE_BINARY_DIR}
+                 --out ${CMAKE_BINARY_DIR}/model-pd-cpu --device cpu --config tiny --lengths 32,128
+                 --max-new-tokens 6 --reps 1 --skip-hf-check)
+set_tests_properties(test_model_pd_cpu PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77 ENVIRONMENT "${PDR_XFER_PY_ENV}")
 
 pdr_xfer_test(test_transport_wire ${PDR_XFER_TEST_DIR}/unit/test_transport_wire.c 30 pdr_transport)
 pdr_xfer_test(test_transport_engine ${PDR_XFER_TEST_DIR}/unit/test_transport_engine.c 60 pdr_transport)

@@ -577,6 +577,19 @@ def make_handler(w):
     return H
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver's default backlog is 5: a burst of connections (8 clients' legs and health checks)
+    # past it has SYNs dropped, and the kernel retries them only after a second.
+    request_queue_size = 1024
+
+    def handle_error(self, request, client_address):
+        # A peer that resets its connection (the router cancelling a leg) is routine, not a traceback.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
+
 def main():
     ap = argparse.ArgumentParser(description="sglang-API worker in front of llama.py, KV through libpdshim")
     ap.add_argument("--mode", choices=("prefill", "decode", "both"), required=True)
@@ -602,8 +615,7 @@ def main():
         print("worker: PyTorch is not importable", file=sys.stderr)
         return 77
     w = Worker(a)
-    srv = ThreadingHTTPServer((a.host, a.port), make_handler(w))
-    srv.daemon_threads = True
+    srv = Server((a.host, a.port), make_handler(w))
     print(json.dumps({"ready": True, "mode": a.mode, "port": a.port, "bootstrap_port": a.bootstrap_port if a.mode == "prefill" else None,
                       "backend": a.backend, "stream_layers": w.streamed, "device": a.device, "config": a.config,
                       "init_s": round(w.init_s, 2), "pid": os.getpid()}), flush=True)
