@@ -120,9 +120,12 @@ class KVPool:
 
     def __init__(self, cfg, slots, max_len, device, dtype):
         self.cfg, self.slots, self.max_len = cfg, slots, max_len
-        self.data = torch.zeros((slots, cfg.layers, 2, max_len, cfg.kv_heads, cfg.head_dim), dtype=dtype,
-                                device=device)
-        self.meta = torch.zeros((slots, 8), dtype=torch.int64, device=device)
+        # One allocation holds both (one region to register, whose base is its own cudaMalloc block).
+        shape = (slots, cfg.layers, 2, max_len, cfg.kv_heads, cfg.head_dim)
+        kv = slots * cfg.layers * 2 * max_len * cfg.kv_heads * cfg.head_dim * torch.tensor([], dtype=dtype).element_size()
+        self.buf = torch.zeros(kv + slots * 64, dtype=torch.uint8, device=device)
+        self.data = self.buf[:kv].view(dtype).view(shape)
+        self.meta = self.buf[kv:].view(torch.int64).view(slots, 8)
 
     def k(self, slot, layer):
         return self.data[slot, layer, 0]
@@ -154,8 +157,7 @@ class KVPool:
 
     def regions(self):
         """(address, length) of the memory that segments point into (to register with the shim)."""
-        return [(self.data.data_ptr(), self.data.numel() * self.data.element_size()),
-                (self.meta.data_ptr(), self.meta.numel() * self.meta.element_size())]
+        return [(self.buf.data_ptr(), self.buf.numel())]
 
 
 def rms_norm(x, w, eps):
@@ -298,6 +300,11 @@ def check_transformers(cfg, device, n_tokens=16):
     except Exception as e:  # ImportError, or a broken install
         return {"check": "transformers", "skipped": True, "reason": "transformers not importable: %s" % e}
     t0 = time.monotonic()
+    try:  # full fp32 matmuls on both sides (TF32 would round to ~1e-3 and blur the comparison)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    except AttributeError:
+        pass
     ours = Llama(cfg, device=device, dtype=torch.float32)
     kw = dict(vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.mlp,
               num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
@@ -311,7 +318,12 @@ def check_transformers(cfg, device, n_tokens=16):
         theta = rp["rope_theta"]
     if theta is not None and float(theta) != cfg.rope_theta:
         return {"check": "transformers", "ok": False, "reason": "transformers rope theta %s != %s" % (theta, cfg.rope_theta)}
-    hf = LlamaForCausalLM(hcfg).to(device=device, dtype=torch.float32).eval()
+    try:
+        with torch.device(device):  # built where it runs (PyTorch >= 2.0), not initialised on the CPU first
+            hf = LlamaForCausalLM(hcfg)
+    except (AttributeError, TypeError):
+        hf = LlamaForCausalLM(hcfg)
+    hf = hf.to(device=device, dtype=torch.float32).eval()
     missing, unexpected = hf.load_state_dict({k: v.to(torch.float32) for k, v in ours.w.items()}, strict=False)
     missing = [m for m in missing if "rotary_emb" not in m]
     if missing or unexpected:
