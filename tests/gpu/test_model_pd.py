@@ -396,6 +396,15 @@ class Bench:
             self.run.check(res.get("ok"), "transformers comparison: %s" % json.dumps(res))
             log("transformers check: %s" % json.dumps(res))
 
+    def step_selftest(self):
+        p = subprocess.run([self.a.python, os.path.join(HERE, "model", "llama.py"), "--selftest", "--device",
+                            self.a.device], capture_output=True, text=True, timeout=300, env=self.env)
+        lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+        res = json.loads(lines[-1]) if lines else {"ok": False, "reason": p.stderr.strip()[-800:]}
+        self.r["steps"]["selftest"] = res
+        self.run.check(res.get("ok"), "model self-test (tiny): %s" % json.dumps(res))
+        log("model self-test: %s" % json.dumps(res))
+
     def equality(self, port, label, refs, conc):
         """Sends the prompts of every length (conc at a time, streamed) and compares with refs."""
         out = {}
@@ -640,6 +649,7 @@ class Bench:
         vocab = {"1b": 32000, "tiny": 512}[a.config]
         self.prompts = {L: prompts_for(vocab, L, max(8, a.reps + a.warmup)) for L in a.lengths}
         try:
+            self.step_selftest()
             if not a.skip_hf_check:
                 self.step_hf_check()
                 run.save()
@@ -728,8 +738,8 @@ class Bench:
                 out.append("")
                 out.append("phase timing, %s, %d tokens:" % (n.replace("backend_", ""), ph.get("prompt_tokens")))
                 out.append("  router access log: %s" % json.dumps(al))
-                out.append("  prefill: compute %s ms, KV %s bytes, offer %s us (%s)%s" % (
-                    _r(p, "prefill_ms"), p.get("kv_bytes"), p.get("xfer_us"), p.get("backend"),
+                out.append("  prefill: compute %s ms, KV %s bytes, offer %s us (%s), KV done %s ms after compute%s" % (
+                    _r(p, "prefill_ms"), p.get("kv_bytes"), p.get("xfer_us"), p.get("backend"), _r(p, "kv_tail_ms"),
                     ", %s parts, first part %s ms after start" % (p.get("parts"), _r(p, "first_part_ms")) if p.get("parts") else ""))
                 out.append("  decode: fetch %s us via %s (%s bytes), decode %s ms for %s tokens" % (
                     d.get("xfer_us"), d.get("backend"), d.get("bytes"), _r(d, "decode_ms"), d.get("output_tokens")))

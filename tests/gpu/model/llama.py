@@ -155,6 +155,14 @@ class KVPool:
             segs += self.layer_segments(slot, layer, n)
         return segs + [self.token_segment(slot)]
 
+    def room_parts(self, slot, n):
+        """The room's byte space as streamed parts: [(offset, segments)], one part per layer (its K then
+        V), then the first token; together exactly segments(slot, n), each byte once."""
+        lb, out = self.layer_bytes(n), []
+        for layer in range(self.cfg.layers):
+            out.append((layer * 2 * lb, self.layer_segments(slot, layer, n)))
+        return out + [(self.cfg.layers * 2 * lb, [self.token_segment(slot)])]
+
     def regions(self):
         """(address, length) of the memory that segments point into (to register with the shim)."""
         return [(self.buf.data_ptr(), self.buf.numel())]
@@ -342,14 +350,61 @@ def check_transformers(cfg, device, n_tokens=16):
             "seconds": round(time.monotonic() - t0, 2)}
 
 
+def selftest(cfg, device):
+    """Checks the properties the disaggregated run relies on; returns a dict with "ok"."""
+    out, ok = {"check": "selftest"}, True
+    a, b = make_weights(cfg, "cpu", torch.float32), make_weights(cfg, "cpu", torch.float32, threads=1)
+    out["weights_identical"] = all(torch.equal(a[k], b[k]) for k in a)  # any thread order, any run
+    model = Llama(cfg, device=device)
+    pool = KVPool(cfg, 2, 96, device, model.dtype)
+    segs = pool.segments(1, 40)
+    parts = pool.room_parts(1, 40)
+    flat, off = [], 0
+    for o, ss in parts:
+        out.setdefault("parts_contiguous", True)
+        if o != off:
+            out["parts_contiguous"] = False
+        flat += ss
+        off += sum(length for _, length in ss)
+    out["parts_equal_segments"] = flat == segs and off == pool.room_bytes(40)
+    ids = prompt_ids(cfg, 40, 0)
+    ref = model.generate(ids, 6, pool, 0)
+    # A second slot filled by copying only the room's bytes (what the transfer moves) continues the same.
+    first = model.prefill(ids, pool, 1)
+    pool.data[0].zero_()
+    for l in range(cfg.layers):
+        pool.k(0, l)[:40] = pool.k(1, l)[:40]
+        pool.v(0, l)[:40] = pool.v(1, l)[:40]
+    got = [first]
+    while len(got) < 6:
+        got.append(model.decode_step(got[-1], 40 + len(got) - 1, pool, 0))
+    out["room_bytes_suffice"] = got == ref
+    # And the decode really reads them: another prompt's KV under the same first token changes the output.
+    model.prefill(prompt_ids(cfg, 40, 1), pool, 0)
+    other = [first]
+    while len(other) < 6:
+        other.append(model.decode_step(other[-1], 40 + len(other) - 1, pool, 0))
+    out["output_depends_on_kv"] = other != ref
+    out["tokens"] = ref
+    ok = out["weights_identical"] and out["parts_contiguous"] and out["parts_equal_segments"] and out["room_bytes_suffice"]
+    ok = ok and out["output_depends_on_kv"]
+    out["ok"] = bool(ok)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with transformers' LlamaForCausalLM")
+    ap.add_argument("--selftest", action="store_true", help="weights repeatable, room layout, room bytes suffice")
     ap.add_argument("--config", default="tiny", choices=sorted(CONFIGS))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--tokens", type=int, default=16)
     a = ap.parse_args()
     cfg = CONFIGS[a.config]
+    if a.selftest:
+        r = selftest(CONFIGS["tiny"], a.device)
+        print(json.dumps(r), flush=True)
+        return 0 if r["ok"] else 1
     if a.check:
         r = check_transformers(cfg, a.device, a.tokens)
         r.update(config=a.config, device=a.device)

@@ -128,6 +128,9 @@ class HttpError(Exception):
         self.status, self.etype = status, etype
 
 
+MAX_BODY = 64 << 20  # 8192 token ids are ~50 KiB of JSON
+
+
 def error_body(status, message, etype):
     return json.dumps({"error": {"message": message, "type": etype, "code": status}}).encode()
 
@@ -264,7 +267,7 @@ class Worker:
                 t1 = time.monotonic()
                 fut = self.shim.offer(r["room"], self.pool.segments(slot, n), self.a.kv_timeout_ms)
                 res = self._wait(fut, h, r["room"])
-                rec["offer_wall_ms"] = (time.monotonic() - t1) * 1e3
+                rec["offer_wall_ms"] = rec["kv_tail_ms"] = (time.monotonic() - t1) * 1e3
             rec.update(res)
             if res["status"] != "ok":
                 raise HttpError(500 if res["status"] != "ETIMEDOUT" else 504,
@@ -278,15 +281,8 @@ class Worker:
         """Opens the room with its total and publishes each layer's K, V as a part once computed."""
         ids, n, room = r["ids"], len(r["ids"]), r["room"]
         total = self.pool.room_bytes(n)
-        lb = self.pool.layer_bytes(n)
-        done = Future()
-
-        def cb(*args):
-            if not done.done():
-                done.set_result(args)
-
-        opened = self.shim.offer_open(room, total, self.a.kv_timeout_ms, cb)
-        fut = opened if isinstance(opened, Future) else done
+        plan = self.pool.room_parts(slot, n)  # [(offset, segments)]: one per layer, then the first token
+        fut = self.shim.offer_open(room, total, self.a.kv_timeout_ms)  # a Future of the bytes moved
         torch = self.torch
         parts = []
 
@@ -295,23 +291,25 @@ class Worker:
                 ev = torch.cuda.Event()
                 ev.record()
                 ev.synchronize()
-            self.shim.offer_part(room, i * 2 * lb, self.pool.layer_segments(slot, i, n))
+            self.shim.offer_part(room, plan[i][0], plan[i][1])
             parts.append(time.monotonic())
 
         def compute():
             t0 = time.monotonic()
             first = self.model.prefill(ids, self.pool, slot, on_layer=on_layer)
             self.sync()
-            self.shim.offer_part(room, self.cfg.layers * 2 * lb, [self.pool.token_segment(slot)])
+            self.shim.offer_part(room, plan[-1][0], plan[-1][1])
             return first, (time.monotonic() - t0) * 1e3, t0
 
         t1 = time.monotonic()
         first, rec["prefill_ms"], t0 = self.engine.call(compute)
+        t_end = time.monotonic()
         rec["first_token"] = first
         rec["parts"] = len(parts) + 1
         rec["first_part_ms"] = (parts[0] - t0) * 1e3 if parts else None
         res = self._wait(fut, None, room)
         rec["offer_wall_ms"] = (time.monotonic() - t1) * 1e3
+        rec["kv_tail_ms"] = (time.monotonic() - t_end) * 1e3  # compute end -> every byte acknowledged
         return res
 
     def run_decode(self, r, h, emit):
@@ -394,14 +392,6 @@ class Worker:
                     self.shim.cancel(room)
                 except Exception:
                     pass
-        if isinstance(v, tuple):  # a streamed room's callback arguments
-            for x in v:
-                if isinstance(x, BaseException):
-                    return {"status": getattr(x, "name", "error"), "error": str(x)}
-                st = getattr(x, "status", 0)
-                if isinstance(st, int) and st != 0:
-                    return {"status": str(st), "error": "streamed room failed with status %d" % st}
-            return {"status": "ok", "backend": getattr(fut, "backend", None), "xfer_us": getattr(fut, "usec", None)}
         return {"status": "ok", "bytes": v, "backend": getattr(fut, "backend", None),
                 "xfer_us": getattr(fut, "usec", None)}
 
@@ -481,7 +471,15 @@ def make_handler(w):
 
         def do_POST(self):
             path = self.path.split("?")[0]
-            n = int(self.headers.get("Content-Length") or 0)
+            try:
+                n = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                n = -1
+            if n < 0 or n > MAX_BODY:
+                self.close_connection = True
+                self.send_err(413 if n > 0 else 400, "Content-Length must be an integer in 0..%d" % MAX_BODY,
+                              "invalid_request_error")
+                return
             body = self.rfile.read(n) if n > 0 else b""
             if path == "/flush_cache":
                 self.send_json(200, {"ok": True})
