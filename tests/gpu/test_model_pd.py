@@ -417,7 +417,10 @@ class Bench:
                 if res["status"] != 200 or res["error"] is not None:
                     bad.append("prompt %d: status %s error %s" % (i, res["status"], res["error"]))
                 elif res["ids"] != refs[L][i]:
-                    bad.append("prompt %d: ids differ: got %s want %s" % (i, res["ids"][:12], refs[L][i][:12]))
+                    k = next((j for j, (x, y) in enumerate(zip(res["ids"], refs[L][i])) if x != y),
+                             min(len(res["ids"]), len(refs[L][i])))
+                    bad.append("prompt %d: ids differ from token %d: got %s want %s" % (
+                        i, k, res["ids"][max(0, k - 2):k + 6], refs[L][i][max(0, k - 2):k + 6]))
             out[str(L)] = {"requests": len(rs), "equal": not bad, "problems": bad[:4],
                            "ttft_ms": stats_of([x["ttft_ms"] for x in rs])}
             self.run.check(not bad, "%s: %d-token prompts at concurrency %d: %s" % (label, L, conc, "; ".join(bad[:3])))
@@ -452,8 +455,11 @@ class Bench:
     def step_monolithic(self):
         log("monolithic worker (mode both): references, then behind the router")
         both = self.worker("both", "both")
+        # A second monolithic process: the same ids from another process (another CUDA context) show that
+        # the numerics repeat across processes, which every disaggregated comparison relies on.
+        both2 = self.worker("both2", "both")
         dp, dd = self.pdsim("pdsim-prefill", "prefill"), self.pdsim("pdsim-decode", "decode")
-        self.start_workers([both, dp, dd])
+        self.start_workers([both, both2, dp, dd])
         res = {"init_s": self.stats(both).get("init_s")}
         # References: the monolithic worker called directly, one request at a time, not streamed.
         refs = {}
@@ -472,10 +478,18 @@ class Bench:
         res["repeatable"] = again["ids"] == refs[self.a.lengths[-1]][0]
         self.run.check(res["repeatable"], "the monolithic worker is not repeatable: %s vs %s" % (
             again["ids"], refs[self.a.lengths[-1]][0]))
+        cross = {}
+        for L in self.a.lengths:
+            r2 = generate(both2.port, self.prompts[L][0], self.a.max_new_tokens, False, self.timeout)
+            cross[str(L)] = r2["ids"] == refs[L][0]
+            self.run.check(cross[str(L)], "two monolithic processes disagree at %d tokens: %s vs %s (numerics "
+                           "differ across processes: no disaggregated run can match)" % (L, r2["ids"], refs[L][0]))
+        res["cross_process_equal"] = cross
+        self.run.stop(both2)
         res["distinct_outputs"] = len({tuple(x) for L in refs for x in refs[L]})
-        log("  references: %d prompts in %.1fs, repeatable %s, %d distinct outputs, e.g. %s" % (
-            sum(len(v) for v in refs.values()), res["reference_s"], res["repeatable"], res["distinct_outputs"],
-            refs[self.a.lengths[0]][0][:10]))
+        log("  references: %d prompts in %.1fs, repeatable %s, same in another process %s, %d distinct outputs, "
+            "e.g. %s" % (sum(len(v) for v in refs.values()), res["reference_s"], res["repeatable"], cross,
+                         res["distinct_outputs"], refs[self.a.lengths[0]][0][:10]))
         self.refs = refs
         r = self.router("router-mono", dp, dd, regular=both)
         res["equality_c1"] = self.equality(r.port, "monolithic", refs, 1)
@@ -506,6 +520,7 @@ class Bench:
         used = sorted({x.get("backend") for x in recs if x.get("status") == "ok"})
         res["backends_seen"] = used
         self.run.check(used == [backend], "%s: the decode's fetches used %s, expected [%s]" % (name, used, backend))
+        res["kv_checksums"] = self.kv_checksums(pre, dec, name)
         res["phase"] = self.phase(r, pre, dec, name)
         self.r["steps"]["backend_" + name] = res
         self.run.save()
@@ -514,6 +529,18 @@ class Bench:
             self.run.save()
         for p in (r, pre, dec):
             self.run.stop(p)
+
+    def kv_checksums(self, pre, dec, name):
+        """Compares, room by room, the digest of the KV the prefill offered with what the decode received."""
+        p = {x.get("room"): x.get("kv_sum") for x in self.stats(pre).get("records", []) if x.get("kv_sum") is not None}
+        d = {x.get("room"): x.get("kv_sum") for x in self.stats(dec).get("records", []) if x.get("kv_sum") is not None}
+        both = [room for room in d if room in p]
+        bad = [room for room in both if p[room] != d[room]]
+        out = {"rooms_compared": len(both), "mismatched": len(bad), "examples": bad[:4]}
+        log("  %s KV digests: %d rooms compared, %d differ" % (name, len(both), len(bad)))
+        self.run.check(both and not bad, "%s: KV digests of %d of %d rooms differ between prefill and decode (%s)"
+                       % (name, len(bad), len(both), bad[:4]))
+        return out
 
     def phase(self, r, pre, dec, name):
         """One request's timing: the router's access-log line and both workers' records of its room."""
@@ -556,10 +583,20 @@ class Bench:
             except OSError:
                 return None
             return len(recs) - done_before if len(recs) > done_before else None
-        finished = pdtest.poll_until(mid, 120, "the prefill to finish one room of the kill test")
+        # A tight poll (2 ms), not a growing backoff: a long prompt's prefill takes tens of ms on a GPU.
+        t_start = time.monotonic()
+        deadline, finished, polls = t_start + 120, None, 0
+        while finished is None and time.monotonic() < deadline:
+            finished = mid()
+            polls += 1
+            if finished is None:
+                time.sleep(0.002)
+        if finished is None:
+            raise RuntimeError("kill test: the prefill finished none of the rooms within 120 s:\n" + self.run.tail(pre))
         os.kill(pre.pid, signal.SIGKILL)
         t_kill = time.monotonic()
-        log("  SIGKILL to the prefill (pid %d) after %d of %d rooms" % (pre.pid, finished, n))
+        log("  SIGKILL to the prefill (pid %d) after %d of %d rooms, %.3f s after the requests went out (%d polls)"
+            % (pre.pid, finished, n, t_kill - t_start, polls))
         for t in threads:
             t.join(90)
         hung = [i for i, t in enumerate(threads) if t.is_alive()]

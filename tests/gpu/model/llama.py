@@ -163,6 +163,19 @@ class KVPool:
             out.append((layer * 2 * lb, self.layer_segments(slot, layer, n)))
         return out + [(self.cfg.layers * 2 * lb, [self.token_segment(slot)])]
 
+    @torch.inference_mode()
+    def room_checksum(self, slot, n):
+        """An integer digest of the room's bytes (every layer's K, V rows 0..n-1 and the first token), to
+        compare what the prefill offered with what the decode received. Position-weighted, per layer."""
+        total = 0
+        for layer in range(self.cfg.layers):
+            for t in (self.k(slot, layer)[:n], self.v(slot, layer)[:n]):
+                x = t.contiguous().view(-1).view(torch.int16).to(torch.int64) if t.element_size() == 2 else \
+                    t.contiguous().view(-1).view(torch.int32).to(torch.int64)
+                w = torch.arange(1, x.numel() + 1, device=x.device, dtype=torch.int64) % 65521
+                total = (total * 1000003 + int((x * w).sum().item())) % (1 << 61)
+        return (total * 1000003 + int(self.meta[slot, 0].item())) % (1 << 61)
+
     def regions(self):
         """(address, length) of the memory that segments point into (to register with the shim)."""
         return [(self.buf.data_ptr(), self.buf.numel())]

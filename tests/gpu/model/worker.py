@@ -189,6 +189,10 @@ class Worker:
         with self.rec_lock:
             self.records.append(rec)
 
+    def digest(self, slot, n):
+        """The room's digest (llama.KVPool.room_checksum); engine thread only. None with --no-checksum."""
+        return None if self.a.no_checksum else self.pool.room_checksum(slot, n)
+
     def sync(self):
         if self.cuda:
             self.torch.cuda.synchronize()
@@ -261,11 +265,15 @@ class Worker:
                     t0 = time.monotonic()
                     first = self.model.prefill(ids, self.pool, slot)
                     self.sync()
-                    return first, (time.monotonic() - t0) * 1e3
-                first, rec["prefill_ms"] = self.engine.call(compute)
+                    ms = (time.monotonic() - t0) * 1e3
+                    t1 = time.monotonic()
+                    fut = self.shim.offer(r["room"], self.pool.segments(slot, n), self.a.kv_timeout_ms)
+                    # The digest reads what the transfer reads, while it runs (in this step, so that it does not
+                    # queue behind the next prompts).
+                    rec["kv_sum"] = self.digest(slot, n)
+                    return first, ms, t1, fut
+                first, rec["prefill_ms"], t1, fut = self.engine.call(compute)
                 rec["first_token"] = first
-                t1 = time.monotonic()
-                fut = self.shim.offer(r["room"], self.pool.segments(slot, n), self.a.kv_timeout_ms)
                 res = self._wait(fut, h, r["room"])
                 rec["offer_wall_ms"] = rec["kv_tail_ms"] = (time.monotonic() - t1) * 1e3
             rec.update(res)
@@ -299,6 +307,7 @@ class Worker:
             first = self.model.prefill(ids, self.pool, slot, on_layer=on_layer)
             self.sync()
             self.shim.offer_part(room, plan[-1][0], plan[-1][1])
+            rec["kv_sum"] = self.digest(slot, n)
             return first, (time.monotonic() - t0) * 1e3, t0
 
         t1 = time.monotonic()
@@ -367,6 +376,9 @@ class Worker:
                 out.append(self.model.decode_step(out[-1], n + len(out) - 1, self.pool, slot))
                 emit(out)
                 yield
+            if self.a.mode == "decode":
+                # Decode steps write rows n.. only: rows 0..n-1 and the token are still the received bytes.
+                rec["kv_sum"] = self.digest(slot, n)
         t0 = time.monotonic()
         self.engine.submit(steps()).result()
         rec["decode_ms"] = (time.monotonic() - t0) * 1e3
@@ -604,6 +616,7 @@ def main():
     ap.add_argument("--queue-timeout-s", type=float, default=120.0)
     ap.add_argument("--model-name", default="pdmodel-llama")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--no-checksum", action="store_true", help="skip the per-room KV digest (kv_sum in the records)")
     a = ap.parse_args()
     if a.stream_layers and a.mode != "prefill":
         a.stream_layers = False  # only the prefill publishes; accepted on the others for symmetric command lines
