@@ -38,7 +38,7 @@ set_tests_properties(test_model_pd_gpu PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 7
 add_test(NAME test_model_pd_cpu
          COMMAND ${Python3_EXECUTABLE} ${PDR_XFER_TEST_DIR}/gpu/test_model_pd.py ${CMAKE_BINARY_DIR}
                  --out ${CMAKE_BINARY_DIR}/model-pd-cpu --device cpu --config tiny --lengths 32,128
-                 --max-new-tokens 6 --reps 1 --skip-hf-check)
+                 --max-new-tokens 6 --reps 1 --warmup 0 --skip-hf-check)
 set_tests_properties(test_model_pd_cpu PROPERTIES TIMEOUT 240 SKIP_RETURN_CODE 77 ENVIRONMENT "${PDR_XFER_PY_ENV}")
 
 pdr_xfer_test(test_transport_wire ${PDR_XFER_TEST_DIR}/unit/test_transport_wire.c 30 pdr_transport)
