@@ -281,6 +281,7 @@ class Bench:
         self.env["PYTHONUNBUFFERED"] = "1"
         self.cuda = a.device.startswith("cuda")
         self.timeout = a.request_timeout_s
+        self.step_procs = []
 
     # ---- processes ----
 
@@ -504,13 +505,33 @@ class Bench:
         for p in (r, dp, dd, both):
             self.run.stop(p)
 
+    def guarded(self, name, fn):
+        """Runs one backend's step; an exception fails that step (with the tails of its processes' logs)
+        and the run goes on with the next backend. New failures also print those tails."""
+        before, n_procs = len(self.run.failures), len(self.run.procs)
+        try:
+            fn()
+        except Exception as e:
+            import traceback
+            traceback.print_exc()
+            self.run.fail("backend %s aborted: %s: %s" % (name, type(e).__name__, e))
+        if len(self.run.failures) > before:
+            for p in self.run.procs[n_procs:] + [p for p in self.step_procs if p not in self.run.procs]:
+                log("--- %s (exit %s), last lines of %s ---\n%s" % (p.name, p.poll(), p.log_path, self.run.tail(p, 25)))
+        for p in list(self.run.procs[n_procs:]):
+            self.run.stop(p)
+        self.step_procs = []
+        self.run.save()
+
     def step_backend(self, name, kill):
         backend, layers = BACKENDS[name]
         log("backend %s: prefill + decode workers (--backend %s%s)" % (name, backend, " --stream-layers" if layers else ""))
         pre = self.worker("prefill-" + name, "prefill", backend, layers)
         dec = self.worker("decode-" + name, "decode", backend)
+        self.step_procs = [pre, dec]
         self.start_workers([pre, dec])
         r = self.router("router-" + name, pre, dec)
+        self.step_procs.append(r)
         res = {"worker_backend": backend, "stream_layers": layers}
         res["equality_c1"] = self.equality(r.port, name, self.refs, 1)
         res["equality_c8"] = self.equality(r.port, name, self.refs, 8)
@@ -708,7 +729,7 @@ class Bench:
                 todo.append(name)
             kill_on = a.kill_backend if a.kill_backend in todo else (todo[-1] if todo else None)
             for name in todo:
-                self.step_backend(name, kill=(name == kill_on))
+                self.guarded(name, lambda name=name: self.step_backend(name, kill=(name == kill_on)))
         except Exception as e:
             import traceback
             traceback.print_exc()

@@ -618,6 +618,8 @@ def main():
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--no-checksum", action="store_true", help="skip the per-room KV digest (kv_sum in the records)")
     a = ap.parse_args()
+    if a.slots < 1 or a.max_len < 2 or a.kv_timeout_ms < 1 or not 0 < a.port < 65536 or not 0 < a.bootstrap_port < 65536:
+        ap.error("--slots >= 1, --max-len >= 2, --kv-timeout-ms >= 1 and ports in 1..65535 are required")
     if a.stream_layers and a.mode != "prefill":
         a.stream_layers = False  # only the prefill publishes; accepted on the others for symmetric command lines
     try:
