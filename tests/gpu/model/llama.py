@@ -166,15 +166,19 @@ class KVPool:
     @torch.inference_mode()
     def room_checksum(self, slot, n):
         """An integer digest of the room's bytes (every layer's K, V rows 0..n-1 and the first token), to
-        compare what the prefill offered with what the decode received. Position-weighted, per layer."""
-        total = 0
+        compare what the prefill offered with what the decode received: each 16-bit (32-bit in fp32) word
+        times a weight from its position and tensor, summed in int64 on the device (wrapping), one sync."""
+        acc = torch.zeros((), dtype=torch.int64, device=self.data.device)
+        word = torch.int16 if self.data.element_size() == 2 else torch.int32
+        i = 0
         for layer in range(self.cfg.layers):
             for t in (self.k(slot, layer)[:n], self.v(slot, layer)[:n]):
-                x = t.contiguous().view(-1).view(torch.int16).to(torch.int64) if t.element_size() == 2 else \
-                    t.contiguous().view(-1).view(torch.int32).to(torch.int64)
-                w = torch.arange(1, x.numel() + 1, device=x.device, dtype=torch.int64) % 65521
-                total = (total * 1000003 + int((x * w).sum().item())) % (1 << 61)
-        return (total * 1000003 + int(self.meta[slot, 0].item())) % (1 << 61)
+                x = t.reshape(-1).view(word).to(torch.int64)
+                i += 1
+                w = torch.arange(1, x.numel() + 1, device=x.device, dtype=torch.int64) % 65521 + i * 7919
+                acc += (x * w).sum()
+        acc += self.meta[slot, 0] * 1000003
+        return int(acc.item())
 
     def regions(self):
         """(address, length) of the memory that segments point into (to register with the shim)."""

@@ -307,12 +307,12 @@ class Worker:
             first = self.model.prefill(ids, self.pool, slot, on_layer=on_layer)
             self.sync()
             self.shim.offer_part(room, plan[-1][0], plan[-1][1])
+            t_end = time.monotonic()
             rec["kv_sum"] = self.digest(slot, n)
-            return first, (time.monotonic() - t0) * 1e3, t0
+            return first, (t_end - t0) * 1e3, t0, t_end
 
         t1 = time.monotonic()
-        first, rec["prefill_ms"], t0 = self.engine.call(compute)
-        t_end = time.monotonic()
+        first, rec["prefill_ms"], t0, t_end = self.engine.call(compute)
         rec["first_token"] = first
         rec["parts"] = len(parts) + 1
         rec["first_part_ms"] = (parts[0] - t0) * 1e3 if parts else None
@@ -538,10 +538,10 @@ def make_handler(w):
                 with lock:
                     if not started[0]:
                         start_stream()
-                    final = len(ids) == r["max_new"]
-                    if not final:
-                        chunk(b"data: " + json.dumps(gen_obj(ids, {"room": r["room"]}, n_prompt, False,
-                                                             r["max_new"])).encode() + b"\n\n")
+                    # Every token as it comes, the last one too: the final event (finish_reason and the
+                    # worker's timing record) follows once the request is done.
+                    chunk(b"data: " + json.dumps(gen_obj(ids, {"room": r["room"]}, n_prompt, False,
+                                                         r["max_new"])).encode() + b"\n\n")
                     sent[0] = len(ids)
 
             try:
