@@ -31,7 +31,6 @@ import argparse
 import collections
 import json
 import os
-import queue
 import socket
 import sys
 import threading
@@ -174,7 +173,6 @@ class Worker:
             if self.cuda:
                 for addr, length in self.pool.regions():
                     self.shim.register(addr, length, "cuda")
-        self.pdshim_error = getattr(sys.modules.get("pdshim"), "PdshimError", Exception)
 
     def _import_pdshim(self):
         d = find_pdshim_py()
@@ -322,7 +320,7 @@ class Worker:
         return res
 
     def run_decode(self, r, h, emit):
-        ids, n, room = r["ids"], len(r["ids"]), r["room"]
+        n, room = len(r["ids"]), r["room"]
         rec = {"role": "decode", "room": room, "prompt_tokens": n, "t_arrive": time.time()}
         slot = self.take_slot()
         try:
@@ -622,9 +620,8 @@ def main():
         ap.error("--slots >= 1, --max-len >= 2, --kv-timeout-ms >= 1 and ports in 1..65535 are required")
     if a.stream_layers and a.mode != "prefill":
         a.stream_layers = False  # only the prefill publishes; accepted on the others for symmetric command lines
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
         print("worker: PyTorch is not importable", file=sys.stderr)
         return 77
     w = Worker(a)
