@@ -798,7 +798,8 @@ class Bench:
                 out.append("  prefill: compute %s ms, KV %s bytes, offer %s us (%s), KV done %s ms after compute%s" % (
                     _r(p, "prefill_ms"), p.get("kv_bytes"), p.get("xfer_us"), p.get("backend"), _r(p, "kv_tail_ms"),
                     ", %s parts, first part %s ms after start" % (p.get("parts"), _r(p, "first_part_ms")) if p.get("parts") else ""))
-                out.append("  decode: fetch %s us via %s (%s bytes), decode %s ms for %s tokens" % (
+                out.append("  decode: fetch %s us via %s (%s bytes; counted from the fetch call at the request's "
+                           "arrival, so it includes the wait for the prefill's compute), decode %s ms for %s tokens" % (
                     d.get("xfer_us"), d.get("backend"), d.get("bytes"), _r(d, "decode_ms"), d.get("output_tokens")))
         k = steps.get("kill")
         if k:
