@@ -219,6 +219,14 @@ class Llama:
         if dtype is None:
             dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         self.dtype = dtype
+        if self.device.type == "cuda" and hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+            # Measured on an H200 (PyTorch 2.11, CUDA 13): the cuDNN attention kernel, which
+            # scaled_dot_product_attention picks by default for the one-token decode step, is not
+            # repeatable: the same 2048-token prompt gave different greedy tokens run to run (first
+            # difference at token 8 to 39 of 40), and no two processes agreed. Flash, memory-efficient and
+            # math attention were each repeatable, flash identical across processes. Equality between a
+            # disaggregated and a monolithic run needs repeatable numerics, so cuDNN's is turned off.
+            torch.backends.cuda.enable_cudnn_sdp(False)
         self.w = make_weights(cfg, self.device, dtype)
         self.inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim))
         self.inv_freq = self.inv_freq.to(self.device)
