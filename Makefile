@@ -32,7 +32,7 @@ test-asan: $(ASAN_BUILD)/CMakeCache.txt
 
 # ThreadSanitizer over the multi-threaded part: the transport engine and the worker shim (their own I/O
 # threads, callbacks on them). Only these targets are built, so the run stays a few minutes on 2 cores.
-TSAN_TARGETS = test_runner test_transport_wire test_transport_engine test_shim_basic test_shim_faults \
+TSAN_TARGETS = test_runner test_transport_wire test_transport_engine test_shim_basic test_shim_parts test_shim_faults \
 	test_fdpass test_transport_staging test_transport_rdma
 $(TSAN_BUILD)/CMakeCache.txt:
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDR_TSAN=ON >/dev/null

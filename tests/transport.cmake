@@ -10,6 +10,7 @@ function(pdr_xfer_test name src timeout)
 endfunction()
 
 pdr_xfer_test(test_shim_basic ${PDR_XFER_TEST_DIR}/integration/test_shim_basic.c 60 pdshim)
+pdr_xfer_test(test_shim_parts ${PDR_XFER_TEST_DIR}/integration/test_shim_parts.c 120 pdshim)
 
 # The ctypes binding, from python3, against the freshly built libpdshim.so.
 add_test(NAME test_shim_python
@@ -116,7 +117,7 @@ set_tests_properties(test_runner PROPERTIES TIMEOUT 30)
 
 # ThreadSanitizer slows the engine's threads several times over.
 if(PDR_TSAN)
-  set_tests_properties(test_transport_engine test_shim_basic test_shim_faults test_transport_staging
+  set_tests_properties(test_transport_engine test_shim_basic test_shim_parts test_shim_faults test_transport_staging
                        test_transport_rdma PROPERTIES TIMEOUT 400 ENVIRONMENT "PDR_TEST_TIMEOUT_SCALE=4")
 endif()
 

@@ -111,6 +111,23 @@ void pdr__tcp_abort(pdr_xfer_engine_t *eng, struct pdr__op *op, int notify_code)
     pdr__movers_abort(eng, op, op->sess);
     struct pdr__sess *s = op->sess;
     if (s == NULL) {
+        struct pdr__parked *p = op->parted && op->kind == PDR__OP_PUSH && op->state == PDR__OP_WAITING
+                                    ? pdr__parked_find(eng, op->room)
+                                    : NULL;
+        if (p != NULL && p->tomb_code == 0 && p->conn != NULL) {
+            /* Opened in parts, fetched, never given a first part: the parked FETCH fails now. */
+            struct pdr__conn *c = p->conn;
+            uint64_t xid = p->xid;
+            pdr__parked_unlink(c, p);
+            pdr__parked_remove(eng, p);
+            free(p);
+            int code = notify_code != 0 ? notify_code : PDR_ECANCELED;
+            if (code == PDR_ECANCELED)
+                pdr__queue_ctl(eng, c, PDR_XF_CANCEL, op->room, xid, 0, 0);
+            else
+                pdr__queue_ctl(eng, c, PDR_XF_ERROR, op->room, xid, 0, code);
+            return;
+        }
         if (op->kind == PDR__OP_PUSH && op->state == PDR__OP_WAITING && notify_code != 0)
             tomb_add(eng, op->room, notify_code, 1, op->timeout_ms);
         return;
@@ -151,8 +168,12 @@ static int on_fetch(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, 
         pdr__conn_fail(eng, c, PDR_EPROTO);
         return -1;
     }
-    struct pdr__op *op = pdr__room_get(eng, room, PDR__OP_PUSH);
-    if (op != NULL && op->state == PDR__OP_WAITING) {
+    pthread_mutex_lock(&eng->lock);
+    struct pdr__op *op = pdr__room_find(eng, room, PDR__OP_PUSH);
+    /* A push opened in parts waits for its first part (which fixes its memory kind): park the FETCH. */
+    int early = op != NULL && op->state == PDR__OP_WAITING && !pdr__op_servable_locked(op);
+    pthread_mutex_unlock(&eng->lock);
+    if (op != NULL && op->state == PDR__OP_WAITING && !early) {
         pdr__push_match(eng, op, c, d.xid, d.total, is_ipc ? body : NULL, len, ext_type);
         return c->dead ? -1 : 0;
     }
@@ -167,7 +188,7 @@ static int on_fetch(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t room, 
         }
         /* Re-offered (still queued): park the fetch for the new push. */
     }
-    if ((op != NULL && op->state != PDR__OP_QUEUED) || pdr__parked_find(eng, room) != NULL)
+    if ((op != NULL && op->state != PDR__OP_QUEUED && !early) || pdr__parked_find(eng, room) != NULL)
         return pdr__queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_EEXIST); /* another decode has it */
     if (eng->nparked >= eng->opts.max_rooms)
         return pdr__queue_ctl(eng, c, PDR_XF_ERROR, room, d.xid, 0, PDR_ETOOBIG);
@@ -327,6 +348,11 @@ void pdr__tcp_ready(pdr_xfer_engine_t *eng, struct pdr__op *op, int what)
         pthread_mutex_unlock(&eng->lock);
         pdr__op_complete(eng, op, code, code);
         return;
+    }
+    if (what & PDR__READY_PART) {
+        pdr__parts_ready(eng, op);
+        if (__atomic_load_n(&op->dead, __ATOMIC_SEQ_CST))
+            return;
     }
     struct pdr__sess *s = op->sess;
     if (s == NULL)

@@ -154,6 +154,7 @@ void pdr__op_unref(pdr_xfer_engine_t *eng, struct pdr__op *op)
     int last = --op->refs == 0;
     pthread_mutex_unlock(&eng->lock);
     if (last) {
+        pdr__parts_free(op);
         free(op->segs);
         free(op->cum);
         free(op);
@@ -309,6 +310,11 @@ static int mem_device(pdr_xfer_engine_t *eng, const void *addr, size_t len)
     return -1;
 }
 
+int pdr__mem_device_locked(pdr_xfer_engine_t *eng, const void *addr, size_t len)
+{
+    return mem_device(eng, addr, len);
+}
+
 int pdr_xfer_mem_unregister(pdr_xfer_engine_t *eng, void *addr)
 {
     if (eng == NULL)
@@ -455,6 +461,23 @@ int pdr_xfer_push_ex(pdr_xfer_engine_t *eng, uint64_t room, const pdr_xfer_seg_t
                      uint32_t timeout_ms, pdr_xfer_info_cb cb, void *arg)
 {
     return push_common(eng, room, segs, nseg, timeout_ms, NULL, cb, arg);
+}
+
+int pdr_xfer_push_open(pdr_xfer_engine_t *eng, uint64_t room, uint64_t total, uint32_t timeout_ms,
+                       pdr_xfer_info_cb cb, void *arg)
+{
+    if (eng == NULL)
+        return PDR_EINVAL;
+    if (eng->backend_forced == PDR__BE_RDMA)
+        return PDR_ENOTSUP; /* parts are not written over RDMA (docs/internals/transport.md) */
+    struct pdr__op *op;
+    int rc = op_new(eng, PDR__OP_PUSH, room, NULL, 0, timeout_ms, NULL, arg, &op);
+    if (rc != 0)
+        return rc;
+    op->parted = 1;
+    op->total = total;
+    op->info_cb = cb;
+    return op_post(eng, op);
 }
 
 static int pull_common(pdr_xfer_engine_t *eng, const char *host, int port, uint64_t room,

@@ -200,7 +200,7 @@ int pdr__stage_issue(pdr_xfer_engine_t *eng, struct pdr__conn *c, struct stage *
     struct iovec iov[MAX_IOV];
     uint64_t done = 0;
     while (rc == 0 && done < g->len) {
-        int n = pdr__seg_iov_at(op, g->off + done, g->len - done, iov, MAX_IOV);
+        int n = pdr__src_iov_at(op, d2h ? g->part : NULL, g->off + done, g->len - done, iov, MAX_IOV);
         for (int i = 0; i < n && rc == 0; i++) {
             rc = d2h ? pdr__cuda_copy_d2h_async(g->buf + done, iov[i].iov_base, iov[i].iov_len, c->stream)
                      : pdr__cuda_copy_h2d_async(iov[i].iov_base, g->buf + done, iov[i].iov_len, c->stream);

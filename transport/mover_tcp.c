@@ -28,29 +28,30 @@ static const uint8_t zeros[64 << 10];
 
 /* ---- segment cursors ---- */
 
-/* Fills iov with up to max bytes of op's memory from room offset off. Returns the iov count. */
-int pdr__seg_iov_at(const struct pdr__op *op, uint64_t off, uint64_t max, struct iovec *iov, int maxiov)
+/* Fills iov with up to max bytes of the segments segs (room offsets cum) from room offset off. */
+static int segs_iov_at(const pdr_xfer_seg_t *segs, const uint64_t *cum, size_t nseg, uint64_t off,
+                       uint64_t max, struct iovec *iov, int maxiov)
 {
     /* The segment holding off: the last s with cum[s] <= off (skipping empty segments). */
-    size_t lo = 0, hi = op->nseg;
+    size_t lo = 0, hi = nseg;
     while (hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
-        if (op->cum[mid] <= off)
+        if (cum[mid] <= off)
             lo = mid;
         else
             hi = mid;
     }
     int n = 0;
     size_t s = lo;
-    while (max > 0 && n < maxiov && s < op->nseg) {
-        uint64_t start = op->cum[s], end = op->cum[s + 1];
+    while (max > 0 && n < maxiov && s < nseg) {
+        uint64_t start = cum[s], end = cum[s + 1];
         if (off >= end) {
             s++;
             continue;
         }
         uint64_t in = off - start, avail = end - off;
         size_t take = avail < max ? (size_t)avail : (size_t)max;
-        iov[n].iov_base = (uint8_t *)op->segs[s].addr + in;
+        iov[n].iov_base = (uint8_t *)segs[s].addr + in;
         iov[n].iov_len = take;
         n++;
         max -= take;
@@ -58,6 +59,20 @@ int pdr__seg_iov_at(const struct pdr__op *op, uint64_t off, uint64_t max, struct
         s++;
     }
     return n;
+}
+
+/* Fills iov with up to max bytes of op's memory from room offset off. Returns the iov count. */
+int pdr__seg_iov_at(const struct pdr__op *op, uint64_t off, uint64_t max, struct iovec *iov, int maxiov)
+{
+    return segs_iov_at(op->segs, op->cum, op->nseg, off, max, iov, maxiov);
+}
+
+int pdr__src_iov_at(const struct pdr__op *op, const struct pdr__part *part, uint64_t off, uint64_t max,
+                    struct iovec *iov, int maxiov)
+{
+    if (part == NULL)
+        return pdr__seg_iov_at(op, off, max, iov, maxiov);
+    return segs_iov_at(part->segs, part->cum, part->nseg, off, max, iov, maxiov);
 }
 
 /* The 16-byte DATA prefix arrived: find the destination and check the range. Any thread. */
@@ -311,8 +326,9 @@ int pdr__conn_read(pdr_xfer_engine_t *eng, struct pdr__conn *c)
 /* Claims the next chunk of the session's first push op with unclaimed bytes (round robin over ops), if
  * that op's memory is of the wanted kind (want_dev: device memory). Returns it with a reference. */
 struct pdr__op *pdr__claim(pdr_xfer_engine_t *eng, struct pdr__conn *c, int want_dev, uint64_t *off,
-                           uint64_t *len)
+                           uint64_t *len, struct pdr__part **part)
 {
+    *part = NULL;
     struct pdr__sess *s = c->sess;
     if (s == NULL)
         return NULL;
@@ -320,7 +336,18 @@ struct pdr__op *pdr__claim(pdr_xfer_engine_t *eng, struct pdr__conn *c, int want
     struct pdr__op *op = s->dead ? NULL : PDR_DLINK_ENTRY(s->push.head, struct pdr__op, plink);
     if (op != NULL && ((op->dev >= 0) != want_dev || (want_dev && c->stg_count > 0 && c->stg_dev != op->dev)))
         op = NULL;
-    if (op != NULL) {
+    if (op != NULL && op->parted) {
+        /* A push in parts: the next chunk of its oldest pending part; it leaves the push list when no
+         * published byte is left unclaimed and comes back with its next part (engine_parts.c). */
+        int rc = pdr__part_take_locked(op, eng->opts.chunk_bytes, off, len, part);
+        pdr__push_list_del(s, op);
+        if (op->pend_head != NULL)
+            pdr__push_list_add(s, op);
+        if (rc == 0)
+            op->refs++;
+        else
+            op = NULL;
+    } else if (op != NULL) {
         uint64_t n = op->total - op->next_off;
         if (n > eng->opts.chunk_bytes)
             n = eng->opts.chunk_bytes;
@@ -348,9 +375,11 @@ static int peek_dev(pdr_xfer_engine_t *eng, struct pdr__conn *c)
     return dev;
 }
 
-static void tx_start(struct pdr__conn *c, struct pdr__op *op, uint64_t off, uint64_t len)
+static void tx_start(struct pdr__conn *c, struct pdr__op *op, struct pdr__part *part, uint64_t off,
+                     uint64_t len)
 {
     c->tx_op = op;
+    c->tx_part = part;
     c->tx_off = off;
     c->tx_len = c->tx_left = len;
     pdr__xfer_data_hdr_encode(c->tx_hdr, op->room, op->xid, off, len);
@@ -375,7 +404,7 @@ static int tx_next(pdr_xfer_engine_t *eng, struct pdr__conn *c)
                     continue;
                 }
                 c->tx_stage = (int)c->stg_head;
-                tx_start(c, op, g->off, g->len); /* the slot's reference moves to the frame */
+                tx_start(c, op, NULL, g->off, g->len); /* the slot's reference moves to the frame */
                 return 1;
             }
         }
@@ -386,8 +415,9 @@ static int tx_next(pdr_xfer_engine_t *eng, struct pdr__conn *c)
             if (rc == PDR_EAGAIN)
                 return 0; /* the other device's copies drain first */
             uint64_t off, len;
+            struct pdr__part *part;
             if (rc != 0) {
-                struct pdr__op *op = pdr__claim(eng, c, 1, &off, &len);
+                struct pdr__op *op = pdr__claim(eng, c, 1, &off, &len, &part);
                 if (op != NULL) {
                     pdr__op_fail_async(eng, op, rc);
                     pdr__op_unref(eng, op);
@@ -396,10 +426,11 @@ static int tx_next(pdr_xfer_engine_t *eng, struct pdr__conn *c)
             }
             if (c->stg_count == c->nstg)
                 return 0; /* every buffer busy: the loop polls the copies */
-            struct pdr__op *op = pdr__claim(eng, c, 1, &off, &len);
+            struct pdr__op *op = pdr__claim(eng, c, 1, &off, &len, &part);
             if (op == NULL)
                 continue;
             struct stage *g = &c->stg[(c->stg_head + c->stg_count) % c->nstg];
+            g->part = part;
             g->off = off;
             g->len = len;
             rc = pdr__stage_issue(eng, c, g, op, 1);
@@ -415,10 +446,11 @@ static int tx_next(pdr_xfer_engine_t *eng, struct pdr__conn *c)
         /* 3. Host memory goes straight from the room to the socket. */
         if (dev == -1) {
             uint64_t off, len;
-            struct pdr__op *op = pdr__claim(eng, c, 0, &off, &len);
+            struct pdr__part *part;
+            struct pdr__op *op = pdr__claim(eng, c, 0, &off, &len, &part);
             if (op == NULL)
                 continue;
-            tx_start(c, op, off, len);
+            tx_start(c, op, part, off, len);
             return 1;
         }
         return 0;
@@ -479,7 +511,7 @@ int pdr__conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c)
             } else if (c->tx_op != NULL && c->tx_left > 0) {
                 if (pdr__op_enter(c->tx_op) == 0) {
                     entered = 1;
-                    cnt += pdr__seg_iov_at(c->tx_op, c->tx_off, c->tx_left, iov + cnt, MAX_IOV);
+                    cnt += pdr__src_iov_at(c->tx_op, c->tx_part, c->tx_off, c->tx_left, iov + cnt, MAX_IOV);
                 } else {
                     pdr__op_unref(eng, c->tx_op); /* dead: the rest of this frame is zeros */
                     c->tx_op = NULL;
@@ -560,7 +592,9 @@ static int tcp_serve(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__ses
         return 0;
     }
     pthread_mutex_lock(&eng->lock);
-    pdr__push_list_add(s, op);
+    op->tcp_serving = 1;
+    if (pdr__op_servable_locked(op) && (!op->parted || op->pend_head != NULL))
+        pdr__push_list_add(s, op);
     pthread_mutex_unlock(&eng->lock);
     pdr__rescan_all(eng); /* every connection of the session may claim chunks now */
     return 0;

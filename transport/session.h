@@ -47,8 +47,9 @@ enum { STG_FREE = 0, STG_FILL, STG_COPY, STG_READY };
 struct stage {
     uint8_t *buf;
     void *ev;
-    struct pdr__op *op; /* holds a reference, and one of the op's busy counts while STG_COPY */
-    uint64_t off, len;  /* room offset and bytes */
+    struct pdr__op *op;     /* holds a reference, and one of the op's busy counts while STG_COPY */
+    struct pdr__part *part; /* sender: the part of op the chunk belongs to, or NULL (a whole push) */
+    uint64_t off, len;      /* room offset and bytes */
     int state;
 };
 enum { TX_IDLE = 0, TX_CTL, TX_DATA };
@@ -115,7 +116,8 @@ struct pdr__conn {
     struct ctl_msg *tx_ctl; /* the control frame being sent, off cq */
     size_t tx_sent;
     uint8_t tx_hdr[PDR_XFER_HDR_LEN + PDR_XFER_DATA_PFX];
-    struct pdr__op *tx_op; /* holds a reference; NULL or dead: the rest of the frame is zeros */
+    struct pdr__op *tx_op;     /* holds a reference; NULL or dead: the rest of the frame is zeros */
+    struct pdr__part *tx_part; /* the part of tx_op the frame sends, or NULL (a whole push) */
     uint64_t tx_off, tx_left, tx_len;
 
     /* GPU staging: a ring of staging_chunks buffers, slots [stg_head, stg_head + stg_count) in issue
@@ -251,12 +253,15 @@ void pdr__tcp_ready(pdr_xfer_engine_t *eng, struct pdr__op *op, int what);
 void pdr__tcp_parked_expired(pdr_xfer_engine_t *eng, struct pdr__parked *p);
 /* mover_tcp.c */
 int pdr__seg_iov_at(const struct pdr__op *op, uint64_t off, uint64_t max, struct iovec *iov, int maxiov);
+/* The same for a push's source: from part's segments when it is not NULL (a push in parts). */
+int pdr__src_iov_at(const struct pdr__op *op, const struct pdr__part *part, uint64_t off, uint64_t max,
+                    struct iovec *iov, int maxiov);
 void pdr__rx_advance(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t n);
 void pdr__rx_drop_op(pdr_xfer_engine_t *eng, struct pdr__conn *c);
 int pdr__rx_process(pdr_xfer_engine_t *eng, struct pdr__conn *c);
 int pdr__conn_read(pdr_xfer_engine_t *eng, struct pdr__conn *c);
 struct pdr__op *pdr__claim(pdr_xfer_engine_t *eng, struct pdr__conn *c, int want_dev, uint64_t *off,
-                           uint64_t *len);
+                           uint64_t *len, struct pdr__part **part);
 int pdr__conn_flush(pdr_xfer_engine_t *eng, struct pdr__conn *c);
 /* mover_staging.c */
 int pdr__io_bind(struct pdr__io *io, int dev);
@@ -280,6 +285,7 @@ void pdr__ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op);
 int pdr__ipc_poll(pdr_xfer_engine_t *eng);
 void pdr__tcp_mem_unregistered(pdr_xfer_engine_t *eng, const void *addr, size_t len);
 struct ctl_msg *pdr__fetch_ipc_msg(pdr_xfer_engine_t *eng, struct pdr__op *op);
+void pdr__ipc_parts(pdr_xfer_engine_t *eng, struct pdr__op *op);
 /* mover_rdma.c */
 void pdr__mv_rdma_link_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s);
 struct ctl_msg *pdr__mv_rdma_fetch_msg(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op,

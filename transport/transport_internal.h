@@ -63,7 +63,22 @@ struct pdr__conn;
 struct pdr__sess;
 
 /* Reasons an op sits on the ready list (bits). */
-enum { PDR__READY_SENT = 1, PDR__READY_GOT = 2, PDR__READY_FAIL = 4 };
+enum { PDR__READY_SENT = 1, PDR__READY_GOT = 2, PDR__READY_FAIL = 4, PDR__READY_PART = 8 };
+
+/* One published part of a push opened in parts (pdr_xfer_push_open): the room's bytes [off, off+len)
+ * in the part's own segments. Immutable once published, except claimed; freed with its op. A connection
+ * or staging slot that claimed bytes of a part keeps a pointer to it next to its reference to the op. */
+struct pdr__part {
+    struct pdr__part *next;  /* op->parts, by offset (L) */
+    struct pdr__part *pnext; /* op->pend_head list (L) */
+    uint64_t off, len;
+    uint64_t claimed; /* bytes handed to a connection or a copy (L) */
+    size_t nseg;
+    pdr_xfer_seg_t *segs; /* allocated with the struct */
+    uint64_t *cum;        /* cum[i]: room offset of segs[i]; cum[0] = off, cum[nseg] = off + len */
+};
+/* At most this many parts per room (PDR_ETOOBIG beyond). */
+#define PDR__MAX_PARTS 65536
 
 struct pdr__op {
     struct pdr__timer timer; /* first: container from timer */
@@ -102,6 +117,16 @@ struct pdr__op {
     const void *mover; /* thread 0 */
     void *mv;       /* that mover's state of the room, or NULL (thread 0; its fields marked (L) under it) */
     int wait_hello; /* pull: its FETCH waits for the peer's HELLO (RDMA capability) (L) */
+    /* A push opened in parts: parted is set at creation; the rest is under L. Its segs stay NULL: every
+     * published part carries its own (struct pdr__part). dev is set by the first part. */
+    int parted;
+    int tcp_serving;             /* (L) the TCP mover serves it: a new part goes on the push list */
+    struct pdr__part *parts;     /* (L) published parts, by offset */
+    struct pdr__part *pend_head; /* (L) parts with unclaimed bytes, in publish order */
+    struct pdr__part *pend_tail;
+    size_t nparts;      /* (L) */
+    size_t part_segs;   /* (L) segments of every part */
+    uint64_t published; /* (L) bytes published */
     /* pull only */
     struct sockaddr_storage addr;
     socklen_t addrlen;
@@ -258,6 +283,20 @@ static inline void pdr__op_leave(struct pdr__op *op)
 {
     __atomic_sub_fetch(&op->busy, 1, __ATOMIC_SEQ_CST);
 }
+/* Parts (engine_parts.c). Whether op's FETCH may be served now: a whole push always, a push in parts
+ * once its first part (which fixes its memory kind) was published. eng->lock held. */
+int pdr__op_servable_locked(const struct pdr__op *op);
+/* Takes the next chunk (at most max bytes) of op's first pending part: its room offset and length, and
+ * the part. 0, or -1 when nothing is pending. eng->lock held. */
+int pdr__part_take_locked(struct pdr__op *op, uint64_t max, uint64_t *off, uint64_t *len,
+                          struct pdr__part **part);
+/* Frees op's parts (its last reference went). */
+void pdr__parts_free(struct pdr__op *op);
+/* Thread 0: op got a new part (PDR__READY_PART): serve a FETCH parked for it, or give it to the mover. */
+void pdr__parts_ready(pdr_xfer_engine_t *eng, struct pdr__op *op);
+/* The device that owns [addr, addr+len): its ordinal, -1 for host memory, -2 when it straddles a
+ * registered CUDA region's edge. eng->lock held. */
+int pdr__mem_device_locked(pdr_xfer_engine_t *eng, const void *addr, size_t len);
 /* Staging memory accounting (any thread). */
 void pdr__stats_staging(pdr_xfer_engine_t *eng, int64_t delta);
 /* Puts op on the ready list with reason what (eng->lock held) and wakes thread 0. */

@@ -164,6 +164,46 @@ PDSHIM_API int pdshim_fetch_ex(pdshim_t *shim, const char *host, int port, uint6
                                const pdshim_seg_t *segs, size_t nseg, uint32_t timeout_ms,
                                pdshim_result_cb cb, void *arg);
 
+/*
+ * Streamed offers: the KV of a room published in parts while the prefill still computes it (layer by
+ * layer, or chunk by chunk), so that each part moves while the next one is computed.
+ *
+ *   pdshim_offer_open(shim, room, total_bytes, timeout_ms, cb, arg);
+ *   for each layer/chunk, once it is complete on the device:
+ *       pdshim_offer_part(shim, room, offset, segs, nseg);
+ *
+ * The room's byte space is the concatenation of the decode's destination segments; a part is the range
+ * [offset, offset + the sum of its segments' lengths). Parts come in any order, and every byte of the
+ * room is published exactly once. The decode's pdshim_fetch is unchanged and still all-or-nothing: it
+ * completes only when every byte is in place. A part's bytes move as soon as both the part and the
+ * decode's fetch are known (a part published before the fetch arrives waits for it).
+ *
+ * Ordering with CUDA: a part is published only once its bytes are complete on the device (the stream
+ * that wrote them synchronized, or an event recorded after the writes synchronized), as for
+ * pdshim_offer; the shim may copy it at once.
+ * Lifetime: the segs array is copied; the memory of every part stays valid and unchanged until the
+ * room's callback ran. The callback runs exactly once: with status 0 when the decode acknowledged
+ * every byte, or with an error: PDR_ETIMEDOUT when the deadline (timeout_ms from pdshim_offer_open)
+ * passed, e.g. because a part was never published (the decode's fetch fails then too), PDR_ECANCELED
+ * after pdshim_cancel (which works at any point of the stream), PDR_ESIZE when the decode's total
+ * differs, or a transport error. With backend "rdma" forced, pdshim_offer_open returns PDR_ENOTSUP
+ * (parts are not written over RDMA; with "auto" such a room goes over TCP).
+ * Errors of pdshim_offer_part (nothing else fails, the room goes on): PDR_EINVAL for an empty part, one
+ * past total_bytes, one that overlaps a published part, or memory that is not host memory or
+ * registered device memory of the same device as the room's first part; PDR_ETOOBIG past 65536 parts
+ * or max_segments segments in all; PDR_ENOROOM when no room opened with pdshim_offer_open is pending
+ * here (never opened, or already completed or failed).
+ */
+PDSHIM_API int pdshim_offer_open(pdshim_t *shim, uint64_t room, uint64_t total_bytes, uint32_t timeout_ms,
+                                 pdshim_result_cb cb, void *arg);
+PDSHIM_API int pdshim_offer_part(pdshim_t *shim, uint64_t room, uint64_t offset, const pdshim_seg_t *segs,
+                                 size_t nseg);
+/* Bytes moved so far of the pending offer (or, if none, fetch) of this room on this shim, and its total:
+ * offer: bytes handed to the decode (over TCP, whole frames accepted by the kernel; over CUDA IPC, 0
+ * until the room's copies completed); fetch: bytes in place in the destination. Either pointer may be
+ * NULL. Returns 0, or PDR_ENOROOM when nothing of this room is pending here. */
+PDSHIM_API int pdshim_room_progress(pdshim_t *shim, uint64_t room, uint64_t *moved, uint64_t *total);
+
 /* Cancels a pending offer or fetch of this room on this shim: its callback runs with PDR_ECANCELED,
  * and the peer's side of the room fails promptly. Returns 0, or PDR_ENOROOM if nothing is pending. */
 PDSHIM_API int pdshim_cancel(pdshim_t *shim, uint64_t room);

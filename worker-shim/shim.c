@@ -156,6 +156,35 @@ PDSHIM_API int pdshim_fetch_ex(pdshim_t *shim, const char *host, int port, uint6
     return rc;
 }
 
+PDSHIM_API int pdshim_offer_open(pdshim_t *shim, uint64_t room, uint64_t total_bytes, uint32_t timeout_ms,
+                                 pdshim_result_cb cb, void *arg)
+{
+    if (shim == NULL || cb == NULL)
+        return PDR_EINVAL;
+    struct ex_call *c = ex_new(cb, arg);
+    if (c == NULL)
+        return PDR_ENOMEM;
+    int rc = pdr_xfer_push_open(shim->eng, room, total_bytes, timeout_ms, ex_done, c);
+    if (rc != 0)
+        free(c);
+    return rc;
+}
+
+PDSHIM_API int pdshim_offer_part(pdshim_t *shim, uint64_t room, uint64_t offset, const pdshim_seg_t *segs,
+                                 size_t nseg)
+{
+    if (shim == NULL)
+        return PDR_EINVAL;
+    return pdr_xfer_push_part(shim->eng, room, offset, (const pdr_xfer_seg_t *)segs, nseg);
+}
+
+PDSHIM_API int pdshim_room_progress(pdshim_t *shim, uint64_t room, uint64_t *moved, uint64_t *total)
+{
+    if (shim == NULL)
+        return PDR_EINVAL;
+    return pdr_xfer_progress(shim->eng, room, moved, total);
+}
+
 PDSHIM_API int pdshim_cancel(pdshim_t *shim, uint64_t room)
 {
     if (shim == NULL)

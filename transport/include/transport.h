@@ -153,6 +153,33 @@ int pdr_xfer_pull_ex(pdr_xfer_engine_t *eng, const char *host, int port, uint64_
                      const pdr_xfer_seg_t *segs, size_t nseg, uint32_t timeout_ms, pdr_xfer_info_cb cb,
                      void *arg);
 
+/* Prefill side, a push published in parts while the room is still being computed (a layer-wise or
+ * chunked prefill): opens the room with its total size, then each pdr_xfer_push_part publishes a range
+ * [offset, offset + its length) of the room's byte space (the concatenation of the decode's destination
+ * segments). Parts come in any order, every byte exactly once. A part's bytes move as soon as both the
+ * part and the decode's FETCH are known; the pull is unchanged and completes only when it has every
+ * byte. The callback runs once: every byte acknowledged by the decode, or an error, a cancel, or the
+ * deadline (timeout_ms from this call; a part never published fails the room on both sides with
+ * PDR_ETIMEDOUT there). Returns 0, or as pdr_xfer_push; PDR_ENOTSUP with backend "rdma" (parts are not
+ * sent over RDMA: with "auto" such a room goes over TCP). */
+int pdr_xfer_push_open(pdr_xfer_engine_t *eng, uint64_t room, uint64_t total, uint32_t timeout_ms,
+                       pdr_xfer_info_cb cb, void *arg);
+/* Publishes one part of a room opened with pdr_xfer_push_open. segs (copied) hold the bytes
+ * [offset, offset + sum of their lengths); they follow the rules of a push's segments (host memory, or
+ * registered device memory of the one device of every part of the room), and with device memory the
+ * writes that produced them have completed on the device (see "Ordering with CUDA work"). The memory
+ * stays valid and unchanged until the room's callback. Returns 0 (published), PDR_EINVAL (empty, past
+ * the room's end, overlapping a published part, memory of another kind or device than the room's
+ * first part: nothing else fails), PDR_ETOOBIG (more than 65536 parts or max_segments segments in
+ * all), PDR_ENOROOM (no room opened in parts is pending here), PDR_ENOMEM. */
+int pdr_xfer_push_part(pdr_xfer_engine_t *eng, uint64_t room, uint64_t offset, const pdr_xfer_seg_t *segs,
+                       size_t nseg);
+/* Bytes moved so far of the pending push or pull of this room, and its total. Push: bytes handed to the
+ * peer (TCP: whole DATA frames accepted by the kernel; CUDA IPC: copies issued and completed); pull: bytes
+ * in place in the destination. 0, or PDR_ENOROOM when nothing of this room is pending here (a push is
+ * reported when both are). */
+int pdr_xfer_progress(pdr_xfer_engine_t *eng, uint64_t room, uint64_t *moved, uint64_t *total);
+
 /* Cancels the pending push and/or pull of this room: callbacks run with PDR_ECANCELED and the peer's
  * side fails promptly with PDR_ECANCELED. Returns 0, or PDR_ENOROOM if nothing of this room is
  * pending here. */
