@@ -79,7 +79,54 @@ def main():
     except pdshim.PdshimError as e:
         assert e.name == "ECLOSED", e
     tuning()
+    streamed()
     print("ok python binding")
+
+
+def streamed():
+    """offer_open / offer_part / room_progress: parts out of order, the decode holding the first part
+    before the rest is published, refused parts, a callback, a missing part at the deadline."""
+    with pdshim.Shim(listen_host="127.0.0.1", default_timeout_ms=5000) as pre, pdshim.Shim() as dec:
+        total = 3 * (1 << 20) + 5
+        src = bytes(random.Random(3).getrandbits(8) for _ in range(4096)) * (total // 4096 + 1)
+        src = src[:total]
+        dst = bytearray(total)
+        seen = []
+        f_off = pre.offer_open(300, total, 10000, cb=seen.append)
+        f_fet = dec.fetch("127.0.0.1", pre.port, 300, dst, timeout_ms=10000)
+        cut = [0, 1 << 20, 2 << 20, total]
+        pre.offer_part(300, cut[1], [memoryview(src)[cut[1]:cut[2]]])
+        deadline = time.monotonic() + 10
+        while dec.room_progress(300)[0] < cut[2] - cut[1] and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert dec.room_progress(300) == (cut[2] - cut[1], total)
+        assert not f_fet.done()
+        for bad in [(cut[1], memoryview(src)[cut[1]:cut[1] + 10]), (total, b"x"), (0, b"")]:
+            try:
+                pre.offer_part(300, bad[0], [bad[1]])
+                raise AssertionError("expected EINVAL")
+            except pdshim.PdshimError as e:
+                assert e.name == "EINVAL", e
+        pre.offer_part(300, cut[2], [bytes(src[cut[2]:])])
+        pre.offer_part(300, 0, [memoryview(src)[:cut[1] // 2], memoryview(src)[cut[1] // 2:cut[1]]])
+        assert f_fet.result(timeout=10) == total and f_off.result(timeout=10) == total
+        assert bytes(dst) == src
+        assert seen == [f_off]
+        try:
+            pre.room_progress(300)
+            raise AssertionError("expected ENOROOM")
+        except pdshim.PdshimError as e:
+            assert e.name == "ENOROOM", e
+        # A part never published: both sides fail at the offer's deadline.
+        f_off = pre.offer_open(301, 100, 300)
+        f_fet = dec.fetch("127.0.0.1", pre.port, 301, bytearray(100), timeout_ms=10000)
+        pre.offer_part(301, 0, [b"a" * 50])
+        for f in (f_off, f_fet):
+            try:
+                f.result(timeout=10)
+                raise AssertionError("expected ETIMEDOUT")
+            except pdshim.PdshimError as e:
+                assert e.name == "ETIMEDOUT", e
 
 
 def tuning():

@@ -7,6 +7,12 @@
     f2 = dec.fetch("127.0.0.1", pre.port, room, [buf])    # buf: bytearray / writable memoryview
     f2.result(); f1.result()                              # or dec.fetch(..., wait=True)
 
+Streamed offers publish a room in parts while the prefill still computes it:
+
+    f = pre.offer_open(room, total_bytes)                 # Future, as offer's
+    pre.offer_part(room, 0, [layer0]); pre.offer_part(room, len(layer0), [layer1]) ...
+    pre.room_progress(room)                               # (bytes moved, total)
+
 Segments are any objects exporting a contiguous buffer (bytearray, memoryview, numpy array, mmap,
 ctypes array), or (address, length) pairs of integers for memory Python cannot see, such as GPU memory
 (`(t.data_ptr(), t.numel() * t.element_size())` for a torch tensor) inside a region given to
@@ -165,6 +171,15 @@ def load_library():
                                            ctypes.c_uint32, _RESULT_CB, ctypes.c_void_p]
         lib.pdshim_ticket_inspect.restype = ctypes.c_int
         lib.pdshim_ticket_inspect.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_TicketInfo)]
+        lib.pdshim_offer_open.restype = ctypes.c_int
+        lib.pdshim_offer_open.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32,
+                                          _RESULT_CB, ctypes.c_void_p]
+        lib.pdshim_offer_part.restype = ctypes.c_int
+        lib.pdshim_offer_part.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(_Seg),
+                                          ctypes.c_size_t]
+        lib.pdshim_room_progress.restype = ctypes.c_int
+        lib.pdshim_room_progress.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64),
+                                             ctypes.POINTER(ctypes.c_uint64)]
         lib.pdshim_mem_register.restype = ctypes.c_int
         lib.pdshim_mem_register.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         lib.pdshim_mem_unregister.restype = ctypes.c_int
@@ -245,6 +260,7 @@ class Shim:
         self._lock = threading.Lock()
         self._pending = {}  # token -> (future, keep-alive objects)
         self._next = 1
+        self._streams = {}  # room -> token of its offer_open, while pending
         self._cb = _RESULT_CB(self._on_done)  # one callback object for the shim's lifetime
 
     @property
@@ -255,6 +271,8 @@ class Shim:
         r = res.contents
         with self._lock:
             fut, _ = self._pending.pop(arg or 0, (None, None))
+            if self._streams.get(r.room) == arg:
+                del self._streams[r.room]
         if fut is None:
             return
         fut.backend = r.backend.decode() if r.backend else "none"
@@ -326,6 +344,55 @@ class Shim:
         return {"room": info.room, "expires_ms": info.expires_ms, "prefill_host": info.prefill_host.decode(),
                 "prefill_port": info.prefill_port, "decode_id": info.decode_id.decode(),
                 "key_id": info.key_id.decode()}
+
+    def offer_open(self, room, total_bytes, timeout_ms=0, cb=None):
+        """Prefill side, a streamed offer: opens the room with its total size; publish its bytes with
+        offer_part. Returns a Future of the bytes moved; cb, if given, is called with that Future when it
+        completes (on the shim's thread: it must not block). The Future fails with ETIMEDOUT when a part
+        was not published before the deadline."""
+        if not self._h:
+            raise PdshimError(ERRORS["ECLOSED"], "shim closed")
+        fut = Future()
+        with self._lock:
+            token = self._next
+            self._next += 1
+            self._pending[token] = (fut, [])
+            self._streams[room] = token
+        if cb is not None:
+            fut.add_done_callback(cb)
+        rc = self._lib.pdshim_offer_open(self._h, room, total_bytes, timeout_ms, self._cb, token)
+        if rc != 0:
+            with self._lock:
+                self._pending.pop(token, None)
+                if self._streams.get(room) == token:
+                    del self._streams[room]
+            raise PdshimError(rc, "offer_open")
+        return fut
+
+    def offer_part(self, room, offset, buffers):
+        """Publishes room bytes [offset, offset + len(buffers)) of a room opened with offer_open. GPU
+        buffers must be complete on the device first (synchronize the stream that wrote them). The
+        buffers are kept alive until the room's Future completes. Raises PdshimError (EINVAL: empty, past
+        the end, overlapping a published part; ENOROOM: no such streamed offer pending)."""
+        if not self._h:
+            raise PdshimError(ERRORS["ECLOSED"], "shim closed")
+        segs, n, keep = _segments(buffers, False)
+        with self._lock:
+            entry = self._pending.get(self._streams.get(room, 0))
+            if entry is not None:
+                entry[1].append((segs, keep))
+        rc = self._lib.pdshim_offer_part(self._h, room, offset, segs, n)
+        if rc != 0:
+            raise PdshimError(rc, "offer_part")
+
+    def room_progress(self, room):
+        """(bytes moved so far, total) of the pending offer or fetch of room; PdshimError ENOROOM when
+        nothing of it is pending."""
+        moved, total = ctypes.c_uint64(0), ctypes.c_uint64(0)
+        rc = self._lib.pdshim_room_progress(self._h, room, ctypes.byref(moved), ctypes.byref(total))
+        if rc != 0:
+            raise PdshimError(rc, "room_progress")
+        return moved.value, total.value
 
     def register(self, address, length, kind="auto"):
         """Describes a memory region (GPU memory must be registered before segments point into it)."""
