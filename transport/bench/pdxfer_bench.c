@@ -7,7 +7,7 @@
  *   pdxfer-bench --mode initiator --peer HOST:PORT --backend tcp|rdma|cuda_ipc|auto --mem host|cuda
  *                --block-size BYTES --batch N --threads N --conns N --duration SECONDS [--json]
  *                [--verify full|sample|off] [--device N] [--staging-chunks N] [--chunk-bytes N]
- *                [--io-threads N] [--timeout-ms N]
+ *                [--io-threads N] [--timeout-ms N] [--parts N] [--compute-us US]
  *   pdxfer-bench --mode copytest --mem cuda [--device N] [--peer-device M] [--block-size BYTES]
  *                [--duration SECONDS] [--json]
  *
@@ -30,6 +30,12 @@
  *     "STATS transfers=X failures=Y staging_peak=Z\n", which the initiator reports next to its own numbers.
  *     The target then waits for the next session (a script can run many rounds against one target), and
  *     prints its totals on SIGINT/SIGTERM.
+ * Streamed offers (--parts N, --compute-us C, given to the initiator, which passes them in its hello):
+ * the target simulates a prefill that computes each room for C µs. With --parts N it opens the room with
+ * pdr_xfer_push_open and publishes part k (block bytes [k·S/N, (k+1)·S/N)) at open + (k+1)·C/N, so part k
+ * moves while part k+1 is "computed"; with --parts 0 (the whole offer) it posts pdr_xfer_push at open + C.
+ * The target then reports the tail after compute: per room, the time from the end of its compute (the
+ * last part published, or the whole push posted) to the push's completion, p50 and p99.
  * Reported: GB/s (10^9 bytes/s of successfully pulled bytes over the wall time from the first post to the
  * last completion, verification included), per-transfer latency p50/p99 (the engine's post-to-completion
  * time of successful pulls), CPU seconds of the process (getrusage user+sys over the run), the seconds
@@ -77,6 +83,8 @@ struct args {
     size_t block, chunk_bytes, staging_chunks;
     double duration;
     uint32_t timeout_ms;
+    int parts;       /* streamed offers: parts per room (0: the whole offer) */
+    long compute_us; /* simulated compute per room on the target */
 };
 
 enum verify_mode { VERIFY_AUTO = -1, VERIFY_OFF, VERIFY_SAMPLE, VERIFY_FULL };
@@ -486,6 +494,8 @@ static int tcp_socket(const char *host, int port, int listening)
 
 /* ---- Target. ---- */
 
+static int cmp_u32(const void *x, const void *y);
+
 struct target_session {
     pdr_xfer_engine_t *eng;
     struct queue q;
@@ -496,7 +506,67 @@ struct target_session {
     uint64_t *pending; /* [threads * batch]: room offered in that slot, or UINT64_MAX */
     volatile int stop;
     uint64_t transfers, failures, bytes;
+    /* Streamed offers and simulated compute (--parts, --compute-us): one stream per slot. */
+    int parts;
+    double compute_s;
+    struct stream {
+        uint64_t room; /* UINT64_MAX: nothing left to publish */
+        pdr_xfer_seg_t seg;
+        int next;          /* the next part to publish (the whole push when parts is 0) */
+        double due, t_end; /* when it is due; when the compute ended (0: not yet) */
+    } * st;
+    uint32_t *tail; /* µs from the end of compute to completion, successful rooms */
+    size_t ntail;
 };
+
+/* Publishes what is due of slot i's stream at time now (everything when now is 0). 0, or the code of a
+ * refused call (the room's callback will not run then: the caller counts it failed). */
+static int stream_step(struct target_session *s, size_t i, double now)
+{
+    struct stream *st = &s->st[i];
+    int n = s->parts > 0 ? s->parts : 1;
+    while (st->room != UINT64_MAX && (now == 0 || st->due <= now)) {
+        int rc;
+        if (s->parts == 0) {
+            rc = pdr_xfer_push_ex(s->eng, st->room, &st->seg, 1, 0, on_info, &s->q);
+        } else {
+            size_t lo = st->seg.len * (size_t)st->next / (size_t)n,
+                   hi = st->seg.len * (size_t)(st->next + 1) / (size_t)n;
+            pdr_xfer_seg_t part = {(unsigned char *)st->seg.addr + lo, hi - lo};
+            rc = hi > lo ? pdr_xfer_push_part(s->eng, st->room, lo, &part, 1) : 0;
+        }
+        st->next++;
+        st->due += s->compute_s / n;
+        if (st->next == n) {
+            st->t_end = now_s();
+            st->room = UINT64_MAX;
+        }
+        if (rc != 0 && (s->parts == 0 || rc != PDR_ENOROOM)) {
+            st->room = UINT64_MAX;
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* Runs every stream that is due; returns the ms until the next one (at most 100). */
+static int streams_run(struct target_session *s, double now, size_t *refused)
+{
+    double next = now + 0.1;
+    for (size_t i = 0; s->st != NULL && i < (size_t)s->threads * (size_t)s->batch; i++) {
+        if (s->st[i].room == UINT64_MAX)
+            continue;
+        if (stream_step(s, i, s->stop ? 0 : now) != 0) {
+            s->failures++;
+            s->pending[i] = UINT64_MAX;
+            (*refused)++;
+        }
+        if (s->st[i].room != UINT64_MAX && s->st[i].due < next)
+            next = s->st[i].due;
+    }
+    double ms = (next - now) * 1000;
+    return ms <= 0 ? 0 : (int)ms;
+}
 
 static int offer_one(struct target_session *s, unsigned tid, uint64_t seq)
 {
@@ -504,7 +574,24 @@ static int offer_one(struct target_session *s, unsigned tid, uint64_t seq)
     pdr_xfer_seg_t seg = {.addr = s->buf + (size_t)(seq % (uint64_t)s->nblocks) * s->block, .len = s->block};
     uint64_t room = room_id(s->session, tid, seq);
     s->pending[slot] = room;
-    int rc = pdr_xfer_push_ex(s->eng, room, &seg, 1, 0, on_info, &s->q);
+    int rc = 0;
+    if (s->st != NULL) {
+        /* Simulated compute: the stream publishes the room (in parts, or whole) as it becomes due. */
+        struct stream *st = &s->st[slot];
+        double now = now_s();
+        if (s->parts > 0)
+            rc = pdr_xfer_push_open(s->eng, room, seg.len, 0, on_info, &s->q);
+        if (rc == 0) {
+            st->room = room;
+            st->seg = seg;
+            st->next = 0;
+            st->t_end = 0;
+            st->due = now + s->compute_s / (s->parts > 0 ? s->parts : 1);
+            rc = stream_step(s, slot, now);
+        }
+    } else {
+        rc = pdr_xfer_push_ex(s->eng, room, &seg, 1, 0, on_info, &s->q);
+    }
     if (rc != 0) {
         s->pending[slot] = UINT64_MAX;
         s->failures++;
@@ -537,6 +624,11 @@ static void *target_offer_main(void *arg)
                 inflight++;
     int canceled = 0;
     while (inflight > 0) {
+        size_t refused = 0;
+        int wait_ms = streams_run(s, now_s(), &refused); /* at stop: everything left is published now */
+        inflight -= refused;
+        if (inflight == 0)
+            break;
         if (s->stop && !canceled) {
             for (size_t i = 0; i < (size_t)s->threads * (size_t)s->batch; i++)
                 if (s->pending[i] != UINT64_MAX)
@@ -544,15 +636,22 @@ static void *target_offer_main(void *arg)
             canceled = 1;
         }
         struct done d;
-        if (queue_get(&s->q, &d, 100) != 0)
+        if (queue_get(&s->q, &d, s->st != NULL ? wait_ms : 100) != 0)
             continue;
         inflight--;
         unsigned tid = (unsigned)((d.room >> 32) & 0xffff);
         uint64_t seq = d.room & 0xffffffffull;
-        s->pending[(size_t)tid * (size_t)s->batch + (size_t)(seq % (uint64_t)s->batch)] = UINT64_MAX;
+        size_t slot = (size_t)tid * (size_t)s->batch + (size_t)(seq % (uint64_t)s->batch);
+        s->pending[slot] = UINT64_MAX;
+        if (s->st != NULL && s->st[slot].room == d.room)
+            s->st[slot].room = UINT64_MAX; /* failed before its last part */
         if (d.status == 0) {
             s->transfers++;
             s->bytes += d.bytes;
+            if (s->st != NULL && s->st[slot].t_end > 0 && s->ntail < MAX_SAMPLES) {
+                double us = (now_s() - s->st[slot].t_end) * 1e6;
+                s->tail[s->ntail++] = us < 0 ? 0 : (uint32_t)us;
+            }
         } else if (!(s->stop && (d.status == PDR_ECANCELED || d.status == PDR_ECLOSED))) {
             s->failures++;
             if (s->failures <= 5)
@@ -601,7 +700,7 @@ static int run_target(const struct args *a)
         if (cfd < 0)
             continue;
         char line[CTL_LINE];
-        unsigned long long th = 0, ba = 0, bl = 0;
+        unsigned long long th = 0, ba = 0, bl = 0, np = 0, cus = 0;
         if (ctl_recv(cfd, line, sizeof(line), 5000, 1) != 0 || strncmp(line, "PDXFER 2 ", 9) != 0 ||
             ctl_field(line, "threads", &th) != 0 || ctl_field(line, "batch", &ba) != 0 ||
             ctl_field(line, "block", &bl) != 0 || th < 1 || th > 4096 || ba < 1 || ba > 65536 || bl < 8 ||
@@ -610,6 +709,11 @@ static int run_target(const struct args *a)
             close(cfd);
             continue;
         }
+        /* Optional: streamed offers and simulated compute. */
+        if (ctl_field(line, "parts", &np) != 0 || np > 4096)
+            np = 0;
+        if (ctl_field(line, "compute_us", &cus) != 0 || cus > 100000000ull)
+            cus = 0;
         unsigned long long nb = ba + 1;
         size_t need = (size_t)(nb * bl);
         if (need != buflen) {
@@ -641,6 +745,16 @@ static int run_target(const struct args *a)
         if (s.pending == NULL)
             die("pending table", PDR_ENOMEM);
         queue_init(&s.q, (size_t)(th * ba));
+        s.parts = (int)np;
+        s.compute_s = (double)cus / 1e6;
+        if (np > 0 || cus > 0) {
+            s.st = malloc(sizeof(*s.st) * th * ba);
+            s.tail = malloc(sizeof(uint32_t) * MAX_SAMPLES);
+            if (s.st == NULL || s.tail == NULL)
+                die("streams", PDR_ENOMEM);
+            for (size_t i = 0; i < th * ba; i++)
+                s.st[i].room = UINT64_MAX;
+        }
         char ok[64];
         snprintf(ok, sizeof(ok), "OK session=%u blocks=%llu\n", session, nb);
         pthread_t t;
@@ -658,9 +772,18 @@ static int run_target(const struct args *a)
         pdr_xfer_stats_t st;
         pdr_xfer_get_stats(eng, &st);
         char reply[CTL_LINE];
-        snprintf(reply, sizeof(reply), "STATS transfers=%llu failures=%llu staging_peak=%llu cpu_ms=%llu\n",
+        qsort(s.tail, s.ntail, sizeof(uint32_t), cmp_u32);
+        unsigned long long tp50 = s.ntail ? s.tail[(s.ntail - 1) / 2] : 0,
+                           tp99 = s.ntail ? s.tail[(size_t)((double)(s.ntail - 1) * 0.99)] : 0;
+        snprintf(reply, sizeof(reply),
+                 "STATS transfers=%llu failures=%llu staging_peak=%llu cpu_ms=%llu tail_p50_us=%llu "
+                 "tail_p99_us=%llu\n",
                  (unsigned long long)s.transfers, (unsigned long long)s.failures,
-                 (unsigned long long)st.staging_peak_bytes, (unsigned long long)(cpu * 1000));
+                 (unsigned long long)st.staging_peak_bytes, (unsigned long long)(cpu * 1000), tp50, tp99);
+        if (s.st != NULL)
+            printf("target: session %u: parts %d, compute %.0f us per room: tail after compute p50 %llu us, "
+                   "p99 %llu us\n",
+                   session, s.parts, s.compute_s * 1e6, tp50, tp99);
         (void)ctl_send(cfd, reply);
         close(cfd);
         printf("target: session %u: %u threads x %ld rooms of %zu bytes: %llu transfers, %llu failures, "
@@ -673,6 +796,8 @@ static int run_target(const struct args *a)
         tot_failures += s.failures;
         queue_fini(&s.q);
         free(s.pending);
+        free(s.st);
+        free(s.tail);
     }
     close(lfd);
     pdr_xfer_stats_t st;
@@ -942,7 +1067,8 @@ static int run_initiator(const struct args *a)
         return 2;
     }
     char line[CTL_LINE];
-    snprintf(line, sizeof(line), "PDXFER 2 threads=%d batch=%ld block=%zu\n", a->threads, a->batch, a->block);
+    snprintf(line, sizeof(line), "PDXFER 2 threads=%d batch=%ld block=%zu parts=%d compute_us=%ld\n",
+             a->threads, a->batch, a->block, a->parts, a->compute_us);
     unsigned long long sess = 0, nblocks = 0;
     /* The target allocates and fills its buffer before answering: allow for a large one. */
     if (ctl_send(cfd, line) != 0 || ctl_recv(cfd, line, sizeof(line), 300000, 0) != 0 ||
@@ -974,11 +1100,14 @@ static int run_initiator(const struct args *a)
         pthread_join(in.w[t].thread, NULL);
     double el = now_s() - t0, cpu = cpu_s() - c0;
 
-    unsigned long long tt = 0, tf = 0, tsp = 0, tcpu = 0;
+    unsigned long long tt = 0, tf = 0, tsp = 0, tcpu = 0, tp50 = 0, tp99 = 0;
     int have_target = ctl_send(cfd, "BYE\n") == 0 && ctl_recv(cfd, line, sizeof(line), 60000, 0) == 0 &&
                       strncmp(line, "STATS ", 6) == 0 && ctl_field(line, "transfers", &tt) == 0 &&
                       ctl_field(line, "failures", &tf) == 0 && ctl_field(line, "staging_peak", &tsp) == 0 &&
                       ctl_field(line, "cpu_ms", &tcpu) == 0;
+    if (have_target &&
+        (ctl_field(line, "tail_p50_us", &tp50) != 0 || ctl_field(line, "tail_p99_us", &tp99) != 0))
+        tp50 = tp99 = 0;
     close(cfd);
 
     uint64_t transfers = 0, failures = 0, verr = 0, bad_words = 0, bytes = 0;
@@ -1016,6 +1145,9 @@ static int run_initiator(const struct args *a)
            (unsigned long long)transfers, (unsigned long long)failures, (unsigned long long)verr,
            verify_names[a->verify], (unsigned long long)bad_words, verify_s);
     printf("  throughput %.3f GB/s  latency p50 %.0f us  p99 %.0f us\n", gbs, p50, p99);
+    if (a->parts > 0 || a->compute_us > 0)
+        printf("  parts %d, compute %ld us per room: target tail after compute p50 %llu us, p99 %llu us\n",
+               a->parts, a->compute_us, tp50, tp99);
     printf("  cpu %.2f s (%.2f cores)", cpu, el > 0 ? cpu / el : 0);
     if (have_target)
         printf(", target cpu %.2f s", (double)tcpu / 1000);
@@ -1034,14 +1166,15 @@ static int run_initiator(const struct args *a)
                "\"failures\":%llu,\"verify\":\"%s\",\"verify_errors\":%llu,\"verify_bad_words\":%llu,"
                "\"verify_s\":%.3f,\"cpu_s\":%.3f,\"staging_peak_bytes\":%llu,"
                "\"target_staging_peak_bytes\":%lld,\"target_transfers\":%lld,\"target_failures\":%lld,"
-               "\"target_cpu_s\":%.3f,\"ok\":%s}\n",
+               "\"target_cpu_s\":%.3f,\"parts\":%d,\"compute_us\":%ld,\"tail_p50_us\":%llu,"
+               "\"tail_p99_us\":%llu,\"ok\":%s}\n",
                a->backend, used ? used : "none", a->mem, a->block, a->batch, a->threads, a->conns, el,
                (unsigned long long)bytes, gbs, p50, p99, (unsigned long long)transfers,
                (unsigned long long)failures, verify_names[a->verify], (unsigned long long)verr,
                (unsigned long long)bad_words, verify_s, cpu, (unsigned long long)st.staging_peak_bytes,
                have_target ? (long long)tsp : -1LL, have_target ? (long long)tt : -1LL,
-               have_target ? (long long)tf : -1LL, have_target ? (double)tcpu / 1000 : -1.0,
-               ok ? "true" : "false");
+               have_target ? (long long)tf : -1LL, have_target ? (double)tcpu / 1000 : -1.0, a->parts,
+               a->compute_us, tp50, tp99, ok ? "true" : "false");
     fflush(stdout);
 
     pdr_xfer_engine_destroy(in.eng);
@@ -1171,21 +1304,25 @@ static int run_copytest(const struct args *a)
 static void usage(FILE *f)
 {
     fprintf(
-        f, "usage:\n"
-           "  pdxfer-bench --mode target --listen HOST:PORT [--backend auto|tcp|rdma|cuda_ipc] [--mem "
-           "host|cuda|cuda_vmm]\n"
-           "               [--device N] [--io-threads N] [--staging-chunks N] [--chunk-bytes N] [--json]\n"
-           "  pdxfer-bench --mode initiator --peer HOST:PORT --backend B --mem host|cuda|cuda_vmm\n"
-           "               --block-size BYTES --batch N --threads N --conns N --duration SECONDS [--json]\n"
-           "               [--verify full|sample|off] [--device N] [--staging-chunks N] [--chunk-bytes N]\n"
-           "               [--io-threads N] [--timeout-ms N]\n"
-           "  pdxfer-bench --mode copytest --mem cuda [--device N] [--peer-device M] [--block-size BYTES]\n"
-           "               [--duration SECONDS] [--json]\n"
-           "cuda_vmm: device memory from cuMemCreate, shared by CUDA IPC as a file descriptor.\n"
-           "--verify: full compares every byte of every room (on the device for device memory), sample 17\n"
-           "  words of each (3 for device memory), off nothing; default full for cuda and cuda_vmm, sample\n"
-           "  for host memory. The initiator exits 1 when a room failed on either side or a byte was wrong.\n"
-           "Sizes take k/m/g suffixes (binary). The target also listens on PORT+1 for the control socket.\n");
+        f,
+        "usage:\n"
+        "  pdxfer-bench --mode target --listen HOST:PORT [--backend auto|tcp|rdma|cuda_ipc] [--mem "
+        "host|cuda|cuda_vmm]\n"
+        "               [--device N] [--io-threads N] [--staging-chunks N] [--chunk-bytes N] [--json]\n"
+        "  pdxfer-bench --mode initiator --peer HOST:PORT --backend B --mem host|cuda|cuda_vmm\n"
+        "               --block-size BYTES --batch N --threads N --conns N --duration SECONDS [--json]\n"
+        "               [--verify full|sample|off] [--device N] [--staging-chunks N] [--chunk-bytes N]\n"
+        "               [--io-threads N] [--timeout-ms N] [--parts N] [--compute-us US]\n"
+        "  pdxfer-bench --mode copytest --mem cuda [--device N] [--peer-device M] [--block-size BYTES]\n"
+        "               [--duration SECONDS] [--json]\n"
+        "cuda_vmm: device memory from cuMemCreate, shared by CUDA IPC as a file descriptor.\n"
+        "--verify: full compares every byte of every room (on the device for device memory), sample 17\n"
+        "  words of each (3 for device memory), off nothing; default full for cuda and cuda_vmm, sample\n"
+        "  for host memory. The initiator exits 1 when a room failed on either side or a byte was wrong.\n"
+        "--parts N --compute-us US: the target computes each room for US microseconds and publishes it in\n"
+        "  N parts as it goes (pdr_xfer_push_open/part; --parts 0: the whole offer once computed), and\n"
+        "  reports the tail from the end of compute to completion.\n"
+        "Sizes take k/m/g suffixes (binary). The target also listens on PORT+1 for the control socket.\n");
 }
 
 int main(int argc, char **argv)
@@ -1245,7 +1382,11 @@ int main(int argc, char **argv)
                 return 2;
             }
             a.verify = m;
-        } else if (strcmp(f, "--timeout-ms") == 0)
+        } else if (strcmp(f, "--parts") == 0)
+            a.parts = (int)need_int(f, v, 0, 4096);
+        else if (strcmp(f, "--compute-us") == 0)
+            a.compute_us = need_int(f, v, 0, 100000000);
+        else if (strcmp(f, "--timeout-ms") == 0)
             a.timeout_ms = (uint32_t)need_int(f, v, 1, 3600000);
         else if (strcmp(f, "--duration") == 0) {
             char *end;
