@@ -22,3 +22,7 @@ add_test(NAME pdsim_prefix_cache
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pdsim_cache.py)
 set_tests_properties(pdsim_prefix_cache PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
                      ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+
+# pdsim --kv-parts through pdrouter: parts spread over the simulated prefill, output equal to monolithic.
+add_test(NAME pdsim_kv_parts COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_parts.py)
+set_tests_properties(pdsim_kv_parts PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")

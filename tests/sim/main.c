@@ -38,6 +38,8 @@ static void usage(FILE *f)
         "  --kv-abort-timeout-ms N   vLLM mode: a prefill frees KV no decode pulled after N ms (default\n"
         "                            480000, vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT)\n"
         "  --kv-fetch-delay-ms N     a decode waits N ms before it pulls the KV (default 0)\n"
+        "  --kv-parts N              prefill: publish each room's KV in N parts spread over the simulated\n"
+        "                            prefill time (a layer-wise KV stream; default 0: whole, at the end)\n"
         "  --prefix-cache-tokens N   prefill and both: an LRU prefix cache of N prompt tokens in whole\n"
         "                            blocks; prefill time counts only the uncached tokens (default 0: off)\n"
         "  --cache-block-tokens N    the prefix cache's block size in tokens (default 16, vLLM's)\n"
@@ -191,6 +193,7 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         INT_FLAG("--prefill-answer-lag-ms", prefill_answer_lag_ms, 0, 3600000)
         INT_FLAG("--kv-abort-timeout-ms", kv_abort_timeout_ms, 1, 3600000)
         INT_FLAG("--kv-fetch-delay-ms", kv_fetch_delay_ms, 0, 3600000)
+        INT_FLAG("--kv-parts", kv_parts, 0, 1024)
         INT_FLAG("--prefix-cache-tokens", prefix_cache_tokens, 0, PDSIM_PCACHE_MAX_TOKENS)
         INT_FLAG("--cache-block-tokens", cache_block_tokens, 1, 4096)
         INT_FLAG("--dp-size", dp_size, 1, 1024)

@@ -50,11 +50,12 @@ typedef struct pdsim_opts {
     int stamp_first_token;         /* the first streamed event carries "pdsim_mono_us" */
     int64_t kv_abort_timeout_ms; /* vLLM mode: how long a prefill holds KV no decode pulls (480 s default) */
     int64_t kv_fetch_delay_ms;   /* a decode waits this long before pulling the KV */
-    int64_t prefix_cache_tokens; /* prefill and both: the prefix cache's size in tokens; 0 = off */
-    int64_t cache_block_tokens;  /* the prefix cache's block size (16, vLLM's default block size) */
-    int64_t dp_size;             /* what /get_server_info reports as dp_size (default 1) */
-    int local_prefill;           /* decode: a request with no bootstrap fields and no kv_transfer_params is
-                                    computed locally (a vLLM decode's plain request) */
+    int64_t kv_parts; /* prefill: publish each room in this many parts over the prefill time; 0 = whole */
+    int64_t prefix_cache_tokens;    /* prefill and both: the prefix cache's size in tokens; 0 = off */
+    int64_t cache_block_tokens;     /* the prefix cache's block size (16, vLLM's default block size) */
+    int64_t dp_size;                /* what /get_server_info reports as dp_size (default 1) */
+    int local_prefill;              /* decode: a request with no bootstrap fields and no kv_transfer_params is
+                                       computed locally (a vLLM decode's plain request) */
     const char *kv_events_endpoint; /* ZMQ PUB endpoint (bound) for KV events in vLLM's format; NULL: off */
     const char *kv_events_topic;    /* the topic frame (default empty) */
     int64_t kv_events_drop_every;   /* fault: every Nth message is not sent (its number is used up) */

@@ -93,6 +93,12 @@ typedef struct sim_req {
     int vllm;        /* vLLM mode: VLLM_OFF, VLLM_PREFILL or VLLM_DECODE (see "vLLM mode" below) */
     json_t *vllm_kv; /* a vLLM prefill's kv_transfer_params answer */
     int role;        /* what this request does: the worker's role, or both for a decode's local prefill */
+    /* A prefill with --kv-parts: the rooms were opened when the simulated compute began; part k of every
+     * item is published at parts_t0_us + (k + 1) * parts_us / kv_parts. */
+    int64_t parts_next;
+    uint64_t parts_t0_us, parts_us;
+    uint64_t
+        compute_end_us; /* prefill: when the simulated compute ended (the whole offer, or the last part) */
 } sim_req_t;
 
 typedef struct sim_conn {
@@ -125,6 +131,10 @@ static struct {
     size_t last_pos;
     pdr_dlink_t *holds_done; /* vLLM mode: held KV whose offer ended, for the loop (under qlock) */
     uint64_t kv_held, kv_released, kv_expired, kv_hold_failed;
+    /* --kv-parts: rooms streamed, parts published, bytes the shim had moved to the decode when the
+     * compute ended (read with pdshim_room_progress just before the last part), their total bytes; and
+     * for every prefill transfer, the µs from the end of compute to its completion (the last one). */
+    uint64_t parts_rooms, parts_published, parts_moved_at_end, parts_bytes, kv_tail_us_last;
     char engine_id[96];
     pdsim_pcache_t *pcache;  /* prefill and both with --prefix-cache-tokens; NULL when off */
     json_t *last_headers[3]; /* GET /pdsim/last_headers: of the last generate, health and models request */
@@ -866,6 +876,10 @@ static void item_done(sim_item_t *it)
     it->op_pending = 0;
     ctx->ops_pending--;
     if (it->status == 0) {
+        if (ctx->role == PDSIM_ROLE_PREFILL && ctx->compute_end_us > 0) {
+            uint64_t now = uv_hrtime() / 1000;
+            S.kv_tail_us_last = now > ctx->compute_end_us ? now - ctx->compute_end_us : 0;
+        }
         if (ctx->role == PDSIM_ROLE_PREFILL)
             S.kv_tx += it->bytes;
         else
@@ -905,13 +919,113 @@ static void on_async(uv_async_t *a)
     drain_queue();
 }
 
+static void pcache_insert(sim_req_t *ctx);
+
 static void on_shim_result(void *arg, const pdshim_result_t *res)
 {
     on_shim_done(arg, res->room, res->status, res->bytes);
 }
 
+/* Publishes part k of every item of ctx (k = ctx->parts_next); with k the last part, the compute ends. */
+static void parts_publish(sim_req_t *ctx)
+{
+    int64_t n = S.opts.kv_parts, k = ctx->parts_next++;
+    if (k == n - 1) {
+        ctx->compute_end_us = uv_hrtime() / 1000;
+        for (size_t i = 0; i < ctx->n_items; i++) {
+            uint64_t moved = 0;
+            if (ctx->items[i].op_pending &&
+                pdshim_room_progress(S.shim, ctx->items[i].room, &moved, NULL) == 0)
+                S.parts_moved_at_end += moved;
+        }
+    }
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        sim_item_t *it = &ctx->items[i];
+        size_t lo = it->kv_len * (size_t)k / (size_t)n, hi = it->kv_len * (size_t)(k + 1) / (size_t)n;
+        if (!it->op_pending || hi == lo)
+            continue;
+        pdshim_seg_t seg = {it->kv + lo, hi - lo};
+        int r = pdshim_offer_part(S.shim, it->room, lo, &seg, 1);
+        if (r == 0)
+            S.parts_published++;
+        else if (r != PDR_ENOROOM) /* ENOROOM: the room already failed, its callback says why */
+            pdr_warn("pdsim: part %lld of room %" PRIu64 " refused: %s", (long long)k, it->room,
+                     pdr_strerror(r));
+    }
+}
+
+static void parts_arm(sim_req_t *ctx);
+
+static void on_parts_timer(uv_timer_t *t)
+{
+    sim_req_t *ctx = t->data;
+    if (!req_is_live(ctx) || ctx->op_error != 0 || ctx->ops_pending == 0)
+        return; /* failed or canceled: the rooms' callbacks end the request */
+    parts_publish(ctx);
+    if (ctx->parts_next < S.opts.kv_parts)
+        parts_arm(ctx);
+    else if (S.pcache != NULL)
+        pcache_insert(ctx);
+}
+
+/* Arms the timer for the next part, or publishes it now when it is due. */
+static void parts_arm(sim_req_t *ctx)
+{
+    for (;;) {
+        uint64_t due =
+            ctx->parts_t0_us + ctx->parts_us * (uint64_t)(ctx->parts_next + 1) / (uint64_t)S.opts.kv_parts;
+        uint64_t now = uv_hrtime() / 1000;
+        if (due > now) {
+            uv_timer_start(&ctx->timer, on_parts_timer, (due - now + 999) / 1000, 0);
+            return;
+        }
+        parts_publish(ctx);
+        if (ctx->parts_next == S.opts.kv_parts) {
+            if (S.pcache != NULL)
+                pcache_insert(ctx);
+            return;
+        }
+    }
+}
+
+/* A prefill with --kv-parts: opens every item's room now, at the start of its compute, and publishes it
+ * in parts over the compute time (us), so the KV moves while the rest is computed. */
+static void start_parts(sim_req_t *ctx, uint64_t us)
+{
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        sim_item_t *it = &ctx->items[i];
+        int r = pdshim_offer_open(S.shim, it->room, it->kv_len, (uint32_t)S.opts.kv_timeout_ms,
+                                  on_shim_result, it);
+        if (r != 0) {
+            if (ctx->op_error == 0) {
+                ctx->op_error = r;
+                ctx->op_error_room = it->room;
+            }
+            break;
+        }
+        S.parts_rooms++;
+        S.parts_bytes += it->kv_len;
+        it->op_pending = 1;
+        ctx->ops_pending++;
+        ctx->refs++;
+    }
+    if (ctx->op_error != 0) {
+        for (size_t i = 0; i < ctx->n_items; i++)
+            if (ctx->items[i].op_pending)
+                pdshim_cancel(S.shim, ctx->items[i].room);
+        if (ctx->ops_pending == 0)
+            transfers_done(ctx);
+        return;
+    }
+    ctx->parts_next = 0;
+    ctx->parts_t0_us = uv_hrtime() / 1000;
+    ctx->parts_us = us;
+    parts_arm(ctx);
+}
+
 static void start_transfers(sim_req_t *ctx)
 {
+    ctx->compute_end_us = uv_hrtime() / 1000;
     for (size_t i = 0; i < ctx->n_items; i++) {
         sim_item_t *it = &ctx->items[i];
         pdshim_seg_t seg = {it->kv, it->kv_len};
@@ -1006,6 +1120,11 @@ static void after_compute(sim_req_t *ctx)
         if (S.pcache != NULL)
             it->cached = pdsim_pcache_lookup(S.pcache, it->toks.ids, it->toks.n);
         computed += it->toks.n - it->cached;
+    }
+    if (S.opts.kv_parts > 0 && ctx->role == PDSIM_ROLE_PREFILL && ctx->vllm != VLLM_PREFILL &&
+        !S.faults.stall_kv) {
+        start_parts(ctx, computed * (uint64_t)S.opts.prefill_us_per_token);
+        return;
     }
     uint64_t ms = (computed * (uint64_t)S.opts.prefill_us_per_token + 999) / 1000;
     if (ms == 0) {
@@ -1650,6 +1769,11 @@ static void send_stats(h2o_req_t *req)
     json_object_set_new(o, "tickets",
                         json_pack("{s:b,s:I,s:o}", "enabled", S.opts.n_ticket_keys > 0, "accepted",
                                   (json_int_t)S.tickets_accepted, "refused", tr));
+    json_object_set_new(o, "kv_parts",
+                        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "parts", (json_int_t)S.opts.kv_parts, "rooms",
+                                  (json_int_t)S.parts_rooms, "published", (json_int_t)S.parts_published,
+                                  "moved_at_compute_end", (json_int_t)S.parts_moved_at_end, "bytes",
+                                  (json_int_t)S.parts_bytes, "tail_us_last", (json_int_t)S.kv_tail_us_last));
     pdsim_pcache_stats_t pc = {0};
     if (S.pcache != NULL)
         pdsim_pcache_stats(S.pcache, &pc);
