@@ -73,11 +73,21 @@ struct ipc_engine {
     size_t nvx, cvx;
 };
 
-/* A push whose copies are in flight: its event, on the engine's pending list (op->mv). */
+/* A push whose copies are in flight: its event, on the engine's pending list (op->mv). A push in parts
+ * keeps the decode's FETCH_IPC (copied) to copy each part when it is published, and stays on the list
+ * until every byte was copied; while its copies are done and parts are still to come it is idle (not
+ * polled). */
 struct ipc_room {
     struct pdr__op *op;
     void *ev;
     pdr_dlink_t link; /* ipc_engine's ipc_pending (thread 0) */
+    uint8_t *body;    /* parts: the FETCH_IPC body, and its tables decoded from it */
+    struct pdr_xfer_fetch_desc fd;
+    struct pdr_xfer_ipc_desc d;
+    uint64_t *dcum;    /* dcum[i]: room offset of destination segment i; nseg + 1 entries */
+    uint64_t issued;   /* bytes whose copies were queued */
+    uint64_t recorded; /* issued when the event was last recorded */
+    int idle;
 };
 
 /* ---- CUDA IPC (thread 0) ----
@@ -169,6 +179,128 @@ void pdr__ipc_map_close(struct pdr__io *io, struct pdr__sess *s)
     s->ipc = NULL;
 }
 
+/* Queues the copies of room bytes [a, a+len) (inside part, or op's own segments when part is NULL) into
+ * the destination that ir's FETCH_IPC describes, on stream. */
+static int ipc_copy_range(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct ipc_room *ir,
+                          struct pdr__op *op, const struct pdr__part *part, uint64_t a, uint64_t len,
+                          void *stream)
+{
+    uint32_t lo = 0, hi = ir->fd.nseg;
+    while (hi - lo > 1) { /* the last segment starting at or before a */
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (ir->dcum[mid] <= a)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    uint64_t end = a + len;
+    int rc = 0;
+    for (uint32_t i = lo; i < ir->fd.nseg && a < end && rc == 0; i++) {
+        if (ir->dcum[i + 1] <= a)
+            continue;
+        uint64_t y = ir->dcum[i + 1] < end ? ir->dcum[i + 1] : end;
+        uint32_t hidx;
+        uint64_t off;
+        pdr__xfer_ipc_seg(&ir->d, i, &hidx, &off);
+        void *base;
+        rc = ipc_map_get(eng, s, ir->d.handles + (size_t)hidx * PDR_XFER_IPC_HENTRY, op->dev, &base);
+        while (rc == 0 && a < y) {
+            struct iovec iov[MAX_IOV];
+            int n = pdr__src_iov_at(op, part, a, y - a, iov, MAX_IOV);
+            for (int k = 0; k < n && rc == 0; k++) {
+                rc = pdr__cuda_copy_d2d_async((uint8_t *)base + off + (a - ir->dcum[i]), iov[k].iov_base,
+                                              iov[k].iov_len, stream);
+                a += iov[k].iov_len;
+            }
+        }
+    }
+    return rc;
+}
+
+/* A push in parts served over CUDA IPC: queues the copies of every part published and not yet copied,
+ * then records the room's event. Thread 0. A failure fails the room. */
+void pdr__ipc_parts(pdr_xfer_engine_t *eng, struct pdr__op *op)
+{
+    struct ipc_room *ir = op->mover == &pdr__mover_ipc ? op->mv : NULL;
+    if (ir == NULL || ir->body == NULL || op->sess == NULL)
+        return;
+    pthread_mutex_lock(&eng->lock);
+    struct pdr__part *head = op->pend_head; /* taken whole: their pnext links stay ours */
+    for (struct pdr__part *pt = head; pt != NULL; pt = pt->pnext) {
+        op->next_off += pt->len - pt->claimed;
+        pt->claimed = pt->len;
+    }
+    op->pend_head = op->pend_tail = NULL;
+    pthread_mutex_unlock(&eng->lock);
+    if (head == NULL)
+        return;
+    void *stream = pdr__tcp_st(eng)->ipc->ipc_stream[op->dev];
+    int rc = pdr__io_bind(&eng->io[0], op->dev);
+    for (struct pdr__part *pt = head; pt != NULL && rc == 0; pt = pt->pnext) {
+        rc = ipc_copy_range(eng, op->sess, ir, op, pt, pt->off, pt->len, stream);
+        ir->issued += pt->len;
+    }
+    if (rc == 0)
+        rc = pdr__cuda_event_record(ir->ev, stream);
+    if (rc != 0) {
+        pdr_warn("transport: cuda_ipc copy of a part of room %llu failed (%s, %s)",
+                 (unsigned long long)op->room, pdr_strerror(rc), pdr__cuda_last_error());
+        pdr__op_complete(eng, op, rc, rc);
+        return;
+    }
+    ir->recorded = ir->issued;
+    ir->idle = 0;
+}
+
+/* A push in parts: keeps the FETCH_IPC, opens every handle it names now (so that a failure falls back to
+ * TCP with every part still pending), and copies what is published. */
+static int ipc_start_parts(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s,
+                           const uint8_t *body, size_t len, void *ev)
+{
+    struct ipc_room *ir = calloc(1, sizeof(*ir));
+    int rc = ir == NULL ? PDR_ENOMEM : 0;
+    if (rc == 0 && (ir->body = malloc(len)) == NULL)
+        rc = PDR_ENOMEM;
+    if (rc == 0) {
+        memcpy(ir->body, body, len);
+        rc = pdr__xfer_fetch_ipc_decode(ir->body, len, &ir->fd, &ir->d) != 0 ? PDR_EINVAL : 0;
+    }
+    if (rc == 0 && (ir->dcum = malloc(((size_t)ir->fd.nseg + 1) * sizeof(uint64_t))) == NULL)
+        rc = PDR_ENOMEM;
+    if (rc == 0) {
+        ir->dcum[0] = 0;
+        for (uint32_t i = 0; i < ir->fd.nseg; i++)
+            ir->dcum[i + 1] = ir->dcum[i] + pdr__get_u64(ir->fd.seglens + (size_t)i * 8);
+    }
+    for (uint32_t h = 0; rc == 0 && h < ir->d.nhandles && ir->fd.nseg > 0; h++) {
+        void *base;
+        rc = ipc_map_get(eng, s, ir->d.handles + (size_t)h * PDR_XFER_IPC_HENTRY, op->dev, &base);
+    }
+    if (rc == 0 && pdr__op_enter(op) != 0)
+        rc = PDR_ECANCELED;
+    if (rc != 0) {
+        pdr_warn("transport: cuda_ipc to %s failed (%s, %s)", s->peer, pdr_strerror(rc),
+                 pdr__cuda_last_error());
+        if (ir != NULL) {
+            free(ir->body);
+            free(ir->dcum);
+        }
+        free(ir);
+        pdr__cuda_event_destroy(ev);
+        return rc;
+    }
+    struct ipc_engine *ie = pdr__tcp_st(eng)->ipc;
+    ir->op = op;
+    ir->ev = ev;
+    ir->idle = 1;
+    pdr_dlink_push(&ie->ipc_pending, &ir->link);
+    op->mover = &pdr__mover_ipc;
+    op->mv = ir;
+    op->backend = "cuda_ipc";
+    pdr__ipc_parts(eng, op);
+    return 0;
+}
+
 /* Starts op's copies into the decode's memory described by a FETCH_IPC body. 0 or a PDR_E* code
  * (nothing is left in flight then). */
 int pdr__ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess *s, const uint8_t *body,
@@ -189,6 +321,8 @@ int pdr__ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess 
     if (rc != 0)
         return rc;
     void *stream = ie->ipc_stream[dev];
+    if (op->parted)
+        return ipc_start_parts(eng, op, s, body, len, ev);
     if (pdr__op_enter(op) != 0) {
         pdr__cuda_event_destroy(ev);
         return PDR_ECANCELED;
@@ -237,12 +371,6 @@ int pdr__ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess 
     return 0;
 }
 
-void pdr__ipc_parts(pdr_xfer_engine_t *eng, struct pdr__op *op)
-{
-    (void)eng;
-    (void)op;
-}
-
 /* Takes op off the pending list once its copies are done (waits for them). */
 void pdr__ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op)
 {
@@ -250,6 +378,8 @@ void pdr__ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op)
     pdr_dlink_unlink(&ir->link);
     pdr__io_bind(&eng->io[0], op->dev);
     pdr__cuda_event_destroy(ir->ev);
+    free(ir->body);
+    free(ir->dcum);
     free(ir);
     op->mv = NULL;
     op->mover = NULL;
@@ -264,16 +394,30 @@ int pdr__ipc_poll(pdr_xfer_engine_t *eng)
     while (ir != NULL) {
         struct ipc_room *next = PDR_DLINK_ENTRY(ir->link.next, struct ipc_room, link);
         struct pdr__op *op = ir->op;
+        if (ir->idle) { /* a push in parts, copied so far: waits for its next part */
+            ir = next;
+            continue;
+        }
         pdr__io_bind(&eng->io[0], op->dev);
         int rc = pdr__cuda_event_query(ir->ev);
         if (rc == PDR_EAGAIN) {
             pending++;
+        } else if (rc == 0 && ir->body != NULL && ir->recorded < op->total) {
+            pthread_mutex_lock(&eng->lock);
+            op->sent = ir->recorded; /* progress: the copies done */
+            pthread_mutex_unlock(&eng->lock);
+            ir->idle = 1;
         } else {
             pdr__ipc_finish(eng, op);
             if (rc != 0) {
                 pdr_warn("transport: cuda_ipc copy failed: %s", pdr__cuda_last_error());
                 pdr__op_complete(eng, op, rc, rc);
             } else if (op->sess != NULL) {
+                if (op->parted) {
+                    pthread_mutex_lock(&eng->lock);
+                    op->sent = op->total;
+                    pthread_mutex_unlock(&eng->lock);
+                }
                 op->state = PDR__OP_DRAINED;
                 pdr__queue_ctl(eng, op->sess->ctl, PDR_XF_IPC_DONE, op->room, op->xid, op->total, 0);
             }

@@ -133,8 +133,8 @@ void pdr__mover_choose(pdr_xfer_engine_t *eng, const struct pdr__sess *s, const 
         p->refuse = (be == PDR__BE_CUDA_IPC && !p->ipc) || (be == PDR__BE_RDMA && op->total > 0 && !p->rdma);
         break;
     case PDR__CHOOSE_SERVE:
-        p->ipc = ext_type == PDR_XF_FETCH_IPC && has_body && op->dev >= 0 && !op->parted &&
-                 be != PDR__BE_TCP && pdr__same_host(eng, s);
+        p->ipc = ext_type == PDR_XF_FETCH_IPC && has_body && op->dev >= 0 && be != PDR__BE_TCP &&
+                 pdr__same_host(eng, s);
         /* A push in parts is never written over RDMA (pdr_xfer_push_open refuses a forced rdma). */
         p->rdma = ext_type == PDR_XF_FETCH_RDMA && has_body && op->total > 0 && me_rdma && !op->parted &&
                   (be == PDR__BE_AUTO || be == PDR__BE_RDMA);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu_cuda.h"
 #include "err.h"
@@ -319,10 +320,109 @@ static void test_ipc_vmm(void)
     printf("ok ipc vmm\n");
 }
 
+/* Bytes moved of room on eng, once they reach want (polled: the counter has no event), or what was read
+ * at the deadline. */
+static uint64_t progress_at_least(pdr_xfer_engine_t *eng, uint64_t room, uint64_t want, int timeout_ms)
+{
+    uint64_t end = t_now_ns() + (uint64_t)timeout_ms * 1000000u, moved = 0;
+    while (t_now_ns() < end) {
+        if (pdr_xfer_progress(eng, room, &moved, NULL) != 0 || moved >= want)
+            break;
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    return moved;
+}
+
+/* A room in device memory published in nparts parts, the first one alone until the mover moved it
+ * (watched on the decode for tcp staging, whose bytes count once copied to the destination; on the
+ * prefill for cuda_ipc, whose copies complete there), the others in reverse order; every byte checked. */
+static void streamed_gpu(pdr_xfer_engine_t *pre, pdr_xfer_engine_t *dec, int port, uint64_t room,
+                         uint8_t *src, uint8_t *dst, size_t len, int nparts, const char *want_backend)
+{
+    fill(src, len, room, 0);
+    memset(dst, 0, len);
+    pdr_xfer_seg_t ds[2] = {{dst, len / 3}, {dst + len / 3, len - len / 3}};
+    struct info_done a, b;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    done_init(&a.d);
+    done_init(&b.d);
+    CHECK_EQ_ERR(pdr_xfer_push_open(pre, room, len, 20000, info_cb, &a), 0);
+    CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, room, ds, 2, 20000, info_cb, &b), 0);
+    for (int k = 0; k < nparts; k++) {
+        int i = k == 0 ? 0 : nparts - k; /* 0, then n-1 down to 1 */
+        size_t lo = len * (size_t)i / (size_t)nparts, hi = len * (size_t)(i + 1) / (size_t)nparts;
+        pdr_xfer_seg_t ps[2] = {{src + lo, (hi - lo) / 2},
+                                {src + lo + (hi - lo) / 2, hi - lo - (hi - lo) / 2}};
+        CHECK_EQ_ERR(pdr_xfer_push_part(pre, room, lo, ps, 2), 0);
+        if (k == 0) {
+            int ipc = strcmp(want_backend, "cuda_ipc") == 0;
+            uint64_t got = progress_at_least(ipc ? pre : dec, room, hi, 10000);
+            CHECK(got == hi);
+            CHECK(a.d.count == 0 && b.d.count == 0);
+        }
+    }
+    CHECK(done_wait(&a.d, 1, 30000) == 1 && done_wait(&b.d, 1, 30000) == 1);
+    CHECK_EQ_ERR(a.d.status, 0);
+    CHECK_EQ_ERR(b.d.status, 0);
+    CHECK(check_fill(dst, len, room, 0));
+    if (strcmp(a.backend, want_backend) != 0 || strcmp(b.backend, want_backend) != 0) {
+        fprintf(stderr, "room %llu: backends %s/%s, want %s\n", (unsigned long long)room, a.backend,
+                b.backend, want_backend);
+        exit(1);
+    }
+    done_fini(&a.d);
+    done_fini(&b.d);
+}
+
+/* Streamed offers from device memory: over CUDA IPC (auto, one host, device memory on both ends) and
+ * over TCP staging (device to device, device to host), and a part in memory of another kind refused. */
+static void test_parts(void)
+{
+    int err;
+    pdr_xfer_opts_t po = {.listen_host = "127.0.0.1", .chunk_bytes = 256u << 10};
+    pdr_xfer_engine_t *pre = pdr_xfer_engine_create(&po, &err), *dec = pdr_xfer_engine_create(NULL, &err);
+    CHECK(pre && dec);
+    int port = pdr_xfer_listen_port(pre);
+    struct bufs bu;
+    bufs_new(&bu, pre, dec, 12u << 20);
+    for (int r = 0; r < 2; r++)
+        streamed_gpu(pre, dec, port, 600 + (uint64_t)r, bu.dsrc, bu.ddst, bu.len, 4, "cuda_ipc");
+    streamed_gpu(pre, dec, port, 610, bu.dsrc, bu.hdst, bu.len, 5, "tcp"); /* host destination: staging */
+    /* A part in host memory after one in device memory: refused, nothing else fails. */
+    struct info_done a;
+    memset(&a, 0, sizeof(a));
+    done_init(&a.d);
+    CHECK_EQ_ERR(pdr_xfer_push_open(pre, 620, 200, 300, info_cb, &a), 0);
+    pdr_xfer_seg_t dseg = {bu.dsrc, 100}, hseg = {bu.hsrc, 100};
+    CHECK_EQ_ERR(pdr_xfer_push_part(pre, 620, 0, &dseg, 1), 0);
+    CHECK_EQ_ERR(pdr_xfer_push_part(pre, 620, 100, &hseg, 1), PDR_EINVAL);
+    CHECK(done_wait(&a.d, 1, 10000) == 1);
+    CHECK_EQ_ERR(a.d.status, PDR_ETIMEDOUT);
+    done_fini(&a.d);
+    pdr_xfer_engine_destroy(dec);
+    pdr_xfer_engine_destroy(pre);
+
+    /* Forced tcp: device to device through the staging rings of both ends. */
+    pdr_xfer_opts_t to = {.listen_host = "127.0.0.1", .backend = "tcp", .chunk_bytes = 256u << 10};
+    pdr_xfer_opts_t td = {.backend = "tcp"};
+    pre = pdr_xfer_engine_create(&to, &err);
+    dec = pdr_xfer_engine_create(&td, &err);
+    CHECK(pre && dec);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(pre, bu.dsrc, bu.len, PDR_XFER_MEM_CUDA), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, bu.ddst, bu.len, PDR_XFER_MEM_CUDA), 0);
+    streamed_gpu(pre, dec, pdr_xfer_listen_port(pre), 630, bu.dsrc, bu.ddst, bu.len, 6, "tcp");
+    pdr_xfer_engine_destroy(dec);
+    pdr_xfer_engine_destroy(pre);
+    CHECK(pdr__fake_cuda_live == 0);
+    bufs_free(&bu);
+    printf("ok parts from device memory (cuda_ipc, tcp staging)\n");
+}
+
 static const pdr_test_case_t cases[] = {
-    {"copy_wakeup", test_copy_wakeup, 60},
-    {"staging", test_staging, 60},
-    {"ipc", test_ipc, 60},
+    {"copy_wakeup", test_copy_wakeup, 60}, {"parts", test_parts, 60},
+    {"staging", test_staging, 60},         {"ipc", test_ipc, 60},
     {"ipc_vmm", test_ipc_vmm, 60},
 };
 
