@@ -9,6 +9,10 @@
  *     when there are two GPUs, else on one device; bytes verified, the backend reported; then the
  *     same into VMM memory (cuMemCreate, exportable as a file descriptor), whose descriptor travels
  *     through the decode's fd server.
+ *  3. Streamed offers (pdr_xfer_push_open / pdr_xfer_push_part) from device memory: over TCP staging in
+ *     one process (device 0 → device 1 with two GPUs), and over CUDA IPC between the two processes
+ *     (room 7); the first part alone until the mover moved it (the decode's progress for staging, the
+ *     prefill's for CUDA IPC), the rest in reverse order; every byte verified on the device.
  * At the end it prints `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` and its own pid:
  * this process must appear only on the devices it registered memory on (the lead checks the output).
  * PDR_TEST_GPU_BYTES overrides the room size; PDR_TEST_IO_THREADS and PDR_TEST_STAGING_CHUNKS set the
@@ -207,6 +211,75 @@ static void test_staging(int src_dev, int dst_dev)
     printf("ok staging %d -> %d\n", src_dev, dst_dev);
 }
 
+#define NPARTS 8
+
+/* Bytes moved of room on eng once they reach want (polled every 200 µs), or what was read at the end. */
+static uint64_t progress_at_least(pdr_xfer_engine_t *eng, uint64_t room, uint64_t want, int timeout_ms)
+{
+    uint64_t end = t_now_ns() + (uint64_t)timeout_ms * 1000000u, moved = 0;
+    while (t_now_ns() < end) {
+        if (pdr_xfer_progress(eng, room, &moved, NULL) != 0 || moved >= want)
+            break;
+        usleep(200);
+    }
+    return moved;
+}
+
+/* Publishes part i of NPARTS of the size-byte room from src. */
+static void publish_part(pdr_xfer_engine_t *pre, uint64_t room, uint8_t *src, size_t size, int i)
+{
+    size_t lo = size * (size_t)i / NPARTS, hi = size * (size_t)(i + 1) / NPARTS;
+    pdr_xfer_seg_t ps[2] = {{src + lo, (hi - lo) / 2}, {src + lo + (hi - lo) / 2, hi - lo - (hi - lo) / 2}};
+    CHECK_EQ_ERR(pdr_xfer_push_part(pre, room, lo, ps, 2), 0);
+}
+
+/* A streamed offer over TCP staging, device src_dev to device dst_dev, in one process. */
+static void test_staging_parts(int src_dev, int dst_dev)
+{
+    size_t size = room_bytes();
+    int err;
+    pdr_xfer_opts_t po = {.listen_host = "127.0.0.1", .backend = "tcp"};
+    pdr_xfer_opts_t dopt = {.backend = "tcp"};
+    pdr_xfer_engine_t *pre = pdr_xfer_engine_create(&po, &err);
+    pdr_xfer_engine_t *dec = pdr_xfer_engine_create(&dopt, &err);
+    CHECK(pre && dec);
+    uint8_t *src = dev_alloc(src_dev, size), *dst = dev_alloc(dst_dev, size);
+    dev_fill(src, size, 13);
+    CHECK_EQ_ERR(pdr__cuda_bind(dst_dev), 0);
+    CHECK_EQ_ERR(pdr__cuda_memset(dst, 0, size), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(pre, src, size, PDR_XFER_MEM_CUDA), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, dst, size, PDR_XFER_MEM_CUDA), 0);
+    struct info_done a, b;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    done_init(&a.d);
+    done_init(&b.d);
+    pdr_xfer_seg_t ds[2] = {{dst, size / 3}, {dst + size / 3, size - size / 3}};
+    uint64_t t0 = t_now_ns();
+    CHECK_EQ_ERR(pdr_xfer_push_open(pre, 8, size, 120000, info_cb, &a), 0);
+    CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", pdr_xfer_listen_port(pre), 8, ds, 2, 120000, info_cb, &b),
+                 0);
+    publish_part(pre, 8, src, size, 0);
+    uint64_t first = size / NPARTS, got = progress_at_least(dec, 8, first, 60000);
+    printf("staging parts: part 1 of %d in place on the decode after %.3f s\n", NPARTS,
+           (double)(t_now_ns() - t0) / 1e9);
+    CHECK(got == first && b.d.count == 0);
+    for (int i = NPARTS - 1; i >= 1; i--)
+        publish_part(pre, 8, src, size, i);
+    CHECK(done_wait(&a.d, 1, 130000) == 1 && done_wait(&b.d, 1, 130000) == 1);
+    CHECK_EQ_ERR(a.d.status, 0);
+    CHECK_EQ_ERR(b.d.status, 0);
+    CHECK(strcmp(a.backend, "tcp") == 0 && strcmp(b.backend, "tcp") == 0);
+    CHECK(dev_check(dst, size, 13));
+    pdr_xfer_engine_destroy(dec);
+    pdr_xfer_engine_destroy(pre);
+    pdr__cuda_mem_free(src);
+    pdr__cuda_mem_free(dst);
+    done_fini(&a.d);
+    done_fini(&b.d);
+    printf("ok staging parts %d -> %d\n", src_dev, dst_dev);
+}
+
 /* The prefill process of the IPC test: waits for "go", offers room 5 from device 0. */
 static int ipc_child(int rfd, int wfd)
 {
@@ -238,6 +311,20 @@ static int ipc_child(int rfd, int wfd)
     CHECK_EQ_ERR(pdr_xfer_push_ex(pre, 6, s, 2, 120000, info_cb, &a), 0);
     CHECK(done_wait(&a.d, 1, 130000) == 1);
     printf("ipc prefill (vmm destination): status %s, backend %s\n", pdr_errname(a.d.status), a.backend);
+    if (a.d.status != 0 || strcmp(a.backend, "cuda_ipc") != 0)
+        rc = 1;
+    /* Room 7: the same bytes as a streamed offer; part 1 alone until its copy completed here. */
+    done_init(&a.d);
+    CHECK_EQ_ERR(pdr_xfer_push_open(pre, 7, size, 120000, info_cb, &a), 0);
+    publish_part(pre, 7, src, size, 0);
+    uint64_t first = size / NPARTS;
+    if (progress_at_least(pre, 7, first, 60000) != first || a.d.count != 0)
+        rc = 1;
+    for (int i = NPARTS - 1; i >= 1; i--)
+        publish_part(pre, 7, src, size, i);
+    CHECK(done_wait(&a.d, 1, 130000) == 1);
+    printf("ipc prefill (streamed in %d parts): status %s, backend %s\n", NPARTS, pdr_errname(a.d.status),
+           a.backend);
     if (a.d.status != 0 || strcmp(a.backend, "cuda_ipc") != 0)
         rc = 1;
     pdr_xfer_engine_destroy(pre);
@@ -294,6 +381,21 @@ static void test_ipc(pid_t child, int go_fd, int port_fd, int ndev)
     CHECK(dev_check(vmm, size, 11));
     CHECK(strcmp(v.backend, "cuda_ipc") == 0);
     done_fini(&v.d);
+
+    /* Room 7: a streamed offer over CUDA IPC, into the first destination again. */
+    CHECK_EQ_ERR(pdr__cuda_bind(dst_dev), 0);
+    CHECK_EQ_ERR(pdr__cuda_memset(dst, 0, size), 0);
+    struct info_done w;
+    memset(&w, 0, sizeof(w));
+    done_init(&w.d);
+    pdr_xfer_seg_t ws[2] = {{dst, size / 5}, {dst + size / 5, size - size / 5}};
+    CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, 7, ws, 2, 120000, info_cb, &w), 0);
+    CHECK(done_wait(&w.d, 1, 130000) == 1);
+    CHECK_EQ_ERR(w.d.status, 0);
+    CHECK(strcmp(w.backend, "cuda_ipc") == 0);
+    CHECK(dev_check(dst, size, 11));
+    done_fini(&w.d);
+    printf("ok ipc streamed in %d parts\n", NPARTS);
     int st = 0;
     while (waitpid(child, &st, 0) < 0 && errno == EINTR) {
     }
@@ -334,6 +436,7 @@ int main(void)
     test_staging(0, ndev > 1 ? 1 : 0);
     if (ndev > 1)
         test_staging(0, 0);
+    test_staging_parts(0, ndev > 1 ? 1 : 0);
     test_ipc(child, go[1], ports[0], ndev);
     printf("pid %d; nvidia-smi compute apps (this pid must appear only on the devices it used):\n",
            (int)getpid());
