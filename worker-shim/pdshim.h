@@ -199,8 +199,9 @@ PDSHIM_API int pdshim_offer_open(pdshim_t *shim, uint64_t room, uint64_t total_b
 PDSHIM_API int pdshim_offer_part(pdshim_t *shim, uint64_t room, uint64_t offset, const pdshim_seg_t *segs,
                                  size_t nseg);
 /* Bytes moved so far of the pending offer (or, if none, fetch) of this room on this shim, and its total:
- * offer: bytes handed to the decode (over TCP, whole frames accepted by the kernel; over CUDA IPC, 0
- * until the room's copies completed); fetch: bytes in place in the destination. Either pointer may be
+ * offer: bytes handed to the decode (over TCP, whole frames accepted by the kernel; over CUDA IPC, bytes
+ * whose copies completed); fetch: bytes in place in the destination (over CUDA IPC, 0 until the room is
+ * complete: the prefill process does those copies). Either pointer may be
  * NULL. Returns 0, or PDR_ENOROOM when nothing of this room is pending here. */
 PDSHIM_API int pdshim_room_progress(pdshim_t *shim, uint64_t room, uint64_t *moved, uint64_t *total);
 
