@@ -227,6 +227,12 @@ static void drop_parked(pdr_xfer_engine_t *eng, struct pdr__conn *c, uint64_t ro
     pdr__parked_unlink(c, p);
     pdr__parked_remove(eng, p);
     free(p);
+    /* A push opened in parts that was waiting for its first part: its decode gave up, it fails now. */
+    struct pdr__op *op = pdr__room_get(eng, room, PDR__OP_PUSH);
+    if (code != 0 && op != NULL && op->parted && op->state == PDR__OP_WAITING && op->sess == NULL) {
+        pdr__op_complete(eng, op, code, 0);
+        return;
+    }
     if (code != 0)
         tomb_add(eng, room, code, 0, eng->opts.default_timeout_ms);
 }

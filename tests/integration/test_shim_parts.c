@@ -345,8 +345,38 @@ static void cancel_mid_stream(int on_prefill)
     free(dst);
 }
 
+/* The decode cancels (or gives up) while its fetch waits for the first part: the prefill fails at once,
+ * not at its own deadline. */
+static void cancel_before_first_part(void)
+{
+    uint8_t dst[1000];
+    pdshim_seg_t ds = {dst, sizeof(dst)};
+    for (int give_up = 0; give_up <= 1; give_up++) {
+        struct done a, b;
+        done_init(&a);
+        done_init(&b);
+        uint64_t room = next_room++;
+        CHECK_EQ_ERR(pdshim_offer_open(pre, room, sizeof(dst), 30000, res_cb, &a), 0);
+        CHECK_EQ_ERR(pdshim_fetch(dec, "127.0.0.1", port, room, &ds, 1, give_up ? 300 : 30000, done_cb, &b),
+                     0);
+        if (!give_up) {
+            /* The fetch is parked once the prefill's WAIT came back: the decode's progress exists then. */
+            CHECK_EQ_ERR(pdshim_room_progress(dec, room, NULL, NULL), 0);
+            CHECK_EQ_ERR(pdshim_cancel(dec, room), 0);
+        }
+        CHECK(done_wait(&b, 1, 10000) == 1 && done_wait(&a, 1, 10000) == 1);
+        CHECK(b.status == (give_up ? PDR_ENOROOM : PDR_ECANCELED) || (give_up && b.status == PDR_ETIMEDOUT));
+        CHECK(a.status == PDR_ECANCELED || a.status == PDR_ETIMEDOUT);
+        CHECK(((int64_t)a.t_ns - (int64_t)b.t_ns) / 1000000 <
+              5000); /* promptly after the decode, not after 30 s */
+        done_fini(&a);
+        done_fini(&b);
+    }
+}
+
 static void test_cancel(void)
 {
+    cancel_before_first_part();
     cancel_mid_stream(1);
     cancel_mid_stream(0);
     printf("ok cancel mid-stream on either side\n");
