@@ -1121,8 +1121,12 @@ static void after_compute(sim_req_t *ctx)
             it->cached = pdsim_pcache_lookup(S.pcache, it->toks.ids, it->toks.n);
         computed += it->toks.n - it->cached;
     }
+    /* A ticket (protocol pdshim) names its room through the ticket: such offers stay whole. */
+    int ticketed = 0;
+    for (size_t i = 0; i < ctx->n_items; i++)
+        ticketed |= ctx->items[i].ticket != NULL;
     if (S.opts.kv_parts > 0 && ctx->role == PDSIM_ROLE_PREFILL && ctx->vllm != VLLM_PREFILL &&
-        !S.faults.stall_kv) {
+        !S.faults.stall_kv && !ticketed) {
         start_parts(ctx, computed * (uint64_t)S.opts.prefill_us_per_token);
         return;
     }
