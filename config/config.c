@@ -403,6 +403,7 @@ static void config_free(pdr_config_t *c)
     free(c->listen_host);
     free(c->admin_host);
     free(c->admin_token_file);
+    free(c->shim_events.key_file);
     free(c->admin_deny_networks.nets);
     free(c->metrics_host);
     pdr__config_free_origins(c);
@@ -492,6 +493,11 @@ pdr_config_t *pdr_config_new_default(void)
     c->cache_aware.hash_load_factor = 1.5;
     c->kv_events.max_index_bytes = (int64_t)64 << 20;
     c->kv_events.resync_messages = 32;
+    c->shim_events.max_skew_ms = 30000;
+    c->kv_admission.enabled = 1;
+    c->kv_admission.wait_ms = 2000;
+    c->kv_admission.prompt_bytes_per_token = 4;
+    c->kv_admission.max_new_tokens = 128;
     c->log.access_log = strdup(PDR_DEF_ACCESS_LOG);
     c->log.level = strdup(PDR_DEF_LOG_LEVEL);
     c->tracing.sample_ratio = 1.0;

@@ -222,6 +222,20 @@ typedef struct pdr_config {
     struct {
         pdr_relay_t relay; /* default first_byte: from the decode's first body byte */
     } pd;
+    /* The shims' event and load reports (docs/internals/shim-events.md): POST /shim/v1/events on the admin
+     * listener, signed with HMAC-SHA256 under the key file. key_file NULL (default): the route is off. */
+    struct {
+        char *key_file;
+        int max_skew_ms; /* default 30000: a batch whose timestamp is further from the router's clock is stale
+                          */
+    } shim_events;
+    /* Decode admission by reported free KV (docs/internals/shim-events.md, "Admission"). */
+    struct {
+        int enabled; /* default 1 (true): a decode that reported load gets no more than it holds */
+        int wait_ms; /* default 2000: how long a request waits for room before a 503 */
+        int prompt_bytes_per_token; /* default 4: prompt bytes per token when no token ids are known */
+        int max_new_tokens;         /* default 128: output tokens assumed when the body names none */
+    } kv_admission;
     /* Conditional disaggregation (router/disagg.h): a request whose uncached prompt is short, or that
      * arrives while every prefill is saturated, skips the prefill. Every field 0: off (the default). */
     struct {

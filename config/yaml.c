@@ -145,6 +145,18 @@ static const struct field ticket_fields[] = {
     {"ttl_ms", F_INT, CONF(ticket.ttl_ms), 1000, PDR_TICKET_TTL_MAX_MS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
+static const struct field shim_events_fields[] = {
+    {"key_file", F_STR_OPT, CONF(shim_events.key_file), 0, 0, NULL},
+    {"max_skew_ms", F_INT, CONF(shim_events.max_skew_ms), 1, 3600000, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field kv_admission_fields[] = {
+    {"enabled", F_BOOL, CONF(kv_admission.enabled), 0, 0, NULL},
+    {"wait_ms", F_INT, CONF(kv_admission.wait_ms), 0, 600000, NULL},
+    {"prompt_bytes_per_token", F_INT, CONF(kv_admission.prompt_bytes_per_token), 1, 1024, NULL},
+    {"max_new_tokens", F_INT, CONF(kv_admission.max_new_tokens), 0, 1 << 24, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
 static const struct field kv_events_fields[] = {
     {"max_index_bytes", F_INT64, CONF(kv_events.max_index_bytes), 4096, (int64_t)1 << 40, NULL},
     {"resync_messages", F_INT, CONF(kv_events.resync_messages), 1, 1000000, NULL},
@@ -313,6 +325,8 @@ static const struct field top_fields[] = {
     {"disaggregation", F_SECTION, 0, 0, 0, disaggregation_fields},
     {"kv_events", F_SECTION, 0, 0, 0, kv_events_fields},
     {"ticket", F_SECTION, 0, 0, 0, ticket_fields},
+    {"shim_events", F_SECTION, 0, 0, 0, shim_events_fields},
+    {"kv_admission", F_SECTION, 0, 0, 0, kv_admission_fields},
     {"log", F_SECTION, 0, 0, 0, log_fields},
     {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields},
     {"tracing", F_SECTION, 0, 0, 0, tracing_fields},

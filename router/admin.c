@@ -24,6 +24,7 @@
 #include "err.h"
 #include "router.h"
 #include "routes.h"
+#include "shim_events.h"
 #include "status_html.h"
 #include "util.h"
 
@@ -83,6 +84,9 @@ static json_t *worker_json(const pdr_worker_t *w)
         json_object_set_new(o, "dp_rank", json_integer(w->dp_rank));
     if (o != NULL && pdr_worker_removed(w))
         json_object_set_new(o, "removed", json_true());
+    json_t *load = o != NULL ? pdr_shim_worker_json(w) : NULL;
+    if (load != NULL)
+        json_object_set_new(o, "load", load);
     if (o != NULL && !pdr_worker_removed(w) && __atomic_load_n(&w->remove_when_drained, __ATOMIC_RELAXED))
         json_object_set_new(o, "delete_pending", json_true());
     return o;
@@ -559,6 +563,9 @@ static void admin_route(pdr_router_t *r, pdr_thread_t *t, h2o_req_t *req, const 
     case PDR_RK_ADMIN_EVENTS:
         pdr_send_json(req, 200, events_json(r));
         break;
+    case PDR_RK_ADMIN_SHIM:
+        pdr_send_json(req, 200, pdr_shim_events_json(r));
+        break;
     case PDR_RK_ADMIN_WORKERS:
         pdr_send_json(req, 200, workers_json(r));
         break;
@@ -602,6 +609,15 @@ static int on_admin_req(h2o_handler_t *self, h2o_req_t *req)
         /* The status page: no data in it, so no token (see the top of this file). */
         if (rt != NULL)
             send_status_page(req);
+        else
+            method_not_allowed(req, m.allow);
+        pdr_metrics_count_request(&t->m, PDR_MR_OTHER, req->res.status, 0, -1);
+        return 0;
+    }
+    if (kind == PDR_RK_ADMIN_SHIM_EVENTS) {
+        /* Shims authenticate each batch with the key ring (shim_events.c), not with the operators' token. */
+        if (rt != NULL)
+            pdr_shim_events_handle(r, req);
         else
             method_not_allowed(req, m.allow);
         pdr_metrics_count_request(&t->m, PDR_MR_OTHER, req->res.status, 0, -1);

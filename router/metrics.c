@@ -7,6 +7,7 @@
 #include <string.h>
 #include "disagg.h"
 #include "kv_events.h"
+#include "shim_events.h"
 #include "metrics.h"
 #include "phases.h"
 #include "trace.h"
@@ -359,6 +360,8 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         pdr_kv_events_metrics(x->router, put_line, &o);
     pdr_phase_metrics_render(ms, n, put_line, &o);
     pdr_trace_metrics(put_line, &o);
+    if (x->router != NULL)
+        pdr_shim_events_metrics(x->router, put_line, &o);
     put(&o, "# HELP pdr_workers Workers in the pool by role and source.\n# TYPE pdr_workers gauge\n");
     for (int role = 0; role < PDR_ROLES; role++)
         for (int src = 0; src < 4; src++) {

@@ -34,6 +34,7 @@
 #include "phases.h"
 #include "tickets.h"
 #include "router.h"
+#include "shim_events.h"
 #include "token_ids.h"
 #include "trace.h"
 #include "util.h"
@@ -123,6 +124,11 @@ typedef struct pd_req {
     pdr_phase_t ph;
     unsigned traced : 1;
     uint8_t root_span[8], p_span[8], d_span[8];
+    /* Decode admission (kv_admission, shim_events.h): the KV held on dw, the request's need in tokens
+     * (0: not computed yet) and how long it may wait for room. */
+    pdr_kv_hold_t kv_hold;
+    uint64_t kv_need, admit_deadline_ns;
+    unsigned admit_waited : 1, room_open : 1;
 } pd_req_t;
 
 static void advance(pd_req_t *x);
@@ -1086,6 +1092,80 @@ static void start_solo(pd_req_t *x)
     arm_timer(x);
 }
 
+/* The shims' events for the attempt's room: forgotten (a retry takes new rooms). */
+static void forget_room(pd_req_t *x)
+{
+    if (x->room_open) {
+        char skip[8];
+        pdr_shim_room_take(x->r, x->rooms[0], skip, sizeof(skip));
+        x->room_open = 0;
+    }
+}
+
+static void on_admit_retry(uv_timer_t *h)
+{
+    pd_req_t *x = h->data;
+    if (x->req != NULL)
+        start_attempt(x);
+}
+
+/* Decode admission (kv_admission): 1 to go on with x->dw, its KV held in x->kv_hold; 0 when the request
+ * waits for room (a timer runs the attempt again, polling every ADMIT_POLL_MS) or was answered 503. */
+#define ADMIT_POLL_MS 5
+#define ADMIT_MAX_PICKS 8
+static int admit_decode(pd_req_t *x, const char *text, size_t tlen)
+{
+    pdr_router_t *r = x->r;
+    if (!x->conf->kv_admission.enabled)
+        return 1;
+    if (x->kv_need == 0) {
+        pdr_prompt_tokens_t tok = {NULL, 0};
+        struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
+        (void)pdr_request_token_ids(&x->pr, tk, &tok);
+        pdr_tokenizer_free(tk);
+        x->kv_need = pdr_kv_need_tokens(x->conf, &x->pr, tok.n, tlen);
+        free(tok.ids);
+    }
+    uint64_t avoid[PDR_MAX_TRIED + ADMIT_MAX_PICKS];
+    size_t n = x->n_tried[PDR_ROLE_DECODE];
+    memcpy(avoid, x->tried[PDR_ROLE_DECODE], n * sizeof(avoid[0]));
+    for (int k = 0; k < ADMIT_MAX_PICKS; k++) {
+        if (pdr_kv_admit(x->conf, x->dw, x->kv_need, &x->kv_hold)) {
+            pdr_kv_count(x->admit_waited ? 2 : k > 0 ? 1 : 0);
+            return 1;
+        }
+        avoid[n++] = x->dw->uid;
+        pdr_worker_t *o =
+            pdr_pool_pick_prompt(&r->pool, x->pool, PDR_ROLE_DECODE, avoid, n, text, tlen, NULL);
+        int seen = 0;
+        for (size_t i = 0; o != NULL && i < n; i++)
+            seen |= avoid[i] == o->uid;
+        if (o == NULL || seen) {
+            pdr_worker_unref(o);
+            break;
+        }
+        pdr_worker_unref(x->dw);
+        x->dw = o;
+    }
+    uint64_t now = pdr_now_ns();
+    if (x->admit_deadline_ns == 0) {
+        uint64_t ms = (uint64_t)x->conf->kv_admission.wait_ms;
+        if (ms > (uint64_t)x->to.first_byte_ms)
+            ms = (uint64_t)x->to.first_byte_ms;
+        x->admit_deadline_ns = now + ms * 1000000u;
+    }
+    if (now < x->admit_deadline_ns) {
+        x->admit_waited = 1;
+        uv_timer_start(&x->timer, on_admit_retry, ADMIT_POLL_MS, 0);
+        return 0;
+    }
+    pdr_kv_count(3);
+    x->error_cause = "kv_capacity";
+    fail_response(x, 503, "service_unavailable",
+                  "no decode worker has room for the request's KV cache (kv_admission); retry later", 1);
+    return 0;
+}
+
 static void start_attempt(pd_req_t *x)
 {
     pdr_router_t *r = x->r;
@@ -1095,6 +1175,8 @@ static void start_attempt(pd_req_t *x)
     x->pbody.len = 0;
     x->pending.len = 0;
     x->p_truncated = 0;
+    pdr_kv_release(&x->kv_hold);
+    forget_room(x);
     pdr_worker_unref(x->pw);
     pdr_worker_unref(x->dw);
     x->pw = x->dw = NULL;
@@ -1120,6 +1202,8 @@ static void start_attempt(pd_req_t *x)
     x->dw = pdr_pool_pick_prompt(&r->pool, x->pool, x->solo && !x->vllm ? PDR_ROLE_REGULAR : PDR_ROLE_DECODE,
                                  x->tried[PDR_ROLE_DECODE], x->n_tried[PDR_ROLE_DECODE], text, tlen, &tok);
     free(tok.ids);
+    if (x->mode == MODE_PD && x->dw != NULL && x->pw != NULL && !x->solo && !admit_decode(x, text, tlen))
+        return;
     if ((x->mode == MODE_PD && x->pw == NULL && !x->solo) || x->dw == NULL) {
         if (x->attempt > 0) {
             /* The pair that failed was the last healthy one: answer with that failure. */
@@ -1169,6 +1253,8 @@ static void start_attempt(pd_req_t *x)
     /* A fresh CSPRNG room per item and per attempt; the same rooms go to both legs. */
     for (size_t i = 0; i < x->n_rooms; i++)
         x->rooms[i] = room_for_rank(pdr_random_room(), x->pw);
+    pdr_shim_room_open(r, x->rooms[0]);
+    x->room_open = 1;
     free(x->body);
     free(x->dbody);
     x->dbody = NULL;
@@ -1322,6 +1408,7 @@ static void vllm_release_kv(pd_req_t *x)
 static void free_req(uv_handle_t *h)
 {
     pd_req_t *x = h->data;
+    pdr_kv_release(&x->kv_hold);
     pdr_worker_unref(x->pw);
     pdr_worker_unref(x->dw);
     pdr_config_unref((pdr_config_t *)x->conf);
@@ -1431,7 +1518,11 @@ static void write_access_log(pd_req_t *x)
     if (x->mode == MODE_PD && status >= 200 && status < 300)
         count_latencies(x, end);
     x->t->m.bytes_out_total += x->bytes_out;
-    char phases[512] = "";
+    char phases[512] = "", kv[320] = "";
+    if (x->room_open) {
+        pdr_shim_room_take(x->r, x->rooms[0], kv, sizeof(kv));
+        x->room_open = 0;
+    }
     if (x->mode == MODE_PD) {
         x->ph.end_us = end / 1000;
         if (x->d_running) { /* the current attempt's decode leg (or solo leg), still going */
@@ -1461,7 +1552,7 @@ static void write_access_log(pd_req_t *x)
         "{\"ts_us\":%" PRIu64 ",\"request_id\":\"%s\",\"trace_id\":\"%s\",\"path\":\"%s\",\"status\":%d,"
         "\"pool\":%s%s%s,\"prefill\":%s%s%s,\"decode\":%s%s%s,\"room\":%s,\"attempts\":%d,\"ttfb_ms\":%.3f,"
         "\"total_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%" PRIu64
-        ",\"error\":%s%s%s,\"disagg\":%s%s%s%s}\n",
+        ",\"error\":%s%s%s,\"disagg\":%s%s%s%s%s}\n",
         pdr_wall_us(), x->request_id, x->fwd.trace_id,
         x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status, x->pool ? "\"" : "",
         x->pool ? x->pool : "null", x->pool ? "\"" : "", x->pw ? "\"" : "", x->pw ? x->pw->target : "null",
@@ -1469,7 +1560,8 @@ static void write_access_log(pd_req_t *x)
         x->attempt + 1, ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0,
         x->bytes_out, x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null",
         x->error_cause ? "\"" : "", x->disagg >= 0 ? "\"" : "",
-        x->disagg >= 0 ? pdr_disagg_decision_names[x->disagg] : "null", x->disagg >= 0 ? "\"" : "", phases);
+        x->disagg >= 0 ? pdr_disagg_decision_names[x->disagg] : "null", x->disagg >= 0 ? "\"" : "", phases,
+        kv);
     if (n <= 0)
         return;
     size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
@@ -1514,6 +1606,7 @@ static void on_dispose(void *p)
     }
     if (!x->started && x->counted_inflight)
         x->t->m.waiting--;
+    pdr_kv_release(&x->kv_hold); /* the decode's answer is over: its KV is free */
     write_access_log(x);
     x->req = NULL;
     if (x->counted_inflight) {

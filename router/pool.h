@@ -81,6 +81,16 @@ typedef struct pdr_worker {
     int removed;                /* atomic: out of the pool */
     uint64_t alive_ns;          /* atomic: when it last answered a request (pdr_worker_note_alive) */
     int probe_now;              /* atomic: a request suspects it; loop 0 checks it at its next tick */
+    /* What its shim reports (router/shim_events.c): atomics, written by loop 0; report_ms 0 = never. */
+    struct {
+        uint64_t report_ms, kv_free_bytes, kv_total_bytes, kv_free_blocks, block_size, kv_bytes_per_token;
+        uint64_t queue_depth, active_rooms, dropped_total;
+        uint64_t inst_hi, inst_lo; /* the shim's instance id (0: none seen) */
+        uint64_t epoch;            /* bumped by each new instance: KV holds of older ones are void */
+        uint64_t restarts_total;
+        uint64_t reserved;     /* KV bytes held by requests admitted to it (kv_admission) */
+        uint64_t reserved_rep; /* reserved when the last report arrived */
+    } load;
 } pdr_worker_t;
 
 typedef struct pdr_worker_list {

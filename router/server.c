@@ -23,6 +23,7 @@
 #include "reqguard.h"
 #include "kv_events.h"
 #include "phases.h"
+#include "shim_events.h"
 #include "router.h"
 #include "routes.h"
 #include "trace.h"
@@ -595,6 +596,8 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
         return rc;
     if ((rc = pdr_kv_events_start(r)) != 0)
         return rc;
+    if ((rc = pdr_shim_events_init(r)) != 0)
+        return rc;
     if ((rc = pdr_router_discovery_start(r)) != 0)
         return rc;
     for (int i = 1; i < r->n_threads; i++)
@@ -807,6 +810,7 @@ void pdr_router_join(pdr_router_t *r)
         free(r->threads);
         r->threads = NULL;
         pdr_kv_events_free(r);
+        pdr_shim_events_free(r);
         pdr_pool_dispose(&r->pool);
         pdr_config_unref(r->config);
         r->config = NULL;

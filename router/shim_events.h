@@ -1,0 +1,78 @@
+/*
+ * The shims' reports to the router (docs/internals/shim-events.md): signed batches of room events and
+ * load, received on the admin listener (POST /shim/v1/events), and decode admission by the free KV the
+ * decodes report. shim_events.c owns the verification, the replay table, the room table (room -> the
+ * events seen for it while its request is in flight) and the counters.
+ *
+ * Threads: the handler runs on loop 0 (the admin listener); the room table, the replay table and the
+ * recent-events ring are guarded by one mutex, so request loops register and take rooms from any loop.
+ * A worker's load fields are atomics written by loop 0 and read by every loop's picks.
+ */
+#ifndef PDR_SHIM_EVENTS_H
+#define PDR_SHIM_EVENTS_H
+
+#include <h2o.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+struct pdr_router;
+struct pdr_worker;
+struct pdr_config;
+struct pdr_pdreq;
+
+/* Refusal causes of a batch, in the order they are checked. */
+enum {
+    PDR_SE_UNSIGNED = 0, /* no or malformed signature header */
+    PDR_SE_UNKNOWN_KEY,  /* a key id the ring does not hold */
+    PDR_SE_BAD_SIGNATURE,
+    PDR_SE_STALE, /* timestamp further than shim_events.max_skew_ms from the router's clock */
+    PDR_SE_REPLAYED,
+    PDR_SE_MALFORMED, /* signed, but not the JSON lines of the format */
+    PDR_SE_TOO_BIG,
+    PDR_SE__COUNT
+};
+extern const char *const pdr_shim_refusal_names[PDR_SE__COUNT];
+
+/* Loop 0, at start: loads shim_events.key_file (when set). 0, or PDR_ECONFIG with the reason logged. */
+int pdr_shim_events_init(struct pdr_router *r);
+void pdr_shim_events_free(struct pdr_router *r);
+/* Loop 0: POST /shim/v1/events (answers the request). */
+void pdr_shim_events_handle(struct pdr_router *r, h2o_req_t *req);
+/* Loop 0: GET /admin/v1/shim, the counters and the most recent room events. */
+json_t *pdr_shim_events_json(struct pdr_router *r);
+/* The worker's load fields for admin status (NULL when it never reported). */
+json_t *pdr_shim_worker_json(const struct pdr_worker *w);
+
+typedef void (*pdr_shim_put_cb)(void *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Any loop: the pdr_shim_* and per-worker load metric families. */
+void pdr_shim_events_metrics(struct pdr_router *r, pdr_shim_put_cb put, void *out);
+
+/* Any loop: the request in flight now owns room (its events are recorded until pdr_shim_room_take). */
+void pdr_shim_room_open(struct pdr_router *r, uint64_t room);
+/* Any loop: what the shims reported for room, as an access-log fragment `,"kv":{...}` written into out
+ * (empty when nothing was reported), and the room forgotten. */
+void pdr_shim_room_take(struct pdr_router *r, uint64_t room, char *out, size_t cap);
+
+/* ---- decode admission (kv_admission) ---- */
+
+/* A request's hold on a decode's KV. */
+typedef struct pdr_kv_hold {
+    struct pdr_worker *w; /* borrowed: the request holds its own reference on the worker */
+    uint64_t bytes;
+    uint64_t epoch; /* the worker's incarnation when reserved (a restart drops every hold) */
+} pdr_kv_hold_t;
+
+/* The request's KV need in tokens: prompt tokens (ids known: n_ids; else the prompt text's bytes over
+ * kv_admission.prompt_bytes_per_token) plus its output tokens (max_new_tokens / max_tokens /
+ * max_completion_tokens, else kv_admission.max_new_tokens); batches sum their items' text as one. */
+uint64_t pdr_kv_need_tokens(const struct pdr_config *c, const struct pdr_pdreq *pr, size_t n_ids,
+                            size_t text_len);
+/* Reserves need_tokens of w's KV: 1 when reserved (or w is not limited: never reported, or admission
+ * off), 0 when it does not fit. */
+int pdr_kv_admit(const struct pdr_config *c, struct pdr_worker *w, uint64_t need_tokens, pdr_kv_hold_t *h);
+void pdr_kv_release(pdr_kv_hold_t *h);
+/* Counts an admission outcome: 0 admitted, 1 another decode taken, 2 waited, 3 refused (503). */
+void pdr_kv_count(int outcome);
+
+#endif

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Integration tests of the shims' event and load reports (docs/internals/shim-events.md): the signed
+channel (POST /shim/v1/events on the admin listener), load in admin status and metrics, worker
+incarnations, room events attached to the request in flight, and decode admission by reported free KV.
+
+Usage: test_shim_events.py SCENARIO   (one of the functions named scenario_*; ctest runs each separately)
+
+Batches are signed here with Python's hmac module, the way libpdshim signs them; every wait polls for
+the event (pdtest.poll_until).
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pdtest  # noqa: E402
+from pdtest import check, request, request_json  # noqa: E402
+from test_router import metric_value, metrics, router, sim, stats  # noqa: E402
+
+KEY = b"k" * 40
+
+
+def key_file(secret=KEY):
+    fd, path = tempfile.mkstemp(prefix="pdrouter-events-key-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(secret)
+    return path
+
+
+def key_id(secret):
+    return hashlib.sha256(secret).hexdigest()[:8]
+
+
+class Sender:
+    """One shim instance: its id and its sequence numbers."""
+
+    def __init__(self, worker, secret=KEY, inst=None):
+        self.worker, self.secret = worker, secret
+        self.inst = inst or os.urandom(16).hex()
+        self.seq = 0
+
+    def header(self, body, ts=None, seq=None, secret=None, kid=None):
+        if seq is None:
+            self.seq += 1
+            seq = self.seq
+        ts = int(time.time() * 1000) if ts is None else ts
+        secret = secret or self.secret
+        msg = b"pdr-events-v1\n%d\n%s\n%d\n" % (ts, self.inst.encode(), seq) + body
+        sig = base64.urlsafe_b64encode(hmac.new(secret, msg, hashlib.sha256).digest()).rstrip(b"=").decode()
+        return "v1 kid=%s ts=%d inst=%s seq=%d sig=%s" % (kid or key_id(secret), ts, self.inst, seq, sig)
+
+    def body(self, *lines):
+        head = {"type": "batch", "worker": self.worker, "dropped": 0}
+        return ("\n".join(json.dumps(x) for x in (head,) + lines) + "\n").encode()
+
+    def post(self, r, body, hdr=None):
+        hdrs = {"Content-Type": "application/x-ndjson"}
+        if hdr is not False:
+            hdrs["Pdr-Signature"] = hdr or self.header(body)
+        st, _, out = request(r.ports["admin"], "POST", "/shim/v1/events", body, headers=hdrs)
+        return st, out
+
+    def load(self, r, **kv):
+        st, out = self.post(r, self.body(dict(type="load", **kv)))
+        assert st == 200, (st, out)
+
+
+def shim_view(r):
+    return request_json(r.ports["admin"], "GET", "/admin/v1/shim")
+
+
+def worker_by_url(r, url):
+    ws = request_json(r.ports["admin"], "GET", "/admin/v1/workers")["workers"]
+    return [w for w in ws if w["url"] == url][0]
+
+
+def events_router(prefills, decodes, extra="", **kw):
+    path = key_file()
+    return router(prefills, decodes, config="shim_events: { key_file: %s }\n%s" % (path, extra), **kw)
+
+
+def scenario_auth():
+    """A signed batch is accepted; unsigned, unknown-key, wrongly signed, stale and replayed ones are
+    refused with 401 in the OpenAI error shape and counted by cause (admin view and metrics)."""
+    p, d = sim("prefill"), sim("decode")
+    r = events_router([p], [d])
+    try:
+        url = "http://127.0.0.1:%d" % d.port
+        s = Sender(url)
+        body = s.body(dict(type="load", kv_free_bytes=1000, queue_depth=1))
+        st, out = s.post(r, body)
+        check(st == 200, "signed batch: %d %s" % (st, out), r)
+        cases = [
+            ("unsigned", s.post(r, body, hdr=False)),
+            ("unsigned", s.post(r, body, hdr="v1 kid=zz")),
+            ("unknown_key", s.post(r, body, hdr=s.header(body, secret=b"x" * 40))),
+            ("bad_signature", s.post(r, body, hdr=s.header(body, secret=b"x" * 40, kid=key_id(KEY)))),
+            ("bad_signature", s.post(r, body + b"\n", hdr=s.header(body))),
+            ("stale", s.post(r, body, hdr=s.header(body, ts=int(time.time() * 1000) - 120000))),
+            ("replayed", s.post(r, body, hdr=s.header(body, seq=1))),
+        ]
+        want = {}
+        for cause, (st, out) in cases:
+            err = json.loads(out)["error"]
+            check(st == 401 and err["type"] == "authentication_error" and cause in err["message"],
+                  "%s: %d %s" % (cause, st, out), r)
+            want[cause] = want.get(cause, 0) + 1
+        v = shim_view(r)
+        for cause, n in want.items():
+            check(v["refused"][cause] == n, "refused[%s] = %s, want %d" % (cause, v["refused"], n), r)
+        check(v["batches"] == 1, "batches %s" % v, r)
+        m = metrics(r)
+        check(metric_value(m, "pdr_shim_batches_refused_total", cause="replayed") == 1, "metric replayed", r)
+        # Signed but not the format: 400.
+        bad = b'{"type":"load"}\n'
+        st, out = s.post(r, bad)
+        check(st == 400 and json.loads(out)["error"]["code"] == 400, "malformed: %d %s" % (st, out), r)
+        # The admin token is for operators: it neither opens nor closes this route.
+        check(r.alive(), "router died", r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_load():
+    """A load report shows in the worker's admin status (free KV, queue depth, instance id, report age)
+    and in the per-worker metrics; a new instance id behind the same URL counts a restart, is recorded in
+    the admin events ring, and resets the worker's health (an ejected worker serves again at once)."""
+    p, d = sim("prefill"), sim("decode")
+    r = events_router([p], [d], extra="health: { interval_ms: 60000 }")
+    try:
+        url = "http://127.0.0.1:%d" % d.port
+        s = Sender(url)
+        s.load(r, kv_free_bytes=123456, kv_total_bytes=200000, kv_bytes_per_token=64, queue_depth=3,
+               active_rooms=2, block_size=16, kv_free_blocks=120)
+        w = worker_by_url(r, url)
+        check("load" in w, "no load in %s" % w, r)
+        ld = w["load"]
+        check(ld["kv_free_bytes"] == 123456 and ld["queue_depth"] == 3 and ld["active_rooms"] == 2 and
+              ld["instance_id"] == s.inst and ld["last_report_ms_ago"] < 5000 and ld["restarts_total"] == 0,
+              "load %s" % ld, r)
+        m = metrics(r)
+        check(metric_value(m, "pdr_worker_kv_free_bytes", worker=url, role="decode") == 123456,
+              "metric kv free", r)
+        check(metric_value(m, "pdr_worker_queue_depth", worker=url, role="decode") == 3, "metric queue", r)
+        # The decode fails requests with 5xx until it is ejected (fall 3 by failures).
+        request_json(d.port, "POST", "/pdsim/fault", {"fail_status": 500})
+        body = {"text": "a b c", "sampling_params": {"max_new_tokens": 2}}
+        for _ in range(6):
+            request(r.port, "POST", "/generate", body)
+            if worker_by_url(r, url)["state"] != "healthy":
+                break
+        check(worker_by_url(r, url)["state"] != "healthy", "decode still healthy", r)
+        request_json(d.port, "POST", "/pdsim/fault", {"fail_status": 0})
+        s2 = Sender(url)  # a new process behind the same address
+        s2.load(r, kv_free_bytes=999, kv_bytes_per_token=64)
+        w = worker_by_url(r, url)
+        check(w["state"] == "healthy" and w["load"]["restarts_total"] == 1 and w["load"]["instance_id"] == s2.inst,
+              "after restart %s" % w, r)
+        st, _, out = request(r.port, "POST", "/generate", body)
+        check(st == 200, "request after restart: %d %s" % (st, out[:200]), r)
+        evs = request_json(r.ports["admin"], "GET", "/admin/v1/events")["events"]
+        check(any("restarted" in e["message"] for e in evs), "no restart event in %s" % evs, r)
+        m = metrics(r)
+        check(metric_value(m, "pdr_worker_restarts_total", worker=url, role="decode") == 1, "metric restarts", r)
+        # The old instance's batches still verify but no longer speak for the worker's state... they do
+        # carry its id: a late report from it is a (second) new incarnation only if it is newer.
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_admission_wait_503():
+    """A decode that reported too little free KV gets no request: the request waits (kv_admission.wait_ms)
+    and is answered 503 with Retry-After in the OpenAI error shape; one that fits passes; with admission
+    off the same request goes through. A worker that never reported is not limited."""
+    p, d = sim("prefill"), sim("decode")
+    r = events_router([p], [d], extra="kv_admission: { wait_ms: 300 }")
+    try:
+        url = "http://127.0.0.1:%d" % d.port
+        body = {"input_ids": list(range(100)), "sampling_params": {"max_new_tokens": 28}}  # 128 tokens
+        st, _, out = request(r.port, "POST", "/generate", body)
+        check(st == 200, "never reported: %d" % st, r)
+        s = Sender(url)
+        s.load(r, kv_free_bytes=127 * 10, kv_total_bytes=127 * 10, kv_bytes_per_token=10)
+        t0 = time.monotonic()
+        st, hdrs, out = request(r.port, "POST", "/generate", body)
+        took = time.monotonic() - t0
+        err = json.loads(out)["error"]
+        check(st == 503 and hdrs.get("retry-after") == "1" and err["type"] == "service_unavailable" and
+              "kv_admission" in err["message"], "too big: %d %s %s" % (st, hdrs, out), r)
+        check(took >= 0.25, "answered after %.3f s, before kv_admission.wait_ms" % took, r)
+        s.load(r, kv_free_bytes=128 * 10, kv_total_bytes=128 * 10, kv_bytes_per_token=10)
+        st, _, out = request(r.port, "POST", "/generate", body)
+        check(st == 200, "fits: %d %s" % (st, out[:200]), r)
+        m = metrics(r)
+        check(metric_value(m, "pdr_kv_admission_total", decision="refused") == 1, "metric refused", r)
+        check(metric_value(m, "pdr_kv_admission_total", decision="admitted") >= 1, "metric admitted", r)
+        check(worker_by_url(r, url)["load"]["kv_reserved_bytes"] == 0, "hold not released", r)
+    finally:
+        pdtest.stop_all()
+    p, d = sim("prefill"), sim("decode")
+    r = events_router([p], [d], extra="kv_admission: { enabled: false }")
+    try:
+        url = "http://127.0.0.1:%d" % d.port
+        Sender(url).load(r, kv_free_bytes=10, kv_total_bytes=10, kv_bytes_per_token=10)
+        st, _, out = request(r.port, "POST", "/generate", body)
+        check(st == 200, "admission off: %d" % st, r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_admission_other_decode():
+    """Of two decodes, the one without room is passed over for the one with room; a request waits while
+    the only room is held by another request, and goes once that one ends."""
+    p, d1, d2 = sim("prefill"), sim("decode", "--decode-us-per-token", "20000"), sim("decode")
+    r = events_router([p], [d1, d2], extra="kv_admission: { wait_ms: 5000 }\npolicy: { decode: round_robin }")
+    try:
+        u1, u2 = "http://127.0.0.1:%d" % d1.port, "http://127.0.0.1:%d" % d2.port
+        s1, s2 = Sender(u1), Sender(u2)
+        s1.load(r, kv_free_bytes=1000, kv_total_bytes=1000, kv_bytes_per_token=10)
+        s2.load(r, kv_free_bytes=5, kv_total_bytes=5, kv_bytes_per_token=10)
+        body = {"input_ids": list(range(40)), "sampling_params": {"max_new_tokens": 20}}  # 600 bytes
+        for _ in range(4):
+            st, _, out = request(r.port, "POST", "/generate", dict(body, sampling_params={"max_new_tokens": 2}))
+            check(st == 200, "status %d %s" % (st, out[:200]), r)
+        m = metrics(r)
+        check(metric_value(m, "pdr_worker_requests_total", role="decode", url=u2) == 0,
+              "the full decode got requests", r)
+        check(metric_value(m, "pdr_kv_admission_total", decision="other_decode") >= 1, "metric other", r)
+        # Two requests of 600 bytes against d1's 1000: the second waits for the first.
+        res = []
+
+        def one():
+            res.append(request(r.port, "POST", "/generate", body, timeout=30)[0])
+        ts = [threading.Thread(target=one) for _ in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        check(res == [200, 200], "results %s" % res, r)
+        m = metrics(r)
+        check(metric_value(m, "pdr_kv_admission_total", decision="waited") >= 1, "metric waited", r)
+    finally:
+        pdtest.stop_all()
+
+
+if __name__ == "__main__":
+    pdtest.run_scenario(globals())
