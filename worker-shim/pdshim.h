@@ -107,6 +107,15 @@ typedef struct pdshim_opts {
     const char *ticket_identity; /* decode: its identity as tickets name it, "host:port" of the URL the
                                     router has for it; NULL: not checked */
     size_t ticket_replay_max;    /* tickets remembered per role until they expire; 0 means 65536 */
+    /* Event and load reports to the router (docs/internals/shim-events.md). events_url NULL: none. */
+    const char *events_url;      /* "http://HOST:PORT" of the router's admin listener */
+    const char *events_key_file; /* the router's shim_events.key_file (required with events_url) */
+    const char *worker_url;      /* the URL the router knows this worker by (or set bootstrap_addr) */
+    const char *bootstrap_addr;  /* "host:port" of this worker's bootstrap listener, as the router names it */
+    uint32_t events_flush_ms;    /* a batch goes at most this long after its first event; 0 means 10 */
+    uint32_t load_interval_ms;   /* load is re-sent this often even when unchanged; 0 means 1000 */
+    size_t events_queue;         /* events queued at most (more are dropped and counted); 0 means 4096 */
+    const uint8_t *instance_id;  /* 16 bytes naming this shim instance; NULL: random per pdshim_create */
 } pdshim_opts_t;
 
 /* Kinds of pdshim_mem_register. */
@@ -249,6 +258,37 @@ PDSHIM_API int pdshim_fetch_ticket(pdshim_t *shim, const char *ticket, const pds
 PDSHIM_API int pdshim_ticket_inspect(pdshim_t *shim, const char *ticket, pdshim_ticket_info_t *out);
 
 PDSHIM_API const char *pdshim_strerror(int status);
+
+/* ---- reports to the router (opts.events_url) ---- */
+
+/* The engine's load, as it knows it; 0 for what it does not know. */
+typedef struct pdshim_load {
+    uint64_t kv_free_bytes, kv_total_bytes; /* KV cache free and in all */
+    uint64_t kv_free_blocks, block_size;    /* in blocks, and tokens per block */
+    uint64_t kv_bytes_per_token;            /* KV bytes one token takes */
+    uint64_t queue_depth;                   /* requests waiting to run */
+} pdshim_load_t;
+/* Records the engine's load: sent with the next batch, and every load_interval_ms. Never blocks on the
+ * network. 0, PDR_EINVAL, or PDR_ENOTSUP (no events_url). */
+PDSHIM_API int pdshim_report_load(pdshim_t *shim, const pdshim_load_t *load);
+/* The shim's instance id (16 bytes). 0 or PDR_EINVAL. */
+PDSHIM_API int pdshim_instance_id(const pdshim_t *shim, uint8_t out[16]);
+
+/* Room events (the shim reports accepted, done and failed for its own offers and fetches; an engine may
+ * add its own, e.g. accepted when its scheduler takes a room, refused for a request it turns away). */
+#define PDSHIM_EV_ACCEPTED 0
+#define PDSHIM_EV_STARTED 1
+#define PDSHIM_EV_PROGRESS 2
+#define PDSHIM_EV_DONE 3
+#define PDSHIM_EV_FAILED 4
+#define PDSHIM_EV_REFUSED 5
+/* Queues one room event (never blocks: a full queue drops it and counts it). status: 0 or a PDR_E* code;
+ * reason may be NULL. 0, PDR_EINVAL, PDR_ENOTSUP (no events_url) or PDR_EAGAIN (dropped). */
+PDSHIM_API int pdshim_report_room(pdshim_t *shim, uint64_t room, int event, uint64_t bytes, uint64_t total,
+                                  int status, const char *reason);
+/* Counters of the reporter: batches sent, sent failed, events dropped. Any may be NULL. */
+PDSHIM_API void pdshim_events_stats(const pdshim_t *shim, uint64_t *sent, uint64_t *failed,
+                                    uint64_t *dropped);
 
 #ifdef __cplusplus
 }

@@ -5,8 +5,11 @@
  */
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 #include "err.h"
+#include "events.h"
 #include "shim_internal.h"
+#include "util.h"
 
 _Static_assert(sizeof(pdshim_seg_t) == sizeof(pdr_xfer_seg_t), "segment layouts differ");
 _Static_assert(offsetof(pdshim_seg_t, addr) == offsetof(pdr_xfer_seg_t, addr), "segment layouts differ");
@@ -41,8 +44,26 @@ PDSHIM_API pdshim_t *pdshim_create(const pdshim_opts_t *opts, int *err)
         free(shim);
         return NULL;
     }
+    if (opts != NULL && opts->instance_id != NULL)
+        memcpy(shim->inst, opts->instance_id, sizeof(shim->inst));
+    else if (pdr_random_bytes(shim->inst, sizeof(shim->inst)) != 0) {
+        pdshim__tickets_free(shim);
+        free(shim);
+        *err = PDR_EIO;
+        return NULL;
+    }
+    if (opts != NULL && opts->events_url != NULL) {
+        pdshim_opts_t eo = *opts;
+        eo.instance_id = shim->inst;
+        if ((shim->ev = pdr__shim_ev_create(&eo, err)) == NULL) {
+            pdshim__tickets_free(shim);
+            free(shim);
+            return NULL;
+        }
+    }
     shim->eng = pdr_xfer_engine_create(&o, err);
     if (shim->eng == NULL) {
+        pdr__shim_ev_destroy(shim->ev);
         pdshim__tickets_free(shim);
         free(shim);
         return NULL;
@@ -59,27 +80,10 @@ PDSHIM_API void pdshim_destroy(pdshim_t *shim)
 {
     if (shim == NULL)
         return;
-    pdr_xfer_engine_destroy(shim->eng);
+    pdr_xfer_engine_destroy(shim->eng); /* callbacks (and their reports) run before it returns */
+    pdr__shim_ev_destroy(shim->ev);
     pdshim__tickets_free(shim);
     free(shim);
-}
-
-PDSHIM_API int pdshim_offer(pdshim_t *shim, uint64_t room, const pdshim_seg_t *segs, size_t nseg,
-                            uint32_t timeout_ms, pdshim_done_cb cb, void *arg)
-{
-    if (shim == NULL || cb == NULL)
-        return PDR_EINVAL;
-    return pdr_xfer_push(shim->eng, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms, cb, arg);
-}
-
-PDSHIM_API int pdshim_fetch(pdshim_t *shim, const char *host, int port, uint64_t room,
-                            const pdshim_seg_t *segs, size_t nseg, uint32_t timeout_ms, pdshim_done_cb cb,
-                            void *arg)
-{
-    if (shim == NULL || cb == NULL)
-        return PDR_EINVAL;
-    return pdr_xfer_pull(shim->eng, host, port, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms, cb,
-                         arg);
 }
 
 PDSHIM_API int pdshim_mem_register(pdshim_t *shim, void *addr, size_t len, int kind)
@@ -102,19 +106,23 @@ PDSHIM_API int pdshim_mem_unregister(pdshim_t *shim, void *addr)
     return pdr_xfer_mem_unregister(shim->eng, addr);
 }
 
-/* The _ex callbacks: the engine's info, reshaped. One allocation per operation, freed in the callback. */
+/* Every offer and fetch completes through ex_done: the engine's info reshaped for the caller's callback
+ * (either kind), and reported to the router when the shim has a reporter. One allocation per operation,
+ * freed in the callback. */
 struct ex_call {
     pdshim_result_cb cb;
+    pdshim_done_cb done;
     void *arg;
+    pdshim_t *shim;
+    const char *role; /* "prefill" (offer) or "decode" (fetch) */
 };
 
-static struct ex_call *ex_new(pdshim_result_cb cb, void *arg)
+static struct ex_call *ex_new(pdshim_t *shim, pdshim_result_cb cb, pdshim_done_cb done, void *arg,
+                              const char *role)
 {
     struct ex_call *c = malloc(sizeof(*c));
-    if (c != NULL) {
-        c->cb = cb;
-        c->arg = arg;
-    }
+    if (c != NULL)
+        *c = (struct ex_call){cb, done, arg, shim, role};
     return c;
 }
 
@@ -122,38 +130,120 @@ static void ex_done(void *arg, uint64_t room, const pdr_xfer_info_t *info)
 {
     struct ex_call c = *(struct ex_call *)arg;
     free(arg);
+    if (c.shim->ev != NULL) {
+        pdr__shim_ev_active(c.shim->ev, -1);
+        pdr__shim_ev_room(c.shim->ev, room, info->status == 0 ? PDSHIM_EV_DONE : PDSHIM_EV_FAILED, c.role,
+                          info->bytes, info->bytes, info->usec, info->backend, info->status,
+                          info->status == 0 ? NULL : pdr_strerror(info->status));
+    }
+    if (c.done != NULL) {
+        c.done(c.arg, room, info->status, info->bytes);
+        return;
+    }
     pdshim_result_t r = {room, info->status, info->bytes, info->backend, info->usec};
     c.cb(c.arg, &r);
+}
+
+static int start_op(pdshim_t *shim, const char *host, int port, uint64_t room, const pdshim_seg_t *segs,
+                    size_t nseg, uint32_t timeout_ms, pdshim_result_cb cb, pdshim_done_cb done, void *arg)
+{
+    if (shim == NULL || (cb == NULL && done == NULL))
+        return PDR_EINVAL;
+    struct ex_call *c = ex_new(shim, cb, done, arg, host == NULL ? "prefill" : "decode");
+    if (c == NULL)
+        return PDR_ENOMEM;
+    if (shim->ev != NULL)
+        pdr__shim_ev_active(shim->ev, 1);
+    int rc = host == NULL ? pdr_xfer_push_ex(shim->eng, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms,
+                                             ex_done, c)
+                          : pdr_xfer_pull_ex(shim->eng, host, port, room, (const pdr_xfer_seg_t *)segs, nseg,
+                                             timeout_ms, ex_done, c);
+    if (rc != 0) {
+        if (shim->ev != NULL)
+            pdr__shim_ev_active(shim->ev, -1);
+        free(c);
+        return rc;
+    }
+    if (shim->ev != NULL) {
+        uint64_t total = 0;
+        for (size_t i = 0; i < nseg; i++)
+            total += segs[i].len;
+        pdr__shim_ev_room(shim->ev, room, PDSHIM_EV_ACCEPTED, c->role, 0, total, 0, NULL, 0, NULL);
+    }
+    return 0;
+}
+
+PDSHIM_API int pdshim_offer(pdshim_t *shim, uint64_t room, const pdshim_seg_t *segs, size_t nseg,
+                            uint32_t timeout_ms, pdshim_done_cb cb, void *arg)
+{
+    return cb == NULL ? PDR_EINVAL : start_op(shim, NULL, 0, room, segs, nseg, timeout_ms, NULL, cb, arg);
+}
+
+PDSHIM_API int pdshim_fetch(pdshim_t *shim, const char *host, int port, uint64_t room,
+                            const pdshim_seg_t *segs, size_t nseg, uint32_t timeout_ms, pdshim_done_cb cb,
+                            void *arg)
+{
+    if (host == NULL || cb == NULL)
+        return PDR_EINVAL;
+    return start_op(shim, host, port, room, segs, nseg, timeout_ms, NULL, cb, arg);
 }
 
 PDSHIM_API int pdshim_offer_ex(pdshim_t *shim, uint64_t room, const pdshim_seg_t *segs, size_t nseg,
                                uint32_t timeout_ms, pdshim_result_cb cb, void *arg)
 {
-    if (shim == NULL || cb == NULL)
-        return PDR_EINVAL;
-    struct ex_call *c = ex_new(cb, arg);
-    if (c == NULL)
-        return PDR_ENOMEM;
-    int rc = pdr_xfer_push_ex(shim->eng, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms, ex_done, c);
-    if (rc != 0)
-        free(c);
-    return rc;
+    return cb == NULL ? PDR_EINVAL : start_op(shim, NULL, 0, room, segs, nseg, timeout_ms, cb, NULL, arg);
 }
 
 PDSHIM_API int pdshim_fetch_ex(pdshim_t *shim, const char *host, int port, uint64_t room,
                                const pdshim_seg_t *segs, size_t nseg, uint32_t timeout_ms,
                                pdshim_result_cb cb, void *arg)
 {
-    if (shim == NULL || cb == NULL)
+    if (host == NULL || cb == NULL)
         return PDR_EINVAL;
-    struct ex_call *c = ex_new(cb, arg);
-    if (c == NULL)
-        return PDR_ENOMEM;
-    int rc = pdr_xfer_pull_ex(shim->eng, host, port, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms,
-                              ex_done, c);
-    if (rc != 0)
-        free(c);
-    return rc;
+    return start_op(shim, host, port, room, segs, nseg, timeout_ms, cb, NULL, arg);
+}
+
+PDSHIM_API int pdshim_report_load(pdshim_t *shim, const pdshim_load_t *load)
+{
+    if (shim == NULL || load == NULL)
+        return PDR_EINVAL;
+    if (shim->ev == NULL)
+        return PDR_ENOTSUP;
+    pdr__shim_ev_load(shim->ev, load);
+    return 0;
+}
+
+PDSHIM_API int pdshim_instance_id(const pdshim_t *shim, uint8_t out[16])
+{
+    if (shim == NULL || out == NULL)
+        return PDR_EINVAL;
+    memcpy(out, shim->inst, sizeof(shim->inst));
+    return 0;
+}
+
+PDSHIM_API int pdshim_report_room(pdshim_t *shim, uint64_t room, int event, uint64_t bytes, uint64_t total,
+                                  int status, const char *reason)
+{
+    if (shim == NULL)
+        return PDR_EINVAL;
+    if (shim->ev == NULL)
+        return PDR_ENOTSUP;
+    return pdr__shim_ev_room(shim->ev, room, event, "engine", bytes, total, 0, NULL, status, reason);
+}
+
+PDSHIM_API void pdshim_events_stats(const pdshim_t *shim, uint64_t *sent, uint64_t *failed, uint64_t *dropped)
+{
+    uint64_t z = 0;
+    if (shim == NULL || shim->ev == NULL) {
+        if (sent)
+            *sent = z;
+        if (failed)
+            *failed = z;
+        if (dropped)
+            *dropped = z;
+        return;
+    }
+    pdr__shim_ev_stats(shim->ev, sent, failed, dropped);
 }
 
 PDSHIM_API int pdshim_offer_open(pdshim_t *shim, uint64_t room, uint64_t total_bytes, uint32_t timeout_ms,

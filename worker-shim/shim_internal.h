@@ -21,8 +21,12 @@ typedef struct pdshim__replay {
     size_t used; /* slots ever filled since the last rebuild */
 } pdshim__replay_t;
 
+struct pdr_shim_ev;
+
 struct pdshim {
     pdr_xfer_engine_t *eng;
+    struct pdr_shim_ev *ev; /* the reporter to the router (events.c); NULL without opts.events_url */
+    uint8_t inst[16];       /* the instance id */
     /* Tickets: read-only after create, except the replay caches under lock. */
     pdr_keyring_t *keys; /* NULL: no key files */
     uint32_t skew_ms;

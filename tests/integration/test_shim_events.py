@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -246,6 +247,156 @@ def scenario_admission_other_decode():
         check(res == [200, 200], "results %s" % res, r)
         m = metrics(r)
         check(metric_value(m, "pdr_kv_admission_total", decision="waited") >= 1, "metric waited", r)
+    finally:
+        pdtest.stop_all()
+
+
+def stack(decode_args=(), n_decodes=1, extra="", alog=None):
+    """pdsim workers that report to the router through libpdshim (--events-url), and the router. The
+    admin port is chosen first, so that the workers know where to report before the router starts; they
+    keep re-sending their load until it is up."""
+    path = key_file()
+    aport = pdtest.free_port()
+    ev = ("--events-url", "http://127.0.0.1:%d" % aport, "--events-key-file", path, "--kv-bytes-per-token", "16")
+    p = sim("prefill", *ev)
+    ds = [sim("decode", *(ev + tuple(decode_args))) for _ in range(n_decodes)]
+    cfg = "admin: { host: 127.0.0.1, port: %d }\nshim_events: { key_file: %s }\n%s" % (aport, path, extra)
+    if alog:
+        cfg += "\nlog: { access_log: %s }" % alog
+    r = router([p], ds, config=cfg, ready=False)
+    r.ports["admin"] = aport
+    return r, p, ds, ev
+
+
+def wait_load(r, d):
+    url = "http://127.0.0.1:%d" % d.port
+    return pdtest.poll_until(lambda: worker_by_url(r, url).get("load"), 10, "a load report from %s" % url)
+
+
+def scenario_rooms():
+    """pdsim's shims report each room (accepted, done with bytes, µs and backend) and their load; the
+    router attaches the room's events to the request in flight: the access log line carries them, and
+    GET /admin/v1/shim lists them as matched."""
+    alog = tempfile.mktemp(prefix="pdrouter-access-", suffix=".log")
+    r, p, ds, _ = stack(decode_args=("--decode-us-per-token", "20000"), alog=alog)
+    d = ds[0]
+    try:
+        ld = wait_load(r, d)
+        check(ld["instance_id"] == stats(d)["instance_id"], "instance id %s vs %s" % (ld, stats(d)), r, d)
+        body = {"input_ids": list(range(64)), "sampling_params": {"max_new_tokens": 5}}
+        st, _, out = request(r.port, "POST", "/generate", body)
+        check(st == 200, "status %d %s" % (st, out[:200]), r)
+
+        def line():
+            try:
+                with open(alog) as f:
+                    ls = [json.loads(x) for x in f if x.startswith("{")]
+            except OSError:
+                return None
+            ls = [x for x in ls if x.get("path") == "/generate"]
+            return ls[-1] if ls else None
+        rec = pdtest.poll_until(line, 10, "the access log line")
+        kv = rec.get("kv")
+        check(kv is not None and "accepted" in kv["events"] and "done" in kv["events"] and
+              kv["bytes"] == 64 * 16 and kv["backend"] == "tcp" and kv["failed"] is None,
+              "access log kv field: %s" % rec, r)
+        v = shim_view(r)
+        mine = [e for e in v["recent"] if e["room"] == rec["room"]]
+        check(len(mine) == 4 and all(e["matched"] for e in mine), "recent %s" % v["recent"], r)
+        check({e["event"] for e in mine} == {"accepted", "done"}, "events %s" % mine, r)
+        check(sum(v["refused"].values()) == 0, "refusals %s" % v["refused"], r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_restart():
+    """A decode restarted behind the same port reports a new instance id: the router counts a restart,
+    records it in the events ring, and the worker serves at once with its new state."""
+    r, p, ds, ev = stack()
+    d = ds[0]
+    try:
+        first = wait_load(r, d)["instance_id"]
+        port = d.port
+        d.stop(signal.SIGKILL)
+        d2 = pdtest.start(["pdsim", "--role", "decode", "--port", str(port)] + list(ev), name="pdsim-decode-2",
+                          health_path=None)
+        url = "http://127.0.0.1:%d" % port
+        w = pdtest.poll_until(lambda: (lambda w: w if w.get("load", {}).get("instance_id", first) != first else None)(
+            worker_by_url(r, url)), 10, "the new instance's report")
+        check(w["load"]["restarts_total"] == 1 and w["state"] == "healthy", "after restart %s" % w, r, d2)
+        pdtest.poll_until(lambda: request(port, "GET", "/health")[0] == 200, 10, "the new decode")
+        st, _, out = request(r.port, "POST", "/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}})
+        check(st == 200, "after restart: %d %s" % (st, out[:200]), r, d2)
+        evs = request_json(r.ports["admin"], "GET", "/admin/v1/events")["events"]
+        check(any("restarted" in e["message"] for e in evs), "no restart event in %s" % evs, r)
+    finally:
+        pdtest.stop_all()
+
+
+def burst(r, n, body):
+    res = []
+    lock = threading.Lock()
+
+    def one():
+        st = request(r.port, "POST", "/generate", body, timeout=60)[0]
+        with lock:
+            res.append(st)
+    ts = [threading.Thread(target=one) for _ in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return res
+
+
+def scenario_admission_capacity():
+    """A decode with room for two requests' KV (pdsim --kv-capacity-bytes) under a burst of eight: with
+    admission on, every request succeeds and pdsim refuses none (the router never overfills it); with
+    admission off, the same burst makes pdsim refuse some."""
+    body = {"input_ids": list(range(50)), "sampling_params": {"max_new_tokens": 10}}  # 60 tokens x 16 B
+    cap = ("--kv-capacity-bytes", "2000", "--decode-us-per-token", "20000")
+    for on in (True, False):
+        r, p, ds, _ = stack(decode_args=cap, extra="kv_admission: { enabled: %s, wait_ms: 20000 }\nretries: { max: 0 }"
+                            % ("true" if on else "false"))
+        d = ds[0]
+        try:
+            wait_load(r, d)
+            res = burst(r, 8, body)
+            st = stats(d)
+            if on:
+                check(res == [200] * 8, "admission on: %s" % res, r, d)
+                check(st["kv_capacity_refusals"] == 0 and st["kv_used_max_bytes"] <= 2000, "pdsim %s" % st, r, d)
+                m = metrics(r)
+                check(metric_value(m, "pdr_kv_admission_total", decision="waited") >= 1, "no wait counted", r)
+            else:
+                check(st["kv_capacity_refusals"] > 0, "admission off: pdsim refused none (%s, %s)" % (res, st), r, d)
+        finally:
+            pdtest.stop_all()
+
+
+def scenario_python():
+    """python/pdshim.py: a Shim with events_url reports the engine's load under the instance id the
+    engine chose, and room events the engine adds itself (refused), through the same signed channel."""
+    sys.path.insert(0, pdtest.build_dir())
+    import pdshim
+    p, d = sim("prefill"), sim("decode")
+    path = key_file()
+    r = router([p], [d], config="shim_events: { key_file: %s }" % path)
+    try:
+        url = "http://127.0.0.1:%d" % d.port
+        with pdshim.Shim(events_url="http://127.0.0.1:%d" % r.ports["admin"], events_key_file=path,
+                         worker_url=url, instance_id=b"\x01" * 16, events_flush_ms=5) as sh:
+            check(sh.instance_id() == b"\x01" * 16, "instance id", r)
+            sh.report_load(kv_free_bytes=4096, kv_total_bytes=8192, kv_bytes_per_token=16, queue_depth=2)
+            ld = pdtest.poll_until(lambda: worker_by_url(r, url).get("load"), 10, "the load report")
+            check(ld["instance_id"] == "01" * 16 and ld["kv_free_bytes"] == 4096 and ld["queue_depth"] == 2,
+                  "load %s" % ld, r)
+            check(sh.report_room(77, "refused", reason="bad ticket"), "queue full?", r)
+            ev = pdtest.poll_until(lambda: [e for e in shim_view(r)["recent"] if e["room"] == 77], 10, "room 77")
+            check(ev[0]["event"] == "refused" and ev[0]["reason"] == "bad ticket" and not ev[0]["matched"],
+                  "event %s" % ev, r)
+            sent, failed, dropped = sh.events_stats()
+            check(sent >= 2 and dropped == 0, "stats %s" % ((sent, failed, dropped),), r)
     finally:
         pdtest.stop_all()
 

@@ -49,6 +49,11 @@ static void usage(FILE *f)
         "                            is computed here, prompt and all (a vLLM decode's plain request)\n"
         "  --tokenizer FILE          a Hugging Face tokenizer.json: prompt text becomes its token ids (the\n"
         "                            prefix cache and KV follow them) instead of one hash per word\n"
+        "  --events-url URL          report room events and load to the router's admin listener "
+        "(http://H:P)\n"
+        "  --events-key-file F       the router's shim_events.key_file (with --events-url)\n"
+        "  --kv-capacity-bytes N     decode: KV its running requests may hold; beyond it 503 (default 0: no "
+        "limit)\n"
         "  --kv-events-endpoint E    publish the prefix cache's KV events in vLLM's format on a ZMQ PUB\n"
         "                            socket bound to E (tcp://HOST:PORT); needs --prefix-cache-tokens\n"
         "  --kv-events-topic T       the topic frame of every KV event message (default empty)\n"
@@ -132,6 +137,16 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
             i++;
             continue;
         }
+        if (strcmp(a, "--events-url") == 0 && val != NULL) {
+            o->events_url = val;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--events-key-file") == 0 && val != NULL) {
+            o->events_key_file = val;
+            i++;
+            continue;
+        }
         if (strcmp(a, "--kv-events-endpoint") == 0 && val != NULL) {
             o->kv_events_endpoint = val;
             i++;
@@ -197,6 +212,7 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         INT_FLAG("--prefix-cache-tokens", prefix_cache_tokens, 0, PDSIM_PCACHE_MAX_TOKENS)
         INT_FLAG("--cache-block-tokens", cache_block_tokens, 1, 4096)
         INT_FLAG("--dp-size", dp_size, 1, 1024)
+        INT_FLAG("--kv-capacity-bytes", kv_capacity_bytes, 0, INT64_MAX)
         INT_FLAG("--kv-events-drop-every", kv_events_drop_every, 0, INT32_MAX)
         INT_FLAG("--drip-ms", faults.drip_ms, 0, 3600000)
         INT_FLAG("--reset-after-tokens", faults.reset_after_tokens, 0, PDSIM_MAX_TOKENS)
@@ -245,6 +261,10 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         fprintf(stderr,
                 "pdsim: --prefix-cache-tokens applies to --role prefill or both (a decode computes no "
                 "prompt)\n");
+        return -1;
+    }
+    if ((o->events_url != NULL) != (o->events_key_file != NULL)) {
+        fprintf(stderr, "pdsim: --events-url and --events-key-file go together\n");
         return -1;
     }
     if (o->kv_events_endpoint != NULL && o->prefix_cache_tokens == 0) {

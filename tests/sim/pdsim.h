@@ -62,6 +62,9 @@ typedef struct pdsim_opts {
     const char *ticket_keys[4];     /* --ticket-key (protocol pdshim): the router's key files; 0: off */
     int n_ticket_keys;
     const char *ticket_identity; /* --ticket-identity; NULL: HOST:PORT */
+    const char *events_url;      /* the router's admin listener for shim event and load reports; NULL: off */
+    const char *events_key_file; /* the router's shim_events.key_file */
+    int64_t kv_capacity_bytes;   /* decode: KV held by running requests at most; 0 = unlimited */
     pdsim_faults_t faults;
 } pdsim_opts_t;
 #define PDSIM_MAX_TICKET_KEYS 4

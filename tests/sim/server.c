@@ -99,6 +99,7 @@ typedef struct sim_req {
     uint64_t parts_t0_us, parts_us;
     uint64_t
         compute_end_us; /* prefill: when the simulated compute ended (the whole offer, or the last part) */
+    uint64_t kv_held;   /* --kv-capacity-bytes: the KV bytes this request holds while it runs */
 } sim_req_t;
 
 typedef struct sim_conn {
@@ -135,6 +136,7 @@ static struct {
      * compute ended (read with pdshim_room_progress just before the last part), their total bytes; and
      * for every prefill transfer, the µs from the end of compute to its completion (the last one). */
     uint64_t parts_rooms, parts_published, parts_moved_at_end, parts_bytes, kv_tail_us_last;
+    uint64_t kv_used, kv_capacity_refusals, kv_used_max; /* --kv-capacity-bytes accounting */
     char engine_id[96];
     pdsim_pcache_t *pcache;  /* prefill and both with --prefix-cache-tokens; NULL when off */
     json_t *last_headers[3]; /* GET /pdsim/last_headers: of the last generate, health and models request */
@@ -252,9 +254,37 @@ static void req_unref(sim_req_t *ctx)
     uv_close((uv_handle_t *)&ctx->peek, req_on_handle_close);
 }
 
+/* The engine's load as the shim reports it to the router (--events-url). */
+static void report_load(void)
+{
+    if (S.shim == NULL || S.opts.events_url == NULL)
+        return;
+    uint64_t cap = (uint64_t)S.opts.kv_capacity_bytes;
+    pdshim_load_t ld = {0};
+    if (cap > 0) {
+        ld.kv_total_bytes = cap;
+        ld.kv_free_bytes = cap > S.kv_used ? cap - S.kv_used : 0;
+        ld.kv_bytes_per_token = (uint64_t)S.opts.kv_bytes_per_token;
+    }
+    ld.queue_depth = S.nreqs;
+    pdshim_report_load(S.shim, &ld);
+}
+
+/* Gives back the KV a request held (before its last bytes go out: the router may send the next request
+ * the moment it has them). */
+static void kv_give_back(sim_req_t *ctx)
+{
+    if (ctx->kv_held == 0)
+        return;
+    S.kv_used -= ctx->kv_held;
+    ctx->kv_held = 0;
+    report_load();
+}
+
 /* Stops the timers and cancels pending transfers; the shim callbacks still come and drop their refs. */
 static void req_release(sim_req_t *ctx)
 {
+    kv_give_back(ctx);
     uv_timer_stop(&ctx->timer);
     uv_timer_stop(&ctx->peek);
     for (size_t i = 0; i < ctx->n_items; i++) {
@@ -1746,6 +1776,26 @@ static void handle_generate(h2o_req_t *req, enum sim_route route, const char *pa
             return;
         }
     }
+    if (ctx->role == PDSIM_ROLE_DECODE && S.opts.kv_capacity_bytes > 0) {
+        /* Its KV while it runs: the prompt's and every output token's. */
+        uint64_t need = 0;
+        for (size_t i = 0; i < ctx->n_items; i++)
+            need += ((uint64_t)ctx->items[i].toks.n + ctx->max_tokens) * bpt;
+        if (S.kv_used + need > (uint64_t)S.opts.kv_capacity_bytes) {
+            S.kv_capacity_refusals++;
+            snprintf(err, sizeof(err),
+                     "pdsim: KV cache full (%" PRIu64 " of %" PRId64
+                     " bytes held, this request needs %" PRIu64 ")",
+                     S.kv_used, S.opts.kv_capacity_bytes, need);
+            req_fail(ctx, 503, err);
+            return;
+        }
+        S.kv_used += need;
+        ctx->kv_held = need;
+        if (S.kv_used > S.kv_used_max)
+            S.kv_used_max = S.kv_used;
+        report_load();
+    }
     if (ctx->role == PDSIM_ROLE_DECODE)
         decode_fetch(ctx);
     else
@@ -1778,6 +1828,23 @@ static void send_stats(h2o_req_t *req)
                                   (json_int_t)S.parts_rooms, "published", (json_int_t)S.parts_published,
                                   "moved_at_compute_end", (json_int_t)S.parts_moved_at_end, "bytes",
                                   (json_int_t)S.parts_bytes, "tail_us_last", (json_int_t)S.kv_tail_us_last));
+    json_object_set_new(o, "kv_capacity_bytes", json_integer((json_int_t)S.opts.kv_capacity_bytes));
+    json_object_set_new(o, "kv_used_bytes", json_integer((json_int_t)S.kv_used));
+    json_object_set_new(o, "kv_used_max_bytes", json_integer((json_int_t)S.kv_used_max));
+    json_object_set_new(o, "kv_capacity_refusals", json_integer((json_int_t)S.kv_capacity_refusals));
+    if (S.shim != NULL) {
+        uint8_t inst[16];
+        char hex[33];
+        pdshim_instance_id(S.shim, inst);
+        for (int i = 0; i < 16; i++)
+            snprintf(hex + 2 * i, 3, "%02x", inst[i]);
+        uint64_t sent = 0, failed = 0, dropped = 0;
+        pdshim_events_stats(S.shim, &sent, &failed, &dropped);
+        json_object_set_new(o, "instance_id", json_string(hex));
+        json_object_set_new(o, "event_batches_sent", json_integer((json_int_t)sent));
+        json_object_set_new(o, "event_batches_failed", json_integer((json_int_t)failed));
+        json_object_set_new(o, "events_dropped", json_integer((json_int_t)dropped));
+    }
     pdsim_pcache_stats_t pc = {0};
     if (S.pcache != NULL)
         pdsim_pcache_stats(S.pcache, &pc);
@@ -2082,6 +2149,15 @@ int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
                 snprintf(S.ticket_identity, sizeof(S.ticket_identity), "%s:%d", opts->host, opts->port);
             so.ticket_identity = S.ticket_identity[0] != '\0' ? S.ticket_identity : NULL;
         }
+        char wurl[128];
+        if (opts->events_url != NULL) {
+            int v6 = strchr(opts->host, ':') != NULL && opts->host[0] != '[';
+            snprintf(wurl, sizeof(wurl), "http://%s%s%s:%d", v6 ? "[" : "", opts->host, v6 ? "]" : "",
+                     opts->port);
+            so.events_url = opts->events_url;
+            so.events_key_file = opts->events_key_file;
+            so.worker_url = wurl;
+        }
         int err = 0;
         S.shim = pdshim_create(&so, &err);
         if (S.shim == NULL) {
@@ -2116,6 +2192,7 @@ int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
         return PDR_EIO;
     }
     snprintf(S.engine_id, sizeof(S.engine_id), "pdsim-%s-%d", opts->host, opts->port);
+    report_load(); /* the first report: the router learns this instance at once */
     pdr_info("pdsim: role %s listening on %s:%d%s", role_name(opts->role), opts->host, opts->port,
              opts->role == PDSIM_ROLE_PREFILL ? " (bootstrap port open)" : "");
     return 0;

@@ -30,7 +30,7 @@ import os
 import threading
 from concurrent.futures import Future
 
-__all__ = ["Shim", "PdshimError", "load_library", "ERRORS", "MEM_KINDS"]
+__all__ = ["Shim", "PdshimError", "load_library", "ERRORS", "MEM_KINDS", "ROOM_EVENTS"]
 
 # A copy of common/err.h's PDR_ERRNO_MAP: explicit values, ABI (a test checks them against the header).
 ERRORS = {
@@ -81,6 +81,14 @@ class _Opts(ctypes.Structure):
         ("ticket_max_skew_ms", ctypes.c_uint32),
         ("ticket_identity", ctypes.c_char_p),
         ("ticket_replay_max", ctypes.c_size_t),
+        ("events_url", ctypes.c_char_p),
+        ("events_key_file", ctypes.c_char_p),
+        ("worker_url", ctypes.c_char_p),
+        ("bootstrap_addr", ctypes.c_char_p),
+        ("events_flush_ms", ctypes.c_uint32),
+        ("load_interval_ms", ctypes.c_uint32),
+        ("events_queue", ctypes.c_size_t),
+        ("instance_id", ctypes.c_void_p),
     ]
 
 
@@ -93,6 +101,15 @@ class _TicketInfo(ctypes.Structure):
         ("decode_id", ctypes.c_char * 81),
         ("key_id", ctypes.c_char * 9),
     ]
+
+
+class _Load(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("kv_free_bytes", "kv_total_bytes", "kv_free_blocks", "block_size",
+                                               "kv_bytes_per_token", "queue_depth")]
+
+
+# Room events an engine may report itself (pdshim.h, PDSHIM_EV_*).
+ROOM_EVENTS = {"accepted": 0, "started": 1, "progress": 2, "done": 3, "failed": 4, "refused": 5}
 
 
 class _Result(ctypes.Structure):
@@ -188,6 +205,15 @@ def load_library():
         lib.pdshim_cancel.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
         lib.pdshim_strerror.restype = ctypes.c_char_p
         lib.pdshim_strerror.argtypes = [ctypes.c_int]
+        lib.pdshim_report_load.restype = ctypes.c_int
+        lib.pdshim_report_load.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Load)]
+        lib.pdshim_instance_id.restype = ctypes.c_int
+        lib.pdshim_instance_id.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.pdshim_report_room.restype = ctypes.c_int
+        lib.pdshim_report_room.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint64,
+                                           ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
+        lib.pdshim_events_stats.restype = None
+        lib.pdshim_events_stats.argtypes = [ctypes.c_void_p] + [ctypes.POINTER(ctypes.c_uint64)] * 3
         _lib = lib
         return lib
 
@@ -243,16 +269,24 @@ class Shim:
 
     def __init__(self, listen_host=None, listen_port=0, default_timeout_ms=0, max_segments=0, backend=None,
                  chunk_bytes=0, staging_chunks=0, conns_per_peer=0, io_threads=0, ticket_key_files=(),
-                 ticket_max_skew_ms=0, ticket_identity=None, ticket_replay_max=0):
+                 ticket_max_skew_ms=0, ticket_identity=None, ticket_replay_max=0, events_url=None,
+                 events_key_file=None, worker_url=None, bootstrap_addr=None, events_flush_ms=0,
+                 load_interval_ms=0, events_queue=0, instance_id=None):
         """ticket_key_files: the router's ticket key files (every one verifies); ticket_identity: a decode's
-        identity as tickets name it ("host:port" of its URL at the router)."""
+        identity as tickets name it ("host:port" of its URL at the router). events_url etc.: reports to the
+        router (docs/internals/shim-events.md); instance_id: 16 bytes."""
         self._lib = load_library()
         files = [os.fsencode(f) for f in ticket_key_files]
         self._key_files = (ctypes.c_char_p * max(1, len(files)))(*files)
-        opts = _Opts(listen_host.encode() if listen_host else None, listen_port, default_timeout_ms, max_segments,
-                     backend.encode() if backend else None, chunk_bytes, staging_chunks, conns_per_peer,
-                     io_threads, self._key_files if files else None, len(files), ticket_max_skew_ms,
-                     ticket_identity.encode() if ticket_identity else None, ticket_replay_max)
+        enc = lambda v: v.encode() if v else None  # noqa: E731
+        if instance_id is not None and len(instance_id) != 16:
+            raise ValueError("instance_id must be 16 bytes")
+        self._inst = ctypes.create_string_buffer(bytes(instance_id), 16) if instance_id is not None else None
+        opts = _Opts(enc(listen_host), listen_port, default_timeout_ms, max_segments, enc(backend), chunk_bytes,
+                     staging_chunks, conns_per_peer, io_threads, self._key_files if files else None, len(files),
+                     ticket_max_skew_ms, enc(ticket_identity), ticket_replay_max, enc(events_url),
+                     enc(events_key_file), enc(worker_url), enc(bootstrap_addr), events_flush_ms, load_interval_ms,
+                     events_queue, ctypes.cast(self._inst, ctypes.c_void_p) if self._inst is not None else None)
         err = ctypes.c_int(0)
         self._h = self._lib.pdshim_create(ctypes.byref(opts), ctypes.byref(err))
         if not self._h:
@@ -413,6 +447,34 @@ class Shim:
         if rc not in (0, ERRORS["ENOROOM"]):
             raise PdshimError(rc)
         return rc == 0
+
+    def report_load(self, kv_free_bytes=0, kv_total_bytes=0, kv_free_blocks=0, block_size=0,
+                    kv_bytes_per_token=0, queue_depth=0):
+        """The engine's load, sent to the router with the next batch and periodically (needs events_url)."""
+        ld = _Load(kv_free_bytes, kv_total_bytes, kv_free_blocks, block_size, kv_bytes_per_token, queue_depth)
+        rc = self._lib.pdshim_report_load(self._h, ctypes.byref(ld))
+        if rc != 0:
+            raise PdshimError(rc, "report_load")
+
+    def report_room(self, room, event, bytes_moved=0, total=0, status=0, reason=None):
+        """Queues one room event (event: a ROOM_EVENTS name). False when the queue was full (dropped)."""
+        rc = self._lib.pdshim_report_room(self._h, room, ROOM_EVENTS[event], bytes_moved, total, status,
+                                          reason.encode() if reason else None)
+        if rc not in (0, ERRORS["EAGAIN"]):
+            raise PdshimError(rc, "report_room")
+        return rc == 0
+
+    def instance_id(self):
+        """This shim's instance id (16 bytes)."""
+        out = ctypes.create_string_buffer(16)
+        self._lib.pdshim_instance_id(self._h, out)
+        return out.raw
+
+    def events_stats(self):
+        """(batches sent, batches failed, events dropped) of the reporter."""
+        v = [ctypes.c_uint64(0) for _ in range(3)]
+        self._lib.pdshim_events_stats(self._h, *[ctypes.byref(x) for x in v])
+        return tuple(x.value for x in v)
 
     def close(self):
         """Fails pending operations with ECLOSED (their futures complete) and frees the shim."""
