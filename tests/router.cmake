@@ -147,3 +147,8 @@ foreach(s auth load admission_wait_503 admission_other_decode rooms restart admi
   add_test(NAME shim_events_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_shim_events.py ${s})
   set_tests_properties(shim_events_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
+add_executable(test_shim_events unit/test_shim_events.c)
+target_include_directories(test_shim_events PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit)
+target_link_libraries(test_shim_events PRIVATE pdr_router pdshim)
+add_test(NAME shim_events_unit COMMAND test_shim_events)
+set_tests_properties(shim_events_unit PROPERTIES TIMEOUT 120)

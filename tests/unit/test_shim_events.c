@@ -1,0 +1,143 @@
+/*
+ * Unit tests of decode admission (router/shim_events.c: the KV need of a request, holds against a
+ * worker's reported free KV, a restart voiding holds) and of libpdshim's reporter queue (a full queue
+ * drops and counts, never blocks; the instance id is the engine's or random).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "config.h"
+#include "err.h"
+#include "pdshim.h"
+#include "pool.h"
+#include "rewrite.h"
+#include "runner.h"
+#include "shim_events.h"
+#include "util.h"
+
+static void report(pdr_worker_t *w, uint64_t free_b, uint64_t total, uint64_t bpt)
+{
+    w->load.kv_free_bytes = free_b;
+    w->load.kv_total_bytes = total;
+    w->load.kv_bytes_per_token = bpt;
+    w->load.reserved_rep = w->load.reserved;
+    w->load.report_ms = pdr_now_ms();
+}
+
+static void test_need(void)
+{
+    pdr_config_t *c = pdr_config_new_default();
+    static const char gen[] = "{\"input_ids\":[1,2,3],\"sampling_params\":{\"max_new_tokens\":7}}";
+    static const char oai[] = "{\"model\":\"m\",\"prompt\":\"abcdefgh\",\"max_tokens\":5}";
+    static const char none[] = "{\"model\":\"m\",\"prompt\":\"abcdefgh\"}";
+    pdr_pdreq_t pr;
+    char err[128];
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, gen, sizeof(gen) - 1, &pr, err, sizeof(err)) == 0);
+    CHECK(pdr_kv_need_tokens(c, &pr, 3, 0) == 10);
+    pdr_pdreq_clear(&pr);
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_COMPLETIONS, oai, sizeof(oai) - 1, &pr, err, sizeof(err)) == 0);
+    CHECK(pdr_kv_need_tokens(c, &pr, 0, 8) == 2 + 5); /* 8 bytes / 4 bytes per token */
+    pdr_pdreq_clear(&pr);
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_COMPLETIONS, none, sizeof(none) - 1, &pr, err, sizeof(err)) == 0);
+    CHECK(pdr_kv_need_tokens(c, &pr, 0, 8) == 2 + 128); /* kv_admission.max_new_tokens */
+    pdr_pdreq_clear(&pr);
+    pdr_config_unref(c);
+}
+
+static void test_holds(void)
+{
+    pdr_config_t *c = pdr_config_new_default();
+    pdr_worker_t *w = calloc(1, sizeof(*w));
+    pdr_kv_hold_t a, b, d;
+    CHECK(pdr_kv_admit(c, w, 1000, &a) == 1 && a.w == NULL); /* never reported: not limited */
+    report(w, 1000, 1000, 10);
+    CHECK(pdr_kv_admit(c, w, 60, &a) == 1 && a.bytes == 600);
+    CHECK(pdr_kv_admit(c, w, 60, &b) == 0); /* 400 left */
+    CHECK(pdr_kv_admit(c, w, 40, &b) == 1);
+    CHECK(w->load.reserved == 1000);
+    pdr_kv_release(&a);
+    CHECK(w->load.reserved == 400 && a.w == NULL);
+    pdr_kv_release(&a); /* twice: nothing */
+    CHECK(w->load.reserved == 400);
+    /* A report that counts b as used already: free 600, total 1000, b still held. */
+    report(w, 600, 1000, 10);
+    CHECK(pdr_kv_admit(c, w, 60, &d) == 1 && w->load.reserved == 1000);
+    pdr_kv_release(&d);
+    /* A restart (new epoch) voids the holds: releasing an old one takes nothing from the new count. */
+    w->load.epoch++;
+    w->load.reserved = 0;
+    pdr_kv_release(&b);
+    CHECK(w->load.reserved == 0);
+    /* Off: never limited. */
+    c->kv_admission.enabled = 0;
+    report(w, 0, 0, 10);
+    CHECK(pdr_kv_admit(c, w, 1u << 30, &a) == 1 && a.w == NULL);
+    free(w);
+    pdr_config_unref(c);
+}
+
+static void test_reporter_queue(void)
+{
+    char key[] = "/tmp/pdr-shim-events-key-XXXXXX";
+    int fd = mkstemp(key);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "0123456789abcdef0123456789abcdef", 32) == 32);
+    close(fd);
+    uint8_t inst[16];
+    memset(inst, 0xab, sizeof(inst));
+    pdshim_opts_t o = {0};
+    o.events_url = "http://127.0.0.1:1"; /* nothing listens: every batch fails, nothing blocks */
+    o.events_key_file = key;
+    o.worker_url = "http://127.0.0.1:2";
+    o.events_queue = 4;
+    o.events_flush_ms = 60000;
+    o.instance_id = inst;
+    int err = 0;
+    pdshim_t *s = pdshim_create(&o, &err);
+    CHECK(s != NULL);
+    uint8_t got[16];
+    CHECK(pdshim_instance_id(s, got) == 0 && memcmp(got, inst, 16) == 0);
+    int ok = 0, dropped = 0;
+    for (int i = 0; i < 10; i++) {
+        int rc = pdshim_report_room(s, (uint64_t)i, PDSHIM_EV_ACCEPTED, 0, 0, 0, NULL);
+        ok += rc == 0;
+        dropped += rc == PDR_EAGAIN;
+    }
+    CHECK(ok == 4 && dropped == 6);
+    CHECK(pdshim_report_room(s, 1, 99, 0, 0, 0, NULL) == PDR_EINVAL);
+    uint64_t sent, failed, drops;
+    pdshim_events_stats(s, &sent, &failed, &drops);
+    CHECK(drops == 6);
+    pdshim_destroy(s); /* one last attempt (refused at once), then joined */
+    /* Without events_url: a random id per shim, and no reporting. */
+    pdshim_opts_t plain = {0};
+    pdshim_t *s1 = pdshim_create(&plain, &err), *s2 = pdshim_create(&plain, &err);
+    uint8_t i1[16], i2[16];
+    CHECK(s1 && s2 && pdshim_instance_id(s1, i1) == 0 && pdshim_instance_id(s2, i2) == 0);
+    CHECK(memcmp(i1, i2, 16) != 0);
+    pdshim_load_t ld = {0};
+    CHECK(pdshim_report_load(s1, &ld) == PDR_ENOTSUP);
+    pdshim_destroy(s1);
+    pdshim_destroy(s2);
+    /* A bad key file or URL fails the create with a code, no thread left behind. */
+    o.events_key_file = "/nonexistent/key";
+    CHECK(pdshim_create(&o, &err) == NULL && err == PDR_ECONFIG);
+    o.events_key_file = key;
+    o.events_url = "ftp://x";
+    CHECK(pdshim_create(&o, &err) == NULL && err == PDR_EINVAL);
+    unlink(key);
+}
+
+static const pdr_test_case_t cases[] = {
+    {"need", test_need, 30},
+    {"holds", test_holds, 30},
+    {"reporter_queue", test_reporter_queue, 30},
+};
+
+int main(int argc, char **argv)
+{
+    return PDR_TEST_RUN(cases, argc, argv);
+}
