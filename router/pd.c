@@ -1116,8 +1116,8 @@ static void on_admit_retry(uv_timer_t *h)
 static int admit_decode(pd_req_t *x, const char *text, size_t tlen)
 {
     pdr_router_t *r = x->r;
-    if (!x->conf->kv_admission.enabled)
-        return 1;
+    if (!pdr_kv_limited(x->conf, x->dw))
+        return 1; /* the usual case without reports: nothing to estimate */
     if (x->kv_need == 0) {
         pdr_prompt_tokens_t tok = {NULL, 0};
         struct pdr_tokenizer *tk = pdr_router_tokenizer(r);

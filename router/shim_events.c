@@ -691,12 +691,18 @@ uint64_t pdr_kv_need_tokens(const pdr_config_t *c, const pdr_pdreq_t *pr, size_t
     return prompt + (uint64_t)out * items;
 }
 
+int pdr_kv_limited(const pdr_config_t *c, const pdr_worker_t *w)
+{
+    uint64_t rep = __atomic_load_n(&w->load.report_ms, __ATOMIC_ACQUIRE);
+    return c->kv_admission.enabled && rep != 0 && LOAD(w->load.kv_bytes_per_token) != 0 &&
+           pdr_now_ms() <= rep + SE_MAX_REPORT_AGE_MS;
+}
+
 int pdr_kv_admit(const pdr_config_t *c, pdr_worker_t *w, uint64_t need_tokens, pdr_kv_hold_t *h)
 {
     memset(h, 0, sizeof(*h));
-    uint64_t rep = __atomic_load_n(&w->load.report_ms, __ATOMIC_ACQUIRE);
     uint64_t bpt = LOAD(w->load.kv_bytes_per_token);
-    if (!c->kv_admission.enabled || rep == 0 || bpt == 0 || pdr_now_ms() > rep + SE_MAX_REPORT_AGE_MS)
+    if (!pdr_kv_limited(c, w))
         return 1; /* not limited: no report (or a stale one), nothing to count in */
     uint64_t need = need_tokens * bpt;
     uint64_t epoch = LOAD(w->load.epoch);

@@ -72,6 +72,8 @@ uint64_t pdr_kv_need_tokens(const struct pdr_config *c, const struct pdr_pdreq *
  * off), 0 when it does not fit. */
 int pdr_kv_admit(const struct pdr_config *c, struct pdr_worker *w, uint64_t need_tokens, pdr_kv_hold_t *h);
 void pdr_kv_release(pdr_kv_hold_t *h);
+/* Whether admission limits w now (admission on, and a recent report with kv_bytes_per_token). */
+int pdr_kv_limited(const struct pdr_config *c, const struct pdr_worker *w);
 /* Counts an admission outcome: 0 admitted, 1 another decode taken, 2 waited, 3 refused (503). */
 void pdr_kv_count(int outcome);
 
