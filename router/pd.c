@@ -129,6 +129,8 @@ typedef struct pd_req {
     pdr_kv_hold_t kv_hold;
     uint64_t kv_need, admit_deadline_ns;
     unsigned admit_waited : 1, room_open : 1;
+    /* The workers' incarnations (w->load.epoch) when the attempt began: a new one fails it fast. */
+    uint64_t p_epoch, d_epoch;
 } pd_req_t;
 
 static void advance(pd_req_t *x);
@@ -862,6 +864,24 @@ static void cut_stalled_client(pd_req_t *x)
     shutdown(fd, SHUT_RDWR);
 }
 
+/* The role whose worker restarted (its shim reported a new instance) since the attempt began, or -1. Its
+ * KV for this request is gone with the old process: waiting for it would last until a deadline. */
+static int restarted_role(const pd_req_t *x)
+{
+    if (x->p_running && x->pw != NULL && __atomic_load_n(&x->pw->load.epoch, __ATOMIC_RELAXED) != x->p_epoch)
+        return PDR_ROLE_PREFILL;
+    if (x->d_running && x->dw != NULL && __atomic_load_n(&x->dw->load.epoch, __ATOMIC_RELAXED) != x->d_epoch)
+        return PDR_ROLE_DECODE;
+    return -1;
+}
+
+/* Whether a worker of the attempt reports through its shim (then its restarts are looked for). */
+static int reports(const pd_req_t *x)
+{
+    return (x->pw != NULL && __atomic_load_n(&x->pw->load.report_ms, __ATOMIC_RELAXED) != 0) ||
+           (x->dw != NULL && __atomic_load_n(&x->dw->load.report_ms, __ATOMIC_RELAXED) != 0);
+}
+
 static void on_timer(uv_timer_t *t)
 {
     pd_req_t *x = t->data;
@@ -889,6 +909,13 @@ static void on_timer(uv_timer_t *t)
                                    H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
                 return;
             }
+        }
+        int gone = x->mode == MODE_PD ? restarted_role(x) : -1;
+        if (gone >= 0) {
+
+            attempt_failed(x, gone, PDR_CAUSE_RESET, 503,
+                           "the worker restarted (a new shim instance): its KV for this request is gone");
+            return;
         }
         if (x->mode == MODE_PD && !x->p_done && now >= x->kv_deadline_ns) {
             attempt_failed(x, deadline_culprit(x), PDR_CAUSE_KV_DEADLINE, 504,
@@ -933,6 +960,8 @@ static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
             next = now + PEEK_INTERVAL_MS * 1000000ull;
         if (x->recheck && now + 1000000ull < next)
             next = now + 1000000ull;
+        if (x->mode == MODE_PD && reports(x) && now + PEEK_INTERVAL_MS * 1000000ull < next)
+            next = now + PEEK_INTERVAL_MS * 1000000ull; /* a restart of a worker is looked for as often */
         return next;
     }
     /* The client's side: a send it has not taken for stream_idle_ms (it stopped reading). */
@@ -1224,6 +1253,8 @@ static void start_attempt(pd_req_t *x)
         fail_response(x, 503, "service_unavailable", msg, 1);
         return;
     }
+    x->p_epoch = x->pw != NULL ? __atomic_load_n(&x->pw->load.epoch, __ATOMIC_RELAXED) : 0;
+    x->d_epoch = __atomic_load_n(&x->dw->load.epoch, __ATOMIC_RELAXED);
     x->attempt_t0_ns = pdr_now_ns();
     pdr_phase_attempt(&x->ph);
     x->ph.sent_us = x->attempt_t0_ns / 1000; /* the pair is picked; its first leg goes out now */

@@ -333,6 +333,45 @@ def scenario_restart():
         pdtest.stop_all()
 
 
+def scenario_restart_inflight():
+    """A request waits on a decode that hangs; that decode then reports a new instance id (it restarted:
+    whatever it held for the request is gone). The router fails the attempt at once and retries it on the
+    other decode, instead of waiting out timeouts.first_byte_ms."""
+    p, d1, d2 = sim("prefill"), sim("decode"), sim("decode")
+    r = events_router([p], [d1, d2], extra="timeouts: { first_byte_ms: 30000 }\npolicy: { decode: round_robin }")
+    try:
+        u1 = "http://127.0.0.1:%d" % d1.port
+        s1 = Sender(u1)
+        s1.load(r, queue_depth=0)
+        request_json(d1.port, "POST", "/pdsim/fault", {"hang_before_headers": 1})
+        res = {}
+
+        def one():
+            t0 = time.monotonic()
+            st, _, out = request(r.port, "POST", "/generate", {"input_ids": [1, 2, 3],
+                                                                "sampling_params": {"max_new_tokens": 2}}, timeout=40)
+            res["st"], res["took"], res["out"] = st, time.monotonic() - t0, out
+        got = None
+        for _ in range(4):  # round robin: until a request is held by the hanging decode
+            th = threading.Thread(target=one)
+            th.start()
+            got = pdtest.poll_until(lambda: stats(d1)["inflight"] > 0 or not th.is_alive(), 10, "a request")
+            if th.is_alive():
+                break
+            th.join()
+        check(th.is_alive(), "no request reached the hanging decode", r)
+        t0 = time.monotonic()
+        Sender(u1).load(r, queue_depth=0)  # the new instance
+        th.join(20)
+        check(not th.is_alive() and res["st"] == 200, "result %s" % res, r)
+        check(time.monotonic() - t0 < 2.0, "failed over after %.2f s" % (time.monotonic() - t0), r)
+        m = metrics(r)
+        check(metric_value(m, "pdr_worker_restarts_total", worker=u1, role="decode") == 1, "restart metric", r)
+        del got
+    finally:
+        pdtest.stop_all()
+
+
 def burst(r, n, body):
     res = []
     lock = threading.Lock()
