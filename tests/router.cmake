@@ -152,3 +152,10 @@ target_include_directories(test_shim_events PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/
 target_link_libraries(test_shim_events PRIVATE pdr_router pdshim)
 add_test(NAME shim_events_unit COMMAND test_shim_events)
 set_tests_properties(shim_events_unit PROPERTIES TIMEOUT 120)
+if(PDR_SANITIZE)
+  # python3 loads the instrumented libpdshim.so: the ASan runtime goes first (as for test_shim_python).
+  execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so
+                  OUTPUT_VARIABLE PDR_SE_LIBASAN OUTPUT_STRIP_TRAILING_WHITESPACE)
+  set_tests_properties(shim_events_python PROPERTIES ENVIRONMENT
+                       "PDR_BUILD=${CMAKE_BINARY_DIR};LD_PRELOAD=${PDR_SE_LIBASAN};ASAN_OPTIONS=detect_leaks=0")
+endif()
