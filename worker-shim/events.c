@@ -9,7 +9,7 @@
  * calls bounded by IO_TIMEOUT_MS. A batch that cannot be delivered is counted as failed and dropped:
  * the router learns of the gap from the drop count, the shim never retries a stale batch.
  */
-#include "events.h"
+#include "reporter.h"
 
 #include <errno.h>
 #include <inttypes.h>

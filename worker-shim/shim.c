@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "err.h"
-#include "events.h"
+#include "reporter.h"
 #include "shim_internal.h"
 #include "util.h"
 

@@ -1,6 +1,6 @@
 /* The shim's reporter to the router (events.c; docs/internals/shim-events.md). Internal to libpdshim. */
-#ifndef PDSHIM_EVENTS_H
-#define PDSHIM_EVENTS_H
+#ifndef PDSHIM_REPORTER_H
+#define PDSHIM_REPORTER_H
 
 #include <stdint.h>
 #include "pdshim.h"
