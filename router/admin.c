@@ -659,7 +659,9 @@ int pdr_admin_init(pdr_router_t *r)
     }
     h2o_config_init(&r->admin_config);
     r->admin_config.server_name = h2o_iovec_init(H2O_STRLIT("pdrouter-admin"));
-    r->admin_config.max_request_entity_size = 64 * 1024; /* admin bodies are small JSON objects */
+    /* Admin bodies are small JSON objects; the shims' event batches (shim_events.c) take up to 1 MiB. */
+    r->admin_config.max_request_entity_size =
+        c->shim_events.key_file != NULL ? PDR_SHIM_MAX_BATCH : 64 * 1024;
     h2o_hostconf_t *host =
         h2o_config_register_host(&r->admin_config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);

@@ -21,6 +21,8 @@ struct pdr_worker;
 struct pdr_config;
 struct pdr_pdreq;
 
+#define PDR_SHIM_MAX_BATCH (1u << 20) /* bytes of one batch */
+
 /* Refusal causes of a batch, in the order they are checked. */
 enum {
     PDR_SE_UNSIGNED = 0, /* no or malformed signature header */

@@ -33,7 +33,7 @@
 
 #define IO_TIMEOUT_MS 2000
 #define BATCH_MAX_EVENTS 1024
-#define BATCH_MAX_BYTES (512u << 10) /* the router takes up to 1 MiB */
+#define BATCH_MAX_BYTES (256u << 10) /* the router takes up to 1 MiB */
 
 typedef struct ev {
     uint64_t room, bytes, total, usec;

@@ -123,6 +123,16 @@ def scenario_auth():
         bad = b'{"type":"load"}\n'
         st, out = s.post(r, bad)
         check(st == 400 and json.loads(out)["error"]["code"] == 400, "malformed: %d %s" % (st, out), r)
+        # A large batch (1000 room events, ~150 KiB) is taken; one over 1 MiB is not.
+        big = s.body(*[dict(type="room", room=i, event="done", role="decode", bytes=1, total=1, usec=1,
+                            backend="tcp", code=0, reason="x" * 50) for i in range(1000)])
+        st, out = s.post(r, big)
+        check(st == 200 and json.loads(out)["lines"] == 1001, "big batch: %d %s" % (st, out[:200]), r)
+        huge = b"x" * ((1 << 20) + 1)
+        out, _ = pdtest.raw_exchange(r.ports["admin"], b"POST /shim/v1/events HTTP/1.1\r\nHost: x\r\n"
+                                     b"Content-Length: %d\r\nPdr-Signature: %s\r\n\r\n" %
+                                     (len(huge), s.header(huge).encode()) + huge)
+        check(out.startswith(b"HTTP/1.1 413"), "over 1 MiB: %r" % out[:100], r)
         # The admin token is for operators: it neither opens nor closes this route.
         check(r.alive(), "router died", r)
     finally:
