@@ -152,23 +152,27 @@ static int start_op(pdshim_t *shim, const char *host, int port, uint64_t room, c
     struct ex_call *c = ex_new(shim, cb, done, arg, host == NULL ? "prefill" : "decode");
     if (c == NULL)
         return PDR_ENOMEM;
-    if (shim->ev != NULL)
+    const char *role = c->role;
+    /* Reported before the post: once posted, the callback may run (and free c) on an I/O thread at once,
+     * and accepted must come before done in the queue. */
+    if (shim->ev != NULL) {
+        uint64_t total = 0;
+        for (size_t i = 0; i < nseg; i++)
+            total += segs[i].len;
         pdr__shim_ev_active(shim->ev, 1);
+        pdr__shim_ev_room(shim->ev, room, PDSHIM_EV_ACCEPTED, role, 0, total, 0, NULL, 0, NULL);
+    }
     int rc = host == NULL ? pdr_xfer_push_ex(shim->eng, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms,
                                              ex_done, c)
                           : pdr_xfer_pull_ex(shim->eng, host, port, room, (const pdr_xfer_seg_t *)segs, nseg,
                                              timeout_ms, ex_done, c);
     if (rc != 0) {
-        if (shim->ev != NULL)
-            pdr__shim_ev_active(shim->ev, -1);
         free(c);
+        if (shim->ev != NULL) {
+            pdr__shim_ev_active(shim->ev, -1);
+            pdr__shim_ev_room(shim->ev, room, PDSHIM_EV_FAILED, role, 0, 0, 0, NULL, rc, pdr_strerror(rc));
+        }
         return rc;
-    }
-    if (shim->ev != NULL) {
-        uint64_t total = 0;
-        for (size_t i = 0; i < nseg; i++)
-            total += segs[i].len;
-        pdr__shim_ev_room(shim->ev, room, PDSHIM_EV_ACCEPTED, c->role, 0, total, 0, NULL, 0, NULL);
     }
     return 0;
 }
