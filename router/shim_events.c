@@ -160,14 +160,12 @@ static int parse_hex64(const char *p, size_t n, uint64_t *out)
     return 0;
 }
 
-/* Loop 0, under no lock: the cause of refusal, or -1 when the batch is authentic and fresh (and its
- * sequence number is then recorded). */
-static int verify(const pdr_config_t *c, h2o_req_t *req, uint64_t *hi, uint64_t *lo)
+int pdr__shim_verify(const pdr_config_t *c, const char *hdr, size_t hdr_len, const char *body, size_t len,
+                     uint64_t *hi, uint64_t *lo)
 {
-    ssize_t hx = h2o_find_header_by_str(&req->headers, H2O_STRLIT("pdr-signature"), -1);
-    if (hx < 0)
+    if (hdr == NULL)
         return PDR_SE_UNSIGNED;
-    h2o_iovec_t hv = req->headers.entries[hx].value;
+    h2o_iovec_t hv = h2o_iovec_init(hdr, hdr_len);
     sighdr_t s;
     int64_t ts, seq;
     if (parse_sig(hv.base, hv.len, &s) != 0 || s.inst_n != 32 || parse_hex64(s.inst, 16, hi) != 0 ||
@@ -181,7 +179,7 @@ static int verify(const pdr_config_t *c, h2o_req_t *req, uint64_t *hi, uint64_t 
     if (pdr_b64url_decode(s.mac, s.mac_n, got, sizeof(got)) != PDR_HMAC_LEN)
         return PDR_SE_BAD_SIGNATURE;
     size_t pre_n = 14 + s.ts_n + 1 + 32 + 1 + s.seq_n + 1;
-    char *msg = malloc(pre_n + req->entity.len + 1);
+    char *msg = malloc(pre_n + len + 1);
     if (msg == NULL)
         return PDR_SE_TOO_BIG;
     int w = snprintf(msg, pre_n + 1, "pdr-events-v1\n%.*s\n%.*s\n%.*s\n", (int)s.ts_n, s.ts, 32, s.inst,
@@ -190,9 +188,9 @@ static int verify(const pdr_config_t *c, h2o_req_t *req, uint64_t *hi, uint64_t 
         free(msg);
         return PDR_SE_UNSIGNED;
     }
-    if (req->entity.len > 0)
-        memcpy(msg + pre_n, req->entity.base, req->entity.len);
-    pdr_hmac_sha256(k, msg, pre_n + req->entity.len, want);
+    if (len > 0)
+        memcpy(msg + pre_n, body, len);
+    pdr_hmac_sha256(k, msg, pre_n + len, want);
     free(msg);
     if (!pdr_ct_equal(want, got, PDR_HMAC_LEN))
         return PDR_SE_BAD_SIGNATURE;
@@ -458,29 +456,11 @@ static void refuse(h2o_req_t *req, int cause)
                    msg, 0);
 }
 
-void pdr_shim_events_handle(pdr_router_t *r, h2o_req_t *req)
+int pdr__shim_apply(pdr_router_t *r, const char *body, size_t len, uint64_t hi, uint64_t lo, size_t *n_lines,
+                    int *known)
 {
-    if (!h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"))) {
-        pdr_send_error(req, 405, "invalid_request_error", "use POST", 0);
-        return;
-    }
-    if (!S.on) {
-        pdr_send_error(req, 403, "permission_error",
-                       "shim events are off: set shim_events.key_file to accept signed batches", 0);
-        return;
-    }
-    if (req->entity.len > SE_MAX_BODY) {
-        refuse(req, PDR_SE_TOO_BIG);
-        return;
-    }
-    uint64_t hi = 0, lo = 0;
-    int cause = verify(r->config, req, &hi, &lo);
-    if (cause >= 0) {
-        refuse(req, cause);
-        return;
-    }
     /* Line 1: {"type":"batch","worker":URL,"bootstrap":"host:port","dropped":N}; then room and load lines. */
-    const char *p = req->entity.base, *end = p + req->entity.len;
+    const char *p = body, *end = body + len;
     pdr_worker_t **ws = NULL, *mine[16];
     size_t nw = pdr_pool_snapshot(&r->pool, -1, &ws), nmine = 0;
     size_t lines = 0, bad = 0;
@@ -523,12 +503,49 @@ void pdr_shim_events_handle(pdr_router_t *r, h2o_req_t *req)
         lines++;
     }
     pdr_pool_release(ws, nw);
-    if (bad > 0 || lines == 0 || p < end) {
-        refuse(req, PDR_SE_MALFORMED);
+    *n_lines = lines;
+    *known = nmine > 0;
+    return bad > 0 || lines == 0 || p < end ? PDR_SE_MALFORMED : -1;
+}
+
+void pdr_shim_events_handle(pdr_router_t *r, h2o_req_t *req)
+{
+    if (!h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"))) {
+        pdr_send_error(req, 405, "invalid_request_error", "use POST", 0);
+        return;
+    }
+    if (!S.on) {
+        pdr_send_error(req, 403, "permission_error",
+                       "shim events are off: set shim_events.key_file to accept signed batches", 0);
+        return;
+    }
+    if (req->entity.len > SE_MAX_BODY) {
+        refuse(req, PDR_SE_TOO_BIG);
+        return;
+    }
+    uint64_t hi = 0, lo = 0;
+    ssize_t hx = h2o_find_header_by_str(&req->headers, H2O_STRLIT("pdr-signature"), -1);
+    int cause = pdr__shim_verify(r->config, hx >= 0 ? req->headers.entries[hx].value.base : NULL,
+                                 hx >= 0 ? req->headers.entries[hx].value.len : 0, req->entity.base,
+                                 req->entity.len, &hi, &lo);
+    size_t lines = 0;
+    int known = 0;
+    if (cause < 0)
+        cause = pdr__shim_apply(r, req->entity.base, req->entity.len, hi, lo, &lines, &known);
+    if (cause >= 0) {
+        refuse(req, cause);
         return;
     }
     ADD(S.batches, 1);
-    pdr_send_json(req, 200, json_pack("{s:I,s:b}", "lines", (json_int_t)lines, "worker_known", nmine > 0));
+    pdr_send_json(req, 200, json_pack("{s:I,s:b}", "lines", (json_int_t)lines, "worker_known", known));
+}
+
+int pdr__shim_events_set_key(const void *secret, size_t len)
+{
+    int rc = pdr_keyring_add(&S.kr, secret, len);
+    if (rc == 0)
+        S.on = 1;
+    return rc;
 }
 
 /* ---- views ---- */

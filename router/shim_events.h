@@ -56,6 +56,17 @@ void pdr_shim_room_open(struct pdr_router *r, uint64_t room);
  * (empty when nothing was reported), and the room forgotten. */
 void pdr_shim_room_take(struct pdr_router *r, uint64_t room, char *out, size_t cap);
 
+/* The parts of the handler (pure but for the counters and the tables; fuzzed by tests/fuzz/fuzz_shim.c).
+ * _verify: the refusal cause of a batch (hdr: the Pdr-Signature value, NULL when absent), or -1 when it
+ * is authentic and fresh (its instance id in *hi, *lo and its sequence number recorded). _apply: the
+ * lines of a verified batch applied; -1, or PDR_SE_MALFORMED (lines before the bad one stay applied). */
+int pdr__shim_verify(const struct pdr_config *c, const char *hdr, size_t hdr_len, const char *body,
+                     size_t len, uint64_t *hi, uint64_t *lo);
+int pdr__shim_apply(struct pdr_router *r, const char *body, size_t len, uint64_t hi, uint64_t lo,
+                    size_t *n_lines, int *known);
+/* Tests: adds a key to the ring and turns the route on. 0 or a PDR_E* code. */
+int pdr__shim_events_set_key(const void *secret, size_t len);
+
 /* ---- decode admission (kv_admission) ---- */
 
 /* A request's hold on a decode's KV. */

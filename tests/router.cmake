@@ -159,3 +159,8 @@ if(PDR_SANITIZE)
   set_tests_properties(shim_events_python PROPERTIES ENVIRONMENT
                        "PDR_BUILD=${CMAKE_BINARY_DIR};LD_PRELOAD=${PDR_SE_LIBASAN};ASAN_OPTIONS=detect_leaks=0")
 endif()
+
+# Fuzz target of the shim event batches (signature header, JSON lines).
+add_executable(fuzz_shim fuzz/fuzz_shim.c)
+target_link_libraries(fuzz_shim PRIVATE pdr_router)
+pdr_fuzz_corpus_test(router_shim_fuzz_corpus fuzz_shim shim 120)
