@@ -115,6 +115,7 @@ struct ex_call {
     void *arg;
     pdshim_t *shim;
     const char *role; /* "prefill" (offer) or "decode" (fetch) */
+    uint64_t rroom;   /* the room as the router names it (a ticket's room is not the transport's) */
 };
 
 static struct ex_call *ex_new(pdshim_t *shim, pdshim_result_cb cb, pdshim_done_cb done, void *arg,
@@ -122,7 +123,7 @@ static struct ex_call *ex_new(pdshim_t *shim, pdshim_result_cb cb, pdshim_done_c
 {
     struct ex_call *c = malloc(sizeof(*c));
     if (c != NULL)
-        *c = (struct ex_call){cb, done, arg, shim, role};
+        *c = (struct ex_call){cb, done, arg, shim, role, 0};
     return c;
 }
 
@@ -132,7 +133,7 @@ static void ex_done(void *arg, uint64_t room, const pdr_xfer_info_t *info)
     free(arg);
     if (c.shim->ev != NULL) {
         pdr__shim_ev_active(c.shim->ev, -1);
-        pdr__shim_ev_room(c.shim->ev, room, info->status == 0 ? PDSHIM_EV_DONE : PDSHIM_EV_FAILED, c.role,
+        pdr__shim_ev_room(c.shim->ev, c.rroom, info->status == 0 ? PDSHIM_EV_DONE : PDSHIM_EV_FAILED, c.role,
                           info->bytes, info->bytes, info->usec, info->backend, info->status,
                           info->status == 0 ? NULL : pdr_strerror(info->status));
     }
@@ -144,8 +145,9 @@ static void ex_done(void *arg, uint64_t room, const pdr_xfer_info_t *info)
     c.cb(c.arg, &r);
 }
 
-static int start_op(pdshim_t *shim, const char *host, int port, uint64_t room, const pdshim_seg_t *segs,
-                    size_t nseg, uint32_t timeout_ms, pdshim_result_cb cb, pdshim_done_cb done, void *arg)
+int pdshim__post(pdshim_t *shim, const char *host, int port, uint64_t room, uint64_t rroom,
+                 const pdshim_seg_t *segs, size_t nseg, uint32_t timeout_ms, pdshim_result_cb cb,
+                 pdshim_done_cb done, void *arg)
 {
     if (shim == NULL || (cb == NULL && done == NULL))
         return PDR_EINVAL;
@@ -153,6 +155,7 @@ static int start_op(pdshim_t *shim, const char *host, int port, uint64_t room, c
     if (c == NULL)
         return PDR_ENOMEM;
     const char *role = c->role;
+    c->rroom = rroom;
     /* Reported before the post: once posted, the callback may run (and free c) on an I/O thread at once,
      * and accepted must come before done in the queue. */
     if (shim->ev != NULL) {
@@ -160,7 +163,7 @@ static int start_op(pdshim_t *shim, const char *host, int port, uint64_t room, c
         for (size_t i = 0; i < nseg; i++)
             total += segs[i].len;
         pdr__shim_ev_active(shim->ev, 1);
-        pdr__shim_ev_room(shim->ev, room, PDSHIM_EV_ACCEPTED, role, 0, total, 0, NULL, 0, NULL);
+        pdr__shim_ev_room(shim->ev, rroom, PDSHIM_EV_ACCEPTED, role, 0, total, 0, NULL, 0, NULL);
     }
     int rc = host == NULL ? pdr_xfer_push_ex(shim->eng, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms,
                                              ex_done, c)
@@ -170,7 +173,7 @@ static int start_op(pdshim_t *shim, const char *host, int port, uint64_t room, c
         free(c);
         if (shim->ev != NULL) {
             pdr__shim_ev_active(shim->ev, -1);
-            pdr__shim_ev_room(shim->ev, room, PDSHIM_EV_FAILED, role, 0, 0, 0, NULL, rc, pdr_strerror(rc));
+            pdr__shim_ev_room(shim->ev, rroom, PDSHIM_EV_FAILED, role, 0, 0, 0, NULL, rc, pdr_strerror(rc));
         }
         return rc;
     }
@@ -180,7 +183,8 @@ static int start_op(pdshim_t *shim, const char *host, int port, uint64_t room, c
 PDSHIM_API int pdshim_offer(pdshim_t *shim, uint64_t room, const pdshim_seg_t *segs, size_t nseg,
                             uint32_t timeout_ms, pdshim_done_cb cb, void *arg)
 {
-    return cb == NULL ? PDR_EINVAL : start_op(shim, NULL, 0, room, segs, nseg, timeout_ms, NULL, cb, arg);
+    return cb == NULL ? PDR_EINVAL
+                      : pdshim__post(shim, NULL, 0, room, room, segs, nseg, timeout_ms, NULL, cb, arg);
 }
 
 PDSHIM_API int pdshim_fetch(pdshim_t *shim, const char *host, int port, uint64_t room,
@@ -189,13 +193,14 @@ PDSHIM_API int pdshim_fetch(pdshim_t *shim, const char *host, int port, uint64_t
 {
     if (host == NULL || cb == NULL)
         return PDR_EINVAL;
-    return start_op(shim, host, port, room, segs, nseg, timeout_ms, NULL, cb, arg);
+    return pdshim__post(shim, host, port, room, room, segs, nseg, timeout_ms, NULL, cb, arg);
 }
 
 PDSHIM_API int pdshim_offer_ex(pdshim_t *shim, uint64_t room, const pdshim_seg_t *segs, size_t nseg,
                                uint32_t timeout_ms, pdshim_result_cb cb, void *arg)
 {
-    return cb == NULL ? PDR_EINVAL : start_op(shim, NULL, 0, room, segs, nseg, timeout_ms, cb, NULL, arg);
+    return cb == NULL ? PDR_EINVAL
+                      : pdshim__post(shim, NULL, 0, room, room, segs, nseg, timeout_ms, cb, NULL, arg);
 }
 
 PDSHIM_API int pdshim_fetch_ex(pdshim_t *shim, const char *host, int port, uint64_t room,
@@ -204,7 +209,7 @@ PDSHIM_API int pdshim_fetch_ex(pdshim_t *shim, const char *host, int port, uint6
 {
     if (host == NULL || cb == NULL)
         return PDR_EINVAL;
-    return start_op(shim, host, port, room, segs, nseg, timeout_ms, cb, NULL, arg);
+    return pdshim__post(shim, host, port, room, room, segs, nseg, timeout_ms, cb, NULL, arg);
 }
 
 PDSHIM_API int pdshim_report_load(pdshim_t *shim, const pdshim_load_t *load)
@@ -233,6 +238,13 @@ PDSHIM_API int pdshim_report_room(pdshim_t *shim, uint64_t room, int event, uint
     if (shim->ev == NULL)
         return PDR_ENOTSUP;
     return pdr__shim_ev_room(shim->ev, room, event, "engine", bytes, total, 0, NULL, status, reason);
+}
+
+void pdshim__report_refused(pdshim_t *shim, uint64_t room, int role, int status)
+{
+    if (shim != NULL && shim->ev != NULL)
+        pdr__shim_ev_room(shim->ev, room, PDSHIM_EV_REFUSED, role == 0 ? "prefill" : "decode", 0, 0, 0, NULL,
+                          status, pdr_strerror(status));
 }
 
 PDSHIM_API void pdshim_events_stats(const pdshim_t *shim, uint64_t *sent, uint64_t *failed, uint64_t *dropped)

@@ -43,4 +43,12 @@ void pdshim__tickets_free(pdshim_t *shim);
  * when none is live. role: 0 offers, 1 fetches. */
 uint64_t pdshim__ticket_xroom(pdshim_t *shim, int role, uint64_t room);
 
+/* shim.c: posts an offer (host NULL) or a fetch of transport room `room`, reported to the router as
+ * `rroom` (accepted now, done or failed with the callback); cb or done is called. 0 or a PDR_E* code. */
+int pdshim__post(pdshim_t *shim, const char *host, int port, uint64_t room, uint64_t rroom,
+                 const pdshim_seg_t *segs, size_t nseg, uint32_t timeout_ms, pdshim_result_cb cb,
+                 pdshim_done_cb done, void *arg);
+/* Reports a ticket the shim refused (role: 0 offers, 1 fetches; room 0 when the ticket names none). */
+void pdshim__report_refused(pdshim_t *shim, uint64_t room, int role, int status);
+
 #endif

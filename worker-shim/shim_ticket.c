@@ -252,20 +252,22 @@ static int admit(pdshim_t *shim, int role, const pdr_ticket_t *t, uint64_t now_m
 PDSHIM_API int pdshim_offer_ticket(pdshim_t *shim, const char *ticket, const pdshim_seg_t *segs, size_t nseg,
                                    uint32_t timeout_ms, pdshim_result_cb cb, void *arg)
 {
-    pdr_ticket_t t;
+    pdr_ticket_t t = {0};
     uint64_t now;
     if (cb == NULL)
         return PDR_EINVAL;
     int rc = verify(shim, ticket, &t, &now);
     if (rc == 0)
         rc = admit(shim, 0, &t, now, &timeout_ms);
-    if (rc != 0)
+    if (rc != 0) {
+        pdshim__report_refused(shim, rc == PDR_EREPLAYED || rc == PDR_EWRONGPEER ? t.room : 0, 0, rc);
         return rc;
+    }
     struct tk_call *c = malloc(sizeof(*c));
     if (c == NULL)
         return PDR_ENOMEM;
     *c = (struct tk_call){cb, arg, t.room};
-    rc = pdshim_offer_ex(shim, xfer_room(&t), segs, nseg, timeout_ms, tk_done, c);
+    rc = pdshim__post(shim, NULL, 0, xfer_room(&t), t.room, segs, nseg, timeout_ms, tk_done, NULL, c);
     if (rc != 0)
         free(c);
     return rc;
@@ -274,20 +276,22 @@ PDSHIM_API int pdshim_offer_ticket(pdshim_t *shim, const char *ticket, const pds
 PDSHIM_API int pdshim_fetch_ticket(pdshim_t *shim, const char *ticket, const pdshim_seg_t *segs, size_t nseg,
                                    uint32_t timeout_ms, pdshim_result_cb cb, void *arg)
 {
-    pdr_ticket_t t;
+    pdr_ticket_t t = {0};
     uint64_t now;
     if (cb == NULL)
         return PDR_EINVAL;
     int rc = verify(shim, ticket, &t, &now);
     if (rc == 0)
         rc = admit(shim, 1, &t, now, &timeout_ms);
-    if (rc != 0)
+    if (rc != 0) {
+        pdshim__report_refused(shim, rc == PDR_EREPLAYED || rc == PDR_EWRONGPEER ? t.room : 0, 1, rc);
         return rc;
+    }
     struct tk_call *c = malloc(sizeof(*c));
     if (c == NULL)
         return PDR_ENOMEM;
     *c = (struct tk_call){cb, arg, t.room};
-    rc = pdshim_fetch_ex(shim, t.host, t.port, xfer_room(&t), segs, nseg, timeout_ms, tk_done, c);
+    rc = pdshim__post(shim, t.host, t.port, xfer_room(&t), t.room, segs, nseg, timeout_ms, tk_done, NULL, c);
     if (rc != 0)
         free(c);
     return rc;

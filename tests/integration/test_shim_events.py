@@ -261,13 +261,14 @@ def scenario_admission_other_decode():
         pdtest.stop_all()
 
 
-def stack(decode_args=(), n_decodes=1, extra="", alog=None):
+def stack(decode_args=(), n_decodes=1, extra="", alog=None, common=()):
     """pdsim workers that report to the router through libpdshim (--events-url), and the router. The
     admin port is chosen first, so that the workers know where to report before the router starts; they
     keep re-sending their load until it is up."""
     path = key_file()
     aport = pdtest.free_port()
-    ev = ("--events-url", "http://127.0.0.1:%d" % aport, "--events-key-file", path, "--kv-bytes-per-token", "16")
+    ev = ("--events-url", "http://127.0.0.1:%d" % aport, "--events-key-file", path, "--kv-bytes-per-token",
+          "16") + tuple(common)
     p = sim("prefill", *ev)
     ds = [sim("decode", *(ev + tuple(decode_args))) for _ in range(n_decodes)]
     cfg = "admin: { host: 127.0.0.1, port: %d }\nshim_events: { key_file: %s }\n%s" % (aport, path, extra)
@@ -315,6 +316,33 @@ def scenario_rooms():
         check(len(mine) == 4 and all(e["matched"] for e in mine), "recent %s" % v["recent"], r)
         check({e["event"] for e in mine} == {"accepted", "done"}, "events %s" % mine, r)
         check(sum(v["refused"].values()) == 0, "refusals %s" % v["refused"], r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_rooms_tickets():
+    """With protocol pdshim the transport names a ticket's room by its MAC; the shims still report the
+    room the router chose, so its events are attached to the request."""
+    alog = tempfile.mktemp(prefix="pdrouter-access-", suffix=".log")
+    tk = key_file(b"T" * 40)
+    r, p, ds, _ = stack(decode_args=("--decode-us-per-token", "20000"), alog=alog, common=("--ticket-key", tk),
+                        extra="protocol: pdshim\nticket: { key_file: %s }" % tk)
+    try:
+        wait_load(r, ds[0])
+        st, _, out = request(r.port, "POST", "/generate", {"input_ids": list(range(32)),
+                                                            "sampling_params": {"max_new_tokens": 5}})
+        check(st == 200, "status %d %s" % (st, out[:200]), r)
+
+        def line():
+            try:
+                with open(alog) as f:
+                    ls = [json.loads(x) for x in f if x.startswith("{") and '"/generate"' in x]
+            except OSError:
+                return None
+            return ls[-1] if ls else None
+        rec = pdtest.poll_until(line, 10, "the access log line")
+        kv = rec.get("kv")
+        check(kv is not None and "done" in kv["events"] and kv["bytes"] == 32 * 16, "kv field: %s" % rec, r)
     finally:
         pdtest.stop_all()
 
