@@ -267,12 +267,24 @@ PDSHIM_API int pdshim_offer_open(pdshim_t *shim, uint64_t room, uint64_t total_b
 {
     if (shim == NULL || cb == NULL)
         return PDR_EINVAL;
-    struct ex_call *c = ex_new(cb, arg);
+    struct ex_call *c = ex_new(shim, cb, NULL, arg, "prefill");
     if (c == NULL)
         return PDR_ENOMEM;
+    c->rroom = room;
+    /* Reported before the post, as in pdshim__post: the callback may free c at once. */
+    if (shim->ev != NULL) {
+        pdr__shim_ev_active(shim->ev, 1);
+        pdr__shim_ev_room(shim->ev, room, PDSHIM_EV_ACCEPTED, "prefill", 0, total_bytes, 0, NULL, 0, NULL);
+    }
     int rc = pdr_xfer_push_open(shim->eng, room, total_bytes, timeout_ms, ex_done, c);
-    if (rc != 0)
+    if (rc != 0) {
         free(c);
+        if (shim->ev != NULL) {
+            pdr__shim_ev_active(shim->ev, -1);
+            pdr__shim_ev_room(shim->ev, room, PDSHIM_EV_FAILED, "prefill", 0, 0, 0, NULL, rc,
+                              pdr_strerror(rc));
+        }
+    }
     return rc;
 }
 
