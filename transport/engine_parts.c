@@ -29,7 +29,7 @@ int pdr__op_servable_locked(const struct pdr__op *op)
 int pdr__part_take_locked(struct pdr__op *op, uint64_t max, uint64_t *off, uint64_t *len,
                           struct pdr__part **part)
 {
-    struct pdr__part *pt = op->pend_head;
+    struct pdr__part *pt = PDR_DLINK_ENTRY(op->pend.head, struct pdr__part, qlink);
     if (pt == NULL)
         return -1;
     uint64_t n = pt->len - pt->claimed;
@@ -40,24 +40,17 @@ int pdr__part_take_locked(struct pdr__op *op, uint64_t max, uint64_t *off, uint6
     *part = pt;
     pt->claimed += n;
     op->next_off += n;
-    if (pt->claimed == pt->len) {
-        op->pend_head = pt->pnext;
-        if (op->pend_head == NULL)
-            op->pend_tail = NULL;
-    }
+    if (pt->claimed == pt->len)
+        pdr_dqueue_unlink(&op->pend, &pt->qlink);
     return 0;
 }
 
 void pdr__parts_free(struct pdr__op *op)
 {
-    struct pdr__part *pt = op->parts;
-    while (pt != NULL) {
-        struct pdr__part *n = pt->next;
-        free(pt);
-        pt = n;
-    }
-    op->parts = NULL;
-    op->pend_head = op->pend_tail = NULL;
+    op->pend.head = op->pend.tail = NULL; /* its members are freed below, by the other list */
+    pdr_dlink_t *l;
+    while ((l = pdr_dlink_pop(&op->parts)) != NULL)
+        free(PDR_DLINK_ITEM(l, struct pdr__part, olink));
 }
 
 void pdr__parts_ready(pdr_xfer_engine_t *eng, struct pdr__op *op)
@@ -133,7 +126,7 @@ int pdr_xfer_push_part(pdr_xfer_engine_t *eng, uint64_t room, uint64_t offset, c
         first = 0;
     }
     struct pdr__op *op = pdr__room_find(eng, room, PDR__OP_PUSH);
-    struct pdr__part **pp = NULL;
+    pdr_dlink_t **pp = NULL;
     if (op == NULL || !op->parted || __atomic_load_n(&op->dead, __ATOMIC_SEQ_CST))
         rc = PDR_ENOROOM;
     else if (dev == -2 || offset + len > op->total || (op->nparts > 0 && dev != op->dev))
@@ -141,25 +134,22 @@ int pdr_xfer_push_part(pdr_xfer_engine_t *eng, uint64_t room, uint64_t offset, c
     else if (op->nparts >= PDR__MAX_PARTS || nseg > eng->opts.max_segments - op->part_segs)
         rc = PDR_ETOOBIG;
     else {
+        /* pp: the link to insert at, before the first part that ends after offset. */
         pp = &op->parts;
-        while (*pp != NULL && (*pp)->off + (*pp)->len <= offset)
-            pp = &(*pp)->next;
-        if (*pp != NULL && (*pp)->off < offset + len)
+        struct pdr__part *at;
+        while ((at = PDR_DLINK_ENTRY(*pp, struct pdr__part, olink)) != NULL && at->off + at->len <= offset)
+            pp = &at->olink.next;
+        if (at != NULL && at->off < offset + len)
             rc = PDR_EINVAL; /* overlaps a published part */
     }
     if (rc == 0) {
-        pt->next = *pp;
-        *pp = pt;
+        pdr_dlink_push(pp, &pt->olink);
         if (op->nparts == 0)
             op->dev = dev;
         op->nparts++;
         op->part_segs += nseg;
         op->published += len;
-        if (op->pend_tail != NULL)
-            op->pend_tail->pnext = pt;
-        else
-            op->pend_head = pt;
-        op->pend_tail = pt;
+        pdr_dqueue_append(&op->pend, &pt->qlink);
         tcp_wake_locked(eng, op);
         pdr__op_ready_locked(eng, op, PDR__READY_PART);
     }

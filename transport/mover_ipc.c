@@ -225,18 +225,24 @@ void pdr__ipc_parts(pdr_xfer_engine_t *eng, struct pdr__op *op)
     if (ir == NULL || ir->body == NULL || op->sess == NULL)
         return;
     pthread_mutex_lock(&eng->lock);
-    struct pdr__part *head = op->pend_head; /* taken whole: their pnext links stay ours */
-    for (struct pdr__part *pt = head; pt != NULL; pt = pt->pnext) {
+    /* Taken whole, every byte claimed: the local queue and its links are this thread's alone now. */
+    pdr_dqueue_t todo;
+    pdr_dqueue_move(&todo, &op->pend);
+    for (pdr_dlink_t *l = todo.head; l != NULL; l = l->next) {
+        struct pdr__part *pt = PDR_DLINK_ITEM(l, struct pdr__part, qlink);
         op->next_off += pt->len - pt->claimed;
         pt->claimed = pt->len;
     }
-    op->pend_head = op->pend_tail = NULL;
     pthread_mutex_unlock(&eng->lock);
-    if (head == NULL)
+    if (todo.head == NULL)
         return;
     void *stream = pdr__tcp_st(eng)->ipc->ipc_stream[op->dev];
     int rc = pdr__io_bind(&eng->io[0], op->dev);
-    for (struct pdr__part *pt = head; pt != NULL && rc == 0; pt = pt->pnext) {
+    pdr_dlink_t *l;
+    while ((l = pdr_dqueue_pop(&todo)) != NULL) { /* every link leaves the stack queue, on failure too */
+        struct pdr__part *pt = PDR_DLINK_ITEM(l, struct pdr__part, qlink);
+        if (rc != 0)
+            continue;
         rc = ipc_copy_range(eng, op->sess, ir, op, pt, pt->off, pt->len, stream);
         ir->issued += pt->len;
     }

@@ -341,7 +341,7 @@ struct pdr__op *pdr__claim(pdr_xfer_engine_t *eng, struct pdr__conn *c, int want
          * published byte is left unclaimed and comes back with its next part (engine_parts.c). */
         int rc = pdr__part_take_locked(op, eng->opts.chunk_bytes, off, len, part);
         pdr__push_list_del(s, op);
-        if (op->pend_head != NULL)
+        if (op->pend.head != NULL)
             pdr__push_list_add(s, op);
         if (rc == 0)
             op->refs++;
@@ -593,7 +593,7 @@ static int tcp_serve(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__ses
     }
     pthread_mutex_lock(&eng->lock);
     op->tcp_serving = 1;
-    if (pdr__op_servable_locked(op) && (!op->parted || op->pend_head != NULL))
+    if (pdr__op_servable_locked(op) && (!op->parted || op->pend.head != NULL))
         pdr__push_list_add(s, op);
     pthread_mutex_unlock(&eng->lock);
     pdr__rescan_all(eng); /* every connection of the session may claim chunks now */

@@ -69,8 +69,8 @@ enum { PDR__READY_SENT = 1, PDR__READY_GOT = 2, PDR__READY_FAIL = 4, PDR__READY_
  * in the part's own segments. Immutable once published, except claimed; freed with its op. A connection
  * or staging slot that claimed bytes of a part keeps a pointer to it next to its reference to the op. */
 struct pdr__part {
-    struct pdr__part *next;  /* op->parts, by offset (L) */
-    struct pdr__part *pnext; /* op->pend_head list (L) */
+    pdr_dlink_t olink; /* op->parts, by offset (L) */
+    pdr_dlink_t qlink; /* op->pend, while it has unclaimed bytes (L) */
     uint64_t off, len;
     uint64_t claimed; /* bytes handed to a connection or a copy (L) */
     size_t nseg;
@@ -120,10 +120,9 @@ struct pdr__op {
     /* A push opened in parts: parted is set at creation; the rest is under L. Its segs stay NULL: every
      * published part carries its own (struct pdr__part). dev is set by the first part. */
     int parted;
-    int tcp_serving;             /* (L) the TCP mover serves it: a new part goes on the push list */
-    struct pdr__part *parts;     /* (L) published parts, by offset */
-    struct pdr__part *pend_head; /* (L) parts with unclaimed bytes, in publish order */
-    struct pdr__part *pend_tail;
+    int tcp_serving;    /* (L) the TCP mover serves it: a new part goes on the push list */
+    pdr_dlink_t *parts; /* (L) published parts (struct pdr__part's olink), by offset */
+    pdr_dqueue_t pend;  /* (L) parts with unclaimed bytes (qlink), in publish order */
     size_t nparts;      /* (L) */
     size_t part_segs;   /* (L) segments of every part */
     uint64_t published; /* (L) bytes published */
