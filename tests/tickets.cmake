@@ -19,3 +19,8 @@ endforeach()
 add_test(NAME tickets_shim_python
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_shim_tickets.py ${CMAKE_BINARY_DIR})
 set_tests_properties(tickets_shim_python PROPERTIES TIMEOUT 60 ENVIRONMENT "${PDR_XFER_PY_ENV}")
+
+# A streamed offer by ticket (pdshim_offer_open_ticket) through the Python binding.
+add_test(NAME tickets_shim_parts_python
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_shim_parts_tickets.py ${CMAKE_BINARY_DIR})
+set_tests_properties(tickets_shim_parts_python PROPERTIES TIMEOUT 60 ENVIRONMENT "${PDR_XFER_PY_ENV}")

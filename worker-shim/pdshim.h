@@ -250,6 +250,13 @@ typedef struct pdshim_ticket_info {
 /* Prefill side: pdshim_offer_ex of the ticket's room. */
 PDSHIM_API int pdshim_offer_ticket(pdshim_t *shim, const char *ticket, const pdshim_seg_t *segs, size_t nseg,
                                    uint32_t timeout_ms, pdshim_result_cb cb, void *arg);
+/* Prefill side, a streamed offer by ticket: pdshim_offer_open of the ticket's room, refused exactly as
+ * pdshim_offer_ticket is (before anything is registered). Its parts are published with
+ * pdshim_offer_part(shim, room, ...) and followed with pdshim_room_progress(shim, room, ...), room being
+ * the ticket's room (pdshim_ticket_inspect's room; the callback reports it too): the shim maps it to the
+ * ticket-bound name on the transport, so only a decode holding the ticket can fetch it. */
+PDSHIM_API int pdshim_offer_open_ticket(pdshim_t *shim, const char *ticket, uint64_t total_bytes,
+                                        uint32_t timeout_ms, pdshim_result_cb cb, void *arg);
 /* Decode side: pdshim_fetch_ex of the ticket's room from the prefill address inside the ticket. */
 PDSHIM_API int pdshim_fetch_ticket(pdshim_t *shim, const char *ticket, const pdshim_seg_t *segs, size_t nseg,
                                    uint32_t timeout_ms, pdshim_result_cb cb, void *arg);

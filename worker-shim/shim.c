@@ -293,6 +293,14 @@ PDSHIM_API int pdshim_offer_part(pdshim_t *shim, uint64_t room, uint64_t offset,
 {
     if (shim == NULL)
         return PDR_EINVAL;
+    /* A room opened by ticket (pdshim_offer_open_ticket) runs on the transport under its ticket-derived
+     * name; the caller names it by the ticket's room. */
+    uint64_t x = pdshim__ticket_xroom(shim, 0, room);
+    if (x != 0 && x != room) {
+        int rc = pdr_xfer_push_part(shim->eng, x, offset, (const pdr_xfer_seg_t *)segs, nseg);
+        if (rc != PDR_ENOROOM)
+            return rc;
+    }
     return pdr_xfer_push_part(shim->eng, room, offset, (const pdr_xfer_seg_t *)segs, nseg);
 }
 
@@ -300,6 +308,11 @@ PDSHIM_API int pdshim_room_progress(pdshim_t *shim, uint64_t room, uint64_t *mov
 {
     if (shim == NULL)
         return PDR_EINVAL;
+    for (int role = 0; role < 2; role++) { /* by ticket: the offer's, then the fetch's transport name */
+        uint64_t x = pdshim__ticket_xroom(shim, role, room);
+        if (x != 0 && x != room && pdr_xfer_progress(shim->eng, x, moved, total) == 0)
+            return 0;
+    }
     return pdr_xfer_progress(shim->eng, room, moved, total);
 }
 

@@ -1024,8 +1024,12 @@ static void start_parts(sim_req_t *ctx, uint64_t us)
 {
     for (size_t i = 0; i < ctx->n_items; i++) {
         sim_item_t *it = &ctx->items[i];
-        int r = pdshim_offer_open(S.shim, it->room, it->kv_len, (uint32_t)S.opts.kv_timeout_ms,
-                                  on_shim_result, it);
+        /* By ticket (protocol pdshim) the parts and progress still name it->room, the ticket's room. */
+        int r = it->ticket != NULL
+                    ? pdshim_offer_open_ticket(S.shim, it->ticket, it->kv_len, (uint32_t)S.opts.kv_timeout_ms,
+                                               on_shim_result, it)
+                    : pdshim_offer_open(S.shim, it->room, it->kv_len, (uint32_t)S.opts.kv_timeout_ms,
+                                        on_shim_result, it);
         if (r != 0) {
             if (ctx->op_error == 0) {
                 ctx->op_error = r;
@@ -1151,12 +1155,8 @@ static void after_compute(sim_req_t *ctx)
             it->cached = pdsim_pcache_lookup(S.pcache, it->toks.ids, it->toks.n);
         computed += it->toks.n - it->cached;
     }
-    /* A ticket (protocol pdshim) names its room through the ticket: such offers stay whole. */
-    int ticketed = 0;
-    for (size_t i = 0; i < ctx->n_items; i++)
-        ticketed |= ctx->items[i].ticket != NULL;
     if (S.opts.kv_parts > 0 && ctx->role == PDSIM_ROLE_PREFILL && ctx->vllm != VLLM_PREFILL &&
-        !S.faults.stall_kv && !ticketed) {
+        !S.faults.stall_kv) {
         start_parts(ctx, computed * (uint64_t)S.opts.prefill_us_per_token);
         return;
     }

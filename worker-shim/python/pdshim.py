@@ -12,6 +12,7 @@ Streamed offers publish a room in parts while the prefill still computes it:
     f = pre.offer_open(room, total_bytes)                 # Future, as offer's
     pre.offer_part(room, 0, [layer0]); pre.offer_part(room, len(layer0), [layer1]) ...
     pre.room_progress(room)                               # (bytes moved, total)
+    f = pre.offer_open_ticket(ticket, total_bytes)       # protocol pdshim: the room is f.room
 
 Segments are any objects exporting a contiguous buffer (bytearray, memoryview, numpy array, mmap,
 ctypes array), or (address, length) pairs of integers for memory Python cannot see, such as GPU memory
@@ -191,6 +192,9 @@ def load_library():
         lib.pdshim_offer_open.restype = ctypes.c_int
         lib.pdshim_offer_open.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32,
                                           _RESULT_CB, ctypes.c_void_p]
+        lib.pdshim_offer_open_ticket.restype = ctypes.c_int
+        lib.pdshim_offer_open_ticket.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint32,
+                                                 _RESULT_CB, ctypes.c_void_p]
         lib.pdshim_offer_part.restype = ctypes.c_int
         lib.pdshim_offer_part.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(_Seg),
                                           ctypes.c_size_t]
@@ -384,9 +388,30 @@ class Shim:
         offer_part. Returns a Future of the bytes moved; cb, if given, is called with that Future when it
         completes (on the shim's thread: it must not block). The Future fails with ETIMEDOUT when a part
         was not published before the deadline."""
+        return self._open(room, cb, "offer_open",
+                          lambda k: self._lib.pdshim_offer_open(self._h, room, total_bytes, timeout_ms, self._cb, k))
+
+    def offer_open_ticket(self, ticket, total_bytes, timeout_ms=0, cb=None):
+        """Prefill side, protocol pdshim: offer_open() of the room the router's signed ticket names, refused
+        as offer_ticket is (PdshimError EBADTICKET, EFORGED, ETICKETEXPIRED, EWRONGPEER, EREPLAYED) before
+        anything is registered. Publish its parts with offer_part(fut.room, ...); fut.room is the ticket's
+        room."""
+        if not self._h:
+            raise PdshimError(ERRORS["ECLOSED"], "shim closed")
+        t = ticket.encode() if isinstance(ticket, str) else bytes(ticket)
+        info = _TicketInfo()
+        rc = self._lib.pdshim_ticket_inspect(self._h, t, ctypes.byref(info))
+        if rc != 0:
+            raise PdshimError(rc, "offer_open_ticket")
+        return self._open(info.room, cb, "offer_open_ticket",
+                          lambda k: self._lib.pdshim_offer_open_ticket(self._h, t, total_bytes, timeout_ms,
+                                                                       self._cb, k))
+
+    def _open(self, room, cb, what, call):
         if not self._h:
             raise PdshimError(ERRORS["ECLOSED"], "shim closed")
         fut = Future()
+        fut.room = room
         with self._lock:
             token = self._next
             self._next += 1
@@ -394,13 +419,13 @@ class Shim:
             self._streams[room] = token
         if cb is not None:
             fut.add_done_callback(cb)
-        rc = self._lib.pdshim_offer_open(self._h, room, total_bytes, timeout_ms, self._cb, token)
+        rc = call(token)
         if rc != 0:
             with self._lock:
                 self._pending.pop(token, None)
                 if self._streams.get(room) == token:
                     del self._streams[room]
-            raise PdshimError(rc, "offer_open")
+            raise PdshimError(rc, what)
         return fut
 
     def offer_part(self, room, offset, buffers):
