@@ -24,3 +24,7 @@ set_tests_properties(tickets_shim_python PROPERTIES TIMEOUT 60 ENVIRONMENT "${PD
 add_test(NAME tickets_shim_parts_python
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_shim_parts_tickets.py ${CMAKE_BINARY_DIR})
 set_tests_properties(tickets_shim_parts_python PROPERTIES TIMEOUT 60 ENVIRONMENT "${PDR_XFER_PY_ENV}")
+
+# pdsim --kv-parts behind pdrouter with protocol pdshim: ticketed streamed offers end to end.
+add_test(NAME tickets_kv_parts COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_parts_tickets.py)
+set_tests_properties(tickets_kv_parts PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
