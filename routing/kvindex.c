@@ -9,17 +9,20 @@
  *
  *   block_t  one per distinct local hash, in the block table; lists its residencies;
  *   res_t    one per (worker, block): the engine hash, in the engine table keyed by (worker, engine hash),
- *            in its block's list and in the global LRU list (most recently stored first).
+ *            in its block's list and in the global LRU queue (common/dlist.h; least recently stored
+ *            first).
  *
  * Invariants: every res_t is in exactly those three lists; a block_t has at least one residency (the
  * last one's removal frees it); ix->bytes is the sum of every allocation the index holds, and entries are
- * evicted from the LRU tail before an allocation would take it over max_bytes. Both tables have a fixed
- * number of buckets chosen from max_bytes at creation (counted too), so no rehash ever runs.
+ * evicted from the LRU queue's head (the oldest) before an allocation would take it over max_bytes. Both
+ * tables have a fixed number of buckets chosen from max_bytes at creation (counted too), so no rehash ever
+ * runs.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlist.h"
 #include "err.h"
 #include "kvevents.h"
 
@@ -36,9 +39,9 @@ struct res {
     uint64_t ehash;
     block_t *blk;
     worker_t *w;
-    res_t *enext;         /* engine table chain */
-    res_t *bnext;         /* the block's other residencies */
-    res_t *lprev, *lnext; /* LRU: ix->lru.lnext is the newest */
+    res_t *enext;      /* engine table chain */
+    res_t *bnext;      /* the block's other residencies */
+    pdr_dlink_t llink; /* ix->lru: the oldest at its head, the newest at its tail */
 };
 
 struct worker {
@@ -57,9 +60,11 @@ struct pdr_kvindex {
     pdr_kvindex_params_t p;
     uint64_t bytes, blocks, entries, evicted;
     size_t nbuckets;
+    /* The tables' chains (hnext, enext) and a block's residencies (bnext) stay singly linked, as open
+     * hashing's chains are: a dlist would add a pointer to every entry for O(1) unlinks not needed. */
     block_t **btab;
     res_t **etab;
-    res_t lru; /* sentinel */
+    pdr_dqueue_t lru; /* every residency (res_t's llink), least recently stored or refreshed first */
     worker_t **workers;
     size_t nworkers, capworkers;
 };
@@ -112,19 +117,7 @@ static res_t *res_find(pdr_kvindex_t *ix, const worker_t *w, uint64_t ehash)
     return r;
 }
 
-static void lru_unlink(res_t *r)
-{
-    r->lprev->lnext = r->lnext;
-    r->lnext->lprev = r->lprev;
-}
-
-static void lru_front(pdr_kvindex_t *ix, res_t *r)
-{
-    r->lnext = ix->lru.lnext;
-    r->lprev = &ix->lru;
-    ix->lru.lnext->lprev = r;
-    ix->lru.lnext = r;
-}
+#define LRU_RES(l) PDR_DLINK_ENTRY((l), res_t, llink)
 
 /* Unlinks and frees one residency (and its block when it was the last). */
 static void res_drop(pdr_kvindex_t *ix, res_t *r)
@@ -138,7 +131,7 @@ static void res_drop(pdr_kvindex_t *ix, res_t *r)
     while (*pp != r)
         pp = &(*pp)->bnext;
     *pp = r->bnext;
-    lru_unlink(r);
+    pdr_dqueue_unlink(&ix->lru, &r->llink);
     r->w->st.blocks--;
     free(r);
     ix->bytes -= sizeof(res_t);
@@ -157,9 +150,9 @@ static void res_drop(pdr_kvindex_t *ix, res_t *r)
 /* Drops every block of w: one pass over the LRU list (a rare event: gaps, restarts, clears). */
 static void worker_drop(pdr_kvindex_t *ix, worker_t *w)
 {
-    res_t *r = ix->lru.lnext;
-    while (w->st.blocks > 0 && r != &ix->lru) {
-        res_t *next = r->lnext;
+    res_t *r = LRU_RES(ix->lru.head);
+    while (w->st.blocks > 0 && r != NULL) {
+        res_t *next = LRU_RES(r->llink.next);
         if (r->w == w)
             res_drop(ix, r);
         r = next;
@@ -227,7 +220,6 @@ pdr_kvindex_t *pdr_kvindex_new(const pdr_kvindex_params_t *params, int *err)
         return NULL;
     }
     ix->bytes = sizeof(*ix) + ix->nbuckets * (sizeof(*ix->btab) + sizeof(*ix->etab));
-    ix->lru.lnext = ix->lru.lprev = &ix->lru;
     pthread_mutex_init(&ix->mu, NULL);
     return ix;
 }
@@ -236,12 +228,9 @@ void pdr_kvindex_free(pdr_kvindex_t *ix)
 {
     if (ix == NULL)
         return;
-    res_t *r = ix->lru.lnext;
-    while (r != &ix->lru) {
-        res_t *n = r->lnext;
-        free(r);
-        r = n;
-    }
+    pdr_dlink_t *l;
+    while ((l = pdr_dqueue_pop(&ix->lru)) != NULL)
+        free(LRU_RES(l));
     for (size_t i = 0; i < ix->nbuckets; i++) {
         block_t *b = ix->btab[i];
         while (b != NULL) {
@@ -264,15 +253,15 @@ static int res_add(pdr_kvindex_t *ix, worker_t *w, uint64_t ehash, uint64_t h)
 {
     res_t *r = res_find(ix, w, ehash);
     if (r != NULL && r->blk->h == h) {
-        lru_unlink(r);
-        lru_front(ix, r);
+        pdr_dqueue_unlink(&ix->lru, &r->llink);
+        pdr_dqueue_append(&ix->lru, &r->llink);
         return 0;
     }
     if (r != NULL)
         res_drop(ix, r); /* the engine reused a hash for other tokens: the newer store wins */
     /* Make room first, so that the cap holds at every moment. */
-    while (ix->bytes + sizeof(res_t) + sizeof(block_t) > ix->p.max_bytes && ix->lru.lprev != &ix->lru) {
-        res_drop(ix, ix->lru.lprev);
+    while (ix->bytes + sizeof(res_t) + sizeof(block_t) > ix->p.max_bytes && ix->lru.head != NULL) {
+        res_drop(ix, LRU_RES(ix->lru.head));
         ix->evicted++;
     }
     if (ix->bytes + sizeof(res_t) + sizeof(block_t) > ix->p.max_bytes)
@@ -308,7 +297,7 @@ static int res_add(pdr_kvindex_t *ix, worker_t *w, uint64_t ehash, uint64_t h)
     ix->etab[k] = r;
     r->bnext = b->res;
     b->res = r;
-    lru_front(ix, r);
+    pdr_dqueue_append(&ix->lru, &r->llink);
     ix->bytes += sizeof(*r);
     ix->entries++;
     w->st.blocks++;

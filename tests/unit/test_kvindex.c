@@ -375,7 +375,7 @@ static int index_problems(pdr_kvindex_t *ix)
     uint64_t bytes = sizeof(*ix) + ix->nbuckets * 2 * sizeof(void *) + ix->capworkers * sizeof(worker_t *) +
                      ix->nworkers * sizeof(worker_t);
     uint64_t nres = 0, nblk = 0;
-    for (res_t *r = ix->lru.lnext; r != &ix->lru; r = r->lnext) {
+    for (res_t *r = LRU_RES(ix->lru.head); r != NULL; r = LRU_RES(r->llink.next)) {
         nres++;
         if (res_find(ix, r->w, r->ehash) != r || !held_by(r->blk, r->w) ||
             block_find(ix, r->blk->h) != r->blk)
