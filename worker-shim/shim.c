@@ -265,23 +265,29 @@ PDSHIM_API void pdshim_events_stats(const pdshim_t *shim, uint64_t *sent, uint64
 PDSHIM_API int pdshim_offer_open(pdshim_t *shim, uint64_t room, uint64_t total_bytes, uint32_t timeout_ms,
                                  pdshim_result_cb cb, void *arg)
 {
+    return pdshim__open(shim, room, room, total_bytes, timeout_ms, cb, arg);
+}
+
+int pdshim__open(pdshim_t *shim, uint64_t room, uint64_t rroom, uint64_t total_bytes, uint32_t timeout_ms,
+                 pdshim_result_cb cb, void *arg)
+{
     if (shim == NULL || cb == NULL)
         return PDR_EINVAL;
     struct ex_call *c = ex_new(shim, cb, NULL, arg, "prefill");
     if (c == NULL)
         return PDR_ENOMEM;
-    c->rroom = room;
+    c->rroom = rroom;
     /* Reported before the post, as in pdshim__post: the callback may free c at once. */
     if (shim->ev != NULL) {
         pdr__shim_ev_active(shim->ev, 1);
-        pdr__shim_ev_room(shim->ev, room, PDSHIM_EV_ACCEPTED, "prefill", 0, total_bytes, 0, NULL, 0, NULL);
+        pdr__shim_ev_room(shim->ev, rroom, PDSHIM_EV_ACCEPTED, "prefill", 0, total_bytes, 0, NULL, 0, NULL);
     }
     int rc = pdr_xfer_push_open(shim->eng, room, total_bytes, timeout_ms, ex_done, c);
     if (rc != 0) {
         free(c);
         if (shim->ev != NULL) {
             pdr__shim_ev_active(shim->ev, -1);
-            pdr__shim_ev_room(shim->ev, room, PDSHIM_EV_FAILED, "prefill", 0, 0, 0, NULL, rc,
+            pdr__shim_ev_room(shim->ev, rroom, PDSHIM_EV_FAILED, "prefill", 0, 0, 0, NULL, rc,
                               pdr_strerror(rc));
         }
     }

@@ -48,6 +48,9 @@ uint64_t pdshim__ticket_xroom(pdshim_t *shim, int role, uint64_t room);
 int pdshim__post(pdshim_t *shim, const char *host, int port, uint64_t room, uint64_t rroom,
                  const pdshim_seg_t *segs, size_t nseg, uint32_t timeout_ms, pdshim_result_cb cb,
                  pdshim_done_cb done, void *arg);
+/* shim.c: opens a streamed offer (pdshim_offer_open) of transport room `room`, reported as `rroom`. */
+int pdshim__open(pdshim_t *shim, uint64_t room, uint64_t rroom, uint64_t total_bytes, uint32_t timeout_ms,
+                 pdshim_result_cb cb, void *arg);
 /* Reports a ticket the shim refused (role: 0 offers, 1 fetches; room 0 when the ticket names none). */
 void pdshim__report_refused(pdshim_t *shim, uint64_t room, int role, int status);
 

@@ -276,22 +276,24 @@ PDSHIM_API int pdshim_offer_ticket(pdshim_t *shim, const char *ticket, const pds
 PDSHIM_API int pdshim_offer_open_ticket(pdshim_t *shim, const char *ticket, uint64_t total_bytes,
                                         uint32_t timeout_ms, pdshim_result_cb cb, void *arg)
 {
-    pdr_ticket_t t;
+    pdr_ticket_t t = {0};
     uint64_t now;
     if (cb == NULL)
         return PDR_EINVAL;
     int rc = verify(shim, ticket, &t, &now);
     if (rc == 0)
         rc = admit(shim, 0, &t, now, &timeout_ms);
-    if (rc != 0)
+    if (rc != 0) {
+        pdshim__report_refused(shim, rc == PDR_EREPLAYED || rc == PDR_EWRONGPEER ? t.room : 0, 0, rc);
         return rc;
+    }
     struct tk_call *c = malloc(sizeof(*c));
     if (c == NULL)
         return PDR_ENOMEM;
     *c = (struct tk_call){cb, arg, t.room};
     /* The parts that follow name the ticket's room; pdshim_offer_part finds this name through the replay
      * cache entry admit() just made. */
-    rc = pdshim_offer_open(shim, xfer_room(&t), total_bytes, timeout_ms, tk_done, c);
+    rc = pdshim__open(shim, xfer_room(&t), t.room, total_bytes, timeout_ms, tk_done, c);
     if (rc != 0)
         free(c);
     return rc;
