@@ -4,10 +4,14 @@ room's KV in parts through the shim's ticketed streamed offer (pdshim_offer_open
 fetching it with its ticket. Disaggregated output equals monolithic (--role both), single, streaming and
 batch; every room went in parts; bytes of the earlier parts moved before the compute ended
 (/pdsim/stats kv_parts.moved_at_compute_end > 0). A replayed ticket sent to the prefill again is refused
-(403, replayed) and opens no room. Real pdrouter and pdsim processes on loopback."""
+(403, replayed) and opens no room. With shim events on, the streamed rooms are reported under the room the
+router chose (not the transport's ticket-bound name), so their events are matched to the request. Real
+pdrouter and pdsim processes on loopback."""
 
+import json
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
@@ -25,6 +29,37 @@ def body_of(prompt, stream=False):
 
 def last_text(data):
     return [e for e in pdtest.sse_events(data) if e != "[DONE]"][-1]["text"]
+
+
+def events_reported():
+    import test_shim_events as tse
+    alog = tempfile.mktemp(prefix="pdrouter-access-", suffix=".log")
+    tk = keyfile(KEY_A)
+    r, p, ds, _ = tse.stack(decode_args=("--decode-us-per-token", "20000"), alog=alog,
+                            common=("--ticket-key", tk, "--kv-parts", str(PARTS), "--prefill-us-per-token", "200"),
+                            extra="protocol: pdshim\nticket: { key_file: %s }" % tk)
+    tse.wait_load(r, ds[0])
+    st, _, out = request(r.port, "POST", "/generate", {"input_ids": list(range(64)),
+                                                        "sampling_params": {"max_new_tokens": 5}})
+    check(st == 200, "status %d %s" % (st, out[:200]), r, p)
+    check(stats(p)["kv_parts"]["rooms"] == 1, "not streamed: %r" % stats(p)["kv_parts"], p)
+
+    def line():
+        try:
+            with open(alog) as f:
+                ls = [json.loads(x) for x in f if x.startswith("{") and '"/generate"' in x]
+        except OSError:
+            return None
+        return ls[-1] if ls else None
+    rec = pdtest.poll_until(line, 10, "the access log line")
+    kv = rec.get("kv")
+    check(kv is not None and "done" in kv["events"] and kv["bytes"] == 64 * 16, "kv field: %s" % rec, r)
+
+    def mine():
+        ev = [e for e in tse.shim_view(r)["recent"] if e["room"] == rec["room"]]
+        return ev if len(ev) == 4 else None
+    ev = pdtest.poll_until(mine, 10, "both shims' events of the room")
+    check(all(e["matched"] for e in ev) and {e["event"] for e in ev} == {"accepted", "done"}, repr(ev), r)
 
 
 def main():
@@ -70,6 +105,7 @@ def main():
         check(kp2["rooms"] == rooms and kp2["published"] == kp["published"], "a replay opened a room: %r" % kp2, p)
         for x in (r, d, p, both):
             x.stop()
+        events_reported()
     finally:
         pdtest.stop_all()
     print("ok kv parts with tickets")
