@@ -371,6 +371,9 @@ void pdr_config_pool_timeouts(const pdr_config_t *c, const pdr_pool_conf_t *pc, 
         pc && pc->timeouts.kv_transfer_ms ? pc->timeouts.kv_transfer_ms : c->timeouts.kv_transfer_ms;
     out->stream_idle_ms =
         pc && pc->timeouts.stream_idle_ms ? pc->timeouts.stream_idle_ms : c->timeouts.stream_idle_ms;
+    out->kv_transfer_ms_per_1k_tokens = pc && pc->timeouts.kv_transfer_ms_per_1k_tokens
+                                            ? pc->timeouts.kv_transfer_ms_per_1k_tokens
+                                            : c->timeouts.kv_transfer_ms_per_1k_tokens;
 }
 
 long pdr_config_pool_for_model(const pdr_config_t *c, const char *model, size_t len)

@@ -108,6 +108,7 @@ typedef struct pdr_pool_conf {
     size_t n_regular;
     struct {
         int connect_ms, first_byte_ms, kv_transfer_ms, stream_idle_ms; /* 0: the top-level timeouts' */
+        int kv_transfer_ms_per_1k_tokens;                              /* 0: the top-level one */
     } timeouts;
     pdr_discovery_conf_t discovery;     /* the pool's discovery: (the shorthand's view: the top-level one) */
     pdr_cache_aware_conf_t cache_aware; /* the pool's own (negative: not set) */
@@ -117,6 +118,8 @@ typedef struct pdr_pool_conf {
 /* The deadlines a request of pool pc runs with: the pool's own where it sets them, else c's. */
 typedef struct pdr_timeouts {
     int connect_ms, first_byte_ms, kv_transfer_ms, stream_idle_ms;
+    int kv_transfer_ms_per_1k_tokens; /* added to kv_transfer_ms per 1024 prompt tokens (router/kvdeadline.h)
+                                       */
 } pdr_timeouts_t;
 
 typedef struct pdr_config {
@@ -183,10 +186,11 @@ typedef struct pdr_config {
         int drain_status; /* default 410: a check answered with it drains the worker; 0 = off */
     } health;
     struct {
-        int connect_ms;     /* default 1000 */
-        int first_byte_ms;  /* default 60000 */
-        int kv_transfer_ms; /* default 30000 */
-        int stream_idle_ms; /* default 300000 */
+        int connect_ms;                   /* default 1000 */
+        int first_byte_ms;                /* default 60000 */
+        int kv_transfer_ms;               /* default 30000 */
+        int stream_idle_ms;               /* default 300000 */
+        int kv_transfer_ms_per_1k_tokens; /* default 0: the KV deadline does not grow with the prompt */
     } timeouts;
     struct {
         int drain_grace_ms;            /* default 5000: readiness off, still serving */

@@ -621,6 +621,8 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->timeouts.first_byte_ms, 1, PDR_MAX_MS, "timeouts.first_byte_ms");
     CHECK_RANGE(c->timeouts.kv_transfer_ms, 1, PDR_MAX_MS, "timeouts.kv_transfer_ms");
     CHECK_RANGE(c->timeouts.stream_idle_ms, 1, PDR_MAX_MS, "timeouts.stream_idle_ms");
+    CHECK_RANGE(c->timeouts.kv_transfer_ms_per_1k_tokens, 0, PDR_MAX_MS,
+                "timeouts.kv_transfer_ms_per_1k_tokens");
     CHECK_RANGE(c->lifecycle.drain_grace_ms, 0, PDR_MAX_MS, "lifecycle.drain_grace_ms");
     CHECK_RANGE(c->lifecycle.drain_timeout_ms, 1, PDR_MAX_MS, "lifecycle.drain_timeout_ms");
     CHECK_RANGE(c->lifecycle.worker_startup_timeout_ms, 0, PDR_MAX_MS, "lifecycle.worker_startup_timeout_ms");

@@ -120,6 +120,7 @@ static const struct field timeouts_fields[] = {
     {"first_byte_ms", F_INT, CONF(timeouts.first_byte_ms), 1, PDR_MAX_MS, NULL},
     {"kv_transfer_ms", F_INT, CONF(timeouts.kv_transfer_ms), 1, PDR_MAX_MS, NULL},
     {"stream_idle_ms", F_INT, CONF(timeouts.stream_idle_ms), 1, PDR_MAX_MS, NULL},
+    {"kv_transfer_ms_per_1k_tokens", F_INT, CONF(timeouts.kv_transfer_ms_per_1k_tokens), 0, PDR_MAX_MS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field limits_fields[] = {
@@ -270,6 +271,8 @@ static const struct field pool_timeouts_fields[] = {
     {"first_byte_ms", F_INT, POOLF(timeouts.first_byte_ms), 1, PDR_MAX_MS, NULL},
     {"kv_transfer_ms", F_INT, POOLF(timeouts.kv_transfer_ms), 1, PDR_MAX_MS, NULL},
     {"stream_idle_ms", F_INT, POOLF(timeouts.stream_idle_ms), 1, PDR_MAX_MS, NULL},
+    {"kv_transfer_ms_per_1k_tokens", F_INT, POOLF(timeouts.kv_transfer_ms_per_1k_tokens), 0, PDR_MAX_MS,
+     NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 /* A pool's cache_aware: (and its prefill: / decode: inside): the thresholds and the seed, not the

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "err.h"
+#include "links.h"
 #include "router.h"
 #include "routes.h"
 #include "shim_events.h"
@@ -150,6 +151,28 @@ static json_t *status_json(pdr_router_t *r)
                      "shutting_down", pdr_router_stopping(r), "discovery", disc, "config_file", cfg,
                      "reloads", "ok", (json_int_t)__atomic_load_n(&r->reloads_ok, __ATOMIC_RELAXED), "failed",
                      (json_int_t)__atomic_load_n(&r->reloads_failed, __ATOMIC_RELAXED));
+}
+
+/* GET /admin/v1/links: the prefill -> decode links that have failed KV transfers (links.h), and how many
+ * of them are suspect now. */
+static json_t *links_json(void)
+{
+    size_t cap = pdr_links_count() + 1;
+    pdr_link_info_t *ls = malloc(sizeof(*ls) * cap);
+    size_t suspect = 0, n = ls != NULL ? pdr_links_snapshot(ls, cap, &suspect) : 0;
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n && arr != NULL; i++)
+        json_array_append_new(arr,
+                              json_pack("{s:s,s:s,s:s,s:s,s:b,s:I,s:I,s:I,s:I,s:s}", "prefill", ls[i].prefill,
+                                        "decode", ls[i].decode, "prefill_id", ls[i].prefill_id, "decode_id",
+                                        ls[i].decode_id, "suspect", ls[i].suspect, "consecutive_failures",
+                                        (json_int_t)ls[i].consecutive_failures, "failures_total",
+                                        (json_int_t)ls[i].failures_total, "successes_total",
+                                        (json_int_t)ls[i].successes_total, "last_failure_ms",
+                                        (json_int_t)ls[i].last_failure_ms, "last_cause", ls[i].last_cause));
+    free(ls);
+    return json_pack("{s:I,s:I,s:o}", "tracked", (json_int_t)n, "suspect", (json_int_t)suspect, "links",
+                     arr != NULL ? arr : json_array());
 }
 
 static json_t *events_json(pdr_router_t *r)
@@ -557,8 +580,17 @@ static void admin_route(pdr_router_t *r, pdr_thread_t *t, h2o_req_t *req, const 
     case PDR_RK_ADMIN_METRICS:
         pdr__send_metrics(t, req);
         break;
-    case PDR_RK_ADMIN_STATUS:
-        pdr_send_json(req, 200, status_json(r));
+    case PDR_RK_ADMIN_STATUS: {
+        json_t *st = status_json(r);
+        size_t suspect = 0;
+        pdr_links_snapshot(NULL, 0, &suspect);
+        if (st != NULL)
+            json_object_set_new(st, "suspect_links", json_integer((json_int_t)suspect));
+        pdr_send_json(req, 200, st);
+        break;
+    }
+    case PDR_RK_ADMIN_LINKS:
+        pdr_send_json(req, 200, links_json());
         break;
     case PDR_RK_ADMIN_EVENTS:
         pdr_send_json(req, 200, events_json(r));

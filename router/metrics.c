@@ -8,6 +8,7 @@
 #include "disagg.h"
 #include "kv_events.h"
 #include "shim_events.h"
+#include "kvdeadline.h"
 #include "metrics.h"
 #include "phases.h"
 #include "trace.h"
@@ -468,6 +469,11 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         if (r <= PDR_MR_CHAT || m->stream_events_total[r])
             put(&o, "pdr_stream_events_total{route=\"%s\"} %llu\n", route_names[r],
                 (unsigned long long)m->stream_events_total[r]);
+    size_t kvlen = 0;
+    char *kv = pdr_kv_render_metrics(&kvlen); /* KV failures and link state (kvdeadline.h, links.h) */
+    if (kv != NULL)
+        put(&o, "%.*s", (int)kvlen, kv);
+    free(kv);
     free(m);
     *len = o.len;
     return o.p;

@@ -30,6 +30,8 @@
 #include "buf.h"
 #include "disagg.h"
 #include "err.h"
+#include "kvdeadline.h"
+#include "links.h"
 #include "pd_vllm.h"
 #include "phases.h"
 #include "tickets.h"
@@ -97,6 +99,17 @@ typedef struct pd_req {
     uint64_t t0_ns, ttfb_ns, end_ns, attempt_t0_ns, last_data_ns;
     uint64_t send_ns; /* when the send in flight was handed to h2o (the client's read clock) */
     uint64_t first_byte_deadline_ns, kv_deadline_ns;
+    /* The KV deadline (kvdeadline.h): kv_ms, computed once from the prompt's length (kv_tokens, found as
+     * kv_tokens_how), runs from the moment both legs are sent (protocol vllm: the decode leg) while kv_open,
+     * until the KV is known to have arrived: the decode's first token (kv_sse counts its token events until
+     * the first), the prefill's successful answer (sglang), or a shim's report. kv_cause names the last KV
+     * failure (access log). */
+    uint64_t kv_ms, kv_tokens;
+    pdr_kv_tokens_how_t kv_tokens_how;
+    unsigned kv_open : 1;
+    pdr_sse_counter_t kv_sse;
+    const char *kv_cause;
+    char kv_msg[200];
     uint64_t bytes_in, bytes_out;
     const char *error_cause;
     uv_timer_t timer;
@@ -247,6 +260,28 @@ static void leg_ended(pd_req_t *x, int prefill, const pdr_worker_t *w)
         pdr_span_event(&sp, "first_byte", x->ph.decode_first_byte_us);
     sp.status = why != NULL || leg->status >= 500 ? PDR_SPAN_STATUS_ERROR : PDR_SPAN_STATUS_OK;
     pdr_trace_submit(&sp, 1);
+}
+
+/* The attempt's KV is known to have arrived: its deadline ends and the link's suspect mark is cleared. */
+static void kv_arrived(pd_req_t *x)
+{
+    if (!x->kv_open)
+        return;
+    x->kv_open = 0;
+    pdr_links_success(x->pw, x->dw);
+}
+
+/* A KV failure of the attempt: counted by cause and backend, the link marked suspect, logged; the deadline
+ * no longer runs for this attempt. */
+static void note_kv_failure(pd_req_t *x, pdr_kv_cause_t cause, const char *backend, const char *why)
+{
+    x->kv_open = 0;
+    x->kv_cause = pdr_kv_cause_names[cause];
+    pdr_kv_count_failure(cause, pdr_kvf_backend_parse(backend));
+    pdr_links_failure(x->pw, x->dw, x->kv_cause);
+    pdr_warn("request %s: KV transfer from prefill %s to decode %s failed (%s, backend %s): %s",
+             x->request_id, x->pw ? x->pw->target : "-", x->dw ? x->dw->target : "-", x->kv_cause,
+             pdr_kvf_backend_names[pdr_kvf_backend_parse(backend)], why);
 }
 
 static void release_leg(pd_req_t *x, int prefill)
@@ -497,6 +532,18 @@ static void attempt_failed(pd_req_t *x, int role, int cause, int status, const c
     pdr_role_t r0 = blamed ? (pdr_role_t)role : PDR_ROLE_PREFILL;
     pdr_worker_t *w = r0 == PDR_ROLE_PREFILL ? x->pw : x->dw;
     x->t->m.upstream_errors[r0][cause]++;
+    if (x->kv_open) {
+        /* The attempt ends with its KV in flight. A worker that could not be reached never took part in a
+         * transfer: not a KV failure. */
+        if (cause == PDR_CAUSE_KV_DEADLINE)
+            note_kv_failure(x, PDR_KVC_DEADLINE, NULL, msg);
+        else if (cause == PDR_CAUSE_RESET)
+            note_kv_failure(x, PDR_KVC_PEER_GONE, NULL, msg);
+        else if (cause == PDR_CAUSE_STATUS_5XX || cause == PDR_CAUSE_OTHER)
+            note_kv_failure(x, r0 == PDR_ROLE_PREFILL ? PDR_KVC_PREFILL_ERROR : PDR_KVC_DECODE_ERROR, NULL,
+                            msg);
+        x->kv_open = 0;
+    }
     x->error_cause = msg;
     if (blamed && w != NULL) {
         if (cause == PDR_CAUSE_CONNECT || cause == PDR_CAUSE_FIRST_BYTE_DEADLINE ||
@@ -696,6 +743,8 @@ static void prefill_done(pdr_leg_t *leg, int err)
     x->p_done = 1;
     x->p_err = err;
     release_leg(x, 1);
+    if (err == 0 && leg->status >= 200 && leg->status < 300 && !x->vllm)
+        kv_arrived(x); /* an sglang prefill answers once its KV has been received */
     if (x->started || x->lingering) {
         /* After the decode's first byte (pd.relay first_byte): the outcome no longer changes the answer. */
         if (err == PDR_ECANCELED) {
@@ -761,6 +810,12 @@ static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
                        whole_answer(x) ? (size_t)x->conf->limits.max_merge_bytes : PREFILL_BODY_CAP) != 0)
         return 0; /* aborts the transfer; on_done reports it */
     x->bytes_in += n;
+    /* A decode produces its first token only from the KV: a stream's first token event, or any byte of
+     * another answer (it is whole by then), ends the KV deadline. */
+    if (x->kv_open && leg->status < 400 &&
+        (strncmp(leg->content_type, "text/event-stream", 17) != 0 ||
+         pdr_sse_count_tokens(&x->kv_sse, p, n) > 0))
+        kv_arrived(x);
     if (x->started) {
         send_final_or_more(x);
     } else if (x->req != NULL) {
@@ -831,8 +886,8 @@ static uint64_t idle_ns(const pd_req_t *x)
  * empty the other role. */
 static int deadline_culprit(const pd_req_t *x)
 {
-    if (x->vllm)
-        return PDR_ROLE_PREFILL; /* the decode starts only once the prefill has answered */
+    if (x->vllm) /* the decode starts only once the prefill has answered; then either may hold up the KV */
+        return x->p_done ? -1 : PDR_ROLE_PREFILL;
     if (x->dleg.got_headers)
         return PDR_ROLE_PREFILL;
     int p_alive = x->pw != NULL && pdr_worker_alive_ns(x->pw) > x->attempt_t0_ns;
@@ -882,6 +937,33 @@ static int reports(const pd_req_t *x)
            (x->dw != NULL && __atomic_load_n(&x->dw->load.report_ms, __ATOMIC_RELAXED) != 0);
 }
 
+/* A KV failure after the client's answer began: nothing can be retried. Both legs are cancelled and the
+ * answer ends visibly: a stream with an error event then its normal end, another answer aborted (its body
+ * is cut short, which the client sees as a broken response). */
+static void kv_failed_in_response(pd_req_t *x, pdr_kv_cause_t cause, const char *backend, const char *why)
+{
+    note_kv_failure(x, cause, backend, why);
+    x->t->m.upstream_errors[PDR_ROLE_PREFILL]
+                           [cause == PDR_KVC_DEADLINE ? PDR_CAUSE_KV_DEADLINE : PDR_CAUSE_OTHER]++;
+    x->broken = 1;
+    x->error_cause = cause == PDR_KVC_DEADLINE ? "kv_transfer_deadline" : "kv_transfer_failed";
+    cancel_legs(x);
+    x->p_done = x->d_done = 1;
+    if (x->is_sse) {
+        char ev[400];
+        int k =
+            snprintf(ev, sizeof(ev), "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\n",
+                     why, cause == PDR_KVC_DEADLINE ? "timeout_error" : "upstream_error",
+                     cause == PDR_KVC_DEADLINE ? 504 : 502);
+        if (k > 0 && (size_t)k < sizeof(ev))
+            pdr_buf_append(&x->pending, ev, (size_t)k, SIZE_MAX / 2);
+        x->d_err = 0;
+    } else {
+        x->d_err = cause == PDR_KVC_DEADLINE ? PDR_ETIMEDOUT : PDR_EIO;
+    }
+    send_final_or_more(x);
+}
+
 static void on_timer(uv_timer_t *t)
 {
     pd_req_t *x = t->data;
@@ -912,14 +994,22 @@ static void on_timer(uv_timer_t *t)
         }
         int gone = x->mode == MODE_PD ? restarted_role(x) : -1;
         if (gone >= 0) {
-
             attempt_failed(x, gone, PDR_CAUSE_RESET, 503,
                            "the worker restarted (a new shim instance): its KV for this request is gone");
             return;
         }
-        if (x->mode == MODE_PD && !x->p_done && now >= x->kv_deadline_ns) {
-            attempt_failed(x, deadline_culprit(x), PDR_CAUSE_KV_DEADLINE, 504,
-                           "the KV transfer did not finish within timeouts.kv_transfer_ms");
+        if (x->mode == MODE_PD && (x->kv_open || !x->p_done) && now >= x->kv_deadline_ns) {
+            if (x->kv_open)
+                snprintf(x->kv_msg, sizeof(x->kv_msg),
+                         "the KV transfer did not finish within its deadline of %" PRIu64
+                         " ms (timeouts.kv_transfer_ms)",
+                         x->kv_ms);
+            else
+                snprintf(x->kv_msg, sizeof(x->kv_msg),
+                         "the prefill did not answer within %" PRIu64
+                         " ms (timeouts.kv_transfer_ms; its KV had arrived)",
+                         x->kv_ms);
+            attempt_failed(x, deadline_culprit(x), PDR_CAUSE_KV_DEADLINE, 504, x->kv_msg);
             return;
         }
         if (now >= x->first_byte_deadline_ns) {
@@ -927,6 +1017,15 @@ static void on_timer(uv_timer_t *t)
                            PDR_CAUSE_FIRST_BYTE_DEADLINE, 504, "no first byte within timeouts.first_byte_ms");
             return;
         }
+    } else if (x->kv_open && now >= x->kv_deadline_ns) {
+        /* The client has bytes of the answer (a stream's head), but the decode's first token has not come:
+         * the KV never arrived. */
+        snprintf(x->kv_msg, sizeof(x->kv_msg),
+                 "the KV transfer did not finish within its deadline of %" PRIu64
+                 " ms (timeouts.kv_transfer_ms)",
+                 x->kv_ms);
+        kv_failed_in_response(x, PDR_KVC_DEADLINE, NULL, x->kv_msg);
+        return;
     } else if (x->p_running && now >= x->kv_deadline_ns) {
         /* pd.relay first_byte: the prefill still has not answered; the decode's answer goes on. */
         pdr_leg_cancel(&x->pleg);
@@ -954,7 +1053,7 @@ static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
     uint64_t next = 0;
     if (!x->started) {
         next = x->first_byte_deadline_ns;
-        if (x->mode == MODE_PD && !x->p_done && x->kv_deadline_ns < next)
+        if (x->mode == MODE_PD && (x->kv_open || !x->p_done) && x->kv_deadline_ns < next)
             next = x->kv_deadline_ns;
         if (x->req->version < 0x200 && now + PEEK_INTERVAL_MS * 1000000ull < next)
             next = now + PEEK_INTERVAL_MS * 1000000ull;
@@ -967,8 +1066,9 @@ static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
     /* The client's side: a send it has not taken for stream_idle_ms (it stopped reading). */
     if (x->send_inflight)
         next = x->send_ns + idle_ns(x);
-    /* The prefill's answer, still to come after the decode's first byte (pd.relay first_byte). */
-    if (x->p_running && (next == 0 || x->kv_deadline_ns < next))
+    /* The prefill's answer, still to come after the decode's first byte (pd.relay first_byte); or the KV,
+     * not known to have arrived yet though the client's answer began. */
+    if ((x->p_running || x->kv_open) && (next == 0 || x->kv_deadline_ns < next))
         next = x->kv_deadline_ns;
     /* The decode's side: silence while the router is ready for its bytes (not paused by the client). */
     if (x->d_running && !x->dleg.paused) {
@@ -1200,6 +1300,7 @@ static void start_attempt(pd_req_t *x)
     pdr_router_t *r = x->r;
     x->p_done = x->d_done = 0;
     x->recheck = 0;
+    x->kv_open = 0;
     x->p_err = x->d_err = 0;
     x->pbody.len = 0;
     x->pending.len = 0;
@@ -1259,7 +1360,7 @@ static void start_attempt(pd_req_t *x)
     pdr_phase_attempt(&x->ph);
     x->ph.sent_us = x->attempt_t0_ns / 1000; /* the pair is picked; its first leg goes out now */
     x->first_byte_deadline_ns = x->attempt_t0_ns + (uint64_t)x->to.first_byte_ms * 1000000u;
-    x->kv_deadline_ns = x->attempt_t0_ns + (uint64_t)x->to.kv_transfer_ms * 1000000u;
+    x->kv_deadline_ns = x->attempt_t0_ns + x->kv_ms * 1000000u;
     char url[512];
     if (x->mode == MODE_MODELS) {
         snprintf(url, sizeof(url), "%s/v1/models", x->dw->conf.url);
@@ -1342,6 +1443,9 @@ static void start_attempt(pd_req_t *x)
         fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
         return;
     }
+    /* Both legs are sent: the KV deadline runs. */
+    x->kv_open = 1;
+    memset(&x->kv_sse, 0, sizeof(x->kv_sse));
     arm_timer(x);
 }
 
@@ -1403,6 +1507,10 @@ static void vllm_start_decode(pd_req_t *x)
     memcpy(x->d_span, x->fwd.last_span, 8);
     x->d_running = 1;
     pdr_worker_track(x->dw, 1);
+    /* The decode pulls the KV now: the KV deadline runs from here. */
+    x->kv_open = 1;
+    memset(&x->kv_sse, 0, sizeof(x->kv_sse));
+    x->kv_deadline_ns = pdr_now_ns() + x->kv_ms * 1000000u;
 }
 
 /* The request lets go of the decode (client gone, attempt failed, response over). KV the prefill holds for
@@ -1573,7 +1681,7 @@ static void write_access_log(pd_req_t *x)
         else
             phases[0] = '\0';
     }
-    char line[2048];
+    char line[2560];
     char room[24] = "null";
     if (x->n_rooms > 0 && x->body != NULL && !x->vllm && !x->solo)
         snprintf(room, sizeof(room), "%" PRIu64, x->rooms[0]);
@@ -1582,8 +1690,9 @@ static void write_access_log(pd_req_t *x)
         line, sizeof(line),
         "{\"ts_us\":%" PRIu64 ",\"request_id\":\"%s\",\"trace_id\":\"%s\",\"path\":\"%s\",\"status\":%d,"
         "\"pool\":%s%s%s,\"prefill\":%s%s%s,\"decode\":%s%s%s,\"room\":%s,\"attempts\":%d,\"ttfb_ms\":%.3f,"
-        "\"total_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%" PRIu64
-        ",\"error\":%s%s%s,\"disagg\":%s%s%s%s%s}\n",
+        "\"total_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s,\"disagg\":%s%s%s,"
+        "\"kv_deadline_ms\":%" PRIu64 ",\"kv_tokens\":%" PRIu64
+        ",\"kv_tokens_from\":\"%s\",\"kv_cause\":%s%s%s%s%s}\n",
         pdr_wall_us(), x->request_id, x->fwd.trace_id,
         x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status, x->pool ? "\"" : "",
         x->pool ? x->pool : "null", x->pool ? "\"" : "", x->pw ? "\"" : "", x->pw ? x->pw->target : "null",
@@ -1591,8 +1700,9 @@ static void write_access_log(pd_req_t *x)
         x->attempt + 1, ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0,
         x->bytes_out, x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null",
         x->error_cause ? "\"" : "", x->disagg >= 0 ? "\"" : "",
-        x->disagg >= 0 ? pdr_disagg_decision_names[x->disagg] : "null", x->disagg >= 0 ? "\"" : "", phases,
-        kv);
+        x->disagg >= 0 ? pdr_disagg_decision_names[x->disagg] : "null", x->disagg >= 0 ? "\"" : "", x->kv_ms,
+        x->kv_tokens, pdr_kv_tokens_how_names[x->kv_tokens_how], x->kv_cause ? "\"" : "",
+        x->kv_cause ? x->kv_cause : "null", x->kv_cause ? "\"" : "", phases, kv);
     if (n <= 0)
         return;
     size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
@@ -1671,6 +1781,8 @@ static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
     x->t0_ns = pdr_now_ns();
     x->last_data_ns = x->t0_ns;
     x->disagg = -1;
+    x->kv_ms = (uint64_t)x->to.kv_transfer_ms;
+    x->kv_tokens_how = PDR_KVT_NONE;
     pdr_fwd_build(&x->fwd, req, x->conf); /* the request id, the trace and the forwarded headers */
     pdr_phase_init(&x->ph, t->m.phases, x->t0_ns / 1000);
     memcpy(x->request_id, x->fwd.request_id, sizeof(x->request_id));
@@ -1786,6 +1898,13 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     pdr_config_pool_timeouts(c, &pc, &x->to);
     x->protocol = pc.protocol;
     x->pr = pr;
+    if (x->to.kv_transfer_ms_per_1k_tokens > 0) {
+        /* The deadline grows with the prompt: its length, counted once per request. */
+        struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
+        x->kv_tokens = pdr_kv_prompt_tokens(&x->pr, tk, &x->kv_tokens_how);
+        pdr_tokenizer_free(tk);
+    }
+    x->kv_ms = pdr_kv_deadline_ms(x->to.kv_transfer_ms, x->to.kv_transfer_ms_per_1k_tokens, x->kv_tokens);
     x->vllm = x->protocol == PDR_PROTO_VLLM;
     x->merge = pr.want_logprobs && !x->vllm; /* vLLM: the decode answers the logprobs itself */
     x->merge_wanted = x->merge;
@@ -1839,4 +1958,32 @@ int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req)
     x->mode = MODE_MODELS;
     start_attempt(x);
     return 0;
+}
+
+/* ---- the shims' reports (kvdeadline.h) ---- */
+
+int pdr_pd_kv_failed(struct pd_req *x, const char *cause, const char *backend)
+{
+    if (x == NULL || x->req == NULL || x->stopped || x->final_sent || x->mode != MODE_PD || !x->kv_open)
+        return 0;
+    pdr_kv_cause_t c = pdr_kv_cause_parse(cause);
+    /* The shim's own reason, kept to characters that need no escaping in JSON and logs. */
+    char why[48];
+    size_t k = 0;
+    for (const char *q = cause ? cause : "unknown"; *q != '\0' && k + 1 < sizeof(why); q++)
+        why[k++] = (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+                           *q == '_' || *q == '-' || *q == '.'
+                       ? *q
+                       : '_';
+    why[k] = '\0';
+    snprintf(x->kv_msg, sizeof(x->kv_msg), "the KV transfer failed: the shim reported %s", why);
+    if (x->started) {
+        kv_failed_in_response(x, c, backend, x->kv_msg);
+        arm_timer(x);
+        return 1;
+    }
+    note_kv_failure(x, c, backend, x->kv_msg);
+    attempt_failed(x, -1, PDR_CAUSE_OTHER, 502, x->kv_msg);
+    arm_timer(x);
+    return 1;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include "err.h"
 #include "kvevents.h"
+#include "links.h"
 #include "pool.h"
 #include "util.h"
 
@@ -397,6 +398,7 @@ static pdr_worker_list_t *without(const pdr_worker_list_t *cur, const unsigned c
 static void retire(pdr_pool_t *p, pdr_worker_t *w, const char *why)
 {
     __atomic_store_n(&w->removed, 1, __ATOMIC_RELEASE);
+    pdr_links_forget_worker(w); /* its prefill -> decode link state goes with it */
     if (w->group >= 0 && (size_t)w->group < p->n_groups && p->groups[w->group].tree[w->role] != NULL)
         pdr_ptree_remove_tenant(p->groups[w->group].tree[w->role], w->uid);
     p->removed_total[source_of(w)]++;

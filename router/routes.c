@@ -26,6 +26,7 @@ const pdr_route_def_t pdr_routes[] = {
     {"/metrics", "GET", PDR_RK_ADMIN_METRICS, 0, PDR_MR_OTHER, NULL},
     {"/admin/v1/status", "GET", PDR_RK_ADMIN_STATUS, 0, PDR_MR_OTHER, NULL},
     {"/admin/v1/events", "GET", PDR_RK_ADMIN_EVENTS, 0, PDR_MR_OTHER, NULL},
+    {"/admin/v1/links", "GET", PDR_RK_ADMIN_LINKS, 0, PDR_MR_OTHER, NULL},
     {"/admin/v1/workers", "GET", PDR_RK_ADMIN_WORKERS, 0, PDR_MR_OTHER, NULL},
     {"/admin/v1/workers", "POST", PDR_RK_ADMIN_WORKER_ADD, 0, PDR_MR_OTHER, NULL},
     {"/admin/v1/workers/{id}", "GET", PDR_RK_ADMIN_WORKER, 0, PDR_MR_OTHER, NULL},

@@ -29,6 +29,7 @@ typedef enum {
     PDR_RK_ADMIN_METRICS,         /* GET /metrics */
     PDR_RK_ADMIN_STATUS,          /* GET /admin/v1/status */
     PDR_RK_ADMIN_EVENTS,          /* GET /admin/v1/events */
+    PDR_RK_ADMIN_LINKS,           /* GET /admin/v1/links: prefill -> decode link state (links.h) */
     PDR_RK_ADMIN_WORKERS,         /* GET /admin/v1/workers: the list */
     PDR_RK_ADMIN_WORKER_ADD,      /* POST /admin/v1/workers */
     PDR_RK_ADMIN_WORKER,          /* GET /admin/v1/workers/{id} */

@@ -69,6 +69,8 @@ static void usage(FILE *f)
         "  --drip-ms N               gap between streamed tokens (overrides --decode-us-per-token)\n"
         "  --reset-after-tokens N    abort the connection hard after N output tokens\n"
         "  --stall-kv                the prefill never offers its KV (fails after --kv-timeout-ms)\n"
+        "  --stream-head-before-kv   decode: start a stream (headers, one SSE comment) before pulling the "
+        "KV\n"
         "  --fail-after-kv CODE      the prefill sends its KV, then answers CODE with an OpenAI error\n"
         "  --die-after N             exit(3) after N generate requests completed\n"
         "  --kv-events-drop-every N  every Nth KV event message is not sent (a gap in its numbers)\n"
@@ -244,6 +246,10 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         }
         if (strcmp(a, "--stall-kv") == 0) {
             o->faults.stall_kv = 1;
+            continue;
+        }
+        if (strcmp(a, "--stream-head-before-kv") == 0) {
+            o->faults.stream_head_before_kv = 1;
             continue;
         }
         fprintf(stderr, "pdsim: unknown flag or missing value: %s (see --help)\n", a);

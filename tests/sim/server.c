@@ -80,6 +80,7 @@ typedef struct sim_req {
     /* progress */
     int started, finished, stopped, cancelled, die_on_dispose, abort_pending;
     int sending, in_pump, need_pump;
+    int kv_wait; /* stream_head_before_kv: the stream has begun, its KV has not arrived yet */
     size_t ops_pending;
     int op_error;
     uint64_t op_error_room;
@@ -635,6 +636,8 @@ static void pump_once(sim_req_t *ctx)
 {
     if (ctx->req == NULL || ctx->stopped || ctx->finished || ctx->sending)
         return;
+    if (ctx->kv_wait && !ctx->abort_pending)
+        return; /* the stream's head is out; its tokens wait for the KV */
     if (ctx->abort_pending) {
         ctx->finished = 1;
         req_release(ctx);
@@ -776,7 +779,9 @@ static void begin_output(sim_req_t *ctx)
     ctx->reset_after = f->reset_after_tokens;
     ctx->t0_us = uv_hrtime() / 1000;
     if (ctx->stream) {
-        start_stream_response(ctx);
+        if (!ctx->started)
+            start_stream_response(ctx);
+        ctx->kv_wait = 0;
         pump(ctx);
         return;
     }
@@ -872,6 +877,12 @@ static void transfers_done(sim_req_t *ctx)
 {
     if (!req_is_live(ctx))
         return;
+    if (ctx->op_error != 0 && ctx->started) {
+        /* stream_head_before_kv: the answer has begun; it can only be broken off. */
+        ctx->abort_pending = 1;
+        pump(ctx);
+        return;
+    }
     if (ctx->op_error != 0) {
         char msg[256];
         int why = ticket_reason(ctx->op_error);
@@ -1333,6 +1344,18 @@ static void on_fetch_delay(uv_timer_t *t)
 /* A decode pulls the KV, after --kv-fetch-delay-ms (a decode whose scheduler is busy). */
 static void decode_fetch(sim_req_t *ctx)
 {
+    if (ctx->stream && ctx->role == PDSIM_ROLE_DECODE && S.faults.stream_head_before_kv) {
+        /* An engine whose stream begins before its first token: headers and an SSE comment now. */
+        ctx->kv_wait = 1;
+        start_stream_response(ctx);
+        static const char head[] = ": pdsim: waiting for the KV\n\n";
+        ctx->send.len = 0;
+        if (sendbuf_append(ctx, head, sizeof(head) - 1) == 0) {
+            h2o_iovec_t buf = h2o_iovec_init(ctx->send.p, ctx->send.len);
+            ctx->sending = 1;
+            h2o_send(ctx->req, &buf, 1, H2O_SEND_STATE_IN_PROGRESS);
+        }
+    }
     if (S.opts.kv_fetch_delay_ms > 0)
         uv_timer_start(&ctx->timer, on_fetch_delay, (uint64_t)S.opts.kv_fetch_delay_ms, 0);
     else
@@ -1869,11 +1892,12 @@ static void send_stats(h2o_req_t *req)
 static json_t *faults_obj(void)
 {
     const pdsim_faults_t *f = &S.faults;
-    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i}", "fail_health", f->fail_health, "health_status",
-                     f->health_status, "fail_status", f->fail_status, "hang_before_headers",
+    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i,s:b}", "fail_health", f->fail_health,
+                     "health_status", f->health_status, "fail_status", f->fail_status, "hang_before_headers",
                      f->hang_before_headers, "drip_ms", (json_int_t)f->drip_ms, "reset_after_tokens",
                      (json_int_t)f->reset_after_tokens, "stall_kv", f->stall_kv, "die_after",
-                     (json_int_t)f->die_after, "fail_after_kv", f->fail_after_kv);
+                     (json_int_t)f->die_after, "fail_after_kv", f->fail_after_kv, "stream_head_before_kv",
+                     f->stream_head_before_kv);
 }
 
 static void set_die_after(int64_t n)
@@ -1929,6 +1953,7 @@ static void handle_fault(h2o_req_t *req)
     KNOB("drip_ms", drip_ms, 0, 3600000)
     KNOB("reset_after_tokens", reset_after_tokens, 0, PDSIM_MAX_TOKENS)
     KNOB("stall_kv", stall_kv, 0, 1)
+    KNOB("stream_head_before_kv", stream_head_before_kv, 0, 1)
 #undef KNOB
     int64_t kv_drop = -1, kv_bad = -1;
     if (fault_int(body, "kv_events_drop_every", 0, INT32_MAX, &kv_drop) != 0 ||

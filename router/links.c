@@ -1,0 +1,139 @@
+/*
+ * Prefill -> decode link state (links.h). A fixed array of PDR_LINKS_MAX entries, kept dense (entries
+ * [0, n) are live), searched linearly under one mutex: entries exist only for links that failed, so the
+ * table is empty (and pdr_links_success costs one atomic load) in a healthy cluster, and small in a sick
+ * one. When it is full, the entry whose last failure is oldest goes (a cleared link before a suspect
+ * one). Workers are named by uid (unique for the process's life), so an entry never outlives its worker's
+ * identity: a worker removed or restarted is forgotten, and a new worker with the same URL starts clean.
+ * Any thread.
+ */
+#include "links.h"
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include "util.h"
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pdr_link_info_t table[PDR_LINKS_MAX];
+static size_t n_links; /* under lock; also read atomically by the fast path */
+
+static pdr_link_info_t *find(uint64_t p, uint64_t d)
+{
+    for (size_t i = 0; i < n_links; i++)
+        if (table[i].prefill_uid == p && table[i].decode_uid == d)
+            return &table[i];
+    return NULL;
+}
+
+static void drop(size_t i)
+{
+    size_t n = __atomic_load_n(&n_links, __ATOMIC_RELAXED);
+    if (i + 1 < n)
+        table[i] = table[n - 1];
+    __atomic_store_n(&n_links, n - 1, __ATOMIC_RELAXED);
+}
+
+/* The slot a new entry takes: a free one, else the cleared link that failed longest ago, else the
+ * suspect link that failed longest ago. */
+static pdr_link_info_t *take_slot(void)
+{
+    if (n_links < PDR_LINKS_MAX) {
+        pdr_link_info_t *e = &table[n_links];
+        __atomic_store_n(&n_links, n_links + 1, __ATOMIC_RELAXED);
+        return e;
+    }
+    size_t best = 0;
+    for (size_t i = 1; i < n_links; i++) {
+        const pdr_link_info_t *a = &table[i], *b = &table[best];
+        if (a->suspect != b->suspect ? a->suspect < b->suspect : a->last_failure_ms < b->last_failure_ms)
+            best = i;
+    }
+    return &table[best];
+}
+
+void pdr_links_failure(const pdr_worker_t *p, const pdr_worker_t *d, const char *cause)
+{
+    if (p == NULL || d == NULL)
+        return;
+    pthread_mutex_lock(&lock);
+    pdr_link_info_t *e = find(p->uid, d->uid);
+    if (e == NULL) {
+        e = take_slot();
+        memset(e, 0, sizeof(*e));
+        e->prefill_uid = p->uid;
+        e->decode_uid = d->uid;
+        snprintf(e->prefill, sizeof(e->prefill), "%s", p->target);
+        snprintf(e->decode, sizeof(e->decode), "%s", d->target);
+        snprintf(e->prefill_id, sizeof(e->prefill_id), "%s", p->id);
+        snprintf(e->decode_id, sizeof(e->decode_id), "%s", d->id);
+    }
+    e->suspect = 1;
+    e->consecutive_failures++;
+    e->failures_total++;
+    e->last_failure_ms = pdr_wall_us() / 1000;
+    snprintf(e->last_cause, sizeof(e->last_cause), "%s", cause != NULL ? cause : "unknown");
+    pthread_mutex_unlock(&lock);
+}
+
+void pdr_links_success(const pdr_worker_t *p, const pdr_worker_t *d)
+{
+    if (p == NULL || d == NULL || __atomic_load_n(&n_links, __ATOMIC_RELAXED) == 0)
+        return;
+    pthread_mutex_lock(&lock);
+    pdr_link_info_t *e = find(p->uid, d->uid);
+    if (e != NULL) {
+        e->suspect = 0;
+        e->consecutive_failures = 0;
+        e->successes_total++;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+int pdr_links_is_suspect(const pdr_worker_t *p, const pdr_worker_t *d)
+{
+    if (p == NULL || d == NULL || __atomic_load_n(&n_links, __ATOMIC_RELAXED) == 0)
+        return 0;
+    pthread_mutex_lock(&lock);
+    const pdr_link_info_t *e = find(p->uid, d->uid);
+    int s = e != NULL && e->suspect;
+    pthread_mutex_unlock(&lock);
+    return s;
+}
+
+void pdr_links_forget_worker(const pdr_worker_t *w)
+{
+    if (w == NULL || __atomic_load_n(&n_links, __ATOMIC_RELAXED) == 0)
+        return;
+    pthread_mutex_lock(&lock);
+    for (size_t i = n_links; i-- > 0;)
+        if (table[i].prefill_uid == w->uid || table[i].decode_uid == w->uid)
+            drop(i);
+    pthread_mutex_unlock(&lock);
+}
+
+size_t pdr_links_snapshot(pdr_link_info_t *out, size_t cap, size_t *suspect)
+{
+    pthread_mutex_lock(&lock);
+    size_t k = 0, s = 0;
+    for (size_t i = 0; i < n_links; i++) {
+        s += table[i].suspect != 0;
+        if (k < cap)
+            out[k++] = table[i];
+    }
+    pthread_mutex_unlock(&lock);
+    if (suspect != NULL)
+        *suspect = s;
+    return k;
+}
+
+size_t pdr_links_count(void)
+{
+    return __atomic_load_n(&n_links, __ATOMIC_RELAXED);
+}
+
+void pdr_links__reset(void)
+{
+    pthread_mutex_lock(&lock);
+    __atomic_store_n(&n_links, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&lock);
+}
