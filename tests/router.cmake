@@ -58,6 +58,13 @@ foreach(s first_byte after_prefill late_prefill_failure decode_failure_cancels_p
   set_tests_properties(router_relay_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
 
+# The router's KV-transfer deadline (see test_kv_deadline.py): retried on another pair, a 504, an SSE error
+# event once the stream has begun, the deadline scaled by prompt length, the link state, leg cancellation.
+foreach(s retry_other_pair no_pair_left stream_error_event scaled_deadline cancel_stages)
+  add_test(NAME router_kv_deadline_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_deadline.py ${s})
+  set_tests_properties(router_kv_deadline_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()
+
 # protocol vllm (see test_vllm.py): the sequential prefill-then-decode path against pdsim in vLLM mode,
 # prefill failures, dead prefills, and the release of KV a client left behind.
 foreach(s routes prefill_failures all_prefills_dead disconnect_release decode_failure_release kv_expiry)

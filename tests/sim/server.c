@@ -371,7 +371,7 @@ static int fd_of(h2o_req_t *req)
 static void on_peek(uv_timer_t *t)
 {
     sim_req_t *ctx = t->data;
-    if (!req_is_live(ctx) || ctx->started) {
+    if (!req_is_live(ctx) || (ctx->started && !ctx->kv_wait)) {
         uv_timer_stop(t);
         return;
     }
@@ -384,6 +384,13 @@ static void on_peek(uv_timer_t *t)
         return;
     mark_cancelled(ctx);
     req_release(ctx);
+    if (ctx->started) {
+        /* stream_head_before_kv: the answer has begun (h2o sees the close only at its next write). */
+        ctx->kv_wait = 0;
+        ctx->abort_pending = 1;
+        pump(ctx);
+        return;
+    }
     ctx->finished = 1;
     h2o_send_error_generic(ctx->req, 502, "Bad Gateway", "client closed the connection",
                            H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
@@ -1348,6 +1355,8 @@ static void decode_fetch(sim_req_t *ctx)
         /* An engine whose stream begins before its first token: headers and an SSE comment now. */
         ctx->kv_wait = 1;
         start_stream_response(ctx);
+        uv_timer_start(&ctx->peek, on_peek, SIM_PEEK_MS,
+                       SIM_PEEK_MS); /* a client close, while no byte goes */
         static const char head[] = ": pdsim: waiting for the KV\n\n";
         ctx->send.len = 0;
         if (sendbuf_append(ctx, head, sizeof(head) - 1) == 0) {
