@@ -81,5 +81,10 @@ char *pdr_kv_render_metrics(size_t *len);
  * when the request ends). Returns 1 when it acted, 0 when ignored. */
 struct pd_req;
 int pdr_pd_kv_failed(struct pd_req *x, const char *cause, const char *backend);
+/* pd.c: a shim reported that the KV of `room` arrived whole (its "done" event). Once every room of the
+ * request's current attempt is done, the KV deadline ends and the link's suspect mark is cleared. A room
+ * of an earlier attempt, or one the request does not have, is ignored. Same calling rules as
+ * pdr_pd_kv_failed. Returns 1 when the room was counted, 0 when ignored. */
+int pdr_pd_kv_done(struct pd_req *x, uint64_t room);
 
 #endif

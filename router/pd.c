@@ -107,6 +107,8 @@ typedef struct pd_req {
     uint64_t kv_ms, kv_tokens;
     pdr_kv_tokens_how_t kv_tokens_how;
     unsigned kv_open : 1;
+    uint8_t *kv_room_done; /* the shims' "done" reports by room index (pdr_pd_kv_done), NULL until one */
+    size_t kv_rooms_done;
     pdr_sse_counter_t kv_sse;
     const char *kv_cause;
     char kv_msg[200];
@@ -1445,6 +1447,9 @@ static void start_attempt(pd_req_t *x)
     }
     /* Both legs are sent: the KV deadline runs. */
     x->kv_open = 1;
+    x->kv_rooms_done = 0;
+    if (x->kv_room_done != NULL)
+        memset(x->kv_room_done, 0, x->n_rooms);
     memset(&x->kv_sse, 0, sizeof(x->kv_sse));
     arm_timer(x);
 }
@@ -1556,6 +1561,7 @@ static void free_req(uv_handle_t *h)
     free(x->dbody);
     free(x->release);
     free(x->rooms);
+    free(x->kv_room_done);
     pdr_buf_free(&x->pbody);
     pdr_buf_free(&x->pending);
     pdr_buf_free(&x->sending);
@@ -1985,5 +1991,24 @@ int pdr_pd_kv_failed(struct pd_req *x, const char *cause, const char *backend)
     note_kv_failure(x, c, backend, x->kv_msg);
     attempt_failed(x, -1, PDR_CAUSE_OTHER, 502, x->kv_msg);
     arm_timer(x);
+    return 1;
+}
+
+int pdr_pd_kv_done(struct pd_req *x, uint64_t room)
+{
+    if (x == NULL || x->req == NULL || x->mode != MODE_PD || !x->kv_open || x->vllm)
+        return 0;
+    size_t i = 0;
+    while (i < x->n_rooms && x->rooms[i] != room)
+        i++;
+    if (i == x->n_rooms)
+        return 0; /* not a room of this attempt */
+    if (x->kv_room_done == NULL && (x->kv_room_done = calloc(x->n_rooms, 1)) == NULL)
+        return 0; /* out of memory: the first token or the prefill's answer still ends the deadline */
+    if (!x->kv_room_done[i]) {
+        x->kv_room_done[i] = 1;
+        if (++x->kv_rooms_done == x->n_rooms)
+            kv_arrived(x);
+    }
     return 1;
 }

@@ -18,6 +18,9 @@ Scenarios:
                      (code 504) and its normal end; both legs cancelled
   scaled_deadline    kv_transfer_ms_per_1k_tokens: a long prompt gets a longer deadline (the access log's
                      kv_deadline_ms and kv_tokens, not timing); a pool's own value wins
+  vllm_decode_stall  protocol vllm: the deadline runs from the decode leg (the prefill has answered with
+                     its kv_transfer_params); a decode whose pull stalls is cut at the router's deadline,
+                     not at first_byte_ms
   cancel_stages      a stall at each stage (before any decode header, after the stream's head), streamed
                      and not, then a clean shutdown: run under ASan, no leak and exit status 0
 """
@@ -253,6 +256,27 @@ def scenario_scaled_deadline():
         check(st == 200, "pool: %d %r" % (st, b), r)
         line = wait_lines(alog, 1)[-1]
         check(line["pool"] == "main" and line["kv_deadline_ms"] == 500 + 2048, "pool line %r" % line, r)
+        check(r.stop() == 0, "pdrouter exit status", r)
+    finally:
+        os.unlink(alog)
+
+
+def scenario_vllm_decode_stall():
+    p = sim("prefill", "--stall-kv")  # vLLM mode: answers with kv_transfer_params, never offers the KV
+    d = sim("decode")
+    alog = new_alog()
+    r = router([p], [d], config="protocol: vllm\n" + conf(alog).replace("retries: { max: 2 }", "retries: { max: 0 }"))
+    try:
+        req = {"model": "pdsim", "prompt": "The capital of France is", "max_tokens": 4}
+        t0 = time.monotonic()
+        st, _, b = pdtest.request(r.port, "POST", "/v1/completions", body=req, timeout=25)
+        dt = time.monotonic() - t0
+        check(st == 504 and "kv_transfer_ms" in json.loads(b)["error"]["message"], "answer %d %r" % (st, b), r)
+        check(dt < 8.0, "answered after %.1f s (first_byte_ms is 20 s)" % dt, r)
+        line = wait_lines(alog, 1)[-1]
+        check(line["kv_cause"] == "deadline" and line["status"] == 504, repr(line), r)
+        check(metric_value(metrics(r), "pdr_link_suspect", prefill=url(p), decode=url(d)) == 1, "link", r)
+        pdtest.poll_until(lambda: stats(d)["inflight"] == 0, 10, "the decode's leg cancelled")
         check(r.stop() == 0, "pdrouter exit status", r)
     finally:
         os.unlink(alog)
