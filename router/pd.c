@@ -839,6 +839,10 @@ static void decode_done(pdr_leg_t *leg, int err)
          * deadline, which is not counted against the worker): end it visibly. The prefill leg (still
          * running with pd.relay first_byte) is no longer of use. */
         x->broken = 1;
+        if (x->kv_open && err != PDR_ECANCELED) /* before its first token: the KV never arrived */
+            note_kv_failure(x, err == PDR_EPEERGONE ? PDR_KVC_PEER_GONE : PDR_KVC_DECODE_ERROR, NULL,
+                            pdr_strerror(err));
+        x->kv_open = 0;
         if (x->p_running) {
             pdr_leg_cancel(&x->pleg);
             release_leg(x, 1);
@@ -969,7 +973,7 @@ static void kv_failed_in_response(pd_req_t *x, pdr_kv_cause_t cause, const char 
 static void on_timer(uv_timer_t *t)
 {
     pd_req_t *x = t->data;
-    if (x->req == NULL)
+    if (x->req == NULL || x->stopped) /* stopped: both legs are cancelled already */
         return;
     uint64_t now = pdr_now_ns();
     if (x->recheck && !x->started) {
