@@ -328,6 +328,9 @@ static void test_errors(void)
     EXPECT_ERROR("listen: { port: 70000 }\n",
                  "bad.yaml:1:17: listen.port: 70000 is out of range, expected 1..65535");
     EXPECT_ERROR("listen: { port: 0 }\n", "bad.yaml:1:17: listen.port: 0 is out of range, expected 1..65535");
+    EXPECT_ERROR(
+        WORKERS "timeouts: { kv_transfer_ms_per_1k_tokens: -1 }\n",
+        "bad.yaml:4:43: timeouts.kv_transfer_ms_per_1k_tokens: -1 is out of range, expected 0..86400000");
     EXPECT_ERROR("admin: { port: -1 }\n", "bad.yaml:1:16: admin.port: -1 is out of range, expected 0..65535");
     EXPECT_ERROR("health: { rise: 0 }\n", "bad.yaml:1:17: health.rise: 0 is out of range, expected 1..1000");
     EXPECT_ERROR("health: { drain_status: 600 }\n",
@@ -1726,6 +1729,15 @@ static void test_pools(void)
               to.connect_ms == c->timeouts.connect_ms && to.stream_idle_ms == c->timeouts.stream_idle_ms);
         pdr_config_pool_timeouts(c, NULL, &to);
         CHECK(to.kv_transfer_ms == c->timeouts.kv_transfer_ms);
+        CHECK(to.kv_transfer_ms_per_1k_tokens == 0); /* the default: the KV deadline does not scale */
+        /* The KV deadline's growth per 1024 prompt tokens: the pool's when it sets one, else the top's. */
+        c->timeouts.kv_transfer_ms_per_1k_tokens = 300;
+        pdr_config_pool_timeouts(c, &b, &to);
+        CHECK(to.kv_transfer_ms_per_1k_tokens == 300);
+        b.timeouts.kv_transfer_ms_per_1k_tokens = 50;
+        pdr_config_pool_timeouts(c, &b, &to);
+        CHECK(to.kv_transfer_ms_per_1k_tokens == 50);
+        c->timeouts.kv_transfer_ms_per_1k_tokens = 0;
     }
     CHECK(pdr_config_pool_find(c, "default", 7) == -1);
     CHECK(pdr_config_validate(c, err, sizeof(err)) == 0);
