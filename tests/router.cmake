@@ -60,7 +60,7 @@ endforeach()
 
 # The router's KV-transfer deadline (see test_kv_deadline.py): retried on another pair, a 504, an SSE error
 # event once the stream has begun, the deadline scaled by prompt length, the link state, leg cancellation.
-foreach(s retry_other_pair no_pair_left stream_error_event scaled_deadline vllm_decode_stall cancel_stages)
+foreach(s retry_other_pair one_link no_pair_left stream_error_event scaled_deadline vllm_decode_stall cancel_stages)
   add_test(NAME router_kv_deadline_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_deadline.py ${s})
   set_tests_properties(router_kv_deadline_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

@@ -11,6 +11,9 @@ Scenarios:
                      (pdr_kv_transfer_failures_total{cause="deadline"}), the access log names it, the link
                      is marked suspect (metrics, /admin/v1/links, /admin/v1/status) and cleared by the
                      next KV transfer that completes on it
+  one_link           two prefills, three decodes, one decode never pulls from one prefill (a broken path
+                     between them): only that link is marked suspect, every request answers 200, and
+                     neither of its workers is ejected (both serve their other links)
   no_pair_left       one pair, the prefill stalls: a 504 in the OpenAI error shape at the router's
                      deadline, both legs cancelled (the prefill and the decode see the abort)
   stream_error_event a decode whose stream begins before its first token, a prefill that stalls: the
@@ -132,6 +135,40 @@ def scenario_retry_other_pair():
         check(metric_value(m, "pdr_links_suspect") == 0, "pdr_links_suspect after recovery", r)
         links = admin_json(r, "/admin/v1/links")
         check(links["suspect"] == 0 and links["links"][0]["successes_total"] >= 1, "links %r" % links, r)
+        check(r.stop() == 0, "pdrouter exit status", r)
+    finally:
+        os.unlink(alog)
+
+
+def scenario_one_link():
+    p1, p2 = sim("prefill"), sim("prefill")
+    d1, d2, d3 = sim("decode"), sim("decode"), sim("decode")
+    pdtest.request_json(d1.port, "POST", "/pdsim/fault", {"stall_kv_from_port": p1.ports["bport"]})
+    alog = new_alog()
+    # Round robin over 2 prefills and 3 decodes: the pairs go round every combination.
+    r = router([p1, p2], [d1, d2, d3], config=conf(alog, "policy: { prefill: round_robin, decode: round_robin }\n"))
+    try:
+        def pairs():
+            return {(l["prefill"], l["decode"]) for l in access_lines(alog) if l["kv_cause"] is None}
+
+        for i in range(24):
+            st, _, b = pdtest.request(r.port, "POST", "/generate", body=body(), timeout=15)
+            check(st == 200, "request %d: %d %r" % (i, st, b), r)
+            wait_lines(alog, i + 1)
+            got = pairs()
+            if (url(p1), url(d2)) in got and (url(p2), url(d1)) in got and \
+                    any(l["kv_cause"] == "deadline" for l in access_lines(alog)):
+                break
+        got = pairs()
+        check((url(p1), url(d2)) in got and (url(p2), url(d1)) in got, "links used %r" % got, r)
+        check((url(p1), url(d1)) not in got, "the stalled link completed a transfer", r)
+        m = metrics(r)
+        check(metric_value(m, "pdr_link_suspect", prefill=url(p1), decode=url(d1)) == 1, "the stalled link", r)
+        for a, b_ in ((p1, d2), (p1, d3), (p2, d1), (p2, d2), (p2, d3)):
+            check(metric_value(m, "pdr_link_suspect", prefill=url(a), decode=url(b_)) is None,
+                  "link %s -> %s has a series" % (url(a), url(b_)), r)
+        for w, role in ((p1, "prefill"), (d1, "decode")):
+            check(metric_value(m, "pdr_worker_healthy", role=role, url=url(w)) == 1, "%s ejected" % url(w), r)
         check(r.stop() == 0, "pdrouter exit status", r)
     finally:
         os.unlink(alog)

@@ -30,10 +30,10 @@ typedef struct pdsim_faults {
     int64_t drip_ms;
     int64_t reset_after_tokens;
     int stall_kv;
-    int stream_head_before_kv; /* decode: a stream's answer (headers, an SSE comment) starts before the KV
-                                  pull */
-    int fail_after_kv;         /* prefill: the KV is sent, then the request is answered with this status */
-    int64_t die_after;         /* as configured (reported back) */
+    int stream_head_before_kv;  /* decode: a stream (headers, an SSE comment) starts before the KV pull */
+    int64_t stall_kv_from_port; /* decode: KV offered on this bootstrap port is never pulled (0: off) */
+    int fail_after_kv;          /* prefill: the KV is sent, then the request is answered with this status */
+    int64_t die_after;          /* as configured (reported back) */
 } pdsim_faults_t;
 
 typedef struct pdsim_opts {

@@ -1120,6 +1120,12 @@ static void on_stall_timeout(uv_timer_t *t)
     snprintf(msg, sizeof(msg),
              "KV transfer failed for room %" PRIu64 ": PDR_ETIMEDOUT (--stall-kv: never offered)",
              ctx->items[0].room);
+    if (ctx->started && req_is_live(ctx)) { /* stream_head_before_kv: only an abort can end it */
+        ctx->kv_wait = 0;
+        ctx->abort_pending = 1;
+        pump(ctx);
+        return;
+    }
     req_fail(ctx, 500, msg);
 }
 
@@ -1341,10 +1347,24 @@ static void vllm_answer_prefill(sim_req_t *ctx)
     send_final(ctx, ctx->max_tokens);
 }
 
+/* stall_kv_from_port: one link's transfers stall (the prefill on that port serves other decodes, this
+ * decode pulls from other prefills). The request fails as a stalled pull would, at --kv-timeout-ms. */
+static int stalled_link(const sim_req_t *ctx)
+{
+    for (size_t i = 0; S.faults.stall_kv_from_port > 0 && i < ctx->n_items; i++)
+        if (ctx->items[i].port == S.faults.stall_kv_from_port)
+            return 1;
+    return 0;
+}
+
 static void on_fetch_delay(uv_timer_t *t)
 {
     sim_req_t *ctx = t->data;
-    if (req_is_live(ctx))
+    if (!req_is_live(ctx))
+        return;
+    if (stalled_link(ctx))
+        uv_timer_start(&ctx->timer, on_stall_timeout, (uint64_t)S.opts.kv_timeout_ms, 0);
+    else
         start_transfers(ctx);
 }
 
@@ -1368,7 +1388,7 @@ static void decode_fetch(sim_req_t *ctx)
     if (S.opts.kv_fetch_delay_ms > 0)
         uv_timer_start(&ctx->timer, on_fetch_delay, (uint64_t)S.opts.kv_fetch_delay_ms, 0);
     else
-        start_transfers(ctx);
+        on_fetch_delay(&ctx->timer);
 }
 
 static void vllm_stats(json_t *o)
@@ -1901,12 +1921,12 @@ static void send_stats(h2o_req_t *req)
 static json_t *faults_obj(void)
 {
     const pdsim_faults_t *f = &S.faults;
-    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i,s:b}", "fail_health", f->fail_health,
+    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i,s:b,s:I}", "fail_health", f->fail_health,
                      "health_status", f->health_status, "fail_status", f->fail_status, "hang_before_headers",
                      f->hang_before_headers, "drip_ms", (json_int_t)f->drip_ms, "reset_after_tokens",
                      (json_int_t)f->reset_after_tokens, "stall_kv", f->stall_kv, "die_after",
                      (json_int_t)f->die_after, "fail_after_kv", f->fail_after_kv, "stream_head_before_kv",
-                     f->stream_head_before_kv);
+                     f->stream_head_before_kv, "stall_kv_from_port", (json_int_t)f->stall_kv_from_port);
 }
 
 static void set_die_after(int64_t n)
@@ -1963,6 +1983,7 @@ static void handle_fault(h2o_req_t *req)
     KNOB("reset_after_tokens", reset_after_tokens, 0, PDSIM_MAX_TOKENS)
     KNOB("stall_kv", stall_kv, 0, 1)
     KNOB("stream_head_before_kv", stream_head_before_kv, 0, 1)
+    KNOB("stall_kv_from_port", stall_kv_from_port, 0, 65535)
 #undef KNOB
     int64_t kv_drop = -1, kv_bad = -1;
     if (fault_int(body, "kv_events_drop_every", 0, INT32_MAX, &kv_drop) != 0 ||
