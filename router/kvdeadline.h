@@ -86,5 +86,10 @@ int pdr_pd_kv_failed(struct pd_req *x, const char *cause, const char *backend);
  * of an earlier attempt, or one the request does not have, is ignored. Same calling rules as
  * pdr_pd_kv_failed. Returns 1 when the room was counted, 0 when ignored. */
 int pdr_pd_kv_done(struct pd_req *x, uint64_t room);
+/* pd.c: a room event from a shim, on x's loop (shim_events.c delivers it while x owns the room). done:
+ * pdr_pd_kv_done and the KV phase (bytes, backend; start = wall_us - usec); failed: the KV phase with the
+ * shim's code and reason, then pdr_pd_kv_failed. */
+void pdr_pd_shim_room_event(void *x, uint64_t room, int failed, int code, uint64_t bytes, uint64_t usec,
+                            uint64_t wall_us, const char *backend, const char *reason);
 
 #endif

@@ -1227,12 +1227,22 @@ static void start_solo(pd_req_t *x)
     arm_timer(x);
 }
 
-/* The shims' events for the attempt's room: forgotten (a retry takes new rooms). */
+/* The attempt's rooms but the first, taken back from the shims' table (the first one's events go to the
+ * access log). */
+static void take_other_rooms(pd_req_t *x)
+{
+    char skip[8];
+    for (size_t i = 1; i < x->n_rooms; i++)
+        pdr_shim_room_take(x->r, x->rooms[i], skip, sizeof(skip));
+}
+
+/* The shims' events for the attempt's rooms: forgotten (a retry takes new rooms). */
 static void forget_room(pd_req_t *x)
 {
     if (x->room_open) {
         char skip[8];
         pdr_shim_room_take(x->r, x->rooms[0], skip, sizeof(skip));
+        take_other_rooms(x);
         x->room_open = 0;
     }
 }
@@ -1391,7 +1401,8 @@ static void start_attempt(pd_req_t *x)
     /* A fresh CSPRNG room per item and per attempt; the same rooms go to both legs. */
     for (size_t i = 0; i < x->n_rooms; i++)
         x->rooms[i] = room_for_rank(pdr_random_room(), x->pw);
-    pdr_shim_room_open(r, x->rooms[0]);
+    for (size_t i = 0; i < x->n_rooms; i++)
+        pdr_shim_room_own(r, x->rooms[i], x->t, x); /* done and failed come back on this loop */
     x->room_open = 1;
     free(x->body);
     free(x->dbody);
@@ -1556,6 +1567,7 @@ static void vllm_release_kv(pd_req_t *x)
 static void free_req(uv_handle_t *h)
 {
     pd_req_t *x = h->data;
+    forget_room(x); /* the shims' table must not point at x once it is freed */
     pdr_kv_release(&x->kv_hold);
     pdr_worker_unref(x->pw);
     pdr_worker_unref(x->dw);
@@ -1670,6 +1682,7 @@ static void write_access_log(pd_req_t *x)
     char phases[512] = "", kv[320] = "";
     if (x->room_open) {
         pdr_shim_room_take(x->r, x->rooms[0], kv, sizeof(kv));
+        take_other_rooms(x);
         x->room_open = 0;
     }
     if (x->mode == MODE_PD) {
@@ -2015,4 +2028,29 @@ int pdr_pd_kv_done(struct pd_req *x, uint64_t room)
             kv_arrived(x);
     }
     return 1;
+}
+
+void pdr_pd_shim_room_event(void *owner, uint64_t room, int failed, int code, uint64_t bytes, uint64_t usec,
+                            uint64_t wall_us, const char *backend, const char *reason)
+{
+    pd_req_t *x = owner;
+    if (x == NULL || x->req == NULL || x->mode != MODE_PD)
+        return;
+    size_t i = 0;
+    while (i < x->n_rooms && x->rooms[i] != room)
+        i++;
+    if (i == x->n_rooms)
+        return; /* a room of an earlier attempt */
+    uint64_t start = usec < wall_us ? wall_us - usec : 0;
+    if (!failed) {
+        /* Both shims report done; the KV phase is the request's first room, recorded once. */
+        if (i == 0 && (!x->ph.kv_seen || x->ph.kv_status != 0))
+            pdr_phase_kv(&x->ph, start, wall_us, bytes, backend[0] ? backend : NULL, 0, NULL);
+        pdr_pd_kv_done(x, room);
+        return;
+    }
+    if (!x->kv_open || x->stopped || x->final_sent)
+        return; /* the KV had arrived, or the answer is over: nothing to act on */
+    pdr_phase_kv(&x->ph, start, wall_us, bytes, backend[0] ? backend : NULL, code != 0 ? code : -1, reason);
+    pdr_pd_kv_failed(x, reason, backend[0] ? backend : NULL);
 }

@@ -385,6 +385,7 @@ static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reu
 static void on_wakeup(uv_async_t *a)
 {
     pdr_thread_t *t = a->data;
+    pdr_shim_events_deliver(t); /* room events for this loop's requests */
     pdr_thread_sync_config(t);
     if (__atomic_load_n(&t->r->draining, __ATOMIC_ACQUIRE) && !t->closing)
         start_loop_shutdown(t);

@@ -22,6 +22,8 @@
 
 #include "err.h"
 #include "keyring.h"
+#include "kvdeadline.h"
+#include "links.h"
 #include "router.h"
 #include "util.h"
 
@@ -32,6 +34,7 @@
 #define SE_PROBE 64                /* slots probed per room lookup */
 #define SE_RECENT 128              /* room events kept for GET /admin/v1/shim */
 #define SE_MAX_REPORT_AGE_MS 10000 /* a load report older than this does not limit admission */
+#define SE_INBOX 1024              /* done/failed events on their way to their requests' loops */
 
 const char *const pdr_shim_refusal_names[PDR_SE__COUNT] = {
     "unsigned", "unknown_key", "bad_signature", "stale", "replayed", "malformed", "too_big"};
@@ -52,7 +55,19 @@ typedef struct room_rec {
     char backend[12];
     int code;
     char reason[96];
+    pdr_thread_t *t; /* the loop of the request that owns the room (NULL: none to tell) */
+    void *owner;     /* that request (a struct pd_req), touched only on t's loop */
 } room_rec_t;
+
+/* A done or failed event for a room whose request lives on loop t: queued here by loop 0, taken by t in
+ * pdr_shim_events_deliver (woken by its async handle). */
+typedef struct inbox_msg {
+    pdr_thread_t *t;
+    void *owner;
+    uint64_t room, bytes, usec, wall_us;
+    int failed, code;
+    char backend[12], reason[96];
+} inbox_msg_t;
 
 typedef struct recent {
     uint64_t time_ms, room, bytes, usec;
@@ -68,9 +83,11 @@ static struct {
     room_rec_t rooms[SE_ROOMS];
     recent_t recent[SE_RECENT];
     uint64_t recent_n;
+    inbox_msg_t inbox[SE_INBOX];
+    size_t inbox_n;
     uint64_t refused[PDR_SE__COUNT]; /* atomic */
-    uint64_t batches, events[EV__COUNT], loads, unmatched, unknown_worker, shim_dropped,
-        untracked;         /* atomic */
+    uint64_t batches, events[EV__COUNT], loads, unmatched, unknown_worker, shim_dropped, untracked,
+        inbox_full;        /* atomic */
     uint64_t kv_failed[2]; /* atomic */
     uint64_t admission[4]; /* atomic */
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -250,6 +267,11 @@ static room_rec_t *room_find(uint64_t room)
 
 void pdr_shim_room_open(pdr_router_t *r, uint64_t room)
 {
+    pdr_shim_room_own(r, room, NULL, NULL);
+}
+
+void pdr_shim_room_own(pdr_router_t *r, uint64_t room, pdr_thread_t *t, void *owner)
+{
     (void)r;
     if (!S.on)
         return;
@@ -267,6 +289,8 @@ void pdr_shim_room_open(pdr_router_t *r, uint64_t room)
         memset(e, 0, sizeof(*e));
         e->state = 1;
         e->room = room;
+        e->t = t;
+        e->owner = owner;
     } else {
         ADD(S.untracked, 1);
     }
@@ -350,6 +374,7 @@ static int record_room(const json_t *o, const char *worker_id)
     copy_safe(rc.backend, sizeof(rc.backend), json_string_value(json_object_get(o, "backend")));
     copy_safe(rc.reason, sizeof(rc.reason), json_string_value(json_object_get(o, "reason")));
     copy_safe(rc.worker, sizeof(rc.worker), worker_id);
+    pdr_thread_t *wake = NULL;
     pthread_mutex_lock(&S.lock);
     room_rec_t *e = room_find(room);
     rc.matched = e != NULL;
@@ -368,12 +393,66 @@ static int record_room(const json_t *o, const char *worker_id)
             e->code = rc.code;
             snprintf(e->reason, sizeof(e->reason), "%s", rc.reason[0] ? rc.reason : ev);
         }
+        if (e->owner != NULL && (k == EV_DONE || k == EV_FAILED)) {
+            wake = e->t;
+            if (S.inbox_n < SE_INBOX) {
+                inbox_msg_t *m = &S.inbox[S.inbox_n++];
+                memset(m, 0, sizeof(*m));
+                m->t = e->t;
+                m->owner = e->owner;
+                m->room = room;
+                m->bytes = rc.bytes;
+                m->usec = rc.usec;
+                m->wall_us = pdr_wall_us();
+                m->failed = k == EV_FAILED;
+                m->code = rc.code;
+                memcpy(m->backend, rc.backend, sizeof(m->backend));
+                snprintf(m->reason, sizeof(m->reason), "%s", rc.reason[0] ? rc.reason : "shim_failed");
+            } else {
+                wake = NULL;
+                ADD(S.inbox_full, 1); /* the request falls back on its KV deadline */
+            }
+        }
     }
     S.recent[S.recent_n++ % SE_RECENT] = rc;
     pthread_mutex_unlock(&S.lock);
     if (e == NULL)
         ADD(S.unmatched, 1);
+    if (wake != NULL)
+        uv_async_send(&wake->wakeup);
     return 0;
+}
+
+void pdr_shim_events_deliver(pdr_thread_t *t)
+{
+    for (;;) {
+        inbox_msg_t mine[32];
+        size_t n = 0;
+        pthread_mutex_lock(&S.lock);
+        for (size_t i = 0; i < S.inbox_n && n < 32;) {
+            if (S.inbox[i].t == t) {
+                mine[n++] = S.inbox[i];
+                S.inbox[i] = S.inbox[--S.inbox_n];
+            } else {
+                i++;
+            }
+        }
+        pthread_mutex_unlock(&S.lock);
+        if (n == 0)
+            return;
+        for (size_t i = 0; i < n; i++) {
+            /* The request is alive while it owns the room: it takes its rooms on this loop before it
+             * ends, so a room still owned here means the pointer is good. */
+            pthread_mutex_lock(&S.lock);
+            room_rec_t *e = room_find(mine[i].room);
+            int alive = e != NULL && e->owner == mine[i].owner && e->t == t;
+            pthread_mutex_unlock(&S.lock);
+            if (alive)
+                pdr_pd_shim_room_event(mine[i].owner, mine[i].room, mine[i].failed, mine[i].code,
+                                       mine[i].bytes, mine[i].usec, mine[i].wall_us, mine[i].backend,
+                                       mine[i].reason);
+        }
+    }
 }
 
 /* ---- load and incarnations ---- */
@@ -386,6 +465,7 @@ static void new_incarnation(pdr_router_t *r, pdr_worker_t *w, uint64_t hi, uint6
     if (ohi == 0 && olo == 0)
         return; /* the first report */
     ADD(w->load.epoch, 1);
+    pdr_links_forget_worker(w); /* the old process's link state says nothing about the new one */
     ADD(w->load.restarts_total, 1);
     STORE(w->load.reserved, 0);
     STORE(w->load.reserved_rep, 0);

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 struct pdr_router;
+struct pdr_thread;
 struct pdr_worker;
 struct pdr_config;
 struct pdr_pdreq;
@@ -52,6 +53,12 @@ void pdr_shim_events_metrics(struct pdr_router *r, pdr_shim_put_cb put, void *ou
 
 /* Any loop: the request in flight now owns room (its events are recorded until pdr_shim_room_take). */
 void pdr_shim_room_open(struct pdr_router *r, uint64_t room);
+/* The same, for a request that wants the room's done and failed events: they are handed to
+ * pdr_pd_shim_room_event(owner, ...) on t's loop (t's wakeup handle, then pdr_shim_events_deliver), while
+ * the room is still open. owner must take the room (pdr_shim_room_take) on t's loop before it is freed. */
+void pdr_shim_room_own(struct pdr_router *r, uint64_t room, struct pdr_thread *t, void *owner);
+/* Loop t (its wakeup handle): hands the events queued for t's requests to them. */
+void pdr_shim_events_deliver(struct pdr_thread *t);
 /* Any loop: what the shims reported for room, as an access-log fragment `,"kv":{...}` written into out
  * (empty when nothing was reported), and the room forgotten. */
 void pdr_shim_room_take(struct pdr_router *r, uint64_t room, char *out, size_t cap);

@@ -154,6 +154,12 @@ foreach(s auth load admission_wait_503 admission_other_decode rooms rooms_ticket
   add_test(NAME shim_events_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_shim_events.py ${s})
   set_tests_properties(shim_events_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
+# Room events acting on the request in flight (see test_kv_shim.py): the KV phase from a shim's done, a
+# shim's failure retried on another pair, a restarted worker's links forgotten.
+foreach(s done_phase failed_retry restart_links)
+  add_test(NAME kv_shim_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_shim.py ${s})
+  set_tests_properties(kv_shim_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()
 add_executable(test_shim_events unit/test_shim_events.c)
 target_include_directories(test_shim_events PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit)
 target_link_libraries(test_shim_events PRIVATE pdr_router pdshim)
