@@ -157,6 +157,10 @@ static const struct {
     {"pdr_tickets_signed_total",
      "Tickets signed for protocol pdshim: one per room of each attempt (both legs carry the same one).",
      offsetof(pdr_metrics_t, tickets_signed_total)},
+    {"pdr_tickets_refused_total",
+     "Attempts a worker answered 403 to, refusing the router's own ticket (protocol pdshim): a deployment "
+     "fault (ticket.key_file differs), answered 502 naming the worker.",
+     offsetof(pdr_metrics_t, tickets_refused_total)},
     {"pdr_access_log_suppressed_total",
      "Access-log lines of client-aborted requests not written because they came faster than 100/s per loop "
      "(summary lines count them).",

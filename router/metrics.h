@@ -61,6 +61,7 @@ typedef struct pdr_metrics {
     uint64_t h2_header_block_too_large_total; /* HTTP/2 connections closed for a header block too large */
     uint64_t headers_too_large_total; /* requests answered 431 or 414 (limits.max_headers/max_header_bytes) */
     uint64_t tickets_signed_total;    /* protocol pdshim: tickets signed (one per room and attempt) */
+    uint64_t tickets_refused_total;   /* protocol pdshim: a worker refused the router's ticket (403 -> 502) */
     uint64_t bytes_in_total, bytes_out_total;
     uint64_t vllm_kv_release[PDR_KV_RELEASE__COUNT]; /* by outcome */
     uint64_t disagg_decisions[3]; /* conditional disaggregation, by pdr_disagg_decision_t (disagg.h) */

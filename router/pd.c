@@ -95,6 +95,7 @@ typedef struct pd_req {
     unsigned client_aborted : 1; /* the client went away before the end (error_cause "client_abort") */
     unsigned lingering : 1;      /* the client's response is over; the prefill leg is read to its end */
     unsigned recheck : 1;        /* advance() waits for the prefill leg's connect: look again in 1 ms */
+    uint64_t d_failed_ns;        /* when the decode's failure was seen with the prefill leg outstanding */
     int status;
     uint64_t t0_ns, ttfb_ns, end_ns, attempt_t0_ns, last_data_ns;
     uint64_t send_ns; /* when the send in flight was handed to h2o (the client's read clock) */
@@ -519,6 +520,11 @@ static void fail_last(pd_req_t *x)
 /* A leg that ended before its worker answered anything, with an error that means the worker could not
  * be reached (refused, reset, connect timeout): the request is answered 503, as Envoy answers upstream
  * connect failures, not 502, which is for a worker that answered badly. */
+/* 200: how long a decode's failure waits for the outstanding prefill leg's own failure (a reset on
+ * loopback or a LAN arrives within a few ms of the decode's failed KV fetch; 200 ms leaves room for a
+ * loaded host). */
+#define PDR_PREFILL_DEATH_WINDOW_MS 200
+
 static int unreachable(const pdr_leg_t *leg, int err)
 {
     return leg->status == 0 && (err == PDR_ECONNREFUSED || err == PDR_ETIMEDOUT || err == PDR_EPEERGONE);
@@ -659,10 +665,40 @@ static void advance(pd_req_t *x)
     /* The decode failed while the prefill leg is still connecting: the decode's failure may come from the
      * prefill's being unreachable (its KV bootstrap failed), so the prefill's connect outcome decides
      * first; it is polled every millisecond (bounded by timeouts.connect_ms). */
-    if (x->p_running && pdr_leg_connecting(&x->pleg) &&
-        ((x->d_done && (x->d_err != 0 || x->dleg.status == 0)) ||
-         (x->dleg.got_headers && x->dleg.status >= 500))) {
+    int d_failed = (x->d_done && (x->d_err != 0 || x->dleg.status == 0)) ||
+                   (x->dleg.got_headers && x->dleg.status >= 500);
+    if (x->p_running && pdr_leg_connecting(&x->pleg) && d_failed) {
         x->recheck = 1; /* next_deadline: 1 ms */
+        return;
+    }
+    /* The decode failed while the prefill leg is outstanding: a decode whose KV fetch failed because the
+     * prefill died answers its 5xx before the prefill leg's reset arrives. A prefill already known dead
+     * answers 503 at once; otherwise its leg has PDR_PREFILL_DEATH_WINDOW_MS to fail (then it is the
+     * prefill's 503 above) before the decode is blamed. */
+    if (x->p_running && d_failed && x->pw != NULL) {
+        if (!pdr_worker_healthy(x->pw)) {
+            attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_RESET, 503,
+                           "the prefill is down (the decode's KV fetch from it failed)");
+            return;
+        }
+        uint64_t now = pdr_now_ns();
+        if (x->d_failed_ns == 0)
+            x->d_failed_ns = now;
+        if (now < x->d_failed_ns + PDR_PREFILL_DEATH_WINDOW_MS * 1000000ull) {
+            x->recheck = 1;
+            return;
+        }
+    }
+    /* protocol pdshim: a worker that refuses the router's own ticket is misconfigured (another
+     * ticket.key_file), not the client's fault: 502, and the worker avoided by the retry. */
+    if (x->protocol == PDR_PROTO_PDSHIM &&
+        ((x->p_done && x->pleg.status == 403) || (x->dleg.got_headers && x->dleg.status == 403))) {
+        int role = x->p_done && x->pleg.status == 403 ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
+        x->t->m.tickets_refused_total++;
+        x->error_cause = "ticket_refused";
+        attempt_failed(x, role, PDR_CAUSE_OTHER, 502,
+                       "refused the router's ticket (403): check that ticket.key_file is the same on the "
+                       "router and the worker");
         return;
     }
     if (x->d_done && x->d_err != 0) {
@@ -1316,6 +1352,7 @@ static void start_attempt(pd_req_t *x)
     pdr_router_t *r = x->r;
     x->p_done = x->d_done = 0;
     x->recheck = 0;
+    x->d_failed_ns = 0;
     x->kv_open = 0;
     x->p_err = x->d_err = 0;
     x->pbody.len = 0;

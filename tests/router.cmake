@@ -160,6 +160,12 @@ foreach(s done_phase failed_retry restart_links)
   add_test(NAME kv_shim_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_shim.py ${s})
   set_tests_properties(kv_shim_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
+# PD answers that are not the workers' to pass through (see test_pd_answers.py): a refused ticket, a
+# prefill that dies after the decode's failure.
+foreach(s ticket_refused prefill_dies)
+  add_test(NAME pd_answers_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pd_answers.py ${s})
+  set_tests_properties(pd_answers_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()
 add_executable(test_shim_events unit/test_shim_events.c)
 target_include_directories(test_shim_events PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit)
 target_link_libraries(test_shim_events PRIVATE pdr_router pdshim)
