@@ -45,6 +45,7 @@ def scenario_done_phase():
             v = metric_value(metrics(r), "pdr_kv_transfer_seconds_count", backend="tcp")
             return v if v and v >= 1 else None
         pdtest.poll_until(counted, 10, "pdr_kv_transfer_seconds_count{backend=\"tcp\"}")
+        check(r.stop() == 0, "pdrouter exit status (leaks fail it under ASan)", r)
     finally:
         pdtest.stop_all()
         os.unlink(alog)
@@ -92,6 +93,7 @@ def scenario_failed_retry():
         check(metric_value(m, "pdr_link_suspect", prefill=url(p), decode=url(d1)) == 1, "link suspect", r)
         lines = pdtest.poll_until(lambda: [x for x in access_lines(alog) if x["attempts"] == 2], 10, "retried line")
         check(lines[-1]["status"] == 200 and lines[-1]["decode"] == url(d2), "line %s" % lines[-1], r)
+        check(r.stop() == 0, "pdrouter exit status (leaks fail it under ASan)", r)
     finally:
         pdtest.stop_all()
         os.unlink(alog)

@@ -45,6 +45,7 @@ def scenario_ticket_refused():
             st, _, m = request(r.ports["admin"], "GET", "/metrics")
         m = m.decode() if isinstance(m, bytes) else m
         check((metric_value(m, "pdr_tickets_refused_total") or 0) >= 1, "pdr_tickets_refused_total", r)
+        check(r.stop() == 0, "pdrouter exit status (leaks fail it under ASan)", r)
     finally:
         pdtest.stop_all()
         os.unlink(ka)
@@ -74,6 +75,7 @@ def scenario_prefill_dies():
         err = json.loads(res["out"])["error"]
         check(set(err) == {"message", "type", "code"} and err["code"] == 503 and
               "prefill" in err["message"] and "127.0.0.1:%d" % p.port in err["message"], repr(err), r)
+        check(r.stop() == 0, "pdrouter exit status (leaks fail it under ASan)", r)
     finally:
         pdtest.stop_all()
 
