@@ -323,7 +323,7 @@ void pdr_shim_room_take(pdr_router_t *r, uint64_t room, char *out, size_t cap)
         }
     /* backend and reason come from shims: only [A-Za-z0-9_ .:-] is kept (see record_room). */
     snprintf(out, cap,
-             ",\"kv\":{\"events\":[%s],\"bytes\":%" PRIu64 ",\"total\":%" PRIu64 ",\"usec\":%" PRIu64
+             ",\"kv_events\":{\"events\":[%s],\"bytes\":%" PRIu64 ",\"total\":%" PRIu64 ",\"usec\":%" PRIu64
              ",\"backend\":%s%s%s,\"failed\":%s%s%s}",
              evs, rec.bytes, rec.total, rec.usec, rec.backend[0] ? "\"" : "",
              rec.backend[0] ? rec.backend : "null", rec.backend[0] ? "\"" : "",

@@ -47,10 +47,20 @@ def body(stream=False, text="The capital of France is", tokens=4):
     return {"text": text, "stream": stream, "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True}}
 
 
+def _no_duplicate_keys(pairs):
+    keys = [k for k, _ in pairs]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    assert not dup, "access-log line with the key(s) %s more than once: %r" % (dup, pairs)
+    return dict(pairs)
+
+
 def access_lines(path):
+    """The access log's JSON lines; AssertionError on a line that names a key twice (a JSON reader
+    would silently keep only the last)."""
     try:
         with open(path) as f:
-            return [json.loads(l) for l in f if l.strip().startswith("{") and '"request_id"' in l]
+            return [json.loads(l, object_pairs_hook=_no_duplicate_keys) for l in f
+                    if l.strip().startswith("{") and '"request_id"' in l]
     except OSError:
         return []
 

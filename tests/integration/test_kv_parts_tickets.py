@@ -52,7 +52,7 @@ def events_reported():
             return None
         return ls[-1] if ls else None
     rec = pdtest.poll_until(line, 10, "the access log line")
-    kv = rec.get("kv")
+    kv = rec.get("kv_events")
     check(kv is not None and "done" in kv["events"] and kv["bytes"] == 64 * 16, "kv field: %s" % rec, r)
 
     def mine():

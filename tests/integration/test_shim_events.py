@@ -307,7 +307,7 @@ def scenario_rooms():
             ls = [x for x in ls if x.get("path") == "/generate"]
             return ls[-1] if ls else None
         rec = pdtest.poll_until(line, 10, "the access log line")
-        kv = rec.get("kv")
+        kv = rec.get("kv_events")
         check(kv is not None and "accepted" in kv["events"] and "done" in kv["events"] and
               kv["bytes"] == 64 * 16 and kv["backend"] == "tcp" and kv["failed"] is None,
               "access log kv field: %s" % rec, r)
@@ -341,7 +341,7 @@ def scenario_rooms_tickets():
                 return None
             return ls[-1] if ls else None
         rec = pdtest.poll_until(line, 10, "the access log line")
-        kv = rec.get("kv")
+        kv = rec.get("kv_events")
         check(kv is not None and "done" in kv["events"] and kv["bytes"] == 32 * 16, "kv field: %s" % rec, r)
     finally:
         pdtest.stop_all()
