@@ -7,8 +7,9 @@
  *   3. a name that is gone (NXDOMAIN) empties its role;
  *   4. with the server dead nothing is emitted (a failure is not "no workers");
  *   5. pdr_discovery_stop returns within 1 s and no callback runs after it.
- * argv[1] "ipv4" (resolver 127.0.0.1:P) or "ipv6" (resolver [::1]:P). Exits 77 (skipped) without
- * dnsmasq, or without ::1 for "ipv6".
+ * argv[1] "ipv4" (resolver 127.0.0.1:P) or "ipv6" (resolver [::1]:P); further arguments name cases.
+ * Steps 1 to 5 are one case, "dns_sets": each starts from the sets and the server the step before left.
+ * Every case exits 77 (skipped) without dnsmasq, or without ::1 for "ipv6", so the test is skipped.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "../unit/check.h"
+#include "../unit/runner.h"
 #include "config.h"
 #include "discovery.h"
 
@@ -267,18 +269,26 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-int main(int argc, char **argv)
+/* The address family every case uses: argv[1], read by main before the cases run. */
+static int v6;
+
+/* dnsmasq's path; exits 77 (the case is skipped) without it, or without ::1 for IPv6. */
+static const char *need_dnsmasq(void)
 {
-    int v6 = argc > 1 && strcmp(argv[1], "ipv6") == 0;
     const char *bin = find_dnsmasq();
     if (bin == NULL) {
         fprintf(stderr, "dnsmasq not installed (Debian: dnsmasq-base); skipped\n");
-        return 77;
+        exit(77);
     }
     if (v6 && !ipv6_loopback()) {
         fprintf(stderr, "no IPv6 loopback; skipped\n");
-        return 77;
+        exit(77);
     }
+    return bin;
+}
+
+static void setup(void)
+{
     signal(SIGPIPE, SIG_IGN);
     pthread_condattr_t ca; /* deadlines are on the monotonic clock */
     pthread_condattr_init(&ca);
@@ -286,9 +296,14 @@ int main(int argc, char **argv)
     pthread_cond_destroy(&seen.cv);
     pthread_cond_init(&seen.cv, &ca);
     pthread_condattr_destroy(&ca);
+}
+
+static void test_dns_sets(void)
+{
+    const char *bin = need_dnsmasq();
     if (mkdtemp(dir) == NULL) {
         perror("mkdtemp");
-        return 1;
+        exit(1);
     }
     snprintf(hosts, sizeof(hosts), "%s/hosts", dir);
     write_hosts(
@@ -297,7 +312,7 @@ int main(int argc, char **argv)
     int port = start_dnsmasq(bin, v6 ? AF_INET6 : AF_INET, addr);
     if (port == 0) {
         fprintf(stderr, "cannot start %s\n", bin);
-        return 1;
+        exit(1);
     }
 
     char yaml[512], err[512];
@@ -313,7 +328,7 @@ int main(int argc, char **argv)
     if (c == NULL) {
         fprintf(stderr, "config: %s\n", err);
         kill(dnsmasq, SIGKILL);
-        return 1;
+        exit(1);
     }
     pdr_discovery_t *d = pdr_dns_discovery_start(&c->discovery, NULL, on_emit, NULL, err, sizeof(err));
     CHECK(d != NULL);
@@ -321,7 +336,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "start: %s\n", err);
         kill(dnsmasq, SIGKILL);
         pdr_config_unref(c);
-        return 1;
+        exit(1);
     }
 
     /* 1. First sets; AAAA after A (IPv4 sorts first). */
@@ -373,23 +388,41 @@ int main(int argc, char **argv)
     CHECK(seen.emits[0] == before[0] && seen.emits[1] == before[1]);
     CHECK(seen.bad == 0);
     pthread_mutex_unlock(&seen.mu);
-
-    /* Nothing to do: no source, no error. */
-    pdr_config_t *none = pdr_config_new_default();
-    err[0] = 'x';
-    CHECK(none != NULL &&
-          pdr_dns_discovery_start(&none->discovery, NULL, on_emit, NULL, err, sizeof(err)) == NULL &&
-          err[0] == '\0');
-    pdr_config_unref(none);
     pdr_config_unref(c);
 
     unlink(hosts);
     rmdir(dir);
     if (check_failures) {
         fprintf(stderr, "test_dns_discovery: %d check(s) failed\n", check_failures);
-        return 1;
+        exit(1);
     }
     printf("test_dns_discovery %s: all checks passed (stop took %llu ms)\n", v6 ? "ipv6" : "ipv4",
            (unsigned long long)took);
-    return 0;
+}
+
+/* Nothing to do: no source, no error. Skipped where dns_sets is, so that the whole test reads skipped there,
+ * as it did before it had cases. */
+static void test_no_source(void)
+{
+    (void)need_dnsmasq();
+    char err[512];
+    pdr_config_t *none = pdr_config_new_default();
+    err[0] = 'x';
+    CHECK(none != NULL &&
+          pdr_dns_discovery_start(&none->discovery, NULL, on_emit, NULL, err, sizeof(err)) == NULL &&
+          err[0] == '\0');
+    pdr_config_unref(none);
+}
+
+static const pdr_test_case_t cases[] = {
+    {"dns_sets", test_dns_sets, 50},
+    {"no_source", test_no_source, 10},
+};
+
+/* argv[1] is the family; the names after it pick cases. */
+int main(int argc, char **argv)
+{
+    v6 = argc > 1 && strcmp(argv[1], "ipv6") == 0;
+    int skip = argc > 1 ? 1 : 0;
+    return pdr_test_run(cases, sizeof(cases) / sizeof(cases[0]), setup, NULL, argc - skip, argv + skip);
 }

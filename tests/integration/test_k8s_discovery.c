@@ -5,7 +5,9 @@
  * variable with a deadline) and the requests that crossed the wire: label selectors, bearer tokens
  * (rotated mid-test), a re-list without resourceVersion after an ERROR 410 event and after an HTTP 410,
  * a re-watch from a BOOKMARK's resourceVersion, a back-off after a 500, and a stop within 200 ms while
- * both watches are open.
+ * both watches are open. Two cases, each with its own server: "start_errors", and "watch" (steps 1 to 9,
+ * one server and one source: each step starts from the state the step before left). Case names may follow
+ * the two arguments.
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -20,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "../unit/check.h"
+#include "../unit/runner.h"
 #include "discovery.h"
 #include "script_server.h"
 #include "util.h"
@@ -248,28 +251,51 @@ static void test_start_errors(const char *token_path)
     pdr_config_unref(c);
 }
 
-int main(int argc, char **argv)
+/* argv[1] and argv[2], read by main before the cases run. */
+static const char *py_path, *script_path;
+
+/* A case's server, started with token tok-1 written into dir/token. */
+static void case_server(char *dir, char *token_path, size_t len)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s PYTHON3 k8s_replay.py\n", argv[0]);
-        return 2;
-    }
+    if (mkdtemp(dir) == NULL)
+        exit(1);
+    snprintf(token_path, len, "%s/token", dir);
+    write_token(token_path, "tok-1");
+    if (start_server(py_path, script_path, "tok-1") != 0)
+        exit(1);
+}
+
+static void setup(void)
+{
     signal(SIGPIPE, SIG_IGN);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&emits.cond, &ca);
     curl_global_init(CURL_GLOBAL_DEFAULT);
+}
 
+static void teardown(void)
+{
+    curl_global_cleanup();
+}
+
+static void test_start_errors_case(void)
+{
     char dir[] = "/tmp/pdr-k8s-XXXXXX";
-    if (mkdtemp(dir) == NULL)
-        return 1;
     char token_path[4096];
-    snprintf(token_path, sizeof(token_path), "%s/token", dir);
-    write_token(token_path, "tok-1");
-    if (start_server(argv[1], argv[2], "tok-1") != 0)
-        return 1;
+    case_server(dir, token_path, sizeof(token_path));
     test_start_errors(token_path);
+    stop_server();
+    unlink(token_path);
+    rmdir(dir);
+}
+
+static void test_watch(void)
+{
+    char dir[] = "/tmp/pdr-k8s-XXXXXX";
+    char token_path[4096];
+    case_server(dir, token_path, sizeof(token_path));
 
     /* The cluster before the router starts: 2 ready prefill pods and one not ready; a pending decode pod. */
     json_decref(ctl(
@@ -294,7 +320,7 @@ int main(int argc, char **argv)
     if (d == NULL) {
         fprintf(stderr, "start: %s\n", err);
         stop_server();
-        return 1;
+        exit(1);
     }
 
     /* 1. The initial lists. */
@@ -395,6 +421,24 @@ int main(int argc, char **argv)
     stop_server();
     unlink(token_path);
     rmdir(dir);
-    curl_global_cleanup();
-    CHECK_DONE();
+}
+
+static const pdr_test_case_t cases[] = {
+    {"start_errors", test_start_errors_case, 20},
+    {"watch", test_watch, 50},
+};
+
+/* argv[1] is python3 and argv[2] the script; the names after them pick cases. */
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s PYTHON3 k8s_replay.py [CASE...]\n", argv[0]);
+        return 2;
+    }
+    py_path = argv[1];
+    script_path = argv[2];
+    int rc = pdr_test_run(cases, sizeof(cases) / sizeof(cases[0]), setup, teardown, argc - 2, argv + 2);
+    if (rc == 0)
+        printf("all checks passed\n");
+    return rc;
 }

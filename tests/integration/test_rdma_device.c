@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "../unit/runner.h"
 #include "err.h"
 #include "rdma.h"
 
@@ -55,26 +56,38 @@ static int wait_for(int n)
     return rc == 0 ? 0 : -1;
 }
 
-int main(void)
+/* Each case's own context, two endpoints connected to each other, and a source and a destination of a few
+ * MiB, registered, with the source cut in 3 odd pieces and the destination in 2 others. */
+struct loop {
+    struct pdr_rdma_ctx *ctx;
+    struct pdr_rdma_ep *a, *b;
+    size_t total;
+    uint8_t *src, *dst;
+    struct pdr_rdma_mr *ms, *md;
+    struct pdr_rdma_seg local[3], remote[2];
+    uint32_t nrem;
+};
+
+static void loop_open(struct loop *l)
 {
+    memset(l, 0, sizeof(*l));
     if (pdr__rdma_device_count() == 0) {
         printf("no RDMA device: skipped\n");
-        return 77;
+        exit(77);
     }
     int err = 0;
-    struct pdr_rdma_ctx *ctx = pdr__rdma_open(NULL, NULL, &err);
-    if (ctx == NULL) {
+    l->ctx = pdr__rdma_open(NULL, NULL, &err);
+    if (l->ctx == NULL) {
         fprintf(stderr, "pdr__rdma_open: %s\n", pdr_strerror(err));
-        return err == PDR_ENOTSUP ? 77 : 1; /* a device without an active port */
+        exit(err == PDR_ENOTSUP ? 77 : 1); /* a device without an active port */
     }
-    printf("device %s\n", pdr__rdma_dev_name(ctx));
-    struct pdr_rdma_ep *a = NULL, *b = NULL;
+    printf("device %s\n", pdr__rdma_dev_name(l->ctx));
     struct pdr_rdma_ep_info ia, ib;
-    CHECK(pdr__rdma_ep_create(ctx, 2, &a, &ia) == 0);
-    CHECK(pdr__rdma_ep_create(ctx, 2, &b, &ib) == 0);
-    if (a == NULL || b == NULL)
-        CHECK_DONE();
-    pdr__rdma_set_imm_cb(b, on_imm, NULL);
+    CHECK(pdr__rdma_ep_create(l->ctx, 2, &l->a, &ia) == 0);
+    CHECK(pdr__rdma_ep_create(l->ctx, 2, &l->b, &ib) == 0);
+    if (l->a == NULL || l->b == NULL)
+        exit(1);
+    pdr__rdma_set_imm_cb(l->b, on_imm, NULL);
 
     /* The descriptors go through the wire format, as they would between two hosts. */
     uint8_t wa[PDR_RDMA_EP_MAX_BYTES], wb[PDR_RDMA_EP_MAX_BYTES];
@@ -82,59 +95,87 @@ int main(void)
     size_t na = pdr__rdma_pack_ep(&ia, wa, sizeof(wa)), nb = pdr__rdma_pack_ep(&ib, wb, sizeof(wb));
     CHECK(na > 0 && nb > 0);
     CHECK(pdr__rdma_unpack_ep(wa, na, &ra) == 0 && pdr__rdma_unpack_ep(wb, nb, &rb) == 0);
-    CHECK(pdr__rdma_ep_connect(a, &rb) == 0);
-    CHECK(pdr__rdma_ep_connect(b, &ra) == 0);
-    CHECK(pdr__rdma_ep_connect(a, &rb) == PDR_EINVAL); /* already connected */
+    CHECK(pdr__rdma_ep_connect(l->a, &rb) == 0);
+    CHECK(pdr__rdma_ep_connect(l->b, &ra) == 0);
+    CHECK(pdr__rdma_ep_connect(l->a, &rb) == PDR_EINVAL); /* already connected */
 
-    const size_t total = (5u << 20) + 12345;
-    uint8_t *src = malloc(total), *dst = calloc(1, total);
+    const size_t total = l->total = (5u << 20) + 12345;
+    uint8_t *src = l->src = malloc(total), *dst = l->dst = calloc(1, total);
     CHECK(src != NULL && dst != NULL);
+    if (src == NULL || dst == NULL)
+        exit(1);
     for (size_t i = 0; i < total; i++)
         src[i] = (uint8_t)(i * 131 + 7);
-    struct pdr_rdma_mr *ms = NULL, *md = NULL;
     uint32_t slk, srk, dlk, drk;
-    CHECK(pdr__rdma_reg(ctx, src, total, 0, &ms, &slk, &srk) == 0);
-    CHECK(pdr__rdma_reg(ctx, dst, total, 0, &md, &dlk, &drk) == 0);
+    CHECK(pdr__rdma_reg(l->ctx, src, total, 0, &l->ms, &slk, &srk) == 0);
+    CHECK(pdr__rdma_reg(l->ctx, dst, total, 0, &l->md, &dlk, &drk) == 0);
 
     /* Source cut in 3 odd pieces, destination in 2 others; the remote side travels packed. */
     struct pdr_rdma_seg local[3] = {
         {(uintptr_t)src, 1000003, slk},
         {(uintptr_t)src + 1000003, 3u << 20, slk},
         {(uintptr_t)src + 1000003 + (3u << 20), total - 1000003 - (3u << 20), slk}};
+    memcpy(l->local, local, sizeof(local));
     struct pdr_rdma_seg remote_segs[2] = {{(uintptr_t)dst, 2u << 20, drk},
                                           {(uintptr_t)dst + (2u << 20), total - (2u << 20), drk}};
     uint8_t mem[PDR_RDMA_MEM_FIXED + 2 * PDR_RDMA_MEM_PER_SEG];
-    struct pdr_rdma_seg remote[2];
-    uint32_t nrem;
     uint64_t rtotal;
     CHECK(pdr__rdma_pack_mem(remote_segs, 2, mem, sizeof(mem)) == sizeof(mem));
-    CHECK(pdr__rdma_unpack_mem(mem, sizeof(mem), remote, 2, &nrem, &rtotal) == 0 && rtotal == total);
+    CHECK(pdr__rdma_unpack_mem(mem, sizeof(mem), l->remote, 2, &l->nrem, &rtotal) == 0 && rtotal == total);
+}
 
-    const uint64_t tag = 0xABCDEF0012345678ull;
-    CHECK(pdr__rdma_write_room(a, tag, local, 3, remote, nrem, on_done, NULL) == 0);
+static void loop_close(struct loop *l)
+{
+    pdr__rdma_ep_destroy(l->a);
+    pdr__rdma_ep_destroy(l->b);
+    pdr__rdma_dereg(l->ms);
+    pdr__rdma_dereg(l->md);
+    pdr__rdma_close(l->ctx);
+    free(l->src);
+    free(l->dst);
+}
+
+static const uint64_t tag = 0xABCDEF0012345678ull;
+
+/* A room, then a second room over the same endpoints, reversed direction of the data pattern. */
+static void test_two_rooms(void)
+{
+    struct loop l;
+    loop_open(&l);
+    CHECK(pdr__rdma_write_room(l.a, tag, l.local, 3, l.remote, l.nrem, on_done, NULL) == 0);
     CHECK(wait_for(1) == 0);
     CHECK(done_status == 0);
     CHECK(imm_tag == (uint32_t)tag);
-    CHECK(memcmp(src, dst, total) == 0);
+    CHECK(memcmp(l.src, l.dst, l.total) == 0);
 
-    /* A second room over the same endpoints, reversed direction of the data pattern. */
-    memset(dst, 0, total);
-    for (size_t i = 0; i < total; i++)
-        src[i] = (uint8_t)(255 - i % 251);
-    CHECK(pdr__rdma_write_room(a, tag + 1, local, 3, remote, nrem, on_done, NULL) == 0);
+    memset(l.dst, 0, l.total);
+    for (size_t i = 0; i < l.total; i++)
+        l.src[i] = (uint8_t)(255 - i % 251);
+    CHECK(pdr__rdma_write_room(l.a, tag + 1, l.local, 3, l.remote, l.nrem, on_done, NULL) == 0);
     CHECK(wait_for(2) == 0);
-    CHECK(done_status == 0 && imm_tag == (uint32_t)(tag + 1) && memcmp(src, dst, total) == 0);
+    CHECK(done_status == 0 && imm_tag == (uint32_t)(tag + 1) && memcmp(l.src, l.dst, l.total) == 0);
+    loop_close(&l);
+}
 
-    /* Size mismatch is refused before anything is posted. */
-    local[2].len -= 1;
-    CHECK(pdr__rdma_write_room(a, tag, local, 3, remote, nrem, on_done, NULL) == PDR_ESIZE);
+/* Size mismatch is refused before anything is posted. */
+static void test_size_mismatch(void)
+{
+    struct loop l;
+    loop_open(&l);
+    l.local[2].len -= 1;
+    CHECK(pdr__rdma_write_room(l.a, tag, l.local, 3, l.remote, l.nrem, on_done, NULL) == PDR_ESIZE);
+    loop_close(&l);
+}
 
-    pdr__rdma_ep_destroy(a);
-    pdr__rdma_ep_destroy(b);
-    pdr__rdma_dereg(ms);
-    pdr__rdma_dereg(md);
-    pdr__rdma_close(ctx);
-    free(src);
-    free(dst);
-    CHECK_DONE();
+static const pdr_test_case_t cases[] = {
+    {"two_rooms", test_two_rooms, 30},
+    {"size_mismatch", test_size_mismatch, 20},
+};
+
+int main(int argc, char **argv)
+{
+    int rc = PDR_TEST_RUN(cases, argc, argv);
+    if (rc == 0)
+        printf("all checks passed\n");
+    return rc;
 }

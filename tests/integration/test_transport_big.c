@@ -13,6 +13,7 @@
 #include "err.h"
 #include "transport.h"
 #include "test_shim_util.h"
+#include "../unit/runner.h"
 
 static long vm_hwm_kb(void)
 {
@@ -41,9 +42,9 @@ static unsigned long long env_num(const char *name, unsigned long long dflt, uns
     return v;
 }
 
-int main(void)
+/* One case: the room is the whole test (its buffers are most of the process's memory). */
+static void test_big_room(void)
 {
-    setvbuf(stdout, NULL, _IONBF, 0);
     size_t size = (size_t)env_num("PDR_TEST_BIG_BYTES", 1ull << 30, 16ull << 30);
     int conns = (int)env_num("PDR_TEST_CONNS", 4, 64);
     int err;
@@ -92,5 +93,13 @@ int main(void)
     done_fini(&a);
     done_fini(&b);
     printf("ok big transfer\n");
-    return 0;
+}
+
+static const pdr_test_case_t cases[] = {
+    {"big_room", test_big_room, 290},
+};
+
+int main(int argc, char **argv)
+{
+    return PDR_TEST_RUN(cases, argc, argv);
 }

@@ -4,8 +4,10 @@
  * and body-less answers, 1xx, keep-alive reuse, a close by the server while the connection is idle, a
  * reset, garbage, a hang (total deadline), connect refused, back-pressure (pause/resume), cancel from the
  * data callback, fail_all, and a clean close of the multi. Each case runs the loop until its leg ends.
+ * Each case has its own server, loop and multi, and ends with the multi's clean close (every handle goes,
+ * the callback runs, the loop has nothing left).
  *
- * Usage: test_upstream PYTHON SCRIPT
+ * Usage: test_upstream PYTHON SCRIPT [CASE...]
  */
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "../unit/check.h"
+#include "../unit/runner.h"
 #include "err.h"
 #include "script_server.h"
 #include "upstream.h"
@@ -164,22 +167,36 @@ static void on_multi_closed(void *arg)
     closed_called = 1;
 }
 
-int main(int argc, char **argv)
+/* argv[1] and argv[2], read by main before the cases run. */
+static const char *py_path, *script_path;
+
+/* Each case's own server, loop and multi. */
+static void setup(void)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: test_upstream PYTHON SCRIPT\n");
-        return 2;
-    }
     signal(SIGPIPE, SIG_IGN);
-    char *const server_argv[] = {argv[1], argv[2], NULL};
+    char *const server_argv[] = {(char *)py_path, (char *)script_path, NULL};
     if (script_server_start(&server, server_argv) != 0)
-        return 1;
+        exit(1);
     snprintf(base, sizeof(base), "http://127.0.0.1:%d", server.port);
     if (getenv("PDR_DEBUG") != NULL)
         pdr_log_level = PDR_LOG_DEBUG;
     loop = uv_default_loop();
     multi = pdr_multi_new(loop, 16);
+}
 
+/* Close: every handle goes, the callback runs, the loop has nothing left. */
+static void teardown(void)
+{
+    closed_called = 0;
+    pdr_multi_close(multi, on_multi_closed, NULL);
+    uv_run(loop, UV_RUN_DEFAULT);
+    CHECK(closed_called);
+    CHECK(uv_loop_close(loop) == 0);
+    script_server_stop(&server);
+}
+
+static void test_content_length(void)
+{
     /* Content-Length, then reuse of the same connection. */
     char *big = malloc(100001);
     for (int i = 0; i < 100000; i++)
@@ -190,13 +207,22 @@ int main(int argc, char **argv)
     CHECK(get_ok("/cl/10", "abcdefghij"));
     CHECK(get_ok("/cl/0", ""));
     CHECK(server_connections() == conns); /* one pooled connection served them all */
+    free(big);
+}
 
+static void test_chunked(void)
+{
+    CHECK(get_ok("/cl/10", "abcdefghij")); /* a pooled connection first */
+    int conns = server_connections();
     /* Chunked, split over many writes, with extensions and a trailer; then the connection is reused. */
     CHECK(get_ok("/chunked/20", "chunk-0;chunk-1;chunk-2;chunk-3;chunk-4;chunk-5;chunk-6;chunk-7;chunk-8;"
                                 "chunk-9;chunk-10;chunk-11;chunk-12;chunk-13;chunk-14;chunk-15;chunk-16;"
                                 "chunk-17;chunk-18;chunk-19;"));
     CHECK(server_connections() == conns);
+}
 
+static void test_close_eof_204_100(void)
+{
     /* Connection: close; a body that runs until the close; 204; 100 Continue. */
     CHECK(get_ok("/close", "bye"));
     CHECK(get_ok("/eof", "until-close"));
@@ -205,7 +231,10 @@ int main(int argc, char **argv)
     CHECK(run(&r, "/204", NULL, 5000) == 0 && r.done == 1 && r.err == 0 && r.leg.status == 204 && r.len == 0);
     result_free(&r);
     CHECK(get_ok("/100", "after-100"));
+}
 
+static void test_idle_close(void)
+{
     /* The server closes a pooled connection while it is idle: the next request still succeeds. */
     CHECK(get_ok("/idle-close", "ok"));
     wait_ms(150);
@@ -216,7 +245,11 @@ int main(int argc, char **argv)
         wait_ms(i % 2 ? 49 : 51);
         CHECK(get_ok("/cl/3", "abc"));
     }
+}
 
+static void test_host_names(void)
+{
+    result_t r;
     /* A host name (resolved off the loop, then cached), and one that does not resolve. */
     char saved_base[64];
     snprintf(saved_base, sizeof(saved_base), "%s", base);
@@ -228,7 +261,10 @@ int main(int argc, char **argv)
     CHECK(run(&r, "/x", NULL, 0) == 0 && r.done == 1 && r.err == PDR_ECONNREFUSED);
     result_free(&r);
     snprintf(base, sizeof(base), "%s", saved_base);
+}
 
+static void test_burst(void)
+{
     /* A burst of 300 requests: at most 64 connects are in progress at once to the origin (the others
      * wait for a slot or a pooled connection), and every request succeeds. */
     {
@@ -270,7 +306,10 @@ int main(int argc, char **argv)
             result_free(&rs[i]);
         free(rs);
     }
+}
 
+static void test_conn_limit(void)
+{
     /* limits.max_connections_per_worker: with a limit of 3, a burst of 60 requests to the worker opens
      * exactly 3 connections (its own multi, so the peak is this burst's) and every request succeeds. */
     {
@@ -340,7 +379,11 @@ int main(int argc, char **argv)
             uv_run(loop, UV_RUN_ONCE);
         closed_called = 0;
     }
+}
 
+static void test_post_bodies(void)
+{
+    result_t r;
     /* A POST body, 1 MiB, echoed. */
     char *post = malloc((1 << 20) + 1);
     for (int i = 0; i < (1 << 20); i++)
@@ -350,6 +393,7 @@ int main(int argc, char **argv)
     CHECK(run(&r, "/echo", post, 5000) == 0 && r.err == 0 && r.len == (1u << 20) &&
           memcmp(r.body, post, r.len) == 0);
     result_free(&r);
+    free(post);
     /* 32 MiB: more than the socket takes at once, so the client writes what it can and queues the rest. */
     size_t huge_len = 32u << 20;
     char *huge = malloc(huge_len + 1);
@@ -361,7 +405,11 @@ int main(int argc, char **argv)
           memcmp(r.body, huge, r.len) == 0);
     result_free(&r);
     free(huge);
+}
 
+static void test_back_pressure(void)
+{
+    result_t r;
     /* Back-pressure: every 3rd delivery pauses, a timer resumes; nothing is lost or repeated. */
     char *two = malloc(2000001);
     for (int i = 0; i < 2000000; i++)
@@ -372,7 +420,12 @@ int main(int argc, char **argv)
     CHECK(run(&r, "/cl/2000000", NULL, 5000) == 0 && r.err == 0 && r.len == 2000000 &&
           memcmp(r.body, two, r.len) == 0);
     result_free(&r);
+    free(two);
+}
 
+static void test_cancel_from_data(void)
+{
+    result_t r;
     /* Cancel from the data callback: no on_done; the next request works. */
     result_init(&r);
     r.cancel_at = 1;
@@ -381,7 +434,11 @@ int main(int argc, char **argv)
     CHECK(r.done == 2);
     result_free(&r);
     CHECK(get_ok("/cl/2", "ab"));
+}
 
+static void test_late_deadline(void)
+{
+    result_t r;
     /* A deadline that passes while the loop is busy elsewhere (here: not running at all) is judged after
      * the loop has read what arrived meanwhile: the answer that came in time wins over the late timer. */
     CHECK(get_ok("/cl/2", "ab")); /* a pooled connection: the next request is written at once */
@@ -397,7 +454,11 @@ int main(int argc, char **argv)
         CHECK(r.done == 1 && r.err == 0 && r.leg.status == 200);
     }
     result_free(&r);
+}
 
+static void test_failures(void)
+{
+    result_t r;
     /* Failures: reset, garbage, hang past the total deadline, connect refused (reported later, never
      * from inside pdr_leg_start), a URL it cannot use. */
     result_init(&r);
@@ -424,7 +485,11 @@ int main(int argc, char **argv)
     CHECK(pdr_leg_start(&r.leg, multi, "http://[::1/", NULL, 0, NULL, 100, 0, &cbs, &r) == PDR_EINVAL);
     CHECK(pdr_leg_start(&r.leg, multi, "http://h:99999/", NULL, 0, NULL, 100, 0, &cbs, &r) == PDR_EINVAL);
     result_free(&r);
+}
 
+static void test_fail_all(void)
+{
+    result_t r;
     /* fail_all ends a leg in flight with the given error. */
     result_init(&r);
     char url[128];
@@ -436,16 +501,35 @@ int main(int argc, char **argv)
     if (failed != 1)
         fprintf(stderr, "fail_all ended %zu legs, done %d err %d\n", failed, r.done, r.err);
     result_free(&r);
+}
 
-    /* Close: every handle goes, the callback runs, the loop has nothing left. */
-    pdr_multi_close(multi, on_multi_closed, NULL);
-    uv_run(loop, UV_RUN_DEFAULT);
-    CHECK(closed_called);
-    CHECK(uv_loop_close(loop) == 0);
+static const pdr_test_case_t cases[] = {
+    {"content_length", test_content_length, 30},
+    {"chunked", test_chunked, 30},
+    {"close_eof_204_100", test_close_eof_204_100, 30},
+    {"idle_close", test_idle_close, 60},
+    {"host_names", test_host_names, 30},
+    {"burst", test_burst, 60},
+    {"conn_limit", test_conn_limit, 60},
+    {"post_bodies", test_post_bodies, 60},
+    {"back_pressure", test_back_pressure, 30},
+    {"cancel_from_data", test_cancel_from_data, 30},
+    {"late_deadline", test_late_deadline, 30},
+    {"failures", test_failures, 30},
+    {"fail_all", test_fail_all, 30},
+};
 
-    script_server_stop(&server);
-    free(big);
-    free(post);
-    free(two);
-    CHECK_DONE();
+/* argv[1] is python3 and argv[2] the script; the names after them pick cases. */
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_upstream PYTHON SCRIPT [CASE...]\n");
+        return 2;
+    }
+    py_path = argv[1];
+    script_path = argv[2];
+    int rc = pdr_test_run(cases, sizeof(cases) / sizeof(cases[0]), setup, teardown, argc - 2, argv + 2);
+    if (rc == 0)
+        printf("all checks passed\n");
+    return rc;
 }

@@ -16,6 +16,8 @@ int pdxfer_bench_main(int argc, char **argv);
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include "runner.h"
+
 #define CHECK(cond)                                                                                          \
     do {                                                                                                     \
         if (!(cond)) {                                                                                       \
@@ -170,35 +172,84 @@ static void test_verify_finds(const char *mem)
     printf("ok verify finds wrong words (%s)\n", mem);
 }
 
-int main(void)
+static void test_verify_finds_cuda(void)
 {
-    setvbuf(stdout, NULL, _IONBF, 0);
-    signal(SIGPIPE, SIG_IGN);
-    pdr__fake_cuda_strict = 1;
     test_verify_finds("cuda");
-    test_verify_finds("host");
+}
 
-    /* CUDA IPC between device memory, 4 workers x 2 rooms in flight: every byte right, exit 0. */
+static void test_verify_finds_host(void)
+{
+    test_verify_finds("host");
+}
+
+/* CUDA IPC between device memory, 4 workers x 2 rooms in flight: every byte right, exit 0. */
+static void test_cuda_ipc_device(void)
+{
     int trc = -1;
     CHECK(session("cuda_ipc", "cuda", 4, 2, 256 << 10, &trc) == 0);
     CHECK(trc == 0);
     CHECK(pdr__fake_cuda_dropped == 0); /* the bench waited for all of its own work */
     printf("ok cuda_ipc, device memory, full verification\n");
-    /* TCP staging from and into device memory, and VMM destinations, the same. */
+}
+
+/* TCP staging from and into device memory, and VMM destinations, the same. */
+static void test_tcp_device(void)
+{
+    int trc = -1;
     CHECK(session("tcp", "cuda", 2, 2, 256 << 10, &trc) == 0 && trc == 0);
     printf("ok tcp, device memory, full verification\n");
+}
+
+static void test_cuda_ipc_vmm(void)
+{
+    int trc = -1;
     CHECK(session("cuda_ipc", "cuda_vmm", 2, 1, 256 << 10, &trc) == 0 && trc == 0);
     printf("ok cuda_ipc, VMM memory, full verification\n");
+}
+
+static void test_tcp_host(void)
+{
+    int trc = -1;
     CHECK(session("tcp", "host", 2, 3, 64 << 10, &trc) == 0 && trc == 0);
     printf("ok tcp, host memory, sampled verification\n");
+}
 
-    /* A copy that never lands leaves the slot's previous room in place: verify errors, exit 1. */
+/* A copy that never lands leaves the slot's previous room in place: verify errors, exit 1. */
+static void test_lost_copy(void)
+{
+    int trc = -1;
     pdr__fake_cuda_lose_d2d = LOSE_EVERY;
     CHECK(session("cuda_ipc", "cuda", 2, 2, 64 << 10, &trc) == 1);
     pdr__fake_cuda_lose_d2d = 0;
     printf("ok a lost copy fails the run\n");
+}
 
+static void setup(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    pdr__fake_cuda_strict = 1;
+}
+
+/* Every case releases every stream, event and pinned buffer it made. */
+static void teardown(void)
+{
     CHECK(pdr__fake_cuda_live == 0);
-    printf("all ok\n");
-    return 0;
+}
+
+static const pdr_test_case_t cases[] = {
+    {"verify_finds_cuda", test_verify_finds_cuda, 30},
+    {"verify_finds_host", test_verify_finds_host, 30},
+    {"cuda_ipc_device", test_cuda_ipc_device, 60},
+    {"tcp_device", test_tcp_device, 60},
+    {"cuda_ipc_vmm", test_cuda_ipc_vmm, 60},
+    {"tcp_host", test_tcp_host, 60},
+    {"lost_copy", test_lost_copy, 60},
+};
+
+int main(int argc, char **argv)
+{
+    int rc = pdr_test_run(cases, sizeof(cases) / sizeof(cases[0]), setup, teardown, argc, argv);
+    if (rc == 0)
+        printf("all ok\n");
+    return rc;
 }

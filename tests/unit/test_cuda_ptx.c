@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "gpu_cuda.h"
+#include "runner.h"
 
 static int executable(const char *path)
 {
@@ -48,19 +49,20 @@ static int assemble(const char *ptxas, const char *file, const char *arch)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-int main(void)
+/* One case: both architectures assemble the same temporary file, and a skip is the whole test's. */
+static void test_assemble(void)
 {
     char ptxas[4096];
     if (!find_ptxas(ptxas, sizeof(ptxas))) {
         printf("skip: no ptxas\n");
-        return 77;
+        exit(77);
     }
     const char *ptx = pdr__cuda_pattern_ptx();
     char file[] = "/tmp/pdr-pattern-XXXXXX";
     int fd = mkstemp(file);
     if (fd < 0 || write(fd, ptx, strlen(ptx)) != (ssize_t)strlen(ptx)) {
         perror("temporary PTX file");
-        return 1;
+        exit(1);
     }
     close(fd);
     int fails = 0;
@@ -74,5 +76,14 @@ int main(void)
     if (strstr(ptx, ".entry pdr_pattern_fill") == NULL || strstr(ptx, ".entry pdr_pattern_check") == NULL)
         fails++;
     printf(fails ? "FAILED\n" : "all ok\n");
-    return fails ? 1 : 0;
+    exit(fails ? 1 : 0);
+}
+
+static const pdr_test_case_t cases[] = {
+    {"assemble", test_assemble, 50},
+};
+
+int main(int argc, char **argv)
+{
+    return PDR_TEST_RUN(cases, argc, argv);
 }

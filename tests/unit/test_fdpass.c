@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "runner.h"
 #include "err.h"
 #include "fdpass.h"
 
@@ -26,69 +27,118 @@ static int same_file(int a, int b)
     return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_ino == sb.st_ino && sa.st_dev == sb.st_dev;
 }
 
-int main(void)
+/* Each case's own server, holding two memfds (a written to: its offset is 5) under ids a and b. */
+struct fixture {
+    struct pdr__fdsrv *srv;
+    uint32_t pid;
+    uint64_t nonce;
+    int a, b, a_keep;
+    uint64_t ida, idb;
+};
+
+static void fixture_start(struct fixture *f)
 {
-    struct pdr__fdsrv *srv = NULL;
-    CHECK(pdr__fdsrv_start(&srv) == 0 && srv != NULL);
-    if (srv == NULL)
-        return 1;
-    uint32_t pid = pdr__fdsrv_pid(srv);
-    uint64_t nonce = pdr__fdsrv_nonce(srv);
-    CHECK(pid == (uint32_t)getpid());
+    memset(f, 0, sizeof(*f));
+    CHECK(pdr__fdsrv_start(&f->srv) == 0 && f->srv != NULL);
+    if (f->srv == NULL)
+        exit(1);
+    f->pid = pdr__fdsrv_pid(f->srv);
+    f->nonce = pdr__fdsrv_nonce(f->srv);
+    CHECK(f->pid == (uint32_t)getpid());
 
-    int a = memfd_create("fdpass-a", MFD_CLOEXEC), b = memfd_create("fdpass-b", MFD_CLOEXEC);
-    int a_keep = dup(a);
-    CHECK(a >= 0 && b >= 0 && a_keep >= 0);
-    CHECK(write(a, "hello", 5) == 5);
-    uint64_t ida = 0, idb = 0;
-    CHECK(pdr__fdsrv_add(srv, a, &ida) == 0);
-    CHECK(pdr__fdsrv_add(srv, b, &idb) == 0);
-    CHECK(ida != idb);
-    CHECK(pdr__fdsrv_count(srv) == 2);
+    f->a = memfd_create("fdpass-a", MFD_CLOEXEC);
+    f->b = memfd_create("fdpass-b", MFD_CLOEXEC);
+    f->a_keep = dup(f->a);
+    CHECK(f->a >= 0 && f->b >= 0 && f->a_keep >= 0);
+    CHECK(write(f->a, "hello", 5) == 5);
+    CHECK(pdr__fdsrv_add(f->srv, f->a, &f->ida) == 0);
+    CHECK(pdr__fdsrv_add(f->srv, f->b, &f->idb) == 0);
+    CHECK(f->ida != f->idb);
+    CHECK(pdr__fdsrv_count(f->srv) == 2);
+}
 
-    /* A held descriptor comes back: the same open file (its offset moved by the write above). */
+static void fixture_stop(struct fixture *f)
+{
+    pdr__fdsrv_stop(f->srv);
+    close(f->a_keep);
+}
+
+/* A held descriptor comes back: the same open file (its offset moved by the write above). */
+static void test_fetch(void)
+{
+    struct fixture f;
+    fixture_start(&f);
     int got = -1;
-    CHECK(pdr__fdsrv_fetch(pid, nonce, ida, 1000, &got) == 0 && got >= 0);
-    CHECK(got != a_keep && same_file(got, a_keep));
+    CHECK(pdr__fdsrv_fetch(f.pid, f.nonce, f.ida, 1000, &got) == 0 && got >= 0);
+    CHECK(got != f.a_keep && same_file(got, f.a_keep));
     CHECK(lseek(got, 0, SEEK_CUR) == 5);
     CHECK((fcntl(got, F_GETFD) & FD_CLOEXEC) != 0);
     close(got);
     /* Twice: the server keeps it. */
-    CHECK(pdr__fdsrv_fetch(pid, nonce, ida, 1000, &got) == 0 && same_file(got, a_keep));
+    CHECK(pdr__fdsrv_fetch(f.pid, f.nonce, f.ida, 1000, &got) == 0 && same_file(got, f.a_keep));
     close(got);
+    fixture_stop(&f);
+}
 
-    /* Unknown id, wrong nonce (no such server), dropped id. */
-    got = 7;
-    CHECK(pdr__fdsrv_fetch(pid, nonce, ida ^ idb ^ 1, 1000, &got) == PDR_EINVAL && got == -1);
-    CHECK(pdr__fdsrv_fetch(pid, nonce + 1, ida, 1000, &got) == PDR_ECONNREFUSED && got == -1);
-    pdr__fdsrv_drop(srv, ida);
-    CHECK(pdr__fdsrv_count(srv) == 1);
-    CHECK(pdr__fdsrv_fetch(pid, nonce, ida, 1000, &got) == PDR_EINVAL);
-    pdr__fdsrv_drop(srv, ida); /* again: no-op */
-    CHECK(pdr__fdsrv_fetch(pid, nonce, idb, 1000, &got) == 0 && got >= 0);
+/* Unknown id, wrong nonce (no such server), dropped id. */
+static void test_refused(void)
+{
+    struct fixture f;
+    fixture_start(&f);
+    int got = 7;
+    CHECK(pdr__fdsrv_fetch(f.pid, f.nonce, f.ida ^ f.idb ^ 1, 1000, &got) == PDR_EINVAL && got == -1);
+    CHECK(pdr__fdsrv_fetch(f.pid, f.nonce + 1, f.ida, 1000, &got) == PDR_ECONNREFUSED && got == -1);
+    pdr__fdsrv_drop(f.srv, f.ida);
+    CHECK(pdr__fdsrv_count(f.srv) == 1);
+    CHECK(pdr__fdsrv_fetch(f.pid, f.nonce, f.ida, 1000, &got) == PDR_EINVAL);
+    pdr__fdsrv_drop(f.srv, f.ida); /* again: no-op */
+    CHECK(pdr__fdsrv_fetch(f.pid, f.nonce, f.idb, 1000, &got) == 0 && got >= 0);
     close(got);
+    fixture_stop(&f);
+}
 
-    /* A client that connects and never asks holds the server up for a bounded time only: a request
-     * behind it is still answered well inside its own 5 s timeout. */
-    {
-        int idle = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        struct sockaddr_un sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sun_family = AF_UNIX;
-        int n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "pdxfer-fd/%u/%016llx", (unsigned)pid,
-                         (unsigned long long)nonce);
-        CHECK(connect(idle, (struct sockaddr *)&sa,
-                      (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) == 0);
-        CHECK(pdr__fdsrv_fetch(pid, nonce, idb, 5000, &got) == 0 && got >= 0);
-        close(got);
-        close(idle);
-    }
+/* A client that connects and never asks holds the server up for a bounded time only: a request
+ * behind it is still answered well inside its own 5 s timeout. */
+static void test_idle_client(void)
+{
+    struct fixture f;
+    fixture_start(&f);
+    int got = -1;
+    int idle = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    int n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "pdxfer-fd/%u/%016llx", (unsigned)f.pid,
+                     (unsigned long long)f.nonce);
+    CHECK(connect(idle, (struct sockaddr *)&sa,
+                  (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) == 0);
+    CHECK(pdr__fdsrv_fetch(f.pid, f.nonce, f.idb, 5000, &got) == 0 && got >= 0);
+    close(got);
+    close(idle);
+    fixture_stop(&f);
+}
 
-    /* Stop: the socket is gone and b's descriptor closed (fd b is free for reuse). */
-    pdr__fdsrv_stop(srv);
-    CHECK(pdr__fdsrv_fetch(pid, nonce, idb, 1000, &got) == PDR_ECONNREFUSED);
-    CHECK(fcntl(b, F_GETFD) == -1);
+/* Stop: the socket is gone and b's descriptor closed (fd b is free for reuse). */
+static void test_stop(void)
+{
+    struct fixture f;
+    fixture_start(&f);
+    int got = -1;
+    pdr__fdsrv_stop(f.srv);
+    CHECK(pdr__fdsrv_fetch(f.pid, f.nonce, f.idb, 1000, &got) == PDR_ECONNREFUSED);
+    CHECK(fcntl(f.b, F_GETFD) == -1);
     pdr__fdsrv_stop(NULL);
-    close(a_keep);
-    CHECK_DONE();
+    close(f.a_keep);
+}
+
+static const pdr_test_case_t cases[] = {
+    {"fetch", test_fetch, 30},
+    {"refused", test_refused, 30},
+    {"idle_client", test_idle_client, 30},
+    {"stop", test_stop, 30},
+};
+
+int main(int argc, char **argv)
+{
+    return PDR_TEST_RUN(cases, argc, argv);
 }

@@ -20,6 +20,7 @@
 #include "rdma_fake_verbs.h"
 #include "transport.h"
 #include "test_shim_util.h"
+#include "runner.h"
 
 #define LEN 300007
 
@@ -84,43 +85,97 @@ static void lonely(pdr_xfer_engine_t *eng, pdr_xfer_engine_t *other, int port, u
     done_fini(&a.d);
 }
 
-int main(void)
+/* Each case's own pair of engines over loopback (backend auto, or the one named) and its buffers. */
+struct pair {
+    pdr_xfer_engine_t *pre, *dec;
+    int port;
+    uint8_t *src, *dst;
+};
+
+static void pair_open(struct pair *p, const char *backend)
 {
     fake_verbs.ndev = 1;
     int err;
     pdr_xfer_opts_t po = {.listen_host = "127.0.0.1", .heartbeat_ms = 100, .heartbeat_timeout_ms = 2000};
     pdr_xfer_opts_t dopt = {.heartbeat_ms = 100, .heartbeat_timeout_ms = 2000};
-    pdr_xfer_engine_t *pre = pdr_xfer_engine_create(&po, &err), *dec = pdr_xfer_engine_create(&dopt, &err);
-    CHECK(pre && dec);
-    int port = pdr_xfer_listen_port(pre);
-    uint8_t *src = malloc(LEN), *dst = malloc(LEN);
-    CHECK(src && dst);
+    po.backend = dopt.backend = backend;
+    p->pre = pdr_xfer_engine_create(&po, &err);
+    p->dec = pdr_xfer_engine_create(&dopt, &err);
+    CHECK(p->pre && p->dec);
+    p->port = pdr_xfer_listen_port(p->pre);
+    p->src = malloc(LEN);
+    p->dst = malloc(LEN);
+    CHECK(p->src && p->dst);
+}
 
-    ok_room(pre, dec, port, 1, src, dst);
+static void pair_close(struct pair *p)
+{
+    pdr_xfer_engine_destroy(p->dec);
+    pdr_xfer_engine_destroy(p->pre);
+    CHECK(fake_verbs.live_qps == 0 && fake_verbs.live_mrs == 0);
+    CHECK(fake_verbs.violations == 0);
+    free(p->src);
+    free(p->dst);
+}
+
+/* A second room reuses the session's endpoints. */
+static void test_endpoint_reuse(void)
+{
+    struct pair p;
+    pair_open(&p, NULL);
+    ok_room(p.pre, p.dec, p.port, 1, p.src, p.dst);
     int qps = fake_verbs.live_qps;
     CHECK(qps == 2 * 2);
-    ok_room(pre, dec, port, 2, src, dst);
+    ok_room(p.pre, p.dec, p.port, 2, p.src, p.dst);
     CHECK(fake_verbs.live_qps == qps); /* the session's endpoints were reused */
+    pair_close(&p);
+}
 
-    /* A retry-exceeded completion on the prefill's next WRITE. */
+/* A retry-exceeded completion on the prefill's next WRITE. */
+static void test_retry_exceeded(void)
+{
+    struct pair p;
+    pair_open(&p, NULL);
+    ok_room(p.pre, p.dec, p.port, 1, p.src, p.dst);
+    int qps = fake_verbs.live_qps;
+    CHECK(qps == 2 * 2);
     fake_verbs.fail_at_wr = fake_verbs.writes + 1;
     int ps, ds;
     char pb[16], db[16];
-    room(pre, dec, port, 3, src, dst, &ps, &ds, pb, db);
+    room(p.pre, p.dec, p.port, 3, p.src, p.dst, &ps, &ds, pb, db);
     CHECK_EQ_ERR(ps, PDR_EPEERGONE);
     CHECK_EQ_ERR(ds, PDR_EPEERGONE);
     fake_verbs.fail_at_wr = 0;
-    ok_room(pre, dec, port, 4, src, dst); /* on new endpoints */
+    ok_room(p.pre, p.dec, p.port, 4, p.src, p.dst); /* on new endpoints */
     CHECK(fake_verbs.live_qps == qps);
+    pair_close(&p);
+}
 
-    lonely(dec, pre, port, 10, 1, 1, dst); /* decode cancels while its FETCH_RDMA is parked */
-    lonely(pre, dec, port, 11, 0, 1, src); /* prefill cancels before any fetch */
-    lonely(dec, pre, port, 12, 1, 0, dst); /* the prefill never pushes: the decode's deadline */
-    ok_room(pre, dec, port, 5, src, dst);
+/* Cancel on either side, and a deadline with a stalled peer; the session still carries a room after. */
+static void test_cancel_deadline(void)
+{
+    struct pair p;
+    pair_open(&p, NULL);
+    ok_room(p.pre, p.dec, p.port, 1, p.src, p.dst);
+    lonely(p.dec, p.pre, p.port, 10, 1, 1, p.dst); /* decode cancels while its FETCH_RDMA is parked */
+    lonely(p.pre, p.dec, p.port, 11, 0, 1, p.src); /* prefill cancels before any fetch */
+    lonely(p.dec, p.pre, p.port, 12, 1, 0, p.dst); /* the prefill never pushes: the decode's deadline */
+    ok_room(p.pre, p.dec, p.port, 5, p.src, p.dst);
     CHECK(fake_verbs.live_mrs == 0); /* unregistered memory: registered per room, released with it */
+    pair_close(&p);
+}
 
-    /* Registered memory: one MR per region (on each side), made on the first RDMA room inside it and
-     * shared by the next rooms. */
+/* Registered memory: one MR per region (on each side), made on the first RDMA room inside it and
+ * shared by the next rooms. */
+static void test_registered_host(void)
+{
+    struct pair p;
+    pair_open(&p, NULL);
+    pdr_xfer_engine_t *pre = p.pre, *dec = p.dec;
+    int port = p.port;
+    uint8_t *src = p.src, *dst = p.dst;
+    ok_room(pre, dec, port, 5, src, dst);
+    CHECK(fake_verbs.live_mrs == 0);
     CHECK_EQ_ERR(pdr_xfer_mem_register(pre, src, LEN, PDR_XFER_MEM_HOST), 0);
     CHECK_EQ_ERR(pdr_xfer_mem_register(dec, dst, LEN, PDR_XFER_MEM_HOST), 0);
     CHECK(fake_verbs.live_mrs == 0); /* lazily */
@@ -151,38 +206,42 @@ int main(void)
     CHECK_EQ_ERR(pdr_xfer_mem_register(dec, dst, LEN, PDR_XFER_MEM_HOST), 0);
     ok_room(pre, dec, port, 9, src, dst);
     CHECK(fake_verbs.live_mrs == 1);
+    pair_close(&p);
+}
 
-    pdr_xfer_engine_destroy(dec);
-    pdr_xfer_engine_destroy(pre);
-    CHECK(fake_verbs.live_qps == 0 && fake_verbs.live_mrs == 0);
-
-    /* A registered CUDA region (fake device memory on device 1) on both sides, backend forced to rdma
-     * (auto would pick CUDA IPC in one process): one MR per region, through the nvidia-peermem path
-     * since the fake has no dma-buf. */
-    po.backend = dopt.backend = "rdma";
-    pre = pdr_xfer_engine_create(&po, &err);
-    dec = pdr_xfer_engine_create(&dopt, &err);
-    CHECK(pre && dec);
-    port = pdr_xfer_listen_port(pre);
+/* A registered CUDA region (fake device memory on device 1) on both sides, backend forced to rdma
+ * (auto would pick CUDA IPC in one process): one MR per region, through the nvidia-peermem path
+ * since the fake has no dma-buf. */
+static void test_registered_cuda(void)
+{
+    struct pair p;
+    pair_open(&p, "rdma");
     uint8_t *gsrc, *gdst;
     CHECK(pdr__cuda_bind(1) == 0);
     CHECK(pdr__cuda_mem_alloc(LEN, (void **)&gsrc) == 0 && pdr__cuda_mem_alloc(LEN, (void **)&gdst) == 0);
-    CHECK_EQ_ERR(pdr_xfer_mem_register(pre, gsrc, LEN, PDR_XFER_MEM_CUDA), 0);
-    CHECK_EQ_ERR(pdr_xfer_mem_register(dec, gdst, LEN, PDR_XFER_MEM_AUTO), 0);
-    ok_room(pre, dec, port, 30, gsrc, gdst);
-    ok_room(pre, dec, port, 31, gsrc, gdst);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(p.pre, gsrc, LEN, PDR_XFER_MEM_CUDA), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_register(p.dec, gdst, LEN, PDR_XFER_MEM_AUTO), 0);
+    ok_room(p.pre, p.dec, p.port, 30, gsrc, gdst);
+    ok_room(p.pre, p.dec, p.port, 31, gsrc, gdst);
     CHECK(fake_verbs.live_mrs == 2);
-    CHECK_EQ_ERR(pdr_xfer_mem_unregister(pre, gsrc), 0);
-    CHECK_EQ_ERR(pdr_xfer_mem_unregister(dec, gdst), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_unregister(p.pre, gsrc), 0);
+    CHECK_EQ_ERR(pdr_xfer_mem_unregister(p.dec, gdst), 0);
     CHECK(fake_verbs.live_mrs == 0);
-    pdr_xfer_engine_destroy(dec);
-    pdr_xfer_engine_destroy(pre);
+    pair_close(&p);
     pdr__cuda_mem_free(gsrc);
     pdr__cuda_mem_free(gdst);
-    CHECK(fake_verbs.live_qps == 0 && fake_verbs.live_mrs == 0);
-    CHECK(fake_verbs.violations == 0);
-    free(src);
-    free(dst);
-    printf("test_transport_rdma: ok\n");
-    return 0;
+}
+
+static const pdr_test_case_t cases[] = {
+    {"endpoint_reuse", test_endpoint_reuse, 30},   {"retry_exceeded", test_retry_exceeded, 30},
+    {"cancel_deadline", test_cancel_deadline, 30}, {"registered_host", test_registered_host, 30},
+    {"registered_cuda", test_registered_cuda, 30},
+};
+
+int main(int argc, char **argv)
+{
+    int rc = PDR_TEST_RUN(cases, argc, argv);
+    if (rc == 0)
+        printf("test_transport_rdma: ok\n");
+    return rc;
 }
