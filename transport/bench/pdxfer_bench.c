@@ -772,7 +772,8 @@ static int run_target(const struct args *a)
         pdr_xfer_stats_t st;
         pdr_xfer_get_stats(eng, &st);
         char reply[CTL_LINE];
-        qsort(s.tail, s.ntail, sizeof(uint32_t), cmp_u32);
+        if (s.ntail > 0) /* s.tail is NULL without parts or compute time; qsort takes no NULL */
+            qsort(s.tail, s.ntail, sizeof(uint32_t), cmp_u32);
         unsigned long long tp50 = s.ntail ? s.tail[(s.ntail - 1) / 2] : 0,
                            tp99 = s.ntail ? s.tail[(size_t)((double)(s.ntail - 1) * 0.99)] : 0;
         snprintf(reply, sizeof(reply),
