@@ -28,6 +28,14 @@
 struct fake_verbs_state fake_verbs = {.ndev = 1, .link_layer = IBV_LINK_LAYER_INFINIBAND};
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+int fake_verbs_counter(const int *counter)
+{
+    pthread_mutex_lock(&mu);
+    int v = *counter;
+    pthread_mutex_unlock(&mu);
+    return v;
+}
 static struct ibv_device dev = {.name = "fake_0"};
 
 #define MAX_QP 64

@@ -1,4 +1,4 @@
-/* Knobs and counters of the fake libibverbs (rdma_fake_verbs.c), for test_rdma_runtime only. */
+/* Knobs and counters of the fake libibverbs (rdma_fake_verbs.c), for the tests that link it. */
 #ifndef PDR_TEST_RDMA_FAKE_VERBS_H
 #define PDR_TEST_RDMA_FAKE_VERBS_H
 #include <stdint.h>
@@ -20,4 +20,7 @@ struct fake_verbs_state {
     uint32_t cq_size;
 };
 extern struct fake_verbs_state fake_verbs;
+/* One counter of fake_verbs read under the fake's lock: its threads write the counters under it, so a test
+ * that reads one while an engine runs (or just before destroying it) reads through this. */
+int fake_verbs_counter(const int *counter);
 #endif

@@ -124,10 +124,10 @@ static void test_endpoint_reuse(void)
     struct pair p;
     pair_open(&p, NULL);
     ok_room(p.pre, p.dec, p.port, 1, p.src, p.dst);
-    int qps = fake_verbs.live_qps;
+    int qps = fake_verbs_counter(&fake_verbs.live_qps);
     CHECK(qps == 2 * 2);
     ok_room(p.pre, p.dec, p.port, 2, p.src, p.dst);
-    CHECK(fake_verbs.live_qps == qps); /* the session's endpoints were reused */
+    CHECK(fake_verbs_counter(&fake_verbs.live_qps) == qps); /* the session's endpoints were reused */
     pair_close(&p);
 }
 
@@ -137,7 +137,7 @@ static void test_retry_exceeded(void)
     struct pair p;
     pair_open(&p, NULL);
     ok_room(p.pre, p.dec, p.port, 1, p.src, p.dst);
-    int qps = fake_verbs.live_qps;
+    int qps = fake_verbs_counter(&fake_verbs.live_qps);
     CHECK(qps == 2 * 2);
     fake_verbs.fail_at_wr = fake_verbs.writes + 1;
     int ps, ds;
@@ -147,7 +147,7 @@ static void test_retry_exceeded(void)
     CHECK_EQ_ERR(ds, PDR_EPEERGONE);
     fake_verbs.fail_at_wr = 0;
     ok_room(p.pre, p.dec, p.port, 4, p.src, p.dst); /* on new endpoints */
-    CHECK(fake_verbs.live_qps == qps);
+    CHECK(fake_verbs_counter(&fake_verbs.live_qps) == qps);
     pair_close(&p);
 }
 
@@ -161,7 +161,8 @@ static void test_cancel_deadline(void)
     lonely(p.pre, p.dec, p.port, 11, 0, 1, p.src); /* prefill cancels before any fetch */
     lonely(p.dec, p.pre, p.port, 12, 1, 0, p.dst); /* the prefill never pushes: the decode's deadline */
     ok_room(p.pre, p.dec, p.port, 5, p.src, p.dst);
-    CHECK(fake_verbs.live_mrs == 0); /* unregistered memory: registered per room, released with it */
+    CHECK(fake_verbs_counter(&fake_verbs.live_mrs) ==
+          0); /* unregistered memory: registered per room, released with it */
     pair_close(&p);
 }
 
@@ -175,14 +176,14 @@ static void test_registered_host(void)
     int port = p.port;
     uint8_t *src = p.src, *dst = p.dst;
     ok_room(pre, dec, port, 5, src, dst);
-    CHECK(fake_verbs.live_mrs == 0);
+    CHECK(fake_verbs_counter(&fake_verbs.live_mrs) == 0);
     CHECK_EQ_ERR(pdr_xfer_mem_register(pre, src, LEN, PDR_XFER_MEM_HOST), 0);
     CHECK_EQ_ERR(pdr_xfer_mem_register(dec, dst, LEN, PDR_XFER_MEM_HOST), 0);
-    CHECK(fake_verbs.live_mrs == 0); /* lazily */
+    CHECK(fake_verbs_counter(&fake_verbs.live_mrs) == 0); /* lazily */
     ok_room(pre, dec, port, 6, src, dst);
-    CHECK(fake_verbs.live_mrs == 2);
+    CHECK(fake_verbs_counter(&fake_verbs.live_mrs) == 2);
     ok_room(pre, dec, port, 7, src, dst);
-    CHECK(fake_verbs.live_mrs == 2);
+    CHECK(fake_verbs_counter(&fake_verbs.live_mrs) == 2);
     /* Unregistering a region that a room in flight uses keeps its MR until that room ends. */
     pdr_xfer_seg_t ps2[1] = {{dst + 100, 4000}};
     struct info_done a;
@@ -191,21 +192,21 @@ static void test_registered_host(void)
     CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, 20, ps2, 1, 10000, info_cb, &a), 0);
     usleep(100000); /* its FETCH_RDMA is out: the prefill parked it */
     CHECK_EQ_ERR(pdr_xfer_mem_unregister(dec, dst), 0);
-    CHECK(fake_verbs.live_mrs == 2);
+    CHECK(fake_verbs_counter(&fake_verbs.live_mrs) == 2);
     CHECK_EQ_ERR(pdr_xfer_cancel(dec, 20), 0);
     CHECK(done_wait(&a.d, 1, 5000) == 1);
     CHECK_EQ_ERR(a.d.status, PDR_ECANCELED);
     done_fini(&a.d);
-    CHECK(fake_verbs.live_mrs == 1); /* the last room released the decode's region */
+    CHECK(fake_verbs_counter(&fake_verbs.live_mrs) == 1); /* the last room released the decode's region */
     CHECK_EQ_ERR(pdr_xfer_mem_unregister(pre, src), 0);
-    CHECK(fake_verbs.live_mrs == 0); /* unused: released at once */
+    CHECK(fake_verbs_counter(&fake_verbs.live_mrs) == 0); /* unused: released at once */
     CHECK_EQ_ERR(pdr_xfer_mem_unregister(pre, src), PDR_ENOROOM);
     ok_room(pre, dec, port, 8, src, dst); /* per-room registration again */
-    CHECK(fake_verbs.live_mrs == 0);
+    CHECK(fake_verbs_counter(&fake_verbs.live_mrs) == 0);
     /* A region still registered at engine destroy: its MR is released with the engine. */
     CHECK_EQ_ERR(pdr_xfer_mem_register(dec, dst, LEN, PDR_XFER_MEM_HOST), 0);
     ok_room(pre, dec, port, 9, src, dst);
-    CHECK(fake_verbs.live_mrs == 1);
+    CHECK(fake_verbs_counter(&fake_verbs.live_mrs) == 1);
     pair_close(&p);
 }
 
@@ -223,10 +224,10 @@ static void test_registered_cuda(void)
     CHECK_EQ_ERR(pdr_xfer_mem_register(p.dec, gdst, LEN, PDR_XFER_MEM_AUTO), 0);
     ok_room(p.pre, p.dec, p.port, 30, gsrc, gdst);
     ok_room(p.pre, p.dec, p.port, 31, gsrc, gdst);
-    CHECK(fake_verbs.live_mrs == 2);
+    CHECK(fake_verbs_counter(&fake_verbs.live_mrs) == 2);
     CHECK_EQ_ERR(pdr_xfer_mem_unregister(p.pre, gsrc), 0);
     CHECK_EQ_ERR(pdr_xfer_mem_unregister(p.dec, gdst), 0);
-    CHECK(fake_verbs.live_mrs == 0);
+    CHECK(fake_verbs_counter(&fake_verbs.live_mrs) == 0);
     pair_close(&p);
     pdr__cuda_mem_free(gsrc);
     pdr__cuda_mem_free(gdst);
