@@ -235,7 +235,7 @@ typedef struct pdr_config {
     } shim_events;
     /* Decode admission by reported free KV (docs/internals/shim-events.md, "Admission"). */
     struct {
-        int enabled; /* default 1 (true): a decode that reported load gets no more than it holds */
+        int enabled; /* default 1 (true): a decode that reported load is sent no more than it holds */
         int wait_ms; /* default 2000: how long a request waits for room before a 503 */
         int prompt_bytes_per_token; /* default 4: prompt bytes per token when no token ids are known */
         int max_new_tokens;         /* default 128: output tokens assumed when the body names none */
@@ -260,7 +260,7 @@ typedef struct pdr_config {
      * on when otlp_endpoint or file is set; read at start (a reload keeps the running exporter). */
     struct {
         char *otlp_endpoint; /* NULL (default): none; else an OTLP/HTTP traces URL (JSON encoding) */
-        char *file;          /* NULL (default): none; else a file that gets one OTLP JSON object per line */
+        char *file; /* NULL (default): none; else a file that receives one OTLP JSON object per line */
         double sample_ratio; /* default 1: the share of new traces recorded (a client's sampled bit rules) */
         char *service_name;  /* default "pdrouter": the resource's service.name */
         int batch_max;       /* default 512: spans per export request */

@@ -345,7 +345,7 @@ static void test_conn_limit(void)
         free(rs);
 
         /* A health check is not held back by the limit: with all 3 connections hung, a request waits
-         * but a probe gets its own connection and its answer. */
+         * but a probe is given its own connection and its answer. */
         result_t hung[LIMIT], waiting, probe;
         char uh[128];
         snprintf(uh, sizeof(uh), "%s/hang", base);
@@ -366,7 +366,7 @@ static void test_conn_limit(void)
             pdr_leg_cancel(&hung[i].leg);
             result_free(&hung[i]);
         }
-        /* The hung connections are gone: the waiting request gets one and its answer. */
+        /* The hung connections are gone: the waiting request is given one and its answer. */
         until = pdr_now_ms() + 5000;
         while (!waiting.done && pdr_now_ms() < until)
             uv_run(loop, UV_RUN_ONCE);

@@ -91,7 +91,7 @@ static struct args base_args(const char *mode, const char *backend, const char *
 }
 
 /* Starts a target, runs one initiator session against it, stops the target. Returns the initiator's
- * exit status; *target_rc gets the target's. */
+ * exit status; *target_rc receives the target's. */
 static int session(const char *backend, const char *mem, int threads, long batch, size_t block,
                    int *target_rc)
 {
