@@ -260,7 +260,7 @@ typedef struct pdr_config {
      * on when otlp_endpoint or file is set; read at start (a reload keeps the running exporter). */
     struct {
         char *otlp_endpoint; /* NULL (default): none; else an OTLP/HTTP traces URL (JSON encoding) */
-        char *file; /* NULL (default): none; else a file that receives one OTLP JSON object per line */
+        char *file;          /* NULL (default): none; else a file with one OTLP JSON object per line */
         double sample_ratio; /* default 1: the share of new traces recorded (a client's sampled bit rules) */
         char *service_name;  /* default "pdrouter": the resource's service.name */
         int batch_max;       /* default 512: spans per export request */
