@@ -249,24 +249,38 @@ static int admit(pdshim_t *shim, int role, const pdr_ticket_t *t, uint64_t now_m
     return 0;
 }
 
+/* The verify-then-act start that every ticketed call shares: check the ticket and admit it for the
+ * role (0 offers, 1 fetches), report a refusal to the router (under the ticket's room once the ticket is
+ * known to be genuine), and allocate the completion that tk_done will run. On success *c belongs to the
+ * caller, which frees it if posting fails. */
+static int take_ticket(pdshim_t *shim, const char *ticket, int role, pdshim_result_cb cb, void *arg,
+                       pdr_ticket_t *t, uint32_t *timeout_ms, struct tk_call **c)
+{
+    uint64_t now;
+    if (cb == NULL)
+        return PDR_EINVAL;
+    int rc = verify(shim, ticket, t, &now);
+    if (rc == 0)
+        rc = admit(shim, role, t, now, timeout_ms);
+    if (rc != 0) {
+        pdshim__report_refused(shim, rc == PDR_EREPLAYED || rc == PDR_EWRONGPEER ? t->room : 0, role, rc);
+        return rc;
+    }
+    *c = malloc(sizeof(**c));
+    if (*c == NULL)
+        return PDR_ENOMEM;
+    **c = (struct tk_call){cb, arg, t->room};
+    return 0;
+}
+
 PDSHIM_API int pdshim_offer_ticket(pdshim_t *shim, const char *ticket, const pdshim_seg_t *segs, size_t nseg,
                                    uint32_t timeout_ms, pdshim_result_cb cb, void *arg)
 {
     pdr_ticket_t t = {0};
-    uint64_t now;
-    if (cb == NULL)
-        return PDR_EINVAL;
-    int rc = verify(shim, ticket, &t, &now);
-    if (rc == 0)
-        rc = admit(shim, 0, &t, now, &timeout_ms);
-    if (rc != 0) {
-        pdshim__report_refused(shim, rc == PDR_EREPLAYED || rc == PDR_EWRONGPEER ? t.room : 0, 0, rc);
+    struct tk_call *c;
+    int rc = take_ticket(shim, ticket, 0, cb, arg, &t, &timeout_ms, &c);
+    if (rc != 0)
         return rc;
-    }
-    struct tk_call *c = malloc(sizeof(*c));
-    if (c == NULL)
-        return PDR_ENOMEM;
-    *c = (struct tk_call){cb, arg, t.room};
     rc = pdshim__post(shim, NULL, 0, xfer_room(&t), t.room, segs, nseg, timeout_ms, tk_done, NULL, c);
     if (rc != 0)
         free(c);
@@ -277,20 +291,10 @@ PDSHIM_API int pdshim_offer_open_ticket(pdshim_t *shim, const char *ticket, uint
                                         uint32_t timeout_ms, pdshim_result_cb cb, void *arg)
 {
     pdr_ticket_t t = {0};
-    uint64_t now;
-    if (cb == NULL)
-        return PDR_EINVAL;
-    int rc = verify(shim, ticket, &t, &now);
-    if (rc == 0)
-        rc = admit(shim, 0, &t, now, &timeout_ms);
-    if (rc != 0) {
-        pdshim__report_refused(shim, rc == PDR_EREPLAYED || rc == PDR_EWRONGPEER ? t.room : 0, 0, rc);
+    struct tk_call *c;
+    int rc = take_ticket(shim, ticket, 0, cb, arg, &t, &timeout_ms, &c);
+    if (rc != 0)
         return rc;
-    }
-    struct tk_call *c = malloc(sizeof(*c));
-    if (c == NULL)
-        return PDR_ENOMEM;
-    *c = (struct tk_call){cb, arg, t.room};
     /* The parts that follow name the ticket's room; pdshim_offer_part finds this name through the replay
      * cache entry admit() just made. */
     rc = pdshim__open(shim, xfer_room(&t), t.room, total_bytes, timeout_ms, tk_done, c);
@@ -303,20 +307,10 @@ PDSHIM_API int pdshim_fetch_ticket(pdshim_t *shim, const char *ticket, const pds
                                    uint32_t timeout_ms, pdshim_result_cb cb, void *arg)
 {
     pdr_ticket_t t = {0};
-    uint64_t now;
-    if (cb == NULL)
-        return PDR_EINVAL;
-    int rc = verify(shim, ticket, &t, &now);
-    if (rc == 0)
-        rc = admit(shim, 1, &t, now, &timeout_ms);
-    if (rc != 0) {
-        pdshim__report_refused(shim, rc == PDR_EREPLAYED || rc == PDR_EWRONGPEER ? t.room : 0, 1, rc);
+    struct tk_call *c;
+    int rc = take_ticket(shim, ticket, 1, cb, arg, &t, &timeout_ms, &c);
+    if (rc != 0)
         return rc;
-    }
-    struct tk_call *c = malloc(sizeof(*c));
-    if (c == NULL)
-        return PDR_ENOMEM;
-    *c = (struct tk_call){cb, arg, t.room};
     rc = pdshim__post(shim, t.host, t.port, xfer_room(&t), t.room, segs, nseg, timeout_ms, tk_done, NULL, c);
     if (rc != 0)
         free(c);
