@@ -372,16 +372,22 @@ class Shim:
 
     def ticket_inspect(self, ticket):
         """Verifies a ticket (syntax, key, MAC, expiry; not the peer, not replay) and returns its fields."""
+        _, info = self._inspect(ticket, "ticket")
+        return {"room": info.room, "expires_ms": info.expires_ms, "prefill_host": info.prefill_host.decode(),
+                "prefill_port": info.prefill_port, "decode_id": info.decode_id.decode(),
+                "key_id": info.key_id.decode()}
+
+    def _inspect(self, ticket, what):
+        """Verifies a ticket through pdshim_ticket_inspect; returns its bytes and its _TicketInfo, or raises
+        PdshimError naming what."""
         if not self._h:
             raise PdshimError(ERRORS["ECLOSED"], "shim closed")
         t = ticket.encode() if isinstance(ticket, str) else bytes(ticket)
         info = _TicketInfo()
         rc = self._lib.pdshim_ticket_inspect(self._h, t, ctypes.byref(info))
         if rc != 0:
-            raise PdshimError(rc, "ticket")
-        return {"room": info.room, "expires_ms": info.expires_ms, "prefill_host": info.prefill_host.decode(),
-                "prefill_port": info.prefill_port, "decode_id": info.decode_id.decode(),
-                "key_id": info.key_id.decode()}
+            raise PdshimError(rc, what)
+        return t, info
 
     def offer_open(self, room, total_bytes, timeout_ms=0, cb=None):
         """Prefill side, a streamed offer: opens the room with its total size; publish its bytes with
@@ -396,13 +402,7 @@ class Shim:
         as offer_ticket is (PdshimError EBADTICKET, EFORGED, ETICKETEXPIRED, EWRONGPEER, EREPLAYED) before
         anything is registered. Publish its parts with offer_part(fut.room, ...); fut.room is the ticket's
         room."""
-        if not self._h:
-            raise PdshimError(ERRORS["ECLOSED"], "shim closed")
-        t = ticket.encode() if isinstance(ticket, str) else bytes(ticket)
-        info = _TicketInfo()
-        rc = self._lib.pdshim_ticket_inspect(self._h, t, ctypes.byref(info))
-        if rc != 0:
-            raise PdshimError(rc, "offer_open_ticket")
+        t, info = self._inspect(ticket, "offer_open_ticket")
         return self._open(info.room, cb, "offer_open_ticket",
                           lambda k: self._lib.pdshim_offer_open_ticket(self._h, t, total_bytes, timeout_ms,
                                                                        self._cb, k))
