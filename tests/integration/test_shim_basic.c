@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "pdshim.h"
+#include "test_shim_pair.h"
 #include "test_shim_util.h"
 #include "../unit/runner.h"
 
@@ -22,25 +23,12 @@ static uint64_t next_room = 1000;
 
 static void setup(void)
 {
-    int err = 0;
-    pdshim_opts_t po = {.listen_host = "127.0.0.1", .listen_port = 0, .default_timeout_ms = 5000};
-    pre = pdshim_create(&po, &err);
-    CHECK(pre != NULL);
-    port = pdshim_listen_port(pre);
-    CHECK(port > 0);
-    pdshim_opts_t d = {0};
-    dec = pdshim_create(&d, &err);
-    CHECK(dec != NULL);
-    CHECK(pdshim_listen_port(dec) == -1);
+    shim_pair_open(&pre, &dec, &port, 5000);
 }
 
 static void teardown(void)
 {
-    if (dec)
-        pdshim_destroy(dec);
-    if (pre)
-        pdshim_destroy(pre);
-    dec = pre = NULL;
+    shim_pair_close(&pre, &dec);
 }
 
 /* Random segment sizes adding up to total (some zero-length). */

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "pdshim.h"
+#include "test_shim_pair.h"
 #include "test_shim_util.h"
 #include "../unit/runner.h"
 
@@ -24,24 +25,12 @@ static uint64_t next_room = 5000;
 
 static void setup(void)
 {
-    int err = 0;
-    pdshim_opts_t po = {.listen_host = "127.0.0.1", .listen_port = 0, .default_timeout_ms = 10000};
-    pre = pdshim_create(&po, &err);
-    CHECK(pre != NULL);
-    port = pdshim_listen_port(pre);
-    CHECK(port > 0);
-    pdshim_opts_t d = {0};
-    dec = pdshim_create(&d, &err);
-    CHECK(dec != NULL);
+    shim_pair_open(&pre, &dec, &port, 10000);
 }
 
 static void teardown(void)
 {
-    if (dec)
-        pdshim_destroy(dec);
-    if (pre)
-        pdshim_destroy(pre);
-    dec = pre = NULL;
+    shim_pair_close(&pre, &dec);
 }
 
 static void res_cb(void *arg, const pdshim_result_t *r)
