@@ -32,32 +32,48 @@ static void *dev_alloc(int dev, size_t len)
     return p;
 }
 
-static void run_room_in(pdr_xfer_engine_t *pre, pdr_xfer_engine_t *dec, int port, uint64_t room, uint8_t *src,
-                        uint8_t *dst, size_t len, const char *want_backend, uint32_t timeout_ms)
+/* Fills src with the room's pattern, clears dst and splits it in two segments (ds), and readies the
+ * completions of both ends; finish_pair() checks them. */
+static void begin_pair(struct info_done *a, struct info_done *b, uint8_t *src, uint8_t *dst, size_t len,
+                       uint64_t room, pdr_xfer_seg_t ds[2])
 {
     fill(src, len, room, 0);
     memset(dst, 0, len);
-    pdr_xfer_seg_t ss[3] = {{src, 1}, {src + 1, len / 2}, {src + 1 + len / 2, len - 1 - len / 2}};
-    pdr_xfer_seg_t ds[2] = {{dst, len / 3}, {dst + len / 3, len - len / 3}};
-    struct info_done a, b;
-    memset(&a, 0, sizeof(a));
-    memset(&b, 0, sizeof(b));
-    done_init(&a.d);
-    done_init(&b.d);
-    CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, room, ds, 2, timeout_ms, info_cb, &b), 0);
-    CHECK_EQ_ERR(pdr_xfer_push_ex(pre, room, ss, 3, timeout_ms, info_cb, &a), 0);
-    CHECK(done_wait(&a.d, 1, (int)timeout_ms + 10000) == 1 &&
-          done_wait(&b.d, 1, (int)timeout_ms + 10000) == 1);
-    CHECK_EQ_ERR(a.d.status, 0);
-    CHECK_EQ_ERR(b.d.status, 0);
+    ds[0] = (pdr_xfer_seg_t){dst, len / 3};
+    ds[1] = (pdr_xfer_seg_t){dst + len / 3, len - len / 3};
+    memset(a, 0, sizeof(*a));
+    memset(b, 0, sizeof(*b));
+    done_init(&a->d);
+    done_init(&b->d);
+}
+
+/* Waits for both ends of one room, then checks that both succeeded over want_backend and that dst holds
+ * the room's fill pattern. */
+static void finish_pair(struct info_done *a, struct info_done *b, int wait_ms, const uint8_t *dst, size_t len,
+                        uint64_t room, const char *want_backend)
+{
+    CHECK(done_wait(&a->d, 1, wait_ms) == 1 && done_wait(&b->d, 1, wait_ms) == 1);
+    CHECK_EQ_ERR(a->d.status, 0);
+    CHECK_EQ_ERR(b->d.status, 0);
     CHECK(check_fill(dst, len, room, 0));
-    if (strcmp(a.backend, want_backend) != 0 || strcmp(b.backend, want_backend) != 0) {
-        fprintf(stderr, "room %llu: backends %s/%s, want %s\n", (unsigned long long)room, a.backend,
-                b.backend, want_backend);
+    if (strcmp(a->backend, want_backend) != 0 || strcmp(b->backend, want_backend) != 0) {
+        fprintf(stderr, "room %llu: backends %s/%s, want %s\n", (unsigned long long)room, a->backend,
+                b->backend, want_backend);
         exit(1);
     }
-    done_fini(&a.d);
-    done_fini(&b.d);
+    done_fini(&a->d);
+    done_fini(&b->d);
+}
+
+static void run_room_in(pdr_xfer_engine_t *pre, pdr_xfer_engine_t *dec, int port, uint64_t room, uint8_t *src,
+                        uint8_t *dst, size_t len, const char *want_backend, uint32_t timeout_ms)
+{
+    pdr_xfer_seg_t ss[3] = {{src, 1}, {src + 1, len / 2}, {src + 1 + len / 2, len - 1 - len / 2}}, ds[2];
+    struct info_done a, b;
+    begin_pair(&a, &b, src, dst, len, room, ds);
+    CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, room, ds, 2, timeout_ms, info_cb, &b), 0);
+    CHECK_EQ_ERR(pdr_xfer_push_ex(pre, room, ss, 3, timeout_ms, info_cb, &a), 0);
+    finish_pair(&a, &b, (int)timeout_ms + 10000, dst, len, room, want_backend);
 }
 
 static void run_room(pdr_xfer_engine_t *pre, pdr_xfer_engine_t *dec, int port, uint64_t room, uint8_t *src,
@@ -340,14 +356,9 @@ static uint64_t progress_at_least(pdr_xfer_engine_t *eng, uint64_t room, uint64_
 static void streamed_gpu(pdr_xfer_engine_t *pre, pdr_xfer_engine_t *dec, int port, uint64_t room,
                          uint8_t *src, uint8_t *dst, size_t len, int nparts, const char *want_backend)
 {
-    fill(src, len, room, 0);
-    memset(dst, 0, len);
-    pdr_xfer_seg_t ds[2] = {{dst, len / 3}, {dst + len / 3, len - len / 3}};
+    pdr_xfer_seg_t ds[2];
     struct info_done a, b;
-    memset(&a, 0, sizeof(a));
-    memset(&b, 0, sizeof(b));
-    done_init(&a.d);
-    done_init(&b.d);
+    begin_pair(&a, &b, src, dst, len, room, ds);
     CHECK_EQ_ERR(pdr_xfer_push_open(pre, room, len, 20000, info_cb, &a), 0);
     CHECK_EQ_ERR(pdr_xfer_pull_ex(dec, "127.0.0.1", port, room, ds, 2, 20000, info_cb, &b), 0);
     for (int k = 0; k < nparts; k++) {
@@ -363,17 +374,7 @@ static void streamed_gpu(pdr_xfer_engine_t *pre, pdr_xfer_engine_t *dec, int por
             CHECK(a.d.count == 0 && b.d.count == 0);
         }
     }
-    CHECK(done_wait(&a.d, 1, 30000) == 1 && done_wait(&b.d, 1, 30000) == 1);
-    CHECK_EQ_ERR(a.d.status, 0);
-    CHECK_EQ_ERR(b.d.status, 0);
-    CHECK(check_fill(dst, len, room, 0));
-    if (strcmp(a.backend, want_backend) != 0 || strcmp(b.backend, want_backend) != 0) {
-        fprintf(stderr, "room %llu: backends %s/%s, want %s\n", (unsigned long long)room, a.backend,
-                b.backend, want_backend);
-        exit(1);
-    }
-    done_fini(&a.d);
-    done_fini(&b.d);
+    finish_pair(&a, &b, 30000, dst, len, room, want_backend);
 }
 
 /* Streamed offers from device memory: over CUDA IPC (auto, one host, device memory on both ends) and
