@@ -246,6 +246,20 @@ static void put_series(pdr_phase_put_cb put, void *o, const char *name, const ch
         (unsigned long long)h->count);
 }
 
+/* A histogram family with one series per value of one label: its HELP and TYPE lines, then hs[i] labelled
+ * key="values[i]" for i < n. */
+static void put_labelled_family(pdr_phase_put_cb put, void *o, const char *name, const char *help,
+                                const char *key, const char *const *values, const pdr_hist_t *hs, int n,
+                                const double *bounds)
+{
+    char labels[64];
+    put(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int i = 0; i < n; i++) {
+        snprintf(labels, sizeof(labels), "%s=\"%s\"", key, values[i]);
+        put_series(put, o, name, labels, &hs[i], bounds);
+    }
+}
+
 static const char *const route_labels[PDR_PHASE_ROUTES] = {"generate", "completions", "chat_completions"};
 
 /* The per-pool TTFT or TPOT family: the loops' series summed by (route, pool name). */
@@ -309,25 +323,16 @@ void pdr_phase_metrics_render(const pdr_metrics_t *const *ms, size_t n, pdr_phas
         for (int i = 0; i < PDR_PHASE__COUNT; i++)
             add(&ph[i], &m->phase[i]);
     }
-    char labels[64];
-    put(o, "# HELP pdr_phase_seconds Where PD requests spent their time, by phase (docs/metrics.md defines "
-           "each): PD requests that reached the phase's end.\n# TYPE pdr_phase_seconds histogram\n");
-    for (int i = 0; i < PDR_PHASE__COUNT; i++) {
-        snprintf(labels, sizeof(labels), "phase=\"%s\"", pdr_phase_names[i]);
-        put_series(put, o, "pdr_phase_seconds", labels, &ph[i], phase_bounds);
-    }
-    put(o, "# HELP pdr_kv_transfer_seconds KV transfers the shims reported done, by backend: start to end "
-           "on the shim's clock.\n# TYPE pdr_kv_transfer_seconds histogram\n");
-    for (int b = 0; b < PDR_KVB__COUNT; b++) {
-        snprintf(labels, sizeof(labels), "backend=\"%s\"", pdr_kv_backend_names[b]);
-        put_series(put, o, "pdr_kv_transfer_seconds", labels, &kv_s[b], kv_time_bounds);
-    }
-    put(o, "# HELP pdr_kv_transfer_bytes KV bytes of the transfers the shims reported done, by backend.\n"
-           "# TYPE pdr_kv_transfer_bytes histogram\n");
-    for (int b = 0; b < PDR_KVB__COUNT; b++) {
-        snprintf(labels, sizeof(labels), "backend=\"%s\"", pdr_kv_backend_names[b]);
-        put_series(put, o, "pdr_kv_transfer_bytes", labels, &kv_b[b], kv_byte_bounds);
-    }
+    put_labelled_family(put, o, "pdr_phase_seconds",
+                        "Where PD requests spent their time, by phase (docs/metrics.md defines each): PD "
+                        "requests that reached the phase's end.",
+                        "phase", pdr_phase_names, ph, PDR_PHASE__COUNT, phase_bounds);
+    put_labelled_family(put, o, "pdr_kv_transfer_seconds",
+                        "KV transfers the shims reported done, by backend: start to end on the shim's clock.",
+                        "backend", pdr_kv_backend_names, kv_s, PDR_KVB__COUNT, kv_time_bounds);
+    put_labelled_family(put, o, "pdr_kv_transfer_bytes",
+                        "KV bytes of the transfers the shims reported done, by backend.", "backend",
+                        pdr_kv_backend_names, kv_b, PDR_KVB__COUNT, kv_byte_bounds);
     put(o, "# HELP pdr_kv_transfer_reported_failed_total KV transfers the shims reported failed, by "
            "backend.\n# TYPE pdr_kv_transfer_reported_failed_total counter\n");
     for (int b = 0; b < PDR_KVB__COUNT; b++)
