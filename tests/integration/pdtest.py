@@ -288,3 +288,56 @@ def run_scenario(scope, argv=None):
     finally:
         stop_all()
     print("scenario %s passed in %.2fs" % (name, time.monotonic() - t0))
+
+
+def start_router(config_path, ports, args=()):
+    """Starts pdrouter --config config_path (args appended) whose ports ({"port": ..., "admin": ...}) the
+    caller chose and wrote into the file; waits until GET /readiness on ports["port"] answers 200.
+    Returns its Proc, with .config_path set."""
+    fd, log_path = tempfile.mkstemp(prefix="pdtest-pdrouter-", suffix=".log")
+    with os.fdopen(fd, "w") as log:
+        proc = subprocess.Popen([binary("pdrouter"), "--config", config_path] + list(args), stdout=log,
+                                stderr=subprocess.STDOUT)
+    r = Proc("pdrouter", proc, dict(ports), log_path)
+    r.config_path = config_path
+    _procs.append(r)
+
+    def ready():
+        if proc.poll() is not None:
+            raise AssertionError("pdrouter exited with %s\n%s" % (proc.returncode, r.log_tail()))
+        try:
+            return request(r.port, "GET", "/readiness", timeout=1.0)[0] == 200
+        except OSError:
+            return False
+
+    poll_until(ready, 10, "pdrouter to be ready")
+    return r
+
+
+def access_lines(path, n, timeout=5.0):
+    """Waits until the JSON access log at path holds at least n lines; returns them all, parsed."""
+
+    def read():
+        try:
+            with open(path) as f:
+                lines = [json.loads(l) for l in f if l.strip()]
+        except OSError:
+            return None
+        return lines if len(lines) >= n else None
+
+    return poll_until(read, timeout, "%d access-log lines" % n)
+
+
+def last_access_line(path, uri, timeout=10.0):
+    """Waits for a JSON line of the access log at path that names uri (e.g. "/generate"); returns the
+    last such line, parsed. Lines that are not JSON objects are skipped."""
+
+    def line():
+        try:
+            with open(path) as f:
+                ls = [json.loads(x) for x in f if x.startswith("{") and '"%s"' % uri in x]
+        except OSError:
+            return None
+        return ls[-1] if ls else None
+
+    return poll_until(line, timeout, "the access log line")

@@ -57,17 +57,6 @@ def curl_h2(port, path, headers, body=BODY):
     return status, hdrs, data
 
 
-def access_lines(path, n):
-    def read():
-        try:
-            with open(path) as f:
-                lines = [json.loads(l) for l in f if l.strip()]
-        except OSError:
-            return None
-        return lines if len(lines) >= n else None
-    return pdtest.poll_until(read, 5, "%d access-log lines" % n)
-
-
 
 def field_bytes(head):
     """The bytes of a raw head's fields as the router counts them (each line with its CRLF)."""
@@ -144,7 +133,7 @@ def scenario_forward():
         rid = rh.get("x-request-id", "")
         check(st == 200 and re.fullmatch(r"[0-9a-f]{32}", rid), "made-up id %r" % rid, r)
         check(values(last_headers(d), "x-request-id") == [rid], repr(last_headers(d)))
-        lines = access_lines(alog, 3)
+        lines = pdtest.access_lines(alog, 3)
         check([l["request_id"] for l in lines[:3]] == ["req-h1-77", "h2-id", rid], repr(lines))
     finally:
         pdtest.stop_all()
@@ -194,7 +183,7 @@ def scenario_trace():
             check(len(ids) == 1, "the legs got different trace ids %r" % ids)
             traces.append(ids.pop())
         check(len(set(traces)) == len(traces), "trace ids repeat: %r" % traces)
-        lines = access_lines(alog, 2 + len(invalid))
+        lines = pdtest.access_lines(alog, 2 + len(invalid))
         want = ["4bf92f3577b34da6a3ce929d0e0e4736"] * 2 + traces
         check([l["trace_id"] for l in lines] == want, "access log %r, want %r" % ([l.get("trace_id") for l in lines],
                                                                                   want))
@@ -202,7 +191,7 @@ def scenario_trace():
         st, _, _ = request(r.port, "POST", "/generate", "{not json", headers={"traceparent": TP})
         check(st == 400, "status %d" % st, r)
         st, _, _ = request(r.port, "POST", "/generate", "{not json")
-        lines = access_lines(alog, 4 + len(invalid))
+        lines = pdtest.access_lines(alog, 4 + len(invalid))
         check([l["trace_id"] for l in lines[-2:]] == ["4bf92f3577b34da6a3ce929d0e0e4736", None], repr(lines[-2:]))
     finally:
         pdtest.stop_all()
@@ -269,23 +258,7 @@ def start_router_yaml(text):
     fd, path = tempfile.mkstemp(prefix="pdrouter-", suffix=".yaml")
     with os.fdopen(fd, "w") as f:
         f.write(text.replace("{port}", str(port)) + "\n")
-    fd, log_path = tempfile.mkstemp(prefix="pdtest-pdrouter-", suffix=".log")
-    with os.fdopen(fd, "w") as log:
-        proc = subprocess.Popen([pdtest.binary("pdrouter"), "--config", path, "--drain-grace-ms", "0"], stdout=log,
-                                stderr=subprocess.STDOUT)
-    r = pdtest.Proc("pdrouter", proc, {"port": port}, log_path)
-    r.config_path = path
-    pdtest._procs.append(r)
-
-    def ready():
-        if proc.poll() is not None:
-            raise AssertionError("pdrouter exited with %s\n%s" % (proc.returncode, r.log_tail()))
-        try:
-            return request(port, "GET", "/readiness", timeout=1.0)[0] == 200
-        except OSError:
-            return False
-    pdtest.poll_until(ready, 10, "pdrouter to be ready")
-    return r
+    return pdtest.start_router(path, {"port": port}, ["--drain-grace-ms", "0"])
 
 
 def scenario_limits():

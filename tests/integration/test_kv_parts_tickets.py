@@ -8,7 +8,6 @@ batch; every room went in parts; bytes of the earlier parts moved before the com
 router chose (not the transport's ticket-bound name), so their events are matched to the request. Real
 pdrouter and pdsim processes on loopback."""
 
-import json
 import os
 import sys
 import tempfile
@@ -44,14 +43,7 @@ def events_reported():
     check(st == 200, "status %d %s" % (st, out[:200]), r, p)
     check(stats(p)["kv_parts"]["rooms"] == 1, "not streamed: %r" % stats(p)["kv_parts"], p)
 
-    def line():
-        try:
-            with open(alog) as f:
-                ls = [json.loads(x) for x in f if x.startswith("{") and '"/generate"' in x]
-        except OSError:
-            return None
-        return ls[-1] if ls else None
-    rec = pdtest.poll_until(line, 10, "the access log line")
+    rec = pdtest.last_access_line(alog, "/generate")
     kv = rec.get("kv_events")
     check(kv is not None and "done" in kv["events"] and kv["bytes"] == 64 * 16, "kv field: %s" % rec, r)
 

@@ -333,14 +333,7 @@ def scenario_rooms_tickets():
                                                             "sampling_params": {"max_new_tokens": 5}})
         check(st == 200, "status %d %s" % (st, out[:200]), r)
 
-        def line():
-            try:
-                with open(alog) as f:
-                    ls = [json.loads(x) for x in f if x.startswith("{") and '"/generate"' in x]
-            except OSError:
-                return None
-            return ls[-1] if ls else None
-        rec = pdtest.poll_until(line, 10, "the access log line")
+        rec = pdtest.last_access_line(alog, "/generate")
         kv = rec.get("kv_events")
         check(kv is not None and "done" in kv["events"] and kv["bytes"] == 32 * 16, "kv field: %s" % rec, r)
     finally:

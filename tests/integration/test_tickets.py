@@ -19,15 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
 import pdticket  # noqa: E402
 from pdtest import check, request, request_json  # noqa: E402
+from shimtest import keyfile  # noqa: E402
 
 H = "127.0.0.1"
-
-
-def keyfile(secret):
-    fd, path = tempfile.mkstemp(prefix="pdticket-", suffix=".key")
-    with os.fdopen(fd, "wb") as f:
-        f.write(secret + b"\n")
-    return path
 
 
 KEY_A = b"A" * 16 + os.urandom(16).hex().encode()
@@ -59,23 +53,8 @@ def router(prefills, decodes, ticket_yaml, protocol="pdshim", bport=None):
     fd, path = tempfile.mkstemp(prefix="pdrouter-", suffix=".yaml")
     os.close(fd)
     write_config(path, prefills, decodes, ticket_yaml, port, aport, protocol, bport)
-    fd, log_path = tempfile.mkstemp(prefix="pdtest-pdrouter-", suffix=".log")
-    with os.fdopen(fd, "w") as log:
-        proc = subprocess.Popen([pdtest.binary("pdrouter"), "--config", path], stdout=log, stderr=subprocess.STDOUT)
-    r = pdtest.Proc("pdrouter", proc, {"port": port, "admin": aport}, log_path)
-    r.config_path = path
+    r = pdtest.start_router(path, {"port": port, "admin": aport})
     r.prefills, r.decodes = prefills, decodes
-    pdtest._procs.append(r)
-
-    def ready():
-        if proc.poll() is not None:
-            raise AssertionError("pdrouter exited with %s\n%s" % (proc.returncode, r.log_tail()))
-        try:
-            return request(port, "GET", "/readiness", timeout=1.0)[0] == 200
-        except OSError:
-            return False
-
-    pdtest.poll_until(ready, 10, "pdrouter to be ready")
     return r
 
 

@@ -108,17 +108,6 @@ def worker_traceparent(w):
     return m
 
 
-def access_lines(path, n):
-    def read():
-        try:
-            with open(path) as f:
-                lines = [json.loads(l) for l in f if l.strip()]
-        except OSError:
-            return None
-        return lines if len(lines) >= n else None
-    return pdtest.poll_until(read, 5, "%d access-log lines" % n)
-
-
 def stream(port, headers):
     st, _, data = request(port, "POST", "/generate", BODY, headers=headers)
     return st, sse_events(data)
@@ -188,7 +177,7 @@ def scenario_otlp():
         for s in ss:
             check(int(s["startTimeUnixNano"]) <= int(s["endTimeUnixNano"]), repr(s))
             check(s["status"]["code"] == 1, repr(s))
-        line = access_lines(alog, 1)[0]
+        line = pdtest.access_lines(alog, 1)[0]
         check(line["trace_id"] == TRACE, repr(line))
         check_phases(line)
         # A client that does not sample: nothing of its trace is exported, and the workers see flag 00.
@@ -291,7 +280,7 @@ def scenario_file():
         with open(path) as f:
             raw = f.read()
         check(raw.endswith("\n") and all(l.startswith("{\"resourceSpans\":") for l in raw.splitlines()), raw[:200])
-        lines_ = access_lines(alog, 2)
+        lines_ = pdtest.access_lines(alog, 2)
         for l in lines_:
             check_phases(l)
         stop_clean(r)
@@ -319,7 +308,7 @@ def scenario_vllm():
         body = {"model": "pdsim", "prompt": "once upon a time", "max_tokens": 5, "stream": True}
         st, _, data = request(r.port, "POST", "/v1/completions", body, headers={"traceparent": TP})
         check(st == 200, "status %d %r" % (st, data[:300]), r)
-        line = access_lines(alog, 1)[0]
+        line = pdtest.access_lines(alog, 1)[0]
         ph = check_phases(line, need_prefill=True)
         check(ph["queue"] + ph["prefill"] <= ph["decode_first_token"], repr(ph))
 
@@ -353,7 +342,7 @@ def scenario_solo():
         body = {"model": "pdsim", "prompt": "short", "max_tokens": 5, "stream": True}
         st, _, data = request(r.port, "POST", "/v1/completions", body, headers={"traceparent": TP})
         check(st == 200, "status %d %r" % (st, data[:300]), r)
-        line = access_lines(alog, 1)[0]
+        line = pdtest.access_lines(alog, 1)[0]
         check(line["disagg"] == "short_prompt" and line["prefill"] is None, repr(line))
         ph = check_phases(line)
         check("prefill" not in ph, "a solo request has a prefill phase: %r" % ph)
