@@ -7,8 +7,10 @@
  * kernels (fill and compare, from PTX), pdr__cuda_copy_sync and pdr__cuda_memset complete on return
  * (another stream reads their bytes right after, while the device is busy), and CUDA IPC:
  * a child process exports device memory, this process opens and reads it. The child is forked before
- * any CUDA call here (CUDA state does not survive fork). At the end nvidia-smi must list this process
- * at most once per device, and only on devices it bound (the stray-context-on-GPU0 check).
+ * any CUDA call here (CUDA state does not survive fork). At the end of "devices" and of "ipc" nvidia-smi
+ * must list the case's process at most once per device, and only on devices it bound (the
+ * stray-context-on-GPU0 check). Each case runs in a child of the runner that made no CUDA call, so each
+ * starts from a process without CUDA state; every case exits 77 without a driver or a device.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -21,6 +23,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "runner.h"
 #include "gpu_cuda.h"
 #include "err.h"
 
@@ -341,18 +344,30 @@ static void check_nvidia_smi(const int *used, int ndev)
     printf("nvidia-smi: exit %d, %d line(s) for pid %ld\n", st, mine, (long)getpid());
 }
 
+/* The driver's device count (at most MAXDEV); exits 77 (skipped) where the loader finds no driver or
+ * device. */
+static int cuda_or_skip(void)
+{
+    if (pdr__cuda_init() != 0) {
+        printf("no usable CUDA driver (%s): skipped\n", pdr__cuda_init_error());
+        exit(77);
+    }
+    int ndev = pdr__cuda_device_count();
+    CHECK(ndev >= 1);
+    if (ndev < 1)
+        exit(1);
+    return ndev > MAXDEV ? MAXDEV : ndev;
+}
+
 /* A process that uses only the last device (pinned memory, copies, pointer queries, an IPC-free d2d)
  * must not show up on any other device: the mooncake bug was a context created on GPU0 by a thread that
- * never bound. Runs in its own child so that the parent's use of every device does not hide it. */
-static int last_device_only_main(void)
+ * never bound. A case of its own, so that the use of every device elsewhere does not hide it; with one
+ * device there is nothing to see. */
+static void test_last_device_only(void)
 {
-    if (pdr__cuda_init() != 0)
-        return 0;
-    int ndev = pdr__cuda_device_count();
+    int ndev = cuda_or_skip();
     if (ndev < 2)
-        return 0;
-    if (ndev > MAXDEV)
-        ndev = MAXDEV;
+        return;
     int used[MAXDEV] = {0};
     void *dev = NULL, *pinned = NULL, *s = NULL;
     used[ndev - 1] = 1;
@@ -374,50 +389,13 @@ static int last_device_only_main(void)
     pdr__cuda_stream_destroy(s);
     pdr__cuda_host_free(pinned);
     pdr__cuda_mem_free(dev);
-    return check_failures ? 1 : 0;
 }
 
-int main(void)
+/* Names, PCI bus ids and UUIDs; the round trip on every device; a thread that never bound; d2d and peer
+ * copies between devices 0 and 1 (of the round trip's allocations, hence one case). */
+static void test_devices(void)
 {
-    int to_parent[2], to_child[2];
-    if (pipe(to_parent) != 0 || pipe(to_child) != 0)
-        return 1;
-    pid_t lonely = fork(); /* before any CUDA call in this process */
-    if (lonely < 0)
-        return 1;
-    if (lonely == 0) {
-        int rc = last_device_only_main();
-        fflush(stdout);
-        _exit(rc);
-    }
-    int lst = 0;
-    if (waitpid(lonely, &lst, 0) != lonely || !WIFEXITED(lst) || WEXITSTATUS(lst) != 0) {
-        fprintf(stderr, "the last-device-only child failed\n");
-        check_failures++;
-    }
-    pid_t child = fork(); /* before any CUDA call in this process */
-    if (child < 0)
-        return 1;
-    if (child == 0) {
-        close(to_parent[0]);
-        close(to_child[1]);
-        int rc = child_main(to_parent[1], to_child[0]);
-        fflush(stdout);
-        _exit(rc);
-    }
-    close(to_parent[1]);
-    close(to_child[0]);
-
-    if (pdr__cuda_init() != 0) {
-        printf("no usable CUDA driver (%s): skipped\n", pdr__cuda_init_error());
-        close(to_child[1]);
-        waitpid(child, NULL, 0);
-        return 77;
-    }
-    int ndev = pdr__cuda_device_count();
-    CHECK(ndev >= 1);
-    if (ndev > MAXDEV)
-        ndev = MAXDEV;
+    int ndev = cuda_or_skip();
     printf("driver %d, %d device(s)\n", pdr__cuda_driver_version(), ndev);
     int used[MAXDEV] = {0};
     void *devmem[MAXDEV] = {0};
@@ -437,8 +415,6 @@ int main(void)
 
     for (int d = 0; d < ndev; d++) {
         per_device(d, &devmem[d]);
-        pattern_kernels(d);
-        sync_helpers(d);
         used[d] = 1;
     }
 
@@ -461,8 +437,57 @@ int main(void)
         pdr__cuda_stream_destroy(s);
         free(h);
     }
+    check_nvidia_smi(used, ndev);
+    for (int d = 0; d < ndev; d++)
+        pdr__cuda_mem_free(devmem[d]);
+}
 
-    /* IPC: open the child's allocation on the last device (peer access enabled lazily when it differs). */
+static void test_pattern_kernels(void)
+{
+    int ndev = cuda_or_skip();
+    for (int d = 0; d < ndev; d++)
+        pattern_kernels(d);
+}
+
+static void test_sync_helpers(void)
+{
+    int ndev = cuda_or_skip();
+    for (int d = 0; d < ndev; d++)
+        sync_helpers(d);
+}
+
+/* IPC: a child exports memory on its device 0; this process opens it on the last device (peer access
+ * enabled lazily when it differs, which makes this process use device 0 as well). */
+static void test_ipc(void)
+{
+    int to_parent[2], to_child[2];
+    if (pipe(to_parent) != 0 || pipe(to_child) != 0)
+        exit(1);
+    pid_t child = fork(); /* before any CUDA call in this process */
+    if (child < 0)
+        exit(1);
+    if (child == 0) {
+        close(to_parent[0]);
+        close(to_child[1]);
+        int rc = child_main(to_parent[1], to_child[0]);
+        fflush(stdout);
+        _exit(rc);
+    }
+    close(to_parent[1]);
+    close(to_child[0]);
+    if (pdr__cuda_init() != 0) {
+        printf("no usable CUDA driver (%s): skipped\n", pdr__cuda_init_error());
+        close(to_child[1]);
+        waitpid(child, NULL, 0);
+        exit(77);
+    }
+    int ndev = pdr__cuda_device_count();
+    CHECK(ndev >= 1);
+    if (ndev > MAXDEV)
+        ndev = MAXDEV;
+    int used[MAXDEV] = {0};
+    used[0] = used[ndev - 1] = 1;
+
     struct ipc_msg m;
     CHECK(read_full(to_parent[0], &m, sizeof(m)) == 0);
     printf("child export: rc %d offset %llu\n", m.rc, (unsigned long long)m.offset);
@@ -486,9 +511,21 @@ int main(void)
     CHECK(write_full(to_child[1], "x", 1) == 0);
     int st = 0;
     CHECK(waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-
     check_nvidia_smi(used, ndev);
-    for (int d = 0; d < ndev; d++)
-        pdr__cuda_mem_free(devmem[d]);
-    CHECK_DONE();
+}
+
+static const pdr_test_case_t cases[] = {
+    {"last_device_only", test_last_device_only, 60},
+    {"devices", test_devices, 60},
+    {"pattern_kernels", test_pattern_kernels, 60},
+    {"sync_helpers", test_sync_helpers, 60},
+    {"ipc", test_ipc, 60},
+};
+
+int main(int argc, char **argv)
+{
+    int rc = PDR_TEST_RUN(cases, argc, argv);
+    if (rc == 0)
+        printf("all checks passed\n");
+    return rc;
 }

@@ -13,8 +13,10 @@
  *     one process (device 0 → device 1 with two GPUs), and over CUDA IPC between the two processes
  *     (room 7); the first part alone until the mover moved it (the decode's progress for staging, the
  *     prefill's for CUDA IPC), the rest in reverse order; every byte verified on the device.
- * At the end it prints `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` and its own pid:
- * this process must appear only on the devices it registered memory on (the lead checks the output).
+ * Each case runs in a child of the runner that made no CUDA call, and exits 77 without a usable CUDA
+ * driver and device. At the end of each case it prints `nvidia-smi --query-compute-apps=pid,used_memory
+ * --format=csv` and the case's pid: that process must appear only on the devices it registered memory on
+ * (the lead checks the output).
  * PDR_TEST_GPU_BYTES overrides the room size; PDR_TEST_IO_THREADS and PDR_TEST_STAGING_CHUNKS set the
  * engines' io_threads and staging_chunks (for measurements), and a host → host room of the same size is
  * timed first as the loopback TCP reference.
@@ -31,6 +33,7 @@
 #include "err.h"
 #include "transport.h"
 #include "test_shim_util.h"
+#include "../unit/runner.h"
 
 #define PIECE (64u << 20)
 
@@ -408,11 +411,47 @@ static void test_ipc(pid_t child, int go_fd, int port_fd, int ndev)
     printf("ok ipc (%s), ok ipc into VMM memory\n", b.backend);
 }
 
-int main(void)
+/* The device count; exits 77 (skipped) without a usable CUDA driver or device. */
+static int cuda_or_skip(void)
 {
-    setvbuf(stdout, NULL, _IONBF, 0);
-    signal(SIGPIPE, SIG_IGN);
-    /* The IPC prefill is forked before this process makes any CUDA call. */
+    if (pdr__cuda_init() != 0) {
+        printf("skip: no usable CUDA driver or device\n");
+        exit(77);
+    }
+    int ndev = pdr__cuda_device_count();
+    printf("%d CUDA device(s)\n", ndev);
+    return ndev;
+}
+
+static void case_host_reference(void)
+{
+    (void)cuda_or_skip();
+    test_host_reference();
+}
+
+static void case_staging(void)
+{
+    int ndev = cuda_or_skip();
+    test_staging(0, ndev > 1 ? 1 : 0);
+}
+
+/* With two GPUs the same on one device; with one, case_staging did it already. */
+static void case_staging_one_device(void)
+{
+    int ndev = cuda_or_skip();
+    if (ndev > 1)
+        test_staging(0, 0);
+}
+
+static void case_staging_parts(void)
+{
+    int ndev = cuda_or_skip();
+    test_staging_parts(0, ndev > 1 ? 1 : 0);
+}
+
+/* The IPC prefill is forked before this process makes any CUDA call. */
+static void case_ipc(void)
+{
     int go[2], ports[2];
     CHECK(pipe(go) == 0 && pipe(ports) == 0);
     pid_t child = fork();
@@ -420,7 +459,7 @@ int main(void)
     if (child == 0) {
         close(go[1]);
         close(ports[0]);
-        return ipc_child(go[0], ports[1]);
+        exit(ipc_child(go[0], ports[1]));
     }
     close(go[0]);
     close(ports[1]);
@@ -428,21 +467,39 @@ int main(void)
         close(go[1]); /* the child reads EOF and exits */
         waitpid(child, NULL, 0);
         printf("skip: no usable CUDA driver or device\n");
-        return 77;
+        exit(77);
     }
     int ndev = pdr__cuda_device_count();
     printf("%d CUDA device(s)\n", ndev);
-    test_host_reference();
-    test_staging(0, ndev > 1 ? 1 : 0);
-    if (ndev > 1)
-        test_staging(0, 0);
-    test_staging_parts(0, ndev > 1 ? 1 : 0);
     test_ipc(child, go[1], ports[0], ndev);
+}
+
+static void setup(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static void teardown(void)
+{
     printf("pid %d; nvidia-smi compute apps (this pid must appear only on the devices it used):\n",
            (int)getpid());
     fflush(stdout);
     int rc = system("nvidia-smi --query-compute-apps=pid,used_memory --format=csv");
     (void)rc;
-    printf("all ok\n");
-    return 0;
+}
+
+static const pdr_test_case_t cases[] = {
+    {"host_reference", case_host_reference, 60},
+    {"staging", case_staging, 120},
+    {"staging_one_device", case_staging_one_device, 120},
+    {"staging_parts", case_staging_parts, 120},
+    {"ipc", case_ipc, 300},
+};
+
+int main(int argc, char **argv)
+{
+    int rc = pdr_test_run(cases, sizeof(cases) / sizeof(cases[0]), setup, teardown, argc, argv);
+    if (rc == 0)
+        printf("all ok\n");
+    return rc;
 }
