@@ -452,6 +452,18 @@ class Bench:
                 (t["tpot_ms"] or {}).get("median"), (t["tpot_ms"] or {}).get("p90")))
         return out
 
+    def prefill_timing(self, p, n0):
+        """The prefill side of the timed requests (p's records from index n0 on, warm-ups included): per
+        length, the compute time and the KV tail (compute end -> every byte acknowledged; none for a
+        monolithic worker), median and p90."""
+        recs = [x for x in self.stats(p).get("records", [])[n0:] if x.get("prefill_ms") is not None]
+        out = {}
+        for L in self.a.lengths:
+            rs = [x for x in recs if x.get("prompt_tokens") == L]
+            out[str(L)] = {"compute_ms": stats_of([x["prefill_ms"] for x in rs]),
+                           "kv_tail_ms": stats_of([x["kv_tail_ms"] for x in rs if x.get("kv_tail_ms") is not None])}
+        return out
+
     def step_monolithic(self):
         log("monolithic worker (mode both): references, then behind the router")
         both = self.worker("both", "both")
@@ -494,7 +506,9 @@ class Bench:
         r = self.router("router-mono", dp, dd, regular=both)
         res["equality_c1"] = self.equality(r.port, "monolithic", refs, 1)
         res["equality_c8"] = self.equality(r.port, "monolithic", refs, 8)
+        n0 = len(self.stats(both).get("records", []))
         res["timing"] = self.timing(r.port, "monolithic", refs)
+        res["prefill_timing"] = self.prefill_timing(both, n0)
         line = self.access_lines(r, 1)[-1]
         res["access_log_example"] = line
         self.run.check(line.get("disagg") == "short_prompt" and line.get("prefill") is None,
@@ -534,7 +548,9 @@ class Bench:
         res = {"worker_backend": backend, "stream_layers": layers}
         res["equality_c1"] = self.equality(r.port, name, self.refs, 1)
         res["equality_c8"] = self.equality(r.port, name, self.refs, 8)
+        n0 = len(self.stats(pre).get("records", []))
         res["timing"] = self.timing(r.port, name, self.refs)
+        res["prefill_timing"] = self.prefill_timing(pre, n0)
         # Which backend the shims used, from the decode's fetch records.
         recs = self.stats(dec).get("records", [])
         used = sorted({x.get("backend") for x in recs if x.get("status") == "ok"})
@@ -775,6 +791,17 @@ class Bench:
                 out.append("%-22s %-8d %-10s %-10s %-10s %-10s %-10s" % (
                     label, L, _eq(s, "equality_c1", k), _eq(s, "equality_c8", k), _m(t, "ttft_ms", "median"),
                     _m(t, "ttft_ms", "p90"), _m(t, "tpot_ms", "median")))
+        out.append("")
+        out.append("prefill side of the timed requests (median ms): compute / KV done after compute")
+        for n in names:
+            s = steps.get(n)
+            if not s or "not_run" in s or "prefill_timing" not in s:
+                continue
+            parts = []
+            for L in a.lengths:
+                t = s["prefill_timing"].get(str(L), {})
+                parts.append("%d: %s / %s" % (L, _m(t, "compute_ms", "median"), _m(t, "kv_tail_ms", "median")))
+            out.append("  %-20s %s" % (n.replace("backend_", ""), ", ".join(parts)))
         out.append("")
         out.append("TTFT overhead over monolithic (median, ms):")
         for n in names[1:]:

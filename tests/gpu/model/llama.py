@@ -237,9 +237,11 @@ class Llama:
         emb = torch.cat((f, f), dim=-1)
         return emb.cos().to(self.dtype)[:, None, :], emb.sin().to(self.dtype)[:, None, :]
 
-    def _layer(self, i, x, pos0, k_cache, v_cache, causal):
+    def _layer(self, i, x, pos0, k_cache, v_cache, causal, on_kv=None):
         """One decoder layer on x [T, hidden] at positions pos0..pos0+T-1; writes K, V into the caches
-        (rows pos0..) and attends over rows 0..pos0+T-1."""
+        (rows pos0..) and attends over rows 0..pos0+T-1. on_kv(i), when given, is called as soon as the
+        K, V writes are queued, before the layer's attention and MLP: a streamed prefill publishes the
+        layer's KV while the rest of the layer computes."""
         cfg, w, p = self.cfg, self.w, "model.layers.%d." % i
         T = x.shape[0]
         h = rms_norm(x, w[p + "input_layernorm.weight"], cfg.eps)
@@ -251,6 +253,8 @@ class Llama:
         k = k * cos + rotate_half(k) * sin
         k_cache[pos0:pos0 + T] = k
         v_cache[pos0:pos0 + T] = v
+        if on_kv is not None:
+            on_kv(i)
         S = pos0 + T
         rep = cfg.heads // cfg.kv_heads
         kk = k_cache[:S].transpose(0, 1).repeat_interleave(rep, dim=0)[None]  # [1, heads, S, D]
@@ -269,16 +273,15 @@ class Llama:
     @torch.inference_mode()
     def prefill(self, ids, pool, slot, on_layer=None):
         """Runs the prompt from position 0, filling pool slot `slot` rows 0..len(ids)-1 of every layer.
-        on_layer(i), when given, is called once layer i's K and V are written (queued on the device).
+        on_layer(i), when given, is called once layer i's K and V writes are queued on the device (before
+        that layer's attention and MLP).
         Stores the first token in pool.meta[slot][0] and returns it (greedy argmax)."""
         n = len(ids)
         if n < 1 or n > pool.max_len:
             raise ValueError("prompt of %d tokens does not fit a cache of %d" % (n, pool.max_len))
         x = self.w["model.embed_tokens.weight"][torch.tensor(ids, dtype=torch.long, device=self.device)]
         for i in range(self.cfg.layers):
-            x = self._layer(i, x, 0, pool.k(slot, i), pool.v(slot, i), causal=n > 1)
-            if on_layer is not None:
-                on_layer(i)
+            x = self._layer(i, x, 0, pool.k(slot, i), pool.v(slot, i), causal=n > 1, on_kv=on_layer)
         tok = self._logits(x[-1:]).argmax(-1)
         pool.meta[slot, 0] = tok[0]
         return int(tok[0].item())
