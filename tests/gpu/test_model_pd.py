@@ -284,13 +284,25 @@ class Bench:
 
     # ---- processes ----
 
-    def worker(self, name, mode, backend="auto", stream_layers=False):
+    def events_key(self):
+        """The key file the workers' shims sign their event batches with and the router checks them by."""
+        path = os.path.join(self.run.logs, "shim-events.key")
+        if not os.path.exists(path):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(32))
+        return path
+
+    def worker(self, name, mode, backend="auto", stream_layers=False, events_port=None):
         port = pdtest.free_port()
         bport = pdtest.free_port() if mode == "prefill" else None
         argv = [self.a.python, os.path.join(HERE, "model", "worker.py"), "--mode", mode, "--port", str(port),
                 "--device", self.a.device, "--config", self.a.config, "--backend", backend,
                 "--slots", str(self.a.slots), "--max-len", str(max(self.a.lengths) + self.a.max_new_tokens + 8),
                 "--kv-timeout-ms", str(self.a.kv_timeout_ms)]
+        if events_port:
+            argv += ["--events-url", "http://127.0.0.1:%d" % events_port,
+                     "--events-key-file", self.events_key()]
         if bport:
             argv += ["--bootstrap-port", str(bport)]
         if stream_layers:
@@ -309,8 +321,9 @@ class Bench:
         p.port, p.bport = port, bport
         return p
 
-    def router(self, name, prefill, decode, regular=None):
-        port, admin = pdtest.free_port(), pdtest.free_port()
+    def router(self, name, prefill, decode, regular=None, admin=None):
+        """admin: the admin port, chosen before the workers when their shims report events to it."""
+        port, admin = pdtest.free_port(), admin or pdtest.free_port()
         alog = os.path.join(self.run.logs, name + "-access.log")
         lines = [
             "listen: { host: 127.0.0.1, port: %d }" % port,
@@ -334,6 +347,8 @@ class Bench:
             "lifecycle: { drain_grace_ms: 0 }",
             "log: { access_log: %s, level: info }" % alog,
         ]
+        if getattr(prefill, "events", False):
+            lines.append("shim_events: { key_file: %s }" % self.events_key())
         path = os.path.join(self.run.logs, name + ".yaml")
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
@@ -539,11 +554,13 @@ class Bench:
     def step_backend(self, name, kill):
         backend, layers = BACKENDS[name]
         log("backend %s: prefill + decode workers (--backend %s%s)" % (name, backend, " --stream-layers" if layers else ""))
-        pre = self.worker("prefill-" + name, "prefill", backend, layers)
-        dec = self.worker("decode-" + name, "decode", backend)
+        admin = pdtest.free_port()  # the router's: both shims report their room events there
+        pre = self.worker("prefill-" + name, "prefill", backend, layers, events_port=admin)
+        dec = self.worker("decode-" + name, "decode", backend, events_port=admin)
+        pre.events = dec.events = True
         self.step_procs = [pre, dec]
         self.start_workers([pre, dec])
-        r = self.router("router-" + name, pre, dec)
+        r = self.router("router-" + name, pre, dec, admin=admin)
         self.step_procs.append(r)
         res = {"worker_backend": backend, "stream_layers": layers}
         res["equality_c1"] = self.equality(r.port, name, self.refs, 1)
@@ -596,7 +613,18 @@ class Bench:
                 name, L, line.get("ttfb_ms"), line.get("total_ms"), _r(p_rec, "prefill_ms"), _r(p_rec, "kv_bytes"),
                 _r(p_rec, "xfer_us"), _r(d_rec, "xfer_us"), _r(d_rec, "backend"), _r(d_rec, "decode_ms")))
         self.run.check(p_rec is not None and d_rec is not None, "%s: no worker record for room %s" % (name, room))
+        if getattr(pre, "events", False):
+            # The shims' events reached the router and were attached to the request: its access-log line
+            # has the KV transfer as the shim measured it.
+            kv = line.get("kv")
+            self.run.check(isinstance(kv, dict) and kv.get("backend") == (d_rec or {}).get("backend"),
+                           "%s: the access-log line's kv field does not hold the shim's transfer: %s" % (name, kv))
         return out
+
+    def shim_events(self, r):
+        """The router's record of the shims' event channel (GET /admin/v1/shim)."""
+        st, _, data = http_req(r.admin, "GET", "/admin/v1/shim", timeout=10)
+        return json.loads(data) if st == 200 else {}
 
     def kill_test(self, r, pre, dec, name):
         L = self.a.lengths[-1]
@@ -692,6 +720,24 @@ class Bench:
         for x in out["decode_fetch_failures"]:
             log("  decode shim: room %s fetch failed: %s (%s) after %s ms" % (x["room"], x["status"], x["error"],
                                                                             _r(x, "fetch_wall_ms")))
+        if getattr(pre, "events", False):
+            # The same failures as the decode's shim reported them to the router (its room events).
+            rooms = {x["room"] for x in out["decode_fetch_failures"]}
+
+            def shim_failed():
+                ev = [x for x in self.shim_events(r).get("recent", []) if x.get("event") == "failed"
+                      and x.get("room") in rooms]
+                return ev if len({x["room"] for x in ev}) == len(rooms) else None
+            try:
+                evs = pdtest.poll_until(shim_failed, 10, "the decode shim's failed events at the router")
+            except AssertionError:
+                evs = [x for x in self.shim_events(r).get("recent", []) if x.get("event") == "failed"]
+            out["router_shim_failed_events"] = [{k: x.get(k) for k in ("room", "worker", "code", "reason", "matched")}
+                                                for x in evs]
+            self.run.check(rooms and len({x["room"] for x in evs if x.get("room") in rooms}) == len(rooms)
+                           and all(x.get("reason") for x in evs),
+                           "kill test: the router did not receive a failed event with a reason for each failed "
+                           "fetch: rooms %s, events %s" % (sorted(rooms), out["router_shim_failed_events"][:4]))
         st, _, _ = http_req(dec.port, "GET", "/health", timeout=5)
         out["decode_healthy_after"] = st == 200
         self.run.check(st == 200, "kill test: the decode is not healthy after the prefill died")
@@ -842,6 +888,9 @@ class Bench:
                     out.append("      router: %s" % json.dumps(c["access_log"]))
             for x in k.get("decode_fetch_failures", []):
                 out.append("  decode shim: room %s: %s (%s)" % (x["room"], x["status"], x["error"]))
+            for x in k.get("router_shim_failed_events", []):
+                out.append("  router, shim event: room %s failed at %s: code %s, reason %s (request in flight: %s)" % (
+                    x["room"], x["worker"], x["code"], x["reason"], x["matched"]))
             out.append("  decode healthy after: %s; next request: %s" % (k.get("decode_healthy_after"), k.get("after_kill_status")))
         out.append("")
         if self.run.warnings:

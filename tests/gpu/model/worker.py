@@ -166,11 +166,17 @@ class Worker:
                                  "pdshim_offer_part, Shim.offer_open / Shim.offer_part), which this pdshim.py "
                                  "does not have; run without --stream-layers")
             backend = None if a.backend == "auto" else a.backend
+            # With --events-url the shim reports each room's events (accepted, done with bytes, µs and
+            # backend, failed with the reason) to the router, naming this worker by its URL.
+            ev = {}
+            if a.events_url:
+                ev = {"events_url": a.events_url, "events_key_file": a.events_key_file,
+                      "worker_url": "http://%s:%d" % (a.host, a.port)}
             if a.mode == "prefill":
                 self.shim = pdshim.Shim(listen_host=a.host, listen_port=a.bootstrap_port,
-                                        default_timeout_ms=a.kv_timeout_ms, backend=backend)
+                                        default_timeout_ms=a.kv_timeout_ms, backend=backend, **ev)
             else:
-                self.shim = pdshim.Shim(default_timeout_ms=a.kv_timeout_ms, backend=backend)
+                self.shim = pdshim.Shim(default_timeout_ms=a.kv_timeout_ms, backend=backend, **ev)
             if self.cuda:
                 for addr, length in self.pool.regions():
                     self.shim.register(addr, length, "cuda")
@@ -643,6 +649,9 @@ def main():
     ap.add_argument("--slots", type=int, default=8, help="requests in flight (KV pool slots)")
     ap.add_argument("--max-len", type=int, default=8192 + 64, help="tokens per slot (prompt + output)")
     ap.add_argument("--kv-timeout-ms", type=int, default=30000)
+    ap.add_argument("--events-url", help="the router's admin listener, http://HOST:PORT (the shim posts its batches to /shim/v1/events there)")
+    ap.add_argument("--events-key-file", help="the key the event batches are signed with (the router's "
+                    "shim_events.key_file)")
     ap.add_argument("--queue-timeout-s", type=float, default=120.0)
     ap.add_argument("--model-name", default="pdmodel-llama")
     ap.add_argument("--verbose", action="store_true")
