@@ -65,6 +65,13 @@ struct pdr_shim_ev {
     uint64_t seq;
     uint32_t flush_ms, load_ms;
     int fd;
+
+    /* The progress sampler (pdr__shim_ev_set_sampler): called by the reporter thread under sample_lock,
+     * which the setter takes too, so a cleared sampler is never running. next_sample_ms under lock. */
+    pthread_mutex_t sample_lock;
+    void (*sample_fn)(void *arg);
+    void *sample_arg;
+    uint64_t next_sample_ms;
 };
 
 static uint64_t mono_ms(void)
@@ -262,6 +269,19 @@ static void *reporter(void *arg)
     pthread_mutex_lock(&e->lock);
     for (;;) {
         uint64_t now = mono_ms();
+        int sampling = !e->stop && __atomic_load_n(&e->sample_fn, __ATOMIC_RELAXED) != NULL &&
+                       __atomic_load_n(&e->active, __ATOMIC_RELAXED) > 0;
+        if (sampling && now >= e->next_sample_ms) {
+            /* The shim's rooms in progress: their started / progress events join the queue. */
+            e->next_sample_ms = now + e->flush_ms;
+            pthread_mutex_unlock(&e->lock);
+            pthread_mutex_lock(&e->sample_lock);
+            if (e->sample_fn != NULL)
+                e->sample_fn(e->sample_arg);
+            pthread_mutex_unlock(&e->sample_lock);
+            pthread_mutex_lock(&e->lock);
+            continue;
+        }
         int due_ev = e->n > 0 && (now >= e->first_ms + e->flush_ms || e->n >= BATCH_MAX_EVENTS || e->stop);
         int due_load = e->have_load && ((e->load_changed && now >= e->last_ms + e->flush_ms) ||
                                         now >= e->next_load_ms || (e->stop && e->load_changed));
@@ -273,6 +293,8 @@ static void *reporter(void *arg)
                 wake = e->first_ms + e->flush_ms;
             if (e->load_changed && e->last_ms + e->flush_ms < wake)
                 wake = e->last_ms + e->flush_ms;
+            if (sampling && e->next_sample_ms < wake)
+                wake = e->next_sample_ms;
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             uint64_t wait = wake > now ? wake - now : 0;
@@ -383,12 +405,14 @@ pdr_shim_ev_t *pdr__shim_ev_create(const pdshim_opts_t *o, int *err)
     }
     if (*err == 0) {
         pthread_mutex_init(&e->lock, NULL);
+        pthread_mutex_init(&e->sample_lock, NULL);
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
         pthread_cond_init(&e->cond, &ca);
         pthread_condattr_destroy(&ca);
         if (pthread_create(&e->thread, NULL, reporter, e) != 0) {
             pthread_cond_destroy(&e->cond);
+            pthread_mutex_destroy(&e->sample_lock);
             pthread_mutex_destroy(&e->lock);
             *err = PDR_ENOMEM;
         }
@@ -412,6 +436,7 @@ void pdr__shim_ev_destroy(pdr_shim_ev_t *e)
     pthread_mutex_unlock(&e->lock);
     pthread_join(e->thread, NULL);
     pthread_cond_destroy(&e->cond);
+    pthread_mutex_destroy(&e->sample_lock);
     pthread_mutex_destroy(&e->lock);
     pdr_keyring_wipe(&e->kr);
     free(e->ring);
@@ -460,7 +485,21 @@ void pdr__shim_ev_load(pdr_shim_ev_t *e, const pdshim_load_t *load)
 
 void pdr__shim_ev_active(pdr_shim_ev_t *e, int delta)
 {
-    __atomic_add_fetch(&e->active, delta, __ATOMIC_RELAXED);
+    if (__atomic_add_fetch(&e->active, delta, __ATOMIC_RELAXED) == delta && delta > 0) {
+        /* The first room in progress: the sampler starts one flush interval from now. */
+        pthread_mutex_lock(&e->lock);
+        e->next_sample_ms = mono_ms() + e->flush_ms;
+        pthread_cond_signal(&e->cond);
+        pthread_mutex_unlock(&e->lock);
+    }
+}
+
+void pdr__shim_ev_set_sampler(pdr_shim_ev_t *e, void (*fn)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&e->sample_lock);
+    e->sample_arg = arg;
+    __atomic_store_n(&e->sample_fn, fn, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&e->sample_lock);
 }
 
 void pdr__shim_ev_instance(const pdr_shim_ev_t *e, uint8_t out[16])

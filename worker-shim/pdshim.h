@@ -281,8 +281,10 @@ PDSHIM_API int pdshim_report_load(pdshim_t *shim, const pdshim_load_t *load);
 /* The shim's instance id (16 bytes). 0 or PDR_EINVAL. */
 PDSHIM_API int pdshim_instance_id(const pdshim_t *shim, uint8_t out[16]);
 
-/* Room events (the shim reports accepted, done and failed for its own offers and fetches; an engine may
- * add its own, e.g. accepted when its scheduler takes a room, refused for a request it turns away). */
+/* Room events (the shim reports accepted, done and failed for its own offers and fetches, and while one
+ * moves, sampled every events_flush_ms: started once its first bytes moved, then progress whenever more
+ * did, with the bytes moved so far and the room's total; an engine may add its own, e.g. accepted when its
+ * scheduler takes a room, refused for a request it turns away). */
 #define PDSHIM_EV_ACCEPTED 0
 #define PDSHIM_EV_STARTED 1
 #define PDSHIM_EV_PROGRESS 2

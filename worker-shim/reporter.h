@@ -19,6 +19,11 @@ void pdr__shim_ev_load(pdr_shim_ev_t *e, const pdshim_load_t *load);
 /* Rooms in progress on the shim (reported with the load). */
 void pdr__shim_ev_active(pdr_shim_ev_t *e, int delta);
 void pdr__shim_ev_instance(const pdr_shim_ev_t *e, uint8_t out[16]);
+/* While rooms are in progress (pdr__shim_ev_active above 0), the reporter thread calls fn(arg) every
+ * flush interval, with no lock of the reporter held: the shim samples its rooms' progress there and
+ * queues started / progress events. fn NULL stops it; once this returns, fn is not running and will not
+ * run again (a sample in progress is waited for). */
+void pdr__shim_ev_set_sampler(pdr_shim_ev_t *e, void (*fn)(void *arg), void *arg);
 void pdr__shim_ev_stats(const pdr_shim_ev_t *e, uint64_t *sent, uint64_t *failed, uint64_t *dropped);
 
 #endif

@@ -3,6 +3,7 @@
  * offer is a push, a fetch a pull. Any thread may call in; callbacks run on the engine's I/O thread.
  * Only the PDSHIM_API functions are exported (-fvisibility=hidden).
  */
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,8 @@
 _Static_assert(sizeof(pdshim_seg_t) == sizeof(pdr_xfer_seg_t), "segment layouts differ");
 _Static_assert(offsetof(pdshim_seg_t, addr) == offsetof(pdr_xfer_seg_t, addr), "segment layouts differ");
 _Static_assert(offsetof(pdshim_seg_t, len) == offsetof(pdr_xfer_seg_t, len), "segment layouts differ");
+
+static void sample_rooms(void *arg);
 
 PDSHIM_API pdshim_t *pdshim_create(const pdshim_opts_t *opts, int *err)
 {
@@ -52,10 +55,12 @@ PDSHIM_API pdshim_t *pdshim_create(const pdshim_opts_t *opts, int *err)
         *err = PDR_EIO;
         return NULL;
     }
+    pthread_mutex_init(&shim->act_lock, NULL);
     if (opts != NULL && opts->events_url != NULL) {
         pdshim_opts_t eo = *opts;
         eo.instance_id = shim->inst;
         if ((shim->ev = pdr__shim_ev_create(&eo, err)) == NULL) {
+            pthread_mutex_destroy(&shim->act_lock);
             pdshim__tickets_free(shim);
             free(shim);
             return NULL;
@@ -64,10 +69,13 @@ PDSHIM_API pdshim_t *pdshim_create(const pdshim_opts_t *opts, int *err)
     shim->eng = pdr_xfer_engine_create(&o, err);
     if (shim->eng == NULL) {
         pdr__shim_ev_destroy(shim->ev);
+        pthread_mutex_destroy(&shim->act_lock);
         pdshim__tickets_free(shim);
         free(shim);
         return NULL;
     }
+    if (shim->ev != NULL)
+        pdr__shim_ev_set_sampler(shim->ev, sample_rooms, shim);
     return shim;
 }
 
@@ -80,8 +88,11 @@ PDSHIM_API void pdshim_destroy(pdshim_t *shim)
 {
     if (shim == NULL)
         return;
+    if (shim->ev != NULL) /* the sampler asks the engine: stopped (and not running) before it goes */
+        pdr__shim_ev_set_sampler(shim->ev, NULL, NULL);
     pdr_xfer_engine_destroy(shim->eng); /* callbacks (and their reports) run before it returns */
     pdr__shim_ev_destroy(shim->ev);
+    pthread_mutex_destroy(&shim->act_lock);
     pdshim__tickets_free(shim);
     free(shim);
 }
@@ -116,6 +127,11 @@ struct ex_call {
     pdshim_t *shim;
     const char *role; /* "prefill" (offer) or "decode" (fetch) */
     uint64_t rroom;   /* the room as the router names it (a ticket's room is not the transport's) */
+    /* With a reporter, from its accepted event to its end: in shim->active, under shim->act_lock. */
+    pdr_dlink_t link;
+    uint64_t xroom, gen; /* the transport's name of the room; the order it joined in */
+    uint64_t last;       /* the bytes moved that the last started / progress event said */
+    int started;
 };
 
 static struct ex_call *ex_new(pdshim_t *shim, pdshim_result_cb cb, pdshim_done_cb done, void *arg,
@@ -123,12 +139,77 @@ static struct ex_call *ex_new(pdshim_t *shim, pdshim_result_cb cb, pdshim_done_c
 {
     struct ex_call *c = malloc(sizeof(*c));
     if (c != NULL)
-        *c = (struct ex_call){cb, done, arg, shim, role, 0};
+        *c = (struct ex_call){.cb = cb, .done = done, .arg = arg, .shim = shim, .role = role};
     return c;
+}
+
+/* c's accepted event is queued: the sampler may report its progress from now on (reporter only). */
+static void act_join(pdshim_t *shim, struct ex_call *c, uint64_t xroom)
+{
+    if (shim->ev == NULL)
+        return;
+    c->xroom = xroom;
+    pthread_mutex_lock(&shim->act_lock);
+    c->gen = ++shim->act_gen;
+    pdr_dqueue_append(&shim->active, &c->link);
+    pthread_mutex_unlock(&shim->act_lock);
+}
+
+/* Before c's done or failed event is queued: no progress event of c can follow it. */
+static void act_leave(pdshim_t *shim, struct ex_call *c)
+{
+    if (shim->ev == NULL)
+        return;
+    pthread_mutex_lock(&shim->act_lock);
+    pdr_dqueue_unlink(&shim->active, &c->link);
+    pthread_mutex_unlock(&shim->act_lock);
+}
+
+#define SAMPLE_MAX 256 /* rooms sampled per flush interval (the oldest) */
+
+/* The reporter thread, every flush interval while rooms are in progress: started once a room's first
+ * bytes moved, then progress whenever more moved, never once all have (done follows). The transport is
+ * asked without act_lock held (its I/O threads take act_lock in ex_done while holding their own locks);
+ * the events are queued under it, only for rooms still in progress, so none follows its room's done. */
+static void sample_rooms(void *arg)
+{
+    pdshim_t *shim = arg;
+    struct {
+        uint64_t gen, xroom, moved, total;
+        int ok;
+    } s[SAMPLE_MAX];
+    size_t n = 0;
+    pthread_mutex_lock(&shim->act_lock);
+    for (pdr_dlink_t *l = shim->active.head; l != NULL && n < SAMPLE_MAX; l = l->next, n++) {
+        const struct ex_call *c = PDR_DLINK_ITEM(l, struct ex_call, link);
+        s[n].gen = c->gen;
+        s[n].xroom = c->xroom;
+    }
+    pthread_mutex_unlock(&shim->act_lock);
+    for (size_t i = 0; i < n; i++)
+        s[i].ok = pdr_xfer_progress(shim->eng, s[i].xroom, &s[i].moved, &s[i].total) == 0;
+    pthread_mutex_lock(&shim->act_lock);
+    size_t i = 0;
+    for (pdr_dlink_t *l = shim->active.head; l != NULL && i < n; l = l->next) {
+        struct ex_call *c = PDR_DLINK_ITEM(l, struct ex_call, link);
+        while (i < n && s[i].gen < c->gen) /* finished since the snapshot */
+            i++;
+        if (i == n || s[i].gen != c->gen)
+            continue;
+        if (s[i].ok && s[i].moved > 0 && s[i].moved < s[i].total && s[i].moved != c->last) {
+            pdr__shim_ev_room(shim->ev, c->rroom, c->started ? PDSHIM_EV_PROGRESS : PDSHIM_EV_STARTED,
+                              c->role, s[i].moved, s[i].total, 0, NULL, 0, NULL);
+            c->started = 1;
+            c->last = s[i].moved;
+        }
+        i++;
+    }
+    pthread_mutex_unlock(&shim->act_lock);
 }
 
 static void ex_done(void *arg, uint64_t room, const pdr_xfer_info_t *info)
 {
+    act_leave(((struct ex_call *)arg)->shim, arg);
     struct ex_call c = *(struct ex_call *)arg;
     free(arg);
     if (c.shim->ev != NULL) {
@@ -164,12 +245,14 @@ int pdshim__post(pdshim_t *shim, const char *host, int port, uint64_t room, uint
             total += segs[i].len;
         pdr__shim_ev_active(shim->ev, 1);
         pdr__shim_ev_room(shim->ev, rroom, PDSHIM_EV_ACCEPTED, role, 0, total, 0, NULL, 0, NULL);
+        act_join(shim, c, room);
     }
     int rc = host == NULL ? pdr_xfer_push_ex(shim->eng, room, (const pdr_xfer_seg_t *)segs, nseg, timeout_ms,
                                              ex_done, c)
                           : pdr_xfer_pull_ex(shim->eng, host, port, room, (const pdr_xfer_seg_t *)segs, nseg,
                                              timeout_ms, ex_done, c);
     if (rc != 0) {
+        act_leave(shim, c);
         free(c);
         if (shim->ev != NULL) {
             pdr__shim_ev_active(shim->ev, -1);
@@ -281,9 +364,11 @@ int pdshim__open(pdshim_t *shim, uint64_t room, uint64_t rroom, uint64_t total_b
     if (shim->ev != NULL) {
         pdr__shim_ev_active(shim->ev, 1);
         pdr__shim_ev_room(shim->ev, rroom, PDSHIM_EV_ACCEPTED, "prefill", 0, total_bytes, 0, NULL, 0, NULL);
+        act_join(shim, c, room);
     }
     int rc = pdr_xfer_push_open(shim->eng, room, total_bytes, timeout_ms, ex_done, c);
     if (rc != 0) {
+        act_leave(shim, c);
         free(c);
         if (shim->ev != NULL) {
             pdr__shim_ev_active(shim->ev, -1);

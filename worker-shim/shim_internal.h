@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include "dlist.h"
 #include "keyring.h"
 #include "pdshim.h"
 #include "transport.h"
@@ -34,6 +35,11 @@ struct pdshim {
     char identity[96];   /* "" when not checked */
     pthread_mutex_t lock;
     pdshim__replay_t seen[2]; /* [0] offers, [1] fetches */
+    /* With a reporter: the offers and fetches in progress (shim.c's struct ex_call, oldest first, under
+     * act_lock), whose progress the reporter thread samples into started / progress events. */
+    pthread_mutex_t act_lock;
+    pdr_dqueue_t active;
+    uint64_t act_gen; /* under act_lock: the last member's number (members join in increasing order) */
 };
 
 /* Sets up the ticket part of shim from opts. 0, or PDR_EINVAL / PDR_ENOMEM / a key file's error. */

@@ -261,7 +261,7 @@ def scenario_admission_other_decode():
         pdtest.stop_all()
 
 
-def stack(decode_args=(), n_decodes=1, extra="", alog=None, common=()):
+def stack(decode_args=(), n_decodes=1, extra="", alog=None, common=(), prefill_args=()):
     """pdsim workers that report to the router through libpdshim (--events-url), and the router. The
     admin port is chosen first, so that the workers know where to report before the router starts; they
     keep re-sending their load until it is up."""
@@ -269,7 +269,7 @@ def stack(decode_args=(), n_decodes=1, extra="", alog=None, common=()):
     aport = pdtest.free_port()
     ev = ("--events-url", "http://127.0.0.1:%d" % aport, "--events-key-file", path, "--kv-bytes-per-token",
           "16") + tuple(common)
-    p = sim("prefill", *ev)
+    p = sim("prefill", *(ev + tuple(prefill_args)))
     ds = [sim("decode", *(ev + tuple(decode_args))) for _ in range(n_decodes)]
     cfg = "admin: { host: 127.0.0.1, port: %d }\nshim_events: { key_file: %s }\n%s" % (aport, path, extra)
     if alog:
@@ -316,6 +316,50 @@ def scenario_rooms():
         check(len(mine) == 4 and all(e["matched"] for e in mine), "recent %s" % v["recent"], r)
         check({e["event"] for e in mine} == {"accepted", "done"}, "events %s" % mine, r)
         check(sum(v["refused"].values()) == 0, "refusals %s" % v["refused"], r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_rooms_progress():
+    """A room whose KV moves over a while (a streamed offer: 8 parts over the prefill's 320 ms) is
+    reported by both shims while it moves: started once its first bytes moved, then progress as more do,
+    each below the room's total and growing, all before its done; the router attaches them to the
+    request (the access log's kv_events)."""
+    alog = tempfile.mktemp(prefix="pdrouter-access-", suffix=".log")
+    r, p, ds, _ = stack(decode_args=("--decode-us-per-token", "20000"), alog=alog,
+                        prefill_args=("--kv-parts", "8", "--prefill-us-per-token", "5000"))
+    try:
+        wait_load(r, ds[0])
+        body = {"input_ids": list(range(64)), "sampling_params": {"max_new_tokens": 2}}
+        st, _, out = request(r.port, "POST", "/generate", body)
+        check(st == 200, "status %d %s" % (st, out[:200]), r)
+
+        def line():
+            try:
+                with open(alog) as f:
+                    ls = [json.loads(x) for x in f if x.startswith("{")]
+            except OSError:
+                return None
+            ls = [x for x in ls if x.get("path") == "/generate"]
+            return ls[-1] if ls else None
+        rec = pdtest.poll_until(line, 10, "the access log line")
+        total = 64 * 16
+        kv = rec.get("kv_events") or {}
+        check({"accepted", "started", "progress", "done"} <= set(kv.get("events", [])) and kv.get("bytes") == total,
+              "access log kv_events: %s" % kv, r)
+        mine = pdtest.poll_until(
+            lambda: [e for e in shim_view(r)["recent"] if e["room"] == rec["room"]] or None, 10, "the room's events")
+        for role_url in ("http://127.0.0.1:%d" % p.port, "http://127.0.0.1:%d" % ds[0].port):
+            evs = [e for e in mine if e["worker"] == worker_by_url(r, role_url).get("id")]
+            names = [e["event"] for e in evs]
+            check(names and names[0] == "accepted" and names[-1] == "done" and "started" in names,
+                  "%s: events %s" % (role_url, evs), r)
+            moving = [e for e in evs if e["event"] in ("started", "progress")]
+            check(names.index("started") < names.index("done") and names.count("started") == 1 and
+                  all(0 < e["bytes"] < total for e in moving) and
+                  all(a["bytes"] < b["bytes"] for a, b in zip(moving, moving[1:])),
+                  "%s: started/progress must grow below the total, before done: %s" % (role_url, evs), r)
+        check(any(e["event"] == "progress" for e in mine), "no progress event at all: %s" % mine, r)
     finally:
         pdtest.stop_all()
 
