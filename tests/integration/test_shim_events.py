@@ -297,16 +297,7 @@ def scenario_rooms():
         body = {"input_ids": list(range(64)), "sampling_params": {"max_new_tokens": 5}}
         st, _, out = request(r.port, "POST", "/generate", body)
         check(st == 200, "status %d %s" % (st, out[:200]), r)
-
-        def line():
-            try:
-                with open(alog) as f:
-                    ls = [json.loads(x) for x in f if x.startswith("{")]
-            except OSError:
-                return None
-            ls = [x for x in ls if x.get("path") == "/generate"]
-            return ls[-1] if ls else None
-        rec = pdtest.poll_until(line, 10, "the access log line")
+        rec = pdtest.last_access_line(alog, "/generate")
         kv = rec.get("kv_events")
         check(kv is not None and "accepted" in kv["events"] and "done" in kv["events"] and
               kv["bytes"] == 64 * 16 and kv["backend"] == "tcp" and kv["failed"] is None,
@@ -333,16 +324,7 @@ def scenario_rooms_progress():
         body = {"input_ids": list(range(64)), "sampling_params": {"max_new_tokens": 2}}
         st, _, out = request(r.port, "POST", "/generate", body)
         check(st == 200, "status %d %s" % (st, out[:200]), r)
-
-        def line():
-            try:
-                with open(alog) as f:
-                    ls = [json.loads(x) for x in f if x.startswith("{")]
-            except OSError:
-                return None
-            ls = [x for x in ls if x.get("path") == "/generate"]
-            return ls[-1] if ls else None
-        rec = pdtest.poll_until(line, 10, "the access log line")
+        rec = pdtest.last_access_line(alog, "/generate")
         total = 64 * 16
         kv = rec.get("kv_events") or {}
         check({"accepted", "started", "progress", "done"} <= set(kv.get("events", [])) and kv.get("bytes") == total,
