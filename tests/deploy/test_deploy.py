@@ -4,8 +4,12 @@
   test_deploy.py k8s      render deploy/k8s/base and deploy/k8s/overlays/sglang with
                           `kubectl kustomize`, check every object against the Kubernetes schema
                           (python3-kubernetes models: unknown fields and wrong types fail, with the
-                          path), then the policy checks (probes, preStop, grace period, security
+                          path; fields newer than those 1.22 models from k8s_rules.NEWER_FIELDS), the
+                          Kubernetes 1.30 rules of k8s_rules.py (required fields, selectors, quantities,
+                          handlers, ports), then the policy checks (probes, preStop, grace period, security
                           context, RBAC, PDB, rollout, router.yaml passes `pdrouter --check-config`)
+  test_deploy.py rules    the current-API rules (k8s_rules.py) on tests/deploy/bad/*.yaml (each must be
+                          refused, naming the path) and tests/deploy/good/*.yaml (each must pass)
   test_deploy.py docker   lint deploy/docker/Dockerfile (it is never built in CI)
   test_deploy.py systemd  `systemd-analyze verify` of deploy/systemd/pdrouter.service + key checks
 
@@ -18,6 +22,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import k8s_rules  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(ROOT, "deploy")
@@ -55,6 +62,17 @@ def schema_check(obj, where):
 def check_value(value, typ, path, kc):
     if typ == "object":  # IntOrString, RawExtension, ...
         return
+    if typ.startswith("x:"):  # a type newer than the 1.22 models (k8s_rules.NEW_TYPES)
+        fields = k8s_rules.NEW_TYPES[typ[2:]]
+        if not isinstance(value, dict):
+            fail(f"{path}: expected a {typ[2:]} mapping, got {type(value).__name__}")
+            return
+        for k, v in value.items():
+            if k not in fields:
+                fail(f"{path}.{k}: unknown field (not in {typ[2:]})")
+            elif v is not None:
+                check_value(v, fields[k], f"{path}.{k}", kc)
+        return
     m = re.fullmatch(r"list\[(.+)\]", typ)
     if m:
         if not isinstance(value, list):
@@ -86,13 +104,14 @@ def check_value(value, typ, path, kc):
         fail(f"{path}: expected a {typ} mapping, got {type(value).__name__}")
         return
     by_json = {j: a for a, j in cls.attribute_map.items()}
+    newer = k8s_rules.NEWER_FIELDS.get(typ, {})
     for k, v in value.items():
-        if k not in by_json:
+        if k not in by_json and k not in newer:
             fail(f"{path}.{k}: unknown field (not in {typ})")
             continue
-        if v is None:
+        if v is None or k in k8s_rules.QUANTITY_FIELDS.get(typ, ()):
             continue
-        check_value(v, cls.openapi_types[by_json[k]], f"{path}.{k}", kc)
+        check_value(v, cls.openapi_types[by_json[k]] if k in by_json else newer[k], f"{path}.{k}", kc)
 
 
 # ---------------------------------------------------------------- policy checks
@@ -128,12 +147,16 @@ def check_router(objs, where):
         got = c.get(probe, {}).get("httpGet", {})
         if got.get("path") != want or got.get("port") not in ("http", 8000):
             fail(f"{where}: {probe} must be GET {want} on port http/8000, got {got or None!r}")
+    # preStop: the sleep action (Kubernetes >= 1.30 by default), or an exec of /bin/sleep N
     pre = c.get("lifecycle", {}).get("preStop", {})
     cmd = pre.get("exec", {}).get("command")
-    if not pre or (cmd is not None and (not cmd or cmd[0] != "/bin/sleep")):
-        fail(f"{where}: preStop hook missing or not '/bin/sleep N': {pre!r}")
-    elif cmd and grace < int(cmd[1]) + 30 + 5:
-        fail(f"{where}: grace {grace}s does not cover preStop {cmd[1]}s + 30s drain + margin")
+    secs = pre.get("sleep", {}).get("seconds")
+    if secs is None and cmd and len(cmd) == 2 and cmd[0] == "/bin/sleep" and cmd[1].isdigit():
+        secs = int(cmd[1])
+    if not isinstance(secs, int) or isinstance(secs, bool):
+        fail(f"{where}: preStop hook missing or neither sleep.seconds nor '/bin/sleep N': {pre!r}")
+    elif grace < secs + 30 + 5:
+        fail(f"{where}: grace {grace}s does not cover preStop {secs}s + 30s drain + margin")
     sc = c.get("securityContext", {})
     merged = dict(psc, **sc)
     if merged.get("runAsNonRoot") is not True:
@@ -312,10 +335,58 @@ def run_k8s():
         print(f"{name}: {len(objs)} objects: " +
               ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objs))
         for o in objs:
-            schema_check(o, f"{name}: {o.get('kind')}/{o.get('metadata', {}).get('name')}")
+            where = f"{name}: {o.get('kind')}/{o.get('metadata', {}).get('name')}"
+            schema_check(o, where)
+            for e in k8s_rules.check(o, where):
+                fail(e)
         check_router(objs, name)
         if extra:
             extra(objs, name)
+    return 0
+
+
+# ---------------------------------------------------------------- the rules on hand-written manifests
+def run_rules():
+    """tests/deploy/bad/*.yaml must each be refused, every `# expect: TEXT` line of the file naming a
+    substring of some error (the path); tests/deploy/good/*.yaml must pass with no error at all."""
+    try:
+        import yaml
+        import kubernetes.client  # noqa: F401
+    except ImportError as e:
+        print(f"SKIP: {e} (install python3-yaml python3-kubernetes)")
+        return SKIP
+    here = os.path.dirname(os.path.abspath(__file__))
+    print(f"rules: the Kubernetes {k8s_rules.API_VERSION} table, {len(k8s_rules.RULES)} rows")
+    for sub in ("bad", "good"):
+        d = os.path.join(here, sub)
+        files = sorted(f for f in os.listdir(d) if f.endswith(".yaml"))
+        if not files:
+            fail(f"{sub}/: no manifests")
+        for f in files:
+            with open(os.path.join(d, f)) as fh:
+                text = fh.read()
+            expect = [l.split(":", 1)[1].strip() for l in text.splitlines() if l.startswith("# expect:")]
+            mark = len(errors)
+            for o in (o for o in yaml.safe_load_all(text) if o):
+                where = f"{o.get('kind')}/{(o.get('metadata') or {}).get('name')}"
+                schema_check(o, where)
+                for e in k8s_rules.check(o, where):
+                    fail(e)
+            got = errors[mark:]
+            del errors[mark:]
+            if sub == "good":
+                for e in got:
+                    fail(f"good/{f}: refused: {e}")
+                print(f"good/{f}: accepted" if not got else f"good/{f}: REFUSED")
+                continue
+            if not expect:
+                fail(f"bad/{f}: no '# expect:' line")
+            if not got:
+                fail(f"bad/{f}: accepted, but it is broken ({'; '.join(expect)})")
+            for x in expect:
+                if not any(x in e for e in got):
+                    fail(f"bad/{f}: no error names {x!r}; got: {got}")
+            print(f"bad/{f}: refused: " + " | ".join(got))
     return 0
 
 
@@ -468,7 +539,7 @@ def run_systemd():
 
 def main():
     what = sys.argv[1] if len(sys.argv) > 1 else ""
-    fn = {"k8s": run_k8s, "docker": run_docker, "systemd": run_systemd}.get(what)
+    fn = {"k8s": run_k8s, "rules": run_rules, "docker": run_docker, "systemd": run_systemd}.get(what)
     if fn is None:
         print(__doc__)
         return 2
