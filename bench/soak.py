@@ -51,8 +51,8 @@ LOOPS = 2  # the router's event-loop threads
 CLIENT_TIMEOUT_S = 120  # longer than any deadline the router applies here (kv_transfer_ms 30 s)
 RSS_BOUND = 0.05  # RSS may grow by at most 5% over the second half ...
 RSS_FLOOR_KB = 1024  # ... or 1 MiB, whichever is larger (allocator noise on a ~20 MB process)
-FD_BOUND = 0.05  # the same for the open fds, with a floor of
-FD_FLOOR = 4  # 4 fds (connections in flight come and go between samples)
+FD_BOUND = 0.05  # the same for the open fds, with a floor of 2 fds per client (each request in flight holds
+FD_FLOOR_PER_CLIENT = 2  # a client connection and up to 2 worker connections: they come and go between samples)
 
 WORDS = ("the cat sat on a mat and looked at the dog while a router moved tokens from prefill to decode "
          "over loopback").split()
@@ -291,19 +291,19 @@ class Client(threading.Thread):
 
     def one(self, route, body, stream, fresh=False, slow=False):
         hdrs = {"Content-Type": "application/json"}
-        if fresh or slow:
-            conn = self.connect(4096 if slow else None)
-            hdrs["Connection"] = "close"
-        else:
-            if self.conn is None or self.left <= 0:
-                self.close()
-                self.conn = self.connect()
-                self.left = self.rng.randint(1, 20)
-            conn = self.conn
-            self.left -= 1
         rid = self.stats.begin(stream)
-        status = None
+        status, conn = None, None
         try:
+            if fresh or slow:
+                conn = self.connect(4096 if slow else None)
+                hdrs["Connection"] = "close"
+            else:
+                if self.conn is None or self.left <= 0:
+                    self.close()
+                    self.conn = self.connect()
+                    self.left = self.rng.randint(1, 20)
+                conn = self.conn
+                self.left -= 1
             conn.request("POST", route, body=body, headers=hdrs)
             resp = conn.getresponse()
             status = resp.status
@@ -325,20 +325,21 @@ class Client(threading.Thread):
         except (OSError, http.client.HTTPException) as e:  # resets, timeouts, IncompleteRead
             self.fail(rid, conn, status, route, stream, e)
         finally:
-            if conn is not self.conn:
+            if conn is not None and conn is not self.conn:
                 conn.close()
 
     def fail(self, rid, conn, status, route, stream, e):
         what = "%s %s: %s %r" % (route, "stream" if stream else "json", status, e)
-        if conn is self.conn:
+        if conn is not None and conn is self.conn:
             self.close()
         self.stats.end(rid, "cut" if status is not None else "lost", what)
 
     def abandon(self, route, body):
         """A streaming request left by the client after its first event: the router must clean up."""
-        conn = self.connect()
         rid = self.stats.begin(True)
+        conn = None
         try:
+            conn = self.connect()
             conn.request("POST", route, body=body, headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
             if resp.status == 200:
@@ -350,7 +351,8 @@ class Client(threading.Thread):
         except (OSError, http.client.HTTPException) as e:
             self.stats.end(rid, "lost", "%s abandon: %r" % (route, e))
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
 
 
 # ---------------------------------------------------------------- faults
@@ -590,7 +592,8 @@ def report(a, rows, stats, faults, idle, problems, router, logdir):
         half = rows[0]["t_s"] + (rows[-1]["t_s"] - rows[0]["t_s"]) / 2
         second = [r for r in rows if r["t_s"] >= half]
         span = second[-1]["t_s"] - second[0]["t_s"] if second else 0
-        for k, rel, floor, unit in (("rss_kb", RSS_BOUND, RSS_FLOOR_KB, "KiB"), ("fds", FD_BOUND, FD_FLOOR, "")):
+        for k, rel, floor, unit in (("rss_kb", RSS_BOUND, RSS_FLOOR_KB, "KiB"),
+                                    ("fds", FD_BOUND, max(4, FD_FLOOR_PER_CLIENT * a.clients), "")):
             xs, ys = [r["t_s"] for r in second], [r[k] for r in second]
             sl = slope(xs, ys)
             growth = sl * span
