@@ -6,7 +6,8 @@ The table follows the **Kubernetes v1.30 API** (the first release whose defaults
 `lifecycle.preStop.sleep`: feature gate PodLifecycleSleepAction, alpha off by default in 1.29, beta on by
 default from 1.30, GA in 1.34). Debian 12 ships no newer schema: kubernetes-client is kubectl 1.20.2,
 python3-kubernetes 22.6.0 is the 1.22 API, and no package holds the Kubernetes OpenAPI document
-(golang-k8s-kube-openapi-dev is the generator library only; k8s.io/api is not packaged). The rules come
+(golang-k8s-kube-openapi-dev, a 2021 snapshot, is the generator library; its swagger.json files are test
+fixtures, not a Kubernetes release's API; k8s.io/api is not packaged). The rules come
 from the v1.30 API reference (fields marked required) and the API server's validation of those objects
 (pkg/apis/{core,apps,policy,rbac}/validation in kubernetes v1.30); the source of each is in its row.
 
