@@ -151,7 +151,7 @@ def check_router(objs, where):
     pre = c.get("lifecycle", {}).get("preStop", {})
     cmd = pre.get("exec", {}).get("command")
     secs = pre.get("sleep", {}).get("seconds")
-    if secs is None and cmd and len(cmd) == 2 and cmd[0] == "/bin/sleep" and cmd[1].isdigit():
+    if secs is None and cmd and len(cmd) == 2 and cmd[0] == "/bin/sleep" and str(cmd[1]).isdigit():
         secs = int(cmd[1])
     if not isinstance(secs, int) or isinstance(secs, bool):
         fail(f"{where}: preStop hook missing or neither sleep.seconds nor '/bin/sleep N': {pre!r}")
