@@ -72,6 +72,7 @@ static void usage(FILE *f)
         "  --stream-head-before-kv   decode: start a stream (headers, one SSE comment) before pulling the "
         "KV\n"
         "  --fail-after-kv CODE      the prefill sends its KV, then answers CODE with an OpenAI error\n"
+        "  --reset-answer            cut every answer sent whole (non-streamed; a prefill's) mid-body, hard\n"
         "  --die-after N             exit(3) after N generate requests completed\n"
         "  --kv-events-drop-every N  every Nth KV event message is not sent (a gap in its numbers)\n"
         "  --log-level debug|info|warn|error\n");
@@ -223,6 +224,10 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
 #undef INT_FLAG
         if (strcmp(a, "--fail-health") == 0) {
             o->faults.fail_health = 1;
+            continue;
+        }
+        if (strcmp(a, "--reset-answer") == 0) {
+            o->faults.reset_answer = 1;
             continue;
         }
         if (strcmp(a, "--hang-before-headers") == 0) {

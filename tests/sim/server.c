@@ -725,7 +725,9 @@ static void send_final(sim_req_t *ctx, uint64_t ntok)
         return;
     }
     size_t len = strlen(s);
-    if (ctx->reset_after > 0 && (uint64_t)ctx->reset_after < ntok) {
+    /* reset_answer reaches the answers reset_after_tokens cannot: a prefill's, which carries no output
+     * token, and one of fewer tokens than the knob. */
+    if ((ctx->reset_after > 0 && (uint64_t)ctx->reset_after < ntok) || S.faults.reset_answer) {
         h2o_req_t *req = ctx->req;
         size_t half = len / 2;
         char *part = h2o_mem_alloc_pool(&req->pool, half + 1);
@@ -1921,12 +1923,13 @@ static void send_stats(h2o_req_t *req)
 static json_t *faults_obj(void)
 {
     const pdsim_faults_t *f = &S.faults;
-    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i,s:b,s:I}", "fail_health", f->fail_health,
+    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i,s:b,s:I,s:b}", "fail_health", f->fail_health,
                      "health_status", f->health_status, "fail_status", f->fail_status, "hang_before_headers",
                      f->hang_before_headers, "drip_ms", (json_int_t)f->drip_ms, "reset_after_tokens",
                      (json_int_t)f->reset_after_tokens, "stall_kv", f->stall_kv, "die_after",
                      (json_int_t)f->die_after, "fail_after_kv", f->fail_after_kv, "stream_head_before_kv",
-                     f->stream_head_before_kv, "stall_kv_from_port", (json_int_t)f->stall_kv_from_port);
+                     f->stream_head_before_kv, "stall_kv_from_port", (json_int_t)f->stall_kv_from_port,
+                     "reset_answer", f->reset_answer);
 }
 
 static void set_die_after(int64_t n)
@@ -1984,6 +1987,7 @@ static void handle_fault(h2o_req_t *req)
     KNOB("stall_kv", stall_kv, 0, 1)
     KNOB("stream_head_before_kv", stream_head_before_kv, 0, 1)
     KNOB("stall_kv_from_port", stall_kv_from_port, 0, 65535)
+    KNOB("reset_answer", reset_answer, 0, 1)
 #undef KNOB
     int64_t kv_drop = -1, kv_bad = -1;
     if (fault_int(body, "kv_events_drop_every", 0, INT32_MAX, &kv_drop) != 0 ||
