@@ -375,6 +375,8 @@ def verify(r, calls, bound_s, allowed, why, others=()):
         procs = [r.proc] + [w.proc for w in others]
         raise AssertionError("\n".join(bad) + "".join("\n--- %s log ---\n%s" % (p.name, p.log_tail(30))
                                                        for p in procs))
+    os.unlink(r.alog)
+    os.unlink(r.proc.config_path)
     return {c.rid: by_id[c.rid][0] for c in calls}
 
 

@@ -147,6 +147,13 @@ def scenario_router_partition():
     pdtest.poll_until(lambda: fc.metric(r.metrics(), "pdr_worker_healthy", role="prefill", url=ps[0].url) == 0,
                       5, "the cut prefill to be taken out")
     t_out = time.monotonic() - t_cut
+    m = r.metrics()
+    state = [s for s in ("ejected", "unhealthy") if fc.metric(m, "pdr_worker_state", role="prefill", url=ps[0].url,
+                                                                state=s) == 1]
+    fc.note("router_partition: the cut prefill is %s; upstream errors: connect %s, timeout %s" % (
+        state, fc.metric(m, "pdr_upstream_errors_total", role="prefill", cause="connect"),
+        fc.metric(m, "pdr_upstream_errors_total", role="prefill", cause="timeout")))
+    assert state, "the cut prefill is neither ejected nor unhealthy"
     after = join_all(fire(r.port, 4, kvbody, 10))
     # No prefill reachable: readiness goes 503, requests get 503 with Retry-After at once.
     net.prefill(1).unroute_router(net)
