@@ -96,6 +96,7 @@ typedef struct pd_req {
     unsigned lingering : 1;      /* the client's response is over; the prefill leg is read to its end */
     unsigned recheck : 1;        /* advance() waits for the prefill leg's connect: look again in 1 ms */
     uint64_t d_failed_ns;        /* when the decode's failure was seen with the prefill leg outstanding */
+    uint64_t p_failed_ns;        /* when the prefill's 5xx was seen with the decode leg outstanding */
     int status;
     uint64_t t0_ns, ttfb_ns, end_ns, attempt_t0_ns, last_data_ns;
     uint64_t send_ns; /* when the send in flight was handed to h2o (the client's read clock) */
@@ -524,6 +525,11 @@ static void fail_last(pd_req_t *x)
  * loopback or a LAN arrives within a few ms of the decode's failed KV fetch; 200 ms leaves room for a
  * loaded host). */
 #define PDR_PREFILL_DEATH_WINDOW_MS 200
+/* 50: how long a prefill's 5xx waits for the outstanding decode leg's own failure (a decode killed while
+ * it pulled KV: its reset reached the router 4 ms after the prefill's 500 in the fault suite's
+ * kv_decode_killed, on two loaded cores). Shorter than the prefill's window: every prefill 5xx with the
+ * decode still waiting pays it before its retry. */
+#define PDR_DECODE_DEATH_WINDOW_MS 50
 
 static int unreachable(const pdr_leg_t *leg, int err)
 {
@@ -654,7 +660,28 @@ static void advance(pd_req_t *x)
                        pdr_strerror(x->p_err));
         return;
     }
-    if (x->p_done && x->pleg.status >= 500) {
+    /* The prefill answered a server error while the decode leg is outstanding (the mirror of the case
+     * below): a prefill whose KV offer failed because the decode died answers its 5xx before the decode
+     * leg's reset arrives, or just after it. A decode already known dead is blamed at once; a decode leg
+     * that broke is the decode's failure (below), whichever came first; otherwise the decode leg has
+     * PDR_DECODE_DEATH_WINDOW_MS to break before the prefill is blamed. A decode that answered, even
+     * badly, is alive: the prefill's 5xx is then its own. */
+    int d_broke = x->d_done && x->d_err != 0 && x->dleg.status == 0;
+    if (x->p_done && x->pleg.status >= 500 && x->d_running && !x->dleg.got_headers && x->dw != NULL) {
+        if (!pdr_worker_healthy(x->dw)) {
+            attempt_failed(x, PDR_ROLE_DECODE, PDR_CAUSE_RESET, 503,
+                           "the decode is down (the prefill's KV offer to it failed)");
+            return;
+        }
+        uint64_t now = pdr_now_ns();
+        if (x->p_failed_ns == 0)
+            x->p_failed_ns = now;
+        if (now < x->p_failed_ns + PDR_DECODE_DEATH_WINDOW_MS * 1000000ull) {
+            x->recheck = 1;
+            return;
+        }
+    }
+    if (x->p_done && x->pleg.status >= 500 && !d_broke) {
         attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_STATUS_5XX, 502, "prefill answered a server error");
         return;
     }
@@ -1353,6 +1380,7 @@ static void start_attempt(pd_req_t *x)
     x->p_done = x->d_done = 0;
     x->recheck = 0;
     x->d_failed_ns = 0;
+    x->p_failed_ns = 0;
     x->kv_open = 0;
     x->p_err = x->d_err = 0;
     x->pbody.len = 0;
