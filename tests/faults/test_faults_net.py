@@ -14,6 +14,8 @@ Scenarios:
   kv_partition        the link between a prefill and the decode goes down while transfers run on it: the
                       KV deadline fires, the request is retried on the other pair; with both links down,
                       504 once every attempt met its deadline
+  kv_prefill_killed   a prefill SIGKILLed while its KV is on the wire: retried on the other pair
+  kv_decode_killed    a decode SIGKILLed while it pulls KV: retried on the other decode
   router_partition    a prefill can no longer answer the router (its route back is gone): connect
                       timeouts and health checks take it out, requests go to the other pair; with no
                       prefill reachable, 503 with Retry-After
@@ -132,6 +134,56 @@ def scenario_kv_partition():
     bound2 = (fc.RETRIES + 1) * fc.KV_MS / 1000 + fc.SLACK_S
     lines = verify(r2, bad, bound2, {(504, "error")}, "(retries + 1) x kv_transfer_ms", ps + ds)
     report("kv_partition_all", "ip link set down (both KV links)", bad, bound2, lines)
+
+
+def _killed_mid_kv(victim_role):
+    # Two of the victim's role, one of the other: the survivor of the other role sees every failure.
+    net, ps, ds, r = setup(2, 1) if victim_role == "prefill" else setup(1, 2)
+    # The victim's KV links at 50 mbit (1 MiB takes 0.17 s), so that the kill finds transfers in flight;
+    # the other links run at full speed, so that a retry's transfer is quick.
+    for p in range(len(ps)):
+        for d in range(len(ds)):
+            if (victim_role == "prefill" and p == 0) or (victim_role == "decode" and d == 0):
+                net.kv_link(p, d).rate("50mbit")
+    calls = fire(r.port, 8, kvbody, 20)
+    victim = ps[0] if victim_role == "prefill" else ds[0]
+    pdtest.poll_until(lambda: ps[0].stats()["inflight"] >= 1 and ds[0].stats()["inflight"] >= 1, 10,
+                      "a transfer in flight between prefill 0 and decode 0")
+    victim.kill()
+    calls += fire(r.port, 4, kvbody, 20)
+    join_all(calls)
+    return net, ps, ds, r, victim, calls
+
+
+def scenario_kv_prefill_killed():
+    """A prefill SIGKILLed while its KV is on the wire: the decode's fetch fails first, the request is
+    retried on the other pair (the prefill blamed, not the decode)."""
+    net, ps, ds, r, victim, calls = _killed_mid_kv("prefill")
+    # Bound: the transfers on the victim's links (8 MiB at 50 mbit: 1.3 s, shared), then the 1 s promise
+    # for a dead prefill.
+    bound = 1.3 + 1.0 + fc.SLACK_S
+    m = r.metrics()
+    lines = verify(r, calls, bound, OK, "the transfers on its links + 1 s for a dead prefill", ps[1:] + ds)
+    report("kv_prefill_killed", "SIGKILL of a prefill mid-transfer, tbf 50mbit", calls, bound, lines)
+    assert any(l["attempts"] >= 2 for l in lines.values()), "no request was retried"
+    assert fc.metric(m, "pdr_worker_healthy", role="decode", url=ds[0].url) == 1, "the decode was blamed"
+
+
+def scenario_kv_decode_killed():
+    """A decode SIGKILLed while it pulls KV (before its first byte): retried on the other decode. The
+    prefill's answer to the lost transfer (a 500: its offer lost its peer) usually reaches the router
+    before the decode leg's reset; it must not be charged to the prefill, the only one here, which
+    would otherwise be marked down after `fall` of them and every request refused 503 until its health
+    checks rise again."""
+    net, ps, ds, r, victim, calls = _killed_mid_kv("decode")
+    bound = 1.3 + 1.0 + fc.SLACK_S
+    m = r.metrics()
+    lines = verify(r, calls, bound, OK, "the transfers on its links + 1 s for a dead worker", ps + ds[1:])
+    report("kv_decode_killed", "SIGKILL of a decode mid-transfer, tbf 50mbit", calls, bound, lines)
+    assert any(l["attempts"] >= 2 for l in lines.values()), "no request was retried"
+    assert fc.metric(m, "pdr_worker_healthy", role="decode", url=ds[0].url) == 0, "the dead decode is healthy"
+    pf = fc.metric(m, "pdr_worker_failures_total", role="prefill", url=ps[0].url)
+    assert not pf, "the prefill was charged %s failures for the decode's death" % pf
 
 
 def scenario_router_partition():
