@@ -67,8 +67,18 @@ def require():
     sh([IP, "netns", "del", "%s%d-probe" % (PREFIX, os.getpid())], check=False)
 
 
+def kill_inside(ns):
+    """SIGKILLs the processes left in namespace ns (the workers a killed test run started there)."""
+    rc, out = sh([IP, "netns", "pids", ns], check=False)
+    for pid in out.split() if rc == 0 else []:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ValueError, OSError):
+            pass
+
+
 def sweep_stale():
-    """Deletes the namespaces of earlier test processes that no longer run."""
+    """Deletes the namespaces of earlier test processes that no longer run, and what still runs there."""
     rc, out = sh([IP, "netns", "list"], check=False)
     for line in out.splitlines():
         m = re.match(r"^(%s(\d+)-\S+)" % PREFIX, line)
@@ -82,6 +92,7 @@ def sweep_stale():
             pass
         except PermissionError:
             continue
+        kill_inside(m.group(1))
         sh([IP, "netns", "del", m.group(1)], check=False)
 
 
@@ -196,7 +207,6 @@ class Net:
         self.workers = {}
         self.links = []
         self.kv = {}
-        self.procs = []
         self._down = False
         atexit.register(self.teardown)
         for s in (signal.SIGTERM, signal.SIGINT):
@@ -272,15 +282,11 @@ class Net:
         if self._down:
             return
         self._down = True
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    p.kill()
-                    p.wait(5)
-                except (OSError, subprocess.TimeoutExpired):
-                    pass
-        # Deleting a namespace deletes the veth ends inside it and with them their peers.
+        # The caller stops the processes it started in the namespaces first (pdtest.stop_all, which
+        # checks their exit); any left are killed here. Deleting a namespace deletes the veth ends inside
+        # it and with them their peers.
         for w in self.workers.values():
+            kill_inside(w.ns)
             sh([IP, "netns", "del", w.ns], check=False)
         for l in self.links:
             if l.ns_a is None:

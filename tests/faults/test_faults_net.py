@@ -189,7 +189,6 @@ def scenario_kv_decode_killed():
 def scenario_router_partition():
     net, ps, ds, r = setup(2, 1)
     warm = join_all(fire(r.port, 4, kvbody, 10))  # keep-alive connections to both prefills
-    ps[0].where = net.prefill(0)
     net.prefill(0).unroute_router(net)
     t_cut = time.monotonic()
     calls = join_all(fire(r.port, 8, kvbody, 20))
