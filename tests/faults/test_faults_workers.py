@@ -211,8 +211,9 @@ def scenario_decode_frozen():
     assert broken, "no stream was on the frozen decode"
     idle = fc.STREAM_IDLE_MS / 1000
     for c in broken:
-        # Cut after stream_idle_ms of silence (counted from its last token, up to 100 ms before the stop).
-        assert idle - 0.15 < c.t_end - t_fault < idle + fc.SLACK_S, "%s ended %.2fs after the stop" % (
+        # Cut after stream_idle_ms of silence, counted from its last token (100 ms apart, more on a loaded
+        # machine, so up to a few hundred ms before the stop), not at once.
+        assert idle - 0.5 < c.t_end - t_fault < idle + fc.SLACK_S, "%s ended %.2fs after the stop" % (
             c.rid, c.t_end - t_fault)
     fc.note("decode_frozen: broken streams ended %.3f-%.3fs after the stop" % (
         min(c.t_end - t_fault for c in broken), max(c.t_end - t_fault for c in broken)))
