@@ -32,7 +32,9 @@ FIRST_BYTE_MS = 4000
 KV_MS = 1000
 STREAM_IDLE_MS = 1500
 RETRIES = 2
-HEALTH = {"interval_ms": 200, "timeout_ms": 300, "rise": 1, "fall": 2}
+# A health check timeout well above a loaded 2-core machine's worst answer time under ASan (300 ms failed
+# there), so that only the faults take workers out.
+HEALTH = {"interval_ms": 200, "timeout_ms": 1000, "rise": 1, "fall": 2}
 SLACK_S = 1.0  # scheduling on 2 shared cores, process starts, the access log's 100 ms batches
 
 
