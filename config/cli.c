@@ -79,6 +79,11 @@ enum opt_id {
     OPT_API_KEY_FILE,
     OPT_REQUEST_ID_HEADERS,
     OPT_DP_AWARE,
+    OPT_TLS_CERT,
+    OPT_TLS_KEY,
+    OPT_CLIENT_CERT,
+    OPT_CLIENT_KEY,
+    OPT_CA_CERT,
 };
 
 /* How many words follow a flag: none, one, one or more, or zero or more (up to the next "--flag"), as
@@ -153,6 +158,11 @@ static const struct opt {
     {"max-tree-size", OPT_MAX_TREE_SIZE, ARG_ONE},
     {"cache-aware-seed", OPT_CACHE_AWARE_SEED, ARG_ONE},
     {"api-key-file", OPT_API_KEY_FILE, ARG_ONE},
+    {"tls-cert-path", OPT_TLS_CERT, ARG_ONE},
+    {"tls-key-path", OPT_TLS_KEY, ARG_ONE},
+    {"client-cert-path", OPT_CLIENT_CERT, ARG_ONE},
+    {"client-key-path", OPT_CLIENT_KEY, ARG_ONE},
+    {"ca-cert-paths", OPT_CA_CERT, ARG_ONE},
     {"request-id-headers", OPT_REQUEST_ID_HEADERS, ARG_SOME},
     {"dp-aware", OPT_DP_AWARE, ARG_NONE},
 };
@@ -169,7 +179,6 @@ static const struct opt {
 #define NO_CB                                                                                                \
     "pdrouter has no circuit breaker: failing workers leave the rotation through their health checks "       \
     "(--health-failure-threshold, health.fall)"
-#define NO_WORKER_TLS "TLS to workers is not supported yet: workers are reached over http://"
 #define NO_JWT "the admin API takes one bearer token: --admin-token-file FILE (admin.token_file)"
 
 static const struct refused {
@@ -227,11 +236,6 @@ static const struct refused {
     {"oracle-pool-timeout-secs", NO_HISTORY},
     {"postgres-db-url", NO_HISTORY},
     {"postgres-pool-max", NO_HISTORY},
-    {"client-cert-path", NO_WORKER_TLS},
-    {"client-key-path", NO_WORKER_TLS},
-    {"ca-cert-paths", NO_WORKER_TLS},
-    {"tls-cert-path", "TLS on the listener is not supported: terminate TLS in a proxy in front"},
-    {"tls-key-path", "TLS on the listener is not supported: terminate TLS in a proxy in front"},
     {"control-plane-api-keys", NO_JWT},
     {"control-plane-audit-enabled",
      "admin API calls are logged at info level; there is no separate audit log"},
@@ -270,6 +274,9 @@ void pdr_config_usage(FILE *out)
         "  --api-key KEY              sent to every worker as 'Authorization: Bearer KEY' (sglang's\n"
         "                             flag; other users can read a command line: prefer the file)\n"
         "  --api-key-file PATH        the same, read from a file (workers.api_key_file)\n"
+        "  --tls-cert-path FILE, --tls-key-path FILE  TLS on the listener (listen.tls.cert_file, key_file)\n"
+        "  --ca-cert-paths FILE       CA bundle for https:// workers (workers.tls.ca_file)\n"
+        "  --client-cert-path FILE, --client-key-path FILE  the router's client certificate for workers\n"
         "  --request-id-headers H ... client headers that carry the request id, in order (default\n"
         "                             x-request-id x-correlation-id x-trace-id request-id)\n"
         "\n"
@@ -634,6 +641,16 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
     case OPT_LOG_DIR:
         *given |= G_LOG_DIR;
         return set_str(&fl->log.dir, val, err, errlen);
+    case OPT_TLS_CERT: /* given when set, as the tokenizer below */
+        return set_str(&fl->listen_tls.cert_file, val, err, errlen);
+    case OPT_TLS_KEY:
+        return set_str(&fl->listen_tls.key_file, val, err, errlen);
+    case OPT_CLIENT_CERT:
+        return set_str(&fl->workers_tls.cert_file, val, err, errlen);
+    case OPT_CLIENT_KEY:
+        return set_str(&fl->workers_tls.key_file, val, err, errlen);
+    case OPT_CA_CERT:
+        return set_str(&fl->workers_tls.ca_file, val, err, errlen);
     case OPT_TOKENIZER_PATH: /* given when set: the default is none */
         return set_str(&fl->tokenizer, val, err, errlen);
     case OPT_OTLP_ENDPOINT: /* given when set, as the tracing.file below */
@@ -1019,6 +1036,16 @@ static void apply_overrides(pdr_config_t *c, pdr_config_t *fl, unsigned given)
         swap_str(&c->log.dir, &fl->log.dir);
     if (fl->tokenizer != NULL)
         swap_str(&c->tokenizer, &fl->tokenizer);
+    if (fl->listen_tls.cert_file != NULL)
+        swap_str(&c->listen_tls.cert_file, &fl->listen_tls.cert_file);
+    if (fl->listen_tls.key_file != NULL)
+        swap_str(&c->listen_tls.key_file, &fl->listen_tls.key_file);
+    if (fl->workers_tls.cert_file != NULL)
+        swap_str(&c->workers_tls.cert_file, &fl->workers_tls.cert_file);
+    if (fl->workers_tls.key_file != NULL)
+        swap_str(&c->workers_tls.key_file, &fl->workers_tls.key_file);
+    if (fl->workers_tls.ca_file != NULL)
+        swap_str(&c->workers_tls.ca_file, &fl->workers_tls.ca_file);
     if (given & G_API_KEY) {
         swap_str(&c->worker_api_key, &fl->worker_api_key);
         swap_str(&c->worker_api_key_file, &fl->worker_api_key_file);

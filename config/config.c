@@ -430,6 +430,13 @@ static void config_free(pdr_config_t *c)
     free(c->log.level);
     free(c->log.dir);
     free(c->tokenizer);
+    free(c->listen_tls.cert_file);
+    free(c->listen_tls.key_file);
+    free(c->listen_tls.ciphers);
+    free(c->workers_tls.ca_file);
+    free(c->workers_tls.cert_file);
+    free(c->workers_tls.key_file);
+    free(c->workers_tls.server_name);
     free(c->tracing.otlp_endpoint);
     free(c->tracing.file);
     free(c->tracing.service_name);
@@ -509,6 +516,11 @@ pdr_config_t *pdr_config_new_default(void)
     c->tracing.flush_ms = 1000;
     c->tracing.queue_max = 8192;
     c->tracing.timeout_ms = 2000;
+    c->listen_tls.min_version = PDR_TLS_1_2;
+    c->listen_tls.alpn[0] = PDR_ALPN_H2;
+    c->listen_tls.alpn[1] = PDR_ALPN_HTTP11;
+    c->listen_tls.n_alpn = 2;
+    c->workers_tls.verify = 1;
     pdr__discovery_conf_defaults(&c->discovery);
     if (c->source == NULL || c->listen_host == NULL || c->admin_host == NULL || c->metrics_host == NULL ||
         c->health.path == NULL || c->log.access_log == NULL || c->log.level == NULL ||
@@ -731,18 +743,17 @@ int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, 
         pdr__config_err(err, errlen, "worker URL '%s' is longer than %d bytes", shown, PDR_CONFIG_MAX_URL);
         return PDR_EINVAL;
     }
-    if (strncasecmp(url, "https://", 8) == 0) {
-        pdr__config_err(err, errlen, "'%s': TLS to workers is not supported yet; use http://", shown);
-        return PDR_EINVAL;
-    }
-    if (strncasecmp(url, "http://", 7) != 0) {
+    /* https://: the worker is reached over TLS (workers.tls; router/upstream_tls.c). */
+    int tls = strncasecmp(url, "https://", 8) == 0;
+    if (!tls && strncasecmp(url, "http://", 7) != 0) {
         if (strstr(url, "://") != NULL)
-            pdr__config_err(err, errlen, "'%s': unsupported URL scheme; use http://host[:port]", shown);
+            pdr__config_err(err, errlen, "'%s': unsupported URL scheme; use http://host[:port] or https://",
+                            shown);
         else
             pdr__config_err(err, errlen, "'%s' is not a URL; expected http://host[:port]", shown);
         return PDR_EINVAL;
     }
-    const char *auth = url + 7;
+    const char *auth = url + (tls ? 8 : 7);
     size_t alen = strcspn(auth, "/?#");
     const char *rest = auth + alen;
     if (memchr(auth, '@', alen) != NULL) {
@@ -780,7 +791,7 @@ int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, 
         }
     }
 
-    int port = 80; /* RFC 9110: http's default port */
+    int port = tls ? 443 : 80; /* RFC 9110: the schemes' default ports */
     if (hp.port != NULL) {
         const char *p = hp.port;
         size_t plen = hp.plen;
@@ -810,18 +821,19 @@ int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, 
         free(h);
         return PDR_EINVAL;
     }
-    /* "http://" + [host] + ":65535" */
-    size_t ucap = 7 + strlen(h) + 2 + 6 + 1;
+    /* "https://" + [host] + ":65535" */
+    size_t ucap = 8 + strlen(h) + 2 + 6 + 1;
     char *u = malloc(ucap);
     if (u == NULL) {
         free(h);
         pdr__config_err(err, errlen, "out of memory");
         return PDR_ENOMEM;
     }
-    if (port == 80)
-        snprintf(u, ucap, is_ipv6 ? "http://[%s]" : "http://%s", h);
+    const char *sch = tls ? "https" : "http";
+    if (port == (tls ? 443 : 80))
+        snprintf(u, ucap, is_ipv6 ? "%s://[%s]" : "%s://%s", sch, h);
     else
-        snprintf(u, ucap, is_ipv6 ? "http://[%s]:%d" : "http://%s:%d", h, port);
+        snprintf(u, ucap, is_ipv6 ? "%s://[%s]:%d" : "%s://%s:%d", sch, h, port);
     w->url = u;
     w->host = h;
     w->port = port;

@@ -122,6 +122,10 @@ typedef struct pdr_timeouts {
                                        */
 } pdr_timeouts_t;
 
+/* listen.tls.min_version and listen.tls.alpn values. */
+enum { PDR_TLS_1_2 = 12, PDR_TLS_1_3 = 13 };
+enum { PDR_ALPN_H2 = 1, PDR_ALPN_HTTP11 = 2 };
+
 typedef struct pdr_config {
     char *source; /* file name, or "<command line>" */
 
@@ -268,6 +272,24 @@ typedef struct pdr_config {
         int queue_max;       /* default 8192: spans waiting for export; more are dropped and counted */
         int timeout_ms;      /* default 2000: one export request's deadline */
     } tracing;
+
+    /* TLS (router/tls.c, router/upstream_tls.c; docs/security.md). Files are read when a listener or a
+     * worker connection needs them: at start and at every reload, not while the config is parsed. */
+    struct {
+        char *cert_file; /* listen.tls.cert_file, NULL (default): the data-plane port speaks plain HTTP */
+        char *key_file;  /* listen.tls.key_file: required with cert_file */
+        int min_version; /* listen.tls.min_version: PDR_TLS_1_2 (default) or PDR_TLS_1_3 */
+        char *ciphers;   /* listen.tls.ciphers: OpenSSL's TLS 1.2 cipher list; NULL: OpenSSL's default */
+        int alpn[2];     /* listen.tls.alpn, in the server's order of preference (PDR_ALPN_*) */
+        size_t n_alpn;   /* default 2: h2, http/1.1 */
+    } listen_tls;
+    struct {
+        char *ca_file;     /* workers.tls.ca_file: NULL (default): the system's trust store */
+        char *cert_file;   /* workers.tls.cert_file: the router's client certificate, NULL: none */
+        char *key_file;    /* workers.tls.key_file: required with cert_file */
+        char *server_name; /* workers.tls.server_name: SNI and the name verified; NULL: each URL's host */
+        int verify;        /* workers.tls.verify: default 1 (true) */
+    } workers_tls;
 
     int threads; /* event-loop threads; 0 (default) = one per CPU core */
     /* dp_aware (--dp-aware, the sglang router's flag): at start, each static worker without a dp_size is

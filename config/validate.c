@@ -486,6 +486,49 @@ static int check_ca(const pdr_cache_aware_conf_t *a, int pooled, const char *whe
     return PDR_ECONFIG;
 }
 
+/* listen.tls and workers.tls: a certificate goes with its key; no empty file names. The files
+ * themselves are read by the router when it builds its TLS contexts (start and reload). */
+static int validate_tls(const pdr_config_t *c, char *err, size_t errlen)
+{
+    const struct {
+        const char *v, *name;
+    } s[] = {
+        {c->listen_tls.cert_file, "listen.tls.cert_file"},
+        {c->listen_tls.key_file, "listen.tls.key_file"},
+        {c->listen_tls.ciphers, "listen.tls.ciphers"},
+        {c->workers_tls.ca_file, "workers.tls.ca_file"},
+        {c->workers_tls.cert_file, "workers.tls.cert_file"},
+        {c->workers_tls.key_file, "workers.tls.key_file"},
+        {c->workers_tls.server_name, "workers.tls.server_name"},
+    };
+    for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++)
+        if (s[i].v != NULL && s[i].v[0] == '\0') {
+            pdr__config_err(err, errlen, "%s: must not be empty (leave it out for none)", s[i].name);
+            return PDR_ECONFIG;
+        }
+    if ((c->listen_tls.cert_file == NULL) != (c->listen_tls.key_file == NULL)) {
+        pdr__config_err(err, errlen,
+                        "listen.tls: cert_file and key_file go together (give both for TLS on "
+                        "the listener, or neither)");
+        return PDR_ECONFIG;
+    }
+    if (c->listen_tls.cert_file == NULL && c->listen_tls.ciphers != NULL) {
+        pdr__config_err(err, errlen, "listen.tls.ciphers: set without listen.tls.cert_file and key_file");
+        return PDR_ECONFIG;
+    }
+    if ((c->workers_tls.cert_file == NULL) != (c->workers_tls.key_file == NULL)) {
+        pdr__config_err(err, errlen,
+                        "workers.tls: cert_file and key_file go together (the router's client "
+                        "certificate and its key)");
+        return PDR_ECONFIG;
+    }
+    if (c->listen_tls.min_version != PDR_TLS_1_2 && c->listen_tls.min_version != PDR_TLS_1_3) {
+        pdr__config_err(err, errlen, "listen.tls.min_version: expected TLS1.2 or TLS1.3");
+        return PDR_ECONFIG;
+    }
+    return 0;
+}
+
 static int validate_cache_aware(const pdr_config_t *c, char *err, size_t errlen)
 {
     pdr_cache_aware_conf_t top;
@@ -528,6 +571,8 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
                         "tokenizer: must not be empty (a tokenizer.json; leave it out for none)");
         return PDR_ECONFIG;
     }
+    if (validate_tls(c, err, errlen) != 0)
+        return PDR_ECONFIG;
     if (c->admin_token_file != NULL && c->admin_token_file[0] == '\0') {
         pdr__config_err(err, errlen, "admin.token_file: must not be empty (leave it out for no token)");
         return PDR_ECONFIG;

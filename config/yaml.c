@@ -23,42 +23,45 @@
 #include "ticket.h"
 
 enum ftype {
-    F_SECTION,     /* a mapping described by sub */
-    F_POLICIES,    /* policy: a mapping {prefill, decode} or one name for both */
-    F_STR,         /* non-empty string */
-    F_STR_OPT,     /* string, or null for "none" */
-    F_PATH,        /* string starting with '/' */
-    F_INT,         /* int in [min, max] */
-    F_INT64,       /* int64_t in [min, max] */
-    F_DOUBLE,      /* double in [min, max] */
-    F_PROTOCOL,    /* pdr_protocol_t */
-    F_POLICY,      /* pdr_policy_kind_t */
-    F_LEVEL,       /* log level, stored as its canonical name */
-    F_RELAY,       /* pdr_relay_t */
-    F_BOOL,        /* int 0/1 from true or false */
-    F_WORKERS,     /* sequence of workers; min is the role */
-    F_URL,         /* worker url (base is a pdr_worker_conf_t) */
-    F_BPORT,       /* bootstrap port or null/none */
-    F_BPORT_BAD,   /* bootstrap_port on a decode worker */
-    F_HOSTNAME,    /* string: a DNS name (pdr__check_hostname) */
-    F_RESOLVER,    /* string: "IPv4[:port]", "[IPv6]:port" or IPv6 */
-    F_SELECTOR,    /* string: a Kubernetes label selector */
-    F_NAMESPACE,   /* string: a Kubernetes namespace name */
-    F_API_URL,     /* string: http:// or https:// URL of the API server */
-    F_DNS_ROLE,    /* a mapping described by sub, then name and port required; min is the role */
-    F_K8S_ROLE,    /* a mapping described by sub, then selector required; min is the role */
-    F_NETWORKS,    /* sequence of IP networks, or null for none (admin_deny_networks) */
-    F_ORIGINS,     /* sequence of CORS origins, or null for none (cors.allowed_origins) */
-    F_ANNOTATION,  /* string: a Kubernetes annotation key */
-    F_POOLS,       /* pools: a sequence of pool mappings */
-    F_POOL_NAME,   /* a pool's name: [a-z0-9_-], unique */
-    F_MODELS,      /* a pool's models: a sequence of model names, each in one pool only */
-    F_DISCOVERY,   /* a pdr_discovery_conf_t at off: its fields' offsets are relative to it */
-    F_KEY_FILE,    /* path of a key file, read and checked now (workers.api_key_file); null for none */
-    F_NAMES,       /* sequence of header names, stored lower case (request_id_headers) */
-    F_SEED,        /* cache_aware.seed: smallest_tree or consistent_hash, stored as an int */
-    F_KV_ENDPOINT, /* string: a ZMQ endpoint (pdr_kv_endpoint_check) */
-    F_TICKET_KEYS, /* ticket.key_file (a path; min 0) or ticket.key_files (a sequence; min 1), read now */
+    F_SECTION,      /* a mapping described by sub */
+    F_POLICIES,     /* policy: a mapping {prefill, decode} or one name for both */
+    F_STR,          /* non-empty string */
+    F_STR_OPT,      /* string, or null for "none" */
+    F_PATH,         /* string starting with '/' */
+    F_INT,          /* int in [min, max] */
+    F_INT64,        /* int64_t in [min, max] */
+    F_DOUBLE,       /* double in [min, max] */
+    F_PROTOCOL,     /* pdr_protocol_t */
+    F_POLICY,       /* pdr_policy_kind_t */
+    F_LEVEL,        /* log level, stored as its canonical name */
+    F_RELAY,        /* pdr_relay_t */
+    F_BOOL,         /* int 0/1 from true or false */
+    F_WORKERS,      /* sequence of workers; min is the role */
+    F_URL,          /* worker url (base is a pdr_worker_conf_t) */
+    F_BPORT,        /* bootstrap port or null/none */
+    F_BPORT_BAD,    /* bootstrap_port on a decode worker */
+    F_HOSTNAME,     /* string: a DNS name (pdr__check_hostname) */
+    F_RESOLVER,     /* string: "IPv4[:port]", "[IPv6]:port" or IPv6 */
+    F_SELECTOR,     /* string: a Kubernetes label selector */
+    F_NAMESPACE,    /* string: a Kubernetes namespace name */
+    F_API_URL,      /* string: http:// or https:// URL of the API server */
+    F_DNS_ROLE,     /* a mapping described by sub, then name and port required; min is the role */
+    F_K8S_ROLE,     /* a mapping described by sub, then selector required; min is the role */
+    F_NETWORKS,     /* sequence of IP networks, or null for none (admin_deny_networks) */
+    F_ORIGINS,      /* sequence of CORS origins, or null for none (cors.allowed_origins) */
+    F_ANNOTATION,   /* string: a Kubernetes annotation key */
+    F_POOLS,        /* pools: a sequence of pool mappings */
+    F_POOL_NAME,    /* a pool's name: [a-z0-9_-], unique */
+    F_MODELS,       /* a pool's models: a sequence of model names, each in one pool only */
+    F_DISCOVERY,    /* a pdr_discovery_conf_t at off: its fields' offsets are relative to it */
+    F_KEY_FILE,     /* path of a key file, read and checked now (workers.api_key_file); null for none */
+    F_NAMES,        /* sequence of header names, stored lower case (request_id_headers) */
+    F_SEED,         /* cache_aware.seed: smallest_tree or consistent_hash, stored as an int */
+    F_KV_ENDPOINT,  /* string: a ZMQ endpoint (pdr_kv_endpoint_check) */
+    F_TICKET_KEYS,  /* ticket.key_file (a path; min 0) or ticket.key_files (a sequence; min 1), read now */
+    F_CONF_SECTION, /* a mapping described by sub, offsets in pdr_config_t wherever it appears (tls:) */
+    F_TLS_VERSION,  /* TLS1.2 or TLS1.3, stored as PDR_TLS_1_2 / PDR_TLS_1_3 */
+    F_ALPN,         /* sequence of h2 and http/1.1 (listen.tls.alpn) */
 };
 
 struct field {
@@ -71,9 +74,26 @@ struct field {
 
 #define CONF(m) offsetof(pdr_config_t, m)
 
+static const struct field listen_tls_fields[] = {
+    {"cert_file", F_STR_OPT, CONF(listen_tls.cert_file), 0, 0, NULL},
+    {"key_file", F_STR_OPT, CONF(listen_tls.key_file), 0, 0, NULL},
+    {"min_version", F_TLS_VERSION, CONF(listen_tls.min_version), 0, 0, NULL},
+    {"ciphers", F_STR_OPT, CONF(listen_tls.ciphers), 0, 0, NULL},
+    {"alpn", F_ALPN, 0, 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field workers_tls_fields[] = {
+    {"ca_file", F_STR_OPT, CONF(workers_tls.ca_file), 0, 0, NULL},
+    {"cert_file", F_STR_OPT, CONF(workers_tls.cert_file), 0, 0, NULL},
+    {"key_file", F_STR_OPT, CONF(workers_tls.key_file), 0, 0, NULL},
+    {"server_name", F_STR_OPT, CONF(workers_tls.server_name), 0, 0, NULL},
+    {"verify", F_BOOL, CONF(workers_tls.verify), 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
 static const struct field listen_fields[] = {
     {"host", F_STR, CONF(listen_host), 0, 0, NULL},
     {"port", F_INT, CONF(listen_port), 1, 65535, NULL},
+    {"tls", F_CONF_SECTION, 0, 0, 0, listen_tls_fields},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field admin_fields[] = {
@@ -100,11 +120,9 @@ static const struct field policy_fields[] = {
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field workers_fields[] = {
-    {"prefill", F_WORKERS, 0, PDR_ROLE_PREFILL, 0, NULL},
-    {"decode", F_WORKERS, 0, PDR_ROLE_DECODE, 0, NULL},
-    {"regular", F_WORKERS, 0, PDR_ROLE_REGULAR, 0, NULL},
-    {"api_key_file", F_KEY_FILE, 0, 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    {"prefill", F_WORKERS, 0, PDR_ROLE_PREFILL, 0, NULL}, {"decode", F_WORKERS, 0, PDR_ROLE_DECODE, 0, NULL},
+    {"regular", F_WORKERS, 0, PDR_ROLE_REGULAR, 0, NULL}, {"api_key_file", F_KEY_FILE, 0, 0, 0, NULL},
+    {"tls", F_CONF_SECTION, 0, 0, 0, workers_tls_fields}, {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field health_fields[] = {
     {"path", F_PATH, CONF(health.path), 0, 0, NULL},
@@ -721,6 +739,38 @@ static int load_networks(struct ctx *cx, const yaml_node_t *seq, const char *pat
     return 0;
 }
 
+/* listen.tls.alpn: the protocols offered to clients, in the server's order of preference. */
+static int load_alpn(struct ctx *cx, const yaml_node_t *seq, const char *path)
+{
+    pdr_config_t *c = cx->c;
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return FAIL(cx, seq, "%s: expected a sequence such as [h2, http/1.1], got %s", path, node_kind(seq));
+    size_t count = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    if (count == 0 || count > 2)
+        return FAIL(cx, seq, "%s: expected one or two of h2 and http/1.1, got %zu entries", path, count);
+    c->listen_tls.n_alpn = 0;
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *item;
+        char ipath[160], buf[64];
+        const char *str;
+        size_t len;
+        int rc = seq_scalar(cx, seq, path, i, "a protocol name", ipath, &item, &str, &len);
+        if (rc != 0)
+            return rc;
+        int id = len == 2 && memcmp(str, "h2", 2) == 0         ? PDR_ALPN_H2
+                 : len == 8 && memcmp(str, "http/1.1", 8) == 0 ? PDR_ALPN_HTTP11
+                                                               : 0;
+        if (id == 0)
+            return FAIL(cx, item, "%s: unknown protocol '%s', expected h2 or http/1.1", ipath,
+                        show(item, buf, sizeof(buf)));
+        if (i == 1 && c->listen_tls.alpn[0] == id)
+            return FAIL(cx, item, "%s: '%s' is listed twice", ipath, show(item, buf, sizeof(buf)));
+        c->listen_tls.alpn[i] = id;
+        c->listen_tls.n_alpn = i + 1;
+    }
+    return 0;
+}
+
 static int load_names(struct ctx *cx, const yaml_node_t *seq, const char *path)
 {
     pdr_config_t *c = cx->c;
@@ -1023,6 +1073,13 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
             *(pdr_relay_t *)(void *)p = (pdr_relay_t)m;
         return rc;
     }
+    case F_CONF_SECTION:
+        return walk_map(cx, v, path, f->sub, cx->c);
+    case F_TLS_VERSION:
+        return get_either(cx, v, path, "TLS version", "TLS1.2", PDR_TLS_1_2, "TLS1.3", PDR_TLS_1_3,
+                          (int *)(void *)p);
+    case F_ALPN:
+        return load_alpn(cx, v, path);
     case F_SEED:
         return get_either(cx, v, path, "seed", "smallest_tree", PDR_CA_SEED_SMALLEST_TREE, "consistent_hash",
                           PDR_CA_SEED_CONSISTENT_HASH, (int *)(void *)p);

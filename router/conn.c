@@ -65,6 +65,7 @@ typedef struct client_conn {
     /* HTTP/2 header-block guard (h2_guard_read): decided at the connection's first bytes */
     enum { H2G_UNDECIDED = 0, H2G_FOLLOWING, H2G_OFF } h2_state;
     pdr_h2guard_t h2g;
+    int tls; /* accepted with listen.tls: the guards that write raw bytes to the socket stay off */
 } client_conn_t;
 
 #define RESET_WINDOW_MS 10000
@@ -128,8 +129,9 @@ int pdr__note_client_reset(pdr_thread_t *t, h2o_req_t *req)
     char debug[96];
     snprintf(debug, sizeof(debug), "more than %d streams reset in %d s (limits.h2_max_resets)", limit,
              RESET_WINDOW_MS / 1000);
-    h2_send_goaway(&cc->tcp, cc->fd, 0, cc->h2_state == H2G_FOLLOWING ? cc->h2g.last_stream : 0x7fffffff,
-                   debug);
+    if (!cc->tls) /* over TLS the reset alone ends it: plaintext would corrupt the session */
+        h2_send_goaway(&cc->tcp, cc->fd, 0, cc->h2_state == H2G_FOLLOWING ? cc->h2g.last_stream : 0x7fffffff,
+                       debug);
     pdr_warn("HTTP/2 client reset more than %d streams in %d s on one connection (limits.h2_max_resets): "
              "connection closed",
              limit, RESET_WINDOW_MS / 1000);
@@ -157,7 +159,7 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err);
 
 static void guard_wrap(client_conn_t *cc)
 {
-    if (cc->sock != NULL && h1_reqread != NULL && cc->sock->_cb.read == h1_reqread) {
+    if (!cc->tls && cc->sock != NULL && h1_reqread != NULL && cc->sock->_cb.read == h1_reqread) {
         cc->sock->_cb.read = chunk_guard_read;
         cc->g_last_size = cc->sock->input->size;
     }
@@ -474,9 +476,13 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     cc->g_last_size = 0;
     cc->h2_state = H2G_UNDECIDED;
     cc->rewrap = (pdr_dlink_t){NULL, NULL};
-    h2o_accept(l->metrics ? &t->r->metrics_accept : l->admin ? &t->r->admin_accept : &t->accept_ctx, sock);
+    h2o_accept_ctx_t *actx = l->metrics ? &t->r->metrics_accept
+                             : l->admin ? &t->r->admin_accept
+                                        : &t->accept_ctx;
+    cc->tls = actx->ssl_ctx != NULL;
+    h2o_accept(actx, sock);
     /* A plain connection starts as HTTP/1: the callback h2o reads it with is its HTTP/1 one. */
-    if (h1_reqread == NULL)
+    if (h1_reqread == NULL && !cc->tls)
         h1_reqread = sock->_cb.read;
     guard_wrap(cc);
 }

@@ -67,9 +67,9 @@ static void probe_done(pdr_leg_t *leg, int err)
             pdr_info("worker %s %s is healthy (%d checks passed)", w->id, w->target, c->health.rise);
         else {
             pdr_warn("worker %s %s is unhealthy: %d checks failed, last: %s", w->id, w->target,
-                     c->health.fall, err ? pdr_strerror(err) : "bad status");
+                     c->health.fall, err ? pdr_leg_strerror(leg, err) : "bad status");
             pdr_pool_record(&r->pool, w, "marked unhealthy: %d failed health check(s), last: %s",
-                            c->health.fall, err ? pdr_strerror(err) : "bad status");
+                            c->health.fall, err ? pdr_leg_strerror(leg, err) : "bad status");
         }
     }
     probe_free(pr);

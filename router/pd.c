@@ -657,7 +657,7 @@ static void advance(pd_req_t *x)
     /* Prefill failures before the response starts: retry on a new pair. */
     if (x->p_done && x->p_err != 0) {
         attempt_failed(x, PDR_ROLE_PREFILL, cause_of(x->p_err), unreachable(&x->pleg, x->p_err) ? 503 : 502,
-                       pdr_strerror(x->p_err));
+                       pdr_leg_strerror(&x->pleg, x->p_err));
         return;
     }
     /* The prefill answered a server error while the decode leg is outstanding (the mirror of the case
@@ -730,7 +730,7 @@ static void advance(pd_req_t *x)
     }
     if (x->d_done && x->d_err != 0) {
         attempt_failed(x, PDR_ROLE_DECODE, cause_of(x->d_err), unreachable(&x->dleg, x->d_err) ? 503 : 502,
-                       pdr_strerror(x->d_err));
+                       pdr_leg_strerror(&x->dleg, x->d_err));
         return;
     }
     if (x->dleg.got_headers && x->dleg.status >= 500) {

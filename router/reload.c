@@ -324,8 +324,13 @@ int pdr_router_reload(pdr_router_t *r, char *msg, size_t cap)
     /* The tokenizer is loaded first and installed last: a refused reload changes nothing. */
     pdr_tokenizer_next_t tok_next;
     int rc = pdr_router_tokenizer_prepare(r, c, &tok_next, err, sizeof(err));
-    if (rc == 0 && (rc = pdr_admin_reload_token(r, c, err, sizeof(err))) != 0)
+    pdr_tls_next_t tls_next = {NULL, NULL}; /* TLS files are read again: a renewed certificate is taken */
+    if (rc == 0 && (rc = pdr_router_tls_prepare(c, &tls_next, err, sizeof(err))) != 0)
         pdr_router_tokenizer_abandon(&tok_next);
+    if (rc == 0 && (rc = pdr_admin_reload_token(r, c, err, sizeof(err))) != 0) {
+        pdr_router_tls_abandon(&tls_next);
+        pdr_router_tokenizer_abandon(&tok_next);
+    }
     if (rc != 0) {
         snprintf(msg, cap, "%s", err);
         pdr_config_unref(c);
@@ -335,6 +340,7 @@ int pdr_router_reload(pdr_router_t *r, char *msg, size_t cap)
     /* Pools and workers first, then the snapshot: a request that sees the new snapshot finds the new
      * pools' workers in place. */
     pdr_router_tokenizer_commit(r, &tok_next);
+    pdr_router_tls_commit(r, &tls_next);
     size_t changed = pdr_pool_apply_config(&r->pool, c);
     pthread_mutex_lock(&r->config_lock);
     r->config = c;
@@ -374,6 +380,7 @@ void pdr_thread_sync_config(pdr_thread_t *t)
     pthread_mutex_unlock(&r->config_lock);
     if (old != NULL) {
         pdr__apply_conn_limit(t);
+        pdr__tls_sync(t);
         pdr_config_unref(old);
     }
 }

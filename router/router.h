@@ -72,6 +72,7 @@ typedef struct pdr_thread {
     double alog_abort_tokens; /* lines of client-aborted requests: a token bucket (pdr_access_log_aborted) */
     uint64_t alog_abort_ms;   /* its last refill */
     uint64_t alog_suppressed; /* lines not written since the last summary line */
+    SSL_CTX *tls_workers;     /* the workers' TLS context the multi was last given (tls.c; compared only) */
 } pdr_thread_t;
 
 typedef struct pdr_router {
@@ -136,6 +137,8 @@ typedef struct pdr_router {
     int startup_timer_live;
     int startup_pending; /* atomic: the deadline is set and no pair has passed a health check yet */
     int exit_code;       /* nonzero: the process exits with it (no healthy pair within the startup timeout) */
+    /* TLS contexts (tls.c), swapped under config_lock: listen.tls (NULL: plain HTTP) and workers.tls. */
+    SSL_CTX *tls_front, *tls_workers;
 } pdr_router_t;
 
 /* At the drain deadline: new PD requests are refused and failed ones are not retried. */
@@ -230,6 +233,21 @@ void pdr__admin_token_drop(pdr_router_t *r);
 /* A reload: reads the new admin.token_file (a new token applies at once). 0, or an error in msg and the
  * old token stays. */
 int pdr_admin_reload_token(pdr_router_t *r, const pdr_config_t *c, char *msg, size_t cap);
+
+/* tls.c (loop 0 builds and commits; each loop syncs): the listener's and the workers' TLS contexts. */
+typedef struct pdr_tls_next {
+    SSL_CTX *front, *workers;
+} pdr_tls_next_t;
+/* Builds the contexts of c from its files. 0, or PDR_ECONFIG with "key file: reason" in err. */
+int pdr_router_tls_prepare(const pdr_config_t *c, pdr_tls_next_t *next, char *err, size_t cap);
+void pdr_router_tls_abandon(pdr_tls_next_t *next);
+/* Makes them current (every loop takes them at its next pdr_thread_sync_config). */
+void pdr_router_tls_commit(pdr_router_t *r, pdr_tls_next_t *next);
+void pdr_router_tls_free(pdr_router_t *r);
+/* The loop takes the current contexts: its accept context and its upstream client. */
+void pdr__tls_sync(pdr_thread_t *t);
+/* The loop drops its reference (its end). */
+void pdr__tls_thread_done(pdr_thread_t *t);
 
 /* server.c: the listeners, the loop threads, the route dispatch and the shutdown sequence */
 /* Sets up the shared state and every loop (loop 0 on `loop0`), starts threads 1..n-1. */

@@ -407,6 +407,7 @@ static int init_thread(pdr_router_t *r, pdr_thread_t *t, int id, uv_loop_t *loop
     h2o_context_init(&t->h2o_ctx, loop, &r->h2o_config);
     t->accept_ctx.ctx = &t->h2o_ctx;
     t->accept_ctx.hosts = r->h2o_config.hosts;
+    pdr__tls_sync(t); /* listen.tls and workers.tls (tls.c) */
     uv_timer_init(loop, &t->alog_timer);
     t->alog_timer.data = t;
     if (pdr__access_log_init(t) != 0)
@@ -547,6 +548,12 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
         pdr_error("%s", tok_err);
         return rc;
     }
+    pdr_tls_next_t tls_next;
+    if ((rc = pdr_router_tls_prepare(c, &tls_next, tok_err, sizeof(tok_err))) != 0) {
+        pdr_error("%s", tok_err);
+        return rc;
+    }
+    pdr_router_tls_commit(r, &tls_next);
     if ((rc = pdr_pool_init(&r->pool, c)) != 0)
         return rc;
     if ((rc = open_access_log(r, c->log.access_log)) != 0)
@@ -620,6 +627,9 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
                  pl->n_prefill, pl->n_decode, pdr_policy_name(pl->policy_prefill),
                  pdr_policy_name(pl->policy_decode), pdr_protocol_name(pl->protocol));
     }
+    if (c->listen_tls.cert_file != NULL)
+        pdr_info("TLS on %s:%d with certificate %s (minimum TLS%s)", c->listen_host, c->listen_port,
+                 c->listen_tls.cert_file, c->listen_tls.min_version == PDR_TLS_1_3 ? "1.3" : "1.2");
     pdr_admin_log_start(r);
     if (r->metrics_on)
         pdr_info("metrics listener on %s:%d (GET /metrics)", c->metrics_host, c->metrics_port);
@@ -800,6 +810,7 @@ void pdr_router_join(pdr_router_t *r)
         r->threads[i].m.phases = NULL;
         pdr_config_unref(r->threads[i].config);
         r->threads[i].config = NULL;
+        pdr__tls_thread_done(&r->threads[i]);
     }
     if (clean) {
         /* Every loop ended by itself: release the shared state too (no leak reports at exit). */
@@ -816,6 +827,7 @@ void pdr_router_join(pdr_router_t *r)
         pdr_config_unref(r->config);
         r->config = NULL;
         pdr_router_tokenizer_dispose(r);
+        pdr_router_tls_free(r);
         pthread_mutex_destroy(&r->config_lock);
         free(r->config_path);
     }

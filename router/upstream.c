@@ -17,6 +17,7 @@
  * Re-entrancy: the owner's callbacks may start and cancel legs, including the current one. After each
  * callback the code checks that the connection still carries the same leg before touching either.
  */
+#include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include "err.h"
 #include "h1parse.h"
 #include "upstream.h"
+#include "upstream_tls.h"
 #include "util.h"
 
 #define READ_BUF_MIN 1024        /* per connection carrying a leg (idle ones share IDLE_BUF)... */
@@ -61,6 +63,9 @@ typedef struct pdr_conn {
     size_t pend_len;
     pdr_dlink_t idle_link; /* on its origin's idle list */
     pdr_dlink_t due;       /* on the multi's list of deadlines to act on after a poll */
+    pdr_utls_t *tls;       /* https:// origins: the session (upstream_tls.c), from the TCP connect on */
+    int tls_ready;         /* its handshake completed */
+    int tls_writes;        /* ciphertext writes in flight */
 } pdr_conn_t;
 
 typedef struct pdr_origin {
@@ -69,6 +74,7 @@ typedef struct pdr_origin {
     char host[256];      /* as in the URL, IPv6 without brackets */
     char authority[272]; /* the Host header */
     int port;
+    int tls; /* https:// */
     struct sockaddr_storage addr;
     int have_addr;
     uint64_t addr_ms;  /* when a host name was resolved (0 for a literal address) */
@@ -103,11 +109,21 @@ struct pdr_multi {
     int in_start; /* inside pdr_leg_start: failures are reported from the kick timer */
     void (*close_cb)(void *);
     void *close_arg;
+    struct ssl_ctx_st *tls_ctx; /* for https:// origins (pdr_multi_set_tls); NULL: they fail */
+    char *tls_server_name;
+    int tls_verify;
+    char tls_in[16 * 1024 + 512]; /* ciphertext reads of TLS connections (one TLS record and a header) */
 };
 
 static void conn_close(pdr_conn_t *c);
 static void conn_dispatch(pdr_conn_t *c);
 static void conn_read(pdr_conn_t *c);
+static void conn_send(pdr_conn_t *c);
+static void conn_complete(pdr_conn_t *c);
+static int tls_fill(pdr_conn_t *c);
+static void tls_input(pdr_conn_t *c, const char *p, size_t n);
+static void tls_start(pdr_conn_t *c);
+static void tls_send(pdr_conn_t *c);
 static int leg_connect(pdr_leg_t *leg, int fresh);
 static int queue_failure(pdr_multi_t *m, pdr_leg_t *leg, int err);
 static void origin_kick(pdr_origin_t *o);
@@ -215,6 +231,7 @@ static void on_handle_closed(uv_handle_t *h)
         return;
     pdr_multi_t *m = c->m;
     due_unlink(c);
+    pdr_utls_free(c->tls);
     free(c->buf);
     free(c);
     m->open_conns--;
@@ -339,6 +356,11 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
 {
     pdr_conn_t *c = h->data;
     (void)hint;
+    if (c->tls != NULL) {
+        /* Ciphertext: fed to the session at once; plaintext is decrypted into c->buf (tls_fill). */
+        *b = uv_buf_init(c->m->tls_in, sizeof(c->m->tls_in));
+        return;
+    }
     if (c->buf == NULL) {
         /* Idle: whatever comes (a close, stray bytes) ends the connection; no buffer of its own. */
         *b = uv_buf_init(c->m->scratch, sizeof(c->m->scratch));
@@ -366,7 +388,8 @@ static void conn_complete(pdr_conn_t *c)
     pdr_leg_t *leg = c->leg;
     pdr_multi_t *m = c->m;
     int reusable =
-        c->resp.keep_alive && !c->writing && c->len == 0 && !m->closing && c->o->n_idle < m->max_idle &&
+        c->resp.keep_alive && !c->writing && c->len == 0 && (c->tls == NULL || !pdr_utls_has_input(c->tls)) &&
+        !m->closing && c->o->n_idle < m->max_idle &&
         (m->conn_limit == 0 || c->o->open <= m->conn_limit); /* a probe's extra connection is not kept */
     c->leg = NULL;
     leg->conn = NULL;
@@ -445,10 +468,189 @@ static void conn_dispatch(pdr_conn_t *c)
             leg_finish(leg, PDR_EIO);
             return;
         default: /* NEED_MORE: read on (again, after a pause) */
+            if (c->tls != NULL) {
+                int f = tls_fill(c); /* plaintext the session holds already comes first */
+                if (f > 0)
+                    continue;
+                if (f < 0)
+                    return;
+            }
             conn_read(c);
             return;
         }
     }
+}
+
+/* ---- TLS (https:// origins; the session itself is upstream_tls.c's) ---- */
+
+typedef struct tls_wreq {
+    uv_write_t req;
+    pdr_conn_t *c;
+    char data[];
+} tls_wreq_t;
+
+static void on_tls_write(uv_write_t *w, int status)
+{
+    tls_wreq_t *q = (tls_wreq_t *)w;
+    pdr_conn_t *c = q->c;
+    free(q);
+    if (--c->tls_writes == 0)
+        c->writing = 0;
+    if (status < 0 && c->state != C_CLOSING)
+        leg_fail(c, PDR_EPEERGONE);
+}
+
+/* Writes what the session has for the worker. 0, or an error after which c must be failed. */
+static int tls_flush(pdr_conn_t *c)
+{
+    size_t n = pdr_utls_output_len(c->tls);
+    if (n == 0)
+        return 0;
+    tls_wreq_t *q = malloc(sizeof(*q) + n);
+    if (q == NULL)
+        return PDR_ENOMEM;
+    n = pdr_utls_take_output(c->tls, q->data, n);
+    q->c = c;
+    uv_buf_t b = uv_buf_init(q->data, (unsigned)n);
+    if (uv_write(&q->req, (uv_stream_t *)&c->tcp, &b, 1, on_tls_write) != 0) {
+        free(q);
+        return PDR_EPEERGONE;
+    }
+    c->tls_writes++;
+    c->writing = 1;
+    return 0;
+}
+
+/* Decrypts what the session holds into c->buf (made room for as on_alloc does). 1: bytes added; 0: the
+ * session needs more ciphertext; -1: the leg ended here (the response ran to the close, or failed). */
+static int tls_fill(pdr_conn_t *c)
+{
+    if (!c->tls_ready || c->buf == NULL)
+        return 0;
+    if (c->start > 0) {
+        memmove(c->buf, c->buf + c->start, c->len);
+        c->start = 0;
+    }
+    if (c->filled && c->cap < READ_BUF_MAX) {
+        char *nb = realloc(c->buf, 2 * c->cap);
+        if (nb != NULL) {
+            c->buf = nb;
+            c->cap *= 2;
+        }
+    }
+    c->filled = 0;
+    if (c->len == c->cap) {
+        leg_fail(c, PDR_EIO); /* a response head larger than the buffer can ever hold */
+        return -1;
+    }
+    ssize_t n = pdr_utls_read(c->tls, c->buf + c->len, c->cap - c->len);
+    if (n > 0) {
+        c->got_byte = 1;
+        c->filled = c->len + (size_t)n == c->cap;
+        c->len += (size_t)n;
+        return 1;
+    }
+    if (tls_flush(c) != 0) { /* a key update or alert the read produced */
+        leg_fail(c, PDR_EPEERGONE);
+        return -1;
+    }
+    if (n == 0)
+        return 0;
+    if (n == PDR_UTLS_EOF && pdr_h1_eof(&c->resp) == PDR_H1_DONE) {
+        c->resp.keep_alive = 0;
+        conn_complete(c);
+        return -1;
+    }
+    if (n != PDR_UTLS_EOF && c->leg != NULL)
+        snprintf(c->leg->error_detail, sizeof(c->leg->error_detail), "TLS: %s", pdr_utls_error(c->tls));
+    leg_fail(c, n == PDR_UTLS_EOF ? PDR_EPEERGONE : PDR_EIO);
+    return -1;
+}
+
+/* Runs the handshake as far as the bytes received allow; once done, the request goes out. */
+static void tls_handshake(pdr_conn_t *c)
+{
+    char why[sizeof(c->leg->error_detail)];
+    int rc = pdr_utls_handshake(c->tls, why, sizeof(why));
+    if (tls_flush(c) != 0) {
+        leg_fail(c, PDR_EPEERGONE);
+        return;
+    }
+    if (rc == 0) {
+        conn_read(c);
+        return;
+    }
+    if (rc < 0) {
+        pdr_debug("upstream %s:%d: %s", c->o->host, c->o->port, why);
+        memcpy(c->leg->error_detail, why, sizeof(why));
+        leg_fail(c, PDR_ECONNREFUSED); /* counted as the connect failure it is */
+        return;
+    }
+    c->tls_ready = 1;
+    conn_send(c);
+}
+
+/* The TCP connection is up: the session starts (its ClientHello goes out). The connect deadline still
+ * runs, so a worker that never completes the handshake fails like one that never accepts. */
+static void tls_start(pdr_conn_t *c)
+{
+    pdr_multi_t *m = c->m;
+    if (m->tls_ctx == NULL) {
+        snprintf(c->leg->error_detail, sizeof(c->leg->error_detail), "https:// workers need workers.tls");
+        leg_fail(c, PDR_ECONNREFUSED);
+        return;
+    }
+    c->tls = pdr_utls_new(m->tls_ctx, c->o->host, m->tls_server_name, m->tls_verify);
+    if (c->tls == NULL) {
+        leg_fail(c, PDR_ENOMEM);
+        return;
+    }
+    tls_handshake(c);
+}
+
+/* Ciphertext arrived on a connection carrying a leg. */
+static void tls_input(pdr_conn_t *c, const char *p, size_t n)
+{
+    if (pdr_utls_feed(c->tls, p, n) != 0) {
+        leg_fail(c, PDR_ENOMEM);
+        return;
+    }
+    if (!c->tls_ready) {
+        tls_handshake(c);
+        return;
+    }
+    conn_dispatch(c); /* needs more at once when nothing is buffered: tls_fill decrypts */
+}
+
+/* conn_send for a TLS connection: the head and body are encrypted and written in one go. */
+static void tls_send(pdr_conn_t *c)
+{
+    pdr_leg_t *leg = c->leg;
+    if (c->buf == NULL) {
+        if ((c->buf = malloc(READ_BUF_MIN)) == NULL) {
+            leg_fail(c, PDR_ENOMEM);
+            return;
+        }
+        c->cap = READ_BUF_MIN;
+        c->filled = 0;
+    }
+    c->state = C_BUSY;
+    c->got_byte = 0;
+    c->start = c->len = 0;
+    c->pend = NULL;
+    pdr_h1_init(&c->resp);
+    if (pdr_utls_write(c->tls, leg->head, leg->head_len) != 0 ||
+        pdr_utls_write(c->tls, leg->body, leg->body_len) != 0) {
+        leg_fail(c, PDR_EIO);
+        return;
+    }
+    int rc = tls_flush(c);
+    if (rc != 0) {
+        leg_fail(c, rc);
+        return;
+    }
+    arm_total(c);
+    conn_read(c);
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
@@ -457,6 +659,20 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
     (void)b;
     if (nread == 0)
         return;
+    if (c->tls != NULL && nread > 0 && c->state != C_IDLE && c->leg != NULL) {
+        tls_input(c, b->base, (size_t)nread);
+        return;
+    }
+    if (c->tls != NULL && nread < 0 && !c->tls_ready && c->leg != NULL) {
+        snprintf(c->leg->error_detail, sizeof(c->leg->error_detail),
+                 "TLS handshake with the worker failed: it closed the connection (does it serve https?)");
+        leg_fail(c, PDR_ECONNREFUSED);
+        return;
+    }
+    if (c->tls != NULL && nread < 0 && !c->reused && !c->got_byte && c->leg != NULL)
+        snprintf(c->leg->error_detail, sizeof(c->leg->error_detail),
+                 "TLS: the worker closed the connection after the handshake without answering (a worker that "
+                 "requires a client certificate does this: workers.tls.cert_file)");
     if (c->state == C_IDLE || c->leg == NULL) {
         /* The worker closed a pooled connection, or sent bytes nobody asked for: drop it. */
         conn_close(c);
@@ -497,6 +713,10 @@ static void on_write(uv_write_t *w, int status)
 /* Sends the leg's request on a connected c. */
 static void conn_send(pdr_conn_t *c)
 {
+    if (c->tls != NULL) {
+        tls_send(c);
+        return;
+    }
     pdr_leg_t *leg = c->leg;
     if (c->buf == NULL) {
         if ((c->buf = malloc(READ_BUF_MIN)) == NULL) {
@@ -560,6 +780,10 @@ static void on_connect(uv_connect_t *req, int status)
     }
     uv_tcp_nodelay(&c->tcp, 1);
     uv_tcp_keepalive(&c->tcp, 1, 30); /* a worker host that disappears is noticed on idle connections too */
+    if (c->o->tls) {
+        tls_start(c);
+        return;
+    }
     conn_send(c);
 }
 
@@ -627,11 +851,11 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 
 /* ---- origins ---- */
 
-static pdr_origin_t *origin_get(pdr_multi_t *m, const char *host, size_t hlen, int port, int v6)
+static pdr_origin_t *origin_get(pdr_multi_t *m, const char *host, size_t hlen, int port, int v6, int tls)
 {
     for (pdr_dlink_t *l = m->origins; l != NULL; l = l->next) {
         pdr_origin_t *o = PDR_DLINK_ITEM(l, pdr_origin_t, link);
-        if (o->port == port && strlen(o->host) == hlen && memcmp(o->host, host, hlen) == 0)
+        if (o->port == port && o->tls == tls && strlen(o->host) == hlen && memcmp(o->host, host, hlen) == 0)
             return o;
     }
     if (hlen >= sizeof(((pdr_origin_t *)0)->host))
@@ -642,6 +866,7 @@ static pdr_origin_t *origin_get(pdr_multi_t *m, const char *host, size_t hlen, i
     memcpy(o->host, host, hlen);
     o->m = m;
     o->port = port;
+    o->tls = tls;
     snprintf(o->authority, sizeof(o->authority), v6 ? "[%s]:%d" : "%s:%d", o->host, port);
     if (uv_ip4_addr(o->host, port, (struct sockaddr_in *)&o->addr) == 0 ||
         uv_ip6_addr(o->host, port, (struct sockaddr_in6 *)&o->addr) == 0)
@@ -650,13 +875,14 @@ static pdr_origin_t *origin_get(pdr_multi_t *m, const char *host, size_t hlen, i
     return o;
 }
 
-/* Parses "http://host[:port][/path]": host span, port, path (NULL: "/"). 0 or PDR_EINVAL. */
-static int parse_url(const char *url, const char **host, size_t *hlen, int *port, const char **path, int *v6)
+/* Parses "http[s]://host[:port][/path]": host span, port, path (NULL: "/"), tls. 0 or PDR_EINVAL. */
+static int parse_url(const char *url, const char **host, size_t *hlen, int *port, const char **path, int *v6,
+                     int *tls)
 {
-    static const char scheme[] = "http://";
-    if (strncmp(url, scheme, sizeof(scheme) - 1) != 0)
+    *tls = strncmp(url, "https://", 8) == 0;
+    if (!*tls && strncmp(url, "http://", 7) != 0)
         return PDR_EINVAL;
-    const char *auth = url + sizeof(scheme) - 1;
+    const char *auth = url + (*tls ? 8 : 7);
     const char *p = auth + strcspn(auth, "/?");
     pdr_hostport_t hp;
     if (pdr_split_hostport(auth, (size_t)(p - auth), &hp) != 0 || hp.ipv6 != hp.bracketed)
@@ -664,7 +890,7 @@ static int parse_url(const char *url, const char **host, size_t *hlen, int *port
     *host = hp.host;
     *hlen = hp.hlen;
     *v6 = hp.bracketed;
-    int64_t v = 80;
+    int64_t v = *tls ? 443 : 80;
     if (hp.port != NULL && pdr_parse_int64(hp.port, hp.plen, 1, 65535, &v) != 0)
         return PDR_EINVAL;
     *port = (int)v;
@@ -815,6 +1041,9 @@ static void on_kick_closed(uv_handle_t *h)
         m->close_cb(m->close_arg);
     free(m->failq);
     free(m->failq_err);
+    if (m->tls_ctx != NULL)
+        SSL_CTX_free(m->tls_ctx);
+    free(m->tls_server_name);
     free(m);
 }
 
@@ -842,6 +1071,27 @@ void pdr_multi_close(pdr_multi_t *m, void (*close_cb)(void *), void *arg)
     uv_idle_stop(&m->due_idle);
     uv_close((uv_handle_t *)&m->due_check, on_due_closed);
     uv_close((uv_handle_t *)&m->due_idle, on_due_closed);
+}
+
+const char *pdr_leg_strerror(const pdr_leg_t *leg, int err)
+{
+    return leg->error_detail[0] != '\0' ? leg->error_detail : pdr_strerror(err);
+}
+
+int pdr_multi_set_tls(pdr_multi_t *m, struct ssl_ctx_st *ctx, const char *server_name, int verify)
+{
+    char *sn = NULL;
+    if (server_name != NULL && (sn = strdup(server_name)) == NULL)
+        return PDR_ENOMEM;
+    if (ctx != NULL)
+        SSL_CTX_up_ref(ctx);
+    if (m->tls_ctx != NULL)
+        SSL_CTX_free(m->tls_ctx); /* connections made with it keep it through their sessions */
+    m->tls_ctx = ctx;
+    free(m->tls_server_name);
+    m->tls_server_name = sn;
+    m->tls_verify = verify;
+    return 0;
 }
 
 const char *pdr_leg_cause(int err)
@@ -912,10 +1162,10 @@ static int leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char
         return PDR_ECLOSED;
     const char *host, *path;
     size_t hlen;
-    int port, v6;
-    if (parse_url(url, &host, &hlen, &port, &path, &v6) != 0)
+    int port, v6, tls;
+    if (parse_url(url, &host, &hlen, &port, &path, &v6, &tls) != 0)
         return PDR_EINVAL;
-    leg->origin = origin_get(m, host, hlen, port, v6);
+    leg->origin = origin_get(m, host, hlen, port, v6, tls);
     if (leg->origin == NULL)
         return PDR_ENOMEM;
     /* The head by hand, not snprintf: this runs twice per PD request. Sized exactly first, so a request

@@ -53,6 +53,7 @@ struct pdr_leg {
     uint64_t started_ns, first_byte_ns;
     uint64_t bytes_in;
     pdr_dlink_t active_link; /* on the multi's list of active legs */
+    char error_detail[192];  /* why the leg failed when its code says too little (TLS); "" otherwise */
 };
 
 pdr_multi_t *pdr_multi_new(uv_loop_t *loop, int max_connects);
@@ -65,13 +66,13 @@ void pdr_multi_close(pdr_multi_t *m, void (*close_cb)(void *), void *arg);
  * many legs were ended. Used at the shutdown deadline. */
 size_t pdr_multi_fail_all(pdr_multi_t *m, int err);
 
-/* Starts a request to url ("http://host[:port][/path]"; https is not supported: workers are reached in
- * the clear on the cluster network). body may be NULL (GET); a body is sent as application/json with a
- * Content-Length. The body is not copied: keep it alive until on_done or cancel. extra_headers:
- * NULL-terminated "Name: value" strings (copied). connect_timeout_ms bounds the connection set-up;
- * total_timeout_ms > 0 bounds the whole call (PDR_ETIMEDOUT). A request that fails on a reused
- * connection before any response byte (the worker closed it while idle) is sent once more on a new
- * connection. Returns 0 or a PDR_E* code (PDR_EINVAL for a URL it cannot use). */
+/* Starts a request to url ("http://host[:port][/path]", or https:// over TLS: see pdr_multi_set_tls). body
+ * may be NULL (GET); a body is sent as application/json with a Content-Length. The body is not copied: keep
+ * it alive until on_done or cancel. extra_headers: NULL-terminated "Name: value" strings (copied).
+ * connect_timeout_ms bounds the connection set-up; total_timeout_ms > 0 bounds the whole call
+ * (PDR_ETIMEDOUT). A request that fails on a reused connection before any response byte (the worker closed it
+ * while idle) is sent once more on a new connection. Returns 0 or a PDR_E* code (PDR_EINVAL for a URL it
+ * cannot use). */
 int pdr_leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *body, size_t body_len,
                   const char *const *extra_headers, long connect_timeout_ms, long total_timeout_ms,
                   const pdr_leg_cbs_t *cbs, void *data);
@@ -97,6 +98,14 @@ size_t pdr__multi_open_peak(const pdr_multi_t *m);
 /* Tests: the most connects that were ever in progress at once to one origin (at most 64: a burst of
  * requests waits for connect slots or pooled connections instead of flooding the worker with SYNs). */
 size_t pdr__multi_connecting_peak(const pdr_multi_t *m);
+
+/* TLS for https:// origins (router/upstream_tls.c): the client context (a reference is taken; NULL: https
+ * legs fail), the name checked instead of each URL's host (NULL: the host), and whether the worker's
+ * certificate is verified. Connections made before keep their sessions. 0 or PDR_ENOMEM. */
+struct ssl_ctx_st;
+int pdr_multi_set_tls(pdr_multi_t *m, struct ssl_ctx_st *ctx, const char *server_name, int verify);
+/* A failed leg's reason: its error_detail when set (a TLS failure names its cause), else pdr_strerror. */
+const char *pdr_leg_strerror(const pdr_leg_t *leg, int err);
 
 /* Names the cause of an error, for metrics: "connect", "timeout", "reset", "other". */
 const char *pdr_leg_cause(int err);

@@ -3,7 +3,7 @@
 set -eu
 PKGS="build-essential cmake pkgconf git ca-certificates \
  libuv1-dev libh2o-dev libcurl4-openssl-dev libyaml-dev libibverbs-dev libssl-dev libjansson-dev \
- curl python3 nghttp2-client wrk nginx-light iperf3 jq bc clang-format"
+ curl python3 nghttp2-client wrk nginx-light iperf3 jq bc clang-format openssl"
 # routing/tokenizer*.c: PCRE2 for the pre-tokenizer patterns, utf8proc for NFC.
 PKGS="$PKGS libpcre2-dev libutf8proc-dev"
 # KV events (precise_prefix): ZeroMQ and msgpack-c in the router and pdsim.

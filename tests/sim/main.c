@@ -27,6 +27,8 @@ static void usage(FILE *f)
         "  --bootstrap-port M        the prefill's shim (KV transfer) port; required with --role prefill\n"
         "  --kv-bytes-per-token B    KV bytes per prompt token (default 1024)\n"
         "  --model NAME              model name reported by the OpenAI routes (default pdsim)\n"
+        "  --tls-cert F --tls-key F  serve HTTPS (PEM certificate chain and key) on --port\n"
+        "  --tls-client-ca F         with them: require a client certificate signed by F\n"
         "  --prefill-us-per-token N  simulated prefill time per prompt token (default 0)\n"
         "  --decode-us-per-token N   gap between output tokens in microseconds (default 0)\n"
         "  --max-tokens-default N    output tokens when the request names none (default 16)\n"
@@ -171,6 +173,18 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         }
         if (strcmp(a, "--ticket-identity") == 0 && val != NULL) {
             o->ticket_identity = val;
+            i++;
+            continue;
+        }
+        if ((strcmp(a, "--tls-cert") == 0 || strcmp(a, "--tls-key") == 0 ||
+             strcmp(a, "--tls-client-ca") == 0) &&
+            val != NULL) {
+            if (strcmp(a, "--tls-cert") == 0)
+                o->tls_cert = val;
+            else if (strcmp(a, "--tls-key") == 0)
+                o->tls_key = val;
+            else
+                o->tls_client_ca = val;
             i++;
             continue;
         }

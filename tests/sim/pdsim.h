@@ -68,6 +68,8 @@ typedef struct pdsim_opts {
     const char *events_url;      /* the router's admin listener for shim event and load reports; NULL: off */
     const char *events_key_file; /* the router's shim_events.key_file */
     int64_t kv_capacity_bytes;   /* decode: KV held by running requests at most; 0 = unlimited */
+    const char *tls_cert, *tls_key; /* --tls-cert/--tls-key: serve HTTPS on --port; NULL: plain HTTP */
+    const char *tls_client_ca;      /* --tls-client-ca: require a client certificate signed by it */
     pdsim_faults_t faults;
 } pdsim_opts_t;
 #define PDSIM_MAX_TICKET_KEYS 4

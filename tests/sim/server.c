@@ -2191,6 +2191,22 @@ int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
     h2o_context_init(&S.ctx, loop, &S.config);
     S.actx.ctx = &S.ctx;
     S.actx.hosts = S.config.hosts;
+    if (opts->tls_cert != NULL || opts->tls_key != NULL) {
+        SSL_CTX *tls = SSL_CTX_new(TLS_server_method());
+        if (tls == NULL || opts->tls_cert == NULL || opts->tls_key == NULL ||
+            SSL_CTX_use_certificate_chain_file(tls, opts->tls_cert) != 1 ||
+            SSL_CTX_use_PrivateKey_file(tls, opts->tls_key, SSL_FILETYPE_PEM) != 1 ||
+            (opts->tls_client_ca != NULL &&
+             SSL_CTX_load_verify_locations(tls, opts->tls_client_ca, NULL) != 1)) {
+            fprintf(stderr, "pdsim: --tls-cert and --tls-key: cannot load the certificate and key\n");
+            if (tls != NULL)
+                SSL_CTX_free(tls);
+            return PDR_EINVAL;
+        }
+        if (opts->tls_client_ca != NULL)
+            SSL_CTX_set_verify(tls, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+        S.actx.ssl_ctx = tls; /* kept for the process's life */
+    }
 
     if (opts->role != PDSIM_ROLE_BOTH) {
         pdshim_opts_t so = {0};

@@ -396,13 +396,25 @@ static void test_errors(void)
     /* Workers. */
     EXPECT_ERROR("workers:\n  prefill:\n    - bootstrap_port: 8998\n",
                  "bad.yaml:3:7: workers.prefill[0]: missing required key 'url'");
+    EXPECT_ERROR("workers:\n  prefill:\n    - url: ftp://a:1\n",
+                 "bad.yaml:3:12: workers.prefill[0].url: 'ftp://a:1': unsupported URL scheme; use "
+                 "http://host[:port] or https://");
+    EXPECT_ERROR(WORKERS "listen:\n  tls:\n    cert_file: /c.pem\n",
+                 "bad.yaml:1:1: listen.tls: cert_file and key_file go together (give both for TLS on the "
+                 "listener, or neither)");
     EXPECT_ERROR(
-        "workers:\n  prefill:\n    - url: https://a:1\n",
-        "bad.yaml:3:12: workers.prefill[0].url: 'https://a:1': TLS to workers is not supported yet; use "
-        "http://");
+        "listen:\n  tls:\n    min_version: TLS1.1\n",
+        "bad.yaml:3:18: listen.tls.min_version: unknown TLS version 'TLS1.1', expected TLS1.2 or TLS1.3");
+    EXPECT_ERROR("listen:\n  tls:\n    alpn: [h3]\n",
+                 "bad.yaml:3:12: listen.tls.alpn[0]: unknown protocol 'h3', expected h2 or http/1.1");
+    EXPECT_ERROR(
+        WORKERS "  tls:\n    key_file: /k.pem\n",
+        "bad.yaml:1:1: workers.tls: cert_file and key_file go together (the router's client certificate "
+        "and its key)");
     EXPECT_ERROR(
         "workers:\n  decode:\n    - url: grpc://a:1\n",
-        "bad.yaml:3:12: workers.decode[0].url: 'grpc://a:1': unsupported URL scheme; use http://host[:port]");
+        "bad.yaml:3:12: workers.decode[0].url: 'grpc://a:1': unsupported URL scheme; use http://host[:port] "
+        "or https://");
     EXPECT_ERROR(
         "workers:\n  decode:\n    - http://a:1/v1\n",
         "bad.yaml:3:7: workers.decode[0]: 'http://a:1/v1': worker URLs take no path, query or fragment "
@@ -529,7 +541,6 @@ static void test_urls(void)
         "http://u@a:1",
         "http://a:1?x=1",
         "http://a:1//",
-        "https://a",
         "a:1",
         "ftp://a",
         "http://a:-1",
@@ -545,8 +556,13 @@ static void test_urls(void)
             CHECK(w.url == NULL && w.host == NULL);
         }
     }
-    CHECK(pdr_worker_conf_parse_url("https://a:1", &w, err, sizeof(err)) == PDR_EINVAL);
-    CHECK_STR(err, "'https://a:1': TLS to workers is not supported yet; use http://");
+    CHECK(pdr_worker_conf_parse_url("HTTPS://a:443/", &w, err, sizeof(err)) == 0);
+    CHECK_STR(w.url, "https://a");
+    CHECK(w.port == 443);
+    pdr_worker_conf_clear(&w);
+    CHECK(pdr_worker_conf_parse_url("https://[::1]:8443", &w, err, sizeof(err)) == 0);
+    CHECK_STR(w.url, "https://[::1]:8443");
+    pdr_worker_conf_clear(&w);
     CHECK(pdr_worker_conf_parse_url("http://::1:80", &w, err, sizeof(err)) == PDR_EINVAL);
     CHECK_STR(err, "'http://::1:80': invalid port; write IPv6 addresses in brackets: http://[::1]:30001");
 }
@@ -1256,8 +1272,9 @@ static void test_cli(void)
         "argv: --cache-aware-seed: unknown seed 'ring', expected smallest_tree or consistent_hash",
         "--cache-aware-seed", "ring");
     EXPECT_ARGV_ERROR("argv: --retries: expected an integer in 0..10, got '11'", "--retries", "11");
-    EXPECT_ARGV_ERROR("argv: --decode: 'https://a:1': TLS to workers is not supported yet; use http://",
-                      "--decode", "https://a:1");
+    EXPECT_ARGV_ERROR(
+        "argv: --decode: 'ftp://a:1': unsupported URL scheme; use http://host[:port] or https://", "--decode",
+        "ftp://a:1");
     EXPECT_ARGV_ERROR("argv: --decode http://a:1/: duplicate worker (same as --decode http://a:1)",
                       "--decode", "http://a:1", "--decode", "http://a:1/");
     EXPECT_ARGV_ERROR("argv: --config given twice", "--config", "a.yaml", "--config", "b.yaml");
@@ -1616,8 +1633,33 @@ static void test_cli_sglang(void)
                       "--rate-limit-tokens-per-second", "10");
     EXPECT_ARGV_ERROR("argv: --disable-health-check (sglang router) is not supported: *", PD,
                       "--disable-health-check");
-    EXPECT_ARGV_ERROR("argv: --tls-cert-path (sglang router) is not supported: *", PD, "--tls-cert-path",
-                      "x");
+    EXPECT_ARGV_ERROR("argv: listen.tls: cert_file and key_file go together (give both for TLS on the "
+                      "listener, or neither)",
+                      PD, "--tls-cert-path", "x");
+    {
+        const char *argv[] = {"pdrouter",           "--pd-disaggregation",
+                              "--prefill",          "https://p:8443",
+                              "--decode",           "https://d",
+                              "--tls-cert-path",    "/c.pem",
+                              "--tls-key-path",     "/k.pem",
+                              "--ca-cert-paths",    "/ca.pem",
+                              "--client-cert-path", "/cc.pem",
+                              "--client-key-path",  "/ck.pem"};
+        pdr_cli_t tcli;
+        char terr[512];
+        CHECK(pdr_config_parse_args((int)(sizeof(argv) / sizeof(argv[0])), (char **)argv, &tcli, terr,
+                                    sizeof(terr)) == 0);
+        if (tcli.config != NULL) {
+            CHECK_STR(tcli.config->listen_tls.cert_file, "/c.pem");
+            CHECK_STR(tcli.config->listen_tls.key_file, "/k.pem");
+            CHECK_STR(tcli.config->workers_tls.ca_file, "/ca.pem");
+            CHECK_STR(tcli.config->workers_tls.cert_file, "/cc.pem");
+            CHECK_STR(tcli.config->workers_tls.key_file, "/ck.pem");
+            CHECK_STR(tcli.config->prefill[0].url, "https://p:8443");
+            CHECK_STR(tcli.config->decode[0].url, "https://d");
+            pdr_config_unref(tcli.config);
+        }
+    }
 #undef PD
 }
 

@@ -1,0 +1,459 @@
+#!/usr/bin/env python3
+"""TLS with real pdrouter and pdsim processes on loopback (docs/security.md): the listener (listen.tls)
+over TLS 1.2 and 1.3, ALPN h2 and http/1.1, a plain-HTTP client on the TLS port, handshakes cut short,
+certificate reload on SIGHUP (new connections see the new certificate, an open one keeps working, a
+broken file keeps the old one), and https:// workers (workers.tls): the CA, a wrong CA, a client
+certificate the worker requires. The certificates are made here with the openssl command line.
+
+Usage: test_tls.py SCENARIO   (one of the functions named scenario_*; ctest runs each separately)
+"""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pdtest  # noqa: E402
+from pdtest import check, request  # noqa: E402
+from test_router import metric_value  # noqa: E402
+
+H = "127.0.0.1"
+BODY = {"text": "the cat sat on the mat", "sampling_params": {"max_new_tokens": 4}}
+
+
+# ---- certificates ----
+
+class Certs:
+    """A throwaway CA with server and client certificates in a temporary directory."""
+
+    def __init__(self):
+        if shutil.which("openssl") is None:
+            print("openssl command line tool missing: skipped")
+            sys.exit(77)
+        self.dir = tempfile.mkdtemp(prefix="pdtest-tls-")
+        self.ca = self.make_ca("ca")
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def run(self, *args):
+        out = subprocess.run(["openssl"] + list(args), capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, "openssl %s: %s" % (" ".join(args), out.stderr)
+
+    def make_ca(self, name):
+        self.run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                 "-keyout", self.path(name + ".key"), "-out", self.path(name + ".pem"), "-days", "2",
+                 "-subj", "/CN=pdtest %s" % name)
+        return self.path(name + ".pem")
+
+    def issue(self, name, serial, ca="ca", san="IP:127.0.0.1,DNS:localhost", usage="serverAuth,clientAuth"):
+        """A certificate signed by ca with the given serial; returns (cert path, key path)."""
+        ext = self.path(name + ".ext")
+        with open(ext, "w") as f:
+            f.write("subjectAltName=%s\nbasicConstraints=CA:FALSE\nextendedKeyUsage=%s\n" % (san, usage))
+        self.run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
+                 self.path(name + ".key"), "-out", self.path(name + ".csr"), "-subj", "/CN=%s" % name)
+        self.run("x509", "-req", "-in", self.path(name + ".csr"), "-CA", self.path(ca + ".pem"), "-CAkey",
+                 self.path(ca + ".key"), "-set_serial", str(serial), "-days", "2", "-out",
+                 self.path(name + ".pem"), "-extfile", ext)
+        return self.path(name + ".pem"), self.path(name + ".key")
+
+
+# ---- clients ----
+
+def client_ctx(ca, version=None, alpn=("http/1.1",)):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(ca)
+    if version is not None:
+        ctx.minimum_version = version
+        ctx.maximum_version = version
+    if alpn:
+        ctx.set_alpn_protocols(list(alpn))
+    return ctx
+
+
+def https(port, ctx, method, path, body=None, conn=None, timeout=10.0):
+    """One request over TLS (on conn when given, kept open); returns (status, body, conn)."""
+    c = conn or http.client.HTTPSConnection(H, port, context=ctx, timeout=timeout)
+    data = json.dumps(body).encode() if body is not None else None
+    c.request(method, path, body=data, headers={"Content-Type": "application/json"} if data else {})
+    r = c.getresponse()
+    return r.status, r.read(), c
+
+
+def serial_of(conn):
+    return int(conn.sock.getpeercert()["serialNumber"], 16)
+
+
+def new_serial(port, ca):
+    """The serial of the certificate a fresh connection gets."""
+    s = socket.create_connection((H, port), timeout=5)
+    with client_ctx(ca).wrap_socket(s, server_hostname=H) as t:
+        return int(t.getpeercert()["serialNumber"], 16)
+
+
+def curl(port, ca, *opts, path="/generate", body=BODY):
+    """POST over TLS with the curl tool; returns (status, HTTP version, body)."""
+    out = subprocess.run(["curl", "-sS", "--cacert", ca, "-o", "-", "-w", "\n%{http_code} %{http_version}", *opts,
+                          "-H", "Content-Type: application/json", "--data-binary", json.dumps(body),
+                          "https://%s:%d%s" % (H, port, path)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    text, _, tail = out.stdout.rpartition("\n")
+    code, ver = tail.split()
+    return int(code), ver, text
+
+
+# ---- processes ----
+
+def sim(role, *extra, tls=None, client_ca=None):
+    argv = ["pdsim", "--role", role, "--port", "{port}"]
+    if role == "prefill":
+        argv += ["--bootstrap-port", "{bport}"]
+    if tls is not None:
+        argv += ["--tls-cert", tls[0], "--tls-key", tls[1]]
+    if client_ca is not None:
+        argv += ["--tls-client-ca", client_ca]
+    return pdtest.start(argv + list(extra), name="pdsim-%s" % role, health_path="/health" if tls is None else None)
+
+
+def wait_tls_sim(w, ca, cert=None):
+    """Waits until a TLS pdsim answers GET /health."""
+    ctx = client_ctx(ca)
+    if cert is not None:
+        ctx.load_cert_chain(*cert)
+
+    def up():
+        check(w.alive(), "pdsim exited", w)
+        try:
+            return https(w.port, ctx, "GET", "/health", timeout=1.0)[0] == 200
+        except (OSError, http.client.HTTPException):
+            return False
+
+    pdtest.poll_until(up, 10, "pdsim to answer over TLS")
+
+
+def write_config(text):
+    fd, path = tempfile.mkstemp(prefix="pdrouter-tls-", suffix=".yaml")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
+HEALTH = "{ interval_ms: 200, timeout_ms: 1000, rise: 1, fall: 1 }"
+
+
+def router(p, d, listen_tls="", workers_tls="", scheme="http", threads=2, health=HEALTH):
+    """pdrouter in front of pdsim p and d; listen_tls/workers_tls: YAML flow mappings or "". Returns the Proc
+    once its plain admin port (.ports["admin"]) answers."""
+    port, admin = pdtest.free_port(), pdtest.free_port()
+    lines = ["listen: { host: 127.0.0.1, port: %d%s }" % (port, (", tls: " + listen_tls) if listen_tls else ""),
+             "admin: { host: 127.0.0.1, port: %d }" % admin,
+             "threads: %d" % threads,
+             "health: %s" % health,
+             "lifecycle: { drain_grace_ms: 0 }",
+             "workers:",
+             "  prefill: [ { url: '%s://127.0.0.1:%d', bootstrap_port: %d } ]" % (scheme, p.port, p.ports["bport"]),
+             "  decode: [ { url: '%s://127.0.0.1:%d' } ]" % (scheme, d.port)]
+    if workers_tls:
+        lines.append("  tls: " + workers_tls)
+    path = write_config("\n".join(lines) + "\n")
+    fd, log_path = tempfile.mkstemp(prefix="pdtest-pdrouter-", suffix=".log")
+    with os.fdopen(fd, "w") as log:
+        proc = subprocess.Popen([pdtest.binary("pdrouter"), "--config", path], stdout=log, stderr=subprocess.STDOUT)
+    r = pdtest.Proc("pdrouter", proc, {"port": port, "admin": admin}, log_path)
+    r.config_path = path
+    pdtest._procs.append(r)
+
+    def listening():
+        check(r.alive(), "pdrouter exited", r)
+        try:
+            return request(admin, "GET", "/metrics", timeout=1.0)[0] == 200
+        except OSError:
+            return False
+
+    pdtest.poll_until(listening, 10, "pdrouter to listen")
+    return r
+
+
+def admin_metrics(r):
+    st, _, body = request(r.ports["admin"], "GET", "/metrics")
+    assert st == 200
+    return body.decode()
+
+
+def wait_healthy(r, n=2):
+    def ok():
+        m = admin_metrics(r)
+        return sum(1 for l in m.splitlines() if l.startswith("pdr_worker_healthy{") and l.endswith(" 1")) >= n
+
+    pdtest.poll_until(ok, 10, "%d healthy workers" % n)
+
+
+def reloads(r, result):
+    return metric_value(admin_metrics(r), "pdr_config_reloads_total", result=result) or 0
+
+
+def stop_clean(r, *others):
+    """SIGTERM and a clean exit (an ASan build fails the exit status on a leak)."""
+    rc = r.stop()
+    check(rc == 0, "pdrouter exited with %s" % rc, r, *others)
+
+
+# ---- scenarios ----
+
+def scenario_front():
+    """TLS 1.2 and 1.3, ALPN http/1.1 and h2, a PD request over each; a plain client on the TLS port fails
+    at once and cleanly; handshakes cut at every stage leave nothing behind."""
+    certs = Certs()
+    cert, key = certs.issue("router", 1001)
+    p, d = sim("prefill"), sim("decode")
+    r = router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (cert, key))
+    wait_healthy(r)
+    ca = certs.ca
+
+    # Python's ssl: TLS 1.2 and 1.3 with ALPN http/1.1, a PD request each.
+    for ver in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        st, body, c = https(r.port, client_ctx(ca, ver), "POST", "/generate", BODY)
+        check(st == 200 and "text" in json.loads(body), "PD over %s: %s %r" % (ver, st, body), r, p, d)
+        check(c.sock.version() == {ssl.TLSVersion.TLSv1_2: "TLSv1.2", ssl.TLSVersion.TLSv1_3: "TLSv1.3"}[ver],
+              "negotiated %s" % c.sock.version(), r)
+        check(c.sock.selected_alpn_protocol() == "http/1.1", "ALPN %r" % c.sock.selected_alpn_protocol(), r)
+        check(serial_of(c) == 1001, "serial %d" % serial_of(c), r)
+        c.close()
+
+    # curl: ALPN h2 over TLS 1.3 and 1.2, and http/1.1; streaming over h2.
+    st, ver, text = curl(r.port, ca, "--http2", "--tlsv1.3")
+    check(st == 200 and ver == "2", "curl h2/TLS1.3: %s %s %s" % (st, ver, text), r)
+    st, ver, text = curl(r.port, ca, "--http2", "--tlsv1.2", "--tls-max", "1.2")
+    check(st == 200 and ver == "2", "curl h2/TLS1.2: %s %s %s" % (st, ver, text), r)
+    st, ver, text = curl(r.port, ca, "--http1.1")
+    check(st == 200 and ver == "1.1", "curl http/1.1: %s %s %s" % (st, ver, text), r)
+    st, ver, text = curl(r.port, ca, "--http2", body=dict(BODY, stream=True))
+    check(st == 200 and ver == "2" and "[DONE]" in text, "curl h2 stream: %s %s %r" % (st, ver, text), r)
+    # A client that offers no ALPN gets HTTP/1.1.
+    st, _, c = https(r.port, client_ctx(ca, alpn=()), "GET", "/health")
+    check(st == 200 and c.sock.selected_alpn_protocol() is None, "no ALPN: %s" % st, r)
+    c.close()
+    # The wrong name: the certificate names 127.0.0.1 and localhost only.
+    try:
+        s = socket.create_connection((H, r.port), timeout=5)
+        client_ctx(ca).wrap_socket(s, server_hostname="elsewhere.example")
+        raise AssertionError("a certificate for another name was accepted")
+    except ssl.SSLCertVerificationError:
+        pass
+
+    # Plain HTTP on the TLS port: no hang, no answer in the clear, the connection closes.
+    s = socket.create_connection((H, r.port), timeout=5)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = b""
+    try:
+        while True:
+            b = s.recv(4096)
+            if not b:
+                break
+            got += b
+    except ConnectionResetError:
+        pass
+    s.close()
+    check(b"HTTP/1.1 200" not in got, "plain HTTP answered on the TLS port: %r" % got[:80], r)
+
+    # Handshakes cut short: before any byte, inside the ClientHello, after it, after the whole handshake.
+    hello = bytearray()
+    for cut in ("none", "partial", "hello", "done"):
+        for _ in range(5):
+            s = socket.create_connection((H, r.port), timeout=5)
+            if cut == "partial":
+                s.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 20)
+            elif cut == "hello":
+                o = ssl.MemoryBIO()
+                i = ssl.MemoryBIO()
+                obj = client_ctx(ca).wrap_bio(i, o, server_hostname=H)
+                try:
+                    obj.do_handshake()
+                except ssl.SSLWantReadError:
+                    pass
+                hello = o.read()
+                s.sendall(hello)
+                s.recv(10)  # the server's first flight: its handshake state is allocated
+            elif cut == "done":
+                s = client_ctx(ca).wrap_socket(s, server_hostname=H)
+            s.close()
+    st, body, c = https(r.port, client_ctx(ca), "POST", "/generate", BODY)
+    check(st == 200, "after the cut handshakes: %s %r" % (st, body), r)
+    c.close()
+    stop_clean(r, p, d)
+
+
+def scenario_min_version():
+    """min_version TLS1.3 refuses a TLS 1.2 client; ciphers and alpn: [http/1.1] are applied."""
+    certs = Certs()
+    cert, key = certs.issue("router", 7)
+    p, d = sim("prefill"), sim("decode")
+    r = router(p, d, listen_tls="{ cert_file: %s, key_file: %s, min_version: TLS1.3, alpn: [http/1.1] }" % (cert, key))
+    wait_healthy(r)
+    try:
+        https(r.port, client_ctx(certs.ca, ssl.TLSVersion.TLSv1_2), "GET", "/health")
+        raise AssertionError("TLS 1.2 accepted with min_version TLS1.3")
+    except ssl.SSLError:
+        pass
+    st, ver, _ = curl(r.port, certs.ca, "--http2")
+    check(st == 200 and ver == "1.1", "alpn [http/1.1]: curl --http2 got %s %s" % (st, ver), r)
+    stop_clean(r, p, d)
+
+
+def scenario_reload():
+    """SIGHUP with renewed files: new connections get the new certificate (every loop), an open connection
+    keeps working; a broken file refuses the reload, names the file, and the running certificate stays."""
+    certs = Certs()
+    cert, key = certs.issue("router", 2001)
+    live_cert, live_key = certs.path("live.pem"), certs.path("live.key")
+    shutil.copy(cert, live_cert)
+    shutil.copy(key, live_key)
+    p, d = sim("prefill"), sim("decode")
+    r = router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (live_cert, live_key), threads=2)
+    wait_healthy(r)
+    ca = certs.ca
+    st, _, old = https(r.port, client_ctx(ca), "POST", "/generate", BODY)
+    check(st == 200 and serial_of(old) == 2001, "first: %s" % st, r)
+
+    cert2, key2 = certs.issue("router2", 2002)
+    shutil.copy(cert2, live_cert + ".tmp")
+    shutil.copy(key2, live_key + ".tmp")
+    os.replace(live_key + ".tmp", live_key)
+    os.replace(live_cert + ".tmp", live_cert)
+    ok0 = reloads(r, "ok")
+    r.proc.send_signal(signal.SIGHUP)
+    pdtest.poll_until(lambda: reloads(r, "ok") > ok0, 10, "the reload")
+    # Every loop takes the new context at its next wakeup: several fresh connections in a row see it.
+    pdtest.poll_until(lambda: all(new_serial(r.port, ca) == 2002 for _ in range(8)), 10, "the new serial")
+    st, body, old = https(r.port, None, "POST", "/generate", BODY, conn=old)
+    check(st == 200 and serial_of(old) == 2001, "the open connection after the reload: %s %r" % (st, body), r)
+
+    # A broken certificate file: the reload is refused with the file named, the running one stays.
+    with open(live_cert, "w") as f:
+        f.write("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+    bad0 = reloads(r, "failed")
+    r.proc.send_signal(signal.SIGHUP)
+    pdtest.poll_until(lambda: reloads(r, "failed") > bad0, 10, "the refused reload")
+    check("listen.tls.cert_file %s" % live_cert in r.log_tail(80), "the log names the file", r)
+    st, _, body = request(r.ports["admin"], "POST", "/admin/v1/reload")
+    msg = json.loads(body)["error"]["message"]
+    check(st >= 400 and "listen.tls.cert_file %s" % live_cert in msg, "admin reload: %s %s" % (st, msg), r)
+    # A key that does not match the certificate is refused too.
+    shutil.copy(cert, live_cert)
+    st, _, body = request(r.ports["admin"], "POST", "/admin/v1/reload")
+    msg = json.loads(body)["error"]["message"]
+    check(st >= 400 and "does not match the certificate" in msg, "mismatched key: %s %s" % (st, msg), r)
+    for _ in range(4):
+        check(new_serial(r.port, ca) == 2002, "the running certificate stays", r)
+    st, _, c = https(r.port, client_ctx(ca), "POST", "/generate", BODY)
+    check(st == 200, "serving after the refused reloads: %s" % st, r)
+    c.close()
+    old.close()
+    stop_clean(r, p, d)
+
+
+def scenario_workers():
+    """https:// workers: with the CA a PD request and the health checks go over TLS; a wrong CA makes the
+    worker unreachable with a 503 naming the certificate check; a worker that requires a client
+    certificate is reached with the router's and refused without it."""
+    certs = Certs()
+    wcert = certs.issue("worker", 3001)
+    p, d = sim("prefill", tls=wcert), sim("decode", tls=wcert)
+    wait_tls_sim(p, certs.ca)
+    wait_tls_sim(d, certs.ca)
+    r = router(p, d, scheme="https", workers_tls="{ ca_file: %s }" % certs.ca)
+    wait_healthy(r)
+    for stream in (False, True):
+        st, _, body = request(r.port, "POST", "/generate", dict(BODY, stream=stream))
+        check(st == 200 and (b"[DONE]" in body if stream else "text" in json.loads(body)),
+              "PD over https (stream %s): %s %r" % (stream, st, body[:200]), r, p, d)
+    # Pooled connections stay TLS: many requests, a few connections.
+    for _ in range(20):
+        st, _, _ = request(r.port, "POST", "/generate", BODY)
+        check(st == 200, "repeat: %s" % st, r)
+    st, _, body = request(r.port, "GET", "/v1/models")
+    check(st == 200 and b"data" in body, "models over https: %s %r" % (st, body[:200]), r)
+    stop_clean(r, p, d)
+
+    # A CA that did not sign the workers' certificate.
+    other = certs.make_ca("other")
+    # Health checks fail too but only after many rounds (fall): the PD request meets the TLS failure itself.
+    slow = "{ interval_ms: 60000, timeout_ms: 1000, rise: 1, fall: 10 }"
+    r = router(p, d, scheme="https", workers_tls="{ ca_file: %s }" % other, health=slow)
+    st, _, body = request(r.port, "POST", "/generate", BODY)
+    err = json.loads(body)["error"]
+    check(st == 503 and "certificate was refused" in err["message"], "wrong CA: %s %r" % (st, err), r)
+    print("wrong CA: %d %s" % (st, err["message"]))
+    m = admin_metrics(r)
+    check((metric_value(m, "pdr_upstream_errors_total", role="prefill", cause="connect") or 0) +
+          (metric_value(m, "pdr_upstream_errors_total", role="decode", cause="connect") or 0) >= 1,
+          "counted as connect errors", r)
+    check("certificate" in r.log_tail(200), "the log names the certificate check", r)
+    stop_clean(r)
+    # verify: false reaches them anyway (documented as for tests only).
+    r = router(p, d, scheme="https", workers_tls="{ ca_file: %s, verify: false }" % other)
+    wait_healthy(r)
+    st, _, _ = request(r.port, "POST", "/generate", BODY)
+    check(st == 200, "verify false: %s" % st, r)
+    stop_clean(r)
+    p.stop()
+    d.stop()
+
+    # Workers that require a client certificate signed by the CA.
+    p, d = sim("prefill", tls=wcert, client_ca=certs.ca), sim("decode", tls=wcert, client_ca=certs.ca)
+    ccert = certs.issue("router-client", 4001, usage="clientAuth")
+    wait_tls_sim(p, certs.ca, ccert)
+    wait_tls_sim(d, certs.ca, ccert)
+    r = router(p, d, scheme="https", workers_tls="{ ca_file: %s }" % certs.ca, health=slow)
+    st, _, body = request(r.port, "POST", "/generate", BODY)
+    err = json.loads(body)["error"]
+    check(st == 503 and "TLS" in err["message"], "no client certificate: %s %r" % (st, body), r)
+    print("no client certificate: %d %s" % (st, err["message"]))
+    stop_clean(r)
+    r = router(p, d, scheme="https",
+               workers_tls="{ ca_file: %s, cert_file: %s, key_file: %s }" % (certs.ca, ccert[0], ccert[1]))
+    wait_healthy(r)
+    st, _, body = request(r.port, "POST", "/generate", BODY)
+    check(st == 200, "with the client certificate: %s %r" % (st, body), r, p, d)
+    stop_clean(r, p, d)
+
+
+def scenario_config_errors():
+    """Files that do not load stop the start with the key and file named."""
+    certs = Certs()
+    cert, key = certs.issue("router", 5)
+    _, other_key = certs.issue("x", 6)
+    cases = [
+        ("listen: { host: 127.0.0.1, port: {port}, tls: { cert_file: /nonexistent.pem, key_file: %s } }" % key,
+         "listen.tls.cert_file /nonexistent.pem: cannot read it"),
+        ("listen: { host: 127.0.0.1, port: {port}, tls: { cert_file: %s, key_file: %s } }" % (cert, other_key),
+         "does not match the certificate"),
+        ("listen: { host: 127.0.0.1, port: {port}, tls: { cert_file: %s, key_file: %s, ciphers: 'NOPE' } }" % (cert, key),
+         "listen.tls.ciphers 'NOPE'"),
+        ("listen: { host: 127.0.0.1, port: {port} }\nworkers:\n  tls: { ca_file: %s }" % key,
+         "workers.tls.ca_file %s" % key),
+    ]
+    for text, want in cases:
+        text = text.replace("{port}", str(pdtest.free_port()))
+        if "workers:" in text:
+            text += "\n  prefill: [ http://127.0.0.1:1 ]\n  decode: [ http://127.0.0.1:2 ]\n"
+        else:
+            text += "\nworkers: { prefill: [ http://127.0.0.1:1 ], decode: [ http://127.0.0.1:2 ] }\n"
+        text += "admin: { port: 0 }\n"
+        path = write_config(text)
+        out = subprocess.run([pdtest.binary("pdrouter"), "--config", path], capture_output=True, text=True,
+                             timeout=30)
+        check(out.returncode != 0 and want in out.stderr + out.stdout,
+              "%r: exit %s, want %r in\n%s" % (text, out.returncode, want, out.stderr + out.stdout))
+
+
+if __name__ == "__main__":
+    pdtest.run_scenario(globals())
