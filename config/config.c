@@ -486,6 +486,12 @@ pdr_config_t *pdr_config_new_default(void)
     c->limits.max_merge_bytes = PDR_DEF_MAX_MERGE_BYTES;
     c->limits.max_header_bytes = PDR_DEF_MAX_HEADER_BYTES;
     c->limits.max_headers = PDR_DEF_MAX_HEADERS;
+    /* Client side (router/limits.c, conn.c): */
+    c->timeouts.client_header_ms = PDR_DEF_CLIENT_HEADER_MS;
+    c->timeouts.client_body_ms = PDR_DEF_CLIENT_BODY_MS;
+    c->timeouts.keepalive_idle_ms = PDR_DEF_KEEPALIVE_IDLE_MS;
+    c->limits.h2_max_concurrent_streams = PDR_DEF_H2_MAX_CONCURRENT_STREAMS;
+    c->limits.h2_max_control_frames = PDR_DEF_H2_MAX_CONTROL_FRAMES;
     static const char *const rid[] = PDR_DEF_REQUEST_ID_HEADERS;
     c->request_id_headers = calloc(sizeof(rid) / sizeof(rid[0]), sizeof(char *));
     for (size_t i = 0; c->request_id_headers != NULL && i < sizeof(rid) / sizeof(rid[0]); i++)

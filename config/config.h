@@ -195,6 +195,10 @@ typedef struct pdr_config {
         int kv_transfer_ms;               /* default 30000 */
         int stream_idle_ms;               /* default 300000 */
         int kv_transfer_ms_per_1k_tokens; /* default 0: the KV deadline does not grow with the prompt */
+        /* Client side (router/limits.c, conn.c): */
+        int client_header_ms;  /* default 10000: a request head must arrive within it (408) */
+        int client_body_ms;    /* default 60000: longest pause inside a request body (408) */
+        int keepalive_idle_ms; /* default 75000: an idle keep-alive connection is closed after it */
     } timeouts;
     struct {
         int drain_grace_ms;            /* default 5000: readiness off, still serving */
@@ -209,6 +213,11 @@ typedef struct pdr_config {
         int64_t max_merge_bytes; /* default 64 MiB: a non-streaming answer held whole for the logprob merge */
         int max_header_bytes;    /* default 32 KiB: the request's header fields (431 above) */
         int max_headers;         /* default 100: header fields per request (431 above; h2o's own cap) */
+        /* Client side (router/limits.c, conn.c): */
+        int max_client_connections;      /* default 0: no limit; else accepting pauses at it */
+        int max_idle_client_connections; /* default 0: no limit; else the oldest idle ones are closed */
+        int h2_max_concurrent_streams;   /* default 100: advertised; more streams are refused */
+        int h2_max_control_frames;       /* default 1000: SETTINGS/PING/PRIORITY/CONTINUATION per 10 s */
     } limits;
     struct {
         int max; /* default 2 */

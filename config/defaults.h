@@ -43,6 +43,21 @@
 
 #define PDR_DEF_MAX_BODY_BYTES 33554432 /* 32 MiB */
 #define PDR_DEF_MAX_INFLIGHT 4096
+/* Client-side limits (router/limits.c, router/conn.c). A request head must arrive within 10 s (h2o's
+ * own request timeout, HAProxy's usual `timeout http-request`; nginx allows 60 s); a body may pause 60 s
+ * between reads (nginx's client_body_timeout); an idle keep-alive connection is kept 75 s (nginx's
+ * keepalive_timeout: longer than the idle expiry of common client pools, 5 s in httpx, 15 s in aiohttp,
+ * so that the client, not the router, closes first). 100 concurrent HTTP/2 streams is what h2o 2.2.5
+ * advertises (RFC 9113 recommends no fewer than 100). 1000 control frames (SETTINGS, PING, PRIORITY,
+ * CONTINUATION) per connection in any 10 s is far above what browsers and gRPC send. */
+#define PDR_DEF_CLIENT_HEADER_MS 10000
+#define PDR_DEF_CLIENT_BODY_MS 60000
+#define PDR_DEF_KEEPALIVE_IDLE_MS 75000
+#define PDR_DEF_H2_MAX_CONCURRENT_STREAMS 100
+#define PDR_MAX_H2_MAX_CONCURRENT_STREAMS 100000
+#define PDR_DEF_H2_MAX_CONTROL_FRAMES 1000
+#define PDR_MAX_H2_MAX_CONTROL_FRAMES 10000000
+#define PDR_MAX_CLIENT_CONNECTIONS 10000000
 /* Streams an HTTP/2 client may reset or abandon before their answer ends, per connection in any 10 s
  * (a token bucket of this size refilled over 10 s); past it the connection is closed (the rapid-reset
  * attack, CVE-2023-44487). 0: no limit. */

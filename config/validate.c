@@ -681,6 +681,18 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->limits.max_header_bytes, PDR_MIN_MAX_HEADER_BYTES, PDR_MAX_MAX_HEADER_BYTES,
                 "limits.max_header_bytes");
     CHECK_RANGE(c->limits.max_headers, 1, PDR_MAX_MAX_HEADERS, "limits.max_headers");
+    /* Client side (router/limits.c, conn.c): */
+    CHECK_RANGE(c->timeouts.client_header_ms, 1, PDR_MAX_MS, "timeouts.client_header_ms");
+    CHECK_RANGE(c->timeouts.client_body_ms, 1, PDR_MAX_MS, "timeouts.client_body_ms");
+    CHECK_RANGE(c->timeouts.keepalive_idle_ms, 1, PDR_MAX_MS, "timeouts.keepalive_idle_ms");
+    CHECK_RANGE(c->limits.max_client_connections, 0, PDR_MAX_CLIENT_CONNECTIONS,
+                "limits.max_client_connections");
+    CHECK_RANGE(c->limits.max_idle_client_connections, 0, PDR_MAX_CLIENT_CONNECTIONS,
+                "limits.max_idle_client_connections");
+    CHECK_RANGE(c->limits.h2_max_concurrent_streams, 1, PDR_MAX_H2_MAX_CONCURRENT_STREAMS,
+                "limits.h2_max_concurrent_streams");
+    CHECK_RANGE(c->limits.h2_max_control_frames, 0, PDR_MAX_H2_MAX_CONTROL_FRAMES,
+                "limits.h2_max_control_frames");
     CHECK_RANGE(c->n_request_id_headers, 0, PDR_CONFIG_MAX_REQUEST_ID_HEADERS, "request_id_headers (count)");
     for (size_t i = 0; i < c->n_request_id_headers; i++) {
         char msg[160];

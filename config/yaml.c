@@ -139,6 +139,9 @@ static const struct field timeouts_fields[] = {
     {"kv_transfer_ms", F_INT, CONF(timeouts.kv_transfer_ms), 1, PDR_MAX_MS, NULL},
     {"stream_idle_ms", F_INT, CONF(timeouts.stream_idle_ms), 1, PDR_MAX_MS, NULL},
     {"kv_transfer_ms_per_1k_tokens", F_INT, CONF(timeouts.kv_transfer_ms_per_1k_tokens), 0, PDR_MAX_MS, NULL},
+    {"client_header_ms", F_INT, CONF(timeouts.client_header_ms), 1, PDR_MAX_MS, NULL},
+    {"client_body_ms", F_INT, CONF(timeouts.client_body_ms), 1, PDR_MAX_MS, NULL},
+    {"keepalive_idle_ms", F_INT, CONF(timeouts.keepalive_idle_ms), 1, PDR_MAX_MS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field limits_fields[] = {
@@ -152,6 +155,14 @@ static const struct field limits_fields[] = {
     {"max_header_bytes", F_INT, CONF(limits.max_header_bytes), PDR_MIN_MAX_HEADER_BYTES,
      PDR_MAX_MAX_HEADER_BYTES, NULL},
     {"max_headers", F_INT, CONF(limits.max_headers), 1, PDR_MAX_MAX_HEADERS, NULL},
+    {"max_client_connections", F_INT, CONF(limits.max_client_connections), 0, PDR_MAX_CLIENT_CONNECTIONS,
+     NULL},
+    {"max_idle_client_connections", F_INT, CONF(limits.max_idle_client_connections), 0,
+     PDR_MAX_CLIENT_CONNECTIONS, NULL},
+    {"h2_max_concurrent_streams", F_INT, CONF(limits.h2_max_concurrent_streams), 1,
+     PDR_MAX_H2_MAX_CONCURRENT_STREAMS, NULL},
+    {"h2_max_control_frames", F_INT, CONF(limits.h2_max_control_frames), 0, PDR_MAX_H2_MAX_CONTROL_FRAMES,
+     NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field retries_fields[] = {

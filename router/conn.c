@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -66,6 +67,10 @@ typedef struct client_conn {
     enum { H2G_UNDECIDED = 0, H2G_FOLLOWING, H2G_OFF } h2_state;
     pdr_h2guard_t h2g;
     int tls; /* accepted with listen.tls: the guards that write raw bytes to the socket stay off */
+    /* HTTP/2 control frames (SETTINGS, PING, PRIORITY, CONTINUATION; counted by the guard): a token bucket
+     * of limits.h2_max_control_frames refilled over CONTROL_WINDOW_MS; empty, the connection is closed. */
+    double ctl_tokens;
+    uint64_t ctl_ms, ctl_seen;
 } client_conn_t;
 
 #define RESET_WINDOW_MS 10000
@@ -254,32 +259,80 @@ static int h2_send_goaway(uv_tcp_t *tcp, int fd, int settings_first, uint32_t la
     return send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)n;
 }
 
-/* Feeds the bytes added since h2o last returned: 1 when the connection must be refused. */
+#define CONTROL_WINDOW_MS 10000
+
+/* The control frames the guard counted since the last read take tokens of the connection's bucket of
+ * limits.h2_max_control_frames, refilled over CONTROL_WINDOW_MS: 1 when it ran dry. */
+static int h2_control_flood(client_conn_t *cc)
+{
+    int limit = cc->t->config->limits.h2_max_control_frames;
+    uint64_t seen = cc->h2g.control - cc->ctl_seen;
+    cc->ctl_seen = cc->h2g.control;
+    if (limit == 0 || seen == 0)
+        return 0;
+    uint64_t now = pdr_now_ms();
+    cc->ctl_tokens += (double)(now - cc->ctl_ms) * limit / CONTROL_WINDOW_MS;
+    if (cc->ctl_tokens > limit)
+        cc->ctl_tokens = limit;
+    cc->ctl_ms = now;
+    cc->ctl_tokens -= (double)seen;
+    return cc->ctl_tokens < 0;
+}
+
+/* DATA the guard made unknown (a refused body the client goes on sending) is given back to the
+ * connection's flow-control window, when nothing of h2o's is half written. */
+static void h2_give_back_window(client_conn_t *cc)
+{
+    if (cc->h2g.window_debt == 0 || uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) != 0)
+        return;
+    uint32_t d = cc->h2g.window_debt > 0x7fffffffu ? 0x7fffffffu : (uint32_t)cc->h2g.window_debt;
+    uint8_t f[13] = {0, 0, 4, 0x8, 0, 0, 0, 0, 0};
+    f[9] = (uint8_t)(d >> 24), f[10] = (uint8_t)(d >> 16), f[11] = (uint8_t)(d >> 8), f[12] = (uint8_t)d;
+    if (send(cc->fd, f, sizeof(f), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(f))
+        cc->h2g.window_debt -= d;
+}
+
+enum { H2_PASS = 0, H2_BLOCK_TOO_BIG, H2_CONTROL_FLOOD };
+
+/* Feeds the bytes added since h2o last returned: H2_PASS, or why the connection must be refused. */
 static int h2_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
 {
     size_t size = sock->input->size, pre = cc->g_last_size;
     if (pre > size) {
         cc->h2_state = H2G_OFF;
-        return 0;
+        return H2_PASS;
     }
-    switch (pdr_h2guard_feed(&cc->h2g, sock->input->bytes + pre, size - pre)) {
-    case PDR_H2G_TOO_BIG:
-        return 1;
-    case PDR_H2G_LOST:
+    int v = pdr_h2guard_feed(&cc->h2g, sock->input->bytes + pre, size - pre);
+    if (v == PDR_H2G_TOO_BIG)
+        return H2_BLOCK_TOO_BIG;
+    if (h2_control_flood(cc))
+        return H2_CONTROL_FLOOD;
+    if (v == PDR_H2G_LOST)
         cc->h2_state = H2G_OFF;
-        return 0;
-    default:
-        return 0;
-    }
+    h2_give_back_window(cc);
+    return H2_PASS;
 }
 
-static void h2_refuse_block(client_conn_t *cc, h2o_socket_t *sock, h2o_socket_cb next)
+static void h2_refuse(client_conn_t *cc, h2o_socket_t *sock, h2o_socket_cb next, int why)
 {
     char debug[160];
-    snprintf(debug, sizeof(debug),
-             "header block of stream %" PRIu32 " exceeds %u bytes (HEADERS + CONTINUATION)",
-             cc->h2g.block_stream, (unsigned)H2O_MAX_REQLEN);
-    cc->t->m.h2_header_block_too_large_total++; /* before the GOAWAY: a client that saw it sees the count */
+    if (why == H2_BLOCK_TOO_BIG) {
+        snprintf(debug, sizeof(debug),
+                 "header block of stream %" PRIu32 " exceeds %u bytes (HEADERS + CONTINUATION)",
+                 cc->h2g.block_stream, (unsigned)H2O_MAX_REQLEN);
+        cc->t->m
+            .h2_header_block_too_large_total++; /* before the GOAWAY: a client that saw it sees the count */
+    } else {
+        int limit = cc->t->config->limits.h2_max_control_frames;
+        snprintf(debug, sizeof(debug),
+                 "more than %d SETTINGS, PING, PRIORITY or CONTINUATION frames in %d s "
+                 "(limits.h2_max_control_frames)",
+                 limit, CONTROL_WINDOW_MS / 1000);
+        cc->t->m.h2_control_floods_total++;
+        pdr_warn("HTTP/2 client sent more than %d control frames in %d s on one connection "
+                 "(limits.h2_max_control_frames): connection closed",
+                 limit, CONTROL_WINDOW_MS / 1000);
+    }
     h2_send_goaway(&cc->tcp, cc->fd, next != h2_read, cc->h2g.last_stream, debug);
     shutdown(cc->fd, SHUT_WR);
     cc->h2_state = H2G_OFF;
@@ -290,8 +343,10 @@ static void h2_guard_read(h2o_socket_t *sock, const char *err)
 {
     int fd = h2o_socket_get_fd(sock);
     client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
-    if (err == NULL && cc != NULL && cc->h2_state == H2G_FOLLOWING && h2_guard_inspect(cc, sock)) {
-        h2_refuse_block(cc, sock, h2_read);
+    int why;
+    if (err == NULL && cc != NULL && cc->h2_state == H2G_FOLLOWING &&
+        (why = h2_guard_inspect(cc, sock)) != 0) {
+        h2_refuse(cc, sock, h2_read, why);
         return;
     }
     h2_read(sock, err);
@@ -323,21 +378,51 @@ static int is_preface_start(const h2o_socket_t *sock)
     return n > 0 && memcmp(sock->input->bytes, preface, n) == 0;
 }
 
+/* The Content-Length of a complete HTTP/1 head at the start of p (the first one: more than one is
+ * refused later as ambiguous), or -1 when there is none or the head is not complete. */
+static int64_t head_content_length(const char *p, size_t n)
+{
+    int chunked;
+    size_t head = pdr_reqguard_head_len(p, n, &chunked);
+    if (head == 0 || chunked)
+        return -1;
+    static const char name[] = "content-length:";
+    for (size_t i = 0; i + sizeof(name) - 1 < head; i++) {
+        if (p[i] != '\n' || strncasecmp(p + i + 1, name, sizeof(name) - 1) != 0)
+            continue;
+        size_t j = i + sizeof(name);
+        while (j < head && (p[j] == ' ' || p[j] == '\t'))
+            j++;
+        int64_t v = 0;
+        size_t digits = 0;
+        for (; j < head && p[j] >= '0' && p[j] <= '9' && digits < 18; j++, digits++)
+            v = v * 10 + (p[j] - '0');
+        if (digits == 0)
+            return -1; /* h2o answers a malformed length itself */
+        return j < head && p[j] >= '0' && p[j] <= '9' ? INT64_MAX : v;
+    }
+    return -1;
+}
+
 /* Answers an HTTP/1 request whose head passes the router's limits before h2o parses it (see
- * pdr_reqguard_head_limits), then lets h2o close the connection. */
+ * pdr_reqguard_head_limits), or whose Content-Length is above limits.max_body_bytes (413 before any of
+ * the body is read), then lets h2o close the connection. */
 static int head_guard(client_conn_t *cc, h2o_socket_t *sock, int fd)
 {
     const pdr_config_t *c = cc->t->config;
     int st = pdr_reqguard_head_limits(sock->input->bytes, sock->input->size, (size_t)c->limits.max_headers,
                                       (size_t)c->limits.max_header_bytes);
+    if (st == 0 && head_content_length(sock->input->bytes, sock->input->size) > c->limits.max_body_bytes)
+        st = 413;
     if (st == 0)
         return 0;
     char body[320], resp[640];
     int bn = snprintf(
         body, sizeof(body), "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"code\":%d}}",
-        st == 414 ? "the request line is longer than limits.max_header_bytes"
-                  : "the request head has more fields than limits.max_headers or more bytes than "
-                    "limits.max_header_bytes",
+        st == 413   ? "the request body exceeds limits.max_body_bytes"
+        : st == 414 ? "the request line is longer than limits.max_header_bytes"
+                    : "the request head has more fields than limits.max_headers or more bytes than "
+                      "limits.max_header_bytes",
         st);
     int n = snprintf(resp, sizeof(resp),
                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\n"
@@ -347,7 +432,10 @@ static int head_guard(client_conn_t *cc, h2o_socket_t *sock, int fd)
     ssize_t w = send(fd, resp, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
     (void)w;
     shutdown(fd, SHUT_WR);
-    cc->t->m.headers_too_large_total++;
+    if (st == 413)
+        cc->t->m.body_too_large_total++;
+    else
+        cc->t->m.headers_too_large_total++;
     cc->g_active = 0;
     h1_reqread(sock, h2o_socket_error_closed); /* h2o closes the connection */
     return 1;
@@ -359,13 +447,19 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err)
     client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
     if (err == NULL && cc != NULL && cc->h2_state == H2G_UNDECIDED && sock->input->size > 0) {
         cc->h2_state = is_preface_start(sock) ? H2G_FOLLOWING : H2G_OFF;
-        if (cc->h2_state == H2G_FOLLOWING)
+        if (cc->h2_state == H2G_FOLLOWING) {
             pdr_h2guard_init(&cc->h2g, H2O_MAX_REQLEN);
+            pdr_h2guard_set_body_limit(&cc->h2g, (uint64_t)cc->t->config->limits.max_body_bytes);
+            cc->ctl_seen = 0;
+            cc->ctl_tokens = cc->t->config->limits.h2_max_control_frames;
+            cc->ctl_ms = pdr_now_ms();
+        }
     }
     if (err == NULL && cc != NULL && cc->h2_state == H2G_FOLLOWING) {
         /* The HTTP/2 preface (prior knowledge): h2o switches the connection inside its HTTP/1 callback. */
-        if (h2_guard_inspect(cc, sock)) {
-            h2_refuse_block(cc, sock, h1_reqread);
+        int why = h2_guard_inspect(cc, sock);
+        if (why != H2_PASS) {
+            h2_refuse(cc, sock, h1_reqread, why);
             return;
         }
         h1_reqread(sock, err);

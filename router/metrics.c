@@ -154,6 +154,30 @@ static const struct {
      "Requests answered 431 (more header fields than limits.max_headers, or more bytes than "
      "limits.max_header_bytes) or 414 (a request target longer than limits.max_header_bytes).",
      offsetof(pdr_metrics_t, headers_too_large_total)},
+    /* Client-side limits (router/limits.c, conn.c): */
+    {"pdr_http_body_too_large_total",
+     "Requests answered 413 for a body above limits.max_body_bytes (HTTP/1 Content-Length or chunked, "
+     "HTTP/2 content-length or DATA; the chunk guard's are pdr_http_chunk_too_large_total).",
+     offsetof(pdr_metrics_t, body_too_large_total)},
+    {"pdr_http_client_header_timeouts_total",
+     "HTTP/1 connections answered 408 and closed: the request head did not arrive within "
+     "timeouts.client_header_ms.",
+     offsetof(pdr_metrics_t, client_header_timeouts_total)},
+    {"pdr_http_client_body_timeouts_total",
+     "HTTP/1 connections answered 408 and closed: the request body paused longer than "
+     "timeouts.client_body_ms.",
+     offsetof(pdr_metrics_t, client_body_timeouts_total)},
+    {"pdr_http_keepalive_closed_total",
+     "Idle HTTP/1 keep-alive connections the router closed (timeouts.keepalive_idle_ms, or the oldest past "
+     "limits.max_idle_client_connections).",
+     offsetof(pdr_metrics_t, keepalive_closed_total)},
+    {"pdr_accept_paused_total",
+     "Times accepting paused because limits.max_client_connections client connections were open.",
+     offsetof(pdr_metrics_t, accept_paused_total)},
+    {"pdr_h2_control_floods_total",
+     "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM for sending more SETTINGS, PING, PRIORITY and "
+     "CONTINUATION frames than limits.h2_max_control_frames allows.",
+     offsetof(pdr_metrics_t, h2_control_floods_total)},
     {"pdr_tickets_signed_total",
      "Tickets signed for protocol pdshim: one per room of each attempt (both legs carry the same one).",
      offsetof(pdr_metrics_t, tickets_signed_total)},

@@ -60,8 +60,15 @@ typedef struct pdr_metrics {
     uint64_t chunk_too_large_total;     /* HTTP/1 chunked bodies refused at a chunk past max_body_bytes */
     uint64_t h2_header_block_too_large_total; /* HTTP/2 connections closed for a header block too large */
     uint64_t headers_too_large_total; /* requests answered 431 or 414 (limits.max_headers/max_header_bytes) */
-    uint64_t tickets_signed_total;    /* protocol pdshim: tickets signed (one per room and attempt) */
-    uint64_t tickets_refused_total;   /* protocol pdshim: a worker refused the router's ticket (403 -> 502) */
+    /* Client-side limits (router/limits.c, conn.c): */
+    uint64_t body_too_large_total;         /* requests answered 413 (limits.max_body_bytes) */
+    uint64_t client_header_timeouts_total; /* 408: the head did not arrive in timeouts.client_header_ms */
+    uint64_t client_body_timeouts_total;   /* 408: the body paused longer than timeouts.client_body_ms */
+    uint64_t keepalive_closed_total;       /* idle keep-alive connections closed (timeout or idle cap) */
+    uint64_t accept_paused_total;          /* accepting paused at limits.max_client_connections */
+    uint64_t h2_control_floods_total;      /* connections closed past limits.h2_max_control_frames */
+    uint64_t tickets_signed_total;         /* protocol pdshim: tickets signed (one per room and attempt) */
+    uint64_t tickets_refused_total; /* protocol pdshim: a worker refused the router's ticket (403 -> 502) */
     uint64_t bytes_in_total, bytes_out_total;
     uint64_t vllm_kv_release[PDR_KV_RELEASE__COUNT]; /* by outcome */
     uint64_t disagg_decisions[3]; /* conditional disaggregation, by pdr_disagg_decision_t (disagg.h) */

@@ -1937,7 +1937,7 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
                       bad == 400   ? "bad_header"
                       : bad == 414 ? "request_target_too_long"
                                    : "headers_too_large");
-    if ((int64_t)req->entity.len > c->limits.max_body_bytes)
+    if (pdr__body_too_large(t, req))
         return refuse(t, req, route, mroute, 413, "invalid_request_error",
                       "request body exceeds limits.max_body_bytes", 0, "body_too_large");
     if (__atomic_load_n(&r->inflight, __ATOMIC_RELAXED) >= c->limits.max_inflight)

@@ -238,26 +238,228 @@ void pdr_h2guard_init(pdr_h2guard_t *g, uint64_t limit)
     g->limit = limit;
 }
 
-/* A frame's header is complete: 0 to go on, or a PDR_H2G_* verdict. */
-static int h2guard_frame(pdr_h2guard_t *g)
+void pdr_h2guard_set_body_limit(pdr_h2guard_t *g, uint64_t body_limit)
 {
-    const uint8_t *h = g->hdr;
-    uint32_t len = (uint32_t)h[0] << 16 | (uint32_t)h[1] << 8 | h[2];
-    uint8_t type = h[3], flags = h[4];
+    g->body_limit = body_limit;
+}
+
+#define H2_DATA 0x0
+#define H2_PRIORITY 0x2
+#define H2_RST_STREAM 0x3
+#define H2_SETTINGS 0x4
+#define H2_PING 0x6
+#define H2_END_STREAM 0x1
+#define H2_ACK 0x1
+#define H2_PADDED 0x8
+#define H2_UNKNOWN_TYPE 0xfa /* no frame type of RFC 9113 or its extensions: h2o ignores it */
+
+static pdr_h2g_body_t *body_of(pdr_h2guard_t *g, uint32_t stream)
+{
+    for (size_t i = 0; i < PDR_H2G_BODIES; i++)
+        if (g->bodies[i].stream == stream)
+            return &g->bodies[i];
+    return NULL;
+}
+
+/* A stream whose HEADERS did not end it: its body is followed in a free slot, else in the slot of a
+ * stream already refused (the oldest first), else not at all (h2o's own limit stands). */
+static void body_open(pdr_h2guard_t *g, uint32_t stream)
+{
+    pdr_h2g_body_t *b = body_of(g, 0);
+    for (size_t i = 0; b == NULL && i < PDR_H2G_BODIES; i++)
+        if (g->bodies[i].refused)
+            b = &g->bodies[i];
+    if (b != NULL)
+        *b = (pdr_h2g_body_t){stream, 0, 0};
+}
+
+/* DATA bytes of body b (padding excluded) arrived in the frame whose header starts at h. */
+static void body_data(pdr_h2guard_t *g, pdr_h2g_body_t *b, char *h, uint64_t data)
+{
+    b->bytes += data;
+    if (h[4] & H2_END_STREAM) {
+        b->stream = 0;
+    } else if (b->bytes > g->body_limit) {
+        h[4] |= H2_END_STREAM; /* h2o takes this frame as the body's last and hands the request on */
+        b->refused = 1;
+        g->bodies_refused++;
+    }
+}
+
+/* ---- the content-length of an HTTP/2 request, in its HEADERS frame ----
+ *
+ * h2o 2.2.5 checks a stream's body against its content-length at END_STREAM and resets the stream
+ * (PROTOCOL_ERROR) when they differ, so the guard cannot end such a body early. A content-length above the
+ * body limit is made harmless instead: its field (as every encoder writes it, a literal whose name is the
+ * static table's entry 28, the value plain or Huffman-coded digits) gets entry 29's name
+ * (content-location) in place, the same length; h2o then sees no length, and the body is ended at the
+ * limit as any other. HPACK: RFC 7541 (integers 5.1, strings 5.2, representations 6, the Huffman codes
+ * of the digits in appendix B). */
+
+/* An HPACK integer with an n-bit prefix at *p (below end): its value, or -1 when malformed. */
+static int64_t hpack_int(const uint8_t **p, const uint8_t *end, int n)
+{
+    if (*p >= end)
+        return -1;
+    uint64_t max = (1u << n) - 1, v = **p & max;
+    (*p)++;
+    if (v < max)
+        return (int64_t)v;
+    for (int shift = 0; *p < end && shift <= 28; shift += 7) {
+        uint8_t b = *(*p)++;
+        v += (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return (int64_t)v;
+    }
+    return -1;
+}
+
+/* The decimal value of a string of digits, plain or Huffman-coded; -1 when it is not one. */
+static int64_t hpack_digits(const uint8_t *s, size_t len, int huffman)
+{
+    int64_t v = 0;
+    size_t digits = 0;
+    if (!huffman) {
+        for (size_t i = 0; i < len; i++) {
+            if (s[i] < '0' || s[i] > '9' || ++digits > 18)
+                return -1;
+            v = v * 10 + (s[i] - '0');
+        }
+        return digits > 0 ? v : -1;
+    }
+    /* '0' '1' '2' are the 5-bit codes 0..2, '3'..'9' the 6-bit codes 0x19..0x1f; padding is 1 bits */
+    uint64_t bits = 0;
+    int have = 0;
+    size_t i = 0;
+    for (;;) {
+        while (have < 6 && i < len) {
+            bits = bits << 8 | s[i++];
+            have += 8;
+        }
+        if (have < 5)
+            break;
+        unsigned c5 = (unsigned)(bits >> (have - 5)) & 0x1f;
+        int d = -1;
+        if (c5 <= 2) {
+            d = (int)c5;
+            have -= 5;
+        } else if (have >= 6) {
+            unsigned c6 = (unsigned)(bits >> (have - 6)) & 0x3f;
+            if (c6 >= 0x19 && c6 <= 0x1f) {
+                d = (int)(c6 - 0x19) + 3;
+                have -= 6;
+            }
+        }
+        if (d < 0)
+            break;
+        if (++digits > 18)
+            return -1;
+        v = v * 10 + d;
+    }
+    /* what is left must be padding: fewer than 8 bits, all ones */
+    if (have >= 8 || i < len || (bits & ((1u << have) - 1)) != (1u << have) - 1u)
+        return -1;
+    return digits > 0 ? v : -1;
+}
+
+/* Looks through a whole HEADERS frame payload (b, len, with its flags) for a content-length above limit
+ * and renames it in place (see above). */
+static void h2_rename_big_length(uint8_t *b, size_t len, uint8_t flags, uint64_t limit)
+{
+    const uint8_t *p = b, *end = b + len;
+    if (flags & H2_PADDED) {
+        if (len < 1 || (size_t)b[0] + 1 > len)
+            return;
+        end -= b[0];
+        p++;
+    }
+    if (flags & 0x20) /* PRIORITY: stream dependency and weight */
+        p += 5;
+    while (p < end) {
+        uint8_t first = *p;
+        uint8_t *name_at = (uint8_t *)p;
+        int64_t idx;
+        int prefix;
+        if (first & 0x80) { /* indexed field */
+            if (hpack_int(&p, end, 7) < 0)
+                return;
+            continue;
+        }
+        if ((first & 0xe0) == 0x20) { /* dynamic table size update */
+            if (hpack_int(&p, end, 5) < 0)
+                return;
+            continue;
+        }
+        prefix = (first & 0xc0) == 0x40 ? 6 : 4;
+        if ((idx = hpack_int(&p, end, prefix)) < 0)
+            return;
+        if (idx == 0) { /* a literal name: skip it */
+            int64_t nl = p < end ? hpack_int(&p, end, 7) : -1;
+            if (nl < 0 || nl > end - p)
+                return;
+            p += nl;
+        }
+        if (p >= end)
+            return;
+        int huffman = *p & 0x80;
+        int64_t vl = hpack_int(&p, end, 7);
+        if (vl < 0 || vl > end - p)
+            return;
+        if (idx == 28) {
+            int64_t cl = hpack_digits(p, (size_t)vl, huffman);
+            if (cl > (int64_t)limit) {
+                /* entry 28 -> 29: with a 6-bit prefix one byte; with a 4-bit one 0x?f then 13 -> 14 */
+                if (prefix == 6)
+                    name_at[0] = (uint8_t)((name_at[0] & 0xc0) | 29);
+                else
+                    name_at[1] = 14;
+            }
+        }
+        p += vl;
+    }
+}
+
+/* A frame's header is complete (at h, in the caller's buffer): 0 to go on, or a PDR_H2G_* verdict. */
+static int h2guard_frame(pdr_h2guard_t *g, char *h, const char *end)
+{
+    const uint8_t *u = g->hdr;
+    uint32_t len = (uint32_t)u[0] << 16 | (uint32_t)u[1] << 8 | u[2];
+    uint8_t type = u[3], flags = u[4];
     uint32_t stream =
-        ((uint32_t)h[5] << 24 | (uint32_t)h[6] << 16 | (uint32_t)h[7] << 8 | h[8]) & 0x7fffffffu;
+        ((uint32_t)u[5] << 24 | (uint32_t)u[6] << 16 | (uint32_t)u[7] << 8 | u[8]) & 0x7fffffffu;
     g->payload_left = len;
+    if (type == H2_CONTINUATION || type == H2_PRIORITY || (type == H2_SETTINGS && !(flags & H2_ACK)) ||
+        (type == H2_PING && !(flags & H2_ACK)) || (type == H2_DATA && len == 0 && !(flags & H2_END_STREAM)))
+        g->control++;
     if (g->in_block) {
         if (type != H2_CONTINUATION || stream != g->block_stream)
             return PDR_H2G_LOST; /* a protocol error h2o answers itself */
     } else if (type == H2_CONTINUATION) {
         return PDR_H2G_LOST;
     } else if (type != H2_HEADERS) {
+        pdr_h2g_body_t *b = g->body_limit > 0 && stream != 0 ? body_of(g, stream) : NULL;
+        if (b != NULL && type == H2_RST_STREAM) {
+            b->stream = 0;
+        } else if (b != NULL && type == H2_DATA && b->refused) {
+            h[3] = (char)H2_UNKNOWN_TYPE;
+            g->window_debt += len;
+        } else if (b != NULL && type == H2_DATA && (flags & H2_PADDED) && len > 0) {
+            g->pad_wait = b; /* the pad length is the payload's first byte */
+            g->pad_frame_len = len;
+        } else if (b != NULL && type == H2_DATA) {
+            body_data(g, b, h, len);
+        }
         return 0;
     } else {
         g->in_block = 1;
         g->block_stream = stream;
         g->block = 0;
+        if (g->body_limit > 0 && !(flags & H2_END_STREAM) && body_of(g, stream) == NULL) {
+            body_open(g, stream);
+            /* the whole frame must be in the buffer (else the length, if any, stands: h2o's limit) */
+            if ((size_t)(end - (h + 9)) >= len)
+                h2_rename_big_length((uint8_t *)h + 9, len, flags, g->body_limit);
+        }
     }
     g->block += len;
     if (g->block > g->limit)
@@ -270,9 +472,9 @@ static int h2guard_frame(pdr_h2guard_t *g)
     return 0;
 }
 
-int pdr_h2guard_feed(pdr_h2guard_t *g, const char *p, size_t n)
+int pdr_h2guard_feed(pdr_h2guard_t *g, char *p, size_t n)
 {
-    const char *end = p + n;
+    char *end = p + n;
     while (p < end) {
         if (g->preface_left > 0) {
             size_t at = sizeof(H2_PREFACE) - 1 - g->preface_left;
@@ -281,6 +483,13 @@ int pdr_h2guard_feed(pdr_h2guard_t *g, const char *p, size_t n)
             g->preface_left--;
             p++;
         } else if (g->payload_left > 0) {
+            if (g->pad_wait != NULL) {
+                /* the first payload byte of a PADDED DATA frame: its header is the 9 bytes before it */
+                uint8_t pad = (uint8_t)*p;
+                uint64_t data = g->pad_frame_len > 1u + pad ? g->pad_frame_len - 1u - pad : 0;
+                body_data(g, g->pad_wait, p - 9, data);
+                g->pad_wait = NULL;
+            }
             size_t take = (size_t)(end - p) < g->payload_left ? (size_t)(end - p) : g->payload_left;
             g->payload_left -= (uint32_t)take;
             p += take;
@@ -288,7 +497,7 @@ int pdr_h2guard_feed(pdr_h2guard_t *g, const char *p, size_t n)
             g->hdr[g->hdr_have++] = (uint8_t)*p++;
             if (g->hdr_have == sizeof(g->hdr)) {
                 g->hdr_have = 0;
-                int v = h2guard_frame(g);
+                int v = h2guard_frame(g, p - 9, end);
                 if (v != 0)
                     return v;
             }

@@ -66,6 +66,21 @@ int pdr_chunkguard_feed(pdr_chunkguard_t *g, const char *p, size_t n);
  * CONTINUATION frame") does not say why. Counts frame payload bytes (padding and priority fields
  * included, so never fewer than the header block fragments h2o counts). Fed every raw byte once, in
  * order; decides as soon as a frame's 9-byte header is in, before its payload arrives. */
+/* The guard also follows request bodies against a body limit (pdr_h2guard_set_body_limit): the DATA frame
+ * that takes a stream past it gets END_STREAM set in place (so h2o, whose own limit is one frame higher,
+ * hands the request to the handler, which answers 413), and DATA that follows on that stream gets an
+ * unknown frame type in place (ignored by h2o, RFC 9113 section 4.1; their bytes are added to
+ * window_debt, for the caller to give back with a WINDOW_UPDATE). For that the bytes fed must stay in
+ * one buffer with the frame bytes fed before them that h2o has not consumed yet (h2o consumes whole
+ * frames only). And it counts control frames (SETTINGS and PING that are not ACKs, PRIORITY,
+ * CONTINUATION, empty DATA without END_STREAM) in `control`, for the caller's flood bucket. */
+#define PDR_H2G_BODIES 16
+typedef struct pdr_h2g_body {
+    uint32_t stream; /* 0: a free slot */
+    int refused;     /* ended early: later DATA is made unknown */
+    uint64_t bytes;  /* DATA bytes so far, padding excluded */
+} pdr_h2g_body_t;
+
 typedef struct pdr_h2guard {
     uint32_t preface_left; /* connection preface bytes not yet seen */
     uint8_t hdr[9];
@@ -76,15 +91,25 @@ typedef struct pdr_h2guard {
     uint64_t block;        /* payload bytes of the block so far */
     uint64_t limit;        /* the most a header block may have */
     uint32_t last_stream;  /* the highest stream whose header block was complete */
+    /* request bodies (see above) */
+    uint64_t body_limit; /* 0: not followed */
+    pdr_h2g_body_t bodies[PDR_H2G_BODIES];
+    pdr_h2g_body_t *pad_wait; /* a PADDED DATA frame of this body waits for its pad length byte */
+    uint32_t pad_frame_len;
+    uint64_t window_debt; /* bytes of DATA made unknown, not given back yet */
+    uint64_t bodies_refused;
+    uint64_t control; /* control frames seen */
 } pdr_h2guard_t;
 
 enum { PDR_H2G_MORE = 0, PDR_H2G_TOO_BIG, PDR_H2G_LOST };
 
 void pdr_h2guard_init(pdr_h2guard_t *g, uint64_t limit);
+/* Follows request bodies against this limit from now on (0: not). */
+void pdr_h2guard_set_body_limit(pdr_h2guard_t *g, uint64_t body_limit);
 /* MORE: fine so far; TOO_BIG: the header block in progress exceeds the limit (g->block_stream is its
  * stream, g->last_stream the stream to name in a GOAWAY); LOST: bytes that are not a client's HTTP/2
  * framing (h2o answers those itself). */
-int pdr_h2guard_feed(pdr_h2guard_t *g, const char *p, size_t n);
+int pdr_h2guard_feed(pdr_h2guard_t *g, char *p, size_t n);
 /* Writes a GOAWAY frame (last stream id, error code, debug text) into out; returns its length, or 0 when
  * it does not fit. */
 size_t pdr_h2_goaway_frame(char *out, size_t cap, uint32_t last_stream, uint32_t error_code,

@@ -218,12 +218,21 @@ int pdr__refuse_ambiguous_head(pdr_thread_t *t, h2o_req_t *req);
 int pdr__note_client_reset(pdr_thread_t *t, h2o_req_t *req);
 /* The request's connection was closed for a reset flood (its buffer may still hold requests). */
 int pdr__conn_condemned(h2o_req_t *req);
+/* The request's body is above limits.max_body_bytes (HTTP/2: or its stream was ended early for that by the
+ * router's reader): the handler answers 413. Counts it. */
+int pdr__body_too_large(pdr_thread_t *t, h2o_req_t *req);
 /* Once, before any loop accepts: the descriptor -> connection map, sized to the open files limit. */
 void pdr__conn_map_init(void);
 /* Hands an accepted connection on listener l to h2o, with the guards in front of h2o's reads. */
 void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd);
 /* Once shutting down and the loop's last connection closed: disposes of its h2o contexts and handles. */
 void pdr__maybe_dispose_h2o(pdr_thread_t *t);
+
+/* limits.c: client-side limits that are h2o settings or h2o answers */
+/* Before the contexts are made: h2o's request and idle timeouts and its HTTP/2 concurrency. */
+void pdr__limits_h2o_config(h2o_globalconf_t *g, const pdr_config_t *c);
+/* The data port's host: h2o's own plain-text 413 answers go out in the OpenAI error shape. */
+void pdr__limits_register(h2o_hostconf_t *host);
 
 /* admin_token.c (loop 0) */
 /* Reads the token file into *out (malloc'd, length *out_len). 0, or an error described in msg. */

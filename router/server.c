@@ -150,6 +150,12 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         }
         return pdr_pd_handle(t, req, rt->pd_route, rt->mroute);
     }
+    if (pdr__body_too_large(t, req)) {
+        pdr_send_error(req, 413, "invalid_request_error", "the request body exceeds limits.max_body_bytes",
+                       0);
+        pdr_metrics_count_request(&t->m, PDR_MR_OTHER, 413, 0, -1);
+        return 0;
+    }
     char why[256];
     int bad = pdr_fwd_check_request(req, t->config, why, sizeof(why));
     if (bad != 0) {
@@ -574,10 +580,10 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
         return rc;
     if ((rc = metrics_init(r, c)) != 0)
         return rc;
-    /* h2o answers 413 itself above this; the handler repeats the check in the OpenAI error shape. */
-    r->h2o_config.max_request_entity_size = (size_t)c->limits.max_body_bytes;
+    pdr__limits_h2o_config(&r->h2o_config, c);
     h2o_hostconf_t *host =
         h2o_config_register_host(&r->h2o_config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    pdr__limits_register(host);
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
     route_handler_t *h = (route_handler_t *)h2o_create_handler(path, sizeof(*h));
     h->super.on_req = on_req;

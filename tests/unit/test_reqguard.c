@@ -163,17 +163,17 @@ static void test_h2_guard(void)
         /* Past the limit: decided at the frame header, before its payload. */
         pdr_h2guard_init(&hg, 100);
         CHECK(pdr_h2guard_feed(&hg, buf, m) == PDR_H2G_MORE);
-        CHECK(pdr_h2guard_feed(&hg, "\0\0\x15\x09\0\0\0\0\x03", 9) == PDR_H2G_TOO_BIG &&
+        CHECK(pdr_h2guard_feed(&hg, (char *)"\0\0\x15\x09\0\0\0\0\x03", 9) == PDR_H2G_TOO_BIG &&
               hg.block_stream == 3 && hg.last_stream == 1);
         /* Another frame inside a block, a CONTINUATION out of one, a wrong preface: h2o's to answer. */
         pdr_h2guard_init(&hg, 100);
         CHECK(pdr_h2guard_feed(&hg, buf, m) == PDR_H2G_MORE);
-        CHECK(pdr_h2guard_feed(&hg, "\0\0\0\x04\0\0\0\0\0", 9) == PDR_H2G_LOST);
+        CHECK(pdr_h2guard_feed(&hg, (char *)"\0\0\0\x04\0\0\0\0\0", 9) == PDR_H2G_LOST);
         pdr_h2guard_init(&hg, 100);
-        CHECK(pdr_h2guard_feed(&hg, preface, 24) == PDR_H2G_MORE);
-        CHECK(pdr_h2guard_feed(&hg, "\0\0\0\x09\x04\0\0\0\x01", 9) == PDR_H2G_LOST);
+        CHECK(pdr_h2guard_feed(&hg, (char *)preface, 24) == PDR_H2G_MORE);
+        CHECK(pdr_h2guard_feed(&hg, (char *)"\0\0\0\x09\x04\0\0\0\x01", 9) == PDR_H2G_LOST);
         pdr_h2guard_init(&hg, 100);
-        CHECK(pdr_h2guard_feed(&hg, "PRI * HTTP/1.1", 14) == PDR_H2G_LOST);
+        CHECK(pdr_h2guard_feed(&hg, (char *)"PRI * HTTP/1.1", 14) == PDR_H2G_LOST);
 #undef H2F
         /* GOAWAY framing. */
         char f[64];
