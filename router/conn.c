@@ -71,6 +71,13 @@ typedef struct client_conn {
      * of limits.h2_max_control_frames refilled over CONTROL_WINDOW_MS; empty, the connection is closed. */
     double ctl_tokens;
     uint64_t ctl_ms, ctl_seen;
+    /* HTTP/1 client timeouts (on_client_timer): what the connection waits for, since when */
+    uv_timer_t timer;
+    enum { CW_HEAD = 0, CW_BODY, CW_IDLE, CW_BUSY, CW_OFF } wait;
+    size_t wait_size; /* the input buffer's size when the wait (re)started */
+    int served;       /* a response was completed on it */
+    int counted;      /* a data-port connection (r->client_conns) */
+    pdr_dlink_t idle; /* on t->idle_conns while CW_IDLE */
 } client_conn_t;
 
 #define RESET_WINDOW_MS 10000
@@ -170,6 +177,145 @@ static void guard_wrap(client_conn_t *cc)
     }
 }
 
+/* ---- HTTP/1 client timeouts ----
+ *
+ * One timer per connection follows what it waits for: the request head (timeouts.client_header_ms: for
+ * the first request from the accept, later ones from their first byte), the body (timeouts.client_body_ms
+ * between reads that bring some of it), or the next request on an idle keep-alive connection
+ * (timeouts.keepalive_idle_ms). A head or body that takes too long is answered 408 in the OpenAI shape
+ * and the connection closed; an idle connection is closed without a word, as nginx and HAProxy do (an
+ * answer could cross a request the client is sending). While the handler runs (h2o has stopped reading)
+ * the timer sleeps; HTTP/2 connections are h2o's (http2.idle_timeout). The wait is updated at each read
+ * the guard sees, and checked against the input buffer when the timer fires (h2o may read without the
+ * guard in front, right after a response). h2o's own http1.req_timeout stays behind as a backstop
+ * (limits.c). */
+
+static void on_client_timer(uv_timer_t *h);
+
+static int reading_h1(const client_conn_t *cc)
+{
+    h2o_socket_cb cb = cc->sock->_cb.read;
+    return cb != NULL && (cb == h1_reqread || cb == chunk_guard_read);
+}
+
+static void idle_leave(client_conn_t *cc)
+{
+    if (pdr_dlink_linked(&cc->idle)) {
+        pdr_dqueue_unlink(&cc->t->idle_conns, &cc->idle);
+        cc->t->n_idle--;
+    }
+}
+
+static void close_idle(client_conn_t *cc)
+{
+    idle_leave(cc);
+    cc->wait = CW_OFF;
+    uv_timer_stop(&cc->timer);
+    cc->t->m.keepalive_closed_total++;
+    h1_reqread(cc->sock, h2o_socket_error_closed); /* h2o closes the connection */
+}
+
+static void set_wait(client_conn_t *cc, int wait, int ms)
+{
+    if (wait != CW_IDLE)
+        idle_leave(cc);
+    cc->wait = wait;
+    cc->wait_size = cc->sock->input->size;
+    if (ms > 0)
+        uv_timer_start(&cc->timer, on_client_timer, (uint64_t)ms, 0);
+    else
+        uv_timer_stop(&cc->timer);
+    if (wait != CW_IDLE || pdr_dlink_linked(&cc->idle))
+        return;
+    /* limits.max_idle_client_connections, shared out across the loops (rounded up): the oldest idle
+     * connection goes first */
+    pdr_thread_t *t = cc->t;
+    pdr_dqueue_append(&t->idle_conns, &cc->idle);
+    t->n_idle++;
+    int cap = t->config->limits.max_idle_client_connections, n = t->r->n_threads > 0 ? t->r->n_threads : 1;
+    if (cap > 0 && t->n_idle > (uint64_t)((cap + n - 1) / n))
+        close_idle(PDR_DLINK_ITEM(t->idle_conns.head, client_conn_t, idle));
+}
+
+/* What the connection waits for now, from h2o's state and the bytes h2o holds. */
+static void update_wait(client_conn_t *cc)
+{
+    const pdr_config_t *c = cc->t->config;
+    if (cc->wait == CW_OFF)
+        return;
+    if (cc->sock->_cb.read == NULL) { /* the handler runs, or h2o writes an answer of its own */
+        if (cc->wait != CW_BUSY)
+            set_wait(cc, CW_BUSY, 0);
+        return;
+    }
+    if (!reading_h1(cc)) { /* HTTP/2 now: h2o's idle timeout governs */
+        idle_leave(cc);
+        cc->wait = CW_OFF;
+        uv_timer_stop(&cc->timer);
+        return;
+    }
+    size_t size = cc->sock->input->size;
+    int chunked;
+    if (size == 0) {
+        if (cc->served && cc->wait != CW_IDLE)
+            set_wait(cc, CW_IDLE, c->timeouts.keepalive_idle_ms);
+    } else if (pdr_reqguard_head_len(cc->sock->input->bytes, size, &chunked) == 0) {
+        if (cc->wait != CW_HEAD)
+            set_wait(cc, CW_HEAD, c->timeouts.client_header_ms);
+    } else if (cc->wait != CW_BODY || size != cc->wait_size) {
+        set_wait(cc, CW_BODY, c->timeouts.client_body_ms);
+    }
+}
+
+static void send_408(client_conn_t *cc, const char *what)
+{
+    char body[256], resp[512];
+    int bn =
+        snprintf(body, sizeof(body),
+                 "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"code\":408}}", what);
+    int n = snprintf(resp, sizeof(resp),
+                     "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                     "Content-Length: %d\r\n\r\n%s",
+                     bn, body);
+    /* h2o is reading a request: nothing of its own is being written */
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) == 0) {
+        ssize_t w = send(cc->fd, resp, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)w;
+    }
+    shutdown(cc->fd, SHUT_WR);
+}
+
+static void on_client_timer(uv_timer_t *h)
+{
+    client_conn_t *cc = h->data;
+    int was = (int)cc->wait;
+    size_t was_size = cc->wait_size;
+    update_wait(cc); /* re-arms when the connection moved on since */
+    if ((int)cc->wait != was || cc->wait == CW_OFF || cc->wait == CW_BUSY ||
+        (was == CW_BODY && cc->sock->input->size != was_size))
+        return;
+    if (was == CW_IDLE) {
+        close_idle(cc);
+        return;
+    }
+    const pdr_config_t *c = cc->t->config;
+    char what[160];
+    if (was == CW_HEAD) {
+        snprintf(what, sizeof(what),
+                 "the request head did not arrive within %d ms (timeouts.client_header_ms)",
+                 c->timeouts.client_header_ms);
+        cc->t->m.client_header_timeouts_total++;
+    } else {
+        snprintf(what, sizeof(what), "the request body paused for more than %d ms (timeouts.client_body_ms)",
+                 c->timeouts.client_body_ms);
+        cc->t->m.client_body_timeouts_total++;
+    }
+    send_408(cc, what);
+    cc->wait = CW_OFF;
+    cc->g_active = 0;
+    h1_reqread(cc->sock, h2o_socket_error_closed); /* h2o closes the connection */
+}
+
 static void on_rewrap_prepare(uv_prepare_t *h)
 {
     pdr_thread_t *t = h->data;
@@ -188,6 +334,12 @@ static void on_h1_req_dispose(void *p)
     client_conn_t *cc = *(client_conn_t **)p;
     pdr_thread_t *t = cc->t;
     cc->g_active = 0;
+    if (cc->wait != CW_OFF) {
+        /* h2o reads the next request now (or closes): idle until its first byte */
+        cc->served = 1;
+        cc->wait = CW_BUSY;
+        set_wait(cc, CW_IDLE, t->config->timeouts.keepalive_idle_ms);
+    }
     if (pdr_dlink_linked(&cc->rewrap))
         return;
     pdr_dlink_push(&t->rewrap, &cc->rewrap);
@@ -469,6 +621,8 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err)
         } else if (cc->h2_state == H2G_FOLLOWING) {
             h2_guard_wrap(cc, sock);
         }
+        if (!uv_is_closing((uv_handle_t *)&cc->tcp))
+            update_wait(cc);
         return;
     }
     if (err == NULL && cc != NULL && !cc->g_active && head_guard(cc, sock, fd))
@@ -493,25 +647,41 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err)
         return;
     }
     h1_reqread(sock, err);
-    if (cc == NULL || err != NULL)
+    if (cc == NULL || err != NULL || uv_is_closing((uv_handle_t *)&cc->tcp))
         return;
     if (sock->_cb.read == h1_reqread)
         sock->_cb.read = chunk_guard_read; /* h2o restarted reading inside its callback */
     cc->g_last_size = sock->input->size;
     if (cc->g_active && sock->input->size != cc->g_head_len + cc->g.data)
         cc->g_active = 0; /* h2o decoded something else than predicted: stop following */
+    update_wait(cc);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    client_conn_t *cc = h->data;
+    pdr_thread_t *t = cc->t;
+    t->conns--;
+    free(cc);
+    pdr__maybe_dispose_h2o(t);
 }
 
 static void on_conn_closed(uv_handle_t *h)
 {
     client_conn_t *cc = (client_conn_t *)h;
-    pdr_thread_t *t = cc->t;
     pdr_dlink_unlink(&cc->rewrap);
+    idle_leave(cc);
     if (cc->fd >= 0 && (size_t)cc->fd < conn_by_fd_len && conn_by_fd[cc->fd] == cc)
         conn_by_fd[cc->fd] = NULL;
-    t->conns--;
-    free(cc);
-    pdr__maybe_dispose_h2o(t);
+    if (cc->counted)
+        __atomic_sub_fetch(&cc->t->r->client_conns, 1, __ATOMIC_RELAXED);
+    uv_close((uv_handle_t *)&cc->timer, on_timer_closed);
+}
+
+int pdr__client_conns_full(pdr_thread_t *t)
+{
+    int cap = t->config->limits.max_client_connections;
+    return cap > 0 && __atomic_load_n(&t->r->client_conns, __ATOMIC_RELAXED) >= (uint64_t)cap;
 }
 
 /* HTTP/1: refuses a request whose head may be framed differently by another parser (reqguard.h) with 400,
@@ -570,6 +740,16 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     cc->g_last_size = 0;
     cc->h2_state = H2G_UNDECIDED;
     cc->rewrap = (pdr_dlink_t){NULL, NULL};
+    cc->idle = (pdr_dlink_t){NULL, NULL};
+    cc->served = 0;
+    cc->counted = l == &t->listener;
+    if (cc->counted)
+        __atomic_add_fetch(&t->r->client_conns, 1, __ATOMIC_RELAXED);
+    uv_timer_init(t->loop, &cc->timer);
+    cc->timer.data = cc;
+    cc->wait = CW_BUSY;
+    set_wait(cc, CW_HEAD, t->config->timeouts.client_header_ms); /* the first request: from the accept */
+
     h2o_accept_ctx_t *actx = l->metrics ? &t->r->metrics_accept
                              : l->admin ? &t->r->admin_accept
                                         : &t->accept_ctx;

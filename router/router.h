@@ -54,9 +54,11 @@ typedef struct pdr_thread {
     uv_prepare_t rewrap_prepare;
     pdr_multi_t *multi;
     pdr_metrics_t m;
-    uint64_t live;      /* PD requests in progress on this loop (lingering ones included) */
-    uint64_t lingering; /* of them, answered already: their prefill leg is read to its end */
-    uint64_t conns;     /* client connections open on this loop */
+    uint64_t live;           /* PD requests in progress on this loop (lingering ones included) */
+    uint64_t lingering;      /* of them, answered already: their prefill leg is read to its end */
+    uint64_t conns;          /* client connections open on this loop */
+    pdr_dqueue_t idle_conns; /* HTTP/1 connections idle between requests, oldest first (conn.c) */
+    uint64_t n_idle;         /* their number (limits.max_idle_client_connections) */
     int h2o_disposed;
 
     uv_async_t wakeup; /* shutdown notification from loop 0 */
@@ -115,6 +117,7 @@ typedef struct pdr_router {
     uv_timer_t drain_timer; /* loop 0: DRAINING -> DRAINED on idle or timeout */
     uint64_t started_ms;
     uint64_t fd_exhausted_log_ms; /* atomic: when accept's EMFILE/ENFILE was last logged */
+    uint64_t client_conns;        /* atomic: data-port connections open (limits.max_client_connections) */
 
     /* Admin listener (loop 0 only, see admin.c); admin_on is 0 when admin.port is 0. */
     int admin_on, admin_listening, admin_ctx_live;
@@ -223,6 +226,8 @@ int pdr__conn_condemned(h2o_req_t *req);
 int pdr__body_too_large(pdr_thread_t *t, h2o_req_t *req);
 /* Once, before any loop accepts: the descriptor -> connection map, sized to the open files limit. */
 void pdr__conn_map_init(void);
+/* limits.max_client_connections: 1 when that many data-port connections are open (accepting pauses). */
+int pdr__client_conns_full(pdr_thread_t *t);
 /* Hands an accepted connection on listener l to h2o, with the guards in front of h2o's reads. */
 void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd);
 /* Once shutting down and the loop's last connection closed: disposes of its h2o contexts and handles. */

