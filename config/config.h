@@ -216,7 +216,7 @@ typedef struct pdr_config {
         /* Client side (router/limits.c, conn.c): */
         int max_client_connections;      /* default 0: no limit; else accepting pauses at it */
         int max_idle_client_connections; /* default 0: no limit; else the oldest idle ones are closed */
-        int h2_max_concurrent_streams;   /* default 100: advertised; more streams are refused */
+        int h2_max_concurrent_streams;   /* default 100: streams of a connection processed at once */
         int h2_max_control_frames;       /* default 1000: SETTINGS/PING/PRIORITY/CONTINUATION per 10 s */
     } limits;
     struct {
