@@ -183,10 +183,88 @@ static void test_h2_guard(void)
     }
 }
 
+/* Appends a frame header and payload to buf at *n. */
+static void h2_put(char *buf, size_t *n, uint8_t type, uint8_t flags, uint8_t stream, const void *payload,
+                   size_t len)
+{
+    uint8_t h[9] = {0, (uint8_t)(len >> 8), (uint8_t)len, type, flags, 0, 0, 0, stream};
+    memcpy(buf + *n, h, 9);
+    *n += 9;
+    if (len > 0)
+        memcpy(buf + *n, payload, len);
+    *n += len;
+}
+
+static void test_h2_bodies(void)
+{
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    static char buf[8192], zeros[1024];
+    size_t n = 24, at_cl_raw, at_cl_huff, at_small, at_cross, at_after;
+    memcpy(buf, preface, 24);
+    h2_put(buf, &n, 4, 0, 0, NULL, 0); /* SETTINGS: a control frame */
+    /* stream 1: content-length 9999 (literal without indexing, name 28, plain digits) */
+    static const uint8_t cl_raw[] = {0x83, 0x0f, 0x0d, 0x04, '9', '9', '9', '9'};
+    at_cl_raw = n + 9 + 2;
+    h2_put(buf, &n, 1, 0x4, 1, cl_raw, sizeof(cl_raw));
+    /* stream 3: content-length 9999 Huffman-coded (incremental indexing, name 28) */
+    static const uint8_t cl_huff[] = {0x83, 0x5c, 0x83, 0x7d, 0xf7, 0xdf};
+    at_cl_huff = n + 9 + 1;
+    h2_put(buf, &n, 1, 0x4, 3, cl_huff, sizeof(cl_huff));
+    /* stream 5: content-length 12, below the limit: left alone */
+    static const uint8_t cl_small[] = {0x83, 0x0f, 0x0d, 0x02, '1', '2'};
+    at_small = n + 9 + 2;
+    h2_put(buf, &n, 1, 0x4, 5, cl_small, sizeof(cl_small));
+    /* stream 1's body: 600 bytes, then 600 more cross the limit of 1000, then 100 after */
+    h2_put(buf, &n, 0, 0, 1, zeros, 600);
+    at_cross = n;
+    h2_put(buf, &n, 0, 0, 1, zeros, 600);
+    at_after = n;
+    h2_put(buf, &n, 0, 0, 1, zeros, 100);
+    /* control frames: 3 PINGs and 2 SETTINGS, an ACK of each (not counted), a PRIORITY, an empty DATA */
+    for (int i = 0; i < 3; i++)
+        h2_put(buf, &n, 6, 0, 0, zeros, 8);
+    h2_put(buf, &n, 6, 1, 0, zeros, 8);
+    h2_put(buf, &n, 4, 0, 0, zeros, 6);
+    h2_put(buf, &n, 4, 0, 0, zeros, 6);
+    h2_put(buf, &n, 4, 1, 0, NULL, 0);
+    h2_put(buf, &n, 2, 0, 5, zeros, 5);
+    h2_put(buf, &n, 0, 0, 5, NULL, 0);
+    for (int bytewise = 0; bytewise < 2; bytewise++) {
+        static char copy[sizeof(buf)];
+        memcpy(copy, buf, n);
+        pdr_h2guard_t g;
+        pdr_h2guard_init(&g, 1 << 20);
+        pdr_h2guard_set_body_limit(&g, 1000);
+        int v = PDR_H2G_MORE;
+        if (bytewise) /* a byte at a time: a header's bytes are found again in the same buffer */
+            for (size_t k = 0; k < n && v == PDR_H2G_MORE; k++)
+                v = pdr_h2guard_feed(&g, copy + k, 1);
+        else
+            v = pdr_h2guard_feed(&g, copy, n);
+        CHECK(v == PDR_H2G_MORE);
+        if (!bytewise) { /* the rename needs the whole HEADERS frame in the buffer */
+            CHECK((uint8_t)copy[at_cl_raw] == 0x0e);
+            CHECK((uint8_t)copy[at_cl_huff] == 0x5d);
+        }
+        CHECK((uint8_t)copy[at_small] == 0x0d);
+        CHECK((uint8_t)copy[at_cross - 600 - 9 + 4] == 0); /* the first 600: as they were */
+        CHECK((uint8_t)copy[at_cross + 4] == 0x1);         /* the crossing frame ends the stream */
+        CHECK((uint8_t)copy[at_after + 3] == 0xfa && g.window_debt == 100); /* later DATA: unknown type */
+        CHECK(g.bodies_refused == 1);
+        CHECK(g.control == 1 + 3 + 2 + 1 + 1);
+    }
+    /* Without a body limit nothing is written. */
+    static char copy[sizeof(buf)];
+    memcpy(copy, buf, n);
+    pdr_h2guard_t g;
+    pdr_h2guard_init(&g, 1 << 20);
+    CHECK(pdr_h2guard_feed(&g, copy, n) == PDR_H2G_MORE && memcmp(copy, buf, n) == 0 && g.control == 8);
+}
+
 static const pdr_test_case_t cases[] = {
     {"accepted", test_accepted, 60},   {"head_limits", test_head_limits, 60},
     {"smuggling", test_smuggling, 60}, {"chunk_guard", test_chunk_guard, 60},
-    {"h2_guard", test_h2_guard, 60},
+    {"h2_guard", test_h2_guard, 60},   {"h2_bodies", test_h2_bodies, 60},
 };
 
 int main(int argc, char **argv)
