@@ -50,8 +50,8 @@
  * so that the client, not the router, closes first). 100 concurrent HTTP/2 streams is what h2o 2.2.5
  * advertises and enforces (a constant of the library; RFC 9113 recommends no fewer than 100): the limit
  * caps the streams of a connection processed at once, the others wait in h2o's queue. 1000 control frames
- * (SETTINGS, PING, PRIORITY, CONTINUATION) per connection in any 10 s is far above what browsers and gRPC
- * send. */
+ * (SETTINGS, PING, PRIORITY, CONTINUATION) per connection in any 10 s is far above what an ordinary client
+ * sends (one SETTINGS at the start, a PING now and then, a few PRIORITY frames). */
 #define PDR_DEF_CLIENT_HEADER_MS 10000
 #define PDR_DEF_CLIENT_BODY_MS 60000
 #define PDR_DEF_KEEPALIVE_IDLE_MS 75000
