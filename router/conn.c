@@ -233,8 +233,15 @@ static void set_wait(client_conn_t *cc, int wait, int ms)
     pdr_dqueue_append(&t->idle_conns, &cc->idle);
     t->n_idle++;
     int cap = t->config->limits.max_idle_client_connections, n = t->r->n_threads > 0 ? t->r->n_threads : 1;
-    if (cap > 0 && t->n_idle > (uint64_t)((cap + n - 1) / n))
-        close_idle(PDR_DLINK_ITEM(t->idle_conns.head, client_conn_t, idle));
+    while (cap > 0 && t->n_idle > (uint64_t)((cap + n - 1) / n)) {
+        client_conn_t *old = PDR_DLINK_ITEM(t->idle_conns.head, client_conn_t, idle);
+        if (reading_h1(old) && old->sock->input->size == 0) {
+            close_idle(old);
+        } else { /* h2o went on with a request already in its buffer: not idle */
+            idle_leave(old);
+            old->wait = CW_BUSY;
+        }
+    }
 }
 
 /* What the connection waits for now, from h2o's state and the bytes h2o holds. */
