@@ -284,8 +284,9 @@ static void send_408(client_conn_t *cc, const char *what)
                      "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
                      "Content-Length: %d\r\n\r\n%s",
                      bn, body);
-    /* h2o is reading a request: nothing of its own is being written */
-    if (uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) == 0) {
+    /* h2o is reading a request: nothing of its own is being written. Over TLS the connection is only
+     * closed: plaintext would corrupt the session. */
+    if (!cc->tls && uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) == 0) {
         ssize_t w = send(cc->fd, resp, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
         (void)w;
     }
