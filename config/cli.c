@@ -84,6 +84,10 @@ enum opt_id {
     OPT_CLIENT_CERT,
     OPT_CLIENT_KEY,
     OPT_CA_CERT,
+    OPT_CB_FAILURE,
+    OPT_CB_SUCCESS,
+    OPT_CB_TIMEOUT,
+    OPT_CB_WINDOW,
 };
 
 /* How many words follow a flag: none, one, one or more, or zero or more (up to the next "--flag"), as
@@ -165,6 +169,10 @@ static const struct opt {
     {"ca-cert-paths", OPT_CA_CERT, ARG_ONE},
     {"request-id-headers", OPT_REQUEST_ID_HEADERS, ARG_SOME},
     {"dp-aware", OPT_DP_AWARE, ARG_NONE},
+    {"cb-failure-threshold", OPT_CB_FAILURE, ARG_ONE},
+    {"cb-success-threshold", OPT_CB_SUCCESS, ARG_ONE},
+    {"cb-timeout-duration-secs", OPT_CB_TIMEOUT, ARG_ONE},
+    {"cb-window-duration-secs", OPT_CB_WINDOW, ARG_ONE},
 };
 
 /* The sglang router's flags that pdrouter has no equivalent for: refused (never ignored), each with what
@@ -176,9 +184,6 @@ static const struct opt {
 #define NO_BACKOFF                                                                                           \
     "pdrouter retries at once on another worker pair, without backoff; only the count is set "               \
     "(--retry-max-retries, retries.max)"
-#define NO_CB                                                                                                \
-    "pdrouter has no circuit breaker: failing workers leave the rotation through their health checks "       \
-    "(--health-failure-threshold, health.fall)"
 #define NO_JWT "the admin API takes one bearer token: --admin-token-file FILE (admin.token_file)"
 
 static const struct refused {
@@ -203,10 +208,6 @@ static const struct refused {
     {"retry-max-backoff-ms", NO_BACKOFF},
     {"retry-backoff-multiplier", NO_BACKOFF},
     {"retry-jitter-factor", NO_BACKOFF},
-    {"cb-failure-threshold", NO_CB},
-    {"cb-success-threshold", NO_CB},
-    {"cb-timeout-duration-secs", NO_CB},
-    {"cb-window-duration-secs", NO_CB},
     {"queue-timeout-secs",
      "pdrouter has no admission queue: past --max-concurrent-requests (limits.max_inflight) requests are "
      "answered 503 at once"},
@@ -321,6 +322,9 @@ void pdr_config_usage(FILE *out)
         "  --health-check-timeout-secs N, --health-failure-threshold N, --health-success-threshold N,\n"
         "  --health-check-endpoint PATH   health.timeout_ms, health.fall, health.rise, health.path\n"
         "  --worker-startup-timeout-secs N  exit 1 unless a healthy prefill/decode pair within N s\n"
+        "  --cb-failure-threshold N, --cb-timeout-duration-secs N, --cb-success-threshold N\n"
+        "                             outlier.consecutive_failures, base_ejection_ms, probation_successes;\n"
+        "                             --disable-circuit-breaker: outlier.enabled false\n"
         "  --drain-grace-ms N         on SIGTERM: readiness off, still serving (default 5000)\n"
         "  --drain-timeout-ms N       then: listeners closed, wait for requests (default 30000);\n"
         "                             --shutdown-grace-period-secs N sets it in seconds\n"
@@ -380,6 +384,7 @@ struct pstate {
     int dp_aware;      /* --dp-aware */
     int enable_trace;  /* --enable-trace (needs an endpoint or a file) */
     int trace_ratio_given;
+    unsigned cb_given; /* the circuit breaker flags given (1 << k: failure, success, timeout, disable) */
 };
 
 /* A decimal number flag in [min, max]. */
@@ -561,8 +566,28 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
         return 0;
     case OPT_PD:
     case OPT_MINI_LB:
-    case OPT_DISABLE_CB: /* pdrouter has no circuit breaker: the flag asks for what it does anyway */
         return 0;
+    /* The sglang router's circuit breaker is pdrouter's outlier detection (docs/operations.md, "Passive
+     * health"): the failure threshold, the open time (the base ejection), half-open successes (probation). */
+    case OPT_DISABLE_CB:
+        ps->cb_given |= 1u << 3;
+        fl->outlier.enabled = 0;
+        return 0;
+    case OPT_CB_FAILURE:
+        ps->cb_given |= 1u << 0;
+        return argv_int(o->name, val, 1, PDR_MAX_OUTLIER_CONSECUTIVE, &fl->outlier.consecutive_failures, err,
+                        errlen);
+    case OPT_CB_SUCCESS:
+        ps->cb_given |= 1u << 1;
+        return argv_int(o->name, val, 0, PDR_MAX_OUTLIER_CONSECUTIVE, &fl->outlier.probation_successes, err,
+                        errlen);
+    case OPT_CB_TIMEOUT:
+        ps->cb_given |= 1u << 2;
+        return argv_secs(o->name, val, &fl->outlier.base_ejection_ms, err, errlen);
+    case OPT_CB_WINDOW: { /* the sglang router keeps it in its breaker's config but counts without a window */
+        int ms;
+        return argv_secs(o->name, val, &ms, err, errlen);
+    }
     case OPT_HELP:
         cli->show_help = 1;
         return 0;
@@ -1237,6 +1262,14 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
             c->cache_aware.max_tree_size = fl->cache_aware.max_tree_size;
         if (ps.ca_given & 32u)
             c->cache_aware.seed = fl->cache_aware.seed;
+        if (ps.cb_given & 1u)
+            c->outlier.consecutive_failures = fl->outlier.consecutive_failures;
+        if (ps.cb_given & 2u)
+            c->outlier.probation_successes = fl->outlier.probation_successes;
+        if (ps.cb_given & 4u)
+            c->outlier.base_ejection_ms = fl->outlier.base_ejection_ms;
+        if (ps.cb_given & 8u)
+            c->outlier.enabled = 0;
         pdr_config_unref(fl);
         fl = NULL;
     } else {

@@ -498,6 +498,12 @@ pdr_config_t *pdr_config_new_default(void)
         if ((c->request_id_headers[i] = strdup(rid[i])) != NULL)
             c->n_request_id_headers = i + 1;
     c->retries.max = PDR_DEF_RETRIES;
+    c->outlier.enabled = 1;
+    c->outlier.consecutive_failures = PDR_DEF_OUTLIER_CONSECUTIVE;
+    c->outlier.base_ejection_ms = PDR_DEF_OUTLIER_BASE_MS;
+    c->outlier.max_ejection_ms = PDR_DEF_OUTLIER_MAX_MS;
+    c->outlier.max_ejection_percent = PDR_DEF_OUTLIER_MAX_PERCENT;
+    c->outlier.panic_threshold_percent = PDR_DEF_OUTLIER_PANIC_PERCENT;
     c->pd.relay = PDR_RELAY_FIRST_BYTE;
     c->cache_aware.cache_threshold = 0.3; /* the sglang router's command-line defaults */
     c->cache_aware.balance_abs_threshold = 64;

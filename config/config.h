@@ -27,6 +27,18 @@ typedef enum { PDR_ROLE_PREFILL = 0, PDR_ROLE_DECODE = 1, PDR_ROLE_REGULAR = 2 }
 #define PDR_ROLES 3
 /* pd.relay: when the decode's answer is relayed to the client (sglang protocol). */
 typedef enum { PDR_RELAY_FIRST_BYTE = 0, PDR_RELAY_AFTER_PREFILL } pdr_relay_t;
+/* outlier: passive health (router/outlier.h, docs/operations.md "Passive health"). */
+typedef struct pdr_outlier_conf {
+    int enabled;                 /* default 1 (true); false: request failures count against health.fall */
+    int consecutive_failures;    /* default 5: consecutive failed requests that eject a worker */
+    int base_ejection_ms;        /* default 30000: the first ejection; the n-th lasts n times as long ... */
+    int max_ejection_ms;         /* default 300000: ... up to this (or base_ejection_ms when larger) */
+    int max_ejection_percent;    /* default 10: of a role's workers in a pool ejected at once (at least 1) */
+    int panic_threshold_percent; /* default 50: below this share serving, picks ignore health; 0 = never */
+    int slow_start_ms;           /* default 0 (off): a returning worker's weight ramps up over this */
+    int probation_successes;     /* default 0 (off): after a return, one failure among this many requests
+                                    ejects again (the sglang router's half-open state) */
+} pdr_outlier_conf_t;
 
 typedef struct pdr_worker_conf {
     char *url;          /* normalized (see pdr_worker_conf_parse_url): "http://127.0.0.1:30001" */
@@ -222,6 +234,7 @@ typedef struct pdr_config {
     struct {
         int max; /* default 2 */
     } retries;
+    pdr_outlier_conf_t outlier;
     struct {
         double cache_threshold;       /* default 0.3: a match longer than this share of the prompt wins */
         int balance_abs_threshold;    /* default 64: loads are imbalanced when max - min exceeds it ... */

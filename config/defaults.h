@@ -107,6 +107,13 @@
 #define PDR_MAX_MS 86400000
 #define PDR_MAX_RISE_FALL 1000
 #define PDR_MAX_RETRIES 10
+/* outlier: defaults (Envoy's outlier detection: 5 consecutive 5xx, 30 s base, 300 s max, 10%; panic 50%). */
+#define PDR_DEF_OUTLIER_CONSECUTIVE 5
+#define PDR_DEF_OUTLIER_BASE_MS 30000
+#define PDR_DEF_OUTLIER_MAX_MS 300000
+#define PDR_DEF_OUTLIER_MAX_PERCENT 10
+#define PDR_DEF_OUTLIER_PANIC_PERCENT 50
+#define PDR_MAX_OUTLIER_CONSECUTIVE 1000
 #define PDR_MAX_HASH_PREFIX_CHARS (1 << 20) /* cache_aware.hash_prefix_chars: 1 MiB of prompt */
 #define PDR_MAX_THREADS 256
 #define PDR_MAX_TRACE_BATCH 65536   /* tracing.batch_max */

@@ -169,6 +169,17 @@ static const struct field retries_fields[] = {
     {"max", F_INT, CONF(retries.max), 0, PDR_MAX_RETRIES, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
+static const struct field outlier_fields[] = {
+    {"enabled", F_BOOL, CONF(outlier.enabled), 0, 0, NULL},
+    {"consecutive_failures", F_INT, CONF(outlier.consecutive_failures), 1, PDR_MAX_OUTLIER_CONSECUTIVE, NULL},
+    {"base_ejection_ms", F_INT, CONF(outlier.base_ejection_ms), 1, PDR_MAX_MS, NULL},
+    {"max_ejection_ms", F_INT, CONF(outlier.max_ejection_ms), 1, PDR_MAX_MS, NULL},
+    {"max_ejection_percent", F_INT, CONF(outlier.max_ejection_percent), 0, 100, NULL},
+    {"panic_threshold_percent", F_INT, CONF(outlier.panic_threshold_percent), 0, 100, NULL},
+    {"slow_start_ms", F_INT, CONF(outlier.slow_start_ms), 0, PDR_MAX_MS, NULL},
+    {"probation_successes", F_INT, CONF(outlier.probation_successes), 0, PDR_MAX_OUTLIER_CONSECUTIVE, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
 static const struct field ticket_fields[] = {
     {"key_file", F_TICKET_KEYS, 0, 0, 0, NULL},
     {"key_files", F_TICKET_KEYS, 0, 1, 0, NULL},
@@ -352,6 +363,7 @@ static const struct field top_fields[] = {
     {"timeouts", F_SECTION, 0, 0, 0, timeouts_fields},
     {"limits", F_SECTION, 0, 0, 0, limits_fields},
     {"retries", F_SECTION, 0, 0, 0, retries_fields},
+    {"outlier", F_SECTION, 0, 0, 0, outlier_fields},
     {"pd", F_SECTION, 0, 0, 0, pd_fields},
     {"cache_aware", F_SECTION, 0, 0, 0, cache_aware_fields},
     {"disaggregation", F_SECTION, 0, 0, 0, disaggregation_fields},

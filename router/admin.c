@@ -85,6 +85,16 @@ static json_t *worker_json(const pdr_worker_t *w)
         json_object_set_new(o, "dp_rank", json_integer(w->dp_rank));
     if (o != NULL && pdr_worker_removed(w))
         json_object_set_new(o, "removed", json_true());
+    uint64_t left = pdr_outlier_ms_left(&w->outlier, now); /* passive health (router/outlier.h) */
+    if (o != NULL && left > 0)
+        json_object_set_new(o, "ejected_ms_left", json_integer((json_int_t)left));
+    double weight = pdr_outlier_weight(&w->outlier, now);
+    if (o != NULL && left == 0 && weight < 1.0)
+        json_object_set_new(o, "slow_start_weight", json_real(weight));
+    if (o != NULL)
+        json_object_set_new(
+            o, "outlier_ejections_total",
+            json_integer((json_int_t)__atomic_load_n(&w->outlier.ejections_total, __ATOMIC_RELAXED)));
     json_t *load = o != NULL ? pdr_shim_worker_json(w) : NULL;
     if (load != NULL)
         json_object_set_new(o, "load", load);

@@ -145,6 +145,7 @@ static void on_drain_timer(uv_timer_t *t)
 {
     pdr_router_t *r = t->data;
     pdr_pool_drain_tick(&r->pool, pdr_now_ms());
+    pdr_outlier_tick(&r->pool, pdr_now_ms());
     check_suspects(r);
     /* Membership changed: check the newcomers now rather than at the next round. */
     if (__atomic_load_n(&r->pool.generation, __ATOMIC_ACQUIRE) != r->health_generation)

@@ -416,7 +416,8 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         {"pdr_worker_inflight_requests", "gauge", "Requests in flight to the worker."},
         {"pdr_worker_requests_total", "counter", "Requests sent to the worker."},
         {"pdr_worker_failures_total", "counter", "Failed requests to the worker."},
-        {"pdr_worker_ejections_total", "counter", "Times the worker was marked unhealthy."},
+        {"pdr_worker_ejections_total", "counter",
+         "Times the worker was taken out (marked unhealthy, or an outlier ejection)."},
         {"pdr_worker_health_checks_total", "counter", "Active health checks by result."},
         {"pdr_worker_state", "gauge",
          "1 for the worker's current state (healthy, unhealthy, ejected, draining, drained)."},
@@ -470,6 +471,7 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         }
     }
     pdr_pool_release(ws, nw);
+    pdr_outlier_metrics(pool, put_line, &o);
     put_hist(&o, "pdr_request_duration_seconds", "Time from request to the last response byte.", m->duration,
              PDR_BUCKETS_DEFAULT);
     put_hist(&o, "pdr_time_to_first_byte_seconds", "Time from request to the first response byte.", m->ttfb,

@@ -243,6 +243,7 @@ static int apply_settings(pdr_pool_t *p, const pdr_config_t *c)
     p->n_groups = n;
     p->rise = c->health.rise;
     p->fall = c->health.fall;
+    p->outlier = c->outlier;
     return 0;
 }
 
@@ -704,10 +705,10 @@ pdr_worker_t *pdr_pool_find(pdr_pool_t *p, const char *id, size_t len)
 
 /* ---- picking (under the read lock) ---- */
 
+/* Whether the pick may choose w, among the candidates pdr_pool_pick_info let through (serving and not
+ * ejected, or every non-draining worker in panic). */
 static int usable(const pdr_worker_t *w, const uint64_t *avoid, size_t n_avoid)
 {
-    if (!pdr_worker_serving(w))
-        return 0;
     for (size_t i = 0; i < n_avoid; i++)
         if (avoid[i] == w->uid)
             return 0;
@@ -758,6 +759,12 @@ static pdr_worker_t *pick_least_load(pdr_pool_t *p, cands_t l, const uint64_t *a
     if (b >= a)
         b++;
     pdr_worker_t *wb = pick_random_k(l, avoid, n_avoid, b);
+    if (p->outlier.enabled && p->outlier.slow_start_ms > 0) { /* slow start: (in flight + 1) / weight */
+        uint64_t now = pdr_now_ms();
+        double ka = (pdr_worker_inflight(wa) + 1) / pdr_outlier_weight(&wa->outlier, now);
+        double kb = (pdr_worker_inflight(wb) + 1) / pdr_outlier_weight(&wb->outlier, now);
+        return kb < ka ? wb : wa;
+    }
     return pdr_worker_inflight(wb) < pdr_worker_inflight(wa) ? wb : wa;
 }
 
@@ -884,13 +891,45 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
         return NULL;
     }
     pdr_pool_group_t *g = &p->groups[gi];
-    /* The pool's workers of the role, in list order (one pass, like the policies' own). */
-    pdr_worker_t *view[l->n + 1];
-    cands_t c = {0, view};
-    for (size_t i = 0; i < l->n; i++)
-        if (l->w[i]->group == gi)
-            view[c.n++] = l->w[i];
     pdr_policy_kind_t pol = g->policy[role];
+    /* The candidates: the pool's serving workers of the role that no outlier ejection holds, in list order
+     * (every non-draining one in panic); with slow start, a returning worker stays with the probability
+     * of its weight, except for least_load and power_of_two, which weigh its load instead. */
+    const pdr_outlier_conf_t *oc = &p->outlier;
+    uint64_t now = pdr_now_ms();
+    size_t total = 0, serving = 0, healthy = 0;
+    for (size_t i = 0; oc->enabled && i < l->n; i++) {
+        const pdr_worker_t *v = l->w[i];
+        if (v->group != gi || pdr_worker_drain_state(v) != PDR_DRAIN_ACTIVE)
+            continue;
+        int h = pdr_worker_healthy(v);
+        total++;
+        healthy += h;
+        serving += h && !pdr_outlier_is_ejected(&v->outlier, now);
+    }
+    int panic = pdr_outlier_panic(oc, serving, healthy, total);
+    if (panic)
+        __atomic_add_fetch(&p->panic_total[role], 1, __ATOMIC_RELAXED);
+    int ramp = oc->enabled && oc->slow_start_ms > 0 && pol != PDR_POLICY_LEAST_LOAD &&
+               pol != PDR_POLICY_POWER_OF_TWO;
+    pdr_worker_t *view[l->n + 1], *kept[l->n + 1];
+    cands_t c = {0, view};
+    size_t n_kept = 0, kept_usable = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        pdr_worker_t *v = l->w[i];
+        if (v->group != gi || pdr_worker_drain_state(v) != PDR_DRAIN_ACTIVE)
+            continue;
+        if (!panic && (!pdr_worker_healthy(v) || (oc->enabled && pdr_outlier_is_ejected(&v->outlier, now))))
+            continue;
+        view[c.n++] = v;
+        double wt = ramp ? pdr_outlier_weight(&v->outlier, now) : 1.0;
+        if (ramp && (wt >= 1.0 || (double)(next_rand(p) % 1000000) < wt * 1e6)) {
+            kept[n_kept++] = v;
+            kept_usable += usable(v, avoid, n_avoid);
+        }
+    }
+    if (ramp && kept_usable > 0) /* never down to nothing: then the returning workers stay too */
+        c = (cands_t){n_kept, kept};
     pdr_worker_t *w = NULL;
     for (int pass = 0; pass < 2 && w == NULL; pass++) {
         switch (pol) {
@@ -922,25 +961,66 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
     return w;
 }
 
-static int set_healthy(pdr_worker_t *w, int healthy)
+/* Under the lock. reason: PDR_EJECT_*, what takes it out when it becomes unhealthy. */
+static int set_healthy(pdr_worker_t *w, int healthy, int reason)
 {
     int was = w->health.healthy;
     __atomic_store_n(&w->health.healthy, healthy, __ATOMIC_RELAXED);
-    if (was && !healthy)
+    if (was && !healthy) {
         w->ejections_total++;
+        __atomic_add_fetch(&w->outlier.by_reason[reason], 1, __ATOMIC_RELAXED);
+    }
     return was != healthy;
+}
+
+/* Under the read lock and the lock: one failed request of w for outlier detection. Returns the ejection's
+ * duration in ms, 0 when it is not ejected (*capped: max_ejection_percent said no). */
+static uint64_t outlier_failure(pdr_pool_t *p, pdr_worker_t *w, int *capped)
+{
+    uint64_t now = pdr_now_ms();
+    size_t n = 0, out = 0;
+    const pdr_worker_list_t *l = p->list[w->role];
+    for (size_t i = 0; i < l->n; i++)
+        if (l->w[i]->group == w->group) {
+            n++;
+            out += pdr_outlier_is_ejected(&l->w[i]->outlier, now);
+        }
+    uint64_t d = pdr_outlier_failure(&w->outlier, &p->outlier, now, out, n, capped);
+    if (d > 0)
+        w->ejections_total++;
+    return d;
+}
+
+/* After the locks: the log line and event of an outlier verdict. */
+static void outlier_report(pdr_pool_t *p, pdr_worker_t *w, uint64_t d, int capped, const char *why)
+{
+    if (d > 0) {
+        pdr_warn("worker %s %s ejected for %llu ms after %d consecutive failures (outlier ejection %llu): %s",
+                 w->id, w->target, (unsigned long long)d, p->outlier.consecutive_failures,
+                 (unsigned long long)__atomic_load_n(&w->outlier.ejections_total, __ATOMIC_RELAXED), why);
+        pdr_pool_record(p, w, "ejected for %llu ms after consecutive failures: %s", (unsigned long long)d,
+                        why);
+    } else if (capped) {
+        pdr_pool_record(
+            p, w, "not ejected: outlier.max_ejection_percent of its role are ejected already (%s)", why);
+    }
 }
 
 void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why)
 {
+    int capped = 0;
+    pthread_rwlock_rdlock(&p->rw);
     pthread_mutex_lock(&p->lock);
     w->failures_total++;
     w->health.consec_ok = 0;
     w->health.consec_fail = __atomic_load_n(&p->fall, __ATOMIC_RELAXED);
-    int changed = set_healthy(w, 0);
+    int changed = set_healthy(w, 0, PDR_EJECT_UNREACHABLE);
     if (changed)
         __atomic_store_n(&w->ejected, 1, __ATOMIC_RELAXED);
+    uint64_t d = p->outlier.enabled ? outlier_failure(p, w, &capped) : 0;
     pthread_mutex_unlock(&p->lock);
+    pthread_rwlock_unlock(&p->rw);
+    outlier_report(p, w, d, capped, why);
     if (changed)
         pdr_warn("worker %s %s marked unhealthy: %s", pdr_role_name(w->role), w->target, why);
     pdr_pool_record(p, w, "%s: %s", changed ? "ejected (marked unhealthy)" : "request failed", why);
@@ -948,6 +1028,20 @@ void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why)
 
 void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why)
 {
+    pthread_rwlock_rdlock(&p->rw);
+    if (p->outlier.enabled) { /* passive health is outlier detection's; the checks keep their own counts */
+        int capped = 0;
+        pthread_mutex_lock(&p->lock);
+        w->failures_total++;
+        uint64_t d = outlier_failure(p, w, &capped);
+        pthread_mutex_unlock(&p->lock);
+        pthread_rwlock_unlock(&p->rw);
+        outlier_report(p, w, d, capped, why);
+        if (d == 0)
+            pdr_pool_record(p, w, "request failed: %s", why);
+        return;
+    }
+    pthread_rwlock_unlock(&p->rw);
     pthread_mutex_lock(&p->lock);
     w->failures_total++;
     pdr_health_state_t s = w->health;
@@ -955,7 +1049,7 @@ void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why)
                                     __atomic_load_n(&p->fall, __ATOMIC_RELAXED));
     w->health.consec_ok = s.consec_ok;
     w->health.consec_fail = s.consec_fail;
-    if (set_healthy(w, s.healthy) && !s.healthy)
+    if (set_healthy(w, s.healthy, PDR_EJECT_CONSECUTIVE) && !s.healthy)
         __atomic_store_n(&w->ejected, 1, __ATOMIC_RELAXED);
     int fails = s.consec_fail;
     pthread_mutex_unlock(&p->lock);
@@ -970,15 +1064,19 @@ void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why)
 
 void pdr_pool_report_success(pdr_pool_t *p, pdr_worker_t *w)
 {
-    if (__atomic_load_n(&w->health.consec_fail, __ATOMIC_RELAXED) == 0)
+    if (__atomic_load_n(&w->health.consec_fail, __ATOMIC_RELAXED) == 0 &&
+        __atomic_load_n(&w->outlier.consec_fail, __ATOMIC_RELAXED) == 0 &&
+        __atomic_load_n(&w->outlier.probation, __ATOMIC_RELAXED) == 0)
         return;
     pthread_mutex_lock(&p->lock);
     w->health.consec_fail = 0;
+    pdr_outlier_success(&w->outlier);
     pthread_mutex_unlock(&p->lock);
 }
 
 int pdr_pool_check_result(pdr_pool_t *p, pdr_worker_t *w, int ok)
 {
+    pthread_rwlock_rdlock(&p->rw); /* p->outlier */
     pthread_mutex_lock(&p->lock);
     if (ok)
         w->checks_ok++;
@@ -990,10 +1088,12 @@ int pdr_pool_check_result(pdr_pool_t *p, pdr_worker_t *w, int ok)
                                     __atomic_load_n(&p->fall, __ATOMIC_RELAXED));
     w->health.consec_ok = s.consec_ok;
     w->health.consec_fail = s.consec_fail;
-    set_healthy(w, s.healthy);
+    if (set_healthy(w, s.healthy, PDR_EJECT_HEALTH_CHECK) && s.healthy)
+        pdr_outlier_came_back(&w->outlier, &p->outlier, pdr_now_ms()); /* slow start */
     if (s.healthy)
         __atomic_store_n(&w->ejected, 0, __ATOMIC_RELAXED); /* back: the checks decide again */
     pthread_mutex_unlock(&p->lock);
+    pthread_rwlock_unlock(&p->rw);
     return changed;
 }
 
@@ -1007,6 +1107,8 @@ const char *pdr_worker_state_name(const pdr_worker_t *w)
     case PDR_DRAIN_DRAINED:
         return "drained";
     default:
+        if (pdr_outlier_is_ejected(&w->outlier, pdr_now_ms()))
+            return "ejected";
         if (pdr_worker_healthy(w))
             return "healthy";
         return __atomic_load_n(&w->ejected, __ATOMIC_RELAXED) ? "ejected" : "unhealthy";

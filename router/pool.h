@@ -38,6 +38,7 @@
 #include <stdint.h>
 #include "config.h"
 #include "events.h"
+#include "outlier.h"
 #include "routing.h"
 
 typedef struct pdr_health_state {
@@ -72,15 +73,16 @@ typedef struct pdr_worker {
     uint64_t requests_total, failures_total, ejections_total;
     uint64_t checks_ok, checks_failed;
     uint64_t last_check_ms;
-    int probing;                /* loop 0: a health check is running */
-    int ejected;                /* atomic: made unhealthy by request failures, not by health checks */
-    int drain;                  /* atomic: PDR_DRAIN_* */
-    uint64_t drain_deadline_ms; /* under the pool lock: 0 = no timeout */
-    uint64_t drains_total;      /* under the pool lock */
-    int remove_when_drained;    /* under the pool lock: DELETE without force */
-    int removed;                /* atomic: out of the pool */
-    uint64_t alive_ns;          /* atomic: when it last answered a request (pdr_worker_note_alive) */
-    int probe_now;              /* atomic: a request suspects it; loop 0 checks it at its next tick */
+    int probing;                 /* loop 0: a health check is running */
+    int ejected;                 /* atomic: made unhealthy by request failures, not by health checks */
+    int drain;                   /* atomic: PDR_DRAIN_* */
+    uint64_t drain_deadline_ms;  /* under the pool lock: 0 = no timeout */
+    uint64_t drains_total;       /* under the pool lock */
+    int remove_when_drained;     /* under the pool lock: DELETE without force */
+    int removed;                 /* atomic: out of the pool */
+    uint64_t alive_ns;           /* atomic: when it last answered a request (pdr_worker_note_alive) */
+    int probe_now;               /* atomic: a request suspects it; loop 0 checks it at its next tick */
+    pdr_outlier_state_t outlier; /* passive health (router/outlier.h): under the pool lock, atomics read */
     /* What its shim reports (router/shim_events.c): atomics, written by loop 0; report_ms 0 = never. */
     struct {
         uint64_t report_ms, kv_free_bytes, kv_total_bytes, kv_free_blocks, block_size, kv_bytes_per_token;
@@ -127,6 +129,8 @@ typedef struct pdr_pool {
     struct pdr_kvindex *kvindex;               /* precise_prefix: the KV event index (router/kv_events.c) */
     uint64_t pp_decisions[2][4];               /* atomic: precise_prefix by [from the index][decision] */
     int live;
+    pdr_outlier_conf_t outlier;      /* under rw: the outlier settings */
+    uint64_t panic_total[PDR_ROLES]; /* atomic: picks made in panic (router/outlier.h), by role */
 } pdr_pool_t;
 
 enum { PDR_SOURCE_STATIC = 0, PDR_SOURCE_ADMIN, PDR_SOURCE_DNS, PDR_SOURCE_KUBERNETES };
@@ -299,15 +303,16 @@ int pdr_pool_activate(pdr_pool_t *p, pdr_worker_t *w);
 /* Periodic (loop 0): DRAINING workers that are idle or past their deadline become DRAINED; DRAINED
  * workers with a pending DELETE leave the pool. Returns how many changed. */
 int pdr_pool_drain_tick(pdr_pool_t *p, uint64_t now_ms);
-/* "healthy", "unhealthy" (by health checks), "ejected" (unhealthy after request failures, until the
- * checks pass again), "draining" or "drained". */
+/* "healthy", "unhealthy" (by health checks), "ejected" (an outlier ejection is running, or unhealthy
+ * after request failures until the checks pass again), "draining" or "drained". */
 const char *pdr_worker_state_name(const pdr_worker_t *w);
 
 /* ---- request outcomes ---- */
 
 /* A request to this worker failed in a way that proves it unreachable: mark it unhealthy now. */
 void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why);
-/* A request failed with a server error: counts like a failed check. */
+/* A request failed with a server error: counts towards an outlier ejection (router/outlier.h); with
+ * outlier.enabled false, like a failed check. pdr_pool_eject's failures count towards it too. */
 void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why);
 /* A request succeeded: resets the count of consecutive failures. */
 void pdr_pool_report_success(pdr_pool_t *p, pdr_worker_t *w);

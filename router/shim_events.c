@@ -473,6 +473,7 @@ static void new_incarnation(pdr_router_t *r, pdr_worker_t *w, uint64_t hi, uint6
     pthread_mutex_lock(&r->pool.lock);
     w->health.consec_ok = w->health.consec_fail = 0;
     __atomic_store_n(&w->ejected, 0, __ATOMIC_RELAXED);
+    pdr_outlier_reset(&w->outlier);
     __atomic_store_n(&w->health.healthy, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&r->pool.lock);
     pdr_info("worker %s (%s): new instance %016" PRIx64 "%016" PRIx64 " (was %016" PRIx64 "%016" PRIx64

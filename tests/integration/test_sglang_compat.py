@@ -307,7 +307,7 @@ def scenario_routes():
 
 
 def scenario_refused_flags():
-    for argv, want in ((["--cb-failure-threshold", "5"], "no circuit breaker"),
+    for argv, want in ((["--redis-url", "redis://r:6379"], "no shared state"),
                        (["--policy", "manual"], "not available yet"),
                        (["--queue-size", "100"], "no admission queue"),
                        (["--request-timeout-secs", "0"], "expected an integer in 1..86400")):

@@ -1417,7 +1417,27 @@ static void test_cli_sglang(void)
         CHECK(c->limits.max_inflight == 128);
         CHECK(c->lifecycle.drain_timeout_ms == 90000);
         CHECK_STR(c->admin_token_file, "/run/pdr/token");
+        CHECK(c->outlier.enabled == 0); /* --disable-circuit-breaker */
         pdr_config_unref(cli.config);
+    }
+
+    /* The circuit breaker flags are outlier detection's settings. */
+    const char *cb[] = {"pdrouter",   "--prefill",
+                        "http://a:1", "--decode",
+                        "http://b:2", "--cb-failure-threshold",
+                        "7",          "--cb-success-threshold",
+                        "3",          "--cb-timeout-duration-secs",
+                        "45",         "--cb-window-duration-secs",
+                        "120",        NULL};
+    CHECK(parse(cb, &cli, err, sizeof(err)) == 0);
+    if (cli.config != NULL) {
+        const pdr_outlier_conf_t *o = &cli.config->outlier;
+        CHECK(o->enabled == 1 && o->consecutive_failures == 7 && o->probation_successes == 3 &&
+              o->base_ejection_ms == 45000 && o->max_ejection_ms == 300000);
+        pdr_config_unref(cli.config);
+    } else {
+        fprintf(stderr, "  %s\n", err);
+        failures++;
     }
 
     /* --prometheus-host alone: sglang's default port 29000. --disable-retries wins. -1: no limit. */
@@ -1618,11 +1638,10 @@ static void test_cli_sglang(void)
         "use --prefill-selector and --decode-selector",
         "--service-discovery", "--selector", "app=x");
     /* Refused flags name what exists. */
-    EXPECT_ARGV_ERROR(
-        "argv: --cb-failure-threshold (sglang router) is not supported: pdrouter has no circuit "
-        "breaker: failing workers leave the rotation through their health checks "
-        "(--health-failure-threshold, health.fall)",
-        PD, "--cb-failure-threshold", "5");
+    EXPECT_ARGV_ERROR("argv: --cb-failure-threshold: expected an integer in 1..1000, got '0'", PD,
+                      "--cb-failure-threshold", "0");
+    EXPECT_ARGV_ERROR("argv: --cb-timeout-duration-secs: expected an integer in 1..86400, got 'x'", PD,
+                      "--cb-timeout-duration-secs", "x");
     EXPECT_ARGV_ERROR(
         "argv: --retry-initial-backoff-ms (sglang router) is not supported: pdrouter retries at "
         "once on another worker pair, without backoff; only the count is set (--retry-max-retries, "

@@ -1,0 +1,169 @@
+/*
+ * Passive health: outlier ejection, panic and slow start (outlier.h). The pure rules first; the pool's
+ * tick at the end.
+ */
+#include "outlier.h"
+#include "pool.h"
+#include "util.h"
+
+const char *const pdr_eject_reason_names[PDR_EJECT_REASONS] = {"health_check", "unreachable",
+                                                               "consecutive_failures"};
+
+size_t pdr_outlier_max_ejected(const pdr_outlier_conf_t *c, size_t n)
+{
+    if (n == 0)
+        return 0;
+    size_t k = n * (size_t)c->max_ejection_percent / 100;
+    return k < 1 ? 1 : k;
+}
+
+int pdr_outlier_is_ejected(const pdr_outlier_state_t *s, uint64_t now_ms)
+{
+    return now_ms < __atomic_load_n(&s->until_ms, __ATOMIC_ACQUIRE);
+}
+
+uint64_t pdr_outlier_ms_left(const pdr_outlier_state_t *s, uint64_t now_ms)
+{
+    uint64_t until = __atomic_load_n(&s->until_ms, __ATOMIC_ACQUIRE);
+    return now_ms < until ? until - now_ms : 0;
+}
+
+/* The duration of the next ejection: base x multiplier, at most max (never below base). Forgives one step
+ * of the multiplier for every base_ejection_ms served since the last return. */
+static uint64_t next_duration(pdr_outlier_state_t *s, const pdr_outlier_conf_t *c, uint64_t now_ms)
+{
+    uint64_t base = (uint64_t)c->base_ejection_ms;
+    uint64_t cap = (uint64_t)c->max_ejection_ms > base ? (uint64_t)c->max_ejection_ms : base;
+    uint64_t back = __atomic_load_n(&s->back_ms, __ATOMIC_RELAXED);
+    if (back != 0 && now_ms > back && s->multiplier > 0) {
+        uint64_t steps = (now_ms - back) / base;
+        s->multiplier = steps >= s->multiplier ? 0 : s->multiplier - (unsigned)steps;
+    }
+    if (base * s->multiplier < cap) /* stops growing once at the cap: no overflow */
+        s->multiplier++;
+    uint64_t d = base * s->multiplier;
+    return d < cap ? d : cap;
+}
+
+uint64_t pdr_outlier_failure(pdr_outlier_state_t *s, const pdr_outlier_conf_t *c, uint64_t now_ms,
+                             size_t ejected_now, size_t n, int *capped)
+{
+    *capped = 0;
+    if (!c->enabled || pdr_outlier_is_ejected(s, now_ms))
+        return 0;
+    int fails = s->consec_fail < c->consecutive_failures ? s->consec_fail + 1 : s->consec_fail;
+    __atomic_store_n(&s->consec_fail, fails, __ATOMIC_RELAXED);
+    int due = fails >= c->consecutive_failures || s->probation > 0;
+    if (!due)
+        return 0;
+    if (ejected_now >= pdr_outlier_max_ejected(c, n)) {
+        *capped = 1;
+        return 0;
+    }
+    uint64_t d = next_duration(s, c, now_ms);
+    __atomic_store_n(&s->consec_fail, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->last_eject_ms, d, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->return_logged, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->ramp_ms, c->slow_start_ms, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->back_ms, now_ms + d, __ATOMIC_RELAXED); /* slow start from the return */
+    __atomic_store_n(&s->until_ms, now_ms + d, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&s->ejections_total, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->by_reason[PDR_EJECT_CONSECUTIVE], 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->probation, c->probation_successes, __ATOMIC_RELAXED);
+    return d;
+}
+
+void pdr_outlier_success(pdr_outlier_state_t *s)
+{
+    __atomic_store_n(&s->consec_fail, 0, __ATOMIC_RELAXED);
+    if (s->probation > 0)
+        __atomic_store_n(&s->probation, s->probation - 1, __ATOMIC_RELAXED);
+}
+
+void pdr_outlier_came_back(pdr_outlier_state_t *s, const pdr_outlier_conf_t *c, uint64_t now_ms)
+{
+    __atomic_store_n(&s->ramp_ms, c->enabled ? c->slow_start_ms : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->back_ms, now_ms, __ATOMIC_RELAXED);
+}
+
+void pdr_outlier_reset(pdr_outlier_state_t *s)
+{
+    __atomic_store_n(&s->consec_fail, 0, __ATOMIC_RELAXED);
+    s->multiplier = 0;
+    __atomic_store_n(&s->probation, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->back_ms, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->ramp_ms, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->until_ms, 0, __ATOMIC_RELEASE);
+}
+
+double pdr_outlier_weight(const pdr_outlier_state_t *s, uint64_t now_ms)
+{
+    uint64_t back = __atomic_load_n(&s->back_ms, __ATOMIC_RELAXED);
+    int ramp = __atomic_load_n(&s->ramp_ms, __ATOMIC_RELAXED);
+    if (ramp <= 0 || back == 0 || now_ms < back)
+        return 1.0; /* no ramp, never came back, or still ejected (not picked then anyway) */
+    uint64_t t = now_ms - back;
+    if (t >= (uint64_t)ramp)
+        return 1.0;
+    double w = (double)t / (double)ramp;
+    return w < PDR_OUTLIER_MIN_WEIGHT ? PDR_OUTLIER_MIN_WEIGHT : w;
+}
+
+int pdr_outlier_panic(const pdr_outlier_conf_t *c, size_t serving, size_t healthy, size_t total)
+{
+    if (!c->enabled || total == 0 || healthy == 0)
+        return 0;
+    return serving * 100 < (size_t)c->panic_threshold_percent * total;
+}
+
+void pdr_outlier_tick(pdr_pool_t *p, uint64_t now_ms)
+{
+    pdr_worker_t **ws;
+    size_t n = pdr_pool_snapshot(p, -1, &ws);
+    for (size_t i = 0; i < n; i++) {
+        pdr_outlier_state_t *s = &ws[i]->outlier;
+        uint64_t until = __atomic_load_n(&s->until_ms, __ATOMIC_ACQUIRE);
+        if (until == 0 || now_ms < until || __atomic_exchange_n(&s->return_logged, 1, __ATOMIC_RELAXED))
+            continue;
+        unsigned long long d = __atomic_load_n(&s->last_eject_ms, __ATOMIC_RELAXED);
+        pdr_info("worker %s %s returns from outlier ejection (ejected %llu ms)", ws[i]->id, ws[i]->target, d);
+        pdr_pool_record(p, ws[i], "returned from outlier ejection after %llu ms", d);
+    }
+    pdr_pool_release(ws, n);
+}
+
+void pdr_outlier_metrics(pdr_pool_t *p, pdr_outlier_put_cb put, void *out)
+{
+    pdr_worker_t **ws;
+    size_t n = pdr_pool_snapshot(p, -1, &ws);
+    uint64_t now = pdr_now_ms();
+    put(out, "# HELP pdr_worker_ejections_by_reason_total Times the worker was taken out, by reason "
+             "(health_check, unreachable, consecutive_failures); they add up to pdr_worker_ejections_total.\n"
+             "# TYPE pdr_worker_ejections_by_reason_total counter\n");
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < PDR_EJECT_REASONS; k++)
+            put(out,
+                "pdr_worker_ejections_by_reason_total{pool=\"%s\",role=\"%s\",url=\"%s\",reason=\"%s\"} "
+                "%llu\n",
+                ws[i]->pool, pdr_role_name(ws[i]->role), ws[i]->target, pdr_eject_reason_names[k],
+                (unsigned long long)__atomic_load_n(&ws[i]->outlier.by_reason[k], __ATOMIC_RELAXED));
+    put(out, "# HELP pdr_worker_ejected 1 while an outlier ejection holds the worker out.\n"
+             "# TYPE pdr_worker_ejected gauge\n");
+    for (size_t i = 0; i < n; i++)
+        put(out, "pdr_worker_ejected{pool=\"%s\",role=\"%s\",url=\"%s\"} %d\n", ws[i]->pool,
+            pdr_role_name(ws[i]->role), ws[i]->target, pdr_outlier_is_ejected(&ws[i]->outlier, now));
+    put(out,
+        "# HELP pdr_worker_ejection_remaining_seconds Time left of the worker's outlier ejection (0: none).\n"
+        "# TYPE pdr_worker_ejection_remaining_seconds gauge\n");
+    for (size_t i = 0; i < n; i++)
+        put(out, "pdr_worker_ejection_remaining_seconds{pool=\"%s\",role=\"%s\",url=\"%s\"} %.3f\n",
+            ws[i]->pool, pdr_role_name(ws[i]->role), ws[i]->target,
+            (double)pdr_outlier_ms_left(&ws[i]->outlier, now) / 1000.0);
+    pdr_pool_release(ws, n);
+    put(out,
+        "# HELP pdr_outlier_panic_total Picks made in panic (too few workers of the role serving: health "
+        "and ejection ignored).\n# TYPE pdr_outlier_panic_total counter\n");
+    for (int r = 0; r < PDR_ROLES; r++)
+        put(out, "pdr_outlier_panic_total{role=\"%s\"} %llu\n", pdr_role_name((pdr_role_t)r),
+            (unsigned long long)__atomic_load_n(&p->panic_total[r], __ATOMIC_RELAXED));
+}

@@ -1,0 +1,11 @@
+# Passive health (router/outlier.c): the unit test of the ejection, cap, panic and slow start rules, and
+# the integration scenarios against pdsim's fault knobs (see test_outlier.py).
+add_executable(test_outlier unit/test_outlier.c)
+target_link_libraries(test_outlier PRIVATE pdr_router)
+add_test(NAME router_unit_outlier COMMAND test_outlier)
+set_tests_properties(router_unit_outlier PROPERTIES TIMEOUT 60)
+
+foreach(s eject_and_return max_percent panic slow_start cli_flags)
+  add_test(NAME router_outlier_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_outlier.py ${s})
+  set_tests_properties(router_outlier_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()
