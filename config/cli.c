@@ -324,6 +324,7 @@ void pdr_config_usage(FILE *out)
         "  --worker-startup-timeout-secs N  exit 1 unless a healthy prefill/decode pair within N s\n"
         "  --cb-failure-threshold N, --cb-timeout-duration-secs N, --cb-success-threshold N\n"
         "                             outlier.consecutive_failures, base_ejection_ms, probation_successes;\n"
+        "                             --cb-window-duration-secs N: outlier.failure_window_ms;\n"
         "                             --disable-circuit-breaker: outlier.enabled false\n"
         "  --drain-grace-ms N         on SIGTERM: readiness off, still serving (default 5000)\n"
         "  --drain-timeout-ms N       then: listeners closed, wait for requests (default 30000);\n"
@@ -384,7 +385,8 @@ struct pstate {
     int dp_aware;      /* --dp-aware */
     int enable_trace;  /* --enable-trace (needs an endpoint or a file) */
     int trace_ratio_given;
-    unsigned cb_given; /* the circuit breaker flags given (1 << k: failure, success, timeout, disable) */
+    unsigned
+        cb_given; /* the circuit breaker flags given (1 << k: failure, success, timeout, disable, window) */
 };
 
 /* A decimal number flag in [min, max]. */
@@ -584,10 +586,9 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
     case OPT_CB_TIMEOUT:
         ps->cb_given |= 1u << 2;
         return argv_secs(o->name, val, &fl->outlier.base_ejection_ms, err, errlen);
-    case OPT_CB_WINDOW: { /* the sglang router keeps it in its breaker's config but counts without a window */
-        int ms;
-        return argv_secs(o->name, val, &ms, err, errlen);
-    }
+    case OPT_CB_WINDOW:
+        ps->cb_given |= 1u << 4;
+        return argv_secs(o->name, val, &fl->outlier.failure_window_ms, err, errlen);
     case OPT_HELP:
         cli->show_help = 1;
         return 0;
@@ -1270,6 +1271,8 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
             c->outlier.base_ejection_ms = fl->outlier.base_ejection_ms;
         if (ps.cb_given & 8u)
             c->outlier.enabled = 0;
+        if (ps.cb_given & 16u)
+            c->outlier.failure_window_ms = fl->outlier.failure_window_ms;
         pdr_config_unref(fl);
         fl = NULL;
     } else {

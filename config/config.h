@@ -36,8 +36,10 @@ typedef struct pdr_outlier_conf {
     int max_ejection_percent;    /* default 10: of a role's workers in a pool ejected at once (at least 1) */
     int panic_threshold_percent; /* default 50: below this share serving, picks ignore health; 0 = never */
     int slow_start_ms;           /* default 0 (off): a returning worker's weight ramps up over this */
-    int probation_successes;     /* default 0 (off): after a return, one failure among this many requests
-                                    ejects again (the sglang router's half-open state) */
+    int probation_successes; /* default 0 (off): after a return, one failure among this many requests ejects
+                                again (the sglang router's half-open state) */
+    int failure_window_ms;   /* default 0 (none): a failure this long after the previous one starts the
+                                count afresh (the sglang router's window) */
 } pdr_outlier_conf_t;
 
 typedef struct pdr_worker_conf {

@@ -719,6 +719,7 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->outlier.slow_start_ms, 0, PDR_MAX_MS, "outlier.slow_start_ms");
     CHECK_RANGE(c->outlier.probation_successes, 0, PDR_MAX_OUTLIER_CONSECUTIVE,
                 "outlier.probation_successes");
+    CHECK_RANGE(c->outlier.failure_window_ms, 0, PDR_MAX_MS, "outlier.failure_window_ms");
     CHECK_RANGE(c->threads, 0, PDR_MAX_THREADS, "threads");
     if (c->log.access_log == NULL || c->log.access_log[0] == '\0') {
         pdr__config_err(err, errlen, "log.access_log: must not be empty (a path, '-' for stdout or 'off')");

@@ -178,6 +178,7 @@ static const struct field outlier_fields[] = {
     {"panic_threshold_percent", F_INT, CONF(outlier.panic_threshold_percent), 0, 100, NULL},
     {"slow_start_ms", F_INT, CONF(outlier.slow_start_ms), 0, PDR_MAX_MS, NULL},
     {"probation_successes", F_INT, CONF(outlier.probation_successes), 0, PDR_MAX_OUTLIER_CONSECUTIVE, NULL},
+    {"failure_window_ms", F_INT, CONF(outlier.failure_window_ms), 0, PDR_MAX_MS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field ticket_fields[] = {

@@ -51,6 +51,10 @@ uint64_t pdr_outlier_failure(pdr_outlier_state_t *s, const pdr_outlier_conf_t *c
     *capped = 0;
     if (!c->enabled || pdr_outlier_is_ejected(s, now_ms))
         return 0;
+    if (c->failure_window_ms > 0 && s->last_fail_ms != 0 &&
+        now_ms - s->last_fail_ms > (uint64_t)c->failure_window_ms)
+        __atomic_store_n(&s->consec_fail, 0, __ATOMIC_RELAXED); /* the previous failures are too old */
+    s->last_fail_ms = now_ms;
     int fails = s->consec_fail < c->consecutive_failures ? s->consec_fail + 1 : s->consec_fail;
     __atomic_store_n(&s->consec_fail, fails, __ATOMIC_RELAXED);
     int due = fails >= c->consecutive_failures || s->probation > 0;

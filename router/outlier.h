@@ -14,9 +14,11 @@
  * ejected at a time (never fewer than one, as Envoy).
  *
  * Panic: when fewer than panic_threshold_percent of a role's non-draining workers in a pool are serving
- * (healthy and not ejected), a pick ignores health and ejection and chooses among all of them, as Envoy's
- * panic threshold does, so that a few survivors are not crushed under the whole load. With no worker
- * passing its active checks at all there is no panic: the request gets the contract's 503.
+ * (healthy and not ejected), a pick ignores outlier ejection and chooses among all the healthy ones, as
+ * Envoy's panic threshold does, so that a few survivors are not crushed under the whole load (a storm of
+ * 5xx from overload ejects workers that are not broken). Unlike Envoy, a worker its health checks mark
+ * down, or that a request proved unreachable, stays out even in panic: the data-plane contract answers a
+ * dead prefill with a retry elsewhere or a 503 within a second, never a wait on a known-dead worker.
  *
  * Slow start: a worker that came back (its ejection ended, or its checks turned it healthy again) has a
  * weight rising linearly from 10% to 100% over slow_start_ms. Policies honour it: least_load and
@@ -50,6 +52,7 @@ typedef struct pdr_outlier_state {
     uint64_t ejections_total; /* atomic: outlier ejections */
     uint64_t by_reason[PDR_EJECT_REASONS]; /* atomic: every taking out of the worker, by reason */
     uint64_t last_eject_ms;                /* atomic: the duration of the last ejection */
+    uint64_t last_fail_ms;                 /* under the pool lock: the last failure (failure_window_ms) */
     int return_logged;                     /* atomic: pdr_outlier_tick logged the last ejection's end */
 } pdr_outlier_state_t;
 
@@ -75,8 +78,8 @@ void pdr_outlier_reset(pdr_outlier_state_t *s);
 /* The slow start weight in [PDR_OUTLIER_MIN_WEIGHT, 1] at now_ms, over the ramp the worker came back with;
  * 1 when it had none or it is over. */
 double pdr_outlier_weight(const pdr_outlier_state_t *s, uint64_t now_ms);
-/* 1 when a role with `serving` of `total` non-draining workers serving, `healthy` of them passing their
- * checks, is in panic. */
+/* 1 when a role with `serving` of `total` non-draining workers serving (healthy and not ejected), `healthy`
+ * of them healthy, is in panic (never with none healthy: nothing to pick). */
 int pdr_outlier_panic(const pdr_outlier_conf_t *c, size_t serving, size_t healthy, size_t total);
 
 /* ---- on the pool ---- */

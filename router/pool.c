@@ -706,7 +706,7 @@ pdr_worker_t *pdr_pool_find(pdr_pool_t *p, const char *id, size_t len)
 /* ---- picking (under the read lock) ---- */
 
 /* Whether the pick may choose w, among the candidates pdr_pool_pick_info let through (serving and not
- * ejected, or every non-draining worker in panic). */
+ * ejected; in panic, ejected or not). */
 static int usable(const pdr_worker_t *w, const uint64_t *avoid, size_t n_avoid)
 {
     for (size_t i = 0; i < n_avoid; i++)
@@ -893,8 +893,8 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
     pdr_pool_group_t *g = &p->groups[gi];
     pdr_policy_kind_t pol = g->policy[role];
     /* The candidates: the pool's serving workers of the role that no outlier ejection holds, in list order
-     * (every non-draining one in panic); with slow start, a returning worker stays with the probability
-     * of its weight, except for least_load and power_of_two, which weigh its load instead. */
+     * (ejected or not in panic); with slow start, a returning worker stays with the probability of its
+     * weight, except for least_load and power_of_two, which weigh its load instead. */
     const pdr_outlier_conf_t *oc = &p->outlier;
     uint64_t now = pdr_now_ms();
     size_t total = 0, serving = 0, healthy = 0;
@@ -919,7 +919,7 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
         pdr_worker_t *v = l->w[i];
         if (v->group != gi || pdr_worker_drain_state(v) != PDR_DRAIN_ACTIVE)
             continue;
-        if (!panic && (!pdr_worker_healthy(v) || (oc->enabled && pdr_outlier_is_ejected(&v->outlier, now))))
+        if (!pdr_worker_healthy(v) || (!panic && oc->enabled && pdr_outlier_is_ejected(&v->outlier, now)))
             continue;
         view[c.n++] = v;
         double wt = ramp ? pdr_outlier_weight(&v->outlier, now) : 1.0;

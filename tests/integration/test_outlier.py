@@ -9,9 +9,9 @@ Scenarios (argv[1]):
                     second ejection lasts twice as long; admin state, ms left, metrics and log lines.
   max_percent       every prefill answers 500: only max_ejection_percent of them are ejected, the others
                     keep receiving requests.
-  panic             three of four prefills fail their health checks: with 1 of 4 serving (below
-                    panic_threshold_percent) every prefill receives requests, counted as panic picks; with
-                    panic off only the healthy one does.
+  panic             three of four prefills are ejected (they answered 500): with 1 of 4 serving (below
+                    panic_threshold_percent) every prefill receives requests again, counted as panic
+                    picks; with panic off only the one left does.
   slow_start        a prefill back from an ejection gets a small share of round_robin's picks at first
                     (its weight ramps over slow_start_ms), an even share once the ramp is over.
   cli_flags         the sglang router's --cb-* flags drive it: --cb-failure-threshold 2
@@ -137,26 +137,38 @@ def scenario_max_percent():
 def scenario_panic():
     ps = [sim("prefill") for _ in range(4)]
     d = sim("decode")
-    for p in ps[1:]:
-        fault(p, fail_health=True)
     for panic in (50, 0):
         r = router(ps, [d], config="policy: { prefill: round_robin, decode: round_robin }\n"
-                   "health: { interval_ms: 100, rise: 1, fall: 1 }\n"
-                   "outlier: { panic_threshold_percent: %d }" % panic)
-        pdtest.poll_until(lambda: sum(w["state"] == "unhealthy" for w in workers(r).values()) == 3, 10,
-                          "three unhealthy prefills")
+                   "health: { interval_ms: 60000 }\n"
+                   "outlier: { consecutive_failures: 1, base_ejection_ms: 60000, max_ejection_percent: 100, "
+                   "panic_threshold_percent: %d }" % panic)
+        for p in ps[1:]:
+            fault(p, fail_status=500)
+        pdtest.poll_until(lambda: generate(r, 1) and
+                          sum(w["state"] == "ejected" for w in workers(r).values()) >= 2, 10, "two ejections")
+        # Two of four ejected: 50% serving, no panic yet. The third ejection leaves 1 of 4 (25%).
+        for p in ps[1:]:
+            if workers(r)[url(p)]["state"] != "ejected":
+                for _ in range(4):  # round robin: it is met within a turn
+                    generate(r, 1)
+        ws = workers(r)
+        check(all(ws[url(p)]["state"] == "ejected" for p in ps[1:]), "not all three ejected: %r" % ws, r)
+        for p in ps[1:]:
+            fault(p, reset=True)
         before = [stats(p)["requests"] for p in ps]
+        picks0 = metric_value(metrics(r), "pdr_outlier_panic_total", role="prefill")
         sts = generate(r, 40)
         got = [stats(p)["requests"] - b for p, b in zip(ps, before)]
         check(all(s == 200 for s in sts), "statuses %r" % sts, r)
         m = metrics(r)
-        picks = metric_value(m, "pdr_outlier_panic_total", role="prefill")
-        if panic:
-            check(all(g >= 5 for g in got), "panic: not every prefill used: %r" % got, r)
+        picks = metric_value(m, "pdr_outlier_panic_total", role="prefill") - picks0
+        if panic:  # 1 of 4 serving: every healthy prefill is picked, ejected or not
+            check(got == [10, 10, 10, 10], "panic: not every prefill used evenly: %r" % got, r)
             check(picks >= 40, "panic picks %r" % picks, r)
             check(metric_value(m, "pdr_outlier_panic_total", role="decode") == 0, "decode panic", r)
+            check(all(workers(r)[url(p)]["state"] == "ejected" for p in ps[1:]), "still ejected", r)
         else:
-            check(got[0] == 40 and got[1:] == [0, 0, 0], "no panic: %r" % got, r)
+            check(got == [40, 0, 0, 0], "no panic: %r" % got, r)
             check(picks == 0, "panic picks %r with panic off" % picks, r)
         r.stop()
 

@@ -1433,7 +1433,7 @@ static void test_cli_sglang(void)
     if (cli.config != NULL) {
         const pdr_outlier_conf_t *o = &cli.config->outlier;
         CHECK(o->enabled == 1 && o->consecutive_failures == 7 && o->probation_successes == 3 &&
-              o->base_ejection_ms == 45000 && o->max_ejection_ms == 300000);
+              o->base_ejection_ms == 45000 && o->max_ejection_ms == 300000 && o->failure_window_ms == 120000);
         pdr_config_unref(cli.config);
     } else {
         fprintf(stderr, "  %s\n", err);

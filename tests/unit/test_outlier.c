@@ -84,6 +84,20 @@ static void test_decay(void)
     CHECK(!pdr_outlier_is_ejected(&s, 1400) && fail(&s, &c, 1400, 1) == 100);
 }
 
+static void test_window(void)
+{
+    /* failure_window_ms: failures further apart than it are not consecutive. */
+    pdr_outlier_conf_t c = conf(3, 100, 1000);
+    c.failure_window_ms = 50;
+    pdr_outlier_state_t s = {0};
+    CHECK(fail(&s, &c, 1000, 2) == 0);
+    CHECK(fail(&s, &c, 1051, 2) == 0); /* 51 ms after the last: the count restarts, now at 2 */
+    CHECK(fail(&s, &c, 1101, 1) == 100);
+    c.failure_window_ms = 0; /* none: any gap */
+    pdr_outlier_state_t s2 = {0};
+    CHECK(fail(&s2, &c, 0, 2) == 0 && fail(&s2, &c, 1000000, 1) == 100);
+}
+
 static void test_max_percent(void)
 {
     pdr_outlier_conf_t c = conf(2, 1000, 10000);
@@ -215,23 +229,23 @@ static void test_pool_cap_and_panic(void)
     picks(&p, 80, seen);
     CHECK(seen[0] == 0 && seen[1] == 0 && seen[2] == 10 && seen[9] == 10); /* ejected ones are skipped */
     CHECK(p.panic_total[PDR_ROLE_PREFILL] == 0);
-    /* 7 of 10 unhealthy by their checks: 1 serving of 10, below 50%: panic, every one picked. */
+    /* 7 of 10 unhealthy by their checks: 1 serving of 10, below 50%: panic, the ejected ones are picked
+     * again, the unhealthy ones never. */
     for (size_t i = 3; i < 10; i++)
         pdr_pool_eject(&p, pdr_pool__at(&p, PDR_ROLE_PREFILL, i), "connection refused");
     memset(seen, 0, sizeof(seen));
-    picks(&p, 100, seen);
-    for (int i = 0; i < 10; i++)
-        CHECK(seen[i] == 10);
-    CHECK(p.panic_total[PDR_ROLE_PREFILL] == 100);
+    picks(&p, 90, seen);
+    CHECK(seen[0] == 30 && seen[1] == 30 && seen[2] == 30 && seen[3] == 0 && seen[9] == 0);
+    CHECK(p.panic_total[PDR_ROLE_PREFILL] == 90);
     /* A drained worker is never picked, panic or not. */
     pdr_pool_drain(&p, pdr_pool__at(&p, PDR_ROLE_PREFILL, 0), 0, "test");
     memset(seen, 0, sizeof(seen));
     picks(&p, 90, seen);
-    CHECK(seen[0] == 0 && seen[1] == 10);
+    CHECK(seen[0] == 0 && seen[1] == 45 && seen[2] == 45);
     /* The reasons add up. */
     CHECK(pdr_pool__at(&p, PDR_ROLE_PREFILL, 0)->outlier.by_reason[PDR_EJECT_CONSECUTIVE] == 1);
     CHECK(pdr_pool__at(&p, PDR_ROLE_PREFILL, 5)->outlier.by_reason[PDR_EJECT_UNREACHABLE] == 1);
-    /* Nothing passes its checks: no panic, no pick (the 503 of the contract). */
+    /* Nothing healthy: no panic, no pick (the 503 of the contract). */
     pdr_pool_eject(&p, pdr_pool__at(&p, PDR_ROLE_PREFILL, 1), "connection refused");
     pdr_pool_eject(&p, pdr_pool__at(&p, PDR_ROLE_PREFILL, 2), "connection refused");
     CHECK(pdr_pool_pick(&p, NULL, PDR_ROLE_PREFILL, NULL, 0) == NULL);
@@ -293,7 +307,8 @@ static void test_config(void)
     CHECK(c != NULL && c->outlier.enabled == 1 && c->outlier.consecutive_failures == 5 &&
           c->outlier.base_ejection_ms == 30000 && c->outlier.max_ejection_ms == 300000 &&
           c->outlier.max_ejection_percent == 10 && c->outlier.panic_threshold_percent == 50 &&
-          c->outlier.slow_start_ms == 0 && c->outlier.probation_successes == 0);
+          c->outlier.slow_start_ms == 0 && c->outlier.probation_successes == 0 &&
+          c->outlier.failure_window_ms == 0);
     pdr_config_unref(c);
     char err[256];
     const char *bad[] = {"outlier: { consecutive_failures: 0 }",
@@ -319,6 +334,7 @@ static void test_config(void)
 static const pdr_test_case_t cases[] = {
     {"backoff", test_backoff, 60},
     {"decay", test_decay, 60},
+    {"window", test_window, 60},
     {"max_percent", test_max_percent, 60},
     {"probation", test_probation, 60},
     {"panic", test_panic, 60},
