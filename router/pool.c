@@ -912,7 +912,7 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
         __atomic_add_fetch(&p->panic_total[role], 1, __ATOMIC_RELAXED);
     int ramp = oc->enabled && oc->slow_start_ms > 0 && pol != PDR_POLICY_LEAST_LOAD &&
                pol != PDR_POLICY_POWER_OF_TWO;
-    pdr_worker_t *view[l->n + 1], *kept[l->n + 1];
+    pdr_worker_t *view[l->n + 1], *kept[ramp ? l->n + 1 : 1];
     cands_t c = {0, view};
     size_t n_kept = 0, kept_usable = 0;
     for (size_t i = 0; i < l->n; i++) {
