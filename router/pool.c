@@ -991,12 +991,13 @@ static uint64_t outlier_failure(pdr_pool_t *p, pdr_worker_t *w, int *capped)
     return d;
 }
 
-/* After the locks: the log line and event of an outlier verdict. */
-static void outlier_report(pdr_pool_t *p, pdr_worker_t *w, uint64_t d, int capped, const char *why)
+/* After the locks: the log line and event of an outlier verdict (threshold: consecutive_failures then). */
+static void outlier_report(pdr_pool_t *p, pdr_worker_t *w, uint64_t d, int capped, int threshold,
+                           const char *why)
 {
     if (d > 0) {
         pdr_warn("worker %s %s ejected for %llu ms after %d consecutive failures (outlier ejection %llu): %s",
-                 w->id, w->target, (unsigned long long)d, p->outlier.consecutive_failures,
+                 w->id, w->target, (unsigned long long)d, threshold,
                  (unsigned long long)__atomic_load_n(&w->outlier.ejections_total, __ATOMIC_RELAXED), why);
         pdr_pool_record(p, w, "ejected for %llu ms after consecutive failures: %s", (unsigned long long)d,
                         why);
@@ -1010,6 +1011,7 @@ void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why)
 {
     int capped = 0;
     pthread_rwlock_rdlock(&p->rw);
+    int threshold = p->outlier.consecutive_failures;
     pthread_mutex_lock(&p->lock);
     w->failures_total++;
     w->health.consec_ok = 0;
@@ -1020,7 +1022,7 @@ void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why)
     uint64_t d = p->outlier.enabled ? outlier_failure(p, w, &capped) : 0;
     pthread_mutex_unlock(&p->lock);
     pthread_rwlock_unlock(&p->rw);
-    outlier_report(p, w, d, capped, why);
+    outlier_report(p, w, d, capped, threshold, why);
     if (changed)
         pdr_warn("worker %s %s marked unhealthy: %s", pdr_role_name(w->role), w->target, why);
     pdr_pool_record(p, w, "%s: %s", changed ? "ejected (marked unhealthy)" : "request failed", why);
@@ -1030,13 +1032,13 @@ void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why)
 {
     pthread_rwlock_rdlock(&p->rw);
     if (p->outlier.enabled) { /* passive health is outlier detection's; the checks keep their own counts */
-        int capped = 0;
+        int capped = 0, threshold = p->outlier.consecutive_failures;
         pthread_mutex_lock(&p->lock);
         w->failures_total++;
         uint64_t d = outlier_failure(p, w, &capped);
         pthread_mutex_unlock(&p->lock);
         pthread_rwlock_unlock(&p->rw);
-        outlier_report(p, w, d, capped, why);
+        outlier_report(p, w, d, capped, threshold, why);
         if (d == 0)
             pdr_pool_record(p, w, "request failed: %s", why);
         return;
