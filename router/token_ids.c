@@ -1,6 +1,7 @@
 /*
  * A request's prompt as token ids, for precise_prefix (the KV event index matches token ids, not text).
- * Any loop thread; no shared state.
+ * Any loop thread; no shared state. Member names are compared after decoding escapes, as the request's
+ * validation (rewrite.c) and the worker read them: "input\u005fids" is input_ids.
  *
  * The ids come from the body's input_ids (generate route) when it has them: a flat JSON array of
  * integers in 0..2^32-1, validated by the request scanner already. Otherwise, with the router's
@@ -120,16 +121,14 @@ int pdr_request_token_ids(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_
         return 0; /* a batch has one prompt per item: the router routes it as a whole, by text */
     for (size_t i = 0; i < pr->n; i++) {
         const pdr_jmember_t *m = &pr->m[i];
-        if (m->key_len == 9 && memcmp(m->key, "input_ids", 9) == 0 && m->v.type == PDR_JT_ARRAY &&
-            m->v.elem == PDR_JT_INT)
+        if (pdr_jmember_key_is(m, "input_ids") && m->v.type == PDR_JT_ARRAY && m->v.elem == PDR_JT_INT)
             return parse_ids(m->v.p, m->v.len, &out->ids, &out->n);
     }
     if (tk == NULL)
         return 0;
     for (size_t i = 0; i < pr->n; i++) {
         const pdr_jmember_t *m = &pr->m[i];
-        int named = (m->key_len == 4 && memcmp(m->key, "text", 4) == 0) ||
-                    (m->key_len == 6 && memcmp(m->key, "prompt", 6) == 0);
+        int named = pdr_jmember_key_is(m, "text") || pdr_jmember_key_is(m, "prompt");
         if (named && m->v.type == PDR_JT_STRING)
             return encode_string(tk, m->v.p, m->v.len, out);
     }

@@ -78,6 +78,13 @@ add_executable(fuzz_vllm fuzz/fuzz_vllm.c)
 target_link_libraries(fuzz_vllm PRIVATE pdr_router)
 pdr_fuzz_corpus_test(router_vllm_fuzz_corpus fuzz_vllm vllm 60)
 
+# Fuzz target of the sglang leg bodies (bootstrap fields, ranks, tickets, the plain body), the prompt's
+# token ids and its disaggregation measure (jansson checks every body built).
+add_executable(fuzz_rewrite fuzz/fuzz_rewrite.c)
+target_link_libraries(fuzz_rewrite PRIVATE pdr_router)
+target_include_directories(fuzz_rewrite PRIVATE ${PROJECT_SOURCE_DIR}/routing)
+pdr_fuzz_corpus_test(router_rewrite_fuzz_corpus fuzz_rewrite rewrite 120)
+
 # sglang router compatibility (see test_sglang_compat.py): the metrics-only listener, the worker startup
 # deadline, CORS, log levels and --log-dir, --admin-token-file, the sglang router's extra routes, refused flags.
 foreach(s prometheus startup_timeout cors log_level admin_token_file routes refused_flags)
