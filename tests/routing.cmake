@@ -41,6 +41,13 @@ add_executable(fuzz_tokenizer fuzz/fuzz_tokenizer.c)
 target_include_directories(fuzz_tokenizer PRIVATE ${PROJECT_SOURCE_DIR}/routing)
 target_link_libraries(fuzz_tokenizer PRIVATE pdr_routing)
 pdr_fuzz_corpus_test(tokenizer_fuzz_corpus fuzz_tokenizer tokenizer 120)
+# Fuzz target of the encoder on arbitrary text (pre-tokenizers, added tokens, merges) with the tokenizers
+# of fuzz_tokenizer's seeds; see tests/fuzz/fuzz_pretok.c.
+add_executable(fuzz_pretok fuzz/fuzz_pretok.c)
+target_include_directories(fuzz_pretok PRIVATE ${PROJECT_SOURCE_DIR}/routing)
+target_compile_definitions(fuzz_pretok PRIVATE PDR_FUZZ_TOKENIZER_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/tokenizer")
+target_link_libraries(fuzz_pretok PRIVATE pdr_routing)
+pdr_fuzz_corpus_test(tokenizer_pretok_fuzz_corpus fuzz_pretok pretok 120)
 # The KV event decoder and the precise prefix index (test_kvindex.c includes routing/*.c to count and fail
 # their allocations and to check the index's lists).
 add_executable(test_kvindex unit/test_kvindex.c)

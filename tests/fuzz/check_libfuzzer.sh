@@ -5,7 +5,8 @@
 # seed corpus with -runs=0 -print_coverage=1 and checks that
 #   - libFuzzer loaded the corpus ("INITED"): the program is a libFuzzer binary, not the replay main();
 #   - some covered function is in a .c file outside tests/fuzz/ (inline functions of headers do not
-#     count): the code under test feeds libFuzzer coverage.
+#     count): the code under test feeds libFuzzer coverage;
+#   - its dictionary tests/fuzz/dict/NAME.dict (fuzz_NAME) exists and libFuzzer reads it whole.
 # Exits 77 (skipped) when clang cannot link a libFuzzer program or llvm-symbolizer (which names the
 # covered functions' files) is missing.
 #
@@ -40,7 +41,20 @@ targets=$(cut -d' ' -f1 "$build/fuzz_targets.txt")
 fail=0
 while read -r t seeds; do
     mkdir "$probe/$t"
-    "$build/$t" -runs=0 -print_coverage=1 "$probe/$t" "$seeds" >"$probe/$t.log" 2>&1 || true
+    dict=$src/tests/fuzz/dict/${t#fuzz_}.dict
+    if [ ! -f "$dict" ]; then
+        echo "$t: no dictionary ($dict)"
+        fail=1
+        continue
+    fi
+    "$build/$t" -runs=0 -print_coverage=1 -dict="$dict" "$probe/$t" "$seeds" >"$probe/$t.log" 2>&1 || true
+    entries=$(grep -v '^#' "$dict" | grep -c . || true)
+    if ! grep -q "^Dictionary: $entries entries" "$probe/$t.log"; then
+        echo "$t: libFuzzer did not read the $entries entries of $dict:"
+        grep -m3 -i 'dictionary\|ParseDictionary' "$probe/$t.log" || tail -3 "$probe/$t.log"
+        fail=1
+        continue
+    fi
     if ! grep -q 'INITED' "$probe/$t.log"; then
         echo "$t: not a libFuzzer binary (no INITED line over $seeds):"
         tail -5 "$probe/$t.log"
