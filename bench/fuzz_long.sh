@@ -116,7 +116,7 @@ run_target() {
     local nseeds ncorp kb crashes
     nseeds=$(find "$seeds" -maxdepth 1 -type f | wc -l)
     ncorp=$(find "$dir/corpus" -maxdepth 1 -type f | wc -l)
-    kb=$(du -sk "$dir/corpus" | cut -f1)
+    kb=$(du -sk --apparent-size "$dir/corpus" | cut -f1)
     crashes=$(find "$dir" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' \
         -o -name 'oom-*' \) | wc -l)
     local result=ok

@@ -5,8 +5,9 @@
  * prefill's answer. Every body the router builds must be strict JSON (jansson; no duplicate top-level
  * key) with
  * the fields the protocol fixes; an accepted answer's span must be an object with "do_remote_prefill":
- * true. Built with libFuzzer when PDR_LIBFUZZER is defined; otherwise main() replays the files named on
- * the command line with mutations (ctest's router_vllm_fuzz_corpus).
+ * true; pdr__vllm_next (router/pd_vllm.c) builds the decode and release bodies exactly when the answer
+ * offers its KV. Built with libFuzzer when PDR_LIBFUZZER is defined; otherwise main() replays the files named
+ * on the command line with mutations (ctest's router_vllm_fuzz_corpus).
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "err.h"
+#include "pd_vllm.h"
 #include "rewrite.h"
 
 /* Strict JSON with an object at the top and no duplicate top-level key (the router's own scanner says
@@ -72,8 +74,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (have_kv) {
         if (kv < in || kv + kv_len > in + size)
             abort();
-        json_t *p = must_parse(kv, kv_len);
-        if (!json_is_true(json_object_get(p, "do_remote_prefill")))
+        /* The object as the decode reads it: a repeated key's last value counts (Python's json; jansson
+         * without JSON_REJECT_DUPLICATES), as it does for the router. */
+        json_error_t e;
+        json_t *p = json_loadb(kv, kv_len, JSON_ALLOW_NUL, &e);
+        if (!json_is_object(p) || !json_is_true(json_object_get(p, "do_remote_prefill")))
             abort();
         json_decref(p);
     } else if (err[0] == '\0') {
@@ -92,6 +97,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_leg(&r, PDR_VLLM_PREFILL, NULL, 0);
     check_leg(&r, PDR_VLLM_DECODE, kv, kv_len);
     check_leg(&r, PDR_VLLM_RELEASE, kv, kv_len);
+    /* The input as the prefill's answer to this very request (router/pd_vllm.c): both next bodies exactly
+     * when the answer offers its KV. */
+    pdr_vllm_next_t nx;
+    int nrc = pdr__vllm_next(&r, in, size, &nx, err, sizeof(err));
+    if (nrc == 0) {
+        if (!have_kv)
+            abort();
+        size_t dl = 0;
+        char *d = pdr_pdreq_build_vllm(&r, PDR_VLLM_DECODE, kv, kv_len, &dl);
+        if (d != NULL && (dl != nx.decode_len || memcmp(d, nx.decode, dl) != 0))
+            abort();
+        free(d);
+        json_decref(must_parse(nx.release, nx.release_len));
+        free(nx.decode);
+        free(nx.release);
+    } else if ((nrc == PDR_EINVAL && have_kv) || nx.decode != NULL || nx.release != NULL) {
+        abort();
+    }
     pdr_pdreq_clear(&r);
     return 0;
 }
