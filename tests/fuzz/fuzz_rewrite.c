@@ -346,11 +346,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (r.batch <= FUZZ_MAX_ROOMS) {
         static uint64_t rooms[FUZZ_MAX_ROOMS];
         static char *tickets[FUZZ_MAX_ROOMS];
-        static char ticket_bytes[FUZZ_MAX_ROOMS][24];
+        static char ticket_bytes[FUZZ_MAX_ROOMS][40];
         size_t items = r.batch ? r.batch : 1;
         for (size_t i = 0; i < items; i++) {
             rooms[i] = (uint64_t)INT64_MAX - i * 0x100000001ull; /* 19 digits, the most a room has */
-            snprintf(ticket_bytes[i], sizeof(ticket_bytes[i]), "v1.k%zu.AbC-_d.%zu", i, i * 7);
+            snprintf(ticket_bytes[i], sizeof(ticket_bytes[i]), "v1.k%u.AbC-_d.%u", (unsigned)i,
+                     (unsigned)i * 7);
             tickets[i] = ticket_bytes[i];
         }
         const char *host = (flags & 0x20) ? "[fe80:ffff:ffff:ffff:ffff:ffff:ffff:ffff]" : "10.1.2.3";
