@@ -1173,7 +1173,7 @@ static const char *routing_text(const pdr_pdreq_t *pr, size_t *len)
     static const char *const keys[] = {"text", "prompt", "messages", "input_ids"};
     for (size_t i = 0; i < pr->n; i++)
         for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
-            if (pdr_jmember_key_is(&pr->m[i], keys[k])) { /* escapes decoded, as the validation reads keys */
+            if (pr->m[i].key_len == strlen(keys[k]) && memcmp(pr->m[i].key, keys[k], pr->m[i].key_len) == 0) {
                 *len = pr->m[i].v.len;
                 return pr->m[i].v.p;
             }
