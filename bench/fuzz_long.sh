@@ -123,7 +123,7 @@ run_target() {
     if [ "$crashes" -gt 0 ]; then
         result="**$crashes found** ($(find "$dir" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' \
             -o -name 'timeout-*' -o -name 'oom-*' \) -printf '%f\n' | sed 's/-.*//' | sort | uniq -c |
-            awk '{printf "%s%s %s", NR > 1 ? ", " : "", $1, $2}'))"
+            awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2}'))"
         touch "$dir/bad"
     elif [ "$rc" -ne 0 ]; then
         result="**exit $rc**, no input saved (see $dir/log)"
