@@ -60,6 +60,8 @@ enum opt_id {
     OPT_MAX_PAYLOAD,
     OPT_MAX_CONCURRENT,
     OPT_QUEUE_SIZE,
+    OPT_QUEUE_TIMEOUT_S,
+    OPT_RATE_LIMIT_TPS,
     OPT_PROM_HOST,
     OPT_PROM_PORT,
     OPT_CORS,
@@ -145,6 +147,8 @@ static const struct opt {
     {"max-payload-size", OPT_MAX_PAYLOAD, ARG_ONE},
     {"max-concurrent-requests", OPT_MAX_CONCURRENT, ARG_ONE},
     {"queue-size", OPT_QUEUE_SIZE, ARG_ONE},
+    {"queue-timeout-secs", OPT_QUEUE_TIMEOUT_S, ARG_ONE},
+    {"rate-limit-tokens-per-second", OPT_RATE_LIMIT_TPS, ARG_ONE},
     {"prometheus-host", OPT_PROM_HOST, ARG_ONE},
     {"prometheus-port", OPT_PROM_PORT, ARG_ONE},
     {"cors-allowed-origins", OPT_CORS, ARG_ANY},
@@ -208,12 +212,6 @@ static const struct refused {
     {"retry-max-backoff-ms", NO_BACKOFF},
     {"retry-backoff-multiplier", NO_BACKOFF},
     {"retry-jitter-factor", NO_BACKOFF},
-    {"queue-timeout-secs",
-     "pdrouter has no admission queue: past --max-concurrent-requests (limits.max_inflight) requests are "
-     "answered 503 at once"},
-    {"rate-limit-tokens-per-second",
-     "pdrouter has no token-bucket rate limit: --max-concurrent-requests (limits.max_inflight) caps the "
-     "requests in flight"},
     {"disable-health-check",
      "health checks cannot be turned off; set their period with --health-check-interval-secs "
      "(health.interval_ms)"},
@@ -315,6 +313,11 @@ void pdr_config_usage(FILE *out)
         "  --retry-max-retries N      attempts in all, 1..11 (retries = N - 1); --disable-retries: 1\n"
         "  --max-payload-size BYTES   largest request body (default 33554432)\n"
         "  --max-concurrent-requests N  requests in flight, -1 = no limit (default 4096)\n"
+        "  --queue-size N             requests waiting for room past it, 0 = none: 503 at once (default "
+        "100)\n"
+        "  --queue-timeout-secs N     longest wait in that queue, then 503 (default 60)\n"
+        "  --rate-limit-tokens-per-second N  new requests per second (limits.rate_limit_rps; burst:\n"
+        "                             --max-concurrent-requests when given); past it they queue, else 429\n"
         "  --request-timeout-secs N   first-byte and stream-idle deadlines (default 60 and 300)\n"
         "  --first-byte-ms N          deadline for the decode's first byte (default 60000)\n"
         "  --kv-transfer-ms N         deadline for the KV transfer (default 30000)\n"
@@ -387,6 +390,7 @@ struct pstate {
     int trace_ratio_given;
     unsigned
         cb_given; /* the circuit breaker flags given (1 << k: failure, success, timeout, disable, window) */
+    unsigned admit_given; /* admission flags given: 1 queue, 2 queue timeout, 4 rate limit */
 };
 
 /* A decimal number flag in [min, max]. */
@@ -800,14 +804,19 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
         }
         return argv_int(o->name, val, 1, PDR_MAX_INFLIGHT, &fl->limits.max_inflight, err, errlen);
     case OPT_QUEUE_SIZE:
-        if (strcmp(val, "0") != 0) {
-            pdr__config_err(
-                err, errlen,
-                "argv: --queue-size: pdrouter has no admission queue: past --max-concurrent-requests "
-                "(limits.max_inflight) requests are answered 503 at once, as with --queue-size 0");
+        ps->admit_given |= 1u;
+        return argv_int(o->name, val, 0, PDR_MAX_QUEUE, &fl->limits.queue, err, errlen);
+    case OPT_QUEUE_TIMEOUT_S: {
+        int s;
+        ps->admit_given |= 2u;
+        if (argv_int(o->name, val, 1, PDR_MAX_MS / 1000, &s, err, errlen) != 0)
             return PDR_EINVAL;
-        }
+        fl->limits.queue_timeout_ms = s * 1000;
         return 0;
+    }
+    case OPT_RATE_LIMIT_TPS:
+        ps->admit_given |= 4u;
+        return argv_double(o->name, val, 0, PDR_MAX_RATE_LIMIT_RPS, &fl->limits.rate_limit_rps, err, errlen);
     case OPT_PROM_HOST:
         *given |= G_METRICS_HOST;
         return set_str(&fl->metrics_host, val, err, errlen);
@@ -990,6 +999,9 @@ static int finish_flags(pdr_config_t *fl, struct pstate *ps, char *err, size_t e
     }
     if (ps->disable_retries)
         fl->retries.max = 0; /* as in the sglang router, it wins over --retry-max-retries */
+    /* sglang's bucket holds --max-concurrent-requests tokens: the burst of the rate limit. */
+    if ((ps->admit_given & 4u) && (ps->given & G_INFLIGHT))
+        fl->limits.rate_limit_burst = fl->limits.max_inflight;
     if ((ps->given & G_METRICS_HOST) && !(ps->given & G_METRICS_PORT))
         fl->metrics_port = PDR_SGLANG_PROMETHEUS_PORT;
     if (ps->given & G_K8S) {
@@ -1273,6 +1285,14 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
             c->outlier.enabled = 0;
         if (ps.cb_given & 16u)
             c->outlier.failure_window_ms = fl->outlier.failure_window_ms;
+        if (ps.admit_given & 1u)
+            c->limits.queue = fl->limits.queue;
+        if (ps.admit_given & 2u)
+            c->limits.queue_timeout_ms = fl->limits.queue_timeout_ms;
+        if (ps.admit_given & 4u) {
+            c->limits.rate_limit_rps = fl->limits.rate_limit_rps;
+            c->limits.rate_limit_burst = fl->limits.rate_limit_burst;
+        }
         pdr_config_unref(fl);
         fl = NULL;
     } else {

@@ -492,6 +492,8 @@ pdr_config_t *pdr_config_new_default(void)
     c->timeouts.keepalive_idle_ms = PDR_DEF_KEEPALIVE_IDLE_MS;
     c->limits.h2_max_concurrent_streams = PDR_DEF_H2_MAX_CONCURRENT_STREAMS;
     c->limits.h2_max_control_frames = PDR_DEF_H2_MAX_CONTROL_FRAMES;
+    c->limits.queue = PDR_DEF_QUEUE;
+    c->limits.queue_timeout_ms = PDR_DEF_QUEUE_TIMEOUT_MS;
     static const char *const rid[] = PDR_DEF_REQUEST_ID_HEADERS;
     c->request_id_headers = calloc(sizeof(rid) / sizeof(rid[0]), sizeof(char *));
     for (size_t i = 0; c->request_id_headers != NULL && i < sizeof(rid) / sizeof(rid[0]); i++)

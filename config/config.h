@@ -232,6 +232,13 @@ typedef struct pdr_config {
         int max_idle_client_connections; /* default 0: no limit; else the oldest idle ones are closed */
         int h2_max_concurrent_streams;   /* default 100: streams of a connection processed at once */
         int h2_max_control_frames;       /* default 1000: SETTINGS/PING/PRIORITY/CONTINUATION per 10 s */
+        /* Admission (router/admission.c, docs/internals/admission.md). */
+        int max_inflight_per_pool;   /* default 0: none; else the PD requests in flight per pool */
+        int max_inflight_per_worker; /* default 0: none; else a worker with as many legs is not picked */
+        int queue;                   /* default 100 (sglang's --queue-size): requests waiting for room */
+        int queue_timeout_ms;        /* default 60000 (sglang's --queue-timeout-secs 60): then 503 */
+        double rate_limit_rps;       /* default 0: off; else new requests per second (a token bucket) */
+        int rate_limit_burst;        /* default 0: the bucket holds max(1, rate_limit_rps) tokens */
     } limits;
     struct {
         int max; /* default 2 */

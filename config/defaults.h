@@ -60,6 +60,11 @@
 #define PDR_DEF_H2_MAX_CONTROL_FRAMES 1000
 #define PDR_MAX_H2_MAX_CONTROL_FRAMES 10000000
 #define PDR_MAX_CLIENT_CONNECTIONS 10000000
+/* Admission: sglang's router defaults (--queue-size 100, --queue-timeout-secs 60). */
+#define PDR_DEF_QUEUE 100
+#define PDR_MAX_QUEUE 1000000
+#define PDR_DEF_QUEUE_TIMEOUT_MS 60000
+#define PDR_MAX_RATE_LIMIT_RPS 10000000
 /* Streams an HTTP/2 client may reset or abandon before their answer ends, per connection in any 10 s
  * (a token bucket of this size refilled over 10 s); past it the connection is closed (the rapid-reset
  * attack, CVE-2023-44487). 0: no limit. */

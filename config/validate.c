@@ -693,6 +693,16 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
                 "limits.h2_max_concurrent_streams");
     CHECK_RANGE(c->limits.h2_max_control_frames, 0, PDR_MAX_H2_MAX_CONTROL_FRAMES,
                 "limits.h2_max_control_frames");
+    CHECK_RANGE(c->limits.max_inflight_per_pool, 0, PDR_MAX_INFLIGHT, "limits.max_inflight_per_pool");
+    CHECK_RANGE(c->limits.max_inflight_per_worker, 0, PDR_MAX_INFLIGHT, "limits.max_inflight_per_worker");
+    CHECK_RANGE(c->limits.queue, 0, PDR_MAX_QUEUE, "limits.queue");
+    CHECK_RANGE(c->limits.queue_timeout_ms, 1, PDR_MAX_MS, "limits.queue_timeout_ms");
+    CHECK_RANGE(c->limits.rate_limit_burst, 0, PDR_MAX_INFLIGHT, "limits.rate_limit_burst");
+    if (!(c->limits.rate_limit_rps >= 0 && c->limits.rate_limit_rps <= PDR_MAX_RATE_LIMIT_RPS)) {
+        pdr__config_err(err, errlen, "limits.rate_limit_rps: %g is out of range, expected 0..%d",
+                        c->limits.rate_limit_rps, PDR_MAX_RATE_LIMIT_RPS);
+        return PDR_ECONFIG;
+    }
     CHECK_RANGE(c->n_request_id_headers, 0, PDR_CONFIG_MAX_REQUEST_ID_HEADERS, "request_id_headers (count)");
     for (size_t i = 0; i < c->n_request_id_headers; i++) {
         char msg[160];

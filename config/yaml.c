@@ -163,6 +163,12 @@ static const struct field limits_fields[] = {
      PDR_MAX_H2_MAX_CONCURRENT_STREAMS, NULL},
     {"h2_max_control_frames", F_INT, CONF(limits.h2_max_control_frames), 0, PDR_MAX_H2_MAX_CONTROL_FRAMES,
      NULL},
+    {"max_inflight_per_pool", F_INT, CONF(limits.max_inflight_per_pool), 0, PDR_MAX_INFLIGHT, NULL},
+    {"max_inflight_per_worker", F_INT, CONF(limits.max_inflight_per_worker), 0, PDR_MAX_INFLIGHT, NULL},
+    {"queue", F_INT, CONF(limits.queue), 0, PDR_MAX_QUEUE, NULL},
+    {"queue_timeout_ms", F_INT, CONF(limits.queue_timeout_ms), 1, PDR_MAX_MS, NULL},
+    {"rate_limit_rps", F_DOUBLE, CONF(limits.rate_limit_rps), 0, PDR_MAX_RATE_LIMIT_RPS, NULL},
+    {"rate_limit_burst", F_INT, CONF(limits.rate_limit_burst), 0, PDR_MAX_INFLIGHT, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field retries_fields[] = {

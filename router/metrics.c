@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "admission.h"
 #include "disagg.h"
 #include "kv_events.h"
 #include "shim_events.h"
@@ -504,6 +505,11 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
     if (kv != NULL)
         put(&o, "%.*s", (int)kvlen, kv);
     free(kv);
+    size_t adlen = 0;
+    char *ad = pdr_admit_render_metrics(&adlen); /* queue depth and wait, refusals (admission.h) */
+    if (ad != NULL)
+        put(&o, "%.*s", (int)adlen, ad);
+    free(ad);
     free(m);
     *len = o.len;
     return o.p;

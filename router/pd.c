@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include "admission.h"
 #include "buf.h"
 #include "disagg.h"
 #include "err.h"
@@ -49,6 +50,7 @@
 #define PEEK_INTERVAL_MS 100
 #define PREFILL_BODY_CAP (64u << 20)
 #define PDR_MAX_TRIED 16
+#define PDR_MAX_AVOID (PDR_MAX_TRIED + 240) /* the failed ones, then those at their in-flight limit */
 
 typedef enum { MODE_PD = 0, MODE_MODELS } pd_mode_t;
 
@@ -148,6 +150,9 @@ typedef struct pd_req {
     unsigned admit_waited : 1, room_open : 1;
     /* The workers' incarnations (w->load.epoch) when the attempt began: a new one fails it fast. */
     uint64_t p_epoch, d_epoch;
+    /* Admission (admission.h): the request's slot or place in the queue, and when its wait ends. */
+    pdr_admit_waiter_t admit;
+    uint64_t queue_deadline_ns;
 } pd_req_t;
 
 static void advance(pd_req_t *x);
@@ -300,6 +305,8 @@ static void release_leg(pd_req_t *x, int prefill)
             x->d_running = 0;
         if (w != NULL)
             pdr_worker_track(w, -1);
+        if (x->conf->limits.max_inflight_per_worker > 0)
+            pdr_admit_kick(x->t, x->t->config); /* the worker may have room for a queued request */
     }
 }
 
@@ -1405,13 +1412,19 @@ static void start_attempt(pd_req_t *x)
     if (x->mode == MODE_PD && disagg_possible(x)) {
         decide_disaggregation(x, text, tlen, &tok);
     } else if (x->mode == MODE_PD) {
-        x->pw = pdr_pool_pick_prompt(&r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
-                                     x->n_tried[PDR_ROLE_PREFILL], text, tlen, &tok);
+        uint64_t avoid[PDR_MAX_AVOID];
+        size_t n = pdr_admit_avoid(x->conf, &r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
+                                   x->n_tried[PDR_ROLE_PREFILL], avoid, PDR_MAX_AVOID);
+        x->pw = pdr_pool_pick_prompt(&r->pool, x->pool, PDR_ROLE_PREFILL, avoid, n, text, tlen, &tok);
     }
     /* The decode; or, for a solo sglang attempt, the regular worker that runs it all (in dw: it is the
-     * worker that answers, blamed and avoided as a decode would be). */
-    x->dw = pdr_pool_pick_prompt(&r->pool, x->pool, x->solo && !x->vllm ? PDR_ROLE_REGULAR : PDR_ROLE_DECODE,
-                                 x->tried[PDR_ROLE_DECODE], x->n_tried[PDR_ROLE_DECODE], text, tlen, &tok);
+     * worker that answers, blamed and avoided as a decode would be). Workers at
+     * limits.max_inflight_per_worker are avoided as failed ones are. */
+    pdr_role_t drole = x->solo && !x->vllm ? PDR_ROLE_REGULAR : PDR_ROLE_DECODE;
+    uint64_t davoid[PDR_MAX_AVOID];
+    size_t dn = pdr_admit_avoid(x->conf, &r->pool, x->pool, drole, x->tried[PDR_ROLE_DECODE],
+                                x->n_tried[PDR_ROLE_DECODE], davoid, PDR_MAX_AVOID);
+    x->dw = pdr_pool_pick_prompt(&r->pool, x->pool, drole, davoid, dn, text, tlen, &tok);
     free(tok.ids);
     if (x->mode == MODE_PD && x->dw != NULL && x->pw != NULL && !x->solo && !admit_decode(x, text, tlen))
         return;
@@ -1777,7 +1790,8 @@ static void write_access_log(pd_req_t *x)
     int n = snprintf(
         line, sizeof(line),
         "{\"ts_us\":%" PRIu64 ",\"request_id\":\"%s\",\"trace_id\":\"%s\",\"path\":\"%s\",\"status\":%d,"
-        "\"pool\":%s%s%s,\"prefill\":%s%s%s,\"decode\":%s%s%s,\"room\":%s,\"attempts\":%d,\"ttfb_ms\":%.3f,"
+        "\"pool\":%s%s%s,\"prefill\":%s%s%s,\"decode\":%s%s%s,\"room\":%s,\"attempts\":%d,\"queue_ms\":%.3f,"
+        "\"ttfb_ms\":%.3f,"
         "\"total_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s,\"disagg\":%s%s%s,"
         "\"kv_deadline_ms\":%" PRIu64 ",\"kv_tokens\":%" PRIu64
         ",\"kv_tokens_from\":\"%s\",\"kv_cause\":%s%s%s%s%s}\n",
@@ -1785,9 +1799,9 @@ static void write_access_log(pd_req_t *x)
         x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status, x->pool ? "\"" : "",
         x->pool ? x->pool : "null", x->pool ? "\"" : "", x->pw ? "\"" : "", x->pw ? x->pw->target : "null",
         x->pw ? "\"" : "", x->dw ? "\"" : "", x->dw ? x->dw->target : "null", x->dw ? "\"" : "", room,
-        x->attempt + 1, ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3, x->req ? x->req->entity.len : 0,
-        x->bytes_out, x->error_cause ? "\"" : "", x->error_cause ? x->error_cause : "null",
-        x->error_cause ? "\"" : "", x->disagg >= 0 ? "\"" : "",
+        x->attempt + 1, (double)x->admit.wait_ns / 1e6, ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3,
+        x->req ? x->req->entity.len : 0, x->bytes_out, x->error_cause ? "\"" : "",
+        x->error_cause ? x->error_cause : "null", x->error_cause ? "\"" : "", x->disagg >= 0 ? "\"" : "",
         x->disagg >= 0 ? pdr_disagg_decision_names[x->disagg] : "null", x->disagg >= 0 ? "\"" : "", x->kv_ms,
         x->kv_tokens, pdr_kv_tokens_how_names[x->kv_tokens_how], x->kv_cause ? "\"" : "",
         x->kv_cause ? x->kv_cause : "null", x->kv_cause ? "\"" : "", phases, kv);
@@ -1838,6 +1852,7 @@ static void on_dispose(void *p)
     pdr_kv_release(&x->kv_hold); /* the decode's answer is over: its KV is free */
     write_access_log(x);
     x->req = NULL;
+    pdr_admit_leave(x->t, x->t->config, &x->admit); /* its slot, or its place in the queue */
     if (x->counted_inflight) {
         __atomic_sub_fetch(&x->r->inflight, 1, __ATOMIC_RELAXED);
         if (!linger)
@@ -1886,6 +1901,133 @@ static void on_deferred_start(uv_timer_t *h)
     pd_req_t *x = h->data;
     if (x->req != NULL)
         start_attempt(x);
+    pdr_admit_started(&x->admit);
+}
+
+/* ---- admission (admission.h) ---- */
+
+/* The request has its slot: its first attempt. */
+static void begin(pd_req_t *x, int deferred)
+{
+    if (deferred && x->req->version >= 0x200) {
+        /* HTTP/2: the legs go out on the next loop turn, after h2o has read the rest of what the client
+         * sent with this request, so that a stream the client resets at once (the rapid-reset pattern)
+         * costs the workers nothing: on_dispose runs first and nothing is started. */
+        uv_timer_start(&x->timer, on_deferred_start, 0, 0);
+        return;
+    }
+    start_attempt(x);
+    pdr_admit_started(&x->admit);
+}
+
+static void on_queue_tick(uv_timer_t *h);
+
+/* While queued, the request's timer wakes it for its queue timeout, the next token of the rate limit, and
+ * (HTTP/1) to see whether its client closed; a freed slot comes through on_admitted, not the timer. */
+static void arm_queue_tick(pd_req_t *x)
+{
+    uint64_t now = pdr_now_ns(), next = x->queue_deadline_ns;
+    uint64_t peek = now + PEEK_INTERVAL_MS * 1000000ull; /* also when a drain's deadline is looked for */
+    if (peek < next)
+        next = peek;
+    uint64_t rate = pdr_admit_rate_wait_ns(x->conf);
+    if (rate > 0 && now + rate < next)
+        next = now + rate;
+    uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 1;
+    uv_timer_start(&x->timer, on_queue_tick, ms ? ms : 1, 0);
+}
+
+static void queue_refused(pd_req_t *x, pdr_admit_reject_t why, const char *cause, const char *msg)
+{
+    pdr_admit_count_reject(why);
+    x->error_cause = cause;
+    fail_response(x, 503, "service_unavailable", msg, 1);
+}
+
+static void on_queue_tick(uv_timer_t *h)
+{
+    pd_req_t *x = h->data;
+    if (x->req == NULL || x->admit.state != PDR_ADMIT_QUEUED)
+        return;
+    if (x->req->version < 0x200) {
+        h2o_socket_t *sock = x->req->conn->callbacks->get_socket(x->req->conn);
+        char c;
+        if (sock != NULL && recv(h2o_socket_get_fd(sock), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+            /* The HTTP/1 client closed while queued: it leaves the queue now (on_dispose). */
+            note_client_abort(x);
+            x->status = 499;
+            x->stopped = 1;
+            mark_started(x, 0);
+            h2o_send_error_502(x->req, "Bad Gateway", "client closed", H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
+            return;
+        }
+    }
+    if (pdr_router_shutting_down(x->r)) {
+        if (pdr_admit_expire(&x->admit))
+            queue_refused(x, PDR_REJ_SHUTTING_DOWN, "shutting_down", "the router is shutting down");
+        return;
+    }
+    if (pdr_now_ns() >= x->queue_deadline_ns) {
+        if (pdr_admit_expire(&x->admit)) {
+            char msg[160];
+            snprintf(msg, sizeof(msg),
+                     "no room for the request within limits.queue_timeout_ms (%d ms): too many requests in "
+                     "flight",
+                     x->conf->limits.queue_timeout_ms);
+            queue_refused(x, PDR_REJ_QUEUE_TIMEOUT, "queue_timeout", msg);
+        }
+        return;
+    }
+    pdr_admit_kick(x->t, x->t->config); /* a token of the rate limit may have come */
+    if (x->admit.state == PDR_ADMIT_QUEUED)
+        arm_queue_tick(x);
+}
+
+/* Loop of the request (pdr_admit_deliver): a slot was handed over. */
+static void on_admitted(pdr_admit_waiter_t *w)
+{
+    pd_req_t *x = PDR_DLINK_ITEM(w, pd_req_t, admit);
+    uv_timer_stop(&x->timer);
+    if (x->req != NULL)
+        begin(x, 0);
+}
+
+/* Admission said no: the answer (429 for the queue and the rate limit, 503 for a limit without a queue),
+ * with the cause in the access log. */
+static void admit_refused(pd_req_t *x, pdr_admit_result_t res)
+{
+    const pdr_config_t *c = x->conf;
+    char msg[200];
+    if (res == PDR_ADMIT_FULL || res == PDR_ADMIT_RATE) {
+        int retry = 1;
+        if (res == PDR_ADMIT_FULL) {
+            x->error_cause = "queue_full";
+            snprintf(msg, sizeof(msg), "too many requests: the admission queue is full (limits.queue %d)",
+                     c->limits.queue);
+        } else {
+            x->error_cause = "rate_limited";
+            snprintf(msg, sizeof(msg),
+                     "too many requests: over the rate limit of %g requests/s "
+                     "(limits.rate_limit_rps)",
+                     c->limits.rate_limit_rps);
+            retry = (int)((pdr_admit_rate_wait_ns(c) + 999999999ull) / 1000000000ull);
+        }
+        fail_response(x, 429, "rate_limit_exceeded", msg, retry > 0 ? retry : 1);
+        return;
+    }
+    if (res == PDR_ADMIT_BUSY_POOL) {
+        x->error_cause = "max_inflight_per_pool";
+        snprintf(msg, sizeof(msg), "too many requests in flight in pool %s (limits.max_inflight_per_pool)",
+                 x->pool);
+    } else if (res == PDR_ADMIT_BUSY_WORKER) {
+        x->error_cause = "max_inflight_per_worker";
+        snprintf(msg, sizeof(msg), "every worker is at limits.max_inflight_per_worker (%d)",
+                 c->limits.max_inflight_per_worker);
+    } else {
+        x->error_cause = "max_inflight";
+        snprintf(msg, sizeof(msg), "too many requests in flight (limits.max_inflight)");
+    }
+    fail_response(x, 503, "service_unavailable", msg, 1);
 }
 
 /* A PD request refused before any worker is chosen: the error answer, its metrics, and its access-log line
@@ -1940,9 +2082,6 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     if (pdr__body_too_large(t, req))
         return refuse(t, req, route, mroute, 413, "invalid_request_error",
                       "request body exceeds limits.max_body_bytes", 0, "body_too_large");
-    if (__atomic_load_n(&r->inflight, __ATOMIC_RELAXED) >= c->limits.max_inflight)
-        return refuse(t, req, route, mroute, 503, "service_unavailable",
-                      "too many requests in flight (limits.max_inflight)", 1, "max_inflight");
     static const char no_generate[] =
         "protocol vllm serves /v1/completions and /v1/chat/completions; /generate "
         "is sglang's native route";
@@ -2006,14 +2145,17 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
         fail_response(x, 503, "service_unavailable", "out of memory", 1);
         return 0;
     }
-    if (req->version >= 0x200) {
-        /* HTTP/2: the legs go out on the next loop turn, after h2o has read the rest of what the client
-         * sent with this request, so that a stream the client resets at once (the rapid-reset pattern)
-         * costs the workers nothing: on_dispose runs first and nothing is started. */
-        uv_timer_start(&x->timer, on_deferred_start, 0, 0);
+    pdr_admit_result_t adm = pdr_admit_enter(t, c, &x->admit, &r->pool, x->pool, (int)pool, on_admitted);
+    if (adm == PDR_ADMIT_WAIT) {
+        x->queue_deadline_ns = x->t0_ns + (uint64_t)c->limits.queue_timeout_ms * 1000000ull;
+        arm_queue_tick(x);
         return 0;
     }
-    start_attempt(x);
+    if (adm != PDR_ADMIT_GO) {
+        admit_refused(x, adm);
+        return 0;
+    }
+    begin(x, 1);
     return 0;
 }
 

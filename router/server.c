@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include "admission.h"
 #include "err.h"
 #include "reqguard.h"
 #include "kv_events.h"
@@ -399,6 +400,7 @@ static void on_wakeup(uv_async_t *a)
 {
     pdr_thread_t *t = a->data;
     pdr_shim_events_deliver(t); /* room events for this loop's requests */
+    pdr_admit_deliver(t);       /* admission slots handed to this loop's queued requests */
     pdr_thread_sync_config(t);
     if (__atomic_load_n(&t->r->draining, __ATOMIC_ACQUIRE) && !t->closing)
         start_loop_shutdown(t);
@@ -687,6 +689,7 @@ static void finish_loop(pdr_thread_t *t)
             uv_close((uv_handle_t *)&r->startup_timer, NULL);
         }
     }
+    pdr_admit_loop_closing(t); /* no admission slot is handed over to this loop from here on */
     uv_close((uv_handle_t *)&t->wakeup, NULL);
     if (t->conns > 0) {
         h2o_context_request_shutdown(&t->h2o_ctx);

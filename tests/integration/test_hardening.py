@@ -466,7 +466,7 @@ def scenario_refusals_logged():
     p, d = sim("prefill"), sim("decode", "--decode-us-per-token", "20000")
     fd, alog = tempfile.mkstemp(prefix="pdtest-alog-", suffix=".log")
     os.close(fd)
-    r = router([p], [d], config="log: { access_log: %s }\nlimits: { max_inflight: 1 }" % alog)
+    r = router([p], [d], config="log: { access_log: %s }\nlimits: { max_inflight: 1, queue: 0 }" % alog)
     try:
         result = {}
         t = threading.Thread(target=lambda: result.update(resp=request(r.port, "POST", "/generate", dict(

@@ -309,7 +309,7 @@ def scenario_routes():
 def scenario_refused_flags():
     for argv, want in ((["--redis-url", "redis://r:6379"], "no shared state"),
                        (["--policy", "manual"], "not available yet"),
-                       (["--queue-size", "100"], "no admission queue"),
+                       (["--queue-size", "-1"], "expected an integer in 0..1000000"),
                        (["--request-timeout-secs", "0"], "expected an integer in 1..86400")):
         proc = subprocess.run([pdtest.binary("pdrouter"), "--prefill", "http://a:1", "--decode", "http://b:2"] + argv,
                               capture_output=True, text=True, timeout=20)

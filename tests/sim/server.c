@@ -68,6 +68,7 @@ typedef struct sim_req {
     h2o_req_t *req; /* NULL once h2o disposed the request */
     int refs;
     int closed_handles;
+    int active;       /* counted in S.active */
     pdr_dlink_t link; /* on S.reqs */
     enum sim_route route;
     json_t *body;
@@ -124,6 +125,9 @@ static struct {
     uv_timer_t die_timer;
     pdr_dqueue_t conns, reqs; /* oldest first */
     size_t nconns, nreqs;
+    /* Requests whose answer is not complete yet (nreqs counts their states until freed, a loop turn
+     * later), and the most of them at once (stats: inflight_max). */
+    size_t active, active_max;
     uint64_t requests, completed, cancelled, errors, resets, kv_rx, kv_tx, counter;
     uint64_t local_prefills; /* decode, --local-prefill: plain requests computed here */
     /* --ticket-key: tickets accepted (one per item) and requests refused, by reason (TICKET_*). */
@@ -227,6 +231,15 @@ static void send_error(h2o_req_t *req, int status, const char *msg)
 
 /* ------------------------------------------------------------------ request lifetime */
 
+/* The request's answer is complete, failed or cancelled: it no longer counts as in progress. */
+static void req_inactive(sim_req_t *ctx)
+{
+    if (ctx->active) {
+        ctx->active = 0;
+        S.active--;
+    }
+}
+
 static void req_on_handle_close(uv_handle_t *h)
 {
     sim_req_t *ctx = h->data;
@@ -234,6 +247,7 @@ static void req_on_handle_close(uv_handle_t *h)
         return;
     pdr_dqueue_unlink(&S.reqs, &ctx->link);
     S.nreqs--;
+    req_inactive(ctx);
     for (size_t i = 0; i < ctx->n_items; i++) {
         pdsim_toks_free(&ctx->items[i].toks);
         free(ctx->items[i].kv);
@@ -300,6 +314,7 @@ static void mark_cancelled(sim_req_t *ctx)
         return;
     ctx->cancelled = 1;
     S.cancelled++;
+    req_inactive(ctx);
 }
 
 static void on_die(uv_timer_t *t)
@@ -356,6 +371,7 @@ static void req_fail(sim_req_t *ctx, int status, const char *msg)
         return;
     ctx->finished = 1;
     S.errors++;
+    req_inactive(ctx);
     req_release(ctx);
     send_error(ctx->req, status, msg);
 }
@@ -416,6 +432,9 @@ static sim_req_t *req_new(h2o_req_t *req, enum sim_route route)
     ctx->peek.data = ctx;
     pdr_dqueue_append(&S.reqs, &ctx->link);
     S.nreqs++;
+    ctx->active = 1;
+    if (++S.active > S.active_max)
+        S.active_max = S.active;
     if (req->version < 0x200)
         uv_timer_start(&ctx->peek, on_peek, SIM_PEEK_MS, SIM_PEEK_MS);
     return ctx;
@@ -601,6 +620,7 @@ static void complete_ok(sim_req_t *ctx)
 {
     ctx->finished = 1;
     S.completed++;
+    req_inactive(ctx);
     if (S.die_at != 0 && S.completed >= S.die_at)
         ctx->die_on_dispose = 1;
     req_release(ctx);
@@ -1871,6 +1891,7 @@ static void send_stats(h2o_req_t *req)
                           (json_int_t)S.kv_rx, "kv_bytes_sent", (json_int_t)S.kv_tx, "last", last);
     vllm_stats(o);
     json_object_set_new(o, "local_prefills", json_integer((json_int_t)S.local_prefills));
+    json_object_set_new(o, "inflight_max", json_integer((json_int_t)S.active_max));
     json_t *tr = json_object();
     for (size_t k = 0; k < sizeof(ticket_reasons) / sizeof(ticket_reasons[0]); k++)
         json_object_set_new(tr, ticket_reasons[k], json_integer((json_int_t)S.ticket_refused[k]));

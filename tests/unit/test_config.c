@@ -101,7 +101,10 @@ static void test_full_file(void)
         "health:   { path: /healthz, interval_ms: 500, timeout_ms: 2500, rise: 1, fall: 5 }\n"
         "timeouts: { connect_ms: 100, first_byte_ms: 5000, kv_transfer_ms: 7000,\n"
         "            stream_idle_ms: 9000 }\n"
-        "limits:   { max_body_bytes: 1048576, max_inflight: 10, max_connections_per_worker: 32 }\n"
+        "limits:   { max_body_bytes: 1048576, max_inflight: 10, max_connections_per_worker: 32,\n"
+        "            max_inflight_per_pool: 6, max_inflight_per_worker: 3, queue: 20, queue_timeout_ms: "
+        "1500,\n"
+        "            rate_limit_rps: 2.5, rate_limit_burst: 4 }\n"
         "retries:  { max: 0 }\n"
         "pd: { relay: after_prefill }\n"
         "log:      { access_log: off, level: warning }\n"
@@ -161,6 +164,9 @@ static void test_full_file(void)
     CHECK(c->limits.max_body_bytes == 1048576);
     CHECK(c->limits.max_inflight == 10);
     CHECK(c->limits.max_connections_per_worker == 32);
+    CHECK(c->limits.max_inflight_per_pool == 6 && c->limits.max_inflight_per_worker == 3);
+    CHECK(c->limits.queue == 20 && c->limits.queue_timeout_ms == 1500);
+    CHECK(c->limits.rate_limit_rps == 2.5 && c->limits.rate_limit_burst == 4);
     CHECK(c->retries.max == 0);
     CHECK(c->pd.relay == PDR_RELAY_AFTER_PREFILL);
     CHECK_STR(c->log.access_log, "off");
@@ -200,6 +206,9 @@ static void check_defaults_but_token(const pdr_config_t *c)
     CHECK(c->limits.max_body_bytes == 33554432);
     CHECK(c->limits.max_inflight == 4096);
     CHECK(c->limits.max_connections_per_worker == 0);
+    CHECK(c->limits.max_inflight_per_pool == 0 && c->limits.max_inflight_per_worker == 0);
+    CHECK(c->limits.queue == 100 && c->limits.queue_timeout_ms == 60000); /* sglang's defaults */
+    CHECK(c->limits.rate_limit_rps == 0 && c->limits.rate_limit_burst == 0);
     CHECK(c->retries.max == 2);
     CHECK(c->pd.relay == PDR_RELAY_FIRST_BYTE);
     CHECK_STR(c->log.access_log, "-");
@@ -353,6 +362,11 @@ static void test_errors(void)
     EXPECT_ERROR(
         "limits: { max_inflight: 99999999999999999999999 }\n",
         "bad.yaml:1:25: limits.max_inflight: 99999999999999999999999 is out of range, expected 1..10000000");
+    EXPECT_ERROR("limits: { queue: -1 }\n",
+                 "bad.yaml:1:18: limits.queue: -1 is out of range, expected 0..1000000");
+    EXPECT_ERROR("limits: { queue_timeout_ms: 0 }\n",
+                 "bad.yaml:1:29: limits.queue_timeout_ms: 0 is out of range, expected 1..86400000");
+    EXPECT_ERROR("limits: { rate_limit_rps: fast }\n", "bad.yaml:1:27: *");
     EXPECT_ERROR("limits: { max_connections_per_worker: -1 }\n",
                  "bad.yaml:1:39: limits.max_connections_per_worker: -1 is out of range, expected 0..1000000");
     EXPECT_ERROR("timeouts: { connect_ms: 1.5 }\n",
@@ -1381,7 +1395,11 @@ static void test_cli_sglang(void)
                        "--max-concurrent-requests",
                        "128",
                        "--queue-size",
-                       "0",
+                       "7",
+                       "--queue-timeout-secs",
+                       "30",
+                       "--rate-limit-tokens-per-second",
+                       "50",
                        "--shutdown-grace-period-secs",
                        "90",
                        "--admin-token-file",
@@ -1415,6 +1433,9 @@ static void test_cli_sglang(void)
         CHECK(c->policy_prefill == PDR_POLICY_RANDOM && c->policy_decode == PDR_POLICY_ROUND_ROBIN);
         CHECK(c->retries.max == 3);
         CHECK(c->limits.max_inflight == 128);
+        CHECK(c->limits.queue == 7 && c->limits.queue_timeout_ms == 30000);
+        /* sglang's bucket: --rate-limit-tokens-per-second a second, --max-concurrent-requests deep. */
+        CHECK(c->limits.rate_limit_rps == 50 && c->limits.rate_limit_burst == 128);
         CHECK(c->lifecycle.drain_timeout_ms == 90000);
         CHECK_STR(c->admin_token_file, "/run/pdr/token");
         CHECK(c->outlier.enabled == 0); /* --disable-circuit-breaker */
@@ -1603,9 +1624,12 @@ static void test_cli_sglang(void)
                       "--retry-max-retries", "0");
     EXPECT_ARGV_ERROR("argv: --max-concurrent-requests: expected an integer in 1..10000000, got '0'", PD,
                       "--max-concurrent-requests", "0");
-    EXPECT_ARGV_ERROR("argv: --queue-size: pdrouter has no admission queue: past --max-concurrent-requests "
-                      "(limits.max_inflight) requests are answered 503 at once, as with --queue-size 0",
-                      PD, "--queue-size", "100");
+    EXPECT_ARGV_ERROR("argv: --queue-size: expected an integer in 0..1000000, got '-1'", PD, "--queue-size",
+                      "-1");
+    EXPECT_ARGV_ERROR("argv: --queue-timeout-secs: expected an integer in 1..86400, got '0'", PD,
+                      "--queue-timeout-secs", "0");
+    EXPECT_ARGV_ERROR("argv: --rate-limit-tokens-per-second: expected a number in 0..1e+07, got 'x'", PD,
+                      "--rate-limit-tokens-per-second", "x");
     EXPECT_ARGV_ERROR("argv: --shutdown-grace-period-secs: expected an integer in 1..86400, got 'x'", PD,
                       "--shutdown-grace-period-secs", "x");
     EXPECT_ARGV_ERROR("argv: --admin-token-file: empty value", PD, "--admin-token-file=");
@@ -1647,10 +1671,6 @@ static void test_cli_sglang(void)
         "once on another worker pair, without backoff; only the count is set (--retry-max-retries, "
         "retries.max)",
         PD, "--retry-initial-backoff-ms", "50");
-    EXPECT_ARGV_ERROR("argv: --queue-timeout-secs (sglang router) is not supported: *", PD,
-                      "--queue-timeout-secs", "60");
-    EXPECT_ARGV_ERROR("argv: --rate-limit-tokens-per-second (sglang router) is not supported: *", PD,
-                      "--rate-limit-tokens-per-second", "10");
     EXPECT_ARGV_ERROR("argv: --disable-health-check (sglang router) is not supported: *", PD,
                       "--disable-health-check");
     EXPECT_ARGV_ERROR("argv: listen.tls: cert_file and key_file go together (give both for TLS on the "
