@@ -190,8 +190,10 @@ static void pump(const pdr_config_t *c)
 {
     if (S.depth == 0)
         return;
-    uint64_t now = pdr_now_ns();
     pdr_dlink_t *l = S.queue.head;
+    if (pdr_router_shutting_down(PDR_DLINK_ITEM(l, pdr_admit_waiter_t, link)->t->r))
+        return; /* past the drain deadline: the waiters are answered 503 on their loops */
+    uint64_t now = pdr_now_ns();
     while (l != NULL) {
         pdr_admit_waiter_t *w = PDR_DLINK_ITEM(l, pdr_admit_waiter_t, link);
         l = l->next;

@@ -358,12 +358,13 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         "pdr_inflight_requests %lld\n",
         (long long)x->inflight);
     put(&o,
-        "# HELP pdr_inflight_limit limits.max_inflight: above it requests are refused with 503.\n"
+        "# HELP pdr_inflight_limit limits.max_inflight: above it requests wait in the admission queue.\n"
         "# TYPE pdr_inflight_limit gauge\npdr_inflight_limit %d\n",
         x->max_inflight);
     put(&o,
-        "# HELP pdr_queued_requests PD requests in progress whose response has not started: queued or "
-        "prefilling in the workers.\n# TYPE pdr_queued_requests gauge\npdr_queued_requests %lld\n",
+        "# HELP pdr_queued_requests PD requests in progress whose response has not started: in the "
+        "admission queue, or queued or prefilling in the workers.\n# TYPE pdr_queued_requests "
+        "gauge\npdr_queued_requests %lld\n",
         (long long)m->waiting);
     put(&o,
         "# HELP pdr_config_reloads_total Configuration reloads by result.\n"
