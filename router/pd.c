@@ -1849,10 +1849,10 @@ static void on_dispose(void *p)
     }
     if (!x->started && x->counted_inflight)
         x->t->m.waiting--;
-    pdr_kv_release(&x->kv_hold); /* the decode's answer is over: its KV is free */
+    pdr_kv_release(&x->kv_hold);                    /* the decode's answer is over: its KV is free */
+    pdr_admit_leave(x->t, x->t->config, &x->admit); /* its slot, or its place in the queue */
     write_access_log(x);
     x->req = NULL;
-    pdr_admit_leave(x->t, x->t->config, &x->admit); /* its slot, or its place in the queue */
     if (x->counted_inflight) {
         __atomic_sub_fetch(&x->r->inflight, 1, __ATOMIC_RELAXED);
         if (!linger)
@@ -1953,7 +1953,9 @@ static void on_queue_tick(uv_timer_t *h)
         h2o_socket_t *sock = x->req->conn->callbacks->get_socket(x->req->conn);
         char c;
         if (sock != NULL && recv(h2o_socket_get_fd(sock), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
-            /* The HTTP/1 client closed while queued: it leaves the queue now (on_dispose). */
+            /* The HTTP/1 client closed while queued: it leaves the queue now (a slot handed over meanwhile
+             * is given back by on_dispose). */
+            (void)pdr_admit_expire(&x->admit);
             note_client_abort(x);
             x->status = 499;
             x->stopped = 1;
@@ -1988,7 +1990,7 @@ static void on_admitted(pdr_admit_waiter_t *w)
 {
     pd_req_t *x = PDR_DLINK_ITEM(w, pd_req_t, admit);
     uv_timer_stop(&x->timer);
-    if (x->req != NULL)
+    if (x->req != NULL && !x->stopped && !x->final_sent) /* not answered while the slot came */
         begin(x, 0);
 }
 
