@@ -9,6 +9,7 @@ Usage: test_admission.py SCENARIO   (one of the functions named scenario_*; ctes
 import json
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -190,6 +191,28 @@ def scenario_client_disconnect():
     texts = [l["body"]["text"] for l in stats(d)["last"] if "body" in l]
     check("leave" not in texts and stats(d)["requests"] == 2, "decode saw %r" % texts, r, d)
     check(depth(r) == 0, "queue depth", r)
+
+
+def scenario_client_disconnect_h2():
+    """The same over HTTP/2: a client that gives up (curl --max-time) while queued leaves the queue at once
+    and its request never reaches a worker."""
+    p, d = sim("prefill"), sim("decode", "--decode-us-per-token", SLOW_US)
+    r = router([p], [d], config="threads: 1\nlimits: { max_inflight: 1, queue: 5 }")
+    res = {}
+    t = send_async(r, res, 0, body("stay", 30))
+    pdtest.poll_until(lambda: stats(d)["inflight"] == 1, 10, "the first request to run")
+    out = subprocess.run(["curl", "-sS", "--http2-prior-knowledge", "--max-time", "0.5", "-H",
+                          "Content-Type: application/json", "--data-binary", json.dumps(body("leave", 1)),
+                          "http://127.0.0.1:%d/generate" % r.port], capture_output=True, text=True, timeout=30)
+    check(out.returncode == 28, "curl should time out while queued: rc %d %s" % (out.returncode, out.stderr), r)
+    t0 = time.monotonic()
+    wait_depth(r, 0, timeout=5)
+    check(time.monotonic() - t0 < 1.0, "the queue let the HTTP/2 client go only after %.2fs" % (time.monotonic() - t0), r)
+    check(stats(d)["inflight"] == 1, "the first request should still run", r, d)
+    t.join(30)
+    check(res[0][0] == 200, "the first request: %r" % (res[0][:2],), r)
+    texts = [l["body"]["text"] for l in stats(d)["last"] if "body" in l]
+    check("leave" not in texts and stats(d)["requests"] == 1, "decode saw %r" % texts, r, d)
 
 
 def scenario_per_worker_cap():
