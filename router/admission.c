@@ -443,10 +443,11 @@ char *pdr_admit_render_metrics(size_t *len)
                      reject_names[k], (unsigned long long)__atomic_load_n(&S.rejected[k], __ATOMIC_RELAXED));
         bad |= pdr_buf_append(&o, line, (size_t)n, RENDER_CAP);
     }
+    bad |= pdr_buf_append(&o, "", 1, RENDER_CAP); /* a C string too */
     if (bad != 0) {
         pdr_buf_free(&o);
         return NULL;
     }
-    *len = o.len;
+    *len = o.len - 1;
     return o.p;
 }

@@ -98,7 +98,7 @@ size_t pdr_admit_avoid(const pdr_config_t *c, pdr_pool_t *workers, const char *p
                        const uint64_t *avoid, size_t n, uint64_t *out, size_t cap);
 /* The queue depth now. */
 size_t pdr_admit_depth(void);
-/* The admission families (docs/metrics.md), malloc'd text (free), or NULL. */
+/* The admission families (docs/metrics.md), malloc'd NUL-terminated text of *len bytes (free), or NULL. */
 char *pdr_admit_render_metrics(size_t *len);
 
 #endif
