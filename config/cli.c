@@ -40,6 +40,10 @@ enum opt_id {
     OPT_RETRIES,
     OPT_RETRY_MAX,
     OPT_DISABLE_RETRIES,
+    OPT_RETRY_INITIAL_BACKOFF,
+    OPT_RETRY_MAX_BACKOFF,
+    OPT_RETRY_MULTIPLIER,
+    OPT_RETRY_JITTER,
     OPT_DISABLE_CB,
     OPT_FIRST_BYTE,
     OPT_KV,
@@ -127,6 +131,10 @@ static const struct opt {
     {"retries", OPT_RETRIES, ARG_ONE},
     {"retry-max-retries", OPT_RETRY_MAX, ARG_ONE},
     {"disable-retries", OPT_DISABLE_RETRIES, ARG_NONE},
+    {"retry-initial-backoff-ms", OPT_RETRY_INITIAL_BACKOFF, ARG_ONE},
+    {"retry-max-backoff-ms", OPT_RETRY_MAX_BACKOFF, ARG_ONE},
+    {"retry-backoff-multiplier", OPT_RETRY_MULTIPLIER, ARG_ONE},
+    {"retry-jitter-factor", OPT_RETRY_JITTER, ARG_ONE},
     {"disable-circuit-breaker", OPT_DISABLE_CB, ARG_NONE},
     {"first-byte-ms", OPT_FIRST_BYTE, ARG_ONE},
     {"kv-transfer-ms", OPT_KV, ARG_ONE},
@@ -185,9 +193,6 @@ static const struct opt {
     "pdrouter does not template requests or load models: the workers do (--tokenizer-path takes a "          \
     "tokenizer.json)"
 #define NO_HISTORY "pdrouter keeps no conversation or response history"
-#define NO_BACKOFF                                                                                           \
-    "pdrouter retries at once on another worker pair, without backoff; only the count is set "               \
-    "(--retry-max-retries, retries.max)"
 #define NO_JWT "the admin API takes one bearer token: --admin-token-file FILE (admin.token_file)"
 
 static const struct refused {
@@ -208,10 +213,6 @@ static const struct refused {
     {"worker-startup-check-interval",
      "starting workers are checked every health.interval_ms (--health-check-interval-secs)"},
     {"prometheus-duration-buckets", "the latency histograms have fixed buckets (docs/metrics.md)"},
-    {"retry-initial-backoff-ms", NO_BACKOFF},
-    {"retry-max-backoff-ms", NO_BACKOFF},
-    {"retry-backoff-multiplier", NO_BACKOFF},
-    {"retry-jitter-factor", NO_BACKOFF},
     {"disable-health-check",
      "health checks cannot be turned off; set their period with --health-check-interval-secs "
      "(health.interval_ms)"},
@@ -311,6 +312,10 @@ void pdr_config_usage(FILE *out)
         "  --trace-sample-ratio R     share of new traces recorded, 0..1 (default 1)\n"
         "  --retries N                retries on another worker pair, 0..10 (default 2)\n"
         "  --retry-max-retries N      attempts in all, 1..11 (retries = N - 1); --disable-retries: 1\n"
+        "  --retry-initial-backoff-ms MS  wait before the first retry (default 50; 0: none)\n"
+        "  --retry-max-backoff-ms MS  cap on the wait (default 30000)\n"
+        "  --retry-backoff-multiplier X  each further wait is X times longer (default 1.5)\n"
+        "  --retry-jitter-factor J    each wait drawn in [1-J, 1+J] times its value (default 0.2)\n"
         "  --max-payload-size BYTES   largest request body (default 33554432)\n"
         "  --max-concurrent-requests N  requests in flight, -1 = no limit (default 4096)\n"
         "  --queue-size N             requests waiting for room past it, 0 = none: 503 at once (default "
@@ -385,6 +390,7 @@ struct pstate {
     int sd_port_given;
     int disable_retries;
     unsigned ca_given; /* the cache_aware flags given (1 << k, k the field's place in cache_aware) */
+    unsigned rb_given; /* the retry back-off flags given: 1 initial, 2 max, 4 multiplier, 8 jitter */
     int dp_aware;      /* --dp-aware */
     int enable_trace;  /* --enable-trace (needs an endpoint or a file) */
     int trace_ratio_given;
@@ -720,6 +726,18 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
         *given |= G_RETRIES;
         ps->disable_retries = 1;
         return 0;
+    case OPT_RETRY_INITIAL_BACKOFF:
+        ps->rb_given |= 1u;
+        return argv_int(o->name, val, 0, PDR_MAX_MS, &fl->retries.initial_backoff_ms, err, errlen);
+    case OPT_RETRY_MAX_BACKOFF:
+        ps->rb_given |= 2u;
+        return argv_int(o->name, val, 0, PDR_MAX_MS, &fl->retries.max_backoff_ms, err, errlen);
+    case OPT_RETRY_MULTIPLIER:
+        ps->rb_given |= 4u;
+        return argv_double(o->name, val, 1, 100, &fl->retries.backoff_multiplier, err, errlen);
+    case OPT_RETRY_JITTER:
+        ps->rb_given |= 8u;
+        return argv_double(o->name, val, 0, 1, &fl->retries.jitter_factor, err, errlen);
     case OPT_FIRST_BYTE:
         *given |= G_FIRST_BYTE;
         return argv_int(o->name, val, 1, PDR_MAX_MS, &fl->timeouts.first_byte_ms, err, errlen);
@@ -1293,6 +1311,14 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
             c->limits.rate_limit_rps = fl->limits.rate_limit_rps;
             c->limits.rate_limit_burst = fl->limits.rate_limit_burst;
         }
+        if (ps.rb_given & 1u)
+            c->retries.initial_backoff_ms = fl->retries.initial_backoff_ms;
+        if (ps.rb_given & 2u)
+            c->retries.max_backoff_ms = fl->retries.max_backoff_ms;
+        if (ps.rb_given & 4u)
+            c->retries.backoff_multiplier = fl->retries.backoff_multiplier;
+        if (ps.rb_given & 8u)
+            c->retries.jitter_factor = fl->retries.jitter_factor;
         pdr_config_unref(fl);
         fl = NULL;
     } else {

@@ -506,6 +506,16 @@ pdr_config_t *pdr_config_new_default(void)
     c->outlier.max_ejection_ms = PDR_DEF_OUTLIER_MAX_MS;
     c->outlier.max_ejection_percent = PDR_DEF_OUTLIER_MAX_PERCENT;
     c->outlier.panic_threshold_percent = PDR_DEF_OUTLIER_PANIC_PERCENT;
+    c->retries.budget_percent = 20; /* Envoy's retry budget defaults */
+    c->retries.min_concurrent = 3;
+    c->retries.initial_backoff_ms = 50; /* the sglang router's retry defaults */
+    c->retries.max_backoff_ms = 30000;
+    c->retries.backoff_multiplier = 1.5;
+    c->retries.jitter_factor = 0.2;
+    c->breaker.enabled = 1;
+    c->breaker.consecutive_failures = 3;
+    c->breaker.open_ms = 10000;
+    c->breaker.max_open_ms = 300000;
     c->pd.relay = PDR_RELAY_FIRST_BYTE;
     c->cache_aware.cache_threshold = 0.3; /* the sglang router's command-line defaults */
     c->cache_aware.balance_abs_threshold = 64;

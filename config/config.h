@@ -241,9 +241,23 @@ typedef struct pdr_config {
         int rate_limit_burst;        /* default 0: the bucket holds max(1, rate_limit_rps) tokens */
     } limits;
     struct {
-        int max; /* default 2 */
+        int max;                   /* default 2 */
+        int budget_percent;        /* default 20: retries in flight at most this share of the requests ... */
+        int min_concurrent;        /* default 3: ... or this many, whichever is more (Envoy's retry budget) */
+        int initial_backoff_ms;    /* default 50: the wait before the first retry (0: none) */
+        int max_backoff_ms;        /* default 30000: the wait's cap */
+        double backoff_multiplier; /* default 1.5: each further retry waits this times longer */
+        double jitter_factor;      /* default 0.2: each wait is drawn in [1 - j, 1 + j] times its value */
     } retries;
     pdr_outlier_conf_t outlier;
+    /* The pair-aware breaker (router/breaker.h): a prefill -> decode link with consecutive_failures KV
+     * failures in a row is avoided for open_ms (doubling per re-open up to max_open_ms), then probed. */
+    struct {
+        int enabled;              /* default 1 */
+        int consecutive_failures; /* default 3 */
+        int open_ms;              /* default 10000 */
+        int max_open_ms;          /* default 300000 */
+    } breaker;
     struct {
         double cache_threshold;       /* default 0.3: a match longer than this share of the prompt wins */
         int balance_abs_threshold;    /* default 64: loads are imbalanced when max - min exceeds it ... */

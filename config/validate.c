@@ -730,6 +730,31 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->outlier.probation_successes, 0, PDR_MAX_OUTLIER_CONSECUTIVE,
                 "outlier.probation_successes");
     CHECK_RANGE(c->outlier.failure_window_ms, 0, PDR_MAX_MS, "outlier.failure_window_ms");
+    CHECK_RANGE(c->retries.budget_percent, 0, 100, "retries.budget_percent");
+    CHECK_RANGE(c->retries.min_concurrent, 0, PDR_MAX_INFLIGHT, "retries.min_concurrent");
+    CHECK_RANGE(c->retries.initial_backoff_ms, 0, PDR_MAX_MS, "retries.initial_backoff_ms");
+    CHECK_RANGE(c->retries.max_backoff_ms, 0, PDR_MAX_MS, "retries.max_backoff_ms");
+    if (!(c->retries.backoff_multiplier >= 1 && c->retries.backoff_multiplier <= 100)) {
+        pdr__config_err(err, errlen, "retries.backoff_multiplier: expected a number in [1, 100]");
+        return PDR_ECONFIG;
+    }
+    if (!(c->retries.jitter_factor >= 0 && c->retries.jitter_factor <= 1)) {
+        pdr__config_err(err, errlen, "retries.jitter_factor: expected a number in [0, 1]");
+        return PDR_ECONFIG;
+    }
+    if (c->retries.max_backoff_ms < c->retries.initial_backoff_ms) {
+        pdr__config_err(err, errlen, "retries.max_backoff_ms (%d) is below retries.initial_backoff_ms (%d)",
+                        c->retries.max_backoff_ms, c->retries.initial_backoff_ms);
+        return PDR_ECONFIG;
+    }
+    CHECK_RANGE(c->breaker.consecutive_failures, 1, 1000000, "breaker.consecutive_failures");
+    CHECK_RANGE(c->breaker.open_ms, 1, PDR_MAX_MS, "breaker.open_ms");
+    CHECK_RANGE(c->breaker.max_open_ms, 1, PDR_MAX_MS, "breaker.max_open_ms");
+    if (c->breaker.max_open_ms < c->breaker.open_ms) {
+        pdr__config_err(err, errlen, "breaker.max_open_ms (%d) is below breaker.open_ms (%d)",
+                        c->breaker.max_open_ms, c->breaker.open_ms);
+        return PDR_ECONFIG;
+    }
     CHECK_RANGE(c->threads, 0, PDR_MAX_THREADS, "threads");
     if (c->log.access_log == NULL || c->log.access_log[0] == '\0') {
         pdr__config_err(err, errlen, "log.access_log: must not be empty (a path, '-' for stdout or 'off')");

@@ -173,6 +173,19 @@ static const struct field limits_fields[] = {
 };
 static const struct field retries_fields[] = {
     {"max", F_INT, CONF(retries.max), 0, PDR_MAX_RETRIES, NULL},
+    {"budget_percent", F_INT, CONF(retries.budget_percent), 0, 100, NULL},
+    {"min_concurrent", F_INT, CONF(retries.min_concurrent), 0, PDR_MAX_INFLIGHT, NULL},
+    {"initial_backoff_ms", F_INT, CONF(retries.initial_backoff_ms), 0, PDR_MAX_MS, NULL},
+    {"max_backoff_ms", F_INT, CONF(retries.max_backoff_ms), 0, PDR_MAX_MS, NULL},
+    {"backoff_multiplier", F_DOUBLE, CONF(retries.backoff_multiplier), 1, 100, NULL},
+    {"jitter_factor", F_DOUBLE, CONF(retries.jitter_factor), 0, 1, NULL},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct field breaker_fields[] = {
+    {"enabled", F_BOOL, CONF(breaker.enabled), 0, 0, NULL},
+    {"consecutive_failures", F_INT, CONF(breaker.consecutive_failures), 1, 1000000, NULL},
+    {"open_ms", F_INT, CONF(breaker.open_ms), 1, PDR_MAX_MS, NULL},
+    {"max_open_ms", F_INT, CONF(breaker.max_open_ms), 1, PDR_MAX_MS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field outlier_fields[] = {
@@ -371,6 +384,7 @@ static const struct field top_fields[] = {
     {"limits", F_SECTION, 0, 0, 0, limits_fields},
     {"retries", F_SECTION, 0, 0, 0, retries_fields},
     {"outlier", F_SECTION, 0, 0, 0, outlier_fields},
+    {"breaker", F_SECTION, 0, 0, 0, breaker_fields},
     {"pd", F_SECTION, 0, 0, 0, pd_fields},
     {"cache_aware", F_SECTION, 0, 0, 0, cache_aware_fields},
     {"disaggregation", F_SECTION, 0, 0, 0, disaggregation_fields},

@@ -171,15 +171,26 @@ static json_t *links_json(void)
     pdr_link_info_t *ls = malloc(sizeof(*ls) * cap);
     size_t suspect = 0, n = ls != NULL ? pdr_links_snapshot(ls, cap, &suspect) : 0;
     json_t *arr = json_array();
-    for (size_t i = 0; i < n && arr != NULL; i++)
-        json_array_append_new(arr,
-                              json_pack("{s:s,s:s,s:s,s:s,s:b,s:I,s:I,s:I,s:I,s:s}", "prefill", ls[i].prefill,
-                                        "decode", ls[i].decode, "prefill_id", ls[i].prefill_id, "decode_id",
-                                        ls[i].decode_id, "suspect", ls[i].suspect, "consecutive_failures",
-                                        (json_int_t)ls[i].consecutive_failures, "failures_total",
-                                        (json_int_t)ls[i].failures_total, "successes_total",
-                                        (json_int_t)ls[i].successes_total, "last_failure_ms",
-                                        (json_int_t)ls[i].last_failure_ms, "last_cause", ls[i].last_cause));
+    uint64_t now = pdr_now_ms();
+    for (size_t i = 0; i < n && arr != NULL; i++) {
+        uint64_t left;
+        pdr_breaker_state_t st = pdr_breaker_state(&ls[i].brk, now, &left);
+        json_t *o = json_pack(
+            "{s:s,s:s,s:s,s:s,s:b,s:I,s:I,s:I,s:I,s:s}", "prefill", ls[i].prefill, "decode", ls[i].decode,
+            "prefill_id", ls[i].prefill_id, "decode_id", ls[i].decode_id, "suspect", ls[i].suspect,
+            "consecutive_failures", (json_int_t)ls[i].consecutive_failures, "failures_total",
+            (json_int_t)ls[i].failures_total, "successes_total", (json_int_t)ls[i].successes_total,
+            "last_failure_ms", (json_int_t)ls[i].last_failure_ms, "last_cause", ls[i].last_cause);
+        /* The breaker (breaker.h): its state, the time left before an open link turns half-open, and the
+         * open period in force (doubling per re-open). */
+        if (o != NULL) {
+            json_object_set_new(o, "state", json_string(pdr_breaker_state_names[st]));
+            json_object_set_new(o, "open_ms_left", json_integer((json_int_t)left));
+            json_object_set_new(o, "open_period_ms", json_integer((json_int_t)ls[i].brk.period_ms));
+            json_object_set_new(o, "probe_out", json_boolean(st == PDR_BREAKER_HALF_OPEN && ls[i].brk.probe));
+        }
+        json_array_append_new(arr, o);
+    }
     free(ls);
     return json_pack("{s:I,s:I,s:o}", "tracked", (json_int_t)n, "suspect", (json_int_t)suspect, "links",
                      arr != NULL ? arr : json_array());

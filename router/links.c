@@ -53,6 +53,12 @@ static pdr_link_info_t *take_slot(void)
 
 void pdr_links_failure(const pdr_worker_t *p, const pdr_worker_t *d, const char *cause)
 {
+    pdr_links_failure_breaker(p, d, cause, NULL);
+}
+
+void pdr_links_failure_breaker(const pdr_worker_t *p, const pdr_worker_t *d, const char *cause,
+                               const pdr_breaker_conf_t *bc)
+{
     if (p == NULL || d == NULL)
         return;
     pthread_mutex_lock(&lock);
@@ -72,21 +78,51 @@ void pdr_links_failure(const pdr_worker_t *p, const pdr_worker_t *d, const char 
     e->failures_total++;
     e->last_failure_ms = pdr_wall_us() / 1000;
     snprintf(e->last_cause, sizeof(e->last_cause), "%s", cause != NULL ? cause : "unknown");
+    pdr_breaker_state_t before = (pdr_breaker_state_t)e->brk.state, after = before;
+    if (bc != NULL)
+        after = pdr_breaker_failure(&e->brk, e->consecutive_failures, bc, pdr_now_ms());
+    uint64_t period = e->brk.period_ms, consecutive = e->consecutive_failures;
     pthread_mutex_unlock(&lock);
+    if (after == PDR_BREAKER_OPEN && before != PDR_BREAKER_OPEN)
+        pdr_warn(
+            "link prefill %s -> decode %s: breaker open for %llu ms after %llu KV failures in a row (%s)",
+            p->target, d->target, (unsigned long long)period, (unsigned long long)consecutive,
+            cause != NULL ? cause : "unknown");
+}
+
+int pdr_links_admit(const pdr_worker_t *p, const pdr_worker_t *d, int claim, uint64_t *last_failure_ms)
+{
+    if (last_failure_ms != NULL)
+        *last_failure_ms = 0;
+    if (p == NULL || d == NULL || __atomic_load_n(&n_links, __ATOMIC_RELAXED) == 0)
+        return 1;
+    pthread_mutex_lock(&lock);
+    pdr_link_info_t *e = find(p->uid, d->uid);
+    int ok = e == NULL || pdr_breaker_admit(&e->brk, pdr_now_ms(), claim);
+    if (e != NULL && last_failure_ms != NULL)
+        *last_failure_ms = e->last_failure_ms;
+    pthread_mutex_unlock(&lock);
+    return ok;
 }
 
 void pdr_links_success(const pdr_worker_t *p, const pdr_worker_t *d)
 {
     if (p == NULL || d == NULL || __atomic_load_n(&n_links, __ATOMIC_RELAXED) == 0)
         return;
+    int closed = 0;
     pthread_mutex_lock(&lock);
     pdr_link_info_t *e = find(p->uid, d->uid);
     if (e != NULL) {
         e->suspect = 0;
         e->consecutive_failures = 0;
         e->successes_total++;
+        closed = e->brk.state != PDR_BREAKER_CLOSED;
+        pdr_breaker_success(&e->brk);
     }
     pthread_mutex_unlock(&lock);
+    if (closed)
+        pdr_info("link prefill %s -> decode %s: breaker closed (a KV transfer completed)", p->target,
+                 d->target);
 }
 
 int pdr_links_is_suspect(const pdr_worker_t *p, const pdr_worker_t *d)

@@ -6,12 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include "admission.h"
+#include "breaker.h"
 #include "disagg.h"
 #include "kv_events.h"
 #include "shim_events.h"
 #include "kvdeadline.h"
 #include "metrics.h"
 #include "phases.h"
+#include "retry.h"
 #include "trace.h"
 
 static const double bucket_sets[PDR_BUCKETS__COUNT][PDR_HIST_BUCKETS] = {
@@ -511,6 +513,14 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
     if (ad != NULL)
         put(&o, "%.*s", (int)adlen, ad);
     free(ad);
+    kv = pdr_breaker_render_metrics(&kvlen); /* the links' breaker (breaker.h) */
+    if (kv != NULL)
+        put(&o, "%.*s", (int)kvlen, kv);
+    free(kv);
+    kv = pdr_retry_render_metrics(&kvlen); /* the retry budget (retry.h) */
+    if (kv != NULL)
+        put(&o, "%.*s", (int)kvlen, kv);
+    free(kv);
     free(m);
     *len = o.len;
     return o.p;

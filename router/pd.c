@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include "admission.h"
+#include "breaker.h"
 #include "buf.h"
 #include "disagg.h"
 #include "err.h"
@@ -35,6 +36,7 @@
 #include "links.h"
 #include "pd_vllm.h"
 #include "phases.h"
+#include "retry.h"
 #include "tickets.h"
 #include "router.h"
 #include "shim_events.h"
@@ -153,6 +155,10 @@ typedef struct pd_req {
     /* Admission (admission.h): the request's slot or place in the queue, and when its wait ends. */
     pdr_admit_waiter_t admit;
     uint64_t queue_deadline_ns;
+    /* Retries (retry.h): retry_slot = the request holds a slot of the retry budget (released at its end);
+     * backoff_ns = while non-zero, no attempt runs: the next one starts then. */
+    unsigned retry_slot : 1;
+    uint64_t backoff_ns;
 } pd_req_t;
 
 static void advance(pd_req_t *x);
@@ -287,7 +293,13 @@ static void note_kv_failure(pd_req_t *x, pdr_kv_cause_t cause, const char *backe
     x->kv_open = 0;
     x->kv_cause = pdr_kv_cause_names[cause];
     pdr_kv_count_failure(cause, pdr_kvf_backend_parse(backend));
-    pdr_links_failure(x->pw, x->dw, x->kv_cause);
+    if (x->conf->breaker.enabled) {
+        pdr_breaker_conf_t bc = {(uint64_t)x->conf->breaker.consecutive_failures,
+                                 (uint64_t)x->conf->breaker.open_ms, (uint64_t)x->conf->breaker.max_open_ms};
+        pdr_links_failure_breaker(x->pw, x->dw, x->kv_cause, &bc);
+    } else {
+        pdr_links_failure(x->pw, x->dw, x->kv_cause);
+    }
     pdr_warn("request %s: KV transfer from prefill %s to decode %s failed (%s, backend %s): %s",
              x->request_id, x->pw ? x->pw->target : "-", x->dw ? x->dw->target : "-", x->kv_cause,
              pdr_kvf_backend_names[pdr_kvf_backend_parse(backend)], why);
@@ -543,6 +555,35 @@ static int unreachable(const pdr_leg_t *leg, int err)
     return leg->status == 0 && (err == PDR_ECONNREFUSED || err == PDR_ETIMEDOUT || err == PDR_EPEERGONE);
 }
 
+/* The retry budget (retry.h): 1 when the request may retry (it holds a slot until its end), 0 when too
+ * many requests are retrying already (counted; the attempt's failure is the answer). */
+static int take_retry_slot(pd_req_t *x)
+{
+    uint64_t inflight = __atomic_load_n(&x->r->inflight, __ATOMIC_RELAXED);
+    if (!pdr_retry_acquire(inflight, x->conf->retries.budget_percent, x->conf->retries.min_concurrent)) {
+        pdr_retry_count_skipped(PDR_RETRY_SKIP_BUDGET);
+        pdr_info("request %s: no retry: the retry budget is spent (%" PRIu64 " of %" PRIu64
+                 " requests in flight are retrying; retries.budget_percent, retries.min_concurrent)",
+                 x->request_id, pdr_retry_active(), inflight);
+        return 0;
+    }
+    x->retry_slot = 1;
+    return 1;
+}
+
+/* The back-off before retry x->attempt, cut short so that it ends by the request's first-byte deadline
+ * counted from its start (a request already past it retries at once). */
+static uint64_t retry_backoff_ms(const pd_req_t *x)
+{
+    const pdr_config_t *c = x->conf;
+    uint64_t ms =
+        pdr_retry_backoff_ms(x->attempt, c->retries.initial_backoff_ms, c->retries.backoff_multiplier,
+                             c->retries.max_backoff_ms, c->retries.jitter_factor, pdr_retry_uniform());
+    uint64_t now = pdr_now_ns(), end = x->t0_ns + (uint64_t)x->to.first_byte_ms * 1000000u;
+    uint64_t left = end > now ? (end - now) / 1000000u : 0;
+    return ms < left ? ms : left;
+}
+
 /* An attempt failed. The worker of `role` is blamed (ejected or counted, and avoided by the retry) unless
  * role is -1: a pair's deadline that cannot be pinned on either side, where both are avoided and checked
  * out of turn instead. status is the answer when no retry follows: 503 for a worker that could not be
@@ -596,10 +637,22 @@ static void attempt_failed(pd_req_t *x, int role, int cause, int status, const c
         snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "%s worker %s failed: %s", pdr_role_name(r0),
                  w ? w->target : "-", msg);
     if (x->attempt < x->conf->retries.max && !pdr_router_shutting_down(x->r)) {
+        if (!x->retry_slot && !take_retry_slot(x)) {
+            fail_last(x);
+            return;
+        }
         x->attempt++;
         x->t->m.retries_total++;
-        pdr_info("request %s: %s; retry %d on a new pair", x->request_id, x->last_fail_msg, x->attempt);
-        start_attempt(x);
+        uint64_t ms = retry_backoff_ms(x);
+        pdr_info("request %s: %s; retry %d on a new pair in %" PRIu64 " ms", x->request_id, x->last_fail_msg,
+                 x->attempt, ms);
+        if (ms == 0) {
+            start_attempt(x);
+            return;
+        }
+        x->recheck = 0;
+        x->backoff_ns = pdr_now_ns() + ms * 1000000u;
+        arm_timer(x);
         return;
     }
     fail_last(x);
@@ -622,7 +675,7 @@ static int cause_of(int err)
 /* Decides what happens next from the facts the callbacks recorded. Called after every event. */
 static void advance(pd_req_t *x)
 {
-    if (x->req == NULL || x->stopped)
+    if (x->req == NULL || x->stopped || x->backoff_ns != 0) /* backoff_ns: no attempt runs */
         return;
     if (x->started) {
         send_final_or_more(x);
@@ -1068,6 +1121,15 @@ static void on_timer(uv_timer_t *t)
                 return;
             }
         }
+        if (x->backoff_ns != 0) {
+            if (now < x->backoff_ns) {
+                arm_timer(x);
+                return;
+            }
+            x->backoff_ns = 0;
+            start_attempt(x);
+            return;
+        }
         int gone = x->mode == MODE_PD ? restarted_role(x) : -1;
         if (gone >= 0) {
             attempt_failed(x, gone, PDR_CAUSE_RESET, 503,
@@ -1127,6 +1189,12 @@ static void on_timer(uv_timer_t *t)
 static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
 {
     uint64_t next = 0;
+    if (!x->started && x->backoff_ns != 0) {
+        next = x->backoff_ns; /* the next attempt; meanwhile an HTTP/1 client's close is looked for */
+        if (x->req->version < 0x200 && now + PEEK_INTERVAL_MS * 1000000ull < next)
+            next = now + PEEK_INTERVAL_MS * 1000000ull;
+        return next;
+    }
     if (!x->started) {
         next = x->first_byte_deadline_ns;
         if (x->mode == MODE_PD && (x->kv_open || !x->p_done) && x->kv_deadline_ns < next)
@@ -1381,6 +1449,81 @@ static int admit_decode(pd_req_t *x, const char *text, size_t tlen)
     return 0;
 }
 
+/* The pair-aware breaker (breaker.h): when the picked pair's link is open, another decode for the prefill,
+ * else another prefill with a decode of its own, is picked (BREAKER_MAX_PICKS of each at most, avoiding the
+ * workers that failed this request). When every pairing tried is open, the least recently failed one goes:
+ * the breaker alone never refuses a request. */
+#define BREAKER_MAX_PICKS 8
+static int uid_in(const uint64_t *a, size_t n, uint64_t uid)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a[i] == uid)
+            return 1;
+    return 0;
+}
+
+static void breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok)
+{
+    uint64_t last;
+    if (!x->conf->breaker.enabled || x->pw == NULL || x->dw == NULL ||
+        pdr_links_admit(x->pw, x->dw, 1, &last))
+        return;
+    pdr_breaker_count_avoided();
+    pdr_pool_t *pool = &x->r->pool;
+    pdr_worker_t *bp = x->pw, *bd = x->dw;   /* the least recently failed pairing seen (owned) */
+    pdr_worker_t *p = pdr_worker_ref(x->pw); /* the prefill whose decodes are tried (owned) */
+    x->pw = x->dw = NULL;
+    uint64_t pav[PDR_MAX_TRIED + BREAKER_MAX_PICKS], dav[PDR_MAX_TRIED + BREAKER_MAX_PICKS + 1];
+    size_t np = x->n_tried[PDR_ROLE_PREFILL];
+    memcpy(pav, x->tried[PDR_ROLE_PREFILL], np * sizeof(pav[0]));
+    for (int i = 0; i < BREAKER_MAX_PICKS && p != NULL; i++) {
+        size_t nd = x->n_tried[PDR_ROLE_DECODE];
+        memcpy(dav, x->tried[PDR_ROLE_DECODE], nd * sizeof(dav[0]));
+        if (p == bp)
+            dav[nd++] = bd->uid;
+        for (int j = 0; j < BREAKER_MAX_PICKS; j++) {
+            pdr_worker_t *d = pdr_pool_pick_prompt(pool, x->pool, PDR_ROLE_DECODE, dav, nd, text, tlen, tok);
+            if (d == NULL || uid_in(dav, nd, d->uid)) {
+                pdr_worker_unref(d);
+                break;
+            }
+            uint64_t lf;
+            if (pdr_links_admit(p, d, 1, &lf)) {
+                pdr_worker_unref(bp);
+                pdr_worker_unref(bd);
+                x->pw = p;
+                x->dw = d;
+                return;
+            }
+            if (lf < last) {
+                pdr_worker_unref(bp);
+                pdr_worker_unref(bd);
+                bp = pdr_worker_ref(p);
+                bd = d;
+                last = lf;
+            } else {
+                pdr_worker_unref(d);
+            }
+            dav[nd++] = d->uid;
+        }
+        pav[np++] = p->uid;
+        pdr_worker_unref(p);
+        p = pdr_pool_pick_prompt(pool, x->pool, PDR_ROLE_PREFILL, pav, np, text, tlen, tok);
+        if (p != NULL && uid_in(pav, np, p->uid)) {
+            pdr_worker_unref(p);
+            p = NULL;
+        }
+    }
+    pdr_worker_unref(p);
+    pdr_breaker_count_all_open();
+    (void)pdr_links_admit(bp, bd, 1, NULL); /* a half-open link's probe, if it is free */
+    pdr_warn("request %s: every pairing tried has its breaker open: prefill %s -> decode %s (the least "
+             "recently failed) is used",
+             x->request_id, bp->target, bd->target);
+    x->pw = bp;
+    x->dw = bd;
+}
+
 static void start_attempt(pd_req_t *x)
 {
     pdr_router_t *r = x->r;
@@ -1425,6 +1568,8 @@ static void start_attempt(pd_req_t *x)
     size_t dn = pdr_admit_avoid(x->conf, &r->pool, x->pool, drole, x->tried[PDR_ROLE_DECODE],
                                 x->n_tried[PDR_ROLE_DECODE], davoid, PDR_MAX_AVOID);
     x->dw = pdr_pool_pick_prompt(&r->pool, x->pool, drole, davoid, dn, text, tlen, &tok);
+    if (x->mode == MODE_PD && !x->solo)
+        breaker_pick(x, text, tlen, &tok);
     free(tok.ids);
     if (x->mode == MODE_PD && x->dw != NULL && x->pw != NULL && !x->solo && !admit_decode(x, text, tlen))
         return;
@@ -1851,6 +1996,12 @@ static void on_dispose(void *p)
         x->t->m.waiting--;
     pdr_kv_release(&x->kv_hold);                    /* the decode's answer is over: its KV is free */
     pdr_admit_leave(x->t, x->t->config, &x->admit); /* its slot, or its place in the queue */
+    pdr_kv_release(&x->kv_hold);                    /* the decode's answer is over: its KV is free */
+    if (x->retry_slot) {
+        x->retry_slot = 0;
+        pdr_retry_release();
+    }
+    x->backoff_ns = 0;
     write_access_log(x);
     x->req = NULL;
     if (x->counted_inflight) {

@@ -1666,11 +1666,8 @@ static void test_cli_sglang(void)
                       "--cb-failure-threshold", "0");
     EXPECT_ARGV_ERROR("argv: --cb-timeout-duration-secs: expected an integer in 1..86400, got 'x'", PD,
                       "--cb-timeout-duration-secs", "x");
-    EXPECT_ARGV_ERROR(
-        "argv: --retry-initial-backoff-ms (sglang router) is not supported: pdrouter retries at "
-        "once on another worker pair, without backoff; only the count is set (--retry-max-retries, "
-        "retries.max)",
-        PD, "--retry-initial-backoff-ms", "50");
+    EXPECT_ARGV_ERROR("argv: --retry-jitter-factor: *", PD, "--retry-jitter-factor", "1.5");
+    EXPECT_ARGV_ERROR("argv: --retry-backoff-multiplier: *", PD, "--retry-backoff-multiplier", "0.5");
     EXPECT_ARGV_ERROR("argv: --disable-health-check (sglang router) is not supported: *", PD,
                       "--disable-health-check");
     EXPECT_ARGV_ERROR("argv: listen.tls: cert_file and key_file go together (give both for TLS on the "
@@ -2269,6 +2266,60 @@ static void test_header_keys(void)
 }
 
 /* precise_prefix: the policy name, a worker's kv_events endpoint, the top-level kv_events section. */
+/* retries' budget and back-off, and the breaker: defaults, YAML, the sglang flags and the checks. */
+static void test_retry_breaker_keys(void)
+{
+    char err[512];
+    pdr_config_t *c = load(WORKERS, err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        CHECK(c->retries.budget_percent == 20 && c->retries.min_concurrent == 3);
+        CHECK(c->retries.initial_backoff_ms == 50 && c->retries.max_backoff_ms == 30000);
+        CHECK(c->retries.backoff_multiplier == 1.5 && c->retries.jitter_factor == 0.2);
+        CHECK(c->breaker.enabled == 1 && c->breaker.consecutive_failures == 3);
+        CHECK(c->breaker.open_ms == 10000 && c->breaker.max_open_ms == 300000);
+        pdr_config_unref(c);
+    }
+    c = load(WORKERS "retries: { budget_percent: 50, min_concurrent: 0, initial_backoff_ms: 0, "
+                     "max_backoff_ms: 10, backoff_multiplier: 2, jitter_factor: 0 }\n"
+                     "breaker: { enabled: false, consecutive_failures: 1, open_ms: 5, max_open_ms: 5 }\n",
+             err, sizeof(err));
+    CHECK(c != NULL);
+    if (c != NULL) {
+        CHECK(c->retries.budget_percent == 50 && c->retries.min_concurrent == 0);
+        CHECK(c->retries.initial_backoff_ms == 0 && c->retries.max_backoff_ms == 10);
+        CHECK(c->retries.backoff_multiplier == 2 && c->retries.jitter_factor == 0);
+        CHECK(c->breaker.enabled == 0 && c->breaker.consecutive_failures == 1);
+        CHECK(c->breaker.open_ms == 5 && c->breaker.max_open_ms == 5);
+        pdr_config_unref(c);
+    } else {
+        fprintf(stderr, "  %s\n", err);
+    }
+    EXPECT_ERROR(WORKERS "retries: { budget_percent: 101 }\n", "bad.yaml:*");
+    EXPECT_ERROR(WORKERS "retries: { initial_backoff_ms: 100, max_backoff_ms: 10 }\n", "*");
+    EXPECT_ERROR(WORKERS "breaker: { open_ms: 100, max_open_ms: 10 }\n", "*");
+    EXPECT_ERROR(WORKERS "breaker: { consecutive_failures: 0 }\n", "bad.yaml:*");
+    EXPECT_ERROR(WORKERS "breaker: { open: 1 }\n", "bad.yaml:*");
+    const char *a[] = {"pdrouter",   "--prefill",
+                       "http://a:1", "--decode",
+                       "http://b:2", "--retry-initial-backoff-ms",
+                       "100",        "--retry-max-backoff-ms",
+                       "5000",       "--retry-backoff-multiplier",
+                       "2.5",        "--retry-jitter-factor",
+                       "0.1",        NULL};
+    pdr_cli_t cli;
+    CHECK(parse(a, &cli, err, sizeof(err)) == 0);
+    if (cli.config != NULL) {
+        const pdr_config_t *k = cli.config;
+        CHECK(k->retries.initial_backoff_ms == 100 && k->retries.max_backoff_ms == 5000);
+        CHECK(k->retries.backoff_multiplier == 2.5 && k->retries.jitter_factor == 0.1);
+        pdr_config_unref(cli.config);
+    } else {
+        fprintf(stderr, "  %s\n", err);
+        failures++;
+    }
+}
+
 static void test_kv_events_keys(void)
 {
     char err[512];
@@ -2410,6 +2461,7 @@ static const pdr_test_case_t runner_cases[] = {
     {"pool_discovery", test_pool_discovery, 60},
     {"header_keys", test_header_keys, 60},
     {"kv_events_keys", test_kv_events_keys, 60},
+    {"retry_breaker_keys", test_retry_breaker_keys, 60},
 };
 
 int main(int argc, char **argv)
