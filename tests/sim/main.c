@@ -75,6 +75,7 @@ static void usage(FILE *f)
         "KV\n"
         "  --fail-after-kv CODE      the prefill sends its KV, then answers CODE with an OpenAI error\n"
         "  --reset-answer            cut every answer sent whole (non-streamed; a prefill's) mid-body, hard\n"
+        "  --fail-kv-from-port PORT  a decode fails at once (500) the KV fetch from bootstrap port PORT\n"
         "  --die-after N             exit(3) after N generate requests completed\n"
         "  --kv-events-drop-every N  every Nth KV event message is not sent (a gap in its numbers)\n"
         "  --log-level debug|info|warn|error\n");
@@ -250,6 +251,13 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         }
         if (strcmp(a, "--stamp-first-token") == 0) {
             o->stamp_first_token = 1;
+            continue;
+        }
+        if (strcmp(a, "--fail-kv-from-port") == 0) {
+            if (int_arg(a, val, 1, 65535, &v) != 0)
+                return -1;
+            o->faults.fail_kv_from_port = v;
+            i++;
             continue;
         }
         if (strcmp(a, "--fail-after-kv") == 0) {

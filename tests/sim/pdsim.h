@@ -32,6 +32,7 @@ typedef struct pdsim_faults {
     int stall_kv;
     int stream_head_before_kv;  /* decode: a stream (headers, an SSE comment) starts before the KV pull */
     int64_t stall_kv_from_port; /* decode: KV offered on this bootstrap port is never pulled (0: off) */
+    int64_t fail_kv_from_port;  /* decode: KV offered on this bootstrap port fails at once: 500 (0: off) */
     int fail_after_kv;          /* prefill: the KV is sent, then the request is answered with this status */
     int reset_answer;           /* a JSON answer is cut in the middle of its body by a hard reset */
     int64_t die_after;          /* as configured (reported back) */

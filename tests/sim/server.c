@@ -39,6 +39,7 @@
  * clients). */
 #define SIM_SEND_HIWAT (64u << 10)
 #define SIM_LAST_MAX 64
+#define SIM_PORTS_MAX 16
 
 enum sim_route { ROUTE_GENERATE, ROUTE_COMPLETIONS, ROUTE_CHAT };
 enum { VLLM_OFF = 0, VLLM_PREFILL, VLLM_DECODE };
@@ -135,7 +136,14 @@ static struct {
     char ticket_identity[96];
     json_t *last[SIM_LAST_MAX];
     size_t last_pos;
-    pdr_dlink_t *holds_done; /* vLLM mode: held KV whose offer ended, for the loop (under qlock) */
+    /* The monotonic µs at which the last SIM_LAST_MAX generate requests arrived (oldest first in stats),
+     * and the requests counted by their bootstrap_port (SIM_PORTS_MAX ports; more go uncounted). */
+    uint64_t arrivals_us[SIM_LAST_MAX];
+    size_t arrivals_pos;
+    int64_t by_port[SIM_PORTS_MAX][2];
+    size_t n_by_port;
+    uint64_t kv_link_failures; /* fail_kv_from_port: KV fetches failed on purpose */
+    pdr_dlink_t *holds_done;   /* vLLM mode: held KV whose offer ended, for the loop (under qlock) */
     uint64_t kv_held, kv_released, kv_expired, kv_hold_failed;
     /* --kv-parts: rooms streamed, parts published, bytes the shim had moved to the decode when the
      * compute ended (read with pdshim_room_progress just before the last part), their total bytes; and
@@ -1379,11 +1387,30 @@ static int stalled_link(const sim_req_t *ctx)
     return 0;
 }
 
+/* fail_kv_from_port: one link's KV fetches fail at once (the decode answers 500 before its first token);
+ * the prefill on that port serves other decodes, this decode pulls from other prefills. */
+static int failed_link(const sim_req_t *ctx)
+{
+    for (size_t i = 0; S.faults.fail_kv_from_port > 0 && i < ctx->n_items; i++)
+        if (ctx->items[i].port == S.faults.fail_kv_from_port)
+            return 1;
+    return 0;
+}
+
 static void on_fetch_delay(uv_timer_t *t)
 {
     sim_req_t *ctx = t->data;
     if (!req_is_live(ctx))
         return;
+    if (failed_link(ctx) && !ctx->started) {
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "KV transfer failed for room %" PRIu64 ": PDR_EIO (--fail-kv-from-port %lld: injected)",
+                 ctx->items[0].room, (long long)S.faults.fail_kv_from_port);
+        S.kv_link_failures++;
+        req_fail(ctx, 500, msg);
+        return;
+    }
     if (stalled_link(ctx))
         uv_timer_start(&ctx->timer, on_stall_timeout, (uint64_t)S.opts.kv_timeout_ms, 0);
     else
@@ -1753,8 +1780,26 @@ static json_t *field_or_null(const json_t *body, const char *key)
     return v != NULL ? json_incref(v) : json_null();
 }
 
+static void count_port(const json_t *body)
+{
+    json_t *v = json_object_get(body, "bootstrap_port");
+    if (!json_is_integer(v))
+        return;
+    int64_t port = json_integer_value(v);
+    for (size_t i = 0; i < S.n_by_port; i++)
+        if (S.by_port[i][0] == port) {
+            S.by_port[i][1]++;
+            return;
+        }
+    if (S.n_by_port < SIM_PORTS_MAX) {
+        S.by_port[S.n_by_port][0] = port;
+        S.by_port[S.n_by_port++][1] = 1;
+    }
+}
+
 static void record_last(const char *path, const json_t *body)
 {
+    count_port(body);
     json_t *o = json_pack(
         "{s:s,s:o,s:o,s:o,s:b}", "path", path, "room", field_or_null(body, "bootstrap_room"),
         "bootstrap_host", field_or_null(body, "bootstrap_host"), "bootstrap_port",
@@ -1769,6 +1814,7 @@ static void record_last(const char *path, const json_t *body)
 static void handle_generate(h2o_req_t *req, enum sim_route route, const char *path)
 {
     S.requests++;
+    S.arrivals_us[S.arrivals_pos++ % SIM_LAST_MAX] = uv_hrtime() / 1000;
     if (S.faults.fail_status != 0) {
         char msg[96];
         snprintf(msg, sizeof(msg), "pdsim: injected failure (--fail-status %d)", S.faults.fail_status);
@@ -1889,6 +1935,18 @@ static void send_stats(h2o_req_t *req)
                           "cancelled", (json_int_t)S.cancelled, "errors", (json_int_t)S.errors, "resets",
                           (json_int_t)S.resets, "inflight", (json_int_t)S.nreqs, "kv_bytes_received",
                           (json_int_t)S.kv_rx, "kv_bytes_sent", (json_int_t)S.kv_tx, "last", last);
+    json_t *arr = json_array(), *ports = json_object();
+    size_t na = S.arrivals_pos < SIM_LAST_MAX ? S.arrivals_pos : SIM_LAST_MAX;
+    for (size_t k = S.arrivals_pos - na; k < S.arrivals_pos; k++)
+        json_array_append_new(arr, json_integer((json_int_t)S.arrivals_us[k % SIM_LAST_MAX]));
+    for (size_t i = 0; i < S.n_by_port; i++) {
+        char key[24];
+        snprintf(key, sizeof(key), "%lld", (long long)S.by_port[i][0]);
+        json_object_set_new(ports, key, json_integer((json_int_t)S.by_port[i][1]));
+    }
+    json_object_set_new(o, "arrivals_us", arr);
+    json_object_set_new(o, "by_bootstrap_port", ports);
+    json_object_set_new(o, "kv_link_failures", json_integer((json_int_t)S.kv_link_failures));
     vllm_stats(o);
     json_object_set_new(o, "local_prefills", json_integer((json_int_t)S.local_prefills));
     json_object_set_new(o, "inflight_max", json_integer((json_int_t)S.active_max));
@@ -1944,13 +2002,13 @@ static void send_stats(h2o_req_t *req)
 static json_t *faults_obj(void)
 {
     const pdsim_faults_t *f = &S.faults;
-    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i,s:b,s:I,s:b}", "fail_health", f->fail_health,
+    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i,s:b,s:I,s:b,s:I}", "fail_health", f->fail_health,
                      "health_status", f->health_status, "fail_status", f->fail_status, "hang_before_headers",
                      f->hang_before_headers, "drip_ms", (json_int_t)f->drip_ms, "reset_after_tokens",
                      (json_int_t)f->reset_after_tokens, "stall_kv", f->stall_kv, "die_after",
                      (json_int_t)f->die_after, "fail_after_kv", f->fail_after_kv, "stream_head_before_kv",
                      f->stream_head_before_kv, "stall_kv_from_port", (json_int_t)f->stall_kv_from_port,
-                     "reset_answer", f->reset_answer);
+                     "reset_answer", f->reset_answer, "fail_kv_from_port", (json_int_t)f->fail_kv_from_port);
 }
 
 static void set_die_after(int64_t n)
@@ -2009,6 +2067,7 @@ static void handle_fault(h2o_req_t *req)
     KNOB("stream_head_before_kv", stream_head_before_kv, 0, 1)
     KNOB("stall_kv_from_port", stall_kv_from_port, 0, 65535)
     KNOB("reset_answer", reset_answer, 0, 1)
+    KNOB("fail_kv_from_port", fail_kv_from_port, 0, 65535)
 #undef KNOB
     int64_t kv_drop = -1, kv_bad = -1;
     if (fault_int(body, "kv_events_drop_every", 0, INT32_MAX, &kv_drop) != 0 ||
