@@ -1122,12 +1122,18 @@ static void on_timer(uv_timer_t *t)
             }
         }
         if (x->backoff_ns != 0) {
-            if (now < x->backoff_ns) {
+            /* Waiting out a retry's back-off: no leg runs, so a shutdown's cancellation of the legs in
+             * flight cannot reach the request; it is looked for here. */
+            int stopping = pdr_router_shutting_down(x->r);
+            if (now < x->backoff_ns && !stopping) {
                 arm_timer(x);
                 return;
             }
             x->backoff_ns = 0;
-            start_attempt(x);
+            if (stopping)
+                fail_last(x);
+            else
+                start_attempt(x);
             return;
         }
         int gone = x->mode == MODE_PD ? restarted_role(x) : -1;
@@ -1190,8 +1196,9 @@ static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
 {
     uint64_t next = 0;
     if (!x->started && x->backoff_ns != 0) {
-        next = x->backoff_ns; /* the next attempt; meanwhile an HTTP/1 client's close is looked for */
-        if (x->req->version < 0x200 && now + PEEK_INTERVAL_MS * 1000000ull < next)
+        /* The next attempt; meanwhile an HTTP/1 client's close and a shutdown are looked for. */
+        next = x->backoff_ns;
+        if (now + PEEK_INTERVAL_MS * 1000000ull < next)
             next = now + PEEK_INTERVAL_MS * 1000000ull;
         return next;
     }

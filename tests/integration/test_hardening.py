@@ -242,7 +242,10 @@ def scenario_frozen_decode():
     ds = [sim("decode"), sim("decode")]
     r = router(ps, ds, config="policy: { prefill: round_robin, decode: round_robin }\n"
                "health: { interval_ms: 500, timeout_ms: 300, rise: 1, fall: 2 }\n"
-               "timeouts: { first_byte_ms: 1500, kv_transfer_ms: 600 }\nretries: { max: 3 }")
+               "timeouts: { first_byte_ms: 1500, kv_transfer_ms: 600 }\n"
+               # The 4 clients can all be on the frozen decode at once and all retry together: past the
+               # default retry budget (3 at once) one would get its 504 by design.
+               "retries: { max: 3, min_concurrent: 4 }")
     statuses, slow = [], []
     stop = threading.Event()
     lock = threading.Lock()

@@ -112,8 +112,9 @@ def scenario_disconnect():
 
 
 def scenario_after_first_byte():
-    # One pair: a retry would meet the same workers again, and they count every request.
-    p, d = sim("prefill"), sim("decode", "--reset-after-tokens", "2")
+    # One pair: a retry would meet the same workers again, and they count every request. Tokens 100 ms
+    # apart: the first reaches the client before the reset (bytes still in the router would be retried).
+    p, d = sim("prefill"), sim("decode", "--reset-after-tokens", "2", "--decode-us-per-token", "100000")
     r = router([p], [d], config=conf("{ max: 2, initial_backoff_ms: 1 }"))
     try:
         st, _, b = pdtest.request(r.port, "POST", "/generate", body=body(stream=True), timeout=15)
