@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include "util.h"
 
-const char *const pdr_retry_skip_names[PDR_RETRY_SKIP__COUNT] = {"budget", "deadline"};
+const char *const pdr_retry_skip_names[PDR_RETRY_SKIP__COUNT] = {"budget"};
 
 static uint64_t active, skipped[PDR_RETRY_SKIP__COUNT];
 
@@ -76,14 +76,12 @@ char *pdr_retry_render_metrics(size_t *len)
         return NULL;
     int n = snprintf(p, 1024,
                      "# HELP pdr_retries_skipped_total Failed attempts answered to the client although "
-                     "retries.max allowed a retry: the retry budget was spent, or the back-off would pass "
-                     "the request's first-byte deadline.\n# TYPE pdr_retries_skipped_total counter\n"
+                     "retries.max allowed a retry: the retry budget was spent.\n"
+                     "# TYPE pdr_retries_skipped_total counter\n"
                      "pdr_retries_skipped_total{reason=\"budget\"} %llu\n"
-                     "pdr_retries_skipped_total{reason=\"deadline\"} %llu\n"
                      "# HELP pdr_retries_active Requests holding a slot of the retry budget.\n"
                      "# TYPE pdr_retries_active gauge\npdr_retries_active %llu\n",
                      (unsigned long long)pdr_retry_skipped(PDR_RETRY_SKIP_BUDGET),
-                     (unsigned long long)pdr_retry_skipped(PDR_RETRY_SKIP_DEADLINE),
                      (unsigned long long)pdr_retry_active());
     if (n < 0 || n >= 1024) {
         free(p);

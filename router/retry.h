@@ -4,7 +4,8 @@
  * attempt past it is answered to the client (counted as skipped, reason "budget"). A request holds one
  * slot of the budget from its first retry to its end. The back-off before retry n (1, 2, ...) is
  * initial_backoff_ms x backoff_multiplier^(n-1), at most max_backoff_ms, times a factor drawn uniformly in
- * [1 - jitter_factor, 1 + jitter_factor] (then capped at max_backoff_ms again), as the sglang router does.
+ * [1 - jitter_factor, 1 + jitter_factor] (then capped at max_backoff_ms again), as the sglang router does;
+ * pd.c cuts it short so that it ends by the request's first-byte deadline counted from its arrival.
  * Any thread: the count of retrying requests is one atomic for the process.
  */
 #ifndef PDR_RETRY_H
@@ -13,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { PDR_RETRY_SKIP_BUDGET = 0, PDR_RETRY_SKIP_DEADLINE, PDR_RETRY_SKIP__COUNT } pdr_retry_skip_t;
-extern const char *const pdr_retry_skip_names[PDR_RETRY_SKIP__COUNT]; /* "budget", "deadline" */
+typedef enum { PDR_RETRY_SKIP_BUDGET = 0, PDR_RETRY_SKIP__COUNT } pdr_retry_skip_t;
+extern const char *const pdr_retry_skip_names[PDR_RETRY_SKIP__COUNT]; /* "budget" */
 
 /* How many requests may be retrying at once with `inflight` requests in flight: max(min_concurrent,
  * inflight x percent / 100). */

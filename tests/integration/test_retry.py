@@ -11,6 +11,8 @@ Scenarios:
                 answered 502 at once and counted (pdr_retries_skipped_total{reason="budget"})
   backoff       one request, back-off 300 ms doubling, jitter 0.1: the three attempts reach the prefills
                 at least 270 ms and 540 ms apart (pdsim's arrival clock), then a 502
+  backoff_deadline  a 20 s back-off with timeouts.first_byte_ms 800: the wait ends by the request's
+                first-byte deadline (the retry goes within about 0.8 s of the request's arrival)
   disconnect    an HTTP/1 client that goes away during a 3 s back-off: the request is cleaned up at once
                 (no attempt follows, the budget slot and the in-flight count go back to 0)
   after_first_byte  a decode that resets its stream after its first tokens: the client's stream breaks,
@@ -23,6 +25,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
@@ -91,6 +94,23 @@ def scenario_backoff():
     print("back-off gaps between attempts: %.1f ms, %.1f ms" % tuple(gaps))
     check(gaps[0] >= 270 and gaps[1] >= 540, "back-off gaps %r ms (want >= 270, >= 540)" % gaps, r)
     check(gaps[0] < 2000 and gaps[1] < 2000, "back-off gaps %r ms: far past the configured series" % gaps, r)
+    check(r.stop() == 0, "pdrouter exit status", r)
+
+
+def scenario_backoff_deadline():
+    p1, p2, d = failing_pair()
+    r = router([p1, p2], [d], config=conf("{ max: 1, initial_backoff_ms: 20000, max_backoff_ms: 20000 }") +
+               "timeouts: { first_byte_ms: 800 }\n")
+    t0 = time.monotonic()
+    st, _, b = pdtest.request(r.port, "POST", "/generate", body=body(), timeout=15)
+    dt = time.monotonic() - t0
+    check(st == 502, "answer %d %r" % (st, b), r)
+    ts = sorted(stats(p1)["arrivals_us"] + stats(p2)["arrivals_us"])
+    check(len(ts) == 2, "attempts %r" % ts, r)
+    gap = (ts[1] - ts[0]) / 1000.0
+    print("back-off cut to the first-byte deadline: %.1f ms between attempts, answered in %.2f s" % (gap, dt))
+    check(gap < 800 + 500 and dt < 5, "the 20 s back-off was not cut short: gap %.1f ms, answer after %.2f s"
+          % (gap, dt), r)
     check(r.stop() == 0, "pdrouter exit status", r)
 
 
