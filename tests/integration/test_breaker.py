@@ -12,6 +12,8 @@ Scenarios:
              concurrent requests probes it (its failure re-opens it for twice the period); with the
              fault removed the next probe closes it. No client request fails (retries on other pairs);
              metrics and /admin/v1/links show the states
+  all_open   one prefill, one decode, their link broken: once it is open every request still uses it
+             (the breaker never refuses alone), counted in pdr_breaker_all_open_total
   disabled   breaker.enabled false: the same broken link keeps being used (its failures pass the
              threshold), every request still answered 200 by a retry
 """
@@ -146,6 +148,22 @@ def scenario_one_link():
           metric_value(m, "pdr_breaker_transitions_total", to="half_open") == 2 and
           metric_value(m, "pdr_breaker_transitions_total", to="closed") == 1, "transitions", r)
     check(stats(d1)["kv_link_failures"] == 4, "failures after the fault went", r, d1)
+    check(r.stop() == 0, "pdrouter exit status", r)
+
+
+def scenario_all_open():
+    p1, d1 = sim("prefill"), sim("decode")
+    pdtest.request_json(d1.port, "POST", "/pdsim/fault", {"fail_kv_from_port": p1.ports["bport"]})
+    r = router([p1], [d1], config=conf("{ consecutive_failures: 2, open_ms: 60000 }").replace(
+        "retries: { max: 3, initial_backoff_ms: 0 }", "retries: { max: 0 }"))
+    for i in range(5):
+        st, _, b = pdtest.request(r.port, "POST", "/generate", body=body("request %d" % i), timeout=15)
+        err = json.loads(b).get("error", {})
+        check(st == 502 and err.get("type") == "upstream_error", "request %d: %d %r" % (i, st, b), r)
+    # The only pairing is open: it is still used (never a refusal for the breaker alone), and counted.
+    check(link(r, p1, d1)["state"] == "open", "link %r" % link(r, p1, d1), r)
+    check(stats(d1)["kv_link_failures"] == 5, "requests kept from the only link", r, d1)
+    check(metric_value(metrics(r), "pdr_breaker_all_open_total") == 3, "all-open picks", r)
     check(r.stop() == 0, "pdrouter exit status", r)
 
 
