@@ -134,7 +134,9 @@ def router(prefills, decodes, extra="", bootstrap_ports=None):
              "log: { access_log: %s }" % alog,
              "timeouts: { connect_ms: %d, first_byte_ms: %d, kv_transfer_ms: %d, stream_idle_ms: %d }"
              % (CONNECT_MS, FIRST_BYTE_MS, KV_MS, STREAM_IDLE_MS),
-             "retries: { max: %d }" % RETRIES,
+             # Every request of a case may fail at once and retry together: the retry budget (its default
+             # lets 20 %, at least 3, retry at once) would answer some of them with their failure.
+             "retries: { max: %d, budget_percent: 100 }" % RETRIES,
              "health: { interval_ms: %d, timeout_ms: %d, rise: %d, fall: %d }"
              % (HEALTH["interval_ms"], HEALTH["timeout_ms"], HEALTH["rise"], HEALTH["fall"]),
              "lifecycle: { drain_grace_ms: 0, drain_timeout_ms: 5000 }",
