@@ -171,7 +171,9 @@ def scenario_all_open():
 
 
 def scenario_disabled():
-    p1, p2, d1, d2, r = setup("{ enabled: false, consecutive_failures: 3 }")
+    # Outlier ejection off too: it would take D1 out after its own consecutive failures (the per-worker
+    # answer to what is a fault of one link).
+    p1, p2, d1, d2, r = setup("{ enabled: false, consecutive_failures: 3 }\noutlier: { enabled: false }")
     n = 0
     while stats(d1)["kv_link_failures"] < 6:
         ask(r, n)
