@@ -293,7 +293,9 @@ static void note_kv_failure(pd_req_t *x, pdr_kv_cause_t cause, const char *backe
     x->kv_open = 0;
     x->kv_cause = pdr_kv_cause_names[cause];
     pdr_kv_count_failure(cause, pdr_kvf_backend_parse(backend));
-    if (x->conf->breaker.enabled) {
+    /* The breaker counts what points at the link; a prefill's own error answer before the KV arrived is
+     * the prefill's (outlier ejection and health checks take a prefill that fails with every decode). */
+    if (x->conf->breaker.enabled && cause != PDR_KVC_PREFILL_ERROR) {
         pdr_breaker_conf_t bc = {(uint64_t)x->conf->breaker.consecutive_failures,
                                  (uint64_t)x->conf->breaker.open_ms, (uint64_t)x->conf->breaker.max_open_ms};
         pdr_links_failure_breaker(x->pw, x->dw, x->kv_cause, &bc);
