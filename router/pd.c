@@ -293,9 +293,11 @@ static void note_kv_failure(pd_req_t *x, pdr_kv_cause_t cause, const char *backe
     x->kv_open = 0;
     x->kv_cause = pdr_kv_cause_names[cause];
     pdr_kv_count_failure(cause, pdr_kvf_backend_parse(backend));
-    /* The breaker counts what points at the link; a prefill's own error answer before the KV arrived is
-     * the prefill's (outlier ejection and health checks take a prefill that fails with every decode). */
-    if (x->conf->breaker.enabled && cause != PDR_KVC_PREFILL_ERROR) {
+    /* The breaker counts what points at the link: the deadline, a shim's failure, the decode's error
+     * answer. A prefill's own error answer, a connection broken by a dying worker or a restart are the
+     * worker's (outlier ejection and health checks take a worker that fails with every partner). */
+    if (x->conf->breaker.enabled &&
+        (cause == PDR_KVC_DEADLINE || cause == PDR_KVC_SHIM_FAILED || cause == PDR_KVC_DECODE_ERROR)) {
         pdr_breaker_conf_t bc = {(uint64_t)x->conf->breaker.consecutive_failures,
                                  (uint64_t)x->conf->breaker.open_ms, (uint64_t)x->conf->breaker.max_open_ms};
         pdr_links_failure_breaker(x->pw, x->dw, x->kv_cause, &bc);
