@@ -291,7 +291,7 @@ static void body_data(pdr_h2guard_t *g, pdr_h2g_body_t *b, char *h, uint64_t dat
  * h2o 2.2.5 checks a stream's body against its content-length at END_STREAM and resets the stream
  * (PROTOCOL_ERROR) when they differ, so the guard cannot end such a body early. A content-length above the
  * body limit is made harmless instead: its field (as every encoder writes it, a literal whose name is the
- * static table's entry 28, the value plain or Huffman-coded digits) gets entry 29's name
+ * static table's entry 28, the value plain or Huffman-coded digits) is given entry 29's name
  * (content-location) in place, the same length; h2o then sees no length, and the body is ended at the
  * limit as any other. HPACK: RFC 7541 (integers 5.1, strings 5.2, representations 6, the Huffman codes
  * of the digits in appendix B). */

@@ -13,7 +13,7 @@
  *   - an HTTP/1.1 request without Host, or with more than one.
  *
  * The router calls it on every HTTP/1 request with the raw head, which h2o keeps at the start of the
- * connection's input buffer until the response is over; a refused request gets 400 and the connection
+ * connection's input buffer until the response is over; a refused request is answered 400 and the connection
  * is closed. nginx and HAProxy refuse the same heads.
  */
 #ifndef PDR_REQGUARD_H
@@ -67,8 +67,8 @@ int pdr_chunkguard_feed(pdr_chunkguard_t *g, const char *p, size_t n);
  * included, so never fewer than the header block fragments h2o counts). Fed every raw byte once, in
  * order; decides as soon as a frame's 9-byte header is in, before its payload arrives. */
 /* The guard also follows request bodies against a body limit (pdr_h2guard_set_body_limit): the DATA frame
- * that takes a stream past it gets END_STREAM set in place (so h2o, whose own limit is one frame higher,
- * hands the request to the handler, which answers 413), and DATA that follows on that stream gets an
+ * that takes a stream past it has END_STREAM set in place (so h2o, whose own limit is one frame higher,
+ * hands the request to the handler, which answers 413), and DATA that follows on that stream is given an
  * unknown frame type in place (ignored by h2o, RFC 9113 section 4.1; their bytes are added to
  * window_debt, for the caller to give back with a WINDOW_UPDATE). For that the bytes fed must stay in
  * one buffer with the frame bytes fed before them that h2o has not consumed yet (h2o consumes whole

@@ -23,7 +23,7 @@
 #include "util.h"
 
 /* h2o keeps the pointer it is given: the lists are static. Its accept path serves HTTP/2 when ALPN
- * chose h2 and HTTP/1.1 otherwise (a client that offers nothing gets HTTP/1.1). */
+ * chose h2 and HTTP/1.1 otherwise (a client that offers nothing is served HTTP/1.1). */
 #define ALPN(s)                                                                                              \
     {                                                                                                        \
         (char *)(uintptr_t)(s), sizeof(s) - 1                                                                \

@@ -622,14 +622,14 @@ static void tls_input(pdr_conn_t *c, const char *p, size_t n)
     conn_dispatch(c); /* needs more at once when nothing is buffered: tls_fill decrypts */
 }
 
-/* conn_send for a TLS connection: the head and body are encrypted and written in one go. */
-static void tls_send(pdr_conn_t *c)
+/* The start of a send on c, plain or TLS: its read buffer, and the answer's parser reset. 0, or -1 when
+ * the buffer cannot be had (the leg has failed). */
+static int send_begin(pdr_conn_t *c)
 {
-    pdr_leg_t *leg = c->leg;
     if (c->buf == NULL) {
         if ((c->buf = malloc(READ_BUF_MIN)) == NULL) {
             leg_fail(c, PDR_ENOMEM);
-            return;
+            return -1;
         }
         c->cap = READ_BUF_MIN;
         c->filled = 0;
@@ -639,6 +639,15 @@ static void tls_send(pdr_conn_t *c)
     c->start = c->len = 0;
     c->pend = NULL;
     pdr_h1_init(&c->resp);
+    return 0;
+}
+
+/* conn_send for a TLS connection: the head and body are encrypted and written in one go. */
+static void tls_send(pdr_conn_t *c)
+{
+    pdr_leg_t *leg = c->leg;
+    if (send_begin(c) != 0)
+        return;
     if (pdr_utls_write(c->tls, leg->head, leg->head_len) != 0 ||
         pdr_utls_write(c->tls, leg->body, leg->body_len) != 0) {
         leg_fail(c, PDR_EIO);
@@ -718,19 +727,8 @@ static void conn_send(pdr_conn_t *c)
         return;
     }
     pdr_leg_t *leg = c->leg;
-    if (c->buf == NULL) {
-        if ((c->buf = malloc(READ_BUF_MIN)) == NULL) {
-            leg_fail(c, PDR_ENOMEM);
-            return;
-        }
-        c->cap = READ_BUF_MIN;
-        c->filled = 0;
-    }
-    c->state = C_BUSY;
-    c->got_byte = 0;
-    c->start = c->len = 0;
-    c->pend = NULL;
-    pdr_h1_init(&c->resp);
+    if (send_begin(c) != 0)
+        return;
     uv_buf_t bufs[2] = {uv_buf_init(leg->head, (unsigned)leg->head_len),
                         uv_buf_init((char *)(uintptr_t)leg->body, (unsigned)leg->body_len)};
     unsigned nbufs = leg->body_len > 0 ? 2 : 1;

@@ -3,7 +3,7 @@
  * BIOs. The input BIO answers "retry" when empty (BIO_set_mem_eof_return -1), so SSL_read and the
  * handshake report SSL_ERROR_WANT_READ until upstream.c feeds more; the output BIO only accumulates.
  * Hostname checks are OpenSSL's own (X509_VERIFY_PARAM_set1_host, or set1_ip_asc for an address
- * literal, which also gets no SNI: RFC 6066 allows only DNS names there). Loop thread only.
+ * literal, which is also sent no SNI: RFC 6066 allows only DNS names there). Loop thread only.
  */
 #include <openssl/err.h>
 #include <openssl/ssl.h>

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "breaker.h"
 #include "check.h"
+#include "fake_worker.h"
 #include "links.h"
 #include "runner.h"
 #include "util.h"
@@ -58,16 +59,6 @@ static void test_state_machine(void)
     pdr_breaker_success(&b);
     pdr_breaker_success(&b);
     CHECK(pdr_breaker_transitions(PDR_BREAKER_CLOSED) == 2);
-}
-
-static pdr_worker_t mk(uint64_t uid, const char *target)
-{
-    pdr_worker_t w;
-    memset(&w, 0, sizeof(w));
-    w.uid = uid;
-    snprintf(w.target, sizeof(w.target), "%s", target);
-    snprintf(w.id, sizeof(w.id), "w-%llu", (unsigned long long)uid);
-    return w;
 }
 
 static void test_links(void)

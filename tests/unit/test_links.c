@@ -12,18 +12,9 @@
 #include "runner.h"
 #include "defaults.h"
 #include "kvdeadline.h"
+#include "fake_worker.h"
 #include "links.h"
 #include "rewrite.h"
-
-static pdr_worker_t mk(uint64_t uid, const char *target)
-{
-    pdr_worker_t w;
-    memset(&w, 0, sizeof(w));
-    w.uid = uid;
-    snprintf(w.target, sizeof(w.target), "%s", target);
-    snprintf(w.id, sizeof(w.id), "w-%llu", (unsigned long long)uid);
-    return w;
-}
 
 static void test_suspect_and_clear(void)
 {
