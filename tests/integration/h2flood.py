@@ -109,6 +109,12 @@ def one_connection(port, st, deadline, burst, max_streams):
             sent += burst
     except OSError:
         pass
+    return finish_connection(s, st, done, sent)
+
+
+def finish_connection(s, st, done, sent):
+    """Counts a flooding connection's frames and whether the router closed it (within 2 s of the flood's
+    end), then closes it; returns that."""
     with st.lock:
         st.streams += sent
         st.connections += 1
@@ -144,15 +150,7 @@ def control_connection(port, st, deadline, burst, attack):
             sent += burst
     except OSError:
         pass
-    with st.lock:
-        st.streams += sent
-        st.connections += 1
-    closed = done.wait(2.0)
-    with st.lock:
-        if closed:
-            st.closed_by_server += 1
-    s.close()
-    return closed
+    return finish_connection(s, st, done, sent)
 
 
 def flood(port, connections=4, seconds=20.0, burst=100, max_streams_per_conn=0, attack="reset"):
