@@ -4,9 +4,12 @@
  * link state of links.c for /metrics. Any thread.
  */
 #include "kvdeadline.h"
+
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "buf.h"
 #include "defaults.h"
 #include "disagg.h"
 #include "links.h"
@@ -102,28 +105,15 @@ typedef struct {
 
 __attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt, ...)
 {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(o->p ? o->p + o->len : NULL, o->p ? o->cap - o->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0 || o->oom)
-            return;
-        if (o->p != NULL && o->len + (size_t)n < o->cap) {
-            o->len += (size_t)n;
-            return;
-        }
-        size_t cap = o->cap ? o->cap * 2 : 4096;
-        while (cap < o->len + (size_t)n + 1)
-            cap *= 2;
-        char *np = realloc(o->p, cap);
-        if (np == NULL) {
-            o->oom = 1;
-            return;
-        }
-        o->p = np;
-        o->cap = cap;
-    }
+    if (o->oom)
+        return;
+    pdr_buf_t b = {o->p, o->len, o->cap};
+    va_list ap;
+    va_start(ap, fmt);
+    if (pdr_buf_vprintf(&b, SIZE_MAX, fmt, ap) != 0)
+        o->oom = 1;
+    va_end(ap);
+    o->p = b.p, o->len = b.len, o->cap = b.cap;
 }
 
 char *pdr_kv_render_metrics(size_t *len)

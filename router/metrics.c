@@ -2,11 +2,13 @@
  * the others' sets without locks (64-bit counters, a scrape may see a count a moment old). */
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "admission.h"
 #include "breaker.h"
+#include "buf.h"
 #include "disagg.h"
 #include "kv_events.h"
 #include "shim_events.h"
@@ -247,26 +249,12 @@ __attribute__((format(printf, 2, 3))) static void put_line(void *o, const char *
 
 __attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt, ...)
 {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(o->p ? o->p + o->len : NULL, o->p ? o->cap - o->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return;
-        if (o->p != NULL && o->len + (size_t)n < o->cap) {
-            o->len += (size_t)n;
-            return;
-        }
-        size_t cap = o->cap ? o->cap * 2 : 16384;
-        while (cap < o->len + (size_t)n + 1)
-            cap *= 2;
-        char *np = realloc(o->p, cap);
-        if (np == NULL)
-            return;
-        o->p = np;
-        o->cap = cap;
-    }
+    pdr_buf_t b = {o->p, o->len, o->cap};
+    va_list ap;
+    va_start(ap, fmt);
+    (void)pdr_buf_vprintf(&b, SIZE_MAX, fmt, ap); /* out of memory: the text stops short */
+    va_end(ap);
+    o->p = b.p, o->len = b.len, o->cap = b.cap;
 }
 
 static void put_hist(out_t *o, const char *name, const char *help, const pdr_hist_t *hs, pdr_buckets_t set)
