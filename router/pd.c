@@ -647,6 +647,9 @@ static void attempt_failed(pd_req_t *x, int role, int cause, int status, const c
         }
         x->attempt++;
         x->t->m.retries_total++;
+        /* msg may lie in the leg's buffer, which the next attempt reuses; the access log's error names the
+         * final outcome (a retry that succeeds has none), and the failure is kept in last_fail_msg. */
+        x->error_cause = NULL;
         uint64_t ms = retry_backoff_ms(x);
         pdr_info("request %s: %s; retry %d on a new pair in %" PRIu64 " ms", x->request_id, x->last_fail_msg,
                  x->attempt, ms);
@@ -2232,7 +2235,7 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
         return refuse(t, req, route, mroute, 503, "service_unavailable", "the router is shutting down", 1,
                       "shutting_down");
     if (req->version >= 0x200 && pdr__conn_condemned(req)) /* parsed from a connection closed for a flood */
-        return refuse(t, req, route, mroute, 429, "rate_limit_error",
+        return refuse(t, req, route, mroute, 429, "rate_limit_exceeded",
                       "connection closed: too many streams reset", 0, "h2_reset_flood");
     char why[256];
     int bad = pdr_fwd_check_request(req, c, why, sizeof(why));

@@ -302,6 +302,15 @@ static void on_idle_timeout(uv_timer_t *t)
     conn_close(t->data);
 }
 
+/* How long a connect may take: timeouts.connect_ms, cut to the leg's total deadline. */
+static long connect_ms(const pdr_leg_t *leg)
+{
+    long ms = leg->connect_timeout_ms > 0 ? leg->connect_timeout_ms : 1000;
+    if (leg->total_timeout_ms > 0 && leg->total_timeout_ms < ms)
+        ms = leg->total_timeout_ms;
+    return ms;
+}
+
 /* A connect or total deadline passed. It is acted on after the loop's next poll (in the check phase of
  * this same loop pass), not now: when the loop runs late (a burst of work, a flood), the answer or the
  * completed connect may already be waiting in the socket, and the router's own lag must not eject a
@@ -314,8 +323,15 @@ static void on_due_check(uv_check_t *h)
     while (m->due != NULL) {
         pdr_conn_t *c = PDR_DLINK_ITEM(m->due, pdr_conn_t, due);
         due_unlink(c);
-        if (c->state == C_CONNECTING || c->state == C_RESOLVING || (c->state == C_BUSY && c->leg != NULL))
+        if (c->state == C_CONNECTING || c->state == C_RESOLVING) {
+            /* The worker is unreachable: a connect error (cause "connect"), not an answer that came late. */
+            if (c->leg != NULL)
+                snprintf(c->leg->error_detail, sizeof(c->leg->error_detail),
+                         "connect timed out: no connection within %ld ms", connect_ms(c->leg));
+            leg_fail(c, PDR_ECONNREFUSED);
+        } else if (c->state == C_BUSY && c->leg != NULL) {
             leg_fail(c, PDR_ETIMEDOUT);
+        }
     }
 }
 
@@ -769,7 +785,10 @@ static void on_connect(uv_connect_t *req, int status)
     due_unlink(c);
     connect_ended(c);
     if (status < 0) {
-        leg_fail(c, status == UV_ETIMEDOUT ? PDR_ETIMEDOUT : PDR_ECONNREFUSED);
+        if (status == UV_ETIMEDOUT && c->leg != NULL) /* the kernel gave up on the handshake */
+            snprintf(c->leg->error_detail, sizeof(c->leg->error_detail), "connect timed out (%s)",
+                     uv_strerror(status));
+        leg_fail(c, PDR_ECONNREFUSED);
         return;
     }
     if (c->leg == NULL) {
@@ -808,11 +827,7 @@ static void conn_connect(pdr_conn_t *c)
         leg_fail(c, local ? PDR_ENOMEM : PDR_ECONNREFUSED);
         return;
     }
-    pdr_leg_t *leg = c->leg;
-    long ms = leg->connect_timeout_ms > 0 ? leg->connect_timeout_ms : 1000;
-    if (leg->total_timeout_ms > 0 && leg->total_timeout_ms < ms)
-        ms = leg->total_timeout_ms;
-    uv_timer_start(&c->timer, on_connect_timeout, (uint64_t)ms, 0);
+    uv_timer_start(&c->timer, on_connect_timeout, (uint64_t)connect_ms(c->leg), 0);
 }
 
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)

@@ -373,6 +373,9 @@ def verify(r, calls, bound_s, allowed, why, others=()):
             bad.append("%s: %d access-log lines, expected exactly 1: %r" % (c.rid, len(got), got))
         elif got[0]["status"] != c.status:
             bad.append("%s: the access log says %s, the client saw %s" % (c.rid, got[0]["status"], c.status))
+        elif c.status == 200 and c.outcome == "ok" and got[0]["error"] is not None:
+            # a retry that succeeded: the error of the attempt before it is not the request's
+            bad.append("%s: answered, yet the access log names an error %r" % (c.rid, got[0]["error"]))
     if code != 0:
         bad.append("pdrouter exited with %s" % code)
     if bad:

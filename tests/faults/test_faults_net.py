@@ -205,6 +205,9 @@ def scenario_router_partition():
         state, fc.metric(m, "pdr_upstream_errors_total", role="prefill", cause="connect"),
         fc.metric(m, "pdr_upstream_errors_total", role="prefill", cause="timeout")))
     assert state, "the cut prefill is neither ejected nor unhealthy"
+    # A SYN that is never answered is a connect error (timeouts.connect_ms), not a late answer.
+    assert fc.metric(m, "pdr_upstream_errors_total", role="prefill", cause="connect") >= 1, \
+        "no connect error counted for the cut prefill"
     after = join_all(fire(r.port, 4, kvbody, 10))
     # No prefill reachable: readiness goes 503, requests get 503 with Retry-After at once.
     net.prefill(1).unroute_router(net)
