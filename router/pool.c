@@ -543,11 +543,14 @@ size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
         pdr_warn("reload: out of memory while updating the pools");
         return 0;
     }
-    /* Every listed worker's group by its pool's name; the workers of a pool that is gone leave. */
+    /* Every listed worker's group by its pool's name; the workers of a pool that is gone leave. With
+     * outlier detection turned off, its ejections and ramps end now, not when their time runs out. */
     for (int r = 0; r < PDR_ROLES; r++)
         for (size_t i = 0; i < p->list[r]->n; i++) {
             pdr_worker_t *w = p->list[r]->w[i];
             w->group = group_of(p, w->pool);
+            if (!p->outlier.enabled)
+                pdr_outlier_reset(&w->outlier);
         }
     pthread_rwlock_unlock(&p->rw);
     for (int r = 0; r < PDR_ROLES; r++) {

@@ -14,11 +14,14 @@ Scenarios (argv[1]):
                     picks; with panic off only the one left does.
   slow_start        a prefill back from an ejection gets a small share of round_robin's picks at first
                     (its weight ramps over slow_start_ms), an even share once the ramp is over.
+  reload_off        a prefill ejected for 60 s is back in service as soon as a reload turns outlier
+                    detection off (outlier.enabled: false), not when its ejection would have ended.
   cli_flags         the sglang router's --cb-* flags drive it: --cb-failure-threshold 2
                     --cb-timeout-duration-secs 1 ejects after two failures for a second;
                     --disable-circuit-breaker turns it off.
 """
 import os
+import signal
 import sys
 import time
 
@@ -201,6 +204,34 @@ def scenario_slow_start():
     check(early < 0.3, "share during the ramp %.2f" % early, r)
     check(0.4 <= late <= 0.6, "share after the ramp %.2f" % late, r)
     print("slow start: share %.2f during the first part of the ramp, %.2f after it" % (early, late))
+
+
+def scenario_reload_off():
+    ps = [sim("prefill") for _ in range(2)]
+    d = sim("decode")
+    conf = ("policy: { prefill: round_robin, decode: round_robin }\n"
+            "health: { interval_ms: 60000 }\n"
+            "outlier: { enabled: %s, consecutive_failures: 2, base_ejection_ms: 60000, max_ejection_percent: 50 }")
+    r = router(ps, [d], config=conf % "true")
+    fault(ps[0], fail_status=500)
+    pdtest.poll_until(lambda: generate(r, 1) and workers(r)[url(ps[0])]["state"] == "ejected", 10,
+                      "the failing prefill to be ejected")
+    fault(ps[0], fail_status=0)
+    with open(r.config_path) as f:
+        text = f.read()
+    with open(r.config_path, "w") as f:
+        f.write(text.replace("enabled: true", "enabled: false"))
+    n0 = stats(ps[0])["requests"]
+    r.proc.send_signal(signal.SIGHUP)
+    pdtest.poll_until(lambda: metric_value(metrics(r), "pdr_config_reloads_total", result="ok") == 1, 5,
+                      "the SIGHUP reload")
+    w = workers(r)[url(ps[0])]
+    check(w["state"] == "healthy" and "ejected_ms_left" not in w and "slow_start_weight" not in w,
+          "still ejected after outlier detection was turned off: %r" % w, r)
+    sts = generate(r, 6)
+    check(all(s == 200 for s in sts), "statuses %r" % sts, r)
+    check(stats(ps[0])["requests"] - n0 == 3, "round robin gave the prefill %d of 6" % (stats(ps[0])["requests"] - n0),
+          r)
 
 
 def scenario_cli_flags():
