@@ -13,11 +13,14 @@
 #include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 #include "err.h"
 #include "reqguard.h"
 #include "router.h"
 #include "util.h"
+#include "h2o/http1.h"
+#include "h2o/http2.h"
 
 void pdr__maybe_dispose_h2o(pdr_thread_t *t)
 {
@@ -66,14 +69,19 @@ typedef struct client_conn {
     /* HTTP/2 header-block guard (h2_guard_read): decided at the connection's first bytes */
     enum { H2G_UNDECIDED = 0, H2G_FOLLOWING, H2G_OFF } h2_state;
     pdr_h2guard_t h2g;
-    int tls; /* accepted with listen.tls: the guards that write raw bytes to the socket stay off */
+    /* Accepted with listen.tls: the handshake is the router's (on_tls_handshake), answers of its own go
+     * through h2o's socket (encrypted), and an HTTP/2 refusal closes without a GOAWAY. */
+    int tls;
+    h2o_accept_ctx_t *actx;  /* the listener's, for the protocol chosen by ALPN */
+    struct timeval accepted; /* handed to h2o as the connection's start */
+    char *tls_out;           /* an answer being written over TLS (h1_answer_close) */
     /* HTTP/2 control frames (SETTINGS, PING, PRIORITY, CONTINUATION; counted by the guard): a token bucket
      * of limits.h2_max_control_frames refilled over CONTROL_WINDOW_MS; empty, the connection is closed. */
     double ctl_tokens;
     uint64_t ctl_ms, ctl_seen;
     /* HTTP/1 client timeouts (on_client_timer): what the connection waits for, since when */
     uv_timer_t timer;
-    enum { CW_HEAD = 0, CW_BODY, CW_IDLE, CW_BUSY, CW_OFF } wait;
+    enum { CW_HEAD = 0, CW_BODY, CW_IDLE, CW_BUSY, CW_OFF, CW_HANDSHAKE } wait;
     size_t wait_size; /* the input buffer's size when the wait (re)started */
     int served;       /* a response was completed on it */
     int counted;      /* a data-port connection (r->client_conns) */
@@ -171,7 +179,7 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err);
 
 static void guard_wrap(client_conn_t *cc)
 {
-    if (!cc->tls && cc->sock != NULL && h1_reqread != NULL && cc->sock->_cb.read == h1_reqread) {
+    if (cc->sock != NULL && h1_reqread != NULL && cc->sock->_cb.read == h1_reqread) {
         cc->sock->_cb.read = chunk_guard_read;
         cc->g_last_size = cc->sock->input->size;
     }
@@ -248,7 +256,7 @@ static void set_wait(client_conn_t *cc, int wait, int ms)
 static void update_wait(client_conn_t *cc)
 {
     const pdr_config_t *c = cc->t->config;
-    if (cc->wait == CW_OFF)
+    if (cc->wait == CW_OFF || cc->wait == CW_HANDSHAKE) /* the handshake's end decides (on_tls_handshake) */
         return;
     if (cc->sock->_cb.read == NULL) { /* the handler runs, or h2o writes an answer of its own */
         if (cc->wait != CW_BUSY)
@@ -274,6 +282,44 @@ static void update_wait(client_conn_t *cc)
     }
 }
 
+static void on_tls_answer_written(h2o_socket_t *sock, const char *err)
+{
+    int fd = h2o_socket_get_fd(sock);
+    client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
+    if (cc == NULL || uv_is_closing((uv_handle_t *)&cc->tcp))
+        return;
+    free(cc->tls_out);
+    cc->tls_out = NULL;
+    h1_reqread(sock, err != NULL ? err : h2o_socket_error_closed); /* h2o closes the connection */
+}
+
+/* Answers the HTTP/1 request h2o is reading (so nothing of h2o's is being written), then has h2o close the
+ * connection: plain, straight to the socket; over TLS through h2o's socket (encrypted), closed once
+ * written. */
+static void h1_answer_close(client_conn_t *cc, h2o_socket_t *sock, const char *resp, size_t n)
+{
+    if (!cc->tls) {
+        if (uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) == 0) {
+            ssize_t w = send(cc->fd, resp, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)w;
+        }
+        shutdown(cc->fd, SHUT_WR);
+        h1_reqread(sock, h2o_socket_error_closed); /* h2o closes the connection */
+        return;
+    }
+    char *copy = malloc(n);
+    if (copy == NULL || cc->tls_out != NULL || h2o_socket_is_writing(sock)) {
+        free(copy);
+        h1_reqread(sock, h2o_socket_error_closed);
+        return;
+    }
+    memcpy(copy, resp, n);
+    cc->tls_out = copy;
+    h2o_socket_read_stop(sock); /* nothing more is read: the connection ends with this answer */
+    h2o_iovec_t b = h2o_iovec_init(copy, n);
+    h2o_socket_write(sock, &b, 1, on_tls_answer_written);
+}
+
 static void send_408(client_conn_t *cc, const char *what)
 {
     char body[256], resp[512];
@@ -284,13 +330,7 @@ static void send_408(client_conn_t *cc, const char *what)
                      "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
                      "Content-Length: %d\r\n\r\n%s",
                      bn, body);
-    /* h2o is reading a request: nothing of its own is being written. Over TLS the connection is only
-     * closed: plaintext would corrupt the session. */
-    if (!cc->tls && uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) == 0) {
-        ssize_t w = send(cc->fd, resp, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
-        (void)w;
-    }
-    shutdown(cc->fd, SHUT_WR);
+    h1_answer_close(cc, cc->sock, resp, (size_t)n);
 }
 
 static void on_client_timer(uv_timer_t *h)
@@ -308,6 +348,14 @@ static void on_client_timer(uv_timer_t *h)
     }
     const pdr_config_t *c = cc->t->config;
     char what[160];
+    if (was == CW_HANDSHAKE) {
+        /* No TLS handshake within client_header_ms: h2o's handshake fails on the shutdown and
+         * on_tls_handshake closes the socket (no HTTP connection exists yet to answer on). */
+        cc->t->m.client_header_timeouts_total++;
+        cc->wait = CW_OFF;
+        shutdown(cc->fd, SHUT_RDWR);
+        return;
+    }
     if (was == CW_HEAD) {
         snprintf(what, sizeof(what),
                  "the request head did not arrive within %d ms (timeouts.client_header_ms)",
@@ -318,10 +366,9 @@ static void on_client_timer(uv_timer_t *h)
                  c->timeouts.client_body_ms);
         cc->t->m.client_body_timeouts_total++;
     }
-    send_408(cc, what);
     cc->wait = CW_OFF;
     cc->g_active = 0;
-    h1_reqread(cc->sock, h2o_socket_error_closed); /* h2o closes the connection */
+    send_408(cc, what); /* then h2o closes the connection */
 }
 
 static void on_rewrap_prepare(uv_prepare_t *h)
@@ -443,7 +490,7 @@ static int h2_control_flood(client_conn_t *cc)
  * connection's flow-control window, when nothing of h2o's is half written. */
 static void h2_give_back_window(client_conn_t *cc)
 {
-    if (cc->h2g.window_debt == 0 || uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) != 0)
+    if (cc->tls || cc->h2g.window_debt == 0 || uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) != 0)
         return;
     uint32_t d = cc->h2g.window_debt > 0x7fffffffu ? 0x7fffffffu : (uint32_t)cc->h2g.window_debt;
     uint8_t f[13] = {0, 0, 4, 0x8, 0, 0, 0, 0, 0};
@@ -493,10 +540,14 @@ static void h2_refuse(client_conn_t *cc, h2o_socket_t *sock, h2o_socket_cb next,
                  "(limits.h2_max_control_frames): connection closed",
                  limit, CONTROL_WINDOW_MS / 1000);
     }
-    h2_send_goaway(&cc->tcp, cc->fd, next != h2_read, cc->h2g.last_stream, debug);
+    if (!cc->tls) /* over TLS the close alone ends it: plaintext would corrupt the session */
+        h2_send_goaway(&cc->tcp, cc->fd, next != h2_read, cc->h2g.last_stream, debug);
     shutdown(cc->fd, SHUT_WR);
     cc->h2_state = H2G_OFF;
-    next(sock, h2o_socket_error_closed); /* h2o closes the connection */
+    if (next != NULL)
+        next(sock, h2o_socket_error_closed); /* h2o closes the connection */
+    else
+        h2o_socket_close(sock); /* before h2o took it (on_tls_handshake) */
 }
 
 static void h2_guard_read(h2o_socket_t *sock, const char *err)
@@ -588,16 +639,13 @@ static int head_guard(client_conn_t *cc, h2o_socket_t *sock, int fd)
                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\n"
                      "Content-Length: %d\r\n\r\n%s",
                      st, pdr_http_reason(st), bn, body);
-    /* Nothing else is being written on the connection: h2o is still reading this request. */
-    ssize_t w = send(fd, resp, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
-    (void)w;
-    shutdown(fd, SHUT_WR);
+    (void)fd;
     if (st == 413)
         cc->t->m.body_too_large_total++;
     else
         cc->t->m.headers_too_large_total++;
     cc->g_active = 0;
-    h1_reqread(sock, h2o_socket_error_closed); /* h2o closes the connection */
+    h1_answer_close(cc, sock, resp, (size_t)n);
     return 1;
 }
 
@@ -645,13 +693,9 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err)
             "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\nConnection: close\r\n"
             "Content-Length: %zu\r\n\r\n%s",
             sizeof(body) - 1, body);
-        /* Nothing else is being written on the connection: h2o is still reading this request. */
-        ssize_t w = send(fd, resp, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
-        (void)w;
-        shutdown(fd, SHUT_WR);
         cc->t->m.chunk_too_large_total++;
         cc->g_active = 0;
-        h1_reqread(sock, h2o_socket_error_closed); /* h2o closes the connection */
+        h1_answer_close(cc, sock, resp, (size_t)n);
         return;
     }
     h1_reqread(sock, err);
@@ -679,6 +723,8 @@ static void on_conn_closed(uv_handle_t *h)
     client_conn_t *cc = (client_conn_t *)h;
     pdr_dlink_unlink(&cc->rewrap);
     idle_leave(cc);
+    free(cc->tls_out);
+    cc->tls_out = NULL;
     if (cc->fd >= 0 && (size_t)cc->fd < conn_by_fd_len && conn_by_fd[cc->fd] == cc)
         conn_by_fd[cc->fd] = NULL;
     if (cc->counted)
@@ -716,6 +762,67 @@ int pdr__refuse_ambiguous_head(pdr_thread_t *t, h2o_req_t *req)
     snprintf(msg, sizeof(msg), "malformed request: %s", why);
     pdr_send_error(req, 400, "invalid_request_error", msg, 0);
     return 1;
+}
+
+/* ---- TLS ----
+ *
+ * The listener's handshake is run here rather than by h2o_accept, which would hand the connection to its
+ * HTTP/1 or HTTP/2 code itself: at its end the protocol ALPN chose is started as h2o starts it, and the
+ * guards go in front before any request byte reaches h2o, those that came in the same read as the
+ * handshake's end included. Over TLS the frame guard follows no body limit: giving a refused body's window
+ * back needs a write of the router's own, which could cross one of h2o's. */
+static void on_tls_handshake(h2o_socket_t *sock, const char *err)
+{
+    client_conn_t *cc = sock->data;
+    sock->data = NULL;
+    if (err != NULL || cc == NULL) {
+        h2o_socket_close(sock);
+        return;
+    }
+    h2o_iovec_t proto = h2o_socket_ssl_get_selected_protocol(sock);
+    int h2 = 0;
+    for (const h2o_iovec_t *id = h2o_http2_alpn_protocols; id->len != 0; id++)
+        h2 |= proto.len == id->len && memcmp(proto.base, id->base, proto.len) == 0;
+    if (h2) {
+        /* h2o's HTTP/2 idle timeout governs from here */
+        cc->wait = CW_OFF;
+        uv_timer_stop(&cc->timer);
+        cc->h2_state = H2G_FOLLOWING;
+        pdr_h2guard_init(&cc->h2g, H2O_MAX_REQLEN);
+        cc->ctl_seen = 0;
+        cc->ctl_tokens = cc->t->config->limits.h2_max_control_frames;
+        cc->ctl_ms = pdr_now_ms();
+        cc->g_last_size = 0;
+        int why = sock->input->size > 0 ? h2_guard_inspect(cc, sock) : H2_PASS;
+        if (why != H2_PASS) {
+            h2_refuse(cc, sock, NULL, why);
+            return;
+        }
+        h2o_http2_accept(cc->actx, sock, cc->accepted);
+        if (!uv_is_closing((uv_handle_t *)&cc->tcp) && cc->h2_state == H2G_FOLLOWING)
+            h2_guard_wrap(cc, sock);
+        return;
+    }
+    /* HTTP/1: the head's deadline still counts from the accept. h2o's HTTP/1 code parses what its input
+     * holds as soon as it starts: it starts on an empty buffer, and the bytes that came with the
+     * handshake's end are then handed to it through the guard, as a read. */
+    cc->wait = CW_HEAD;
+    cc->wait_size = sock->input->size;
+    h2o_buffer_t *held = sock->input;
+    h2o_buffer_init(&sock->input, &h2o_socket_buffer_prototype);
+    h2o_http1_accept(cc->actx, sock, cc->accepted);
+    h2o_buffer_dispose(&sock->input);
+    sock->input = held;
+    if (uv_is_closing((uv_handle_t *)&cc->tcp) || sock->_cb.read == NULL)
+        return;
+    if (h1_reqread == NULL)
+        h1_reqread = sock->_cb.read;
+    guard_wrap(cc);
+    cc->g_last_size = 0; /* the guard has seen none of it */
+    if (sock->input->size > 0)
+        sock->_cb.read(sock, NULL);
+    else
+        update_wait(cc);
 }
 
 /* Hands an accepted connection to h2o. */
@@ -762,9 +869,20 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
                              : l->admin ? &t->r->admin_accept
                                         : &t->accept_ctx;
     cc->tls = actx->ssl_ctx != NULL;
+    cc->actx = actx;
+    cc->tls_out = NULL;
+    if (cc->tls) {
+        /* The handshake is the router's, within timeouts.client_header_ms (the timer set above), so that
+         * the connection's guards are in place before its first request is read (on_tls_handshake). */
+        gettimeofday(&cc->accepted, NULL);
+        cc->wait = CW_HANDSHAKE;
+        sock->data = cc;
+        h2o_socket_ssl_handshake(sock, actx->ssl_ctx, NULL, on_tls_handshake);
+        return;
+    }
     h2o_accept(actx, sock);
     /* A plain connection starts as HTTP/1: the callback h2o reads it with is its HTTP/1 one. */
-    if (h1_reqread == NULL && !cc->tls)
+    if (h1_reqread == NULL)
         h1_reqread = sock->_cb.read;
     guard_wrap(cc);
 }

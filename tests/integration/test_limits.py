@@ -11,6 +11,7 @@ import json
 import os
 import re
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -103,10 +104,11 @@ def h2_request_block(path="/generate", content_length=None):
 
 
 class H2Conn:
-    """A raw HTTP/2 client connection (prior knowledge) that collects the frames the server sends."""
+    """A raw HTTP/2 client connection (prior knowledge, or sock: one already open, such as TLS with ALPN h2)
+    that collects the frames the server sends."""
 
-    def __init__(self, r, settings=b""):
-        self.s = connect(r)
+    def __init__(self, r, settings=b"", sock=None):
+        self.s = sock if sock is not None else connect(r)
         self.buf = b""
         self.frames = []
         self.closed = False
@@ -120,7 +122,7 @@ class H2Conn:
             b = self.s.recv(1 << 16)
         except socket.timeout:
             return False
-        except ConnectionResetError:
+        except (ConnectionResetError, ssl.SSLError):  # a TLS connection closed without close_notify
             b = b""
         if not b:
             self.closed = True

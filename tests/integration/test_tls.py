@@ -18,6 +18,8 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
@@ -149,7 +151,7 @@ def write_config(text):
 HEALTH = "{ interval_ms: 200, timeout_ms: 1000, rise: 1, fall: 1 }"
 
 
-def router(p, d, listen_tls="", workers_tls="", scheme="http", threads=2, health=HEALTH):
+def router(p, d, listen_tls="", workers_tls="", scheme="http", threads=2, health=HEALTH, extra=""):
     """pdrouter in front of pdsim p and d; listen_tls/workers_tls: YAML flow mappings or "". Returns the Proc
     once its plain admin port (.ports["admin"]) answers."""
     port, admin = pdtest.free_port(), pdtest.free_port()
@@ -163,6 +165,8 @@ def router(p, d, listen_tls="", workers_tls="", scheme="http", threads=2, health
              "  decode: [ { url: '%s://127.0.0.1:%d' } ]" % (scheme, d.port)]
     if workers_tls:
         lines.append("  tls: " + workers_tls)
+    if extra:
+        lines.append(extra)
     path = write_config("\n".join(lines) + "\n")
     fd, log_path = tempfile.mkstemp(prefix="pdtest-pdrouter-", suffix=".log")
     with os.fdopen(fd, "w") as log:
@@ -288,6 +292,217 @@ def scenario_front():
     st, body, c = https(r.port, client_ctx(ca), "POST", "/generate", BODY)
     check(st == 200, "after the cut handshakes: %s %r" % (st, body), r)
     c.close()
+    stop_clean(r, p, d)
+
+
+def tls_read_all(t):
+    """Everything the router sends on TLS socket t until it closes; (bytes, closed)."""
+    out = b""
+    try:
+        while True:
+            b = t.recv(65536)
+            if not b:
+                return out, True
+            out += b
+    except socket.timeout:
+        return out, False
+    except (ConnectionResetError, ssl.SSLError):
+        return out, True
+
+
+def one_flight(port, ca, data):
+    """A TLS 1.3 connection whose first request leaves in the same write as the client's Finished (so the
+    router reads both at once). Returns a reader of everything answered until the close: (bytes, closed)."""
+    s = socket.create_connection((H, port), timeout=10)
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = client_ctx(ca, ssl.TLSVersion.TLSv1_3).wrap_bio(inc, out, server_hostname=H)
+    while True:
+        try:
+            obj.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            if out.pending:
+                s.sendall(out.read())
+            b = s.recv(65536)
+            assert b, "closed in the handshake"
+            inc.write(b)
+    obj.write(data)
+    s.sendall(out.read())
+
+    def read_all():
+        got = b""
+        try:
+            while True:
+                try:
+                    b = obj.read(65536)  # b"": only handshake messages (session tickets) were read
+                    got += b
+                    if b:
+                        continue
+                except ssl.SSLWantReadError:
+                    pass
+                b = s.recv(65536)
+                if not b:
+                    return got, True
+                inc.write(b)
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError, ConnectionResetError):
+            return got, True
+        except socket.timeout:
+            return got, False
+        finally:
+            s.close()
+    return read_all
+
+
+def scenario_guards():
+    """The client guards hold over TLS as over plain TCP: a connection that never starts its handshake is
+    closed at timeouts.client_header_ms; over HTTP/1 a head sent a byte at a time and a body that stops
+    get 408 in the OpenAI shape, encrypted, and the close; a Content-Length or a chunk past
+    limits.max_body_bytes gets 413 at once, also when the request comes in the write that ends the
+    handshake; over HTTP/2 (ALPN h2) a body past the limit is refused (413 with a content-length, h2o's
+    stream reset without one) and a PING flood past limits.h2_max_control_frames closes the connection.
+    Ordinary requests are served throughout."""
+    import test_limits as tl
+    import h2flood
+
+    certs = Certs()
+    cert, key = certs.issue("router", 31)
+    p, d = sim("prefill"), sim("decode")
+    r = router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (cert, key), threads=1,
+               extra="timeouts: { client_header_ms: 600, client_body_ms: 600 }\n"
+                     "limits: { max_body_bytes: 4096, h2_max_control_frames: 300 }")
+    wait_healthy(r)
+    ca = certs.ca
+
+    def tls(alpn=("http/1.1",)):
+        s = socket.create_connection((H, r.port), timeout=10)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return client_ctx(ca, alpn=alpn).wrap_socket(s, server_hostname=H)
+
+    def served(what):
+        st, body, c = https(r.port, client_ctx(ca), "POST", "/generate", BODY)
+        c.close()
+        check(st == 200, "an ordinary request %s: %s %r" % (what, st, body), r)
+
+    def answered(t, t0, code, lo, hi, what):
+        raw, closed = tls_read_all(t)
+        took = time.monotonic() - t0
+        t.close()
+        check(raw, "%s: closed without an answer after %.2fs" % (what, took), r)
+        st, h, out = tl.split_response(raw)
+        err = tl.check_openai_error(r, st, h, out, code, what)
+        check(closed and lo <= took <= hi, "%s: %d after %.2fs (expected %.1f..%.1f), closed %s" %
+              (what, code, took, lo, hi, closed), r)
+        return err
+
+    # No handshake at all: closed at the deadline (no HTTP connection to answer on yet).
+    s, t0 = socket.create_connection((H, r.port), timeout=10), time.monotonic()
+    try:
+        got = s.recv(100)
+    except ConnectionResetError:
+        got = b""
+    took = time.monotonic() - t0
+    s.close()
+    check(got == b"" and 0.5 <= took <= 2.0, "no handshake: %r after %.2fs" % (got, took), r)
+    # Slowloris over TLS: one byte every 100 ms, never a complete head.
+    t, t0 = tls(), time.monotonic()
+    head = b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: " + b"a" * 100
+    stop = threading.Event()
+
+    def drip():
+        for b in head:
+            if stop.wait(0.1):  # the attacker's pacing (traffic shaping)
+                return
+            try:
+                t.sendall(bytes([b]))
+            except (OSError, ValueError):
+                return
+    th = threading.Thread(target=drip)
+    th.start()
+    served("during a slowloris over TLS")
+    err = answered(t, t0, 408, 0.5, 2.0, "slowloris over TLS")
+    stop.set()
+    th.join()
+    check("client_header_ms" in err["message"], err, r)
+    # A body that stops half-way.
+    data = json.dumps(BODY).encode()
+    t, t0 = tls(), time.monotonic()
+    t.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+              % len(data) + data[:10])
+    err = answered(t, t0, 408, 0.5, 2.0, "a stalled body over TLS")
+    check("client_body_ms" in err["message"], err, r)
+    # A Content-Length past the limit: 413 at the head.
+    big = b'{"text":"' + b"a" * 8000 + b'"}'
+    t, t0 = tls(), time.monotonic()
+    t.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+              % len(big) + big[:100])
+    err = answered(t, t0, 413, 0, 1.0, "Content-Length over TLS")
+    check("max_body_bytes" in err["message"], err, r)
+    # The same, and an ordinary request, in the write that ends the handshake.
+    raw, closed = one_flight(r.port, ca, b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n" % len(big) + big[:100])()
+    st, h, out = tl.split_response(raw)
+    tl.check_openai_error(r, st, h, out, 413, "Content-Length with the handshake's end")
+    check(closed, "Content-Length with the handshake's end: left open", r)
+    raw, _ = one_flight(r.port, ca, b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(data) + data)()
+    st, h, out = tl.split_response(raw)
+    check(st == 200 and b"text" in out, "a request with the handshake's end: %s %r" % (st, raw[:200]), r)
+    # Chunks that add up past the limit.
+    t, t0 = tls(), time.monotonic()
+    t.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Transfer-Encoding: chunked\r\n\r\n")
+    for _ in range(12):
+        try:
+            t.sendall(b"400\r\n" + b"a" * 1024 + b"\r\n")
+        except OSError:
+            break
+        time.sleep(0.005)  # separate reads on the router's side (traffic shaping)
+    answered(t, t0, 413, 0, 1.0, "chunked over TLS")
+    served("after the HTTP/1 guards")
+    # HTTP/2 over TLS: a PING flood is closed; a client below the limit is served.
+    c = tl.H2Conn(r, sock=tls(alpn=("h2",)))
+    check(c.s.selected_alpn_protocol() == "h2", "ALPN %r" % c.s.selected_alpn_protocol(), r)
+    try:
+        for i in range(10):
+            c.send(h2flood.control_burst("ping", 100, i == 0))
+    except OSError:
+        pass
+    c.wait(lambda fr: False, timeout=5)  # until the router closes
+    check(c.closed, "a PING flood over TLS was not closed", r)
+    c.close()
+    # HTTP/2 bodies past the limit, with a content-length and without: 413 in the OpenAI shape.
+    c = tl.H2Conn(r, sock=tls(alpn=("h2",)))
+    c.send(h2flood.frame(1, 0x4, 1, tl.h2_request_block(content_length=len(big))) + h2flood.frame(0, 0, 1, big[:4000]) +
+           h2flood.frame(0, 0x1, 1, big[4000:]))
+    c.stream_ended(1)
+    tl.check_openai_error(r, tl.status_of(c.frames, 1), {"content-type": "application/json"}, c.data_of(1), 413,
+                          "HTTP/2 content-length over TLS")
+    huge = b'{"text":"' + b"a" * 40000 + b'"}'
+    c.send(h2flood.frame(1, 0x4, 3, tl.h2_request_block()) + b"".join(
+        h2flood.frame(0, 0x1 if i + 8000 >= len(huge) else 0, 3, huge[i:i + 8000]) for i in range(0, len(huge), 8000)))
+    c.stream_ended(3)
+    # Past max_body_bytes + one frame without a content-length, h2o refuses the stream itself over TLS
+    # (docs/security.md): a reset, nothing forwarded, and the connection goes on.
+    check(any(f[0] == 3 and f[2] == 3 for f in c.frames) and tl.status_of(c.frames, 3) is None,
+          "HTTP/2 without content-length over TLS: %r" % (c.frames[-3:],), r)
+    c.send(h2flood.frame(1, 0x4, 5, tl.h2_request_block()) + h2flood.frame(0, 0x1, 5, data))
+    c.stream_ended(5)
+    check(tl.status_of(c.frames, 5) == 200, "HTTP/2 over TLS after a refused body: %r" % (c.frames[-3:],), r)
+    c.close()
+    c = tl.H2Conn(r, sock=tls(alpn=("h2",)))
+    c.send(h2flood.frame(6, 0, 0, b"abcdefgh") * 100)
+    c.wait(lambda fr: sum(1 for f in fr if f[0] == 6 and f[1] & 1) >= 100)
+    c.send(h2flood.frame(1, 0x4, 1, tl.h2_request_block()) + h2flood.frame(0, 0x1, 1, data))
+    c.stream_ended(1)
+    check(not c.closed and tl.status_of(c.frames, 1) == 200, "HTTP/2 over TLS below the limit: %r" %
+          (c.frames[-3:],), r)
+    c.close()
+    served("after the HTTP/2 flood")
+    m = admin_metrics(r)
+    counts = {k: metric_value(m, k) for k in ("pdr_http_client_header_timeouts_total",
+                                              "pdr_http_client_body_timeouts_total", "pdr_h2_control_floods_total")}
+    check(counts == {"pdr_http_client_header_timeouts_total": 2, "pdr_http_client_body_timeouts_total": 1,
+                     "pdr_h2_control_floods_total": 1}, "counts %r" % counts, r)
     stop_clean(r, p, d)
 
 
