@@ -139,6 +139,11 @@ static const struct {
      "(Content-Length with Transfer-Encoding, duplicate Content-Length, obs-fold, bare LF, no Host); their "
      "connections are closed.",
      offsetof(pdr_metrics_t, bad_framing_total)},
+    {"pdr_upstream_tls_handshakes_total", "Full TLS handshakes with https:// workers (no session resumed).",
+     offsetof(pdr_metrics_t, upstream_tls_full_total)},
+    {"pdr_upstream_tls_resumptions_total",
+     "TLS handshakes with https:// workers that resumed the session of an earlier connection.",
+     offsetof(pdr_metrics_t, upstream_tls_resumed_total)},
     {"pdr_accept_fd_exhausted_total",
      "Times accept() found no free file descriptor (EMFILE/ENFILE) and accepting paused for 100 ms.",
      offsetof(pdr_metrics_t, accept_fd_exhausted_total)},

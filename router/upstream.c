@@ -66,6 +66,7 @@ typedef struct pdr_conn {
     pdr_utls_t *tls;       /* https:// origins: the session (upstream_tls.c), from the TCP connect on */
     int tls_ready;         /* its handshake completed */
     int tls_writes;        /* ciphertext writes in flight */
+    int tls_saved;         /* its session was kept for resumption (origin tls_session) */
 } pdr_conn_t;
 
 typedef struct pdr_origin {
@@ -83,6 +84,10 @@ typedef struct pdr_origin {
     size_t connecting; /* connections resolving or connecting */
     size_t open;       /* every connection of this origin: connecting, busy or idle */
     pdr_dqueue_t wait; /* legs waiting for a connect slot or a pooled connection, oldest first */
+    /* https://: the last resumable session a connection got, offered by the next ones (made with
+     * tls_session_ctx: one from before a workers.tls reload is not offered) */
+    struct ssl_session_st *tls_session;
+    struct ssl_ctx_st *tls_session_ctx;
 } pdr_origin_t;
 
 #define IDLE_FIRST(o) PDR_DLINK_ITEM((o)->idle, pdr_conn_t, idle_link)
@@ -112,7 +117,8 @@ struct pdr_multi {
     struct ssl_ctx_st *tls_ctx; /* for https:// origins (pdr_multi_set_tls); NULL: they fail */
     char *tls_server_name;
     int tls_verify;
-    char tls_in[16 * 1024 + 512]; /* ciphertext reads of TLS connections (one TLS record and a header) */
+    uint64_t *tls_full, *tls_resumed; /* handshakes, counted in the loop's metrics */
+    char tls_in[16 * 1024 + 512];     /* ciphertext reads of TLS connections (one TLS record and a header) */
 };
 
 static void conn_close(pdr_conn_t *c);
@@ -124,6 +130,7 @@ static int tls_fill(pdr_conn_t *c);
 static void tls_input(pdr_conn_t *c, const char *p, size_t n);
 static void tls_start(pdr_conn_t *c);
 static void tls_send(pdr_conn_t *c);
+static void keep_session(pdr_conn_t *c);
 static int leg_connect(pdr_leg_t *leg, int fresh);
 static int queue_failure(pdr_multi_t *m, pdr_leg_t *leg, int err);
 static void origin_kick(pdr_origin_t *o);
@@ -410,6 +417,7 @@ static void conn_complete(pdr_conn_t *c)
     c->leg = NULL;
     leg->conn = NULL;
     due_unlink(c);
+    keep_session(c);
     if (reusable) {
         c->state = C_IDLE;
         c->reused = 1;
@@ -583,6 +591,23 @@ static int tls_fill(pdr_conn_t *c)
     return -1;
 }
 
+/* Keeps the connection's session for the next connections to its worker once it is resumable (TLS 1.2:
+ * at the handshake's end; TLS 1.3: once a ticket came, read with the first response). */
+static void keep_session(pdr_conn_t *c)
+{
+    if (c->tls_saved || c->tls == NULL)
+        return;
+    struct ssl_session_st *s = pdr_utls_session(c->tls);
+    if (s == NULL)
+        return;
+    pdr_origin_t *o = c->o;
+    if (o->tls_session != NULL)
+        SSL_SESSION_free(o->tls_session);
+    o->tls_session = s;
+    o->tls_session_ctx = c->m->tls_ctx;
+    c->tls_saved = 1;
+}
+
 /* Runs the handshake as far as the bytes received allow; once done, the request goes out. */
 static void tls_handshake(pdr_conn_t *c)
 {
@@ -603,6 +628,10 @@ static void tls_handshake(pdr_conn_t *c)
         return;
     }
     c->tls_ready = 1;
+    uint64_t *n = pdr_utls_resumed(c->tls) ? c->m->tls_resumed : c->m->tls_full;
+    if (n != NULL)
+        (*n)++;
+    keep_session(c);
     conn_send(c);
 }
 
@@ -621,6 +650,9 @@ static void tls_start(pdr_conn_t *c)
         leg_fail(c, PDR_ENOMEM);
         return;
     }
+    c->tls_saved = 0;
+    if (c->o->tls_session != NULL && c->o->tls_session_ctx == m->tls_ctx)
+        pdr_utls_offer(c->tls, c->o->tls_session);
     tls_handshake(c);
 }
 
@@ -1048,6 +1080,8 @@ static void on_kick_closed(uv_handle_t *h)
     while (m->origins != NULL) {
         pdr_origin_t *o = PDR_DLINK_ITEM(m->origins, pdr_origin_t, link);
         pdr_dlink_unlink(&o->link);
+        if (o->tls_session != NULL)
+            SSL_SESSION_free(o->tls_session);
         free(o);
     }
     if (m->close_cb)
@@ -1101,10 +1135,25 @@ int pdr_multi_set_tls(pdr_multi_t *m, struct ssl_ctx_st *ctx, const char *server
     if (m->tls_ctx != NULL)
         SSL_CTX_free(m->tls_ctx); /* connections made with it keep it through their sessions */
     m->tls_ctx = ctx;
+    /* Sessions kept for resumption were checked against the settings replaced here (another CA, server
+     * name or verify): never offered again. */
+    for (pdr_dlink_t *l = m->origins; l != NULL; l = l->next) {
+        pdr_origin_t *o = PDR_DLINK_ITEM(l, pdr_origin_t, link);
+        if (o->tls_session != NULL)
+            SSL_SESSION_free(o->tls_session);
+        o->tls_session = NULL;
+        o->tls_session_ctx = NULL;
+    }
     free(m->tls_server_name);
     m->tls_server_name = sn;
     m->tls_verify = verify;
     return 0;
+}
+
+void pdr_multi_count_tls(pdr_multi_t *m, uint64_t *full, uint64_t *resumed)
+{
+    m->tls_full = full;
+    m->tls_resumed = resumed;
 }
 
 const char *pdr_leg_cause(int err)

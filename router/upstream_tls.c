@@ -171,3 +171,24 @@ int pdr_utls_has_input(const pdr_utls_t *u)
 {
     return BIO_ctrl_pending(u->in) > 0 || SSL_pending(u->ssl) > 0;
 }
+
+void pdr_utls_offer(pdr_utls_t *u, struct ssl_session_st *s)
+{
+    if (s != NULL && SSL_set_session(u->ssl, s) != 1)
+        ERR_clear_error(); /* a full handshake then */
+}
+
+struct ssl_session_st *pdr_utls_session(pdr_utls_t *u)
+{
+    SSL_SESSION *s = SSL_get1_session(u->ssl);
+    if (s != NULL && !SSL_SESSION_is_resumable(s)) {
+        SSL_SESSION_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+int pdr_utls_resumed(const pdr_utls_t *u)
+{
+    return SSL_session_reused(u->ssl) == 1;
+}

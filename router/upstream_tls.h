@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 struct ssl_ctx_st;
+struct ssl_session_st;
 typedef struct pdr_utls pdr_utls_t;
 
 #define PDR_UTLS_EOF (-1) /* pdr_utls_read: the worker closed the session (close_notify) */
@@ -38,5 +39,12 @@ size_t pdr_utls_take_output(pdr_utls_t *u, char *buf, size_t cap);
 const char *pdr_utls_error(const pdr_utls_t *u);
 /* 1 when received bytes wait in the session (a response that ran past its end: not reusable). */
 int pdr_utls_has_input(const pdr_utls_t *u);
+/* Session resumption: offers s (from pdr_utls_session of an earlier connection to the same worker, not
+ * taken over) in the handshake, before its first pdr_utls_handshake. */
+void pdr_utls_offer(pdr_utls_t *u, struct ssl_session_st *s);
+/* A new reference to the session the worker's tickets (or session id) make resumable, or NULL. */
+struct ssl_session_st *pdr_utls_session(pdr_utls_t *u);
+/* After the handshake: 1 when it resumed an earlier session. */
+int pdr_utls_resumed(const pdr_utls_t *u);
 
 #endif

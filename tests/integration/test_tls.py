@@ -576,7 +576,8 @@ def scenario_reload():
 
 
 def scenario_workers():
-    """https:// workers: with the CA a PD request and the health checks go over TLS; a wrong CA makes the
+    """https:// workers: with the CA a PD request and the health checks go over TLS, and new connections
+    resume the session an earlier one got; a wrong CA makes the
     worker unreachable with a 503 naming the certificate check; a worker that requires a client
     certificate is reached with the router's and refused without it."""
     certs = Certs()
@@ -596,6 +597,25 @@ def scenario_workers():
         check(st == 200, "repeat: %s" % st, r)
     st, _, body = request(r.port, "GET", "/v1/models")
     check(st == 200 and b"data" in body, "models over https: %s %r" % (st, body[:200]), r)
+    # Requests at once need more connections than the pool holds: they resume the kept sessions.
+    m = admin_metrics(r)
+    full0, res0 = (metric_value(m, "pdr_upstream_tls_handshakes_total") or 0,
+                   metric_value(m, "pdr_upstream_tls_resumptions_total") or 0)
+    check(full0 >= 2, "full handshakes before: %s" % full0, r)
+    sts = []
+    ths = [threading.Thread(target=lambda: sts.append(request(r.port, "POST", "/generate", BODY)[0]))
+           for _ in range(12)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    m = admin_metrics(r)
+    full1, res1 = (metric_value(m, "pdr_upstream_tls_handshakes_total") or 0,
+                   metric_value(m, "pdr_upstream_tls_resumptions_total") or 0)
+    print("TLS handshakes with the workers: full %d -> %d, resumed %d -> %d" % (full0, full1, res0, res1))
+    check(sts == [200] * 12, "concurrent: %r" % sts, r)
+    check(res1 > res0, "no new connection resumed a session: full %s -> %s, resumed %s -> %s" %
+          (full0, full1, res0, res1), r)
     stop_clean(r, p, d)
 
     # A CA that did not sign the workers' certificate.
