@@ -71,6 +71,7 @@ typedef struct pdr_discovery_conf {
             char *name;         /* A/AAAA name, e.g. a headless Service; NULL = role unused */
             int port;           /* worker HTTP port, required with a name */
             int bootstrap_port; /* prefill: default 8998; -1 = none ("none" in YAML); decode: -1 */
+            int https;          /* scheme: https (workers reached over TLS, workers.tls) */
         } role[2];              /* [PDR_ROLE_PREFILL], [PDR_ROLE_DECODE] */
         int interval_ms;        /* default 5000: re-resolve period */
         char *resolver;         /* "IP[:PORT]" of the DNS server to ask; NULL = /etc/resolv.conf */
@@ -81,6 +82,7 @@ typedef struct pdr_discovery_conf {
             int port;           /* worker HTTP port; 0 (default) = the pod's first containerPort */
             int bootstrap_port; /* prefill default 8998 unless the pod has the annotation
                                    sglang.ai/bootstrap-port; -1 = none; decode: -1 */
+            int https;          /* scheme: https */
         } role[2];
         char *api_server;    /* default https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT */
         char *namespace_;    /* YAML "namespace"; default: the service account's namespace file,

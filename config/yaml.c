@@ -57,6 +57,7 @@ enum ftype {
     F_KEY_FILE,     /* path of a key file, read and checked now (workers.api_key_file); null for none */
     F_NAMES,        /* sequence of header names, stored lower case (request_id_headers) */
     F_SEED,         /* cache_aware.seed: smallest_tree or consistent_hash, stored as an int */
+    F_SCHEME,       /* discovery scheme: http or https, stored as int 0/1 */
     F_KV_ENDPOINT,  /* string: a ZMQ endpoint (pdr_kv_endpoint_check) */
     F_TICKET_KEYS,  /* ticket.key_file (a path; min 0) or ticket.key_files (a sequence; min 1), read now */
     F_CONF_SECTION, /* a mapping described by sub, offsets in pdr_config_t wherever it appears (tls:) */
@@ -277,11 +278,13 @@ static const struct field dns_prefill_fields[] = {
     {"name", F_HOSTNAME, DNS_ROLE(PDR_ROLE_PREFILL, name), 0, 0, NULL},
     {"port", F_INT, DNS_ROLE(PDR_ROLE_PREFILL, port), 1, 65535, NULL},
     {"bootstrap_port", F_BPORT, DNS_ROLE(PDR_ROLE_PREFILL, bootstrap_port), 1, 65535, NULL},
+    {"scheme", F_SCHEME, DNS_ROLE(PDR_ROLE_PREFILL, https), 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field dns_decode_fields[] = {
     {"name", F_HOSTNAME, DNS_ROLE(PDR_ROLE_DECODE, name), 0, 0, NULL},
     {"port", F_INT, DNS_ROLE(PDR_ROLE_DECODE, port), 1, 65535, NULL},
+    {"scheme", F_SCHEME, DNS_ROLE(PDR_ROLE_DECODE, https), 0, 0, NULL},
     {"bootstrap_port", F_BPORT_BAD, 0, 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
@@ -296,11 +299,13 @@ static const struct field k8s_prefill_fields[] = {
     {"selector", F_SELECTOR, K8S_ROLE(PDR_ROLE_PREFILL, selector), 0, 0, NULL},
     {"port", F_INT, K8S_ROLE(PDR_ROLE_PREFILL, port), 0, 65535, NULL},
     {"bootstrap_port", F_BPORT, K8S_ROLE(PDR_ROLE_PREFILL, bootstrap_port), 1, 65535, NULL},
+    {"scheme", F_SCHEME, K8S_ROLE(PDR_ROLE_PREFILL, https), 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field k8s_decode_fields[] = {
     {"selector", F_SELECTOR, K8S_ROLE(PDR_ROLE_DECODE, selector), 0, 0, NULL},
     {"port", F_INT, K8S_ROLE(PDR_ROLE_DECODE, port), 0, 65535, NULL},
+    {"scheme", F_SCHEME, K8S_ROLE(PDR_ROLE_DECODE, https), 0, 0, NULL},
     {"bootstrap_port", F_BPORT_BAD, 0, 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
@@ -1124,6 +1129,8 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
                           (int *)(void *)p);
     case F_ALPN:
         return load_alpn(cx, v, path);
+    case F_SCHEME:
+        return get_either(cx, v, path, "scheme", "http", 0, "https", 1, (int *)(void *)p);
     case F_SEED:
         return get_either(cx, v, path, "seed", "smallest_tree", PDR_CA_SEED_SMALLEST_TREE, "consistent_hash",
                           PDR_CA_SEED_CONSISTENT_HASH, (int *)(void *)p);

@@ -53,6 +53,7 @@ struct dns_set {
 struct dns_role {
     const char *name; /* NULL: role not configured */
     int port, bootstrap_port;
+    int https;   /* scheme: https */
     int emitted; /* a set was emitted; last/n_last hold it */
     int failing; /* the last round failed (warned once per streak) */
     struct dns_addr *last;
@@ -110,19 +111,21 @@ static int set_equal(const struct dns_addr *a, size_t na, const struct dns_addr 
     return 1;
 }
 
-/* url "http://ADDR:PORT" (IPv6 bracketed), name the bare address. */
-static void format_worker(const struct dns_addr *a, int port, int bootstrap_port, pdr_discovered_t *out)
+/* url "http://ADDR:PORT" or "https://..." (IPv6 bracketed), name the bare address. */
+static void format_worker(const struct dns_addr *a, const struct dns_role *r, pdr_discovered_t *out)
 {
+    int port = r->port;
+    const char *scheme = r->https ? "https" : "http";
     char text[INET6_ADDRSTRLEN];
     memset(out, 0, sizeof(*out));
     if (inet_ntop(a->family, a->bytes, text, sizeof(text)) == NULL)
         text[0] = '\0';
     if (a->family == AF_INET6)
-        snprintf(out->url, sizeof(out->url), "http://[%s]:%d", text, port);
+        snprintf(out->url, sizeof(out->url), "%s://[%s]:%d", scheme, text, port);
     else
-        snprintf(out->url, sizeof(out->url), "http://%s:%d", text, port);
+        snprintf(out->url, sizeof(out->url), "%s://%s:%d", scheme, text, port);
     snprintf(out->name, sizeof(out->name), "%s", text);
-    out->bootstrap_port = bootstrap_port;
+    out->bootstrap_port = r->bootstrap_port;
 }
 
 /* Appends the answer section's records of type (ns_t_a or ns_t_aaaa, class IN) to the set, whatever their
@@ -298,7 +301,7 @@ static void publish(dns_source_t *s, pdr_role_t ri, struct dns_set *set)
     }
     memcpy(copy, set->v, set->n * sizeof(*copy));
     for (size_t i = 0; i < set->n; i++)
-        format_worker(&set->v[i], r->port, r->bootstrap_port, &list[i]);
+        format_worker(&set->v[i], r, &list[i]);
     pdr_info("dns discovery: %s %s -> %zu address%s (pool %s)", role_names[ri], r->name, set->n,
              set->n == 1 ? "" : "es", s->pool);
     s->cb(s->ud, "dns", ri, list, set->n);
@@ -412,6 +415,7 @@ pdr_discovery_t *pdr_dns_discovery_start(const pdr_discovery_conf_t *d, const ch
         s->roles[r].name = d->dns.role[r].name;
         s->roles[r].port = d->dns.role[r].port;
         s->roles[r].bootstrap_port = r == PDR_ROLE_PREFILL ? d->dns.role[r].bootstrap_port : -1;
+        s->roles[r].https = d->dns.role[r].https;
     }
     if (d->dns.resolver != NULL) {
         if (parse_resolver(d->dns.resolver, &s->server) != 0) {

@@ -130,7 +130,8 @@ pdr_k8s_pod_state_t pdr__k8s_pod_parse(const json_t *pod, const pdr_k8s_role_con
     if (port <= 0)
         return PDR_K8S_POD_NO_PORT;
 
-    snprintf(out->url, sizeof(out->url), v6 ? "http://[%s]:%d" : "http://%s:%d", ip, port);
+    snprintf(out->url, sizeof(out->url), v6 ? "%s://[%s]:%d" : "%s://%s:%d", rc->https ? "https" : "http", ip,
+             port);
     out->bootstrap_port = rc->bootstrap_port;
     if (rc->use_annotation) {
         const char *ann = jstr(json_object_get(meta, "annotations"), ANN_KEY(rc));
@@ -1059,6 +1060,7 @@ pdr_discovery_t *pdr_k8s_discovery_start(const pdr_discovery_conf_t *d, const ch
             .bootstrap_port = i == PDR_ROLE_PREFILL ? d->kubernetes.role[i].bootstrap_port : -1,
             .use_annotation = i == PDR_ROLE_PREFILL,
             .annotation = d->kubernetes.bootstrap_port_annotation,
+            .https = d->kubernetes.role[i].https,
         };
         pdr__k8s_set_init(&r->set, &rc, r->label);
         if (r->selector != NULL && (r->multi = curl_multi_init()) == NULL) {

@@ -27,6 +27,7 @@ typedef struct pdr_k8s_role_conf {
     int bootstrap_port;     /* used when the pod has no valid annotation; -1 = none */
     int use_annotation;     /* prefill: 1 (the annotation overrides); decode: 0 (always -1) */
     const char *annotation; /* its key; NULL: PDR_K8S_ANN_BOOTSTRAP */
+    int https;              /* scheme: https */
 } pdr_k8s_role_conf_t;
 
 typedef enum {

@@ -798,7 +798,7 @@ static void test_discovery(void)
         "    resolver: 127.0.0.1:5353\n"
         "    prefill: { name: sglang-prefill.ns.svc.cluster.local, port: 30000,\n"
         "               bootstrap_port: 9000 }\n"
-        "    decode:  { name: sglang-decode.ns.svc.cluster.local., port: 30001 }\n"
+        "    decode:  { name: sglang-decode.ns.svc.cluster.local., port: 30001, scheme: https }\n"
         "  kubernetes:\n"
         "    namespace: sglang\n"
         "    api_server: https://10.0.0.1:443\n"
@@ -807,7 +807,7 @@ static void test_discovery(void)
         "    watch_timeout_s: 3600\n"
         "    prefill: { selector: \"app=sglang,component=prefill\", port: 30000,\n"
         "               bootstrap_port: none }\n"
-        "    decode:  { selector: \"app.kubernetes.io/name=sglang,tier!=x,gpu,!old\" }\n";
+        "    decode:  { selector: \"app.kubernetes.io/name=sglang,tier!=x,gpu,!old\", scheme: https }\n";
     c = load(full, err, sizeof(err));
     CHECK(c != NULL);
     if (c == NULL) {
@@ -823,6 +823,8 @@ static void test_discovery(void)
     CHECK_STR(c->discovery.dns.role[PDR_ROLE_DECODE].name, "sglang-decode.ns.svc.cluster.local.");
     CHECK(c->discovery.dns.role[PDR_ROLE_DECODE].port == 30001);
     CHECK(c->discovery.dns.role[PDR_ROLE_DECODE].bootstrap_port == -1);
+    CHECK(c->discovery.dns.role[PDR_ROLE_DECODE].https == 1 &&
+          c->discovery.dns.role[PDR_ROLE_PREFILL].https == 0);
     CHECK_STR(c->discovery.kubernetes.namespace_, "sglang");
     CHECK_STR(c->discovery.kubernetes.api_server, "https://10.0.0.1:443");
     CHECK_STR(c->discovery.kubernetes.token_file, "/var/run/token");
@@ -835,6 +837,8 @@ static void test_discovery(void)
               "app.kubernetes.io/name=sglang,tier!=x,gpu,!old");
     CHECK(c->discovery.kubernetes.role[PDR_ROLE_DECODE].port == 0);
     CHECK(c->discovery.kubernetes.role[PDR_ROLE_DECODE].bootstrap_port == -1);
+    CHECK(c->discovery.kubernetes.role[PDR_ROLE_DECODE].https == 1 &&
+          c->discovery.kubernetes.role[PDR_ROLE_PREFILL].https == 0);
     CHECK(pdr_config_validate(c, err, sizeof(err)) == 0);
     pdr_config_unref(c);
 
@@ -925,7 +929,9 @@ static void test_discovery_errors(void)
     EXPECT_ERROR(
         WORKERS K8S_HEAD "    prefill: { selector: a, weight: 1 }\n",
         "bad.yaml:6:29: unknown key 'weight' in 'discovery.kubernetes.prefill' (valid keys: selector, "
-        "port, bootstrap_port)");
+        "port, bootstrap_port, scheme)");
+    EXPECT_ERROR(WORKERS DNS_HEAD "    decode: { name: d, port: 1, scheme: ftp }\n",
+                 "bad.yaml:6:41: discovery.dns.decode.scheme: unknown scheme 'ftp', expected http or https");
     EXPECT_ERROR(WORKERS DNS_HEAD "    interval_ms: 100\n    interval_ms: 200\n",
                  "bad.yaml:7:5: duplicate key 'interval_ms' in 'discovery.dns'");
     EXPECT_ERROR(WORKERS "discovery: {}\ndiscovery: {}\n",

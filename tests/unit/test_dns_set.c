@@ -40,14 +40,21 @@ static void test_set(void)
     CHECK(set_normalize(v, 1) == 1 && set_normalize(v, 0) == 0);
 
     pdr_discovered_t w;
-    format_worker(&want[1], 30000, 8998, &w);
+    struct dns_role r = {.port = 30000, .bootstrap_port = 8998};
+    format_worker(&want[1], &r, &w);
     CHECK(strcmp(w.url, "http://10.0.0.9:30000") == 0);
     CHECK(strcmp(w.name, "10.0.0.9") == 0);
     CHECK(w.bootstrap_port == 8998);
-    format_worker(&want[3], 1, -1, &w);
+    r = (struct dns_role){.port = 1, .bootstrap_port = -1};
+    format_worker(&want[3], &r, &w);
     CHECK(strcmp(w.url, "http://[fd00::1]:1") == 0);
     CHECK(strcmp(w.name, "fd00::1") == 0);
     CHECK(w.bootstrap_port == -1);
+    r.https = 1; /* scheme: https */
+    format_worker(&want[3], &r, &w);
+    CHECK(strcmp(w.url, "https://[fd00::1]:1") == 0);
+    format_worker(&want[1], &r, &w);
+    CHECK(strcmp(w.url, "https://10.0.0.9:1") == 0);
 }
 
 static void test_resolver(void)
@@ -173,7 +180,7 @@ static void test_publish(void)
     memset(&s, 0, sizeof(s));
     s.cb = record;
     s.ud = &got;
-    s.roles[PDR_ROLE_DECODE] = (struct dns_role){"d.test", 30001, -1, 0, 0, NULL, 0};
+    s.roles[PDR_ROLE_DECODE] = (struct dns_role){.name = "d.test", .port = 30001, .bootstrap_port = -1};
     struct dns_addr v[2];
     struct dns_set set = {v, 0};
 

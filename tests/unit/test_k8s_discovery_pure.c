@@ -69,6 +69,10 @@ static void test_pod_parse(void)
     /* The config's port wins over the containerPort; decode ignores the annotation. */
     CHECK(parse(&ready, &decode, &w, &bad) == PDR_K8S_POD_READY);
     CHECK(strcmp(w.url, "http://10.1.2.3:31000") == 0 && w.bootstrap_port == -1 && bad == 0);
+    decode.https = 1; /* scheme: https */
+    CHECK(parse(&ready, &decode, &w, &bad) == PDR_K8S_POD_READY);
+    CHECK(strcmp(w.url, "https://10.1.2.3:31000") == 0);
+    decode.https = 0;
 
     pod_spec_t no_ann = {"p-1", "Running", "10.1.2.4", "True", NULL, 30000, 0};
     CHECK(parse(&no_ann, &prefill, &w, &bad) == PDR_K8S_POD_READY);
