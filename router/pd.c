@@ -124,6 +124,7 @@ typedef struct pd_req {
     int counted_inflight;
     int last_fail_status;
     char last_fail_msg[768];
+    char retry_error[192]; /* JSON-escaped: the failure of the last attempt that was retried (access log) */
     /* protocol vllm (pd_vllm.h): the prefill runs first, alone; then the decode with dbody. release is the
      * body that frees the prefill's KV if the decode's answer never begins (NULL: no KV held for it). */
     unsigned vllm : 1, vllm_bad : 1;
@@ -648,7 +649,8 @@ static void attempt_failed(pd_req_t *x, int role, int cause, int status, const c
         x->attempt++;
         x->t->m.retries_total++;
         /* msg may lie in the leg's buffer, which the next attempt reuses; the access log's error names the
-         * final outcome (a retry that succeeds has none), and the failure is kept in last_fail_msg. */
+         * final outcome (a retry that succeeds has none), its retry_error this failure. */
+        pdr_json_escape(x->retry_error, sizeof(x->retry_error), msg);
         x->error_cause = NULL;
         uint64_t ms = retry_backoff_ms(x);
         pdr_info("request %s: %s; retry %d on a new pair in %" PRIu64 " ms", x->request_id, x->last_fail_msg,
@@ -1941,7 +1943,11 @@ static void write_access_log(pd_req_t *x)
         else
             phases[0] = '\0';
     }
-    char line[2560];
+    char line[2816], error[256], retry_error[sizeof(x->retry_error) + 2] = "null";
+    if (x->error_cause != NULL)
+        pdr_json_escape(error, sizeof(error), x->error_cause);
+    if (x->retry_error[0] != '\0')
+        snprintf(retry_error, sizeof(retry_error), "\"%s\"", x->retry_error);
     char room[24] = "null";
     if (x->n_rooms > 0 && x->body != NULL && !x->vllm && !x->solo)
         snprintf(room, sizeof(room), "%" PRIu64, x->rooms[0]);
@@ -1951,7 +1957,8 @@ static void write_access_log(pd_req_t *x)
         "{\"ts_us\":%" PRIu64 ",\"request_id\":\"%s\",\"trace_id\":\"%s\",\"path\":\"%s\",\"status\":%d,"
         "\"pool\":%s%s%s,\"prefill\":%s%s%s,\"decode\":%s%s%s,\"room\":%s,\"attempts\":%d,\"queue_ms\":%.3f,"
         "\"ttfb_ms\":%.3f,"
-        "\"total_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s,\"disagg\":%s%s%s,"
+        "\"total_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s,\"retry_error\":%s,"
+        "\"disagg\":%s%s%s,"
         "\"kv_deadline_ms\":%" PRIu64 ",\"kv_tokens\":%" PRIu64
         ",\"kv_tokens_from\":\"%s\",\"kv_cause\":%s%s%s%s%s}\n",
         pdr_wall_us(), x->request_id, x->fwd.trace_id,
@@ -1960,7 +1967,7 @@ static void write_access_log(pd_req_t *x)
         x->pw ? "\"" : "", x->dw ? "\"" : "", x->dw ? x->dw->target : "null", x->dw ? "\"" : "", room,
         x->attempt + 1, (double)x->admit.wait_ns / 1e6, ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3,
         x->req ? x->req->entity.len : 0, x->bytes_out, x->error_cause ? "\"" : "",
-        x->error_cause ? x->error_cause : "null", x->error_cause ? "\"" : "", x->disagg >= 0 ? "\"" : "",
+        x->error_cause ? error : "null", x->error_cause ? "\"" : "", retry_error, x->disagg >= 0 ? "\"" : "",
         x->disagg >= 0 ? pdr_disagg_decision_names[x->disagg] : "null", x->disagg >= 0 ? "\"" : "", x->kv_ms,
         x->kv_tokens, pdr_kv_tokens_how_names[x->kv_tokens_how], x->kv_cause ? "\"" : "",
         x->kv_cause ? x->kv_cause : "null", x->kv_cause ? "\"" : "", phases, kv);

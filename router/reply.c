@@ -12,7 +12,7 @@
 #include "router.h"
 #include "util.h"
 
-static void json_escape(char *out, size_t cap, const char *s)
+void pdr_json_escape(char *out, size_t cap, const char *s)
 {
     size_t o = 0;
     for (; *s && o + 7 < cap; s++) {
@@ -32,7 +32,7 @@ static void json_escape(char *out, size_t cap, const char *s)
 void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *msg, int retry_after_s)
 {
     char esc[512], body[768];
-    json_escape(esc, sizeof(esc), msg);
+    pdr_json_escape(esc, sizeof(esc), msg);
     int n = snprintf(body, sizeof(body), "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}", esc,
                      type, status);
     req->res.status = status;

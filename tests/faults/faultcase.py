@@ -376,6 +376,8 @@ def verify(r, calls, bound_s, allowed, why, others=()):
         elif c.status == 200 and c.outcome == "ok" and got[0]["error"] is not None:
             # a retry that succeeded: the error of the attempt before it is not the request's
             bad.append("%s: answered, yet the access log names an error %r" % (c.rid, got[0]["error"]))
+        elif (got[0]["attempts"] > 1) != (got[0].get("retry_error") is not None):
+            bad.append("%s: %d attempts, retry_error %r" % (c.rid, got[0]["attempts"], got[0].get("retry_error")))
     if code != 0:
         bad.append("pdrouter exited with %s" % code)
     if bad:
