@@ -2221,13 +2221,14 @@ static int refuse(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
         trace[33] = '"';
         trace[34] = '\0';
     }
-    int n = snprintf(line, sizeof(line),
-                     "{\"ts_us\":%" PRIu64
-                     ",\"request_id\":\"%s\",\"trace_id\":%s,\"path\":\"%s\",\"status\":%d,\"pool\":null,"
-                     "\"prefill\":null,"
-                     "\"decode\":null,\"room\":null,\"attempts\":0,\"ttfb_ms\":0.000,\"total_ms\":0.000,"
-                     "\"bytes_in\":%zu,\"bytes_out\":0,\"error\":\"%s\",\"disagg\":null}\n",
-                     pdr_wall_us(), id, trace, names[route], status, req->entity.len, cause);
+    int n =
+        snprintf(line, sizeof(line),
+                 "{\"ts_us\":%" PRIu64
+                 ",\"request_id\":\"%s\",\"trace_id\":%s,\"path\":\"%s\",\"status\":%d,\"pool\":null,"
+                 "\"prefill\":null,"
+                 "\"decode\":null,\"room\":null,\"attempts\":0,\"ttfb_ms\":0.000,\"total_ms\":0.000,"
+                 "\"bytes_in\":%zu,\"bytes_out\":0,\"error\":\"%s\",\"retry_error\":null,\"disagg\":null}\n",
+                 pdr_wall_us(), id, trace, names[route], status, req->entity.len, cause);
     if (n > 0 && (size_t)n < sizeof(line))
         pdr_access_log(t, line, (size_t)n);
     return 0;
