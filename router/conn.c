@@ -67,7 +67,9 @@ typedef struct client_conn {
     pdr_chunkguard_t g;
     pdr_dlink_t rewrap; /* on t->rewrap */
     /* HTTP/2 header-block guard (h2_guard_read): decided at the connection's first bytes */
-    enum { H2G_UNDECIDED = 0, H2G_FOLLOWING, H2G_OFF } h2_state;
+    /* H2G_HTTP1: opened as HTTP/1 (it may switch with Upgrade: h2c, h2_upgraded) */
+    enum { H2G_UNDECIDED = 0, H2G_FOLLOWING, H2G_OFF, H2G_HTTP1 } h2_state;
+    int h2_fresh; /* upgraded: the guard's first read decides whether the preface is still to come */
     pdr_h2guard_t h2g;
     /* Accepted with listen.tls: the handshake is the router's (on_tls_handshake), answers of its own go
      * through h2o's socket (encrypted), and an HTTP/2 refusal closes without a GOAWAY. */
@@ -176,6 +178,7 @@ int pdr__note_client_reset(pdr_thread_t *t, h2o_req_t *req)
 static h2o_socket_cb h1_reqread; /* h2o's HTTP/1 read callback, learned at the first accept */
 
 static void chunk_guard_read(h2o_socket_t *sock, const char *err);
+static int is_preface_start(const h2o_socket_t *sock);
 
 static void guard_wrap(client_conn_t *cc)
 {
@@ -555,6 +558,13 @@ static void h2_guard_read(h2o_socket_t *sock, const char *err)
     int fd = h2o_socket_get_fd(sock);
     client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
     int why;
+    if (err == NULL && cc != NULL && cc->h2_fresh) {
+        /* Upgraded from HTTP/1: h2o may have parsed bytes sent with the upgrade request already; what it
+         * left starts at a frame, or at the part of the preface still missing. */
+        cc->h2_fresh = 0;
+        if (!is_preface_start(sock))
+            cc->h2g.preface_left = 0;
+    }
     if (err == NULL && cc != NULL && cc->h2_state == H2G_FOLLOWING &&
         (why = h2_guard_inspect(cc, sock)) != 0) {
         h2_refuse(cc, sock, h2_read, why);
@@ -654,7 +664,7 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err)
     int fd = h2o_socket_get_fd(sock);
     client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
     if (err == NULL && cc != NULL && cc->h2_state == H2G_UNDECIDED && sock->input->size > 0) {
-        cc->h2_state = is_preface_start(sock) ? H2G_FOLLOWING : H2G_OFF;
+        cc->h2_state = is_preface_start(sock) ? H2G_FOLLOWING : H2G_HTTP1;
         if (cc->h2_state == H2G_FOLLOWING) {
             pdr_h2guard_init(&cc->h2g, H2O_MAX_REQLEN);
             pdr_h2guard_set_body_limit(&cc->h2g, (uint64_t)cc->t->config->limits.max_body_bytes);
@@ -741,16 +751,42 @@ int pdr__client_conns_full(pdr_thread_t *t)
 /* HTTP/1: refuses a request whose head may be framed differently by another parser (reqguard.h) with 400,
  * and closes the connection, so that nothing after it on the connection is read as a request. h2o keeps
  * the raw head at the start of the connection's input buffer until the response is over. */
+/* An HTTP/1 connection that h2o switched to HTTP/2 (Upgrade: h2c), seen from the upgraded request's
+ * handler, which h2o runs once it reads the connection with its HTTP/2 callback: the frame guard and the
+ * control-frame bucket follow it from here, as they follow a connection that opened with the preface.
+ * 1 when it was one. */
+static int h2_upgraded(client_conn_t *cc, h2o_socket_t *sock)
+{
+    h2o_socket_cb cb = sock->_cb.read;
+    if (cc->h2_state != H2G_HTTP1 || cc->tls || cb == NULL || cb == h1_reqread || cb == chunk_guard_read ||
+        cb == h2_guard_read)
+        return 0;
+    idle_leave(cc);
+    cc->wait = CW_OFF; /* h2o's HTTP/2 idle timeout governs from here */
+    uv_timer_stop(&cc->timer);
+    cc->h2_state = H2G_FOLLOWING;
+    pdr_h2guard_init(&cc->h2g, H2O_MAX_REQLEN);
+    pdr_h2guard_set_body_limit(&cc->h2g, (uint64_t)cc->t->config->limits.max_body_bytes);
+    cc->ctl_seen = 0;
+    cc->ctl_tokens = cc->t->config->limits.h2_max_control_frames;
+    cc->ctl_ms = pdr_now_ms();
+    cc->h2_fresh = 1;
+    h2_guard_wrap(cc, sock);
+    return 1;
+}
+
 int pdr__refuse_ambiguous_head(pdr_thread_t *t, h2o_req_t *req)
 {
+    client_conn_t *cc = conn_of(req);
+    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+    if (cc != NULL && sock != NULL && h2_upgraded(cc, sock))
+        return 0;
     if (req->version >= 0x200)
         return 0;
-    client_conn_t *cc = conn_of(req);
     if (cc != NULL) {
         client_conn_t **anchor = h2o_mem_alloc_shared(&req->pool, sizeof(*anchor), on_h1_req_dispose);
         *anchor = cc;
     }
-    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
     if (sock == NULL || sock->input == NULL)
         return 0;
     const char *why;
@@ -854,6 +890,7 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     cc->g_active = 0;
     cc->g_last_size = 0;
     cc->h2_state = H2G_UNDECIDED;
+    cc->h2_fresh = 0;
     cc->rewrap = (pdr_dlink_t){NULL, NULL};
     cc->idle = (pdr_dlink_t){NULL, NULL};
     cc->served = 0;

@@ -427,7 +427,8 @@ def scenario_h2_control_floods():
     """limits.h2_max_control_frames: a SETTINGS flood, a PING flood and a CONTINUATION flood (empty
     frames after a HEADERS without END_HEADERS) each get GOAWAY ENHANCE_YOUR_CALM naming the limit and
     are closed; a client sending fewer control frames than the limit keeps its connection and is
-    served; ordinary clients are served meanwhile."""
+    served; ordinary clients are served meanwhile. A connection upgraded from HTTP/1 (Upgrade: h2c) is
+    followed as well: served, and closed for a PING flood."""
     p, d = sim("prefill"), sim("decode")
     r = router([p], [d], config="limits: { h2_max_control_frames: 300 }")
     try:
@@ -453,6 +454,39 @@ def scenario_h2_control_floods():
         check(not c.closed and status_of(c.frames, 1) == 200, "a client below the limit: %r" % (c.frames[-3:],), r)
         c.close()
         check(metric_value(metrics(r), "pdr_h2_control_floods_total") == 3, "not counted", r)
+        # Upgrade: h2c: the upgraded connection is followed as well. Its first request is answered over
+        # HTTP/2 (stream 1), and a PING flood on it is closed with the GOAWAY.
+        for flood in (False, True):
+            s = connect(r)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                      b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n")
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                b = s.recv(65536)
+                check(b, "closed before an answer to Upgrade: h2c: %r" % buf, r)
+                buf += b
+            check(buf.startswith(b"HTTP/1.1 101"), "Upgrade: h2c answered %r" % buf[:80], r)
+            c = H2Conn(r, sock=s)
+            c.buf = buf.partition(b"\r\n\r\n")[2]  # h2o's SETTINGS may have come with the 101
+            c.stream_ended(1)
+            check(status_of(c.frames, 1) == 200 and b"ok" in c.data_of(1), "upgraded stream 1: %r" %
+                  (c.frames[-3:],), r)
+            if flood:
+                try:
+                    for i in range(10):
+                        c.send(h2flood.control_burst("ping", 100, False))
+                except OSError:
+                    pass
+                c.wait(lambda fr: False, timeout=5)  # until the router closes
+                ga = c.goaway()
+                check(c.closed and ga is not None and ga[0] == 0xB and "limits.h2_max_control_frames" in ga[1],
+                      "PING flood after Upgrade: h2c: closed %s, GOAWAY %r" % (c.closed, ga), r)
+            else:
+                c.send(h2flood.frame(1, 0x4, 3, h2_request_block()) + h2flood.frame(0, 0x1, 3, BODY))
+                c.stream_ended(3)
+                check(status_of(c.frames, 3) == 200, "a PD request after Upgrade: h2c: %r" % (c.frames[-3:],), r)
+            c.close()
+        check(metric_value(metrics(r), "pdr_h2_control_floods_total") == 4, "the upgraded flood not counted", r)
     finally:
         pdtest.stop_all()
 
