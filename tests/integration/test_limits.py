@@ -59,7 +59,7 @@ def read_until_close(s):
             out += b
     except socket.timeout:
         return out, False
-    except ConnectionResetError:
+    except (ConnectionResetError, ssl.SSLError):  # ssl.SSLError: a TLS socket closed without close_notify
         return out, True
 
 
@@ -186,6 +186,19 @@ def status_of(frames, sid):
 
 # ---- 1. limits.max_body_bytes: 413 in the OpenAI shape on every path ----
 
+def send_big_chunked(s):
+    """A chunked POST /generate head, then 12 chunks of 1 KiB (past a 4096-byte body limit), until the
+    router closes."""
+    s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Transfer-Encoding: chunked\r\n\r\n")
+    for _ in range(12):
+        try:
+            s.sendall(b"400\r\n" + b"a" * 1024 + b"\r\n")
+        except OSError:
+            break
+        time.sleep(0.005)  # separate reads on the router's side (traffic shaping)
+
+
 def scenario_body_too_large():
     """A body above limits.max_body_bytes gets 413 in the OpenAI error shape on HTTP/1 with a
     Content-Length (answered at the head, the connection closed, the body unread), HTTP/1 chunked whose
@@ -207,14 +220,7 @@ def scenario_body_too_large():
         check(closed and h.get("connection") == "close", "HTTP/1 Content-Length: connection left open %r" % h, r)
         # HTTP/1 chunked: small chunks that add up past the limit.
         s = connect(r)
-        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Transfer-Encoding: chunked\r\n\r\n")
-        for _ in range(12):
-            try:
-                s.sendall(b"400\r\n" + b"a" * 1024 + b"\r\n")
-            except OSError:
-                break
-            time.sleep(0.005)  # separate reads on the router's side (traffic shaping)
+        send_big_chunked(s)
         raw, closed = read_until_close(s)
         s.close()
         st, h, out = split_response(raw)
@@ -262,6 +268,25 @@ def timed_out(r, s, t0, lo, hi, what):
     return err
 
 
+def slowloris(s):
+    """Sends a request head on s one byte every 100 ms, never all of it, from a thread; returns the event
+    that stops it and the thread."""
+    head = b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: " + b"a" * 100
+    stop = threading.Event()
+
+    def drip():
+        for b in head:
+            if stop.wait(0.1):  # the attacker's pacing (traffic shaping)
+                return
+            try:
+                s.sendall(bytes([b]))
+            except (OSError, ValueError):  # ValueError: a TLS socket closed meanwhile
+                return
+    th = threading.Thread(target=drip)
+    th.start()
+    return stop, th
+
+
 def scenario_client_timeouts():
     """timeouts.client_header_ms: a head sent a byte at a time (slowloris) and a connection that sends
     nothing get 408 in the OpenAI shape and are closed at the deadline; timeouts.client_body_ms: a body that
@@ -272,19 +297,7 @@ def scenario_client_timeouts():
     try:
         # Slowloris: one byte every 100 ms, never a complete head.
         s, t0 = connect(r), time.monotonic()
-        head = b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: " + b"a" * 100
-        stop = threading.Event()
-
-        def drip():
-            for b in head:
-                if stop.wait(0.1):  # the attacker's pacing (traffic shaping)
-                    return
-                try:
-                    s.sendall(bytes([b]))
-                except OSError:
-                    return
-        th = threading.Thread(target=drip)
-        th.start()
+        stop, th = slowloris(s)
         still_serving(r, "during a slowloris")
         err = timed_out(r, s, t0, 0.5, 2.0, "slowloris")
         stop.set()

@@ -295,21 +295,6 @@ def scenario_front():
     stop_clean(r, p, d)
 
 
-def tls_read_all(t):
-    """Everything the router sends on TLS socket t until it closes; (bytes, closed)."""
-    out = b""
-    try:
-        while True:
-            b = t.recv(65536)
-            if not b:
-                return out, True
-            out += b
-    except socket.timeout:
-        return out, False
-    except (ConnectionResetError, ssl.SSLError):
-        return out, True
-
-
 def one_flight(port, ca, data):
     """A TLS 1.3 connection whose first request leaves in the same write as the client's Finished (so the
     router reads both at once). Returns a reader of everything answered until the close: (bytes, closed)."""
@@ -384,7 +369,7 @@ def scenario_guards():
         check(st == 200, "an ordinary request %s: %s %r" % (what, st, body), r)
 
     def answered(t, t0, code, lo, hi, what):
-        raw, closed = tls_read_all(t)
+        raw, closed = tl.read_until_close(t)
         took = time.monotonic() - t0
         t.close()
         check(raw, "%s: closed without an answer after %.2fs" % (what, took), r)
@@ -405,19 +390,7 @@ def scenario_guards():
     check(got == b"" and 0.5 <= took <= 2.0, "no handshake: %r after %.2fs" % (got, took), r)
     # Slowloris over TLS: one byte every 100 ms, never a complete head.
     t, t0 = tls(), time.monotonic()
-    head = b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: " + b"a" * 100
-    stop = threading.Event()
-
-    def drip():
-        for b in head:
-            if stop.wait(0.1):  # the attacker's pacing (traffic shaping)
-                return
-            try:
-                t.sendall(bytes([b]))
-            except (OSError, ValueError):
-                return
-    th = threading.Thread(target=drip)
-    th.start()
+    stop, th = tl.slowloris(t)
     served("during a slowloris over TLS")
     err = answered(t, t0, 408, 0.5, 2.0, "slowloris over TLS")
     stop.set()
@@ -449,14 +422,7 @@ def scenario_guards():
     check(st == 200 and b"text" in out, "a request with the handshake's end: %s %r" % (st, raw[:200]), r)
     # Chunks that add up past the limit.
     t, t0 = tls(), time.monotonic()
-    t.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Transfer-Encoding: chunked\r\n\r\n")
-    for _ in range(12):
-        try:
-            t.sendall(b"400\r\n" + b"a" * 1024 + b"\r\n")
-        except OSError:
-            break
-        time.sleep(0.005)  # separate reads on the router's side (traffic shaping)
+    tl.send_big_chunked(t)
     answered(t, t0, 413, 0, 1.0, "chunked over TLS")
     served("after the HTTP/1 guards")
     # HTTP/2 over TLS: a PING flood is closed; a client below the limit is served.
