@@ -171,7 +171,7 @@ static const struct {
      offsetof(pdr_metrics_t, body_too_large_total)},
     {"pdr_http_client_header_timeouts_total",
      "HTTP/1 connections answered 408 and closed: the request head did not arrive within "
-     "timeouts.client_header_ms.",
+     "timeouts.client_header_ms (TLS connections whose handshake did not end within it included).",
      offsetof(pdr_metrics_t, client_header_timeouts_total)},
     {"pdr_http_client_body_timeouts_total",
      "HTTP/1 connections answered 408 and closed: the request body paused longer than "
