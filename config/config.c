@@ -433,6 +433,7 @@ static void config_free(pdr_config_t *c)
     free(c->listen_tls.cert_file);
     free(c->listen_tls.key_file);
     free(c->listen_tls.ciphers);
+    free(c->listen_tls.client_ca_file);
     free(c->workers_tls.ca_file);
     free(c->workers_tls.cert_file);
     free(c->workers_tls.key_file);

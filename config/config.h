@@ -327,8 +327,10 @@ typedef struct pdr_config {
         char *key_file;  /* listen.tls.key_file: required with cert_file */
         int min_version; /* listen.tls.min_version: PDR_TLS_1_2 (default) or PDR_TLS_1_3 */
         char *ciphers;   /* listen.tls.ciphers: OpenSSL's TLS 1.2 cipher list; NULL: OpenSSL's default */
-        int alpn[2];     /* listen.tls.alpn, in the server's order of preference (PDR_ALPN_*) */
-        size_t n_alpn;   /* default 2: h2, http/1.1 */
+        char
+            *client_ca_file; /* listen.tls.client_ca_file: clients need a certificate it signed; NULL: none */
+        int alpn[2];         /* listen.tls.alpn, in the server's order of preference (PDR_ALPN_*) */
+        size_t n_alpn;       /* default 2: h2, http/1.1 */
     } listen_tls;
     struct {
         char *ca_file;     /* workers.tls.ca_file: NULL (default): the system's trust store */

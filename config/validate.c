@@ -496,6 +496,7 @@ static int validate_tls(const pdr_config_t *c, char *err, size_t errlen)
         {c->listen_tls.cert_file, "listen.tls.cert_file"},
         {c->listen_tls.key_file, "listen.tls.key_file"},
         {c->listen_tls.ciphers, "listen.tls.ciphers"},
+        {c->listen_tls.client_ca_file, "listen.tls.client_ca_file"},
         {c->workers_tls.ca_file, "workers.tls.ca_file"},
         {c->workers_tls.cert_file, "workers.tls.cert_file"},
         {c->workers_tls.key_file, "workers.tls.key_file"},
@@ -514,6 +515,11 @@ static int validate_tls(const pdr_config_t *c, char *err, size_t errlen)
     }
     if (c->listen_tls.cert_file == NULL && c->listen_tls.ciphers != NULL) {
         pdr__config_err(err, errlen, "listen.tls.ciphers: set without listen.tls.cert_file and key_file");
+        return PDR_ECONFIG;
+    }
+    if (c->listen_tls.cert_file == NULL && c->listen_tls.client_ca_file != NULL) {
+        pdr__config_err(err, errlen,
+                        "listen.tls.client_ca_file: set without listen.tls.cert_file and key_file");
         return PDR_ECONFIG;
     }
     if ((c->workers_tls.cert_file == NULL) != (c->workers_tls.key_file == NULL)) {

@@ -80,6 +80,7 @@ static const struct field listen_tls_fields[] = {
     {"key_file", F_STR_OPT, CONF(listen_tls.key_file), 0, 0, NULL},
     {"min_version", F_TLS_VERSION, CONF(listen_tls.min_version), 0, 0, NULL},
     {"ciphers", F_STR_OPT, CONF(listen_tls.ciphers), 0, 0, NULL},
+    {"client_ca_file", F_STR_OPT, CONF(listen_tls.client_ca_file), 0, 0, NULL},
     {"alpn", F_ALPN, 0, 0, 0, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };

@@ -98,6 +98,24 @@ static SSL_CTX *front_ctx(const pdr_config_t *c, char *err, size_t cap)
         SSL_CTX_free(ctx);
         return NULL;
     }
+    /* Sessions are resumed only by the listener that made them (OpenSSL refuses resumption with client
+     * verification and no id context). */
+    static const unsigned char sid_ctx[] = "pdrouter";
+    SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof(sid_ctx) - 1);
+    const char *cca = c->listen_tls.client_ca_file;
+    if (cca != NULL) {
+        /* Mutual TLS: a client without a certificate this CA signed fails the handshake. */
+        STACK_OF(X509_NAME) *names = NULL;
+        if (readable(err, cap, "listen.tls.client_ca_file", cca) != 0 ||
+            ((SSL_CTX_load_verify_locations(ctx, cca, NULL) != 1 ||
+              (names = SSL_load_client_CA_file(cca)) == NULL) &&
+             file_error(err, cap, "listen.tls.client_ca_file", cca, "no PEM certificate in it") != 0)) {
+            SSL_CTX_free(ctx);
+            return NULL;
+        }
+        SSL_CTX_set_client_CA_list(ctx, names);
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+    }
     const h2o_iovec_t *alpn = alpn_h2_h1;
     if (c->listen_tls.n_alpn == 1)
         alpn = c->listen_tls.alpn[0] == PDR_ALPN_H2 ? alpn_h2 : alpn_h1;

@@ -472,6 +472,59 @@ def scenario_guards():
     stop_clean(r, p, d)
 
 
+def scenario_client_certs():
+    """listen.tls.client_ca_file (mutual TLS): a client with a certificate the CA signed is served over
+    HTTP/1.1 and HTTP/2; one without a certificate, or with one another CA signed, gets no answer (its
+    handshake fails); a client_ca_file that is not PEM refuses the reload and the old context stays."""
+    certs = Certs()
+    cert, key = certs.issue("router", 41)
+    good = certs.issue("client-good", 42, usage="clientAuth")
+    certs.make_ca("rogue")
+    bad = certs.issue("client-rogue", 43, ca="rogue", usage="clientAuth")
+    p, d = sim("prefill"), sim("decode")
+    r = router(p, d, listen_tls="{ cert_file: %s, key_file: %s, client_ca_file: %s }" % (cert, key, certs.ca))
+    wait_healthy(r)
+
+    def ctx_with(pair, alpn=("http/1.1",)):
+        c = client_ctx(certs.ca, alpn=alpn)
+        if pair is not None:
+            c.load_cert_chain(*pair)
+        return c
+
+    st, body, c = https(r.port, ctx_with(good), "POST", "/generate", BODY)
+    check(st == 200 and "text" in json.loads(body), "with a client certificate: %s %r" % (st, body), r)
+    c.close()
+    st, ver, text = curl(r.port, certs.ca, "--http2", "--cert", good[0], "--key", good[1])
+    check(st == 200 and ver == "2", "h2 with a client certificate: %s %s %s" % (st, ver, text), r)
+    for name, pair in (("no client certificate", None), ("a certificate of another CA", bad)):
+        for ver in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+            ctx = ctx_with(pair)
+            ctx.minimum_version = ctx.maximum_version = ver
+            try:
+                st, body, c = https(r.port, ctx, "POST", "/generate", BODY, timeout=5)
+                c.close()
+                raise AssertionError("%s over %s was answered %s" % (name, ver, st))
+            except (ssl.SSLError, ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected):
+                pass
+    m = admin_metrics(r)
+    check(metric_value(m, "pdr_requests_total", route="generate", code="200") == 2, "requests counted", r)
+    # A broken client_ca_file refuses the reload; the running context keeps serving.
+    broken = certs.path("broken.pem")
+    with open(broken, "w") as f:
+        f.write("not a certificate\n")
+    with open(r.config_path) as f:
+        text = f.read()
+    with open(r.config_path, "w") as f:
+        f.write(text.replace(certs.ca, broken))
+    r.proc.send_signal(signal.SIGHUP)
+    pdtest.poll_until(lambda: reloads(r, "failed") == 1, 5, "the refused reload")
+    check("listen.tls.client_ca_file %s" % broken in r.log_tail(50), "the log names the file", r)
+    st, _, c = https(r.port, ctx_with(good), "POST", "/generate", BODY)
+    c.close()
+    check(st == 200, "after the refused reload: %s" % st, r)
+    stop_clean(r, p, d)
+
+
 def scenario_min_version():
     """min_version TLS1.3 refuses a TLS 1.2 client; ciphers and alpn: [http/1.1] are applied."""
     certs = Certs()

@@ -417,6 +417,8 @@ static void test_errors(void)
     EXPECT_ERROR(WORKERS "listen:\n  tls:\n    cert_file: /c.pem\n",
                  "bad.yaml:1:1: listen.tls: cert_file and key_file go together (give both for TLS on the "
                  "listener, or neither)");
+    EXPECT_ERROR(WORKERS "listen:\n  tls:\n    client_ca_file: /ca.pem\n",
+                 "bad.yaml:1:1: listen.tls.client_ca_file: set without listen.tls.cert_file and key_file");
     EXPECT_ERROR(
         "listen:\n  tls:\n    min_version: TLS1.1\n",
         "bad.yaml:3:18: listen.tls.min_version: unknown TLS version 'TLS1.1', expected TLS1.2 or TLS1.3");
