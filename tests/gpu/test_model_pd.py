@@ -297,7 +297,8 @@ class Bench:
         port = pdtest.free_port()
         bport = pdtest.free_port() if mode == "prefill" else None
         argv = [self.a.python, os.path.join(HERE, "model", "worker.py"), "--mode", mode, "--port", str(port),
-                "--device", self.a.device, "--config", self.a.config, "--backend", backend,
+                "--device", self.a.decode_device if mode == "decode" else self.a.device, "--config", self.a.config,
+                "--backend", backend,
                 "--slots", str(self.a.slots), "--max-len", str(max(self.a.lengths) + self.a.max_new_tokens + 8),
                 "--kv-timeout-ms", str(self.a.kv_timeout_ms)]
         if events_port:
@@ -756,7 +757,8 @@ class Bench:
         if self.cuda and not info["cuda"]:
             log("skip: no CUDA device visible to PyTorch")
             return 77
-        self.r["env"] = dict(info, python=a.python, host=platform.node(), device=a.device, config=a.config,
+        self.r["env"] = dict(info, python=a.python, host=platform.node(), device=a.device,
+                             decode_device=a.decode_device, config=a.config,
                              pdrouter=a.pdrouter, pdsim=a.pdsim, pdshim_lib=a.pdshim_lib)
         shim = self.shim_info()
         self.r["env"]["shim_streamed_offers"] = shim["offer_open"]
@@ -808,7 +810,8 @@ class Bench:
     def summarize(self):
         r, a = self.r, self.a
         steps = r["steps"]
-        out = ["pdrouter + real model (%s, %s), %s" % (a.config, a.device, r.get("started")),
+        out = ["pdrouter + real model (%s, %s%s), %s" % (a.config, a.device, "" if a.decode_device == a.device else
+                                                          ", decode on " + a.decode_device, r.get("started")),
                "env: %s" % json.dumps(r.get("env", {})),
                "prompts %s tokens, max_new_tokens %d, %d timed requests per point (after %d warm-up)" % (
                    a.lengths, a.max_new_tokens, a.reps, a.warmup), ""]
@@ -938,7 +941,9 @@ def main():
     ap = argparse.ArgumentParser(description="real model disaggregated behind pdrouter")
     ap.add_argument("build_dir", nargs="?", default=os.environ.get("PDR_BUILD"))
     ap.add_argument("--out", default=None, help="results directory (default: a new temporary one)")
-    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--device", default="cuda:0", help="the monolithic and prefill workers' device")
+    ap.add_argument("--decode-device", default=None,
+                    help="the decode workers' device (default --device; cuda:1 puts the decode on a second GPU)")
     ap.add_argument("--config", default=None, help="1b (default on CUDA) or tiny (default on the CPU)")
     ap.add_argument("--pdrouter", default=os.environ.get("PDROUTER"))
     ap.add_argument("--pdsim", default=os.environ.get("PDSIM"))
@@ -962,6 +967,9 @@ def main():
                     help="fail (instead of reporting 'not run') when the shim has no streamed offers")
     a = ap.parse_args()
     cpu = not a.device.startswith("cuda")
+    a.decode_device = a.decode_device or a.device
+    if a.decode_device.startswith("cuda") == cpu:
+        ap.error("--decode-device %s and --device %s: both on CUDA or both on the CPU" % (a.decode_device, a.device))
     a.config = a.config or ("tiny" if cpu else "1b")
     a.lengths = [int(x) for x in (a.lengths or ("128,512,1024" if cpu else "128,2048,8192")).split(",")]
     a.max_new_tokens = a.max_new_tokens or (8 if cpu else 32)
