@@ -523,6 +523,21 @@ static int h2_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
     return H2_PASS;
 }
 
+/* The frame guard and the control-frame bucket start following the connection (from its preface on).
+ * body_limit: follow request bodies against limits.max_body_bytes too (needs writes of the router's own
+ * to give their window back: not over TLS). */
+static void h2_follow(client_conn_t *cc, int body_limit)
+{
+    const pdr_config_t *c = cc->t->config;
+    cc->h2_state = H2G_FOLLOWING;
+    pdr_h2guard_init(&cc->h2g, H2O_MAX_REQLEN);
+    if (body_limit)
+        pdr_h2guard_set_body_limit(&cc->h2g, (uint64_t)c->limits.max_body_bytes);
+    cc->ctl_seen = 0;
+    cc->ctl_tokens = c->limits.h2_max_control_frames;
+    cc->ctl_ms = pdr_now_ms();
+}
+
 static void h2_refuse(client_conn_t *cc, h2o_socket_t *sock, h2o_socket_cb next, int why)
 {
     char debug[160];
@@ -664,14 +679,10 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err)
     int fd = h2o_socket_get_fd(sock);
     client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
     if (err == NULL && cc != NULL && cc->h2_state == H2G_UNDECIDED && sock->input->size > 0) {
-        cc->h2_state = is_preface_start(sock) ? H2G_FOLLOWING : H2G_HTTP1;
-        if (cc->h2_state == H2G_FOLLOWING) {
-            pdr_h2guard_init(&cc->h2g, H2O_MAX_REQLEN);
-            pdr_h2guard_set_body_limit(&cc->h2g, (uint64_t)cc->t->config->limits.max_body_bytes);
-            cc->ctl_seen = 0;
-            cc->ctl_tokens = cc->t->config->limits.h2_max_control_frames;
-            cc->ctl_ms = pdr_now_ms();
-        }
+        if (is_preface_start(sock))
+            h2_follow(cc, 1);
+        else
+            cc->h2_state = H2G_HTTP1;
     }
     if (err == NULL && cc != NULL && cc->h2_state == H2G_FOLLOWING) {
         /* The HTTP/2 preface (prior knowledge): h2o switches the connection inside its HTTP/1 callback. */
@@ -764,12 +775,7 @@ static int h2_upgraded(client_conn_t *cc, h2o_socket_t *sock)
     idle_leave(cc);
     cc->wait = CW_OFF; /* h2o's HTTP/2 idle timeout governs from here */
     uv_timer_stop(&cc->timer);
-    cc->h2_state = H2G_FOLLOWING;
-    pdr_h2guard_init(&cc->h2g, H2O_MAX_REQLEN);
-    pdr_h2guard_set_body_limit(&cc->h2g, (uint64_t)cc->t->config->limits.max_body_bytes);
-    cc->ctl_seen = 0;
-    cc->ctl_tokens = cc->t->config->limits.h2_max_control_frames;
-    cc->ctl_ms = pdr_now_ms();
+    h2_follow(cc, 1);
     cc->h2_fresh = 1;
     h2_guard_wrap(cc, sock);
     return 1;
@@ -823,11 +829,7 @@ static void on_tls_handshake(h2o_socket_t *sock, const char *err)
         /* h2o's HTTP/2 idle timeout governs from here */
         cc->wait = CW_OFF;
         uv_timer_stop(&cc->timer);
-        cc->h2_state = H2G_FOLLOWING;
-        pdr_h2guard_init(&cc->h2g, H2O_MAX_REQLEN);
-        cc->ctl_seen = 0;
-        cc->ctl_tokens = cc->t->config->limits.h2_max_control_frames;
-        cc->ctl_ms = pdr_now_ms();
+        h2_follow(cc, 0);
         cc->g_last_size = 0;
         int why = sock->input->size > 0 ? h2_guard_inspect(cc, sock) : H2_PASS;
         if (why != H2_PASS) {
