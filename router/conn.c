@@ -182,7 +182,7 @@ static int is_preface_start(const h2o_socket_t *sock);
 
 static void guard_wrap(client_conn_t *cc)
 {
-    if (cc->sock != NULL && h1_reqread != NULL && cc->sock->_cb.read == h1_reqread) {
+    if (cc->sock != NULL && cc->sock->input != NULL && h1_reqread != NULL && cc->sock->_cb.read == h1_reqread) {
         cc->sock->_cb.read = chunk_guard_read;
         cc->g_last_size = cc->sock->input->size;
     }
@@ -231,7 +231,7 @@ static void set_wait(client_conn_t *cc, int wait, int ms)
     if (wait != CW_IDLE)
         idle_leave(cc);
     cc->wait = wait;
-    cc->wait_size = cc->sock->input->size;
+    cc->wait_size = cc->sock->input != NULL ? cc->sock->input->size : 0;
     if (ms > 0)
         uv_timer_start(&cc->timer, on_client_timer, (uint64_t)ms, 0);
     else
@@ -246,7 +246,7 @@ static void set_wait(client_conn_t *cc, int wait, int ms)
     int cap = t->config->limits.max_idle_client_connections, n = t->r->n_threads > 0 ? t->r->n_threads : 1;
     while (cap > 0 && t->n_idle > (uint64_t)((cap + n - 1) / n)) {
         client_conn_t *old = PDR_DLINK_ITEM(t->idle_conns.head, client_conn_t, idle);
-        if (reading_h1(old) && old->sock->input->size == 0) {
+        if (reading_h1(old) && old->sock->input != NULL && old->sock->input->size == 0) {
             close_idle(old);
         } else { /* h2o went on with a request already in its buffer: not idle */
             idle_leave(old);
@@ -261,6 +261,12 @@ static void update_wait(client_conn_t *cc)
     const pdr_config_t *c = cc->t->config;
     if (cc->wait == CW_OFF || cc->wait == CW_HANDSHAKE) /* the handshake's end decides (on_tls_handshake) */
         return;
+    if (cc->sock->input == NULL) { /* h2o closed the connection */
+        idle_leave(cc);
+        cc->wait = CW_OFF;
+        uv_timer_stop(&cc->timer);
+        return;
+    }
     if (cc->sock->_cb.read == NULL) { /* the handler runs, or h2o writes an answer of its own */
         if (cc->wait != CW_BUSY)
             set_wait(cc, CW_BUSY, 0);
@@ -568,6 +574,14 @@ static void h2_refuse(client_conn_t *cc, h2o_socket_t *sock, h2o_socket_cb next,
         h2o_socket_close(sock); /* before h2o took it (on_tls_handshake) */
 }
 
+/* h2o closes a connection inside its own read callback on any connection error (a malformed frame, bad
+ * HPACK, a flow-control overflow): the socket's memory lives until the handle's close callback, but its
+ * input buffer is gone at once. Everything a guard does after handing a read to h2o asks this first. */
+static int sock_gone(client_conn_t *cc, const h2o_socket_t *sock)
+{
+    return sock->input == NULL || uv_is_closing((uv_handle_t *)&cc->tcp);
+}
+
 static void h2_guard_read(h2o_socket_t *sock, const char *err)
 {
     int fd = h2o_socket_get_fd(sock);
@@ -586,7 +600,7 @@ static void h2_guard_read(h2o_socket_t *sock, const char *err)
         return;
     }
     h2_read(sock, err);
-    if (cc != NULL && err == NULL)
+    if (cc != NULL && err == NULL && !sock_gone(cc, sock))
         cc->g_last_size = sock->input->size;
 }
 
@@ -594,7 +608,7 @@ static void h2_guard_read(h2o_socket_t *sock, const char *err)
 static void h2_guard_wrap(client_conn_t *cc, h2o_socket_t *sock)
 {
     h2o_socket_cb cb = sock->_cb.read;
-    if (cb == NULL || cb == h1_reqread || cb == chunk_guard_read || cb == h2_guard_read) {
+    if (sock_gone(cc, sock) || cb == NULL || cb == h1_reqread || cb == chunk_guard_read || cb == h2_guard_read) {
         return;
     }
     if (h2_read == NULL)
@@ -692,14 +706,15 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err)
             return;
         }
         h1_reqread(sock, err);
+        if (sock_gone(cc, sock))
+            return;
         if (sock->_cb.read == chunk_guard_read || sock->_cb.read == h1_reqread) {
             sock->_cb.read = chunk_guard_read; /* still HTTP/1: the preface is not complete yet */
             cc->g_last_size = sock->input->size;
         } else if (cc->h2_state == H2G_FOLLOWING) {
             h2_guard_wrap(cc, sock);
         }
-        if (!uv_is_closing((uv_handle_t *)&cc->tcp))
-            update_wait(cc);
+        update_wait(cc);
         return;
     }
     if (err == NULL && cc != NULL && !cc->g_active && head_guard(cc, sock, fd))
@@ -720,7 +735,7 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err)
         return;
     }
     h1_reqread(sock, err);
-    if (cc == NULL || err != NULL || uv_is_closing((uv_handle_t *)&cc->tcp))
+    if (cc == NULL || err != NULL || sock_gone(cc, sock))
         return;
     if (sock->_cb.read == h1_reqread)
         sock->_cb.read = chunk_guard_read; /* h2o restarted reading inside its callback */
@@ -837,7 +852,7 @@ static void on_tls_handshake(h2o_socket_t *sock, const char *err)
             return;
         }
         h2o_http2_accept(cc->actx, sock, cc->accepted);
-        if (!uv_is_closing((uv_handle_t *)&cc->tcp) && cc->h2_state == H2G_FOLLOWING)
+        if (!sock_gone(cc, sock) && cc->h2_state == H2G_FOLLOWING)
             h2_guard_wrap(cc, sock);
         return;
     }
@@ -849,9 +864,13 @@ static void on_tls_handshake(h2o_socket_t *sock, const char *err)
     h2o_buffer_t *held = sock->input;
     h2o_buffer_init(&sock->input, &h2o_socket_buffer_prototype);
     h2o_http1_accept(cc->actx, sock, cc->accepted);
+    if (sock->input == NULL || uv_is_closing((uv_handle_t *)&cc->tcp)) {
+        h2o_buffer_dispose(&held); /* h2o closed it while starting */
+        return;
+    }
     h2o_buffer_dispose(&sock->input);
     sock->input = held;
-    if (uv_is_closing((uv_handle_t *)&cc->tcp) || sock->_cb.read == NULL)
+    if (sock->_cb.read == NULL)
         return;
     if (h1_reqread == NULL)
         h1_reqread = sock->_cb.read;
