@@ -77,6 +77,10 @@ typedef struct client_conn {
     h2o_accept_ctx_t *actx;  /* the listener's, for the protocol chosen by ALPN */
     struct timeval accepted; /* handed to h2o as the connection's start */
     char *tls_out;           /* an answer being written over TLS (h1_answer_close) */
+    /* The listener's SSL_CTX at the accept, referenced until the connection closes: h2o creates the
+     * connection's SSL object from this pointer when the ClientHello arrives, without a reference of its
+     * own, and a certificate reload releases the loop's reference meanwhile (tls.c). */
+    SSL_CTX *ssl_ctx;
     /* HTTP/2 control frames (SETTINGS, PING, PRIORITY, CONTINUATION; counted by the guard): a token bucket
      * of limits.h2_max_control_frames refilled over CONTROL_WINDOW_MS; empty, the connection is closed. */
     double ctl_tokens;
@@ -761,6 +765,9 @@ static void on_conn_closed(uv_handle_t *h)
     idle_leave(cc);
     free(cc->tls_out);
     cc->tls_out = NULL;
+    if (cc->ssl_ctx != NULL)
+        SSL_CTX_free(cc->ssl_ctx);
+    cc->ssl_ctx = NULL;
     if (cc->fd >= 0 && (size_t)cc->fd < conn_by_fd_len && conn_by_fd[cc->fd] == cc)
         conn_by_fd[cc->fd] = NULL;
     if (cc->counted)
@@ -929,7 +936,10 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     cc->tls = actx->ssl_ctx != NULL;
     cc->actx = actx;
     cc->tls_out = NULL;
+    cc->ssl_ctx = NULL;
     if (cc->tls) {
+        SSL_CTX_up_ref(actx->ssl_ctx);
+        cc->ssl_ctx = actx->ssl_ctx;
         /* The handshake is the router's, within timeouts.client_header_ms (the timer set above), so that
          * the connection's guards are in place before its first request is read (on_tls_handshake). */
         gettimeofday(&cc->accepted, NULL);

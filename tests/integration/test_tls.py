@@ -594,6 +594,71 @@ def scenario_reload():
     stop_clean(r, p, d)
 
 
+def accepted(pid, port, socks):
+    """Whether process pid holds (has accepted) the server side of every client socket in socks, by ss: a
+    connection still in the listen queue has no owning process."""
+    want = {s.getsockname()[1] for s in socks}
+    out = subprocess.run(["ss", "-tnpH", "state", "established", "( sport = :%d )" % port], capture_output=True,
+                         text=True, timeout=10).stdout
+    have = set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and "pid=%d," % pid in line:
+            have.add(int(parts[3].rpartition(":")[2]))
+    return want <= have
+
+
+def scenario_reload_idle():
+    """Connections accepted before a certificate reload whose ClientHello comes after it: h2o creates their
+    SSL object from the context of the accept, which the reload retires. Each connection holds that
+    context until it closes, so the handshakes complete (under the sanitizer build, a use after free
+    aborts the router otherwise). Reloaded by SIGHUP, then by the admin API."""
+    certs = Certs()
+    cert, key = certs.issue("router", 4001)
+    live_cert, live_key = certs.path("live.pem"), certs.path("live.key")
+    shutil.copy(cert, live_cert)
+    shutil.copy(key, live_key)
+    p, d = sim("prefill"), sim("decode")
+    r = router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (live_cert, live_key), threads=2,
+               extra="timeouts: { client_header_ms: 60000 }")
+    wait_healthy(r)
+    ca = certs.ca
+    for serial, how in ((4002, "SIGHUP"), (4003, "admin")):
+        idle = [socket.create_connection((H, r.port), timeout=10) for _ in range(24)]
+        pdtest.poll_until(lambda: accepted(r.proc.pid, r.port, idle), 10, "the router to accept them")
+        c2, k2 = certs.issue("router%d" % serial, serial)
+        shutil.copy(c2, live_cert + ".tmp")
+        shutil.copy(k2, live_key + ".tmp")
+        os.replace(live_key + ".tmp", live_key)
+        os.replace(live_cert + ".tmp", live_cert)
+        ok0 = reloads(r, "ok")
+        if how == "SIGHUP":
+            r.proc.send_signal(signal.SIGHUP)
+        else:
+            st, _, body = request(r.ports["admin"], "POST", "/admin/v1/reload")
+            check(st == 200, "admin reload: %s %r" % (st, body), r)
+        pdtest.poll_until(lambda: reloads(r, "ok") > ok0, 10, "the reload")
+        # Both loops have moved to the new context (and released the old one) once fresh connections in a
+        # row all see it.
+        pdtest.poll_until(lambda: all(new_serial(r.port, ca) == serial for _ in range(8)), 10, "the new serial")
+        ctx = client_ctx(ca)
+        for i, s in enumerate(idle):
+            t = ctx.wrap_socket(s, server_hostname=H)
+            got = int(t.getpeercert()["serialNumber"], 16)
+            check(got == serial - 1, "%s: connection %d accepted before the reload got serial %d" % (how, i, got), r)
+            t.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            resp = b""
+            while True:
+                b = t.recv(4096)
+                if not b:
+                    break
+                resp += b
+            check(resp.startswith(b"HTTP/1.1 200"), "%s: connection %d: %r" % (how, i, resp[:80]), r)
+            t.close()
+        check(r.alive(), "the router died", r)
+    stop_clean(r, p, d)
+
+
 def scenario_workers():
     """https:// workers: with the CA a PD request and the health checks go over TLS, and new connections
     resume the session an earlier one got; a wrong CA makes the
