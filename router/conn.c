@@ -81,6 +81,7 @@ typedef struct client_conn {
      * connection's SSL object from this pointer when the ClientHello arrives, without a reference of its
      * own, and a certificate reload releases the loop's reference meanwhile (tls.c). */
     SSL_CTX *ssl_ctx;
+    SSL *ssl; /* h2o's SSL object of the connection, once its handshake started (pdr__conn_tls_info) */
     /* HTTP/2 control frames (SETTINGS, PING, PRIORITY, CONTINUATION; counted by the guard): a token bucket
      * of limits.h2_max_control_frames refilled over CONTROL_WINDOW_MS; empty, the connection is closed. */
     double ctl_tokens;
@@ -122,6 +123,38 @@ static client_conn_t *conn_of(h2o_req_t *req)
         return NULL;
     int fd = h2o_socket_get_fd(sock);
     return fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
+}
+
+/* ---- TLS connections whose peer is gone ----
+ *
+ * h2o closes a TLS connection by writing a close_notify first and disposing of the socket when that write
+ * completes. After a read error (the peer reset the connection, or closed it with data of the router's
+ * unread, which resets it too) libuv marks the stream neither readable nor writable, so uv_write fails at
+ * once, h2o ignores that return, and no write callback ever comes: the descriptor and the connection's
+ * memory stayed for good. A connection whose read failed is closed quietly instead (no close_notify to a
+ * peer that is gone): h2o then disposes of the socket at once. */
+
+void pdr__conn_tls_info(const SSL *ssl, int where, int ret)
+{
+    (void)ret;
+    if (!(where & SSL_CB_HANDSHAKE_START))
+        return;
+    /* h2o's socket BIO carries the h2o socket as its data (h2o 2.2.5, lib/common/socket.c setup_bio). */
+    BIO *b = SSL_get_rbio(ssl);
+    h2o_socket_t *sock = b != NULL ? BIO_get_data(b) : NULL;
+    int fd = sock != NULL ? h2o_socket_get_fd(sock) : -1;
+    client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
+    if (cc != NULL && cc->sock == sock)
+        cc->ssl = (SSL *)ssl;
+}
+
+static void tls_read_failed(client_conn_t *cc, const char *err)
+{
+    if (cc == NULL || err == NULL || !cc->tls)
+        return;
+    cc->t->m.tls_peer_gone_total++;
+    if (cc->ssl != NULL)
+        SSL_set_quiet_shutdown(cc->ssl, 1);
 }
 
 int pdr__conn_condemned(h2o_req_t *req)
@@ -301,6 +334,7 @@ static void on_tls_answer_written(h2o_socket_t *sock, const char *err)
     client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
     if (cc == NULL || uv_is_closing((uv_handle_t *)&cc->tcp))
         return;
+    tls_read_failed(cc, err);
     free(cc->tls_out);
     cc->tls_out = NULL;
     h1_reqread(sock, err != NULL ? err : h2o_socket_error_closed); /* h2o closes the connection */
@@ -591,6 +625,7 @@ static void h2_guard_read(h2o_socket_t *sock, const char *err)
     int fd = h2o_socket_get_fd(sock);
     client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
     int why;
+    tls_read_failed(cc, err);
     if (err == NULL && cc != NULL && cc->h2_fresh) {
         /* Upgraded from HTTP/1: h2o may have parsed bytes sent with the upgrade request already; what it
          * left starts at a frame, or at the part of the preface still missing. */
@@ -696,6 +731,7 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err)
 {
     int fd = h2o_socket_get_fd(sock);
     client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
+    tls_read_failed(cc, err);
     if (err == NULL && cc != NULL && cc->h2_state == H2G_UNDECIDED && sock->input->size > 0) {
         if (is_preface_start(sock))
             h2_follow(cc, 1);
@@ -768,6 +804,7 @@ static void on_conn_closed(uv_handle_t *h)
     if (cc->ssl_ctx != NULL)
         SSL_CTX_free(cc->ssl_ctx);
     cc->ssl_ctx = NULL;
+    cc->ssl = NULL;
     if (cc->fd >= 0 && (size_t)cc->fd < conn_by_fd_len && conn_by_fd[cc->fd] == cc)
         conn_by_fd[cc->fd] = NULL;
     if (cc->counted)
@@ -937,6 +974,7 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     cc->actx = actx;
     cc->tls_out = NULL;
     cc->ssl_ctx = NULL;
+    cc->ssl = NULL;
     if (cc->tls) {
         SSL_CTX_up_ref(actx->ssl_ctx);
         cc->ssl_ctx = actx->ssl_ctx;

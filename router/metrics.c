@@ -188,6 +188,10 @@ static const struct {
      "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM for sending more SETTINGS, PING, PRIORITY and "
      "CONTINUATION frames than limits.h2_max_control_frames allows.",
      offsetof(pdr_metrics_t, h2_control_floods_total)},
+    {"pdr_tls_client_read_failures_total",
+     "TLS client connections whose read failed (the client reset or closed the connection): closed at once "
+     "without a close_notify.",
+     offsetof(pdr_metrics_t, tls_peer_gone_total)},
     {"pdr_tickets_signed_total",
      "Tickets signed for protocol pdshim: one per room of each attempt (both legs carry the same one).",
      offsetof(pdr_metrics_t, tickets_signed_total)},

@@ -232,6 +232,8 @@ void pdr__conn_map_init(void);
 int pdr__client_conns_full(pdr_thread_t *t);
 /* Hands an accepted connection on listener l to h2o, with the guards in front of h2o's reads. */
 void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd);
+/* SSL_CTX info callback of the listener's context (conn.c): ties a connection to its SSL object. */
+void pdr__conn_tls_info(const SSL *ssl, int where, int ret);
 /* Once shutting down and the loop's last connection closed: disposes of its h2o contexts and handles. */
 void pdr__maybe_dispose_h2o(pdr_thread_t *t);
 
