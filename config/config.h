@@ -215,6 +215,8 @@ typedef struct pdr_config {
         int client_header_ms;  /* default 10000: a request head must arrive within it (408) */
         int client_body_ms;    /* default 60000: longest pause inside a request body (408) */
         int keepalive_idle_ms; /* default 75000: an idle keep-alive connection is closed after it */
+        int lingering_ms;      /* default 30000: after an early answer, the rest is read and dropped so long */
+        int lingering_idle_ms; /* default 5000: ... or until the client pauses so long */
     } timeouts;
     struct {
         int drain_grace_ms;            /* default 5000: readiness off, still serving */
@@ -232,6 +234,7 @@ typedef struct pdr_config {
         /* Client side (router/limits.c, conn.c): */
         int max_client_connections;      /* default 0: no limit; else accepting pauses at it */
         int max_idle_client_connections; /* default 0: no limit; else the oldest idle ones are closed */
+        int64_t max_lingering_bytes;     /* default 128 MiB: dropped after an early answer; past it, cut */
         int h2_max_concurrent_streams;   /* default 100: streams of a connection processed at once */
         int h2_max_control_frames;       /* default 1000: SETTINGS/PING/PRIORITY/CONTINUATION per 10 s */
         /* Admission (router/admission.c, docs/internals/admission.md). */

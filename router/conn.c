@@ -88,9 +88,10 @@ typedef struct client_conn {
     uint64_t ctl_ms, ctl_seen;
     /* HTTP/1 client timeouts (on_client_timer): what the connection waits for, since when */
     uv_timer_t timer;
-    enum { CW_HEAD = 0, CW_BODY, CW_IDLE, CW_BUSY, CW_OFF, CW_HANDSHAKE } wait;
+    enum { CW_HEAD = 0, CW_BODY, CW_IDLE, CW_BUSY, CW_OFF, CW_HANDSHAKE, CW_LINGER } wait;
     size_t wait_size; /* the input buffer's size when the wait (re)started */
     int served;       /* a response was completed on it */
+    uint64_t linger_bytes, linger_until; /* lingering close: bytes dropped, and until when (linger_start) */
     int counted;      /* a data-port connection (r->client_conns) */
     pdr_dlink_t idle; /* on t->idle_conns while CW_IDLE */
 } client_conn_t;
@@ -296,7 +297,8 @@ static void set_wait(client_conn_t *cc, int wait, int ms)
 static void update_wait(client_conn_t *cc)
 {
     const pdr_config_t *c = cc->t->config;
-    if (cc->wait == CW_OFF || cc->wait == CW_HANDSHAKE) /* the handshake's end decides (on_tls_handshake) */
+    /* the handshake's end decides (on_tls_handshake); a lingering connection only drops what it reads */
+    if (cc->wait == CW_OFF || cc->wait == CW_HANDSHAKE || cc->wait == CW_LINGER)
         return;
     if (cc->sock->input == NULL) { /* h2o closed the connection */
         idle_leave(cc);
@@ -328,6 +330,92 @@ static void update_wait(client_conn_t *cc)
     }
 }
 
+/* ---- Lingering close ----
+ *
+ * An answer the router gives before the request is read whole (413, 431, 414, 408, 400 at the head) must
+ * reach a client that is still sending: closing with its bytes unread makes the kernel send a reset,
+ * which discards the answer in the client's receive buffer (a client that writes its whole body before
+ * it reads, as undici and the OpenAI SDKs do, sees EPIPE or ECONNRESET instead of the status). As nginx
+ * does (lingering_close), the router shuts its side down after the answer, then reads and drops what the
+ * client still sends until it closes, pauses timeouts.lingering_idle_ms, or timeouts.lingering_ms have
+ * passed; a client that sends more than limits.max_lingering_bytes is cut (reset). */
+
+static void on_linger_timer(uv_timer_t *h);
+
+static void linger_end(client_conn_t *cc, h2o_socket_t *sock, int cut)
+{
+    uv_timer_stop(&cc->timer);
+    cc->wait = CW_OFF;
+    if (cut) {
+        cc->t->m.lingering_cut_total++;
+        struct linger lg = {1, 0};
+        setsockopt(cc->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    }
+    h1_reqread(sock, h2o_socket_error_closed); /* h2o closes the connection */
+}
+
+/* Drops what the client sent; 1 when the lingering is over (the caller ends it). */
+static int linger_drop(client_conn_t *cc, h2o_socket_t *sock)
+{
+    size_t n = sock->input->size;
+    cc->linger_bytes += n;
+    cc->t->m.lingering_discarded_bytes_total += n;
+    h2o_buffer_consume(&sock->input, n);
+    return cc->linger_bytes > (uint64_t)cc->t->config->limits.max_lingering_bytes;
+}
+
+static void linger_arm(client_conn_t *cc)
+{
+    uint64_t now = pdr_now_ms(), idle = (uint64_t)cc->t->config->timeouts.lingering_idle_ms;
+    uint64_t left = cc->linger_until > now ? cc->linger_until - now : 0;
+    uv_timer_start(&cc->timer, on_linger_timer, idle < left ? idle : left, 0);
+}
+
+static void linger_read(h2o_socket_t *sock, const char *err)
+{
+    int fd = h2o_socket_get_fd(sock);
+    client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
+    if (cc == NULL || cc->wait != CW_LINGER) {
+        h1_reqread(sock, err != NULL ? err : h2o_socket_error_closed);
+        return;
+    }
+    if (err != NULL) { /* the client closed its side: it has read the answer, or will not */
+        tls_read_failed(cc, err);
+        linger_end(cc, sock, 0);
+        return;
+    }
+    if (linger_drop(cc, sock)) {
+        linger_end(cc, sock, 1);
+        return;
+    }
+    linger_arm(cc);
+}
+
+static void on_linger_timer(uv_timer_t *h)
+{
+    client_conn_t *cc = h->data;
+    if (cc->wait == CW_LINGER)
+        linger_end(cc, cc->sock, 0);
+}
+
+/* After an answer of the router's own was written whole: the rest of the request is read and dropped. */
+static void linger_start(client_conn_t *cc, h2o_socket_t *sock)
+{
+    const pdr_config_t *c = cc->t->config;
+    shutdown(cc->fd, SHUT_WR);
+    idle_leave(cc);
+    cc->t->m.lingering_total++;
+    cc->wait = CW_LINGER;
+    cc->linger_bytes = 0;
+    cc->linger_until = pdr_now_ms() + (uint64_t)c->timeouts.lingering_ms;
+    if (c->timeouts.lingering_ms == 0 || linger_drop(cc, sock)) {
+        linger_end(cc, sock, cc->linger_bytes > (uint64_t)c->limits.max_lingering_bytes);
+        return;
+    }
+    h2o_socket_read_start(sock, linger_read);
+    linger_arm(cc);
+}
+
 static void on_tls_answer_written(h2o_socket_t *sock, const char *err)
 {
     int fd = h2o_socket_get_fd(sock);
@@ -337,7 +425,11 @@ static void on_tls_answer_written(h2o_socket_t *sock, const char *err)
     tls_read_failed(cc, err);
     free(cc->tls_out);
     cc->tls_out = NULL;
-    h1_reqread(sock, err != NULL ? err : h2o_socket_error_closed); /* h2o closes the connection */
+    if (err != NULL) {
+        h1_reqread(sock, err); /* h2o closes the connection */
+        return;
+    }
+    linger_start(cc, sock);
 }
 
 /* Answers the HTTP/1 request h2o is reading (so nothing of h2o's is being written), then has h2o close the
@@ -346,9 +438,10 @@ static void on_tls_answer_written(h2o_socket_t *sock, const char *err)
 static void h1_answer_close(client_conn_t *cc, h2o_socket_t *sock, const char *resp, size_t n)
 {
     if (!cc->tls) {
-        if (uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) == 0) {
-            ssize_t w = send(cc->fd, resp, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-            (void)w;
+        if (uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) == 0 &&
+            send(cc->fd, resp, n, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)n) {
+            linger_start(cc, sock);
+            return;
         }
         shutdown(cc->fd, SHUT_WR);
         h1_reqread(sock, h2o_socket_error_closed); /* h2o closes the connection */
@@ -693,6 +786,37 @@ static int64_t head_content_length(const char *p, size_t n)
     return -1;
 }
 
+/* h2o's HTTP/1 request parser (picohttpparser, exported by libh2o; Debian ships no header for it). */
+struct phr_header {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
+int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len, const char **path,
+                      size_t *path_len, int *minor_version, struct phr_header *headers, size_t *num_headers,
+                      size_t last_len);
+
+/* Why a complete request head must be refused with 400 before h2o reads it, or NULL: a head another
+ * parser may frame differently (reqguard.h), or one h2o's own parser refuses (h2o would answer 400 and
+ * close at once, resetting a client that is still sending). */
+static const char *malformed_head(const char *p, size_t n)
+{
+    int chunked;
+    if (pdr_reqguard_head_len(p, n, &chunked) == 0)
+        return NULL;
+    const char *why;
+    if (pdr_reqguard_check_head(p, n, &why) != 0)
+        return why;
+    const char *method, *path;
+    size_t method_len, path_len, num_headers = H2O_MAX_HEADERS;
+    int minor;
+    struct phr_header headers[H2O_MAX_HEADERS];
+    if (phr_parse_request(p, n, &method, &method_len, &path, &path_len, &minor, headers, &num_headers, 0) == -1)
+        return "the request line or a header line cannot be parsed";
+    return NULL;
+}
+
 /* Answers an HTTP/1 request whose head passes the router's limits before h2o parses it (see
  * pdr_reqguard_head_limits), or whose Content-Length is above limits.max_body_bytes (413 before any of
  * the body is read), then lets h2o close the connection. */
@@ -701,14 +825,20 @@ static int head_guard(client_conn_t *cc, h2o_socket_t *sock, int fd)
     const pdr_config_t *c = cc->t->config;
     int st = pdr_reqguard_head_limits(sock->input->bytes, sock->input->size, (size_t)c->limits.max_headers,
                                       (size_t)c->limits.max_header_bytes);
+    const char *bad = NULL;
+    if (st == 0 && (bad = malformed_head(sock->input->bytes, sock->input->size)) != NULL)
+        st = 400;
     if (st == 0 && head_content_length(sock->input->bytes, sock->input->size) > c->limits.max_body_bytes)
         st = 413;
     if (st == 0)
         return 0;
-    char body[320], resp[640];
+    char body[320], resp[640], what[160];
+    if (st == 400)
+        snprintf(what, sizeof(what), "malformed request: %s", bad);
     int bn = snprintf(
         body, sizeof(body), "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"code\":%d}}",
-        st == 413   ? "the request body exceeds limits.max_body_bytes"
+        st == 400   ? what
+        : st == 413 ? "the request body exceeds limits.max_body_bytes"
         : st == 414 ? "the request line is longer than limits.max_header_bytes"
                     : "the request head has more fields than limits.max_headers or more bytes than "
                       "limits.max_header_bytes",
@@ -718,7 +848,9 @@ static int head_guard(client_conn_t *cc, h2o_socket_t *sock, int fd)
                      "Content-Length: %d\r\n\r\n%s",
                      st, pdr_http_reason(st), bn, body);
     (void)fd;
-    if (st == 413)
+    if (st == 400)
+        cc->t->m.bad_framing_total++;
+    else if (st == 413)
         cc->t->m.body_too_large_total++;
     else
         cc->t->m.headers_too_large_total++;

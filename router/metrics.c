@@ -192,6 +192,17 @@ static const struct {
      "TLS client connections whose read failed (the client reset or closed the connection): closed at once "
      "without a close_notify.",
      offsetof(pdr_metrics_t, tls_peer_gone_total)},
+    {"pdr_http_lingering_closes_total",
+     "HTTP/1 connections answered before their request was read whole (413, 431, 414, 408, 400) whose rest "
+     "the router read and dropped before closing, so that the answer reaches a client still sending.",
+     offsetof(pdr_metrics_t, lingering_total)},
+    {"pdr_http_lingering_cut_total",
+     "Lingering connections reset because the client sent more than limits.max_lingering_bytes after the "
+     "answer.",
+     offsetof(pdr_metrics_t, lingering_cut_total)},
+    {"pdr_http_lingering_discarded_bytes_total",
+     "Request bytes read and dropped while lingering after an early answer.",
+     offsetof(pdr_metrics_t, lingering_discarded_bytes_total)},
     {"pdr_tickets_signed_total",
      "Tickets signed for protocol pdshim: one per room of each attempt (both legs carry the same one).",
      offsetof(pdr_metrics_t, tickets_signed_total)},

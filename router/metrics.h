@@ -70,6 +70,9 @@ typedef struct pdr_metrics {
     uint64_t accept_paused_total;          /* accepting paused at limits.max_client_connections */
     uint64_t h2_control_floods_total;      /* connections closed past limits.h2_max_control_frames */
     uint64_t tls_peer_gone_total;          /* TLS client connections closed quietly after a failed read */
+    uint64_t lingering_total;              /* early answers followed by a lingering close */
+    uint64_t lingering_cut_total;          /* ... whose client sent past limits.max_lingering_bytes */
+    uint64_t lingering_discarded_bytes_total; /* request bytes read and dropped while lingering */
     uint64_t tickets_signed_total;         /* protocol pdshim: tickets signed (one per room and attempt) */
     uint64_t tickets_refused_total; /* protocol pdshim: a worker refused the router's ticket (403 -> 502) */
     uint64_t bytes_in_total, bytes_out_total;

@@ -253,6 +253,78 @@ def scenario_body_too_large():
         pdtest.stop_all()
 
 
+def send_all_then_read(port, data, out, i):
+    """A client that writes its whole request before it reads, as undici and the OpenAI SDKs do: the status
+    line it reads, or how the connection failed."""
+    s = socket.create_connection((H, port), timeout=60)
+    try:
+        s.sendall(data)
+        raw, _ = read_until_close(s)
+        out[i] = raw.split(b"\r\n", 1)[0].decode("latin-1") if raw else "closed with no answer"
+    except OSError as e:
+        out[i] = "%s while sending or reading" % type(e).__name__
+    finally:
+        s.close()
+
+
+def parallel_status_lines(port, data, n=50):
+    out = [None] * n
+    ts = [threading.Thread(target=send_all_then_read, args=(port, data, out, i)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    return out
+
+
+def scenario_early_answers():
+    """Answers given before the request is read whole reach a client still sending (lingering close): 50
+    clients in parallel each write a 35 MiB body above the 32 MiB limit, then a 32 KiB header with a body,
+    then a malformed head with a body, all before reading, and every one reads its status (413, 431, 400),
+    not a reset. The dropped bytes are counted. A client that goes on sending past
+    limits.max_lingering_bytes is cut."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d])
+    big = 35 << 20
+    cases = [
+        ("413", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         b"Content-Length: %d\r\n\r\n" % big + b"x" * big),
+        ("431", b"POST /generate HTTP/1.1\r\nHost: x\r\nX-Big: " + b"h" * (32 << 10) +
+         b"\r\nContent-Length: 1048576\r\n\r\n" + b"x" * (1 << 20)),
+        ("400", b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\nContent-Length: 7\r\n\r\n" +
+         b"x" * (1 << 20)),
+    ]
+    for code, data in cases:
+        n = 50 if code == "413" else 20
+        before = metric_value(metrics(r), "pdr_http_lingering_closes_total") or 0
+        got = parallel_status_lines(r.port, data, n)
+        bad = [g for g in got if g is None or not g.startswith("HTTP/1.1 " + code)]
+        check(not bad, "%d of %d clients did not read the %s: %r" % (len(bad), n, code, bad[:5]), r)
+        after = metric_value(metrics(r), "pdr_http_lingering_closes_total") or 0
+        check(after - before == n, "%s: %d lingering closes counted, %d expected" % (code, after - before, n), r)
+    dropped = metric_value(metrics(r), "pdr_http_lingering_discarded_bytes_total") or 0
+    check(dropped >= 50 * (big - (32 << 20)), "only %d bytes counted as dropped" % dropped, r)
+    still_serving(r, "after the early answers")
+    pdtest.stop_all()
+
+    # A client that goes on past limits.max_lingering_bytes is reset (and counted).
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config="limits: { max_lingering_bytes: 1048576 }")
+    s = socket.create_connection((H, r.port), timeout=30)
+    s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % big)
+    cut = False
+    try:
+        for _ in range(big >> 16):
+            s.sendall(b"x" * 65536)
+    except (ConnectionResetError, BrokenPipeError):
+        cut = True
+    s.close()
+    check(cut, "a client sending 35 MiB past a 1 MiB lingering bound was not cut", r)
+    pdtest.poll_until(lambda: (metric_value(metrics(r), "pdr_http_lingering_cut_total") or 0) == 1, 10,
+                      "the cut to be counted")
+    still_serving(r, "after the cut")
+
+
 # ---- 2, 3. slow heads and bodies (408), idle keep-alive connections ----
 
 def timed_out(r, s, t0, lo, hi, what):

@@ -319,7 +319,7 @@ static void test_errors(void)
     EXPECT_ERROR(WORKERS "timeouts:\n  connect_ms: 1000\n  foo: 1\n",
                  "bad.yaml:6:3: unknown key 'foo' in 'timeouts' (valid keys: connect_ms, first_byte_ms, "
                  "kv_transfer_ms, stream_idle_ms, kv_transfer_ms_per_1k_tokens, client_header_ms, "
-                 "client_body_ms, keepalive_idle_ms)");
+                 "client_body_ms, keepalive_idle_ms, lingering_ms, lingering_idle_ms)");
     EXPECT_ERROR("lisen: { port: 1 }\n", "bad.yaml:1:1: unknown key 'lisen' at the top level*");
     EXPECT_ERROR("workers:\n  prefill:\n    - { url: http://a:1, weight: 2 }\n",
                  "bad.yaml:3:26: unknown key 'weight' in 'workers.prefill[0]' (valid keys: url, "
