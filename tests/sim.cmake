@@ -26,3 +26,10 @@ set_tests_properties(pdsim_prefix_cache PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 
 # pdsim --kv-parts through pdrouter: parts spread over the simulated prefill, output equal to monolithic.
 add_test(NAME pdsim_kv_parts COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_parts.py)
 set_tests_properties(pdsim_kv_parts PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+
+# pdsim as the engines behave, through pdrouter (see test_pdsim_engine.py): a decode's default bootstrap
+# port.
+foreach(s default_bootstrap_port)
+  add_test(NAME pdsim_engine_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pdsim_engine.py ${s})
+  set_tests_properties(pdsim_engine_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()

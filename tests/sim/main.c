@@ -24,7 +24,9 @@ static void usage(FILE *f)
         "usage: pdsim --role prefill|decode|both --port N [options]\n"
         "  --host H                  listen address (default 127.0.0.1)\n"
         "  --port N                  HTTP port\n"
-        "  --bootstrap-port M        the prefill's shim (KV transfer) port; required with --role prefill\n"
+        "  --bootstrap-port M        prefill: its shim (KV transfer) port, required; decode: the port a\n"
+        "                            request whose bootstrap_port is null or absent pulls from (default\n"
+        "                            8998, as sglang's --disaggregation-bootstrap-port)\n"
         "  --kv-bytes-per-token B    KV bytes per prompt token (default 1024)\n"
         "  --model NAME              model name reported by the OpenAI routes (default pdsim)\n"
         "  --tls-cert F --tls-key F  serve HTTPS (PEM certificate chain and key) on --port\n"
@@ -290,6 +292,8 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         fprintf(stderr, "pdsim: --role prefill needs --bootstrap-port (the decode fetches KV from it)\n");
         return -1;
     }
+    if (o->bootstrap_port < 0)
+        o->bootstrap_port = 8998; /* 8998: sglang's default --disaggregation-bootstrap-port */
     if (o->prefix_cache_tokens > 0 && o->role == PDSIM_ROLE_DECODE) {
         fprintf(stderr,
                 "pdsim: --prefix-cache-tokens applies to --role prefill or both (a decode computes no "

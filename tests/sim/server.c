@@ -1691,14 +1691,21 @@ static int parse_bootstrap(sim_req_t *ctx, const json_t *body, char *err, size_t
             continue;
         json_t *h = field_at(ctx, hosts, i, &bad);
         json_t *p = field_at(ctx, ports, i, &bad);
-        if (bad || !json_is_string(h) || !json_is_integer(p) || json_integer_value(p) < 1 ||
-            json_integer_value(p) > 65535) {
+        /* A null or absent bootstrap_port is the decode's own --bootstrap-port, as an sglang scheduler
+         * puts its --disaggregation-bootstrap-port into a request that names none (a router given
+         * "--prefill URL" without a port sends null). */
+        int port_default = p == NULL || json_is_null(p);
+        if (bad || !json_is_string(h) ||
+            (!port_default &&
+             (!json_is_integer(p) || json_integer_value(p) < 1 || json_integer_value(p) > 65535))) {
             snprintf(err, errlen,
-                     "bootstrap_host (string) and bootstrap_port (integer) are required on a decode");
+                     "bootstrap_host (string) is required on a decode, and bootstrap_port an integer in "
+                     "[1, 65535] or null (null: this decode's --bootstrap-port, %d)",
+                     S.opts.bootstrap_port);
             return PDR_EINVAL;
         }
         it->host = json_string_value(h);
-        it->port = (int)json_integer_value(p);
+        it->port = port_default ? S.opts.bootstrap_port : (int)json_integer_value(p);
     }
     return 0;
 }
@@ -1783,9 +1790,14 @@ static json_t *field_or_null(const json_t *body, const char *key)
 static void count_port(const json_t *body)
 {
     json_t *v = json_object_get(body, "bootstrap_port");
-    if (!json_is_integer(v))
+    int64_t port;
+    if (json_is_integer(v))
+        port = json_integer_value(v);
+    else if (S.opts.role == PDSIM_ROLE_DECODE && (v == NULL || json_is_null(v)) &&
+             json_object_get(body, "bootstrap_room") != NULL)
+        port = S.opts.bootstrap_port; /* the port such a decode pulls from: see parse_bootstrap */
+    else
         return;
-    int64_t port = json_integer_value(v);
     for (size_t i = 0; i < S.n_by_port; i++)
         if (S.by_port[i][0] == port) {
             S.by_port[i][1]++;
