@@ -28,8 +28,8 @@ add_test(NAME pdsim_kv_parts COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURC
 set_tests_properties(pdsim_kv_parts PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 
 # pdsim as the engines behave, through pdrouter (see test_pdsim_engine.py): a decode's default bootstrap
-# port.
-foreach(s default_bootstrap_port)
+# port, stream_options.include_usage.
+foreach(s default_bootstrap_port include_usage)
   add_test(NAME pdsim_engine_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pdsim_engine.py ${s})
   set_tests_properties(pdsim_engine_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

@@ -5,6 +5,8 @@ bytes through libpdshim):
 - default_bootstrap_port: a router given "--prefill URL" without a bootstrap port sends
   "bootstrap_port": null; the decode pulls from its own --bootstrap-port (sglang's scheduler puts its
   --disaggregation-bootstrap-port, 8998 by default, into such a request).
+- include_usage: stream_options.include_usage gets a last chunk with empty choices and the usage before
+  [DONE] (chat and completions, as OpenAI and sglang send it), relayed by the router.
 
 Usage: test_pdsim_engine.py SCENARIO   (one of the functions named scenario_*; ctest runs each separately)
 """
@@ -70,6 +72,59 @@ def scenario_default_bootstrap_port():
         for bad in ("8998", 0, 70000):
             st, _, out = request(d2.port, "POST", "/generate", dict(body, bootstrap_port=bad))
             check(st == 400 and b"bootstrap_port" in out, "bootstrap_port %r: %d %r" % (bad, st, out), d2)
+    finally:
+        pdtest.stop_all()
+
+
+def check_usage(route, payload, ref):
+    """The stream ends with one usage chunk (empty choices) before [DONE], whose usage equals the
+    non-streamed answer's; no other chunk carries usage."""
+    evs = sse_events(payload)
+    check(evs[-1] == "[DONE]", "no [DONE]: %r" % evs[-3:])
+    u = evs[-2]
+    obj = "text_completion" if route == "/v1/completions" else "chat.completion.chunk"
+    check(u["choices"] == [] and u["object"] == obj and u["model"] == "pdsim" and
+          isinstance(u["created"], int) and u["id"] == evs[0]["id"], "usage chunk %r" % u)
+    check(u["usage"] == ref["usage"], "usage %r != non-streamed %r" % (u["usage"], ref["usage"]))
+    check(all("usage" not in e and e["choices"] for e in evs[:-2]), "other chunks: %r" % evs[:-2])
+
+
+def scenario_include_usage():
+    """stream_options.include_usage on chat and completions: through the router (disaggregated) and from
+    --role both, a final usage chunk with empty choices before [DONE]; without it (or false) none; a
+    non-streamed request ignores it; a malformed stream_options is refused 400."""
+    p, d, both = sim("prefill"), sim("decode"), sim("both")
+    r = router([["http://%s:%d" % (H, p.port), str(p.ports["bport"])]], [d])
+    try:
+        for route in ("/v1/completions", "/v1/chat/completions"):
+            ref = request_json(both.port, "POST", route, BODIES[route])
+            check(ref["usage"]["completion_tokens"] > 0, repr(ref))
+            b = dict(BODIES[route], stream=True, stream_options={"include_usage": True})
+            for port in (r.port, both.port):
+                st, out = curl(port, route, b)
+                check(st == 200, "%s: %d %s" % (route, st, out[:300]), r, p, d)
+                check_usage(route, out, ref)
+                check(texts(route, b, out, True) == ref["choices"][0].get("text", ref["choices"][0].get(
+                    "message", {}).get("content")), "text %r" % out[:300])
+            # A batch (n = 2 on chat, two prompts on completions): one usage chunk for all choices.
+            bb = dict(b, n=2) if route == "/v1/chat/completions" else dict(b, prompt=[b["prompt"]] * 2)
+            refb = request_json(both.port, "POST", route, dict(bb, stream=False))
+            st, out = curl(r.port, route, bb)
+            check(st == 200, "%s batch: %d %s" % (route, st, out[:300]), r, p, d)
+            check_usage(route, out, refb)
+            for so in (None, {}, {"include_usage": False}):
+                b2 = dict(BODIES[route], stream=True)
+                if so is not None:
+                    b2["stream_options"] = so
+                st, out = curl(r.port, route, b2)
+                evs = sse_events(out)
+                check(st == 200 and evs[-1] == "[DONE]" and all(e["choices"] and "usage" not in e
+                                                              for e in evs[:-1]), "%r: %r" % (so, evs[-2:]))
+            j = request_json(r.port, "POST", route, dict(BODIES[route], stream_options={"include_usage": True}))
+            check(j["usage"] == ref["usage"], repr(j))
+            for bad in ({"include_usage": 1}, [True], "yes"):
+                st, _, out = request(both.port, "POST", route, dict(b, stream_options=bad))
+                check(st == 400 and b"stream_options" in out, "%r: %d %r" % (bad, st, out), both)
     finally:
         pdtest.stop_all()
 

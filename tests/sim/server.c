@@ -74,6 +74,7 @@ typedef struct sim_req {
     enum sim_route route;
     json_t *body;
     int stream, batch, return_logprob, hang;
+    int include_usage; /* stream_options.include_usage: a usage chunk before [DONE] (OpenAI routes) */
     size_t n_items;
     sim_item_t *items;
     uint64_t max_tokens;
@@ -545,6 +546,18 @@ static json_t *generate_obj(const sim_req_t *ctx, const sim_item_t *it, uint64_t
     return o;
 }
 
+/* OpenAI's usage object for ntok output tokens per item (cached tokens only with the prefix cache on). */
+static json_t *usage_obj(const sim_req_t *ctx, uint64_t ntok)
+{
+    uint64_t pt = total_prompt_tokens(ctx), ct = ntok * ctx->n_items;
+    json_t *u = json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)pt, "completion_tokens",
+                          (json_int_t)ct, "total_tokens", (json_int_t)(pt + ct));
+    if (u != NULL && S.pcache != NULL)
+        json_object_set_new(u, "prompt_tokens_details",
+                            json_pack("{s:I}", "cached_tokens", (json_int_t)total_cached_tokens(ctx)));
+    return u;
+}
+
 /* The whole non-streaming answer (ntok = tokens per item: 0 on a prefill). */
 static json_t *full_obj(const sim_req_t *ctx, uint64_t ntok)
 {
@@ -567,16 +580,20 @@ static json_t *full_obj(const sim_req_t *ctx, uint64_t ntok)
                                                      "message", "role", "assistant", "content", text,
                                                      "logprobs", "finish_reason", "length"));
     }
-    uint64_t pt = total_prompt_tokens(ctx), ct = ntok * ctx->n_items;
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:{s:I,s:I,s:I}}", "id", ctx->id, "object",
-                          ctx->route == ROUTE_COMPLETIONS ? "text_completion" : "chat.completion", "created",
-                          (json_int_t)ctx->created, "model", S.opts.model, "choices", choices, "usage",
-                          "prompt_tokens", (json_int_t)pt, "completion_tokens", (json_int_t)ct,
-                          "total_tokens", (json_int_t)(pt + ct));
-    if (S.pcache != NULL)
-        json_object_set_new(json_object_get(o, "usage"), "prompt_tokens_details",
-                            json_pack("{s:I}", "cached_tokens", (json_int_t)total_cached_tokens(ctx)));
-    return o;
+    return json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", ctx->id, "object",
+                     ctx->route == ROUTE_COMPLETIONS ? "text_completion" : "chat.completion", "created",
+                     (json_int_t)ctx->created, "model", S.opts.model, "choices", choices, "usage",
+                     usage_obj(ctx, ntok));
+}
+
+/* The usage chunk of a stream whose request asked stream_options.include_usage: the last event before
+ * [DONE], with no choices, as OpenAI and sglang's serving_chat / serving_completions send it. */
+static json_t *usage_chunk(const sim_req_t *ctx)
+{
+    return json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", ctx->id, "object",
+                     ctx->route == ROUTE_COMPLETIONS ? "text_completion" : "chat.completion.chunk", "created",
+                     (json_int_t)time(NULL), "model", S.opts.model, "choices", "usage",
+                     usage_obj(ctx, ctx->max_tokens));
 }
 
 /* One streamed event: item i, step j (output token j; step 0 with no tokens when max_tokens is 0). */
@@ -700,7 +717,8 @@ static void pump_once(sim_req_t *ctx)
         ctx->next_ev++;
     }
     if (ctx->next_ev == total) {
-        if (sendbuf_append(ctx, "data: [DONE]\n\n", 14) != 0) {
+        if ((ctx->include_usage && sendbuf_event(ctx, usage_chunk(ctx)) != 0) ||
+            sendbuf_append(ctx, "data: [DONE]\n\n", 14) != 0) {
             ctx->abort_pending = 1;
             ctx->need_pump = 1;
             return;
@@ -1781,6 +1799,22 @@ static int parse_max_tokens(sim_req_t *ctx, const json_t *body, char *err, size_
     return 0;
 }
 
+/* stream_options (OpenAI routes): {"include_usage": bool} asks for a usage chunk before [DONE] on a
+ * stream; ignored when the answer is not streamed, as sglang ignores it. */
+static int parse_stream_options(sim_req_t *ctx, const json_t *body, char *err, size_t errlen)
+{
+    json_t *so = json_object_get(body, "stream_options");
+    if (ctx->route == ROUTE_GENERATE || so == NULL || json_is_null(so))
+        return 0;
+    json_t *iu = json_is_object(so) ? json_object_get(so, "include_usage") : NULL;
+    if (!json_is_object(so) || (iu != NULL && !json_is_null(iu) && !json_is_boolean(iu))) {
+        snprintf(err, errlen, "stream_options must be an object whose include_usage is a boolean");
+        return PDR_EINVAL;
+    }
+    ctx->include_usage = ctx->stream && json_is_true(iu);
+    return 0;
+}
+
 static json_t *field_or_null(const json_t *body, const char *key)
 {
     json_t *v = json_object_get(body, key);
@@ -1858,7 +1892,9 @@ static void handle_generate(h2o_req_t *req, enum sim_route route, const char *pa
     ctx->return_logprob =
         route == ROUTE_GENERATE && json_is_true(json_object_get(ctx->body, "return_logprob"));
     err[0] = 0;
-    int r = parse_prompts(ctx, ctx->body, err, sizeof(err));
+    int r = parse_stream_options(ctx, ctx->body, err, sizeof(err));
+    if (r == 0)
+        r = parse_prompts(ctx, ctx->body, err, sizeof(err));
     if (r == 0)
         r = parse_max_tokens(ctx, ctx->body, err, sizeof(err));
     if (r == 0)
