@@ -83,7 +83,8 @@ typedef struct sim_req {
     /* progress */
     int started, finished, stopped, cancelled, die_on_dispose, abort_pending;
     int sending, in_pump, need_pump;
-    int kv_wait; /* stream_head_before_kv: the stream has begun, its KV has not arrived yet */
+    int kv_wait;  /* stream_head_before_kv: the stream has begun, its KV has not arrived yet */
+    int lease_hb; /* vLLM decode: heartbeats renew the prefill's lease until the pull ends */
     size_t ops_pending;
     int op_error;
     uint64_t op_error_room;
@@ -930,6 +931,7 @@ static void on_prefill_answer(uv_timer_t *t)
 
 static void transfers_done(sim_req_t *ctx)
 {
+    ctx->lease_hb = 0; /* the pull ended: vLLM's decode stops heartbeating when its transfer completes */
     if (!req_is_live(ctx))
         return;
     if (ctx->op_error != 0 && ctx->started) {
@@ -1249,11 +1251,12 @@ static void after_compute(sim_req_t *ctx)
  *    {"do_remote_prefill": true, "do_remote_decode": false, "remote_engine_id", "remote_block_ids" (one
  *    shim room per item: the name of its held KV), "remote_host", "remote_port" (the shim's listener),
  *    "tp_size": 1}, and holds each item's KV (offered on the shim, owned by a vllm_hold_t, not by the HTTP
- *    request) until a decode pulls it or --kv-abort-timeout-ms passes (vLLM frees such blocks after
- *    VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s). /pdsim/stats counts kv_held, kv_released (pulled),
- *    kv_expired (nobody pulled in time) and kv_hold_failed.
- *  - decode, given {"do_remote_prefill": true, "remote_host", "remote_port", "remote_block_ids"}: pulls
- *    each item's KV from there (after --kv-fetch-delay-ms), then generates from its digest, so the output
+ *    request) until a decode pulls it or its lease runs out (kv_lease.c: --kv-lease-ms, renewed by the
+ *    decode's heartbeats, as vLLM's NIXL connector leases KV to a remote decode). /pdsim/stats counts
+ *    kv_held, kv_released (pulled), kv_expired (the lease ran out) and kv_hold_failed.
+ *  - decode, given {"do_remote_prefill": true, "remote_host", "remote_port", "remote_block_ids"}: from its
+ *    arrival until its pull ends (or the request does), heartbeats the prefill's leases every lease / 6;
+ *    pulls each item's KV (after --kv-fetch-delay-ms), then generates from its digest, so the output
  *    equals --role both's.
  */
 
@@ -1263,7 +1266,8 @@ typedef struct vllm_hold {
     uint64_t room;
     int status;
     uint64_t bytes;
-    pdr_dlink_t link; /* S.holds_done (under S.qlock) */
+    pdr_dlink_t link;    /* S.holds_done (under S.qlock) */
+    pdsim_lease_t lease; /* loop thread */
 } vllm_hold_t;
 
 #define VLLM_FAIL(...)                                                                                       \
@@ -1338,14 +1342,16 @@ static void vllm_drain_holds(void)
     pthread_mutex_unlock(&S.qlock);
     while ((l = pdr_dlink_pop(&done)) != NULL) {
         vllm_hold_t *h = PDR_DLINK_ITEM(l, vllm_hold_t, link);
+        pdsim_lease_drop(&h->lease);
         S.kv_held--;
         if (h->status == 0) {
             S.kv_released++;
             S.kv_tx += h->bytes;
-        } else if (h->status == PDR_ETIMEDOUT) {
+        } else if (h->lease.expired) {
             S.kv_expired++;
-            pdr_info("pdsim: KV of room %" PRIu64 " expired: no decode pulled it within %" PRId64 " ms",
-                     h->room, S.opts.kv_abort_timeout_ms);
+            pdr_info("pdsim: KV of room %" PRIu64 " freed: its lease ran out (--kv-lease-ms %" PRId64
+                     ", not renewed by a decode's heartbeat)",
+                     h->room, S.opts.kv_lease_ms);
         } else {
             S.kv_hold_failed++;
         }
@@ -1374,8 +1380,8 @@ static void vllm_answer_prefill(sim_req_t *ctx)
         h->len = it->kv_len;
         h->room = it->room;
         pdshim_seg_t seg = {h->kv, h->len};
-        int r = pdshim_offer(S.shim, h->room, &seg, 1, (uint32_t)S.opts.kv_abort_timeout_ms,
-                             vllm_on_hold_done, h);
+        /* The lease, not the offer's deadline, bounds the hold: the offer waits as long as the shim can. */
+        int r = pdshim_offer(S.shim, h->room, &seg, 1, UINT32_MAX, vllm_on_hold_done, h);
         if (r != 0) {
             free(h);
             S.kv_hold_failed++;
@@ -1387,12 +1393,44 @@ static void vllm_answer_prefill(sim_req_t *ctx)
             return;
         }
         it->kv = NULL; /* the hold owns it now */
+        pdsim_lease_grant(&h->lease, h->room);
         S.kv_held++;
     }
     ctx->vllm_kv = json_pack("{s:b,s:b,s:s,s:o,s:s,s:i,s:i}", "do_remote_prefill", 1, "do_remote_decode", 0,
                              "remote_engine_id", S.engine_id, "remote_block_ids", ids, "remote_host",
                              S.opts.host, "remote_port", S.opts.bootstrap_port, "tp_size", 1);
     send_final(ctx, ctx->max_tokens);
+}
+
+/* kv_lease.c: a held KV's lease ran out; cancelling the offer frees the KV (vllm_drain_holds counts it). */
+static void vllm_lease_expired(pdsim_lease_t *ls)
+{
+    if (S.shim != NULL)
+        pdshim_cancel(S.shim, ls->room);
+}
+
+/* A vLLM decode's heartbeat for the rooms it will pull (all from one prefill). */
+static void vllm_heartbeat(const sim_req_t *ctx)
+{
+    uint64_t rooms[64];
+    size_t n = 0;
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        rooms[n++] = ctx->items[i].room;
+        if (n == sizeof(rooms) / sizeof(rooms[0]) || i + 1 == ctx->n_items) {
+            pdsim_lease_heartbeat(ctx->items[0].host, ctx->items[0].port, rooms, n);
+            n = 0;
+        }
+    }
+}
+
+/* kv_lease.c's tick on a decode: every request that still waits for its KV renews its leases. */
+static void vllm_heartbeat_tick(void)
+{
+    for (pdr_dlink_t *l = S.reqs.head; l != NULL; l = l->next) {
+        sim_req_t *ctx = PDR_DLINK_ITEM(l, sim_req_t, link);
+        if (ctx->lease_hb && req_is_live(ctx))
+            vllm_heartbeat(ctx);
+    }
 }
 
 /* stall_kv_from_port: one link's transfers stall (the prefill on that port serves other decodes, this
@@ -1438,6 +1476,11 @@ static void on_fetch_delay(uv_timer_t *t)
 /* A decode pulls the KV, after --kv-fetch-delay-ms (a decode whose scheduler is busy). */
 static void decode_fetch(sim_req_t *ctx)
 {
+    if (ctx->vllm == VLLM_DECODE) {
+        /* vLLM's decode heartbeats a request's leases from its arrival (not its scheduling) on. */
+        ctx->lease_hb = 1;
+        vllm_heartbeat(ctx);
+    }
     if (ctx->stream && ctx->role == PDSIM_ROLE_DECODE && S.faults.stream_head_before_kv) {
         /* An engine whose stream begins before its first token: headers and an SSE comment now. */
         ctx->kv_wait = 1;
@@ -1460,6 +1503,8 @@ static void decode_fetch(sim_req_t *ctx)
 
 static void vllm_stats(json_t *o)
 {
+    if (S.opts.role != PDSIM_ROLE_BOTH)
+        pdsim_lease_stats(o);
     json_object_set_new(o, "kv_held", json_integer((json_int_t)S.kv_held));
     json_object_set_new(o, "kv_released", json_integer((json_int_t)S.kv_released));
     json_object_set_new(o, "kv_expired", json_integer((json_int_t)S.kv_expired));
@@ -2394,6 +2439,8 @@ int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
         pdr_error("pdsim: cannot listen on %s:%d: %s", opts->host, opts->port, uv_strerror(r));
         return PDR_EIO;
     }
+    if (pdsim_lease_start(loop, opts, vllm_lease_expired, vllm_heartbeat_tick) != 0)
+        return PDR_EIO;
     snprintf(S.engine_id, sizeof(S.engine_id), "pdsim-%s-%d", opts->host, opts->port);
     report_load(); /* the first report: the router learns this instance at once */
     pdr_info("pdsim: role %s listening on %s:%d%s", role_name(opts->role), opts->host, opts->port,
@@ -2411,6 +2458,7 @@ void pdsim_server_shutdown(void (*on_drained)(void))
     S.on_drained = on_drained;
     if (!uv_is_closing((uv_handle_t *)&S.listener))
         uv_close((uv_handle_t *)&S.listener, NULL);
+    pdsim_lease_stop();
     if (S.shim != NULL) {
         pdshim_destroy(S.shim); /* pending operations complete with PDR_ECLOSED, into the queue */
         S.shim = NULL;
@@ -2448,6 +2496,7 @@ void pdsim_server_dispose(void)
     drain_queue();
     uv_close((uv_handle_t *)&S.async, NULL);
     uv_close((uv_handle_t *)&S.die_timer, NULL);
+    pdsim_lease_stop();
     if (!uv_is_closing((uv_handle_t *)&S.listener))
         uv_close((uv_handle_t *)&S.listener, NULL);
     h2o_context_dispose(&S.ctx);
