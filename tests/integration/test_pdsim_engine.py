@@ -109,6 +109,10 @@ def scenario_include_usage():
             # A batch (n = 2 on chat, two prompts on completions): one usage chunk for all choices.
             bb = dict(b, n=2) if route == "/v1/chat/completions" else dict(b, prompt=[b["prompt"]] * 2)
             refb = request_json(both.port, "POST", route, dict(bb, stream=False))
+            # sglang counts the prompt of a chat's n choices once, a completions prompt list per prompt.
+            check(refb["usage"]["completion_tokens"] == 2 * ref["usage"]["completion_tokens"] and
+                  refb["usage"]["prompt_tokens"] == (1 if "n" in bb else 2) * ref["usage"]["prompt_tokens"],
+                  "batch usage %r against %r" % (refb["usage"], ref["usage"]))
             st, out = curl(r.port, route, bb)
             check(st == 200, "%s batch: %d %s" % (route, st, out[:300]), r, p, d)
             check_usage(route, out, refb)

@@ -547,15 +547,19 @@ static json_t *generate_obj(const sim_req_t *ctx, const sim_item_t *it, uint64_t
     return o;
 }
 
-/* OpenAI's usage object for ntok output tokens per item (cached tokens only with the prefix cache on). */
+/* OpenAI's usage object for ntok output tokens per item (cached tokens only with the prefix cache on).
+ * The n choices of a chat request share one prompt, counted once, as sglang's UsageProcessor counts
+ * every n-th response's prompt tokens. */
 static json_t *usage_obj(const sim_req_t *ctx, uint64_t ntok)
 {
-    uint64_t pt = total_prompt_tokens(ctx), ct = ntok * ctx->n_items;
+    int shared = ctx->route == ROUTE_CHAT && ctx->n_items > 1;
+    uint64_t pt = shared ? ctx->items[0].toks.n : total_prompt_tokens(ctx), ct = ntok * ctx->n_items;
+    uint64_t cached = shared ? ctx->items[0].cached : total_cached_tokens(ctx);
     json_t *u = json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)pt, "completion_tokens",
                           (json_int_t)ct, "total_tokens", (json_int_t)(pt + ct));
     if (u != NULL && S.pcache != NULL)
         json_object_set_new(u, "prompt_tokens_details",
-                            json_pack("{s:I}", "cached_tokens", (json_int_t)total_cached_tokens(ctx)));
+                            json_pack("{s:I}", "cached_tokens", (json_int_t)cached));
     return u;
 }
 
