@@ -66,8 +66,9 @@ foreach(s retry_other_pair one_link no_pair_left stream_error_event scaled_deadl
 endforeach()
 
 # protocol vllm (see test_vllm.py): the sequential prefill-then-decode path against pdsim in vLLM mode,
-# prefill failures, dead prefills, and the release of KV a client left behind.
-foreach(s routes prefill_failures all_prefills_dead disconnect_release decode_failure_release kv_expiry)
+# prefill failures, dead prefills, the release of KV a client left behind, and KV leases.
+foreach(s routes prefill_failures all_prefills_dead disconnect_release decode_failure_release kv_expiry
+          lease_renewal)
   add_test(NAME router_vllm_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_vllm.py ${s})
   set_tests_properties(router_vllm_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
