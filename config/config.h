@@ -235,6 +235,8 @@ typedef struct pdr_config {
         int max_client_connections;      /* default 0: no limit; else accepting pauses at it */
         int max_idle_client_connections; /* default 0: no limit; else the oldest idle ones are closed */
         int64_t max_lingering_bytes;     /* default 128 MiB: dropped after an early answer; past it, cut */
+        int64_t h2_max_connection_body_bytes; /* default 64 MiB: HTTP/2 bodies one connection holds (0: no cap) */
+        int64_t max_body_memory_bytes;        /* default 1 GiB: HTTP/2 bodies all connections hold (0: no cap) */
         int h2_max_concurrent_streams;   /* default 100: streams of a connection processed at once */
         int h2_max_control_frames;       /* default 1000: SETTINGS/PING/PRIORITY/CONTINUATION per 10 s */
         /* Admission (router/admission.c, docs/internals/admission.md). */

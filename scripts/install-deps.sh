@@ -12,6 +12,8 @@ PKGS="$PKGS libzmq3-dev libmsgpack-dev"
 PKGS="$PKGS gnuplot-nox"
 # ss (iproute2): router_conn_limit counts the router's connections to a worker.
 PKGS="$PKGS iproute2"
+# HTTP/2 flow control in the body-budget test (Debian's /usr/bin/python3).
+PKGS="$PKGS python3-h2"
 # Browser test of the admin status page.
 PKGS="$PKGS chromium chromium-driver python3-selenium"
 # DNS discovery test: a real DNS server on a loopback port (/usr/sbin/dnsmasq, without the system service).
