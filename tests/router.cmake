@@ -99,9 +99,10 @@ foreach(s routing shorthand reload timeouts)
   set_tests_properties(router_pools_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
 
-# Client headers end to end (see test_headers.py): forwarding to both legs, trace context, request ids,
-# the worker API key, 431 for heads past the limits over HTTP/1 and HTTP/2.
-foreach(s forward trace api_key limits)
+# Client headers end to end (see test_headers.py): forwarding to both legs, the fields Connection names
+# (every protocol), connection-specific fields over HTTP/2, trace context, request ids, the worker API key,
+# 431 for heads past the limits over HTTP/1 and HTTP/2.
+foreach(s forward connection_named h2_connection_specific trace api_key limits)
   add_test(NAME router_headers_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_headers.py ${s})
   set_tests_properties(router_headers_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
