@@ -156,9 +156,9 @@ target_link_libraries(test_keyring PRIVATE pdr_keyring)
 add_test(NAME keyring_unit COMMAND test_keyring)
 set_tests_properties(keyring_unit PROPERTIES TIMEOUT 60)
 
-# Shim events and load (see test_shim_events.py): the signed channel's refusals, load in status and
-# metrics, worker incarnations, decode admission by reported free KV.
-foreach(s auth load admission_wait_503 admission_other_decode rooms rooms_progress rooms_tickets restart restart_inflight admission_capacity python)
+# Shim events and load (see test_shim_events.py): the signed channel's refusals, per-worker keys, load in
+# status and metrics, worker incarnations, decode admission by reported free KV.
+foreach(s auth worker_keys load admission_wait_503 admission_other_decode rooms rooms_progress rooms_tickets restart restart_inflight admission_capacity python)
   add_test(NAME shim_events_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_shim_events.py ${s})
   set_tests_properties(shim_events_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
