@@ -379,8 +379,9 @@ pdr_config_t *pdr_config_load_string(const char *text, size_t len, const char *n
  * exists instead). */
 typedef struct pdr_cli {
     int show_help, show_version;
-    const char *check_config; /* --check-config FILE */
-    pdr_config_t *config;     /* the resulting snapshot when neither help/version/check was asked */
+    const char *check_config;                    /* --check-config FILE */
+    const char *derive_key_file, *derive_worker; /* --derive-shim-key KEY_FILE WORKER */
+    pdr_config_t *config; /* the resulting snapshot when neither help/version/check was asked */
 } pdr_cli_t;
 /* Returns 0 or a negative PDR_E*. On error *cli is zeroed and err holds "argv: message" (or, when the
  * --config file is invalid, that file's "name:line:col: message"). The caller owns cli->config. */

@@ -148,12 +148,13 @@ class Proc:
 _procs = []
 
 
-def start(argv, name=None, health_path="/health", healthy=None, timeout=10.0, env=None):
+def start(argv, name=None, health_path="/health", healthy=None, timeout=10.0, env=None, ports=None):
     """Starts argv (argv[0] a binary name looked up in the build dir unless it contains a '/').
 
-    Placeholders "{port}", "{port2}", "{bport}", ... inside arguments become free loopback ports.
+    Placeholders "{port}", "{port2}", "{bport}", ... inside arguments become free loopback ports, or the
+    ones `ports` presets (when a file passed to the process must name its port before it starts).
     Waits until health_path answers (any HTTP status, or exactly `healthy` when given). Returns Proc."""
-    ports = {}
+    ports = dict(ports or {})
     args = []
     for a in argv:
         while "{" in a and "}" in a:

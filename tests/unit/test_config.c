@@ -1221,6 +1221,14 @@ static void test_cli(void)
     CHECK(parse(a9, &cli, err, sizeof(err)) == 0 && cli.show_help && cli.config == NULL);
     const char *a10[] = {"pdrouter", "--version", NULL};
     CHECK(parse(a10, &cli, err, sizeof(err)) == 0 && cli.show_version && cli.config == NULL);
+    /* --derive-shim-key KEY_FILE WORKER: two words, no snapshot. */
+    const char *a11[] = {"pdrouter", "--derive-shim-key", "master.key", "http://10.0.0.7:30002", NULL};
+    CHECK(parse(a11, &cli, err, sizeof(err)) == 0 && cli.config == NULL);
+    CHECK_STR(cli.derive_key_file, "master.key");
+    CHECK_STR(cli.derive_worker, "http://10.0.0.7:30002");
+    const char *a12[] = {"pdrouter", "--derive-shim-key", "master.key", NULL};
+    CHECK(parse(a12, &cli, err, sizeof(err)) != 0 &&
+          strstr(err, "--derive-shim-key takes two words") != NULL);
 
     /* Errors. */
     EXPECT_ARGV_ERROR("argv: unknown option '--bogus' (see --help)", "--prefill", "http://a:1", "--bogus");
