@@ -696,14 +696,6 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->limits.max_lingering_bytes, 0, PDR_MAX_BODY_BYTES, "limits.max_lingering_bytes");
     CHECK_RANGE(c->limits.h2_max_connection_body_bytes, 0, PDR_MAX_BODY_BYTES, "limits.h2_max_connection_body_bytes");
     CHECK_RANGE(c->limits.max_body_memory_bytes, 0, PDR_MAX_BODY_BYTES, "limits.max_body_memory_bytes");
-    if (c->limits.h2_max_connection_body_bytes != 0 &&
-        c->limits.h2_max_connection_body_bytes < c->limits.max_body_bytes) {
-        pdr__config_err(err, errlen,
-                        "limits.h2_max_connection_body_bytes: %lld is below limits.max_body_bytes (%lld): no body "
-                        "of the largest size allowed could be received",
-                        (long long)c->limits.h2_max_connection_body_bytes, (long long)c->limits.max_body_bytes);
-        return PDR_ECONFIG;
-    }
     CHECK_RANGE(c->limits.max_client_connections, 0, PDR_MAX_CLIENT_CONNECTIONS,
                 "limits.max_client_connections");
     CHECK_RANGE(c->limits.max_idle_client_connections, 0, PDR_MAX_CLIENT_CONNECTIONS,

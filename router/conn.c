@@ -676,8 +676,14 @@ static void h2_account(client_conn_t *cc, uint64_t held_before)
 static void h2_set_budget(client_conn_t *cc)
 {
     const pdr_config_t *c = cc->t->config;
+    /* Each at least one body of limits.max_body_bytes, so that every body allowed can be received. */
+    uint64_t body = (uint64_t)c->limits.max_body_bytes + 16384; /* h2o's limit: one frame more */
     uint64_t conn_cap = (uint64_t)c->limits.h2_max_connection_body_bytes,
              glob_cap = (uint64_t)c->limits.max_body_memory_bytes;
+    if (conn_cap > 0 && conn_cap < body)
+        conn_cap = body;
+    if (glob_cap > 0 && glob_cap < body)
+        glob_cap = body;
     uint64_t b = conn_cap > 0 ? conn_cap : UINT64_MAX;
     if (glob_cap > 0) {
         uint64_t total = __atomic_load_n(&cc->t->r->body_bytes_held, __ATOMIC_RELAXED);
