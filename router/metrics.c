@@ -205,7 +205,8 @@ static const struct {
      offsetof(pdr_metrics_t, lingering_discarded_bytes_total)},
     {"pdr_h2_bodies_over_budget_total",
      "HTTP/2 request bodies refused because the bodies held would pass limits.h2_max_connection_body_bytes "
-     "(one connection) or limits.max_body_memory_bytes (all): answered 503, or over TLS the connection closed.",
+     "(one connection) or limits.max_body_memory_bytes (all): answered 503, or over TLS the connection "
+     "closed.",
      offsetof(pdr_metrics_t, h2_bodies_over_budget_total)},
     {"pdr_h2_body_timeouts_total",
      "HTTP/2 request bodies that paused longer than timeouts.client_body_ms: the stream reset, or its "
@@ -380,7 +381,8 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         "pdr_inflight_requests %lld\n",
         (long long)x->inflight);
     put(&o,
-        "# HELP pdr_h2_body_bytes_held HTTP/2 request body bytes the router holds (limits.max_body_memory_bytes).\n"
+        "# HELP pdr_h2_body_bytes_held HTTP/2 request body bytes the router holds "
+        "(limits.max_body_memory_bytes).\n"
         "# TYPE pdr_h2_body_bytes_held gauge\npdr_h2_body_bytes_held %llu\n",
         (unsigned long long)x->body_bytes_held);
     put(&o,
