@@ -1428,11 +1428,14 @@ static int admit_decode(pd_req_t *x, const char *text, size_t tlen)
     uint64_t avoid[PDR_MAX_TRIED + ADMIT_MAX_PICKS];
     size_t n = x->n_tried[PDR_ROLE_DECODE];
     memcpy(avoid, x->tried[PDR_ROLE_DECODE], n * sizeof(avoid[0]));
+    int never = 1; /* every decode tried has less KV in all than the request needs */
     for (int k = 0; k < ADMIT_MAX_PICKS; k++) {
-        if (pdr_kv_admit(x->conf, x->dw, x->kv_need, &x->kv_hold)) {
+        int fit = pdr_kv_admit(x->conf, x->dw, x->kv_need, &x->kv_hold);
+        if (fit > 0) {
             pdr_kv_count(x->admit_waited ? 2 : k > 0 ? 1 : 0);
             return 1;
         }
+        never &= fit < 0;
         avoid[n++] = x->dw->uid;
         pdr_worker_t *o =
             pdr_pool_pick_prompt(&r->pool, x->pool, PDR_ROLE_DECODE, avoid, n, text, tlen, NULL);
@@ -1445,6 +1448,16 @@ static int admit_decode(pd_req_t *x, const char *text, size_t tlen)
         }
         pdr_worker_unref(x->dw);
         x->dw = o;
+    }
+    if (never) {
+        /* Waiting cannot help: no decode tried could hold it even empty. */
+        pdr_kv_count(3);
+        x->error_cause = "kv_too_large";
+        fail_response(x, 400, "invalid_request_error",
+                      "the request's KV cache need (prompt and output tokens) exceeds the whole KV cache of "
+                      "every decode worker (kv_admission)",
+                      0);
+        return 0;
     }
     uint64_t now = pdr_now_ns();
     if (x->admit_deadline_ns == 0) {
