@@ -134,6 +134,10 @@ static const struct {
      offsetof(pdr_metrics_t, client_aborts_total)},
     {"pdr_client_stalled_total", "Streams ended because the client took no data for timeouts.stream_idle_ms.",
      offsetof(pdr_metrics_t, client_stalled_total)},
+    {"pdr_merge_too_large_total",
+     "Logprob merges refused past limits.max_merge_bytes: a whole answer (502) or a stream's event without "
+     "its end (the stream ends with an error event).",
+     offsetof(pdr_metrics_t, merge_too_large_total)},
     {"pdr_http_bad_framing_total",
      "HTTP/1 requests refused with 400 because another parser could frame their head differently "
      "(Content-Length with Transfer-Encoding, duplicate Content-Length, obs-fold, bare LF, no Host); their "

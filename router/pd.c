@@ -88,7 +88,8 @@ typedef struct pd_req {
     json_t *p_json;      /* parsed prefill answer when merging */
     pdr_buf_t pending;   /* decode bytes not yet handed to h2o */
     pdr_buf_t sending;   /* bytes h2o is writing now */
-    pdr_buf_t sse_carry; /* streaming merge: an incomplete event */
+    pdr_buf_t sse_carry; /* streaming merge: an incomplete event (at most limits.max_merge_bytes) */
+    size_t sse_scanned;  /* the bytes of sse_carry already searched for an event's end */
     int merge;           /* logprob merge wanted */
     int merge_overflow;  /* a whole-answer merge outgrew limits.max_merge_bytes */
     int is_sse;
@@ -395,22 +396,37 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
     cancel_legs(x);
 }
 
+/*
+ * Splits complete events ("\n\n") off the decode's stream and rewrites each "data:" JSON with the
+ * prefill's logprobs; the rest of an event waits in sse_carry for its end. Only bytes not searched
+ * before are searched, so an event costs its length once however many reads bring it. PDR_ETOOBIG
+ * when an event without its end outgrows limits.max_merge_bytes (held whole for its merge, as a whole
+ * answer would be), PDR_ENOMEM when the carry cannot grow.
+ */
 static int sse_merge_events(pd_req_t *x, const char *p, size_t n, pdr_buf_t *out)
 {
-    /* Splits complete events ("\n\n"), rewrites each "data:" JSON with the prefill's logprobs. */
     if (pdr_buf_append(&x->sse_carry, p, n, SIZE_MAX / 2) != 0)
         return PDR_ENOMEM;
-    size_t start = 0;
+    char *c = x->sse_carry.p;
+    size_t len = x->sse_carry.len, start = 0, i = x->sse_scanned;
     for (;;) {
         char *q = NULL;
-        for (size_t i = start; i + 1 < x->sse_carry.len; i++)
-            if (x->sse_carry.p[i] == '\n' && x->sse_carry.p[i + 1] == '\n') {
-                q = x->sse_carry.p + i;
+        while (i + 1 < len) {
+            char *nl = memchr(c + i, '\n', len - 1 - i);
+            if (nl == NULL) {
+                i = len - 1;
                 break;
             }
+            i = (size_t)(nl - c);
+            if (c[i + 1] == '\n') {
+                q = nl;
+                break;
+            }
+            i++;
+        }
         if (q == NULL)
             break;
-        const char *ev = x->sse_carry.p + start;
+        const char *ev = c + start;
         size_t evlen = (size_t)(q - ev);
         size_t dl;
         const char *d = pdr_sse_first_data(ev, evlen, &dl);
@@ -428,11 +444,43 @@ static int sse_merge_events(pd_req_t *x, const char *p, size_t n, pdr_buf_t *out
         }
         if (j != NULL)
             json_decref(j);
-        start = (size_t)(q - x->sse_carry.p) + 2;
+        start = (size_t)(q - c) + 2;
+        i = start;
     }
-    memmove(x->sse_carry.p, x->sse_carry.p + start, x->sse_carry.len - start);
-    x->sse_carry.len -= start;
+    memmove(c, c + start, len - start);
+    x->sse_carry.len = len - start;
+    x->sse_scanned = i > start ? i - start : 0;
+    if (x->sse_carry.len > (size_t)x->conf->limits.max_merge_bytes)
+        return PDR_ETOOBIG;
     return 0;
+}
+
+/* The streaming merge cannot go on (an event past limits.max_merge_bytes, or no memory for it): the
+ * decode is cancelled and the stream ends with an error event after the events merged so far. */
+static void sse_merge_failed(pd_req_t *x, int err, pdr_buf_t *out)
+{
+    int big = err == PDR_ETOOBIG;
+    if (big)
+        x->t->m.merge_too_large_total++;
+    x->error_cause = big ? "merge_too_large" : "router_out_of_resources";
+    x->broken = 1;
+    pdr_warn("request %s: %s: the decode's stream is ended with an error event", x->request_id,
+             big ? "an event of the decode's stream outgrew limits.max_merge_bytes without its end"
+                 : "out of memory for the logprob merge of the decode's stream");
+    cancel_legs(x);
+    x->d_done = 1;
+    x->d_err = 0;
+    x->sse_carry.len = 0;
+    x->sse_scanned = 0;
+    char ev[300];
+    int k =
+        snprintf(ev, sizeof(ev), "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\n",
+                 big ? "an event of the decode's stream exceeds limits.max_merge_bytes (the logprob merge "
+                       "holds each event whole)"
+                     : "the router ran out of memory for the logprob merge",
+                 big ? "upstream_error" : "service_unavailable", big ? 502 : 503);
+    if (k > 0 && (size_t)k < sizeof(ev))
+        pdr_buf_append(out, ev, (size_t)k, SIZE_MAX / 2);
 }
 
 static void start_client_response(pd_req_t *x)
@@ -495,12 +543,16 @@ static void send_final_or_more(pd_req_t *x)
         /* Rewrite complete events from what was pending into sending. */
         pdr_buf_t raw = x->sending;
         pdr_buf_t out = {0};
-        sse_merge_events(x, raw.p, raw.len, &out);
-        if (final && x->sse_carry.len > 0) {
+        int rc = sse_merge_events(x, raw.p, raw.len, &out);
+        pdr_buf_free(&raw);
+        if (rc != 0) {
+            sse_merge_failed(x, rc, &out);
+            final = 1;
+        } else if (final && x->sse_carry.len > 0) {
             pdr_buf_append(&out, x->sse_carry.p, x->sse_carry.len, SIZE_MAX / 2);
             x->sse_carry.len = 0;
+            x->sse_scanned = 0;
         }
-        pdr_buf_free(&raw);
         x->sending = out;
     }
     if (x->sending.len == 0 && !final) {
@@ -702,6 +754,7 @@ static void advance(pd_req_t *x)
         return;
     }
     if (x->merge_overflow) {
+        x->t->m.merge_too_large_total++;
         x->error_cause = "merge_too_large";
         fail_response(x, 502, "upstream_error",
                       "the decode's answer exceeds limits.max_merge_bytes (the logprob merge holds it whole)",
@@ -1102,6 +1155,26 @@ static void kv_failed_in_response(pd_req_t *x, pdr_kv_cause_t cause, const char 
     send_final_or_more(x);
 }
 
+/* Whether an HTTP/1 client closed its connection: h2o reads nothing from it while a handler is pending
+ * or while a response has no write in flight, so nothing else would tell. */
+static int h1_client_closed(pd_req_t *x)
+{
+    if (x->req->version >= 0x200)
+        return 0;
+    h2o_socket_t *sock = x->req->conn->callbacks->get_socket(x->req->conn);
+    char c;
+    return sock != NULL && recv(h2o_socket_get_fd(sock), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* Whether the client's connection is probed for a close: HTTP/1, response started, nothing being
+ * written (a write in flight shows a close by failing), the decode still read. A decode stream that
+ * gives the client nothing (an event without its end, held for the logprob merge) is not read on for a
+ * client that left. */
+static int probe_started_client(const pd_req_t *x)
+{
+    return x->started && x->req->version < 0x200 && !x->send_inflight && !x->final_sent && x->d_running;
+}
+
 static void on_timer(uv_timer_t *t)
 {
     pd_req_t *x = t->data;
@@ -1114,21 +1187,25 @@ static void on_timer(uv_timer_t *t)
         if (x->req == NULL || x->stopped)
             return;
     }
+    if (probe_started_client(x) && h1_client_closed(x)) {
+        note_client_abort(x);
+        x->stopped = 1;
+        cancel_legs(x);
+        x->final_sent = 1;
+        x->end_ns = now;
+        h2o_send(x->req, NULL, 0, H2O_SEND_STATE_ERROR);
+        return;
+    }
     if (!x->started) {
-        if (x->req->version < 0x200) {
-            h2o_socket_t *sock = x->req->conn->callbacks->get_socket(x->req->conn);
-            char c;
-            if (sock != NULL && recv(h2o_socket_get_fd(sock), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
-                /* HTTP/1 client closed while we wait for the workers (h2o does not read it meanwhile). */
-                note_client_abort(x);
-                x->status = 499;
-                cancel_legs(x);
-                x->stopped = 1;
-                mark_started(x, 0);
-                h2o_send_error_502(x->req, "Bad Gateway", "client closed",
-                                   H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
-                return;
-            }
+        if (h1_client_closed(x)) {
+            /* HTTP/1 client closed while we wait for the workers (h2o does not read it meanwhile). */
+            note_client_abort(x);
+            x->status = 499;
+            cancel_legs(x);
+            x->stopped = 1;
+            mark_started(x, 0);
+            h2o_send_error_502(x->req, "Bad Gateway", "client closed", H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
+            return;
         }
         if (x->backoff_ns != 0) {
             /* Waiting out a retry's back-off: no leg runs, so a shutdown's cancellation of the legs in
@@ -1236,6 +1313,8 @@ static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
         if (next == 0 || d < next)
             next = d;
     }
+    if (probe_started_client(x) && (next == 0 || now + PEEK_INTERVAL_MS * 1000000ull < next))
+        next = now + PEEK_INTERVAL_MS * 1000000ull;
     return next;
 }
 
