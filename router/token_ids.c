@@ -95,7 +95,8 @@ static size_t tokenize_len(const char *s, size_t len)
 static int encode_string(const pdr_tokenizer_t *tk, const char *raw, size_t len, pdr_prompt_tokens_t *out)
 {
     json_error_t jerr;
-    json_t *v = json_loadb(raw, len, JSON_DECODE_ANY, &jerr);
+    /* JSON_ALLOW_NUL: "\u0000" is a character of the prompt like any other (the text's length is used). */
+    json_t *v = json_loadb(raw, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
     if (!json_is_string(v)) {
         json_decref(v);
         return PDR_EINVAL;
