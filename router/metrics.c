@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "fallback.h"
 #include "admission.h"
 #include "breaker.h"
 #include "buf.h"
@@ -546,6 +547,10 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         put(&o, "%.*s", (int)kvlen, kv);
     free(kv);
     kv = pdr_retry_render_metrics(&kvlen); /* the retry budget (retry.h) */
+    if (kv != NULL)
+        put(&o, "%.*s", (int)kvlen, kv);
+    free(kv);
+    kv = pdr_fallback_render_metrics(&kvlen); /* fall-backs by reason (fallback.h) */
     if (kv != NULL)
         put(&o, "%.*s", (int)kvlen, kv);
     free(kv);

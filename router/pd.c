@@ -1499,7 +1499,7 @@ static int admit_decode(pd_req_t *x, const char *text, size_t tlen)
     if (x->kv_need == 0) {
         pdr_prompt_tokens_t tok = {NULL, 0};
         struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
-        (void)pdr_request_token_ids(&x->pr, tk, &tok);
+        pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_KV_ADMISSION);
         pdr_tokenizer_free(tk);
         x->kv_need = pdr_kv_need_tokens(x->conf, &x->pr, tok.n, tlen);
         free(tok.ids);
@@ -1655,7 +1655,7 @@ static void start_attempt(pd_req_t *x)
     pdr_prompt_tokens_t tok = {NULL, 0};
     if (text != NULL && r->pool.kvindex != NULL) {
         struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
-        (void)pdr_request_token_ids(&x->pr, tk, &tok);
+        pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_ROUTING);
         pdr_tokenizer_free(tk);
     }
     x->solo = 0;

@@ -10,6 +10,7 @@
  * which the router does not have: they get no ids (the tree routes them).
  */
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,4 +135,16 @@ int pdr_request_token_ids(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_
             return encode_string(tk, m->v.p, m->v.len, out);
     }
     return 0;
+}
+
+void pdr_request_token_ids_or(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_prompt_tokens_t *out,
+                              pdr_fallback_t reason)
+{
+    int rc = pdr_request_token_ids(pr, tk, out);
+    if (rc == 0)
+        return;
+    char why[160];
+    snprintf(why, sizeof(why), "the prompt's token ids could not be read (%s: %s)", pdr_errname(rc),
+             pdr_strerror(rc));
+    pdr_fallback(reason, why);
 }
