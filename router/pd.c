@@ -40,6 +40,7 @@
 #include "tickets.h"
 #include "router.h"
 #include "shim_events.h"
+#include "sockinfo.h"
 #include "token_ids.h"
 #include "trace.h"
 #include "util.h"
@@ -105,6 +106,10 @@ typedef struct pd_req {
     int status;
     uint64_t t0_ns, ttfb_ns, end_ns, attempt_t0_ns, last_data_ns;
     uint64_t send_ns; /* when the send in flight was handed to h2o (the client's read clock) */
+    /* HTTP/1: the client's progress by bytes (a send of up to HIGH_WATER may take a slow reader longer
+     * than stream_idle_ms): its TCP's acknowledged bytes, sampled while a send is in flight. */
+    uint64_t took_ns, sample_ns, acked;
+    unsigned acked_known : 1;
     uint64_t first_byte_deadline_ns, kv_deadline_ns;
     /* The KV deadline (kvdeadline.h): kv_ms, computed once from the prompt's length (kv_tokens, found as
      * kv_tokens_how), runs from the moment both legs are sent (protocol vllm: the decode leg) while kv_open,
@@ -170,6 +175,8 @@ static void vllm_start_prefill(pd_req_t *x);
 static void vllm_start_decode(pd_req_t *x);
 static void vllm_release_kv(pd_req_t *x);
 static void arm_timer(pd_req_t *x);
+static int samples_progress(const pd_req_t *x);
+static void sample_client_progress(pd_req_t *x, uint64_t now);
 static uint64_t idle_ns(const pd_req_t *x);
 static int whole_answer(const pd_req_t *x);
 
@@ -579,6 +586,11 @@ static void send_final_or_more(pd_req_t *x)
     h2o_send(x->req, &v, x->sending.len ? 1 : 0, final ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
     if (!final && x->dleg.paused)
         pdr_leg_resume(&x->dleg);
+    if (!final && samples_progress(x)) {
+        if (!x->acked_known) /* the baseline: later samples see the bytes taken since */
+            sample_client_progress(x, x->send_ns);
+        arm_timer(x); /* the send's first progress sample is due before the deadline the timer holds */
+    }
 }
 
 /* ---- attempt failure and retry ---- */
@@ -1090,6 +1102,45 @@ static int deadline_culprit(const pd_req_t *x)
     return -1;
 }
 
+/* How often an HTTP/1 client's progress is sampled while a send is in flight: an eighth of
+ * stream_idle_ms (at least 10 ms), so a client that stops is cut within 1.125 x stream_idle_ms. */
+static uint64_t sample_every_ns(const pd_req_t *x)
+{
+    uint64_t q = idle_ns(x) / 8;
+    return q > 10000000u ? q : 10000000u;
+}
+
+static uint64_t progress_sample_due(const pd_req_t *x)
+{
+    return (x->sample_ns > x->send_ns ? x->sample_ns : x->send_ns) + sample_every_ns(x);
+}
+
+/* Whether an HTTP/1 client took bytes of the response since the last sample (a steady slow reader makes
+ * progress inside one long send). HTTP/2 shares the socket among streams: its progress stays per send. */
+static void sample_client_progress(pd_req_t *x, uint64_t now)
+{
+    x->sample_ns = now;
+    h2o_socket_t *sock = x->req->conn->callbacks->get_socket(x->req->conn);
+    uint64_t acked;
+    if (sock == NULL || pdr_sock_bytes_acked(h2o_socket_get_fd(sock), &acked) != 0)
+        return;
+    if (x->acked_known && acked > x->acked)
+        x->took_ns = now;
+    x->acked = acked;
+    x->acked_known = 1;
+}
+
+/* Since when the client has taken nothing: the send in flight's start, or its last progress. */
+static uint64_t client_idle_since(const pd_req_t *x)
+{
+    return x->took_ns > x->send_ns ? x->took_ns : x->send_ns;
+}
+
+static int samples_progress(const pd_req_t *x)
+{
+    return x->send_inflight && x->req->version < 0x200;
+}
+
 static void cut_stalled_client(pd_req_t *x)
 {
     h2o_req_t *req = x->req;
@@ -1187,6 +1238,8 @@ static void on_timer(uv_timer_t *t)
         if (x->req == NULL || x->stopped)
             return;
     }
+    if (x->started && samples_progress(x) && now >= progress_sample_due(x))
+        sample_client_progress(x, now);
     if (probe_started_client(x) && h1_client_closed(x)) {
         note_client_abort(x);
         x->stopped = 1;
@@ -1263,7 +1316,7 @@ static void on_timer(uv_timer_t *t)
         x->p_done = 1;
         x->p_err = PDR_ETIMEDOUT;
         late_prefill_failure(x, PDR_CAUSE_KV_DEADLINE, "no answer within timeouts.kv_transfer_ms");
-    } else if (x->send_inflight && now - x->send_ns >= idle_ns(x)) {
+    } else if (x->send_inflight && now - client_idle_since(x) >= idle_ns(x)) {
         cut_stalled_client(x);
         return;
     } else if (x->d_running && !x->dleg.paused && now - x->last_data_ns >= idle_ns(x)) {
@@ -1300,9 +1353,12 @@ static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
             next = now + PEEK_INTERVAL_MS * 1000000ull; /* a restart of a worker is looked for as often */
         return next;
     }
-    /* The client's side: a send it has not taken for stream_idle_ms (it stopped reading). */
+    /* The client's side: a send it has taken nothing of for stream_idle_ms (it stopped reading); an
+     * HTTP/1 client's progress sampled meanwhile. */
     if (x->send_inflight)
-        next = x->send_ns + idle_ns(x);
+        next = client_idle_since(x) + idle_ns(x);
+    if (samples_progress(x) && progress_sample_due(x) < next)
+        next = progress_sample_due(x);
     /* The prefill's answer, still to come after the decode's first byte (pd.relay first_byte); or the KV,
      * not known to have arrived yet though the client's answer began. */
     if ((x->p_running || x->kv_open) && (next == 0 || x->kv_deadline_ns < next))

@@ -127,6 +127,43 @@ def scenario_stalled_reader():
         pdtest.stop_all()
 
 
+def scenario_slow_steady_reader():
+    """A client that reads slowly but steadily (8 KB/s, far below what one coalesced send of up to 64 KiB
+    needs to go out within stream_idle_ms) is not cut: its progress is the bytes it takes, not whole
+    sends. Once it stops reading it is cut as any stalled client. (Its 4 KiB receive buffer on loopback,
+    whose MSS is 64 KiB, makes its TCP open the window, hence acknowledge bytes, in steps of about 6 KiB:
+    0.75 s apart at 8 KB/s, well inside stream_idle_ms.)"""
+    idle_ms = 2000
+    p, d, r, alog = stalled_setup(idle_ms)
+    try:
+        s = stalled_socket(r)
+        s.settimeout(5)
+        got, t0 = 0, time.monotonic()
+        # 4 x stream_idle_ms at 8 KB/s: 1 KiB every 125 ms (pacing of the reader, not synchronisation).
+        while time.monotonic() - t0 < 4 * idle_ms / 1000:
+            try:
+                b = s.recv(1024)
+            except ConnectionResetError:
+                b = b""
+            check(b, "the steady reader was cut after %.2f s (%d bytes taken)" % (time.monotonic() - t0, got), r)
+            got += len(b)
+            time.sleep(0.125)
+        check(stats(d)["cancelled"] == 0 and metric_value(metrics(r), "pdr_client_stalled_total") == 0,
+              "the steady reader's stream was cancelled", r)
+        check(got > 20000, "the steady reader got only %d bytes" % got, r)
+        # Now it stops reading: cut once it has taken nothing for stream_idle_ms (counted from the last bytes
+        # its TCP acknowledged, which may precede its last read a little).
+        t1 = time.monotonic()
+        pdtest.poll_until(lambda: stats(d)["cancelled"] >= 1, 10, "the decode leg to be cancelled")
+        took = time.monotonic() - t1
+        check(took < idle_ms / 1000 * 2 + 2, "stream cut only after %.2fs" % took, r)
+        check(metric_value(metrics(r), "pdr_client_stalled_total") == 1, "the stall not counted", r)
+        s.close()
+        check_loop_alive(r, "after the slow reader was cut")
+    finally:
+        pdtest.stop_all()
+
+
 def scenario_stalled_reader_left():
     """A client that stopped reading and then left without a reset (its FIN arrives, nothing more: as
     from a host that went away): the router, which reads nothing from an HTTP/1 client during a
