@@ -10,13 +10,14 @@
 #define FALLBACK_LOG_PERIOD_NS (60ull * 1000000000ull)
 
 const char *const pdr_fallback_names[PDR_FB__COUNT] = {"tokenize_routing", "tokenize_kv_deadline",
-                                                       "tokenize_kv_admission"};
+                                                       "tokenize_kv_admission", "kv_index_unhashed"};
 
 /* What the router does instead, for the log line. */
 static const char *const instead[PDR_FB__COUNT] = {
     "routing uses the prompt's text (the prefix tree) instead of its token ids",
     "the KV deadline counts the prompt's bytes / 4 as its tokens",
     "decode admission estimates the prompt's tokens from its bytes (kv_admission.prompt_bytes_per_token)",
+    "precise_prefix takes that worker's match from the prefix tree",
 };
 
 static uint64_t counts[PDR_FB__COUNT];
@@ -24,12 +25,21 @@ static pdr_ratelog_t logs[PDR_FB__COUNT];
 
 void pdr_fallback(pdr_fallback_t reason, const char *why)
 {
-    if ((unsigned)reason >= PDR_FB__COUNT)
+    pdr_fallback_n(reason, 1, why);
+}
+
+void pdr_fallback_n(pdr_fallback_t reason, uint64_t n, const char *why)
+{
+    if ((unsigned)reason >= PDR_FB__COUNT || n == 0)
         return;
-    __atomic_add_fetch(&counts[reason], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&counts[reason], n, __ATOMIC_RELAXED);
     uint64_t suppressed;
-    if (!pdr_ratelog_take(&logs[reason], pdr_now_ns(), FALLBACK_LOG_PERIOD_NS, &suppressed))
+    if (!pdr_ratelog_take(&logs[reason], pdr_now_ns(), FALLBACK_LOG_PERIOD_NS, &suppressed)) {
+        if (n > 1) /* the rest of the batch: not logged either */
+            __atomic_add_fetch(&logs[reason].suppressed, n - 1, __ATOMIC_RELAXED);
         return;
+    }
+    suppressed += n - 1;
     pdr_warn("fallback %s: %s: %s (counted in pdr_fallbacks_total, logged at most once a minute; %" PRIu64
              " more since the last line)",
              pdr_fallback_names[reason], why, instead[reason], suppressed);

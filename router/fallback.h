@@ -17,15 +17,22 @@ typedef enum {
     PDR_FB_TOKENIZE_KV_DEADLINE,
     /* Nor for decode admission: the prompt's tokens are estimated from its bytes. */
     PDR_FB_TOKENIZE_KV_ADMISSION,
+    /* precise_prefix: a candidate's block size had no hashes of the prompt (a fifth distinct size among
+     * the candidates, or no memory): its match comes from the prefix tree. Counted on loop 0's KV events
+     * tick (once a second), from the index's own count. */
+    PDR_FB_KV_INDEX_UNHASHED,
     PDR_FB__COUNT
 } pdr_fallback_t;
 
-/* The metric's reason labels: "tokenize_routing", "tokenize_kv_deadline", "tokenize_kv_admission". */
+/* The metric's reason labels: "tokenize_routing", "tokenize_kv_deadline", "tokenize_kv_admission",
+ * "kv_index_unhashed". */
 extern const char *const pdr_fallback_names[PDR_FB__COUNT];
 
 /* Counts one fall-back; logs it unless one of the same reason was logged less than a minute ago. why
  * says what failed (a phrase: "the tokenizer refused the prompt (PDR_ENOTSUP: ...)"). */
 void pdr_fallback(pdr_fallback_t reason, const char *why);
+/* As pdr_fallback, for n fall-backs seen at once (n 0: nothing). */
+void pdr_fallback_n(pdr_fallback_t reason, uint64_t n, const char *why);
 uint64_t pdr_fallback_count(pdr_fallback_t reason);
 /* The pdr_fallbacks_total family (malloc'd text, *len bytes), or NULL. */
 char *pdr_fallback_render_metrics(size_t *len);

@@ -147,7 +147,7 @@ endforeach()
 
 # precise_prefix (see test_kv_events.py): pdsim prefills publish KV events (vLLM's format) and the router
 # routes by them; gaps, publisher restarts and malformed messages are counted and fall back to the tree.
-foreach(s routing gap restart malformed text)
+foreach(s routing gap restart malformed block_sizes text)
   add_test(NAME router_kv_events_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_events.py ${s})
   set_tests_properties(router_kv_events_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
