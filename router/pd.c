@@ -454,7 +454,8 @@ static int sse_merge_events(pd_req_t *x, const char *p, size_t n, pdr_buf_t *out
         start = (size_t)(q - c) + 2;
         i = start;
     }
-    memmove(c, c + start, len - start);
+    if (start > 0) /* no copy of a carry with no event ended: that would be a pass over it per read */
+        memmove(c, c + start, len - start);
     x->sse_carry.len = len - start;
     x->sse_scanned = i > start ? i - start : 0;
     if (x->sse_carry.len > (size_t)x->conf->limits.max_merge_bytes)
