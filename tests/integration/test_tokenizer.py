@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
 from pdtest import check, request, request_json  # noqa: E402
 from test_router import metric_value, router, sim  # noqa: E402
+import test_shim_events  # noqa: E402
 
 FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tokenizer")
 
@@ -184,7 +185,7 @@ def fallback_lines(r, reason):
 def scenario_router_fallback():
     """A prompt the router's tokenizer fails on (a pre-tokenizer regex past PCRE2's match limit) is routed
     by its text, as before, but not silently: pdr_fallbacks_total{reason} counts every such request (for
-    routing and for the KV deadline's length), and the log has one line per reason and minute, however
+    routing, the KV deadline's length and decode admission's estimate), and the log has one line per reason and minute, however
     many come. A prompt it encodes counts nothing."""
     d = tmpdir()
     tok = os.path.join(d, "tokenizer.json")
@@ -197,16 +198,20 @@ def scenario_router_fallback():
     with open(tok, "w") as f:
         json.dump(t, f)
     p, dec = sim("prefill"), sim("decode")
+    # Decode admission is on for a decode that reports its KV (shim events): it needs the prompt's tokens.
+    key = test_shim_events.key_file()
     r = router([p], [dec], config="tokenizer: %s\npolicy: { prefill: precise_prefix }\n"
-               "timeouts: { kv_transfer_ms_per_1k_tokens: 100 }" % tok)
+               "timeouts: { kv_transfer_ms_per_1k_tokens: 100 }\nshim_events: { key_file: %s }" % (tok, key))
     try:
         m = lambda: request(r.port, "GET", "/metrics")[2].decode()  # noqa: E731
         pdtest.poll_until(lambda: (metric_value(m(), "pdr_kv_index_max_bytes") or 0) > 0, 5, "the KV event index")
+        test_shim_events.Sender("http://127.0.0.1:%d" % dec.port).load(
+            r, kv_free_bytes=1 << 30, kv_total_bytes=1 << 30, kv_bytes_per_token=10)
         good = {"text": "hello world", "sampling_params": {"max_new_tokens": 2}}
         bad = {"text": "a" * 40 + "!b", "sampling_params": {"max_new_tokens": 2}}
         check(request(r.port, "POST", "/generate", good)[0] == 200, "a prompt the tokenizer encodes", r)
-        reasons = ("tokenize_routing", "tokenize_kv_deadline")
-        for reason in reasons + ("tokenize_kv_admission",):
+        reasons = ("tokenize_routing", "tokenize_kv_deadline", "tokenize_kv_admission")
+        for reason in reasons:
             check(metric_value(m(), "pdr_fallbacks_total", reason=reason) == 0, "%s counted a good prompt" % reason, r)
         st, _, out = request(r.port, "POST", "/generate", bad)
         check(st == 200, "the prompt the tokenizer fails on: %d %s" % (st, out[:200]), r)
@@ -225,6 +230,7 @@ def scenario_router_fallback():
     finally:
         pdtest.stop_all()
         shutil.rmtree(d)
+        os.unlink(key)
 
 
 if __name__ == "__main__":
