@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "fallback.h"
 #include "admission.h"
 #include "breaker.h"
 #include "buf.h"
@@ -134,6 +135,10 @@ static const struct {
      offsetof(pdr_metrics_t, client_aborts_total)},
     {"pdr_client_stalled_total", "Streams ended because the client took no data for timeouts.stream_idle_ms.",
      offsetof(pdr_metrics_t, client_stalled_total)},
+    {"pdr_merge_too_large_total",
+     "Logprob merges refused past limits.max_merge_bytes: a whole answer (502) or a stream's event without "
+     "its end (the stream ends with an error event).",
+     offsetof(pdr_metrics_t, merge_too_large_total)},
     {"pdr_http_bad_framing_total",
      "HTTP/1 requests refused with 400 because another parser could frame their head differently "
      "(Content-Length with Transfer-Encoding, duplicate Content-Length, obs-fold, bare LF, no Host); their "
@@ -544,6 +549,10 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         put(&o, "%.*s", (int)kvlen, kv);
     free(kv);
     kv = pdr_retry_render_metrics(&kvlen); /* the retry budget (retry.h) */
+    if (kv != NULL)
+        put(&o, "%.*s", (int)kvlen, kv);
+    free(kv);
+    kv = pdr_fallback_render_metrics(&kvlen); /* fall-backs by reason (fallback.h) */
     if (kv != NULL)
         put(&o, "%.*s", (int)kvlen, kv);
     free(kv);

@@ -52,6 +52,7 @@ typedef struct pdr_metrics {
     uint64_t no_worker_total[2];
     uint64_t client_aborts_total;
     uint64_t client_stalled_total;       /* streams cut: the client took no data for stream_idle_ms */
+    uint64_t merge_too_large_total;      /* logprob merges past limits.max_merge_bytes (502 or error event) */
     uint64_t bad_framing_total;          /* HTTP/1 requests refused for an ambiguous head (reqguard.h) */
     uint64_t accept_fd_exhausted_total;  /* accept() out of file descriptors: accepting paused */
     uint64_t upstream_tls_full_total;    /* TLS handshakes to https:// workers: full */
