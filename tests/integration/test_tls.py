@@ -722,7 +722,7 @@ def scenario_descriptors():
         gone0 = metric_value(admin_metrics(r), "pdr_tls_client_read_failures_total") or 0
         for _ in range(300):
             fn()
-        pdtest.poll_until(lambda: fds() <= base + SLACK, 5, "descriptors back at %d after %s (now %d)" % (base, name, fds()))
+        pdtest.poll_until(lambda: fds() <= base + SLACK, 30, "descriptors back at %d after %s (now %d)" % (base, name, fds()))
         check(r.alive(), "the router died: %s" % name, r)
         # Counted once the handshake is over at the router: in TLS 1.2 the router's Finished is the last
         # message, and a keep-alive answer comes after it (a TLS 1.3 reset may cut the handshake instead).
@@ -748,7 +748,7 @@ def scenario_descriptors():
     for s in silent:
         check(s.recv(16) == b"", "a silent connection is closed", r)
         s.close()
-    pdtest.poll_until(lambda: fds() <= base + SLACK, 5, "descriptors back at %d after the timeouts (now %d)" % (base, fds()))
+    pdtest.poll_until(lambda: fds() <= base + SLACK, 30, "descriptors back at %d after the timeouts (now %d)" % (base, fds()))
     stop_clean(r, p, d)
 
 
