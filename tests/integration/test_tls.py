@@ -543,14 +543,31 @@ def scenario_min_version():
     stop_clean(r, p, d)
 
 
+def live_pair(certs, serial):
+    """A certificate and key under the fixed names live.pem / live.key that the router is given, for
+    renewals in place (renew)."""
+    cert, key = certs.issue("router%d" % serial, serial)
+    live_cert, live_key = certs.path("live.pem"), certs.path("live.key")
+    shutil.copy(cert, live_cert)
+    shutil.copy(key, live_key)
+    return live_cert, live_key
+
+
+def renew(certs, serial, live_cert, live_key):
+    """New files renamed into place, key first, as docs/security.md tells operators to."""
+    c2, k2 = certs.issue("router%d" % serial, serial)
+    shutil.copy(c2, live_cert + ".tmp")
+    shutil.copy(k2, live_key + ".tmp")
+    os.replace(live_key + ".tmp", live_key)
+    os.replace(live_cert + ".tmp", live_cert)
+
+
 def scenario_reload():
     """SIGHUP with renewed files: new connections get the new certificate (every loop), an open connection
     keeps working; a broken file refuses the reload, names the file, and the running certificate stays."""
     certs = Certs()
     cert, key = certs.issue("router", 2001)
-    live_cert, live_key = certs.path("live.pem"), certs.path("live.key")
-    shutil.copy(cert, live_cert)
-    shutil.copy(key, live_key)
+    live_cert, live_key = live_pair(certs, 2001)
     p, d = sim("prefill"), sim("decode")
     r = router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (live_cert, live_key), threads=2)
     wait_healthy(r)
@@ -558,11 +575,7 @@ def scenario_reload():
     st, _, old = https(r.port, client_ctx(ca), "POST", "/generate", BODY)
     check(st == 200 and serial_of(old) == 2001, "first: %s" % st, r)
 
-    cert2, key2 = certs.issue("router2", 2002)
-    shutil.copy(cert2, live_cert + ".tmp")
-    shutil.copy(key2, live_key + ".tmp")
-    os.replace(live_key + ".tmp", live_key)
-    os.replace(live_cert + ".tmp", live_cert)
+    renew(certs, 2002, live_cert, live_key)
     ok0 = reloads(r, "ok")
     r.proc.send_signal(signal.SIGHUP)
     pdtest.poll_until(lambda: reloads(r, "ok") > ok0, 10, "the reload")
@@ -615,10 +628,7 @@ def scenario_reload_idle():
     context until it closes, so the handshakes complete (under the sanitizer build, a use after free
     aborts the router otherwise). Reloaded by SIGHUP, then by the admin API."""
     certs = Certs()
-    cert, key = certs.issue("router", 4001)
-    live_cert, live_key = certs.path("live.pem"), certs.path("live.key")
-    shutil.copy(cert, live_cert)
-    shutil.copy(key, live_key)
+    live_cert, live_key = live_pair(certs, 4001)
     p, d = sim("prefill"), sim("decode")
     r = router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (live_cert, live_key), threads=2,
                extra="timeouts: { client_header_ms: 60000 }")
@@ -627,11 +637,7 @@ def scenario_reload_idle():
     for serial, how in ((4002, "SIGHUP"), (4003, "admin")):
         idle = [socket.create_connection((H, r.port), timeout=10) for _ in range(24)]
         pdtest.poll_until(lambda: accepted(r.proc.pid, r.port, idle), 10, "the router to accept them")
-        c2, k2 = certs.issue("router%d" % serial, serial)
-        shutil.copy(c2, live_cert + ".tmp")
-        shutil.copy(k2, live_key + ".tmp")
-        os.replace(live_key + ".tmp", live_key)
-        os.replace(live_cert + ".tmp", live_cert)
+        renew(certs, serial, live_cert, live_key)
         ok0 = reloads(r, "ok")
         if how == "SIGHUP":
             r.proc.send_signal(signal.SIGHUP)
