@@ -758,6 +758,38 @@ def scenario_descriptors():
     stop_clean(r, p, d)
 
 
+def scenario_h2_body_budget():
+    """Over TLS the router cannot give a refused body's window back (that needs a write of its own), so an
+    HTTP/2 connection whose bodies would pass limits.h2_max_connection_body_bytes is closed (counted), the
+    bodies it held are released (pdr_h2_body_bytes_held back to 0), and other connections are served."""
+    import h2flood
+    import test_limits as tl
+    certs = Certs()
+    cert, key = certs.issue("router", 6001)
+    p, d = sim("prefill"), sim("decode")
+    # The budget is taken as at least one body of max_body_bytes plus a frame: 4096 + 16384 bytes.
+    r = router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (cert, key), threads=1,
+               extra="limits: { max_body_bytes: 4096, h2_max_connection_body_bytes: 4096 }")
+    wait_healthy(r)
+    s = client_ctx(certs.ca, alpn=("h2",)).wrap_socket(socket.create_connection((H, r.port), timeout=10),
+                                                       server_hostname=H)
+    c = tl.H2Conn(r, sock=s)
+    body = b"x" * 3000
+    for sid in (1, 3, 5, 7, 9, 11, 13, 15):  # 8 x 3000 bytes pass 20480 at the seventh
+        c.send(h2flood.frame(1, 0x4, sid, tl.h2_request_block()) + h2flood.frame(0, 0, sid, body))
+    c.wait(lambda fr: False, timeout=10)  # until the router closes
+    check(c.closed, "an HTTP/2 connection over TLS past its body budget was not closed", r)
+    c.close()
+    m = admin_metrics(r)
+    check((metric_value(m, "pdr_h2_bodies_over_budget_total") or 0) == 1, "the refusal is counted", r)
+    pdtest.poll_until(lambda: metric_value(admin_metrics(r), "pdr_h2_body_bytes_held") == 0, 10,
+                      "the held bytes released")
+    st, _, c2 = https(r.port, client_ctx(certs.ca), "POST", "/generate", BODY)
+    check(st == 200, "another connection after the close: %s" % st, r)
+    c2.close()
+    stop_clean(r, p, d)
+
+
 def scenario_workers():
     """https:// workers: with the CA a PD request and the health checks go over TLS, and new connections
     resume the session an earlier one got; a wrong CA makes the
