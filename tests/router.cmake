@@ -121,10 +121,13 @@ add_executable(fuzz_fwdheaders fuzz/fuzz_fwdheaders.c)
 target_link_libraries(fuzz_fwdheaders PRIVATE pdr_router)
 pdr_fuzz_corpus_test(fwdheaders_fuzz_corpus fuzz_fwdheaders fwd 60)
 
-# sglang's cache_aware and power_of_two policies (see test_cache_aware.py): prompt families kept on one
-# prefill each (against round_robin), and power_of_two's spread; replicas that agree through
-# consistent-hash seeding; cache_aware settings per pool and role.
-foreach(s affinity power_of_two replicas pool_thresholds)
+# The policies at the router (see test_cache_aware.py): sglang's cache_aware keeping prompt families on one
+# prefill each (against round_robin), power_of_two's spread and its choice of the less loaded decode (and
+# least_load's, the same rule), round_robin's strict alternation, random's spread;
+# replicas that agree through consistent-hash seeding, also when they list the workers in different orders;
+# cache_aware settings per pool and role.
+foreach(s affinity power_of_two power_of_two_load least_load_load round_robin random replicas replicas_order
+          pool_thresholds)
   add_test(NAME router_policy_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_cache_aware.py ${s})
   set_tests_properties(router_policy_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
