@@ -326,14 +326,23 @@ def scenario_policy():
         check(cp == [4, 4] and cd == [4, 4], "round robin spread: prefill %r decode %r" % (cp, cd))
         r.stop()
         r = router(ps, ds, "--policy", "least_load")
-        # Concurrent slow requests: power of two choices sends them to both decodes.
-        request_json(ds[0].port, "POST", "/pdsim/fault", {"decode_us_per_token": 20000})
-        request_json(ds[1].port, "POST", "/pdsim/fault", {"decode_us_per_token": 20000})
+        # Slow requests (12 tokens, 2.4 s), each started once the one before is on a decode: every pick sees
+        # the loads of those in flight, and with two decodes power of two choices compares both, so the idle
+        # or less loaded one wins (a tie either way): the requests alternate.
+        request_json(ds[0].port, "POST", "/pdsim/fault", {"decode_us_per_token": 200000})
+        request_json(ds[1].port, "POST", "/pdsim/fault", {"decode_us_per_token": 200000})
         before = [stats(d)["requests"] for d in ds]
-        threads = [threading.Thread(target=lambda: request_json(r.port, "POST", "/generate", BODIES["/generate"]))
+
+        def on_decodes():
+            m = metrics(r)
+            return sum(metric_value(m, "pdr_worker_inflight_requests", role="decode",
+                                    url="http://127.0.0.1:%d" % d.port) or 0 for d in ds)
+        threads = [threading.Thread(target=lambda: request_json(r.port, "POST", "/generate", BODIES["/generate"],
+                                                                timeout=30))
                    for _ in range(8)]
-        for t in threads:
+        for k, t in enumerate(threads):
             t.start()
+            pdtest.poll_until(lambda: on_decodes() >= k + 1, 10, "request %d on a decode" % k)
         for t in threads:
             t.join()
         after = [stats(d)["requests"] - b for d, b in zip(ds, before)]
