@@ -22,7 +22,7 @@ $(ASAN_BUILD)/CMakeCache.txt:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPDR_SANITIZE=ON >/dev/null
 
 # Each phase leaves ctest's JUnit record (ctest-junit.xml) in its build directory for the summary of `make
-# test`; a stale one is removed first, so that a phase whose build fails shows no results.
+# test`, which removes the old ones first: a phase whose build fails shows no results.
 test-release: build
 	rm -f $(BUILD)/ctest-junit.xml
 	cd $(BUILD) && ctest -j $(JOBS) $(CTEST_ARGS) --output-junit $(abspath $(BUILD))/ctest-junit.xml
@@ -53,6 +53,7 @@ test-tsan: $(TSAN_BUILD)/CMakeCache.txt
 # end lists each phase's failed tests and its skipped tests with the reason each printed, and the exit
 # status is non-zero when any phase failed.
 test:
+	@rm -f $(BUILD)/ctest-junit.xml $(ASAN_BUILD)/ctest-junit.xml $(TSAN_BUILD)/ctest-junit.xml
 	@rc=0; for phase in test-release test-asan test-tsan; do \
 		$(MAKE) --no-print-directory $$phase || { rc=1; echo "make $$phase failed; going on with the next phase"; }; \
 	done; \
