@@ -106,6 +106,11 @@ foreach(s forward trace api_key limits)
   set_tests_properties(router_headers_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
 
+# Each hop-by-hop and router-set header rule on its own, with no Connection header naming them (see
+# test_hop_headers.py).
+add_test(NAME router_headers_own_rules COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_hop_headers.py own_rules)
+set_tests_properties(router_headers_own_rules PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+
 # Per-phase timing and trace export (see test_tracing.py): spans at an OTLP/HTTP collector chained to the
 # client's traceparent and to the ids the workers received, access-log phases, histograms, the file
 # exporter and sampling, a collector that hangs or is gone, protocol vllm, a request that skips the prefill,
