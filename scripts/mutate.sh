@@ -12,7 +12,9 @@
 #   NAME-REGEX  run only the mutations whose name matches (grep -E)
 #
 # Environment: PDR_MUTATE_DIR (the scratch directory, default build-mutate in the repository, kept between
-# runs so that only what changed is rebuilt), JOBS (build and ctest parallelism, default nproc).
+# runs so that only what changed is rebuilt), JOBS (build and ctest parallelism, default nproc),
+# PDR_MUTATE_BASELINE=0 (skip the first run of the named tests on the unmutated tree, which otherwise must
+# pass before any mutation is judged).
 # Slow (a build and a few integration tests per mutation): not part of CI; run it before calling a feature
 # done, and add a test for each survivor.
 #
@@ -170,6 +172,20 @@ echo "== configuring and building $BUILD (the first run builds everything)"
 cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDR_WERROR=OFF >/dev/null 2>&1 ||
     die "cmake configure failed"
 cmake --build "$BUILD" -j "$JOBS" >"$SCRATCH/build.log" 2>&1 || die "the unmutated tree does not build: $SCRATCH/build.log"
+
+# The baseline: every named test passes on the unmutated tree, or a mutant's failing test proves nothing.
+if [ "${PDR_MUTATE_BASELINE:-1}" = 1 ]; then
+    all_tests=$(records | while IFS=$'\x1f' read -r name _ _ _ _ tests; do
+        echo "$name" | grep -Eq -- "$FILTER" && printf '%s\n' "$tests"
+    done | sort -u | paste -sd'|')
+    if [ -n "$all_tests" ]; then
+        echo "== baseline: the named tests on the unmutated tree"
+        if ! (cd "$BUILD" && ctest -j "$JOBS" -R "$all_tests" >"$SCRATCH/baseline.log" 2>&1); then
+            grep -E '^[[:space:]]*[0-9]+ - ' "$SCRATCH/baseline.log" >&2
+            die "the unmutated tree fails the tests above ($SCRATCH/baseline.log): fix that first"
+        fi
+    fi
+fi
 
 # apply FILE OLD NEW: replaces the one occurrence of OLD. Exit 3 when OLD does not occur exactly once.
 apply() {
