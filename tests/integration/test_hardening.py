@@ -198,7 +198,7 @@ def scenario_stalled_reader_h2():
     stream_idle_ms; both legs are cancelled."""
     nghttp = shutil.which("nghttp")
     if nghttp is None:
-        print("nghttp not installed (nghttp2-client)")
+        print("nghttp not installed (nghttp2-client): skipped")
         sys.exit(77)
     p, d, r, alog = stalled_setup(1000)
     try:
@@ -385,7 +385,7 @@ def scenario_fd_exhausted():
             "--port", "{port}", "--prefill", url(p), str(p.ports["bport"]), "--decode", url(d),
             "--admin-port", "{admin}", "--access-log", "off", "--drain-grace-ms", "0", "--threads", "2"]
     if not os.access(argv[0], os.X_OK):
-        print("prlimit not installed")
+        print("prlimit not installed: skipped")
         sys.exit(77)
     r = pdtest.start(argv, name="pdrouter", health_path="/readiness", healthy=200)
     clients = []

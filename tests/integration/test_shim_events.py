@@ -344,14 +344,17 @@ def scenario_admission_other_decode():
         check(metric_value(m, "pdr_worker_requests_total", role="decode", url=u2) == 0,
               "the full decode got requests", r)
         check(metric_value(m, "pdr_kv_admission_total", decision="other_decode") >= 1, "metric other", r)
-        # Two requests of 600 bytes against d1's 1000: the second waits for the first.
+        # Two requests of 600 bytes against d1's 1000: the second waits for the first. The first runs 2 s
+        # (20 tokens at 0.1 s), and the second starts once the first is on d1.
+        request_json(d1.port, "POST", "/pdsim/fault", {"decode_us_per_token": 100000})
         res = []
 
         def one():
             res.append(request(r.port, "POST", "/generate", body, timeout=30)[0])
         ts = [threading.Thread(target=one) for _ in range(2)]
-        for t in ts:
-            t.start()
+        ts[0].start()
+        pdtest.poll_until(lambda: stats(d1)["inflight"] >= 1, 10, "the first request on d1")
+        ts[1].start()
         for t in ts:
             t.join()
         check(res == [200, 200], "results %s" % res, r)
