@@ -258,6 +258,8 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
         t->vllm_kv_release[k] += m->vllm_kv_release[k];
     for (int k = 0; k < PDR_DISAGG__COUNT; k++)
         t->disagg_decisions[k] += m->disagg_decisions[k];
+    for (int k = 0; k < PDR_ADMIN_AUTH__COUNT; k++)
+        t->admin_auth_refused[k] += m->admin_auth_refused[k];
     for (size_t i = 0; i < sizeof(plain_counters) / sizeof(plain_counters[0]); i++)
         *(uint64_t *)((char *)t + plain_counters[i].off) +=
             *(const uint64_t *)((const char *)m + plain_counters[i].off);
@@ -369,6 +371,14 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
     for (int k = 0; k < PDR_DISAGG__COUNT; k++)
         put(&o, "pdr_disagg_decisions_total{decision=\"%s\"} %llu\n", pdr_disagg_decision_names[k],
             (unsigned long long)m->disagg_decisions[k]);
+    static const char *const auth_reasons[PDR_ADMIN_AUTH__COUNT] = {"missing", "wrong", "duplicated"};
+    put(&o,
+        "# HELP pdr_admin_auth_refused_total Admin API requests refused for their credentials: missing or "
+        "wrong token (401), more than one Authorization header (400).\n"
+        "# TYPE pdr_admin_auth_refused_total counter\n");
+    for (int k = 0; k < PDR_ADMIN_AUTH__COUNT; k++)
+        put(&o, "pdr_admin_auth_refused_total{reason=\"%s\"} %llu\n", auth_reasons[k],
+            (unsigned long long)m->admin_auth_refused[k]);
     for (size_t i = 0; i < sizeof(plain_counters) / sizeof(plain_counters[0]); i++)
         put(&o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", plain_counters[i].name, plain_counters[i].help,
             plain_counters[i].name, plain_counters[i].name,

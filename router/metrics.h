@@ -33,6 +33,9 @@ enum {
     PDR_CAUSE__COUNT
 };
 
+/* Admin API requests refused for their credentials (admin.c), by reason. */
+enum { PDR_ADMIN_AUTH_MISSING = 0, PDR_ADMIN_AUTH_WRONG, PDR_ADMIN_AUTH_DUPLICATED, PDR_ADMIN_AUTH__COUNT };
+
 /* Outcomes of the decode legs that release KV a client left on a vLLM prefill (pd_vllm.c). */
 enum { PDR_KV_RELEASE_OK = 0, PDR_KV_RELEASE_FAILED, PDR_KV_RELEASE_TIMEOUT, PDR_KV_RELEASE__COUNT };
 
@@ -82,6 +85,7 @@ typedef struct pdr_metrics {
     uint64_t bytes_in_total, bytes_out_total;
     uint64_t vllm_kv_release[PDR_KV_RELEASE__COUNT]; /* by outcome */
     uint64_t disagg_decisions[3]; /* conditional disaggregation, by pdr_disagg_decision_t (disagg.h) */
+    uint64_t admin_auth_refused[PDR_ADMIN_AUTH__COUNT];
     pdr_hist_t duration[PDR_MR__COUNT];
     pdr_hist_t ttfb[PDR_MR__COUNT];
     /* LLM latencies of PD routes (docs/metrics.md has the exact definitions). */
