@@ -487,6 +487,7 @@ pdr_config_t *pdr_config_new_default(void)
     c->limits.max_merge_bytes = PDR_DEF_MAX_MERGE_BYTES;
     c->limits.max_header_bytes = PDR_DEF_MAX_HEADER_BYTES;
     c->limits.max_headers = PDR_DEF_MAX_HEADERS;
+    c->limits.max_batch_items = PDR_DEF_MAX_BATCH_ITEMS;
     /* Client side (router/limits.c, conn.c): */
     c->timeouts.client_header_ms = PDR_DEF_CLIENT_HEADER_MS;
     c->timeouts.client_body_ms = PDR_DEF_CLIENT_BODY_MS;

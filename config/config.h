@@ -231,6 +231,7 @@ typedef struct pdr_config {
         int64_t max_merge_bytes; /* default 64 MiB: a non-streaming answer held whole for the logprob merge */
         int max_header_bytes;    /* default 32 KiB: the request's header fields (431 above) */
         int max_headers;         /* default 100: header fields per request (431 above; h2o's own cap) */
+        int max_batch_items;     /* default 1024: items of one batched PD request (400 above) */
         /* Client side (router/limits.c, conn.c): */
         int max_client_connections;      /* default 0: no limit; else accepting pauses at it */
         int max_idle_client_connections; /* default 0: no limit; else the oldest idle ones are closed */

@@ -66,6 +66,11 @@
 #define PDR_DEF_H2_MAX_CONCURRENT_STREAMS 100
 #define PDR_MAX_H2_MAX_CONCURRENT_STREAMS 100 /* h2o 2.2.5 refuses streams past 100 open itself */
 #define PDR_DEF_H2_MAX_CONTROL_FRAMES 1000
+/* Items of one batched request (a prompt array, input_ids lists, chat n): each costs the router a room,
+ * a ticket and bytes in both legs' bodies, and the loop builds them in one go. 1024 items make legs of a
+ * few hundred KiB; a client with more sends several requests. */
+#define PDR_DEF_MAX_BATCH_ITEMS 1024
+#define PDR_MAX_MAX_BATCH_ITEMS 1000000
 #define PDR_MAX_H2_MAX_CONTROL_FRAMES 10000000
 #define PDR_MAX_CLIENT_CONNECTIONS 10000000
 /* Admission: sglang's router defaults (--queue-size 100, --queue-timeout-secs 60). */

@@ -687,6 +687,7 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->limits.max_header_bytes, PDR_MIN_MAX_HEADER_BYTES, PDR_MAX_MAX_HEADER_BYTES,
                 "limits.max_header_bytes");
     CHECK_RANGE(c->limits.max_headers, 1, PDR_MAX_MAX_HEADERS, "limits.max_headers");
+    CHECK_RANGE(c->limits.max_batch_items, 1, PDR_MAX_MAX_BATCH_ITEMS, "limits.max_batch_items");
     /* Client side (router/limits.c, conn.c): */
     CHECK_RANGE(c->timeouts.client_header_ms, 1, PDR_MAX_MS, "timeouts.client_header_ms");
     CHECK_RANGE(c->timeouts.client_body_ms, 1, PDR_MAX_MS, "timeouts.client_body_ms");

@@ -159,6 +159,7 @@ static const struct field limits_fields[] = {
     {"max_header_bytes", F_INT, CONF(limits.max_header_bytes), PDR_MIN_MAX_HEADER_BYTES,
      PDR_MAX_MAX_HEADER_BYTES, NULL},
     {"max_headers", F_INT, CONF(limits.max_headers), 1, PDR_MAX_MAX_HEADERS, NULL},
+    {"max_batch_items", F_INT, CONF(limits.max_batch_items), 1, PDR_MAX_MAX_BATCH_ITEMS, NULL},
     {"max_client_connections", F_INT, CONF(limits.max_client_connections), 0, PDR_MAX_CLIENT_CONNECTIONS,
      NULL},
     {"max_idle_client_connections", F_INT, CONF(limits.max_idle_client_connections), 0,

@@ -174,6 +174,9 @@ static const struct {
      "Requests answered 413 for a body above limits.max_body_bytes (HTTP/1 Content-Length or chunked, "
      "HTTP/2 content-length or DATA; the chunk guard's are pdr_http_chunk_too_large_total).",
      offsetof(pdr_metrics_t, body_too_large_total)},
+    {"pdr_batch_too_large_total",
+     "PD requests answered 400 for more batch items than limits.max_batch_items, before any per-item work.",
+     offsetof(pdr_metrics_t, batch_too_large_total)},
     {"pdr_http_client_header_timeouts_total",
      "HTTP/1 connections answered 408 and closed: the request head did not arrive within "
      "timeouts.client_header_ms (TLS connections whose handshake did not end within it included).",

@@ -2419,6 +2419,14 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
         return refuse(t, req, route, mroute, 503, "service_unavailable", err, 1, "out_of_memory");
     if (prc != 0)
         return refuse(t, req, route, mroute, 400, "invalid_request_error", err, 0, "invalid_request");
+    if (pr.batch > (size_t)c->limits.max_batch_items) {
+        /* Before any per-item work: rooms, tickets and the legs' bodies grow with the items. */
+        snprintf(err, sizeof(err), "the batch has %zu items, more than limits.max_batch_items (%d)", pr.batch,
+                 c->limits.max_batch_items);
+        pdr_pdreq_clear(&pr);
+        t->m.batch_too_large_total++;
+        return refuse(t, req, route, mroute, 400, "invalid_request_error", err, 0, "batch_too_large");
+    }
     long pool;
     char pmsg[512];
     int pst = pdr__request_pool(c, &pr, &pool, pmsg, sizeof(pmsg));

@@ -2,7 +2,8 @@
 """Client-side limits (docs/operations.md, "Limits"): bodies above limits.max_body_bytes (413 in the
 OpenAI error shape on every path), slow request heads and bodies (408), idle keep-alive connections,
 the client connection cap, HTTP/2 stream concurrency, and HTTP/2 control-frame floods (SETTINGS, PING,
-CONTINUATION). Raw HTTP/1 and raw HTTP/2 frames on real sockets, real pdrouter and pdsim processes.
+CONTINUATION), and batched requests past limits.max_batch_items. Raw HTTP/1 and raw HTTP/2 frames on real
+sockets, real pdrouter and pdsim processes.
 
 Usage: test_limits.py SCENARIO   (one of the functions named scenario_*; ctest runs each separately)
 """
@@ -755,6 +756,63 @@ def scenario_h2_streams():
         still_serving(r, "after the streams")
     finally:
         pdtest.stop_all()
+
+
+def peak_rss_mib(pid):
+    """The process's peak resident set (VmHWM), MiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def scenario_batch_items():
+    """limits.max_batch_items, under protocol sglang and pdshim (a ticket per item): a batch at the cap is
+    served (one room and ticket per item); one item more is answered 400 in the OpenAI error shape naming
+    the limit, on /generate and /v1/completions, and counted; a 32 MB body of millions of items is refused
+    within a second or two without the router's memory growing more than a few times the body (the
+    per-item data, rooms, tickets and legs' bodies, is never built)."""
+    from shimtest import keyfile
+    key = keyfile(b"K" * 16 + os.urandom(16).hex().encode())
+    cap = 64
+    for protocol in ("sglang", "pdshim"):
+        keys = ("--ticket-key", key) if protocol == "pdshim" else ()
+        p, d = sim("prefill", *keys), sim("decode", *keys)
+        extra = "\nticket: { key_file: %s }" % key if protocol == "pdshim" else ""
+        r = router([p], [d], config="protocol: %s%s\nlimits: { max_batch_items: %d }" % (protocol, extra, cap))
+        try:
+            items = ["w%d" % i for i in range(cap)]
+            st, _, data = request(r.port, "POST", "/generate", {"text": items, "sampling_params": {"max_new_tokens": 1}})
+            check(st == 200 and len(json.loads(data)) == cap, "%s: a batch at the cap: %d %r" % (protocol, st, data[:300]), r)
+            for path, body in (("/generate", {"text": items + ["one more"], "sampling_params": {"max_new_tokens": 1}}),
+                               ("/v1/completions", {"prompt": items + ["one more"], "max_tokens": 1})):
+                st, _, data = request(r.port, "POST", path, body)
+                e = json.loads(data).get("error", {}) if data.startswith(b"{") else {}
+                check(st == 400 and e.get("type") == "invalid_request_error" and e.get("code") == 400 and
+                      "limits.max_batch_items" in e.get("message", ""),
+                      "%s %s: a batch over the cap: %d %r" % (protocol, path, st, data[:300]), r)
+            # The amplification: 8 million items in a 32 MB body (each item 4 bytes: "a",).
+            n = (32 * 1000 * 1000 - 64) // 4
+            big = b'{"text":[' + b'"a",' * (n - 1) + b'"a"],"sampling_params":{"max_new_tokens":1}}'
+            base = peak_rss_mib(r.proc.pid)
+            t0 = time.monotonic()
+            st, _, data = request(r.port, "POST", "/generate", big, headers={"Content-Type": "application/json"},
+                                  timeout=60)
+            took = time.monotonic() - t0
+            grew = peak_rss_mib(r.proc.pid) - base
+            check(st == 400 and b"limits.max_batch_items" in data, "%s: the 32 MB batch: %d %r" % (protocol, st, data[:300]), r)
+            # Each of a few copies of the body (h2o's buffer, the request, the JSON scan) is 32 MB; building
+            # the per-item data took the router past 1.4 GB and the loop 15 s.
+            check(took < 5.0 and grew < 300, "%s: the 32 MB batch took %.2f s, peak RSS +%.0f MiB" % (protocol, took, grew), r)
+            m = metrics(r)
+            check(metric_value(m, "pdr_batch_too_large_total") == 3, "%s: refusals not counted" % protocol, r)
+            if protocol == "pdshim":
+                check(metric_value(m, "pdr_tickets_signed_total") == cap, "%s: tickets signed" % protocol, r)
+            check(stats(p)["requests"] == 1 and stats(d)["requests"] == 1,
+                  "%s: a refused batch reached a worker" % protocol, r)
+        finally:
+            pdtest.stop_all()
 
 
 if __name__ == "__main__":
