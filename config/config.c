@@ -534,6 +534,8 @@ pdr_config_t *pdr_config_new_default(void)
     c->cache_aware.hash_load_factor = 1.5;
     c->kv_events.max_index_bytes = (int64_t)64 << 20;
     c->kv_events.resync_messages = 32;
+    c->kv_events.max_message_bytes = PDR_DEF_KV_MAX_MESSAGE_BYTES;
+    c->kv_events.queue_messages = PDR_DEF_KV_QUEUE_MESSAGES;
     c->shim_events.max_skew_ms = 30000;
     c->kv_admission.enabled = 1;
     c->kv_admission.wait_ms = 2000;

@@ -278,8 +278,10 @@ typedef struct pdr_config {
         double hash_load_factor;      /* default 1.5: no worker seeded above this times the mean load */
     } cache_aware;
     struct {
-        int64_t max_index_bytes; /* default 64 MiB: the precise prefix index's hard cap, all workers */
-        int resync_messages;     /* default 32: consecutive messages after a gap before a worker counts */
+        int64_t max_index_bytes;   /* default 64 MiB: the precise prefix index's hard cap, all workers */
+        int resync_messages;       /* default 32: consecutive messages after a gap before a worker counts */
+        int64_t max_message_bytes; /* default 1 MiB: a frame's cap (ZMQ_MAXMSGSIZE) */
+        int queue_messages;        /* default 256: messages queued per publisher (ZMQ_RCVHWM) */
     } kv_events;
     struct {
         pdr_relay_t relay; /* default first_byte: from the decode's first body byte */

@@ -641,6 +641,9 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     }
     CHECK_RANGE(c->kv_events.max_index_bytes, 4096, (int64_t)1 << 40, "kv_events.max_index_bytes");
     CHECK_RANGE(c->kv_events.resync_messages, 1, 1000000, "kv_events.resync_messages");
+    CHECK_RANGE(c->kv_events.max_message_bytes, PDR_MIN_KV_MAX_MESSAGE_BYTES, PDR_MAX_KV_MAX_MESSAGE_BYTES,
+                "kv_events.max_message_bytes");
+    CHECK_RANGE(c->kv_events.queue_messages, 1, PDR_MAX_KV_QUEUE_MESSAGES, "kv_events.queue_messages");
     if (!(c->cache_aware.cache_threshold >= 0 && c->cache_aware.cache_threshold <= 1)) {
         pdr__config_err(err, errlen, "cache_aware.cache_threshold: %g is out of range, expected 0..1",
                         c->cache_aware.cache_threshold);

@@ -230,6 +230,9 @@ static const struct field kv_admission_fields[] = {
 static const struct field kv_events_fields[] = {
     {"max_index_bytes", F_INT64, CONF(kv_events.max_index_bytes), 4096, (int64_t)1 << 40, NULL},
     {"resync_messages", F_INT, CONF(kv_events.resync_messages), 1, 1000000, NULL},
+    {"max_message_bytes", F_INT64, CONF(kv_events.max_message_bytes), PDR_MIN_KV_MAX_MESSAGE_BYTES,
+     PDR_MAX_KV_MAX_MESSAGE_BYTES, NULL},
+    {"queue_messages", F_INT, CONF(kv_events.queue_messages), 1, PDR_MAX_KV_QUEUE_MESSAGES, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field cache_aware_fields[] = {

@@ -155,7 +155,10 @@ endforeach()
 
 # precise_prefix (see test_kv_events.py): pdsim prefills publish KV events (vLLM's format) and the router
 # routes by them; gaps, publisher restarts and malformed messages are counted and fall back to the tree.
-foreach(s routing gap restart malformed block_sizes text)
+# A misbehaving publisher (integration/kvflood.c): oversized messages and event floods stay bounded.
+add_executable(kvflood integration/kvflood.c)
+target_link_libraries(kvflood PRIVATE PkgConfig::ZMQ PkgConfig::MSGPACK)
+foreach(s routing gap restart malformed block_sizes text big_messages flood)
   add_test(NAME router_kv_events_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_events.py ${s})
   set_tests_properties(router_kv_events_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
