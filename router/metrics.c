@@ -193,8 +193,8 @@ static const struct {
      "Times accepting paused because limits.max_client_connections client connections were open.",
      offsetof(pdr_metrics_t, accept_paused_total)},
     {"pdr_h2_control_floods_total",
-     "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM for sending more SETTINGS, PING, PRIORITY and "
-     "CONTINUATION frames than limits.h2_max_control_frames allows.",
+     "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM for sending more SETTINGS, PING, PRIORITY, "
+     "CONTINUATION and unknown-type frames than limits.h2_max_control_frames allows.",
      offsetof(pdr_metrics_t, h2_control_floods_total)},
     {"pdr_tls_client_read_failures_total",
      "TLS client connections whose read failed (the client reset or closed the connection): closed at once "

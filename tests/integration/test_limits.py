@@ -722,6 +722,58 @@ def scenario_h2_control_floods():
         pdtest.stop_all()
 
 
+def scenario_h2_unknown_frames():
+    """Frames of unknown types carry no request: they take tokens of limits.h2_max_control_frames, and a
+    flood of 16 KB ones gets GOAWAY ENHANCE_YOUR_CALM and is closed (counted). They never reach h2o,
+    which would write a line to stderr for each: 100 of them and a request on the same connection leave
+    the log as it was, and so do the DATA frames a client goes on sending after its body was refused."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config="limits: { h2_max_control_frames: 300, max_body_bytes: 4096 }")
+
+    def log_lines():
+        with open(r.log_path) as f:
+            return f.read().splitlines()
+    try:
+        before = len(log_lines())
+        c = H2Conn(r)
+        c.send(h2flood.control_burst("unknown", 100, True))
+        c.send(h2flood.frame(1, 0x4, 1, h2_request_block()) + h2flood.frame(0, 0x1, 1, BODY))
+        c.stream_ended(1)
+        check(not c.closed and status_of(c.frames, 1) == 200, "100 unknown frames, then a request: %r" %
+              (c.frames[-3:],), r)
+        # A body over the limit: the DATA that follows the 413 is dropped by the router, not by h2o.
+        c.send(h2flood.frame(1, 0x4, 3, h2_request_block()) + b"".join(h2flood.frame(0, 0, 3, b"z" * 4000)
+                                                                        for _ in range(8)))
+        c.stream_ended(3)
+        check(status_of(c.frames, 3) == 413, "a body over the limit: %r" % (c.frames[-3:],), r)
+        c.send(b"".join(h2flood.frame(0, 0, 3, b"z" * 4000) for _ in range(20)) + h2flood.frame(0, 0x1, 3, b"z"))
+        c.send(h2flood.frame(6, 0, 0, b"12345678"))
+        c.wait(lambda fr: any(f[0] == 6 and f[1] & 1 for f in fr))  # the PING after them is answered
+        c.close()
+        still_serving(r, "after unknown frames")
+        check(len(log_lines()) - before < 5 and not any("skipping frame" in l for l in log_lines()),
+              "lines written for ignored frames: %r" % log_lines()[before:before + 10], r)
+        # The flood: 1000 frames of 16 KB against a bucket of 300.
+        c = H2Conn(r)
+        try:
+            for i in range(10):
+                c.send(h2flood.control_burst("unknown", 100, i == 0))
+        except OSError:
+            pass
+        c.wait(lambda fr: False, timeout=5)  # until the router closes
+        ga = c.goaway()
+        check(c.closed and ga is not None and ga[0] == 0xB and "limits.h2_max_control_frames" in ga[1],
+              "unknown-frame flood: closed %s, GOAWAY %r" % (c.closed, ga), r)
+        c.close()
+        still_serving(r, "after an unknown-frame flood")
+        check(metric_value(metrics(r), "pdr_h2_control_floods_total") == 1, "the flood not counted", r)
+        lines = log_lines()[before:]
+        check(len(lines) < 10 and not any("skipping frame" in l for l in lines),
+              "%d lines written for an unknown-frame flood: %r" % (len(lines), lines[:10]), r)
+    finally:
+        pdtest.stop_all()
+
+
 # ---- 5. HTTP/2 stream concurrency ----
 
 def scenario_h2_streams():
