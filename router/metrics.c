@@ -232,8 +232,8 @@ static const struct {
      "fault (ticket.key_file differs), answered 502 naming the worker.",
      offsetof(pdr_metrics_t, tickets_refused_total)},
     {"pdr_access_log_suppressed_total",
-     "Access-log lines of client-aborted requests not written because they came faster than 100/s per loop "
-     "(summary lines count them).",
+     "Access-log lines of client-aborted requests, and of requests refused before any worker was chosen, not "
+     "written because they came faster than 100/s per loop, each kind (summary lines count them).",
      offsetof(pdr_metrics_t, alog_suppressed_total)},
 };
 static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)

@@ -19,7 +19,7 @@ endforeach()
 
 # Attacks and faults (see test_hardening.py): stalled readers over HTTP/1 and HTTP/2, smuggling, stream
 # floods, a full fd table, frozen and dead workers.
-foreach(s stalled_reader stalled_reader_left stalled_reader_h2 slow_steady_reader smuggling frozen_decode dead_prefills_503 fd_exhausted h2_rapid_reset h2_header_block merge_too_large merge_event_unbounded merge_client_gone refusals_logged chunked_bodies)
+foreach(s stalled_reader stalled_reader_left stalled_reader_h2 slow_steady_reader smuggling frozen_decode dead_prefills_503 fd_exhausted h2_rapid_reset h2_reset_flood_log h2_header_block merge_too_large merge_event_unbounded merge_client_gone refusals_logged chunked_bodies)
   add_test(NAME router_hardening_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_hardening.py ${s})
   set_tests_properties(router_hardening_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
