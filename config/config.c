@@ -487,6 +487,7 @@ pdr_config_t *pdr_config_new_default(void)
     c->limits.max_merge_bytes = PDR_DEF_MAX_MERGE_BYTES;
     c->limits.max_header_bytes = PDR_DEF_MAX_HEADER_BYTES;
     c->limits.max_headers = PDR_DEF_MAX_HEADERS;
+    c->limits.max_batch_items = PDR_DEF_MAX_BATCH_ITEMS;
     /* Client side (router/limits.c, conn.c): */
     c->timeouts.client_header_ms = PDR_DEF_CLIENT_HEADER_MS;
     c->timeouts.client_body_ms = PDR_DEF_CLIENT_BODY_MS;
@@ -533,6 +534,8 @@ pdr_config_t *pdr_config_new_default(void)
     c->cache_aware.hash_load_factor = 1.5;
     c->kv_events.max_index_bytes = (int64_t)64 << 20;
     c->kv_events.resync_messages = 32;
+    c->kv_events.max_message_bytes = PDR_DEF_KV_MAX_MESSAGE_BYTES;
+    c->kv_events.queue_messages = PDR_DEF_KV_QUEUE_MESSAGES;
     c->shim_events.max_skew_ms = 30000;
     c->kv_admission.enabled = 1;
     c->kv_admission.wait_ms = 2000;

@@ -231,6 +231,7 @@ typedef struct pdr_config {
         int64_t max_merge_bytes; /* default 64 MiB: a non-streaming answer held whole for the logprob merge */
         int max_header_bytes;    /* default 32 KiB: the request's header fields (431 above) */
         int max_headers;         /* default 100: header fields per request (431 above; h2o's own cap) */
+        int max_batch_items;     /* default 1024: items of one batched PD request (400 above) */
         /* Client side (router/limits.c, conn.c): */
         int max_client_connections;      /* default 0: no limit; else accepting pauses at it */
         int max_idle_client_connections; /* default 0: no limit; else the oldest idle ones are closed */
@@ -277,8 +278,10 @@ typedef struct pdr_config {
         double hash_load_factor;      /* default 1.5: no worker seeded above this times the mean load */
     } cache_aware;
     struct {
-        int64_t max_index_bytes; /* default 64 MiB: the precise prefix index's hard cap, all workers */
-        int resync_messages;     /* default 32: consecutive messages after a gap before a worker counts */
+        int64_t max_index_bytes;   /* default 64 MiB: the precise prefix index's hard cap, all workers */
+        int resync_messages;       /* default 32: consecutive messages after a gap before a worker counts */
+        int64_t max_message_bytes; /* default 1 MiB: a frame's cap (ZMQ_MAXMSGSIZE) */
+        int queue_messages;        /* default 256: messages queued per publisher (ZMQ_RCVHWM) */
     } kv_events;
     struct {
         pdr_relay_t relay; /* default first_byte: from the decode's first body byte */

@@ -66,6 +66,21 @@
 #define PDR_DEF_H2_MAX_CONCURRENT_STREAMS 100
 #define PDR_MAX_H2_MAX_CONCURRENT_STREAMS 100 /* h2o 2.2.5 refuses streams past 100 open itself */
 #define PDR_DEF_H2_MAX_CONTROL_FRAMES 1000
+/* Items of one batched request (a prompt array, input_ids lists, chat n): each costs the router a room,
+ * a ticket and bytes in both legs' bodies, and the loop builds them in one go. 1024 items make legs of a
+ * few hundred KiB; a client with more sends several requests. */
+#define PDR_DEF_MAX_BATCH_ITEMS 1024
+/* A KV event publisher (router/kv_events.c): one message is one engine step's events, and a step stores
+ * at most the engine's tokens per step (its chunked-prefill size, thousands of tokens by default: tens
+ * of KiB of BlockStored); 1 MiB holds about 190 000 tokens. Past it libzmq drops the publisher's connection
+ * (ZMQ_MAXMSGSIZE). 256 messages queued per publisher (ZMQ_RCVHWM; past it libzmq drops messages, seen
+ * as a gap) bound what one publisher can make the router hold to 256 times the message cap. */
+#define PDR_DEF_KV_MAX_MESSAGE_BYTES ((int64_t)1 << 20)
+#define PDR_MIN_KV_MAX_MESSAGE_BYTES 4096
+#define PDR_MAX_KV_MAX_MESSAGE_BYTES ((int64_t)16 << 20) /* PDR_KV_MAX_PAYLOAD: the decoder's ceiling */
+#define PDR_DEF_KV_QUEUE_MESSAGES 256
+#define PDR_MAX_KV_QUEUE_MESSAGES 1000000
+#define PDR_MAX_MAX_BATCH_ITEMS 1000000
 #define PDR_MAX_H2_MAX_CONTROL_FRAMES 10000000
 #define PDR_MAX_CLIENT_CONNECTIONS 10000000
 /* Admission: sglang's router defaults (--queue-size 100, --queue-timeout-secs 60). */

@@ -641,6 +641,9 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     }
     CHECK_RANGE(c->kv_events.max_index_bytes, 4096, (int64_t)1 << 40, "kv_events.max_index_bytes");
     CHECK_RANGE(c->kv_events.resync_messages, 1, 1000000, "kv_events.resync_messages");
+    CHECK_RANGE(c->kv_events.max_message_bytes, PDR_MIN_KV_MAX_MESSAGE_BYTES, PDR_MAX_KV_MAX_MESSAGE_BYTES,
+                "kv_events.max_message_bytes");
+    CHECK_RANGE(c->kv_events.queue_messages, 1, PDR_MAX_KV_QUEUE_MESSAGES, "kv_events.queue_messages");
     if (!(c->cache_aware.cache_threshold >= 0 && c->cache_aware.cache_threshold <= 1)) {
         pdr__config_err(err, errlen, "cache_aware.cache_threshold: %g is out of range, expected 0..1",
                         c->cache_aware.cache_threshold);
@@ -687,6 +690,7 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->limits.max_header_bytes, PDR_MIN_MAX_HEADER_BYTES, PDR_MAX_MAX_HEADER_BYTES,
                 "limits.max_header_bytes");
     CHECK_RANGE(c->limits.max_headers, 1, PDR_MAX_MAX_HEADERS, "limits.max_headers");
+    CHECK_RANGE(c->limits.max_batch_items, 1, PDR_MAX_MAX_BATCH_ITEMS, "limits.max_batch_items");
     /* Client side (router/limits.c, conn.c): */
     CHECK_RANGE(c->timeouts.client_header_ms, 1, PDR_MAX_MS, "timeouts.client_header_ms");
     CHECK_RANGE(c->timeouts.client_body_ms, 1, PDR_MAX_MS, "timeouts.client_body_ms");

@@ -159,6 +159,7 @@ static const struct field limits_fields[] = {
     {"max_header_bytes", F_INT, CONF(limits.max_header_bytes), PDR_MIN_MAX_HEADER_BYTES,
      PDR_MAX_MAX_HEADER_BYTES, NULL},
     {"max_headers", F_INT, CONF(limits.max_headers), 1, PDR_MAX_MAX_HEADERS, NULL},
+    {"max_batch_items", F_INT, CONF(limits.max_batch_items), 1, PDR_MAX_MAX_BATCH_ITEMS, NULL},
     {"max_client_connections", F_INT, CONF(limits.max_client_connections), 0, PDR_MAX_CLIENT_CONNECTIONS,
      NULL},
     {"max_idle_client_connections", F_INT, CONF(limits.max_idle_client_connections), 0,
@@ -229,6 +230,9 @@ static const struct field kv_admission_fields[] = {
 static const struct field kv_events_fields[] = {
     {"max_index_bytes", F_INT64, CONF(kv_events.max_index_bytes), 4096, (int64_t)1 << 40, NULL},
     {"resync_messages", F_INT, CONF(kv_events.resync_messages), 1, 1000000, NULL},
+    {"max_message_bytes", F_INT64, CONF(kv_events.max_message_bytes), PDR_MIN_KV_MAX_MESSAGE_BYTES,
+     PDR_MAX_KV_MAX_MESSAGE_BYTES, NULL},
+    {"queue_messages", F_INT, CONF(kv_events.queue_messages), 1, PDR_MAX_KV_QUEUE_MESSAGES, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field cache_aware_fields[] = {

@@ -1,7 +1,8 @@
 /*
  * The access log (log.access): each loop buffers its lines and writes them in batches (every
- * ALOG_FLUSH_MS, or when the buffer fills), off the request path; lines of client-aborted requests are
- * rate-limited. The loop's own thread only. Calls nothing of server.c, pd.c or admin.c.
+ * ALOG_FLUSH_MS, or when the buffer fills), off the request path; lines of client-aborted requests and
+ * of refused requests are rate-limited, each kind by a bucket of its own. The loop's own thread only. Calls
+ * nothing of server.c, pd.c or admin.c.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -31,49 +32,73 @@ static void alog_flush(pdr_thread_t *t)
     t->alog_len = 0;
 }
 
+/* Lines of client-aborted and of refused requests, each kind at most this many a second per loop (a
+ * burst of as many); the rest are counted in a summary line written at the next flush. */
 #define ALOG_ABORT_PER_S 100
+#define ALOG_REFUSED_PER_S 100
 
-static void alog_summary(pdr_thread_t *t)
+static void alog_summary(pdr_thread_t *t, uint64_t *suppressed, const char *error, const char *what,
+                         int per_s)
 {
     char line[192];
     int n = snprintf(line, sizeof(line),
                      "{\"ts_us\":%" PRIu64 ",\"suppressed\":%" PRIu64
-                     ",\"error\":\"client_abort\",\"note\":\"lines of "
-                     "client-aborted requests over %d/s per loop\"}\n",
-                     pdr_wall_us(), t->alog_suppressed, ALOG_ABORT_PER_S);
-    t->alog_suppressed = 0;
+                     ",\"error\":\"%s\",\"note\":\"lines of %s requests over %d/s per loop\"}\n",
+                     pdr_wall_us(), *suppressed, error, what, per_s);
+    *suppressed = 0;
     pdr_access_log(t, line, (size_t)n);
+}
+
+static void alog_summaries(pdr_thread_t *t)
+{
+    if (t->alog_suppressed > 0)
+        alog_summary(t, &t->alog_suppressed, "client_abort", "client-aborted", ALOG_ABORT_PER_S);
+    if (t->alog_refused_suppressed > 0)
+        alog_summary(t, &t->alog_refused_suppressed, "refused", "refused", ALOG_REFUSED_PER_S);
 }
 
 static void on_alog_timer(uv_timer_t *h)
 {
     pdr_thread_t *t = h->data;
-    if (t->alog_suppressed > 0)
-        alog_summary(t);
+    alog_summaries(t);
     if (t->alog_len > 0)
         alog_flush(t);
 }
 
-void pdr_access_log_aborted(pdr_thread_t *t, const char *line, size_t len)
+/* One line through a token bucket of per_s lines a second: written, or counted in *suppressed. */
+static void alog_limited(pdr_thread_t *t, double *tokens, uint64_t *last_ms, uint64_t *suppressed, int per_s,
+                         const char *line, size_t len)
 {
     if (t->r->access_fd < 0 || t->alog == NULL)
         return;
     uint64_t now = pdr_now_ms();
-    t->alog_abort_tokens += (double)(now - t->alog_abort_ms) * ALOG_ABORT_PER_S / 1000;
-    if (t->alog_abort_tokens > ALOG_ABORT_PER_S)
-        t->alog_abort_tokens = ALOG_ABORT_PER_S;
-    t->alog_abort_ms = now;
-    if (t->alog_abort_tokens >= 1) {
-        t->alog_abort_tokens -= 1;
+    *tokens += (double)(now - *last_ms) * per_s / 1000;
+    if (*tokens > per_s)
+        *tokens = per_s;
+    *last_ms = now;
+    if (*tokens >= 1) {
+        *tokens -= 1;
         pdr_access_log(t, line, len);
         return;
     }
-    t->alog_suppressed++;
+    (*suppressed)++;
     t->m.alog_suppressed_total++;
     if (t->alog_closed)
-        alog_summary(t);
+        alog_summaries(t);
     else if (!uv_is_active((uv_handle_t *)&t->alog_timer))
         uv_timer_start(&t->alog_timer, on_alog_timer, ALOG_FLUSH_MS, 0);
+}
+
+void pdr_access_log_aborted(pdr_thread_t *t, const char *line, size_t len)
+{
+    alog_limited(t, &t->alog_abort_tokens, &t->alog_abort_ms, &t->alog_suppressed, ALOG_ABORT_PER_S, line,
+                 len);
+}
+
+void pdr_access_log_refused(pdr_thread_t *t, const char *line, size_t len)
+{
+    alog_limited(t, &t->alog_refused_tokens, &t->alog_refused_ms, &t->alog_refused_suppressed,
+                 ALOG_REFUSED_PER_S, line, len);
 }
 
 void pdr_access_log(pdr_thread_t *t, const char *line, size_t len)
@@ -98,6 +123,8 @@ int pdr__access_log_init(pdr_thread_t *t)
 {
     t->alog_abort_tokens = ALOG_ABORT_PER_S;
     t->alog_abort_ms = pdr_now_ms();
+    t->alog_refused_tokens = ALOG_REFUSED_PER_S;
+    t->alog_refused_ms = t->alog_abort_ms;
     if (t->r->access_fd >= 0) {
         t->alog_cap = ALOG_MAX;
         t->alog = malloc(t->alog_cap);
@@ -109,8 +136,7 @@ int pdr__access_log_init(pdr_thread_t *t)
 
 void pdr__access_log_close(pdr_thread_t *t)
 {
-    if (t->alog_suppressed > 0)
-        alog_summary(t);
+    alog_summaries(t);
     if (t->alog_len > 0)
         alog_flush(t);
     uv_timer_stop(&t->alog_timer);

@@ -38,23 +38,30 @@ typedef struct admin_handler {
     pdr_router_t *r;
 } admin_handler_t;
 
-static int authorized(pdr_router_t *r, h2o_req_t *req)
+typedef enum { AUTH_OK = 0, AUTH_MISSING, AUTH_WRONG, AUTH_DUPLICATED } auth_result_t;
+
+/* The bearer token check. A request with more than one Authorization field is refused whatever they
+ * hold: the field is not a list (RFC 9110 section 11.6.2), and judging one of two lets a proxy in front
+ * and the router disagree on which credential was used. */
+static auth_result_t authorized(pdr_router_t *r, h2o_req_t *req)
 {
-    if (r->admin_token == NULL)
-        return 1;
     ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
+    if (i >= 0 && h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, i) >= 0)
+        return AUTH_DUPLICATED;
+    if (r->admin_token == NULL)
+        return AUTH_OK;
     if (i < 0)
-        return 0;
+        return AUTH_MISSING;
     h2o_iovec_t v = req->headers.entries[i].value;
     if (v.len < 7 || !h2o_lcstris(v.base, 7, H2O_STRLIT("bearer ")))
-        return 0;
+        return AUTH_WRONG;
     const char *tok = v.base + 7;
     size_t len = v.len - 7;
     while (len > 0 && *tok == ' ') {
         tok++;
         len--;
     }
-    return len == r->admin_token_len && CRYPTO_memcmp(tok, r->admin_token, len) == 0;
+    return len == r->admin_token_len && CRYPTO_memcmp(tok, r->admin_token, len) == 0 ? AUTH_OK : AUTH_WRONG;
 }
 
 static void method_not_allowed(h2o_req_t *req, const char *allow)
@@ -676,7 +683,16 @@ static int on_admin_req(h2o_handler_t *self, h2o_req_t *req)
         pdr_metrics_count_request(&t->m, PDR_MR_OTHER, req->res.status, 0, -1);
         return 0;
     }
-    if (!authorized(r, req)) {
+    auth_result_t auth = authorized(r, req);
+    if (auth == AUTH_DUPLICATED) {
+        t->m.admin_auth_refused[PDR_ADMIN_AUTH_DUPLICATED]++;
+        pdr_send_error(req, 400, "invalid_request_error",
+                       "more than one Authorization header: send the bearer token once", 0);
+        pdr_metrics_count_request(&t->m, PDR_MR_OTHER, 400, 0, -1);
+        return 0;
+    }
+    if (auth != AUTH_OK) {
+        t->m.admin_auth_refused[auth == AUTH_MISSING ? PDR_ADMIN_AUTH_MISSING : PDR_ADMIN_AUTH_WRONG]++;
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL,
                        H2O_STRLIT("Bearer realm=\"pdrouter-admin\""));
         pdr_send_error(req, 401, "authentication_error",

@@ -707,7 +707,7 @@ static int h2_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
     }
     uint64_t held = cc->h2g.held, over = cc->h2g.bodies_over_budget;
     h2_set_budget(cc);
-    int v = pdr_h2guard_feed(&cc->h2g, sock->input->bytes + pre, size - pre);
+    int v = pdr_h2guard_feed(&cc->h2g, sock->input->bytes, pre, &sock->input->size);
     h2_account(cc, held);
     if (cc->h2g.bodies_over_budget != over) {
         cc->t->m.h2_bodies_over_budget_total += cc->h2g.bodies_over_budget - over;
@@ -780,7 +780,7 @@ static void h2_refuse(client_conn_t *cc, h2o_socket_t *sock, h2o_socket_cb next,
     } else {
         int limit = cc->t->config->limits.h2_max_control_frames;
         snprintf(debug, sizeof(debug),
-                 "more than %d SETTINGS, PING, PRIORITY or CONTINUATION frames in %d s "
+                 "more than %d SETTINGS, PING, PRIORITY, CONTINUATION or unknown-type frames in %d s "
                  "(limits.h2_max_control_frames)",
                  limit, CONTROL_WINDOW_MS / 1000);
         cc->t->m.h2_control_floods_total++;

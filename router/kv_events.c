@@ -8,8 +8,16 @@
  * libzmq adds one I/O thread of its own (the context's); the sockets are used from loop 0 only.
  *
  * Loop integration: each socket's ZMQ_FD is polled with uv_poll for readability. That fd is
- * edge-triggered and only says "ZMQ_EVENTS may have changed": after each wake the socket is drained
- * with ZMQ_DONTWAIT until EAGAIN, and ZMQ_EVENTS is re-checked before going back to the loop.
+ * edge-triggered and only says "ZMQ_EVENTS may have changed": after each wake the socket is read with
+ * ZMQ_DONTWAIT until EAGAIN, and ZMQ_EVENTS is re-checked before going back to the loop. Each publisher
+ * has a budget per loop turn (KV_TURN_MESSAGES messages or KV_TURN_BYTES bytes): past it the rest waits
+ * for the next turn (an idle handle keeps the loop turning while any publisher has messages left), so
+ * that health checks, the admin API and loop 0's requests never wait behind a flood of events.
+ *
+ * Bounds: kv_events.max_message_bytes (ZMQ_MAXMSGSIZE: libzmq drops the connection of a publisher that
+ * sends a bigger frame, before reading it; the socket reconnects) and kv_events.queue_messages
+ * (ZMQ_RCVHWM: past it libzmq drops messages, seen here as a sequence gap). A monitor socket per
+ * subscriber counts the connections that end.
  *
  * Membership: a once-a-second tick on loop 0 compares the subscribers with the pool's workers and
  * opens or closes sockets (so added, discovered, reloaded and removed workers need no hook of their
@@ -31,8 +39,9 @@
 #include "util.h"
 
 #define KV_TICK_MS 1000
-#define KV_RCVHWM 10000 /* messages queued per socket before libzmq drops (a gap, seen as such) */
 #define KV_LOG_EVERY_MS 5000
+#define KV_TURN_MESSAGES 64
+#define KV_TURN_BYTES (64 * 1024)
 
 typedef struct kv_sub {
     pdr_dlink_t link; /* on ke->subs */
@@ -40,11 +49,17 @@ typedef struct kv_sub {
     uint64_t uid;
     char *url, *endpoint;
     void *sock;
-    uv_poll_t poll;
+    void *mon; /* the PAIR end of the socket's monitor: its disconnections */
+    uv_poll_t poll, mon_poll;
+    int handles; /* handles not closed yet (the sub is freed with the last) */
     int mark;
+    int pending;                 /* messages left for the next loop turn (the budget ran out) */
     uint64_t applied, malformed; /* atomic (read by the metrics) */
     uint64_t unknown_events;     /* atomic */
+    uint64_t yields;             /* atomic: turns that ended with messages left */
+    uint64_t disconnects;        /* atomic: connections to the publisher that ended */
     uint64_t log_ms;             /* the last warning about this publisher */
+    uint64_t disc_log_ms;        /* the last line about a disconnection */
 } kv_sub_t;
 
 #define SUB_OF(l) PDR_DLINK_ITEM(l, kv_sub_t, link)
@@ -56,6 +71,7 @@ struct pdr_kv_events {
     pthread_mutex_t lock; /* subs (the list; loop 0 changes it, the metrics read it) */
     pdr_dlink_t *subs;
     uv_timer_t timer;
+    uv_idle_t idle; /* runs while a publisher has messages left past its budget */
     int timer_live;
     uint64_t unhashed_seen; /* the index's unhashed lookups already counted as fall-backs */
 };
@@ -125,11 +141,13 @@ static void handle_message(kv_sub_t *s, zmq_msg_t *f, int nframes)
                  s->endpoint, s->url, have_seq ? " " : "", have_seq ? "(sequence number known)" : "", err);
 }
 
-/* Receives one whole message (all its frames) without blocking. Returns 0 when none was waiting. */
-static int recv_one(kv_sub_t *s)
+/* Receives one whole message (all its frames) without blocking. Returns its bytes plus one (0: none was
+ * waiting). */
+static size_t recv_one(kv_sub_t *s)
 {
     zmq_msg_t f[3];
     int n = 0, more = 1;
+    size_t bytes = 1;
     while (more) {
         zmq_msg_t m;
         zmq_msg_init(&m);
@@ -142,6 +160,7 @@ static int recv_one(kv_sub_t *s)
             continue;
         }
         more = zmq_msg_more(&m);
+        bytes += zmq_msg_size(&m);
         if (n < 3)
             f[n] = m;
         else
@@ -153,10 +172,60 @@ static int recv_one(kv_sub_t *s)
     handle_message(s, f, n);
     for (int i = 0; i < n && i < 3; i++)
         zmq_msg_close(&f[i]);
-    return 1;
+    return bytes;
+}
+
+static void on_idle(uv_idle_t *h);
+
+/* Reads the publisher's messages within one turn's budget; with messages left, s->pending is set and the
+ * idle handle brings the next turn's share. */
+static void drain(kv_sub_t *s)
+{
+    size_t msgs = 0, bytes = 0, got;
+    s->pending = 0;
+    for (;;) {
+        int ev = 0;
+        size_t sz = sizeof(ev);
+        if (zmq_getsockopt(s->sock, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN))
+            return;
+        while (msgs < KV_TURN_MESSAGES && bytes < KV_TURN_BYTES && (got = recv_one(s)) > 0) {
+            msgs++;
+            bytes += got;
+        }
+        if (msgs >= KV_TURN_MESSAGES || bytes >= KV_TURN_BYTES)
+            break;
+    }
+    s->pending = 1;
+    __atomic_add_fetch(&s->yields, 1, __ATOMIC_RELAXED);
+    if (!uv_is_active((uv_handle_t *)&s->ke->idle))
+        uv_idle_start(&s->ke->idle, on_idle);
 }
 
 static void on_readable(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    drain(h->data);
+}
+
+/* Loop 0, once a turn while some publisher has messages left: each such publisher's next share. */
+static void on_idle(uv_idle_t *h)
+{
+    struct pdr_kv_events *ke = h->data;
+    int left = 0;
+    for (pdr_dlink_t *l = ke->subs; l != NULL; l = l->next) {
+        kv_sub_t *s = SUB_OF(l);
+        if (s->pending)
+            drain(s);
+        left |= s->pending;
+    }
+    if (!left)
+        uv_idle_stop(h);
+}
+
+/* The monitor's events (ZMQ_EVENT_DISCONNECTED): each is two frames, the event (16-bit id, 32-bit
+ * value) and the endpoint. */
+static void on_monitor(uv_poll_t *h, int status, int events)
 {
     kv_sub_t *s = h->data;
     (void)status;
@@ -164,16 +233,37 @@ static void on_readable(uv_poll_t *h, int status, int events)
     for (;;) {
         int ev = 0;
         size_t sz = sizeof(ev);
-        if (zmq_getsockopt(s->sock, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN))
-            break;
-        while (recv_one(s))
-            ;
+        if (zmq_getsockopt(s->mon, ZMQ_EVENTS, &ev, &sz) != 0 || !(ev & ZMQ_POLLIN))
+            return;
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        while (zmq_msg_recv(&m, s->mon, ZMQ_DONTWAIT) >= 0) {
+            uint16_t id = 0;
+            if (!zmq_msg_more(&m) || zmq_msg_size(&m) != 6) /* the endpoint frame */
+                continue;
+            memcpy(&id, zmq_msg_data(&m), sizeof(id));
+            if (id != ZMQ_EVENT_DISCONNECTED)
+                continue;
+            __atomic_add_fetch(&s->disconnects, 1, __ATOMIC_RELAXED);
+            uint64_t now = pdr_now_ms();
+            if (s->disc_log_ms == 0 || now - s->disc_log_ms >= KV_LOG_EVERY_MS) {
+                s->disc_log_ms = now;
+                pdr_warn("kv events from %s (%s): the connection to the publisher ended (it closed it, or "
+                         "sent a message over kv_events.max_message_bytes, %lld bytes); reconnecting, "
+                         "messages lost meanwhile show as a sequence gap",
+                         s->endpoint, s->url, (long long)s->ke->r->config->kv_events.max_message_bytes);
+            }
+        }
+        zmq_msg_close(&m);
     }
 }
 
 static void on_sub_closed(uv_handle_t *h)
 {
     kv_sub_t *s = h->data;
+    if (--s->handles > 0)
+        return;
+    zmq_close(s->mon);
     zmq_close(s->sock);
     free(s->url);
     free(s->endpoint);
@@ -183,8 +273,11 @@ static void on_sub_closed(uv_handle_t *h)
 static void sub_close(kv_sub_t *s)
 {
     pdr_kvindex_remove_worker(s->ke->ix, s->uid);
+    s->pending = 0;
     uv_poll_stop(&s->poll);
     uv_close((uv_handle_t *)&s->poll, on_sub_closed);
+    uv_poll_stop(&s->mon_poll);
+    uv_close((uv_handle_t *)&s->mon_poll, on_sub_closed);
 }
 
 /*
@@ -232,20 +325,30 @@ static kv_sub_t *sub_open(struct pdr_kv_events *ke, const pdr_worker_t *w)
         return NULL;
     }
     s->sock = zmq_socket(ke->zctx, ZMQ_SUB);
-    int fd = -1;
+    s->mon = zmq_socket(ke->zctx, ZMQ_PAIR);
+    int fd = -1, mfd = -1;
     size_t fdlen = sizeof(fd);
-    int hwm = KV_RCVHWM, linger = 0, ivl_max = 5000;
-    int64_t maxmsg = (int64_t)PDR_KV_MAX_PAYLOAD + 4096;
-    if (s->url == NULL || s->endpoint == NULL || s->sock == NULL ||
+    const pdr_config_t *c = ke->r->config;
+    int hwm = c->kv_events.queue_messages, linger = 0, ivl_max = 5000;
+    int64_t maxmsg = c->kv_events.max_message_bytes;
+    char mon_addr[64];
+    snprintf(mon_addr, sizeof(mon_addr), "inproc://pdr-kv-monitor-%" PRIu64, s->uid);
+    if (s->url == NULL || s->endpoint == NULL || s->sock == NULL || s->mon == NULL ||
         zmq_setsockopt(s->sock, ZMQ_SUBSCRIBE, "", 0) != 0 ||
         zmq_setsockopt(s->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm)) != 0 ||
         zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof(linger)) != 0 ||
         zmq_setsockopt(s->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max)) != 0 ||
         zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) != 0 ||
-        zmq_connect(s->sock, s->endpoint) != 0 || zmq_getsockopt(s->sock, ZMQ_FD, &fd, &fdlen) != 0 ||
+        zmq_setsockopt(s->mon, ZMQ_LINGER, &linger, sizeof(linger)) != 0 ||
+        zmq_socket_monitor(s->sock, mon_addr, ZMQ_EVENT_DISCONNECTED) != 0 ||
+        zmq_connect(s->mon, mon_addr) != 0 || zmq_connect(s->sock, s->endpoint) != 0 ||
+        zmq_getsockopt(s->sock, ZMQ_FD, &fd, &fdlen) != 0 ||
+        zmq_getsockopt(s->mon, ZMQ_FD, &mfd, &fdlen) != 0 ||
         uv_poll_init(ke->r->threads[0].loop, &s->poll, fd) != 0) {
         pdr_warn("kv events: cannot subscribe to %s for %s %s: %s", w->conf.kv_events, pdr_role_name(w->role),
                  w->conf.url, zmq_strerror(zmq_errno()));
+        if (s->mon != NULL)
+            zmq_close(s->mon);
         if (s->sock != NULL)
             zmq_close(s->sock);
         free(s->url);
@@ -254,7 +357,20 @@ static kv_sub_t *sub_open(struct pdr_kv_events *ke, const pdr_worker_t *w)
         return NULL;
     }
     s->poll.data = s;
+    s->mon_poll.data = s;
+    int rc = uv_poll_init(ke->r->threads[0].loop, &s->mon_poll, mfd);
+    if (rc != 0) {
+        pdr_warn("kv events: cannot subscribe to %s for %s %s: %s", w->conf.kv_events, pdr_role_name(w->role),
+                 w->conf.url, uv_strerror(rc));
+        s->handles = 1;
+        uv_close((uv_handle_t *)&s->poll, on_sub_closed); /* frees s */
+        return NULL;
+    }
+    s->handles = 2;
     uv_poll_start(&s->poll, UV_READABLE, on_readable);
+    uv_poll_start(&s->mon_poll, UV_READABLE, on_monitor);
+    /* libzmq signals the descriptor for a pipe only after a read found it empty: read it once now. */
+    on_monitor(&s->mon_poll, 0, 0);
     pdr_info("kv events: subscribed to %s for %s %s", s->endpoint, pdr_role_name(w->role), s->url);
     return s;
 }
@@ -343,6 +459,8 @@ int pdr_kv_events_start(pdr_router_t *r)
     pthread_mutex_init(&ke->lock, NULL);
     uv_timer_init(r->threads[0].loop, &ke->timer);
     ke->timer.data = ke;
+    uv_idle_init(r->threads[0].loop, &ke->idle);
+    ke->idle.data = ke;
     ke->timer_live = 1;
     uv_timer_start(&ke->timer, on_tick, 0, KV_TICK_MS);
     r->kv_events = ke;
@@ -357,6 +475,8 @@ void pdr_kv_events_stop(pdr_router_t *r)
     ke->timer_live = 0;
     uv_timer_stop(&ke->timer);
     uv_close((uv_handle_t *)&ke->timer, NULL);
+    uv_idle_stop(&ke->idle);
+    uv_close((uv_handle_t *)&ke->idle, NULL);
     pthread_mutex_lock(&ke->lock);
     while (ke->subs != NULL) {
         kv_sub_t *s = SUB_OF(ke->subs);
@@ -426,6 +546,13 @@ void pdr_kv_events_metrics(pdr_router_t *r, pdr_kv_events_put_cb put, void *o)
         {"pdr_kv_events_orphan_blocks_total",
          "Stored blocks whose parent the index did not know (not indexed).", "counter"},
         {"pdr_kv_events_unknown_total", "Events with a tag the router does not know (skipped).", "counter"},
+        {"pdr_kv_events_budget_yields_total",
+         "Loop turns that left the publisher's messages for the next turn (its budget per turn was spent).",
+         "counter"},
+        {"pdr_kv_events_disconnects_total",
+         "Connections to the publisher that ended: it closed them, or sent a message over "
+         "kv_events.max_message_bytes.",
+         "counter"},
     };
     pthread_mutex_lock(&ke->lock);
     for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
@@ -447,7 +574,9 @@ void pdr_kv_events_metrics(pdr_router_t *r, pdr_kv_events_put_cb put, void *o)
                          : k == 4 ? (uint64_t)ws.synced
                          : k == 5 ? ws.blocks
                          : k == 6 ? ws.orphans
-                                  : __atomic_load_n(&s->unknown_events, __ATOMIC_RELAXED);
+                         : k == 7 ? __atomic_load_n(&s->unknown_events, __ATOMIC_RELAXED)
+                         : k == 8 ? __atomic_load_n(&s->yields, __ATOMIC_RELAXED)
+                                  : __atomic_load_n(&s->disconnects, __ATOMIC_RELAXED);
             put(o, "%s{worker=\"%s\"} %llu\n", fam[k].name, s->url, (unsigned long long)v);
         }
     }

@@ -174,6 +174,9 @@ static const struct {
      "Requests answered 413 for a body above limits.max_body_bytes (HTTP/1 Content-Length or chunked, "
      "HTTP/2 content-length or DATA; the chunk guard's are pdr_http_chunk_too_large_total).",
      offsetof(pdr_metrics_t, body_too_large_total)},
+    {"pdr_batch_too_large_total",
+     "PD requests answered 400 for more batch items than limits.max_batch_items, before any per-item work.",
+     offsetof(pdr_metrics_t, batch_too_large_total)},
     {"pdr_http_client_header_timeouts_total",
      "HTTP/1 connections answered 408 and closed: the request head did not arrive within "
      "timeouts.client_header_ms (TLS connections whose handshake did not end within it included).",
@@ -190,8 +193,8 @@ static const struct {
      "Times accepting paused because limits.max_client_connections client connections were open.",
      offsetof(pdr_metrics_t, accept_paused_total)},
     {"pdr_h2_control_floods_total",
-     "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM for sending more SETTINGS, PING, PRIORITY and "
-     "CONTINUATION frames than limits.h2_max_control_frames allows.",
+     "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM for sending more SETTINGS, PING, PRIORITY, "
+     "CONTINUATION and unknown-type frames than limits.h2_max_control_frames allows.",
      offsetof(pdr_metrics_t, h2_control_floods_total)},
     {"pdr_tls_client_read_failures_total",
      "TLS client connections whose read failed (the client reset or closed the connection): closed at once "
@@ -229,8 +232,8 @@ static const struct {
      "fault (ticket.key_file differs), answered 502 naming the worker.",
      offsetof(pdr_metrics_t, tickets_refused_total)},
     {"pdr_access_log_suppressed_total",
-     "Access-log lines of client-aborted requests not written because they came faster than 100/s per loop "
-     "(summary lines count them).",
+     "Access-log lines of client-aborted requests, and of requests refused before any worker was chosen, not "
+     "written because they came faster than 100/s per loop, each kind (summary lines count them).",
      offsetof(pdr_metrics_t, alog_suppressed_total)},
 };
 static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
@@ -258,6 +261,8 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
         t->vllm_kv_release[k] += m->vllm_kv_release[k];
     for (int k = 0; k < PDR_DISAGG__COUNT; k++)
         t->disagg_decisions[k] += m->disagg_decisions[k];
+    for (int k = 0; k < PDR_ADMIN_AUTH__COUNT; k++)
+        t->admin_auth_refused[k] += m->admin_auth_refused[k];
     for (size_t i = 0; i < sizeof(plain_counters) / sizeof(plain_counters[0]); i++)
         *(uint64_t *)((char *)t + plain_counters[i].off) +=
             *(const uint64_t *)((const char *)m + plain_counters[i].off);
@@ -369,6 +374,14 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
     for (int k = 0; k < PDR_DISAGG__COUNT; k++)
         put(&o, "pdr_disagg_decisions_total{decision=\"%s\"} %llu\n", pdr_disagg_decision_names[k],
             (unsigned long long)m->disagg_decisions[k]);
+    static const char *const auth_reasons[PDR_ADMIN_AUTH__COUNT] = {"missing", "wrong", "duplicated"};
+    put(&o,
+        "# HELP pdr_admin_auth_refused_total Admin API requests refused for their credentials: missing or "
+        "wrong token (401), more than one Authorization header (400).\n"
+        "# TYPE pdr_admin_auth_refused_total counter\n");
+    for (int k = 0; k < PDR_ADMIN_AUTH__COUNT; k++)
+        put(&o, "pdr_admin_auth_refused_total{reason=\"%s\"} %llu\n", auth_reasons[k],
+            (unsigned long long)m->admin_auth_refused[k]);
     for (size_t i = 0; i < sizeof(plain_counters) / sizeof(plain_counters[0]); i++)
         put(&o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", plain_counters[i].name, plain_counters[i].help,
             plain_counters[i].name, plain_counters[i].name,

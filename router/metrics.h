@@ -33,6 +33,9 @@ enum {
     PDR_CAUSE__COUNT
 };
 
+/* Admin API requests refused for their credentials (admin.c), by reason. */
+enum { PDR_ADMIN_AUTH_MISSING = 0, PDR_ADMIN_AUTH_WRONG, PDR_ADMIN_AUTH_DUPLICATED, PDR_ADMIN_AUTH__COUNT };
+
 /* Outcomes of the decode legs that release KV a client left on a vLLM prefill (pd_vllm.c). */
 enum { PDR_KV_RELEASE_OK = 0, PDR_KV_RELEASE_FAILED, PDR_KV_RELEASE_TIMEOUT, PDR_KV_RELEASE__COUNT };
 
@@ -65,6 +68,7 @@ typedef struct pdr_metrics {
     uint64_t headers_too_large_total; /* requests answered 431 or 414 (limits.max_headers/max_header_bytes) */
     /* Client-side limits (router/limits.c, conn.c): */
     uint64_t body_too_large_total;            /* requests answered 413 (limits.max_body_bytes) */
+    uint64_t batch_too_large_total;           /* requests answered 400 (limits.max_batch_items) */
     uint64_t client_header_timeouts_total;    /* 408: the head did not arrive in timeouts.client_header_ms */
     uint64_t client_body_timeouts_total;      /* 408: the body paused longer than timeouts.client_body_ms */
     uint64_t keepalive_closed_total;          /* idle keep-alive connections closed (timeout or idle cap) */
@@ -82,6 +86,7 @@ typedef struct pdr_metrics {
     uint64_t bytes_in_total, bytes_out_total;
     uint64_t vllm_kv_release[PDR_KV_RELEASE__COUNT]; /* by outcome */
     uint64_t disagg_decisions[3]; /* conditional disaggregation, by pdr_disagg_decision_t (disagg.h) */
+    uint64_t admin_auth_refused[PDR_ADMIN_AUTH__COUNT];
     pdr_hist_t duration[PDR_MR__COUNT];
     pdr_hist_t ttfb[PDR_MR__COUNT];
     /* LLM latencies of PD routes (docs/metrics.md has the exact definitions). */

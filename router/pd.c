@@ -99,6 +99,7 @@ typedef struct pd_req {
 
     unsigned started : 1, send_inflight : 1, final_sent : 1, stopped : 1, errored : 1, broken : 1;
     unsigned client_aborted : 1; /* the client went away before the end (error_cause "client_abort") */
+    unsigned refused : 1;        /* answered by admission, no worker chosen: its log line is rate-limited */
     unsigned lingering : 1;      /* the client's response is over; the prefill leg is read to its end */
     unsigned recheck : 1;        /* advance() waits for the prefill leg's connect: look again in 1 ms */
     uint64_t d_failed_ns;        /* when the decode's failure was seen with the prefill leg outstanding */
@@ -2125,6 +2126,8 @@ static void write_access_log(pd_req_t *x)
     size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
     if (status == 499 && x->client_aborted)
         pdr_access_log_aborted(x->t, line, len);
+    else if (x->refused)
+        pdr_access_log_refused(x->t, line, len);
     else
         pdr_access_log(x->t, line, len);
 }
@@ -2262,6 +2265,7 @@ static void queue_refused(pd_req_t *x, pdr_admit_reject_t why, const char *cause
 {
     pdr_admit_count_reject(why);
     x->error_cause = cause;
+    x->refused = 1;
     fail_response(x, 503, "service_unavailable", msg, 1);
 }
 
@@ -2321,6 +2325,7 @@ static void admit_refused(pd_req_t *x, pdr_admit_result_t res)
 {
     const pdr_config_t *c = x->conf;
     char msg[200];
+    x->refused = 1;
     if (res == PDR_ADMIT_FULL || res == PDR_ADMIT_RATE) {
         int retry = 1;
         if (res == PDR_ADMIT_FULL) {
@@ -2379,7 +2384,7 @@ static int refuse(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
                  "\"bytes_in\":%zu,\"bytes_out\":0,\"error\":\"%s\",\"retry_error\":null,\"disagg\":null}\n",
                  pdr_wall_us(), id, trace, names[route], status, req->entity.len, cause);
     if (n > 0 && (size_t)n < sizeof(line))
-        pdr_access_log(t, line, (size_t)n);
+        pdr_access_log_refused(t, line, (size_t)n);
     return 0;
 }
 
@@ -2419,6 +2424,14 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
         return refuse(t, req, route, mroute, 503, "service_unavailable", err, 1, "out_of_memory");
     if (prc != 0)
         return refuse(t, req, route, mroute, 400, "invalid_request_error", err, 0, "invalid_request");
+    if (pr.batch > (size_t)c->limits.max_batch_items) {
+        /* Before any per-item work: rooms, tickets and the legs' bodies grow with the items. */
+        snprintf(err, sizeof(err), "the batch has %zu items, more than limits.max_batch_items (%d)", pr.batch,
+                 c->limits.max_batch_items);
+        pdr_pdreq_clear(&pr);
+        t->m.batch_too_large_total++;
+        return refuse(t, req, route, mroute, 400, "invalid_request_error", err, 0, "batch_too_large");
+    }
     long pool;
     char pmsg[512];
     int pst = pdr__request_pool(c, &pr, &pool, pmsg, sizeof(pmsg));

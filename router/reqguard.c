@@ -252,7 +252,8 @@ void pdr_h2guard_set_body_limit(pdr_h2guard_t *g, uint64_t body_limit, pdr_h2g_b
 #define H2_END_STREAM 0x1
 #define H2_ACK 0x1
 #define H2_PADDED 0x8
-#define H2_UNKNOWN_TYPE 0xfa /* no frame type of RFC 9113 or its extensions: h2o ignores it */
+#define H2_MAX_FRAME 16384 /* SETTINGS_MAX_FRAME_SIZE's default, which h2o 2.2.5 keeps */
+#define H2G_DROP (-1)      /* h2guard_frame: the frame leaves the buffer */
 
 static pdr_h2g_body_t *body_of(pdr_h2guard_t *g, uint32_t stream)
 {
@@ -465,7 +466,7 @@ static void h2_rename_big_length(uint8_t *b, size_t len, uint8_t flags, uint64_t
 }
 
 /* A frame's header is complete (at h, in the caller's buffer): 0 to go on, or a PDR_H2G_* verdict. */
-static int h2guard_frame(pdr_h2guard_t *g, char *h, const char *end)
+static int h2guard_frame(pdr_h2guard_t *g, char *h, char *pl, const char *end)
 {
     const uint8_t *u = g->hdr;
     uint32_t len = (uint32_t)u[0] << 16 | (uint32_t)u[1] << 8 | u[2];
@@ -474,7 +475,8 @@ static int h2guard_frame(pdr_h2guard_t *g, char *h, const char *end)
         ((uint32_t)u[5] << 24 | (uint32_t)u[6] << 16 | (uint32_t)u[7] << 8 | u[8]) & 0x7fffffffu;
     g->payload_left = len;
     if (type == H2_CONTINUATION || type == H2_PRIORITY || (type == H2_SETTINGS && !(flags & H2_ACK)) ||
-        (type == H2_PING && !(flags & H2_ACK)) || (type == H2_DATA && len == 0 && !(flags & H2_END_STREAM)))
+        (type == H2_PING && !(flags & H2_ACK)) || (type == H2_DATA && len == 0 && !(flags & H2_END_STREAM)) ||
+        type > H2_CONTINUATION)
         g->control++;
     if (g->in_block) {
         if (type != H2_CONTINUATION || stream != g->block_stream)
@@ -483,13 +485,15 @@ static int h2guard_frame(pdr_h2guard_t *g, char *h, const char *end)
         return PDR_H2G_LOST;
     } else if (type != H2_HEADERS) {
         pdr_h2g_body_t *b = g->body_limit > 0 && stream != 0 ? body_of(g, stream) : NULL;
-        if (b != NULL && type == H2_RST_STREAM) {
+        if (type > H2_CONTINUATION && len <= H2_MAX_FRAME) {
+            return H2G_DROP; /* h2o 2.2.5 would write a line to stderr for each one */
+        } else if (b != NULL && type == H2_RST_STREAM) {
             if (b->refused == PDR_H2G_OPEN)
                 pdr_h2guard_release(g, b->bytes); /* never handed on: h2o frees it now */
             b->stream = 0;
-        } else if (b != NULL && type == H2_DATA && b->refused) {
-            h[3] = (char)H2_UNKNOWN_TYPE;
+        } else if (b != NULL && type == H2_DATA && b->refused && len <= H2_MAX_FRAME) {
             g->window_debt += len;
+            return H2G_DROP;
         } else if (b != NULL && type == H2_DATA && (flags & H2_PADDED) && len > 0) {
             g->pad_wait = b; /* the pad length is the payload's first byte */
             g->pad_frame_len = len;
@@ -504,8 +508,8 @@ static int h2guard_frame(pdr_h2guard_t *g, char *h, const char *end)
         if (g->body_limit > 0 && !(flags & H2_END_STREAM) && body_of(g, stream) == NULL) {
             body_open(g, stream);
             /* the whole frame must be in the buffer (else the length, if any, stands: h2o's limit) */
-            if ((size_t)(end - (h + 9)) >= len)
-                h2_rename_big_length((uint8_t *)h + 9, len, flags, g->body_limit);
+            if ((size_t)(end - pl) >= len)
+                h2_rename_big_length((uint8_t *)pl, len, flags, g->body_limit);
         }
     }
     g->block += len;
@@ -519,42 +523,68 @@ static int h2guard_frame(pdr_h2guard_t *g, char *h, const char *end)
     return 0;
 }
 
-int pdr_h2guard_feed(pdr_h2guard_t *g, char *p, size_t n)
+int pdr_h2guard_feed(pdr_h2guard_t *g, char *buf, size_t from, size_t *len)
 {
-    char *end = p + n;
-    while (p < end) {
+    /* The bytes kept are moved down to w as they are read at p (w <= p): a dropped frame's header is
+     * taken back from the output, and its payload is skipped as it comes. */
+    char *p = buf + from, *w = p, *end = buf + *len;
+    int v = PDR_H2G_MORE;
+    while (p < end && v == PDR_H2G_MORE) {
         if (g->preface_left > 0) {
             size_t at = sizeof(H2_PREFACE) - 1 - g->preface_left;
-            if (*p != H2_PREFACE[at])
-                return PDR_H2G_LOST;
+            if (*p != H2_PREFACE[at]) {
+                v = PDR_H2G_LOST;
+                break;
+            }
             g->preface_left--;
-            p++;
+            if (w != p)
+                *w = *p;
+            w++, p++;
         } else if (g->payload_left > 0) {
             if (g->pad_wait != NULL) {
                 /* the first payload byte of a PADDED DATA frame: its header is the 9 bytes before it */
                 uint8_t pad = (uint8_t)*p;
                 uint64_t data = g->pad_frame_len > 1u + pad ? g->pad_frame_len - 1u - pad : 0;
-                body_data(g, g->pad_wait, p - 9, data);
+                body_data(g, g->pad_wait, w - 9, data);
                 g->pad_wait = NULL;
-                if (g->budget_hit)
-                    return PDR_H2G_OVER_BUDGET;
+                if (g->budget_hit) {
+                    v = PDR_H2G_OVER_BUDGET;
+                    break;
+                }
             }
             size_t take = (size_t)(end - p) < g->payload_left ? (size_t)(end - p) : g->payload_left;
             g->payload_left -= (uint32_t)take;
+            if (!g->dropping) {
+                if (w != p)
+                    memmove(w, p, take);
+                w += take;
+            }
             p += take;
         } else {
-            g->hdr[g->hdr_have++] = (uint8_t)*p++;
+            g->hdr[g->hdr_have++] = (uint8_t)*p;
+            if (w != p)
+                *w = *p;
+            w++, p++;
             if (g->hdr_have == sizeof(g->hdr)) {
                 g->hdr_have = 0;
-                int v = h2guard_frame(g, p - 9, end);
-                if (v != 0)
-                    return v;
-                if (g->budget_hit)
-                    return PDR_H2G_OVER_BUDGET;
+                g->dropping = 0;
+                int f = h2guard_frame(g, w - 9, p, end);
+                if (f == H2G_DROP) {
+                    w -= 9; /* the header's first bytes may have come in an earlier feed: still here */
+                    g->dropping = 1;
+                    g->dropped++;
+                } else if (f != 0) {
+                    v = f;
+                } else if (g->budget_hit) {
+                    v = PDR_H2G_OVER_BUDGET;
+                }
             }
         }
     }
-    return PDR_H2G_MORE;
+    if (p < end && w != p)
+        memmove(w, p, (size_t)(end - p)); /* what a verdict left unread stays, for h2o */
+    *len = (size_t)(w - buf) + (size_t)(end - p);
+    return v;
 }
 
 size_t pdr_h2_goaway_frame(char *out, size_t cap, uint32_t last_stream, uint32_t error_code,

@@ -68,12 +68,15 @@ int pdr_chunkguard_feed(pdr_chunkguard_t *g, const char *p, size_t n);
  * order; decides as soon as a frame's 9-byte header is in, before its payload arrives. */
 /* The guard also follows request bodies against a body limit (pdr_h2guard_set_body_limit): the DATA frame
  * that takes a stream past it has END_STREAM set in place (so h2o, whose own limit is one frame higher,
- * hands the request to the handler, which answers 413), and DATA that follows on that stream is given an
- * unknown frame type in place (ignored by h2o, RFC 9113 section 4.1; their bytes are added to
- * window_debt, for the caller to give back with a WINDOW_UPDATE). For that the bytes fed must stay in
- * one buffer with the frame bytes fed before them that h2o has not consumed yet (h2o consumes whole
+ * hands the request to the handler, which answers 413), and DATA that follows on that stream is removed
+ * from the buffer (its bytes are added to window_debt, for the caller to give back with a
+ * WINDOW_UPDATE). Frames of unknown types are removed too (RFC 9113 section 4.1 says to ignore them;
+ * h2o 2.2.5 writes a line to stderr for each one it skips); a removed frame's bytes never reach h2o, but
+ * one over 16 384 bytes is left for h2o to refuse (FRAME_SIZE_ERROR). For that the bytes fed must stay
+ * in one buffer with the frame bytes fed before them that h2o has not consumed yet (h2o consumes whole
  * frames only). And it counts control frames (SETTINGS and PING that are not ACKs, PRIORITY,
- * CONTINUATION, empty DATA without END_STREAM) in `control`, for the caller's flood bucket. */
+ * CONTINUATION, empty DATA without END_STREAM, and frames of unknown types: none of them carries a
+ * request) in `control`, for the caller's flood bucket. */
 /* The guard also bounds what one connection's request bodies hold (pdr_h2guard_t.budget): the bytes of
  * bodies received on it and not yet released by the caller (`held`: the caller releases a body when the
  * request that took it ends, or the connection closes) may not pass the budget; the DATA frame that would
@@ -84,7 +87,7 @@ int pdr_chunkguard_feed(pdr_chunkguard_t *g, const char *p, size_t n);
 enum { PDR_H2G_OPEN = 0, PDR_H2G_REFUSED_SIZE, PDR_H2G_REFUSED_BUDGET };
 typedef struct pdr_h2g_body {
     uint32_t stream;  /* 0: a free slot */
-    int refused;      /* PDR_H2G_REFUSED_*: ended early, later DATA is made unknown */
+    int refused;      /* PDR_H2G_REFUSED_*: ended early, later DATA is removed */
     uint64_t bytes;   /* DATA bytes so far, padding excluded */
     uint64_t last_ms; /* when its last DATA came (the caller's now_ms) */
 } pdr_h2g_body_t;
@@ -111,7 +114,7 @@ typedef struct pdr_h2guard {
     pdr_h2g_bodies_t *bodies;
     pdr_h2g_body_t *pad_wait; /* a PADDED DATA frame of this body waits for its pad length byte */
     uint32_t pad_frame_len;
-    uint64_t window_debt; /* bytes of DATA made unknown, not given back yet */
+    uint64_t window_debt; /* bytes of DATA removed, not given back yet */
     uint64_t bodies_refused;
     uint64_t held;   /* body bytes received and not released (pdr_h2guard_release) */
     uint64_t budget; /* the most `held` may reach, when budget_on; set by the caller before each feed */
@@ -122,6 +125,8 @@ typedef struct pdr_h2guard {
     uint64_t bodies_over_budget;
     uint32_t over_budget_next;
     uint64_t control; /* control frames seen */
+    int dropping;     /* the current frame's payload is removed as it comes */
+    uint64_t dropped; /* frames removed */
 } pdr_h2guard_t;
 
 enum { PDR_H2G_MORE = 0, PDR_H2G_TOO_BIG, PDR_H2G_LOST, PDR_H2G_OVER_BUDGET };
@@ -130,10 +135,12 @@ void pdr_h2guard_init(pdr_h2guard_t *g, uint64_t limit);
 /* Follows request bodies against this limit from now on (0: not), in `bodies` (zeroed; the caller's, kept
  * as long as the guard). */
 void pdr_h2guard_set_body_limit(pdr_h2guard_t *g, uint64_t body_limit, pdr_h2g_bodies_t *bodies);
-/* MORE: fine so far; TOO_BIG: the header block in progress exceeds the limit (g->block_stream is its
- * stream, g->last_stream the stream to name in a GOAWAY); LOST: bytes that are not a client's HTTP/2
- * framing (h2o answers those itself). */
-int pdr_h2guard_feed(pdr_h2guard_t *g, char *p, size_t n);
+/* Feeds buf[from, *len): the bytes added since the last feed, buf[0, from) the ones h2o has not consumed
+ * yet. Frames the guard removes (see above) leave the buffer: *len becomes its new length (it may end
+ * below from when a removed frame's header began in an earlier feed). MORE: fine so far; TOO_BIG: the
+ * header block in progress exceeds the limit (g->block_stream is its stream, g->last_stream the stream to
+ * name in a GOAWAY); LOST: bytes that are not a client's HTTP/2 framing (h2o answers those itself). */
+int pdr_h2guard_feed(pdr_h2guard_t *g, char *buf, size_t from, size_t *len);
 /* 1 when stream's body was ended early because the connection's budget was spent. */
 int pdr_h2guard_over_budget(const pdr_h2guard_t *g, uint32_t stream);
 /* The caller gives back bytes of a body it counted as held (its request ended). */

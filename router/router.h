@@ -74,7 +74,10 @@ typedef struct pdr_thread {
     double alog_abort_tokens; /* lines of client-aborted requests: a token bucket (pdr_access_log_aborted) */
     uint64_t alog_abort_ms;   /* its last refill */
     uint64_t alog_suppressed; /* lines not written since the last summary line */
-    SSL_CTX *tls_workers;     /* the workers' TLS context the multi was last given (tls.c; compared only) */
+    double alog_refused_tokens;       /* lines of refused requests: a token bucket (pdr_access_log_refused) */
+    uint64_t alog_refused_ms;         /* its last refill */
+    uint64_t alog_refused_suppressed; /* lines not written since the last summary line */
+    SSL_CTX *tls_workers; /* the workers' TLS context the multi was last given (tls.c; compared only) */
 } pdr_thread_t;
 
 typedef struct pdr_router {
@@ -207,6 +210,10 @@ void pdr_access_log(pdr_thread_t *t, const char *line, size_t len);
  * as many); the rest are counted and summed up in one line per flush, so that a client that opens and
  * resets streams in a loop cannot turn the access log into a disk-filling amplifier. */
 void pdr_access_log_aborted(pdr_thread_t *t, const char *line, size_t len);
+/* As pdr_access_log_aborted, for requests refused before any worker was chosen (admission, a flooding
+ * connection's streams, malformed requests): an attacker that reconnects as fast as it is refused
+ * cannot fill the disk either. A bucket of its own, so that neither kind hides the other. */
+void pdr_access_log_refused(pdr_thread_t *t, const char *line, size_t len);
 /* The loop's buffer (when log.access is on) and rate limit; t->alog_timer is initialized already. 0 or
  * PDR_ENOMEM. */
 int pdr__access_log_init(pdr_thread_t *t);

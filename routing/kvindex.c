@@ -9,10 +9,10 @@
  *
  *   block_t  one per distinct local hash, in the block table; lists its residencies;
  *   res_t    one per (worker, block): the engine hash, in the engine table keyed by (worker, engine hash),
- *            in its block's list and in the global LRU queue (common/dlist.h; least recently stored
- *            first).
+ *            in its block's list, in its worker's list and in the global LRU queue (common/dlist.h;
+ *            least recently stored first).
  *
- * Invariants: every res_t is in exactly those three lists; a block_t has at least one residency (the
+ * Invariants: every res_t is in exactly those four lists; a block_t has at least one residency (the
  * last one's removal frees it); ix->bytes is the sum of every allocation the index holds, and entries are
  * evicted from the LRU queue's head (the oldest) before an allocation would take it over max_bytes. Both
  * tables have a fixed number of buckets chosen from max_bytes at creation (counted too), so no rehash ever
@@ -42,6 +42,7 @@ struct res {
     res_t *enext;      /* engine table chain */
     res_t *bnext;      /* the block's other residencies */
     pdr_dlink_t llink; /* ix->lru: the oldest at its head, the newest at its tail */
+    pdr_dlink_t wlink; /* w->res */
 };
 
 struct worker {
@@ -49,6 +50,7 @@ struct worker {
     int seen;
     uint32_t run; /* consecutive numbers since the last gap, while unsynced */
     uint32_t block_size;
+    pdr_dlink_t *res; /* its residencies: dropping them all costs their number, not the index's size */
     pdr_kvindex_worker_stats_t st;
 };
 
@@ -119,6 +121,7 @@ static res_t *res_find(pdr_kvindex_t *ix, const worker_t *w, uint64_t ehash)
 }
 
 #define LRU_RES(l) PDR_DLINK_ENTRY((l), res_t, llink)
+#define WORKER_RES(l) PDR_DLINK_ENTRY((l), res_t, wlink)
 
 /* Unlinks and frees one residency (and its block when it was the last). */
 static void res_drop(pdr_kvindex_t *ix, res_t *r)
@@ -133,6 +136,7 @@ static void res_drop(pdr_kvindex_t *ix, res_t *r)
         pp = &(*pp)->bnext;
     *pp = r->bnext;
     pdr_dqueue_unlink(&ix->lru, &r->llink);
+    pdr_dlink_unlink(&r->wlink);
     r->w->st.blocks--;
     free(r);
     ix->bytes -= sizeof(res_t);
@@ -148,16 +152,12 @@ static void res_drop(pdr_kvindex_t *ix, res_t *r)
     }
 }
 
-/* Drops every block of w: one pass over the LRU list (a rare event: gaps, restarts, clears). */
+/* Drops every block of w (gaps, restarts, clears): a publisher that sends these in a loop costs the
+ * router what it stored since, never a walk over the other workers' entries. */
 static void worker_drop(pdr_kvindex_t *ix, worker_t *w)
 {
-    res_t *r = LRU_RES(ix->lru.head);
-    while (w->st.blocks > 0 && r != NULL) {
-        res_t *next = LRU_RES(r->llink.next);
-        if (r->w == w)
-            res_drop(ix, r);
-        r = next;
-    }
+    while (w->res != NULL)
+        res_drop(ix, WORKER_RES(w->res));
 }
 
 static worker_t *worker_find(pdr_kvindex_t *ix, uint64_t id)
@@ -299,6 +299,7 @@ static int res_add(pdr_kvindex_t *ix, worker_t *w, uint64_t ehash, uint64_t h)
     r->bnext = b->res;
     b->res = r;
     pdr_dqueue_append(&ix->lru, &r->llink);
+    pdr_dlink_push(&w->res, &r->wlink);
     ix->bytes += sizeof(*r);
     ix->entries++;
     w->st.blocks++;

@@ -19,14 +19,14 @@ endforeach()
 
 # Attacks and faults (see test_hardening.py): stalled readers over HTTP/1 and HTTP/2, smuggling, stream
 # floods, a full fd table, frozen and dead workers.
-foreach(s stalled_reader stalled_reader_left stalled_reader_h2 slow_steady_reader smuggling frozen_decode dead_prefills_503 fd_exhausted h2_rapid_reset h2_header_block merge_too_large merge_event_unbounded merge_client_gone refusals_logged chunked_bodies)
+foreach(s stalled_reader stalled_reader_left stalled_reader_h2 slow_steady_reader smuggling frozen_decode dead_prefills_503 fd_exhausted h2_rapid_reset h2_reset_flood_log h2_header_block merge_too_large merge_event_unbounded merge_client_gone refusals_logged chunked_bodies)
   add_test(NAME router_hardening_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_hardening.py ${s})
   set_tests_properties(router_hardening_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
 
 # Admin API scenarios (see test_admin.py): auth, worker list, drain under load, drain timeout,
 # worker-initiated drain (health 410), readiness while draining.
-foreach(s auth workers worker_urls add_delete reload drain_load drain_h2load drain_timeout self_drain readiness shutdown)
+foreach(s auth auth_duplicate workers worker_urls add_delete reload drain_load drain_h2load drain_timeout self_drain readiness shutdown)
   add_test(NAME router_admin_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_admin.py ${s})
   set_tests_properties(router_admin_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
@@ -155,7 +155,10 @@ endforeach()
 
 # precise_prefix (see test_kv_events.py): pdsim prefills publish KV events (vLLM's format) and the router
 # routes by them; gaps, publisher restarts and malformed messages are counted and fall back to the tree.
-foreach(s routing gap restart malformed block_sizes text)
+# A misbehaving publisher (integration/kvflood.c): oversized messages and event floods stay bounded.
+add_executable(kvflood integration/kvflood.c)
+target_link_libraries(kvflood PRIVATE PkgConfig::ZMQ PkgConfig::MSGPACK)
+foreach(s routing gap restart malformed block_sizes text big_messages flood)
   add_test(NAME router_kv_events_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_events.py ${s})
   set_tests_properties(router_kv_events_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

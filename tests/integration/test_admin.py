@@ -95,6 +95,43 @@ def scenario_auth():
         pdtest.stop_all()
 
 
+def scenario_auth_duplicate():
+    """A request with two Authorization headers is answered 400 whatever they hold (the right token first,
+    second, or both times), and counted; with one right header the same request is served. The same
+    holds with auth off (a duplicated credential is malformed)."""
+    p, d = sim("prefill"), sim("decode")
+    tok = "s3cret-token-%d" % os.getpid()
+    path = token_file(tok + "\n")
+    r = router([p], [d], config="admin: { host: 127.0.0.1, port: {admin}, token_file: %s }" % path)
+
+    def raw(auths):
+        head = "GET /admin/v1/workers HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        head += "".join("Authorization: %s\r\n" % a for a in auths)
+        out, _ = pdtest.raw_exchange(r.ports["admin"], (head + "\r\n").encode())
+        st = int(out.split(b" ", 2)[1]) if out.startswith(b"HTTP/1.1 ") else None
+        return st, out.partition(b"\r\n\r\n")[2]
+    try:
+        right, wrong = "Bearer " + tok, "Bearer wrong"
+        for auths in ([right, wrong], [wrong, right], [right, right]):
+            st, body = raw(auths)
+            check(st == 400, "%r: %s %r" % (auths, st, body), r)
+            e = json.loads(body)["error"]
+            check(e["code"] == 400 and "Authorization" in e["message"], repr(e), r)
+        check(raw([right])[0] == 200, "one right header refused", r)
+        st, _, m = request(r.ports["admin"], "GET", "/metrics", headers={"Authorization": right})
+        check(st == 200 and metric_value(m.decode(), "pdr_admin_auth_refused_total", reason="duplicated") == 3,
+              "duplicates not counted", r)
+    finally:
+        pdtest.stop_all()
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config="admin: { host: 127.0.0.1, port: {admin} }")
+    try:
+        check(raw(["Bearer a", "Bearer b"])[0] == 400, "auth off: a duplicated header served", r)
+        check(raw(["Bearer a"])[0] == 200, "auth off: one header refused", r)
+    finally:
+        pdtest.stop_all()
+
+
 def scenario_workers():
     """The worker list, one worker, status, and the error answers (404, 405, 400; 409 for a reload of a
     router started from flags); without a token file auth is off and the start log says so."""

@@ -477,6 +477,41 @@ def scenario_h2_rapid_reset():
         pdtest.stop_all()
 
 
+def scenario_h2_reset_flood_log():
+    """A rapid-reset flood whose connections reconnect as fast as they are closed (4 connections, 5 s, one
+    loop): the streams of closed connections are refused (429) and the reset ones aborted, thousands a
+    second, but the access log takes at most 100 lines a second of each kind (a burst of as many); the
+    rest are counted in summary lines ("suppressed": N, error "refused" or "client_abort") whose sum is
+    pdr_access_log_suppressed_total."""
+    import h2flood
+    ps, ds = [sim("prefill")], [sim("decode")]
+    fd, alog = tempfile.mkstemp(prefix="pdtest-alog-", suffix=".log")
+    os.close(fd)
+    r = router(ps, ds, config="threads: 1\nlog: { access_log: %s }\nlimits: { h2_max_resets: 100 }" % alog)
+    try:
+        t0 = time.monotonic()
+        res = h2flood.flood(r.port, 4, 5.0, 100)
+        check(res["connections"] > 20, "the flood did not reconnect: %r" % res, r)
+
+        def summed():
+            want = metric_value(metrics(r), "pdr_access_log_suppressed_total")
+            ls = access_log_lines(alog)
+            return (ls, want) if want and sum(l["suppressed"] for l in ls if "suppressed" in l) == want else None
+        lines, want = pdtest.poll_until(summed, 5, "summary lines counting the suppressed lines")
+        took = time.monotonic() - t0
+        refused = [l for l in lines if "suppressed" not in l and l.get("status") == 429]
+        summaries = [l for l in lines if "suppressed" in l]
+        # Two kinds, each a burst of 100 and 100 a second; the rest are summaries (at most one per flush,
+        # 10 a second, per kind).
+        bound = 2 * (100 + 100 * (took + 1)) + 2 * 10 * (took + 1)
+        check(len(lines) <= bound, "%d access-log lines in %.1f s (%d refused with 429), over %d" %
+              (len(lines), took, len(refused), bound), r)
+        check(any(l["error"] == "refused" for l in summaries), "no summary of refused lines: %r" % summaries[:5], r)
+        check(want > len(lines), "only %d lines suppressed, %d written: the flood was too small" % (want, len(lines)), r)
+    finally:
+        pdtest.stop_all()
+
+
 def scenario_merge_too_large():
     """A non-streaming answer with logprobs larger than limits.max_merge_bytes is answered with a clean 502
     (JSON error, a length, nothing else sent), never a 200 with a broken body; smaller ones are merged, and

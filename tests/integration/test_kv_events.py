@@ -18,10 +18,19 @@ Scenarios (argv[1]):
   text       with a tokenizer (the router's config key tokenizer, pdsim's --tokenizer: the same
              tokenizer.json), text prompts are matched by token ids too: the same text written with
              JSON escapes (other bytes for the tree) goes to the prefill whose events hold it.
+  big_messages  a publisher (kvflood) sends 5 MB messages: past kv_events.max_message_bytes they are
+             dropped with the connection (counted, logged), and the router's memory stays small.
+  flood      while one publisher's 450 000 blocks fill the index, others send BlockStored +
+             AllBlocksCleared messages as fast as they can (one block each, then 2 000 blocks each):
+             /health and the admin API answer within a second all along, and the floods are read in
+             shares (budget yields counted).
 """
 import json
 import os
+import subprocess
 import sys
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
@@ -280,6 +289,139 @@ def scenario_text():
     finally:
         pdtest.stop_all()
 
+
+class Flood:
+    """A kvflood publisher (tests/integration/kvflood.c) bound to a free port: it waits for a subscriber,
+    then for go(), sends, and reports what it sent; it stays bound until stop()."""
+
+    def __init__(self, *mode):
+        self.port = pdtest.free_port()
+        self.endpoint = "tcp://127.0.0.1:%d" % self.port
+        self.proc = subprocess.Popen([pdtest.binary("kvflood"), self.endpoint] + [str(m) for m in mode],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def go(self):
+        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.flush()
+
+    def result(self, timeout=60):
+        """The JSON line kvflood prints when it has sent everything."""
+        box = {}
+        t = threading.Thread(target=lambda: box.update(line=self.proc.stdout.readline()), daemon=True)
+        t.start()
+        t.join(timeout)
+        assert box.get("line"), "kvflood did not finish (rc %r)" % self.proc.poll()
+        return json.loads(box["line"])
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(10)
+
+
+def flood_router(floods, extra=""):
+    """One prefill per publisher (the publisher is its kv_events endpoint), one decode, precise_prefix, a
+    single loop (so that /health and the admin API share loop 0 with the KV events)."""
+    ps = [sim("prefill") for _ in floods]
+    lines = ["threads: 1", "policy: { prefill: precise_prefix, decode: least_load }", extra, "workers:", "  prefill:"]
+    lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %d, kv_events: '%s' }" %
+              (p.port, p.ports["bport"], f.endpoint) for p, f in zip(ps, floods)]
+    lines += ["  decode:", "    - { url: http://127.0.0.1:%d }" % sim("decode").port]
+    return test_router.router([], [], config="\n".join(lines)), ps
+
+
+def peak_rss_mib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def scenario_big_messages():
+    f = Flood("big", 5 * 1000 * 1000, 40)
+    try:
+        r, ps = flood_router([f])
+        base = peak_rss_mib(r.proc.pid)
+        f.go()
+        sent = f.result()
+        check(sent["messages"] >= 1, "kvflood sent nothing: %r" % sent, r)
+        wait_metric(r, "the dropped connection to be counted",
+                    lambda m: (metric_value(m, "pdr_kv_events_disconnects_total", worker=url(ps[0])) or 0) >= 1)
+        m = metrics(r)
+        check((metric_value(m, "pdr_kv_events_total", worker=url(ps[0]), result="applied") or 0) == 0 and
+              (metric_value(m, "pdr_kv_events_total", worker=url(ps[0]), result="malformed") or 0) == 0,
+              "a 5 MB message was read", r)
+        grew = peak_rss_mib(r.proc.pid) - base
+        check(grew < 64, "router peak RSS grew by %.0f MiB reading 5 MB messages" % grew, r)
+        check("kv_events.max_message_bytes" in open(r.log_path).read(), "no log line for the dropped connection", r)
+        check(request(r.port, "GET", "/health")[0] == 200, "router not healthy", r)
+    finally:
+        f.stop()
+        pdtest.stop_all()
+
+
+def _timed(port, path):
+    """(status, seconds) of one GET; a request not answered within 5 s is (None, 5.0)."""
+    t0 = time.monotonic()
+    try:
+        st = request(port, "GET", path, timeout=5)[0]
+    except OSError:
+        return None, 5.0
+    return st, time.monotonic() - t0
+
+
+def probe_during(r, flood):
+    """Runs the flood while /health and an admin route are asked in turn; returns (what kvflood sent,
+    each answer's seconds, the refused or unanswered ones)."""
+    lat, bad, done = [], [], threading.Event()
+
+    def probe():
+        while not done.is_set():
+            for port, path in ((r.port, "/health"), (r.ports["admin"], "/admin/v1/workers")):
+                st, took = _timed(port, path)
+                lat.append(took)
+                if st != 200:
+                    bad.append((path, st))
+                    return
+    t = threading.Thread(target=probe)
+    t.start()
+    try:
+        flood.go()
+        sent = flood.result()
+    finally:
+        done.set()
+        t.join()
+    return sent, lat, bad
+
+
+def scenario_flood():
+    # Two floods by the second publisher, each 3 s: messages of one new block and an AllBlocksCleared,
+    # which made each message walk the whole index while the first publisher's 450 000 blocks filled
+    # it; then messages of 2 000 new blocks and an AllBlocksCleared, each costing the router real work,
+    # more than it can keep up with: only the budget per turn keeps the loop answering.
+    fill, clear, churn = Flood("store", 450000), Flood("clear", 3), Flood("clear", 3, 2000)
+    try:
+        r, ps = flood_router([fill, clear, churn])
+        fill.go()
+        check(fill.result()["messages"] == 23, "kvflood store", r)
+        wait_metric(r, "the index to hold the first publisher's blocks",
+                    lambda m: (metric_value(m, "pdr_kv_events_blocks", worker=url(ps[0])) or 0) >= 400000)
+        for f, p in ((clear, ps[1]), (churn, ps[2])):
+            sent, lat, bad = probe_during(r, f)
+            what = "kvflood clear %s" % " ".join(f.proc.args[3:])
+            check(sent["messages"] > 1000, "%s sent %r" % (what, sent), r)
+            check(not bad and lat and max(lat) < 1.0, "during %s: %d probes, slowest %.2f s, bad %r" %
+                  (what, len(lat), max(lat or [0]), bad), r)
+            m = metrics(r)
+            check((metric_value(m, "pdr_kv_events_total", worker=url(p), result="applied") or 0) > 10,
+                  "%s: the flood was not read" % what, r)
+        check((metric_value(metrics(r), "pdr_kv_events_budget_yields_total", worker=url(ps[2])) or 0) > 0,
+              "no budget yield counted", r)
+    finally:
+        for f in (fill, clear, churn):
+            f.stop()
+        pdtest.stop_all()
 
 if __name__ == "__main__":
     pdtest.run_scenario(globals())

@@ -2,7 +2,8 @@
 """Client-side limits (docs/operations.md, "Limits"): bodies above limits.max_body_bytes (413 in the
 OpenAI error shape on every path), slow request heads and bodies (408), idle keep-alive connections,
 the client connection cap, HTTP/2 stream concurrency, and HTTP/2 control-frame floods (SETTINGS, PING,
-CONTINUATION). Raw HTTP/1 and raw HTTP/2 frames on real sockets, real pdrouter and pdsim processes.
+CONTINUATION), and batched requests past limits.max_batch_items. Raw HTTP/1 and raw HTTP/2 frames on real
+sockets, real pdrouter and pdsim processes.
 
 Usage: test_limits.py SCENARIO   (one of the functions named scenario_*; ctest runs each separately)
 """
@@ -721,6 +722,58 @@ def scenario_h2_control_floods():
         pdtest.stop_all()
 
 
+def scenario_h2_unknown_frames():
+    """Frames of unknown types carry no request: they take tokens of limits.h2_max_control_frames, and a
+    flood of 16 KB ones gets GOAWAY ENHANCE_YOUR_CALM and is closed (counted). They never reach h2o,
+    which would write a line to stderr for each: 100 of them and a request on the same connection leave
+    the log as it was, and so do the DATA frames a client goes on sending after its body was refused."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config="limits: { h2_max_control_frames: 300, max_body_bytes: 4096 }")
+
+    def log_lines():
+        with open(r.log_path) as f:
+            return f.read().splitlines()
+    try:
+        before = len(log_lines())
+        c = H2Conn(r)
+        c.send(h2flood.control_burst("unknown", 100, True))
+        c.send(h2flood.frame(1, 0x4, 1, h2_request_block()) + h2flood.frame(0, 0x1, 1, BODY))
+        c.stream_ended(1)
+        check(not c.closed and status_of(c.frames, 1) == 200, "100 unknown frames, then a request: %r" %
+              (c.frames[-3:],), r)
+        # A body over the limit: the DATA that follows the 413 is dropped by the router, not by h2o.
+        c.send(h2flood.frame(1, 0x4, 3, h2_request_block()) + b"".join(h2flood.frame(0, 0, 3, b"z" * 4000)
+                                                                        for _ in range(8)))
+        c.stream_ended(3)
+        check(status_of(c.frames, 3) == 413, "a body over the limit: %r" % (c.frames[-3:],), r)
+        c.send(b"".join(h2flood.frame(0, 0, 3, b"z" * 4000) for _ in range(20)) + h2flood.frame(0, 0x1, 3, b"z"))
+        c.send(h2flood.frame(6, 0, 0, b"12345678"))
+        c.wait(lambda fr: any(f[0] == 6 and f[1] & 1 for f in fr))  # the PING after them is answered
+        c.close()
+        still_serving(r, "after unknown frames")
+        check(len(log_lines()) - before < 5 and not any("skipping frame" in l for l in log_lines()),
+              "lines written for ignored frames: %r" % log_lines()[before:before + 10], r)
+        # The flood: 1000 frames of 16 KB against a bucket of 300.
+        c = H2Conn(r)
+        try:
+            for i in range(10):
+                c.send(h2flood.control_burst("unknown", 100, i == 0))
+        except OSError:
+            pass
+        c.wait(lambda fr: False, timeout=5)  # until the router closes
+        ga = c.goaway()
+        check(c.closed and ga is not None and ga[0] == 0xB and "limits.h2_max_control_frames" in ga[1],
+              "unknown-frame flood: closed %s, GOAWAY %r" % (c.closed, ga), r)
+        c.close()
+        still_serving(r, "after an unknown-frame flood")
+        check(metric_value(metrics(r), "pdr_h2_control_floods_total") == 1, "the flood not counted", r)
+        lines = log_lines()[before:]
+        check(len(lines) < 10 and not any("skipping frame" in l for l in lines),
+              "%d lines written for an unknown-frame flood: %r" % (len(lines), lines[:10]), r)
+    finally:
+        pdtest.stop_all()
+
+
 # ---- 5. HTTP/2 stream concurrency ----
 
 def scenario_h2_streams():
@@ -755,6 +808,63 @@ def scenario_h2_streams():
         still_serving(r, "after the streams")
     finally:
         pdtest.stop_all()
+
+
+def peak_rss_mib(pid):
+    """The process's peak resident set (VmHWM), MiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def scenario_batch_items():
+    """limits.max_batch_items, under protocol sglang and pdshim (a ticket per item): a batch at the cap is
+    served (one room and ticket per item); one item more is answered 400 in the OpenAI error shape naming
+    the limit, on /generate and /v1/completions, and counted; a 32 MB body of millions of items is refused
+    within a second or two without the router's memory growing more than a few times the body (the
+    per-item data, rooms, tickets and legs' bodies, is never built)."""
+    from shimtest import keyfile
+    key = keyfile(b"K" * 16 + os.urandom(16).hex().encode())
+    cap = 64
+    for protocol in ("sglang", "pdshim"):
+        keys = ("--ticket-key", key) if protocol == "pdshim" else ()
+        p, d = sim("prefill", *keys), sim("decode", *keys)
+        extra = "\nticket: { key_file: %s }" % key if protocol == "pdshim" else ""
+        r = router([p], [d], config="protocol: %s%s\nlimits: { max_batch_items: %d }" % (protocol, extra, cap))
+        try:
+            items = ["w%d" % i for i in range(cap)]
+            st, _, data = request(r.port, "POST", "/generate", {"text": items, "sampling_params": {"max_new_tokens": 1}})
+            check(st == 200 and len(json.loads(data)) == cap, "%s: a batch at the cap: %d %r" % (protocol, st, data[:300]), r)
+            for path, body in (("/generate", {"text": items + ["one more"], "sampling_params": {"max_new_tokens": 1}}),
+                               ("/v1/completions", {"prompt": items + ["one more"], "max_tokens": 1})):
+                st, _, data = request(r.port, "POST", path, body)
+                e = json.loads(data).get("error", {}) if data.startswith(b"{") else {}
+                check(st == 400 and e.get("type") == "invalid_request_error" and e.get("code") == 400 and
+                      "limits.max_batch_items" in e.get("message", ""),
+                      "%s %s: a batch over the cap: %d %r" % (protocol, path, st, data[:300]), r)
+            # The amplification: 8 million items in a 32 MB body (each item 4 bytes: "a",).
+            n = (32 * 1000 * 1000 - 64) // 4
+            big = b'{"text":[' + b'"a",' * (n - 1) + b'"a"],"sampling_params":{"max_new_tokens":1}}'
+            base = peak_rss_mib(r.proc.pid)
+            t0 = time.monotonic()
+            st, _, data = request(r.port, "POST", "/generate", big, headers={"Content-Type": "application/json"},
+                                  timeout=60)
+            took = time.monotonic() - t0
+            grew = peak_rss_mib(r.proc.pid) - base
+            check(st == 400 and b"limits.max_batch_items" in data, "%s: the 32 MB batch: %d %r" % (protocol, st, data[:300]), r)
+            # Each of a few copies of the body (h2o's buffer, the request, the JSON scan) is 32 MB; building
+            # the per-item data took the router past 1.4 GB and the loop 15 s.
+            check(took < 5.0 and grew < 300, "%s: the 32 MB batch took %.2f s, peak RSS +%.0f MiB" % (protocol, took, grew), r)
+            m = metrics(r)
+            check(metric_value(m, "pdr_batch_too_large_total") == 3, "%s: refusals not counted" % protocol, r)
+            if protocol == "pdshim":
+                check(metric_value(m, "pdr_tickets_signed_total") == cap, "%s: tickets signed" % protocol, r)
+            check(stats(p)["requests"] == 1 and stats(d)["requests"] == 1,
+                  "%s: a refused batch reached a worker" % protocol, r)
+        finally:
+            pdtest.stop_all()
 
 
 if __name__ == "__main__":

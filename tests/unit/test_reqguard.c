@@ -127,6 +127,16 @@ static void test_chunk_guard(void)
     CHECK(pdr_chunkguard_feed(&g, "2\r\nabX", 7) == PDR_CHUNK_LOST);
 }
 
+/* Feeds n bytes at p as the only new bytes of a buffer whose earlier bytes (still there) precede p; no
+ * frame of these tests is removed, so the length stays. */
+static int feed(pdr_h2guard_t *g, char *p, size_t n)
+{
+    size_t len = n;
+    int v = pdr_h2guard_feed(g, p, 0, &len);
+    CHECK(len == n);
+    return v;
+}
+
 static void test_h2_guard(void)
 {
     /* HTTP/2 header blocks. */
@@ -150,30 +160,29 @@ static void test_h2_guard(void)
         H2F(9, 0, 3, 40);   /* ... 80 bytes so far */
         pdr_h2guard_t hg;
         pdr_h2guard_init(&hg, 100);
-        CHECK(pdr_h2guard_feed(&hg, buf, n) == PDR_H2G_MORE && hg.in_block && hg.block == 80 &&
-              hg.last_stream == 1);
+        CHECK(feed(&hg, buf, n) == PDR_H2G_MORE && hg.in_block && hg.block == 80 && hg.last_stream == 1);
         int hr = PDR_H2G_MORE;
         pdr_h2guard_init(&hg, 100);
         for (size_t k = 0; k < n && hr == PDR_H2G_MORE; k++) /* a byte at a time */
-            hr = pdr_h2guard_feed(&hg, buf + k, 1);
+            hr = feed(&hg, buf + k, 1);
         CHECK(hr == PDR_H2G_MORE && hg.block == 80);
         size_t m = n;
         H2F(9, 0x4, 3, 20); /* exactly the limit, ends the block */
-        CHECK(pdr_h2guard_feed(&hg, buf + m, n - m) == PDR_H2G_MORE && !hg.in_block && hg.last_stream == 3);
+        CHECK(feed(&hg, buf + m, n - m) == PDR_H2G_MORE && !hg.in_block && hg.last_stream == 3);
         /* Past the limit: decided at the frame header, before its payload. */
         pdr_h2guard_init(&hg, 100);
-        CHECK(pdr_h2guard_feed(&hg, buf, m) == PDR_H2G_MORE);
-        CHECK(pdr_h2guard_feed(&hg, (char *)"\0\0\x15\x09\0\0\0\0\x03", 9) == PDR_H2G_TOO_BIG &&
-              hg.block_stream == 3 && hg.last_stream == 1);
+        CHECK(feed(&hg, buf, m) == PDR_H2G_MORE);
+        CHECK(feed(&hg, (char *)"\0\0\x15\x09\0\0\0\0\x03", 9) == PDR_H2G_TOO_BIG && hg.block_stream == 3 &&
+              hg.last_stream == 1);
         /* Another frame inside a block, a CONTINUATION out of one, a wrong preface: h2o's to answer. */
         pdr_h2guard_init(&hg, 100);
-        CHECK(pdr_h2guard_feed(&hg, buf, m) == PDR_H2G_MORE);
-        CHECK(pdr_h2guard_feed(&hg, (char *)"\0\0\0\x04\0\0\0\0\0", 9) == PDR_H2G_LOST);
+        CHECK(feed(&hg, buf, m) == PDR_H2G_MORE);
+        CHECK(feed(&hg, (char *)"\0\0\0\x04\0\0\0\0\0", 9) == PDR_H2G_LOST);
         pdr_h2guard_init(&hg, 100);
-        CHECK(pdr_h2guard_feed(&hg, (char *)preface, 24) == PDR_H2G_MORE);
-        CHECK(pdr_h2guard_feed(&hg, (char *)"\0\0\0\x09\x04\0\0\0\x01", 9) == PDR_H2G_LOST);
+        CHECK(feed(&hg, (char *)preface, 24) == PDR_H2G_MORE);
+        CHECK(feed(&hg, (char *)"\0\0\0\x09\x04\0\0\0\x01", 9) == PDR_H2G_LOST);
         pdr_h2guard_init(&hg, 100);
-        CHECK(pdr_h2guard_feed(&hg, (char *)"PRI * HTTP/1.1", 14) == PDR_H2G_LOST);
+        CHECK(feed(&hg, (char *)"PRI * HTTP/1.1", 14) == PDR_H2G_LOST);
 #undef H2F
         /* GOAWAY framing. */
         char f[64];
@@ -229,8 +238,15 @@ static void test_h2_bodies(void)
     h2_put(buf, &n, 4, 1, 0, NULL, 0);
     h2_put(buf, &n, 2, 0, 5, zeros, 5);
     h2_put(buf, &n, 0, 0, 5, NULL, 0);
+    /* two frames of unknown types (ignored, RFC 9113 4.1): removed, and counted as control frames */
+    size_t at_unknown = n;
+    h2_put(buf, &n, 0xfa, 0, 0, zeros, 300);
+    h2_put(buf, &n, 0x21, 0x3, 7, zeros, 0);
+    size_t at_ping = n;
+    h2_put(buf, &n, 6, 0, 0, zeros, 8);
     for (int bytewise = 0; bytewise < 2; bytewise++) {
         static char copy[sizeof(buf)];
+        size_t len = n;
         memcpy(copy, buf, n);
         pdr_h2guard_t g;
         pdr_h2guard_init(&g, 1 << 20);
@@ -238,11 +254,16 @@ static void test_h2_bodies(void)
         memset(&slots, 0, sizeof(slots));
         pdr_h2guard_set_body_limit(&g, 1000, &slots);
         int v = PDR_H2G_MORE;
-        if (bytewise) /* a byte at a time: a header's bytes are found again in the same buffer */
-            for (size_t k = 0; k < n && v == PDR_H2G_MORE; k++)
-                v = pdr_h2guard_feed(&g, copy + k, 1);
-        else
-            v = pdr_h2guard_feed(&g, copy, n);
+        if (bytewise) { /* a byte at a time, appended to what is kept: as h2o's buffer grows and shrinks */
+            len = 0;
+            for (size_t k = 0; k < n && v == PDR_H2G_MORE; k++) {
+                copy[len] = buf[k];
+                size_t from = len++;
+                v = pdr_h2guard_feed(&g, copy, from, &len);
+            }
+        } else {
+            v = pdr_h2guard_feed(&g, copy, 0, &len);
+        }
         CHECK(v == PDR_H2G_MORE);
         if (!bytewise) { /* the rename needs the whole HEADERS frame in the buffer */
             CHECK((uint8_t)copy[at_cl_raw] == 0x0e);
@@ -251,16 +272,31 @@ static void test_h2_bodies(void)
         CHECK((uint8_t)copy[at_small] == 0x0d);
         CHECK((uint8_t)copy[at_cross - 600 - 9 + 4] == 0); /* the first 600: as they were */
         CHECK((uint8_t)copy[at_cross + 4] == 0x1);         /* the crossing frame ends the stream */
-        CHECK((uint8_t)copy[at_after + 3] == 0xfa && g.window_debt == 100); /* later DATA: unknown type */
-        CHECK(g.bodies_refused == 1);
-        CHECK(g.control == 1 + 3 + 2 + 1 + 1);
+        /* later DATA of the stream is removed, its window owed; the frames after it move down */
+        CHECK(g.window_debt == 100 &&
+              memcmp(copy + at_after, buf + at_after + 109, at_unknown - at_after - 109) == 0);
+        /* the unknown frames are gone, the PING after them follows the empty DATA */
+        CHECK(len == n - 109 - (9 + 300) - 9 && memcmp(copy + at_unknown - 109, buf + at_ping, 17) == 0);
+        CHECK(g.bodies_refused == 1 && g.dropped == 3);
+        CHECK(g.control == 1 + 3 + 2 + 1 + 1 + 2 + 1);
     }
-    /* Without a body limit nothing is written. */
+    /* Without a body limit only the unknown frames leave. */
     static char copy[sizeof(buf)];
+    size_t len = n;
     memcpy(copy, buf, n);
     pdr_h2guard_t g;
     pdr_h2guard_init(&g, 1 << 20);
-    CHECK(pdr_h2guard_feed(&g, copy, n) == PDR_H2G_MORE && memcmp(copy, buf, n) == 0 && g.control == 8);
+    CHECK(pdr_h2guard_feed(&g, copy, 0, &len) == PDR_H2G_MORE && memcmp(copy, buf, at_unknown) == 0 &&
+          len == n - 309 - 9 && memcmp(copy + at_unknown, buf + at_ping, 17) == 0 && g.control == 11);
+    /* An unknown frame over 16 384 bytes stays, for h2o to refuse (FRAME_SIZE_ERROR). */
+    static char big[9 + 16385];
+    len = 0;
+    h2_put(big, &len, 0xfa, 0, 0, NULL, 0);
+    big[1] = 0x40, big[2] = 0x01;
+    len = sizeof(big);
+    pdr_h2guard_init(&g, 1 << 20);
+    g.preface_left = 0;
+    CHECK(pdr_h2guard_feed(&g, big, 0, &len) == PDR_H2G_MORE && len == sizeof(big) && g.dropped == 0);
 }
 
 static const pdr_test_case_t cases[] = {
