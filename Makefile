@@ -15,11 +15,11 @@ deps:
 	./scripts/install-deps.sh
 
 build:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDR_WERROR=ON >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
 $(ASAN_BUILD)/CMakeCache.txt:
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPDR_SANITIZE=ON >/dev/null
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPDR_SANITIZE=ON -DPDR_WERROR=ON >/dev/null
 
 test-release: build
 	cd $(BUILD) && ctest -j $(JOBS) $(CTEST_ARGS)
@@ -35,7 +35,7 @@ test-asan: $(ASAN_BUILD)/CMakeCache.txt
 TSAN_TARGETS = test_runner test_transport_wire test_transport_engine test_shim_basic test_shim_parts test_shim_faults \
 	test_fdpass test_transport_staging test_transport_rdma
 $(TSAN_BUILD)/CMakeCache.txt:
-	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDR_TSAN=ON >/dev/null
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDR_TSAN=ON -DPDR_WERROR=ON >/dev/null
 
 test-tsan: $(TSAN_BUILD)/CMakeCache.txt
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
