@@ -1142,8 +1142,9 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
         const char *s = sval(v, &len);
         const char *canon = pdr__log_level_parse(s, len);
         if (canon == NULL)
-            return FAIL(cx, v, "%s: unknown level '%s', expected debug, info, warn or error", path,
-                        show(v, buf, sizeof(buf)));
+            return FAIL(cx, v,
+                        "%s: unknown level '%s', expected debug, info, warn (warning), error or critical",
+                        path, show(v, buf, sizeof(buf)));
         if (pdr__config_set_str((char **)(void *)p, canon, strlen(canon)) != 0)
             return FAIL(cx, v, "out of memory");
         return 0;
