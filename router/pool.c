@@ -958,8 +958,14 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
         /* Every serving worker was tried already in this request: allow them again. */
         n_avoid = 0;
     }
-    if (w != NULL)
+    if (w != NULL) {
         pdr_worker_ref(w);
+        pdr_debug("pick: pool %s, %s: %s %s by %s among %zu candidate(s)%s", g->name, pdr_role_name(role),
+                  w->id, w->target, pdr_policy_name(pol), c.n,
+                  panic ? " (outlier panic: ejected workers too)" : "");
+    } else {
+        pdr_debug("pick: pool %s, %s: no worker among %zu candidate(s)", g->name, pdr_role_name(role), c.n);
+    }
     pthread_rwlock_unlock(&p->rw);
     return w;
 }
