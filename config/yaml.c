@@ -1253,14 +1253,20 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
     return FAIL(cx, v, "%s: internal error: unknown field type", path);
 }
 
+/* Every key of fields, comma-separated, into out (VALID_KEYS_MAX holds the longest list, limits' 329
+ * bytes, with room to grow; a list that ever outgrows it ends in "..." rather than looking complete). */
+#define VALID_KEYS_MAX 1024
 static void valid_keys(const struct field *fields, char *out, size_t outlen)
 {
     size_t n = 0;
     out[0] = '\0';
-    for (const struct field *f = fields; f->key != NULL && n < outlen; f++) {
+    for (const struct field *f = fields; f->key != NULL; f++) {
         int w = snprintf(out + n, outlen - n, "%s%s", n ? ", " : "", f->key);
-        if (w < 0)
-            break;
+        if (w < 0 || (size_t)w >= outlen - n) {
+            if (outlen >= 4)
+                memcpy(out + outlen - 4, "...", 4);
+            return;
+        }
         n += (size_t)w;
     }
 }
@@ -1268,7 +1274,7 @@ static void valid_keys(const struct field *fields, char *out, size_t outlen)
 static int walk_map(struct ctx *cx, const yaml_node_t *map, const char *path, const struct field *fields,
                     void *base)
 {
-    char buf[80], keys[256];
+    char buf[80], keys[VALID_KEYS_MAX];
     const char *where = path[0] ? path : "the top level";
     if (map->type != YAML_MAPPING_NODE)
         return FAIL(cx, map, "%s: expected a mapping, got %s", path[0] ? path : "configuration",

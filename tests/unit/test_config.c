@@ -60,7 +60,7 @@ static pdr_config_t *load(const char *text, char *err, size_t errlen)
 /* Loading must fail with exactly this message (want ends with '*': a prefix). */
 static void expect_error(int line, const char *text, const char *want)
 {
-    char err[512];
+    char err[1024];
     pdr_config_t *c = load(text, err, sizeof(err));
     size_t wl = strlen(want);
     int prefix = wl > 0 && want[wl - 1] == '*';
@@ -321,6 +321,20 @@ static void test_errors(void)
                  "kv_transfer_ms, stream_idle_ms, kv_transfer_ms_per_1k_tokens, client_header_ms, "
                  "client_body_ms, keepalive_idle_ms)");
     EXPECT_ERROR("lisen: { port: 1 }\n", "bad.yaml:1:1: unknown key 'lisen' at the top level*");
+    /* The lists of valid keys are whole, however long (the top level's and limits' are past 256 bytes). */
+    EXPECT_ERROR(
+        "pool: {}\n",
+        "bad.yaml:1:1: unknown key 'pool' at the top level (valid keys: listen, admin, metrics, cors, "
+        "protocol, policy, workers, health, timeouts, limits, retries, outlier, breaker, pd, cache_aware, "
+        "disaggregation, kv_events, ticket, shim_events, kv_admission, log, lifecycle, tracing, threads, "
+        "dp_aware, tokenizer, discovery, pools, request_id_headers)");
+    EXPECT_ERROR(
+        "limits: { max_body: 1 }\n",
+        "bad.yaml:1:11: unknown key 'max_body' in 'limits' (valid keys: max_body_bytes, max_inflight, "
+        "max_connections_per_worker, h2_max_resets, max_merge_bytes, max_header_bytes, max_headers, "
+        "max_client_connections, max_idle_client_connections, h2_max_concurrent_streams, "
+        "h2_max_control_frames, max_inflight_per_pool, max_inflight_per_worker, queue, queue_timeout_ms, "
+        "rate_limit_rps, rate_limit_burst)");
     EXPECT_ERROR("workers:\n  prefill:\n    - { url: http://a:1, weight: 2 }\n",
                  "bad.yaml:3:26: unknown key 'weight' in 'workers.prefill[0]' (valid keys: url, "
                  "bootstrap_port, dp_size, kv_events)");
