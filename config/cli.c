@@ -193,7 +193,7 @@ static const struct opt {
  * pdrouter offers instead. docs/migrating-from-sglang-router.md has the same table. */
 #define NO_TOKENIZER                                                                                         \
     "pdrouter does not template requests or load models: the workers do (--tokenizer-path takes a "          \
-    "tokenizer.json)"
+    "tokenizer.json or a directory holding one)"
 #define NO_HISTORY "pdrouter keeps no conversation or response history"
 #define NO_JWT "the admin API takes one bearer token: --admin-token-file FILE (admin.token_file)"
 #define POLICIES "policies: round_robin, least_load, random, cache_aware, power_of_two, precise_prefix"
@@ -305,8 +305,8 @@ void pdr_config_usage(FILE *out)
         "  --log-level L              debug, info, warn (or warning), error, critical (as error;\n"
         "                             default info)\n"
         "  --log-dir DIR              also write the router's log to DIR/pdrouter.log\n"
-        "  --tokenizer-path FILE      a Hugging Face tokenizer.json for prompt token ids (config: "
-        "tokenizer)\n"
+        "  --tokenizer-path FILE|DIR  a Hugging Face tokenizer.json, or a directory holding one, for prompt\n"
+        "                             token ids (config: tokenizer)\n"
         "  --access-log PATH|-|off    access log file, '-' for stdout (default), 'off' to disable\n"
         "  --otlp-traces-endpoint URL export trace spans as OTLP/HTTP JSON to URL (tracing.otlp_endpoint;\n"
         "                             e.g. http://collector:4318/v1/traces); --enable-trace is accepted\n"
