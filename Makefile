@@ -7,12 +7,16 @@ FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?= --output-on-failure
 
-.PHONY: all deps build test test-release test-asan test-tsan run bench fuzz format clean
+.PHONY: all deps deps-test build test test-release test-asan test-tsan run bench fuzz format clean
 
 all: build
 
 deps:
 	./scripts/install-deps.sh
+
+# What the test suite and the benchmarks use besides: browsers, DNS and Kubernetes tools, load generators.
+deps-test:
+	./scripts/install-deps.sh --test
 
 build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDR_WERROR=ON >/dev/null
@@ -44,7 +48,7 @@ test-tsan: $(TSAN_BUILD)/CMakeCache.txt
 
 # The whole suite: the release build, then the same tests under ASan+UBSan, then the threaded part under
 # ThreadSanitizer.
-test: test-release test-asan test-tsan
+test: deps-test test-release test-asan test-tsan
 
 run: deps build
 	./scripts/demo.sh

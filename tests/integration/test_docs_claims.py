@@ -8,6 +8,8 @@
                          circuit breaker, cache-aware and tokenizer flags start a router
   body_too_large         operations.md's account of an oversized body: 413 in the OpenAI shape over HTTP/1
                          and HTTP/2, counted, an HTTP/2 stream's line in the access log; not "plain text"
+  quick_start            the README's Quick start is two commands; `make run` installs what building and
+                         running needs and no test tool, `make test` (and .ci/run) what the tests use
 """
 import json
 import os
@@ -116,6 +118,45 @@ def scenario_body_too_large():
         m = re.search(r"^pdr_http_body_too_large_total (\d+)", request(r.port, "GET", "/metrics")[2].decode(), re.M)
         return m is not None and int(m.group(1)) == 2
     pdtest.poll_until(counted, 5, "pdr_http_body_too_large_total to count both")
+
+
+# Packages only the tests and benchmarks use: none of them belongs on the run path.
+TEST_ONLY = {"chromium", "chromium-driver", "python3-selenium", "iperf3", "wrk", "nginx-light", "nghttp2-client",
+             "dnsmasq-base", "kubernetes-client", "python3-kubernetes", "gnuplot-nox", "clang", "clang-format",
+             "jq", "bc", "iproute2"}
+
+
+def scenario_quick_start():
+    block = re.search(r"## Quick start\n.*?```sh\n(.*?)```", read("README.md"), re.S)
+    check(block is not None, "README: no Quick start block")
+    cmds = [l.split("#")[0].strip() for l in block.group(1).splitlines() if l.split("#")[0].strip()]
+    check(cmds == ["./scripts/install-deps.sh && make run", "make test"], "README Quick start: %r" % cmds)
+
+    def pkgs(*args):
+        out = subprocess.run(["sh", os.path.join(ROOT, "scripts", "install-deps.sh"), "--print"] + list(args),
+                             capture_output=True, text=True)
+        check(out.returncode == 0, "install-deps.sh --print %s: %s" % (" ".join(args), out.stderr))
+        return set(out.stdout.split())
+    run, test = pkgs(), pkgs("--test")
+    build = set(subprocess.run(["sh", os.path.join(ROOT, "scripts", "install-deps.sh"), "--print-build"],
+                               capture_output=True, text=True).stdout.split())
+    check(not run & TEST_ONLY, "the run path installs test tools: %s" % " ".join(sorted(run & TEST_ONLY)))
+    check(build and build <= run and {"python3", "curl"} <= run, "the run path misses: %s" %
+          " ".join(sorted((build | {"python3", "curl"}) - run)))
+    check(run <= test and TEST_ONLY - {"kubernetes-client"} <= test,
+          "the test path misses: %s" % " ".join(sorted((run | TEST_ONLY) - test - {"kubernetes-client"})))
+    make = shutil.which("make")
+    if make is None:
+        print("skipped: no make")
+        sys.exit(77)
+
+    def installs(target):
+        out = subprocess.run([make, "-n", "-C", ROOT, target, "BUILD=/nonexistent-pdr-build"],
+                             capture_output=True, text=True).stdout
+        return [l.strip() for l in out.splitlines() if "install-deps.sh" in l]
+    check(installs("run") == ["./scripts/install-deps.sh"], "make run installs: %r" % installs("run"))
+    check(installs("test") == ["./scripts/install-deps.sh --test"], "make test installs: %r" % installs("test"))
+    check("./scripts/install-deps.sh --test" in read(".ci/run"), ".ci/run does not install the test tools")
 
 
 if __name__ == "__main__":
