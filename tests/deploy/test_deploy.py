@@ -436,6 +436,51 @@ def run_rules():
 
 
 # ---------------------------------------------------------------- Dockerfile lint
+# In debian:12-slim already (Priority: required), or the project's own library.
+BASE_PACKAGES = {"libc6", "libgcc-s1", "zlib1g"}
+
+
+def runtime_packages():
+    """The Debian packages of the libraries that the built pdrouter, pdsim and libpdshim.so load
+    directly (readelf's NEEDED, found with ldd, owned per dpkg), less the base image's. Empty when the
+    binaries or the tools are missing (the build directory is not always there)."""
+    build = os.environ.get("PDR_BUILD", os.path.join(ROOT, "build"))
+    bins = [os.path.join(build, b) for b in ("pdrouter", "pdsim", "libpdshim.so")]
+    if not all(os.path.exists(b) for b in bins) or not all(shutil.which(t) for t in ("readelf", "ldd", "dpkg")):
+        print("Dockerfile: runtime libraries not checked (no build or no readelf/ldd/dpkg)")
+        return set()
+    libs = {}  # library path -> what loads it
+    for b in bins:
+        needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]",
+                            subprocess.run(["readelf", "-d", b], capture_output=True, text=True).stdout)
+        paths = dict(re.findall(r"^\s*(\S+) => (/\S+)", subprocess.run(["ldd", b], capture_output=True,
+                                                                        text=True).stdout, re.M))
+        for lib in needed:
+            if lib != "libpdshim.so" and lib in paths:
+                libs[paths[lib]] = f"{lib} of {os.path.basename(b)}"
+    # dpkg knows a file by the path its package installed (/usr/lib or /lib, the link or its target): one
+    # query with every spelling, each answer mapped back to its library.
+    spellings = {}
+    for path in libs:
+        real = os.path.realpath(path)
+        for cand in (path, real, "/usr" + path, "/usr" + real, path.replace("/usr/lib/", "/lib/", 1),
+                     real.replace("/usr/lib/", "/lib/", 1)):
+            spellings.setdefault(cand, path)
+    out = subprocess.run(["dpkg", "-S"] + sorted(spellings), capture_output=True, text=True).stdout
+    owners = {}
+    for line in out.splitlines():
+        pkg, _, file = line.partition(": ")
+        if file in spellings:
+            owners[spellings[file]] = pkg.split(":")[0]
+    pkgs = set()
+    for path, what in libs.items():
+        if path not in owners:
+            fail(f"Dockerfile check: no Debian package owns {path} ({what})")
+        elif owners[path] not in BASE_PACKAGES:
+            pkgs.add(owners[path])
+    return pkgs
+
+
 def run_docker():
     path = os.path.join(DEPLOY, "docker", "Dockerfile")
     with open(path) as fh:
@@ -501,6 +546,19 @@ def run_docker():
     for pkg in ("libuv1", "libh2o0.13", "libcurl4", "libyaml-0-2", "libjansson4", "libibverbs1", "libssl3"):
         if not re.search(rf"(?<![\w.-]){re.escape(pkg)}(?![\w.-])", rt):
             fail(f"Dockerfile: runtime stage does not install {pkg}")
+    # The build stage installs what scripts/install-deps.sh installs to build (its --print-build list), and
+    # the runtime stage the package of every library the built binaries load directly.
+    bt = " ".join(a for i, a in instrs[:last] if i == "RUN")
+    r = subprocess.run(["sh", os.path.join(ROOT, "scripts", "install-deps.sh"), "--print-build"],
+                       capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout.split():
+        fail(f"scripts/install-deps.sh --print-build failed: {r.stderr.strip()}")
+    for pkg in r.stdout.split():
+        if not re.search(rf"(?<![\w.-]){re.escape(pkg)}(?![\w.-])", bt):
+            fail(f"Dockerfile: build stage does not install {pkg} (scripts/install-deps.sh builds with it)")
+    for pkg in runtime_packages():
+        if not re.search(rf"(?<![\w.-]){re.escape(pkg)}(?![\w.-])", rt):
+            fail(f"Dockerfile: runtime stage does not install {pkg} (a library the binaries load)")
     if re.search(r"-dev\b", rt):
         fail("Dockerfile: runtime stage installs -dev packages")
     print(f"Dockerfile: {len(instrs)} instructions, stages: {', '.join(f.split()[0] for f in froms)}")
