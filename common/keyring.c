@@ -10,6 +10,14 @@
 #include "err.h"
 #include "keyring.h"
 
+/* The key's public id: the first 4 bytes of the SHA-256 of its secret, in hex. */
+static void set_id(pdr_key_t *k)
+{
+    uint8_t d[SHA256_DIGEST_LENGTH];
+    SHA256(k->secret, k->len, d);
+    snprintf(k->id, sizeof(k->id), "%02x%02x%02x%02x", d[0], d[1], d[2], d[3]);
+}
+
 int pdr_keyring_add(pdr_keyring_t *kr, const void *secret, size_t len)
 {
     if (kr->n >= PDR_KEYRING_MAX)
@@ -19,9 +27,7 @@ int pdr_keyring_add(pdr_keyring_t *kr, const void *secret, size_t len)
     pdr_key_t *k = &kr->keys[kr->n];
     memcpy(k->secret, secret, len);
     k->len = len;
-    uint8_t d[SHA256_DIGEST_LENGTH];
-    SHA256(secret, len, d);
-    snprintf(k->id, sizeof(k->id), "%02x%02x%02x%02x", d[0], d[1], d[2], d[3]);
+    set_id(k);
     kr->n++;
     return 0;
 }
@@ -110,6 +116,21 @@ void pdr_hmac_sha256(const pdr_key_t *key, const void *msg, size_t len, uint8_t 
 {
     unsigned int olen = PDR_HMAC_LEN;
     HMAC(EVP_sha256(), key->secret, (int)key->len, msg, len, out, &olen);
+}
+
+void pdr_key_derive(const pdr_key_t *master, const void *label, size_t len, pdr_key_t *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    uint8_t mac[PDR_HMAC_LEN];
+    pdr_hmac_sha256(master, label, len, mac);
+    memset(out, 0, sizeof(*out));
+    for (size_t i = 0; i < PDR_HMAC_LEN; i++) {
+        out->secret[2 * i] = (uint8_t)hex[mac[i] >> 4];
+        out->secret[2 * i + 1] = (uint8_t)hex[mac[i] & 15];
+    }
+    out->len = 2 * PDR_HMAC_LEN;
+    set_id(out);
+    OPENSSL_cleanse(mac, sizeof(mac));
 }
 
 int pdr_ct_equal(const void *a, const void *b, size_t n)

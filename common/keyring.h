@@ -40,6 +40,11 @@ const pdr_key_t *pdr_keyring_find(const pdr_keyring_t *kr, const char *id, size_
 /* Overwrites every secret with zeros. */
 void pdr_keyring_wipe(pdr_keyring_t *kr);
 
+/* Derives the key of one party from a master key: out's secret is the lower-case hex of
+ * HMAC-SHA256(master, label) (64 characters, so that it can be written to a key file as text and loaded
+ * back unchanged), with its own id. The label names the purpose and the party (HKDF-Expand of RFC 5869
+ * with a single block comes to the same construction; the master is already uniform). */
+void pdr_key_derive(const pdr_key_t *master, const void *label, size_t len, pdr_key_t *out);
 /* out = HMAC-SHA256(key, msg). */
 void pdr_hmac_sha256(const pdr_key_t *key, const void *msg, size_t len, uint8_t out[PDR_HMAC_LEN]);
 /* 1 when a[0..n) equals b[0..n); the time taken depends only on n. */

@@ -27,6 +27,7 @@ enum opt_id {
     OPT_BACKEND,
     OPT_CONFIG,
     OPT_CHECK,
+    OPT_DERIVE_SHIM_KEY,
     OPT_VERSION,
     OPT_HELP,
     OPT_LOG_LEVEL,
@@ -119,6 +120,7 @@ static const struct opt {
     {"backend", OPT_BACKEND, ARG_ONE},
     {"config", OPT_CONFIG, ARG_ONE},
     {"check-config", OPT_CHECK, ARG_ONE},
+    {"derive-shim-key", OPT_DERIVE_SHIM_KEY, ARG_SOME},
     {"version", OPT_VERSION, ARG_NONE},
     {"help", OPT_HELP, ARG_NONE},
     {"log-level", OPT_LOG_LEVEL, ARG_ONE},
@@ -252,7 +254,7 @@ void pdr_config_usage(FILE *out)
         "Usage: pdrouter --config FILE [OVERRIDES]\n"
         "       pdrouter [--pd-disaggregation] --prefill URL [BOOTSTRAP_PORT|none] ... --decode URL ...\n"
         "                [--host H] [--port P] [--policy P] [OVERRIDES]\n"
-        "       pdrouter --check-config FILE | --version | --help\n"
+        "       pdrouter --check-config FILE | --derive-shim-key KEY_FILE WORKER | --version | --help\n"
         "\n"
         "Workers (sglang router compatible; each flag may be repeated):\n"
         "  --pd-disaggregation        accepted for compatibility (always on); so is --mini-lb\n"
@@ -262,6 +264,10 @@ void pdr_config_usage(FILE *out)
         "  --config FILE              read a YAML configuration (cannot be combined with "
         "--prefill/--decode)\n"
         "  --check-config FILE        validate FILE and exit: 0 valid, 2 invalid\n"
+        "  --derive-shim-key KEY_FILE WORKER\n"
+        "                             print the key the shim of WORKER (its URL, or its bootstrap\n"
+        "                             host:port) signs its event batches with, derived from\n"
+        "                             shim_events.key_file KEY_FILE; write it to that worker's key file\n"
         "\n"
         "Kubernetes discovery (sglang router compatible):\n"
         "  --service-discovery        find the workers by label selector (needs a selector below)\n"
@@ -674,6 +680,17 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
         return 0;
     case OPT_CHECK:
         cli->check_config = val;
+        return 0;
+    case OPT_DERIVE_SHIM_KEY:
+        if (n != 2) {
+            pdr__config_err(
+                err, errlen,
+                "argv: --derive-shim-key takes two words: the shim_events.key_file and the worker "
+                "(its URL, or its bootstrap host:port)");
+            return PDR_EINVAL;
+        }
+        cli->derive_key_file = vals[0];
+        cli->derive_worker = vals[1];
         return 0;
     case OPT_LOG_LEVEL: {
         const char *canon = pdr__log_level_parse(val, strlen(val));
@@ -1266,7 +1283,7 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
         rc = PDR_EINVAL;
         goto fail;
     }
-    if (cli->show_help || cli->show_version || cli->check_config != NULL) {
+    if (cli->show_help || cli->show_version || cli->check_config != NULL || cli->derive_worker != NULL) {
         pdr_config_unref(fl);
         return 0;
     }

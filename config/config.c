@@ -496,6 +496,11 @@ pdr_config_t *pdr_config_new_default(void)
     c->timeouts.client_header_ms = PDR_DEF_CLIENT_HEADER_MS;
     c->timeouts.client_body_ms = PDR_DEF_CLIENT_BODY_MS;
     c->timeouts.keepalive_idle_ms = PDR_DEF_KEEPALIVE_IDLE_MS;
+    c->timeouts.lingering_ms = PDR_DEF_LINGERING_MS;
+    c->timeouts.lingering_idle_ms = PDR_DEF_LINGERING_IDLE_MS;
+    c->limits.max_lingering_bytes = PDR_DEF_MAX_LINGERING_BYTES;
+    c->limits.h2_max_connection_body_bytes = PDR_DEF_H2_MAX_CONNECTION_BODY_BYTES;
+    c->limits.max_body_memory_bytes = PDR_DEF_MAX_BODY_MEMORY_BYTES;
     c->limits.h2_max_concurrent_streams = PDR_DEF_H2_MAX_CONCURRENT_STREAMS;
     c->limits.h2_max_control_frames = PDR_DEF_H2_MAX_CONTROL_FRAMES;
     c->limits.queue = PDR_DEF_QUEUE;

@@ -215,6 +215,8 @@ typedef struct pdr_config {
         int client_header_ms;  /* default 10000: a request head must arrive within it (408) */
         int client_body_ms;    /* default 60000: longest pause inside a request body (408) */
         int keepalive_idle_ms; /* default 75000: an idle keep-alive connection is closed after it */
+        int lingering_ms;      /* default 30000: after an early answer, the rest is read and dropped so long */
+        int lingering_idle_ms; /* default 5000: ... or until the client pauses so long */
     } timeouts;
     struct {
         int drain_grace_ms;            /* default 5000: readiness off, still serving */
@@ -232,6 +234,9 @@ typedef struct pdr_config {
         /* Client side (router/limits.c, conn.c): */
         int max_client_connections;      /* default 0: no limit; else accepting pauses at it */
         int max_idle_client_connections; /* default 0: no limit; else the oldest idle ones are closed */
+        int64_t max_lingering_bytes;     /* default 128 MiB: dropped after an early answer; past it, cut */
+        int64_t h2_max_connection_body_bytes; /* default 64 MiB: HTTP/2 bodies one connection holds (0: no cap) */
+        int64_t max_body_memory_bytes;        /* default 1 GiB: HTTP/2 bodies all connections hold (0: no cap) */
         int h2_max_concurrent_streams;   /* default 100: streams of a connection processed at once */
         int h2_max_control_frames;       /* default 1000: SETTINGS/PING/PRIORITY/CONTINUATION per 10 s */
         /* Admission (router/admission.c, docs/internals/admission.md). */
@@ -374,8 +379,9 @@ pdr_config_t *pdr_config_load_string(const char *text, size_t len, const char *n
  * exists instead). */
 typedef struct pdr_cli {
     int show_help, show_version;
-    const char *check_config; /* --check-config FILE */
-    pdr_config_t *config;     /* the resulting snapshot when neither help/version/check was asked */
+    const char *check_config;                    /* --check-config FILE */
+    const char *derive_key_file, *derive_worker; /* --derive-shim-key KEY_FILE WORKER */
+    pdr_config_t *config; /* the resulting snapshot when neither help/version/check was asked */
 } pdr_cli_t;
 /* Returns 0 or a negative PDR_E*. On error *cli is zeroed and err holds "argv: message" (or, when the
  * --config file is invalid, that file's "name:line:col: message"). The caller owns cli->config. */

@@ -55,6 +55,14 @@
 #define PDR_DEF_CLIENT_HEADER_MS 10000
 #define PDR_DEF_CLIENT_BODY_MS 60000
 #define PDR_DEF_KEEPALIVE_IDLE_MS 75000
+/* Lingering close after an early answer: nginx's lingering_time (30 s) and lingering_timeout (5 s); the
+ * bytes discarded at most, 4 times the default body limit. */
+#define PDR_DEF_LINGERING_MS 30000
+#define PDR_DEF_LINGERING_IDLE_MS 5000
+#define PDR_DEF_MAX_LINGERING_BYTES ((int64_t)128 << 20)
+/* HTTP/2 request bodies: what one connection may hold (two default bodies), and all of them together. */
+#define PDR_DEF_H2_MAX_CONNECTION_BODY_BYTES ((int64_t)64 << 20)
+#define PDR_DEF_MAX_BODY_MEMORY_BYTES ((int64_t)1 << 30)
 #define PDR_DEF_H2_MAX_CONCURRENT_STREAMS 100
 #define PDR_MAX_H2_MAX_CONCURRENT_STREAMS 100 /* h2o 2.2.5 refuses streams past 100 open itself */
 #define PDR_DEF_H2_MAX_CONTROL_FRAMES 1000

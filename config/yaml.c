@@ -144,6 +144,8 @@ static const struct field timeouts_fields[] = {
     {"client_header_ms", F_INT, CONF(timeouts.client_header_ms), 1, PDR_MAX_MS, NULL},
     {"client_body_ms", F_INT, CONF(timeouts.client_body_ms), 1, PDR_MAX_MS, NULL},
     {"keepalive_idle_ms", F_INT, CONF(timeouts.keepalive_idle_ms), 1, PDR_MAX_MS, NULL},
+    {"lingering_ms", F_INT, CONF(timeouts.lingering_ms), 0, PDR_MAX_MS, NULL},
+    {"lingering_idle_ms", F_INT, CONF(timeouts.lingering_idle_ms), 1, PDR_MAX_MS, NULL},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct field limits_fields[] = {
@@ -161,6 +163,10 @@ static const struct field limits_fields[] = {
      NULL},
     {"max_idle_client_connections", F_INT, CONF(limits.max_idle_client_connections), 0,
      PDR_MAX_CLIENT_CONNECTIONS, NULL},
+    {"max_lingering_bytes", F_INT64, CONF(limits.max_lingering_bytes), 0, PDR_MAX_BODY_BYTES, NULL},
+    {"h2_max_connection_body_bytes", F_INT64, CONF(limits.h2_max_connection_body_bytes), 0, PDR_MAX_BODY_BYTES,
+     NULL},
+    {"max_body_memory_bytes", F_INT64, CONF(limits.max_body_memory_bytes), 0, PDR_MAX_BODY_BYTES, NULL},
     {"h2_max_concurrent_streams", F_INT, CONF(limits.h2_max_concurrent_streams), 1,
      PDR_MAX_H2_MAX_CONCURRENT_STREAMS, NULL},
     {"h2_max_control_frames", F_INT, CONF(limits.h2_max_control_frames), 0, PDR_MAX_H2_MAX_CONTROL_FRAMES,

@@ -71,21 +71,29 @@ typedef struct client_conn {
     enum { H2G_UNDECIDED = 0, H2G_FOLLOWING, H2G_OFF, H2G_HTTP1 } h2_state;
     int h2_fresh; /* upgraded: the guard's first read decides whether the preface is still to come */
     pdr_h2guard_t h2g;
+    pdr_h2g_bodies_t *h2bodies; /* the request bodies the guard follows (HTTP/2 only) */
+    int h2_budget_logged;       /* the first refusal for the body budget was logged */
     /* Accepted with listen.tls: the handshake is the router's (on_tls_handshake), answers of its own go
      * through h2o's socket (encrypted), and an HTTP/2 refusal closes without a GOAWAY. */
     int tls;
     h2o_accept_ctx_t *actx;  /* the listener's, for the protocol chosen by ALPN */
     struct timeval accepted; /* handed to h2o as the connection's start */
     char *tls_out;           /* an answer being written over TLS (h1_answer_close) */
+    /* The listener's SSL_CTX at the accept, referenced until the connection closes: h2o creates the
+     * connection's SSL object from this pointer when the ClientHello arrives, without a reference of its
+     * own, and a certificate reload releases the loop's reference meanwhile (tls.c). */
+    SSL_CTX *ssl_ctx;
+    SSL *ssl; /* h2o's SSL object of the connection, once its handshake started (pdr__conn_tls_info) */
     /* HTTP/2 control frames (SETTINGS, PING, PRIORITY, CONTINUATION; counted by the guard): a token bucket
      * of limits.h2_max_control_frames refilled over CONTROL_WINDOW_MS; empty, the connection is closed. */
     double ctl_tokens;
     uint64_t ctl_ms, ctl_seen;
     /* HTTP/1 client timeouts (on_client_timer): what the connection waits for, since when */
     uv_timer_t timer;
-    enum { CW_HEAD = 0, CW_BODY, CW_IDLE, CW_BUSY, CW_OFF, CW_HANDSHAKE } wait;
+    enum { CW_HEAD = 0, CW_BODY, CW_IDLE, CW_BUSY, CW_OFF, CW_HANDSHAKE, CW_LINGER, CW_H2 } wait;
     size_t wait_size; /* the input buffer's size when the wait (re)started */
     int served;       /* a response was completed on it */
+    uint64_t linger_bytes, linger_until; /* lingering close: bytes dropped, and until when (linger_start) */
     int counted;      /* a data-port connection (r->client_conns) */
     pdr_dlink_t idle; /* on t->idle_conns while CW_IDLE */
 } client_conn_t;
@@ -118,6 +126,38 @@ static client_conn_t *conn_of(h2o_req_t *req)
         return NULL;
     int fd = h2o_socket_get_fd(sock);
     return fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
+}
+
+/* ---- TLS connections whose peer is gone ----
+ *
+ * h2o closes a TLS connection by writing a close_notify first and disposing of the socket when that write
+ * completes. After a read error (the peer reset the connection, or closed it with data of the router's
+ * unread, which resets it too) libuv marks the stream neither readable nor writable, so uv_write fails at
+ * once, h2o ignores that return, and no write callback ever comes: the descriptor and the connection's
+ * memory stayed for good. A connection whose read failed is closed quietly instead (no close_notify to a
+ * peer that is gone): h2o then disposes of the socket at once. */
+
+void pdr__conn_tls_info(const SSL *ssl, int where, int ret)
+{
+    (void)ret;
+    if (!(where & SSL_CB_HANDSHAKE_START))
+        return;
+    /* h2o's socket BIO carries the h2o socket as its data (h2o 2.2.5, lib/common/socket.c setup_bio). */
+    BIO *b = SSL_get_rbio(ssl);
+    h2o_socket_t *sock = b != NULL ? BIO_get_data(b) : NULL;
+    int fd = sock != NULL ? h2o_socket_get_fd(sock) : -1;
+    client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
+    if (cc != NULL && cc->sock == sock)
+        cc->ssl = (SSL *)ssl;
+}
+
+static void tls_read_failed(client_conn_t *cc, const char *err)
+{
+    if (cc == NULL || err == NULL || !cc->tls)
+        return;
+    cc->t->m.tls_peer_gone_total++;
+    if (cc->ssl != NULL)
+        SSL_set_quiet_shutdown(cc->ssl, 1);
 }
 
 int pdr__conn_condemned(h2o_req_t *req)
@@ -259,7 +299,8 @@ static void set_wait(client_conn_t *cc, int wait, int ms)
 static void update_wait(client_conn_t *cc)
 {
     const pdr_config_t *c = cc->t->config;
-    if (cc->wait == CW_OFF || cc->wait == CW_HANDSHAKE) /* the handshake's end decides (on_tls_handshake) */
+    /* the handshake's end decides (on_tls_handshake); a lingering connection only drops what it reads */
+    if (cc->wait == CW_OFF || cc->wait == CW_HANDSHAKE || cc->wait == CW_LINGER || cc->wait == CW_H2)
         return;
     if (cc->sock->input == NULL) { /* h2o closed the connection */
         idle_leave(cc);
@@ -291,15 +332,106 @@ static void update_wait(client_conn_t *cc)
     }
 }
 
+/* ---- Lingering close ----
+ *
+ * An answer the router gives before the request is read whole (413, 431, 414, 408, 400 at the head) must
+ * reach a client that is still sending: closing with its bytes unread makes the kernel send a reset,
+ * which discards the answer in the client's receive buffer (a client that writes its whole body before
+ * it reads, as undici and the OpenAI SDKs do, sees EPIPE or ECONNRESET instead of the status). As nginx
+ * does (lingering_close), the router shuts its side down after the answer, then reads and drops what the
+ * client still sends until it closes, pauses timeouts.lingering_idle_ms, or timeouts.lingering_ms have
+ * passed; a client that sends more than limits.max_lingering_bytes is cut (reset). */
+
+static void on_linger_timer(uv_timer_t *h);
+
+static void linger_end(client_conn_t *cc, h2o_socket_t *sock, int cut)
+{
+    uv_timer_stop(&cc->timer);
+    cc->wait = CW_OFF;
+    if (cut) {
+        cc->t->m.lingering_cut_total++;
+        struct linger lg = {1, 0};
+        setsockopt(cc->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    }
+    h1_reqread(sock, h2o_socket_error_closed); /* h2o closes the connection */
+}
+
+/* Drops what the client sent; 1 when the lingering is over (the caller ends it). */
+static int linger_drop(client_conn_t *cc, h2o_socket_t *sock)
+{
+    size_t n = sock->input->size;
+    cc->linger_bytes += n;
+    cc->t->m.lingering_discarded_bytes_total += n;
+    h2o_buffer_consume(&sock->input, n);
+    return cc->linger_bytes > (uint64_t)cc->t->config->limits.max_lingering_bytes;
+}
+
+static void linger_arm(client_conn_t *cc)
+{
+    uint64_t now = pdr_now_ms(), idle = (uint64_t)cc->t->config->timeouts.lingering_idle_ms;
+    uint64_t left = cc->linger_until > now ? cc->linger_until - now : 0;
+    uv_timer_start(&cc->timer, on_linger_timer, idle < left ? idle : left, 0);
+}
+
+static void linger_read(h2o_socket_t *sock, const char *err)
+{
+    int fd = h2o_socket_get_fd(sock);
+    client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
+    if (cc == NULL || cc->wait != CW_LINGER) {
+        h1_reqread(sock, err != NULL ? err : h2o_socket_error_closed);
+        return;
+    }
+    if (err != NULL) { /* the client closed its side: it has read the answer, or will not */
+        tls_read_failed(cc, err);
+        linger_end(cc, sock, 0);
+        return;
+    }
+    if (linger_drop(cc, sock)) {
+        linger_end(cc, sock, 1);
+        return;
+    }
+    linger_arm(cc);
+}
+
+static void on_linger_timer(uv_timer_t *h)
+{
+    client_conn_t *cc = h->data;
+    if (cc->wait == CW_LINGER)
+        linger_end(cc, cc->sock, 0);
+}
+
+/* After an answer of the router's own was written whole: the rest of the request is read and dropped. */
+static void linger_start(client_conn_t *cc, h2o_socket_t *sock)
+{
+    const pdr_config_t *c = cc->t->config;
+    shutdown(cc->fd, SHUT_WR);
+    idle_leave(cc);
+    cc->t->m.lingering_total++;
+    cc->wait = CW_LINGER;
+    cc->linger_bytes = 0;
+    cc->linger_until = pdr_now_ms() + (uint64_t)c->timeouts.lingering_ms;
+    if (c->timeouts.lingering_ms == 0 || linger_drop(cc, sock)) {
+        linger_end(cc, sock, cc->linger_bytes > (uint64_t)c->limits.max_lingering_bytes);
+        return;
+    }
+    h2o_socket_read_start(sock, linger_read);
+    linger_arm(cc);
+}
+
 static void on_tls_answer_written(h2o_socket_t *sock, const char *err)
 {
     int fd = h2o_socket_get_fd(sock);
     client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
     if (cc == NULL || uv_is_closing((uv_handle_t *)&cc->tcp))
         return;
+    tls_read_failed(cc, err);
     free(cc->tls_out);
     cc->tls_out = NULL;
-    h1_reqread(sock, err != NULL ? err : h2o_socket_error_closed); /* h2o closes the connection */
+    if (err != NULL) {
+        h1_reqread(sock, err); /* h2o closes the connection */
+        return;
+    }
+    linger_start(cc, sock);
 }
 
 /* Answers the HTTP/1 request h2o is reading (so nothing of h2o's is being written), then has h2o close the
@@ -308,9 +440,10 @@ static void on_tls_answer_written(h2o_socket_t *sock, const char *err)
 static void h1_answer_close(client_conn_t *cc, h2o_socket_t *sock, const char *resp, size_t n)
 {
     if (!cc->tls) {
-        if (uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) == 0) {
-            ssize_t w = send(cc->fd, resp, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-            (void)w;
+        if (uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) == 0 &&
+            send(cc->fd, resp, n, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)n) {
+            linger_start(cc, sock);
+            return;
         }
         shutdown(cc->fd, SHUT_WR);
         h1_reqread(sock, h2o_socket_error_closed); /* h2o closes the connection */
@@ -450,6 +583,14 @@ static int chunk_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
  * ENHANCE_YOUR_CALM that says so, and the connection is closed; h2o would reset the stream and then
  * close with an unrelated debug text. */
 
+/* h2o closes a connection inside its own read callback on any connection error (a malformed frame, bad
+ * HPACK, a flow-control overflow): the socket's memory lives until the handle's close callback, but its
+ * input buffer is gone at once. Everything a guard does after handing a read to h2o asks this first. */
+static int sock_gone(client_conn_t *cc, const h2o_socket_t *sock)
+{
+    return sock->input == NULL || uv_is_closing((uv_handle_t *)&cc->tcp);
+}
+
 static h2o_socket_cb h2_read; /* h2o's HTTP/2 read callback, learned at the first switch */
 
 #define H2_ENHANCE_YOUR_CALM 0xb
@@ -508,7 +649,52 @@ static void h2_give_back_window(client_conn_t *cc)
         cc->h2g.window_debt -= d;
 }
 
-enum { H2_PASS = 0, H2_BLOCK_TOO_BIG, H2_CONTROL_FLOOD };
+enum { H2_PASS = 0, H2_BLOCK_TOO_BIG, H2_CONTROL_FLOOD, H2_OVER_BUDGET, H2_BODY_STALLED };
+
+/* ---- HTTP/2 request bodies: what they may hold, and how long they may pause ----
+ *
+ * h2o 2.2.5 buffers a request body whole before the handler runs and opens the flow-control window as it
+ * reads, so a client holds as much router memory as it sends. The guard counts the body bytes each
+ * connection holds (received, and not yet released by the end of the request that took them) against
+ * limits.h2_max_connection_body_bytes and, summed over every connection of every loop, against
+ * limits.max_body_memory_bytes. The stream whose DATA would pass either is refused: over plain HTTP/2
+ * its body is ended there and the handler answers 503 (the rest of its DATA is dropped and its window
+ * given back), over TLS the connection is closed (a window given back needs a write of the router's own).
+ * A body that pauses longer than timeouts.client_body_ms is reset (plain HTTP/2: RST_STREAM CANCEL to
+ * the client, and a reset handed to h2o as if the client had sent it, which frees the stream), or its
+ * connection closed when that cannot be done between frames. */
+
+static void h2_account(client_conn_t *cc, uint64_t held_before)
+{
+    uint64_t now = cc->h2g.held;
+    if (now > held_before)
+        __atomic_add_fetch(&cc->t->r->body_bytes_held, now - held_before, __ATOMIC_RELAXED);
+    else if (now < held_before)
+        __atomic_sub_fetch(&cc->t->r->body_bytes_held, held_before - now, __ATOMIC_RELAXED);
+}
+
+static void h2_set_budget(client_conn_t *cc)
+{
+    const pdr_config_t *c = cc->t->config;
+    /* Each at least one body of limits.max_body_bytes, so that every body allowed can be received. */
+    uint64_t body = (uint64_t)c->limits.max_body_bytes + 16384; /* h2o's limit: one frame more */
+    uint64_t conn_cap = (uint64_t)c->limits.h2_max_connection_body_bytes,
+             glob_cap = (uint64_t)c->limits.max_body_memory_bytes;
+    if (conn_cap > 0 && conn_cap < body)
+        conn_cap = body;
+    if (glob_cap > 0 && glob_cap < body)
+        glob_cap = body;
+    uint64_t b = conn_cap > 0 ? conn_cap : UINT64_MAX;
+    if (glob_cap > 0) {
+        uint64_t total = __atomic_load_n(&cc->t->r->body_bytes_held, __ATOMIC_RELAXED);
+        uint64_t room = total < glob_cap ? glob_cap - total : 0;
+        if (cc->h2g.held + room < b)
+            b = cc->h2g.held + room;
+    }
+    cc->h2g.budget_on = b != UINT64_MAX;
+    cc->h2g.budget = b;
+    cc->h2g.now_ms = pdr_now_ms();
+}
 
 /* Feeds the bytes added since h2o last returned: H2_PASS, or why the connection must be refused. */
 static int h2_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
@@ -518,7 +704,23 @@ static int h2_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
         cc->h2_state = H2G_OFF;
         return H2_PASS;
     }
+    uint64_t held = cc->h2g.held, over = cc->h2g.bodies_over_budget;
+    h2_set_budget(cc);
     int v = pdr_h2guard_feed(&cc->h2g, sock->input->bytes + pre, size - pre);
+    h2_account(cc, held);
+    if (cc->h2g.bodies_over_budget != over) {
+        cc->t->m.h2_bodies_over_budget_total += cc->h2g.bodies_over_budget - over;
+        if (!cc->h2_budget_logged) {
+            cc->h2_budget_logged = 1;
+            pdr_warn("HTTP/2 request bodies past limits.h2_max_connection_body_bytes (%lld) or "
+                     "limits.max_body_memory_bytes (%lld): %s",
+                     (long long)cc->t->config->limits.h2_max_connection_body_bytes,
+                     (long long)cc->t->config->limits.max_body_memory_bytes,
+                     cc->h2g.budget_closes ? "connection closed" : "stream answered 503");
+        }
+    }
+    if (v == PDR_H2G_OVER_BUDGET)
+        return H2_OVER_BUDGET;
     if (v == PDR_H2G_TOO_BIG)
         return H2_BLOCK_TOO_BIG;
     if (h2_control_flood(cc))
@@ -532,13 +734,26 @@ static int h2_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
 /* The frame guard and the control-frame bucket start following the connection (from its preface on).
  * body_limit: follow request bodies against limits.max_body_bytes too (needs writes of the router's own
  * to give their window back: not over TLS). */
+static void on_h2_body_timer(uv_timer_t *h);
+
 static void h2_follow(client_conn_t *cc, int body_limit)
 {
     const pdr_config_t *c = cc->t->config;
     cc->h2_state = H2G_FOLLOWING;
+    uint64_t held = cc->h2g.held;
     pdr_h2guard_init(&cc->h2g, H2O_MAX_REQLEN);
-    if (body_limit)
-        pdr_h2guard_set_body_limit(&cc->h2g, (uint64_t)c->limits.max_body_bytes);
+    cc->h2g.held = held;
+    if (cc->h2bodies == NULL)
+        cc->h2bodies = calloc(1, sizeof(*cc->h2bodies));
+    if (cc->h2bodies == NULL) {
+        cc->t->m.h2_bodies_unfollowed_total++;
+        pdr_warn("out of memory: an HTTP/2 connection's request bodies are not followed (h2o's limits stand)");
+    }
+    /* Over TLS the guard refuses no body at its size (h2o does, one frame past it): the bodies are
+     * followed for the budget, and past it the connection is closed. */
+    pdr_h2guard_set_body_limit(&cc->h2g, body_limit ? (uint64_t)c->limits.max_body_bytes : UINT64_MAX / 2,
+                               cc->h2bodies);
+    cc->h2g.budget_closes = !body_limit;
     cc->ctl_seen = 0;
     cc->ctl_tokens = c->limits.h2_max_control_frames;
     cc->ctl_ms = pdr_now_ms();
@@ -553,6 +768,12 @@ static void h2_refuse(client_conn_t *cc, h2o_socket_t *sock, h2o_socket_cb next,
                  cc->h2g.block_stream, (unsigned)H2O_MAX_REQLEN);
         cc->t->m
             .h2_header_block_too_large_total++; /* before the GOAWAY: a client that saw it sees the count */
+    } else if (why == H2_OVER_BUDGET) {
+        snprintf(debug, sizeof(debug), "request bodies exceed limits.h2_max_connection_body_bytes or "
+                                       "limits.max_body_memory_bytes");
+    } else if (why == H2_BODY_STALLED) {
+        snprintf(debug, sizeof(debug), "a request body paused for more than %d ms (timeouts.client_body_ms)",
+                 cc->t->config->timeouts.client_body_ms);
     } else {
         int limit = cc->t->config->limits.h2_max_control_frames;
         snprintf(debug, sizeof(debug),
@@ -574,12 +795,47 @@ static void h2_refuse(client_conn_t *cc, h2o_socket_t *sock, h2o_socket_cb next,
         h2o_socket_close(sock); /* before h2o took it (on_tls_handshake) */
 }
 
-/* h2o closes a connection inside its own read callback on any connection error (a malformed frame, bad
- * HPACK, a flow-control overflow): the socket's memory lives until the handle's close callback, but its
- * input buffer is gone at once. Everything a guard does after handing a read to h2o asks this first. */
-static int sock_gone(client_conn_t *cc, const h2o_socket_t *sock)
+/* A stream whose body paused past timeouts.client_body_ms (see above). */
+static void on_h2_body_timer(uv_timer_t *h)
 {
-    return sock->input == NULL || uv_is_closing((uv_handle_t *)&cc->tcp);
+    client_conn_t *cc = h->data;
+    h2o_socket_t *sock = cc->sock;
+    const pdr_config_t *c = cc->t->config;
+    uint64_t now = pdr_now_ms(), pause = (uint64_t)c->timeouts.client_body_ms;
+    if (cc->h2_state != H2G_FOLLOWING || cc->h2bodies == NULL || h2_read == NULL || sock->input == NULL ||
+        uv_is_closing((uv_handle_t *)&cc->tcp) || now < pause)
+        return;
+    uint32_t s;
+    for (;;) {
+        uint64_t held = cc->h2g.held;
+        if ((s = pdr_h2guard_take_stalled(&cc->h2g, now - pause)) == 0)
+            return;
+        h2_account(cc, held);
+        cc->t->m.h2_body_timeouts_total++;
+        int between_frames = sock->input->size == 0 && cc->h2g.hdr_have == 0 && cc->h2g.payload_left == 0 &&
+                             !cc->h2g.in_block && cc->g_last_size == 0;
+        if (cc->tls || !between_frames || uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) != 0) {
+            pdr_info("HTTP/2 request body of stream %" PRIu32 " paused for more than %d ms "
+                     "(timeouts.client_body_ms): connection closed",
+                     s, c->timeouts.client_body_ms);
+            h2_refuse(cc, sock, h2_read, H2_BODY_STALLED);
+            return;
+        }
+        /* RST_STREAM CANCEL, to the client and to h2o as if the client had sent it (h2o frees the stream) */
+        uint8_t rst[13] = {0, 0, 4, 0x3, 0, (uint8_t)(s >> 24), (uint8_t)(s >> 16), (uint8_t)(s >> 8), (uint8_t)s,
+                           0, 0, 0, 0x8};
+        ssize_t w = send(cc->fd, rst, sizeof(rst), MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)w;
+        h2o_iovec_t room = h2o_buffer_reserve(&sock->input, sizeof(rst));
+        if (room.base == NULL)
+            return;
+        memcpy(room.base, rst, sizeof(rst));
+        sock->input->size += sizeof(rst);
+        h2_read(sock, NULL);
+        if (sock_gone(cc, sock))
+            return;
+        cc->g_last_size = sock->input->size;
+    }
 }
 
 static void h2_guard_read(h2o_socket_t *sock, const char *err)
@@ -587,6 +843,7 @@ static void h2_guard_read(h2o_socket_t *sock, const char *err)
     int fd = h2o_socket_get_fd(sock);
     client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
     int why;
+    tls_read_failed(cc, err);
     if (err == NULL && cc != NULL && cc->h2_fresh) {
         /* Upgraded from HTTP/1: h2o may have parsed bytes sent with the upgrade request already; what it
          * left starts at a frame, or at the part of the preface still missing. */
@@ -619,6 +876,11 @@ static void h2_guard_wrap(client_conn_t *cc, h2o_socket_t *sock)
     }
     sock->_cb.read = h2_guard_read;
     cc->g_last_size = sock->input->size;
+    /* HTTP/2 from here: the connection's timer follows its request bodies (on_h2_body_timer) */
+    idle_leave(cc);
+    cc->wait = CW_H2;
+    uint64_t period = (uint64_t)cc->t->config->timeouts.client_body_ms / 4 + 1;
+    uv_timer_start(&cc->timer, on_h2_body_timer, period, period);
 }
 
 static int is_preface_start(const h2o_socket_t *sock)
@@ -654,6 +916,37 @@ static int64_t head_content_length(const char *p, size_t n)
     return -1;
 }
 
+/* h2o's HTTP/1 request parser (picohttpparser, exported by libh2o; Debian ships no header for it). */
+struct phr_header {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
+int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len, const char **path,
+                      size_t *path_len, int *minor_version, struct phr_header *headers, size_t *num_headers,
+                      size_t last_len);
+
+/* Why a complete request head must be refused with 400 before h2o reads it, or NULL: a head another
+ * parser may frame differently (reqguard.h), or one h2o's own parser refuses (h2o would answer 400 and
+ * close at once, resetting a client that is still sending). */
+static const char *malformed_head(const char *p, size_t n)
+{
+    int chunked;
+    if (pdr_reqguard_head_len(p, n, &chunked) == 0)
+        return NULL;
+    const char *why;
+    if (pdr_reqguard_check_head(p, n, &why) != 0)
+        return why;
+    const char *method, *path;
+    size_t method_len, path_len, num_headers = H2O_MAX_HEADERS;
+    int minor;
+    struct phr_header headers[H2O_MAX_HEADERS];
+    if (phr_parse_request(p, n, &method, &method_len, &path, &path_len, &minor, headers, &num_headers, 0) == -1)
+        return "the request line or a header line cannot be parsed";
+    return NULL;
+}
+
 /* Answers an HTTP/1 request whose head passes the router's limits before h2o parses it (see
  * pdr_reqguard_head_limits), or whose Content-Length is above limits.max_body_bytes (413 before any of
  * the body is read), then lets h2o close the connection. */
@@ -662,14 +955,20 @@ static int head_guard(client_conn_t *cc, h2o_socket_t *sock, int fd)
     const pdr_config_t *c = cc->t->config;
     int st = pdr_reqguard_head_limits(sock->input->bytes, sock->input->size, (size_t)c->limits.max_headers,
                                       (size_t)c->limits.max_header_bytes);
+    const char *bad = NULL;
+    if (st == 0 && (bad = malformed_head(sock->input->bytes, sock->input->size)) != NULL)
+        st = 400;
     if (st == 0 && head_content_length(sock->input->bytes, sock->input->size) > c->limits.max_body_bytes)
         st = 413;
     if (st == 0)
         return 0;
-    char body[320], resp[640];
+    char body[320], resp[640], what[160];
+    if (st == 400)
+        snprintf(what, sizeof(what), "malformed request: %s", bad);
     int bn = snprintf(
         body, sizeof(body), "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"code\":%d}}",
-        st == 413   ? "the request body exceeds limits.max_body_bytes"
+        st == 400   ? what
+        : st == 413 ? "the request body exceeds limits.max_body_bytes"
         : st == 414 ? "the request line is longer than limits.max_header_bytes"
                     : "the request head has more fields than limits.max_headers or more bytes than "
                       "limits.max_header_bytes",
@@ -679,7 +978,9 @@ static int head_guard(client_conn_t *cc, h2o_socket_t *sock, int fd)
                      "Content-Length: %d\r\n\r\n%s",
                      st, pdr_http_reason(st), bn, body);
     (void)fd;
-    if (st == 413)
+    if (st == 400)
+        cc->t->m.bad_framing_total++;
+    else if (st == 413)
         cc->t->m.body_too_large_total++;
     else
         cc->t->m.headers_too_large_total++;
@@ -692,6 +993,7 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err)
 {
     int fd = h2o_socket_get_fd(sock);
     client_conn_t *cc = fd >= 0 && (size_t)fd < conn_by_fd_len ? conn_by_fd[fd] : NULL;
+    tls_read_failed(cc, err);
     if (err == NULL && cc != NULL && cc->h2_state == H2G_UNDECIDED && sock->input->size > 0) {
         if (is_preface_start(sock))
             h2_follow(cc, 1);
@@ -761,6 +1063,15 @@ static void on_conn_closed(uv_handle_t *h)
     idle_leave(cc);
     free(cc->tls_out);
     cc->tls_out = NULL;
+    if (cc->h2g.held > 0) /* bodies of streams h2o dropped with the connection */
+        __atomic_sub_fetch(&cc->t->r->body_bytes_held, cc->h2g.held, __ATOMIC_RELAXED);
+    cc->h2g.held = 0;
+    free(cc->h2bodies);
+    cc->h2bodies = NULL;
+    if (cc->ssl_ctx != NULL)
+        SSL_CTX_free(cc->ssl_ctx);
+    cc->ssl_ctx = NULL;
+    cc->ssl = NULL;
     if (cc->fd >= 0 && (size_t)cc->fd < conn_by_fd_len && conn_by_fd[cc->fd] == cc)
         conn_by_fd[cc->fd] = NULL;
     if (cc->counted)
@@ -793,6 +1104,57 @@ static int h2_upgraded(client_conn_t *cc, h2o_socket_t *sock)
     h2_follow(cc, 1);
     cc->h2_fresh = 1;
     h2_guard_wrap(cc, sock);
+    return 1;
+}
+
+/* HTTP/2 request bodies handed to a handler stay held until the request ends (see above). */
+typedef struct body_taken {
+    client_conn_t *cc;
+    uint64_t bytes;
+} body_taken_t;
+
+static void on_body_released(void *p)
+{
+    body_taken_t *bt = p;
+    client_conn_t *cc = bt->cc;
+    uint64_t held = cc->h2g.held;
+    pdr_h2guard_release(&cc->h2g, bt->bytes);
+    h2_account(cc, held);
+}
+
+/* The HTTP/2 stream of a request, as h2o gives it to loggers (its stream struct is not public). */
+static uint32_t h2_stream_id(h2o_req_t *req)
+{
+    if (req->conn->callbacks->log_.http2.stream_id == NULL)
+        return 0;
+    h2o_iovec_t v = req->conn->callbacks->log_.http2.stream_id(req);
+    uint64_t id = 0;
+    for (size_t i = 0; i < v.len && i < 10 && v.base[i] >= '0' && v.base[i] <= '9'; i++)
+        id = id * 10 + (uint64_t)(v.base[i] - '0');
+    return id <= 0x7fffffffu ? (uint32_t)id : 0;
+}
+
+int pdr__conn_take_body(pdr_thread_t *t, h2o_req_t *req)
+{
+    if (req->version < 0x200)
+        return 0;
+    client_conn_t *cc = conn_of(req);
+    if (cc == NULL || cc->h2bodies == NULL)
+        return 0;
+    if (req->entity.len > 0) {
+        body_taken_t *bt = h2o_mem_alloc_shared(&req->pool, sizeof(*bt), on_body_released);
+        bt->cc = cc;
+        bt->bytes = req->entity.len;
+    }
+    if (cc->h2g.bodies_over_budget == 0 || !pdr_h2guard_over_budget(&cc->h2g, h2_stream_id(req)))
+        return 0;
+    char msg[200];
+    snprintf(msg, sizeof(msg),
+             "the router holds too many request bodies (limits.h2_max_connection_body_bytes %lld, "
+             "limits.max_body_memory_bytes %lld): retry",
+             (long long)t->config->limits.h2_max_connection_body_bytes,
+             (long long)t->config->limits.max_body_memory_bytes);
+    pdr_send_error(req, 503, "service_unavailable", msg, 1);
     return 1;
 }
 
@@ -929,7 +1291,14 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     cc->tls = actx->ssl_ctx != NULL;
     cc->actx = actx;
     cc->tls_out = NULL;
+    cc->ssl_ctx = NULL;
+    cc->ssl = NULL;
+    cc->h2bodies = NULL;
+    cc->h2_budget_logged = 0;
+    cc->h2g.held = 0;
     if (cc->tls) {
+        SSL_CTX_up_ref(actx->ssl_ctx);
+        cc->ssl_ctx = actx->ssl_ctx;
         /* The handshake is the router's, within timeouts.client_header_ms (the timer set above), so that
          * the connection's guards are in place before its first request is read (on_tls_handshake). */
         gettimeofday(&cc->accepted, NULL);

@@ -263,6 +263,28 @@ static int value_ok(const char *p, size_t n)
     return 1;
 }
 
+/* The first connection-specific field of an HTTP/2 request, which makes it malformed (RFC 9113 section
+ * 8.2.2): Connection, Proxy-Connection, Keep-Alive, Transfer-Encoding, Upgrade, and TE with any value but
+ * "trailers". Else NULL. h2o 2.2.5's HPACK decoder already ends the connection (GOAWAY PROTOCOL_ERROR) on
+ * Connection, Transfer-Encoding, Upgrade, HTTP2-Settings and such a TE, but passes Keep-Alive and
+ * Proxy-Connection on; the whole list is checked here so that none reaches a worker whatever h2o does. */
+static const char *h2_connection_specific(h2o_req_t *req)
+{
+    static const char *const banned[] = {
+        "connection",     "keep-alive", "proxy-connection", "transfer-encoding", "upgrade",
+        "http2-settings", "te"};
+    for (size_t i = 0; i < req->headers.size; i++) {
+        const h2o_header_t *e = &req->headers.entries[i];
+        for (size_t k = 0; k < sizeof(banned) / sizeof(banned[0]); k++) {
+            if (!eq(e->name->base, e->name->len, banned[k], strlen(banned[k])))
+                continue;
+            if (strcmp(banned[k], "te") != 0 || !EQ(e->value.base, e->value.len, "trailers"))
+                return banned[k];
+        }
+    }
+    return NULL;
+}
+
 int pdr_fwd_check_request(h2o_req_t *req, const pdr_config_t *c, char *msg, size_t cap)
 {
     size_t n = req->headers.size, bytes = 0;
@@ -297,6 +319,16 @@ int pdr_fwd_check_request(h2o_req_t *req, const pdr_config_t *c, char *msg, size
     if (h2 && !value_ok(req->input.authority.base, req->input.authority.len)) {
         snprintf(msg, cap, "the request's authority holds a character HTTP does not allow there");
         return 400;
+    }
+    if (h2) {
+        const char *field = h2_connection_specific(req);
+        if (field != NULL) {
+            snprintf(msg, cap,
+                     "HTTP/2 forbids the connection-specific header field %s (RFC 9113 section 8.2.2): the "
+                     "request is malformed",
+                     field);
+            return 400;
+        }
     }
     return 0;
 }
@@ -403,6 +435,18 @@ int pdr_fwd_trace_id(h2o_req_t *req, char out[33])
     return 1;
 }
 
+/* 1 when a Connection field of the request, the first at index first (-1: none), names the field name. Every
+ * field Connection names is hop-by-hop (RFC 9110 section 7.6.1): it is not forwarded, and the router does
+ * not fold it into the fields it writes itself (X-Forwarded-For, X-Forwarded-Host). */
+static int named_by_connection(h2o_req_t *req, ssize_t first, const char *name, size_t nlen)
+{
+    for (ssize_t k = first; k >= 0; k = h2o_find_header(&req->headers, H2O_TOKEN_CONNECTION, k))
+        if (pdr_fwd_connection_names(req->headers.entries[k].value.base, req->headers.entries[k].value.len,
+                                     name, nlen))
+            return 1;
+    return 0;
+}
+
 int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
 {
     memset(f, 0, sizeof(*f));
@@ -415,7 +459,7 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
     size_t cap = 0, xff_len = 0, cookie_len = 0, n_xff = 0, n_cookie = 0, n_tp = 0;
     size_t rid_rank = SIZE_MAX; /* position in request_id_headers of the best usable id so far */
     const h2o_iovec_t *xfh = NULL, *tp = NULL, *rid = NULL;
-    ssize_t conn_i = -1; /* Connection names more hop-by-hop headers (HTTP/1 only) */
+    ssize_t conn_i = -1; /* the first Connection field: it names more hop-by-hop fields */
     size_t n_rid = c->n_request_id_headers < PDR_CONFIG_MAX_REQUEST_ID_HEADERS
                        ? c->n_request_id_headers
                        : PDR_CONFIG_MAX_REQUEST_ID_HEADERS;
@@ -468,6 +512,17 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
             }
         }
     }
+    if (conn_i >= 0 && xfh != NULL) {
+        /* The client's X-Forwarded-Host counts only when Connection does not name it (then it is for this
+         * hop alone, and the router writes its own). */
+        xfh = NULL;
+        for (size_t i = 0; i < req->headers.size && xfh == NULL; i++) {
+            const h2o_header_t *e = &req->headers.entries[i];
+            if (classify(e->name->base, e->name->len, 0) == K_XFH &&
+                !named_by_connection(req, conn_i, e->name->base, e->name->len))
+                xfh = &e->value;
+        }
+    }
     if (rid != NULL) {
         memcpy(f->request_id, rid->base, rid->len); /* rid->len < 64 < sizeof(request_id) */
         f->request_id[rid->len] = '\0';
@@ -518,15 +573,8 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
             continue; /* dropped, or (X-Forwarded-For, HTTP/2 cookies) written below as one line */
         if (kd == K_TRACESTATE && !traced)
             continue; /* belongs to a trace the router does not continue */
-        if (conn_i >= 0) {
-            int named = 0;
-            for (ssize_t k = conn_i; k >= 0 && !named;
-                 k = h2o_find_header(&req->headers, H2O_TOKEN_CONNECTION, k))
-                named = pdr_fwd_connection_names(req->headers.entries[k].value.base,
-                                                 req->headers.entries[k].value.len, name, nlen);
-            if (named)
-                continue;
-        }
+        if (named_by_connection(req, conn_i, name, nlen))
+            continue;
         put_line(&o, e->orig_name != NULL ? e->orig_name : name, nlen, e->value.base, e->value.len);
     }
     if (n_cookie > 0) {
@@ -547,7 +595,8 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
         size_t k = 0;
         for (size_t i = 0; i < req->headers.size; i++) {
             const h2o_header_t *e = &req->headers.entries[i];
-            if (e->value.len == 0 || classify(e->name->base, e->name->len, 0) != K_XFF)
+            if (e->value.len == 0 || classify(e->name->base, e->name->len, 0) != K_XFF ||
+                named_by_connection(req, conn_i, e->name->base, e->name->len))
                 continue;
             if (k++ > 0)
                 PUT_LIT(&o, ", ");

@@ -5,7 +5,9 @@
  *
  *   - End-to-end headers are forwarded as the client sent them (names as received).
  *   - Hop-by-hop headers are dropped: Connection and every header it names, Keep-Alive, TE, Trailer,
- *     Transfer-Encoding, Upgrade, HTTP2-Settings, Proxy-* (RFC 9110 section 7.6.1).
+ *     Transfer-Encoding, Upgrade, HTTP2-Settings, Proxy-* (RFC 9110 section 7.6.1). A field Connection
+ *     names is not folded into the ones the router writes either (X-Forwarded-For, X-Forwarded-Host).
+ *     An HTTP/2 request carrying any connection-specific field is refused (RFC 9113 section 8.2.2).
  *   - Headers the router writes itself are dropped from the client's: Host, Content-Length,
  *     Content-Type and Content-Encoding (the body is rebuilt), Expect, Accept-Encoding (the router reads
  *     the answers: they must come uncompressed), X-Request-Id, traceparent, X-Forwarded-Proto, and

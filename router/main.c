@@ -17,6 +17,7 @@
 #include "dpaware.h"
 #include "err.h"
 #include "router.h"
+#include "shim_events.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -99,6 +100,8 @@ int main(int argc, char **argv)
         printf("pdrouter %s\n", PDR_VERSION);
         return 0;
     }
+    if (cli.derive_worker != NULL)
+        return pdr_shim_derive_cli(cli.derive_key_file, cli.derive_worker, stdout, stderr);
     if (cli.check_config != NULL) {
         pdr_config_t *c = pdr_config_load_file(cli.check_config, err, sizeof(err));
         if (c == NULL) {

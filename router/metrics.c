@@ -188,6 +188,33 @@ static const struct {
      "HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM for sending more SETTINGS, PING, PRIORITY and "
      "CONTINUATION frames than limits.h2_max_control_frames allows.",
      offsetof(pdr_metrics_t, h2_control_floods_total)},
+    {"pdr_tls_client_read_failures_total",
+     "TLS client connections whose read failed (the client reset or closed the connection): closed at once "
+     "without a close_notify.",
+     offsetof(pdr_metrics_t, tls_peer_gone_total)},
+    {"pdr_http_lingering_closes_total",
+     "HTTP/1 connections answered before their request was read whole (413, 431, 414, 408, 400) whose rest "
+     "the router read and dropped before closing, so that the answer reaches a client still sending.",
+     offsetof(pdr_metrics_t, lingering_total)},
+    {"pdr_http_lingering_cut_total",
+     "Lingering connections reset because the client sent more than limits.max_lingering_bytes after the "
+     "answer.",
+     offsetof(pdr_metrics_t, lingering_cut_total)},
+    {"pdr_http_lingering_discarded_bytes_total",
+     "Request bytes read and dropped while lingering after an early answer.",
+     offsetof(pdr_metrics_t, lingering_discarded_bytes_total)},
+    {"pdr_h2_bodies_over_budget_total",
+     "HTTP/2 request bodies refused because the bodies held would pass limits.h2_max_connection_body_bytes "
+     "(one connection) or limits.max_body_memory_bytes (all): answered 503, or over TLS the connection closed.",
+     offsetof(pdr_metrics_t, h2_bodies_over_budget_total)},
+    {"pdr_h2_body_timeouts_total",
+     "HTTP/2 request bodies that paused longer than timeouts.client_body_ms: the stream reset, or its "
+     "connection closed.",
+     offsetof(pdr_metrics_t, h2_body_timeouts_total)},
+    {"pdr_h2_bodies_unfollowed_total",
+     "HTTP/2 connections whose request bodies the router could not follow (no memory for the table): h2o's "
+     "own limits stand for them.",
+     offsetof(pdr_metrics_t, h2_bodies_unfollowed_total)},
     {"pdr_tickets_signed_total",
      "Tickets signed for protocol pdshim: one per room of each attempt (both legs carry the same one).",
      offsetof(pdr_metrics_t, tickets_signed_total)},
@@ -352,6 +379,10 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         "# HELP pdr_inflight_requests PD requests in progress.\n# TYPE pdr_inflight_requests gauge\n"
         "pdr_inflight_requests %lld\n",
         (long long)x->inflight);
+    put(&o,
+        "# HELP pdr_h2_body_bytes_held HTTP/2 request body bytes the router holds (limits.max_body_memory_bytes).\n"
+        "# TYPE pdr_h2_body_bytes_held gauge\npdr_h2_body_bytes_held %llu\n",
+        (unsigned long long)x->body_bytes_held);
     put(&o,
         "# HELP pdr_inflight_limit limits.max_inflight: above it requests wait in the admission queue.\n"
         "# TYPE pdr_inflight_limit gauge\npdr_inflight_limit %d\n",

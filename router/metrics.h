@@ -69,6 +69,13 @@ typedef struct pdr_metrics {
     uint64_t keepalive_closed_total;       /* idle keep-alive connections closed (timeout or idle cap) */
     uint64_t accept_paused_total;          /* accepting paused at limits.max_client_connections */
     uint64_t h2_control_floods_total;      /* connections closed past limits.h2_max_control_frames */
+    uint64_t tls_peer_gone_total;          /* TLS client connections closed quietly after a failed read */
+    uint64_t lingering_total;              /* early answers followed by a lingering close */
+    uint64_t lingering_cut_total;          /* ... whose client sent past limits.max_lingering_bytes */
+    uint64_t lingering_discarded_bytes_total; /* request bytes read and dropped while lingering */
+    uint64_t h2_bodies_over_budget_total;  /* HTTP/2 bodies refused for the body budget */
+    uint64_t h2_body_timeouts_total;       /* HTTP/2 bodies reset: paused past timeouts.client_body_ms */
+    uint64_t h2_bodies_unfollowed_total;   /* HTTP/2 connections whose bodies could not be followed (memory) */
     uint64_t tickets_signed_total;         /* protocol pdshim: tickets signed (one per room and attempt) */
     uint64_t tickets_refused_total; /* protocol pdshim: a worker refused the router's ticket (403 -> 502) */
     uint64_t bytes_in_total, bytes_out_total;
@@ -113,6 +120,7 @@ void pdr_metrics_count_request(pdr_metrics_t *m, int route, int status, double s
 typedef struct pdr_metrics_extra {
     int64_t inflight; /* PD requests in progress */
     int max_inflight; /* limits.max_inflight of the current config */
+    uint64_t body_bytes_held; /* HTTP/2 request body bytes held (conn.c) */
     uint64_t reloads_ok, reloads_failed;
     struct pdr_router *router; /* the KV event families (kv_events.c); NULL: left out */
 } pdr_metrics_extra_t;

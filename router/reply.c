@@ -83,6 +83,7 @@ void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req)
     pdr_metrics_extra_t x = {
         .inflight = __atomic_load_n(&r->inflight, __ATOMIC_RELAXED),
         .max_inflight = t->config->limits.max_inflight,
+        .body_bytes_held = __atomic_load_n(&r->body_bytes_held, __ATOMIC_RELAXED),
         .reloads_ok = __atomic_load_n(&r->reloads_ok, __ATOMIC_RELAXED),
         .reloads_failed = __atomic_load_n(&r->reloads_failed, __ATOMIC_RELAXED),
         .router = r,

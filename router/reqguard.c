@@ -238,9 +238,10 @@ void pdr_h2guard_init(pdr_h2guard_t *g, uint64_t limit)
     g->limit = limit;
 }
 
-void pdr_h2guard_set_body_limit(pdr_h2guard_t *g, uint64_t body_limit)
+void pdr_h2guard_set_body_limit(pdr_h2guard_t *g, uint64_t body_limit, pdr_h2g_bodies_t *bodies)
 {
-    g->body_limit = body_limit;
+    g->body_limit = bodies != NULL ? body_limit : 0;
+    g->bodies = bodies;
 }
 
 #define H2_DATA 0x0
@@ -256,8 +257,8 @@ void pdr_h2guard_set_body_limit(pdr_h2guard_t *g, uint64_t body_limit)
 static pdr_h2g_body_t *body_of(pdr_h2guard_t *g, uint32_t stream)
 {
     for (size_t i = 0; i < PDR_H2G_BODIES; i++)
-        if (g->bodies[i].stream == stream)
-            return &g->bodies[i];
+        if (g->bodies->body[i].stream == stream)
+            return &g->bodies->body[i];
     return NULL;
 }
 
@@ -267,23 +268,67 @@ static void body_open(pdr_h2guard_t *g, uint32_t stream)
 {
     pdr_h2g_body_t *b = body_of(g, 0);
     for (size_t i = 0; b == NULL && i < PDR_H2G_BODIES; i++)
-        if (g->bodies[i].refused)
-            b = &g->bodies[i];
+        if (g->bodies->body[i].refused)
+            b = &g->bodies->body[i];
     if (b != NULL)
-        *b = (pdr_h2g_body_t){stream, 0, 0};
+        *b = (pdr_h2g_body_t){stream, PDR_H2G_OPEN, 0, g->now_ms};
 }
 
 /* DATA bytes of body b (padding excluded) arrived in the frame whose header starts at h. */
 static void body_data(pdr_h2guard_t *g, pdr_h2g_body_t *b, char *h, uint64_t data)
 {
+    int over = g->budget_on && g->held + data > g->budget;
+    if (over && g->budget_closes) {
+        g->budget_hit = 1; /* the caller closes the connection */
+        g->bodies_over_budget++;
+        return;
+    }
     b->bytes += data;
+    b->last_ms = g->now_ms;
+    g->held += data;
     if (h[4] & H2_END_STREAM) {
         b->stream = 0;
-    } else if (b->bytes > g->body_limit) {
+    } else if (b->bytes > g->body_limit || over) {
         h[4] |= H2_END_STREAM; /* h2o takes this frame as the body's last and hands the request on */
-        b->refused = 1;
-        g->bodies_refused++;
+        if (b->bytes > g->body_limit) {
+            b->refused = PDR_H2G_REFUSED_SIZE;
+            g->bodies_refused++;
+        } else {
+            b->refused = PDR_H2G_REFUSED_BUDGET;
+            g->bodies_over_budget++;
+            g->bodies->over_budget[g->over_budget_next++ % PDR_H2G_BODIES] = b->stream;
+        }
     }
+}
+
+int pdr_h2guard_over_budget(const pdr_h2guard_t *g, uint32_t stream)
+{
+    for (size_t i = 0; g->bodies != NULL && i < PDR_H2G_BODIES && stream != 0; i++)
+        if (g->bodies->over_budget[i] == stream)
+            return 1;
+    return 0;
+}
+
+void pdr_h2guard_release(pdr_h2guard_t *g, uint64_t bytes)
+{
+    g->held = g->held > bytes ? g->held - bytes : 0;
+}
+
+uint32_t pdr_h2guard_take_stalled(pdr_h2guard_t *g, uint64_t before_ms)
+{
+    pdr_h2g_body_t *oldest = NULL;
+    for (size_t i = 0; g->bodies != NULL && i < PDR_H2G_BODIES; i++) {
+        pdr_h2g_body_t *b = &g->bodies->body[i];
+        if (b->stream != 0 && b->refused == PDR_H2G_OPEN && b->last_ms < before_ms &&
+            (oldest == NULL || b->last_ms < oldest->last_ms))
+            oldest = b;
+    }
+    if (oldest == NULL)
+        return 0;
+    uint32_t s = oldest->stream;
+    pdr_h2guard_release(g, oldest->bytes);
+    oldest->stream = 0;
+    return s;
 }
 
 /* ---- the content-length of an HTTP/2 request, in its HEADERS frame ----
@@ -439,6 +484,8 @@ static int h2guard_frame(pdr_h2guard_t *g, char *h, const char *end)
     } else if (type != H2_HEADERS) {
         pdr_h2g_body_t *b = g->body_limit > 0 && stream != 0 ? body_of(g, stream) : NULL;
         if (b != NULL && type == H2_RST_STREAM) {
+            if (b->refused == PDR_H2G_OPEN)
+                pdr_h2guard_release(g, b->bytes); /* never handed on: h2o frees it now */
             b->stream = 0;
         } else if (b != NULL && type == H2_DATA && b->refused) {
             h[3] = (char)H2_UNKNOWN_TYPE;
@@ -489,6 +536,8 @@ int pdr_h2guard_feed(pdr_h2guard_t *g, char *p, size_t n)
                 uint64_t data = g->pad_frame_len > 1u + pad ? g->pad_frame_len - 1u - pad : 0;
                 body_data(g, g->pad_wait, p - 9, data);
                 g->pad_wait = NULL;
+                if (g->budget_hit)
+                    return PDR_H2G_OVER_BUDGET;
             }
             size_t take = (size_t)(end - p) < g->payload_left ? (size_t)(end - p) : g->payload_left;
             g->payload_left -= (uint32_t)take;
@@ -500,6 +549,8 @@ int pdr_h2guard_feed(pdr_h2guard_t *g, char *p, size_t n)
                 int v = h2guard_frame(g, p - 9, end);
                 if (v != 0)
                     return v;
+                if (g->budget_hit)
+                    return PDR_H2G_OVER_BUDGET;
             }
         }
     }

@@ -74,12 +74,27 @@ int pdr_chunkguard_feed(pdr_chunkguard_t *g, const char *p, size_t n);
  * one buffer with the frame bytes fed before them that h2o has not consumed yet (h2o consumes whole
  * frames only). And it counts control frames (SETTINGS and PING that are not ACKs, PRIORITY,
  * CONTINUATION, empty DATA without END_STREAM) in `control`, for the caller's flood bucket. */
-#define PDR_H2G_BODIES 16
+/* The guard also bounds what one connection's request bodies hold (pdr_h2guard_t.budget): the bytes of
+ * bodies received on it and not yet released by the caller (`held`: the caller releases a body when the
+ * request that took it ends, or the connection closes) may not pass the budget; the DATA frame that would
+ * take them past it ends its stream early as above, and the stream is remembered as refused for the
+ * budget (pdr_h2guard_over_budget), so that its handler answers 503 instead of using the cut body. A
+ * stream reset before its body ended gives its bytes back at once. */
+#define PDR_H2G_BODIES 100 /* h2o 2.2.5 keeps at most 100 streams open per connection */
+enum { PDR_H2G_OPEN = 0, PDR_H2G_REFUSED_SIZE, PDR_H2G_REFUSED_BUDGET };
 typedef struct pdr_h2g_body {
-    uint32_t stream; /* 0: a free slot */
-    int refused;     /* ended early: later DATA is made unknown */
-    uint64_t bytes;  /* DATA bytes so far, padding excluded */
+    uint32_t stream;  /* 0: a free slot */
+    int refused;      /* PDR_H2G_REFUSED_*: ended early, later DATA is made unknown */
+    uint64_t bytes;   /* DATA bytes so far, padding excluded */
+    uint64_t last_ms; /* when its last DATA came (the caller's now_ms) */
 } pdr_h2g_body_t;
+
+/* The bodies followed, in storage of the caller's (pdr_h2guard_set_body_limit): only HTTP/2 connections
+ * need it. */
+typedef struct pdr_h2g_bodies {
+    pdr_h2g_body_t body[PDR_H2G_BODIES];
+    uint32_t over_budget[PDR_H2G_BODIES]; /* the streams refused for the budget, latest last (a ring) */
+} pdr_h2g_bodies_t;
 
 typedef struct pdr_h2guard {
     uint32_t preface_left; /* connection preface bytes not yet seen */
@@ -93,23 +108,39 @@ typedef struct pdr_h2guard {
     uint32_t last_stream;  /* the highest stream whose header block was complete */
     /* request bodies (see above) */
     uint64_t body_limit; /* 0: not followed */
-    pdr_h2g_body_t bodies[PDR_H2G_BODIES];
+    pdr_h2g_bodies_t *bodies;
     pdr_h2g_body_t *pad_wait; /* a PADDED DATA frame of this body waits for its pad length byte */
     uint32_t pad_frame_len;
     uint64_t window_debt; /* bytes of DATA made unknown, not given back yet */
     uint64_t bodies_refused;
+    uint64_t held;    /* body bytes received and not released (pdr_h2guard_release) */
+    uint64_t budget;  /* the most `held` may reach, when budget_on; set by the caller before each feed */
+    int budget_on;
+    int budget_closes; /* past the budget the connection is to be closed (PDR_H2G_OVER_BUDGET) instead */
+    int budget_hit;
+    uint64_t now_ms;  /* the caller's clock, set before each feed */
+    uint64_t bodies_over_budget;
+    uint32_t over_budget_next;
     uint64_t control; /* control frames seen */
 } pdr_h2guard_t;
 
-enum { PDR_H2G_MORE = 0, PDR_H2G_TOO_BIG, PDR_H2G_LOST };
+enum { PDR_H2G_MORE = 0, PDR_H2G_TOO_BIG, PDR_H2G_LOST, PDR_H2G_OVER_BUDGET };
 
 void pdr_h2guard_init(pdr_h2guard_t *g, uint64_t limit);
-/* Follows request bodies against this limit from now on (0: not). */
-void pdr_h2guard_set_body_limit(pdr_h2guard_t *g, uint64_t body_limit);
+/* Follows request bodies against this limit from now on (0: not), in `bodies` (zeroed; the caller's, kept
+ * as long as the guard). */
+void pdr_h2guard_set_body_limit(pdr_h2guard_t *g, uint64_t body_limit, pdr_h2g_bodies_t *bodies);
 /* MORE: fine so far; TOO_BIG: the header block in progress exceeds the limit (g->block_stream is its
  * stream, g->last_stream the stream to name in a GOAWAY); LOST: bytes that are not a client's HTTP/2
  * framing (h2o answers those itself). */
 int pdr_h2guard_feed(pdr_h2guard_t *g, char *p, size_t n);
+/* 1 when stream's body was ended early because the connection's budget was spent. */
+int pdr_h2guard_over_budget(const pdr_h2guard_t *g, uint32_t stream);
+/* The caller gives back bytes of a body it counted as held (its request ended). */
+void pdr_h2guard_release(pdr_h2guard_t *g, uint64_t bytes);
+/* The stream whose body has waited longest for DATA since before `before_ms`, still receiving and not
+ * refused; 0 when none. Its bytes are given back and it is forgotten (the caller resets it). */
+uint32_t pdr_h2guard_take_stalled(pdr_h2guard_t *g, uint64_t before_ms);
 /* Writes a GOAWAY frame (last stream id, error code, debug text) into out; returns its length, or 0 when
  * it does not fit. */
 size_t pdr_h2_goaway_frame(char *out, size_t cap, uint32_t last_stream, uint32_t error_code,

@@ -118,6 +118,7 @@ typedef struct pdr_router {
     uint64_t started_ms;
     uint64_t fd_exhausted_log_ms; /* atomic: when accept's EMFILE/ENFILE was last logged */
     uint64_t client_conns;        /* atomic: data-port connections open (limits.max_client_connections) */
+    uint64_t body_bytes_held;     /* atomic: HTTP/2 request body bytes held, all loops (conn.c) */
 
     /* Admin listener (loop 0 only, see admin.c); admin_on is 0 when admin.port is 0. */
     int admin_on, admin_listening, admin_ctx_live;
@@ -232,6 +233,11 @@ void pdr__conn_map_init(void);
 int pdr__client_conns_full(pdr_thread_t *t);
 /* Hands an accepted connection on listener l to h2o, with the guards in front of h2o's reads. */
 void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd);
+/* A handler takes an HTTP/2 request's body (conn.c): held until the request ends. 1 when the body was
+ * refused for the connection's or the router's body budget and the request answered 503. */
+int pdr__conn_take_body(pdr_thread_t *t, h2o_req_t *req);
+/* SSL_CTX info callback of the listener's context (conn.c): ties a connection to its SSL object. */
+void pdr__conn_tls_info(const SSL *ssl, int where, int ret);
 /* Once shutting down and the loop's last connection closed: disposes of its h2o contexts and handles. */
 void pdr__maybe_dispose_h2o(pdr_thread_t *t);
 

@@ -148,6 +148,10 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     pdr_router_t *r = ((route_handler_t *)self)->r;
     pdr_thread_t *t = H2O_STRUCT_FROM_MEMBER(pdr_thread_t, h2o_ctx, req->conn->ctx);
+    if (pdr__conn_take_body(t, req)) {
+        pdr_metrics_count_request(&t->m, PDR_MR_OTHER, 503, 0, -1);
+        return 0;
+    }
     if (pdr__refuse_ambiguous_head(t, req))
         return 0;
     if (t->config->cors.n > 0 && cors_apply(t, req))

@@ -14,6 +14,7 @@
 #include <h2o.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <jansson.h>
 
 struct pdr_router;
@@ -24,17 +25,47 @@ struct pdr_pdreq;
 
 #define PDR_SHIM_MAX_BATCH (1u << 20) /* bytes of one batch */
 
-/* Refusal causes of a batch, in the order they are checked. */
+/* Refusal causes of a batch. Checked in this order: unsigned, then the first line (malformed when it names
+ * no worker), wrong_worker / shared_key, bad_signature, stale, replayed / too_many_instances / too_big
+ * (the replay table), then the lines (malformed). */
 enum {
-    PDR_SE_UNSIGNED = 0, /* no or malformed signature header */
-    PDR_SE_UNKNOWN_KEY,  /* a key id the ring does not hold */
-    PDR_SE_BAD_SIGNATURE,
-    PDR_SE_STALE, /* timestamp further than shim_events.max_skew_ms from the router's clock */
+    PDR_SE_UNSIGNED = 0,  /* no or malformed signature header */
+    PDR_SE_WRONG_WORKER,  /* the key id is not the one of the key derived for the worker the batch names */
+    PDR_SE_BAD_SIGNATURE, /* the worker's key, but the MAC does not match */
+    PDR_SE_STALE,         /* timestamp further than shim_events.max_skew_ms from the router's clock */
     PDR_SE_REPLAYED,
-    PDR_SE_MALFORMED, /* signed, but not the JSON lines of the format */
+    PDR_SE_MALFORMED, /* not the JSON lines of the format (the first one naming no worker included) */
     PDR_SE_TOO_BIG,
+    PDR_SE_SHARED_KEY,    /* signed with the master key itself: a shim not given its own derived key */
+    PDR_SE_TOO_MANY_INST, /* the worker already has PDR_SHIM_MAX_INSTANCES live instances */
     PDR_SE__COUNT
 };
+
+/* Live instances (batches within max_skew_ms) one worker may have in the replay table: a restarting worker
+ * needs a few; a compromised one cannot fill the table and lock the other shims out. */
+#define PDR_SHIM_MAX_INSTANCES 8
+
+/* ---- per-worker keys (docs/security.md "Shim event keys") ----
+ * Each worker's shim signs with its own key, derived from the master key (shim_events.key_file) and the
+ * worker's identity: the key file's text is the lower-case hex of
+ *   HMAC-SHA256(master, "pdr-shim-events-key-v1\n" IDENTITY)
+ * where IDENTITY is "worker " and the worker's URL normalized as configured URLs are
+ * ("http://10.0.0.7:30002"), or "bootstrap " and the host:port of its bootstrap listener as the router
+ * names it. A batch speaks for the workers of the identity its first line names, and only for them. */
+#define PDR_SHIM_IDENTITY_MAX 340
+
+/* The identity of a worker as an operator names it: a URL (http:// or https://) or a bootstrap host:port.
+ * 0, or -1 with a message in err. */
+int pdr_shim_identity_of(const char *worker, char *out, size_t cap, char *err, size_t errlen);
+/* The identity a batch speaks for, from its first line: its "worker" URL when not empty, else its
+ * "bootstrap". 0, or -1 when the first line is not a batch line naming one (or is over 4 KiB). */
+int pdr_shim_batch_identity(const char *body, size_t len, char *out, size_t cap);
+/* The key the shim of identity signs with, derived from master (keyring.h). */
+struct pdr_key;
+void pdr_shim_worker_key(const struct pdr_key *master, const char *identity, struct pdr_key *out);
+/* pdrouter --derive-shim-key KEY_FILE WORKER: writes the worker's key file text (and a newline) to out.
+ * 0, or 2 with the error written to errf. */
+int pdr_shim_derive_cli(const char *key_file, const char *worker, FILE *out, FILE *errf);
 extern const char *const pdr_shim_refusal_names[PDR_SE__COUNT];
 
 /* Loop 0, at start: loads shim_events.key_file (when set). 0, or PDR_ECONFIG with the reason logged. */

@@ -122,6 +122,7 @@ static SSL_CTX *front_ctx(const pdr_config_t *c, char *err, size_t cap)
     else if (c->listen_tls.n_alpn == 2 && c->listen_tls.alpn[0] == PDR_ALPN_HTTP11)
         alpn = alpn_h1_h2;
     h2o_ssl_register_alpn_protocols(ctx, alpn);
+    SSL_CTX_set_info_callback(ctx, pdr__conn_tls_info); /* each connection learns its SSL object */
     return ctx;
 }
 

@@ -38,14 +38,22 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# N distinct loopback ports that were free a moment ago (all bound at once, then released).
+# N distinct loopback ports that were free a moment ago (all bound at once, then released), for TCP and
+# for UDP (a pdsim prefill receives KV lease heartbeats on its bootstrap port's number).
 free_ports() {
     python3 - "$1" <<'EOF'
 import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
+socks = []
+while len(socks) < 2 * int(sys.argv[1]):
+    s = socket.socket()
     s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        u.bind(("127.0.0.1", s.getsockname()[1]))
+    except OSError:
+        continue
+    socks += [s, u]
+print(" ".join(str(s.getsockname()[1]) for s in socks[::2]))
 EOF
 }
 

@@ -42,6 +42,8 @@ TEST="$TEST clang"
 TEST="$TEST gnuplot-nox"
 # ss (iproute2): router_conn_limit counts the router's connections to a worker.
 TEST="$TEST iproute2"
+# HTTP/2 flow control in the body-budget test (Debian's /usr/bin/python3).
+TEST="$TEST python3-h2"
 # Browser test of the admin status page.
 TEST="$TEST chromium chromium-driver python3-selenium"
 # DNS discovery test: a real DNS server on a loopback port (/usr/sbin/dnsmasq, without the system service).

@@ -66,8 +66,9 @@ foreach(s retry_other_pair one_link no_pair_left stream_error_event scaled_deadl
 endforeach()
 
 # protocol vllm (see test_vllm.py): the sequential prefill-then-decode path against pdsim in vLLM mode,
-# prefill failures, dead prefills, and the release of KV a client left behind.
-foreach(s routes prefill_failures all_prefills_dead disconnect_release decode_failure_release kv_expiry)
+# prefill failures, dead prefills, the release of KV a client left behind, and KV leases.
+foreach(s routes prefill_failures all_prefills_dead disconnect_release decode_failure_release kv_expiry
+          lease_renewal)
   add_test(NAME router_vllm_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_vllm.py ${s})
   set_tests_properties(router_vllm_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
@@ -99,9 +100,10 @@ foreach(s routing shorthand reload timeouts)
   set_tests_properties(router_pools_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
 
-# Client headers end to end (see test_headers.py): forwarding to both legs, trace context, request ids,
-# the worker API key, 431 for heads past the limits over HTTP/1 and HTTP/2.
-foreach(s forward trace api_key limits)
+# Client headers end to end (see test_headers.py): forwarding to both legs, the fields Connection names
+# (every protocol), connection-specific fields over HTTP/2, trace context, request ids, the worker API key,
+# 431 for heads past the limits over HTTP/1 and HTTP/2.
+foreach(s forward connection_named h2_connection_specific trace api_key limits)
   add_test(NAME router_headers_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_headers.py ${s})
   set_tests_properties(router_headers_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
@@ -155,9 +157,9 @@ target_link_libraries(test_keyring PRIVATE pdr_keyring)
 add_test(NAME keyring_unit COMMAND test_keyring)
 set_tests_properties(keyring_unit PROPERTIES TIMEOUT 60)
 
-# Shim events and load (see test_shim_events.py): the signed channel's refusals, load in status and
-# metrics, worker incarnations, decode admission by reported free KV.
-foreach(s auth load admission_wait_503 admission_other_decode rooms rooms_progress rooms_tickets restart restart_inflight admission_capacity python)
+# Shim events and load (see test_shim_events.py): the signed channel's refusals, per-worker keys, load in
+# status and metrics, worker incarnations, decode admission by reported free KV.
+foreach(s auth worker_keys load admission_wait_503 admission_other_decode rooms rooms_progress rooms_tickets restart restart_inflight admission_capacity python)
   add_test(NAME shim_events_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_shim_events.py ${s})
   set_tests_properties(shim_events_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

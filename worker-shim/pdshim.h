@@ -109,7 +109,10 @@ typedef struct pdshim_opts {
     size_t ticket_replay_max;    /* tickets remembered per role until they expire; 0 means 65536 */
     /* Event and load reports to the router (docs/internals/shim-events.md). events_url NULL: none. */
     const char *events_url;      /* "http://HOST:PORT" of the router's admin listener */
-    const char *events_key_file; /* the router's shim_events.key_file (required with events_url) */
+    const char *events_key_file; /* this worker's own key (required with events_url), derived from the
+                                    router's shim_events.key_file for worker_url (or bootstrap_addr) by
+                                    pdrouter --derive-shim-key: the router takes a batch only under the key
+                                    of the worker it names */
     const char *worker_url;      /* the URL the router knows this worker by (or set bootstrap_addr) */
     const char *bootstrap_addr;  /* "host:port" of this worker's bootstrap listener, as the router names it */
     uint32_t events_flush_ms;    /* a batch goes at most this long after its first event; 0 means 10 */

@@ -343,33 +343,95 @@ static void gp_quote(FILE *f, const char *s)
     fputc('\'', f);
 }
 
-static int write_plot_data(const pdb_opts_t *o, const pdb_run_t *runs, size_t n_runs, const char *dir)
+/*
+ * The TTFT plot's lines. One line per concurrency joins the profiles in ISL order; when two profiles
+ * share an input length (the study's 2048/256 and 2048/2048) such a line would draw two points at one x
+ * that nothing tells apart, so the lines are then one per concurrency and output length, each titled
+ * with both. Line k is gnuplot's "index k" in ttft_vs_isl.dat.
+ */
+typedef struct ttft_lines {
+    int (*sorted)[2]; /* the profiles as {ISL, OSL}, by ISL then OSL */
+    int *osls;        /* split: the distinct output lengths, ascending */
+    size_t n_osls;    /* split: their count; otherwise 1 (one line per concurrency, any OSL) */
+    int split;
+} ttft_lines_t;
+
+static int cmp_int(const void *a, const void *b)
 {
-    FILE *f = open_in(dir, "ttft_vs_isl.dat");
-    if (f == NULL)
-        return -1;
-    int(*sorted)[2] = calloc(o->n_profiles ? o->n_profiles : 1, sizeof(*sorted));
-    if (sorted == NULL) {
-        fclose(f);
+    int x = *(const int *)a, y = *(const int *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int ttft_lines_init(ttft_lines_t *l, const pdb_opts_t *o)
+{
+    size_t n = o->n_profiles ? o->n_profiles : 1;
+    memset(l, 0, sizeof(*l));
+    l->sorted = calloc(n, sizeof(*l->sorted));
+    l->osls = calloc(n, sizeof(*l->osls));
+    if (l->sorted == NULL || l->osls == NULL) {
+        free(l->sorted);
+        free(l->osls);
         return -1;
     }
     for (size_t p = 0; p < o->n_profiles; p++) {
-        sorted[p][0] = o->isl[p];
-        sorted[p][1] = o->osl[p];
+        l->sorted[p][0] = o->isl[p];
+        l->sorted[p][1] = o->osl[p];
+        l->osls[p] = o->osl[p];
     }
-    qsort(sorted, o->n_profiles, sizeof(*sorted), cmp_profile_isl);
-    /* One block per concurrency (gnuplot index i): ISL, TTFT p50 in ms (mean over repeats). */
+    qsort(l->sorted, o->n_profiles, sizeof(*l->sorted), cmp_profile_isl);
+    for (size_t p = 1; p < o->n_profiles; p++)
+        l->split |= l->sorted[p][0] == l->sorted[p - 1][0];
+    l->n_osls = 1;
+    if (l->split) {
+        qsort(l->osls, o->n_profiles, sizeof(*l->osls), cmp_int);
+        for (size_t p = 1; p < o->n_profiles; p++)
+            if (l->osls[p] != l->osls[l->n_osls - 1])
+                l->osls[l->n_osls++] = l->osls[p];
+    }
+    return 0;
+}
+
+static void ttft_lines_free(ttft_lines_t *l)
+{
+    free(l->sorted);
+    free(l->osls);
+}
+
+/* Whether sorted profile p belongs on the lines of output length j (every line when not split). */
+static int ttft_on_line(const ttft_lines_t *l, size_t p, size_t j)
+{
+    return !l->split || l->sorted[p][1] == l->osls[j];
+}
+
+static int write_plot_data(const pdb_opts_t *o, const pdb_run_t *runs, size_t n_runs, const char *dir)
+{
+    ttft_lines_t l;
+    if (ttft_lines_init(&l, o) != 0)
+        return -1;
+    FILE *f = open_in(dir, "ttft_vs_isl.dat");
+    if (f == NULL) {
+        ttft_lines_free(&l);
+        return -1;
+    }
+    /* One block per line (gnuplot index k): ISL, TTFT p50 in ms (mean over repeats), ISL/OSL. */
     for (size_t c = 0; c < o->n_conc; c++) {
-        fprintf(f, "# concurrency %d\n", o->conc[c]);
-        for (size_t p = 0; p < o->n_profiles; p++) {
-            cell_t x = cell_of(runs, n_runs, sorted[p][0], sorted[p][1], o->conc[c]);
-            if (x.have_ttft)
-                fprintf(f, "%d %.6f %d/%d\n", sorted[p][0], x.ttft_p50, sorted[p][0], sorted[p][1]);
+        for (size_t j = 0; j < l.n_osls; j++) {
+            if (l.split)
+                fprintf(f, "# concurrency %d, OSL %d\n", o->conc[c], l.osls[j]);
+            else
+                fprintf(f, "# concurrency %d\n", o->conc[c]);
+            for (size_t p = 0; p < o->n_profiles; p++) {
+                if (!ttft_on_line(&l, p, j))
+                    continue;
+                cell_t x = cell_of(runs, n_runs, l.sorted[p][0], l.sorted[p][1], o->conc[c]);
+                if (x.have_ttft)
+                    fprintf(f, "%d %.6f %d/%d\n", l.sorted[p][0], x.ttft_p50, l.sorted[p][0], l.sorted[p][1]);
+            }
+            fprintf(f, "\n\n");
         }
-        fprintf(f, "\n\n");
     }
     fclose(f);
-    free(sorted);
+    ttft_lines_free(&l);
     f = open_in(dir, "throughput_vs_concurrency.dat");
     if (f == NULL)
         return -1;
@@ -409,15 +471,28 @@ static int write_gp(const pdb_opts_t *o, const pdb_run_t *runs, size_t n_runs, c
     fprintf(
         f,
         "set xlabel 'input tokens (ISL)'\nset ylabel 'TTFT p50 (ms)'\nset logscale x 2\nset logscale y 10\n");
+    ttft_lines_t l;
+    if (ttft_lines_init(&l, o) != 0) {
+        fclose(f);
+        return -1;
+    }
     size_t shown = 0;
     for (size_t c = 0; c < o->n_conc; c++) {
-        int have = 0; /* a block without points would stop gnuplot */
-        for (size_t p = 0; p < o->n_profiles; p++)
-            have |= cell_of(runs, n_runs, o->isl[p], o->osl[p], o->conc[c]).have_ttft;
-        if (have)
-            fprintf(f, "%s'ttft_vs_isl.dat' index %zu using 1:2 with linespoints pt 7 title 'c=%d'",
-                    shown++ ? ", \\\n     " : "plot ", c, o->conc[c]);
+        for (size_t j = 0; j < l.n_osls; j++) {
+            int have = 0; /* a block without points would stop gnuplot */
+            for (size_t p = 0; p < o->n_profiles; p++)
+                have |= ttft_on_line(&l, p, j) &&
+                        cell_of(runs, n_runs, l.sorted[p][0], l.sorted[p][1], o->conc[c]).have_ttft;
+            if (!have)
+                continue;
+            fprintf(f, "%s'ttft_vs_isl.dat' index %zu using 1:2 with linespoints pt 7 title 'c=%d",
+                    shown++ ? ", \\\n     " : "plot ", c * l.n_osls + j, o->conc[c]);
+            if (l.split)
+                fprintf(f, ", OSL %d", l.osls[j]);
+            fputc('\'', f);
+        }
     }
+    ttft_lines_free(&l);
     if (shown == 0)
         fprintf(f, "set label 1 'no successful request' at graph 0.5,0.5 center\nunset logscale xy\n"
                    "set xrange [1:2]\nset yrange [0:1]\nplot -1 notitle\nunset label 1\nset autoscale xy");

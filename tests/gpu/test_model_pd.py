@@ -285,12 +285,24 @@ class Bench:
     # ---- processes ----
 
     def events_key(self):
-        """The key file the workers' shims sign their event batches with and the router checks them by."""
+        """The router's shim_events.key_file: the master key the workers' keys are derived from."""
         path = os.path.join(self.run.logs, "shim-events.key")
         if not os.path.exists(path):
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(os.urandom(32))
+        return path
+
+    def worker_events_key(self, port):
+        """The key the shim of the worker on port signs with: `pdrouter --derive-shim-key` for its URL."""
+        path = os.path.join(self.run.logs, "shim-events-%d.key" % port)
+        out = subprocess.run([self.a.pdrouter, "--derive-shim-key", self.events_key(), "http://127.0.0.1:%d" % port],
+                             capture_output=True, timeout=30)
+        if out.returncode != 0:
+            raise SystemExit("pdrouter --derive-shim-key: %s" % out.stderr.decode(errors="replace"))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(out.stdout)
         return path
 
     def worker(self, name, mode, backend="auto", stream_layers=False, events_port=None):
@@ -303,7 +315,7 @@ class Bench:
                 "--kv-timeout-ms", str(self.a.kv_timeout_ms)]
         if events_port:
             argv += ["--events-url", "http://127.0.0.1:%d" % events_port,
-                     "--events-key-file", self.events_key()]
+                     "--events-key-file", self.worker_events_key(port)]
         if bport:
             argv += ["--bootstrap-port", str(bport)]
         if stream_layers:

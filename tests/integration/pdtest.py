@@ -54,7 +54,7 @@ _held = {}  # port -> lock file this process holds until it exits (fcntl locks d
 
 
 def free_port(host=HOST):
-    """A loopback TCP port for a server a test starts.
+    """A loopback port (free for TCP and UDP) for a server a test starts.
 
     bind(0) would hand out a port from the kernel's ephemeral range, which every outgoing connection
     (the router to its workers, ZMQ, clients) also draws its source port from: between closing the probe
@@ -77,12 +77,14 @@ def free_port(host=HOST):
         except OSError:
             os.close(fd)
             continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                os.close(fd)
-                continue
+        # UDP too: a pdsim prefill also binds its bootstrap port's number for KV lease heartbeats.
+        try:
+            for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+                with socket.socket(socket.AF_INET, kind) as s:
+                    s.bind((host, port))
+        except OSError:
+            os.close(fd)
+            continue
         _held[port] = fd
         return port
     raise AssertionError("no free loopback port in %d..%d" % (lo, hi))
@@ -146,12 +148,13 @@ class Proc:
 _procs = []
 
 
-def start(argv, name=None, health_path="/health", healthy=None, timeout=10.0, env=None):
+def start(argv, name=None, health_path="/health", healthy=None, timeout=10.0, env=None, ports=None):
     """Starts argv (argv[0] a binary name looked up in the build dir unless it contains a '/').
 
-    Placeholders "{port}", "{port2}", "{bport}", ... inside arguments become free loopback ports.
+    Placeholders "{port}", "{port2}", "{bport}", ... inside arguments become free loopback ports, or the
+    ones `ports` presets (when a file passed to the process must name its port before it starts).
     Waits until health_path answers (any HTTP status, or exactly `healthy` when given). Returns Proc."""
-    ports = {}
+    ports = dict(ports or {})
     args = []
     for a in argv:
         while "{" in a and "}" in a:

@@ -139,6 +139,162 @@ def scenario_forward():
         pdtest.stop_all()
 
 
+SECRET_HEAD = [("Connection", "keep-alive, X-Secret-Hop, X-Forwarded-For"), ("X-Secret-Hop", "1"),
+               ("X-Forwarded-For", "10.9.9.9"), ("X-Visible", "2"), ("User-Agent", "pdtest/hop")]
+
+
+def h1_post(port, path, body, fields):
+    """One HTTP/1.1 POST written by hand with the fields given (in order); returns the status line."""
+    raw = json.dumps(body).encode()
+    head = b"POST %s HTTP/1.1\r\nHost: front.example\r\nContent-Type: application/json\r\nContent-Length: %d\r\n" % (
+        path.encode(), len(raw))
+    for n, v in fields:
+        head += ("%s: %s\r\n" % (n, v)).encode()
+    s = socket.create_connection((H, port))
+    s.settimeout(10)
+    s.sendall(head + b"\r\n" + raw)
+    resp = b""
+    while b"\r\n\r\n" not in resp:
+        b = s.recv(65536)
+        if not b:
+            break
+        resp += b
+    s.close()
+    return resp.split(b"\r\n", 1)[0]
+
+
+def check_hop_removed(ws, r):
+    """Both legs: no field Connection named (X-Secret-Hop; X-Forwarded-For is the router's own, the client's
+    address alone), the end-to-end ones as sent."""
+    for w in ws:
+        hs = last_headers(w)
+        check(hs is not None, "%s got no request" % w.name, r)
+        check(values(hs, "x-secret-hop") == [] and values(hs, "connection") == [],
+              "%s: a field Connection names was forwarded: %r" % (w.name, hs), r)
+        check(one(hs, "x-forwarded-for", w.name) == "127.0.0.1", "%s: X-Forwarded-For %r" % (w.name, hs), r)
+        check(one(hs, "x-visible", w.name) == "2" and one(hs, "user-agent", w.name) == "pdtest/hop",
+              "%s: end-to-end fields lost: %r" % (w.name, hs), r)
+
+
+def scenario_connection_named():
+    """Every field the client's Connection names is hop-by-hop (RFC 9110 section 7.6.1): with protocols sglang,
+    vllm and pdshim, X-Secret-Hop reaches neither the prefill nor the decode and a named X-Forwarded-For is
+    not joined, while the end-to-end fields are forwarded."""
+    import test_tickets
+    import test_vllm
+    from shimtest import keyfile
+    # sglang
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d])
+    try:
+        st = h1_post(r.port, "/generate", BODY, SECRET_HEAD)
+        check(st.startswith(b"HTTP/1.1 200"), "sglang: %r" % st, r)
+        check_hop_removed((p, d), r)
+    finally:
+        pdtest.stop_all()
+    # vllm, both routes
+    p, d = sim("prefill"), sim("decode")
+    r = test_vllm.router([p], [d])
+    try:
+        for path, body in (("/v1/completions", {"model": "pdsim", "prompt": "once upon", "max_tokens": 3}),
+                           ("/v1/chat/completions",
+                            {"model": "pdsim", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})):
+            st = h1_post(r.port, path, body, SECRET_HEAD)
+            check(st.startswith(b"HTTP/1.1 200"), "vllm %s: %r" % (path, st), r)
+            check_hop_removed((p, d), r)
+    finally:
+        pdtest.stop_all()
+    # pdshim (signed tickets)
+    k = keyfile(test_tickets.KEY_A)
+    p, d = test_tickets.sim("prefill", k), test_tickets.sim("decode", k)
+    r = test_tickets.router([p], [d], "ticket: { key_file: %s }" % k)
+    try:
+        st = h1_post(r.port, "/generate", BODY, SECRET_HEAD)
+        check(st.startswith(b"HTTP/1.1 200"), "pdshim: %r" % st, r)
+        check_hop_removed((p, d), r)
+    finally:
+        pdtest.stop_all()
+        os.unlink(k)
+
+
+def hpack_new_name(name, value):
+    """A literal header field without indexing, new name (RFC 7541 section 6.2.2), raw strings."""
+    n, v = name.encode(), value.encode()
+    assert len(n) < 127 and len(v) < 127
+    return bytes([0x00, len(n)]) + n + bytes([len(v)]) + v
+
+
+def h2_frames_until_end(sock, streams, timeout=10.0):
+    """Reads frames until every stream of `streams` ended (END_STREAM on its DATA or HEADERS) or the server
+    closes."""
+    sock.settimeout(timeout)
+    buf, out, left = b"", [], set(streams)
+    while True:
+        while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+            n = int.from_bytes(buf[:3], "big")
+            f = (buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF, buf[9:9 + n])
+            out.append(f)
+            buf = buf[9 + n:]
+            if f[0] in (0, 1) and f[1] & 1:
+                left.discard(f[2])
+            if not left:
+                return out
+        b = sock.recv(1 << 16)
+        if not b:
+            return out
+        buf += b
+
+
+def scenario_h2_connection_specific():
+    """HTTP/2 requests with connection-specific fields are malformed (RFC 9113 section 8.2.2) and never
+    forwarded: Connection (h2o's HPACK decoder ends the connection with GOAWAY PROTOCOL_ERROR) and
+    Keep-Alive, Proxy-Connection (the router answers 400 on the stream, the connection stays usable); the
+    router then still serves HTTP/2."""
+    import h2flood
+    from test_hardening import h2_frames
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d])
+    try:
+        check(request(r.port, "POST", "/generate", BODY, headers={"X-Mark": "before"})[0] == 200, "warm-up", r)
+
+        def marks():
+            return [values(last_headers(w), "x-mark") for w in (p, d)]
+
+        # Connection: the whole connection ends, GOAWAY PROTOCOL_ERROR (1), nothing of it forwarded.
+        block = h2flood.request_block() + hpack_new_name("connection", "keep-alive, x-secret-hop") + \
+            hpack_new_name("x-secret-hop", "1") + hpack_new_name("x-mark", "h2-connection")
+        s = socket.create_connection((H, r.port))
+        s.sendall(h2flood.PREFACE + h2flood.frame(4, 0, 0) + h2flood.frame(1, 0x4, 1, block) +
+                  h2flood.frame(0, 0x1, 1, h2flood.BODY))
+        fr = h2_frames(s)
+        s.close()
+        ga = [f for f in fr if f[0] == 7]
+        check(len(ga) == 1 and int.from_bytes(ga[0][3][4:8], "big") == 1,
+              "Connection over HTTP/2: no GOAWAY PROTOCOL_ERROR: %r" % [f[:3] for f in fr], r)
+        check(not [f for f in fr if f[0] == 1 and f[2] == 1], "Connection over HTTP/2 was answered: %r" % fr, r)
+        check(marks() == [["before"], ["before"]], "Connection over HTTP/2 reached a worker: %r" % marks(), r)
+        # Keep-Alive and Proxy-Connection: 400 on the stream, not forwarded; the next stream is served.
+        for name, value in (("keep-alive", "timeout=5"), ("proxy-connection", "keep-alive")):
+            s = socket.create_connection((H, r.port))
+            block = h2flood.request_block() + hpack_new_name(name, value) + hpack_new_name("x-mark", name)
+            ok_block = h2flood.request_block() + hpack_new_name("x-mark", "after-" + name)
+            s.sendall(h2flood.PREFACE + h2flood.frame(4, 0, 0) + h2flood.frame(1, 0x4, 1, block) +
+                      h2flood.frame(0, 0x1, 1, h2flood.BODY) + h2flood.frame(1, 0x4, 3, ok_block) +
+                      h2flood.frame(0, 0x1, 3, h2flood.BODY))
+            fr = h2_frames_until_end(s, (1, 3))
+            s.close()
+            heads = {f[2]: f[3] for f in fr if f[0] == 1}
+            data = b"".join(f[3] for f in fr if f[0] == 0 and f[2] == 1)
+            # HPACK: the indexed :status 400 is 0x8c, 200 is 0x88 (RFC 7541 appendix A).
+            check(1 in heads and heads[1][:1] == b"\x8c", "%s: stream 1 not 400: %r" % (name, fr), r)
+            check(b"connection-specific" in data and name.encode() in data, "%s: body %r" % (name, data), r)
+            check(3 in heads and heads[3][:1] == b"\x88", "%s: stream 3 not served: %r" % (name, fr), r)
+            check(marks() == [["after-" + name]] * 2, "%s: %r" % (name, marks()), r)
+        check(request(r.port, "POST", "/generate", BODY)[0] == 200, "HTTP/1 after", r)
+    finally:
+        pdtest.stop_all()
+
+
 def scenario_trace():
     """W3C trace context: a valid traceparent is continued on both legs (same trace id and flags, a new
     parent id per leg) with its tracestate; none or an invalid one starts a new trace (flags 01, tracestate

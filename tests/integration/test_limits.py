@@ -253,6 +253,218 @@ def scenario_body_too_large():
         pdtest.stop_all()
 
 
+def send_all_then_read(port, data, out, i):
+    """A client that writes its whole request before it reads, as undici and the OpenAI SDKs do: the status
+    line it reads, or how the connection failed."""
+    s = socket.create_connection((H, port), timeout=60)
+    try:
+        s.sendall(data)
+        raw, _ = read_until_close(s)
+        out[i] = raw.split(b"\r\n", 1)[0].decode("latin-1") if raw else "closed with no answer"
+    except OSError as e:
+        out[i] = "%s while sending or reading" % type(e).__name__
+    finally:
+        s.close()
+
+
+def parallel_status_lines(port, data, n=50):
+    out = [None] * n
+    ts = [threading.Thread(target=send_all_then_read, args=(port, data, out, i)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    return out
+
+
+def scenario_early_answers():
+    """Answers given before the request is read whole reach a client still sending (lingering close): 50
+    clients in parallel each write a 35 MiB body above the 32 MiB limit, then a 32 KiB header with a body,
+    then a malformed head with a body, all before reading, and every one reads its status (413, 431, 400),
+    not a reset. The dropped bytes are counted. A client that goes on sending past
+    limits.max_lingering_bytes is cut."""
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d])
+    big = 35 << 20
+    cases = [
+        ("413", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         b"Content-Length: %d\r\n\r\n" % big + b"x" * big),
+        ("431", b"POST /generate HTTP/1.1\r\nHost: x\r\nX-Big: " + b"h" * (32 << 10) +
+         b"\r\nContent-Length: 1048576\r\n\r\n" + b"x" * (1 << 20)),
+        ("400", b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\nContent-Length: 7\r\n\r\n" +
+         b"x" * (1 << 20)),
+    ]
+    for code, data in cases:
+        n = 50 if code == "413" else 20
+        before = metric_value(metrics(r), "pdr_http_lingering_closes_total") or 0
+        got = parallel_status_lines(r.port, data, n)
+        bad = [g for g in got if g is None or not g.startswith("HTTP/1.1 " + code)]
+        check(not bad, "%d of %d clients did not read the %s: %r" % (len(bad), n, code, bad[:5]), r)
+        after = metric_value(metrics(r), "pdr_http_lingering_closes_total") or 0
+        check(after - before == n, "%s: %d lingering closes counted, %d expected" % (code, after - before, n), r)
+    dropped = metric_value(metrics(r), "pdr_http_lingering_discarded_bytes_total") or 0
+    check(dropped >= 50 * (big - (32 << 20)), "only %d bytes counted as dropped" % dropped, r)
+    still_serving(r, "after the early answers")
+    pdtest.stop_all()
+
+    # A client that goes on past limits.max_lingering_bytes is reset (and counted).
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config="limits: { max_lingering_bytes: 1048576 }")
+    s = socket.create_connection((H, r.port), timeout=30)
+    s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % big)
+    cut = False
+    try:
+        for _ in range(big >> 16):
+            s.sendall(b"x" * 65536)
+    except (ConnectionResetError, BrokenPipeError):
+        cut = True
+    s.close()
+    check(cut, "a client sending 35 MiB past a 1 MiB lingering bound was not cut", r)
+    pdtest.poll_until(lambda: (metric_value(metrics(r), "pdr_http_lingering_cut_total") or 0) == 1, 10,
+                      "the cut to be counted")
+    still_serving(r, "after the cut")
+
+
+class H2Client:
+    """An HTTP/2 client with flow control (python3-h2) on a raw socket, for bodies larger than a window."""
+
+    def __init__(self, port):
+        import h2.config
+        import h2.connection
+        self.s = socket.create_connection((H, port), timeout=10)
+        self.c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        self.c.initiate_connection()
+        self.s.sendall(self.c.data_to_send())
+        self.status, self.data, self.ended, self.reset = {}, {}, set(), {}
+        self.closed = False
+
+    def pump(self, timeout=0.05):
+        import h2.events
+        self.s.settimeout(timeout)
+        try:
+            b = self.s.recv(1 << 16)
+        except (socket.timeout, BlockingIOError):
+            return
+        except OSError:
+            b = b""
+        if not b:
+            self.closed = True
+            return
+        for e in self.c.receive_data(b):
+            if isinstance(e, h2.events.ResponseReceived):
+                self.status[e.stream_id] = int(dict(e.headers)[":status"])
+            elif isinstance(e, h2.events.DataReceived):
+                self.data[e.stream_id] = self.data.get(e.stream_id, b"") + e.data
+                self.c.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+            elif isinstance(e, h2.events.StreamEnded):
+                self.ended.add(e.stream_id)
+            elif isinstance(e, h2.events.StreamReset):
+                self.reset[e.stream_id] = e.error_code
+        out = self.c.data_to_send()
+        if out:
+            self.s.sendall(out)
+
+    def open(self, path="/generate"):
+        sid = self.c.get_next_available_stream_id()
+        self.c.send_headers(sid, [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "x"),
+                                  ("content-type", "application/json")])
+        self.s.sendall(self.c.data_to_send())
+        return sid
+
+    def send(self, sid, n, end=False, stop=None):
+        """Sends n body bytes on sid as the windows allow; stops early when stop() holds."""
+        import h2.exceptions
+        while n > 0:
+            if stop is not None and stop():
+                return
+            w = min(n, self.c.local_flow_control_window(sid), self.c.max_outbound_frame_size)
+            if w <= 0:
+                self.pump(1.0)
+                check(not self.closed, "the router closed the connection while a body was sent", self.r)
+                continue
+            try:
+                self.c.send_data(sid, b"x" * w)
+            except h2.exceptions.StreamClosedError:
+                return
+            n -= w
+            self.s.sendall(self.c.data_to_send())
+            self.pump(0)
+        if end:
+            self.c.end_stream(sid)
+            self.s.sendall(self.c.data_to_send())
+
+    def wait(self, pred, what, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while not pred():
+            check(time.monotonic() < deadline and not self.closed, "timed out or closed waiting for %s" % what,
+                  self.r)
+            self.pump(0.1)
+
+
+def scenario_h2_body_budget():
+    """HTTP/2 request bodies are bounded: by connection (limits.h2_max_connection_body_bytes), over every
+    connection (limits.max_body_memory_bytes), and in time (timeouts.client_body_ms). The stream whose DATA
+    would pass a budget is answered 503; the bodies below it go on; a body that pauses is reset
+    (RST_STREAM CANCEL) and the connection goes on; the bytes held (pdr_h2_body_bytes_held) follow it all and
+    go back to zero."""
+    k = 512 << 10
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config="limits: { max_body_bytes: 1048576, h2_max_connection_body_bytes: 2097152, "
+                                "max_body_memory_bytes: 2883584 }\ntimeouts: { client_body_ms: 5000 }")
+    held = lambda: metric_value(metrics(r), "pdr_h2_body_bytes_held")  # noqa: E731
+    over = lambda: metric_value(metrics(r), "pdr_h2_bodies_over_budget_total") or 0  # noqa: E731
+    a = H2Client(r.port)
+    a.r = r
+    # Four bodies of 512 KiB fill the connection's 2 MiB; the fifth stream's DATA would pass it: 503.
+    sids = []
+    for _ in range(4):
+        sid = a.open()
+        a.send(sid, k)
+        sids.append(sid)
+    fifth = a.open()
+    a.send(fifth, k, stop=lambda: fifth in a.status)
+    a.wait(lambda: fifth in a.ended, "the fifth stream's answer")
+    check(a.status.get(fifth) == 503 and b"h2_max_connection_body_bytes" in a.data.get(fifth, b""),
+          "the stream past the connection's budget: %r %r" % (a.status.get(fifth), a.data.get(fifth, b"")[:200]), r)
+    check(not any(s in a.status for s in sids), "a body below the budget was answered early: %r" % a.status, r)
+    check(over() == 1, "over-budget count %r" % over(), r)
+    pdtest.poll_until(lambda: held() == 4 * k, 5, "4 bodies held, the refused one released")
+    # A second connection: 2 MiB are held by the first, 2.75 MiB is the router's budget.
+    b = H2Client(r.port)
+    b.r = r
+    b1 = b.open()
+    b.send(b1, k)
+    b2 = b.open()
+    b.send(b2, k, stop=lambda: b2 in b.status)
+    b.wait(lambda: b2 in b.ended, "the answer past the router's budget")
+    check(b.status.get(b2) == 503 and b"max_body_memory_bytes" in b.data.get(b2, b""),
+          "the stream past the router's budget: %r" % b.status.get(b2), r)
+    check(over() == 2, "over-budget count %r" % over(), r)
+    # The first connection's bodies end: each is answered (not 503) and released; then room is back.
+    for sid in sids:
+        a.send(sid, 0, end=True)
+    a.wait(lambda: all(s in a.ended for s in sids), "the four bodies' answers")
+    check(all(a.status[s] != 503 for s in sids), "bodies below the budget: %r" % a.status, r)
+    a.s.close()
+    pdtest.poll_until(lambda: held() == k, 5, "only the second connection's body held")
+    b3 = b.open()
+    b.send(b3, k, end=True)
+    b.wait(lambda: b3 in b.ended, "a body once room is back")
+    check(b.status.get(b3) != 503, "room is back, yet %r" % b.status.get(b3), r)
+    # A body that pauses past timeouts.client_body_ms is reset, the connection goes on.
+    b.wait(lambda: b1 in b.reset, "the paused body's reset", timeout=15)
+    check(b.reset[b1] == 8, "paused body: code %r" % b.reset[b1], r)
+    check((metric_value(metrics(r), "pdr_h2_body_timeouts_total") or 0) == 1, "timeouts counted", r)
+    g = b.open("/health")
+    b.c.end_stream(g)
+    b.s.sendall(b.c.data_to_send())
+    b.wait(lambda: g in b.ended, "a request after the reset")
+    check(b.status.get(g) is not None, "a stream after the reset went unanswered", r)
+    b.s.close()
+    pdtest.poll_until(lambda: held() == 0, 5, "nothing held")
+    still_serving(r, "after the body budgets")
+
+
 # ---- 2, 3. slow heads and bodies (408), idle keep-alive connections ----
 
 def timed_out(r, s, t0, lo, hi, what):

@@ -1,7 +1,7 @@
 """pdbench end to end: real pdbench runs against pdsim workers (behind pdrouter or directly) and a small
 scripted SSE server, checking what pdbench measured and reported.
 
-    python3 test_pdbench.py cluster|failures|stub|usage|prefix|spread
+    python3 test_pdbench.py cluster|failures|stub|usage|prefix|spread|plot
 
 - cluster: a prefill + decode pdsim pair behind pdrouter; a 2 profiles x 2 concurrencies matrix on
   /generate (text and input_ids), /v1/completions and /v1/chat/completions. Counts, token numbers,
@@ -18,6 +18,8 @@ scripted SSE server, checking what pdbench measured and reported.
   hit ratio pdbench reports from the answers' cached_tokens is 0 for random prompts and well above 0
   for shared prefixes and conversations; the same seed sends the same prompts (a second run is all
   hits), another seed other suffixes; multi-turn prompts grow by ISL + OSL per turn.
+- plot: the TTFT plot's lines when two profiles share an input length (one per concurrency and output
+  length, each titled with both), checked in plots.gp and ttft_vs_isl.dat.
 - spread: --url A,B (router replicas behind one name): requests alternate between the two targets; a
   list with a bad URL is a usage error.
 """
@@ -408,6 +410,58 @@ def scenario_spread():
     check(rc == 2 and "every URL must be http://HOST:PORT" in err, "rc %d, stderr %r" % (rc, err))
     for x in sims:
         check(x.stop() == 0, "pdsim exit status", x)
+
+
+def ttft_plot(report):
+    """The TTFT plot as drawn: [(title, [(isl, osl, ttft)])] from plots.gp and ttft_vs_isl.dat."""
+    import re
+    with open(os.path.join(report, "plots.gp")) as f:
+        gp = f.read()
+    section = gp[gp.index("set output 'ttft_vs_isl.png'"):gp.index("set output 'throughput_vs_concurrency.png'")]
+    series = re.findall(r"'ttft_vs_isl\.dat' index (\d+) using 1:2 with linespoints pt 7 title '([^']*)'", section)
+    with open(os.path.join(report, "ttft_vs_isl.dat")) as f:
+        blocks = f.read().split("\n\n\n")
+    out = []
+    for index, title in series:
+        rows = [l.split() for l in blocks[int(index)].splitlines() if l and not l.startswith("#")]
+        out.append((title, [(int(r[0]), int(r[2].split("/")[1]), float(r[1])) for r in rows]))
+    return out
+
+
+def scenario_plot():
+    """The TTFT-against-ISL plot tells every point apart: with two profiles of one input length (the
+    study's 2048/256 and 2048/2048) each line is one concurrency and one output length, titled with both,
+    so no line has two points at one ISL; without a shared ISL the lines stay one per concurrency. Every
+    profile x concurrency is drawn exactly once, and gnuplot accepts the script."""
+    both = pdtest.start(["pdsim", "--role", "both", "--port", "{port}"], name="both")
+    report = tempfile.mkdtemp(prefix="pdbench-report-")
+    try:
+        url = "http://127.0.0.1:%d" % both.port
+        for profiles, split in (("64/4,64/8,128/4,256/8", True), ("64/4,128/8", False)):
+            cells = {(int(p.split("/")[0]), int(p.split("/")[1]), c) for p in profiles.split(",") for c in (1, 2)}
+            rc, out, err = pdbench("--url", url, "--profiles", profiles, "--concurrency", "1,2", "--requests", 2,
+                                   "--warmup", 0, "--quiet", "--report", report, "--no-plots")
+            check(rc == 0, "pdbench: %d %s%s" % (rc, out, err))
+            lines = ttft_plot(report)
+            seen = []
+            for title, points in lines:
+                conc = int(title.split(",")[0][2:])
+                xs = [x for x, _, _ in points]
+                check(len(xs) == len(set(xs)) and points, "line %r has two points at one ISL: %r" % (title, points))
+                osls = {o for _, o, _ in points}
+                if split:
+                    check(len(osls) == 1 and title == "c=%d, OSL %d" % (conc, osls.pop()), "line %r: %r" % (title, points))
+                else:
+                    check(title == "c=%d" % conc, "line %r" % title)
+                seen += [(x, o, conc) for x, o, _ in points]
+            check(sorted(seen) == sorted(cells), "cells drawn %r, expected %r" % (sorted(seen), sorted(cells)))
+            check(len({t for t, _ in lines}) == len(lines), "two lines share a title: %r" % lines)
+            if shutil.which("gnuplot"):
+                p = subprocess.run(["gnuplot", "plots.gp"], cwd=report, capture_output=True, text=True, timeout=60)
+                check(p.returncode == 0 and os.path.getsize(os.path.join(report, "ttft_vs_isl.png")) > 0,
+                      "gnuplot: %d %s" % (p.returncode, p.stderr))
+    finally:
+        shutil.rmtree(report, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -141,7 +141,8 @@ def curl(port, path, body, *opts, version=False):
 def texts(route, body, payload, stream):
     """The generated text of a response, whatever the route and mode."""
     if stream:
-        evs = [e for e in sse_events(payload) if e != "[DONE]"]
+        # A usage chunk (stream_options.include_usage) has no choices and adds no text.
+        evs = [e for e in sse_events(payload) if e != "[DONE]" and e.get("choices") != []]
         if route == "/generate":
             return evs[-1]["text"]
         if route == "/v1/completions":

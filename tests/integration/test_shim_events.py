@@ -5,8 +5,9 @@ incarnations, room events attached to the request in flight, and decode admissio
 
 Usage: test_shim_events.py SCENARIO   (one of the functions named scenario_*; ctest runs each separately)
 
-Batches are signed here with Python's hmac module, the way libpdshim signs them; every wait polls for
-the event (pdtest.poll_until).
+Batches are signed here with Python's hmac module, the way libpdshim signs them, each with the key derived
+for its worker (worker_key mirrors `pdrouter --derive-shim-key`, which scenario_worker_keys checks it
+against); every wait polls for the event (pdtest.poll_until).
 """
 
 import base64
@@ -15,6 +16,7 @@ import hmac
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -25,7 +27,7 @@ import pdtest  # noqa: E402
 from pdtest import check, request, request_json  # noqa: E402
 from test_router import metric_value, metrics, router, sim, stats  # noqa: E402
 
-KEY = b"k" * 40
+KEY = b"k" * 40  # the master key: shim_events.key_file
 
 
 def key_file(secret=KEY):
@@ -39,11 +41,31 @@ def key_id(secret):
     return hashlib.sha256(secret).hexdigest()[:8]
 
 
-class Sender:
-    """One shim instance: its id and its sequence numbers."""
+def worker_key(identity, master=KEY):
+    """The key a worker's shim signs with (docs/security.md, "Shim event keys"): the hex of
+    HMAC-SHA256(master, "pdr-shim-events-key-v1\n" + identity); identity "worker URL" or "bootstrap H:P"."""
+    if identity.startswith("http"):
+        identity = "worker " + identity
+    elif not identity.startswith(("worker ", "bootstrap ")):
+        identity = "bootstrap " + identity
+    return hmac.new(master, b"pdr-shim-events-key-v1\n" + identity.encode(), hashlib.sha256).hexdigest().encode()
 
-    def __init__(self, worker, secret=KEY, inst=None):
-        self.worker, self.secret = worker, secret
+
+def derived_key_file(master_path, worker):
+    """The worker's key file, written by `pdrouter --derive-shim-key` as an operator would."""
+    out = subprocess.run([pdtest.binary("pdrouter"), "--derive-shim-key", master_path, worker], capture_output=True,
+                         timeout=10)
+    assert out.returncode == 0, out.stderr
+    return key_file(out.stdout)
+
+
+class Sender:
+    """One shim instance: its id and its sequence numbers. It signs with its worker's derived key unless
+    given another secret."""
+
+    def __init__(self, worker, secret=None, inst=None, boot=None):
+        self.worker, self.boot = worker, boot
+        self.secret = secret or worker_key(worker or boot)
         self.inst = inst or os.urandom(16).hex()
         self.seq = 0
 
@@ -58,7 +80,7 @@ class Sender:
         return "v1 kid=%s ts=%d inst=%s seq=%d sig=%s" % (kid or key_id(secret), ts, self.inst, seq, sig)
 
     def body(self, *lines):
-        head = {"type": "batch", "worker": self.worker, "dropped": 0}
+        head = {"type": "batch", "worker": self.worker or "", "bootstrap": self.boot or "", "dropped": 0}
         return ("\n".join(json.dumps(x) for x in (head,) + lines) + "\n").encode()
 
     def post(self, r, body, hdr=None):
@@ -88,8 +110,9 @@ def events_router(prefills, decodes, extra="", **kw):
 
 
 def scenario_auth():
-    """A signed batch is accepted; unsigned, unknown-key, wrongly signed, stale and replayed ones are
-    refused with 401 in the OpenAI error shape and counted by cause (admin view and metrics)."""
+    """A signed batch is accepted; unsigned ones, ones under a key that is not the worker's (an unknown key,
+    the master key), wrongly signed, stale and replayed ones are refused with 401 in the OpenAI error shape
+    and counted by cause (admin view and metrics)."""
     p, d = sim("prefill"), sim("decode")
     r = events_router([p], [d])
     try:
@@ -101,8 +124,9 @@ def scenario_auth():
         cases = [
             ("unsigned", s.post(r, body, hdr=False)),
             ("unsigned", s.post(r, body, hdr="v1 kid=zz")),
-            ("unknown_key", s.post(r, body, hdr=s.header(body, secret=b"x" * 40))),
-            ("bad_signature", s.post(r, body, hdr=s.header(body, secret=b"x" * 40, kid=key_id(KEY)))),
+            ("wrong_worker", s.post(r, body, hdr=s.header(body, secret=b"x" * 40))),
+            ("shared_key", s.post(r, body, hdr=s.header(body, secret=KEY))),
+            ("bad_signature", s.post(r, body, hdr=s.header(body, secret=b"x" * 40, kid=key_id(s.secret)))),
             ("bad_signature", s.post(r, body + b"\n", hdr=s.header(body))),
             ("stale", s.post(r, body, hdr=s.header(body, ts=int(time.time() * 1000) - 120000))),
             ("replayed", s.post(r, body, hdr=s.header(body, seq=1))),
@@ -135,6 +159,72 @@ def scenario_auth():
         check(out.startswith(b"HTTP/1.1 413"), "over 1 MiB: %r" % out[:100], r)
         # The admin token is for operators: it neither opens nor closes this route.
         check(r.alive(), "router died", r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_worker_keys():
+    """Each worker's shim has its own key, derived from the master: `pdrouter --derive-shim-key` prints the
+    key the KDF gives (checked against Python's HMAC). Worker A's key speaks for A only: a batch signed with
+    it naming worker B is refused (wrong_worker, 401, counted) and B's state is untouched; A's own batch is
+    taken, even when it also names B's bootstrap address (the batch speaks for its URL alone). The master key
+    itself signs for no worker (shared_key). A worker past 8 live instances gets 429 (too_many_instances)
+    while the others' new instances are still taken; the refusals are logged."""
+    p, d = sim("prefill"), sim("decode")
+    master = key_file()
+    r = router([p], [d], config="shim_events: { key_file: %s }" % master)
+    try:
+        ua, ub = "http://127.0.0.1:%d" % d.port, "http://127.0.0.1:%d" % p.port
+        boot_b = "127.0.0.1:%d" % p.ports["bport"]
+        for w in (ua, ub + "/", boot_b):
+            with open(derived_key_file(master, w), "rb") as f:
+                got = f.read()
+            want = worker_key(w.rstrip("/")) + b"\n"
+            check(got == want, "derive %s: %r, the KDF gives %r" % (w, got, want), r)
+        a = Sender(ua)
+        forged = Sender(ub, secret=worker_key(ua))  # A's key, claiming B
+        st, out = forged.post(r, forged.body(dict(type="load", kv_free_bytes=1, queue_depth=99)))
+        err = json.loads(out)["error"]
+        check(st == 401 and "wrong_worker" in err["message"] and "--derive-shim-key" in err["message"],
+              "A's key for B: %d %s" % (st, out), r)
+        forged_boot = Sender(None, secret=worker_key(ua), boot=boot_b)  # A's key, claiming B's bootstrap
+        st, out = forged_boot.post(r, forged_boot.body(dict(type="load", queue_depth=98)))
+        check(st == 401 and b"wrong_worker" in out, "A's key for B's bootstrap: %d %s" % (st, out), r)
+        check("load" not in worker_by_url(r, ub), "B's state changed: %s" % worker_by_url(r, ub), r)
+        # A's own batch, naming B's bootstrap too: A's load only.
+        a.boot = boot_b
+        st, out = a.post(r, a.body(dict(type="load", kv_free_bytes=4242, queue_depth=7)))
+        check(st == 200 and json.loads(out)["worker_known"], "A's own batch: %d %s" % (st, out), r)
+        check(worker_by_url(r, ua)["load"]["queue_depth"] == 7, "A's load %s" % worker_by_url(r, ua), r)
+        check("load" not in worker_by_url(r, ub), "A's batch spoke for B: %s" % worker_by_url(r, ub), r)
+        # B through its bootstrap identity, with its own key.
+        b = Sender(None, boot=boot_b)
+        st, out = b.post(r, b.body(dict(type="load", queue_depth=5)))
+        check(st == 200 and worker_by_url(r, ub)["load"]["queue_depth"] == 5, "B's own: %d %s" % (st, out), r)
+        # The master key (every shim's key before per-worker keys) signs for nobody.
+        old = Sender(ua, secret=KEY)
+        st, out = old.post(r, old.body(dict(type="load", queue_depth=1)))
+        check(st == 401 and b"shared_key" in out, "master key: %d %s" % (st, out), r)
+        # Instances: A has one; seven more are taken, the ninth is refused; B's new instance is taken.
+        for _ in range(7):
+            Sender(ua).load(r, queue_depth=1)
+        extra = Sender(ua)
+        st, out = extra.post(r, extra.body(dict(type="load", queue_depth=1)))
+        check(st == 429 and b"too_many_instances" in out, "ninth instance: %d %s" % (st, out), r)
+        st, out = a.post(r, a.body(dict(type="load", queue_depth=3)))
+        check(st == 200, "A's first instance goes on: %d %s" % (st, out), r)
+        nb = Sender(ub)
+        st, out = nb.post(r, nb.body(dict(type="load", queue_depth=4)))
+        check(st == 200, "B locked out: %d %s" % (st, out), r)
+        v = shim_view(r)
+        check(v["refused"]["wrong_worker"] == 2 and v["refused"]["shared_key"] == 1 and
+              v["refused"]["too_many_instances"] == 1, "refused %s" % v["refused"], r)
+        m = metrics(r)
+        check(metric_value(m, "pdr_shim_batches_refused_total", cause="wrong_worker") == 2, "metric", r)
+        check(metric_value(m, "pdr_shim_batches_refused_total", cause="too_many_instances") == 1, "metric", r)
+        log = pdtest.poll_until(lambda: (lambda t: t if "too_many_instances" in t else None)(r.log_tail(200)), 5,
+                                "the refusal's log line")
+        check("wrong_worker" in log and "shared_key" in log, "log: %s" % log, r)
     finally:
         pdtest.stop_all()
 
@@ -264,13 +354,24 @@ def scenario_admission_other_decode():
 def stack(decode_args=(), n_decodes=1, extra="", alog=None, common=(), prefill_args=()):
     """pdsim workers that report to the router through libpdshim (--events-url), and the router. The
     admin port is chosen first, so that the workers know where to report before the router starts; they
-    keep re-sending their load until it is up."""
+    keep re-sending their load until it is up. Each worker's port is chosen first too, so that its shim gets
+    its own key (pdrouter --derive-shim-key for its URL). Returns the router, the prefill, the decodes and
+    ev(port): the reporting flags of a worker on that port."""
     path = key_file()
     aport = pdtest.free_port()
-    ev = ("--events-url", "http://127.0.0.1:%d" % aport, "--events-key-file", path, "--kv-bytes-per-token",
-          "16") + tuple(common)
-    p = sim("prefill", *(ev + tuple(prefill_args)))
-    ds = [sim("decode", *(ev + tuple(decode_args))) for _ in range(n_decodes)]
+
+    def ev(port):
+        return ("--events-url", "http://127.0.0.1:%d" % aport, "--events-key-file",
+                derived_key_file(path, "http://127.0.0.1:%d" % port), "--kv-bytes-per-token", "16") + tuple(common)
+
+    def one(role, args):
+        port = pdtest.free_port()
+        argv = ["pdsim", "--role", role, "--port", "{port}"]
+        if role == "prefill":
+            argv += ["--bootstrap-port", "{bport}"]
+        return pdtest.start(argv + list(ev(port)) + list(args), name="pdsim-%s" % role, ports={"port": port})
+    p = one("prefill", prefill_args)
+    ds = [one("decode", decode_args) for _ in range(n_decodes)]
     cfg = "admin: { host: 127.0.0.1, port: %d }\nshim_events: { key_file: %s }\n%s" % (aport, path, extra)
     if alog:
         cfg += "\nlog: { access_log: %s }" % alog
@@ -375,7 +476,7 @@ def scenario_restart():
         first = wait_load(r, d)["instance_id"]
         port = d.port
         d.stop(signal.SIGKILL)
-        d2 = pdtest.start(["pdsim", "--role", "decode", "--port", str(port)] + list(ev), name="pdsim-decode-2",
+        d2 = pdtest.start(["pdsim", "--role", "decode", "--port", str(port)] + list(ev(port)), name="pdsim-decode-2",
                           health_path=None)
         url = "http://127.0.0.1:%d" % port
         w = pdtest.poll_until(lambda: (lambda w: w if w.get("load", {}).get("instance_id", first) != first else None)(
@@ -480,7 +581,8 @@ def scenario_python():
     r = router([p], [d], config="shim_events: { key_file: %s }" % path)
     try:
         url = "http://127.0.0.1:%d" % d.port
-        with pdshim.Shim(events_url="http://127.0.0.1:%d" % r.ports["admin"], events_key_file=path,
+        with pdshim.Shim(events_url="http://127.0.0.1:%d" % r.ports["admin"],
+                         events_key_file=derived_key_file(path, url),
                          worker_url=url, instance_id=b"\x01" * 16, events_flush_ms=5) as sh:
             check(sh.instance_id() == b"\x01" * 16, "instance id", r)
             sh.report_load(kv_free_bytes=4096, kv_total_bytes=8192, kv_bytes_per_token=16, queue_depth=2)

@@ -21,6 +21,7 @@ H = "127.0.0.1"
 ASK = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None, "remote_block_ids": None,
        "remote_host": None, "remote_port": None}
 ROUTES = ("/v1/completions", "/v1/chat/completions")
+LEASE_MS = 1200  # the short lease of the lease scenarios (vLLM's default is 30 s): heartbeats every 200 ms
 
 
 def router(prefills, decodes, *extra):
@@ -212,9 +213,11 @@ def scenario_all_prefills_dead():
 def scenario_disconnect_release():
     """A client that leaves after the prefill answered, before the decode's answer began: the router sends
     the decode a one-token, non-streamed copy with the prefill's kv_transfer_params, the decode pulls the
-    KV, the prefill frees it (long before its 480 s abort timeout), and pdr_vllm_kv_release_total counts
-    it."""
-    p, d = sim("prefill"), sim("decode", "--kv-fetch-delay-ms", "400")
+    KV, the prefill frees it, and pdr_vllm_kv_release_total counts it. The leases are short (vLLM's
+    design: 30 s, renewed by the decode's heartbeats) and the decode waits longer than one before it
+    pulls: the release's own heartbeats keep the KV until it is pulled, so it is released, not expired."""
+    p = sim("prefill", "--kv-lease-ms", str(LEASE_MS))
+    d = sim("decode", "--kv-lease-ms", str(LEASE_MS), "--kv-fetch-delay-ms", str(2 * LEASE_MS))
     r = router([p], [d])
     try:
         for path in ROUTES:
@@ -227,9 +230,10 @@ def scenario_disconnect_release():
             pdtest.poll_until(lambda: stats(p)["kv_held"] == 1 and stats(d)["inflight"] >= 1, 5,
                               "the prefill to hold the KV")
             s.close()
-            pdtest.poll_until(lambda: stats(p)["kv_held"] == 0, 5, "the KV to be released")
+            pdtest.poll_until(lambda: stats(p)["kv_held"] == 0, 10, "the KV to be released")
             sp = stats(p)
             check(sp["kv_released"] == before + 1 and sp["kv_expired"] == 0, repr(sp))
+            check(sp["kv_lease"]["renewed"] > 0 and sp["kv_lease"]["leases"] == 0, repr(sp["kv_lease"]))
             ld = last(d)
             check(ld["body"]["max_tokens"] == 1 and ld["body"]["stream"] is False and
                   "stream_options" not in ld["body"], "release body %r" % ld["body"])
@@ -278,22 +282,92 @@ def scenario_decode_failure_release():
 
 
 def scenario_kv_expiry():
-    """pdsim's own abort timeout: KV that no decode pulls is freed after --kv-abort-timeout-ms and
-    counted as expired (what happens on a vLLM prefill without the router's release)."""
-    p = sim("prefill", "--kv-abort-timeout-ms", "300")
+    """An unrenewed lease expires: KV that no decode heartbeats is freed once its lease (--kv-lease-ms)
+    has run out, and counted as expired (what happens on a vLLM prefill without the router's release,
+    no decode ever holding the request)."""
+    p = sim("prefill", "--kv-lease-ms", "300")
     try:
         b = dict(BODIES["/v1/completions"], max_tokens=1, kv_transfer_params=ASK)
+        t0 = time.monotonic()
         j = request_json(p.port, "POST", "/v1/completions", b)
         kv = j["kv_transfer_params"]
         check(kv["do_remote_prefill"] is True and kv["remote_port"] == p.ports["bport"] and kv["tp_size"] == 1, repr(j))
         check(stats(p)["kv_held"] == 1, repr(stats(p)))
         pdtest.poll_until(lambda: stats(p)["kv_expired"] == 1, 5, "the KV to expire")
-        check(stats(p)["kv_held"] == 0 and stats(p)["kv_released"] == 0, repr(stats(p)))
+        check(time.monotonic() - t0 >= 0.3, "expired before its lease ran out")
+        sp = stats(p)
+        check(sp["kv_held"] == 0 and sp["kv_released"] == 0, repr(sp))
+        check(sp["kv_lease"]["lease_ms"] == 300 and sp["kv_lease"]["granted"] == 1 and sp["kv_lease"]["expired"] == 1
+              and sp["kv_lease"]["leases"] == 0, repr(sp["kv_lease"]))
         # KV still held at shutdown is freed with the shim: a clean exit, no leak.
         p2 = sim("prefill")
         request_json(p2.port, "POST", "/v1/completions", b)
         check(stats(p2)["kv_held"] == 1, repr(stats(p2)))
         stop_clean(p, p2)
+    finally:
+        pdtest.stop_all()
+
+
+def hb_socket(port):
+    """A UDP socket aimed at a prefill's bootstrap port (where its lease heartbeats arrive)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.connect((H, port))
+    return s
+
+
+def scenario_lease_renewal():
+    """vLLM's lease renewal: the decode heartbeats the prefill's lease from the request's arrival until its
+    pull, so a decode that waits longer than the lease before it pulls still finds the KV (the text equals
+    --role both's, nothing expires). A decode that dies while it holds the request stops heartbeating:
+    the prefill frees that KV within the renewal (2/3 of the lease), not after minutes. A heartbeat for a
+    room the prefill does not hold, or a malformed one, is counted and changes nothing."""
+    p = sim("prefill", "--kv-lease-ms", str(LEASE_MS))
+    d = sim("decode", "--kv-lease-ms", str(LEASE_MS), "--kv-fetch-delay-ms", str(3 * LEASE_MS))
+    both = sim("both")
+    r = router([p], [d])
+    try:
+        route = "/v1/chat/completions"
+        j = request_json(r.port, "POST", route, BODIES[route])
+        ref = request_json(both.port, "POST", route, BODIES[route])
+        check(j["choices"][0]["message"]["content"] == ref["choices"][0]["message"]["content"], repr((j, ref)))
+        sp, sd = stats(p), stats(d)
+        check(sp["kv_released"] == 1 and sp["kv_expired"] == 0 and sp["kv_held"] == 0, repr(sp))
+        # Heartbeats every lease / 6 over three leases: about 18; at least the first and a few more.
+        check(sp["kv_lease"]["renewed"] >= 6 and sd["kv_lease"]["heartbeats_sent"] >= 6 and
+              sd["kv_lease"]["send_failed"] == 0, repr((sp["kv_lease"], sd["kv_lease"])))
+        check(sd["kv_lease"]["heartbeat_ms"] == LEASE_MS // 6 and sp["kv_lease"]["extension_ms"] == LEASE_MS * 2 // 3,
+              repr(sd["kv_lease"]))
+        # Heartbeats after the pull, for other rooms, or malformed: counted, nothing else.
+        hb = hb_socket(p.ports["bport"])
+        renewed, unknown, bad = (sp["kv_lease"][k] for k in ("renewed", "unknown_rooms", "malformed"))
+        for msg in (b"HB:12345", b"HB:1,2", b"HELLO", b"HB:x", b"HB:"):
+            hb.send(msg)
+        pdtest.poll_until(lambda: stats(p)["kv_lease"]["malformed"] == bad + 3, 5, "the malformed heartbeats")
+        sl = stats(p)["kv_lease"]
+        check(sl["unknown_rooms"] == unknown + 3 and sl["renewed"] == renewed, repr(sl))
+
+        # A decode that dies holding the request: the prefill frees the KV once the last renewal ran out.
+        dead = sim("decode", "--kv-lease-ms", str(LEASE_MS), "--kv-fetch-delay-ms", "60000")
+        r2 = router([p], [dead])
+        s = socket.create_connection((H, r2.port))
+        body = json.dumps(BODIES[route]).encode()
+        s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                  % (route.encode(), len(body)) + body)
+        pdtest.poll_until(lambda: stats(p)["kv_held"] == 1 and stats(dead)["inflight"] >= 1, 5, "the KV to be held")
+        t0 = time.monotonic()
+        # Held past its first lease: the dead-to-be decode renews it.
+        pdtest.poll_until(lambda: time.monotonic() - t0 > LEASE_MS / 1000 * 1.5, 10, "one and a half leases")
+        check(stats(p)["kv_held"] == 1 and stats(p)["kv_expired"] == 0, "expired while renewed: %r" % stats(p))
+        dead.proc.kill()
+        dead.proc.wait()
+        t1 = time.monotonic()
+        pdtest.poll_until(lambda: stats(p)["kv_expired"] >= 1, 10, "the KV of the dead decode to expire")
+        check(time.monotonic() - t1 < LEASE_MS / 1000 * 2, "freed %.2fs after the decode died" % (time.monotonic() - t1))
+        # The router's retries find the decode gone; their KV, never heartbeated, expires with its first lease.
+        sp = pdtest.poll_until(lambda: (lambda x: x if x["kv_held"] == 0 else None)(stats(p)), 10, "no KV held")
+        check(sp["kv_released"] == 1 and sp["kv_expired"] == sp["requests"] - 1, repr(sp))
+        s.close()
+        stop_clean(r, p, d)
     finally:
         pdtest.stop_all()
 

@@ -24,7 +24,9 @@ static void usage(FILE *f)
         "usage: pdsim --role prefill|decode|both --port N [options]\n"
         "  --host H                  listen address (default 127.0.0.1)\n"
         "  --port N                  HTTP port\n"
-        "  --bootstrap-port M        the prefill's shim (KV transfer) port; required with --role prefill\n"
+        "  --bootstrap-port M        prefill: its shim (KV transfer) port, required; decode: the port a\n"
+        "                            request whose bootstrap_port is null or absent pulls from (default\n"
+        "                            8998, as sglang's --disaggregation-bootstrap-port)\n"
         "  --kv-bytes-per-token B    KV bytes per prompt token (default 1024)\n"
         "  --model NAME              model name reported by the OpenAI routes (default pdsim)\n"
         "  --tls-cert F --tls-key F  serve HTTPS (PEM certificate chain and key) on --port\n"
@@ -37,8 +39,9 @@ static void usage(FILE *f)
         "                            prefill answers up to a forward pass after its KV has left)\n"
         "  --stamp-first-token       the first streamed event carries \"pdsim_mono_us\": CLOCK_MONOTONIC\n"
         "                            microseconds when it was written (pdbench: router overhead)\n"
-        "  --kv-abort-timeout-ms N   vLLM mode: a prefill frees KV no decode pulled after N ms (default\n"
-        "                            480000, vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT)\n"
+        "  --kv-lease-ms N           vLLM mode: a prefill holds KV under a lease of N ms, which a decode\n"
+        "                            renews every N/6 ms by N*2/3 ms while it holds the request (default\n"
+        "                            30000, vLLM's NIXL kv_lease_duration; 60..3600000)\n"
         "  --kv-fetch-delay-ms N     a decode waits N ms before it pulls the KV (default 0)\n"
         "  --kv-parts N              prefill: publish each room's KV in N parts spread over the simulated\n"
         "                            prefill time (a layer-wise KV stream; default 0: whole, at the end)\n"
@@ -53,7 +56,8 @@ static void usage(FILE *f)
         "                            prefix cache and KV follow them) instead of one hash per word\n"
         "  --events-url URL          report room events and load to the router's admin listener "
         "(http://H:P)\n"
-        "  --events-key-file F       the router's shim_events.key_file (with --events-url)\n"
+        "  --events-key-file F       this worker's event key (with --events-url): pdrouter\n"
+        "                            --derive-shim-key of the router's shim_events.key_file for its URL\n"
         "  --kv-capacity-bytes N     decode: KV its running requests may hold; beyond it 503 (default 0: no "
         "limit)\n"
         "  --kv-events-endpoint E    publish the prefix cache's KV events in vLLM's format on a ZMQ PUB\n"
@@ -102,8 +106,8 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
     o->model = "pdsim";
     o->max_tokens_default = 16;
     o->kv_timeout_ms = 30000;
-    o->kv_abort_timeout_ms = 480000; /* 480 s: vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT */
-    o->cache_block_tokens = 16;      /* vLLM's default block size */
+    o->kv_lease_ms = 30000;     /* 30 s: vLLM's NIXL kv_lease_duration */
+    o->cache_block_tokens = 16; /* vLLM's default block size */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 #define INT_FLAG(name, field, min, max)                                                                      \
@@ -224,7 +228,7 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         INT_FLAG("--max-tokens-default", max_tokens_default, 0, PDSIM_MAX_TOKENS)
         INT_FLAG("--kv-timeout-ms", kv_timeout_ms, 1, 3600000)
         INT_FLAG("--prefill-answer-lag-ms", prefill_answer_lag_ms, 0, 3600000)
-        INT_FLAG("--kv-abort-timeout-ms", kv_abort_timeout_ms, 1, 3600000)
+        INT_FLAG("--kv-lease-ms", kv_lease_ms, 60, 3600000)
         INT_FLAG("--kv-fetch-delay-ms", kv_fetch_delay_ms, 0, 3600000)
         INT_FLAG("--kv-parts", kv_parts, 0, 1024)
         INT_FLAG("--prefix-cache-tokens", prefix_cache_tokens, 0, PDSIM_PCACHE_MAX_TOKENS)
@@ -290,6 +294,8 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         fprintf(stderr, "pdsim: --role prefill needs --bootstrap-port (the decode fetches KV from it)\n");
         return -1;
     }
+    if (o->bootstrap_port < 0)
+        o->bootstrap_port = 8998; /* 8998: sglang's default --disaggregation-bootstrap-port */
     if (o->prefix_cache_tokens > 0 && o->role == PDSIM_ROLE_DECODE) {
         fprintf(stderr,
                 "pdsim: --prefix-cache-tokens applies to --role prefill or both (a decode computes no "

@@ -1,8 +1,10 @@
 /*
- * pdsim — the simulated inference worker. Shared declarations of its three parts:
+ * pdsim — the simulated inference worker. Shared declarations of its parts:
  *   model.c   the deterministic "model": tokenizer, KV bytes, digest, output words, logprobs (pure);
  *   server.c  the h2o data plane, the request state machine and the libpdshim glue (loop thread);
  *   prefix_cache.c  the LRU prefix cache of prompt blocks (pure);
+ *   kv_events.c  vLLM-format KV events of the prefix cache (ZMQ PUB);
+ *   kv_lease.c   vLLM mode's KV leases: a prefill's expiry sweep, a decode's heartbeats (UDP);
  *   main.c    flags, the loop, signals and shutdown.
  */
 #ifndef PDSIM_H
@@ -10,7 +12,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <jansson.h>
 #include <uv.h>
+#include "dlist.h"
 
 /* 32000: a common LLM vocabulary size (Llama 2); prompt token ids are word hashes modulo this. */
 #define PDSIM_VOCAB 32000
@@ -52,8 +56,8 @@ typedef struct pdsim_opts {
     int64_t kv_timeout_ms;
     int64_t prefill_answer_lag_ms; /* prefill: the answer comes this long after the KV was sent */
     int stamp_first_token;         /* the first streamed event carries "pdsim_mono_us" */
-    int64_t kv_abort_timeout_ms; /* vLLM mode: how long a prefill holds KV no decode pulls (480 s default) */
-    int64_t kv_fetch_delay_ms;   /* a decode waits this long before pulling the KV */
+    int64_t kv_lease_ms;           /* vLLM mode: a held KV's lease (vLLM's kv_lease_duration, 30 s) */
+    int64_t kv_fetch_delay_ms;     /* a decode waits this long before pulling the KV */
     int64_t kv_parts; /* prefill: publish each room in this many parts over the prefill time; 0 = whole */
     int64_t prefix_cache_tokens;    /* prefill and both: the prefix cache's size in tokens; 0 = off */
     int64_t cache_block_tokens;     /* the prefix cache's block size (16, vLLM's default block size) */
@@ -165,5 +169,31 @@ void pdsim_kvev_stop(void);
 /* Fault knobs at run time (-1: unchanged): every Nth message dropped (0: none); the next `malformed`
  * messages carry a truncated payload instead of their batch (their events are lost). */
 void pdsim_kvev_fault(int64_t drop_every, int64_t malformed);
+
+/* ---- kv_lease.c ---- */
+
+/* A prefill's lease on one room's held KV (embedded in the hold; loop thread). */
+typedef struct pdsim_lease {
+    uint64_t room;
+    uint64_t expires_ms; /* uv_now() time */
+    int expired;         /* the sweep found it expired and handed it to the expired callback */
+    pdr_dlink_t link;    /* the lease list while it runs */
+} pdsim_lease_t;
+/* Called for a lease that ran out (already off the list): the server frees that KV. */
+typedef void (*pdsim_lease_expired_cb)(pdsim_lease_t *ls);
+/* Prefill: binds UDP host:bootstrap_port for heartbeats and starts the expiry sweep. Decode: opens the
+ * sending sockets and calls tick every lease / 6 (the server heartbeats its pulls from it). 0 or a
+ * PDR_E* code (the reason logged). */
+int pdsim_lease_start(uv_loop_t *loop, const pdsim_opts_t *opts, pdsim_lease_expired_cb expired,
+                      void (*tick)(void));
+/* Prefill: the lease of a room whose KV is held from now on (--kv-lease-ms). */
+void pdsim_lease_grant(pdsim_lease_t *ls, uint64_t room);
+/* Prefill: the KV left (pulled, failed): its lease ends. Safe on an expired lease. */
+void pdsim_lease_drop(pdsim_lease_t *ls);
+/* Decode: one heartbeat for these rooms, held by the prefill whose bootstrap port is host:port. */
+void pdsim_lease_heartbeat(const char *host, int port, const uint64_t *rooms, size_t n);
+/* Adds "kv_lease" (settings and counters) to a /pdsim/stats object. */
+void pdsim_lease_stats(json_t *o);
+void pdsim_lease_stop(void);
 
 #endif

@@ -74,6 +74,7 @@ typedef struct sim_req {
     enum sim_route route;
     json_t *body;
     int stream, batch, return_logprob, hang;
+    int include_usage; /* stream_options.include_usage: a usage chunk before [DONE] (OpenAI routes) */
     size_t n_items;
     sim_item_t *items;
     uint64_t max_tokens;
@@ -82,7 +83,8 @@ typedef struct sim_req {
     /* progress */
     int started, finished, stopped, cancelled, die_on_dispose, abort_pending;
     int sending, in_pump, need_pump;
-    int kv_wait; /* stream_head_before_kv: the stream has begun, its KV has not arrived yet */
+    int kv_wait;  /* stream_head_before_kv: the stream has begun, its KV has not arrived yet */
+    int lease_hb; /* vLLM decode: heartbeats renew the prefill's lease until the pull ends */
     size_t ops_pending;
     int op_error;
     uint64_t op_error_room;
@@ -545,6 +547,22 @@ static json_t *generate_obj(const sim_req_t *ctx, const sim_item_t *it, uint64_t
     return o;
 }
 
+/* OpenAI's usage object for ntok output tokens per item (cached tokens only with the prefix cache on).
+ * The n choices of a chat request share one prompt, counted once, as sglang's UsageProcessor counts
+ * every n-th response's prompt tokens. */
+static json_t *usage_obj(const sim_req_t *ctx, uint64_t ntok)
+{
+    int shared = ctx->route == ROUTE_CHAT && ctx->n_items > 1;
+    uint64_t pt = shared ? ctx->items[0].toks.n : total_prompt_tokens(ctx), ct = ntok * ctx->n_items;
+    uint64_t cached = shared ? ctx->items[0].cached : total_cached_tokens(ctx);
+    json_t *u = json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)pt, "completion_tokens",
+                          (json_int_t)ct, "total_tokens", (json_int_t)(pt + ct));
+    if (u != NULL && S.pcache != NULL)
+        json_object_set_new(u, "prompt_tokens_details",
+                            json_pack("{s:I}", "cached_tokens", (json_int_t)cached));
+    return u;
+}
+
 /* The whole non-streaming answer (ntok = tokens per item: 0 on a prefill). */
 static json_t *full_obj(const sim_req_t *ctx, uint64_t ntok)
 {
@@ -567,16 +585,20 @@ static json_t *full_obj(const sim_req_t *ctx, uint64_t ntok)
                                                      "message", "role", "assistant", "content", text,
                                                      "logprobs", "finish_reason", "length"));
     }
-    uint64_t pt = total_prompt_tokens(ctx), ct = ntok * ctx->n_items;
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:{s:I,s:I,s:I}}", "id", ctx->id, "object",
-                          ctx->route == ROUTE_COMPLETIONS ? "text_completion" : "chat.completion", "created",
-                          (json_int_t)ctx->created, "model", S.opts.model, "choices", choices, "usage",
-                          "prompt_tokens", (json_int_t)pt, "completion_tokens", (json_int_t)ct,
-                          "total_tokens", (json_int_t)(pt + ct));
-    if (S.pcache != NULL)
-        json_object_set_new(json_object_get(o, "usage"), "prompt_tokens_details",
-                            json_pack("{s:I}", "cached_tokens", (json_int_t)total_cached_tokens(ctx)));
-    return o;
+    return json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", ctx->id, "object",
+                     ctx->route == ROUTE_COMPLETIONS ? "text_completion" : "chat.completion", "created",
+                     (json_int_t)ctx->created, "model", S.opts.model, "choices", choices, "usage",
+                     usage_obj(ctx, ntok));
+}
+
+/* The usage chunk of a stream whose request asked stream_options.include_usage: the last event before
+ * [DONE], with no choices, as OpenAI and sglang's serving_chat / serving_completions send it. */
+static json_t *usage_chunk(const sim_req_t *ctx)
+{
+    return json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", ctx->id, "object",
+                     ctx->route == ROUTE_COMPLETIONS ? "text_completion" : "chat.completion.chunk", "created",
+                     (json_int_t)time(NULL), "model", S.opts.model, "choices", "usage",
+                     usage_obj(ctx, ctx->max_tokens));
 }
 
 /* One streamed event: item i, step j (output token j; step 0 with no tokens when max_tokens is 0). */
@@ -700,7 +722,8 @@ static void pump_once(sim_req_t *ctx)
         ctx->next_ev++;
     }
     if (ctx->next_ev == total) {
-        if (sendbuf_append(ctx, "data: [DONE]\n\n", 14) != 0) {
+        if ((ctx->include_usage && sendbuf_event(ctx, usage_chunk(ctx)) != 0) ||
+            sendbuf_append(ctx, "data: [DONE]\n\n", 14) != 0) {
             ctx->abort_pending = 1;
             ctx->need_pump = 1;
             return;
@@ -912,6 +935,7 @@ static void on_prefill_answer(uv_timer_t *t)
 
 static void transfers_done(sim_req_t *ctx)
 {
+    ctx->lease_hb = 0; /* the pull ended: vLLM's decode stops heartbeating when its transfer completes */
     if (!req_is_live(ctx))
         return;
     if (ctx->op_error != 0 && ctx->started) {
@@ -1231,11 +1255,12 @@ static void after_compute(sim_req_t *ctx)
  *    {"do_remote_prefill": true, "do_remote_decode": false, "remote_engine_id", "remote_block_ids" (one
  *    shim room per item: the name of its held KV), "remote_host", "remote_port" (the shim's listener),
  *    "tp_size": 1}, and holds each item's KV (offered on the shim, owned by a vllm_hold_t, not by the HTTP
- *    request) until a decode pulls it or --kv-abort-timeout-ms passes (vLLM frees such blocks after
- *    VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s). /pdsim/stats counts kv_held, kv_released (pulled),
- *    kv_expired (nobody pulled in time) and kv_hold_failed.
- *  - decode, given {"do_remote_prefill": true, "remote_host", "remote_port", "remote_block_ids"}: pulls
- *    each item's KV from there (after --kv-fetch-delay-ms), then generates from its digest, so the output
+ *    request) until a decode pulls it or its lease runs out (kv_lease.c: --kv-lease-ms, renewed by the
+ *    decode's heartbeats, as vLLM's NIXL connector leases KV to a remote decode). /pdsim/stats counts
+ *    kv_held, kv_released (pulled), kv_expired (the lease ran out) and kv_hold_failed.
+ *  - decode, given {"do_remote_prefill": true, "remote_host", "remote_port", "remote_block_ids"}: from its
+ *    arrival until its pull ends (or the request does), heartbeats the prefill's leases every lease / 6;
+ *    pulls each item's KV (after --kv-fetch-delay-ms), then generates from its digest, so the output
  *    equals --role both's.
  */
 
@@ -1245,7 +1270,8 @@ typedef struct vllm_hold {
     uint64_t room;
     int status;
     uint64_t bytes;
-    pdr_dlink_t link; /* S.holds_done (under S.qlock) */
+    pdr_dlink_t link;    /* S.holds_done (under S.qlock) */
+    pdsim_lease_t lease; /* loop thread */
 } vllm_hold_t;
 
 #define VLLM_FAIL(...)                                                                                       \
@@ -1320,14 +1346,16 @@ static void vllm_drain_holds(void)
     pthread_mutex_unlock(&S.qlock);
     while ((l = pdr_dlink_pop(&done)) != NULL) {
         vllm_hold_t *h = PDR_DLINK_ITEM(l, vllm_hold_t, link);
+        pdsim_lease_drop(&h->lease);
         S.kv_held--;
         if (h->status == 0) {
             S.kv_released++;
             S.kv_tx += h->bytes;
-        } else if (h->status == PDR_ETIMEDOUT) {
+        } else if (h->lease.expired) {
             S.kv_expired++;
-            pdr_info("pdsim: KV of room %" PRIu64 " expired: no decode pulled it within %" PRId64 " ms",
-                     h->room, S.opts.kv_abort_timeout_ms);
+            pdr_info("pdsim: KV of room %" PRIu64 " freed: its lease ran out (--kv-lease-ms %" PRId64
+                     ", not renewed by a decode's heartbeat)",
+                     h->room, S.opts.kv_lease_ms);
         } else {
             S.kv_hold_failed++;
         }
@@ -1356,8 +1384,8 @@ static void vllm_answer_prefill(sim_req_t *ctx)
         h->len = it->kv_len;
         h->room = it->room;
         pdshim_seg_t seg = {h->kv, h->len};
-        int r = pdshim_offer(S.shim, h->room, &seg, 1, (uint32_t)S.opts.kv_abort_timeout_ms,
-                             vllm_on_hold_done, h);
+        /* The lease, not the offer's deadline, bounds the hold: the offer waits as long as the shim can. */
+        int r = pdshim_offer(S.shim, h->room, &seg, 1, UINT32_MAX, vllm_on_hold_done, h);
         if (r != 0) {
             free(h);
             S.kv_hold_failed++;
@@ -1369,12 +1397,44 @@ static void vllm_answer_prefill(sim_req_t *ctx)
             return;
         }
         it->kv = NULL; /* the hold owns it now */
+        pdsim_lease_grant(&h->lease, h->room);
         S.kv_held++;
     }
     ctx->vllm_kv = json_pack("{s:b,s:b,s:s,s:o,s:s,s:i,s:i}", "do_remote_prefill", 1, "do_remote_decode", 0,
                              "remote_engine_id", S.engine_id, "remote_block_ids", ids, "remote_host",
                              S.opts.host, "remote_port", S.opts.bootstrap_port, "tp_size", 1);
     send_final(ctx, ctx->max_tokens);
+}
+
+/* kv_lease.c: a held KV's lease ran out; cancelling the offer frees the KV (vllm_drain_holds counts it). */
+static void vllm_lease_expired(pdsim_lease_t *ls)
+{
+    if (S.shim != NULL)
+        pdshim_cancel(S.shim, ls->room);
+}
+
+/* A vLLM decode's heartbeat for the rooms it will pull (all from one prefill). */
+static void vllm_heartbeat(const sim_req_t *ctx)
+{
+    uint64_t rooms[64];
+    size_t n = 0;
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        rooms[n++] = ctx->items[i].room;
+        if (n == sizeof(rooms) / sizeof(rooms[0]) || i + 1 == ctx->n_items) {
+            pdsim_lease_heartbeat(ctx->items[0].host, ctx->items[0].port, rooms, n);
+            n = 0;
+        }
+    }
+}
+
+/* kv_lease.c's tick on a decode: every request that still waits for its KV renews its leases. */
+static void vllm_heartbeat_tick(void)
+{
+    for (pdr_dlink_t *l = S.reqs.head; l != NULL; l = l->next) {
+        sim_req_t *ctx = PDR_DLINK_ITEM(l, sim_req_t, link);
+        if (ctx->lease_hb && req_is_live(ctx))
+            vllm_heartbeat(ctx);
+    }
 }
 
 /* stall_kv_from_port: one link's transfers stall (the prefill on that port serves other decodes, this
@@ -1420,6 +1480,11 @@ static void on_fetch_delay(uv_timer_t *t)
 /* A decode pulls the KV, after --kv-fetch-delay-ms (a decode whose scheduler is busy). */
 static void decode_fetch(sim_req_t *ctx)
 {
+    if (ctx->vllm == VLLM_DECODE) {
+        /* vLLM's decode heartbeats a request's leases from its arrival (not its scheduling) on. */
+        ctx->lease_hb = 1;
+        vllm_heartbeat(ctx);
+    }
     if (ctx->stream && ctx->role == PDSIM_ROLE_DECODE && S.faults.stream_head_before_kv) {
         /* An engine whose stream begins before its first token: headers and an SSE comment now. */
         ctx->kv_wait = 1;
@@ -1442,6 +1507,8 @@ static void decode_fetch(sim_req_t *ctx)
 
 static void vllm_stats(json_t *o)
 {
+    if (S.opts.role != PDSIM_ROLE_BOTH)
+        pdsim_lease_stats(o);
     json_object_set_new(o, "kv_held", json_integer((json_int_t)S.kv_held));
     json_object_set_new(o, "kv_released", json_integer((json_int_t)S.kv_released));
     json_object_set_new(o, "kv_expired", json_integer((json_int_t)S.kv_expired));
@@ -1691,14 +1758,21 @@ static int parse_bootstrap(sim_req_t *ctx, const json_t *body, char *err, size_t
             continue;
         json_t *h = field_at(ctx, hosts, i, &bad);
         json_t *p = field_at(ctx, ports, i, &bad);
-        if (bad || !json_is_string(h) || !json_is_integer(p) || json_integer_value(p) < 1 ||
-            json_integer_value(p) > 65535) {
+        /* A null or absent bootstrap_port is the decode's own --bootstrap-port, as an sglang scheduler
+         * puts its --disaggregation-bootstrap-port into a request that names none (a router given
+         * "--prefill URL" without a port sends null). */
+        int port_default = p == NULL || json_is_null(p);
+        if (bad || !json_is_string(h) ||
+            (!port_default &&
+             (!json_is_integer(p) || json_integer_value(p) < 1 || json_integer_value(p) > 65535))) {
             snprintf(err, errlen,
-                     "bootstrap_host (string) and bootstrap_port (integer) are required on a decode");
+                     "bootstrap_host (string) is required on a decode, and bootstrap_port an integer in "
+                     "[1, 65535] or null (null: this decode's --bootstrap-port, %d)",
+                     S.opts.bootstrap_port);
             return PDR_EINVAL;
         }
         it->host = json_string_value(h);
-        it->port = (int)json_integer_value(p);
+        it->port = port_default ? S.opts.bootstrap_port : (int)json_integer_value(p);
     }
     return 0;
 }
@@ -1774,6 +1848,22 @@ static int parse_max_tokens(sim_req_t *ctx, const json_t *body, char *err, size_
     return 0;
 }
 
+/* stream_options (OpenAI routes): {"include_usage": bool} asks for a usage chunk before [DONE] on a
+ * stream; ignored when the answer is not streamed, as sglang ignores it. */
+static int parse_stream_options(sim_req_t *ctx, const json_t *body, char *err, size_t errlen)
+{
+    json_t *so = json_object_get(body, "stream_options");
+    if (ctx->route == ROUTE_GENERATE || so == NULL || json_is_null(so))
+        return 0;
+    json_t *iu = json_is_object(so) ? json_object_get(so, "include_usage") : NULL;
+    if (!json_is_object(so) || (iu != NULL && !json_is_null(iu) && !json_is_boolean(iu))) {
+        snprintf(err, errlen, "stream_options must be an object whose include_usage is a boolean");
+        return PDR_EINVAL;
+    }
+    ctx->include_usage = ctx->stream && json_is_true(iu);
+    return 0;
+}
+
 static json_t *field_or_null(const json_t *body, const char *key)
 {
     json_t *v = json_object_get(body, key);
@@ -1783,9 +1873,14 @@ static json_t *field_or_null(const json_t *body, const char *key)
 static void count_port(const json_t *body)
 {
     json_t *v = json_object_get(body, "bootstrap_port");
-    if (!json_is_integer(v))
+    int64_t port;
+    if (json_is_integer(v))
+        port = json_integer_value(v);
+    else if (S.opts.role == PDSIM_ROLE_DECODE && (v == NULL || json_is_null(v)) &&
+             json_object_get(body, "bootstrap_room") != NULL)
+        port = S.opts.bootstrap_port; /* the port such a decode pulls from: see parse_bootstrap */
+    else
         return;
-    int64_t port = json_integer_value(v);
     for (size_t i = 0; i < S.n_by_port; i++)
         if (S.by_port[i][0] == port) {
             S.by_port[i][1]++;
@@ -1846,7 +1941,9 @@ static void handle_generate(h2o_req_t *req, enum sim_route route, const char *pa
     ctx->return_logprob =
         route == ROUTE_GENERATE && json_is_true(json_object_get(ctx->body, "return_logprob"));
     err[0] = 0;
-    int r = parse_prompts(ctx, ctx->body, err, sizeof(err));
+    int r = parse_stream_options(ctx, ctx->body, err, sizeof(err));
+    if (r == 0)
+        r = parse_prompts(ctx, ctx->body, err, sizeof(err));
     if (r == 0)
         r = parse_max_tokens(ctx, ctx->body, err, sizeof(err));
     if (r == 0)
@@ -2346,6 +2443,8 @@ int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
         pdr_error("pdsim: cannot listen on %s:%d: %s", opts->host, opts->port, uv_strerror(r));
         return PDR_EIO;
     }
+    if (pdsim_lease_start(loop, opts, vllm_lease_expired, vllm_heartbeat_tick) != 0)
+        return PDR_EIO;
     snprintf(S.engine_id, sizeof(S.engine_id), "pdsim-%s-%d", opts->host, opts->port);
     report_load(); /* the first report: the router learns this instance at once */
     pdr_info("pdsim: role %s listening on %s:%d%s", role_name(opts->role), opts->host, opts->port,
@@ -2363,6 +2462,7 @@ void pdsim_server_shutdown(void (*on_drained)(void))
     S.on_drained = on_drained;
     if (!uv_is_closing((uv_handle_t *)&S.listener))
         uv_close((uv_handle_t *)&S.listener, NULL);
+    pdsim_lease_stop();
     if (S.shim != NULL) {
         pdshim_destroy(S.shim); /* pending operations complete with PDR_ECLOSED, into the queue */
         S.shim = NULL;
@@ -2400,6 +2500,7 @@ void pdsim_server_dispose(void)
     drain_queue();
     uv_close((uv_handle_t *)&S.async, NULL);
     uv_close((uv_handle_t *)&S.die_timer, NULL);
+    pdsim_lease_stop();
     if (!uv_is_closing((uv_handle_t *)&S.listener))
         uv_close((uv_handle_t *)&S.listener, NULL);
     h2o_context_dispose(&S.ctx);

@@ -319,7 +319,7 @@ static void test_errors(void)
     EXPECT_ERROR(WORKERS "timeouts:\n  connect_ms: 1000\n  foo: 1\n",
                  "bad.yaml:6:3: unknown key 'foo' in 'timeouts' (valid keys: connect_ms, first_byte_ms, "
                  "kv_transfer_ms, stream_idle_ms, kv_transfer_ms_per_1k_tokens, client_header_ms, "
-                 "client_body_ms, keepalive_idle_ms)");
+                 "client_body_ms, keepalive_idle_ms, lingering_ms, lingering_idle_ms)");
     EXPECT_ERROR("lisen: { port: 1 }\n", "bad.yaml:1:1: unknown key 'lisen' at the top level*");
     /* The lists of valid keys are whole, however long (the top level's and limits' are past 256 bytes). */
     EXPECT_ERROR(
@@ -1235,6 +1235,14 @@ static void test_cli(void)
     CHECK(parse(a9, &cli, err, sizeof(err)) == 0 && cli.show_help && cli.config == NULL);
     const char *a10[] = {"pdrouter", "--version", NULL};
     CHECK(parse(a10, &cli, err, sizeof(err)) == 0 && cli.show_version && cli.config == NULL);
+    /* --derive-shim-key KEY_FILE WORKER: two words, no snapshot. */
+    const char *a11[] = {"pdrouter", "--derive-shim-key", "master.key", "http://10.0.0.7:30002", NULL};
+    CHECK(parse(a11, &cli, err, sizeof(err)) == 0 && cli.config == NULL);
+    CHECK_STR(cli.derive_key_file, "master.key");
+    CHECK_STR(cli.derive_worker, "http://10.0.0.7:30002");
+    const char *a12[] = {"pdrouter", "--derive-shim-key", "master.key", NULL};
+    CHECK(parse(a12, &cli, err, sizeof(err)) != 0 &&
+          strstr(err, "--derive-shim-key takes two words") != NULL);
 
     /* Errors. */
     EXPECT_ARGV_ERROR("argv: unknown option '--bogus' (see --help)", "--prefill", "http://a:1", "--bogus");

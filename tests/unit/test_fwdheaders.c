@@ -303,8 +303,58 @@ static void test_forwarded(void)
     pdr_config_unref(c);
 }
 
+/* Every field Connection names is hop-by-hop (RFC 9110 section 7.6.1), the ones the router writes itself
+ * included: a named X-Forwarded-For is not joined, a named X-Forwarded-Host gives way to the router's. HTTP/2
+ * requests with connection-specific fields are malformed (RFC 9113 section 8.2.2). */
+static void test_connection_named(void)
+{
+    pdr_config_t *c = pdr_config_new_default();
+    CHECK(c != NULL);
+    char msg[256], v[512];
+    fake_t f;
+    pdr_fwd_t fw;
+    fake_init(&f, 0x101, peer_v4);
+    add(&f, "x-forwarded-for", "192.0.2.1");
+    add(&f, "X-Secret-Hop", "1");
+    add(&f, "x-forwarded-host", "inner.example");
+    add(&f, "X-Kept", "yes");
+    add(&f, "connection", "keep-alive, X-Forwarded-For");
+    add(&f, "connection", "x-secret-hop,X-FORWARDED-HOST");
+    CHECK(pdr_fwd_check_request(&f.req, c, msg, sizeof(msg)) == 0);
+    CHECK(pdr_fwd_build(&fw, &f.req, c) == 0);
+    CHECK(line_of(fw.block, "X-Secret-Hop", v, sizeof(v)) == NULL);
+    CHECK(line_of(fw.block, "X-Forwarded-For", v, sizeof(v)) && strcmp(v, "10.1.2.3") == 0);
+    CHECK(line_of(fw.block, "X-Forwarded-Host", v, sizeof(v)) && strcmp(v, "router.example:8000") == 0);
+    CHECK(line_of(fw.block, "X-Kept", v, sizeof(v)) && strcmp(v, "yes") == 0);
+    CHECK(line_of(fw.block, "connection", v, sizeof(v)) == NULL);
+    h2o_mem_clear_pool(&f.req.pool);
+
+    static const char *const banned[][2] = {{"keep-alive", "timeout=5"}, {"proxy-connection", "keep-alive"},
+                                            {"connection", "x-a"},       {"transfer-encoding", "chunked"},
+                                            {"upgrade", "h2c"},          {"te", "gzip"}};
+    for (size_t i = 0; i < sizeof(banned) / sizeof(banned[0]); i++) {
+        fake_init(&f, 0x200, peer_v4);
+        add(&f, "x-ok", "1");
+        add(&f, banned[i][0], banned[i][1]);
+        CHECK(pdr_fwd_check_request(&f.req, c, msg, sizeof(msg)) == 400 && strstr(msg, banned[i][0]) &&
+              strstr(msg, "connection-specific"));
+        h2o_mem_clear_pool(&f.req.pool);
+        /* The same fields in HTTP/1 are only dropped. */
+        fake_init(&f, 0x101, peer_v4);
+        add(&f, banned[i][0], banned[i][1]);
+        CHECK(pdr_fwd_check_request(&f.req, c, msg, sizeof(msg)) == 0);
+        h2o_mem_clear_pool(&f.req.pool);
+    }
+    fake_init(&f, 0x200, peer_v4);
+    add(&f, "te", "trailers"); /* the one TE value HTTP/2 allows */
+    CHECK(pdr_fwd_check_request(&f.req, c, msg, sizeof(msg)) == 0);
+    h2o_mem_clear_pool(&f.req.pool);
+    pdr_config_unref(c);
+}
+
 static const pdr_test_case_t cases[] = {
     {"names", test_names, 60},
+    {"connection_named", test_connection_named, 60},
     {"traceparent", test_traceparent, 60},
     {"request_ids", test_request_ids, 60},
     {"forwarded", test_forwarded, 60},

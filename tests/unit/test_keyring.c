@@ -1,7 +1,7 @@
 /*
  * common/keyring.c: HMAC-SHA256 against RFC 4231's vectors, key files (trailing newline, too short, too
- * long, missing, the same key twice, more than the ring holds), ids that name their key, constant-time
- * equality, and base64url both ways with every malformed form refused.
+ * long, missing, the same key twice, more than the ring holds), ids that name their key, derived keys,
+ * constant-time equality, and base64url both ways with every malformed form refused.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,11 +145,33 @@ static void test_b64url(void)
     CHECK(pdr_b64url_decode("Zm9\0", 4, back, 64) == -1); /* a NUL inside */
 }
 
+static void test_derive(void)
+{
+    /* The derived secret is the hex of HMAC-SHA256(master, label): RFC 4231's test case 7 again. */
+    pdr_keyring_t kr = {0};
+    uint8_t key[131];
+    memset(key, 0xaa, sizeof(key));
+    CHECK(pdr_keyring_add(&kr, key, sizeof(key)) == 0);
+    const char *m7 = "This is a test using a larger than block-size key and a larger than block-size data. "
+                     "The key needs to be hashed before being used by the HMAC algorithm.";
+    pdr_key_t d, e;
+    pdr_key_derive(&kr.keys[0], m7, strlen(m7), &d);
+    CHECK(d.len == 64 &&
+          memcmp(d.secret, "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2", 64) == 0);
+    /* Its id is the one the key file holding that text gets. */
+    pdr_keyring_t kd = {0};
+    CHECK(pdr_keyring_add(&kd, d.secret, d.len) == 0 && strcmp(kd.keys[0].id, d.id) == 0);
+    CHECK(strcmp(d.id, kr.keys[0].id) != 0);
+    /* Another label, another key. */
+    pdr_key_derive(&kr.keys[0], m7, strlen(m7) - 1, &e);
+    CHECK(e.len == 64 && memcmp(e.secret, d.secret, 64) != 0 && strcmp(e.id, d.id) != 0);
+    pdr_keyring_wipe(&kr);
+    pdr_keyring_wipe(&kd);
+}
+
 static const pdr_test_case_t cases[] = {
-    {"hmac_rfc4231", test_hmac_rfc4231, 30},
-    {"key_files", test_key_files, 30},
-    {"ct_equal", test_ct_equal, 30},
-    {"b64url", test_b64url, 30},
+    {"hmac_rfc4231", test_hmac_rfc4231, 30}, {"derive", test_derive, 30}, {"key_files", test_key_files, 30},
+    {"ct_equal", test_ct_equal, 30},         {"b64url", test_b64url, 30},
 };
 
 int main(int argc, char **argv)

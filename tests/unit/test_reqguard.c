@@ -234,7 +234,9 @@ static void test_h2_bodies(void)
         memcpy(copy, buf, n);
         pdr_h2guard_t g;
         pdr_h2guard_init(&g, 1 << 20);
-        pdr_h2guard_set_body_limit(&g, 1000);
+        static pdr_h2g_bodies_t slots;
+        memset(&slots, 0, sizeof(slots));
+        pdr_h2guard_set_body_limit(&g, 1000, &slots);
         int v = PDR_H2G_MORE;
         if (bytewise) /* a byte at a time: a header's bytes are found again in the same buffer */
             for (size_t k = 0; k < n && v == PDR_H2G_MORE; k++)

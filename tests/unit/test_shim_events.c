@@ -1,8 +1,10 @@
 /*
  * Unit tests of decode admission (router/shim_events.c: the KV need of a request, holds against a
- * worker's reported free KV, a restart voiding holds) and of libpdshim's reporter queue (a full queue
- * drops and counts, never blocks; the instance id is the engine's or random).
+ * worker's reported free KV, a restart voiding holds), of the per-worker event keys (identities, a batch
+ * verified only under the key of the worker it names, instances per worker) and of libpdshim's reporter
+ * queue (a full queue drops and counts, never blocks; the instance id is the engine's or random).
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "check.h"
 #include "config.h"
 #include "err.h"
+#include "keyring.h"
 #include "pdshim.h"
 #include "pool.h"
 #include "rewrite.h"
@@ -131,8 +134,96 @@ static void test_reporter_queue(void)
     unlink(key);
 }
 
+/* A batch's Pdr-Signature as a shim writes it, signed with key k. */
+static void sign(const pdr_key_t *k, const char *inst, uint64_t seq, const char *body, char *hdr, size_t cap)
+{
+    uint64_t ts = pdr_wall_us() / 1000;
+    char msg[2048];
+    int pn =
+        snprintf(msg, sizeof(msg), "pdr-events-v1\n%" PRIu64 "\n%s\n%" PRIu64 "\n%s", ts, inst, seq, body);
+    CHECK(pn > 0 && (size_t)pn < sizeof(msg));
+    uint8_t mac[PDR_HMAC_LEN];
+    pdr_hmac_sha256(k, msg, (size_t)pn, mac);
+    char sig[64];
+    pdr_b64url_encode(mac, sizeof(mac), sig, sizeof(sig));
+    snprintf(hdr, cap, "v1 kid=%s ts=%" PRIu64 " inst=%s seq=%" PRIu64 " sig=%s", k->id, ts, inst, seq, sig);
+}
+
+static int verify(const pdr_config_t *c, const pdr_key_t *k, const char *inst, uint64_t seq, const char *body)
+{
+    char hdr[256];
+    uint64_t hi, lo;
+    sign(k, inst, seq, body, hdr, sizeof(hdr));
+    return pdr__shim_verify(c, hdr, strlen(hdr), body, strlen(body), &hi, &lo);
+}
+
+static void test_worker_keys(void)
+{
+    pdr_config_t *c = pdr_config_new_default();
+    static const char master_secret[] = "unit-master-key-0123456789abcdef0123456789";
+    CHECK(pdr__shim_events_set_key(master_secret, sizeof(master_secret) - 1) == 0);
+    pdr_keyring_t kr = {0};
+    CHECK(pdr_keyring_add(&kr, master_secret, sizeof(master_secret) - 1) == 0);
+    char id[PDR_SHIM_IDENTITY_MAX], id2[PDR_SHIM_IDENTITY_MAX], err[128];
+
+    /* Identities: URLs normalized as configured ones; a bootstrap host:port as given; nothing else. */
+    CHECK(pdr_shim_identity_of("http://127.0.0.1:30000/", id, sizeof(id), err, sizeof(err)) == 0);
+    CHECK(strcmp(id, "worker http://127.0.0.1:30000") == 0);
+    CHECK(pdr_shim_identity_of("127.0.0.1:9000", id2, sizeof(id2), err, sizeof(err)) == 0);
+    CHECK(strcmp(id2, "bootstrap 127.0.0.1:9000") == 0);
+    CHECK(pdr_shim_identity_of("127.0.0.1", id2, sizeof(id2), err, sizeof(err)) != 0);
+    CHECK(pdr_shim_identity_of("ftp://x:1", id2, sizeof(id2), err, sizeof(err)) != 0);
+    static const char a_body[] = "{\"type\":\"batch\",\"worker\":\"http://127.0.0.1:30000\",\"bootstrap\":"
+                                 "\"127.0.0.1:9001\"}\n{\"type\":\"load\",\"queue_depth\":1}\n";
+    static const char b_body[] = "{\"type\":\"batch\",\"worker\":\"http://127.0.0.1:31000\"}\n";
+    static const char boot_body[] = "{\"type\":\"batch\",\"worker\":\"\",\"bootstrap\":\"127.0.0.1:9001\"}\n";
+    CHECK(pdr_shim_batch_identity(a_body, strlen(a_body), id, sizeof(id)) == 0);
+    CHECK(strcmp(id, "worker http://127.0.0.1:30000") == 0); /* the URL wins over the bootstrap */
+    CHECK(pdr_shim_batch_identity(boot_body, strlen(boot_body), id2, sizeof(id2)) == 0);
+    CHECK(strcmp(id2, "bootstrap 127.0.0.1:9001") == 0);
+    CHECK(pdr_shim_batch_identity("{\"type\":\"batch\"}\n", 17, id2, sizeof(id2)) != 0);
+    CHECK(pdr_shim_batch_identity("{\"type\":\"load\",\"worker\":\"http://a:1\"}", 38, id2, sizeof(id2)) !=
+          0);
+    char big[5000];
+    int bn = snprintf(big, sizeof(big),
+                      "{\"type\":\"batch\",\"worker\":\"http://127.0.0.1:30000\",\"x\":\"%4100d\"}", 1);
+    CHECK(pdr_shim_batch_identity(big, (size_t)bn, id2, sizeof(id2)) != 0); /* a first line over 4 KiB */
+
+    pdr_key_t ka, kb, kboot;
+    pdr_shim_worker_key(&kr.keys[0], "worker http://127.0.0.1:30000", &ka);
+    pdr_shim_worker_key(&kr.keys[0], "worker http://127.0.0.1:31000", &kb);
+    pdr_shim_worker_key(&kr.keys[0], "bootstrap 127.0.0.1:9001", &kboot);
+    CHECK(strcmp(ka.id, kb.id) != 0 && strcmp(ka.id, kboot.id) != 0);
+    const char *ia = "0000000000000000000000000000000a";
+    /* A's own batch verifies; A's key claiming B (or the bootstrap identity), and the master key, do not. */
+    CHECK(verify(c, &ka, ia, 1, a_body) == -1);
+    CHECK(verify(c, &ka, ia, 2, b_body) == PDR_SE_WRONG_WORKER);
+    CHECK(verify(c, &ka, ia, 3, boot_body) == PDR_SE_WRONG_WORKER);
+    CHECK(verify(c, &kr.keys[0], ia, 4, a_body) == PDR_SE_SHARED_KEY);
+    CHECK(verify(c, &kb, "0000000000000000000000000000000b", 1, b_body) == -1);
+    CHECK(verify(c, &kboot, "000000000000000000000000000000bb", 1, boot_body) == -1);
+    /* An instance id belongs to one worker: B taking A's id with a large seq does not shut A out. */
+    CHECK(verify(c, &kb, ia, 1000, b_body) == -1);
+    CHECK(verify(c, &ka, ia, 5, a_body) == -1);
+    CHECK(verify(c, &ka, ia, 5, a_body) == PDR_SE_REPLAYED);
+    /* At most PDR_SHIM_MAX_INSTANCES live instances per worker (A has one): then A's new ones are refused,
+     * while B still gets a new one. */
+    char inst[40];
+    for (int i = 1; i < PDR_SHIM_MAX_INSTANCES; i++) {
+        snprintf(inst, sizeof(inst), "%032x", 0x100 + i);
+        CHECK(verify(c, &ka, inst, 1, a_body) == -1);
+    }
+    snprintf(inst, sizeof(inst), "%032x", 0x200);
+    CHECK(verify(c, &ka, inst, 1, a_body) == PDR_SE_TOO_MANY_INST);
+    CHECK(verify(c, &ka, ia, 6, a_body) == -1); /* a known instance goes on */
+    CHECK(verify(c, &kb, inst, 1, b_body) == -1);
+    pdr_keyring_wipe(&kr);
+    pdr_config_unref(c);
+}
+
 static const pdr_test_case_t cases[] = {
     {"need", test_need, 30},
+    {"worker_keys", test_worker_keys, 30},
     {"holds", test_holds, 30},
     {"reporter_queue", test_reporter_queue, 30},
 };

@@ -278,7 +278,8 @@ class Shim:
                  load_interval_ms=0, events_queue=0, instance_id=None):
         """ticket_key_files: the router's ticket key files (every one verifies); ticket_identity: a decode's
         identity as tickets name it ("host:port" of its URL at the router). events_url etc.: reports to the
-        router (docs/internals/shim-events.md); instance_id: 16 bytes."""
+        router (docs/internals/shim-events.md); events_key_file is this worker's own key, from
+        `pdrouter --derive-shim-key KEY_FILE WORKER_URL` (docs/security.md); instance_id: 16 bytes."""
         self._lib = load_library()
         files = [os.fsencode(f) for f in ticket_key_files]
         self._key_files = (ctypes.c_char_p * max(1, len(files)))(*files)

@@ -650,8 +650,8 @@ def main():
     ap.add_argument("--max-len", type=int, default=8192 + 64, help="tokens per slot (prompt + output)")
     ap.add_argument("--kv-timeout-ms", type=int, default=30000)
     ap.add_argument("--events-url", help="the router's admin listener, http://HOST:PORT (the shim posts its batches to /shim/v1/events there)")
-    ap.add_argument("--events-key-file", help="the key the event batches are signed with (the router's "
-                    "shim_events.key_file)")
+    ap.add_argument("--events-key-file", help="the key the event batches are signed with: this worker's own, "
+                    "derived from the router's shim_events.key_file by pdrouter --derive-shim-key KEY_FILE URL")
     ap.add_argument("--queue-timeout-s", type=float, default=120.0)
     ap.add_argument("--model-name", default="pdmodel-llama")
     ap.add_argument("--verbose", action="store_true")
