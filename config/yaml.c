@@ -1259,8 +1259,8 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
     return FAIL(cx, v, "%s: internal error: unknown field type", path);
 }
 
-/* Every key of fields, comma-separated, into out (VALID_KEYS_MAX holds the longest list, limits' 329
- * bytes, with room to grow; a list that ever outgrows it ends in "..." rather than looking complete). */
+/* Every key of fields, comma-separated, into out (VALID_KEYS_MAX holds the longest list, limits' of about
+ * 400 bytes, with room to grow; a list that ever outgrows it ends in "..." rather than looking complete). */
 #define VALID_KEYS_MAX 1024
 static void valid_keys(const struct field *fields, char *out, size_t outlen)
 {
