@@ -215,7 +215,7 @@ typedef struct pdr_config {
         int client_header_ms;  /* default 10000: a request head must arrive within it (408) */
         int client_body_ms;    /* default 60000: longest pause inside a request body (408) */
         int keepalive_idle_ms; /* default 75000: an idle keep-alive connection is closed after it */
-        int lingering_ms;      /* default 30000: after an early answer, the rest is read and dropped so long */
+        int lingering_ms; /* default 30000: after an early answer, the rest is read and dropped so long */
         int lingering_idle_ms; /* default 5000: ... or until the client pauses so long */
     } timeouts;
     struct {
@@ -235,10 +235,11 @@ typedef struct pdr_config {
         int max_client_connections;      /* default 0: no limit; else accepting pauses at it */
         int max_idle_client_connections; /* default 0: no limit; else the oldest idle ones are closed */
         int64_t max_lingering_bytes;     /* default 128 MiB: dropped after an early answer; past it, cut */
-        int64_t h2_max_connection_body_bytes; /* default 64 MiB: HTTP/2 bodies one connection holds (0: no cap) */
-        int64_t max_body_memory_bytes;        /* default 1 GiB: HTTP/2 bodies all connections hold (0: no cap) */
-        int h2_max_concurrent_streams;   /* default 100: streams of a connection processed at once */
-        int h2_max_control_frames;       /* default 1000: SETTINGS/PING/PRIORITY/CONTINUATION per 10 s */
+        int64_t
+            h2_max_connection_body_bytes; /* default 64 MiB: HTTP/2 bodies one connection holds (0: no cap) */
+        int64_t max_body_memory_bytes;    /* default 1 GiB: HTTP/2 bodies all connections hold (0: no cap) */
+        int h2_max_concurrent_streams;    /* default 100: streams of a connection processed at once */
+        int h2_max_control_frames;        /* default 1000: SETTINGS/PING/PRIORITY/CONTINUATION per 10 s */
         /* Admission (router/admission.c, docs/internals/admission.md). */
         int max_inflight_per_pool;   /* default 0: none; else the PD requests in flight per pool */
         int max_inflight_per_worker; /* default 0: none; else a worker with as many legs is not picked */

@@ -694,7 +694,8 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
     CHECK_RANGE(c->timeouts.lingering_ms, 0, PDR_MAX_MS, "timeouts.lingering_ms");
     CHECK_RANGE(c->timeouts.lingering_idle_ms, 1, PDR_MAX_MS, "timeouts.lingering_idle_ms");
     CHECK_RANGE(c->limits.max_lingering_bytes, 0, PDR_MAX_BODY_BYTES, "limits.max_lingering_bytes");
-    CHECK_RANGE(c->limits.h2_max_connection_body_bytes, 0, PDR_MAX_BODY_BYTES, "limits.h2_max_connection_body_bytes");
+    CHECK_RANGE(c->limits.h2_max_connection_body_bytes, 0, PDR_MAX_BODY_BYTES,
+                "limits.h2_max_connection_body_bytes");
     CHECK_RANGE(c->limits.max_body_memory_bytes, 0, PDR_MAX_BODY_BYTES, "limits.max_body_memory_bytes");
     CHECK_RANGE(c->limits.max_client_connections, 0, PDR_MAX_CLIENT_CONNECTIONS,
                 "limits.max_client_connections");

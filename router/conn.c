@@ -91,11 +91,11 @@ typedef struct client_conn {
     /* HTTP/1 client timeouts (on_client_timer): what the connection waits for, since when */
     uv_timer_t timer;
     enum { CW_HEAD = 0, CW_BODY, CW_IDLE, CW_BUSY, CW_OFF, CW_HANDSHAKE, CW_LINGER, CW_H2 } wait;
-    size_t wait_size; /* the input buffer's size when the wait (re)started */
-    int served;       /* a response was completed on it */
+    size_t wait_size;                    /* the input buffer's size when the wait (re)started */
+    int served;                          /* a response was completed on it */
     uint64_t linger_bytes, linger_until; /* lingering close: bytes dropped, and until when (linger_start) */
-    int counted;      /* a data-port connection (r->client_conns) */
-    pdr_dlink_t idle; /* on t->idle_conns while CW_IDLE */
+    int counted;                         /* a data-port connection (r->client_conns) */
+    pdr_dlink_t idle;                    /* on t->idle_conns while CW_IDLE */
 } client_conn_t;
 
 #define RESET_WINDOW_MS 10000
@@ -222,7 +222,8 @@ static int is_preface_start(const h2o_socket_t *sock);
 
 static void guard_wrap(client_conn_t *cc)
 {
-    if (cc->sock != NULL && cc->sock->input != NULL && h1_reqread != NULL && cc->sock->_cb.read == h1_reqread) {
+    if (cc->sock != NULL && cc->sock->input != NULL && h1_reqread != NULL &&
+        cc->sock->_cb.read == h1_reqread) {
         cc->sock->_cb.read = chunk_guard_read;
         cc->g_last_size = cc->sock->input->size;
     }
@@ -747,7 +748,8 @@ static void h2_follow(client_conn_t *cc, int body_limit)
         cc->h2bodies = calloc(1, sizeof(*cc->h2bodies));
     if (cc->h2bodies == NULL) {
         cc->t->m.h2_bodies_unfollowed_total++;
-        pdr_warn("out of memory: an HTTP/2 connection's request bodies are not followed (h2o's limits stand)");
+        pdr_warn(
+            "out of memory: an HTTP/2 connection's request bodies are not followed (h2o's limits stand)");
     }
     /* Over TLS the guard refuses no body at its size (h2o does, one frame past it): the bodies are
      * followed for the budget, and past it the connection is closed. */
@@ -769,8 +771,9 @@ static void h2_refuse(client_conn_t *cc, h2o_socket_t *sock, h2o_socket_cb next,
         cc->t->m
             .h2_header_block_too_large_total++; /* before the GOAWAY: a client that saw it sees the count */
     } else if (why == H2_OVER_BUDGET) {
-        snprintf(debug, sizeof(debug), "request bodies exceed limits.h2_max_connection_body_bytes or "
-                                       "limits.max_body_memory_bytes");
+        snprintf(debug, sizeof(debug),
+                 "request bodies exceed limits.h2_max_connection_body_bytes or "
+                 "limits.max_body_memory_bytes");
     } else if (why == H2_BODY_STALLED) {
         snprintf(debug, sizeof(debug), "a request body paused for more than %d ms (timeouts.client_body_ms)",
                  cc->t->config->timeouts.client_body_ms);
@@ -822,8 +825,9 @@ static void on_h2_body_timer(uv_timer_t *h)
             return;
         }
         /* RST_STREAM CANCEL, to the client and to h2o as if the client had sent it (h2o frees the stream) */
-        uint8_t rst[13] = {0, 0, 4, 0x3, 0, (uint8_t)(s >> 24), (uint8_t)(s >> 16), (uint8_t)(s >> 8), (uint8_t)s,
-                           0, 0, 0, 0x8};
+        uint8_t rst[13] = {
+            0,          0, 4, 0x3, 0,  (uint8_t)(s >> 24), (uint8_t)(s >> 16), (uint8_t)(s >> 8),
+            (uint8_t)s, 0, 0, 0,   0x8};
         ssize_t w = send(cc->fd, rst, sizeof(rst), MSG_DONTWAIT | MSG_NOSIGNAL);
         (void)w;
         h2o_iovec_t room = h2o_buffer_reserve(&sock->input, sizeof(rst));
@@ -865,7 +869,8 @@ static void h2_guard_read(h2o_socket_t *sock, const char *err)
 static void h2_guard_wrap(client_conn_t *cc, h2o_socket_t *sock)
 {
     h2o_socket_cb cb = sock->_cb.read;
-    if (sock_gone(cc, sock) || cb == NULL || cb == h1_reqread || cb == chunk_guard_read || cb == h2_guard_read) {
+    if (sock_gone(cc, sock) || cb == NULL || cb == h1_reqread || cb == chunk_guard_read ||
+        cb == h2_guard_read) {
         return;
     }
     if (h2_read == NULL)
@@ -942,7 +947,8 @@ static const char *malformed_head(const char *p, size_t n)
     size_t method_len, path_len, num_headers = H2O_MAX_HEADERS;
     int minor;
     struct phr_header headers[H2O_MAX_HEADERS];
-    if (phr_parse_request(p, n, &method, &method_len, &path, &path_len, &minor, headers, &num_headers, 0) == -1)
+    if (phr_parse_request(p, n, &method, &method_len, &path, &path_len, &minor, headers, &num_headers, 0) ==
+        -1)
         return "the request line or a header line cannot be parsed";
     return NULL;
 }

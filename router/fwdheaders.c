@@ -273,6 +273,12 @@ static const char *h2_connection_specific(h2o_req_t *req)
     static const char *const banned[] = {
         "connection",     "keep-alive", "proxy-connection", "transfer-encoding", "upgrade",
         "http2-settings", "te"};
+    /* The request of an `Upgrade: h2c` is stream 1 of the new HTTP/2 connection but came as HTTP/1, with
+     * its Connection, Upgrade and HTTP2-Settings fields (h2o's HPACK would have refused HTTP2-Settings
+     * from a real HTTP/2 client): its hop-by-hop fields are dropped as for any HTTP/1 request. */
+    for (size_t i = 0; i < req->headers.size; i++)
+        if (EQ(req->headers.entries[i].name->base, req->headers.entries[i].name->len, "http2-settings"))
+            return NULL;
     for (size_t i = 0; i < req->headers.size; i++) {
         const h2o_header_t *e = &req->headers.entries[i];
         for (size_t k = 0; k < sizeof(banned) / sizeof(banned[0]); k++) {

@@ -24,6 +24,7 @@
 
 #include "buf.h"
 #include "err.h"
+#include "fallback.h"
 #include "kv_events.h"
 #include "kvevents.h"
 #include "router.h"
@@ -56,6 +57,7 @@ struct pdr_kv_events {
     pdr_dlink_t *subs;
     uv_timer_t timer;
     int timer_live;
+    uint64_t unhashed_seen; /* the index's unhashed lookups already counted as fall-backs */
 };
 
 static int config_uses_precise(const pdr_config_t *c)
@@ -267,6 +269,7 @@ static void reconcile(struct pdr_kv_events *ke)
         pdr_kvindex_params_t p = {(uint64_t)r->config->kv_events.max_index_bytes,
                                   (uint32_t)r->config->kv_events.resync_messages};
         int err;
+        ke->unhashed_seen = 0;
         if ((ke->ix = pdr_kvindex_new(&p, &err)) == NULL) {
             pdr_warn("kv events: cannot create the index (%s); precise_prefix routes by the prefix tree",
                      pdr_strerror(err));
@@ -311,9 +314,24 @@ static void reconcile(struct pdr_kv_events *ke)
     pdr_pool_release(ws, n);
 }
 
+/* Loop 0: lookups the index could not hash for every candidate since the last tick, as fall-backs. */
+static void count_unhashed(struct pdr_kv_events *ke)
+{
+    if (ke->ix == NULL)
+        return;
+    pdr_kvindex_stats_t st = {0};
+    pdr_kvindex_stats(ke->ix, &st);
+    if (st.unhashed > ke->unhashed_seen)
+        pdr_fallback_n(PDR_FB_KV_INDEX_UNHASHED, st.unhashed - ke->unhashed_seen,
+                       "a candidate's KV block size had no hashes of the prompt (the index hashes at most 4 "
+                       "sizes a lookup)");
+    ke->unhashed_seen = st.unhashed;
+}
+
 static void on_tick(uv_timer_t *t)
 {
     reconcile(t->data);
+    count_unhashed(t->data);
 }
 
 int pdr_kv_events_start(pdr_router_t *r)

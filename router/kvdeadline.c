@@ -77,7 +77,8 @@ uint64_t pdr_kv_prompt_tokens(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, 
     }
     if (tk != NULL) {
         pdr_prompt_tokens_t tok = {NULL, 0};
-        if (pdr_request_token_ids(pr, tk, &tok) == 0 && tok.n > 0) {
+        pdr_request_token_ids_or(pr, tk, &tok, PDR_FB_TOKENIZE_KV_DEADLINE);
+        if (tok.n > 0) {
             free(tok.ids);
             *how = PDR_KVT_TOKENIZER;
             return tok.n;

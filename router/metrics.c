@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "fallback.h"
 #include "admission.h"
 #include "breaker.h"
 #include "buf.h"
@@ -134,6 +135,10 @@ static const struct {
      offsetof(pdr_metrics_t, client_aborts_total)},
     {"pdr_client_stalled_total", "Streams ended because the client took no data for timeouts.stream_idle_ms.",
      offsetof(pdr_metrics_t, client_stalled_total)},
+    {"pdr_merge_too_large_total",
+     "Logprob merges refused past limits.max_merge_bytes: a whole answer (502) or a stream's event without "
+     "its end (the stream ends with an error event).",
+     offsetof(pdr_metrics_t, merge_too_large_total)},
     {"pdr_http_bad_framing_total",
      "HTTP/1 requests refused with 400 because another parser could frame their head differently "
      "(Content-Length with Transfer-Encoding, duplicate Content-Length, obs-fold, bare LF, no Host); their "
@@ -205,7 +210,8 @@ static const struct {
      offsetof(pdr_metrics_t, lingering_discarded_bytes_total)},
     {"pdr_h2_bodies_over_budget_total",
      "HTTP/2 request bodies refused because the bodies held would pass limits.h2_max_connection_body_bytes "
-     "(one connection) or limits.max_body_memory_bytes (all): answered 503, or over TLS the connection closed.",
+     "(one connection) or limits.max_body_memory_bytes (all): answered 503, or over TLS the connection "
+     "closed.",
      offsetof(pdr_metrics_t, h2_bodies_over_budget_total)},
     {"pdr_h2_body_timeouts_total",
      "HTTP/2 request bodies that paused longer than timeouts.client_body_ms: the stream reset, or its "
@@ -380,7 +386,8 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         "pdr_inflight_requests %lld\n",
         (long long)x->inflight);
     put(&o,
-        "# HELP pdr_h2_body_bytes_held HTTP/2 request body bytes the router holds (limits.max_body_memory_bytes).\n"
+        "# HELP pdr_h2_body_bytes_held HTTP/2 request body bytes the router holds "
+        "(limits.max_body_memory_bytes).\n"
         "# TYPE pdr_h2_body_bytes_held gauge\npdr_h2_body_bytes_held %llu\n",
         (unsigned long long)x->body_bytes_held);
     put(&o,
@@ -542,6 +549,10 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         put(&o, "%.*s", (int)kvlen, kv);
     free(kv);
     kv = pdr_retry_render_metrics(&kvlen); /* the retry budget (retry.h) */
+    if (kv != NULL)
+        put(&o, "%.*s", (int)kvlen, kv);
+    free(kv);
+    kv = pdr_fallback_render_metrics(&kvlen); /* fall-backs by reason (fallback.h) */
     if (kv != NULL)
         put(&o, "%.*s", (int)kvlen, kv);
     free(kv);

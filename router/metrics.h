@@ -52,6 +52,7 @@ typedef struct pdr_metrics {
     uint64_t no_worker_total[2];
     uint64_t client_aborts_total;
     uint64_t client_stalled_total;       /* streams cut: the client took no data for stream_idle_ms */
+    uint64_t merge_too_large_total;      /* logprob merges past limits.max_merge_bytes (502 or error event) */
     uint64_t bad_framing_total;          /* HTTP/1 requests refused for an ambiguous head (reqguard.h) */
     uint64_t accept_fd_exhausted_total;  /* accept() out of file descriptors: accepting paused */
     uint64_t upstream_tls_full_total;    /* TLS handshakes to https:// workers: full */
@@ -63,20 +64,20 @@ typedef struct pdr_metrics {
     uint64_t h2_header_block_too_large_total; /* HTTP/2 connections closed for a header block too large */
     uint64_t headers_too_large_total; /* requests answered 431 or 414 (limits.max_headers/max_header_bytes) */
     /* Client-side limits (router/limits.c, conn.c): */
-    uint64_t body_too_large_total;         /* requests answered 413 (limits.max_body_bytes) */
-    uint64_t client_header_timeouts_total; /* 408: the head did not arrive in timeouts.client_header_ms */
-    uint64_t client_body_timeouts_total;   /* 408: the body paused longer than timeouts.client_body_ms */
-    uint64_t keepalive_closed_total;       /* idle keep-alive connections closed (timeout or idle cap) */
-    uint64_t accept_paused_total;          /* accepting paused at limits.max_client_connections */
-    uint64_t h2_control_floods_total;      /* connections closed past limits.h2_max_control_frames */
-    uint64_t tls_peer_gone_total;          /* TLS client connections closed quietly after a failed read */
-    uint64_t lingering_total;              /* early answers followed by a lingering close */
-    uint64_t lingering_cut_total;          /* ... whose client sent past limits.max_lingering_bytes */
+    uint64_t body_too_large_total;            /* requests answered 413 (limits.max_body_bytes) */
+    uint64_t client_header_timeouts_total;    /* 408: the head did not arrive in timeouts.client_header_ms */
+    uint64_t client_body_timeouts_total;      /* 408: the body paused longer than timeouts.client_body_ms */
+    uint64_t keepalive_closed_total;          /* idle keep-alive connections closed (timeout or idle cap) */
+    uint64_t accept_paused_total;             /* accepting paused at limits.max_client_connections */
+    uint64_t h2_control_floods_total;         /* connections closed past limits.h2_max_control_frames */
+    uint64_t tls_peer_gone_total;             /* TLS client connections closed quietly after a failed read */
+    uint64_t lingering_total;                 /* early answers followed by a lingering close */
+    uint64_t lingering_cut_total;             /* ... whose client sent past limits.max_lingering_bytes */
     uint64_t lingering_discarded_bytes_total; /* request bytes read and dropped while lingering */
-    uint64_t h2_bodies_over_budget_total;  /* HTTP/2 bodies refused for the body budget */
-    uint64_t h2_body_timeouts_total;       /* HTTP/2 bodies reset: paused past timeouts.client_body_ms */
-    uint64_t h2_bodies_unfollowed_total;   /* HTTP/2 connections whose bodies could not be followed (memory) */
-    uint64_t tickets_signed_total;         /* protocol pdshim: tickets signed (one per room and attempt) */
+    uint64_t h2_bodies_over_budget_total;     /* HTTP/2 bodies refused for the body budget */
+    uint64_t h2_body_timeouts_total;          /* HTTP/2 bodies reset: paused past timeouts.client_body_ms */
+    uint64_t h2_bodies_unfollowed_total; /* HTTP/2 connections whose bodies could not be followed (memory) */
+    uint64_t tickets_signed_total;       /* protocol pdshim: tickets signed (one per room and attempt) */
     uint64_t tickets_refused_total; /* protocol pdshim: a worker refused the router's ticket (403 -> 502) */
     uint64_t bytes_in_total, bytes_out_total;
     uint64_t vllm_kv_release[PDR_KV_RELEASE__COUNT]; /* by outcome */
@@ -118,8 +119,8 @@ void pdr_metrics_count_request(pdr_metrics_t *m, int route, int status, double s
 
 /* Router-wide values that are not per loop. */
 typedef struct pdr_metrics_extra {
-    int64_t inflight; /* PD requests in progress */
-    int max_inflight; /* limits.max_inflight of the current config */
+    int64_t inflight;         /* PD requests in progress */
+    int max_inflight;         /* limits.max_inflight of the current config */
     uint64_t body_bytes_held; /* HTTP/2 request body bytes held (conn.c) */
     uint64_t reloads_ok, reloads_failed;
     struct pdr_router *router; /* the KV event families (kv_events.c); NULL: left out */

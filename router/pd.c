@@ -40,6 +40,7 @@
 #include "tickets.h"
 #include "router.h"
 #include "shim_events.h"
+#include "sockinfo.h"
 #include "token_ids.h"
 #include "trace.h"
 #include "util.h"
@@ -88,7 +89,8 @@ typedef struct pd_req {
     json_t *p_json;      /* parsed prefill answer when merging */
     pdr_buf_t pending;   /* decode bytes not yet handed to h2o */
     pdr_buf_t sending;   /* bytes h2o is writing now */
-    pdr_buf_t sse_carry; /* streaming merge: an incomplete event */
+    pdr_buf_t sse_carry; /* streaming merge: an incomplete event (at most limits.max_merge_bytes) */
+    size_t sse_scanned;  /* the bytes of sse_carry already searched for an event's end */
     int merge;           /* logprob merge wanted */
     int merge_overflow;  /* a whole-answer merge outgrew limits.max_merge_bytes */
     int is_sse;
@@ -104,6 +106,10 @@ typedef struct pd_req {
     int status;
     uint64_t t0_ns, ttfb_ns, end_ns, attempt_t0_ns, last_data_ns;
     uint64_t send_ns; /* when the send in flight was handed to h2o (the client's read clock) */
+    /* HTTP/1: the client's progress by bytes (a send of up to HIGH_WATER may take a slow reader longer
+     * than stream_idle_ms): its TCP's acknowledged bytes, sampled while a send is in flight. */
+    uint64_t took_ns, sample_ns, acked;
+    unsigned acked_known : 1;
     uint64_t first_byte_deadline_ns, kv_deadline_ns;
     /* The KV deadline (kvdeadline.h): kv_ms, computed once from the prompt's length (kv_tokens, found as
      * kv_tokens_how), runs from the moment both legs are sent (protocol vllm: the decode leg) while kv_open,
@@ -169,6 +175,8 @@ static void vllm_start_prefill(pd_req_t *x);
 static void vllm_start_decode(pd_req_t *x);
 static void vllm_release_kv(pd_req_t *x);
 static void arm_timer(pd_req_t *x);
+static int samples_progress(const pd_req_t *x);
+static void sample_client_progress(pd_req_t *x, uint64_t now);
 static uint64_t idle_ns(const pd_req_t *x);
 static int whole_answer(const pd_req_t *x);
 
@@ -395,22 +403,37 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
     cancel_legs(x);
 }
 
+/*
+ * Splits complete events ("\n\n") off the decode's stream and rewrites each "data:" JSON with the
+ * prefill's logprobs; the rest of an event waits in sse_carry for its end. Only bytes not searched
+ * before are searched, so an event costs its length once however many reads bring it. PDR_ETOOBIG
+ * when an event without its end outgrows limits.max_merge_bytes (held whole for its merge, as a whole
+ * answer would be), PDR_ENOMEM when the carry cannot grow.
+ */
 static int sse_merge_events(pd_req_t *x, const char *p, size_t n, pdr_buf_t *out)
 {
-    /* Splits complete events ("\n\n"), rewrites each "data:" JSON with the prefill's logprobs. */
     if (pdr_buf_append(&x->sse_carry, p, n, SIZE_MAX / 2) != 0)
         return PDR_ENOMEM;
-    size_t start = 0;
+    char *c = x->sse_carry.p;
+    size_t len = x->sse_carry.len, start = 0, i = x->sse_scanned;
     for (;;) {
         char *q = NULL;
-        for (size_t i = start; i + 1 < x->sse_carry.len; i++)
-            if (x->sse_carry.p[i] == '\n' && x->sse_carry.p[i + 1] == '\n') {
-                q = x->sse_carry.p + i;
+        while (i + 1 < len) {
+            char *nl = memchr(c + i, '\n', len - 1 - i);
+            if (nl == NULL) {
+                i = len - 1;
                 break;
             }
+            i = (size_t)(nl - c);
+            if (c[i + 1] == '\n') {
+                q = nl;
+                break;
+            }
+            i++;
+        }
         if (q == NULL)
             break;
-        const char *ev = x->sse_carry.p + start;
+        const char *ev = c + start;
         size_t evlen = (size_t)(q - ev);
         size_t dl;
         const char *d = pdr_sse_first_data(ev, evlen, &dl);
@@ -428,11 +451,44 @@ static int sse_merge_events(pd_req_t *x, const char *p, size_t n, pdr_buf_t *out
         }
         if (j != NULL)
             json_decref(j);
-        start = (size_t)(q - x->sse_carry.p) + 2;
+        start = (size_t)(q - c) + 2;
+        i = start;
     }
-    memmove(x->sse_carry.p, x->sse_carry.p + start, x->sse_carry.len - start);
-    x->sse_carry.len -= start;
+    if (start > 0) /* no copy of a carry with no event ended: that would be a pass over it per read */
+        memmove(c, c + start, len - start);
+    x->sse_carry.len = len - start;
+    x->sse_scanned = i > start ? i - start : 0;
+    if (x->sse_carry.len > (size_t)x->conf->limits.max_merge_bytes)
+        return PDR_ETOOBIG;
     return 0;
+}
+
+/* The streaming merge cannot go on (an event past limits.max_merge_bytes, or no memory for it): the
+ * decode is cancelled and the stream ends with an error event after the events merged so far. */
+static void sse_merge_failed(pd_req_t *x, int err, pdr_buf_t *out)
+{
+    int big = err == PDR_ETOOBIG;
+    if (big)
+        x->t->m.merge_too_large_total++;
+    x->error_cause = big ? "merge_too_large" : "router_out_of_resources";
+    x->broken = 1;
+    pdr_warn("request %s: %s: the decode's stream is ended with an error event", x->request_id,
+             big ? "an event of the decode's stream outgrew limits.max_merge_bytes without its end"
+                 : "out of memory for the logprob merge of the decode's stream");
+    cancel_legs(x);
+    x->d_done = 1;
+    x->d_err = 0;
+    x->sse_carry.len = 0;
+    x->sse_scanned = 0;
+    char ev[300];
+    int k =
+        snprintf(ev, sizeof(ev), "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\n",
+                 big ? "an event of the decode's stream exceeds limits.max_merge_bytes (the logprob merge "
+                       "holds each event whole)"
+                     : "the router ran out of memory for the logprob merge",
+                 big ? "upstream_error" : "service_unavailable", big ? 502 : 503);
+    if (k > 0 && (size_t)k < sizeof(ev))
+        pdr_buf_append(out, ev, (size_t)k, SIZE_MAX / 2);
 }
 
 static void start_client_response(pd_req_t *x)
@@ -495,12 +551,16 @@ static void send_final_or_more(pd_req_t *x)
         /* Rewrite complete events from what was pending into sending. */
         pdr_buf_t raw = x->sending;
         pdr_buf_t out = {0};
-        sse_merge_events(x, raw.p, raw.len, &out);
-        if (final && x->sse_carry.len > 0) {
+        int rc = sse_merge_events(x, raw.p, raw.len, &out);
+        pdr_buf_free(&raw);
+        if (rc != 0) {
+            sse_merge_failed(x, rc, &out);
+            final = 1;
+        } else if (final && x->sse_carry.len > 0) {
             pdr_buf_append(&out, x->sse_carry.p, x->sse_carry.len, SIZE_MAX / 2);
             x->sse_carry.len = 0;
+            x->sse_scanned = 0;
         }
-        pdr_buf_free(&raw);
         x->sending = out;
     }
     if (x->sending.len == 0 && !final) {
@@ -527,6 +587,11 @@ static void send_final_or_more(pd_req_t *x)
     h2o_send(x->req, &v, x->sending.len ? 1 : 0, final ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
     if (!final && x->dleg.paused)
         pdr_leg_resume(&x->dleg);
+    if (!final && samples_progress(x)) {
+        if (!x->acked_known) /* the baseline: later samples see the bytes taken since */
+            sample_client_progress(x, x->send_ns);
+        arm_timer(x); /* the send's first progress sample is due before the deadline the timer holds */
+    }
 }
 
 /* ---- attempt failure and retry ---- */
@@ -702,6 +767,7 @@ static void advance(pd_req_t *x)
         return;
     }
     if (x->merge_overflow) {
+        x->t->m.merge_too_large_total++;
         x->error_cause = "merge_too_large";
         fail_response(x, 502, "upstream_error",
                       "the decode's answer exceeds limits.max_merge_bytes (the logprob merge holds it whole)",
@@ -1037,6 +1103,45 @@ static int deadline_culprit(const pd_req_t *x)
     return -1;
 }
 
+/* How often an HTTP/1 client's progress is sampled while a send is in flight: an eighth of
+ * stream_idle_ms (at least 10 ms), so a client that stops is cut within 1.125 x stream_idle_ms. */
+static uint64_t sample_every_ns(const pd_req_t *x)
+{
+    uint64_t q = idle_ns(x) / 8;
+    return q > 10000000u ? q : 10000000u;
+}
+
+static uint64_t progress_sample_due(const pd_req_t *x)
+{
+    return (x->sample_ns > x->send_ns ? x->sample_ns : x->send_ns) + sample_every_ns(x);
+}
+
+/* Whether an HTTP/1 client took bytes of the response since the last sample (a steady slow reader makes
+ * progress inside one long send). HTTP/2 shares the socket among streams: its progress stays per send. */
+static void sample_client_progress(pd_req_t *x, uint64_t now)
+{
+    x->sample_ns = now;
+    h2o_socket_t *sock = x->req->conn->callbacks->get_socket(x->req->conn);
+    uint64_t acked;
+    if (sock == NULL || pdr_sock_bytes_acked(h2o_socket_get_fd(sock), &acked) != 0)
+        return;
+    if (x->acked_known && acked > x->acked)
+        x->took_ns = now;
+    x->acked = acked;
+    x->acked_known = 1;
+}
+
+/* Since when the client has taken nothing: the send in flight's start, or its last progress. */
+static uint64_t client_idle_since(const pd_req_t *x)
+{
+    return x->took_ns > x->send_ns ? x->took_ns : x->send_ns;
+}
+
+static int samples_progress(const pd_req_t *x)
+{
+    return x->send_inflight && x->req->version < 0x200;
+}
+
 static void cut_stalled_client(pd_req_t *x)
 {
     h2o_req_t *req = x->req;
@@ -1102,6 +1207,26 @@ static void kv_failed_in_response(pd_req_t *x, pdr_kv_cause_t cause, const char 
     send_final_or_more(x);
 }
 
+/* Whether an HTTP/1 client closed its connection: h2o reads nothing from it while a handler is pending
+ * or while a response has no write in flight, so nothing else would tell. */
+static int h1_client_closed(pd_req_t *x)
+{
+    if (x->req->version >= 0x200)
+        return 0;
+    h2o_socket_t *sock = x->req->conn->callbacks->get_socket(x->req->conn);
+    char c;
+    return sock != NULL && recv(h2o_socket_get_fd(sock), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* Whether the client's connection is probed for a close: HTTP/1, response started, nothing being
+ * written (a write in flight shows a close by failing), the decode still read. A decode stream that
+ * gives the client nothing (an event without its end, held for the logprob merge) is not read on for a
+ * client that left. */
+static int probe_started_client(const pd_req_t *x)
+{
+    return x->started && x->req->version < 0x200 && !x->send_inflight && !x->final_sent && x->d_running;
+}
+
 static void on_timer(uv_timer_t *t)
 {
     pd_req_t *x = t->data;
@@ -1114,21 +1239,27 @@ static void on_timer(uv_timer_t *t)
         if (x->req == NULL || x->stopped)
             return;
     }
+    if (x->started && samples_progress(x) && now >= progress_sample_due(x))
+        sample_client_progress(x, now);
+    if (probe_started_client(x) && h1_client_closed(x)) {
+        note_client_abort(x);
+        x->stopped = 1;
+        cancel_legs(x);
+        x->final_sent = 1;
+        x->end_ns = now;
+        h2o_send(x->req, NULL, 0, H2O_SEND_STATE_ERROR);
+        return;
+    }
     if (!x->started) {
-        if (x->req->version < 0x200) {
-            h2o_socket_t *sock = x->req->conn->callbacks->get_socket(x->req->conn);
-            char c;
-            if (sock != NULL && recv(h2o_socket_get_fd(sock), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
-                /* HTTP/1 client closed while we wait for the workers (h2o does not read it meanwhile). */
-                note_client_abort(x);
-                x->status = 499;
-                cancel_legs(x);
-                x->stopped = 1;
-                mark_started(x, 0);
-                h2o_send_error_502(x->req, "Bad Gateway", "client closed",
-                                   H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
-                return;
-            }
+        if (h1_client_closed(x)) {
+            /* HTTP/1 client closed while we wait for the workers (h2o does not read it meanwhile). */
+            note_client_abort(x);
+            x->status = 499;
+            cancel_legs(x);
+            x->stopped = 1;
+            mark_started(x, 0);
+            h2o_send_error_502(x->req, "Bad Gateway", "client closed", H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
+            return;
         }
         if (x->backoff_ns != 0) {
             /* Waiting out a retry's back-off: no leg runs, so a shutdown's cancellation of the legs in
@@ -1186,7 +1317,7 @@ static void on_timer(uv_timer_t *t)
         x->p_done = 1;
         x->p_err = PDR_ETIMEDOUT;
         late_prefill_failure(x, PDR_CAUSE_KV_DEADLINE, "no answer within timeouts.kv_transfer_ms");
-    } else if (x->send_inflight && now - x->send_ns >= idle_ns(x)) {
+    } else if (x->send_inflight && now - client_idle_since(x) >= idle_ns(x)) {
         cut_stalled_client(x);
         return;
     } else if (x->d_running && !x->dleg.paused && now - x->last_data_ns >= idle_ns(x)) {
@@ -1223,9 +1354,12 @@ static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
             next = now + PEEK_INTERVAL_MS * 1000000ull; /* a restart of a worker is looked for as often */
         return next;
     }
-    /* The client's side: a send it has not taken for stream_idle_ms (it stopped reading). */
+    /* The client's side: a send it has taken nothing of for stream_idle_ms (it stopped reading); an
+     * HTTP/1 client's progress sampled meanwhile. */
     if (x->send_inflight)
-        next = x->send_ns + idle_ns(x);
+        next = client_idle_since(x) + idle_ns(x);
+    if (samples_progress(x) && progress_sample_due(x) < next)
+        next = progress_sample_due(x);
     /* The prefill's answer, still to come after the decode's first byte (pd.relay first_byte); or the KV,
      * not known to have arrived yet though the client's answer began. */
     if ((x->p_running || x->kv_open) && (next == 0 || x->kv_deadline_ns < next))
@@ -1236,6 +1370,8 @@ static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
         if (next == 0 || d < next)
             next = d;
     }
+    if (probe_started_client(x) && (next == 0 || now + PEEK_INTERVAL_MS * 1000000ull < next))
+        next = now + PEEK_INTERVAL_MS * 1000000ull;
     return next;
 }
 
@@ -1420,7 +1556,7 @@ static int admit_decode(pd_req_t *x, const char *text, size_t tlen)
     if (x->kv_need == 0) {
         pdr_prompt_tokens_t tok = {NULL, 0};
         struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
-        (void)pdr_request_token_ids(&x->pr, tk, &tok);
+        pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_KV_ADMISSION);
         pdr_tokenizer_free(tk);
         x->kv_need = pdr_kv_need_tokens(x->conf, &x->pr, tok.n, tlen);
         free(tok.ids);
@@ -1428,11 +1564,14 @@ static int admit_decode(pd_req_t *x, const char *text, size_t tlen)
     uint64_t avoid[PDR_MAX_TRIED + ADMIT_MAX_PICKS];
     size_t n = x->n_tried[PDR_ROLE_DECODE];
     memcpy(avoid, x->tried[PDR_ROLE_DECODE], n * sizeof(avoid[0]));
+    int never = 1; /* every decode tried has less KV in all than the request needs */
     for (int k = 0; k < ADMIT_MAX_PICKS; k++) {
-        if (pdr_kv_admit(x->conf, x->dw, x->kv_need, &x->kv_hold)) {
+        int fit = pdr_kv_admit(x->conf, x->dw, x->kv_need, &x->kv_hold);
+        if (fit > 0) {
             pdr_kv_count(x->admit_waited ? 2 : k > 0 ? 1 : 0);
             return 1;
         }
+        never &= fit < 0;
         avoid[n++] = x->dw->uid;
         pdr_worker_t *o =
             pdr_pool_pick_prompt(&r->pool, x->pool, PDR_ROLE_DECODE, avoid, n, text, tlen, NULL);
@@ -1445,6 +1584,16 @@ static int admit_decode(pd_req_t *x, const char *text, size_t tlen)
         }
         pdr_worker_unref(x->dw);
         x->dw = o;
+    }
+    if (never) {
+        /* Waiting cannot help: no decode tried could hold it even empty. */
+        pdr_kv_count(3);
+        x->error_cause = "kv_too_large";
+        fail_response(x, 400, "invalid_request_error",
+                      "the request's KV cache need (prompt and output tokens) exceeds the whole KV cache of "
+                      "every decode worker (kv_admission)",
+                      0);
+        return 0;
     }
     uint64_t now = pdr_now_ns();
     if (x->admit_deadline_ns == 0) {
@@ -1563,7 +1712,7 @@ static void start_attempt(pd_req_t *x)
     pdr_prompt_tokens_t tok = {NULL, 0};
     if (text != NULL && r->pool.kvindex != NULL) {
         struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
-        (void)pdr_request_token_ids(&x->pr, tk, &tok);
+        pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_ROUTING);
         pdr_tokenizer_free(tk);
     }
     x->solo = 0;

@@ -1,7 +1,8 @@
 /*
- * Worker registry and pair selection. Policies: round_robin (next healthy worker in order),
- * least_load (power of two choices on in-flight requests: two distinct random healthy workers, the
- * less loaded wins, as sglang's power_of_two and Envoy's least_request do), random. Any loop thread.
+ * Worker registry and pair selection. Policies: round_robin (next healthy worker in order), least_load and
+ * power_of_two (one rule, routing/'s pdr_power_of_two_pick: two distinct random healthy workers, the less
+ * loaded by in-flight requests wins, as sglang's power_of_two and Envoy's least_request do), random,
+ * cache_aware and precise_prefix. Any loop thread.
  */
 #include <stdarg.h>
 #include <sys/types.h>
@@ -39,21 +40,22 @@ const char *pdr_role_name(pdr_role_t r)
 }
 
 static __thread uint64_t rng_state;
+static __thread int rng_seeded;
 
-static uint64_t next_rand(pdr_pool_t *p)
+/* The thread's random state for routing/'s generator, seeded once from the system's random source:
+ * selection only needs to be unbiased, not secret. */
+static uint64_t *thread_rng(void)
 {
-    /* xorshift64*, one state per thread: selection only needs to be unbiased, not secret. */
-    (void)p;
-    if (rng_state == 0) {
+    if (!rng_seeded) {
         pdr_random_bytes(&rng_state, sizeof(rng_state));
-        rng_state |= 1;
+        rng_seeded = 1;
     }
-    uint64_t x = rng_state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    rng_state = x;
-    return x * 0x2545F4914F6CDD1DULL;
+    return &rng_state;
+}
+
+static uint64_t next_rand(void)
+{
+    return pdr_routing_rng_next(thread_rng());
 }
 
 const char *const pdr_source_names[4] = {"static", "admin", "dns", "kubernetes"};
@@ -750,38 +752,37 @@ static pdr_worker_t *pick_round_robin(pdr_pool_group_t *g, cands_t l, pdr_role_t
     return NULL;
 }
 
-static pdr_worker_t *pick_random_k(cands_t l, const uint64_t *avoid, size_t n_avoid, size_t nth)
+/* random: one usable candidate, uniformly. */
+static pdr_worker_t *pick_random(cands_t l, const uint64_t *avoid, size_t n_avoid)
 {
-    for (size_t i = 0; i < l.n; i++) {
-        pdr_worker_t *w = l.w[i];
-        if (usable(w, avoid, n_avoid) && nth-- == 0)
-            return w;
-    }
-    return NULL;
+    pdr_worker_t *ws[l.n + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < l.n; i++)
+        if (usable(l.w[i], avoid, n_avoid))
+            ws[n++] = l.w[i];
+    return n > 0 ? ws[next_rand() % n] : NULL;
 }
 
-static pdr_worker_t *pick_least_load(pdr_pool_t *p, cands_t l, const uint64_t *avoid, size_t n_avoid, int two)
+/* least_load and power_of_two: routing/'s pdr_power_of_two_pick over the usable candidates' in-flight
+ * counts. With slow start the load is (in flight + 1) / weight, in millionths, so that a returning worker
+ * takes its share gradually. */
+static pdr_worker_t *pick_power_of_two(pdr_pool_t *p, cands_t l, const uint64_t *avoid, size_t n_avoid)
 {
-    size_t cand = 0;
-    for (size_t i = 0; i < l.n; i++)
-        cand += usable(l.w[i], avoid, n_avoid);
-    if (cand == 0)
-        return NULL;
-    size_t a = next_rand(p) % cand;
-    pdr_worker_t *wa = pick_random_k(l, avoid, n_avoid, a);
-    if (!two || cand == 1)
-        return wa;
-    size_t b = next_rand(p) % (cand - 1);
-    if (b >= a)
-        b++;
-    pdr_worker_t *wb = pick_random_k(l, avoid, n_avoid, b);
-    if (p->outlier.enabled && p->outlier.slow_start_ms > 0) { /* slow start: (in flight + 1) / weight */
-        uint64_t now = pdr_now_ms();
-        double ka = (pdr_worker_inflight(wa) + 1) / pdr_outlier_weight(&wa->outlier, now);
-        double kb = (pdr_worker_inflight(wb) + 1) / pdr_outlier_weight(&wb->outlier, now);
-        return kb < ka ? wb : wa;
+    pdr_worker_t *ws[l.n + 1];
+    uint64_t loads[l.n + 1];
+    size_t n = 0;
+    int slow = p->outlier.enabled && p->outlier.slow_start_ms > 0;
+    uint64_t now = slow ? pdr_now_ms() : 0;
+    for (size_t i = 0; i < l.n; i++) {
+        pdr_worker_t *w = l.w[i];
+        if (!usable(w, avoid, n_avoid))
+            continue;
+        uint64_t in = (uint64_t)pdr_worker_inflight(w);
+        ws[n] = w;
+        loads[n++] = slow ? (uint64_t)((double)(in + 1) * 1e6 / pdr_outlier_weight(&w->outlier, now)) : in;
     }
-    return pdr_worker_inflight(wb) < pdr_worker_inflight(wa) ? wb : wa;
+    int k = pdr_power_of_two_pick(loads, n, thread_rng());
+    return k >= 0 && (size_t)k < n ? ws[k] : NULL;
 }
 
 /* cache_aware among the usable candidates: sglang's rules over the group's tree for the role. With
@@ -817,7 +818,7 @@ static pdr_worker_t *pick_cache_aware(pdr_pool_t *p, pdr_pool_group_t *g, cands_
                                     info != NULL ? &matched : NULL);
     }
     if (k < 0 || (size_t)k >= n)
-        return pick_least_load(p, l, avoid, n_avoid, 1);
+        return pick_power_of_two(p, l, avoid, n_avoid);
     if (info != NULL) {
         info->matched_known = 1;
         info->matched = matched;
@@ -939,7 +940,7 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
             continue;
         view[c.n++] = v;
         double wt = ramp ? pdr_outlier_weight(&v->outlier, now) : 1.0;
-        if (ramp && (wt >= 1.0 || (double)(next_rand(p) % 1000000) < wt * 1e6)) {
+        if (ramp && (wt >= 1.0 || (double)(next_rand() % 1000000) < wt * 1e6)) {
             kept[n_kept++] = v;
             kept_usable += usable(v, avoid, n_avoid);
         }
@@ -949,20 +950,18 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
     pdr_worker_t *w = NULL;
     for (int pass = 0; pass < 2 && w == NULL; pass++) {
         switch (pol) {
-        case PDR_POLICY_LEAST_LOAD:
-            w = pick_least_load(p, c, avoid, n_avoid, 1);
+        case PDR_POLICY_LEAST_LOAD: /* pdrouter's name for power_of_two's rule */
+        case PDR_POLICY_POWER_OF_TWO:
+            w = pick_power_of_two(p, c, avoid, n_avoid);
             break;
         case PDR_POLICY_RANDOM:
-            w = pick_least_load(p, c, avoid, n_avoid, 0);
-            break;
-        case PDR_POLICY_POWER_OF_TWO: /* the less loaded of two drawn at random: least_load's rule */
-            w = pick_least_load(p, c, avoid, n_avoid, 1);
+            w = pick_random(c, avoid, n_avoid);
             break;
         case PDR_POLICY_CACHE_AWARE:
         case PDR_POLICY_PRECISE_PREFIX:
             w = text != NULL && g->tree[role] != NULL
                     ? pick_cache_aware(p, g, c, role, avoid, n_avoid, text, len, info)
-                    : pick_least_load(p, c, avoid, n_avoid, 1);
+                    : pick_power_of_two(p, c, avoid, n_avoid);
             break;
         default:
             w = pick_round_robin(g, c, role, avoid, n_avoid);

@@ -113,12 +113,12 @@ typedef struct pdr_h2guard {
     uint32_t pad_frame_len;
     uint64_t window_debt; /* bytes of DATA made unknown, not given back yet */
     uint64_t bodies_refused;
-    uint64_t held;    /* body bytes received and not released (pdr_h2guard_release) */
-    uint64_t budget;  /* the most `held` may reach, when budget_on; set by the caller before each feed */
+    uint64_t held;   /* body bytes received and not released (pdr_h2guard_release) */
+    uint64_t budget; /* the most `held` may reach, when budget_on; set by the caller before each feed */
     int budget_on;
     int budget_closes; /* past the budget the connection is to be closed (PDR_H2G_OVER_BUDGET) instead */
     int budget_hit;
-    uint64_t now_ms;  /* the caller's clock, set before each feed */
+    uint64_t now_ms; /* the caller's clock, set before each feed */
     uint64_t bodies_over_budget;
     uint32_t over_budget_next;
     uint64_t control; /* control frames seen */

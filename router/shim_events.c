@@ -952,8 +952,11 @@ uint64_t pdr_kv_need_tokens(const pdr_config_t *c, const pdr_pdreq_t *pr, size_t
         out = member_int(member(pr, "max_tokens"), NULL);
     if (out < 0)
         out = c->kv_admission.max_new_tokens;
-    uint64_t items = pr->batch ? pr->batch : 1;
-    return prompt + (uint64_t)out * items;
+    uint64_t items = pr->batch ? pr->batch : 1, gen;
+    /* Saturated: a body may name up to 2^63-1 output tokens, and a wrapped sum would look small. */
+    if (__builtin_mul_overflow((uint64_t)out, items, &gen) || __builtin_add_overflow(prompt, gen, &gen))
+        return UINT64_MAX;
+    return gen;
 }
 
 int pdr_kv_limited(const pdr_config_t *c, const pdr_worker_t *w)
@@ -969,7 +972,12 @@ int pdr_kv_admit(const pdr_config_t *c, pdr_worker_t *w, uint64_t need_tokens, p
     uint64_t bpt = LOAD(w->load.kv_bytes_per_token);
     if (!pdr_kv_limited(c, w))
         return 1; /* not limited: no report (or a stale one), nothing to count in */
-    uint64_t need = need_tokens * bpt;
+    uint64_t need;
+    if (__builtin_mul_overflow(need_tokens, bpt, &need))
+        need = UINT64_MAX;
+    uint64_t total0 = LOAD(w->load.kv_total_bytes);
+    if (need == UINT64_MAX || (total0 > 0 && need > total0))
+        return -1; /* more than the worker's whole KV: waiting cannot help */
     uint64_t epoch = LOAD(w->load.epoch);
     for (;;) {
         uint64_t reserved = LOAD(w->load.reserved), at_rep = LOAD(w->load.reserved_rep);

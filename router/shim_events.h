@@ -116,11 +116,13 @@ typedef struct pdr_kv_hold {
 
 /* The request's KV need in tokens: prompt tokens (ids known: n_ids; else the prompt text's bytes over
  * kv_admission.prompt_bytes_per_token) plus its output tokens (max_new_tokens / max_tokens /
- * max_completion_tokens, else kv_admission.max_new_tokens); batches sum their items' text as one. */
+ * max_completion_tokens, else kv_admission.max_new_tokens); batches sum their items' text as one.
+ * UINT64_MAX when the sum does not fit in 64 bits. */
 uint64_t pdr_kv_need_tokens(const struct pdr_config *c, const struct pdr_pdreq *pr, size_t n_ids,
                             size_t text_len);
 /* Reserves need_tokens of w's KV: 1 when reserved (or w is not limited: never reported, or admission
- * off), 0 when it does not fit. */
+ * off), 0 when it does not fit now, -1 when it never can (more bytes than the worker's reported total,
+ * or more than 2^64-1). */
 int pdr_kv_admit(const struct pdr_config *c, struct pdr_worker *w, uint64_t need_tokens, pdr_kv_hold_t *h);
 void pdr_kv_release(pdr_kv_hold_t *h);
 /* Whether admission limits w now (admission on, and a recent report with kv_bytes_per_token). */

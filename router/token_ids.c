@@ -10,6 +10,7 @@
  * which the router does not have: they get no ids (the tree routes them).
  */
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,7 +96,8 @@ static size_t tokenize_len(const char *s, size_t len)
 static int encode_string(const pdr_tokenizer_t *tk, const char *raw, size_t len, pdr_prompt_tokens_t *out)
 {
     json_error_t jerr;
-    json_t *v = json_loadb(raw, len, JSON_DECODE_ANY, &jerr);
+    /* JSON_ALLOW_NUL: "\u0000" is a character of the prompt like any other (the text's length is used). */
+    json_t *v = json_loadb(raw, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
     if (!json_is_string(v)) {
         json_decref(v);
         return PDR_EINVAL;
@@ -133,4 +135,16 @@ int pdr_request_token_ids(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_
             return encode_string(tk, m->v.p, m->v.len, out);
     }
     return 0;
+}
+
+void pdr_request_token_ids_or(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_prompt_tokens_t *out,
+                              pdr_fallback_t reason)
+{
+    int rc = pdr_request_token_ids(pr, tk, out);
+    if (rc == 0)
+        return;
+    char why[160];
+    snprintf(why, sizeof(why), "the prompt's token ids could not be read (%s: %s)", pdr_errname(rc),
+             pdr_strerror(rc));
+    pdr_fallback(reason, why);
 }

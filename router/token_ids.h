@@ -2,6 +2,7 @@
 #ifndef PDR_TOKEN_IDS_H
 #define PDR_TOKEN_IDS_H
 
+#include "fallback.h"
 #include "pool.h"
 #include "rewrite.h"
 #include "tokenizer.h"
@@ -19,5 +20,9 @@
  * in every error case: routing goes on without ids).
  */
 int pdr_request_token_ids(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_prompt_tokens_t *out);
+/* As pdr_request_token_ids, for a caller that goes on without ids when they cannot be read: an error
+ * (not a prompt that has none) is a fall-back, counted and logged under reason (fallback.h). */
+void pdr_request_token_ids_or(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_prompt_tokens_t *out,
+                              pdr_fallback_t reason);
 
 #endif

@@ -102,6 +102,9 @@ typedef struct pdr_kvindex_stats {
     uint64_t bytes, max_bytes;
     uint64_t blocks, entries; /* distinct block hashes; (worker, block) pairs */
     uint64_t evicted;         /* entries dropped to stay under the cap */
+    /* Lookups in which a candidate known to the index was left to the prefix tree because its block size
+     * had no hashes: a fifth distinct size among the candidates (four are hashed), or out of memory. */
+    uint64_t unhashed;
     size_t workers;
 } pdr_kvindex_stats_t;
 

@@ -59,6 +59,7 @@ struct pdr_kvindex {
     pthread_mutex_t mu;
     pdr_kvindex_params_t p;
     uint64_t bytes, blocks, entries, evicted;
+    uint64_t unhashed; /* lookups that left a worker to the tree for want of its size's hashes */
     size_t nbuckets;
     /* The tables' chains (hnext, enext) and a block's residencies (bnext) stay singly linked, as open
      * hashing's chains are: a dlist would add a pointer to every entry for O(1) unlinks not needed. */
@@ -494,6 +495,7 @@ void pdr_kvindex_match(pdr_kvindex_t *ix, const uint32_t *ids, size_t n_ids, con
     }
 
     /* 3. Under the lock again: the walks. A worker gone or resized in between matches nothing. */
+    int unhashed = 0;
     pthread_mutex_lock(&ix->mu);
     for (size_t i = 0; i < n; i++) {
         ws[i] = worker_find(ix, workers[i]);
@@ -503,9 +505,12 @@ void pdr_kvindex_match(pdr_kvindex_t *ix, const uint32_t *ids, size_t n_ids, con
         int hashed = 0;
         for (size_t k = 0; k < nsizes && !hashed; k++)
             hashed = out[i].block_size == sizes[k] && hashes[k] != NULL;
-        if (!hashed && out[i].block_size != 0)
+        if (!hashed && out[i].block_size != 0) {
             out[i].synced = 0; /* no hashes for its size (out of memory, or a fifth size): the tree decides */
+            unhashed = 1;
+        }
     }
+    ix->unhashed += unhashed;
     for (size_t k = 0; k < nsizes; k++) {
         if (hashes[k] == NULL)
             continue;
@@ -558,6 +563,7 @@ void pdr_kvindex_stats(pdr_kvindex_t *ix, pdr_kvindex_stats_t *out)
     out->blocks = ix->blocks;
     out->entries = ix->entries;
     out->evicted = ix->evicted;
+    out->unhashed = ix->unhashed;
     out->workers = ix->nworkers;
     pthread_mutex_unlock(&ix->mu);
 }

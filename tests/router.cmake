@@ -19,7 +19,7 @@ endforeach()
 
 # Attacks and faults (see test_hardening.py): stalled readers over HTTP/1 and HTTP/2, smuggling, stream
 # floods, a full fd table, frozen and dead workers.
-foreach(s stalled_reader stalled_reader_left stalled_reader_h2 smuggling frozen_decode dead_prefills_503 fd_exhausted h2_rapid_reset h2_header_block merge_too_large refusals_logged chunked_bodies)
+foreach(s stalled_reader stalled_reader_left stalled_reader_h2 slow_steady_reader smuggling frozen_decode dead_prefills_503 fd_exhausted h2_rapid_reset h2_header_block merge_too_large merge_event_unbounded merge_client_gone refusals_logged chunked_bodies)
   add_test(NAME router_hardening_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_hardening.py ${s})
   set_tests_properties(router_hardening_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
@@ -108,6 +108,11 @@ foreach(s forward connection_named h2_connection_specific trace api_key limits)
   set_tests_properties(router_headers_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
 
+# Each hop-by-hop and router-set header rule on its own, with no Connection header naming them (see
+# test_hop_headers.py).
+add_test(NAME router_headers_own_rules COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_hop_headers.py own_rules)
+set_tests_properties(router_headers_own_rules PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+
 # Per-phase timing and trace export (see test_tracing.py): spans at an OTLP/HTTP collector chained to the
 # client's traceparent and to the ids the workers received, access-log phases, histograms, the file
 # exporter and sampling, a collector that hangs or is gone, protocol vllm, a request that skips the prefill,
@@ -123,10 +128,13 @@ add_executable(fuzz_fwdheaders fuzz/fuzz_fwdheaders.c)
 target_link_libraries(fuzz_fwdheaders PRIVATE pdr_router)
 pdr_fuzz_corpus_test(fwdheaders_fuzz_corpus fuzz_fwdheaders fwd 60)
 
-# sglang's cache_aware and power_of_two policies (see test_cache_aware.py): prompt families kept on one
-# prefill each (against round_robin), and power_of_two's spread; replicas that agree through
-# consistent-hash seeding; cache_aware settings per pool and role.
-foreach(s affinity power_of_two replicas pool_thresholds)
+# The policies at the router (see test_cache_aware.py): sglang's cache_aware keeping prompt families on one
+# prefill each (against round_robin), power_of_two's spread and its choice of the less loaded decode (and
+# least_load's, the same rule), round_robin's strict alternation, random's spread;
+# replicas that agree through consistent-hash seeding, also when they list the workers in different orders;
+# cache_aware settings per pool and role.
+foreach(s affinity power_of_two power_of_two_load least_load_load round_robin random replicas replicas_order
+          pool_thresholds)
   add_test(NAME router_policy_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_cache_aware.py ${s})
   set_tests_properties(router_policy_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
@@ -147,7 +155,7 @@ endforeach()
 
 # precise_prefix (see test_kv_events.py): pdsim prefills publish KV events (vLLM's format) and the router
 # routes by them; gaps, publisher restarts and malformed messages are counted and fall back to the tree.
-foreach(s routing gap restart malformed text)
+foreach(s routing gap restart malformed block_sizes text)
   add_test(NAME router_kv_events_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_events.py ${s})
   set_tests_properties(router_kv_events_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

@@ -27,8 +27,9 @@ add_test(NAME tokenizer_unit
          COMMAND test_tokenizer ${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/llama3.tokenizer.json)
 set_tests_properties(tokenizer_unit PROPERTIES TIMEOUT 60)
 
-# The tokenizer in pdsim (--tokenizer) and in the router (--tokenizer-path, config key, reload).
-foreach(s pdsim router)
+# The tokenizer in pdsim (--tokenizer) and in the router (--tokenizer-path, config key, reload, a prompt it
+# fails on counted and logged as a fall-back).
+foreach(s pdsim router router_fallback)
   add_test(NAME tokenizer_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_tokenizer.py ${s})
   set_tests_properties(tokenizer_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

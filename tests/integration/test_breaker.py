@@ -29,7 +29,9 @@ import pdtest  # noqa: E402
 from pdtest import check  # noqa: E402
 from test_router import metric_value, metrics, router, sim, stats  # noqa: E402
 
-OPEN_MS = 2500
+# Long enough for the open-state checks (below 60 sequential requests, a few seconds under ASan on a loaded
+# machine) to end inside the first open period.
+OPEN_MS = 6000
 
 
 def body(text="The capital of France is"):
@@ -96,9 +98,12 @@ def scenario_one_link():
     # Open: no request uses P1 -> D1; P1 and D1 go on serving with their other partners.
     d1_from_p2, d2_from_p1 = port_count(d1, p2), port_count(d2, p1)
     avoided0 = metric_value(metrics(r), "pdr_breaker_avoided_total")
-    # Random picks: go on until both have served another partner (P2 -> D1 comes up one time in four).
-    for i in range(200):
-        if port_count(d1, p2) > d1_from_p2 and port_count(d2, p1) > d2_from_p1 and i >= 8:
+    # Random picks: go on until both have served another partner and a pick has avoided the link. Each of
+    # the three comes up with probability 1/4 per request (P2 -> D1, P1 -> D2, P1 -> D1), so 60 requests
+    # miss one of them with probability at most 3 * (3/4)^60 = 1e-7.
+    for i in range(60):
+        if (port_count(d1, p2) > d1_from_p2 and port_count(d2, p1) > d2_from_p1 and
+                metric_value(metrics(r), "pdr_breaker_avoided_total") > avoided0):
             break
         ask(r, n)
         n += 1

@@ -127,6 +127,43 @@ def scenario_stalled_reader():
         pdtest.stop_all()
 
 
+def scenario_slow_steady_reader():
+    """A client that reads slowly but steadily (8 KB/s, far below what one coalesced send of up to 64 KiB
+    needs to go out within stream_idle_ms) is not cut: its progress is the bytes it takes, not whole
+    sends. Once it stops reading it is cut as any stalled client. (Its 4 KiB receive buffer on loopback,
+    whose MSS is 64 KiB, makes its TCP open the window, hence acknowledge bytes, in steps of about 6 KiB:
+    0.75 s apart at 8 KB/s, well inside stream_idle_ms.)"""
+    idle_ms = 2000
+    p, d, r, alog = stalled_setup(idle_ms)
+    try:
+        s = stalled_socket(r)
+        s.settimeout(5)
+        got, t0 = 0, time.monotonic()
+        # 4 x stream_idle_ms at 8 KB/s: 1 KiB every 125 ms (pacing of the reader, not synchronisation).
+        while time.monotonic() - t0 < 4 * idle_ms / 1000:
+            try:
+                b = s.recv(1024)
+            except ConnectionResetError:
+                b = b""
+            check(b, "the steady reader was cut after %.2f s (%d bytes taken)" % (time.monotonic() - t0, got), r)
+            got += len(b)
+            time.sleep(0.125)
+        check(stats(d)["cancelled"] == 0 and metric_value(metrics(r), "pdr_client_stalled_total") == 0,
+              "the steady reader's stream was cancelled", r)
+        check(got > 20000, "the steady reader got only %d bytes" % got, r)
+        # Now it stops reading: cut once it has taken nothing for stream_idle_ms (counted from the last bytes
+        # its TCP acknowledged, which may precede its last read a little).
+        t1 = time.monotonic()
+        pdtest.poll_until(lambda: stats(d)["cancelled"] >= 1, 10, "the decode leg to be cancelled")
+        took = time.monotonic() - t1
+        check(took < idle_ms / 1000 * 2 + 2, "stream cut only after %.2fs" % took, r)
+        check(metric_value(metrics(r), "pdr_client_stalled_total") == 1, "the stall not counted", r)
+        s.close()
+        check_loop_alive(r, "after the slow reader was cut")
+    finally:
+        pdtest.stop_all()
+
+
 def scenario_stalled_reader_left():
     """A client that stopped reading and then left without a reset (its FIN arrives, nothing more: as
     from a host that went away): the router, which reads nothing from an HTTP/1 client during a
@@ -161,7 +198,7 @@ def scenario_stalled_reader_h2():
     stream_idle_ms; both legs are cancelled."""
     nghttp = shutil.which("nghttp")
     if nghttp is None:
-        print("nghttp not installed (nghttp2-client)")
+        print("nghttp not installed (nghttp2-client): skipped")
         sys.exit(77)
     p, d, r, alog = stalled_setup(1000)
     try:
@@ -348,7 +385,7 @@ def scenario_fd_exhausted():
             "--port", "{port}", "--prefill", url(p), str(p.ports["bport"]), "--decode", url(d),
             "--admin-port", "{admin}", "--access-log", "off", "--drain-grace-ms", "0", "--threads", "2"]
     if not os.access(argv[0], os.X_OK):
-        print("prlimit not installed")
+        print("prlimit not installed: skipped")
         sys.exit(77)
     r = pdtest.start(argv, name="pdrouter", health_path="/readiness", healthy=200)
     clients = []
@@ -443,7 +480,7 @@ def scenario_h2_rapid_reset():
 def scenario_merge_too_large():
     """A non-streaming answer with logprobs larger than limits.max_merge_bytes is answered with a clean 502
     (JSON error, a length, nothing else sent), never a 200 with a broken body; smaller ones are merged, and
-    streams are not held whole."""
+    streams are not held whole (only each event is: scenario_merge_event_unbounded)."""
     p, d = sim("prefill"), sim("decode")
     r = router([p], [d], config="limits: { max_merge_bytes: 4096 }")
     try:
@@ -455,9 +492,115 @@ def scenario_merge_too_large():
         small = dict(BODIES["/generate"], return_logprob=True)
         j = json.loads(request(r.port, "POST", "/generate", small)[2])
         check(len(j["meta_info"]["input_token_logprobs"]) == j["meta_info"]["prompt_tokens"], repr(j)[:300], r)
-        st, _, raw = request(r.port, "POST", "/generate", dict(big, stream=True))
-        check(st == 200 and raw.rstrip().endswith(b"data: [DONE]"), "big stream: %d %r" % (st, raw[-200:]), r)
+        # A stream is merged event by event: many events, more than the limit together, each under it.
+        long_stream = dict(big, stream=True, sampling_params={"max_new_tokens": 40})
+        st, _, raw = request(r.port, "POST", "/generate", long_stream)
+        check(st == 200 and raw.rstrip().endswith(b"data: [DONE]"), "long stream: %d %r" % (st, raw[-200:]), r)
+        check(len(raw) > 4 * 4096 and max(len(e) for e in raw.split(b"\n\n")) < 4096,
+              "long stream: %d bytes, longest event %d" % (len(raw), max(len(e) for e in raw.split(b"\n\n"))), r)
         pdtest.poll_until(lambda: stats(d)["inflight"] == 0, 5, "the decode to finish")
+    finally:
+        pdtest.stop_all()
+
+
+FAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_sse_worker.py")
+
+
+def fake_worker(role, *extra):
+    return pdtest.start([sys.executable, FAKE, "--role", role, "--port", "{port}", "--bootstrap-port", "{bport}"]
+                        + list(extra), name="fake-%s" % role)
+
+
+def fake_stats(w):
+    return json.loads(request(w.port, "GET", "/fake/stats")[2])
+
+
+def vm_status(pid, field):
+    """A size from /proc/PID/status (VmRSS: resident now, VmHWM: the peak), in bytes."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no %s" % field)
+
+
+MERGE_STREAM = {"text": "hello", "stream": True, "return_logprob": True, "sampling_params": {"max_new_tokens": 4}}
+
+
+def scenario_merge_event_unbounded():
+    """A streaming logprob merge whose decode never ends its event (no blank line): the event is held at
+    most limits.max_merge_bytes, then the stream ends with an error event naming the limit, the decode is
+    cancelled, the refusal is counted and logged. Each read is searched once (the router's CPU stays far
+    below a rescan of the growing event on every read), its memory stays bounded, and /health answers at
+    once meanwhile."""
+    limit = 64 << 20  # the default limits.max_merge_bytes
+    # Under AddressSanitizer, freed blocks wait in its quarantine (256 MiB): the carry's earlier sizes would
+    # count in the RSS. Other builds ignore the variable.
+    os.environ["ASAN_OPTIONS"] = ":".join(o for o in (os.environ.get("ASAN_OPTIONS"), "quarantine_size_mb=0") if o)
+    pf, dc = fake_worker("prefill"), fake_worker("decode", "--chunk", "16384")
+    r = router([pf], [dc], config="threads: 1")
+    try:
+        rss0, cpu0 = vm_status(r.proc.pid, "VmRSS"), cpu_seconds(r.proc.pid)
+        result = {}
+
+        def client():
+            try:
+                result["resp"] = request(r.port, "POST", "/generate", MERGE_STREAM, timeout=30)
+            except Exception as e:  # reported below
+                result["error"] = e
+        t = threading.Thread(target=client)
+        t.start()
+        health_max = 0.0
+        while t.is_alive():
+            t0 = time.monotonic()
+            st = request(r.port, "GET", "/health", timeout=10)[0]
+            health_max = max(health_max, time.monotonic() - t0)
+            check(st == 200, "/health answered %d during the stream" % st, r)
+            t.join(0.05)  # pacing of the probes; the loop ends when the client's request does
+        cpu = cpu_seconds(r.proc.pid) - cpu0
+        rss_max = vm_status(r.proc.pid, "VmHWM")
+        print("router: %.2f s of CPU, /health at most %.3f s, peak RSS +%d MiB" % (cpu, health_max,
+                                                                                 (rss_max - rss0) >> 20))
+        check("resp" in result, "the client's request: %r" % result.get("error"), r)
+        st, h, raw = result["resp"]
+        events = pdtest.sse_events(raw.split(b"\n\n", 1)[-1] if not raw.startswith(b"data:") else raw)
+        check(st == 200 and h.get("content-type", "").startswith("text/event-stream"), "status %d %r" % (st, h), r)
+        check(len(events) >= 1 and isinstance(events[-1], dict) and "error" in events[-1] and
+              "max_merge_bytes" in events[-1]["error"]["message"] and events[-1]["error"]["code"] == 502,
+              "the stream's end: %r" % raw[-300:], r)
+        check(len(raw) < 4096, "the unfinished event reached the client (%d bytes)" % len(raw), r)
+        # The carry's buffer doubles (a realloc holds the old and the new one for a moment): at most about
+        # 2 x the limit, plus the sanitizer's shadow in that build.
+        check(rss_max - rss0 < 3 * limit, "RSS grew by %d MiB for a %d MiB limit" % (
+            (rss_max - rss0) >> 20, limit >> 20), r)
+        check(cpu < 2.0, "the router used %.1f s of CPU for a %d MiB event (searched again on every read?)" % (
+            cpu, limit >> 20), r)
+        check(health_max < 1.0, "/health took %.2f s during the stream" % health_max, r)
+        pdtest.poll_until(lambda: fake_stats(dc)["closed"] == 1, 10, "the decode's stream to be closed")
+        check(metric_value(metrics(r), "pdr_merge_too_large_total") == 1, "pdr_merge_too_large_total", r)
+        with open(r.log_path, errors="replace") as f:
+            check("outgrew limits.max_merge_bytes" in f.read(), "no log line for the refusal", r)
+        check_loop_alive(r, "after the refused stream")
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_merge_client_gone():
+    """An HTTP/1 client that leaves a streaming logprob merge to which the router has sent nothing (the
+    decode's event never ends): the decode is not read on for nobody; its connection is closed within a
+    second or so and the abort counted."""
+    pf, dc = fake_worker("prefill"), fake_worker("decode", "--chunk", "1024", "--interval-ms", "20")
+    r = router([pf], [dc], config="threads: 1")
+    try:
+        raw = json.dumps(MERGE_STREAM).encode()
+        s = socket.create_connection((H, r.port))
+        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(raw) + raw)
+        pdtest.poll_until(lambda: fake_stats(dc)["sent"] >= 4096, 10, "the decode's stream to flow")
+        s.close()
+        pdtest.poll_until(lambda: fake_stats(dc)["closed"] == 1, 5, "the decode's stream to be closed")
+        pdtest.poll_until(lambda: metric_value(metrics(r), "pdr_client_aborts_total") == 1, 5, "the abort counted")
+        check_loop_alive(r, "after the client left")
     finally:
         pdtest.stop_all()
 

@@ -13,6 +13,8 @@ Scenarios (argv[1]):
              routed by the tree (decisions counted as such) until it is in sync again.
   restart    X restarts (a new publisher, numbers from 0 again): counted as a restart.
   malformed  a truncated payload from Y is counted as malformed; the router keeps serving.
+  block_sizes  five prefills with five KV block sizes: the candidate whose size the lookup does not hash
+             is matched by the tree, and that fall-back is counted and logged.
   text       with a tokenizer (the router's config key tokenizer, pdsim's --tokenizer: the same
              tokenizer.json), text prompts are matched by token ids too: the same text written with
              JSON escapes (other bytes for the tree) goes to the prefill whose events hold it.
@@ -31,11 +33,11 @@ PREFIX = list(range(1000, 1512))  # 512 ids: 32 blocks of 16
 GPT2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tokenizer", "gpt2.tokenizer.json")
 
 
-def prefill(kv_port=None, http_port=None, bport=None, tokenizer=None):
+def prefill(kv_port=None, http_port=None, bport=None, tokenizer=None, block=16):
     kv = "{kv}" if kv_port is None else str(kv_port)
     argv = ["pdsim", "--role", "prefill", "--port", "{port}" if http_port is None else str(http_port),
             "--bootstrap-port", "{bport}" if bport is None else str(bport), "--prefix-cache-tokens", "65536",
-            "--cache-block-tokens", "16", "--kv-events-endpoint", "tcp://127.0.0.1:%s" % kv]
+            "--cache-block-tokens", str(block), "--kv-events-endpoint", "tcp://127.0.0.1:%s" % kv]
     if tokenizer:
         argv += ["--tokenizer", tokenizer]
     return pdtest.start(argv, name="pdsim-prefill")
@@ -225,6 +227,24 @@ def scenario_malformed():
         check(request(r.port, "GET", "/health")[0] == 200, "router not healthy", r)
         send(r, PREFIX + list(range(9000, 9016)), True)  # still serving and routing
         check("malformed message" in open(r.log_path).read(), "no log line for the malformed message", r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_block_sizes():
+    """Five prefills with five KV block sizes: a lookup hashes the prompt for four sizes, so one candidate's
+    match comes from the prefix tree. That fall-back is counted (pdr_fallbacks_total{reason=
+    "kv_index_unhashed"}) and logged once, not silent."""
+    try:
+        ps = [prefill(block=b) for b in (1, 2, 4, 8, 16)]
+        r = router(ps, [sim("decode")], "precise_prefix")
+        connect_all(r, ps)  # its requests are lookups over the five, once each size is known
+        send(r, PREFIX, False)
+        wait_metric(r, "the fall-back to be counted",
+                    lambda m: (metric_value(m, "pdr_fallbacks_total", reason="kv_index_unhashed") or 0) >= 1)
+        with open(r.log_path, errors="replace") as f:
+            lines = [l for l in f if "fallback kv_index_unhashed:" in l]
+        check(len(lines) == 1, "log lines: %r" % lines, r)
     finally:
         pdtest.stop_all()
 

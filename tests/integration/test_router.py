@@ -327,14 +327,23 @@ def scenario_policy():
         check(cp == [4, 4] and cd == [4, 4], "round robin spread: prefill %r decode %r" % (cp, cd))
         r.stop()
         r = router(ps, ds, "--policy", "least_load")
-        # Concurrent slow requests: power of two choices sends them to both decodes.
-        request_json(ds[0].port, "POST", "/pdsim/fault", {"decode_us_per_token": 20000})
-        request_json(ds[1].port, "POST", "/pdsim/fault", {"decode_us_per_token": 20000})
+        # Slow requests (12 tokens, 2.4 s), each started once the one before is on a decode: every pick sees
+        # the loads of those in flight, and with two decodes power of two choices compares both, so the idle
+        # or less loaded one wins (a tie either way): the requests alternate.
+        request_json(ds[0].port, "POST", "/pdsim/fault", {"decode_us_per_token": 200000})
+        request_json(ds[1].port, "POST", "/pdsim/fault", {"decode_us_per_token": 200000})
         before = [stats(d)["requests"] for d in ds]
-        threads = [threading.Thread(target=lambda: request_json(r.port, "POST", "/generate", BODIES["/generate"]))
+
+        def on_decodes():
+            m = metrics(r)
+            return sum(metric_value(m, "pdr_worker_inflight_requests", role="decode",
+                                    url="http://127.0.0.1:%d" % d.port) or 0 for d in ds)
+        threads = [threading.Thread(target=lambda: request_json(r.port, "POST", "/generate", BODIES["/generate"],
+                                                                timeout=30))
                    for _ in range(8)]
-        for t in threads:
+        for k, t in enumerate(threads):
             t.start()
+            pdtest.poll_until(lambda: on_decodes() >= k + 1, 10, "request %d on a decode" % k)
         for t in threads:
             t.join()
         after = [stats(d)["requests"] - b for d, b in zip(ds, before)]
@@ -416,13 +425,18 @@ def scenario_all_prefills_dead():
         check(st == 503 and h.get("retry-after") == "1" and dt < 1.0,
               "first request after the kill: %d in %.3fs %r %s" % (st, dt, h, out))
         check("could not be reached" in json.loads(out)["error"]["message"], out)
+        # At once: the dead prefill is not tried again (no connect attempt counted), so nothing is waited
+        # for. The count decides; the time bound is only far below the retries' back-off and connect waits.
+        tried = metric_value(metrics(r), "pdr_upstream_errors_total", role="prefill", cause="connect")
         for _ in range(5):
             t0 = time.monotonic()
             st, h, out = request(r.port, "POST", "/generate", BODIES["/generate"])
             dt = time.monotonic() - t0
             check(st == 503 and h.get("retry-after") == "1", "%d %r %s" % (st, h, out))
-            check(dt < 0.1, "503 took %.3fs" % dt)
+            check(dt < 1.0, "503 took %.3fs" % dt)
             check(json.loads(out)["error"]["code"] == 503, out)
+        check(metric_value(metrics(r), "pdr_upstream_errors_total", role="prefill", cause="connect") == tried,
+              "the dead prefill was tried again", r)
         st, _, _ = request(r.port, "GET", "/readiness")
         check(st == 503, "readiness with no prefill: %d" % st)
         st, _, _ = request(r.port, "GET", "/health")
@@ -454,7 +468,8 @@ def scenario_prefill_stopped():
         st, _, out = result["resp"]
         check(st == 504, "stopped prefill: %d %s" % (st, out), r)
         check(metric_value(metrics(r), "pdr_queued_requests") == 0, "the answered request still queued", r)
-        check(0.75 < dt < 1.3, "ended after %.3fs, first_byte_ms is 0.8s" % dt)
+        # The next deadline (kv_transfer_ms, 5 s) is far above the upper bound: a loaded machine has room.
+        check(0.75 < dt < 3.0, "ended after %.3fs, first_byte_ms is 0.8s" % dt)
         pdtest.poll_until(lambda: stats(d)["cancelled"] >= 1, 5, "the decode to see its leg cancelled")
         url = "http://127.0.0.1:%d" % p.port
         pdtest.poll_until(lambda: metric_value(metrics(r), "pdr_worker_health_checks_total", role="prefill", url=url,
@@ -486,7 +501,9 @@ def scenario_prefill_stopped_retry():
             t0 = time.monotonic()
             st, _, out = request(r.port, "POST", "/generate", BODIES["/generate"])
             dt = time.monotonic() - t0
-            check(st == 200 and dt < 1.2, "request %d: %d in %.3fs %s" % (i, st, dt, out), r)
+            # first_byte_ms (0.6 s) and a retry; without the deadline a request would wait for the client's
+            # 10 s timeout, so 3 s leaves a loaded machine room.
+            check(st == 200 and dt < 3.0, "request %d: %d in %.3fs %s" % (i, st, dt, out), r)
         check(metric_value(metrics(r), "pdr_retries_total") >= 1, "no retry counted")
     finally:
         os.kill(ps[0].proc.pid, signal.SIGCONT)

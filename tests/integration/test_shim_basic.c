@@ -126,7 +126,7 @@ static void test_unknown_room(void)
     CHECK_EQ_ERR(b.status, PDR_ENOROOM);
     uint64_t ms = (b.t_ns - t0) / 1000000;
     printf("unknown room ended after %llu ms (deadline 400)\n", (unsigned long long)ms);
-    CHECK(ms >= 390 && ms < 700);
+    CHECK(ms >= 390 && ms < 2000); /* at the deadline, not at done_wait's 5 s */
     done_fini(&b);
     printf("ok unknown room\n");
 }
@@ -142,7 +142,7 @@ static void test_offer_timeout(void)
     CHECK(done_wait(&a, 1, 5000) == 1);
     CHECK_EQ_ERR(a.status, PDR_ETIMEDOUT);
     uint64_t ms = (a.t_ns - t0) / 1000000;
-    CHECK(ms >= 290 && ms < 600);
+    CHECK(ms >= 290 && ms < 2000); /* at the deadline, not at done_wait's 5 s */
     done_fini(&a);
     printf("ok offer timeout\n");
 }
@@ -176,7 +176,7 @@ static void test_cancel(void)
     CHECK_EQ_ERR(pdshim_fetch(dec, "127.0.0.1", port, room, &s, 1, 5000, done_cb, &b), 0);
     CHECK(done_wait(&b, 1, 3000) == 1);
     CHECK_EQ_ERR(b.status, PDR_ECANCELED);
-    CHECK((b.t_ns - t1) / 1000000 < 1000);
+    CHECK((b.t_ns - t1) / 1000000 < 2500); /* at once: half of the 5 s deadline it would wait otherwise */
     done_fini(&a);
     done_fini(&b);
 
@@ -193,7 +193,7 @@ static void test_cancel(void)
     CHECK_EQ_ERR(pdshim_offer(pre, room, &s, 1, 5000, done_cb, &a), 0);
     CHECK(done_wait(&a, 1, 3000) == 1);
     CHECK_EQ_ERR(a.status, PDR_ECANCELED);
-    CHECK((a.t_ns - t1) / 1000000 < 1000);
+    CHECK((a.t_ns - t1) / 1000000 < 2500); /* at once, not at the 5 s deadline */
     done_fini(&a);
     done_fini(&b);
 
@@ -251,7 +251,7 @@ static void test_refused(void)
     CHECK_EQ_ERR(pdshim_fetch(dec, "127.0.0.1", dead_port, next_room++, &s, 1, 5000, done_cb, &b), 0);
     CHECK(done_wait(&b, 1, 3000) == 1);
     CHECK_EQ_ERR(b.status, PDR_ECONNREFUSED);
-    CHECK((b.t_ns - t0) / 1000000 < 500);
+    CHECK((b.t_ns - t0) / 1000000 < 2500); /* at once, not at the 5 s deadline */
     done_fini(&b);
     printf("ok connection refused\n");
 }

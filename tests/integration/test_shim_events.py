@@ -288,7 +288,7 @@ def scenario_admission_wait_503():
         st, _, out = request(r.port, "POST", "/generate", body)
         check(st == 200, "never reported: %d" % st, r)
         s = Sender(url)
-        s.load(r, kv_free_bytes=127 * 10, kv_total_bytes=127 * 10, kv_bytes_per_token=10)
+        s.load(r, kv_free_bytes=127 * 10, kv_total_bytes=1000 * 10, kv_bytes_per_token=10)
         t0 = time.monotonic()
         st, hdrs, out = request(r.port, "POST", "/generate", body)
         took = time.monotonic() - t0
@@ -296,11 +296,21 @@ def scenario_admission_wait_503():
         check(st == 503 and hdrs.get("retry-after") == "1" and err["type"] == "service_unavailable" and
               "kv_admission" in err["message"], "too big: %d %s %s" % (st, hdrs, out), r)
         check(took >= 0.25, "answered after %.3f s, before kv_admission.wait_ms" % took, r)
-        s.load(r, kv_free_bytes=128 * 10, kv_total_bytes=128 * 10, kv_bytes_per_token=10)
+        s.load(r, kv_free_bytes=128 * 10, kv_total_bytes=1000 * 10, kv_bytes_per_token=10)
         st, _, out = request(r.port, "POST", "/generate", body)
         check(st == 200, "fits: %d %s" % (st, out[:200]), r)
+        # More than the decode's whole KV: refused at once with 400, no wait. A max_new_tokens whose bytes
+        # pass 2^64 ((2^60 - 4 + 4) * 16 = 2^64) must not wrap to a small need and be admitted.
+        s.load(r, kv_free_bytes=1000 * 16, kv_total_bytes=1000 * 16, kv_bytes_per_token=16)
+        for what, big in (("over the total", {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 997}}),
+                          ("past 2^64 bytes", {"input_ids": [1, 2, 3, 4],
+                                               "sampling_params": {"max_new_tokens": 2 ** 60 - 4}})):
+            st, hdrs, out = request(r.port, "POST", "/generate", big)
+            err = json.loads(out).get("error", {})
+            check(st == 400 and err.get("type") == "invalid_request_error" and "kv_admission" in err["message"],
+                  "%s: %d %s" % (what, st, out), r)
         m = metrics(r)
-        check(metric_value(m, "pdr_kv_admission_total", decision="refused") == 1, "metric refused", r)
+        check(metric_value(m, "pdr_kv_admission_total", decision="refused") == 3, "metric refused", r)
         check(metric_value(m, "pdr_kv_admission_total", decision="admitted") >= 1, "metric admitted", r)
         check(worker_by_url(r, url)["load"]["kv_reserved_bytes"] == 0, "hold not released", r)
     finally:
@@ -334,14 +344,17 @@ def scenario_admission_other_decode():
         check(metric_value(m, "pdr_worker_requests_total", role="decode", url=u2) == 0,
               "the full decode got requests", r)
         check(metric_value(m, "pdr_kv_admission_total", decision="other_decode") >= 1, "metric other", r)
-        # Two requests of 600 bytes against d1's 1000: the second waits for the first.
+        # Two requests of 600 bytes against d1's 1000: the second waits for the first. The first runs 2 s
+        # (20 tokens at 0.1 s), and the second starts once the first is on d1.
+        request_json(d1.port, "POST", "/pdsim/fault", {"decode_us_per_token": 100000})
         res = []
 
         def one():
             res.append(request(r.port, "POST", "/generate", body, timeout=30)[0])
         ts = [threading.Thread(target=one) for _ in range(2)]
-        for t in ts:
-            t.start()
+        ts[0].start()
+        pdtest.poll_until(lambda: stats(d1)["inflight"] >= 1, 10, "the first request on d1")
+        ts[1].start()
         for t in ts:
             t.join()
         check(res == [200, 200], "results %s" % res, r)

@@ -102,7 +102,9 @@ static void test_prefill_killed(void)
     printf("prefill killed mid-stream: decode got %s after %llu ms (%llu of %u bytes)\n",
            pdr_errname(b.status), (unsigned long long)ms, (unsigned long long)b.bytes, BIG);
     CHECK_EQ_ERR(b.status, PDR_EPEERGONE);
-    CHECK(ms < 1000);
+    /* The peer's death ended it, not the fetch's 20 s deadline: half of that leaves ThreadSanitizer's
+     * slowdown room (1.4 s was seen). */
+    CHECK(ms < 10000);
     pdshim_destroy(dec);
     reap(pid);
     munmap(dst, BIG);
@@ -155,7 +157,7 @@ static void test_decode_killed(void)
     printf("decode killed mid-stream: prefill got %s after %llu ms\n", pdr_errname(a.status),
            (unsigned long long)ms);
     CHECK_EQ_ERR(a.status, PDR_EPEERGONE);
-    CHECK(ms < 1000);
+    CHECK(ms < 10000); /* the peer's death, not the offer's 20 s deadline */
     pdshim_destroy(pre);
     reap(pid);
     munmap(shared, BIG);
@@ -218,7 +220,7 @@ static void test_stalled(void)
     printf("silent prefill: %s after %llu ms (deadline 700)\n", pdr_errname(b.status),
            (unsigned long long)ms);
     CHECK(b.status == PDR_ETIMEDOUT || b.status == PDR_EPEERGONE);
-    CHECK(ms >= 690 && ms < 1200);
+    CHECK(ms >= 690 && ms < 2500); /* at the deadline, not at done_wait's 5 s */
     close(lfd);
 
     /* A fake decode that asks for a big room and never reads: the offer ends at its deadline. */
@@ -238,7 +240,7 @@ static void test_stalled(void)
     printf("stalled decode: offer %s after %llu ms (deadline 800)\n", pdr_errname(a.status),
            (unsigned long long)ms);
     CHECK(a.status == PDR_ETIMEDOUT || a.status == PDR_EPEERGONE);
-    CHECK(ms < 1300);
+    CHECK(ms < 2500); /* at the 800 ms deadline, not at done_wait's 5 s */
     close(fd);
     free(src);
     pdshim_destroy(pre);

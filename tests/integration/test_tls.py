@@ -543,14 +543,31 @@ def scenario_min_version():
     stop_clean(r, p, d)
 
 
+def live_pair(certs, serial):
+    """A certificate and key under the fixed names live.pem / live.key that the router is given, for
+    renewals in place (renew)."""
+    cert, key = certs.issue("router%d" % serial, serial)
+    live_cert, live_key = certs.path("live.pem"), certs.path("live.key")
+    shutil.copy(cert, live_cert)
+    shutil.copy(key, live_key)
+    return live_cert, live_key
+
+
+def renew(certs, serial, live_cert, live_key):
+    """New files renamed into place, key first, as docs/security.md tells operators to."""
+    c2, k2 = certs.issue("router%d" % serial, serial)
+    shutil.copy(c2, live_cert + ".tmp")
+    shutil.copy(k2, live_key + ".tmp")
+    os.replace(live_key + ".tmp", live_key)
+    os.replace(live_cert + ".tmp", live_cert)
+
+
 def scenario_reload():
     """SIGHUP with renewed files: new connections get the new certificate (every loop), an open connection
     keeps working; a broken file refuses the reload, names the file, and the running certificate stays."""
     certs = Certs()
     cert, key = certs.issue("router", 2001)
-    live_cert, live_key = certs.path("live.pem"), certs.path("live.key")
-    shutil.copy(cert, live_cert)
-    shutil.copy(key, live_key)
+    live_cert, live_key = live_pair(certs, 2001)
     p, d = sim("prefill"), sim("decode")
     r = router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (live_cert, live_key), threads=2)
     wait_healthy(r)
@@ -558,11 +575,7 @@ def scenario_reload():
     st, _, old = https(r.port, client_ctx(ca), "POST", "/generate", BODY)
     check(st == 200 and serial_of(old) == 2001, "first: %s" % st, r)
 
-    cert2, key2 = certs.issue("router2", 2002)
-    shutil.copy(cert2, live_cert + ".tmp")
-    shutil.copy(key2, live_key + ".tmp")
-    os.replace(live_key + ".tmp", live_key)
-    os.replace(live_cert + ".tmp", live_cert)
+    renew(certs, 2002, live_cert, live_key)
     ok0 = reloads(r, "ok")
     r.proc.send_signal(signal.SIGHUP)
     pdtest.poll_until(lambda: reloads(r, "ok") > ok0, 10, "the reload")
@@ -615,10 +628,7 @@ def scenario_reload_idle():
     context until it closes, so the handshakes complete (under the sanitizer build, a use after free
     aborts the router otherwise). Reloaded by SIGHUP, then by the admin API."""
     certs = Certs()
-    cert, key = certs.issue("router", 4001)
-    live_cert, live_key = certs.path("live.pem"), certs.path("live.key")
-    shutil.copy(cert, live_cert)
-    shutil.copy(key, live_key)
+    live_cert, live_key = live_pair(certs, 4001)
     p, d = sim("prefill"), sim("decode")
     r = router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (live_cert, live_key), threads=2,
                extra="timeouts: { client_header_ms: 60000 }")
@@ -627,11 +637,7 @@ def scenario_reload_idle():
     for serial, how in ((4002, "SIGHUP"), (4003, "admin")):
         idle = [socket.create_connection((H, r.port), timeout=10) for _ in range(24)]
         pdtest.poll_until(lambda: accepted(r.proc.pid, r.port, idle), 10, "the router to accept them")
-        c2, k2 = certs.issue("router%d" % serial, serial)
-        shutil.copy(c2, live_cert + ".tmp")
-        shutil.copy(k2, live_key + ".tmp")
-        os.replace(live_key + ".tmp", live_key)
-        os.replace(live_cert + ".tmp", live_cert)
+        renew(certs, serial, live_cert, live_key)
         ok0 = reloads(r, "ok")
         if how == "SIGHUP":
             r.proc.send_signal(signal.SIGHUP)
@@ -722,7 +728,7 @@ def scenario_descriptors():
         gone0 = metric_value(admin_metrics(r), "pdr_tls_client_read_failures_total") or 0
         for _ in range(300):
             fn()
-        pdtest.poll_until(lambda: fds() <= base + SLACK, 5, "descriptors back at %d after %s (now %d)" % (base, name, fds()))
+        pdtest.poll_until(lambda: fds() <= base + SLACK, 30, "descriptors back at %d after %s (now %d)" % (base, name, fds()))
         check(r.alive(), "the router died: %s" % name, r)
         # Counted once the handshake is over at the router: in TLS 1.2 the router's Finished is the last
         # message, and a keep-alive answer comes after it (a TLS 1.3 reset may cut the handshake instead).
@@ -748,7 +754,39 @@ def scenario_descriptors():
     for s in silent:
         check(s.recv(16) == b"", "a silent connection is closed", r)
         s.close()
-    pdtest.poll_until(lambda: fds() <= base + SLACK, 5, "descriptors back at %d after the timeouts (now %d)" % (base, fds()))
+    pdtest.poll_until(lambda: fds() <= base + SLACK, 30, "descriptors back at %d after the timeouts (now %d)" % (base, fds()))
+    stop_clean(r, p, d)
+
+
+def scenario_h2_body_budget():
+    """Over TLS the router cannot give a refused body's window back (that needs a write of its own), so an
+    HTTP/2 connection whose bodies would pass limits.h2_max_connection_body_bytes is closed (counted), the
+    bodies it held are released (pdr_h2_body_bytes_held back to 0), and other connections are served."""
+    import h2flood
+    import test_limits as tl
+    certs = Certs()
+    cert, key = certs.issue("router", 6001)
+    p, d = sim("prefill"), sim("decode")
+    # The budget is taken as at least one body of max_body_bytes plus a frame: 4096 + 16384 bytes.
+    r = router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (cert, key), threads=1,
+               extra="limits: { max_body_bytes: 4096, h2_max_connection_body_bytes: 4096 }")
+    wait_healthy(r)
+    s = client_ctx(certs.ca, alpn=("h2",)).wrap_socket(socket.create_connection((H, r.port), timeout=10),
+                                                       server_hostname=H)
+    c = tl.H2Conn(r, sock=s)
+    body = b"x" * 3000
+    for sid in (1, 3, 5, 7, 9, 11, 13, 15):  # 8 x 3000 bytes pass 20480 at the seventh
+        c.send(h2flood.frame(1, 0x4, sid, tl.h2_request_block()) + h2flood.frame(0, 0, sid, body))
+    c.wait(lambda fr: False, timeout=10)  # until the router closes
+    check(c.closed, "an HTTP/2 connection over TLS past its body budget was not closed", r)
+    c.close()
+    m = admin_metrics(r)
+    check((metric_value(m, "pdr_h2_bodies_over_budget_total") or 0) == 1, "the refusal is counted", r)
+    pdtest.poll_until(lambda: metric_value(admin_metrics(r), "pdr_h2_body_bytes_held") == 0, 10,
+                      "the held bytes released")
+    st, _, c2 = https(r.port, client_ctx(certs.ca), "POST", "/generate", BODY)
+    check(st == 200, "another connection after the close: %s" % st, r)
+    c2.close()
     stop_clean(r, p, d)
 
 

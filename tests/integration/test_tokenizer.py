@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
 from pdtest import check, request, request_json  # noqa: E402
 from test_router import metric_value, router, sim  # noqa: E402
+import test_shim_events  # noqa: E402
 
 FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tokenizer")
 
@@ -174,6 +175,62 @@ def scenario_router():
         check("LeakSanitizer" not in log and "AddressSanitizer" not in log, "sanitizer report", r)
     finally:
         shutil.rmtree(d)
+
+
+def fallback_lines(r, reason):
+    with open(r.log_path, errors="replace") as f:
+        return [l for l in f if "fallback %s:" % reason in l]
+
+
+def scenario_router_fallback():
+    """A prompt the router's tokenizer fails on (a pre-tokenizer regex past PCRE2's match limit) is routed
+    by its text, as before, but not silently: pdr_fallbacks_total{reason} counts every such request (for
+    routing, the KV deadline's length and decode admission's estimate), and the log has one line per reason and minute, however
+    many come. A prompt it encodes counts nothing."""
+    d = tmpdir()
+    tok = os.path.join(d, "tokenizer.json")
+    with open(fixture("../../fuzz/corpus/tokenizer/gpt2_small.json")) as f:
+        t = json.load(f)
+    # (a+)+b backtracks exponentially on a run of a's not followed by b: PCRE2 gives up at its match limit.
+    t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "(a+)+b"}, "behavior": "Isolated", "invert": False},
+        t["pre_tokenizer"]]}
+    with open(tok, "w") as f:
+        json.dump(t, f)
+    p, dec = sim("prefill"), sim("decode")
+    # Decode admission is on for a decode that reports its KV (shim events): it needs the prompt's tokens.
+    key = test_shim_events.key_file()
+    r = router([p], [dec], config="tokenizer: %s\npolicy: { prefill: precise_prefix }\n"
+               "timeouts: { kv_transfer_ms_per_1k_tokens: 100 }\nshim_events: { key_file: %s }" % (tok, key))
+    try:
+        m = lambda: request(r.port, "GET", "/metrics")[2].decode()  # noqa: E731
+        pdtest.poll_until(lambda: (metric_value(m(), "pdr_kv_index_max_bytes") or 0) > 0, 5, "the KV event index")
+        test_shim_events.Sender("http://127.0.0.1:%d" % dec.port).load(
+            r, kv_free_bytes=1 << 30, kv_total_bytes=1 << 30, kv_bytes_per_token=10)
+        good = {"text": "hello world", "sampling_params": {"max_new_tokens": 2}}
+        bad = {"text": "a" * 40 + "!b", "sampling_params": {"max_new_tokens": 2}}
+        check(request(r.port, "POST", "/generate", good)[0] == 200, "a prompt the tokenizer encodes", r)
+        reasons = ("tokenize_routing", "tokenize_kv_deadline", "tokenize_kv_admission")
+        for reason in reasons:
+            check(metric_value(m(), "pdr_fallbacks_total", reason=reason) == 0, "%s counted a good prompt" % reason, r)
+        st, _, out = request(r.port, "POST", "/generate", bad)
+        check(st == 200, "the prompt the tokenizer fails on: %d %s" % (st, out[:200]), r)
+        text = m()
+        for reason in reasons:
+            check(metric_value(text, "pdr_fallbacks_total", reason=reason) == 1, "%s not counted" % reason, r)
+            lines = fallback_lines(r, reason)
+            check(len(lines) == 1 and "ENOTSUP" in lines[0], "%s: log %r" % (reason, lines), r)
+        # Within the minute: counted again, not logged again.
+        check(request(r.port, "POST", "/generate", bad)[0] == 200, "the second prompt", r)
+        text = m()
+        for reason in reasons:
+            check(metric_value(text, "pdr_fallbacks_total", reason=reason) == 2, "%s: second not counted" % reason, r)
+            check(len(fallback_lines(r, reason)) == 1, "%s logged twice within a minute" % reason, r)
+        check(r.stop() == 0, "exit status", r)
+    finally:
+        pdtest.stop_all()
+        shutil.rmtree(d)
+        os.unlink(key)
 
 
 if __name__ == "__main__":

@@ -215,7 +215,7 @@ def scenario_collector_down():
     hang.bind((H, pdtest.free_port()))
     hang.listen(64)  # never accepted: the kernel completes the handshakes, nothing answers
     p, d = sim("prefill"), sim("decode")
-    tracing = "tracing: { otlp_endpoint: 'http://127.0.0.1:%d/v1/traces', flush_ms: 20, batch_max: 4, queue_max: 64, timeout_ms: 1000 }"
+    tracing = "tracing: { otlp_endpoint: 'http://127.0.0.1:%d/v1/traces', flush_ms: 20, batch_max: 4, queue_max: 64, timeout_ms: 3000 }"
     r = router([p], [d], config="threads: 1\n" + tracing % hang.getsockname()[1])
     try:
         worst = 0.0
@@ -224,24 +224,24 @@ def scenario_collector_down():
             st, ev = stream(r.port, {"traceparent": TP})
             worst = max(worst, time.monotonic() - t)
             check(st == 200 and ev and ev[-1] == "[DONE]", "request %d: %d %r" % (i, st, ev), r)
-        # Each export waits 1 s for an answer that never comes: a request that waited on one would take
+        # Each export waits 3 s for an answer that never comes: a request that waited on one would take
         # that long.
-        check(worst < 0.5, "a request took %.3f s while the collector hung" % worst, r)
+        check(worst < 1.5, "a request took %.3f s while the collector hung" % worst, r)
         m = metrics_when(r, lambda t: (metric_value(t, "pdr_trace_export_failures_total", sink="otlp") or 0) >= 1
                          and (metric_value(t, "pdr_trace_spans_dropped_total", reason="queue_full") or 0) >= 1,
                          "export failures and drops counted")
         check(metric_value(m, "pdr_trace_spans_exported_total") == 0, "spans exported to a hung collector")
-        # Stopping with a full queue (16 batches of 4) and the collector still hung: one try of 1 s, then
-        # the rest is dropped, not 16 tries.
-        took = stop_clean(r, timeout=20)
-        check(took < 3, "stopping took %.1f s with the collector hung" % took)
+        # Stopping with a full queue (16 batches of 4) and the collector still hung: one try of 3 s, then
+        # the rest is dropped, not 16 tries (48 s).
+        took = stop_clean(r, timeout=30)
+        check(took < 9, "stopping took %.1f s with the collector hung" % took)
         # Nobody listening at all: connections refused, retried with back-off, the router carries on.
         gone = pdtest.free_port()
         r = router([p], [d], config="threads: 1\n" + tracing % gone)
         for i in range(5):
             t = time.monotonic()
             st, _ = stream(r.port, {"traceparent": TP})
-            check(st == 200 and time.monotonic() - t < 0.5, "status %d with the collector gone" % st, r)
+            check(st == 200 and time.monotonic() - t < 1.5, "status %d with the collector gone" % st, r)
         m = metrics_when(r, lambda t: (metric_value(t, "pdr_trace_export_retries_total") or 0) >= 1
                          and (metric_value(t, "pdr_trace_export_failures_total", sink="otlp") or 0) >= 2,
                          "retries counted")

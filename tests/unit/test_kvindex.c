@@ -596,6 +596,33 @@ static void test_precise_pick(void)
     pdr_kvindex_free(ix);
 }
 
+/* Five candidates with five block sizes: four sizes are hashed, the fifth worker is left to the tree, and
+ * the lookup is counted (the router reports it as a fall-back); four sizes count nothing. */
+static void test_index_unhashed(void)
+{
+    pdr_kvindex_params_t p = {1 << 20, 4};
+    int err;
+    pdr_kvindex_t *ix = pdr_kvindex_new(&p, &err);
+    CHECK(ix != NULL);
+    uint64_t ws[5] = {1, 2, 3, 4, 5};
+    for (uint32_t i = 0; i < 5; i++)
+        CHECK(store(ix, ws[i], 0, 1, 100 + i, 0, 0, 1u << i, 0, NULL) == 0);
+    uint32_t ids[64];
+    prompt(ids, 64, 0);
+    pdr_kvindex_match_t m[5];
+    pdr_kvindex_stats_t st;
+    pdr_kvindex_match(ix, ids, 64, ws, 4, m);
+    pdr_kvindex_stats(ix, &st);
+    CHECK(st.unhashed == 0);
+    pdr_kvindex_match(ix, ids, 64, ws, 5, m);
+    pdr_kvindex_stats(ix, &st);
+    int left = 0;
+    for (int i = 0; i < 5; i++)
+        left += !m[i].synced;
+    CHECK(st.unhashed == 1 && left == 1);
+    pdr_kvindex_free(ix);
+}
+
 static const pdr_test_case_t cases[] = {
     {"decode_array_like", test_decode_array_like, 60},
     {"decode_maps", test_decode_maps, 60},
@@ -603,6 +630,7 @@ static const pdr_test_case_t cases[] = {
     {"index_basic", test_index_basic, 60},
     {"index_cap", test_index_cap, 60},
     {"index_alloc_failures", test_index_alloc_failures, 60},
+    {"index_unhashed", test_index_unhashed, 60},
     {"precise_pick", test_precise_pick, 60},
 };
 

@@ -74,6 +74,28 @@ static void test_holds(void)
     w->load.reserved = 0;
     pdr_kv_release(&b);
     CHECK(w->load.reserved == 0);
+    /* A need past 2^64 bytes saturates: refused for good, not wrapped to a small number and admitted.
+     * (2^60 - 4 + 4 prompt tokens) * 16 bytes a token is 2^64. */
+    report(w, 1000, 1000, 16);
+    static const char huge[] =
+        "{\"input_ids\":[1,2,3,4],\"sampling_params\":{\"max_new_tokens\":1152921504606846972}}";
+    pdr_pdreq_t pr;
+    char err[128];
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, huge, sizeof(huge) - 1, &pr, err, sizeof(err)) == 0);
+    uint64_t need = pdr_kv_need_tokens(c, &pr, 4, 0);
+    CHECK(need == ((uint64_t)1 << 60));
+    CHECK(pdr_kv_admit(c, w, need, &a) == -1 && a.w == NULL && w->load.reserved == 0);
+    pdr_pdreq_clear(&pr);
+    /* Tokens past 2^64 saturate too. */
+    static const char huger[] =
+        "{\"input_ids\":[1,2],\"sampling_params\":{\"max_new_tokens\":9223372036854775807}}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, huger, sizeof(huger) - 1, &pr, err, sizeof(err)) == 0);
+    CHECK(pdr_kv_need_tokens(c, &pr, SIZE_MAX - 5, 0) == UINT64_MAX);
+    pdr_pdreq_clear(&pr);
+    /* More than the worker's whole KV (1000 bytes): never; within it but more than is free: not now. */
+    CHECK(pdr_kv_admit(c, w, 63, &a) == -1);
+    report(w, 100, 1000, 16);
+    CHECK(pdr_kv_admit(c, w, 62, &a) == 0);
     /* Off: never limited. */
     c->kv_admission.enabled = 0;
     report(w, 0, 0, 10);

@@ -81,7 +81,21 @@ static void test_text_cap(void)
     free(text);
 }
 
-static const pdr_test_case_t cases[] = {{"input_ids", test_input_ids, 60}, {"text_cap", test_text_cap, 60}};
+/* A NUL inside the prompt ("\u0000", which an engine's tokenizer encodes as any other character) is
+ * encoded too, not refused by the JSON decoder. */
+static void test_text_nul(void)
+{
+    pdr_prompt_tokens_t t = ids_of(tk, "{\"text\": \"a\\u0000b\"}");
+    uint32_t *want = NULL;
+    size_t n_want = 0;
+    CHECK(pdr_tokenizer_encode(tk, "a\0b", 3, &want, &n_want) == 0);
+    CHECK(t.n == n_want && n_want > 0 && memcmp(t.ids, want, n_want * sizeof(*want)) == 0);
+    free(want);
+    free(t.ids);
+}
+
+static const pdr_test_case_t cases[] = {
+    {"input_ids", test_input_ids, 60}, {"text_cap", test_text_cap, 60}, {"text_nul", test_text_nul, 60}};
 
 /* test_token_ids TOKENIZER_JSON [CASE...] */
 int main(int argc, char **argv)

@@ -7,7 +7,8 @@
  * get it wrong. pdr_dqueue_t: appends keep the order, and leaving from the tail, the head or the middle
  * keeps head and tail right. pdr_dlink_pop / pdr_dqueue_pop take the first member (a stack, a FIFO) and
  * NULL when empty; pdr_dlink_move / pdr_dqueue_move hand a whole list over, in order, leaving the source
- * empty and the moved members able to leave their new list.
+ * empty and the moved members able to leave their new list. pdr_ratelog_take: at most one line a
+ * period, the lines refused meanwhile counted on the next.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -22,6 +23,7 @@
 #include "runner.h"
 #include "dlist.h"
 #include "err.h"
+#include "ratelog.h"
 #include "util.h"
 
 #define N 10000
@@ -210,12 +212,26 @@ static void test_random_room(void)
     CHECK(same == 0);
 }
 
+/* pdr_ratelog_take: one line a period; the refused ones counted and handed to the next line written. */
+static void ratelog(void)
+{
+    pdr_ratelog_t rl = PDR_RATELOG_INIT;
+    uint64_t sup = 99, s = 1000000000ull;
+    CHECK(pdr_ratelog_take(&rl, 5 * s, 60 * s, &sup) == 1 && sup == 0);
+    CHECK(pdr_ratelog_take(&rl, 5 * s, 60 * s, &sup) == 0);
+    CHECK(pdr_ratelog_take(&rl, 64 * s, 60 * s, &sup) == 0);
+    CHECK(pdr_ratelog_take(&rl, 65 * s, 60 * s, &sup) == 1 && sup == 2);
+    CHECK(pdr_ratelog_take(&rl, 124 * s, 60 * s, &sup) == 0);
+    CHECK(pdr_ratelog_take(&rl, 500 * s, 60 * s, &sup) == 1 && sup == 1);
+}
+
 static const pdr_test_case_t cases[] = {
     {"hostport", hostport, 60},
     {"dqueue", dqueue, 60},
     {"dlist_pop_move", dlist_pop_move, 60},
     {"formatting", formatting, 60},
     {"random_room", test_random_room, 60},
+    {"ratelog", ratelog, 60},
 };
 
 int main(int argc, char **argv)

@@ -663,7 +663,7 @@ def main():
         a.stream_layers = False  # only the prefill publishes; accepted on the others for symmetric command lines
     import importlib.util
     if importlib.util.find_spec("torch") is None:
-        print("worker: PyTorch is not importable", file=sys.stderr)
+        print("worker: PyTorch is not importable: skipped", file=sys.stderr)
         return 77
     w = Worker(a)
     srv = Server((a.host, a.port), make_handler(w))

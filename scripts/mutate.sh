@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# Mutation testing: does the suite notice when an important feature breaks? Each mutation below is one
+# textual change to one line of the source (a policy that ignores loads, a breaker that never opens, a
+# ticket whose signature is not checked, a hop-by-hop header that is forwarded, ...). The script copies the
+# working tree into a scratch directory with its own build, then for each mutation: applies it, builds the
+# named targets, runs the named tests, and restores the file. A mutation "survives" when every named test
+# still passes: the tests cannot see that feature break. The script exits 1 and lists the survivors then.
+#
+#   scripts/mutate.sh [-l] [NAME-REGEX]
+#
+#   -l          list the mutations and exit
+#   NAME-REGEX  run only the mutations whose name matches (grep -E)
+#
+# Environment: PDR_MUTATE_DIR (the scratch directory, default build-mutate in the repository, kept between
+# runs so that only what changed is rebuilt), JOBS (build and ctest parallelism, default nproc),
+# PDR_MUTATE_BASELINE=0 (skip the first run of the named tests on the unmutated tree, which otherwise must
+# pass before any mutation is judged).
+# Slow (a build and a few integration tests per mutation): not part of CI; run it before calling a feature
+# done, and add a test for each survivor.
+#
+# Each mutation is one line of five fields separated by " @@ ":
+#   name @@ file @@ exact text (must occur exactly once in the file) @@ replacement @@ cmake targets @@ tests
+# where tests is a ctest -R regular expression. Where the server library hides a mutant from every request
+# (h2o accepts only "Transfer-Encoding: chunked" in HTTP/1.1 and takes the field out of the request's headers;
+# HTTP/2 refuses the field), a unit test of the rule catches it. A mutation whose text does not occur exactly once, or whose
+# tests match nothing, is an error of the list (reported, and the script fails): the list must follow
+# the code.
+set -u
+
+MUTATIONS=$(cat <<'EOF'
+rr_first @@ router/pool.c @@ pdr_worker_t *w = l.w[(start + k) % n]; @@ pdr_worker_t *w = l.w[(start * 0 + k) % n]; @@ pdrouter @@ ^router_policy_round_robin$
+rr_as_random @@ router/pool.c @@ unsigned start = __atomic_fetch_add(&g->rr_next[role], 1, __ATOMIC_RELAXED); @@ unsigned start = (unsigned)next_rand() + 0 * __atomic_fetch_add(&g->rr_next[role], 1, __ATOMIC_RELAXED); @@ pdrouter @@ ^router_policy_round_robin$
+least_load_as_round_robin @@ router/pool.c @@ pdr_policy_kind_t pol = g->policy[role]; @@ pdr_policy_kind_t pol = g->policy[role] == PDR_POLICY_LEAST_LOAD ? PDR_POLICY_ROUND_ROBIN : g->policy[role]; @@ pdrouter @@ ^router_policy_least_load_load$
+power_of_two_as_round_robin @@ router/pool.c @@ pdr_policy_kind_t pol = g->policy[role]; @@ pdr_policy_kind_t pol = g->policy[role] == PDR_POLICY_POWER_OF_TWO ? PDR_POLICY_ROUND_ROBIN : g->policy[role]; @@ pdrouter @@ ^router_policy_power_of_two_load$
+power_of_two_as_random @@ router/pool.c @@ pdr_policy_kind_t pol = g->policy[role]; @@ pdr_policy_kind_t pol = g->policy[role] == PDR_POLICY_POWER_OF_TWO ? PDR_POLICY_RANDOM : g->policy[role]; @@ pdrouter @@ ^router_policy_power_of_two_load$
+power_of_two_ignores_load @@ routing/policy.c @@ return (int)(loads[b] < loads[a] ? b : a); @@ return (int)a; @@ pdrouter test_routing @@ ^(routing_unit|router_policy_power_of_two_load)$
+power_of_two_most_loaded @@ routing/policy.c @@ return (int)(loads[b] < loads[a] ? b : a); @@ return (int)(loads[b] > loads[a] ? b : a); @@ pdrouter test_routing @@ ^(routing_unit|router_policy_power_of_two_load)$
+random_first @@ router/pool.c @@ return n > 0 ? ws[next_rand() % n] : NULL; @@ return n > 0 ? ws[0] : NULL; @@ pdrouter @@ ^router_policy_random$
+chash_keyed_by_process_id @@ router/pool.c @@ w->ring_key = pdr_routing_hash(w->target, strlen(w->target)); @@ w->ring_key = w->uid; @@ pdrouter @@ ^router_policy_replicas
+chash_first_worker @@ routing/chash.c @@ if (pick < 0 || d < best || (d == best && keys[i] < keys[pick])) { @@ if (pick < 0 || (0 && (d < best || (d == best && keys[i] < keys[pick])))) { @@ pdrouter test_routing @@ ^(routing_unit|router_policy_replicas.*)$
+chash_ignores_prompt @@ routing/chash.c @@ uint64_t d = ring_distance(keys[i], key_hash); @@ uint64_t d = ring_distance(keys[i], key_hash * 0); @@ pdrouter test_routing @@ ^(routing_unit|router_policy_replicas.*)$
+chash_no_load_bound @@ routing/chash.c @@ if ((double)load + 1.0 > cap) @@ if (0 && (double)load + 1.0 > cap) @@ pdrouter test_routing @@ ^(routing_unit|router_policy_replicas.*)$
+cache_aware_no_match @@ routing/policy.c @@ if (rate > params->cache_threshold) { @@ if (0 && rate > params->cache_threshold) { @@ pdrouter test_routing @@ ^(routing_unit|router_policy_affinity)$
+cache_aware_no_balance @@ routing/policy.c @@ int imbalanced = pdr__loads_imbalanced(params, loads, n); @@ int imbalanced = 0 && pdr__loads_imbalanced(params, loads, n); @@ pdrouter test_routing @@ ^(routing_unit|router_policy_.*)$
+cache_aware_smallest_tree_first @@ routing/policy.c @@ if (i == 0 || c < best || (c == best && loads[i] < loads[pick])) { @@ if (i == 0 || (0 && (c < best || (c == best && loads[i] < loads[pick])))) { @@ pdrouter test_routing @@ ^(routing_unit|router_policy_affinity|router_policy_pool_thresholds)$
+precise_prefix_ignores_index @@ routing/precise.c @@ rate = (double)m[i].blocks * m[i].block_size / (double)n_tokens; @@ rate = 0.0 * (double)n_tokens; @@ pdrouter test_kvindex @@ ^(routing_unit_kvindex|router_kv_events_routing)$
+breaker_never_opens @@ router/breaker.c @@ if (b->state == PDR_BREAKER_CLOSED && consecutive >= c->consecutive_failures) { @@ if (0 && consecutive >= c->consecutive_failures) { @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
+breaker_open_admits @@ router/breaker.c @@     if (b->state == PDR_BREAKER_OPEN)
+        return 0; @@     if (b->state == PDR_BREAKER_OPEN)
+        return 1; @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
+breaker_many_probes @@ router/breaker.c @@ if (b->probe && now_ms < b->until_ms) @@ if (0 && b->probe && now_ms < b->until_ms) @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
+breaker_no_backoff @@ router/breaker.c @@ uint64_t p = b->period_ms ? b->period_ms * 2 : c->open_ms; @@ uint64_t p = c->open_ms; @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
+retry_budget_unlimited @@ router/retry.c @@         if (cur >= limit)
+            return 0; @@         if (0 && cur >= limit)
+            return 0; @@ pdrouter test_retry @@ ^(router_unit_retry|router_retry_budget)$
+retry_budget_ignores_percent @@ router/retry.c @@ uint64_t b = inflight * (uint64_t)(percent > 0 ? percent : 0) / 100; @@ uint64_t b = inflight + 0 * (uint64_t)percent; @@ pdrouter test_retry @@ ^(router_unit_retry|router_retry_budget)$
+admission_no_inflight_cap @@ router/admission.c @@ if (S.admitted >= c->limits.max_inflight) @@ if (0 && S.admitted >= c->limits.max_inflight) @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_inflight_cap)$
+admission_no_pool_cap @@ router/admission.c @@ if (per_pool > 0 && S.pool_admitted[pool_slot(w->pool_index)] >= per_pool) @@ if (0 && per_pool > 0) @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_per_pool_cap)$
+admission_no_worker_cap @@ router/admission.c @@ if (!workers_fit(c, w)) @@ if (0 && !workers_fit(c, w)) @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_per_worker_cap)$
+admission_no_rate_limit @@ router/admission.c @@     if (b->tokens < 1)
+        return 0; @@     if (0 && b->tokens < 1)
+        return 0; @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_rate_limit)$
+admission_queue_unbounded @@ router/admission.c @@ } else if (S.depth >= (size_t)c->limits.queue) { @@ } else if (0 && S.depth >= (size_t)c->limits.queue) { @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_queue_full)$
+ticket_signature_unchecked @@ common/ticket.c @@ if (!pdr_ct_equal(mac, want, PDR_HMAC_LEN)) @@ if (0 && !pdr_ct_equal(mac, want, PDR_HMAC_LEN)) @@ pdrouter pdsim test_ticket pdshim @@ ^(ticket_unit|tickets_refusals|tickets_shim_python)$
+ticket_expiry_unchecked @@ common/ticket.c @@ else if (out->expires_ms < UINT64_MAX - skew_ms && now_ms > out->expires_ms + skew_ms) @@ else if (0 && now_ms > out->expires_ms + skew_ms) @@ pdrouter pdsim test_ticket pdshim @@ ^(ticket_unit|tickets_refusals|tickets_shim_python)$
+ticket_replay_accepted @@ worker-shim/shim_ticket.c @@         if (s->room == room)
+            return PDR_EREPLAYED; @@         if (s->room == room)
+            return 0; @@ pdshim @@ ^(tickets_shim_python|tickets_shim_parts_python)$
+kv_transfer_ms_ignored @@ router/pd.c @@ x->kv_ms = pdr_kv_deadline_ms(x->to.kv_transfer_ms, x->to.kv_transfer_ms_per_1k_tokens, x->kv_tokens); @@ x->kv_ms = 86400000; @@ pdrouter @@ ^router_kv_deadline_(retry_other_pair|no_pair_left)$
+kv_transfer_ms_per_1k_ignored @@ router/kvdeadline.c @@ ms += ((uint64_t)per_1k_ms * tokens + 1023) / 1024; @@ ms += 0; @@ pdrouter @@ ^router_kv_deadline_scaled_deadline$
+first_byte_ms_ignored @@ router/pd.c @@ x->first_byte_deadline_ns = x->attempt_t0_ns + (uint64_t)x->to.first_byte_ms * 1000000u; @@ x->first_byte_deadline_ns = x->attempt_t0_ns + 86400000000000u; @@ pdrouter @@ ^router_(prefill_stopped|prefill_stopped_retry|relay_first_byte)$
+drain_worker_keeps_serving @@ router/pool.c @@ __atomic_store_n(&w->drain, PDR_DRAIN_DRAINING, __ATOMIC_RELEASE); @@ (void)0; @@ pdrouter @@ ^router_admin_(drain_load|drain_timeout|self_drain)$
+drain_no_grace @@ router/server.c @@     if (grace == 0) {
+        begin_drain(r); @@     if (1) {
+        begin_drain(r); @@ pdrouter @@ ^router_(shutdown|shutdown_load|shutdown_drain_timeout|admin_readiness)$
+hop_keep_alive_forwarded @@ router/fwdheaders.c @@ : EQ(name, len, "keep-alive") ? K_HOP @@ : EQ(name, len, "keep-alive") ? K_FORWARD @@ pdrouter @@ ^router_headers_(forward|own_rules)$
+hop_te_forwarded @@ router/fwdheaders.c @@ return EQ(name, len, "te") ? K_HOP : K_FORWARD; @@ return K_FORWARD; @@ pdrouter @@ ^router_headers_forward$
+hop_upgrade_trailer_forwarded @@ router/fwdheaders.c @@ return EQ(name, len, "trailer") || EQ(name, len, "upgrade") ? K_HOP : K_FORWARD; @@ return K_FORWARD; @@ pdrouter @@ ^router_headers_forward$
+hop_proxy_forwarded @@ router/fwdheaders.c @@ if (len >= 6 && EQ(name, 6, "proxy-")) @@ if (0) @@ pdrouter @@ ^router_headers_forward$
+hop_connection_names_forwarded @@ router/fwdheaders.c @@             if (named)
+                continue; @@             if (0 && named)
+                continue; @@ pdrouter @@ ^router_headers_forward$
+hop_transfer_encoding_forwarded @@ router/fwdheaders.c @@ return EQ(name, len, "transfer-encoding")   ? K_HOP @@ return EQ(name, len, "transfer-encoding")   ? K_FORWARD @@ pdrouter test_fwdheaders @@ ^router_(unit_fwdheaders|headers_(forward|own_rules))$
+xff_client_not_appended @@ router/fwdheaders.c @@     put(&o, addr, addr_len);
+    if (req->scheme != NULL) @@     (void)addr_len;
+    if (req->scheme != NULL) @@ pdrouter @@ ^router_headers_forward$
+xff_client_value_dropped @@ router/fwdheaders.c @@ if (e->value.len == 0 || classify(e->name->base, e->name->len, 0) != K_XFF) @@ if (1) @@ pdrouter @@ ^router_headers_forward$
+xfp_client_value_forwarded @@ router/fwdheaders.c @@ : EQ(name, len, "x-forwarded-proto") ? K_ROUTER @@ : EQ(name, len, "x-forwarded-proto") ? K_FORWARD @@ pdrouter @@ ^router_headers_(forward|own_rules)$
+xfh_not_added @@ router/fwdheaders.c @@ if (xfh == NULL && authority.len > 0) @@ if (0 && xfh == NULL && authority.len > 0) @@ pdrouter @@ ^router_headers_forward$
+client_authorization_forwarded @@ router/fwdheaders.c @@ return api_key && EQ(name, len, "authorization") ? K_ROUTER : K_FORWARD; @@ return 0 && api_key ? K_ROUTER : K_FORWARD; @@ pdrouter @@ ^router_headers_api_key$
+EOF
+)
+
+die() {
+    echo "mutate.sh: $*" >&2
+    exit 2
+}
+
+LIST=0
+if [ "${1:-}" = "-l" ]; then
+    LIST=1
+    shift
+fi
+FILTER=${1:-.}
+ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel) || die "not in a git checkout"
+SCRATCH=${PDR_MUTATE_DIR:-$ROOT/build-mutate}
+SRC=$SCRATCH/src
+BUILD=$SCRATCH/build
+JOBS=${JOBS:-$(nproc)}
+
+# The mutations as records: one per line, fields separated by the unit separator, newlines inside a field
+# written as \n (the list above allows a mutation to span a few lines).
+records() {
+    printf '%s\n' "$MUTATIONS" | python3 -c '
+import sys
+text = sys.stdin.read()
+recs, cur = [], ""
+for line in text.split("\n"):
+    cur = line if not cur else cur + "\n" + line
+    if cur.count(" @@ ") >= 5:
+        recs.append(cur)
+        cur = ""
+if cur.strip():
+    sys.exit("mutate.sh: an unfinished mutation at the end of the list: %r" % cur[:200])
+for r in recs:
+    f = [x.strip() if i in (0, 1, 4, 5) else x for i, x in enumerate(r.split(" @@ "))]
+    print("\x1f".join(x.replace("\\", "\\\\").replace("\n", "\\n") for x in f))
+'
+}
+
+if [ "$LIST" = 1 ]; then
+    records | while IFS=$'\x1f' read -r name file _ _ _ tests; do
+        printf '%-34s %-28s %s\n' "$name" "$file" "$tests"
+    done
+    exit 0
+fi
+
+# The scratch copy: the tracked files and the untracked ones git does not ignore, as they are now.
+echo "== copying the working tree to $SRC"
+mkdir -p "$SRC" || die "cannot create $SRC"
+# Only the files whose content differs are written (with a new time), so that the build redoes exactly
+# what changed; a file left mutated by an interrupted run is put back the same way.
+(cd "$ROOT" && git ls-files -co --exclude-standard -z | python3 -c '
+import os, sys
+dst = sys.argv[1]
+for rel in sys.stdin.buffer.read().decode().split("\0"):
+    if not rel or not os.path.isfile(rel):
+        continue
+    with open(rel, "rb") as f:
+        data = f.read()
+    out = os.path.join(dst, rel)
+    try:
+        with open(out, "rb") as f:
+            same = f.read() == data
+    except OSError:
+        same = False
+    if not same:
+        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        with open(out, "wb") as f:
+            f.write(data)
+        os.chmod(out, os.stat(rel).st_mode & 0o777)
+    if os.path.exists(out + ".orig"):
+        os.unlink(out + ".orig")
+' "$SRC") || die "copying the tree failed"
+# The files the list mutates are recompiled whatever their times say: an interrupted run may have left
+# objects built from a mutant behind.
+records | while IFS=$'\x1f' read -r _ file _ _ _ _; do
+    [ -f "$SRC/$file" ] && touch "$SRC/$file"
+done
+echo "== configuring and building $BUILD (the first run builds everything)"
+# Warnings stay warnings here (PDR_WERROR off): a mutant is judged by the tests, not by the compiler.
+cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDR_WERROR=OFF >/dev/null 2>&1 ||
+    die "cmake configure failed"
+cmake --build "$BUILD" -j "$JOBS" >"$SCRATCH/build.log" 2>&1 || die "the unmutated tree does not build: $SCRATCH/build.log"
+
+# The baseline: every named test passes on the unmutated tree, or a mutant's failing test proves nothing.
+if [ "${PDR_MUTATE_BASELINE:-1}" = 1 ]; then
+    all_tests=$(records | while IFS=$'\x1f' read -r name _ _ _ _ tests; do
+        echo "$name" | grep -Eq -- "$FILTER" && printf '%s\n' "$tests"
+    done | sort -u | paste -sd'|')
+    if [ -n "$all_tests" ]; then
+        echo "== baseline: the named tests on the unmutated tree"
+        if ! (cd "$BUILD" && ctest -j "$JOBS" -R "$all_tests" >"$SCRATCH/baseline.log" 2>&1); then
+            grep -E '^[[:space:]]*[0-9]+ - ' "$SCRATCH/baseline.log" >&2
+            die "the unmutated tree fails the tests above ($SCRATCH/baseline.log): fix that first"
+        fi
+    fi
+fi
+
+# apply FILE OLD NEW: replaces the one occurrence of OLD. Exit 3 when OLD does not occur exactly once.
+apply() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import sys
+path, old, new = sys.argv[1], sys.argv[2], sys.argv[3]
+unesc = lambda s: s.replace("\\n", "\n").replace("\\\\", "\\")
+old, new = unesc(old), unesc(new)
+text = open(path).read()
+n = text.count(old)
+if n != 1:
+    print("the text occurs %d times in %s" % (n, path))
+    sys.exit(3)
+open(path, "w").write(text.replace(old, new, 1))
+PY
+}
+
+killed=() survived=() broken=()
+total=0
+while IFS=$'\x1f' read -r name file old new targets tests; do
+    echo "$name" | grep -Eq -- "$FILTER" || continue
+    total=$((total + 1))
+    f=$SRC/$file
+    [ -f "$f" ] || { broken+=("$name: no file $file"); continue; }
+    n_tests=$(cd "$BUILD" && ctest -N -R "$tests" | sed -n 's/^Total Tests: //p')
+    if [ "${n_tests:-0}" = 0 ]; then
+        broken+=("$name: no test matches $tests")
+        continue
+    fi
+    cp "$f" "$f.orig"
+    if ! why=$(apply "$f" "$old" "$new"); then
+        broken+=("$name: $why")
+        mv "$f.orig" "$f"
+        continue
+    fi
+    echo "== $name: $file, $n_tests tests ($tests)"
+    # shellcheck disable=SC2086 # targets is a list
+    if ! cmake --build "$BUILD" -j "$JOBS" --target $targets >"$SCRATCH/$name.build.log" 2>&1; then
+        echo "   killed: it does not compile ($SCRATCH/$name.build.log)"
+        broken+=("$name: the mutated tree does not compile; make the mutation compile")
+    elif (cd "$BUILD" && ctest -j "$JOBS" -R "$tests" >"$SCRATCH/$name.test.log" 2>&1); then
+        echo "   SURVIVED: every test passed ($SCRATCH/$name.test.log)"
+        survived+=("$name ($file; tests $tests)")
+    else
+        failed=$(sed -En 's/^[[:space:]]*[0-9]+ - ([^ ]+) .*/\1/p' "$SCRATCH/$name.test.log" | tr '\n' ' ')
+        echo "   killed by: $failed"
+        killed+=("$name: $failed")
+    fi
+    # Back to the original text, with a new time: the next build recompiles it.
+    mv "$f.orig" "$f"
+    touch "$f"
+done < <(records)
+
+# The restored tree: rebuild it so that the next run starts from the unmutated binaries.
+cmake --build "$BUILD" -j "$JOBS" >"$SCRATCH/build.log" 2>&1 || echo "mutate.sh: the restored tree does not build"
+
+echo
+echo "==== mutation summary: $total mutations, ${#killed[@]} killed, ${#survived[@]} survived, ${#broken[@]} errors in the list ===="
+for k in "${killed[@]+"${killed[@]}"}"; do echo "  killed    $k"; done
+for s in "${survived[@]+"${survived[@]}"}"; do echo "  SURVIVED  $s"; done
+for b in "${broken[@]+"${broken[@]}"}"; do echo "  ERROR     $b"; done
+[ "${#survived[@]}" = 0 ] && [ "${#broken[@]}" = 0 ] && [ "$total" -gt 0 ]
