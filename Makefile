@@ -7,19 +7,23 @@ FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?= --output-on-failure
 
-.PHONY: all deps build test test-release test-asan test-tsan run bench fuzz format clean
+.PHONY: all deps deps-test build test test-release test-asan test-tsan run bench fuzz format clean
 
 all: build
 
 deps:
 	./scripts/install-deps.sh
 
+# What the test suite and the benchmarks use besides: browsers, DNS and Kubernetes tools, load generators.
+deps-test:
+	./scripts/install-deps.sh --test
+
 build:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDR_WERROR=ON >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
 $(ASAN_BUILD)/CMakeCache.txt:
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPDR_SANITIZE=ON >/dev/null
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPDR_SANITIZE=ON -DPDR_WERROR=ON >/dev/null
 
 # Each phase leaves ctest's JUnit record (ctest-junit.xml) in its build directory for the summary of `make
 # test`, which removes the old ones first: a phase whose build fails shows no results.
@@ -39,7 +43,7 @@ test-asan: $(ASAN_BUILD)/CMakeCache.txt
 TSAN_TARGETS = test_runner test_transport_wire test_transport_engine test_shim_basic test_shim_parts test_shim_faults \
 	test_fdpass test_transport_staging test_transport_rdma
 $(TSAN_BUILD)/CMakeCache.txt:
-	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDR_TSAN=ON >/dev/null
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDR_TSAN=ON -DPDR_WERROR=ON >/dev/null
 
 test-tsan: $(TSAN_BUILD)/CMakeCache.txt
 	rm -f $(TSAN_BUILD)/ctest-junit.xml
@@ -52,7 +56,7 @@ test-tsan: $(TSAN_BUILD)/CMakeCache.txt
 # ThreadSanitizer. Every phase runs even when an earlier one failed (its build or a test); the summary at the
 # end lists each phase's failed tests and its skipped tests with the reason each printed, and the exit
 # status is non-zero when any phase failed.
-test:
+test: deps-test
 	@rm -f $(BUILD)/ctest-junit.xml $(ASAN_BUILD)/ctest-junit.xml $(TSAN_BUILD)/ctest-junit.xml
 	@rc=0; for phase in test-release test-asan test-tsan; do \
 		$(MAKE) --no-print-directory $$phase || { rc=1; echo "make $$phase failed; going on with the next phase"; }; \

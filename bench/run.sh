@@ -7,7 +7,7 @@
 #        THREADS (pdrouter --threads and nginx worker_processes for the proxy, default 1),
 #        CLIENT_HEADERS (empty: Content-Type only; "typical": the eleven headers an OpenAI SDK client sends,
 #        with an Authorization, an X-Request-Id and a traceparent, which the router forwards to both legs)
-# Needs: nginx, wrk (scripts/install-deps.sh installs them). Loopback only.
+# Needs: nginx, wrk (scripts/install-deps.sh --test installs them). Loopback only.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}

@@ -19,7 +19,7 @@ M=${M:-8}
 HS_SECONDS=${HS_SECONDS:-5}
 for tool in h2load nginx openssl curl; do
     command -v "$tool" >/dev/null || {
-        echo "$tool missing (scripts/install-deps.sh installs it)" >&2
+        echo "$tool missing (scripts/install-deps.sh --test installs it)" >&2
         exit 2
     }
 done

@@ -95,6 +95,7 @@ enum opt_id {
     OPT_CB_SUCCESS,
     OPT_CB_TIMEOUT,
     OPT_CB_WINDOW,
+    OPT_HISTORY_BACKEND,
 };
 
 /* How many words follow a flag: none, one, one or more, or zero or more (up to the next "--flag"), as
@@ -187,15 +188,17 @@ static const struct opt {
     {"cb-success-threshold", OPT_CB_SUCCESS, ARG_ONE},
     {"cb-timeout-duration-secs", OPT_CB_TIMEOUT, ARG_ONE},
     {"cb-window-duration-secs", OPT_CB_WINDOW, ARG_ONE},
+    {"history-backend", OPT_HISTORY_BACKEND, ARG_ONE},
 };
 
 /* The sglang router's flags that pdrouter has no equivalent for: refused (never ignored), each with what
  * pdrouter offers instead. docs/migrating-from-sglang-router.md has the same table. */
 #define NO_TOKENIZER                                                                                         \
     "pdrouter does not template requests or load models: the workers do (--tokenizer-path takes a "          \
-    "tokenizer.json)"
+    "tokenizer.json or a directory holding one)"
 #define NO_HISTORY "pdrouter keeps no conversation or response history"
 #define NO_JWT "the admin API takes one bearer token: --admin-token-file FILE (admin.token_file)"
+#define POLICIES "policies: round_robin, least_load, random, cache_aware, power_of_two, precise_prefix"
 
 static const struct refused {
     const char *name;
@@ -204,10 +207,9 @@ static const struct refused {
     {"worker-urls", "pdrouter routes prefill/decode pairs only: give --prefill URL and --decode URL"},
     {"selector", "pdrouter discovers PD workers only: use --prefill-selector and --decode-selector"},
     {"enable-igw", "pdrouter serves one model (no multi-model gateway)"},
-    {"bucket-adjust-interval-secs", "the bucket policy is not available (policies: round_robin, least_load, "
-                                    "random)"},
-    {"max-idle-secs", "the manual policy is not available (policies: round_robin, least_load, random)"},
-    {"assignment-mode", "the manual policy is not available (policies: round_robin, least_load, random)"},
+    {"bucket-adjust-interval-secs", "the bucket policy is not available (" POLICIES ")"},
+    {"max-idle-secs", "the manual policy is not available (" POLICIES ")"},
+    {"assignment-mode", "the manual policy is not available (" POLICIES ")"},
     {"redis-url", "pdrouter keeps no shared state and no history"},
     {"redis-key-prefix", "pdrouter keeps no shared state and no history"},
     {"redis-pool-max", NO_HISTORY},
@@ -227,7 +229,6 @@ static const struct refused {
     {"reasoning-parser", "pdrouter passes answers through without parsing them"},
     {"tool-call-parser", "pdrouter passes answers through without parsing them"},
     {"mcp-config-path", "pdrouter calls no tools (no MCP)"},
-    {"history-backend", NO_HISTORY},
     {"oracle-wallet-path", NO_HISTORY},
     {"oracle-tns-alias", NO_HISTORY},
     {"oracle-connect-descriptor", NO_HISTORY},
@@ -307,10 +308,11 @@ void pdr_config_usage(FILE *out)
         "  --prometheus-host H        its address (default 0.0.0.0; alone it implies port 29000)\n"
         "  --cors-allowed-origins O.. CORS on the data port for these origins ('*': any; default off)\n"
         "  --threads N                event-loop threads, 0 = one per CPU core (default 0)\n"
-        "  --log-level L              debug, info, warn or error (default info)\n"
+        "  --log-level L              debug, info, warn (or warning), error, critical (as error;\n"
+        "                             default info)\n"
         "  --log-dir DIR              also write the router's log to DIR/pdrouter.log\n"
-        "  --tokenizer-path FILE      a Hugging Face tokenizer.json for prompt token ids (config: "
-        "tokenizer)\n"
+        "  --tokenizer-path FILE|DIR  a Hugging Face tokenizer.json, or a directory holding one, for prompt\n"
+        "                             token ids (config: tokenizer)\n"
         "  --access-log PATH|-|off    access log file, '-' for stdout (default), 'off' to disable\n"
         "  --otlp-traces-endpoint URL export trace spans as OTLP/HTTP JSON to URL (tracing.otlp_endpoint;\n"
         "                             e.g. http://collector:4318/v1/traces); --enable-trace is accepted\n"
@@ -640,11 +642,21 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
     case OPT_DECODE_POLICY:
         *given |= G_POLICY_D;
         return set_policy(o->name, val, &fl->policy_decode, err, errlen);
+    /* sglang's choices: memory (its default), none, oracle, postgres. pdrouter keeps no history, which
+     * is what none asks for. */
+    case OPT_HISTORY_BACKEND:
+        if (strcmp(val, "none") == 0)
+            return 0;
+        pdr__config_err(err, errlen,
+                        "argv: --history-backend: '%s' is not supported: " NO_HISTORY
+                        " (--history-backend none is accepted)",
+                        pdr__config_show(val, strlen(val), shown, sizeof(shown)));
+        return PDR_EINVAL;
     case OPT_BACKEND:
         if (strcmp(val, "sglang") != 0) {
             pdr__config_err(err, errlen,
-                            "argv: --backend: '%s' is not supported; pdrouter drives sglang workers "
-                            "(--backend sglang, or --protocol)",
+                            "argv: --backend: '%s' is not supported; pdrouter drives sglang or vLLM engines, "
+                            "not an OpenAI API (--backend sglang, or --protocol sglang|vllm|pdshim)",
                             pdr__config_show(val, strlen(val), shown, sizeof(shown)));
             return PDR_EINVAL;
         }
@@ -685,7 +697,8 @@ static int handle(const struct opt *o, const char *const *vals, int n, int argc,
         *given |= G_LOG_LEVEL;
         if (canon == NULL) {
             pdr__config_err(err, errlen,
-                            "argv: --log-level: unknown level '%s', expected debug, info, warn or error",
+                            "argv: --log-level: unknown level '%s', expected debug, info, warn (warning), "
+                            "error or critical",
                             pdr__config_show(val, strlen(val), shown, sizeof(shown)));
             return PDR_EINVAL;
         }

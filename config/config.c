@@ -106,8 +106,13 @@ const char *pdr__log_level_parse(const char *s, size_t len)
     int i = name_lookup(levels, 4, s, len);
     if (i >= 0)
         return levels[i];
+    /* The sglang router's names (older releases: debug, info, warning, error, critical). pdrouter has
+     * no level above error and nothing it logs is more severe than an error, so critical keeps the
+     * errors: a router that went silent on errors would hide why it stops serving. */
     if (len == 7 && memcmp(s, "warning", 7) == 0)
         return "warn";
+    if (len == 8 && memcmp(s, "critical", 8) == 0)
+        return "error";
     return NULL;
 }
 

@@ -12,7 +12,7 @@ int pdr__config_set_str(char **dst, const char *s, size_t len);
 /* Name lookups on a {base,len} slice. Return 0 or PDR_EINVAL. */
 int pdr__policy_parse(const char *s, size_t len, pdr_policy_kind_t *out);
 int pdr__protocol_parse(const char *s, size_t len, pdr_protocol_t *out);
-/* Returns the canonical level name ("warning" gives "warn") or NULL. */
+/* Returns the canonical level name ("warning" gives "warn", "critical" "error") or NULL. */
 const char *pdr__log_level_parse(const char *s, size_t len);
 
 /* Index j < i of a worker that addresses the same host and port as ws[i], or -1. */

@@ -777,7 +777,7 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         return PDR_ECONFIG;
     }
     if (c->log.level == NULL || pdr__log_level_parse(c->log.level, strlen(c->log.level)) == NULL) {
-        pdr__config_err(err, errlen, "log.level: expected debug, info, warn or error");
+        pdr__config_err(err, errlen, "log.level: expected debug, info, warn (warning), error or critical");
         return PDR_ECONFIG;
     }
     if (c->log.dir != NULL && c->log.dir[0] == '\0') {

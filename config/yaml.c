@@ -1152,8 +1152,9 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
         const char *s = sval(v, &len);
         const char *canon = pdr__log_level_parse(s, len);
         if (canon == NULL)
-            return FAIL(cx, v, "%s: unknown level '%s', expected debug, info, warn or error", path,
-                        show(v, buf, sizeof(buf)));
+            return FAIL(cx, v,
+                        "%s: unknown level '%s', expected debug, info, warn (warning), error or critical",
+                        path, show(v, buf, sizeof(buf)));
         if (pdr__config_set_str((char **)(void *)p, canon, strlen(canon)) != 0)
             return FAIL(cx, v, "out of memory");
         return 0;
@@ -1262,14 +1263,20 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
     return FAIL(cx, v, "%s: internal error: unknown field type", path);
 }
 
+/* Every key of fields, comma-separated, into out (VALID_KEYS_MAX holds the longest list, limits' of about
+ * 400 bytes, with room to grow; a list that ever outgrows it ends in "..." rather than looking complete). */
+#define VALID_KEYS_MAX 1024
 static void valid_keys(const struct field *fields, char *out, size_t outlen)
 {
     size_t n = 0;
     out[0] = '\0';
-    for (const struct field *f = fields; f->key != NULL && n < outlen; f++) {
+    for (const struct field *f = fields; f->key != NULL; f++) {
         int w = snprintf(out + n, outlen - n, "%s%s", n ? ", " : "", f->key);
-        if (w < 0)
-            break;
+        if (w < 0 || (size_t)w >= outlen - n) {
+            if (outlen >= 4)
+                memcpy(out + outlen - 4, "...", 4);
+            return;
+        }
         n += (size_t)w;
     }
 }
@@ -1277,7 +1284,7 @@ static void valid_keys(const struct field *fields, char *out, size_t outlen)
 static int walk_map(struct ctx *cx, const yaml_node_t *map, const char *path, const struct field *fields,
                     void *base)
 {
-    char buf[80], keys[256];
+    char buf[80], keys[VALID_KEYS_MAX];
     const char *where = path[0] ? path : "the top level";
     if (map->type != YAML_MAPPING_NODE)
         return FAIL(cx, map, "%s: expected a mapping, got %s", path[0] ? path : "configuration",

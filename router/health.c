@@ -56,6 +56,11 @@ static void probe_done(pdr_leg_t *leg, int err)
     }
     int gone = err == 0 && c->health.drain_status != 0 && leg->status == c->health.drain_status;
     int ok = gone || (err == 0 && leg->status >= 200 && leg->status < 300);
+    if (err != 0)
+        pdr_debug("health: %s %s: check failed: %s", w->id, pr->url, pdr_leg_strerror(leg, err));
+    else
+        pdr_debug("health: %s %s: HTTP %ld, check %s", w->id, pr->url, (long)leg->status,
+                  ok ? "passed" : "failed");
     if (ok)
         pdr_worker_note_alive(w, pdr_now_ns());
     if (gone && pdr_worker_drain_state(w) == PDR_DRAIN_ACTIVE)

@@ -672,6 +672,19 @@ size_t pdr_pool_count_healthy_in(pdr_pool_t *p, const char *pool, pdr_role_t rol
     return k;
 }
 
+size_t pdr_pool_count_confirmed_in(pdr_pool_t *p, const char *pool, pdr_role_t role)
+{
+    pthread_rwlock_rdlock(&p->rw);
+    int g = group_of(p, pool);
+    size_t k = 0;
+    for (size_t i = 0; g >= 0 && i < p->list[role]->n; i++) {
+        const pdr_worker_t *w = p->list[role]->w[i];
+        k += w->group == g && pdr_worker_serving(w) && __atomic_load_n(&w->checks_ok, __ATOMIC_RELAXED) > 0;
+    }
+    pthread_rwlock_unlock(&p->rw);
+    return k;
+}
+
 size_t pdr_pool_groups(pdr_pool_t *p, char (*names)[64], size_t cap)
 {
     pthread_rwlock_rdlock(&p->rw);
@@ -957,8 +970,14 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
         /* Every serving worker was tried already in this request: allow them again. */
         n_avoid = 0;
     }
-    if (w != NULL)
+    if (w != NULL) {
         pdr_worker_ref(w);
+        pdr_debug("pick: pool %s, %s: %s %s by %s among %zu candidate(s)%s", g->name, pdr_role_name(role),
+                  w->id, w->target, pdr_policy_name(pol), c.n,
+                  panic ? " (outlier panic: ejected workers too)" : "");
+    } else {
+        pdr_debug("pick: pool %s, %s: no worker among %zu candidate(s)", g->name, pdr_role_name(role), c.n);
+    }
     pthread_rwlock_unlock(&p->rw);
     return w;
 }
@@ -1083,7 +1102,7 @@ int pdr_pool_check_result(pdr_pool_t *p, pdr_worker_t *w, int ok)
     pthread_rwlock_rdlock(&p->rw); /* p->outlier */
     pthread_mutex_lock(&p->lock);
     if (ok)
-        w->checks_ok++;
+        __atomic_add_fetch(&w->checks_ok, 1, __ATOMIC_RELAXED); /* readiness reads it on every loop */
     else
         w->checks_failed++;
     w->last_check_ms = pdr_now_ms();

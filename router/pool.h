@@ -244,6 +244,9 @@ size_t pdr_pool_count_state(pdr_pool_t *p, pdr_role_t role, int drain_state);
 size_t pdr_pool_count_healthy(pdr_pool_t *p, pdr_role_t role);
 /* The same, in the pool named `pool` only. */
 size_t pdr_pool_count_healthy_in(pdr_pool_t *p, const char *pool, pdr_role_t role);
+/* Of those, the workers that have passed a health check since they joined: readiness counts these, not
+ * the optimistic health a worker starts with. */
+size_t pdr_pool_count_confirmed_in(pdr_pool_t *p, const char *pool, pdr_role_t role);
 /* The names of the pools (copies, in config order) into names[0..cap); returns the count. */
 size_t pdr_pool_groups(pdr_pool_t *p, char (*names)[64], size_t cap);
 /* Tests only: the i-th worker of the role, borrowed (no reference). */

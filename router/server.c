@@ -46,9 +46,12 @@ static int path_is(h2o_req_t *req, const char *p)
     return len == strlen(p) && memcmp(req->path.base, p, len) == 0;
 }
 
-/* Ready when every pool has a healthy (healthy and not draining) prefill and decode worker, as a
- * Kubernetes readiness probe wants: a router that would answer 503 for one of its models takes no traffic.
- * Else 0 with the reason in msg, naming the pools that have no pair. */
+/* Ready when every pool has a healthy (healthy and not draining) prefill and decode worker that has passed
+ * a health check, as a Kubernetes readiness probe wants: a router that would answer 503 for one of its
+ * models takes no traffic. Workers start optimistically healthy, so that requests are not refused while
+ * the first checks run, but that guess does not make the router ready: a worker that never answered (down,
+ * a name that does not resolve, still loading) would. Else 0 with the reason in msg, naming the pools that
+ * have no pair. */
 static int readiness_ok(pdr_router_t *r, char *msg, size_t cap)
 {
     if (pdr_router_stopping(r)) {
@@ -61,22 +64,29 @@ static int readiness_ok(pdr_router_t *r, char *msg, size_t cap)
         snprintf(msg, cap, "waiting for the first healthy prefill/decode pair");
         return 0;
     }
-    char names[PDR_CONFIG_MAX_POOLS][64], list[300];
-    size_t ng = pdr_pool_groups(&r->pool, names, PDR_CONFIG_MAX_POOLS), bad = 0, n = 0;
-    list[0] = '\0';
+    char names[PDR_CONFIG_MAX_POOLS][64], list[2][300];
+    size_t ng = pdr_pool_groups(&r->pool, names, PDR_CONFIG_MAX_POOLS), bad[2] = {0, 0}, n[2] = {0, 0};
+    list[0][0] = list[1][0] = '\0';
     for (size_t i = 0; i < ng; i++) {
-        if (pdr_pool_count_healthy_in(&r->pool, names[i], PDR_ROLE_PREFILL) > 0 &&
-            pdr_pool_count_healthy_in(&r->pool, names[i], PDR_ROLE_DECODE) > 0)
+        if (pdr_pool_count_confirmed_in(&r->pool, names[i], PDR_ROLE_PREFILL) > 0 &&
+            pdr_pool_count_confirmed_in(&r->pool, names[i], PDR_ROLE_DECODE) > 0)
             continue;
-        if (n + strlen(names[i]) + 3 < sizeof(list))
-            n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", bad ? ", " : "", names[i]);
-        bad++;
+        /* 0: no healthy pair at all; 1: healthy ones, none of which has passed a check yet. */
+        int k = pdr_pool_count_healthy_in(&r->pool, names[i], PDR_ROLE_PREFILL) > 0 &&
+                pdr_pool_count_healthy_in(&r->pool, names[i], PDR_ROLE_DECODE) > 0;
+        if (n[k] + strlen(names[i]) + 3 < sizeof(list[k]))
+            n[k] += (size_t)snprintf(list[k] + n[k], sizeof(list[k]) - n[k], "%s%s", bad[k] ? ", " : "",
+                                     names[i]);
+        bad[k]++;
     }
-    if (bad > 0 && ng == 1 && strcmp(names[0], PDR_DEFAULT_POOL) == 0)
-        snprintf(msg, cap, "no healthy prefill or decode worker");
-    else if (bad > 0)
-        snprintf(msg, cap, "no healthy prefill or decode worker in pool%s %s", bad > 1 ? "s" : "", list);
-    return ng > 0 && bad == 0;
+    int k = bad[0] > 0 ? 0 : 1;
+    const char *what = k == 0 ? "no healthy prefill or decode worker"
+                              : "no prefill/decode pair has passed a health check yet";
+    if (bad[k] > 0 && ng == 1 && strcmp(names[0], PDR_DEFAULT_POOL) == 0)
+        snprintf(msg, cap, "%s", what);
+    else if (bad[k] > 0)
+        snprintf(msg, cap, "%s in pool%s %s", what, bad[k] > 1 ? "s" : "", list[k]);
+    return ng > 0 && bad[0] + bad[1] == 0;
 }
 
 /* ---- CORS (cors.allowed_origins), as the sglang router's: with "*" any origin and any method or header;

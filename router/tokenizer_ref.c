@@ -51,15 +51,19 @@ int pdr_router_tokenizer_prepare(pdr_router_t *r, const pdr_config_t *c, pdr_tok
         next->change = r->tokenizer != NULL;
         return 0;
     }
-    if (stat(c->tokenizer, &next->st) == 0 && same_file(r, c->tokenizer, &next->st))
+    /* A directory stands for its tokenizer.json: that file's identity decides whether a reload reloads. */
+    char file[PDR_TOKENIZER_PATH_MAX];
+    if (pdr_tokenizer_file(c->tokenizer, file, sizeof(file), err, errlen) != 0)
+        return PDR_ECONFIG;
+    if (stat(file, &next->st) == 0 && same_file(r, file, &next->st))
         return 0;
     uint64_t t0 = pdr_now_ms();
-    pdr_tokenizer_t *tok = pdr_tokenizer_load(c->tokenizer, err, errlen);
+    pdr_tokenizer_t *tok = pdr_tokenizer_load(file, err, errlen);
     if (tok == NULL)
         return PDR_ECONFIG;
-    if ((next->path = strdup(c->tokenizer)) == NULL) {
+    if ((next->path = strdup(file)) == NULL) {
         pdr_tokenizer_free(tok);
-        snprintf(err, errlen, "%s: out of memory", c->tokenizer);
+        snprintf(err, errlen, "%s: out of memory", file);
         return PDR_ENOMEM;
     }
     next->load_ms = pdr_now_ms() - t0;

@@ -332,7 +332,11 @@ static void on_due_check(uv_check_t *h)
         due_unlink(c);
         if (c->state == C_CONNECTING || c->state == C_RESOLVING) {
             /* The worker is unreachable: a connect error (cause "connect"), not an answer that came late. */
-            if (c->leg != NULL)
+            if (c->leg != NULL && c->state == C_RESOLVING)
+                snprintf(c->leg->error_detail, sizeof(c->leg->error_detail),
+                         "DNS lookup timed out: no address for host '%.100s' within %ld ms", c->o->host,
+                         connect_ms(c->leg));
+            else if (c->leg != NULL)
                 snprintf(c->leg->error_detail, sizeof(c->leg->error_detail),
                          "connect timed out: no connection within %ld ms", connect_ms(c->leg));
             leg_fail(c, PDR_ECONNREFUSED);
@@ -862,6 +866,13 @@ static void conn_connect(pdr_conn_t *c)
     uv_timer_start(&c->timer, on_connect_timeout, (uint64_t)connect_ms(c->leg), 0);
 }
 
+/* A leg whose worker's host name did not resolve: the reason its error names. */
+static void dns_failed(pdr_leg_t *leg, const char *host, const char *why)
+{
+    snprintf(leg->error_detail, sizeof(leg->error_detail),
+             "DNS lookup failed: cannot resolve host '%.100s' (%s)", host, why);
+}
+
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
     pdr_conn_t *c = req->data;
@@ -887,7 +898,11 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
         return;
     }
     if (status != 0 || !o->have_addr) {
+        /* Counted as the connect failure it is (the worker cannot be reached), named for what it is: a
+         * "connection refused" would send the operator to the worker instead of the name. */
         pdr_debug("upstream: cannot resolve %s: %s", o->host, uv_strerror(status));
+        if (c->leg != NULL)
+            dns_failed(c->leg, o->host, status != 0 ? uv_strerror(status) : "no address");
         leg_fail(c, PDR_ECONNREFUSED);
         return;
     }
@@ -1002,9 +1017,11 @@ static int leg_connect(pdr_leg_t *leg, int fresh)
     hints.ai_socktype = SOCK_STREAM;
     char port[8];
     snprintf(port, sizeof(port), "%d", o->port);
-    if (uv_getaddrinfo(m->loop, c->gai, on_resolved, o->host, port, &hints) != 0) {
+    int rc = uv_getaddrinfo(m->loop, c->gai, on_resolved, o->host, port, &hints);
+    if (rc != 0) {
         free(c->gai);
         c->gai = NULL;
+        dns_failed(leg, o->host, uv_strerror(rc));
         leg_fail(c, PDR_ECONNREFUSED);
         return 0;
     }

@@ -38,6 +38,26 @@ static uint64_t ring_distance(uint64_t key, uint64_t key_hash)
     return best;
 }
 
+/* The candidate nearest clockwise of key_hash among those whose load is at most limit (all of them when
+ * loads is NULL: every load is 0), or -1 when none is. Equal distances need equal points: the lower key
+ * wins, so that the order of the candidates never matters. */
+static int nearest_within(const uint64_t *keys, const uint64_t *loads, size_t n, uint64_t key_hash,
+                          uint64_t limit)
+{
+    int pick = -1;
+    uint64_t best = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (loads != NULL && loads[i] > limit)
+            continue;
+        uint64_t d = ring_distance(keys[i], key_hash);
+        if (pick < 0 || d < best || (d == best && keys[i] < keys[pick])) {
+            best = d;
+            pick = (int)i;
+        }
+    }
+    return pick;
+}
+
 int pdr_chash_pick(const uint64_t *keys, const uint64_t *loads, size_t n, uint64_t key_hash,
                    double load_factor)
 {
@@ -47,31 +67,23 @@ int pdr_chash_pick(const uint64_t *keys, const uint64_t *loads, size_t n, uint64
         return PDR_EINVAL;
     if (!(load_factor >= 1.0)) /* also NaN */
         load_factor = 1.0;
-    uint64_t sum = 0;
-    for (size_t i = 0; loads != NULL && i < n; i++)
-        sum += loads[i];
-    /* Capacity with this request counted: the least loaded candidate is always under it. */
+    uint64_t sum = 0, least = UINT64_MAX;
+    for (size_t i = 0; loads != NULL && i < n; i++) {
+        sum = loads[i] > UINT64_MAX - sum ? UINT64_MAX : sum + loads[i]; /* saturates */
+        if (loads[i] < least)
+            least = loads[i];
+    }
+    /* Capacity with this request counted: a candidate is under it when its load + 1 <= cap, that is when
+     * its load is at most cap - 1 (cap >= 1: the mean is above 0). */
     double mean = load_factor * ((double)sum + 1.0) / (double)n, cap = (double)(uint64_t)mean;
     if (cap < mean)
         cap += 1.0; /* ceil, without libm */
-    int pick = -1;
-    uint64_t best = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t load = loads != NULL ? loads[i] : 0;
-        if ((double)load + 1.0 > cap)
-            continue;
-        uint64_t d = ring_distance(keys[i], key_hash);
-        /* Equal distances need equal points: the lower key, so that order never matters. */
-        if (pick < 0 || d < best || (d == best && keys[i] < keys[pick])) {
-            best = d;
-            pick = (int)i;
-        }
-    }
-    if (pick < 0) { /* unreachable with load_factor >= 1; the least loaded keeps it total */
-        pick = 0;
-        for (size_t i = 1; i < n; i++)
-            if (loads[i] < loads[pick])
-                pick = (int)i;
-    }
+    uint64_t limit = cap - 1.0 >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)(cap - 1.0);
+    int pick = nearest_within(keys, loads, n, key_hash, limit);
+    /* The least loaded candidate is under capacity in exact arithmetic; with loads near 2^64 the doubles
+     * round, and then the nearest of the least loaded ones keeps the choice total and independent of the
+     * candidates' order. Without loads every candidate is under capacity, so loads is not NULL here. */
+    if (pick < 0)
+        pick = nearest_within(keys, loads, n, key_hash, least);
     return pick;
 }

@@ -463,7 +463,7 @@ void pdr_kvindex_match(pdr_kvindex_t *ix, const uint32_t *ids, size_t n_ids, con
                        size_t n, pdr_kvindex_match_t *out)
 {
     worker_t *ws[n + 1];
-    uint32_t sizes[KVI_MAX_SIZES];
+    uint32_t sizes[KVI_MAX_SIZES] = {0};
     size_t nsizes = 0;
     /* 1. Under the lock: the candidates' block sizes. */
     pthread_mutex_lock(&ix->mu);
@@ -480,7 +480,7 @@ void pdr_kvindex_match(pdr_kvindex_t *ix, const uint32_t *ids, size_t n_ids, con
 
     /* 2. Without it: the prompt's chained block hashes, per size (the costly part of a lookup). */
     uint64_t stack[KVI_STACK_BLOCKS], *hashes[KVI_MAX_SIZES];
-    size_t nblocks[KVI_MAX_SIZES];
+    size_t nblocks[KVI_MAX_SIZES] = {0};
     int stack_used = 0;
     for (size_t k = 0; k < nsizes; k++) {
         nblocks[k] = n_ids / sizes[k];

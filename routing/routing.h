@@ -122,8 +122,9 @@ int pdr_cache_aware_pick_keyed(pdr_ptree_t *tree, const pdr_cache_aware_params_t
  * request counted. The result depends on the set of (key, load) pairs only, not on their order, so
  * independent processes with the same candidates and loads choose the same one; removing a candidate
  * moves only the keys that were on it (with no load above capacity). load_factor below 1 counts as 1
- * (someone is always under capacity then). loads NULL: all zero. Returns the index, PDR_ENOWORKER when n
- * is 0, PDR_EINVAL when keys is NULL.
+ * (someone is always under capacity then; with loads near 2^64, where the arithmetic saturates and rounds,
+ * the nearest of the least loaded). loads NULL: all zero. Returns the index, PDR_ENOWORKER when n is 0,
+ * PDR_EINVAL when keys is NULL.
  */
 #define PDR_CHASH_VNODES 64
 int pdr_chash_pick(const uint64_t *keys, const uint64_t *loads, size_t n, uint64_t key_hash,

@@ -16,11 +16,18 @@
 typedef struct pdr_tokenizer pdr_tokenizer_t;
 
 /*
- * Loads a tokenizer.json. Returns NULL and writes a message to err[0..errlen) on failure: the file's
- * name and what is wrong, with line:column for malformed JSON and the JSON path of a feature this
- * encoder does not implement (e.g. "normalizer.type: \"Lowercase\" is not supported").
+ * Loads a tokenizer.json: path names the file, or a directory holding it (a model directory). Returns NULL
+ * and writes a message to err[0..errlen) on failure: the file's name and what is wrong, with line:column
+ * for malformed JSON and the JSON path of a feature this encoder does not implement (e.g.
+ * "normalizer.type: \"Lowercase\" is not supported"); a path that is neither says what is expected.
  */
 pdr_tokenizer_t *pdr_tokenizer_load(const char *path, char *err, size_t errlen);
+/* The file pdr_tokenizer_load reads for path (path itself, or DIR/tokenizer.json) into out[0..cap).
+ * Returns 0, or PDR_ECONFIG / PDR_ETOOBIG with the message in err: no such file (a name that looks like
+ * a Hugging Face model id says that those are not downloaded), a directory without a tokenizer.json, not
+ * a regular file, a path longer than cap - 1. */
+#define PDR_TOKENIZER_PATH_MAX 4096
+int pdr_tokenizer_file(const char *path, char *out, size_t cap, char *err, size_t errlen);
 /* A tokenizer is reference-counted (it starts with one): pdr_tokenizer_ref() adds one, and
  * pdr_tokenizer_free() drops one and frees the tokenizer with the last. Both are thread-safe. */
 pdr_tokenizer_t *pdr_tokenizer_ref(pdr_tokenizer_t *tok);

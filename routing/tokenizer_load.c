@@ -5,10 +5,12 @@
  * so that a file this encoder cannot reproduce fails at load and never encodes differently. Fields that only
  * change offsets or decoding (trim_offsets, decoder) are not looked at.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "err.h"
 #include "tjson.h"
@@ -619,14 +621,64 @@ static pdr_tokenizer_t *load_doc(pdr__tj_t *doc, const char *path, char *err, si
     return t;
 }
 
+#define EXPECTED "expected a Hugging Face tokenizer.json file, or a directory holding one"
+
+/* "org/name" or "name" with no such file: what a hub model id looks like (sglang's --tokenizer-path and
+ * --model-path take one and download it). */
+static int looks_like_hub_name(const char *path)
+{
+    const char *slash = strchr(path, '/');
+    return path[0] != '/' && path[0] != '.' && path[0] != '\0' &&
+           (slash == NULL || strchr(slash + 1, '/') == NULL);
+}
+
+int pdr_tokenizer_file(const char *path, char *out, size_t cap, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        if ((errno == ENOENT || errno == ENOTDIR) && looks_like_hub_name(path))
+            snprintf(err, errlen,
+                     "%s: no such file: " EXPECTED " (a Hugging Face model name is not downloaded: give the "
+                     "path of the model's tokenizer.json)",
+                     path);
+        else
+            snprintf(err, errlen, "%s: %s: " EXPECTED, path, strerror(errno));
+        return PDR_ECONFIG;
+    }
+    size_t len = strlen(path);
+    int n;
+    if (S_ISDIR(st.st_mode)) {
+        while (len > 1 && path[len - 1] == '/')
+            len--;
+        n = snprintf(out, cap, "%.*s/tokenizer.json", (int)len, path);
+        if (n >= 0 && (size_t)n < cap && (stat(out, &st) != 0 || !S_ISREG(st.st_mode))) {
+            snprintf(err, errlen, "%s: a directory without a tokenizer.json: " EXPECTED, path);
+            return PDR_ECONFIG;
+        }
+    } else if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file: " EXPECTED, path);
+        return PDR_ECONFIG;
+    } else {
+        n = snprintf(out, cap, "%s", path);
+    }
+    if (n < 0 || (size_t)n >= cap) {
+        snprintf(err, errlen, "%s: path too long (%zu bytes at most)", path, cap - 1);
+        return PDR_ETOOBIG;
+    }
+    return 0;
+}
+
 pdr_tokenizer_t *pdr_tokenizer_load(const char *path, char *err, size_t errlen)
 {
     if (errlen > 0)
         err[0] = '\0';
-    pdr__tj_t doc;
-    if (pdr__tj_parse_file(&doc, path, err, errlen) != 0)
+    char file[PDR_TOKENIZER_PATH_MAX];
+    if (pdr_tokenizer_file(path, file, sizeof(file), err, errlen) != 0)
         return NULL;
-    return load_doc(&doc, path, err, errlen);
+    pdr__tj_t doc;
+    if (pdr__tj_parse_file(&doc, file, err, errlen) != 0)
+        return NULL;
+    return load_doc(&doc, file, err, errlen);
 }
 
 pdr_tokenizer_t *pdr__tokenizer_load_buffer(char *buf, size_t len, const char *name, char *err, size_t errlen)

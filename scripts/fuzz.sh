@@ -17,7 +17,7 @@ shift || true
 build=${FUZZ_BUILD:-$root/build-fuzz}
 jobs=${JOBS:-2}
 
-CC=${CC:-clang} cmake -S "$root" -B "$build" -DPDR_LIBFUZZER=ON >/dev/null
+CC=${CC:-clang} cmake -S "$root" -B "$build" -DPDR_LIBFUZZER=ON -DPDR_WERROR=ON >/dev/null
 list=$build/fuzz_targets.txt
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then

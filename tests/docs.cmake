@@ -1,7 +1,7 @@
 # docs/openapi.yaml: valid OpenAPI (openapi-spec-validator) and listing exactly the routes the router
 # serves (integration/test_openapi.py, against a running router). The validator is the Python module
 # openapi_spec_validator: Debian's python3-openapi-spec-validator (in /usr/bin/python3's dist-packages;
-# scripts/install-deps.sh installs it where the distribution has it), else the default python3's copy.
+# scripts/install-deps.sh --test installs it where the distribution has it), else the default python3's copy.
 # With neither the test exits 77 (skipped).
 add_test(NAME docs_openapi
          COMMAND sh -c "for py in /usr/bin/python3 \"$0\"; do \"$py\" -c 'import openapi_spec_validator, yaml' 2>/dev/null && exec \"$py\" \"$1\"; done; echo 'skipped: no python3 with the openapi_spec_validator and yaml modules'; exit 77"

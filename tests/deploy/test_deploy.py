@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Offline checks of the deployment artifacts under deploy/ (docs/deploy.md "What CI checks").
 
-  test_deploy.py k8s      render deploy/k8s/base and deploy/k8s/overlays/sglang with
+  test_deploy.py k8s      render deploy/k8s/base and deploy/k8s/overlays/{sglang,vllm} with
                           `kubectl kustomize`, check every object against the Kubernetes schema
                           (python3-kubernetes models: unknown fields and wrong types fail, with the
                           path; fields newer than those 1.22 models from k8s_rules.NEWER_FIELDS), the
@@ -269,48 +269,93 @@ def check_router_yaml(cm, mounts, vols, where):
         fail(f"{where}: admin listener must stay on loopback, got {admin.get('host')!r}")
 
 
-def check_sglang(objs, where):
+def check_engine(objs, where, role):
+    """One engine StatefulSet of the role: GPU, readiness on /health, a headless Service, and the router's
+    discovery selector matching its pods and no other's, on its http port. Returns (StatefulSet,
+    container, the router's config) or None."""
     import yaml
+    sts = [o for o in find(objs, "StatefulSet")
+           if o["spec"]["template"]["metadata"].get("labels", {}).get("app.kubernetes.io/component") == role]
+    if len(sts) != 1:
+        fail(f"{where}: expected one {role} StatefulSet, found {len(sts)}")
+        return None
+    s = sts[0]
+    tmpl = s["spec"]["template"]
+    c = tmpl["spec"]["containers"][0]
+    if str(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")) != "1":
+        fail(f"{where}: {role} needs nvidia.com/gpu: 1")
+    if c.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/health":
+        fail(f"{where}: {role} readiness must be GET /health")
+    svc = find(objs, "Service", s["spec"]["serviceName"])
+    if not svc or svc[0]["spec"].get("clusterIP") != "None":
+        fail(f"{where}: {role} StatefulSet's serviceName is not a headless Service")
+    # the router finds exactly this StatefulSet's pods: its selector for the role matches the pod
+    # template's labels, and nothing of the other role; the port is the pods' http port
+    cm = [o for o in find(objs, "ConfigMap") if "router.yaml" in o.get("data", {})]
+    conf = yaml.safe_load(cm[0]["data"]["router.yaml"]) if cm else {}
+    k8s = ((conf.get("discovery") or {}).get("kubernetes") or {}).get(role) or {}
+    sel = dict(kv.split("=", 1) for kv in str(k8s.get("selector", "")).split(",") if "=" in kv)
+    labels = tmpl["metadata"].get("labels", {})
+    port = next(p["containerPort"] for p in c["ports"] if p.get("name") == "http")
+    if not sel or any(labels.get(k) != v for k, v in sel.items()):
+        fail(f"{where}: discovery.kubernetes.{role}.selector {k8s.get('selector')!r} does not match the "
+             f"{role} pods' labels {labels!r}")
+    other = [o for o in find(objs, "StatefulSet") if o is not s and
+             all(o["spec"]["template"]["metadata"].get("labels", {}).get(k) == v for k, v in sel.items())]
+    if other:
+        fail(f"{where}: discovery.kubernetes.{role}.selector also matches {other[0]['metadata']['name']}")
+    if k8s.get("port") not in (None, 0, port):
+        fail(f"{where}: discovery.kubernetes.{role}.port {k8s.get('port')} != the pods' http port {port}")
+    return s, c, conf
+
+
+def check_vllm(objs, where):
+    """The engine settings of docs/operations.md ("In front of real vLLM") on both roles."""
+    import json
     for role in ("prefill", "decode"):
-        sts = [o for o in find(objs, "StatefulSet")
-               if o["spec"]["template"]["metadata"].get("labels", {}).get("app.kubernetes.io/component") == role]
-        if len(sts) != 1:
-            fail(f"{where}: expected one {role} StatefulSet, found {len(sts)}")
+        got = check_engine(objs, where, role)
+        if got is None:
             continue
-        s = sts[0]
-        tmpl = s["spec"]["template"]
-        c = tmpl["spec"]["containers"][0]
+        s, c, conf = got
+        if conf.get("protocol") != "vllm":
+            fail(f"{where}: router.yaml protocol is {conf.get('protocol')!r}, want vllm")
+        argv = c.get("command", []) + c.get("args", [])
+        if argv[:2] != ["vllm", "serve"]:
+            fail(f"{where}: {role} StatefulSet does not run vllm serve: {argv[:2]!r}")
+        ktc = argv[argv.index("--kv-transfer-config") + 1] if "--kv-transfer-config" in argv[:-1] else None
+        try:
+            ktc = json.loads(ktc) if ktc else None
+        except ValueError:
+            fail(f"{where}: {role}: --kv-transfer-config is not JSON: {ktc!r}")
+            ktc = None
+        if not ktc or ktc.get("kv_connector") != "NixlConnector" or ktc.get("kv_role") != "kv_both":
+            fail(f"{where}: {role}: --kv-transfer-config must be NixlConnector with kv_role kv_both, got {ktc!r}")
+        port = next(p["containerPort"] for p in c["ports"] if p.get("name") == "http")
+        if "--port" not in argv[:-1] or str(argv[argv.index("--port") + 1]) != str(port):
+            fail(f"{where}: {role}: vllm serve --port is not the container's http port {port}")
+        env = {e["name"]: e for e in c.get("env", [])}
+        host = env.get("VLLM_NIXL_SIDE_CHANNEL_HOST", {})
+        if host.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "status.podIP":
+            fail(f"{where}: {role}: VLLM_NIXL_SIDE_CHANNEL_HOST must be the pod's IP (fieldRef status.podIP): "
+                 f"the default localhost works only when both engines share a host")
+        side = str(env.get("VLLM_NIXL_SIDE_CHANNEL_PORT", {}).get("value", ""))
+        if not side.isdigit() or not any(str(p["containerPort"]) == side for p in c["ports"]):
+            fail(f"{where}: {role}: VLLM_NIXL_SIDE_CHANNEL_PORT {side!r} is not a declared container port")
+
+
+def check_sglang(objs, where):
+    for role in ("prefill", "decode"):
+        got = check_engine(objs, where, role)
+        if got is None:
+            continue
+        s, c, _ = got
         argv = c.get("command", []) + c.get("args", [])
         if "sglang.launch_server" not in argv or f"--disaggregation-mode" not in argv or \
                 argv[argv.index("--disaggregation-mode") + 1] != role:
             fail(f"{where}: {role} StatefulSet does not run sglang.launch_server --disaggregation-mode {role}")
-        if str(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")) != "1":
-            fail(f"{where}: {role} needs nvidia.com/gpu: 1")
-        if c.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/health":
-            fail(f"{where}: {role} readiness must be GET /health")
-        ann = tmpl["metadata"].get("annotations", {})
+        ann = s["spec"]["template"]["metadata"].get("annotations", {})
         if role == "prefill" and ann.get("sglang.ai/bootstrap-port") != "8998":
             fail(f"{where}: prefill pods need annotation sglang.ai/bootstrap-port: \"8998\"")
-        svc = find(objs, "Service", s["spec"]["serviceName"])
-        if not svc or svc[0]["spec"].get("clusterIP") != "None":
-            fail(f"{where}: {role} StatefulSet's serviceName is not a headless Service")
-        # the router finds exactly this StatefulSet's pods: its selector for the role matches the pod
-        # template's labels, and nothing of the other role; the port is the pods' http port
-        cm = [o for o in find(objs, "ConfigMap") if "router.yaml" in o.get("data", {})]
-        conf = yaml.safe_load(cm[0]["data"]["router.yaml"]) if cm else {}
-        k8s = ((conf.get("discovery") or {}).get("kubernetes") or {}).get(role) or {}
-        sel = dict(kv.split("=", 1) for kv in str(k8s.get("selector", "")).split(",") if "=" in kv)
-        labels = tmpl["metadata"].get("labels", {})
-        port = next(p["containerPort"] for p in c["ports"] if p.get("name") == "http")
-        if not sel or any(labels.get(k) != v for k, v in sel.items()):
-            fail(f"{where}: discovery.kubernetes.{role}.selector {k8s.get('selector')!r} does not match the "
-                 f"{role} pods' labels {labels!r}")
-        other = [o for o in find(objs, "StatefulSet") if o is not s and
-                 all(o["spec"]["template"]["metadata"].get("labels", {}).get(k) == v for k, v in sel.items())]
-        if other:
-            fail(f"{where}: discovery.kubernetes.{role}.selector also matches {other[0]['metadata']['name']}")
-        if k8s.get("port") not in (None, 0, port):
-            fail(f"{where}: discovery.kubernetes.{role}.port {k8s.get('port')} != the pods' http port {port}")
 
 
 def run_k8s():
@@ -325,7 +370,7 @@ def run_k8s():
     if not kubectl:
         print("SKIP: kubectl not found (install kubernetes-client)")
         return SKIP
-    for name, extra in (("base", None), ("overlays/sglang", check_sglang)):
+    for name, extra in (("base", None), ("overlays/sglang", check_sglang), ("overlays/vllm", check_vllm)):
         d = os.path.join(DEPLOY, "k8s", name)
         r = subprocess.run([kubectl, "kustomize", d], capture_output=True, text=True)
         if r.returncode != 0:
@@ -391,6 +436,51 @@ def run_rules():
 
 
 # ---------------------------------------------------------------- Dockerfile lint
+# In debian:12-slim already (Priority: required), or the project's own library.
+BASE_PACKAGES = {"libc6", "libgcc-s1", "zlib1g"}
+
+
+def runtime_packages():
+    """The Debian packages of the libraries that the built pdrouter, pdsim and libpdshim.so load
+    directly (readelf's NEEDED, found with ldd, owned per dpkg), less the base image's. Empty when the
+    binaries or the tools are missing (the build directory is not always there)."""
+    build = os.environ.get("PDR_BUILD", os.path.join(ROOT, "build"))
+    bins = [os.path.join(build, b) for b in ("pdrouter", "pdsim", "libpdshim.so")]
+    if not all(os.path.exists(b) for b in bins) or not all(shutil.which(t) for t in ("readelf", "ldd", "dpkg")):
+        print("Dockerfile: runtime libraries not checked (no build or no readelf/ldd/dpkg)")
+        return set()
+    libs = {}  # library path -> what loads it
+    for b in bins:
+        needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]",
+                            subprocess.run(["readelf", "-d", b], capture_output=True, text=True).stdout)
+        paths = dict(re.findall(r"^\s*(\S+) => (/\S+)", subprocess.run(["ldd", b], capture_output=True,
+                                                                        text=True).stdout, re.M))
+        for lib in needed:
+            if lib != "libpdshim.so" and lib in paths:
+                libs[paths[lib]] = f"{lib} of {os.path.basename(b)}"
+    # dpkg knows a file by the path its package installed (/usr/lib or /lib, the link or its target): one
+    # query with every spelling, each answer mapped back to its library.
+    spellings = {}
+    for path in libs:
+        real = os.path.realpath(path)
+        for cand in (path, real, "/usr" + path, "/usr" + real, path.replace("/usr/lib/", "/lib/", 1),
+                     real.replace("/usr/lib/", "/lib/", 1)):
+            spellings.setdefault(cand, path)
+    out = subprocess.run(["dpkg", "-S"] + sorted(spellings), capture_output=True, text=True).stdout
+    owners = {}
+    for line in out.splitlines():
+        pkg, _, file = line.partition(": ")
+        if file in spellings:
+            owners[spellings[file]] = pkg.split(":")[0]
+    pkgs = set()
+    for path, what in libs.items():
+        if path not in owners:
+            fail(f"Dockerfile check: no Debian package owns {path} ({what})")
+        elif owners[path] not in BASE_PACKAGES:
+            pkgs.add(owners[path])
+    return pkgs
+
+
 def run_docker():
     path = os.path.join(DEPLOY, "docker", "Dockerfile")
     with open(path) as fh:
@@ -456,6 +546,19 @@ def run_docker():
     for pkg in ("libuv1", "libh2o0.13", "libcurl4", "libyaml-0-2", "libjansson4", "libibverbs1", "libssl3"):
         if not re.search(rf"(?<![\w.-]){re.escape(pkg)}(?![\w.-])", rt):
             fail(f"Dockerfile: runtime stage does not install {pkg}")
+    # The build stage installs what scripts/install-deps.sh installs to build (its --print-build list), and
+    # the runtime stage the package of every library the built binaries load directly.
+    bt = " ".join(a for i, a in instrs[:last] if i == "RUN")
+    r = subprocess.run(["sh", os.path.join(ROOT, "scripts", "install-deps.sh"), "--print-build"],
+                       capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout.split():
+        fail(f"scripts/install-deps.sh --print-build failed: {r.stderr.strip()}")
+    for pkg in r.stdout.split():
+        if not re.search(rf"(?<![\w.-]){re.escape(pkg)}(?![\w.-])", bt):
+            fail(f"Dockerfile: build stage does not install {pkg} (scripts/install-deps.sh builds with it)")
+    for pkg in runtime_packages():
+        if not re.search(rf"(?<![\w.-]){re.escape(pkg)}(?![\w.-])", rt):
+            fail(f"Dockerfile: runtime stage does not install {pkg} (a library the binaries load)")
     if re.search(r"-dev\b", rt):
         fail("Dockerfile: runtime stage installs -dev packages")
     print(f"Dockerfile: {len(instrs)} instructions, stages: {', '.join(f.split()[0] for f in froms)}")

@@ -31,7 +31,7 @@ if ! command -v llvm-symbolizer >/dev/null 2>&1; then
     exit 77
 fi
 
-CC=$cc "${CMAKE:-cmake}" -S "$src" -B "$build" -DPDR_LIBFUZZER=ON >"$probe/configure.log" 2>&1 ||
+CC=$cc "${CMAKE:-cmake}" -S "$src" -B "$build" -DPDR_LIBFUZZER=ON -DPDR_WERROR=ON >"$probe/configure.log" 2>&1 ||
     { cat "$probe/configure.log"; exit 1; }
 targets=$(cut -d' ' -f1 "$build/fuzz_targets.txt")
 # shellcheck disable=SC2086 # one word per target

@@ -38,6 +38,22 @@ def validate(spec):
     v(spec)
 
 
+def untyped_nullables(node, where="#"):
+    """The JSON pointers of schemas with `nullable` but no `type`. OpenAPI 3.0.3 (Schema Object): nullable
+    adds null to the values `type` allows, and means nothing without it (redocly lint reports it as
+    "nullable-type-sibling"); openapi-spec-validator does not look."""
+    found = []
+    if isinstance(node, dict):
+        if "nullable" in node and "type" not in node:
+            found.append(where)
+        for k, v in node.items():
+            found += untyped_nullables(v, "%s/%s" % (where, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            found += untyped_nullables(v, "%s/%d" % (where, i))
+    return found
+
+
 def listener(servers):
     """ADMIN or DATA by the port of a server URL (8001: admin.port's default, 8000: listen.port's)."""
     port = re.search(r":(\d+)", servers["url"]).group(1)
@@ -95,6 +111,8 @@ def main():
     with open(SPEC) as f:
         spec = yaml.safe_load(f)
     validate(spec)
+    bad = untyped_nullables(spec)
+    check(not bad, "nullable without a type (null is then not allowed): %s" % ", ".join(bad))
     want = spec_routes(spec)
 
     p = pdtest.start(["pdsim", "--role", "prefill", "--port", "{port}", "--bootstrap-port", "{bport}"],

@@ -6,7 +6,8 @@ pdsim processes on loopback.
   startup_timeout   --worker-startup-timeout-secs: exit 1 when no healthy pair comes up in time; none
                     after one did
   cors              --cors-allowed-origins: preflights answered, Access-Control-Allow-Origin on answers
-  log_level         --log-level debug|info|error filter the router's log; --log-dir gets a copy
+  log_level         --log-level debug|info|error|critical filter the router's log (debug shows each pick and
+                    health check); --log-dir gets a copy
   admin_token_file  --admin-token-file: a flag-only start with an authenticated admin API
   routes            /get_model_info, /get_server_info, /health_generate, /flush_cache, /get_loads
   refused_flags     an sglang router flag without an equivalent: exit 2 naming what exists
@@ -167,17 +168,24 @@ def scenario_log_level():
     dead = pdtest.free_port()
     logdir = tempfile.mkdtemp(prefix="pdrouter-logdir-")
     sub = os.path.join(logdir, "sub")
-    for level in ("debug", "info", "error"):
+    for level in ("debug", "info", "error", "critical"):
         extra = ["--log-level", level] + (["--log-dir", sub] if level == "debug" else [])
         r = router([p], [d], *extra, dead_decodes=[dead])
         # The dead worker's health check failed (a debug line in the upstream client), as an event.
         pdtest.poll_until(lambda: checked(r, "decode-1"), 5, "the dead worker to be checked")
+        # A request that works: at debug, the picks it made and the checks that passed are logged too.
+        st = request(r.port, "POST", "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 2}})[0]
+        check(st == 200, "request at %s: %d" % (level, st), r)
         r.stop()
         log = log_of(r)
         has_debug = (" debug upstream 127.0.0.1:%d" % dead) in log
         has_info = " info pdrouter listening on" in log
         if level == "debug":
             check(has_debug and has_info, "debug: %s" % log[-800:], r)
+            for want in (" debug pick: pool default, prefill: prefill-0 http://127.0.0.1:%d by round_robin" % p.port,
+                         " debug pick: pool default, decode: decode-0 http://127.0.0.1:%d by least_load" % d.port,
+                         " debug health: prefill-0 http://127.0.0.1:%d/health: HTTP 200, check passed" % p.port):
+                check(want in log, "debug: no line%r in %s" % (want, log[-1500:]), r)
             with open(os.path.join(sub, "pdrouter.log")) as f:
                 copy = f.read()
             check(" info pdrouter listening on" in copy and " debug upstream" in copy, "--log-dir copy: %r" % copy[-500:], r)

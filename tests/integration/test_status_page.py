@@ -6,7 +6,7 @@ the token but holds no data; the test types the token, waits for the 3 workers, 
 button, checks the state in the page and through the API, activates it again, and leaves a screenshot
 in the build dir (status_page.png). A prefill that dies shows up under "Recent errors".
 
-Needs Debian's chromium, chromium-driver and python3-selenium (scripts/install-deps.sh installs them);
+Needs Debian's chromium, chromium-driver and python3-selenium (scripts/install-deps.sh --test installs them);
 exits 77 (skipped) when one is missing. Run with /usr/bin/python3, which sees Debian's dist-packages.
 Every wait is a WebDriverWait or pdtest.poll_until on the event; nothing sleeps to synchronize.
 """

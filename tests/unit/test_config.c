@@ -60,7 +60,7 @@ static pdr_config_t *load(const char *text, char *err, size_t errlen)
 /* Loading must fail with exactly this message (want ends with '*': a prefix). */
 static void expect_error(int line, const char *text, const char *want)
 {
-    char err[512];
+    char err[1024];
     pdr_config_t *c = load(text, err, sizeof(err));
     size_t wl = strlen(want);
     int prefix = wl > 0 && want[wl - 1] == '*';
@@ -321,6 +321,21 @@ static void test_errors(void)
                  "kv_transfer_ms, stream_idle_ms, kv_transfer_ms_per_1k_tokens, client_header_ms, "
                  "client_body_ms, keepalive_idle_ms, lingering_ms, lingering_idle_ms)");
     EXPECT_ERROR("lisen: { port: 1 }\n", "bad.yaml:1:1: unknown key 'lisen' at the top level*");
+    /* The lists of valid keys are whole, however long (the top level's and limits' are past 256 bytes). */
+    EXPECT_ERROR(
+        "pool: {}\n",
+        "bad.yaml:1:1: unknown key 'pool' at the top level (valid keys: listen, admin, metrics, cors, "
+        "protocol, policy, workers, health, timeouts, limits, retries, outlier, breaker, pd, cache_aware, "
+        "disaggregation, kv_events, ticket, shim_events, kv_admission, log, lifecycle, tracing, threads, "
+        "dp_aware, tokenizer, discovery, pools, request_id_headers)");
+    EXPECT_ERROR(
+        "limits: { max_body: 1 }\n",
+        "bad.yaml:1:11: unknown key 'max_body' in 'limits' (valid keys: max_body_bytes, max_inflight, "
+        "max_connections_per_worker, h2_max_resets, max_merge_bytes, max_header_bytes, max_headers, "
+        "max_client_connections, max_idle_client_connections, max_lingering_bytes, "
+        "h2_max_connection_body_bytes, max_body_memory_bytes, h2_max_concurrent_streams, "
+        "h2_max_control_frames, max_inflight_per_pool, max_inflight_per_worker, queue, queue_timeout_ms, "
+        "rate_limit_rps, rate_limit_burst)");
     EXPECT_ERROR("workers:\n  prefill:\n    - { url: http://a:1, weight: 2 }\n",
                  "bad.yaml:3:26: unknown key 'weight' in 'workers.prefill[0]' (valid keys: url, "
                  "bootstrap_port, dp_size, kv_events)");
@@ -395,8 +410,8 @@ static void test_errors(void)
                  "bad.yaml:1:14: pd.relay: unknown relay mode 'eager', expected first_byte or after_prefill");
     EXPECT_ERROR("pd: { relay: [a] }\n",
                  "bad.yaml:1:14: pd.relay: expected first_byte or after_prefill, got a sequence");
-    EXPECT_ERROR("log: { level: loud }\n",
-                 "bad.yaml:1:15: log.level: unknown level 'loud', expected debug, info, warn or error");
+    EXPECT_ERROR("log: { level: loud }\n", "bad.yaml:1:15: log.level: unknown level 'loud', expected debug, "
+                                           "info, warn (warning), error or critical");
 
     /* Wrong node types. */
     EXPECT_ERROR("listen: 8000\n", "bad.yaml:1:9: listen: expected a mapping, got a scalar");
@@ -1616,8 +1631,9 @@ static void test_cli_sglang(void)
         "argv: metrics.port: 8000 is already listen.port; give the metrics listener its own port", PD,
         "--prometheus-port", "8000");
     EXPECT_ARGV_ERROR("argv: --prometheus-host: empty value", PD, "--prometheus-host=");
-    EXPECT_ARGV_ERROR("argv: --log-level: unknown level 'trace', expected debug, info, warn or error", PD,
-                      "--log-level", "trace");
+    EXPECT_ARGV_ERROR(
+        "argv: --log-level: unknown level 'trace', expected debug, info, warn (warning), error or critical",
+        PD, "--log-level", "trace");
     EXPECT_ARGV_ERROR("argv: --log-dir needs a value", PD, "--log-dir");
     EXPECT_ARGV_ERROR(
         "argv: --cors-allowed-origins needs the origins, or '*' for any origin (what the sglang "
@@ -1649,9 +1665,10 @@ static void test_cli_sglang(void)
     EXPECT_ARGV_ERROR("argv: --shutdown-grace-period-secs: expected an integer in 1..86400, got 'x'", PD,
                       "--shutdown-grace-period-secs", "x");
     EXPECT_ARGV_ERROR("argv: --admin-token-file: empty value", PD, "--admin-token-file=");
-    EXPECT_ARGV_ERROR("argv: --backend: 'openai' is not supported; pdrouter drives sglang workers (--backend "
-                      "sglang, or --protocol)",
-                      PD, "--backend", "openai");
+    EXPECT_ARGV_ERROR(
+        "argv: --backend: 'openai' is not supported; pdrouter drives sglang or vLLM engines, not "
+        "an OpenAI API (--backend sglang, or --protocol sglang|vllm|pdshim)",
+        PD, "--backend", "openai");
     EXPECT_ARGV_ERROR("argv: --pd-disaggregation takes no value", PD, "--pd-disaggregation=1");
     /* Discovery flags. */
     EXPECT_ARGV_ERROR("argv: --prefill-selector needs --service-discovery", "--prefill-selector", "app=p",
@@ -1717,6 +1734,86 @@ static void test_cli_sglang(void)
 }
 
 /* The new YAML keys and their checks. */
+/*
+ * Every value of every choices= list in the sglang router's router_args.py (releases differ: older ones
+ * take --log-level debug|info|warning|error|critical, newer ones debug|info|warn|error; --prefill-policy
+ * adds bucket to the policies): each is either accepted, with the meaning checked, or refused with a
+ * message that says why. An unknown value of the same flags is refused as unknown.
+ */
+static void test_sglang_choices(void)
+{
+#define PD "--prefill", "http://a:1", "--decode", "http://b:2"
+    static const struct {
+        const char *flag, *value;
+        const char *level; /* accepted: the log level it gives (log-level only) */
+        int policy;        /* accepted: the policy it gives, -1 when the flag sets none */
+        const char *error; /* refused: the message, '*' ending a prefix */
+    } cases[] = {
+        {"--log-level", "debug", "debug", -1, NULL},
+        {"--log-level", "info", "info", -1, NULL},
+        {"--log-level", "warn", "warn", -1, NULL},
+        {"--log-level", "warning", "warn", -1, NULL},
+        {"--log-level", "error", "error", -1, NULL},
+        {"--log-level", "critical", "error", -1, NULL},
+        {"--log-level", "fatal", NULL, -1, "argv: --log-level: unknown level 'fatal'*"},
+        {"--policy", "random", NULL, PDR_POLICY_RANDOM, NULL},
+        {"--policy", "round_robin", NULL, PDR_POLICY_ROUND_ROBIN, NULL},
+        {"--policy", "cache_aware", NULL, PDR_POLICY_CACHE_AWARE, NULL},
+        {"--policy", "power_of_two", NULL, PDR_POLICY_POWER_OF_TWO, NULL},
+        {"--policy", "manual", NULL, -1, "argv: --policy: the manual policy is not available yet*"},
+        {"--prefill-policy", "random", NULL, PDR_POLICY_RANDOM, NULL},
+        {"--prefill-policy", "round_robin", NULL, PDR_POLICY_ROUND_ROBIN, NULL},
+        {"--prefill-policy", "cache_aware", NULL, PDR_POLICY_CACHE_AWARE, NULL},
+        {"--prefill-policy", "power_of_two", NULL, PDR_POLICY_POWER_OF_TWO, NULL},
+        {"--prefill-policy", "manual", NULL, -1,
+         "argv: --prefill-policy: the manual policy is not available*"},
+        {"--prefill-policy", "bucket", NULL, -1,
+         "argv: --prefill-policy: the bucket policy is not available*"},
+        {"--decode-policy", "random", NULL, PDR_POLICY_RANDOM, NULL},
+        {"--decode-policy", "round_robin", NULL, PDR_POLICY_ROUND_ROBIN, NULL},
+        {"--decode-policy", "cache_aware", NULL, PDR_POLICY_CACHE_AWARE, NULL},
+        {"--decode-policy", "power_of_two", NULL, PDR_POLICY_POWER_OF_TWO, NULL},
+        {"--decode-policy", "manual", NULL, -1, "argv: --decode-policy: the manual policy is not available*"},
+        {"--backend", "sglang", NULL, -1, NULL},
+        {"--backend", "openai", NULL, -1, "argv: --backend: 'openai' is not supported*"},
+        {"--history-backend", "none", NULL, -1, NULL},
+        {"--history-backend", "memory", NULL, -1,
+         "argv: --history-backend: 'memory' is not supported: pdrouter keeps no conversation or response "
+         "history (--history-backend none is accepted)"},
+        {"--history-backend", "oracle", NULL, -1, "argv: --history-backend: 'oracle' is not supported*"},
+        {"--history-backend", "postgres", NULL, -1, "argv: --history-backend: 'postgres' is not supported*"},
+        /* Its choices are the parsers sglang was built with; pdrouter parses no answers. */
+        {"--tool-call-parser", "json", NULL, -1,
+         "argv: --tool-call-parser (sglang router) is not supported: pdrouter passes answers through*"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *argv[] = {"pdrouter", PD, cases[i].flag, cases[i].value, NULL};
+        if (cases[i].error != NULL) {
+            expect_argv_error(__LINE__, argv, cases[i].error);
+            continue;
+        }
+        char err[512];
+        pdr_cli_t cli;
+        if (parse(argv, &cli, err, sizeof(err)) != 0 || cli.config == NULL) {
+            fprintf(stderr, "%s:%d: %s %s refused: %s\n", __FILE__, __LINE__, cases[i].flag, cases[i].value,
+                    err);
+            failures++;
+            continue;
+        }
+        const pdr_config_t *c = cli.config;
+        if (cases[i].level != NULL)
+            CHECK(strcmp(c->log.level, cases[i].level) == 0);
+        if (cases[i].policy >= 0 && strcmp(cases[i].flag, "--decode-policy") != 0)
+            CHECK((int)c->policy_prefill == cases[i].policy);
+        if (cases[i].policy >= 0 && strcmp(cases[i].flag, "--prefill-policy") != 0)
+            CHECK((int)c->policy_decode == cases[i].policy);
+        if (strcmp(cases[i].flag, "--backend") == 0)
+            CHECK(c->protocol == PDR_PROTO_SGLANG);
+        pdr_config_unref(cli.config);
+    }
+#undef PD
+}
+
 static void test_sglang_keys(void)
 {
     char err[512];
@@ -2470,6 +2567,7 @@ static const pdr_test_case_t runner_cases[] = {
     {"cli", test_cli, 60},
     {"cli_sglang", test_cli_sglang, 60},
     {"sglang_keys", test_sglang_keys, 60},
+    {"sglang_choices", test_sglang_choices, 60},
     {"discovery", test_discovery, 60},
     {"discovery_errors", test_discovery_errors, 60},
     {"pools", test_pools, 60},

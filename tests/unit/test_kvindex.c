@@ -437,7 +437,7 @@ static void test_index_basic(void)
     CHECK(m[0].blocks == 1);
     /* A store whose parent is unknown is an orphan: not indexed. */
     CHECK(store(ix, 1, 3, 1, 700, 1, 12345, 4, 40, NULL) == 0);
-    pdr_kvindex_worker_stats_t st;
+    pdr_kvindex_worker_stats_t st = {0};
     CHECK(pdr_kvindex_worker_stats(ix, 1, &st) == 0);
     CHECK(st.orphans == 1 && st.blocks == 2 && st.blocks_stored == 3 && st.blocks_removed == 1);
     CHECK(st.synced && st.messages == 4 && st.last_seq == 3);

@@ -564,6 +564,23 @@ static void test_chash(void)
     /* A factor below 1 (or NaN) counts as 1: still a choice. */
     CHECK(pdr_chash_pick(keys, loads, 4, h, 0.5) >= 0);
     CHECK(pdr_chash_pick(keys, loads, 4, h, 0.0 / 0.0) >= 0);
+
+    /* Loads near 2^64 (their sum past it): the choice stays the ring's, among the least loaded, and
+     * independent of the candidates' order, rather than whichever came first. */
+    uint64_t huge[4], rhuge[4], rkeys[4];
+    for (size_t i = 0; i < 4; i++) {
+        huge[i] = rhuge[3 - i] = (UINT64_C(1) << 63) + (i == 2);
+        rkeys[3 - i] = keys[i];
+    }
+    size_t hits[4] = {0};
+    for (uint64_t k = 0; k < 400; k++) {
+        uint64_t kh = pdr_routing_hash(&k, sizeof(k));
+        int a = pdr_chash_pick(keys, huge, 4, kh, 1.25), b = pdr_chash_pick(rkeys, rhuge, 4, kh, 1.25);
+        CHECK(a >= 0 && b >= 0 && a != 2 && keys[a] == rkeys[b]);
+        if (a >= 0)
+            hits[a]++;
+    }
+    CHECK(hits[0] > 0 && hits[1] > 0 && hits[3] > 0);
 }
 
 /* Three independent replicas (own trees, own local ids, the workers listed in different orders) with

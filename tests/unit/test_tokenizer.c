@@ -296,6 +296,49 @@ static void test_threads(const char *file)
 static const char *tokenizer_json; /* argv[1]: a tokenizer.json for the threads case */
 
 /* Each case, in its child, has a scratch file of its own. */
+/* What a path that is not a tokenizer.json gets: a message saying what is expected; a directory holding a
+ * tokenizer.json (a model directory) loads it. */
+static void test_paths(void)
+{
+    char err[512], dir[] = "/tmp/pdr_test_tokdirXXXXXX", file[600];
+    CHECK(mkdtemp(dir) != NULL);
+    static const char *const expected =
+        "expected a Hugging Face tokenizer.json file, or a directory holding one";
+    CHECK(pdr_tokenizer_load(dir, err, sizeof(err)) == NULL);
+    CHECK(strstr(err, dir) != NULL && strstr(err, "a directory without a tokenizer.json") != NULL &&
+          strstr(err, expected) != NULL);
+    CHECK(pdr_tokenizer_load("meta-llama/Llama-3.1-8B-Instruct", err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "no such file") != NULL && strstr(err, expected) != NULL &&
+          strstr(err, "a Hugging Face model name is not downloaded") != NULL);
+    CHECK(pdr_tokenizer_load("/nonexistent/tokenizer.json", err, sizeof(err)) == NULL);
+    CHECK(strstr(err, expected) != NULL && strstr(err, "not downloaded") == NULL);
+    CHECK(pdr_tokenizer_load("/dev/null", err, sizeof(err)) == NULL);
+    CHECK(strstr(err, "/dev/null: not a regular file") != NULL && strstr(err, expected) != NULL);
+
+    snprintf(file, sizeof(file), "%s/tokenizer.json", dir);
+    FILE *f = fopen(file, "w");
+    CHECK(f != NULL);
+    char *json = make("null", BL, "null", ADDED, "");
+    if (f != NULL) {
+        fputs(json, f);
+        fclose(f);
+    }
+    free(json);
+    char slash[600];
+    snprintf(slash, sizeof(slash), "%s/", dir);
+    for (int i = 0; i < 2; i++) {
+        pdr_tokenizer_t *t = pdr_tokenizer_load(i == 0 ? dir : slash, err, sizeof(err));
+        if (t == NULL)
+            fprintf(stderr, "a directory holding tokenizer.json: %s\n", err);
+        CHECK(t != NULL);
+        pdr_tokenizer_free(t);
+    }
+    char out[PDR_TOKENIZER_PATH_MAX];
+    CHECK(pdr_tokenizer_file(slash, out, sizeof(out), err, sizeof(err)) == 0 && strcmp(out, file) == 0);
+    unlink(file);
+    rmdir(dir);
+}
+
 static void make_scratch(void)
 {
     fd = mkstemp(path);
@@ -313,11 +356,11 @@ static void test_threads_json(void)
     test_threads(tokenizer_json);
 }
 
-static const pdr_test_case_t cases[] = {
-    {"errors", test_errors, 60},
-    {"encode", test_encode, 60},
-    {"white_space", test_white_space, 60},
-    {"threads", test_threads_json, 60}, /* last: only with a tokenizer.json */
+static const pdr_test_case_t cases[] =
+    {
+        {"errors", test_errors, 60},        {"paths", test_paths, 60},
+        {"encode", test_encode, 60},        {"white_space", test_white_space, 60},
+        {"threads", test_threads_json, 60}, /* last: only with a tokenizer.json */
 };
 
 /* test_tokenizer [TOKENIZER_JSON [CASE...]] */
