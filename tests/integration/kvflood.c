@@ -1,8 +1,8 @@
 /*
  * A KV event publisher that misbehaves, for the router's KV event tests (test_kv_events.py): it binds a
  * ZMQ XPUB socket, waits until a subscriber has subscribed (so that nothing is published into the void)
- * and a line has come on stdin (the test's go), then sends vLLM-format messages ([topic, 8-byte big-endian sequence number, msgpack KVEventBatch],
- * docs/internals/kv-events.md) as fast as it can:
+ * and a line has come on stdin (the test's go), then sends vLLM-format messages ([topic, 8-byte big-endian
+ * sequence number, msgpack KVEventBatch], docs/internals/kv-events.md) as fast as it can:
  *
  *   kvflood ENDPOINT store N          N blocks of one token each, chained, in messages of 20 000 blocks
  *   kvflood ENDPOINT big BYTES COUNT  COUNT messages whose payload is BYTES bytes long
@@ -150,7 +150,8 @@ int main(int argc, char **argv)
         return 2;
     }
     msgpack_sbuffer_destroy(&ev);
-    printf("{\"messages\": %llu, \"dropped\": %llu}\n", (unsigned long long)sent, (unsigned long long)dropped);
+    printf("{\"messages\": %llu, \"dropped\": %llu}\n", (unsigned long long)sent,
+           (unsigned long long)dropped);
     fflush(stdout);
     while (fgets(go, sizeof(go), stdin) != NULL)
         ;

@@ -332,7 +332,7 @@ static void test_errors(void)
         "limits: { max_body: 1 }\n",
         "bad.yaml:1:11: unknown key 'max_body' in 'limits' (valid keys: max_body_bytes, max_inflight, "
         "max_connections_per_worker, h2_max_resets, max_merge_bytes, max_header_bytes, max_headers, "
-        "max_client_connections, max_idle_client_connections, max_lingering_bytes, "
+        "max_batch_items, max_client_connections, max_idle_client_connections, max_lingering_bytes, "
         "h2_max_connection_body_bytes, max_body_memory_bytes, h2_max_concurrent_streams, "
         "h2_max_control_frames, max_inflight_per_pool, max_inflight_per_worker, queue, queue_timeout_ms, "
         "rate_limit_rps, rate_limit_burst)");
