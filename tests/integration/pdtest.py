@@ -271,6 +271,15 @@ def raw_exchange(port, data, timeout=5.0, host=HOST):
     return out, closed
 
 
+def peak_rss_mib(pid):
+    """The process's peak resident set (VmHWM), MiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
 def check(cond, msg, *procs):
     """assert with the log tails of procs appended to the message."""
     if not cond:

@@ -330,19 +330,11 @@ def flood_router(floods, extra=""):
     return test_router.router([], [], config="\n".join(lines)), ps
 
 
-def peak_rss_mib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
-
-
 def scenario_big_messages():
     f = Flood("big", 5 * 1000 * 1000, 40)
     try:
         r, ps = flood_router([f])
-        base = peak_rss_mib(r.proc.pid)
+        base = pdtest.peak_rss_mib(r.proc.pid)
         f.go()
         sent = f.result()
         check(sent["messages"] >= 1, "kvflood sent nothing: %r" % sent, r)
@@ -352,7 +344,7 @@ def scenario_big_messages():
         check((metric_value(m, "pdr_kv_events_total", worker=url(ps[0]), result="applied") or 0) == 0 and
               (metric_value(m, "pdr_kv_events_total", worker=url(ps[0]), result="malformed") or 0) == 0,
               "a 5 MB message was read", r)
-        grew = peak_rss_mib(r.proc.pid) - base
+        grew = pdtest.peak_rss_mib(r.proc.pid) - base
         check(grew < 64, "router peak RSS grew by %.0f MiB reading 5 MB messages" % grew, r)
         check("kv_events.max_message_bytes" in open(r.log_path).read(), "no log line for the dropped connection", r)
         check(request(r.port, "GET", "/health")[0] == 200, "router not healthy", r)

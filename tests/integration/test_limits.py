@@ -811,15 +811,6 @@ def scenario_h2_streams():
         pdtest.stop_all()
 
 
-def peak_rss_mib(pid):
-    """The process's peak resident set (VmHWM), MiB."""
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
-
-
 def scenario_batch_items():
     """limits.max_batch_items, under protocol sglang and pdshim (a ticket per item): a batch at the cap is
     served (one room and ticket per item); one item more is answered 400 in the OpenAI error shape naming
@@ -848,12 +839,12 @@ def scenario_batch_items():
             # The amplification: 8 million items in a 32 MB body (each item 4 bytes: "a",).
             n = (32 * 1000 * 1000 - 64) // 4
             big = b'{"text":[' + b'"a",' * (n - 1) + b'"a"],"sampling_params":{"max_new_tokens":1}}'
-            base = peak_rss_mib(r.proc.pid)
+            base = pdtest.peak_rss_mib(r.proc.pid)
             t0 = time.monotonic()
             st, _, data = request(r.port, "POST", "/generate", big, headers={"Content-Type": "application/json"},
                                   timeout=60)
             took = time.monotonic() - t0
-            grew = peak_rss_mib(r.proc.pid) - base
+            grew = pdtest.peak_rss_mib(r.proc.pid) - base
             check(st == 400 and b"limits.max_batch_items" in data, "%s: the 32 MB batch: %d %r" % (protocol, st, data[:300]), r)
             # Each of a few copies of the body (h2o's buffer, the request, the JSON scan) is 32 MB; building
             # the per-item data took the router past 1.4 GB and the loop 15 s.
