@@ -456,7 +456,9 @@ def runtime_packages():
         paths = dict(re.findall(r"^\s*(\S+) => (/\S+)", subprocess.run(["ldd", b], capture_output=True,
                                                                         text=True).stdout, re.M))
         for lib in needed:
-            if lib != "libpdshim.so" and lib in paths:
+            # A sanitizer build's runtimes (libasan, libubsan, libtsan) belong to that test build, not to
+            # the image, which builds a plain release.
+            if lib != "libpdshim.so" and lib in paths and not re.match(r"lib(asan|ubsan|tsan|lsan)\.", lib):
                 libs[paths[lib]] = f"{lib} of {os.path.basename(b)}"
     # dpkg knows a file by the path its package installed (/usr/lib or /lib, the link or its target): one
     # query with every spelling, each answer mapped back to its library.
