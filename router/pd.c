@@ -89,6 +89,10 @@ typedef struct pd_req {
     json_t *p_json;      /* parsed prefill answer when merging */
     pdr_buf_t pending;   /* decode bytes not yet handed to h2o */
     pdr_buf_t sending;   /* bytes h2o is writing now */
+    /* HTTP/2: sending goes to h2o in pieces of H2_PIECE (send_piece), each one taken being the client's
+     * progress; send_off is where the next begins, send_last whether the last piece ends the response. */
+    size_t send_off;
+    unsigned send_last : 1;
     pdr_buf_t sse_carry; /* streaming merge: an incomplete event (at most limits.max_merge_bytes) */
     size_t sse_scanned;  /* the bytes of sse_carry already searched for an event's end */
     int merge;           /* logprob merge wanted */
@@ -383,12 +387,37 @@ static void note_tokens(pd_req_t *x)
 
 static void send_final_or_more(pd_req_t *x);
 
+/* HTTP/2 multiplexes streams over one socket, so a stream's progress cannot be read from the socket as an
+ * HTTP/1 client's is (sample_client_progress): h2o calls proceed once it has written all it was handed,
+ * which for a coalesced send of up to HIGH_WATER can take a slowly read stream longer than
+ * stream_idle_ms (its flow-control window comes back as the client reads). HTTP/2 sends go to h2o in
+ * pieces of one DATA frame's default size instead, each piece taken restarting the clock. */
+#define H2_PIECE 16384
+
+static void send_piece(pd_req_t *x)
+{
+    size_t left = x->sending.len - x->send_off, n = left;
+    if (x->req->version >= 0x200 && n > H2_PIECE)
+        n = H2_PIECE;
+    int last = x->send_last && n == left;
+    h2o_iovec_t v = h2o_iovec_init(x->sending.p + x->send_off, n);
+    x->send_off += n;
+    x->send_inflight = 1;
+    x->send_ns = pdr_now_ns();
+    h2o_send(x->req, &v, n ? 1 : 0, last ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
+}
+
 static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
 {
     pd_req_t *x = H2O_STRUCT_FROM_MEMBER(pd_req_t, gen, gen);
     (void)req;
     x->send_inflight = 0;
+    if (!x->stopped && x->send_off < x->sending.len) { /* the next piece of an HTTP/2 send */
+        send_piece(x);
+        return;
+    }
     x->sending.len = 0;
+    x->send_off = 0;
     advance(x);
 }
 
@@ -571,9 +600,7 @@ static void send_final_or_more(pd_req_t *x)
     }
     if (x->is_sse && x->sending.len > 0)
         note_tokens(x);
-    h2o_iovec_t v = h2o_iovec_init(x->sending.p, x->sending.len);
     x->bytes_out += x->sending.len;
-    x->send_inflight = 1;
     x->send_ns = pdr_now_ns();
     if (!x->is_sse && x->sending.len > 0 && x->status < 400) {
         /* A whole answer: its first and last body bytes stand for the first and last token. */
@@ -585,7 +612,9 @@ static void send_final_or_more(pd_req_t *x)
         x->final_sent = 1;
         x->end_ns = pdr_now_ns();
     }
-    h2o_send(x->req, &v, x->sending.len ? 1 : 0, final ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
+    x->send_off = 0;
+    x->send_last = final != 0;
+    send_piece(x);
     if (!final && x->dleg.paused)
         pdr_leg_resume(&x->dleg);
     if (!final && samples_progress(x)) {

@@ -203,3 +203,9 @@ endif()
 add_executable(fuzz_shim fuzz/fuzz_shim.c)
 target_link_libraries(fuzz_shim PRIVATE pdr_router)
 pdr_fuzz_corpus_test(router_shim_fuzz_corpus fuzz_shim shim 120)
+
+# A slow but steady HTTP/2 reader drives flow control with python3-h2, which Debian's /usr/bin/python3 sees.
+add_test(NAME router_hardening_slow_steady_reader_h2
+         COMMAND sh -c "/usr/bin/python3 -c 'import h2' 2>/dev/null || { echo 'skipped: /usr/bin/python3 has no h2 module (python3-h2)'; exit 77; }; exec /usr/bin/python3 \"$0\" slow_steady_reader_h2"
+                 ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_hardening.py)
+set_tests_properties(router_hardening_slow_steady_reader_h2 PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")

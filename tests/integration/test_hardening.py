@@ -164,6 +164,77 @@ def scenario_slow_steady_reader():
         pdtest.stop_all()
 
 
+def scenario_slow_steady_reader_h2():
+    """HTTP/2: a stream read slowly but steadily (its flow-control window granted back at 8 KB/s) is not
+    cut, though one coalesced send of up to 64 KiB takes it 8 s against a stream_idle_ms of 2 s: the router
+    hands h2o a slow stream's bytes in small pieces, each piece taken being progress. Once the client grants
+    nothing more, the stream is cut as any stalled one. Needs python3-h2 (run with /usr/bin/python3)."""
+    import h2.config
+    import h2.connection
+    import h2.events
+    idle_ms = 2000
+    p, d, r, alog = stalled_setup(idle_ms)
+    try:
+        s = socket.create_connection((H, r.port), timeout=10)
+        c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        c.initiate_connection()
+        s.sendall(c.data_to_send())
+        raw = json.dumps(dict(BODIES["/generate"], stream=True, sampling_params={"max_new_tokens": 1000000}))
+        c.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":path", "/generate"), (":authority", "x"),
+                           ("content-type", "application/json")])
+        c.send_data(1, raw.encode(), end_stream=True)
+        s.sendall(c.data_to_send())
+        owed, got, reset = 0, 0, False
+        t0 = time.monotonic()
+
+        def read(timeout):
+            nonlocal owed, got, reset
+            s.settimeout(timeout)
+            try:
+                b = s.recv(65536)
+            except socket.timeout:
+                return
+            except OSError:
+                b = b""
+            if not b:
+                reset = True
+                return
+            for e in c.receive_data(b):
+                if isinstance(e, h2.events.DataReceived):
+                    owed += e.flow_controlled_length
+                    got += len(e.data)
+                elif isinstance(e, (h2.events.StreamReset, h2.events.ConnectionTerminated)):
+                    reset = True
+            out = c.data_to_send()
+            if out:
+                s.sendall(out)
+
+        # 4 x stream_idle_ms, granting 1 KiB of window back every 125 ms (the reader's pace, not
+        # synchronisation).
+        while time.monotonic() - t0 < 4 * idle_ms / 1000:
+            read(0.125)
+            check(not reset, "the steady HTTP/2 reader was cut after %.2f s (%d bytes taken)" % (
+                time.monotonic() - t0, got), r)
+            n = min(owed, 1024)
+            if n:
+                c.acknowledge_received_data(n, 1)
+                owed -= n
+                s.sendall(c.data_to_send())
+        check(stats(d)["cancelled"] == 0 and metric_value(metrics(r), "pdr_client_stalled_total") == 0,
+              "the steady HTTP/2 reader's stream was cancelled", r)
+        check(got > 20000, "the steady HTTP/2 reader got only %d bytes" % got, r)
+        # It grants nothing more: cut.
+        t1 = time.monotonic()
+        pdtest.poll_until(lambda: stats(d)["cancelled"] >= 1, 10, "the decode leg to be cancelled")
+        check(time.monotonic() - t1 < idle_ms / 1000 * 2 + 2, "stream cut only after %.2fs" % (
+            time.monotonic() - t1), r)
+        check(metric_value(metrics(r), "pdr_client_stalled_total") == 1, "the stall not counted", r)
+        s.close()
+        check_loop_alive(r, "after the slow HTTP/2 reader was cut")
+    finally:
+        pdtest.stop_all()
+
+
 def scenario_stalled_reader_left():
     """A client that stopped reading and then left without a reset (its FIN arrives, nothing more: as
     from a host that went away): the router, which reads nothing from an HTTP/1 client during a
