@@ -86,9 +86,9 @@ typedef struct pd_req {
     int p_err, d_err;
     pdr_buf_t pbody; /* the prefill's answer (checked, used for logprob merge) */
     int p_truncated;
-    json_t *p_json;      /* parsed prefill answer when merging */
-    pdr_buf_t pending;   /* decode bytes not yet handed to h2o */
-    pdr_buf_t sending;   /* bytes h2o is writing now */
+    json_t *p_json;    /* parsed prefill answer when merging */
+    pdr_buf_t pending; /* decode bytes not yet handed to h2o */
+    pdr_buf_t sending; /* bytes h2o is writing now */
     /* HTTP/2: sending goes to h2o in pieces of H2_PIECE (send_piece), each one taken being the client's
      * progress; send_off is where the next begins, send_last whether the last piece ends the response. */
     size_t send_off;
