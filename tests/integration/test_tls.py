@@ -732,9 +732,10 @@ def scenario_descriptors():
         check(r.alive(), "the router died: %s" % name, r)
         # Counted once the handshake is over at the router: in TLS 1.2 the router's Finished is the last
         # message, and a keep-alive answer comes after it (a TLS 1.3 reset may cut the handshake instead).
+        # The descriptor count settles within SLACK, so the last few resets may still be on their way.
         if name in ("TLS 1.2, then a reset", "a keep-alive answer, then a reset"):
-            gone = metric_value(admin_metrics(r), "pdr_tls_client_read_failures_total") or 0
-            check(gone - gone0 >= 300, "%s: %d failed reads counted" % (name, gone - gone0), r)
+            pdtest.poll_until(lambda: (metric_value(admin_metrics(r), "pdr_tls_client_read_failures_total") or 0) -
+                              gone0 >= 300, 30, "%s: 300 failed reads counted" % name)
     # Connections that never finish a handshake, or a head: closed at timeouts.client_header_ms.
     silent = [socket.create_connection((H, r.port), timeout=10) for _ in range(100)]
     heads = []
