@@ -16,6 +16,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 #include "err.h"
+#include "ratelog.h"
 #include "reqguard.h"
 #include "router.h"
 #include "util.h"
@@ -46,6 +47,7 @@ void pdr__maybe_dispose_h2o(pdr_thread_t *t)
         uv_close((uv_handle_t *)&t->stop_timer, NULL);
         uv_close((uv_handle_t *)&t->shutdown_timer, NULL);
         uv_close((uv_handle_t *)&t->rewrap_prepare, NULL);
+        uv_close((uv_handle_t *)&t->h2_evict_timer, NULL);
     }
 }
 
@@ -73,6 +75,8 @@ typedef struct client_conn {
     pdr_h2guard_t h2g;
     pdr_h2g_bodies_t *h2bodies; /* the request bodies the guard follows (HTTP/2 only) */
     int h2_budget_logged;       /* the first refusal for the body budget was logged */
+    int h2_budget_global;       /* the router's budget, not the connection's, bounds its bodies now */
+    pdr_dlink_t h2link;         /* on t->h2_conns while its bodies are followed (h2_evict) */
     /* Accepted with listen.tls: the handshake is the router's (on_tls_handshake), answers of its own go
      * through h2o's socket (encrypted), and an HTTP/2 refusal closes without a GOAWAY. */
     int tls;
@@ -692,10 +696,13 @@ static void h2_set_budget(client_conn_t *cc)
         if (cc->h2g.held + room < b)
             b = cc->h2g.held + room;
     }
+    cc->h2_budget_global = glob_cap > 0 && b < (conn_cap > 0 ? conn_cap : UINT64_MAX);
     cc->h2g.budget_on = b != UINT64_MAX;
     cc->h2g.budget = b;
     cc->h2g.now_ms = pdr_now_ms();
 }
+
+static void on_h2_evict(uv_timer_t *h);
 
 /* Feeds the bytes added since h2o last returned: H2_PASS, or why the connection must be refused. */
 static int h2_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
@@ -719,6 +726,8 @@ static int h2_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
                      (long long)cc->t->config->limits.max_body_memory_bytes,
                      cc->h2g.budget_closes ? "connection closed" : "stream answered 503");
         }
+        if (cc->h2_budget_global && !uv_is_active((uv_handle_t *)&cc->t->h2_evict_timer))
+            uv_timer_start(&cc->t->h2_evict_timer, on_h2_evict, 0, 0); /* after this read: h2_evict */
     }
     if (v == PDR_H2G_OVER_BUDGET)
         return H2_OVER_BUDGET;
@@ -746,6 +755,8 @@ static void h2_follow(client_conn_t *cc, int body_limit)
     cc->h2g.held = held;
     if (cc->h2bodies == NULL)
         cc->h2bodies = calloc(1, sizeof(*cc->h2bodies));
+    if (cc->h2bodies != NULL && !pdr_dlink_linked(&cc->h2link))
+        pdr_dlink_push(&cc->t->h2_conns, &cc->h2link);
     if (cc->h2bodies == NULL) {
         cc->t->m.h2_bodies_unfollowed_total++;
         pdr_warn(
@@ -798,15 +809,53 @@ static void h2_refuse(client_conn_t *cc, h2o_socket_t *sock, h2o_socket_cb next,
         h2o_socket_close(sock); /* before h2o took it (on_tls_handshake) */
 }
 
+/* Resets stream s, whose body the guard has forgotten already (pdr_h2guard_take*): RST_STREAM CANCEL to the
+ * client, and the same frame handed to h2o as if the client had sent it (h2o frees the stream). That
+ * needs the connection between frames, in plaintext, with nothing of h2o's waiting to be written; else
+ * the connection is closed (why: H2_BODY_STALLED or H2_OVER_BUDGET). 0 when the connection goes on. */
+static int h2_reset_stream(client_conn_t *cc, h2o_socket_t *sock, uint32_t s, int why)
+{
+    int between_frames = sock->input->size == 0 && cc->h2g.hdr_have == 0 && cc->h2g.payload_left == 0 &&
+                         !cc->h2g.in_block && cc->g_last_size == 0;
+    if (cc->tls || !between_frames || uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) != 0) {
+        h2_refuse(cc, sock, h2_read, why);
+        return -1;
+    }
+    uint8_t rst[13] = {
+        0, 0, 4, 0x3, 0, (uint8_t)(s >> 24), (uint8_t)(s >> 16), (uint8_t)(s >> 8), (uint8_t)s, 0, 0, 0, 0x8};
+    ssize_t w = send(cc->fd, rst, sizeof(rst), MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)w;
+    h2o_iovec_t room = h2o_buffer_reserve(&sock->input, sizeof(rst));
+    if (room.base == NULL) {
+        h2_refuse(cc, sock, h2_read, why);
+        return -1;
+    }
+    memcpy(room.base, rst, sizeof(rst));
+    sock->input->size += sizeof(rst);
+    h2_read(sock, NULL);
+    if (sock_gone(cc, sock))
+        return -1;
+    cc->g_last_size = sock->input->size;
+    return 0;
+}
+
+/* A connection whose bodies the guard follows and that is still open. */
+static int h2_followed(client_conn_t *cc)
+{
+    return cc->h2_state == H2G_FOLLOWING && cc->h2bodies != NULL && h2_read != NULL && cc->sock != NULL &&
+           cc->sock->input != NULL && !uv_is_closing((uv_handle_t *)&cc->tcp);
+}
+
 /* A stream whose body paused past timeouts.client_body_ms (see above). */
+static pdr_ratelog_t stall_log = PDR_RATELOG_INIT;
+
 static void on_h2_body_timer(uv_timer_t *h)
 {
     client_conn_t *cc = h->data;
     h2o_socket_t *sock = cc->sock;
     const pdr_config_t *c = cc->t->config;
     uint64_t now = pdr_now_ms(), pause = (uint64_t)c->timeouts.client_body_ms;
-    if (cc->h2_state != H2G_FOLLOWING || cc->h2bodies == NULL || h2_read == NULL || sock->input == NULL ||
-        uv_is_closing((uv_handle_t *)&cc->tcp) || now < pause)
+    if (!h2_followed(cc) || now < pause)
         return;
     uint32_t s;
     for (;;) {
@@ -815,31 +864,77 @@ static void on_h2_body_timer(uv_timer_t *h)
             return;
         h2_account(cc, held);
         cc->t->m.h2_body_timeouts_total++;
-        int between_frames = sock->input->size == 0 && cc->h2g.hdr_have == 0 && cc->h2g.payload_left == 0 &&
-                             !cc->h2g.in_block && cc->g_last_size == 0;
-        if (cc->tls || !between_frames || uv_stream_get_write_queue_size((uv_stream_t *)&cc->tcp) != 0) {
+        uint64_t suppressed;
+        if (pdr_ratelog_take(&stall_log, pdr_now_ns(), 1000000000ull, &suppressed))
             pdr_info("HTTP/2 request body of stream %" PRIu32 " paused for more than %d ms "
-                     "(timeouts.client_body_ms): connection closed",
-                     s, c->timeouts.client_body_ms);
-            h2_refuse(cc, sock, h2_read, H2_BODY_STALLED);
+                     "(timeouts.client_body_ms): %s%s",
+                     s, c->timeouts.client_body_ms, cc->tls ? "connection closed" : "stream reset",
+                     suppressed > 0 ? " (and more, not logged)" : "");
+        if (h2_reset_stream(cc, sock, s, H2_BODY_STALLED) != 0)
             return;
-        }
-        /* RST_STREAM CANCEL, to the client and to h2o as if the client had sent it (h2o frees the stream) */
-        uint8_t rst[13] = {
-            0,          0, 4, 0x3, 0,  (uint8_t)(s >> 24), (uint8_t)(s >> 16), (uint8_t)(s >> 8),
-            (uint8_t)s, 0, 0, 0,   0x8};
-        ssize_t w = send(cc->fd, rst, sizeof(rst), MSG_DONTWAIT | MSG_NOSIGNAL);
-        (void)w;
-        h2o_iovec_t room = h2o_buffer_reserve(&sock->input, sizeof(rst));
-        if (room.base == NULL)
-            return;
-        memcpy(room.base, rst, sizeof(rst));
-        sock->input->size += sizeof(rst);
-        h2_read(sock, NULL);
-        if (sock_gone(cc, sock))
-            return;
-        cc->g_last_size = sock->input->size;
     }
+}
+
+/* ---- the router's body budget spent: the biggest bodies still arriving are reset ----
+ *
+ * A refusal for limits.max_body_memory_bytes (h2_guard_inspect) runs this after the read: the loop resets
+ * the biggest bodies still arriving on its connections, one at a time, until the bodies held by the
+ * router leave room for one body of limits.max_body_bytes and for an eighth of the budget. Bodies that
+ * have arrived whole (their requests in progress) are not touched; nor are other loops' connections (each
+ * loop does the same when a refusal comes to it). A client that holds the budget with bodies it never
+ * ends cannot keep every other client refused. */
+static pdr_ratelog_t evict_log = PDR_RATELOG_INIT;
+
+static void on_h2_evict(uv_timer_t *h)
+{
+    pdr_thread_t *t = h->data;
+    const pdr_config_t *c = t->config;
+    uint64_t body = (uint64_t)c->limits.max_body_bytes + 16384, cap = (uint64_t)c->limits.max_body_memory_bytes;
+    if (cap == 0)
+        return;
+    if (cap < body)
+        cap = body;
+    uint64_t room = cap / 8 > body ? cap / 8 : body, target = cap > room ? cap - room : 0;
+    uint64_t n = 0, freed = 0;
+    while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > target) {
+        client_conn_t *victim = NULL;
+        uint32_t vs = 0;
+        uint64_t vbytes = 0, vlast = 0;
+        for (pdr_dlink_t *l = t->h2_conns; l != NULL; l = l->next) {
+            client_conn_t *cc = PDR_DLINK_ITEM(l, client_conn_t, h2link);
+            uint64_t bytes, last;
+            uint32_t s = h2_followed(cc) ? pdr_h2guard_biggest(&cc->h2g, &bytes, &last) : 0;
+            if (s != 0 && (victim == NULL || bytes > vbytes || (bytes == vbytes && last < vlast)))
+                victim = cc, vs = s, vbytes = bytes, vlast = last;
+        }
+        if (victim == NULL)
+            break;
+        uint64_t held = victim->h2g.held;
+        pdr_h2guard_take(&victim->h2g, vs);
+        h2_account(victim, held);
+        t->m.h2_bodies_evicted_total++;
+        n++, freed += vbytes;
+        if (h2_reset_stream(victim, victim->sock, vs, H2_OVER_BUDGET) != 0) {
+            /* closed (TLS): h2o drops its other streams with it; their bytes leave the count now, not at
+             * the close's callback, so that they are not made room for twice */
+            held = victim->h2g.held;
+            victim->h2g.held = 0;
+            h2_account(victim, held);
+        }
+    }
+    uint64_t suppressed;
+    if (n > 0 && pdr_ratelog_take(&evict_log, pdr_now_ns(), 1000000000ull, &suppressed))
+        pdr_warn("HTTP/2 request bodies held reached limits.max_body_memory_bytes (%llu): reset the %llu "
+                 "biggest bodies still arriving (%llu bytes)%s",
+                 (unsigned long long)c->limits.max_body_memory_bytes, (unsigned long long)n,
+                 (unsigned long long)freed, suppressed > 0 ? " (and more, not logged)" : "");
+}
+
+void pdr__conn_evict_init(pdr_thread_t *t)
+{
+    uv_timer_init(t->loop, &t->h2_evict_timer);
+    t->h2_evict_timer.data = t;
+    t->h2_conns = NULL;
 }
 
 static void h2_guard_read(h2o_socket_t *sock, const char *err)
@@ -1066,6 +1161,7 @@ static void on_conn_closed(uv_handle_t *h)
 {
     client_conn_t *cc = (client_conn_t *)h;
     pdr_dlink_unlink(&cc->rewrap);
+    pdr_dlink_unlink(&cc->h2link);
     idle_leave(cc);
     free(cc->tls_out);
     cc->tls_out = NULL;
@@ -1281,6 +1377,7 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     cc->h2_state = H2G_UNDECIDED;
     cc->h2_fresh = 0;
     cc->rewrap = (pdr_dlink_t){NULL, NULL};
+    cc->h2link = (pdr_dlink_t){NULL, NULL};
     cc->idle = (pdr_dlink_t){NULL, NULL};
     cc->served = 0;
     cc->counted = l == &t->listener;

@@ -220,6 +220,10 @@ static const struct {
      "HTTP/2 request bodies that paused longer than timeouts.client_body_ms: the stream reset, or its "
      "connection closed.",
      offsetof(pdr_metrics_t, h2_body_timeouts_total)},
+    {"pdr_h2_bodies_evicted_total",
+     "HTTP/2 request bodies still arriving that were reset, the biggest first, to make room after a "
+     "refusal for limits.max_body_memory_bytes: the stream reset, or over TLS its connection closed.",
+     offsetof(pdr_metrics_t, h2_bodies_evicted_total)},
     {"pdr_h2_bodies_unfollowed_total",
      "HTTP/2 connections whose request bodies the router could not follow (no memory for the table): h2o's "
      "own limits stand for them.",

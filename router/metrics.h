@@ -80,6 +80,7 @@ typedef struct pdr_metrics {
     uint64_t lingering_discarded_bytes_total; /* request bytes read and dropped while lingering */
     uint64_t h2_bodies_over_budget_total;     /* HTTP/2 bodies refused for the body budget */
     uint64_t h2_body_timeouts_total;          /* HTTP/2 bodies reset: paused past timeouts.client_body_ms */
+    uint64_t h2_bodies_evicted_total;         /* HTTP/2 bodies reset to make room in the body budget */
     uint64_t h2_bodies_unfollowed_total; /* HTTP/2 connections whose bodies could not be followed (memory) */
     uint64_t tickets_signed_total;       /* protocol pdshim: tickets signed (one per room and attempt) */
     uint64_t tickets_refused_total; /* protocol pdshim: a worker refused the router's ticket (403 -> 502) */

@@ -332,6 +332,31 @@ uint32_t pdr_h2guard_take_stalled(pdr_h2guard_t *g, uint64_t before_ms)
     return s;
 }
 
+uint32_t pdr_h2guard_biggest(const pdr_h2guard_t *g, uint64_t *bytes, uint64_t *last_ms)
+{
+    const pdr_h2g_body_t *big = NULL;
+    for (size_t i = 0; g->bodies != NULL && i < PDR_H2G_BODIES; i++) {
+        const pdr_h2g_body_t *b = &g->bodies->body[i];
+        if (b->stream != 0 && b->refused == PDR_H2G_OPEN &&
+            (big == NULL || b->bytes > big->bytes || (b->bytes == big->bytes && b->last_ms < big->last_ms)))
+            big = b;
+    }
+    if (big == NULL)
+        return 0;
+    *bytes = big->bytes;
+    *last_ms = big->last_ms;
+    return big->stream;
+}
+
+void pdr_h2guard_take(pdr_h2guard_t *g, uint32_t stream)
+{
+    pdr_h2g_body_t *b = stream != 0 && g->bodies != NULL ? body_of(g, stream) : NULL;
+    if (b == NULL)
+        return;
+    pdr_h2guard_release(g, b->bytes);
+    b->stream = 0;
+}
+
 /* ---- the content-length of an HTTP/2 request, in its HEADERS frame ----
  *
  * h2o 2.2.5 checks a stream's body against its content-length at END_STREAM and resets the stream

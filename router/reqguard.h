@@ -148,6 +148,11 @@ void pdr_h2guard_release(pdr_h2guard_t *g, uint64_t bytes);
 /* The stream whose body has waited longest for DATA since before `before_ms`, still receiving and not
  * refused; 0 when none. Its bytes are given back and it is forgotten (the caller resets it). */
 uint32_t pdr_h2guard_take_stalled(pdr_h2guard_t *g, uint64_t before_ms);
+/* The stream of the biggest body still receiving (not refused), with its bytes and when its last DATA
+ * came: the longest paused of equal ones; 0 when none. */
+uint32_t pdr_h2guard_biggest(const pdr_h2guard_t *g, uint64_t *bytes, uint64_t *last_ms);
+/* Gives back the bytes of stream's body and forgets it (the caller resets the stream). */
+void pdr_h2guard_take(pdr_h2guard_t *g, uint32_t stream);
 /* Writes a GOAWAY frame (last stream id, error code, debug text) into out; returns its length, or 0 when
  * it does not fit. */
 size_t pdr_h2_goaway_frame(char *out, size_t cap, uint32_t last_stream, uint32_t error_code,

@@ -52,6 +52,8 @@ typedef struct pdr_thread {
     int listening;
     pdr_dlink_t *rewrap; /* HTTP/1 connections whose read callback h2o reset (conn.c) */
     uv_prepare_t rewrap_prepare;
+    pdr_dlink_t *h2_conns;    /* HTTP/2 connections whose request bodies are followed (conn.c) */
+    uv_timer_t h2_evict_timer; /* the body budget was spent: reset the biggest bodies (conn.c) */
     pdr_multi_t *multi;
     pdr_metrics_t m;
     uint64_t live;           /* PD requests in progress on this loop (lingering ones included) */
@@ -236,6 +238,7 @@ int pdr__conn_condemned(h2o_req_t *req);
 int pdr__body_too_large(pdr_thread_t *t, h2o_req_t *req);
 /* Once, before any loop accepts: the descriptor -> connection map, sized to the open files limit. */
 void pdr__conn_map_init(void);
+void pdr__conn_evict_init(pdr_thread_t *t);
 /* limits.max_client_connections: 1 when that many data-port connections are open (accepting pauses). */
 int pdr__client_conns_full(pdr_thread_t *t);
 /* Hands an accepted connection on listener l to h2o, with the guards in front of h2o's reads. */

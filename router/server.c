@@ -446,6 +446,7 @@ static int init_thread(pdr_router_t *r, pdr_thread_t *t, int id, uv_loop_t *loop
     t->wakeup.data = t;
     uv_prepare_init(loop, &t->rewrap_prepare);
     t->rewrap_prepare.data = t;
+    pdr__conn_evict_init(t);
     int rc = open_listener(t, r->config);
     if (rc == 0 && id == 0 && r->admin_on) {
         /* The admin port is one socket on loop 0 (no SO_REUSEPORT: a second router on the same admin port

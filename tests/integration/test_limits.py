@@ -406,53 +406,71 @@ class H2Client:
 def scenario_h2_body_budget():
     """HTTP/2 request bodies are bounded: by connection (limits.h2_max_connection_body_bytes), over every
     connection (limits.max_body_memory_bytes), and in time (timeouts.client_body_ms). The stream whose DATA
-    would pass a budget is answered 503; the bodies below it go on; a body that pauses is reset
-    (RST_STREAM CANCEL) and the connection goes on; the bytes held (pdr_h2_body_bytes_held) follow it all and
-    go back to zero."""
-    k = 512 << 10
+    would pass a budget is answered 503; the bodies below it go on; past the router's budget the biggest
+    bodies still arriving are reset (RST_STREAM CANCEL) until there is room for a whole body again; a body
+    that pauses is reset and the connection goes on; the bytes held (pdr_h2_body_bytes_held) follow it all
+    and go back to zero."""
+    k = 128 << 10
     p, d = sim("prefill"), sim("decode")
-    r = router([p], [d], config="limits: { max_body_bytes: 1048576, h2_max_connection_body_bytes: 2097152, "
+    r = router([p], [d], config="threads: 1\n"
+                                "limits: { max_body_bytes: 1048576, h2_max_connection_body_bytes: 2097152, "
                                 "max_body_memory_bytes: 2883584 }\ntimeouts: { client_body_ms: 5000 }")
     held = lambda: metric_value(metrics(r), "pdr_h2_body_bytes_held")  # noqa: E731
     over = lambda: metric_value(metrics(r), "pdr_h2_bodies_over_budget_total") or 0  # noqa: E731
+    evicted = lambda: metric_value(metrics(r), "pdr_h2_bodies_evicted_total") or 0  # noqa: E731
     a = H2Client(r.port)
     a.r = r
-    # Four bodies of 512 KiB fill the connection's 2 MiB; the fifth stream's DATA would pass it: 503.
+    # Four bodies (640, 512, 512 and 384 KiB) fill the connection's 2 MiB; the fifth stream's DATA would
+    # pass it: 503.
+    sizes = (5 * k, 4 * k, 4 * k, 3 * k)
     sids = []
-    for _ in range(4):
+    for n in sizes:
         sid = a.open()
-        a.send(sid, k)
+        a.send(sid, n)
         sids.append(sid)
     fifth = a.open()
-    a.send(fifth, k, stop=lambda: fifth in a.status)
+    a.send(fifth, 4 * k, stop=lambda: fifth in a.status)
     a.wait(lambda: fifth in a.ended, "the fifth stream's answer")
     check(a.status.get(fifth) == 503 and b"h2_max_connection_body_bytes" in a.data.get(fifth, b""),
           "the stream past the connection's budget: %r %r" % (a.status.get(fifth), a.data.get(fifth, b"")[:200]), r)
     check(not any(s in a.status for s in sids), "a body below the budget was answered early: %r" % a.status, r)
     check(over() == 1, "over-budget count %r" % over(), r)
-    pdtest.poll_until(lambda: held() == 4 * k, 5, "4 bodies held, the refused one released")
-    # A second connection: 2 MiB are held by the first, 2.75 MiB is the router's budget.
+    check(evicted() == 0, "bodies reset for the connection's budget: %r" % evicted(), r)
+    pdtest.poll_until(lambda: held() == sum(sizes), 5, "4 bodies held, the refused one released")
+    # A second connection: 2 MiB are held by the first, 2.75 MiB is the router's budget. A small body goes
+    # on; a whole one (1 MiB) would pass the budget: 503, and the biggest bodies still arriving are reset
+    # until the router holds no more than 2.75 MiB less a whole body (1 MiB and a frame): the 640 KiB body
+    # first (and a 512 KiB one when the refused body was not released yet), never the small ones.
     b = H2Client(r.port)
     b.r = r
     b1 = b.open()
     b.send(b1, k)
     b2 = b.open()
-    b.send(b2, k, stop=lambda: b2 in b.status)
+    b.send(b2, 8 * k, stop=lambda: b2 in b.status)
     b.wait(lambda: b2 in b.ended, "the answer past the router's budget")
     check(b.status.get(b2) == 503 and b"max_body_memory_bytes" in b.data.get(b2, b""),
           "the stream past the router's budget: %r" % b.status.get(b2), r)
     check(over() == 2, "over-budget count %r" % over(), r)
-    # The first connection's bodies end: each is answered (not 503) and released; then room is back.
-    for sid in sids:
-        a.send(sid, 0, end=True)
-    a.wait(lambda: all(s in a.ended for s in sids), "the four bodies' answers")
-    check(all(a.status[s] != 503 for s in sids), "bodies below the budget: %r" % a.status, r)
-    a.s.close()
-    pdtest.poll_until(lambda: held() == k, 5, "only the second connection's body held")
+    a.wait(lambda: sids[0] in a.reset, "the biggest body's reset")
+    check(a.reset[sids[0]] == 8, "the biggest body: code %r" % a.reset[sids[0]], r)
+    pdtest.poll_until(lambda: held() <= 2883584 - 1048576 - 16384, 5, "room for a whole body")
+    a.pump(0.2)
+    check(sids[3] not in a.reset and b1 not in b.reset, "a small body was reset: %r %r" % (a.reset, b.reset), r)
+    check(evicted() == len(a.reset) and len(a.reset) in (1, 2), "evictions %r, resets %r" % (evicted(), a.reset), r)
+    # Room is back for a whole body while the others still arrive.
     b3 = b.open()
-    b.send(b3, k, end=True)
-    b.wait(lambda: b3 in b.ended, "a body once room is back")
-    check(b.status.get(b3) != 503, "room is back, yet %r" % b.status.get(b3), r)
+    b.send(b3, 8 * k, end=True)
+    b.wait(lambda: b3 in b.ended, "a whole body once room is back")
+    check(b.status.get(b3) not in (None, 503) and b"max_body_memory_bytes" not in b.data.get(b3, b""),
+          "room is back, yet %r %r" % (b.status.get(b3), b.data.get(b3, b"")[:200]), r)
+    # The first connection's other bodies end: each is answered (not 503) and released.
+    left = [s for s in sids if s not in a.reset]
+    for sid in left:
+        a.send(sid, 0, end=True)
+    a.wait(lambda: all(s in a.ended for s in left), "the bodies' answers")
+    check(all(a.status[s] != 503 for s in left), "bodies below the budget: %r" % a.status, r)
+    a.s.close()
+    pdtest.poll_until(lambda: held() == k, 5, "only the second connection's small body held")
     # A body that pauses past timeouts.client_body_ms is reset, the connection goes on.
     b.wait(lambda: b1 in b.reset, "the paused body's reset", timeout=15)
     check(b.reset[b1] == 8, "paused body: code %r" % b.reset[b1], r)

@@ -789,6 +789,40 @@ def scenario_h2_body_budget():
     check(st == 200, "another connection after the close: %s" % st, r)
     c2.close()
     stop_clean(r, p, d)
+    # The router's budget (limits.max_body_memory_bytes, taken as one body and a frame: 20480 bytes) spent
+    # by a second connection: that one is closed, and so is the connection holding the biggest body still
+    # arriving (a stream cannot be reset inside TLS); the bytes held go back to zero.
+    p, d = sim("prefill"), sim("decode")
+    r = router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (cert, key), threads=1,
+               extra="limits: { max_body_bytes: 4096, max_body_memory_bytes: 4096 }")
+    wait_healthy(r)
+
+    def h2tls():
+        s = client_ctx(certs.ca, alpn=("h2",)).wrap_socket(socket.create_connection((H, r.port), timeout=10),
+                                                           server_hostname=H)
+        return tl.H2Conn(r, sock=s)
+    a = h2tls()
+    for sid, n in ((1, 1000), (3, 3000), (5, 2000)):
+        a.send(h2flood.frame(1, 0x4, sid, tl.h2_request_block()) + h2flood.frame(0, 0, sid, b"x" * n))
+    pdtest.poll_until(lambda: metric_value(admin_metrics(r), "pdr_h2_body_bytes_held") == 6000, 10,
+                      "the first connection's bodies held")
+    b = h2tls()
+    for sid in range(1, 20, 2):  # 10 x 3000 bytes: 6000 + 15000 pass 20480 at the fifth
+        b.send(h2flood.frame(1, 0x4, sid, tl.h2_request_block()) + h2flood.frame(0, 0, sid, body))
+    b.wait(lambda fr: False, timeout=10)
+    check(b.closed, "the connection past the router's budget was not closed", r)
+    a.wait(lambda fr: False, timeout=10)
+    check(a.closed, "the connection with the biggest body still arriving was not closed", r)
+    m = admin_metrics(r)
+    check((metric_value(m, "pdr_h2_bodies_evicted_total") or 0) == 1, "the eviction is counted", r)
+    pdtest.poll_until(lambda: metric_value(admin_metrics(r), "pdr_h2_body_bytes_held") == 0, 10,
+                      "the held bytes released")
+    a.close()
+    b.close()
+    st, _, c2 = https(r.port, client_ctx(certs.ca), "POST", "/generate", BODY)
+    check(st == 200, "another connection after the evictions: %s" % st, r)
+    c2.close()
+    stop_clean(r, p, d)
 
 
 def scenario_workers():
