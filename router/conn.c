@@ -821,8 +821,8 @@ static int h2_reset_stream(client_conn_t *cc, h2o_socket_t *sock, uint32_t s, in
         h2_refuse(cc, sock, h2_read, why);
         return -1;
     }
-    uint8_t rst[13] = {
-        0, 0, 4, 0x3, 0, (uint8_t)(s >> 24), (uint8_t)(s >> 16), (uint8_t)(s >> 8), (uint8_t)s, 0, 0, 0, 0x8};
+    uint8_t rst[13] = {0,          0, 4, 0x3, 0,  (uint8_t)(s >> 24), (uint8_t)(s >> 16), (uint8_t)(s >> 8),
+                       (uint8_t)s, 0, 0, 0,   0x8};
     ssize_t w = send(cc->fd, rst, sizeof(rst), MSG_DONTWAIT | MSG_NOSIGNAL);
     (void)w;
     h2o_iovec_t room = h2o_buffer_reserve(&sock->input, sizeof(rst));
@@ -889,7 +889,8 @@ static void on_h2_evict(uv_timer_t *h)
 {
     pdr_thread_t *t = h->data;
     const pdr_config_t *c = t->config;
-    uint64_t body = (uint64_t)c->limits.max_body_bytes + 16384, cap = (uint64_t)c->limits.max_body_memory_bytes;
+    uint64_t body = (uint64_t)c->limits.max_body_bytes + 16384,
+             cap = (uint64_t)c->limits.max_body_memory_bytes;
     if (cap == 0)
         return;
     if (cap < body)

@@ -52,7 +52,7 @@ typedef struct pdr_thread {
     int listening;
     pdr_dlink_t *rewrap; /* HTTP/1 connections whose read callback h2o reset (conn.c) */
     uv_prepare_t rewrap_prepare;
-    pdr_dlink_t *h2_conns;    /* HTTP/2 connections whose request bodies are followed (conn.c) */
+    pdr_dlink_t *h2_conns;     /* HTTP/2 connections whose request bodies are followed (conn.c) */
     uv_timer_t h2_evict_timer; /* the body budget was spent: reset the biggest bodies (conn.c) */
     pdr_multi_t *multi;
     pdr_metrics_t m;
