@@ -142,6 +142,29 @@ def wait_tls_sim(w, ca, cert=None):
     pdtest.poll_until(up, 10, "pdsim to answer over TLS")
 
 
+def check_resumes(w, ca, cert):
+    """A TLS pdsim that requires a client certificate resumes a session it issued, as an engine's server
+    does (the router resumes its sessions with the workers)."""
+    ctx = client_ctx(ca)
+    ctx.load_cert_chain(*cert)
+
+    def get(session):
+        s = ctx.wrap_socket(socket.create_connection((H, w.port), timeout=10), server_hostname=H, session=session)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        raw = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                return s, raw
+            raw += b
+    try:
+        s, raw = get(None)
+        s2, raw2 = get(s.session)
+    except (OSError, ssl.SSLError) as e:
+        check(False, "a resumed session with a client certificate: %r" % e, w)
+    check(raw2.startswith(b"HTTP/1.1 200") and s2.session_reused, "resumed %s: %r" % (s2.session_reused, raw2[:60]), w)
+
+
 def write_config(text):
     fd, path = tempfile.mkstemp(prefix="pdrouter-tls-", suffix=".yaml")
     with os.fdopen(fd, "w") as f:
@@ -897,6 +920,7 @@ def scenario_workers():
     ccert = certs.issue("router-client", 4001, usage="clientAuth")
     wait_tls_sim(p, certs.ca, ccert)
     wait_tls_sim(d, certs.ca, ccert)
+    check_resumes(p, certs.ca, ccert)
     r = router(p, d, scheme="https", workers_tls="{ ca_file: %s }" % certs.ca, health=slow)
     st, _, body = request(r.port, "POST", "/generate", BODY)
     err = json.loads(body)["error"]

@@ -2382,6 +2382,10 @@ int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
         }
         if (opts->tls_client_ca != NULL)
             SSL_CTX_set_verify(tls, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+        /* A session (ticket) the client resumes is checked against this context: without one, OpenSSL
+         * fails every resumption once client certificates are verified, where engines' servers (Python's
+         * ssl module, uvicorn) set one and resume. */
+        SSL_CTX_set_session_id_context(tls, (const unsigned char *)"pdsim", 5);
         S.actx.ssl_ctx = tls; /* kept for the process's life */
     }
 
