@@ -149,6 +149,10 @@ static const struct {
     {"pdr_upstream_tls_resumptions_total",
      "TLS handshakes with https:// workers that resumed the session of an earlier connection.",
      offsetof(pdr_metrics_t, upstream_tls_resumed_total)},
+    {"pdr_upstream_tls_resumption_failures_total",
+     "https:// workers whose TLS handshake failed when it resumed a session: they get full handshakes only "
+     "from then on (per loop).",
+     offsetof(pdr_metrics_t, upstream_tls_resumption_failures_total)},
     {"pdr_accept_fd_exhausted_total",
      "Times accept() found no free file descriptor (EMFILE/ENFILE) and accepting paused for 100 ms.",
      offsetof(pdr_metrics_t, accept_fd_exhausted_total)},

@@ -60,10 +60,11 @@ typedef struct pdr_metrics {
     uint64_t accept_fd_exhausted_total;  /* accept() out of file descriptors: accepting paused */
     uint64_t upstream_tls_full_total;    /* TLS handshakes to https:// workers: full */
     uint64_t upstream_tls_resumed_total; /* and resumed from a kept session */
-    uint64_t h2_client_resets_total;     /* HTTP/2 streams the client reset before their answer ended */
-    uint64_t h2_reset_floods_total;      /* connections closed for exceeding limits.h2_max_resets */
-    uint64_t alog_suppressed_total;      /* access-log lines of aborted requests over the rate */
-    uint64_t chunk_too_large_total;      /* HTTP/1 chunked bodies refused at a chunk past max_body_bytes */
+    uint64_t upstream_tls_resumption_failures_total; /* workers that failed a resumed handshake */
+    uint64_t h2_client_resets_total; /* HTTP/2 streams the client reset before their answer ended */
+    uint64_t h2_reset_floods_total;  /* connections closed for exceeding limits.h2_max_resets */
+    uint64_t alog_suppressed_total;  /* access-log lines of aborted requests over the rate */
+    uint64_t chunk_too_large_total;  /* HTTP/1 chunked bodies refused at a chunk past max_body_bytes */
     uint64_t h2_header_block_too_large_total; /* HTTP/2 connections closed for a header block too large */
     uint64_t headers_too_large_total; /* requests answered 431 or 414 (limits.max_headers/max_header_bytes) */
     /* Client-side limits (router/limits.c, conn.c): */

@@ -432,7 +432,8 @@ static int init_thread(pdr_router_t *r, pdr_thread_t *t, int id, uv_loop_t *loop
     t->multi = pdr_multi_new(loop, 1024);
     if (t->multi == NULL)
         return PDR_ENOMEM;
-    pdr_multi_count_tls(t->multi, &t->m.upstream_tls_full_total, &t->m.upstream_tls_resumed_total);
+    pdr_multi_count_tls(t->multi, &t->m.upstream_tls_full_total, &t->m.upstream_tls_resumed_total,
+                        &t->m.upstream_tls_resumption_failures_total);
     pdr__apply_conn_limit(t);
     h2o_context_init(&t->h2o_ctx, loop, &r->h2o_config);
     t->accept_ctx.ctx = &t->h2o_ctx;

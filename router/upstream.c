@@ -67,6 +67,7 @@ typedef struct pdr_conn {
     int tls_ready;         /* its handshake completed */
     int tls_writes;        /* ciphertext writes in flight */
     int tls_saved;         /* its session was kept for resumption (origin tls_session) */
+    int tls_offered;       /* its handshake offered the origin's kept session */
 } pdr_conn_t;
 
 typedef struct pdr_origin {
@@ -88,6 +89,7 @@ typedef struct pdr_origin {
      * tls_session_ctx: one from before a workers.tls reload is not offered) */
     struct ssl_session_st *tls_session;
     struct ssl_ctx_st *tls_session_ctx;
+    int tls_no_resume; /* a resumed handshake failed: sessions are no longer kept for this worker */
 } pdr_origin_t;
 
 #define IDLE_FIRST(o) PDR_DLINK_ITEM((o)->idle, pdr_conn_t, idle_link)
@@ -118,6 +120,7 @@ struct pdr_multi {
     char *tls_server_name;
     int tls_verify;
     uint64_t *tls_full, *tls_resumed; /* handshakes, counted in the loop's metrics */
+    uint64_t *tls_resume_failed;      /* workers that failed a resumed handshake */
     char tls_in[16 * 1024 + 512];     /* ciphertext reads of TLS connections (one TLS record and a header) */
 };
 
@@ -181,11 +184,13 @@ static void leg_finish(pdr_leg_t *leg, int err)
     leg->cbs->on_done(leg, err);
 }
 
-/* A failure before the response began on a reused connection: the worker had closed it while idle.
- * Send the request once more on a fresh connection. Returns 1 when the leg was handed over. */
+/* A failure before the response began on a reused connection (the worker had closed it while idle), or in
+ * a handshake that resumed a session the worker cannot resume (tls_resume_failed): send the request once
+ * more on a fresh connection. Returns 1 when the leg was handed over. */
 static int leg_retry(pdr_conn_t *c, pdr_leg_t *leg)
 {
-    if (!c->reused || c->got_byte || leg->retried)
+    int resumed_failed = c->tls != NULL && c->tls_offered && !c->tls_ready && c->o->tls_no_resume;
+    if ((!c->reused && !resumed_failed) || c->got_byte || leg->retried)
         return 0;
     leg->retried = 1;
     c->leg = NULL;
@@ -205,8 +210,9 @@ static void leg_fail(pdr_conn_t *c, int err)
         conn_close(c);
         return;
     }
-    if (err != PDR_ECONNREFUSED && err != PDR_ETIMEDOUT && leg_retry(c, leg))
-        return;
+    if ((err != PDR_ECONNREFUSED && err != PDR_ETIMEDOUT) || (c->tls_offered && !c->tls_ready))
+        if (leg_retry(c, leg))
+            return;
     leg_finish(leg, err);
 }
 
@@ -599,7 +605,7 @@ static int tls_fill(pdr_conn_t *c)
  * at the handshake's end; TLS 1.3: once a ticket came, read with the first response). */
 static void keep_session(pdr_conn_t *c)
 {
-    if (c->tls_saved || c->tls == NULL)
+    if (c->tls_saved || c->tls == NULL || c->o->tls_no_resume)
         return;
     struct ssl_session_st *s = pdr_utls_session(c->tls);
     if (s == NULL)
@@ -610,6 +616,26 @@ static void keep_session(pdr_conn_t *c)
     o->tls_session = s;
     o->tls_session_ctx = c->m->tls_ctx;
     c->tls_saved = 1;
+}
+
+/* A handshake that offered a kept session failed. A worker that cannot resume (an OpenSSL server that
+ * verifies client certificates without a session id context fails every resumption) would fail every
+ * connection that offers a session: none is kept or offered for it any more, each connection makes a full
+ * handshake (counted, and a warning), and the leg is sent once more on a new connection (leg_retry). */
+static void tls_resume_failed(pdr_conn_t *c, const char *why)
+{
+    pdr_origin_t *o = c->o;
+    if (!c->tls_offered || o->tls_no_resume)
+        return;
+    if (o->tls_session != NULL)
+        SSL_SESSION_free(o->tls_session);
+    o->tls_session = NULL;
+    o->tls_no_resume = 1;
+    if (c->m->tls_resume_failed != NULL)
+        (*c->m->tls_resume_failed)++;
+    pdr_warn("upstream %s:%d: a TLS handshake that resumed a session failed (%s): this worker gets full "
+             "handshakes only from now on",
+             o->host, o->port, why);
 }
 
 /* Runs the handshake as far as the bytes received allow; once done, the request goes out. */
@@ -627,6 +653,7 @@ static void tls_handshake(pdr_conn_t *c)
     }
     if (rc < 0) {
         pdr_debug("upstream %s:%d: %s", c->o->host, c->o->port, why);
+        tls_resume_failed(c, why);
         memcpy(c->leg->error_detail, why, sizeof(why));
         leg_fail(c, PDR_ECONNREFUSED); /* counted as the connect failure it is */
         return;
@@ -655,7 +682,8 @@ static void tls_start(pdr_conn_t *c)
         return;
     }
     c->tls_saved = 0;
-    if (c->o->tls_session != NULL && c->o->tls_session_ctx == m->tls_ctx)
+    c->tls_offered = c->o->tls_session != NULL && c->o->tls_session_ctx == m->tls_ctx;
+    if (c->tls_offered)
         pdr_utls_offer(c->tls, c->o->tls_session);
     tls_handshake(c);
 }
@@ -727,6 +755,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
     if (c->tls != NULL && nread < 0 && !c->tls_ready && c->leg != NULL) {
         snprintf(c->leg->error_detail, sizeof(c->leg->error_detail),
                  "TLS handshake with the worker failed: it closed the connection (does it serve https?)");
+        tls_resume_failed(c, "the worker closed the connection");
         leg_fail(c, PDR_ECONNREFUSED);
         return;
     }
@@ -1167,10 +1196,11 @@ int pdr_multi_set_tls(pdr_multi_t *m, struct ssl_ctx_st *ctx, const char *server
     return 0;
 }
 
-void pdr_multi_count_tls(pdr_multi_t *m, uint64_t *full, uint64_t *resumed)
+void pdr_multi_count_tls(pdr_multi_t *m, uint64_t *full, uint64_t *resumed, uint64_t *resume_failed)
 {
     m->tls_full = full;
     m->tls_resumed = resumed;
+    m->tls_resume_failed = resume_failed;
 }
 
 const char *pdr_leg_cause(int err)

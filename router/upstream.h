@@ -105,7 +105,7 @@ size_t pdr__multi_connecting_peak(const pdr_multi_t *m);
 struct ssl_ctx_st;
 int pdr_multi_set_tls(pdr_multi_t *m, struct ssl_ctx_st *ctx, const char *server_name, int verify);
 /* Where the completed TLS handshakes to workers are counted: full ones and resumed ones (or NULL). */
-void pdr_multi_count_tls(pdr_multi_t *m, uint64_t *full, uint64_t *resumed);
+void pdr_multi_count_tls(pdr_multi_t *m, uint64_t *full, uint64_t *resumed, uint64_t *resume_failed);
 /* A failed leg's reason: its error_detail when set (a TLS failure names its cause), else pdr_strerror. */
 const char *pdr_leg_strerror(const pdr_leg_t *leg, int err);
 

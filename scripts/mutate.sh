@@ -95,6 +95,8 @@ h2_body_budget_off @@ router/conn.c @@ cc->h2g.budget_on = b != UINT64_MAX; @@ c
 h2_body_stall_ignored @@ router/conn.c @@ if ((s = pdr_h2guard_take_stalled(&cc->h2g, now - pause)) == 0) @@ if ((s = 0) == 0) @@ pdrouter @@ ^router_limits_h2_body_budget$
 h2_slow_reader_whole_sends @@ router/pd.c @@ if (x->req->version >= 0x200 && n > H2_PIECE) @@ if (0 && x->req->version >= 0x200 && n > H2_PIECE) @@ pdrouter @@ ^router_hardening_slow_steady_reader_h2$
 h2_tls_budget_not_closing @@ router/conn.c @@ cc->h2g.budget_closes = !body_limit; @@ cc->h2g.budget_closes = 0; @@ pdrouter @@ ^router_tls_h2_body_budget$
+tls_resume_failure_not_retried @@ router/upstream.c @@ int resumed_failed = c->tls != NULL && c->tls_offered && !c->tls_ready && c->o->tls_no_resume; @@ int resumed_failed = 0; @@ pdrouter @@ ^router_tls_workers_resumption$
+tls_resume_failure_keeps_sessions @@ router/upstream.c @@ if (c->tls_saved || c->tls == NULL || c->o->tls_no_resume) @@ if (c->tls_saved || c->tls == NULL) @@ pdrouter @@ ^router_tls_workers_resumption$
 h2_budget_no_eviction @@ router/conn.c @@ uv_timer_start(&cc->t->h2_evict_timer, on_h2_evict, 0, 0); @@ (void)on_h2_evict; @@ pdrouter @@ ^router_(limits|tls)_h2_body_budget$
 h2_eviction_smallest_first @@ router/reqguard.c @@ (big == NULL || b->bytes > big->bytes || (b->bytes == big->bytes && b->last_ms < big->last_ms))) @@ (big == NULL || b->bytes < big->bytes || (b->bytes == big->bytes && b->last_ms < big->last_ms))) @@ pdrouter @@ ^router_limits_h2_body_budget$
 h2_eviction_stops_early @@ router/conn.c @@ while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > target) { @@ while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > cap) { @@ pdrouter @@ ^router_limits_h2_body_budget$

@@ -848,6 +848,48 @@ def scenario_h2_body_budget():
     stop_clean(r, p, d)
 
 
+def scenario_workers_resumption():
+    """A worker that fails every handshake that resumes a session (pdsim --tls-fail-resumption: an OpenSSL
+    server that verifies client certificates without a session id context): the first failure is counted
+    and logged, the leg is sent once more on a new connection with a full handshake, and the worker gets
+    full handshakes from then on: with no retries of the request, every request that needed new connections
+    is served, and no connect failure is counted."""
+    certs = Certs()
+    wcert = certs.issue("worker", 3001)
+    ccert = certs.issue("router-client", 4001, usage="clientAuth")
+    p = sim("prefill", "--tls-fail-resumption", tls=wcert, client_ca=certs.ca)
+    # Decodes that take a while (4 tokens, 50 ms apart) make the requests of a round overlap.
+    d = sim("decode", "--tls-fail-resumption", "--decode-us-per-token", "50000", tls=wcert, client_ca=certs.ca)
+    wait_tls_sim(p, certs.ca, ccert)
+    wait_tls_sim(d, certs.ca, ccert)
+    r = router(p, d, scheme="https", threads=1,
+               workers_tls="{ ca_file: %s, cert_file: %s, key_file: %s }" % (certs.ca, ccert[0], ccert[1]),
+               health="{ interval_ms: 60000, timeout_ms: 1000, rise: 1, fall: 10 }", extra="retries: { max: 0 }")
+    wait_healthy(r)
+    st, _, body = request(r.port, "POST", "/generate", BODY)
+    check(st == 200, "a first request: %s %r" % (st, body[:200]), r)
+    # Requests at once need new connections (more each round than the pool holds), which would offer the
+    # session the first ones kept.
+    for n in (3, 6, 9):
+        sts = []
+        ths = [threading.Thread(target=lambda: sts.append(request(r.port, "POST", "/generate", BODY)))
+               for _ in range(n)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+        check([s[0] for s in sts] == [200] * n, "%d at once: %r" % (n, [(s[0], s[2][:160]) for s in sts]), r)
+    m = admin_metrics(r)
+    failed = metric_value(m, "pdr_upstream_tls_resumption_failures_total") or 0
+    check(1 <= failed <= 2, "resumption failures counted once per worker: %r" % failed, r)
+    connect = sum(metric_value(m, "pdr_upstream_errors_total", role=role, cause="connect") or 0
+                  for role in ("prefill", "decode"))
+    check(connect == 0, "connect failures counted: %r" % connect, r)
+    check((metric_value(m, "pdr_upstream_tls_handshakes_total") or 0) >= 4, "full handshakes", r)
+    check("full handshakes only" in r.log_tail(200), "the failure is logged", r)
+    stop_clean(r, p, d)
+
+
 def scenario_workers():
     """https:// workers: with the CA a PD request and the health checks go over TLS, and new connections
     resume the session an earlier one got; a wrong CA makes the

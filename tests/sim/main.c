@@ -31,6 +31,8 @@ static void usage(FILE *f)
         "  --model NAME              model name reported by the OpenAI routes (default pdsim)\n"
         "  --tls-cert F --tls-key F  serve HTTPS (PEM certificate chain and key) on --port\n"
         "  --tls-client-ca F         with them: require a client certificate signed by F\n"
+        "  --tls-fail-resumption     with --tls-client-ca: fail every handshake that resumes a session\n"
+        "                            (as an OpenSSL server without a session id context does)\n"
         "  --prefill-us-per-token N  simulated prefill time per prompt token (default 0)\n"
         "  --decode-us-per-token N   gap between output tokens in microseconds (default 0)\n"
         "  --max-tokens-default N    output tokens when the request names none (default 16)\n"
@@ -191,6 +193,10 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
             else
                 o->tls_client_ca = val;
             i++;
+            continue;
+        }
+        if (strcmp(a, "--tls-fail-resumption") == 0) {
+            o->tls_no_resumption = 1;
             continue;
         }
         if (strcmp(a, "--model") == 0 && val != NULL) {

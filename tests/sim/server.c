@@ -2385,7 +2385,8 @@ int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
         /* A session (ticket) the client resumes is checked against this context: without one, OpenSSL
          * fails every resumption once client certificates are verified, where engines' servers (Python's
          * ssl module, uvicorn) set one and resume. */
-        SSL_CTX_set_session_id_context(tls, (const unsigned char *)"pdsim", 5);
+        if (!opts->tls_no_resumption) /* --tls-fail-resumption: the misconfigured server, on purpose */
+            SSL_CTX_set_session_id_context(tls, (const unsigned char *)"pdsim", 5);
         S.actx.ssl_ctx = tls; /* kept for the process's life */
     }
 
