@@ -1,6 +1,7 @@
 /*
  * YAML → snapshot. libyaml's document API builds the node tree; a descriptor table per mapping
- * ({key, type, offset, range, sub-table}) is walked over it. Every value is checked where it is read,
+ * ({key, type, offset, range, sub-table}) is walked over it. A scalar key's row names its row of the
+ * configuration schema (schema.c, F_KEY), which gives its type, place and range. Every value is checked where it is read,
  * so each error carries the file, 1-based line and column of the offending node. The first error
  * stops the load; everything allocated so far is released. Any thread; no shared state.
  *
@@ -21,6 +22,7 @@
 #include "defaults.h"
 #include "keyring.h"
 #include "ticket.h"
+#include "schema.h"
 
 enum ftype {
     F_SECTION,      /* a mapping described by sub */
@@ -63,6 +65,7 @@ enum ftype {
     F_CONF_SECTION, /* a mapping described by sub, offsets in pdr_config_t wherever it appears (tls:) */
     F_TLS_VERSION,  /* TLS1.2 or TLS1.3, stored as PDR_TLS_1_2 / PDR_TLS_1_3 */
     F_ALPN,         /* sequence of h2 and http/1.1 (listen.tls.alpn) */
+    F_KEY,          /* a scalar key of the schema: read as its row's type says (key_field) */
 };
 
 struct field {
@@ -71,368 +74,368 @@ struct field {
     size_t off;
     int64_t min, max;
     const struct field *sub;
+    const char *schema; /* F_KEY: the schema row's path (schema.c) */
 };
 
 #define CONF(m) offsetof(pdr_config_t, m)
+/* A scalar key (F_KEY): its type, range and place in pdr_config_t are the schema row's of "SECTION.KEY".
+ * KEY_AT reads the same key into another struct (a pool's own) at off in base, KEY_DISC into a discovery
+ * section (the top level's or a pool's). */
+#define KEY_OFF ((size_t)-1)
+#define KEY_OFF_DISC ((size_t)-2) /* the row's place in pdr_config_t.discovery, in a discovery section */
+/* clang-format off */
+#define KEY(sect, key) {#key, F_KEY, KEY_OFF, 0, 0, NULL, #sect "." #key}
+#define KEY0(key) {#key, F_KEY, KEY_OFF, 0, 0, NULL, #key}
+#define KEY_AT(sect, key, off) {#key, F_KEY, off, 0, 0, NULL, #sect "." #key}
+#define KEY0_AT(key, off) {#key, F_KEY, off, 0, 0, NULL, #key}
+#define KEY_DISC(sect, key) {#key, F_KEY, KEY_OFF_DISC, 0, 0, NULL, #sect "." #key}
 
 static const struct field listen_tls_fields[] = {
-    {"cert_file", F_STR_OPT, CONF(listen_tls.cert_file), 0, 0, NULL},
-    {"key_file", F_STR_OPT, CONF(listen_tls.key_file), 0, 0, NULL},
-    {"min_version", F_TLS_VERSION, CONF(listen_tls.min_version), 0, 0, NULL},
-    {"ciphers", F_STR_OPT, CONF(listen_tls.ciphers), 0, 0, NULL},
-    {"client_ca_file", F_STR_OPT, CONF(listen_tls.client_ca_file), 0, 0, NULL},
-    {"alpn", F_ALPN, 0, 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(listen.tls, cert_file),
+    KEY(listen.tls, key_file),
+    KEY(listen.tls, min_version),
+    KEY(listen.tls, ciphers),
+    KEY(listen.tls, client_ca_file),
+    {"alpn", F_ALPN, 0, 0, 0, NULL, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field workers_tls_fields[] = {
-    {"ca_file", F_STR_OPT, CONF(workers_tls.ca_file), 0, 0, NULL},
-    {"cert_file", F_STR_OPT, CONF(workers_tls.cert_file), 0, 0, NULL},
-    {"key_file", F_STR_OPT, CONF(workers_tls.key_file), 0, 0, NULL},
-    {"server_name", F_STR_OPT, CONF(workers_tls.server_name), 0, 0, NULL},
-    {"verify", F_BOOL, CONF(workers_tls.verify), 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(workers.tls, ca_file),
+    KEY(workers.tls, cert_file),
+    KEY(workers.tls, key_file),
+    KEY(workers.tls, server_name),
+    KEY(workers.tls, verify),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field listen_fields[] = {
-    {"host", F_STR, CONF(listen_host), 0, 0, NULL},
-    {"port", F_INT, CONF(listen_port), 1, 65535, NULL},
-    {"tls", F_CONF_SECTION, 0, 0, 0, listen_tls_fields},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(listen, host),
+    KEY(listen, port),
+    {"tls", F_CONF_SECTION, 0, 0, 0, listen_tls_fields, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field admin_fields[] = {
-    {"host", F_STR, CONF(admin_host), 0, 0, NULL},
-    {"port", F_INT, CONF(admin_port), 0, 65535, NULL},
-    {"token_file", F_STR_OPT, CONF(admin_token_file), 0, 0, NULL},
-    {"deny_worker_networks", F_NETWORKS, 0, 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(admin, host),
+    KEY(admin, port),
+    KEY(admin, token_file),
+    {"deny_worker_networks", F_NETWORKS, 0, 0, 0, NULL, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 
 static const struct field metrics_fields[] = {
-    {"host", F_STR, CONF(metrics_host), 0, 0, NULL},
-    {"port", F_INT, CONF(metrics_port), 0, 65535, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(metrics, host),
+    KEY(metrics, port),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 
 static const struct field cors_fields[] = {
-    {"allowed_origins", F_ORIGINS, 0, 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    {"allowed_origins", F_ORIGINS, 0, 0, 0, NULL, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field policy_fields[] = {
-    {"prefill", F_POLICY, CONF(policy_prefill), 0, 0, NULL},
-    {"decode", F_POLICY, CONF(policy_decode), 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(policy, prefill),
+    KEY(policy, decode),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field workers_fields[] = {
-    {"prefill", F_WORKERS, 0, PDR_ROLE_PREFILL, 0, NULL}, {"decode", F_WORKERS, 0, PDR_ROLE_DECODE, 0, NULL},
-    {"regular", F_WORKERS, 0, PDR_ROLE_REGULAR, 0, NULL}, {"api_key_file", F_KEY_FILE, 0, 0, 0, NULL},
-    {"tls", F_CONF_SECTION, 0, 0, 0, workers_tls_fields}, {NULL, 0, 0, 0, 0, NULL},
+    {"prefill", F_WORKERS, 0, PDR_ROLE_PREFILL, 0, NULL, NULL},
+    {"decode", F_WORKERS, 0, PDR_ROLE_DECODE, 0, NULL, NULL},
+    {"regular", F_WORKERS, 0, PDR_ROLE_REGULAR, 0, NULL, NULL},
+    {"api_key_file", F_KEY_FILE, 0, 0, 0, NULL, NULL},
+    {"tls", F_CONF_SECTION, 0, 0, 0, workers_tls_fields, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field health_fields[] = {
-    {"path", F_PATH, CONF(health.path), 0, 0, NULL},
-    {"interval_ms", F_INT, CONF(health.interval_ms), 1, PDR_MAX_MS, NULL},
-    {"timeout_ms", F_INT, CONF(health.timeout_ms), 1, PDR_MAX_MS, NULL},
-    {"rise", F_INT, CONF(health.rise), 1, PDR_MAX_RISE_FALL, NULL},
-    {"fall", F_INT, CONF(health.fall), 1, PDR_MAX_RISE_FALL, NULL},
-    {"drain_status", F_INT, CONF(health.drain_status), 0, 599, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(health, path),
+    KEY(health, interval_ms),
+    KEY(health, timeout_ms),
+    KEY(health, rise),
+    KEY(health, fall),
+    KEY(health, drain_status),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field timeouts_fields[] = {
-    {"connect_ms", F_INT, CONF(timeouts.connect_ms), 1, PDR_MAX_MS, NULL},
-    {"first_byte_ms", F_INT, CONF(timeouts.first_byte_ms), 1, PDR_MAX_MS, NULL},
-    {"kv_transfer_ms", F_INT, CONF(timeouts.kv_transfer_ms), 1, PDR_MAX_MS, NULL},
-    {"stream_idle_ms", F_INT, CONF(timeouts.stream_idle_ms), 1, PDR_MAX_MS, NULL},
-    {"kv_transfer_ms_per_1k_tokens", F_INT, CONF(timeouts.kv_transfer_ms_per_1k_tokens), 0, PDR_MAX_MS, NULL},
-    {"client_header_ms", F_INT, CONF(timeouts.client_header_ms), 1, PDR_MAX_MS, NULL},
-    {"client_body_ms", F_INT, CONF(timeouts.client_body_ms), 1, PDR_MAX_MS, NULL},
-    {"keepalive_idle_ms", F_INT, CONF(timeouts.keepalive_idle_ms), 1, PDR_MAX_MS, NULL},
-    {"lingering_ms", F_INT, CONF(timeouts.lingering_ms), 0, PDR_MAX_MS, NULL},
-    {"lingering_idle_ms", F_INT, CONF(timeouts.lingering_idle_ms), 1, PDR_MAX_MS, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(timeouts, connect_ms),
+    KEY(timeouts, first_byte_ms),
+    KEY(timeouts, kv_transfer_ms),
+    KEY(timeouts, stream_idle_ms),
+    KEY(timeouts, kv_transfer_ms_per_1k_tokens),
+    KEY(timeouts, client_header_ms),
+    KEY(timeouts, client_body_ms),
+    KEY(timeouts, keepalive_idle_ms),
+    KEY(timeouts, lingering_ms),
+    KEY(timeouts, lingering_idle_ms),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field limits_fields[] = {
-    {"max_body_bytes", F_INT64, CONF(limits.max_body_bytes), PDR_MIN_BODY_BYTES, PDR_MAX_BODY_BYTES, NULL},
-    {"max_inflight", F_INT, CONF(limits.max_inflight), 1, PDR_MAX_INFLIGHT, NULL},
-    {"max_connections_per_worker", F_INT, CONF(limits.max_connections_per_worker), 0,
-     PDR_MAX_CONNS_PER_WORKER, NULL},
-    {"h2_max_resets", F_INT, CONF(limits.h2_max_resets), 0, PDR_MAX_H2_RESETS, NULL},
-    {"max_merge_bytes", F_INT64, CONF(limits.max_merge_bytes), PDR_MIN_MERGE_BYTES, PDR_MAX_MERGE_BYTES,
-     NULL},
-    {"max_header_bytes", F_INT, CONF(limits.max_header_bytes), PDR_MIN_MAX_HEADER_BYTES,
-     PDR_MAX_MAX_HEADER_BYTES, NULL},
-    {"max_headers", F_INT, CONF(limits.max_headers), 1, PDR_MAX_MAX_HEADERS, NULL},
-    {"max_batch_items", F_INT, CONF(limits.max_batch_items), 1, PDR_MAX_MAX_BATCH_ITEMS, NULL},
-    {"max_client_connections", F_INT, CONF(limits.max_client_connections), 0, PDR_MAX_CLIENT_CONNECTIONS,
-     NULL},
-    {"max_idle_client_connections", F_INT, CONF(limits.max_idle_client_connections), 0,
-     PDR_MAX_CLIENT_CONNECTIONS, NULL},
-    {"max_lingering_bytes", F_INT64, CONF(limits.max_lingering_bytes), 0, PDR_MAX_BODY_BYTES, NULL},
-    {"h2_max_connection_body_bytes", F_INT64, CONF(limits.h2_max_connection_body_bytes), 0,
-     PDR_MAX_BODY_BYTES, NULL},
-    {"max_body_memory_bytes", F_INT64, CONF(limits.max_body_memory_bytes), 0, PDR_MAX_BODY_BYTES, NULL},
-    {"h2_max_concurrent_streams", F_INT, CONF(limits.h2_max_concurrent_streams), 1,
-     PDR_MAX_H2_MAX_CONCURRENT_STREAMS, NULL},
-    {"h2_max_control_frames", F_INT, CONF(limits.h2_max_control_frames), 0, PDR_MAX_H2_MAX_CONTROL_FRAMES,
-     NULL},
-    {"max_inflight_per_pool", F_INT, CONF(limits.max_inflight_per_pool), 0, PDR_MAX_INFLIGHT, NULL},
-    {"max_inflight_per_worker", F_INT, CONF(limits.max_inflight_per_worker), 0, PDR_MAX_INFLIGHT, NULL},
-    {"queue", F_INT, CONF(limits.queue), 0, PDR_MAX_QUEUE, NULL},
-    {"queue_timeout_ms", F_INT, CONF(limits.queue_timeout_ms), 1, PDR_MAX_MS, NULL},
-    {"rate_limit_rps", F_DOUBLE, CONF(limits.rate_limit_rps), 0, PDR_MAX_RATE_LIMIT_RPS, NULL},
-    {"rate_limit_burst", F_INT, CONF(limits.rate_limit_burst), 0, PDR_MAX_INFLIGHT, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(limits, max_body_bytes),
+    KEY(limits, max_inflight),
+    KEY(limits, max_connections_per_worker),
+    KEY(limits, h2_max_resets),
+    KEY(limits, max_merge_bytes),
+    KEY(limits, max_header_bytes),
+    KEY(limits, max_headers),
+    KEY(limits, max_batch_items),
+    KEY(limits, max_client_connections),
+    KEY(limits, max_idle_client_connections),
+    KEY(limits, max_lingering_bytes),
+    KEY(limits, h2_max_connection_body_bytes),
+    KEY(limits, max_body_memory_bytes),
+    KEY(limits, h2_max_concurrent_streams),
+    KEY(limits, h2_max_control_frames),
+    KEY(limits, max_inflight_per_pool),
+    KEY(limits, max_inflight_per_worker),
+    KEY(limits, queue),
+    KEY(limits, queue_timeout_ms),
+    KEY(limits, rate_limit_rps),
+    KEY(limits, rate_limit_burst),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field retries_fields[] = {
-    {"max", F_INT, CONF(retries.max), 0, PDR_MAX_RETRIES, NULL},
-    {"budget_percent", F_INT, CONF(retries.budget_percent), 0, 100, NULL},
-    {"min_concurrent", F_INT, CONF(retries.min_concurrent), 0, PDR_MAX_INFLIGHT, NULL},
-    {"initial_backoff_ms", F_INT, CONF(retries.initial_backoff_ms), 0, PDR_MAX_MS, NULL},
-    {"max_backoff_ms", F_INT, CONF(retries.max_backoff_ms), 0, PDR_MAX_MS, NULL},
-    {"backoff_multiplier", F_DOUBLE, CONF(retries.backoff_multiplier), 1, 100, NULL},
-    {"jitter_factor", F_DOUBLE, CONF(retries.jitter_factor), 0, 1, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(retries, max),
+    KEY(retries, budget_percent),
+    KEY(retries, min_concurrent),
+    KEY(retries, initial_backoff_ms),
+    KEY(retries, max_backoff_ms),
+    KEY(retries, backoff_multiplier),
+    KEY(retries, jitter_factor),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field breaker_fields[] = {
-    {"enabled", F_BOOL, CONF(breaker.enabled), 0, 0, NULL},
-    {"consecutive_failures", F_INT, CONF(breaker.consecutive_failures), 1, 1000000, NULL},
-    {"open_ms", F_INT, CONF(breaker.open_ms), 1, PDR_MAX_MS, NULL},
-    {"max_open_ms", F_INT, CONF(breaker.max_open_ms), 1, PDR_MAX_MS, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(breaker, enabled),
+    KEY(breaker, consecutive_failures),
+    KEY(breaker, open_ms),
+    KEY(breaker, max_open_ms),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field outlier_fields[] = {
-    {"enabled", F_BOOL, CONF(outlier.enabled), 0, 0, NULL},
-    {"consecutive_failures", F_INT, CONF(outlier.consecutive_failures), 1, PDR_MAX_OUTLIER_CONSECUTIVE, NULL},
-    {"base_ejection_ms", F_INT, CONF(outlier.base_ejection_ms), 1, PDR_MAX_MS, NULL},
-    {"max_ejection_ms", F_INT, CONF(outlier.max_ejection_ms), 1, PDR_MAX_MS, NULL},
-    {"max_ejection_percent", F_INT, CONF(outlier.max_ejection_percent), 0, 100, NULL},
-    {"panic_threshold_percent", F_INT, CONF(outlier.panic_threshold_percent), 0, 100, NULL},
-    {"slow_start_ms", F_INT, CONF(outlier.slow_start_ms), 0, PDR_MAX_MS, NULL},
-    {"probation_successes", F_INT, CONF(outlier.probation_successes), 0, PDR_MAX_OUTLIER_CONSECUTIVE, NULL},
-    {"failure_window_ms", F_INT, CONF(outlier.failure_window_ms), 0, PDR_MAX_MS, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(outlier, enabled),
+    KEY(outlier, consecutive_failures),
+    KEY(outlier, base_ejection_ms),
+    KEY(outlier, max_ejection_ms),
+    KEY(outlier, max_ejection_percent),
+    KEY(outlier, panic_threshold_percent),
+    KEY(outlier, slow_start_ms),
+    KEY(outlier, probation_successes),
+    KEY(outlier, failure_window_ms),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field ticket_fields[] = {
-    {"key_file", F_TICKET_KEYS, 0, 0, 0, NULL},
-    {"key_files", F_TICKET_KEYS, 0, 1, 0, NULL},
-    {"ttl_ms", F_INT, CONF(ticket.ttl_ms), 1000, PDR_TICKET_TTL_MAX_MS, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    {"key_file", F_TICKET_KEYS, 0, 0, 0, NULL, NULL},
+    {"key_files", F_TICKET_KEYS, 0, 1, 0, NULL, NULL},
+    KEY(ticket, ttl_ms),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field shim_events_fields[] = {
-    {"key_file", F_STR_OPT, CONF(shim_events.key_file), 0, 0, NULL},
-    {"max_skew_ms", F_INT, CONF(shim_events.max_skew_ms), 1, 3600000, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(shim_events, key_file),
+    KEY(shim_events, max_skew_ms),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field kv_admission_fields[] = {
-    {"enabled", F_BOOL, CONF(kv_admission.enabled), 0, 0, NULL},
-    {"wait_ms", F_INT, CONF(kv_admission.wait_ms), 0, 600000, NULL},
-    {"prompt_bytes_per_token", F_INT, CONF(kv_admission.prompt_bytes_per_token), 1, 1024, NULL},
-    {"max_new_tokens", F_INT, CONF(kv_admission.max_new_tokens), 0, 1 << 24, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(kv_admission, enabled),
+    KEY(kv_admission, wait_ms),
+    KEY(kv_admission, prompt_bytes_per_token),
+    KEY(kv_admission, max_new_tokens),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field kv_events_fields[] = {
-    {"max_index_bytes", F_INT64, CONF(kv_events.max_index_bytes), 4096, (int64_t)1 << 40, NULL},
-    {"resync_messages", F_INT, CONF(kv_events.resync_messages), 1, 1000000, NULL},
-    {"max_message_bytes", F_INT64, CONF(kv_events.max_message_bytes), PDR_MIN_KV_MAX_MESSAGE_BYTES,
-     PDR_MAX_KV_MAX_MESSAGE_BYTES, NULL},
-    {"queue_messages", F_INT, CONF(kv_events.queue_messages), 1, PDR_MAX_KV_QUEUE_MESSAGES, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(kv_events, max_index_bytes),
+    KEY(kv_events, resync_messages),
+    KEY(kv_events, max_message_bytes),
+    KEY(kv_events, queue_messages),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field cache_aware_fields[] = {
-    {"cache_threshold", F_DOUBLE, CONF(cache_aware.cache_threshold), 0, 1, NULL},
-    {"balance_abs_threshold", F_INT, CONF(cache_aware.balance_abs_threshold), 0, 1000000, NULL},
-    {"balance_rel_threshold", F_DOUBLE, CONF(cache_aware.balance_rel_threshold), 1, 1000000, NULL},
-    {"eviction_interval_secs", F_INT, CONF(cache_aware.eviction_interval_secs), 1, 86400, NULL},
-    {"max_tree_size", F_INT64, CONF(cache_aware.max_tree_size), 1024, (int64_t)1 << 40, NULL},
-    {"seed", F_SEED, CONF(cache_aware.seed), 0, 0, NULL},
-    {"hash_prefix_chars", F_INT, CONF(cache_aware.hash_prefix_chars), 1, PDR_MAX_HASH_PREFIX_CHARS, NULL},
-    {"hash_load_factor", F_DOUBLE, CONF(cache_aware.hash_load_factor), 1, 100, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(cache_aware, cache_threshold),
+    KEY(cache_aware, balance_abs_threshold),
+    KEY(cache_aware, balance_rel_threshold),
+    KEY(cache_aware, eviction_interval_secs),
+    KEY(cache_aware, max_tree_size),
+    KEY(cache_aware, seed),
+    KEY(cache_aware, hash_prefix_chars),
+    KEY(cache_aware, hash_load_factor),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field pd_fields[] = {
-    {"relay", F_RELAY, CONF(pd.relay), 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(pd, relay),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field disaggregation_fields[] = {
-    {"min_prefill_tokens", F_INT, CONF(disaggregation.min_prefill_tokens), 0, PDR_MAX_DISAGG_MIN, NULL},
-    {"min_prefill_chars", F_INT, CONF(disaggregation.min_prefill_chars), 0, PDR_MAX_DISAGG_MIN, NULL},
-    {"skip_when_prefill_saturated", F_BOOL, CONF(disaggregation.skip_when_prefill_saturated), 0, 0, NULL},
-    {"prefill_saturated_inflight", F_INT, CONF(disaggregation.prefill_saturated_inflight), 0,
-     PDR_MAX_INFLIGHT, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(disaggregation, min_prefill_tokens),
+    KEY(disaggregation, min_prefill_chars),
+    KEY(disaggregation, skip_when_prefill_saturated),
+    KEY(disaggregation, prefill_saturated_inflight),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field log_fields[] = {
-    {"access_log", F_STR, CONF(log.access_log), 0, 0, NULL},
-    {"level", F_LEVEL, CONF(log.level), 0, 0, NULL},
-    {"dir", F_STR_OPT, CONF(log.dir), 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(log, access_log),
+    KEY(log, level),
+    KEY(log, dir),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field tracing_fields[] = {
-    {"otlp_endpoint", F_API_URL, CONF(tracing.otlp_endpoint), 0, 0, NULL},
-    {"file", F_STR_OPT, CONF(tracing.file), 0, 0, NULL},
-    {"sample_ratio", F_DOUBLE, CONF(tracing.sample_ratio), 0, 1, NULL},
-    {"service_name", F_STR, CONF(tracing.service_name), 0, 0, NULL},
-    {"batch_max", F_INT, CONF(tracing.batch_max), 1, PDR_MAX_TRACE_BATCH, NULL},
-    {"flush_ms", F_INT, CONF(tracing.flush_ms), 1, PDR_MAX_TRACE_MS, NULL},
-    {"queue_max", F_INT, CONF(tracing.queue_max), 1, PDR_MAX_TRACE_QUEUE, NULL},
-    {"timeout_ms", F_INT, CONF(tracing.timeout_ms), 1, PDR_MAX_TRACE_MS, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(tracing, otlp_endpoint),
+    KEY(tracing, file),
+    KEY(tracing, sample_ratio),
+    KEY(tracing, service_name),
+    KEY(tracing, batch_max),
+    KEY(tracing, flush_ms),
+    KEY(tracing, queue_max),
+    KEY(tracing, timeout_ms),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field lifecycle_fields[] = {
-    {"drain_grace_ms", F_INT, CONF(lifecycle.drain_grace_ms), 0, PDR_MAX_MS, NULL},
-    {"drain_timeout_ms", F_INT, CONF(lifecycle.drain_timeout_ms), 1, PDR_MAX_MS, NULL},
-    {"worker_startup_timeout_ms", F_INT, CONF(lifecycle.worker_startup_timeout_ms), 0, PDR_MAX_MS, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY(lifecycle, drain_grace_ms),
+    KEY(lifecycle, drain_timeout_ms),
+    KEY(lifecycle, worker_startup_timeout_ms),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
-/* Offsets in a pdr_discovery_conf_t: the top-level section and each pool's one share these tables. */
-#define DISC(m) offsetof(pdr_discovery_conf_t, m)
-#define DNS_ROLE(r, m) DISC(dns.role[r].m)
-#define K8S_ROLE(r, m) DISC(kubernetes.role[r].m)
+/* Read into a pdr_discovery_conf_t (KEY_DISC): the top-level section and each pool's share these. */
 static const struct field dns_prefill_fields[] = {
-    {"name", F_HOSTNAME, DNS_ROLE(PDR_ROLE_PREFILL, name), 0, 0, NULL},
-    {"port", F_INT, DNS_ROLE(PDR_ROLE_PREFILL, port), 1, 65535, NULL},
-    {"bootstrap_port", F_BPORT, DNS_ROLE(PDR_ROLE_PREFILL, bootstrap_port), 1, 65535, NULL},
-    {"scheme", F_SCHEME, DNS_ROLE(PDR_ROLE_PREFILL, https), 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY_DISC(discovery.dns.prefill, name),
+    KEY_DISC(discovery.dns.prefill, port),
+    KEY_DISC(discovery.dns.prefill, bootstrap_port),
+    KEY_DISC(discovery.dns.prefill, scheme),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field dns_decode_fields[] = {
-    {"name", F_HOSTNAME, DNS_ROLE(PDR_ROLE_DECODE, name), 0, 0, NULL},
-    {"port", F_INT, DNS_ROLE(PDR_ROLE_DECODE, port), 1, 65535, NULL},
-    {"scheme", F_SCHEME, DNS_ROLE(PDR_ROLE_DECODE, https), 0, 0, NULL},
-    {"bootstrap_port", F_BPORT_BAD, 0, 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY_DISC(discovery.dns.decode, name),
+    KEY_DISC(discovery.dns.decode, port),
+    KEY_DISC(discovery.dns.decode, scheme),
+    {"bootstrap_port", F_BPORT_BAD, 0, 0, 0, NULL, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field dns_fields[] = {
-    {"interval_ms", F_INT, DISC(dns.interval_ms), PDR_MIN_DNS_INTERVAL_MS, PDR_MAX_DNS_INTERVAL_MS, NULL},
-    {"resolver", F_RESOLVER, DISC(dns.resolver), 0, 0, NULL},
-    {"prefill", F_DNS_ROLE, 0, PDR_ROLE_PREFILL, 0, dns_prefill_fields},
-    {"decode", F_DNS_ROLE, 0, PDR_ROLE_DECODE, 0, dns_decode_fields},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY_DISC(discovery.dns, interval_ms),
+    KEY_DISC(discovery.dns, resolver),
+    {"prefill", F_DNS_ROLE, 0, PDR_ROLE_PREFILL, 0, dns_prefill_fields, NULL},
+    {"decode", F_DNS_ROLE, 0, PDR_ROLE_DECODE, 0, dns_decode_fields, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field k8s_prefill_fields[] = {
-    {"selector", F_SELECTOR, K8S_ROLE(PDR_ROLE_PREFILL, selector), 0, 0, NULL},
-    {"port", F_INT, K8S_ROLE(PDR_ROLE_PREFILL, port), 0, 65535, NULL},
-    {"bootstrap_port", F_BPORT, K8S_ROLE(PDR_ROLE_PREFILL, bootstrap_port), 1, 65535, NULL},
-    {"scheme", F_SCHEME, K8S_ROLE(PDR_ROLE_PREFILL, https), 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY_DISC(discovery.kubernetes.prefill, selector),
+    KEY_DISC(discovery.kubernetes.prefill, port),
+    KEY_DISC(discovery.kubernetes.prefill, bootstrap_port),
+    KEY_DISC(discovery.kubernetes.prefill, scheme),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field k8s_decode_fields[] = {
-    {"selector", F_SELECTOR, K8S_ROLE(PDR_ROLE_DECODE, selector), 0, 0, NULL},
-    {"port", F_INT, K8S_ROLE(PDR_ROLE_DECODE, port), 0, 65535, NULL},
-    {"scheme", F_SCHEME, K8S_ROLE(PDR_ROLE_DECODE, https), 0, 0, NULL},
-    {"bootstrap_port", F_BPORT_BAD, 0, 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY_DISC(discovery.kubernetes.decode, selector),
+    KEY_DISC(discovery.kubernetes.decode, port),
+    KEY_DISC(discovery.kubernetes.decode, scheme),
+    {"bootstrap_port", F_BPORT_BAD, 0, 0, 0, NULL, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field k8s_fields[] = {
-    {"namespace", F_NAMESPACE, DISC(kubernetes.namespace_), 0, 0, NULL},
-    {"api_server", F_API_URL, DISC(kubernetes.api_server), 0, 0, NULL},
-    {"token_file", F_STR, DISC(kubernetes.token_file), 0, 0, NULL},
-    {"ca_file", F_STR, DISC(kubernetes.ca_file), 0, 0, NULL},
-    {"watch_timeout_s", F_INT, DISC(kubernetes.watch_timeout_s), 1, PDR_MAX_K8S_WATCH_TIMEOUT_S, NULL},
-    {"bootstrap_port_annotation", F_ANNOTATION, DISC(kubernetes.bootstrap_port_annotation), 0, 0, NULL},
-    {"prefill", F_K8S_ROLE, 0, PDR_ROLE_PREFILL, 0, k8s_prefill_fields},
-    {"decode", F_K8S_ROLE, 0, PDR_ROLE_DECODE, 0, k8s_decode_fields},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY_DISC(discovery.kubernetes, namespace),
+    KEY_DISC(discovery.kubernetes, api_server),
+    KEY_DISC(discovery.kubernetes, token_file),
+    KEY_DISC(discovery.kubernetes, ca_file),
+    KEY_DISC(discovery.kubernetes, watch_timeout_s),
+    KEY_DISC(discovery.kubernetes, bootstrap_port_annotation),
+    {"prefill", F_K8S_ROLE, 0, PDR_ROLE_PREFILL, 0, k8s_prefill_fields, NULL},
+    {"decode", F_K8S_ROLE, 0, PDR_ROLE_DECODE, 0, k8s_decode_fields, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field discovery_fields[] = {
-    {"dns", F_SECTION, 0, 0, 0, dns_fields},
-    {"kubernetes", F_SECTION, 0, 0, 0, k8s_fields},
-    {NULL, 0, 0, 0, 0, NULL},
+    {"dns", F_SECTION, 0, 0, 0, dns_fields, NULL},
+    {"kubernetes", F_SECTION, 0, 0, 0, k8s_fields, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 #define POOLF(m) offsetof(pdr_pool_conf_t, m)
 static const struct field pool_policy_fields[] = {
-    {"prefill", F_POLICY, POOLF(policy_prefill), 0, 0, NULL},
-    {"decode", F_POLICY, POOLF(policy_decode), 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY_AT(policy, prefill, POOLF(policy_prefill)),
+    KEY_AT(policy, decode, POOLF(policy_decode)),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field pool_timeouts_fields[] = {
-    {"connect_ms", F_INT, POOLF(timeouts.connect_ms), 1, PDR_MAX_MS, NULL},
-    {"first_byte_ms", F_INT, POOLF(timeouts.first_byte_ms), 1, PDR_MAX_MS, NULL},
-    {"kv_transfer_ms", F_INT, POOLF(timeouts.kv_transfer_ms), 1, PDR_MAX_MS, NULL},
-    {"stream_idle_ms", F_INT, POOLF(timeouts.stream_idle_ms), 1, PDR_MAX_MS, NULL},
-    {"kv_transfer_ms_per_1k_tokens", F_INT, POOLF(timeouts.kv_transfer_ms_per_1k_tokens), 0, PDR_MAX_MS,
-     NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    KEY_AT(timeouts, connect_ms, POOLF(timeouts.connect_ms)),
+    KEY_AT(timeouts, first_byte_ms, POOLF(timeouts.first_byte_ms)),
+    KEY_AT(timeouts, kv_transfer_ms, POOLF(timeouts.kv_transfer_ms)),
+    KEY_AT(timeouts, stream_idle_ms, POOLF(timeouts.stream_idle_ms)),
+    KEY_AT(timeouts, kv_transfer_ms_per_1k_tokens, POOLF(timeouts.kv_transfer_ms_per_1k_tokens)),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 /* A pool's cache_aware: (and its prefill: / decode: inside): the thresholds and the seed, not the
  * trees' size or eviction interval, which stay global. */
 #define POOL_CA_FIELDS(m)                                                                                    \
-    {"cache_threshold", F_DOUBLE, POOLF(m.cache_threshold), 0, 1, NULL},                                     \
-        {"balance_abs_threshold", F_INT, POOLF(m.balance_abs_threshold), 0, 1000000, NULL},                  \
-        {"balance_rel_threshold", F_DOUBLE, POOLF(m.balance_rel_threshold), 1, 1000000, NULL},               \
-        {"seed", F_SEED, POOLF(m.seed), 0, 0, NULL},                                                         \
-        {"hash_prefix_chars", F_INT, POOLF(m.hash_prefix_chars), 1, PDR_MAX_HASH_PREFIX_CHARS, NULL},        \
-    {                                                                                                        \
-        "hash_load_factor", F_DOUBLE, POOLF(m.hash_load_factor), 1, 100, NULL                                \
-    }
+    KEY_AT(cache_aware, cache_threshold, POOLF(m.cache_threshold)),                                          \
+        KEY_AT(cache_aware, balance_abs_threshold, POOLF(m.balance_abs_threshold)),                          \
+        KEY_AT(cache_aware, balance_rel_threshold, POOLF(m.balance_rel_threshold)),                          \
+        KEY_AT(cache_aware, seed, POOLF(m.seed)),                                                            \
+        KEY_AT(cache_aware, hash_prefix_chars, POOLF(m.hash_prefix_chars)),                                  \
+        KEY_AT(cache_aware, hash_load_factor, POOLF(m.hash_load_factor))
 static const struct field pool_ca_prefill_fields[] = {
     POOL_CA_FIELDS(cache_aware_role[PDR_ROLE_PREFILL]),
-    {NULL, 0, 0, 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field pool_ca_decode_fields[] = {
     POOL_CA_FIELDS(cache_aware_role[PDR_ROLE_DECODE]),
-    {NULL, 0, 0, 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field pool_ca_fields[] = {
     POOL_CA_FIELDS(cache_aware),
-    {"prefill", F_SECTION, 0, 0, 0, pool_ca_prefill_fields},
-    {"decode", F_SECTION, 0, 0, 0, pool_ca_decode_fields},
-    {NULL, 0, 0, 0, 0, NULL},
+    {"prefill", F_SECTION, 0, 0, 0, pool_ca_prefill_fields, NULL},
+    {"decode", F_SECTION, 0, 0, 0, pool_ca_decode_fields, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field pool_fields[] = {
-    {"name", F_POOL_NAME, POOLF(name), 0, 0, NULL},
-    {"models", F_MODELS, 0, 0, 0, NULL},
-    {"protocol", F_PROTOCOL, POOLF(protocol), 0, 0, NULL},
-    {"policy", F_POLICIES, 0, 0, 0, pool_policy_fields},
-    {"workers", F_SECTION, 0, 0, 0, workers_fields},
-    {"timeouts", F_SECTION, 0, 0, 0, pool_timeouts_fields},
-    {"discovery", F_DISCOVERY, POOLF(discovery), 0, 0, discovery_fields},
-    {"cache_aware", F_SECTION, 0, 0, 0, pool_ca_fields},
-    {NULL, 0, 0, 0, 0, NULL},
+    {"name", F_POOL_NAME, POOLF(name), 0, 0, NULL, NULL},
+    {"models", F_MODELS, 0, 0, 0, NULL, NULL},
+    KEY0_AT(protocol, POOLF(protocol)),
+    {"policy", F_POLICIES, 0, 0, 0, pool_policy_fields, NULL},
+    {"workers", F_SECTION, 0, 0, 0, workers_fields, NULL},
+    {"timeouts", F_SECTION, 0, 0, 0, pool_timeouts_fields, NULL},
+    {"discovery", F_DISCOVERY, POOLF(discovery), 0, 0, discovery_fields, NULL},
+    {"cache_aware", F_SECTION, 0, 0, 0, pool_ca_fields, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field top_fields[] = {
-    {"listen", F_SECTION, 0, 0, 0, listen_fields},
-    {"admin", F_SECTION, 0, 0, 0, admin_fields},
-    {"metrics", F_SECTION, 0, 0, 0, metrics_fields},
-    {"cors", F_SECTION, 0, 0, 0, cors_fields},
-    {"protocol", F_PROTOCOL, CONF(protocol), 0, 0, NULL},
-    {"policy", F_POLICIES, 0, 0, 0, policy_fields},
-    {"workers", F_SECTION, 0, 0, 0, workers_fields},
-    {"health", F_SECTION, 0, 0, 0, health_fields},
-    {"timeouts", F_SECTION, 0, 0, 0, timeouts_fields},
-    {"limits", F_SECTION, 0, 0, 0, limits_fields},
-    {"retries", F_SECTION, 0, 0, 0, retries_fields},
-    {"outlier", F_SECTION, 0, 0, 0, outlier_fields},
-    {"breaker", F_SECTION, 0, 0, 0, breaker_fields},
-    {"pd", F_SECTION, 0, 0, 0, pd_fields},
-    {"cache_aware", F_SECTION, 0, 0, 0, cache_aware_fields},
-    {"disaggregation", F_SECTION, 0, 0, 0, disaggregation_fields},
-    {"kv_events", F_SECTION, 0, 0, 0, kv_events_fields},
-    {"ticket", F_SECTION, 0, 0, 0, ticket_fields},
-    {"shim_events", F_SECTION, 0, 0, 0, shim_events_fields},
-    {"kv_admission", F_SECTION, 0, 0, 0, kv_admission_fields},
-    {"log", F_SECTION, 0, 0, 0, log_fields},
-    {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields},
-    {"tracing", F_SECTION, 0, 0, 0, tracing_fields},
-    {"threads", F_INT, CONF(threads), 0, PDR_MAX_THREADS, NULL},
-    {"dp_aware", F_BOOL, CONF(dp_aware), 0, 0, NULL},
-    {"tokenizer", F_STR_OPT, CONF(tokenizer), 0, 0, NULL},
-    {"discovery", F_DISCOVERY, CONF(discovery), 0, 0, discovery_fields},
-    {"pools", F_POOLS, 0, 0, 0, pool_fields},
-    {"request_id_headers", F_NAMES, 0, 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    {"listen", F_SECTION, 0, 0, 0, listen_fields, NULL},
+    {"admin", F_SECTION, 0, 0, 0, admin_fields, NULL},
+    {"metrics", F_SECTION, 0, 0, 0, metrics_fields, NULL},
+    {"cors", F_SECTION, 0, 0, 0, cors_fields, NULL},
+    KEY0(protocol),
+    {"policy", F_POLICIES, 0, 0, 0, policy_fields, NULL},
+    {"workers", F_SECTION, 0, 0, 0, workers_fields, NULL},
+    {"health", F_SECTION, 0, 0, 0, health_fields, NULL},
+    {"timeouts", F_SECTION, 0, 0, 0, timeouts_fields, NULL},
+    {"limits", F_SECTION, 0, 0, 0, limits_fields, NULL},
+    {"retries", F_SECTION, 0, 0, 0, retries_fields, NULL},
+    {"outlier", F_SECTION, 0, 0, 0, outlier_fields, NULL},
+    {"breaker", F_SECTION, 0, 0, 0, breaker_fields, NULL},
+    {"pd", F_SECTION, 0, 0, 0, pd_fields, NULL},
+    {"cache_aware", F_SECTION, 0, 0, 0, cache_aware_fields, NULL},
+    {"disaggregation", F_SECTION, 0, 0, 0, disaggregation_fields, NULL},
+    {"kv_events", F_SECTION, 0, 0, 0, kv_events_fields, NULL},
+    {"ticket", F_SECTION, 0, 0, 0, ticket_fields, NULL},
+    {"shim_events", F_SECTION, 0, 0, 0, shim_events_fields, NULL},
+    {"kv_admission", F_SECTION, 0, 0, 0, kv_admission_fields, NULL},
+    {"log", F_SECTION, 0, 0, 0, log_fields, NULL},
+    {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields, NULL},
+    {"tracing", F_SECTION, 0, 0, 0, tracing_fields, NULL},
+    KEY0(threads),
+    KEY0(dp_aware),
+    KEY0(tokenizer),
+    {"discovery", F_DISCOVERY, CONF(discovery), 0, 0, discovery_fields, NULL},
+    {"pools", F_POOLS, 0, 0, 0, pool_fields, NULL},
+    {"request_id_headers", F_NAMES, 0, 0, 0, NULL, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field prefill_fields[] = {
-    {"url", F_URL, 0, 0, 0, NULL},
-    {"bootstrap_port", F_BPORT, offsetof(pdr_worker_conf_t, bootstrap_port), 1, 65535, NULL},
-    {"dp_size", F_INT, offsetof(pdr_worker_conf_t, dp_size), 1, PDR_MAX_DP_SIZE, NULL},
-    {"kv_events", F_KV_ENDPOINT, offsetof(pdr_worker_conf_t, kv_events), 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    {"url", F_URL, 0, 0, 0, NULL, NULL},
+    {"bootstrap_port", F_BPORT, offsetof(pdr_worker_conf_t, bootstrap_port), 1, 65535, NULL, NULL},
+    {"dp_size", F_INT, offsetof(pdr_worker_conf_t, dp_size), 1, PDR_MAX_DP_SIZE, NULL, NULL},
+    {"kv_events", F_KV_ENDPOINT, offsetof(pdr_worker_conf_t, kv_events), 0, 0, NULL, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field decode_fields[] = {
-    {"url", F_URL, 0, 0, 0, NULL},
-    {"bootstrap_port", F_BPORT_BAD, 0, 0, 0, NULL},
-    {"dp_size", F_INT, offsetof(pdr_worker_conf_t, dp_size), 1, PDR_MAX_DP_SIZE, NULL},
-    {"kv_events", F_KV_ENDPOINT, offsetof(pdr_worker_conf_t, kv_events), 0, 0, NULL},
-    {NULL, 0, 0, 0, 0, NULL},
+    {"url", F_URL, 0, 0, 0, NULL, NULL},
+    {"bootstrap_port", F_BPORT_BAD, 0, 0, 0, NULL, NULL},
+    {"dp_size", F_INT, offsetof(pdr_worker_conf_t, dp_size), 1, PDR_MAX_DP_SIZE, NULL, NULL},
+    {"kv_events", F_KV_ENDPOINT, offsetof(pdr_worker_conf_t, kv_events), 0, 0, NULL, NULL},
+    {NULL, 0, 0, 0, 0, NULL, NULL},
 };
+/* clang-format on */
 
 struct ctx {
     const char *name;
@@ -1039,6 +1042,45 @@ static int load_pools(struct ctx *cx, const yaml_node_t *seq, const char *path, 
     return 0;
 }
 
+/* The loader's reading of a schema type. */
+static const enum ftype key_ftype[] = {
+    [PDR_CT_INT] = F_INT,
+    [PDR_CT_INT64] = F_INT64,
+    [PDR_CT_DOUBLE] = F_DOUBLE,
+    [PDR_CT_BOOL] = F_BOOL,
+    [PDR_CT_STR] = F_STR,
+    [PDR_CT_STR_OPT] = F_STR_OPT,
+    [PDR_CT_PATH] = F_PATH,
+    [PDR_CT_PROTOCOL] = F_PROTOCOL,
+    [PDR_CT_POLICY] = F_POLICY,
+    [PDR_CT_LEVEL] = F_LEVEL,
+    [PDR_CT_RELAY] = F_RELAY,
+    [PDR_CT_SEED] = F_SEED,
+    [PDR_CT_TLS_VER] = F_TLS_VERSION,
+    [PDR_CT_SCHEME] = F_SCHEME,
+    [PDR_CT_BPORT] = F_BPORT,
+    [PDR_CT_HOSTNAME] = F_HOSTNAME,
+    [PDR_CT_RESOLVER] = F_RESOLVER,
+    [PDR_CT_SELECTOR] = F_SELECTOR,
+    [PDR_CT_NAMESPACE] = F_NAMESPACE,
+    [PDR_CT_URL] = F_API_URL,
+    [PDR_CT_ANNOTATION] = F_ANNOTATION,
+};
+
+/* An F_KEY row as the field its schema row describes; 0, or PDR_ECONFIG when the table lacks the row (a
+ * bug here, caught by the schema test). */
+static int key_field(const struct field *f, struct field *out)
+{
+    const pdr_conf_key_t *k = pdr_conf_key_find(f->schema, strlen(f->schema));
+    if (k == NULL)
+        return PDR_ECONFIG;
+    size_t off = f->off == KEY_OFF        ? k->off
+                 : f->off == KEY_OFF_DISC ? k->off - offsetof(pdr_config_t, discovery)
+                                          : f->off;
+    *out = (struct field){f->key, key_ftype[k->type], off, k->min, k->max, NULL, NULL};
+    return 0;
+}
+
 static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, const char *path, void *base)
 {
     char buf[80];
@@ -1047,6 +1089,12 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
     size_t len;
     int rc;
     switch (f->type) {
+    case F_KEY: {
+        struct field row;
+        if (key_field(f, &row) != 0)
+            return FAIL(cx, v, "%s: internal error: not in the schema", path);
+        return apply(cx, &row, v, path, base);
+    }
     case F_SECTION:
         return walk_map(cx, v, path, f->sub, base);
     case F_DISCOVERY:

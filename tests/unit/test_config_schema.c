@@ -1,0 +1,242 @@
+/*
+ * Unit test of config/schema.c: the schema table is what the readers use. Every row is read by the YAML
+ * loader (its default written in YAML comes back as its default), its field has the size its type says, a
+ * new snapshot holds every row's default, and a value one past either end of a row's range is refused by
+ * the YAML loader (with the row's range in the message) and by pdr_config_validate (naming the key).
+ * With --dump it prints the table instead (pdr_conf_schema_print), for the docs check.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "config.h"
+#include "schema.h"
+
+#define WORKERS "workers: {prefill: [http://127.0.0.1:30001], decode: [http://127.0.0.1:30002]"
+
+static int is_number(const pdr_conf_key_t *k)
+{
+    return k->type == PDR_CT_INT || k->type == PDR_CT_INT64 || k->type == PDR_CT_DOUBLE ||
+           k->type == PDR_CT_BPORT;
+}
+
+static int is_string(const pdr_conf_key_t *k)
+{
+    switch (k->type) {
+    case PDR_CT_STR:
+    case PDR_CT_STR_OPT:
+    case PDR_CT_PATH:
+    case PDR_CT_LEVEL:
+    case PDR_CT_HOSTNAME:
+    case PDR_CT_RESOLVER:
+    case PDR_CT_SELECTOR:
+    case PDR_CT_NAMESPACE:
+    case PDR_CT_URL:
+    case PDR_CT_ANNOTATION:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* A value to write for k in YAML: its default, or a sample where it has none. */
+static const char *yaml_value(const pdr_conf_key_t *k, char *buf, size_t len)
+{
+    pdr_conf_default_text(k, buf, len);
+    if (buf[0] != '\0' && k->def_doc == NULL)
+        return buf;
+    switch (k->type) {
+    case PDR_CT_STR_OPT:
+        return "null";
+    case PDR_CT_HOSTNAME:
+        return "pd.test";
+    case PDR_CT_SELECTOR:
+        return "app=pd";
+    case PDR_CT_RESOLVER:
+        return "10.0.0.53";
+    case PDR_CT_NAMESPACE:
+        return "pd";
+    case PDR_CT_URL:
+        return "http://collector.test:4318/v1/traces";
+    case PDR_CT_INT:
+        return "30000"; /* a required port */
+    default:
+        return k->def_doc != NULL ? k->def_doc : "/tmp/pd";
+    }
+}
+
+/* YAML that sets path to value, with the workers and, for a discovery role's key, the role's required
+ * keys. */
+static void yaml_for(const char *path, const char *value, char *out, size_t len)
+{
+    char sect[128];
+    const char *dot = strrchr(path, '.');
+    const char *key = dot != NULL ? dot + 1 : path;
+    snprintf(sect, sizeof(sect), "%.*s", dot != NULL ? (int)(dot - path) : 0, path);
+    const char *extra = "";
+    if (strstr(sect, "discovery.dns.") == sect)
+        extra = strcmp(key, "name") == 0   ? "port: 30000, "
+                : strcmp(key, "port") == 0 ? "name: pd.test, "
+                                           : "name: pd.test, port: 30000, ";
+    else if (strstr(sect, "discovery.kubernetes.prefill") == sect ||
+             strstr(sect, "discovery.kubernetes.decode") == sect)
+        extra = strcmp(key, "selector") == 0 ? "" : "selector: app=pd, ";
+    /* The sections, opened one by one: a.b.c: V is {a: {b: {c: V}}}. */
+    char open[256] = "", close[64] = "";
+    size_t o = 0, c = 0;
+    int depth = 0;
+    int workers = strncmp(path, "workers.", 8) == 0;
+    for (const char *s = path; dot != NULL && s < dot;) {
+        const char *e = memchr(s, '.', (size_t)(dot - s));
+        if (e == NULL)
+            e = dot;
+        if (depth == 0 && workers)
+            o += (size_t)snprintf(open + o, sizeof(open) - o, ", ");
+        else
+            o += (size_t)snprintf(open + o, sizeof(open) - o, "%.*s: {", (int)(e - s), s);
+        if (!(depth == 0 && workers))
+            c += (size_t)snprintf(close + c, sizeof(close) - c, "}");
+        depth++;
+        s = e + 1;
+    }
+    if (workers)
+        snprintf(out, len, WORKERS "%s%s%s: %s%s}\n", open, extra, key, value, close);
+    else
+        snprintf(out, len, WORKERS "}\n%s%s%s: %s%s\n", open, extra, key, value, close);
+}
+
+/* The value of k in c, as text ("" for NULL). */
+static const char *value_text(const pdr_conf_key_t *k, const pdr_config_t *c, char *buf, size_t len)
+{
+    const char *p = (const char *)c + k->off;
+    if (is_string(k)) {
+        const char *s = *(char *const *)(const void *)p;
+        snprintf(buf, len, "%s", s != NULL ? s : "");
+    } else if (k->type == PDR_CT_INT64)
+        snprintf(buf, len, "%lld", (long long)*(const int64_t *)(const void *)p);
+    else if (k->type == PDR_CT_DOUBLE)
+        snprintf(buf, len, "%g", *(const double *)(const void *)p);
+    else
+        snprintf(buf, len, "%d", *(const int *)(const void *)p);
+    return buf;
+}
+
+/* The default of k as value_text shows it. */
+static const char *default_text(const pdr_conf_key_t *k, char *buf, size_t len)
+{
+    if (is_string(k))
+        snprintf(buf, len, "%s", k->def_s != NULL ? k->def_s : "");
+    else if (k->type == PDR_CT_DOUBLE)
+        snprintf(buf, len, "%g", k->def_d);
+    else
+        snprintf(buf, len, "%lld", (long long)k->def_i);
+    return buf;
+}
+
+static void check_row(const pdr_conf_key_t *k, const pdr_config_t *defaults)
+{
+    char text[1024], err[1024], val[256], got[256], want[256];
+    size_t want_size = k->type == PDR_CT_INT64    ? sizeof(int64_t)
+                       : k->type == PDR_CT_DOUBLE ? sizeof(double)
+                       : is_string(k)             ? sizeof(char *)
+                                                  : sizeof(int);
+    if (k->size != want_size)
+        fprintf(stderr, "%s: field of %zu bytes, its type needs %zu\n", k->path, k->size, want_size);
+    CHECK(k->size == want_size);
+    CHECK(k->doc != NULL && k->doc[0] != '\0');
+    if (!(k->flags & PDR_KEY_REQUIRED) &&
+        strcmp(value_text(k, defaults, got, sizeof(got)), default_text(k, want, sizeof(want))) != 0) {
+        fprintf(stderr, "%s: a new snapshot holds '%s', the schema's default is '%s'\n", k->path, got, want);
+        check_failures++;
+    }
+
+    /* The YAML loader reads the row: its default (or a sample) comes back. */
+    const char *v = yaml_value(k, val, sizeof(val));
+    yaml_for(k->path, v, text, sizeof(text));
+    pdr_config_t *c = pdr_config_load_string(text, strlen(text), "schema.yaml", err, sizeof(err));
+    if (c == NULL) {
+        fprintf(stderr, "%s: not read:\n%s%s\n", k->path, text, err);
+        check_failures++;
+        return;
+    }
+    value_text(k, c, got, sizeof(got));
+    const char *expect = strcmp(v, "null") == 0 ? "" : v;
+    if (k->type == PDR_CT_BOOL || k->type == PDR_CT_SCHEME || k->type == PDR_CT_TLS_VER ||
+        k->type == PDR_CT_PROTOCOL || k->type == PDR_CT_POLICY || k->type == PDR_CT_RELAY ||
+        k->type == PDR_CT_SEED)
+        expect = default_text(k, want, sizeof(want)); /* the enumeration's stored value */
+    if (strcmp(got, expect) != 0) {
+        fprintf(stderr, "%s: YAML '%s' read as '%s', want '%s'\n", k->path, v, got, expect);
+        check_failures++;
+    }
+
+    /* One past either end of the range: refused by the loader and by validation. */
+    for (int end = 0; is_number(k) && end < 2; end++) {
+        int64_t bad = end == 0 ? k->min - 1 : k->max + 1;
+        char num[32], msg[256];
+        snprintf(num, sizeof(num), "%lld", (long long)bad);
+        yaml_for(k->path, num, text, sizeof(text));
+        if (k->type == PDR_CT_DOUBLE)
+            snprintf(msg, sizeof(msg), "%s: %s is out of range, expected %g..%g", k->path, num,
+                     (double)k->min, (double)k->max);
+        else
+            snprintf(msg, sizeof(msg), "%s: %s is out of range, expected %lld..%lld", k->path, num,
+                     (long long)k->min, (long long)k->max);
+        pdr_config_t *b = pdr_config_load_string(text, strlen(text), "schema.yaml", err, sizeof(err));
+        const char *colon = strstr(err, ": ");
+        if (b != NULL || colon == NULL || strstr(err, msg) == NULL) {
+            fprintf(stderr, "%s = %s: loader said '%s', want '...%s'\n", k->path, num, b ? "(loaded)" : err,
+                    msg);
+            check_failures++;
+        }
+        pdr_config_unref(b);
+        if (k->flags & PDR_KEY_REQUIRED)
+            continue; /* a discovery role's port is checked only with the role */
+        char *p = (char *)c + k->off;
+        int64_t i64 = 0;
+        int i32 = 0;
+        double d = 0;
+        memcpy(k->type == PDR_CT_INT64    ? (void *)&i64
+               : k->type == PDR_CT_DOUBLE ? (void *)&d
+                                          : (void *)&i32,
+               p, k->size);
+        if (k->type == PDR_CT_INT64)
+            *(int64_t *)(void *)p = bad;
+        else if (k->type == PDR_CT_DOUBLE)
+            *(double *)(void *)p = (double)bad;
+        else
+            *(int *)(void *)p = (int)bad;
+        int rc = pdr_config_validate(c, err, sizeof(err));
+        if (rc == 0 || strncmp(err, k->path, strlen(k->path)) != 0) {
+            fprintf(stderr, "%s = %s: validation said '%s'\n", k->path, num, rc == 0 ? "(valid)" : err);
+            check_failures++;
+        }
+        memcpy(p,
+               k->type == PDR_CT_INT64    ? (void *)&i64
+               : k->type == PDR_CT_DOUBLE ? (void *)&d
+                                          : (void *)&i32,
+               k->size);
+    }
+    pdr_config_unref(c);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--dump") == 0) {
+        pdr_conf_schema_print(stdout);
+        return 0;
+    }
+    pdr_config_t *d = pdr_config_new_default();
+    CHECK(d != NULL);
+    if (d == NULL)
+        return 1;
+    CHECK(pdr_conf_nkeys > 100);
+    for (size_t i = 0; i < pdr_conf_nkeys; i++) {
+        const pdr_conf_key_t *k = &pdr_conf_keys[i];
+        CHECK(pdr_conf_key_find(k->path, strlen(k->path)) == k); /* no path twice */
+        check_row(k, d);
+    }
+    CHECK(pdr_conf_key_find("limits.max_body", strlen("limits.max_body")) == NULL);
+    pdr_config_unref(d);
+    CHECK_DONE();
+}
