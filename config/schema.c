@@ -499,6 +499,29 @@ int pdr_conf_key_equal(const pdr_conf_key_t *k, const pdr_config_t *a, const pdr
     return memcmp(pa, pb, k->size) == 0;
 }
 
+int pdr_conf_key_raised(const pdr_conf_key_t *k, const pdr_config_t *a, const pdr_config_t *b)
+{
+    const char *pa = (const char *)a + k->off, *pb = (const char *)b + k->off;
+    switch (k->type) {
+    case PDR_CT_INT64:
+        return *(const int64_t *)(const void *)pb > *(const int64_t *)(const void *)pa;
+    case PDR_CT_DOUBLE:
+        return *(const double *)(const void *)pb > *(const double *)(const void *)pa;
+    case PDR_CT_INT:
+        return *(const int *)(const void *)pb > *(const int *)(const void *)pa;
+    default:
+        return 0;
+    }
+}
+
+int pdr_conf_key_unset(const pdr_conf_key_t *k, const pdr_config_t *a, const pdr_config_t *b)
+{
+    if (!is_string(k->type))
+        return 0;
+    return *(char *const *)(const void *)((const char *)a + k->off) != NULL &&
+           *(char *const *)(const void *)((const char *)b + k->off) == NULL;
+}
+
 const char *pdr_conf_default_text(const pdr_conf_key_t *k, char *out, size_t outlen)
 {
     static const char *const relays[] = {"first_byte", "after_prefill"};

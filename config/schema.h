@@ -90,6 +90,10 @@ int pdr_conf_check_range(const pdr_conf_key_t *k, const void *base, size_t lo, c
 
 /* Whether row k holds the same value in a and b (strings compared by content). */
 int pdr_conf_key_equal(const pdr_conf_key_t *k, const pdr_config_t *a, const pdr_config_t *b);
+/* Whether row k, a number, is larger in b than in a. */
+int pdr_conf_key_raised(const pdr_conf_key_t *k, const pdr_config_t *a, const pdr_config_t *b);
+/* Whether row k, a string, is set in a and not in b. */
+int pdr_conf_key_unset(const pdr_conf_key_t *k, const pdr_config_t *a, const pdr_config_t *b);
 
 /* The default of row k as docs/config.md writes it ("8000", "1.5", "true", "sglang"), into out; "" when
  * the key has none. */
