@@ -68,18 +68,18 @@ const pdr_conf_key_t pdr_conf_keys[] = {
      .restart_name = "metrics.host/metrics.port", .flag = "--prometheus-host",
      .doc = "address of the metrics-only listener"},
     {INT("metrics.port", metrics_port, PDR_DEF_METRICS_PORT, 0, 65535), RESTART,
-     .restart_name = "metrics.host/metrics.port", .flag = "--prometheus-port",
+     .restart_name = "metrics.host/metrics.port", .flags = PDR_KEY_OWN_FLAG, .flag = "--prometheus-port",
      .doc = "port of the metrics-only listener; 0: none"},
     /* The one-pool form's protocol and policies. */
-    {ENUM("protocol", PDR_CT_PROTOCOL, protocol, PDR_PROTO_SGLANG), RESTART, .flag = "--protocol",
-     .doc = "how the pairing is handed to the workers: sglang, vllm or pdshim"},
-    {ENUM("policy.prefill", PDR_CT_POLICY, policy_prefill, PDR_POLICY_ROUND_ROBIN),
+    {ENUM("protocol", PDR_CT_PROTOCOL, protocol, PDR_PROTO_SGLANG), RESTART, .flags = PDR_KEY_OWN_FLAG,
+     .flag = "--protocol", .doc = "how the pairing is handed to the workers: sglang, vllm or pdshim"},
+    {ENUM("policy.prefill", PDR_CT_POLICY, policy_prefill, PDR_POLICY_ROUND_ROBIN), .flags = PDR_KEY_OWN_FLAG,
      .flag = "--prefill-policy", .doc = "policy that picks the prefill worker"},
-    {ENUM("policy.decode", PDR_CT_POLICY, policy_decode, PDR_POLICY_LEAST_LOAD), .flag = "--decode-policy",
-     .doc = "policy that picks the decode worker"},
+    {ENUM("policy.decode", PDR_CT_POLICY, policy_decode, PDR_POLICY_LEAST_LOAD), .flags = PDR_KEY_OWN_FLAG,
+     .flag = "--decode-policy", .doc = "policy that picks the decode worker"},
     /* health: active checks. */
-    {STR("health.path", PDR_CT_PATH, health.path, PDR_DEF_HEALTH_PATH), .flag = "--health-check-endpoint",
-     .doc = "path of the health check"},
+    {STR("health.path", PDR_CT_PATH, health.path, PDR_DEF_HEALTH_PATH), .flags = PDR_KEY_OWN_FLAG,
+     .flag = "--health-check-endpoint", .doc = "path of the health check"},
     {INT("health.interval_ms", health.interval_ms, PDR_DEF_HEALTH_INTERVAL_MS, 1, PDR_MAX_MS),
      .flag = "--health-interval-ms", .flag_sec = "--health-check-interval-secs",
      .doc = "health check period"},
@@ -116,9 +116,10 @@ const pdr_conf_key_t pdr_conf_keys[] = {
     {I64("limits.max_body_bytes", limits.max_body_bytes, PDR_DEF_MAX_BODY_BYTES, PDR_MIN_BODY_BYTES,
          PDR_MAX_BODY_BYTES),
      .reload = PDR_RELOAD_RESTART_RAISE, .restart_name = "limits.max_body_bytes (raising it)",
-     .flag = "--max-payload-size", .doc = "largest request body (413)"},
+     .flags = PDR_KEY_OWN_FLAG, .flag = "--max-payload-size", .doc = "largest request body (413)"},
     {INT("limits.max_inflight", limits.max_inflight, PDR_DEF_MAX_INFLIGHT, 1, PDR_MAX_INFLIGHT),
-     .flag = "--max-concurrent-requests", .doc = "PD requests in flight in the whole router"},
+     .flags = PDR_KEY_OWN_FLAG, .flag = "--max-concurrent-requests",
+     .doc = "PD requests in flight in the whole router"},
     {INT("limits.max_connections_per_worker", limits.max_connections_per_worker, 0, 0,
          PDR_MAX_CONNS_PER_WORKER),
      .doc = "connections from the router to each worker; 0: no limit"},
@@ -225,9 +226,10 @@ const pdr_conf_key_t pdr_conf_keys[] = {
     {INT("cache_aware.eviction_interval_secs", cache_aware.eviction_interval_secs, 120, 1, 86400),
      .flag = "--eviction-interval-secs", .doc = "the trees are trimmed this often"},
     {I64("cache_aware.max_tree_size", cache_aware.max_tree_size, (int64_t)1 << 26, 1024, (int64_t)1 << 40),
-     .flag = "--max-tree-size", .doc = "bytes of prompt text kept per worker"},
+     .flags = PDR_KEY_OWN_FLAG, .flag = "--max-tree-size", .doc = "bytes of prompt text kept per worker"},
     {ENUM("cache_aware.seed", PDR_CT_SEED, cache_aware.seed, PDR_CA_SEED_CONSISTENT_HASH),
-     .flag = "--cache-aware-seed", .doc = "where a prompt no worker holds far enough goes"},
+     .flags = PDR_KEY_OWN_FLAG, .flag = "--cache-aware-seed",
+     .doc = "where a prompt no worker holds far enough goes"},
     {INT("cache_aware.hash_prefix_chars", cache_aware.hash_prefix_chars, 256, 1, PDR_MAX_HASH_PREFIX_CHARS),
      .doc = "the consistent-hash key is this many leading bytes"},
     {DBL("cache_aware.hash_load_factor", cache_aware.hash_load_factor, 1.5, 1, 100),
@@ -270,8 +272,8 @@ const pdr_conf_key_t pdr_conf_keys[] = {
     /* log. */
     {STR("log.access_log", PDR_CT_STR, log.access_log, PDR_DEF_ACCESS_LOG), RESTART, .flag = "--access-log",
      .doc = "access log file, '-' for stdout, 'off' to disable"},
-    {STR("log.level", PDR_CT_LEVEL, log.level, PDR_DEF_LOG_LEVEL), .flag = "--log-level",
-     .doc = "debug, info, warn (warning), error or critical"},
+    {STR("log.level", PDR_CT_LEVEL, log.level, PDR_DEF_LOG_LEVEL), .flags = PDR_KEY_OWN_FLAG,
+     .flag = "--log-level", .doc = "debug, info, warn (warning), error or critical"},
     {STR("log.dir", PDR_CT_STR_OPT, log.dir, NULL), RESTART, .flag = "--log-dir",
      .doc = "also write the router's log to DIR/pdrouter.log"},
     /* lifecycle. */
@@ -284,7 +286,8 @@ const pdr_conf_key_t pdr_conf_keys[] = {
      .flag_sec = "--worker-startup-timeout-secs", .doc = "exit 1 unless a healthy pair by then; 0: none"},
     /* tracing: read at start (a reload keeps the running exporter). */
     {STR("tracing.otlp_endpoint", PDR_CT_URL, tracing.otlp_endpoint, NULL), .reload = PDR_RELOAD_START,
-     .flag = "--otlp-traces-endpoint", .doc = "an OTLP/HTTP traces URL (JSON encoding)"},
+     .flags = PDR_KEY_OWN_FLAG, .flag = "--otlp-traces-endpoint",
+     .doc = "an OTLP/HTTP traces URL (JSON encoding)"},
     {STR("tracing.file", PDR_CT_STR_OPT, tracing.file, NULL), .reload = PDR_RELOAD_START,
      .flag = "--trace-file", .doc = "a file the spans are appended to, one OTLP JSON object a line"},
     {DBL("tracing.sample_ratio", tracing.sample_ratio, 1, 0, 1), .reload = PDR_RELOAD_START,
@@ -351,7 +354,7 @@ const pdr_conf_key_t pdr_conf_keys[] = {
      DNS(PDR_ROLE_DECODE, https),
      .doc = "http or https"},
     {STR("discovery.kubernetes.namespace", PDR_CT_NAMESPACE, discovery.kubernetes.namespace_, NULL),
-     .flag = "--service-discovery-namespace", .doc = "namespace of the pods"},
+     .flags = PDR_KEY_OWN_FLAG, .flag = "--service-discovery-namespace", .doc = "namespace of the pods"},
     {STR("discovery.kubernetes.api_server", PDR_CT_URL, discovery.kubernetes.api_server, NULL),
      .def_doc = "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT", .doc = "URL of the API server"},
     {STR("discovery.kubernetes.token_file", PDR_CT_STR, discovery.kubernetes.token_file, NULL),
@@ -363,12 +366,13 @@ const pdr_conf_key_t pdr_conf_keys[] = {
      .doc = "timeoutSeconds of each watch request"},
     {STR("discovery.kubernetes.bootstrap_port_annotation", PDR_CT_ANNOTATION,
          discovery.kubernetes.bootstrap_port_annotation, NULL),
-     .def_doc = PDR_DEF_K8S_BOOTSTRAP_ANNOTATION, .flag = "--bootstrap-port-annotation",
+     .def_doc = PDR_DEF_K8S_BOOTSTRAP_ANNOTATION, .flags = PDR_KEY_OWN_FLAG,
+     .flag = "--bootstrap-port-annotation",
      .doc = "the pod annotation that holds a prefill pod's bootstrap port"},
     {.path = "discovery.kubernetes.prefill.selector",
      .type = PDR_CT_SELECTOR,
      K8S(PDR_ROLE_PREFILL, selector),
-     .flags = PDR_KEY_REQUIRED,
+     .flags = PDR_KEY_REQUIRED | PDR_KEY_OWN_FLAG,
      .flag = "--prefill-selector",
      .doc = "label selector of the prefill pods"},
     {.path = "discovery.kubernetes.prefill.port",
@@ -390,7 +394,7 @@ const pdr_conf_key_t pdr_conf_keys[] = {
     {.path = "discovery.kubernetes.decode.selector",
      .type = PDR_CT_SELECTOR,
      K8S(PDR_ROLE_DECODE, selector),
-     .flags = PDR_KEY_REQUIRED,
+     .flags = PDR_KEY_REQUIRED | PDR_KEY_OWN_FLAG,
      .flag = "--decode-selector",
      .doc = "label selector of the decode pods"},
     {.path = "discovery.kubernetes.decode.port",
@@ -430,6 +434,11 @@ static int is_string(pdr_ctype_t t)
     default:
         return 0;
     }
+}
+
+int pdr_conf_key_is_string(const pdr_conf_key_t *k)
+{
+    return is_string(k->type);
 }
 
 int pdr_conf_defaults(void *base, size_t lo, size_t hi)

@@ -51,6 +51,9 @@ typedef enum {
 } pdr_reload_t;
 
 #define PDR_KEY_REQUIRED 1u /* no default: required where its section is given (discovery roles) */
+/* Its flag has a parser of its own in cli.c (another range, another message, more than one key or a
+ * special value); the other flags are read by the table (the key's type and range). */
+#define PDR_KEY_OWN_FLAG 2u
 
 typedef struct pdr_conf_key {
     const char *path; /* YAML path: "limits.max_body_bytes" */
@@ -87,6 +90,9 @@ int pdr_conf_defaults(void *base, size_t lo, size_t hi);
  * not numbers pass. */
 int pdr_conf_check_range(const pdr_conf_key_t *k, const void *base, size_t lo, const char *name, char *err,
                          size_t errlen);
+
+/* Whether row k's field is a string (char *). */
+int pdr_conf_key_is_string(const pdr_conf_key_t *k);
 
 /* Whether row k holds the same value in a and b (strings compared by content). */
 int pdr_conf_key_equal(const pdr_conf_key_t *k, const pdr_config_t *a, const pdr_config_t *b);

@@ -3,11 +3,13 @@
  * loader (its default written in YAML comes back as its default), its field has the size its type says, a
  * new snapshot holds every row's default, and a value one past either end of a row's range is refused by
  * the YAML loader (with the row's range in the message) and by pdr_config_validate (naming the key).
- * With --dump it prints the table instead (pdr_conf_schema_print), for the docs check.
+ * Every flag a row names sets its key, from flags alone and on top of a --config file. With --dump it
+ * prints the table instead (pdr_conf_schema_print), for the docs check.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "check.h"
 #include "config.h"
 #include "schema.h"
@@ -220,6 +222,152 @@ static void check_row(const pdr_conf_key_t *k, const pdr_config_t *defaults)
     pdr_config_unref(c);
 }
 
+/* A value for flag f of row k other than the default, its text into val and what the snapshot then holds
+ * into want (value_text's form). */
+static void flag_value(const pdr_conf_key_t *k, int secs, char *val, size_t vlen, char *want, size_t wlen)
+{
+    if (secs) {
+        snprintf(val, vlen, "3");
+        snprintf(want, wlen, "3000");
+        return;
+    }
+    switch (k->type) {
+    case PDR_CT_INT:
+    case PDR_CT_INT64: {
+        long long v = k->def_i + 1 <= k->max ? k->def_i + 1 : k->def_i - 1;
+        snprintf(val, vlen, "%lld", v);
+        snprintf(want, wlen, "%lld", v);
+        return;
+    }
+    case PDR_CT_DOUBLE:
+        snprintf(val, vlen, "%g", ((double)k->min + (double)k->max) / 2);
+        snprintf(want, wlen, "%s", val);
+        return;
+    case PDR_CT_PROTOCOL:
+        snprintf(val, vlen, "vllm");
+        snprintf(want, wlen, "%d", (int)PDR_PROTO_VLLM);
+        return;
+    case PDR_CT_POLICY:
+        snprintf(val, vlen, "random");
+        snprintf(want, wlen, "%d", (int)PDR_POLICY_RANDOM);
+        return;
+    case PDR_CT_SEED:
+        snprintf(val, vlen, "smallest_tree");
+        snprintf(want, wlen, "%d", (int)PDR_CA_SEED_SMALLEST_TREE);
+        return;
+    case PDR_CT_LEVEL:
+        snprintf(val, vlen, "debug");
+        break;
+    case PDR_CT_URL:
+        snprintf(val, vlen, "http://collector.test:4318/v1/traces");
+        break;
+    default:
+        snprintf(val, vlen, "/tmp/pd-%s", k->path);
+        break;
+    }
+    snprintf(want, wlen, "%s", val);
+}
+
+/* The flag that must come with f (a certificate and its key go together), or NULL. */
+static const char *partner(const char *f)
+{
+    static const char *const pairs[][2] = {{"--tls-cert-path", "--tls-key-path"},
+                                           {"--client-cert-path", "--client-key-path"}};
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
+        for (int j = 0; j < 2; j++)
+            if (strcmp(f, pairs[i][j]) == 0)
+                return pairs[i][1 - j];
+    return NULL;
+}
+
+/* Flag f (secs: the row's flag in seconds) sets k, alone and on top of the YAML file at conf. */
+static void check_flag(const pdr_conf_key_t *k, const char *f, int secs, const char *conf)
+{
+    char val[160], want[160], got[256], err[1024];
+    flag_value(k, secs, val, sizeof(val), want, sizeof(want));
+    for (int file = 0; file < 2; file++) {
+        const char *argv[12];
+        int n = 0;
+        argv[n++] = "pdrouter";
+        if (file) {
+            argv[n++] = "--config";
+            argv[n++] = conf;
+        } else {
+            argv[n++] = "--prefill";
+            argv[n++] = "http://127.0.0.1:30001";
+            argv[n++] = "--decode";
+            argv[n++] = "http://127.0.0.1:30002";
+        }
+        argv[n++] = f;
+        argv[n++] = val;
+        if (partner(f) != NULL) {
+            argv[n++] = partner(f);
+            argv[n++] = "/tmp/pd-partner";
+        }
+        argv[n] = NULL;
+        pdr_cli_t cli;
+        if (pdr_config_parse_args(n, (char **)argv, &cli, err, sizeof(err)) != 0) {
+            fprintf(stderr, "%s %s%s: %s\n", f, val, file ? " over --config" : "", err);
+            check_failures++;
+            continue;
+        }
+        value_text(k, cli.config, got, sizeof(got));
+        if (strcmp(got, want) != 0) {
+            fprintf(stderr, "%s %s%s: %s is '%s', want '%s'\n", f, val, file ? " over --config" : "", k->path,
+                    got, want);
+            check_failures++;
+        }
+        pdr_config_unref(cli.config);
+    }
+    /* Out of range: refused, naming the flag and the key's range (a flag read by the table). */
+    if ((k->type != PDR_CT_INT && k->type != PDR_CT_DOUBLE && !secs) || (k->flags & PDR_KEY_OWN_FLAG))
+        return;
+    char bad[32], msg[160];
+    long long hi = secs ? 86400 : k->max;
+    snprintf(bad, sizeof(bad), "%lld", hi + 1);
+    if (k->type == PDR_CT_DOUBLE && !secs)
+        snprintf(msg, sizeof(msg), "argv: %s: expected a number in %g..%g, got '%s'", f, (double)k->min,
+                 (double)k->max, bad);
+    else
+        snprintf(msg, sizeof(msg), "argv: %s: expected an integer in %lld..%lld, got '%s'", f,
+                 secs ? 1LL : (long long)k->min, hi, bad);
+    const char *argv[] = {
+        "pdrouter", "--prefill", "http://127.0.0.1:30001", "--decode", "http://127.0.0.1:30002", f,
+        bad,        NULL};
+    pdr_cli_t cli;
+    if (pdr_config_parse_args(7, (char **)argv, &cli, err, sizeof(err)) == 0 || strcmp(err, msg) != 0) {
+        fprintf(stderr, "%s %s: got '%s', want '%s'\n", f, bad, err, msg);
+        check_failures++;
+    }
+    if (cli.config != NULL)
+        pdr_config_unref(cli.config);
+}
+
+static void check_flags(void)
+{
+    char conf[] = "/tmp/pdr_schema_XXXXXX.yaml";
+    int fd = mkstemps(conf, 5);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    static const char yaml[] =
+        "workers: {prefill: [http://127.0.0.1:30001], decode: [http://127.0.0.1:30002]}\n";
+    CHECK(write(fd, yaml, sizeof(yaml) - 1) == (ssize_t)(sizeof(yaml) - 1));
+    close(fd);
+    size_t flags = 0;
+    for (size_t i = 0; i < pdr_conf_nkeys; i++) {
+        const pdr_conf_key_t *k = &pdr_conf_keys[i];
+        if (strncmp(k->path, "discovery.", 10) == 0)
+            continue; /* the Kubernetes flags go together (--service-discovery): test_config's */
+        if (k->flag != NULL)
+            check_flag(k, k->flag, 0, conf), flags++;
+        if (k->flag_sec != NULL)
+            check_flag(k, k->flag_sec, 1, conf), flags++;
+    }
+    CHECK(flags > 40);
+    unlink(conf);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--dump") == 0) {
@@ -237,6 +385,7 @@ int main(int argc, char **argv)
         check_row(k, d);
     }
     CHECK(pdr_conf_key_find("limits.max_body", strlen("limits.max_body")) == NULL);
+    check_flags();
     pdr_config_unref(d);
     CHECK_DONE();
 }
