@@ -70,9 +70,11 @@ static int finish_flags(pdr_config_t *fl, struct pstate *ps, char *err, size_t e
     }
     if (ps->disable_retries)
         fl->retries.max = 0; /* as in the sglang router, it wins over --retry-max-retries */
-    /* sglang's bucket holds --max-concurrent-requests tokens: the burst of the rate limit. */
-    if (pdr__cli_marked(ps, "limits.rate_limit_rps") && pdr__cli_marked(ps, "limits.max_inflight")) {
-        fl->limits.rate_limit_burst = fl->limits.max_inflight;
+    /* sglang's bucket holds --max-concurrent-requests tokens: the burst of the rate limit. The rate flag
+     * sets the burst in any case (the default, 0, without --max-concurrent-requests). */
+    if (pdr__cli_marked(ps, "limits.rate_limit_rps")) {
+        if (pdr__cli_marked(ps, "limits.max_inflight"))
+            fl->limits.rate_limit_burst = fl->limits.max_inflight;
         pdr__cli_mark(ps, "limits.rate_limit_burst");
     }
     if (pdr__cli_marked(ps, "metrics.host") && !pdr__cli_marked(ps, "metrics.port")) {

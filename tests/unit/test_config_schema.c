@@ -6,6 +6,7 @@
  * Every flag a row names sets its key, from flags alone and on top of a --config file. With --dump it
  * prints the table instead (pdr_conf_schema_print), for the docs check.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -365,6 +366,33 @@ static void check_flags(void)
             check_flag(k, k->flag_sec, 1, conf), flags++;
     }
     CHECK(flags > 40);
+
+    /* --rate-limit-tokens-per-second sets the burst too: --max-concurrent-requests's value, else the
+     * default (0), over the file's. */
+    static const char burst[] = "limits: {rate_limit_burst: 5}\n";
+    fd = open(conf, O_WRONLY | O_APPEND);
+    CHECK(fd >= 0 && write(fd, burst, sizeof(burst) - 1) == (ssize_t)(sizeof(burst) - 1));
+    if (fd >= 0)
+        close(fd);
+    const char *a1[] = {"pdrouter", "--config", conf, "--rate-limit-tokens-per-second", "10", NULL};
+    const char *a2[] = {
+        "pdrouter", "--config", conf, "--rate-limit-tokens-per-second", "10", "--max-concurrent-requests",
+        "7",        NULL};
+    const char *a3[] = {"pdrouter", "--config", conf, NULL};
+    const char *const *argvs[] = {a1, a2, a3};
+    const int argcs[] = {5, 7, 3}, want[] = {0, 7, 5};
+    for (int i = 0; i < 3; i++) {
+        char err[512];
+        pdr_cli_t cli;
+        CHECK(pdr_config_parse_args(argcs[i], (char **)argvs[i], &cli, err, sizeof(err)) == 0);
+        if (cli.config != NULL) {
+            if (cli.config->limits.rate_limit_burst != want[i])
+                fprintf(stderr, "case %d: burst %d, want %d\n", i, cli.config->limits.rate_limit_burst,
+                        want[i]);
+            CHECK(cli.config->limits.rate_limit_burst == want[i]);
+            pdr_config_unref(cli.config);
+        }
+    }
     unlink(conf);
 }
 
