@@ -71,12 +71,15 @@ const pdr_conf_key_t pdr_conf_keys[] = {
      .restart_name = "metrics.host/metrics.port", .flags = PDR_KEY_OWN_FLAG, .flag = "--prometheus-port",
      .doc = "port of the metrics-only listener; 0: none"},
     /* The one-pool form's protocol and policies. */
-    {ENUM("protocol", PDR_CT_PROTOCOL, protocol, PDR_PROTO_SGLANG), RESTART, .flags = PDR_KEY_OWN_FLAG,
-     .flag = "--protocol", .doc = "how the pairing is handed to the workers: sglang, vllm or pdshim"},
-    {ENUM("policy.prefill", PDR_CT_POLICY, policy_prefill, PDR_POLICY_ROUND_ROBIN), .flags = PDR_KEY_OWN_FLAG,
-     .flag = "--prefill-policy", .doc = "policy that picks the prefill worker"},
-    {ENUM("policy.decode", PDR_CT_POLICY, policy_decode, PDR_POLICY_LEAST_LOAD), .flags = PDR_KEY_OWN_FLAG,
-     .flag = "--decode-policy", .doc = "policy that picks the decode worker"},
+    {ENUM("protocol", PDR_CT_PROTOCOL, protocol, PDR_PROTO_SGLANG), .max = PDR_PROTO_PDSHIM, RESTART,
+     .flags = PDR_KEY_OWN_FLAG, .flag = "--protocol",
+     .doc = "how the pairing is handed to the workers: sglang, vllm or pdshim"},
+    {ENUM("policy.prefill", PDR_CT_POLICY, policy_prefill, PDR_POLICY_ROUND_ROBIN),
+     .max = PDR_POLICY_PRECISE_PREFIX, .flags = PDR_KEY_OWN_FLAG, .flag = "--prefill-policy",
+     .doc = "policy that picks the prefill worker"},
+    {ENUM("policy.decode", PDR_CT_POLICY, policy_decode, PDR_POLICY_LEAST_LOAD),
+     .max = PDR_POLICY_PRECISE_PREFIX, .flags = PDR_KEY_OWN_FLAG, .flag = "--decode-policy",
+     .doc = "policy that picks the decode worker"},
     /* health: active checks. */
     {STR("health.path", PDR_CT_PATH, health.path, PDR_DEF_HEALTH_PATH), .flags = PDR_KEY_OWN_FLAG,
      .flag = "--health-check-endpoint", .doc = "path of the health check"},
@@ -479,6 +482,8 @@ int pdr_conf_check_range(const pdr_conf_key_t *k, const void *base, size_t lo, c
         v = *(const int64_t *)(const void *)p;
         break;
     case PDR_CT_INT:
+    case PDR_CT_PROTOCOL: /* an enumeration's values, 0..max */
+    case PDR_CT_POLICY:
         v = *(const int *)(const void *)p;
         break;
     case PDR_CT_BPORT:

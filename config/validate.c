@@ -257,15 +257,15 @@ static int check_pools(const pdr_config_t *c, char *err, size_t errlen)
                     }
         }
         snprintf(key, sizeof(key), "pools[%zu].protocol", i);
-        CHECK_RANGE(pl->protocol, 0, 2, key);
+        CHECK_RANGE(pl->protocol, 0, pdr_conf_key_find("protocol", 8)->max, key);
         if (pl->protocol == PDR_PROTO_PDSHIM && c->ticket.keys == NULL) {
             pdr__config_err(err, errlen, "%s: " PDR__PDSHIM_NEEDS_KEYS, key);
             return PDR_ECONFIG;
         }
         snprintf(key, sizeof(key), "pools[%zu].policy.prefill", i);
-        CHECK_RANGE(pl->policy_prefill, 0, PDR_POLICY_PRECISE_PREFIX, key);
+        CHECK_RANGE(pl->policy_prefill, 0, pdr_conf_key_find("policy.prefill", 14)->max, key);
         snprintf(key, sizeof(key), "pools[%zu].policy.decode", i);
-        CHECK_RANGE(pl->policy_decode, 0, PDR_POLICY_PRECISE_PREFIX, key);
+        CHECK_RANGE(pl->policy_decode, 0, pdr_conf_key_find("policy.decode", 13)->max, key);
         snprintf(key, sizeof(key), "pools[%zu].", i);
         int drc = check_discovery(&pl->discovery, key, err, errlen);
         if (drc != 0)
@@ -478,13 +478,10 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
             return PDR_ECONFIG;
         }
     }
-    CHECK_RANGE(c->protocol, 0, 2, "protocol");
     if (c->protocol == PDR_PROTO_PDSHIM && c->ticket.keys == NULL) {
         pdr__config_err(err, errlen, "protocol: " PDR__PDSHIM_NEEDS_KEYS);
         return PDR_ECONFIG;
     }
-    CHECK_RANGE(c->policy_prefill, 0, PDR_POLICY_PRECISE_PREFIX, "policy.prefill");
-    CHECK_RANGE(c->policy_decode, 0, PDR_POLICY_PRECISE_PREFIX, "policy.decode");
     if (c->disaggregation.skip_when_prefill_saturated && c->disaggregation.prefill_saturated_inflight < 1) {
         pdr__config_err(
             err, errlen,

@@ -173,6 +173,21 @@ static void check_row(const pdr_conf_key_t *k, const pdr_config_t *defaults)
         check_failures++;
     }
 
+    /* An enumeration's value past its last name: refused by validation. */
+    if (k->type == PDR_CT_PROTOCOL || k->type == PDR_CT_POLICY) {
+        int *p = (int *)(void *)((char *)c + k->off), keep = *p;
+        *p = (int)k->max + 1;
+        int rc = pdr_config_validate(c, err, sizeof(err));
+        snprintf(want, sizeof(want), "%s: %lld is out of range, expected 0..%lld", k->path,
+                 (long long)k->max + 1, (long long)k->max);
+        if (rc == 0 || strcmp(err, want) != 0) {
+            fprintf(stderr, "%s = %lld: validation said '%s'\n", k->path, (long long)k->max + 1,
+                    rc == 0 ? "(valid)" : err);
+            check_failures++;
+        }
+        *p = keep;
+    }
+
     /* One past either end of the range: refused by the loader and by validation. */
     for (int end = 0; is_number(k) && end < 2; end++) {
         int64_t bad = end == 0 ? k->min - 1 : k->max + 1;
