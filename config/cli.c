@@ -2,7 +2,9 @@
  * Command-line flags: sglang-router-compatible quick-start flags (--pd-disaggregation, --prefill URL
  * [BOOTSTRAP_PORT|none], --decode URL, --host, --port, --policy ...) plus --config FILE and a few
  * overrides. Flags are collected first, then applied on top of the defaults or of the --config file,
- * whatever their order, and the result is validated as a whole. Runs once, on the main thread.
+ * whatever their order, and the result is validated as a whole. This file holds the parse loop, the flags
+ * that set one schema key (read by the table, set_key) and the overrides; cli_flags.c the flags of their
+ * own shape, cli_help.c --help. Runs once, on the main thread.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,1028 +14,49 @@
 #include "config.h"
 #include "config_internal.h"
 #include "defaults.h"
+#include "schema.h"
+#include "cli_internal.h"
 
-enum opt_id {
-    OPT_PD,
-    OPT_MINI_LB,
-    OPT_PREFILL,
-    OPT_DECODE,
-    OPT_HOST,
-    OPT_PORT,
-    OPT_POLICY,
-    OPT_PREFILL_POLICY,
-    OPT_DECODE_POLICY,
-    OPT_PROTOCOL,
-    OPT_BACKEND,
-    OPT_CONFIG,
-    OPT_CHECK,
-    OPT_DERIVE_SHIM_KEY,
-    OPT_VERSION,
-    OPT_HELP,
-    OPT_LOG_LEVEL,
-    OPT_LOG_DIR,
-    OPT_TOKENIZER_PATH,
-    OPT_OTLP_ENDPOINT,
-    OPT_ENABLE_TRACE,
-    OPT_TRACE_FILE,
-    OPT_TRACE_RATIO,
-    OPT_ACCESS_LOG,
-    OPT_RETRIES,
-    OPT_RETRY_MAX,
-    OPT_DISABLE_RETRIES,
-    OPT_RETRY_INITIAL_BACKOFF,
-    OPT_RETRY_MAX_BACKOFF,
-    OPT_RETRY_MULTIPLIER,
-    OPT_RETRY_JITTER,
-    OPT_DISABLE_CB,
-    OPT_FIRST_BYTE,
-    OPT_KV,
-    OPT_REQUEST_TIMEOUT,
-    OPT_HEALTH_INTERVAL,
-    OPT_HEALTH_INTERVAL_S,
-    OPT_HEALTH_TIMEOUT_S,
-    OPT_HEALTH_FAILURE,
-    OPT_HEALTH_SUCCESS,
-    OPT_HEALTH_ENDPOINT,
-    OPT_ADMIN_PORT,
-    OPT_ADMIN_TOKEN_FILE,
-    OPT_THREADS,
-    OPT_DRAIN_GRACE,
-    OPT_DRAIN_TIMEOUT,
-    OPT_SHUTDOWN_GRACE_S,
-    OPT_STARTUP_TIMEOUT_S,
-    OPT_MAX_PAYLOAD,
-    OPT_MAX_CONCURRENT,
-    OPT_QUEUE_SIZE,
-    OPT_QUEUE_TIMEOUT_S,
-    OPT_RATE_LIMIT_TPS,
-    OPT_PROM_HOST,
-    OPT_PROM_PORT,
-    OPT_CORS,
-    OPT_SD,
-    OPT_PREFILL_SELECTOR,
-    OPT_DECODE_SELECTOR,
-    OPT_SD_NAMESPACE,
-    OPT_SD_PORT,
-    OPT_BOOTSTRAP_ANNOTATION,
-    OPT_API_KEY,
-    OPT_CACHE_THRESHOLD,
-    OPT_BALANCE_ABS,
-    OPT_BALANCE_REL,
-    OPT_EVICTION_INTERVAL,
-    OPT_MAX_TREE_SIZE,
-    OPT_CACHE_AWARE_SEED,
-    OPT_API_KEY_FILE,
-    OPT_REQUEST_ID_HEADERS,
-    OPT_DP_AWARE,
-    OPT_TLS_CERT,
-    OPT_TLS_KEY,
-    OPT_CLIENT_CERT,
-    OPT_CLIENT_KEY,
-    OPT_CA_CERT,
-    OPT_CB_FAILURE,
-    OPT_CB_SUCCESS,
-    OPT_CB_TIMEOUT,
-    OPT_CB_WINDOW,
-    OPT_HISTORY_BACKEND,
-};
-
-/* How many words follow a flag: none, one, one or more, or zero or more (up to the next "--flag"), as
- * argparse's nargs in the sglang router. */
-enum { ARG_NONE, ARG_ONE, ARG_SOME, ARG_ANY };
-
-static const struct opt {
-    const char *name;
-    enum opt_id id;
-    int nargs;
-} opts[] = {
-    {"pd-disaggregation", OPT_PD, ARG_NONE},
-    {"mini-lb", OPT_MINI_LB, ARG_NONE},
-    {"prefill", OPT_PREFILL, ARG_ONE},
-    {"decode", OPT_DECODE, ARG_ONE},
-    {"host", OPT_HOST, ARG_ONE},
-    {"port", OPT_PORT, ARG_ONE},
-    {"policy", OPT_POLICY, ARG_ONE},
-    {"prefill-policy", OPT_PREFILL_POLICY, ARG_ONE},
-    {"decode-policy", OPT_DECODE_POLICY, ARG_ONE},
-    {"protocol", OPT_PROTOCOL, ARG_ONE},
-    {"backend", OPT_BACKEND, ARG_ONE},
-    {"config", OPT_CONFIG, ARG_ONE},
-    {"check-config", OPT_CHECK, ARG_ONE},
-    {"derive-shim-key", OPT_DERIVE_SHIM_KEY, ARG_SOME},
-    {"version", OPT_VERSION, ARG_NONE},
-    {"help", OPT_HELP, ARG_NONE},
-    {"log-level", OPT_LOG_LEVEL, ARG_ONE},
-    {"log-dir", OPT_LOG_DIR, ARG_ONE},
-    {"tokenizer-path", OPT_TOKENIZER_PATH, ARG_ONE},
-    {"otlp-traces-endpoint", OPT_OTLP_ENDPOINT, ARG_ONE},
-    {"enable-trace", OPT_ENABLE_TRACE, ARG_NONE},
-    {"trace-file", OPT_TRACE_FILE, ARG_ONE},
-    {"trace-sample-ratio", OPT_TRACE_RATIO, ARG_ONE},
-    {"access-log", OPT_ACCESS_LOG, ARG_ONE},
-    {"retries", OPT_RETRIES, ARG_ONE},
-    {"retry-max-retries", OPT_RETRY_MAX, ARG_ONE},
-    {"disable-retries", OPT_DISABLE_RETRIES, ARG_NONE},
-    {"retry-initial-backoff-ms", OPT_RETRY_INITIAL_BACKOFF, ARG_ONE},
-    {"retry-max-backoff-ms", OPT_RETRY_MAX_BACKOFF, ARG_ONE},
-    {"retry-backoff-multiplier", OPT_RETRY_MULTIPLIER, ARG_ONE},
-    {"retry-jitter-factor", OPT_RETRY_JITTER, ARG_ONE},
-    {"disable-circuit-breaker", OPT_DISABLE_CB, ARG_NONE},
-    {"first-byte-ms", OPT_FIRST_BYTE, ARG_ONE},
-    {"kv-transfer-ms", OPT_KV, ARG_ONE},
-    {"request-timeout-secs", OPT_REQUEST_TIMEOUT, ARG_ONE},
-    {"health-interval-ms", OPT_HEALTH_INTERVAL, ARG_ONE},
-    {"health-check-interval-secs", OPT_HEALTH_INTERVAL_S, ARG_ONE},
-    {"health-check-timeout-secs", OPT_HEALTH_TIMEOUT_S, ARG_ONE},
-    {"health-failure-threshold", OPT_HEALTH_FAILURE, ARG_ONE},
-    {"health-success-threshold", OPT_HEALTH_SUCCESS, ARG_ONE},
-    {"health-check-endpoint", OPT_HEALTH_ENDPOINT, ARG_ONE},
-    {"admin-port", OPT_ADMIN_PORT, ARG_ONE},
-    {"admin-token-file", OPT_ADMIN_TOKEN_FILE, ARG_ONE},
-    {"threads", OPT_THREADS, ARG_ONE},
-    {"drain-grace-ms", OPT_DRAIN_GRACE, ARG_ONE},
-    {"drain-timeout-ms", OPT_DRAIN_TIMEOUT, ARG_ONE},
-    {"shutdown-grace-period-secs", OPT_SHUTDOWN_GRACE_S, ARG_ONE},
-    {"worker-startup-timeout-secs", OPT_STARTUP_TIMEOUT_S, ARG_ONE},
-    {"max-payload-size", OPT_MAX_PAYLOAD, ARG_ONE},
-    {"max-concurrent-requests", OPT_MAX_CONCURRENT, ARG_ONE},
-    {"queue-size", OPT_QUEUE_SIZE, ARG_ONE},
-    {"queue-timeout-secs", OPT_QUEUE_TIMEOUT_S, ARG_ONE},
-    {"rate-limit-tokens-per-second", OPT_RATE_LIMIT_TPS, ARG_ONE},
-    {"prometheus-host", OPT_PROM_HOST, ARG_ONE},
-    {"prometheus-port", OPT_PROM_PORT, ARG_ONE},
-    {"cors-allowed-origins", OPT_CORS, ARG_ANY},
-    {"service-discovery", OPT_SD, ARG_NONE},
-    {"prefill-selector", OPT_PREFILL_SELECTOR, ARG_SOME},
-    {"decode-selector", OPT_DECODE_SELECTOR, ARG_SOME},
-    {"service-discovery-namespace", OPT_SD_NAMESPACE, ARG_ONE},
-    {"service-discovery-port", OPT_SD_PORT, ARG_ONE},
-    {"bootstrap-port-annotation", OPT_BOOTSTRAP_ANNOTATION, ARG_ONE},
-    {"api-key", OPT_API_KEY, ARG_ONE},
-    {"cache-threshold", OPT_CACHE_THRESHOLD, ARG_ONE},
-    {"balance-abs-threshold", OPT_BALANCE_ABS, ARG_ONE},
-    {"balance-rel-threshold", OPT_BALANCE_REL, ARG_ONE},
-    {"eviction-interval-secs", OPT_EVICTION_INTERVAL, ARG_ONE},
-    {"max-tree-size", OPT_MAX_TREE_SIZE, ARG_ONE},
-    {"cache-aware-seed", OPT_CACHE_AWARE_SEED, ARG_ONE},
-    {"api-key-file", OPT_API_KEY_FILE, ARG_ONE},
-    {"tls-cert-path", OPT_TLS_CERT, ARG_ONE},
-    {"tls-key-path", OPT_TLS_KEY, ARG_ONE},
-    {"client-cert-path", OPT_CLIENT_CERT, ARG_ONE},
-    {"client-key-path", OPT_CLIENT_KEY, ARG_ONE},
-    {"ca-cert-paths", OPT_CA_CERT, ARG_ONE},
-    {"request-id-headers", OPT_REQUEST_ID_HEADERS, ARG_SOME},
-    {"dp-aware", OPT_DP_AWARE, ARG_NONE},
-    {"cb-failure-threshold", OPT_CB_FAILURE, ARG_ONE},
-    {"cb-success-threshold", OPT_CB_SUCCESS, ARG_ONE},
-    {"cb-timeout-duration-secs", OPT_CB_TIMEOUT, ARG_ONE},
-    {"cb-window-duration-secs", OPT_CB_WINDOW, ARG_ONE},
-    {"history-backend", OPT_HISTORY_BACKEND, ARG_ONE},
-};
-
-/* The sglang router's flags that pdrouter has no equivalent for: refused (never ignored), each with what
- * pdrouter offers instead. docs/migrating-from-sglang-router.md has the same table. */
-#define NO_TOKENIZER                                                                                         \
-    "pdrouter does not template requests or load models: the workers do (--tokenizer-path takes a "          \
-    "tokenizer.json or a directory holding one)"
-#define NO_HISTORY "pdrouter keeps no conversation or response history"
-#define NO_JWT "the admin API takes one bearer token: --admin-token-file FILE (admin.token_file)"
-#define POLICIES "policies: round_robin, least_load, random, cache_aware, power_of_two, precise_prefix"
-
-static const struct refused {
-    const char *name;
-    const char *why;
-} refused[] = {
-    {"worker-urls", "pdrouter routes prefill/decode pairs only: give --prefill URL and --decode URL"},
-    {"selector", "pdrouter discovers PD workers only: use --prefill-selector and --decode-selector"},
-    {"enable-igw", "pdrouter serves one model (no multi-model gateway)"},
-    {"bucket-adjust-interval-secs", "the bucket policy is not available (" POLICIES ")"},
-    {"max-idle-secs", "the manual policy is not available (" POLICIES ")"},
-    {"assignment-mode", "the manual policy is not available (" POLICIES ")"},
-    {"redis-url", "pdrouter keeps no shared state and no history"},
-    {"redis-key-prefix", "pdrouter keeps no shared state and no history"},
-    {"redis-pool-max", NO_HISTORY},
-    {"redis-retention-days", NO_HISTORY},
-    {"worker-startup-check-interval",
-     "starting workers are checked every health.interval_ms (--health-check-interval-secs)"},
-    {"prometheus-duration-buckets", "the latency histograms have fixed buckets (docs/metrics.md)"},
-    {"disable-health-check",
-     "health checks cannot be turned off; set their period with --health-check-interval-secs "
-     "(health.interval_ms)"},
-    {"model-path", NO_TOKENIZER},
-    {"chat-template", NO_TOKENIZER},
-    {"tokenizer-cache-enable-l0", NO_TOKENIZER},
-    {"tokenizer-cache-l0-max-entries", NO_TOKENIZER},
-    {"tokenizer-cache-enable-l1", NO_TOKENIZER},
-    {"tokenizer-cache-l1-max-memory", NO_TOKENIZER},
-    {"reasoning-parser", "pdrouter passes answers through without parsing them"},
-    {"tool-call-parser", "pdrouter passes answers through without parsing them"},
-    {"mcp-config-path", "pdrouter calls no tools (no MCP)"},
-    {"oracle-wallet-path", NO_HISTORY},
-    {"oracle-tns-alias", NO_HISTORY},
-    {"oracle-connect-descriptor", NO_HISTORY},
-    {"oracle-username", NO_HISTORY},
-    {"oracle-password", NO_HISTORY},
-    {"oracle-pool-min", NO_HISTORY},
-    {"oracle-pool-max", NO_HISTORY},
-    {"oracle-pool-timeout-secs", NO_HISTORY},
-    {"postgres-db-url", NO_HISTORY},
-    {"postgres-pool-max", NO_HISTORY},
-    {"control-plane-api-keys", NO_JWT},
-    {"control-plane-audit-enabled",
-     "admin API calls are logged at info level; there is no separate audit log"},
-    {"jwt-issuer", NO_JWT},
-    {"jwt-audience", NO_JWT},
-    {"jwt-jwks-uri", NO_JWT},
-    {"jwt-role-mapping", NO_JWT},
-};
-
-void pdr_config_usage(FILE *out)
+/* The schema row whose flag is --name[0..nlen): its flag in the key's own unit, or with *secs set its flag
+ * in seconds (stored x 1000). NULL when no row has it. */
+static const pdr_conf_key_t *key_flag(const char *name, size_t nlen, int *secs)
 {
-    fputs(
-        "Usage: pdrouter --config FILE [OVERRIDES]\n"
-        "       pdrouter [--pd-disaggregation] --prefill URL [BOOTSTRAP_PORT|none] ... --decode URL ...\n"
-        "                [--host H] [--port P] [--policy P] [OVERRIDES]\n"
-        "       pdrouter --check-config FILE | --derive-shim-key KEY_FILE WORKER | --version | --help\n"
-        "\n"
-        "Workers (sglang router compatible; each flag may be repeated):\n"
-        "  --pd-disaggregation        accepted for compatibility (always on); so is --mini-lb\n"
-        "  --prefill URL [PORT|none]  a prefill worker, http://host[:port]; the optional second word is\n"
-        "                             its bootstrap port (1..65535) or 'none' (the default: none)\n"
-        "  --decode URL               a decode worker\n"
-        "  --config FILE              read a YAML configuration (cannot be combined with "
-        "--prefill/--decode)\n"
-        "  --check-config FILE        validate FILE and exit: 0 valid, 2 invalid\n"
-        "  --derive-shim-key KEY_FILE WORKER\n"
-        "                             print the key the shim of WORKER (its URL, or its bootstrap\n"
-        "                             host:port) signs its event batches with, derived from\n"
-        "                             shim_events.key_file KEY_FILE; write it to that worker's key file\n"
-        "\n"
-        "Kubernetes discovery (sglang router compatible):\n"
-        "  --service-discovery        find the workers by label selector (needs a selector below)\n"
-        "  --prefill-selector K=V ... prefill pods' labels; --decode-selector K=V ... decode pods'\n"
-        "  --service-discovery-namespace NS   namespace (default: the router's own)\n"
-        "  --service-discovery-port N         the workers' HTTP port (default 80, as sglang)\n"
-        "  --bootstrap-port-annotation KEY    pod annotation with the bootstrap port "
-        "(default " PDR_DEF_K8S_BOOTSTRAP_ANNOTATION ")\n"
-        "\n"
-        "Headers to the workers:\n"
-        "  --api-key KEY              sent to every worker as 'Authorization: Bearer KEY' (sglang's\n"
-        "                             flag; other users can read a command line: prefer the file)\n"
-        "  --api-key-file PATH        the same, read from a file (workers.api_key_file)\n"
-        "  --tls-cert-path FILE, --tls-key-path FILE  TLS on the listener (listen.tls.cert_file, key_file)\n"
-        "  --ca-cert-paths FILE       CA bundle for https:// workers (workers.tls.ca_file)\n"
-        "  --client-cert-path FILE, --client-key-path FILE  the router's client certificate for workers\n"
-        "  --request-id-headers H ... client headers that carry the request id, in order (default\n"
-        "                             x-request-id x-correlation-id x-trace-id request-id)\n"
-        "\n"
-        "Data-parallel attention:\n"
-        "  --dp-aware                 ask each worker its dp_size at start (GET /get_server_info): a worker\n"
-        "                             of N ranks is N targets (dp_aware; or dp_size: N per worker)\n"
-        "\n"
-        "Overrides (also applied on top of --config):\n"
-        "  --host H                   listen address (default " PDR_DEF_LISTEN_HOST ")\n"
-        "  --port P                   listen port (default 8000)\n"
-        "  --policy P                 policy for both roles: round_robin, least_load, random,\n"
-        "                             cache_aware, power_of_two or precise_prefix\n"
-        "  --cache-threshold X, --balance-abs-threshold N, --balance-rel-threshold X,\n"
-        "  --eviction-interval-secs N, --max-tree-size BYTES   cache_aware's settings (sglang's)\n"
-        "  --cache-aware-seed S       consistent_hash (default) or smallest_tree (sglang's rule)\n"
-        "  --prefill-policy P         prefill policy (default round_robin)\n"
-        "  --decode-policy P          decode policy (default least_load)\n"
-        "  --protocol X               sglang, vllm or pdshim (default sglang); --backend sglang too\n"
-        "  --admin-port N             admin listener port, 0 disables it (default 8001)\n"
-        "  --admin-token-file FILE    bearer token of the admin API (default: none, development only)\n"
-        "  --prometheus-port N        a listener serving GET /metrics only (default: none)\n"
-        "  --prometheus-host H        its address (default 0.0.0.0; alone it implies port 29000)\n"
-        "  --cors-allowed-origins O.. CORS on the data port for these origins ('*': any; default off)\n"
-        "  --threads N                event-loop threads, 0 = one per CPU core (default 0)\n"
-        "  --log-level L              debug, info, warn (or warning), error, critical (as error;\n"
-        "                             default info)\n"
-        "  --log-dir DIR              also write the router's log to DIR/pdrouter.log\n"
-        "  --tokenizer-path FILE|DIR  a Hugging Face tokenizer.json, or a directory holding one, for prompt\n"
-        "                             token ids (config: tokenizer)\n"
-        "  --access-log PATH|-|off    access log file, '-' for stdout (default), 'off' to disable\n"
-        "  --otlp-traces-endpoint URL export trace spans as OTLP/HTTP JSON to URL (tracing.otlp_endpoint;\n"
-        "                             e.g. http://collector:4318/v1/traces); --enable-trace is accepted\n"
-        "  --trace-file PATH          also append the spans to PATH, one OTLP JSON object a line\n"
-        "  --trace-sample-ratio R     share of new traces recorded, 0..1 (default 1)\n"
-        "  --retries N                retries on another worker pair, 0..10 (default 2)\n"
-        "  --retry-max-retries N      attempts in all, 1..11 (retries = N - 1); --disable-retries: 1\n"
-        "  --retry-initial-backoff-ms MS  wait before the first retry (default 50; 0: none)\n"
-        "  --retry-max-backoff-ms MS  cap on the wait (default 30000)\n"
-        "  --retry-backoff-multiplier X  each further wait is X times longer (default 1.5)\n"
-        "  --retry-jitter-factor J    each wait drawn in [1-J, 1+J] times its value (default 0.2)\n"
-        "  --max-payload-size BYTES   largest request body (default 33554432)\n"
-        "  --max-concurrent-requests N  requests in flight, -1 = no limit (default 4096)\n"
-        "  --queue-size N             requests waiting for room past it, 0 = none: 503 at once (default "
-        "100)\n"
-        "  --queue-timeout-secs N     longest wait in that queue, then 503 (default 60)\n"
-        "  --rate-limit-tokens-per-second N  new requests per second (limits.rate_limit_rps; burst:\n"
-        "                             --max-concurrent-requests when given); past it they queue, else 429\n"
-        "  --request-timeout-secs N   first-byte and stream-idle deadlines (default 60 and 300)\n"
-        "  --first-byte-ms N          deadline for the decode's first byte (default 60000)\n"
-        "  --kv-transfer-ms N         deadline for the KV transfer (default 30000)\n"
-        "  --health-interval-ms N     health check period (default 2000); --health-check-interval-secs\n"
-        "  --health-check-timeout-secs N, --health-failure-threshold N, --health-success-threshold N,\n"
-        "  --health-check-endpoint PATH   health.timeout_ms, health.fall, health.rise, health.path\n"
-        "  --worker-startup-timeout-secs N  exit 1 unless a healthy prefill/decode pair within N s\n"
-        "  --cb-failure-threshold N, --cb-timeout-duration-secs N, --cb-success-threshold N\n"
-        "                             outlier.consecutive_failures, base_ejection_ms, probation_successes;\n"
-        "                             --cb-window-duration-secs N: outlier.failure_window_ms;\n"
-        "                             --disable-circuit-breaker: outlier.enabled false\n"
-        "  --drain-grace-ms N         on SIGTERM: readiness off, still serving (default 5000)\n"
-        "  --drain-timeout-ms N       then: listeners closed, wait for requests (default 30000);\n"
-        "                             --shutdown-grace-period-secs N sets it in seconds\n"
-        "\n"
-        "  --version                  print the version and exit\n"
-        "  -h, --help                 print this help and exit\n"
-        "\n"
-        "Both '--opt value' and '--opt=value' are accepted. Every key is described in docs/config.md;\n"
-        "docs/migrating-from-sglang-router.md maps every sglang router flag.\n",
-        out);
-}
-
-/* Bits of the overrides given on the command line. */
-enum {
-    G_HOST = 1 << 0,
-    G_PORT = 1 << 1,
-    G_POLICY_P = 1 << 2,
-    G_POLICY_D = 1 << 3,
-    G_PROTOCOL = 1 << 4,
-    G_LOG_LEVEL = 1 << 5,
-    G_ACCESS_LOG = 1 << 6,
-    G_RETRIES = 1 << 7,
-    G_FIRST_BYTE = 1 << 8,
-    G_KV = 1 << 9,
-    G_HEALTH_INTERVAL = 1 << 10,
-    G_ADMIN_PORT = 1 << 11,
-    G_THREADS = 1 << 12,
-    G_DRAIN_GRACE = 1 << 13,
-    G_DRAIN_TIMEOUT = 1 << 14,
-    G_STREAM_IDLE = 1 << 15,
-    G_HEALTH_TIMEOUT = 1 << 16,
-    G_HEALTH_FALL = 1 << 17,
-    G_HEALTH_RISE = 1 << 18,
-    G_HEALTH_PATH = 1 << 19,
-    G_ADMIN_TOKEN = 1 << 20,
-    G_STARTUP = 1 << 21,
-    G_MAX_BODY = 1 << 22,
-    G_INFLIGHT = 1 << 23,
-    G_METRICS_HOST = 1 << 24,
-    G_METRICS_PORT = 1 << 25,
-    G_CORS = 1 << 26,
-    G_LOG_DIR = 1 << 27,
-    G_API_KEY = 1 << 29,
-    G_REQUEST_ID_HEADERS = 1 << 30,
-    G_K8S = 1 << 28, /* --service-discovery and its flags: the whole kubernetes section */
-};
-
-/* What the flags said beyond the snapshot they fill. */
-struct pstate {
-    unsigned given;
-    const char *config_file;
-    int sd;              /* --service-discovery */
-    const char *sel_opt; /* the first selector or discovery flag, for the message when sd is missing */
-    int sd_port_given;
-    int disable_retries;
-    unsigned ca_given; /* the cache_aware flags given (1 << k, k the field's place in cache_aware) */
-    unsigned rb_given; /* the retry back-off flags given: 1 initial, 2 max, 4 multiplier, 8 jitter */
-    int dp_aware;      /* --dp-aware */
-    int enable_trace;  /* --enable-trace (needs an endpoint or a file) */
-    int trace_ratio_given;
-    unsigned
-        cb_given; /* the circuit breaker flags given (1 << k: failure, success, timeout, disable, window) */
-    unsigned admit_given; /* admission flags given: 1 queue, 2 queue timeout, 4 rate limit */
-};
-
-/* A decimal number flag in [min, max]. */
-static int argv_double(const char *opt, const char *val, double min, double max, double *out, char *err,
-                       size_t errlen)
-{
-    char *end = NULL;
-    double d = strtod(val, &end);
-    if (*val == '\0' || *end != '\0' || !(d >= min && d <= max)) {
-        pdr__config_err(err, errlen, "argv: --%s: expected a number in %g..%g, got '%s'", opt, min, max, val);
-        return PDR_EINVAL;
-    }
-    *out = d;
-    return 0;
-}
-
-static int argv_int(const char *opt, const char *val, int64_t min, int64_t max, int *out, char *err,
-                    size_t errlen)
-{
-    int64_t v;
-    char shown[80];
-    if (pdr__parse_int(val, strlen(val), &v) != 0 || v < min || v > max) {
-        pdr__config_err(err, errlen, "argv: --%s: expected an integer in %lld..%lld, got '%s'", opt,
-                        (long long)min, (long long)max,
-                        pdr__config_show(val, strlen(val), shown, sizeof(shown)));
-        return PDR_EINVAL;
-    }
-    *out = (int)v;
-    return 0;
-}
-
-static int is_none(const char *s)
-{
-    return strcasecmp(s, "none") == 0 || strcasecmp(s, "null") == 0;
-}
-
-static int is_digits(const char *s)
-{
-    if (*s == '\0')
-        return 0;
-    for (; *s; s++)
-        if (*s < '0' || *s > '9')
-            return 0;
-    return 1;
-}
-
-static int add_worker(pdr_config_t *fl, pdr_role_t role, const char *url, int bport, char *err, size_t errlen)
-{
-    pdr_worker_conf_t **arr = role == PDR_ROLE_PREFILL ? &fl->prefill : &fl->decode;
-    size_t *n = role == PDR_ROLE_PREFILL ? &fl->n_prefill : &fl->n_decode;
-    const char *opt = role == PDR_ROLE_PREFILL ? "prefill" : "decode";
-    char msg[512];
-    if (*n >= PDR_CONFIG_MAX_WORKERS) {
-        pdr__config_err(err, errlen, "argv: --%s: at most %d workers are allowed", opt,
-                        PDR_CONFIG_MAX_WORKERS);
-        return PDR_EINVAL;
-    }
-    pdr_worker_conf_t w;
-    if (pdr_worker_conf_parse_url(url, &w, msg, sizeof(msg)) != 0) {
-        pdr__config_err(err, errlen, "argv: --%s: %s", opt, msg);
-        return PDR_EINVAL;
-    }
-    w.bootstrap_port = bport;
-    pdr_worker_conf_t *na = realloc(*arr, (*n + 1) * sizeof(*na));
-    if (na == NULL) {
-        pdr_worker_conf_clear(&w);
-        pdr__config_err(err, errlen, "argv: out of memory");
-        return PDR_ENOMEM;
-    }
-    *arr = na;
-    na[*n] = w;
-    (*n)++;
-    long j = pdr__workers_find_dup(na, *n - 1);
-    if (j >= 0) {
-        pdr__config_err(err, errlen, "argv: --%s %s: duplicate worker (same as --%s %s)", opt, url, opt,
-                        na[j].url);
-        return PDR_EINVAL;
-    }
-    return 0;
-}
-
-static int set_policy(const char *opt, const char *val, pdr_policy_kind_t *out, char *err, size_t errlen)
-{
-    static const char *const later[] = {"manual", "bucket", "consistent_hashing", "prefix_hash"};
-    char shown[80];
-    if (pdr__policy_parse(val, strlen(val), out) == 0)
-        return 0;
-    for (size_t i = 0; i < sizeof(later) / sizeof(later[0]); i++)
-        if (strcmp(val, later[i]) == 0) {
-            pdr__config_err(err, errlen,
-                            "argv: --%s: the %s policy is not available yet; the policies are round_robin, "
-                            "least_load, random, cache_aware, power_of_two and precise_prefix",
-                            opt, val);
-            return PDR_EINVAL;
-        }
-    pdr__config_err(err, errlen,
-                    "argv: --%s: unknown policy '%s', expected round_robin, least_load, random, cache_aware, "
-                    "power_of_two or precise_prefix",
-                    opt, pdr__config_show(val, strlen(val), shown, sizeof(shown)));
-    return PDR_EINVAL;
-}
-
-/* Seconds given to a flag, stored as milliseconds (1 s .. one day). */
-static int argv_secs(const char *opt, const char *val, int *out_ms, char *err, size_t errlen)
-{
-    int secs;
-    if (argv_int(opt, val, 1, PDR_MAX_MS / 1000, &secs, err, errlen) != 0)
-        return PDR_EINVAL;
-    *out_ms = secs * 1000;
-    return 0;
-}
-
-/* sglang's selector words "k=v k2=v2" (or one word holding spaces) as a selector string "k=v,k2=v2". */
-static int join_selector(const char *opt, const char *const *vals, int n, char **dst, char *err,
-                         size_t errlen)
-{
-    char buf[4096], shown[80], msg[256];
-    size_t len = 0;
-    for (int i = 0; i < n; i++) {
-        const char *w = vals[i];
-        while (*w != '\0') {
-            size_t wl = strcspn(w, " ");
-            if (wl > 0) {
-                const char *eq = memchr(w, '=', wl);
-                if (eq == NULL || eq == w) {
-                    pdr__config_err(err, errlen, "argv: --%s: expected key=value words, got '%s'", opt,
-                                    pdr__config_show(w, wl, shown, sizeof(shown)));
-                    return PDR_EINVAL;
-                }
-                if (len + wl + 2 > sizeof(buf)) {
-                    pdr__config_err(err, errlen, "argv: --%s: selector longer than %zu bytes", opt,
-                                    sizeof(buf) - 1);
-                    return PDR_EINVAL;
-                }
-                if (len > 0)
-                    buf[len++] = ',';
-                memcpy(buf + len, w, wl);
-                len += wl;
-            }
-            w += wl;
-            while (*w == ' ')
-                w++;
-        }
-    }
-    if (len == 0) {
-        pdr__config_err(err, errlen, "argv: --%s needs key=value words", opt);
-        return PDR_EINVAL;
-    }
-    if (pdr__check_selector(buf, len, msg, sizeof(msg)) != 0) {
-        pdr__config_err(err, errlen, "argv: --%s: %s", opt, msg);
-        return PDR_EINVAL;
-    }
-    if (pdr__config_set_str(dst, buf, len) != 0) {
-        pdr__config_err(err, errlen, "argv: out of memory");
-        return PDR_ENOMEM;
-    }
-    return 0;
-}
-
-static int set_str(char **dst, const char *val, char *err, size_t errlen)
-{
-    if (pdr__config_set_str(dst, val, strlen(val)) != 0) {
-        pdr__config_err(err, errlen, "argv: out of memory");
-        return PDR_ENOMEM;
-    }
-    return 0;
-}
-
-/* Handles one option with its values (n of them at vals; none for flags). */
-static int handle(const struct opt *o, const char *const *vals, int n, int argc, char **argv, int *i,
-                  pdr_config_t *fl, struct pstate *ps, pdr_cli_t *cli, char *err, size_t errlen)
-{
-    char shown[80], msg[256];
-    const char *val = n > 0 ? vals[0] : NULL;
-    unsigned *given = &ps->given;
-    switch (o->id) {
-    case OPT_DP_AWARE:
-        ps->dp_aware = 1;
-        return 0;
-    case OPT_PD:
-    case OPT_MINI_LB:
-        return 0;
-    /* The sglang router's circuit breaker is pdrouter's outlier detection (docs/operations.md, "Passive
-     * health"): the failure threshold, the open time (the base ejection), half-open successes (probation). */
-    case OPT_DISABLE_CB:
-        ps->cb_given |= 1u << 3;
-        fl->outlier.enabled = 0;
-        return 0;
-    case OPT_CB_FAILURE:
-        ps->cb_given |= 1u << 0;
-        return argv_int(o->name, val, 1, PDR_MAX_OUTLIER_CONSECUTIVE, &fl->outlier.consecutive_failures, err,
-                        errlen);
-    case OPT_CB_SUCCESS:
-        ps->cb_given |= 1u << 1;
-        return argv_int(o->name, val, 0, PDR_MAX_OUTLIER_CONSECUTIVE, &fl->outlier.probation_successes, err,
-                        errlen);
-    case OPT_CB_TIMEOUT:
-        ps->cb_given |= 1u << 2;
-        return argv_secs(o->name, val, &fl->outlier.base_ejection_ms, err, errlen);
-    case OPT_CB_WINDOW:
-        ps->cb_given |= 1u << 4;
-        return argv_secs(o->name, val, &fl->outlier.failure_window_ms, err, errlen);
-    case OPT_HELP:
-        cli->show_help = 1;
-        return 0;
-    case OPT_VERSION:
-        cli->show_version = 1;
-        return 0;
-    case OPT_PREFILL: {
-        int bport = -1;
-        if (*i + 1 < argc && (is_digits(argv[*i + 1]) || is_none(argv[*i + 1]))) {
-            const char *p = argv[++*i];
-            if (!is_none(p) && argv_int("prefill", p, 1, 65535, &bport, err, errlen) != 0)
-                return PDR_EINVAL;
-        }
-        return add_worker(fl, PDR_ROLE_PREFILL, val, bport, err, errlen);
-    }
-    case OPT_DECODE:
-        return add_worker(fl, PDR_ROLE_DECODE, val, -1, err, errlen);
-    case OPT_HOST:
-        *given |= G_HOST;
-        return set_str(&fl->listen_host, val, err, errlen);
-    case OPT_PORT:
-        *given |= G_PORT;
-        return argv_int(o->name, val, 1, 65535, &fl->listen_port, err, errlen);
-    case OPT_POLICY:
-        *given |= G_POLICY_P | G_POLICY_D;
-        if (set_policy(o->name, val, &fl->policy_prefill, err, errlen) != 0)
-            return PDR_EINVAL;
-        fl->policy_decode = fl->policy_prefill;
-        return 0;
-    case OPT_PREFILL_POLICY:
-        *given |= G_POLICY_P;
-        return set_policy(o->name, val, &fl->policy_prefill, err, errlen);
-    case OPT_DECODE_POLICY:
-        *given |= G_POLICY_D;
-        return set_policy(o->name, val, &fl->policy_decode, err, errlen);
-    /* sglang's choices: memory (its default), none, oracle, postgres. pdrouter keeps no history, which
-     * is what none asks for. */
-    case OPT_HISTORY_BACKEND:
-        if (strcmp(val, "none") == 0)
-            return 0;
-        pdr__config_err(err, errlen,
-                        "argv: --history-backend: '%s' is not supported: " NO_HISTORY
-                        " (--history-backend none is accepted)",
-                        pdr__config_show(val, strlen(val), shown, sizeof(shown)));
-        return PDR_EINVAL;
-    case OPT_BACKEND:
-        if (strcmp(val, "sglang") != 0) {
-            pdr__config_err(err, errlen,
-                            "argv: --backend: '%s' is not supported; pdrouter drives sglang or vLLM engines, "
-                            "not an OpenAI API (--backend sglang, or --protocol sglang|vllm|pdshim)",
-                            pdr__config_show(val, strlen(val), shown, sizeof(shown)));
-            return PDR_EINVAL;
-        }
-        /* --backend sglang is --protocol sglang */
-        /* fall through */
-    case OPT_PROTOCOL:
-        *given |= G_PROTOCOL;
-        if (pdr__protocol_parse(val, strlen(val), &fl->protocol) != 0) {
-            pdr__config_err(err, errlen,
-                            "argv: --protocol: unknown protocol '%s', expected sglang, vllm or pdshim",
-                            pdr__config_show(val, strlen(val), shown, sizeof(shown)));
-            return PDR_EINVAL;
-        }
-        return 0; /* pdshim: its ticket keys come from the --config file (validated with the rest) */
-    case OPT_CONFIG:
-        if (ps->config_file != NULL) {
-            pdr__config_err(err, errlen, "argv: --config given twice");
-            return PDR_EINVAL;
-        }
-        ps->config_file = val;
-        return 0;
-    case OPT_CHECK:
-        cli->check_config = val;
-        return 0;
-    case OPT_DERIVE_SHIM_KEY:
-        if (n != 2) {
-            pdr__config_err(
-                err, errlen,
-                "argv: --derive-shim-key takes two words: the shim_events.key_file and the worker "
-                "(its URL, or its bootstrap host:port)");
-            return PDR_EINVAL;
-        }
-        cli->derive_key_file = vals[0];
-        cli->derive_worker = vals[1];
-        return 0;
-    case OPT_LOG_LEVEL: {
-        const char *canon = pdr__log_level_parse(val, strlen(val));
-        *given |= G_LOG_LEVEL;
-        if (canon == NULL) {
-            pdr__config_err(err, errlen,
-                            "argv: --log-level: unknown level '%s', expected debug, info, warn (warning), "
-                            "error or critical",
-                            pdr__config_show(val, strlen(val), shown, sizeof(shown)));
-            return PDR_EINVAL;
-        }
-        return set_str(&fl->log.level, canon, err, errlen);
-    }
-    case OPT_LOG_DIR:
-        *given |= G_LOG_DIR;
-        return set_str(&fl->log.dir, val, err, errlen);
-    case OPT_TLS_CERT: /* given when set, as the tokenizer below */
-        return set_str(&fl->listen_tls.cert_file, val, err, errlen);
-    case OPT_TLS_KEY:
-        return set_str(&fl->listen_tls.key_file, val, err, errlen);
-    case OPT_CLIENT_CERT:
-        return set_str(&fl->workers_tls.cert_file, val, err, errlen);
-    case OPT_CLIENT_KEY:
-        return set_str(&fl->workers_tls.key_file, val, err, errlen);
-    case OPT_CA_CERT:
-        return set_str(&fl->workers_tls.ca_file, val, err, errlen);
-    case OPT_TOKENIZER_PATH: /* given when set: the default is none */
-        return set_str(&fl->tokenizer, val, err, errlen);
-    case OPT_OTLP_ENDPOINT: /* given when set, as the tracing.file below */
-        if (pdr__check_api_server(val, strlen(val), msg, sizeof(msg)) != 0) {
-            pdr__config_err(
-                err, errlen,
-                "argv: --otlp-traces-endpoint: %s (pdrouter exports OTLP/HTTP with JSON, not gRPC: "
-                "give the collector's traces URL, such as http://HOST:4318/v1/traces)",
-                msg);
-            return PDR_EINVAL;
-        }
-        return set_str(&fl->tracing.otlp_endpoint, val, err, errlen);
-    case OPT_ENABLE_TRACE:
-        ps->enable_trace = 1;
-        return 0;
-    case OPT_TRACE_FILE:
-        return set_str(&fl->tracing.file, val, err, errlen);
-    case OPT_TRACE_RATIO:
-        ps->trace_ratio_given = 1;
-        return argv_double(o->name, val, 0, 1, &fl->tracing.sample_ratio, err, errlen);
-    case OPT_ACCESS_LOG:
-        *given |= G_ACCESS_LOG;
-        return set_str(&fl->log.access_log, val, err, errlen);
-    case OPT_RETRIES:
-        *given |= G_RETRIES;
-        return argv_int(o->name, val, 0, PDR_MAX_RETRIES, &fl->retries.max, err, errlen);
-    case OPT_RETRY_MAX: {
-        /* sglang counts attempts (--disable-retries is "max retries 1"); retries.max counts the retries. */
-        int attempts;
-        *given |= G_RETRIES;
-        if (argv_int(o->name, val, 1, PDR_MAX_RETRIES + 1, &attempts, err, errlen) != 0)
-            return PDR_EINVAL;
-        fl->retries.max = attempts - 1;
-        return 0;
-    }
-    case OPT_DISABLE_RETRIES:
-        *given |= G_RETRIES;
-        ps->disable_retries = 1;
-        return 0;
-    case OPT_RETRY_INITIAL_BACKOFF:
-        ps->rb_given |= 1u;
-        return argv_int(o->name, val, 0, PDR_MAX_MS, &fl->retries.initial_backoff_ms, err, errlen);
-    case OPT_RETRY_MAX_BACKOFF:
-        ps->rb_given |= 2u;
-        return argv_int(o->name, val, 0, PDR_MAX_MS, &fl->retries.max_backoff_ms, err, errlen);
-    case OPT_RETRY_MULTIPLIER:
-        ps->rb_given |= 4u;
-        return argv_double(o->name, val, 1, 100, &fl->retries.backoff_multiplier, err, errlen);
-    case OPT_RETRY_JITTER:
-        ps->rb_given |= 8u;
-        return argv_double(o->name, val, 0, 1, &fl->retries.jitter_factor, err, errlen);
-    case OPT_FIRST_BYTE:
-        *given |= G_FIRST_BYTE;
-        return argv_int(o->name, val, 1, PDR_MAX_MS, &fl->timeouts.first_byte_ms, err, errlen);
-    case OPT_KV:
-        *given |= G_KV;
-        return argv_int(o->name, val, 1, PDR_MAX_MS, &fl->timeouts.kv_transfer_ms, err, errlen);
-    case OPT_REQUEST_TIMEOUT:
-        /* sglang bounds a whole request; pdrouter bounds the wait for the first byte and each silence
-         * of a stream, never a stream that keeps flowing. */
-        *given |= G_FIRST_BYTE | G_STREAM_IDLE;
-        if (argv_secs(o->name, val, &fl->timeouts.first_byte_ms, err, errlen) != 0)
-            return PDR_EINVAL;
-        fl->timeouts.stream_idle_ms = fl->timeouts.first_byte_ms;
-        return 0;
-    case OPT_HEALTH_INTERVAL:
-        *given |= G_HEALTH_INTERVAL;
-        return argv_int(o->name, val, 1, PDR_MAX_MS, &fl->health.interval_ms, err, errlen);
-    case OPT_HEALTH_INTERVAL_S:
-        *given |= G_HEALTH_INTERVAL;
-        return argv_secs(o->name, val, &fl->health.interval_ms, err, errlen);
-    case OPT_HEALTH_TIMEOUT_S:
-        *given |= G_HEALTH_TIMEOUT;
-        return argv_secs(o->name, val, &fl->health.timeout_ms, err, errlen);
-    case OPT_HEALTH_FAILURE:
-        *given |= G_HEALTH_FALL;
-        return argv_int(o->name, val, 1, PDR_MAX_RISE_FALL, &fl->health.fall, err, errlen);
-    case OPT_HEALTH_SUCCESS:
-        *given |= G_HEALTH_RISE;
-        return argv_int(o->name, val, 1, PDR_MAX_RISE_FALL, &fl->health.rise, err, errlen);
-    case OPT_HEALTH_ENDPOINT:
-        *given |= G_HEALTH_PATH;
-        for (const char *c = val; *c; c++)
-            if ((unsigned char)*c <= 0x20 || *c == 0x7f) {
-                pdr__config_err(err, errlen, "argv: --%s: no spaces or control characters in a path",
-                                o->name);
-                return PDR_EINVAL;
-            }
-        if (val[0] != '/') {
-            pdr__config_err(err, errlen, "argv: --%s: '%s' must start with '/'", o->name,
-                            pdr__config_show(val, strlen(val), shown, sizeof(shown)));
-            return PDR_EINVAL;
-        }
-        return set_str(&fl->health.path, val, err, errlen);
-    case OPT_ADMIN_PORT:
-        *given |= G_ADMIN_PORT;
-        return argv_int(o->name, val, 0, 65535, &fl->admin_port, err, errlen);
-    case OPT_ADMIN_TOKEN_FILE:
-        *given |= G_ADMIN_TOKEN;
-        return set_str(&fl->admin_token_file, val, err, errlen);
-    case OPT_THREADS:
-        *given |= G_THREADS;
-        return argv_int(o->name, val, 0, PDR_MAX_THREADS, &fl->threads, err, errlen);
-    case OPT_DRAIN_GRACE:
-        *given |= G_DRAIN_GRACE;
-        return argv_int(o->name, val, 0, PDR_MAX_MS, &fl->lifecycle.drain_grace_ms, err, errlen);
-    case OPT_DRAIN_TIMEOUT:
-        *given |= G_DRAIN_TIMEOUT;
-        return argv_int(o->name, val, 1, PDR_MAX_MS, &fl->lifecycle.drain_timeout_ms, err, errlen);
-    case OPT_SHUTDOWN_GRACE_S:
-        *given |= G_DRAIN_TIMEOUT;
-        return argv_secs(o->name, val, &fl->lifecycle.drain_timeout_ms, err, errlen);
-    case OPT_STARTUP_TIMEOUT_S:
-        *given |= G_STARTUP;
-        return argv_secs(o->name, val, &fl->lifecycle.worker_startup_timeout_ms, err, errlen);
-    case OPT_MAX_PAYLOAD: {
-        int64_t v;
-        *given |= G_MAX_BODY;
-        if (pdr__parse_int(val, strlen(val), &v) != 0 || v < PDR_MIN_BODY_BYTES || v > PDR_MAX_BODY_BYTES) {
-            pdr__config_err(err, errlen, "argv: --%s: expected a size in bytes in %lld..%lld, got '%s'",
-                            o->name, (long long)PDR_MIN_BODY_BYTES, (long long)PDR_MAX_BODY_BYTES,
-                            pdr__config_show(val, strlen(val), shown, sizeof(shown)));
-            return PDR_EINVAL;
-        }
-        fl->limits.max_body_bytes = v;
-        return 0;
-    }
-    case OPT_MAX_CONCURRENT:
-        *given |= G_INFLIGHT;
-        if (strcmp(val, "-1") == 0) { /* sglang: no limit; here: the largest limit */
-            fl->limits.max_inflight = PDR_MAX_INFLIGHT;
-            return 0;
-        }
-        return argv_int(o->name, val, 1, PDR_MAX_INFLIGHT, &fl->limits.max_inflight, err, errlen);
-    case OPT_QUEUE_SIZE:
-        ps->admit_given |= 1u;
-        return argv_int(o->name, val, 0, PDR_MAX_QUEUE, &fl->limits.queue, err, errlen);
-    case OPT_QUEUE_TIMEOUT_S: {
-        int s;
-        ps->admit_given |= 2u;
-        if (argv_int(o->name, val, 1, PDR_MAX_MS / 1000, &s, err, errlen) != 0)
-            return PDR_EINVAL;
-        fl->limits.queue_timeout_ms = s * 1000;
-        return 0;
-    }
-    case OPT_RATE_LIMIT_TPS:
-        ps->admit_given |= 4u;
-        return argv_double(o->name, val, 0, PDR_MAX_RATE_LIMIT_RPS, &fl->limits.rate_limit_rps, err, errlen);
-    case OPT_PROM_HOST:
-        *given |= G_METRICS_HOST;
-        return set_str(&fl->metrics_host, val, err, errlen);
-    case OPT_PROM_PORT:
-        *given |= G_METRICS_PORT;
-        return argv_int(o->name, val, 1, 65535, &fl->metrics_port, err, errlen);
-    case OPT_CORS:
-        *given |= G_CORS;
-        if (n == 0) {
-            pdr__config_err(err, errlen,
-                            "argv: --cors-allowed-origins needs the origins, or '*' for any origin (what the "
-                            "sglang router allows when it is given none)");
-            return PDR_EINVAL;
-        }
-        pdr__config_free_origins(fl);
-        for (int k = 0; k < n; k++) {
-            if (pdr__check_origin(vals[k], strlen(vals[k]), msg, sizeof(msg)) != 0) {
-                pdr__config_err(err, errlen, "argv: --cors-allowed-origins: '%s': %s",
-                                pdr__config_show(vals[k], strlen(vals[k]), shown, sizeof(shown)), msg);
-                return PDR_EINVAL;
-            }
-            if (fl->cors.n >= PDR_CONFIG_MAX_ORIGINS) {
-                pdr__config_err(err, errlen, "argv: --cors-allowed-origins: at most %d origins",
-                                PDR_CONFIG_MAX_ORIGINS);
-                return PDR_EINVAL;
-            }
-            if (pdr__config_add_origin(fl, vals[k], strlen(vals[k])) != 0) {
-                pdr__config_err(err, errlen, "argv: out of memory");
-                return PDR_ENOMEM;
+    for (size_t i = 0; i < pdr_conf_nkeys && i < MAX_KEYS; i++) {
+        const pdr_conf_key_t *k = &pdr_conf_keys[i];
+        for (int s = 0; s < 2; s++) {
+            const char *f = s ? k->flag_sec : k->flag;
+            if (f != NULL && !(k->flags & PDR_KEY_OWN_FLAG) && strlen(f) == nlen + 2 &&
+                memcmp(f + 2, name, nlen) == 0) {
+                *secs = s;
+                return k;
             }
         }
-        return 0;
-    case OPT_SD:
-        *given |= G_K8S;
-        ps->sd = 1;
-        return 0;
-    case OPT_PREFILL_SELECTOR:
-    case OPT_DECODE_SELECTOR: {
-        pdr_role_t role = o->id == OPT_PREFILL_SELECTOR ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
-        *given |= G_K8S;
-        if (ps->sel_opt == NULL)
-            ps->sel_opt = o->name;
-        return join_selector(o->name, vals, n, &fl->discovery.kubernetes.role[role].selector, err, errlen);
     }
-    case OPT_SD_NAMESPACE:
-        *given |= G_K8S;
-        if (ps->sel_opt == NULL)
-            ps->sel_opt = o->name;
-        if (pdr__check_namespace(val, strlen(val), msg, sizeof(msg)) != 0) {
-            pdr__config_err(err, errlen, "argv: --%s: %s", o->name, msg);
-            return PDR_EINVAL;
-        }
-        return set_str(&fl->discovery.kubernetes.namespace_, val, err, errlen);
-    case OPT_SD_PORT: {
-        int port;
-        *given |= G_K8S;
-        if (ps->sel_opt == NULL)
-            ps->sel_opt = o->name;
-        if (argv_int(o->name, val, 1, 65535, &port, err, errlen) != 0)
-            return PDR_EINVAL;
-        ps->sd_port_given = 1;
-        fl->discovery.kubernetes.role[PDR_ROLE_PREFILL].port = port;
-        fl->discovery.kubernetes.role[PDR_ROLE_DECODE].port = port;
-        return 0;
+    return NULL;
+}
+
+/* A flag that sets the schema key k as it is, or in seconds (1 s .. one day, stored as milliseconds). */
+static int set_key(const pdr_conf_key_t *k, int secs, const char *opt, const char *val, pdr_config_t *fl,
+                   struct pstate *ps, char *err, size_t errlen)
+{
+    char *p = (char *)fl + k->off;
+    ps->keys[k - pdr_conf_keys] = 1;
+    if (secs)
+        return pdr__cli_argv_secs(opt, val, (int *)(void *)p, err, errlen);
+    switch (k->type) {
+    case PDR_CT_INT:
+        return pdr__cli_argv_int(opt, val, k->min, k->max, (int *)(void *)p, err, errlen);
+    case PDR_CT_DOUBLE:
+        return pdr__cli_argv_double(opt, val, (double)k->min, (double)k->max, (double *)(void *)p, err,
+                                    errlen);
+    case PDR_CT_STR:
+    case PDR_CT_STR_OPT:
+        return pdr__cli_set_str((char **)(void *)p, val, err, errlen);
+    default:
+        pdr__config_err(err, errlen, "argv: --%s: internal error: the key %s has no flag reader", opt,
+                        k->path);
+        return PDR_EINVAL;
     }
-    case OPT_CACHE_THRESHOLD:
-        ps->ca_given |= 1u << 0;
-        return argv_double(o->name, val, 0, 1, &fl->cache_aware.cache_threshold, err, errlen);
-    case OPT_BALANCE_ABS:
-        ps->ca_given |= 1u << 1;
-        return argv_int(o->name, val, 0, 1000000, &fl->cache_aware.balance_abs_threshold, err, errlen);
-    case OPT_BALANCE_REL:
-        ps->ca_given |= 1u << 2;
-        return argv_double(o->name, val, 1, 1000000, &fl->cache_aware.balance_rel_threshold, err, errlen);
-    case OPT_EVICTION_INTERVAL:
-        ps->ca_given |= 1u << 3;
-        return argv_int(o->name, val, 1, 86400, &fl->cache_aware.eviction_interval_secs, err, errlen);
-    case OPT_MAX_TREE_SIZE: {
-        int64_t v;
-        ps->ca_given |= 1u << 4;
-        if (pdr__parse_int(val, strlen(val), &v) != 0 || v < 1024 || v > ((int64_t)1 << 40)) {
-            pdr__config_err(err, errlen, "argv: --max-tree-size: expected an integer in 1024..%lld, got '%s'",
-                            (long long)1 << 40, val);
-            return PDR_EINVAL;
-        }
-        fl->cache_aware.max_tree_size = v;
-        return 0;
-    }
-    case OPT_CACHE_AWARE_SEED:
-        ps->ca_given |= 1u << 5;
-        if (strcmp(val, "smallest_tree") == 0)
-            fl->cache_aware.seed = PDR_CA_SEED_SMALLEST_TREE;
-        else if (strcmp(val, "consistent_hash") == 0)
-            fl->cache_aware.seed = PDR_CA_SEED_CONSISTENT_HASH;
-        else {
-            pdr__config_err(
-                err, errlen,
-                "argv: --cache-aware-seed: unknown seed '%s', expected smallest_tree or consistent_hash",
-                val);
-            return PDR_EINVAL;
-        }
-        return 0;
-    case OPT_API_KEY:
-    case OPT_API_KEY_FILE: {
-        char kmsg[512];
-        if (*given & G_API_KEY) {
-            pdr__config_err(err, errlen, "argv: --%s: give one of --api-key and --api-key-file, once",
-                            o->name);
-            return PDR_EINVAL;
-        }
-        *given |= G_API_KEY;
-        if (o->id == OPT_API_KEY) {
-            if (pdr__check_api_key(val, strlen(val), kmsg, sizeof(kmsg)) != 0) {
-                pdr__config_err(err, errlen, "argv: --api-key: %s", kmsg);
-                return PDR_EINVAL;
-            }
-            return set_str(&fl->worker_api_key, val, err, errlen);
-        }
-        if (pdr__read_secret_file(val, &fl->worker_api_key, kmsg, sizeof(kmsg)) != 0) {
-            pdr__config_err(err, errlen, "argv: --api-key-file: %s", kmsg);
-            return PDR_EINVAL;
-        }
-        return set_str(&fl->worker_api_key_file, val, err, errlen);
-    }
-    case OPT_REQUEST_ID_HEADERS:
-        if (*given & G_REQUEST_ID_HEADERS) {
-            pdr__config_err(err, errlen, "argv: --request-id-headers given twice");
-            return PDR_EINVAL;
-        }
-        *given |= G_REQUEST_ID_HEADERS;
-        pdr__free_names(fl->request_id_headers, fl->n_request_id_headers);
-        fl->request_id_headers = NULL;
-        fl->n_request_id_headers = 0;
-        if (n > PDR_CONFIG_MAX_REQUEST_ID_HEADERS) {
-            pdr__config_err(err, errlen, "argv: --request-id-headers: at most %d names",
-                            PDR_CONFIG_MAX_REQUEST_ID_HEADERS);
-            return PDR_EINVAL;
-        }
-        if ((fl->request_id_headers = calloc((size_t)n, sizeof(char *))) == NULL) {
-            pdr__config_err(err, errlen, "argv: out of memory");
-            return PDR_ENOMEM;
-        }
-        for (int k = 0; k < n; k++) {
-            if (pdr__check_header_name(vals[k], strlen(vals[k]), msg, sizeof(msg)) != 0) {
-                pdr__config_err(err, errlen, "argv: --request-id-headers '%s': %s",
-                                pdr__config_show(vals[k], strlen(vals[k]), shown, sizeof(shown)), msg);
-                return PDR_EINVAL;
-            }
-            char *copy = NULL;
-            if (set_str(&copy, vals[k], err, errlen) != 0)
-                return PDR_ENOMEM;
-            for (char *q = copy; *q; q++)
-                if (*q >= 'A' && *q <= 'Z')
-                    *q = (char)(*q - 'A' + 'a');
-            fl->request_id_headers[fl->n_request_id_headers++] = copy;
-        }
-        return 0;
-    case OPT_BOOTSTRAP_ANNOTATION:
-        *given |= G_K8S;
-        if (ps->sel_opt == NULL)
-            ps->sel_opt = o->name;
-        if (pdr__check_annotation(val, strlen(val), msg, sizeof(msg)) != 0) {
-            pdr__config_err(err, errlen, "argv: --%s: %s", o->name, msg);
-            return PDR_EINVAL;
-        }
-        return set_str(&fl->discovery.kubernetes.bootstrap_port_annotation, val, err, errlen);
-    }
-    pdr__config_err(err, errlen, "argv: internal error: unhandled option --%s", o->name);
-    return PDR_EINVAL;
 }
 
 /* After every flag was read: what depends on several of them. */
@@ -1047,11 +70,17 @@ static int finish_flags(pdr_config_t *fl, struct pstate *ps, char *err, size_t e
     }
     if (ps->disable_retries)
         fl->retries.max = 0; /* as in the sglang router, it wins over --retry-max-retries */
-    /* sglang's bucket holds --max-concurrent-requests tokens: the burst of the rate limit. */
-    if ((ps->admit_given & 4u) && (ps->given & G_INFLIGHT))
-        fl->limits.rate_limit_burst = fl->limits.max_inflight;
-    if ((ps->given & G_METRICS_HOST) && !(ps->given & G_METRICS_PORT))
+    /* sglang's bucket holds --max-concurrent-requests tokens: the burst of the rate limit. The rate flag
+     * sets the burst in any case (the default, 0, without --max-concurrent-requests). */
+    if (pdr__cli_marked(ps, "limits.rate_limit_rps")) {
+        if (pdr__cli_marked(ps, "limits.max_inflight"))
+            fl->limits.rate_limit_burst = fl->limits.max_inflight;
+        pdr__cli_mark(ps, "limits.rate_limit_burst");
+    }
+    if (pdr__cli_marked(ps, "metrics.host") && !pdr__cli_marked(ps, "metrics.port")) {
         fl->metrics_port = PDR_SGLANG_PROMETHEUS_PORT;
+        pdr__cli_mark(ps, "metrics.port");
+    }
     if (ps->given & G_K8S) {
         if (!ps->sd) {
             pdr__config_err(err, errlen, "argv: --%s needs --service-discovery", ps->sel_opt);
@@ -1080,9 +109,19 @@ static void swap_str(char **a, char **b)
     *b = t;
 }
 
-/* Moves the given overrides from fl into c. */
-static void apply_overrides(pdr_config_t *c, pdr_config_t *fl, unsigned given)
+/* Moves the given overrides from fl into c: every schema key a flag set, then the lists and sections. */
+static void apply_overrides(pdr_config_t *c, pdr_config_t *fl, const struct pstate *ps)
 {
+    unsigned given = ps->given;
+    for (size_t i = 0; i < pdr_conf_nkeys && i < MAX_KEYS; i++) {
+        const pdr_conf_key_t *k = &pdr_conf_keys[i];
+        if (!ps->keys[i])
+            continue;
+        if (k->size == sizeof(char *) && pdr_conf_key_is_string(k))
+            swap_str((char **)(void *)((char *)c + k->off), (char **)(void *)((char *)fl + k->off));
+        else
+            memcpy((char *)c + k->off, (char *)fl + k->off, k->size);
+    }
     if (given & G_K8S) {
         for (int r = 0; r < 2; r++) { /* a role the flags name; the file's other role stays */
             if (fl->discovery.kubernetes.role[r].selector == NULL)
@@ -1096,42 +135,6 @@ static void apply_overrides(pdr_config_t *c, pdr_config_t *fl, unsigned given)
             swap_str(&c->discovery.kubernetes.bootstrap_port_annotation,
                      &fl->discovery.kubernetes.bootstrap_port_annotation);
     }
-    if (given & G_STREAM_IDLE)
-        c->timeouts.stream_idle_ms = fl->timeouts.stream_idle_ms;
-    if (given & G_HEALTH_TIMEOUT)
-        c->health.timeout_ms = fl->health.timeout_ms;
-    if (given & G_HEALTH_FALL)
-        c->health.fall = fl->health.fall;
-    if (given & G_HEALTH_RISE)
-        c->health.rise = fl->health.rise;
-    if (given & G_HEALTH_PATH)
-        swap_str(&c->health.path, &fl->health.path);
-    if (given & G_ADMIN_TOKEN)
-        swap_str(&c->admin_token_file, &fl->admin_token_file);
-    if (given & G_STARTUP)
-        c->lifecycle.worker_startup_timeout_ms = fl->lifecycle.worker_startup_timeout_ms;
-    if (given & G_MAX_BODY)
-        c->limits.max_body_bytes = fl->limits.max_body_bytes;
-    if (given & G_INFLIGHT)
-        c->limits.max_inflight = fl->limits.max_inflight;
-    if (given & G_METRICS_HOST)
-        swap_str(&c->metrics_host, &fl->metrics_host);
-    if (given & (G_METRICS_PORT | G_METRICS_HOST))
-        c->metrics_port = fl->metrics_port;
-    if (given & G_LOG_DIR)
-        swap_str(&c->log.dir, &fl->log.dir);
-    if (fl->tokenizer != NULL)
-        swap_str(&c->tokenizer, &fl->tokenizer);
-    if (fl->listen_tls.cert_file != NULL)
-        swap_str(&c->listen_tls.cert_file, &fl->listen_tls.cert_file);
-    if (fl->listen_tls.key_file != NULL)
-        swap_str(&c->listen_tls.key_file, &fl->listen_tls.key_file);
-    if (fl->workers_tls.cert_file != NULL)
-        swap_str(&c->workers_tls.cert_file, &fl->workers_tls.cert_file);
-    if (fl->workers_tls.key_file != NULL)
-        swap_str(&c->workers_tls.key_file, &fl->workers_tls.key_file);
-    if (fl->workers_tls.ca_file != NULL)
-        swap_str(&c->workers_tls.ca_file, &fl->workers_tls.ca_file);
     if (given & G_API_KEY) {
         swap_str(&c->worker_api_key, &fl->worker_api_key);
         swap_str(&c->worker_api_key_file, &fl->worker_api_key_file);
@@ -1150,44 +153,6 @@ static void apply_overrides(pdr_config_t *c, pdr_config_t *fl, unsigned given)
         fl->cors.origins = NULL;
         fl->cors.n = 0;
     }
-    if (given & G_HOST)
-        swap_str(&c->listen_host, &fl->listen_host);
-    if (given & G_PORT)
-        c->listen_port = fl->listen_port;
-    if (given & G_POLICY_P)
-        c->policy_prefill = fl->policy_prefill;
-    if (given & G_POLICY_D)
-        c->policy_decode = fl->policy_decode;
-    if (given & G_PROTOCOL)
-        c->protocol = fl->protocol;
-    if (given & G_LOG_LEVEL)
-        swap_str(&c->log.level, &fl->log.level);
-    if (given & G_ACCESS_LOG)
-        swap_str(&c->log.access_log, &fl->log.access_log);
-    if (given & G_RETRIES)
-        c->retries.max = fl->retries.max;
-    if (given & G_FIRST_BYTE)
-        c->timeouts.first_byte_ms = fl->timeouts.first_byte_ms;
-    if (given & G_KV)
-        c->timeouts.kv_transfer_ms = fl->timeouts.kv_transfer_ms;
-    if (given & G_HEALTH_INTERVAL)
-        c->health.interval_ms = fl->health.interval_ms;
-    if (given & G_ADMIN_PORT)
-        c->admin_port = fl->admin_port;
-    if (given & G_THREADS)
-        c->threads = fl->threads;
-    if (given & G_DRAIN_GRACE)
-        c->lifecycle.drain_grace_ms = fl->lifecycle.drain_grace_ms;
-    if (given & G_DRAIN_TIMEOUT)
-        c->lifecycle.drain_timeout_ms = fl->lifecycle.drain_timeout_ms;
-}
-
-static const struct refused *find_refused(const char *name, size_t nlen)
-{
-    for (size_t k = 0; k < sizeof(refused) / sizeof(refused[0]); k++)
-        if (strlen(refused[k].name) == nlen && memcmp(refused[k].name, name, nlen) == 0)
-            return &refused[k];
-    return NULL;
 }
 
 int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size_t errlen)
@@ -1220,17 +185,22 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t nlen = eq != NULL ? (size_t)(eq - name) : strlen(name);
         const struct opt *o = NULL;
-        for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++) {
-            if (strlen(opts[k].name) == nlen && memcmp(opts[k].name, name, nlen) == 0) {
-                o = &opts[k];
+        for (size_t k = 0; k < pdr__cli_nopts; k++) {
+            if (strlen(pdr__cli_opts[k].name) == nlen && memcmp(pdr__cli_opts[k].name, name, nlen) == 0) {
+                o = &pdr__cli_opts[k];
                 break;
             }
         }
+        /* Not one of the flags above: a flag of the schema, which sets its key. */
+        int secs = 0;
+        const pdr_conf_key_t *key = o == NULL ? key_flag(name, nlen, &secs) : NULL;
+        struct opt kopt = {key != NULL ? (secs ? key->flag_sec : key->flag) + 2 : NULL, OPT_KEY, ARG_ONE};
+        if (key != NULL)
+            o = &kopt;
         if (o == NULL) {
-            const struct refused *r = find_refused(name, nlen);
-            if (r != NULL)
-                pdr__config_err(err, errlen, "argv: --%s (sglang router) is not supported: %s", r->name,
-                                r->why);
+            const char *why = NULL, *rname = pdr__cli_refused(name, nlen, &why);
+            if (rname != NULL)
+                pdr__config_err(err, errlen, "argv: --%s (sglang router) is not supported: %s", rname, why);
             else
                 pdr__config_err(err, errlen, "argv: unknown option '--%s' (see --help)",
                                 pdr__config_show(name, nlen, shown, sizeof(shown)));
@@ -1268,8 +238,10 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
                 pdr__config_err(err, errlen, "argv: --%s: empty value", o->name);
                 rc = PDR_EINVAL;
             }
-        if (rc == 0)
-            rc = handle(o, vals, n, argc, argv, &i, fl, &ps, cli, err, errlen);
+        if (rc == 0 && key != NULL)
+            rc = set_key(key, secs, o->name, vals[0], fl, &ps, err, errlen);
+        else if (rc == 0)
+            rc = pdr__cli_handle(o, vals, n, argc, argv, &i, fl, &ps, cli, err, errlen);
     }
     if (rc == 0)
         rc = finish_flags(fl, &ps, err, errlen);
@@ -1295,60 +267,17 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
             rc = PDR_ECONFIG;
             goto fail;
         }
-        if (c->n_pools > 0 && (ps.given & (G_POLICY_P | G_POLICY_D | G_PROTOCOL))) {
+        int proto = pdr__cli_marked(&ps, "protocol");
+        if (c->n_pools > 0 &&
+            (proto || pdr__cli_marked(&ps, "policy.prefill") || pdr__cli_marked(&ps, "policy.decode"))) {
             pdr__config_err(
                 err, errlen, "argv: %s: %s has pools:, each with its own policy and protocol; set them there",
-                ps.given & G_PROTOCOL ? "--protocol" : "--policy/--prefill-policy/--decode-policy",
-                ps.config_file);
+                proto ? "--protocol" : "--policy/--prefill-policy/--decode-policy", ps.config_file);
             pdr_config_unref(c);
             rc = PDR_EINVAL;
             goto fail;
         }
-        apply_overrides(c, fl, ps.given);
-        if (fl->tracing.otlp_endpoint != NULL)
-            swap_str(&c->tracing.otlp_endpoint, &fl->tracing.otlp_endpoint);
-        if (fl->tracing.file != NULL)
-            swap_str(&c->tracing.file, &fl->tracing.file);
-        if (ps.trace_ratio_given)
-            c->tracing.sample_ratio = fl->tracing.sample_ratio;
-        if (ps.ca_given & 1u)
-            c->cache_aware.cache_threshold = fl->cache_aware.cache_threshold;
-        if (ps.ca_given & 2u)
-            c->cache_aware.balance_abs_threshold = fl->cache_aware.balance_abs_threshold;
-        if (ps.ca_given & 4u)
-            c->cache_aware.balance_rel_threshold = fl->cache_aware.balance_rel_threshold;
-        if (ps.ca_given & 8u)
-            c->cache_aware.eviction_interval_secs = fl->cache_aware.eviction_interval_secs;
-        if (ps.ca_given & 16u)
-            c->cache_aware.max_tree_size = fl->cache_aware.max_tree_size;
-        if (ps.ca_given & 32u)
-            c->cache_aware.seed = fl->cache_aware.seed;
-        if (ps.cb_given & 1u)
-            c->outlier.consecutive_failures = fl->outlier.consecutive_failures;
-        if (ps.cb_given & 2u)
-            c->outlier.probation_successes = fl->outlier.probation_successes;
-        if (ps.cb_given & 4u)
-            c->outlier.base_ejection_ms = fl->outlier.base_ejection_ms;
-        if (ps.cb_given & 8u)
-            c->outlier.enabled = 0;
-        if (ps.cb_given & 16u)
-            c->outlier.failure_window_ms = fl->outlier.failure_window_ms;
-        if (ps.admit_given & 1u)
-            c->limits.queue = fl->limits.queue;
-        if (ps.admit_given & 2u)
-            c->limits.queue_timeout_ms = fl->limits.queue_timeout_ms;
-        if (ps.admit_given & 4u) {
-            c->limits.rate_limit_rps = fl->limits.rate_limit_rps;
-            c->limits.rate_limit_burst = fl->limits.rate_limit_burst;
-        }
-        if (ps.rb_given & 1u)
-            c->retries.initial_backoff_ms = fl->retries.initial_backoff_ms;
-        if (ps.rb_given & 2u)
-            c->retries.max_backoff_ms = fl->retries.max_backoff_ms;
-        if (ps.rb_given & 4u)
-            c->retries.backoff_multiplier = fl->retries.backoff_multiplier;
-        if (ps.rb_given & 8u)
-            c->retries.jitter_factor = fl->retries.jitter_factor;
+        apply_overrides(c, fl, &ps);
         pdr_config_unref(fl);
         fl = NULL;
     } else {
@@ -1359,7 +288,7 @@ int pdr_config_parse_args(int argc, char **argv, pdr_cli_t *cli, char *err, size
             rc = PDR_EINVAL;
             goto fail;
         }
-        if (set_str(&fl->source, "<command line>", err, errlen) != 0) {
+        if (pdr__cli_set_str(&fl->source, "<command line>", err, errlen) != 0) {
             rc = PDR_ENOMEM;
             goto fail;
         }

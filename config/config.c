@@ -19,6 +19,7 @@
 #include "config_internal.h"
 #include "keyring.h"
 #include "defaults.h"
+#include "schema.h"
 
 void pdr__config_err(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -193,39 +194,6 @@ int pdr__check_origin(const char *s, size_t len, char *msg, size_t msglen)
     return 0;
 }
 
-static int is_host_char(char ch);
-
-int pdr_kv_endpoint_check(const char *s, size_t len, char *msg, size_t msglen)
-{
-    int ok = len < 256 && memchr(s, '\0', len) == NULL;
-    if (ok && len > 6 && memcmp(s, "ipc://", 6) == 0) {
-        for (size_t i = 6; i < len; i++)
-            ok = ok && (unsigned char)s[i] > 0x20 && s[i] != 0x7f;
-    } else if (ok && len > 6 && memcmp(s, "tcp://", 6) == 0) {
-        pdr_hostport_t hp;
-        ok = pdr_split_hostport(s + 6, len - 6, &hp) == 0 && hp.port != NULL && hp.ipv6 == hp.bracketed;
-        for (size_t i = 0; ok && i < hp.hlen; i++) {
-            char q = hp.host[i];
-            ok = hp.bracketed ? (q >= '0' && q <= '9') || (q >= 'a' && q <= 'f') || (q >= 'A' && q <= 'F') ||
-                                    q == ':' || q == '.'
-                              : is_host_char(q);
-        }
-        int64_t port;
-        ok = ok && pdr_parse_int64(hp.port, hp.plen, 1, 65535, &port) == 0;
-    } else {
-        ok = 0;
-    }
-    if (!ok) {
-        pdr__config_err(msg, msglen,
-                        "expected a ZMQ endpoint tcp://HOST:PORT (PORT 1..65535, IPv6 in brackets) or "
-                        "ipc://PATH, under 256 bytes");
-        return PDR_EINVAL;
-    }
-    return 0;
-}
-
-/* A Kubernetes annotation key: [prefix/]name, the prefix a DNS subdomain (at most 253 bytes), the name
- * 1..63 letters, digits, '-', '_' or '.' starting and ending with a letter or digit. */
 int pdr__check_annotation(const char *s, size_t len, char *msg, size_t msglen)
 {
     const char *slash = memchr(s, '/', len);
@@ -268,13 +236,12 @@ static void discovery_conf_free(pdr_discovery_conf_t *d)
 void pdr__discovery_conf_defaults(pdr_discovery_conf_t *d)
 {
     /* Every role unused (NULL name and selector). The kubernetes strings stay NULL: their defaults come
-     * from the pod's environment and are resolved when the source starts. */
-    d->dns.role[PDR_ROLE_PREFILL].bootstrap_port = PDR_DEF_BOOTSTRAP_PORT;
+     * from the pod's environment and are resolved when the source starts. The schema's discovery rows
+     * hold no string default, so this cannot fail. A decode has no bootstrap port (-1, not a key). */
+    size_t lo = offsetof(pdr_config_t, discovery);
+    (void)pdr_conf_defaults(d, lo, lo + sizeof(*d));
     d->dns.role[PDR_ROLE_DECODE].bootstrap_port = -1;
-    d->dns.interval_ms = PDR_DEF_DNS_INTERVAL_MS;
-    d->kubernetes.role[PDR_ROLE_PREFILL].bootstrap_port = PDR_DEF_BOOTSTRAP_PORT;
     d->kubernetes.role[PDR_ROLE_DECODE].bootstrap_port = -1;
-    d->kubernetes.watch_timeout_s = PDR_DEF_K8S_WATCH_TIMEOUT_S;
 }
 
 static void pool_conf_free(pdr_pool_conf_t *pl)
@@ -457,12 +424,8 @@ pdr_config_t *pdr_config_new_default(void)
         return NULL;
     c->refcnt = 1;
     c->source = strdup("<defaults>");
-    c->listen_host = strdup(PDR_DEF_LISTEN_HOST);
-    c->listen_port = PDR_DEF_LISTEN_PORT;
-    c->admin_host = strdup(PDR_DEF_ADMIN_HOST);
-    c->admin_port = PDR_DEF_ADMIN_PORT;
-    c->metrics_host = strdup(PDR_DEF_METRICS_HOST);
-    c->metrics_port = PDR_DEF_METRICS_PORT;
+    /* Every scalar key's default comes from the schema (schema.c); the lists follow. */
+    int defaults_rc = pdr_conf_defaults(c, 0, sizeof(*c));
     static const char *const deny[] = PDR_DEF_ADMIN_DENY_NETWORKS;
     size_t ndeny = sizeof(deny) / sizeof(deny[0]);
     c->admin_deny_networks.nets = calloc(ndeny, sizeof(pdr_ipnet_t));
@@ -470,99 +433,16 @@ pdr_config_t *pdr_config_new_default(void)
         if (pdr_ipnet_parse(deny[i], strlen(deny[i]), &c->admin_deny_networks.nets[c->admin_deny_networks.n],
                             NULL, 0) == 0)
             c->admin_deny_networks.n++;
-    c->protocol = PDR_PROTO_SGLANG;
-    c->ticket.ttl_ms = PDR_DEF_TICKET_TTL_MS;
-    c->policy_prefill = PDR_POLICY_ROUND_ROBIN;
-    c->policy_decode = PDR_POLICY_LEAST_LOAD;
-    c->health.path = strdup(PDR_DEF_HEALTH_PATH);
-    c->health.interval_ms = PDR_DEF_HEALTH_INTERVAL_MS;
-    c->health.timeout_ms = PDR_DEF_HEALTH_TIMEOUT_MS;
-    c->health.rise = PDR_DEF_HEALTH_RISE;
-    c->health.drain_status = PDR_DEF_HEALTH_DRAIN_STATUS;
-    c->health.fall = PDR_DEF_HEALTH_FALL;
-    c->timeouts.connect_ms = PDR_DEF_CONNECT_MS;
-    c->timeouts.first_byte_ms = PDR_DEF_FIRST_BYTE_MS;
-    c->timeouts.kv_transfer_ms = PDR_DEF_KV_TRANSFER_MS;
-    c->timeouts.stream_idle_ms = PDR_DEF_STREAM_IDLE_MS;
-    c->lifecycle.drain_grace_ms = PDR_DEF_DRAIN_GRACE_MS;
-    c->lifecycle.drain_timeout_ms = PDR_DEF_DRAIN_TIMEOUT_MS;
-    c->limits.max_body_bytes = PDR_DEF_MAX_BODY_BYTES;
-    c->limits.max_inflight = PDR_DEF_MAX_INFLIGHT;
-    c->limits.h2_max_resets = PDR_DEF_H2_MAX_RESETS;
-    c->limits.max_merge_bytes = PDR_DEF_MAX_MERGE_BYTES;
-    c->limits.max_header_bytes = PDR_DEF_MAX_HEADER_BYTES;
-    c->limits.max_headers = PDR_DEF_MAX_HEADERS;
-    c->limits.max_batch_items = PDR_DEF_MAX_BATCH_ITEMS;
-    /* Client side (router/limits.c, conn.c): */
-    c->timeouts.client_header_ms = PDR_DEF_CLIENT_HEADER_MS;
-    c->timeouts.client_body_ms = PDR_DEF_CLIENT_BODY_MS;
-    c->timeouts.keepalive_idle_ms = PDR_DEF_KEEPALIVE_IDLE_MS;
-    c->timeouts.lingering_ms = PDR_DEF_LINGERING_MS;
-    c->timeouts.lingering_idle_ms = PDR_DEF_LINGERING_IDLE_MS;
-    c->limits.max_lingering_bytes = PDR_DEF_MAX_LINGERING_BYTES;
-    c->limits.h2_max_connection_body_bytes = PDR_DEF_H2_MAX_CONNECTION_BODY_BYTES;
-    c->limits.max_body_memory_bytes = PDR_DEF_MAX_BODY_MEMORY_BYTES;
-    c->limits.h2_max_concurrent_streams = PDR_DEF_H2_MAX_CONCURRENT_STREAMS;
-    c->limits.h2_max_control_frames = PDR_DEF_H2_MAX_CONTROL_FRAMES;
-    c->limits.queue = PDR_DEF_QUEUE;
-    c->limits.queue_timeout_ms = PDR_DEF_QUEUE_TIMEOUT_MS;
     static const char *const rid[] = PDR_DEF_REQUEST_ID_HEADERS;
     c->request_id_headers = calloc(sizeof(rid) / sizeof(rid[0]), sizeof(char *));
     for (size_t i = 0; c->request_id_headers != NULL && i < sizeof(rid) / sizeof(rid[0]); i++)
         if ((c->request_id_headers[i] = strdup(rid[i])) != NULL)
             c->n_request_id_headers = i + 1;
-    c->retries.max = PDR_DEF_RETRIES;
-    c->outlier.enabled = 1;
-    c->outlier.consecutive_failures = PDR_DEF_OUTLIER_CONSECUTIVE;
-    c->outlier.base_ejection_ms = PDR_DEF_OUTLIER_BASE_MS;
-    c->outlier.max_ejection_ms = PDR_DEF_OUTLIER_MAX_MS;
-    c->outlier.max_ejection_percent = PDR_DEF_OUTLIER_MAX_PERCENT;
-    c->outlier.panic_threshold_percent = PDR_DEF_OUTLIER_PANIC_PERCENT;
-    c->retries.budget_percent = 20; /* Envoy's retry budget defaults */
-    c->retries.min_concurrent = 3;
-    c->retries.initial_backoff_ms = 50; /* the sglang router's retry defaults */
-    c->retries.max_backoff_ms = 30000;
-    c->retries.backoff_multiplier = 1.5;
-    c->retries.jitter_factor = 0.2;
-    c->breaker.enabled = 1;
-    c->breaker.consecutive_failures = 3;
-    c->breaker.open_ms = 10000;
-    c->breaker.max_open_ms = 300000;
-    c->pd.relay = PDR_RELAY_FIRST_BYTE;
-    c->cache_aware.cache_threshold = 0.3; /* the sglang router's command-line defaults */
-    c->cache_aware.balance_abs_threshold = 64;
-    c->cache_aware.balance_rel_threshold = 1.5;
-    c->cache_aware.eviction_interval_secs = 120;
-    c->cache_aware.max_tree_size = (int64_t)1 << 26;
-    c->cache_aware.seed = PDR_CA_SEED_CONSISTENT_HASH; /* not sglang's: replicas agree (docs/config.md) */
-    c->cache_aware.hash_prefix_chars = 256;
-    c->cache_aware.hash_load_factor = 1.5;
-    c->kv_events.max_index_bytes = (int64_t)64 << 20;
-    c->kv_events.resync_messages = 32;
-    c->kv_events.max_message_bytes = PDR_DEF_KV_MAX_MESSAGE_BYTES;
-    c->kv_events.queue_messages = PDR_DEF_KV_QUEUE_MESSAGES;
-    c->shim_events.max_skew_ms = 30000;
-    c->kv_admission.enabled = 1;
-    c->kv_admission.wait_ms = 2000;
-    c->kv_admission.prompt_bytes_per_token = 4;
-    c->kv_admission.max_new_tokens = 128;
-    c->log.access_log = strdup(PDR_DEF_ACCESS_LOG);
-    c->log.level = strdup(PDR_DEF_LOG_LEVEL);
-    c->tracing.sample_ratio = 1.0;
-    c->tracing.service_name = strdup("pdrouter");
-    c->tracing.batch_max = 512;
-    c->tracing.flush_ms = 1000;
-    c->tracing.queue_max = 8192;
-    c->tracing.timeout_ms = 2000;
-    c->listen_tls.min_version = PDR_TLS_1_2;
     c->listen_tls.alpn[0] = PDR_ALPN_H2;
     c->listen_tls.alpn[1] = PDR_ALPN_HTTP11;
     c->listen_tls.n_alpn = 2;
-    c->workers_tls.verify = 1;
     pdr__discovery_conf_defaults(&c->discovery);
-    if (c->source == NULL || c->listen_host == NULL || c->admin_host == NULL || c->metrics_host == NULL ||
-        c->health.path == NULL || c->log.access_log == NULL || c->log.level == NULL ||
-        c->tracing.service_name == NULL || c->admin_deny_networks.nets == NULL ||
+    if (defaults_rc != 0 || c->source == NULL || c->admin_deny_networks.nets == NULL ||
         c->n_request_id_headers != sizeof(rid) / sizeof(rid[0])) {
         config_free(c);
         return NULL;
@@ -702,181 +582,6 @@ void pdr_worker_conf_clear(pdr_worker_conf_t *w)
     free(w->kv_events);
     memset(w, 0, sizeof(*w));
     w->bootstrap_port = -1;
-}
-
-static int is_host_char(char ch)
-{
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
-           ch == '.' || ch == '_';
-}
-
-/*
- * Writes the normalized host into out (at least INET6_ADDRSTRLEN bytes, and more than hlen): numeric
- * forms as canonical addresses, names in lower case; sets *is_ipv6. is_bracketed: the URL held the host
- * in [ ]. Returns 0, or PDR_EINVAL with the reason in err.
- */
-static int normalize_host(const char *host, size_t hlen, int is_bracketed, const char *shown, char *out,
-                          size_t outlen, int *is_ipv6, char *err, size_t errlen)
-{
-    uint8_t a[16];
-    int family = AF_INET;
-    char tmp[INET6_ADDRSTRLEN + 1];
-    *is_ipv6 = 0;
-    if (is_bracketed) {
-        if (hlen == 0 || hlen >= sizeof(tmp)) {
-            pdr__config_err(err, errlen, "'%s': not an IPv6 address between '[' and ']'", shown);
-            return PDR_EINVAL;
-        }
-        memcpy(tmp, host, hlen);
-        tmp[hlen] = '\0';
-        if (inet_pton(AF_INET6, tmp, a) != 1) {
-            pdr__config_err(err, errlen, "'%s': '%s' is not an IPv6 address", shown, tmp);
-            return PDR_EINVAL;
-        }
-        if (pdr__ipv6_is_v4mapped(a)) {
-            memmove(a, a + 12, 4); /* ::ffff:a.b.c.d is a.b.c.d on the wire */
-        } else {
-            family = AF_INET6;
-            *is_ipv6 = 1;
-        }
-    } else {
-        int r = pdr__ipv4_parse_host(host, hlen, a);
-        if (r < 0) {
-            char hshown[80];
-            pdr__config_err(err, errlen,
-                            "'%s': '%s' is read as an IPv4 address (its last label is a number) but is not "
-                            "one: expected 1 to 4 parts, each decimal, 0x-hex or 0-octal, within 0..255 "
-                            "(the last part may fill the remaining bytes)",
-                            shown, pdr__config_show(host, hlen, hshown, sizeof(hshown)));
-            return PDR_EINVAL;
-        }
-        if (r == 0) {
-            for (size_t i = 0; i < hlen; i++)
-                out[i] = host[i] >= 'A' && host[i] <= 'Z' ? (char)(host[i] | 0x20) : host[i];
-            out[hlen] = '\0';
-            return 0;
-        }
-    }
-    inet_ntop(family, a, out, (socklen_t)outlen);
-    const char *why = pdr__addr_unusable(family, a);
-    if (why != NULL) {
-        pdr__config_err(err, errlen, "'%s': %s is %s", shown, out, why);
-        return PDR_EINVAL;
-    }
-    return 0;
-}
-
-int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, size_t errlen)
-{
-    char shown[80];
-    memset(w, 0, sizeof(*w));
-    w->bootstrap_port = -1;
-    if (url == NULL || url[0] == '\0') {
-        pdr__config_err(err, errlen, "empty worker URL; expected http://host[:port]");
-        return PDR_EINVAL;
-    }
-    size_t len = strlen(url);
-    pdr__config_show(url, len, shown, sizeof(shown));
-    if (len > PDR_CONFIG_MAX_URL) {
-        pdr__config_err(err, errlen, "worker URL '%s' is longer than %d bytes", shown, PDR_CONFIG_MAX_URL);
-        return PDR_EINVAL;
-    }
-    /* https://: the worker is reached over TLS (workers.tls; router/upstream_tls.c). */
-    int tls = strncasecmp(url, "https://", 8) == 0;
-    if (!tls && strncasecmp(url, "http://", 7) != 0) {
-        if (strstr(url, "://") != NULL)
-            pdr__config_err(err, errlen, "'%s': unsupported URL scheme; use http://host[:port] or https://",
-                            shown);
-        else
-            pdr__config_err(err, errlen, "'%s' is not a URL; expected http://host[:port]", shown);
-        return PDR_EINVAL;
-    }
-    const char *auth = url + (tls ? 8 : 7);
-    size_t alen = strcspn(auth, "/?#");
-    const char *rest = auth + alen;
-    if (memchr(auth, '@', alen) != NULL) {
-        pdr__config_err(err, errlen, "'%s': user information in worker URLs is not supported", shown);
-        return PDR_EINVAL;
-    }
-
-    pdr_hostport_t hp;
-    if (pdr_split_hostport(auth, alen, &hp) != 0 && hp.bad != PDR_HOSTPORT_EMPTY) {
-        pdr__config_err(err, errlen,
-                        hp.bad == PDR_HOSTPORT_NO_CLOSE ? "'%s': missing ']' after the IPv6 address"
-                                                        : "'%s': expected ':' or '/' after the host",
-                        shown);
-        return PDR_EINVAL;
-    }
-    const char *host = hp.host;
-    size_t hlen = hp.hlen;
-    int bracketed = hp.bracketed;
-    if (!bracketed) {
-        if (hp.ipv6) {
-            pdr__config_err(err, errlen,
-                            "'%s': invalid port; write IPv6 addresses in brackets: http://[::1]:30001",
-                            shown);
-            return PDR_EINVAL;
-        }
-        if (hlen == 0) {
-            pdr__config_err(err, errlen, "'%s': missing host", shown);
-            return PDR_EINVAL;
-        }
-        for (size_t i = 0; i < hlen; i++) {
-            if (!is_host_char(host[i])) {
-                pdr__config_err(err, errlen, "'%s': invalid character in host", shown);
-                return PDR_EINVAL;
-            }
-        }
-    }
-
-    int port = tls ? 443 : 80; /* RFC 9110: the schemes' default ports */
-    if (hp.port != NULL) {
-        const char *p = hp.port;
-        size_t plen = hp.plen;
-        int64_t v;
-        if (plen == 0 || pdr__parse_int(p, plen, &v) != 0 || p[0] == '-' || v < 1 || v > 65535) {
-            pdr__config_err(err, errlen, "'%s': invalid port, expected 1..65535", shown);
-            return PDR_EINVAL;
-        }
-        port = (int)v;
-    }
-
-    if (rest[0] != '\0' && !(rest[0] == '/' && rest[1] == '\0')) {
-        char rshown[80];
-        pdr__config_err(err, errlen, "'%s': worker URLs take no path, query or fragment (got '%s')", shown,
-                        pdr__config_show(rest, strlen(rest), rshown, sizeof(rshown)));
-        return PDR_EINVAL;
-    }
-
-    int is_ipv6;
-    size_t hcap = hlen + INET6_ADDRSTRLEN + 1;
-    char *h = malloc(hcap);
-    if (h == NULL) {
-        pdr__config_err(err, errlen, "out of memory");
-        return PDR_ENOMEM;
-    }
-    if (normalize_host(host, hlen, bracketed, shown, h, hcap, &is_ipv6, err, errlen) != 0) {
-        free(h);
-        return PDR_EINVAL;
-    }
-    /* "https://" + [host] + ":65535" */
-    size_t ucap = 8 + strlen(h) + 2 + 6 + 1;
-    char *u = malloc(ucap);
-    if (u == NULL) {
-        free(h);
-        pdr__config_err(err, errlen, "out of memory");
-        return PDR_ENOMEM;
-    }
-    const char *sch = tls ? "https" : "http";
-    if (port == (tls ? 443 : 80))
-        snprintf(u, ucap, is_ipv6 ? "%s://[%s]" : "%s://%s", sch, h);
-    else
-        snprintf(u, ucap, is_ipv6 ? "%s://[%s]:%d" : "%s://%s:%d", sch, h, port);
-    w->url = u;
-    w->host = h;
-    w->port = port;
-    w->is_ipv6 = is_ipv6;
-    return 0;
 }
 
 void pdr__ticket_conf_clear(pdr_config_t *c)

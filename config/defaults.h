@@ -1,7 +1,7 @@
 /*
- * Default values and accepted ranges of every configuration key. One place, so that config.c (the
- * snapshot), cli.c (the flags) and docs/config.md agree. Keep docs/config.md in sync when a value here
- * changes.
+ * Default values and accepted ranges of the configuration keys, named once for the schema table
+ * (schema.c: each key's row takes its default and range from here) and for what else needs the number
+ * (the flags, the ceilings on lists). Keep docs/config.md in sync when a value here changes.
  */
 #ifndef PDR_CONFIG_DEFAULTS_H
 #define PDR_CONFIG_DEFAULTS_H

@@ -1,7 +1,8 @@
 /*
- * Worker addresses: the numeric spellings a URL may give an IP address (normalized to one, so that two
- * spellings of one worker compare equal), the addresses no worker can have, and IP networks
- * (admin.deny_worker_networks). Pure functions, any thread.
+ * Worker addresses: worker URLs (pdr_worker_conf_parse_url) and KV event endpoints, the numeric
+ * spellings a URL may give an IP address (normalized to one, so that two spellings of one worker compare
+ * equal), the addresses no worker can have, and IP networks (admin.deny_worker_networks). Pure functions,
+ * any thread.
  *
  * Numeric hosts follow the WHATWG URL Standard's IPv4 parser, the reading browsers give them and much
  * like glibc's inet_aton (which getaddrinfo applies to such names): a host whose last label is a number
@@ -10,10 +11,14 @@
  */
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "err.h"
 #include "config.h"
 #include "config_internal.h"
+#include "defaults.h"
+#include "util.h"
 
 static int is_hex(char c)
 {
@@ -216,3 +221,210 @@ long pdr_ipnet_find(const pdr_ipnet_t *nets, size_t n, const pdr_worker_conf_t *
             return (long)i;
     return -1;
 }
+
+static int is_host_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
+           ch == '.' || ch == '_';
+}
+
+/*
+ * Writes the normalized host into out (at least INET6_ADDRSTRLEN bytes, and more than hlen): numeric
+ * forms as canonical addresses, names in lower case; sets *is_ipv6. is_bracketed: the URL held the host
+ * in [ ]. Returns 0, or PDR_EINVAL with the reason in err.
+ */
+static int normalize_host(const char *host, size_t hlen, int is_bracketed, const char *shown, char *out,
+                          size_t outlen, int *is_ipv6, char *err, size_t errlen)
+{
+    uint8_t a[16];
+    int family = AF_INET;
+    char tmp[INET6_ADDRSTRLEN + 1];
+    *is_ipv6 = 0;
+    if (is_bracketed) {
+        if (hlen == 0 || hlen >= sizeof(tmp)) {
+            pdr__config_err(err, errlen, "'%s': not an IPv6 address between '[' and ']'", shown);
+            return PDR_EINVAL;
+        }
+        memcpy(tmp, host, hlen);
+        tmp[hlen] = '\0';
+        if (inet_pton(AF_INET6, tmp, a) != 1) {
+            pdr__config_err(err, errlen, "'%s': '%s' is not an IPv6 address", shown, tmp);
+            return PDR_EINVAL;
+        }
+        if (pdr__ipv6_is_v4mapped(a)) {
+            memmove(a, a + 12, 4); /* ::ffff:a.b.c.d is a.b.c.d on the wire */
+        } else {
+            family = AF_INET6;
+            *is_ipv6 = 1;
+        }
+    } else {
+        int r = pdr__ipv4_parse_host(host, hlen, a);
+        if (r < 0) {
+            char hshown[80];
+            pdr__config_err(err, errlen,
+                            "'%s': '%s' is read as an IPv4 address (its last label is a number) but is not "
+                            "one: expected 1 to 4 parts, each decimal, 0x-hex or 0-octal, within 0..255 "
+                            "(the last part may fill the remaining bytes)",
+                            shown, pdr__config_show(host, hlen, hshown, sizeof(hshown)));
+            return PDR_EINVAL;
+        }
+        if (r == 0) {
+            for (size_t i = 0; i < hlen; i++)
+                out[i] = host[i] >= 'A' && host[i] <= 'Z' ? (char)(host[i] | 0x20) : host[i];
+            out[hlen] = '\0';
+            return 0;
+        }
+    }
+    inet_ntop(family, a, out, (socklen_t)outlen);
+    const char *why = pdr__addr_unusable(family, a);
+    if (why != NULL) {
+        pdr__config_err(err, errlen, "'%s': %s is %s", shown, out, why);
+        return PDR_EINVAL;
+    }
+    return 0;
+}
+
+int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, size_t errlen)
+{
+    char shown[80];
+    memset(w, 0, sizeof(*w));
+    w->bootstrap_port = -1;
+    if (url == NULL || url[0] == '\0') {
+        pdr__config_err(err, errlen, "empty worker URL; expected http://host[:port]");
+        return PDR_EINVAL;
+    }
+    size_t len = strlen(url);
+    pdr__config_show(url, len, shown, sizeof(shown));
+    if (len > PDR_CONFIG_MAX_URL) {
+        pdr__config_err(err, errlen, "worker URL '%s' is longer than %d bytes", shown, PDR_CONFIG_MAX_URL);
+        return PDR_EINVAL;
+    }
+    /* https://: the worker is reached over TLS (workers.tls; router/upstream_tls.c). */
+    int tls = strncasecmp(url, "https://", 8) == 0;
+    if (!tls && strncasecmp(url, "http://", 7) != 0) {
+        if (strstr(url, "://") != NULL)
+            pdr__config_err(err, errlen, "'%s': unsupported URL scheme; use http://host[:port] or https://",
+                            shown);
+        else
+            pdr__config_err(err, errlen, "'%s' is not a URL; expected http://host[:port]", shown);
+        return PDR_EINVAL;
+    }
+    const char *auth = url + (tls ? 8 : 7);
+    size_t alen = strcspn(auth, "/?#");
+    const char *rest = auth + alen;
+    if (memchr(auth, '@', alen) != NULL) {
+        pdr__config_err(err, errlen, "'%s': user information in worker URLs is not supported", shown);
+        return PDR_EINVAL;
+    }
+
+    pdr_hostport_t hp;
+    if (pdr_split_hostport(auth, alen, &hp) != 0 && hp.bad != PDR_HOSTPORT_EMPTY) {
+        pdr__config_err(err, errlen,
+                        hp.bad == PDR_HOSTPORT_NO_CLOSE ? "'%s': missing ']' after the IPv6 address"
+                                                        : "'%s': expected ':' or '/' after the host",
+                        shown);
+        return PDR_EINVAL;
+    }
+    const char *host = hp.host;
+    size_t hlen = hp.hlen;
+    int bracketed = hp.bracketed;
+    if (!bracketed) {
+        if (hp.ipv6) {
+            pdr__config_err(err, errlen,
+                            "'%s': invalid port; write IPv6 addresses in brackets: http://[::1]:30001",
+                            shown);
+            return PDR_EINVAL;
+        }
+        if (hlen == 0) {
+            pdr__config_err(err, errlen, "'%s': missing host", shown);
+            return PDR_EINVAL;
+        }
+        for (size_t i = 0; i < hlen; i++) {
+            if (!is_host_char(host[i])) {
+                pdr__config_err(err, errlen, "'%s': invalid character in host", shown);
+                return PDR_EINVAL;
+            }
+        }
+    }
+
+    int port = tls ? 443 : 80; /* RFC 9110: the schemes' default ports */
+    if (hp.port != NULL) {
+        const char *p = hp.port;
+        size_t plen = hp.plen;
+        int64_t v;
+        if (plen == 0 || pdr__parse_int(p, plen, &v) != 0 || p[0] == '-' || v < 1 || v > 65535) {
+            pdr__config_err(err, errlen, "'%s': invalid port, expected 1..65535", shown);
+            return PDR_EINVAL;
+        }
+        port = (int)v;
+    }
+
+    if (rest[0] != '\0' && !(rest[0] == '/' && rest[1] == '\0')) {
+        char rshown[80];
+        pdr__config_err(err, errlen, "'%s': worker URLs take no path, query or fragment (got '%s')", shown,
+                        pdr__config_show(rest, strlen(rest), rshown, sizeof(rshown)));
+        return PDR_EINVAL;
+    }
+
+    int is_ipv6;
+    size_t hcap = hlen + INET6_ADDRSTRLEN + 1;
+    char *h = malloc(hcap);
+    if (h == NULL) {
+        pdr__config_err(err, errlen, "out of memory");
+        return PDR_ENOMEM;
+    }
+    if (normalize_host(host, hlen, bracketed, shown, h, hcap, &is_ipv6, err, errlen) != 0) {
+        free(h);
+        return PDR_EINVAL;
+    }
+    /* "https://" + [host] + ":65535" */
+    size_t ucap = 8 + strlen(h) + 2 + 6 + 1;
+    char *u = malloc(ucap);
+    if (u == NULL) {
+        free(h);
+        pdr__config_err(err, errlen, "out of memory");
+        return PDR_ENOMEM;
+    }
+    const char *sch = tls ? "https" : "http";
+    if (port == (tls ? 443 : 80))
+        snprintf(u, ucap, is_ipv6 ? "%s://[%s]" : "%s://%s", sch, h);
+    else
+        snprintf(u, ucap, is_ipv6 ? "%s://[%s]:%d" : "%s://%s:%d", sch, h, port);
+    w->url = u;
+    w->host = h;
+    w->port = port;
+    w->is_ipv6 = is_ipv6;
+    return 0;
+}
+
+int pdr_kv_endpoint_check(const char *s, size_t len, char *msg, size_t msglen)
+{
+    int ok = len < 256 && memchr(s, '\0', len) == NULL;
+    if (ok && len > 6 && memcmp(s, "ipc://", 6) == 0) {
+        for (size_t i = 6; i < len; i++)
+            ok = ok && (unsigned char)s[i] > 0x20 && s[i] != 0x7f;
+    } else if (ok && len > 6 && memcmp(s, "tcp://", 6) == 0) {
+        pdr_hostport_t hp;
+        ok = pdr_split_hostport(s + 6, len - 6, &hp) == 0 && hp.port != NULL && hp.ipv6 == hp.bracketed;
+        for (size_t i = 0; ok && i < hp.hlen; i++) {
+            char q = hp.host[i];
+            ok = hp.bracketed ? (q >= '0' && q <= '9') || (q >= 'a' && q <= 'f') || (q >= 'A' && q <= 'F') ||
+                                    q == ':' || q == '.'
+                              : is_host_char(q);
+        }
+        int64_t port;
+        ok = ok && pdr_parse_int64(hp.port, hp.plen, 1, 65535, &port) == 0;
+    } else {
+        ok = 0;
+    }
+    if (!ok) {
+        pdr__config_err(msg, msglen,
+                        "expected a ZMQ endpoint tcp://HOST:PORT (PORT 1..65535, IPv6 in brackets) or "
+                        "ipc://PATH, under 256 bytes");
+        return PDR_EINVAL;
+    }
+    return 0;
+}
+
+/* A Kubernetes annotation key: [prefix/]name, the prefix a DNS subdomain (at most 253 bytes), the name
+ * 1..63 letters, digits, '-', '_' or '.' starting and ending with a letter or digit. */

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "config_internal.h"
 #include "defaults.h"
+#include "schema.h"
 
 static int same_worker(const pdr_worker_conf_t *a, const pdr_worker_conf_t *b)
 {
@@ -42,188 +43,6 @@ long pdr__workers_find_dup(const pdr_worker_conf_t *ws, size_t i)
         }                                                                                                    \
     } while (0)
 
-static int is_alnum(char ch)
-{
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
-}
-
-/* RFC 1123 host names, with '_' allowed as DNS itself does (it appears in service names); an optional
- * trailing dot marks a fully qualified name. */
-int pdr__check_hostname(const char *s, size_t len, char *msg, size_t msglen)
-{
-    char shown[80];
-    pdr__config_show(s, len, shown, sizeof(shown));
-    if (len > 0 && s[len - 1] == '.')
-        len--;
-    if (len == 0) {
-        pdr__config_err(msg, msglen, "'%s' is not a host name", shown);
-        return PDR_EINVAL;
-    }
-    if (len > 253) { /* RFC 1035 2.3.4: 255 octets on the wire */
-        pdr__config_err(msg, msglen, "'%s' is longer than 253 characters", shown);
-        return PDR_EINVAL;
-    }
-    size_t start = 0;
-    for (size_t i = 0; i <= len; i++) {
-        if (i < len && s[i] != '.') {
-            if (!is_alnum(s[i]) && s[i] != '-' && s[i] != '_') {
-                pdr__config_err(msg, msglen,
-                                "'%s' is not a host name: only letters, digits, '-', '_' and '.' are allowed",
-                                shown);
-                return PDR_EINVAL;
-            }
-            continue;
-        }
-        size_t llen = i - start;
-        if (llen == 0 || llen > 63) {
-            pdr__config_err(msg, msglen, "'%s' is not a host name: each label has 1..63 characters", shown);
-            return PDR_EINVAL;
-        }
-        if (s[start] == '-' || s[i - 1] == '-') {
-            pdr__config_err(msg, msglen, "'%s' is not a host name: a label starts or ends with '-'", shown);
-            return PDR_EINVAL;
-        }
-        start = i + 1;
-    }
-    return 0;
-}
-
-static int parse_port(const char *s, size_t len)
-{
-    int64_t v;
-    if (len == 0 || s[0] == '-' || pdr__parse_int(s, len, &v) != 0 || v < 1 || v > 65535)
-        return -1;
-    return (int)v;
-}
-
-/* "IPv4", "IPv4:port", "[IPv6]", "[IPv6]:port" or a bare IPv6 address. */
-int pdr__check_resolver(const char *s, size_t len, char *msg, size_t msglen)
-{
-    char shown[80], host[INET6_ADDRSTRLEN + 1];
-    pdr__config_show(s, len, shown, sizeof(shown));
-    pdr_hostport_t hp;
-    if (pdr_split_hostport(s, len, &hp) != 0 || hp.hlen >= sizeof(host))
-        goto bad;
-    memcpy(host, hp.host, hp.hlen);
-    host[hp.hlen] = '\0';
-    unsigned char addr[16];
-    if (inet_pton(hp.ipv6 ? AF_INET6 : AF_INET, host, addr) != 1)
-        goto bad;
-    if (hp.port != NULL && parse_port(hp.port, hp.plen) < 0) {
-        pdr__config_err(msg, msglen, "'%s': invalid port, expected 1..65535", shown);
-        return PDR_EINVAL;
-    }
-    return 0;
-bad:
-    pdr__config_err(msg, msglen, "'%s' is not a resolver address: expected IPv4[:port], [IPv6]:port or IPv6",
-                    shown);
-    return PDR_EINVAL;
-}
-
-static int is_selector_key_char(char ch)
-{
-    return is_alnum(ch) || ch == '.' || ch == '_' || ch == '-' || ch == '/';
-}
-
-/* Equality-based label selectors as the API server takes them: "k=v", "k==v", "k!=v", "k" and "!k",
- * separated by commas. Set-based terms ("k in (a,b)") are not accepted. A sanity check: the API server
- * has the last word. */
-int pdr__check_selector(const char *s, size_t len, char *msg, size_t msglen)
-{
-    char shown[80];
-    pdr__config_show(s, len, shown, sizeof(shown));
-    size_t i = 0;
-    while (i <= len) {
-        size_t end = i;
-        while (end < len && s[end] != ',')
-            end++;
-        size_t k = i;
-        if (k < end && s[k] == '!')
-            k++;
-        size_t kend = k;
-        while (kend < end && is_selector_key_char(s[kend]))
-            kend++;
-        if (kend == k) {
-            pdr__config_err(msg, msglen,
-                            "'%s': expected a label key at offset %zu (terms are k=v, k!=v, k "
-                            "or !k, separated by ',')",
-                            shown, k);
-            return PDR_EINVAL;
-        }
-        size_t v = kend;
-        if (v < end) {
-            if (k != i) { /* "!k" takes no value */
-                pdr__config_err(msg, msglen, "'%s': '!key' takes no value (offset %zu)", shown, v);
-                return PDR_EINVAL;
-            }
-            if (s[v] == '!' && v + 1 < end && s[v + 1] == '=')
-                v += 2;
-            else if (s[v] == '=' && v + 1 < end && s[v + 1] == '=')
-                v += 2;
-            else if (s[v] == '=')
-                v++;
-            else
-                v = (size_t)-1;
-            for (size_t j = v; v != (size_t)-1 && j < end; j++)
-                if (!is_alnum(s[j]) && s[j] != '.' && s[j] != '_' && s[j] != '-')
-                    v = (size_t)-1;
-            if (v == (size_t)-1) {
-                pdr__config_err(msg, msglen,
-                                "'%s': invalid term at offset %zu (terms are k=v, k!=v, k or !k, "
-                                "separated by ',')",
-                                shown, i);
-                return PDR_EINVAL;
-            }
-        }
-        i = end + 1;
-    }
-    return 0;
-}
-
-/* RFC 1123 label, as Kubernetes requires of namespace names. */
-int pdr__check_namespace(const char *s, size_t len, char *msg, size_t msglen)
-{
-    char shown[80];
-    pdr__config_show(s, len, shown, sizeof(shown));
-    int ok = len >= 1 && len <= 63 && s[0] != '-' && s[len - 1] != '-';
-    for (size_t i = 0; ok && i < len; i++)
-        ok = (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-';
-    if (!ok) {
-        pdr__config_err(msg, msglen,
-                        "'%s' is not a namespace name: 1..63 lowercase letters, digits or '-', starting and "
-                        "ending with a letter or digit",
-                        shown);
-        return PDR_EINVAL;
-    }
-    return 0;
-}
-
-int pdr__check_api_server(const char *s, size_t len, char *msg, size_t msglen)
-{
-    char shown[80];
-    pdr__config_show(s, len, shown, sizeof(shown));
-    size_t skip = len > 8 && strncasecmp(s, "https://", 8) == 0  ? 8
-                  : len > 7 && strncasecmp(s, "http://", 7) == 0 ? 7
-                                                                 : 0;
-    if (skip == 0 || s[skip] == '/') {
-        pdr__config_err(msg, msglen, "'%s' is not a URL: expected https://host[:port] or http://host[:port]",
-                        shown);
-        return PDR_EINVAL;
-    }
-    if (len > PDR_CONFIG_MAX_URL) {
-        pdr__config_err(msg, msglen, "'%s' is longer than %d bytes", shown, PDR_CONFIG_MAX_URL);
-        return PDR_EINVAL;
-    }
-    for (size_t i = 0; i < len; i++) {
-        if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f) {
-            pdr__config_err(msg, msglen,
-                            "'%s': spaces, control characters and non-ASCII bytes are not allowed", shown);
-            return PDR_EINVAL;
-        }
-    }
-    return 0;
-}
-
 int pdr__role_discovered(const pdr_discovery_conf_t *d, pdr_role_t r)
 {
     return d->dns.role[r].name != NULL || d->kubernetes.role[r].selector != NULL;
@@ -243,13 +62,28 @@ static int check_string(const char *val, string_check_fn fn, const char *key, ch
     return 0;
 }
 
+/* The range check of the discovery key path ("discovery.dns.interval_ms") in the section d, named with pre
+ * in front ("" at the top, "pools[1]." in a pool). */
+static int check_disc_range(const pdr_discovery_conf_t *d, const char *pre, const char *path, char *err,
+                            size_t errlen)
+{
+    char key[128];
+    const pdr_conf_key_t *k = pdr_conf_key_find(path, strlen(path));
+    snprintf(key, sizeof(key), "%s%s", pre, path);
+    if (k == NULL) {
+        pdr__config_err(err, errlen, "%s: internal error: not in the schema", key);
+        return PDR_ECONFIG;
+    }
+    return pdr_conf_check_range(k, d, offsetof(pdr_config_t, discovery), key, err, errlen);
+}
+
 /* One discovery section; pre names where it is ("" at the top, "pools[1]." in a pool). */
 static int check_discovery(const pdr_discovery_conf_t *d, const char *pre, char *err, size_t errlen)
 {
     static const char *const roles[] = {"prefill", "decode"};
-    char key[128];
-    snprintf(key, sizeof(key), "%sdiscovery.dns.interval_ms", pre);
-    CHECK_RANGE(d->dns.interval_ms, PDR_MIN_DNS_INTERVAL_MS, PDR_MAX_DNS_INTERVAL_MS, key);
+    char key[128], path[96];
+    if (check_disc_range(d, pre, "discovery.dns.interval_ms", err, errlen))
+        return PDR_ECONFIG;
     snprintf(key, sizeof(key), "%sdiscovery.dns.resolver", pre);
     if (check_string(d->dns.resolver, pdr__check_resolver, key, err, errlen))
         return PDR_ECONFIG;
@@ -260,24 +94,26 @@ static int check_discovery(const pdr_discovery_conf_t *d, const char *pre, char 
             snprintf(key, sizeof(key), "%sdiscovery.dns.%s.name", pre, role);
             if (check_string(name, pdr__check_hostname, key, err, errlen))
                 return PDR_ECONFIG;
-            snprintf(key, sizeof(key), "%sdiscovery.dns.%s.port", pre, role);
-            CHECK_RANGE(d->dns.role[r].port, 1, 65535, key);
+            snprintf(path, sizeof(path), "discovery.dns.%s.port", role);
+            if (check_disc_range(d, pre, path, err, errlen))
+                return PDR_ECONFIG;
         }
         snprintf(key, sizeof(key), "%sdiscovery.kubernetes.%s.selector", pre, role);
         if (check_string(selector, pdr__check_selector, key, err, errlen))
             return PDR_ECONFIG;
-        snprintf(key, sizeof(key), "%sdiscovery.kubernetes.%s.port", pre, role);
-        CHECK_RANGE(d->kubernetes.role[r].port, 0, 65535, key);
+        snprintf(path, sizeof(path), "discovery.kubernetes.%s.port", role);
+        if (check_disc_range(d, pre, path, err, errlen))
+            return PDR_ECONFIG;
         int bports[2] = {d->dns.role[r].bootstrap_port, d->kubernetes.role[r].bootstrap_port};
         for (int s = 0; s < 2; s++) {
-            snprintf(key, sizeof(key), "%sdiscovery.%s.%s.bootstrap_port", pre, s == 0 ? "dns" : "kubernetes",
+            snprintf(path, sizeof(path), "discovery.%s.%s.bootstrap_port", s == 0 ? "dns" : "kubernetes",
                      role);
             if (r == PDR_ROLE_DECODE && bports[s] != -1) {
-                pdr__config_err(err, errlen, "%s: only prefill workers have a bootstrap port", key);
+                pdr__config_err(err, errlen, "%s%s: only prefill workers have a bootstrap port", pre, path);
                 return PDR_ECONFIG;
             }
-            if (bports[s] != -1)
-                CHECK_RANGE(bports[s], 1, 65535, key);
+            if (r == PDR_ROLE_PREFILL && check_disc_range(d, pre, path, err, errlen))
+                return PDR_ECONFIG;
         }
     }
     static const char *const names[] = {"namespace", "api_server", "token_file", "ca_file"};
@@ -289,8 +125,8 @@ static int check_discovery(const pdr_discovery_conf_t *d, const char *pre, char 
         if (check_string(vals[i], fns[i], key, err, errlen))
             return PDR_ECONFIG;
     }
-    snprintf(key, sizeof(key), "%sdiscovery.kubernetes.watch_timeout_s", pre);
-    CHECK_RANGE(d->kubernetes.watch_timeout_s, 1, PDR_MAX_K8S_WATCH_TIMEOUT_S, key);
+    if (check_disc_range(d, pre, "discovery.kubernetes.watch_timeout_s", err, errlen))
+        return PDR_ECONFIG;
     const char *ann = d->kubernetes.bootstrap_port_annotation;
     if (ann != NULL) {
         char msg[256];
@@ -421,15 +257,15 @@ static int check_pools(const pdr_config_t *c, char *err, size_t errlen)
                     }
         }
         snprintf(key, sizeof(key), "pools[%zu].protocol", i);
-        CHECK_RANGE(pl->protocol, 0, 2, key);
+        CHECK_RANGE(pl->protocol, 0, pdr_conf_key_find("protocol", 8)->max, key);
         if (pl->protocol == PDR_PROTO_PDSHIM && c->ticket.keys == NULL) {
             pdr__config_err(err, errlen, "%s: " PDR__PDSHIM_NEEDS_KEYS, key);
             return PDR_ECONFIG;
         }
         snprintf(key, sizeof(key), "pools[%zu].policy.prefill", i);
-        CHECK_RANGE(pl->policy_prefill, 0, PDR_POLICY_PRECISE_PREFIX, key);
+        CHECK_RANGE(pl->policy_prefill, 0, pdr_conf_key_find("policy.prefill", 14)->max, key);
         snprintf(key, sizeof(key), "pools[%zu].policy.decode", i);
-        CHECK_RANGE(pl->policy_decode, 0, PDR_POLICY_PRECISE_PREFIX, key);
+        CHECK_RANGE(pl->policy_decode, 0, pdr_conf_key_find("policy.decode", 13)->max, key);
         snprintf(key, sizeof(key), "pools[%zu].", i);
         int drc = check_discovery(&pl->discovery, key, err, errlen);
         if (drc != 0)
@@ -461,29 +297,43 @@ static int check_pools(const pdr_config_t *c, char *err, size_t errlen)
     return 0;
 }
 
-/* The seeding settings at the top, and every pool's (and role's) cache_aware overrides that are set. */
+/* The seeding settings at the top, and every pool's (and role's) cache_aware overrides that are set; the
+ * ranges are the top-level keys' (schema.c). */
+static const char *const ca_names[] = {"cache_threshold", "balance_abs_threshold", "balance_rel_threshold",
+                                       "hash_prefix_chars", "hash_load_factor"};
+
+/* Whether path is one of the cache_aware keys a pool may set for itself: checked by check_ca. */
+static int ca_pooled(const char *path)
+{
+    if (strncmp(path, "cache_aware.", 12) != 0)
+        return 0;
+    for (size_t i = 0; i < sizeof(ca_names) / sizeof(ca_names[0]); i++)
+        if (strcmp(path + 12, ca_names[i]) == 0)
+            return 1;
+    return 0;
+}
+
 static int check_ca(const pdr_cache_aware_conf_t *a, int pooled, const char *where, char *err, size_t errlen)
 {
-    /* In a pool a negative value is "not set"; at the top every value is in use. */
-#define CA_BAD(v, lo, hi) (!((pooled && (v) < 0) || ((v) >= (lo) && (v) <= (hi))))
-    const char *key = NULL;
-    if (CA_BAD(a->cache_threshold, 0, 1))
-        key = "cache_threshold: out of range, expected 0..1";
-    else if (CA_BAD(a->balance_abs_threshold, 0, 1000000))
-        key = "balance_abs_threshold: out of range, expected 0..1000000";
-    else if (CA_BAD(a->balance_rel_threshold, 1, 1e6))
-        key = "balance_rel_threshold: out of range, expected 1..1000000";
-    else if (CA_BAD(a->seed, 0, 1))
-        key = "seed: expected smallest_tree or consistent_hash";
-    else if (CA_BAD(a->hash_prefix_chars, 1, PDR_MAX_HASH_PREFIX_CHARS))
-        key = "hash_prefix_chars: out of range, expected 1..1048576";
-    else if (CA_BAD(a->hash_load_factor, 1, 100))
-        key = "hash_load_factor: out of range, expected 1..100";
-#undef CA_BAD
-    if (key == NULL)
-        return 0;
-    pdr__config_err(err, errlen, "%scache_aware.%s", where, key);
-    return PDR_ECONFIG;
+    const char *const *names = ca_names;
+    const double vals[] = {a->cache_threshold, a->balance_abs_threshold, a->balance_rel_threshold,
+                           a->hash_prefix_chars, a->hash_load_factor};
+    for (size_t i = 0; i < sizeof(ca_names) / sizeof(ca_names[0]); i++) {
+        char path[64];
+        snprintf(path, sizeof(path), "cache_aware.%s", names[i]);
+        const pdr_conf_key_t *k = pdr_conf_key_find(path, strlen(path));
+        /* In a pool a negative value is "not set"; at the top every value is in use. */
+        if (k == NULL || (pooled && vals[i] < 0) || (vals[i] >= (double)k->min && vals[i] <= (double)k->max))
+            continue;
+        pdr__config_err(err, errlen, "%s%s: out of range, expected %lld..%lld", where, path,
+                        (long long)k->min, (long long)k->max);
+        return PDR_ECONFIG;
+    }
+    if (!((pooled && a->seed < 0) || (a->seed >= 0 && a->seed <= 1))) {
+        pdr__config_err(err, errlen, "%scache_aware.seed: expected smallest_tree or consistent_hash", where);
+        return PDR_ECONFIG;
+    }
+    return 0;
 }
 
 /* listen.tls and workers.tls: a certificate goes with its key; no empty file names. The files
@@ -566,12 +416,26 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         pdr__config_err(err, errlen, "listen.host: must not be empty");
         return PDR_ECONFIG;
     }
-    CHECK_RANGE(c->listen_port, 1, 65535, "listen.port");
+    /* A drain status is 0 or a 3xx, 4xx or 5xx status: checked before the key's range, for its message. */
+    if (c->health.drain_status != 0 && (c->health.drain_status < 300 || c->health.drain_status > 599)) {
+        pdr__config_err(err, errlen,
+                        "health.drain_status: %d is not a 3xx, 4xx or 5xx status (0 turns it off)",
+                        c->health.drain_status);
+        return PDR_ECONFIG;
+    }
+    /* Every scalar key's range (schema.c); the discovery keys are checked with their section, and the
+     * cache_aware keys a pool may override with the pools' (check_discovery, validate_cache_aware). */
+    size_t disc = offsetof(pdr_config_t, discovery);
+    for (size_t i = 0; i < pdr_conf_nkeys; i++) {
+        const pdr_conf_key_t *k = &pdr_conf_keys[i];
+        if ((k->off < disc || k->off >= disc + sizeof(c->discovery)) && !ca_pooled(k->path) &&
+            pdr_conf_check_range(k, c, 0, k->path, err, errlen) != 0)
+            return PDR_ECONFIG;
+    }
     if (c->admin_host == NULL || c->admin_host[0] == '\0') {
         pdr__config_err(err, errlen, "admin.host: must not be empty");
         return PDR_ECONFIG;
     }
-    CHECK_RANGE(c->admin_port, 0, 65535, "admin.port");
     if (c->tokenizer != NULL && c->tokenizer[0] == '\0') {
         pdr__config_err(err, errlen,
                         "tokenizer: must not be empty (a tokenizer.json; leave it out for none)");
@@ -600,7 +464,6 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         pdr__config_err(err, errlen, "metrics.host: must not be empty");
         return PDR_ECONFIG;
     }
-    CHECK_RANGE(c->metrics_port, 0, 65535, "metrics.port");
     if (c->metrics_port != 0 && (c->metrics_port == c->listen_port || c->metrics_port == c->admin_port)) {
         pdr__config_err(err, errlen, "metrics.port: %d is already %s; give the metrics listener its own port",
                         c->metrics_port, c->metrics_port == c->listen_port ? "listen.port" : "admin.port");
@@ -615,44 +478,15 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
             return PDR_ECONFIG;
         }
     }
-    CHECK_RANGE(c->protocol, 0, 2, "protocol");
     if (c->protocol == PDR_PROTO_PDSHIM && c->ticket.keys == NULL) {
         pdr__config_err(err, errlen, "protocol: " PDR__PDSHIM_NEEDS_KEYS);
         return PDR_ECONFIG;
     }
-    CHECK_RANGE(c->ticket.ttl_ms, 1000, 300000, "ticket.ttl_ms");
-    CHECK_RANGE(c->policy_prefill, 0, PDR_POLICY_PRECISE_PREFIX, "policy.prefill");
-    CHECK_RANGE(c->policy_decode, 0, PDR_POLICY_PRECISE_PREFIX, "policy.decode");
-    CHECK_RANGE(c->cache_aware.balance_abs_threshold, 0, 1000000, "cache_aware.balance_abs_threshold");
-    CHECK_RANGE(c->cache_aware.eviction_interval_secs, 1, 86400, "cache_aware.eviction_interval_secs");
-    CHECK_RANGE(c->cache_aware.max_tree_size, 1024, (int64_t)1 << 40, "cache_aware.max_tree_size");
-    CHECK_RANGE(c->disaggregation.min_prefill_tokens, 0, PDR_MAX_DISAGG_MIN,
-                "disaggregation.min_prefill_tokens");
-    CHECK_RANGE(c->disaggregation.min_prefill_chars, 0, PDR_MAX_DISAGG_MIN,
-                "disaggregation.min_prefill_chars");
-    CHECK_RANGE(c->disaggregation.prefill_saturated_inflight, 0, PDR_MAX_INFLIGHT,
-                "disaggregation.prefill_saturated_inflight");
     if (c->disaggregation.skip_when_prefill_saturated && c->disaggregation.prefill_saturated_inflight < 1) {
         pdr__config_err(
             err, errlen,
             "disaggregation.skip_when_prefill_saturated needs disaggregation.prefill_saturated_inflight "
             "(the in-flight count at which a prefill is saturated, at least 1)");
-        return PDR_ECONFIG;
-    }
-    CHECK_RANGE(c->kv_events.max_index_bytes, 4096, (int64_t)1 << 40, "kv_events.max_index_bytes");
-    CHECK_RANGE(c->kv_events.resync_messages, 1, 1000000, "kv_events.resync_messages");
-    CHECK_RANGE(c->kv_events.max_message_bytes, PDR_MIN_KV_MAX_MESSAGE_BYTES, PDR_MAX_KV_MAX_MESSAGE_BYTES,
-                "kv_events.max_message_bytes");
-    CHECK_RANGE(c->kv_events.queue_messages, 1, PDR_MAX_KV_QUEUE_MESSAGES, "kv_events.queue_messages");
-    if (!(c->cache_aware.cache_threshold >= 0 && c->cache_aware.cache_threshold <= 1)) {
-        pdr__config_err(err, errlen, "cache_aware.cache_threshold: %g is out of range, expected 0..1",
-                        c->cache_aware.cache_threshold);
-        return PDR_ECONFIG;
-    }
-    if (!(c->cache_aware.balance_rel_threshold >= 1 && c->cache_aware.balance_rel_threshold <= 1e6)) {
-        pdr__config_err(err, errlen,
-                        "cache_aware.balance_rel_threshold: %g is out of range, expected 1..1000000",
-                        c->cache_aware.balance_rel_threshold);
         return PDR_ECONFIG;
     }
     if (validate_cache_aware(c, err, errlen) != 0)
@@ -661,64 +495,7 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         pdr__config_err(err, errlen, "health.path: must start with '/'");
         return PDR_ECONFIG;
     }
-    CHECK_RANGE(c->health.interval_ms, 1, PDR_MAX_MS, "health.interval_ms");
-    CHECK_RANGE(c->health.timeout_ms, 1, PDR_MAX_MS, "health.timeout_ms");
-    CHECK_RANGE(c->health.rise, 1, PDR_MAX_RISE_FALL, "health.rise");
-    if (c->health.drain_status != 0 && (c->health.drain_status < 300 || c->health.drain_status > 599)) {
-        pdr__config_err(err, errlen,
-                        "health.drain_status: %d is not a 3xx, 4xx or 5xx status (0 turns it off)",
-                        c->health.drain_status);
-        return PDR_ECONFIG;
-    }
-    CHECK_RANGE(c->health.fall, 1, PDR_MAX_RISE_FALL, "health.fall");
-    CHECK_RANGE(c->timeouts.connect_ms, 1, PDR_MAX_MS, "timeouts.connect_ms");
-    CHECK_RANGE(c->timeouts.first_byte_ms, 1, PDR_MAX_MS, "timeouts.first_byte_ms");
-    CHECK_RANGE(c->timeouts.kv_transfer_ms, 1, PDR_MAX_MS, "timeouts.kv_transfer_ms");
-    CHECK_RANGE(c->timeouts.stream_idle_ms, 1, PDR_MAX_MS, "timeouts.stream_idle_ms");
-    CHECK_RANGE(c->timeouts.kv_transfer_ms_per_1k_tokens, 0, PDR_MAX_MS,
-                "timeouts.kv_transfer_ms_per_1k_tokens");
-    CHECK_RANGE(c->lifecycle.drain_grace_ms, 0, PDR_MAX_MS, "lifecycle.drain_grace_ms");
-    CHECK_RANGE(c->lifecycle.drain_timeout_ms, 1, PDR_MAX_MS, "lifecycle.drain_timeout_ms");
-    CHECK_RANGE(c->lifecycle.worker_startup_timeout_ms, 0, PDR_MAX_MS, "lifecycle.worker_startup_timeout_ms");
-    CHECK_RANGE(c->limits.max_body_bytes, PDR_MIN_BODY_BYTES, PDR_MAX_BODY_BYTES, "limits.max_body_bytes");
-    CHECK_RANGE(c->limits.max_inflight, 1, PDR_MAX_INFLIGHT, "limits.max_inflight");
-    CHECK_RANGE(c->limits.max_connections_per_worker, 0, PDR_MAX_CONNS_PER_WORKER,
-                "limits.max_connections_per_worker");
-    CHECK_RANGE(c->limits.h2_max_resets, 0, PDR_MAX_H2_RESETS, "limits.h2_max_resets");
-    CHECK_RANGE(c->limits.max_merge_bytes, PDR_MIN_MERGE_BYTES, PDR_MAX_MERGE_BYTES,
-                "limits.max_merge_bytes");
-    CHECK_RANGE(c->limits.max_header_bytes, PDR_MIN_MAX_HEADER_BYTES, PDR_MAX_MAX_HEADER_BYTES,
-                "limits.max_header_bytes");
-    CHECK_RANGE(c->limits.max_headers, 1, PDR_MAX_MAX_HEADERS, "limits.max_headers");
-    CHECK_RANGE(c->limits.max_batch_items, 1, PDR_MAX_MAX_BATCH_ITEMS, "limits.max_batch_items");
     /* Client side (router/limits.c, conn.c): */
-    CHECK_RANGE(c->timeouts.client_header_ms, 1, PDR_MAX_MS, "timeouts.client_header_ms");
-    CHECK_RANGE(c->timeouts.client_body_ms, 1, PDR_MAX_MS, "timeouts.client_body_ms");
-    CHECK_RANGE(c->timeouts.keepalive_idle_ms, 1, PDR_MAX_MS, "timeouts.keepalive_idle_ms");
-    CHECK_RANGE(c->timeouts.lingering_ms, 0, PDR_MAX_MS, "timeouts.lingering_ms");
-    CHECK_RANGE(c->timeouts.lingering_idle_ms, 1, PDR_MAX_MS, "timeouts.lingering_idle_ms");
-    CHECK_RANGE(c->limits.max_lingering_bytes, 0, PDR_MAX_BODY_BYTES, "limits.max_lingering_bytes");
-    CHECK_RANGE(c->limits.h2_max_connection_body_bytes, 0, PDR_MAX_BODY_BYTES,
-                "limits.h2_max_connection_body_bytes");
-    CHECK_RANGE(c->limits.max_body_memory_bytes, 0, PDR_MAX_BODY_BYTES, "limits.max_body_memory_bytes");
-    CHECK_RANGE(c->limits.max_client_connections, 0, PDR_MAX_CLIENT_CONNECTIONS,
-                "limits.max_client_connections");
-    CHECK_RANGE(c->limits.max_idle_client_connections, 0, PDR_MAX_CLIENT_CONNECTIONS,
-                "limits.max_idle_client_connections");
-    CHECK_RANGE(c->limits.h2_max_concurrent_streams, 1, PDR_MAX_H2_MAX_CONCURRENT_STREAMS,
-                "limits.h2_max_concurrent_streams");
-    CHECK_RANGE(c->limits.h2_max_control_frames, 0, PDR_MAX_H2_MAX_CONTROL_FRAMES,
-                "limits.h2_max_control_frames");
-    CHECK_RANGE(c->limits.max_inflight_per_pool, 0, PDR_MAX_INFLIGHT, "limits.max_inflight_per_pool");
-    CHECK_RANGE(c->limits.max_inflight_per_worker, 0, PDR_MAX_INFLIGHT, "limits.max_inflight_per_worker");
-    CHECK_RANGE(c->limits.queue, 0, PDR_MAX_QUEUE, "limits.queue");
-    CHECK_RANGE(c->limits.queue_timeout_ms, 1, PDR_MAX_MS, "limits.queue_timeout_ms");
-    CHECK_RANGE(c->limits.rate_limit_burst, 0, PDR_MAX_INFLIGHT, "limits.rate_limit_burst");
-    if (!(c->limits.rate_limit_rps >= 0 && c->limits.rate_limit_rps <= PDR_MAX_RATE_LIMIT_RPS)) {
-        pdr__config_err(err, errlen, "limits.rate_limit_rps: %g is out of range, expected 0..%d",
-                        c->limits.rate_limit_rps, PDR_MAX_RATE_LIMIT_RPS);
-        return PDR_ECONFIG;
-    }
     CHECK_RANGE(c->n_request_id_headers, 0, PDR_CONFIG_MAX_REQUEST_ID_HEADERS, "request_id_headers (count)");
     for (size_t i = 0; i < c->n_request_id_headers; i++) {
         char msg[160];
@@ -735,43 +512,16 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
             return PDR_ECONFIG;
         }
     }
-    CHECK_RANGE(c->retries.max, 0, PDR_MAX_RETRIES, "retries.max");
-    CHECK_RANGE(c->outlier.consecutive_failures, 1, PDR_MAX_OUTLIER_CONSECUTIVE,
-                "outlier.consecutive_failures");
-    CHECK_RANGE(c->outlier.base_ejection_ms, 1, PDR_MAX_MS, "outlier.base_ejection_ms");
-    CHECK_RANGE(c->outlier.max_ejection_ms, 1, PDR_MAX_MS, "outlier.max_ejection_ms");
-    CHECK_RANGE(c->outlier.max_ejection_percent, 0, 100, "outlier.max_ejection_percent");
-    CHECK_RANGE(c->outlier.panic_threshold_percent, 0, 100, "outlier.panic_threshold_percent");
-    CHECK_RANGE(c->outlier.slow_start_ms, 0, PDR_MAX_MS, "outlier.slow_start_ms");
-    CHECK_RANGE(c->outlier.probation_successes, 0, PDR_MAX_OUTLIER_CONSECUTIVE,
-                "outlier.probation_successes");
-    CHECK_RANGE(c->outlier.failure_window_ms, 0, PDR_MAX_MS, "outlier.failure_window_ms");
-    CHECK_RANGE(c->retries.budget_percent, 0, 100, "retries.budget_percent");
-    CHECK_RANGE(c->retries.min_concurrent, 0, PDR_MAX_INFLIGHT, "retries.min_concurrent");
-    CHECK_RANGE(c->retries.initial_backoff_ms, 0, PDR_MAX_MS, "retries.initial_backoff_ms");
-    CHECK_RANGE(c->retries.max_backoff_ms, 0, PDR_MAX_MS, "retries.max_backoff_ms");
-    if (!(c->retries.backoff_multiplier >= 1 && c->retries.backoff_multiplier <= 100)) {
-        pdr__config_err(err, errlen, "retries.backoff_multiplier: expected a number in [1, 100]");
-        return PDR_ECONFIG;
-    }
-    if (!(c->retries.jitter_factor >= 0 && c->retries.jitter_factor <= 1)) {
-        pdr__config_err(err, errlen, "retries.jitter_factor: expected a number in [0, 1]");
-        return PDR_ECONFIG;
-    }
     if (c->retries.max_backoff_ms < c->retries.initial_backoff_ms) {
         pdr__config_err(err, errlen, "retries.max_backoff_ms (%d) is below retries.initial_backoff_ms (%d)",
                         c->retries.max_backoff_ms, c->retries.initial_backoff_ms);
         return PDR_ECONFIG;
     }
-    CHECK_RANGE(c->breaker.consecutive_failures, 1, 1000000, "breaker.consecutive_failures");
-    CHECK_RANGE(c->breaker.open_ms, 1, PDR_MAX_MS, "breaker.open_ms");
-    CHECK_RANGE(c->breaker.max_open_ms, 1, PDR_MAX_MS, "breaker.max_open_ms");
     if (c->breaker.max_open_ms < c->breaker.open_ms) {
         pdr__config_err(err, errlen, "breaker.max_open_ms (%d) is below breaker.open_ms (%d)",
                         c->breaker.max_open_ms, c->breaker.open_ms);
         return PDR_ECONFIG;
     }
-    CHECK_RANGE(c->threads, 0, PDR_MAX_THREADS, "threads");
     if (c->log.access_log == NULL || c->log.access_log[0] == '\0') {
         pdr__config_err(err, errlen, "log.access_log: must not be empty (a path, '-' for stdout or 'off')");
         return PDR_ECONFIG;
@@ -784,14 +534,6 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         pdr__config_err(err, errlen, "log.dir: must not be empty (leave it out for stderr only)");
         return PDR_ECONFIG;
     }
-    if (!(c->tracing.sample_ratio >= 0 && c->tracing.sample_ratio <= 1)) {
-        pdr__config_err(err, errlen, "tracing.sample_ratio: expected a number in [0, 1]");
-        return PDR_ECONFIG;
-    }
-    CHECK_RANGE(c->tracing.batch_max, 1, PDR_MAX_TRACE_BATCH, "tracing.batch_max");
-    CHECK_RANGE(c->tracing.queue_max, 1, PDR_MAX_TRACE_QUEUE, "tracing.queue_max");
-    CHECK_RANGE(c->tracing.flush_ms, 1, PDR_MAX_TRACE_MS, "tracing.flush_ms");
-    CHECK_RANGE(c->tracing.timeout_ms, 1, PDR_MAX_TRACE_MS, "tracing.timeout_ms");
     if (c->tracing.otlp_endpoint != NULL &&
         check_string(c->tracing.otlp_endpoint, pdr__check_api_server, "tracing.otlp_endpoint", err, errlen))
         return PDR_ECONFIG;

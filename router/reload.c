@@ -18,6 +18,7 @@
 #include "dpaware.h"
 #include "err.h"
 #include "router.h"
+#include "schema.h"
 #include "util.h"
 
 static const int source_ids[2] = {PDR_SOURCE_DNS, PDR_SOURCE_KUBERNETES};
@@ -256,27 +257,36 @@ static void discovery_reload(pdr_router_t *r, const pdr_config_t *old)
         }
 }
 
-/* Appends to msg the keys whose change needs a restart. */
+/* Whether row k's change from o to n needs a restart (its reload class in the schema, config/schema.c). */
+static int needs_restart(const pdr_conf_key_t *k, const pdr_config_t *o, const pdr_config_t *n)
+{
+    switch (k->reload) {
+    case PDR_RELOAD_RESTART:
+        return !pdr_conf_key_equal(k, o, n);
+    case PDR_RELOAD_RESTART_RAISE:
+        return pdr_conf_key_raised(k, o, n);
+    case PDR_RELOAD_RESTART_UNSET:
+        return pdr_conf_key_unset(k, o, n);
+    default:
+        return 0;
+    }
+}
+
+/* Writes into out the keys whose change needs a restart, as the schema names them (keys of one listener
+ * share a name, named once). */
 static void restart_keys(const pdr_config_t *o, const pdr_config_t *n, char *out, size_t cap)
 {
     out[0] = '\0';
     size_t len = 0;
-#define KEEP(cond, key)                                                                                      \
-    do {                                                                                                     \
-        if ((cond) && len < cap)                                                                             \
-            len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", key);                     \
-    } while (0)
-    KEEP(!str_eq(o->listen_host, n->listen_host) || o->listen_port != n->listen_port, "listen");
-    KEEP(!str_eq(o->admin_host, n->admin_host) || o->admin_port != n->admin_port, "admin.host/admin.port");
-    KEEP(o->admin_token_file != NULL && n->admin_token_file == NULL, "admin.token_file (removing it)");
-    KEEP(!str_eq(o->metrics_host, n->metrics_host) || o->metrics_port != n->metrics_port,
-         "metrics.host/metrics.port");
-    KEEP(!str_eq(o->log.dir, n->log.dir), "log.dir");
-    KEEP(o->threads != n->threads, "threads");
-    KEEP(o->protocol != n->protocol, "protocol");
-    KEEP(!str_eq(o->log.access_log, n->log.access_log), "log.access_log");
-    KEEP(n->limits.max_body_bytes > o->limits.max_body_bytes, "limits.max_body_bytes (raising it)");
-#undef KEEP
+    const char *last = NULL;
+    for (size_t i = 0; i < pdr_conf_nkeys && len < cap; i++) {
+        const pdr_conf_key_t *k = &pdr_conf_keys[i];
+        const char *name = k->restart_name != NULL ? k->restart_name : k->path;
+        if (!needs_restart(k, o, n) || (last != NULL && strcmp(last, name) == 0))
+            continue;
+        len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", name);
+        last = name;
+    }
     if (len >= cap && cap > 0)
         out[cap - 1] = '\0';
 }

@@ -26,7 +26,7 @@ endforeach()
 
 # Admin API scenarios (see test_admin.py): auth, worker list, drain under load, drain timeout,
 # worker-initiated drain (health 410), readiness while draining.
-foreach(s auth auth_duplicate workers worker_urls add_delete reload drain_load drain_h2load drain_timeout self_drain readiness shutdown)
+foreach(s auth auth_duplicate workers worker_urls add_delete reload reload_restart_keys drain_load drain_h2load drain_timeout self_drain readiness shutdown)
   add_test(NAME router_admin_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_admin.py ${s})
   set_tests_properties(router_admin_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

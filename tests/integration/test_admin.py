@@ -471,6 +471,45 @@ def scenario_reload():
         pdtest.stop_all()
 
 
+def kept_keys(out):
+    """The keys a reload's answer says keep their running values, as a set."""
+    tail = out["message"].partition("until a restart: ")[2]
+    return set(k for k in tail.split(", ") if k)
+
+
+def scenario_reload_restart_keys():
+    """A reload's answer names exactly the changed keys that need a restart (their reload class in the
+    configuration schema): a new thread count, access log and raised body limit are named; a lowered body
+    limit, a changed retry count (applied) and tracing (read at start, not named) are not; removing
+    admin.token_file is named, setting a new one is not."""
+    p, d = sim("prefill"), sim("decode")
+    tok_path = token_file("tok\n")
+    r = router([p], [d], config="threads: 1\nlimits: { max_body_bytes: 65536 }\n"
+               "admin: { host: 127.0.0.1, port: {admin}, token_file: %s }" % tok_path)
+    log_path = r.config_path + ".access"
+    try:
+        def reload(extra_admin, text):
+            write_config(r, [p], [d], extra=extra_admin)
+            with open(r.config_path, "a") as f:
+                f.write(text)
+            return admin(r, "POST", "/admin/v1/reload", token="tok")
+
+        out = reload(", token_file: %s" % tok_path,
+                     "threads: 2\nlimits: { max_body_bytes: 131072 }\nretries: { max: 3 }\n"
+                     "tracing: { batch_max: 7 }\nlog: { access_log: %s }\n" % log_path)
+        check(out["reloaded"] is True, repr(out), r)
+        check(kept_keys(out) == {"threads", "limits.max_body_bytes (raising it)", "log.access_log"}, repr(out), r)
+        # The running values stay: the second reload compares with the first one's snapshot, whose
+        # threads, body limit and access log are the file's (2, 131072, the file): lowering the limit,
+        # the same thread count and log, and no token file.
+        out = reload("", "threads: 2\nlimits: { max_body_bytes: 32768 }\nlog: { access_log: %s }\n" % log_path)
+        check(kept_keys(out) == {"admin.token_file (removing it)"}, repr(out), r)
+        check(r.alive(), "router died", r)
+    finally:
+        pdtest.stop_all()
+        os.unlink(tok_path)
+
+
 def scenario_drain_load():
     """Drain prefill-0 while ~200 requests run over several connections: no request fails, prefill-0
     gets no new request once the drain call returned (those in flight finish), it reaches "drained";
