@@ -29,10 +29,7 @@ set_tests_properties(tokenizer_unit PROPERTIES TIMEOUT 60)
 
 # The tokenizer in pdsim (--tokenizer) and in the router (--tokenizer-path, config key, reload, a prompt it
 # fails on counted and logged as a fall-back).
-foreach(s pdsim router router_fallback)
-  add_test(NAME tokenizer_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_tokenizer.py ${s})
-  set_tests_properties(tokenizer_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(tokenizer_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_tokenizer.py LABEL integration TIMEOUT 120 SKIP77)
 add_test(NAME tokenizer_bench_smoke
          COMMAND sh -c "gzip -dc '${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/gpt2.reference.jsonl.gz' | '$<TARGET_FILE:tokenizer_bench>' '${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/gpt2.tokenizer.json' --loads 1 --rounds 1 --threads 2")
 set_tests_properties(tokenizer_bench_smoke PROPERTIES TIMEOUT 60)

@@ -30,7 +30,4 @@ set_tests_properties(pdsim_kv_parts PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 E
 
 # pdsim as the engines behave, through pdrouter (see test_pdsim_engine.py): a decode's default bootstrap
 # port, stream_options.include_usage.
-foreach(s default_bootstrap_port include_usage)
-  add_test(NAME pdsim_engine_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pdsim_engine.py ${s})
-  set_tests_properties(pdsim_engine_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(pdsim_engine_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pdsim_engine.py LABEL integration TIMEOUT 120)

@@ -10,10 +10,7 @@ target_link_libraries(fuzz_ticket PRIVATE pdr_keyring)
 pdr_fuzz_corpus_test(ticket_fuzz_corpus fuzz_ticket ticket 120)
 
 # pdsim with --ticket-key behind pdrouter with protocol pdshim (tests/integration/test_tickets.py).
-foreach(s end_to_end no_bootstrap_port strip_client_ticket refusals rotation reload config_errors)
-  add_test(NAME tickets_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_tickets.py ${s})
-  set_tests_properties(tickets_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(tickets_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_tickets.py LABEL integration TIMEOUT 120)
 
 # The shim's ticket calls through the Python binding (the library's environment as test_shim_python's).
 add_test(NAME tickets_shim_python
