@@ -3,6 +3,6 @@
 add_executable(test_admission unit/test_admission.c)
 target_link_libraries(test_admission PRIVATE pdr_router)
 add_test(NAME router_unit_admission COMMAND test_admission)
-set_tests_properties(router_unit_admission PROPERTIES TIMEOUT 60)
+set_tests_properties(router_unit_admission PROPERTIES TIMEOUT 60 LABELS unit)
 
 pdr_scenario_tests(router_admission_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_admission.py LABEL integration TIMEOUT 120)

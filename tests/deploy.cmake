@@ -8,6 +8,6 @@ foreach(part ${deploy_parts})
   add_test(NAME deploy_${part}
            COMMAND sh -c "[ -x /usr/bin/python3 ] || exit 77; exec /usr/bin/python3 \"$0\" ${part}"
                    ${CMAKE_CURRENT_SOURCE_DIR}/deploy/test_deploy.py)
-  set_tests_properties(deploy_${part} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+  set_tests_properties(deploy_${part} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 LABELS integration
                        ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()

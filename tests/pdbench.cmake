@@ -9,4 +9,4 @@ add_executable(test_pdbench_stream unit/test_pdbench_stream.c ${PROJECT_SOURCE_D
 target_include_directories(test_pdbench_stream PRIVATE ${PROJECT_SOURCE_DIR}/bench/pdbench)
 target_link_libraries(test_pdbench_stream PRIVATE pdr_common PkgConfig::JANSSON m)
 add_test(NAME pdbench_unit_stream COMMAND test_pdbench_stream)
-set_tests_properties(pdbench_unit_stream PROPERTIES TIMEOUT 60)
+set_tests_properties(pdbench_unit_stream PROPERTIES TIMEOUT 60 LABELS unit)

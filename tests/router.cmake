@@ -3,12 +3,12 @@ foreach(t rewrite pool events sse_count util reqguard fwdheaders disagg otlp lin
   add_executable(test_${t} unit/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE pdr_router)
   add_test(NAME router_unit_${t} COMMAND test_${t})
-  set_tests_properties(router_unit_${t} PROPERTIES TIMEOUT 60)
+  set_tests_properties(router_unit_${t} PROPERTIES TIMEOUT 60 LABELS unit)
 endforeach()
 add_executable(test_token_ids unit/test_token_ids.c)
 target_link_libraries(test_token_ids PRIVATE pdr_router)
 add_test(NAME router_unit_token_ids COMMAND test_token_ids ${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/llama3.tokenizer.json)
-set_tests_properties(router_unit_token_ids PROPERTIES TIMEOUT 60)
+set_tests_properties(router_unit_token_ids PROPERTIES TIMEOUT 60 LABELS unit)
 
 # Router integration scenarios: real pdrouter and pdsim processes on loopback (see test_router.py).
 pdr_scenario_tests(router_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_router.py LABEL integration TIMEOUT 120)
@@ -38,7 +38,7 @@ add_executable(test_upstream integration/test_upstream.c)
 target_link_libraries(test_upstream PRIVATE pdr_router)
 add_test(NAME router_upstream COMMAND test_upstream ${Python3_EXECUTABLE}
                                       ${CMAKE_CURRENT_SOURCE_DIR}/integration/h1_script_server.py)
-set_tests_properties(router_upstream PROPERTIES TIMEOUT 120)
+set_tests_properties(router_upstream PROPERTIES TIMEOUT 120 LABELS integration)
 
 # pd.relay (see test_relay.py): the first token without waiting for the prefill's answer, the option to
 # wait, late prefill failures, a decode failure cancelling the prefill, the lingering prefill leg.
@@ -119,7 +119,7 @@ pdr_scenario_tests(router_kv_events_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/tes
 add_executable(test_keyring unit/test_keyring.c)
 target_link_libraries(test_keyring PRIVATE pdr_keyring)
 add_test(NAME keyring_unit COMMAND test_keyring)
-set_tests_properties(keyring_unit PROPERTIES TIMEOUT 60)
+set_tests_properties(keyring_unit PROPERTIES TIMEOUT 60 LABELS unit)
 
 # Shim events and load (see test_shim_events.py): the signed channel's refusals, per-worker keys, load in
 # status and metrics, worker incarnations, decode admission by reported free KV.
@@ -134,7 +134,7 @@ add_executable(test_shim_events unit/test_shim_events.c)
 target_include_directories(test_shim_events PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit)
 target_link_libraries(test_shim_events PRIVATE pdr_router pdshim)
 add_test(NAME shim_events_unit COMMAND test_shim_events)
-set_tests_properties(shim_events_unit PROPERTIES TIMEOUT 120)
+set_tests_properties(shim_events_unit PROPERTIES TIMEOUT 120 LABELS unit)
 if(PDR_SANITIZE)
   # python3 loads the instrumented libpdshim.so: the ASan runtime goes first (as for test_shim_python).
   execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so

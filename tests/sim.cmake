@@ -8,7 +8,7 @@ target_link_libraries(pdsim PRIVATE pdshim pdr_common pdr_routing PkgConfig::H2O
 
 add_test(NAME pdsim_integration
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pdsim.py)
-set_tests_properties(pdsim_integration PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+set_tests_properties(pdsim_integration PROPERTIES TIMEOUT 120 LABELS integration SKIP_RETURN_CODE 77
                      ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 
 # pdsim's prefix cache, as pure code.
@@ -16,17 +16,17 @@ add_executable(test_pdsim_pcache unit/test_pdsim_pcache.c sim/prefix_cache.c sim
 target_include_directories(test_pdsim_pcache PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/sim ${PROJECT_SOURCE_DIR}/worker-shim)
 target_link_libraries(test_pdsim_pcache PRIVATE pdr_common pdr_routing PkgConfig::UV)
 add_test(NAME pdsim_unit_pcache COMMAND test_pdsim_pcache)
-set_tests_properties(pdsim_unit_pcache PROPERTIES TIMEOUT 60)
+set_tests_properties(pdsim_unit_pcache PROPERTIES TIMEOUT 60 LABELS unit)
 
 # pdsim's prefix cache end to end (--prefix-cache-tokens): hits, prefill time, stats, LRU eviction.
 add_test(NAME pdsim_prefix_cache
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pdsim_cache.py)
-set_tests_properties(pdsim_prefix_cache PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+set_tests_properties(pdsim_prefix_cache PROPERTIES TIMEOUT 120 LABELS integration SKIP_RETURN_CODE 77
                      ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 
 # pdsim --kv-parts through pdrouter: parts spread over the simulated prefill, output equal to monolithic.
 add_test(NAME pdsim_kv_parts COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_parts.py)
-set_tests_properties(pdsim_kv_parts PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+set_tests_properties(pdsim_kv_parts PROPERTIES TIMEOUT 120 LABELS integration SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 
 # pdsim as the engines behave, through pdrouter (see test_pdsim_engine.py): a decode's default bootstrap
 # port, stream_options.include_usage.
