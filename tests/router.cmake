@@ -10,6 +10,13 @@ target_link_libraries(test_token_ids PRIVATE pdr_router)
 add_test(NAME router_unit_token_ids COMMAND test_token_ids ${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/llama3.tokenizer.json)
 set_tests_properties(router_unit_token_ids PROPERTIES TIMEOUT 60 LABELS unit)
 
+# The router's state shared between loops (admission, the worker pool) driven from several threads at once;
+# the ThreadSanitizer tree runs it too (the Makefile's TSAN_TARGETS).
+add_executable(test_shared_state unit/test_shared_state.c)
+target_link_libraries(test_shared_state PRIVATE pdr_router)
+add_test(NAME router_unit_shared_state COMMAND test_shared_state)
+set_tests_properties(router_unit_shared_state PROPERTIES TIMEOUT 60 LABELS unit)
+
 # Router integration scenarios: real pdrouter and pdsim processes on loopback (see test_router.py).
 pdr_scenario_tests(router_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_router.py LABEL integration TIMEOUT 120)
 
