@@ -39,9 +39,15 @@ test-asan: $(ASAN_BUILD)/CMakeCache.txt
 		ctest -j $(JOBS) $(CTEST_ARGS) --output-junit $(abspath $(ASAN_BUILD))/ctest-junit.xml
 
 # ThreadSanitizer over the multi-threaded part: the transport engine and the worker shim (their own I/O
-# threads, callbacks on them). Only these targets are built, so the run stays a few minutes on 2 cores.
-TSAN_TARGETS = test_runner test_transport_wire test_transport_engine test_shim_basic test_shim_parts test_shim_faults \
+# threads, callbacks on them), and the router's state shared between its loops (admission, the worker pool,
+# links, the retry budget, the event ring). Only these targets are built, so the run stays a few minutes on
+# 2 cores. A transport test's ctest name is its target's; the router's program test_NAME is ctest
+# router_unit_NAME.
+TSAN_XFER = test_runner test_transport_wire test_transport_engine test_shim_basic test_shim_parts test_shim_faults \
 	test_fdpass test_transport_staging test_transport_rdma
+TSAN_ROUTER = shared_state links retry events
+TSAN_TARGETS = $(TSAN_XFER) $(addprefix test_,$(TSAN_ROUTER))
+TSAN_TESTS = $(TSAN_XFER) $(addprefix router_unit_,$(TSAN_ROUTER))
 $(TSAN_BUILD)/CMakeCache.txt:
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDR_TSAN=ON -DPDR_WERROR=ON >/dev/null
 
@@ -49,7 +55,7 @@ test-tsan: $(TSAN_BUILD)/CMakeCache.txt
 	rm -f $(TSAN_BUILD)/ctest-junit.xml
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-		ctest -j $(JOBS) $(CTEST_ARGS) -R '^($(shell echo $(TSAN_TARGETS) | tr ' ' '|'))$$' \
+		ctest -j $(JOBS) $(CTEST_ARGS) -R '^($(shell echo $(TSAN_TESTS) | tr ' ' '|'))$$' \
 		--output-junit $(abspath $(TSAN_BUILD))/ctest-junit.xml
 
 # The whole suite: the release build, then the same tests under ASan+UBSan, then the threaded part under

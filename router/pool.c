@@ -1036,7 +1036,7 @@ void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why)
     pthread_mutex_lock(&p->lock);
     w->failures_total++;
     w->health.consec_ok = 0;
-    w->health.consec_fail = __atomic_load_n(&p->fall, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->health.consec_fail, __atomic_load_n(&p->fall, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
     int changed = set_healthy(w, 0, PDR_EJECT_UNREACHABLE);
     if (changed)
         __atomic_store_n(&w->ejected, 1, __ATOMIC_RELAXED);
@@ -1071,7 +1071,7 @@ void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why)
     int changed = pdr_health_update(&s, 0, __atomic_load_n(&p->rise, __ATOMIC_RELAXED),
                                     __atomic_load_n(&p->fall, __ATOMIC_RELAXED));
     w->health.consec_ok = s.consec_ok;
-    w->health.consec_fail = s.consec_fail;
+    __atomic_store_n(&w->health.consec_fail, s.consec_fail, __ATOMIC_RELAXED);
     if (set_healthy(w, s.healthy, PDR_EJECT_CONSECUTIVE) && !s.healthy)
         __atomic_store_n(&w->ejected, 1, __ATOMIC_RELAXED);
     int fails = s.consec_fail;
@@ -1092,7 +1092,7 @@ void pdr_pool_report_success(pdr_pool_t *p, pdr_worker_t *w)
         __atomic_load_n(&w->outlier.probation, __ATOMIC_RELAXED) == 0)
         return;
     pthread_mutex_lock(&p->lock);
-    w->health.consec_fail = 0;
+    __atomic_store_n(&w->health.consec_fail, 0, __ATOMIC_RELAXED); /* read unlocked above */
     pdr_outlier_success(&w->outlier);
     pthread_mutex_unlock(&p->lock);
 }
@@ -1110,7 +1110,7 @@ int pdr_pool_check_result(pdr_pool_t *p, pdr_worker_t *w, int ok)
     int changed = pdr_health_update(&s, ok, __atomic_load_n(&p->rise, __ATOMIC_RELAXED),
                                     __atomic_load_n(&p->fall, __ATOMIC_RELAXED));
     w->health.consec_ok = s.consec_ok;
-    w->health.consec_fail = s.consec_fail;
+    __atomic_store_n(&w->health.consec_fail, s.consec_fail, __ATOMIC_RELAXED);
     if (set_healthy(w, s.healthy, PDR_EJECT_HEALTH_CHECK) && s.healthy)
         pdr_outlier_came_back(&w->outlier, &p->outlier, pdr_now_ms()); /* slow start */
     if (s.healthy)

@@ -6,15 +6,20 @@
 add_test(NAME docs_openapi
          COMMAND sh -c "for py in /usr/bin/python3 \"$0\"; do \"$py\" -c 'import openapi_spec_validator, yaml' 2>/dev/null && exec \"$py\" \"$1\"; done; echo 'skipped: no python3 with the openapi_spec_validator and yaml modules'; exit 77"
                  ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_openapi.py)
-set_tests_properties(docs_openapi PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+set_tests_properties(docs_openapi PROPERTIES TIMEOUT 60 LABELS meta SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+
+
+# docs/metrics.md against the router's /metrics (integration/test_metrics_doc.py): the same families, types
+# and label names.
+pdr_scenario_tests(docs_metrics_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_metrics_doc.py LABEL meta TIMEOUT 60)
 
 # The router's call direction: main -> server -> handlers (pd, admin, compat) -> reload -> shared helpers
 # (layering/check_layering.py holds the table; docs/internals/principles.md explains it).
 add_test(NAME router_layering COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/layering/check_layering.py
                                       ${PROJECT_SOURCE_DIR})
-set_tests_properties(router_layering PROPERTIES TIMEOUT 60)
+set_tests_properties(router_layering PROPERTIES TIMEOUT 60 LABELS meta)
 
 # The repository stands alone: no tracked file points outside it or to an issue number.
 add_test(NAME repo_stands_alone COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/standalone/check_standalone.py
                                         ${PROJECT_SOURCE_DIR})
-set_tests_properties(repo_stands_alone PROPERTIES TIMEOUT 60)
+set_tests_properties(repo_stands_alone PROPERTIES TIMEOUT 60 LABELS meta)

@@ -10,7 +10,7 @@ target_include_directories(test_failalloc_room PRIVATE ${CMAKE_CURRENT_SOURCE_DI
 target_link_libraries(test_failalloc_room PRIVATE pdr_transport pdr_common Threads::Threads)
 target_link_options(test_failalloc_room PRIVATE ${PDR_FAILALLOC_WRAP})
 add_test(NAME test_failalloc_room COMMAND test_failalloc_room)
-set_tests_properties(test_failalloc_room PROPERTIES TIMEOUT 300)
+set_tests_properties(test_failalloc_room PROPERTIES TIMEOUT 300 LABELS faults)
 
 # pdrouter with the same wrappers: one PD request through the router to pdsim workers, the N-th allocation
 # after SIGUSR2 failing, for every N of a clean request (test_failalloc_router.py).
@@ -19,4 +19,4 @@ target_compile_definitions(pdrouter_failalloc PRIVATE PDR_VERSION="${PROJECT_VER
 target_link_libraries(pdrouter_failalloc PRIVATE pdr_router)
 target_link_options(pdrouter_failalloc PRIVATE ${PDR_FAILALLOC_WRAP} -rdynamic)
 add_test(NAME router_failalloc COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/failalloc/test_failalloc_router.py)
-set_tests_properties(router_failalloc PROPERTIES TIMEOUT 600 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+set_tests_properties(router_failalloc PROPERTIES TIMEOUT 600 LABELS faults ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")

@@ -4,7 +4,7 @@
 add_executable(test_h1parse ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_h1parse.c ${PROJECT_SOURCE_DIR}/router/h1parse.c)
 target_include_directories(test_h1parse PRIVATE ${PROJECT_SOURCE_DIR}/router ${PROJECT_SOURCE_DIR}/common)
 add_test(NAME h1parse_unit COMMAND test_h1parse)
-set_tests_properties(h1parse_unit PROPERTIES TIMEOUT 60)
+set_tests_properties(h1parse_unit PROPERTIES TIMEOUT 60 LABELS unit)
 
 add_executable(fuzz_h1parse ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_h1parse.c ${PROJECT_SOURCE_DIR}/router/h1parse.c)
 target_include_directories(fuzz_h1parse PRIVATE ${PROJECT_SOURCE_DIR}/router ${PROJECT_SOURCE_DIR}/common)

@@ -4,7 +4,7 @@ add_executable(test_jsonscan ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_jsonscan.c ${
 target_include_directories(test_jsonscan PRIVATE ${PROJECT_SOURCE_DIR}/router ${PROJECT_SOURCE_DIR}/common)
 target_link_libraries(test_jsonscan PRIVATE pdr_common PkgConfig::JANSSON)
 add_test(NAME jsonscan_unit COMMAND test_jsonscan)
-set_tests_properties(jsonscan_unit PROPERTIES TIMEOUT 120)
+set_tests_properties(jsonscan_unit PROPERTIES TIMEOUT 120 LABELS unit)
 
 add_executable(fuzz_jsonscan ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_jsonscan.c ${PROJECT_SOURCE_DIR}/router/jsonscan.c)
 target_include_directories(fuzz_jsonscan PRIVATE ${PROJECT_SOURCE_DIR}/router ${PROJECT_SOURCE_DIR}/common)

@@ -3,9 +3,6 @@
 add_executable(test_outlier unit/test_outlier.c)
 target_link_libraries(test_outlier PRIVATE pdr_router)
 add_test(NAME router_unit_outlier COMMAND test_outlier)
-set_tests_properties(router_unit_outlier PROPERTIES TIMEOUT 60)
+set_tests_properties(router_unit_outlier PROPERTIES TIMEOUT 60 LABELS unit)
 
-foreach(s eject_and_return max_percent panic slow_start reload_off cli_flags)
-  add_test(NAME router_outlier_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_outlier.py ${s})
-  set_tests_properties(router_outlier_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_outlier_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_outlier.py LABEL integration TIMEOUT 120)

@@ -3,33 +3,32 @@ foreach(t rewrite pool events sse_count util reqguard fwdheaders disagg otlp lin
   add_executable(test_${t} unit/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE pdr_router)
   add_test(NAME router_unit_${t} COMMAND test_${t})
-  set_tests_properties(router_unit_${t} PROPERTIES TIMEOUT 60)
+  set_tests_properties(router_unit_${t} PROPERTIES TIMEOUT 60 LABELS unit)
 endforeach()
 add_executable(test_token_ids unit/test_token_ids.c)
 target_link_libraries(test_token_ids PRIVATE pdr_router)
 add_test(NAME router_unit_token_ids COMMAND test_token_ids ${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/llama3.tokenizer.json)
-set_tests_properties(router_unit_token_ids PROPERTIES TIMEOUT 60)
+set_tests_properties(router_unit_token_ids PROPERTIES TIMEOUT 60 LABELS unit)
+
+# The router's state shared between loops (admission, the worker pool) driven from several threads at once;
+# the ThreadSanitizer tree runs it too (the Makefile's TSAN_TARGETS).
+add_executable(test_shared_state unit/test_shared_state.c)
+target_link_libraries(test_shared_state PRIVATE pdr_router)
+add_test(NAME router_unit_shared_state COMMAND test_shared_state)
+set_tests_properties(router_unit_shared_state PROPERTIES TIMEOUT 60 LABELS unit)
 
 # Router integration scenarios: real pdrouter and pdsim processes on loopback (see test_router.py).
-foreach(s routes errors policy conn_limit prefill_killed all_prefills_dead prefill_stopped prefill_stopped_retry
-          disconnect decode_reset check_config shutdown shutdown_load shutdown_drain_timeout slow_client metrics_latency)
-  add_test(NAME router_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_router.py ${s})
-  set_tests_properties(router_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_router.py LABEL integration TIMEOUT 120)
 
 # Attacks and faults (see test_hardening.py): stalled readers over HTTP/1 and HTTP/2, smuggling, stream
-# floods, a full fd table, frozen and dead workers.
-foreach(s stalled_reader stalled_reader_left stalled_reader_h2 slow_steady_reader smuggling frozen_decode dead_prefills_503 fd_exhausted h2_rapid_reset h2_reset_flood_log h2_header_block merge_too_large merge_event_unbounded merge_client_gone refusals_logged chunked_bodies)
-  add_test(NAME router_hardening_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_hardening.py ${s})
-  set_tests_properties(router_hardening_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+# floods, a full fd table, frozen and dead workers; slow_steady_reader_h2 drives HTTP/2 flow control with
+# python3-h2 (H2 below).
+pdr_scenario_tests(router_hardening_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_hardening.py LABEL integration TIMEOUT 120 SKIP77
+                   H2 slow_steady_reader_h2)
 
 # Admin API scenarios (see test_admin.py): auth, worker list, drain under load, drain timeout,
 # worker-initiated drain (health 410), readiness while draining.
-foreach(s auth auth_duplicate workers worker_urls add_delete reload reload_restart_keys drain_load drain_h2load drain_timeout self_drain readiness shutdown)
-  add_test(NAME router_admin_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_admin.py ${s})
-  set_tests_properties(router_admin_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_admin_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_admin.py LABEL integration TIMEOUT 120 SKIP77)
 
 # Fuzz target of the admin API's parsers (drain body, worker id, add-worker body).
 add_executable(fuzz_admin fuzz/fuzz_admin.c)
@@ -38,10 +37,7 @@ pdr_fuzz_corpus_test(router_admin_fuzz_corpus fuzz_admin admin 60)
 
 # Discovery scenarios (see test_discovery.py): Kubernetes against a replaying API server, DNS against
 # dnsmasq (skipped with 77 when dnsmasq is missing); pools_kubernetes: a Kubernetes source per pool.
-foreach(s kubernetes dns pools_kubernetes)
-  add_test(NAME router_discovery_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_discovery.py ${s})
-  set_tests_properties(router_discovery_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_discovery_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_discovery.py LABEL integration TIMEOUT 120 SKIP77)
 
 # The upstream HTTP/1.1 client against a scripted raw-socket server (keep-alive reuse, chunked,
 # until-close bodies, idle closes, resets, garbage, deadlines, pause/resume, cancel).
@@ -49,29 +45,19 @@ add_executable(test_upstream integration/test_upstream.c)
 target_link_libraries(test_upstream PRIVATE pdr_router)
 add_test(NAME router_upstream COMMAND test_upstream ${Python3_EXECUTABLE}
                                       ${CMAKE_CURRENT_SOURCE_DIR}/integration/h1_script_server.py)
-set_tests_properties(router_upstream PROPERTIES TIMEOUT 120)
+set_tests_properties(router_upstream PROPERTIES TIMEOUT 120 LABELS integration)
 
 # pd.relay (see test_relay.py): the first token without waiting for the prefill's answer, the option to
 # wait, late prefill failures, a decode failure cancelling the prefill, the lingering prefill leg.
-foreach(s first_byte after_prefill late_prefill_failure decode_failure_cancels_prefill linger_deadline)
-  add_test(NAME router_relay_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_relay.py ${s})
-  set_tests_properties(router_relay_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_relay_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_relay.py LABEL integration TIMEOUT 120)
 
 # The router's KV-transfer deadline (see test_kv_deadline.py): retried on another pair, a 504, an SSE error
 # event once the stream has begun, the deadline scaled by prompt length, the link state, leg cancellation.
-foreach(s retry_other_pair one_link no_pair_left stream_error_event scaled_deadline vllm_decode_stall cancel_stages)
-  add_test(NAME router_kv_deadline_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_deadline.py ${s})
-  set_tests_properties(router_kv_deadline_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_kv_deadline_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_deadline.py LABEL integration TIMEOUT 120)
 
 # protocol vllm (see test_vllm.py): the sequential prefill-then-decode path against pdsim in vLLM mode,
 # prefill failures, dead prefills, the release of KV a client left behind, and KV leases.
-foreach(s routes prefill_failures all_prefills_dead disconnect_release decode_failure_release kv_expiry
-          lease_renewal)
-  add_test(NAME router_vllm_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_vllm.py ${s})
-  set_tests_properties(router_vllm_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_vllm_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_vllm.py LABEL integration TIMEOUT 120)
 
 # Fuzz target of the vLLM body rewrite and the prefill answer's kv_transfer_params (jansson checks
 # every body built).
@@ -88,39 +74,26 @@ pdr_fuzz_corpus_test(router_rewrite_fuzz_corpus fuzz_rewrite rewrite 120)
 
 # sglang router compatibility (see test_sglang_compat.py): the metrics-only listener, the worker startup
 # deadline, CORS, log levels and --log-dir, --admin-token-file, the sglang router's extra routes, refused flags.
-foreach(s prometheus startup_timeout cors log_level admin_token_file routes refused_flags)
-  add_test(NAME router_sglang_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_sglang_compat.py ${s})
-  set_tests_properties(router_sglang_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_sglang_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_sglang_compat.py LABEL integration TIMEOUT 120)
 
 # Model pools (see test_pools.py): routing by model across two pools, unknown models, /v1/models, the admin
 # API, metrics, access log and readiness per pool; reloads that add, change and remove pools.
-foreach(s routing shorthand reload timeouts)
-  add_test(NAME router_pools_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pools.py ${s})
-  set_tests_properties(router_pools_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_pools_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pools.py LABEL integration TIMEOUT 120 SKIP77)
 
 # Client headers end to end (see test_headers.py): forwarding to both legs, the fields Connection names
 # (every protocol), connection-specific fields over HTTP/2, trace context, request ids, the worker API key,
 # 431 for heads past the limits over HTTP/1 and HTTP/2.
-foreach(s forward connection_named h2_connection_specific trace api_key limits)
-  add_test(NAME router_headers_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_headers.py ${s})
-  set_tests_properties(router_headers_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_headers_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_headers.py LABEL integration TIMEOUT 120 SKIP77)
 
 # Each hop-by-hop and router-set header rule on its own, with no Connection header naming them (see
 # test_hop_headers.py).
-add_test(NAME router_headers_own_rules COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_hop_headers.py own_rules)
-set_tests_properties(router_headers_own_rules PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+pdr_scenario_tests(router_headers_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_hop_headers.py LABEL integration TIMEOUT 120)
 
 # Per-phase timing and trace export (see test_tracing.py): spans at an OTLP/HTTP collector chained to the
 # client's traceparent and to the ids the workers received, access-log phases, histograms, the file
 # exporter and sampling, a collector that hangs or is gone, protocol vllm, a request that skips the prefill,
 # config errors.
-foreach(s otlp collector_down file vllm solo config)
-  add_test(NAME router_tracing_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_tracing.py ${s})
-  set_tests_properties(router_tracing_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_tracing_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_tracing.py LABEL integration TIMEOUT 120 SKIP77)
 
 # Fuzz target of the forwarded-header parsers (traceparent, Connection lists, name classes) and the raw
 # head limits.
@@ -133,64 +106,42 @@ pdr_fuzz_corpus_test(fwdheaders_fuzz_corpus fuzz_fwdheaders fwd 60)
 # least_load's, the same rule), round_robin's strict alternation, random's spread;
 # replicas that agree through consistent-hash seeding, also when they list the workers in different orders;
 # cache_aware settings per pool and role.
-foreach(s affinity power_of_two power_of_two_load least_load_load round_robin random replicas replicas_order
-          pool_thresholds)
-  add_test(NAME router_policy_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_cache_aware.py ${s})
-  set_tests_properties(router_policy_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_policy_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_cache_aware.py LABEL integration TIMEOUT 120)
 
 # Conditional disaggregation (see test_disagg.py): short prompts and saturated prefills skip the prefill
 # (vllm: the decode alone; sglang: a regular worker), decisions in the metrics and the access log.
-foreach(s vllm_short_prompt vllm_tokens vllm_cached_prefix vllm_saturated off sglang_regular sglang_no_regular)
-  add_test(NAME router_disagg_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_disagg.py ${s})
-  set_tests_properties(router_disagg_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_disagg_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_disagg.py LABEL integration TIMEOUT 120)
 
 # Data-parallel attention ranks (see test_dp.py): one routing target per rank, the rank on each leg as the
 # engine expects (sglang body field and room, vLLM header), reloads.
-foreach(s sglang_ranks vllm_ranks solo_ranks dp_aware config)
-  add_test(NAME router_dp_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_dp.py ${s})
-  set_tests_properties(router_dp_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_dp_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_dp.py LABEL integration TIMEOUT 120)
 
 # precise_prefix (see test_kv_events.py): pdsim prefills publish KV events (vLLM's format) and the router
 # routes by them; gaps, publisher restarts and malformed messages are counted and fall back to the tree.
 # A misbehaving publisher (integration/kvflood.c): oversized messages and event floods stay bounded.
 add_executable(kvflood integration/kvflood.c)
 target_link_libraries(kvflood PRIVATE PkgConfig::ZMQ PkgConfig::MSGPACK)
-foreach(s routing gap restart malformed block_sizes text big_messages flood)
-  add_test(NAME router_kv_events_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_events.py ${s})
-  set_tests_properties(router_kv_events_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(router_kv_events_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_events.py LABEL integration TIMEOUT 120)
 # The HMAC-SHA256 key ring shared by the router, the shim and pdsim (common/keyring.c).
 add_executable(test_keyring unit/test_keyring.c)
 target_link_libraries(test_keyring PRIVATE pdr_keyring)
 add_test(NAME keyring_unit COMMAND test_keyring)
-set_tests_properties(keyring_unit PROPERTIES TIMEOUT 60)
+set_tests_properties(keyring_unit PROPERTIES TIMEOUT 60 LABELS unit)
 
 # Shim events and load (see test_shim_events.py): the signed channel's refusals, per-worker keys, load in
 # status and metrics, worker incarnations, decode admission by reported free KV.
-foreach(s auth worker_keys load admission_wait_503 admission_other_decode rooms rooms_progress rooms_tickets restart restart_inflight admission_capacity python)
-  add_test(NAME shim_events_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_shim_events.py ${s})
-  set_tests_properties(shim_events_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(shim_events_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_shim_events.py LABEL integration TIMEOUT 120 SKIP77)
 # Room events acting on the request in flight (see test_kv_shim.py): the KV phase from a shim's done, a
 # shim's failure retried on another pair, a restarted worker's links forgotten.
-foreach(s done_phase failed_retry restart_links)
-  add_test(NAME kv_shim_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_shim.py ${s})
-  set_tests_properties(kv_shim_${s} PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(kv_shim_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_shim.py LABEL integration TIMEOUT 120 SKIP77)
 # PD answers that are not the workers' to pass through (see test_pd_answers.py): a refused ticket, a
 # prefill that dies after the decode's failure.
-foreach(s ticket_refused prefill_dies)
-  add_test(NAME pd_answers_${s} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pd_answers.py ${s})
-  set_tests_properties(pd_answers_${s} PROPERTIES TIMEOUT 120 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
-endforeach()
+pdr_scenario_tests(pd_answers_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pd_answers.py LABEL integration TIMEOUT 120)
 add_executable(test_shim_events unit/test_shim_events.c)
 target_include_directories(test_shim_events PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit)
 target_link_libraries(test_shim_events PRIVATE pdr_router pdshim)
 add_test(NAME shim_events_unit COMMAND test_shim_events)
-set_tests_properties(shim_events_unit PROPERTIES TIMEOUT 120)
+set_tests_properties(shim_events_unit PROPERTIES TIMEOUT 120 LABELS unit)
 if(PDR_SANITIZE)
   # python3 loads the instrumented libpdshim.so: the ASan runtime goes first (as for test_shim_python).
   execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so
@@ -203,9 +154,3 @@ endif()
 add_executable(fuzz_shim fuzz/fuzz_shim.c)
 target_link_libraries(fuzz_shim PRIVATE pdr_router)
 pdr_fuzz_corpus_test(router_shim_fuzz_corpus fuzz_shim shim 120)
-
-# A slow but steady HTTP/2 reader drives flow control with python3-h2, which Debian's /usr/bin/python3 sees.
-add_test(NAME router_hardening_slow_steady_reader_h2
-         COMMAND sh -c "/usr/bin/python3 -c 'import h2' 2>/dev/null || { echo 'skipped: /usr/bin/python3 has no h2 module (python3-h2)'; exit 77; }; exec /usr/bin/python3 \"$0\" slow_steady_reader_h2"
-                 ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_hardening.py)
-set_tests_properties(router_hardening_slow_steady_reader_h2 PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")

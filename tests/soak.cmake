@@ -4,4 +4,4 @@
 add_test(NAME soak_smoke
          COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/soak.py --minutes 0.3 --fault-every 2 --sample 1
                  --clients 3 --third --csv ${CMAKE_CURRENT_BINARY_DIR}/soak_smoke.csv)
-set_tests_properties(soak_smoke PROPERTIES TIMEOUT 180 ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+set_tests_properties(soak_smoke PROPERTIES TIMEOUT 180 LABELS soak ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")

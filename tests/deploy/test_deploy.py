@@ -642,9 +642,15 @@ def run_systemd():
     return 0
 
 
+PARTS = {"k8s": run_k8s, "rules": run_rules, "docker": run_docker, "systemd": run_systemd}
+
+
 def main():
     what = sys.argv[1] if len(sys.argv) > 1 else ""
-    fn = {"k8s": run_k8s, "rules": run_rules, "docker": run_docker, "systemd": run_systemd}.get(what)
+    if what == "--list":  # The parts, one a line: CMake registers a ctest deploy_PART for each.
+        print("\n".join(PARTS))
+        return 0
+    fn = PARTS.get(what)
     if fn is None:
         print(__doc__)
         return 2

@@ -417,8 +417,9 @@ def metric(text, name, **labels):
 
 
 def run(scope):
-    """Runs scenario_<argv[1]> of scope; processes are stopped afterwards (SIGCONT first for frozen ones)."""
-    name = sys.argv[1]
+    """Runs scenario_<argv[1]> of scope; processes are stopped afterwards (SIGCONT first for frozen ones).
+    `--list` prints the scenario names (pdtest.scenario_arg)."""
+    name = pdtest.scenario_arg(scope)
     fn = scope.get("scenario_" + name)
     if fn is None:
         print("unknown scenario %s" % name, file=sys.stderr)

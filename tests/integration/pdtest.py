@@ -286,10 +286,33 @@ def check(cond, msg, *procs):
         raise AssertionError(msg + "".join("\n--- %s log ---\n%s" % (p.name, p.log_tail()) for p in procs))
 
 
+def scenario_names(scope):
+    """The scenarios a driver defines: the names of its own scenario_* functions (not imported ones), in
+    the order written. CMake registers one ctest per name from `DRIVER --list` (tests/CMakeLists.txt,
+    pdr_scenario_tests), so the driver is the one list of its tests."""
+    module = scope.get("__name__")
+    return [k[len("scenario_"):] for k, v in scope.items()
+            if k.startswith("scenario_") and callable(v) and getattr(v, "__module__", None) == module]
+
+
+def scenario_arg(scope, argv=None):
+    """The scenario named on the command line (argv[1]). `--list` prints scenario_names(scope), one a
+    line, and exits 0; no argument exits 2 with the usage and the names."""
+    argv = argv or sys.argv
+    if len(argv) < 2:
+        print("usage: %s SCENARIO|--list\nscenarios: %s" % (os.path.basename(argv[0]),
+                                                         " ".join(scenario_names(scope))), file=sys.stderr)
+        sys.exit(2)
+    if argv[1] == "--list":
+        print("\n".join(scenario_names(scope)))
+        sys.exit(0)
+    return argv[1]
+
+
 def run_scenario(scope, argv=None):
     """Runs the function scenario_<argv[1]> found in scope (a module's globals()), stopping every
-    process it started afterwards; exits 2 for an unknown name."""
-    name = (argv or sys.argv)[1]
+    process it started afterwards; exits 2 for an unknown name. `--list` prints the scenario names."""
+    name = scenario_arg(scope, argv)
     fn = scope.get("scenario_" + name)
     if fn is None:
         print("unknown scenario %s" % name, file=sys.stderr)

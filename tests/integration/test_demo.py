@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/demo.sh (make run) in its non-interactive mode (DEMO_ONCE=1).
 
-Usage: test_demo.py SCENARIO   (taken_8000, taken_port, dead_worker)
+Usage: test_demo.py SCENARIO|--list   (taken_8000, taken_port, dead_worker)
 
 - taken_8000: with port 8000 held by another socket, the demo picks a free port, says so, and its
   requests are answered by its own router and workers; nothing connects to the socket on 8000.
@@ -115,4 +115,4 @@ def scenario_dead_worker():
 
 
 if __name__ == "__main__":
-    globals()["scenario_" + sys.argv[1]]()
+    globals()["scenario_" + pdtest.scenario_arg(globals())]()

@@ -75,7 +75,7 @@ typedef struct pdsim_opts {
     int64_t kv_capacity_bytes;   /* decode: KV held by running requests at most; 0 = unlimited */
     const char *tls_cert, *tls_key; /* --tls-cert/--tls-key: serve HTTPS on --port; NULL: plain HTTP */
     const char *tls_client_ca;      /* --tls-client-ca: require a client certificate signed by it */
-    int tls_no_resumption;          /* --tls-fail-resumption: fail handshakes that resume (with a client CA) */
+    int tls_no_resumption; /* --tls-fail-resumption: fail handshakes that resume (with a client CA) */
     pdsim_faults_t faults;
 } pdsim_opts_t;
 #define PDSIM_MAX_TICKET_KEYS 4

@@ -1,0 +1,299 @@
+/*
+ * pdsim's route dispatch and its routes other than generation: /pdsim/stats, /pdsim/fault, the last
+ * request's headers, health, models. Loop thread only.
+ */
+#include "server_internal.h"
+
+static void send_stats(h2o_req_t *req)
+{
+    json_t *last = json_array();
+    size_t n = sim__state.last_pos < SIM_LAST_MAX ? sim__state.last_pos : SIM_LAST_MAX;
+    for (size_t k = sim__state.last_pos - n; k < sim__state.last_pos; k++)
+        json_array_append(last, sim__state.last[k % SIM_LAST_MAX]);
+    json_t *o = json_pack(
+        "{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "role", sim__role_name(sim__state.opts.role), "requests",
+        (json_int_t)sim__state.requests, "completed", (json_int_t)sim__state.completed, "cancelled",
+        (json_int_t)sim__state.cancelled, "errors", (json_int_t)sim__state.errors, "resets",
+        (json_int_t)sim__state.resets, "inflight", (json_int_t)sim__state.nreqs, "kv_bytes_received",
+        (json_int_t)sim__state.kv_rx, "kv_bytes_sent", (json_int_t)sim__state.kv_tx, "last", last);
+    json_t *arr = json_array(), *ports = json_object();
+    size_t na = sim__state.arrivals_pos < SIM_LAST_MAX ? sim__state.arrivals_pos : SIM_LAST_MAX;
+    for (size_t k = sim__state.arrivals_pos - na; k < sim__state.arrivals_pos; k++)
+        json_array_append_new(arr, json_integer((json_int_t)sim__state.arrivals_us[k % SIM_LAST_MAX]));
+    for (size_t i = 0; i < sim__state.n_by_port; i++) {
+        char key[24];
+        snprintf(key, sizeof(key), "%lld", (long long)sim__state.by_port[i][0]);
+        json_object_set_new(ports, key, json_integer((json_int_t)sim__state.by_port[i][1]));
+    }
+    json_object_set_new(o, "arrivals_us", arr);
+    json_object_set_new(o, "by_bootstrap_port", ports);
+    json_object_set_new(o, "kv_link_failures", json_integer((json_int_t)sim__state.kv_link_failures));
+    sim__vllm_stats(o);
+    json_object_set_new(o, "local_prefills", json_integer((json_int_t)sim__state.local_prefills));
+    json_object_set_new(o, "inflight_max", json_integer((json_int_t)sim__state.active_max));
+    json_t *tr = json_object();
+    for (size_t k = 0; k < sizeof(sim__ticket_reasons) / sizeof(sim__ticket_reasons[0]); k++)
+        json_object_set_new(tr, sim__ticket_reasons[k],
+                            json_integer((json_int_t)sim__state.ticket_refused[k]));
+    json_object_set_new(o, "tickets",
+                        json_pack("{s:b,s:I,s:o}", "enabled", sim__state.opts.n_ticket_keys > 0, "accepted",
+                                  (json_int_t)sim__state.tickets_accepted, "refused", tr));
+    json_object_set_new(o, "kv_parts",
+                        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "parts", (json_int_t)sim__state.opts.kv_parts,
+                                  "rooms", (json_int_t)sim__state.parts_rooms, "published",
+                                  (json_int_t)sim__state.parts_published, "moved_at_compute_end",
+                                  (json_int_t)sim__state.parts_moved_at_end, "bytes",
+                                  (json_int_t)sim__state.parts_bytes, "tail_us_last",
+                                  (json_int_t)sim__state.kv_tail_us_last));
+    json_object_set_new(o, "kv_capacity_bytes", json_integer((json_int_t)sim__state.opts.kv_capacity_bytes));
+    json_object_set_new(o, "kv_used_bytes", json_integer((json_int_t)sim__state.kv_used));
+    json_object_set_new(o, "kv_used_max_bytes", json_integer((json_int_t)sim__state.kv_used_max));
+    json_object_set_new(o, "kv_capacity_refusals", json_integer((json_int_t)sim__state.kv_capacity_refusals));
+    if (sim__state.shim != NULL) {
+        uint8_t inst[16];
+        char hex[33];
+        pdshim_instance_id(sim__state.shim, inst);
+        for (int i = 0; i < 16; i++)
+            snprintf(hex + 2 * i, 3, "%02x", inst[i]);
+        uint64_t sent = 0, failed = 0, dropped = 0;
+        pdshim_events_stats(sim__state.shim, &sent, &failed, &dropped);
+        json_object_set_new(o, "instance_id", json_string(hex));
+        json_object_set_new(o, "event_batches_sent", json_integer((json_int_t)sent));
+        json_object_set_new(o, "event_batches_failed", json_integer((json_int_t)failed));
+        json_object_set_new(o, "events_dropped", json_integer((json_int_t)dropped));
+    }
+    pdsim_pcache_stats_t pc = {0};
+    if (sim__state.pcache != NULL)
+        pdsim_pcache_stats(sim__state.pcache, &pc);
+    json_object_set_new(o, "prefix_cache",
+                        json_pack("{s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "enabled", sim__state.pcache != NULL,
+                                  "hit_tokens", (json_int_t)pc.hit_tokens, "miss_tokens",
+                                  (json_int_t)pc.miss_tokens, "blocks", (json_int_t)pc.blocks, "max_blocks",
+                                  (json_int_t)pc.max_blocks, "block_tokens", (json_int_t)pc.block_tokens,
+                                  "inserted_blocks", (json_int_t)pc.inserted_blocks, "evicted_blocks",
+                                  (json_int_t)pc.evicted_blocks));
+    pdsim_kvev_stats_t ks;
+    pdsim_kvev_stats(&ks);
+    json_object_set_new(o, "kv_events",
+                        json_pack("{s:b,s:I,s:I,s:I,s:I,s:I}", "enabled", ks.enabled, "messages",
+                                  (json_int_t)ks.messages, "dropped", (json_int_t)ks.dropped, "malformed",
+                                  (json_int_t)ks.malformed, "events", (json_int_t)ks.events, "next_seq",
+                                  (json_int_t)ks.next_seq));
+    sim__send_json(req, 200, o);
+    json_decref(o);
+}
+
+static json_t *faults_obj(void)
+{
+    const pdsim_faults_t *f = &sim__state.faults;
+    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i,s:b,s:I,s:b,s:I}", "fail_health", f->fail_health,
+                     "health_status", f->health_status, "fail_status", f->fail_status, "hang_before_headers",
+                     f->hang_before_headers, "drip_ms", (json_int_t)f->drip_ms, "reset_after_tokens",
+                     (json_int_t)f->reset_after_tokens, "stall_kv", f->stall_kv, "die_after",
+                     (json_int_t)f->die_after, "fail_after_kv", f->fail_after_kv, "stream_head_before_kv",
+                     f->stream_head_before_kv, "stall_kv_from_port", (json_int_t)f->stall_kv_from_port,
+                     "reset_answer", f->reset_answer, "fail_kv_from_port", (json_int_t)f->fail_kv_from_port);
+}
+
+void sim__set_die_after(int64_t n)
+{
+    sim__state.faults.die_after = n;
+    sim__state.die_at = n > 0 ? sim__state.completed + (uint64_t)n : 0;
+}
+
+static int fault_int(json_t *body, const char *key, int64_t min, int64_t max, int64_t *out)
+{
+    json_t *v = json_object_get(body, key);
+    if (v == NULL)
+        return 0;
+    if (json_is_boolean(v)) {
+        *out = json_is_true(v);
+    } else if (json_is_integer(v) && json_integer_value(v) >= min && json_integer_value(v) <= max) {
+        *out = json_integer_value(v);
+    } else if (json_is_null(v)) {
+        *out = 0;
+    } else {
+        return PDR_EINVAL;
+    }
+    return 0;
+}
+
+static void handle_fault(h2o_req_t *req)
+{
+    json_error_t jerr;
+    json_t *body = json_loadb(req->entity.base, req->entity.len, 0, &jerr);
+    if (!json_is_object(body)) {
+        json_decref(body);
+        sim__send_error(req, 400, "malformed JSON body: expected an object of fault knobs");
+        return;
+    }
+    pdsim_faults_t f = sim__state.faults;
+    int64_t die = f.die_after, v;
+    int bad = 0;
+    if (json_is_true(json_object_get(body, "reset"))) {
+        memset(&f, 0, sizeof(f));
+        die = 0;
+    }
+#define KNOB(key, field, min, max)                                                                           \
+    v = f.field;                                                                                             \
+    if (fault_int(body, key, min, max, &v) != 0)                                                             \
+        bad = 1;                                                                                             \
+    else                                                                                                     \
+        f.field = v;
+    KNOB("fail_health", fail_health, 0, 1)
+    KNOB("fail_status", fail_status, 0, 599)
+    KNOB("fail_after_kv", fail_after_kv, 0, 599)
+    KNOB("health_status", health_status, 0, 599)
+    KNOB("hang_before_headers", hang_before_headers, 0, 1)
+    KNOB("drip_ms", drip_ms, 0, 3600000)
+    KNOB("reset_after_tokens", reset_after_tokens, 0, PDSIM_MAX_TOKENS)
+    KNOB("stall_kv", stall_kv, 0, 1)
+    KNOB("stream_head_before_kv", stream_head_before_kv, 0, 1)
+    KNOB("stall_kv_from_port", stall_kv_from_port, 0, 65535)
+    KNOB("reset_answer", reset_answer, 0, 1)
+    KNOB("fail_kv_from_port", fail_kv_from_port, 0, 65535)
+#undef KNOB
+    int64_t kv_drop = -1, kv_bad = -1;
+    if (fault_int(body, "kv_events_drop_every", 0, INT32_MAX, &kv_drop) != 0 ||
+        fault_int(body, "kv_events_malformed", 0, 1000, &kv_bad) != 0)
+        bad = 1;
+    int die_set = json_object_get(body, "die_after") != NULL || json_is_true(json_object_get(body, "reset"));
+    if (fault_int(body, "die_after", 0, INT32_MAX, &die) != 0)
+        bad = 1;
+    if (fault_int(body, "prefill_us_per_token", 0, 10000000, &sim__state.opts.prefill_us_per_token) != 0 ||
+        fault_int(body, "decode_us_per_token", 0, 10000000, &sim__state.opts.decode_us_per_token) != 0)
+        bad = 1;
+    json_decref(body);
+    if (bad || (f.fail_status != 0 && f.fail_status < 400) ||
+        (f.health_status != 0 && f.health_status < 200)) {
+        sim__send_error(
+            req, 400,
+            "bad fault knob: booleans, or integers in range (fail_status 400-599 or 0, health_status "
+            "200-599 or 0)");
+        return;
+    }
+    sim__state.faults = f;
+    if (die_set)
+        sim__set_die_after(die);
+    pdsim_kvev_fault(kv_drop, kv_bad);
+    json_t *o = faults_obj();
+    sim__send_json(req, 200, o);
+    json_decref(o);
+}
+
+static int path_is(const h2o_req_t *req, const char *p)
+{
+    size_t n = strlen(p);
+    return req->path_normalized.len == n && memcmp(req->path_normalized.base, p, n) == 0;
+}
+
+static int method_is(const h2o_req_t *req, const char *m)
+{
+    size_t n = strlen(m);
+    return req->method.len == n && memcmp(req->method.base, m, n) == 0;
+}
+
+/* Tests: the header fields of the last request of each kind, as h2o received them ([[name, value], ...]),
+ * answered by GET /pdsim/last_headers. */
+static void record_headers(h2o_req_t *req)
+{
+    int kind = path_is(req, "/health") || path_is(req, "/health_generate") ? 1
+               : path_is(req, "/v1/models")                                ? 2
+                                                                           : 0;
+    if (kind == 0 && !path_is(req, "/generate") && !path_is(req, "/v1/completions") &&
+        !path_is(req, "/v1/chat/completions"))
+        return;
+    json_t *a = json_array();
+    for (size_t i = 0; a != NULL && i < req->headers.size; i++) {
+        const h2o_header_t *e = &req->headers.entries[i];
+        json_array_append_new(a,
+                              json_pack("[s%s%]", e->name->base, e->name->len, e->value.base, e->value.len));
+    }
+    if (a == NULL)
+        return;
+    json_decref(sim__state.last_headers[kind]);
+    sim__state.last_headers[kind] = a;
+}
+
+static void send_last_headers(h2o_req_t *req)
+{
+    json_t *o = json_pack("{s:O?,s:O?,s:O?}", "generate", sim__state.last_headers[0], "health",
+                          sim__state.last_headers[1], "models", sim__state.last_headers[2]);
+    sim__send_json(req, 200, o);
+    json_decref(o);
+}
+
+int sim__on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    (void)self;
+    record_headers(req);
+    static const struct {
+        const char *path;
+        enum sim_route route;
+    } gen_routes[] = {{"/generate", ROUTE_GENERATE},
+                      {"/v1/completions", ROUTE_COMPLETIONS},
+                      {"/v1/chat/completions", ROUTE_CHAT}};
+    for (size_t i = 0; i < sizeof(gen_routes) / sizeof(gen_routes[0]); i++) {
+        if (path_is(req, gen_routes[i].path)) {
+            if (!method_is(req, "POST"))
+                sim__send_error(req, 405, "use POST");
+            else if (sim__state.shutting_down)
+                sim__send_error(req, 503, "pdsim is shutting down");
+            else
+                sim__handle_generate(req, gen_routes[i].route, gen_routes[i].path);
+            return 0;
+        }
+    }
+    if (path_is(req, "/health") || path_is(req, "/health_generate")) {
+        if (sim__state.faults.fail_health || sim__state.shutting_down)
+            sim__send_body(req, 503, "text/plain", "unhealthy\n", 10);
+        else if (sim__state.faults.health_status != 0)
+            sim__send_body(req, sim__state.faults.health_status, "text/plain", "health_status\n", 14);
+        else
+            sim__send_body(req, 200, "text/plain", "ok", 2);
+    } else if (path_is(req, "/v1/models")) {
+        json_t *o = json_pack("{s:s,s:[{s:s,s:s,s:i,s:s,s:s}]}", "object", "list", "data", "id",
+                              sim__state.opts.model, "object", "model", "created", 0, "owned_by", "pdsim",
+                              "root", sim__state.opts.model);
+        sim__send_json(req, 200, o);
+        json_decref(o);
+    } else if (path_is(req, "/get_model_info") || path_is(req, "/model_info")) {
+        json_t *o = json_pack("{s:s,s:s,s:b}", "model_path", sim__state.opts.model, "tokenizer_path",
+                              sim__state.opts.model, "is_generation", 1);
+        sim__send_json(req, 200, o);
+        json_decref(o);
+    } else if (path_is(req, "/get_server_info") || path_is(req, "/server_info")) {
+        json_t *o =
+            json_pack("{s:s,s:s,s:I,s:I}", "model_path", sim__state.opts.model, "disaggregation_mode",
+                      sim__role_name(sim__state.opts.role), "port", (json_int_t)sim__state.opts.port,
+                      "dp_size", (json_int_t)(sim__state.opts.dp_size > 0 ? sim__state.opts.dp_size : 1));
+        sim__send_json(req, 200, o);
+        json_decref(o);
+    } else if (path_is(req, "/flush_cache")) {
+        if (method_is(req, "POST"))
+            sim__send_body(req, 200, "text/plain", "Cache flushed.\n", 15);
+        else
+            sim__send_error(req, 405, "use POST");
+    } else if (path_is(req, "/get_load")) {
+        /* sglang's shape: one entry per data-parallel rank (pdsim has one); tokens = requests in flight. */
+        json_t *o = json_pack("[{s:i,s:I,s:i,s:I}]", "dp_rank", 0, "num_reqs", (json_int_t)sim__state.nreqs,
+                              "num_waiting_reqs", 0, "num_tokens", (json_int_t)sim__state.nreqs);
+        sim__send_json(req, 200, o);
+        json_decref(o);
+    } else if (path_is(req, "/pdsim/stats")) {
+        send_stats(req);
+    } else if (path_is(req, "/pdsim/last_headers")) {
+        send_last_headers(req);
+    } else if (path_is(req, "/pdsim/fault")) {
+        if (method_is(req, "POST")) {
+            handle_fault(req);
+        } else {
+            json_t *o = faults_obj();
+            sim__send_json(req, 200, o);
+            json_decref(o);
+        }
+    } else {
+        sim__send_error(req, 404, "no such route on pdsim");
+    }
+    return 0;
+}
