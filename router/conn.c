@@ -1293,7 +1293,8 @@ int pdr__refuse_ambiguous_head(pdr_thread_t *t, h2o_req_t *req)
     }
     if (sock == NULL || sock->input == NULL)
         return 0;
-    /* The same bytes head_guard checked in the read now being handled: checked already. */
+    /* The same buffer head_guard checked in the read now being handled: checked already. (h2o has
+     * lower-cased the header names in place since; the checks compare names in any case.) */
     if (cc != NULL && cc->g_checked == sock->input->bytes && cc->g_checked_size == sock->input->size)
         return 0;
     const char *why;
