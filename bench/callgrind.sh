@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Instructions per PD request in pdrouter, counted by callgrind (stable on a noisy machine): the
 # router runs under valgrind with one loop thread; h2load sends N and then 2N requests to it; the
-# difference of the two totals divided by N removes start-up and shutdown costs.
+# difference of the two totals divided by N removes start-up and shutdown costs. The peer is counted the
+# same way: nginx proxy_pass (one worker, no master process, keep-alive upstream pool) in front of the
+# same upstream, with the same client and body; its row and the ratio are printed beside the router's.
+# nginx makes one upstream call per request, pdrouter two (the prefill and the decode leg).
 # Usage: bench/callgrind.sh [BUILD_DIR] ; env N (default 2000), CLIENT_HEADERS ("typical": the eleven
-# headers an OpenAI SDK client sends, as in bench/run.sh). Needs valgrind, nginx, h2load.
+# headers an OpenAI SDK client sends, as in bench/run.sh), PEER (default on; "off" skips the nginx row),
+# KEEP (a directory: the callgrind outputs are copied there for callgrind_annotate).
+# Needs valgrind, nginx, h2load.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
 N=${N:-2000}
 work=$(mktemp -d /tmp/pdr-cg.XXXXXX)
-UP=18301; ROUTER=18303
+UP=18301; ROUTER=18303; PROXY=18304
 ngpid=
-cleanup() { [ -n "$ngpid" ] && kill "$ngpid" 2>/dev/null; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] && cp "$work"/cg.* /tmp/ ; rm -rf "$work"; }
+cleanup() { [ -n "$ngpid" ] && kill "$ngpid" 2>/dev/null; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$work"/cg.* "$KEEP"/; rm -rf "$work"; }
 trap cleanup EXIT
 cat >"$work/up.conf" <<CONF
 worker_processes 1; daemon off; pid $work/up.pid; error_log $work/up.err;
@@ -29,16 +34,48 @@ if [ "${CLIENT_HEADERS:-}" = typical ]; then
            -H 'traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01')
 fi
 printf '{"text":"The quick brown fox jumps over the lazy dog","sampling_params":{"max_new_tokens":8}}' >"$work/body.json"
+cat >"$work/proxy.conf" <<CONF
+master_process off; daemon off; worker_processes 1; pid $work/px.pid; error_log $work/px.err;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 1000000;
+  upstream up { server 127.0.0.1:$UP; keepalive 64; }
+  server { listen 127.0.0.1:$PROXY;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection "";
+                 proxy_buffering off; } } }
+CONF
+load() { # port requests
+    h2load --h1 -n "$2" -c 8 -d "$work/body.json" "${hdrs[@]}" \
+        "http://127.0.0.1:$1/generate" | grep -E '^requests:' >&2
+}
+wait_up() { for _ in $(seq 200); do curl -sf -o /dev/null "http://127.0.0.1:$1/health" && return 0; sleep 0.1; done
+    echo "port $1 not up" >&2; exit 1; }
+peer_total() { # requests -> instructions
+    valgrind --tool=callgrind --callgrind-out-file="$work/cg.nginx.$1" nginx -c "$work/proxy.conf" -p "$work" \
+        2>"$work/vg.nginx.$1" &
+    local pid=$!
+    wait_up $PROXY
+    load $PROXY "$1"
+    kill -QUIT $pid; wait $pid || true
+    awk '/^summary:/ {print $2}' "$work/cg.nginx.$1"
+}
 total() { # requests -> instructions
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.$1" "$build/pdrouter" --pd-disaggregation \
         --prefill "http://127.0.0.1:$UP" 8998 --decode "http://127.0.0.1:$UP" --host 127.0.0.1 --port $ROUTER \
         --access-log off --log-level warn --threads 1 --health-interval-ms 600000 2>"$work/vg.$1" &
     local pid=$!
-    for _ in $(seq 200); do curl -sf -o /dev/null "http://127.0.0.1:$ROUTER/health" && break; sleep 0.1; done
-    h2load --h1 -n "$1" -c 8 -d "$work/body.json" "${hdrs[@]}" \
-        "http://127.0.0.1:$ROUTER/generate" | grep -E '^requests:' >&2
+    wait_up $ROUTER
+    load $ROUTER "$1"
     kill -TERM $pid; wait $pid || true
     awk '/^summary:/ {print $2}' "$work/cg.$1"
 }
 a=$(total "$N"); b=$(total $((2 * N)))
-echo "instructions per PD request: $(( (b - a) / N ))  (totals: $N req $a, $((2 * N)) req $b)"
+pd=$(( (b - a) / N ))
+echo "instructions per PD request: $pd  (totals: $N req $a, $((2 * N)) req $b)"
+if [ "${PEER:-on}" != off ]; then
+    c=$(peer_total "$N"); d=$(peer_total $((2 * N)))
+    px=$(( (d - c) / N ))
+    echo "instructions per nginx proxy_pass request: $px  (totals: $N req $c, $((2 * N)) req $d)"
+    echo "| pdrouter | nginx proxy_pass | pdrouter / nginx |"
+    echo "|---:|---:|---:|"
+    awk -v a="$pd" -v b="$px" 'BEGIN { printf "| %d | %d | %.2f |\n", a, b, a / b }'
+fi

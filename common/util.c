@@ -100,17 +100,29 @@ uint64_t pdr_random_room(void)
     return pdr_random_u64() & INT64_MAX;
 }
 
+/* "00" .. "99": two digits per division. */
+static const char digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
 size_t pdr_fmt_u64(char *out, uint64_t v)
 {
     char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    for (size_t i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
-    return n;
+    size_t k = sizeof(tmp);
+    while (v >= 100) {
+        k -= 2;
+        memcpy(tmp + k, digit_pairs + 2 * (v % 100), 2);
+        v /= 100;
+    }
+    if (v >= 10) {
+        k -= 2;
+        memcpy(tmp + k, digit_pairs + 2 * v, 2);
+    } else {
+        tmp[--k] = (char)('0' + v);
+    }
+    memcpy(out, tmp + k, sizeof(tmp) - k);
+    return sizeof(tmp) - k;
 }
 
 size_t pdr_join2(char *out, size_t cap, const char *a, const char *b)

@@ -67,6 +67,10 @@ typedef struct client_conn {
     size_t g_head_len;  /* of the request whose body is being followed */
     int g_active;
     pdr_chunkguard_t g;
+    /* The head that head_guard found well-framed in the read being handed to h2o now (input bytes and
+     * size; NULL outside chunk_guard_read): pdr__refuse_ambiguous_head need not check it again. */
+    const char *g_checked;
+    size_t g_checked_size;
     pdr_dlink_t rewrap; /* on t->rewrap */
     /* HTTP/2 header-block guard (h2_guard_read): decided at the connection's first bytes */
     /* H2G_HTTP1: opened as HTTP/1 (it may switch with Upgrade: h2c, h2_upgraded) */
@@ -548,8 +552,9 @@ static void on_h1_req_dispose(void *p)
     uv_prepare_start(&t->rewrap_prepare, on_rewrap_prepare);
 }
 
-/* Looks at the bytes h2o is about to read: 1 when a chunk declares more than the body limit allows. */
-static int chunk_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
+/* Looks at the bytes h2o is about to read: 1 when a chunk declares more than the body limit allows. head
+ * and chunked: pdr_reqguard_head_len of the input, when the guard is not active. */
+static int chunk_guard_inspect(client_conn_t *cc, h2o_socket_t *sock, size_t head, int chunked)
 {
     const char *p = sock->input->bytes;
     size_t size = sock->input->size, pre = cc->g_last_size;
@@ -559,8 +564,6 @@ static int chunk_guard_inspect(client_conn_t *cc, h2o_socket_t *sock)
     }
     size_t from = pre;
     if (!cc->g_active) {
-        int chunked;
-        size_t head = pdr_reqguard_head_len(p, size, &chunked);
         if (head == 0 || !chunked || head <= pre)
             return 0; /* no head, not chunked, or a head this guard did not see arrive */
         cc->g_active = 1;
@@ -991,17 +994,20 @@ static int is_preface_start(const h2o_socket_t *sock)
     return n > 0 && memcmp(sock->input->bytes, preface, n) == 0;
 }
 
-/* The Content-Length of a complete HTTP/1 head at the start of p (the first one: more than one is
- * refused later as ambiguous), or -1 when there is none or the head is not complete. */
-static int64_t head_content_length(const char *p, size_t n)
+/* The Content-Length of the complete HTTP/1 head of `head` bytes at the start of p (the first one: more
+ * than one is refused later as ambiguous), or -1 when there is none or the head is not complete (head 0). */
+static int64_t head_content_length(const char *p, size_t head, int chunked)
 {
-    int chunked;
-    size_t head = pdr_reqguard_head_len(p, n, &chunked);
     if (head == 0 || chunked)
         return -1;
     static const char name[] = "content-length:";
-    for (size_t i = 0; i + sizeof(name) - 1 < head; i++) {
-        if (p[i] != '\n' || strncasecmp(p + i + 1, name, sizeof(name) - 1) != 0)
+    /* Line by line: memchr finds each line's end, and only a line starting with 'c' is compared. */
+    for (const char *nl = memchr(p, '\n', head); nl != NULL;
+         nl = memchr(nl + 1, '\n', head - (size_t)(nl + 1 - p))) {
+        size_t i = (size_t)(nl - p);
+        if (i + sizeof(name) - 1 >= head)
+            break;
+        if ((p[i + 1] | 0x20) != 'c' || strncasecmp(p + i + 1, name, sizeof(name) - 1) != 0)
             continue;
         size_t j = i + sizeof(name);
         while (j < head && (p[j] == ' ' || p[j] == '\t'))
@@ -1031,10 +1037,9 @@ int phr_parse_request(const char *buf, size_t len, const char **method, size_t *
 /* Why a complete request head must be refused with 400 before h2o reads it, or NULL: a head another
  * parser may frame differently (reqguard.h), or one h2o's own parser refuses (h2o would answer 400 and
  * close at once, resetting a client that is still sending). */
-static const char *malformed_head(const char *p, size_t n)
+static const char *malformed_head(const char *p, size_t n, size_t head)
 {
-    int chunked;
-    if (pdr_reqguard_head_len(p, n, &chunked) == 0)
+    if (head == 0)
         return NULL;
     const char *why;
     if (pdr_reqguard_check_head(p, n, &why) != 0)
@@ -1051,16 +1056,17 @@ static const char *malformed_head(const char *p, size_t n)
 
 /* Answers an HTTP/1 request whose head passes the router's limits before h2o parses it (see
  * pdr_reqguard_head_limits), or whose Content-Length is above limits.max_body_bytes (413 before any of
- * the body is read), then lets h2o close the connection. */
-static int head_guard(client_conn_t *cc, h2o_socket_t *sock, int fd)
+ * the body is read), then lets h2o close the connection. head and chunked: pdr_reqguard_head_len of the
+ * input. */
+static int head_guard(client_conn_t *cc, h2o_socket_t *sock, int fd, size_t head, int chunked)
 {
     const pdr_config_t *c = cc->t->config;
     int st = pdr_reqguard_head_limits(sock->input->bytes, sock->input->size, (size_t)c->limits.max_headers,
                                       (size_t)c->limits.max_header_bytes);
     const char *bad = NULL;
-    if (st == 0 && (bad = malformed_head(sock->input->bytes, sock->input->size)) != NULL)
+    if (st == 0 && (bad = malformed_head(sock->input->bytes, sock->input->size, head)) != NULL)
         st = 400;
-    if (st == 0 && head_content_length(sock->input->bytes, sock->input->size) > c->limits.max_body_bytes)
+    if (st == 0 && head_content_length(sock->input->bytes, head, chunked) > c->limits.max_body_bytes)
         st = 413;
     if (st == 0)
         return 0;
@@ -1121,9 +1127,14 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err)
         update_wait(cc);
         return;
     }
-    if (err == NULL && cc != NULL && !cc->g_active && head_guard(cc, sock, fd))
+    /* The head is scanned once for both guards (neither reads it while following a body). */
+    size_t head = 0;
+    int chunked = 0;
+    if (err == NULL && cc != NULL && !cc->g_active)
+        head = pdr_reqguard_head_len(sock->input->bytes, sock->input->size, &chunked);
+    if (err == NULL && cc != NULL && !cc->g_active && head_guard(cc, sock, fd, head, chunked))
         return;
-    if (err == NULL && cc != NULL && chunk_guard_inspect(cc, sock)) {
+    if (err == NULL && cc != NULL && chunk_guard_inspect(cc, sock, head, chunked)) {
         static const char body[] =
             "{\"error\":{\"message\":\"a chunk of the request body exceeds "
             "limits.max_body_bytes\",\"type\":\"invalid_request_error\",\"code\":413}}";
@@ -1138,7 +1149,14 @@ static void chunk_guard_read(h2o_socket_t *sock, const char *err)
         h1_answer_close(cc, sock, resp, (size_t)n);
         return;
     }
+    if (cc != NULL && head != 0) {
+        /* head_guard passed this complete head (check_head included) just now. */
+        cc->g_checked = sock->input->bytes;
+        cc->g_checked_size = sock->input->size;
+    }
     h1_reqread(sock, err);
+    if (cc != NULL)
+        cc->g_checked = NULL;
     if (cc == NULL || err != NULL || sock_gone(cc, sock))
         return;
     if (sock->_cb.read == h1_reqread)
@@ -1275,6 +1293,10 @@ int pdr__refuse_ambiguous_head(pdr_thread_t *t, h2o_req_t *req)
     }
     if (sock == NULL || sock->input == NULL)
         return 0;
+    /* The same buffer head_guard checked in the read now being handled: checked already. (h2o has
+     * lower-cased the header names in place since; the checks compare names in any case.) */
+    if (cc != NULL && cc->g_checked == sock->input->bytes && cc->g_checked_size == sock->input->size)
+        return 0;
     const char *why;
     if (pdr_reqguard_check_head(sock->input->bytes, sock->input->size, &why) == 0)
         return 0;
@@ -1375,6 +1397,8 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     cc->sock = sock;
     cc->g_active = 0;
     cc->g_last_size = 0;
+    cc->g_checked = NULL;
+    cc->g_checked_size = 0;
     cc->h2_state = H2G_UNDECIDED;
     cc->h2_fresh = 0;
     cc->rewrap = (pdr_dlink_t){NULL, NULL};

@@ -2,13 +2,19 @@
  * Incremental HTTP/1.1 response parser (see h1parse.h for the contract). Pure: no I/O, no allocation,
  * no global state; each pdr_h1resp_t is owned by one caller and touched only from its thread.
  *
- * The head (status line, headers), chunk-size lines and trailers are read one byte at a time into a
- * bounded line buffer, so any split of the input gives the same result; body bytes are never copied:
- * BODY events point into the caller's buffer. Invariants: `used` never exceeds n, NEED_MORE always
- * consumes everything, and every line, the head and the trailer section have a fixed ceiling.
+ * A head or trailer line that lies whole in the input, with no byte that needs a closer look (a control
+ * character other than HT, a CR not followed by LF, the head's ceiling reached, a status line not
+ * starting "HTTP/1."), is found eight bytes at a time and checked where it lies. Any other line (split
+ * across inputs, or with such a byte) is read one byte at a time into a bounded line buffer, which
+ * decides every error and its offset; the whole-line path takes only lines that the byte path would
+ * accept up to their end, so any split of the input gives the same result. Chunk-size lines are read
+ * byte by byte. Body bytes are never copied: BODY events point into the caller's buffer. Invariants:
+ * `used` never exceeds n, NEED_MORE always consumes everything, and every line, the head and the
+ * trailer section have a fixed ceiling.
  */
 #include "h1parse.h"
 
+#include <stddef.h>
 #include <string.h>
 
 enum {
@@ -36,11 +42,13 @@ static int fail(pdr_h1resp_t *r, const char *why)
     return PDR_H1_ERROR;
 }
 
-/* Resets everything a response's head sets (used again after a 1xx interim response). */
+/* Resets everything a response's head sets (used again after a 1xx interim response). The line buffer is
+ * not cleared: only the line_len bytes written since are ever read. */
 static void reset_response(pdr_h1resp_t *r)
 {
     int head = r->head_request;
-    memset(r, 0, sizeof(*r));
+    memset(r, 0, offsetof(pdr_h1resp_t, content_type));
+    r->content_type[0] = '\0';
     r->head_request = head;
     r->content_length = -1;
     r->state = S_STATUS;
@@ -73,6 +81,28 @@ static int lower(unsigned char c)
 {
     return c | (((unsigned)c - (unsigned)'A' < 26u) << 5); /* ASCII letters only: 'A'..'Z' gain bit 5 */
 }
+
+/*
+ * Whether the header name s (tchars only) is the literal lit of n >= 8 bytes (lower-case letters and
+ * '-'), ignoring case. Eight bytes at a time, the last word overlapping the one before: setting bit 5
+ * maps 'A'..'Z' to 'a'..'z' and keeps '-' and lower-case letters as they are, and no other tchar
+ * becomes a lower-case letter or '-' that way.
+ */
+static int name_is8(const char *s, const char *lit, size_t n)
+{
+    const uint64_t bit5 = UINT64_C(0x2020202020202020);
+    uint64_t a, b;
+    for (size_t i = 0; i + 8 < n; i += 8) {
+        memcpy(&a, s + i, 8);
+        memcpy(&b, lit + i, 8);
+        if ((a | bit5) != b)
+            return 0;
+    }
+    memcpy(&a, s + n - 8, 8);
+    memcpy(&b, lit + n - 8, 8);
+    return (a | bit5) == b;
+}
+#define NAME_IS(s, lit) name_is8(s, lit, sizeof(lit) - 1)
 
 /* Case-insensitive comparison of the slice [s, s + len) with the lower-case literal lit. */
 static int slice_is(const char *s, size_t len, const char *lit)
@@ -168,41 +198,47 @@ static int content_length(pdr_h1resp_t *r, const char *v, size_t vlen)
 }
 
 /*
- * Checks one header (or trailer) line of line_len bytes, of which the first min(line_len, sizeof line)
- * are in r->line, and applies the headers that matter for framing when `apply` is set.
+ * Checks one header (or trailer) line of line_len bytes, of which the first min(line_len, sizeof r->line)
+ * are at l, and applies the headers that matter for framing when `apply` is set.
  */
-static int header_line(pdr_h1resp_t *r, int apply)
+static int header_line(pdr_h1resp_t *r, const char *l, size_t line_len, int apply)
 {
-    size_t len = r->line_len < sizeof(r->line) ? r->line_len : sizeof(r->line);
-    int cut = r->line_len > sizeof(r->line);
-    const char *l = r->line;
+    size_t len = line_len < sizeof(r->line) ? line_len : sizeof(r->line);
+    int cut = line_len > sizeof(r->line);
     if (is_ows(l[0]))
         return fail(r, "obsolete header line folding (line starts with whitespace)");
-    const char *colon = memchr(l, ':', len);
-    if (colon == NULL)
-        return fail(r, cut ? "header name too long" : "header line without ':'");
-    size_t nlen = (size_t)(colon - l);
+    /* The name runs to the first byte that is not a tchar; when that byte is not ':', the checks below
+     * say which error it is, in the order that gives every line one answer. */
+    size_t nlen = 0;
+    while (nlen < len && is_tchar((unsigned char)l[nlen]))
+        nlen++;
+    const char *colon = l + nlen;
+    if (nlen == len || *colon != ':') {
+        colon = memchr(l, ':', len);
+        if (colon == NULL)
+            return fail(r, cut ? "header name too long" : "header line without ':'");
+        nlen = (size_t)(colon - l);
+        if (nlen > 0)
+            return fail(r, "invalid character in header name (or whitespace before ':')");
+    }
     if (nlen == 0)
         return fail(r, "empty header name");
-    for (size_t i = 0; i < nlen; i++)
-        if (!is_tchar((unsigned char)l[i]))
-            return fail(r, "invalid character in header name (or whitespace before ':')");
     if (!apply)
         return 0;
     /* Only four names matter here, and their lengths tell them apart: one comparison per header. */
     enum { H_OTHER, H_CTYPE, H_CLEN, H_TE, H_CONN } which = H_OTHER;
     switch (nlen) {
     case 10:
-        which = slice_is(l, nlen, "connection") ? H_CONN : H_OTHER;
+        which = NAME_IS(l, "connection") ? H_CONN : H_OTHER;
         break;
     case 12:
-        which = slice_is(l, nlen, "content-type") ? H_CTYPE : H_OTHER;
+        which = NAME_IS(l, "content-type") ? H_CTYPE : H_OTHER;
         break;
     case 14:
-        which = slice_is(l, nlen, "content-length") ? H_CLEN : H_OTHER;
+        which = NAME_IS(l, "content-length") ? H_CLEN : H_OTHER;
         break;
     case 17:
-        which = slice_is(l, nlen, "transfer-encoding") ? H_TE : H_OTHER;
+        which = NAME_IS(l, "transfer-encoding") ? H_TE : H_OTHER;
         break;
     default:
         break;
@@ -229,10 +265,9 @@ static int header_line(pdr_h1resp_t *r, int apply)
     return each_element(r, v, vlen, transfer_coding);
 }
 
-static int status_line(pdr_h1resp_t *r)
+static int status_line(pdr_h1resp_t *r, const char *l, size_t line_len)
 {
-    const char *l = r->line;
-    size_t len = r->line_len < sizeof(r->line) ? r->line_len : sizeof(r->line);
+    size_t len = line_len < sizeof(r->line) ? line_len : sizeof(r->line);
     if (len < 12 || memcmp(l, "HTTP/1.", 7) != 0 || l[7] < '0' || l[7] > '9' || l[8] != ' ' || l[9] < '1' ||
         l[9] > '9' || l[10] < '0' || l[10] > '9' || l[11] < '0' || l[11] > '9' || (len > 12 && l[12] != ' '))
         return fail(r, "malformed status line (expected \"HTTP/1.x NNN reason\")");
@@ -294,6 +329,88 @@ static int head_byte(pdr_h1resp_t *r, unsigned char c)
     if (r->line_len < sizeof(r->line))
         r->line[r->line_len] = (char)c;
     r->line_len++;
+    return 0;
+}
+
+enum { LINE_NEXT = -1 }; /* line_end(): go on with the next line */
+
+/* A head or trailer line of line_len bytes is complete (the first min(line_len, sizeof r->line) at l):
+ * LINE_NEXT, or the event to report. */
+static int line_end(pdr_h1resp_t *r, const char *l, size_t line_len)
+{
+    int rc;
+    if (r->state == S_STATUS) {
+        rc = status_line(r, l, line_len);
+    } else if (line_len > 0) {
+        rc = header_line(r, l, line_len, r->state == S_HEADER);
+    } else if (r->state == S_TRAILER) {
+        r->state = S_DONE;
+        return PDR_H1_DONE;
+    } else if (r->status < 200) {
+        /* The end of a 1xx interim response: the final one follows. */
+        reset_response(r);
+        return LINE_NEXT;
+    } else {
+        return end_of_head(r);
+    }
+    if (rc == PDR_H1_ERROR)
+        return rc;
+    r->line_len = 0;
+    return LINE_NEXT;
+}
+
+/*
+ * The offset of the first byte of s[0, n) below 0x20 other than HT, or of a DEL; n when there is none.
+ * Eight bytes at a time: a word is looked at byte by byte only when it holds a byte below 0x20 or a DEL
+ * (the "has a byte less than" and "has a zero byte" bit tricks, exact for whether any byte matches).
+ */
+static size_t find_ctl(const unsigned char *s, size_t n)
+{
+    const uint64_t ones = UINT64_C(0x0101010101010101), high = UINT64_C(0x8080808080808080);
+    size_t i = 0;
+    while (i + 8 <= n) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        uint64_t del = w ^ (ones * 0x7f);
+        uint64_t m = (((w - ones * 0x20) & ~w) | ((del - ones) & ~del)) & high;
+        if (m == 0) {
+            i += 8;
+            continue;
+        }
+        /* The lowest marked byte matches (a borrow marks only bytes above a match); on a little-endian
+         * machine it is the first in memory. */
+        size_t k = i + (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? (size_t)__builtin_ctzll(m) / 8 : 0);
+        while (k < i + 8 && !((s[k] < 0x20 && s[k] != '\t') || s[k] == 0x7f))
+            k++;
+        if (k < i + 8)
+            return k;
+        i += 8;
+    }
+    for (; i < n; i++)
+        if ((s[i] < 0x20 && s[i] != '\t') || s[i] == 0x7f)
+            return i;
+    return n;
+}
+
+/*
+ * Whether s[0, n) begins with a whole line of ordinary bytes (HT and bytes from 0x20 on, DEL excluded)
+ * ended by LF or CRLF: then *len is its length without the terminator, *end with it.
+ */
+static int whole_line(const char *s, size_t n, size_t *len, size_t *end)
+{
+    size_t k = find_ctl((const unsigned char *)s, n);
+    if (k == n)
+        return 0;
+    if (s[k] == '\n') {
+        *len = k;
+        *end = k + 1;
+        return 1;
+    }
+    if (s[k] == '\r' && k + 1 < n && s[k + 1] == '\n') {
+        *len = k;
+        *end = k + 2;
+        return 1;
+    }
     return 0;
 }
 
@@ -396,6 +513,22 @@ int pdr_h1_next(pdr_h1resp_t *r, const char *p, size_t n, size_t *used, const ch
             *used = n;
             return PDR_H1_NEED_MORE;
         }
+        if ((r->state == S_HEADER || r->state == S_TRAILER || r->state == S_STATUS) && r->line_len == 0 &&
+            !r->line_cr) {
+            /* A whole line where it lies, when the byte path would accept every byte of it. */
+            const char *l = p + i;
+            size_t len, end;
+            if (whole_line(l, n - i, &len, &end) && r->head_len + end <= PDR_H1_MAX_HEAD &&
+                (r->state != S_STATUS || (len >= 7 && memcmp(l, "HTTP/1.", 7) == 0))) {
+                r->head_len += end;
+                i += end;
+                *used = i;
+                rc = line_end(r, l, len);
+                if (rc != LINE_NEXT)
+                    return rc;
+                continue;
+            }
+        }
         if ((r->state == S_HEADER || r->state == S_TRAILER || (r->state == S_STATUS && r->line_len >= 7)) &&
             !r->line_cr) {
             /* Fast path: the ordinary bytes of a head line in one go (what head_byte does per byte). */
@@ -453,23 +586,9 @@ int pdr_h1_next(pdr_h1resp_t *r, const char *p, size_t n, size_t *used, const ch
                 return rc;
             if (rc == 0)
                 break;
-            if (r->state == S_STATUS) {
-                rc = status_line(r);
-            } else if (r->line_len > 0) {
-                rc = header_line(r, r->state == S_HEADER);
-            } else if (r->state == S_TRAILER) {
-                r->state = S_DONE;
-                return PDR_H1_DONE;
-            } else if (r->status < 200) {
-                /* The end of a 1xx interim response: the final one follows. */
-                reset_response(r);
-                break;
-            } else {
-                return end_of_head(r);
-            }
-            if (rc == PDR_H1_ERROR)
+            rc = line_end(r, r->line, r->line_len);
+            if (rc != LINE_NEXT)
                 return rc;
-            r->line_len = 0;
             break;
         }
     }

@@ -56,8 +56,7 @@ typedef struct pdr_h1resp {
     int64_t content_length; /* -1 when absent (chunked or until close) */
     int chunked;
     int keep_alive;
-    int head_request; /* set by the caller: a response to HEAD has no body */
-    char content_type[96];
+    int head_request;  /* set by the caller: a response to HEAD has no body */
     const char *error; /* static text once ERROR was reported */
     /* internal */
     int state;
@@ -69,7 +68,10 @@ typedef struct pdr_h1resp {
     int te_last_chunked; /* the last transfer coding seen so far is chunked */
     int te_chunked_seen; /* how many times chunked was listed */
     int chunk_phase;     /* where the chunk-size line is: digits, whitespace after them, extensions */
-    char line[256];      /* the current head line (longer lines are checked by line_len only) */
+    /* The arrays come last: a new response clears only the fields above and the first byte of
+     * content_type. */
+    char content_type[96]; /* a result: NUL-terminated, "" when the response had none */
+    char line[256];        /* a head line split across inputs (longer lines are checked by line_len only) */
 } pdr_h1resp_t;
 
 /* Prepares r for a new response (head_request cleared). */

@@ -31,6 +31,7 @@
 #define READ_BUF_MIN 1024        /* per connection carrying a leg (idle ones share IDLE_BUF)... */
 #define READ_BUF_MAX (64 * 1024) /* ...doubled up to this while reads fill it (large answers) */
 #define IDLE_BUF 512
+#define SPARE_BUFS 64 /* READ_BUF_MIN buffers a loop keeps for its next legs: 64 KiB at most */
 #define DNS_TTL_MS 10000
 #define HEAD_MAX (512 * 1024) /* a request head to a worker: forwarded client headers are at most 256 KiB */
 #define IDLE_MAX_MS 60000     /* a pooled connection unused this long is closed */
@@ -122,6 +123,11 @@ struct pdr_multi {
     uint64_t *tls_full, *tls_resumed; /* handshakes, counted in the loop's metrics */
     uint64_t *tls_resume_failed;      /* workers that failed a resumed handshake */
     char tls_in[16 * 1024 + 512];     /* ciphertext reads of TLS connections (one TLS record and a header) */
+    /* Read buffers of READ_BUF_MIN bytes that pooled connections gave back, for the next legs: a leg takes
+     * one instead of a malloc, and memory still follows the legs in flight, not the pool. */
+    char *spare[SPARE_BUFS];
+    size_t n_spare;
+    uint64_t buf_allocs; /* read buffers allocated (tests) */
 };
 
 static void conn_close(pdr_conn_t *c);
@@ -233,6 +239,16 @@ static void maybe_close_kick(pdr_multi_t *m)
     }
 }
 
+/* A read buffer of cap bytes a connection no longer needs: kept for the next leg when it has the
+ * smallest size and there is room among the spares, else freed. */
+static void buf_release(pdr_multi_t *m, char *buf, size_t cap)
+{
+    if (buf != NULL && cap == READ_BUF_MIN && m->n_spare < SPARE_BUFS)
+        m->spare[m->n_spare++] = buf;
+    else
+        free(buf);
+}
+
 static void on_handle_closed(uv_handle_t *h)
 {
     pdr_conn_t *c = h->data;
@@ -245,7 +261,7 @@ static void on_handle_closed(uv_handle_t *h)
     pdr_multi_t *m = c->m;
     due_unlink(c);
     pdr_utls_free(c->tls);
-    free(c->buf);
+    buf_release(m, c->buf, c->cap);
     free(c);
     m->open_conns--;
     maybe_close_kick(m);
@@ -432,7 +448,7 @@ static void conn_complete(pdr_conn_t *c)
         c->state = C_IDLE;
         c->reused = 1;
         c->start = 0;
-        free(c->buf); /* idle connections hold no buffer: memory follows requests, not the pool */
+        buf_release(m, c->buf, c->cap); /* idle connections hold no buffer: memory follows requests */
         c->buf = NULL;
         uv_timer_start(&c->timer, on_idle_timeout, IDLE_MAX_MS, 0);
         pdr_dlink_push(&c->o->idle, &c->idle_link);
@@ -707,7 +723,12 @@ static void tls_input(pdr_conn_t *c, const char *p, size_t n)
 static int send_begin(pdr_conn_t *c)
 {
     if (c->buf == NULL) {
-        if ((c->buf = malloc(READ_BUF_MIN)) == NULL) {
+        pdr_multi_t *m = c->m;
+        if (m->n_spare > 0) {
+            c->buf = m->spare[--m->n_spare];
+        } else if ((c->buf = malloc(READ_BUF_MIN)) != NULL) {
+            m->buf_allocs++;
+        } else {
             leg_fail(c, PDR_ENOMEM);
             return -1;
         }
@@ -1083,6 +1104,11 @@ void pdr_multi_set_conn_limit(pdr_multi_t *m, size_t per_origin)
         origin_kick(PDR_DLINK_ITEM(l, pdr_origin_t, link)); /* a raised limit serves the waiting legs */
 }
 
+uint64_t pdr__multi_buf_allocs(const pdr_multi_t *m)
+{
+    return m->buf_allocs;
+}
+
 size_t pdr__multi_open_peak(const pdr_multi_t *m)
 {
     return m->open_peak;
@@ -1137,6 +1163,8 @@ static void on_kick_closed(uv_handle_t *h)
     if (m->tls_ctx != NULL)
         SSL_CTX_free(m->tls_ctx);
     free(m->tls_server_name);
+    while (m->n_spare > 0)
+        free(m->spare[--m->n_spare]);
     free(m);
 }
 

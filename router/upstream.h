@@ -94,6 +94,8 @@ void pdr_leg_resume(pdr_leg_t *leg);
 void pdr_multi_set_conn_limit(pdr_multi_t *m, size_t per_origin);
 /* Tests: the most connections ever open at once to one origin. */
 size_t pdr__multi_open_peak(const pdr_multi_t *m);
+/* Tests: how many read buffers the multi has allocated (legs on pooled connections reuse them). */
+uint64_t pdr__multi_buf_allocs(const pdr_multi_t *m);
 
 /* Tests: the most connects that were ever in progress at once to one origin (at most 64: a burst of
  * requests waits for connect slots or pooled connections instead of flooding the worker with SYNs). */

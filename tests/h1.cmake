@@ -9,3 +9,11 @@ set_tests_properties(h1parse_unit PROPERTIES TIMEOUT 60 LABELS unit)
 add_executable(fuzz_h1parse ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_h1parse.c ${PROJECT_SOURCE_DIR}/router/h1parse.c)
 target_include_directories(fuzz_h1parse PRIVATE ${PROJECT_SOURCE_DIR}/router ${PROJECT_SOURCE_DIR}/common)
 pdr_fuzz_corpus_test(h1parse_fuzz_corpus fuzz_h1parse h1 60)
+
+# bench/h1parse_bench: the parser's cost per response against picohttpparser's (callgrind counts it;
+# docs/benchmarks.md). The smoke test checks that both read the bench response alike.
+add_executable(h1parse_bench ${PROJECT_SOURCE_DIR}/bench/h1parse_bench.c ${PROJECT_SOURCE_DIR}/router/h1parse.c)
+target_include_directories(h1parse_bench PRIVATE ${PROJECT_SOURCE_DIR}/router)
+target_link_libraries(h1parse_bench PRIVATE PkgConfig::H2O)
+add_test(NAME h1parse_bench_smoke COMMAND h1parse_bench ours 1000)
+set_tests_properties(h1parse_bench_smoke PROPERTIES TIMEOUT 60)

@@ -210,6 +210,28 @@ static void test_content_length(void)
     free(big);
 }
 
+static void test_buffer_reuse(void)
+{
+    /* Legs on a pooled connection take the read buffer the last leg gave back: no allocation each. */
+    CHECK(get_ok("/cl/10", "abcdefghij"));
+    uint64_t allocs = pdr__multi_buf_allocs(multi);
+    int conns = server_connections();
+    for (int i = 0; i < 20; i++)
+        CHECK(get_ok("/cl/3", "abc"));
+    CHECK(server_connections() == conns);
+    CHECK(pdr__multi_buf_allocs(multi) == allocs);
+    /* A grown buffer is not kept: the next leg starts small again, with one allocation. */
+    char *big = malloc(20001);
+    for (int i = 0; i < 20000; i++)
+        big[i] = (char)('a' + i % 26);
+    big[20000] = '\0';
+    CHECK(get_ok("/cl/20000", big));
+    free(big);
+    uint64_t after_big = pdr__multi_buf_allocs(multi);
+    CHECK(get_ok("/cl/3", "abc"));
+    CHECK(pdr__multi_buf_allocs(multi) == after_big + 1);
+}
+
 static void test_chunked(void)
 {
     CHECK(get_ok("/cl/10", "abcdefghij")); /* a pooled connection first */
@@ -504,6 +526,7 @@ static void test_fail_all(void)
 
 static const pdr_test_case_t cases[] = {
     {"content_length", test_content_length, 30},
+    {"buffer_reuse", test_buffer_reuse, 30},
     {"chunked", test_chunked, 30},
     {"close_eof_204_100", test_close_eof_204_100, 30},
     {"idle_close", test_idle_close, 60},

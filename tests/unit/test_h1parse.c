@@ -103,6 +103,14 @@ static const tcase_t cases[] = {
     OK("Content-Length 0", R200 "Content-Length: 0\r\n\r\n", 200, 0, 0, 1, "", ""),
     OK("HTTP/1.9 read as 1.1", "HTTP/1.9 200 OK\r\nContent-Length: 1\r\n\r\nx", 200, 1, 0, 1, "", "x"),
     OK("status 999", "HTTP/1.1 999 Odd\r\nContent-Length: 1\r\n\r\nx", 999, 1, 0, 1, "", "x"),
+    OK("HT and obs-text around every word boundary",
+       R200 "X-Long-Value:\ta\tb\xff\x80"
+            "cdefgh\tijklmnop\t\tq\xc3\xa9rstuvwxyz\t\r\nContent-Length: 1\r\n\r\nx",
+       200, 1, 0, 1, "", "x"),
+    OK("names that only look like framing names",
+       R200 "Content_Length: 5\r\nContent-Lengtx: 5\r\nTransfer-Encodinh: chunked\r\nConnectioN: close\r\n"
+            "Content-Length: 2\r\n\r\nhi",
+       200, 2, 0, 0, "", "hi"),
     OK("body holds CR LF and NUL", R200 "Content-Length: 5\r\n\r\n\r\n\0\rz", 200, 5, 0, 1, "", "\r\n\0\rz"),
     /* Responses without a body. */
     OK("204", "HTTP/1.1 204 No Content\r\n\r\n", 204, 0, 0, 1, "", ""),
@@ -206,6 +214,14 @@ static const tcase_t cases[] = {
     BAD("CR CR LF", R200 "X: 1\r\r\n\r\n", "CR not followed by LF"),
     BAD("NUL in a header value", R200 "X: a\0b\r\n\r\n", "control character"),
     BAD("DEL in a header value", R200 "X: a\x7f\r\n\r\n", "control character"),
+    BAD("control character after HT in one word", R200 "X: abcdefgh\tij\x01klmnop\r\n\r\n",
+        "control character"),
+    BAD("DEL after HT in one word", R200 "X: abcdefgh\tijklm\x7f\r\n\r\n", "control character"),
+    BAD("control character at a word's last byte",
+        R200 "X-Abcdefgh: 12345\x1b"
+             "6789\r\n\r\n",
+        "control character"),
+    BAD("CR alone at a word's last byte", R200 "X-Abcdefgh: 123456\r789\r\n\r\n", "CR not followed by LF"),
     BAD("bad header in a 1xx", "HTTP/1.1 100 Continue\r\nbad\r\n\r\n", "without ':'"),
     /* Content-Length. */
     BAD("Content-Length letters", R200 "Content-Length: abc\r\n\r\n", "non-numeric Content-Length"),
@@ -692,6 +708,38 @@ static void test_mutations(void)
     }
 }
 
+/*
+ * A head that lies whole in the input is parsed where it lies: the line buffer is neither cleared by
+ * pdr_h1_init nor written, and the results are those of a parse fed byte by byte.
+ */
+static void test_in_place(void)
+{
+    static const char s[] = "HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Type: application/json\r\n"
+                            "Content-Length: 2\r\nConnection: keep-alive\r\n\r\nhi";
+    pdr_h1resp_t r;
+    size_t used, blen;
+    const char *b;
+    memset(&r, 0x5a, sizeof(r));
+    pdr_h1_init(&r);
+    CHECK(r.line[0] == 0x5a && r.line[sizeof(r.line) - 1] == 0x5a);
+    CHECK(r.content_type[0] == '\0' && r.content_length == -1 && r.error == NULL && r.head_request == 0);
+    CHECK(pdr_h1_next(&r, s, sizeof(s) - 1, &used, &b, &blen) == PDR_H1_HEADERS && used == sizeof(s) - 3);
+    CHECK(r.status == 200 && r.content_length == 2 && r.keep_alive == 1);
+    CHECK(strcmp(r.content_type, "application/json") == 0);
+    for (size_t i = 0; i < sizeof(r.line); i++)
+        if (r.line[i] != 0x5a) {
+            fprintf(stderr, "line buffer written at %zu\n", i);
+            check_failures++;
+            break;
+        }
+    /* A line cut by the end of the input still goes through the line buffer. */
+    pdr_h1_init(&r);
+    CHECK(pdr_h1_next(&r, s, 20, &used, &b, &blen) == PDR_H1_NEED_MORE && used == 20);
+    CHECK(memcmp(r.line, "Se", 2) == 0);
+    CHECK(pdr_h1_next(&r, s + 20, sizeof(s) - 21, &used, &b, &blen) == PDR_H1_HEADERS);
+    CHECK(r.status == 200 && r.content_length == 2 && strcmp(r.content_type, "application/json") == 0);
+}
+
 static void test_table(void)
 {
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
@@ -705,6 +753,7 @@ static const pdr_test_case_t runner_cases[] = {
     {"pipelined", test_pipelined, 60},
     {"eof", test_eof, 60},
     {"limits", test_limits, 60},
+    {"in_place", test_in_place, 60},
     {"mutations", test_mutations, 60},
 };
 

@@ -59,6 +59,20 @@ static void formatting(void)
         snprintf(b, sizeof(b), "%" PRIu64, vals[i]);
         CHECK(strcmp(a, b) == 0);
     }
+    /* Every value below 10^5 (each digit count, odd and even, through the two-digit steps) and a few
+     * long ones with every digit. */
+    static const uint64_t longs[] = {1234567890123456789u, 9876543210987654321u, 10203040506070809u,
+                                     UINT64_MAX - 1, 4611686018427387904u};
+    int bad = 0;
+    for (uint64_t v = 0; v < 100000 + sizeof(longs) / sizeof(longs[0]); v++) {
+        uint64_t x = v < 100000 ? v : longs[v - 100000];
+        char a[32], b[32];
+        size_t k = pdr_fmt_u64(a, x);
+        a[k] = '\0';
+        snprintf(b, sizeof(b), "%" PRIu64, x);
+        bad += strcmp(a, b) != 0;
+    }
+    CHECK(bad == 0);
     char out[16];
     CHECK(pdr_join2(out, sizeof(out), "http://h:1", "/generate") == 15 &&
           strcmp(out, "http://h:1/gene") == 0);
