@@ -16,4 +16,4 @@ add_executable(h1parse_bench ${PROJECT_SOURCE_DIR}/bench/h1parse_bench.c ${PROJE
 target_include_directories(h1parse_bench PRIVATE ${PROJECT_SOURCE_DIR}/router)
 target_link_libraries(h1parse_bench PRIVATE PkgConfig::H2O)
 add_test(NAME h1parse_bench_smoke COMMAND h1parse_bench ours 1000)
-set_tests_properties(h1parse_bench_smoke PROPERTIES TIMEOUT 60)
+set_tests_properties(h1parse_bench_smoke PROPERTIES TIMEOUT 60 LABELS bench)
