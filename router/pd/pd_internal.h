@@ -1,0 +1,247 @@
+/*
+ * The PD request path. For each client request: validate the body once, pick a prefill and a decode
+ * worker, give both the same body with the router's bootstrap fields (a fresh CSPRNG room per item
+ * and per attempt), send both legs at once, read the prefill's answer to the end and check it, and
+ * relay the decode's answer with back-pressure both ways.
+ *
+ * pd.relay first_byte (the default): the decode's answer is relayed from its first body byte, without
+ * waiting for the prefill's HTTP answer (a real prefill answers up to a forward pass after its KV has
+ * left); the prefill leg is still read to its end, after the client's response if need be (the request
+ * lingers, off the client's books, until the prefill answers or its KV deadline passes). A prefill
+ * failure after that first byte is logged and counted by cause, and the decode's stream goes on: the
+ * decode already holds the KV. pd.relay after_prefill, and any request with the logprob merge (which
+ * needs the prefill's input logprobs in front of the decode's): the decode's bytes are held (at most
+ * HIGH_WATER, then the decode transfer is paused) until the prefill leg has answered successfully.
+ * Any failure before the client response starts cancels both legs at once (their connections are
+ * closed, so workers see the abort) and retries up to retries.max on a new pair with new rooms, then
+ * answers 502 (upstream failure) or 504 (deadline) in the OpenAI error shape. A decode failure cancels
+ * the prefill leg at once; a client that goes away cancels both.
+ *
+ * Ownership: pd_req_t is malloc'd; the h2o pool holds a small anchor whose dispose callback detaches
+ * the request (the client is gone or the response is over), cancels what is still running, writes
+ * the access log line and closes the timer; the memory is freed in the timer's close callback.
+ * A request stays on the loop thread that accepted it.
+ */
+#ifndef PDR_PD_INTERNAL_H
+#define PDR_PD_INTERNAL_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include "admission.h"
+#include "breaker.h"
+#include "buf.h"
+#include "disagg.h"
+#include "err.h"
+#include "kvdeadline.h"
+#include "links.h"
+#include "pd_vllm.h"
+#include "phases.h"
+#include "retry.h"
+#include "tickets.h"
+#include "router.h"
+#include "shim_events.h"
+#include "sockinfo.h"
+#include "token_ids.h"
+#include "trace.h"
+#include "util.h"
+
+/* Decode bytes are coalesced up to 64 KiB per send: one small write per SSE event starves a client with a
+ * small receive window (measured ~140 KB/s against ~1.9 MB/s). */
+#define HIGH_WATER (64 * 1024)
+/* While waiting for the workers, an HTTP/1 client's socket is probed for a close this often: h2o reads
+ * nothing from an HTTP/1 client while its handler is pending, so a close is otherwise unseen. */
+#define PEEK_INTERVAL_MS 100
+#define PREFILL_BODY_CAP (64u << 20)
+#define PDR_MAX_TRIED 16
+#define PDR_MAX_AVOID (PDR_MAX_TRIED + 240) /* the failed ones, then those at their in-flight limit */
+
+typedef enum { MODE_PD = 0, MODE_MODELS } pd_mode_t;
+
+typedef struct pd_req {
+    pdr_router_t *r;
+    pdr_thread_t *t;
+    h2o_req_t *req; /* NULL once h2o disposed the request */
+    h2o_generator_t gen;
+    pd_mode_t mode;
+    pdr_route_t route;
+    int mroute;
+    pdr_pdreq_t pr;
+    char *body;
+    size_t body_len;
+    uint64_t *rooms;
+    size_t n_rooms;
+    char request_id[80];
+    pdr_fwd_t fwd; /* the headers both legs carry (fwdheaders.h), built once */
+
+    const pdr_config_t *conf; /* the snapshot this request started with (a reload does not change it) */
+    const char *pool;         /* the pool serving the request's model (a name in conf); retries stay in it */
+    pdr_timeouts_t to;        /* its deadlines: the pool's timeouts where it sets them, else the top-level */
+    pdr_protocol_t protocol;  /* that pool's protocol */
+    int attempt;
+    uint64_t tried[2][PDR_MAX_TRIED]; /* uids of the workers that failed this request, by role */
+    size_t n_tried[2];
+    pdr_worker_t *pw, *dw;
+    pdr_leg_t pleg, dleg;
+    unsigned p_running : 1, d_running : 1, p_done : 1, d_done : 1;
+    int p_err, d_err;
+    pdr_buf_t pbody; /* the prefill's answer (checked, used for logprob merge) */
+    int p_truncated;
+    json_t *p_json;    /* parsed prefill answer when merging */
+    pdr_buf_t pending; /* decode bytes not yet handed to h2o */
+    pdr_buf_t sending; /* bytes h2o is writing now */
+    /* HTTP/2: sending goes to h2o in pieces of H2_PIECE (send_piece), each one taken being the client's
+     * progress; send_off is where the next begins, send_last whether the last piece ends the response. */
+    size_t send_off;
+    unsigned send_last : 1;
+    pdr_buf_t sse_carry; /* streaming merge: an incomplete event (at most limits.max_merge_bytes) */
+    size_t sse_scanned;  /* the bytes of sse_carry already searched for an event's end */
+    int merge;           /* logprob merge wanted */
+    int merge_overflow;  /* a whole-answer merge outgrew limits.max_merge_bytes */
+    int is_sse;
+    pdr_sse_counter_t sse_count; /* token events in the relayed stream (metrics) */
+    uint64_t tokens, first_token_ns, last_token_ns;
+
+    unsigned started : 1, send_inflight : 1, final_sent : 1, stopped : 1, errored : 1, broken : 1;
+    unsigned client_aborted : 1; /* the client went away before the end (error_cause "client_abort") */
+    unsigned refused : 1;        /* answered by admission, no worker chosen: its log line is rate-limited */
+    unsigned lingering : 1;      /* the client's response is over; the prefill leg is read to its end */
+    unsigned recheck : 1; /* pdr__pd_advance() waits for the prefill leg's connect: look again in 1 ms */
+    uint64_t d_failed_ns; /* when the decode's failure was seen with the prefill leg outstanding */
+    uint64_t p_failed_ns; /* when the prefill's 5xx was seen with the decode leg outstanding */
+    int status;
+    uint64_t t0_ns, ttfb_ns, end_ns, attempt_t0_ns, last_data_ns;
+    uint64_t send_ns; /* when the send in flight was handed to h2o (the client's read clock) */
+    /* HTTP/1: the client's progress by bytes (a send of up to HIGH_WATER may take a slow reader longer
+     * than stream_idle_ms): its TCP's acknowledged bytes, sampled while a send is in flight. */
+    uint64_t took_ns, sample_ns, acked;
+    unsigned acked_known : 1;
+    uint64_t first_byte_deadline_ns, kv_deadline_ns;
+    /* The KV deadline (kvdeadline.h): kv_ms, computed once from the prompt's length (kv_tokens, found as
+     * kv_tokens_how), runs from the moment both legs are sent (protocol vllm: the decode leg) while kv_open,
+     * until the KV is known to have arrived: the decode's first token (kv_sse counts its token events until
+     * the first), the prefill's successful answer (sglang), or a shim's report. kv_cause names the last KV
+     * failure (access log). */
+    uint64_t kv_ms, kv_tokens;
+    pdr_kv_tokens_how_t kv_tokens_how;
+    unsigned kv_open : 1;
+    uint8_t *kv_room_done; /* the shims' "done" reports by room index (pdr_pd_kv_done), NULL until one */
+    size_t kv_rooms_done;
+    pdr_sse_counter_t kv_sse;
+    const char *kv_cause;
+    char kv_msg[200];
+    uint64_t bytes_in, bytes_out;
+    const char *error_cause;
+    uv_timer_t timer;
+    int counted_inflight;
+    int last_fail_status;
+    char last_fail_msg[768];
+    char retry_error[192]; /* JSON-escaped: the failure of the last attempt that was retried (access log) */
+    /* protocol vllm (pd_vllm.h): the prefill runs first, alone; then the decode with dbody. release is the
+     * body that frees the prefill's KV if the decode's answer never begins (NULL: no KV held for it). */
+    unsigned vllm : 1, vllm_bad : 1;
+    char *dbody, *release;
+    size_t dbody_len, release_len;
+    char vllm_err[200]; /* why the prefill's answer cannot be used (vllm_bad) */
+    /* Conditional disaggregation (disagg.h): solo = this attempt skips the prefill and runs on one worker
+     * (dw: the decode with protocol vllm, a regular worker with sglang); disagg = the attempt's decision
+     * (-1: none made, the feature is off or nothing can run the request alone). */
+    unsigned solo : 1, merge_wanted : 1;
+    int disagg;
+    /* Data-parallel attention (pool.c: a rank is a worker of its own, w->dp_rank): protocol vllm names the
+     * rank in a header of each leg, built here (pdr_leg_start copies it). */
+    const char *rank_hdrs[4];
+    char rank_line[48];
+    /* Phase timing (phases.h) and the request's trace spans (trace.h): traced = the trace is sampled and
+     * an exporter runs; root_span is the router's span for the request, p_span/d_span the span ids the
+     * current attempt's legs carry in their traceparent. */
+    pdr_phase_t ph;
+    unsigned traced : 1;
+    uint8_t root_span[8], p_span[8], d_span[8];
+    /* Decode admission (kv_admission, shim_events.h): the KV held on dw, the request's need in tokens
+     * (0: not computed yet) and how long it may wait for room. */
+    pdr_kv_hold_t kv_hold;
+    uint64_t kv_need, admit_deadline_ns;
+    unsigned admit_waited : 1, room_open : 1;
+    /* The workers' incarnations (w->load.epoch) when the attempt began: a new one fails it fast. */
+    uint64_t p_epoch, d_epoch;
+    /* Admission (admission.h): the request's slot or place in the queue, and when its wait ends. */
+    pdr_admit_waiter_t admit;
+    uint64_t queue_deadline_ns;
+    /* Retries (retry.h): retry_slot = the request holds a slot of the retry budget (released at its end);
+     * backoff_ns = while non-zero, no attempt runs: the next one starts then. */
+    unsigned retry_slot : 1;
+    uint64_t backoff_ns;
+} pd_req_t;
+
+/* request.c: the request's lifetime and the entry points (pdr_pd_handle, pdr_models_handle). */
+void pdr__pd_linger_end(pd_req_t *x);
+void pdr__pd_begin(pd_req_t *x, int deferred);
+
+/* queue.c: admission (admission.h): the queue, its ticks, and the answers of a refusal. */
+void pdr__pd_arm_queue_tick(pd_req_t *x);
+void pdr__pd_on_admitted(pdr_admit_waiter_t *w);
+void pdr__pd_admit_refused(pd_req_t *x, pdr_admit_result_t res);
+
+/* relay.c: the client side: the h2o generator, the relay of the decode's answer, the SSE merge. */
+void pdr__pd_mark_started(pd_req_t *x, int ttfb);
+void pdr__pd_note_client_abort(pd_req_t *x);
+void pdr__pd_fail_response(pd_req_t *x, int status, const char *type, const char *msg, int retry_after);
+void pdr__pd_start_client_response(pd_req_t *x);
+void pdr__pd_send_final_or_more(pd_req_t *x);
+
+/* failure.c: an attempt's failure, the retry that may follow, and the answer when none does. */
+void pdr__pd_late_prefill_failure(pd_req_t *x, int cause, const char *msg);
+void pdr__pd_fail_last(pd_req_t *x);
+int pdr__pd_unreachable(const pdr_leg_t *leg, int err);
+void pdr__pd_attempt_failed(pd_req_t *x, int role, int cause, int status, const char *msg);
+int pdr__pd_cause_of(int err);
+
+/* advance.c: what happens next, decided from the facts the callbacks recorded. */
+void pdr__pd_advance(pd_req_t *x);
+
+/* legs.c: the upstream legs' callbacks, their release and cancellation. */
+void pdr__pd_release_leg(pd_req_t *x, int prefill);
+void pdr__pd_cancel_legs(pd_req_t *x);
+int pdr__pd_whole_answer(const pd_req_t *x);
+void pdr__pd_decode_done(pdr_leg_t *leg, int err);
+extern const pdr_leg_cbs_t pdr__pd_prefill_cbs;
+extern const pdr_leg_cbs_t pdr__pd_decode_cbs;
+
+/* timer.c: the request's timer: deadlines, idle stream, stalled client, HTTP/1 disconnect probe. */
+void pdr__pd_sample_client_progress(pd_req_t *x, uint64_t now);
+int pdr__pd_samples_progress(const pd_req_t *x);
+void pdr__pd_arm_timer(pd_req_t *x);
+
+/* pick.c: choosing the workers of an attempt: disaggregation, decode admission, the breaker. */
+const char *pdr__pd_routing_text(const pdr_pdreq_t *pr, size_t *len);
+int pdr__pd_disagg_possible(const pd_req_t *x);
+void pdr__pd_decide_disaggregation(pd_req_t *x, const char *text, size_t tlen,
+                                   const pdr_prompt_tokens_t *tok);
+int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen);
+void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok);
+
+/* attempt.c: starting an attempt: its pair, its rooms and bodies, its legs. */
+const char *const *pdr__pd_leg_headers(pd_req_t *x, const pdr_worker_t *w);
+void pdr__pd_take_other_rooms(pd_req_t *x);
+void pdr__pd_forget_room(pd_req_t *x);
+void pdr__pd_start_attempt(pd_req_t *x);
+
+/* proto_vllm.c: protocol vllm: the prefill alone, then the decode (pd_vllm.h). */
+void pdr__pd_vllm_start_prefill(pd_req_t *x);
+void pdr__pd_vllm_start_decode(pd_req_t *x);
+void pdr__pd_vllm_release_kv(pd_req_t *x);
+
+/* observe.c: observation: the phase record, spans, latencies and the access log. */
+void pdr__pd_random_span(uint8_t out[8]);
+void pdr__pd_leg_ended(pd_req_t *x, int prefill, const pdr_worker_t *w);
+void pdr__pd_write_access_log(pd_req_t *x);
+
+/* kv.c: KV tracking: the KV deadline's end, KV failures, and the shims' reports (kvdeadline.h). */
+void pdr__pd_kv_arrived(pd_req_t *x);
+void pdr__pd_note_kv_failure(pd_req_t *x, pdr_kv_cause_t cause, const char *backend, const char *why);
+void pdr__pd_kv_failed_in_response(pd_req_t *x, pdr_kv_cause_t cause, const char *backend, const char *why);
+
+#endif

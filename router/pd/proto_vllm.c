@@ -1,0 +1,97 @@
+/*
+ * Protocol vllm (pd_vllm.h) on the request: the prefill runs alone; its answer's kv_transfer_params go to
+ * the decode with the client's body; KV the prefill still holds for a decode that never answered is
+ * released by a leg of its own. Loop thread of the request.
+ */
+#include "pd_internal.h"
+
+static const char *const route_paths[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
+
+/* The attempt's first leg: the prefill, with the body that asks it to keep its KV for a remote decode. */
+void pdr__pd_vllm_start_prefill(pd_req_t *x)
+{
+    free(x->body);
+    free(x->dbody);
+    x->dbody = NULL;
+    x->vllm_bad = 0;
+    memset(&x->dleg, 0, sizeof(x->dleg)); /* no decode leg in this attempt yet */
+    x->body = pdr_pdreq_build_vllm(&x->pr, PDR_VLLM_PREFILL, NULL, 0, &x->body_len);
+    if (x->body == NULL) {
+        pdr__pd_fail_response(x, 503, "service_unavailable", "out of memory", 1);
+        return;
+    }
+    char url[512];
+    pdr_join2(url, sizeof(url), x->pw->conf.url, route_paths[x->route]);
+    if (pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, pdr__pd_leg_headers(x, x->pw),
+                      x->to.connect_ms, 0, &pdr__pd_prefill_cbs, x) != 0) {
+        pdr__pd_fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
+        return;
+    }
+    memcpy(x->p_span, x->fwd.last_span, 8);
+    x->p_running = 1;
+    pdr_worker_track(x->pw, 1);
+    pdr__pd_arm_timer(x);
+}
+
+/* The prefill answered 2xx: its kv_transfer_params go to the decode with the client's body. An answer
+ * without them fails the attempt as a prefill failure (pdr__pd_advance() retries or answers 502). */
+void pdr__pd_vllm_start_decode(pd_req_t *x)
+{
+    pdr_vllm_next_t next;
+    if (x->req == NULL || x->p_truncated ||
+        pdr__vllm_next(&x->pr, x->pbody.p ? x->pbody.p : "", x->pbody.len, &next, x->vllm_err,
+                       sizeof(x->vllm_err)) != 0) {
+        if (x->p_truncated)
+            snprintf(x->vllm_err, sizeof(x->vllm_err), "the prefill's answer exceeds 64 MiB");
+        x->vllm_bad = 1;
+        return;
+    }
+    x->dbody = next.decode;
+    x->dbody_len = next.decode_len;
+    x->release = next.release; /* the prefill holds KV for this request from now on */
+    x->release_len = next.release_len;
+    char url[512];
+    pdr_join2(url, sizeof(url), x->dw->conf.url, route_paths[x->route]);
+    if (pdr_leg_start(&x->dleg, x->t->multi, url, x->dbody, x->dbody_len, pdr__pd_leg_headers(x, x->dw),
+                      x->to.connect_ms, 0, &pdr__pd_decode_cbs, x) != 0) {
+        x->dleg.got_headers = 0;
+        pdr__pd_fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
+        return;
+    }
+    memcpy(x->d_span, x->fwd.last_span, 8);
+    x->d_running = 1;
+    pdr_worker_track(x->dw, 1);
+    /* The decode pulls the KV now: the KV deadline runs from here. */
+    x->kv_open = 1;
+    memset(&x->kv_sse, 0, sizeof(x->kv_sse));
+    x->kv_deadline_ns = pdr_now_ns() + x->kv_ms * 1000000u;
+}
+
+/* The request lets go of the decode (client gone, attempt failed, response over). KV the prefill holds for
+ * a decode that has not answered a byte yet would stay there until vLLM's abort timeout: a release leg
+ * has a decode read it, the same one unless this request just blamed it (any decode can read the KV).
+ * A decode that has begun a successful answer has read it already. */
+void pdr__pd_vllm_release_kv(pd_req_t *x)
+{
+    char *body = x->release;
+    x->release = NULL;
+    if ((x->dleg.bytes_in > 0 && x->dleg.status < 400) || x->dw == NULL) {
+        free(body);
+        return;
+    }
+    pdr_worker_t *w = x->dw, *other = NULL;
+    for (size_t i = 0; i < x->n_tried[PDR_ROLE_DECODE]; i++)
+        if (x->tried[PDR_ROLE_DECODE][i] == x->dw->uid) {
+            other = pdr_pool_pick(&x->r->pool, x->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE],
+                                  x->n_tried[PDR_ROLE_DECODE]);
+            if (other != NULL)
+                w = other;
+            break;
+        }
+    char url[512];
+    pdr_join2(url, sizeof(url), w->conf.url, route_paths[x->route]);
+    const char *const *hdrs = pdr__pd_leg_headers(x, w);
+    pdr_worker_unref(other);
+    pdr__vllm_release(x->t, url, body, x->release_len, hdrs, x->fwd.request_id, x->to.connect_ms,
+                      x->to.kv_transfer_ms);
+}
