@@ -19,7 +19,7 @@
  * prefill's answer. The logprob merge needs the prefill's answer first. */
 static int relay_first_byte(const pd_req_t *x)
 {
-    return x->mode == MODE_PD && !x->vllm && x->conf->pd.relay == PDR_RELAY_FIRST_BYTE && !x->merge;
+    return x->mode == MODE_PD && !x->vllm && x->conf->pd.relay == PDR_RELAY_FIRST_BYTE && !x->at.merge;
 }
 
 /* Decides what happens next from the facts the callbacks recorded. Called after every event. */
@@ -32,9 +32,9 @@ void pdr__pd_advance(pd_req_t *x)
         return;
     }
     if (x->mode == MODE_MODELS) {
-        if (!x->d_done)
+        if (!x->at.d_done)
             return;
-        if (x->d_err != 0 || x->dleg.status == 0) {
+        if (x->at.d_err != 0 || x->dleg.status == 0) {
             pdr__pd_fail_response(x, 502, "upstream_error", "decode worker failed to answer /v1/models", 0);
             return;
         }
@@ -42,7 +42,7 @@ void pdr__pd_advance(pd_req_t *x)
         pdr__pd_send_final_or_more(x);
         return;
     }
-    if (x->merge_overflow) {
+    if (x->rl.merge_overflow) {
         x->t->m.merge_too_large_total++;
         x->error_cause = "merge_too_large";
         pdr__pd_fail_response(
@@ -51,7 +51,7 @@ void pdr__pd_advance(pd_req_t *x)
         return;
     }
     /* Cancelled by the router itself (lifecycle.drain_timeout_ms ran out): not the workers' fault. */
-    if ((x->p_done && x->p_err == PDR_ECANCELED) || (x->d_done && x->d_err == PDR_ECANCELED)) {
+    if ((x->at.p_done && x->at.p_err == PDR_ECANCELED) || (x->at.d_done && x->at.d_err == PDR_ECANCELED)) {
         x->error_cause = "shutdown_cancelled";
         pdr__pd_fail_response(x, 503, "service_unavailable",
                               "the router is shutting down: request cancelled at lifecycle.drain_timeout_ms",
@@ -60,17 +60,17 @@ void pdr__pd_advance(pd_req_t *x)
     }
     /* The router itself ran out of descriptors or memory for a leg: no worker is at fault, and a retry now
      * would fail the same way. */
-    if ((x->p_done && x->p_err == PDR_ENOMEM) || (x->d_done && x->d_err == PDR_ENOMEM)) {
+    if ((x->at.p_done && x->at.p_err == PDR_ENOMEM) || (x->at.d_done && x->at.d_err == PDR_ENOMEM)) {
         x->error_cause = "router_out_of_resources";
         pdr__pd_fail_response(x, 503, "service_unavailable",
                               "the router is out of file descriptors or memory for a worker connection", 1);
         return;
     }
     /* Prefill failures before the response starts: retry on a new pair. */
-    if (x->p_done && x->p_err != 0) {
-        pdr__pd_attempt_failed(x, PDR_ROLE_PREFILL, pdr__pd_cause_of(x->p_err),
-                               pdr__pd_unreachable(&x->pleg, x->p_err) ? 503 : 502,
-                               pdr_leg_strerror(&x->pleg, x->p_err));
+    if (x->at.p_done && x->at.p_err != 0) {
+        pdr__pd_attempt_failed(x, PDR_ROLE_PREFILL, pdr__pd_cause_of(x->at.p_err),
+                               pdr__pd_unreachable(&x->pleg, x->at.p_err) ? 503 : 502,
+                               pdr_leg_strerror(&x->pleg, x->at.p_err));
         return;
     }
     /* The prefill answered a server error while the decode leg is outstanding (the mirror of the case
@@ -79,62 +79,63 @@ void pdr__pd_advance(pd_req_t *x)
      * that broke is the decode's failure (below), whichever came first; otherwise the decode leg has
      * PDR_DECODE_DEATH_WINDOW_MS to break before the prefill is blamed. A decode that answered, even
      * badly, is alive: the prefill's 5xx is then its own. */
-    int d_broke = x->d_done && x->d_err != 0 && x->dleg.status == 0;
-    if (x->p_done && x->pleg.status >= 500 && x->d_running && !x->dleg.got_headers && x->dw != NULL) {
-        if (!pdr_worker_healthy(x->dw)) {
+    int d_broke = x->at.d_done && x->at.d_err != 0 && x->dleg.status == 0;
+    if (x->at.p_done && x->pleg.status >= 500 && x->at.d_running && !x->dleg.got_headers &&
+        x->at.dw != NULL) {
+        if (!pdr_worker_healthy(x->at.dw)) {
             pdr__pd_attempt_failed(x, PDR_ROLE_DECODE, PDR_CAUSE_RESET, 503,
                                    "the decode is down (the prefill's KV offer to it failed)");
             return;
         }
         uint64_t now = pdr_now_ns();
-        if (x->p_failed_ns == 0)
-            x->p_failed_ns = now;
-        if (now < x->p_failed_ns + PDR_DECODE_DEATH_WINDOW_MS * 1000000ull) {
-            x->recheck = 1;
+        if (x->at.p_failed_ns == 0)
+            x->at.p_failed_ns = now;
+        if (now < x->at.p_failed_ns + PDR_DECODE_DEATH_WINDOW_MS * 1000000ull) {
+            x->at.recheck = 1;
             return;
         }
     }
-    if (x->p_done && x->pleg.status >= 500 && !d_broke) {
+    if (x->at.p_done && x->pleg.status >= 500 && !d_broke) {
         pdr__pd_attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_STATUS_5XX, 502,
                                "prefill answered a server error");
         return;
     }
-    if (x->p_done && x->vllm_bad) {
-        pdr__pd_attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_OTHER, 502, x->vllm_err);
+    if (x->at.p_done && x->vl.bad) {
+        pdr__pd_attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_OTHER, 502, x->vl.err);
         return;
     }
     /* The decode failed while the prefill leg is still connecting: the decode's failure may come from the
      * prefill's being pdr__pd_unreachable (its KV bootstrap failed), so the prefill's connect outcome decides
      * first; it is polled every millisecond (bounded by timeouts.connect_ms). */
-    int d_failed = (x->d_done && (x->d_err != 0 || x->dleg.status == 0)) ||
+    int d_failed = (x->at.d_done && (x->at.d_err != 0 || x->dleg.status == 0)) ||
                    (x->dleg.got_headers && x->dleg.status >= 500);
-    if (x->p_running && pdr_leg_connecting(&x->pleg) && d_failed) {
-        x->recheck = 1; /* next_deadline: 1 ms */
+    if (x->at.p_running && pdr_leg_connecting(&x->pleg) && d_failed) {
+        x->at.recheck = 1; /* next_deadline: 1 ms */
         return;
     }
     /* The decode failed while the prefill leg is outstanding: a decode whose KV fetch failed because the
      * prefill died answers its 5xx before the prefill leg's reset arrives. A prefill already known dead
      * answers 503 at once; otherwise its leg has PDR_PREFILL_DEATH_WINDOW_MS to fail (then it is the
      * prefill's 503 above) before the decode is blamed. */
-    if (x->p_running && d_failed && x->pw != NULL) {
-        if (!pdr_worker_healthy(x->pw)) {
+    if (x->at.p_running && d_failed && x->at.pw != NULL) {
+        if (!pdr_worker_healthy(x->at.pw)) {
             pdr__pd_attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_RESET, 503,
                                    "the prefill is down (the decode's KV fetch from it failed)");
             return;
         }
         uint64_t now = pdr_now_ns();
-        if (x->d_failed_ns == 0)
-            x->d_failed_ns = now;
-        if (now < x->d_failed_ns + PDR_PREFILL_DEATH_WINDOW_MS * 1000000ull) {
-            x->recheck = 1;
+        if (x->at.d_failed_ns == 0)
+            x->at.d_failed_ns = now;
+        if (now < x->at.d_failed_ns + PDR_PREFILL_DEATH_WINDOW_MS * 1000000ull) {
+            x->at.recheck = 1;
             return;
         }
     }
     /* protocol pdshim: a worker that refuses the router's own ticket is misconfigured (another
      * ticket.key_file), not the client's fault: 502, and the worker avoided by the retry. */
     if (x->protocol == PDR_PROTO_PDSHIM &&
-        ((x->p_done && x->pleg.status == 403) || (x->dleg.got_headers && x->dleg.status == 403))) {
-        int role = x->p_done && x->pleg.status == 403 ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
+        ((x->at.p_done && x->pleg.status == 403) || (x->dleg.got_headers && x->dleg.status == 403))) {
+        int role = x->at.p_done && x->pleg.status == 403 ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
         x->t->m.tickets_refused_total++;
         x->error_cause = "ticket_refused";
         pdr__pd_attempt_failed(
@@ -143,10 +144,10 @@ void pdr__pd_advance(pd_req_t *x)
             "router and the worker");
         return;
     }
-    if (x->d_done && x->d_err != 0) {
-        pdr__pd_attempt_failed(x, PDR_ROLE_DECODE, pdr__pd_cause_of(x->d_err),
-                               pdr__pd_unreachable(&x->dleg, x->d_err) ? 503 : 502,
-                               pdr_leg_strerror(&x->dleg, x->d_err));
+    if (x->at.d_done && x->at.d_err != 0) {
+        pdr__pd_attempt_failed(x, PDR_ROLE_DECODE, pdr__pd_cause_of(x->at.d_err),
+                               pdr__pd_unreachable(&x->dleg, x->at.d_err) ? 503 : 502,
+                               pdr_leg_strerror(&x->dleg, x->at.d_err));
         return;
     }
     if (x->dleg.got_headers && x->dleg.status >= 500) {
@@ -154,12 +155,12 @@ void pdr__pd_advance(pd_req_t *x)
                                "decode answered a server error");
         return;
     }
-    if (x->d_done && x->dleg.status == 0) {
+    if (x->at.d_done && x->dleg.status == 0) {
         pdr__pd_attempt_failed(x, PDR_ROLE_DECODE, PDR_CAUSE_OTHER, 502, "decode answered nothing");
         return;
     }
     /* A client error from the prefill is the client's to see (the decode cannot proceed either). */
-    if (x->p_done && x->pleg.status >= 400) {
+    if (x->at.p_done && x->pleg.status >= 400) {
         pdr__pd_cancel_legs(x);
         x->status = (int)x->pleg.status;
         pdr__pd_mark_started(x, 1);
@@ -178,19 +179,20 @@ void pdr__pd_advance(pd_req_t *x)
     int decode_4xx = x->dleg.got_headers && x->dleg.status >= 400;
     /* pd.relay first_byte: the decode's first body byte (or its end) starts the response, with the
      * prefill's answer still to come. Until then a prefill failure above retries the whole request. */
-    int first_byte = relay_first_byte(x) && x->dleg.got_headers && (x->pending.len > 0 || x->d_done);
-    if (!decode_4xx && !first_byte && !(x->p_done && x->dleg.got_headers) && !(x->p_done && x->d_done))
+    int first_byte = relay_first_byte(x) && x->dleg.got_headers && (x->rl.pending.len > 0 || x->at.d_done);
+    if (!decode_4xx && !first_byte && !(x->at.p_done && x->dleg.got_headers) &&
+        !(x->at.p_done && x->at.d_done))
         return;
-    if (!decode_4xx && pdr__pd_whole_answer(x) && !x->d_done)
+    if (!decode_4xx && pdr__pd_whole_answer(x) && !x->at.d_done)
         return;
-    if (decode_4xx && x->p_running) {
+    if (decode_4xx && x->at.p_running) {
         pdr_leg_cancel(&x->pleg);
         pdr__pd_release_leg(x, 1);
     }
-    if (x->merge && x->p_done && x->pbody.len > 0 && !x->p_truncated) {
+    if (x->at.merge && x->at.p_done && x->pbody.len > 0 && !x->at.p_truncated) {
         size_t dl;
         const char *d = pdr_sse_first_data(x->pbody.p, x->pbody.len, &dl);
-        x->p_json = json_loadb(d ? d : x->pbody.p, d ? dl : x->pbody.len, 0, NULL);
+        x->rl.p_json = json_loadb(d ? d : x->pbody.p, d ? dl : x->pbody.len, 0, NULL);
     }
     /* No attempt follows: what only attempts need goes now, not at the end of a long stream. */
     pdr_buf_free(&x->pbody);

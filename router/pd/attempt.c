@@ -40,25 +40,25 @@ static uint64_t room_for_rank(uint64_t room, const pdr_worker_t *pw)
 static void start_solo(pd_req_t *x)
 {
     free(x->body);
-    x->body = pdr_pdreq_build_plain(&x->pr, x->vllm ? -1 : x->dw->dp_rank, &x->body_len);
+    x->body = pdr_pdreq_build_plain(&x->pr, x->vllm ? -1 : x->at.dw->dp_rank, &x->body_len);
     if (x->body == NULL) {
         pdr__pd_fail_response(x, 503, "service_unavailable", "out of memory", 1);
         return;
     }
     memset(&x->pleg, 0, sizeof(x->pleg));
-    x->p_done = 1;
+    x->at.p_done = 1;
     char url[512];
     static const char *paths[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
-    pdr_join2(url, sizeof(url), x->dw->conf.url, paths[x->route]);
-    if (pdr_leg_start(&x->dleg, x->t->multi, url, x->body, x->body_len, pdr__pd_leg_headers(x, x->dw),
+    pdr_join2(url, sizeof(url), x->at.dw->conf.url, paths[x->route]);
+    if (pdr_leg_start(&x->dleg, x->t->multi, url, x->body, x->body_len, pdr__pd_leg_headers(x, x->at.dw),
                       x->to.connect_ms, 0, &pdr__pd_decode_cbs, x) != 0) {
         pdr__pd_fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
         return;
     }
-    memcpy(x->d_span, x->fwd.last_span, 8);
+    memcpy(x->at.d_span, x->fwd.last_span, 8);
     x->ph.solo = 1;
-    x->d_running = 1;
-    pdr_worker_track(x->dw, 1);
+    x->at.d_running = 1;
+    pdr_worker_track(x->at.dw, 1);
     pdr__pd_arm_timer(x);
 }
 
@@ -85,20 +85,14 @@ void pdr__pd_forget_room(pd_req_t *x)
 void pdr__pd_start_attempt(pd_req_t *x)
 {
     pdr_router_t *r = x->r;
-    x->p_done = x->d_done = 0;
-    x->recheck = 0;
-    x->d_failed_ns = 0;
-    x->p_failed_ns = 0;
-    x->kv_open = 0;
-    x->p_err = x->d_err = 0;
-    x->pbody.len = 0;
-    x->pending.len = 0;
-    x->p_truncated = 0;
-    pdr_kv_release(&x->kv_hold);
+    pdr_kv_release(&x->kv.hold);
     pdr__pd_forget_room(x);
-    pdr_worker_unref(x->pw);
-    pdr_worker_unref(x->dw);
-    x->pw = x->dw = NULL;
+    pdr_worker_unref(x->at.pw);
+    pdr_worker_unref(x->at.dw);
+    /* A fresh attempt: no leg runs, no deadline is set, no worker is held. */
+    x->at = (pd_attempt_t){.merge = x->merge_wanted};
+    x->pbody.len = 0;
+    x->rl.pending.len = 0;
     size_t tlen = 0;
     const char *text = x->mode == MODE_PD ? pdr__pd_routing_text(&x->pr, &tlen) : NULL;
     /* precise_prefix matches token ids: only read them when some pool uses it (the index exists). */
@@ -108,40 +102,38 @@ void pdr__pd_start_attempt(pd_req_t *x)
         pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_ROUTING);
         pdr_tokenizer_free(tk);
     }
-    x->solo = 0;
-    x->merge = x->merge_wanted;
     if (x->mode == MODE_PD && pdr__pd_disagg_possible(x)) {
         pdr__pd_decide_disaggregation(x, text, tlen, &tok);
     } else if (x->mode == MODE_PD) {
         uint64_t avoid[PDR_MAX_AVOID];
         size_t n = pdr_admit_avoid(x->conf, &r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
                                    x->n_tried[PDR_ROLE_PREFILL], avoid, PDR_MAX_AVOID);
-        x->pw = pdr_pool_pick_prompt(&r->pool, x->pool, PDR_ROLE_PREFILL, avoid, n, text, tlen, &tok);
+        x->at.pw = pdr_pool_pick_prompt(&r->pool, x->pool, PDR_ROLE_PREFILL, avoid, n, text, tlen, &tok);
     }
     /* The decode; or, for a solo sglang attempt, the regular worker that runs it all (in dw: it is the
      * worker that answers, blamed and avoided as a decode would be). Workers at
      * limits.max_inflight_per_worker are avoided as failed ones are. */
-    pdr_role_t drole = x->solo && !x->vllm ? PDR_ROLE_REGULAR : PDR_ROLE_DECODE;
+    pdr_role_t drole = x->at.solo && !x->vllm ? PDR_ROLE_REGULAR : PDR_ROLE_DECODE;
     uint64_t davoid[PDR_MAX_AVOID];
     size_t dn = pdr_admit_avoid(x->conf, &r->pool, x->pool, drole, x->tried[PDR_ROLE_DECODE],
                                 x->n_tried[PDR_ROLE_DECODE], davoid, PDR_MAX_AVOID);
-    x->dw = pdr_pool_pick_prompt(&r->pool, x->pool, drole, davoid, dn, text, tlen, &tok);
-    if (x->mode == MODE_PD && !x->solo)
+    x->at.dw = pdr_pool_pick_prompt(&r->pool, x->pool, drole, davoid, dn, text, tlen, &tok);
+    if (x->mode == MODE_PD && !x->at.solo)
         pdr__pd_breaker_pick(x, text, tlen, &tok);
     free(tok.ids);
-    if (x->mode == MODE_PD && x->dw != NULL && x->pw != NULL && !x->solo &&
+    if (x->mode == MODE_PD && x->at.dw != NULL && x->at.pw != NULL && !x->at.solo &&
         !pdr__pd_admit_decode(x, text, tlen))
         return;
-    if ((x->mode == MODE_PD && x->pw == NULL && !x->solo) || x->dw == NULL) {
+    if ((x->mode == MODE_PD && x->at.pw == NULL && !x->at.solo) || x->at.dw == NULL) {
         if (x->attempt > 0) {
             /* The pair that failed was the last healthy one: answer with that failure. */
             pdr__pd_fail_last(x);
             return;
         }
         pdr_role_t role =
-            x->mode == MODE_PD && x->pw == NULL && !x->solo ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
+            x->mode == MODE_PD && x->at.pw == NULL && !x->at.solo ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
         x->t->m.no_worker_total[role]++;
-        pdr_role_t named = x->solo && !x->vllm ? PDR_ROLE_REGULAR : role;
+        pdr_role_t named = x->at.solo && !x->vllm ? PDR_ROLE_REGULAR : role;
         char msg[128];
         if (x->conf->n_pools > 0)
             snprintf(msg, sizeof(msg), "no healthy %s worker is available in pool %s", pdr_role_name(named),
@@ -152,27 +144,27 @@ void pdr__pd_start_attempt(pd_req_t *x)
         pdr__pd_fail_response(x, 503, "service_unavailable", msg, 1);
         return;
     }
-    x->p_epoch = x->pw != NULL ? __atomic_load_n(&x->pw->load.epoch, __ATOMIC_RELAXED) : 0;
-    x->d_epoch = __atomic_load_n(&x->dw->load.epoch, __ATOMIC_RELAXED);
-    x->attempt_t0_ns = pdr_now_ns();
+    x->at.p_epoch = x->at.pw != NULL ? __atomic_load_n(&x->at.pw->load.epoch, __ATOMIC_RELAXED) : 0;
+    x->at.d_epoch = __atomic_load_n(&x->at.dw->load.epoch, __ATOMIC_RELAXED);
+    x->at.t0_ns = pdr_now_ns();
     pdr_phase_attempt(&x->ph);
-    x->ph.sent_us = x->attempt_t0_ns / 1000; /* the pair is picked; its first leg goes out now */
-    x->first_byte_deadline_ns = x->attempt_t0_ns + (uint64_t)x->to.first_byte_ms * 1000000u;
-    x->kv_deadline_ns = x->attempt_t0_ns + x->kv_ms * 1000000u;
+    x->ph.sent_us = x->at.t0_ns / 1000; /* the pair is picked; its first leg goes out now */
+    x->at.first_byte_deadline_ns = x->at.t0_ns + (uint64_t)x->to.first_byte_ms * 1000000u;
+    x->at.kv_deadline_ns = x->at.t0_ns + x->kv.ms * 1000000u;
     char url[512];
     if (x->mode == MODE_MODELS) {
-        snprintf(url, sizeof(url), "%s/v1/models", x->dw->conf.url);
+        snprintf(url, sizeof(url), "%s/v1/models", x->at.dw->conf.url);
         if (pdr_leg_start(&x->dleg, x->t->multi, url, NULL, 0, pdr_fwd_leg(&x->fwd), x->to.connect_ms, 0,
                           &pdr__pd_decode_cbs, x) != 0) {
             pdr__pd_fail_response(x, 503, "service_unavailable", "out of memory", 1);
             return;
         }
-        x->d_running = 1;
-        pdr_worker_track(x->dw, 1);
+        x->at.d_running = 1;
+        pdr_worker_track(x->at.dw, 1);
         pdr__pd_arm_timer(x);
         return;
     }
-    if (x->solo) {
+    if (x->at.solo) {
         start_solo(x);
         return;
     }
@@ -182,7 +174,7 @@ void pdr__pd_start_attempt(pd_req_t *x)
     }
     /* A fresh CSPRNG room per item and per attempt; the same rooms go to both legs. */
     for (size_t i = 0; i < x->n_rooms; i++)
-        x->rooms[i] = room_for_rank(pdr_random_room(), x->pw);
+        x->rooms[i] = room_for_rank(pdr_random_room(), x->at.pw);
     for (size_t i = 0; i < x->n_rooms; i++)
         pdr_shim_room_own(r, x->rooms[i], x->t, x); /* done and failed come back on this loop */
     x->room_open = 1;
@@ -194,7 +186,8 @@ void pdr__pd_start_attempt(pd_req_t *x)
     if (x->protocol == PDR_PROTO_PDSHIM) {
         char terr[256];
         int oom;
-        tickets = pdr_tickets_sign(x->conf, x->pw, x->dw, x->rooms, x->n_rooms, &oom, terr, sizeof(terr));
+        tickets =
+            pdr_tickets_sign(x->conf, x->at.pw, x->at.dw, x->rooms, x->n_rooms, &oom, terr, sizeof(terr));
         if (tickets == NULL) {
             x->error_cause = oom ? "out_of_memory" : "ticket";
             pdr__pd_fail_response(x, oom ? 503 : 500, oom ? "service_unavailable" : "internal_error", terr,
@@ -204,13 +197,14 @@ void pdr__pd_start_attempt(pd_req_t *x)
         x->t->m.tickets_signed_total += x->n_rooms;
     }
     const char *const *tk = (const char *const *)tickets;
-    x->body = pdr_pdreq_build_body_ticket(&x->pr, x->pw->bootstrap_host, x->pw->conf.bootstrap_port, x->rooms,
-                                          x->pw->dp_rank, tk, &x->body_len);
+    x->body = pdr_pdreq_build_body_ticket(&x->pr, x->at.pw->bootstrap_host, x->at.pw->conf.bootstrap_port,
+                                          x->rooms, x->at.pw->dp_rank, tk, &x->body_len);
     /* Each leg names its own worker's rank: the decode's rank is its own choice (it finds the prefill's
      * rank from the room). Without ranks both legs share one body. */
-    if (x->body != NULL && (x->pw->dp_rank >= 0 || x->dw->dp_rank >= 0)) {
-        x->dbody = pdr_pdreq_build_body_ticket(&x->pr, x->pw->bootstrap_host, x->pw->conf.bootstrap_port,
-                                               x->rooms, x->dw->dp_rank, tk, &x->dbody_len);
+    if (x->body != NULL && (x->at.pw->dp_rank >= 0 || x->at.dw->dp_rank >= 0)) {
+        x->dbody =
+            pdr_pdreq_build_body_ticket(&x->pr, x->at.pw->bootstrap_host, x->at.pw->conf.bootstrap_port,
+                                        x->rooms, x->at.dw->dp_rank, tk, &x->dbody_len);
         if (x->dbody == NULL) {
             free(x->body);
             x->body = NULL;
@@ -222,21 +216,21 @@ void pdr__pd_start_attempt(pd_req_t *x)
         return;
     }
     static const char *paths[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
-    pdr_join2(url, sizeof(url), x->pw->conf.url, paths[x->route]);
+    pdr_join2(url, sizeof(url), x->at.pw->conf.url, paths[x->route]);
     int rc = pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, pdr_fwd_leg(&x->fwd),
                            x->to.connect_ms, 0, &pdr__pd_prefill_cbs, x);
-    memcpy(x->p_span, x->fwd.last_span, 8);
+    memcpy(x->at.p_span, x->fwd.last_span, 8);
     if (rc == 0) {
-        x->p_running = 1;
-        pdr_worker_track(x->pw, 1);
-        pdr_join2(url, sizeof(url), x->dw->conf.url, paths[x->route]);
+        x->at.p_running = 1;
+        pdr_worker_track(x->at.pw, 1);
+        pdr_join2(url, sizeof(url), x->at.dw->conf.url, paths[x->route]);
         rc = pdr_leg_start(&x->dleg, x->t->multi, url, x->dbody ? x->dbody : x->body,
                            x->dbody ? x->dbody_len : x->body_len, pdr_fwd_leg(&x->fwd), x->to.connect_ms, 0,
                            &pdr__pd_decode_cbs, x);
-        memcpy(x->d_span, x->fwd.last_span, 8);
+        memcpy(x->at.d_span, x->fwd.last_span, 8);
         if (rc == 0) {
-            x->d_running = 1;
-            pdr_worker_track(x->dw, 1);
+            x->at.d_running = 1;
+            pdr_worker_track(x->at.dw, 1);
         }
     }
     if (rc != 0) {
@@ -244,10 +238,10 @@ void pdr__pd_start_attempt(pd_req_t *x)
         return;
     }
     /* Both legs are sent: the KV deadline runs. */
-    x->kv_open = 1;
-    x->kv_rooms_done = 0;
-    if (x->kv_room_done != NULL)
-        memset(x->kv_room_done, 0, x->n_rooms);
-    memset(&x->kv_sse, 0, sizeof(x->kv_sse));
+    x->at.kv_open = 1;
+    x->kv.rooms_done = 0;
+    if (x->kv.room_done != NULL)
+        memset(x->kv.room_done, 0, x->n_rooms);
+    memset(&x->kv.sse, 0, sizeof(x->kv.sse));
     pdr__pd_arm_timer(x);
 }

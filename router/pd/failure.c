@@ -13,10 +13,10 @@ void pdr__pd_late_prefill_failure(pd_req_t *x, int cause, const char *msg)
 {
     x->t->m.upstream_errors[PDR_ROLE_PREFILL][cause]++;
     x->t->m.prefill_late_failures[cause]++;
-    if (x->pw != NULL && cause != PDR_CAUSE_KV_DEADLINE)
-        pdr_pool_report_failure(&x->r->pool, x->pw, msg);
+    if (x->at.pw != NULL && cause != PDR_CAUSE_KV_DEADLINE)
+        pdr_pool_report_failure(&x->r->pool, x->at.pw, msg);
     pdr_warn("request %s: prefill %s failed after the decode's first byte (%s); the decode's answer goes on",
-             x->request_id, x->pw ? x->pw->target : "-", msg);
+             x->request_id, x->at.pw ? x->at.pw->target : "-", msg);
 }
 
 /* No retry follows: the answer says how the last attempt failed. */
@@ -75,9 +75,9 @@ void pdr__pd_attempt_failed(pd_req_t *x, int role, int cause, int status, const 
 {
     int blamed = role >= 0;
     pdr_role_t r0 = blamed ? (pdr_role_t)role : PDR_ROLE_PREFILL;
-    pdr_worker_t *w = r0 == PDR_ROLE_PREFILL ? x->pw : x->dw;
+    pdr_worker_t *w = r0 == PDR_ROLE_PREFILL ? x->at.pw : x->at.dw;
     x->t->m.upstream_errors[r0][cause]++;
-    if (x->kv_open) {
+    if (x->at.kv_open) {
         /* The attempt ends with its KV in flight. A worker that could not be reached never took part in a
          * transfer: not a KV failure. */
         if (cause == PDR_CAUSE_KV_DEADLINE)
@@ -87,7 +87,7 @@ void pdr__pd_attempt_failed(pd_req_t *x, int role, int cause, int status, const 
         else if (cause == PDR_CAUSE_STATUS_5XX || cause == PDR_CAUSE_OTHER)
             pdr__pd_note_kv_failure(x, r0 == PDR_ROLE_PREFILL ? PDR_KVC_PREFILL_ERROR : PDR_KVC_DECODE_ERROR,
                                     NULL, msg);
-        x->kv_open = 0;
+        x->at.kv_open = 0;
     }
     x->error_cause = msg;
     if (blamed && w != NULL) {
@@ -98,7 +98,7 @@ void pdr__pd_attempt_failed(pd_req_t *x, int role, int cause, int status, const 
             pdr_pool_report_failure(&x->r->pool, w, msg);
     }
     for (int k = 0; k < 2; k++) {
-        pdr_worker_t *v = k == PDR_ROLE_PREFILL ? x->pw : x->dw;
+        pdr_worker_t *v = k == PDR_ROLE_PREFILL ? x->at.pw : x->at.dw;
         if (v == NULL || (blamed && k != role))
             continue;
         if (!blamed)
@@ -112,7 +112,7 @@ void pdr__pd_attempt_failed(pd_req_t *x, int role, int cause, int status, const 
     x->last_fail_status = status;
     if (!blamed)
         snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "prefill %s and decode %s: %s",
-                 x->pw ? x->pw->target : "-", x->dw ? x->dw->target : "-", msg);
+                 x->at.pw ? x->at.pw->target : "-", x->at.dw ? x->at.dw->target : "-", msg);
     else if (status == 503)
         snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "%s worker %s could not be reached: %s",
                  pdr_role_name(r0), w ? w->target : "-", msg);
@@ -137,7 +137,7 @@ void pdr__pd_attempt_failed(pd_req_t *x, int role, int cause, int status, const 
             pdr__pd_start_attempt(x);
             return;
         }
-        x->recheck = 0;
+        x->at.recheck = 0;
         x->backoff_ns = pdr_now_ns() + ms * 1000000u;
         pdr__pd_arm_timer(x);
         return;

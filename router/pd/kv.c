@@ -8,18 +8,18 @@
 /* The attempt's KV is known to have arrived: its deadline ends and the link's suspect mark is cleared. */
 void pdr__pd_kv_arrived(pd_req_t *x)
 {
-    if (!x->kv_open)
+    if (!x->at.kv_open)
         return;
-    x->kv_open = 0;
-    pdr_links_success(x->pw, x->dw);
+    x->at.kv_open = 0;
+    pdr_links_success(x->at.pw, x->at.dw);
 }
 
 /* A KV failure of the attempt: counted by cause and backend, the link marked suspect, logged; the deadline
  * no longer runs for this attempt. */
 void pdr__pd_note_kv_failure(pd_req_t *x, pdr_kv_cause_t cause, const char *backend, const char *why)
 {
-    x->kv_open = 0;
-    x->kv_cause = pdr_kv_cause_names[cause];
+    x->at.kv_open = 0;
+    x->kv.cause = pdr_kv_cause_names[cause];
     pdr_kv_count_failure(cause, pdr_kvf_backend_parse(backend));
     /* The breaker counts what points at the link: the deadline, a shim's failure, the decode's error
      * answer. A prefill's own error answer, a connection broken by a dying worker or a restart are the
@@ -28,12 +28,12 @@ void pdr__pd_note_kv_failure(pd_req_t *x, pdr_kv_cause_t cause, const char *back
         (cause == PDR_KVC_DEADLINE || cause == PDR_KVC_SHIM_FAILED || cause == PDR_KVC_DECODE_ERROR)) {
         pdr_breaker_conf_t bc = {(uint64_t)x->conf->breaker.consecutive_failures,
                                  (uint64_t)x->conf->breaker.open_ms, (uint64_t)x->conf->breaker.max_open_ms};
-        pdr_links_failure_breaker(x->pw, x->dw, x->kv_cause, &bc);
+        pdr_links_failure_breaker(x->at.pw, x->at.dw, x->kv.cause, &bc);
     } else {
-        pdr_links_failure(x->pw, x->dw, x->kv_cause);
+        pdr_links_failure(x->at.pw, x->at.dw, x->kv.cause);
     }
     pdr_warn("request %s: KV transfer from prefill %s to decode %s failed (%s, backend %s): %s",
-             x->request_id, x->pw ? x->pw->target : "-", x->dw ? x->dw->target : "-", x->kv_cause,
+             x->request_id, x->at.pw ? x->at.pw->target : "-", x->at.dw ? x->at.dw->target : "-", x->kv.cause,
              pdr_kvf_backend_names[pdr_kvf_backend_parse(backend)], why);
 }
 
@@ -48,25 +48,25 @@ void pdr__pd_kv_failed_in_response(pd_req_t *x, pdr_kv_cause_t cause, const char
     x->broken = 1;
     x->error_cause = cause == PDR_KVC_DEADLINE ? "kv_transfer_deadline" : "kv_transfer_failed";
     pdr__pd_cancel_legs(x);
-    x->p_done = x->d_done = 1;
-    if (x->is_sse) {
+    x->at.p_done = x->at.d_done = 1;
+    if (x->rl.is_sse) {
         char ev[400];
         int k =
             snprintf(ev, sizeof(ev), "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\n",
                      why, cause == PDR_KVC_DEADLINE ? "timeout_error" : "upstream_error",
                      cause == PDR_KVC_DEADLINE ? 504 : 502);
         if (k > 0 && (size_t)k < sizeof(ev))
-            pdr_buf_append(&x->pending, ev, (size_t)k, SIZE_MAX / 2);
-        x->d_err = 0;
+            pdr_buf_append(&x->rl.pending, ev, (size_t)k, SIZE_MAX / 2);
+        x->at.d_err = 0;
     } else {
-        x->d_err = cause == PDR_KVC_DEADLINE ? PDR_ETIMEDOUT : PDR_EIO;
+        x->at.d_err = cause == PDR_KVC_DEADLINE ? PDR_ETIMEDOUT : PDR_EIO;
     }
     pdr__pd_send_final_or_more(x);
 }
 
 int pdr_pd_kv_failed(struct pd_req *x, const char *cause, const char *backend)
 {
-    if (x == NULL || x->req == NULL || x->stopped || x->final_sent || x->mode != MODE_PD || !x->kv_open)
+    if (x == NULL || x->req == NULL || x->stopped || x->final_sent || x->mode != MODE_PD || !x->at.kv_open)
         return 0;
     pdr_kv_cause_t c = pdr_kv_cause_parse(cause);
     /* The shim's own reason, kept to characters that need no escaping in JSON and logs. */
@@ -78,32 +78,32 @@ int pdr_pd_kv_failed(struct pd_req *x, const char *cause, const char *backend)
                        ? *q
                        : '_';
     why[k] = '\0';
-    snprintf(x->kv_msg, sizeof(x->kv_msg), "the KV transfer failed: the shim reported %s", why);
+    snprintf(x->kv.msg, sizeof(x->kv.msg), "the KV transfer failed: the shim reported %s", why);
     if (x->started) {
-        pdr__pd_kv_failed_in_response(x, c, backend, x->kv_msg);
+        pdr__pd_kv_failed_in_response(x, c, backend, x->kv.msg);
         pdr__pd_arm_timer(x);
         return 1;
     }
-    pdr__pd_note_kv_failure(x, c, backend, x->kv_msg);
-    pdr__pd_attempt_failed(x, -1, PDR_CAUSE_OTHER, 502, x->kv_msg);
+    pdr__pd_note_kv_failure(x, c, backend, x->kv.msg);
+    pdr__pd_attempt_failed(x, -1, PDR_CAUSE_OTHER, 502, x->kv.msg);
     pdr__pd_arm_timer(x);
     return 1;
 }
 
 int pdr_pd_kv_done(struct pd_req *x, uint64_t room)
 {
-    if (x == NULL || x->req == NULL || x->mode != MODE_PD || !x->kv_open || x->vllm)
+    if (x == NULL || x->req == NULL || x->mode != MODE_PD || !x->at.kv_open || x->vllm)
         return 0;
     size_t i = 0;
     while (i < x->n_rooms && x->rooms[i] != room)
         i++;
     if (i == x->n_rooms)
         return 0; /* not a room of this attempt */
-    if (x->kv_room_done == NULL && (x->kv_room_done = calloc(x->n_rooms, 1)) == NULL)
+    if (x->kv.room_done == NULL && (x->kv.room_done = calloc(x->n_rooms, 1)) == NULL)
         return 0; /* out of memory: the first token or the prefill's answer still ends the deadline */
-    if (!x->kv_room_done[i]) {
-        x->kv_room_done[i] = 1;
-        if (++x->kv_rooms_done == x->n_rooms)
+    if (!x->kv.room_done[i]) {
+        x->kv.room_done[i] = 1;
+        if (++x->kv.rooms_done == x->n_rooms)
             pdr__pd_kv_arrived(x);
     }
     return 1;
@@ -128,7 +128,7 @@ void pdr_pd_shim_room_event(void *owner, uint64_t room, int failed, int code, ui
         pdr_pd_kv_done(x, room);
         return;
     }
-    if (!x->kv_open || x->stopped || x->final_sent)
+    if (!x->at.kv_open || x->stopped || x->final_sent)
         return; /* the KV had arrived, or the answer is over: nothing to act on */
     pdr_phase_kv(&x->ph, start, wall_us, bytes, backend[0] ? backend : NULL, code != 0 ? code : -1, reason);
     pdr_pd_kv_failed(x, reason, backend[0] ? backend : NULL);

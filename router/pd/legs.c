@@ -7,14 +7,14 @@
 
 void pdr__pd_release_leg(pd_req_t *x, int prefill)
 {
-    pdr_worker_t *w = prefill ? x->pw : x->dw;
-    if (prefill ? x->p_running : x->d_running) {
+    pdr_worker_t *w = prefill ? x->at.pw : x->at.dw;
+    if (prefill ? x->at.p_running : x->at.d_running) {
         if (x->mode == MODE_PD)
             pdr__pd_leg_ended(x, prefill, w);
         if (prefill)
-            x->p_running = 0;
+            x->at.p_running = 0;
         else
-            x->d_running = 0;
+            x->at.d_running = 0;
         if (w != NULL)
             pdr_worker_track(w, -1);
         if (x->conf->limits.max_inflight_per_worker > 0)
@@ -24,13 +24,13 @@ void pdr__pd_release_leg(pd_req_t *x, int prefill)
 
 void pdr__pd_cancel_legs(pd_req_t *x)
 {
-    if (x->release != NULL)
+    if (x->vl.release != NULL)
         pdr__pd_vllm_release_kv(x);
-    if (x->p_running) {
+    if (x->at.p_running) {
         pdr_leg_cancel(&x->pleg);
         pdr__pd_release_leg(x, 1);
     }
-    if (x->d_running) {
+    if (x->at.d_running) {
         pdr_leg_cancel(&x->dleg);
         pdr__pd_release_leg(x, 0);
     }
@@ -40,25 +40,25 @@ void pdr__pd_cancel_legs(pd_req_t *x)
  * arrived whole, so that an answer too large to merge is refused before any byte is sent. */
 int pdr__pd_whole_answer(const pd_req_t *x)
 {
-    return x->merge && x->dleg.status < 400 && strncmp(x->dleg.content_type, "text/event-stream", 17) != 0;
+    return x->at.merge && x->dleg.status < 400 && strncmp(x->dleg.content_type, "text/event-stream", 17) != 0;
 }
 
 static size_t prefill_data(pdr_leg_t *leg, const char *p, size_t n)
 {
     pd_req_t *x = leg->data;
-    if (!x->merge && !x->vllm && leg->status < 400)
+    if (!x->at.merge && !x->vllm && leg->status < 400)
         return n; /* a successful answer is only needed for the logprob merge (or vLLM's kv_transfer_params)
                    */
-    if (!x->p_truncated && pdr_buf_append(&x->pbody, p, n, PREFILL_BODY_CAP) != 0)
-        x->p_truncated = 1; /* still read to the end; only the merge needs the body */
+    if (!x->at.p_truncated && pdr_buf_append(&x->pbody, p, n, PREFILL_BODY_CAP) != 0)
+        x->at.p_truncated = 1; /* still read to the end; only the merge needs the body */
     return n;
 }
 
 static void prefill_done(pdr_leg_t *leg, int err)
 {
     pd_req_t *x = leg->data;
-    x->p_done = 1;
-    x->p_err = err;
+    x->at.p_done = 1;
+    x->at.p_err = err;
     pdr__pd_release_leg(x, 1);
     if (err == 0 && leg->status >= 200 && leg->status < 300 && !x->vllm)
         pdr__pd_kv_arrived(x); /* an sglang prefill answers once its KV has been received */
@@ -72,11 +72,11 @@ static void prefill_done(pdr_leg_t *leg, int err)
             pdr__pd_late_prefill_failure(x, PDR_CAUSE_STATUS_5XX, "prefill answered a server error");
         } else if (leg->status >= 400) {
             pdr__pd_late_prefill_failure(x, PDR_CAUSE_OTHER, "prefill answered a client error");
-        } else if (x->pw != NULL) {
-            pdr_pool_report_success(&x->r->pool, x->pw);
-            pdr_worker_note_alive(x->pw, pdr_now_ns());
+        } else if (x->at.pw != NULL) {
+            pdr_pool_report_success(&x->r->pool, x->at.pw);
+            pdr_worker_note_alive(x->at.pw, pdr_now_ns());
             pdr_hist_observe_in(&x->t->m.prefill[x->mroute], PDR_BUCKETS_LLM,
-                                (double)(pdr_now_ns() - x->attempt_t0_ns) / 1e9);
+                                (double)(pdr_now_ns() - x->at.t0_ns) / 1e9);
         }
         if (x->lingering) {
             pdr__pd_linger_end(x);
@@ -86,13 +86,13 @@ static void prefill_done(pdr_leg_t *leg, int err)
         pdr__pd_arm_timer(x);
         return;
     }
-    if (err == 0 && leg->status < 500 && x->pw != NULL) {
-        pdr_pool_report_success(&x->r->pool, x->pw);
-        pdr_worker_note_alive(x->pw, pdr_now_ns());
+    if (err == 0 && leg->status < 500 && x->at.pw != NULL) {
+        pdr_pool_report_success(&x->r->pool, x->at.pw);
+        pdr_worker_note_alive(x->at.pw, pdr_now_ns());
     }
     if (err == 0 && leg->status >= 200 && leg->status < 300)
         pdr_hist_observe_in(&x->t->m.prefill[x->mroute], PDR_BUCKETS_LLM,
-                            (double)(pdr_now_ns() - x->attempt_t0_ns) / 1e9);
+                            (double)(pdr_now_ns() - x->at.t0_ns) / 1e9);
     if (x->vllm && err == 0 && leg->status >= 200 && leg->status < 300)
         pdr__pd_vllm_start_decode(x);
     pdr__pd_advance(x);
@@ -112,27 +112,27 @@ static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
     x->last_data_ns = pdr_now_ns();
     if (x->ph.decode_first_byte_us == 0)
         x->ph.decode_first_byte_us = x->last_data_ns / 1000;
-    if (x->dw != NULL && leg->status < 500)
-        pdr_worker_note_alive(x->dw, x->last_data_ns);
+    if (x->at.dw != NULL && leg->status < 500)
+        pdr_worker_note_alive(x->at.dw, x->last_data_ns);
     if (pdr__pd_whole_answer(x)) {
         /* Held whole until it ends: past the limit the leg is aborted and the client receives a clean 502. */
-        if (x->pending.len + n > (uint64_t)x->conf->limits.max_merge_bytes) {
-            x->merge_overflow = 1;
+        if (x->rl.pending.len + n > (uint64_t)x->conf->limits.max_merge_bytes) {
+            x->rl.merge_overflow = 1;
             return 0;
         }
-    } else if (x->pending.len >= (leg->status >= 400 ? PREFILL_BODY_CAP : HIGH_WATER)) {
+    } else if (x->rl.pending.len >= (leg->status >= 400 ? PREFILL_BODY_CAP : HIGH_WATER)) {
         return PDR_LEG_PAUSE; /* an error body is read whole too, within its own cap */
     }
-    if (pdr_buf_append(&x->pending, p, n,
+    if (pdr_buf_append(&x->rl.pending, p, n,
                        pdr__pd_whole_answer(x) ? (size_t)x->conf->limits.max_merge_bytes
                                                : PREFILL_BODY_CAP) != 0)
         return 0; /* aborts the transfer; on_done reports it */
     x->bytes_in += n;
     /* A decode produces its first token only from the KV: a stream's first token event, or any byte of
      * another answer (it is whole by then), ends the KV deadline. */
-    if (x->kv_open && leg->status < 400 &&
+    if (x->at.kv_open && leg->status < 400 &&
         (strncmp(leg->content_type, "text/event-stream", 17) != 0 ||
-         pdr_sse_count_tokens(&x->kv_sse, p, n) > 0))
+         pdr_sse_count_tokens(&x->kv.sse, p, n) > 0))
         pdr__pd_kv_arrived(x);
     if (x->started) {
         pdr__pd_send_final_or_more(x);
@@ -147,19 +147,19 @@ static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
 void pdr__pd_decode_done(pdr_leg_t *leg, int err)
 {
     pd_req_t *x = leg->data;
-    x->d_done = 1;
-    x->d_err = err;
+    x->at.d_done = 1;
+    x->at.d_err = err;
     pdr__pd_release_leg(x, 0);
     if (x->started && err != 0 && !x->final_sent) {
         /* The stream broke after the response started (or the router cancelled it at its drain
          * deadline, which is not counted against the worker): end it visibly. The prefill leg (still
          * running with pd.relay first_byte) is no longer of use. */
         x->broken = 1;
-        if (x->kv_open && err != PDR_ECANCELED) /* before its first token: the KV never arrived */
+        if (x->at.kv_open && err != PDR_ECANCELED) /* before its first token: the KV never arrived */
             pdr__pd_note_kv_failure(x, err == PDR_EPEERGONE ? PDR_KVC_PEER_GONE : PDR_KVC_DECODE_ERROR, NULL,
                                     pdr_strerror(err));
-        x->kv_open = 0;
-        if (x->p_running) {
+        x->at.kv_open = 0;
+        if (x->at.p_running) {
             pdr_leg_cancel(&x->pleg);
             pdr__pd_release_leg(x, 1);
         }
@@ -169,15 +169,15 @@ void pdr__pd_decode_done(pdr_leg_t *leg, int err)
             x->error_cause = "decode_stream_broken";
             x->t->m.upstream_errors[PDR_ROLE_DECODE][pdr__pd_cause_of(err)]++;
         }
-        if (x->is_sse) {
+        if (x->rl.is_sse) {
             char ev[256];
             int k = snprintf(
                 ev, sizeof(ev),
                 "data: {\"error\":{\"message\":\"decode stream ended: %s\",\"type\":\"upstream_error\","
                 "\"code\":502}}\n\n",
                 pdr_strerror(err));
-            pdr_buf_append(&x->pending, ev, (size_t)k, SIZE_MAX / 2);
-            x->d_err = 0; /* end the SSE stream normally after the error event */
+            pdr_buf_append(&x->rl.pending, ev, (size_t)k, SIZE_MAX / 2);
+            x->at.d_err = 0; /* end the SSE stream normally after the error event */
         }
     }
     pdr__pd_advance(x);

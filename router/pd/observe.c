@@ -19,7 +19,7 @@ void pdr__pd_random_span(uint8_t out[8])
 void pdr__pd_leg_ended(pd_req_t *x, int prefill, const pdr_worker_t *w)
 {
     const pdr_leg_t *leg = prefill ? &x->pleg : &x->dleg;
-    int done = prefill ? x->p_done : x->d_done, err = prefill ? x->p_err : x->d_err;
+    int done = prefill ? x->at.p_done : x->at.d_done, err = prefill ? x->at.p_err : x->at.d_err;
     int ok = done && err == 0 && leg->status >= 200 && leg->status < 300;
     /* The clock is read only when something uses the end: a good prefill's phase, or a traced leg. */
     uint64_t end_us = (prefill && ok) || x->traced ? pdr_now_us() : 0;
@@ -38,8 +38,8 @@ void pdr__pd_leg_ended(pd_req_t *x, int prefill, const pdr_worker_t *w)
         return;
     pdr_span_t sp;
     pdr_span_init(&sp, prefill ? "prefill" : "decode", PDR_SPAN_CLIENT, x->fwd.trace.trace_id,
-                  prefill ? x->p_span : x->d_span, x->root_span, leg->started_ns / 1000, end_us);
-    const char *role = prefill ? "prefill" : x->solo ? "solo" : "decode";
+                  prefill ? x->at.p_span : x->at.d_span, x->root_span, leg->started_ns / 1000, end_us);
+    const char *role = prefill ? "prefill" : x->at.solo ? "solo" : "decode";
     pdr_span_attr_str(&sp, "pdr.role", role, strlen(role));
     if (w != NULL)
         pdr_span_attr_str(&sp, "server.address", w->target, strlen(w->target));
@@ -50,7 +50,7 @@ void pdr__pd_leg_ended(pd_req_t *x, int prefill, const pdr_worker_t *w)
     const char *why = !done ? "cancelled" : err != 0 ? pdr_strerror(err) : NULL;
     if (why != NULL)
         pdr_span_attr_str(&sp, "error.type", why, strlen(why));
-    if (x->n_rooms > 0 && x->rooms != NULL && !x->vllm && !x->solo)
+    if (x->n_rooms > 0 && x->rooms != NULL && !x->vllm && !x->at.solo)
         pdr_span_attr_int(&sp, "pdr.room", (int64_t)x->rooms[0]);
     pdr_span_event(&sp, "response_headers", leg->first_byte_ns / 1000);
     if (!prefill)
@@ -63,14 +63,14 @@ void pdr__pd_leg_ended(pd_req_t *x, int prefill, const pdr_worker_t *w)
 static void count_latencies(pd_req_t *x, uint64_t end)
 {
     pdr_metrics_t *m = &x->t->m;
-    uint64_t first = x->is_sse ? x->first_token_ns : x->ttfb_ns;
+    uint64_t first = x->rl.is_sse ? x->rl.first_token_ns : x->ttfb_ns;
     double ttft = -1, tpot = -1;
     if (first != 0) {
         ttft = (double)(first - x->t0_ns) / 1e9;
         pdr_hist_observe_in(&m->ttft[x->mroute], PDR_BUCKETS_LLM, ttft);
     }
-    if (x->is_sse && x->tokens >= 2) {
-        tpot = (double)(x->last_token_ns - x->first_token_ns) / 1e9 / (double)(x->tokens - 1);
+    if (x->rl.is_sse && x->rl.tokens >= 2) {
+        tpot = (double)(x->rl.last_token_ns - x->rl.first_token_ns) / 1e9 / (double)(x->rl.tokens - 1);
         pdr_hist_observe_in(&m->tpot[x->mroute], PDR_BUCKETS_TPOT, tpot);
     }
     pdr_phase_observe_llm(m->phases, x->mroute, x->pool, ttft, tpot);
@@ -97,13 +97,13 @@ static void emit_request_spans(pd_req_t *x, int status, uint64_t end_us)
     pdr_span_attr_str(root, "pdr.request_id", x->request_id, strlen(x->request_id));
     if (x->pool != NULL)
         pdr_span_attr_str(root, "pdr.pool", x->pool, strlen(x->pool));
-    if (x->pw != NULL)
-        pdr_span_attr_str(root, "pdr.prefill", x->pw->target, strlen(x->pw->target));
-    if (x->dw != NULL)
-        pdr_span_attr_str(root, "pdr.decode", x->dw->target, strlen(x->dw->target));
+    if (x->at.pw != NULL)
+        pdr_span_attr_str(root, "pdr.prefill", x->at.pw->target, strlen(x->at.pw->target));
+    if (x->at.dw != NULL)
+        pdr_span_attr_str(root, "pdr.decode", x->at.dw->target, strlen(x->at.dw->target));
     pdr_span_attr_int(root, "pdr.attempts", x->attempt + 1);
     pdr_span_attr_int(root, "pdr.bytes_out", (int64_t)x->bytes_out);
-    pdr_span_attr_int(root, "pdr.tokens", (int64_t)x->tokens);
+    pdr_span_attr_int(root, "pdr.tokens", (int64_t)x->rl.tokens);
     if (x->error_cause != NULL)
         pdr_span_attr_str(root, "error.type", x->error_cause, strlen(x->error_cause));
     if (x->disagg >= 0)
@@ -159,7 +159,7 @@ void pdr__pd_write_access_log(pd_req_t *x)
     }
     if (x->mode == MODE_PD) {
         x->ph.end_us = end / 1000;
-        if (x->d_running) { /* the current attempt's decode leg (or solo leg), still going */
+        if (x->at.d_running) { /* the current attempt's decode leg (or solo leg), still going */
             x->ph.decode_sent_us = x->dleg.started_ns / 1000;
             x->ph.decode_headers_us = x->dleg.first_byte_ns / 1000;
         }
@@ -182,7 +182,7 @@ void pdr__pd_write_access_log(pd_req_t *x)
     if (x->retry_error[0] != '\0')
         snprintf(retry_error, sizeof(retry_error), "\"%s\"", x->retry_error);
     char room[24] = "null";
-    if (x->n_rooms > 0 && x->body != NULL && !x->vllm && !x->solo)
+    if (x->n_rooms > 0 && x->body != NULL && !x->vllm && !x->at.solo)
         snprintf(room, sizeof(room), "%" PRIu64, x->rooms[0]);
     static const char *names[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
     int n = snprintf(
@@ -196,14 +196,15 @@ void pdr__pd_write_access_log(pd_req_t *x)
         ",\"kv_tokens_from\":\"%s\",\"kv_cause\":%s%s%s%s%s}\n",
         pdr_wall_us(), x->request_id, x->fwd.trace_id,
         x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status, x->pool ? "\"" : "",
-        x->pool ? x->pool : "null", x->pool ? "\"" : "", x->pw ? "\"" : "", x->pw ? x->pw->target : "null",
-        x->pw ? "\"" : "", x->dw ? "\"" : "", x->dw ? x->dw->target : "null", x->dw ? "\"" : "", room,
-        x->attempt + 1, (double)x->admit.wait_ns / 1e6, ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3,
+        x->pool ? x->pool : "null", x->pool ? "\"" : "", x->at.pw ? "\"" : "",
+        x->at.pw ? x->at.pw->target : "null", x->at.pw ? "\"" : "", x->at.dw ? "\"" : "",
+        x->at.dw ? x->at.dw->target : "null", x->at.dw ? "\"" : "", room, x->attempt + 1,
+        (double)x->admit.wait_ns / 1e6, ttfb >= 0 ? ttfb * 1e3 : -1.0, total * 1e3,
         x->req ? x->req->entity.len : 0, x->bytes_out, x->error_cause ? "\"" : "",
         x->error_cause ? error : "null", x->error_cause ? "\"" : "", retry_error, x->disagg >= 0 ? "\"" : "",
-        x->disagg >= 0 ? pdr_disagg_decision_names[x->disagg] : "null", x->disagg >= 0 ? "\"" : "", x->kv_ms,
-        x->kv_tokens, pdr_kv_tokens_how_names[x->kv_tokens_how], x->kv_cause ? "\"" : "",
-        x->kv_cause ? x->kv_cause : "null", x->kv_cause ? "\"" : "", phases, kv);
+        x->disagg >= 0 ? pdr_disagg_decision_names[x->disagg] : "null", x->disagg >= 0 ? "\"" : "", x->kv.ms,
+        x->kv.tokens, pdr_kv_tokens_how_names[x->kv.tokens_how], x->kv.cause ? "\"" : "",
+        x->kv.cause ? x->kv.cause : "null", x->kv.cause ? "\"" : "", phases, kv);
     if (n <= 0)
         return;
     size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;

@@ -60,6 +60,81 @@
 
 typedef enum { MODE_PD = 0, MODE_MODELS } pd_mode_t;
 
+/* One attempt: its pair, the state of its legs, its deadlines and the spans its legs carry. An attempt
+ * starts from a fresh one (pdr__pd_start_attempt: one assignment, after the workers' references are
+ * dropped). The legs themselves lie beside it in pd_req_t: pdr_leg_start sets each up, and a leg's memory is
+ * the upstream module's until it ends. */
+typedef struct pd_attempt {
+    pdr_worker_t *pw, *dw; /* the pair (references owned by the request) */
+    unsigned p_running : 1, d_running : 1, p_done : 1, d_done : 1;
+    unsigned recheck : 1; /* advance() waits for the prefill leg's connect: look again in 1 ms */
+    /* The KV deadline runs (kvdeadline.h): from the moment both legs are sent (protocol vllm: the decode
+     * leg) until the KV is known to have arrived. */
+    unsigned kv_open : 1;
+    /* Conditional disaggregation (disagg.h): this attempt skips the prefill and runs on one worker (dw: the
+     * decode with protocol vllm, a regular worker with sglang). */
+    unsigned solo : 1;
+    int merge; /* the logprob merge runs in this attempt (wanted, and not solo) */
+    int p_err, d_err;
+    int p_truncated;      /* the prefill's answer outgrew PREFILL_BODY_CAP (still read to its end) */
+    uint64_t d_failed_ns; /* when the decode's failure was seen with the prefill leg outstanding */
+    uint64_t p_failed_ns; /* when the prefill's 5xx was seen with the decode leg outstanding */
+    uint64_t t0_ns, first_byte_deadline_ns, kv_deadline_ns;
+    /* The workers' incarnations (w->load.epoch) when the attempt began: a new one fails it fast. */
+    uint64_t p_epoch, d_epoch;
+    uint8_t p_span[8], d_span[8]; /* the span ids the legs carry in their traceparent */
+} pd_attempt_t;
+
+/* The client side: the decode's bytes on their way to the client, the streaming merge, and the client's
+ * progress. */
+typedef struct pd_relay {
+    pdr_buf_t pending; /* decode bytes not yet handed to h2o */
+    pdr_buf_t sending; /* bytes h2o is writing now */
+    /* HTTP/2: sending goes to h2o in pieces of H2_PIECE (send_piece), each one taken being the client's
+     * progress; send_off is where the next begins, send_last whether the last piece ends the response. */
+    size_t send_off;
+    unsigned send_last : 1;
+    pdr_buf_t sse_carry; /* streaming merge: an incomplete event (at most limits.max_merge_bytes) */
+    size_t sse_scanned;  /* the bytes of sse_carry already searched for an event's end */
+    int merge_overflow;  /* a whole-answer merge outgrew limits.max_merge_bytes */
+    int is_sse;
+    json_t *p_json;              /* parsed prefill answer when merging */
+    pdr_sse_counter_t sse_count; /* token events in the relayed stream (metrics) */
+    uint64_t tokens, first_token_ns, last_token_ns;
+    uint64_t send_ns; /* when the send in flight was handed to h2o (the client's read clock) */
+    /* HTTP/1: the client's progress by bytes (a send of up to HIGH_WATER may take a slow reader longer
+     * than stream_idle_ms): its TCP's acknowledged bytes, sampled while a send is in flight. */
+    uint64_t took_ns, sample_ns, acked;
+    unsigned acked_known : 1;
+} pd_relay_t;
+
+/* The request's KV (kvdeadline.h, shim_events.h). The deadline, ms, is computed once from the prompt's
+ * length (tokens, found as tokens_how); it ends when the KV is known to have arrived: the decode's first
+ * token (sse counts its token events until the first), the prefill's successful answer (sglang), or a
+ * shim's report. cause names the last KV failure (access log). Decode admission (kv_admission): the KV held
+ * on the decode, the request's need in tokens (0: not computed yet) and how long it may wait for room. */
+typedef struct pd_kv {
+    uint64_t ms, tokens;
+    pdr_kv_tokens_how_t tokens_how;
+    uint8_t *room_done; /* the shims' "done" reports by room index (pdr_pd_kv_done), NULL until one */
+    size_t rooms_done;
+    pdr_sse_counter_t sse;
+    const char *cause;
+    char msg[200];
+    pdr_kv_hold_t hold;
+    uint64_t need, admit_deadline_ns;
+    unsigned admit_waited : 1;
+} pd_kv_t;
+
+/* Protocol vllm (pd_vllm.h): the prefill runs first, alone; then the decode with dbody. release is the body
+ * that frees the prefill's KV if the decode's answer never begins (NULL: no KV held for it). */
+typedef struct pd_vllm {
+    unsigned bad : 1; /* the prefill's answer cannot be used (why in err) */
+    char *release;
+    size_t release_len;
+    char err[200];
+} pd_vllm_t;
+
 typedef struct pd_req {
     pdr_router_t *r;
     pdr_thread_t *t;
@@ -69,10 +144,11 @@ typedef struct pd_req {
     pdr_route_t route;
     int mroute;
     pdr_pdreq_t pr;
-    char *body;
-    size_t body_len;
+    char *body, *dbody; /* the legs' bodies (dbody: the decode's, when it differs) */
+    size_t body_len, dbody_len;
     uint64_t *rooms;
     size_t n_rooms;
+    unsigned room_open : 1; /* the attempt's rooms are owned in the shims' table */
     char request_id[80];
     pdr_fwd_t fwd; /* the headers both legs carry (fwdheaders.h), built once */
 
@@ -83,55 +159,19 @@ typedef struct pd_req {
     int attempt;
     uint64_t tried[2][PDR_MAX_TRIED]; /* uids of the workers that failed this request, by role */
     size_t n_tried[2];
-    pdr_worker_t *pw, *dw;
+    pd_attempt_t at;
     pdr_leg_t pleg, dleg;
-    unsigned p_running : 1, d_running : 1, p_done : 1, d_done : 1;
-    int p_err, d_err;
     pdr_buf_t pbody; /* the prefill's answer (checked, used for logprob merge) */
-    int p_truncated;
-    json_t *p_json;    /* parsed prefill answer when merging */
-    pdr_buf_t pending; /* decode bytes not yet handed to h2o */
-    pdr_buf_t sending; /* bytes h2o is writing now */
-    /* HTTP/2: sending goes to h2o in pieces of H2_PIECE (send_piece), each one taken being the client's
-     * progress; send_off is where the next begins, send_last whether the last piece ends the response. */
-    size_t send_off;
-    unsigned send_last : 1;
-    pdr_buf_t sse_carry; /* streaming merge: an incomplete event (at most limits.max_merge_bytes) */
-    size_t sse_scanned;  /* the bytes of sse_carry already searched for an event's end */
-    int merge;           /* logprob merge wanted */
-    int merge_overflow;  /* a whole-answer merge outgrew limits.max_merge_bytes */
-    int is_sse;
-    pdr_sse_counter_t sse_count; /* token events in the relayed stream (metrics) */
-    uint64_t tokens, first_token_ns, last_token_ns;
+    pd_relay_t rl;
+    int merge_wanted; /* the logprob merge is asked for (and the protocol needs the router to do it) */
 
     unsigned started : 1, send_inflight : 1, final_sent : 1, stopped : 1, errored : 1, broken : 1;
     unsigned client_aborted : 1; /* the client went away before the end (error_cause "client_abort") */
     unsigned refused : 1;        /* answered by admission, no worker chosen: its log line is rate-limited */
     unsigned lingering : 1;      /* the client's response is over; the prefill leg is read to its end */
-    unsigned recheck : 1; /* pdr__pd_advance() waits for the prefill leg's connect: look again in 1 ms */
-    uint64_t d_failed_ns; /* when the decode's failure was seen with the prefill leg outstanding */
-    uint64_t p_failed_ns; /* when the prefill's 5xx was seen with the decode leg outstanding */
     int status;
-    uint64_t t0_ns, ttfb_ns, end_ns, attempt_t0_ns, last_data_ns;
-    uint64_t send_ns; /* when the send in flight was handed to h2o (the client's read clock) */
-    /* HTTP/1: the client's progress by bytes (a send of up to HIGH_WATER may take a slow reader longer
-     * than stream_idle_ms): its TCP's acknowledged bytes, sampled while a send is in flight. */
-    uint64_t took_ns, sample_ns, acked;
-    unsigned acked_known : 1;
-    uint64_t first_byte_deadline_ns, kv_deadline_ns;
-    /* The KV deadline (kvdeadline.h): kv_ms, computed once from the prompt's length (kv_tokens, found as
-     * kv_tokens_how), runs from the moment both legs are sent (protocol vllm: the decode leg) while kv_open,
-     * until the KV is known to have arrived: the decode's first token (kv_sse counts its token events until
-     * the first), the prefill's successful answer (sglang), or a shim's report. kv_cause names the last KV
-     * failure (access log). */
-    uint64_t kv_ms, kv_tokens;
-    pdr_kv_tokens_how_t kv_tokens_how;
-    unsigned kv_open : 1;
-    uint8_t *kv_room_done; /* the shims' "done" reports by room index (pdr_pd_kv_done), NULL until one */
-    size_t kv_rooms_done;
-    pdr_sse_counter_t kv_sse;
-    const char *kv_cause;
-    char kv_msg[200];
+    uint64_t t0_ns, ttfb_ns, end_ns, last_data_ns;
+    pd_kv_t kv;
     uint64_t bytes_in, bytes_out;
     const char *error_cause;
     uv_timer_t timer;
@@ -139,34 +179,20 @@ typedef struct pd_req {
     int last_fail_status;
     char last_fail_msg[768];
     char retry_error[192]; /* JSON-escaped: the failure of the last attempt that was retried (access log) */
-    /* protocol vllm (pd_vllm.h): the prefill runs first, alone; then the decode with dbody. release is the
-     * body that frees the prefill's KV if the decode's answer never begins (NULL: no KV held for it). */
-    unsigned vllm : 1, vllm_bad : 1;
-    char *dbody, *release;
-    size_t dbody_len, release_len;
-    char vllm_err[200]; /* why the prefill's answer cannot be used (vllm_bad) */
-    /* Conditional disaggregation (disagg.h): solo = this attempt skips the prefill and runs on one worker
-     * (dw: the decode with protocol vllm, a regular worker with sglang); disagg = the attempt's decision
-     * (-1: none made, the feature is off or nothing can run the request alone). */
-    unsigned solo : 1, merge_wanted : 1;
+    unsigned vllm : 1;
+    pd_vllm_t vl;
+    /* Conditional disaggregation (disagg.h): the last decision made (-1: none made, the feature is off or
+     * nothing can run the request alone). */
     int disagg;
     /* Data-parallel attention (pool.c: a rank is a worker of its own, w->dp_rank): protocol vllm names the
      * rank in a header of each leg, built here (pdr_leg_start copies it). */
     const char *rank_hdrs[4];
     char rank_line[48];
     /* Phase timing (phases.h) and the request's trace spans (trace.h): traced = the trace is sampled and
-     * an exporter runs; root_span is the router's span for the request, p_span/d_span the span ids the
-     * current attempt's legs carry in their traceparent. */
+     * an exporter runs; root_span is the router's span for the request. */
     pdr_phase_t ph;
     unsigned traced : 1;
-    uint8_t root_span[8], p_span[8], d_span[8];
-    /* Decode admission (kv_admission, shim_events.h): the KV held on dw, the request's need in tokens
-     * (0: not computed yet) and how long it may wait for room. */
-    pdr_kv_hold_t kv_hold;
-    uint64_t kv_need, admit_deadline_ns;
-    unsigned admit_waited : 1, room_open : 1;
-    /* The workers' incarnations (w->load.epoch) when the attempt began: a new one fails it fast. */
-    uint64_t p_epoch, d_epoch;
+    uint8_t root_span[8];
     /* Admission (admission.h): the request's slot or place in the queue, and when its wait ends. */
     pdr_admit_waiter_t admit;
     uint64_t queue_deadline_ns;

@@ -1,7 +1,7 @@
 /*
  * Choosing an attempt's workers beyond the pool's policy: conditional disaggregation (disagg.h), decode
  * admission by KV room (kv_admission, shim_events.h) and the pair-aware breaker (breaker.h). Every worker
- * reference held in x->pw and x->dw is owned by the request. Loop thread of the request.
+ * reference held in x->at.pw and x->at.dw is owned by the request. Loop thread of the request.
  */
 #include "pd_internal.h"
 
@@ -40,9 +40,9 @@ void pdr__pd_decide_disaggregation(pd_req_t *x, const char *text, size_t tlen, c
 {
     pdr_router_t *r = x->r;
     pdr_pick_info_t info = {.record = 0, .tok = tok};
-    x->pw = pdr_pool_pick_info(&r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
-                               x->n_tried[PDR_ROLE_PREFILL], text, tlen, &info);
-    if (x->pw == NULL)
+    x->at.pw = pdr_pool_pick_info(&r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
+                                  x->n_tried[PDR_ROLE_PREFILL], text, tlen, &info);
+    if (x->at.pw == NULL)
         return; /* no serving prefill: answered as without the feature */
     pdr_disagg_input_t in;
     if (info.matched_known && info.tokens) { /* a policy that counts tokens itself */
@@ -61,13 +61,13 @@ void pdr__pd_decide_disaggregation(pd_req_t *x, const char *text, size_t tlen, c
     x->t->m.disagg_decisions[x->disagg]++;
     if (x->disagg == PDR_DISAGG_DISAGGREGATED) {
         if (info.matched_known)
-            pdr_pool_record_pick(&r->pool, x->pw, text, tlen);
+            pdr_pool_record_pick(&r->pool, x->at.pw, text, tlen);
         return;
     }
-    pdr_worker_unref(x->pw);
-    x->pw = NULL;
-    x->solo = 1;
-    x->merge = 0; /* one worker answers the whole request, input logprobs included */
+    pdr_worker_unref(x->at.pw);
+    x->at.pw = NULL;
+    x->at.solo = 1;
+    x->at.merge = 0; /* one worker answers the whole request, input logprobs included */
 }
 
 static void on_admit_retry(uv_timer_t *h)
@@ -77,21 +77,21 @@ static void on_admit_retry(uv_timer_t *h)
         pdr__pd_start_attempt(x);
 }
 
-/* Decode admission (kv_admission): 1 to go on with x->dw, its KV held in x->kv_hold; 0 when the request
+/* Decode admission (kv_admission): 1 to go on with x->at.dw, its KV held in x->kv.hold; 0 when the request
  * waits for room (a timer runs the attempt again, polling every ADMIT_POLL_MS) or was answered 503. */
 #define ADMIT_POLL_MS 5
 #define ADMIT_MAX_PICKS 8
 int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen)
 {
     pdr_router_t *r = x->r;
-    if (!pdr_kv_limited(x->conf, x->dw))
+    if (!pdr_kv_limited(x->conf, x->at.dw))
         return 1; /* the usual case without reports: nothing to estimate */
-    if (x->kv_need == 0) {
+    if (x->kv.need == 0) {
         pdr_prompt_tokens_t tok = {NULL, 0};
         struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
         pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_KV_ADMISSION);
         pdr_tokenizer_free(tk);
-        x->kv_need = pdr_kv_need_tokens(x->conf, &x->pr, tok.n, tlen);
+        x->kv.need = pdr_kv_need_tokens(x->conf, &x->pr, tok.n, tlen);
         free(tok.ids);
     }
     uint64_t avoid[PDR_MAX_TRIED + ADMIT_MAX_PICKS];
@@ -99,13 +99,13 @@ int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen)
     memcpy(avoid, x->tried[PDR_ROLE_DECODE], n * sizeof(avoid[0]));
     int never = 1; /* every decode tried has less KV in all than the request needs */
     for (int k = 0; k < ADMIT_MAX_PICKS; k++) {
-        int fit = pdr_kv_admit(x->conf, x->dw, x->kv_need, &x->kv_hold);
+        int fit = pdr_kv_admit(x->conf, x->at.dw, x->kv.need, &x->kv.hold);
         if (fit > 0) {
-            pdr_kv_count(x->admit_waited ? 2 : k > 0 ? 1 : 0);
+            pdr_kv_count(x->kv.admit_waited ? 2 : k > 0 ? 1 : 0);
             return 1;
         }
         never &= fit < 0;
-        avoid[n++] = x->dw->uid;
+        avoid[n++] = x->at.dw->uid;
         pdr_worker_t *o =
             pdr_pool_pick_prompt(&r->pool, x->pool, PDR_ROLE_DECODE, avoid, n, text, tlen, NULL);
         int seen = 0;
@@ -115,8 +115,8 @@ int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen)
             pdr_worker_unref(o);
             break;
         }
-        pdr_worker_unref(x->dw);
-        x->dw = o;
+        pdr_worker_unref(x->at.dw);
+        x->at.dw = o;
     }
     if (never) {
         /* Waiting cannot help: no decode tried could hold it even empty. */
@@ -130,14 +130,14 @@ int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen)
         return 0;
     }
     uint64_t now = pdr_now_ns();
-    if (x->admit_deadline_ns == 0) {
+    if (x->kv.admit_deadline_ns == 0) {
         uint64_t ms = (uint64_t)x->conf->kv_admission.wait_ms;
         if (ms > (uint64_t)x->to.first_byte_ms)
             ms = (uint64_t)x->to.first_byte_ms;
-        x->admit_deadline_ns = now + ms * 1000000u;
+        x->kv.admit_deadline_ns = now + ms * 1000000u;
     }
-    if (now < x->admit_deadline_ns) {
-        x->admit_waited = 1;
+    if (now < x->kv.admit_deadline_ns) {
+        x->kv.admit_waited = 1;
         uv_timer_start(&x->timer, on_admit_retry, ADMIT_POLL_MS, 0);
         return 0;
     }
@@ -165,14 +165,14 @@ static int uid_in(const uint64_t *a, size_t n, uint64_t uid)
 void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok)
 {
     uint64_t last;
-    if (!x->conf->breaker.enabled || x->pw == NULL || x->dw == NULL ||
-        pdr_links_admit(x->pw, x->dw, 1, &last))
+    if (!x->conf->breaker.enabled || x->at.pw == NULL || x->at.dw == NULL ||
+        pdr_links_admit(x->at.pw, x->at.dw, 1, &last))
         return;
     pdr_breaker_count_avoided();
     pdr_pool_t *pool = &x->r->pool;
-    pdr_worker_t *bp = x->pw, *bd = x->dw;   /* the least recently failed pairing seen (owned) */
-    pdr_worker_t *p = pdr_worker_ref(x->pw); /* the prefill whose decodes are tried (owned) */
-    x->pw = x->dw = NULL;
+    pdr_worker_t *bp = x->at.pw, *bd = x->at.dw; /* the least recently failed pairing seen (owned) */
+    pdr_worker_t *p = pdr_worker_ref(x->at.pw);  /* the prefill whose decodes are tried (owned) */
+    x->at.pw = x->at.dw = NULL;
     uint64_t pav[PDR_MAX_TRIED + BREAKER_MAX_PICKS], dav[PDR_MAX_TRIED + BREAKER_MAX_PICKS + 1];
     size_t np = x->n_tried[PDR_ROLE_PREFILL];
     memcpy(pav, x->tried[PDR_ROLE_PREFILL], np * sizeof(pav[0]));
@@ -191,8 +191,8 @@ void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_
             if (pdr_links_admit(p, d, 1, &lf)) {
                 pdr_worker_unref(bp);
                 pdr_worker_unref(bd);
-                x->pw = p;
-                x->dw = d;
+                x->at.pw = p;
+                x->at.dw = d;
                 return;
             }
             if (lf < last) {
@@ -220,6 +220,6 @@ void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_
     pdr_warn("request %s: every pairing tried has its breaker open: prefill %s -> decode %s (the least "
              "recently failed) is used",
              x->request_id, bp->target, bd->target);
-    x->pw = bp;
-    x->dw = bd;
+    x->at.pw = bp;
+    x->at.dw = bd;
 }

@@ -13,7 +13,7 @@ void pdr__pd_vllm_start_prefill(pd_req_t *x)
     free(x->body);
     free(x->dbody);
     x->dbody = NULL;
-    x->vllm_bad = 0;
+    x->vl.bad = 0;
     memset(&x->dleg, 0, sizeof(x->dleg)); /* no decode leg in this attempt yet */
     x->body = pdr_pdreq_build_vllm(&x->pr, PDR_VLLM_PREFILL, NULL, 0, &x->body_len);
     if (x->body == NULL) {
@@ -21,15 +21,15 @@ void pdr__pd_vllm_start_prefill(pd_req_t *x)
         return;
     }
     char url[512];
-    pdr_join2(url, sizeof(url), x->pw->conf.url, route_paths[x->route]);
-    if (pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, pdr__pd_leg_headers(x, x->pw),
+    pdr_join2(url, sizeof(url), x->at.pw->conf.url, route_paths[x->route]);
+    if (pdr_leg_start(&x->pleg, x->t->multi, url, x->body, x->body_len, pdr__pd_leg_headers(x, x->at.pw),
                       x->to.connect_ms, 0, &pdr__pd_prefill_cbs, x) != 0) {
         pdr__pd_fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
         return;
     }
-    memcpy(x->p_span, x->fwd.last_span, 8);
-    x->p_running = 1;
-    pdr_worker_track(x->pw, 1);
+    memcpy(x->at.p_span, x->fwd.last_span, 8);
+    x->at.p_running = 1;
+    pdr_worker_track(x->at.pw, 1);
     pdr__pd_arm_timer(x);
 }
 
@@ -38,33 +38,33 @@ void pdr__pd_vllm_start_prefill(pd_req_t *x)
 void pdr__pd_vllm_start_decode(pd_req_t *x)
 {
     pdr_vllm_next_t next;
-    if (x->req == NULL || x->p_truncated ||
-        pdr__vllm_next(&x->pr, x->pbody.p ? x->pbody.p : "", x->pbody.len, &next, x->vllm_err,
-                       sizeof(x->vllm_err)) != 0) {
-        if (x->p_truncated)
-            snprintf(x->vllm_err, sizeof(x->vllm_err), "the prefill's answer exceeds 64 MiB");
-        x->vllm_bad = 1;
+    if (x->req == NULL || x->at.p_truncated ||
+        pdr__vllm_next(&x->pr, x->pbody.p ? x->pbody.p : "", x->pbody.len, &next, x->vl.err,
+                       sizeof(x->vl.err)) != 0) {
+        if (x->at.p_truncated)
+            snprintf(x->vl.err, sizeof(x->vl.err), "the prefill's answer exceeds 64 MiB");
+        x->vl.bad = 1;
         return;
     }
     x->dbody = next.decode;
     x->dbody_len = next.decode_len;
-    x->release = next.release; /* the prefill holds KV for this request from now on */
-    x->release_len = next.release_len;
+    x->vl.release = next.release; /* the prefill holds KV for this request from now on */
+    x->vl.release_len = next.release_len;
     char url[512];
-    pdr_join2(url, sizeof(url), x->dw->conf.url, route_paths[x->route]);
-    if (pdr_leg_start(&x->dleg, x->t->multi, url, x->dbody, x->dbody_len, pdr__pd_leg_headers(x, x->dw),
+    pdr_join2(url, sizeof(url), x->at.dw->conf.url, route_paths[x->route]);
+    if (pdr_leg_start(&x->dleg, x->t->multi, url, x->dbody, x->dbody_len, pdr__pd_leg_headers(x, x->at.dw),
                       x->to.connect_ms, 0, &pdr__pd_decode_cbs, x) != 0) {
         x->dleg.got_headers = 0;
         pdr__pd_fail_response(x, 503, "service_unavailable", "cannot start upstream requests", 1);
         return;
     }
-    memcpy(x->d_span, x->fwd.last_span, 8);
-    x->d_running = 1;
-    pdr_worker_track(x->dw, 1);
+    memcpy(x->at.d_span, x->fwd.last_span, 8);
+    x->at.d_running = 1;
+    pdr_worker_track(x->at.dw, 1);
     /* The decode pulls the KV now: the KV deadline runs from here. */
-    x->kv_open = 1;
-    memset(&x->kv_sse, 0, sizeof(x->kv_sse));
-    x->kv_deadline_ns = pdr_now_ns() + x->kv_ms * 1000000u;
+    x->at.kv_open = 1;
+    memset(&x->kv.sse, 0, sizeof(x->kv.sse));
+    x->at.kv_deadline_ns = pdr_now_ns() + x->kv.ms * 1000000u;
 }
 
 /* The request lets go of the decode (client gone, attempt failed, response over). KV the prefill holds for
@@ -73,15 +73,15 @@ void pdr__pd_vllm_start_decode(pd_req_t *x)
  * A decode that has begun a successful answer has read it already. */
 void pdr__pd_vllm_release_kv(pd_req_t *x)
 {
-    char *body = x->release;
-    x->release = NULL;
-    if ((x->dleg.bytes_in > 0 && x->dleg.status < 400) || x->dw == NULL) {
+    char *body = x->vl.release;
+    x->vl.release = NULL;
+    if ((x->dleg.bytes_in > 0 && x->dleg.status < 400) || x->at.dw == NULL) {
         free(body);
         return;
     }
-    pdr_worker_t *w = x->dw, *other = NULL;
+    pdr_worker_t *w = x->at.dw, *other = NULL;
     for (size_t i = 0; i < x->n_tried[PDR_ROLE_DECODE]; i++)
-        if (x->tried[PDR_ROLE_DECODE][i] == x->dw->uid) {
+        if (x->tried[PDR_ROLE_DECODE][i] == x->at.dw->uid) {
             other = pdr_pool_pick(&x->r->pool, x->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE],
                                   x->n_tried[PDR_ROLE_DECODE]);
             if (other != NULL)
@@ -92,6 +92,6 @@ void pdr__pd_vllm_release_kv(pd_req_t *x)
     pdr_join2(url, sizeof(url), w->conf.url, route_paths[x->route]);
     const char *const *hdrs = pdr__pd_leg_headers(x, w);
     pdr_worker_unref(other);
-    pdr__vllm_release(x->t, url, body, x->release_len, hdrs, x->fwd.request_id, x->to.connect_ms,
+    pdr__vllm_release(x->t, url, body, x->vl.release_len, hdrs, x->fwd.request_id, x->to.connect_ms,
                       x->to.kv_transfer_ms);
 }

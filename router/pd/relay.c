@@ -40,17 +40,17 @@ void pdr__pd_fail_response(pd_req_t *x, int status, const char *type, const char
 /* Counts the token events in what is about to be relayed (streams only: no per-byte work otherwise). */
 static void note_tokens(pd_req_t *x)
 {
-    size_t n = pdr_sse_count_tokens(&x->sse_count, x->sending.p, x->sending.len);
+    size_t n = pdr_sse_count_tokens(&x->rl.sse_count, x->rl.sending.p, x->rl.sending.len);
     if (n == 0)
         return;
     uint64_t now = pdr_now_ns();
-    if (x->tokens == 0) {
-        x->first_token_ns = now;
+    if (x->rl.tokens == 0) {
+        x->rl.first_token_ns = now;
         x->ph.first_token_us = now / 1000;
     }
-    x->last_token_ns = now;
+    x->rl.last_token_ns = now;
     x->ph.last_token_us = now / 1000;
-    x->tokens += n;
+    x->rl.tokens += n;
     x->t->m.stream_events_total[x->mroute] += n;
 }
 
@@ -63,14 +63,14 @@ static void note_tokens(pd_req_t *x)
 
 static void send_piece(pd_req_t *x)
 {
-    size_t left = x->sending.len - x->send_off, n = left;
+    size_t left = x->rl.sending.len - x->rl.send_off, n = left;
     if (x->req->version >= 0x200 && n > H2_PIECE)
         n = H2_PIECE;
-    int last = x->send_last && n == left;
-    h2o_iovec_t v = h2o_iovec_init(x->sending.p + x->send_off, n);
-    x->send_off += n;
+    int last = x->rl.send_last && n == left;
+    h2o_iovec_t v = h2o_iovec_init(x->rl.sending.p + x->rl.send_off, n);
+    x->rl.send_off += n;
     x->send_inflight = 1;
-    x->send_ns = pdr_now_ns();
+    x->rl.send_ns = pdr_now_ns();
     h2o_send(x->req, &v, n ? 1 : 0, last ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
 }
 
@@ -79,12 +79,12 @@ static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
     pd_req_t *x = H2O_STRUCT_FROM_MEMBER(pd_req_t, gen, gen);
     (void)req;
     x->send_inflight = 0;
-    if (!x->stopped && x->send_off < x->sending.len) { /* the next piece of an HTTP/2 send */
+    if (!x->stopped && x->rl.send_off < x->rl.sending.len) { /* the next piece of an HTTP/2 send */
         send_piece(x);
         return;
     }
-    x->sending.len = 0;
-    x->send_off = 0;
+    x->rl.sending.len = 0;
+    x->rl.send_off = 0;
     pdr__pd_advance(x);
 }
 
@@ -109,10 +109,10 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
  */
 static int sse_merge_events(pd_req_t *x, const char *p, size_t n, pdr_buf_t *out)
 {
-    if (pdr_buf_append(&x->sse_carry, p, n, SIZE_MAX / 2) != 0)
+    if (pdr_buf_append(&x->rl.sse_carry, p, n, SIZE_MAX / 2) != 0)
         return PDR_ENOMEM;
-    char *c = x->sse_carry.p;
-    size_t len = x->sse_carry.len, start = 0, i = x->sse_scanned;
+    char *c = x->rl.sse_carry.p;
+    size_t len = x->rl.sse_carry.len, start = 0, i = x->rl.sse_scanned;
     for (;;) {
         char *q = NULL;
         while (i + 1 < len) {
@@ -135,7 +135,7 @@ static int sse_merge_events(pd_req_t *x, const char *p, size_t n, pdr_buf_t *out
         size_t dl;
         const char *d = pdr_sse_first_data(ev, evlen, &dl);
         json_t *j = d != NULL ? json_loadb(d, dl, 0, NULL) : NULL;
-        if (j != NULL && x->p_json != NULL && pdr_merge_logprobs(j, x->p_json)) {
+        if (j != NULL && x->rl.p_json != NULL && pdr_merge_logprobs(j, x->rl.p_json)) {
             char *s = json_dumps(j, JSON_COMPACT);
             if (s != NULL) {
                 pdr_buf_append(out, "data: ", 6, SIZE_MAX / 2);
@@ -153,9 +153,9 @@ static int sse_merge_events(pd_req_t *x, const char *p, size_t n, pdr_buf_t *out
     }
     if (start > 0) /* no copy of a carry with no event ended: that would be a pass over it per read */
         memmove(c, c + start, len - start);
-    x->sse_carry.len = len - start;
-    x->sse_scanned = i > start ? i - start : 0;
-    if (x->sse_carry.len > (size_t)x->conf->limits.max_merge_bytes)
+    x->rl.sse_carry.len = len - start;
+    x->rl.sse_scanned = i > start ? i - start : 0;
+    if (x->rl.sse_carry.len > (size_t)x->conf->limits.max_merge_bytes)
         return PDR_ETOOBIG;
     return 0;
 }
@@ -173,10 +173,10 @@ static void sse_merge_failed(pd_req_t *x, int err, pdr_buf_t *out)
              big ? "an event of the decode's stream outgrew limits.max_merge_bytes without its end"
                  : "out of memory for the logprob merge of the decode's stream");
     pdr__pd_cancel_legs(x);
-    x->d_done = 1;
-    x->d_err = 0;
-    x->sse_carry.len = 0;
-    x->sse_scanned = 0;
+    x->at.d_done = 1;
+    x->at.d_err = 0;
+    x->rl.sse_carry.len = 0;
+    x->rl.sse_scanned = 0;
     char ev[300];
     int k =
         snprintf(ev, sizeof(ev), "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\n",
@@ -196,13 +196,13 @@ void pdr__pd_start_client_response(pd_req_t *x)
     req->res.status = x->status;
     req->res.reason = pdr_http_reason(x->status);
     const char *ct = x->dleg.content_type[0] ? x->dleg.content_type : "application/json";
-    x->is_sse = strncmp(ct, "text/event-stream", 17) == 0;
+    x->rl.is_sse = strncmp(ct, "text/event-stream", 17) == 0;
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ct, strlen(ct));
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, x->request_id,
                           strlen(x->request_id));
-    if (x->is_sse)
+    if (x->rl.is_sse)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
-    if (!x->merge && !x->is_sse && x->dleg.content_length >= 0)
+    if (!x->at.merge && !x->rl.is_sse && x->dleg.content_length >= 0)
         req->res.content_length = (size_t)x->dleg.content_length;
     x->gen.proceed = on_proceed;
     x->gen.stop = on_stop;
@@ -214,79 +214,79 @@ void pdr__pd_send_final_or_more(pd_req_t *x)
     if (x->req == NULL || x->stopped || x->final_sent || x->send_inflight)
         return;
     /* Non-streaming merge: the whole decode answer is needed first. */
-    if (x->merge && !x->is_sse) {
-        if (!x->d_done) {
+    if (x->at.merge && !x->rl.is_sse) {
+        if (!x->at.d_done) {
             if (x->dleg.paused)
                 pdr_leg_resume(&x->dleg);
             return;
         }
-        json_t *j = json_loadb(x->pending.p ? x->pending.p : "", x->pending.len, 0, NULL);
-        if (j != NULL && x->p_json != NULL && pdr_merge_logprobs(j, x->p_json)) {
+        json_t *j = json_loadb(x->rl.pending.p ? x->rl.pending.p : "", x->rl.pending.len, 0, NULL);
+        if (j != NULL && x->rl.p_json != NULL && pdr_merge_logprobs(j, x->rl.p_json)) {
             char *s = json_dumps(j, JSON_COMPACT);
             if (s != NULL) {
-                x->pending.len = 0;
-                pdr_buf_append(&x->pending, s, strlen(s), SIZE_MAX / 2);
+                x->rl.pending.len = 0;
+                pdr_buf_append(&x->rl.pending, s, strlen(s), SIZE_MAX / 2);
                 free(s);
             }
         }
         if (j != NULL)
             json_decref(j);
     }
-    int final = x->d_done;
-    if (final && x->d_err != 0) {
+    int final = x->at.d_done;
+    if (final && x->at.d_err != 0) {
         /* A non-SSE body cannot carry an error: abort the response so the client sees it broken. */
         x->final_sent = 1;
         x->end_ns = pdr_now_ns();
         h2o_send(x->req, NULL, 0, H2O_SEND_STATE_ERROR);
         return;
     }
-    pdr_buf_t t = x->sending;
-    x->sending = x->pending;
-    x->pending = t;
-    x->pending.len = 0;
-    if (x->merge && x->is_sse) {
+    pdr_buf_t t = x->rl.sending;
+    x->rl.sending = x->rl.pending;
+    x->rl.pending = t;
+    x->rl.pending.len = 0;
+    if (x->at.merge && x->rl.is_sse) {
         /* Rewrite complete events from what was pending into sending. */
-        pdr_buf_t raw = x->sending;
+        pdr_buf_t raw = x->rl.sending;
         pdr_buf_t out = {0};
         int rc = sse_merge_events(x, raw.p, raw.len, &out);
         pdr_buf_free(&raw);
         if (rc != 0) {
             sse_merge_failed(x, rc, &out);
             final = 1;
-        } else if (final && x->sse_carry.len > 0) {
-            pdr_buf_append(&out, x->sse_carry.p, x->sse_carry.len, SIZE_MAX / 2);
-            x->sse_carry.len = 0;
-            x->sse_scanned = 0;
+        } else if (final && x->rl.sse_carry.len > 0) {
+            pdr_buf_append(&out, x->rl.sse_carry.p, x->rl.sse_carry.len, SIZE_MAX / 2);
+            x->rl.sse_carry.len = 0;
+            x->rl.sse_scanned = 0;
         }
-        x->sending = out;
+        x->rl.sending = out;
     }
-    if (x->sending.len == 0 && !final) {
+    if (x->rl.sending.len == 0 && !final) {
         if (x->dleg.paused)
             pdr_leg_resume(&x->dleg);
         return;
     }
-    if (x->is_sse && x->sending.len > 0)
+    if (x->rl.is_sse && x->rl.sending.len > 0)
         note_tokens(x);
-    x->bytes_out += x->sending.len;
-    x->send_ns = pdr_now_ns();
-    if (!x->is_sse && x->sending.len > 0 && x->status < 400) {
+    x->bytes_out += x->rl.sending.len;
+    x->rl.send_ns = pdr_now_ns();
+    if (!x->rl.is_sse && x->rl.sending.len > 0 && x->status < 400) {
         /* A whole answer: its first and last body bytes stand for the first and last token. */
         if (x->ph.first_token_us == 0)
-            x->ph.first_token_us = x->send_ns / 1000;
-        x->ph.last_token_us = x->send_ns / 1000;
+            x->ph.first_token_us = x->rl.send_ns / 1000;
+        x->ph.last_token_us = x->rl.send_ns / 1000;
     }
     if (final) {
         x->final_sent = 1;
         x->end_ns = pdr_now_ns();
     }
-    x->send_off = 0;
-    x->send_last = final != 0;
+    x->rl.send_off = 0;
+    x->rl.send_last = final != 0;
     send_piece(x);
     if (!final && x->dleg.paused)
         pdr_leg_resume(&x->dleg);
     if (!final && pdr__pd_samples_progress(x)) {
-        if (!x->acked_known) /* the baseline: later samples see the bytes taken since */
-            pdr__pd_sample_client_progress(x, x->send_ns);
+        if (!x->rl.acked_known) /* the baseline: later samples see the bytes taken since */
+            pdr__pd_sample_client_progress(x, x->rl.send_ns);
         pdr__pd_arm_timer(
             x); /* the send's first progress sample is due before the deadline the timer holds */
     }

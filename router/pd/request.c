@@ -22,22 +22,22 @@ static void free_req(uv_handle_t *h)
 {
     pd_req_t *x = h->data;
     pdr__pd_forget_room(x); /* the shims' table must not point at x once it is freed */
-    pdr_kv_release(&x->kv_hold);
-    pdr_worker_unref(x->pw);
-    pdr_worker_unref(x->dw);
+    pdr_kv_release(&x->kv.hold);
+    pdr_worker_unref(x->at.pw);
+    pdr_worker_unref(x->at.dw);
     pdr_config_unref((pdr_config_t *)x->conf);
     pdr_pdreq_clear(&x->pr);
     free(x->body);
     free(x->dbody);
-    free(x->release);
+    free(x->vl.release);
     free(x->rooms);
-    free(x->kv_room_done);
+    free(x->kv.room_done);
     pdr_buf_free(&x->pbody);
-    pdr_buf_free(&x->pending);
-    pdr_buf_free(&x->sending);
-    pdr_buf_free(&x->sse_carry);
-    if (x->p_json)
-        json_decref(x->p_json);
+    pdr_buf_free(&x->rl.pending);
+    pdr_buf_free(&x->rl.sending);
+    pdr_buf_free(&x->rl.sse_carry);
+    if (x->rl.p_json)
+        json_decref(x->rl.p_json);
     free(x);
 }
 
@@ -47,7 +47,7 @@ static void on_linger_deadline(uv_timer_t *t)
     pd_req_t *x = t->data;
     if (!x->lingering)
         return;
-    if (x->p_running) {
+    if (x->at.p_running) {
         pdr_leg_cancel(&x->pleg);
         pdr__pd_release_leg(x, 1);
         pdr__pd_late_prefill_failure(x, PDR_CAUSE_KV_DEADLINE, "no answer within timeouts.kv_transfer_ms");
@@ -64,10 +64,10 @@ static void on_dispose(void *p)
         pdr__note_client_reset(x->t, x->req); /* may close the connection: a reset flood */
     /* The client's answer is complete and the prefill has not answered yet (pd.relay first_byte): its
      * leg is read to its end, so that the prefill sees no abort, and its outcome is counted. */
-    int linger = x->p_running && x->counted_inflight && x->final_sent && !x->broken && !x->stopped &&
+    int linger = x->at.p_running && x->counted_inflight && x->final_sent && !x->broken && !x->stopped &&
                  !x->errored && !x->client_aborted;
     if (linger) {
-        if (x->d_running) {
+        if (x->at.d_running) {
             pdr_leg_cancel(&x->dleg);
             pdr__pd_release_leg(x, 0);
         }
@@ -76,9 +76,9 @@ static void on_dispose(void *p)
     }
     if (!x->started && x->counted_inflight)
         x->t->m.waiting--;
-    pdr_kv_release(&x->kv_hold);                    /* the decode's answer is over: its KV is free */
+    pdr_kv_release(&x->kv.hold);                    /* the decode's answer is over: its KV is free */
     pdr_admit_leave(x->t, x->t->config, &x->admit); /* its slot, or its place in the queue */
-    pdr_kv_release(&x->kv_hold);                    /* the decode's answer is over: its KV is free */
+    pdr_kv_release(&x->kv.hold);                    /* the decode's answer is over: its KV is free */
     if (x->retry_slot) {
         x->retry_slot = 0;
         pdr_retry_release();
@@ -95,7 +95,7 @@ static void on_dispose(void *p)
         x->lingering = 1;
         x->t->lingering++;
         uint64_t now = pdr_now_ns();
-        uint64_t ms = x->kv_deadline_ns > now ? (x->kv_deadline_ns - now + 999999) / 1000000 : 1;
+        uint64_t ms = x->at.kv_deadline_ns > now ? (x->at.kv_deadline_ns - now + 999999) / 1000000 : 1;
         uv_timer_start(&x->timer, on_linger_deadline, ms, 0);
         return;
     }
@@ -117,8 +117,8 @@ static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
     x->t0_ns = pdr_now_ns();
     x->last_data_ns = x->t0_ns;
     x->disagg = -1;
-    x->kv_ms = (uint64_t)x->to.kv_transfer_ms;
-    x->kv_tokens_how = PDR_KVT_NONE;
+    x->kv.ms = (uint64_t)x->to.kv_transfer_ms;
+    x->kv.tokens_how = PDR_KVT_NONE;
     pdr_fwd_build(&x->fwd, req, x->conf); /* the request id, the trace and the forwarded headers */
     pdr_phase_init(&x->ph, t->m.phases, x->t0_ns / 1000);
     memcpy(x->request_id, x->fwd.request_id, sizeof(x->request_id));
@@ -258,13 +258,13 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     if (x->to.kv_transfer_ms_per_1k_tokens > 0) {
         /* The deadline grows with the prompt: its length, counted once per request. */
         struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
-        x->kv_tokens = pdr_kv_prompt_tokens(&x->pr, tk, &x->kv_tokens_how);
+        x->kv.tokens = pdr_kv_prompt_tokens(&x->pr, tk, &x->kv.tokens_how);
         pdr_tokenizer_free(tk);
     }
-    x->kv_ms = pdr_kv_deadline_ms(x->to.kv_transfer_ms, x->to.kv_transfer_ms_per_1k_tokens, x->kv_tokens);
+    x->kv.ms = pdr_kv_deadline_ms(x->to.kv_transfer_ms, x->to.kv_transfer_ms_per_1k_tokens, x->kv.tokens);
     x->vllm = x->protocol == PDR_PROTO_VLLM;
-    x->merge = pr.want_logprobs && !x->vllm; /* vLLM: the decode answers the logprobs itself */
-    x->merge_wanted = x->merge;
+    x->at.merge = pr.want_logprobs && !x->vllm; /* vLLM: the decode answers the logprobs itself */
+    x->merge_wanted = x->at.merge;
     x->n_rooms = pr.batch ? pr.batch : 1;
     x->rooms = calloc(x->n_rooms, sizeof(uint64_t));
     x->counted_inflight = 1;

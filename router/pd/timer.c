@@ -21,11 +21,11 @@ static uint64_t idle_ns(const pd_req_t *x)
 static int deadline_culprit(const pd_req_t *x)
 {
     if (x->vllm) /* the decode starts only once the prefill has answered; then either may hold up the KV */
-        return x->p_done ? -1 : PDR_ROLE_PREFILL;
+        return x->at.p_done ? -1 : PDR_ROLE_PREFILL;
     if (x->dleg.got_headers)
         return PDR_ROLE_PREFILL;
-    int p_alive = x->pw != NULL && pdr_worker_alive_ns(x->pw) > x->attempt_t0_ns;
-    int d_alive = x->dw != NULL && pdr_worker_alive_ns(x->dw) > x->attempt_t0_ns;
+    int p_alive = x->at.pw != NULL && pdr_worker_alive_ns(x->at.pw) > x->at.t0_ns;
+    int d_alive = x->at.dw != NULL && pdr_worker_alive_ns(x->at.dw) > x->at.t0_ns;
     if (p_alive && !d_alive)
         return PDR_ROLE_DECODE;
     if (d_alive && !p_alive)
@@ -43,28 +43,28 @@ static uint64_t sample_every_ns(const pd_req_t *x)
 
 static uint64_t progress_sample_due(const pd_req_t *x)
 {
-    return (x->sample_ns > x->send_ns ? x->sample_ns : x->send_ns) + sample_every_ns(x);
+    return (x->rl.sample_ns > x->rl.send_ns ? x->rl.sample_ns : x->rl.send_ns) + sample_every_ns(x);
 }
 
 /* Whether an HTTP/1 client took bytes of the response since the last sample (a steady slow reader makes
  * progress inside one long send). HTTP/2 shares the socket among streams: its progress stays per send. */
 void pdr__pd_sample_client_progress(pd_req_t *x, uint64_t now)
 {
-    x->sample_ns = now;
+    x->rl.sample_ns = now;
     h2o_socket_t *sock = x->req->conn->callbacks->get_socket(x->req->conn);
     uint64_t acked;
     if (sock == NULL || pdr_sock_bytes_acked(h2o_socket_get_fd(sock), &acked) != 0)
         return;
-    if (x->acked_known && acked > x->acked)
-        x->took_ns = now;
-    x->acked = acked;
-    x->acked_known = 1;
+    if (x->rl.acked_known && acked > x->rl.acked)
+        x->rl.took_ns = now;
+    x->rl.acked = acked;
+    x->rl.acked_known = 1;
 }
 
 /* Since when the client has taken nothing: the send in flight's start, or its last progress. */
 static uint64_t client_idle_since(const pd_req_t *x)
 {
-    return x->took_ns > x->send_ns ? x->took_ns : x->send_ns;
+    return x->rl.took_ns > x->rl.send_ns ? x->rl.took_ns : x->rl.send_ns;
 }
 
 int pdr__pd_samples_progress(const pd_req_t *x)
@@ -101,9 +101,11 @@ static void cut_stalled_client(pd_req_t *x)
  * KV for this request is gone with the old process: waiting for it would last until a deadline. */
 static int restarted_role(const pd_req_t *x)
 {
-    if (x->p_running && x->pw != NULL && __atomic_load_n(&x->pw->load.epoch, __ATOMIC_RELAXED) != x->p_epoch)
+    if (x->at.p_running && x->at.pw != NULL &&
+        __atomic_load_n(&x->at.pw->load.epoch, __ATOMIC_RELAXED) != x->at.p_epoch)
         return PDR_ROLE_PREFILL;
-    if (x->d_running && x->dw != NULL && __atomic_load_n(&x->dw->load.epoch, __ATOMIC_RELAXED) != x->d_epoch)
+    if (x->at.d_running && x->at.dw != NULL &&
+        __atomic_load_n(&x->at.dw->load.epoch, __ATOMIC_RELAXED) != x->at.d_epoch)
         return PDR_ROLE_DECODE;
     return -1;
 }
@@ -111,8 +113,8 @@ static int restarted_role(const pd_req_t *x)
 /* Whether a worker of the attempt reports through its shim (then its restarts are looked for). */
 static int reports(const pd_req_t *x)
 {
-    return (x->pw != NULL && __atomic_load_n(&x->pw->load.report_ms, __ATOMIC_RELAXED) != 0) ||
-           (x->dw != NULL && __atomic_load_n(&x->dw->load.report_ms, __ATOMIC_RELAXED) != 0);
+    return (x->at.pw != NULL && __atomic_load_n(&x->at.pw->load.report_ms, __ATOMIC_RELAXED) != 0) ||
+           (x->at.dw != NULL && __atomic_load_n(&x->at.dw->load.report_ms, __ATOMIC_RELAXED) != 0);
 }
 
 /* Whether an HTTP/1 client closed its connection: h2o reads nothing from it while a handler is pending
@@ -132,7 +134,7 @@ static int h1_client_closed(pd_req_t *x)
  * client that left. */
 static int probe_started_client(const pd_req_t *x)
 {
-    return x->started && x->req->version < 0x200 && !x->send_inflight && !x->final_sent && x->d_running;
+    return x->started && x->req->version < 0x200 && !x->send_inflight && !x->final_sent && x->at.d_running;
 }
 
 static void on_timer(uv_timer_t *t)
@@ -141,8 +143,8 @@ static void on_timer(uv_timer_t *t)
     if (x->req == NULL || x->stopped) /* stopped: both legs are cancelled already */
         return;
     uint64_t now = pdr_now_ns();
-    if (x->recheck && !x->started) {
-        x->recheck = 0;
+    if (x->at.recheck && !x->started) {
+        x->at.recheck = 0;
         pdr__pd_advance(x);
         if (x->req == NULL || x->stopped)
             return;
@@ -191,46 +193,46 @@ static void on_timer(uv_timer_t *t)
                 "the worker restarted (a new shim instance): its KV for this request is gone");
             return;
         }
-        if (x->mode == MODE_PD && (x->kv_open || !x->p_done) && now >= x->kv_deadline_ns) {
-            if (x->kv_open)
-                snprintf(x->kv_msg, sizeof(x->kv_msg),
+        if (x->mode == MODE_PD && (x->at.kv_open || !x->at.p_done) && now >= x->at.kv_deadline_ns) {
+            if (x->at.kv_open)
+                snprintf(x->kv.msg, sizeof(x->kv.msg),
                          "the KV transfer did not finish within its deadline of %" PRIu64
                          " ms (timeouts.kv_transfer_ms)",
-                         x->kv_ms);
+                         x->kv.ms);
             else
-                snprintf(x->kv_msg, sizeof(x->kv_msg),
+                snprintf(x->kv.msg, sizeof(x->kv.msg),
                          "the prefill did not answer within %" PRIu64
                          " ms (timeouts.kv_transfer_ms; its KV had arrived)",
-                         x->kv_ms);
-            pdr__pd_attempt_failed(x, deadline_culprit(x), PDR_CAUSE_KV_DEADLINE, 504, x->kv_msg);
+                         x->kv.ms);
+            pdr__pd_attempt_failed(x, deadline_culprit(x), PDR_CAUSE_KV_DEADLINE, 504, x->kv.msg);
             return;
         }
-        if (now >= x->first_byte_deadline_ns) {
+        if (now >= x->at.first_byte_deadline_ns) {
             pdr__pd_attempt_failed(
-                x, x->mode == MODE_PD && !x->p_done ? deadline_culprit(x) : PDR_ROLE_DECODE,
+                x, x->mode == MODE_PD && !x->at.p_done ? deadline_culprit(x) : PDR_ROLE_DECODE,
                 PDR_CAUSE_FIRST_BYTE_DEADLINE, 504, "no first byte within timeouts.first_byte_ms");
             return;
         }
-    } else if (x->kv_open && now >= x->kv_deadline_ns) {
+    } else if (x->at.kv_open && now >= x->at.kv_deadline_ns) {
         /* The client has bytes of the answer (a stream's head), but the decode's first token has not come:
          * the KV never arrived. */
-        snprintf(x->kv_msg, sizeof(x->kv_msg),
+        snprintf(x->kv.msg, sizeof(x->kv.msg),
                  "the KV transfer did not finish within its deadline of %" PRIu64
                  " ms (timeouts.kv_transfer_ms)",
-                 x->kv_ms);
-        pdr__pd_kv_failed_in_response(x, PDR_KVC_DEADLINE, NULL, x->kv_msg);
+                 x->kv.ms);
+        pdr__pd_kv_failed_in_response(x, PDR_KVC_DEADLINE, NULL, x->kv.msg);
         return;
-    } else if (x->p_running && now >= x->kv_deadline_ns) {
+    } else if (x->at.p_running && now >= x->at.kv_deadline_ns) {
         /* pd.relay first_byte: the prefill still has not answered; the decode's answer goes on. */
         pdr_leg_cancel(&x->pleg);
         pdr__pd_release_leg(x, 1);
-        x->p_done = 1;
-        x->p_err = PDR_ETIMEDOUT;
+        x->at.p_done = 1;
+        x->at.p_err = PDR_ETIMEDOUT;
         pdr__pd_late_prefill_failure(x, PDR_CAUSE_KV_DEADLINE, "no answer within timeouts.kv_transfer_ms");
     } else if (x->send_inflight && now - client_idle_since(x) >= idle_ns(x)) {
         cut_stalled_client(x);
         return;
-    } else if (x->d_running && !x->dleg.paused && now - x->last_data_ns >= idle_ns(x)) {
+    } else if (x->at.d_running && !x->dleg.paused && now - x->last_data_ns >= idle_ns(x)) {
         x->t->m.upstream_errors[PDR_ROLE_DECODE][PDR_CAUSE_TIMEOUT]++;
         pdr_leg_cancel(&x->dleg);
         pdr__pd_release_leg(x, 0);
@@ -253,12 +255,12 @@ static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
         return next;
     }
     if (!x->started) {
-        next = x->first_byte_deadline_ns;
-        if (x->mode == MODE_PD && (x->kv_open || !x->p_done) && x->kv_deadline_ns < next)
-            next = x->kv_deadline_ns;
+        next = x->at.first_byte_deadline_ns;
+        if (x->mode == MODE_PD && (x->at.kv_open || !x->at.p_done) && x->at.kv_deadline_ns < next)
+            next = x->at.kv_deadline_ns;
         if (x->req->version < 0x200 && now + PEEK_INTERVAL_MS * 1000000ull < next)
             next = now + PEEK_INTERVAL_MS * 1000000ull;
-        if (x->recheck && now + 1000000ull < next)
+        if (x->at.recheck && now + 1000000ull < next)
             next = now + 1000000ull;
         if (x->mode == MODE_PD && reports(x) && now + PEEK_INTERVAL_MS * 1000000ull < next)
             next = now + PEEK_INTERVAL_MS * 1000000ull; /* a restart of a worker is looked for as often */
@@ -272,10 +274,10 @@ static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
         next = progress_sample_due(x);
     /* The prefill's answer, still to come after the decode's first byte (pd.relay first_byte); or the KV,
      * not known to have arrived yet though the client's answer began. */
-    if ((x->p_running || x->kv_open) && (next == 0 || x->kv_deadline_ns < next))
-        next = x->kv_deadline_ns;
+    if ((x->at.p_running || x->at.kv_open) && (next == 0 || x->at.kv_deadline_ns < next))
+        next = x->at.kv_deadline_ns;
     /* The decode's side: silence while the router is ready for its bytes (not paused by the client). */
-    if (x->d_running && !x->dleg.paused) {
+    if (x->at.d_running && !x->dleg.paused) {
         uint64_t d = x->last_data_ns + idle_ns(x);
         if (next == 0 || d < next)
             next = d;
