@@ -19,7 +19,8 @@
  * prefill's answer. The logprob merge needs the prefill's answer first. */
 static int relay_first_byte(const pd_req_t *x)
 {
-    return x->mode == MODE_PD && !x->vllm && x->conf->pd.relay == PDR_RELAY_FIRST_BYTE && !x->at.merge;
+    return x->mode == MODE_PD && x->at.ops->relay_first_byte && x->conf->pd.relay == PDR_RELAY_FIRST_BYTE &&
+           !x->at.merge;
 }
 
 /* Decides what happens next from the facts the callbacks recorded. Called after every event. */
@@ -100,8 +101,10 @@ void pdr__pd_advance(pd_req_t *x)
                                "prefill answered a server error");
         return;
     }
-    if (x->at.p_done && x->vl.bad) {
-        pdr__pd_attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_OTHER, 502, x->vl.err);
+    const char *unusable =
+        x->at.p_done && x->at.ops->prefill_unusable ? x->at.ops->prefill_unusable(x) : NULL;
+    if (unusable != NULL) {
+        pdr__pd_attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_OTHER, 502, unusable);
         return;
     }
     /* The decode failed while the prefill leg is still connecting: the decode's failure may come from the
@@ -133,7 +136,7 @@ void pdr__pd_advance(pd_req_t *x)
     }
     /* protocol pdshim: a worker that refuses the router's own ticket is misconfigured (another
      * ticket.key_file), not the client's fault: 502, and the worker avoided by the retry. */
-    if (x->protocol == PDR_PROTO_PDSHIM &&
+    if (x->at.ops->tickets &&
         ((x->at.p_done && x->pleg.status == 403) || (x->dleg.got_headers && x->dleg.status == 403))) {
         int role = x->at.p_done && x->pleg.status == 403 ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
         x->t->m.tickets_refused_total++;

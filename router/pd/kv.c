@@ -64,7 +64,7 @@ void pdr__pd_kv_failed_in_response(pd_req_t *x, pdr_kv_cause_t cause, const char
     pdr__pd_send_final_or_more(x);
 }
 
-int pdr_pd_kv_failed(struct pd_req *x, const char *cause, const char *backend)
+int pdr__pd_kv_failed(pd_req_t *x, const char *cause, const char *backend)
 {
     if (x == NULL || x->req == NULL || x->stopped || x->final_sent || x->mode != MODE_PD || !x->at.kv_open)
         return 0;
@@ -90,9 +90,9 @@ int pdr_pd_kv_failed(struct pd_req *x, const char *cause, const char *backend)
     return 1;
 }
 
-int pdr_pd_kv_done(struct pd_req *x, uint64_t room)
+int pdr__pd_kv_done(pd_req_t *x, uint64_t room)
 {
-    if (x == NULL || x->req == NULL || x->mode != MODE_PD || !x->at.kv_open || x->vllm)
+    if (x == NULL || x->req == NULL || x->mode != MODE_PD || !x->at.kv_open || !x->at.ops->rooms)
         return 0;
     size_t i = 0;
     while (i < x->n_rooms && x->rooms[i] != room)
@@ -109,8 +109,8 @@ int pdr_pd_kv_done(struct pd_req *x, uint64_t room)
     return 1;
 }
 
-void pdr_pd_shim_room_event(void *owner, uint64_t room, int failed, int code, uint64_t bytes, uint64_t usec,
-                            uint64_t wall_us, const char *backend, const char *reason)
+void pdr__pd_shim_room_event(void *owner, uint64_t room, int failed, int code, uint64_t bytes, uint64_t usec,
+                             uint64_t wall_us, const char *backend, const char *reason)
 {
     pd_req_t *x = owner;
     if (x == NULL || x->req == NULL || x->mode != MODE_PD)
@@ -125,11 +125,11 @@ void pdr_pd_shim_room_event(void *owner, uint64_t room, int failed, int code, ui
         /* Both shims report done; the KV phase is the request's first room, recorded once. */
         if (i == 0 && (!x->ph.kv_seen || x->ph.kv_status != 0))
             pdr_phase_kv(&x->ph, start, wall_us, bytes, backend[0] ? backend : NULL, 0, NULL);
-        pdr_pd_kv_done(x, room);
+        pdr__pd_kv_done(x, room);
         return;
     }
     if (!x->at.kv_open || x->stopped || x->final_sent)
         return; /* the KV had arrived, or the answer is over: nothing to act on */
     pdr_phase_kv(&x->ph, start, wall_us, bytes, backend[0] ? backend : NULL, code != 0 ? code : -1, reason);
-    pdr_pd_kv_failed(x, reason, backend[0] ? backend : NULL);
+    pdr__pd_kv_failed(x, reason, backend[0] ? backend : NULL);
 }

@@ -24,8 +24,8 @@ void pdr__pd_release_leg(pd_req_t *x, int prefill)
 
 void pdr__pd_cancel_legs(pd_req_t *x)
 {
-    if (x->vl.release != NULL)
-        pdr__pd_vllm_release_kv(x);
+    if (x->at.ops->release != NULL)
+        x->at.ops->release(x);
     if (x->at.p_running) {
         pdr_leg_cancel(&x->pleg);
         pdr__pd_release_leg(x, 1);
@@ -46,7 +46,7 @@ int pdr__pd_whole_answer(const pd_req_t *x)
 static size_t prefill_data(pdr_leg_t *leg, const char *p, size_t n)
 {
     pd_req_t *x = leg->data;
-    if (!x->at.merge && !x->vllm && leg->status < 400)
+    if (!x->at.merge && !x->at.ops->keep_prefill_answer && leg->status < 400)
         return n; /* a successful answer is only needed for the logprob merge (or vLLM's kv_transfer_params)
                    */
     if (!x->at.p_truncated && pdr_buf_append(&x->pbody, p, n, PREFILL_BODY_CAP) != 0)
@@ -60,7 +60,7 @@ static void prefill_done(pdr_leg_t *leg, int err)
     x->at.p_done = 1;
     x->at.p_err = err;
     pdr__pd_release_leg(x, 1);
-    if (err == 0 && leg->status >= 200 && leg->status < 300 && !x->vllm)
+    if (err == 0 && leg->status >= 200 && leg->status < 300 && x->at.ops->kv_by_prefill)
         pdr__pd_kv_arrived(x); /* an sglang prefill answers once its KV has been received */
     if (x->started || x->lingering) {
         /* After the decode's first byte (pd.relay first_byte): the outcome no longer changes the answer. */
@@ -93,8 +93,8 @@ static void prefill_done(pdr_leg_t *leg, int err)
     if (err == 0 && leg->status >= 200 && leg->status < 300)
         pdr_hist_observe_in(&x->t->m.prefill[x->mroute], PDR_BUCKETS_LLM,
                             (double)(pdr_now_ns() - x->at.t0_ns) / 1e9);
-    if (x->vllm && err == 0 && leg->status >= 200 && leg->status < 300)
-        pdr__pd_vllm_start_decode(x);
+    if (x->at.ops->prefill_ok != NULL && err == 0 && leg->status >= 200 && leg->status < 300)
+        x->at.ops->prefill_ok(x);
     pdr__pd_advance(x);
     pdr__pd_arm_timer(x);
 }

@@ -39,7 +39,7 @@ void pdr__pd_leg_ended(pd_req_t *x, int prefill, const pdr_worker_t *w)
     pdr_span_t sp;
     pdr_span_init(&sp, prefill ? "prefill" : "decode", PDR_SPAN_CLIENT, x->fwd.trace.trace_id,
                   prefill ? x->at.p_span : x->at.d_span, x->root_span, leg->started_ns / 1000, end_us);
-    const char *role = prefill ? "prefill" : x->at.solo ? "solo" : "decode";
+    const char *role = prefill ? "prefill" : x->at.ops->answer_name;
     pdr_span_attr_str(&sp, "pdr.role", role, strlen(role));
     if (w != NULL)
         pdr_span_attr_str(&sp, "server.address", w->target, strlen(w->target));
@@ -50,7 +50,7 @@ void pdr__pd_leg_ended(pd_req_t *x, int prefill, const pdr_worker_t *w)
     const char *why = !done ? "cancelled" : err != 0 ? pdr_strerror(err) : NULL;
     if (why != NULL)
         pdr_span_attr_str(&sp, "error.type", why, strlen(why));
-    if (x->n_rooms > 0 && x->rooms != NULL && !x->vllm && !x->at.solo)
+    if (x->n_rooms > 0 && x->rooms != NULL && x->at.ops->rooms)
         pdr_span_attr_int(&sp, "pdr.room", (int64_t)x->rooms[0]);
     pdr_span_event(&sp, "response_headers", leg->first_byte_ns / 1000);
     if (!prefill)
@@ -182,7 +182,7 @@ void pdr__pd_write_access_log(pd_req_t *x)
     if (x->retry_error[0] != '\0')
         snprintf(retry_error, sizeof(retry_error), "\"%s\"", x->retry_error);
     char room[24] = "null";
-    if (x->n_rooms > 0 && x->body != NULL && !x->vllm && !x->at.solo)
+    if (x->n_rooms > 0 && x->body != NULL && x->at.ops->rooms)
         snprintf(room, sizeof(room), "%" PRIu64, x->rooms[0]);
     static const char *names[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
     int n = snprintf(

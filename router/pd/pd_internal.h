@@ -37,7 +37,6 @@
 #include "err.h"
 #include "kvdeadline.h"
 #include "links.h"
-#include "pd_vllm.h"
 #include "phases.h"
 #include "retry.h"
 #include "tickets.h"
@@ -60,6 +59,9 @@
 
 typedef enum { MODE_PD = 0, MODE_MODELS } pd_mode_t;
 
+struct pd_req;
+struct pd_proto_ops;
+
 /* One attempt: its pair, the state of its legs, its deadlines and the spans its legs carry. An attempt
  * starts from a fresh one (pdr__pd_start_attempt: one assignment, after the workers' references are
  * dropped). The legs themselves lie beside it in pd_req_t: pdr_leg_start sets each up, and a leg's memory is
@@ -71,9 +73,9 @@ typedef struct pd_attempt {
     /* The KV deadline runs (kvdeadline.h): from the moment both legs are sent (protocol vllm: the decode
      * leg) until the KV is known to have arrived. */
     unsigned kv_open : 1;
-    /* Conditional disaggregation (disagg.h): this attempt skips the prefill and runs on one worker (dw: the
-     * decode with protocol vllm, a regular worker with sglang). */
-    unsigned solo : 1;
+    /* How the attempt runs: the request's protocol, or its solo table when conditional disaggregation
+     * (disagg.h) lets the attempt skip the prefill and run on one worker. */
+    const struct pd_proto_ops *ops;
     int merge; /* the logprob merge runs in this attempt (wanted, and not solo) */
     int p_err, d_err;
     int p_truncated;      /* the prefill's answer outgrew PREFILL_BODY_CAP (still read to its end) */
@@ -155,7 +157,7 @@ typedef struct pd_req {
     const pdr_config_t *conf; /* the snapshot this request started with (a reload does not change it) */
     const char *pool;         /* the pool serving the request's model (a name in conf); retries stay in it */
     pdr_timeouts_t to;        /* its deadlines: the pool's timeouts where it sets them, else the top-level */
-    pdr_protocol_t protocol;  /* that pool's protocol */
+    const struct pd_proto_ops *proto; /* that pool's protocol (pdr__pd_proto) */
     int attempt;
     uint64_t tried[2][PDR_MAX_TRIED]; /* uids of the workers that failed this request, by role */
     size_t n_tried[2];
@@ -179,7 +181,6 @@ typedef struct pd_req {
     int last_fail_status;
     char last_fail_msg[768];
     char retry_error[192]; /* JSON-escaped: the failure of the last attempt that was retried (access log) */
-    unsigned vllm : 1;
     pd_vllm_t vl;
     /* Conditional disaggregation (disagg.h): the last decision made (-1: none made, the feature is off or
      * nothing can run the request alone). */
@@ -201,6 +202,49 @@ typedef struct pd_req {
     unsigned retry_slot : 1;
     uint64_t backoff_ns;
 } pd_req_t;
+
+/*
+ * A way of running an attempt, in the manner of nginx's upstream callbacks (create_request,
+ * process_header, finalize_request): the core (start_attempt, advance, the legs' callbacks, the timer,
+ * observation) asks the attempt's table and never which protocol it runs. One table per protocol:
+ * sglang's (both legs at once, a bootstrap room per item), pdshim's (sglang's with a signed ticket per
+ * room), vLLM's (the prefill alone, then the decode with its kv_transfer_params); a solo table for each
+ * protocol that can run a request on one worker; and the /v1/models relay. A hook left NULL does nothing.
+ */
+typedef struct pd_proto_ops {
+    const char *name;
+    /* Starts the attempt's legs once its workers are chosen (pw is NULL unless pair); answers the client
+     * itself when they cannot start. */
+    void (*start)(pd_req_t *x);
+    /* The prefill answered 2xx before the client's response began (vLLM: the decode starts). */
+    void (*prefill_ok)(pd_req_t *x);
+    /* Why the prefill's successful answer cannot be used (the client's 502), or NULL. */
+    const char *(*prefill_unusable)(const pd_req_t *x);
+    /* The request lets go of the attempt's legs: KV the prefill still holds is released. */
+    void (*release)(pd_req_t *x);
+    /* A pair's deadline passed with the prefill's answer missing: the role to blame, or -1 (neither can be,
+     * both are avoided by the retry). */
+    int (*deadline_culprit)(const pd_req_t *x);
+    /* Whether something can run the request alone now (conditional disaggregation): then the attempt may
+     * run with the table `solo`. */
+    int (*can_run_alone)(const pd_req_t *x);
+    const struct pd_proto_ops *solo;
+    pdr_role_t answer_role;      /* the role of the worker in dw, the one that answers */
+    const char *answer_name;     /* its leg's role in spans */
+    unsigned pair : 1;           /* the attempt runs a prefill and a decode (picked, admitted, the breaker) */
+    unsigned generate : 1;       /* serves sglang's native /generate */
+    unsigned merge_logprobs : 1; /* the router merges the prefill's input logprobs into the answer */
+    unsigned relay_first_byte : 1;    /* pd.relay first_byte applies (the decode holds the KV by then) */
+    unsigned keep_prefill_answer : 1; /* a successful prefill's answer is read whole (kv_transfer_params) */
+    unsigned kv_by_prefill : 1;       /* a 2xx prefill answer means its KV has arrived */
+    unsigned rooms : 1;       /* the attempt has bootstrap rooms (the shims' reports, access log, spans) */
+    unsigned tickets : 1;     /* a signed ticket per room (tickets.h); a 403 is the ticket refused */
+    unsigned rank_header : 1; /* a data-parallel rank is named in a header, not in the body */
+} pd_proto_ops_t;
+
+extern const pd_proto_ops_t pdr__pd_sglang_ops, pdr__pd_pdshim_ops, pdr__pd_vllm_ops;
+/* The table of a protocol (config.h). */
+const pd_proto_ops_t *pdr__pd_proto(pdr_protocol_t protocol);
 
 /* request.c: the request's lifetime and the entry points (pdr_pd_handle, pdr_models_handle). */
 void pdr__pd_linger_end(pd_req_t *x);
@@ -255,10 +299,11 @@ void pdr__pd_take_other_rooms(pd_req_t *x);
 void pdr__pd_forget_room(pd_req_t *x);
 void pdr__pd_start_attempt(pd_req_t *x);
 
-/* proto_vllm.c: protocol vllm: the prefill alone, then the decode (pd_vllm.h). */
-void pdr__pd_vllm_start_prefill(pd_req_t *x);
-void pdr__pd_vllm_start_decode(pd_req_t *x);
-void pdr__pd_vllm_release_kv(pd_req_t *x);
+/* proto_sglang.c: who is to blame when a pair's deadline passed (sglang's and pdshim's tables). */
+int pdr__pd_pair_deadline_culprit(const pd_req_t *x);
+
+/* proto_solo.c: a solo attempt's one leg (the solo tables' start). */
+void pdr__pd_solo_start(pd_req_t *x);
 
 /* observe.c: observation: the phase record, spans, latencies and the access log. */
 void pdr__pd_random_span(uint8_t out[8]);
@@ -269,5 +314,23 @@ void pdr__pd_write_access_log(pd_req_t *x);
 void pdr__pd_kv_arrived(pd_req_t *x);
 void pdr__pd_note_kv_failure(pd_req_t *x, pdr_kv_cause_t cause, const char *backend, const char *why);
 void pdr__pd_kv_failed_in_response(pd_req_t *x, pdr_kv_cause_t cause, const char *backend, const char *why);
+/* A shim reported that a room of the PD request x failed (cause: a pdr_kv_cause_names entry or the
+ * shim's own reason; backend: the transport's name, or NULL). While the request still waits for its KV:
+ * both legs are cancelled, the link marked suspect, the cause counted, and the request retried on a new
+ * pair when nothing reached the client yet, else its answer ends with an error (an SSE error event, or
+ * an aborted body). Later reports (the KV already arrived, the request over) are ignored. Call it on x's
+ * loop, only while x is in flight (between its start and its end: the receiver must drop its pointer
+ * when the request ends). Returns 1 when it acted, 0 when ignored. */
+int pdr__pd_kv_failed(pd_req_t *x, const char *cause, const char *backend);
+/* A shim reported that the KV of `room` arrived whole (its "done" event). Once every room of the
+ * request's current attempt is done, the KV deadline ends and the link's suspect mark is cleared. A room
+ * of an earlier attempt, or one the request does not have, is ignored. Same calling rules as
+ * pdr__pd_kv_failed. Returns 1 when the room was counted, 0 when ignored. */
+int pdr__pd_kv_done(pd_req_t *x, uint64_t room);
+/* A room event from a shim, on x's loop (shim_events.c delivers it while x owns the room). done:
+ * pdr__pd_kv_done and the KV phase (bytes, backend; start = wall_us - usec); failed: the KV phase with the
+ * shim's code and reason, then pdr__pd_kv_failed. */
+void pdr__pd_shim_room_event(void *x, uint64_t room, int failed, int code, uint64_t bytes, uint64_t usec,
+                             uint64_t wall_us, const char *backend, const char *reason);
 
 #endif

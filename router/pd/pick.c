@@ -20,17 +20,13 @@ const char *pdr__pd_routing_text(const pdr_pdreq_t *pr, size_t *len)
     return NULL;
 }
 
-/* The feature is on and something can run the request alone: with protocol vllm the decode; with sglang
- * a regular worker of the pool (a decode-mode sglang server cannot prefill), so without regular workers
- * sglang requests are always disaggregated. */
+/* The feature is on and the protocol has something that can run the request alone now (its
+ * can_run_alone: vLLM's decode, a regular sglang worker of the pool). */
 int pdr__pd_disagg_possible(const pd_req_t *x)
 {
     if (!pdr_disagg_enabled(x->conf))
         return 0;
-    if (x->protocol == PDR_PROTO_VLLM)
-        return 1;
-    return x->protocol == PDR_PROTO_SGLANG &&
-           pdr_pool_count_healthy_in(&x->r->pool, x->pool, PDR_ROLE_REGULAR) > 0;
+    return x->proto->can_run_alone != NULL && x->proto->can_run_alone(x);
 }
 
 /* Picks the prefill without recording the prompt in its cache_aware tree, decides from the prefix it holds
@@ -66,7 +62,7 @@ void pdr__pd_decide_disaggregation(pd_req_t *x, const char *text, size_t tlen, c
     }
     pdr_worker_unref(x->at.pw);
     x->at.pw = NULL;
-    x->at.solo = 1;
+    x->at.ops = x->proto->solo;
     x->at.merge = 0; /* one worker answers the whole request, input logprobs included */
 }
 

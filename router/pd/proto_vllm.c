@@ -4,11 +4,12 @@
  * released by a leg of its own. Loop thread of the request.
  */
 #include "pd_internal.h"
+#include "pd_vllm.h"
 
 static const char *const route_paths[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
 
 /* The attempt's first leg: the prefill, with the body that asks it to keep its KV for a remote decode. */
-void pdr__pd_vllm_start_prefill(pd_req_t *x)
+static void vllm_start_prefill(pd_req_t *x)
 {
     free(x->body);
     free(x->dbody);
@@ -35,7 +36,7 @@ void pdr__pd_vllm_start_prefill(pd_req_t *x)
 
 /* The prefill answered 2xx: its kv_transfer_params go to the decode with the client's body. An answer
  * without them fails the attempt as a prefill failure (pdr__pd_advance() retries or answers 502). */
-void pdr__pd_vllm_start_decode(pd_req_t *x)
+static void vllm_start_decode(pd_req_t *x)
 {
     pdr_vllm_next_t next;
     if (x->req == NULL || x->at.p_truncated ||
@@ -71,8 +72,10 @@ void pdr__pd_vllm_start_decode(pd_req_t *x)
  * a decode that has not answered a byte yet would stay there until vLLM's abort timeout: a release leg
  * has a decode read it, the same one unless this request just blamed it (any decode can read the KV).
  * A decode that has begun a successful answer has read it already. */
-void pdr__pd_vllm_release_kv(pd_req_t *x)
+static void vllm_release_kv(pd_req_t *x)
 {
+    if (x->vl.release == NULL)
+        return; /* no KV held for this request */
     char *body = x->vl.release;
     x->vl.release = NULL;
     if ((x->dleg.bytes_in > 0 && x->dleg.status < 400) || x->at.dw == NULL) {
@@ -95,3 +98,51 @@ void pdr__pd_vllm_release_kv(pd_req_t *x)
     pdr__vllm_release(x->t, url, body, x->vl.release_len, hdrs, x->fwd.request_id, x->to.connect_ms,
                       x->to.kv_transfer_ms);
 }
+
+/* The decode starts only once the prefill has answered; then either may hold up the KV. */
+static int vllm_deadline_culprit(const pd_req_t *x)
+{
+    return x->at.p_done ? -1 : PDR_ROLE_PREFILL;
+}
+
+static const char *vllm_prefill_unusable(const pd_req_t *x)
+{
+    return x->vl.bad ? x->vl.err : NULL;
+}
+
+/* The decode runs a request alone. */
+static int vllm_can_run_alone(const pd_req_t *x)
+{
+    (void)x;
+    return 1;
+}
+
+/* A solo attempt runs on a decode, the data-parallel rank in a header. Its hooks are the protocol's: a
+ * flag of an earlier attempt of the request (vl.bad) is seen by it as by a pair. */
+static const pd_proto_ops_t vllm_solo_ops = {
+    .name = "vllm solo",
+    .start = pdr__pd_solo_start,
+    .prefill_unusable = vllm_prefill_unusable,
+    .release = vllm_release_kv,
+    .deadline_culprit = vllm_deadline_culprit,
+    .answer_role = PDR_ROLE_DECODE,
+    .answer_name = "solo",
+    .keep_prefill_answer = 1,
+    .rank_header = 1,
+};
+
+const pd_proto_ops_t pdr__pd_vllm_ops = {
+    .name = "vllm",
+    .start = vllm_start_prefill,
+    .prefill_ok = vllm_start_decode,
+    .prefill_unusable = vllm_prefill_unusable,
+    .release = vllm_release_kv,
+    .deadline_culprit = vllm_deadline_culprit,
+    .can_run_alone = vllm_can_run_alone,
+    .solo = &vllm_solo_ops,
+    .answer_role = PDR_ROLE_DECODE,
+    .answer_name = "decode",
+    .pair = 1,
+    .keep_prefill_answer = 1,
+    .rank_header = 1,
+};

@@ -181,6 +181,16 @@ static int refuse(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     return 0;
 }
 
+/* The answer to a /generate request for a protocol that does not serve it. */
+static const char *no_generate_msg(char *buf, size_t len, pdr_protocol_t protocol)
+{
+    snprintf(
+        buf, len,
+        "protocol %s serves /v1/completions and /v1/chat/completions; /generate is sglang's native route",
+        pdr__pd_proto(protocol)->name);
+    return buf;
+}
+
 int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute)
 {
     pdr_router_t *r = t->r;
@@ -204,12 +214,10 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     if (pdr__body_too_large(t, req))
         return refuse(t, req, route, mroute, 413, "invalid_request_error",
                       "request body exceeds limits.max_body_bytes", 0, "body_too_large");
-    static const char no_generate[] =
-        "protocol vllm serves /v1/completions and /v1/chat/completions; /generate "
-        "is sglang's native route";
-    if (c->protocol == PDR_PROTO_VLLM && route == PDR_ROUTE_GENERATE)
-        return refuse(t, req, route, mroute, 400, "invalid_request_error", no_generate, 0,
-                      "route_not_served");
+    char no_generate[160];
+    if (route == PDR_ROUTE_GENERATE && !pdr__pd_proto(c->protocol)->generate)
+        return refuse(t, req, route, mroute, 400, "invalid_request_error",
+                      no_generate_msg(no_generate, sizeof(no_generate), c->protocol), 0, "route_not_served");
     pdr_pdreq_t pr;
     char err[256];
     int prc = pdr_pdreq_parse(route, req->entity.base, req->entity.len, &pr, err, sizeof(err));
@@ -235,10 +243,10 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     }
     pdr_pool_conf_t pc;
     pdr_config_pool(c, (size_t)pool, &pc);
-    if (pc.protocol == PDR_PROTO_VLLM && route == PDR_ROUTE_GENERATE) { /* a vllm pool of pools: */
+    if (route == PDR_ROUTE_GENERATE && !pdr__pd_proto(pc.protocol)->generate) { /* a pool of pools: */
         pdr_pdreq_clear(&pr);
-        return refuse(t, req, route, mroute, 400, "invalid_request_error", no_generate, 0,
-                      "route_not_served");
+        return refuse(t, req, route, mroute, 400, "invalid_request_error",
+                      no_generate_msg(no_generate, sizeof(no_generate), pc.protocol), 0, "route_not_served");
     }
     pd_req_t *x = new_req(t, req, mroute);
     if (x == NULL) {
@@ -253,7 +261,8 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
         pdr__pd_random_span(x->root_span);
     x->pool = pc.name; /* lives as long as x->conf (== c) */
     pdr_config_pool_timeouts(c, &pc, &x->to);
-    x->protocol = pc.protocol;
+    x->proto = pdr__pd_proto(pc.protocol);
+    x->at.ops = x->proto; /* until the first attempt: what the access log reads of it */
     x->pr = pr;
     if (x->to.kv_transfer_ms_per_1k_tokens > 0) {
         /* The deadline grows with the prompt: its length, counted once per request. */
@@ -262,8 +271,7 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
         pdr_tokenizer_free(tk);
     }
     x->kv.ms = pdr_kv_deadline_ms(x->to.kv_transfer_ms, x->to.kv_transfer_ms_per_1k_tokens, x->kv.tokens);
-    x->vllm = x->protocol == PDR_PROTO_VLLM;
-    x->at.merge = pr.want_logprobs && !x->vllm; /* vLLM: the decode answers the logprobs itself */
+    x->at.merge = pr.want_logprobs && x->proto->merge_logprobs; /* vLLM: the decode answers them itself */
     x->merge_wanted = x->at.merge;
     x->n_rooms = pr.batch ? pr.batch : 1;
     x->rooms = calloc(x->n_rooms, sizeof(uint64_t));
@@ -288,6 +296,38 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     }
     pdr__pd_begin(x, 1);
     return 0;
+}
+
+/* GET /v1/models relayed to one decode worker (the router's only non-PD use of the request path). */
+static void models_start(pd_req_t *x)
+{
+    char url[512];
+    snprintf(url, sizeof(url), "%s/v1/models", x->at.dw->conf.url);
+    if (pdr_leg_start(&x->dleg, x->t->multi, url, NULL, 0, pdr_fwd_leg(&x->fwd), x->to.connect_ms, 0,
+                      &pdr__pd_decode_cbs, x) != 0) {
+        pdr__pd_fail_response(x, 503, "service_unavailable", "out of memory", 1);
+        return;
+    }
+    x->at.d_running = 1;
+    pdr_worker_track(x->at.dw, 1);
+    pdr__pd_arm_timer(x);
+}
+
+static const pd_proto_ops_t models_ops = {
+    .name = "models",
+    .start = models_start,
+    .answer_role = PDR_ROLE_DECODE,
+    .answer_name = "decode",
+};
+
+const pd_proto_ops_t *pdr__pd_proto(pdr_protocol_t protocol)
+{
+    static const pd_proto_ops_t *const tables[] = {
+        [PDR_PROTO_SGLANG] = &pdr__pd_sglang_ops,
+        [PDR_PROTO_VLLM] = &pdr__pd_vllm_ops,
+        [PDR_PROTO_PDSHIM] = &pdr__pd_pdshim_ops,
+    };
+    return tables[protocol]; /* config.c accepts only these */
 }
 
 int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req)
@@ -317,6 +357,8 @@ int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req)
         return 0;
     }
     x->mode = MODE_MODELS;
+    x->proto = &models_ops;
+    x->at.ops = x->proto;
     pdr__pd_start_attempt(x);
     return 0;
 }

@@ -11,28 +11,6 @@ static uint64_t idle_ns(const pd_req_t *x)
     return (uint64_t)x->to.stream_idle_ms * 1000000u;
 }
 
-/* A pair's deadline passed with the prefill's answer missing. Which side went silent? The decode, when it
- * has answered nothing of this attempt and the prefill has answered other requests since the attempt
- * began (a frozen or stopped decode holds up the transfer: the prefill cannot push KV to a decode that
- * does not pull). The prefill, when the decode has begun its answer or has answered other requests while
- * the prefill answered none. Otherwise the deadline cannot be pinned on either (-1): neither is ejected
- * for it, both are avoided by the retry and health-checked out of turn, so that one frozen worker cannot
- * empty the other role. */
-static int deadline_culprit(const pd_req_t *x)
-{
-    if (x->vllm) /* the decode starts only once the prefill has answered; then either may hold up the KV */
-        return x->at.p_done ? -1 : PDR_ROLE_PREFILL;
-    if (x->dleg.got_headers)
-        return PDR_ROLE_PREFILL;
-    int p_alive = x->at.pw != NULL && pdr_worker_alive_ns(x->at.pw) > x->at.t0_ns;
-    int d_alive = x->at.dw != NULL && pdr_worker_alive_ns(x->at.dw) > x->at.t0_ns;
-    if (p_alive && !d_alive)
-        return PDR_ROLE_DECODE;
-    if (d_alive && !p_alive)
-        return PDR_ROLE_PREFILL;
-    return -1;
-}
-
 /* How often an HTTP/1 client's progress is sampled while a send is in flight: an eighth of
  * stream_idle_ms (at least 10 ms), so a client that stops is cut within 1.125 x stream_idle_ms. */
 static uint64_t sample_every_ns(const pd_req_t *x)
@@ -204,12 +182,12 @@ static void on_timer(uv_timer_t *t)
                          "the prefill did not answer within %" PRIu64
                          " ms (timeouts.kv_transfer_ms; its KV had arrived)",
                          x->kv.ms);
-            pdr__pd_attempt_failed(x, deadline_culprit(x), PDR_CAUSE_KV_DEADLINE, 504, x->kv.msg);
+            pdr__pd_attempt_failed(x, x->at.ops->deadline_culprit(x), PDR_CAUSE_KV_DEADLINE, 504, x->kv.msg);
             return;
         }
         if (now >= x->at.first_byte_deadline_ns) {
             pdr__pd_attempt_failed(
-                x, x->mode == MODE_PD && !x->at.p_done ? deadline_culprit(x) : PDR_ROLE_DECODE,
+                x, x->mode == MODE_PD && !x->at.p_done ? x->at.ops->deadline_culprit(x) : PDR_ROLE_DECODE,
                 PDR_CAUSE_FIRST_BYTE_DEADLINE, 504, "no first byte within timeouts.first_byte_ms");
             return;
         }
