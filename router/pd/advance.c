@@ -70,7 +70,7 @@ void pdr__pd_advance(pd_req_t *x)
     /* Prefill failures before the response starts: retry on a new pair. */
     if (x->at.p_done && x->at.p_err != 0) {
         pdr__pd_attempt_failed(x, PDR_ROLE_PREFILL, pdr__pd_cause_of(x->at.p_err),
-                               pdr__pd_unreachable(&x->pleg, x->at.p_err) ? 503 : 502,
+                               pdr__pd_leg_failure_status(x->pleg.status, x->at.p_err),
                                pdr_leg_strerror(&x->pleg, x->at.p_err));
         return;
     }
@@ -108,7 +108,7 @@ void pdr__pd_advance(pd_req_t *x)
         return;
     }
     /* The decode failed while the prefill leg is still connecting: the decode's failure may come from the
-     * prefill's being pdr__pd_unreachable (its KV bootstrap failed), so the prefill's connect outcome decides
+     * prefill's being unreachable (its KV bootstrap failed), so the prefill's connect outcome decides
      * first; it is polled every millisecond (bounded by timeouts.connect_ms). */
     int d_failed = (x->at.d_done && (x->at.d_err != 0 || x->dleg.status == 0)) ||
                    (x->dleg.got_headers && x->dleg.status >= 500);
@@ -149,7 +149,7 @@ void pdr__pd_advance(pd_req_t *x)
     }
     if (x->at.d_done && x->at.d_err != 0) {
         pdr__pd_attempt_failed(x, PDR_ROLE_DECODE, pdr__pd_cause_of(x->at.d_err),
-                               pdr__pd_unreachable(&x->dleg, x->at.d_err) ? 503 : 502,
+                               pdr__pd_leg_failure_status(x->dleg.status, x->at.d_err),
                                pdr_leg_strerror(&x->dleg, x->at.d_err));
         return;
     }

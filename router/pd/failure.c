@@ -23,19 +23,7 @@ void pdr__pd_late_prefill_failure(pd_req_t *x, int cause, const char *msg)
 void pdr__pd_fail_last(pd_req_t *x)
 {
     int st = x->last_fail_status;
-    pdr__pd_fail_response(x, st,
-                          st == 504   ? "timeout_error"
-                          : st == 503 ? "service_unavailable"
-                                      : "upstream_error",
-                          x->last_fail_msg, st == 503 ? 1 : 0);
-}
-
-/* A leg that ended before its worker answered anything, with an error that means the worker could not
- * be reached (refused, reset, connect timeout): the request is answered 503, as Envoy answers upstream
- * connect failures, not 502, which is for a worker that answered badly. */
-int pdr__pd_unreachable(const pdr_leg_t *leg, int err)
-{
-    return leg->status == 0 && (err == PDR_ECONNREFUSED || err == PDR_ETIMEDOUT || err == PDR_EPEERGONE);
+    pdr__pd_fail_response(x, st, pdr__pd_failure_type(st), x->last_fail_msg, pdr__pd_failure_retry_after(st));
 }
 
 /* The retry budget (retry.h): 1 when the request may retry (it holds a slot until its end), 0 when too
@@ -80,19 +68,14 @@ void pdr__pd_attempt_failed(pd_req_t *x, int role, int cause, int status, const 
     if (x->at.kv_open) {
         /* The attempt ends with its KV in flight. A worker that could not be reached never took part in a
          * transfer: not a KV failure. */
-        if (cause == PDR_CAUSE_KV_DEADLINE)
-            pdr__pd_note_kv_failure(x, PDR_KVC_DEADLINE, NULL, msg);
-        else if (cause == PDR_CAUSE_RESET)
-            pdr__pd_note_kv_failure(x, PDR_KVC_PEER_GONE, NULL, msg);
-        else if (cause == PDR_CAUSE_STATUS_5XX || cause == PDR_CAUSE_OTHER)
-            pdr__pd_note_kv_failure(x, r0 == PDR_ROLE_PREFILL ? PDR_KVC_PREFILL_ERROR : PDR_KVC_DECODE_ERROR,
-                                    NULL, msg);
+        int kvc = pdr__pd_kv_cause_of(cause, (int)r0);
+        if (kvc >= 0)
+            pdr__pd_note_kv_failure(x, (pdr_kv_cause_t)kvc, NULL, msg);
         x->at.kv_open = 0;
     }
     x->error_cause = msg;
     if (blamed && w != NULL) {
-        if (cause == PDR_CAUSE_CONNECT || cause == PDR_CAUSE_FIRST_BYTE_DEADLINE ||
-            cause == PDR_CAUSE_KV_DEADLINE || cause == PDR_CAUSE_TIMEOUT)
+        if (pdr__pd_cause_ejects(cause))
             pdr_pool_eject(&x->r->pool, w, msg);
         else
             pdr_pool_report_failure(&x->r->pool, w, msg);
@@ -119,7 +102,7 @@ void pdr__pd_attempt_failed(pd_req_t *x, int role, int cause, int status, const 
     else
         snprintf(x->last_fail_msg, sizeof(x->last_fail_msg), "%s worker %s failed: %s", pdr_role_name(r0),
                  w ? w->target : "-", msg);
-    if (x->attempt < x->conf->retries.max && !pdr_router_shutting_down(x->r)) {
+    if (pdr__pd_may_retry(x->attempt, x->conf->retries.max, pdr_router_shutting_down(x->r))) {
         if (!x->retry_slot && !take_retry_slot(x)) {
             pdr__pd_fail_last(x);
             return;
@@ -143,18 +126,4 @@ void pdr__pd_attempt_failed(pd_req_t *x, int role, int cause, int status, const 
         return;
     }
     pdr__pd_fail_last(x);
-}
-
-int pdr__pd_cause_of(int err)
-{
-    switch (err) {
-    case PDR_ECONNREFUSED:
-        return PDR_CAUSE_CONNECT;
-    case PDR_ETIMEDOUT:
-        return PDR_CAUSE_TIMEOUT;
-    case PDR_EPEERGONE:
-        return PDR_CAUSE_RESET;
-    default:
-        return PDR_CAUSE_OTHER;
-    }
 }

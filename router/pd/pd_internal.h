@@ -33,6 +33,7 @@
 #include "admission.h"
 #include "breaker.h"
 #include "buf.h"
+#include "decide.h"
 #include "disagg.h"
 #include "err.h"
 #include "kvdeadline.h"
@@ -50,9 +51,6 @@
 /* Decode bytes are coalesced up to 64 KiB per send: one small write per SSE event starves a client with a
  * small receive window (measured ~140 KB/s against ~1.9 MB/s). */
 #define HIGH_WATER (64 * 1024)
-/* While waiting for the workers, an HTTP/1 client's socket is probed for a close this often: h2o reads
- * nothing from an HTTP/1 client while its handler is pending, so a close is otherwise unseen. */
-#define PEEK_INTERVAL_MS 100
 #define PREFILL_BODY_CAP (64u << 20)
 #define PDR_MAX_TRIED 16
 #define PDR_MAX_AVOID (PDR_MAX_TRIED + 240) /* the failed ones, then those at their in-flight limit */
@@ -265,9 +263,7 @@ void pdr__pd_send_final_or_more(pd_req_t *x);
 /* failure.c: an attempt's failure, the retry that may follow, and the answer when none does. */
 void pdr__pd_late_prefill_failure(pd_req_t *x, int cause, const char *msg);
 void pdr__pd_fail_last(pd_req_t *x);
-int pdr__pd_unreachable(const pdr_leg_t *leg, int err);
 void pdr__pd_attempt_failed(pd_req_t *x, int role, int cause, int status, const char *msg);
-int pdr__pd_cause_of(int err);
 
 /* advance.c: what happens next, decided from the facts the callbacks recorded. */
 void pdr__pd_advance(pd_req_t *x);

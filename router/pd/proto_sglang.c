@@ -97,24 +97,15 @@ static void sglang_start(pd_req_t *x)
     pdr__pd_arm_timer(x);
 }
 
-/* A pair's deadline passed with the prefill's answer missing. Which side went silent? The decode, when it
- * has answered nothing of this attempt and the prefill has answered other requests since the attempt
- * began (a frozen or stopped decode holds up the transfer: the prefill cannot push KV to a decode that
- * does not pull). The prefill, when the decode has begun its answer or has answered other requests while
- * the prefill answered none. Otherwise the deadline cannot be pinned on either (-1): neither is ejected
- * for it, both are avoided by the retry and health-checked out of turn, so that one frozen worker cannot
- * empty the other role. */
+/* A pair's deadline passed with the prefill's answer missing: the side that went silent
+ * (pdr__pd_pair_culprit), judged by what each worker answered since the attempt began. When neither can be
+ * blamed (-1), neither is ejected for it: both are avoided by the retry and health-checked out of turn, so
+ * that one frozen worker cannot empty the other role. */
 int pdr__pd_pair_deadline_culprit(const pd_req_t *x)
 {
-    if (x->dleg.got_headers)
-        return PDR_ROLE_PREFILL;
     int p_alive = x->at.pw != NULL && pdr_worker_alive_ns(x->at.pw) > x->at.t0_ns;
     int d_alive = x->at.dw != NULL && pdr_worker_alive_ns(x->at.dw) > x->at.t0_ns;
-    if (p_alive && !d_alive)
-        return PDR_ROLE_DECODE;
-    if (d_alive && !p_alive)
-        return PDR_ROLE_PREFILL;
-    return -1;
+    return pdr__pd_pair_culprit(x->dleg.got_headers, p_alive, d_alive);
 }
 
 /* Whether a regular worker of the pool can run the request alone (without regular workers, sglang

@@ -13,7 +13,8 @@ static void on_queue_tick(uv_timer_t *h);
 void pdr__pd_arm_queue_tick(pd_req_t *x)
 {
     uint64_t now = pdr_now_ns(), next = x->queue_deadline_ns;
-    uint64_t peek = now + PEEK_INTERVAL_MS * 1000000ull; /* also when a drain's deadline is looked for */
+    uint64_t peek =
+        now + PDR_PD_PEEK_INTERVAL_MS * 1000000ull; /* also when a drain's deadline is looked for */
     if (peek < next)
         next = peek;
     uint64_t rate = pdr_admit_rate_wait_ns(x->conf);

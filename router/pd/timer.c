@@ -220,49 +220,33 @@ static void on_timer(uv_timer_t *t)
     pdr__pd_arm_timer(x);
 }
 
-/* The next deadline of a request, or 0 when it has none. Every deadline armed here is one that on_timer
- * acts on once it has passed, so the timer cannot find a passed deadline and re-arm for it. */
+/* The next deadline of a request (pdr__pd_next_deadline), from what it depends on now. */
 static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
 {
-    uint64_t next = 0;
-    if (!x->started && x->backoff_ns != 0) {
-        /* The next attempt; meanwhile an HTTP/1 client's close and a shutdown are looked for. */
-        next = x->backoff_ns;
-        if (now + PEEK_INTERVAL_MS * 1000000ull < next)
-            next = now + PEEK_INTERVAL_MS * 1000000ull;
-        return next;
-    }
+    int pd = x->mode == MODE_PD;
+    pdr_pd_timeline_t tl = {
+        .started = x->started,
+        .backoff_ns = x->backoff_ns,
+        .first_byte_deadline_ns = x->at.first_byte_deadline_ns,
+        .kv_deadline_ns = x->at.kv_deadline_ns,
+        .idle_ns = idle_ns(x),
+    };
     if (!x->started) {
-        next = x->at.first_byte_deadline_ns;
-        if (x->mode == MODE_PD && (x->at.kv_open || !x->at.p_done) && x->at.kv_deadline_ns < next)
-            next = x->at.kv_deadline_ns;
-        if (x->req->version < 0x200 && now + PEEK_INTERVAL_MS * 1000000ull < next)
-            next = now + PEEK_INTERVAL_MS * 1000000ull;
-        if (x->at.recheck && now + 1000000ull < next)
-            next = now + 1000000ull;
-        if (x->mode == MODE_PD && reports(x) && now + PEEK_INTERVAL_MS * 1000000ull < next)
-            next = now + PEEK_INTERVAL_MS * 1000000ull; /* a restart of a worker is looked for as often */
-        return next;
+        tl.kv_awaited = pd && (x->at.kv_open || !x->at.p_done);
+        tl.peek_client = x->req->version < 0x200;
+        tl.recheck = x->at.recheck;
+        tl.watch_restarts = pd && reports(x);
+    } else {
+        tl.send_inflight = x->send_inflight;
+        tl.client_idle_since_ns = client_idle_since(x);
+        tl.sample_progress = pdr__pd_samples_progress(x);
+        tl.sample_due_ns = tl.sample_progress ? progress_sample_due(x) : 0;
+        tl.kv_after_start = x->at.p_running || x->at.kv_open;
+        tl.decode_reading = x->at.d_running && !x->dleg.paused;
+        tl.last_data_ns = x->last_data_ns;
+        tl.probe_client = probe_started_client(x);
     }
-    /* The client's side: a send it has taken nothing of for stream_idle_ms (it stopped reading); an
-     * HTTP/1 client's progress sampled meanwhile. */
-    if (x->send_inflight)
-        next = client_idle_since(x) + idle_ns(x);
-    if (pdr__pd_samples_progress(x) && progress_sample_due(x) < next)
-        next = progress_sample_due(x);
-    /* The prefill's answer, still to come after the decode's first byte (pd.relay first_byte); or the KV,
-     * not known to have arrived yet though the client's answer began. */
-    if ((x->at.p_running || x->at.kv_open) && (next == 0 || x->at.kv_deadline_ns < next))
-        next = x->at.kv_deadline_ns;
-    /* The decode's side: silence while the router is ready for its bytes (not paused by the client). */
-    if (x->at.d_running && !x->dleg.paused) {
-        uint64_t d = x->last_data_ns + idle_ns(x);
-        if (next == 0 || d < next)
-            next = d;
-    }
-    if (probe_started_client(x) && (next == 0 || now + PEEK_INTERVAL_MS * 1000000ull < next))
-        next = now + PEEK_INTERVAL_MS * 1000000ull;
-    return next;
+    return pdr__pd_next_deadline(&tl, now);
 }
 
 void pdr__pd_arm_timer(pd_req_t *x)
