@@ -66,7 +66,7 @@ void pdr__pd_kv_failed_in_response(pd_req_t *x, pdr_kv_cause_t cause, const char
 
 int pdr__pd_kv_failed(pd_req_t *x, const char *cause, const char *backend)
 {
-    if (x == NULL || x->req == NULL || x->stopped || x->final_sent || x->mode != MODE_PD || !x->at.kv_open)
+    if (x == NULL || x->req == NULL || x->stopped || pd_final_sent(x) || x->mode != MODE_PD || !x->at.kv_open)
         return 0;
     pdr_kv_cause_t c = pdr_kv_cause_parse(cause);
     /* The shim's own reason, kept to characters that need no escaping in JSON and logs. */
@@ -79,7 +79,7 @@ int pdr__pd_kv_failed(pd_req_t *x, const char *cause, const char *backend)
                        : '_';
     why[k] = '\0';
     snprintf(x->kv.msg, sizeof(x->kv.msg), "the KV transfer failed: the shim reported %s", why);
-    if (x->started) {
+    if (pd_started(x)) {
         pdr__pd_kv_failed_in_response(x, c, backend, x->kv.msg);
         pdr__pd_arm_timer(x);
         return 1;
@@ -128,7 +128,7 @@ void pdr__pd_shim_room_event(void *owner, uint64_t room, int failed, int code, u
         pdr__pd_kv_done(x, room);
         return;
     }
-    if (!x->at.kv_open || x->stopped || x->final_sent)
+    if (!x->at.kv_open || x->stopped || pd_final_sent(x))
         return; /* the KV had arrived, or the answer is over: nothing to act on */
     pdr_phase_kv(&x->ph, start, wall_us, bytes, backend[0] ? backend : NULL, code != 0 ? code : -1, reason);
     pdr__pd_kv_failed(x, reason, backend[0] ? backend : NULL);

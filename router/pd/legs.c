@@ -62,7 +62,7 @@ static void prefill_done(pdr_leg_t *leg, int err)
     pdr__pd_release_leg(x, 1);
     if (err == 0 && leg->status >= 200 && leg->status < 300 && x->at.ops->kv_by_prefill)
         pdr__pd_kv_arrived(x); /* an sglang prefill answers once its KV has been received */
-    if (x->started || x->lingering) {
+    if (pd_started(x) || x->lingering) {
         /* After the decode's first byte (pd.relay first_byte): the outcome no longer changes the answer. */
         if (err == PDR_ECANCELED) {
             /* the router's own drain deadline: nobody's fault */
@@ -134,7 +134,7 @@ static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
         (strncmp(leg->content_type, "text/event-stream", 17) != 0 ||
          pdr_sse_count_tokens(&x->kv.sse, p, n) > 0))
         pdr__pd_kv_arrived(x);
-    if (x->started) {
+    if (pd_started(x)) {
         pdr__pd_send_final_or_more(x);
     } else if (x->req != NULL) {
         /* The first bytes may unblock the response; decide on the next loop turn, outside the leg's
@@ -150,7 +150,7 @@ void pdr__pd_decode_done(pdr_leg_t *leg, int err)
     x->at.d_done = 1;
     x->at.d_err = err;
     pdr__pd_release_leg(x, 0);
-    if (x->started && err != 0 && !x->final_sent) {
+    if (pd_started(x) && err != 0 && !pd_final_sent(x)) {
         /* The stream broke after the response started (or the router cancelled it at its drain
          * deadline, which is not counted against the worker): end it visibly. The prefill leg (still
          * running with pd.relay first_byte) is no longer of use. */

@@ -74,7 +74,7 @@ static void count_latencies(pd_req_t *x, uint64_t end)
         pdr_hist_observe_in(&m->tpot[x->mroute], PDR_BUCKETS_TPOT, tpot);
     }
     pdr_phase_observe_llm(m->phases, x->mroute, x->pool, ttft, tpot);
-    if (x->final_sent && !x->stopped && !x->broken && !x->errored)
+    if (pd_final_sent(x) && !x->stopped && !x->broken && !x->errored)
         pdr_hist_observe_in(&m->e2e[x->mroute], PDR_BUCKETS_LLM, (double)(end - x->t0_ns) / 1e9);
 }
 

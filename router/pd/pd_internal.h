@@ -60,6 +60,11 @@ typedef enum { MODE_PD = 0, MODE_MODELS } pd_mode_t;
 struct pd_req;
 struct pd_proto_ops;
 
+/* How far the client's response has gone; it only moves forward. NONE: the workers are awaited (or the
+ * request is queued). STARTED: the status line went (pdr__pd_mark_started), body bytes may follow. FINAL:
+ * its end was handed to h2o (the last send, an error answer, or an abort). */
+typedef enum { PD_RESP_NONE = 0, PD_RESP_STARTED, PD_RESP_FINAL } pd_resp_t;
+
 /* One attempt: its pair, the state of its legs, its deadlines and the spans its legs carry. An attempt
  * starts from a fresh one (pdr__pd_start_attempt: one assignment, after the workers' references are
  * dropped). The legs themselves lie beside it in pd_req_t: pdr_leg_start sets each up, and a leg's memory is
@@ -165,7 +170,11 @@ typedef struct pd_req {
     pd_relay_t rl;
     int merge_wanted; /* the logprob merge is asked for (and the protocol needs the router to do it) */
 
-    unsigned started : 1, send_inflight : 1, final_sent : 1, stopped : 1, errored : 1, broken : 1;
+    pd_resp_t resp;
+    /* What happened to the response, with it at any point: send_inflight = h2o writes a send; stopped = the
+     * client went away or was cut off (both legs are cancelled); errored = answered by an error
+     * (pdr__pd_fail_response); broken = it ended visibly cut short. */
+    unsigned send_inflight : 1, stopped : 1, errored : 1, broken : 1;
     unsigned client_aborted : 1; /* the client went away before the end (error_cause "client_abort") */
     unsigned refused : 1;        /* answered by admission, no worker chosen: its log line is rate-limited */
     unsigned lingering : 1;      /* the client's response is over; the prefill leg is read to its end */
@@ -239,6 +248,17 @@ typedef struct pd_proto_ops {
     unsigned tickets : 1;     /* a signed ticket per room (tickets.h); a 403 is the ticket refused */
     unsigned rank_header : 1; /* a data-parallel rank is named in a header, not in the body */
 } pd_proto_ops_t;
+
+/* The client's response has begun (its status line went), or its end has been handed to h2o. */
+static inline int pd_started(const pd_req_t *x)
+{
+    return x->resp != PD_RESP_NONE;
+}
+
+static inline int pd_final_sent(const pd_req_t *x)
+{
+    return x->resp == PD_RESP_FINAL;
+}
 
 extern const pd_proto_ops_t pdr__pd_sglang_ops, pdr__pd_pdshim_ops, pdr__pd_vllm_ops;
 /* The table of a protocol (config.h). */

@@ -78,7 +78,7 @@ void pdr__pd_on_admitted(pdr_admit_waiter_t *w)
 {
     pd_req_t *x = PDR_DLINK_ITEM(w, pd_req_t, admit);
     uv_timer_stop(&x->timer);
-    if (x->req != NULL && !x->stopped && !x->final_sent) /* not answered while the slot came */
+    if (x->req != NULL && !x->stopped && !pd_final_sent(x)) /* not answered while the slot came */
         pdr__pd_begin(x, 0);
 }
 

@@ -10,9 +10,10 @@
  * m.waiting gauge (the router's view of the workers' queues) from its start until this. */
 void pdr__pd_mark_started(pd_req_t *x, int ttfb)
 {
-    if (!x->started && x->counted_inflight)
+    if (!pd_started(x) && x->counted_inflight)
         x->t->m.waiting--;
-    x->started = 1;
+    if (x->resp == PD_RESP_NONE)
+        x->resp = PD_RESP_STARTED;
     if (ttfb)
         x->ttfb_ns = pdr_now_ns();
 }
@@ -30,10 +31,10 @@ void pdr__pd_fail_response(pd_req_t *x, int status, const char *type, const char
     x->status = status;
     x->errored = 1;
     pdr__pd_cancel_legs(x);
-    if (x->req == NULL || x->started)
+    if (x->req == NULL || pd_started(x))
         return;
     pdr__pd_mark_started(x, 1);
-    x->final_sent = 1;
+    x->resp = PD_RESP_FINAL;
     pdr_send_error(x->req, status, type, msg, retry_after);
 }
 
@@ -95,7 +96,7 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
     /* The client went away mid-response: stop both legs now. */
     x->stopped = 1;
     x->send_inflight = 0;
-    if (!x->final_sent && x->error_cause == NULL) /* not when the router cut a stalled client */
+    if (!pd_final_sent(x) && x->error_cause == NULL) /* not when the router cut a stalled client */
         pdr__pd_note_client_abort(x);
     pdr__pd_cancel_legs(x);
 }
@@ -211,7 +212,7 @@ void pdr__pd_start_client_response(pd_req_t *x)
 
 void pdr__pd_send_final_or_more(pd_req_t *x)
 {
-    if (x->req == NULL || x->stopped || x->final_sent || x->send_inflight)
+    if (x->req == NULL || x->stopped || pd_final_sent(x) || x->send_inflight)
         return;
     /* Non-streaming merge: the whole decode answer is needed first. */
     if (x->at.merge && !x->rl.is_sse) {
@@ -235,7 +236,7 @@ void pdr__pd_send_final_or_more(pd_req_t *x)
     int final = x->at.d_done;
     if (final && x->at.d_err != 0) {
         /* A non-SSE body cannot carry an error: abort the response so the client sees it broken. */
-        x->final_sent = 1;
+        x->resp = PD_RESP_FINAL;
         x->end_ns = pdr_now_ns();
         h2o_send(x->req, NULL, 0, H2O_SEND_STATE_ERROR);
         return;
@@ -276,7 +277,7 @@ void pdr__pd_send_final_or_more(pd_req_t *x)
         x->ph.last_token_us = x->rl.send_ns / 1000;
     }
     if (final) {
-        x->final_sent = 1;
+        x->resp = PD_RESP_FINAL;
         x->end_ns = pdr_now_ns();
     }
     x->rl.send_off = 0;

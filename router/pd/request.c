@@ -58,13 +58,13 @@ static void on_linger_deadline(uv_timer_t *t)
 static void on_dispose(void *p)
 {
     pd_req_t *x = *(pd_req_t **)p;
-    if (!x->final_sent && !x->errored && x->error_cause == NULL)
+    if (!pd_final_sent(x) && !x->errored && x->error_cause == NULL)
         pdr__pd_note_client_abort(x);
     if (x->req->version >= 0x200 && x->client_aborted)
         pdr__note_client_reset(x->t, x->req); /* may close the connection: a reset flood */
     /* The client's answer is complete and the prefill has not answered yet (pd.relay first_byte): its
      * leg is read to its end, so that the prefill sees no abort, and its outcome is counted. */
-    int linger = x->at.p_running && x->counted_inflight && x->final_sent && !x->broken && !x->stopped &&
+    int linger = x->at.p_running && x->counted_inflight && pd_final_sent(x) && !x->broken && !x->stopped &&
                  !x->errored && !x->client_aborted;
     if (linger) {
         if (x->at.d_running) {
@@ -74,7 +74,7 @@ static void on_dispose(void *p)
     } else {
         pdr__pd_cancel_legs(x);
     }
-    if (!x->started && x->counted_inflight)
+    if (!pd_started(x) && x->counted_inflight)
         x->t->m.waiting--;
     pdr_kv_release(&x->kv.hold);                    /* the decode's answer is over: its KV is free */
     pdr_admit_leave(x->t, x->t->config, &x->admit); /* its slot, or its place in the queue */

@@ -112,7 +112,8 @@ static int h1_client_closed(pd_req_t *x)
  * client that left. */
 static int probe_started_client(const pd_req_t *x)
 {
-    return x->started && x->req->version < 0x200 && !x->send_inflight && !x->final_sent && x->at.d_running;
+    return pd_started(x) && x->req->version < 0x200 && !x->send_inflight && !pd_final_sent(x) &&
+           x->at.d_running;
 }
 
 static void on_timer(uv_timer_t *t)
@@ -121,24 +122,24 @@ static void on_timer(uv_timer_t *t)
     if (x->req == NULL || x->stopped) /* stopped: both legs are cancelled already */
         return;
     uint64_t now = pdr_now_ns();
-    if (x->at.recheck && !x->started) {
+    if (x->at.recheck && !pd_started(x)) {
         x->at.recheck = 0;
         pdr__pd_advance(x);
         if (x->req == NULL || x->stopped)
             return;
     }
-    if (x->started && pdr__pd_samples_progress(x) && now >= progress_sample_due(x))
+    if (pd_started(x) && pdr__pd_samples_progress(x) && now >= progress_sample_due(x))
         pdr__pd_sample_client_progress(x, now);
     if (probe_started_client(x) && h1_client_closed(x)) {
         pdr__pd_note_client_abort(x);
         x->stopped = 1;
         pdr__pd_cancel_legs(x);
-        x->final_sent = 1;
+        x->resp = PD_RESP_FINAL;
         x->end_ns = now;
         h2o_send(x->req, NULL, 0, H2O_SEND_STATE_ERROR);
         return;
     }
-    if (!x->started) {
+    if (!pd_started(x)) {
         if (h1_client_closed(x)) {
             /* HTTP/1 client closed while we wait for the workers (h2o does not read it meanwhile). */
             pdr__pd_note_client_abort(x);
@@ -225,13 +226,13 @@ static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
 {
     int pd = x->mode == MODE_PD;
     pdr_pd_timeline_t tl = {
-        .started = x->started,
+        .started = pd_started(x),
         .backoff_ns = x->backoff_ns,
         .first_byte_deadline_ns = x->at.first_byte_deadline_ns,
         .kv_deadline_ns = x->at.kv_deadline_ns,
         .idle_ns = idle_ns(x),
     };
-    if (!x->started) {
+    if (!pd_started(x)) {
         tl.kv_awaited = pd && (x->at.kv_open || !x->at.p_done);
         tl.peek_client = x->req->version < 0x200;
         tl.recheck = x->at.recheck;
@@ -251,7 +252,7 @@ static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
 
 void pdr__pd_arm_timer(pd_req_t *x)
 {
-    if (x->req == NULL || x->final_sent || x->stopped)
+    if (x->req == NULL || pd_final_sent(x) || x->stopped)
         return;
     uint64_t now = pdr_now_ns(), next = next_deadline(x, now);
     if (next == 0) {
