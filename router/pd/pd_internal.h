@@ -21,6 +21,11 @@
  * the request (the client is gone or the response is over), cancels what is still running, writes
  * the access log line and closes the timer; the memory is freed in the timer's close callback.
  * A request stays on the loop thread that accepted it.
+ *
+ * The path is spread over the files of router/pd/, one part each (each file's opening block says which);
+ * this header holds the request, the table a protocol fills (pd_proto_ops_t) and the functions the files
+ * share (pdr__pd_*). Nothing outside router/pd/ includes it: the router reaches the path through
+ * pdr_pd_handle and pdr_models_handle (router.h).
  */
 #ifndef PDR_PD_INTERNAL_H
 #define PDR_PD_INTERNAL_H
