@@ -24,9 +24,9 @@ static void sglang_start(pd_req_t *x)
     /* A fresh CSPRNG room per item and per attempt; the same rooms go to both legs. */
     for (size_t i = 0; i < x->n_rooms; i++)
         x->rooms[i] = room_for_rank(pdr_random_room(), x->at.pw);
+    /* Their done and failed reports come back on this loop, to pdr__pd_shim_room_event. */
     for (size_t i = 0; i < x->n_rooms; i++)
-        pdr_shim_room_own(x->r, x->rooms[i], x->t, x,
-                          pdr__pd_shim_room_event); /* done and failed come back on this loop */
+        pdr_shim_room_own(x->r, x->rooms[i], x->t, x, pdr__pd_shim_room_event);
     x->room_open = 1;
     free(x->body);
     free(x->dbody);
