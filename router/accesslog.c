@@ -2,7 +2,7 @@
  * The access log (log.access): each loop buffers its lines and writes them in batches (every
  * ALOG_FLUSH_MS, or when the buffer fills), off the request path; lines of client-aborted requests and
  * of refused requests are rate-limited, each kind by a bucket of its own. The loop's own thread only. Calls
- * nothing of server.c, pd.c or admin.c.
+ * nothing of server.c, pd/ or admin.c.
  */
 #include <errno.h>
 #include <inttypes.h>

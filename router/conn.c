@@ -2,7 +2,7 @@
  * Client connections (any loop, the connection's own): handing an accepted socket to h2o, the per-descriptor
  * map from a request to its connection, the HTTP/2 reset-flood bucket (limits.h2_max_resets), the HTTP/1
  * chunked-body and ambiguous-head guards, the HTTP/2 header-block guard, and the disposal of a loop's h2o
- * contexts once its last connection closed. Called by server.c (accept), pd.c (resets) and admin.c (heads);
+ * contexts once its last connection closed. Called by server.c (accept), pd/ (resets) and admin.c (heads);
  * calls nothing of theirs.
  */
 #include <errno.h>

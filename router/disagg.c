@@ -1,6 +1,6 @@
 /*
  * Conditional disaggregation's rule and the prompt measure it reads (see disagg.h). Pure functions, any
- * thread; pd.c gathers the inputs (the prefill pick's matched prefix, the prefills' saturation) and acts
+ * thread; pd/ gathers the inputs (the prefill pick's matched prefix, the prefills' saturation) and acts
  * on the result.
  */
 #include "disagg.h"

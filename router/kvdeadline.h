@@ -2,9 +2,7 @@
  * KV-transfer deadlines and their failures (kvdeadline.c): how long a request's KV may take (the base
  * timeouts.kv_transfer_ms plus timeouts.kv_transfer_ms_per_1k_tokens per 1024 prompt tokens), the prompt's
  * length in tokens as the router can know it, and the process-wide count of KV failures by cause and
- * backend (pdr_kv_transfer_failures_total). The deadline itself runs in pd.c, on the request's timer.
- *
- * The entry point of the shims' event receiver, pdr_pd_kv_failed(), is declared here and lives in pd.c.
+ * backend (pdr_kv_transfer_failures_total). The deadline itself runs in router/pd/, on the request's timer.
  */
 #ifndef PDR_KVDEADLINE_H
 #define PDR_KVDEADLINE_H
@@ -71,25 +69,5 @@ uint64_t pdr_kv_deadline_ms(int base_ms, int per_1k_ms, uint64_t tokens);
 /* The Prometheus text of pdr_kv_transfer_failures_total and of the link state (pdr_link_suspect,
  * pdr_link_consecutive_failures), malloc'd (free), or NULL when out of memory. */
 char *pdr_kv_render_metrics(size_t *len);
-
-/* pd.c: a shim reported that a room of the PD request x failed (cause: a pdr_kv_cause_names entry or the
- * shim's own reason; backend: the transport's name, or NULL). While the request still waits for its KV:
- * both legs are cancelled, the link marked suspect, the cause counted, and the request retried on a new
- * pair when nothing reached the client yet, else its answer ends with an error (an SSE error event, or
- * an aborted body). Later reports (the KV already arrived, the request over) are ignored. Call it on x's
- * loop, only while x is in flight (between its start and its end: the receiver must drop its pointer
- * when the request ends). Returns 1 when it acted, 0 when ignored. */
-struct pd_req;
-int pdr_pd_kv_failed(struct pd_req *x, const char *cause, const char *backend);
-/* pd.c: a shim reported that the KV of `room` arrived whole (its "done" event). Once every room of the
- * request's current attempt is done, the KV deadline ends and the link's suspect mark is cleared. A room
- * of an earlier attempt, or one the request does not have, is ignored. Same calling rules as
- * pdr_pd_kv_failed. Returns 1 when the room was counted, 0 when ignored. */
-int pdr_pd_kv_done(struct pd_req *x, uint64_t room);
-/* pd.c: a room event from a shim, on x's loop (shim_events.c delivers it while x owns the room). done:
- * pdr_pd_kv_done and the KV phase (bytes, backend; start = wall_us - usec); failed: the KV phase with the
- * shim's code and reason, then pdr_pd_kv_failed. */
-void pdr_pd_shim_room_event(void *x, uint64_t room, int failed, int code, uint64_t bytes, uint64_t usec,
-                            uint64_t wall_us, const char *backend, const char *reason);
 
 #endif

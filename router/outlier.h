@@ -4,7 +4,7 @@
  * for operators.
  *
  * Every worker keeps a count of consecutive request failures (5xx answers, connect errors, resets,
- * deadlines and KV-transfer failures blamed on it: router/pd.c reports them through pdr_pool_eject and
+ * deadlines and KV-transfer failures blamed on it: router/pd/ reports them through pdr_pool_eject and
  * pdr_pool_report_failure). At outlier.consecutive_failures the worker is ejected for base_ejection_ms x n,
  * n being how many times it was ejected (one step of n is forgiven for every base_ejection_ms it then
  * serves without being ejected), at most max_ejection_ms. It comes back by itself when the time is up;

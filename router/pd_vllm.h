@@ -1,8 +1,8 @@
 /*
- * The vLLM PD protocol (protocol: vllm), the parts that do not need pd.c's request state: the bodies of
- * the decode and release legs made from the prefill's answer, and the release legs themselves, which
- * outlive the client request that left KV behind. pd.c runs the sequence (prefill, then decode) with
- * its own legs and calls these. Loop thread only.
+ * The vLLM PD protocol (protocol: vllm), the parts that do not need the request's state (router/pd/): the
+ * bodies of the decode and release legs made from the prefill's answer, and the release legs themselves,
+ * which outlive the client request that left KV behind. pd/proto_vllm.c runs the sequence (prefill, then
+ * decode) with its own legs and calls these. Loop thread only.
  */
 #ifndef PDR_PD_VLLM_H
 #define PDR_PD_VLLM_H

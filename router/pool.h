@@ -11,7 +11,7 @@
  * a per-role sequence number, the static workers numbered in config order) for its whole life.
  *
  * Pools (config `pools:`; the one-pool shorthand is a pool named "default"): every worker belongs to one
- * pool, the request's model picks the pool (router/pd.c) and pdr_pool_pick chooses only among that pool's
+ * pool, the request's model picks the pool (router/pd/) and pdr_pool_pick chooses only among that pool's
  * workers, by that pool's policies. The registry keeps one group per configured pool (name, policies,
  * protocol, round-robin cursors), replaced by a reload; a worker's `group` is its index there (-1 once its
  * pool is gone: never picked again, and taken out of the registry).

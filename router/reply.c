@@ -1,7 +1,7 @@
 /*
  * Answers every listener sends itself (any loop): the OpenAI error shape
  * {"error":{"message","type","code"}}, a body of a given type, a JSON object, and GET /metrics (the data,
- * admin and metrics ports). Calls nothing of server.c, pd.c or admin.c.
+ * admin and metrics ports). Calls nothing of server.c, pd/ or admin.c.
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -5,7 +5,7 @@
  * slot of the budget from its first retry to its end. The back-off before retry n (1, 2, ...) is
  * initial_backoff_ms x backoff_multiplier^(n-1), at most max_backoff_ms, times a factor drawn uniformly in
  * [1 - jitter_factor, 1 + jitter_factor] (then capped at max_backoff_ms again), as the sglang router does;
- * pd.c cuts it short so that it ends by the request's first-byte deadline counted from its arrival.
+ * pd/failure.c cuts it short so that it ends by the request's first-byte deadline counted from its arrival.
  * Any thread: the count of retrying requests is one atomic for the process.
  */
 #ifndef PDR_RETRY_H

@@ -7,7 +7,7 @@
  * libcurl is used only off the loops: the Kubernetes discovery threads and --dp-aware's start-time query.
  *
  * Who calls whom (tests/layering/check_layering.py; docs/internals/principles.md): main.c -> server.c ->
- * the handlers (pd.c, admin.c, compat.c) -> reload.c and conn.c -> reply.c, accesslog.c, admin_token.c;
+ * the handlers (pd/, admin.c, compat.c) -> reload.c and conn.c -> reply.c, accesslog.c, admin_token.c;
  * never the other way.
  */
 #ifndef PDR_ROUTER_H
@@ -162,7 +162,7 @@ static inline int pdr_router_stopping(const pdr_router_t *r)
     return __atomic_load_n(&r->stopping, __ATOMIC_RELAXED);
 }
 
-/* pd.c */
+/* pd/request.c */
 int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute);
 int pdr_models_handle(pdr_thread_t *t, h2o_req_t *req);
 
@@ -192,7 +192,7 @@ int pdr_fwd_trace_id(h2o_req_t *req, char out[33]);
 /* A new request id (32 hex characters). */
 void pdr_fwd_new_request_id(char out[33]);
 
-/* reply.c: answers any listener sends (calls nothing of server.c, pd.c or admin.c) */
+/* reply.c: answers any listener sends (calls nothing of server.c, pd/ or admin.c) */
 /* The OpenAI error shape {"error":{"message","type","code"}} with status; retry_after_s > 0 adds
  * Retry-After. */
 void pdr_send_error(h2o_req_t *req, int status, const char *type, const char *msg, int retry_after_s);

@@ -15,11 +15,11 @@
 #include "rewrite.h"
 
 typedef enum {
-    PDR_RK_PD = 0,          /* a PD request (pd.c); other methods: 405 */
+    PDR_RK_PD = 0,          /* a PD request (pd/); other methods: 405 */
     PDR_RK_HEALTH,          /* GET /health: "ok" (server.c) */
     PDR_RK_READINESS,       /* GET /readiness (server.c) */
     PDR_RK_METRICS,         /* GET /metrics (reply.c) */
-    PDR_RK_MODELS,          /* GET /v1/models (pd.c) */
+    PDR_RK_MODELS,          /* GET /v1/models (pd/) */
     PDR_RK_FORWARD,         /* compat.c: forwarded to one prefill worker; other methods: 405 */
     PDR_RK_HEALTH_GENERATE, /* compat.c: a prefill/decode pair asked */
     PDR_RK_FLUSH,           /* compat.c: every worker */

@@ -1,6 +1,6 @@
 /*
  * The client-facing server: h2o (HTTP/1.1, h2c upgrade and prior knowledge) on the router's libuv
- * loop, the listeners and accepting, the route dispatch (to pd.c, compat.c and, on the admin port,
+ * loop, the listeners and accepting, the route dispatch (to pd/, compat.c and, on the admin port,
  * admin.c), the small local endpoints (/health, /readiness), CORS on the data port
  * (cors.allowed_origins), the loop threads and the shutdown sequence. The routes are routes.c's table;
  * error answers are reply.c's, the access log accesslog.c's, client connections and their guards

@@ -66,8 +66,9 @@ typedef struct room_rec {
     char backend[12];
     int code;
     char reason[96];
-    pdr_thread_t *t; /* the loop of the request that owns the room (NULL: none to tell) */
-    void *owner;     /* that request (a struct pd_req), touched only on t's loop */
+    pdr_thread_t *t;     /* the loop of the request that owns the room (NULL: none to tell) */
+    void *owner;         /* that request, touched only on t's loop */
+    pdr_shim_room_cb cb; /* what its done and failed events are handed to */
 } room_rec_t;
 
 /* A done or failed event for a room whose request lives on loop t: queued here by loop 0, taken by t in
@@ -75,6 +76,7 @@ typedef struct room_rec {
 typedef struct inbox_msg {
     pdr_thread_t *t;
     void *owner;
+    pdr_shim_room_cb cb;
     uint64_t room, bytes, usec, wall_us;
     int failed, code;
     char backend[12], reason[96];
@@ -409,10 +411,10 @@ static room_rec_t *room_find(uint64_t room)
 
 void pdr_shim_room_open(pdr_router_t *r, uint64_t room)
 {
-    pdr_shim_room_own(r, room, NULL, NULL);
+    pdr_shim_room_own(r, room, NULL, NULL, NULL);
 }
 
-void pdr_shim_room_own(pdr_router_t *r, uint64_t room, pdr_thread_t *t, void *owner)
+void pdr_shim_room_own(pdr_router_t *r, uint64_t room, pdr_thread_t *t, void *owner, pdr_shim_room_cb cb)
 {
     (void)r;
     if (!S.on)
@@ -433,6 +435,7 @@ void pdr_shim_room_own(pdr_router_t *r, uint64_t room, pdr_thread_t *t, void *ow
         e->room = room;
         e->t = t;
         e->owner = owner;
+        e->cb = cb;
     } else {
         ADD(S.untracked, 1);
     }
@@ -535,13 +538,14 @@ static int record_room(const json_t *o, const char *worker_id)
             e->code = rc.code;
             snprintf(e->reason, sizeof(e->reason), "%s", rc.reason[0] ? rc.reason : ev);
         }
-        if (e->owner != NULL && (k == EV_DONE || k == EV_FAILED)) {
+        if (e->owner != NULL && e->cb != NULL && (k == EV_DONE || k == EV_FAILED)) {
             wake = e->t;
             if (S.inbox_n < SE_INBOX) {
                 inbox_msg_t *m = &S.inbox[S.inbox_n++];
                 memset(m, 0, sizeof(*m));
                 m->t = e->t;
                 m->owner = e->owner;
+                m->cb = e->cb;
                 m->room = room;
                 m->bytes = rc.bytes;
                 m->usec = rc.usec;
@@ -587,12 +591,11 @@ void pdr_shim_events_deliver(pdr_thread_t *t)
              * ends, so a room still owned here means the pointer is good. */
             pthread_mutex_lock(&S.lock);
             room_rec_t *e = room_find(mine[i].room);
-            int alive = e != NULL && e->owner == mine[i].owner && e->t == t;
+            int alive = e != NULL && e->owner == mine[i].owner && e->cb == mine[i].cb && e->t == t;
             pthread_mutex_unlock(&S.lock);
             if (alive)
-                pdr_pd_shim_room_event(mine[i].owner, mine[i].room, mine[i].failed, mine[i].code,
-                                       mine[i].bytes, mine[i].usec, mine[i].wall_us, mine[i].backend,
-                                       mine[i].reason);
+                mine[i].cb(mine[i].owner, mine[i].room, mine[i].failed, mine[i].code, mine[i].bytes,
+                           mine[i].usec, mine[i].wall_us, mine[i].backend, mine[i].reason);
         }
     }
 }

@@ -84,10 +84,16 @@ void pdr_shim_events_metrics(struct pdr_router *r, pdr_shim_put_cb put, void *ou
 
 /* Any loop: the request in flight now owns room (its events are recorded until pdr_shim_room_take). */
 void pdr_shim_room_open(struct pdr_router *r, uint64_t room);
-/* The same, for a request that wants the room's done and failed events: they are handed to
- * pdr_pd_shim_room_event(owner, ...) on t's loop (t's wakeup handle, then pdr_shim_events_deliver), while
- * the room is still open. owner must take the room (pdr_shim_room_take) on t's loop before it is freed. */
-void pdr_shim_room_own(struct pdr_router *r, uint64_t room, struct pdr_thread *t, void *owner);
+/* A room's done (failed 0) or failed event for the request that owns it, on that request's loop: the
+ * shim's code, the KV's bytes, the transfer's time in usec ending at wall_us (the event's arrival, wall
+ * clock), the backend's name ("" when none was said) and the shim's reason. */
+typedef void (*pdr_shim_room_cb)(void *owner, uint64_t room, int failed, int code, uint64_t bytes,
+                                 uint64_t usec, uint64_t wall_us, const char *backend, const char *reason);
+/* The same, for a request that wants the room's done and failed events: they are handed to cb(owner, ...)
+ * on t's loop (t's wakeup handle, then pdr_shim_events_deliver), while the room is still open. owner must
+ * take the room (pdr_shim_room_take) on t's loop before it is freed. */
+void pdr_shim_room_own(struct pdr_router *r, uint64_t room, struct pdr_thread *t, void *owner,
+                       pdr_shim_room_cb cb);
 /* Loop t (its wakeup handle): hands the events queued for t's requests to them. */
 void pdr_shim_events_deliver(struct pdr_thread *t);
 /* Any loop: what the shims reported for room, as an access-log fragment `,"kv":{...}` written into out

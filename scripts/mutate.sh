@@ -66,9 +66,9 @@ ticket_expiry_unchecked @@ common/ticket.c @@ else if (out->expires_ms < UINT64_
 ticket_replay_accepted @@ worker-shim/shim_ticket.c @@         if (s->room == room)
             return PDR_EREPLAYED; @@         if (s->room == room)
             return 0; @@ pdshim @@ ^(tickets_shim_python|tickets_shim_parts_python)$
-kv_transfer_ms_ignored @@ router/pd.c @@ x->kv_ms = pdr_kv_deadline_ms(x->to.kv_transfer_ms, x->to.kv_transfer_ms_per_1k_tokens, x->kv_tokens); @@ x->kv_ms = 86400000; @@ pdrouter @@ ^router_kv_deadline_(retry_other_pair|no_pair_left)$
+kv_transfer_ms_ignored @@ router/pd/request.c @@ x->kv.ms = pdr_kv_deadline_ms(x->to.kv_transfer_ms, x->to.kv_transfer_ms_per_1k_tokens, x->kv.tokens); @@ x->kv.ms = 86400000; @@ pdrouter @@ ^router_kv_deadline_(retry_other_pair|no_pair_left)$
 kv_transfer_ms_per_1k_ignored @@ router/kvdeadline.c @@ ms += ((uint64_t)per_1k_ms * tokens + 1023) / 1024; @@ ms += 0; @@ pdrouter @@ ^router_kv_deadline_scaled_deadline$
-first_byte_ms_ignored @@ router/pd.c @@ x->first_byte_deadline_ns = x->attempt_t0_ns + (uint64_t)x->to.first_byte_ms * 1000000u; @@ x->first_byte_deadline_ns = x->attempt_t0_ns + 86400000000000u; @@ pdrouter @@ ^router_(prefill_stopped|prefill_stopped_retry|relay_first_byte)$
+first_byte_ms_ignored @@ router/pd/attempt.c @@ x->at.first_byte_deadline_ns = x->at.t0_ns + (uint64_t)x->to.first_byte_ms * 1000000u; @@ x->at.first_byte_deadline_ns = x->at.t0_ns + 86400000000000u; @@ pdrouter @@ ^router_(prefill_stopped|prefill_stopped_retry|relay_first_byte)$
 drain_worker_keeps_serving @@ router/pool.c @@ __atomic_store_n(&w->drain, PDR_DRAIN_DRAINING, __ATOMIC_RELEASE); @@ (void)0; @@ pdrouter @@ ^router_admin_(drain_load|drain_timeout|self_drain)$
 drain_no_grace @@ router/server.c @@     if (grace == 0) {
         begin_drain(r); @@     if (1) {
@@ -93,7 +93,7 @@ tls_reset_not_quiet @@ router/conn.c @@         SSL_set_quiet_shutdown(cc->ssl, 
 lingering_skipped @@ router/conn.c @@ if (c->timeouts.lingering_ms == 0 || linger_drop(cc, sock)) { @@ if (1 || linger_drop(cc, sock)) { @@ pdrouter @@ ^router_limits_early_answers$
 h2_body_budget_off @@ router/conn.c @@ cc->h2g.budget_on = b != UINT64_MAX; @@ cc->h2g.budget_on = 0; @@ pdrouter @@ ^router_limits_h2_body_budget$
 h2_body_stall_ignored @@ router/conn.c @@ if ((s = pdr_h2guard_take_stalled(&cc->h2g, now - pause)) == 0) @@ if ((s = 0) == 0) @@ pdrouter @@ ^router_limits_h2_body_budget$
-h2_slow_reader_whole_sends @@ router/pd.c @@ if (x->req->version >= 0x200 && n > H2_PIECE) @@ if (0 && x->req->version >= 0x200 && n > H2_PIECE) @@ pdrouter @@ ^router_hardening_slow_steady_reader_h2$
+h2_slow_reader_whole_sends @@ router/pd/relay.c @@ if (x->req->version >= 0x200 && n > H2_PIECE) @@ if (0 && x->req->version >= 0x200 && n > H2_PIECE) @@ pdrouter @@ ^router_hardening_slow_steady_reader_h2$
 h2_tls_budget_not_closing @@ router/conn.c @@ cc->h2g.budget_closes = !body_limit; @@ cc->h2g.budget_closes = 0; @@ pdrouter @@ ^router_tls_h2_body_budget$
 tls_resume_failure_not_retried @@ router/upstream.c @@ int resumed_failed = c->tls != NULL && c->tls_offered && !c->tls_ready && c->o->tls_no_resume; @@ int resumed_failed = 0; @@ pdrouter @@ ^router_tls_workers_resumption$
 tls_resume_failure_keeps_sessions @@ router/upstream.c @@ if (c->tls_saved || c->tls == NULL || c->o->tls_no_resume) @@ if (c->tls_saved || c->tls == NULL) @@ pdrouter @@ ^router_tls_workers_resumption$

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The router's call direction (docs/internals/principles.md, "What may call what").
 
-Each file of router/ named in RANKS may call the functions defined in another file of the table only when
+Each file of router/ named in RANKS (a folder, "pd/", stands for all its .c files as one) may call the functions defined in another file of the table only when
 that file's rank is lower: main starts the server; the server dispatches to the handlers (pd, admin, compat);
 the handlers and the server call the reload service; everything may call the shared helpers (replies,
 access log, client connections, the admin token). A call is the defining file's non-static function name
@@ -15,7 +15,7 @@ import sys
 RANKS = {
     "main.c": 4,
     "server.c": 3,
-    "pd.c": 2,
+    "pd/": 2,
     "admin.c": 2,
     "compat.c": 2,
     "reload.c": 1,
@@ -64,7 +64,12 @@ def main():
         if not os.path.exists(path):
             print(f"layering: router/{f} is in the table but does not exist")
             return 1
-        code[f] = strip(open(path, encoding="utf-8").read())
+        if f.endswith("/"):
+            parts = sorted(p for p in os.listdir(path) if p.endswith(".c"))
+            text = "".join(open(os.path.join(path, p), encoding="utf-8").read() + "\n" for p in parts)
+        else:
+            text = open(path, encoding="utf-8").read()
+        code[f] = strip(text)
         for m in DEF.finditer(code[f]):
             defs.setdefault(m.group(1), f)
     bad, edges = [], set()

@@ -1,0 +1,114 @@
+/*
+ * Starting an attempt: a fresh attempt's state, its workers picked (the pair, or the one worker of a solo
+ * attempt), its deadlines set, then its legs started by the attempt's table (pd_proto_ops_t). Also what
+ * the tables share: a leg's header lines and the attempt's rooms in the shims' table. Loop thread of the
+ * request.
+ */
+#include "pd_internal.h"
+
+/* The header lines of a leg to w: the request's (pdr_fwd_leg), and for protocol vllm with w one rank of a
+ * data-parallel worker "X-data-parallel-rank: R" (vLLM's API server hands the request to that rank's
+ * engine). sglang takes the rank in the body instead (pdr_pdreq_build_body_rank). */
+const char *const *pdr__pd_leg_headers(pd_req_t *x, const pdr_worker_t *w)
+{
+    const char *const *base = pdr_fwd_leg(&x->fwd);
+    if (!x->at.ops->rank_header || w == NULL || w->dp_rank < 0)
+        return base;
+    size_t k = 0;
+    for (; base[k] != NULL && k < 2; k++)
+        x->rank_hdrs[k] = base[k];
+    snprintf(x->rank_line, sizeof(x->rank_line), "X-data-parallel-rank: %d", w->dp_rank);
+    x->rank_hdrs[k++] = x->rank_line;
+    x->rank_hdrs[k] = NULL;
+    return x->rank_hdrs;
+}
+
+/* The attempt's rooms but the first, taken back from the shims' table (the first one's events go to the
+ * access log). */
+void pdr__pd_take_other_rooms(pd_req_t *x)
+{
+    char skip[8];
+    for (size_t i = 1; i < x->n_rooms; i++)
+        pdr_shim_room_take(x->r, x->rooms[i], skip, sizeof(skip));
+}
+
+/* The shims' events for the attempt's rooms: forgotten (a retry takes new rooms). */
+void pdr__pd_forget_room(pd_req_t *x)
+{
+    if (x->room_open) {
+        char skip[8];
+        pdr_shim_room_take(x->r, x->rooms[0], skip, sizeof(skip));
+        pdr__pd_take_other_rooms(x);
+        x->room_open = 0;
+    }
+}
+
+void pdr__pd_start_attempt(pd_req_t *x)
+{
+    pdr_router_t *r = x->r;
+    pdr_kv_release(&x->kv.hold);
+    pdr__pd_forget_room(x);
+    pdr_worker_unref(x->at.pw);
+    pdr_worker_unref(x->at.dw);
+    /* A fresh attempt: no leg runs, no deadline is set, no worker is held. */
+    x->at = (pd_attempt_t){.ops = x->proto, .merge = x->merge_wanted};
+    x->pbody.len = 0;
+    x->rl.pending.len = 0;
+    size_t tlen = 0;
+    const char *text = x->mode == MODE_PD ? pdr__pd_routing_text(&x->pr, &tlen) : NULL;
+    /* precise_prefix matches token ids: only read them when some pool uses it (the index exists). */
+    pdr_prompt_tokens_t tok = {NULL, 0};
+    if (text != NULL && r->pool.kvindex != NULL) {
+        struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
+        pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_ROUTING);
+        pdr_tokenizer_free(tk);
+    }
+    if (x->mode == MODE_PD && pdr__pd_disagg_possible(x)) {
+        pdr__pd_decide_disaggregation(x, text, tlen, &tok);
+    } else if (x->mode == MODE_PD) {
+        uint64_t avoid[PDR_MAX_AVOID];
+        size_t n = pdr_admit_avoid(x->conf, &r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
+                                   x->n_tried[PDR_ROLE_PREFILL], avoid, PDR_MAX_AVOID);
+        x->at.pw = pdr_pool_pick_prompt(&r->pool, x->pool, PDR_ROLE_PREFILL, avoid, n, text, tlen, &tok);
+    }
+    /* The decode; or, for a solo sglang attempt, the regular worker that runs it all (in dw: it is the
+     * worker that answers, blamed and avoided as a decode would be). Workers at
+     * limits.max_inflight_per_worker are avoided as failed ones are. */
+    pdr_role_t drole = x->at.ops->answer_role;
+    uint64_t davoid[PDR_MAX_AVOID];
+    size_t dn = pdr_admit_avoid(x->conf, &r->pool, x->pool, drole, x->tried[PDR_ROLE_DECODE],
+                                x->n_tried[PDR_ROLE_DECODE], davoid, PDR_MAX_AVOID);
+    x->at.dw = pdr_pool_pick_prompt(&r->pool, x->pool, drole, davoid, dn, text, tlen, &tok);
+    if (x->at.ops->pair)
+        pdr__pd_breaker_pick(x, text, tlen, &tok);
+    free(tok.ids);
+    if (x->at.ops->pair && x->at.dw != NULL && x->at.pw != NULL && !pdr__pd_admit_decode(x, text, tlen))
+        return;
+    if ((x->at.ops->pair && x->at.pw == NULL) || x->at.dw == NULL) {
+        if (x->attempt > 0) {
+            /* The pair that failed was the last healthy one: answer with that failure. */
+            pdr__pd_fail_last(x);
+            return;
+        }
+        pdr_role_t role = x->at.ops->pair && x->at.pw == NULL ? PDR_ROLE_PREFILL : PDR_ROLE_DECODE;
+        x->t->m.no_worker_total[role]++;
+        pdr_role_t named = role == PDR_ROLE_PREFILL ? role : x->at.ops->answer_role;
+        char msg[128];
+        if (x->conf->n_pools > 0)
+            snprintf(msg, sizeof(msg), "no healthy %s worker is available in pool %s", pdr_role_name(named),
+                     x->pool);
+        else
+            snprintf(msg, sizeof(msg), "no healthy %s worker is available", pdr_role_name(named));
+        x->error_cause = "no_healthy_worker";
+        pdr__pd_fail_response(x, 503, "service_unavailable", msg, 1);
+        return;
+    }
+    x->at.p_epoch = x->at.pw != NULL ? __atomic_load_n(&x->at.pw->load.epoch, __ATOMIC_RELAXED) : 0;
+    x->at.d_epoch = __atomic_load_n(&x->at.dw->load.epoch, __ATOMIC_RELAXED);
+    x->at.t0_ns = pdr_now_ns();
+    pdr_phase_attempt(&x->ph);
+    x->ph.sent_us = x->at.t0_ns / 1000; /* the pair is picked; its first leg goes out now */
+    x->at.first_byte_deadline_ns = x->at.t0_ns + (uint64_t)x->to.first_byte_ms * 1000000u;
+    x->at.kv_deadline_ns = x->at.t0_ns + x->kv.ms * 1000000u;
+    x->at.ops->start(x);
+}

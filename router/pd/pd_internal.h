@@ -1,0 +1,357 @@
+/*
+ * The PD request path. For each client request: validate the body once, pick a prefill and a decode
+ * worker, give both the same body with the router's bootstrap fields (a fresh CSPRNG room per item
+ * and per attempt), send both legs at once, read the prefill's answer to the end and check it, and
+ * relay the decode's answer with back-pressure both ways.
+ *
+ * pd.relay first_byte (the default): the decode's answer is relayed from its first body byte, without
+ * waiting for the prefill's HTTP answer (a real prefill answers up to a forward pass after its KV has
+ * left); the prefill leg is still read to its end, after the client's response if need be (the request
+ * lingers, off the client's books, until the prefill answers or its KV deadline passes). A prefill
+ * failure after that first byte is logged and counted by cause, and the decode's stream goes on: the
+ * decode already holds the KV. pd.relay after_prefill, and any request with the logprob merge (which
+ * needs the prefill's input logprobs in front of the decode's): the decode's bytes are held (at most
+ * HIGH_WATER, then the decode transfer is paused) until the prefill leg has answered successfully.
+ * Any failure before the client response starts cancels both legs at once (their connections are
+ * closed, so workers see the abort) and retries up to retries.max on a new pair with new rooms, then
+ * answers 502 (upstream failure) or 504 (deadline) in the OpenAI error shape. A decode failure cancels
+ * the prefill leg at once; a client that goes away cancels both.
+ *
+ * Ownership: pd_req_t is malloc'd; the h2o pool holds a small anchor whose dispose callback detaches
+ * the request (the client is gone or the response is over), cancels what is still running, writes
+ * the access log line and closes the timer; the memory is freed in the timer's close callback.
+ * A request stays on the loop thread that accepted it.
+ *
+ * The path is spread over the files of router/pd/, one part each (each file's opening block says which);
+ * this header holds the request, the table a protocol fills (pd_proto_ops_t) and the functions the files
+ * share (pdr__pd_*). Nothing outside router/pd/ includes it: the router reaches the path through
+ * pdr_pd_handle and pdr_models_handle (router.h).
+ */
+#ifndef PDR_PD_INTERNAL_H
+#define PDR_PD_INTERNAL_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include "admission.h"
+#include "breaker.h"
+#include "buf.h"
+#include "decide.h"
+#include "disagg.h"
+#include "err.h"
+#include "kvdeadline.h"
+#include "links.h"
+#include "phases.h"
+#include "retry.h"
+#include "tickets.h"
+#include "router.h"
+#include "shim_events.h"
+#include "sockinfo.h"
+#include "token_ids.h"
+#include "trace.h"
+#include "util.h"
+
+/* Decode bytes are coalesced up to 64 KiB per send: one small write per SSE event starves a client with a
+ * small receive window (measured ~140 KB/s against ~1.9 MB/s). */
+#define HIGH_WATER (64 * 1024)
+#define PREFILL_BODY_CAP (64u << 20)
+#define PDR_MAX_TRIED 16
+#define PDR_MAX_AVOID (PDR_MAX_TRIED + 240) /* the failed ones, then those at their in-flight limit */
+
+typedef enum { MODE_PD = 0, MODE_MODELS } pd_mode_t;
+
+struct pd_req;
+struct pd_proto_ops;
+
+/* How far the client's response has gone; it only moves forward. NONE: the workers are awaited (or the
+ * request is queued). STARTED: the status line went (pdr__pd_mark_started), body bytes may follow. FINAL:
+ * its end was handed to h2o (the last send, an error answer, or an abort). */
+typedef enum { PD_RESP_NONE = 0, PD_RESP_STARTED, PD_RESP_FINAL } pd_resp_t;
+
+/* One attempt: its pair, the state of its legs, its deadlines and the spans its legs carry. An attempt
+ * starts from a fresh one (pdr__pd_start_attempt: one assignment, after the workers' references are
+ * dropped). The legs themselves lie beside it in pd_req_t: pdr_leg_start sets each up, and a leg's memory is
+ * the upstream module's until it ends. */
+typedef struct pd_attempt {
+    pdr_worker_t *pw, *dw; /* the pair (references owned by the request) */
+    unsigned p_running : 1, d_running : 1, p_done : 1, d_done : 1;
+    unsigned recheck : 1; /* advance() waits for the prefill leg's connect: look again in 1 ms */
+    /* The KV deadline runs (kvdeadline.h): from the moment both legs are sent (protocol vllm: the decode
+     * leg) until the KV is known to have arrived. */
+    unsigned kv_open : 1;
+    /* How the attempt runs: the request's protocol, or its solo table when conditional disaggregation
+     * (disagg.h) lets the attempt skip the prefill and run on one worker. */
+    const struct pd_proto_ops *ops;
+    int merge; /* the logprob merge runs in this attempt (wanted, and not solo) */
+    int p_err, d_err;
+    int p_truncated;      /* the prefill's answer outgrew PREFILL_BODY_CAP (still read to its end) */
+    uint64_t d_failed_ns; /* when the decode's failure was seen with the prefill leg outstanding */
+    uint64_t p_failed_ns; /* when the prefill's 5xx was seen with the decode leg outstanding */
+    uint64_t t0_ns, first_byte_deadline_ns, kv_deadline_ns;
+    /* The workers' incarnations (w->load.epoch) when the attempt began: a new one fails it fast. */
+    uint64_t p_epoch, d_epoch;
+    uint8_t p_span[8], d_span[8]; /* the span ids the legs carry in their traceparent */
+} pd_attempt_t;
+
+/* The client side: the decode's bytes on their way to the client, the streaming merge, and the client's
+ * progress. */
+typedef struct pd_relay {
+    pdr_buf_t pending; /* decode bytes not yet handed to h2o */
+    pdr_buf_t sending; /* bytes h2o is writing now */
+    /* HTTP/2: sending goes to h2o in pieces of H2_PIECE (send_piece), each one taken being the client's
+     * progress; send_off is where the next begins, send_last whether the last piece ends the response. */
+    size_t send_off;
+    unsigned send_last : 1;
+    pdr_buf_t sse_carry; /* streaming merge: an incomplete event (at most limits.max_merge_bytes) */
+    size_t sse_scanned;  /* the bytes of sse_carry already searched for an event's end */
+    int merge_overflow;  /* a whole-answer merge outgrew limits.max_merge_bytes */
+    int is_sse;
+    json_t *p_json;              /* parsed prefill answer when merging */
+    pdr_sse_counter_t sse_count; /* token events in the relayed stream (metrics) */
+    uint64_t tokens, first_token_ns, last_token_ns;
+    uint64_t send_ns; /* when the send in flight was handed to h2o (the client's read clock) */
+    /* HTTP/1: the client's progress by bytes (a send of up to HIGH_WATER may take a slow reader longer
+     * than stream_idle_ms): its TCP's acknowledged bytes, sampled while a send is in flight. */
+    uint64_t took_ns, sample_ns, acked;
+    unsigned acked_known : 1;
+} pd_relay_t;
+
+/* The request's KV (kvdeadline.h, shim_events.h). The deadline, ms, is computed once from the prompt's
+ * length (tokens, found as tokens_how); it ends when the KV is known to have arrived: the decode's first
+ * token (sse counts its token events until the first), the prefill's successful answer (sglang), or a
+ * shim's report. cause names the last KV failure (access log). Decode admission (kv_admission): the KV held
+ * on the decode, the request's need in tokens (0: not computed yet) and how long it may wait for room. */
+typedef struct pd_kv {
+    uint64_t ms, tokens;
+    pdr_kv_tokens_how_t tokens_how;
+    uint8_t *room_done; /* the shims' "done" reports by room index (pdr_pd_kv_done), NULL until one */
+    size_t rooms_done;
+    pdr_sse_counter_t sse;
+    const char *cause;
+    char msg[200];
+    pdr_kv_hold_t hold;
+    uint64_t need, admit_deadline_ns;
+    unsigned admit_waited : 1;
+} pd_kv_t;
+
+/* Protocol vllm (pd_vllm.h): the prefill runs first, alone; then the decode with dbody. release is the body
+ * that frees the prefill's KV if the decode's answer never begins (NULL: no KV held for it). */
+typedef struct pd_vllm {
+    unsigned bad : 1; /* the prefill's answer cannot be used (why in err) */
+    char *release;
+    size_t release_len;
+    char err[200];
+} pd_vllm_t;
+
+typedef struct pd_req {
+    pdr_router_t *r;
+    pdr_thread_t *t;
+    h2o_req_t *req; /* NULL once h2o disposed the request */
+    h2o_generator_t gen;
+    pd_mode_t mode;
+    pdr_route_t route;
+    int mroute;
+    pdr_pdreq_t pr;
+    char *body, *dbody; /* the legs' bodies (dbody: the decode's, when it differs) */
+    size_t body_len, dbody_len;
+    uint64_t *rooms;
+    size_t n_rooms;
+    unsigned room_open : 1; /* the attempt's rooms are owned in the shims' table */
+    char request_id[80];
+    pdr_fwd_t fwd; /* the headers both legs carry (fwdheaders.h), built once */
+
+    const pdr_config_t *conf; /* the snapshot this request started with (a reload does not change it) */
+    const char *pool;         /* the pool serving the request's model (a name in conf); retries stay in it */
+    pdr_timeouts_t to;        /* its deadlines: the pool's timeouts where it sets them, else the top-level */
+    const struct pd_proto_ops *proto; /* that pool's protocol (pdr__pd_proto) */
+    int attempt;
+    uint64_t tried[2][PDR_MAX_TRIED]; /* uids of the workers that failed this request, by role */
+    size_t n_tried[2];
+    pd_attempt_t at;
+    pdr_leg_t pleg, dleg;
+    pdr_buf_t pbody; /* the prefill's answer (checked, used for logprob merge) */
+    pd_relay_t rl;
+    int merge_wanted; /* the logprob merge is asked for (and the protocol needs the router to do it) */
+
+    pd_resp_t resp;
+    /* What happened to the response, with it at any point: send_inflight = h2o writes a send; stopped = the
+     * client went away or was cut off (both legs are cancelled); errored = answered by an error
+     * (pdr__pd_fail_response); broken = it ended visibly cut short. */
+    unsigned send_inflight : 1, stopped : 1, errored : 1, broken : 1;
+    unsigned client_aborted : 1; /* the client went away before the end (error_cause "client_abort") */
+    unsigned refused : 1;        /* answered by admission, no worker chosen: its log line is rate-limited */
+    unsigned lingering : 1;      /* the client's response is over; the prefill leg is read to its end */
+    int status;
+    uint64_t t0_ns, ttfb_ns, end_ns, last_data_ns;
+    pd_kv_t kv;
+    uint64_t bytes_in, bytes_out;
+    const char *error_cause;
+    uv_timer_t timer;
+    int counted_inflight;
+    int last_fail_status;
+    char last_fail_msg[768];
+    char retry_error[192]; /* JSON-escaped: the failure of the last attempt that was retried (access log) */
+    pd_vllm_t vl;
+    /* Conditional disaggregation (disagg.h): the last decision made (-1: none made, the feature is off or
+     * nothing can run the request alone). */
+    int disagg;
+    /* Data-parallel attention (pool.c: a rank is a worker of its own, w->dp_rank): protocol vllm names the
+     * rank in a header of each leg, built here (pdr_leg_start copies it). */
+    const char *rank_hdrs[4];
+    char rank_line[48];
+    /* Phase timing (phases.h) and the request's trace spans (trace.h): traced = the trace is sampled and
+     * an exporter runs; root_span is the router's span for the request. */
+    pdr_phase_t ph;
+    unsigned traced : 1;
+    uint8_t root_span[8];
+    /* Admission (admission.h): the request's slot or place in the queue, and when its wait ends. */
+    pdr_admit_waiter_t admit;
+    uint64_t queue_deadline_ns;
+    /* Retries (retry.h): retry_slot = the request holds a slot of the retry budget (released at its end);
+     * backoff_ns = while non-zero, no attempt runs: the next one starts then. */
+    unsigned retry_slot : 1;
+    uint64_t backoff_ns;
+} pd_req_t;
+
+/*
+ * A way of running an attempt, in the manner of nginx's upstream callbacks (create_request,
+ * process_header, finalize_request): the core (start_attempt, advance, the legs' callbacks, the timer,
+ * observation) asks the attempt's table and never which protocol it runs. One table per protocol:
+ * sglang's (both legs at once, a bootstrap room per item), pdshim's (sglang's with a signed ticket per
+ * room), vLLM's (the prefill alone, then the decode with its kv_transfer_params); a solo table for each
+ * protocol that can run a request on one worker; and the /v1/models relay. A hook left NULL does nothing.
+ */
+typedef struct pd_proto_ops {
+    const char *name;
+    /* Starts the attempt's legs once its workers are chosen (pw is NULL unless pair); answers the client
+     * itself when they cannot start. */
+    void (*start)(pd_req_t *x);
+    /* The prefill answered 2xx before the client's response began (vLLM: the decode starts). */
+    void (*prefill_ok)(pd_req_t *x);
+    /* Why the prefill's successful answer cannot be used (the client's 502), or NULL. */
+    const char *(*prefill_unusable)(const pd_req_t *x);
+    /* The request lets go of the attempt's legs: KV the prefill still holds is released. */
+    void (*release)(pd_req_t *x);
+    /* A pair's deadline passed with the prefill's answer missing: the role to blame, or -1 (neither can be,
+     * both are avoided by the retry). */
+    int (*deadline_culprit)(const pd_req_t *x);
+    /* Whether something can run the request alone now (conditional disaggregation): then the attempt may
+     * run with the table `solo`. */
+    int (*can_run_alone)(const pd_req_t *x);
+    const struct pd_proto_ops *solo;
+    pdr_role_t answer_role;      /* the role of the worker in dw, the one that answers */
+    const char *answer_name;     /* its leg's role in spans */
+    unsigned pair : 1;           /* the attempt runs a prefill and a decode (picked, admitted, the breaker) */
+    unsigned generate : 1;       /* serves sglang's native /generate */
+    unsigned merge_logprobs : 1; /* the router merges the prefill's input logprobs into the answer */
+    unsigned relay_first_byte : 1;    /* pd.relay first_byte applies (the decode holds the KV by then) */
+    unsigned keep_prefill_answer : 1; /* a successful prefill's answer is read whole (kv_transfer_params) */
+    unsigned kv_by_prefill : 1;       /* a 2xx prefill answer means its KV has arrived */
+    unsigned rooms : 1;       /* the attempt has bootstrap rooms (the shims' reports, access log, spans) */
+    unsigned tickets : 1;     /* a signed ticket per room (tickets.h); a 403 is the ticket refused */
+    unsigned rank_header : 1; /* a data-parallel rank is named in a header, not in the body */
+} pd_proto_ops_t;
+
+/* The client's response has begun (its status line went), or its end has been handed to h2o. */
+static inline int pd_started(const pd_req_t *x)
+{
+    return x->resp != PD_RESP_NONE;
+}
+
+static inline int pd_final_sent(const pd_req_t *x)
+{
+    return x->resp == PD_RESP_FINAL;
+}
+
+extern const pd_proto_ops_t pdr__pd_sglang_ops, pdr__pd_pdshim_ops, pdr__pd_vllm_ops;
+/* The table of a protocol (config.h). */
+const pd_proto_ops_t *pdr__pd_proto(pdr_protocol_t protocol);
+
+/* request.c: the request's lifetime and the entry points (pdr_pd_handle, pdr_models_handle). */
+void pdr__pd_linger_end(pd_req_t *x);
+void pdr__pd_begin(pd_req_t *x, int deferred);
+
+/* queue.c: admission (admission.h): the queue, its ticks, and the answers of a refusal. */
+void pdr__pd_arm_queue_tick(pd_req_t *x);
+void pdr__pd_on_admitted(pdr_admit_waiter_t *w);
+void pdr__pd_admit_refused(pd_req_t *x, pdr_admit_result_t res);
+
+/* relay.c: the client side: the h2o generator, the relay of the decode's answer, the SSE merge. */
+void pdr__pd_mark_started(pd_req_t *x, int ttfb);
+void pdr__pd_note_client_abort(pd_req_t *x);
+void pdr__pd_fail_response(pd_req_t *x, int status, const char *type, const char *msg, int retry_after);
+void pdr__pd_start_client_response(pd_req_t *x);
+void pdr__pd_send_final_or_more(pd_req_t *x);
+
+/* failure.c: an attempt's failure, the retry that may follow, and the answer when none does. */
+void pdr__pd_late_prefill_failure(pd_req_t *x, int cause, const char *msg);
+void pdr__pd_fail_last(pd_req_t *x);
+void pdr__pd_attempt_failed(pd_req_t *x, int role, int cause, int status, const char *msg);
+
+/* advance.c: what happens next, decided from the facts the callbacks recorded. */
+void pdr__pd_advance(pd_req_t *x);
+
+/* legs.c: the upstream legs' callbacks, their release and cancellation. */
+void pdr__pd_release_leg(pd_req_t *x, int prefill);
+void pdr__pd_cancel_legs(pd_req_t *x);
+int pdr__pd_whole_answer(const pd_req_t *x);
+void pdr__pd_decode_done(pdr_leg_t *leg, int err);
+extern const pdr_leg_cbs_t pdr__pd_prefill_cbs;
+extern const pdr_leg_cbs_t pdr__pd_decode_cbs;
+
+/* timer.c: the request's timer: deadlines, idle stream, stalled client, HTTP/1 disconnect probe. */
+void pdr__pd_sample_client_progress(pd_req_t *x, uint64_t now);
+int pdr__pd_samples_progress(const pd_req_t *x);
+void pdr__pd_arm_timer(pd_req_t *x);
+
+/* pick.c: choosing the workers of an attempt: disaggregation, decode admission, the breaker. */
+const char *pdr__pd_routing_text(const pdr_pdreq_t *pr, size_t *len);
+int pdr__pd_disagg_possible(const pd_req_t *x);
+void pdr__pd_decide_disaggregation(pd_req_t *x, const char *text, size_t tlen,
+                                   const pdr_prompt_tokens_t *tok);
+int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen);
+void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok);
+
+/* attempt.c: starting an attempt: its pair, its rooms and bodies, its legs. */
+const char *const *pdr__pd_leg_headers(pd_req_t *x, const pdr_worker_t *w);
+void pdr__pd_take_other_rooms(pd_req_t *x);
+void pdr__pd_forget_room(pd_req_t *x);
+void pdr__pd_start_attempt(pd_req_t *x);
+
+/* proto_sglang.c: who is to blame when a pair's deadline passed (sglang's and pdshim's tables). */
+int pdr__pd_pair_deadline_culprit(const pd_req_t *x);
+
+/* proto_solo.c: a solo attempt's one leg (the solo tables' start). */
+void pdr__pd_solo_start(pd_req_t *x);
+
+/* observe.c: observation: the phase record, spans, latencies and the access log. */
+void pdr__pd_random_span(uint8_t out[8]);
+void pdr__pd_leg_ended(pd_req_t *x, int prefill, const pdr_worker_t *w);
+void pdr__pd_write_access_log(pd_req_t *x);
+
+/* kv.c: KV tracking: the KV deadline's end, KV failures, and the shims' reports (kvdeadline.h). */
+void pdr__pd_kv_arrived(pd_req_t *x);
+void pdr__pd_note_kv_failure(pd_req_t *x, pdr_kv_cause_t cause, const char *backend, const char *why);
+void pdr__pd_kv_failed_in_response(pd_req_t *x, pdr_kv_cause_t cause, const char *backend, const char *why);
+/* A shim reported that a room of the PD request x failed (cause: a pdr_kv_cause_names entry or the
+ * shim's own reason; backend: the transport's name, or NULL). While the request still waits for its KV:
+ * both legs are cancelled, the link marked suspect, the cause counted, and the request retried on a new
+ * pair when nothing reached the client yet, else its answer ends with an error (an SSE error event, or
+ * an aborted body). Later reports (the KV already arrived, the request over) are ignored. Call it on x's
+ * loop, only while x is in flight (between its start and its end: the receiver must drop its pointer
+ * when the request ends). Returns 1 when it acted, 0 when ignored. */
+int pdr__pd_kv_failed(pd_req_t *x, const char *cause, const char *backend);
+/* A shim reported that the KV of `room` arrived whole (its "done" event). Once every room of the
+ * request's current attempt is done, the KV deadline ends and the link's suspect mark is cleared. A room
+ * of an earlier attempt, or one the request does not have, is ignored. Same calling rules as
+ * pdr__pd_kv_failed. Returns 1 when the room was counted, 0 when ignored. */
+int pdr__pd_kv_done(pd_req_t *x, uint64_t room);
+/* A room event from a shim, on x's loop (shim_events.c delivers it while x owns the room). done:
+ * pdr__pd_kv_done and the KV phase (bytes, backend; start = wall_us - usec); failed: the KV phase with the
+ * shim's code and reason, then pdr__pd_kv_failed. */
+void pdr__pd_shim_room_event(void *x, uint64_t room, int failed, int code, uint64_t bytes, uint64_t usec,
+                             uint64_t wall_us, const char *backend, const char *reason);
+
+#endif

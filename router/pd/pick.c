@@ -1,0 +1,221 @@
+/*
+ * Choosing an attempt's workers beyond the pool's policy: conditional disaggregation (disagg.h), decode
+ * admission by KV room (kv_admission, shim_events.h) and the pair-aware breaker (breaker.h). Every worker
+ * reference held in x->at.pw and x->at.dw is owned by the request. Loop thread of the request.
+ */
+#include "pd_internal.h"
+
+/* What cache_aware matches on: the raw JSON of the prompt member ("text", "prompt", "messages" or
+ * "input_ids"), exactly as the client sent it, so that requests sharing a system prompt or a
+ * conversation's start share a prefix. NULL when the body has none. */
+const char *pdr__pd_routing_text(const pdr_pdreq_t *pr, size_t *len)
+{
+    static const char *const keys[] = {"text", "prompt", "messages", "input_ids"};
+    for (size_t i = 0; i < pr->n; i++)
+        for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+            if (pr->m[i].key_len == strlen(keys[k]) && memcmp(pr->m[i].key, keys[k], pr->m[i].key_len) == 0) {
+                *len = pr->m[i].v.len;
+                return pr->m[i].v.p;
+            }
+    return NULL;
+}
+
+/* The feature is on and the protocol has something that can run the request alone now (its
+ * can_run_alone: vLLM's decode, a regular sglang worker of the pool). */
+int pdr__pd_disagg_possible(const pd_req_t *x)
+{
+    if (!pdr_disagg_enabled(x->conf))
+        return 0;
+    return x->proto->can_run_alone != NULL && x->proto->can_run_alone(x);
+}
+
+/* Picks the prefill without recording the prompt in its cache_aware tree, decides from the prefix it holds
+ * and the prefills' load, and either keeps that prefill (recording the prompt now) or lets it go: the
+ * attempt is solo. */
+void pdr__pd_decide_disaggregation(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok)
+{
+    pdr_router_t *r = x->r;
+    pdr_pick_info_t info = {.record = 0, .tok = tok};
+    x->at.pw = pdr_pool_pick_info(&r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
+                                  x->n_tried[PDR_ROLE_PREFILL], text, tlen, &info);
+    if (x->at.pw == NULL)
+        return; /* no serving prefill: answered as without the feature */
+    pdr_disagg_input_t in;
+    if (info.matched_known && info.tokens) { /* a policy that counts tokens itself */
+        memset(&in, 0, sizeof(in));
+        in.tokens = 1;
+        in.length = info.prompt_tokens;
+        in.matched = info.matched;
+    } else {
+        pdr_disagg_measure(text, tlen, info.matched_known ? info.matched : 0, &in);
+    }
+    const pdr_config_t *c = x->conf;
+    if (c->disaggregation.skip_when_prefill_saturated)
+        in.prefill_saturated = pdr_pool_saturated(&r->pool, x->pool, PDR_ROLE_PREFILL,
+                                                  c->disaggregation.prefill_saturated_inflight);
+    x->disagg = (int)pdr_disagg_decide(c, &in);
+    x->t->m.disagg_decisions[x->disagg]++;
+    if (x->disagg == PDR_DISAGG_DISAGGREGATED) {
+        if (info.matched_known)
+            pdr_pool_record_pick(&r->pool, x->at.pw, text, tlen);
+        return;
+    }
+    pdr_worker_unref(x->at.pw);
+    x->at.pw = NULL;
+    x->at.ops = x->proto->solo;
+    x->at.merge = 0; /* one worker answers the whole request, input logprobs included */
+}
+
+static void on_admit_retry(uv_timer_t *h)
+{
+    pd_req_t *x = h->data;
+    if (x->req != NULL)
+        pdr__pd_start_attempt(x);
+}
+
+/* Decode admission (kv_admission): 1 to go on with x->at.dw, its KV held in x->kv.hold; 0 when the request
+ * waits for room (a timer runs the attempt again, polling every ADMIT_POLL_MS) or was answered 503. */
+#define ADMIT_POLL_MS 5
+#define ADMIT_MAX_PICKS 8
+int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen)
+{
+    pdr_router_t *r = x->r;
+    if (!pdr_kv_limited(x->conf, x->at.dw))
+        return 1; /* the usual case without reports: nothing to estimate */
+    if (x->kv.need == 0) {
+        pdr_prompt_tokens_t tok = {NULL, 0};
+        struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
+        pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_KV_ADMISSION);
+        pdr_tokenizer_free(tk);
+        x->kv.need = pdr_kv_need_tokens(x->conf, &x->pr, tok.n, tlen);
+        free(tok.ids);
+    }
+    uint64_t avoid[PDR_MAX_TRIED + ADMIT_MAX_PICKS];
+    size_t n = x->n_tried[PDR_ROLE_DECODE];
+    memcpy(avoid, x->tried[PDR_ROLE_DECODE], n * sizeof(avoid[0]));
+    int never = 1; /* every decode tried has less KV in all than the request needs */
+    for (int k = 0; k < ADMIT_MAX_PICKS; k++) {
+        int fit = pdr_kv_admit(x->conf, x->at.dw, x->kv.need, &x->kv.hold);
+        if (fit > 0) {
+            pdr_kv_count(x->kv.admit_waited ? 2 : k > 0 ? 1 : 0);
+            return 1;
+        }
+        never &= fit < 0;
+        avoid[n++] = x->at.dw->uid;
+        pdr_worker_t *o =
+            pdr_pool_pick_prompt(&r->pool, x->pool, PDR_ROLE_DECODE, avoid, n, text, tlen, NULL);
+        int seen = 0;
+        for (size_t i = 0; o != NULL && i < n; i++)
+            seen |= avoid[i] == o->uid;
+        if (o == NULL || seen) {
+            pdr_worker_unref(o);
+            break;
+        }
+        pdr_worker_unref(x->at.dw);
+        x->at.dw = o;
+    }
+    if (never) {
+        /* Waiting cannot help: no decode tried could hold it even empty. */
+        pdr_kv_count(3);
+        x->error_cause = "kv_too_large";
+        pdr__pd_fail_response(
+            x, 400, "invalid_request_error",
+            "the request's KV cache need (prompt and output tokens) exceeds the whole KV cache of "
+            "every decode worker (kv_admission)",
+            0);
+        return 0;
+    }
+    uint64_t now = pdr_now_ns();
+    if (x->kv.admit_deadline_ns == 0) {
+        uint64_t ms = (uint64_t)x->conf->kv_admission.wait_ms;
+        if (ms > (uint64_t)x->to.first_byte_ms)
+            ms = (uint64_t)x->to.first_byte_ms;
+        x->kv.admit_deadline_ns = now + ms * 1000000u;
+    }
+    if (now < x->kv.admit_deadline_ns) {
+        x->kv.admit_waited = 1;
+        uv_timer_start(&x->timer, on_admit_retry, ADMIT_POLL_MS, 0);
+        return 0;
+    }
+    pdr_kv_count(3);
+    x->error_cause = "kv_capacity";
+    pdr__pd_fail_response(x, 503, "service_unavailable",
+                          "no decode worker has room for the request's KV cache (kv_admission); retry later",
+                          1);
+    return 0;
+}
+
+/* The pair-aware breaker (breaker.h): when the picked pair's link is open, another decode for the prefill,
+ * else another prefill with a decode of its own, is picked (BREAKER_MAX_PICKS of each at most, avoiding the
+ * workers that failed this request). When every pairing tried is open, the least recently failed one goes:
+ * the breaker alone never refuses a request. */
+#define BREAKER_MAX_PICKS 8
+static int uid_in(const uint64_t *a, size_t n, uint64_t uid)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a[i] == uid)
+            return 1;
+    return 0;
+}
+
+void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok)
+{
+    uint64_t last;
+    if (!x->conf->breaker.enabled || x->at.pw == NULL || x->at.dw == NULL ||
+        pdr_links_admit(x->at.pw, x->at.dw, 1, &last))
+        return;
+    pdr_breaker_count_avoided();
+    pdr_pool_t *pool = &x->r->pool;
+    pdr_worker_t *bp = x->at.pw, *bd = x->at.dw; /* the least recently failed pairing seen (owned) */
+    pdr_worker_t *p = pdr_worker_ref(x->at.pw);  /* the prefill whose decodes are tried (owned) */
+    x->at.pw = x->at.dw = NULL;
+    uint64_t pav[PDR_MAX_TRIED + BREAKER_MAX_PICKS], dav[PDR_MAX_TRIED + BREAKER_MAX_PICKS + 1];
+    size_t np = x->n_tried[PDR_ROLE_PREFILL];
+    memcpy(pav, x->tried[PDR_ROLE_PREFILL], np * sizeof(pav[0]));
+    for (int i = 0; i < BREAKER_MAX_PICKS && p != NULL; i++) {
+        size_t nd = x->n_tried[PDR_ROLE_DECODE];
+        memcpy(dav, x->tried[PDR_ROLE_DECODE], nd * sizeof(dav[0]));
+        if (p == bp)
+            dav[nd++] = bd->uid;
+        for (int j = 0; j < BREAKER_MAX_PICKS; j++) {
+            pdr_worker_t *d = pdr_pool_pick_prompt(pool, x->pool, PDR_ROLE_DECODE, dav, nd, text, tlen, tok);
+            if (d == NULL || uid_in(dav, nd, d->uid)) {
+                pdr_worker_unref(d);
+                break;
+            }
+            uint64_t lf;
+            if (pdr_links_admit(p, d, 1, &lf)) {
+                pdr_worker_unref(bp);
+                pdr_worker_unref(bd);
+                x->at.pw = p;
+                x->at.dw = d;
+                return;
+            }
+            if (lf < last) {
+                pdr_worker_unref(bp);
+                pdr_worker_unref(bd);
+                bp = pdr_worker_ref(p);
+                bd = d;
+                last = lf;
+            } else {
+                pdr_worker_unref(d);
+            }
+            dav[nd++] = d->uid;
+        }
+        pav[np++] = p->uid;
+        pdr_worker_unref(p);
+        p = pdr_pool_pick_prompt(pool, x->pool, PDR_ROLE_PREFILL, pav, np, text, tlen, tok);
+        if (p != NULL && uid_in(pav, np, p->uid)) {
+            pdr_worker_unref(p);
+            p = NULL;
+        }
+    }
+    pdr_worker_unref(p);
+    pdr_breaker_count_all_open();
+    (void)pdr_links_admit(bp, bd, 1, NULL); /* a half-open link's probe, if it is free */
+    pdr_warn("request %s: every pairing tried has its breaker open: prefill %s -> decode %s (the least "
+             "recently failed) is used",
+             x->request_id, bp->target, bd->target);
+    x->at.pw = bp;
+    x->at.dw = bd;
+}

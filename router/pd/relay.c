@@ -1,0 +1,294 @@
+/*
+ * The client side of a PD request: the h2o generator (proceed, stop), the decode's answer relayed with
+ * back-pressure both ways (at most HIGH_WATER pending, then the decode leg is paused; HTTP/2 sends in
+ * pieces of one DATA frame), the logprob merge of a whole answer or of each SSE event, and the error
+ * answers that start a response. Loop thread of the request.
+ */
+#include "pd_internal.h"
+
+/* The client response begins (first byte, or an error answer; ttfb: time it). A PD request counts in the
+ * m.waiting gauge (the router's view of the workers' queues) from its start until this. */
+void pdr__pd_mark_started(pd_req_t *x, int ttfb)
+{
+    if (!pd_started(x) && x->counted_inflight)
+        x->t->m.waiting--;
+    if (x->resp == PD_RESP_NONE)
+        x->resp = PD_RESP_STARTED;
+    if (ttfb)
+        x->ttfb_ns = pdr_now_ns();
+}
+
+/* The client went away before the end: counted once, and named in the access log. */
+void pdr__pd_note_client_abort(pd_req_t *x)
+{
+    x->t->m.client_aborts_total++;
+    x->error_cause = "client_abort";
+    x->client_aborted = 1;
+}
+
+void pdr__pd_fail_response(pd_req_t *x, int status, const char *type, const char *msg, int retry_after)
+{
+    x->status = status;
+    x->errored = 1;
+    pdr__pd_cancel_legs(x);
+    if (x->req == NULL || pd_started(x))
+        return;
+    pdr__pd_mark_started(x, 1);
+    x->resp = PD_RESP_FINAL;
+    pdr_send_error(x->req, status, type, msg, retry_after);
+}
+
+/* Counts the token events in what is about to be relayed (streams only: no per-byte work otherwise). */
+static void note_tokens(pd_req_t *x)
+{
+    size_t n = pdr_sse_count_tokens(&x->rl.sse_count, x->rl.sending.p, x->rl.sending.len);
+    if (n == 0)
+        return;
+    uint64_t now = pdr_now_ns();
+    if (x->rl.tokens == 0) {
+        x->rl.first_token_ns = now;
+        x->ph.first_token_us = now / 1000;
+    }
+    x->rl.last_token_ns = now;
+    x->ph.last_token_us = now / 1000;
+    x->rl.tokens += n;
+    x->t->m.stream_events_total[x->mroute] += n;
+}
+
+/* HTTP/2 multiplexes streams over one socket, so a stream's progress cannot be read from the socket as an
+ * HTTP/1 client's is (pdr__pd_sample_client_progress): h2o calls proceed once it has written all it was
+ * handed, which for a coalesced send of up to HIGH_WATER can take a slowly read stream longer than
+ * stream_idle_ms (its flow-control window comes back as the client reads). HTTP/2 sends go to h2o in
+ * pieces of one DATA frame's default size instead, each piece taken restarting the clock. */
+#define H2_PIECE 16384
+
+static void send_piece(pd_req_t *x)
+{
+    size_t left = x->rl.sending.len - x->rl.send_off, n = left;
+    if (x->req->version >= 0x200 && n > H2_PIECE)
+        n = H2_PIECE;
+    int last = x->rl.send_last && n == left;
+    h2o_iovec_t v = h2o_iovec_init(x->rl.sending.p + x->rl.send_off, n);
+    x->rl.send_off += n;
+    x->send_inflight = 1;
+    x->rl.send_ns = pdr_now_ns();
+    h2o_send(x->req, &v, n ? 1 : 0, last ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
+}
+
+static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
+{
+    pd_req_t *x = H2O_STRUCT_FROM_MEMBER(pd_req_t, gen, gen);
+    (void)req;
+    x->send_inflight = 0;
+    if (!x->stopped && x->rl.send_off < x->rl.sending.len) { /* the next piece of an HTTP/2 send */
+        send_piece(x);
+        return;
+    }
+    x->rl.sending.len = 0;
+    x->rl.send_off = 0;
+    pdr__pd_advance(x);
+}
+
+static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
+{
+    pd_req_t *x = H2O_STRUCT_FROM_MEMBER(pd_req_t, gen, gen);
+    (void)req;
+    /* The client went away mid-response: stop both legs now. */
+    x->stopped = 1;
+    x->send_inflight = 0;
+    if (!pd_final_sent(x) && x->error_cause == NULL) /* not when the router cut a stalled client */
+        pdr__pd_note_client_abort(x);
+    pdr__pd_cancel_legs(x);
+}
+
+/*
+ * Splits complete events ("\n\n") off the decode's stream and rewrites each "data:" JSON with the
+ * prefill's logprobs; the rest of an event waits in sse_carry for its end. Only bytes not searched
+ * before are searched, so an event costs its length once however many reads bring it. PDR_ETOOBIG
+ * when an event without its end outgrows limits.max_merge_bytes (held whole for its merge, as a whole
+ * answer would be), PDR_ENOMEM when the carry cannot grow.
+ */
+static int sse_merge_events(pd_req_t *x, const char *p, size_t n, pdr_buf_t *out)
+{
+    if (pdr_buf_append(&x->rl.sse_carry, p, n, SIZE_MAX / 2) != 0)
+        return PDR_ENOMEM;
+    char *c = x->rl.sse_carry.p;
+    size_t len = x->rl.sse_carry.len, start = 0, i = x->rl.sse_scanned;
+    for (;;) {
+        char *q = NULL;
+        while (i + 1 < len) {
+            char *nl = memchr(c + i, '\n', len - 1 - i);
+            if (nl == NULL) {
+                i = len - 1;
+                break;
+            }
+            i = (size_t)(nl - c);
+            if (c[i + 1] == '\n') {
+                q = nl;
+                break;
+            }
+            i++;
+        }
+        if (q == NULL)
+            break;
+        const char *ev = c + start;
+        size_t evlen = (size_t)(q - ev);
+        size_t dl;
+        const char *d = pdr_sse_first_data(ev, evlen, &dl);
+        json_t *j = d != NULL ? json_loadb(d, dl, 0, NULL) : NULL;
+        if (j != NULL && x->rl.p_json != NULL && pdr_merge_logprobs(j, x->rl.p_json)) {
+            char *s = json_dumps(j, JSON_COMPACT);
+            if (s != NULL) {
+                pdr_buf_append(out, "data: ", 6, SIZE_MAX / 2);
+                pdr_buf_append(out, s, strlen(s), SIZE_MAX / 2);
+                pdr_buf_append(out, "\n\n", 2, SIZE_MAX / 2);
+                free(s);
+            }
+        } else {
+            pdr_buf_append(out, ev, evlen + 2, SIZE_MAX / 2);
+        }
+        if (j != NULL)
+            json_decref(j);
+        start = (size_t)(q - c) + 2;
+        i = start;
+    }
+    if (start > 0) /* no copy of a carry with no event ended: that would be a pass over it per read */
+        memmove(c, c + start, len - start);
+    x->rl.sse_carry.len = len - start;
+    x->rl.sse_scanned = i > start ? i - start : 0;
+    if (x->rl.sse_carry.len > (size_t)x->conf->limits.max_merge_bytes)
+        return PDR_ETOOBIG;
+    return 0;
+}
+
+/* The streaming merge cannot go on (an event past limits.max_merge_bytes, or no memory for it): the
+ * decode is cancelled and the stream ends with an error event after the events merged so far. */
+static void sse_merge_failed(pd_req_t *x, int err, pdr_buf_t *out)
+{
+    int big = err == PDR_ETOOBIG;
+    if (big)
+        x->t->m.merge_too_large_total++;
+    x->error_cause = big ? "merge_too_large" : "router_out_of_resources";
+    x->broken = 1;
+    pdr_warn("request %s: %s: the decode's stream is ended with an error event", x->request_id,
+             big ? "an event of the decode's stream outgrew limits.max_merge_bytes without its end"
+                 : "out of memory for the logprob merge of the decode's stream");
+    pdr__pd_cancel_legs(x);
+    x->at.d_done = 1;
+    x->at.d_err = 0;
+    x->rl.sse_carry.len = 0;
+    x->rl.sse_scanned = 0;
+    char ev[300];
+    int k =
+        snprintf(ev, sizeof(ev), "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\n",
+                 big ? "an event of the decode's stream exceeds limits.max_merge_bytes (the logprob merge "
+                       "holds each event whole)"
+                     : "the router ran out of memory for the logprob merge",
+                 big ? "upstream_error" : "service_unavailable", big ? 502 : 503);
+    if (k > 0 && (size_t)k < sizeof(ev))
+        pdr_buf_append(out, ev, (size_t)k, SIZE_MAX / 2);
+}
+
+void pdr__pd_start_client_response(pd_req_t *x)
+{
+    h2o_req_t *req = x->req;
+    pdr__pd_mark_started(x, 1);
+    x->status = (int)x->dleg.status;
+    req->res.status = x->status;
+    req->res.reason = pdr_http_reason(x->status);
+    const char *ct = x->dleg.content_type[0] ? x->dleg.content_type : "application/json";
+    x->rl.is_sse = strncmp(ct, "text/event-stream", 17) == 0;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ct, strlen(ct));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, x->request_id,
+                          strlen(x->request_id));
+    if (x->rl.is_sse)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
+    if (!x->at.merge && !x->rl.is_sse && x->dleg.content_length >= 0)
+        req->res.content_length = (size_t)x->dleg.content_length;
+    x->gen.proceed = on_proceed;
+    x->gen.stop = on_stop;
+    h2o_start_response(req, &x->gen);
+}
+
+void pdr__pd_send_final_or_more(pd_req_t *x)
+{
+    if (x->req == NULL || x->stopped || pd_final_sent(x) || x->send_inflight)
+        return;
+    /* Non-streaming merge: the whole decode answer is needed first. */
+    if (x->at.merge && !x->rl.is_sse) {
+        if (!x->at.d_done) {
+            if (x->dleg.paused)
+                pdr_leg_resume(&x->dleg);
+            return;
+        }
+        json_t *j = json_loadb(x->rl.pending.p ? x->rl.pending.p : "", x->rl.pending.len, 0, NULL);
+        if (j != NULL && x->rl.p_json != NULL && pdr_merge_logprobs(j, x->rl.p_json)) {
+            char *s = json_dumps(j, JSON_COMPACT);
+            if (s != NULL) {
+                x->rl.pending.len = 0;
+                pdr_buf_append(&x->rl.pending, s, strlen(s), SIZE_MAX / 2);
+                free(s);
+            }
+        }
+        if (j != NULL)
+            json_decref(j);
+    }
+    int final = x->at.d_done;
+    if (final && x->at.d_err != 0) {
+        /* A non-SSE body cannot carry an error: abort the response so the client sees it broken. */
+        x->resp = PD_RESP_FINAL;
+        x->end_ns = pdr_now_ns();
+        h2o_send(x->req, NULL, 0, H2O_SEND_STATE_ERROR);
+        return;
+    }
+    pdr_buf_t t = x->rl.sending;
+    x->rl.sending = x->rl.pending;
+    x->rl.pending = t;
+    x->rl.pending.len = 0;
+    if (x->at.merge && x->rl.is_sse) {
+        /* Rewrite complete events from what was pending into sending. */
+        pdr_buf_t raw = x->rl.sending;
+        pdr_buf_t out = {0};
+        int rc = sse_merge_events(x, raw.p, raw.len, &out);
+        pdr_buf_free(&raw);
+        if (rc != 0) {
+            sse_merge_failed(x, rc, &out);
+            final = 1;
+        } else if (final && x->rl.sse_carry.len > 0) {
+            pdr_buf_append(&out, x->rl.sse_carry.p, x->rl.sse_carry.len, SIZE_MAX / 2);
+            x->rl.sse_carry.len = 0;
+            x->rl.sse_scanned = 0;
+        }
+        x->rl.sending = out;
+    }
+    if (x->rl.sending.len == 0 && !final) {
+        if (x->dleg.paused)
+            pdr_leg_resume(&x->dleg);
+        return;
+    }
+    if (x->rl.is_sse && x->rl.sending.len > 0)
+        note_tokens(x);
+    x->bytes_out += x->rl.sending.len;
+    x->rl.send_ns = pdr_now_ns();
+    if (!x->rl.is_sse && x->rl.sending.len > 0 && x->status < 400) {
+        /* A whole answer: its first and last body bytes stand for the first and last token. */
+        if (x->ph.first_token_us == 0)
+            x->ph.first_token_us = x->rl.send_ns / 1000;
+        x->ph.last_token_us = x->rl.send_ns / 1000;
+    }
+    if (final) {
+        x->resp = PD_RESP_FINAL;
+        x->end_ns = pdr_now_ns();
+    }
+    x->rl.send_off = 0;
+    x->rl.send_last = final != 0;
+    send_piece(x);
+    if (!final && x->dleg.paused)
+        pdr_leg_resume(&x->dleg);
+    if (!final && pdr__pd_samples_progress(x)) {
+        if (!x->rl.acked_known) /* the baseline: later samples see the bytes taken since */
+            pdr__pd_sample_client_progress(x, x->rl.send_ns);
+        pdr__pd_arm_timer(
+            x); /* the send's first progress sample is due before the deadline the timer holds */
+    }
+}

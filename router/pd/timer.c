@@ -1,0 +1,266 @@
+/*
+ * The request's one timer: before the response, the first-byte and KV deadlines, a retry's back-off, a
+ * restarted worker and an HTTP/1 client's close; after it starts, a client that takes nothing for
+ * stream_idle_ms, a decode that sends nothing as long, and a prefill still unanswered at the KV deadline.
+ * next_deadline() arms only deadlines that on_timer acts on. Loop thread of the request.
+ */
+#include "pd_internal.h"
+
+static uint64_t idle_ns(const pd_req_t *x)
+{
+    return (uint64_t)x->to.stream_idle_ms * 1000000u;
+}
+
+/* How often an HTTP/1 client's progress is sampled while a send is in flight: an eighth of
+ * stream_idle_ms (at least 10 ms), so a client that stops is cut within 1.125 x stream_idle_ms. */
+static uint64_t sample_every_ns(const pd_req_t *x)
+{
+    uint64_t q = idle_ns(x) / 8;
+    return q > 10000000u ? q : 10000000u;
+}
+
+static uint64_t progress_sample_due(const pd_req_t *x)
+{
+    return (x->rl.sample_ns > x->rl.send_ns ? x->rl.sample_ns : x->rl.send_ns) + sample_every_ns(x);
+}
+
+/* Whether an HTTP/1 client took bytes of the response since the last sample (a steady slow reader makes
+ * progress inside one long send). HTTP/2 shares the socket among streams: its progress stays per send. */
+void pdr__pd_sample_client_progress(pd_req_t *x, uint64_t now)
+{
+    x->rl.sample_ns = now;
+    h2o_socket_t *sock = x->req->conn->callbacks->get_socket(x->req->conn);
+    uint64_t acked;
+    if (sock == NULL || pdr_sock_bytes_acked(h2o_socket_get_fd(sock), &acked) != 0)
+        return;
+    if (x->rl.acked_known && acked > x->rl.acked)
+        x->rl.took_ns = now;
+    x->rl.acked = acked;
+    x->rl.acked_known = 1;
+}
+
+/* Since when the client has taken nothing: the send in flight's start, or its last progress. */
+static uint64_t client_idle_since(const pd_req_t *x)
+{
+    return x->rl.took_ns > x->rl.send_ns ? x->rl.took_ns : x->rl.send_ns;
+}
+
+int pdr__pd_samples_progress(const pd_req_t *x)
+{
+    return x->send_inflight && x->req->version < 0x200;
+}
+
+/* Ends the response of a client that has not taken a send for stream_idle_ms (nginx's send_timeout): both
+ * legs are cancelled and the client's connection is reset, which fails the write in flight, so h2o closes
+ * the connection and disposes of the request. Over HTTP/2 this ends the other streams of that connection
+ * too, as nginx's send_timeout does: a client that stopped reading has stalled them all, and one that
+ * withholds a single stream's flow-control window is misbehaving. */
+static void cut_stalled_client(pd_req_t *x)
+{
+    h2o_req_t *req = x->req;
+    x->t->m.client_stalled_total++;
+    x->error_cause = "client_stalled";
+    x->stopped = 1;
+    pdr__pd_cancel_legs(x);
+    pdr_warn("request %s: the client took no data for %d ms (timeouts.stream_idle_ms): connection reset",
+             x->request_id, x->to.stream_idle_ms);
+    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+    if (sock == NULL)
+        return;
+    /* SO_LINGER 0: the bytes queued for a client that does not read are dropped (an RST, not a FIN
+     * behind them), so the kernel does not keep them either. */
+    int fd = h2o_socket_get_fd(sock);
+    struct linger lg = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    shutdown(fd, SHUT_RDWR);
+}
+
+/* The role whose worker restarted (its shim reported a new instance) since the attempt began, or -1. Its
+ * KV for this request is gone with the old process: waiting for it would last until a deadline. */
+static int restarted_role(const pd_req_t *x)
+{
+    if (x->at.p_running && x->at.pw != NULL &&
+        __atomic_load_n(&x->at.pw->load.epoch, __ATOMIC_RELAXED) != x->at.p_epoch)
+        return PDR_ROLE_PREFILL;
+    if (x->at.d_running && x->at.dw != NULL &&
+        __atomic_load_n(&x->at.dw->load.epoch, __ATOMIC_RELAXED) != x->at.d_epoch)
+        return PDR_ROLE_DECODE;
+    return -1;
+}
+
+/* Whether a worker of the attempt reports through its shim (then its restarts are looked for). */
+static int reports(const pd_req_t *x)
+{
+    return (x->at.pw != NULL && __atomic_load_n(&x->at.pw->load.report_ms, __ATOMIC_RELAXED) != 0) ||
+           (x->at.dw != NULL && __atomic_load_n(&x->at.dw->load.report_ms, __ATOMIC_RELAXED) != 0);
+}
+
+/* Whether an HTTP/1 client closed its connection: h2o reads nothing from it while a handler is pending
+ * or while a response has no write in flight, so nothing else would tell. */
+static int h1_client_closed(pd_req_t *x)
+{
+    if (x->req->version >= 0x200)
+        return 0;
+    h2o_socket_t *sock = x->req->conn->callbacks->get_socket(x->req->conn);
+    char c;
+    return sock != NULL && recv(h2o_socket_get_fd(sock), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* Whether the client's connection is probed for a close: HTTP/1, response started, nothing being
+ * written (a write in flight shows a close by failing), the decode still read. A decode stream that
+ * gives the client nothing (an event without its end, held for the logprob merge) is not read on for a
+ * client that left. */
+static int probe_started_client(const pd_req_t *x)
+{
+    return pd_started(x) && x->req->version < 0x200 && !x->send_inflight && !pd_final_sent(x) &&
+           x->at.d_running;
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    pd_req_t *x = t->data;
+    if (x->req == NULL || x->stopped) /* stopped: both legs are cancelled already */
+        return;
+    uint64_t now = pdr_now_ns();
+    if (x->at.recheck && !pd_started(x)) {
+        x->at.recheck = 0;
+        pdr__pd_advance(x);
+        if (x->req == NULL || x->stopped)
+            return;
+    }
+    if (pd_started(x) && pdr__pd_samples_progress(x) && now >= progress_sample_due(x))
+        pdr__pd_sample_client_progress(x, now);
+    if (probe_started_client(x) && h1_client_closed(x)) {
+        pdr__pd_note_client_abort(x);
+        x->stopped = 1;
+        pdr__pd_cancel_legs(x);
+        x->resp = PD_RESP_FINAL;
+        x->end_ns = now;
+        h2o_send(x->req, NULL, 0, H2O_SEND_STATE_ERROR);
+        return;
+    }
+    if (!pd_started(x)) {
+        if (h1_client_closed(x)) {
+            /* HTTP/1 client closed while we wait for the workers (h2o does not read it meanwhile). */
+            pdr__pd_note_client_abort(x);
+            x->status = 499;
+            pdr__pd_cancel_legs(x);
+            x->stopped = 1;
+            pdr__pd_mark_started(x, 0);
+            h2o_send_error_502(x->req, "Bad Gateway", "client closed", H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
+            return;
+        }
+        if (x->backoff_ns != 0) {
+            /* Waiting out a retry's back-off: no leg runs, so a shutdown's cancellation of the legs in
+             * flight cannot reach the request; it is looked for here. */
+            int stopping = pdr_router_shutting_down(x->r);
+            if (now < x->backoff_ns && !stopping) {
+                pdr__pd_arm_timer(x);
+                return;
+            }
+            x->backoff_ns = 0;
+            if (stopping)
+                pdr__pd_fail_last(x);
+            else
+                pdr__pd_start_attempt(x);
+            return;
+        }
+        int gone = x->mode == MODE_PD ? restarted_role(x) : -1;
+        if (gone >= 0) {
+            pdr__pd_attempt_failed(
+                x, gone, PDR_CAUSE_RESET, 503,
+                "the worker restarted (a new shim instance): its KV for this request is gone");
+            return;
+        }
+        if (x->mode == MODE_PD && (x->at.kv_open || !x->at.p_done) && now >= x->at.kv_deadline_ns) {
+            if (x->at.kv_open)
+                snprintf(x->kv.msg, sizeof(x->kv.msg),
+                         "the KV transfer did not finish within its deadline of %" PRIu64
+                         " ms (timeouts.kv_transfer_ms)",
+                         x->kv.ms);
+            else
+                snprintf(x->kv.msg, sizeof(x->kv.msg),
+                         "the prefill did not answer within %" PRIu64
+                         " ms (timeouts.kv_transfer_ms; its KV had arrived)",
+                         x->kv.ms);
+            pdr__pd_attempt_failed(x, x->at.ops->deadline_culprit(x), PDR_CAUSE_KV_DEADLINE, 504, x->kv.msg);
+            return;
+        }
+        if (now >= x->at.first_byte_deadline_ns) {
+            pdr__pd_attempt_failed(
+                x, x->mode == MODE_PD && !x->at.p_done ? x->at.ops->deadline_culprit(x) : PDR_ROLE_DECODE,
+                PDR_CAUSE_FIRST_BYTE_DEADLINE, 504, "no first byte within timeouts.first_byte_ms");
+            return;
+        }
+    } else if (x->at.kv_open && now >= x->at.kv_deadline_ns) {
+        /* The client has bytes of the answer (a stream's head), but the decode's first token has not come:
+         * the KV never arrived. */
+        snprintf(x->kv.msg, sizeof(x->kv.msg),
+                 "the KV transfer did not finish within its deadline of %" PRIu64
+                 " ms (timeouts.kv_transfer_ms)",
+                 x->kv.ms);
+        pdr__pd_kv_failed_in_response(x, PDR_KVC_DEADLINE, NULL, x->kv.msg);
+        return;
+    } else if (x->at.p_running && now >= x->at.kv_deadline_ns) {
+        /* pd.relay first_byte: the prefill still has not answered; the decode's answer goes on. */
+        pdr_leg_cancel(&x->pleg);
+        pdr__pd_release_leg(x, 1);
+        x->at.p_done = 1;
+        x->at.p_err = PDR_ETIMEDOUT;
+        pdr__pd_late_prefill_failure(x, PDR_CAUSE_KV_DEADLINE, "no answer within timeouts.kv_transfer_ms");
+    } else if (x->send_inflight && now - client_idle_since(x) >= idle_ns(x)) {
+        cut_stalled_client(x);
+        return;
+    } else if (x->at.d_running && !x->dleg.paused && now - x->last_data_ns >= idle_ns(x)) {
+        x->t->m.upstream_errors[PDR_ROLE_DECODE][PDR_CAUSE_TIMEOUT]++;
+        pdr_leg_cancel(&x->dleg);
+        pdr__pd_release_leg(x, 0);
+        pdr__pd_decode_done(&x->dleg, PDR_ETIMEDOUT);
+        return;
+    }
+    pdr__pd_arm_timer(x);
+}
+
+/* The next deadline of a request (pdr__pd_next_deadline), from what it depends on now. */
+static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
+{
+    int pd = x->mode == MODE_PD;
+    pdr_pd_timeline_t tl = {
+        .started = pd_started(x),
+        .backoff_ns = x->backoff_ns,
+        .first_byte_deadline_ns = x->at.first_byte_deadline_ns,
+        .kv_deadline_ns = x->at.kv_deadline_ns,
+        .idle_ns = idle_ns(x),
+    };
+    if (!pd_started(x)) {
+        tl.kv_awaited = pd && (x->at.kv_open || !x->at.p_done);
+        tl.peek_client = x->req->version < 0x200;
+        tl.recheck = x->at.recheck;
+        tl.watch_restarts = pd && reports(x);
+    } else {
+        tl.send_inflight = x->send_inflight;
+        tl.client_idle_since_ns = client_idle_since(x);
+        tl.sample_progress = pdr__pd_samples_progress(x);
+        tl.sample_due_ns = tl.sample_progress ? progress_sample_due(x) : 0;
+        tl.kv_after_start = x->at.p_running || x->at.kv_open;
+        tl.decode_reading = x->at.d_running && !x->dleg.paused;
+        tl.last_data_ns = x->last_data_ns;
+        tl.probe_client = probe_started_client(x);
+    }
+    return pdr__pd_next_deadline(&tl, now);
+}
+
+void pdr__pd_arm_timer(pd_req_t *x)
+{
+    if (x->req == NULL || pd_final_sent(x) || x->stopped)
+        return;
+    uint64_t now = pdr_now_ns(), next = next_deadline(x, now);
+    if (next == 0) {
+        uv_timer_stop(&x->timer);
+        return;
+    }
+    /* At least 1 ms: libuv runs a 0 ms timer started from a timer callback again in the same pass, so a
+     * deadline that on_timer did not act on would keep the loop from ever polling again. */
+    uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 1;
+    uv_timer_start(&x->timer, on_timer, ms ? ms : 1, 0);
+}
