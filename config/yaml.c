@@ -90,7 +90,8 @@ static int key_field(const struct field *f, struct field *out)
 static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, const char *path, void *base)
 {
     char buf[80];
-    char *p = (char *)base + f->off;
+    /* An F_KEY row's off is a marker (KEY_OFF...), not an offset: its place comes from the schema. */
+    char *p = f->type == F_KEY ? (char *)base : (char *)base + f->off;
     int64_t iv;
     size_t len;
     int rc;
