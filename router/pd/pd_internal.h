@@ -159,7 +159,6 @@ typedef struct pd_req {
     uint64_t *rooms;
     size_t n_rooms;
     unsigned room_open : 1; /* the attempt's rooms are owned in the shims' table */
-    char request_id[80];
     pdr_fwd_t fwd; /* the headers both legs carry (fwdheaders.h), built once */
 
     const pdr_config_t *conf; /* the snapshot this request started with (a reload does not change it) */
@@ -167,8 +166,7 @@ typedef struct pd_req {
     pdr_timeouts_t to;        /* its deadlines: the pool's timeouts where it sets them, else the top-level */
     const struct pd_proto_ops *proto; /* that pool's protocol (pdr__pd_proto) */
     int attempt;
-    uint64_t tried[2][PDR_MAX_TRIED]; /* uids of the workers that failed this request, by role */
-    size_t n_tried[2];
+    size_t n_tried[2]; /* of tried (below) */
     pd_attempt_t at;
     pdr_leg_t pleg, dleg;
     pdr_buf_t pbody; /* the prefill's answer (checked, used for logprob merge) */
@@ -191,8 +189,6 @@ typedef struct pd_req {
     uv_timer_t timer;
     int counted_inflight;
     int last_fail_status;
-    char last_fail_msg[768];
-    char retry_error[192]; /* JSON-escaped: the failure of the last attempt that was retried (access log) */
     pd_vllm_t vl;
     /* Conditional disaggregation (disagg.h): the last decision made (-1: none made, the feature is off or
      * nothing can run the request alone). */
@@ -200,7 +196,6 @@ typedef struct pd_req {
     /* Data-parallel attention (pool.c: a rank is a worker of its own, w->dp_rank): protocol vllm names the
      * rank in a header of each leg, built here (pdr_leg_start copies it). */
     const char *rank_hdrs[4];
-    char rank_line[48];
     /* Phase timing (phases.h) and the request's trace spans (trace.h): traced = the trace is sampled and
      * an exporter runs; root_span is the router's span for the request. */
     pdr_phase_t ph;
@@ -213,7 +208,18 @@ typedef struct pd_req {
      * backoff_ns = while non-zero, no attempt runs: the next one starts then. */
     unsigned retry_slot : 1;
     uint64_t backoff_ns;
+
+    /* The tail (from PD_REQ_TAIL on) is not zeroed at the request's start (new_req): each text is written
+     * before it is read, and it starts as the empty string; tried is read up to n_tried. 1.3 KB a request
+     * that calloc would clear for nothing. */
+    char request_id[80];
+    char last_fail_msg[768];
+    char retry_error[192]; /* JSON-escaped: the failure of the last attempt that was retried (access log) */
+    char rank_line[48];    /* the data-parallel rank's header (rank_hdrs) */
+    uint64_t tried[2][PDR_MAX_TRIED]; /* uids of the workers that failed this request, by role */
 } pd_req_t;
+
+#define PD_REQ_TAIL offsetof(pd_req_t, request_id)
 
 /*
  * A way of running an attempt, in the manner of nginx's upstream callbacks (create_request,

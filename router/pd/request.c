@@ -105,9 +105,11 @@ static void on_dispose(void *p)
 
 static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
 {
-    pd_req_t *x = calloc(1, sizeof(*x));
+    pd_req_t *x = malloc(sizeof(*x));
     if (x == NULL)
         return NULL;
+    memset(x, 0, PD_REQ_TAIL); /* the tail is written before it is read (pd_internal.h) */
+    x->last_fail_msg[0] = x->retry_error[0] = x->rank_line[0] = '\0';
     x->t = t;
     x->r = t->r;
     x->conf = pdr_config_ref(t->config);
