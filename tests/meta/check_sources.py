@@ -12,6 +12,10 @@ the shim, common and bench), each against a list in tests/meta/ that may only sh
       limits remain, with their count; a count that grows, or any in another file, fails, and so does a
       count that fell until the list is lowered to it.
 
+  check_sources.py internals_index [ROOT]
+      Every page of docs/internals/ is listed in the index of docs/internals/principles.md, and the index
+      names no page that does not exist.
+
 Files are those `git ls-files --cached --others --exclude-standard` lists, new ones included (every file
 under ROOT but build trees and .git when ROOT is not a git checkout). Exit 0: held; 1: broken, every problem
 named; 2: usage.
@@ -156,7 +160,26 @@ def check_size_max(root):
     return problems, "%d SIZE_MAX buffer limits, as listed" % total
 
 
-CHECKS = {"long_files": check_long_files, "size_max_limits": check_size_max}
+def check_internals_index(root):
+    """Every page of docs/internals/ is in the index of docs/internals/principles.md, and every page the
+    index names exists."""
+    d = os.path.join(root, "docs", "internals")
+    pages = {n for n in os.listdir(d) if n.endswith(".md")}
+    with open(os.path.join(d, "principles.md"), encoding="utf-8") as f:
+        text = f.read()
+    at = text.find("## Index of docs/internals/")
+    if at < 0:
+        return ["docs/internals/principles.md has no \"## Index of docs/internals/\" section"], ""
+    linked = set(re.findall(r"\]\(([a-z0-9_-]+\.md)\)", text[at:]))
+    problems = ["docs/internals/%s: not in the index of docs/internals/principles.md" % n
+                for n in sorted(pages - linked)]
+    problems += ["docs/internals/principles.md's index names %s, which does not exist" % n
+                 for n in sorted(linked - pages)]
+    return problems, "%d pages of docs/internals/, all in the index" % len(pages)
+
+
+CHECKS = {"long_files": check_long_files, "size_max_limits": check_size_max,
+          "internals_index": check_internals_index}
 
 
 def main():
