@@ -159,7 +159,7 @@ typedef struct pd_req {
     uint64_t *rooms;
     size_t n_rooms;
     unsigned room_open : 1; /* the attempt's rooms are owned in the shims' table */
-    pdr_fwd_t fwd; /* the headers both legs carry (fwdheaders.h), built once */
+    pdr_fwd_t fwd;          /* the headers both legs carry (fwdheaders.h), built once */
 
     const pdr_config_t *conf; /* the snapshot this request started with (a reload does not change it) */
     const char *pool;         /* the pool serving the request's model (a name in conf); retries stay in it */
