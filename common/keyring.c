@@ -32,6 +32,32 @@ int pdr_keyring_add(pdr_keyring_t *kr, const void *secret, size_t len)
     return 0;
 }
 
+/* The key's length in a file of n bytes. A text key (hex, base64: printable ASCII) ends at its line end,
+ * "\n" or "\r\n". A binary key (head -c 32 /dev/urandom) may end in those bytes by chance (one key in 256
+ * ends in 0x0a): its line end is dropped only as far as a whole key remains, so that 32 random bytes are
+ * never cut to 31, and 32 random bytes followed by a newline are those 32 bytes. */
+static size_t key_length(const uint8_t *p, size_t n)
+{
+    size_t m = n;
+    if (m > 0 && p[m - 1] == '\n') {
+        m--;
+        if (m > 0 && p[m - 1] == '\r')
+            m--;
+    }
+    for (size_t i = 0; i < m; i++) {
+        if (p[i] < 0x20 || p[i] > 0x7e) { /* binary */
+            m = n;
+            if (m > PDR_KEY_MIN && p[m - 1] == '\n') {
+                m--;
+                if (m > PDR_KEY_MIN && p[m - 1] == '\r')
+                    m--;
+            }
+            break;
+        }
+    }
+    return m;
+}
+
 static int read_key(const char *path, uint8_t *buf, size_t *len, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
@@ -48,11 +74,7 @@ static int read_key(const char *path, uint8_t *buf, size_t *len, char *err, size
         snprintf(err, errlen, "key file %s: read error", path);
         return PDR_EIO;
     }
-    if (n > 0 && tmp[n - 1] == '\n') {
-        n--;
-        if (n > 0 && tmp[n - 1] == '\r')
-            n--;
-    }
+    n = key_length(tmp, n);
     int rc = 0;
     if (n < PDR_KEY_MIN) {
         snprintf(err, errlen, "key file %s: %zu bytes; a key has at least %d (head -c 32 /dev/urandom)", path,

@@ -2,10 +2,12 @@
  * Shared secrets for HMAC-SHA256: the key ring that signs and verifies tickets and authenticates the
  * shims' event reports. Loaded once from key files; read-only afterwards, so any thread may use it.
  *
- * A key file holds the secret's bytes: the whole file, with one trailing "\n" (or "\r\n") removed, 32 to
- * 1024 bytes (`head -c 32 /dev/urandom > key` or `openssl rand -hex 32 > key`). Rotation: a ring of up to
- * PDR_KEYRING_MAX files; the first signs, every one verifies. Each key has an id, the first 4 bytes of the
- * SHA-256 of the secret in hex, so a signed message can name its key without revealing anything about it.
+ * A key file holds the secret's bytes, 32 to 1024 of them (`head -c 32 /dev/urandom > key` or `openssl rand
+ * -hex 32 > key`): a text key (printable ASCII) without its trailing "\n" or "\r\n"; a binary key whole,
+ * less a trailing "\n" (or "\r\n") only as far as 32 bytes remain (a random key may end in those bytes).
+ * Rotation: a ring of up to PDR_KEYRING_MAX files; the first signs, every one verifies. Each key has an id,
+ * the first 4 bytes of the SHA-256 of the secret in hex, so a signed message can name its key without
+ * revealing anything about it.
  */
 #ifndef PDR_KEYRING_H
 #define PDR_KEYRING_H

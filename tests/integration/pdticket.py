@@ -26,12 +26,20 @@ def unb64(text):
 
 
 def read_key(path):
+    """A key file as common/keyring.c reads it: a text key without its line end, a binary one less its line
+    end only as far as 32 bytes remain."""
     data = open(path, "rb").read()
-    if data.endswith(b"\r\n"):
-        data = data[:-2]
-    elif data.endswith(b"\n"):
-        data = data[:-1]
-    return data
+    m = len(data)
+    if data.endswith(b"\n"):
+        m -= 2 if data.endswith(b"\r\n") else 1
+    if all(0x20 <= b <= 0x7e for b in data[:m]):
+        return data[:m]
+    m = len(data)
+    if m > 32 and data[m - 1:m] == b"\n":
+        m -= 1
+        if m > 32 and data[m - 1:m] == b"\r":
+            m -= 1
+    return data[:m]
 
 
 def now_ms():

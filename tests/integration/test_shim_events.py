@@ -606,6 +606,8 @@ def scenario_python():
             ev = pdtest.poll_until(lambda: [e for e in shim_view(r)["recent"] if e["room"] == 77], 10, "room 77")
             check(ev[0]["event"] == "refused" and ev[0]["reason"] == "bad ticket" and not ev[0]["matched"],
                   "event %s" % ev, r)
+            # The router shows an event before its answer reaches the shim, which counts the batch then.
+            pdtest.poll_until(lambda: sh.events_stats()[0] >= 2, 10, "the shim to count its two batches sent")
             sent, failed, dropped = sh.events_stats()
             check(sent >= 2 and dropped == 0, "stats %s" % ((sent, failed, dropped),), r)
     finally:

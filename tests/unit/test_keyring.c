@@ -98,7 +98,31 @@ static void test_key_files(void)
     const char *five[] = {a, b, exact, a2, b};
     CHECK(pdr_keyring_load(&kr, five, 5, err, sizeof(err)) == PDR_EINVAL);
     CHECK(pdr_keyring_load(&kr, five, 0, err, sizeof(err)) == PDR_EINVAL);
-    const char *names[] = {"a", "a2", "b", "short", "big", "exact"};
+    /* Binary keys end in 0x0a or 0x0d by chance: 32 random bytes are never cut to 31, and 32 random bytes
+     * followed by a newline (or "\r\n") are those 32 bytes. */
+    uint8_t bin[34];
+    for (size_t i = 0; i < 32; i++)
+        bin[i] = (uint8_t)(0x80 + i);
+    bin[31] = '\n';
+    const char *nl_end[] = {put("nl_end", (const char *)bin, 32)};
+    CHECK(pdr_keyring_load(&kr, nl_end, 1, err, sizeof(err)) == 0);
+    CHECK(kr.keys[0].len == 32 && memcmp(kr.keys[0].secret, bin, 32) == 0);
+    bin[30] = '\r';
+    const char *crlf_end[] = {put("crlf_end", (const char *)bin, 32)};
+    CHECK(pdr_keyring_load(&kr, crlf_end, 1, err, sizeof(err)) == 0);
+    CHECK(kr.keys[0].len == 32 && memcmp(kr.keys[0].secret, bin, 32) == 0);
+    bin[31] = '\r';
+    bin[32] = '\n';
+    const char *cr_then_nl[] = {put("cr_then_nl", (const char *)bin, 33)};
+    CHECK(pdr_keyring_load(&kr, cr_then_nl, 1, err, sizeof(err)) == 0);
+    CHECK(kr.keys[0].len == 32 && memcmp(kr.keys[0].secret, bin, 32) == 0);
+    bin[32] = '\r';
+    bin[33] = '\n';
+    const char *bin_crlf[] = {put("bin_crlf", (const char *)bin, 34)};
+    CHECK(pdr_keyring_load(&kr, bin_crlf, 1, err, sizeof(err)) == 0);
+    CHECK(kr.keys[0].len == 32 && memcmp(kr.keys[0].secret, bin, 32) == 0);
+    const char *names[] = {"a",     "a2",     "b",        "short",      "big",
+                           "exact", "nl_end", "crlf_end", "cr_then_nl", "bin_crlf"};
     char p[160];
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
