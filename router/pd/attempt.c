@@ -52,6 +52,8 @@ void pdr__pd_start_attempt(pd_req_t *x)
     pdr_worker_unref(x->at.dw);
     /* A fresh attempt: no leg runs, no deadline is set, no worker is held. */
     x->at = (pd_attempt_t){.ops = x->proto, .merge = x->merge_wanted};
+    /* An earlier attempt's unusable prefill answer (vLLM) says nothing of this one, a solo one included. */
+    x->vl.bad = 0;
     x->pbody.len = 0;
     x->rl.pending.len = 0;
     size_t tlen = 0;

@@ -139,7 +139,7 @@ typedef struct pd_kv {
 /* Protocol vllm (pd_vllm.h): the prefill runs first, alone; then the decode with dbody. release is the body
  * that frees the prefill's KV if the decode's answer never begins (NULL: no KV held for it). */
 typedef struct pd_vllm {
-    unsigned bad : 1; /* the prefill's answer cannot be used (why in err) */
+    unsigned bad : 1; /* this attempt's prefill answer cannot be used (why in err); 0 as one starts */
     char *release;
     size_t release_len;
     char err[200];

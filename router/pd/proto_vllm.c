@@ -14,7 +14,6 @@ static void vllm_start_prefill(pd_req_t *x)
     free(x->body);
     free(x->dbody);
     x->dbody = NULL;
-    x->vl.bad = 0;
     memset(&x->dleg, 0, sizeof(x->dleg)); /* no decode leg in this attempt yet */
     x->body = pdr_pdreq_build_vllm(&x->pr, PDR_VLLM_PREFILL, NULL, 0, &x->body_len);
     if (x->body == NULL) {
@@ -117,8 +116,8 @@ static int vllm_can_run_alone(const pd_req_t *x)
     return 1;
 }
 
-/* A solo attempt runs on a decode, the data-parallel rank in a header. Its hooks are the protocol's: a
- * flag of an earlier attempt of the request (vl.bad) is seen by it as by a pair. */
+/* A solo attempt runs on a decode, the data-parallel rank in a header. Its hooks are the protocol's; it has
+ * no prefill answer, so vl.bad (cleared as every attempt starts) stays 0 in it. */
 static const pd_proto_ops_t vllm_solo_ops = {
     .name = "vllm solo",
     .start = pdr__pd_solo_start,

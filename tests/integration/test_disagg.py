@@ -24,7 +24,8 @@ SHORT = "a short prompt"
 
 def yaml_workers(prefills=(), decodes=(), regulars=()):
     lines = ["workers:", "  prefill:"]
-    lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %d }" % (p.port, p.ports["bport"]) for p in prefills]
+    lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %s }" % (p.port, p.ports.get("bport", "none"))
+              for p in prefills]
     lines += ["  decode:"] + ["    - { url: http://127.0.0.1:%d }" % d.port for d in decodes]
     if regulars:
         lines += ["  regular:"] + ["    - { url: http://127.0.0.1:%d }" % w.port for w in regulars]
@@ -149,6 +150,34 @@ def scenario_vllm_cached_prefix():
         decisions(r, short_prompt=2, disaggregated=2)
         lines = log_lines(alog, 4)
         check([l["disagg"] for l in lines] == ["disaggregated", "short_prompt"] * 2, "log %r" % lines)
+    finally:
+        os.unlink(alog)
+
+
+def scenario_vllm_retry_solo():
+    """A retry that runs solo is not failed by the attempt before it: the first attempt is disaggregated
+    and its prefill answers 2xx without kv_transfer_params (a pdsim of role both ignores them, as a vLLM
+    without a KV connector does), which fails that attempt; the prefill's cache_aware tree now holds the
+    prompt, so the retry finds it cached on the same (only) prefill and runs on the decode alone, where
+    it must succeed with the decode's answer."""
+    plain, d, both = sim("both"), sim("decode", "--local-prefill"), sim("both")
+    r, alog = start("vllm", "{ min_prefill_chars: 100 }", [plain], [d],
+                    extra="policy: { prefill: cache_aware, decode: least_load }\n"
+                          "retries: { initial_backoff_ms: 0 }")
+    try:
+        b = completions(LONG)
+        st, out = curl(r.port, "/v1/completions", b)
+        check(st == 200, "%d %s" % (st, out[:300]), r, d)
+        check(same_text("/v1/completions", b, out, both.port, False), out[:300])
+        sp, sd = stats(plain), stats(d)
+        check(sp["requests"] == 1, "the prefill was not called once: %r" % sp)
+        check(sd["requests"] == 1 and sd["local_prefills"] == 1, "decode stats %r" % sd)
+        check("kv_transfer_params" not in sd["last"][-1]["body"], "decode body %r" % sd["last"][-1]["body"])
+        metrics_when(r, lambda m: metric_value(m, "pdr_retries_total") == 1, "one retry")
+        decisions(r, disaggregated=1, short_prompt=1)
+        lines = log_lines(alog, 1)
+        check(lines[0]["status"] == 200 and lines[0]["disagg"] == "short_prompt", "log %r" % lines)
+        stop_clean(r, d)
     finally:
         os.unlink(alog)
 
