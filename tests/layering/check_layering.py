@@ -16,7 +16,7 @@ import sys
 
 RANKS = {
     "main.c": 4,
-    "server.c": 3,
+    "server*.c": 3,
     "pd/": 2,
     "admin.c": 2,
     "compat.c": 2,
