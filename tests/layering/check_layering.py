@@ -2,11 +2,12 @@
 """The router's call direction (docs/internals/principles.md, "What may call what").
 
 Each file of router/ named in RANKS (a folder, "pd/", stands for all its .c files as one, and so does a
-pattern, "conn*.c", for the files it matches) may call the functions defined in another file of the table only when
-that file's rank is lower: main starts the server; the server dispatches to the handlers (pd, admin, compat);
-the handlers and the server call the reload service; everything may call the shared helpers (replies,
-access log, client connections, the admin token). A call is the defining file's non-static function name
-followed by "(" outside comments and string literals. Usage: check_layering.py [ROOT] [--graph].
+pattern, "conn*.c", for the files it matches) may call the functions defined in another file of the table only
+when that file's rank is lower: main starts the server; the server dispatches to the handlers (pd, admin,
+compat); the handlers and the server call the reload service; everything may call the shared helpers (replies,
+access log, client connections, the admin token, the admin API's body parsers). A call is the defining file's
+non-static function name followed by "(" outside comments and string literals. Usage: check_layering.py [ROOT]
+[--graph].
 Exits 1 naming each call against the direction.
 """
 import fnmatch
@@ -26,6 +27,7 @@ RANKS = {
     "reply.c": 0,
     "accesslog.c": 0,
     "admin_token.c": 0,
+    "admin_parse.c": 0,
 }
 
 DEF = re.compile(r"^(?!static\b)(?:[A-Za-z_][\w \t\*]*?[\s\*])(pdr_\w+)\s*\([^;]*$", re.M)
