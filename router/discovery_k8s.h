@@ -1,8 +1,8 @@
 /*
- * Private to router/discovery_k8s.c and its tests: the pure parts of the Kubernetes source. A pod's JSON
- * becomes a worker (or a reason it is not one), the watch stream is cut into lines, and list and watch
- * events are applied to a role's pod set, which says when its ready workers changed. Nothing here does
- * I/O besides logging; one set and one line splitter belong to one thread.
+ * Private to router/discovery_k8s.c, discovery_k8s_pods.c and their tests: the pure parts of the Kubernetes
+ * source. A pod's JSON becomes a worker (or a reason it is not one), the watch stream is cut into lines, and
+ * list and watch events are applied to a role's pod set, which says when its ready workers changed. Nothing
+ * here does I/O besides logging; one set and one line splitter belong to one thread.
  */
 #ifndef PDR_DISCOVERY_K8S_H
 #define PDR_DISCOVERY_K8S_H
@@ -41,6 +41,9 @@ typedef enum {
 } pdr_k8s_pod_state_t;
 
 const char *pdr__k8s_pod_state_name(pdr_k8s_pod_state_t s);
+
+/* The string value of obj's member key, or NULL (the source reads error bodies with it too). */
+const char *pdr__k8s_jstr(const json_t *obj, const char *key);
 
 /* Reads one Pod object. out is zeroed, then out->name is filled whenever the state is not MALFORMED and
  * out->url, out->bootstrap_port and out->kv_events when the state is READY. *bad_annotation receives bit 1

@@ -3,6 +3,9 @@
  * power_of_two (one rule, routing/'s pdr_power_of_two_pick: two distinct random healthy workers, the less
  * loaded by in-flight requests wins, as sglang's power_of_two and Envoy's least_request do), random,
  * cache_aware and precise_prefix. Any loop thread.
+ *
+ * This file holds the settings and the membership; reading and picking are pool_pick.c's, health,
+ * outlier ejection and drain pool_state.c's.
  */
 #include <stdarg.h>
 #include <sys/types.h>
@@ -13,6 +16,7 @@
 #include "kvevents.h"
 #include "links.h"
 #include "pool.h"
+#include "pool_internal.h"
 #include "util.h"
 
 int pdr_health_update(pdr_health_state_t *s, int ok, int rise, int fall)
@@ -44,7 +48,7 @@ static __thread int rng_seeded;
 
 /* The thread's random state for routing/'s generator, seeded once from the system's random source:
  * selection only needs to be unbiased, not secret. */
-static uint64_t *thread_rng(void)
+uint64_t *pdr__pool_thread_rng(void)
 {
     if (!rng_seeded) {
         pdr_random_bytes(&rng_state, sizeof(rng_state));
@@ -53,9 +57,9 @@ static uint64_t *thread_rng(void)
     return &rng_state;
 }
 
-static uint64_t next_rand(void)
+uint64_t pdr__pool_next_rand(void)
 {
-    return pdr_routing_rng_next(thread_rng());
+    return pdr_routing_rng_next(pdr__pool_thread_rng());
 }
 
 const char *const pdr_source_names[4] = {"static", "admin", "dns", "kubernetes"};
@@ -250,7 +254,7 @@ static int apply_settings(pdr_pool_t *p, const pdr_config_t *c)
 }
 
 /* Under the lock: the group named pool (NULL: the first), or -1. */
-static int group_of(const pdr_pool_t *p, const char *pool)
+int pdr__pool_group_of(const pdr_pool_t *p, const char *pool)
 {
     if (pool == NULL)
         return p->n_groups > 0 ? 0 : -1;
@@ -355,7 +359,7 @@ pdr_worker_t *pdr_pool_add(pdr_pool_t *p, const char *pool, pdr_role_t role, con
                            int source, const char *name, const char *labels_json, int *err)
 {
     pthread_rwlock_wrlock(&p->rw);
-    int g = group_of(p, pool);
+    int g = pdr__pool_group_of(p, pool);
     if (g < 0) {
         pthread_rwlock_unlock(&p->rw);
         *err = PDR_ENOWORKER;
@@ -531,7 +535,7 @@ size_t pdr_pool_reconcile(pdr_pool_t *p, const char *pool, int source, pdr_role_
 {
     pthread_rwlock_wrlock(&p->rw);
     /* A pool that is not (or no longer) configured receives nothing; its workers of the source leave. */
-    int g = group_of(p, pool);
+    int g = pdr__pool_group_of(p, pool);
     return reconcile_locked(p, source, p->groups != NULL && g >= 0 ? p->groups[g].name : pool, role, confs,
                             names, NULL, g, g >= 0 ? n : 0);
 }
@@ -550,7 +554,7 @@ size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
     for (int r = 0; r < PDR_ROLES; r++)
         for (size_t i = 0; i < p->list[r]->n; i++) {
             pdr_worker_t *w = p->list[r]->w[i];
-            w->group = group_of(p, w->pool);
+            w->group = pdr__pool_group_of(p, w->pool);
             if (!p->outlier.enabled)
                 pdr_outlier_reset(&w->outlier);
         }
@@ -600,7 +604,7 @@ size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
                 for (size_t rank = 0; rank < targets_of(&ws[i]); rank++) {
                     confs[k] = ws[i]; /* shallow: borrowed from c for the call */
                     confs[k].dp_rank = (int)rank;
-                    groups[k++] = group_of(p, pc.name);
+                    groups[k++] = pdr__pool_group_of(p, pc.name);
                 }
         }
         changes += reconcile_locked(p, PDR_SOURCE_STATIC, NULL, (pdr_role_t)r, confs, NULL, groups, 0, k);
@@ -608,643 +612,4 @@ size_t pdr_pool_apply_config(pdr_pool_t *p, const pdr_config_t *c)
         free(groups);
     }
     return changes;
-}
-
-/* ---- reading ---- */
-
-size_t pdr_pool_snapshot(pdr_pool_t *p, int role, pdr_worker_t ***out)
-{
-    *out = NULL;
-    pthread_rwlock_rdlock(&p->rw);
-    size_t n = 0;
-    for (int r = 0; r < PDR_ROLES; r++)
-        if (role < 0 || role == r)
-            n += p->list[r]->n;
-    pdr_worker_t **a = n ? malloc(n * sizeof(*a)) : NULL;
-    size_t k = 0;
-    for (int r = 0; r < PDR_ROLES && a != NULL; r++)
-        if (role < 0 || role == r)
-            for (size_t i = 0; i < p->list[r]->n; i++)
-                a[k++] = pdr_worker_ref(p->list[r]->w[i]);
-    pthread_rwlock_unlock(&p->rw);
-    *out = a;
-    return a != NULL ? k : 0;
-}
-
-void pdr_pool_release(pdr_worker_t **ws, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        pdr_worker_unref(ws[i]);
-    free(ws);
-}
-
-pdr_worker_t *pdr_pool__at(pdr_pool_t *p, pdr_role_t role, size_t i)
-{
-    return i < p->list[role]->n ? p->list[role]->w[i] : NULL;
-}
-
-size_t pdr_pool_count(pdr_pool_t *p, pdr_role_t role)
-{
-    pthread_rwlock_rdlock(&p->rw);
-    size_t n = p->list[role]->n;
-    pthread_rwlock_unlock(&p->rw);
-    return n;
-}
-
-size_t pdr_pool_count_healthy(pdr_pool_t *p, pdr_role_t role)
-{
-    pthread_rwlock_rdlock(&p->rw);
-    size_t k = 0;
-    for (size_t i = 0; i < p->list[role]->n; i++)
-        k += pdr_worker_serving(p->list[role]->w[i]) != 0;
-    pthread_rwlock_unlock(&p->rw);
-    return k;
-}
-
-size_t pdr_pool_count_healthy_in(pdr_pool_t *p, const char *pool, pdr_role_t role)
-{
-    pthread_rwlock_rdlock(&p->rw);
-    int g = group_of(p, pool);
-    size_t k = 0;
-    for (size_t i = 0; g >= 0 && i < p->list[role]->n; i++)
-        k += p->list[role]->w[i]->group == g && pdr_worker_serving(p->list[role]->w[i]);
-    pthread_rwlock_unlock(&p->rw);
-    return k;
-}
-
-size_t pdr_pool_count_confirmed_in(pdr_pool_t *p, const char *pool, pdr_role_t role)
-{
-    pthread_rwlock_rdlock(&p->rw);
-    int g = group_of(p, pool);
-    size_t k = 0;
-    for (size_t i = 0; g >= 0 && i < p->list[role]->n; i++) {
-        const pdr_worker_t *w = p->list[role]->w[i];
-        k += w->group == g && pdr_worker_serving(w) && __atomic_load_n(&w->checks_ok, __ATOMIC_RELAXED) > 0;
-    }
-    pthread_rwlock_unlock(&p->rw);
-    return k;
-}
-
-size_t pdr_pool_groups(pdr_pool_t *p, char (*names)[64], size_t cap)
-{
-    pthread_rwlock_rdlock(&p->rw);
-    size_t n = p->n_groups < cap ? p->n_groups : cap;
-    for (size_t i = 0; i < n; i++)
-        memcpy(names[i], p->groups[i].name, sizeof(names[i]));
-    pthread_rwlock_unlock(&p->rw);
-    return n;
-}
-
-size_t pdr_pool_count_state(pdr_pool_t *p, pdr_role_t role, int drain_state)
-{
-    pthread_rwlock_rdlock(&p->rw);
-    size_t k = 0;
-    for (size_t i = 0; i < p->list[role]->n; i++)
-        k += pdr_worker_drain_state(p->list[role]->w[i]) == drain_state;
-    pthread_rwlock_unlock(&p->rw);
-    return k;
-}
-
-pdr_worker_t *pdr_pool_find(pdr_pool_t *p, const char *id, size_t len)
-{
-    pdr_worker_t *found = NULL;
-    pthread_rwlock_rdlock(&p->rw);
-    for (int r = 0; r < PDR_ROLES && found == NULL; r++)
-        for (size_t i = 0; i < p->list[r]->n; i++) {
-            pdr_worker_t *w = p->list[r]->w[i];
-            if (strlen(w->id) == len && memcmp(w->id, id, len) == 0) {
-                found = pdr_worker_ref(w);
-                break;
-            }
-        }
-    pthread_rwlock_unlock(&p->rw);
-    return found;
-}
-
-/* ---- picking (under the read lock) ---- */
-
-/* Whether the pick may choose w, among the candidates pdr_pool_pick_info let through (serving and not
- * ejected; in panic, ejected or not). */
-static int usable(const pdr_worker_t *w, const uint64_t *avoid, size_t n_avoid)
-{
-    for (size_t i = 0; i < n_avoid; i++)
-        if (avoid[i] == w->uid)
-            return 0;
-    return 1;
-}
-
-/* The candidates of one pick: the pool's workers of the role. */
-typedef struct {
-    size_t n;
-    pdr_worker_t *const *w;
-} cands_t;
-
-static pdr_worker_t *pick_round_robin(pdr_pool_group_t *g, cands_t l, pdr_role_t role, const uint64_t *avoid,
-                                      size_t n_avoid)
-{
-    size_t n = l.n;
-    unsigned start = __atomic_fetch_add(&g->rr_next[role], 1, __ATOMIC_RELAXED);
-    for (size_t k = 0; k < n; k++) {
-        pdr_worker_t *w = l.w[(start + k) % n];
-        if (usable(w, avoid, n_avoid))
-            return w;
-    }
-    return NULL;
-}
-
-/* random: one usable candidate, uniformly. */
-static pdr_worker_t *pick_random(cands_t l, const uint64_t *avoid, size_t n_avoid)
-{
-    pdr_worker_t *ws[l.n + 1];
-    size_t n = 0;
-    for (size_t i = 0; i < l.n; i++)
-        if (usable(l.w[i], avoid, n_avoid))
-            ws[n++] = l.w[i];
-    return n > 0 ? ws[next_rand() % n] : NULL;
-}
-
-/* least_load and power_of_two: routing/'s pdr_power_of_two_pick over the usable candidates' in-flight
- * counts. With slow start the load is (in flight + 1) / weight, in millionths, so that a returning worker
- * takes its share gradually. */
-static pdr_worker_t *pick_power_of_two(pdr_pool_t *p, cands_t l, const uint64_t *avoid, size_t n_avoid)
-{
-    pdr_worker_t *ws[l.n + 1];
-    uint64_t loads[l.n + 1];
-    size_t n = 0;
-    int slow = p->outlier.enabled && p->outlier.slow_start_ms > 0;
-    uint64_t now = slow ? pdr_now_ms() : 0;
-    for (size_t i = 0; i < l.n; i++) {
-        pdr_worker_t *w = l.w[i];
-        if (!usable(w, avoid, n_avoid))
-            continue;
-        uint64_t in = (uint64_t)pdr_worker_inflight(w);
-        ws[n] = w;
-        loads[n++] = slow ? (uint64_t)((double)(in + 1) * 1e6 / pdr_outlier_weight(&w->outlier, now)) : in;
-    }
-    int k = pdr_power_of_two_pick(loads, n, thread_rng());
-    return k >= 0 && (size_t)k < n ? ws[k] : NULL;
-}
-
-/* cache_aware among the usable candidates: sglang's rules over the group's tree for the role. With
- * precise_prefix and the KV event index, the index's match for the workers it knows (precise.c). */
-static pdr_worker_t *pick_cache_aware(pdr_pool_t *p, pdr_pool_group_t *g, cands_t l, pdr_role_t role,
-                                      const uint64_t *avoid, size_t n_avoid, const char *text, size_t len,
-                                      pdr_pick_info_t *info)
-{
-    uint64_t ids[l.n + 1], keys[l.n + 1], loads[l.n + 1];
-    pdr_worker_t *ws[l.n + 1];
-    size_t n = 0;
-    for (size_t i = 0; i < l.n; i++)
-        if (usable(l.w[i], avoid, n_avoid)) {
-            ws[n] = l.w[i];
-            ids[n] = l.w[i]->uid;
-            keys[n] = l.w[i]->ring_key;
-            loads[n++] = (uint64_t)pdr_worker_inflight(l.w[i]);
-        }
-    if (n == 0)
-        return NULL;
-    pdr_cache_aware_decision_t d = PDR_CACHE_AWARE_MATCH;
-    size_t matched = 0;
-    int from_index = 0, in_tokens = 0, k;
-    int record = info == NULL || info->record;
-    if (g->policy[role] == PDR_POLICY_PRECISE_PREFIX) {
-        const pdr_prompt_tokens_t *tok = info != NULL ? info->tok : NULL;
-        k = pdr_precise_prefix_pick(g->tree[role], p->kvindex, &g->ca[role], ids, keys, loads, n, text, len,
-                                    tok != NULL ? tok->ids : NULL, tok != NULL ? tok->n : 0, &d, record,
-                                    &matched, &from_index);
-        in_tokens = from_index;
-    } else {
-        k = pdr_cache_aware_pick_ex(g->tree[role], &g->ca[role], ids, keys, loads, n, text, len, &d, record,
-                                    info != NULL ? &matched : NULL);
-    }
-    if (k < 0 || (size_t)k >= n)
-        return pick_power_of_two(p, l, avoid, n_avoid);
-    if (info != NULL) {
-        info->matched_known = 1;
-        info->matched = matched;
-        if (in_tokens) { /* the index counts in tokens: the prompt's length in the same unit */
-            info->tokens = 1;
-            info->prompt_tokens = info->tok->n;
-        }
-    }
-    if (g->policy[role] == PDR_POLICY_PRECISE_PREFIX)
-        __atomic_add_fetch(&p->pp_decisions[from_index != 0][d], 1, __ATOMIC_RELAXED);
-    else
-        __atomic_add_fetch(&p->ca_decisions[d], 1, __ATOMIC_RELAXED);
-    return ws[k];
-}
-
-pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
-                            size_t n_avoid)
-{
-    return pdr_pool_pick_prompt(p, pool, role, avoid, n_avoid, NULL, 0, NULL);
-}
-
-void pdr_pool_evict_trees(pdr_pool_t *p)
-{
-    pthread_rwlock_rdlock(&p->rw);
-    for (size_t k = 0; k < p->n_groups; k++)
-        for (int r = 0; r < PDR_ROLES; r++)
-            if (p->groups[k].tree[r] != NULL)
-                pdr_ptree_evict(p->groups[k].tree[r], p->ca_max_tree);
-    pthread_rwlock_unlock(&p->rw);
-}
-
-pdr_worker_t *pdr_pool_pick_text(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
-                                 size_t n_avoid, const char *text, size_t len)
-{
-    return pdr_pool_pick_info(p, pool, role, avoid, n_avoid, text, len, NULL);
-}
-
-pdr_worker_t *pdr_pool_pick_prompt(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
-                                   size_t n_avoid, const char *text, size_t len,
-                                   const pdr_prompt_tokens_t *tok)
-{
-    pdr_pick_info_t info = {.record = 1, .tok = tok};
-    return pdr_pool_pick_info(p, pool, role, avoid, n_avoid, text, len, tok != NULL ? &info : NULL);
-}
-
-void pdr_pool_record_pick(pdr_pool_t *p, const pdr_worker_t *w, const char *text, size_t len)
-{
-    if (text == NULL)
-        return;
-    pthread_rwlock_rdlock(&p->rw);
-    if (w->group >= 0 && (size_t)w->group < p->n_groups && p->groups[w->group].tree[w->role] != NULL)
-        (void)pdr_ptree_insert(p->groups[w->group].tree[w->role], text, len, w->uid);
-    pthread_rwlock_unlock(&p->rw);
-}
-
-int pdr_pool_saturated(pdr_pool_t *p, const char *pool, pdr_role_t role, int inflight)
-{
-    size_t serving = 0, full = 0;
-    pthread_rwlock_rdlock(&p->rw);
-    int gi = group_of(p, pool);
-    const pdr_worker_list_t *l = p->list[role];
-    for (size_t i = 0; gi >= 0 && i < l->n; i++) {
-        const pdr_worker_t *w = l->w[i];
-        if (w->group != gi || !pdr_worker_serving(w))
-            continue;
-        serving++;
-        full += pdr_worker_inflight(w) >= inflight;
-    }
-    pthread_rwlock_unlock(&p->rw);
-    return serving > 0 && full == serving;
-}
-
-pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
-                                 size_t n_avoid, const char *text, size_t len, pdr_pick_info_t *info)
-{
-    if (info != NULL) {
-        info->matched_known = 0;
-        info->matched = 0;
-        info->tokens = 0;
-        info->prompt_tokens = 0;
-    }
-    pthread_rwlock_rdlock(&p->rw);
-    const pdr_worker_list_t *l = p->list[role];
-    int gi = group_of(p, pool);
-    if (gi < 0) {
-        pthread_rwlock_unlock(&p->rw);
-        return NULL;
-    }
-    pdr_pool_group_t *g = &p->groups[gi];
-    pdr_policy_kind_t pol = g->policy[role];
-    /* The candidates: the pool's serving workers of the role that no outlier ejection holds, in list order
-     * (ejected or not in panic); with slow start, a returning worker stays with the probability of its
-     * weight, except for least_load and power_of_two, which weigh its load instead. */
-    const pdr_outlier_conf_t *oc = &p->outlier;
-    uint64_t now = pdr_now_ms();
-    size_t total = 0, serving = 0, healthy = 0;
-    for (size_t i = 0; oc->enabled && i < l->n; i++) {
-        const pdr_worker_t *v = l->w[i];
-        if (v->group != gi || pdr_worker_drain_state(v) != PDR_DRAIN_ACTIVE)
-            continue;
-        int h = pdr_worker_healthy(v);
-        total++;
-        healthy += h;
-        serving += h && !pdr_outlier_is_ejected(&v->outlier, now);
-    }
-    int panic = pdr_outlier_panic(oc, serving, healthy, total);
-    if (panic)
-        __atomic_add_fetch(&p->panic_total[role], 1, __ATOMIC_RELAXED);
-    int ramp = oc->enabled && oc->slow_start_ms > 0 && pol != PDR_POLICY_LEAST_LOAD &&
-               pol != PDR_POLICY_POWER_OF_TWO;
-    pdr_worker_t *view[l->n + 1], *kept[ramp ? l->n + 1 : 1];
-    cands_t c = {0, view};
-    size_t n_kept = 0, kept_usable = 0;
-    for (size_t i = 0; i < l->n; i++) {
-        pdr_worker_t *v = l->w[i];
-        if (v->group != gi || pdr_worker_drain_state(v) != PDR_DRAIN_ACTIVE)
-            continue;
-        if (!pdr_worker_healthy(v) || (!panic && oc->enabled && pdr_outlier_is_ejected(&v->outlier, now)))
-            continue;
-        view[c.n++] = v;
-        double wt = ramp ? pdr_outlier_weight(&v->outlier, now) : 1.0;
-        if (ramp && (wt >= 1.0 || (double)(next_rand() % 1000000) < wt * 1e6)) {
-            kept[n_kept++] = v;
-            kept_usable += usable(v, avoid, n_avoid);
-        }
-    }
-    if (ramp && kept_usable > 0) /* never down to nothing: then the returning workers stay too */
-        c = (cands_t){n_kept, kept};
-    pdr_worker_t *w = NULL;
-    for (int pass = 0; pass < 2 && w == NULL; pass++) {
-        switch (pol) {
-        case PDR_POLICY_LEAST_LOAD: /* pdrouter's name for power_of_two's rule */
-        case PDR_POLICY_POWER_OF_TWO:
-            w = pick_power_of_two(p, c, avoid, n_avoid);
-            break;
-        case PDR_POLICY_RANDOM:
-            w = pick_random(c, avoid, n_avoid);
-            break;
-        case PDR_POLICY_CACHE_AWARE:
-        case PDR_POLICY_PRECISE_PREFIX:
-            w = text != NULL && g->tree[role] != NULL
-                    ? pick_cache_aware(p, g, c, role, avoid, n_avoid, text, len, info)
-                    : pick_power_of_two(p, c, avoid, n_avoid);
-            break;
-        default:
-            w = pick_round_robin(g, c, role, avoid, n_avoid);
-            break;
-        }
-        /* Every serving worker was tried already in this request: allow them again. */
-        n_avoid = 0;
-    }
-    if (w != NULL) {
-        pdr_worker_ref(w);
-        pdr_debug("pick: pool %s, %s: %s %s by %s among %zu candidate(s)%s", g->name, pdr_role_name(role),
-                  w->id, w->target, pdr_policy_name(pol), c.n,
-                  panic ? " (outlier panic: ejected workers too)" : "");
-    } else {
-        pdr_debug("pick: pool %s, %s: no worker among %zu candidate(s)", g->name, pdr_role_name(role), c.n);
-    }
-    pthread_rwlock_unlock(&p->rw);
-    return w;
-}
-
-/* Under the lock. reason: PDR_EJECT_*, what takes it out when it becomes unhealthy. */
-static int set_healthy(pdr_worker_t *w, int healthy, int reason)
-{
-    int was = w->health.healthy;
-    __atomic_store_n(&w->health.healthy, healthy, __ATOMIC_RELAXED);
-    if (was && !healthy) {
-        w->ejections_total++;
-        __atomic_add_fetch(&w->outlier.by_reason[reason], 1, __ATOMIC_RELAXED);
-    }
-    return was != healthy;
-}
-
-/* Under the read lock and the lock: one failed request of w for outlier detection. Returns the ejection's
- * duration in ms, 0 when it is not ejected (*capped: max_ejection_percent said no). */
-static uint64_t outlier_failure(pdr_pool_t *p, pdr_worker_t *w, int *capped)
-{
-    uint64_t now = pdr_now_ms();
-    size_t n = 0, out = 0;
-    const pdr_worker_list_t *l = p->list[w->role];
-    for (size_t i = 0; i < l->n; i++)
-        if (l->w[i]->group == w->group) {
-            n++;
-            out += pdr_outlier_is_ejected(&l->w[i]->outlier, now);
-        }
-    uint64_t d = pdr_outlier_failure(&w->outlier, &p->outlier, now, out, n, capped);
-    if (d > 0)
-        w->ejections_total++;
-    return d;
-}
-
-/* After the locks: the log line and event of an outlier verdict (threshold: consecutive_failures then). */
-static void outlier_report(pdr_pool_t *p, pdr_worker_t *w, uint64_t d, int capped, int threshold,
-                           const char *why)
-{
-    if (d > 0) {
-        pdr_warn("worker %s %s ejected for %llu ms after %d consecutive failures (outlier ejection %llu): %s",
-                 w->id, w->target, (unsigned long long)d, threshold,
-                 (unsigned long long)__atomic_load_n(&w->outlier.ejections_total, __ATOMIC_RELAXED), why);
-        pdr_pool_record(p, w, "ejected for %llu ms after consecutive failures: %s", (unsigned long long)d,
-                        why);
-    } else if (capped) {
-        pdr_pool_record(
-            p, w, "not ejected: outlier.max_ejection_percent of its role are ejected already (%s)", why);
-    }
-}
-
-void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why)
-{
-    int capped = 0;
-    pthread_rwlock_rdlock(&p->rw);
-    int threshold = p->outlier.consecutive_failures;
-    pthread_mutex_lock(&p->lock);
-    w->failures_total++;
-    w->health.consec_ok = 0;
-    __atomic_store_n(&w->health.consec_fail, __atomic_load_n(&p->fall, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
-    int changed = set_healthy(w, 0, PDR_EJECT_UNREACHABLE);
-    if (changed)
-        __atomic_store_n(&w->ejected, 1, __ATOMIC_RELAXED);
-    uint64_t d = p->outlier.enabled ? outlier_failure(p, w, &capped) : 0;
-    pthread_mutex_unlock(&p->lock);
-    pthread_rwlock_unlock(&p->rw);
-    outlier_report(p, w, d, capped, threshold, why);
-    if (changed)
-        pdr_warn("worker %s %s marked unhealthy: %s", pdr_role_name(w->role), w->target, why);
-    pdr_pool_record(p, w, "%s: %s", changed ? "ejected (marked unhealthy)" : "request failed", why);
-}
-
-void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why)
-{
-    pthread_rwlock_rdlock(&p->rw);
-    if (p->outlier.enabled) { /* passive health is outlier detection's; the checks keep their own counts */
-        int capped = 0, threshold = p->outlier.consecutive_failures;
-        pthread_mutex_lock(&p->lock);
-        w->failures_total++;
-        uint64_t d = outlier_failure(p, w, &capped);
-        pthread_mutex_unlock(&p->lock);
-        pthread_rwlock_unlock(&p->rw);
-        outlier_report(p, w, d, capped, threshold, why);
-        if (d == 0)
-            pdr_pool_record(p, w, "request failed: %s", why);
-        return;
-    }
-    pthread_rwlock_unlock(&p->rw);
-    pthread_mutex_lock(&p->lock);
-    w->failures_total++;
-    pdr_health_state_t s = w->health;
-    int changed = pdr_health_update(&s, 0, __atomic_load_n(&p->rise, __ATOMIC_RELAXED),
-                                    __atomic_load_n(&p->fall, __ATOMIC_RELAXED));
-    w->health.consec_ok = s.consec_ok;
-    __atomic_store_n(&w->health.consec_fail, s.consec_fail, __ATOMIC_RELAXED);
-    if (set_healthy(w, s.healthy, PDR_EJECT_CONSECUTIVE) && !s.healthy)
-        __atomic_store_n(&w->ejected, 1, __ATOMIC_RELAXED);
-    int fails = s.consec_fail;
-    pthread_mutex_unlock(&p->lock);
-    if (changed)
-        pdr_warn("worker %s %s marked unhealthy after %d failures: %s", pdr_role_name(w->role), w->target,
-                 fails, why);
-    if (changed)
-        pdr_pool_record(p, w, "marked unhealthy after %d failures: %s", fails, why);
-    else
-        pdr_pool_record(p, w, "request failed: %s", why);
-}
-
-void pdr_pool_report_success(pdr_pool_t *p, pdr_worker_t *w)
-{
-    if (__atomic_load_n(&w->health.consec_fail, __ATOMIC_RELAXED) == 0 &&
-        __atomic_load_n(&w->outlier.consec_fail, __ATOMIC_RELAXED) == 0 &&
-        __atomic_load_n(&w->outlier.probation, __ATOMIC_RELAXED) == 0)
-        return;
-    pthread_mutex_lock(&p->lock);
-    __atomic_store_n(&w->health.consec_fail, 0, __ATOMIC_RELAXED); /* read unlocked above */
-    pdr_outlier_success(&w->outlier);
-    pthread_mutex_unlock(&p->lock);
-}
-
-int pdr_pool_check_result(pdr_pool_t *p, pdr_worker_t *w, int ok)
-{
-    pthread_rwlock_rdlock(&p->rw); /* p->outlier */
-    pthread_mutex_lock(&p->lock);
-    if (ok)
-        __atomic_add_fetch(&w->checks_ok, 1, __ATOMIC_RELAXED); /* readiness reads it on every loop */
-    else
-        w->checks_failed++;
-    w->last_check_ms = pdr_now_ms();
-    pdr_health_state_t s = w->health;
-    int changed = pdr_health_update(&s, ok, __atomic_load_n(&p->rise, __ATOMIC_RELAXED),
-                                    __atomic_load_n(&p->fall, __ATOMIC_RELAXED));
-    w->health.consec_ok = s.consec_ok;
-    __atomic_store_n(&w->health.consec_fail, s.consec_fail, __ATOMIC_RELAXED);
-    if (set_healthy(w, s.healthy, PDR_EJECT_HEALTH_CHECK) && s.healthy)
-        pdr_outlier_came_back(&w->outlier, &p->outlier, pdr_now_ms()); /* slow start */
-    if (s.healthy)
-        __atomic_store_n(&w->ejected, 0, __ATOMIC_RELAXED); /* back: the checks decide again */
-    pthread_mutex_unlock(&p->lock);
-    pthread_rwlock_unlock(&p->rw);
-    return changed;
-}
-
-/* ---- drain ---- */
-
-const char *pdr_worker_state_name(const pdr_worker_t *w)
-{
-    switch (pdr_worker_drain_state(w)) {
-    case PDR_DRAIN_DRAINING:
-        return "draining";
-    case PDR_DRAIN_DRAINED:
-        return "drained";
-    default:
-        if (pdr_outlier_is_ejected(&w->outlier, pdr_now_ms()))
-            return "ejected";
-        if (pdr_worker_healthy(w))
-            return "healthy";
-        return __atomic_load_n(&w->ejected, __ATOMIC_RELAXED) ? "ejected" : "unhealthy";
-    }
-}
-
-void pdr_pool_note_idle(pdr_worker_t *w)
-{
-    int want = PDR_DRAIN_DRAINING;
-    if (__atomic_compare_exchange_n(&w->drain, &want, PDR_DRAIN_DRAINED, 0, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE))
-        pdr_info("worker %s %s drained: no requests in flight", w->id, w->target);
-}
-
-int pdr_pool_drain(pdr_pool_t *p, pdr_worker_t *w, uint64_t timeout_ms, const char *why)
-{
-    pthread_mutex_lock(&p->lock);
-    int was = pdr_worker_drain_state(w);
-    w->drain_deadline_ms = timeout_ms > 0 ? pdr_now_ms() + timeout_ms : 0;
-    if (was == PDR_DRAIN_ACTIVE) {
-        w->drains_total++;
-        __atomic_store_n(&w->drain, PDR_DRAIN_DRAINING, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&p->lock);
-    if (was == PDR_DRAIN_ACTIVE)
-        pdr_info("worker %s %s draining (%s): %d requests in flight, timeout %llu ms", w->id, w->target, why,
-                 pdr_worker_inflight(w), (unsigned long long)timeout_ms);
-    /* Requests that ended before the flag was visible did not see it: check once here. */
-    if (pdr_worker_inflight(w) == 0)
-        pdr_pool_note_idle(w);
-    return pdr_worker_drain_state(w);
-}
-
-int pdr_pool_activate(pdr_pool_t *p, pdr_worker_t *w)
-{
-    pthread_mutex_lock(&p->lock);
-    int was = pdr_worker_drain_state(w);
-    w->drain_deadline_ms = 0;
-    w->remove_when_drained = 0;
-    __atomic_store_n(&w->drain, PDR_DRAIN_ACTIVE, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&p->lock);
-    if (was != PDR_DRAIN_ACTIVE)
-        pdr_info("worker %s %s activated (was %s)", w->id, w->target,
-                 was == PDR_DRAIN_DRAINING ? "draining" : "drained");
-    return was;
-}
-
-int pdr_pool_drain_tick(pdr_pool_t *p, uint64_t now_ms)
-{
-    int changed = 0;
-    pdr_worker_t **ws;
-    size_t n = pdr_pool_snapshot(p, -1, &ws);
-    for (size_t i = 0; i < n; i++) {
-        pdr_worker_t *w = ws[i];
-        int st = pdr_worker_drain_state(w);
-        if (st == PDR_DRAIN_DRAINING && pdr_worker_inflight(w) == 0) {
-            pdr_pool_note_idle(w);
-            changed++;
-        } else if (st == PDR_DRAIN_DRAINING) {
-            pthread_mutex_lock(&p->lock);
-            int expired = w->drain_deadline_ms != 0 && now_ms >= w->drain_deadline_ms;
-            int want = PDR_DRAIN_DRAINING;
-            expired = expired && __atomic_compare_exchange_n(&w->drain, &want, PDR_DRAIN_DRAINED, 0,
-                                                             __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-            pthread_mutex_unlock(&p->lock);
-            if (expired) {
-                changed++;
-                pdr_warn(
-                    "worker %s %s drained at its drain timeout with %d requests still in flight (they are "
-                    "left to finish)",
-                    w->id, w->target, pdr_worker_inflight(w));
-                pdr_pool_record(p, w, "drain timeout: drained with %d requests still in flight",
-                                pdr_worker_inflight(w));
-            }
-        }
-        if (pdr_worker_drain_state(w) == PDR_DRAIN_DRAINED) {
-            pthread_mutex_lock(&p->lock);
-            int go = w->remove_when_drained;
-            w->remove_when_drained = 0;
-            pthread_mutex_unlock(&p->lock);
-            if (go && pdr_pool_remove(p, w, "deleted after draining") == 0)
-                changed++;
-        }
-    }
-    pdr_pool_release(ws, n);
-    return changed;
-}
-
-int pdr_pool_delete(pdr_pool_t *p, pdr_worker_t *w, int force, uint64_t timeout_ms)
-{
-    if (force)
-        return pdr_pool_remove(p, w, "deleted (force)") == 0 ? -1 : PDR_ENOWORKER;
-    pthread_mutex_lock(&p->lock);
-    w->remove_when_drained = 1;
-    pthread_mutex_unlock(&p->lock);
-    int st = pdr_pool_drain(p, w, timeout_ms, "delete requested");
-    if (st == PDR_DRAIN_DRAINED) {
-        pthread_mutex_lock(&p->lock);
-        w->remove_when_drained = 0;
-        pthread_mutex_unlock(&p->lock);
-        if (pdr_pool_remove(p, w, "deleted (idle)") == 0)
-            return -1;
-    }
-    return st;
-}
-
-void pdr_pool_record(pdr_pool_t *p, const pdr_worker_t *w, const char *fmt, ...)
-{
-    const char *id = w != NULL ? w->id : NULL;
-    char msg[sizeof(((pdr_event_t *)0)->message)];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    pdr_events_add(&p->events, id, "%s", msg);
 }

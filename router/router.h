@@ -296,6 +296,8 @@ void pdr_router_join(pdr_router_t *r);
 int pdr_admin_init(pdr_router_t *r);
 void pdr_admin_log_start(const pdr_router_t *r);
 void pdr_admin_dispose(pdr_router_t *r);
+
+/* admin_parse.c (pure, any thread) */
 /* Parses the optional drain body {"timeout_ms": N} (pure; fuzzed by tests/fuzz/fuzz_admin.c): 0 with
  * *timeout_ms set (0 = none; an empty or all-whitespace body = none), or PDR_EINVAL with a message. */
 #define PDR_ADMIN_MAX_DRAIN_TIMEOUT_MS (7 * 24 * 3600 * 1000ULL) /* a week: anything longer is a typo */

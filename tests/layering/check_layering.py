@@ -1,29 +1,33 @@
 #!/usr/bin/env python3
 """The router's call direction (docs/internals/principles.md, "What may call what").
 
-Each file of router/ named in RANKS (a folder, "pd/", stands for all its .c files as one) may call the functions defined in another file of the table only when
-that file's rank is lower: main starts the server; the server dispatches to the handlers (pd, admin, compat);
-the handlers and the server call the reload service; everything may call the shared helpers (replies,
-access log, client connections, the admin token). A call is the defining file's non-static function name
-followed by "(" outside comments and string literals. Usage: check_layering.py [ROOT] [--graph].
+Each file of router/ named in RANKS (a folder, "pd/", stands for all its .c files as one, and so does a
+pattern, "conn*.c", for the files it matches) may call the functions defined in another file of the table only
+when that file's rank is lower: main starts the server; the server dispatches to the handlers (pd, admin,
+compat); the handlers and the server call the reload service; everything may call the shared helpers (replies,
+access log, client connections, the admin token, the admin API's body parsers). A call is the defining file's
+non-static function name followed by "(" outside comments and string literals. Usage: check_layering.py [ROOT]
+[--graph].
 Exits 1 naming each call against the direction.
 """
+import fnmatch
 import os
 import re
 import sys
 
 RANKS = {
     "main.c": 4,
-    "server.c": 3,
+    "server*.c": 3,
     "pd/": 2,
     "admin.c": 2,
     "compat.c": 2,
     "reload.c": 1,
-    "conn.c": 1,
+    "conn*.c": 1,
     "routes.c": 0,
     "reply.c": 0,
     "accesslog.c": 0,
     "admin_token.c": 0,
+    "admin_parse.c": 0,
 }
 
 DEF = re.compile(r"^(?!static\b)(?:[A-Za-z_][\w \t\*]*?[\s\*])(pdr_\w+)\s*\([^;]*$", re.M)
@@ -61,12 +65,15 @@ def main():
     code, defs = {}, {}
     for f in RANKS:
         path = os.path.join(router, f)
-        if not os.path.exists(path):
+        if not ("*" in f and any(fnmatch.fnmatch(p, f) for p in os.listdir(router))) and not os.path.exists(path):
             print(f"layering: router/{f} is in the table but does not exist")
             return 1
         if f.endswith("/"):
             parts = sorted(p for p in os.listdir(path) if p.endswith(".c"))
             text = "".join(open(os.path.join(path, p), encoding="utf-8").read() + "\n" for p in parts)
+        elif "*" in f:
+            parts = sorted(p for p in os.listdir(router) if fnmatch.fnmatch(p, f))
+            text = "".join(open(os.path.join(router, p), encoding="utf-8").read() + "\n" for p in parts)
         else:
             text = open(path, encoding="utf-8").read()
         code[f] = strip(text)

@@ -1,0 +1,148 @@
+/*
+ * The upstream HTTP/1.1 client's insides, shared by its files: upstream.c (legs, origins, the multi),
+ * upstream_conn.c (a connection: connect, DNS, deadlines, the request written, the response read) and
+ * upstream_conn_tls.c (the TLS side of a connection to an https:// origin: handshake, session kept for
+ * resumption, encrypted reads and writes). Nothing outside these three files includes it.
+ */
+#ifndef PDR_UPSTREAM_INTERNAL_H
+#define PDR_UPSTREAM_INTERNAL_H
+#include <stddef.h>
+#include <stdint.h>
+#include "dlist.h"
+#include "h1parse.h"
+#include "upstream.h"
+#include "upstream_tls.h"
+
+#define READ_BUF_MIN 1024        /* per connection carrying a leg (idle ones share IDLE_BUF)... */
+#define READ_BUF_MAX (64 * 1024) /* ...doubled up to this while reads fill it (large answers) */
+#define IDLE_BUF 512
+#define SPARE_BUFS 64 /* READ_BUF_MIN buffers a loop keeps for its next legs: 64 KiB at most */
+#define DNS_TTL_MS 10000
+#define HEAD_MAX (512 * 1024) /* a request head to a worker: forwarded client headers are at most 256 KiB */
+#define IDLE_MAX_MS 60000     /* a pooled connection unused this long is closed */
+#define CONNECTING_MAX 64     /* connects in progress per origin and loop; more requests wait for one */
+
+enum { C_RESOLVING = 0, C_CONNECTING, C_BUSY, C_IDLE, C_CLOSING };
+
+typedef struct pdr_conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer; /* connect deadline, then the leg's total deadline */
+    uv_connect_t creq;
+    uv_write_t wreq;
+    uv_getaddrinfo_t *gai; /* while resolving */
+    pdr_multi_t *m;
+    struct pdr_origin *o;
+    pdr_leg_t *leg;
+    int state;
+    int tcp_open, timer_open, gai_pending;
+    int counted;  /* counted in its origin's `connecting` */
+    int reused;   /* the current leg went out on a connection that had served before */
+    int got_byte; /* a response byte came for the current leg */
+    int writing;  /* the request is being written */
+    int reading;
+    pdr_h1resp_t resp;
+    char *buf;
+    size_t cap;
+    size_t start, len; /* unparsed bytes: buf[start, start + len) */
+    int filled;        /* the last read filled the buffer */
+    const char *pend;  /* a body span the owner paused on */
+    size_t pend_len;
+    pdr_dlink_t idle_link; /* on its origin's idle list */
+    pdr_dlink_t due;       /* on the multi's list of deadlines to act on after a poll */
+    pdr_utls_t *tls;       /* https:// origins: the session (upstream_tls.c), from the TCP connect on */
+    int tls_ready;         /* its handshake completed */
+    int tls_writes;        /* ciphertext writes in flight */
+    int tls_saved;         /* its session was kept for resumption (origin tls_session) */
+    int tls_offered;       /* its handshake offered the origin's kept session */
+} pdr_conn_t;
+
+typedef struct pdr_origin {
+    pdr_dlink_t link; /* on the multi's origins */
+    pdr_multi_t *m;
+    char host[256];      /* as in the URL, IPv6 without brackets */
+    char authority[272]; /* the Host header */
+    int port;
+    int tls; /* https:// */
+    struct sockaddr_storage addr;
+    int have_addr;
+    uint64_t addr_ms;  /* when a host name was resolved (0 for a literal address) */
+    pdr_dlink_t *idle; /* pooled connections, the last one pooled first */
+    size_t n_idle;
+    size_t connecting; /* connections resolving or connecting */
+    size_t open;       /* every connection of this origin: connecting, busy or idle */
+    pdr_dqueue_t wait; /* legs waiting for a connect slot or a pooled connection, oldest first */
+    /* https://: the last resumable session a connection got, offered by the next ones (made with
+     * tls_session_ctx: one from before a workers.tls reload is not offered) */
+    struct ssl_session_st *tls_session;
+    struct ssl_ctx_st *tls_session_ctx;
+    int tls_no_resume; /* a resumed handshake failed: sessions are no longer kept for this worker */
+} pdr_origin_t;
+
+#define IDLE_FIRST(o) PDR_DLINK_ITEM((o)->idle, pdr_conn_t, idle_link)
+
+struct pdr_multi {
+    uv_loop_t *loop;
+    pdr_dlink_t *origins;
+    pdr_dlink_t *active; /* every leg between start and its end */
+    size_t max_idle;
+    size_t connecting_peak; /* the most connects ever in progress to one origin (tests) */
+    size_t conn_limit;      /* connections per origin (limits.max_connections_per_worker share); 0: none */
+    size_t open_peak;       /* the most connections ever open to one origin (tests) */
+    size_t open_conns;      /* allocated connections */
+    uv_timer_t kick;        /* 0 ms: reports failures that happened inside pdr_leg_start */
+    pdr_leg_t **failq;
+    int *failq_err;
+    size_t n_failq, cap_failq;
+    char scratch[IDLE_BUF]; /* reads of idle connections */
+    uv_check_t due_check;   /* runs after the loop's poll: deadlines that passed (conn_due) */
+    uv_idle_t due_idle;     /* active with due_check: makes that poll return at once */
+    pdr_dlink_t *due;       /* connections whose deadline passed (conn_due) */
+    int due_closed;
+    int closing;
+    int in_start; /* inside pdr_leg_start: failures are reported from the kick timer */
+    void (*close_cb)(void *);
+    void *close_arg;
+    struct ssl_ctx_st *tls_ctx; /* for https:// origins (pdr_multi_set_tls); NULL: they fail */
+    char *tls_server_name;
+    int tls_verify;
+    uint64_t *tls_full, *tls_resumed; /* handshakes, counted in the loop's metrics */
+    uint64_t *tls_resume_failed;      /* workers that failed a resumed handshake */
+    char tls_in[16 * 1024 + 512];     /* ciphertext reads of TLS connections (one TLS record and a header) */
+    /* Read buffers of READ_BUF_MIN bytes that pooled connections gave back, for the next legs: a leg takes
+     * one instead of a malloc, and memory still follows the legs in flight, not the pool. */
+    char *spare[SPARE_BUFS];
+    size_t n_spare;
+    uint64_t buf_allocs; /* read buffers allocated (tests) */
+};
+
+/* upstream.c */
+void pdr__up_origin_kick(pdr_origin_t *o);
+void pdr__up_on_kick_closed(uv_handle_t *h);
+void pdr__up_leg_unlink(pdr_leg_t *leg);
+void pdr__up_leg_finish(pdr_leg_t *leg, int err);
+void pdr__up_leg_fail(pdr_conn_t *c, int err);
+
+/* upstream_conn.c */
+void pdr__up_maybe_close_kick(pdr_multi_t *m);
+void pdr__up_idle_remove(pdr_conn_t *c);
+void pdr__up_conn_close(pdr_conn_t *c);
+pdr_conn_t *pdr__up_conn_new(pdr_multi_t *m, pdr_origin_t *o);
+void pdr__up_arm_total(pdr_conn_t *c);
+void pdr__up_conn_complete(pdr_conn_t *c);
+void pdr__up_conn_dispatch(pdr_conn_t *c);
+int pdr__up_send_begin(pdr_conn_t *c);
+void pdr__up_conn_read(pdr_conn_t *c);
+void pdr__up_conn_send(pdr_conn_t *c);
+void pdr__up_conn_connect(pdr_conn_t *c);
+void pdr__up_dns_failed(pdr_leg_t *leg, const char *host, const char *why);
+void pdr__up_on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res);
+
+/* upstream_conn_tls.c */
+int pdr__up_tls_fill(pdr_conn_t *c);
+void pdr__up_keep_session(pdr_conn_t *c);
+void pdr__up_tls_resume_failed(pdr_conn_t *c, const char *why);
+void pdr__up_tls_start(pdr_conn_t *c);
+void pdr__up_tls_input(pdr_conn_t *c, const char *p, size_t n);
+void pdr__up_tls_send(pdr_conn_t *c);
+
+#endif
