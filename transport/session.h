@@ -142,7 +142,7 @@ struct tcp_state {
     pdr_dlink_t *sessions; /* struct pdr__sess's link */
     struct pdr_xfer_hello me;
     /* Each mover's engine-wide state, allocated by its init hook, freed by its shutdown hook. */
-    struct ipc_engine *ipc;   /* mover_ipc.c */
+    struct ipc_engine *ipc;   /* mover_ipc_internal.h */
     struct rdma_engine *rdma; /* mover_rdma.c */
 };
 
@@ -283,9 +283,10 @@ int pdr__ipc_start(pdr_xfer_engine_t *eng, struct pdr__op *op, struct pdr__sess 
                    size_t len);
 void pdr__ipc_finish(pdr_xfer_engine_t *eng, struct pdr__op *op);
 int pdr__ipc_poll(pdr_xfer_engine_t *eng);
+void pdr__ipc_parts(pdr_xfer_engine_t *eng, struct pdr__op *op);
+/* mover_ipc_export.c */
 void pdr__tcp_mem_unregistered(pdr_xfer_engine_t *eng, const void *addr, size_t len);
 struct ctl_msg *pdr__fetch_ipc_msg(pdr_xfer_engine_t *eng, struct pdr__op *op);
-void pdr__ipc_parts(pdr_xfer_engine_t *eng, struct pdr__op *op);
 /* mover_rdma.c */
 void pdr__mv_rdma_link_kill(pdr_xfer_engine_t *eng, struct pdr__sess *s);
 struct ctl_msg *pdr__mv_rdma_fetch_msg(pdr_xfer_engine_t *eng, struct pdr__sess *s, struct pdr__op *op,

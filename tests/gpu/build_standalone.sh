@@ -11,5 +11,5 @@ for c in cuda cuda_mem cuda_pattern; do
 done
 gcc $F -Icommon -Itransport -Itransport/include -Itests/integration common/err.c common/util.c common/buf.c \
     transport/engine.c transport/engine_room.c transport/conn.c transport/session.c transport/ctl.c transport/mover_tcp.c \
-    transport/mover_staging.c transport/mover_ipc.c transport/mover_rdma.c transport/wire.c transport/fdpass.c transport/rdma.c transport/rdma_mr.c transport/rdma_post.c transport/rdma_wire.c transport/rdma_plan.c \
+    transport/mover_staging.c transport/mover_ipc.c transport/mover_ipc_export.c transport/mover_rdma.c transport/wire.c transport/fdpass.c transport/rdma.c transport/rdma_mr.c transport/rdma_post.c transport/rdma_wire.c transport/rdma_plan.c \
     transport/rdma_topo.c "$out/cuda.o" "$out/cuda_mem.o" "$out/cuda_pattern.o" tests/gpu/test_xfer_gpu.c -o "$out/test_xfer_gpu" -libverbs -lpthread -ldl
