@@ -1,8 +1,9 @@
 /*
- * pdbench: the end-to-end load generator (see docs/pdbench.md). Shared types of its three parts:
- * main.c (flags, the run matrix, requests on one libuv loop through the router's HTTP/1.1 client),
- * stream.c (the SSE framing and the few JSON fields read from each event; pure) and report.c
- * (percentiles, --json, the Markdown report and its gnuplot plots). Single-threaded.
+ * pdbench: the end-to-end load generator (see docs/pdbench.md). Shared types of its parts: the
+ * requests on one libuv loop through the router's HTTP/1.1 client (main.c, flags.c, workload.c,
+ * request.c, run.c, sharing pdbench_internal.h), stream.c (the SSE framing and the few JSON fields read
+ * from each event; pure) and report.c (percentiles, --json, the Markdown report and its gnuplot plots).
+ * Single-threaded.
  */
 #ifndef PDBENCH_H
 #define PDBENCH_H

@@ -323,10 +323,10 @@ def scenario_usage():
     rc, out, err = pdbench("--help")
     check(rc == 0, "--help: %d" % rc)
     src = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "pdbench",
-                            "main.c")).read()
+                            "flags.c")).read()
     import re
     flags = set(re.findall(r'strcmp\(a, "(--[a-z-]+)"\)', src))
-    check(len(flags) > 20, "flags found in main.c: %r" % flags)
+    check(len(flags) > 20, "flags found in flags.c: %r" % flags)
     for fl in flags:
         check(fl in out, "--help does not document %s" % fl)
     for args, msg in ((["--profiles", "8/4"], "--url is required"),
