@@ -76,7 +76,7 @@ target_link_libraries(test_transport_staging PRIVATE pdr_transport_core pdr_tran
 add_test(NAME test_transport_staging COMMAND test_transport_staging)
 set_tests_properties(test_transport_staging PROPERTIES TIMEOUT 120 LABELS unit)
 
-# pdxfer-bench's rooms on a CPU: the benchmark's source included by the test, the engine's objects with
+# pdxfer-bench's rooms on a CPU: the benchmark's sources included by the test, the engine's objects with
 # tests/unit/fake_cuda.c (strict about waiting for stream work).
 add_executable(test_bench_order ${PDR_XFER_TEST_DIR}/unit/test_bench_order.c
                ${PDR_XFER_TEST_DIR}/unit/fake_cuda.c)

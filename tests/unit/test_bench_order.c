@@ -1,17 +1,16 @@
 /*
- * pdxfer-bench (transport/bench/pdxfer_bench.c, included) on a CPU, against tests/unit/fake_cuda.c: a
- * target and an initiator in one process move rooms of "device memory" with several rooms in flight,
- * every byte verified. The fake is strict about ordering: work queued on a stream runs only once the
- * host waits for it, and a stream destroyed with work pending drops that work. So a bench that offers
- * its source before the pattern fill has completed, or checks a destination before its compare has run,
- * moves wrong bytes and fails here. Also: a copy that never lands (the fake loses one IPC copy in
- * LOSE_EVERY) is caught by full verification, reported as the slot's previous room, and makes the
- * initiator exit 1; and every stream, event and pinned buffer is released at the end.
+ * pdxfer-bench (transport/bench/pdxfer_common.c, pdxfer_initiator.c and pdxfer_target.c, included) on a CPU,
+ * against tests/unit/fake_cuda.c: a target and an initiator in one process move rooms of "device memory" with
+ * several rooms in flight, every byte verified. The fake is strict about ordering: work queued on a stream
+ * runs only once the host waits for it, and a stream destroyed with work pending drops that work. So a bench
+ * that offers its source before the pattern fill has completed, or checks a destination before its compare
+ * has run, moves wrong bytes and fails here. Also: a copy that never lands (the fake loses one IPC copy in
+ * LOSE_EVERY) is caught by full verification, reported as the slot's previous room, and makes the initiator
+ * exit 1; and every stream, event and pinned buffer is released at the end.
  */
-int pdxfer_bench_main(int argc, char **argv);
-#define main pdxfer_bench_main
-#include "../../transport/bench/pdxfer_bench.c"
-#undef main
+#include "../../transport/bench/pdxfer_common.c"
+#include "../../transport/bench/pdxfer_initiator.c"
+#include "../../transport/bench/pdxfer_target.c"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -69,7 +68,7 @@ struct target_run {
 static void *target_thread(void *arg)
 {
     struct target_run *t = arg;
-    t->rc = run_target(&t->a);
+    t->rc = pdx__run_target(&t->a);
     return NULL;
 }
 
@@ -86,7 +85,7 @@ static struct args base_args(const char *mode, const char *backend, const char *
     a.batch = 1;
     a.duration = 10;
     a.timeout_ms = 20000;
-    a.verify = is_cuda(&a) ? VERIFY_FULL : VERIFY_SAMPLE;
+    a.verify = pdx__is_cuda(&a) ? VERIFY_FULL : VERIFY_SAMPLE;
     return a;
 }
 
@@ -101,11 +100,11 @@ static int session(const char *backend, const char *mem, int threads, long batch
     t.a = base_args("target", backend, mem, 0);
     snprintf(t.listen, sizeof(t.listen), "127.0.0.1:%d", port);
     t.a.listen = t.listen;
-    stop_flag = 0;
+    pdx__stop_flag = 0;
     CHECK(pthread_create(&t.thread, NULL, target_thread, &t) == 0);
     /* The control port accepts once the target is up (a probe that sends nothing is dropped). */
     for (int i = 0; i < 500; i++) {
-        int fd = tcp_socket("127.0.0.1", port + 1, 0);
+        int fd = pdx__tcp_socket("127.0.0.1", port + 1, 0);
         if (fd >= 0) {
             close(fd);
             break;
@@ -120,8 +119,8 @@ static int session(const char *backend, const char *mem, int threads, long batch
     i.batch = batch;
     i.block = block;
     i.duration = 0.5;
-    int rc = run_initiator(&i);
-    stop_flag = 1;
+    int rc = pdx__run_initiator(&i);
+    pdx__stop_flag = 1;
     CHECK(pthread_join(t.thread, NULL) == 0);
     *target_rc = t.rc;
     return rc;
@@ -141,8 +140,8 @@ static void test_verify_finds(const char *mem)
     memset(&w, 0, sizeof(w));
     w.in = &in;
     CHECK_EQ_ERR(pdr__cuda_bind(0), 0);
-    in.dst = mem_alloc(&a, a.block * 2);
-    if (is_cuda(&a)) {
+    in.dst = pdx__mem_alloc(&a, a.block * 2);
+    if (pdx__is_cuda(&a)) {
         CHECK_EQ_ERR(pdr__cuda_stream_create(&w.stream), 0);
         CHECK_EQ_ERR(pdr__cuda_mem_alloc(16, &w.scratch), 0);
     }
@@ -163,12 +162,12 @@ static void test_verify_finds(const char *mem)
         else
             CHECK(bad == 0);
         /* The previous room of the slot (seq 3 - batch = 1) carried block 1: named as such. */
-        CHECK(strcmp(mismatch_kind(&a, seq, 0, pattern_word(1, 0)), "the slot's previous room") == 0);
+        CHECK(strcmp(mismatch_kind(&a, seq, 0, pdx__pattern_word(1, 0)), "the slot's previous room") == 0);
         CHECK(strcmp(mismatch_kind(&a, seq, 0, 0), "zero, never written") == 0);
     }
     pdr__cuda_mem_free(w.scratch);
     pdr__cuda_stream_destroy(w.stream);
-    mem_free(&a, in.dst);
+    pdx__mem_free(&a, in.dst);
     printf("ok verify finds wrong words (%s)\n", mem);
 }
 
