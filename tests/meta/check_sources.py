@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Ratchets on the C sources outside tests/ (the hand-written code of the router, config, routing, transport,
-the shim, common and bench), each against a list in tests/meta/ that may only shrink.
+"""Checks on the C sources outside tests/ (the hand-written code of the router, config, routing, transport,
+the shim, common and bench): a limit on their length, and a ratchet against a list in tests/meta/ that may
+only shrink.
 
   check_sources.py long_files [ROOT]
-      No file is over 700 lines, except those in long_files.txt, each at most its listed ceiling (its size
-      when it was listed). A file that is split must leave the list: a listed file no longer over 700 lines
-      fails until its line is removed, so the list is the work left.
+      No file is over 700 lines, without exception: a file that grows past it is split on its seams (files
+      of one idea each, with an internal header where they share state).
   check_sources.py size_max_limits [ROOT]
       Every buffer has a ceiling: SIZE_MAX (or SIZE_MAX / 2 ...) as the limit of a pdr_buf_* call, or
       assigned to a limit, max or cap, is no ceiling at all. size_max_limits.txt lists the files where such
@@ -70,28 +70,14 @@ def read_list(name):
 
 
 def check_long_files(root):
-    allowed = read_list("long_files.txt")
-    problems, seen = [], set()
+    problems, n_files = [], 0
     for rel, text in sources(root):
         n = text.count("\n")
-        seen.add(rel)
-        ceiling = allowed.get(rel)
-        if ceiling is None:
-            if n > MAX_LINES:
-                problems.append("%s: %d lines, over %d: split it on its seams (files of one idea each)"
-                                % (rel, n, MAX_LINES))
-        elif n > ceiling:
-            problems.append("%s: %d lines, past its ceiling of %d in long_files.txt: split it instead of growing "
-                            "it" % (rel, n, ceiling))
-        elif n <= MAX_LINES:
-            problems.append("%s: %d lines, no longer over %d: remove its line from tests/meta/long_files.txt"
+        n_files += 1
+        if n > MAX_LINES:
+            problems.append("%s: %d lines, over %d: split it on its seams (files of one idea each)"
                             % (rel, n, MAX_LINES))
-        elif n < ceiling:
-            print("note: %s is %d lines now: its ceiling in long_files.txt can be lowered from %d"
-                  % (rel, n, ceiling))
-    for rel in sorted(set(allowed) - seen):
-        problems.append("%s: listed in tests/meta/long_files.txt but not in the tree: remove its line" % rel)
-    return problems, "%d sources, none over %d lines but the %d listed" % (len(seen), MAX_LINES, len(allowed))
+    return problems, "%d sources, none over %d lines" % (n_files, MAX_LINES)
 
 
 def strip_c(text):
