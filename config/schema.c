@@ -130,7 +130,8 @@ const pdr_conf_key_t pdr_conf_keys[] = {
      .doc = "HTTP/2 streams a client may abandon per connection in 10 s; 0: no limit"},
     {I64("limits.max_merge_bytes", limits.max_merge_bytes, PDR_DEF_MAX_MERGE_BYTES, PDR_MIN_MERGE_BYTES,
          PDR_MAX_MERGE_BYTES),
-     .doc = "a non-streaming answer held whole for the logprob merge (502 above)"},
+     .doc =
+         "an answer, or a stream's event, held whole for the logprob merge, before and after it (502 above)"},
     {INT("limits.max_header_bytes", limits.max_header_bytes, PDR_DEF_MAX_HEADER_BYTES,
          PDR_MIN_MAX_HEADER_BYTES, PDR_MAX_MAX_HEADER_BYTES),
      .doc = "bytes of the request's header fields (431 above)"},

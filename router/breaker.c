@@ -114,16 +114,22 @@ uint64_t pdr_breaker_all_open(void)
     return __atomic_load_n(&all_open, __ATOMIC_RELAXED);
 }
 
+/* Every piece of the text is at most one line of RENDER_LINE bytes: the link series, at most PDR_LINKS_MAX
+ * (links.h), and fewer than 16 others (three families' heads and values, a series per state). */
+#define RENDER_LINE 800
+#define RENDER_CAP ((size_t)(PDR_LINKS_MAX + 16) * RENDER_LINE)
+_Static_assert(PDR_BREAKER__COUNT + 4 < 16, "the breaker's families outgrew RENDER_CAP");
+
 char *pdr_breaker_render_metrics(size_t *len)
 {
     pdr_buf_t o = {0};
-    char line[800];
+    char line[RENDER_LINE];
     int n;
 #define PUT(...)                                                                                             \
     do {                                                                                                     \
         n = snprintf(line, sizeof(line), __VA_ARGS__);                                                       \
         if (n > 0 && pdr_buf_append(&o, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1,       \
-                                    SIZE_MAX / 2) != 0)                                                      \
+                                    RENDER_CAP) != 0)                                                        \
             goto oom;                                                                                        \
     } while (0)
     PUT("# HELP pdr_breaker_transitions_total Prefill->decode link breaker state changes, by the state "
@@ -148,18 +154,18 @@ char *pdr_breaker_render_metrics(size_t *len)
         n = snprintf(line, sizeof(line), "pdr_link_state{prefill=\"%s\",decode=\"%s\"} %d\n", ls[i].prefill,
                      ls[i].decode, (int)pdr_breaker_state(&ls[i].brk, now, NULL));
         if (n > 0 && pdr_buf_append(&o, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1,
-                                    SIZE_MAX / 2) != 0) {
+                                    RENDER_CAP) != 0) {
             free(ls);
             goto oom;
         }
     }
     free(ls);
 #undef PUT
-    if (pdr_buf_append(&o, "", 1, SIZE_MAX / 2) != 0) /* NUL-terminated, not counted */
+    if (pdr_buf_append(&o, "", 1, RENDER_CAP + 1) != 0) /* NUL-terminated, not counted */
         goto oom;
     *len = o.len - 1;
     return o.p;
-oom:
+oom: /* out of memory (RENDER_CAP is never reached) */
     pdr_buf_free(&o);
     return NULL;
 }

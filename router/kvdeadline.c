@@ -98,10 +98,16 @@ uint64_t pdr_kv_deadline_ms(int base_ms, int per_1k_ms, uint64_t tokens)
     return ms < PDR_MAX_MS ? ms : PDR_MAX_MS;
 }
 
+/* Every piece of the text is one line of at most RENDER_LINE bytes (two targets of PDR_LINKS_TARGET and
+ * a name and value, or a family's head): a series per cause and backend, two per link (at most
+ * PDR_LINKS_MAX, links.h), and fewer than 16 heads. */
+#define RENDER_LINE (2 * PDR_LINKS_TARGET + 256)
+#define RENDER_CAP ((size_t)(PDR_KVC__COUNT * PDR_KVF__COUNT + 2 * PDR_LINKS_MAX + 16) * RENDER_LINE)
+
 typedef struct {
     char *p;
     size_t len, cap;
-    int oom;
+    int oom; /* out of memory (RENDER_CAP is never reached) */
 } out_t;
 
 __attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt, ...)
@@ -111,7 +117,7 @@ __attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt,
     pdr_buf_t b = {o->p, o->len, o->cap};
     va_list ap;
     va_start(ap, fmt);
-    if (pdr_buf_vprintf(&b, SIZE_MAX, fmt, ap) != 0)
+    if (pdr_buf_vprintf(&b, RENDER_CAP, fmt, ap) != 0)
         o->oom = 1;
     va_end(ap);
     o->p = b.p, o->len = b.len, o->cap = b.cap;

@@ -11,6 +11,7 @@
 #include "breaker.h"
 #include "buf.h"
 #include "disagg.h"
+#include "err.h"
 #include "kv_events.h"
 #include "shim_events.h"
 #include "kvdeadline.h"
@@ -282,6 +283,8 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
 typedef struct out {
     char *p;
     size_t len, cap;
+    /* The first error: the page is not served (PDR_ENOMEM, or PDR_ETOOBIG past PDR_METRICS_PAGE_MAX). */
+    int err;
 } out_t;
 
 __attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt, ...);
@@ -300,10 +303,12 @@ __attribute__((format(printf, 2, 3))) static void put_line(void *o, const char *
 
 __attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt, ...)
 {
+    if (o->err != 0)
+        return;
     pdr_buf_t b = {o->p, o->len, o->cap};
     va_list ap;
     va_start(ap, fmt);
-    (void)pdr_buf_vprintf(&b, SIZE_MAX, fmt, ap); /* out of memory: the text stops short */
+    o->err = pdr_buf_vprintf(&b, PDR_METRICS_PAGE_MAX, fmt, ap);
     va_end(ap);
     o->p = b.p, o->len = b.len, o->cap = b.cap;
 }
@@ -330,10 +335,11 @@ static void put_hist(out_t *o, const char *name, const char *help, const pdr_his
 }
 
 char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_t n,
-                         const pdr_metrics_extra_t *x, size_t *len)
+                         const pdr_metrics_extra_t *x, size_t *len, int *err)
 {
     out_t o = {0};
     pdr_metrics_t *m = calloc(1, sizeof(*m));
+    *err = PDR_ENOMEM;
     if (m == NULL)
         return NULL;
     for (size_t i = 0; i < n; i++)
@@ -555,29 +561,29 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         if (r <= PDR_MR_CHAT || m->stream_events_total[r])
             put(&o, "pdr_stream_events_total{route=\"%s\"} %llu\n", route_names[r],
                 (unsigned long long)m->stream_events_total[r]);
-    size_t kvlen = 0;
-    char *kv = pdr_kv_render_metrics(&kvlen); /* KV failures and link state (kvdeadline.h, links.h) */
-    if (kv != NULL)
-        put(&o, "%.*s", (int)kvlen, kv);
-    free(kv);
-    size_t adlen = 0;
-    char *ad = pdr_admit_render_metrics(&adlen); /* queue depth and wait, refusals (admission.h) */
-    if (ad != NULL)
-        put(&o, "%.*s", (int)adlen, ad);
-    free(ad);
-    kv = pdr_breaker_render_metrics(&kvlen); /* the links' breaker (breaker.h) */
-    if (kv != NULL)
-        put(&o, "%.*s", (int)kvlen, kv);
-    free(kv);
-    kv = pdr_retry_render_metrics(&kvlen); /* the retry budget (retry.h) */
-    if (kv != NULL)
-        put(&o, "%.*s", (int)kvlen, kv);
-    free(kv);
-    kv = pdr_fallback_render_metrics(&kvlen); /* fall-backs by reason (fallback.h) */
-    if (kv != NULL)
-        put(&o, "%.*s", (int)kvlen, kv);
-    free(kv);
+    /* The families other files render: each one's text, or the page fails with it. */
+    char *(*const parts[])(size_t *) = {
+        pdr_kv_render_metrics,       /* KV failures and link state (kvdeadline.h, links.h) */
+        pdr_admit_render_metrics,    /* queue depth and wait, refusals (admission.h) */
+        pdr_breaker_render_metrics,  /* the links' breaker (breaker.h) */
+        pdr_retry_render_metrics,    /* the retry budget (retry.h) */
+        pdr_fallback_render_metrics, /* fall-backs by reason (fallback.h) */
+    };
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]) && o.err == 0; i++) {
+        size_t plen = 0;
+        char *part = parts[i](&plen);
+        if (part == NULL)
+            o.err = PDR_ENOMEM;
+        else
+            put(&o, "%.*s", (int)plen, part);
+        free(part);
+    }
     free(m);
+    *err = o.err;
+    if (o.err != 0) {
+        free(o.p);
+        return NULL;
+    }
     *len = o.len;
     return o.p;
 }

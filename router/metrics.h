@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "defaults.h"
 #include "pool.h"
 
 enum {
@@ -133,9 +134,15 @@ typedef struct pdr_metrics_extra {
     struct pdr_router *router; /* the KV event families (kv_events.c); NULL: left out */
 } pdr_metrics_extra_t;
 
+/* The ceiling of the /metrics page: 64 series of at most 512 bytes (a family's name, the pool, role and
+ * url labels, a value) for each of 2 x PDR_CONFIG_MAX_WORKERS workers, far more than the families with a
+ * worker label hold (under 40 series a worker), and room to spare for those without one. */
+#define PDR_METRICS_PAGE_MAX ((size_t)64 * 512 * 2 * PDR_CONFIG_MAX_WORKERS)
+
 /* Renders every metric: the sum of the n per-thread sets, the pool's gauges, the router-wide values.
- * Returns a malloc'd buffer and its length (NULL when out of memory). */
+ * Returns a malloc'd buffer and its length, or NULL with *err: PDR_ENOMEM, or PDR_ETOOBIG when the page
+ * would pass PDR_METRICS_PAGE_MAX. */
 char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_t n,
-                         const pdr_metrics_extra_t *x, size_t *len);
+                         const pdr_metrics_extra_t *x, size_t *len, int *err);
 
 #endif

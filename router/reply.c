@@ -88,7 +88,15 @@ void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req)
         .reloads_failed = __atomic_load_n(&r->reloads_failed, __ATOMIC_RELAXED),
         .router = r,
     };
-    char *text = pdr_metrics_render(&r->pool, ms, n, &x, &len);
+    int err = 0;
+    char *text = pdr_metrics_render(&r->pool, ms, n, &x, &len, &err);
+    if (text == NULL && err == PDR_ETOOBIG) {
+        pdr_warn("the /metrics page would pass its ceiling of %zu MiB (PDR_METRICS_PAGE_MAX): not served",
+                 PDR_METRICS_PAGE_MAX >> 20);
+        pdr_send_error(req, 500, "internal_error",
+                       "the metrics page exceeds its ceiling (PDR_METRICS_PAGE_MAX)", 0);
+        return;
+    }
     if (text == NULL) {
         pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
         return;

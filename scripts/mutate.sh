@@ -92,6 +92,9 @@ lingering_skipped @@ router/conn_h1.c @@ if (c->timeouts.lingering_ms == 0 || li
 h2_body_budget_off @@ router/conn_h2.c @@ cc->h2g.budget_on = b != UINT64_MAX; @@ cc->h2g.budget_on = 0; @@ pdrouter @@ ^router_limits_h2_body_budget$
 h2_body_stall_ignored @@ router/conn_h2.c @@ if ((s = pdr_h2guard_take_stalled(&cc->h2g, now - pause)) == 0) @@ if ((s = 0) == 0) @@ pdrouter @@ ^router_limits_h2_body_budget$
 h2_slow_reader_whole_sends @@ router/pd/relay.c @@ if (x->req->version >= 0x200 && n > H2_PIECE) @@ if (0 && x->req->version >= 0x200 && n > H2_PIECE) @@ pdrouter @@ ^router_hardening_slow_steady_reader_h2$
+merge_stream_no_send_ceiling @@ router/pd/relay.c @@ if (out->len >= HIGH_WATER && start < len) { @@ if (0 && out->len >= HIGH_WATER && start < len) { @@ pdrouter @@ ^router_hardening_merge_stream_burst$
+merge_event_no_ceiling @@ router/pd/relay.c @@ rc = dump_json(j, out, was + limit - 2 < cap ? was + limit - 2 : cap); @@ rc = dump_json(j, out, cap); @@ pdrouter @@ ^router_hardening_merge_event_past_limit$
+merge_whole_no_ceiling @@ router/pd/relay.c @@ rc = dump_json(j, &m, (size_t)x->conf->limits.max_merge_bytes); @@ rc = dump_json(j, &m, (size_t)1 << 40); @@ pdrouter @@ ^router_hardening_merge_event_past_limit$
 h2_tls_budget_not_closing @@ router/conn_h2.c @@ cc->h2g.budget_closes = !body_limit; @@ cc->h2g.budget_closes = 0; @@ pdrouter @@ ^router_tls_h2_body_budget$
 tls_resume_failure_not_retried @@ router/upstream.c @@ int resumed_failed = c->tls != NULL && c->tls_offered && !c->tls_ready && c->o->tls_no_resume; @@ int resumed_failed = 0; @@ pdrouter @@ ^router_tls_workers_resumption$
 tls_resume_failure_keeps_sessions @@ router/upstream_conn_tls.c @@ if (c->tls_saved || c->tls == NULL || c->o->tls_no_resume) @@ if (c->tls_saved || c->tls == NULL) @@ pdrouter @@ ^router_tls_workers_resumption$

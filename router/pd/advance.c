@@ -197,6 +197,23 @@ void pdr__pd_advance(pd_req_t *x)
         const char *d = pdr_sse_first_data(x->pbody.p, x->pbody.len, &dl);
         x->rl.p_json = json_loadb(d ? d : x->pbody.p, d ? dl : x->pbody.len, 0, NULL);
     }
+    /* A whole answer is merged before its head, so that a merged answer too large to hold is a clean 502. */
+    int rc = !decode_4xx && pdr__pd_whole_answer(x) ? pdr__pd_merge_whole_answer(x) : 0;
+    if (rc != 0) {
+        int big = rc == PDR_ETOOBIG;
+        if (big)
+            x->t->m.merge_too_large_total++;
+        x->error_cause = big ? "merge_too_large" : "router_out_of_resources";
+        if (big)
+            pdr__pd_fail_response(x, 502, "upstream_error",
+                                  "the decode's answer with the prefill's logprobs merged in exceeds "
+                                  "limits.max_merge_bytes (the logprob merge holds it whole)",
+                                  0);
+        else
+            pdr__pd_fail_response(x, 503, "service_unavailable",
+                                  "the router ran out of memory for the logprob merge", 1);
+        return;
+    }
     /* No attempt follows: what only attempts need goes now, not at the end of a long stream. */
     pdr_buf_free(&x->pbody);
     pdr_pdreq_clear(&x->pr);

@@ -50,14 +50,17 @@ void pdr__pd_kv_failed_in_response(pd_req_t *x, pdr_kv_cause_t cause, const char
     pdr__pd_cancel_legs(x);
     x->at.p_done = x->at.d_done = 1;
     if (x->rl.is_sse) {
-        char ev[400];
+        char ev[ERR_EVENT_MAX];
         int k =
             snprintf(ev, sizeof(ev), "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\n",
                      why, cause == PDR_KVC_DEADLINE ? "timeout_error" : "upstream_error",
                      cause == PDR_KVC_DEADLINE ? 504 : 502);
-        if (k > 0 && (size_t)k < sizeof(ev))
-            pdr_buf_append(&x->rl.pending, ev, (size_t)k, SIZE_MAX / 2);
-        x->at.d_err = 0;
+        /* The stream ends normally after the error event; without memory for it, aborted. */
+        if (k > 0 && (size_t)k < sizeof(ev) &&
+            pdr_buf_append(&x->rl.pending, ev, (size_t)k, PENDING_CAP) == 0)
+            x->at.d_err = 0;
+        else
+            x->at.d_err = PDR_ENOMEM;
     } else {
         x->at.d_err = cause == PDR_KVC_DEADLINE ? PDR_ETIMEDOUT : PDR_EIO;
     }

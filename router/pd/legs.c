@@ -170,14 +170,17 @@ void pdr__pd_decode_done(pdr_leg_t *leg, int err)
             x->t->m.upstream_errors[PDR_ROLE_DECODE][pdr__pd_cause_of(err)]++;
         }
         if (x->rl.is_sse) {
-            char ev[256];
+            char ev[ERR_EVENT_MAX];
             int k = snprintf(
                 ev, sizeof(ev),
                 "data: {\"error\":{\"message\":\"decode stream ended: %s\",\"type\":\"upstream_error\","
                 "\"code\":502}}\n\n",
                 pdr_strerror(err));
-            pdr_buf_append(&x->rl.pending, ev, (size_t)k, SIZE_MAX / 2);
-            x->at.d_err = 0; /* end the SSE stream normally after the error event */
+            /* End the SSE stream normally after the error event; without memory for it, d_err stays and
+             * the response is aborted. */
+            if (k > 0 && (size_t)k < sizeof(ev) &&
+                pdr_buf_append(&x->rl.pending, ev, (size_t)k, PENDING_CAP) == 0)
+                x->at.d_err = 0;
         }
     }
     pdr__pd_advance(x);

@@ -57,6 +57,12 @@
  * small receive window (measured ~140 KB/s against ~1.9 MB/s). */
 #define HIGH_WATER (64 * 1024)
 #define PREFILL_BODY_CAP (64u << 20)
+/* The error event that ends a stream the router cuts short (the buffers that build one are this size). */
+#define ERR_EVENT_MAX 512
+/* Decode bytes waiting for the client (pd_relay_t.pending) that are not a whole answer held for the merge:
+ * at most PREFILL_BODY_CAP (a stream pauses the decode at HIGH_WATER; an error answer is read whole within
+ * PREFILL_BODY_CAP), then the error event that may end a stream. */
+#define PENDING_CAP ((size_t)PREFILL_BODY_CAP + ERR_EVENT_MAX)
 #define PDR_MAX_TRIED 16
 #define PDR_MAX_AVOID (PDR_MAX_TRIED + 240) /* the failed ones, then those at their in-flight limit */
 
@@ -104,9 +110,12 @@ typedef struct pd_relay {
      * progress; send_off is where the next begins, send_last whether the last piece ends the response. */
     size_t send_off;
     unsigned send_last : 1;
-    pdr_buf_t sse_carry; /* streaming merge: an incomplete event (at most limits.max_merge_bytes) */
-    size_t sse_scanned;  /* the bytes of sse_carry already searched for an event's end */
-    int merge_overflow;  /* a whole-answer merge outgrew limits.max_merge_bytes */
+    /* Streaming merge: an unended event (at most limits.max_merge_bytes), after the events a send had no
+     * room for when sse_more is set (relay.c, sse_merge_events). */
+    pdr_buf_t sse_carry;
+    size_t sse_scanned; /* the bytes of sse_carry already searched for an event's end */
+    int sse_more;       /* sse_carry starts with events still to merge: pending waits for them */
+    int merge_overflow; /* a whole-answer merge outgrew limits.max_merge_bytes */
     int is_sse;
     json_t *p_json;              /* parsed prefill answer when merging */
     pdr_sse_counter_t sse_count; /* token events in the relayed stream (metrics) */
@@ -290,6 +299,7 @@ void pdr__pd_note_client_abort(pd_req_t *x);
 void pdr__pd_fail_response(pd_req_t *x, int status, const char *type, const char *msg, int retry_after);
 void pdr__pd_start_client_response(pd_req_t *x);
 void pdr__pd_send_final_or_more(pd_req_t *x);
+int pdr__pd_merge_whole_answer(pd_req_t *x);
 
 /* failure.c: an attempt's failure, the retry that may follow, and the answer when none does. */
 void pdr__pd_late_prefill_failure(pd_req_t *x, int cause, const char *msg);

@@ -101,20 +101,68 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
     pdr__pd_cancel_legs(x);
 }
 
+/* A JSON value serialized into a buffer as jansson writes it, never past limit: the merged logprobs are
+ * the prefill's whole list in front of the decode's, and go out within the merge's ceiling. */
+typedef struct dump_to {
+    pdr_buf_t *b;
+    size_t limit;
+    int err;
+} dump_to_t;
+
+static int dump_piece(const char *p, size_t n, void *data)
+{
+    dump_to_t *d = data;
+    d->err = pdr_buf_append(d->b, p, n, d->limit);
+    return d->err == 0 ? 0 : -1;
+}
+
+/* Appends j as compact JSON to b, b->len staying at most limit: PDR_ETOOBIG past it, PDR_ENOMEM. On an
+ * error b->len is as it was. */
+static int dump_json(const json_t *j, pdr_buf_t *b, size_t limit)
+{
+    size_t was = b->len;
+    dump_to_t d = {b, limit, 0};
+    if (json_dump_callback(j, dump_piece, &d, JSON_COMPACT) != 0) {
+        b->len = was;
+        return d.err != 0 ? d.err : PDR_ENOMEM;
+    }
+    return 0;
+}
+
+/* The ceiling of what one send of a merged stream holds (x->rl.sending): events are merged until it
+ * reaches HIGH_WATER, the last one at most limits.max_merge_bytes, then the stream's unended tail (at most
+ * limits.max_merge_bytes too) or the error event that ends it. */
+static size_t merge_send_cap(const pd_req_t *x)
+{
+    return HIGH_WATER + 2 * (size_t)x->conf->limits.max_merge_bytes + ERR_EVENT_MAX;
+}
+
 /*
  * Splits complete events ("\n\n") off the decode's stream and rewrites each "data:" JSON with the
  * prefill's logprobs; the rest of an event waits in sse_carry for its end. Only bytes not searched
- * before are searched, so an event costs its length once however many reads bring it. PDR_ETOOBIG
- * when an event without its end outgrows limits.max_merge_bytes (held whole for its merge, as a whole
- * answer would be), PDR_ENOMEM when the carry cannot grow.
+ * before are searched, so an event costs its length once however many reads bring it. Every event merged
+ * carries the prefill's whole input logprobs, so a few KiB of the decode's events can make megabytes:
+ * events are merged into out until it holds HIGH_WATER, and those left wait in sse_carry (sse_more: the
+ * decode's bytes are not taken meanwhile) for the next send. PDR_ETOOBIG when an event, as the decode
+ * sent it (ended or not) or merged, is larger than limits.max_merge_bytes (each is held whole);
+ * PDR_ENOMEM when a buffer cannot grow.
  */
 static int sse_merge_events(pd_req_t *x, const char *p, size_t n, pdr_buf_t *out)
 {
-    if (pdr_buf_append(&x->rl.sse_carry, p, n, SIZE_MAX / 2) != 0)
-        return PDR_ENOMEM;
+    size_t limit = (size_t)x->conf->limits.max_merge_bytes, cap = merge_send_cap(x);
+    /* The carry holds an unended event (at most limit: checked below) when new bytes come, and they are
+     * at most one batch of pending (PENDING_CAP). */
+    int rc = n > 0 ? pdr_buf_append(&x->rl.sse_carry, p, n, limit + PENDING_CAP) : 0;
+    if (rc != 0)
+        return rc;
     char *c = x->rl.sse_carry.p;
     size_t len = x->rl.sse_carry.len, start = 0, i = x->rl.sse_scanned;
+    x->rl.sse_more = 0;
     for (;;) {
+        if (out->len >= HIGH_WATER && start < len) {
+            x->rl.sse_more = 1; /* the rest is merged on the next send */
+            break;
+        }
         char *q = NULL;
         while (i + 1 < len) {
             char *nl = memchr(c + i, '\n', len - 1 - i);
@@ -133,22 +181,27 @@ static int sse_merge_events(pd_req_t *x, const char *p, size_t n, pdr_buf_t *out
             break;
         const char *ev = c + start;
         size_t evlen = (size_t)(q - ev);
-        size_t dl;
+        if (evlen + 2 > limit)
+            return PDR_ETOOBIG;
+        size_t dl, was = out->len;
         const char *d = pdr_sse_first_data(ev, evlen, &dl);
         json_t *j = d != NULL ? json_loadb(d, dl, 0, NULL) : NULL;
         if (j != NULL && x->rl.p_json != NULL && pdr_merge_logprobs(j, x->rl.p_json)) {
-            char *s = json_dumps(j, JSON_COMPACT);
-            if (s != NULL) {
-                pdr_buf_append(out, "data: ", 6, SIZE_MAX / 2);
-                pdr_buf_append(out, s, strlen(s), SIZE_MAX / 2);
-                pdr_buf_append(out, "\n\n", 2, SIZE_MAX / 2);
-                free(s);
-            }
+            /* The merged event, as sent, is at most limit. */
+            rc = pdr_buf_append(out, "data: ", 6, cap);
+            if (rc == 0)
+                rc = dump_json(j, out, was + limit - 2 < cap ? was + limit - 2 : cap);
+            if (rc == 0)
+                rc = pdr_buf_append(out, "\n\n", 2, cap);
         } else {
-            pdr_buf_append(out, ev, evlen + 2, SIZE_MAX / 2);
+            rc = pdr_buf_append(out, ev, evlen + 2, cap);
         }
         if (j != NULL)
             json_decref(j);
+        if (rc != 0) {
+            out->len = was;
+            return rc;
+        }
         start = (size_t)(q - c) + 2;
         i = start;
     }
@@ -156,14 +209,15 @@ static int sse_merge_events(pd_req_t *x, const char *p, size_t n, pdr_buf_t *out
         memmove(c, c + start, len - start);
     x->rl.sse_carry.len = len - start;
     x->rl.sse_scanned = i > start ? i - start : 0;
-    if (x->rl.sse_carry.len > (size_t)x->conf->limits.max_merge_bytes)
+    if (!x->rl.sse_more && x->rl.sse_carry.len > limit) /* the carry is one unended event */
         return PDR_ETOOBIG;
     return 0;
 }
 
 /* The streaming merge cannot go on (an event past limits.max_merge_bytes, or no memory for it): the
- * decode is cancelled and the stream ends with an error event after the events merged so far. */
-static void sse_merge_failed(pd_req_t *x, int err, pdr_buf_t *out)
+ * decode is cancelled and the stream ends with an error event after the events merged so far. 0, or
+ * PDR_ENOMEM when not even the error event fits (the caller aborts the response). */
+static int sse_merge_failed(pd_req_t *x, int err, pdr_buf_t *out)
 {
     int big = err == PDR_ETOOBIG;
     if (big)
@@ -171,22 +225,57 @@ static void sse_merge_failed(pd_req_t *x, int err, pdr_buf_t *out)
     x->error_cause = big ? "merge_too_large" : "router_out_of_resources";
     x->broken = 1;
     pdr_warn("request %s: %s: the decode's stream is ended with an error event", x->request_id,
-             big ? "an event of the decode's stream outgrew limits.max_merge_bytes without its end"
+             big ? "an event of the decode's stream outgrew limits.max_merge_bytes (unended, or with the "
+                   "prefill's logprobs merged in)"
                  : "out of memory for the logprob merge of the decode's stream");
     pdr__pd_cancel_legs(x);
     x->at.d_done = 1;
     x->at.d_err = 0;
     x->rl.sse_carry.len = 0;
     x->rl.sse_scanned = 0;
-    char ev[300];
+    x->rl.sse_more = 0;
+    x->rl.pending.len = 0;
+    char ev[ERR_EVENT_MAX];
     int k =
         snprintf(ev, sizeof(ev), "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\n",
                  big ? "an event of the decode's stream exceeds limits.max_merge_bytes (the logprob merge "
-                       "holds each event whole)"
+                       "holds each event whole, with the prefill's logprobs merged in)"
                      : "the router ran out of memory for the logprob merge",
                  big ? "upstream_error" : "service_unavailable", big ? 502 : 503);
-    if (k > 0 && (size_t)k < sizeof(ev))
-        pdr_buf_append(out, ev, (size_t)k, SIZE_MAX / 2);
+    if (k <= 0 || (size_t)k >= sizeof(ev))
+        return PDR_ENOMEM;
+    return pdr_buf_append(out, ev, (size_t)k, merge_send_cap(x));
+}
+
+/* A whole answer with the logprob merge, before its head: the prefill's input logprobs put in front of the
+ * decode's in x->rl.pending. The merged answer is held whole too: PDR_ETOOBIG past
+ * limits.max_merge_bytes, PDR_ENOMEM; 0 also when there is nothing to merge (not JSON, no logprobs). */
+int pdr__pd_merge_whole_answer(pd_req_t *x)
+{
+    json_t *j = json_loadb(x->rl.pending.p ? x->rl.pending.p : "", x->rl.pending.len, 0, NULL);
+    int rc = 0;
+    if (j != NULL && x->rl.p_json != NULL && pdr_merge_logprobs(j, x->rl.p_json)) {
+        pdr_buf_t m = {0};
+        rc = dump_json(j, &m, (size_t)x->conf->limits.max_merge_bytes);
+        if (rc == 0) {
+            pdr_buf_free(&x->rl.pending);
+            x->rl.pending = m;
+        } else {
+            pdr_buf_free(&m);
+        }
+    }
+    if (j != NULL)
+        json_decref(j);
+    return rc;
+}
+
+/* The response cannot end as it should (no memory for its last bytes): aborted, so the client sees it
+ * broken rather than cut short. */
+static void abort_response(pd_req_t *x)
+{
+    x->resp = PD_RESP_FINAL;
+    x->end_ns = pdr_now_ns();
+    h2o_send(x->req, NULL, 0, H2O_SEND_STATE_ERROR);
 }
 
 void pdr__pd_start_client_response(pd_req_t *x)
@@ -214,52 +303,55 @@ void pdr__pd_send_final_or_more(pd_req_t *x)
 {
     if (x->req == NULL || x->stopped || pd_final_sent(x) || x->send_inflight)
         return;
-    /* Non-streaming merge: the whole decode answer is needed first. */
-    if (x->at.merge && !x->rl.is_sse) {
-        if (!x->at.d_done) {
-            if (x->dleg.paused)
-                pdr_leg_resume(&x->dleg);
-            return;
-        }
-        json_t *j = json_loadb(x->rl.pending.p ? x->rl.pending.p : "", x->rl.pending.len, 0, NULL);
-        if (j != NULL && x->rl.p_json != NULL && pdr_merge_logprobs(j, x->rl.p_json)) {
-            char *s = json_dumps(j, JSON_COMPACT);
-            if (s != NULL) {
-                x->rl.pending.len = 0;
-                pdr_buf_append(&x->rl.pending, s, strlen(s), SIZE_MAX / 2);
-                free(s);
-            }
-        }
-        if (j != NULL)
-            json_decref(j);
+    /* Non-streaming merge: the whole decode answer is needed first (advance merged it before the head). */
+    if (x->at.merge && !x->rl.is_sse && !x->at.d_done) {
+        if (x->dleg.paused)
+            pdr_leg_resume(&x->dleg);
+        return;
     }
     int final = x->at.d_done;
     if (final && x->at.d_err != 0) {
         /* A non-SSE body cannot carry an error: abort the response so the client sees it broken. */
-        x->resp = PD_RESP_FINAL;
-        x->end_ns = pdr_now_ns();
-        h2o_send(x->req, NULL, 0, H2O_SEND_STATE_ERROR);
+        abort_response(x);
         return;
     }
-    pdr_buf_t t = x->rl.sending;
-    x->rl.sending = x->rl.pending;
-    x->rl.pending = t;
-    x->rl.pending.len = 0;
     if (x->at.merge && x->rl.is_sse) {
-        /* Rewrite complete events from what was pending into sending. */
-        pdr_buf_t raw = x->rl.sending;
-        pdr_buf_t out = {0};
-        int rc = sse_merge_events(x, raw.p, raw.len, &out);
-        pdr_buf_free(&raw);
+        /* Rewrite complete events from what was pending into sending; while merged events wait in the
+         * carry (sse_more), those go first and pending waits. */
+        pdr_buf_t out = x->rl.sending;
+        out.len = 0;
+        int rc;
+        do { /* at most twice: the events left in the carry, then pending once they all went */
+            int more = x->rl.sse_more;
+            rc = sse_merge_events(x, x->rl.pending.p, more ? 0 : x->rl.pending.len, &out);
+            if (!more)
+                x->rl.pending.len = 0;
+        } while (rc == 0 && !x->rl.sse_more && x->rl.pending.len > 0);
         if (rc != 0) {
-            sse_merge_failed(x, rc, &out);
+            if (sse_merge_failed(x, rc, &out) != 0) {
+                x->rl.sending = out;
+                abort_response(x);
+                return;
+            }
             final = 1;
+        } else if (x->rl.sse_more) {
+            final = 0; /* more to merge before the end */
         } else if (final && x->rl.sse_carry.len > 0) {
-            pdr_buf_append(&out, x->rl.sse_carry.p, x->rl.sse_carry.len, SIZE_MAX / 2);
+            /* The stream's unended tail (at most limits.max_merge_bytes) goes as it is. */
+            if (pdr_buf_append(&out, x->rl.sse_carry.p, x->rl.sse_carry.len, merge_send_cap(x)) != 0) {
+                x->rl.sending = out;
+                abort_response(x);
+                return;
+            }
             x->rl.sse_carry.len = 0;
             x->rl.sse_scanned = 0;
         }
         x->rl.sending = out;
+    } else {
+        pdr_buf_t t = x->rl.sending;
+        x->rl.sending = x->rl.pending;
+        x->rl.pending = t;
+        x->rl.pending.len = 0;
     }
     if (x->rl.sending.len == 0 && !final) {
         if (x->dleg.paused)

@@ -2,15 +2,20 @@
 """A scripted prefill or decode worker for the router's stream tests: raw sockets, so that it can send
 what no engine should.
 
-Usage: fake_sse_worker.py --role prefill|decode --port N [--chunk BYTES] [--interval-ms MS] [--bootstrap-port N]
+Usage: fake_sse_worker.py --role prefill|decode --port N [--chunk BYTES] [--interval-ms MS] [--logprobs N]
+                          [--events N] [--bootstrap-port N]
 
   GET /health        200 "ok"
   GET /fake/stats    200 JSON {"streams": decode streams begun, "closed": streams whose connection the
                      router closed, "sent": body bytes sent on streams}
-  POST /generate     prefill: 200 JSON with meta_info.input_token_logprobs (for the logprob merge).
-                     decode: 200 text/event-stream (chunked), "data: " then BYTES of 'x' every MS
-                     (0: as fast as the socket takes them), never a blank line, until the router
-                     closes the connection.
+  POST /generate     prefill: 200 JSON with meta_info.input_token_logprobs (for the logprob merge): N
+                     entries (--logprobs, default 2).
+                     decode, --events 0 (the default): 200 text/event-stream (chunked), "data: " then
+                     BYTES of 'x' every MS (0: as fast as the socket takes them), never a blank line,
+                     until the router closes the connection.
+                     decode, --events N: a stream request gets N small token events (each with one
+                     output logprob, event i the token i) and "data: [DONE]" in one write, then the
+                     end of the body; another request gets one JSON answer with N output logprobs.
 
 Every connection serves requests until the client closes it.
 """
@@ -76,6 +81,21 @@ def endless_event(conn, chunk, interval):
         stats["closed"] += 1
 
 
+def token_events(conn, n):
+    """n complete token events and [DONE], written at once: the router gets them in as few reads as the
+    socket allows."""
+    with lock:
+        stats["streams"] += 1
+    body = b"".join(b"data: %s\n\n" % json.dumps(
+        {"text": "t", "index": 0, "meta_info": {"id": "d", "input_token_logprobs": [],
+                                                "output_token_logprobs": [[-0.125, i, None]]}}).encode()
+        for i in range(n)) + b"data: [DONE]\n\n"
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+    with lock:
+        stats["sent"] += len(body)
+
+
 def serve(conn, args):
     f = conn.makefile("rb")
     try:
@@ -90,8 +110,17 @@ def serve(conn, args):
             elif method == "GET":
                 answer(conn, 200, b"text/plain", b"ok")
             elif args.role == "prefill":
-                out = {"text": "", "meta_info": {"id": "p", "prompt_tokens": 2, "completion_tokens": 0,
-                                                 "input_token_logprobs": [[-0.5, 1, None], [-0.25, 2, None]]}}
+                lp = [[-0.5, 1, None], [-0.25, 2, None]] if args.logprobs == 2 else \
+                    [[-0.5, i % 50000, None] for i in range(args.logprobs)]
+                out = {"text": "", "meta_info": {"id": "p", "prompt_tokens": args.logprobs, "completion_tokens": 0,
+                                                 "input_token_logprobs": lp}}
+                answer(conn, 200, b"application/json", json.dumps(out).encode())
+            elif args.events > 0 and json.loads(body or b"{}").get("stream"):
+                token_events(conn, args.events)
+            elif args.events > 0:
+                out = {"text": "t" * args.events, "meta_info": {
+                    "id": "d", "input_token_logprobs": [],
+                    "output_token_logprobs": [[-0.125, i, None] for i in range(args.events)]}}
                 answer(conn, 200, b"application/json", json.dumps(out).encode())
             else:
                 endless_event(conn, args.chunk, args.interval_ms / 1000.0)
@@ -112,6 +141,8 @@ def main():
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--chunk", type=int, default=16384)
     ap.add_argument("--interval-ms", type=float, default=0)
+    ap.add_argument("--logprobs", type=int, default=2)
+    ap.add_argument("--events", type=int, default=0)
     ap.add_argument("--bootstrap-port", type=int, help="unused: the router's prefill entries name one")
     args = ap.parse_args()
     srv = socket.socket()

@@ -711,6 +711,68 @@ def scenario_merge_client_gone():
         pdtest.stop_all()
 
 
+def scenario_merge_stream_burst():
+    """A streaming logprob merge puts the prefill's whole input logprobs (here about 64 KB) in front of
+    every event of the decode: a burst of small events (600, about 65 KB, in one write) would make
+    megabytes per read. The router merges events into a send only up to its high water mark and keeps
+    the rest for the next send, so its memory stays a few sends' worth (not the tens of MB of merging a
+    read's events at once); every event arrives merged, in order, then [DONE]."""
+    n, lp = 600, 4000
+    os.environ["ASAN_OPTIONS"] = ":".join(o for o in (os.environ.get("ASAN_OPTIONS"), "quarantine_size_mb=0") if o)
+    pf = fake_worker("prefill", "--logprobs", str(lp))
+    dc = fake_worker("decode", "--events", str(n))
+    r = router([pf], [dc], config="threads: 1")
+    try:
+        rss0, cpu0, t0 = vm_status(r.proc.pid, "VmRSS"), cpu_seconds(r.proc.pid), time.monotonic()
+        st, h, raw = request(r.port, "POST", "/generate", MERGE_STREAM, timeout=60)
+        rss_max = vm_status(r.proc.pid, "VmHWM")
+        print("router: peak RSS +%d MiB, %.2f s of CPU, for %d MiB of merged events in %.2f s" % (
+            (rss_max - rss0) >> 20, cpu_seconds(r.proc.pid) - cpu0, len(raw) >> 20, time.monotonic() - t0))
+        check(st == 200 and h.get("content-type", "").startswith("text/event-stream"), "status %d %r" % (st, h), r)
+        events = pdtest.sse_events(raw)
+        check(len(events) == n + 1 and events[-1] == "[DONE]", "%d events, the last %r" % (
+            len(events), str(events[-1])[:200]), r)
+        for i, e in enumerate(events[:-1]):
+            m = e["meta_info"]
+            check(len(m["input_token_logprobs"]) == lp and m["output_token_logprobs"][0][1] == i,
+                  "event %d: %d input logprobs, token %r" % (i, len(m["input_token_logprobs"]),
+                                                           m["output_token_logprobs"]), r)
+        check(rss_max - rss0 < 16 << 20, "RSS grew by %d MiB: the merged events of a read were held at once" % (
+            (rss_max - rss0) >> 20), r)
+        check(metric_value(metrics(r), "pdr_merge_too_large_total") == 0, "pdr_merge_too_large_total", r)
+        check_loop_alive(r, "after the burst")
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_merge_event_past_limit():
+    """An event of the decode that the merge makes larger than limits.max_merge_bytes (the prefill's input
+    logprobs, about 130 KB, in front of a small event; the limit 64 KiB) is not sent: the stream ends with an
+    error event naming the limit, before any merged event. A whole answer merged past the limit is a clean
+    502 before its head. Both are counted in pdr_merge_too_large_total and logged."""
+    pf = fake_worker("prefill", "--logprobs", "8000")
+    dc = fake_worker("decode", "--events", "5")
+    r = router([pf], [dc], config="threads: 1\nlimits: { max_merge_bytes: 65536 }")
+    try:
+        st, h, raw = request(r.port, "POST", "/generate", MERGE_STREAM)
+        events = pdtest.sse_events(raw)
+        check(st == 200 and len(events) == 1 and "error" in events[0] and
+              "max_merge_bytes" in events[0]["error"]["message"] and events[0]["error"]["code"] == 502,
+              "stream: %d %r" % (st, raw[:300]), r)
+        check(len(raw) < 4096, "a merged event reached the client (%d bytes)" % len(raw), r)
+        whole = dict(MERGE_STREAM, stream=False)
+        st, h, out = request(r.port, "POST", "/generate", whole)
+        check(st == 502 and h.get("content-length") == str(len(out)), "whole: %d %r %r" % (st, h, out[:300]), r)
+        err = json.loads(out)["error"]
+        check("max_merge_bytes" in err["message"] and err["code"] == 502, out, r)
+        check(metric_value(metrics(r), "pdr_merge_too_large_total") == 2, "pdr_merge_too_large_total", r)
+        with open(r.log_path, errors="replace") as f:
+            check("outgrew limits.max_merge_bytes" in f.read(), "no log line for the refused stream", r)
+        check_loop_alive(r, "after the refusals")
+    finally:
+        pdtest.stop_all()
+
+
 def scenario_refusals_logged():
     """Every PD request gets exactly one access-log line, the ones refused before routing too
     (limits.max_inflight, a malformed body). (A body over limits.max_body_bytes is refused by h2o before the

@@ -1,20 +1,20 @@
 #!/usr/bin/env python3
-"""Checks on the C sources outside tests/ (the hand-written code of the router, config, routing, transport,
-the shim, common and bench): a limit on their length, and a ratchet against a list in tests/meta/ that may
-only shrink.
+"""Checks on the C sources: a limit on the length of those outside tests/ (the hand-written code of the
+router, config, routing, transport, the shim, common and bench), and a rule every C file of the tree keeps.
 
   check_sources.py long_files [ROOT]
       No file is over 700 lines, without exception: a file that grows past it is split on its seams (files
       of one idea each, with an internal header where they share state).
   check_sources.py size_max_limits [ROOT]
       Every buffer has a ceiling: SIZE_MAX (or SIZE_MAX / 2 ...) as the limit of a pdr_buf_* call, or
-      assigned to a limit, max or cap, is no ceiling at all. size_max_limits.txt lists the files where such
-      limits remain, with their count; a count that grows, or any in another file, fails, and so does a
-      count that fell until the list is lowered to it.
-
+      assigned to a limit, max or cap, is no ceiling at all. Any such limit in any C source or header of the
+      tree (tests/ and pdsim included) fails, with its file and line: give the buffer a real ceiling, chosen
+      at init, and make growth past it PDR_ETOOBIG.
   check_sources.py internals_index [ROOT]
       Every page of docs/internals/ is listed in the index of docs/internals/principles.md, and the index
       names no page that does not exist.
+  check_sources.py selftest
+      The size_max_limits detector against the snippets in SELFTEST: each must be found, or not, as marked.
 
 Files are those `git ls-files --cached --others --exclude-standard` lists, new ones included (every file
 under ROOT but build trees and .git when ROOT is not a git checkout). Exit 0: held; 1: broken, every problem
@@ -52,21 +52,6 @@ def sources(root):
                 yield rel, f.read()
         except OSError:
             continue
-
-
-def read_list(name):
-    """{path: number} from tests/meta/NAME: one "path number" a line; # starts a comment."""
-    out = {}
-    with open(os.path.join(HERE, name)) as f:
-        for i, line in enumerate(f, 1):
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            parts = line.split()
-            if len(parts) != 2 or not parts[1].isdigit():
-                raise SystemExit("%s:%d: expected \"path number\", got %r" % (name, i, line))
-            out[parts[0]] = int(parts[1])
-    return out
 
 
 def check_long_files(root):
@@ -126,24 +111,52 @@ def size_max_limits(code):
     return sorted(lines)
 
 
+def c_files(root):
+    """Every C source and header in the tree, tests/ included, as (relative path, text)."""
+    for rel in sorted(tracked(root)):
+        rel = rel.replace(os.sep, "/")
+        if not rel.endswith((".c", ".h")):
+            continue
+        try:
+            with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+                yield rel, f.read()
+        except OSError:
+            continue
+
+
 def check_size_max(root):
-    allowed = read_list("size_max_limits.txt")
-    problems, seen, total = [], set(), 0
-    for rel, text in sources(root):
-        found = size_max_limits(strip_c(text))
-        seen.add(rel)
-        total += len(found)
-        want = allowed.get(rel, 0)
-        where = ", ".join("%s:%d" % (rel, n) for n in found)
-        if len(found) > want:
-            problems.append("%s: %d SIZE_MAX buffer limits (%s), %d allowed: give each buffer a real ceiling "
-                            "(growth past it is PDR_ETOOBIG)" % (rel, len(found), where, want))
-        elif len(found) < want:
-            problems.append("%s: %d SIZE_MAX buffer limits left, %d listed: lower its count in "
-                            "tests/meta/size_max_limits.txt (remove the line at 0)" % (rel, len(found), want))
-    for rel in sorted(set(allowed) - seen):
-        problems.append("%s: listed in tests/meta/size_max_limits.txt but not in the tree: remove its line" % rel)
-    return problems, "%d SIZE_MAX buffer limits, as listed" % total
+    problems, n = [], 0
+    for rel, text in c_files(root):
+        n += 1
+        for line in size_max_limits(strip_c(text)):
+            problems.append("%s:%d: SIZE_MAX as a buffer limit: give the buffer a real ceiling, chosen at init "
+                            "(growth past it is PDR_ETOOBIG)" % (rel, line))
+    return problems, "%d C files, no SIZE_MAX buffer limit" % n
+
+
+# (snippet, the lines size_max_limits must report)
+SELFTEST = [
+    ("pdr_buf_append(&b, p, n, SIZE_MAX / 2);", [1]),
+    ("pdr_buf_vprintf(&b, SIZE_MAX, fmt, ap);", [1]),
+    ("int rc = pdr_buf_append(&o, line,\n    (size_t)n,\n    SIZE_MAX);", [3]),
+    ("x.limit = SIZE_MAX;", [1]),
+    ("size_t cap = (size_t)SIZE_MAX;", [1]),
+    ("size_t max_len = SIZE_MAX / 4;", [1]),
+    ("pdr_buf_append(&b, p, n, LIMIT); /* not SIZE_MAX */", []),
+    ('pdr_buf_append(&b, "SIZE_MAX", 8, LIMIT);', []),
+    ("if (t->idx != SIZE_MAX)\n    t->idx = SIZE_MAX;", []),
+    ("size_t len = q != SIZE_MAX ? q : n;", []),
+    ("// cap = SIZE_MAX\npdr_buf_append(&b, p, n, CAP);", []),
+]
+
+
+def selftest(_root):
+    problems = []
+    for snippet, want in SELFTEST:
+        got = size_max_limits(strip_c(snippet))
+        if got != want:
+            problems.append("size_max_limits(%r): lines %r, expected %r" % (snippet, got, want))
+    return problems, "%d snippets, each found or not as marked" % len(SELFTEST)
 
 
 def check_internals_index(root):
@@ -165,7 +178,7 @@ def check_internals_index(root):
 
 
 CHECKS = {"long_files": check_long_files, "size_max_limits": check_size_max,
-          "internals_index": check_internals_index}
+          "internals_index": check_internals_index, "selftest": selftest}
 
 
 def main():

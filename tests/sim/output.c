@@ -181,7 +181,7 @@ static json_t *stream_obj(const sim_req_t *ctx, const sim_item_t *it, uint64_t j
 
 int sim__sendbuf_append(sim_req_t *ctx, const char *s, size_t len)
 {
-    return pdr_buf_append(&ctx->send, s, len, SIZE_MAX / 2);
+    return pdr_buf_append(&ctx->send, s, len, SIM_SEND_CAP);
 }
 
 static int sendbuf_event(sim_req_t *ctx, json_t *obj)

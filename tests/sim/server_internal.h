@@ -43,6 +43,11 @@
 /* Coalesce streamed events up to this many bytes per h2o_send (one write per event starves small-window
  * clients). */
 #define SIM_SEND_HIWAT (64u << 10)
+/* The ceiling of one send (sim_req_t.send): events up to SIM_SEND_HIWAT, then the one that passes it, the
+ * usage chunk and [DONE]; an answer or event is at most SIM_ANSWER_MAX (far more than any test's: a prompt
+ * of SIM_MAX_BODY bytes with its logprobs). Past it the stream is aborted. */
+#define SIM_ANSWER_MAX (256u << 20)
+#define SIM_SEND_CAP ((size_t)SIM_SEND_HIWAT + 3 * (size_t)SIM_ANSWER_MAX)
 #define SIM_LAST_MAX 64
 #define SIM_PORTS_MAX 16
 

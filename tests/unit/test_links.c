@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "breaker.h"
 #include "check.h"
 #include "runner.h"
 #include "defaults.h"
@@ -190,10 +191,42 @@ static void test_names(void)
     free(m);
 }
 
+/* The link families at their fullest (PDR_LINKS_MAX links, both targets as long as a worker's may be) stay
+ * within the ceilings their renderers derive from PDR_LINKS_MAX: every series is rendered. */
+static void test_render_full(void)
+{
+    pdr_links__reset();
+    char tp[PDR_LINKS_TARGET], td[PDR_LINKS_TARGET];
+    memset(tp, 'p', sizeof(tp) - 1);
+    memset(td, 'd', sizeof(td) - 1);
+    tp[sizeof(tp) - 1] = td[sizeof(td) - 1] = '\0';
+    pdr_worker_t d = mk(1000000, td);
+    for (uint64_t i = 0; i < PDR_LINKS_MAX; i++) {
+        pdr_worker_t p = mk(i + 1, tp);
+        pdr_links_failure(&p, &d, "deadline");
+    }
+    CHECK(pdr_links_count() == PDR_LINKS_MAX);
+    char *(*const render[])(size_t *) = {pdr_kv_render_metrics, pdr_breaker_render_metrics};
+    const char *series[] = {"pdr_link_consecutive_failures{", "pdr_link_state{"};
+    for (size_t k = 0; k < 2; k++) {
+        size_t len = 0, n = 0;
+        char *m = render[k](&len);
+        CHECK(m != NULL && len > (size_t)PDR_LINKS_MAX * 2 * (PDR_LINKS_TARGET - 1));
+        if (m == NULL)
+            continue;
+        for (const char *q = m; (q = strstr(q, series[k])) != NULL; q++)
+            n++;
+        CHECK(n == PDR_LINKS_MAX);
+        free(m);
+    }
+    pdr_links__reset();
+}
+
 static const pdr_test_case_t cases[] = {
     {"suspect_and_clear", test_suspect_and_clear, 30},
     {"forget", test_forget, 30},
     {"bounded", test_bounded, 30},
+    {"render_full", test_render_full, 30},
     {"threads", test_threads, 60},
     {"deadline", test_deadline, 30},
     {"prompt_tokens", test_prompt_tokens, 30},
