@@ -6,6 +6,12 @@ target_link_libraries(test_routing PRIVATE pdr_common Threads::Threads)
 add_test(NAME routing_unit COMMAND test_routing)
 set_tests_properties(routing_unit PROPERTIES TIMEOUT 120 LABELS unit)
 
+# The list of policies walked: each table alone (usable candidates, seeds) and through the pool.
+add_executable(test_policies unit/test_policies.c)
+target_link_libraries(test_policies PRIVATE pdr_router)
+add_test(NAME routing_unit_policies COMMAND test_policies)
+set_tests_properties(routing_unit_policies PROPERTIES TIMEOUT 60 LABELS unit)
+
 # The benchmark runs (small) in every build, so that it keeps building and answering.
 add_test(NAME routing_bench_smoke COMMAND routing_bench --entries 2000 --workers 4 --cap 65536 --threads 2
                                           --kv-blocks 20000 --kv-cap 1048576)
