@@ -160,21 +160,20 @@ static int add_worker(pdr_config_t *fl, pdr_role_t role, const char *url, int bp
 static int set_policy(const char *opt, const char *val, pdr_policy_kind_t *out, char *err, size_t errlen)
 {
     static const char *const later[] = {"manual", "bucket", "consistent_hashing", "prefix_hash"};
-    char shown[80];
+    char shown[80], names[256];
     if (pdr__policy_parse(val, strlen(val), out) == 0)
         return 0;
     for (size_t i = 0; i < sizeof(later) / sizeof(later[0]); i++)
         if (strcmp(val, later[i]) == 0) {
+            pdr_policy_names(names, sizeof(names), " and ");
             pdr__config_err(err, errlen,
-                            "argv: --%s: the %s policy is not available yet; the policies are round_robin, "
-                            "least_load, random, cache_aware, power_of_two and precise_prefix",
-                            opt, val);
+                            "argv: --%s: the %s policy is not available yet; the policies are %s", opt, val,
+                            names);
             return PDR_EINVAL;
         }
-    pdr__config_err(err, errlen,
-                    "argv: --%s: unknown policy '%s', expected round_robin, least_load, random, cache_aware, "
-                    "power_of_two or precise_prefix",
-                    opt, pdr__config_show(val, strlen(val), shown, sizeof(shown)));
+    pdr_policy_names(names, sizeof(names), " or ");
+    pdr__config_err(err, errlen, "argv: --%s: unknown policy '%s', expected %s", opt,
+                    pdr__config_show(val, strlen(val), shown, sizeof(shown)), names);
     return PDR_EINVAL;
 }
 

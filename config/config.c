@@ -71,8 +71,6 @@ int pdr__parse_int(const char *s, size_t len, int64_t *out)
     return 0;
 }
 
-static const char *const policy_names[] = {"round_robin", "least_load",   "random",
-                                           "cache_aware", "power_of_two", "precise_prefix"};
 static const char *const protocol_names[] = {"sglang", "vllm", "pdshim"};
 
 static int name_lookup(const char *const *names, int n, const char *s, size_t len)
@@ -85,7 +83,7 @@ static int name_lookup(const char *const *names, int n, const char *s, size_t le
 
 int pdr__policy_parse(const char *s, size_t len, pdr_policy_kind_t *out)
 {
-    int i = name_lookup(policy_names, 6, s, len);
+    int i = pdr_policy_find(s, len); /* routing/'s list of policies */
     if (i < 0)
         return PDR_EINVAL;
     *out = (pdr_policy_kind_t)i;
@@ -129,7 +127,8 @@ int pdr_protocol_parse(const char *name, pdr_protocol_t *out)
 
 const char *pdr_policy_name(pdr_policy_kind_t p)
 {
-    return (unsigned)p < 6 ? policy_names[p] : "unknown";
+    const pdr_policy_ops_t *ops = pdr_policy_get((int)p);
+    return ops != NULL ? ops->name : "unknown";
 }
 
 const char *pdr_protocol_name(pdr_protocol_t p)

@@ -11,15 +11,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "policies.h" /* pdr_policy_kind_t: an index into routing/'s list of policies */
+
 typedef enum { PDR_PROTO_SGLANG = 0, PDR_PROTO_VLLM, PDR_PROTO_PDSHIM } pdr_protocol_t;
-typedef enum {
-    PDR_POLICY_ROUND_ROBIN = 0,
-    PDR_POLICY_LEAST_LOAD,
-    PDR_POLICY_RANDOM,
-    PDR_POLICY_CACHE_AWARE,   /* sglang's: an approximate prefix tree of recent prompts per worker */
-    PDR_POLICY_POWER_OF_TWO,  /* sglang's: the less loaded of two workers drawn at random */
-    PDR_POLICY_PRECISE_PREFIX /* cache_aware's rules on the prefixes the workers' KV events report */
-} pdr_policy_kind_t;
 /* PDR_ROLE_REGULAR: a non-disaggregated worker that runs whole requests (workers.regular), used only when
  * conditional disaggregation skips the prefill with protocol sglang. Arrays "by role" of prefill and
  * decode have 2 entries; those that hold regular workers too have PDR_ROLES. */

@@ -188,17 +188,17 @@ int pdr__yaml_get_either(struct ctx *cx, const yaml_node_t *v, const char *path,
 
 int pdr__yaml_get_policy(struct ctx *cx, const yaml_node_t *v, const char *path, pdr_policy_kind_t *out)
 {
-    char buf[80];
+    char buf[80], names[256];
     int rc = pdr__yaml_need_scalar(cx, v, path, "a policy name");
     if (rc != 0)
         return rc;
     size_t len;
     const char *s = pdr__yaml_sval(v, &len);
-    if (pdr__policy_parse(s, len, out) != 0)
-        return FAIL(cx, v,
-                    "%s: unknown policy '%s', expected round_robin, least_load, random, cache_aware, "
-                    "power_of_two or precise_prefix",
-                    path, pdr__yaml_show(v, buf, sizeof(buf)));
+    if (pdr__policy_parse(s, len, out) != 0) {
+        pdr_policy_names(names, sizeof(names), " or ");
+        return FAIL(cx, v, "%s: unknown policy '%s', expected %s", path, pdr__yaml_show(v, buf, sizeof(buf)),
+                    names);
+    }
     return 0;
 }
 

@@ -82,7 +82,10 @@ static int config_uses_precise(const pdr_config_t *c)
     for (size_t i = 0; i < n; i++) {
         pdr_pool_conf_t pc;
         pdr_config_pool(c, i, &pc);
-        if (pc.policy_prefill == PDR_POLICY_PRECISE_PREFIX || pc.policy_decode == PDR_POLICY_PRECISE_PREFIX)
+        const pdr_policy_ops_t *pre = pdr_policy_get(pc.policy_prefill),
+                               *dec = pdr_policy_get(pc.policy_decode);
+        if ((pre != NULL && (pre->flags & PDR_POLICY_F_KV_INDEX)) ||
+            (dec != NULL && (dec->flags & PDR_POLICY_F_KV_INDEX)))
             return 1;
     }
     return 0;

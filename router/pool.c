@@ -118,7 +118,8 @@ void pdr_worker_unref(pdr_worker_t *w)
 /* The policies that keep a prefix tree per pool and role (precise_prefix falls back to it). */
 static int uses_tree(pdr_policy_kind_t k)
 {
-    return k == PDR_POLICY_CACHE_AWARE || k == PDR_POLICY_PRECISE_PREFIX;
+    const pdr_policy_ops_t *ops = pdr_policy_get(k);
+    return ops != NULL && (ops->flags & PDR_POLICY_F_TREE);
 }
 
 static pdr_worker_list_t *list_new(size_t n)

@@ -1,6 +1,6 @@
 /*
  * The worker registry read (snapshots, counts, look-ups) and a worker picked by the pool's policy, under
- * the read lock (see pool.c for the policies). Any loop thread.
+ * the read lock (the policies are routing/policies.c's tables). Any loop thread.
  */
 #include <stdarg.h>
 #include <sys/types.h>
@@ -10,6 +10,7 @@
 #include "err.h"
 #include "kvevents.h"
 #include "links.h"
+#include "policies.h"
 #include "pool.h"
 #include "pool_internal.h"
 #include "util.h"
@@ -143,99 +144,65 @@ typedef struct {
     pdr_worker_t *const *w;
 } cands_t;
 
-static pdr_worker_t *pick_round_robin(pdr_pool_group_t *g, cands_t l, pdr_role_t role, const uint64_t *avoid,
-                                      size_t n_avoid)
+/* One pick by the policy's table (routing/policies.h) over the candidates; the table's flags say what of
+ * the pool it reads. With slow start, a policy that weighs loads sees (in flight + 1) / weight, in
+ * millionths, so that a returning worker takes its share gradually. */
+static pdr_worker_t *pick_by(pdr_pool_t *p, pdr_pool_group_t *g, const pdr_policy_ops_t *ops, cands_t l,
+                             pdr_role_t role, const uint64_t *avoid, size_t n_avoid, const char *text,
+                             size_t len, pdr_pick_info_t *info)
 {
-    size_t n = l.n;
-    unsigned start = __atomic_fetch_add(&g->rr_next[role], 1, __ATOMIC_RELAXED);
-    for (size_t k = 0; k < n; k++) {
-        pdr_worker_t *w = l.w[(start + k) % n];
-        if (usable(w, avoid, n_avoid))
-            return w;
-    }
-    return NULL;
-}
-
-/* random: one usable candidate, uniformly. */
-static pdr_worker_t *pick_random(cands_t l, const uint64_t *avoid, size_t n_avoid)
-{
-    pdr_worker_t *ws[l.n + 1];
-    size_t n = 0;
-    for (size_t i = 0; i < l.n; i++)
-        if (usable(l.w[i], avoid, n_avoid))
-            ws[n++] = l.w[i];
-    return n > 0 ? ws[pdr__pool_next_rand() % n] : NULL;
-}
-
-/* least_load and power_of_two: routing/'s pdr_power_of_two_pick over the usable candidates' in-flight
- * counts. With slow start the load is (in flight + 1) / weight, in millionths, so that a returning worker
- * takes its share gradually. */
-static pdr_worker_t *pick_power_of_two(pdr_pool_t *p, cands_t l, const uint64_t *avoid, size_t n_avoid)
-{
-    pdr_worker_t *ws[l.n + 1];
-    uint64_t loads[l.n + 1];
-    size_t n = 0;
+    if (l.n == 0)
+        return NULL;
+    uint64_t ids[l.n], keys[l.n], loads[l.n], wloads[l.n];
+    unsigned char ok[l.n];
     int slow = p->outlier.enabled && p->outlier.slow_start_ms > 0;
     uint64_t now = slow ? pdr_now_ms() : 0;
     for (size_t i = 0; i < l.n; i++) {
-        pdr_worker_t *w = l.w[i];
-        if (!usable(w, avoid, n_avoid))
-            continue;
-        uint64_t in = (uint64_t)pdr_worker_inflight(w);
-        ws[n] = w;
-        loads[n++] = slow ? (uint64_t)((double)(in + 1) * 1e6 / pdr_outlier_weight(&w->outlier, now)) : in;
+        const pdr_worker_t *w = l.w[i];
+        ids[i] = w->uid;
+        keys[i] = w->ring_key;
+        loads[i] = (uint64_t)pdr_worker_inflight(w);
+        wloads[i] =
+            slow ? (uint64_t)((double)(loads[i] + 1) * 1e6 / pdr_outlier_weight(&w->outlier, now)) : loads[i];
+        ok[i] = (unsigned char)usable(w, avoid, n_avoid);
     }
-    int k = pdr_power_of_two_pick(loads, n, pdr__pool_thread_rng());
-    return k >= 0 && (size_t)k < n ? ws[k] : NULL;
-}
-
-/* cache_aware among the usable candidates: sglang's rules over the group's tree for the role. With
- * precise_prefix and the KV event index, the index's match for the workers it knows (precise.c). */
-static pdr_worker_t *pick_cache_aware(pdr_pool_t *p, pdr_pool_group_t *g, cands_t l, pdr_role_t role,
-                                      const uint64_t *avoid, size_t n_avoid, const char *text, size_t len,
-                                      pdr_pick_info_t *info)
-{
-    uint64_t ids[l.n + 1], keys[l.n + 1], loads[l.n + 1];
-    pdr_worker_t *ws[l.n + 1];
-    size_t n = 0;
-    for (size_t i = 0; i < l.n; i++)
-        if (usable(l.w[i], avoid, n_avoid)) {
-            ws[n] = l.w[i];
-            ids[n] = l.w[i]->uid;
-            keys[n] = l.w[i]->ring_key;
-            loads[n++] = (uint64_t)pdr_worker_inflight(l.w[i]);
-        }
-    if (n == 0)
+    const pdr_prompt_tokens_t *tok = info != NULL ? info->tok : NULL;
+    pdr_policy_input_t in = {
+        .n = l.n,
+        .ids = ids,
+        .keys = keys,
+        .loads = loads,
+        .wloads = wloads,
+        .usable = n_avoid > 0 ? ok : NULL,
+        .rr_next = &g->rr_next[role],
+        .rng = pdr__pool_thread_rng(),
+        .tree = g->tree[role],
+        .ca = &g->ca[role],
+        .kvindex = p->kvindex,
+        .text = text,
+        .len = len,
+        .tokens = tok != NULL ? tok->ids : NULL,
+        .n_tokens = tok != NULL ? tok->n : 0,
+        .record = info == NULL || info->record,
+        .want_matched = info != NULL,
+    };
+    pdr_policy_output_t out = {0};
+    int k = ops->pick(&in, &out);
+    if (k < 0 || (size_t)k >= l.n)
         return NULL;
-    pdr_cache_aware_decision_t d = PDR_CACHE_AWARE_MATCH;
-    size_t matched = 0;
-    int from_index = 0, in_tokens = 0, k;
-    int record = info == NULL || info->record;
-    if (g->policy[role] == PDR_POLICY_PRECISE_PREFIX) {
-        const pdr_prompt_tokens_t *tok = info != NULL ? info->tok : NULL;
-        k = pdr_precise_prefix_pick(g->tree[role], p->kvindex, &g->ca[role], ids, keys, loads, n, text, len,
-                                    tok != NULL ? tok->ids : NULL, tok != NULL ? tok->n : 0, &d, record,
-                                    &matched, &from_index);
-        in_tokens = from_index;
-    } else {
-        k = pdr_cache_aware_pick_ex(g->tree[role], &g->ca[role], ids, keys, loads, n, text, len, &d, record,
-                                    info != NULL ? &matched : NULL);
-    }
-    if (k < 0 || (size_t)k >= n)
-        return pick_power_of_two(p, l, avoid, n_avoid);
-    if (info != NULL) {
+    if (out.matched_known && info != NULL) {
         info->matched_known = 1;
-        info->matched = matched;
-        if (in_tokens) { /* the index counts in tokens: the prompt's length in the same unit */
+        info->matched = out.matched;
+        if (out.from_index) { /* the index counts in tokens: the prompt's length in the same unit */
             info->tokens = 1;
             info->prompt_tokens = info->tok->n;
         }
     }
-    if (g->policy[role] == PDR_POLICY_PRECISE_PREFIX)
-        __atomic_add_fetch(&p->pp_decisions[from_index != 0][d], 1, __ATOMIC_RELAXED);
-    else
-        __atomic_add_fetch(&p->ca_decisions[d], 1, __ATOMIC_RELAXED);
-    return ws[k];
+    if (out.decided && (ops->flags & PDR_POLICY_F_KV_INDEX))
+        __atomic_add_fetch(&p->pp_decisions[out.from_index != 0][out.decision], 1, __ATOMIC_RELAXED);
+    else if (out.decided)
+        __atomic_add_fetch(&p->ca_decisions[out.decision], 1, __ATOMIC_RELAXED);
+    return l.w[k];
 }
 
 pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
@@ -312,10 +279,15 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
         return NULL;
     }
     pdr_pool_group_t *g = &p->groups[gi];
-    pdr_policy_kind_t pol = g->policy[role];
+    const pdr_policy_ops_t *ops = pdr_policy_get(g->policy[role]);
+    if (ops == NULL) { /* config/ accepts only the list's policies */
+        pthread_rwlock_unlock(&p->rw);
+        pdr_error("pick: pool %s: policy %d is not in the list", g->name, (int)g->policy[role]);
+        return NULL;
+    }
     /* The candidates: the pool's serving workers of the role that no outlier ejection holds, in list order
      * (ejected or not in panic); with slow start, a returning worker stays with the probability of its
-     * weight, except for least_load and power_of_two, which weigh its load instead. */
+     * weight, except for the policies that weigh its load instead (PDR_POLICY_F_WEIGHS_LOAD). */
     const pdr_outlier_conf_t *oc = &p->outlier;
     uint64_t now = pdr_now_ms();
     size_t total = 0, serving = 0, healthy = 0;
@@ -331,8 +303,7 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
     int panic = pdr_outlier_panic(oc, serving, healthy, total);
     if (panic)
         __atomic_add_fetch(&p->panic_total[role], 1, __ATOMIC_RELAXED);
-    int ramp = oc->enabled && oc->slow_start_ms > 0 && pol != PDR_POLICY_LEAST_LOAD &&
-               pol != PDR_POLICY_POWER_OF_TWO;
+    int ramp = oc->enabled && oc->slow_start_ms > 0 && !(ops->flags & PDR_POLICY_F_WEIGHS_LOAD);
     pdr_worker_t *view[l->n + 1], *kept[ramp ? l->n + 1 : 1];
     cands_t c = {0, view};
     size_t n_kept = 0, kept_usable = 0;
@@ -353,32 +324,14 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
         c = (cands_t){n_kept, kept};
     pdr_worker_t *w = NULL;
     for (int pass = 0; pass < 2 && w == NULL; pass++) {
-        switch (pol) {
-        case PDR_POLICY_LEAST_LOAD: /* pdrouter's name for power_of_two's rule */
-        case PDR_POLICY_POWER_OF_TWO:
-            w = pick_power_of_two(p, c, avoid, n_avoid);
-            break;
-        case PDR_POLICY_RANDOM:
-            w = pick_random(c, avoid, n_avoid);
-            break;
-        case PDR_POLICY_CACHE_AWARE:
-        case PDR_POLICY_PRECISE_PREFIX:
-            w = text != NULL && g->tree[role] != NULL
-                    ? pick_cache_aware(p, g, c, role, avoid, n_avoid, text, len, info)
-                    : pick_power_of_two(p, c, avoid, n_avoid);
-            break;
-        default:
-            w = pick_round_robin(g, c, role, avoid, n_avoid);
-            break;
-        }
+        w = pick_by(p, g, ops, c, role, avoid, n_avoid, text, len, info);
         /* Every serving worker was tried already in this request: allow them again. */
         n_avoid = 0;
     }
     if (w != NULL) {
         pdr_worker_ref(w);
         pdr_debug("pick: pool %s, %s: %s %s by %s among %zu candidate(s)%s", g->name, pdr_role_name(role),
-                  w->id, w->target, pdr_policy_name(pol), c.n,
-                  panic ? " (outlier panic: ejected workers too)" : "");
+                  w->id, w->target, ops->name, c.n, panic ? " (outlier panic: ejected workers too)" : "");
     } else {
         pdr_debug("pick: pool %s, %s: no worker among %zu candidate(s)", g->name, pdr_role_name(role), c.n);
     }

@@ -27,7 +27,7 @@ done
 # python3: tests/CMakeLists.txt asks for it at configure time (the test scripts), and the demo uses it.
 BUILD="build-essential cmake pkgconf python3 \
  libuv1-dev libh2o-dev libcurl4-openssl-dev libyaml-dev libibverbs-dev libssl-dev libjansson-dev"
-# routing/tokenizer*.c: PCRE2 for the pre-tokenizer patterns, utf8proc for NFC.
+# tokenizer/tokenizer*.c: PCRE2 for the pre-tokenizer patterns, utf8proc for NFC.
 BUILD="$BUILD libpcre2-dev libutf8proc-dev"
 # KV events (precise_prefix): ZeroMQ and msgpack-c in the router and pdsim.
 BUILD="$BUILD libzmq3-dev libmsgpack-dev"

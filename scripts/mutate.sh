@@ -28,14 +28,14 @@
 set -u
 
 MUTATIONS=$(cat <<'EOF'
-rr_first @@ router/pool_pick.c @@ pdr_worker_t *w = l.w[(start + k) % n]; @@ pdr_worker_t *w = l.w[(start * 0 + k) % n]; @@ pdrouter @@ ^router_policy_round_robin$
-rr_as_random @@ router/pool_pick.c @@ unsigned start = __atomic_fetch_add(&g->rr_next[role], 1, __ATOMIC_RELAXED); @@ unsigned start = (unsigned)pdr__pool_next_rand() + 0 * __atomic_fetch_add(&g->rr_next[role], 1, __ATOMIC_RELAXED); @@ pdrouter @@ ^router_policy_round_robin$
-least_load_as_round_robin @@ router/pool_pick.c @@ pdr_policy_kind_t pol = g->policy[role]; @@ pdr_policy_kind_t pol = g->policy[role] == PDR_POLICY_LEAST_LOAD ? PDR_POLICY_ROUND_ROBIN : g->policy[role]; @@ pdrouter @@ ^router_policy_least_load_load$
-power_of_two_as_round_robin @@ router/pool_pick.c @@ pdr_policy_kind_t pol = g->policy[role]; @@ pdr_policy_kind_t pol = g->policy[role] == PDR_POLICY_POWER_OF_TWO ? PDR_POLICY_ROUND_ROBIN : g->policy[role]; @@ pdrouter @@ ^router_policy_power_of_two_load$
-power_of_two_as_random @@ router/pool_pick.c @@ pdr_policy_kind_t pol = g->policy[role]; @@ pdr_policy_kind_t pol = g->policy[role] == PDR_POLICY_POWER_OF_TWO ? PDR_POLICY_RANDOM : g->policy[role]; @@ pdrouter @@ ^router_policy_power_of_two_load$
+rr_first @@ routing/policies.c @@ size_t i = (start + k) % in->n; @@ size_t i = (start * 0 + k) % in->n; @@ pdrouter @@ ^router_policy_round_robin$
+rr_as_random @@ routing/policies.c @@ unsigned start = __atomic_fetch_add(in->rr_next, 1, __ATOMIC_RELAXED); @@ unsigned start = (unsigned)pdr_routing_rng_next(in->rng) + 0 * __atomic_fetch_add(in->rr_next, 1, __ATOMIC_RELAXED); @@ pdrouter @@ ^router_policy_round_robin$
+least_load_as_round_robin @@ routing/policies.c @@ {"least_load", PDR_POLICY_F_WEIGHS_LOAD, pick_p2c}; @@ {"least_load", PDR_POLICY_F_WEIGHS_LOAD, pick_round_robin}; @@ pdrouter @@ ^router_policy_least_load_load$
+power_of_two_as_round_robin @@ routing/policies.c @@ {"power_of_two", PDR_POLICY_F_WEIGHS_LOAD, pick_p2c}; @@ {"power_of_two", PDR_POLICY_F_WEIGHS_LOAD, pick_round_robin}; @@ pdrouter @@ ^router_policy_power_of_two_load$
+power_of_two_as_random @@ routing/policies.c @@ {"power_of_two", PDR_POLICY_F_WEIGHS_LOAD, pick_p2c}; @@ {"power_of_two", PDR_POLICY_F_WEIGHS_LOAD, pick_random}; @@ pdrouter @@ ^router_policy_power_of_two_load$
 power_of_two_ignores_load @@ routing/policy.c @@ return (int)(loads[b] < loads[a] ? b : a); @@ return (int)a; @@ pdrouter test_routing @@ ^(routing_unit|router_policy_power_of_two_load)$
 power_of_two_most_loaded @@ routing/policy.c @@ return (int)(loads[b] < loads[a] ? b : a); @@ return (int)(loads[b] > loads[a] ? b : a); @@ pdrouter test_routing @@ ^(routing_unit|router_policy_power_of_two_load)$
-random_first @@ router/pool_pick.c @@ return n > 0 ? ws[pdr__pool_next_rand() % n] : NULL; @@ return n > 0 ? ws[0] : NULL; @@ pdrouter @@ ^router_policy_random$
+random_first @@ routing/policies.c @@ return n > 0 ? (int)idx[pdr_routing_rng_next(in->rng) % n] : PDR_ENOWORKER; @@ return n > 0 ? (int)idx[0] : PDR_ENOWORKER; @@ pdrouter @@ ^router_policy_random$
 chash_keyed_by_process_id @@ router/pool.c @@ w->ring_key = pdr_routing_hash(w->target, strlen(w->target)); @@ w->ring_key = w->uid; @@ pdrouter @@ ^router_policy_replicas
 chash_first_worker @@ routing/chash.c @@ if (pick < 0 || d < best || (d == best && keys[i] < keys[pick])) { @@ if (pick < 0 || (0 && (d < best || (d == best && keys[i] < keys[pick])))) { @@ pdrouter test_routing @@ ^(routing_unit|router_policy_replicas.*)$
 chash_ignores_prompt @@ routing/chash.c @@ uint64_t d = ring_distance(keys[i], key_hash); @@ uint64_t d = ring_distance(keys[i], key_hash * 0); @@ pdrouter test_routing @@ ^(routing_unit|router_policy_replicas.*)$

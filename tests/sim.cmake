@@ -3,7 +3,7 @@
 add_executable(pdsim sim/main.c sim/server.c sim/routes.c sim/generate.c sim/kv_flow.c sim/vllm.c sim/output.c
                      sim/model.c sim/prefix_cache.c sim/kv_events.c sim/kv_lease.c)
 target_include_directories(pdsim PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/sim ${PROJECT_SOURCE_DIR}/worker-shim)
-target_link_libraries(pdsim PRIVATE pdshim pdr_common pdr_routing PkgConfig::H2O PkgConfig::UV PkgConfig::SSL
+target_link_libraries(pdsim PRIVATE pdshim pdr_common pdr_tokenizer PkgConfig::H2O PkgConfig::UV PkgConfig::SSL
                                     PkgConfig::JANSSON PkgConfig::ZMQ PkgConfig::MSGPACK Threads::Threads)
 
 add_test(NAME pdsim_integration
@@ -14,7 +14,7 @@ set_tests_properties(pdsim_integration PROPERTIES TIMEOUT 120 LABELS integration
 # pdsim's prefix cache, as pure code.
 add_executable(test_pdsim_pcache unit/test_pdsim_pcache.c sim/prefix_cache.c sim/model.c)
 target_include_directories(test_pdsim_pcache PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/sim ${PROJECT_SOURCE_DIR}/worker-shim)
-target_link_libraries(test_pdsim_pcache PRIVATE pdr_common pdr_routing PkgConfig::UV)
+target_link_libraries(test_pdsim_pcache PRIVATE pdr_common pdr_tokenizer PkgConfig::UV)
 add_test(NAME pdsim_unit_pcache COMMAND test_pdsim_pcache)
 set_tests_properties(pdsim_unit_pcache PROPERTIES TIMEOUT 60 LABELS unit)
 

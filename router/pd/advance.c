@@ -26,7 +26,7 @@ static int relay_first_byte(const pd_req_t *x)
 /* Decides what happens next from the facts the callbacks recorded. Called after every event. */
 void pdr__pd_advance(pd_req_t *x)
 {
-    if (x->req == NULL || x->stopped || x->backoff_ns != 0) /* backoff_ns: no attempt runs */
+    if (x->req == NULL || x->stopped || x->state == PD_RETRY_WAIT) /* no attempt runs */
         return;
     if (pd_started(x)) {
         pdr__pd_send_final_or_more(x);
@@ -167,7 +167,7 @@ void pdr__pd_advance(pd_req_t *x)
         pdr__pd_cancel_legs(x);
         x->status = (int)x->pleg.status;
         pdr__pd_mark_started(x, 1);
-        x->resp = PD_RESP_FINAL;
+        pd_set_state(x, PD_ANSWERED);
         h2o_req_t *req = x->req;
         req->res.status = x->status;
         req->res.reason = pdr_http_reason(x->status);

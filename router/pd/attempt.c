@@ -46,6 +46,7 @@ void pdr__pd_forget_room(pd_req_t *x)
 void pdr__pd_start_attempt(pd_req_t *x)
 {
     pdr_router_t *r = x->r;
+    pd_set_state(x, PD_PICKING);
     pdr_kv_release(&x->kv.hold);
     pdr__pd_forget_room(x);
     pdr_worker_unref(x->at.pw);
@@ -112,5 +113,6 @@ void pdr__pd_start_attempt(pd_req_t *x)
     x->ph.sent_us = x->at.t0_ns / 1000; /* the pair is picked; its first leg goes out now */
     x->at.first_byte_deadline_ns = x->at.t0_ns + (uint64_t)x->to.first_byte_ms * 1000000u;
     x->at.kv_deadline_ns = x->at.t0_ns + x->kv.ms * 1000000u;
+    pd_set_state(x, PD_LEGS);
     x->at.ops->start(x);
 }

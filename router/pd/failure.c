@@ -122,6 +122,7 @@ void pdr__pd_attempt_failed(pd_req_t *x, int role, int cause, int status, const 
         }
         x->at.recheck = 0;
         x->backoff_ns = pdr_now_ns() + ms * 1000000u;
+        pd_set_state(x, PD_RETRY_WAIT);
         pdr__pd_arm_timer(x);
         return;
     }

@@ -62,8 +62,9 @@ static void prefill_done(pdr_leg_t *leg, int err)
     pdr__pd_release_leg(x, 1);
     if (err == 0 && leg->status >= 200 && leg->status < 300 && x->at.ops->kv_by_prefill)
         pdr__pd_kv_arrived(x); /* an sglang prefill answers once its KV has been received */
-    if (pd_started(x) || x->lingering) {
-        /* After the decode's first byte (pd.relay first_byte): the outcome no longer changes the answer. */
+    if (pd_started(x)) {
+        /* After the decode's first byte (pd.relay first_byte), lingering included: the outcome no longer
+         * changes the answer. */
         if (err == PDR_ECANCELED) {
             /* the router's own drain deadline: nobody's fault */
         } else if (err != 0) {
@@ -78,7 +79,7 @@ static void prefill_done(pdr_leg_t *leg, int err)
             pdr_hist_observe_in(&x->t->m.prefill[x->mroute], PDR_BUCKETS_LLM,
                                 (double)(pdr_now_ns() - x->at.t0_ns) / 1e9);
         }
-        if (x->lingering) {
+        if (x->state == PD_LINGER) {
             pdr__pd_linger_end(x);
             return;
         }

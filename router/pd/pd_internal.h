@@ -30,6 +30,7 @@
 #ifndef PDR_PD_INTERNAL_H
 #define PDR_PD_INTERNAL_H
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,7 @@
 #include "router.h"
 #include "shim_events.h"
 #include "sockinfo.h"
+#include "state.h"
 #include "token_ids.h"
 #include "trace.h"
 #include "util.h"
@@ -70,11 +72,6 @@ typedef enum { MODE_PD = 0, MODE_MODELS } pd_mode_t;
 
 struct pd_req;
 struct pd_proto_ops;
-
-/* How far the client's response has gone; it only moves forward. NONE: the workers are awaited (or the
- * request is queued). STARTED: the status line went (pdr__pd_mark_started), body bytes may follow. FINAL:
- * its end was handed to h2o (the last send, an error answer, or an abort). */
-typedef enum { PD_RESP_NONE = 0, PD_RESP_STARTED, PD_RESP_FINAL } pd_resp_t;
 
 /* One attempt: its pair, the state of its legs, its deadlines and the spans its legs carry. An attempt
  * starts from a fresh one (pdr__pd_start_attempt: one assignment, after the workers' references are
@@ -182,14 +179,13 @@ typedef struct pd_req {
     pd_relay_t rl;
     int merge_wanted; /* the logprob merge is asked for (and the protocol needs the router to do it) */
 
-    pd_resp_t resp;
+    pd_state_t state; /* where the request is (state.h); changed only by pd_set_state */
     /* What happened to the response, with it at any point: send_inflight = h2o writes a send; stopped = the
      * client went away or was cut off (both legs are cancelled); errored = answered by an error
      * (pdr__pd_fail_response); broken = it ended visibly cut short. */
     unsigned send_inflight : 1, stopped : 1, errored : 1, broken : 1;
     unsigned client_aborted : 1; /* the client went away before the end (error_cause "client_abort") */
     unsigned refused : 1;        /* answered by admission, no worker chosen: its log line is rate-limited */
-    unsigned lingering : 1;      /* the client's response is over; the prefill leg is read to its end */
     int status;
     uint64_t t0_ns, ttfb_ns, end_ns, last_data_ns;
     pd_kv_t kv;
@@ -214,7 +210,7 @@ typedef struct pd_req {
     pdr_admit_waiter_t admit;
     uint64_t queue_deadline_ns;
     /* Retries (retry.h): retry_slot = the request holds a slot of the retry budget (released at its end);
-     * backoff_ns = while non-zero, no attempt runs: the next one starts then. */
+     * backoff_ns = in PD_RETRY_WAIT (no attempt runs): when the next attempt starts. */
     unsigned retry_slot : 1;
     uint64_t backoff_ns;
 
@@ -269,15 +265,23 @@ typedef struct pd_proto_ops {
     unsigned rank_header : 1; /* a data-parallel rank is named in a header, not in the body */
 } pd_proto_ops_t;
 
+/* The request's one transition: to `to`, which the table of state.c must allow from where it is (an
+ * assertion in debug builds). */
+static inline void pd_set_state(pd_req_t *x, pd_state_t to)
+{
+    assert(pdr__pd_state_legal(x->state, to));
+    x->state = to;
+}
+
 /* The client's response has begun (its status line went), or its end has been handed to h2o. */
 static inline int pd_started(const pd_req_t *x)
 {
-    return x->resp != PD_RESP_NONE;
+    return x->state == PD_RESPONDING || x->state == PD_ANSWERED || x->state == PD_LINGER;
 }
 
 static inline int pd_final_sent(const pd_req_t *x)
 {
-    return x->resp == PD_RESP_FINAL;
+    return x->state == PD_ANSWERED || x->state == PD_LINGER;
 }
 
 extern const pd_proto_ops_t pdr__pd_sglang_ops, pdr__pd_pdshim_ops, pdr__pd_vllm_ops;

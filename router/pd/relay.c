@@ -12,8 +12,8 @@ void pdr__pd_mark_started(pd_req_t *x, int ttfb)
 {
     if (!pd_started(x) && x->counted_inflight)
         x->t->m.waiting--;
-    if (x->resp == PD_RESP_NONE)
-        x->resp = PD_RESP_STARTED;
+    if (!pd_started(x))
+        pd_set_state(x, PD_RESPONDING);
     if (ttfb)
         x->ttfb_ns = pdr_now_ns();
 }
@@ -34,7 +34,7 @@ void pdr__pd_fail_response(pd_req_t *x, int status, const char *type, const char
     if (x->req == NULL || pd_started(x))
         return;
     pdr__pd_mark_started(x, 1);
-    x->resp = PD_RESP_FINAL;
+    pd_set_state(x, PD_ANSWERED);
     pdr_send_error(x->req, status, type, msg, retry_after);
 }
 
@@ -273,7 +273,7 @@ int pdr__pd_merge_whole_answer(pd_req_t *x)
  * broken rather than cut short. */
 static void abort_response(pd_req_t *x)
 {
-    x->resp = PD_RESP_FINAL;
+    pd_set_state(x, PD_ANSWERED);
     x->end_ns = pdr_now_ns();
     h2o_send(x->req, NULL, 0, H2O_SEND_STATE_ERROR);
 }
@@ -369,7 +369,7 @@ void pdr__pd_send_final_or_more(pd_req_t *x)
         x->ph.last_token_us = x->rl.send_ns / 1000;
     }
     if (final) {
-        x->resp = PD_RESP_FINAL;
+        pd_set_state(x, PD_ANSWERED);
         x->end_ns = pdr_now_ns();
     }
     x->rl.send_off = 0;

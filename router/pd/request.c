@@ -11,7 +11,7 @@ static void free_req(uv_handle_t *h);
 /* A lingering request's prefill leg has ended: the request goes. */
 void pdr__pd_linger_end(pd_req_t *x)
 {
-    x->lingering = 0;
+    pd_set_state(x, PD_DONE);
     x->t->live--;
     x->t->lingering--;
     uv_timer_stop(&x->timer);
@@ -45,7 +45,7 @@ static void free_req(uv_handle_t *h)
 static void on_linger_deadline(uv_timer_t *t)
 {
     pd_req_t *x = t->data;
-    if (!x->lingering)
+    if (x->state != PD_LINGER)
         return;
     if (x->at.p_running) {
         pdr_leg_cancel(&x->pleg);
@@ -92,13 +92,14 @@ static void on_dispose(void *p)
             x->t->live--;
     }
     if (linger) {
-        x->lingering = 1;
+        pd_set_state(x, PD_LINGER);
         x->t->lingering++;
         uint64_t now = pdr_now_ns();
         uint64_t ms = x->at.kv_deadline_ns > now ? (x->at.kv_deadline_ns - now + 999999) / 1000000 : 1;
         uv_timer_start(&x->timer, on_linger_deadline, ms, 0);
         return;
     }
+    pd_set_state(x, PD_DONE);
     uv_timer_stop(&x->timer);
     uv_close((uv_handle_t *)&x->timer, free_req);
 }

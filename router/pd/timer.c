@@ -134,7 +134,7 @@ static void on_timer(uv_timer_t *t)
         pdr__pd_note_client_abort(x);
         x->stopped = 1;
         pdr__pd_cancel_legs(x);
-        x->resp = PD_RESP_FINAL;
+        pd_set_state(x, PD_ANSWERED);
         x->end_ns = now;
         h2o_send(x->req, NULL, 0, H2O_SEND_STATE_ERROR);
         return;
@@ -150,7 +150,7 @@ static void on_timer(uv_timer_t *t)
             h2o_send_error_502(x->req, "Bad Gateway", "client closed", H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
             return;
         }
-        if (x->backoff_ns != 0) {
+        if (x->state == PD_RETRY_WAIT) {
             /* Waiting out a retry's back-off: no leg runs, so a shutdown's cancellation of the legs in
              * flight cannot reach the request; it is looked for here. */
             int stopping = pdr_router_shutting_down(x->r);

@@ -1,5 +1,5 @@
 /*
- * Fuzz target for the tokenizer's encoding path (routing/tokenizer.c): the pre-tokenizers (the byte-level
+ * Fuzz target for the tokenizer's encoding path (tokenizer/tokenizer.c): the pre-tokenizers (the byte-level
  * regex split of GPT-2, the Split patterns of Llama 3 and Qwen2), added tokens, NFC and the BPE merges, on
  * arbitrary text. The tokenizers are the seed tokenizer.json files of fuzz_tokenizer
  * (tests/fuzz/corpus/tokenizer), loaded once; the first input byte picks one (modulo their number), the

@@ -1,6 +1,6 @@
 /*
- * Fuzz target for the tokenizer.json loader (routing/tjson.c and routing/tokenizer_load.c) and, when a
- * file loads, the encoder (routing/tokenizer.c): the input is a tokenizer.json. A load either succeeds
+ * Fuzz target for the tokenizer.json loader (tokenizer/tjson.c and tokenizer/tokenizer_load.c) and, when a
+ * file loads, the encoder (tokenizer/tokenizer.c): the input is a tokenizer.json. A load either succeeds
  * or fails with a message naming the file; a loaded tokenizer encodes fixed texts and the input itself
  * (when it is UTF-8) without crashing, every id in the vocabulary's range or an added or template id.
  * Built with libFuzzer when PDR_LIBFUZZER is defined; otherwise a main() replays every file named on the

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks on the C sources: a limit on the length of those outside tests/ (the hand-written code of the
-router, config, routing, transport, the shim, common and bench), and a rule every C file of the tree keeps.
+router, config, routing, the tokenizer, transport, the shim, common and bench), and a rule every C file of
+the tree keeps.
 
   check_sources.py long_files [ROOT]
       No file is over 700 lines, without exception: a file that grows past it is split on its seams (files
