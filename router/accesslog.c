@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "err.h"
+#include "front.h"
 #include "router.h"
 #include "util.h"
 #include <unistd.h>

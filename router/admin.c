@@ -23,8 +23,11 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "control.h"
 #include "err.h"
+#include "front.h"
 #include "links.h"
+#include "reply.h"
 #include "router.h"
 #include "routes.h"
 #include "shim_events.h"

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "control.h"
 #include "err.h"
 #include "router.h"
 #include "util.h"

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <openssl/crypto.h>
+#include "control.h"
 #include "err.h"
 #include "router.h"
 

@@ -4,10 +4,6 @@
  * at (a pick, the admin API, /metrics), so no timer runs per link. Any thread.
  */
 #include "breaker.h"
-#include <stdio.h>
-#include <stdlib.h>
-#include "buf.h"
-#include "links.h"
 #include "util.h"
 
 const char *const pdr_breaker_state_names[PDR_BREAKER__COUNT] = {"closed", "open", "half_open"};
@@ -112,56 +108,6 @@ uint64_t pdr_breaker_avoided(void)
 uint64_t pdr_breaker_all_open(void)
 {
     return __atomic_load_n(&all_open, __ATOMIC_RELAXED);
-}
-
-char *pdr_breaker_render_metrics(size_t *len)
-{
-    pdr_buf_t o = {0};
-    char line[800];
-    int n;
-#define PUT(...)                                                                                             \
-    do {                                                                                                     \
-        n = snprintf(line, sizeof(line), __VA_ARGS__);                                                       \
-        if (n > 0 && pdr_buf_append(&o, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1,       \
-                                    SIZE_MAX / 2) != 0)                                                      \
-            goto oom;                                                                                        \
-    } while (0)
-    PUT("# HELP pdr_breaker_transitions_total Prefill->decode link breaker state changes, by the state "
-        "entered.\n# TYPE pdr_breaker_transitions_total counter\n");
-    for (int s = 0; s < PDR_BREAKER__COUNT; s++)
-        PUT("pdr_breaker_transitions_total{to=\"%s\"} %llu\n", pdr_breaker_state_names[s],
-            (unsigned long long)pdr_breaker_transitions((pdr_breaker_state_t)s));
-    PUT("# HELP pdr_breaker_avoided_total Pair picks that left an open link for another pairing.\n"
-        "# TYPE pdr_breaker_avoided_total counter\npdr_breaker_avoided_total %llu\n",
-        (unsigned long long)pdr_breaker_avoided());
-    PUT("# HELP pdr_breaker_all_open_total Pair picks whose every pairing tried was open: the least "
-        "recently failed link was used.\n# TYPE pdr_breaker_all_open_total counter\n"
-        "pdr_breaker_all_open_total %llu\n",
-        (unsigned long long)pdr_breaker_all_open());
-    size_t cap = pdr_links_count() + 1;
-    pdr_link_info_t *ls = malloc(sizeof(*ls) * cap);
-    size_t k = ls != NULL ? pdr_links_snapshot(ls, cap, NULL) : 0;
-    uint64_t now = pdr_now_ms();
-    PUT("# HELP pdr_link_state The prefill->decode link's breaker: 0 closed, 1 open, 2 half-open; links "
-        "that never failed have no series.\n# TYPE pdr_link_state gauge\n");
-    for (size_t i = 0; i < k; i++) {
-        n = snprintf(line, sizeof(line), "pdr_link_state{prefill=\"%s\",decode=\"%s\"} %d\n", ls[i].prefill,
-                     ls[i].decode, (int)pdr_breaker_state(&ls[i].brk, now, NULL));
-        if (n > 0 && pdr_buf_append(&o, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1,
-                                    SIZE_MAX / 2) != 0) {
-            free(ls);
-            goto oom;
-        }
-    }
-    free(ls);
-#undef PUT
-    if (pdr_buf_append(&o, "", 1, SIZE_MAX / 2) != 0) /* NUL-terminated, not counted */
-        goto oom;
-    *len = o.len - 1;
-    return o.p;
-oom:
-    pdr_buf_free(&o);
-    return NULL;
 }
 
 void pdr_breaker__reset(void)

@@ -56,8 +56,6 @@ void pdr_breaker_count_all_open(void); /* every pairing tried was open: the leas
 uint64_t pdr_breaker_transitions(pdr_breaker_state_t to);
 uint64_t pdr_breaker_avoided(void);
 uint64_t pdr_breaker_all_open(void);
-/* The breaker's /metrics families (malloc'd text, *len its length; NULL when out of memory). */
-char *pdr_breaker_render_metrics(size_t *len);
 /* Tests: zeroes the counters. */
 void pdr_breaker__reset(void);
 

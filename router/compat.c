@@ -24,7 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "control.h"
 #include "err.h"
+#include "reply.h"
 #include "router.h"
 #include "routes.h"
 #include "util.h"

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include "conn_internal.h"
 #include "err.h"
+#include "front.h"
 #include "ratelog.h"
 #include "reqguard.h"
 #include "router.h"

@@ -13,7 +13,9 @@
 #include <unistd.h>
 #include "conn_internal.h"
 #include "err.h"
+#include "front.h"
 #include "ratelog.h"
+#include "reply.h"
 #include "reqguard.h"
 #include "router.h"
 #include "util.h"

@@ -22,8 +22,10 @@
 #ifndef PDR_FWDHEADERS_H
 #define PDR_FWDHEADERS_H
 
+#include <h2o.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "config.h"
 
 /* ---- pure helpers ---- */
 
@@ -50,13 +52,11 @@ typedef struct pdr_trace {
 int pdr_traceparent_parse(const char *v, size_t len, pdr_trace_t *out);
 /* Writes "00-<trace id>-<span>-<flags>" (55 characters and a NUL) into out. */
 void pdr_traceparent_format(const pdr_trace_t *t, const uint8_t span[8], char out[PDR_TRACEPARENT_LEN + 1]);
-/* Lower-case hex of n bytes into out (2n characters and a NUL). */
-void pdr_hex(const uint8_t *p, size_t n, char *out);
 
 /* 1 when v is a request id the router echoes: 1..63 characters of [A-Za-z0-9._-]. */
 int pdr_fwd_request_id_ok(const char *v, size_t len);
 
-/* ---- per request (fwdheaders.c; the h2o-facing calls are declared in router.h) ---- */
+/* ---- per request ---- */
 
 typedef struct pdr_fwd {
     char *block; /* the shared header lines, "Name: value" joined by CRLF, NUL-terminated (request pool) */
@@ -71,5 +71,19 @@ typedef struct pdr_fwd {
 /* The header lines of one more leg: the shared block and a traceparent with a new span id. The array
  * and its strings stay valid until the next call (pdr_leg_start copies them). */
 const char *const *pdr_fwd_leg(pdr_fwd_t *f);
+
+/* ---- on h2o requests ---- */
+
+/* The request-head limits and character checks every data-plane request passes first: 0, or the status
+ * to answer (431 past limits.max_headers / limits.max_header_bytes, 414 for a request target longer than
+ * limits.max_header_bytes, 400 for a character HTTP does not allow) with the reason in msg. */
+int pdr_fwd_check_request(h2o_req_t *req, const pdr_config_t *c, char *msg, size_t cap);
+/* Builds the request's forwarded headers, its request id and trace context (fwdheaders.h). 0, or
+ * PDR_ENOMEM. */
+int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c);
+/* The trace id of the client's valid traceparent in lower-case hex: 1, or 0 when it sent none. */
+int pdr_fwd_trace_id(h2o_req_t *req, char out[33]);
+/* A new request id (32 hex characters). */
+void pdr_fwd_new_request_id(char out[33]);
 
 #endif

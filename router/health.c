@@ -16,6 +16,7 @@
 #include <string.h>
 #include "defaults.h"
 #include "err.h"
+#include "health.h"
 #include "router.h"
 #include "util.h"
 

@@ -7,6 +7,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include "front.h"
 #include "router.h"
 #include "util.h"
 

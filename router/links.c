@@ -10,7 +10,9 @@
 #include "links.h"
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include "buf.h"
 #include "util.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -61,6 +63,9 @@ void pdr_links_failure_breaker(const pdr_worker_t *p, const pdr_worker_t *d, con
 {
     if (p == NULL || d == NULL)
         return;
+    /* Entries go with their workers: the pool calls pdr_links_forget_worker for each worker it retires
+     * from the first entry on (registered before the entry exists, so no retirement slips between). */
+    pdr_pool_on_retire(pdr_links_forget_worker);
     pthread_mutex_lock(&lock);
     pdr_link_info_t *e = find(p->uid, d->uid);
     if (e == NULL) {
@@ -172,4 +177,54 @@ void pdr_links__reset(void)
     pthread_mutex_lock(&lock);
     __atomic_store_n(&n_links, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
+}
+
+char *pdr_links_render_metrics(size_t *len)
+{
+    pdr_buf_t o = {0};
+    char line[800];
+    int n;
+#define PUT(...)                                                                                             \
+    do {                                                                                                     \
+        n = snprintf(line, sizeof(line), __VA_ARGS__);                                                       \
+        if (n > 0 && pdr_buf_append(&o, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1,       \
+                                    SIZE_MAX / 2) != 0)                                                      \
+            goto oom;                                                                                        \
+    } while (0)
+    PUT("# HELP pdr_breaker_transitions_total Prefill->decode link breaker state changes, by the state "
+        "entered.\n# TYPE pdr_breaker_transitions_total counter\n");
+    for (int s = 0; s < PDR_BREAKER__COUNT; s++)
+        PUT("pdr_breaker_transitions_total{to=\"%s\"} %llu\n", pdr_breaker_state_names[s],
+            (unsigned long long)pdr_breaker_transitions((pdr_breaker_state_t)s));
+    PUT("# HELP pdr_breaker_avoided_total Pair picks that left an open link for another pairing.\n"
+        "# TYPE pdr_breaker_avoided_total counter\npdr_breaker_avoided_total %llu\n",
+        (unsigned long long)pdr_breaker_avoided());
+    PUT("# HELP pdr_breaker_all_open_total Pair picks whose every pairing tried was open: the least "
+        "recently failed link was used.\n# TYPE pdr_breaker_all_open_total counter\n"
+        "pdr_breaker_all_open_total %llu\n",
+        (unsigned long long)pdr_breaker_all_open());
+    size_t cap = pdr_links_count() + 1;
+    pdr_link_info_t *ls = malloc(sizeof(*ls) * cap);
+    size_t k = ls != NULL ? pdr_links_snapshot(ls, cap, NULL) : 0;
+    uint64_t now = pdr_now_ms();
+    PUT("# HELP pdr_link_state The prefill->decode link's breaker: 0 closed, 1 open, 2 half-open; links "
+        "that never failed have no series.\n# TYPE pdr_link_state gauge\n");
+    for (size_t i = 0; i < k; i++) {
+        n = snprintf(line, sizeof(line), "pdr_link_state{prefill=\"%s\",decode=\"%s\"} %d\n", ls[i].prefill,
+                     ls[i].decode, (int)pdr_breaker_state(&ls[i].brk, now, NULL));
+        if (n > 0 && pdr_buf_append(&o, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1,
+                                    SIZE_MAX / 2) != 0) {
+            free(ls);
+            goto oom;
+        }
+    }
+    free(ls);
+#undef PUT
+    if (pdr_buf_append(&o, "", 1, SIZE_MAX / 2) != 0) /* NUL-terminated, not counted */
+        goto oom;
+    *len = o.len - 1;
+    return o.p;
+oom:
+    pdr_buf_free(&o);
+    return NULL;
 }

@@ -55,6 +55,9 @@ void pdr_links_forget_worker(const pdr_worker_t *w);
 size_t pdr_links_snapshot(pdr_link_info_t *out, size_t cap, size_t *suspect);
 /* How many links have an entry now. */
 size_t pdr_links_count(void);
+/* The link table's /metrics families: the breaker's counters (breaker.h) and each link's breaker state
+ * (malloc'd text, *len its length; NULL when out of memory). */
+char *pdr_links_render_metrics(size_t *len);
 /* Tests: empties the table. */
 void pdr_links__reset(void);
 

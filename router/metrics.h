@@ -124,18 +124,7 @@ typedef struct pdr_sse_counter {
 size_t pdr_sse_count_tokens(pdr_sse_counter_t *c, const char *p, size_t n);
 void pdr_metrics_count_request(pdr_metrics_t *m, int route, int status, double seconds, double ttfb_seconds);
 
-/* Router-wide values that are not per loop. */
-typedef struct pdr_metrics_extra {
-    int64_t inflight;         /* PD requests in progress */
-    int max_inflight;         /* limits.max_inflight of the current config */
-    uint64_t body_bytes_held; /* HTTP/2 request body bytes held (conn.c) */
-    uint64_t reloads_ok, reloads_failed;
-    struct pdr_router *router; /* the KV event families (kv_events.c); NULL: left out */
-} pdr_metrics_extra_t;
-
-/* Renders every metric: the sum of the n per-thread sets, the pool's gauges, the router-wide values.
- * Returns a malloc'd buffer and its length (NULL when out of memory). */
-char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_t n,
-                         const pdr_metrics_extra_t *x, size_t *len);
+/* The histograms' bucket bounds, by set (metrics.c). */
+extern const double pdr__metrics_buckets[PDR_BUCKETS__COUNT][PDR_HIST_BUCKETS];
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * Span records and their OTLP/HTTP JSON encoding (trace.h). Pure functions: no lock, no clock, no I/O;
+ * Span records and their OTLP/HTTP JSON encoding (otlp.h). Pure functions: no lock, no clock, no I/O;
  * the span helpers run on loop threads, the encoder on the exporter thread. Unit-tested in
  * tests/unit/test_otlp.c.
  *
@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 #include "err.h"
-#include "fwdheaders.h"
-#include "trace.h"
+#include "otlp.h"
+#include "util.h"
 
 void pdr_span_init(pdr_span_t *s, const char *name, int kind, const uint8_t trace_id[16],
                    const uint8_t span_id[8], const uint8_t *parent_id, uint64_t start_us, uint64_t end_us)

@@ -82,13 +82,4 @@ double pdr_outlier_weight(const pdr_outlier_state_t *s, uint64_t now_ms);
  * of them healthy, is in panic (never with none healthy: nothing to pick). */
 int pdr_outlier_panic(const pdr_outlier_conf_t *c, size_t serving, size_t healthy, size_t total);
 
-/* ---- on the pool ---- */
-
-struct pdr_pool;
-/* Loop 0, every drain tick: logs and records the ejections that ended. */
-void pdr_outlier_tick(struct pdr_pool *p, uint64_t now_ms);
-/* The Prometheus families of passive health (docs/metrics.md), through put (printf-like). */
-typedef void (*pdr_outlier_put_cb)(void *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void pdr_outlier_metrics(struct pdr_pool *p, pdr_outlier_put_cb put, void *out);
-
 #endif

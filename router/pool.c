@@ -14,7 +14,6 @@
 #include <string.h>
 #include "err.h"
 #include "kvevents.h"
-#include "links.h"
 #include "pool.h"
 #include "pool_internal.h"
 #include "util.h"
@@ -402,10 +401,19 @@ static pdr_worker_list_t *without(const pdr_worker_list_t *cur, const unsigned c
     return next;
 }
 
+static pdr_pool_retire_cb on_retire; /* atomic: set once by the first user (pdr_pool_on_retire) */
+
+void pdr_pool_on_retire(pdr_pool_retire_cb cb)
+{
+    __atomic_store_n(&on_retire, cb, __ATOMIC_RELEASE);
+}
+
 static void retire(pdr_pool_t *p, pdr_worker_t *w, const char *why)
 {
     __atomic_store_n(&w->removed, 1, __ATOMIC_RELEASE);
-    pdr_links_forget_worker(w); /* its prefill -> decode link state goes with it */
+    pdr_pool_retire_cb cb = __atomic_load_n(&on_retire, __ATOMIC_ACQUIRE);
+    if (cb != NULL)
+        cb(w); /* what a part above the pool keeps per worker (the links' table) goes with it */
     if (w->group >= 0 && (size_t)w->group < p->n_groups && p->groups[w->group].tree[w->role] != NULL)
         pdr_ptree_remove_tenant(p->groups[w->group].tree[w->role], w->uid);
     p->removed_total[source_of(w)]++;

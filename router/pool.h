@@ -201,6 +201,17 @@ int pdr_pool_check_result(pdr_pool_t *p, pdr_worker_t *w, int ok);
 int pdr_pool_init(pdr_pool_t *p, const pdr_config_t *c);
 /* Drops the pool's references (workers still referenced elsewhere live on until released). */
 void pdr_pool_dispose(pdr_pool_t *p);
+/* Passive health over the pool (pool_outlier.c). Loop 0, every drain tick: logs and records the
+ * ejections that ended. */
+void pdr_outlier_tick(pdr_pool_t *p, uint64_t now_ms);
+/* The Prometheus families of passive health (docs/metrics.md), through put (printf-like). */
+typedef void (*pdr_outlier_put_cb)(void *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void pdr_outlier_metrics(pdr_pool_t *p, pdr_outlier_put_cb put, void *out);
+/* Called for each worker the pool retires (removed, or replaced by a new incarnation), on the thread
+ * that retires it, after the worker is marked removed. One hook for the process: a part above the pool
+ * that keeps state per worker registers it (links.c, when it stores its first entry). */
+typedef void (*pdr_pool_retire_cb)(const pdr_worker_t *w);
+void pdr_pool_on_retire(pdr_pool_retire_cb cb);
 
 /* ---- membership ---- */
 

@@ -9,7 +9,6 @@
 #include <string.h>
 #include "err.h"
 #include "kvevents.h"
-#include "links.h"
 #include "pool.h"
 #include "pool_internal.h"
 #include "util.h"

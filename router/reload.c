@@ -14,9 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "control.h"
 #include "discovery.h"
 #include "dpaware.h"
 #include "err.h"
+#include "front.h"
+#include "health.h"
 #include "router.h"
 #include "schema.h"
 #include "util.h"

@@ -1,7 +1,7 @@
 /*
  * Answers every listener sends itself (any loop): the OpenAI error shape
- * {"error":{"message","type","code"}}, a body of a given type, a JSON object, and GET /metrics (the data,
- * admin and metrics ports). Calls nothing of server.c, pd/ or admin.c.
+ * {"error":{"message","type","code"}}, a body of a given type, a JSON object. Uses h2o and jansson only:
+ * every folder may answer with it.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "err.h"
-#include "router.h"
+#include "reply.h"
 #include "util.h"
 
 void pdr_json_escape(char *out, size_t cap, const char *s)
@@ -69,30 +69,4 @@ int pdr_send_json(h2o_req_t *req, int status, json_t *o)
     pdr_send_body(req, status, "application/json", s, strlen(s));
     free(s);
     return status;
-}
-
-void pdr__send_metrics(pdr_thread_t *t, h2o_req_t *req)
-{
-    pdr_router_t *r = t->r;
-    pdr_metrics_count_request(&t->m, PDR_MR_METRICS, 200, 0, -1);
-    size_t len = 0;
-    const pdr_metrics_t *ms[PDR_MAX_THREADS_RENDER];
-    size_t n = 0;
-    for (int i = 0; i < r->n_threads && n < PDR_MAX_THREADS_RENDER; i++)
-        ms[n++] = &r->threads[i].m;
-    pdr_metrics_extra_t x = {
-        .inflight = __atomic_load_n(&r->inflight, __ATOMIC_RELAXED),
-        .max_inflight = t->config->limits.max_inflight,
-        .body_bytes_held = __atomic_load_n(&r->body_bytes_held, __ATOMIC_RELAXED),
-        .reloads_ok = __atomic_load_n(&r->reloads_ok, __ATOMIC_RELAXED),
-        .reloads_failed = __atomic_load_n(&r->reloads_failed, __ATOMIC_RELAXED),
-        .router = r,
-    };
-    char *text = pdr_metrics_render(&r->pool, ms, n, &x, &len);
-    if (text == NULL) {
-        pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
-        return;
-    }
-    pdr_send_body(req, 200, "text/plain; version=0.0.4", text, len);
-    free(text);
 }

@@ -20,10 +20,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include "admission.h"
+#include "control.h"
 #include "err.h"
+#include "front.h"
+#include "fwdheaders.h"
+#include "health.h"
+#include "pd.h"
+#include "reply.h"
 #include "reqguard.h"
 #include "kv_events.h"
 #include "phases.h"
+#include "server.h"
 #include "shim_events.h"
 #include "router.h"
 #include "routes.h"

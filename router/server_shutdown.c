@@ -9,9 +9,13 @@
 #include <string.h>
 #include <unistd.h>
 #include "admission.h"
+#include "control.h"
 #include "err.h"
+#include "front.h"
+#include "health.h"
 #include "kv_events.h"
 #include "phases.h"
+#include "server.h"
 #include "shim_events.h"
 #include "router.h"
 #include "routes.h"

@@ -19,6 +19,7 @@
  * This file holds the state, verification, per-worker keys, load reports and the handler; rooms are
  * shim_events_rooms.c's, the views and decode admission shim_events_views.c's.
  */
+#include "reply.h"
 #include "shim_events.h"
 
 #include <inttypes.h>

@@ -2,6 +2,7 @@
  * The shim events seen from outside (see shim_events.c): a worker's and the router's admin views, the
  * metrics, and decode admission by the free KV the shims report.
  */
+#include "rewrite.h"
 #include "shim_events.h"
 
 #include <inttypes.h>

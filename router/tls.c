@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "err.h"
+#include "front.h"
 #include "router.h"
 #include "util.h"
 

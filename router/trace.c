@@ -13,6 +13,7 @@
 #include <time.h>
 #include "config.h"
 #include "err.h"
+#include "otlp.h"
 #include "trace.h"
 #include "util.h"
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "control.h"
 #include "pool.h"
 #include "router.h"
 

@@ -25,7 +25,9 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "front.h"
 #include "router.h"
+#include "server.h"
 #include "util.h"
 
 static pdr_router_t fuzz_router;

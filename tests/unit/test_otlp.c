@@ -8,6 +8,7 @@
 #include <string.h>
 #include "check.h"
 #include "err.h"
+#include "otlp.h"
 #include "phases.h"
 #include "runner.h"
 #include "trace.h"
