@@ -1,5 +1,5 @@
 /*
- * Fuzz target for the request-body JSON scanner (router/jsonscan.c), with jansson as the oracle.
+ * Fuzz target for the request-body JSON scanner (router/util/jsonscan.c), with jansson as the oracle.
  * Built with libFuzzer when PDR_LIBFUZZER is defined; otherwise a main() replays every file named on
  * the command line (ctest's jsonscan_fuzz_corpus). tests/unit/test_jsonscan.c includes this file with
  * PDR_JSONSCAN_NO_MAIN defined to reuse jsonscan_differential() on its own inputs and mutations.

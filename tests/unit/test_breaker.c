@@ -1,6 +1,6 @@
-/* Unit tests for the pair-aware breaker (router/breaker.c) and its place in the link table
- * (router/links.c): a link opens at breaker.consecutive_failures failures in a row, is avoided while open,
- * turns half-open after its period and admits one probe at a time; the probe's success closes it, its
+/* Unit tests for the pair-aware breaker (router/workers/breaker.c) and its place in the link table
+ * (router/workers/links.c): a link opens at breaker.consecutive_failures failures in a row, is avoided while
+ * open, turns half-open after its period and admits one probe at a time; the probe's success closes it, its
  * failure re-opens it for twice the period (capped at max_open_ms); a probe never heard of is given up
  * after the period; a success resets the period; the counters and /metrics families follow. */
 #include <stdio.h>

@@ -1,6 +1,6 @@
-/* Unit tests for the prefill -> decode link state (router/links.c) and the KV deadline's arithmetic,
- * prompt length and failure counters (router/kvdeadline.c): a failure marks a link suspect and a success
- * clears it, forgetting a worker drops its links both ways, the table stays within PDR_LINKS_MAX (a
+/* Unit tests for the prefill -> decode link state (router/workers/links.c) and the KV deadline's arithmetic,
+ * prompt length and failure counters (router/workers/kvdeadline.c): a failure marks a link suspect and a
+ * success clears it, forgetting a worker drops its links both ways, the table stays within PDR_LINKS_MAX (a
  * cleared link goes before a suspect one), concurrent updates lose nothing; the deadline grows by
  * kv_transfer_ms_per_1k_tokens per 1024 tokens (rounded up, capped); the prompt's length is counted from
  * ids or estimated from the text; causes and backends map to bounded label sets. */

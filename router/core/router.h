@@ -6,9 +6,10 @@
  * the drain timer and the admin listener (admin.c, its own h2o globalconf and context) run on loop 0.
  * libcurl is used only off the loops: the Kubernetes discovery threads and --dp-aware's start-time query.
  *
- * Who calls whom (tests/layering/check_layering.py; docs/internals/principles.md): main.c -> server.c ->
- * the handlers (pd/, admin.c, compat.c) -> reload.c and conn.c -> reply.c, accesslog.c, admin_token.c;
- * never the other way.
+ * This header holds that state (pdr_router_t, pdr_thread_t) and the tokenizer reference (tokenizer_ref.c),
+ * shared by the folders ranked above core/; each folder declares its own functions in its own headers
+ * (server.h, control.h, pd.h, front.h, health.h, reply.h ...). docs/internals/principles.md has the ranks,
+ * tests/layering/check_layering.py checks them.
  */
 #ifndef PDR_ROUTER_H
 #define PDR_ROUTER_H

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <jansson.h>
 #include "jsonscan.h"
-#include "pd/pd_internal.h"
+#include "pd_internal.h"
 
 /* "a, b, c" of every pool's models into out (cut with ", ..." past cap). */
 static void served_list(const pdr_config_t *c, char *out, size_t cap)

@@ -55,7 +55,7 @@ char *pdr_pdreq_build_body_ticket(pdr_pdreq_t *r, const char *bootstrap_host, in
                                   const uint64_t *rooms, int dp_rank, const char *const *tickets,
                                   size_t *len);
 
-/* The body of a request that skips the prefill (conditional disaggregation, router/disagg.h): the
+/* The body of a request that skips the prefill (conditional disaggregation, router/workers/disagg.h): the
  * client's members except bootstrap_host, bootstrap_port, bootstrap_room and kv_transfer_params, so that
  * the worker runs it as a plain, non-disaggregated request; dp_rank >= 0 adds "data_parallel_rank" as
  * pdr_pdreq_build_body_rank does. Returns a malloc'd, NUL-terminated string and

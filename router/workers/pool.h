@@ -82,8 +82,8 @@ typedef struct pdr_worker {
     int removed;                 /* atomic: out of the pool */
     uint64_t alive_ns;           /* atomic: when it last answered a request (pdr_worker_note_alive) */
     int probe_now;               /* atomic: a request suspects it; loop 0 checks it at its next tick */
-    pdr_outlier_state_t outlier; /* passive health (router/outlier.h): under the pool lock, atomics read */
-    /* What its shim reports (router/shim_events.c): atomics, written by loop 0; report_ms 0 = never. */
+    pdr_outlier_state_t outlier; /* passive health (outlier.h): under the pool lock, atomics read */
+    /* What its shim reports (fleet/shim_events.c): atomics, written by loop 0; report_ms 0 = never. */
     struct {
         uint64_t report_ms, kv_free_bytes, kv_total_bytes, kv_free_blocks, block_size, kv_bytes_per_token;
         uint64_t queue_depth, active_rooms, dropped_total;
@@ -126,11 +126,11 @@ typedef struct pdr_pool {
     pdr_events_t events;                       /* recent errors, for the admin status page (own lock) */
     uint64_t ca_max_tree;                      /* cache_aware.max_tree_size */
     uint64_t ca_decisions[4];                  /* atomic: by pdr_cache_aware_decision_t */
-    struct pdr_kvindex *kvindex;               /* precise_prefix: the KV event index (router/kv_events.c) */
+    struct pdr_kvindex *kvindex;               /* precise_prefix: the KV event index (fleet/kv_events.c) */
     uint64_t pp_decisions[2][4];               /* atomic: precise_prefix by [from the index][decision] */
     int live;
     pdr_outlier_conf_t outlier;      /* under rw: the outlier settings */
-    uint64_t panic_total[PDR_ROLES]; /* atomic: picks made in panic (router/outlier.h), by role */
+    uint64_t panic_total[PDR_ROLES]; /* atomic: picks made in panic (outlier.h), by role */
 } pdr_pool_t;
 
 enum { PDR_SOURCE_STATIC = 0, PDR_SOURCE_ADMIN, PDR_SOURCE_DNS, PDR_SOURCE_KUBERNETES };
@@ -276,7 +276,7 @@ typedef struct pdr_prompt_tokens {
     uint32_t *ids;
     size_t n;
 } pdr_prompt_tokens_t;
-/* What a pick reports beside the worker (conditional disaggregation, router/disagg.h). */
+/* What a pick reports beside the worker (conditional disaggregation, router/workers/disagg.h). */
 typedef struct pdr_pick_info {
     int record; /* in: 0 = cache_aware leaves its tree unchanged (pdr_pool_record_pick once final) */
     const pdr_prompt_tokens_t *tok; /* in: the prompt's token ids for precise_prefix; NULL: none */
@@ -325,7 +325,7 @@ const char *pdr_worker_state_name(const pdr_worker_t *w);
 
 /* A request to this worker failed in a way that proves it unreachable: mark it unhealthy now. */
 void pdr_pool_eject(pdr_pool_t *p, pdr_worker_t *w, const char *why);
-/* A request failed with a server error: counts towards an outlier ejection (router/outlier.h); with
+/* A request failed with a server error: counts towards an outlier ejection (router/workers/outlier.h); with
  * outlier.enabled false, like a failed check. pdr_pool_eject's failures count towards it too. */
 void pdr_pool_report_failure(pdr_pool_t *p, pdr_worker_t *w, const char *why);
 /* A request succeeded: resets the count of consecutive failures. */

@@ -88,7 +88,7 @@ static const struct {
      "Requests answered 431 (more header fields than limits.max_headers, or more bytes than "
      "limits.max_header_bytes) or 414 (a request target longer than limits.max_header_bytes).",
      offsetof(pdr_metrics_t, headers_too_large_total)},
-    /* Client-side limits (router/limits.c, conn.c): */
+    /* Client-side limits (router/front/limits.c, conn.c): */
     {"pdr_http_body_too_large_total",
      "Requests answered 413 for a body above limits.max_body_bytes (HTTP/1 Content-Length or chunked, "
      "HTTP/2 content-length or DATA; the chunk guard's are pdr_http_chunk_too_large_total).",

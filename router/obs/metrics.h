@@ -67,7 +67,7 @@ typedef struct pdr_metrics {
     uint64_t chunk_too_large_total;  /* HTTP/1 chunked bodies refused at a chunk past max_body_bytes */
     uint64_t h2_header_block_too_large_total; /* HTTP/2 connections closed for a header block too large */
     uint64_t headers_too_large_total; /* requests answered 431 or 414 (limits.max_headers/max_header_bytes) */
-    /* Client-side limits (router/limits.c, conn.c): */
+    /* Client-side limits (router/front/limits.c, conn.c): */
     uint64_t body_too_large_total;            /* requests answered 413 (limits.max_body_bytes) */
     uint64_t batch_too_large_total;           /* requests answered 400 (limits.max_batch_items) */
     uint64_t client_header_timeouts_total;    /* 408: the head did not arrive in timeouts.client_header_ms */

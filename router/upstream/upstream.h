@@ -101,8 +101,8 @@ uint64_t pdr__multi_buf_allocs(const pdr_multi_t *m);
  * requests waits for connect slots or pooled connections instead of flooding the worker with SYNs). */
 size_t pdr__multi_connecting_peak(const pdr_multi_t *m);
 
-/* TLS for https:// origins (router/upstream_tls.c): the client context (a reference is taken; NULL: https
- * legs fail), the name checked instead of each URL's host (NULL: the host), and whether the worker's
+/* TLS for https:// origins (router/upstream/upstream_tls.c): the client context (a reference is taken; NULL:
+ * https legs fail), the name checked instead of each URL's host (NULL: the host), and whether the worker's
  * certificate is verified. Connections made before keep their sessions. 0 or PDR_ENOMEM. */
 struct ssl_ctx_st;
 int pdr_multi_set_tls(pdr_multi_t *m, struct ssl_ctx_st *ctx, const char *server_name, int verify);

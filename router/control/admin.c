@@ -8,8 +8,8 @@
  * Worker ids are "<role>-<n>" ("prefill-0"): the static workers numbered in config order, later ones
  * (added, discovered) numbered on from there; an id is never reused while the router runs.
  *
- * GET / is the status page (router/status.html, embedded at build time as status_html.h). It is the one
- * route served without the token: a browser cannot send a bearer header when it navigates, and the page
+ * GET / is the status page (router/control/status.html, embedded at build time as status_html.h). It is the
+ * one route served without the token: a browser cannot send a bearer header when it navigates, and the page
  * holds no data; its script asks for the token and sends it on every API call.
  *
  * The request bodies (drain, add a worker) are parsed by admin_parse.c.
@@ -97,7 +97,7 @@ static json_t *worker_json(const pdr_worker_t *w)
         json_object_set_new(o, "dp_rank", json_integer(w->dp_rank));
     if (o != NULL && pdr_worker_removed(w))
         json_object_set_new(o, "removed", json_true());
-    uint64_t left = pdr_outlier_ms_left(&w->outlier, now); /* passive health (router/outlier.h) */
+    uint64_t left = pdr_outlier_ms_left(&w->outlier, now); /* passive health (router/workers/outlier.h) */
     if (o != NULL && left > 0)
         json_object_set_new(o, "ejected_ms_left", json_integer((json_int_t)left));
     double weight = pdr_outlier_weight(&w->outlier, now);
