@@ -2,7 +2,7 @@
  * The client side of the data port (front/): the batched access log (accesslog.c), client connections
  * and their guards (conn.c, conn_h1.c, conn_h2.c), the client limits h2o enforces (limits.c), and the TLS
  * contexts of the listener and the workers (tls.c). The server (server/) and the handlers (pd/, control/)
- * call these; nothing here calls them.
+ * call these; front/ calls none of them.
  */
 #ifndef PDR_FRONT_H
 #define PDR_FRONT_H
