@@ -1,5 +1,5 @@
 /*
- * The upstream response parser's cost per response: router/h1parse.c's pdr_h1_next against
+ * The upstream response parser's cost per response: router/upstream/h1parse.c's pdr_h1_next against
  * picohttpparser's phr_parse_response (exported by libh2o), on the response bench/callgrind.sh's
  * upstream sends. Counted by callgrind: run it with N and 2N responses and divide the difference of the
  * totals by N (docs/benchmarks.md has the commands).

@@ -1,4 +1,4 @@
-/* Small shared helpers: clocks, CSPRNG, bounded integer parsing, logging. Any thread. */
+/* Small shared helpers: clocks, hex, CSPRNG, bounded integer parsing, logging. Any thread. */
 #ifndef PDR_UTIL_H
 #define PDR_UTIL_H
 
@@ -7,6 +7,8 @@
 
 /* Monotonic clock. */
 uint64_t pdr_now_ns(void);
+/* Lower-case hex of n bytes into out (2n characters and a NUL). */
+void pdr_hex(const uint8_t *p, size_t n, char *out);
 /* The value of one hexadecimal digit (either case), or -1. */
 static inline int pdr_hex_digit(char c)
 {

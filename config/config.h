@@ -21,7 +21,7 @@ typedef enum { PDR_ROLE_PREFILL = 0, PDR_ROLE_DECODE = 1, PDR_ROLE_REGULAR = 2 }
 #define PDR_ROLES 3
 /* pd.relay: when the decode's answer is relayed to the client (sglang protocol). */
 typedef enum { PDR_RELAY_FIRST_BYTE = 0, PDR_RELAY_AFTER_PREFILL } pdr_relay_t;
-/* outlier: passive health (router/outlier.h, docs/operations.md "Passive health"). */
+/* outlier: passive health (router/workers/outlier.h, docs/operations.md "Passive health"). */
 typedef struct pdr_outlier_conf {
     int enabled;                 /* default 1 (true); false: request failures count against health.fall */
     int consecutive_failures;    /* default 5: consecutive failed requests that eject a worker */
@@ -57,8 +57,8 @@ typedef struct pdr_ipnet {
     char text[52];    /* canonical "address/prefix", for messages */
 } pdr_ipnet_t;
 
-/* Dynamic workers (router/discovery.h): the top-level discovery: of the one-pool form, or a pool's own.
- * A role's target is in use when its name (dns) or selector (kubernetes) is non-NULL. */
+/* Dynamic workers (router/discovery/discovery.h): the top-level discovery: of the one-pool form, or a pool's
+ * own. A role's target is in use when its name (dns) or selector (kubernetes) is non-NULL. */
 typedef struct pdr_discovery_conf {
     struct {
         struct {
@@ -128,7 +128,8 @@ typedef struct pdr_pool_conf {
 /* The deadlines a request of pool pc runs with: the pool's own where it sets them, else c's. */
 typedef struct pdr_timeouts {
     int connect_ms, first_byte_ms, kv_transfer_ms, stream_idle_ms;
-    int kv_transfer_ms_per_1k_tokens; /* added to kv_transfer_ms per 1024 prompt tokens (router/kvdeadline.h)
+    int kv_transfer_ms_per_1k_tokens; /* added to kv_transfer_ms per 1024 prompt tokens
+                                       * (router/workers/kvdeadline.h)
                                        */
 } pdr_timeouts_t;
 
@@ -205,7 +206,7 @@ typedef struct pdr_config {
         int kv_transfer_ms;               /* default 30000 */
         int stream_idle_ms;               /* default 300000 */
         int kv_transfer_ms_per_1k_tokens; /* default 0: the KV deadline does not grow with the prompt */
-        /* Client side (router/limits.c, conn.c): */
+        /* Client side (router/front/limits.c, conn.c): */
         int client_header_ms;  /* default 10000: a request head must arrive within it (408) */
         int client_body_ms;    /* default 60000: longest pause inside a request body (408) */
         int keepalive_idle_ms; /* default 75000: an idle keep-alive connection is closed after it */
@@ -226,7 +227,7 @@ typedef struct pdr_config {
         int max_header_bytes;    /* default 32 KiB: the request's header fields (431 above) */
         int max_headers;         /* default 100: header fields per request (431 above; h2o's own cap) */
         int max_batch_items;     /* default 1024: items of one batched PD request (400 above) */
-        /* Client side (router/limits.c, conn.c): */
+        /* Client side (router/front/limits.c, conn.c): */
         int max_client_connections;      /* default 0: no limit; else accepting pauses at it */
         int max_idle_client_connections; /* default 0: no limit; else the oldest idle ones are closed */
         int64_t max_lingering_bytes;     /* default 128 MiB: dropped after an early answer; past it, cut */
@@ -235,7 +236,7 @@ typedef struct pdr_config {
         int64_t max_body_memory_bytes;    /* default 1 GiB: HTTP/2 bodies all connections hold (0: no cap) */
         int h2_max_concurrent_streams;    /* default 100: streams of a connection processed at once */
         int h2_max_control_frames;        /* default 1000: SETTINGS/PING/PRIORITY/CONTINUATION per 10 s */
-        /* Admission (router/admission.c, docs/internals/admission.md). */
+        /* Admission (router/fleet/admission.c, docs/internals/admission.md). */
         int max_inflight_per_pool;   /* default 0: none; else the PD requests in flight per pool */
         int max_inflight_per_worker; /* default 0: none; else a worker with as many legs is not picked */
         int queue;                   /* default 100 (sglang's --queue-size): requests waiting for room */
@@ -253,8 +254,8 @@ typedef struct pdr_config {
         double jitter_factor;      /* default 0.2: each wait is drawn in [1 - j, 1 + j] times its value */
     } retries;
     pdr_outlier_conf_t outlier;
-    /* The pair-aware breaker (router/breaker.h): a prefill -> decode link with consecutive_failures KV
-     * failures in a row is avoided for open_ms (doubling per re-open up to max_open_ms), then probed. */
+    /* The pair-aware breaker (router/workers/breaker.h): a prefill -> decode link with consecutive_failures
+     * KV failures in a row is avoided for open_ms (doubling per re-open up to max_open_ms), then probed. */
     struct {
         int enabled;              /* default 1 */
         int consecutive_failures; /* default 3 */
@@ -294,7 +295,7 @@ typedef struct pdr_config {
         int prompt_bytes_per_token; /* default 4: prompt bytes per token when no token ids are known */
         int max_new_tokens;         /* default 128: output tokens assumed when the body names none */
     } kv_admission;
-    /* Conditional disaggregation (router/disagg.h): a request whose uncached prompt is short, or that
+    /* Conditional disaggregation (router/workers/disagg.h): a request whose uncached prompt is short, or that
      * arrives while every prefill is saturated, skips the prefill. Every field 0: off (the default). */
     struct {
         int min_prefill_tokens; /* default 0: a token prompt (input_ids) whose uncached part is shorter
@@ -310,7 +311,7 @@ typedef struct pdr_config {
         char *dir;        /* NULL (default): the router's log on stderr only; else also DIR/pdrouter.log */
     } log;
 
-    /* Trace export (router/trace.h): spans of each PD request under its W3C trace context. Exporting is
+    /* Trace export (router/obs/trace.h): spans of each PD request under its W3C trace context. Exporting is
      * on when otlp_endpoint or file is set; read at start (a reload keeps the running exporter). */
     struct {
         char *otlp_endpoint; /* NULL (default): none; else an OTLP/HTTP traces URL (JSON encoding) */
@@ -323,8 +324,9 @@ typedef struct pdr_config {
         int timeout_ms;      /* default 2000: one export request's deadline */
     } tracing;
 
-    /* TLS (router/tls.c, router/upstream_tls.c; docs/security.md). Files are read when a listener or a
-     * worker connection needs them: at start and at every reload, not while the config is parsed. */
+    /* TLS (router/front/tls.c, router/upstream/upstream_tls.c; docs/security.md). Files are read when a
+     * listener or a worker connection needs them: at start and at every reload, not while the config is
+     * parsed. */
     struct {
         char *cert_file; /* listen.tls.cert_file, NULL (default): the data-plane port speaks plain HTTP */
         char *key_file;  /* listen.tls.key_file: required with cert_file */
@@ -345,7 +347,7 @@ typedef struct pdr_config {
 
     int threads; /* event-loop threads; 0 (default) = one per CPU core */
     /* dp_aware (--dp-aware, the sglang router's flag): at start, each static worker without a dp_size is
-     * asked its dp_size (GET /get_server_info); router/dpaware.c. Default 0. */
+     * asked its dp_size (GET /get_server_info); router/workers/dpaware.c. Default 0. */
     int dp_aware;
     char *tokenizer; /* NULL (default): none; else a tokenizer.json the router loads (--tokenizer-path) */
 

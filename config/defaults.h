@@ -43,9 +43,9 @@
 
 #define PDR_DEF_MAX_BODY_BYTES 33554432 /* 32 MiB */
 #define PDR_DEF_MAX_INFLIGHT 4096
-/* Client-side limits (router/limits.c, router/conn.c). A request head must arrive within 10 s (h2o's
- * own request timeout, HAProxy's usual `timeout http-request`; nginx allows 60 s); a body may pause 60 s
- * between reads (nginx's client_body_timeout); an idle keep-alive connection is kept 75 s (nginx's
+/* Client-side limits (router/front/limits.c, router/front/conn.c). A request head must arrive within 10 s
+ * (h2o's own request timeout, HAProxy's usual `timeout http-request`; nginx allows 60 s); a body may pause 60
+ * s between reads (nginx's client_body_timeout); an idle keep-alive connection is kept 75 s (nginx's
  * keepalive_timeout: longer than the idle expiry of common client pools, 5 s in httpx, 15 s in aiohttp,
  * so that the client, not the router, closes first). 100 concurrent HTTP/2 streams is what h2o 2.2.5
  * advertises and enforces (a constant of the library; RFC 9113 recommends no fewer than 100): the limit
@@ -70,7 +70,7 @@
  * a ticket and bytes in both legs' bodies, and the loop builds them in one go. 1024 items make legs of a
  * few hundred KiB; a client with more sends several requests. */
 #define PDR_DEF_MAX_BATCH_ITEMS 1024
-/* A KV event publisher (router/kv_events.c): one message is one engine step's events, and a step stores
+/* A KV event publisher (router/fleet/kv_events.c): one message is one engine step's events, and a step stores
  * at most the engine's tokens per step (its chunked-prefill size, thousands of tokens by default: tens
  * of KiB of BlockStored); 1 MiB holds about 190 000 tokens. Past it libzmq drops the publisher's connection
  * (ZMQ_MAXMSGSIZE). 256 messages queued per publisher (ZMQ_RCVHWM; past it libzmq drops messages, seen
@@ -120,7 +120,7 @@
 #define PDR_DEF_ACCESS_LOG "-"
 #define PDR_DEF_LOG_LEVEL "info"
 
-/* Discovery (router/discovery.h). */
+/* Discovery (router/discovery/discovery.h). */
 #define PDR_DEF_BOOTSTRAP_PORT 8998 /* sglang's default --disaggregation-bootstrap-port */
 #define PDR_DEF_DNS_INTERVAL_MS 5000
 #define PDR_DEF_DNS_PORT 53 /* of discovery.dns.resolver when it names none (RFC 1035) */

@@ -299,7 +299,7 @@ int pdr_worker_conf_parse_url(const char *url, pdr_worker_conf_t *w, char *err, 
         pdr__config_err(err, errlen, "worker URL '%s' is longer than %d bytes", shown, PDR_CONFIG_MAX_URL);
         return PDR_EINVAL;
     }
-    /* https://: the worker is reached over TLS (workers.tls; router/upstream_tls.c). */
+    /* https://: the worker is reached over TLS (workers.tls; router/upstream/upstream_tls.c). */
     int tls = strncasecmp(url, "https://", 8) == 0;
     if (!tls && strncasecmp(url, "http://", 7) != 0) {
         if (strstr(url, "://") != NULL)

@@ -495,7 +495,7 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         pdr__config_err(err, errlen, "health.path: must start with '/'");
         return PDR_ECONFIG;
     }
-    /* Client side (router/limits.c, conn.c): */
+    /* Client side (router/front/limits.c, conn.c): */
     CHECK_RANGE(c->n_request_id_headers, 0, PDR_CONFIG_MAX_REQUEST_ID_HEADERS, "request_id_headers (count)");
     for (size_t i = 0; i < c->n_request_id_headers; i++) {
         char msg[160];

@@ -14,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <curl/curl.h>
+#include "control.h"
 #include "dpaware.h"
 #include "err.h"
 #include "router.h"
+#include "server.h"
 #include "shim_events.h"
 #include "tokenizer.h"
 #include "util.h"

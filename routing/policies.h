@@ -2,7 +2,7 @@
  * The routing policies as one list of operation tables, in the manner of nginx's upstream balancers
  * (each module fills init, get and free) and Envoy's load balancer factories: a policy is a name, the flags
  * that say what state the pool keeps for it, and its pick over one pick's candidates. The router's pick
- * (router/pool_pick.c) builds the candidates and calls the table of the pool's policy without asking
+ * (router/workers/pool_pick.c) builds the candidates and calls the table of the pool's policy without asking
  * which one it runs; the configuration parses, names and bounds policies by this list (config/config.c,
  * config/schema.c). Plain C, any thread: what a pick reads and updates comes in pdr_policy_input_t.
  */

@@ -36,7 +36,7 @@ power_of_two_as_random @@ routing/policies.c @@ {"power_of_two", PDR_POLICY_F_WE
 power_of_two_ignores_load @@ routing/policy.c @@ return (int)(loads[b] < loads[a] ? b : a); @@ return (int)a; @@ pdrouter test_routing @@ ^(routing_unit|router_policy_power_of_two_load)$
 power_of_two_most_loaded @@ routing/policy.c @@ return (int)(loads[b] < loads[a] ? b : a); @@ return (int)(loads[b] > loads[a] ? b : a); @@ pdrouter test_routing @@ ^(routing_unit|router_policy_power_of_two_load)$
 random_first @@ routing/policies.c @@ return n > 0 ? (int)idx[pdr_routing_rng_next(in->rng) % n] : PDR_ENOWORKER; @@ return n > 0 ? (int)idx[0] : PDR_ENOWORKER; @@ pdrouter @@ ^router_policy_random$
-chash_keyed_by_process_id @@ router/pool.c @@ w->ring_key = pdr_routing_hash(w->target, strlen(w->target)); @@ w->ring_key = w->uid; @@ pdrouter @@ ^router_policy_replicas
+chash_keyed_by_process_id @@ router/workers/pool.c @@ w->ring_key = pdr_routing_hash(w->target, strlen(w->target)); @@ w->ring_key = w->uid; @@ pdrouter @@ ^router_policy_replicas
 chash_first_worker @@ routing/chash.c @@ if (pick < 0 || d < best || (d == best && keys[i] < keys[pick])) { @@ if (pick < 0 || (0 && (d < best || (d == best && keys[i] < keys[pick])))) { @@ pdrouter test_routing @@ ^(routing_unit|router_policy_replicas.*)$
 chash_ignores_prompt @@ routing/chash.c @@ uint64_t d = ring_distance(keys[i], key_hash); @@ uint64_t d = ring_distance(keys[i], key_hash * 0); @@ pdrouter test_routing @@ ^(routing_unit|router_policy_replicas.*)$
 chash_no_load_bound @@ routing/chash.c @@ uint64_t limit = cap - 1.0 >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)(cap - 1.0); @@ uint64_t limit = UINT64_MAX; @@ pdrouter test_routing @@ ^(routing_unit|router_policy_replicas.*)$
@@ -44,63 +44,63 @@ cache_aware_no_match @@ routing/policy.c @@ if (rate > params->cache_threshold) 
 cache_aware_no_balance @@ routing/policy.c @@ int imbalanced = pdr__loads_imbalanced(params, loads, n); @@ int imbalanced = 0 && pdr__loads_imbalanced(params, loads, n); @@ pdrouter test_routing @@ ^(routing_unit|router_policy_.*)$
 cache_aware_smallest_tree_first @@ routing/policy.c @@ if (i == 0 || c < best || (c == best && loads[i] < loads[pick])) { @@ if (i == 0 || (0 && (c < best || (c == best && loads[i] < loads[pick])))) { @@ pdrouter test_routing @@ ^(routing_unit|router_policy_affinity|router_policy_pool_thresholds)$
 precise_prefix_ignores_index @@ routing/precise.c @@ rate = (double)m[i].blocks * m[i].block_size / (double)n_tokens; @@ rate = 0.0 * (double)n_tokens; @@ pdrouter test_kvindex @@ ^(routing_unit_kvindex|router_kv_events_routing)$
-breaker_never_opens @@ router/breaker.c @@ if (b->state == PDR_BREAKER_CLOSED && consecutive >= c->consecutive_failures) { @@ if (0 && consecutive >= c->consecutive_failures) { @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
-breaker_open_admits @@ router/breaker.c @@     if (b->state == PDR_BREAKER_OPEN)
+breaker_never_opens @@ router/workers/breaker.c @@ if (b->state == PDR_BREAKER_CLOSED && consecutive >= c->consecutive_failures) { @@ if (0 && consecutive >= c->consecutive_failures) { @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
+breaker_open_admits @@ router/workers/breaker.c @@     if (b->state == PDR_BREAKER_OPEN)
         return 0; @@     if (b->state == PDR_BREAKER_OPEN)
         return 1; @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
-breaker_many_probes @@ router/breaker.c @@ if (b->probe && now_ms < b->until_ms) @@ if (0 && b->probe && now_ms < b->until_ms) @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
-breaker_no_backoff @@ router/breaker.c @@ uint64_t p = b->period_ms ? b->period_ms * 2 : c->open_ms; @@ uint64_t p = c->open_ms; @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
-retry_budget_unlimited @@ router/retry.c @@         if (cur >= limit)
+breaker_many_probes @@ router/workers/breaker.c @@ if (b->probe && now_ms < b->until_ms) @@ if (0 && b->probe && now_ms < b->until_ms) @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
+breaker_no_backoff @@ router/workers/breaker.c @@ uint64_t p = b->period_ms ? b->period_ms * 2 : c->open_ms; @@ uint64_t p = c->open_ms; @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
+retry_budget_unlimited @@ router/pd/retry.c @@         if (cur >= limit)
             return 0; @@         if (0 && cur >= limit)
             return 0; @@ pdrouter test_retry @@ ^(router_unit_retry|router_retry_budget)$
-retry_budget_ignores_percent @@ router/retry.c @@ uint64_t b = inflight * (uint64_t)(percent > 0 ? percent : 0) / 100; @@ uint64_t b = inflight + 0 * (uint64_t)percent; @@ pdrouter test_retry @@ ^(router_unit_retry|router_retry_budget)$
-admission_no_inflight_cap @@ router/admission.c @@ if (S.admitted >= c->limits.max_inflight) @@ if (0 && S.admitted >= c->limits.max_inflight) @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_inflight_cap)$
-admission_no_pool_cap @@ router/admission.c @@ if (per_pool > 0 && S.pool_admitted[pool_slot(w->pool_index)] >= per_pool) @@ if (0 && per_pool > 0) @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_per_pool_cap)$
-admission_no_worker_cap @@ router/admission.c @@ if (!workers_fit(c, w)) @@ if (0 && !workers_fit(c, w)) @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_per_worker_cap)$
-admission_no_rate_limit @@ router/admission.c @@     if (b->tokens < 1)
+retry_budget_ignores_percent @@ router/pd/retry.c @@ uint64_t b = inflight * (uint64_t)(percent > 0 ? percent : 0) / 100; @@ uint64_t b = inflight + 0 * (uint64_t)percent; @@ pdrouter test_retry @@ ^(router_unit_retry|router_retry_budget)$
+admission_no_inflight_cap @@ router/fleet/admission.c @@ if (S.admitted >= c->limits.max_inflight) @@ if (0 && S.admitted >= c->limits.max_inflight) @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_inflight_cap)$
+admission_no_pool_cap @@ router/fleet/admission.c @@ if (per_pool > 0 && S.pool_admitted[pool_slot(w->pool_index)] >= per_pool) @@ if (0 && per_pool > 0) @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_per_pool_cap)$
+admission_no_worker_cap @@ router/fleet/admission.c @@ if (!workers_fit(c, w)) @@ if (0 && !workers_fit(c, w)) @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_per_worker_cap)$
+admission_no_rate_limit @@ router/fleet/admission.c @@     if (b->tokens < 1)
         return 0; @@     if (0 && b->tokens < 1)
         return 0; @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_rate_limit)$
-admission_queue_unbounded @@ router/admission.c @@ } else if (S.depth >= (size_t)c->limits.queue) { @@ } else if (0 && S.depth >= (size_t)c->limits.queue) { @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_queue_full)$
+admission_queue_unbounded @@ router/fleet/admission.c @@ } else if (S.depth >= (size_t)c->limits.queue) { @@ } else if (0 && S.depth >= (size_t)c->limits.queue) { @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_queue_full)$
 ticket_signature_unchecked @@ common/ticket.c @@ if (!pdr_ct_equal(mac, want, PDR_HMAC_LEN)) @@ if (0 && !pdr_ct_equal(mac, want, PDR_HMAC_LEN)) @@ pdrouter pdsim test_ticket pdshim @@ ^(ticket_unit|tickets_refusals|tickets_shim_python)$
 ticket_expiry_unchecked @@ common/ticket.c @@ else if (out->expires_ms < UINT64_MAX - skew_ms && now_ms > out->expires_ms + skew_ms) @@ else if (0 && now_ms > out->expires_ms + skew_ms) @@ pdrouter pdsim test_ticket pdshim @@ ^(ticket_unit|tickets_refusals|tickets_shim_python)$
 ticket_replay_accepted @@ worker-shim/shim_ticket.c @@         if (s->room == room)
             return PDR_EREPLAYED; @@         if (s->room == room)
             return 0; @@ pdshim @@ ^(tickets_shim_python|tickets_shim_parts_python)$
 kv_transfer_ms_ignored @@ router/pd/request.c @@ x->kv.ms = pdr_kv_deadline_ms(x->to.kv_transfer_ms, x->to.kv_transfer_ms_per_1k_tokens, x->kv.tokens); @@ x->kv.ms = 86400000; @@ pdrouter @@ ^router_kv_deadline_(retry_other_pair|no_pair_left)$
-kv_transfer_ms_per_1k_ignored @@ router/kvdeadline.c @@ ms += ((uint64_t)per_1k_ms * tokens + 1023) / 1024; @@ ms += 0; @@ pdrouter @@ ^router_kv_deadline_scaled_deadline$
+kv_transfer_ms_per_1k_ignored @@ router/workers/kvdeadline.c @@ ms += ((uint64_t)per_1k_ms * tokens + 1023) / 1024; @@ ms += 0; @@ pdrouter @@ ^router_kv_deadline_scaled_deadline$
 first_byte_ms_ignored @@ router/pd/attempt.c @@ x->at.first_byte_deadline_ns = x->at.t0_ns + (uint64_t)x->to.first_byte_ms * 1000000u; @@ x->at.first_byte_deadline_ns = x->at.t0_ns + 86400000000000u; @@ pdrouter @@ ^router_(prefill_stopped|prefill_stopped_retry|relay_first_byte)$
-drain_worker_keeps_serving @@ router/pool_state.c @@ __atomic_store_n(&w->drain, PDR_DRAIN_DRAINING, __ATOMIC_RELEASE); @@ (void)0; @@ pdrouter @@ ^router_admin_(drain_load|drain_timeout|self_drain)$
-drain_no_grace @@ router/server_shutdown.c @@     if (grace == 0) {
+drain_worker_keeps_serving @@ router/workers/pool_state.c @@ __atomic_store_n(&w->drain, PDR_DRAIN_DRAINING, __ATOMIC_RELEASE); @@ (void)0; @@ pdrouter @@ ^router_admin_(drain_load|drain_timeout|self_drain)$
+drain_no_grace @@ router/server/server_shutdown.c @@     if (grace == 0) {
         pdr__server_begin_drain(r); @@     if (1) {
         pdr__server_begin_drain(r); @@ pdrouter @@ ^router_(shutdown|shutdown_load|shutdown_drain_timeout|admin_readiness)$
-hop_keep_alive_forwarded @@ router/fwdheaders.c @@ : EQ(name, len, "keep-alive") ? K_HOP @@ : EQ(name, len, "keep-alive") ? K_FORWARD @@ pdrouter @@ ^router_headers_(forward|own_rules)$
-hop_te_forwarded @@ router/fwdheaders.c @@ return EQ(name, len, "te") ? K_HOP : K_FORWARD; @@ return K_FORWARD; @@ pdrouter @@ ^router_headers_forward$
-hop_upgrade_trailer_forwarded @@ router/fwdheaders.c @@ return EQ(name, len, "trailer") || EQ(name, len, "upgrade") ? K_HOP : K_FORWARD; @@ return K_FORWARD; @@ pdrouter @@ ^router_headers_forward$
-hop_proxy_forwarded @@ router/fwdheaders.c @@ if (len >= 6 && EQ(name, 6, "proxy-")) @@ if (0) @@ pdrouter @@ ^router_headers_forward$
-hop_connection_names_forwarded @@ router/fwdheaders.c @@ if (named_by_connection(req, conn_i, name, nlen)) @@ if (0 && named_by_connection(req, conn_i, name, nlen)) @@ pdrouter @@ ^router_headers_forward$
-hop_transfer_encoding_forwarded @@ router/fwdheaders.c @@ return EQ(name, len, "transfer-encoding")   ? K_HOP @@ return EQ(name, len, "transfer-encoding")   ? K_FORWARD @@ pdrouter test_fwdheaders @@ ^router_(unit_fwdheaders|headers_(forward|own_rules))$
-xff_client_not_appended @@ router/fwdheaders.c @@     put(&o, addr, addr_len);
+hop_keep_alive_forwarded @@ router/front/fwdheaders.c @@ : EQ(name, len, "keep-alive") ? K_HOP @@ : EQ(name, len, "keep-alive") ? K_FORWARD @@ pdrouter @@ ^router_headers_(forward|own_rules)$
+hop_te_forwarded @@ router/front/fwdheaders.c @@ return EQ(name, len, "te") ? K_HOP : K_FORWARD; @@ return K_FORWARD; @@ pdrouter @@ ^router_headers_forward$
+hop_upgrade_trailer_forwarded @@ router/front/fwdheaders.c @@ return EQ(name, len, "trailer") || EQ(name, len, "upgrade") ? K_HOP : K_FORWARD; @@ return K_FORWARD; @@ pdrouter @@ ^router_headers_forward$
+hop_proxy_forwarded @@ router/front/fwdheaders.c @@ if (len >= 6 && EQ(name, 6, "proxy-")) @@ if (0) @@ pdrouter @@ ^router_headers_forward$
+hop_connection_names_forwarded @@ router/front/fwdheaders.c @@ if (named_by_connection(req, conn_i, name, nlen)) @@ if (0 && named_by_connection(req, conn_i, name, nlen)) @@ pdrouter @@ ^router_headers_forward$
+hop_transfer_encoding_forwarded @@ router/front/fwdheaders.c @@ return EQ(name, len, "transfer-encoding")   ? K_HOP @@ return EQ(name, len, "transfer-encoding")   ? K_FORWARD @@ pdrouter test_fwdheaders @@ ^router_(unit_fwdheaders|headers_(forward|own_rules))$
+xff_client_not_appended @@ router/front/fwdheaders.c @@     put(&o, addr, addr_len);
     if (req->scheme != NULL) @@     (void)addr_len;
     if (req->scheme != NULL) @@ pdrouter @@ ^router_headers_forward$
-xff_client_value_dropped @@ router/fwdheaders.c @@ if (e->value.len == 0 || classify(e->name->base, e->name->len, 0) != K_XFF || @@ if (1 || @@ pdrouter @@ ^router_headers_forward$
-xfp_client_value_forwarded @@ router/fwdheaders.c @@ : EQ(name, len, "x-forwarded-proto") ? K_ROUTER @@ : EQ(name, len, "x-forwarded-proto") ? K_FORWARD @@ pdrouter @@ ^router_headers_(forward|own_rules)$
-xfh_not_added @@ router/fwdheaders.c @@ if (xfh == NULL && authority.len > 0) @@ if (0 && xfh == NULL && authority.len > 0) @@ pdrouter @@ ^router_headers_forward$
-client_authorization_forwarded @@ router/fwdheaders.c @@ return api_key && EQ(name, len, "authorization") ? K_ROUTER : K_FORWARD; @@ return 0 && api_key ? K_ROUTER : K_FORWARD; @@ pdrouter @@ ^router_headers_api_key$
-h2_closed_socket_read @@ router/conn_h2.c @@ return sock->input == NULL || uv_is_closing((uv_handle_t *)&cc->tcp); @@ return 0 && uv_is_closing((uv_handle_t *)&cc->tcp); @@ pdrouter fuzz_conn @@ ^(router_h2_conformance_prior|router_conn_fuzz_corpus)$
-tls_reset_not_quiet @@ router/conn.c @@         SSL_set_quiet_shutdown(cc->ssl, 1); @@         (void)0; @@ pdrouter @@ ^router_tls_descriptors$
-lingering_skipped @@ router/conn_h1.c @@ if (c->timeouts.lingering_ms == 0 || linger_drop(cc, sock)) { @@ if (1 || linger_drop(cc, sock)) { @@ pdrouter @@ ^router_limits_early_answers$
-h2_body_budget_off @@ router/conn_h2.c @@ cc->h2g.budget_on = b != UINT64_MAX; @@ cc->h2g.budget_on = 0; @@ pdrouter @@ ^router_limits_h2_body_budget$
-h2_body_stall_ignored @@ router/conn_h2.c @@ if ((s = pdr_h2guard_take_stalled(&cc->h2g, now - pause)) == 0) @@ if ((s = 0) == 0) @@ pdrouter @@ ^router_limits_h2_body_budget$
+xff_client_value_dropped @@ router/front/fwdheaders.c @@ if (e->value.len == 0 || classify(e->name->base, e->name->len, 0) != K_XFF || @@ if (1 || @@ pdrouter @@ ^router_headers_forward$
+xfp_client_value_forwarded @@ router/front/fwdheaders.c @@ : EQ(name, len, "x-forwarded-proto") ? K_ROUTER @@ : EQ(name, len, "x-forwarded-proto") ? K_FORWARD @@ pdrouter @@ ^router_headers_(forward|own_rules)$
+xfh_not_added @@ router/front/fwdheaders.c @@ if (xfh == NULL && authority.len > 0) @@ if (0 && xfh == NULL && authority.len > 0) @@ pdrouter @@ ^router_headers_forward$
+client_authorization_forwarded @@ router/front/fwdheaders.c @@ return api_key && EQ(name, len, "authorization") ? K_ROUTER : K_FORWARD; @@ return 0 && api_key ? K_ROUTER : K_FORWARD; @@ pdrouter @@ ^router_headers_api_key$
+h2_closed_socket_read @@ router/front/conn_h2.c @@ return sock->input == NULL || uv_is_closing((uv_handle_t *)&cc->tcp); @@ return 0 && uv_is_closing((uv_handle_t *)&cc->tcp); @@ pdrouter fuzz_conn @@ ^(router_h2_conformance_prior|router_conn_fuzz_corpus)$
+tls_reset_not_quiet @@ router/front/conn.c @@         SSL_set_quiet_shutdown(cc->ssl, 1); @@         (void)0; @@ pdrouter @@ ^router_tls_descriptors$
+lingering_skipped @@ router/front/conn_h1.c @@ if (c->timeouts.lingering_ms == 0 || linger_drop(cc, sock)) { @@ if (1 || linger_drop(cc, sock)) { @@ pdrouter @@ ^router_limits_early_answers$
+h2_body_budget_off @@ router/front/conn_h2.c @@ cc->h2g.budget_on = b != UINT64_MAX; @@ cc->h2g.budget_on = 0; @@ pdrouter @@ ^router_limits_h2_body_budget$
+h2_body_stall_ignored @@ router/front/conn_h2.c @@ if ((s = pdr_h2guard_take_stalled(&cc->h2g, now - pause)) == 0) @@ if ((s = 0) == 0) @@ pdrouter @@ ^router_limits_h2_body_budget$
 h2_slow_reader_whole_sends @@ router/pd/relay.c @@ if (x->req->version >= 0x200 && n > H2_PIECE) @@ if (0 && x->req->version >= 0x200 && n > H2_PIECE) @@ pdrouter @@ ^router_hardening_slow_steady_reader_h2$
 merge_stream_no_send_ceiling @@ router/pd/relay.c @@ if (out->len >= HIGH_WATER && start < len) { @@ if (0 && out->len >= HIGH_WATER && start < len) { @@ pdrouter @@ ^router_hardening_merge_stream_burst$
 merge_event_no_ceiling @@ router/pd/relay.c @@ rc = dump_json(j, out, was + limit - 2 < cap ? was + limit - 2 : cap); @@ rc = dump_json(j, out, cap); @@ pdrouter @@ ^router_hardening_merge_event_past_limit$
 merge_whole_no_ceiling @@ router/pd/relay.c @@ rc = dump_json(j, &m, (size_t)x->conf->limits.max_merge_bytes); @@ rc = dump_json(j, &m, (size_t)1 << 40); @@ pdrouter @@ ^router_hardening_merge_event_past_limit$
-h2_tls_budget_not_closing @@ router/conn_h2.c @@ cc->h2g.budget_closes = !body_limit; @@ cc->h2g.budget_closes = 0; @@ pdrouter @@ ^router_tls_h2_body_budget$
-tls_resume_failure_not_retried @@ router/upstream.c @@ int resumed_failed = c->tls != NULL && c->tls_offered && !c->tls_ready && c->o->tls_no_resume; @@ int resumed_failed = 0; @@ pdrouter @@ ^router_tls_workers_resumption$
-tls_resume_failure_keeps_sessions @@ router/upstream_conn_tls.c @@ if (c->tls_saved || c->tls == NULL || c->o->tls_no_resume) @@ if (c->tls_saved || c->tls == NULL) @@ pdrouter @@ ^router_tls_workers_resumption$
-h2_budget_no_eviction @@ router/conn_h2.c @@ uv_timer_start(&cc->t->h2_evict_timer, on_h2_evict, 0, 0); @@ (void)on_h2_evict; @@ pdrouter @@ ^router_(limits|tls)_h2_body_budget$
-h2_eviction_smallest_first @@ router/reqguard.c @@ (big == NULL || b->bytes > big->bytes || (b->bytes == big->bytes && b->last_ms < big->last_ms))) @@ (big == NULL || b->bytes < big->bytes || (b->bytes == big->bytes && b->last_ms < big->last_ms))) @@ pdrouter @@ ^router_limits_h2_body_budget$
-h2_eviction_stops_early @@ router/conn_h2.c @@ while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > target) { @@ while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > cap) { @@ pdrouter @@ ^router_limits_h2_body_budget$
+h2_tls_budget_not_closing @@ router/front/conn_h2.c @@ cc->h2g.budget_closes = !body_limit; @@ cc->h2g.budget_closes = 0; @@ pdrouter @@ ^router_tls_h2_body_budget$
+tls_resume_failure_not_retried @@ router/upstream/upstream.c @@ int resumed_failed = c->tls != NULL && c->tls_offered && !c->tls_ready && c->o->tls_no_resume; @@ int resumed_failed = 0; @@ pdrouter @@ ^router_tls_workers_resumption$
+tls_resume_failure_keeps_sessions @@ router/upstream/upstream_conn_tls.c @@ if (c->tls_saved || c->tls == NULL || c->o->tls_no_resume) @@ if (c->tls_saved || c->tls == NULL) @@ pdrouter @@ ^router_tls_workers_resumption$
+h2_budget_no_eviction @@ router/front/conn_h2.c @@ uv_timer_start(&cc->t->h2_evict_timer, on_h2_evict, 0, 0); @@ (void)on_h2_evict; @@ pdrouter @@ ^router_(limits|tls)_h2_body_budget$
+h2_eviction_smallest_first @@ router/front/reqguard.c @@ (big == NULL || b->bytes > big->bytes || (b->bytes == big->bytes && b->last_ms < big->last_ms))) @@ (big == NULL || b->bytes < big->bytes || (b->bytes == big->bytes && b->last_ms < big->last_ms))) @@ pdrouter @@ ^router_limits_h2_body_budget$
+h2_eviction_stops_early @@ router/front/conn_h2.c @@ while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > target) { @@ while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > cap) { @@ pdrouter @@ ^router_limits_h2_body_budget$
 EOF
 )
 

@@ -1,4 +1,4 @@
-# Admission (router/admission.c): the token bucket's arithmetic (unit), and the in-flight limits, the queue
+# Admission (router/fleet/admission.c): the token bucket's arithmetic (unit), and the in-flight limits, the queue
 # and the rate limit end to end (test_admission.py, real pdrouter and pdsim processes).
 add_executable(test_admission unit/test_admission.c)
 target_link_libraries(test_admission PRIVATE pdr_router)

@@ -1,4 +1,4 @@
-# Tests of router/discovery_dns.c: its pure helpers (sort, diff, format, answer parsing), then the whole
+# Tests of router/discovery/discovery_dns.c: its pure helpers (sort, diff, format, answer parsing), then the whole
 # source against a real dnsmasq on a loopback port, over IPv4 and IPv6. Without dnsmasq (Debian:
 # dnsmasq-base, see scripts/install-deps.sh --test) or an IPv6 loopback the latter exit 77: skipped.
 add_executable(test_dns_set unit/test_dns_set.c)

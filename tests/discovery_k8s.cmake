@@ -1,4 +1,4 @@
-# Tests of the Kubernetes discovery source (router/discovery_k8s.c).
+# Tests of the Kubernetes discovery source (router/discovery/discovery_k8s.c).
 # Unit: the pure parts (pod parsing, watch line splitting, event application).
 add_executable(test_k8s_discovery_pure unit/test_k8s_discovery_pure.c)
 target_link_libraries(test_k8s_discovery_pure PRIVATE pdr_router)

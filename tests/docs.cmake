@@ -13,11 +13,18 @@ set_tests_properties(docs_openapi PROPERTIES TIMEOUT 60 LABELS meta SKIP_RETURN_
 # and label names.
 pdr_scenario_tests(docs_metrics_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_metrics_doc.py LABEL meta TIMEOUT 60)
 
-# The router's call direction: main -> server -> handlers (pd, admin, compat) -> reload -> shared helpers
-# (layering/check_layering.py holds the table; docs/internals/principles.md explains it).
+# The router's layering: every file of router/ in a ranked folder, a folder using only the folders below it
+# (calls and includes), no cycle between files (layering/check_layering.py holds the ranks;
+# docs/internals/principles.md explains them). The build runs the same check (router/CMakeLists.txt). The
+# fixture tree breaks each rule once and must be refused, naming each: a file in no folder, a call and an
+# include against the ranks, a cycle.
 add_test(NAME router_layering COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/layering/check_layering.py
                                       ${PROJECT_SOURCE_DIR})
-set_tests_properties(router_layering PROPERTIES TIMEOUT 60 LABELS meta)
+add_test(NAME router_layering_rejects COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/layering/check_layering.py
+                                              ${CMAKE_CURRENT_SOURCE_DIR}/layering/fixtures/bad)
+set_tests_properties(router_layering router_layering_rejects PROPERTIES TIMEOUT 60 LABELS meta)
+set_tests_properties(router_layering_rejects PROPERTIES PASS_REGULAR_EXPRESSION
+                     "router/stray.c is in no ranked folder.*router/util/a.c uses router/upstream/b.c \\(pdr_b\\(\\)\\): against the ranks.*router/util/a.c uses router/upstream/b.h \\(#include \"b.h\"\\).*cycle: router/workers/c.c -> router/workers/d.c -> router/workers/c.c")
 
 # The repository stands alone: no tracked file points outside it or to an issue number.
 add_test(NAME repo_stands_alone COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/standalone/check_standalone.py

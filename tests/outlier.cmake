@@ -1,4 +1,4 @@
-# Passive health (router/outlier.c): the unit test of the ejection, cap, panic and slow start rules, and
+# Passive health (router/workers/outlier.c): the unit test of the ejection, cap, panic and slow start rules, and
 # the integration scenarios against pdsim's fault knobs (see test_outlier.py).
 add_executable(test_outlier unit/test_outlier.c)
 target_link_libraries(test_outlier PRIVATE pdr_router)

@@ -42,7 +42,7 @@ pdr_scenario_tests(router_discovery_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/tes
 # The upstream HTTP/1.1 client against a scripted raw-socket server (keep-alive reuse, chunked,
 # until-close bodies, idle closes, resets, garbage, deadlines, pause/resume, cancel).
 add_executable(test_upstream integration/test_upstream.c)
-target_link_libraries(test_upstream PRIVATE pdr_router)
+target_link_libraries(test_upstream PRIVATE pdr_upstream pdr_common)
 add_test(NAME router_upstream COMMAND test_upstream ${Python3_EXECUTABLE}
                                       ${CMAKE_CURRENT_SOURCE_DIR}/integration/h1_script_server.py)
 set_tests_properties(router_upstream PROPERTIES TIMEOUT 120 LABELS integration)

@@ -1,6 +1,7 @@
 /*
  * The shim's reporter: room events and load to the router, in signed batches over one kept-alive
- * HTTP/1.1 connection (docs/internals/shim-events.md has the format; router/shim_events.c the receiver).
+ * HTTP/1.1 connection (docs/internals/shim-events.md has the format; router/fleet/shim_events.c the
+ * receiver).
  *
  * Threads: any thread queues (pdr__shim_ev_room, _load, _active) under `lock` into a bounded ring and
  * never waits for the network; a full ring drops the event and counts it, and the count goes with the

@@ -3,8 +3,8 @@
  * exit status.
  *
  * One libuv loop on the main thread drives every request through the router's own HTTP/1.1 client
- * (router/upstream.h: keep-alive pool per origin, de-chunked body bytes straight from the read buffer,
- * a total deadline per call), so the load generator costs little CPU next to the server it measures
+ * (router/upstream/upstream.h: keep-alive pool per origin, de-chunked body bytes straight from the read
+ * buffer, a total deadline per call), so the load generator costs little CPU next to the server it measures
  * and shares its HTTP code with pdrouter. A run is: the health gate (GET until 200), one warm-up
  * request, then `concurrency` closed-loop slots that each send the next request as soon as their last
  * one ended, until the run's request count (or duration) is reached (run.c; each request: request.c,

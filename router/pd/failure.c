@@ -5,6 +5,7 @@
  * request.
  */
 #include "pd_internal.h"
+#include "reply.h"
 
 /* The prefill leg failed (or its KV deadline passed) after the decode's first byte reached the client:
  * nothing is retried, the decode's stream goes on; logged, counted by cause, and the prefill's failure

@@ -3,7 +3,10 @@
  * (trace.h), the LLM latencies of a 2xx answer (docs/metrics.md), and its one access-log line. Loop thread
  * of the request.
  */
+#include "front.h"
+#include "otlp.h"
 #include "pd_internal.h"
+#include "reply.h"
 
 void pdr__pd_random_span(uint8_t out[8])
 {

@@ -42,10 +42,12 @@
 #include "decide.h"
 #include "disagg.h"
 #include "err.h"
+#include "fwdheaders.h"
 #include "kvdeadline.h"
 #include "links.h"
 #include "phases.h"
 #include "retry.h"
+#include "rewrite.h"
 #include "tickets.h"
 #include "router.h"
 #include "shim_events.h"
@@ -373,5 +375,12 @@ int pdr__pd_kv_done(pd_req_t *x, uint64_t room);
  * shim's code and reason, then pdr__pd_kv_failed. */
 void pdr__pd_shim_room_event(void *x, uint64_t room, int failed, int code, uint64_t bytes, uint64_t usec,
                              uint64_t wall_us, const char *backend, const char *reason);
+
+/* pools.c: the pool a request goes to by its model, and the models list */
+/* The pool (index in c's pools) that serves the parsed body pr: 0 with *pool set, or the HTTP status to
+ * answer (400: no model with several pools, or not a string; 404: no pool serves it) with the message. */
+int pdr__request_pool(const pdr_config_t *c, const pdr_pdreq_t *pr, long *pool, char *msg, size_t cap);
+/* GET /v1/models with pools: every pool's models, OpenAI's list shape. malloc'd (free), or NULL. */
+char *pdr__models_list_json(const pdr_config_t *c, uint64_t created, size_t *len);
 
 #endif

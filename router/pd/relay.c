@@ -5,6 +5,7 @@
  * answers that start a response. Loop thread of the request.
  */
 #include "pd_internal.h"
+#include "reply.h"
 
 /* The client response begins (first byte, or an error answer; ttfb: time it). A PD request counts in the
  * m.waiting gauge (the router's view of the workers' queues) from its start until this. */

@@ -4,7 +4,10 @@
  * request (on_dispose: the access log line, the legs still running, the linger of a prefill leg read to its
  * end) and its memory freed in the timer's close callback. Loop thread of the request.
  */
+#include "front.h"
+#include "pd.h"
 #include "pd_internal.h"
+#include "reply.h"
 
 static void free_req(uv_handle_t *h);
 

@@ -1,6 +1,6 @@
 /*
- * Fuzz target for the admin API's parsers: the drain body (pdr__admin_parse_drain, router/admin.c) and
- * the worker id in the path (pdr_pool_find, router/pool.c) and the add-worker body
+ * Fuzz target for the admin API's parsers: the drain body (pdr__admin_parse_drain, router/control/admin.c)
+ * and the worker id in the path (pdr_pool_find, router/workers/pool.c) and the add-worker body
  * (pdr__admin_parse_worker). The first input byte picks the parser (< 0x80: drain body, 0x80..0xbf: worker
  * id, else add body); the rest is the input. Invariants: a parsed timeout is within
  * range, a rejection comes with a message, a found worker's canonical id equals the input, and an id
@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "control.h"
 #include "pool.h"
 #include "router.h"
 

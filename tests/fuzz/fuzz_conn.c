@@ -1,6 +1,6 @@
 /*
  * Fuzz target for whole client connections: a real router (one loop, the listener's h2o context, every
- * connection guard of router/conn.c, the request handlers) is started once in this process, and each
+ * connection guard of router/front/conn.c, the request handlers) is started once in this process, and each
  * input is the byte stream of one client connection. The input goes in over a real loopback TCP
  * connection handed to the router as an accepted one (pdr__serve_conn), with the loop turning between
  * writes; then the client half-closes and the loop turns until the router has closed the connection, and
@@ -25,7 +25,9 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "front.h"
 #include "router.h"
+#include "server.h"
 #include "util.h"
 
 static pdr_router_t fuzz_router;

@@ -1,6 +1,6 @@
 /*
- * Fuzz target for the pure parsers of the forwarded headers (router/fwdheaders.c) and the raw head
- * limits (router/reqguard.c). Invariants:
+ * Fuzz target for the pure parsers of the forwarded headers (router/front/fwdheaders.c) and the raw head
+ * limits (router/front/reqguard.c). Invariants:
  *   - pdr_traceparent_parse: a value it accepts, formatted again with its own parent id, is accepted
  *     again with the same fields; for version 00 that string is the (trimmed) input itself;
  *   - pdr_fwd_is_hop_by_hop / pdr_fwd_is_router_set do not depend on the case of the name;

@@ -1,6 +1,6 @@
 /*
- * Fuzz target for the incremental HTTP/1.1 response parser (router/h1parse.c). Each input is parsed as
- * the bytes of one connection three ways: whole, cut in two at a point derived from the data, and (for
+ * Fuzz target for the incremental HTTP/1.1 response parser (router/upstream/h1parse.c). Each input is parsed
+ * as the bytes of one connection three ways: whole, cut in two at a point derived from the data, and (for
  * inputs up to 512 bytes) one byte at a time. Every call gets an exact-size heap copy of the bytes it is
  * given, so ASan sees any read past n. Invariants: used <= n, NEED_MORE consumes everything, BODY spans
  * are non-empty and lie inside the consumed bytes, the body never exceeds the input, DONE and ERROR are

@@ -1,8 +1,8 @@
 /*
- * Fuzz target for the request-body JSON scanner (router/jsonscan.c and jsonscan_object.c), with jansson as
- * the oracle. Built with libFuzzer when PDR_LIBFUZZER is defined; otherwise a main() replays every file named
- * on the command line (ctest's jsonscan_fuzz_corpus). tests/unit/test_jsonscan.c includes this file with
- * PDR_JSONSCAN_NO_MAIN defined to reuse jsonscan_differential() on its own inputs and mutations.
+ * Fuzz target for the request-body JSON scanner (router/util/jsonscan.c and jsonscan_object.c), with jansson
+ * as the oracle. Built with libFuzzer when PDR_LIBFUZZER is defined; otherwise a main() replays every file
+ * named on the command line (ctest's jsonscan_fuzz_corpus). tests/unit/test_jsonscan.c includes this file
+ * with PDR_JSONSCAN_NO_MAIN defined to reuse jsonscan_differential() on its own inputs and mutations.
  *
  * The expected verdict (accept iff a strict RFC 8259 parser accepts, the root is an object and no two
  * top-level keys are equal after decoding) comes from jansson 2.14 with these known differences, each

@@ -1,7 +1,7 @@
 /*
- * Fuzz target for the sglang PD request rewrite (router/rewrite.c) and the readers of an accepted body:
- * the prompt's token ids (router/token_ids.c) and its measure for conditional disaggregation
- * (router/disagg.c). The first input byte picks the route and the leg's parameters, the rest is the
+ * Fuzz target for the sglang PD request rewrite (router/util/rewrite.c) and the readers of an accepted body:
+ * the prompt's token ids (router/workers/token_ids.c) and its measure for conditional disaggregation
+ * (router/workers/disagg.c). The first input byte picks the route and the leg's parameters, the rest is the
  * client's body:
  *   bits 0-1  route: 0 /generate, 1 /v1/completions, 2 /v1/chat/completions (3: /generate too)
  *   bit 2     a data-parallel rank (bit 6: INT_MAX, else 0..7 from the second byte's low bits)

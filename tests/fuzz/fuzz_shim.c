@@ -1,5 +1,5 @@
 /*
- * Fuzz target for the shims' event batches (router/shim_events.c): the first input byte picks the part.
+ * Fuzz target for the shims' event batches (router/fleet/shim_events.c): the first input byte picks the part.
  * Below 0x80 the rest is a Pdr-Signature header value, verified against a fixed body: it must be refused
  * (nothing here can forge the key), never crash. Otherwise the rest is a batch body, signed here as a shim
  * signs it, with the key derived for the worker its first line names: it must verify (or, when that line

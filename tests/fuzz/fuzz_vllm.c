@@ -1,11 +1,11 @@
 /*
- * Fuzz target for the vLLM PD rewrite (router/rewrite.c): the prefill, decode and release bodies built
+ * Fuzz target for the vLLM PD rewrite (router/util/rewrite.c): the prefill, decode and release bodies built
  * from a client body, and the kv_transfer_params found in a prefill's answer. The input is used both
  * ways: as a client body (of /v1/completions when its first byte is even, else of chat) and as a
  * prefill's answer. Every body the router builds must be strict JSON (jansson; no duplicate top-level
  * key) with
  * the fields the protocol fixes; an accepted answer's span must be an object with "do_remote_prefill":
- * true; pdr__vllm_next (router/pd_vllm.c) builds the decode and release bodies exactly when the answer
+ * true; pdr__vllm_next (router/pd/pd_vllm.c) builds the decode and release bodies exactly when the answer
  * offers its KV. Built with libFuzzer when PDR_LIBFUZZER is defined; otherwise main() replays the files named
  * on the command line with mutations (ctest's router_vllm_fuzz_corpus).
  */
@@ -114,7 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_leg(&r, PDR_VLLM_PREFILL, NULL, 0);
     check_leg(&r, PDR_VLLM_DECODE, kv, kv_len);
     check_leg(&r, PDR_VLLM_RELEASE, kv, kv_len);
-    /* The input as the prefill's answer to this very request (router/pd_vllm.c): both next bodies exactly
+    /* The input as the prefill's answer to this very request (router/pd/pd_vllm.c): both next bodies exactly
      * when the answer offers its KV. */
     pdr_vllm_next_t nx;
     int nrc = pdr__vllm_next(&r, in, size, &nx, err, sizeof(err));

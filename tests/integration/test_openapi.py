@@ -5,7 +5,7 @@ router serves, no more and no fewer.
 Usage: test_openapi.py   (exit 77, skipped, when the openapi_spec_validator module is missing)
 
 The routes come from two sides that must agree with the spec:
-- the router's route table (router/routes.c: one line per path and method of both listeners, the
+- the router's route table (router/front/routes.c: one line per path and method of both listeners, the
   admin port's lines are those of a PDR_RK_ADMIN_* kind): what dispatch matches against; and
 - a running router: every (path, method) pair of those paths is sent over HTTP, and a pair is served
   when the answer is neither 404 (unknown route) nor 405 (wrong method).
@@ -74,7 +74,7 @@ def spec_routes(spec):
 
 def source_paths():
     """The paths of the route table, per listener, as spec paths ({id} for a worker id)."""
-    with open(os.path.join(ROOT, "router", "routes.c")) as f:
+    with open(os.path.join(ROOT, "router", "front", "routes.c")) as f:
         routes = f.read()
     rows = re.findall(r'^\s*\{"(/[^"]*)", "(?:GET|POST|DELETE)", PDR_RK_(ADMIN_)?', routes, re.M)
     data = {path for path, admin in rows if not admin}

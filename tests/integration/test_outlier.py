@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Passive health (router/outlier.c): real pdrouter and pdsim processes, faults set through pdsim's
+"""Passive health (router/workers/outlier.c): real pdrouter and pdsim processes, faults set through pdsim's
 POST /pdsim/fault, what reached each worker read from its /pdsim/stats.
 
 Scenarios (argv[1]):

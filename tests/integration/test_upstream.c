@@ -1,6 +1,6 @@
 /*
- * The upstream HTTP/1.1 client (router/upstream.c) against h1_script_server.py, a raw-socket server on
- * loopback that misbehaves on purpose: Content-Length, chunked (split, extensions, trailer), until-close
+ * The upstream HTTP/1.1 client (router/upstream/upstream.c) against h1_script_server.py, a raw-socket server
+ * on loopback that misbehaves on purpose: Content-Length, chunked (split, extensions, trailer), until-close
  * and body-less answers, 1xx, keep-alive reuse, a close by the server while the connection is idle, a
  * reset, garbage, a hang (total deadline), connect refused, back-pressure (pause/resume), cancel from the
  * data callback, fail_all, and a clean close of the multi. Each case runs the loop until its leg ends.

@@ -1,40 +1,66 @@
 #!/usr/bin/env python3
-"""The router's call direction (docs/internals/principles.md, "What may call what").
+"""The router's layering (docs/internals/principles.md, "What may call what").
 
-Each file of router/ named in RANKS (a folder, "pd/", stands for all its .c files as one, and so does a
-pattern, "conn*.c", for the files it matches) may call the functions defined in another file of the table only
-when that file's rank is lower: main starts the server; the server dispatches to the handlers (pd, admin,
-compat); the handlers and the server call the reload service; everything may call the shared helpers (replies,
-access log, client connections, the admin token, the admin API's body parsers). A call is the defining file's
-non-static function name followed by "(" outside comments and string literals. Usage: check_layering.py [ROOT]
-[--graph].
-Exits 1 naming each call against the direction.
+router/ is a set of folders, each a static library, ranked in FOLDERS from the bottom up; main.c, the
+process, sits alone above them all. The check fails when:
+
+  - a .c or .h file under router/ is in no ranked folder (nor main.c);
+  - a file calls a function defined in, or #includes a header of, a folder ranked higher than its own
+    (a folder uses only the folders below it, and itself);
+  - the files form a cycle: the graph of calls and includes between the files of router/ has none. A
+    header counts as one file with the .c of its name in its folder, and the parts of one module split on
+    its seams (SPLIT: they share an _internal.h) count as one file.
+
+A call is a function name followed by "(" outside comments and string literals, where the name is a
+non-static function that a .c file of router/ defines; in a header only the calls in function bodies and
+macros count (a prototype is no call). An include is a quoted #include that names a file of router/ (the
+including file's folder first, then any folder: each library puts its folder on the include path, so a
+name is unique across folders).
+
+Usage: check_layering.py [ROOT] [--graph]. ROOT holds router/ (default: this repository). --graph prints
+every edge between folders. Exits 1 naming each file out of the table, each edge against the ranks and
+each cycle.
 """
 import fnmatch
 import os
 import re
 import sys
 
-RANKS = {
-    "main.c": 4,
-    "server*.c": 3,
-    "pd/": 2,
-    "admin.c": 2,
-    "compat.c": 2,
-    "reload.c": 1,
-    "conn*.c": 1,
-    "routes.c": 0,
-    "reply.c": 0,
-    "accesslog.c": 0,
-    "admin_token.c": 0,
-    "admin_parse.c": 0,
-}
+# Bottom first: a folder may use the folders before it in this list.
+FOLDERS = [
+    "util",       # JSON scanning and body rewriting, replies, fall-backs, socket info
+    "upstream",   # the HTTP/1.1 client of the workers and its TLS
+    "discovery",  # the DNS and Kubernetes discovery sources
+    "workers",    # the pool and per-worker state: outlier, links and breakers, KV deadlines, disaggregation
+    "obs",        # metrics storage, phases, traces, OTLP
+    "core",       # the router's and the loops' state (router.h), the tokenizer reference
+    "fleet",      # loop services about the workers: health checks, admission, KV events, shim reports
+    "front",      # client connections and guards, limits, TLS contexts, forwarded headers, routes, access log
+    "pd",         # the PD request path
+    "control",    # admin API, reload, compatible routes, the /metrics exposition
+    "server",     # listeners, loop threads, route dispatch, shutdown
+]
+TOP = ["main.c"]  # files of router/ itself, above every folder
+
+# Modules split on their seams, each counted as one file by the cycle check: (folder, file patterns).
+SPLIT = [
+    ("util", ["jsonscan.[ch]", "jsonscan_object.c", "jsonscan_internal.h"]),
+    ("upstream", ["upstream.[ch]", "upstream_conn.c", "upstream_conn_tls.c", "upstream_internal.h"]),
+    ("discovery", ["discovery_k8s.[ch]", "discovery_k8s_pods.c"]),
+    ("workers", ["pool.[ch]", "pool_pick.c", "pool_state.c", "pool_outlier.c", "pool_internal.h"]),
+    ("fleet", ["shim_events.[ch]", "shim_events_rooms.c", "shim_events_views.c", "shim_events_internal.h"]),
+    ("front", ["conn.c", "conn_h1.c", "conn_h2.c", "conn_internal.h"]),
+    ("pd", ["*.c", "pd_internal.h", "decide.h"]),  # the request's state machine, one part per file
+    ("server", ["server.[ch]", "server_shutdown.c", "server_internal.h"]),
+]
 
 DEF = re.compile(r"^(?!static\b)(?:[A-Za-z_][\w \t\*]*?[\s\*])(pdr_\w+)\s*\([^;]*$", re.M)
+CALL = re.compile(r"\b(pdr_\w+)\s*\(")
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 
 
 def strip(text):
-    """The text without comments, string and character literals (same length per line kept simple)."""
+    """The text without comments, string and character literals (line breaks kept)."""
     out, i, n = [], 0, len(text)
     while i < n:
         c = text[i]
@@ -58,45 +84,190 @@ def strip(text):
     return "".join(out)
 
 
+def bodies(text):
+    """Of a header's stripped text, the function bodies and the macros (where a header can call)."""
+    out, depth = [], 0
+    for line in text.split("\n"):
+        if line.lstrip().startswith("#define"):
+            out.append(line)
+            continue
+        kept = []
+        for ch in line:
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+            elif depth > 0:
+                kept.append(ch)
+        out.append("".join(kept))
+    return "\n".join(out)
+
+
+def rank_of(path):
+    """The rank of a file of router/ (path relative to router/), or None when it is in no ranked folder."""
+    if path in TOP:
+        return len(FOLDERS)
+    top = path.split("/", 1)[0]
+    return FOLDERS.index(top) if "/" in path and top in FOLDERS else None
+
+
+def folder_of(path):
+    return path.split("/", 1)[0] if "/" in path else "."
+
+
+def node_of(path):
+    """The file the cycle check counts path as: its split module, or the .c of a header's name."""
+    folder, name = folder_of(path), os.path.basename(path)
+    for f, pats in SPLIT:
+        if f == folder and any(fnmatch.fnmatch(name, p) for p in pats):
+            return "%s/{%s}" % (folder, ",".join(pats))
+    if path.endswith(".h"):
+        return path[:-2] + ".c"
+    return path
+
+
+def find_cycle(scc, edges):
+    """One cycle through the nodes of a strongly connected component, as a list of nodes."""
+    start = sorted(scc)[0]
+    prev, queue, seen = {}, [start], {start}
+    while queue:
+        v = queue.pop(0)
+        for w in sorted(edges.get(v, {})):
+            if w not in scc:
+                continue
+            if w == start:
+                path = [v]
+                while path[-1] != start:
+                    path.append(prev[path[-1]])
+                return list(reversed(path)) + [start]
+            if w not in seen:
+                seen.add(w)
+                prev[w] = v
+                queue.append(w)
+    return [start, start]
+
+
+def sccs(edges):
+    """Tarjan's strongly connected components with more than one node."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+    nodes = sorted(set(edges) | {w for v in edges for w in edges[v]})
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, {}))))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(edges.get(w, {})))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = set()
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.add(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(comp)
+    return out
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     root = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     router = os.path.join(root, "router")
-    code, defs = {}, {}
-    for f in RANKS:
-        path = os.path.join(router, f)
-        if not ("*" in f and any(fnmatch.fnmatch(p, f) for p in os.listdir(router))) and not os.path.exists(path):
-            print(f"layering: router/{f} is in the table but does not exist")
-            return 1
-        if f.endswith("/"):
-            parts = sorted(p for p in os.listdir(path) if p.endswith(".c"))
-            text = "".join(open(os.path.join(path, p), encoding="utf-8").read() + "\n" for p in parts)
-        elif "*" in f:
-            parts = sorted(p for p in os.listdir(router) if fnmatch.fnmatch(p, f))
-            text = "".join(open(os.path.join(router, p), encoding="utf-8").read() + "\n" for p in parts)
-        else:
-            text = open(path, encoding="utf-8").read()
-        code[f] = strip(text)
-        for m in DEF.finditer(code[f]):
-            defs.setdefault(m.group(1), f)
-    bad, edges = [], set()
-    for f, text in code.items():
-        for name, home in defs.items():
-            if home == f or not re.search(r"\b" + name + r"\s*\(", text):
+    files = []
+    for d, dirs, names in os.walk(router):
+        dirs.sort()
+        for name in sorted(names):
+            if name.endswith((".c", ".h")):
+                files.append(os.path.relpath(os.path.join(d, name), router).replace(os.sep, "/"))
+    problems = []
+    for f in FOLDERS:
+        if not os.path.isdir(os.path.join(router, f)):
+            problems.append(f"layering: router/{f}/ is in the table but does not exist")
+    for f in files:
+        if rank_of(f) is None:
+            problems.append(f"layering: router/{f} is in no ranked folder (add it to one, or the folder to FOLDERS)")
+
+    raw = {f: open(os.path.join(router, f), encoding="utf-8").read() for f in files}
+    code = {f: strip(raw[f]) for f in files}
+    by_name = {}
+    for f in files:
+        by_name.setdefault(os.path.basename(f), []).append(f)
+    defs = {}
+    for f in files:
+        if f.endswith(".c"):
+            for m in DEF.finditer(code[f]):
+                defs.setdefault(m.group(1), f)
+
+    # Edges between files, each with what makes it (a call or an include).
+    uses = {}
+    for f in files:
+        for m in INCLUDE.finditer(raw[f]):
+            inc = m.group(1)
+            here = os.path.normpath(os.path.join(os.path.dirname(f), inc)).replace(os.sep, "/")
+            if here in raw:
+                target = here
+            elif len(by_name.get(os.path.basename(inc), [])) == 1:
+                target = by_name[os.path.basename(inc)][0]
+            elif by_name.get(os.path.basename(inc)):
+                problems.append(f"layering: router/{f} includes \"{inc}\", a name several folders hold: "
+                                + ", ".join("router/" + p for p in by_name[os.path.basename(inc)]))
                 continue
-            edges.add((f, home, name))
-            if RANKS[home] >= RANKS[f]:
-                bad.append(f"router/{f} calls {name}() of router/{home}: against the direction "
-                           f"(rank {RANKS[f]} may call only lower ranks, {home} is {RANKS[home]})")
+            else:
+                continue  # not a file of router/ (common/, config/, a generated header)
+            if target != f:
+                uses.setdefault(f, {}).setdefault(target, set()).add(f'#include "{inc}"')
+        text = code[f] if f.endswith(".c") else bodies(code[f])
+        for name in sorted(set(CALL.findall(text))):
+            home = defs.get(name)
+            if home is not None and home != f:
+                uses.setdefault(f, {}).setdefault(home, set()).add(name + "()")
+
+    edges, folder_edges = {}, {}
+    for f, targets in sorted(uses.items()):
+        for t, why in sorted(targets.items()):
+            rf, rt = rank_of(f), rank_of(t)
+            if folder_of(f) != folder_of(t):
+                folder_edges.setdefault((folder_of(f), folder_of(t)), set()).update(why)
+            if rf is not None and rt is not None and rt > rf:
+                problems.append(f"layering: router/{f} uses router/{t} ({', '.join(sorted(why))}): against the "
+                                f"ranks ({folder_of(f)}/ may use only the folders below it; {folder_of(t)}/ is above)")
+            a, b = node_of(f), node_of(t)
+            if a != b:
+                edges.setdefault(a, {}).setdefault(b, set()).update(f"router/{f}: {w}" for w in why)
+    for comp in sccs(edges):
+        cycle = find_cycle(comp, edges)
+        steps = "; ".join(
+            f"{a} -> {b} by {', '.join(sorted(edges[a][b])[:3])}" for a, b in zip(cycle, cycle[1:]))
+        problems.append("layering: cycle: " + " -> ".join("router/" + n for n in cycle) + f" ({steps})")
+
     if "--graph" in sys.argv:
-        for e in sorted(edges):
-            print("%s -> %s: %s" % e)
-    for b in bad:
-        print(b)
+        for (a, b), why in sorted(folder_edges.items()):
+            print(f"{a} -> {b}: {', '.join(sorted(why))}")
+    for p in problems:
+        print(p)
     if not defs:
         print("layering: no function definitions found (the pattern broke)")
         return 1
-    return 1 if bad else 0
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-/* Unit tests for the admission token bucket (router/admission.c): it starts full, takes one token per
+/* Unit tests for the admission token bucket (router/fleet/admission.c): it starts full, takes one token per
  * request down to empty, refills at the rate without passing its capacity, says how long until the next
  * token, and a burst of 0 means max(1, rate). Also the rendered admission families. */
 #include <stdlib.h>

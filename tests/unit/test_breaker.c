@@ -1,6 +1,6 @@
-/* Unit tests for the pair-aware breaker (router/breaker.c) and its place in the link table
- * (router/links.c): a link opens at breaker.consecutive_failures failures in a row, is avoided while open,
- * turns half-open after its period and admits one probe at a time; the probe's success closes it, its
+/* Unit tests for the pair-aware breaker (router/workers/breaker.c) and its place in the link table
+ * (router/workers/links.c): a link opens at breaker.consecutive_failures failures in a row, is avoided while
+ * open, turns half-open after its period and admits one probe at a time; the probe's success closes it, its
  * failure re-opens it for twice the period (capped at max_open_ms); a probe never heard of is given up
  * after the period; a success resets the period; the counters and /metrics families follow. */
 #include <stdio.h>
@@ -83,7 +83,7 @@ static void test_links(void)
     size_t n = pdr_links_snapshot(ls, 4, NULL);
     CHECK(n == 1 && pdr_breaker_state(&ls[0].brk, pdr_now_ms(), NULL) == PDR_BREAKER_OPEN);
     size_t len = 0;
-    char *m = pdr_breaker_render_metrics(&len);
+    char *m = pdr_links_render_metrics(&len);
     CHECK(m != NULL && strlen(m) == len);
     CHECK(m != NULL && strstr(m, "pdr_link_state{prefill=\"http://p:1\",decode=\"http://d:1\"} 1\n") != NULL);
     CHECK(m != NULL && strstr(m, "pdr_breaker_transitions_total{to=\"open\"} 1\n") != NULL);
@@ -92,7 +92,7 @@ static void test_links(void)
     /* A completed transfer closes it. */
     pdr_links_success(&p1, &d1);
     CHECK(pdr_links_admit(&p1, &d1, 1, NULL) == 1);
-    m = pdr_breaker_render_metrics(&len);
+    m = pdr_links_render_metrics(&len);
     CHECK(m != NULL && strstr(m, "pdr_link_state{prefill=\"http://p:1\",decode=\"http://d:1\"} 0\n") != NULL);
     CHECK(m != NULL && strstr(m, "pdr_breaker_transitions_total{to=\"closed\"} 1\n") != NULL);
     free(m);

@@ -1,5 +1,5 @@
-/* Unit tests for conditional disaggregation's rule and prompt measure (router/disagg.c), and the plain body
- * a worker receives when its request skips the prefill (router/rewrite.c). */
+/* Unit tests for conditional disaggregation's rule and prompt measure (router/workers/disagg.c), and the
+ * plain body a worker receives when its request skips the prefill (router/util/rewrite.c). */
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>

@@ -1,9 +1,9 @@
 /*
- * Unit test of router/discovery_dns.c's pure parts, reached by including the source: the address set
- * (sort, de-duplication, comparison), worker formatting, the resolver override's parser, DNS answer
+ * Unit test of router/discovery/discovery_dns.c's pure parts, reached by including the source: the address
+ * set (sort, de-duplication, comparison), worker formatting, the resolver override's parser, DNS answer
  * parsing on hand-built messages, and publish()'s emit-on-change rule. No network.
  */
-#include "../../router/discovery_dns.c"
+#include "../../router/discovery/discovery_dns.c"
 #include "check.h"
 #include "runner.h"
 

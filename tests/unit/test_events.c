@@ -1,6 +1,6 @@
-/* Unit tests for the recent-errors ring (router/events.c): empty, partial, wraparound keeping the newest
- * PDR_EVENTS_CAP oldest first, truncation of long messages, a smaller snapshot, and concurrent adds from
- * several threads (no entry torn, the total exact). The pool records into it: checked last. */
+/* Unit tests for the recent-errors ring (router/workers/events.c): empty, partial, wraparound keeping the
+ * newest PDR_EVENTS_CAP oldest first, truncation of long messages, a smaller snapshot, and concurrent adds
+ * from several threads (no entry torn, the total exact). The pool records into it: checked last. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,11 +1,11 @@
-/* router/fwdheaders.c: hop-by-hop filtering, traceparent validation, request ids, the request-head checks
- * and the forwarded block built from a request made by hand (no sockets). */
+/* router/front/fwdheaders.c: hop-by-hop filtering, traceparent validation, request ids, the request-head
+ * checks and the forwarded block built from a request made by hand (no sockets). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include "../../router/fwdheaders.h"
+#include "../../router/front/fwdheaders.h"
 #include "check.h"
 #include "runner.h"
 #include "router.h"

@@ -1,6 +1,6 @@
 /*
- * Unit tests of router/h1parse.c, the incremental HTTP/1.1 response parser. Every response of the table
- * (good and bad) is fed whole, cut in two at every point, one byte at a time and in steps of 2, 3 and 7
+ * Unit tests of router/upstream/h1parse.c, the incremental HTTP/1.1 response parser. Every response of the
+ * table (good and bad) is fed whole, cut in two at every point, one byte at a time and in steps of 2, 3 and 7
  * bytes; all must agree with the whole parse (headers, de-chunked body, final event and offset, error,
  * pdr_h1_eof), and the whole parse must match the expectation. The feeder and the contract checks (used
  * <= n, BODY spans inside the consumed bytes, DONE/ERROR stable) come from tests/fuzz/fuzz_h1parse.c,

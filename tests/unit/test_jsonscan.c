@@ -1,5 +1,5 @@
 /*
- * Unit tests of router/jsonscan.c and jsonscan_object.c: valid and invalid documents of every class,
+ * Unit tests of router/util/jsonscan.c and jsonscan_object.c: valid and invalid documents of every class,
  * top-level records (types, array shapes, raw spans), integer limits, the heap key table, and a differential
  * check against jansson over every input here plus 20000 seeded mutations of request bodies. The oracle and
  * the known jansson differences live in tests/fuzz/fuzz_jsonscan.c, included below, so the fuzz target and

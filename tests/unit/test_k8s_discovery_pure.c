@@ -1,5 +1,5 @@
 /*
- * Unit tests of the pure parts of the Kubernetes source (router/discovery_k8s.h): a pod's JSON to a
+ * Unit tests of the pure parts of the Kubernetes source (router/discovery/discovery_k8s.h): a pod's JSON to a
  * worker, the watch stream's line splitting at every chunk boundary, and list and event application with
  * the "emit only what changed" rule.
  */

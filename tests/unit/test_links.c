@@ -1,6 +1,6 @@
-/* Unit tests for the prefill -> decode link state (router/links.c) and the KV deadline's arithmetic,
- * prompt length and failure counters (router/kvdeadline.c): a failure marks a link suspect and a success
- * clears it, forgetting a worker drops its links both ways, the table stays within PDR_LINKS_MAX (a
+/* Unit tests for the prefill -> decode link state (router/workers/links.c) and the KV deadline's arithmetic,
+ * prompt length and failure counters (router/workers/kvdeadline.c): a failure marks a link suspect and a
+ * success clears it, forgetting a worker drops its links both ways, the table stays within PDR_LINKS_MAX (a
  * cleared link goes before a suspect one), concurrent updates lose nothing; the deadline grows by
  * kv_transfer_ms_per_1k_tokens per 1024 tokens (rounded up, capped); the prompt's length is counted from
  * ids or estimated from the text; causes and backends map to bounded label sets. */
@@ -206,7 +206,7 @@ static void test_render_full(void)
         pdr_links_failure(&p, &d, "deadline");
     }
     CHECK(pdr_links_count() == PDR_LINKS_MAX);
-    char *(*const render[])(size_t *) = {pdr_kv_render_metrics, pdr_breaker_render_metrics};
+    char *(*const render[])(size_t *) = {pdr_kv_render_metrics, pdr_links_render_metrics};
     const char *series[] = {"pdr_link_consecutive_failures{", "pdr_link_state{"};
     for (size_t k = 0; k < 2; k++) {
         size_t len = 0, n = 0;

@@ -1,5 +1,5 @@
-/* Unit tests for the OTLP/HTTP JSON encoder and the span records (router/otlp.c, trace.h), and for the
- * phase record (router/phases.c): the encoded request parses as JSON with the OTLP field names, ids in
+/* Unit tests for the OTLP/HTTP JSON encoder and the span records (router/obs/otlp.c, trace.h), and for the
+ * phase record (router/obs/phases.c): the encoded request parses as JSON with the OTLP field names, ids in
  * lower-case hex, times as unix-nanosecond strings, int attributes as strings; escaping of quotes,
  * control and non-ASCII bytes; a root span has no parentSpanId; full attribute and text room is cut, not
  * overrun; the size limit is PDR_ETOOBIG; phases are -1 until reached and their JSON member is valid. */
@@ -8,6 +8,7 @@
 #include <string.h>
 #include "check.h"
 #include "err.h"
+#include "otlp.h"
 #include "phases.h"
 #include "runner.h"
 #include "trace.h"

@@ -1,4 +1,4 @@
-/* Unit tests for passive health (router/outlier.c): the ejection backoff (growth, cap, decay), the
+/* Unit tests for passive health (router/workers/outlier.c): the ejection backoff (growth, cap, decay), the
  * max_ejection_percent cap, probation, panic, slow start weights, and the same rules through the pool's
  * report and pick functions. */
 #include <stdlib.h>

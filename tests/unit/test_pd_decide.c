@@ -7,7 +7,7 @@
 #include "check.h"
 #include "err.h"
 #include "metrics.h"
-#include "pd/decide.h"
+#include "decide.h"
 #include "pool.h"
 #include "runner.h"
 

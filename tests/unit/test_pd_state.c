@@ -4,7 +4,7 @@
  * queued) are sequences of legal transitions, and the ones it must never take are not. */
 #include <string.h>
 #include "check.h"
-#include "pd/state.h"
+#include "state.h"
 #include "runner.h"
 
 #define S(st) (1u << (st))

@@ -1,5 +1,5 @@
-/* router/reqguard.c: the request heads a front door must refuse, and the ordinary ones it must pass. */
-#include "../../router/reqguard.h"
+/* router/front/reqguard.c: the request heads a front door must refuse, and the ordinary ones it must pass. */
+#include "../../router/front/reqguard.h"
 #include <string.h>
 #include "check.h"
 #include "runner.h"

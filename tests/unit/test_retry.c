@@ -1,4 +1,4 @@
-/* Unit tests for the retry budget and back-off (router/retry.c): the budget is max(min_concurrent,
+/* Unit tests for the retry budget and back-off (router/pd/retry.c): the budget is max(min_concurrent,
  * inflight x percent / 100) and slots are taken and given back exactly (also from many threads); the
  * back-off series grows by the multiplier from initial_backoff_ms up to max_backoff_ms, with the jitter's
  * bounds at u = 0 and u -> 1 and every seeded draw within them; 0 ms initial means no back-off. */

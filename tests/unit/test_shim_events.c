@@ -1,5 +1,5 @@
 /*
- * Unit tests of decode admission (router/shim_events.c: the KV need of a request, holds against a
+ * Unit tests of decode admission (router/fleet/shim_events.c: the KV need of a request, holds against a
  * worker's reported free KV, a restart voiding holds), of the per-worker event keys (identities, a batch
  * verified only under the key of the worker it names, instances per worker) and of libpdshim's reporter
  * queue (a full queue drops and counts, never blocks; the instance id is the engine's or random).

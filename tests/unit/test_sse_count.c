@@ -1,4 +1,4 @@
-/* Unit tests for the SSE token-event counter (router/metrics.c, pdr_sse_count_tokens): whole events, an
+/* Unit tests for the SSE token-event counter (router/obs/metrics.c, pdr_sse_count_tokens): whole events, an
  * event boundary split across chunks, byte-by-byte feeding, [DONE], error events (the router's own and
  * one with spaces), comments and multi-line events, and a long event whose head is cut short. */
 #include <stdio.h>

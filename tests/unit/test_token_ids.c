@@ -1,5 +1,5 @@
-/* Unit tests for a request's token ids (router/token_ids.c): input_ids taken as they are, a string prompt
- * through the tokenizer, and a prompt longer than PDR_TOKENIZE_MAX_BYTES encoded on its head only, cut
+/* Unit tests for a request's token ids (router/workers/token_ids.c): input_ids taken as they are, a string
+ * prompt through the tokenizer, and a prompt longer than PDR_TOKENIZE_MAX_BYTES encoded on its head only, cut
  * where the head's ids are a prefix of the whole text's ids. */
 #include <ctype.h>
 #include <stdio.h>
