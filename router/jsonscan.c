@@ -728,8 +728,8 @@ static const char *type_of_first_byte(char c)
     }
 }
 
-int pdr_json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t max, size_t *n, char *err,
-                         size_t errlen)
+int pdr__json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t max, size_t *n, char *err,
+                          size_t errlen, int full_rc)
 {
     scan_t s;
     key_table_t t;
@@ -779,9 +779,9 @@ int pdr_json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t m
                 goto done;
             }
             if (count == max) {
-                if (errlen > 0)
-                    snprintf(err, errlen, "too many top-level fields (at most %zu) at byte %zu", max,
-                             (size_t)(q - p));
+                snprintf(err, errlen, "too many top-level fields (at most %zu) at byte %zu", max,
+                         (size_t)(q - p));
+                rc = full_rc;
                 goto done;
             }
             pdr_jmember_t *m = &out[count];

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "err.h"
 
 /* Deepest nesting of arrays and objects accepted; the top-level object counts as depth 1. */
 #define PDR_JSON_MAX_DEPTH 128
@@ -63,8 +64,24 @@ typedef struct pdr_jmember {
  * document with more than 32 members needs a key table and malloc fails (the only allocation, freed
  * before returning). *n is 0 on error.
  */
-int pdr_json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t max, size_t *n, char *err,
-                         size_t errlen);
+int pdr__json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t max, size_t *n, char *err,
+                          size_t errlen, int full_rc);
+static inline int pdr_json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t max, size_t *n,
+                                       char *err, size_t errlen)
+{
+    return pdr__json_scan_object(p, len, out, max, n, err, errlen, PDR_EINVAL);
+}
+/* The same, for a caller that tries a small array first: a document with more than max members returns
+ * PDR_ETOOBIG (the message written all the same), to be scanned again with room for all of them. */
+static inline int pdr_json_scan_object_in(const char *p, size_t len, pdr_jmember_t *out, size_t max,
+                                          size_t *n, char *err, size_t errlen)
+{
+    return pdr__json_scan_object(p, len, out, max, n, err, errlen, PDR_ETOOBIG);
+}
+/* The same, for a caller that tries a small array first: a document with more than max members returns
+ * PDR_ETOOBIG (and is to be scanned again with room for all of them). */
+int pdr_json_scan_object_in(const char *p, size_t len, pdr_jmember_t *out, size_t max, size_t *n, char *err,
+                            size_t errlen);
 
 /* 1 when the member's key, with escapes decoded, equals name (NUL-terminated), else 0. */
 int pdr_jmember_key_is(const pdr_jmember_t *m, const char *name);
