@@ -30,7 +30,12 @@ enum { C_RESOLVING = 0, C_CONNECTING, C_BUSY, C_IDLE, C_CLOSING };
 
 typedef struct pdr_conn {
     uv_tcp_t tcp;
-    uv_timer_t timer; /* connect deadline, then the leg's total deadline */
+    /* The connection's deadline (conn_deadline in upstream_conn.c): the connect's, the leg's total, or the
+     * pooled connection's idle time. The timer is re-armed only for an earlier one: armed later than
+     * needed it fires early, and its callback arms it again for what is left. */
+    uv_timer_t timer;
+    uint64_t deadline_ms, timer_due_ms; /* loop time (uv_now); 0: none, not armed */
+    int deadline_idle;                  /* the deadline closes an idle connection (else: conn_due) */
     uv_connect_t creq;
     uv_write_t wreq;
     uv_getaddrinfo_t *gai; /* while resolving */
