@@ -621,14 +621,6 @@ int pdr_jmember_key_is(const pdr_jmember_t *m, const char *name)
     return *name == '\0';
 }
 
-const pdr_jmember_t *pdr_jfind(const pdr_jmember_t *m, size_t n, const char *name)
-{
-    for (size_t i = 0; i < n; i++)
-        if (pdr_jmember_key_is(&m[i], name))
-            return &m[i];
-    return NULL;
-}
-
 /*
  * ---- Duplicate detection for top-level keys. Up to SMALL_MEMBERS members: a linear scan of their hashes
  * on the stack (nothing to clear per call); past that, one heap table with open addressing. ----
