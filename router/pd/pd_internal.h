@@ -189,6 +189,10 @@ typedef struct pd_req {
     uint64_t bytes_in, bytes_out;
     const char *error_cause;
     uv_timer_t timer;
+    /* The deadline (pdr_now_ns) the timer is armed for with on_timer (timer.c), 0 when it is not: a
+     * deadline that moves later leaves the timer as it is (it fires, and arms itself again). Every other
+     * use of the timer clears it. */
+    uint64_t armed_ns;
     int counted_inflight;
     int last_fail_status;
     pd_vllm_t vl;

@@ -97,6 +97,7 @@ static void on_dispose(void *p)
         x->t->lingering++;
         uint64_t now = pdr_now_ns();
         uint64_t ms = x->at.kv_deadline_ns > now ? (x->at.kv_deadline_ns - now + 999999) / 1000000 : 1;
+        x->armed_ns = 0;
         uv_timer_start(&x->timer, on_linger_deadline, ms, 0);
         return;
     }
@@ -147,6 +148,7 @@ void pdr__pd_begin(pd_req_t *x, int deferred)
         /* HTTP/2: the legs go out on the next loop turn, after h2o has read the rest of what the client
          * sent with this request, so that a stream the client resets at once (the rapid-reset pattern)
          * costs the workers nothing: on_dispose runs first and nothing is started. */
+        x->armed_ns = 0;
         uv_timer_start(&x->timer, on_deferred_start, 0, 0);
         return;
     }
