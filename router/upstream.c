@@ -469,7 +469,7 @@ static void url_remember(pdr_multi_t *m, const char *url, pdr_origin_t *o, const
         m->n_urls++;
     memcpy(u->url, url, ulen + 1);
     u->o = o;
-    u->in_url = path >= url && path < url + ulen;
+    u->in_url = (uintptr_t)path - (uintptr_t)url < ulen; /* else the literal "/" */
     u->path_off = u->in_url ? (size_t)(path - url) : 0;
     u->plen = plen;
 }
