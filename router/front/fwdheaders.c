@@ -389,10 +389,12 @@ void pdr_fwd_new_request_id(char out[33])
     static __thread uint64_t prefix, counter;
     if (prefix == 0)
         pdr_random_bytes(&prefix, sizeof(prefix));
-    uint64_t v[2] = {prefix, ++counter};
     uint8_t b[16];
-    for (int i = 0; i < 16; i++)
-        b[i] = (uint8_t)(v[i / 8] >> (56 - 8 * (i % 8)));
+    ++counter;
+    for (int i = 0; i < 8; i++) { /* big-endian: the hex reads as the two numbers */
+        b[i] = (uint8_t)(prefix >> (56 - 8 * i));
+        b[8 + i] = (uint8_t)(counter >> (56 - 8 * i));
+    }
     pdr_hex(b, 16, out);
 }
 

@@ -140,6 +140,7 @@ static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
     } else if (x->req != NULL) {
         /* The first bytes may unblock the response; decide on the next loop turn, outside the leg's
          * data callback. */
+        x->armed_ns = 0;
         uv_timer_start(&x->timer, on_kick, 0, 0);
     }
     return n;

@@ -154,7 +154,8 @@ void pdr__pd_write_access_log(pd_req_t *x)
     if (x->mode == MODE_PD && status >= 200 && status < 300)
         count_latencies(x, end);
     x->t->m.bytes_out_total += x->bytes_out;
-    char phases[512] = "", kv[320] = "";
+    char phases[512], kv[320]; /* strings: only their first byte needs clearing (832 bytes a request) */
+    phases[0] = kv[0] = '\0';
     if (x->room_open) {
         pdr_shim_room_take(x->r, x->rooms[0], kv, sizeof(kv));
         pdr__pd_take_other_rooms(x);

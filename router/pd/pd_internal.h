@@ -69,6 +69,8 @@
 #define PENDING_CAP ((size_t)PREFILL_BODY_CAP + ERR_EVENT_MAX)
 #define PDR_MAX_TRIED 16
 #define PDR_MAX_AVOID (PDR_MAX_TRIED + 240) /* the failed ones, then those at their in-flight limit */
+#define PD_MEMBERS 32 /* a body's top-level members kept in the request itself (more: malloc'd) */
+#define PD_ROOMS 4    /* bootstrap rooms kept in the request itself (a larger batch: calloc'd) */
 
 typedef enum { MODE_PD = 0, MODE_MODELS } pd_mode_t;
 
@@ -194,6 +196,10 @@ typedef struct pd_req {
     uint64_t bytes_in, bytes_out;
     const char *error_cause;
     uv_timer_t timer;
+    /* The deadline (pdr_now_ns) the timer is armed for with on_timer (timer.c), 0 when it is not: a
+     * deadline that moves later leaves the timer as it is (it fires, and arms itself again). Every other
+     * use of the timer clears it. */
+    uint64_t armed_ns;
     int counted_inflight;
     int last_fail_status;
     pd_vllm_t vl;
@@ -217,13 +223,16 @@ typedef struct pd_req {
     uint64_t backoff_ns;
 
     /* The tail (from PD_REQ_TAIL on) is not zeroed at the request's start (new_req): each text is written
-     * before it is read, and it starts as the empty string; tried is read up to n_tried. 1.3 KB a request
-     * that calloc would clear for nothing. */
+     * before it is read, and it starts as the empty string; tried is read up to n_tried, members up to
+     * pr.n, room_space up to n_rooms (zeroed when taken). 3.2 KB a request that calloc would clear for
+     * nothing. */
     char request_id[80];
     char last_fail_msg[768];
     char retry_error[192]; /* JSON-escaped: the failure of the last attempt that was retried (access log) */
     char rank_line[48];    /* the data-parallel rank's header (rank_hdrs) */
-    uint64_t tried[2][PDR_MAX_TRIED]; /* uids of the workers that failed this request, by role */
+    uint64_t tried[2][PDR_MAX_TRIED];  /* uids of the workers that failed this request, by role */
+    pdr_jmember_t members[PD_MEMBERS]; /* pr.m when the body's members fit (!pr.m_owned) */
+    uint64_t room_space[PD_ROOMS];     /* rooms when n_rooms fits */
 } pd_req_t;
 
 #define PD_REQ_TAIL offsetof(pd_req_t, request_id)

@@ -33,7 +33,8 @@ static void free_req(uv_handle_t *h)
     free(x->body);
     free(x->dbody);
     free(x->vl.release);
-    free(x->rooms);
+    if (x->rooms != x->room_space)
+        free(x->rooms);
     free(x->kv.room_done);
     pdr_buf_free(&x->pbody);
     pdr_buf_free(&x->rl.pending);
@@ -99,6 +100,7 @@ static void on_dispose(void *p)
         x->t->lingering++;
         uint64_t now = pdr_now_ns();
         uint64_t ms = x->at.kv_deadline_ns > now ? (x->at.kv_deadline_ns - now + 999999) / 1000000 : 1;
+        x->armed_ns = 0;
         uv_timer_start(&x->timer, on_linger_deadline, ms, 0);
         return;
     }
@@ -150,6 +152,7 @@ void pdr__pd_begin(pd_req_t *x, int deferred)
         /* HTTP/2: the legs go out on the next loop turn, after h2o has read the rest of what the client
          * sent with this request, so that a stream the client resets at once (the rapid-reset pattern)
          * costs the workers nothing: on_dispose runs first and nothing is started. */
+        x->armed_ns = 0;
         uv_timer_start(&x->timer, on_deferred_start, 0, 0);
         return;
     }
@@ -226,7 +229,9 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
                       no_generate_msg(no_generate, sizeof(no_generate), c->protocol), 0, "route_not_served");
     pdr_pdreq_t pr;
     char err[256];
-    int prc = pdr_pdreq_parse(route, req->entity.base, req->entity.len, &pr, err, sizeof(err));
+    pdr_jmember_t space[PD_MEMBERS]; /* copied into the request (members) when the body is accepted */
+    int prc = pdr_pdreq_parse_in(route, req->entity.base, req->entity.len, &pr, space, PD_MEMBERS, err,
+                                 sizeof(err));
     if (prc == PDR_ENOMEM)
         return refuse(t, req, route, mroute, 503, "service_unavailable", err, 1, "out_of_memory");
     if (prc != 0)
@@ -270,6 +275,10 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     x->proto = pdr__pd_proto(pc.protocol);
     x->at.ops = x->proto; /* until the first attempt: what the access log reads of it */
     x->pr = pr;
+    if (!pr.m_owned) {
+        memcpy(x->members, pr.m, pr.n * sizeof(*pr.m));
+        x->pr.m = x->members;
+    }
     if (x->to.kv_transfer_ms_per_1k_tokens > 0) {
         /* The deadline grows with the prompt: its length, counted once per request. */
         struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
@@ -280,7 +289,12 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     x->at.merge = pr.want_logprobs && x->proto->merge_logprobs; /* vLLM: the decode answers them itself */
     x->merge_wanted = x->at.merge;
     x->n_rooms = pr.batch ? pr.batch : 1;
-    x->rooms = calloc(x->n_rooms, sizeof(uint64_t));
+    if (x->n_rooms <= PD_ROOMS) {
+        x->rooms = x->room_space;
+        memset(x->rooms, 0, x->n_rooms * sizeof(uint64_t));
+    } else {
+        x->rooms = calloc(x->n_rooms, sizeof(uint64_t));
+    }
     x->counted_inflight = 1;
     t->m.waiting++;
     __atomic_add_fetch(&r->inflight, 1, __ATOMIC_RELAXED);

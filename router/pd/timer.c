@@ -119,6 +119,7 @@ static int probe_started_client(const pd_req_t *x)
 static void on_timer(uv_timer_t *t)
 {
     pd_req_t *x = t->data;
+    x->armed_ns = 0;
     if (x->req == NULL || x->stopped) /* stopped: both legs are cancelled already */
         return;
     uint64_t now = pdr_now_ns();
@@ -256,11 +257,15 @@ void pdr__pd_arm_timer(pd_req_t *x)
         return;
     uint64_t now = pdr_now_ns(), next = next_deadline(x, now);
     if (next == 0) {
+        x->armed_ns = 0;
         uv_timer_stop(&x->timer);
         return;
     }
+    if (x->armed_ns != 0 && x->armed_ns <= next)
+        return; /* armed for an earlier deadline: on_timer finds this one not due yet and arms again */
     /* At least 1 ms: libuv runs a 0 ms timer started from a timer callback again in the same pass, so a
      * deadline that on_timer did not act on would keep the loop from ever polling again. */
     uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 1;
+    x->armed_ns = next;
     uv_timer_start(&x->timer, on_timer, ms ? ms : 1, 0);
 }

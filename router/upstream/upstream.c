@@ -37,6 +37,17 @@ static int queue_failure(pdr_multi_t *m, pdr_leg_t *leg, int err);
 
 /* ---- legs ---- */
 
+/* A leg's request head goes back to the loop's spares when it is one of theirs, else to free. */
+static void head_release(pdr_multi_t *m, pdr_leg_t *leg)
+{
+    if (leg->head != NULL && leg->head_spare && m->n_spare_head < SPARE_HEADS)
+        m->spare_head[m->n_spare_head++] = leg->head;
+    else
+        free(leg->head);
+    leg->head = NULL;
+    leg->head_spare = 0;
+}
+
 static void wait_remove(pdr_leg_t *leg)
 {
     pdr_origin_t *o = leg->origin;
@@ -57,8 +68,7 @@ void pdr__up_leg_unlink(pdr_leg_t *leg)
             memmove(m->failq_err + i, m->failq_err + i + 1, (m->n_failq - i) * sizeof(*m->failq_err));
             break;
         }
-    free(leg->head);
-    leg->head = NULL;
+    head_release(m, leg);
     leg->active = 0;
     leg->conn = NULL;
     pdr_dlink_unlink(&leg->active_link);
@@ -130,7 +140,8 @@ static pdr_origin_t *origin_get(pdr_multi_t *m, const char *host, size_t hlen, i
     o->m = m;
     o->port = port;
     o->tls = tls;
-    snprintf(o->authority, sizeof(o->authority), v6 ? "[%s]:%d" : "%s:%d", o->host, port);
+    int an = snprintf(o->authority, sizeof(o->authority), v6 ? "[%s]:%d" : "%s:%d", o->host, port);
+    o->authority_len = an > 0 ? (size_t)an : 0;
     if (uv_ip4_addr(o->host, port, (struct sockaddr_in *)&o->addr) == 0 ||
         uv_ip6_addr(o->host, port, (struct sockaddr_in6 *)&o->addr) == 0)
         o->have_addr = 1; /* a literal: never resolved, never expires */
@@ -319,6 +330,8 @@ void pdr__up_on_kick_closed(uv_handle_t *h)
     free(m->tls_server_name);
     while (m->n_spare > 0)
         free(m->spare[--m->n_spare]);
+    while (m->n_spare_head > 0)
+        free(m->spare_head[--m->n_spare_head]);
     free(m);
 }
 
@@ -435,6 +448,32 @@ static void head_add(head_t *h, const char *s, size_t n)
     h->len += n;
 }
 
+/* A worker URL legs went to before: its entry in the loop's cache, or NULL. */
+static const struct up_url *url_cached(const pdr_multi_t *m, const char *url)
+{
+    for (size_t i = 0; i < m->n_urls; i++)
+        if (strcmp(m->urls[i].url, url) == 0)
+            return &m->urls[i];
+    return NULL;
+}
+
+/* Keeps a parsed URL (path: a pointer into url, or the literal "/") for the next legs, when it fits. */
+static void url_remember(pdr_multi_t *m, const char *url, pdr_origin_t *o, const char *path, size_t plen)
+{
+    size_t ulen = strlen(url);
+    if (ulen >= URL_CACHE_LEN)
+        return;
+    struct up_url *u = &m->urls[m->next_url];
+    m->next_url = (m->next_url + 1) % URL_CACHE;
+    if (m->n_urls < URL_CACHE)
+        m->n_urls++;
+    memcpy(u->url, url, ulen + 1);
+    u->o = o;
+    u->in_url = (uintptr_t)path - (uintptr_t)url < ulen; /* else the literal "/" */
+    u->path_off = u->in_url ? (size_t)(path - url) : 0;
+    u->plen = plen;
+}
+
 static int leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *body, size_t body_len,
                      const char *const *extra_headers, long connect_timeout_ms, long total_timeout_ms,
                      const pdr_leg_cbs_t *cbs, void *data, int uncapped)
@@ -451,23 +490,47 @@ static int leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char
     leg->total_timeout_ms = total_timeout_ms;
     if (m->closing)
         return PDR_ECLOSED;
-    const char *host, *path;
-    size_t hlen;
-    int port, v6, tls;
-    if (parse_url(url, &host, &hlen, &port, &path, &v6, &tls) != 0)
-        return PDR_EINVAL;
-    leg->origin = origin_get(m, host, hlen, port, v6, tls);
-    if (leg->origin == NULL)
-        return PDR_ENOMEM;
+    const char *path;
+    size_t plen;
+    const struct up_url *u = url_cached(m, url);
+    if (u != NULL) {
+        leg->origin = u->o;
+        path = u->in_url ? url + u->path_off : "/";
+        plen = u->plen;
+    } else {
+        const char *host;
+        size_t hlen;
+        int port, v6, tls;
+        if (parse_url(url, &host, &hlen, &port, &path, &v6, &tls) != 0)
+            return PDR_EINVAL;
+        leg->origin = origin_get(m, host, hlen, port, v6, tls);
+        if (leg->origin == NULL)
+            return PDR_ENOMEM;
+        plen = strcspn(path, " \r\n");
+        url_remember(m, url, leg->origin, path, plen);
+    }
+    size_t alen = leg->origin->authority_len;
     /* The head by hand, not snprintf: this runs twice per PD request. Sized exactly first, so a request
      * with many forwarded client headers is one allocation of what it needs. */
-    size_t plen = strcspn(path, " \r\n"), alen = strlen(leg->origin->authority);
-    size_t need = 5 + plen + 17 + alen + 2 + (body != NULL ? 48 + 24 + 2 : 0) + 2;
-    for (const char *const *x = extra_headers; x != NULL && *x != NULL; x++)
-        need += strlen(*x) + 2;
+    size_t xl[16];
+    size_t need = 5 + plen + 17 + alen + 2 + (body != NULL ? 48 + 24 + 2 : 0) + 2, nx = 0;
+    for (const char *const *x = extra_headers; x != NULL && *x != NULL; x++, nx++) {
+        size_t l = strlen(*x);
+        if (nx < sizeof(xl) / sizeof(xl[0]))
+            xl[nx] = l;
+        need += l + 2;
+    }
     if (need > HEAD_MAX)
         return PDR_ETOOBIG;
-    leg->head = malloc(need);
+    if (need <= HEAD_SPARE && m->n_spare_head > 0) {
+        leg->head = m->spare_head[--m->n_spare_head];
+        leg->head_spare = 1;
+    } else if (need <= HEAD_SPARE) {
+        leg->head = malloc(HEAD_SPARE);
+        leg->head_spare = 1;
+    } else {
+        leg->head = malloc(need);
+    }
     if (leg->head == NULL)
         return PDR_ENOMEM;
     head_t h = {leg->head, 0, need, 0};
@@ -487,14 +550,14 @@ static int leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char
         head_add(&h, num + sizeof(num) - nl, nl);
         head_add(&h, "\r\n", 2);
     }
-    for (const char *const *x = extra_headers; x != NULL && *x != NULL; x++) {
-        head_add(&h, *x, strlen(*x));
+    nx = 0;
+    for (const char *const *x = extra_headers; x != NULL && *x != NULL; x++, nx++) {
+        head_add(&h, *x, nx < sizeof(xl) / sizeof(xl[0]) ? xl[nx] : strlen(*x));
         head_add(&h, "\r\n", 2);
     }
     head_add(&h, "\r\n", 2);
     if (h.overflow) {
-        free(leg->head);
-        leg->head = NULL;
+        head_release(m, leg);
         return PDR_ETOOBIG;
     }
     size_t k = h.len;

@@ -39,7 +39,8 @@ struct pdr_leg {
     struct pdr_origin *origin;
     char *head; /* the request's status line and headers */
     size_t head_len;
-    const char *body; /* the owner's, not copied */
+    unsigned head_spare : 1; /* head is one of the loop's HEAD_SPARE buffers */
+    const char *body;        /* the owner's, not copied */
     size_t body_len;
     long connect_timeout_ms, total_timeout_ms;
     const pdr_leg_cbs_t *cbs;

@@ -117,11 +117,48 @@ pdr_conn_t *pdr__up_conn_new(pdr_multi_t *m, pdr_origin_t *o)
     return c;
 }
 
-/* A pooled connection nobody used for IDLE_MAX_MS: a worker that vanished without a FIN would
- * otherwise leave it to be found dead by the next request. */
-static void on_idle_timeout(uv_timer_t *t)
+static void on_conn_timer(uv_timer_t *t);
+
+/* Sets the connection's deadline ms from now (idle: a pooled connection's, else a connect's or a leg's
+ * total; 0 ms: none). A request on a pooled connection moves its deadline twice (the leg's, then the
+ * idle time's): the timer is started only when the new deadline comes before the one it is armed for. */
+static void conn_deadline(pdr_conn_t *c, uint64_t ms, int idle)
 {
-    pdr__up_conn_close(t->data);
+    if (ms == 0 && !idle) {
+        c->deadline_ms = 0;
+        return;
+    }
+    uint64_t now = uv_now(c->m->loop), d = now + ms;
+    c->deadline_ms = d;
+    c->deadline_idle = idle;
+    if (c->timer_due_ms != 0 && c->timer_due_ms <= d)
+        return;
+    c->timer_due_ms = d;
+    uv_timer_start(&c->timer, on_conn_timer, ms, 0);
+}
+
+static void conn_due(pdr_conn_t *c);
+
+static void on_conn_timer(uv_timer_t *t)
+{
+    pdr_conn_t *c = t->data;
+    uint64_t now = uv_now(c->m->loop);
+    c->timer_due_ms = 0;
+    if (c->deadline_ms == 0)
+        return;
+    if (now < c->deadline_ms) {
+        c->timer_due_ms = c->deadline_ms;
+        uv_timer_start(&c->timer, on_conn_timer, c->deadline_ms - now, 0);
+        return;
+    }
+    c->deadline_ms = 0;
+    if (c->deadline_idle) {
+        /* A pooled connection nobody used for IDLE_MAX_MS: a worker that vanished without a FIN would
+         * otherwise leave it to be found dead by the next request. */
+        pdr__up_conn_close(c);
+        return;
+    }
+    conn_due(c); /* a connect that did not finish in time (the worker is unreachable), or a leg's total */
 }
 
 /* How long a connect may take: timeouts.connect_ms, cut to the leg's total deadline. */
@@ -176,22 +213,25 @@ static void conn_due(pdr_conn_t *c)
     uv_idle_start(&m->due_idle, on_due_idle);
 }
 
-static void on_timer(uv_timer_t *t)
-{
-    conn_due(t->data);
-}
-
 /* The leg's total deadline, from its start, when it has one. */
 void pdr__up_arm_total(pdr_conn_t *c)
 {
     pdr_leg_t *leg = c->leg;
     if (leg == NULL || leg->total_timeout_ms <= 0) {
-        uv_timer_stop(&c->timer);
+        conn_deadline(c, 0, 0);
         return;
     }
     uint64_t spent = (pdr_now_ns() - leg->started_ns) / 1000000u;
     uint64_t total = (uint64_t)leg->total_timeout_ms;
-    uv_timer_start(&c->timer, on_timer, total > spent ? total - spent : 0, 0);
+    if (total <= spent) {
+        /* Due now: on the timer's next run, as a timer of 0 ms would be. */
+        c->deadline_ms = uv_now(c->m->loop);
+        c->deadline_idle = 0;
+        c->timer_due_ms = c->deadline_ms;
+        uv_timer_start(&c->timer, on_conn_timer, 0, 0);
+        return;
+    }
+    conn_deadline(c, total - spent, 0);
 }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
@@ -243,7 +283,7 @@ void pdr__up_conn_complete(pdr_conn_t *c)
         c->start = 0;
         buf_release(m, c->buf, c->cap); /* idle connections hold no buffer: memory follows requests */
         c->buf = NULL;
-        uv_timer_start(&c->timer, on_idle_timeout, IDLE_MAX_MS, 0);
+        conn_deadline(c, IDLE_MAX_MS, 1);
         pdr_dlink_push(&c->o->idle, &c->idle_link);
         c->o->n_idle++;
     } else {
@@ -476,11 +516,6 @@ static void on_connect(uv_connect_t *req, int status)
     pdr__up_conn_send(c);
 }
 
-static void on_connect_timeout(uv_timer_t *t)
-{
-    conn_due(t->data); /* a connect that does not finish in time: the worker is unreachable */
-}
-
 void pdr__up_conn_connect(pdr_conn_t *c)
 {
     pdr_origin_t *o = c->o;
@@ -499,7 +534,7 @@ void pdr__up_conn_connect(pdr_conn_t *c)
         pdr__up_leg_fail(c, local ? PDR_ENOMEM : PDR_ECONNREFUSED);
         return;
     }
-    uv_timer_start(&c->timer, on_connect_timeout, (uint64_t)connect_ms(c->leg), 0);
+    conn_deadline(c, (uint64_t)connect_ms(c->leg), 0);
 }
 
 /* A leg whose worker's host name did not resolve: the reason its error names. */

@@ -21,12 +21,21 @@
 #define HEAD_MAX (512 * 1024) /* a request head to a worker: forwarded client headers are at most 256 KiB */
 #define IDLE_MAX_MS 60000     /* a pooled connection unused this long is closed */
 #define CONNECTING_MAX 64     /* connects in progress per origin and loop; more requests wait for one */
+#define URL_CACHE 16          /* worker URLs a loop keeps parsed (their origin and path) */
+#define URL_CACHE_LEN 128     /* a longer URL is parsed at each leg */
+#define HEAD_SPARE 2048       /* request heads up to this size come from the loop's spare buffers... */
+#define SPARE_HEADS 64        /* ...of which it keeps this many: 128 KiB at most */
 
 enum { C_RESOLVING = 0, C_CONNECTING, C_BUSY, C_IDLE, C_CLOSING };
 
 typedef struct pdr_conn {
     uv_tcp_t tcp;
-    uv_timer_t timer; /* connect deadline, then the leg's total deadline */
+    /* The connection's deadline (conn_deadline in upstream_conn.c): the connect's, the leg's total, or the
+     * pooled connection's idle time. The timer is re-armed only for an earlier one: armed later than
+     * needed it fires early, and its callback arms it again for what is left. */
+    uv_timer_t timer;
+    uint64_t deadline_ms, timer_due_ms; /* loop time (uv_now); 0: none, not armed */
+    int deadline_idle;                  /* the deadline closes an idle connection (else: conn_due) */
     uv_connect_t creq;
     uv_write_t wreq;
     uv_getaddrinfo_t *gai; /* while resolving */
@@ -61,6 +70,7 @@ typedef struct pdr_origin {
     pdr_multi_t *m;
     char host[256];      /* as in the URL, IPv6 without brackets */
     char authority[272]; /* the Host header */
+    size_t authority_len;
     int port;
     int tls; /* https:// */
     struct sockaddr_storage addr;
@@ -112,6 +122,19 @@ struct pdr_multi {
      * one instead of a malloc, and memory still follows the legs in flight, not the pool. */
     char *spare[SPARE_BUFS];
     size_t n_spare;
+    /* Request heads of HEAD_SPARE bytes that ended legs gave back, for the next legs (one malloc and one
+     * free less per leg). */
+    char *spare_head[SPARE_HEADS];
+    size_t n_spare_head;
+    /* The worker URLs legs went to, parsed: a leg to one of them skips parse_url and origin_get. A URL
+     * is matched by its bytes (the worker's string may be freed and another one put at its address). */
+    struct up_url {
+        char url[URL_CACHE_LEN];
+        pdr_origin_t *o;
+        int in_url;            /* the path is url + path_off (else "/") */
+        size_t path_off, plen; /* plen: its length before any space or line end */
+    } urls[URL_CACHE];
+    size_t n_urls, next_url;
     uint64_t buf_allocs; /* read buffers allocated (tests) */
 };
 

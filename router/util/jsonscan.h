@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include "err.h"
 
 /* Deepest nesting of arrays and objects accepted; the top-level object counts as depth 1. */
 #define PDR_JSON_MAX_DEPTH 128
@@ -63,8 +65,20 @@ typedef struct pdr_jmember {
  * document with more than 32 members needs a key table and malloc fails (the only allocation, freed
  * before returning). *n is 0 on error.
  */
-int pdr_json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t max, size_t *n, char *err,
-                         size_t errlen);
+int pdr__json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t max, size_t *n, char *err,
+                          size_t errlen, int full_rc);
+static inline int pdr_json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t max, size_t *n,
+                                       char *err, size_t errlen)
+{
+    return pdr__json_scan_object(p, len, out, max, n, err, errlen, PDR_EINVAL);
+}
+/* The same, for a caller that tries a small array first: a document with more than max members returns
+ * PDR_ETOOBIG (the message written all the same), to be scanned again with room for all of them. */
+static inline int pdr_json_scan_object_in(const char *p, size_t len, pdr_jmember_t *out, size_t max,
+                                          size_t *n, char *err, size_t errlen)
+{
+    return pdr__json_scan_object(p, len, out, max, n, err, errlen, PDR_ETOOBIG);
+}
 
 /* 1 when the member's key, with escapes decoded, equals name (NUL-terminated), else 0. */
 int pdr_jmember_key_is(const pdr_jmember_t *m, const char *name);
@@ -72,8 +86,17 @@ int pdr_jmember_key_is(const pdr_jmember_t *m, const char *name);
 /* Parses an INT value into *out. Returns 0, or PDR_EINVAL if v is not an INT or does not fit int64_t. */
 int pdr_jval_int(const pdr_jval_t *v, int64_t *out);
 
-/* Finds a top-level member by decoded name, or NULL. */
-const pdr_jmember_t *pdr_jfind(const pdr_jmember_t *m, size_t n, const char *name);
+/* Finds a top-level member by decoded name, or NULL. The name is measured once; a key without escapes
+ * (nearly all) is compared by length and bytes here, the others by pdr_jmember_key_is. */
+static inline const pdr_jmember_t *pdr_jfind(const pdr_jmember_t *m, size_t n, const char *name)
+{
+    size_t len = strlen(name);
+    for (size_t i = 0; i < n; i++)
+        if (m[i].key_escaped ? pdr_jmember_key_is(&m[i], name)
+                             : m[i].key_len == len && memcmp(m[i].key, name, len) == 0)
+            return &m[i];
+    return NULL;
+}
 
 /*
  * Walk the elements of an ARRAY value, or the members of an OBJECT value, that pdr_json_scan_object

@@ -1,8 +1,9 @@
 /*
  * The top-level object of the JSON scanner declared in jsonscan.h: pdr_json_scan_object (one record per
- * top-level member, duplicate keys refused after decoding escapes), decoded keys (pdr_jmember_key_is,
- * pdr_jfind) and the walkers over nested arrays and objects (pdr_jarray_next, pdr_jobject_next), which
- * read again on demand what the scan validated but did not record. The grammar is jsonscan.c's.
+ * top-level member, duplicate keys refused after decoding escapes), decoded keys (pdr_jmember_key_is; the
+ * lookup pdr_jfind is inline in jsonscan.h) and the walkers over nested arrays and objects (pdr_jarray_next,
+ * pdr_jobject_next), which read again on demand what the scan validated but did not record. The grammar is
+ * jsonscan.c's.
  *
  * Invariants: the input is never written and never read past p + len; a call allocates at most once (the
  * duplicate-key table of a document with more than SMALL_MEMBERS members) and frees it before returning.
@@ -141,14 +142,6 @@ int pdr_jmember_key_is(const pdr_jmember_t *m, const char *name)
     return *name == '\0';
 }
 
-const pdr_jmember_t *pdr_jfind(const pdr_jmember_t *m, size_t n, const char *name)
-{
-    for (size_t i = 0; i < n; i++)
-        if (pdr_jmember_key_is(&m[i], name))
-            return &m[i];
-    return NULL;
-}
-
 /*
  * ---- Duplicate detection for top-level keys. Up to SMALL_MEMBERS members: a linear scan of their hashes
  * on the stack (nothing to clear per call); past that, one heap table with open addressing. ----
@@ -248,8 +241,8 @@ static const char *type_of_first_byte(char c)
     }
 }
 
-int pdr_json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t max, size_t *n, char *err,
-                         size_t errlen)
+int pdr__json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t max, size_t *n, char *err,
+                          size_t errlen, int full_rc)
 {
     scan_t s;
     key_table_t t;
@@ -299,9 +292,9 @@ int pdr_json_scan_object(const char *p, size_t len, pdr_jmember_t *out, size_t m
                 goto done;
             }
             if (count == max) {
-                if (errlen > 0)
-                    snprintf(err, errlen, "too many top-level fields (at most %zu) at byte %zu", max,
-                             (size_t)(q - p));
+                snprintf(err, errlen, "too many top-level fields (at most %zu) at byte %zu", max,
+                         (size_t)(q - p));
+                rc = full_rc;
                 goto done;
             }
             pdr_jmember_t *m = &out[count];

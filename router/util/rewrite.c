@@ -189,19 +189,31 @@ static int parse_chat(pdr_pdreq_t *r, char *err, size_t errlen)
     return get_bool(r, "logprobs", &r->want_logprobs, err, errlen);
 }
 
-int pdr_pdreq_parse(pdr_route_t route, const char *body, size_t len, pdr_pdreq_t *r, char *err, size_t errlen)
+int pdr_pdreq_parse_in(pdr_route_t route, const char *body, size_t len, pdr_pdreq_t *r, pdr_jmember_t *space,
+                       size_t space_n, char *err, size_t errlen)
 {
     memset(r, 0, sizeof(*r));
     r->body = body;
     r->len = len;
     /* Room for every member of a small body; a member needs at least 5 bytes ("a":1,). */
     size_t cap = len / 5 + 1 < MAX_MEMBERS ? len / 5 + 1 : MAX_MEMBERS;
-    r->m = malloc(cap * sizeof(*r->m));
-    if (r->m == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return PDR_ENOMEM;
+    int rc = PDR_ETOOBIG;
+    if (space != NULL && space_n > 0) {
+        /* The caller's space first: a body has few top-level members, however long its prompt. */
+        r->m = space;
+        rc = pdr_json_scan_object_in(body, len, space, space_n < cap ? space_n : cap, &r->n, err, errlen);
+        if (rc == PDR_ETOOBIG && space_n >= cap)
+            rc = PDR_EINVAL; /* more members than any body of this length may have: the error stands */
     }
-    int rc = pdr_json_scan_object(body, len, r->m, cap, &r->n, err, errlen);
+    if (rc == PDR_ETOOBIG) {
+        r->m = malloc(cap * sizeof(*r->m));
+        if (r->m == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return PDR_ENOMEM;
+        }
+        r->m_owned = 1;
+        rc = pdr_json_scan_object(body, len, r->m, cap, &r->n, err, errlen);
+    }
     if (rc == 0 && (rc = get_bool(r, "stream", &r->stream, err, errlen)) == 0) {
         const pdr_jval_t *model = get(r, "model");
         if (model != NULL && model->type != PDR_JT_STRING) {
@@ -220,9 +232,15 @@ int pdr_pdreq_parse(pdr_route_t route, const char *body, size_t len, pdr_pdreq_t
     return rc;
 }
 
+int pdr_pdreq_parse(pdr_route_t route, const char *body, size_t len, pdr_pdreq_t *r, char *err, size_t errlen)
+{
+    return pdr_pdreq_parse_in(route, body, len, r, NULL, 0, err, errlen);
+}
+
 void pdr_pdreq_clear(pdr_pdreq_t *r)
 {
-    free(r->m);
+    if (r->m_owned)
+        free(r->m);
     memset(r, 0, sizeof(*r));
 }
 

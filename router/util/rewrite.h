@@ -23,8 +23,9 @@ typedef enum {
 typedef struct pdr_pdreq {
     const char *body; /* the client's bytes, borrowed: they must outlive the pdr_pdreq_t */
     size_t len;
-    pdr_jmember_t *m; /* its top-level members (malloc'd) */
+    pdr_jmember_t *m; /* its top-level members (malloc'd when m_owned, else the caller's space) */
     size_t n;
+    int m_owned;
     int stream;        /* "stream": true */
     int want_logprobs; /* return_logprob (generate) or logprobs (OpenAI) */
     size_t batch;      /* 0: one item; else the number of items (fields become arrays) */
@@ -34,6 +35,11 @@ typedef struct pdr_pdreq {
  * PDR_ENOMEM (the router's fault: a 503, not a 400). */
 int pdr_pdreq_parse(pdr_route_t route, const char *body, size_t len, pdr_pdreq_t *out, char *err,
                     size_t errlen);
+/* The same, the members going into space[0..space_n) when they fit (out->m is space then, and owned by the
+ * caller), else into a malloc'd array as pdr_pdreq_parse does. */
+int pdr_pdreq_parse_in(pdr_route_t route, const char *body, size_t len, pdr_pdreq_t *out,
+                       pdr_jmember_t *space, size_t space_n, char *err, size_t errlen);
+/* Frees what the parse allocated and zeroes *r. */
 void pdr_pdreq_clear(pdr_pdreq_t *r);
 
 /* Builds a leg's body: the client's members except bootstrap_host, bootstrap_port, bootstrap_room and
