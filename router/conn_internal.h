@@ -1,8 +1,9 @@
 /*
  * The client connection, shared by the files that serve it: conn.c (the accept, the map from a descriptor
  * to its connection, the close, TLS), conn_h1.c (the HTTP/1 client timeouts, lingering close, the chunked
- * body and head guards) and conn_h2.c (the HTTP/2 frame and body guards, the body budget and its
- * eviction). Nothing outside these three files includes it.
+ * body and head guards), conn_h2.c (the HTTP/2 frame and body guards, the body budget and its
+ * eviction) and conn_ng2.c (HTTP/2 on libnghttp2, h2_nghttp2). Nothing outside these four files
+ * includes it.
  */
 #ifndef PDR_CONN_INTERNAL_H
 #define PDR_CONN_INTERNAL_H
@@ -82,6 +83,10 @@ void pdr__conn_idle_leave(client_conn_t *cc);
 void pdr__conn_set_wait(client_conn_t *cc, int wait, int ms);
 void pdr__conn_update_wait(client_conn_t *cc);
 void pdr__conn_chunk_guard_read(h2o_socket_t *sock, const char *err);
+
+/* conn_ng2.c */
+int pdr__conn_ng2_init(void);
+int pdr__conn_ng2_accept(client_conn_t *cc, h2o_socket_t *sock);
 
 /* conn_h2.c */
 int pdr__conn_sock_gone(client_conn_t *cc, const h2o_socket_t *sock);

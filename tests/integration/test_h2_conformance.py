@@ -380,6 +380,28 @@ def scenario_prior():
     stop_clean(r, p, d)
 
 
+# The same cases against the HTTP/2 of libnghttp2 (h2_nghttp2: true, router/conn_ng2.c): prior knowledge,
+# the admin port and TLS with ALPN h2 are its; Upgrade: h2c stays h2o's.
+NGHTTP2 = "h2_nghttp2: true"
+
+
+def scenario_prior_nghttp2():
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config=NGHTTP2)
+    run_door(r, r.port, open_prior, r.port)
+    stop_clean(r, p, d)
+
+
+def scenario_admin_nghttp2():
+    p, d = sim("prefill"), sim("decode")
+    fd, token = tempfile.mkstemp(prefix="pdtest-token-")
+    with os.fdopen(fd, "w") as f:
+        f.write("s3cret-token-for-the-admin-api\n")
+    r = router([p], [d], "--admin-token-file", token, config=NGHTTP2)
+    run_door(r, r.ports["admin"], open_prior, r.port)
+    stop_clean(r, p, d)
+
+
 def scenario_upgrade():
     p, d = sim("prefill"), sim("decode")
     r = router([p], [d])
@@ -403,6 +425,17 @@ def scenario_tls():
     cert, key = certs.issue("router", 3001)
     p, d = test_tls.sim("prefill"), test_tls.sim("decode")
     r = test_tls.router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (cert, key), threads=1)
+    test_tls.wait_healthy(r)
+    run_door(r, r.port, tls_opener(certs.ca), r.ports["admin"], "/metrics")
+    stop_clean(r, p, d)
+
+
+def scenario_tls_nghttp2():
+    import test_tls
+    certs = test_tls.Certs()
+    cert, key = certs.issue("router", 3001)
+    p, d = test_tls.sim("prefill"), test_tls.sim("decode")
+    r = test_tls.router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (cert, key), threads=1, extra=NGHTTP2)
     test_tls.wait_healthy(r)
     run_door(r, r.port, tls_opener(certs.ca), r.ports["admin"], "/metrics")
     stop_clean(r, p, d)
