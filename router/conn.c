@@ -284,17 +284,24 @@ static void on_first_read(h2o_socket_t *sock, const char *err)
     }
     size_t n = sock->input->size < sizeof(PREFACE) - 1 ? sock->input->size : sizeof(PREFACE) - 1;
     if (memcmp(sock->input->bytes, PREFACE, n) != 0) {
-        h2o_socket_read_stop(sock);
-        sock->data = NULL;
-        start_http1(cc, sock);
+        pdr__conn_sniff_end(cc);
         return;
     }
     if (n < sizeof(PREFACE) - 1)
         return; /* the rest of the preface is still to come (within timeouts.client_header_ms) */
+    cc->sniffing = 0;
     cc->wait = CW_OFF;
     uv_timer_stop(&cc->timer);
     h2o_socket_read_stop(sock);
     pdr__conn_ng2_accept(cc, sock);
+}
+
+void pdr__conn_sniff_end(client_conn_t *cc)
+{
+    cc->sniffing = 0;
+    h2o_socket_read_stop(cc->sock);
+    cc->sock->data = NULL;
+    start_http1(cc, cc->sock);
 }
 
 /* Hands an accepted connection to h2o. */
@@ -329,6 +336,7 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     cc->g_checked_size = 0;
     cc->h2_state = H2G_UNDECIDED;
     cc->h2_fresh = 0;
+    cc->sniffing = 0;
     cc->rewrap = (pdr_dlink_t){NULL, NULL};
     cc->h2link = (pdr_dlink_t){NULL, NULL};
     cc->idle = (pdr_dlink_t){NULL, NULL};
@@ -366,6 +374,7 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     }
     if (t->config->h2_nghttp2) {
         gettimeofday(&cc->accepted, NULL);
+        cc->sniffing = 1;
         sock->data = cc;
         h2o_socket_read_start(sock, on_first_read);
         return;

@@ -31,6 +31,9 @@
 #define NG2_WRITE_MAX 65536
 /* The first response headers the handler's table can give, plus :status, server and date. */
 #define NG2_MAX_RES_HEADERS 100
+/* CONTINUATION frames after one HEADERS frame: nghttp2's default; a header block of up to
+ * limits.max_header_bytes fits in far fewer 16 KiB frames. */
+#define NG2_MAX_CONTINUATIONS 8
 
 typedef struct ng2_stream ng2_stream_t;
 
@@ -39,11 +42,17 @@ typedef struct ng2_conn {
     client_conn_t *cc;
     h2o_socket_t *sock;
     nghttp2_session *ng;
-    pdr_dlink_t *streams; /* every stream with an h2o_req_t (ng2_stream_t.link) */
-    pdr_dlink_t *proceed; /* streams whose handler waits for h2o_proceed_response (ng2_stream_t.plink) */
-    h2o_buffer_t *out;    /* the frames being written (one h2o_socket_write at a time) */
-    int writing;          /* h2o_socket_write in flight */
-    int closing;          /* the session ended: close once the last frames are written */
+    pdr_dlink_t *streams;      /* every stream with an h2o_req_t (ng2_stream_t.link) */
+    pdr_dlink_t *proceed;      /* streams whose handler waits for h2o_proceed_response (ng2_stream_t.plink) */
+    h2o_buffer_t *out;         /* the frames being written (one h2o_socket_write at a time) */
+    int writing;               /* h2o_socket_write in flight */
+    int closing;               /* the session ended: close once the last frames are written */
+    int flood_error;           /* the nghttp2 error that ended it */
+    int flood_control;         /* ended by limits.h2_max_control_frames (control_flood) */
+    int32_t proc_before_block; /* the last stream processed before the header block of last_headers */
+    double ctl_tokens;         /* limits.h2_max_control_frames' bucket (control_flood) */
+    uint64_t ctl_ms;
+    int flooded;          /* nghttp2 refused a flood: one GOAWAY of the router's own, then the close */
     uint64_t max_body;    /* limits.max_body_bytes at the accept */
     int32_t last_headers; /* the highest stream id a HEADERS frame came on */
     h2o_timeout_entry_t flush_entry; /* a write of the frames nghttp2 has queued, on the next loop turn */
@@ -80,10 +89,7 @@ static void request_flush(ng2_conn_t *c)
 
 /* ---- the h2o connection the requests run on ---- */
 
-static ng2_conn_t *conn_of(h2o_conn_t *conn)
-{
-    return (ng2_conn_t *)conn;
-}
+#define conn_of(conn) ((ng2_conn_t *)(conn))
 
 static socklen_t get_sockname(h2o_conn_t *conn, struct sockaddr *sa)
 {
@@ -162,9 +168,7 @@ static void stream_process(ng2_stream_t *s)
 static ssize_t data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
                          nghttp2_data_source *src, void *user)
 {
-    (void)ng;
-    (void)id;
-    (void)user;
+    (void)ng, (void)id, (void)user;
     ng2_stream_t *s = src->ptr;
     size_t n = 0;
     while (n < length && s->bi < s->nbufs) {
@@ -272,19 +276,81 @@ static void ostr_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs,
 
 /* A HEADERS frame on a stream id below an earlier one, on a stream that is not open, is a connection
  * error (RFC 9113 section 5.1.1); nghttp2 1.52 ignores its header block instead. */
+/* Frames that carry no request (SETTINGS and PING that are not ACKs, PRIORITY, CONTINUATION, empty DATA
+ * without END_STREAM, frames of unknown types) take a token of limits.h2_max_control_frames, refilled
+ * over CONTROL_WINDOW_MS, as on h2o's connections: nghttp2 only bounds the ACKs it has not written yet,
+ * so a flood it can answer as fast as it comes would go on. */
+#define CONTROL_WINDOW_MS 10000
+
+static int control_frame(const nghttp2_frame_hd *hd)
+{
+    switch (hd->type) {
+    case NGHTTP2_SETTINGS:
+    case NGHTTP2_PING:
+        return !(hd->flags & NGHTTP2_FLAG_ACK);
+    case NGHTTP2_PRIORITY:
+    case NGHTTP2_CONTINUATION:
+        return 1;
+    case NGHTTP2_DATA:
+        return hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_STREAM);
+    case NGHTTP2_HEADERS:
+    case NGHTTP2_RST_STREAM:
+    case NGHTTP2_PUSH_PROMISE:
+    case NGHTTP2_GOAWAY:
+    case NGHTTP2_WINDOW_UPDATE:
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+static int control_flood(ng2_conn_t *c)
+{
+    int limit = c->cc->t->config->limits.h2_max_control_frames;
+    if (limit == 0)
+        return 0;
+    uint64_t now = pdr_now_ms();
+    c->ctl_tokens += (double)(now - c->ctl_ms) * limit / CONTROL_WINDOW_MS;
+    if (c->ctl_tokens > limit)
+        c->ctl_tokens = limit;
+    c->ctl_ms = now;
+    c->ctl_tokens -= 1;
+    return c->ctl_tokens < 0;
+}
+
 static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *user)
 {
     ng2_conn_t *c = user;
+    if (control_frame(hd) && control_flood(c)) {
+        c->flooded = 1;
+        c->flood_error = NGHTTP2_ERR_FLOODED;
+        c->flood_control = 1;
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
     if (hd->type != NGHTTP2_HEADERS)
         return 0;
     if (hd->stream_id > c->last_headers) {
         c->last_headers = hd->stream_id;
+        c->proc_before_block = nghttp2_session_get_last_proc_stream_id(ng);
         return 0;
     }
     if (nghttp2_session_find_stream(ng, hd->stream_id) != NULL)
         return 0;
     nghttp2_session_terminate_session(ng, NGHTTP2_PROTOCOL_ERROR);
     return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+static int on_extension_chunk(nghttp2_session *ng, const nghttp2_frame_hd *hd, const uint8_t *data,
+                              size_t len, void *user)
+{
+    (void)ng, (void)hd, (void)data, (void)len, (void)user;
+    return 0;
+}
+
+static int ignore_extension(nghttp2_session *ng, void **payload, const nghttp2_frame_hd *hd, void *user)
+{
+    (void)ng, (void)payload, (void)hd, (void)user;
+    return NGHTTP2_ERR_CANCEL;
 }
 
 static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *user)
@@ -302,8 +368,7 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *u
 static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name, size_t namelen,
                      const uint8_t *value, size_t valuelen, uint8_t flags, void *user)
 {
-    (void)flags;
-    (void)user;
+    (void)flags, (void)user;
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0; /* trailers: nothing of the router reads them */
     ng2_stream_t *s = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
@@ -373,15 +438,12 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *user
 
 static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void *user)
 {
-    ng2_conn_t *c = user;
     ng2_stream_t *s = nghttp2_session_get_stream_user_data(ng, id);
-    (void)code;
+    (void)code, (void)user;
     if (s == NULL)
         return 0;
     nghttp2_session_set_stream_user_data(ng, id, NULL);
-    if (s->processed && s->req._generator != NULL)
-        c->cc->t->m.h2_client_resets_total++; /* abandoned before its answer ended */
-    stream_dispose(s);
+    stream_dispose(s); /* a handler still running counts the reset (pdr__note_client_reset) */
     return 0;
 }
 
@@ -413,7 +475,36 @@ static void ng2_flush(ng2_conn_t *c)
     h2o_timeout_unlink(&c->flush_entry);
     if (c->writing)
         return;
-    while (c->out->size < NG2_WRITE_MAX) {
+    if (c->flooded == 1 && c->out->size == 0) {
+        /* nghttp2 ends the session on a flood without a GOAWAY, and may not be asked for frames again */
+        c->flooded = 2;
+        char debug[160], f[9 + 8 + 160];
+        int32_t last = nghttp2_session_get_last_proc_stream_id(c->ng);
+        int limit = c->cc->t->config->limits.h2_max_control_frames;
+        if (c->flood_error == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS) {
+            snprintf(debug, sizeof(debug),
+                     "header block of stream %" PRId32 " exceeds %d CONTINUATION frames", c->last_headers,
+                     NG2_MAX_CONTINUATIONS);
+            last = c->proc_before_block; /* the stream of the block was not processed */
+        } else if (c->flood_control) {
+            snprintf(debug, sizeof(debug),
+                     "more than %d SETTINGS, PING, PRIORITY, CONTINUATION or unknown-type frames in %d s "
+                     "(limits.h2_max_control_frames)",
+                     limit, CONTROL_WINDOW_MS / 1000);
+        } else {
+            snprintf(debug, sizeof(debug),
+                     "more than %d SETTINGS or PING frames unanswered "
+                     "(limits.h2_max_control_frames)",
+                     limit);
+        }
+        size_t g = pdr_h2_goaway_frame(f, sizeof(f), (uint32_t)last, NGHTTP2_ENHANCE_YOUR_CALM, debug);
+        h2o_iovec_t room = h2o_buffer_reserve(&c->out, g);
+        if (room.base != NULL && g > 0) {
+            memcpy(room.base, f, g);
+            c->out->size += g;
+        }
+    }
+    while (!c->flooded && c->out->size < NG2_WRITE_MAX) {
         const uint8_t *data;
         ssize_t n = nghttp2_session_mem_send(c->ng, &data);
         if (n < 0) {
@@ -469,7 +560,13 @@ static void on_read(h2o_socket_t *sock, const char *err)
     if (n < 0) {
         /* A connection error: nghttp2 has queued its GOAWAY where the error has one (a bad preface has
          * none); the connection ends once it is written. */
-        if (n == NGHTTP2_ERR_FLOODED)
+        if (!c->flooded && (n == NGHTTP2_ERR_FLOODED || n == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS)) {
+            c->flooded = 1;
+            c->flood_error = (int)n;
+        }
+        if (c->flood_error == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS)
+            c->cc->t->m.h2_header_block_too_large_total++;
+        else if (c->flooded)
             c->cc->t->m.h2_control_floods_total++;
         c->closing = 1;
         h2o_buffer_consume(&sock->input, sock->input->size);
@@ -515,6 +612,11 @@ static nghttp2_option *ng2_opt_for(const pdr_config_t *cfg)
         nghttp2_option_set_stream_reset_rate_limit(o, (uint64_t)cfg->limits.h2_max_resets,
                                                    (uint64_t)(cfg->limits.h2_max_resets + 9) / 10);
     nghttp2_option_set_max_send_header_block_length(o, 65536);
+    nghttp2_option_set_max_continuations(o, NG2_MAX_CONTINUATIONS);
+    /* Frames of unknown types are declared as extensions, so that on_begin_frame counts them; their
+     * payload is dropped (ignore_extension). */
+    for (int type = NGHTTP2_CONTINUATION + 1; type <= 0xff; type++)
+        nghttp2_option_set_user_recv_extension_type(o, (uint8_t)type);
     return o;
 }
 
@@ -525,6 +627,8 @@ int pdr__conn_ng2_init(void)
     if (nghttp2_session_callbacks_new(&ng2_cbs) != 0)
         return PDR_ENOMEM;
     nghttp2_session_callbacks_set_on_begin_frame_callback(ng2_cbs, on_begin_frame);
+    nghttp2_session_callbacks_set_on_extension_chunk_recv_callback(ng2_cbs, on_extension_chunk);
+    nghttp2_session_callbacks_set_unpack_extension_callback(ng2_cbs, ignore_extension);
     nghttp2_session_callbacks_set_on_begin_headers_callback(ng2_cbs, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(ng2_cbs, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(ng2_cbs, on_data_chunk);
@@ -557,6 +661,8 @@ int pdr__conn_ng2_accept(client_conn_t *cc, h2o_socket_t *sock)
     c->max_body = (uint64_t)cfg->limits.max_body_bytes;
     c->flush_entry.cb = on_flush_entry;
     c->idle_entry.cb = on_idle_entry;
+    c->ctl_tokens = cfg->limits.h2_max_control_frames;
+    c->ctl_ms = pdr_now_ms();
     h2o_buffer_init(&c->out, &h2o_socket_buffer_prototype);
     pdr_dlink_push(&cc->t->ng2_conns, &c->link);
     nghttp2_settings_entry iv[] = {
