@@ -98,6 +98,7 @@ tls_resume_failure_keeps_sessions @@ router/upstream_conn_tls.c @@ if (c->tls_sa
 h2_budget_no_eviction @@ router/conn_h2.c @@ uv_timer_start(&cc->t->h2_evict_timer, on_h2_evict, 0, 0); @@ (void)on_h2_evict; @@ pdrouter @@ ^router_(limits|tls)_h2_body_budget$
 h2_eviction_smallest_first @@ router/reqguard.c @@ (big == NULL || b->bytes > big->bytes || (b->bytes == big->bytes && b->last_ms < big->last_ms))) @@ (big == NULL || b->bytes < big->bytes || (b->bytes == big->bytes && b->last_ms < big->last_ms))) @@ pdrouter @@ ^router_limits_h2_body_budget$
 h2_eviction_stops_early @@ router/conn_h2.c @@ while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > target) { @@ while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > cap) { @@ pdrouter @@ ^router_limits_h2_body_budget$
+ng2_lower_stream_id_ignored @@ router/conn_ng2.c @@ if (nghttp2_session_find_stream(ng, hd->stream_id) != NULL) @@ if (1) @@ pdrouter @@ ^router_h2_conformance_(prior|tls|admin)_nghttp2$
 EOF
 )
 
