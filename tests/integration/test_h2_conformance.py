@@ -392,6 +392,31 @@ def scenario_prior_nghttp2():
     stop_clean(r, p, d)
 
 
+def scenario_floods_nghttp2():
+    """The floods nghttp2 does not stop alone, on its connections: SETTINGS, PING and unknown-type frames
+    past limits.h2_max_control_frames get GOAWAY ENHANCE_YOUR_CALM naming the key (the front end's
+    bucket), a header block past 8 CONTINUATION frames one that says so; each is closed and counted,
+    and the port goes on serving."""
+    import h2flood
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config=NGHTTP2 + "\nlimits: { h2_max_control_frames: 300 }")
+    for attack, text in (("settings", b"limits.h2_max_control_frames"), ("ping", b"limits.h2_max_control_frames"),
+                         ("unknown", b"limits.h2_max_control_frames"), ("continuation", b"CONTINUATION frames")):
+        c = open_prior(r.port)
+        for i in range(10):
+            c.send(h2flood.control_burst(attack, 100, i == 0))
+        closed = c.wait_closed()
+        g = c.goaways()
+        c.close()
+        check(closed and g and g[0][0] == 0xB and text in g[0][1], "%s flood: closed %s, GOAWAY %r" % (attack, closed, g),
+              r)
+        check(request(r.port, "GET", "/health", timeout=5)[0] == 200, "not serving after a %s flood" % attack, r)
+    m = request(r.ports["admin"], "GET", "/metrics", timeout=5)[2].decode()
+    check("pdr_h2_control_floods_total 3" in m and "pdr_h2_header_block_too_large_total 1" in m,
+          "floods not counted: %r" % [l for l in m.splitlines() if "flood" in l or "block_too" in l], r)
+    stop_clean(r, p, d)
+
+
 def scenario_admin_nghttp2():
     p, d = sim("prefill"), sim("decode")
     fd, token = tempfile.mkstemp(prefix="pdtest-token-")
