@@ -2,8 +2,8 @@
  * The client connection, shared by the files that serve it: conn.c (the accept, the map from a descriptor
  * to its connection, the close, TLS), conn_h1.c (the HTTP/1 client timeouts, lingering close, the chunked
  * body and head guards), conn_h2.c (the HTTP/2 frame and body guards, the body budget and its
- * eviction) and conn_ng2.c (HTTP/2 on libnghttp2, h2_nghttp2). Nothing outside these four files
- * includes it.
+ * eviction) and conn_ng2*.c (HTTP/2 on libnghttp2, h2_nghttp2). Nothing outside these files includes
+ * it.
  */
 #ifndef PDR_CONN_INTERNAL_H
 #define PDR_CONN_INTERNAL_H

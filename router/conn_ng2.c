@@ -19,62 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <nghttp2/nghttp2.h>
-#include "conn_internal.h"
+#include "conn_ng2_internal.h"
 #include "err.h"
 #include "ratelog.h"
 #include "router.h"
 #include "util.h"
-
-/* What a connection may hold unwritten before nghttp2 is asked for no more frames: one write at a time,
- * each of at most this many bytes (the rest waits in nghttp2's queues and the handlers' buffers). */
-#define NG2_WRITE_MAX 65536
-/* The first response headers the handler's table can give, plus :status, server and date. */
-#define NG2_MAX_RES_HEADERS 100
-/* CONTINUATION frames after one HEADERS frame: nghttp2's default; a header block of up to
- * limits.max_header_bytes fits in far fewer 16 KiB frames. */
-#define NG2_MAX_CONTINUATIONS 8
-
-typedef struct ng2_stream ng2_stream_t;
-
-typedef struct ng2_conn {
-    h2o_conn_t super;
-    client_conn_t *cc;
-    h2o_socket_t *sock;
-    nghttp2_session *ng;
-    pdr_dlink_t *streams;      /* every stream with an h2o_req_t (ng2_stream_t.link) */
-    pdr_dlink_t *proceed;      /* streams whose handler waits for h2o_proceed_response (ng2_stream_t.plink) */
-    h2o_buffer_t *out;         /* the frames being written (one h2o_socket_write at a time) */
-    int writing;               /* h2o_socket_write in flight */
-    int closing;               /* the session ended: close once the last frames are written */
-    int flood_error;           /* the nghttp2 error that ended it */
-    int flood_control;         /* ended by limits.h2_max_control_frames (control_flood) */
-    int32_t proc_before_block; /* the last stream processed before the header block of last_headers */
-    double ctl_tokens;         /* limits.h2_max_control_frames' bucket (control_flood) */
-    uint64_t ctl_ms;
-    int flooded;          /* nghttp2 refused a flood: one GOAWAY of the router's own, then the close */
-    uint64_t max_body;    /* limits.max_body_bytes at the accept */
-    int32_t last_headers; /* the highest stream id a HEADERS frame came on */
-    h2o_timeout_entry_t flush_entry; /* a write of the frames nghttp2 has queued, on the next loop turn */
-    h2o_timeout_entry_t idle_entry;  /* no stream open: closed after http2.idle_timeout */
-    pdr_dlink_t link;                /* on t->ng2_conns */
-} ng2_conn_t;
-
-struct ng2_stream {
-    h2o_req_t req;
-    h2o_ostream_t ostr;
-    ng2_conn_t *conn;
-    int32_t id;
-    h2o_buffer_t *body; /* the request body so far (NULL: none yet) */
-    int processed;      /* handed to h2o_process_request */
-    int too_big;        /* the body passed max_body: the rest of its DATA is dropped */
-    int submitted;      /* the response headers went to nghttp2 */
-    int deferred;       /* the data provider waits for do_send (NGHTTP2_ERR_DEFERRED) */
-    h2o_iovec_t *bufs;  /* what do_send handed over, alive until h2o_proceed_response */
-    size_t nbufs, bi, boff;
-    h2o_send_state_t state;
-    pdr_dlink_t link, plink;
-};
 
 static void ng2_flush(ng2_conn_t *c);
 static void ng2_close(ng2_conn_t *c);
@@ -140,10 +89,20 @@ static void stream_dispose(ng2_stream_t *s)
     pdr_dlink_unlink(&s->plink);
     if (s->body != NULL)
         h2o_buffer_dispose(&s->body);
+    pdr_dqueue_unlink(&c->waiting, &s->wlink);
+    if (s->running)
+        c->running--;
     h2o_dispose_request(&s->req);
     free(s);
     if (c->streams == NULL && !c->closing && c->super.ctx->http2.idle_timeout.timeout != 0)
         h2o_timeout_link(c->super.ctx->loop, &c->super.ctx->http2.idle_timeout, &c->idle_entry);
+    ng2_stream_t *next;
+    while (!c->dying && c->running < c->max_running &&
+           (next = PDR_DLINK_ENTRY(pdr_dqueue_pop(&c->waiting), ng2_stream_t, wlink)) != NULL) {
+        next->running = 1;
+        c->running++;
+        h2o_process_request(&next->req);
+    }
 }
 
 static void stream_process(ng2_stream_t *s)
@@ -161,6 +120,12 @@ static void stream_process(ng2_stream_t *s)
         s->req.entity = h2o_iovec_init(s->body->bytes, s->body->size);
         s->req.timestamps.request_body_begin_at = s->req.timestamps.request_begin_at;
     }
+    if (s->conn->running >= s->conn->max_running) { /* limits.h2_max_concurrent_streams */
+        pdr_dqueue_append(&s->conn->waiting, &s->wlink);
+        return;
+    }
+    s->running = 1;
+    s->conn->running++;
     h2o_process_request(&s->req);
 }
 
@@ -273,85 +238,6 @@ static void ostr_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs,
 }
 
 /* ---- nghttp2's callbacks ---- */
-
-/* A HEADERS frame on a stream id below an earlier one, on a stream that is not open, is a connection
- * error (RFC 9113 section 5.1.1); nghttp2 1.52 ignores its header block instead. */
-/* Frames that carry no request (SETTINGS and PING that are not ACKs, PRIORITY, CONTINUATION, empty DATA
- * without END_STREAM, frames of unknown types) take a token of limits.h2_max_control_frames, refilled
- * over CONTROL_WINDOW_MS, as on h2o's connections: nghttp2 only bounds the ACKs it has not written yet,
- * so a flood it can answer as fast as it comes would go on. */
-#define CONTROL_WINDOW_MS 10000
-
-static int control_frame(const nghttp2_frame_hd *hd)
-{
-    switch (hd->type) {
-    case NGHTTP2_SETTINGS:
-    case NGHTTP2_PING:
-        return !(hd->flags & NGHTTP2_FLAG_ACK);
-    case NGHTTP2_PRIORITY:
-    case NGHTTP2_CONTINUATION:
-        return 1;
-    case NGHTTP2_DATA:
-        return hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_STREAM);
-    case NGHTTP2_HEADERS:
-    case NGHTTP2_RST_STREAM:
-    case NGHTTP2_PUSH_PROMISE:
-    case NGHTTP2_GOAWAY:
-    case NGHTTP2_WINDOW_UPDATE:
-        return 0;
-    default:
-        return 1;
-    }
-}
-
-static int control_flood(ng2_conn_t *c)
-{
-    int limit = c->cc->t->config->limits.h2_max_control_frames;
-    if (limit == 0)
-        return 0;
-    uint64_t now = pdr_now_ms();
-    c->ctl_tokens += (double)(now - c->ctl_ms) * limit / CONTROL_WINDOW_MS;
-    if (c->ctl_tokens > limit)
-        c->ctl_tokens = limit;
-    c->ctl_ms = now;
-    c->ctl_tokens -= 1;
-    return c->ctl_tokens < 0;
-}
-
-static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *user)
-{
-    ng2_conn_t *c = user;
-    if (control_frame(hd) && control_flood(c)) {
-        c->flooded = 1;
-        c->flood_error = NGHTTP2_ERR_FLOODED;
-        c->flood_control = 1;
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
-    }
-    if (hd->type != NGHTTP2_HEADERS)
-        return 0;
-    if (hd->stream_id > c->last_headers) {
-        c->last_headers = hd->stream_id;
-        c->proc_before_block = nghttp2_session_get_last_proc_stream_id(ng);
-        return 0;
-    }
-    if (nghttp2_session_find_stream(ng, hd->stream_id) != NULL)
-        return 0;
-    nghttp2_session_terminate_session(ng, NGHTTP2_PROTOCOL_ERROR);
-    return NGHTTP2_ERR_CALLBACK_FAILURE;
-}
-
-static int on_extension_chunk(nghttp2_session *ng, const nghttp2_frame_hd *hd, const uint8_t *data,
-                              size_t len, void *user)
-{
-    (void)ng, (void)hd, (void)data, (void)len, (void)user;
-    return 0;
-}
-
-static int ignore_extension(nghttp2_session *ng, void **payload, const nghttp2_frame_hd *hd, void *user)
-{
-    (void)ng, (void)payload, (void)hd, (void)user;
-    return NGHTTP2_ERR_CANCEL;
-}
 
 static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *user)
 {
@@ -478,26 +364,8 @@ static void ng2_flush(ng2_conn_t *c)
     if (c->flooded == 1 && c->out->size == 0) {
         /* nghttp2 ends the session on a flood without a GOAWAY, and may not be asked for frames again */
         c->flooded = 2;
-        char debug[160], f[9 + 8 + 160];
-        int32_t last = nghttp2_session_get_last_proc_stream_id(c->ng);
-        int limit = c->cc->t->config->limits.h2_max_control_frames;
-        if (c->flood_error == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS) {
-            snprintf(debug, sizeof(debug),
-                     "header block of stream %" PRId32 " exceeds %d CONTINUATION frames", c->last_headers,
-                     NG2_MAX_CONTINUATIONS);
-            last = c->proc_before_block; /* the stream of the block was not processed */
-        } else if (c->flood_control) {
-            snprintf(debug, sizeof(debug),
-                     "more than %d SETTINGS, PING, PRIORITY, CONTINUATION or unknown-type frames in %d s "
-                     "(limits.h2_max_control_frames)",
-                     limit, CONTROL_WINDOW_MS / 1000);
-        } else {
-            snprintf(debug, sizeof(debug),
-                     "more than %d SETTINGS or PING frames unanswered "
-                     "(limits.h2_max_control_frames)",
-                     limit);
-        }
-        size_t g = pdr_h2_goaway_frame(f, sizeof(f), (uint32_t)last, NGHTTP2_ENHANCE_YOUR_CALM, debug);
+        char f[9 + 8 + 160];
+        size_t g = pdr__ng2_flood_goaway(c, f, sizeof(f));
         h2o_iovec_t room = h2o_buffer_reserve(&c->out, g);
         if (room.base != NULL && g > 0) {
             memcpy(room.base, f, g);
@@ -579,6 +447,7 @@ static void on_read(h2o_socket_t *sock, const char *err)
 
 static void ng2_close(ng2_conn_t *c)
 {
+    c->dying = 1;
     while (c->streams != NULL) {
         ng2_stream_t *s = PDR_DLINK_ITEM(c->streams, ng2_stream_t, link);
         nghttp2_session_set_stream_user_data(c->ng, s->id, NULL);
@@ -598,37 +467,15 @@ static void ng2_close(ng2_conn_t *c)
 /* ---- the session's limits ---- */
 
 static nghttp2_session_callbacks *ng2_cbs;
-static nghttp2_option *ng2_opt_for(const pdr_config_t *cfg)
-{
-    nghttp2_option *o;
-    if (nghttp2_option_new(&o) != 0)
-        return NULL;
-    /* A SETTINGS flood: nghttp2 counts the ACKs it owes (default 1000 outstanding are allowed). */
-    nghttp2_option_set_max_settings(o, 32); /* entries in one SETTINGS frame */
-    nghttp2_option_set_max_outbound_ack(
-        o, cfg->limits.h2_max_control_frames > 0 ? (size_t)cfg->limits.h2_max_control_frames : 1000);
-    /* Rapid reset: a token bucket of limits.h2_max_resets streams per 10 s (burst, rate per second). */
-    if (cfg->limits.h2_max_resets > 0)
-        nghttp2_option_set_stream_reset_rate_limit(o, (uint64_t)cfg->limits.h2_max_resets,
-                                                   (uint64_t)(cfg->limits.h2_max_resets + 9) / 10);
-    nghttp2_option_set_max_send_header_block_length(o, 65536);
-    nghttp2_option_set_max_continuations(o, NG2_MAX_CONTINUATIONS);
-    /* Frames of unknown types are declared as extensions, so that on_begin_frame counts them; their
-     * payload is dropped (ignore_extension). */
-    for (int type = NGHTTP2_CONTINUATION + 1; type <= 0xff; type++)
-        nghttp2_option_set_user_recv_extension_type(o, (uint8_t)type);
-    return o;
-}
-
 int pdr__conn_ng2_init(void)
 {
     if (ng2_cbs != NULL)
         return 0;
     if (nghttp2_session_callbacks_new(&ng2_cbs) != 0)
         return PDR_ENOMEM;
-    nghttp2_session_callbacks_set_on_begin_frame_callback(ng2_cbs, on_begin_frame);
-    nghttp2_session_callbacks_set_on_extension_chunk_recv_callback(ng2_cbs, on_extension_chunk);
-    nghttp2_session_callbacks_set_unpack_extension_callback(ng2_cbs, ignore_extension);
+    nghttp2_session_callbacks_set_on_begin_frame_callback(ng2_cbs, pdr__ng2_on_begin_frame);
+    nghttp2_session_callbacks_set_on_extension_chunk_recv_callback(ng2_cbs, pdr__ng2_on_extension_chunk);
+    nghttp2_session_callbacks_set_unpack_extension_callback(ng2_cbs, pdr__ng2_ignore_extension);
     nghttp2_session_callbacks_set_on_begin_headers_callback(ng2_cbs, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(ng2_cbs, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(ng2_cbs, on_data_chunk);
@@ -643,7 +490,7 @@ int pdr__conn_ng2_init(void)
 int pdr__conn_ng2_accept(client_conn_t *cc, h2o_socket_t *sock)
 {
     const pdr_config_t *cfg = cc->t->config;
-    nghttp2_option *o = ng2_cbs != NULL ? ng2_opt_for(cfg) : NULL;
+    nghttp2_option *o = ng2_cbs != NULL ? pdr__ng2_options(cfg) : NULL;
     /* h2o_create_connection does not return NULL (h2o aborts when malloc fails). */
     ng2_conn_t *c = (ng2_conn_t *)h2o_create_connection(sizeof(*c), cc->actx->ctx, cc->actx->hosts,
                                                         cc->accepted, &ng2_callbacks);
@@ -659,6 +506,7 @@ int pdr__conn_ng2_accept(client_conn_t *cc, h2o_socket_t *sock)
     c->cc = cc;
     c->sock = sock;
     c->max_body = (uint64_t)cfg->limits.max_body_bytes;
+    c->max_running = (uint32_t)cfg->limits.h2_max_concurrent_streams;
     c->flush_entry.cb = on_flush_entry;
     c->idle_entry.cb = on_idle_entry;
     c->ctl_tokens = cfg->limits.h2_max_control_frames;
@@ -666,7 +514,7 @@ int pdr__conn_ng2_accept(client_conn_t *cc, h2o_socket_t *sock)
     h2o_buffer_init(&c->out, &h2o_socket_buffer_prototype);
     pdr_dlink_push(&cc->t->ng2_conns, &c->link);
     nghttp2_settings_entry iv[] = {
-        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, (uint32_t)cfg->limits.h2_max_concurrent_streams},
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, NG2_MAX_OPEN_STREAMS},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)cfg->limits.max_header_bytes},
     };
     nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0]));

@@ -100,6 +100,7 @@ h2_eviction_smallest_first @@ router/reqguard.c @@ (big == NULL || b->bytes > bi
 h2_eviction_stops_early @@ router/conn_h2.c @@ while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > target) { @@ while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > cap) { @@ pdrouter @@ ^router_limits_h2_body_budget$
 ng2_lower_stream_id_ignored @@ router/conn_ng2.c @@ if (nghttp2_session_find_stream(ng, hd->stream_id) != NULL) @@ if (1) @@ pdrouter @@ ^router_h2_conformance_(prior|tls|admin)_nghttp2$
 ng2_no_control_bucket @@ router/conn_ng2.c @@ return c->ctl_tokens < 0; @@ return 0; @@ pdrouter @@ ^router_h2_conformance_floods_nghttp2$
+ng2_streams_not_queued @@ router/conn_ng2.c @@ if (s->conn->running >= s->conn->max_running) { /* limits.h2_max_concurrent_streams */ @@ if (0) { @@ pdrouter @@ ^router_h2_conformance_streams_nghttp2$
 EOF
 )
 

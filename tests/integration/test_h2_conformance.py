@@ -417,6 +417,13 @@ def scenario_floods_nghttp2():
     stop_clean(r, p, d)
 
 
+def scenario_streams_nghttp2():
+    """limits.h2_max_concurrent_streams on nghttp2's connections as on h2o's: 100 streams open at once
+    (past them REFUSED_STREAM), the limit of them processed at a time, the others waiting."""
+    import test_limits
+    test_limits.scenario_h2_streams(NGHTTP2 + "\n")
+
+
 def scenario_admin_nghttp2():
     p, d = sim("prefill"), sim("decode")
     fd, token = tempfile.mkstemp(prefix="pdtest-token-")
