@@ -7,14 +7,18 @@
 # nginx makes one upstream call per request, pdrouter two (the prefill and the decode leg).
 # Usage: bench/callgrind.sh [BUILD_DIR] ; env N (default 2000), CLIENT_HEADERS ("typical": the eleven
 # headers an OpenAI SDK client sends, as in bench/run.sh), PEER (default on; "off" skips the nginx row),
-# KEEP (a directory: the callgrind outputs are copied there for callgrind_annotate).
+# KEEP (a directory: the callgrind outputs are copied there for callgrind_annotate), H2 (a value: the client
+# speaks HTTP/2 with prior knowledge instead of HTTP/1.1, and the router is started from a YAML file with
+# the same workers whose h2_nghttp2 is that value, true or false; PEER is then off: nginx's proxy_pass
+# does not take h2c). Run with H2=false and H2=true to compare h2o's HTTP/2 with libnghttp2's.
+# UP, ROUTER, PROXY: the ports (18301, 18303, 18304).
 # Needs valgrind, nginx, h2load.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
 N=${N:-2000}
 work=$(mktemp -d /tmp/pdr-cg.XXXXXX)
-UP=18301; ROUTER=18303; PROXY=18304
+UP=${UP:-18301}; ROUTER=${ROUTER:-18303}; PROXY=${PROXY:-18304}
 ngpid=
 cleanup() { [ -n "$ngpid" ] && kill "$ngpid" 2>/dev/null; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$work"/cg.* "$KEEP"/; rm -rf "$work"; }
 trap cleanup EXIT
@@ -43,8 +47,24 @@ http { access_log off; keepalive_requests 1000000;
     location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection "";
                  proxy_buffering off; } } }
 CONF
+proto=(--h1)
+if [ -n "${H2:-}" ]; then
+    proto=(-m 1)
+    PEER=off
+    cat >"$work/router.yaml" <<CONF
+listen: { host: 127.0.0.1, port: $ROUTER }
+admin: { host: 127.0.0.1, port: $((ROUTER + 2)) }
+threads: 1
+h2_nghttp2: $H2
+log: { access_log: "off", level: warn }
+health: { interval_ms: 600000 }
+workers:
+  prefill: [ { url: "http://127.0.0.1:$UP", bootstrap_port: 8998 } ]
+  decode: [ { url: "http://127.0.0.1:$UP" } ]
+CONF
+fi
 load() { # port requests
-    h2load --h1 -n "$2" -c 8 -d "$work/body.json" "${hdrs[@]}" \
+    h2load "${proto[@]}" -n "$2" -c 8 -d "$work/body.json" "${hdrs[@]}" \
         "http://127.0.0.1:$1/generate" | grep -E '^requests:' >&2
 }
 wait_up() { for _ in $(seq 200); do curl -sf -o /dev/null "http://127.0.0.1:$1/health" && return 0; sleep 0.1; done
@@ -59,9 +79,10 @@ peer_total() { # requests -> instructions
     awk '/^summary:/ {print $2}' "$work/cg.nginx.$1"
 }
 total() { # requests -> instructions
-    valgrind --tool=callgrind --callgrind-out-file="$work/cg.$1" "$build/pdrouter" --pd-disaggregation \
-        --prefill "http://127.0.0.1:$UP" 8998 --decode "http://127.0.0.1:$UP" --host 127.0.0.1 --port $ROUTER \
-        --access-log off --log-level warn --threads 1 --health-interval-ms 600000 2>"$work/vg.$1" &
+    local args=(--pd-disaggregation --prefill "http://127.0.0.1:$UP" 8998 --decode "http://127.0.0.1:$UP"
+        --host 127.0.0.1 --port $ROUTER --access-log off --log-level warn --threads 1 --health-interval-ms 600000)
+    [ -n "${H2:-}" ] && args=(--config "$work/router.yaml")
+    valgrind --tool=callgrind --callgrind-out-file="$work/cg.$1" "$build/pdrouter" "${args[@]}" 2>"$work/vg.$1" &
     local pid=$!
     wait_up $ROUTER
     load $ROUTER "$1"

@@ -349,6 +349,9 @@ typedef struct pdr_config {
     /* dp_aware (--dp-aware, the sglang router's flag): at start, each static worker without a dp_size is
      * asked its dp_size (GET /get_server_info); router/workers/dpaware.c. Default 0. */
     int dp_aware;
+    /* h2_nghttp2: HTTP/2 connections that open with the preface or choose h2 by ALPN are served by
+     * libnghttp2 (router/conn_ng2.c) instead of h2o's HTTP/2; read at each accept. */
+    int h2_nghttp2;
     char *tokenizer; /* NULL (default): none; else a tokenizer.json the router loads (--tokenizer-path) */
 
     /* Dynamic workers of the one-pool form, beside the static lists above (which may then be empty).

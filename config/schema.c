@@ -309,6 +309,7 @@ const pdr_conf_key_t pdr_conf_keys[] = {
     {INT("threads", threads, 0, 0, PDR_MAX_THREADS), RESTART, .flag = "--threads",
      .doc = "event-loop threads; 0: one per CPU core"},
     {BOOL("dp_aware", dp_aware, 0), .doc = "at start, ask each static worker without dp_size its dp_size"},
+    {BOOL("h2_nghttp2", h2_nghttp2, 0), .doc = "serve HTTP/2 (prior knowledge, TLS ALPN h2) with libnghttp2"},
     {STR("tokenizer", PDR_CT_STR_OPT, tokenizer, NULL), .flag = "--tokenizer-path",
      .doc = "a tokenizer.json the router loads for prompt token ids"},
     /* discovery: the one-pool form's (a pool's own discovery: has the same keys and defaults). */

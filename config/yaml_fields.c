@@ -344,6 +344,7 @@ const struct field pdr__yaml_top_fields[] = {
     {"tracing", F_SECTION, 0, 0, 0, tracing_fields, NULL},
     KEY0(threads),
     KEY0(dp_aware),
+    KEY0(h2_nghttp2),
     KEY0(tokenizer),
     {"discovery", F_DISCOVERY, CONF(discovery), 0, 0, discovery_fields, NULL},
     {"pools", F_POOLS, 0, 0, 0, pool_fields, NULL},

@@ -26,7 +26,7 @@ done
 # ---- building (the libraries the CMake build links: CMakeLists.txt's pkg_check_modules) ----
 # python3: tests/CMakeLists.txt asks for it at configure time (the test scripts), and the demo uses it.
 BUILD="build-essential cmake pkgconf python3 \
- libuv1-dev libh2o-dev libcurl4-openssl-dev libyaml-dev libibverbs-dev libssl-dev libjansson-dev"
+ libuv1-dev libh2o-dev libcurl4-openssl-dev libyaml-dev libibverbs-dev libssl-dev libjansson-dev libnghttp2-dev"
 # tokenizer/tokenizer*.c: PCRE2 for the pre-tokenizer patterns, utf8proc for NFC.
 BUILD="$BUILD libpcre2-dev libutf8proc-dev"
 # KV events (precise_prefix): ZeroMQ and msgpack-c in the router and pdsim.

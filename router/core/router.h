@@ -53,6 +53,7 @@ typedef struct pdr_thread {
     uv_prepare_t rewrap_prepare;
     pdr_dlink_t *h2_conns;     /* HTTP/2 connections whose request bodies are followed (conn.c) */
     uv_timer_t h2_evict_timer; /* the body budget was spent: reset the biggest bodies (conn.c) */
+    pdr_dlink_t *ng2_conns;    /* HTTP/2 connections served by libnghttp2 (conn_ng2.c) */
     pdr_multi_t *multi;
     pdr_metrics_t m;
     uint64_t live;           /* PD requests in progress on this loop (lingering ones included) */

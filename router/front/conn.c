@@ -73,6 +73,8 @@ void pdr__conn_map_init(void)
         n = 1u << 22;
     pdr__conn_by_fd = calloc(n, sizeof(*pdr__conn_by_fd));
     pdr__conn_by_fd_len = pdr__conn_by_fd != NULL ? n : 0;
+    if (pdr__conn_ng2_init() != 0)
+        pdr_warn("HTTP/2: libnghttp2's callbacks could not be allocated: h2_nghttp2 connections are closed");
 }
 
 client_conn_t *pdr__conn_of(h2o_req_t *req)
@@ -203,6 +205,8 @@ int pdr__client_conns_full(pdr_thread_t *t)
  * guards go in front before any request byte reaches h2o, those that came in the same read as the
  * handshake's end included. Over TLS the frame guard follows no body limit: giving a refused body's window
  * back needs a write of the router's own, which could cross one of h2o's. */
+static void start_http1(client_conn_t *cc, h2o_socket_t *sock);
+
 static void on_tls_handshake(h2o_socket_t *sock, const char *err)
 {
     client_conn_t *cc = sock->data;
@@ -219,6 +223,10 @@ static void on_tls_handshake(h2o_socket_t *sock, const char *err)
         /* h2o's HTTP/2 idle timeout governs from here */
         cc->wait = CW_OFF;
         uv_timer_stop(&cc->timer);
+        if (cc->t->config->h2_nghttp2) {
+            pdr__conn_ng2_accept(cc, sock);
+            return;
+        }
         pdr__conn_h2_follow(cc, 0);
         cc->g_last_size = 0;
         int why = sock->input->size > 0 ? pdr__conn_h2_guard_inspect(cc, sock) : H2_PASS;
@@ -231,9 +239,15 @@ static void on_tls_handshake(h2o_socket_t *sock, const char *err)
             pdr__conn_h2_guard_wrap(cc, sock);
         return;
     }
-    /* HTTP/1: the head's deadline still counts from the accept. h2o's HTTP/1 code parses what its input
-     * holds as soon as it starts: it starts on an empty buffer, and the bytes that came with the
-     * handshake's end are then handed to it through the guard, as a read. */
+    start_http1(cc, sock);
+}
+
+/* HTTP/1 after the router read the connection's first bytes itself (the TLS handshake, or the look for
+ * the HTTP/2 preface): the head's deadline still counts from the accept. h2o's HTTP/1 code parses what
+ * its input holds as soon as it starts: it starts on an empty buffer, and the bytes read so far are then
+ * handed to it through the guard, as a read. */
+static void start_http1(client_conn_t *cc, h2o_socket_t *sock)
+{
     cc->wait = CW_HEAD;
     cc->wait_size = sock->input->size;
     h2o_buffer_t *held = sock->input;
@@ -255,6 +269,40 @@ static void on_tls_handshake(h2o_socket_t *sock, const char *err)
         sock->_cb.read(sock, NULL);
     else
         pdr__conn_update_wait(cc);
+}
+
+#define PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+/* h2_nghttp2: a plain connection's first bytes say who serves it: the HTTP/2 preface goes to
+ * conn_ng2.c, anything else to h2o's HTTP/1 (which may still switch to h2o's HTTP/2 by Upgrade: h2c). */
+static void on_first_read(h2o_socket_t *sock, const char *err)
+{
+    client_conn_t *cc = sock->data;
+    if (err != NULL) {
+        sock->data = NULL;
+        h2o_socket_close(sock);
+        return;
+    }
+    size_t n = sock->input->size < sizeof(PREFACE) - 1 ? sock->input->size : sizeof(PREFACE) - 1;
+    if (memcmp(sock->input->bytes, PREFACE, n) != 0) {
+        pdr__conn_sniff_end(cc);
+        return;
+    }
+    if (n < sizeof(PREFACE) - 1)
+        return; /* the rest of the preface is still to come (within timeouts.client_header_ms) */
+    cc->sniffing = 0;
+    cc->wait = CW_OFF;
+    uv_timer_stop(&cc->timer);
+    h2o_socket_read_stop(sock);
+    pdr__conn_ng2_accept(cc, sock);
+}
+
+void pdr__conn_sniff_end(client_conn_t *cc)
+{
+    cc->sniffing = 0;
+    h2o_socket_read_stop(cc->sock);
+    cc->sock->data = NULL;
+    start_http1(cc, cc->sock);
 }
 
 /* Hands an accepted connection to h2o. */
@@ -289,6 +337,7 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     cc->g_checked_size = 0;
     cc->h2_state = H2G_UNDECIDED;
     cc->h2_fresh = 0;
+    cc->sniffing = 0;
     cc->rewrap = (pdr_dlink_t){NULL, NULL};
     cc->h2link = (pdr_dlink_t){NULL, NULL};
     cc->idle = (pdr_dlink_t){NULL, NULL};
@@ -322,6 +371,13 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
         cc->wait = CW_HANDSHAKE;
         sock->data = cc;
         h2o_socket_ssl_handshake(sock, actx->ssl_ctx, NULL, on_tls_handshake);
+        return;
+    }
+    if (t->config->h2_nghttp2) {
+        gettimeofday(&cc->accepted, NULL);
+        cc->sniffing = 1;
+        sock->data = cc;
+        h2o_socket_read_start(sock, on_first_read);
         return;
     }
     h2o_accept(actx, sock);

@@ -295,6 +295,8 @@ static void send_408(client_conn_t *cc, const char *what)
 static void on_client_timer(uv_timer_t *h)
 {
     client_conn_t *cc = h->data;
+    if (cc->sniffing)
+        pdr__conn_sniff_end(cc);
     int was = (int)cc->wait;
     size_t was_size = cc->wait_size;
     pdr__conn_update_wait(cc); /* re-arms when the connection moved on since */

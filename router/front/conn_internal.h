@@ -1,8 +1,9 @@
 /*
  * The client connection, shared by the files that serve it: conn.c (the accept, the map from a descriptor
  * to its connection, the close, TLS), conn_h1.c (the HTTP/1 client timeouts, lingering close, the chunked
- * body and head guards) and conn_h2.c (the HTTP/2 frame and body guards, the body budget and its
- * eviction). Nothing outside these three files includes it.
+ * body and head guards), conn_h2.c (the HTTP/2 frame and body guards, the body budget and its
+ * eviction) and conn_ng2*.c (HTTP/2 on libnghttp2, h2_nghttp2). Nothing outside these files includes
+ * it.
  */
 #ifndef PDR_CONN_INTERNAL_H
 #define PDR_CONN_INTERNAL_H
@@ -36,6 +37,7 @@ typedef struct client_conn {
     /* H2G_HTTP1: opened as HTTP/1 (it may switch with Upgrade: h2c, h2_upgraded) */
     enum { H2G_UNDECIDED = 0, H2G_FOLLOWING, H2G_OFF, H2G_HTTP1 } h2_state;
     int h2_fresh; /* upgraded: the guard's first read decides whether the preface is still to come */
+    int sniffing; /* h2_nghttp2: the first bytes will say HTTP/2 (conn_ng2.c) or HTTP/1 (h2o) */
     pdr_h2guard_t h2g;
     pdr_h2g_bodies_t *h2bodies; /* the request bodies the guard follows (HTTP/2 only) */
     int h2_budget_logged;       /* the first refusal for the body budget was logged */
@@ -74,6 +76,8 @@ extern client_conn_t **pdr__conn_by_fd;
 extern size_t pdr__conn_by_fd_len;
 client_conn_t *pdr__conn_of(h2o_req_t *req);
 void pdr__conn_tls_read_failed(client_conn_t *cc, const char *err);
+/* The first bytes did not come within timeouts.client_header_ms: HTTP/1 takes the connection, to answer. */
+void pdr__conn_sniff_end(client_conn_t *cc);
 
 /* conn_h1.c */
 extern h2o_socket_cb pdr__conn_h1_reqread;
@@ -82,6 +86,10 @@ void pdr__conn_idle_leave(client_conn_t *cc);
 void pdr__conn_set_wait(client_conn_t *cc, int wait, int ms);
 void pdr__conn_update_wait(client_conn_t *cc);
 void pdr__conn_chunk_guard_read(h2o_socket_t *sock, const char *err);
+
+/* conn_ng2.c */
+int pdr__conn_ng2_init(void);
+int pdr__conn_ng2_accept(client_conn_t *cc, h2o_socket_t *sock);
 
 /* conn_h2.c */
 int pdr__conn_sock_gone(client_conn_t *cc, const h2o_socket_t *sock);

@@ -56,6 +56,8 @@ int pdr__conn_take_body(pdr_thread_t *t, h2o_req_t *req);
 void pdr__conn_tls_info(const SSL *ssl, int where, int ret);
 /* Once shutting down and the loop's last connection closed: disposes of its h2o contexts and handles. */
 void pdr__maybe_dispose_h2o(pdr_thread_t *t);
+/* Shutdown (conn_ng2.c): the libnghttp2 connections get a GOAWAY, the idle ones close. */
+void pdr__conn_ng2_shutdown(pdr_thread_t *t);
 
 /* limits.c: client-side limits that are h2o settings or h2o answers */
 /* Before the contexts are made: h2o's request and idle timeouts and its HTTP/2 concurrency. */

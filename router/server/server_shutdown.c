@@ -63,6 +63,7 @@ static void finish_loop(pdr_thread_t *t)
     pdr_admit_loop_closing(t); /* no admission slot is handed over to this loop from here on */
     uv_close((uv_handle_t *)&t->wakeup, NULL);
     if (t->conns > 0) {
+        pdr__conn_ng2_shutdown(t);
         h2o_context_request_shutdown(&t->h2o_ctx);
         if (t->id == 0 && r->admin_ctx_live)
             h2o_context_request_shutdown(&r->admin_ctx);

@@ -380,6 +380,60 @@ def scenario_prior():
     stop_clean(r, p, d)
 
 
+# The same cases against the HTTP/2 of libnghttp2 (h2_nghttp2: true, router/front/conn_ng2.c): prior knowledge,
+# the admin port and TLS with ALPN h2 are its; Upgrade: h2c stays h2o's.
+NGHTTP2 = "h2_nghttp2: true"
+
+
+def scenario_prior_nghttp2():
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config=NGHTTP2)
+    run_door(r, r.port, open_prior, r.port)
+    stop_clean(r, p, d)
+
+
+def scenario_floods_nghttp2():
+    """The floods nghttp2 does not stop alone, on its connections: SETTINGS, PING and unknown-type frames
+    past limits.h2_max_control_frames get GOAWAY ENHANCE_YOUR_CALM naming the key (the front end's
+    bucket), a header block past 8 CONTINUATION frames one that says so; each is closed and counted,
+    and the port goes on serving."""
+    import h2flood
+    p, d = sim("prefill"), sim("decode")
+    r = router([p], [d], config=NGHTTP2 + "\nlimits: { h2_max_control_frames: 300 }")
+    for attack, text in (("settings", b"limits.h2_max_control_frames"), ("ping", b"limits.h2_max_control_frames"),
+                         ("unknown", b"limits.h2_max_control_frames"), ("continuation", b"CONTINUATION frames")):
+        c = open_prior(r.port)
+        for i in range(10):
+            c.send(h2flood.control_burst(attack, 100, i == 0))
+        closed = c.wait_closed()
+        g = c.goaways()
+        c.close()
+        check(closed and g and g[0][0] == 0xB and text in g[0][1], "%s flood: closed %s, GOAWAY %r" % (attack, closed, g),
+              r)
+        check(request(r.port, "GET", "/health", timeout=5)[0] == 200, "not serving after a %s flood" % attack, r)
+    m = request(r.ports["admin"], "GET", "/metrics", timeout=5)[2].decode()
+    check("pdr_h2_control_floods_total 3" in m and "pdr_h2_header_block_too_large_total 1" in m,
+          "floods not counted: %r" % [l for l in m.splitlines() if "flood" in l or "block_too" in l], r)
+    stop_clean(r, p, d)
+
+
+def scenario_streams_nghttp2():
+    """limits.h2_max_concurrent_streams on nghttp2's connections as on h2o's: 100 streams open at once
+    (past them REFUSED_STREAM), the limit of them processed at a time, the others waiting."""
+    import test_limits
+    test_limits.scenario_h2_streams(NGHTTP2 + "\n")
+
+
+def scenario_admin_nghttp2():
+    p, d = sim("prefill"), sim("decode")
+    fd, token = tempfile.mkstemp(prefix="pdtest-token-")
+    with os.fdopen(fd, "w") as f:
+        f.write("s3cret-token-for-the-admin-api\n")
+    r = router([p], [d], "--admin-token-file", token, config=NGHTTP2)
+    run_door(r, r.ports["admin"], open_prior, r.port)
+    stop_clean(r, p, d)
+
+
 def scenario_upgrade():
     p, d = sim("prefill"), sim("decode")
     r = router([p], [d])
@@ -403,6 +457,17 @@ def scenario_tls():
     cert, key = certs.issue("router", 3001)
     p, d = test_tls.sim("prefill"), test_tls.sim("decode")
     r = test_tls.router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (cert, key), threads=1)
+    test_tls.wait_healthy(r)
+    run_door(r, r.port, tls_opener(certs.ca), r.ports["admin"], "/metrics")
+    stop_clean(r, p, d)
+
+
+def scenario_tls_nghttp2():
+    import test_tls
+    certs = test_tls.Certs()
+    cert, key = certs.issue("router", 3001)
+    p, d = test_tls.sim("prefill"), test_tls.sim("decode")
+    r = test_tls.router(p, d, listen_tls="{ cert_file: %s, key_file: %s }" % (cert, key), threads=1, extra=NGHTTP2)
     test_tls.wait_healthy(r)
     run_door(r, r.port, tls_opener(certs.ca), r.ports["admin"], "/metrics")
     stop_clean(r, p, d)

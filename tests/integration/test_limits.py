@@ -795,13 +795,14 @@ def scenario_h2_unknown_frames():
 
 # ---- 5. HTTP/2 stream concurrency ----
 
-def scenario_h2_streams():
+def scenario_h2_streams(config=""):
     """limits.h2_max_concurrent_streams: of 120 streams opened at once on one connection, h2o refuses those
     past 100 open with RST_STREAM REFUSED_STREAM (RFC 9113 5.1.2; 100 is what it advertises), and the
     router processes at most the limit at a time (its pdr_inflight_requests gauge never shows more; without
-    the limit it reaches tens); all 100 are answered."""
+    the limit it reaches tens); all 100 are answered. config: more YAML (test_h2_conformance.py runs it
+    with h2_nghttp2: true)."""
     p, d = sim("prefill"), sim("decode", "--decode-us-per-token", "20000")
-    r = router([p], [d], config="threads: 1\nlimits: { h2_max_concurrent_streams: 5 }")
+    r = router([p], [d], config=config + "threads: 1\nlimits: { h2_max_concurrent_streams: 5 }")
     try:
         c = H2Conn(r)
         c.send(b"".join(h2flood.frame(1, 0x4, 1 + 2 * i, h2_request_block()) + h2flood.frame(0, 0x1, 1 + 2 * i, BODY)

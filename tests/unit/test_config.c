@@ -327,7 +327,7 @@ static void test_errors(void)
         "bad.yaml:1:1: unknown key 'pool' at the top level (valid keys: listen, admin, metrics, cors, "
         "protocol, policy, workers, health, timeouts, limits, retries, outlier, breaker, pd, cache_aware, "
         "disaggregation, kv_events, ticket, shim_events, kv_admission, log, lifecycle, tracing, threads, "
-        "dp_aware, tokenizer, discovery, pools, request_id_headers)");
+        "dp_aware, h2_nghttp2, tokenizer, discovery, pools, request_id_headers)");
     EXPECT_ERROR(
         "limits: { max_body: 1 }\n",
         "bad.yaml:1:11: unknown key 'max_body' in 'limits' (valid keys: max_body_bytes, max_inflight, "
