@@ -390,79 +390,19 @@ static int chunk_guard_inspect(client_conn_t *cc, h2o_socket_t *sock, size_t hea
     }
 }
 
-/* The Content-Length of the complete HTTP/1 head of `head` bytes at the start of p (the first one: more
- * than one is refused later as ambiguous), or -1 when there is none or the head is not complete (head 0). */
-static int64_t head_content_length(const char *p, size_t head, int chunked)
-{
-    if (head == 0 || chunked)
-        return -1;
-    static const char name[] = "content-length:";
-    /* Line by line: memchr finds each line's end, and only a line starting with 'c' is compared. */
-    for (const char *nl = memchr(p, '\n', head); nl != NULL;
-         nl = memchr(nl + 1, '\n', head - (size_t)(nl + 1 - p))) {
-        size_t i = (size_t)(nl - p);
-        if (i + sizeof(name) - 1 >= head)
-            break;
-        if ((p[i + 1] | 0x20) != 'c' || strncasecmp(p + i + 1, name, sizeof(name) - 1) != 0)
-            continue;
-        size_t j = i + sizeof(name);
-        while (j < head && (p[j] == ' ' || p[j] == '\t'))
-            j++;
-        int64_t v = 0;
-        size_t digits = 0;
-        for (; j < head && p[j] >= '0' && p[j] <= '9' && digits < 18; j++, digits++)
-            v = v * 10 + (p[j] - '0');
-        if (digits == 0)
-            return -1; /* h2o answers a malformed length itself */
-        return j < head && p[j] >= '0' && p[j] <= '9' ? INT64_MAX : v;
-    }
-    return -1;
-}
-
-/* h2o's HTTP/1 request parser (picohttpparser, exported by libh2o; Debian ships no header for it). */
-struct phr_header {
-    const char *name;
-    size_t name_len;
-    const char *value;
-    size_t value_len;
-};
-int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len, const char **path,
-                      size_t *path_len, int *minor_version, struct phr_header *headers, size_t *num_headers,
-                      size_t last_len);
-
-/* Why a complete request head must be refused with 400 before h2o reads it, or NULL: a head another
- * parser may frame differently (reqguard.h), or one h2o's own parser refuses (h2o would answer 400 and
- * close at once, resetting a client that is still sending). */
-static const char *malformed_head(const char *p, size_t n, size_t head)
-{
-    if (head == 0)
-        return NULL;
-    const char *why;
-    if (pdr_reqguard_check_head(p, n, &why) != 0)
-        return why;
-    const char *method, *path;
-    size_t method_len, path_len, num_headers = H2O_MAX_HEADERS;
-    int minor;
-    struct phr_header headers[H2O_MAX_HEADERS];
-    if (phr_parse_request(p, n, &method, &method_len, &path, &path_len, &minor, headers, &num_headers, 0) ==
-        -1)
-        return "the request line or a header line cannot be parsed";
-    return NULL;
-}
-
 /* Answers an HTTP/1 request whose head passes the router's limits before h2o parses it (see
- * pdr_reqguard_head_limits), or whose Content-Length is above limits.max_body_bytes (413 before any of
- * the body is read), then lets h2o close the connection. head and chunked: pdr_reqguard_head_len of the
- * input. */
-static int head_guard(client_conn_t *cc, h2o_socket_t *sock, int fd, size_t head, int chunked)
+ * pdr_reqguard_head_limits), that may be framed differently by another parser (reqguard.h) or that h2o's
+ * own parser refuses (h2o would answer 400 and close at once, resetting a client that is still sending),
+ * or whose Content-Length is above limits.max_body_bytes (413 before any of the body is read), then lets
+ * h2o close the connection. h: pdr_reqguard_scan of the input. */
+static int head_guard(client_conn_t *cc, h2o_socket_t *sock, const pdr_reqhead_t *h)
 {
     const pdr_config_t *c = cc->t->config;
-    int st = pdr_reqguard_head_limits(sock->input->bytes, sock->input->size, (size_t)c->limits.max_headers,
-                                      (size_t)c->limits.max_header_bytes);
-    const char *bad = NULL;
-    if (st == 0 && (bad = malformed_head(sock->input->bytes, sock->input->size, head)) != NULL)
+    int st = h->limit;
+    const char *bad = h->bad;
+    if (st == 0 && bad != NULL)
         st = 400;
-    if (st == 0 && head_content_length(sock->input->bytes, head, chunked) > c->limits.max_body_bytes)
+    if (st == 0 && h->content_length > c->limits.max_body_bytes)
         st = 413;
     if (st == 0)
         return 0;
@@ -481,7 +421,6 @@ static int head_guard(client_conn_t *cc, h2o_socket_t *sock, int fd, size_t head
                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\n"
                      "Content-Length: %d\r\n\r\n%s",
                      st, pdr_http_reason(st), bn, body);
-    (void)fd;
     if (st == 400)
         cc->t->m.bad_framing_total++;
     else if (st == 413)
@@ -526,10 +465,16 @@ void pdr__conn_chunk_guard_read(h2o_socket_t *sock, const char *err)
     /* The head is scanned once for both guards (neither reads it while following a body). */
     size_t head = 0;
     int chunked = 0;
-    if (err == NULL && cc != NULL && !cc->g_active)
-        head = pdr_reqguard_head_len(sock->input->bytes, sock->input->size, &chunked);
-    if (err == NULL && cc != NULL && !cc->g_active && head_guard(cc, sock, fd, head, chunked))
-        return;
+    if (err == NULL && cc != NULL && !cc->g_active) {
+        const pdr_config_t *c = cc->t->config;
+        pdr_reqhead_t h;
+        pdr_reqguard_scan(sock->input->bytes, sock->input->size, (size_t)c->limits.max_headers,
+                          (size_t)c->limits.max_header_bytes, &h);
+        if (head_guard(cc, sock, &h))
+            return;
+        head = h.len;
+        chunked = h.chunked;
+    }
     if (err == NULL && cc != NULL && chunk_guard_inspect(cc, sock, head, chunked)) {
         static const char body[] =
             "{\"error\":{\"message\":\"a chunk of the request body exceeds "
