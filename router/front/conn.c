@@ -299,6 +299,8 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     uv_timer_init(t->loop, &cc->timer);
     cc->timer.data = cc;
     cc->wait = CW_BUSY;
+    cc->wait_due = 0;
+    cc->wait_armed = 0;
     pdr__conn_set_wait(cc, CW_HEAD,
                        t->config->timeouts.client_header_ms); /* the first request: from the accept */
 

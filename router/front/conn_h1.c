@@ -56,7 +56,11 @@ void pdr__conn_guard_wrap(client_conn_t *cc)
  * the timer sleeps; HTTP/2 connections are h2o's (http2.idle_timeout). The wait is updated at each read
  * the guard sees, and checked against the input buffer when the timer fires (h2o may read without the
  * guard in front, right after a response). h2o's own http1.req_timeout stays behind as a backstop
- * (limits.c). */
+ * (limits.c).
+ * The timer is moved only to an earlier time: a wait that ends later than the one it is armed for leaves
+ * it as it is, and when it fires before the wait's end (wait_due) it is armed again for the rest; while
+ * the handler runs it is left armed, and firing then it does nothing. So a keep-alive connection that
+ * goes from idle to busy and back with each request does not stop and start it each time. */
 
 static void on_client_timer(uv_timer_t *h);
 
@@ -89,10 +93,20 @@ void pdr__conn_set_wait(client_conn_t *cc, int wait, int ms)
         pdr__conn_idle_leave(cc);
     cc->wait = wait;
     cc->wait_size = cc->sock->input != NULL ? cc->sock->input->size : 0;
-    if (ms > 0)
-        uv_timer_start(&cc->timer, on_client_timer, (uint64_t)ms, 0);
-    else
-        uv_timer_stop(&cc->timer);
+    if (ms > 0) {
+        uint64_t due = uv_now(cc->t->loop) + (uint64_t)ms;
+        cc->wait_due = due;
+        if (cc->wait_armed == 0 || cc->wait_armed > due || !uv_is_active((uv_handle_t *)&cc->timer)) {
+            cc->wait_armed = due;
+            uv_timer_start(&cc->timer, on_client_timer, (uint64_t)ms, 0);
+        }
+    } else {
+        cc->wait_due = 0;
+        if (wait != CW_BUSY) {
+            cc->wait_armed = 0;
+            uv_timer_stop(&cc->timer);
+        }
+    }
     if (wait != CW_IDLE || pdr_dlink_linked(&cc->idle))
         return;
     /* limits.max_idle_client_connections, shared out across the loops (rounded up): the oldest idle
@@ -187,6 +201,7 @@ static void linger_arm(client_conn_t *cc)
 {
     uint64_t now = pdr_now_ms(), idle = (uint64_t)cc->t->config->timeouts.lingering_idle_ms;
     uint64_t left = cc->linger_until > now ? cc->linger_until - now : 0;
+    cc->wait_armed = 0;
     uv_timer_start(&cc->timer, on_linger_timer, idle < left ? idle : left, 0);
 }
 
@@ -295,6 +310,15 @@ static void send_408(client_conn_t *cc, const char *what)
 static void on_client_timer(uv_timer_t *h)
 {
     client_conn_t *cc = h->data;
+    cc->wait_armed = 0;
+    if (cc->wait == CW_BUSY && cc->wait_due == 0)
+        return; /* armed for a wait that ended when the handler started */
+    uint64_t now = uv_now(cc->t->loop);
+    if ((cc->wait == CW_HEAD || cc->wait == CW_BODY || cc->wait == CW_IDLE) && cc->wait_due > now) {
+        cc->wait_armed = cc->wait_due; /* armed for an earlier end of the wait: the rest of this one */
+        uv_timer_start(&cc->timer, on_client_timer, cc->wait_due - now, 0);
+        return;
+    }
     int was = (int)cc->wait;
     size_t was_size = cc->wait_size;
     pdr__conn_update_wait(cc); /* re-arms when the connection moved on since */
