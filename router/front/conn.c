@@ -50,6 +50,7 @@ void pdr__maybe_dispose_h2o(pdr_thread_t *t)
         uv_close((uv_handle_t *)&t->stop_timer, NULL);
         uv_close((uv_handle_t *)&t->shutdown_timer, NULL);
         uv_close((uv_handle_t *)&t->rewrap_prepare, NULL);
+        uv_close((uv_handle_t *)&t->pd_kick_idle, NULL);
         uv_close((uv_handle_t *)&t->h2_evict_timer, NULL);
     }
 }
