@@ -51,6 +51,8 @@ typedef struct pdr_thread {
     int listening;
     pdr_dlink_t *rewrap; /* HTTP/1 connections whose read callback h2o reset (conn.c) */
     uv_prepare_t rewrap_prepare;
+    pdr_dqueue_t pd_kicks;     /* PD requests to advance on the next loop turn, in order (pd/timer.c) */
+    uv_idle_t pd_kick_idle;    /* runs them; active while there are any */
     pdr_dlink_t *h2_conns;     /* HTTP/2 connections whose request bodies are followed (conn.c) */
     uv_timer_t h2_evict_timer; /* the body budget was spent: reset the biggest bodies (conn.c) */
     pdr_dlink_t *ng2_conns;    /* HTTP/2 connections served by libnghttp2 (conn_ng2.c) */

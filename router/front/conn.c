@@ -50,6 +50,7 @@ void pdr__maybe_dispose_h2o(pdr_thread_t *t)
         uv_close((uv_handle_t *)&t->stop_timer, NULL);
         uv_close((uv_handle_t *)&t->shutdown_timer, NULL);
         uv_close((uv_handle_t *)&t->rewrap_prepare, NULL);
+        uv_close((uv_handle_t *)&t->pd_kick_idle, NULL);
         uv_close((uv_handle_t *)&t->h2_evict_timer, NULL);
     }
 }
@@ -292,6 +293,7 @@ static void on_first_read(h2o_socket_t *sock, const char *err)
         return; /* the rest of the preface is still to come (within timeouts.client_header_ms) */
     cc->sniffing = 0;
     cc->wait = CW_OFF;
+    cc->wait_armed = 0;
     uv_timer_stop(&cc->timer);
     h2o_socket_read_stop(sock);
     pdr__conn_ng2_accept(cc, sock);
@@ -348,6 +350,8 @@ void pdr__serve_conn(pdr_thread_t *t, pdr_listener_t *l, int fd)
     uv_timer_init(t->loop, &cc->timer);
     cc->timer.data = cc;
     cc->wait = CW_BUSY;
+    cc->wait_due = 0;
+    cc->wait_armed = 0;
     pdr__conn_set_wait(cc, CW_HEAD,
                        t->config->timeouts.client_header_ms); /* the first request: from the accept */
 

@@ -56,7 +56,11 @@ void pdr__conn_guard_wrap(client_conn_t *cc)
  * the timer sleeps; HTTP/2 connections are h2o's (http2.idle_timeout). The wait is updated at each read
  * the guard sees, and checked against the input buffer when the timer fires (h2o may read without the
  * guard in front, right after a response). h2o's own http1.req_timeout stays behind as a backstop
- * (limits.c). */
+ * (limits.c).
+ * The timer is moved only to an earlier time: a wait that ends later than the one it is armed for leaves
+ * it as it is, and when it fires before the wait's end (wait_due) it is armed again for the rest; while
+ * the handler runs it is left armed, and firing then it does nothing. So a keep-alive connection that
+ * goes from idle to busy and back with each request does not stop and start it each time. */
 
 static void on_client_timer(uv_timer_t *h);
 
@@ -89,10 +93,20 @@ void pdr__conn_set_wait(client_conn_t *cc, int wait, int ms)
         pdr__conn_idle_leave(cc);
     cc->wait = wait;
     cc->wait_size = cc->sock->input != NULL ? cc->sock->input->size : 0;
-    if (ms > 0)
-        uv_timer_start(&cc->timer, on_client_timer, (uint64_t)ms, 0);
-    else
-        uv_timer_stop(&cc->timer);
+    if (ms > 0) {
+        uint64_t due = uv_now(cc->t->loop) + (uint64_t)ms;
+        cc->wait_due = due;
+        if (cc->wait_armed == 0 || cc->wait_armed > due || !uv_is_active((uv_handle_t *)&cc->timer)) {
+            cc->wait_armed = due;
+            uv_timer_start(&cc->timer, on_client_timer, (uint64_t)ms, 0);
+        }
+    } else {
+        cc->wait_due = 0;
+        if (wait != CW_BUSY) {
+            cc->wait_armed = 0;
+            uv_timer_stop(&cc->timer);
+        }
+    }
     if (wait != CW_IDLE || pdr_dlink_linked(&cc->idle))
         return;
     /* limits.max_idle_client_connections, shared out across the loops (rounded up): the oldest idle
@@ -187,6 +201,7 @@ static void linger_arm(client_conn_t *cc)
 {
     uint64_t now = pdr_now_ms(), idle = (uint64_t)cc->t->config->timeouts.lingering_idle_ms;
     uint64_t left = cc->linger_until > now ? cc->linger_until - now : 0;
+    cc->wait_armed = 0;
     uv_timer_start(&cc->timer, on_linger_timer, idle < left ? idle : left, 0);
 }
 
@@ -295,6 +310,15 @@ static void send_408(client_conn_t *cc, const char *what)
 static void on_client_timer(uv_timer_t *h)
 {
     client_conn_t *cc = h->data;
+    cc->wait_armed = 0;
+    if (cc->wait == CW_BUSY && cc->wait_due == 0)
+        return; /* armed for a wait that ended when the handler started */
+    uint64_t now = uv_now(cc->t->loop);
+    if ((cc->wait == CW_HEAD || cc->wait == CW_BODY || cc->wait == CW_IDLE) && cc->wait_due > now) {
+        cc->wait_armed = cc->wait_due; /* armed for an earlier end of the wait: the rest of this one */
+        uv_timer_start(&cc->timer, on_client_timer, cc->wait_due - now, 0);
+        return;
+    }
     if (cc->sniffing)
         pdr__conn_sniff_end(cc);
     int was = (int)cc->wait;
@@ -392,79 +416,19 @@ static int chunk_guard_inspect(client_conn_t *cc, h2o_socket_t *sock, size_t hea
     }
 }
 
-/* The Content-Length of the complete HTTP/1 head of `head` bytes at the start of p (the first one: more
- * than one is refused later as ambiguous), or -1 when there is none or the head is not complete (head 0). */
-static int64_t head_content_length(const char *p, size_t head, int chunked)
-{
-    if (head == 0 || chunked)
-        return -1;
-    static const char name[] = "content-length:";
-    /* Line by line: memchr finds each line's end, and only a line starting with 'c' is compared. */
-    for (const char *nl = memchr(p, '\n', head); nl != NULL;
-         nl = memchr(nl + 1, '\n', head - (size_t)(nl + 1 - p))) {
-        size_t i = (size_t)(nl - p);
-        if (i + sizeof(name) - 1 >= head)
-            break;
-        if ((p[i + 1] | 0x20) != 'c' || strncasecmp(p + i + 1, name, sizeof(name) - 1) != 0)
-            continue;
-        size_t j = i + sizeof(name);
-        while (j < head && (p[j] == ' ' || p[j] == '\t'))
-            j++;
-        int64_t v = 0;
-        size_t digits = 0;
-        for (; j < head && p[j] >= '0' && p[j] <= '9' && digits < 18; j++, digits++)
-            v = v * 10 + (p[j] - '0');
-        if (digits == 0)
-            return -1; /* h2o answers a malformed length itself */
-        return j < head && p[j] >= '0' && p[j] <= '9' ? INT64_MAX : v;
-    }
-    return -1;
-}
-
-/* h2o's HTTP/1 request parser (picohttpparser, exported by libh2o; Debian ships no header for it). */
-struct phr_header {
-    const char *name;
-    size_t name_len;
-    const char *value;
-    size_t value_len;
-};
-int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len, const char **path,
-                      size_t *path_len, int *minor_version, struct phr_header *headers, size_t *num_headers,
-                      size_t last_len);
-
-/* Why a complete request head must be refused with 400 before h2o reads it, or NULL: a head another
- * parser may frame differently (reqguard.h), or one h2o's own parser refuses (h2o would answer 400 and
- * close at once, resetting a client that is still sending). */
-static const char *malformed_head(const char *p, size_t n, size_t head)
-{
-    if (head == 0)
-        return NULL;
-    const char *why;
-    if (pdr_reqguard_check_head(p, n, &why) != 0)
-        return why;
-    const char *method, *path;
-    size_t method_len, path_len, num_headers = H2O_MAX_HEADERS;
-    int minor;
-    struct phr_header headers[H2O_MAX_HEADERS];
-    if (phr_parse_request(p, n, &method, &method_len, &path, &path_len, &minor, headers, &num_headers, 0) ==
-        -1)
-        return "the request line or a header line cannot be parsed";
-    return NULL;
-}
-
 /* Answers an HTTP/1 request whose head passes the router's limits before h2o parses it (see
- * pdr_reqguard_head_limits), or whose Content-Length is above limits.max_body_bytes (413 before any of
- * the body is read), then lets h2o close the connection. head and chunked: pdr_reqguard_head_len of the
- * input. */
-static int head_guard(client_conn_t *cc, h2o_socket_t *sock, int fd, size_t head, int chunked)
+ * pdr_reqguard_head_limits), that may be framed differently by another parser (reqguard.h) or that h2o's
+ * own parser refuses (h2o would answer 400 and close at once, resetting a client that is still sending),
+ * or whose Content-Length is above limits.max_body_bytes (413 before any of the body is read), then lets
+ * h2o close the connection. h: pdr_reqguard_scan of the input. */
+static int head_guard(client_conn_t *cc, h2o_socket_t *sock, const pdr_reqhead_t *h)
 {
     const pdr_config_t *c = cc->t->config;
-    int st = pdr_reqguard_head_limits(sock->input->bytes, sock->input->size, (size_t)c->limits.max_headers,
-                                      (size_t)c->limits.max_header_bytes);
-    const char *bad = NULL;
-    if (st == 0 && (bad = malformed_head(sock->input->bytes, sock->input->size, head)) != NULL)
+    int st = h->limit;
+    const char *bad = h->bad;
+    if (st == 0 && bad != NULL)
         st = 400;
-    if (st == 0 && head_content_length(sock->input->bytes, head, chunked) > c->limits.max_body_bytes)
+    if (st == 0 && h->content_length > c->limits.max_body_bytes)
         st = 413;
     if (st == 0)
         return 0;
@@ -483,7 +447,6 @@ static int head_guard(client_conn_t *cc, h2o_socket_t *sock, int fd, size_t head
                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\n"
                      "Content-Length: %d\r\n\r\n%s",
                      st, pdr_http_reason(st), bn, body);
-    (void)fd;
     if (st == 400)
         cc->t->m.bad_framing_total++;
     else if (st == 413)
@@ -528,10 +491,16 @@ void pdr__conn_chunk_guard_read(h2o_socket_t *sock, const char *err)
     /* The head is scanned once for both guards (neither reads it while following a body). */
     size_t head = 0;
     int chunked = 0;
-    if (err == NULL && cc != NULL && !cc->g_active)
-        head = pdr_reqguard_head_len(sock->input->bytes, sock->input->size, &chunked);
-    if (err == NULL && cc != NULL && !cc->g_active && head_guard(cc, sock, fd, head, chunked))
-        return;
+    if (err == NULL && cc != NULL && !cc->g_active) {
+        const pdr_config_t *c = cc->t->config;
+        pdr_reqhead_t h;
+        pdr_reqguard_scan(sock->input->bytes, sock->input->size, (size_t)c->limits.max_headers,
+                          (size_t)c->limits.max_header_bytes, &h);
+        if (head_guard(cc, sock, &h))
+            return;
+        head = h.len;
+        chunked = h.chunked;
+    }
     if (err == NULL && cc != NULL && chunk_guard_inspect(cc, sock, head, chunked)) {
         static const char body[] =
             "{\"error\":{\"message\":\"a chunk of the request body exceeds "

@@ -422,6 +422,7 @@ void pdr__conn_h2_guard_wrap(client_conn_t *cc, h2o_socket_t *sock)
     pdr__conn_idle_leave(cc);
     cc->wait = CW_H2;
     uint64_t period = (uint64_t)cc->t->config->timeouts.client_body_ms / 4 + 1;
+    cc->wait_armed = 0;
     uv_timer_start(&cc->timer, on_h2_body_timer, period, period);
 }
 

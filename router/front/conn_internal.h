@@ -61,8 +61,10 @@ typedef struct client_conn {
     /* HTTP/1 client timeouts (on_client_timer): what the connection waits for, since when */
     uv_timer_t timer;
     enum { CW_HEAD = 0, CW_BODY, CW_IDLE, CW_BUSY, CW_OFF, CW_HANDSHAKE, CW_LINGER, CW_H2 } wait;
-    size_t wait_size;                    /* the input buffer's size when the wait (re)started */
-    int served;                          /* a response was completed on it */
+    size_t wait_size;    /* the input buffer's size when the wait (re)started */
+    uint64_t wait_due;   /* the loop time (uv_now) the wait ends, 0 while busy (pdr__conn_set_wait) */
+    uint64_t wait_armed; /* the loop time the timer is armed for with on_client_timer, 0 when it is not */
+    int served;          /* a response was completed on it */
     uint64_t linger_bytes, linger_until; /* lingering close: bytes dropped, and until when (linger_start) */
     int counted;                         /* a data-port connection (r->client_conns) */
     pdr_dlink_t idle;                    /* on t->idle_conns while CW_IDLE */

@@ -40,6 +40,23 @@ size_t pdr_reqguard_head_len(const char *p, size_t n, int *chunked);
  * "name: value" is name + value + 4 bytes, the count the router applies to HTTP/2 fields too). */
 int pdr_reqguard_head_limits(const char *p, size_t n, size_t max_fields, size_t max_bytes);
 
+/* Everything the guard in front of h2o's HTTP/1 parser needs of the request head at the start of p, from
+ * one pass (reqguard_scan.c): what pdr_reqguard_head_limits, pdr_reqguard_head_len and
+ * pdr_reqguard_check_head answer, whether h2o's parser refuses the head, and its Content-Length. */
+typedef struct pdr_reqhead {
+    int limit;       /* pdr_reqguard_head_limits: 0, 414 or 431; when not 0, the fields below say nothing */
+    size_t len;      /* pdr_reqguard_head_len: 0 while the head is not complete */
+    int chunked;     /* pdr_reqguard_head_len's chunked, when bad is NULL */
+    const char *bad; /* a complete head: why it is refused with 400 (pdr_reqguard_check_head's reason, else
+                      * "the request line or a header line cannot be parsed" when h2o's parser refuses it),
+                      * or NULL */
+    int64_t content_length; /* a complete head, not chunked, bad NULL: the value of the first line that
+                             * starts with "Content-Length:" (INT64_MAX past 18 digits; -1 when it has no
+                             * digits); -1 otherwise */
+} pdr_reqhead_t;
+
+void pdr_reqguard_scan(const char *p, size_t n, size_t max_fields, size_t max_bytes, pdr_reqhead_t *h);
+
 /* Follows the framing of a chunked request body as its raw bytes arrive, to refuse at once a chunk whose
  * declared size cannot fit the body limit (h2o 2.2.5 would wait for those bytes until its request
  * timeout). The caller feeds every raw body byte once, in order. */

@@ -100,13 +100,6 @@ static void prefill_done(pdr_leg_t *leg, int err)
     pdr__pd_arm_timer(x);
 }
 
-static void on_kick(uv_timer_t *t)
-{
-    pd_req_t *x = t->data;
-    pdr__pd_advance(x);
-    pdr__pd_arm_timer(x);
-}
-
 static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
 {
     pd_req_t *x = leg->data;
@@ -140,8 +133,7 @@ static size_t decode_data(pdr_leg_t *leg, const char *p, size_t n)
     } else if (x->req != NULL) {
         /* The first bytes may unblock the response; decide on the next loop turn, outside the leg's
          * data callback. */
-        x->armed_ns = 0;
-        uv_timer_start(&x->timer, on_kick, 0, 0);
+        pdr__pd_kick(x);
     }
     return n;
 }

@@ -200,6 +200,9 @@ typedef struct pd_req {
      * deadline that moves later leaves the timer as it is (it fires, and arms itself again). Every other
      * use of the timer clears it. */
     uint64_t armed_ns;
+    /* On t->pd_kicks: advanced on the next loop turn (pdr__pd_kick). Whatever uses the timer otherwise
+     * drops it first (pdr__pd_kick_cancel), as restarting the timer did when a kick was its 0 ms run. */
+    pdr_dlink_t kick;
     int counted_inflight;
     int last_fail_status;
     pd_vllm_t vl;
@@ -336,6 +339,13 @@ extern const pdr_leg_cbs_t pdr__pd_decode_cbs;
 void pdr__pd_sample_client_progress(pd_req_t *x, uint64_t now);
 int pdr__pd_samples_progress(const pd_req_t *x);
 void pdr__pd_arm_timer(pd_req_t *x);
+/* Advances the request (pdr__pd_advance, then pdr__pd_arm_timer) on the next loop turn, outside the
+ * callback that calls it; the request's timer stays armed meanwhile. */
+void pdr__pd_kick(pd_req_t *x);
+static inline void pdr__pd_kick_cancel(pd_req_t *x)
+{
+    pdr_dqueue_unlink(&x->t->pd_kicks, &x->kick);
+}
 
 /* pick.c: choosing the workers of an attempt: disaggregation, decode admission, the breaker. */
 const char *pdr__pd_routing_text(const pdr_pdreq_t *pr, size_t *len);

@@ -135,6 +135,7 @@ int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen)
     if (now < x->kv.admit_deadline_ns) {
         x->kv.admit_waited = 1;
         x->armed_ns = 0;
+        pdr__pd_kick_cancel(x);
         uv_timer_start(&x->timer, on_admit_retry, ADMIT_POLL_MS, 0);
         return 0;
     }

@@ -22,6 +22,7 @@ void pdr__pd_arm_queue_tick(pd_req_t *x)
         next = now + rate;
     uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 1;
     x->armed_ns = 0;
+    pdr__pd_kick_cancel(x);
     uv_timer_start(&x->timer, on_queue_tick, ms ? ms : 1, 0);
 }
 
@@ -79,6 +80,7 @@ void pdr__pd_on_admitted(pdr_admit_waiter_t *w)
 {
     pd_req_t *x = PDR_DLINK_ITEM(w, pd_req_t, admit);
     x->armed_ns = 0;
+    pdr__pd_kick_cancel(x);
     uv_timer_stop(&x->timer);
     if (x->req != NULL && !x->stopped && !pd_final_sent(x)) /* not answered while the slot came */
         pdr__pd_begin(x, 0);

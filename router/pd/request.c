@@ -17,6 +17,7 @@ void pdr__pd_linger_end(pd_req_t *x)
     pd_set_state(x, PD_DONE);
     x->t->live--;
     x->t->lingering--;
+    pdr__pd_kick_cancel(x);
     uv_timer_stop(&x->timer);
     uv_close((uv_handle_t *)&x->timer, free_req);
 }
@@ -101,10 +102,12 @@ static void on_dispose(void *p)
         uint64_t now = pdr_now_ns();
         uint64_t ms = x->at.kv_deadline_ns > now ? (x->at.kv_deadline_ns - now + 999999) / 1000000 : 1;
         x->armed_ns = 0;
+        pdr__pd_kick_cancel(x);
         uv_timer_start(&x->timer, on_linger_deadline, ms, 0);
         return;
     }
     pd_set_state(x, PD_DONE);
+    pdr__pd_kick_cancel(x);
     uv_timer_stop(&x->timer);
     uv_close((uv_handle_t *)&x->timer, free_req);
 }
@@ -153,6 +156,7 @@ void pdr__pd_begin(pd_req_t *x, int deferred)
          * sent with this request, so that a stream the client resets at once (the rapid-reset pattern)
          * costs the workers nothing: on_dispose runs first and nothing is started. */
         x->armed_ns = 0;
+        pdr__pd_kick_cancel(x);
         uv_timer_start(&x->timer, on_deferred_start, 0, 0);
         return;
     }

@@ -120,6 +120,12 @@ static void on_timer(uv_timer_t *t)
 {
     pd_req_t *x = t->data;
     x->armed_ns = 0;
+    if (pdr_dlink_linked(&x->kick)) { /* the kick comes first: it would have replaced this run */
+        pdr__pd_kick_cancel(x);
+        pdr__pd_advance(x);
+        pdr__pd_arm_timer(x);
+        return;
+    }
     if (x->req == NULL || x->stopped) /* stopped: both legs are cancelled already */
         return;
     uint64_t now = pdr_now_ns();
@@ -255,6 +261,7 @@ void pdr__pd_arm_timer(pd_req_t *x)
 {
     if (x->req == NULL || pd_final_sent(x) || x->stopped)
         return;
+    pdr__pd_kick_cancel(x); /* advanced now: a kick still waiting would have been this call's timer */
     uint64_t now = pdr_now_ns(), next = next_deadline(x, now);
     if (next == 0) {
         x->armed_ns = 0;
@@ -268,4 +275,26 @@ void pdr__pd_arm_timer(pd_req_t *x)
     uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 1;
     x->armed_ns = next;
     uv_timer_start(&x->timer, on_timer, ms ? ms : 1, 0);
+}
+
+/* The requests kicked since the last loop turn, in order. */
+static void run_kicks(uv_idle_t *h)
+{
+    pdr_thread_t *t = h->data;
+    pdr_dlink_t *l;
+    while ((l = pdr_dqueue_pop(&t->pd_kicks)) != NULL) {
+        pd_req_t *x = PDR_DLINK_ITEM(l, pd_req_t, kick);
+        pdr__pd_advance(x);
+        pdr__pd_arm_timer(x);
+    }
+    uv_idle_stop(h);
+}
+
+void pdr__pd_kick(pd_req_t *x)
+{
+    if (pdr_dlink_linked(&x->kick))
+        return;
+    if (x->t->pd_kicks.head == NULL)
+        uv_idle_start(&x->t->pd_kick_idle, run_kicks);
+    pdr_dqueue_append(&x->t->pd_kicks, &x->kick);
 }

@@ -452,6 +452,8 @@ static int init_thread(pdr_router_t *r, pdr_thread_t *t, int id, uv_loop_t *loop
     t->wakeup.data = t;
     uv_prepare_init(loop, &t->rewrap_prepare);
     t->rewrap_prepare.data = t;
+    uv_idle_init(loop, &t->pd_kick_idle);
+    t->pd_kick_idle.data = t;
     pdr__conn_evict_init(t);
     int rc = open_listener(t, r->config);
     if (rc == 0 && id == 0 && r->admin_on) {

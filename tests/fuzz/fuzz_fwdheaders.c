@@ -7,6 +7,8 @@
  *   - pdr_fwd_connection_names finds every token of a list the input builds from its own bytes;
  *   - pdr_reqguard_head_limits answers 0, 414 or 431; a refused prefix stays refused as more bytes
  *     arrive, and a head accepted whole is accepted at every prefix (the check runs on each read);
+ *   - pdr_reqguard_scan gives the verdicts of the separate head checks and of h2o's own parser
+ *     (tests/unit/reqguard_ref.h), at every prefix of the input;
  *   - pdr_fwd_build, on an HTTP/1 request whose fields are the input's "name: value" lines, forwards no
  *     field that is hop-by-hop or that one of the request's Connection fields names.
  * Built with libFuzzer when PDR_LIBFUZZER is defined; otherwise a main() replays the files named on the
@@ -18,6 +20,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "../unit/reqguard_ref.h"
 #include "fwdheaders.h"
 #include "reqguard.h"
 #include "router.h"
@@ -110,6 +113,18 @@ static void check_head_limits(const uint8_t *data, size_t size)
     }
 }
 
+static void check_scan(const uint8_t *data, size_t size)
+{
+    const char *p = (const char *)data;
+    size_t fields = size > 0 ? data[0] % 8 : 1, bytes = size > 1 ? 16 + data[1] % 128 : 64;
+    for (size_t k = 0; k <= size; k += 1 + size / 64)
+        if (pdr_reqguard_ref_differs(p, k, fields, bytes) != NULL ||
+            pdr_reqguard_ref_differs(p, k, 100, 8192) != NULL)
+            fail("the one-pass head scan differs from the separate checks", data, size);
+    if (pdr_reqguard_ref_differs(p, size, 100, 8192) != NULL)
+        fail("the one-pass head scan differs from the separate checks", data, size);
+}
+
 static void check_build(const uint8_t *data, size_t size)
 {
     static pdr_config_t *conf;
@@ -181,6 +196,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_traceparent(data, size);
     check_names(data, size);
     check_head_limits(data, size);
+    check_scan(data, size);
     check_build(data, size);
     return 0;
 }

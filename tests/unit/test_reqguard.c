@@ -1,7 +1,9 @@
 /* router/front/reqguard.c: the request heads a front door must refuse, and the ordinary ones it must pass. */
 #include "../../router/front/reqguard.h"
+#include <stdio.h>
 #include <string.h>
 #include "check.h"
+#include "reqguard_ref.h"
 #include "runner.h"
 
 static int check_head(const char *head)
@@ -92,6 +94,120 @@ static void test_smuggling(void)
     CHECK(pdr_reqguard_head_len(h, strlen(h), &chunked) == strlen(h) - 3 && chunked == 1);
     CHECK(pdr_reqguard_head_len(h, 20, &chunked) == 0);
     CHECK(pdr_reqguard_head_len(ok, strlen(ok), &chunked) == strlen(ok) && chunked == 0);
+}
+
+/* pdr_reqguard_scan against the separate checks and h2o's parser (reqguard_ref.h), on one input. */
+static void scan_agrees(const char *p, size_t n, size_t max_fields, size_t max_bytes)
+{
+    const char *d = pdr_reqguard_ref_differs(p, n, max_fields, max_bytes);
+    if (d != NULL)
+        fprintf(stderr, "scan and reference differ (%s) on %zu bytes: %.*s\n", d, n, (int)n, p);
+    CHECK(d == NULL);
+}
+
+static void scan_all_limits(const char *p, size_t n)
+{
+    static const size_t fields[] = {1000, 100, 3, 1}, bytes[] = {8192, 60, 12};
+    for (size_t f = 0; f < 4; f++)
+        for (size_t b = 0; b < 3; b++)
+            scan_agrees(p, n, fields[f], bytes[b]);
+}
+
+static void test_scan(void)
+{
+    /* Heads accepted and refused, each class of refusal; then every prefix of each, each byte replaced
+     * by bytes that matter to one of the checks, removed, or doubled; then random splices. */
+    static const char *const seeds[] = {
+        "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        "user-agent: OpenAI/Python 1.54.0\r\naccept: application/json\r\nauthorization: Bearer sk-0123\r\n"
+        "x-stainless-lang: python\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        "\r\ncontent-length: 12\r\n\r\n{\"model\":\"m\"}",
+        "\r\nGET /health HTTP/1.1\r\nHOST: x\r\n\r\n",
+        "\nGET / HTTP/1.0\r\n\r\n",
+        "\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        "POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nContent-Length: 40\r\n\r\n",
+        "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nContent-Length : 4\r\n\r\n",
+        "GET / HTTP/1.1\nHost: x\nA: 1\n\n",
+        "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        "GET / HTTP/1.1\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nX-A: a b\tc \x80\xff\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nX\"A: 1\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nX-A: \x01\r\n\r\n",
+        "GET  HTTP/1.1\r\nHost: x\r\n\r\n",
+        " / HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET / HTTP/1.10\r\nHost: x\r\n\r\n",
+        "GET / H\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 123456789012345678901\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: \r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nContent-Length:\t7x\r\n\r\n",
+        "\r\nContent-Length:9 / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n",
+        "\nTransfer-Encoding: / HTTP/1.1\r\nHost: x\r\n\r\n",
+        "Transfer-Encoding: / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n",
+        "Content-Length:99 / HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\n:a\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nA:\r\r\n\r\n",
+        "GET /\t HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\n\r\r\n\r\n",
+        "GET / HTTP\r\n\r\n",
+        "GET / HTTP/1\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nX-!#$%&'*+-.^_`|~09azAZ: 1\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nX(),/;<=>?@[\\]{}: 1\r\n\r\n",
+    };
+    static const char subst[] = {'\0',       '\t',       '\r', '\n', ' ', ':', 0x7f,
+                                 (char)0x80, (char)0xff, 'A',  '"',  '0', '/'};
+    char buf[600];
+    uint64_t rnd = 0x9e3779b97f4a7c15ull;
+    for (size_t s = 0; s < sizeof(seeds) / sizeof(seeds[0]); s++) {
+        const char *h = seeds[s];
+        size_t n = strlen(h);
+        for (size_t k = 0; k <= n; k++)
+            scan_all_limits(h, k);
+        for (size_t k = 0; k < n; k++) {
+            memcpy(buf, h, n);
+            for (size_t c = 0; c < sizeof(subst); c++) {
+                buf[k] = subst[c];
+                scan_all_limits(buf, n);
+            }
+            memcpy(buf, h, k); /* removed */
+            memcpy(buf + k, h + k + 1, n - k - 1);
+            scan_all_limits(buf, n - 1);
+            memcpy(buf, h, k + 1); /* doubled */
+            memcpy(buf + k + 1, h + k, n - k);
+            scan_all_limits(buf, n + 1);
+        }
+    }
+    /* h2o's parser takes at most 100 fields (a limit above it lets the scan see more). */
+    static char many[2200];
+    size_t m = (size_t)snprintf(many, sizeof(many), "GET / HTTP/1.1\r\nHost: x\r\n");
+    for (int f = 0; f < 101; f++)
+        m += (size_t)snprintf(many + m, sizeof(many) - m, "X-%d: v\r\n", f);
+    m += (size_t)snprintf(many + m, sizeof(many) - m, "\r\n");
+    scan_agrees(many, m, 1000, 8192);
+    scan_agrees(many, m - 9, 1000, 8192); /* 100 fields */
+    /* Random splices: pieces of the seeds, joined, with a byte of subst now and then. */
+    for (int round = 0; round < 20000; round++) {
+        size_t n = 0;
+        for (;;) {
+            rnd ^= rnd << 13, rnd ^= rnd >> 7, rnd ^= rnd << 17;
+            const char *h = seeds[rnd % (sizeof(seeds) / sizeof(seeds[0]))];
+            size_t hl = strlen(h);
+            if (n + hl + 1 > sizeof(buf))
+                break;
+            size_t a = (rnd >> 8) % (hl + 1), b = a + (rnd >> 20) % (hl + 1 - a);
+            memcpy(buf + n, h + a, b - a);
+            n += b - a;
+            if ((rnd >> 40) % 4 == 0) /* n + 1 <= sizeof(buf): checked above */
+                buf[n++] = subst[(rnd >> 44) % sizeof(subst)];
+            if ((rnd >> 50) % 3 == 0)
+                break;
+        }
+        scan_all_limits(buf, n);
+    }
 }
 
 static void test_chunk_guard(void)
@@ -303,6 +419,7 @@ static const pdr_test_case_t cases[] = {
     {"accepted", test_accepted, 60},   {"head_limits", test_head_limits, 60},
     {"smuggling", test_smuggling, 60}, {"chunk_guard", test_chunk_guard, 60},
     {"h2_guard", test_h2_guard, 60},   {"h2_bodies", test_h2_bodies, 60},
+    {"scan", test_scan, 60},
 };
 
 int main(int argc, char **argv)

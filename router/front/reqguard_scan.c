@@ -1,0 +1,241 @@
+/*
+ * One pass over a client's HTTP/1 request head as it arrives (see reqguard.h, pdr_reqguard_scan): the
+ * head's length and framing, the router's limits on its size, the smuggling checks, whether h2o's own
+ * parser (picohttpparser) would refuse it, and its Content-Length, from a single walk line by line. The
+ * separate functions of reqguard.c define each verdict; this pass gives the same ones (the unit tests and
+ * the fuzz target compare them, and compare the parser's verdict with the parser's own), for the
+ * connection's read callback, which runs on every read of a head. Pure: no I/O, no allocation.
+ */
+#include <string.h>
+#include "reqguard.h"
+
+/* h2o 2.2.5 parses at most this many header lines (H2O_MAX_HEADERS); one more is a parse error. */
+#define PARSER_MAX_FIELDS 100
+
+/* tchar (RFC 9110 section 5.6.2): the bytes a field name may have, for h2o's parser. */
+#define T1(c) [(unsigned char)(c)] = 1
+#define T8(c) T1(c), T1((c) + 1), T1((c) + 2), T1((c) + 3), T1((c) + 4), T1((c) + 5), T1((c) + 6), T1((c) + 7)
+static const unsigned char TCHAR[256] = {
+    T8('0'), T1('8'), T1('9'), T8('A'), T8('I'), T8('Q'), T1('Y'), T1('Z'), T8('a'),  T8('i'),
+    T8('q'), T1('y'), T1('z'), T1('!'), T1('#'), T1('$'), T1('%'), T1('&'), T1('\''), T1('*'),
+    T1('+'), T1('-'), T1('.'), T1('^'), T1('_'), T1('`'), T1('|'), T1('~'),
+};
+
+enum { PARSE_OK = 0, PARSE_BAD };
+
+/* A byte h2o's parser refuses in a value or the request line: a control character (HT aside) or DEL. */
+static int ctl(unsigned char b)
+{
+    return (b < 0x20 && b != '\t') || b == 0x7f;
+}
+
+#define ONES 0x0101010101010101ull
+#define HIGH 0x8080808080808080ull
+
+/* 1 when s[0, n) has a byte ctl() refuses. Eight bytes at a time: a word with no byte below 0x20 and none
+ * equal to 0x7f is passed whole (both tests are exact for the word, though not for which byte); one that
+ * has either is looked at byte by byte, since HT is allowed. */
+static int has_ctl(const char *s, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w, x;
+        memcpy(&w, s + i, 8);
+        x = w ^ (0x7f * ONES);
+        if ((((w - 0x20 * ONES) & ~w) | ((x - ONES) & ~x)) & HIGH) {
+            for (size_t k = 0; k < 8; k++)
+                if (ctl((unsigned char)s[i + k]))
+                    return 1;
+        }
+    }
+    for (; i < n; i++)
+        if (ctl((unsigned char)s[i]))
+            return 1;
+    return 0;
+}
+
+/* 1 when s[0, n) is lower (all lower case) in any case: ASCII letters only are folded. */
+static int same_name(const char *s, const char *lower, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c >= 'A' && c <= 'Z')
+            c = (char)(c - 'A' + 'a');
+        if (c != lower[i])
+            return 0;
+    }
+    return 1;
+}
+
+/* The value of a line that starts "content-length:" (any case), from its byte after the colon: -1 when it
+ * has no digits, INT64_MAX past 18 of them. */
+static int64_t length_value(const char *s, const char *end)
+{
+    while (s < end && (*s == ' ' || *s == '\t'))
+        s++;
+    int64_t v = 0;
+    size_t digits = 0;
+    for (; s < end && *s >= '0' && *s <= '9' && digits < 18; s++, digits++)
+        v = v * 10 + (*s - '0');
+    if (digits == 0)
+        return -1;
+    return s < end && *s >= '0' && *s <= '9' ? INT64_MAX : v;
+}
+
+/* The request line line[0, len) (without its CRLF) as h2o's parser reads it: a method and a target,
+ * each ended by one space, without control bytes (HT included) or DEL, then "HTTP/1." and a digit that
+ * end the line. The parser skips at most one empty line before it (p[0, pre): the bytes skipped). (It
+ * also waits for more bytes while fewer than nine follow the target; a head that passes the smuggling
+ * checks always has them: a Host line or a version of 8 bytes, and the empty line.) */
+static int parse_request_line(const char *line, size_t len, const char *p, size_t pre)
+{
+    if (!(pre == 0 || (pre == 1 && p[0] == '\n') || (pre == 2 && p[0] == '\r' && p[1] == '\n')))
+        return PARSE_BAD;
+    size_t i = 0;
+    for (int token = 0; token < 2; token++) {
+        for (; i < len && line[i] != ' '; i++)
+            if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
+                return PARSE_BAD;
+        if (i == len)
+            return PARSE_BAD; /* the line's CR ends the token */
+        i++;
+    }
+    if (len - i != 8 || memcmp(line + i, "HTTP/1.", 7) != 0 || line[i + 7] < '0' || line[i + 7] > '9')
+        return PARSE_BAD;
+    return PARSE_OK;
+}
+
+void pdr_reqguard_scan(const char *p, size_t n, size_t max_fields, size_t max_bytes, pdr_reqhead_t *h)
+{
+    h->len = 0;
+    h->chunked = 0;
+    h->limit = 0;
+    h->bad = NULL;
+    h->content_length = -1;
+    size_t i = 0;
+    while (i < n && (p[i] == '\r' || p[i] == '\n'))
+        i++;
+    size_t start = i;
+    /* The request line: limits first (complete or not), then the rest once it has ended. */
+    const char *nl = memchr(p + i, '\n', n - i);
+    size_t e = nl != NULL ? (size_t)(nl - p) : n, c = e;
+    if (c > i && p[c - 1] == '\r')
+        c--;
+    if (c - i > max_bytes) {
+        h->limit = 414;
+        return;
+    }
+    if (nl == NULL)
+        return;
+    const char *why = NULL;
+    int parse = PARSE_OK, http10 = 0, n_cl = 0, n_te = 0, n_host = 0, cl_seen = 0;
+    int64_t cl = -1;
+    const char *line = p + start;
+    size_t len = c - start;
+    if (len >= 18 && line[17] == ':' && same_name(line, "transfer-encoding", 17))
+        h->chunked = 1;
+    if (start > 0 && p[start - 1] == '\n' && len >= 15 && line[14] == ':' &&
+        same_name(line, "content-length", 14)) {
+        cl_seen = 1;
+        cl = length_value(line + 15, line + len);
+    }
+    if (c == e) {
+        why = "a bare LF ends a line of the request head (lines end with CRLF)";
+    } else {
+        http10 = len >= 8 && memcmp(line + len - 8, "HTTP/1.0", 8) == 0;
+        parse = parse_request_line(line, len, p, start);
+    }
+    /* The header lines, to the empty line. */
+    size_t fields = 0, bytes = 0;
+    for (i = e + 1;; i = e + 1) {
+        if (i >= n)
+            return;
+        nl = memchr(p + i, '\n', n - i);
+        if (nl == NULL) { /* a line not ended yet counts as far as it has come, without a CR it ends in */
+            len = n - i;
+            if (p[n - 1] == '\r')
+                len--;
+            if (bytes + len > max_bytes)
+                h->limit = 431;
+            return;
+        }
+        e = (size_t)(nl - p);
+        int cr = e > i && p[e - 1] == '\r';
+        c = cr ? e - 1 : e;
+        if (c == i) { /* the empty line */
+            if (!cr && why == NULL)
+                why = "a bare LF ends a line of the request head (lines end with CRLF)";
+            h->len = e + 1;
+            break;
+        }
+        fields++;
+        bytes += c - i + 2; /* a complete line counts with a CRLF, bare LF or not */
+        if (fields > max_fields || bytes > max_bytes) {
+            h->limit = 431;
+            return;
+        }
+        if (why != NULL)
+            continue; /* refused already: only the limits and the head's end still count */
+        if (!cr) {
+            why = "a bare LF ends a line of the request head (lines end with CRLF)";
+            continue;
+        }
+        line = p + i;
+        len = c - i;
+        /* The name: tchars up to the colon (the CR at c ends the walk), else the slow way. */
+        size_t k = i;
+        while (TCHAR[(unsigned char)p[k]])
+            k++;
+        if (p[k] != ':' || k == i) {
+            if (line[0] == ' ' || line[0] == '\t') {
+                why = "obs-fold: a header line begins with whitespace";
+                continue;
+            }
+            const char *colon = memchr(line, ':', len);
+            if (colon == NULL) {
+                why = "a header line without a colon";
+                continue;
+            }
+            k = (size_t)(colon - p);
+            if (k == i || p[k - 1] == ' ' || p[k - 1] == '\t') {
+                why = "whitespace between a header name and its colon";
+                continue;
+            }
+            if (parse == PARSE_OK)
+                parse = PARSE_BAD; /* a byte that is not a tchar in the name */
+        }
+        size_t nlen = k - i;
+        if (nlen == 14 && same_name(line, "content-length", 14)) {
+            n_cl++;
+            if (!cl_seen) {
+                cl_seen = 1;
+                cl = length_value(p + k + 1, p + c);
+            }
+        } else if (nlen == 17 && same_name(line, "transfer-encoding", 17)) {
+            n_te++;
+            h->chunked = 1;
+        } else if (nlen == 4 && same_name(line, "host", 4)) {
+            n_host++;
+        }
+        if (parse == PARSE_OK && (fields > PARSER_MAX_FIELDS || has_ctl(p + k + 1, c - k - 1)))
+            parse = PARSE_BAD;
+    }
+    if (why == NULL) {
+        if (n_cl > 0 && n_te > 0)
+            why = "both Content-Length and Transfer-Encoding";
+        else if (n_cl > 1)
+            why = "more than one Content-Length";
+        else if (n_te > 1)
+            why = "more than one Transfer-Encoding";
+        else if (n_te > 0 && http10)
+            why = "Transfer-Encoding in an HTTP/1.0 request";
+        else if (n_host > 1)
+            why = "more than one Host";
+        else if (n_host == 0 && !http10)
+            why = "an HTTP/1.1 request without Host";
+        else if (parse == PARSE_BAD)
+            why = "the request line or a header line cannot be parsed";
+    }
+    h->bad = why;
+    h->content_length = h->chunked ? -1 : cl;
+}
