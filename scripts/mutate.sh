@@ -101,8 +101,8 @@ tls_resume_failure_keeps_sessions @@ router/upstream/upstream_conn_tls.c @@ if (
 h2_budget_no_eviction @@ router/front/conn_h2.c @@ uv_timer_start(&cc->t->h2_evict_timer, on_h2_evict, 0, 0); @@ (void)on_h2_evict; @@ pdrouter @@ ^router_(limits|tls)_h2_body_budget$
 h2_eviction_smallest_first @@ router/front/reqguard.c @@ (big == NULL || b->bytes > big->bytes || (b->bytes == big->bytes && b->last_ms < big->last_ms))) @@ (big == NULL || b->bytes < big->bytes || (b->bytes == big->bytes && b->last_ms < big->last_ms))) @@ pdrouter @@ ^router_limits_h2_body_budget$
 h2_eviction_stops_early @@ router/front/conn_h2.c @@ while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > target) { @@ while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > cap) { @@ pdrouter @@ ^router_limits_h2_body_budget$
-ng2_lower_stream_id_ignored @@ router/front/conn_ng2.c @@ if (nghttp2_session_find_stream(ng, hd->stream_id) != NULL) @@ if (1) @@ pdrouter @@ ^router_h2_conformance_(prior|tls|admin)_nghttp2$
-ng2_no_control_bucket @@ router/front/conn_ng2.c @@ return c->ctl_tokens < 0; @@ return 0; @@ pdrouter @@ ^router_h2_conformance_floods_nghttp2$
+ng2_lower_stream_id_ignored @@ router/front/conn_ng2_limits.c @@ if (nghttp2_session_find_stream(ng, hd->stream_id) != NULL) @@ if (1) @@ pdrouter @@ ^router_h2_conformance_(prior|tls|admin)_nghttp2$
+ng2_no_control_bucket @@ router/front/conn_ng2_limits.c @@ return c->ctl_tokens < 0; @@ return 0; @@ pdrouter @@ ^router_h2_conformance_floods_nghttp2$
 ng2_streams_not_queued @@ router/front/conn_ng2.c @@ if (s->conn->running >= s->conn->max_running) { /* limits.h2_max_concurrent_streams */ @@ if (0) { @@ pdrouter @@ ^router_h2_conformance_streams_nghttp2$
 EOF
 )

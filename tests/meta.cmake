@@ -9,3 +9,8 @@ endforeach()
 add_test(NAME meta_check_sources_selftest COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/meta/check_sources.py
                                               selftest)
 set_tests_properties(meta_check_sources_selftest PROPERTIES TIMEOUT 60 LABELS meta)
+
+# The list of scripts/mutate.sh follows the code: each mutation's file exists and its text occurs there once.
+add_test(NAME meta_mutations COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/meta/check_mutations.py
+                                 ${PROJECT_SOURCE_DIR})
+set_tests_properties(meta_mutations PROPERTIES TIMEOUT 60 LABELS meta)
