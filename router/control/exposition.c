@@ -203,30 +203,31 @@ typedef struct out {
     int err;
 } out_t;
 
-__attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt, ...);
-
-/* put for other files' families (pdr_kv_events_put_cb): one formatted piece at a time. */
-__attribute__((format(printf, 2, 3))) static void put_line(void *o, const char *fmt, ...)
-{
-    char line[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        put(o, "%s", line);
-}
-
-__attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt, ...)
+static void vput(out_t *o, const char *fmt, va_list ap)
 {
     if (o->err != 0)
         return;
     pdr_buf_t b = {o->p, o->len, o->cap};
+    o->err = pdr_buf_vprintf(&b, PDR_METRICS_PAGE_MAX, fmt, ap);
+    o->p = b.p, o->len = b.len, o->cap = b.cap;
+}
+
+__attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    o->err = pdr_buf_vprintf(&b, PDR_METRICS_PAGE_MAX, fmt, ap);
+    vput(o, fmt, ap);
     va_end(ap);
-    o->p = b.p, o->len = b.len, o->cap = b.cap;
+}
+
+/* put for other files' families (pdr_kv_events_put_cb): one formatted piece at a time, whole however
+ * long (within the page's ceiling). */
+__attribute__((format(printf, 2, 3))) static void put_line(void *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vput(o, fmt, ap);
+    va_end(ap);
 }
 
 static void put_hist(out_t *o, const char *name, const char *help, const pdr_hist_t *hs, pdr_buckets_t set)
