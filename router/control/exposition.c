@@ -203,7 +203,7 @@ typedef struct out {
     int err;
 } out_t;
 
-static void vput(out_t *o, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static void vput(out_t *o, const char *fmt, va_list ap)
 {
     if (o->err != 0)
         return;
