@@ -11,6 +11,8 @@
 # speaks HTTP/2 with prior knowledge instead of HTTP/1.1, and the router is started from a YAML file with
 # the same workers whose h2_nghttp2 is that value, true or false; PEER is then off: nginx's proxy_pass
 # does not take h2c). Run with H2=false and H2=true to compare h2o's HTTP/2 with libnghttp2's.
+# SOLO (any value): every request skips the prefill (conditional disaggregation, a regular worker) and
+# makes one upstream call, as nginx does: the like-for-like row beside nginx's.
 # UP, ROUTER, PROXY: the ports (18301, 18303, 18304).
 # Needs valgrind, nginx, h2load.
 set -euo pipefail
@@ -48,24 +50,32 @@ http { access_log off; keepalive_requests 1000000;
                  proxy_buffering off; } } }
 CONF
 proto=(--h1)
-if [ -n "${H2:-}" ]; then
-    proto=(-m 1)
-    PEER=off
+[ -n "${H2:-}" ] && { proto=(-m 1); PEER=off; }
+if [ -n "${H2:-}" ] || [ -n "${SOLO:-}" ]; then
     cat >"$work/router.yaml" <<CONF
 listen: { host: 127.0.0.1, port: $ROUTER }
 admin: { host: 127.0.0.1, port: $((ROUTER + 2)) }
 threads: 1
-h2_nghttp2: $H2
+h2_nghttp2: ${H2:-false}
 log: { access_log: "off", level: warn }
 health: { interval_ms: 600000 }
 workers:
   prefill: [ { url: "http://127.0.0.1:$UP", bootstrap_port: 8998 } ]
   decode: [ { url: "http://127.0.0.1:$UP" } ]
 CONF
+    [ -n "${SOLO:-}" ] && cat >>"$work/router.yaml" <<CONF
+  regular: [ { url: "http://127.0.0.1:$UP" } ]
+disaggregation: { min_prefill_chars: 1000000 }
+CONF
 fi
-load() { # port requests
+kind=PD; [ -n "${SOLO:-}" ] && kind=solo
+load() { # port requests; exits non-zero unless every request succeeded with a 2xx
     h2load "${proto[@]}" -n "$2" -c 8 -d "$work/body.json" "${hdrs[@]}" \
-        "http://127.0.0.1:$1/generate" | grep -E '^requests:' >&2
+        "http://127.0.0.1:$1/generate" >"$work/h2load.out"
+    grep -E '^requests:' "$work/h2load.out" >&2
+    grep -qE "^requests: $2 total, $2 started, $2 done, $2 succeeded, 0 failed, 0 errored, 0 timeout" \
+        "$work/h2load.out" && grep -qE "^status codes: $2 2xx," "$work/h2load.out" ||
+        { echo "h2load: not every request answered 2xx" >&2; cat "$work/h2load.out" >&2; exit 1; }
 }
 wait_up() { for _ in $(seq 200); do curl -sf -o /dev/null "http://127.0.0.1:$1/health" && return 0; sleep 0.1; done
     echo "port $1 not up" >&2; exit 1; }
@@ -81,17 +91,23 @@ peer_total() { # requests -> instructions
 total() { # requests -> instructions
     local args=(--pd-disaggregation --prefill "http://127.0.0.1:$UP" 8998 --decode "http://127.0.0.1:$UP"
         --host 127.0.0.1 --port $ROUTER --access-log off --log-level warn --threads 1 --health-interval-ms 600000)
-    [ -n "${H2:-}" ] && args=(--config "$work/router.yaml")
+    [ -f "$work/router.yaml" ] && args=(--config "$work/router.yaml")
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.$1" "$build/pdrouter" "${args[@]}" 2>"$work/vg.$1" &
     local pid=$!
     wait_up $ROUTER
     load $ROUTER "$1"
+    if [ -n "${SOLO:-}" ]; then # every request really skipped the prefill
+        local solo
+        solo=$(curl -sf "http://127.0.0.1:$((ROUTER + 2))/metrics" |
+            awk '/^pdr_disagg_decisions_total\{decision="short_prompt"\}/ {print $2}')
+        [ "${solo:-0}" -ge "$1" ] || { echo "SOLO: $solo of $1 requests skipped the prefill" >&2; exit 1; }
+    fi
     kill -TERM $pid; wait $pid || true
     awk '/^summary:/ {print $2}' "$work/cg.$1"
 }
 a=$(total "$N"); b=$(total $((2 * N)))
 pd=$(( (b - a) / N ))
-echo "instructions per PD request: $pd  (totals: $N req $a, $((2 * N)) req $b)"
+echo "instructions per $kind request: $pd  (totals: $N req $a, $((2 * N)) req $b)"
 if [ "${PEER:-on}" != off ]; then
     c=$(peer_total "$N"); d=$(peer_total $((2 * N)))
     px=$(( (d - c) / N ))

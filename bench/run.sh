@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Router benchmark: pdrouter (two upstream calls per PD request) against nginx proxy_pass (one upstream
 # call per request) to the same fast upstream, side by side in one run, and the upstream called
-# directly. Prints a markdown table of requests/s and latency for each concurrency.
+# directly; and pdrouter-solo, the same router with every request skipping the prefill (one upstream call,
+# like for like with nginx). Prints a markdown table of requests/s and latency for each concurrency, and
+# exits non-zero when any request failed (a non-2xx answer or a socket error).
 #
 # Usage: bench/run.sh [BUILD_DIR] ; env: DURATION (s, default 10), CONCURRENCY ("1 64"), ROUNDS (2),
 #        THREADS (pdrouter --threads and nginx worker_processes for the proxy, default 1),
@@ -20,7 +22,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-UP=18101; PROXY=18102; ROUTER=18103
+UP=18101; PROXY=18102; ROUTER=18103; SOLO=18104; SOLO_ADMIN=18105
 body='{"text":"The quick brown fox jumps over the lazy dog","sampling_params":{"max_new_tokens":8}}'
 answer='{"text":"jumps over the lazy dog again and again","meta_info":{"prompt_tokens":9,"completion_tokens":8}}'
 
@@ -48,8 +50,23 @@ nginx -c "$work/proxy.conf" -p "$work" & pids+=($!)
 "$build/pdrouter" --pd-disaggregation --prefill "http://127.0.0.1:$UP" 8998 --decode "http://127.0.0.1:$UP" \
     --host 127.0.0.1 --port $ROUTER --access-log off --log-level warn --threads "$THREADS" & pids+=($!)
 
+# The like-for-like row: pdrouter with every request skipping the prefill (conditional disaggregation,
+# one regular worker), so that it makes one upstream call per request, as nginx does.
+cat >"$work/solo.yaml" <<CONF
+listen: { host: 127.0.0.1, port: $SOLO }
+admin: { host: 127.0.0.1, port: $SOLO_ADMIN }
+threads: $THREADS
+log: { access_log: "off", level: warn }
+workers:
+  prefill: [ { url: "http://127.0.0.1:$UP", bootstrap_port: 8998 } ]
+  decode: [ { url: "http://127.0.0.1:$UP" } ]
+  regular: [ { url: "http://127.0.0.1:$UP" } ]
+disaggregation: { min_prefill_chars: 1000000 }
+CONF
+"$build/pdrouter" --config "$work/solo.yaml" & pids+=($!)
+
 wait_up() { for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$1$2" && return 0; sleep 0.05; done; echo "port $1 not up" >&2; exit 1; }
-wait_up $UP /health; wait_up $PROXY /health; wait_up $ROUTER /readiness
+wait_up $UP /health; wait_up $PROXY /health; wait_up $ROUTER /readiness; wait_up $SOLO /readiness
 
 cat >"$work/post.lua" <<LUA
 wrk.method = "POST"
@@ -76,26 +93,35 @@ curl -sf -XPOST -d "$body" "http://127.0.0.1:$ROUTER/generate" >/dev/null
 
 run_wrk() { # port conc -> "rps p50 p99"
     wrk -t1 -c"$2" -d"${DURATION}s" --latency -s "$work/post.lua" "http://127.0.0.1:$1/generate" >"$work/wrk.out" 2>&1
-    awk '/Requests\/sec/ {rps=$2} /^ +50%/ {p50=$2} /^ +99%/ {p99=$2} /Non-2xx/ {bad=$NF}
-         END {printf "%s %s %s %s\n", rps, p50, p99, (bad==""?0:bad)}' "$work/wrk.out"
+    # non-2xx counts wrk's non-2xx answers and its socket errors (connect, read, write, timeout) alike.
+    awk '/Requests\/sec/ {rps=$2} /^ +50%/ {p50=$2} /^ +99%/ {p99=$2} /Non-2xx/ {bad+=$NF}
+         /Socket errors:/ {gsub(",", ""); bad+=$4+$6+$8+$10}
+         END {printf "%s %s %s %d\n", rps, p50, p99, bad}' "$work/wrk.out"
 }
+failed=0
 
 echo "| round | concurrency | target | requests/s | p50 | p99 | non-2xx |"
 echo "|---|---|---|---|---|---|---|"
 declare -A sum
 for r in $(seq "$ROUNDS"); do
   for c in $CONCURRENCY; do
-    for t in direct:$UP nginx:$PROXY pdrouter:$ROUTER; do
+    for t in direct:$UP nginx:$PROXY pdrouter:$ROUTER pdrouter-solo:$SOLO; do
       name=${t%%:*}; port=${t##*:}
       read -r rps p50 p99 bad < <(run_wrk "$port" "$c")
       echo "| $r | $c | $name | $rps | $p50 | $p99 | $bad |"
+      [ "$bad" = 0 ] || failed=1
       sum[$c,$name]=$(awk -v a="${sum[$c,$name]:-0}" -v b="$rps" 'BEGIN{print a+b}')
     done
   done
 done
 echo
-echo "| concurrency | pdrouter / nginx (requests/s, mean of rounds) |"
-echo "|---|---|"
+echo "| concurrency | pdrouter / nginx | pdrouter-solo / nginx (requests/s, mean of rounds) |"
+echo "|---|---|---|"
 for c in $CONCURRENCY; do
-  awk -v a="${sum[$c,pdrouter]}" -v b="${sum[$c,nginx]}" -v c="$c" 'BEGIN{printf "| %s | %.2f |\n", c, a/b}'
+  awk -v a="${sum[$c,pdrouter]}" -v s="${sum[$c,pdrouter-solo]}" -v b="${sum[$c,nginx]}" -v c="$c" \
+      'BEGIN{printf "| %s | %.2f | %.2f |\n", c, a/b, s/b}'
 done
+# Every solo request skipped the prefill (the row measures what it claims).
+solo_total=$(curl -sf "http://127.0.0.1:$SOLO_ADMIN/metrics" | awk '/^pdr_disagg_decisions_total\{decision="disaggregated"\}/ {print $2}')
+if [ "${solo_total:-0}" != 0 ]; then echo "pdrouter-solo: $solo_total requests were disaggregated" >&2; exit 1; fi
+if [ "$failed" != 0 ]; then echo "bench/run.sh: some requests failed (the non-2xx column)" >&2; exit 1; fi
