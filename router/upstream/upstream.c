@@ -447,17 +447,15 @@ static const struct up_url *url_cached(pdr_multi_t *m, const char *url)
     return NULL;
 }
 
-/* Writes v in decimal at d (20 bytes of room); the number of digits. Counted first, then written from
- * the last digit back: a body's length has three or four digits. */
+/* Writes v in decimal at d (20 bytes of room); the number of digits. Counted first (a body's length has
+ * three or four digits: comparisons, not divisions), then written from the last digit back. */
 static size_t fmt_len(char *d, uint64_t v)
 {
-    size_t n = 1;
-    for (uint64_t t = v; t >= 10; t /= 10)
+    size_t n = v < 10 ? 1 : v < 100 ? 2 : v < 1000 ? 3 : 4;
+    for (uint64_t t = v / 10000; t != 0; t /= 10)
         n++;
-    for (size_t k = n; k > 0; k--) {
-        d[k - 1] = (char)('0' + v % 10);
-        v /= 10;
-    }
+    for (char *q = d + n; q != d; v /= 10)
+        *--q = (char)('0' + v % 10);
     return n;
 }
 
