@@ -381,9 +381,9 @@ static int whole_lines(pdr_h1resp_t *r, const char *p, size_t n, size_t *ip)
                 }
             }
         } else if (r->state == S_HEADER && len == 0 && r->status >= 200) {
+            /* The head's ceiling was checked above; end_of_head starts the count again. */
             i += end;
-            rc =
-                end_of_head(r); /* the head's ceiling was checked above; end_of_head starts the count again */
+            rc = end_of_head(r);
             break;
         } else if (r->state == S_STATUS) {
             if (len < 7 || memcmp(l, "HTTP/1.", 7) != 0)
