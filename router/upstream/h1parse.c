@@ -4,7 +4,10 @@
  *
  * A head or trailer line that lies whole in the input, with no byte that needs a closer look (a control
  * character other than HT, a CR not followed by LF, the head's ceiling reached, a status line not
- * starting "HTTP/1."), is found eight bytes at a time and checked where it lies. Any other line (split
+ * starting "HTTP/1."), is found sixteen bytes at a time (SSE2; eight with a word-at-a-time scan where
+ * SSE2 is missing or PDR_H1_SCALAR is defined) and checked where it lies: an ordinary header line's
+ * name is found by its ':' and recognised by its length and one or two word comparisons, and only a name
+ * that is none of the four framing headers' is checked byte by byte for tchars. Any other line (split
  * across inputs, or with such a byte) is read one byte at a time into a bounded line buffer, which
  * decides every error and its offset; the whole-line path takes only lines that the byte path would
  * accept up to their end, so any split of the input gives the same result. Chunk-size lines are read
@@ -16,6 +19,8 @@
 
 #include <stddef.h>
 #include <string.h>
+
+#include "h1scan.h"
 
 enum {
     S_STATUS = 0, /* reading the status line (pdr_h1_init leaves state 0) */
@@ -34,6 +39,8 @@ enum {
 enum { CHUNK_DIGITS = 0, CHUNK_AFTER_DIGITS, CHUNK_EXT };
 
 #define H1_MAX_LENGTH (UINT64_C(1) << 62) /* the largest Content-Length or chunk size accepted */
+/* The bytes of a line the line buffer keeps (it has one more, for a byte that stops a name's scan). */
+#define H1_LINE (sizeof(((pdr_h1resp_t *)0)->line) - 1)
 
 static int fail(pdr_h1resp_t *r, const char *why)
 {
@@ -60,50 +67,6 @@ void pdr_h1_init(pdr_h1resp_t *r)
     reset_response(r);
 }
 
-static int is_ows(char c)
-{
-    return c == ' ' || c == '\t';
-}
-
-/* RFC 9110 tchar: a table, since every byte of every header name is checked. */
-static const unsigned char tchar_tab[256] = {
-    ['a' ... 'z'] = 1, ['A' ... 'Z'] = 1, ['0' ... '9'] = 1, ['!'] = 1, ['#'] = 1, ['$'] = 1,
-    ['%'] = 1,         ['&'] = 1,         ['\''] = 1,        ['*'] = 1, ['+'] = 1, ['-'] = 1,
-    ['.'] = 1,         ['^'] = 1,         ['_'] = 1,         ['`'] = 1, ['|'] = 1, ['~'] = 1,
-};
-
-static int is_tchar(unsigned char c)
-{
-    return tchar_tab[c];
-}
-
-static int lower(unsigned char c)
-{
-    return c | (((unsigned)c - (unsigned)'A' < 26u) << 5); /* ASCII letters only: 'A'..'Z' gain bit 5 */
-}
-
-/*
- * Whether the header name s (tchars only) is the literal lit of n >= 8 bytes (lower-case letters and
- * '-'), ignoring case. Eight bytes at a time, the last word overlapping the one before: setting bit 5
- * maps 'A'..'Z' to 'a'..'z' and keeps '-' and lower-case letters as they are, and no other tchar
- * becomes a lower-case letter or '-' that way.
- */
-static int name_is8(const char *s, const char *lit, size_t n)
-{
-    const uint64_t bit5 = UINT64_C(0x2020202020202020);
-    uint64_t a, b;
-    for (size_t i = 0; i + 8 < n; i += 8) {
-        memcpy(&a, s + i, 8);
-        memcpy(&b, lit + i, 8);
-        if ((a | bit5) != b)
-            return 0;
-    }
-    memcpy(&a, s + n - 8, 8);
-    memcpy(&b, lit + n - 8, 8);
-    return (a | bit5) == b;
-}
-#define NAME_IS(s, lit) name_is8(s, lit, sizeof(lit) - 1)
-
 /* Case-insensitive comparison of the slice [s, s + len) with the lower-case literal lit. */
 static int slice_is(const char *s, size_t len, const char *lit)
 {
@@ -116,7 +79,7 @@ static int slice_is(const char *s, size_t len, const char *lit)
     return 1;
 }
 
-static void trim(const char **s, size_t *len)
+static inline __attribute__((always_inline)) void trim(const char **s, size_t *len)
 {
     while (*len > 0 && is_ows(**s)) {
         (*s)++;
@@ -197,21 +160,69 @@ static int content_length(pdr_h1resp_t *r, const char *v, size_t vlen)
     return 0;
 }
 
+/* The headers that matter for framing. Only four names, and their lengths tell them apart: one
+ * comparison per header. */
+enum { H_OTHER, H_CTYPE, H_CLEN, H_TE, H_CONN };
+
+static inline __attribute__((always_inline)) int which_header(const char *l, size_t nlen)
+{
+    switch (nlen) {
+    case 10:
+        return NAME_IS(l, "connection") ? H_CONN : H_OTHER;
+    case 12:
+        return NAME_IS(l, "content-type") ? H_CTYPE : H_OTHER;
+    case 14:
+        return NAME_IS(l, "content-length") ? H_CLEN : H_OTHER;
+    case 17:
+        return NAME_IS(l, "transfer-encoding") ? H_TE : H_OTHER;
+    default:
+        return H_OTHER;
+    }
+}
+
+/* Applies a framing header (which: not H_OTHER) whose value, untrimmed, is [v, v + vlen); cut: its line
+ * was longer than the line buffer (and the value is cut there). */
+static int framing_header(pdr_h1resp_t *r, int which, const char *v, size_t vlen, int cut)
+{
+    trim(&v, &vlen);
+    if (which == H_CTYPE) {
+        /* Truncated to the field's size (the value is only logged and matched by prefix). */
+        size_t c = vlen < sizeof(r->content_type) - 1 ? vlen : sizeof(r->content_type) - 1;
+        memcpy(r->content_type, v, c);
+        r->content_type[c] = '\0';
+        return 0;
+    }
+    if (cut)
+        return fail(r, "Content-Length, Transfer-Encoding or Connection header line too long");
+    if (which == H_CLEN)
+        return content_length(r, v, vlen);
+    if (which == H_CONN) {
+        if (vlen == 10 && NAME_IS(v, "keep-alive")) { /* one token: what each_element would find */
+            r->conn_keep = 1;
+            return 0;
+        }
+        return each_element(r, v, vlen, connection_token);
+    }
+    r->saw_te = 1;
+    return each_element(r, v, vlen, transfer_coding);
+}
+
 /*
- * Checks one header (or trailer) line of line_len bytes, of which the first min(line_len, sizeof r->line)
- * are at l, and applies the headers that matter for framing when `apply` is set.
+ * Checks one header (or trailer) line of line_len bytes, of which the first min(line_len, H1_LINE) are
+ * at l and are followed by a byte that is not a tchar, and applies the headers that matter for framing
+ * when `apply` is set.
  */
 static int header_line(pdr_h1resp_t *r, const char *l, size_t line_len, int apply)
 {
-    size_t len = line_len < sizeof(r->line) ? line_len : sizeof(r->line);
-    int cut = line_len > sizeof(r->line);
+    size_t len = line_len < H1_LINE ? line_len : H1_LINE;
+    int cut = line_len > H1_LINE;
     if (is_ows(l[0]))
         return fail(r, "obsolete header line folding (line starts with whitespace)");
     /* The name runs to the first byte that is not a tchar; when that byte is not ':', the checks below
      * say which error it is, in the order that gives every line one answer. */
-    size_t nlen = 0;
-    while (nlen < len && is_tchar((unsigned char)l[nlen]))
-        nlen++;
+    size_t nlen = tchar_run(l);
+    if (nlen > len)
+        nlen = len;
     const char *colon = l + nlen;
     if (nlen == len || *colon != ':') {
         colon = memchr(l, ':', len);
@@ -225,49 +236,15 @@ static int header_line(pdr_h1resp_t *r, const char *l, size_t line_len, int appl
         return fail(r, "empty header name");
     if (!apply)
         return 0;
-    /* Only four names matter here, and their lengths tell them apart: one comparison per header. */
-    enum { H_OTHER, H_CTYPE, H_CLEN, H_TE, H_CONN } which = H_OTHER;
-    switch (nlen) {
-    case 10:
-        which = NAME_IS(l, "connection") ? H_CONN : H_OTHER;
-        break;
-    case 12:
-        which = NAME_IS(l, "content-type") ? H_CTYPE : H_OTHER;
-        break;
-    case 14:
-        which = NAME_IS(l, "content-length") ? H_CLEN : H_OTHER;
-        break;
-    case 17:
-        which = NAME_IS(l, "transfer-encoding") ? H_TE : H_OTHER;
-        break;
-    default:
-        break;
-    }
+    int which = which_header(l, nlen);
     if (which == H_OTHER)
         return 0;
-    const char *v = colon + 1;
-    size_t vlen = len - nlen - 1;
-    trim(&v, &vlen);
-    if (which == H_CTYPE) {
-        /* Truncated to the field's size (the value is only logged and matched by prefix). */
-        size_t c = vlen < sizeof(r->content_type) - 1 ? vlen : sizeof(r->content_type) - 1;
-        memcpy(r->content_type, v, c);
-        r->content_type[c] = '\0';
-        return 0;
-    }
-    if (cut)
-        return fail(r, "Content-Length, Transfer-Encoding or Connection header line too long");
-    if (which == H_CLEN)
-        return content_length(r, v, vlen);
-    if (which == H_CONN)
-        return each_element(r, v, vlen, connection_token);
-    r->saw_te = 1;
-    return each_element(r, v, vlen, transfer_coding);
+    return framing_header(r, which, colon + 1, len - nlen - 1, cut);
 }
 
 static int status_line(pdr_h1resp_t *r, const char *l, size_t line_len)
 {
-    size_t len = line_len < sizeof(r->line) ? line_len : sizeof(r->line);
+    size_t len = line_len < H1_LINE ? line_len : H1_LINE;
     if (len < 12 || memcmp(l, "HTTP/1.", 7) != 0 || l[7] < '0' || l[7] > '9' || l[8] != ' ' || l[9] < '1' ||
         l[9] > '9' || l[10] < '0' || l[10] > '9' || l[11] < '0' || l[11] > '9' || (len > 12 && l[12] != ' '))
         return fail(r, "malformed status line (expected \"HTTP/1.x NNN reason\")");
@@ -321,12 +298,12 @@ static int head_byte(pdr_h1resp_t *r, unsigned char c)
         r->line_cr = 1;
         return 0;
     }
-    if ((c < 0x20 && c != '\t') || c == 0x7f)
+    if (is_ctl(c))
         return fail(r, "control character in response head");
     /* Fail early on a peer that does not speak HTTP/1.x (TLS, HTTP/2, a banner). */
     if (r->state == S_STATUS && r->line_len < 7 && c != (unsigned char)"HTTP/1."[r->line_len])
         return fail(r, "malformed status line (expected \"HTTP/1.x NNN reason\")");
-    if (r->line_len < sizeof(r->line))
+    if (r->line_len < H1_LINE)
         r->line[r->line_len] = (char)c;
     r->line_len++;
     return 0;
@@ -360,58 +337,73 @@ static int line_end(pdr_h1resp_t *r, const char *l, size_t line_len)
 }
 
 /*
- * The offset of the first byte of s[0, n) below 0x20 other than HT, or of a DEL; n when there is none.
- * Eight bytes at a time: a word is looked at byte by byte only when it holds a byte below 0x20 or a DEL
- * (the "has a byte less than" and "has a zero byte" bit tricks, exact for whether any byte matches).
+ * Head or trailer lines that lie whole in p[*i, n), read where they lie while the byte path would accept
+ * every byte of them up to their end (no control character other than HT, no CR without LF, the block's
+ * ceiling not reached, a status line starting "HTTP/1."), so that any split of the input gives the same
+ * result. Returns the event of the line that ended the head (HEADERS, DONE, ERROR), else LINE_NEXT with
+ * *i at the first line left to the byte path.
  */
-static size_t find_ctl(const unsigned char *s, size_t n)
+static int whole_lines(pdr_h1resp_t *r, const char *p, size_t n, size_t *ip)
 {
-    const uint64_t ones = UINT64_C(0x0101010101010101), high = UINT64_C(0x8080808080808080);
-    size_t i = 0;
-    while (i + 8 <= n) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
-        uint64_t del = w ^ (ones * 0x7f);
-        uint64_t m = (((w - ones * 0x20) & ~w) | ((del - ones) & ~del)) & high;
-        if (m == 0) {
-            i += 8;
+    size_t i = *ip;
+    int rc = LINE_NEXT;
+    for (;;) {
+        const char *l = p + i;
+        size_t avail = n - i;
+        unsigned colons;
+        size_t len = find_ctl((const unsigned char *)l, avail, &colons);
+        if (len == avail)
+            break;
+        size_t end = len + 1;
+        if (l[len] != '\n') {
+            if (l[len] != '\r' || end == avail || l[end] != '\n')
+                break;
+            end++;
+        }
+        if (end > PDR_H1_MAX_HEAD - r->head_len)
+            break;
+        if (r->state == S_HEADER && len > 0 && len <= H1_LINE) {
+            /* What header_line and line_end do for an ordinary header line, inline: the name ends at the
+             * line's first ':' when every byte before it is a tchar. A name that is one of the framing
+             * headers' is one (their names are tchars, and no other byte of a head line matches them);
+             * any other is looked at byte by byte. */
+            size_t nlen = colons != 0 ? (size_t)__builtin_ctz(colons) : colon_at(l, len);
+            if (nlen > 0 && nlen < len) {
+                int which = which_header(l, nlen);
+                if (which != H_OTHER || tchar_run(l) == nlen) {
+                    r->head_len += end;
+                    i += end;
+                    if (which != H_OTHER && framing_header(r, which, l + nlen + 1, len - nlen - 1, 0) != 0) {
+                        rc = PDR_H1_ERROR;
+                        break;
+                    }
+                    continue;
+                }
+            }
+        } else if (r->state == S_HEADER && len == 0 && r->status >= 200) {
+            /* The head's ceiling was checked above; end_of_head starts the count again. */
+            i += end;
+            rc = end_of_head(r);
+            break;
+        } else if (r->state == S_STATUS) {
+            if (len < 7 || memcmp(l, "HTTP/1.", 7) != 0)
+                break;
+            r->head_len += end;
+            i += end;
+            if (status_line(r, l, len) != 0) {
+                rc = PDR_H1_ERROR;
+                break;
+            }
             continue;
         }
-        /* The lowest marked byte matches (a borrow marks only bytes above a match); on a little-endian
-         * machine it is the first in memory. */
-        size_t k = i + (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? (size_t)__builtin_ctzll(m) / 8 : 0);
-        while (k < i + 8 && !((s[k] < 0x20 && s[k] != '\t') || s[k] == 0x7f))
-            k++;
-        if (k < i + 8)
-            return k;
-        i += 8;
+        r->head_len += end;
+        i += end;
+        rc = line_end(r, l, len);
+        if (rc != LINE_NEXT)
+            break;
     }
-    for (; i < n; i++)
-        if ((s[i] < 0x20 && s[i] != '\t') || s[i] == 0x7f)
-            return i;
-    return n;
-}
-
-/*
- * Whether s[0, n) begins with a whole line of ordinary bytes (HT and bytes from 0x20 on, DEL excluded)
- * ended by LF or CRLF: then *len is its length without the terminator, *end with it.
- */
-static int whole_line(const char *s, size_t n, size_t *len, size_t *end)
-{
-    size_t k = find_ctl((const unsigned char *)s, n);
-    if (k == n)
-        return 0;
-    if (s[k] == '\n') {
-        *len = k;
-        *end = k + 1;
-        return 1;
-    }
-    if (s[k] == '\r' && k + 1 < n && s[k + 1] == '\n') {
-        *len = k;
-        *end = k + 2;
-        return 1;
-    }
-    return 0;
+    *ip = i;
+    return rc;
 }
 
 static int hex_value(unsigned char c)
@@ -443,7 +435,7 @@ static int chunk_size_byte(pdr_h1resp_t *r, unsigned char c)
     }
     if (r->line_cr)
         return fail(r, "CR not followed by LF");
-    if ((c < 0x20 && c != '\t') || c == 0x7f)
+    if (is_ctl(c))
         return fail(r, "control character in chunk-size line");
     int h = hex_value(c);
     switch (r->chunk_phase) {
@@ -469,7 +461,9 @@ static int chunk_size_byte(pdr_h1resp_t *r, unsigned char c)
     }
 }
 
-int pdr_h1_next(pdr_h1resp_t *r, const char *p, size_t n, size_t *used, const char **body, size_t *blen)
+/* pdr_h1_next for every state (the head's machinery, kept out of the small function below). */
+static __attribute__((noinline)) int next_any(pdr_h1resp_t *r, const char *p, size_t n, size_t *used,
+                                              const char **body, size_t *blen)
 {
     size_t i = 0;
     int rc;
@@ -515,18 +509,13 @@ int pdr_h1_next(pdr_h1resp_t *r, const char *p, size_t n, size_t *used, const ch
         }
         if ((r->state == S_HEADER || r->state == S_TRAILER || r->state == S_STATUS) && r->line_len == 0 &&
             !r->line_cr) {
-            /* A whole line where it lies, when the byte path would accept every byte of it. */
-            const char *l = p + i;
-            size_t len, end;
-            if (whole_line(l, n - i, &len, &end) && r->head_len + end <= PDR_H1_MAX_HEAD &&
-                (r->state != S_STATUS || (len >= 7 && memcmp(l, "HTTP/1.", 7) == 0))) {
-                r->head_len += end;
-                i += end;
-                *used = i;
-                rc = line_end(r, l, len);
-                if (rc != LINE_NEXT)
-                    return rc;
-                continue;
+            rc = whole_lines(r, p, n, &i);
+            *used = i;
+            if (rc != LINE_NEXT)
+                return rc;
+            if (i == n) {
+                *used = n;
+                return PDR_H1_NEED_MORE;
             }
         }
         if ((r->state == S_HEADER || r->state == S_TRAILER || (r->state == S_STATUS && r->line_len >= 7)) &&
@@ -545,8 +534,8 @@ int pdr_h1_next(pdr_h1resp_t *r, const char *p, size_t n, size_t *used, const ch
                     return fail(r, r->state == S_TRAILER ? "trailer section too long"
                                                          : "response header block too long");
                 r->head_len += run;
-                if (r->line_len < sizeof(r->line)) {
-                    size_t room = sizeof(r->line) - r->line_len;
+                if (r->line_len < H1_LINE) {
+                    size_t room = H1_LINE - r->line_len;
                     memcpy(r->line + r->line_len, p + i, run < room ? run : room);
                 }
                 r->line_len += run;
@@ -586,12 +575,36 @@ int pdr_h1_next(pdr_h1resp_t *r, const char *p, size_t n, size_t *used, const ch
                 return rc;
             if (rc == 0)
                 break;
+            r->line[r->line_len < H1_LINE ? r->line_len : H1_LINE] = '\0'; /* stops a name's scan */
             rc = line_end(r, r->line, r->line_len);
             if (rc != LINE_NEXT)
                 return rc;
             break;
         }
     }
+}
+
+int pdr_h1_next(pdr_h1resp_t *r, const char *p, size_t n, size_t *used, const char **body, size_t *blen)
+{
+    /* A response's last calls, a Content-Length body and its end, as next_any would answer them. */
+    if (r->state == S_LENGTH && n > 0) {
+        size_t take = n < r->remaining ? n : (size_t)r->remaining;
+        *used = take;
+        *body = p;
+        *blen = take;
+        r->remaining -= take;
+        if (r->remaining == 0)
+            r->state = S_NOBODY;
+        return PDR_H1_BODY;
+    }
+    if (r->state == S_NOBODY) {
+        r->state = S_DONE;
+        *used = 0;
+        *body = NULL;
+        *blen = 0;
+        return PDR_H1_DONE;
+    }
+    return next_any(r, p, n, used, body, blen);
 }
 
 int pdr_h1_eof(pdr_h1resp_t *r)

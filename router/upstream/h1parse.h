@@ -71,7 +71,8 @@ typedef struct pdr_h1resp {
     /* The arrays come last: a new response clears only the fields above and the first byte of
      * content_type. */
     char content_type[96]; /* a result: NUL-terminated, "" when the response had none */
-    char line[256];        /* a head line split across inputs (longer lines are checked by line_len only) */
+    char line[256 + 1];    /* a head line split across inputs (longer lines are checked by line_len only),
+                            * and a byte after its end that stops the scan of a header name */
 } pdr_h1resp_t;
 
 /* Prepares r for a new response (head_request cleared). */

@@ -21,6 +21,7 @@
  * upstream_conn_tls.c's, and upstream_internal.h the structs the three share.
  */
 #include <openssl/ssl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -432,53 +433,73 @@ static int queue_failure(pdr_multi_t *m, pdr_leg_t *leg, int err)
     return 0;
 }
 
-typedef struct head {
-    char *p;
-    size_t len, cap;
-    int overflow;
-} head_t;
-
-static void head_add(head_t *h, const char *s, size_t n)
+/* A worker URL legs went to before: its entry in the loop's cache, or NULL. The entry the last leg used
+ * is looked at first (a loop sends most legs to few workers). */
+static const struct up_url *url_cached(pdr_multi_t *m, const char *url)
 {
-    if (h->overflow || h->len + n > h->cap) {
-        h->overflow = 1;
-        return;
-    }
-    memcpy(h->p + h->len, s, n);
-    h->len += n;
-}
-
-/* A worker URL legs went to before: its entry in the loop's cache, or NULL. */
-static const struct up_url *url_cached(const pdr_multi_t *m, const char *url)
-{
+    if (m->n_urls > 0 && strcmp(m->urls[m->last_url].url, url) == 0)
+        return &m->urls[m->last_url];
     for (size_t i = 0; i < m->n_urls; i++)
-        if (strcmp(m->urls[i].url, url) == 0)
+        if (i != m->last_url && strcmp(m->urls[i].url, url) == 0) {
+            m->last_url = i;
             return &m->urls[i];
+        }
     return NULL;
 }
 
-/* Keeps a parsed URL (path: a pointer into url, or the literal "/") for the next legs, when it fits. */
-static void url_remember(pdr_multi_t *m, const char *url, pdr_origin_t *o, const char *path, size_t plen)
+/* Writes v in decimal at d (20 bytes of room); the number of digits. Counted first (a body's length has
+ * three or four digits: comparisons, not divisions), then written from the last digit back. */
+static size_t fmt_len(char *d, uint64_t v)
+{
+    size_t n = v < 10 ? 1 : v < 100 ? 2 : v < 1000 ? 3 : 4;
+    for (uint64_t t = v / 10000; t != 0; t /= 10)
+        n++;
+    for (char *q = d + n; q != d; v /= 10)
+        *--q = (char)('0' + v % 10);
+    return n;
+}
+
+/* Writes "<path> HTTP/1.1\r\nHost: <authority>\r\n" at d (room for plen + 19 + the authority); its length. */
+static size_t head_line(char *d, const char *path, size_t plen, const pdr_origin_t *o)
+{
+    char *p = d;
+    memcpy(p, path, plen);
+    p += plen;
+    memcpy(p, " HTTP/1.1\r\nHost: ", 17);
+    p += 17;
+    memcpy(p, o->authority, o->authority_len);
+    p += o->authority_len;
+    memcpy(p, "\r\n", 2);
+    return (size_t)(p + 2 - d);
+}
+
+/* Keeps a parsed URL and its head line for the next legs, when it fits: the entry, or NULL. */
+static const struct up_url *url_remember(pdr_multi_t *m, const char *url, pdr_origin_t *o, const char *path,
+                                         size_t plen)
 {
     size_t ulen = strlen(url);
-    if (ulen >= URL_CACHE_LEN)
-        return;
-    struct up_url *u = &m->urls[m->next_url];
+    if (ulen >= URL_CACHE_LEN || plen >= URL_CACHE_LEN)
+        return NULL;
+    size_t i = m->next_url;
+    struct up_url *u = &m->urls[i];
     m->next_url = (m->next_url + 1) % URL_CACHE;
     if (m->n_urls < URL_CACHE)
         m->n_urls++;
     memcpy(u->url, url, ulen + 1);
     u->o = o;
-    u->in_url = (uintptr_t)path - (uintptr_t)url < ulen; /* else the literal "/" */
-    u->path_off = u->in_url ? (size_t)(path - url) : 0;
-    u->plen = plen;
+    u->line_len = head_line(u->line, path, plen, o);
+    m->last_url = i;
+    return u;
 }
 
 static int leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char *body, size_t body_len,
                      const char *const *extra_headers, long connect_timeout_ms, long total_timeout_ms,
                      const pdr_leg_cbs_t *cbs, void *data, int uncapped)
 {
-    memset(leg, 0, sizeof(*leg));
+    /* The two text arrays come last and are strings: their first bytes are enough. */
+    memset(leg, 0, offsetof(pdr_leg_t, content_type));
+    leg->content_type[0] = '\0';
+    leg->error_detail[0] = '\0';
     leg->uncapped = uncapped != 0;
     leg->multi = m;
     leg->cbs = cbs;
@@ -490,13 +511,11 @@ static int leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char
     leg->total_timeout_ms = total_timeout_ms;
     if (m->closing)
         return PDR_ECLOSED;
-    const char *path;
-    size_t plen;
+    const char *path = NULL;
+    size_t plen = 0;
     const struct up_url *u = url_cached(m, url);
     if (u != NULL) {
         leg->origin = u->o;
-        path = u->in_url ? url + u->path_off : "/";
-        plen = u->plen;
     } else {
         const char *host;
         size_t hlen;
@@ -507,13 +526,15 @@ static int leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char
         if (leg->origin == NULL)
             return PDR_ENOMEM;
         plen = strcspn(path, " \r\n");
-        url_remember(m, url, leg->origin, path, plen);
+        u = url_remember(m, url, leg->origin, path, plen);
     }
-    size_t alen = leg->origin->authority_len;
-    /* The head by hand, not snprintf: this runs twice per PD request. Sized exactly first, so a request
-     * with many forwarded client headers is one allocation of what it needs. */
+    size_t line_len = u != NULL ? u->line_len : plen + 19 + leg->origin->authority_len;
+    /* The head by hand, not snprintf: this runs twice per PD request. Sized exactly first (the body's
+     * length at its most digits), so a request with many forwarded client headers is one allocation of
+     * what it needs, and written with one copy per piece. */
+    static const char ctype_clen[] = "Content-Type: application/json\r\nContent-Length: ";
     size_t xl[16];
-    size_t need = 5 + plen + 17 + alen + 2 + (body != NULL ? 48 + 24 + 2 : 0) + 2, nx = 0;
+    size_t need = 5 + line_len + (body != NULL ? sizeof(ctype_clen) - 1 + 20 + 2 : 0) + 2, nx = 0;
     for (const char *const *x = extra_headers; x != NULL && *x != NULL; x++, nx++) {
         size_t l = strlen(*x);
         if (nx < sizeof(xl) / sizeof(xl[0]))
@@ -533,35 +554,37 @@ static int leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char
     }
     if (leg->head == NULL)
         return PDR_ENOMEM;
-    head_t h = {leg->head, 0, need, 0};
-    head_add(&h, body != NULL ? "POST " : "GET ", body != NULL ? 5 : 4);
-    head_add(&h, path, plen);
-    head_add(&h, " HTTP/1.1\r\nHost: ", 17);
-    head_add(&h, leg->origin->authority, alen);
-    head_add(&h, "\r\n", 2);
+    char *p = leg->head;
     if (body != NULL) {
-        char num[24];
-        size_t nl = 0;
-        size_t v = body_len;
-        do
-            num[sizeof(num) - 1 - nl++] = (char)('0' + v % 10);
-        while ((v /= 10) != 0 && nl < sizeof(num));
-        head_add(&h, "Content-Type: application/json\r\nContent-Length: ", 48);
-        head_add(&h, num + sizeof(num) - nl, nl);
-        head_add(&h, "\r\n", 2);
+        memcpy(p, "POST ", 5);
+        p += 5;
+    } else {
+        memcpy(p, "GET ", 4);
+        p += 4;
+    }
+    if (u != NULL) {
+        memcpy(p, u->line, u->line_len);
+        p += u->line_len;
+    } else {
+        p += head_line(p, path, plen, leg->origin);
+    }
+    if (body != NULL) {
+        memcpy(p, ctype_clen, sizeof(ctype_clen) - 1);
+        p += sizeof(ctype_clen) - 1;
+        p += fmt_len(p, body_len);
+        memcpy(p, "\r\n", 2);
+        p += 2;
     }
     nx = 0;
     for (const char *const *x = extra_headers; x != NULL && *x != NULL; x++, nx++) {
-        head_add(&h, *x, nx < sizeof(xl) / sizeof(xl[0]) ? xl[nx] : strlen(*x));
-        head_add(&h, "\r\n", 2);
+        size_t l = nx < sizeof(xl) / sizeof(xl[0]) ? xl[nx] : strlen(*x);
+        memcpy(p, *x, l);
+        memcpy(p + l, "\r\n", 2);
+        p += l + 2;
     }
-    head_add(&h, "\r\n", 2);
-    if (h.overflow) {
-        head_release(m, leg);
-        return PDR_ETOOBIG;
-    }
-    size_t k = h.len;
-    leg->head_len = (size_t)k;
+    memcpy(p, "\r\n", 2);
+    p += 2;
+    leg->head_len = (size_t)(p - leg->head);
     leg->started_ns = pdr_now_ns();
     leg->active = 1;
     pdr_dlink_push(&m->active, &leg->active_link);

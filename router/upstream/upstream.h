@@ -47,14 +47,15 @@ struct pdr_leg {
     void *data;             /* owner's pointer */
     long status;            /* HTTP status once known, else 0 */
     int64_t content_length; /* -1 when unknown */
-    char content_type[96];
     unsigned active : 1, paused : 1, got_headers : 1, abort_requested : 1, retried : 1, waiting : 1,
         uncapped : 1;      /* not held back by the per-worker connection limit (health checks) */
     pdr_dlink_t wait_link; /* on its origin's queue of legs waiting for a connection */
     uint64_t started_ns, first_byte_ns;
     uint64_t bytes_in;
     pdr_dlink_t active_link; /* on the multi's list of active legs */
-    char error_detail[192];  /* why the leg failed when its code says too little (TLS); "" otherwise */
+    /* The strings last: a new leg clears the fields above and their first bytes only. */
+    char content_type[96];
+    char error_detail[192]; /* why the leg failed when its code says too little (TLS); "" otherwise */
 };
 
 pdr_multi_t *pdr_multi_new(uv_loop_t *loop, int max_connects);

@@ -131,11 +131,13 @@ struct pdr_multi {
     struct up_url {
         char url[URL_CACHE_LEN];
         pdr_origin_t *o;
-        int in_url;            /* the path is url + path_off (else "/") */
-        size_t path_off, plen; /* plen: its length before any space or line end */
+        /* What follows the method in every request head to this URL, preformatted:
+         * "<path> HTTP/1.1\r\nHost: <authority>\r\n" (the path up to any space or line end). */
+        char line[URL_CACHE_LEN + 19 + sizeof(((pdr_origin_t *)0)->authority)];
+        size_t line_len;
     } urls[URL_CACHE];
-    size_t n_urls, next_url;
-    uint64_t buf_allocs; /* read buffers allocated (tests) */
+    size_t n_urls, next_url, last_url; /* last_url: the entry the last leg used, looked at first */
+    uint64_t buf_allocs;               /* read buffers allocated (tests) */
 };
 
 /* upstream.c */
