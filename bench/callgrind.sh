@@ -77,7 +77,7 @@ load() { # port requests; exits non-zero unless every request succeeded with a 2
         "$work/h2load.out" && grep -qE "^status codes: $2 2xx," "$work/h2load.out" ||
         { echo "h2load: not every request answered 2xx" >&2; cat "$work/h2load.out" >&2; exit 1; }
 }
-wait_up() { for _ in $(seq 200); do curl -sf -o /dev/null "http://127.0.0.1:$1/health" && return 0; sleep 0.1; done
+wait_up() { for _ in $(seq 1200); do curl -sf -o /dev/null "http://127.0.0.1:$1/health" && return 0; sleep 0.1; done
     echo "port $1 not up" >&2; exit 1; }
 peer_total() { # requests -> instructions
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.nginx.$1" nginx -c "$work/proxy.conf" -p "$work" \
@@ -90,7 +90,8 @@ peer_total() { # requests -> instructions
 }
 total() { # requests -> instructions
     local args=(--pd-disaggregation --prefill "http://127.0.0.1:$UP" 8998 --decode "http://127.0.0.1:$UP"
-        --host 127.0.0.1 --port $ROUTER --access-log off --log-level warn --threads 1 --health-interval-ms 600000)
+        --host 127.0.0.1 --port $ROUTER --admin-port $((ROUTER + 2)) --access-log off --log-level warn --threads 1
+        --health-interval-ms 600000)
     [ -f "$work/router.yaml" ] && args=(--config "$work/router.yaml")
     valgrind --tool=callgrind --callgrind-out-file="$work/cg.$1" "$build/pdrouter" "${args[@]}" 2>"$work/vg.$1" &
     local pid=$!
