@@ -178,8 +178,8 @@ void pdr_identity_group(uint64_t key, char out[17])
 
 /* ---- counters ---- */
 
-#define COMPAT_POOLS 64 /* PDR_CONFIG_MAX_POOLS: a pool name beyond it (a reload's renames) shares "other"   \
-                         */
+/* PDR_CONFIG_MAX_POOLS: a pool name beyond it (after reloads that renamed pools) counts under "other". */
+#define COMPAT_POOLS 64
 static struct {
     char name[64];
     uint64_t n[PDR_COMPAT__COUNT]; /* atomic */
