@@ -236,6 +236,8 @@ const pdr_pick_filter_t *pdr__pd_compat_filter(const pd_req_t *x, const pdr_work
         return NULL;
     f->unknown_ok = x->conf->compat.unknown == PDR_COMPAT_UNKNOWN_ALLOW;
     f->key = partner != NULL ? pdr_worker_compat_key(partner) : 0;
+    if (partner != NULL && f->key == 0 && !f->unknown_ok)
+        f->key = PDR_COMPAT_KEY_NONE;                   /* a partner of unknown identity pairs with nothing */
     return partner == NULL && f->unknown_ok ? NULL : f; /* a prefill, unknown ones allowed: any */
 }
 

@@ -130,7 +130,7 @@ uint64_t pdr_identity_key(const pdr_identity_t *id)
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
         h = fnv(h, strs[i], strlen(strs[i]) + 1); /* the NUL separates the fields */
     h = fnv(h, ints, sizeof(ints));
-    return h != 0 ? h : 1;
+    return h != 0 && h != PDR_COMPAT_KEY_NONE ? h : 1;
 }
 
 int pdr_identity_diff(const pdr_identity_t *a, const pdr_identity_t *b, char *out, size_t cap)

@@ -40,7 +40,7 @@ typedef struct pdr_identity {
  * reason in msg when the answer is not the engine's shape (not JSON, no model). */
 int pdr_identity_parse(int engine, const char *body, size_t len, pdr_identity_t *id, char *msg, size_t cap);
 /* The key of the fields that decide the KV layout (engine, model path, revision, page size, tp size, dtype,
- * kv cache dtype, transfer backend): FNV-1a over them; never 0. */
+ * kv cache dtype, transfer backend): FNV-1a over them; never 0 or PDR_COMPAT_KEY_NONE. */
 uint64_t pdr_identity_key(const pdr_identity_t *id);
 /* The first field that tells a from b, as "kv_cache_dtype fp8 vs auto", into out. Returns 1 when one
  * differs, else 0 (out ""). */
@@ -48,8 +48,9 @@ int pdr_identity_diff(const pdr_identity_t *a, const pdr_identity_t *b, char *ou
 /* The compat group's text: the key in 16 hex digits, "" for 0 (unknown). */
 void pdr_identity_group(uint64_t key, char out[17]);
 
-/* What a pick may take, beside the policy: a compat key (0: any known identity) and whether a worker whose
- * identity is unknown is taken. */
+/* What a pick may take, beside the policy: a compat key (0: any known identity; PDR_COMPAT_KEY_NONE: no
+ * known one) and whether a worker whose identity is unknown is taken. */
+#define PDR_COMPAT_KEY_NONE UINT64_MAX
 typedef struct pdr_pick_filter {
     uint64_t key;
     int unknown_ok;
