@@ -14,6 +14,8 @@ Scenarios:
                    counted in pdr_incompatible_pairs_total{pool}; the decode received nothing
   restarted        a decode restarts on the same port with another revision: once it is healthy again its
                    identity is read again (admin API), and requests are refused instead of paired with it
+  shim_restart     a decode's shim reports a new instance id (a restart no health check saw): its identity
+                   is read again at once (pdr_worker_identity_reads_total)
   vllm             protocol vllm: the identity is /v1/models's root (the model path); prefills and decodes
                    of two model paths, random picks: every request 200, and each decode's
                    kv_transfer_params name only the prefill of its own model path
@@ -139,6 +141,25 @@ def scenario_restarted():
     check(stats(d2)["requests"] == 0, "the restarted decode was paired with the old prefill", r, d2)
     m = metrics(r)
     check(metric_value(m, "pdr_worker_identity_reads_total", result="ok") >= 3, "identity reads", r)
+    check(r.stop() == 0, "pdrouter exit status", r)
+
+
+def scenario_shim_restart():
+    from test_shim_events import Sender, events_router
+    p, d = sim("prefill"), sim("decode")
+    r = events_router([p], [d], extra=CONF)
+    identified(r, 2)
+
+    def reads():
+        return metric_value(metrics(r), "pdr_worker_identity_reads_total", result="ok")
+    Sender(url(d)).load(r, queue_depth=0)  # the shim's first instance: nothing to re-read
+    ask(r, 0)
+    n0 = reads()
+    check(n0 == 2, "identity reads before the restart: %r" % n0, r)
+    Sender(url(d)).load(r, queue_depth=0)  # a new instance id: the worker restarted
+    pdtest.poll_until(lambda: reads() == n0 + 1, 10, "the restarted decode's identity read again")
+    check(worker(r, p)["compat_group"] == worker(r, d)["compat_group"] != "", "groups after the re-read", r)
+    ask(r, 1)
     check(r.stop() == 0, "pdrouter exit status", r)
 
 
