@@ -132,8 +132,7 @@ static void read_worker(pdr_router_t *r, pdr_worker_t *w)
 
 void pdr_identify_forget(pdr_router_t *r, pdr_worker_t *w, const char *why)
 {
-    if (!r->config->compat.enabled)
-        return;
+    /* Also with compat.enabled off: a reload that turns it on then reads the worker again. */
     w->ident.stale = 1;
     w->ident.next_ms = 0;
     pdr_pool_forget_identity(&r->pool, w, why);

@@ -12,6 +12,7 @@ Scenarios:
                    every request is still served by prefill A (counted in pdr_compat_repicks_total)
   no_pair          one prefill with kv_cache_dtype fp8, one decode with auto: 503 naming the difference,
                    counted in pdr_incompatible_pairs_total{pool}; the decode received nothing
+  disabled         compat.enabled false: the same pair as no_pair serves (200); no identity is read
   restarted        a decode restarts on the same port with another revision: once it is healthy again its
                    identity is read again (admin API), and requests are refused instead of paired with it
   shim_restart     a decode's shim reports a new instance id (a restart no health check saw): its identity
@@ -119,6 +120,19 @@ def scenario_no_pair():
                                    else None)(metrics(r)), 5, "pdr_incompatible_pairs_total 1")
     check(metric_value(m, "pdr_compat_repicks_total", pool="default") == 0, "repicks", r)
     check(stats(d)["requests"] == 0 and stats(p)["requests"] == 0, "a worker was sent the request", r, p, d)
+    check(r.stop() == 0, "pdrouter exit status", r)
+
+
+def scenario_disabled():
+    p = sim("prefill", "--kv-cache-dtype", "fp8_e4m3")
+    d = sim("decode")
+    r = router([p], [d], config=CONF + "compat: { enabled: false }\n")
+    for i in range(3):
+        ask(r, i)
+    m = metrics(r)
+    check(metric_value(m, "pdr_worker_identity_reads_total", result="ok") == 0 and
+          metric_value(m, "pdr_worker_identity_reads_total", result="failed") == 0, "identity reads", r)
+    check(all(w["compat_group"] == "" for w in workers(r)), "groups with the feature off", r)
     check(r.stop() == 0, "pdrouter exit status", r)
 
 
