@@ -90,6 +90,8 @@ typedef struct pdr_discovery_conf {
 
 /* cache_aware's seed for prompts no worker holds far enough (routing/routing.h). */
 typedef enum { PDR_CA_SEED_SMALLEST_TREE = 0, PDR_CA_SEED_CONSISTENT_HASH = 1 } pdr_ca_seed_t;
+/* compat.unknown: what a pick does with a worker whose identity is not known yet. */
+typedef enum { PDR_COMPAT_UNKNOWN_ALLOW = 0, PDR_COMPAT_UNKNOWN_REFUSE = 1 } pdr_compat_unknown_t;
 
 /* The cache_aware settings a pool, or one role of it, may set for itself (`pools[i].cache_aware`, with
  * `prefill:` and `decode:` inside). In a pool a negative value is "not set": the role's own, else the
@@ -262,6 +264,12 @@ typedef struct pdr_config {
         int open_ms;              /* default 10000 */
         int max_open_ms;          /* default 300000 */
     } breaker;
+    /* Compatible pairs (router/workers/identity.h): a prefill and a decode are paired only when the
+     * identities their engines report (model, revision, KV layout) agree. */
+    struct {
+        int enabled; /* default 1 */
+        int unknown; /* pdr_compat_unknown_t, default allow: a worker not identified yet pairs with any */
+    } compat;
     struct {
         double cache_threshold;       /* default 0.3: a match longer than this share of the prompt wins */
         int balance_abs_threshold;    /* default 64: loads are imbalanced when max - min exceeds it ... */

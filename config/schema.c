@@ -217,6 +217,11 @@ const pdr_conf_key_t pdr_conf_keys[] = {
      .doc = "how long an open link is avoided"},
     {INT("breaker.max_open_ms", breaker.max_open_ms, 300000, 1, PDR_MAX_MS),
      .doc = "the longest an open link is avoided"},
+    /* compat: pairs only of workers whose KV layouts agree. */
+    {BOOL("compat.enabled", compat.enabled, 1),
+     .doc = "a prefill and a decode pair only when their identities agree"},
+    {ENUM("compat.unknown", PDR_CT_UNKNOWN, compat.unknown, PDR_COMPAT_UNKNOWN_ALLOW),
+     .doc = "a worker whose identity is not known yet pairs with any (allow) or none (refuse)"},
     {ENUM("pd.relay", PDR_CT_RELAY, pd.relay, PDR_RELAY_FIRST_BYTE),
      .doc = "when the decode's answer is relayed to the client"},
     /* cache_aware: the sglang router's command-line defaults, but the seed (docs/config.md says why). */
@@ -568,6 +573,9 @@ const char *pdr_conf_default_text(const pdr_conf_key_t *k, char *out, size_t out
     case PDR_CT_SEED:
         snprintf(out, outlen, "%s", seeds[k->def_i != 0]);
         break;
+    case PDR_CT_UNKNOWN:
+        snprintf(out, outlen, "%s", k->def_i ? "refuse" : "allow");
+        break;
     case PDR_CT_TLS_VER:
         snprintf(out, outlen, "%s", k->def_i == PDR_TLS_1_3 ? "TLS1.3" : "TLS1.2");
         break;
@@ -587,7 +595,7 @@ void pdr_conf_schema_print(FILE *out)
         "integer",   "integer",  "number",         "boolean",  "string",   "string or null",
         "path",      "protocol", "policy",         "level",    "relay",    "seed",
         "tls",       "scheme",   "bootstrap_port", "hostname", "resolver", "selector",
-        "namespace", "url",      "annotation",
+        "namespace", "url",      "annotation",     "unknown",
     };
     static const char *const reloads[] = {"live", "restart", "restart_raise", "restart_unset", "start"};
     for (size_t i = 0; i < pdr_conf_nkeys; i++) {

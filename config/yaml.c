@@ -71,6 +71,7 @@ static const enum ftype key_ftype[] = {
     [PDR_CT_NAMESPACE] = F_NAMESPACE,
     [PDR_CT_URL] = F_API_URL,
     [PDR_CT_ANNOTATION] = F_ANNOTATION,
+    [PDR_CT_UNKNOWN] = F_UNKNOWN,
 };
 
 /* An F_KEY row as the field its schema row describes; 0, or PDR_ECONFIG when the table lacks the row (a
@@ -199,6 +200,9 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
         return pdr__yaml_load_alpn(cx, v, path);
     case F_SCHEME:
         return pdr__yaml_get_either(cx, v, path, "scheme", "http", 0, "https", 1, (int *)(void *)p);
+    case F_UNKNOWN:
+        return pdr__yaml_get_either(cx, v, path, "compat.unknown mode", "allow", PDR_COMPAT_UNKNOWN_ALLOW,
+                                    "refuse", PDR_COMPAT_UNKNOWN_REFUSE, (int *)(void *)p);
     case F_SEED:
         return pdr__yaml_get_either(cx, v, path, "seed", "smallest_tree", PDR_CA_SEED_SMALLEST_TREE,
                                     "consistent_hash", PDR_CA_SEED_CONSISTENT_HASH, (int *)(void *)p);

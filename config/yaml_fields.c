@@ -129,6 +129,11 @@ static const struct field retries_fields[] = {
     KEY(retries, jitter_factor),
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };
+static const struct field compat_fields[] = {
+    KEY(compat, enabled),
+    KEY(compat, unknown),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
+};
 static const struct field breaker_fields[] = {
     KEY(breaker, enabled),
     KEY(breaker, consecutive_failures),
@@ -332,6 +337,7 @@ const struct field pdr__yaml_top_fields[] = {
     {"retries", F_SECTION, 0, 0, 0, retries_fields, NULL},
     {"outlier", F_SECTION, 0, 0, 0, outlier_fields, NULL},
     {"breaker", F_SECTION, 0, 0, 0, breaker_fields, NULL},
+    {"compat", F_SECTION, 0, 0, 0, compat_fields, NULL},
     {"pd", F_SECTION, 0, 0, 0, pd_fields, NULL},
     {"cache_aware", F_SECTION, 0, 0, 0, cache_aware_fields, NULL},
     {"disaggregation", F_SECTION, 0, 0, 0, disaggregation_fields, NULL},

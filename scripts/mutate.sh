@@ -98,6 +98,10 @@ merge_whole_no_ceiling @@ router/pd/relay.c @@ rc = dump_json(j, &m, (size_t)x->
 h2_tls_budget_not_closing @@ router/front/conn_h2.c @@ cc->h2g.budget_closes = !body_limit; @@ cc->h2g.budget_closes = 0; @@ pdrouter @@ ^router_tls_h2_body_budget$
 tls_resume_failure_not_retried @@ router/upstream/upstream.c @@ int resumed_failed = c->tls != NULL && c->tls_offered && !c->tls_ready && c->o->tls_no_resume; @@ int resumed_failed = 0; @@ pdrouter @@ ^router_tls_workers_resumption$
 tls_resume_failure_keeps_sessions @@ router/upstream/upstream_conn_tls.c @@ if (c->tls_saved || c->tls == NULL || c->o->tls_no_resume) @@ if (c->tls_saved || c->tls == NULL) @@ pdrouter @@ ^router_tls_workers_resumption$
+compat_filter_ignored @@ router/workers/pool_pick.c @@ if (filter != NULL && !pdr_pick_filter_ok(filter, pdr_worker_compat_key(v))) @@ if (0 && filter != NULL) @@ pdrouter @@ ^router_compat_pairs_.*$
+compat_no_reread @@ router/fleet/health.c @@ pdr_identify_forget(r, w, "healthy again: re-reading"); @@ (void)w; @@ pdrouter @@ ^router_compat_pairs_restarted$
+compat_no_repick @@ router/pd/attempt.c @@ !pdr__pd_compat_repick(x, text, tlen, &tok, davoid, dn); @@ 1; @@ pdrouter @@ ^router_compat_pairs_rolling_upgrade$
+compat_no_epoch_reread @@ router/fleet/identify.c @@ if (epoch != w->ident.epoch && w->ident.id.key != 0) @@ if (0 && epoch != w->ident.epoch) @@ pdrouter @@ ^router_compat_pairs_shim_restart$
 h2_budget_no_eviction @@ router/front/conn_h2.c @@ uv_timer_start(&cc->t->h2_evict_timer, on_h2_evict, 0, 0); @@ (void)on_h2_evict; @@ pdrouter @@ ^router_(limits|tls)_h2_body_budget$
 h2_eviction_smallest_first @@ router/front/reqguard.c @@ (big == NULL || b->bytes > big->bytes || (b->bytes == big->bytes && b->last_ms < big->last_ms))) @@ (big == NULL || b->bytes < big->bytes || (b->bytes == big->bytes && b->last_ms < big->last_ms))) @@ pdrouter @@ ^router_limits_h2_body_budget$
 h2_eviction_stops_early @@ router/front/conn_h2.c @@ while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > target) { @@ while (__atomic_load_n(&t->r->body_bytes_held, __ATOMIC_RELAXED) > cap) { @@ pdrouter @@ ^router_limits_h2_body_budget$

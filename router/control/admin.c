@@ -77,7 +77,35 @@ static void method_not_allowed(h2o_req_t *req, const char *allow)
     pdr_send_error(req, 405, "invalid_request_error", msg, 0);
 }
 
-static json_t *worker_json(const pdr_worker_t *w)
+/* The worker's identity as its engine reported it (router/workers/identity.h) and its compat group ("" while
+ * unknown); "identity" is null until a read succeeded, and "identity_error" says why the last one failed. */
+static void add_identity(pdr_pool_t *pool, const pdr_worker_t *w, json_t *o)
+{
+    pdr_identity_t id;
+    char err[160], g[17];
+    uint64_t key = pdr_pool_identity(pool, w, &id, err, sizeof(err));
+    pdr_identity_group(key, g);
+    json_t *page = id.page_size >= 0 ? json_integer((json_int_t)id.page_size) : json_null();
+    json_t *tp = id.tp_size >= 0 ? json_integer((json_int_t)id.tp_size) : json_null();
+    json_t *dp = id.dp_size >= 0 ? json_integer((json_int_t)id.dp_size) : json_null();
+    json_t *ident = id.key == 0 ? json_null()
+                                : json_pack("{s:s,s:s,s:s,s:o,s:o,s:o,s:s,s:s,s:s}", "engine",
+                                            id.engine == PDR_IDENTITY_VLLM ? "vllm" : "sglang", "model_path",
+                                            id.model_path, "revision", id.revision, "page_size", page,
+                                            "tp_size", tp, "dp_size", dp, "dtype", id.dtype, "kv_cache_dtype",
+                                            id.kv_cache_dtype, "disaggregation_transfer_backend", id.backend);
+    if (id.key == 0) {
+        json_decref(page);
+        json_decref(tp);
+        json_decref(dp);
+    }
+    json_object_set_new(o, "compat_group", json_string(g));
+    json_object_set_new(o, "identity", ident != NULL ? ident : json_null());
+    if (err[0])
+        json_object_set_new(o, "identity_error", json_string(err));
+}
+
+static json_t *worker_json(pdr_pool_t *pool, const pdr_worker_t *w)
 {
     uint64_t last = __atomic_load_n(&w->last_check_ms, __ATOMIC_RELAXED);
     uint64_t now = pdr_now_ms();
@@ -110,6 +138,8 @@ static json_t *worker_json(const pdr_worker_t *w)
     json_t *load = o != NULL ? pdr_shim_worker_json(w) : NULL;
     if (load != NULL)
         json_object_set_new(o, "load", load);
+    if (o != NULL)
+        add_identity(pool, w, o);
     if (o != NULL && !pdr_worker_removed(w) && __atomic_load_n(&w->remove_when_drained, __ATOMIC_RELAXED))
         json_object_set_new(o, "delete_pending", json_true());
     return o;
@@ -121,7 +151,7 @@ static json_t *workers_json(pdr_router_t *r)
     size_t n = pdr_pool_snapshot(&r->pool, -1, &ws);
     json_t *a = json_array();
     for (size_t i = 0; i < n && a != NULL; i++)
-        if (json_array_append_new(a, worker_json(ws[i])) != 0) {
+        if (json_array_append_new(a, worker_json(&r->pool, ws[i])) != 0) {
             json_decref(a);
             a = NULL;
         }
@@ -313,7 +343,7 @@ static void delete_worker(pdr_router_t *r, h2o_req_t *req, pdr_worker_t *w)
         return;
     }
     /* 200: gone now (the body is its last state); 202: draining, it leaves the pool once drained. */
-    pdr_send_json(req, st == -1 ? 200 : 202, worker_json(w));
+    pdr_send_json(req, st == -1 ? 200 : 202, worker_json(&r->pool, w));
 }
 
 /* POST /admin/v1/workers/{id}/drain. */
@@ -329,7 +359,7 @@ static void drain_worker(pdr_router_t *r, h2o_req_t *req, pdr_worker_t *w)
     }
     audit(req, "drain");
     pdr_pool_drain(&r->pool, w, timeout_ms, "admin API");
-    pdr_send_json(req, 202, worker_json(w));
+    pdr_send_json(req, 202, worker_json(&r->pool, w));
 }
 
 static void add_worker(pdr_router_t *r, h2o_req_t *req)
@@ -398,7 +428,7 @@ static void add_worker(pdr_router_t *r, h2o_req_t *req)
         int k = snprintf(loc, sizeof(loc), "/admin/v1/workers/%s", w->id);
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_LOCATION, NULL,
                        h2o_strdup(&req->pool, loc, (size_t)k).base, (size_t)k);
-        pdr_send_json(req, 201, worker_json(w));
+        pdr_send_json(req, 201, worker_json(&r->pool, w));
         pdr_worker_unref(w);
     }
     pdr_worker_conf_clear(&conf);
@@ -475,7 +505,7 @@ static void admin_route(pdr_router_t *r, pdr_thread_t *t, h2o_req_t *req, const 
         add_worker(r, req);
         break;
     case PDR_RK_ADMIN_WORKER:
-        pdr_send_json(req, 200, worker_json(w));
+        pdr_send_json(req, 200, worker_json(&r->pool, w));
         break;
     case PDR_RK_ADMIN_WORKER_DELETE:
         delete_worker(r, req, w);
@@ -486,7 +516,7 @@ static void admin_route(pdr_router_t *r, pdr_thread_t *t, h2o_req_t *req, const 
     case PDR_RK_ADMIN_WORKER_ACTIVATE:
         audit(req, "activate");
         pdr_pool_activate(&r->pool, w);
-        pdr_send_json(req, 200, worker_json(w));
+        pdr_send_json(req, 200, worker_json(&r->pool, w));
         break;
     case PDR_RK_ADMIN_RELOAD:
         reload(r, req);

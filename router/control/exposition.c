@@ -451,6 +451,11 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
     }
     pdr_pool_release(ws, nw);
     pdr_outlier_metrics(pool, put_line, &o);
+    {
+        char names[PDR_CONFIG_MAX_POOLS][64];
+        size_t ng = pdr_pool_groups(pool, names, PDR_CONFIG_MAX_POOLS);
+        pdr_compat_render_metrics((const char(*)[64])names, ng, put_line, &o);
+    }
     put_hist(&o, "pdr_request_duration_seconds", "Time from request to the last response byte.", m->duration,
              PDR_BUCKETS_DEFAULT);
     put_hist(&o, "pdr_time_to_first_byte_seconds", "Time from request to the first response byte.", m->ttfb,

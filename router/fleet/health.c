@@ -17,6 +17,7 @@
 #include "defaults.h"
 #include "err.h"
 #include "health.h"
+#include "identify.h"
 #include "router.h"
 #include "util.h"
 
@@ -69,9 +70,11 @@ static void probe_done(pdr_leg_t *leg, int err)
                        c->health.drain_status == 410 ? "its health check answered 410"
                                                      : "its health check answered health.drain_status");
     if (pdr_pool_check_result(&r->pool, w, ok)) {
-        if (ok)
+        if (ok) {
             pdr_info("worker %s %s is healthy (%d checks passed)", w->id, w->target, c->health.rise);
-        else {
+            /* It may have come back as another model or KV layout: its identity is read again. */
+            pdr_identify_forget(r, w, "healthy again: re-reading");
+        } else {
             pdr_warn("worker %s %s is unhealthy: %d checks failed, last: %s", w->id, w->target,
                      c->health.fall, err ? pdr_leg_strerror(leg, err) : "bad status");
             pdr_pool_record(&r->pool, w, "marked unhealthy: %d failed health check(s), last: %s",
@@ -153,6 +156,7 @@ static void on_drain_timer(uv_timer_t *t)
     pdr_pool_drain_tick(&r->pool, pdr_now_ms());
     pdr_outlier_tick(&r->pool, pdr_now_ms());
     check_suspects(r);
+    pdr_identify_tick(r);
     /* Membership changed: check the newcomers now rather than at the next round. */
     if (__atomic_load_n(&r->pool.generation, __ATOMIC_ACQUIRE) != r->health_generation)
         run_round(r);
@@ -177,6 +181,7 @@ void pdr_health_restart(pdr_router_t *r)
 
 void pdr_health_stop(pdr_router_t *r)
 {
+    pdr_identify_stop(r);
     while (r->probes != NULL) {
         probe_t *pr = PDR_DLINK_ITEM(r->probes, probe_t, link);
         pdr_leg_cancel(&pr->leg);

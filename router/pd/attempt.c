@@ -5,6 +5,7 @@
  * request.
  */
 #include "pd_internal.h"
+#include "ratelog.h"
 
 /* The header lines of a leg to w: the request's (pdr_fwd_leg), and for protocol vllm with w one rank of a
  * data-parallel worker "X-data-parallel-rank: R" (vLLM's API server hands the request to that rank's
@@ -66,13 +67,15 @@ void pdr__pd_start_attempt(pd_req_t *x)
         pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_ROUTING);
         pdr_tokenizer_free(tk);
     }
+    pdr_pick_filter_t pf, df; /* compatible pairs only (compat.enabled, pick.c) */
     if (x->mode == MODE_PD && pdr__pd_disagg_possible(x)) {
         pdr__pd_decide_disaggregation(x, text, tlen, &tok);
     } else if (x->mode == MODE_PD) {
         uint64_t avoid[PDR_MAX_AVOID];
         size_t n = pdr_admit_avoid(x->conf, &r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
                                    x->n_tried[PDR_ROLE_PREFILL], avoid, PDR_MAX_AVOID);
-        x->at.pw = pdr_pool_pick_prompt(&r->pool, x->pool, PDR_ROLE_PREFILL, avoid, n, text, tlen, &tok);
+        x->at.pw = pdr_pool_pick_filtered(&r->pool, x->pool, PDR_ROLE_PREFILL, avoid, n, text, tlen, &tok,
+                                          pdr__pd_compat_filter(x, NULL, &pf));
     }
     /* The decode; or, for a solo sglang attempt, the regular worker that runs it all (in dw: it is the
      * worker that answers, blamed and avoided as a decode would be). Workers at
@@ -81,12 +84,31 @@ void pdr__pd_start_attempt(pd_req_t *x)
     uint64_t davoid[PDR_MAX_AVOID];
     size_t dn = pdr_admit_avoid(x->conf, &r->pool, x->pool, drole, x->tried[PDR_ROLE_DECODE],
                                 x->n_tried[PDR_ROLE_DECODE], davoid, PDR_MAX_AVOID);
-    x->at.dw = pdr_pool_pick_prompt(&r->pool, x->pool, drole, davoid, dn, text, tlen, &tok);
+    const pdr_pick_filter_t *dfp = x->at.pw != NULL ? pdr__pd_compat_filter(x, x->at.pw, &df) : NULL;
+    x->at.dw = pdr_pool_pick_filtered(&r->pool, x->pool, drole, davoid, dn, text, tlen, &tok, dfp);
+    /* No decode compatible with the prefill: another prefill of a compatible pair. */
+    int incompatible = dfp != NULL && x->at.dw == NULL &&
+                       pdr_pool_count_healthy_in(&r->pool, x->pool, drole) > 0 &&
+                       !pdr__pd_compat_repick(x, text, tlen, &tok, davoid, dn);
     if (x->at.ops->pair)
         pdr__pd_breaker_pick(x, text, tlen, &tok);
     free(tok.ids);
     if (x->at.ops->pair && x->at.dw != NULL && x->at.pw != NULL && !pdr__pd_admit_decode(x, text, tlen))
         return;
+    if (incompatible && x->at.dw == NULL && x->attempt == 0) {
+        /* Every serving decode holds another KV layout: refused, never paired (its KV would be misread). */
+        static pdr_ratelog_t rl = PDR_RATELOG_INIT;
+        uint64_t skipped;
+        pdr_compat_count(x->pool, PDR_COMPAT_INCOMPATIBLE);
+        char msg[768];
+        pdr__pd_compat_reason(x, msg, sizeof(msg));
+        if (pdr_ratelog_take(&rl, pdr_now_ns(), 60ull * 1000000000u, &skipped))
+            pdr_warn("request %s: %s (%llu more such refusals not logged)", x->request_id, msg,
+                     (unsigned long long)skipped);
+        x->error_cause = "incompatible_pair";
+        pdr__pd_fail_response(x, 503, "service_unavailable", msg, 1);
+        return;
+    }
     if ((x->at.ops->pair && x->at.pw == NULL) || x->at.dw == NULL) {
         if (x->attempt > 0) {
             /* The pair that failed was the last healthy one: answer with that failure. */
@@ -106,6 +128,9 @@ void pdr__pd_start_attempt(pd_req_t *x)
         pdr__pd_fail_response(x, 503, "service_unavailable", msg, 1);
         return;
     }
+    if (x->at.ops->pair && x->conf->compat.enabled &&
+        (pdr_worker_compat_key(x->at.pw) == 0 || pdr_worker_compat_key(x->at.dw) == 0))
+        pdr_compat_count(x->pool, PDR_COMPAT_UNKNOWN_PAIRED);
     x->at.p_epoch = x->at.pw != NULL ? __atomic_load_n(&x->at.pw->load.epoch, __ATOMIC_RELAXED) : 0;
     x->at.d_epoch = __atomic_load_n(&x->at.dw->load.epoch, __ATOMIC_RELAXED);
     x->at.t0_ns = pdr_now_ns();

@@ -354,6 +354,14 @@ void pdr__pd_decide_disaggregation(pd_req_t *x, const char *text, size_t tlen,
                                    const pdr_prompt_tokens_t *tok);
 int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen);
 void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok);
+/* Compatible pairs (compat.enabled; pick.c). The filter of a pick in *f: for a prefill (partner NULL) or for
+ * a decode of partner; NULL when nothing is left out (the feature off, a solo attempt, a prefill with
+ * compat.unknown: allow). */
+const pdr_pick_filter_t *pdr__pd_compat_filter(const pd_req_t *x, const pdr_worker_t *partner,
+                                               pdr_pick_filter_t *f);
+int pdr__pd_compat_repick(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok,
+                          const uint64_t *davoid, size_t dn);
+void pdr__pd_compat_reason(pd_req_t *x, char *msg, size_t cap);
 
 /* attempt.c: starting an attempt: its pair, its rooms and bodies, its legs. */
 const char *const *pdr__pd_leg_headers(pd_req_t *x, const pdr_worker_t *w);

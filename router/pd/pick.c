@@ -35,7 +35,8 @@ int pdr__pd_disagg_possible(const pd_req_t *x)
 void pdr__pd_decide_disaggregation(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok)
 {
     pdr_router_t *r = x->r;
-    pdr_pick_info_t info = {.record = 0, .tok = tok};
+    pdr_pick_filter_t pf;
+    pdr_pick_info_t info = {.record = 0, .tok = tok, .filter = pdr__pd_compat_filter(x, NULL, &pf)};
     x->at.pw = pdr_pool_pick_info(&r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
                                   x->n_tried[PDR_ROLE_PREFILL], text, tlen, &info);
     if (x->at.pw == NULL)
@@ -102,8 +103,9 @@ int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen)
         }
         never &= fit < 0;
         avoid[n++] = x->at.dw->uid;
-        pdr_worker_t *o =
-            pdr_pool_pick_prompt(&r->pool, x->pool, PDR_ROLE_DECODE, avoid, n, text, tlen, NULL);
+        pdr_pick_filter_t df;
+        pdr_worker_t *o = pdr_pool_pick_filtered(&r->pool, x->pool, PDR_ROLE_DECODE, avoid, n, text, tlen,
+                                                 NULL, pdr__pd_compat_filter(x, x->at.pw, &df));
         int seen = 0;
         for (size_t i = 0; o != NULL && i < n; i++)
             seen |= avoid[i] == o->uid;
@@ -174,13 +176,16 @@ void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_
     uint64_t pav[PDR_MAX_TRIED + BREAKER_MAX_PICKS], dav[PDR_MAX_TRIED + BREAKER_MAX_PICKS + 1];
     size_t np = x->n_tried[PDR_ROLE_PREFILL];
     memcpy(pav, x->tried[PDR_ROLE_PREFILL], np * sizeof(pav[0]));
+    pdr_pick_filter_t pf, df; /* compatible pairs only (compat.enabled) */
+    const pdr_pick_filter_t *pfp = pdr__pd_compat_filter(x, NULL, &pf);
     for (int i = 0; i < BREAKER_MAX_PICKS && p != NULL; i++) {
         size_t nd = x->n_tried[PDR_ROLE_DECODE];
         memcpy(dav, x->tried[PDR_ROLE_DECODE], nd * sizeof(dav[0]));
         if (p == bp)
             dav[nd++] = bd->uid;
         for (int j = 0; j < BREAKER_MAX_PICKS; j++) {
-            pdr_worker_t *d = pdr_pool_pick_prompt(pool, x->pool, PDR_ROLE_DECODE, dav, nd, text, tlen, tok);
+            pdr_worker_t *d = pdr_pool_pick_filtered(pool, x->pool, PDR_ROLE_DECODE, dav, nd, text, tlen, tok,
+                                                     pdr__pd_compat_filter(x, p, &df));
             if (d == NULL || uid_in(dav, nd, d->uid)) {
                 pdr_worker_unref(d);
                 break;
@@ -206,7 +211,7 @@ void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_
         }
         pav[np++] = p->uid;
         pdr_worker_unref(p);
-        p = pdr_pool_pick_prompt(pool, x->pool, PDR_ROLE_PREFILL, pav, np, text, tlen, tok);
+        p = pdr_pool_pick_filtered(pool, x->pool, PDR_ROLE_PREFILL, pav, np, text, tlen, tok, pfp);
         if (p != NULL && uid_in(pav, np, p->uid)) {
             pdr_worker_unref(p);
             p = NULL;
@@ -220,4 +225,81 @@ void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_
              x->request_id, bp->target, bd->target);
     x->at.pw = bp;
     x->at.dw = bd;
+}
+
+/* ---- compatible pairs (compat.enabled, router/workers/identity.h) ---- */
+
+const pdr_pick_filter_t *pdr__pd_compat_filter(const pd_req_t *x, const pdr_worker_t *partner,
+                                               pdr_pick_filter_t *f)
+{
+    if (!x->conf->compat.enabled || !x->at.ops->pair)
+        return NULL;
+    f->unknown_ok = x->conf->compat.unknown == PDR_COMPAT_UNKNOWN_ALLOW;
+    f->key = partner != NULL ? pdr_worker_compat_key(partner) : 0;
+    if (partner != NULL && f->key == 0 && !f->unknown_ok)
+        f->key = PDR_COMPAT_KEY_NONE;                   /* a partner of unknown identity pairs with nothing */
+    return partner == NULL && f->unknown_ok ? NULL : f; /* a prefill, unknown ones allowed: any */
+}
+
+/* The first prefill picked has no compatible decode: other prefills (COMPAT_MAX_PICKS at most, avoiding
+ * the ones tried) each with a decode of its own key. Returns 1 with the pair in x->at, else 0 (x->at.pw
+ * keeps the first prefill, x->at.dw NULL). */
+#define COMPAT_MAX_PICKS 8
+int pdr__pd_compat_repick(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok,
+                          const uint64_t *davoid, size_t dn)
+{
+    pdr_pool_t *pool = &x->r->pool;
+    uint64_t pav[PDR_MAX_TRIED + COMPAT_MAX_PICKS + 1];
+    size_t np = x->n_tried[PDR_ROLE_PREFILL];
+    memcpy(pav, x->tried[PDR_ROLE_PREFILL], np * sizeof(pav[0]));
+    pav[np++] = x->at.pw->uid;
+    pdr_pick_filter_t pf, df;
+    const pdr_pick_filter_t *pfp = pdr__pd_compat_filter(x, NULL, &pf);
+    for (int i = 0; i < COMPAT_MAX_PICKS; i++) {
+        pdr_worker_t *p =
+            pdr_pool_pick_filtered(pool, x->pool, PDR_ROLE_PREFILL, pav, np, text, tlen, tok, pfp);
+        if (p == NULL || uid_in(pav, np, p->uid)) {
+            pdr_worker_unref(p);
+            break;
+        }
+        pav[np++] = p->uid;
+        pdr_worker_t *d = pdr_pool_pick_filtered(pool, x->pool, PDR_ROLE_DECODE, davoid, dn, text, tlen, tok,
+                                                 pdr__pd_compat_filter(x, p, &df));
+        if (d != NULL) {
+            pdr_compat_count(x->pool, PDR_COMPAT_REPICKED);
+            pdr_worker_unref(x->at.pw);
+            x->at.pw = p;
+            x->at.dw = d;
+            return 1;
+        }
+        pdr_worker_unref(p);
+    }
+    return 0;
+}
+
+/* Why the prefill x->at.pw has no decode: its identity against the first serving decode of the pool. */
+void pdr__pd_compat_reason(pd_req_t *x, char *msg, size_t cap)
+{
+    pdr_pool_t *pool = &x->r->pool;
+    pdr_identity_t pid, did;
+    char perr[160], why[256] = "";
+    uint64_t pk = pdr_pool_identity(pool, x->at.pw, &pid, perr, sizeof(perr));
+    pdr_worker_t **ws;
+    size_t n = pdr_pool_snapshot(pool, PDR_ROLE_DECODE, &ws);
+    for (size_t i = 0; i < n && why[0] == '\0'; i++) {
+        pdr_worker_t *d = ws[i];
+        if ((x->pool != NULL && strcmp(d->pool, x->pool) != 0) || !pdr_worker_serving(d))
+            continue;
+        uint64_t dk = pdr_pool_identity(pool, d, &did, NULL, 0);
+        if (pk == 0)
+            snprintf(why, sizeof(why), "its identity is unknown (%s) and compat.unknown is refuse",
+                     perr[0] ? perr : "not read yet");
+        else if (dk == 0)
+            snprintf(why, sizeof(why), "decode %s's identity is unknown and compat.unknown is refuse", d->id);
+        else if (!pdr_identity_diff(&pid, &did, why, sizeof(why)))
+            snprintf(why, sizeof(why), "identities changed while picking");
+    }
+    pdr_pool_release(ws, n);
+    snprintf(msg, cap, "no decode compatible with prefill %s (%s) in pool %s: %s", x->at.pw->id,
+             x->at.pw->target, x->pool != NULL ? x->pool : "default", why[0] ? why : "no serving decode");
 }

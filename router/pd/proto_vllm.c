@@ -84,8 +84,10 @@ static void vllm_release_kv(pd_req_t *x)
     pdr_worker_t *w = x->at.dw, *other = NULL;
     for (size_t i = 0; i < x->n_tried[PDR_ROLE_DECODE]; i++)
         if (x->tried[PDR_ROLE_DECODE][i] == x->at.dw->uid) {
-            other = pdr_pool_pick(&x->r->pool, x->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE],
-                                  x->n_tried[PDR_ROLE_DECODE]);
+            pdr_pick_filter_t df; /* a decode that can read the prefill's KV (compat.enabled) */
+            other = pdr_pool_pick_filtered(&x->r->pool, x->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE],
+                                           x->n_tried[PDR_ROLE_DECODE], NULL, 0, NULL,
+                                           x->at.pw != NULL ? pdr__pd_compat_filter(x, x->at.pw, &df) : NULL);
             if (other != NULL)
                 w = other;
             break;

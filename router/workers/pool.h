@@ -38,6 +38,7 @@
 #include <stdint.h>
 #include "config.h"
 #include "events.h"
+#include "identity.h"
 #include "outlier.h"
 #include "routing.h"
 
@@ -93,6 +94,17 @@ typedef struct pdr_worker {
         uint64_t reserved;     /* KV bytes held by requests admitted to it (kv_admission) */
         uint64_t reserved_rep; /* reserved when the last report arrived */
     } load;
+    /* Its identity (identity.h), read by loop 0 (fleet/identify.c). */
+    struct {
+        uint64_t key;       /* atomic: the compat key picks compare; 0 = unknown (not read, or re-reading) */
+        pdr_identity_t id;  /* under the pool lock: the last identity read (id.key 0: never read) */
+        char error[160];    /* under the pool lock: why the last read failed; "" after a good one */
+        uint64_t read_ms;   /* under the pool lock: when it was last read successfully */
+        int reading, stale; /* loop 0: a read runs; a new read is due (healthy again, restarted) */
+        uint64_t epoch;     /* loop 0: load.epoch when the last read started */
+        uint64_t next_ms;   /* loop 0: a failed read is tried again from then */
+        int fails;          /* loop 0: reads failed in a row (the first one is logged) */
+    } ident;
 } pdr_worker_t;
 
 typedef struct pdr_worker_list {
@@ -194,6 +206,20 @@ static inline void pdr_worker_suspect(pdr_worker_t *w)
     __atomic_store_n(&w->probe_now, 1, __ATOMIC_RELAXED);
 }
 
+/* Identities (identity.h). Stores a read's result: id, or NULL with why it failed (the key goes to 0). */
+void pdr_pool_set_identity(pdr_pool_t *p, pdr_worker_t *w, const pdr_identity_t *id, const char *error);
+/* The worker's identity is void (healthy again, restarted): its key goes to 0 until it is read again. */
+void pdr_pool_forget_identity(pdr_pool_t *p, pdr_worker_t *w, const char *why);
+/* A copy of what is known: the last identity read (id->key 0: never), the current key (0: unknown) and
+ * the last read's error (err may be NULL). */
+uint64_t pdr_pool_identity(pdr_pool_t *p, const pdr_worker_t *w, pdr_identity_t *id, char *err, size_t cap);
+/* The protocol of the worker's pool; -1 once its pool is gone. */
+int pdr_pool_protocol_of(pdr_pool_t *p, const pdr_worker_t *w);
+static inline uint64_t pdr_worker_compat_key(const pdr_worker_t *w)
+{
+    return __atomic_load_n(&w->ident.key, __ATOMIC_ACQUIRE);
+}
+
 /* Applies an active check's result under the pool lock; returns 1 when the healthy flag changed. */
 int pdr_pool_check_result(pdr_pool_t *p, pdr_worker_t *w, int ok);
 
@@ -279,14 +305,19 @@ typedef struct pdr_prompt_tokens {
 /* What a pick reports beside the worker (conditional disaggregation, router/workers/disagg.h). */
 typedef struct pdr_pick_info {
     int record; /* in: 0 = cache_aware leaves its tree unchanged (pdr_pool_record_pick once final) */
-    const pdr_prompt_tokens_t *tok; /* in: the prompt's token ids for precise_prefix; NULL: none */
-    int matched_known;              /* out: 1 when the policy knows what the chosen worker has cached */
+    const pdr_prompt_tokens_t *tok;  /* in: the prompt's token ids for precise_prefix; NULL: none */
+    const pdr_pick_filter_t *filter; /* in: only the workers it lets through (identity.h); NULL: all */
+    int matched_known;               /* out: 1 when the policy knows what the chosen worker has cached */
     size_t matched; /* out: the prefix of the prompt the chosen worker holds, from the pick's own lookup:
                        bytes of the routing text (cache_aware), or tokens when tokens is set */
     int tokens;     /* out: a policy that counts in tokens (engine KV events) sets it, with
                        prompt_tokens = the prompt's length in the same tokens */
     size_t prompt_tokens;
 } pdr_pick_info_t;
+/* As pdr_pool_pick_prompt, among the workers filter lets through only (identity.h; NULL: all). */
+pdr_worker_t *pdr_pool_pick_filtered(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
+                                     size_t n_avoid, const char *text, size_t len,
+                                     const pdr_prompt_tokens_t *tok, const pdr_pick_filter_t *filter);
 /* As pdr_pool_pick_text; info (NULL: record, report nothing) as above. */
 pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
                                  size_t n_avoid, const char *text, size_t len, pdr_pick_info_t *info);

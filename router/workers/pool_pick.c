@@ -261,8 +261,28 @@ int pdr_pool_saturated(pdr_pool_t *p, const char *pool, pdr_role_t role, int inf
     return serving > 0 && full == serving;
 }
 
+static pdr_worker_t *pick_in(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
+                             size_t n_avoid, const char *text, size_t len, pdr_pick_info_t *info,
+                             const pdr_pick_filter_t *filter);
+
 pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
                                  size_t n_avoid, const char *text, size_t len, pdr_pick_info_t *info)
+{
+    return pick_in(p, pool, role, avoid, n_avoid, text, len, info, info != NULL ? info->filter : NULL);
+}
+
+pdr_worker_t *pdr_pool_pick_filtered(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
+                                     size_t n_avoid, const char *text, size_t len,
+                                     const pdr_prompt_tokens_t *tok, const pdr_pick_filter_t *filter)
+{
+    pdr_pick_info_t info = {.record = 1, .tok = tok};
+    return pick_in(p, pool, role, avoid, n_avoid, text, len, tok != NULL ? &info : NULL, filter);
+}
+
+/* The pick itself; filter (NULL: none) leaves out the workers whose compat key it refuses. */
+static pdr_worker_t *pick_in(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
+                             size_t n_avoid, const char *text, size_t len, pdr_pick_info_t *info,
+                             const pdr_pick_filter_t *filter)
 {
     if (info != NULL) {
         info->matched_known = 0;
@@ -311,6 +331,8 @@ pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t rol
         if (v->group != gi || pdr_worker_drain_state(v) != PDR_DRAIN_ACTIVE)
             continue;
         if (!pdr_worker_healthy(v) || (!panic && oc->enabled && pdr_outlier_is_ejected(&v->outlier, now)))
+            continue;
+        if (filter != NULL && !pdr_pick_filter_ok(filter, pdr_worker_compat_key(v)))
             continue;
         view[c.n++] = v;
         double wt = ramp ? pdr_outlier_weight(&v->outlier, now) : 1.0;

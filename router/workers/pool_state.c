@@ -279,3 +279,46 @@ void pdr_pool_record(pdr_pool_t *p, const pdr_worker_t *w, const char *fmt, ...)
     va_end(ap);
     pdr_events_add(&p->events, id, "%s", msg);
 }
+
+/* ---- identity ---- */
+
+void pdr_pool_set_identity(pdr_pool_t *p, pdr_worker_t *w, const pdr_identity_t *id, const char *error)
+{
+    pthread_mutex_lock(&p->lock);
+    if (id != NULL) {
+        w->ident.id = *id;
+        w->ident.error[0] = '\0';
+        w->ident.read_ms = pdr_now_ms();
+    } else {
+        snprintf(w->ident.error, sizeof(w->ident.error), "%s", error != NULL ? error : "unknown");
+    }
+    __atomic_store_n(&w->ident.key, id != NULL ? id->key : 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void pdr_pool_forget_identity(pdr_pool_t *p, pdr_worker_t *w, const char *why)
+{
+    pthread_mutex_lock(&p->lock);
+    __atomic_store_n(&w->ident.key, 0, __ATOMIC_RELEASE);
+    snprintf(w->ident.error, sizeof(w->ident.error), "%s", why);
+    pthread_mutex_unlock(&p->lock);
+}
+
+uint64_t pdr_pool_identity(pdr_pool_t *p, const pdr_worker_t *w, pdr_identity_t *id, char *err, size_t cap)
+{
+    pthread_mutex_lock(&p->lock);
+    *id = w->ident.id;
+    if (err != NULL && cap > 0)
+        snprintf(err, cap, "%s", w->ident.error);
+    uint64_t key = __atomic_load_n(&w->ident.key, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&p->lock);
+    return key;
+}
+
+int pdr_pool_protocol_of(pdr_pool_t *p, const pdr_worker_t *w)
+{
+    pthread_rwlock_rdlock(&p->rw);
+    int proto = w->group >= 0 && (size_t)w->group < p->n_groups ? (int)p->groups[w->group].protocol : -1;
+    pthread_rwlock_unlock(&p->rw);
+    return proto;
+}

@@ -2,9 +2,9 @@
 """The admin status page (GET / on the admin listener, docs/admin-api.md) driven in headless Chromium.
 
 2 prefill + 1 decode pdsim workers behind pdrouter with an admin token file. The page is served without
-the token but holds no data; the test types the token, waits for the 3 workers, drains prefill-0 with its
-button, checks the state in the page and through the API, activates it again, and leaves a screenshot
-in the build dir (status_page.png). A prefill that dies shows up under "Recent errors".
+the token but holds no data; the test types the token, waits for the 3 workers and their one compat group,
+drains prefill-0 with its button, checks the state in the page and through the API, activates it again,
+and leaves a screenshot in the build dir (status_page.png). A prefill that dies shows up under "Recent errors".
 
 Needs Debian's chromium, chromium-driver and python3-selenium (scripts/install-deps.sh --test installs them);
 exits 77 (skipped) when one is missing. Run with /usr/bin/python3, which sees Debian's dist-packages.
@@ -117,6 +117,16 @@ def main():
         wait.until(lambda x: state_cell(x, "prefill-0") == "healthy")
         url = "http://127.0.0.1:%d" % p0.port
         wait.until(lambda x: url in x.find_element(By.CSS_SELECTOR, 'tr[data-worker="prefill-0"]').text)
+
+        # The compat groups: the three pdsims report one identity, so one group of 2 prefills and 1 decode.
+        g = pdtest.poll_until(lambda: request_json(aport, "GET", "/admin/v1/workers/decode-0",
+                                                   headers=auth)["compat_group"], 10, "the decode's identity read")
+        wait.until(lambda x: [e.text for e in x.find_elements(By.CSS_SELECTOR, '#groups tr[data-group="%s"] td' % g)]
+                   [:3] == [g, "default", "pdsim"])
+        cells = [e.text for e in drv.find_elements(By.CSS_SELECTOR, '#groups tr[data-group="%s"] td' % g)]
+        check(cells[-2:] == ["2", "1"] and len(drv.find_elements(By.CSS_SELECTOR, "#groups tr")) == 1,
+              "groups table: %r" % cells, r)
+        wait.until(lambda x: g in x.find_element(By.CSS_SELECTOR, 'tr[data-worker="prefill-0"]').text)
 
         # Drain with the button: idle, so it goes straight to drained (maybe through draining).
         wait.until(lambda x: click(x, "prefill-0", "drain"))

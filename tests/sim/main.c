@@ -50,6 +50,13 @@ static void usage(FILE *f)
         "  --prefix-cache-tokens N   prefill and both: an LRU prefix cache of N prompt tokens in whole\n"
         "                            blocks; prefill time counts only the uncached tokens (default 0: off)\n"
         "  --cache-block-tokens N    the prefix cache's block size in tokens (default 16, vLLM's)\n"
+        "  --model-path P --revision R --dtype D --kv-cache-dtype D --transfer-backend B --page-size N\n"
+        "  --tp-size N               the identity /get_server_info reports by sglang's names (model_path,\n"
+        "                            revision, dtype, kv_cache_dtype, disaggregation_transfer_backend,\n"
+        "                            page_size, tp_size; defaults --model, null, auto, auto, mooncake, 1, "
+        "1);\n"
+        "                            vLLM mode: /v1/models's root is the model path\n"
+        "  --no-server-info          /get_server_info answers 404 (an engine without the route)\n"
         "  --dp-size N               the dp_size /get_server_info reports (default 1; pdsim serves every\n"
         "                            rank itself and records the rank each request names)\n"
         "  --local-prefill           decode: a request with no bootstrap fields and no kv_transfer_params\n"
@@ -204,6 +211,26 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
             i++;
             continue;
         }
+        static const struct {
+            const char *flag;
+            size_t off;
+        } strs[] = {
+            {"--model-path", offsetof(pdsim_opts_t, model_path)},
+            {"--revision", offsetof(pdsim_opts_t, revision)},
+            {"--dtype", offsetof(pdsim_opts_t, dtype)},
+            {"--kv-cache-dtype", offsetof(pdsim_opts_t, kv_cache_dtype)},
+            {"--transfer-backend", offsetof(pdsim_opts_t, transfer_backend)},
+        };
+        int str_flag = 0;
+        for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]) && val != NULL; k++)
+            if (strcmp(a, strs[k].flag) == 0) {
+                *(const char **)(void *)((char *)o + strs[k].off) = val;
+                str_flag = 1;
+            }
+        if (str_flag) {
+            i++;
+            continue;
+        }
         if (strcmp(a, "--log-level") == 0 && val != NULL) {
             static const char *const lv[] = {"debug", "info", "warn", "error"};
             int found = 0;
@@ -240,6 +267,8 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         INT_FLAG("--prefix-cache-tokens", prefix_cache_tokens, 0, PDSIM_PCACHE_MAX_TOKENS)
         INT_FLAG("--cache-block-tokens", cache_block_tokens, 1, 4096)
         INT_FLAG("--dp-size", dp_size, 1, 1024)
+        INT_FLAG("--page-size", page_size, 1, 1 << 20)
+        INT_FLAG("--tp-size", tp_size, 1, 1024)
         INT_FLAG("--kv-capacity-bytes", kv_capacity_bytes, 0, INT64_MAX)
         INT_FLAG("--kv-events-drop-every", kv_events_drop_every, 0, INT32_MAX)
         INT_FLAG("--drip-ms", faults.drip_ms, 0, 3600000)
@@ -275,6 +304,10 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
                 return -1;
             o->faults.fail_after_kv = (int)v;
             i++;
+            continue;
+        }
+        if (strcmp(a, "--no-server-info") == 0) {
+            o->no_server_info = 1;
             continue;
         }
         if (strcmp(a, "--local-prefill") == 0) {

@@ -59,11 +59,20 @@ typedef struct pdsim_opts {
     int64_t kv_lease_ms;           /* vLLM mode: a held KV's lease (vLLM's kv_lease_duration, 30 s) */
     int64_t kv_fetch_delay_ms;     /* a decode waits this long before pulling the KV */
     int64_t kv_parts; /* prefill: publish each room in this many parts over the prefill time; 0 = whole */
-    int64_t prefix_cache_tokens;    /* prefill and both: the prefix cache's size in tokens; 0 = off */
-    int64_t cache_block_tokens;     /* the prefix cache's block size (16, vLLM's default block size) */
-    int64_t dp_size;                /* what /get_server_info reports as dp_size (default 1) */
-    int local_prefill;              /* decode: a request with no bootstrap fields and no kv_transfer_params is
-                                       computed locally (a vLLM decode's plain request) */
+    int64_t prefix_cache_tokens; /* prefill and both: the prefix cache's size in tokens; 0 = off */
+    int64_t cache_block_tokens;  /* the prefix cache's block size (16, vLLM's default block size) */
+    int64_t dp_size;             /* what /get_server_info reports as dp_size (default 1) */
+    /* The identity /get_server_info reports by sglang's names (vLLM mode: /v1/models's root): */
+    const char *model_path;       /* --model-path (default: --model) */
+    const char *revision;         /* --revision (default: null) */
+    const char *dtype;            /* --dtype (default auto) */
+    const char *kv_cache_dtype;   /* --kv-cache-dtype (default auto) */
+    const char *transfer_backend; /* --transfer-backend (default mooncake, sglang's) */
+    int64_t page_size;            /* --page-size (default 1, sglang's) */
+    int64_t tp_size;              /* --tp-size (default 1) */
+    int no_server_info;           /* --no-server-info: /get_server_info answers 404 (an engine without it) */
+    int local_prefill;            /* decode: a request with no bootstrap fields and no kv_transfer_params is
+                                     computed locally (a vLLM decode's plain request) */
     const char *kv_events_endpoint; /* ZMQ PUB endpoint (bound) for KV events in vLLM's format; NULL: off */
     const char *kv_events_topic;    /* the topic frame (default empty) */
     int64_t kv_events_drop_every;   /* fault: every Nth message is not sent (its number is used up) */

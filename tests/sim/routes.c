@@ -252,9 +252,10 @@ int sim__on_req(h2o_handler_t *self, h2o_req_t *req)
         else
             sim__send_body(req, 200, "text/plain", "ok", 2);
     } else if (path_is(req, "/v1/models")) {
-        json_t *o = json_pack("{s:s,s:[{s:s,s:s,s:i,s:s,s:s}]}", "object", "list", "data", "id",
-                              sim__state.opts.model, "object", "model", "created", 0, "owned_by", "pdsim",
-                              "root", sim__state.opts.model);
+        json_t *o =
+            json_pack("{s:s,s:[{s:s,s:s,s:i,s:s,s:s}]}", "object", "list", "data", "id",
+                      sim__state.opts.model, "object", "model", "created", 0, "owned_by", "pdsim", "root",
+                      sim__state.opts.model_path ? sim__state.opts.model_path : sim__state.opts.model);
         sim__send_json(req, 200, o);
         json_decref(o);
     } else if (path_is(req, "/get_model_info") || path_is(req, "/model_info")) {
@@ -262,11 +263,21 @@ int sim__on_req(h2o_handler_t *self, h2o_req_t *req)
                               sim__state.opts.model, "is_generation", 1);
         sim__send_json(req, 200, o);
         json_decref(o);
+    } else if ((path_is(req, "/get_server_info") || path_is(req, "/server_info")) &&
+               sim__state.opts.no_server_info) {
+        sim__send_error(req, 404, "no such route on pdsim (--no-server-info)");
     } else if (path_is(req, "/get_server_info") || path_is(req, "/server_info")) {
-        json_t *o =
-            json_pack("{s:s,s:s,s:I,s:I}", "model_path", sim__state.opts.model, "disaggregation_mode",
-                      sim__role_name(sim__state.opts.role), "port", (json_int_t)sim__state.opts.port,
-                      "dp_size", (json_int_t)(sim__state.opts.dp_size > 0 ? sim__state.opts.dp_size : 1));
+        /* sglang's names (its server arguments, dataclasses.asdict of ServerArgs). */
+        const pdsim_opts_t *so = &sim__state.opts;
+        json_t *o = json_pack(
+            "{s:s,s:o,s:s,s:s,s:s,s:I,s:I,s:s,s:I,s:I}", "model_path",
+            so->model_path ? so->model_path : so->model, "revision",
+            so->revision ? json_string(so->revision) : json_null(), "dtype", so->dtype ? so->dtype : "auto",
+            "kv_cache_dtype", so->kv_cache_dtype ? so->kv_cache_dtype : "auto",
+            "disaggregation_transfer_backend", so->transfer_backend ? so->transfer_backend : "mooncake",
+            "page_size", (json_int_t)(so->page_size > 0 ? so->page_size : 1), "tp_size",
+            (json_int_t)(so->tp_size > 0 ? so->tp_size : 1), "disaggregation_mode", sim__role_name(so->role),
+            "port", (json_int_t)so->port, "dp_size", (json_int_t)(so->dp_size > 0 ? so->dp_size : 1));
         sim__send_json(req, 200, o);
         json_decref(o);
     } else if (path_is(req, "/flush_cache")) {

@@ -1,6 +1,7 @@
 /* Unit tests for the worker pool: the health state machine, round robin, least load (power of two
  * choices), ejection and retries avoiding a failed worker, the drain state machine, worker ids, and
- * membership changes (add, remove, reconcile, reload, delete) with reference-counted workers. */
+ * membership changes (add, remove, reconcile, reload, delete) with reference-counted workers; worker
+ * identities (parsing, the compat key, the difference in words) and picks narrowed by a compat filter. */
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
@@ -554,6 +555,96 @@ static void test_ranks_and_regular(void)
     pdr_config_unref(c2);
 }
 
+/* sglang's /get_server_info and vLLM's /v1/models parsed; the key follows the layout's fields only. */
+static void test_identity(void)
+{
+    const char *sg = "{\"model_path\":\"/m/llama\",\"revision\":\"r1\",\"tp_size\":2,\"dp_size\":4,"
+                     "\"dtype\":\"bfloat16\",\"kv_cache_dtype\":\"auto\",\"page_size\":16,"
+                     "\"disaggregation_transfer_backend\":\"mooncake\",\"port\":30000,\"other\":[1,2]}";
+    pdr_identity_t a, b;
+    char msg[128], diff[256];
+    CHECK(pdr_identity_parse(PDR_IDENTITY_SGLANG, sg, strlen(sg), &a, msg, sizeof(msg)) == 0);
+    CHECK(strcmp(a.model_path, "/m/llama") == 0 && strcmp(a.revision, "r1") == 0 && a.tp_size == 2);
+    CHECK(a.dp_size == 4 && a.page_size == 16 && strcmp(a.backend, "mooncake") == 0 && a.key != 0);
+    CHECK(a.key == pdr_identity_key(&a));
+    /* dp_size is shown, not compared; every layout field changes the key. */
+    b = a;
+    b.dp_size = 1;
+    CHECK(pdr_identity_key(&b) == a.key && pdr_identity_diff(&a, &b, diff, sizeof(diff)) == 0);
+    b = a;
+    snprintf(b.kv_cache_dtype, sizeof(b.kv_cache_dtype), "fp8_e4m3");
+    CHECK(pdr_identity_key(&b) != a.key && pdr_identity_diff(&b, &a, diff, sizeof(diff)) == 1);
+    CHECK(strcmp(diff, "kv_cache_dtype fp8_e4m3 vs auto") == 0);
+    b = a;
+    b.page_size = 32;
+    CHECK(pdr_identity_key(&b) != a.key && pdr_identity_diff(&a, &b, diff, sizeof(diff)) == 1);
+    CHECK(strcmp(diff, "page_size 16 vs 32") == 0);
+    b = a;
+    b.revision[0] = '\0';
+    CHECK(pdr_identity_key(&b) != a.key && pdr_identity_diff(&a, &b, diff, sizeof(diff)) == 1);
+    CHECK(strcmp(diff, "revision r1 vs (none)") == 0);
+    /* null and absent fields: "" and -1. */
+    const char *sparse = "{\"model_path\":\"m\",\"revision\":null,\"page_size\":null}";
+    CHECK(pdr_identity_parse(PDR_IDENTITY_SGLANG, sparse, strlen(sparse), &b, msg, sizeof(msg)) == 0);
+    CHECK(b.revision[0] == '\0' && b.page_size == -1 && b.tp_size == -1 && b.key != 0);
+    /* Not the engine's shape: refused with a reason. */
+    static const char *const bad[] = {"[]", "{", "{\"revision\":\"x\"}", "{\"model_path\":3}",
+                                      "{\"model_path\":\"m\",\"tp_size\":\"2\"}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK(pdr_identity_parse(PDR_IDENTITY_SGLANG, bad[i], strlen(bad[i]), &b, msg, sizeof(msg)) ==
+              PDR_EINVAL);
+        CHECK(msg[0] != '\0' && b.key == 0);
+    }
+    const char *vl = "{\"object\":\"list\",\"data\":[{\"id\":\"served\",\"root\":\"/m/llama\"}]}";
+    CHECK(pdr_identity_parse(PDR_IDENTITY_VLLM, vl, strlen(vl), &b, msg, sizeof(msg)) == 0);
+    CHECK(strcmp(b.model_path, "/m/llama") == 0 && b.engine == PDR_IDENTITY_VLLM && b.key != a.key);
+    CHECK(pdr_identity_parse(PDR_IDENTITY_VLLM, "{\"data\":[]}", 11, &b, msg, sizeof(msg)) == PDR_EINVAL);
+    char g[17];
+    pdr_identity_group(0, g);
+    CHECK(g[0] == '\0');
+    pdr_identity_group(0xabcULL, g);
+    CHECK(strcmp(g, "0000000000000abc") == 0);
+}
+
+/* A filtered pick takes only the workers of the filter's key, unknown ones as the filter says. */
+static void test_pick_filter(void)
+{
+    pdr_config_t *c = make_config(1, 3, "round_robin", "round_robin");
+    pdr_pool_t p;
+    CHECK(pdr_pool_init(&p, c) == 0);
+    pdr_identity_t ia = {.model_path = "a", .page_size = 1, .tp_size = 1}, ib = ia;
+    snprintf(ib.revision, sizeof(ib.revision), "b");
+    ia.key = pdr_identity_key(&ia);
+    ib.key = pdr_identity_key(&ib);
+    pdr_pool_set_identity(&p, W(&p, PDR_ROLE_DECODE, 0), &ia, NULL);
+    pdr_pool_set_identity(&p, W(&p, PDR_ROLE_DECODE, 1), &ib, NULL); /* decode 2: unknown */
+    pdr_pick_filter_t fa = {ia.key, 0}, fb_any = {ib.key, 1}, none = {0x1234, 0};
+    for (int i = 0; i < 6; i++) {
+        pdr_worker_t *w = pdr_pool_pick_filtered(&p, NULL, PDR_ROLE_DECODE, NULL, 0, NULL, 0, NULL, &fa);
+        CHECK(w == W(&p, PDR_ROLE_DECODE, 0));
+        pdr_worker_unref(w);
+        w = pdr_pool_pick_filtered(&p, NULL, PDR_ROLE_DECODE, NULL, 0, NULL, 0, NULL, &fb_any);
+        CHECK(w == W(&p, PDR_ROLE_DECODE, 1) || w == W(&p, PDR_ROLE_DECODE, 2));
+        pdr_worker_unref(w);
+    }
+    CHECK(pdr_pool_pick_filtered(&p, NULL, PDR_ROLE_DECODE, NULL, 0, NULL, 0, NULL, &none) == NULL);
+    /* Avoided workers stay out first, then come back, but never past the filter. */
+    uint64_t avoid[1] = {W(&p, PDR_ROLE_DECODE, 0)->uid};
+    pdr_worker_t *w = pdr_pool_pick_filtered(&p, NULL, PDR_ROLE_DECODE, avoid, 1, NULL, 0, NULL, &fa);
+    CHECK(w == W(&p, PDR_ROLE_DECODE, 0));
+    pdr_worker_unref(w);
+    /* A forgotten identity is unknown: the key filter no longer takes it. */
+    pdr_pool_forget_identity(&p, W(&p, PDR_ROLE_DECODE, 0), "test");
+    CHECK(pdr_worker_compat_key(W(&p, PDR_ROLE_DECODE, 0)) == 0);
+    CHECK(pdr_pool_pick_filtered(&p, NULL, PDR_ROLE_DECODE, NULL, 0, NULL, 0, NULL, &fa) == NULL);
+    pdr_identity_t got;
+    char err[64];
+    CHECK(pdr_pool_identity(&p, W(&p, PDR_ROLE_DECODE, 0), &got, err, sizeof(err)) == 0);
+    CHECK(got.key == ia.key && strcmp(err, "test") == 0); /* the last identity read stays visible */
+    pdr_pool_dispose(&p);
+    pdr_config_unref(c);
+}
+
 static const pdr_test_case_t cases[] = {
     {"health_state", test_health_state, 60},
     {"round_robin", test_round_robin, 60},
@@ -563,6 +654,8 @@ static const pdr_test_case_t cases[] = {
     {"membership", test_membership, 60},
     {"pools", test_pools, 60},
     {"ranks_and_regular", test_ranks_and_regular, 60},
+    {"identity", test_identity, 60},
+    {"pick_filter", test_pick_filter, 60},
 };
 
 int main(int argc, char **argv)
