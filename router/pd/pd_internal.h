@@ -259,6 +259,10 @@ typedef struct pd_proto_ops {
     const char *(*prefill_unusable)(const pd_req_t *x);
     /* The request lets go of the attempt's legs: KV the prefill still holds is released. */
     void (*release)(pd_req_t *x);
+    /* The router let go of a leg its worker still runs (prefill: the prefill's leg, else the decode's): the
+     * engine is told to stop it and free its KV (abort.c). Called from pdr__pd_release_leg, with the leg's
+     * worker still referenced and the attempt's rooms still set. */
+    void (*abort)(pd_req_t *x, int prefill);
     /* A pair's deadline passed with the prefill's answer missing: the role to blame, or -1 (neither can be,
      * both are avoided by the retry). */
     int (*deadline_culprit)(const pd_req_t *x);
@@ -363,6 +367,13 @@ void pdr__pd_start_attempt(pd_req_t *x);
 
 /* proto_sglang.c: who is to blame when a pair's deadline passed (sglang's and pdshim's tables). */
 int pdr__pd_pair_deadline_culprit(const pd_req_t *x);
+
+/* abort.c: engine aborts of the legs the router lets go (the tables' abort). */
+/* sglang's (and pdshim's): POST /abort_request {"rid": ...} to the leg's worker, one per item, fire and
+ * forget within pd.abort_timeout_ms. */
+void pdr__pd_abort_by_rid(pd_req_t *x, int prefill);
+/* vLLM's, and a solo attempt's: closing the leg's connection aborts the request in the engine; counted. */
+void pdr__pd_abort_by_close(pd_req_t *x, int prefill);
 
 /* proto_solo.c: a solo attempt's one leg (the solo tables' start). */
 void pdr__pd_solo_start(pd_req_t *x);
