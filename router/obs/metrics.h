@@ -42,8 +42,9 @@ enum { PDR_KV_RELEASE_OK = 0, PDR_KV_RELEASE_FAILED, PDR_KV_RELEASE_TIMEOUT, PDR
 
 /* Outcomes of the engine aborts of legs the router let go (pd/abort.c), by role: sent (an abort request went
  * out), then ok (the worker answered 2xx), failed (another answer, or no connection) or timeout (no answer in
- * pd.abort_timeout_ms); dropped (not sent: the loop had PDR_ABORTS_INFLIGHT_MAX in flight, or the router is
- * stopping); closed (a protocol whose engine aborts a request whose connection closes: nothing sent). */
+ * pd.abort_timeout_ms); dropped (not sent: the loop had PDR_ABORTS_INFLIGHT_MAX in flight, or a shutdown
+ * passed lifecycle.drain_timeout_ms); closed (a protocol whose engine aborts a request whose connection
+ * closes: nothing sent). */
 enum {
     PDR_ABORT_SENT = 0,
     PDR_ABORT_OK,

@@ -13,8 +13,8 @@
  *     KV a vLLM prefill holds for a decode that never began is freed by the release leg (proto_vllm.c).
  * An abort is fire and forget: it owns its memory (the request may end first), runs under
  * pd.abort_timeout_ms, is never retried, and nothing waits for its answer. At most PDR_ABORTS_INFLIGHT_MAX
- * run per loop; past that, and while the router stops, an abort is dropped. Every outcome is counted in
- * pdr_engine_aborts_total{role,outcome}. Loop thread of the request.
+ * run per loop; past that, and once a shutdown passed lifecycle.drain_timeout_ms, an abort is dropped. Every
+ * outcome is counted in pdr_engine_aborts_total{role,outcome}. Loop thread of the request.
  */
 #include "pd_internal.h"
 
@@ -22,6 +22,23 @@
  * legs within that time (a mass disconnect) would otherwise open a socket per leg at the moment it is
  * busiest. The engines still see the closed connections. */
 #define PDR_ABORTS_INFLIGHT_MAX 128
+
+/* An abort that did not do its work (dropped, failed, timed out) is logged at info at most once a second per
+ * loop (a mass disconnect, or workers that do not serve the route, would write a line per leg), else at
+ * debug; every one is counted. */
+#define LOG_EVERY_NS 1000000000ull
+static __thread uint64_t last_info_ns;
+
+#define ABORT_LOG(...)                                                                                       \
+    do {                                                                                                     \
+        uint64_t now_ = pdr_now_ns();                                                                        \
+        if (last_info_ns == 0 || now_ - last_info_ns >= LOG_EVERY_NS) {                                      \
+            last_info_ns = now_;                                                                             \
+            pdr_info(__VA_ARGS__);                                                                           \
+        } else {                                                                                             \
+            pdr_debug(__VA_ARGS__);                                                                          \
+        }                                                                                                    \
+    } while (0)
 
 typedef struct engine_abort {
     pdr_leg_t leg;
@@ -48,9 +65,9 @@ static void abort_done(pdr_leg_t *leg, int err)
     if (outcome == PDR_ABORT_OK)
         pdr_debug("engine abort of rid %s (%s): done", a->rid, pdr_role_name((pdr_role_t)a->role));
     else
-        pdr_info("engine abort of rid %s (%s) %s: %s, status %ld", a->rid, pdr_role_name((pdr_role_t)a->role),
-                 outcome == PDR_ABORT_TIMEOUT ? "timed out" : "failed",
-                 err != 0 ? pdr_strerror(err) : "answered", leg->status);
+        ABORT_LOG("engine abort of rid %s (%s) %s: %s, status %ld", a->rid,
+                  pdr_role_name((pdr_role_t)a->role), outcome == PDR_ABORT_TIMEOUT ? "timed out" : "failed",
+                  err != 0 ? pdr_strerror(err) : "answered", leg->status);
     a->t->aborts--;
     a->t->live--;
     free(a);
@@ -64,14 +81,15 @@ static void send_abort(pd_req_t *x, pdr_worker_t *w, int role, uint64_t room)
     pdr_thread_t *t = x->t;
     char rid[PDR_RID_LEN + 1];
     pdr_pdreq_rid(room, rid);
-    engine_abort_t *a = NULL;
-    if (t->multi != NULL && !pdr_router_shutting_down(x->r) && t->aborts < PDR_ABORTS_INFLIGHT_MAX)
-        a = calloc(1, sizeof(*a));
+    const char *why = t->multi == NULL || pdr_router_shutting_down(x->r)
+                          ? "the shutdown passed its drain deadline"
+                      : t->aborts >= PDR_ABORTS_INFLIGHT_MAX ? "too many in flight on this loop"
+                                                             : NULL;
+    engine_abort_t *a = why == NULL ? calloc(1, sizeof(*a)) : NULL;
     if (a == NULL) {
         t->m.engine_aborts[role][PDR_ABORT_DROPPED]++;
-        pdr_info("engine abort of rid %s (%s) dropped: %s", rid, pdr_role_name((pdr_role_t)role),
-                 t->aborts >= PDR_ABORTS_INFLIGHT_MAX ? "too many in flight on this loop"
-                                                      : "router stopping");
+        ABORT_LOG("engine abort of rid %s (%s) dropped: %s", rid, pdr_role_name((pdr_role_t)role),
+                  why != NULL ? why : "out of memory");
         return;
     }
     a->t = t;
@@ -84,7 +102,8 @@ static void send_abort(pd_req_t *x, pdr_worker_t *w, int role, uint64_t room)
     if (pdr_leg_start(&a->leg, t->multi, url, a->body, (size_t)n, pdr__pd_leg_headers(x, w), ms, ms,
                       &abort_cbs, a) != 0) {
         t->m.engine_aborts[role][PDR_ABORT_FAILED]++;
-        pdr_info("engine abort of rid %s (%s) failed: cannot start it", rid, pdr_role_name((pdr_role_t)role));
+        ABORT_LOG("engine abort of rid %s (%s) failed: cannot start it", rid,
+                  pdr_role_name((pdr_role_t)role));
         free(a);
         return;
     }
