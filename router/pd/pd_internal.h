@@ -13,9 +13,9 @@
  * needs the prefill's input logprobs in front of the decode's): the decode's bytes are held (at most
  * HIGH_WATER, then the decode transfer is paused) until the prefill leg has answered successfully.
  * Any failure before the client response starts cancels both legs at once (their connections are
- * closed, so workers see the abort) and retries up to retries.max on a new pair with new rooms, then
- * answers 502 (upstream failure) or 504 (deadline) in the OpenAI error shape. A decode failure cancels
- * the prefill leg at once; a client that goes away cancels both.
+ * closed, and an sglang worker is told to abort its leg: abort.c) and retries up to retries.max on a new
+ * pair with new rooms, then answers 502 (upstream failure) or 504 (deadline) in the OpenAI error shape. A
+ * decode failure cancels the prefill leg at once; a client that goes away cancels both.
  *
  * Ownership: pd_req_t is malloc'd; the h2o pool holds a small anchor whose dispose callback detaches
  * the request (the client is gone or the response is over), cancels what is still running, writes
