@@ -288,6 +288,10 @@ typedef struct pdr_config {
     } kv_events;
     struct {
         pdr_relay_t relay; /* default first_byte: from the decode's first body byte */
+        /* Engine aborts (router/pd/abort.c): what the router tells an engine still running a leg it let go.
+         */
+        int abort; /* default 1 (true): POST /abort_request to an sglang worker that still runs it */
+        int abort_timeout_ms; /* default 300: one abort's deadline, connect included; it is never retried */
     } pd;
     /* The shims' event and load reports (docs/internals/shim-events.md): POST /shim/v1/events on the admin
      * listener, signed with HMAC-SHA256 under the key file. key_file NULL (default): the route is off. */

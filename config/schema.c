@@ -224,6 +224,9 @@ const pdr_conf_key_t pdr_conf_keys[] = {
      .doc = "a worker whose identity is not known yet pairs with any (allow) or none (refuse)"},
     {ENUM("pd.relay", PDR_CT_RELAY, pd.relay, PDR_RELAY_FIRST_BYTE),
      .doc = "when the decode's answer is relayed to the client"},
+    {BOOL("pd.abort", pd.abort, 1), .doc = "tell an sglang worker to stop a leg the router let go"},
+    {INT("pd.abort_timeout_ms", pd.abort_timeout_ms, 300, 1, 60000),
+     .doc = "one engine abort's deadline, connect included; never retried"},
     /* cache_aware: the sglang router's command-line defaults, but the seed (docs/config.md says why). */
     {DBL("cache_aware.cache_threshold", cache_aware.cache_threshold, 0.3, 0, 1), .flag = "--cache-threshold",
      .doc = "a match longer than this share of the prompt wins"},

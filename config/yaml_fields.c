@@ -191,6 +191,8 @@ static const struct field cache_aware_fields[] = {
 };
 static const struct field pd_fields[] = {
     KEY(pd, relay),
+    KEY(pd, abort),
+    KEY(pd, abort_timeout_ms),
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field disaggregation_fields[] = {

@@ -108,6 +108,11 @@ h2_eviction_stops_early @@ router/front/conn_h2.c @@ while (__atomic_load_n(&t->
 ng2_lower_stream_id_ignored @@ router/front/conn_ng2_limits.c @@ if (nghttp2_session_find_stream(ng, hd->stream_id) != NULL) @@ if (1) @@ pdrouter @@ ^router_h2_conformance_(prior|tls|admin)_nghttp2$
 ng2_no_control_bucket @@ router/front/conn_ng2_limits.c @@ return c->ctl_tokens < 0; @@ return 0; @@ pdrouter @@ ^router_h2_conformance_floods_nghttp2$
 ng2_streams_not_queued @@ router/front/conn_ng2.c @@ if (s->conn->running >= s->conn->max_running) { /* limits.h2_max_concurrent_streams */ @@ if (0) { @@ pdrouter @@ ^router_h2_conformance_streams_nghttp2$
+engine_abort_never_sent @@ router/pd/legs.c @@ x->at.ops->abort(x, prefill); /* cancelled: its worker may still run it */ @@ (void)0; @@ pdrouter pdsim @@ ^router_abort_(client_leaves|decode_fails|hung_endpoint|vllm_closed)$
+engine_abort_ignores_switch @@ router/pd/abort.c @@ !x->conf->pd.abort || @@ 0 || @@ pdrouter pdsim @@ ^router_abort_disabled$
+engine_abort_wrong_rid @@ router/pd/abort.c @@ send_abort(x, w, role, x->rooms[i]); @@ send_abort(x, w, role, x->rooms[i] + 1); @@ pdrouter pdsim @@ ^router_abort_(client_leaves|decode_fails)$
+engine_abort_no_deadline @@ router/pd/abort.c @@ long ms = x->conf->pd.abort_timeout_ms; @@ long ms = 0; @@ pdrouter pdsim @@ ^router_abort_hung_endpoint$
+pdsim_abort_ignored @@ tests/sim/routes.c @@ sim__abort(ctx); @@ (void)0; @@ pdrouter pdsim @@ ^router_abort_pdsim_stream$
 EOF
 )
 

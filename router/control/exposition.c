@@ -184,6 +184,9 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
     t->retries_total += m->retries_total;
     for (int k = 0; k < PDR_KV_RELEASE__COUNT; k++)
         t->vllm_kv_release[k] += m->vllm_kv_release[k];
+    for (int role = 0; role < 2; role++)
+        for (int k = 0; k < PDR_ABORT__COUNT; k++)
+            t->engine_aborts[role][k] += m->engine_aborts[role][k];
     for (int k = 0; k < PDR_DISAGG__COUNT; k++)
         t->disagg_decisions[k] += m->disagg_decisions[k];
     for (int k = 0; k < PDR_ADMIN_AUTH__COUNT; k++)
@@ -299,6 +302,16 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
     for (int k = 0; k < PDR_KV_RELEASE__COUNT; k++)
         put(&o, "pdr_vllm_kv_release_total{outcome=\"%s\"} %llu\n", release_outcomes[k],
             (unsigned long long)m->vllm_kv_release[k]);
+    static const char *const abort_outcomes[PDR_ABORT__COUNT] = {"sent",    "ok",      "failed",
+                                                                 "timeout", "dropped", "closed"};
+    put(&o, "# HELP pdr_engine_aborts_total Engine aborts of legs the router let go while their worker still "
+            "ran them, by role and outcome.\n"
+            "# TYPE pdr_engine_aborts_total counter\n");
+    for (int role = 0; role < 2; role++)
+        for (int k = 0; k < PDR_ABORT__COUNT; k++)
+            put(&o, "pdr_engine_aborts_total{role=\"%s\",outcome=\"%s\"} %llu\n",
+                pdr_role_name((pdr_role_t)role), abort_outcomes[k],
+                (unsigned long long)m->engine_aborts[role][k]);
     put(&o, "# HELP pdr_disagg_decisions_total Conditional disaggregation: attempts sent to a prefill and a "
             "decode (disaggregated) or to one worker without a prefill, by reason.\n"
             "# TYPE pdr_disagg_decisions_total counter\n");

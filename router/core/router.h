@@ -60,6 +60,7 @@ typedef struct pdr_thread {
     pdr_metrics_t m;
     uint64_t live;           /* PD requests in progress on this loop (lingering ones included) */
     uint64_t lingering;      /* of them, answered already: their prefill leg is read to its end */
+    uint64_t aborts;         /* engine aborts in flight on this loop (pd/abort.c), counted in live too */
     uint64_t conns;          /* client connections open on this loop */
     pdr_dqueue_t idle_conns; /* HTTP/1 connections idle between requests, oldest first (conn.c) */
     uint64_t n_idle;         /* their number (limits.max_idle_client_connections) */

@@ -40,6 +40,21 @@ enum { PDR_ADMIN_AUTH_MISSING = 0, PDR_ADMIN_AUTH_WRONG, PDR_ADMIN_AUTH_DUPLICAT
 /* Outcomes of the decode legs that release KV a client left on a vLLM prefill (pd_vllm.c). */
 enum { PDR_KV_RELEASE_OK = 0, PDR_KV_RELEASE_FAILED, PDR_KV_RELEASE_TIMEOUT, PDR_KV_RELEASE__COUNT };
 
+/* Outcomes of the engine aborts of legs the router let go (pd/abort.c), by role: sent (an abort request went
+ * out), then ok (the worker answered 2xx), failed (another answer, or no connection) or timeout (no answer in
+ * pd.abort_timeout_ms); dropped (not sent: the loop had PDR_ABORTS_INFLIGHT_MAX in flight, or a shutdown
+ * passed lifecycle.drain_timeout_ms); closed (a protocol whose engine aborts a request whose connection
+ * closes: nothing sent). */
+enum {
+    PDR_ABORT_SENT = 0,
+    PDR_ABORT_OK,
+    PDR_ABORT_FAILED,
+    PDR_ABORT_TIMEOUT,
+    PDR_ABORT_DROPPED,
+    PDR_ABORT_CLOSED,
+    PDR_ABORT__COUNT
+};
+
 #define PDR_HIST_BUCKETS 16
 typedef struct pdr_hist {
     uint64_t counts[PDR_HIST_BUCKETS + 1]; /* the last one is +Inf */
@@ -88,6 +103,7 @@ typedef struct pdr_metrics {
     uint64_t tickets_refused_total; /* protocol pdshim: a worker refused the router's ticket (403 -> 502) */
     uint64_t bytes_in_total, bytes_out_total;
     uint64_t vllm_kv_release[PDR_KV_RELEASE__COUNT]; /* by outcome */
+    uint64_t engine_aborts[2][PDR_ABORT__COUNT];     /* by role and outcome */
     uint64_t disagg_decisions[3]; /* conditional disaggregation, by pdr_disagg_decision_t (disagg.h) */
     uint64_t admin_auth_refused[PDR_ADMIN_AUTH__COUNT];
     pdr_hist_t duration[PDR_MR__COUNT];

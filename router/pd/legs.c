@@ -11,6 +11,8 @@ void pdr__pd_release_leg(pd_req_t *x, int prefill)
     if (prefill ? x->at.p_running : x->at.d_running) {
         if (x->mode == MODE_PD)
             pdr__pd_leg_ended(x, prefill, w);
+        if (x->mode == MODE_PD && !(prefill ? x->at.p_done : x->at.d_done) && x->at.ops->abort != NULL)
+            x->at.ops->abort(x, prefill); /* cancelled: its worker may still run it */
         if (prefill)
             x->at.p_running = 0;
         else

@@ -13,9 +13,9 @@
  * needs the prefill's input logprobs in front of the decode's): the decode's bytes are held (at most
  * HIGH_WATER, then the decode transfer is paused) until the prefill leg has answered successfully.
  * Any failure before the client response starts cancels both legs at once (their connections are
- * closed, so workers see the abort) and retries up to retries.max on a new pair with new rooms, then
- * answers 502 (upstream failure) or 504 (deadline) in the OpenAI error shape. A decode failure cancels
- * the prefill leg at once; a client that goes away cancels both.
+ * closed, and an sglang worker is told to abort its leg: abort.c) and retries up to retries.max on a new
+ * pair with new rooms, then answers 502 (upstream failure) or 504 (deadline) in the OpenAI error shape. A
+ * decode failure cancels the prefill leg at once; a client that goes away cancels both.
  *
  * Ownership: pd_req_t is malloc'd; the h2o pool holds a small anchor whose dispose callback detaches
  * the request (the client is gone or the response is over), cancels what is still running, writes
@@ -259,6 +259,10 @@ typedef struct pd_proto_ops {
     const char *(*prefill_unusable)(const pd_req_t *x);
     /* The request lets go of the attempt's legs: KV the prefill still holds is released. */
     void (*release)(pd_req_t *x);
+    /* The router let go of a leg its worker still runs (prefill: the prefill's leg, else the decode's): the
+     * engine is told to stop it and free its KV (abort.c). Called from pdr__pd_release_leg, with the leg's
+     * worker still referenced and the attempt's rooms still set. */
+    void (*abort)(pd_req_t *x, int prefill);
     /* A pair's deadline passed with the prefill's answer missing: the role to blame, or -1 (neither can be,
      * both are avoided by the retry). */
     int (*deadline_culprit)(const pd_req_t *x);
@@ -371,6 +375,13 @@ void pdr__pd_start_attempt(pd_req_t *x);
 
 /* proto_sglang.c: who is to blame when a pair's deadline passed (sglang's and pdshim's tables). */
 int pdr__pd_pair_deadline_culprit(const pd_req_t *x);
+
+/* abort.c: engine aborts of the legs the router lets go (the tables' abort). */
+/* sglang's (and pdshim's): POST /abort_request {"rid": ...} to the leg's worker, one per item, fire and
+ * forget within pd.abort_timeout_ms. */
+void pdr__pd_abort_by_rid(pd_req_t *x, int prefill);
+/* vLLM's, and a solo attempt's: closing the leg's connection aborts the request in the engine; counted. */
+void pdr__pd_abort_by_close(pd_req_t *x, int prefill);
 
 /* proto_solo.c: a solo attempt's one leg (the solo tables' start). */
 void pdr__pd_solo_start(pd_req_t *x);

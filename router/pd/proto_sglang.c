@@ -47,14 +47,13 @@ static void sglang_start(pd_req_t *x)
         x->t->m.tickets_signed_total += x->n_rooms;
     }
     const char *const *tk = (const char *const *)tickets;
-    x->body = pdr_pdreq_build_body_ticket(&x->pr, x->at.pw->bootstrap_host, x->at.pw->conf.bootstrap_port,
-                                          x->rooms, x->at.pw->dp_rank, tk, &x->body_len);
+    x->body = pdr_pdreq_build_body_rid(&x->pr, x->at.pw->bootstrap_host, x->at.pw->conf.bootstrap_port,
+                                       x->rooms, x->at.pw->dp_rank, tk, &x->body_len);
     /* Each leg names its own worker's rank: the decode's rank is its own choice (it finds the prefill's
      * rank from the room). Without ranks both legs share one body. */
     if (x->body != NULL && (x->at.pw->dp_rank >= 0 || x->at.dw->dp_rank >= 0)) {
-        x->dbody =
-            pdr_pdreq_build_body_ticket(&x->pr, x->at.pw->bootstrap_host, x->at.pw->conf.bootstrap_port,
-                                        x->rooms, x->at.dw->dp_rank, tk, &x->dbody_len);
+        x->dbody = pdr_pdreq_build_body_rid(&x->pr, x->at.pw->bootstrap_host, x->at.pw->conf.bootstrap_port,
+                                            x->rooms, x->at.dw->dp_rank, tk, &x->dbody_len);
         if (x->dbody == NULL) {
             free(x->body);
             x->body = NULL;
@@ -118,6 +117,7 @@ static int sglang_can_run_alone(const pd_req_t *x)
 static const pd_proto_ops_t sglang_solo_ops = {
     .name = "sglang solo",
     .start = pdr__pd_solo_start,
+    .abort = pdr__pd_abort_by_close,
     .deadline_culprit = pdr__pd_pair_deadline_culprit,
     .answer_role = PDR_ROLE_REGULAR,
     .answer_name = "solo",
@@ -128,6 +128,7 @@ static const pd_proto_ops_t sglang_solo_ops = {
 const pd_proto_ops_t pdr__pd_sglang_ops = {
     .name = "sglang",
     .start = sglang_start,
+    .abort = pdr__pd_abort_by_rid,
     .deadline_culprit = pdr__pd_pair_deadline_culprit,
     .can_run_alone = sglang_can_run_alone,
     .solo = &sglang_solo_ops,
@@ -145,6 +146,7 @@ const pd_proto_ops_t pdr__pd_sglang_ops = {
 const pd_proto_ops_t pdr__pd_pdshim_ops = {
     .name = "pdshim",
     .start = sglang_start,
+    .abort = pdr__pd_abort_by_rid,
     .deadline_culprit = pdr__pd_pair_deadline_culprit,
     .answer_role = PDR_ROLE_DECODE,
     .answer_name = "decode",

@@ -97,7 +97,8 @@ static void on_shutdown_tick(uv_timer_t *h)
         if (t->live > 0) {
             /* End both legs of every request still running; each ends the way a broken decode stream
              * does (SSE: an error event; otherwise the response is cut). */
-            int64_t n = (int64_t)(t->live - t->lingering); /* lingering ones were answered already */
+            /* Lingering ones were answered already; engine aborts are no requests. */
+            int64_t n = (int64_t)(t->live - t->lingering - t->aborts);
             __atomic_add_fetch(&r->drain_cancelled, n, __ATOMIC_RELAXED);
             pdr_multi_fail_all(t->multi, PDR_ECANCELED);
             pdr_warn("shutdown: loop %d: %lld requests cancelled at drain_timeout", t->id, (long long)n);

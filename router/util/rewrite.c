@@ -281,8 +281,33 @@ char *pdr_pdreq_build_body_rank(pdr_pdreq_t *r, const char *bootstrap_host, int 
     return pdr_pdreq_build_body_ticket(r, bootstrap_host, bport, rooms, dp_rank, NULL, len);
 }
 
+void pdr_pdreq_rid(uint64_t room, char out[PDR_RID_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    memcpy(out, "pdr-", 4);
+    for (int i = 0; i < 16; i++)
+        out[4 + i] = hex[(room >> (60 - 4 * i)) & 15];
+    out[PDR_RID_LEN] = '\0';
+}
+
+static char *build_pd_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
+                           int dp_rank, const char *const *tickets, int rids, size_t *len);
+
 char *pdr_pdreq_build_body_ticket(pdr_pdreq_t *r, const char *bootstrap_host, int bport,
                                   const uint64_t *rooms, int dp_rank, const char *const *tickets, size_t *len)
+{
+    return build_pd_body(r, bootstrap_host, bport, rooms, dp_rank, tickets, 0, len);
+}
+
+char *pdr_pdreq_build_body_rid(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
+                               int dp_rank, const char *const *tickets, size_t *len)
+{
+    return build_pd_body(r, bootstrap_host, bport, rooms, dp_rank, tickets, 1, len);
+}
+
+/* rids: the router's "rid" per item replaces the client's. */
+static char *build_pd_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
+                           int dp_rank, const char *const *tickets, int rids, size_t *len)
 {
     size_t items = r->batch ? r->batch : 1;
     size_t hl = strlen(bootstrap_host);
@@ -290,8 +315,10 @@ char *pdr_pdreq_build_body_ticket(pdr_pdreq_t *r, const char *bootstrap_host, in
     for (size_t i = 0; tickets != NULL && i < items; i++)
         tl += strlen(tickets[i]) + 3;
     /* Members, separators, the three fields: each item at most host + quotes, 5-digit port or null,
-     * 19-digit room, 3 commas; the tickets with quotes and commas, and their key. */
-    size_t cap = r->len + 2 + r->n + 64 + items * (hl + 2 + 5 + 19 + 3) + 16 + 48 + tl + 16;
+     * 19-digit room, 3 commas; the tickets with quotes and commas, and their key; the rids with quotes and
+     * commas, their key and brackets. */
+    size_t cap = r->len + 2 + r->n + 64 + items * (hl + 2 + 5 + 19 + 3) + 16 + 48 + tl + 16 +
+                 (rids ? items * (PDR_RID_LEN + 3) + 16 : 0);
     char *out = malloc(cap);
     if (out == NULL)
         return NULL;
@@ -299,8 +326,9 @@ char *pdr_pdreq_build_body_ticket(pdr_pdreq_t *r, const char *bootstrap_host, in
     out[o++] = '{';
     for (size_t i = 0; i < r->n; i++) {
         const pdr_jmember_t *m = &r->m[i];
-        if (is_bootstrap_field(m) || (dp_rank >= 0 && is_rank_field(m)))
-            continue; /* a client never chooses where KV goes, nor the rank the router chose */
+        if (is_bootstrap_field(m) || (dp_rank >= 0 && is_rank_field(m)) ||
+            (rids && pdr_jmember_key_is(m, "rid")))
+            continue; /* a client never chooses where KV goes, nor the rank or the rid the router chose */
         memcpy(out + o, m->raw, m->raw_len);
         o += m->raw_len;
         out[o++] = ',';
@@ -339,6 +367,25 @@ char *pdr_pdreq_build_body_ticket(pdr_pdreq_t *r, const char *bootstrap_host, in
         if (r->batch)
             out[o++] = ']';
         out[o++] = f < 2 ? ',' : '}';
+    }
+    if (rids) {
+        static const char k[] = ",\"rid\":";
+        o--; /* the closing brace */
+        memcpy(out + o, k, sizeof(k) - 1);
+        o += sizeof(k) - 1;
+        if (r->batch)
+            out[o++] = '[';
+        for (size_t i = 0; i < items; i++) {
+            if (i > 0)
+                out[o++] = ',';
+            out[o++] = '"';
+            pdr_pdreq_rid(rooms[i], out + o);
+            o += PDR_RID_LEN;
+            out[o++] = '"';
+        }
+        if (r->batch)
+            out[o++] = ']';
+        out[o++] = '}';
     }
     if (tickets != NULL) {
         /* Tickets are base64url and dots (ticket.h): no character needs escaping. */

@@ -61,6 +61,17 @@ char *pdr_pdreq_build_body_ticket(pdr_pdreq_t *r, const char *bootstrap_host, in
                                   const uint64_t *rooms, int dp_rank, const char *const *tickets,
                                   size_t *len);
 
+/* The request id ("rid") the router gives a PD item in both legs' bodies: "pdr-" and the item's bootstrap
+ * room in 16 hex digits. It is unique per item and per attempt (a fresh room each), the same on the prefill
+ * and the decode, and what an engine abort (POST /abort_request) names. */
+#define PDR_RID_LEN 20
+void pdr_pdreq_rid(uint64_t room, char out[PDR_RID_LEN + 1]);
+
+/* As pdr_pdreq_build_body_ticket, with "rid" set by the router too (pdr_pdreq_rid of rooms[i]; an array
+ * with batch > 0), replacing any rid the client sent: an abort must name exactly this attempt's item. */
+char *pdr_pdreq_build_body_rid(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
+                               int dp_rank, const char *const *tickets, size_t *len);
+
 /* The body of a request that skips the prefill (conditional disaggregation, router/workers/disagg.h): the
  * client's members except bootstrap_host, bootstrap_port, bootstrap_room and kv_transfer_params, so that
  * the worker runs it as a plain, non-disaggregated request; dp_rank >= 0 adds "data_parallel_rank" as

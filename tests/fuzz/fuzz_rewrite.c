@@ -11,11 +11,12 @@
  * Invariants, for every body the parser accepts:
  *   - the batch size is the prompt form's (jansson reads the same body), at most what the body can hold
  *     (chat: n, at most 128);
- *   - each leg's body (pdr_pdreq_build_body_ticket, with and without rank and tickets, and the plain body
- *     of pdr_pdreq_build_plain) is one strict JSON object, accepted again by the router's own scanner (no
- *     duplicate key), of exactly the length returned;
+ *   - each leg's body (pdr_pdreq_build_body_rid and _ticket, with and without rank and tickets, and the
+ *     plain body of pdr_pdreq_build_plain) is one strict JSON object, accepted again by the router's own
+ *     scanner (no duplicate key), of exactly the length returned;
  *   - it carries the router's bootstrap_host, bootstrap_port and bootstrap_room (arrays of batch items
- *     when batch > 0), the data_parallel_rank asked for, pd_ticket only when tickets were given, and every
+ *     when batch > 0), its rid per item when built with rids (the client's dropped), the data_parallel_rank
+ *     asked for, pd_ticket only when tickets were given, and every
  *     other member of the client's body unchanged (json_equal); the plain body none of the router's fields;
  *   - token ids equal the body's input_ids when those are in range, the tokenizer's ids are in its
  *     vocabulary, and the disaggregation measure never counts more matched than length.
@@ -98,11 +99,15 @@ static size_t expected_batch(pdr_route_t route, json_t *j)
     return json_is_integer(n) && json_integer_value(n) > 1 ? (size_t)json_integer_value(n) : 0;
 }
 
+/* The current leg was built with the router's rids (pdr_pdreq_build_body_rid): "rid" is the router's. */
+static int leg_rids;
+
 static int is_router_key(const char *k, int plain)
 {
-    return strcmp(k, "bootstrap_host") == 0 || strcmp(k, "bootstrap_port") == 0 ||
-           strcmp(k, "bootstrap_room") == 0 || strcmp(k, "pd_ticket") == 0 ||
-           strcmp(k, "data_parallel_rank") == 0 || (plain && strcmp(k, "kv_transfer_params") == 0);
+    return (leg_rids && strcmp(k, "rid") == 0) || strcmp(k, "bootstrap_host") == 0 ||
+           strcmp(k, "bootstrap_port") == 0 || strcmp(k, "bootstrap_room") == 0 ||
+           strcmp(k, "pd_ticket") == 0 || strcmp(k, "data_parallel_rank") == 0 ||
+           (plain && strcmp(k, "kv_transfer_params") == 0);
 }
 
 /* One field the router set: a scalar for one item, else an array of `items` such scalars. */
@@ -151,6 +156,13 @@ static json_t *want_ticket(size_t i)
     return json_string(leg_tickets[i]);
 }
 
+static json_t *want_rid(size_t i)
+{
+    char rid[PDR_RID_LEN + 1];
+    pdr_pdreq_rid(leg_rooms[i], rid);
+    return json_string(rid);
+}
+
 /* The body is one object the router's scanner accepts again, of the length returned; jansson's copy
  * (NULL when jansson refused the client's body, which the leg copies). */
 static json_t *check_object(const char *s, size_t n, int with_jansson)
@@ -191,12 +203,14 @@ static void check_kept(json_t *in, json_t *out, int plain, int ranked, const cha
     }
 }
 
-static void check_leg(const pdr_pdreq_t *r, json_t *in, int dp_rank, int with_tickets, const char *host,
-                      int bport, const uint64_t *rooms, char **tickets)
+static void check_leg(const pdr_pdreq_t *r, json_t *in, int dp_rank, int with_tickets, int rids,
+                      const char *host, int bport, const uint64_t *rooms, char **tickets)
 {
     size_t items = r->batch ? r->batch : 1, n = 0;
-    char *s = pdr_pdreq_build_body_ticket((pdr_pdreq_t *)r, host, bport, rooms, dp_rank,
-                                          with_tickets ? (const char *const *)tickets : NULL, &n);
+    const char *const *tk = with_tickets ? (const char *const *)tickets : NULL;
+    char *s = rids ? pdr_pdreq_build_body_rid((pdr_pdreq_t *)r, host, bport, rooms, dp_rank, tk, &n)
+                   : pdr_pdreq_build_body_ticket((pdr_pdreq_t *)r, host, bport, rooms, dp_rank, tk, &n);
+    leg_rids = rids;
     if (s == NULL)
         return; /* out of memory */
     json_t *j = check_object(s, n, in != NULL);
@@ -208,6 +222,8 @@ static void check_leg(const pdr_pdreq_t *r, json_t *in, int dp_rank, int with_ti
         check_field(j, "bootstrap_host", r->batch, items, want_host, s, n);
         check_field(j, "bootstrap_port", r->batch, items, want_port, s, n);
         check_field(j, "bootstrap_room", r->batch, items, want_room, s, n);
+        if (rids)
+            check_field(j, "rid", r->batch, items, want_rid, s, n);
         if (with_tickets)
             check_field(j, "pd_ticket", r->batch, items, want_ticket, s, n);
         else if (json_object_get(j, "pd_ticket") != NULL)
@@ -218,6 +234,7 @@ static void check_leg(const pdr_pdreq_t *r, json_t *in, int dp_rank, int with_ti
         check_kept(in, j, 0, dp_rank >= 0, s, n);
         json_decref(j);
     }
+    leg_rids = 0;
     free(s);
 }
 
@@ -360,8 +377,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *host = (flags & 0x20) ? "[fe80:ffff:ffff:ffff:ffff:ffff:ffff:ffff]" : "10.1.2.3";
         int bport = (flags & 0x10) ? -1 : 65535;
         int dp_rank = !(flags & 4) ? -1 : (flags & 0x40) ? INT_MAX : (len > 0 ? body[0] & 7 : 0);
-        check_leg(&r, in, dp_rank, (flags & 8) != 0, host, bport, rooms, tickets);
-        check_leg(&r, in, -1, 0, host, bport, rooms, tickets);
+        /* The sglang legs' bodies (rids, tickets or not), and the builder without rids. */
+        check_leg(&r, in, dp_rank, (flags & 8) != 0, 1, host, bport, rooms, tickets);
+        check_leg(&r, in, -1, 0, 0, host, bport, rooms, tickets);
         check_plain(&r, in, dp_rank);
         check_plain(&r, in, -1);
     }

@@ -83,11 +83,14 @@ static json_t *generate_obj(const sim_req_t *ctx, const sim_item_t *it, uint64_t
 {
     char id[64];
     item_id(ctx, it, id, sizeof(id));
-    json_t *meta =
-        json_pack("{s:s,s:o,s:I,s:I,s:i}", "id", id, "finish_reason",
-                  final ? json_pack("{s:s,s:I}", "type", "length", "length", (json_int_t)ntok) : json_null(),
-                  "prompt_tokens", (json_int_t)it->toks.n, "completion_tokens", (json_int_t)ntok,
-                  "cached_tokens", (json_int_t)it->cached);
+    /* An aborted request's reason is sglang's FINISH_ABORT form. */
+    json_t *reason =
+        !final         ? json_null()
+        : ctx->aborted ? json_pack("{s:s,s:s}", "type", "abort", "message", "aborted by POST /abort_request")
+                       : json_pack("{s:s,s:I}", "type", "length", "length", (json_int_t)ntok);
+    json_t *meta = json_pack("{s:s,s:o,s:I,s:I,s:i}", "id", id, "finish_reason", reason, "prompt_tokens",
+                             (json_int_t)it->toks.n, "completion_tokens", (json_int_t)ntok, "cached_tokens",
+                             (json_int_t)it->cached);
     if (ctx->return_logprob) {
         json_object_set_new(meta, "input_token_logprobs",
                             ctx->role == PDSIM_ROLE_DECODE ? json_array() : input_logprobs(it));
@@ -128,15 +131,16 @@ static json_t *full_obj(const sim_req_t *ctx, uint64_t ntok)
         return a;
     }
     json_t *choices = json_array();
+    const char *finish = ctx->aborted ? "abort" : "length"; /* sglang's OpenAI routes: the reason's type */
     for (size_t i = 0; i < ctx->n_items; i++) {
         json_t *text = words_json(&ctx->items[i], 0, ntok);
         if (ctx->route == ROUTE_COMPLETIONS)
             json_array_append_new(choices, json_pack("{s:I,s:o,s:n,s:s}", "index", (json_int_t)i, "text",
-                                                     text, "logprobs", "finish_reason", "length"));
+                                                     text, "logprobs", "finish_reason", finish));
         else
             json_array_append_new(choices, json_pack("{s:I,s:{s:s,s:o},s:n,s:s}", "index", (json_int_t)i,
                                                      "message", "role", "assistant", "content", text,
-                                                     "logprobs", "finish_reason", "length"));
+                                                     "logprobs", "finish_reason", finish));
     }
     return json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", ctx->id, "object",
                      ctx->route == ROUTE_COMPLETIONS ? "text_completion" : "chat.completion", "created",
@@ -152,6 +156,36 @@ static json_t *usage_chunk(const sim_req_t *ctx)
                      ctx->route == ROUTE_COMPLETIONS ? "text_completion" : "chat.completion.chunk", "created",
                      (json_int_t)time(NULL), "model", sim__state.opts.model, "choices", "usage",
                      usage_obj(ctx, ctx->max_tokens));
+}
+
+static int sendbuf_event(sim_req_t *ctx, json_t *obj);
+
+/* The events that end an aborted stream: one per item with finish_reason abort (after the tokens it had),
+ * then [DONE], as sglang ends a stream whose request was aborted. */
+static int abort_events(sim_req_t *ctx)
+{
+    uint64_t ntok = ctx->next_ev / ctx->n_items;
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        const sim_item_t *it = &ctx->items[i];
+        json_t *ev;
+        if (ctx->route == ROUTE_GENERATE) {
+            ev = generate_obj(ctx, it, ntok, 1);
+        } else {
+            json_t *choice = ctx->route == ROUTE_COMPLETIONS
+                                 ? json_pack("{s:I,s:s,s:n,s:s}", "index", (json_int_t)it->index, "text", "",
+                                             "logprobs", "finish_reason", "abort")
+                                 : json_pack("{s:I,s:{s:s},s:n,s:s}", "index", (json_int_t)it->index, "delta",
+                                             "content", "", "logprobs", "finish_reason", "abort");
+            ev = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", ctx->id, "object",
+                           ctx->route == ROUTE_COMPLETIONS ? "text_completion" : "chat.completion.chunk",
+                           "created", (json_int_t)ctx->created, "model", sim__state.opts.model, "choices",
+                           choice);
+        }
+        int r = sendbuf_event(ctx, ev);
+        if (r != 0)
+            return r;
+    }
+    return sim__sendbuf_append(ctx, "data: [DONE]\n\n", 14);
 }
 
 /* One streamed event: item i, step j (output token j; step 0 with no tokens when max_tokens is 0). */
@@ -246,6 +280,18 @@ static void pump_once(sim_req_t *ctx)
 {
     if (ctx->req == NULL || ctx->stopped || ctx->finished || ctx->sending)
         return;
+    if (ctx->aborted && !ctx->abort_pending) {
+        ctx->send.len = 0;
+        if (abort_events(ctx) != 0) {
+            ctx->abort_pending = 1;
+            ctx->need_pump = 1;
+            return;
+        }
+        h2o_iovec_t buf = h2o_iovec_init(ctx->send.p, ctx->send.len);
+        ctx->finished = 1;
+        h2o_send(ctx->req, &buf, 1, H2O_SEND_STATE_FINAL);
+        return;
+    }
     if (ctx->kv_wait && !ctx->abort_pending)
         return; /* the stream's head is out; its tokens wait for the KV */
     if (ctx->abort_pending) {
@@ -273,6 +319,8 @@ static void pump_once(sim_req_t *ctx)
             return;
         }
         ctx->next_ev++;
+        if (ctx->max_tokens > 0)
+            sim__state.tokens_streamed++;
     }
     if (ctx->next_ev == total) {
         if ((ctx->include_usage && sendbuf_event(ctx, usage_chunk(ctx)) != 0) ||
@@ -405,4 +453,33 @@ void sim__begin_output(sim_req_t *ctx)
         return;
     }
     uv_timer_start(&ctx->timer, on_timer_send_final, ms, 0);
+}
+
+/* POST /abort_request named this live request (routes.c): it stops where it is, as an sglang scheduler drops
+ * an aborted request. Its timers stop, its KV transfers are cancelled (the shim frees their rooms), the KV it
+ * held is given back; its answer ends with finish_reason abort: a stream with one last event per item and
+ * [DONE] (its head sent first when it had not begun), a whole answer with the tokens it had (none). */
+void sim__abort(sim_req_t *ctx)
+{
+    ctx->aborted = 1;
+    sim__state.aborted++;
+    sim__req_inactive(ctx);
+    sim__req_release(ctx);
+    if (ctx->stream) {
+        if (!ctx->started)
+            sim__start_stream_response(ctx);
+        ctx->kv_wait = 0;
+        sim__pump(ctx);
+        return;
+    }
+    json_t *o = full_obj(ctx, 0);
+    char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    ctx->finished = 1;
+    if (s == NULL) {
+        sim__send_error(ctx->req, 500, "pdsim: out of memory building the response");
+        return;
+    }
+    sim__send_body(ctx->req, 200, "application/json", s, strlen(s));
+    free(s);
 }

@@ -39,6 +39,7 @@ typedef struct pdsim_faults {
     int64_t fail_kv_from_port;  /* decode: KV offered on this bootstrap port fails at once: 500 (0: off) */
     int fail_after_kv;          /* prefill: the KV is sent, then the request is answered with this status */
     int reset_answer;           /* a JSON answer is cut in the middle of its body by a hard reset */
+    int hang_abort;             /* POST /abort_request is accepted and never answered (nor acted on) */
     int64_t die_after;          /* as configured (reported back) */
 } pdsim_faults_t;
 

@@ -45,6 +45,16 @@ static void send_stats(h2o_req_t *req)
                                   (json_int_t)sim__state.parts_moved_at_end, "bytes",
                                   (json_int_t)sim__state.parts_bytes, "tail_us_last",
                                   (json_int_t)sim__state.kv_tail_us_last));
+    json_t *rids = json_array();
+    size_t nr = sim__state.aborted_pos < SIM_LAST_MAX ? sim__state.aborted_pos : SIM_LAST_MAX;
+    for (size_t k = sim__state.aborted_pos - nr; k < sim__state.aborted_pos; k++)
+        json_array_append_new(rids, json_string(sim__state.aborted_rids[k % SIM_LAST_MAX]));
+    json_object_set_new(o, "aborts",
+                        json_pack("{s:I,s:I,s:I,s:I,s:o}", "calls", (json_int_t)sim__state.abort_calls,
+                                  "matched", (json_int_t)sim__state.abort_matched, "aborted",
+                                  (json_int_t)sim__state.aborted, "unknown",
+                                  (json_int_t)sim__state.abort_unknown, "rids", rids));
+    json_object_set_new(o, "tokens_streamed", json_integer((json_int_t)sim__state.tokens_streamed));
     json_object_set_new(o, "kv_capacity_bytes", json_integer((json_int_t)sim__state.opts.kv_capacity_bytes));
     json_object_set_new(o, "kv_used_bytes", json_integer((json_int_t)sim__state.kv_used));
     json_object_set_new(o, "kv_used_max_bytes", json_integer((json_int_t)sim__state.kv_used_max));
@@ -86,13 +96,14 @@ static void send_stats(h2o_req_t *req)
 static json_t *faults_obj(void)
 {
     const pdsim_faults_t *f = &sim__state.faults;
-    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i,s:b,s:I,s:b,s:I}", "fail_health", f->fail_health,
-                     "health_status", f->health_status, "fail_status", f->fail_status, "hang_before_headers",
-                     f->hang_before_headers, "drip_ms", (json_int_t)f->drip_ms, "reset_after_tokens",
-                     (json_int_t)f->reset_after_tokens, "stall_kv", f->stall_kv, "die_after",
-                     (json_int_t)f->die_after, "fail_after_kv", f->fail_after_kv, "stream_head_before_kv",
-                     f->stream_head_before_kv, "stall_kv_from_port", (json_int_t)f->stall_kv_from_port,
-                     "reset_answer", f->reset_answer, "fail_kv_from_port", (json_int_t)f->fail_kv_from_port);
+    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i,s:b,s:I,s:b,s:I,s:b}", "fail_health",
+                     f->fail_health, "health_status", f->health_status, "fail_status", f->fail_status,
+                     "hang_before_headers", f->hang_before_headers, "drip_ms", (json_int_t)f->drip_ms,
+                     "reset_after_tokens", (json_int_t)f->reset_after_tokens, "stall_kv", f->stall_kv,
+                     "die_after", (json_int_t)f->die_after, "fail_after_kv", f->fail_after_kv,
+                     "stream_head_before_kv", f->stream_head_before_kv, "stall_kv_from_port",
+                     (json_int_t)f->stall_kv_from_port, "reset_answer", f->reset_answer, "fail_kv_from_port",
+                     (json_int_t)f->fail_kv_from_port, "hang_abort", f->hang_abort);
 }
 
 void sim__set_die_after(int64_t n)
@@ -152,6 +163,7 @@ static void handle_fault(h2o_req_t *req)
     KNOB("stall_kv_from_port", stall_kv_from_port, 0, 65535)
     KNOB("reset_answer", reset_answer, 0, 1)
     KNOB("fail_kv_from_port", fail_kv_from_port, 0, 65535)
+    KNOB("hang_abort", hang_abort, 0, 1)
 #undef KNOB
     int64_t kv_drop = -1, kv_bad = -1;
     if (fault_int(body, "kv_events_drop_every", 0, INT32_MAX, &kv_drop) != 0 ||
@@ -223,6 +235,62 @@ static void send_last_headers(h2o_req_t *req)
     json_decref(o);
 }
 
+/* The rid of a request's body (a string, or one per item in a batch) equals rid. */
+static int rid_matches(const sim_req_t *ctx, const char *rid)
+{
+    json_t *v = ctx->body != NULL ? json_object_get(ctx->body, "rid") : NULL, *e;
+    size_t i;
+    if (json_is_string(v))
+        return strcmp(json_string_value(v), rid) == 0;
+    json_array_foreach(v, i, e)
+    {
+        if (json_is_string(e) && strcmp(json_string_value(e), rid) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* POST /abort_request, sglang's: {"rid": RID} aborts the live request whose rid (or a batch item's) is RID,
+ * {"abort_all": true} every live request; answered 200 with an empty body, whether anything matched or not
+ * (sglang ignores an unknown rid). hang_abort: accepted and never answered. */
+static void handle_abort(h2o_req_t *req)
+{
+    sim__state.abort_calls++;
+    if (sim__state.faults.hang_abort)
+        return; /* h2o frees the request when the caller closes the connection */
+    json_error_t jerr;
+    json_t *body = json_loadb(req->entity.base, req->entity.len, 0, &jerr);
+    json_t *rid = json_object_get(body, "rid");
+    int all = json_is_true(json_object_get(body, "abort_all"));
+    if (!json_is_object(body) || (!all && !json_is_string(rid))) {
+        json_decref(body);
+        sim__send_error(req, 400, "abort_request: expected {\"rid\": string} or {\"abort_all\": true}");
+        return;
+    }
+    size_t n = 0;
+    pdr_dlink_t *l = sim__state.reqs.head;
+    while (l != NULL) {
+        sim_req_t *ctx = PDR_DLINK_ITEM(l, sim_req_t, link);
+        l = l->next;
+        if (!sim__req_is_live(ctx) || (!all && !rid_matches(ctx, json_string_value(rid))))
+            continue;
+        n++;
+        sim__state.abort_matched++;
+        /* A caller that closed the request's connection before it sent the abort (a router cancels its leg,
+         * then aborts) is gone: the request is cancelled, as the peek would find on its next turn. */
+        if (sim__req_peer_closed(ctx))
+            sim__req_disconnected(ctx);
+        else
+            sim__abort(ctx);
+    }
+    snprintf(sim__state.aborted_rids[sim__state.aborted_pos++ % SIM_LAST_MAX], 64, "%s",
+             all ? "*" : json_string_value(rid));
+    if (n == 0)
+        sim__state.abort_unknown++;
+    json_decref(body);
+    sim__send_body(req, 200, "text/plain", "", 0);
+}
+
 int sim__on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     (void)self;
@@ -291,6 +359,11 @@ int sim__on_req(h2o_handler_t *self, h2o_req_t *req)
                               "num_waiting_reqs", 0, "num_tokens", (json_int_t)sim__state.nreqs);
         sim__send_json(req, 200, o);
         json_decref(o);
+    } else if (path_is(req, "/abort_request")) {
+        if (method_is(req, "POST"))
+            handle_abort(req);
+        else
+            sim__send_error(req, 405, "use POST");
     } else if (path_is(req, "/pdsim/stats")) {
         send_stats(req);
     } else if (path_is(req, "/pdsim/last_headers")) {

@@ -213,7 +213,7 @@ static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
 
 int sim__req_is_live(const sim_req_t *ctx)
 {
-    return ctx->req != NULL && !ctx->finished && !ctx->stopped && !ctx->cancelled;
+    return ctx->req != NULL && !ctx->finished && !ctx->stopped && !ctx->cancelled && !ctx->aborted;
 }
 
 /* Ends a request that has not started its response with an error. */
@@ -235,6 +235,16 @@ int sim__fd_of(h2o_req_t *req)
     return sock != NULL ? h2o_socket_get_fd(sock) : -1;
 }
 
+int sim__req_peer_closed(const sim_req_t *ctx)
+{
+    int fd = ctx->req != NULL && ctx->req->version < 0x200 ? sim__fd_of(ctx->req) : -1;
+    if (fd < 0)
+        return 0;
+    char c;
+    ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return !(r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)));
+}
+
 /* h2o does not read an HTTP/1 socket while the handler is pending. */
 void sim__on_peek(uv_timer_t *t)
 {
@@ -243,13 +253,12 @@ void sim__on_peek(uv_timer_t *t)
         uv_timer_stop(t);
         return;
     }
-    int fd = sim__fd_of(ctx->req);
-    if (fd < 0)
-        return;
-    char c;
-    ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
-        return;
+    if (sim__req_peer_closed(ctx))
+        sim__req_disconnected(ctx);
+}
+
+void sim__req_disconnected(sim_req_t *ctx)
+{
     mark_cancelled(ctx);
     sim__req_release(ctx);
     if (ctx->started) {

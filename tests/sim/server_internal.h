@@ -93,6 +93,7 @@ typedef struct sim_req {
     int64_t created;
     /* progress */
     int started, finished, stopped, cancelled, die_on_dispose, abort_pending;
+    int aborted; /* POST /abort_request named its rid: its answer ends with finish_reason abort */
     int sending, in_pump, need_pump;
     int kv_wait;  /* stream_head_before_kv: the stream has begun, its KV has not arrived yet */
     int lease_hb; /* vLLM decode: heartbeats renew the prefill's lease until the pull ends */
@@ -164,6 +165,13 @@ struct sim_state {
      * for every prefill transfer, the µs from the end of compute to its completion (the last one). */
     uint64_t parts_rooms, parts_published, parts_moved_at_end, parts_bytes, kv_tail_us_last;
     uint64_t kv_used, kv_capacity_refusals, kv_used_max; /* --kv-capacity-bytes accounting */
+    /* POST /abort_request: calls received, the live requests they named (matched), of those the ones
+     * answered with finish_reason abort (aborted; the others' callers had gone: cancelled), calls that named
+     * no live request, the rids the last SIM_LAST_MAX calls named (oldest first in stats); and the output
+     * tokens streamed, all requests (a test sees an aborted stream stop). */
+    uint64_t abort_calls, abort_matched, aborted, abort_unknown, tokens_streamed;
+    char aborted_rids[SIM_LAST_MAX][64];
+    size_t aborted_pos;
     char engine_id[96];
     pdsim_pcache_t *pcache;  /* prefill and both with --prefix-cache-tokens; NULL when off */
     json_t *last_headers[3]; /* GET /pdsim/last_headers: of the last generate, health and models request */
@@ -200,6 +208,10 @@ int sim__req_is_live(const sim_req_t *ctx);
 void sim__req_fail(sim_req_t *ctx, int status, const char *msg);
 int sim__fd_of(h2o_req_t *req);
 void sim__on_peek(uv_timer_t *t);
+/* Whether the client of an HTTP/1 request closed its connection (a peek reads end of file). */
+int sim__req_peer_closed(const sim_req_t *ctx);
+/* The client of a live request went away: it is cancelled (as h2o's stop would), its stream aborted. */
+void sim__req_disconnected(sim_req_t *ctx);
 sim_req_t *sim__req_new(h2o_req_t *req, enum sim_route route);
 
 /* output.c */
@@ -208,6 +220,7 @@ void sim__start_stream_response(sim_req_t *ctx);
 void sim__pump(sim_req_t *ctx);
 void sim__send_final(sim_req_t *ctx, uint64_t ntok);
 void sim__begin_output(sim_req_t *ctx);
+void sim__abort(sim_req_t *ctx);
 
 /* kv_flow.c */
 void sim__compute_then_continue(sim_req_t *ctx);

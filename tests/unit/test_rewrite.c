@@ -471,7 +471,51 @@ static void test_tickets(void)
     pdr_pdreq_clear(&r);
 }
 
+/* protocol sglang: the router's rid per item (pdr- and the room in 16 hex digits), after the bootstrap fields
+ * and before the tickets; a client's rid is dropped (an abort must name this attempt's item), and the other
+ * builders keep it. */
+static void test_rids(void)
+{
+    uint64_t rooms[2] = {0x0123456789abcdefull, 7};
+    const char *tk[2] = {"pt1.a", "pt1.b"};
+    char rid[PDR_RID_LEN + 1];
+    pdr_pdreq_rid(rooms[0], rid);
+    CHECK(strcmp(rid, "pdr-0123456789abcdef") == 0);
+    pdr_pdreq_t r;
+    char err[256];
+    size_t len;
+    const char *b = "{\"text\":\"hi\",\"rid\":\"mine\"}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, b, strlen(b), &r, err, sizeof(err)) == 0);
+    char *s = pdr_pdreq_build_body_rid(&r, "10.0.0.1", 8998, rooms, -1, NULL, &len);
+    CHECK(s != NULL && strlen(s) == len);
+    CHECK(s != NULL &&
+          strcmp(s, "{\"text\":\"hi\",\"bootstrap_host\":\"10.0.0.1\",\"bootstrap_port\":8998,"
+                    "\"bootstrap_room\":81985529216486895,\"rid\":\"pdr-0123456789abcdef\"}") == 0);
+    free(s);
+    s = pdr_pdreq_build_body_ticket(&r, "10.0.0.1", 8998, rooms, -1, NULL, &len);
+    CHECK(s != NULL && strstr(s, "\"rid\":\"mine\"") != NULL);
+    free(s);
+    pdr_pdreq_clear(&r);
+    const char *batch = "{\"text\":[\"a\",\"b\"],\"rid\":[\"x\",\"y\"]}";
+    CHECK(pdr_pdreq_parse(PDR_ROUTE_GENERATE, batch, strlen(batch), &r, err, sizeof(err)) == 0 &&
+          r.batch == 2);
+    s = pdr_pdreq_build_body_rid(&r, "h", 1, rooms, 3, tk, &len);
+    CHECK(s != NULL && strlen(s) == len);
+    json_t *j = s != NULL ? json_loads(s, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    CHECK(j != NULL);
+    json_t *v = json_object_get(j, "rid");
+    CHECK(json_is_array(v) && json_array_size(v) == 2);
+    const char *r0 = json_string_value(json_array_get(v, 0)), *r1 = json_string_value(json_array_get(v, 1));
+    CHECK(r0 != NULL && strcmp(r0, "pdr-0123456789abcdef") == 0);
+    CHECK(r1 != NULL && strcmp(r1, "pdr-0000000000000007") == 0);
+    CHECK(json_array_size(json_object_get(j, "pd_ticket")) == 2);
+    json_decref(j);
+    free(s);
+    pdr_pdreq_clear(&r);
+}
+
 static const pdr_test_case_t cases[] = {
+    {"rids", test_rids, 60},
     {"vllm_bodies", test_vllm_bodies, 60},
     {"vllm_answer", test_vllm_answer, 60},
     {"injection", test_injection, 60},
