@@ -39,6 +39,8 @@ typedef struct pdsim_faults {
     int64_t fail_kv_from_port;  /* decode: KV offered on this bootstrap port fails at once: 500 (0: off) */
     int fail_after_kv;          /* prefill: the KV is sent, then the request is answered with this status */
     int reset_answer;           /* a JSON answer is cut in the middle of its body by a hard reset */
+    int load_status;            /* 0: normal; else /get_load and /metrics answer this status */
+    int load_garbage;           /* /get_load and /metrics answer text in neither engine's format */
     int64_t die_after;          /* as configured (reported back) */
 } pdsim_faults_t;
 
