@@ -65,7 +65,7 @@ def send_all(r, n, path, body_of):
 def by_engine(policy, protocol):
     try:
         ps, ds = [sim("prefill")], [sim("decode"), sim("decode")]
-        conf = "policy: { prefill: round_robin, decode: %s }\nload: { poll_ms: 50 }\n" % policy
+        conf = "policy: { prefill: round_robin, decode: %s }\nload: { poll_ms: 50, timeout_ms: 5000 }\n" % policy
         if protocol == "vllm":
             conf += "protocol: vllm\n"
             path = "/v1/completions"
@@ -119,7 +119,8 @@ def scenario_poll_fails():
     try:
         ps, ds = [sim("prefill", "--kv-timeout-ms", "600000")], [sim("decode"), sim("decode")]
         r = router(ps, ds, config="policy: { prefill: round_robin, decode: least_load }\n"
-                   "load: { poll_ms: 50 }\ntimeouts: { first_byte_ms: 600000, kv_transfer_ms: 600000 }")
+                   "load: { poll_ms: 50, timeout_ms: 5000 }\n"
+                   "timeouts: { first_byte_ms: 600000, kv_transfer_ms: 600000 }")
         request_json(ds[0].port, "POST", "/pdsim/fault", {"load_status": 500, "hang_before_headers": 1})
         pdtest.poll_until(lambda: (metric_value(metrics(r), "pdr_engine_load_poll_total", outcome="failed") or 0)
                           >= 2, 10, "failed reads counted")
@@ -175,7 +176,7 @@ def scenario_kv_usage():
         ps = [sim("prefill", "--kv-timeout-ms", "600000")]
         ds = [sim("decode", "--kv-capacity-bytes", str(cap)), sim("decode")]
         r = router(ps, ds, config="policy: { prefill: round_robin, decode: round_robin }\nprotocol: vllm\n"
-                   "load: { poll_ms: 50, kv_usage_max_percent: 50 }\n"
+                   "load: { poll_ms: 50, timeout_ms: 5000, kv_usage_max_percent: 50 }\n"
                    "timeouts: { first_byte_ms: 600000, kv_transfer_ms: 600000 }")
         # Decode 0 streams slowly: one long request there holds over half its KV while it runs.
         request_json(ds[0].port, "POST", "/pdsim/fault", {"drip_ms": 1000})
