@@ -214,7 +214,7 @@ static void finish_flush(fan_t *f)
 static long long load_of(const call_t *c)
 {
     pdr_engine_load_t l;
-    if (!ok_status(c) || c->buf == NULL || pdr_engine_load_parse_sglang(c->buf, c->len, &l) != 0)
+    if (!ok_status(c) || c->buf == NULL || pdr_engine_load_parse_sglang(c->buf, c->len, -1, &l) != 0)
         return -1;
     return l.list || l.tokens_seen > 0 ? (long long)l.tokens : -1; /* one object: its num_tokens */
 }

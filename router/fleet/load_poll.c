@@ -99,12 +99,12 @@ static void on_done(pdr_leg_t *leg, int err)
     } else {
         pdr_engine_load_t l;
         int rc = pl->vllm ? pdr_engine_load_parse_prometheus(pl->buf, pl->len, &l)
-                          : pdr_engine_load_parse_sglang(pl->buf, pl->len, &l);
+                          : pdr_engine_load_parse_sglang(pl->buf, pl->len, w->dp_rank, &l);
         if (rc != 0 || l.reqs_seen == 0) {
             snprintf(why, sizeof(why), "%s",
                      rc != 0 ? "the answer is not in the engine's format"
                              : (pl->vllm ? "no vllm:num_requests_running or _waiting gauge"
-                                         : "no num_reqs in the answer"));
+                                         : "no num_reqs in the answer (for its rank, with --dp-aware)"));
             failed(pl, PDR_ELP_GARBAGE, why);
         } else {
             ST(w->engine.reqs, l.reqs);

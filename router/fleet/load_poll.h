@@ -1,6 +1,7 @@
 /*
  * The engines' own load, read on loop 0 every load.poll_ms (docs/operations.md "Engine load"): GET
- * /get_load of a worker whose pool speaks sglang or pdshim, GET /metrics of a vLLM one, parsed by
+ * /get_load of a worker whose pool speaks sglang or pdshim (a data-parallel rank target reads its own
+ * rank's object), GET /metrics of a vLLM one, parsed by
  * util/engine_load.c into the worker's engine fields (pool.h) that the picks read through
  * workers/pool_load.h. A read that fails, passes load.timeout_ms or answers garbage leaves the worker's
  * engine load unknown (never idle); each read is counted by outcome and a worker's change between a good

@@ -41,7 +41,7 @@ static int add_rank(pdr_engine_load_t *out, json_t *e)
     return 0;
 }
 
-int pdr_engine_load_parse_sglang(const char *buf, size_t len, pdr_engine_load_t *out)
+int pdr_engine_load_parse_sglang(const char *buf, size_t len, int rank, pdr_engine_load_t *out)
 {
     reset(out);
     if (len > PDR_ENGINE_LOAD_MAX_BODY)
@@ -53,7 +53,12 @@ int pdr_engine_load_parse_sglang(const char *buf, size_t len, pdr_engine_load_t 
         json_t *e;
         json_array_foreach(a, i, e)
         {
-            if (json_is_object(e) && add_rank(out, e) != 0) {
+            if (!json_is_object(e))
+                continue;
+            json_t *r = json_object_get(e, "dp_rank");
+            if (rank >= 0 && (!json_is_integer(r) || json_integer_value(r) != rank))
+                continue; /* another rank's */
+            if (add_rank(out, e) != 0) {
                 rc = PDR_EPROTO;
                 break;
             }

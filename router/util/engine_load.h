@@ -25,9 +25,11 @@ typedef struct pdr_engine_load {
     int list;             /* sglang: the answer was a list (1) or one object (0) */
 } pdr_engine_load_t;
 
-/* sglang's /get_load answer. 0 with *out filled (reqs_seen may be 0: a list whose objects name none of the
- * counts), PDR_EPROTO when it is not JSON, neither a list nor an object, or a count is negative. */
-int pdr_engine_load_parse_sglang(const char *buf, size_t len, pdr_engine_load_t *out);
+/* sglang's /get_load answer: the sum over its ranks (rank < 0), or the object of one data-parallel rank
+ * (dp_rank == rank; the older one-object form stands for every rank). 0 with *out filled (reqs_seen may be
+ * 0: no object names the counts, or none is the rank's), PDR_EPROTO when it is not JSON, neither a list nor
+ * an object, or a count read is negative or not an integer. */
+int pdr_engine_load_parse_sglang(const char *buf, size_t len, int rank, pdr_engine_load_t *out);
 
 /* vLLM's /metrics answer (Prometheus text exposition). 0 with *out filled (reqs_seen 0 when neither request
  * gauge is there), PDR_EPROTO when a line is not a sample or a comment, or one of the gauges read is not a

@@ -12,6 +12,9 @@ Scenarios (argv[1]):
                 own count (one request it holds there) weighs it, so every new request goes to decode 1,
                 whose engine says it is idle. The failures are counted by outcome, the fall-back counted, the
                 admin listing names each worker's source, and the log says it once per change.
+  dp_ranks      a decode with two data-parallel ranks (dp_size 2, pdsim --dp-size 2): rank 0 is loaded by
+                requests sent to it directly, and /get_load says so per rank: least_load sends every request
+                to rank 1 of the same decode (each rank weighed by its own entry, not the engine's sum).
   kv_usage      load.kv_usage_max_percent (protocol: vllm): a decode whose /metrics reports its KV cache
                 fuller than the key takes no new request while another has room (round robin alone would
                 alternate).
@@ -166,6 +169,44 @@ def scenario_poll_fails():
         # Logged once for the change to failing (500, then garbage: still failing, no second line).
         lines = [x for x in open(r.log_path, errors="replace") if "engine load:" in x and url(ds[0]) in x]
         check(len(lines) == 1, "log lines about decode 0's load: %r" % lines, r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_dp_ranks():
+    try:
+        p, d = sim("prefill"), sim("decode", "--dp-size", "2", "--local-prefill")
+        r = router([], [], config="workers:\n"
+                   "  prefill: [ { url: 'http://127.0.0.1:%d', bootstrap_port: %d } ]\n"
+                   "  decode: [ { url: 'http://127.0.0.1:%d', dp_size: 2 } ]\n"
+                   "policy: { prefill: round_robin, decode: least_load }\n"
+                   "load: { poll_ms: 50, timeout_ms: 5000 }\n" % (p.port, p.ports["bport"], d.port))
+        # Two long requests on rank 0, sent to the decode directly (--local-prefill runs them there).
+        request_json(d.port, "POST", "/pdsim/fault", {"drip_ms": 100})
+        body = {"text": "direct", "sampling_params": {"max_new_tokens": 1000}, "data_parallel_rank": 0}
+
+        def send():
+            try:
+                request(d.port, "POST", "/generate", body, timeout=300)
+            except OSError:
+                pass
+        for _ in range(2):
+            threading.Thread(target=send, daemon=True).start()
+        ranks = ["%s@%d" % (url(d), k) for k in range(2)]
+
+        def engine(k):
+            return metric_value(metrics(r), "pdr_worker_engine_requests", worker=ranks[k], role="decode")
+        pdtest.poll_until(lambda: engine(0) == 2 and engine(1) == 0, 10, "the router to read both ranks' load")
+        # Ranks 0 and 1 weigh 2 and 0: both drawn at every pick, rank 1 wins every time. Weighed by the
+        # engine's sum (2 and 2) the 20 picks would all reach rank 1 with probability 2^-20.
+        n0 = stats(d)["requests"]
+        for k in range(20):
+            st = request(r.port, "POST", "/generate", {"text": "q%d" % k, "sampling_params": {"max_new_tokens": 2}},
+                         timeout=10)[0]
+            check(st == 200, "status %d" % st, r)
+        got = [e["body"].get("data_parallel_rank") for e in stats(d)["last"][-20:]]
+        check(stats(d)["requests"] - n0 == 20 and got == [1] * 20,
+              "the decode legs went to ranks %r (rank 0 is the loaded one)" % got, r)
     finally:
         pdtest.stop_all()
 

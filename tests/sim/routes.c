@@ -85,10 +85,16 @@ static void send_stats(h2o_req_t *req)
     json_decref(o);
 }
 
-/* The requests on pdsim now: every request runs at once (pdsim has no queue), so none waits. */
-static uint64_t running_now(void)
+/* The requests on pdsim now, of one data-parallel rank (rank < 0: all): every request runs at once (pdsim
+ * has no queue), so none waits. */
+static uint64_t running_now(int rank)
 {
-    return (uint64_t)sim__state.nreqs;
+    if (rank < 0)
+        return (uint64_t)sim__state.nreqs;
+    uint64_t n = 0;
+    for (const pdr_dlink_t *l = sim__state.reqs.head; l != NULL; l = l->next)
+        n += PDR_DLINK_ITEM(l, sim_req_t, link)->dp_rank == rank;
+    return n;
 }
 
 /* KV in use as a fraction of --kv-capacity-bytes (0 without a capacity). */
@@ -98,19 +104,24 @@ static double kv_usage_now(void)
     return cap > 0 ? (double)sim__state.kv_used / (double)cap : 0.0;
 }
 
-/* sglang's GET /get_load: one entry per data-parallel rank (pdsim has one) with its current fields
- * (dp_rank, num_reqs = running + waiting, num_waiting_reqs, num_tokens, num_pending_tokens, ts_tic);
- * pdsim's tokens are its requests in flight, none pending. */
+/* sglang's GET /get_load: one entry per data-parallel rank (--dp-size) with its current fields (dp_rank,
+ * num_reqs = running + waiting, num_waiting_reqs, num_tokens, num_pending_tokens, ts_tic); pdsim's tokens
+ * are its requests in flight, none pending. A request counts on the rank it named (else rank 0). */
 static void send_get_load(h2o_req_t *req)
 {
-    uint64_t n = running_now();
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    json_t *o = json_pack("[{s:i,s:I,s:i,s:I,s:i,s:f}]", "dp_rank", 0, "num_reqs", (json_int_t)n,
-                          "num_waiting_reqs", 0, "num_tokens", (json_int_t)n, "num_pending_tokens", 0,
-                          "ts_tic", (double)ts.tv_sec + (double)ts.tv_nsec / 1e9);
-    sim__send_json(req, 200, o);
-    json_decref(o);
+    int64_t ranks = sim__state.opts.dp_size > 0 ? sim__state.opts.dp_size : 1;
+    json_t *a = json_array();
+    for (int64_t r = 0; r < ranks && a != NULL; r++) {
+        uint64_t n = running_now((int)r);
+        json_array_append_new(a, json_pack("{s:I,s:I,s:i,s:I,s:i,s:f}", "dp_rank", (json_int_t)r, "num_reqs",
+                                           (json_int_t)n, "num_waiting_reqs", 0, "num_tokens", (json_int_t)n,
+                                           "num_pending_tokens", 0, "ts_tic",
+                                           (double)ts.tv_sec + (double)ts.tv_nsec / 1e9));
+    }
+    sim__send_json(req, 200, a);
+    json_decref(a);
 }
 
 /* vLLM's GET /metrics: its scheduler gauges under vLLM's names and labels (model_name, engine), from
@@ -133,7 +144,7 @@ static void send_vllm_metrics(h2o_req_t *req)
                      "# TYPE vllm:request_success_total counter\n"
                      "vllm:request_success_total{engine=\"0\",finished_reason=\"stop\",model_name=\"%s\"} "
                      "%llu.0\n",
-                     m, (unsigned long long)running_now(), m, m, kv_usage_now(), m,
+                     m, (unsigned long long)running_now(-1), m, m, kv_usage_now(), m,
                      (unsigned long long)sim__state.completed);
     if (n < 0 || (size_t)n >= sizeof(body)) {
         sim__send_error(req, 500, "metrics page too long (the model name)");

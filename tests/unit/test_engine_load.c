@@ -20,37 +20,43 @@
 static void test_sglang(void)
 {
     pdr_engine_load_t l;
-    CHECK(pdr_engine_load_parse_sglang(S("[{\"dp_rank\":0,\"num_reqs\":5,\"num_waiting_reqs\":2,\"num_"
-                                         "tokens\":900,\"num_pending_tokens\":"
-                                         "40,\"ts_tic\":12.5},{\"dp_rank\":1,\"num_reqs\":1,\"num_waiting_"
-                                         "reqs\":0,\"num_tokens\":100}]"),
-                                       &l) == 0);
+    static const char cur[] = /* sglang's current answer, two ranks */
+        "[{\"dp_rank\":0,\"num_reqs\":5,\"num_waiting_reqs\":2,\"num_tokens\":900,\"num_pending_tokens\":40,"
+        "\"ts_tic\":12.5},{\"dp_rank\":1,\"num_reqs\":1,\"num_waiting_reqs\":0,\"num_tokens\":100}]";
+    CHECK(pdr_engine_load_parse_sglang(S(cur), -1, &l) == 0);
     CHECK(l.reqs == 6 && l.waiting == 2 && l.tokens == 1000 && l.reqs_seen == 2 && l.tokens_seen == 2 &&
           l.list);
     CHECK(l.kv_usage_ppm == -1);
+    /* One rank of --dp-aware: its own object only; a rank the answer lacks has nothing seen. */
+    static const char two[] =
+        "[{\"dp_rank\":0,\"num_reqs\":5},{\"dp_rank\":1,\"num_reqs\":1,\"num_tokens\":4}]";
+    CHECK(pdr_engine_load_parse_sglang(S(two), 1, &l) == 0 && l.reqs == 1 && l.tokens == 4 &&
+          l.reqs_seen == 1);
+    CHECK(pdr_engine_load_parse_sglang(S(two), 0, &l) == 0 && l.reqs == 5 && l.reqs_seen == 1);
+    CHECK(pdr_engine_load_parse_sglang(S(two), 2, &l) == 0 && l.reqs_seen == 0);
     /* The older one-object form. */
-    CHECK(pdr_engine_load_parse_sglang(S("{\"num_reqs\":3,\"num_waiting_reqs\":1,\"num_tokens\":7}"), &l) ==
-          0);
+    CHECK(pdr_engine_load_parse_sglang(S("{\"num_reqs\":3,\"num_waiting_reqs\":1,\"num_tokens\":7}"), -1,
+                                       &l) == 0);
     CHECK(l.reqs == 3 && l.waiting == 1 && l.tokens == 7 && l.reqs_seen == 1 && !l.list);
     /* A list whose objects name no count: parsed, but nothing seen (the poll calls it garbage). */
-    CHECK(pdr_engine_load_parse_sglang(S("[{\"dp_rank\":0}]"), &l) == 0 && l.reqs_seen == 0);
-    CHECK(pdr_engine_load_parse_sglang(S("[]"), &l) == 0 && l.reqs_seen == 0);
+    CHECK(pdr_engine_load_parse_sglang(S("[{\"dp_rank\":0}]"), -1, &l) == 0 && l.reqs_seen == 0);
+    CHECK(pdr_engine_load_parse_sglang(S("[]"), -1, &l) == 0 && l.reqs_seen == 0);
     /* Malformed. */
-    CHECK(pdr_engine_load_parse_sglang(S("[{\"num_reqs\":-1}]"), &l) == PDR_EPROTO);
-    CHECK(pdr_engine_load_parse_sglang(S("[{\"num_reqs\":\"5\"}]"), &l) == PDR_EPROTO);
-    CHECK(pdr_engine_load_parse_sglang(S("[{\"num_reqs\":1.5}]"), &l) == PDR_EPROTO);
-    CHECK(pdr_engine_load_parse_sglang(S("[{\"num_reqs\":1},{\"num_tokens\":null}]"), &l) == PDR_EPROTO);
+    CHECK(pdr_engine_load_parse_sglang(S("[{\"num_reqs\":-1}]"), -1, &l) == PDR_EPROTO);
+    CHECK(pdr_engine_load_parse_sglang(S("[{\"num_reqs\":\"5\"}]"), -1, &l) == PDR_EPROTO);
+    CHECK(pdr_engine_load_parse_sglang(S("[{\"num_reqs\":1.5}]"), -1, &l) == PDR_EPROTO);
+    CHECK(pdr_engine_load_parse_sglang(S("[{\"num_reqs\":1},{\"num_tokens\":null}]"), -1, &l) == PDR_EPROTO);
     CHECK(l.reqs == 0 && l.reqs_seen == 0); /* a refused answer leaves nothing half read */
-    CHECK(pdr_engine_load_parse_sglang(S("[{\"num_reqs\":1}"), &l) == PDR_EPROTO);
-    CHECK(pdr_engine_load_parse_sglang(S("<html>busy</html>"), &l) == PDR_EPROTO);
-    CHECK(pdr_engine_load_parse_sglang(S("42"), &l) == PDR_EPROTO);
-    CHECK(pdr_engine_load_parse_sglang(S(""), &l) == PDR_EPROTO);
+    CHECK(pdr_engine_load_parse_sglang(S("[{\"num_reqs\":1}"), -1, &l) == PDR_EPROTO);
+    CHECK(pdr_engine_load_parse_sglang(S("<html>busy</html>"), -1, &l) == PDR_EPROTO);
+    CHECK(pdr_engine_load_parse_sglang(S("42"), -1, &l) == PDR_EPROTO);
+    CHECK(pdr_engine_load_parse_sglang(S(""), -1, &l) == PDR_EPROTO);
     char *big = malloc(PDR_ENGINE_LOAD_MAX_BODY + 2);
     CHECK(big != NULL);
     memset(big, ' ', PDR_ENGINE_LOAD_MAX_BODY + 1);
     big[0] = '[';
     big[PDR_ENGINE_LOAD_MAX_BODY] = ']';
-    CHECK(pdr_engine_load_parse_sglang(big, PDR_ENGINE_LOAD_MAX_BODY + 1, &l) == PDR_ETOOBIG);
+    CHECK(pdr_engine_load_parse_sglang(big, PDR_ENGINE_LOAD_MAX_BODY + 1, -1, &l) == PDR_ETOOBIG);
     free(big);
 }
 
