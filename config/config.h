@@ -307,6 +307,12 @@ typedef struct pdr_config {
         int prompt_bytes_per_token; /* default 4: prompt bytes per token when no token ids are known */
         int max_new_tokens;         /* default 128: output tokens assumed when the body names none */
     } kv_admission;
+    /* Load read from the engines (router/fleet/load_poll.c): GET /get_load (sglang) or /metrics (vLLM). */
+    struct {
+        int poll_ms;              /* default 0: off; else each worker's load is read this often */
+        int timeout_ms;           /* default 1000: deadline of one read */
+        int kv_usage_max_percent; /* default 0: off; decode admission skips a decode at or above it */
+    } load;
     /* Conditional disaggregation (router/workers/disagg.h): a request whose uncached prompt is short, or that
      * arrives while every prefill is saturated, skips the prefill. Every field 0: off (the default). */
     struct {

@@ -280,6 +280,13 @@ const pdr_conf_key_t pdr_conf_keys[] = {
      .doc = "prompt bytes per token when no token ids are known"},
     {INT("kv_admission.max_new_tokens", kv_admission.max_new_tokens, 128, 0, 1 << 24),
      .doc = "output tokens assumed when the body names none"},
+    /* load: read from the engines. */
+    {INT("load.poll_ms", load.poll_ms, 0, 0, PDR_MAX_MS),
+     .doc = "how often each worker's load is read from its engine; 0: never"},
+    {INT("load.timeout_ms", load.timeout_ms, PDR_DEF_HEALTH_TIMEOUT_MS, 1, PDR_MAX_MS),
+     .doc = "deadline of one engine load read"},
+    {INT("load.kv_usage_max_percent", load.kv_usage_max_percent, 0, 0, 100),
+     .doc = "a decode whose engine reports this KV usage or more is not admitted to; 0: off"},
     /* log. */
     {STR("log.access_log", PDR_CT_STR, log.access_log, PDR_DEF_ACCESS_LOG), RESTART, .flag = "--access-log",
      .doc = "access log file, '-' for stdout, 'off' to disable"},

@@ -171,6 +171,12 @@ static const struct field kv_admission_fields[] = {
     KEY(kv_admission, max_new_tokens),
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };
+static const struct field load_fields[] = {
+    KEY(load, poll_ms),
+    KEY(load, timeout_ms),
+    KEY(load, kv_usage_max_percent),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
+};
 static const struct field kv_events_fields[] = {
     KEY(kv_events, max_index_bytes),
     KEY(kv_events, resync_messages),
@@ -347,6 +353,7 @@ const struct field pdr__yaml_top_fields[] = {
     {"ticket", F_SECTION, 0, 0, 0, ticket_fields, NULL},
     {"shim_events", F_SECTION, 0, 0, 0, shim_events_fields, NULL},
     {"kv_admission", F_SECTION, 0, 0, 0, kv_admission_fields, NULL},
+    {"load", F_SECTION, 0, 0, 0, load_fields, NULL},
     {"log", F_SECTION, 0, 0, 0, log_fields, NULL},
     {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields, NULL},
     {"tracing", F_SECTION, 0, 0, 0, tracing_fields, NULL},

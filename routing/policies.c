@@ -101,13 +101,18 @@ static int pick_precise_prefix(const pdr_policy_input_t *in, pdr_policy_output_t
     return pick_prefix(in, out, 1);
 }
 
+/* The policies whose choice depends on the candidates' loads: least_load and power_of_two weigh them with
+ * slow start; cache_aware and precise_prefix balance by them. */
+#define P2C_FLAGS (PDR_POLICY_F_WEIGHS_LOAD | PDR_POLICY_F_READS_LOAD)
+#define TREE_FLAGS (PDR_POLICY_F_TREE | PDR_POLICY_F_READS_LOAD)
+
 const pdr_policy_ops_t pdr_policy_round_robin = {"round_robin", 0, pick_round_robin};
-const pdr_policy_ops_t pdr_policy_least_load = {"least_load", PDR_POLICY_F_WEIGHS_LOAD, pick_p2c};
+const pdr_policy_ops_t pdr_policy_least_load = {"least_load", P2C_FLAGS, pick_p2c};
 const pdr_policy_ops_t pdr_policy_random = {"random", 0, pick_random};
-const pdr_policy_ops_t pdr_policy_cache_aware = {"cache_aware", PDR_POLICY_F_TREE, pick_cache_aware};
-const pdr_policy_ops_t pdr_policy_power_of_two = {"power_of_two", PDR_POLICY_F_WEIGHS_LOAD, pick_p2c};
-const pdr_policy_ops_t pdr_policy_precise_prefix = {
-    "precise_prefix", PDR_POLICY_F_TREE | PDR_POLICY_F_KV_INDEX, pick_precise_prefix};
+const pdr_policy_ops_t pdr_policy_cache_aware = {"cache_aware", TREE_FLAGS, pick_cache_aware};
+const pdr_policy_ops_t pdr_policy_power_of_two = {"power_of_two", P2C_FLAGS, pick_p2c};
+const pdr_policy_ops_t pdr_policy_precise_prefix = {"precise_prefix", TREE_FLAGS | PDR_POLICY_F_KV_INDEX,
+                                                    pick_precise_prefix};
 
 /* The list, from PDR_POLICY_MAP: entry PDR_POLICY_<KIND> is pdr_policy_<name>. */
 static const pdr_policy_ops_t *const policies[PDR_POLICY_COUNT] = {

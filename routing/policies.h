@@ -41,6 +41,7 @@ enum {
     PDR_POLICY_F_TREE = 1,        /* the pool keeps a prefix tree per role for it (in.tree), across reloads */
     PDR_POLICY_F_KV_INDEX = 2,    /* it reads the KV event index and the prompt's token ids */
     PDR_POLICY_F_WEIGHS_LOAD = 4, /* slow start weighs its loads (in.wloads) instead of thinning candidates */
+    PDR_POLICY_F_READS_LOAD = 8,  /* its choice depends on in.loads or in.wloads */
 };
 
 /* One pick: the candidates (the pool's serving workers of the role, in list order) and the state of the
@@ -49,7 +50,7 @@ typedef struct pdr_policy_input {
     size_t n;                    /* candidates, at least 1 */
     const uint64_t *ids;         /* non-zero: the tree's tenants and the index's workers */
     const uint64_t *keys;        /* ring keys: the same worker has the same key in every router replica */
-    const uint64_t *loads;       /* in-flight requests */
+    const uint64_t *loads;       /* requests on each (router/workers/pool_load.h: shim, engine or own) */
     const uint64_t *wloads;      /* the loads weighed by slow start (loads itself without it) */
     const unsigned char *usable; /* usable[i] 0: a retry avoids candidate i (NULL: all usable) */
     unsigned *rr_next;           /* atomic: the pool's round-robin cursor for the role */

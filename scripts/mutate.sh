@@ -30,11 +30,16 @@ set -u
 MUTATIONS=$(cat <<'EOF'
 rr_first @@ routing/policies.c @@ size_t i = (start + k) % in->n; @@ size_t i = (start * 0 + k) % in->n; @@ pdrouter @@ ^router_policy_round_robin$
 rr_as_random @@ routing/policies.c @@ unsigned start = __atomic_fetch_add(in->rr_next, 1, __ATOMIC_RELAXED); @@ unsigned start = (unsigned)pdr_routing_rng_next(in->rng) + 0 * __atomic_fetch_add(in->rr_next, 1, __ATOMIC_RELAXED); @@ pdrouter @@ ^router_policy_round_robin$
-least_load_as_round_robin @@ routing/policies.c @@ {"least_load", PDR_POLICY_F_WEIGHS_LOAD, pick_p2c}; @@ {"least_load", PDR_POLICY_F_WEIGHS_LOAD, pick_round_robin}; @@ pdrouter @@ ^router_policy_least_load_load$
-power_of_two_as_round_robin @@ routing/policies.c @@ {"power_of_two", PDR_POLICY_F_WEIGHS_LOAD, pick_p2c}; @@ {"power_of_two", PDR_POLICY_F_WEIGHS_LOAD, pick_round_robin}; @@ pdrouter @@ ^router_policy_power_of_two_load$
-power_of_two_as_random @@ routing/policies.c @@ {"power_of_two", PDR_POLICY_F_WEIGHS_LOAD, pick_p2c}; @@ {"power_of_two", PDR_POLICY_F_WEIGHS_LOAD, pick_random}; @@ pdrouter @@ ^router_policy_power_of_two_load$
+least_load_as_round_robin @@ routing/policies.c @@ {"least_load", P2C_FLAGS, pick_p2c}; @@ {"least_load", P2C_FLAGS, pick_round_robin}; @@ pdrouter @@ ^router_policy_least_load_load$
+power_of_two_as_round_robin @@ routing/policies.c @@ {"power_of_two", P2C_FLAGS, pick_p2c}; @@ {"power_of_two", P2C_FLAGS, pick_round_robin}; @@ pdrouter @@ ^router_policy_power_of_two_load$
+power_of_two_as_random @@ routing/policies.c @@ {"power_of_two", P2C_FLAGS, pick_p2c}; @@ {"power_of_two", P2C_FLAGS, pick_random}; @@ pdrouter @@ ^router_policy_power_of_two_load$
 power_of_two_ignores_load @@ routing/policy.c @@ return (int)(loads[b] < loads[a] ? b : a); @@ return (int)a; @@ pdrouter test_routing @@ ^(routing_unit|router_policy_power_of_two_load)$
 power_of_two_most_loaded @@ routing/policy.c @@ return (int)(loads[b] < loads[a] ? b : a); @@ return (int)(loads[b] > loads[a] ? b : a); @@ pdrouter test_routing @@ ^(routing_unit|router_policy_power_of_two_load)$
+engine_load_ignored @@ router/workers/pool_load.c @@ *load = corrected(LD(w->engine.reqs), LD(w->engine.inflight_at), inflight); @@ *load = corrected(0 * LD(w->engine.reqs), LD(w->engine.inflight_at), inflight); @@ pdrouter @@ ^router_engine_load_(least_load|power_of_two)
+engine_load_failure_as_idle @@ router/fleet/load_poll.c @@ ST(w->engine.state, PDR_ELOAD_FAILED); @@ ST(w->engine.state, PDR_ELOAD_OK); ST(w->engine.reqs, 0); ST(w->engine.inflight_at, (int64_t)pdr_worker_inflight(w)); __atomic_store_n(&w->engine.ok_ms, pdr_now_ms(), __ATOMIC_RELEASE); @@ pdrouter @@ ^router_engine_load_poll_fails$
+engine_kv_usage_ignored @@ router/fleet/shim_events_views.c @@ return LOAD(w->engine.kv_usage_ppm) < (int64_t)c->load.kv_usage_max_percent * 10000 ? 1 : 0; @@ return 1; @@ pdrouter @@ ^router_engine_load_kv_usage$
+engine_load_prometheus_nan @@ router/util/engine_load.c @@ if (!isfinite(v) || v < 0 @@ if ((0 && !isfinite(v)) || v < 0 @@ test_engine_load @@ ^engine_load_unit$
+engine_load_rank_summed @@ router/fleet/load_poll.c @@ pdr_engine_load_parse_sglang(pl->buf, pl->len, w->dp_rank, &l) @@ pdr_engine_load_parse_sglang(pl->buf, pl->len, -1, &l) @@ pdrouter @@ ^router_engine_load_dp_ranks$
 random_first @@ routing/policies.c @@ return n > 0 ? (int)idx[pdr_routing_rng_next(in->rng) % n] : PDR_ENOWORKER; @@ return n > 0 ? (int)idx[0] : PDR_ENOWORKER; @@ pdrouter @@ ^router_policy_random$
 chash_keyed_by_process_id @@ router/workers/pool.c @@ w->ring_key = pdr_routing_hash(w->target, strlen(w->target)); @@ w->ring_key = w->uid; @@ pdrouter @@ ^router_policy_replicas
 chash_first_worker @@ routing/chash.c @@ if (pick < 0 || d < best || (d == best && keys[i] < keys[pick])) { @@ if (pick < 0 || (0 && (d < best || (d == best && keys[i] < keys[pick])))) { @@ pdrouter test_routing @@ ^(routing_unit|router_policy_replicas.*)$

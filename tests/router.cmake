@@ -157,3 +157,10 @@ endif()
 add_executable(fuzz_shim fuzz/fuzz_shim.c)
 target_link_libraries(fuzz_shim PRIVATE pdr_router)
 pdr_fuzz_corpus_test(router_shim_fuzz_corpus fuzz_shim shim 120)
+
+# The load read from the engines (see test_engine_load.py): sglang's /get_load and vLLM's /metrics, served by
+# pdsim from its state, steer least_load and power_of_two away from a worker loaded behind the router's back;
+# a failing or garbage load read leaves the worker unknown (the router's own count weighs it), counted and
+# logged once; each data-parallel rank weighed by its own entry; a decode whose engine reports its KV over
+# load.kv_usage_max_percent is not admitted to.
+pdr_scenario_tests(router_engine_load_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_engine_load.py LABEL integration TIMEOUT 120)

@@ -27,6 +27,7 @@
 #include "err.h"
 #include "front.h"
 #include "links.h"
+#include "load_poll.h"
 #include "reply.h"
 #include "router.h"
 #include "routes.h"
@@ -105,7 +106,7 @@ static void add_identity(pdr_pool_t *pool, const pdr_worker_t *w, json_t *o)
         json_object_set_new(o, "identity_error", json_string(err));
 }
 
-static json_t *worker_json(pdr_pool_t *pool, const pdr_worker_t *w)
+static json_t *worker_json(pdr_router_t *r, const pdr_worker_t *w)
 {
     uint64_t last = __atomic_load_n(&w->last_check_ms, __ATOMIC_RELAXED);
     uint64_t now = pdr_now_ms();
@@ -139,7 +140,10 @@ static json_t *worker_json(pdr_pool_t *pool, const pdr_worker_t *w)
     if (load != NULL)
         json_object_set_new(o, "load", load);
     if (o != NULL)
-        add_identity(pool, w, o);
+        add_identity(&r->pool, w, o);
+    json_t *eload = o != NULL ? pdr_engine_load_worker_json(r, w) : NULL; /* what the policies weigh */
+    if (eload != NULL)
+        json_object_set_new(o, "load_source", eload);
     if (o != NULL && !pdr_worker_removed(w) && __atomic_load_n(&w->remove_when_drained, __ATOMIC_RELAXED))
         json_object_set_new(o, "delete_pending", json_true());
     return o;
@@ -151,7 +155,7 @@ static json_t *workers_json(pdr_router_t *r)
     size_t n = pdr_pool_snapshot(&r->pool, -1, &ws);
     json_t *a = json_array();
     for (size_t i = 0; i < n && a != NULL; i++)
-        if (json_array_append_new(a, worker_json(&r->pool, ws[i])) != 0) {
+        if (json_array_append_new(a, worker_json(r, ws[i])) != 0) {
             json_decref(a);
             a = NULL;
         }
@@ -343,7 +347,7 @@ static void delete_worker(pdr_router_t *r, h2o_req_t *req, pdr_worker_t *w)
         return;
     }
     /* 200: gone now (the body is its last state); 202: draining, it leaves the pool once drained. */
-    pdr_send_json(req, st == -1 ? 200 : 202, worker_json(&r->pool, w));
+    pdr_send_json(req, st == -1 ? 200 : 202, worker_json(r, w));
 }
 
 /* POST /admin/v1/workers/{id}/drain. */
@@ -359,7 +363,7 @@ static void drain_worker(pdr_router_t *r, h2o_req_t *req, pdr_worker_t *w)
     }
     audit(req, "drain");
     pdr_pool_drain(&r->pool, w, timeout_ms, "admin API");
-    pdr_send_json(req, 202, worker_json(&r->pool, w));
+    pdr_send_json(req, 202, worker_json(r, w));
 }
 
 static void add_worker(pdr_router_t *r, h2o_req_t *req)
@@ -428,7 +432,7 @@ static void add_worker(pdr_router_t *r, h2o_req_t *req)
         int k = snprintf(loc, sizeof(loc), "/admin/v1/workers/%s", w->id);
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_LOCATION, NULL,
                        h2o_strdup(&req->pool, loc, (size_t)k).base, (size_t)k);
-        pdr_send_json(req, 201, worker_json(&r->pool, w));
+        pdr_send_json(req, 201, worker_json(r, w));
         pdr_worker_unref(w);
     }
     pdr_worker_conf_clear(&conf);
@@ -505,7 +509,7 @@ static void admin_route(pdr_router_t *r, pdr_thread_t *t, h2o_req_t *req, const 
         add_worker(r, req);
         break;
     case PDR_RK_ADMIN_WORKER:
-        pdr_send_json(req, 200, worker_json(&r->pool, w));
+        pdr_send_json(req, 200, worker_json(r, w));
         break;
     case PDR_RK_ADMIN_WORKER_DELETE:
         delete_worker(r, req, w);
@@ -516,7 +520,7 @@ static void admin_route(pdr_router_t *r, pdr_thread_t *t, h2o_req_t *req, const 
     case PDR_RK_ADMIN_WORKER_ACTIVATE:
         audit(req, "activate");
         pdr_pool_activate(&r->pool, w);
-        pdr_send_json(req, 200, worker_json(&r->pool, w));
+        pdr_send_json(req, 200, worker_json(r, w));
         break;
     case PDR_RK_ADMIN_RELOAD:
         reload(r, req);

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "control.h"
+#include "engine_load.h"
 #include "err.h"
 #include "reply.h"
 #include "router.h"
@@ -208,28 +209,14 @@ static void finish_flush(fan_t *f)
     send_json(f, nfail == 0 ? 200 : 206, o);
 }
 
-/* sglang's /get_load answers one object per data-parallel rank; the load is their num_tokens summed. */
+/* sglang's /get_load answers one object per data-parallel rank; the load is their num_tokens summed
+ * (util/engine_load.c reads it, as the engine load poll does). */
 static long long load_of(const call_t *c)
 {
-    if (!ok_status(c) || c->buf == NULL)
+    pdr_engine_load_t l;
+    if (!ok_status(c) || c->buf == NULL || pdr_engine_load_parse_sglang(c->buf, c->len, -1, &l) != 0)
         return -1;
-    json_t *a = json_loadb(c->buf, c->len, 0, NULL);
-    long long sum = -1;
-    if (json_is_array(a)) {
-        size_t i;
-        json_t *e;
-        sum = 0;
-        json_array_foreach(a, i, e)
-        {
-            json_t *v = json_object_get(e, "num_tokens");
-            if (json_is_integer(v))
-                sum += json_integer_value(v);
-        }
-    } else if (json_is_object(a) && json_is_integer(json_object_get(a, "num_tokens"))) {
-        sum = json_integer_value(json_object_get(a, "num_tokens"));
-    }
-    json_decref(a);
-    return sum;
+    return l.list || l.tokens_seen > 0 ? (long long)l.tokens : -1; /* one object: its num_tokens */
 }
 
 static void finish_loads(fan_t *f)

@@ -21,6 +21,7 @@
 #include "kv_events.h"
 #include "kvdeadline.h"
 #include "links.h"
+#include "load_poll.h"
 #include "metrics.h"
 #include "phases.h"
 #include "reply.h"
@@ -383,6 +384,8 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
     pdr_trace_metrics(put_line, &o);
     if (x->router != NULL)
         pdr_shim_events_metrics(x->router, put_line, &o);
+    if (x->router != NULL)
+        pdr_engine_load_metrics(x->router, put_line, &o);
     put(&o, "# HELP pdr_workers Workers in the pool by role and source.\n# TYPE pdr_workers gauge\n");
     for (int role = 0; role < PDR_ROLES; role++)
         for (int src = 0; src < 4; src++) {

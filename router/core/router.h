@@ -118,6 +118,8 @@ typedef struct pdr_router {
     uv_signal_t sig_term, sig_int, sig_hup; /* loop 0 */
     pdr_dlink_t *probes;                    /* loop 0: checks in progress (health.c) */
     pdr_dlink_t *ident_reads;               /* loop 0: identity reads in progress (fleet/identify.c) */
+    pdr_dlink_t *load_polls;                /* loop 0: engine load reads in progress (engine_load.c) */
+    uint64_t load_polls_total[4];           /* atomic: engine load reads by outcome (engine_load.h) */
     uint64_t health_generation;             /* the pool generation the last round saw */
     uint64_t ca_evict_ms;                   /* loop 0: when cache_aware's trees were last trimmed */
     struct pdr_kv_events *kv_events;        /* loop 0: precise_prefix's subscribers (kv_events.c) */

@@ -8,7 +8,7 @@
  * (HAProxy's disable-on-404, Envoy's x-envoy-immediate-health-check-fail). The worker goes DRAINING (see
  * pool.h) and the check counts as passed (the worker is alive); a later 2xx does not re-activate it, only the
  * admin API does. A second timer here (every PDR_DRAIN_TICK_MS) moves idle or timed-out DRAINING workers to
- * DRAINED.
+ * DRAINED, and starts the engine load reads that are due (load_poll.c, load.poll_ms).
  */
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -18,6 +18,7 @@
 #include "err.h"
 #include "health.h"
 #include "identify.h"
+#include "load_poll.h"
 #include "router.h"
 #include "util.h"
 
@@ -157,6 +158,7 @@ static void on_drain_timer(uv_timer_t *t)
     pdr_outlier_tick(&r->pool, pdr_now_ms());
     check_suspects(r);
     pdr_identify_tick(r);
+    pdr_engine_load_tick(r); /* the engines' load reads that are due (load.poll_ms) */
     /* Membership changed: check the newcomers now rather than at the next round. */
     if (__atomic_load_n(&r->pool.generation, __ATOMIC_ACQUIRE) != r->health_generation)
         run_round(r);
@@ -182,6 +184,7 @@ void pdr_health_restart(pdr_router_t *r)
 void pdr_health_stop(pdr_router_t *r)
 {
     pdr_identify_stop(r);
+    pdr_engine_load_stop(r);
     while (r->probes != NULL) {
         probe_t *pr = PDR_DLINK_ITEM(r->probes, probe_t, link);
         pdr_leg_cancel(&pr->leg);

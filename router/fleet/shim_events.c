@@ -365,6 +365,7 @@ static void apply_load(pdr_router_t *r, pdr_worker_t *w, const json_t *o, uint64
     STORE(w->load.queue_depth, pdr__shim_jint(o, "queue_depth"));
     STORE(w->load.active_rooms, pdr__shim_jint(o, "active_rooms"));
     STORE(w->load.reserved_rep, LOAD(w->load.reserved));
+    STORE(w->load.inflight_rep, (int64_t)pdr_worker_inflight(w));
     __atomic_store_n(&w->load.report_ms, pdr_now_ms(), __ATOMIC_RELEASE);
     ADD(pdr__shim.loads, 1);
 }

@@ -128,10 +128,12 @@ uint64_t pdr_kv_need_tokens(const struct pdr_config *c, const struct pdr_pdreq *
                             size_t text_len);
 /* Reserves need_tokens of w's KV: 1 when reserved (or w is not limited: never reported, or admission
  * off), 0 when it does not fit now, -1 when it never can (more bytes than the worker's reported total,
- * or more than 2^64-1). */
+ * or more than 2^64-1). Without a shim report, a fresh engine answer (load.kv_usage_max_percent) says 1
+ * below the key's usage and 0 at or above it, holding nothing. */
 int pdr_kv_admit(const struct pdr_config *c, struct pdr_worker *w, uint64_t need_tokens, pdr_kv_hold_t *h);
 void pdr_kv_release(pdr_kv_hold_t *h);
-/* Whether admission limits w now (admission on, and a recent report with kv_bytes_per_token). */
+/* Whether admission limits w now (admission on, and a recent report with kv_bytes_per_token, or a fresh
+ * engine answer with its KV usage and load.kv_usage_max_percent on). */
 int pdr_kv_limited(const struct pdr_config *c, const struct pdr_worker *w);
 /* Counts an admission outcome: 0 admitted, 1 another decode taken, 2 waited, 3 refused (503). */
 void pdr_kv_count(int outcome);

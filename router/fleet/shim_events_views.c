@@ -17,6 +17,7 @@
 #include "keyring.h"
 #include "kvdeadline.h"
 #include "links.h"
+#include "pool_load.h"
 #include "router.h"
 #include "shim_events_internal.h"
 #include "util.h"
@@ -187,19 +188,38 @@ uint64_t pdr_kv_need_tokens(const pdr_config_t *c, const pdr_pdreq_t *pr, size_t
     return gen;
 }
 
-int pdr_kv_limited(const pdr_config_t *c, const pdr_worker_t *w)
+/* A shim's recent report with kv_bytes_per_token: admission counts bytes. */
+static int shim_limited(const pdr_config_t *c, const pdr_worker_t *w)
 {
     uint64_t rep = __atomic_load_n(&w->load.report_ms, __ATOMIC_ACQUIRE);
     return c->kv_admission.enabled && rep != 0 && LOAD(w->load.kv_bytes_per_token) != 0 &&
            pdr_now_ms() <= rep + SE_MAX_REPORT_AGE_MS;
 }
 
+/* No shim report, but the engine's fresh answer to the load poll says its KV usage (load.kv_usage_max_percent
+ * on): admission compares that usage with the key. */
+static int engine_limited(const pdr_config_t *c, const pdr_worker_t *w)
+{
+    return c->kv_admission.enabled && c->load.kv_usage_max_percent > 0 && LOAD(w->engine.kv_usage_ppm) >= 0 &&
+           pdr_worker_engine_fresh(w, c->load.poll_ms, c->load.timeout_ms, pdr_now_ms());
+}
+
+int pdr_kv_limited(const pdr_config_t *c, const pdr_worker_t *w)
+{
+    return shim_limited(c, w) || engine_limited(c, w);
+}
+
 int pdr_kv_admit(const pdr_config_t *c, pdr_worker_t *w, uint64_t need_tokens, pdr_kv_hold_t *h)
 {
     memset(h, 0, sizeof(*h));
     uint64_t bpt = LOAD(w->load.kv_bytes_per_token);
-    if (!pdr_kv_limited(c, w))
-        return 1; /* not limited: no report (or a stale one), nothing to count in */
+    if (!shim_limited(c, w)) {
+        /* The engine's usage, where it is known, is a yes or no: no bytes to hold (the shim's report, the
+         * precise source, decides where there is one). Else not limited: nothing to count in. */
+        if (engine_limited(c, w))
+            return LOAD(w->engine.kv_usage_ppm) < (int64_t)c->load.kv_usage_max_percent * 10000 ? 1 : 0;
+        return 1;
+    }
     uint64_t need;
     if (__builtin_mul_overflow(need_tokens, bpt, &need))
         need = UINT64_MAX;

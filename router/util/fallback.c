@@ -10,7 +10,8 @@
 #define FALLBACK_LOG_PERIOD_NS (60ull * 1000000000ull)
 
 const char *const pdr_fallback_names[PDR_FB__COUNT] = {"tokenize_routing", "tokenize_kv_deadline",
-                                                       "tokenize_kv_admission", "kv_index_unhashed"};
+                                                       "tokenize_kv_admission", "kv_index_unhashed",
+                                                       "engine_load_unknown"};
 
 /* What the router does instead, for the log line. */
 static const char *const instead[PDR_FB__COUNT] = {

@@ -21,11 +21,15 @@ typedef enum {
      * the candidates, or no memory): its match comes from the prefix tree. Counted on loop 0's KV events
      * tick (once a second), from the index's own count. */
     PDR_FB_KV_INDEX_UNHASHED,
+    /* load.poll_ms is on, but a candidate's engine load is unknown (its poll failed, timed out or answered
+     * garbage, or is older than three polls) and no shim reports for it: a policy that reads loads weighs
+     * the router's own count of its requests. Counted per candidate and pick. */
+    PDR_FB_ENGINE_LOAD_UNKNOWN,
     PDR_FB__COUNT
 } pdr_fallback_t;
 
 /* The metric's reason labels: "tokenize_routing", "tokenize_kv_deadline", "tokenize_kv_admission",
- * "kv_index_unhashed". */
+ * "kv_index_unhashed", "engine_load_unknown". */
 extern const char *const pdr_fallback_names[PDR_FB__COUNT];
 
 /* Counts one fall-back; logs it unless one of the same reason was logged less than a minute ago. why

@@ -154,6 +154,7 @@ static pdr_worker_t *worker_new(pdr_pool_t *p, int group, pdr_role_t role, const
     w->added_ms = pdr_now_ms();
     w->health.healthy = 1; /* optimistic start; the first check runs at once */
     w->dp_rank = rank_of(&w->conf);
+    w->engine.kv_usage_ppm = -1; /* no engine answer yet */
     if (w->dp_rank >= 0)
         snprintf(w->target, sizeof(w->target), "%s@%d", w->conf.url, w->dp_rank);
     else

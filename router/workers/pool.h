@@ -93,6 +93,7 @@ typedef struct pdr_worker {
         uint64_t restarts_total;
         uint64_t reserved;     /* KV bytes held by requests admitted to it (kv_admission) */
         uint64_t reserved_rep; /* reserved when the last report arrived */
+        int64_t inflight_rep;  /* the router's in-flight count when the last report arrived */
     } load;
     /* Its identity (identity.h), read by loop 0 (fleet/identify.c). */
     struct {
@@ -105,6 +106,18 @@ typedef struct pdr_worker {
         uint64_t next_ms;   /* loop 0: a failed read is tried again from then */
         int fails;          /* loop 0: reads failed in a row (the first one is logged) */
     } ident;
+    /* What its engine answered to the load poll (fleet/load_poll.c, pool_load.h): atomics written by
+     * loop 0, read by every loop's picks. */
+    struct {
+        uint64_t ok_ms;         /* when the last good answer arrived; 0: none yet */
+        uint64_t reqs, waiting; /* requests on the engine (running and waiting), of which waiting */
+        uint64_t tokens;        /* sglang's num_tokens over its ranks */
+        int64_t kv_usage_ppm;   /* KV cache usage in millionths; -1: not reported */
+        int64_t inflight_at;    /* the router's in-flight count when the answer arrived */
+        int state;              /* PDR_ELOAD_* of the last poll */
+        int polling;            /* loop 0: a poll is running */
+        uint64_t next_ms;       /* loop 0: when the next poll is due */
+    } engine;
 } pdr_worker_t;
 
 typedef struct pdr_worker_list {
@@ -143,6 +156,8 @@ typedef struct pdr_pool {
     int live;
     pdr_outlier_conf_t outlier;      /* under rw: the outlier settings */
     uint64_t panic_total[PDR_ROLES]; /* atomic: picks made in panic (outlier.h), by role */
+    int load_poll_ms;                /* atomic: load.poll_ms as loop 0's poller last saw it (pool_load.h) */
+    int load_timeout_ms;             /* atomic: load.timeout_ms, likewise */
 } pdr_pool_t;
 
 enum { PDR_SOURCE_STATIC = 0, PDR_SOURCE_ADMIN, PDR_SOURCE_DNS, PDR_SOURCE_KUBERNETES };

@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "err.h"
+#include "fallback.h"
 #include "kvevents.h"
+#include "pool_load.h"
 #include "policies.h"
 #include "pool.h"
 #include "pool_internal.h"
@@ -144,8 +146,10 @@ typedef struct {
 } cands_t;
 
 /* One pick by the policy's table (routing/policies.h) over the candidates; the table's flags say what of
- * the pool it reads. With slow start, a policy that weighs loads sees (in flight + 1) / weight, in
- * millionths, so that a returning worker takes its share gradually. */
+ * the pool it reads. A candidate's load is the best source's (pool_load.h: shim, engine, or the router's
+ * own count, which stands in, counted as a fall-back, for a policy that reads loads when the engine's is
+ * unknown). With slow start, a policy that weighs loads sees (load + 1) / weight, in millionths, so that a
+ * returning worker takes its share gradually. */
 static pdr_worker_t *pick_by(pdr_pool_t *p, pdr_pool_group_t *g, const pdr_policy_ops_t *ops, cands_t l,
                              pdr_role_t role, const uint64_t *avoid, size_t n_avoid, const char *text,
                              size_t len, pdr_pick_info_t *info)
@@ -155,16 +159,25 @@ static pdr_worker_t *pick_by(pdr_pool_t *p, pdr_pool_group_t *g, const pdr_polic
     uint64_t ids[l.n], keys[l.n], loads[l.n], wloads[l.n];
     unsigned char ok[l.n];
     int slow = p->outlier.enabled && p->outlier.slow_start_ms > 0;
-    uint64_t now = slow ? pdr_now_ms() : 0;
+    int poll_ms = __atomic_load_n(&p->load_poll_ms, __ATOMIC_RELAXED);
+    int poll_to = __atomic_load_n(&p->load_timeout_ms, __ATOMIC_RELAXED);
+    uint64_t now = slow || poll_ms > 0 ? pdr_now_ms() : 0;
+    size_t fell_back = 0;
     for (size_t i = 0; i < l.n; i++) {
         const pdr_worker_t *w = l.w[i];
         ids[i] = w->uid;
         keys[i] = w->ring_key;
-        loads[i] = (uint64_t)pdr_worker_inflight(w);
+        int fb;
+        (void)pdr_worker_load(w, poll_ms, poll_to, now, &loads[i], &fb);
+        fell_back += (size_t)fb;
         wloads[i] =
             slow ? (uint64_t)((double)(loads[i] + 1) * 1e6 / pdr_outlier_weight(&w->outlier, now)) : loads[i];
         ok[i] = (unsigned char)usable(w, avoid, n_avoid);
     }
+    if (fell_back > 0 && (ops->flags & PDR_POLICY_F_READS_LOAD))
+        pdr_fallback_n(PDR_FB_ENGINE_LOAD_UNKNOWN, fell_back,
+                       "a worker's engine load is unknown (its poll failed or is not fresh): the pick weighs "
+                       "the router's own count of its requests");
     const pdr_prompt_tokens_t *tok = info != NULL ? info->tok : NULL;
     pdr_policy_input_t in = {
         .n = l.n,

@@ -24,6 +24,24 @@ static void record_detail(h2o_req_t *req, json_t *body)
         i >= 0 ? json_stringn(req->headers.entries[i].value.base, req->headers.entries[i].value.len)
                : json_null());
 }
+/* The data-parallel rank the request named (sglang's body field, vLLM's header), 0 when none or out of
+ * --dp-size: /get_load counts it there. */
+static int dp_rank_of(h2o_req_t *req, const json_t *body)
+{
+    int64_t r = -1;
+    json_t *v = json_object_get(body, "data_parallel_rank");
+    if (json_is_integer(v)) {
+        r = json_integer_value(v);
+    } else {
+        ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-data-parallel-rank"), -1);
+        if (i >= 0 && pdr_parse_int64(req->headers.entries[i].value.base, req->headers.entries[i].value.len,
+                                      0, 1023, &r) != 0)
+            r = -1;
+    }
+    int64_t n = sim__state.opts.dp_size > 0 ? sim__state.opts.dp_size : 1;
+    return r >= 0 && r < n ? (int)r : 0;
+}
+
 /* ------------------------------------------------------------------ request parsing */
 
 static int toks_from_ids(const json_t *arr, pdsim_toks_t *t, char *err, size_t errlen)
@@ -429,6 +447,7 @@ void sim__handle_generate(h2o_req_t *req, enum sim_route route, const char *path
     }
     record_last(path, ctx->body);
     record_detail(req, ctx->body);
+    ctx->dp_rank = dp_rank_of(req, ctx->body);
     ctx->stream = json_is_true(json_object_get(ctx->body, "stream"));
     ctx->return_logprob =
         route == ROUTE_GENERATE && json_is_true(json_object_get(ctx->body, "return_logprob"));

@@ -40,6 +40,8 @@ typedef struct pdsim_faults {
     int fail_after_kv;          /* prefill: the KV is sent, then the request is answered with this status */
     int reset_answer;           /* a JSON answer is cut in the middle of its body by a hard reset */
     int hang_abort;             /* POST /abort_request is accepted and never answered (nor acted on) */
+    int load_status;            /* 0: normal; else /get_load and /metrics answer this status */
+    int load_garbage;           /* /get_load and /metrics answer text in neither engine's format */
     int64_t die_after;          /* as configured (reported back) */
 } pdsim_faults_t;
 

@@ -2,6 +2,8 @@
  * pdsim's route dispatch and its routes other than generation: /pdsim/stats, /pdsim/fault, the last
  * request's headers, health, models. Loop thread only.
  */
+#include <time.h>
+
 #include "server_internal.h"
 
 static void send_stats(h2o_req_t *req)
@@ -93,17 +95,86 @@ static void send_stats(h2o_req_t *req)
     json_decref(o);
 }
 
+/* The requests on pdsim now, of one data-parallel rank (rank < 0: all): every request runs at once (pdsim
+ * has no queue), so none waits. */
+static uint64_t running_now(int rank)
+{
+    if (rank < 0)
+        return (uint64_t)sim__state.nreqs;
+    uint64_t n = 0;
+    for (const pdr_dlink_t *l = sim__state.reqs.head; l != NULL; l = l->next)
+        n += PDR_DLINK_ITEM(l, sim_req_t, link)->dp_rank == rank;
+    return n;
+}
+
+/* KV in use as a fraction of --kv-capacity-bytes (0 without a capacity). */
+static double kv_usage_now(void)
+{
+    uint64_t cap = (uint64_t)sim__state.opts.kv_capacity_bytes;
+    return cap > 0 ? (double)sim__state.kv_used / (double)cap : 0.0;
+}
+
+/* sglang's GET /get_load: one entry per data-parallel rank (--dp-size) with its current fields (dp_rank,
+ * num_reqs = running + waiting, num_waiting_reqs, num_tokens, num_pending_tokens, ts_tic); pdsim's tokens
+ * are its requests in flight, none pending. A request counts on the rank it named (else rank 0). */
+static void send_get_load(h2o_req_t *req)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t ranks = sim__state.opts.dp_size > 0 ? sim__state.opts.dp_size : 1;
+    json_t *a = json_array();
+    for (int64_t r = 0; r < ranks && a != NULL; r++) {
+        uint64_t n = running_now((int)r);
+        json_array_append_new(a, json_pack("{s:I,s:I,s:i,s:I,s:i,s:f}", "dp_rank", (json_int_t)r, "num_reqs",
+                                           (json_int_t)n, "num_waiting_reqs", 0, "num_tokens", (json_int_t)n,
+                                           "num_pending_tokens", 0, "ts_tic",
+                                           (double)ts.tv_sec + (double)ts.tv_nsec / 1e9));
+    }
+    sim__send_json(req, 200, a);
+    json_decref(a);
+}
+
+/* vLLM's GET /metrics: its scheduler gauges under vLLM's names and labels (model_name, engine), from
+ * pdsim's state, with a histogram's lines around them as vLLM writes them. */
+static void send_vllm_metrics(h2o_req_t *req)
+{
+    char body[2048];
+    const char *m = sim__state.opts.model;
+    int n = snprintf(body, sizeof(body),
+                     "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+                     "# TYPE vllm:num_requests_running gauge\n"
+                     "vllm:num_requests_running{engine=\"0\",model_name=\"%s\"} %llu.0\n"
+                     "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+                     "# TYPE vllm:num_requests_waiting gauge\n"
+                     "vllm:num_requests_waiting{engine=\"0\",model_name=\"%s\"} 0.0\n"
+                     "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+                     "# TYPE vllm:kv_cache_usage_perc gauge\n"
+                     "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"%s\"} %.6f\n"
+                     "# HELP vllm:request_success_total Count of successfully processed requests.\n"
+                     "# TYPE vllm:request_success_total counter\n"
+                     "vllm:request_success_total{engine=\"0\",finished_reason=\"stop\",model_name=\"%s\"} "
+                     "%llu.0\n",
+                     m, (unsigned long long)running_now(-1), m, m, kv_usage_now(), m,
+                     (unsigned long long)sim__state.completed);
+    if (n < 0 || (size_t)n >= sizeof(body)) {
+        sim__send_error(req, 500, "metrics page too long (the model name)");
+        return;
+    }
+    sim__send_body(req, 200, "text/plain; version=0.0.4; charset=utf-8", body, (size_t)n);
+}
+
 static json_t *faults_obj(void)
 {
     const pdsim_faults_t *f = &sim__state.faults;
-    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i,s:b,s:I,s:b,s:I,s:b}", "fail_health",
+    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i,s:b,s:I,s:b,s:I,s:i,s:b,s:b}", "fail_health",
                      f->fail_health, "health_status", f->health_status, "fail_status", f->fail_status,
                      "hang_before_headers", f->hang_before_headers, "drip_ms", (json_int_t)f->drip_ms,
                      "reset_after_tokens", (json_int_t)f->reset_after_tokens, "stall_kv", f->stall_kv,
                      "die_after", (json_int_t)f->die_after, "fail_after_kv", f->fail_after_kv,
                      "stream_head_before_kv", f->stream_head_before_kv, "stall_kv_from_port",
                      (json_int_t)f->stall_kv_from_port, "reset_answer", f->reset_answer, "fail_kv_from_port",
-                     (json_int_t)f->fail_kv_from_port, "hang_abort", f->hang_abort);
+                     (json_int_t)f->fail_kv_from_port, "load_status", f->load_status, "load_garbage",
+                     f->load_garbage, "hang_abort", f->hang_abort);
 }
 
 void sim__set_die_after(int64_t n)
@@ -164,6 +235,8 @@ static void handle_fault(h2o_req_t *req)
     KNOB("reset_answer", reset_answer, 0, 1)
     KNOB("fail_kv_from_port", fail_kv_from_port, 0, 65535)
     KNOB("hang_abort", hang_abort, 0, 1)
+    KNOB("load_status", load_status, 0, 599)
+    KNOB("load_garbage", load_garbage, 0, 1)
 #undef KNOB
     int64_t kv_drop = -1, kv_bad = -1;
     if (fault_int(body, "kv_events_drop_every", 0, INT32_MAX, &kv_drop) != 0 ||
@@ -353,12 +426,14 @@ int sim__on_req(h2o_handler_t *self, h2o_req_t *req)
             sim__send_body(req, 200, "text/plain", "Cache flushed.\n", 15);
         else
             sim__send_error(req, 405, "use POST");
+    } else if ((path_is(req, "/get_load") || path_is(req, "/metrics")) && sim__state.faults.load_status) {
+        sim__send_error(req, sim__state.faults.load_status, "load_status fault");
+    } else if ((path_is(req, "/get_load") || path_is(req, "/metrics")) && sim__state.faults.load_garbage) {
+        sim__send_body(req, 200, "text/html", "<html>busy</html>\n", 18);
     } else if (path_is(req, "/get_load")) {
-        /* sglang's shape: one entry per data-parallel rank (pdsim has one); tokens = requests in flight. */
-        json_t *o = json_pack("[{s:i,s:I,s:i,s:I}]", "dp_rank", 0, "num_reqs", (json_int_t)sim__state.nreqs,
-                              "num_waiting_reqs", 0, "num_tokens", (json_int_t)sim__state.nreqs);
-        sim__send_json(req, 200, o);
-        json_decref(o);
+        send_get_load(req);
+    } else if (path_is(req, "/metrics")) {
+        send_vllm_metrics(req);
     } else if (path_is(req, "/abort_request")) {
         if (method_is(req, "POST"))
             handle_abort(req);

@@ -117,6 +117,7 @@ typedef struct sim_req {
     uint64_t
         compute_end_us; /* prefill: when the simulated compute ended (the whole offer, or the last part) */
     uint64_t kv_held;   /* --kv-capacity-bytes: the KV bytes this request holds while it runs */
+    int dp_rank; /* the data-parallel rank it named (sglang's data_parallel_rank, vLLM's header), else 0 */
 } sim_req_t;
 
 typedef struct sim_conn {

@@ -1,7 +1,8 @@
 /* Unit tests for the worker pool: the health state machine, round robin, least load (power of two
  * choices), ejection and retries avoiding a failed worker, the drain state machine, worker ids, and
  * membership changes (add, remove, reconcile, reload, delete) with reference-counted workers; worker
- * identities (parsing, the compat key, the difference in words) and picks narrowed by a compat filter. */
+ * identities (parsing, the compat key, the difference in words) and picks narrowed by a compat filter; the
+ * load a policy weighs by source (shim report, engine answer, the router's count), fresh or not. */
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
@@ -9,6 +10,7 @@
 #include "err.h"
 #include "config.h"
 #include "pool.h"
+#include "pool_load.h"
 #include "util.h"
 
 static void test_health_state(void)
@@ -130,6 +132,63 @@ static void test_least_load(void)
     }
     CHECK(abs(cnt[2] - cnt[3]) <= 2);
     CHECK(strcmp(W(&p, PDR_ROLE_PREFILL, 0)->bootstrap_host, "127.0.0.1") == 0);
+    pdr_pool_dispose(&p);
+    pdr_config_unref(c);
+}
+
+/* pool_load.c: the precedence shim > engine > router, the correction by the router's requests since the
+ * sample, freshness, the fall-back, and the pick following the engine's load. */
+static void test_load_sources(void)
+{
+    pdr_config_t *c = make_config(1, 2, "round_robin", "least_load");
+    pdr_pool_t p;
+    CHECK(pdr_pool_init(&p, c) == 0);
+    pdr_worker_t *d0 = W(&p, PDR_ROLE_DECODE, 0), *d1 = W(&p, PDR_ROLE_DECODE, 1);
+    uint64_t now = pdr_now_ms(), load;
+    int fb;
+    d0->inflight = 2;
+    /* Poll off: the router's count, whatever else is known; no fall-back. */
+    d0->engine.state = PDR_ELOAD_OK;
+    d0->engine.ok_ms = now;
+    d0->engine.reqs = 9;
+    CHECK(pdr_worker_load(d0, 0, 1000, now, &load, &fb) == PDR_LOAD_SRC_ROUTER && load == 2 && !fb);
+    /* Poll on, a fresh answer: 9 requests when the router had 1 in flight, 2 now: 10. */
+    d0->engine.inflight_at = 1;
+    CHECK(pdr_worker_load(d0, 100, 1000, now, &load, &fb) == PDR_LOAD_SRC_ENGINE && load == 10 && !fb);
+    /* Requests ended since the answer take it down, never below 0. */
+    d0->engine.inflight_at = 20;
+    CHECK(pdr_worker_load(d0, 100, 1000, now, &load, &fb) == PDR_LOAD_SRC_ENGINE && load == 0);
+    d0->engine.inflight_at = 2;
+    /* Stale (older than 3 polls and a timeout), or failed: unknown, the router's count, a fall-back. */
+    CHECK(pdr_worker_load(d0, 100, 1000, now + 1301, &load, &fb) == PDR_LOAD_SRC_ROUTER && load == 2 && fb);
+    CHECK(pdr_worker_load(d0, 100, 1000, now + 1300, &load, &fb) == PDR_LOAD_SRC_ENGINE && load == 9 && !fb);
+    d0->engine.state = PDR_ELOAD_FAILED;
+    CHECK(pdr_worker_load(d0, 100, 1000, now, &load, &fb) == PDR_LOAD_SRC_ROUTER && load == 2 && fb);
+    d0->engine.state = PDR_ELOAD_OK;
+    /* A fresh shim report comes first: its queue depth 4 with 1 in flight then, 2 now: 5. */
+    d0->load.report_ms = now;
+    d0->load.queue_depth = 4;
+    d0->load.inflight_rep = 1;
+    CHECK(pdr_worker_load(d0, 100, 1000, now, &load, &fb) == PDR_LOAD_SRC_SHIM && load == 5 && !fb);
+    CHECK(pdr_worker_load(d0, 10000, 1000, now + PDR_LOAD_SHIM_MAX_AGE_MS + 1, &load, &fb) ==
+          PDR_LOAD_SRC_ENGINE);
+    d0->load.report_ms = 0;
+    /* The pick: d0 has fewer requests of the router's (0 against 1) but its engine says 9: least_load,
+     * which draws both of two candidates, takes d1 every time once the poll is on, d0 while it is off. */
+    d0->inflight = 0;
+    d0->engine.inflight_at = 0;
+    d0->engine.ok_ms = pdr_now_ms();
+    d1->inflight = 1;
+    for (int i = 0; i < 50; i++)
+        CHECK(pick_seq(&p, PDR_ROLE_DECODE, NULL, 0) == 0);
+    p.load_poll_ms = 60000;
+    p.load_timeout_ms = 1000;
+    d1->engine.state = PDR_ELOAD_OK; /* d1's engine: 1 request, the router's own */
+    d1->engine.reqs = 1;
+    d1->engine.inflight_at = 1;
+    d1->engine.ok_ms = pdr_now_ms();
+    for (int i = 0; i < 50; i++)
+        CHECK(pick_seq(&p, PDR_ROLE_DECODE, NULL, 0) == 1);
     pdr_pool_dispose(&p);
     pdr_config_unref(c);
 }
@@ -649,6 +708,7 @@ static const pdr_test_case_t cases[] = {
     {"health_state", test_health_state, 60},
     {"round_robin", test_round_robin, 60},
     {"least_load", test_least_load, 60},
+    {"load_sources", test_load_sources, 60},
     {"drain", test_drain, 60},
     {"find", test_find, 60},
     {"membership", test_membership, 60},
