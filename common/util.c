@@ -106,23 +106,47 @@ static const char digit_pairs[201] =
     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
     "8081828384858687888990919293949596979899";
 
+/* 10^0 .. 10^19: the number of digits of v is t or t + 1, where t comes from its bit length. */
+static const uint64_t powers_of_ten[20] = {1ull,
+                                           10ull,
+                                           100ull,
+                                           1000ull,
+                                           10000ull,
+                                           100000ull,
+                                           1000000ull,
+                                           10000000ull,
+                                           100000000ull,
+                                           1000000000ull,
+                                           10000000000ull,
+                                           100000000000ull,
+                                           1000000000000ull,
+                                           10000000000000ull,
+                                           100000000000000ull,
+                                           1000000000000000ull,
+                                           10000000000000000ull,
+                                           100000000000000000ull,
+                                           1000000000000000000ull,
+                                           10000000000000000000ull};
+
 size_t pdr_fmt_u64(char *out, uint64_t v)
 {
-    char tmp[20];
-    size_t k = sizeof(tmp);
+    /* 1233 / 4096 is just above log10(2): t is the digit count of 2^(bits - 1) .. 2^bits - 1, less one
+     * where that range holds a power of ten (Bit Twiddling Hacks, "integer log base 10"). */
+    size_t t = ((size_t)(64 - __builtin_clzll(v | 1)) * 1233) >> 12;
+    size_t n = t + (v >= powers_of_ten[t]);
+    if (n == 0)
+        n = 1;         /* v is 0 */
+    char *p = out + n; /* written from the end: no copy afterwards */
     while (v >= 100) {
-        k -= 2;
-        memcpy(tmp + k, digit_pairs + 2 * (v % 100), 2);
+        p -= 2;
+        memcpy(p, digit_pairs + 2 * (v % 100), 2);
         v /= 100;
     }
-    if (v >= 10) {
-        k -= 2;
-        memcpy(tmp + k, digit_pairs + 2 * v, 2);
-    } else {
-        tmp[--k] = (char)('0' + v);
-    }
-    memcpy(out, tmp + k, sizeof(tmp) - k);
-    return sizeof(tmp) - k;
+    if (v >= 10)
+        memcpy(p - 2, digit_pairs + 2 * v, 2);
+    else
+        p[-1] = (char)('0' + v);
+    return n;
 }
 
 size_t pdr_join2(char *out, size_t cap, const char *a, const char *b)
@@ -288,7 +312,23 @@ static const char hex_pairs[] =
 
 void pdr_hex(const uint8_t *p, size_t n, char *out)
 {
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* Four bytes at a time without the table: each byte spread to a 16-bit lane, its high nibble into
+     * the lane's first byte and its low nibble into the second, then each nibble to its digit ('0' plus
+     * the nibble, and 39 more for 'a'..'f', which are the nibbles that carry when 6 is added). */
+    for (; i + 4 <= n; i += 4) {
+        uint32_t y;
+        memcpy(&y, p + i, 4);
+        uint64_t x = y;
+        x = (x | x << 16) & 0x0000ffff0000ffffull;
+        x = (x | x << 8) & 0x00ff00ff00ff00ffull;
+        x = ((x >> 4) & 0x000f000f000f000full) | ((x & 0x000f000f000f000full) << 8);
+        x += 0x3030303030303030ull + (((x + 0x0606060606060606ull) >> 4) & 0x0101010101010101ull) * 39;
+        memcpy(out + 2 * i, &x, 8);
+    }
+#endif
+    for (; i < n; i++)
         memcpy(out + 2 * i, hex_pairs + 2 * p[i], 2);
     out[2 * n] = '\0';
 }
