@@ -21,15 +21,48 @@ static int lc(int c)
     return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
 }
 
-/* name[0..len) equals the lower-case literal s, in any case. */
-static int eq(const char *name, size_t len, const char *s, size_t slen)
+#define ONES 0x0101010101010101ull
+#define HIGH 0x8080808080808080ull
+
+/* Eight bytes of name equal the eight of the lower-case literal lit, letters in any case: the case bit
+ * is set in name's bytes where lit has a letter (lit's letter bytes found by the seven-bit range sums,
+ * which cannot carry), and only there. */
+static inline __attribute__((always_inline)) int eq8(const char *name, const char *lit)
+{
+    uint64_t w, l;
+    memcpy(&w, name, 8);
+    memcpy(&l, lit, 8);
+    uint64_t letters = (((l + (0x80 - 'a') * ONES) & ~(l + (0x7f - 'z') * ONES)) & HIGH) >> 2;
+    return (w | letters) == l;
+}
+
+/* name[0..len) equals the lower-case literal s, in any case; eight bytes at a time from eight on (the
+ * last word overlaps the one before it). */
+static inline __attribute__((always_inline)) int eq(const char *name, size_t len, const char *s, size_t slen)
 {
     if (len != slen)
         return 0;
+    if (len >= 8) {
+        size_t i = 0;
+        for (; i + 8 < len; i += 8)
+            if (!eq8(name + i, s + i))
+                return 0;
+        return eq8(name + len - 8, s + len - 8);
+    }
     for (size_t i = 0; i < len; i++)
         if (lc((unsigned char)name[i]) != s[i])
             return 0;
     return 1;
+}
+
+/* name[0..len) equals the lower-case C string s, in any case (no strlen first: most names differ at
+ * once). */
+static int eq_str(const char *name, size_t len, const char *s)
+{
+    for (size_t i = 0; i < len; i++)
+        if (s[i] == '\0' || lc((unsigned char)name[i]) != s[i])
+            return 0;
+    return s[len] == '\0';
 }
 
 #define EQ(n, l, lit) eq(n, l, lit, sizeof(lit) - 1)
@@ -150,7 +183,28 @@ static int hexv(unsigned char c)
 static int unhex(const char *s, size_t n, uint8_t *out)
 {
     int bad = 0;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* Eight digits (four bytes) at a time: each byte must be '0'..'9' or 'a'..'f' (seven-bit range sums,
+     * exact per byte); a digit's value is its low nibble, plus 9 for a letter. The nibbles are then paired
+     * (high nibble first) and the pairs packed. */
+    for (; i + 4 <= n; i += 4) {
+        uint64_t w;
+        memcpy(&w, s + 2 * i, 8);
+        uint64_t x = w & ~HIGH;
+        uint64_t digit = (x + (0x80 - '0') * ONES) & ~(x + (0x7f - '9') * ONES);
+        uint64_t alpha = (x + (0x80 - 'a') * ONES) & ~(x + (0x7f - 'f') * ONES);
+        if ((((digit | alpha) & ~w) & HIGH) != HIGH)
+            return -1;
+        uint64_t v = (w & (0x0f * ONES)) + ((alpha & HIGH) >> 7) * 9;
+        v = ((v << 4) | (v >> 8)) & 0x00ff00ff00ff00ffull;
+        v = (v | (v >> 8)) & 0x0000ffff0000ffffull;
+        v = (v | (v >> 16)) & 0xffffffffull;
+        uint32_t b = (uint32_t)v;
+        memcpy(out + i, &b, 4);
+    }
+#endif
+    for (; i < n; i++) {
         int h = hexv((unsigned char)s[2 * i]), l = hexv((unsigned char)s[2 * i + 1]);
         bad |= h | l;
         out[i] = (uint8_t)((h & 15) << 4 | (l & 15));
@@ -205,12 +259,13 @@ void pdr_traceparent_format(const pdr_trace_t *t, const uint8_t span[8], char ou
 
 int pdr_fwd_request_id_ok(const char *v, size_t len)
 {
+    /* Letters, digits, '-', '_' and '.'. */
+    static const uint32_t map[8] = {0, 0x03ff6000, 0x87fffffe, 0x07fffffe, 0, 0, 0, 0};
     if (len == 0 || len >= 64)
         return 0;
     for (size_t k = 0; k < len; k++) {
-        char ch = v[k];
-        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '-' ||
-              ch == '_' || ch == '.'))
+        unsigned char ch = (unsigned char)v[k];
+        if (!((map[ch >> 5] >> (ch & 31)) & 1))
             return 0;
     }
     return 1;
@@ -455,9 +510,6 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
     size_t n_rid = c->n_request_id_headers < PDR_CONFIG_MAX_REQUEST_ID_HEADERS
                        ? c->n_request_id_headers
                        : PDR_CONFIG_MAX_REQUEST_ID_HEADERS;
-    size_t rid_len[PDR_CONFIG_MAX_REQUEST_ID_HEADERS];
-    for (size_t k = 0; k < n_rid; k++)
-        rid_len[k] = strlen(c->request_id_headers[k]);
     /* Each field's kind, kept for the second pass (a request has at most limits.max_headers <= 100). */
     uint8_t kinds[128];
     for (size_t i = 0; i < req->headers.size; i++) {
@@ -496,7 +548,7 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
         }
         for (size_t k = 0; k < n_rid && k < rid_rank; k++) {
             /* request_id_headers are lower case */
-            if (eq(name, nlen, c->request_id_headers[k], rid_len[k]) &&
+            if (eq_str(name, nlen, c->request_id_headers[k]) &&
                 pdr_fwd_request_id_ok(e->value.base, e->value.len)) {
                 rid_rank = k;
                 rid = &e->value;
