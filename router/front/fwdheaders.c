@@ -442,15 +442,20 @@ static size_t peer_addr(h2o_req_t *req, char *out, size_t cap)
 void pdr_fwd_new_request_id(char out[33])
 {
     static __thread uint64_t prefix, counter;
-    if (prefix == 0)
+    static __thread char prefix_hex[17]; /* the prefix's hex, made once per thread */
+    if (prefix == 0) {
         pdr_random_bytes(&prefix, sizeof(prefix));
-    uint8_t b[16];
-    ++counter;
-    for (int i = 0; i < 8; i++) { /* big-endian: the hex reads as the two numbers */
-        b[i] = (uint8_t)(prefix >> (56 - 8 * i));
-        b[8 + i] = (uint8_t)(counter >> (56 - 8 * i));
+        uint8_t b[8];
+        for (int i = 0; i < 8; i++)
+            b[i] = (uint8_t)(prefix >> (56 - 8 * i));
+        pdr_hex(b, 8, prefix_hex);
     }
-    pdr_hex(b, 16, out);
+    uint8_t b[8];
+    ++counter;
+    for (int i = 0; i < 8; i++) /* big-endian: the hex reads as the two numbers */
+        b[i] = (uint8_t)(counter >> (56 - 8 * i));
+    memcpy(out, prefix_hex, 16);
+    pdr_hex(b, 8, out + 16);
 }
 
 static void random_nonzero(uint8_t *p, size_t n)
@@ -584,6 +589,14 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
         f->trace.flags = pdr_trace_sample_new() ? 0x01 : 0x00;
     }
     pdr_hex(f->trace.trace_id, 16, f->trace_id);
+    /* The legs' traceparent line but its span id, which each leg writes (pdr_fwd_leg). */
+    char *line = f->tp_line;
+    memcpy(line, "traceparent: 00-", 16);
+    memcpy(line + 16, f->trace_id, 32);
+    line[48] = '-';
+    memset(line + 49, '0', 16);
+    line[65] = '-';
+    pdr_hex(&f->trace.flags, 1, line + 66);
 
     char addr[INET6_ADDRSTRLEN + 8];
     size_t addr_len = peer_addr(req, addr, sizeof(addr));
@@ -667,13 +680,9 @@ const char *const *pdr_fwd_leg(pdr_fwd_t *f)
      * router's span as their parent, and each leg's id is its own. */
     uint8_t *span = f->last_span;
     random_nonzero(span, 8);
-    char *o = f->tp_line;
-    memcpy(o, "traceparent: 00-", 16);
-    memcpy(o + 16, f->trace_id, 32); /* the trace id's hex, made once */
-    o[48] = '-';
-    pdr_hex(span, 8, o + 49);
+    char *o = f->tp_line;     /* the rest of the line is pdr_fwd_build's */
+    pdr_hex(span, 8, o + 49); /* its NUL lands on the '-' before the flags */
     o[65] = '-';
-    pdr_hex(&f->trace.flags, 1, o + 66);
     f->leg[0] = f->block != NULL && f->block[0] != '\0' ? f->block : f->tp_line;
     f->leg[1] = f->leg[0] == f->tp_line ? NULL : f->tp_line;
     f->leg[2] = NULL;
