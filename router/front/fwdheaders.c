@@ -55,16 +55,6 @@ static inline __attribute__((always_inline)) int eq(const char *name, size_t len
     return 1;
 }
 
-/* name[0..len) equals the lower-case C string s, in any case (no strlen first: most names differ at
- * once). */
-static int eq_str(const char *name, size_t len, const char *s)
-{
-    for (size_t i = 0; i < len; i++)
-        if (s[i] == '\0' || lc((unsigned char)name[i]) != s[i])
-            return 0;
-    return s[len] == '\0';
-}
-
 #define EQ(n, l, lit) eq(n, l, lit, sizeof(lit) - 1)
 
 /* What the router does with a client field, by name (any case): one switch on the length, so each field
@@ -517,6 +507,9 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
                        : PDR_CONFIG_MAX_REQUEST_ID_HEADERS;
     /* Each field's kind, kept for the second pass (a request has at most limits.max_headers <= 100). */
     uint8_t kinds[128];
+    size_t rid_len[PDR_CONFIG_MAX_REQUEST_ID_HEADERS];
+    for (size_t k = 0; k < n_rid; k++)
+        rid_len[k] = strlen(c->request_id_headers[k]);
     for (size_t i = 0; i < req->headers.size; i++) {
         const h2o_header_t *e = &req->headers.entries[i];
         const char *name = e->name->base;
@@ -553,7 +546,7 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
         }
         for (size_t k = 0; k < n_rid && k < rid_rank; k++) {
             /* request_id_headers are lower case */
-            if (eq_str(name, nlen, c->request_id_headers[k]) &&
+            if (eq(name, nlen, c->request_id_headers[k], rid_len[k]) &&
                 pdr_fwd_request_id_ok(e->value.base, e->value.len)) {
                 rid_rank = k;
                 rid = &e->value;
