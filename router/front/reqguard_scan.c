@@ -113,9 +113,27 @@ static size_t name_end(const char *s, size_t i, size_t n)
     return i;
 }
 
-/* 1 when s[0, n) is lower (all lower case) in any case: ASCII letters only are folded. */
+/* Letter bytes of the lower-case word l, as the case bit (0x20) of each: the seven-bit range sums cannot
+ * carry from one byte into the next. */
+static uint64_t letter_bits(uint64_t l)
+{
+    return (((l + (0x80 - 'a') * ONES) & ~(l + (0x7f - 'z') * ONES)) & HIGH) >> 2;
+}
+
+/* 1 when s[0, n) is lower (all lower case) in any case: ASCII letters only are folded. A word at a time
+ * from eight bytes on (the last word overlaps the one before it). */
 static int same_name(const char *s, const char *lower, size_t n)
 {
+    if (n >= 8) {
+        for (size_t i = 0;; i += 8) {
+            size_t at = i + 8 <= n ? i : n - 8;
+            uint64_t l = load8(lower + at);
+            if ((load8(s + at) | letter_bits(l)) != l)
+                return 0;
+            if (at + 8 == n)
+                return 1;
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (c >= 'A' && c <= 'Z')
@@ -141,6 +159,22 @@ static int64_t length_value(const char *s, const char *end)
     return s < end && *s >= '0' && *s <= '9' ? INT64_MAX : v;
 }
 
+/* The first index from i of a byte in s[0, n) that ends a token of the request line (a space, a control
+ * byte, HT included, or DEL), or n. Eight bytes at a time: the first flagged byte of a word is exact. */
+static size_t token_end(const char *s, size_t i, size_t n)
+{
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w = load8(s + i), x = w ^ (0x7f * ONES);
+        uint64_t m = (((w - 0x21 * ONES) & ~w) | ((x - ONES) & ~x)) & HIGH;
+        if (m != 0)
+            return i + first_flagged(m);
+    }
+    for (; i < n; i++)
+        if ((unsigned char)s[i] <= 0x20 || s[i] == 0x7f)
+            return i;
+    return n;
+}
+
 /* The request line line[0, len) (without its CRLF) as h2o's parser reads it: a method and a target,
  * each ended by one space, without control bytes (HT included) or DEL, then "HTTP/1." and a digit that
  * end the line. The parser skips at most one empty line before it (p[0, pre): the bytes skipped). (It
@@ -152,11 +186,9 @@ static int parse_request_line(const char *line, size_t len, const char *p, size_
         return PARSE_BAD;
     size_t i = 0;
     for (int token = 0; token < 2; token++) {
-        for (; i < len && line[i] != ' '; i++)
-            if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
-                return PARSE_BAD;
-        if (i == len)
-            return PARSE_BAD; /* the line's CR ends the token */
+        i = token_end(line, i, len);
+        if (i == len || line[i] != ' ')
+            return PARSE_BAD; /* a control byte, or the line's CR ends the token */
         i++;
     }
     if (len - i != 8 || memcmp(line + i, "HTTP/1.", 7) != 0 || line[i + 7] < '0' || line[i + 7] > '9')
