@@ -22,7 +22,8 @@
 /* 128: the maximum of n in OpenAI's chat completions reference; completions use the same bound. */
 #define MAX_N 128
 
-static const pdr_jval_t *get(const pdr_pdreq_t *r, const char *name)
+/* Inline everywhere: the name is a literal, so pdr_jfind measures it at compile time. */
+static inline __attribute__((always_inline)) const pdr_jval_t *get(const pdr_pdreq_t *r, const char *name)
 {
     const pdr_jmember_t *m = pdr_jfind(r->m, r->n, name);
     return m != NULL && m->v.type != PDR_JT_NULL ? &m->v : NULL;
