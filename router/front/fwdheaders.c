@@ -571,6 +571,7 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
     } else {
         pdr_fwd_new_request_id(f->request_id);
     }
+    size_t rid_n = rid != NULL ? rid->len : 32; /* strlen(f->request_id) */
     /* Several traceparent fields: which one would be the parent? None is trusted. */
     int traced = n_tp == 1 && pdr_traceparent_parse(tp->base, tp->len, &f->trace) == 0;
     if (!traced) {
@@ -599,14 +600,14 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
     cap += 18 + xff_len + addr_len + 2;                            /* X-Forwarded-For */
     cap += 21 + (req->scheme != NULL ? req->scheme->name.len : 5); /* X-Forwarded-Proto */
     cap += 20 + authority.len;                                     /* X-Forwarded-Host */
-    cap += 16 + strlen(f->request_id);                             /* X-Request-Id */
+    cap += 16 + rid_n;                                             /* X-Request-Id */
     cap += 25 + keylen;                                            /* Authorization: Bearer */
     cap += 10 + cookie_len;                                        /* Cookie (HTTP/2: one line) */
     cap += 1;
     char *p = h2o_mem_alloc_pool(&req->pool, cap);
     out_t o = {p, 0, cap - 1};
 
-    put_line(&o, H2O_STRLIT("X-Request-Id"), f->request_id, strlen(f->request_id));
+    put_line(&o, H2O_STRLIT("X-Request-Id"), f->request_id, rid_n);
     if (key != NULL) {
         put_line(&o, H2O_STRLIT("Authorization"), H2O_STRLIT("Bearer "));
         put(&o, key, keylen);
