@@ -508,8 +508,11 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
     /* Each field's kind, kept for the second pass (a request has at most limits.max_headers <= 100). */
     uint8_t kinds[128];
     size_t rid_len[PDR_CONFIG_MAX_REQUEST_ID_HEADERS];
-    for (size_t k = 0; k < n_rid; k++)
+    uint64_t rid_lens = 0; /* bit L: a name of length L (< 64) is in the list; longer ones take bit 0 */
+    for (size_t k = 0; k < n_rid; k++) {
         rid_len[k] = strlen(c->request_id_headers[k]);
+        rid_lens |= 1ull << (rid_len[k] < 64 ? rid_len[k] : 0);
+    }
     for (size_t i = 0; i < req->headers.size; i++) {
         const h2o_header_t *e = &req->headers.entries[i];
         const char *name = e->name->base;
@@ -544,6 +547,8 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
         default:
             break;
         }
+        if (!((rid_lens >> (nlen < 64 ? nlen : 0)) & 1))
+            continue; /* no request-id name has this length */
         for (size_t k = 0; k < n_rid && k < rid_rank; k++) {
             /* request_id_headers are lower case */
             if (eq(name, nlen, c->request_id_headers[k], rid_len[k]) &&
