@@ -116,7 +116,8 @@ static int64_t span(uint64_t from, uint64_t to)
     return from != 0 && to != 0 && to >= from ? (int64_t)(to - from) : -1;
 }
 
-int64_t pdr_phase_duration(const pdr_phase_t *p, pdr_phase_id_t id)
+/* pdr_phase_duration, inlined where the phases are observed. */
+static inline __attribute__((always_inline)) int64_t duration(const pdr_phase_t *p, pdr_phase_id_t id)
 {
     switch (id) {
     case PDR_PHASE_QUEUE:
@@ -138,6 +139,11 @@ int64_t pdr_phase_duration(const pdr_phase_t *p, pdr_phase_id_t id)
     }
 }
 
+int64_t pdr_phase_duration(const pdr_phase_t *p, pdr_phase_id_t id)
+{
+    return duration(p, id);
+}
+
 void pdr_phase_observe(const pdr_phase_t *p, pdr_phase_metrics_t *m)
 {
     if (m == NULL)
@@ -145,18 +151,18 @@ void pdr_phase_observe(const pdr_phase_t *p, pdr_phase_metrics_t *m)
     for (int i = 0; i < PDR_PHASE__COUNT; i++) {
         if (i == PDR_PHASE_KV_TRANSFER || i == PDR_PHASE_PREFILL)
             continue; /* observed below, and when the prefill ends (it may outlast the answer) */
-        int64_t d = pdr_phase_duration(p, (pdr_phase_id_t)i);
+        int64_t d = duration(p, (pdr_phase_id_t)i);
         if (d >= 0)
             observe(&m->phase[i], phase_bounds, (double)d / 1e6);
     }
-    int64_t kv = pdr_phase_duration(p, PDR_PHASE_KV_TRANSFER);
+    int64_t kv = duration(p, PDR_PHASE_KV_TRANSFER);
     if (kv >= 0)
         observe(&m->phase[PDR_PHASE_KV_TRANSFER], phase_bounds, (double)kv / 1e6);
 }
 
 void pdr_phase_observe_prefill(const pdr_phase_t *p, pdr_phase_metrics_t *m)
 {
-    int64_t d = pdr_phase_duration(p, PDR_PHASE_PREFILL);
+    int64_t d = duration(p, PDR_PHASE_PREFILL);
     if (m != NULL && d >= 0)
         observe(&m->phase[PDR_PHASE_PREFILL], phase_bounds, (double)d / 1e6);
 }
