@@ -5,6 +5,7 @@
  * Loop thread only; the pure helpers are any thread.
  */
 #include <arpa/inet.h>
+#include <endian.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -414,9 +415,14 @@ static size_t peer_addr(h2o_req_t *req, char *out, size_t cap)
         const uint8_t *a = (const uint8_t *)&((struct sockaddr_in *)&ss)->sin_addr;
         size_t n = 0;
         for (int i = 0; i < 4; i++) {
+            unsigned v = a[i];
             if (i > 0)
                 out[n++] = '.';
-            n += pdr_fmt_u64(out + n, a[i]);
+            if (v >= 100)
+                out[n++] = (char)('0' + v / 100);
+            if (v >= 10)
+                out[n++] = (char)('0' + v / 10 % 10);
+            out[n++] = (char)('0' + v % 10);
         }
         out[n] = '\0';
         return n;
@@ -440,12 +446,9 @@ void pdr_fwd_new_request_id(char out[33])
             b[i] = (uint8_t)(prefix >> (56 - 8 * i));
         pdr_hex(b, 8, prefix_hex);
     }
-    uint8_t b[8];
-    ++counter;
-    for (int i = 0; i < 8; i++) /* big-endian: the hex reads as the two numbers */
-        b[i] = (uint8_t)(counter >> (56 - 8 * i));
+    uint64_t be = htobe64(++counter); /* big-endian: the hex reads as the two numbers */
     memcpy(out, prefix_hex, 16);
-    pdr_hex(b, 8, out + 16);
+    pdr_hex((const uint8_t *)&be, 8, out + 16);
 }
 
 static void random_nonzero(uint8_t *p, size_t n)

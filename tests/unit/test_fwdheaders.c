@@ -41,6 +41,17 @@ static socklen_t peer_v4(h2o_conn_t *conn, struct sockaddr *sa)
     return sizeof(*in);
 }
 
+/* An address whose octets take one, two and three digits, and zero. */
+static socklen_t peer_v4_wide(h2o_conn_t *conn, struct sockaddr *sa)
+{
+    (void)conn;
+    struct sockaddr_in *in = (struct sockaddr_in *)sa;
+    memset(in, 0, sizeof(*in));
+    in->sin_family = AF_INET;
+    inet_pton(AF_INET, "255.100.0.9", &in->sin_addr);
+    return sizeof(*in);
+}
+
 static socklen_t peer_v6(h2o_conn_t *conn, struct sockaddr *sa)
 {
     (void)conn;
@@ -287,6 +298,16 @@ static void test_forwarded(void)
     add(&f, "x-trace-id", "third");
     add(&f, "x-correlation-id", "second");
     CHECK(pdr_fwd_build(&fw, &f.req, c) == 0 && strcmp(fw.request_id, "second") == 0);
+    h2o_mem_clear_pool(&f.req.pool);
+    fake_init(&f, 0x101, peer_v4_wide);
+    CHECK(pdr_fwd_build(&fw, &f.req, c) == 0);
+    CHECK(line_of(fw.block, "X-Forwarded-For", v, sizeof(v)) && strcmp(v, "255.100.0.9") == 0);
+    /* New request ids: a fixed prefix per thread and a counter, 32 hex digits. */
+    char id1[33], id2[33];
+    pdr_fwd_new_request_id(id1);
+    pdr_fwd_new_request_id(id2);
+    CHECK(strlen(id1) == 32 && strlen(id2) == 32 && memcmp(id1, id2, 16) == 0);
+    CHECK(strtoull(id2 + 16, NULL, 16) == strtoull(id1 + 16, NULL, 16) + 1);
     h2o_mem_clear_pool(&f.req.pool);
 
     /* Limits: max_headers fields, max_header_bytes (name + value + 4 each), the request target, and
