@@ -31,19 +31,11 @@ static const double ttft_bounds[PDR_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0
 static const double tpot_bounds[PDR_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025,
                                                      0.03,  0.04,   0.05,  0.075,  0.1,  0.25,  0.5,  1};
 
-/* The bucket of v: the first bound >= v (PDR_HIST_BUCKETS: +Inf), by binary search over the 16 sorted
- * bounds (4 steps; a request observes several phases). */
+/* v into its bucket: the first bound >= v (PDR_HIST_BUCKETS: +Inf), found by pdr_hist_bucket's halvings
+ * (a request observes several phases). */
 static void observe(pdr_hist_t *h, const double *bounds, double v)
 {
-    int lo = 0, hi = PDR_HIST_BUCKETS;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (v > bounds[mid])
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    int i = lo;
+    unsigned i = pdr_hist_bucket(bounds, v);
     h->counts[i]++;
     h->sum += v;
     h->count++;
