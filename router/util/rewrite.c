@@ -310,11 +310,12 @@ char *pdr_pdreq_build_body_ticket(pdr_pdreq_t *r, const char *bootstrap_host, in
         o = put_rank(out, o, dp_rank);
         out[o++] = ',';
     }
-    const char *names[3] = {"\"bootstrap_host\":", "\"bootstrap_port\":", "\"bootstrap_room\":"};
+    static const char names[3][18] = {"\"bootstrap_host\":", "\"bootstrap_port\":", "\"bootstrap_room\":"};
     for (int f = 0; f < 3; f++) {
-        size_t nl = strlen(names[f]);
-        memcpy(out + o, names[f], nl);
-        o += nl;
+        _Static_assert(sizeof("\"bootstrap_host\":") == 18,
+                       "each name is 17 bytes with its quotes and colon");
+        memcpy(out + o, names[f], 17);
+        o += 17;
         if (r->batch)
             out[o++] = '[';
         for (size_t i = 0; i < items; i++) {
