@@ -5,6 +5,7 @@
  * Loop thread only; the pure helpers are any thread.
  */
 #include <arpa/inet.h>
+#include <endian.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,11 +22,34 @@ static int lc(int c)
     return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
 }
 
-/* name[0..len) equals the lower-case literal s, in any case. */
-static int eq(const char *name, size_t len, const char *s, size_t slen)
+#define ONES 0x0101010101010101ull
+#define HIGH 0x8080808080808080ull
+
+/* Eight bytes of name equal the eight of the lower-case literal lit, letters in any case: the case bit
+ * is set in name's bytes where lit has a letter (lit's letter bytes found by the seven-bit range sums,
+ * which cannot carry), and only there. */
+static inline __attribute__((always_inline)) int eq8(const char *name, const char *lit)
+{
+    uint64_t w, l;
+    memcpy(&w, name, 8);
+    memcpy(&l, lit, 8);
+    uint64_t letters = (((l + (0x80 - 'a') * ONES) & ~(l + (0x7f - 'z') * ONES)) & HIGH) >> 2;
+    return (w | letters) == l;
+}
+
+/* name[0..len) equals the lower-case literal s, in any case; eight bytes at a time from eight on (the
+ * last word overlaps the one before it). */
+static inline __attribute__((always_inline)) int eq(const char *name, size_t len, const char *s, size_t slen)
 {
     if (len != slen)
         return 0;
+    if (len >= 8) {
+        size_t i = 0;
+        for (; i + 8 < len; i += 8)
+            if (!eq8(name + i, s + i))
+                return 0;
+        return eq8(name + len - 8, s + len - 8);
+    }
     for (size_t i = 0; i < len; i++)
         if (lc((unsigned char)name[i]) != s[i])
             return 0;
@@ -150,7 +174,28 @@ static int hexv(unsigned char c)
 static int unhex(const char *s, size_t n, uint8_t *out)
 {
     int bad = 0;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* Eight digits (four bytes) at a time: each byte must be '0'..'9' or 'a'..'f' (seven-bit range sums,
+     * exact per byte); a digit's value is its low nibble, plus 9 for a letter. The nibbles are then paired
+     * (high nibble first) and the pairs packed. */
+    for (; i + 4 <= n; i += 4) {
+        uint64_t w;
+        memcpy(&w, s + 2 * i, 8);
+        uint64_t x = w & ~HIGH;
+        uint64_t digit = (x + (0x80 - '0') * ONES) & ~(x + (0x7f - '9') * ONES);
+        uint64_t alpha = (x + (0x80 - 'a') * ONES) & ~(x + (0x7f - 'f') * ONES);
+        if ((((digit | alpha) & ~w) & HIGH) != HIGH)
+            return -1;
+        uint64_t v = (w & (0x0f * ONES)) + ((alpha & HIGH) >> 7) * 9;
+        v = ((v << 4) | (v >> 8)) & 0x00ff00ff00ff00ffull;
+        v = (v | (v >> 8)) & 0x0000ffff0000ffffull;
+        v = (v | (v >> 16)) & 0xffffffffull;
+        uint32_t b = (uint32_t)v;
+        memcpy(out + i, &b, 4);
+    }
+#endif
+    for (; i < n; i++) {
         int h = hexv((unsigned char)s[2 * i]), l = hexv((unsigned char)s[2 * i + 1]);
         bad |= h | l;
         out[i] = (uint8_t)((h & 15) << 4 | (l & 15));
@@ -205,12 +250,13 @@ void pdr_traceparent_format(const pdr_trace_t *t, const uint8_t span[8], char ou
 
 int pdr_fwd_request_id_ok(const char *v, size_t len)
 {
+    /* Letters, digits, '-', '_' and '.'. */
+    static const uint32_t map[8] = {0, 0x03ff6000, 0x87fffffe, 0x07fffffe, 0, 0, 0, 0};
     if (len == 0 || len >= 64)
         return 0;
     for (size_t k = 0; k < len; k++) {
-        char ch = v[k];
-        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '-' ||
-              ch == '_' || ch == '.'))
+        unsigned char ch = (unsigned char)v[k];
+        if (!((map[ch >> 5] >> (ch & 31)) & 1))
             return 0;
     }
     return 1;
@@ -369,9 +415,14 @@ static size_t peer_addr(h2o_req_t *req, char *out, size_t cap)
         const uint8_t *a = (const uint8_t *)&((struct sockaddr_in *)&ss)->sin_addr;
         size_t n = 0;
         for (int i = 0; i < 4; i++) {
+            unsigned v = a[i];
             if (i > 0)
                 out[n++] = '.';
-            n += pdr_fmt_u64(out + n, a[i]);
+            if (v >= 100)
+                out[n++] = (char)('0' + v / 100);
+            if (v >= 10)
+                out[n++] = (char)('0' + v / 10 % 10);
+            out[n++] = (char)('0' + v % 10);
         }
         out[n] = '\0';
         return n;
@@ -387,15 +438,17 @@ static size_t peer_addr(h2o_req_t *req, char *out, size_t cap)
 void pdr_fwd_new_request_id(char out[33])
 {
     static __thread uint64_t prefix, counter;
-    if (prefix == 0)
+    static __thread char prefix_hex[17]; /* the prefix's hex, made once per thread */
+    if (prefix == 0) {
         pdr_random_bytes(&prefix, sizeof(prefix));
-    uint8_t b[16];
-    ++counter;
-    for (int i = 0; i < 8; i++) { /* big-endian: the hex reads as the two numbers */
-        b[i] = (uint8_t)(prefix >> (56 - 8 * i));
-        b[8 + i] = (uint8_t)(counter >> (56 - 8 * i));
+        uint8_t b[8];
+        for (int i = 0; i < 8; i++)
+            b[i] = (uint8_t)(prefix >> (56 - 8 * i));
+        pdr_hex(b, 8, prefix_hex);
     }
-    pdr_hex(b, 16, out);
+    uint64_t be = htobe64(++counter); /* big-endian: the hex reads as the two numbers */
+    memcpy(out, prefix_hex, 16);
+    pdr_hex((const uint8_t *)&be, 8, out + 16);
 }
 
 static void random_nonzero(uint8_t *p, size_t n)
@@ -455,11 +508,14 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
     size_t n_rid = c->n_request_id_headers < PDR_CONFIG_MAX_REQUEST_ID_HEADERS
                        ? c->n_request_id_headers
                        : PDR_CONFIG_MAX_REQUEST_ID_HEADERS;
-    size_t rid_len[PDR_CONFIG_MAX_REQUEST_ID_HEADERS];
-    for (size_t k = 0; k < n_rid; k++)
-        rid_len[k] = strlen(c->request_id_headers[k]);
     /* Each field's kind, kept for the second pass (a request has at most limits.max_headers <= 100). */
     uint8_t kinds[128];
+    size_t rid_len[PDR_CONFIG_MAX_REQUEST_ID_HEADERS];
+    uint64_t rid_lens = 0; /* bit L: a name of length L (< 64) is in the list; longer ones take bit 0 */
+    for (size_t k = 0; k < n_rid; k++) {
+        rid_len[k] = strlen(c->request_id_headers[k]);
+        rid_lens |= 1ull << (rid_len[k] < 64 ? rid_len[k] : 0);
+    }
     for (size_t i = 0; i < req->headers.size; i++) {
         const h2o_header_t *e = &req->headers.entries[i];
         const char *name = e->name->base;
@@ -494,6 +550,8 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
         default:
             break;
         }
+        if (!((rid_lens >> (nlen < 64 ? nlen : 0)) & 1))
+            continue; /* no request-id name has this length */
         for (size_t k = 0; k < n_rid && k < rid_rank; k++) {
             /* request_id_headers are lower case */
             if (eq(name, nlen, c->request_id_headers[k], rid_len[k]) &&
@@ -521,6 +579,7 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
     } else {
         pdr_fwd_new_request_id(f->request_id);
     }
+    size_t rid_n = rid != NULL ? rid->len : 32; /* strlen(f->request_id) */
     /* Several traceparent fields: which one would be the parent? None is trusted. */
     int traced = n_tp == 1 && pdr_traceparent_parse(tp->base, tp->len, &f->trace) == 0;
     if (!traced) {
@@ -532,6 +591,14 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
         f->trace.flags = pdr_trace_sample_new() ? 0x01 : 0x00;
     }
     pdr_hex(f->trace.trace_id, 16, f->trace_id);
+    /* The legs' traceparent line but its span id, which each leg writes (pdr_fwd_leg). */
+    char *line = f->tp_line;
+    memcpy(line, "traceparent: 00-", 16);
+    memcpy(line + 16, f->trace_id, 32);
+    line[48] = '-';
+    memset(line + 49, '0', 16);
+    line[65] = '-';
+    pdr_hex(&f->trace.flags, 1, line + 66);
 
     char addr[INET6_ADDRSTRLEN + 8];
     size_t addr_len = peer_addr(req, addr, sizeof(addr));
@@ -541,14 +608,14 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
     cap += 18 + xff_len + addr_len + 2;                            /* X-Forwarded-For */
     cap += 21 + (req->scheme != NULL ? req->scheme->name.len : 5); /* X-Forwarded-Proto */
     cap += 20 + authority.len;                                     /* X-Forwarded-Host */
-    cap += 16 + strlen(f->request_id);                             /* X-Request-Id */
+    cap += 16 + rid_n;                                             /* X-Request-Id */
     cap += 25 + keylen;                                            /* Authorization: Bearer */
     cap += 10 + cookie_len;                                        /* Cookie (HTTP/2: one line) */
     cap += 1;
     char *p = h2o_mem_alloc_pool(&req->pool, cap);
     out_t o = {p, 0, cap - 1};
 
-    put_line(&o, H2O_STRLIT("X-Request-Id"), f->request_id, strlen(f->request_id));
+    put_line(&o, H2O_STRLIT("X-Request-Id"), f->request_id, rid_n);
     if (key != NULL) {
         put_line(&o, H2O_STRLIT("Authorization"), H2O_STRLIT("Bearer "));
         put(&o, key, keylen);
@@ -615,13 +682,9 @@ const char *const *pdr_fwd_leg(pdr_fwd_t *f)
      * router's span as their parent, and each leg's id is its own. */
     uint8_t *span = f->last_span;
     random_nonzero(span, 8);
-    char *o = f->tp_line;
-    memcpy(o, "traceparent: 00-", 16);
-    memcpy(o + 16, f->trace_id, 32); /* the trace id's hex, made once */
-    o[48] = '-';
-    pdr_hex(span, 8, o + 49);
+    char *o = f->tp_line;     /* the rest of the line is pdr_fwd_build's */
+    pdr_hex(span, 8, o + 49); /* its NUL lands on the '-' before the flags */
     o[65] = '-';
-    pdr_hex(&f->trace.flags, 1, o + 66);
     f->leg[0] = f->block != NULL && f->block[0] != '\0' ? f->block : f->tp_line;
     f->leg[1] = f->leg[0] == f->tp_line ? NULL : f->tp_line;
     f->leg[2] = NULL;

@@ -63,8 +63,8 @@ typedef struct pdr_fwd {
     char request_id[80];
     char trace_id[33]; /* lower-case hex, for the access log */
     pdr_trace_t trace; /* the trace the legs continue (parent_id: the client's, or zero) */
-    char tp_line[16 + PDR_TRACEPARENT_LEN];
-    const char *leg[3];   /* {block, tp_line, NULL}: what pdr_fwd_leg() returns */
+    char tp_line[16 + PDR_TRACEPARENT_LEN]; /* made by pdr_fwd_build but its span id, which each leg sets */
+    const char *leg[3];                     /* {block, tp_line, NULL}: what pdr_fwd_leg() returns */
     uint8_t last_span[8]; /* the span id in the last pdr_fwd_leg()'s traceparent (the leg's trace span) */
 } pdr_fwd_t;
 

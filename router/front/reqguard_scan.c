@@ -32,31 +32,159 @@ static int ctl(unsigned char b)
 #define ONES 0x0101010101010101ull
 #define HIGH 0x8080808080808080ull
 
-/* 1 when s[0, n) has a byte ctl() refuses. Eight bytes at a time: a word with no byte below 0x20 and none
- * equal to 0x7f is passed whole (both tests are exact for the word, though not for which byte); one that
- * has either is looked at byte by byte, since HT is allowed. */
-static int has_ctl(const char *s, size_t n)
+/* Eight bytes of s as one word, in memory order. */
+static uint64_t load8(const char *s)
+{
+    uint64_t w;
+    memcpy(&w, s, 8);
+    return w;
+}
+
+/* The index of the first byte (in memory order) whose high bit is set in m, m not 0. */
+static size_t first_flagged(uint64_t m)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return (size_t)__builtin_clzll(m) / 8;
+#else
+    return (size_t)__builtin_ctzll(m) / 8;
+#endif
+}
+
+/* Flags (high bit) each byte of w below 0x20 or equal to 0x7f. A borrow runs only from a flagged byte
+ * to the bytes after it, so the first flagged byte is exact; later ones may not be. */
+static uint64_t ctl_or_ht(uint64_t w)
+{
+    uint64_t x = w ^ (0x7f * ONES);
+    return (((w - 0x20 * ONES) & ~w) | ((x - ONES) & ~x)) & HIGH;
+}
+
+/* Sixteen bytes at a time where sixteen remain (GCC's and clang's vector extension, SSE2 or NEON code):
+ * each comparison gives 0xff or 0 per byte, exactly, and the first marked byte is found in the mask's two
+ * words. */
+typedef uint8_t v16_t __attribute__((vector_size(16)));
+
+static v16_t load16(const char *s)
+{
+    v16_t v;
+    memcpy(&v, s, 16);
+    return v;
+}
+
+static v16_t splat(uint8_t b)
+{
+    return (v16_t){b, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b};
+}
+
+/* The index of the first byte of m that is not 0, or 16. */
+static size_t first_marked(v16_t m)
+{
+    uint64_t lo, hi;
+    memcpy(&lo, &m, 8);
+    memcpy(&hi, (const char *)&m + 8, 8);
+    if (lo != 0)
+        return first_flagged(lo & HIGH);
+    return hi != 0 ? 8 + first_flagged(hi & HIGH) : 16;
+}
+
+/* The index of the first byte of s[0, n) that ctl() refuses, or n. Eight bytes at a time: the first
+ * flagged byte of a word is looked at, and the walk goes on after it when it is HT. */
+static inline __attribute__((always_inline)) size_t first_ctl(const char *s, size_t n)
 {
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w, x;
-        memcpy(&w, s + i, 8);
-        x = w ^ (0x7f * ONES);
-        if ((((w - 0x20 * ONES) & ~w) | ((x - ONES) & ~x)) & HIGH) {
-            for (size_t k = 0; k < 8; k++)
-                if (ctl((unsigned char)s[i + k]))
-                    return 1;
+    while (i + 16 <= n) {
+        v16_t v = load16(s + i);
+        size_t f = first_marked((v16_t)(v < splat(0x20)) | (v16_t)(v == splat(0x7f)));
+        if (f == 16) {
+            i += 16;
+            continue;
         }
+        i += f;
+        if (s[i] != '\t')
+            return i;
+        i++;
+    }
+    while (i + 8 <= n) {
+        uint64_t m = ctl_or_ht(load8(s + i));
+        if (m == 0) {
+            i += 8;
+            continue;
+        }
+        i += first_flagged(m);
+        if (s[i] != '\t')
+            return i;
+        i++;
     }
     for (; i < n; i++)
         if (ctl((unsigned char)s[i]))
-            return 1;
-    return 0;
+            return i;
+    return n;
 }
 
-/* 1 when s[0, n) is lower (all lower case) in any case: ASCII letters only are folded. */
+/* 1 when s[0, n) has a byte ctl() refuses. */
+static int has_ctl(const char *s, size_t n)
+{
+    return first_ctl(s, n) < n;
+}
+
+/* Flags each byte of w that is not a letter, a digit or '-' (the bytes of most field names). Exact for
+ * every byte: the sums work on seven-bit bytes, which cannot carry into the next. */
+static uint64_t not_name_byte(uint64_t w)
+{
+    uint64_t x = w & ~HIGH, l = x | (0x20 * ONES), d = x ^ ('-' * ONES);
+    uint64_t letter = (l + (0x80 - 'a') * ONES) & ~(l + (0x7f - 'z') * ONES);
+    uint64_t digit = (x + (0x80 - '0') * ONES) & ~(x + (0x7f - '9') * ONES);
+    uint64_t dash = ~(d + 0x7f * ONES);
+    return ~((letter | digit | dash) & ~w) & HIGH;
+}
+
+/* The end of the run of tchars that starts at s[i], within s[0, n). */
+static size_t name_end(const char *s, size_t i, size_t n)
+{
+    for (;;) {
+        size_t f, step;
+        if (i + 16 <= n) {
+            v16_t v = load16(s + i), l = v | splat(0x20);
+            v16_t good = (v16_t)((v16_t)(l - splat('a')) < splat(26)) |
+                         (v16_t)((v16_t)(v - splat('0')) < splat(10)) | (v16_t)(v == splat('-'));
+            f = first_marked(~good);
+            step = 16;
+        } else if (i + 8 <= n) {
+            uint64_t m = not_name_byte(load8(s + i));
+            f = m != 0 ? first_flagged(m) : 8;
+            step = 8;
+        } else {
+            break;
+        }
+        i += f;
+        if (f < step)
+            break;
+    }
+    while (i < n && TCHAR[(unsigned char)s[i]])
+        i++;
+    return i;
+}
+
+/* Letter bytes of the lower-case word l, as the case bit (0x20) of each: the seven-bit range sums cannot
+ * carry from one byte into the next. */
+static uint64_t letter_bits(uint64_t l)
+{
+    return (((l + (0x80 - 'a') * ONES) & ~(l + (0x7f - 'z') * ONES)) & HIGH) >> 2;
+}
+
+/* 1 when s[0, n) is lower (all lower case) in any case: ASCII letters only are folded. A word at a time
+ * from eight bytes on (the last word overlaps the one before it). */
 static int same_name(const char *s, const char *lower, size_t n)
 {
+    if (n >= 8) {
+        for (size_t i = 0;; i += 8) {
+            size_t at = i + 8 <= n ? i : n - 8;
+            uint64_t l = load8(lower + at);
+            if ((load8(s + at) | letter_bits(l)) != l)
+                return 0;
+            if (at + 8 == n)
+                return 1;
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
         if (c >= 'A' && c <= 'Z')
@@ -82,6 +210,22 @@ static int64_t length_value(const char *s, const char *end)
     return s < end && *s >= '0' && *s <= '9' ? INT64_MAX : v;
 }
 
+/* The first index from i of a byte in s[0, n) that ends a token of the request line (a space, a control
+ * byte, HT included, or DEL), or n. Eight bytes at a time: the first flagged byte of a word is exact. */
+static size_t token_end(const char *s, size_t i, size_t n)
+{
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w = load8(s + i), x = w ^ (0x7f * ONES);
+        uint64_t m = (((w - 0x21 * ONES) & ~w) | ((x - ONES) & ~x)) & HIGH;
+        if (m != 0)
+            return i + first_flagged(m);
+    }
+    for (; i < n; i++)
+        if ((unsigned char)s[i] <= 0x20 || s[i] == 0x7f)
+            return i;
+    return n;
+}
+
 /* The request line line[0, len) (without its CRLF) as h2o's parser reads it: a method and a target,
  * each ended by one space, without control bytes (HT included) or DEL, then "HTTP/1." and a digit that
  * end the line. The parser skips at most one empty line before it (p[0, pre): the bytes skipped). (It
@@ -93,11 +237,9 @@ static int parse_request_line(const char *line, size_t len, const char *p, size_
         return PARSE_BAD;
     size_t i = 0;
     for (int token = 0; token < 2; token++) {
-        for (; i < len && line[i] != ' '; i++)
-            if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
-                return PARSE_BAD;
-        if (i == len)
-            return PARSE_BAD; /* the line's CR ends the token */
+        i = token_end(line, i, len);
+        if (i == len || line[i] != ' ')
+            return PARSE_BAD; /* a control byte, or the line's CR ends the token */
         i++;
     }
     if (len - i != 8 || memcmp(line + i, "HTTP/1.", 7) != 0 || line[i + 7] < '0' || line[i + 7] > '9')
@@ -150,18 +292,30 @@ void pdr_reqguard_scan(const char *p, size_t n, size_t max_fields, size_t max_by
     for (i = e + 1;; i = e + 1) {
         if (i >= n)
             return;
-        nl = memchr(p + i, '\n', n - i);
-        if (nl == NULL) { /* a line not ended yet counts as far as it has come, without a CR it ends in */
-            len = n - i;
-            if (p[n - 1] == '\r')
-                len--;
-            if (bytes + len > max_bytes)
-                h->limit = 431;
-            return;
+        /* The usual line first, in one walk: tchars, a colon, a value without control bytes, CRLF. Its
+         * first LF is the one after that CR. Any other line is read again the long way below. */
+        size_t k = name_end(p, i, n), v = n;
+        if (k > i && k < n && p[k] == ':')
+            v = k + 1 + first_ctl(p + k + 1, n - k - 1);
+        int cr, clean = v + 1 < n && p[v] == '\r' && p[v + 1] == '\n';
+        if (clean) {
+            cr = 1;
+            c = v;
+            e = v + 1;
+        } else {
+            nl = memchr(p + i, '\n', n - i);
+            if (nl == NULL) { /* a line not ended yet counts as far as it has come, without a CR it ends in */
+                len = n - i;
+                if (p[n - 1] == '\r')
+                    len--;
+                if (bytes + len > max_bytes)
+                    h->limit = 431;
+                return;
+            }
+            e = (size_t)(nl - p);
+            cr = e > i && p[e - 1] == '\r';
+            c = cr ? e - 1 : e;
         }
-        e = (size_t)(nl - p);
-        int cr = e > i && p[e - 1] == '\r';
-        c = cr ? e - 1 : e;
         if (c == i) { /* the empty line */
             if (!cr && why == NULL)
                 why = "a bare LF ends a line of the request head (lines end with CRLF)";
@@ -182,27 +336,29 @@ void pdr_reqguard_scan(const char *p, size_t n, size_t max_fields, size_t max_by
         }
         line = p + i;
         len = c - i;
-        /* The name: tchars up to the colon (the CR at c ends the walk), else the slow way. */
-        size_t k = i;
-        while (TCHAR[(unsigned char)p[k]])
-            k++;
-        if (p[k] != ':' || k == i) {
-            if (line[0] == ' ' || line[0] == '\t') {
-                why = "obs-fold: a header line begins with whitespace";
-                continue;
+        if (!clean) {
+            /* The name: tchars up to the colon (the CR at c ends the walk), else the slow way. */
+            k = i;
+            while (TCHAR[(unsigned char)p[k]])
+                k++;
+            if (p[k] != ':' || k == i) {
+                if (line[0] == ' ' || line[0] == '\t') {
+                    why = "obs-fold: a header line begins with whitespace";
+                    continue;
+                }
+                const char *colon = memchr(line, ':', len);
+                if (colon == NULL) {
+                    why = "a header line without a colon";
+                    continue;
+                }
+                k = (size_t)(colon - p);
+                if (k == i || p[k - 1] == ' ' || p[k - 1] == '\t') {
+                    why = "whitespace between a header name and its colon";
+                    continue;
+                }
+                if (parse == PARSE_OK)
+                    parse = PARSE_BAD; /* a byte that is not a tchar in the name */
             }
-            const char *colon = memchr(line, ':', len);
-            if (colon == NULL) {
-                why = "a header line without a colon";
-                continue;
-            }
-            k = (size_t)(colon - p);
-            if (k == i || p[k - 1] == ' ' || p[k - 1] == '\t') {
-                why = "whitespace between a header name and its colon";
-                continue;
-            }
-            if (parse == PARSE_OK)
-                parse = PARSE_BAD; /* a byte that is not a tchar in the name */
         }
         size_t nlen = k - i;
         if (nlen == 14 && same_name(line, "content-length", 14)) {
@@ -217,7 +373,7 @@ void pdr_reqguard_scan(const char *p, size_t n, size_t max_fields, size_t max_by
         } else if (nlen == 4 && same_name(line, "host", 4)) {
             n_host++;
         }
-        if (parse == PARSE_OK && (fields > PARSER_MAX_FIELDS || has_ctl(p + k + 1, c - k - 1)))
+        if (parse == PARSE_OK && (fields > PARSER_MAX_FIELDS || (!clean && has_ctl(p + k + 1, c - k - 1))))
             parse = PARSE_BAD;
     }
     if (why == NULL) {

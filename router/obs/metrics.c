@@ -18,11 +18,7 @@ const double pdr__metrics_buckets[PDR_BUCKETS__COUNT][PDR_HIST_BUCKETS] = {
 
 void pdr_hist_observe_in(pdr_hist_t *h, pdr_buckets_t set, double v)
 {
-    const double *bounds = pdr__metrics_buckets[set];
-    int i = 0;
-    while (i < PDR_HIST_BUCKETS && v > bounds[i])
-        i++;
-    h->counts[i]++;
+    h->counts[pdr_hist_bucket(pdr__metrics_buckets[set], v)]++;
     h->sum += v;
     h->count++;
 }

@@ -62,6 +62,19 @@ typedef struct pdr_hist {
     uint64_t count;
 } pdr_hist_t;
 
+/* The bucket of v among ascending bounds: the number of bounds below v (PDR_HIST_BUCKETS: +Inf). Four
+ * halvings of the sixteen bounds and a last comparison, without branches. */
+static inline unsigned pdr_hist_bucket(const double *bounds, double v)
+{
+    _Static_assert(PDR_HIST_BUCKETS == 16, "pdr_hist_bucket halves sixteen bounds");
+    unsigned i = 0;
+    i += v > bounds[i + 7] ? 8u : 0u;
+    i += v > bounds[i + 3] ? 4u : 0u;
+    i += v > bounds[i + 1] ? 2u : 0u;
+    i += v > bounds[i] ? 1u : 0u;
+    return i + (v > bounds[i]);
+}
+
 typedef struct pdr_metrics {
     uint64_t requests[PDR_MR__COUNT][600];
     uint64_t upstream_errors[2][PDR_CAUSE__COUNT];

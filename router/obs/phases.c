@@ -31,19 +31,11 @@ static const double ttft_bounds[PDR_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0
 static const double tpot_bounds[PDR_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025,
                                                      0.03,  0.04,   0.05,  0.075,  0.1,  0.25,  0.5,  1};
 
-/* The bucket of v: the first bound >= v (PDR_HIST_BUCKETS: +Inf), by binary search over the 16 sorted
- * bounds (4 steps; a request observes several phases). */
+/* v into its bucket: the first bound >= v (PDR_HIST_BUCKETS: +Inf), found by pdr_hist_bucket's halvings
+ * (a request observes several phases). */
 static void observe(pdr_hist_t *h, const double *bounds, double v)
 {
-    int lo = 0, hi = PDR_HIST_BUCKETS;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (v > bounds[mid])
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    int i = lo;
+    unsigned i = pdr_hist_bucket(bounds, v);
     h->counts[i]++;
     h->sum += v;
     h->count++;
@@ -116,7 +108,8 @@ static int64_t span(uint64_t from, uint64_t to)
     return from != 0 && to != 0 && to >= from ? (int64_t)(to - from) : -1;
 }
 
-int64_t pdr_phase_duration(const pdr_phase_t *p, pdr_phase_id_t id)
+/* pdr_phase_duration, inlined where the phases are observed. */
+static inline __attribute__((always_inline)) int64_t duration(const pdr_phase_t *p, pdr_phase_id_t id)
 {
     switch (id) {
     case PDR_PHASE_QUEUE:
@@ -138,6 +131,11 @@ int64_t pdr_phase_duration(const pdr_phase_t *p, pdr_phase_id_t id)
     }
 }
 
+int64_t pdr_phase_duration(const pdr_phase_t *p, pdr_phase_id_t id)
+{
+    return duration(p, id);
+}
+
 void pdr_phase_observe(const pdr_phase_t *p, pdr_phase_metrics_t *m)
 {
     if (m == NULL)
@@ -145,18 +143,18 @@ void pdr_phase_observe(const pdr_phase_t *p, pdr_phase_metrics_t *m)
     for (int i = 0; i < PDR_PHASE__COUNT; i++) {
         if (i == PDR_PHASE_KV_TRANSFER || i == PDR_PHASE_PREFILL)
             continue; /* observed below, and when the prefill ends (it may outlast the answer) */
-        int64_t d = pdr_phase_duration(p, (pdr_phase_id_t)i);
+        int64_t d = duration(p, (pdr_phase_id_t)i);
         if (d >= 0)
             observe(&m->phase[i], phase_bounds, (double)d / 1e6);
     }
-    int64_t kv = pdr_phase_duration(p, PDR_PHASE_KV_TRANSFER);
+    int64_t kv = duration(p, PDR_PHASE_KV_TRANSFER);
     if (kv >= 0)
         observe(&m->phase[PDR_PHASE_KV_TRANSFER], phase_bounds, (double)kv / 1e6);
 }
 
 void pdr_phase_observe_prefill(const pdr_phase_t *p, pdr_phase_metrics_t *m)
 {
-    int64_t d = pdr_phase_duration(p, PDR_PHASE_PREFILL);
+    int64_t d = duration(p, PDR_PHASE_PREFILL);
     if (m != NULL && d >= 0)
         observe(&m->phase[PDR_PHASE_PREFILL], phase_bounds, (double)d / 1e6);
 }

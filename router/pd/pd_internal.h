@@ -169,7 +169,6 @@ typedef struct pd_req {
     uint64_t *rooms;
     size_t n_rooms;
     unsigned room_open : 1; /* the attempt's rooms are owned in the shims' table */
-    pdr_fwd_t fwd;          /* the headers both legs carry (fwdheaders.h), built once */
 
     const pdr_config_t *conf; /* the snapshot this request started with (a reload does not change it) */
     const char *pool;         /* the pool serving the request's model (a name in conf); retries stay in it */
@@ -212,9 +211,8 @@ typedef struct pd_req {
     /* Data-parallel attention (pool.c: a rank is a worker of its own, w->dp_rank): protocol vllm names the
      * rank in a header of each leg, built here (pdr_leg_start copies it). */
     const char *rank_hdrs[4];
-    /* Phase timing (phases.h) and the request's trace spans (trace.h): traced = the trace is sampled and
-     * an exporter runs; root_span is the router's span for the request. */
-    pdr_phase_t ph;
+    /* The request's trace spans (trace.h; its phase timing, ph, is in the tail): traced = the trace is
+     * sampled and an exporter runs; root_span is the router's span for the request. */
     unsigned traced : 1;
     uint8_t root_span[8];
     /* Admission (admission.h): the request's slot or place in the queue, and when its wait ends. */
@@ -225,10 +223,13 @@ typedef struct pd_req {
     unsigned retry_slot : 1;
     uint64_t backoff_ns;
 
-    /* The tail (from PD_REQ_TAIL on) is not zeroed at the request's start (new_req): each text is written
+    /* The tail (from PD_REQ_TAIL on) is not zeroed at the request's start (new_req): fwd and ph are
+     * cleared whole by their own initialisation (pdr_fwd_build, pdr_phase_init), each text is written
      * before it is read, and it starts as the empty string; tried is read up to n_tried, members up to
-     * pr.n, room_space up to n_rooms (zeroed when taken). 3.2 KB a request that calloc would clear for
+     * pr.n, room_space up to n_rooms (zeroed when taken). 3.6 KB a request that calloc would clear for
      * nothing. */
+    pdr_fwd_t fwd; /* the headers both legs carry (fwdheaders.h), built once */
+    pdr_phase_t ph;
     char request_id[80];
     char last_fail_msg[768];
     char retry_error[192]; /* JSON-escaped: the failure of the last attempt that was retried (access log) */
@@ -238,7 +239,7 @@ typedef struct pd_req {
     uint64_t room_space[PD_ROOMS];     /* rooms when n_rooms fits */
 } pd_req_t;
 
-#define PD_REQ_TAIL offsetof(pd_req_t, request_id)
+#define PD_REQ_TAIL offsetof(pd_req_t, fwd)
 
 /*
  * A way of running an attempt, in the manner of nginx's upstream callbacks (create_request,

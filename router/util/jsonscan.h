@@ -80,8 +80,19 @@ static inline int pdr_json_scan_object_in(const char *p, size_t len, pdr_jmember
     return pdr__json_scan_object(p, len, out, max, n, err, errlen, PDR_ETOOBIG);
 }
 
-/* 1 when the member's key, with escapes decoded, equals name (NUL-terminated), else 0. */
-int pdr_jmember_key_is(const pdr_jmember_t *m, const char *name);
+/* pdr_jmember_key_is for a key with escapes: decodes them as it compares. */
+int pdr__jmember_key_is_escaped(const pdr_jmember_t *m, const char *name);
+
+/* 1 when the member's key, with escapes decoded, equals name (NUL-terminated), else 0. Inline: a key
+ * without escapes (nearly all) is compared by length and bytes, and a literal name's length is known at
+ * compile time. */
+static inline int pdr_jmember_key_is(const pdr_jmember_t *m, const char *name)
+{
+    if (m->key_escaped)
+        return pdr__jmember_key_is_escaped(m, name);
+    size_t n = strlen(name);
+    return n == m->key_len && memcmp(m->key, name, n) == 0;
+}
 
 /* Parses an INT value into *out. Returns 0, or PDR_EINVAL if v is not an INT or does not fit int64_t. */
 int pdr_jval_int(const pdr_jval_t *v, int64_t *out);

@@ -1,9 +1,9 @@
 /*
  * The top-level object of the JSON scanner declared in jsonscan.h: pdr_json_scan_object (one record per
- * top-level member, duplicate keys refused after decoding escapes), decoded keys (pdr_jmember_key_is; the
- * lookup pdr_jfind is inline in jsonscan.h) and the walkers over nested arrays and objects (pdr_jarray_next,
- * pdr_jobject_next), which read again on demand what the scan validated but did not record. The grammar is
- * jsonscan.c's.
+ * top-level member, duplicate keys refused after decoding escapes), decoded keys
+ * (pdr__jmember_key_is_escaped; the lookup pdr_jfind is inline in jsonscan.h) and the walkers over nested
+ * arrays and objects (pdr_jarray_next, pdr_jobject_next), which read again on demand what the scan validated
+ * but did not record. The grammar is jsonscan.c's.
  *
  * Invariants: the input is never written and never read past p + len; a call allocates at most once (the
  * duplicate-key table of a document with more than SMALL_MEMBERS members) and frees it before returning.
@@ -125,12 +125,8 @@ static int keys_equal(const pdr_jmember_t *a, const pdr_jmember_t *b)
     return 1;
 }
 
-int pdr_jmember_key_is(const pdr_jmember_t *m, const char *name)
+int pdr__jmember_key_is_escaped(const pdr_jmember_t *m, const char *name)
 {
-    if (!m->key_escaped) {
-        size_t n = strlen(name);
-        return n == m->key_len && memcmp(m->key, name, n) == 0;
-    }
     key_iter_t it;
     int c;
     key_iter_init(&it, m);

@@ -22,7 +22,8 @@
 /* 128: the maximum of n in OpenAI's chat completions reference; completions use the same bound. */
 #define MAX_N 128
 
-static const pdr_jval_t *get(const pdr_pdreq_t *r, const char *name)
+/* Inline everywhere: the name is a literal, so pdr_jfind measures it at compile time. */
+static inline __attribute__((always_inline)) const pdr_jval_t *get(const pdr_pdreq_t *r, const char *name)
 {
     const pdr_jmember_t *m = pdr_jfind(r->m, r->n, name);
     return m != NULL && m->v.type != PDR_JT_NULL ? &m->v : NULL;
@@ -337,11 +338,12 @@ static char *build_pd_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport
         o = put_rank(out, o, dp_rank);
         out[o++] = ',';
     }
-    const char *names[3] = {"\"bootstrap_host\":", "\"bootstrap_port\":", "\"bootstrap_room\":"};
+    static const char names[3][18] = {"\"bootstrap_host\":", "\"bootstrap_port\":", "\"bootstrap_room\":"};
     for (int f = 0; f < 3; f++) {
-        size_t nl = strlen(names[f]);
-        memcpy(out + o, names[f], nl);
-        o += nl;
+        _Static_assert(sizeof("\"bootstrap_host\":") == 18,
+                       "each name is 17 bytes with its quotes and colon");
+        memcpy(out + o, names[f], 17);
+        o += 17;
         if (r->batch)
             out[o++] = '[';
         for (size_t i = 0; i < items; i++) {

@@ -41,6 +41,17 @@ static socklen_t peer_v4(h2o_conn_t *conn, struct sockaddr *sa)
     return sizeof(*in);
 }
 
+/* An address whose octets take one, two and three digits, and zero. */
+static socklen_t peer_v4_wide(h2o_conn_t *conn, struct sockaddr *sa)
+{
+    (void)conn;
+    struct sockaddr_in *in = (struct sockaddr_in *)sa;
+    memset(in, 0, sizeof(*in));
+    in->sin_family = AF_INET;
+    inet_pton(AF_INET, "255.100.0.9", &in->sin_addr);
+    return sizeof(*in);
+}
+
 static socklen_t peer_v6(h2o_conn_t *conn, struct sockaddr *sa)
 {
     (void)conn;
@@ -110,6 +121,12 @@ static void test_names(void)
     CHECK(!rset("authorization", 0) && rset("authorization", 1) && rset("Authorization", 1));
     CHECK(!rset("x-forwarded-for", 0) && !rset("x-forwarded-host", 0) && !rset("tracestate", 0));
     CHECK(!rset("accept", 1) && !rset("cookie", 1));
+    /* Only letters match in either case: a byte that differs from the name's by the case bit alone is
+     * another name (0x0d for '-', 0x10 for '0', '@' for '`'). */
+    CHECK(rset("CONTENT-TYPE", 0) && rset("X-Data-Parallel-Rank", 0) && hop("Transfer-Encoding"));
+    CHECK(!rset("content\rlength", 0) && !rset("content\rtype", 0) && !hop("transfer\rencoding"));
+    CHECK(!rset("x\rforwarded-proto", 0) && !rset("x-data-parallel\rrank", 0) && !hop("http2\x0dsettings"));
+    CHECK(!hop("http\x12-settings") && rset("x-forwarded-prot\x4f", 0) && !rset("x-request-i\x04", 0));
     /* Connection's list: tokens, any case, optional whitespace, empty elements. */
     CHECK(conn_names("close, X-Hop", "x-hop") && conn_names("X-Hop", "X-HOP") &&
           conn_names(" ,x-a ,, x-b ", "x-b"));
@@ -147,6 +164,27 @@ static void test_traceparent(void)
     uint8_t span[8] = {0xde, 0xad, 0xbe, 0xef, 0, 1, 2, 3};
     pdr_traceparent_format(&t, span, out);
     CHECK(strcmp(out, "00-4bf92f3577b34da6a3ce929d0e0e4736-deadbeef00010203-01") == 0);
+    /* Every byte value at every digit of the ids and the flags: accepted exactly when it is a lower-case
+     * hex digit, and then read as its value. */
+    static const size_t digits[] = {3, 4, 10, 17, 18, 34, 36, 40, 43, 44, 51, 53, 54};
+    int bad = 0;
+    for (size_t d = 0; d < sizeof(digits) / sizeof(digits[0]); d++) {
+        for (int b = 0; b < 256; b++) {
+            char v[PDR_TRACEPARENT_LEN + 1];
+            memcpy(v, good, sizeof(v));
+            v[digits[d]] = (char)b;
+            int hex = (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f');
+            pdr_trace_t u;
+            int ok = pdr_traceparent_parse(v, PDR_TRACEPARENT_LEN, &u) == 0;
+            bad += ok != hex;
+            if (ok) {
+                char back[PDR_TRACEPARENT_LEN + 1];
+                pdr_traceparent_format(&u, u.parent_id, back);
+                bad += strcmp(back, v) != 0;
+            }
+        }
+    }
+    CHECK(bad == 0);
 }
 
 static void test_request_ids(void)
@@ -157,6 +195,14 @@ static void test_request_ids(void)
     char long_id[65];
     memset(long_id, 'a', 64);
     CHECK(pdr_fwd_request_id_ok(long_id, 63) && !pdr_fwd_request_id_ok(long_id, 64));
+    int bad = 0;
+    for (int b = 0; b < 256; b++) {
+        char id[3] = {'a', (char)b, 'z'};
+        int want = (b >= '0' && b <= '9') || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || b == '-' ||
+                   b == '_' || b == '.';
+        bad += pdr_fwd_request_id_ok(id, 3) != want;
+    }
+    CHECK(bad == 0);
 }
 
 static void test_forwarded(void)
@@ -252,6 +298,16 @@ static void test_forwarded(void)
     add(&f, "x-trace-id", "third");
     add(&f, "x-correlation-id", "second");
     CHECK(pdr_fwd_build(&fw, &f.req, c) == 0 && strcmp(fw.request_id, "second") == 0);
+    h2o_mem_clear_pool(&f.req.pool);
+    fake_init(&f, 0x101, peer_v4_wide);
+    CHECK(pdr_fwd_build(&fw, &f.req, c) == 0);
+    CHECK(line_of(fw.block, "X-Forwarded-For", v, sizeof(v)) && strcmp(v, "255.100.0.9") == 0);
+    /* New request ids: a fixed prefix per thread and a counter, 32 hex digits. */
+    char id1[33], id2[33];
+    pdr_fwd_new_request_id(id1);
+    pdr_fwd_new_request_id(id2);
+    CHECK(strlen(id1) == 32 && strlen(id2) == 32 && memcmp(id1, id2, 16) == 0);
+    CHECK(strtoull(id2 + 16, NULL, 16) == strtoull(id1 + 16, NULL, 16) + 1);
     h2o_mem_clear_pool(&f.req.pool);
 
     /* Limits: max_headers fields, max_header_bytes (name + value + 4 each), the request target, and

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "check.h"
 #include "err.h"
+#include "metrics.h"
 #include "otlp.h"
 #include "phases.h"
 #include "runner.h"
@@ -197,6 +198,20 @@ static void test_phases(void)
     pdr_phase_observe_llm(m, 7, "alpha", 0.1, 0.1); /* not a PD route */
     CHECK(m->ttft[1][0].count == 2);
     free(m);
+    /* pdr_hist_bucket against the count of bounds below v: every bound, each side of it, the ends. */
+    double bounds[PDR_HIST_BUCKETS];
+    for (int i = 0; i < PDR_HIST_BUCKETS; i++)
+        bounds[i] = 0.5 * (i + 1) * (i + 1);
+    int bad = 0;
+    for (int k = -2; k <= 4 * PDR_HIST_BUCKETS * PDR_HIST_BUCKETS; k++) {
+        double v = 0.125 * k;
+        unsigned want = 0;
+        while (want < PDR_HIST_BUCKETS && v > bounds[want])
+            want++;
+        bad += pdr_hist_bucket(bounds, v) != want;
+    }
+    CHECK(bad == 0 && pdr_hist_bucket(bounds, 1e300) == PDR_HIST_BUCKETS &&
+          pdr_hist_bucket(bounds, -1e300) == 0);
 }
 
 static const pdr_test_case_t cases[] = {

@@ -73,6 +73,35 @@ static void formatting(void)
         bad += strcmp(a, b) != 0;
     }
     CHECK(bad == 0);
+    /* Each bit length's edges (the digit count starts from the bit length). */
+    for (int b = 1; b <= 64; b++) {
+        uint64_t top = b == 64 ? UINT64_MAX : (1ull << b) - 1;
+        uint64_t edge[3] = {top, top >> 1, (top >> 1) + 1};
+        for (int e = 0; e < 3; e++) {
+            char a[32], c[32];
+            size_t k = pdr_fmt_u64(a, edge[e]);
+            a[k] = '\0';
+            snprintf(c, sizeof(c), "%" PRIu64, edge[e]);
+            bad += strcmp(a, c) != 0;
+        }
+    }
+    CHECK(bad == 0);
+    /* pdr_hex against printf's, every length to 40 (the four-byte steps and the rest), every byte value. */
+    uint8_t raw[40];
+    for (int rep = 0; rep < 64; rep++) {
+        for (size_t i = 0; i < sizeof(raw); i++)
+            raw[i] = (uint8_t)(rep * 40 + (int)i * 7);
+        for (size_t len = 0; len <= sizeof(raw); len++) {
+            char h[2 * sizeof(raw) + 1], want[2 * sizeof(raw) + 1];
+            memset(h, 'x', sizeof(h));
+            pdr_hex(raw, len, h);
+            for (size_t i = 0; i < len; i++)
+                snprintf(want + 2 * i, 3, "%02x", raw[i]);
+            want[2 * len] = '\0';
+            bad += strcmp(h, want) != 0;
+        }
+    }
+    CHECK(bad == 0);
     char out[16];
     CHECK(pdr_join2(out, sizeof(out), "http://h:1", "/generate") == 15 &&
           strcmp(out, "http://h:1/gene") == 0);
