@@ -54,8 +54,6 @@ TOP = ["main.c"]  # files of router/ itself, above every folder
 SPLIT = [
     ("util", ["jsonscan.[ch]", "jsonscan_object.c", "jsonscan_internal.h"]),
     ("upstream", ["upstream.[ch]", "upstream_conn.c", "upstream_conn_tls.c", "upstream_internal.h"]),
-    ("workers", ["pool.[ch]", "pool_pick.c", "pool_state.c", "pool_outlier.c", "pool_internal.h"]),
-    ("fleet", ["shim_events.[ch]", "shim_events_rooms.c", "shim_events_views.c", "shim_events_internal.h"]),
     ("front", ["conn.c", "conn_h1.c", "conn_h2.c", "conn_internal.h", "conn_ng2*.c", "conn_ng2_internal.h"]),
     ("pd", ["*.c", "pd_internal.h", "decide.h"]),  # the request's state machine, one part per file
 ]
