@@ -87,7 +87,7 @@ xfp_client_value_forwarded @@ router/front/fwdheaders.c @@ : EQ(name, len, "x-fo
 xfh_not_added @@ router/front/fwdheaders.c @@ if (xfh == NULL && authority.len > 0) @@ if (0 && xfh == NULL && authority.len > 0) @@ pdrouter @@ ^router_headers_forward$
 client_authorization_forwarded @@ router/front/fwdheaders.c @@ return api_key && EQ(name, len, "authorization") ? K_ROUTER : K_FORWARD; @@ return 0 && api_key ? K_ROUTER : K_FORWARD; @@ pdrouter @@ ^router_headers_api_key$
 h2_closed_socket_read @@ router/front/conn_h2.c @@ return sock->input == NULL || uv_is_closing((uv_handle_t *)&cc->tcp); @@ return 0 && uv_is_closing((uv_handle_t *)&cc->tcp); @@ pdrouter fuzz_conn @@ ^(router_h2_conformance_prior|router_conn_fuzz_corpus)$
-tls_reset_not_quiet @@ router/front/conn.c @@         SSL_set_quiet_shutdown(cc->ssl, 1); @@         (void)0; @@ pdrouter @@ ^router_tls_descriptors$
+tls_reset_not_quiet @@ router/front/conn_internal.h @@         SSL_set_quiet_shutdown(cc->ssl, 1); @@         (void)0; @@ pdrouter @@ ^router_tls_descriptors$
 lingering_skipped @@ router/front/conn_h1.c @@ if (c->timeouts.lingering_ms == 0 || linger_drop(cc, sock)) { @@ if (1 || linger_drop(cc, sock)) { @@ pdrouter @@ ^router_limits_early_answers$
 h2_body_budget_off @@ router/front/conn_h2.c @@ cc->h2g.budget_on = b != UINT64_MAX; @@ cc->h2g.budget_on = 0; @@ pdrouter @@ ^router_limits_h2_body_budget$
 h2_body_stall_ignored @@ router/front/conn_h2.c @@ if ((s = pdr_h2guard_take_stalled(&cc->h2g, now - pause)) == 0) @@ if ((s = 0) == 0) @@ pdrouter @@ ^router_limits_h2_body_budget$
