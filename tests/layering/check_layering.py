@@ -16,8 +16,9 @@ stem (an _internal.h, a table of types) is a node of its own. So a module split 
 parts: the _internal.h they share at the bottom holds what every part needs (state, types, prototypes)
 and includes only what is below the module; no part calls a part above it, and the public header, which
 counts as the .c of its stem, is that file's and sits above what it includes. Where a lower part must
-reach a higher one (a connection ending its request's leg, a leg ending a state of the request), the
-higher one registers a function pointer, in the manner of nginx's upstream handlers.
+reach a higher one (a connection ending its leg, a part of a PD request handing over to the request's
+state machine), the higher one registers a function pointer, in the manner of nginx's upstream handlers:
+the table of handlers is filled by the file above, so a function named without a call is no edge.
 
 A call is a function name followed by "(" outside comments and string literals, where the name is a
 non-static function that a .c file of router/ defines; in a header only the calls in function bodies and
@@ -29,7 +30,6 @@ Usage: check_layering.py [ROOT] [--graph]. ROOT holds router/ (default: this rep
 every edge between folders. Exits 1 naming each file out of the table, each edge against the ranks and
 each cycle.
 """
-import fnmatch
 import os
 import re
 import sys
@@ -49,11 +49,6 @@ FOLDERS = [
     "server",     # listeners, loop threads, route dispatch, shutdown
 ]
 TOP = ["main.c"]  # files of router/ itself, above every folder
-
-# Modules split on their seams, each counted as one file by the cycle check: (folder, file patterns).
-SPLIT = [
-    ("pd", ["*.c", "pd_internal.h", "decide.h"]),  # the request's state machine, one part per file
-]
 
 DEF = re.compile(r"^(?!static\b)(?:[A-Za-z_][\w \t\*]*?[\s\*])(pdr_\w+)\s*\([^;]*$", re.M)
 CALL = re.compile(r"\b(pdr_\w+)\s*\(")
@@ -119,10 +114,6 @@ def folder_of(path):
 def node_of(path, files):
     """The node the cycle check counts path as: a header's .c of the same stem where there is one, else the
     file itself."""
-    folder, name = folder_of(path), os.path.basename(path)
-    for f, pats in SPLIT:
-        if f == folder and any(fnmatch.fnmatch(name, p) for p in pats):
-            return "%s/{%s}" % (folder, ",".join(pats))
     if path.endswith(".h") and path[:-2] + ".c" in files:
         return path[:-2] + ".c"
     return path
