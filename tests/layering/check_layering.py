@@ -14,7 +14,7 @@ The nodes of the cycle check are the files. A header is one node with the .c of 
 (x.h with x.c: including x.h uses x.c, as calling what x.h declares does); a header with no .c of its
 stem (an _internal.h, a table of types) is a node of its own. So a module split on its seams orders its
 parts: the _internal.h they share at the bottom holds what every part needs (state, types, prototypes)
-and includes only what is below the module; no part calls a part above it, and the public header, which
+and includes only what is below every part; no part calls a part above it, and the public header, which
 counts as the .c of its stem, is that file's and sits above what it includes. Where a lower part must
 reach a higher one (a connection ending its leg, a part of a PD request handing over to the request's
 state machine), the higher one registers a function pointer, in the manner of nginx's upstream handlers:
