@@ -92,7 +92,7 @@ xfp_client_value_forwarded @@ router/front/fwdheaders.c @@ : EQ(name, len, "x-fo
 xfh_not_added @@ router/front/fwdheaders.c @@ if (xfh == NULL && authority.len > 0) @@ if (0 && xfh == NULL && authority.len > 0) @@ pdrouter @@ ^router_headers_forward$
 client_authorization_forwarded @@ router/front/fwdheaders.c @@ return api_key && EQ(name, len, "authorization") ? K_ROUTER : K_FORWARD; @@ return 0 && api_key ? K_ROUTER : K_FORWARD; @@ pdrouter @@ ^router_headers_api_key$
 h2_closed_socket_read @@ router/front/conn_h2.c @@ return sock->input == NULL || uv_is_closing((uv_handle_t *)&cc->tcp); @@ return 0 && uv_is_closing((uv_handle_t *)&cc->tcp); @@ pdrouter fuzz_conn @@ ^(router_h2_conformance_prior|router_conn_fuzz_corpus)$
-tls_reset_not_quiet @@ router/front/conn.c @@         SSL_set_quiet_shutdown(cc->ssl, 1); @@         (void)0; @@ pdrouter @@ ^router_tls_descriptors$
+tls_reset_not_quiet @@ router/front/conn_internal.h @@         SSL_set_quiet_shutdown(cc->ssl, 1); @@         (void)0; @@ pdrouter @@ ^router_tls_descriptors$
 lingering_skipped @@ router/front/conn_h1.c @@ if (c->timeouts.lingering_ms == 0 || linger_drop(cc, sock)) { @@ if (1 || linger_drop(cc, sock)) { @@ pdrouter @@ ^router_limits_early_answers$
 h2_body_budget_off @@ router/front/conn_h2.c @@ cc->h2g.budget_on = b != UINT64_MAX; @@ cc->h2g.budget_on = 0; @@ pdrouter @@ ^router_limits_h2_body_budget$
 h2_body_stall_ignored @@ router/front/conn_h2.c @@ if ((s = pdr_h2guard_take_stalled(&cc->h2g, now - pause)) == 0) @@ if ((s = 0) == 0) @@ pdrouter @@ ^router_limits_h2_body_budget$
@@ -113,7 +113,7 @@ h2_eviction_stops_early @@ router/front/conn_h2.c @@ while (__atomic_load_n(&t->
 ng2_lower_stream_id_ignored @@ router/front/conn_ng2_limits.c @@ if (nghttp2_session_find_stream(ng, hd->stream_id) != NULL) @@ if (1) @@ pdrouter @@ ^router_h2_conformance_(prior|tls|admin)_nghttp2$
 ng2_no_control_bucket @@ router/front/conn_ng2_limits.c @@ return c->ctl_tokens < 0; @@ return 0; @@ pdrouter @@ ^router_h2_conformance_floods_nghttp2$
 ng2_streams_not_queued @@ router/front/conn_ng2.c @@ if (s->conn->running >= s->conn->max_running) { /* limits.h2_max_concurrent_streams */ @@ if (0) { @@ pdrouter @@ ^router_h2_conformance_streams_nghttp2$
-engine_abort_never_sent @@ router/pd/legs.c @@ x->at.ops->abort(x, prefill); /* cancelled: its worker may still run it */ @@ (void)0; @@ pdrouter pdsim @@ ^router_abort_(client_leaves|decode_fails|hung_endpoint|vllm_closed)$
+engine_abort_never_sent @@ router/pd/release.c @@ x->at.ops->abort(x, prefill); /* cancelled: its worker may still run it */ @@ (void)0; @@ pdrouter pdsim @@ ^router_abort_(client_leaves|decode_fails|hung_endpoint|vllm_closed)$
 engine_abort_ignores_switch @@ router/pd/abort.c @@ !x->conf->pd.abort || @@ 0 || @@ pdrouter pdsim @@ ^router_abort_disabled$
 engine_abort_wrong_rid @@ router/pd/abort.c @@ send_abort(x, w, role, x->rooms[i]); @@ send_abort(x, w, role, x->rooms[i] + 1); @@ pdrouter pdsim @@ ^router_abort_(client_leaves|decode_fails)$
 engine_abort_no_deadline @@ router/pd/abort.c @@ long ms = x->conf->pd.abort_timeout_ms; @@ long ms = 0; @@ pdrouter pdsim @@ ^router_abort_hung_endpoint$

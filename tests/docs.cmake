@@ -16,15 +16,16 @@ pdr_scenario_tests(docs_metrics_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_me
 # The router's layering: every file of router/ in a ranked folder, a folder using only the folders below it
 # (calls and includes), no cycle between files (layering/check_layering.py holds the ranks;
 # docs/internals/principles.md explains them). The build runs the same check (router/CMakeLists.txt). The
-# fixture tree breaks each rule once and must be refused, naming each: a file in no folder, a call and an
-# include against the ranks, a cycle.
+# fixture tree breaks each rule and must be refused, naming each: a file in no folder, a call and an include
+# against the ranks, a cycle of two files of one folder by calls (c.c, d.c), and one by includes where an
+# internal header includes the public header of the file that includes it (e.c, e_internal.h).
 add_test(NAME router_layering COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/layering/check_layering.py
                                       ${PROJECT_SOURCE_DIR})
 add_test(NAME router_layering_rejects COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/layering/check_layering.py
                                               ${CMAKE_CURRENT_SOURCE_DIR}/layering/fixtures/bad)
 set_tests_properties(router_layering router_layering_rejects PROPERTIES TIMEOUT 60 LABELS meta)
 set_tests_properties(router_layering_rejects PROPERTIES PASS_REGULAR_EXPRESSION
-                     "router/stray.c is in no ranked folder.*router/util/a.c uses router/upstream/b.c \\(pdr_b\\(\\)\\): against the ranks.*router/util/a.c uses router/upstream/b.h \\(#include \"b.h\"\\).*cycle: router/workers/c.c -> router/workers/d.c -> router/workers/c.c")
+                     "router/stray.c is in no ranked folder.*router/util/a.c uses router/upstream/b.c \\(pdr_b\\(\\)\\): against the ranks.*router/util/a.c uses router/upstream/b.h \\(#include \"b.h\"\\).*cycle: router/workers/c.c -> router/workers/d.c -> router/workers/c.c.*cycle: router/workers/e.c -> router/workers/e_internal.h -> router/workers/e.c")
 
 # The repository stands alone: no tracked file points outside it or to an issue number.
 add_test(NAME repo_stands_alone COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/standalone/check_standalone.py

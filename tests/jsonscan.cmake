@@ -1,14 +1,14 @@
-# Tests of router/util/jsonscan.c and jsonscan_object.c, the request-body JSON scanner. Both programs compile
+# Tests of router/util/jsonscan.c and jsonscan_value.c, the request-body JSON scanner. Both programs compile
 # those two files directly and use jansson as the oracle of a differential check (see tests/fuzz/fuzz_jsonscan.c).
 add_executable(test_jsonscan ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_jsonscan.c ${PROJECT_SOURCE_DIR}/router/util/jsonscan.c
-               ${PROJECT_SOURCE_DIR}/router/util/jsonscan_object.c)
+               ${PROJECT_SOURCE_DIR}/router/util/jsonscan_value.c)
 target_include_directories(test_jsonscan PRIVATE ${PROJECT_SOURCE_DIR}/router/util ${PROJECT_SOURCE_DIR}/common)
 target_link_libraries(test_jsonscan PRIVATE pdr_common PkgConfig::JANSSON)
 add_test(NAME jsonscan_unit COMMAND test_jsonscan)
 set_tests_properties(jsonscan_unit PROPERTIES TIMEOUT 120 LABELS unit)
 
 add_executable(fuzz_jsonscan ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_jsonscan.c ${PROJECT_SOURCE_DIR}/router/util/jsonscan.c
-               ${PROJECT_SOURCE_DIR}/router/util/jsonscan_object.c)
+               ${PROJECT_SOURCE_DIR}/router/util/jsonscan_value.c)
 target_include_directories(fuzz_jsonscan PRIVATE ${PROJECT_SOURCE_DIR}/router/util ${PROJECT_SOURCE_DIR}/common)
 target_link_libraries(fuzz_jsonscan PRIVATE pdr_common PkgConfig::JANSSON)
 pdr_fuzz_corpus_test(jsonscan_fuzz_corpus fuzz_jsonscan json 120)

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
-#include "discovery_k8s.h"
+#include "discovery_k8s_pods.h"
 #include "err.h"
 #include "util.h"
 

@@ -1,13 +1,13 @@
 /*
- * The pure parts of the Kubernetes discovery source (see discovery_k8s.h and discovery_k8s.c): a pod's JSON
- * read into a worker or the reason it is not one, the watch stream cut into lines, and list and watch
- * events applied to a role's pod set.
+ * The pure parts of the Kubernetes discovery source (declared in discovery_k8s_pods.h; discovery_k8s.c
+ * calls them, never the other way): a pod's JSON read into a worker or the reason it is not one, the watch
+ * stream cut into lines, and list and watch events applied to a role's pod set.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "discovery_k8s.h"
+#include "discovery_k8s_pods.h"
 #include "err.h"
 #include "util.h"
 

@@ -38,13 +38,6 @@
 #include "shim_events_internal.h"
 #include "util.h"
 
-const char *const pdr_shim_refusal_names[PDR_SE__COUNT] = {"unsigned", "wrong_worker", "bad_signature",
-                                                           "stale",    "replayed",     "malformed",
-                                                           "too_big",  "shared_key",   "too_many_instances"};
-
-const char *const pdr__shim_ev_names[EV__COUNT] = {"accepted", "started", "progress",
-                                                   "done",     "failed",  "refused"};
-
 struct pdr__shim_state pdr__shim = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 int pdr_shim_events_init(pdr_router_t *r)

@@ -11,7 +11,7 @@
 #include <jansson.h>
 #include "keyring.h"
 #include "router.h"
-#include "shim_events.h"
+#include "shim_events_types.h"
 
 #define SE_MAX_BODY (1u << 20)     /* bytes of one batch */
 #define SE_MAX_LINES 4096          /* lines of one batch */
@@ -83,10 +83,9 @@ struct pdr__shim_state {
 };
 extern struct pdr__shim_state pdr__shim;
 
-/* shim_events.c */
+/* shim_events_rooms.c */
 extern const char *const pdr__shim_ev_names[EV__COUNT];
 
-/* shim_events_rooms.c */
 uint64_t pdr__shim_jint(const json_t *o, const char *k);
 int pdr__shim_record_room(const json_t *o, const char *worker_id);
 

@@ -2,7 +2,7 @@
  * Rooms of the shim events (see shim_events.c): the table of rooms in flight, opened and owned by their
  * requests, the room events a batch records, and done and failed events handed to their requests' loops.
  */
-#include "shim_events.h"
+#include "shim_events_rooms.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -21,6 +21,9 @@
 #include "util.h"
 
 /* ---- rooms ---- */
+
+const char *const pdr__shim_ev_names[EV__COUNT] = {"accepted", "started", "progress",
+                                                   "done",     "failed",  "refused"};
 
 static size_t room_slot(uint64_t room)
 {

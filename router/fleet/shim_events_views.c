@@ -3,7 +3,7 @@
  * metrics, and decode admission by the free KV the shims report.
  */
 #include "rewrite.h"
-#include "shim_events.h"
+#include "shim_events_views.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -23,6 +23,10 @@
 #include "util.h"
 
 /* ---- views ---- */
+
+const char *const pdr_shim_refusal_names[PDR_SE__COUNT] = {"unsigned", "wrong_worker", "bad_signature",
+                                                           "stale",    "replayed",     "malformed",
+                                                           "too_big",  "shared_key",   "too_many_instances"};
 
 json_t *pdr_shim_worker_json(const pdr_worker_t *w)
 {

@@ -4,7 +4,8 @@
  * chunked-body and ambiguous-head guards, the HTTP/2 header-block guard, and the disposal of a loop's h2o
  * contexts once its last connection closed. Called by server.c (accept), pd/ (resets) and admin.c (heads);
  * calls nothing of theirs. The HTTP/1 timeouts and guards are in conn_h1.c, the HTTP/2 guards and body
- * budget in conn_h2.c; conn_internal.h holds what the three share.
+ * budget in conn_h2.c, HTTP/2 on libnghttp2 in conn_ng2*.c; conn_internal.h holds what they share. This
+ * file is their top: it calls them, and none of them calls it.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -78,15 +79,6 @@ void pdr__conn_map_init(void)
         pdr_warn("HTTP/2: libnghttp2's callbacks could not be allocated: h2_nghttp2 connections are closed");
 }
 
-client_conn_t *pdr__conn_of(h2o_req_t *req)
-{
-    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
-    if (sock == NULL)
-        return NULL;
-    int fd = h2o_socket_get_fd(sock);
-    return fd >= 0 && (size_t)fd < pdr__conn_by_fd_len ? pdr__conn_by_fd[fd] : NULL;
-}
-
 /* ---- TLS connections whose peer is gone ----
  *
  * h2o closes a TLS connection by writing a close_notify first and disposing of the socket when that write
@@ -108,15 +100,6 @@ void pdr__conn_tls_info(const SSL *ssl, int where, int ret)
     client_conn_t *cc = fd >= 0 && (size_t)fd < pdr__conn_by_fd_len ? pdr__conn_by_fd[fd] : NULL;
     if (cc != NULL && cc->sock == sock)
         cc->ssl = (SSL *)ssl;
-}
-
-void pdr__conn_tls_read_failed(client_conn_t *cc, const char *err)
-{
-    if (cc == NULL || err == NULL || !cc->tls)
-        return;
-    cc->t->m.tls_peer_gone_total++;
-    if (cc->ssl != NULL)
-        SSL_set_quiet_shutdown(cc->ssl, 1);
 }
 
 int pdr__conn_condemned(h2o_req_t *req)
@@ -206,8 +189,6 @@ int pdr__client_conns_full(pdr_thread_t *t)
  * guards go in front before any request byte reaches h2o, those that came in the same read as the
  * handshake's end included. Over TLS the frame guard follows no body limit: giving a refused body's window
  * back needs a write of the router's own, which could cross one of h2o's. */
-static void start_http1(client_conn_t *cc, h2o_socket_t *sock);
-
 static void on_tls_handshake(h2o_socket_t *sock, const char *err)
 {
     client_conn_t *cc = sock->data;
@@ -240,36 +221,7 @@ static void on_tls_handshake(h2o_socket_t *sock, const char *err)
             pdr__conn_h2_guard_wrap(cc, sock);
         return;
     }
-    start_http1(cc, sock);
-}
-
-/* HTTP/1 after the router read the connection's first bytes itself (the TLS handshake, or the look for
- * the HTTP/2 preface): the head's deadline still counts from the accept. h2o's HTTP/1 code parses what
- * its input holds as soon as it starts: it starts on an empty buffer, and the bytes read so far are then
- * handed to it through the guard, as a read. */
-static void start_http1(client_conn_t *cc, h2o_socket_t *sock)
-{
-    cc->wait = CW_HEAD;
-    cc->wait_size = sock->input->size;
-    h2o_buffer_t *held = sock->input;
-    h2o_buffer_init(&sock->input, &h2o_socket_buffer_prototype);
-    h2o_http1_accept(cc->actx, sock, cc->accepted);
-    if (sock->input == NULL || uv_is_closing((uv_handle_t *)&cc->tcp)) {
-        h2o_buffer_dispose(&held); /* h2o closed it while starting */
-        return;
-    }
-    h2o_buffer_dispose(&sock->input);
-    sock->input = held;
-    if (sock->_cb.read == NULL)
-        return;
-    if (pdr__conn_h1_reqread == NULL)
-        pdr__conn_h1_reqread = sock->_cb.read;
-    pdr__conn_guard_wrap(cc);
-    cc->g_last_size = 0; /* the guard has seen none of it */
-    if (sock->input->size > 0)
-        sock->_cb.read(sock, NULL);
-    else
-        pdr__conn_update_wait(cc);
+    pdr__conn_start_http1(cc, sock);
 }
 
 #define PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -297,14 +249,6 @@ static void on_first_read(h2o_socket_t *sock, const char *err)
     uv_timer_stop(&cc->timer);
     h2o_socket_read_stop(sock);
     pdr__conn_ng2_accept(cc, sock);
-}
-
-void pdr__conn_sniff_end(client_conn_t *cc)
-{
-    cc->sniffing = 0;
-    h2o_socket_read_stop(cc->sock);
-    cc->sock->data = NULL;
-    start_http1(cc, cc->sock);
 }
 
 /* Hands an accepted connection to h2o. */

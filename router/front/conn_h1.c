@@ -2,7 +2,8 @@
  * Client connections over HTTP/1 (the connection's own loop): the client timeouts (head, body, idle
  * keep-alive), lingering close after an answer of the router's own, and the guards in front of h2o's
  * read callback (a chunk larger than the body limit, a head past the router's limits or framed
- * ambiguously). conn.c hands each connection here; the HTTP/2 guards are conn_h2.c's.
+ * ambiguously). conn.c hands each connection here (pdr__conn_start_http1, or h2o's HTTP/1 at the accept);
+ * the HTTP/2 guards are conn_h2.c's, below this file.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -45,6 +46,45 @@ void pdr__conn_guard_wrap(client_conn_t *cc)
     }
 }
 
+/* ---- HTTP/1 taking a connection (conn.c hands it over) ---- */
+
+/* HTTP/1 after the router read the connection's first bytes itself (the TLS handshake, or the look for
+ * the HTTP/2 preface): the head's deadline still counts from the accept. h2o's HTTP/1 code parses what
+ * its input holds as soon as it starts: it starts on an empty buffer, and the bytes read so far are then
+ * handed to it through the guard, as a read. */
+void pdr__conn_start_http1(client_conn_t *cc, h2o_socket_t *sock)
+{
+    cc->wait = CW_HEAD;
+    cc->wait_size = sock->input->size;
+    h2o_buffer_t *held = sock->input;
+    h2o_buffer_init(&sock->input, &h2o_socket_buffer_prototype);
+    h2o_http1_accept(cc->actx, sock, cc->accepted);
+    if (sock->input == NULL || uv_is_closing((uv_handle_t *)&cc->tcp)) {
+        h2o_buffer_dispose(&held); /* h2o closed it while starting */
+        return;
+    }
+    h2o_buffer_dispose(&sock->input);
+    sock->input = held;
+    if (sock->_cb.read == NULL)
+        return;
+    if (pdr__conn_h1_reqread == NULL)
+        pdr__conn_h1_reqread = sock->_cb.read;
+    pdr__conn_guard_wrap(cc);
+    cc->g_last_size = 0; /* the guard has seen none of it */
+    if (sock->input->size > 0)
+        sock->_cb.read(sock, NULL);
+    else
+        pdr__conn_update_wait(cc);
+}
+
+void pdr__conn_sniff_end(client_conn_t *cc)
+{
+    cc->sniffing = 0;
+    h2o_socket_read_stop(cc->sock);
+    cc->sock->data = NULL;
+    pdr__conn_start_http1(cc, cc->sock);
+}
+
 /* ---- HTTP/1 client timeouts ----
  *
  * One timer per connection follows what it waits for: the request head (timeouts.client_header_ms: for
@@ -68,14 +108,6 @@ static int reading_h1(const client_conn_t *cc)
 {
     h2o_socket_cb cb = cc->sock->_cb.read;
     return cb != NULL && (cb == pdr__conn_h1_reqread || cb == pdr__conn_chunk_guard_read);
-}
-
-void pdr__conn_idle_leave(client_conn_t *cc)
-{
-    if (pdr_dlink_linked(&cc->idle)) {
-        pdr_dqueue_unlink(&cc->t->idle_conns, &cc->idle);
-        cc->t->n_idle--;
-    }
 }
 
 static void close_idle(client_conn_t *cc)

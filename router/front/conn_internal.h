@@ -1,9 +1,10 @@
 /*
- * The client connection, shared by the files that serve it: conn.c (the accept, the map from a descriptor
- * to its connection, the close, TLS), conn_h1.c (the HTTP/1 client timeouts, lingering close, the chunked
- * body and head guards), conn_h2.c (the HTTP/2 frame and body guards, the body budget and its
- * eviction) and conn_ng2*.c (HTTP/2 on libnghttp2, h2_nghttp2). Nothing outside these files includes
- * it.
+ * The client connection, shared by the files that serve it, bottom up: conn_h2.c (the HTTP/2 frame and
+ * body guards, the body budget and its eviction), conn_ng2*.c (HTTP/2 on libnghttp2, h2_nghttp2), conn_h1.c
+ * (HTTP/1: its start, the client timeouts, lingering close, the chunked body and head guards, h2c) and
+ * conn.c (the accept, the map from a descriptor to its connection, the close, TLS, the first bytes'
+ * sniff). Each calls only the files before it; what all of them read (the map, a TLS read that failed,
+ * the idle list) is inline here. Nothing outside these files includes it.
  */
 #ifndef PDR_CONN_INTERNAL_H
 #define PDR_CONN_INTERNAL_H
@@ -73,18 +74,49 @@ typedef struct client_conn {
 /* Why the HTTP/2 guard refuses a connection (pdr__conn_h2_guard_inspect). */
 enum { H2_PASS = 0, H2_BLOCK_TOO_BIG, H2_CONTROL_FLOOD, H2_OVER_BUDGET, H2_BODY_STALLED };
 
-/* conn.c */
+/* conn.c's map from a descriptor to its connection (written by the loop that owns the descriptor), and
+ * what every file reads through it. */
 extern client_conn_t **pdr__conn_by_fd;
 extern size_t pdr__conn_by_fd_len;
-client_conn_t *pdr__conn_of(h2o_req_t *req);
-void pdr__conn_tls_read_failed(client_conn_t *cc, const char *err);
-/* The first bytes did not come within timeouts.client_header_ms: HTTP/1 takes the connection, to answer. */
-void pdr__conn_sniff_end(client_conn_t *cc);
+
+/* The connection a request came on (NULL when unknown), through the descriptor's slot. */
+static inline client_conn_t *pdr__conn_of(h2o_req_t *req)
+{
+    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+    if (sock == NULL)
+        return NULL;
+    int fd = h2o_socket_get_fd(sock);
+    return fd >= 0 && (size_t)fd < pdr__conn_by_fd_len ? pdr__conn_by_fd[fd] : NULL;
+}
+
+/* A read of a TLS connection failed: the peer is gone, so it is closed without a close_notify (conn.c,
+ * "TLS connections whose peer is gone"). */
+static inline void pdr__conn_tls_read_failed(client_conn_t *cc, const char *err)
+{
+    if (cc == NULL || err == NULL || !cc->tls)
+        return;
+    cc->t->m.tls_peer_gone_total++;
+    if (cc->ssl != NULL)
+        SSL_set_quiet_shutdown(cc->ssl, 1);
+}
+
+/* The connection is no longer idle: off its loop's list of idle keep-alive connections. */
+static inline void pdr__conn_idle_leave(client_conn_t *cc)
+{
+    if (pdr_dlink_linked(&cc->idle)) {
+        pdr_dqueue_unlink(&cc->t->idle_conns, &cc->idle);
+        cc->t->n_idle--;
+    }
+}
 
 /* conn_h1.c */
 extern h2o_socket_cb pdr__conn_h1_reqread;
+/* HTTP/1 after the router read the connection's first bytes itself (the TLS handshake, or the look for
+ * the HTTP/2 preface). */
+void pdr__conn_start_http1(client_conn_t *cc, h2o_socket_t *sock);
+/* The first bytes did not come within timeouts.client_header_ms: HTTP/1 takes the connection, to answer. */
+void pdr__conn_sniff_end(client_conn_t *cc);
 void pdr__conn_guard_wrap(client_conn_t *cc);
-void pdr__conn_idle_leave(client_conn_t *cc);
 void pdr__conn_set_wait(client_conn_t *cc, int wait, int ms);
 void pdr__conn_update_wait(client_conn_t *cc);
 void pdr__conn_chunk_guard_read(h2o_socket_t *sock, const char *err);

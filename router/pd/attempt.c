@@ -24,15 +24,6 @@ const char *const *pdr__pd_leg_headers(pd_req_t *x, const pdr_worker_t *w)
     return x->rank_hdrs;
 }
 
-/* The attempt's rooms but the first, taken back from the shims' table (the first one's events go to the
- * access log). */
-void pdr__pd_take_other_rooms(pd_req_t *x)
-{
-    char skip[8];
-    for (size_t i = 1; i < x->n_rooms; i++)
-        pdr_shim_room_take(x->r, x->rooms[i], skip, sizeof(skip));
-}
-
 /* The shims' events for the attempt's rooms: forgotten (a retry takes new rooms). */
 void pdr__pd_forget_room(pd_req_t *x)
 {

@@ -14,29 +14,6 @@ void pdr__pd_kv_arrived(pd_req_t *x)
     pdr_links_success(x->at.pw, x->at.dw);
 }
 
-/* A KV failure of the attempt: counted by cause and backend, the link marked suspect, logged; the deadline
- * no longer runs for this attempt. */
-void pdr__pd_note_kv_failure(pd_req_t *x, pdr_kv_cause_t cause, const char *backend, const char *why)
-{
-    x->at.kv_open = 0;
-    x->kv.cause = pdr_kv_cause_names[cause];
-    pdr_kv_count_failure(cause, pdr_kvf_backend_parse(backend));
-    /* The breaker counts what points at the link: the deadline, a shim's failure, the decode's error
-     * answer. A prefill's own error answer, a connection broken by a dying worker or a restart are the
-     * worker's (outlier ejection and health checks take a worker that fails with every partner). */
-    if (x->conf->breaker.enabled &&
-        (cause == PDR_KVC_DEADLINE || cause == PDR_KVC_SHIM_FAILED || cause == PDR_KVC_DECODE_ERROR)) {
-        pdr_breaker_conf_t bc = {(uint64_t)x->conf->breaker.consecutive_failures,
-                                 (uint64_t)x->conf->breaker.open_ms, (uint64_t)x->conf->breaker.max_open_ms};
-        pdr_links_failure_breaker(x->at.pw, x->at.dw, x->kv.cause, &bc);
-    } else {
-        pdr_links_failure(x->at.pw, x->at.dw, x->kv.cause);
-    }
-    pdr_warn("request %s: KV transfer from prefill %s to decode %s failed (%s, backend %s): %s",
-             x->request_id, x->at.pw ? x->at.pw->target : "-", x->at.dw ? x->at.dw->target : "-", x->kv.cause,
-             pdr_kvf_backend_names[pdr_kvf_backend_parse(backend)], why);
-}
-
 /* A KV failure after the client's answer began: nothing can be retried. Both legs are cancelled and the
  * answer ends visibly: a stream with an error event then its normal end, another answer aborted (its body
  * is cut short, which the client sees as a broken response). */

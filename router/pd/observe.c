@@ -8,6 +8,15 @@
 #include "pd_internal.h"
 #include "reply.h"
 
+/* The attempt's rooms but the first, taken back from the shims' table (the first one's events go to the
+ * access log). */
+void pdr__pd_take_other_rooms(pd_req_t *x)
+{
+    char skip[8];
+    for (size_t i = 1; i < x->n_rooms; i++)
+        pdr_shim_room_take(x->r, x->rooms[i], skip, sizeof(skip));
+}
+
 void pdr__pd_random_span(uint8_t out[8])
 {
     uint64_t r;

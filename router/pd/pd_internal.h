@@ -155,7 +155,22 @@ typedef struct pd_vllm {
     char err[200];
 } pd_vllm_t;
 
+struct pd_req;
+
+/* The request's state machine as the parts below it see it: what they hand over to (advance.c's
+ * pdr__pd_advance, attempt.c's pdr__pd_start_attempt, request.c's begin and lingering close's end, the
+ * timer's callback in timer.c). request.c gives each request its table when it allocates it, in the manner
+ * of nginx's upstream handlers, so that the parts call nothing above them by name. */
+typedef struct pd_machine {
+    void (*advance)(struct pd_req *x);
+    void (*start_attempt)(struct pd_req *x);
+    void (*begin)(struct pd_req *x, int deferred);
+    void (*linger_end)(struct pd_req *x);
+    uv_timer_cb on_timer;
+} pd_machine_t;
+
 typedef struct pd_req {
+    const pd_machine_t *sm; /* request.c's */
     pdr_router_t *r;
     pdr_thread_t *t;
     h2o_req_t *req; /* NULL once h2o disposed the request */
@@ -303,6 +318,42 @@ static inline int pd_final_sent(const pd_req_t *x)
     return x->state == PD_ANSWERED || x->state == PD_LINGER;
 }
 
+/* The timer's arithmetic, shared by when it fires (schedule.c) and what it does (timer.c). */
+
+static inline uint64_t pd_idle_ns(const pd_req_t *x)
+{
+    return (uint64_t)x->to.stream_idle_ms * 1000000u;
+}
+
+/* How often an HTTP/1 client's progress is sampled while a send is in flight: an eighth of
+ * stream_idle_ms (at least 10 ms), so a client that stops is cut within 1.125 x stream_idle_ms. */
+static inline uint64_t pd_sample_every_ns(const pd_req_t *x)
+{
+    uint64_t q = pd_idle_ns(x) / 8;
+    return q > 10000000u ? q : 10000000u;
+}
+
+static inline uint64_t pd_progress_sample_due(const pd_req_t *x)
+{
+    return (x->rl.sample_ns > x->rl.send_ns ? x->rl.sample_ns : x->rl.send_ns) + pd_sample_every_ns(x);
+}
+
+/* Since when the client has taken nothing: the send in flight's start, or its last progress. */
+static inline uint64_t pd_client_idle_since(const pd_req_t *x)
+{
+    return x->rl.took_ns > x->rl.send_ns ? x->rl.took_ns : x->rl.send_ns;
+}
+
+/* Whether the client's connection is probed for a close: HTTP/1, response started, nothing being
+ * written (a write in flight shows a close by failing), the decode still read. A decode stream that
+ * gives the client nothing (an event without its end, held for the logprob merge) is not read on for a
+ * client that left. */
+static inline int pd_probe_started_client(const pd_req_t *x)
+{
+    return pd_started(x) && x->req->version < 0x200 && !x->send_inflight && !pd_final_sent(x) &&
+           x->at.d_running;
+}
+
 extern const pd_proto_ops_t pdr__pd_sglang_ops, pdr__pd_pdshim_ops, pdr__pd_vllm_ops;
 /* The table of a protocol (config.h). */
 const pd_proto_ops_t *pdr__pd_proto(pdr_protocol_t protocol);
@@ -328,23 +379,30 @@ int pdr__pd_merge_whole_answer(pd_req_t *x);
 void pdr__pd_late_prefill_failure(pd_req_t *x, int cause, const char *msg);
 void pdr__pd_fail_last(pd_req_t *x);
 void pdr__pd_attempt_failed(pd_req_t *x, int role, int cause, int status, const char *msg);
+void pdr__pd_note_kv_failure(pd_req_t *x, pdr_kv_cause_t cause, const char *backend, const char *why);
 
 /* advance.c: what happens next, decided from the facts the callbacks recorded. */
 void pdr__pd_advance(pd_req_t *x);
 
-/* legs.c: the upstream legs' callbacks, their release and cancellation. */
+/* release.c: a leg's release and the cancellation of both. */
 void pdr__pd_release_leg(pd_req_t *x, int prefill);
 void pdr__pd_cancel_legs(pd_req_t *x);
 int pdr__pd_whole_answer(const pd_req_t *x);
+
+/* legs.c: the upstream legs' callbacks. */
 void pdr__pd_decode_done(pdr_leg_t *leg, int err);
 extern const pdr_leg_cbs_t pdr__pd_prefill_cbs;
 extern const pdr_leg_cbs_t pdr__pd_decode_cbs;
 
-/* timer.c: the request's timer: deadlines, idle stream, stalled client, HTTP/1 disconnect probe. */
+/* timer.c: the request's timer's callback: deadlines, idle stream, stalled client, HTTP/1 disconnect
+ * probe. */
+void pdr__pd_on_timer(uv_timer_t *t);
+
+/* schedule.c: when the timer fires next, the client's progress samples, the kick. */
 void pdr__pd_sample_client_progress(pd_req_t *x, uint64_t now);
 int pdr__pd_samples_progress(const pd_req_t *x);
 void pdr__pd_arm_timer(pd_req_t *x);
-/* Advances the request (pdr__pd_advance, then pdr__pd_arm_timer) on the next loop turn, outside the
+/* Advances the request (x->sm->advance, then pdr__pd_arm_timer) on the next loop turn, outside the
  * callback that calls it; the request's timer stays armed meanwhile. */
 void pdr__pd_kick(pd_req_t *x);
 static inline void pdr__pd_kick_cancel(pd_req_t *x)
@@ -370,7 +428,6 @@ void pdr__pd_compat_reason(pd_req_t *x, char *msg, size_t cap);
 
 /* attempt.c: starting an attempt: its pair, its rooms and bodies, its legs. */
 const char *const *pdr__pd_leg_headers(pd_req_t *x, const pdr_worker_t *w);
-void pdr__pd_take_other_rooms(pd_req_t *x);
 void pdr__pd_forget_room(pd_req_t *x);
 void pdr__pd_start_attempt(pd_req_t *x);
 
@@ -391,10 +448,10 @@ void pdr__pd_solo_start(pd_req_t *x);
 void pdr__pd_random_span(uint8_t out[8]);
 void pdr__pd_leg_ended(pd_req_t *x, int prefill, const pdr_worker_t *w);
 void pdr__pd_write_access_log(pd_req_t *x);
+void pdr__pd_take_other_rooms(pd_req_t *x);
 
 /* kv.c: KV tracking: the KV deadline's end, KV failures, and the shims' reports (kvdeadline.h). */
 void pdr__pd_kv_arrived(pd_req_t *x);
-void pdr__pd_note_kv_failure(pd_req_t *x, pdr_kv_cause_t cause, const char *backend, const char *why);
 void pdr__pd_kv_failed_in_response(pd_req_t *x, pdr_kv_cause_t cause, const char *backend, const char *why);
 /* A shim reported that a room of the PD request x failed (cause: a pdr_kv_cause_names entry or the
  * shim's own reason; backend: the transport's name, or NULL). While the request still waits for its KV:

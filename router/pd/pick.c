@@ -71,7 +71,7 @@ static void on_admit_retry(uv_timer_t *h)
 {
     pd_req_t *x = h->data;
     if (x->req != NULL)
-        pdr__pd_start_attempt(x);
+        x->sm->start_attempt(x);
 }
 
 /* Decode admission (kv_admission): 1 to go on with x->at.dw, its KV held in x->kv.hold; 0 when the request

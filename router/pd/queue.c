@@ -83,7 +83,7 @@ void pdr__pd_on_admitted(pdr_admit_waiter_t *w)
     pdr__pd_kick_cancel(x);
     uv_timer_stop(&x->timer);
     if (x->req != NULL && !x->stopped && !pd_final_sent(x)) /* not answered while the slot came */
-        pdr__pd_begin(x, 0);
+        x->sm->begin(x, 0);
 }
 
 /* Admission said no: the answer (429 for the queue and the rate limit, 503 for a limit without a queue),

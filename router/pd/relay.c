@@ -87,7 +87,7 @@ static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
     }
     x->rl.sending.len = 0;
     x->rl.send_off = 0;
-    pdr__pd_advance(x);
+    x->sm->advance(x);
 }
 
 static void on_stop(h2o_generator_t *gen, h2o_req_t *req)

@@ -112,12 +112,22 @@ static void on_dispose(void *p)
     uv_close((uv_handle_t *)&x->timer, free_req);
 }
 
+/* The state machine the request's parts hand over to (pd_internal.h). */
+static const pd_machine_t machine = {
+    .advance = pdr__pd_advance,
+    .start_attempt = pdr__pd_start_attempt,
+    .begin = pdr__pd_begin,
+    .linger_end = pdr__pd_linger_end,
+    .on_timer = pdr__pd_on_timer,
+};
+
 static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
 {
     pd_req_t *x = malloc(sizeof(*x));
     if (x == NULL)
         return NULL;
     memset(x, 0, PD_REQ_TAIL); /* the tail is written before it is read (pd_internal.h) */
+    x->sm = &machine;
     x->last_fail_msg[0] = x->retry_error[0] = x->rank_line[0] = '\0';
     x->t = t;
     x->r = t->r;

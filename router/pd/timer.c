@@ -2,53 +2,10 @@
  * The request's one timer: before the response, the first-byte and KV deadlines, a retry's back-off, a
  * restarted worker and an HTTP/1 client's close; after it starts, a client that takes nothing for
  * stream_idle_ms, a decode that sends nothing as long, and a prefill still unanswered at the KV deadline.
- * next_deadline() arms only deadlines that on_timer acts on. Loop thread of the request.
+ * What the timer's callback does when one is due; when it fires next is schedule.c's, which arms only
+ * deadlines acted on here. Loop thread of the request.
  */
 #include "pd_internal.h"
-
-static uint64_t idle_ns(const pd_req_t *x)
-{
-    return (uint64_t)x->to.stream_idle_ms * 1000000u;
-}
-
-/* How often an HTTP/1 client's progress is sampled while a send is in flight: an eighth of
- * stream_idle_ms (at least 10 ms), so a client that stops is cut within 1.125 x stream_idle_ms. */
-static uint64_t sample_every_ns(const pd_req_t *x)
-{
-    uint64_t q = idle_ns(x) / 8;
-    return q > 10000000u ? q : 10000000u;
-}
-
-static uint64_t progress_sample_due(const pd_req_t *x)
-{
-    return (x->rl.sample_ns > x->rl.send_ns ? x->rl.sample_ns : x->rl.send_ns) + sample_every_ns(x);
-}
-
-/* Whether an HTTP/1 client took bytes of the response since the last sample (a steady slow reader makes
- * progress inside one long send). HTTP/2 shares the socket among streams: its progress stays per send. */
-void pdr__pd_sample_client_progress(pd_req_t *x, uint64_t now)
-{
-    x->rl.sample_ns = now;
-    h2o_socket_t *sock = x->req->conn->callbacks->get_socket(x->req->conn);
-    uint64_t acked;
-    if (sock == NULL || pdr_sock_bytes_acked(h2o_socket_get_fd(sock), &acked) != 0)
-        return;
-    if (x->rl.acked_known && acked > x->rl.acked)
-        x->rl.took_ns = now;
-    x->rl.acked = acked;
-    x->rl.acked_known = 1;
-}
-
-/* Since when the client has taken nothing: the send in flight's start, or its last progress. */
-static uint64_t client_idle_since(const pd_req_t *x)
-{
-    return x->rl.took_ns > x->rl.send_ns ? x->rl.took_ns : x->rl.send_ns;
-}
-
-int pdr__pd_samples_progress(const pd_req_t *x)
-{
-    return x->send_inflight && x->req->version < 0x200;
-}
 
 /* Ends the response of a client that has not taken a send for stream_idle_ms (nginx's send_timeout): both
  * legs are cancelled and the client's connection is reset, which fails the write in flight, so h2o closes
@@ -88,13 +45,6 @@ static int restarted_role(const pd_req_t *x)
     return -1;
 }
 
-/* Whether a worker of the attempt reports through its shim (then its restarts are looked for). */
-static int reports(const pd_req_t *x)
-{
-    return (x->at.pw != NULL && __atomic_load_n(&x->at.pw->load.report_ms, __ATOMIC_RELAXED) != 0) ||
-           (x->at.dw != NULL && __atomic_load_n(&x->at.dw->load.report_ms, __ATOMIC_RELAXED) != 0);
-}
-
 /* Whether an HTTP/1 client closed its connection: h2o reads nothing from it while a handler is pending
  * or while a response has no write in flight, so nothing else would tell. */
 static int h1_client_closed(pd_req_t *x)
@@ -106,17 +56,7 @@ static int h1_client_closed(pd_req_t *x)
     return sock != NULL && recv(h2o_socket_get_fd(sock), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-/* Whether the client's connection is probed for a close: HTTP/1, response started, nothing being
- * written (a write in flight shows a close by failing), the decode still read. A decode stream that
- * gives the client nothing (an event without its end, held for the logprob merge) is not read on for a
- * client that left. */
-static int probe_started_client(const pd_req_t *x)
-{
-    return pd_started(x) && x->req->version < 0x200 && !x->send_inflight && !pd_final_sent(x) &&
-           x->at.d_running;
-}
-
-static void on_timer(uv_timer_t *t)
+void pdr__pd_on_timer(uv_timer_t *t)
 {
     pd_req_t *x = t->data;
     x->armed_ns = 0;
@@ -135,9 +75,9 @@ static void on_timer(uv_timer_t *t)
         if (x->req == NULL || x->stopped)
             return;
     }
-    if (pd_started(x) && pdr__pd_samples_progress(x) && now >= progress_sample_due(x))
+    if (pd_started(x) && pdr__pd_samples_progress(x) && now >= pd_progress_sample_due(x))
         pdr__pd_sample_client_progress(x, now);
-    if (probe_started_client(x) && h1_client_closed(x)) {
+    if (pd_probe_started_client(x) && h1_client_closed(x)) {
         pdr__pd_note_client_abort(x);
         x->stopped = 1;
         pdr__pd_cancel_legs(x);
@@ -215,10 +155,10 @@ static void on_timer(uv_timer_t *t)
         x->at.p_done = 1;
         x->at.p_err = PDR_ETIMEDOUT;
         pdr__pd_late_prefill_failure(x, PDR_CAUSE_KV_DEADLINE, "no answer within timeouts.kv_transfer_ms");
-    } else if (x->send_inflight && now - client_idle_since(x) >= idle_ns(x)) {
+    } else if (x->send_inflight && now - pd_client_idle_since(x) >= pd_idle_ns(x)) {
         cut_stalled_client(x);
         return;
-    } else if (x->at.d_running && !x->dleg.paused && now - x->last_data_ns >= idle_ns(x)) {
+    } else if (x->at.d_running && !x->dleg.paused && now - x->last_data_ns >= pd_idle_ns(x)) {
         x->t->m.upstream_errors[PDR_ROLE_DECODE][PDR_CAUSE_TIMEOUT]++;
         pdr_leg_cancel(&x->dleg);
         pdr__pd_release_leg(x, 0);
@@ -226,75 +166,4 @@ static void on_timer(uv_timer_t *t)
         return;
     }
     pdr__pd_arm_timer(x);
-}
-
-/* The next deadline of a request (pdr__pd_next_deadline), from what it depends on now. */
-static uint64_t next_deadline(const pd_req_t *x, uint64_t now)
-{
-    int pd = x->mode == MODE_PD;
-    pdr_pd_timeline_t tl = {
-        .started = pd_started(x),
-        .backoff_ns = x->backoff_ns,
-        .first_byte_deadline_ns = x->at.first_byte_deadline_ns,
-        .kv_deadline_ns = x->at.kv_deadline_ns,
-        .idle_ns = idle_ns(x),
-    };
-    if (!pd_started(x)) {
-        tl.kv_awaited = pd && (x->at.kv_open || !x->at.p_done);
-        tl.peek_client = x->req->version < 0x200;
-        tl.recheck = x->at.recheck;
-        tl.watch_restarts = pd && reports(x);
-    } else {
-        tl.send_inflight = x->send_inflight;
-        tl.client_idle_since_ns = client_idle_since(x);
-        tl.sample_progress = pdr__pd_samples_progress(x);
-        tl.sample_due_ns = tl.sample_progress ? progress_sample_due(x) : 0;
-        tl.kv_after_start = x->at.p_running || x->at.kv_open;
-        tl.decode_reading = x->at.d_running && !x->dleg.paused;
-        tl.last_data_ns = x->last_data_ns;
-        tl.probe_client = probe_started_client(x);
-    }
-    return pdr__pd_next_deadline(&tl, now);
-}
-
-void pdr__pd_arm_timer(pd_req_t *x)
-{
-    if (x->req == NULL || pd_final_sent(x) || x->stopped)
-        return;
-    pdr__pd_kick_cancel(x); /* advanced now: a kick still waiting would have been this call's timer */
-    uint64_t now = pdr_now_ns(), next = next_deadline(x, now);
-    if (next == 0) {
-        x->armed_ns = 0;
-        uv_timer_stop(&x->timer);
-        return;
-    }
-    if (x->armed_ns != 0 && x->armed_ns <= next)
-        return; /* armed for an earlier deadline: on_timer finds this one not due yet and arms again */
-    /* At least 1 ms: libuv runs a 0 ms timer started from a timer callback again in the same pass, so a
-     * deadline that on_timer did not act on would keep the loop from ever polling again. */
-    uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 1;
-    x->armed_ns = next;
-    uv_timer_start(&x->timer, on_timer, ms ? ms : 1, 0);
-}
-
-/* The requests kicked since the last loop turn, in order. */
-static void run_kicks(uv_idle_t *h)
-{
-    pdr_thread_t *t = h->data;
-    pdr_dlink_t *l;
-    while ((l = pdr_dqueue_pop(&t->pd_kicks)) != NULL) {
-        pd_req_t *x = PDR_DLINK_ITEM(l, pd_req_t, kick);
-        pdr__pd_advance(x);
-        pdr__pd_arm_timer(x);
-    }
-    uv_idle_stop(h);
-}
-
-void pdr__pd_kick(pd_req_t *x)
-{
-    if (pdr_dlink_linked(&x->kick))
-        return;
-    if (x->t->pd_kicks.head == NULL)
-        uv_idle_start(&x->t->pd_kick_idle, run_kicks);
-    pdr_dqueue_append(&x->t->pd_kicks, &x->kick);
 }

@@ -1,13 +1,14 @@
 /*
  * The client-facing server: h2o (HTTP/1.1, h2c upgrade and prior knowledge) on the router's libuv
- * loop, the listeners and accepting, the route dispatch (to pd/, compat.c and, on the admin port,
+ * loop, the route dispatch (to pd/, compat.c and, on the admin port,
  * admin.c), the small local endpoints (/health, /readiness), CORS on the data port
  * (cors.allowed_origins), the loop threads and the shutdown sequence. The routes are routes.c's table;
  * error answers are reply.c's, the access log accesslog.c's, client connections and their guards
  * conn.c's; none of them calls back here. Loop 0 also owns the admin listener (routes in admin.c, a
  * separate h2o config: no admin route on the data port), the metrics-only listener (metrics.port: GET
  * /metrics and nothing else, its own h2o config) and the worker startup deadline
- * (lifecycle.worker_startup_timeout_ms). The shutdown sequence is server_shutdown.c's.
+ * (lifecycle.worker_startup_timeout_ms). The listeners are server_listen.c's, the shutdown sequence
+ * server_shutdown.c's; neither calls back here.
  */
 #define _GNU_SOURCE /* accept4 */
 #include <errno.h>
@@ -251,170 +252,6 @@ static int metrics_init(pdr_router_t *r, const pdr_config_t *c)
     return 0;
 }
 
-/* ---- listeners and loops ---- */
-
-#define ACCEPT_BATCH 64 /* connections taken per readiness event, so that one listener cannot hog a loop */
-#define FD_EXHAUSTED_PAUSE_MS 100 /* nginx pauses accepting for 500 ms; idle connections close meanwhile */
-#define FD_EXHAUSTED_LOG_MS 60000
-
-static void on_listener_ready(uv_poll_t *h, int status, int events);
-
-static void on_accept_resume(uv_timer_t *h)
-{
-    pdr_listener_t *l = h->data;
-    uv_poll_start(&l->poll, UV_READABLE, on_listener_ready);
-}
-
-/* accept() found the process (EMFILE) or the system (ENFILE) out of file descriptors. Retrying at once
- * would spin: the pending connection stays in the backlog and the socket stays readable. Accepting
- * pauses instead, so the loop serves its open connections (and closes the ones whose clients left,
- * which frees descriptors); the backlog waits, as nginx does. Logged at most once a minute, counted. */
-static void accept_exhausted(pdr_listener_t *l, int err)
-{
-    pdr_thread_t *t = l->t;
-    t->m.accept_fd_exhausted_total++;
-    uint64_t now = pdr_now_ms(), last = __atomic_load_n(&t->r->fd_exhausted_log_ms, __ATOMIC_RELAXED);
-    if ((last == 0 || now - last >= FD_EXHAUSTED_LOG_MS) &&
-        __atomic_compare_exchange_n(&t->r->fd_exhausted_log_ms, &last, now, 0, __ATOMIC_RELAXED,
-                                    __ATOMIC_RELAXED))
-        pdr_warn(
-            "accept: %s (%d client connections open on loop %d): not accepting for %d ms; raise the open "
-            "files limit (ulimit -n, LimitNOFILE=) if this repeats",
-            strerror(err), (int)t->conns, t->id, FD_EXHAUSTED_PAUSE_MS);
-    uv_poll_stop(&l->poll);
-    uv_timer_start(&l->resume, on_accept_resume, FD_EXHAUSTED_PAUSE_MS, 0);
-}
-
-static void on_listener_ready(uv_poll_t *h, int status, int events)
-{
-    pdr_listener_t *l = h->data;
-    (void)events;
-    if (status < 0)
-        return;
-    for (int i = 0; i < ACCEPT_BATCH; i++) {
-        if (l == &l->t->listener && pdr__client_conns_full(l->t)) {
-            /* limits.max_client_connections: the backlog waits, looked at again after the pause */
-            l->t->m.accept_paused_total++;
-            uv_poll_stop(&l->poll);
-            uv_timer_start(&l->resume, on_accept_resume, FD_EXHAUSTED_PAUSE_MS, 0);
-            return;
-        }
-        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd >= 0) {
-            pdr__serve_conn(l->t, l, fd);
-            continue;
-        }
-        if (errno == EINTR || errno == ECONNABORTED)
-            continue;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
-            accept_exhausted(l, errno);
-        return; /* EAGAIN: the backlog is empty */
-    }
-}
-
-/* Before a listener closes: takes the connections the kernel already completed, which closing the
- * socket would reset, and serves them (their clients sent before the listener went away). */
-void pdr__server_accept_backlog(pdr_thread_t *t, pdr_listener_t *l)
-{
-    for (int i = 0; i < 4096; i++) {
-        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return;
-        pdr__serve_conn(t, l, fd);
-    }
-}
-
-static void on_listener_closed(uv_handle_t *h)
-{
-    pdr_listener_t *l = h->data;
-    if (h == (uv_handle_t *)&l->poll) {
-        close(l->fd);
-        l->fd = -1;
-    }
-}
-
-void pdr__server_close_listener(pdr_listener_t *l)
-{
-    uv_timer_stop(&l->resume);
-    uv_close((uv_handle_t *)&l->resume, on_listener_closed);
-    uv_close((uv_handle_t *)&l->poll, on_listener_closed);
-}
-
-static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reuseport, pdr_listener_t *h,
-                            int *listening);
-
-static int open_listener(pdr_thread_t *t, const pdr_config_t *c)
-{
-    return open_listener_on(t, c->listen_host, c->listen_port, 1, &t->listener, &t->listening);
-}
-
-/* Binds host:port (SO_REUSEPORT when reuseport) and accepts on t's loop into `h`. */
-static int open_listener_on(pdr_thread_t *t, const char *host, int port, int reuseport, pdr_listener_t *h,
-                            int *listening)
-{
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof(ss));
-    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
-        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0) {
-        pdr_error("%s %s is not an IP address",
-                  h == &t->listener              ? "listen.host"
-                  : h == &t->r->metrics_listener ? "metrics.host"
-                                                 : "admin.host",
-                  host);
-        return PDR_EINVAL;
-    }
-    /* Every loop binds its own socket to the same address (SO_REUSEPORT): the kernel spreads new
-     * connections over the loops without a shared accept queue. SO_REUSEPORT would also let a second
-     * router (same user) bind the same port and silently take half the connections: the first loop
-     * first binds a socket without it, which fails if anyone holds the port. */
-    int one = 1;
-    if (reuseport && t->id == 0) {
-        int probe = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        int busy =
-            probe >= 0 &&
-            (setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-             bind(probe, (struct sockaddr *)&ss,
-                  ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) != 0);
-        int e = errno;
-        if (probe >= 0)
-            close(probe);
-        if (busy) {
-            pdr_error("cannot listen on %s:%d: %s (is another pdrouter running?)", host, port, strerror(e));
-            return PDR_EIO;
-        }
-    }
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) ||
-        bind(fd, (struct sockaddr *)&ss,
-             ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) != 0) {
-        pdr_error("cannot listen on %s:%d: %s%s", host, port, strerror(errno),
-                  h == &t->listener ? ""
-                  : h == &t->r->metrics_listener
-                      ? " (metrics.host/metrics.port, --prometheus-host/--prometheus-port)"
-                      : " (admin.host/admin.port; port 0 turns the admin API off)");
-        if (fd >= 0)
-            close(fd);
-        return PDR_EIO;
-    }
-    if (listen(fd, h == &t->listener ? 4096 : 64) != 0) {
-        pdr_error("cannot listen on %s:%d: %s", host, port, strerror(errno));
-        close(fd);
-        return PDR_EIO;
-    }
-    h->t = t;
-    h->fd = fd;
-    h->admin = h == &t->r->admin_listener;
-    h->metrics = h == &t->r->metrics_listener;
-    uv_poll_init(t->loop, &h->poll, fd);
-    h->poll.data = h;
-    uv_timer_init(t->loop, &h->resume);
-    h->resume.data = h;
-    uv_poll_start(&h->poll, UV_READABLE, on_listener_ready);
-    *listening = 1;
-    return 0;
-}
-
 static void on_wakeup(uv_async_t *a)
 {
     pdr_thread_t *t = a->data;
@@ -455,7 +292,8 @@ static int init_thread(pdr_router_t *r, pdr_thread_t *t, int id, uv_loop_t *loop
     uv_idle_init(loop, &t->pd_kick_idle);
     t->pd_kick_idle.data = t;
     pdr__conn_evict_init(t);
-    int rc = open_listener(t, r->config);
+    int rc = pdr__server_open_listener(t, r->config->listen_host, r->config->listen_port, 1, &t->listener,
+                                       &t->listening);
     if (rc == 0 && id == 0 && r->admin_on) {
         /* The admin port is one socket on loop 0 (no SO_REUSEPORT: a second router on the same admin port
          * is a configuration error, not a load-balancing peer). */
@@ -463,16 +301,16 @@ static int init_thread(pdr_router_t *r, pdr_thread_t *t, int id, uv_loop_t *loop
         r->admin_ctx_live = 1;
         r->admin_accept.ctx = &r->admin_ctx;
         r->admin_accept.hosts = r->admin_config.hosts;
-        rc = open_listener_on(t, r->config->admin_host, r->config->admin_port, 0, &r->admin_listener,
-                              &r->admin_listening);
+        rc = pdr__server_open_listener(t, r->config->admin_host, r->config->admin_port, 0, &r->admin_listener,
+                                       &r->admin_listening);
     }
     if (rc == 0 && id == 0 && r->metrics_on) {
         h2o_context_init(&r->metrics_ctx, loop, &r->metrics_config);
         r->metrics_ctx_live = 1;
         r->metrics_accept.ctx = &r->metrics_ctx;
         r->metrics_accept.hosts = r->metrics_config.hosts;
-        rc = open_listener_on(t, r->config->metrics_host, r->config->metrics_port, 0, &r->metrics_listener,
-                              &r->metrics_listening);
+        rc = pdr__server_open_listener(t, r->config->metrics_host, r->config->metrics_port, 0,
+                                       &r->metrics_listener, &r->metrics_listening);
     }
     return rc;
 }

@@ -15,11 +15,11 @@
 #include "health.h"
 #include "kv_events.h"
 #include "phases.h"
-#include "server.h"
 #include "shim_events.h"
 #include "router.h"
 #include "routes.h"
 #include "server_internal.h"
+#include "server_shutdown.h"
 #include "trace.h"
 #include "util.h"
 

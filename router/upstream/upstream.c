@@ -58,7 +58,7 @@ static void wait_remove(pdr_leg_t *leg)
     leg->waiting = 0;
 }
 
-void pdr__up_leg_unlink(pdr_leg_t *leg)
+static void leg_unlink(pdr_leg_t *leg)
 {
     pdr_multi_t *m = leg->multi;
     wait_remove(leg);
@@ -77,7 +77,7 @@ void pdr__up_leg_unlink(pdr_leg_t *leg)
 
 /* Ends a leg: its connection is closed, on_done runs (from the kick timer when this happens inside
  * pdr_leg_start, which never calls back). */
-void pdr__up_leg_finish(pdr_leg_t *leg, int err)
+static void leg_finish(pdr_leg_t *leg, int err)
 {
     pdr_conn_t *c = leg->conn;
     if (c != NULL && c->leg == leg) {
@@ -87,7 +87,7 @@ void pdr__up_leg_finish(pdr_leg_t *leg, int err)
     leg->conn = NULL;
     if (leg->multi->in_start && queue_failure(leg->multi, leg, err) == 0)
         return;
-    pdr__up_leg_unlink(leg);
+    leg_unlink(leg);
     leg->cbs->on_done(leg, err);
 }
 
@@ -108,7 +108,7 @@ static int leg_retry(pdr_conn_t *c, pdr_leg_t *leg)
     return 1;
 }
 
-void pdr__up_leg_fail(pdr_conn_t *c, int err)
+static void leg_fail(pdr_conn_t *c, int err)
 {
     pdr_leg_t *leg = c->leg;
     pdr_debug("upstream %s:%d: %s (state %d, reused %d, got_byte %d, retried %d)", c->o->host, c->o->port,
@@ -120,7 +120,7 @@ void pdr__up_leg_fail(pdr_conn_t *c, int err)
     if ((err != PDR_ECONNREFUSED && err != PDR_ETIMEDOUT) || (c->tls_offered && !c->tls_ready))
         if (leg_retry(c, leg))
             return;
-    pdr__up_leg_finish(leg, err);
+    leg_finish(leg, err);
 }
 
 /* ---- origins ---- */
@@ -222,7 +222,7 @@ static int leg_connect(pdr_leg_t *leg, int fresh)
     c->state = C_RESOLVING;
     c->gai = malloc(sizeof(*c->gai));
     if (c->gai == NULL) {
-        pdr__up_leg_fail(c, PDR_ENOMEM);
+        leg_fail(c, PDR_ENOMEM);
         return 0;
     }
     c->gai->data = c;
@@ -237,7 +237,7 @@ static int leg_connect(pdr_leg_t *leg, int fresh)
         free(c->gai);
         c->gai = NULL;
         pdr__up_dns_failed(leg, o->host, uv_strerror(rc));
-        pdr__up_leg_fail(c, PDR_ECONNREFUSED);
+        leg_fail(c, PDR_ECONNREFUSED);
         return 0;
     }
     c->gai_pending = 1;
@@ -246,7 +246,7 @@ static int leg_connect(pdr_leg_t *leg, int fresh)
 
 /* Hands pooled connections and free connect slots to the legs waiting for them, oldest first. A leg is
  * taken off the queue only when leg_connect can serve it at once (it never queues it again). */
-void pdr__up_origin_kick(pdr_origin_t *o)
+static void origin_kick(pdr_origin_t *o)
 {
     while (o->wait.head != NULL) {
         pdr_leg_t *leg = PDR_DLINK_ITEM(o->wait.head, pdr_leg_t, wait_link);
@@ -258,7 +258,7 @@ void pdr__up_origin_kick(pdr_origin_t *o)
             break;
         wait_remove(leg);
         if (leg_connect(leg, fresh) != 0)
-            pdr__up_leg_finish(leg, PDR_ENOMEM);
+            leg_finish(leg, PDR_ENOMEM);
     }
 }
 
@@ -266,8 +266,7 @@ void pdr_multi_set_conn_limit(pdr_multi_t *m, size_t per_origin)
 {
     m->conn_limit = per_origin;
     for (pdr_dlink_t *l = m->origins; l != NULL; l = l->next)
-        pdr__up_origin_kick(
-            PDR_DLINK_ITEM(l, pdr_origin_t, link)); /* a raised limit serves the waiting legs */
+        origin_kick(PDR_DLINK_ITEM(l, pdr_origin_t, link)); /* a raised limit serves the waiting legs */
 }
 
 uint64_t pdr__multi_buf_allocs(const pdr_multi_t *m)
@@ -291,10 +290,27 @@ static void on_kick(uv_timer_t *t)
         m->n_failq--;
         memmove(m->failq, m->failq + 1, m->n_failq * sizeof(*m->failq));
         memmove(m->failq_err, m->failq_err + 1, m->n_failq * sizeof(*m->failq_err));
-        pdr__up_leg_unlink(leg);
+        leg_unlink(leg);
         leg->cbs->on_done(leg, err);
     }
 }
+
+static void on_kick_closed(uv_handle_t *h);
+
+/* What the connections call above them (upstream_internal.h). */
+static const pdr_up_handlers_t handlers = {
+    .leg_fail = leg_fail,
+    .leg_finish = leg_finish,
+    .leg_unlink = leg_unlink,
+    .origin_kick = origin_kick,
+    .multi_closed = on_kick_closed,
+    .tls_start = pdr__up_tls_start,
+    .tls_input = pdr__up_tls_input,
+    .tls_send = pdr__up_tls_send,
+    .tls_fill = pdr__up_tls_fill,
+    .tls_keep_session = pdr__up_keep_session,
+    .tls_resume_failed = pdr__up_tls_resume_failed,
+};
 
 pdr_multi_t *pdr_multi_new(uv_loop_t *loop, int max_connects)
 {
@@ -302,6 +318,7 @@ pdr_multi_t *pdr_multi_new(uv_loop_t *loop, int max_connects)
     if (m == NULL)
         return NULL;
     m->loop = loop;
+    m->up = &handlers;
     m->max_idle = max_connects > 0 ? (size_t)max_connects : 64;
     uv_timer_init(loop, &m->kick);
     m->kick.data = m;
@@ -312,7 +329,7 @@ pdr_multi_t *pdr_multi_new(uv_loop_t *loop, int max_connects)
     return m;
 }
 
-void pdr__up_on_kick_closed(uv_handle_t *h)
+static void on_kick_closed(uv_handle_t *h)
 {
     pdr_multi_t *m = h->data;
     while (m->origins != NULL) {
@@ -592,7 +609,7 @@ static int leg_start(pdr_leg_t *leg, pdr_multi_t *m, const char *url, const char
     int rc = leg_connect(leg, 0);
     m->in_start = 0;
     if (rc != 0) {
-        pdr__up_leg_unlink(leg);
+        leg_unlink(leg);
         return rc;
     }
     return 0;
@@ -618,7 +635,7 @@ size_t pdr_multi_fail_all(pdr_multi_t *m, int err)
     size_t n = 0;
     while (m->active != NULL) {
         n++;
-        pdr__up_leg_finish(PDR_DLINK_ITEM(m->active, pdr_leg_t, active_link), err);
+        leg_finish(PDR_DLINK_ITEM(m->active, pdr_leg_t, active_link), err);
     }
     return n;
 }
@@ -633,7 +650,7 @@ void pdr_leg_cancel(pdr_leg_t *leg)
         c->leg = NULL;
         pdr__up_conn_close(c); /* the worker sees the close */
     }
-    pdr__up_leg_unlink(leg);
+    leg_unlink(leg);
 }
 
 void pdr_leg_resume(pdr_leg_t *leg)

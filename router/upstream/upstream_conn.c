@@ -10,7 +10,7 @@
 #include "dlist.h"
 #include "err.h"
 #include "h1parse.h"
-#include "upstream.h"
+#include "upstream_types.h"
 #include "upstream_internal.h"
 #include "upstream_tls.h"
 #include "util.h"
@@ -28,7 +28,7 @@ void pdr__up_maybe_close_kick(pdr_multi_t *m)
 {
     if (m->closing == 1 && m->open_conns == 0 && m->due_closed == 2) {
         m->closing = 2;
-        uv_close((uv_handle_t *)&m->kick, pdr__up_on_kick_closed);
+        uv_close((uv_handle_t *)&m->kick, m->up->multi_closed);
     }
 }
 
@@ -75,7 +75,7 @@ static void connect_ended(pdr_conn_t *c)
         return;
     c->counted = 0;
     c->o->connecting--;
-    pdr__up_origin_kick(c->o);
+    c->m->up->origin_kick(c->o);
 }
 
 void pdr__up_conn_close(pdr_conn_t *c)
@@ -89,7 +89,7 @@ void pdr__up_conn_close(pdr_conn_t *c)
     due_unlink(c);
     c->o->open--;     /* room under the per-worker limit ... */
     connect_ended(c); /* ... and maybe a connect slot: either can serve a waiting leg */
-    pdr__up_origin_kick(c->o);
+    c->m->up->origin_kick(c->o);
     if (c->gai_pending)
         uv_cancel((uv_req_t *)c->gai);
     if (c->timer_open) {
@@ -191,9 +191,9 @@ static void on_due_check(uv_check_t *h)
             else if (c->leg != NULL)
                 snprintf(c->leg->error_detail, sizeof(c->leg->error_detail),
                          "connect timed out: no connection within %ld ms", connect_ms(c->leg));
-            pdr__up_leg_fail(c, PDR_ECONNREFUSED);
+            c->m->up->leg_fail(c, PDR_ECONNREFUSED);
         } else if (c->state == C_BUSY && c->leg != NULL) {
-            pdr__up_leg_fail(c, PDR_ETIMEDOUT);
+            c->m->up->leg_fail(c, PDR_ETIMEDOUT);
         }
     }
 }
@@ -276,7 +276,8 @@ void pdr__up_conn_complete(pdr_conn_t *c)
     c->leg = NULL;
     leg->conn = NULL;
     due_unlink(c);
-    pdr__up_keep_session(c);
+    if (c->tls != NULL)
+        m->up->tls_keep_session(c);
     if (reusable) {
         c->state = C_IDLE;
         c->reused = 1;
@@ -289,9 +290,9 @@ void pdr__up_conn_complete(pdr_conn_t *c)
     } else {
         pdr__up_conn_close(c);
     }
-    pdr__up_leg_unlink(leg);
+    m->up->leg_unlink(leg);
     if (reusable)
-        pdr__up_origin_kick(c->o); /* a waiting leg takes the connection just pooled */
+        c->m->up->origin_kick(c->o); /* a waiting leg takes the connection just pooled */
     leg->cbs->on_done(leg, 0);
 }
 
@@ -318,7 +319,7 @@ void pdr__up_conn_dispatch(pdr_conn_t *c)
             c->pend = NULL;
             c->pend_len = 0;
             if (r != n) {
-                pdr__up_leg_finish(leg, PDR_ECANCELED);
+                c->m->up->leg_finish(leg, PDR_ECANCELED);
                 return;
             }
             leg->bytes_in += n;
@@ -348,11 +349,11 @@ void pdr__up_conn_dispatch(pdr_conn_t *c)
             return;
         case PDR_H1_ERROR:
             pdr_debug("upstream %s:%d: bad response: %s", c->o->host, c->o->port, c->resp.error);
-            pdr__up_leg_finish(leg, PDR_EIO);
+            c->m->up->leg_finish(leg, PDR_EIO);
             return;
         default: /* NEED_MORE: read on (again, after a pause) */
             if (c->tls != NULL) {
-                int f = pdr__up_tls_fill(c); /* plaintext the session holds already comes first */
+                int f = c->m->up->tls_fill(c); /* plaintext the session holds already comes first */
                 if (f > 0)
                     continue;
                 if (f < 0)
@@ -375,7 +376,7 @@ int pdr__up_send_begin(pdr_conn_t *c)
         } else if ((c->buf = malloc(READ_BUF_MIN)) != NULL) {
             m->buf_allocs++;
         } else {
-            pdr__up_leg_fail(c, PDR_ENOMEM);
+            c->m->up->leg_fail(c, PDR_ENOMEM);
             return -1;
         }
         c->cap = READ_BUF_MIN;
@@ -396,14 +397,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
     if (nread == 0)
         return;
     if (c->tls != NULL && nread > 0 && c->state != C_IDLE && c->leg != NULL) {
-        pdr__up_tls_input(c, b->base, (size_t)nread);
+        c->m->up->tls_input(c, b->base, (size_t)nread);
         return;
     }
     if (c->tls != NULL && nread < 0 && !c->tls_ready && c->leg != NULL) {
         snprintf(c->leg->error_detail, sizeof(c->leg->error_detail),
                  "TLS handshake with the worker failed: it closed the connection (does it serve https?)");
-        pdr__up_tls_resume_failed(c, "the worker closed the connection");
-        pdr__up_leg_fail(c, PDR_ECONNREFUSED);
+        c->m->up->tls_resume_failed(c, "the worker closed the connection");
+        c->m->up->leg_fail(c, PDR_ECONNREFUSED);
         return;
     }
     if (c->tls != NULL && nread < 0 && !c->reused && !c->got_byte && c->leg != NULL)
@@ -422,7 +423,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
             pdr__up_conn_complete(c);
             return;
         }
-        pdr__up_leg_fail(c, PDR_EPEERGONE);
+        c->m->up->leg_fail(c, PDR_EPEERGONE);
         return;
     }
     c->got_byte = 1;
@@ -444,14 +445,14 @@ static void on_write(uv_write_t *w, int status)
     pdr_conn_t *c = w->data;
     c->writing = 0;
     if (status < 0 && c->state != C_CLOSING)
-        pdr__up_leg_fail(c, PDR_EPEERGONE);
+        c->m->up->leg_fail(c, PDR_EPEERGONE);
 }
 
 /* Sends the leg's request on a connected c. */
 void pdr__up_conn_send(pdr_conn_t *c)
 {
     if (c->tls != NULL) {
-        pdr__up_tls_send(c);
+        c->m->up->tls_send(c);
         return;
     }
     pdr_leg_t *leg = c->leg;
@@ -464,7 +465,7 @@ void pdr__up_conn_send(pdr_conn_t *c)
      * epoll_ctl per request); only what the socket does not take now goes through a write request. */
     int w = uv_try_write((uv_stream_t *)&c->tcp, bufs, nbufs);
     if (w < 0 && w != UV_EAGAIN) {
-        pdr__up_leg_fail(c, PDR_EPEERGONE);
+        c->m->up->leg_fail(c, PDR_EPEERGONE);
         return;
     }
     size_t done = w > 0 ? (size_t)w : 0;
@@ -480,7 +481,7 @@ void pdr__up_conn_send(pdr_conn_t *c)
         c->wreq.data = c;
         int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, rest, nbufs, on_write);
         if (rc != 0) {
-            pdr__up_leg_fail(c, PDR_EPEERGONE);
+            c->m->up->leg_fail(c, PDR_EPEERGONE);
             return;
         }
         c->writing = 1;
@@ -500,7 +501,7 @@ static void on_connect(uv_connect_t *req, int status)
         if (status == UV_ETIMEDOUT && c->leg != NULL) /* the kernel gave up on the handshake */
             snprintf(c->leg->error_detail, sizeof(c->leg->error_detail), "connect timed out (%s)",
                      uv_strerror(status));
-        pdr__up_leg_fail(c, PDR_ECONNREFUSED);
+        c->m->up->leg_fail(c, PDR_ECONNREFUSED);
         return;
     }
     if (c->leg == NULL) {
@@ -510,7 +511,7 @@ static void on_connect(uv_connect_t *req, int status)
     uv_tcp_nodelay(&c->tcp, 1);
     uv_tcp_keepalive(&c->tcp, 1, 30); /* a worker host that disappears is noticed on idle connections too */
     if (c->o->tls) {
-        pdr__up_tls_start(c);
+        c->m->up->tls_start(c);
         return;
     }
     pdr__up_conn_send(c);
@@ -521,7 +522,7 @@ void pdr__up_conn_connect(pdr_conn_t *c)
     pdr_origin_t *o = c->o;
     c->state = C_CONNECTING;
     if (uv_tcp_init(c->m->loop, &c->tcp) != 0) {
-        pdr__up_leg_fail(c, PDR_EIO);
+        c->m->up->leg_fail(c, PDR_EIO);
         return;
     }
     c->tcp_open = 1;
@@ -531,7 +532,7 @@ void pdr__up_conn_connect(pdr_conn_t *c)
         /* libuv makes the socket here: out of descriptors or memory is the router's own failure, and must
          * not be taken for a worker that refuses connections. */
         int local = rc == UV_EMFILE || rc == UV_ENFILE || rc == UV_ENOBUFS || rc == UV_ENOMEM;
-        pdr__up_leg_fail(c, local ? PDR_ENOMEM : PDR_ECONNREFUSED);
+        c->m->up->leg_fail(c, local ? PDR_ENOMEM : PDR_ECONNREFUSED);
         return;
     }
     conn_deadline(c, (uint64_t)connect_ms(c->leg), 0);
@@ -574,7 +575,7 @@ void pdr__up_on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res
         pdr_debug("upstream: cannot resolve %s: %s", o->host, uv_strerror(status));
         if (c->leg != NULL)
             pdr__up_dns_failed(c->leg, o->host, status != 0 ? uv_strerror(status) : "no address");
-        pdr__up_leg_fail(c, PDR_ECONNREFUSED);
+        c->m->up->leg_fail(c, PDR_ECONNREFUSED);
         return;
     }
     pdr__up_conn_connect(c);

@@ -10,7 +10,7 @@
 #include "dlist.h"
 #include "err.h"
 #include "h1parse.h"
-#include "upstream.h"
+#include "upstream_types.h"
 #include "upstream_internal.h"
 #include "upstream_tls.h"
 #include "util.h"
@@ -31,7 +31,7 @@ static void on_tls_write(uv_write_t *w, int status)
     if (--c->tls_writes == 0)
         c->writing = 0;
     if (status < 0 && c->state != C_CLOSING)
-        pdr__up_leg_fail(c, PDR_EPEERGONE);
+        c->m->up->leg_fail(c, PDR_EPEERGONE);
 }
 
 /* Writes what the session has for the worker. 0, or an error after which c must be failed. */
@@ -74,7 +74,7 @@ int pdr__up_tls_fill(pdr_conn_t *c)
     }
     c->filled = 0;
     if (c->len == c->cap) {
-        pdr__up_leg_fail(c, PDR_EIO); /* a response head larger than the buffer can ever hold */
+        c->m->up->leg_fail(c, PDR_EIO); /* a response head larger than the buffer can ever hold */
         return -1;
     }
     ssize_t n = pdr_utls_read(c->tls, c->buf + c->len, c->cap - c->len);
@@ -85,7 +85,7 @@ int pdr__up_tls_fill(pdr_conn_t *c)
         return 1;
     }
     if (tls_flush(c) != 0) { /* a key update or alert the read produced */
-        pdr__up_leg_fail(c, PDR_EPEERGONE);
+        c->m->up->leg_fail(c, PDR_EPEERGONE);
         return -1;
     }
     if (n == 0)
@@ -97,7 +97,7 @@ int pdr__up_tls_fill(pdr_conn_t *c)
     }
     if (n != PDR_UTLS_EOF && c->leg != NULL)
         snprintf(c->leg->error_detail, sizeof(c->leg->error_detail), "TLS: %s", pdr_utls_error(c->tls));
-    pdr__up_leg_fail(c, n == PDR_UTLS_EOF ? PDR_EPEERGONE : PDR_EIO);
+    c->m->up->leg_fail(c, n == PDR_UTLS_EOF ? PDR_EPEERGONE : PDR_EIO);
     return -1;
 }
 
@@ -144,7 +144,7 @@ static void tls_handshake(pdr_conn_t *c)
     char why[sizeof(c->leg->error_detail)];
     int rc = pdr_utls_handshake(c->tls, why, sizeof(why));
     if (tls_flush(c) != 0) {
-        pdr__up_leg_fail(c, PDR_EPEERGONE);
+        c->m->up->leg_fail(c, PDR_EPEERGONE);
         return;
     }
     if (rc == 0) {
@@ -155,7 +155,7 @@ static void tls_handshake(pdr_conn_t *c)
         pdr_debug("upstream %s:%d: %s", c->o->host, c->o->port, why);
         pdr__up_tls_resume_failed(c, why);
         memcpy(c->leg->error_detail, why, sizeof(why));
-        pdr__up_leg_fail(c, PDR_ECONNREFUSED); /* counted as the connect failure it is */
+        c->m->up->leg_fail(c, PDR_ECONNREFUSED); /* counted as the connect failure it is */
         return;
     }
     c->tls_ready = 1;
@@ -173,12 +173,12 @@ void pdr__up_tls_start(pdr_conn_t *c)
     pdr_multi_t *m = c->m;
     if (m->tls_ctx == NULL) {
         snprintf(c->leg->error_detail, sizeof(c->leg->error_detail), "https:// workers need workers.tls");
-        pdr__up_leg_fail(c, PDR_ECONNREFUSED);
+        c->m->up->leg_fail(c, PDR_ECONNREFUSED);
         return;
     }
     c->tls = pdr_utls_new(m->tls_ctx, c->o->host, m->tls_server_name, m->tls_verify);
     if (c->tls == NULL) {
-        pdr__up_leg_fail(c, PDR_ENOMEM);
+        c->m->up->leg_fail(c, PDR_ENOMEM);
         return;
     }
     c->tls_saved = 0;
@@ -192,7 +192,7 @@ void pdr__up_tls_start(pdr_conn_t *c)
 void pdr__up_tls_input(pdr_conn_t *c, const char *p, size_t n)
 {
     if (pdr_utls_feed(c->tls, p, n) != 0) {
-        pdr__up_leg_fail(c, PDR_ENOMEM);
+        c->m->up->leg_fail(c, PDR_ENOMEM);
         return;
     }
     if (!c->tls_ready) {
@@ -209,12 +209,12 @@ void pdr__up_tls_send(pdr_conn_t *c)
         return;
     if (pdr_utls_write(c->tls, leg->head, leg->head_len) != 0 ||
         pdr_utls_write(c->tls, leg->body, leg->body_len) != 0) {
-        pdr__up_leg_fail(c, PDR_EIO);
+        c->m->up->leg_fail(c, PDR_EIO);
         return;
     }
     int rc = tls_flush(c);
     if (rc != 0) {
-        pdr__up_leg_fail(c, rc);
+        c->m->up->leg_fail(c, rc);
         return;
     }
     pdr__up_arm_total(c);

@@ -1,16 +1,20 @@
 /*
- * The upstream HTTP/1.1 client's insides, shared by its files: upstream.c (legs, origins, the multi),
- * upstream_conn.c (a connection: connect, DNS, deadlines, the request written, the response read) and
- * upstream_conn_tls.c (the TLS side of a connection to an https:// origin: handshake, session kept for
- * resumption, encrypted reads and writes). Nothing outside these three files includes it.
+ * The upstream HTTP/1.1 client's insides, shared by its files, bottom up: upstream_conn.c (a connection:
+ * connect, DNS, deadlines, the request written, the response read), upstream_conn_tls.c (the TLS side of a
+ * connection to an https:// origin: handshake, session kept for resumption, encrypted reads and writes)
+ * and upstream.c (legs, origins, the multi). Each calls only the files before it; where a connection must
+ * act on what is above it (end its leg, hand a freed slot to the waiting legs, go through TLS), it calls
+ * the multi's handlers (pdr_up_handlers_t), which upstream.c sets once, in the manner of nginx's upstream
+ * handlers. Nothing outside these three files includes it.
  */
 #ifndef PDR_UPSTREAM_INTERNAL_H
 #define PDR_UPSTREAM_INTERNAL_H
 #include <stddef.h>
 #include <stdint.h>
+#include <uv.h>
 #include "dlist.h"
 #include "h1parse.h"
-#include "upstream.h"
+#include "upstream_types.h"
 #include "upstream_tls.h"
 
 #define READ_BUF_MIN 1024        /* per connection carrying a leg (idle ones share IDLE_BUF)... */
@@ -90,8 +94,32 @@ typedef struct pdr_origin {
 
 #define IDLE_FIRST(o) PDR_DLINK_ITEM((o)->idle, pdr_conn_t, idle_link)
 
+/* What a connection calls above it. upstream.c's table (pdr_multi_new sets m->up), so that the
+ * connection's files, below upstream.c, call none of its functions by name. */
+typedef struct pdr_up_handlers {
+    /* upstream.c: the connection's leg failed (sent again on a fresh connection when it may be, else
+     * ended); the leg ended (its connection closed, on_done); the leg taken off the multi's lists; a
+     * pooled connection or a connect slot of the origin freed (the waiting legs take it); the multi's
+     * last handle closed (uv_close callback). */
+    void (*leg_fail)(pdr_conn_t *c, int err);
+    void (*leg_finish)(pdr_leg_t *leg, int err);
+    void (*leg_unlink)(pdr_leg_t *leg);
+    void (*origin_kick)(pdr_origin_t *o);
+    uv_close_cb multi_closed;
+    /* upstream_conn_tls.c, for a connection with a TLS session (c->tls): the handshake started after the
+     * TCP connect; ciphertext read fed to the session; the request sent through it; plaintext the session
+     * holds decrypted into the buffer; the session kept for resumption; a resumed handshake failed. */
+    void (*tls_start)(pdr_conn_t *c);
+    void (*tls_input)(pdr_conn_t *c, const char *p, size_t n);
+    void (*tls_send)(pdr_conn_t *c);
+    int (*tls_fill)(pdr_conn_t *c);
+    void (*tls_keep_session)(pdr_conn_t *c);
+    void (*tls_resume_failed)(pdr_conn_t *c, const char *why);
+} pdr_up_handlers_t;
+
 struct pdr_multi {
     uv_loop_t *loop;
+    const pdr_up_handlers_t *up; /* upstream.c's handlers */
     pdr_dlink_t *origins;
     pdr_dlink_t *active; /* every leg between start and its end */
     size_t max_idle;
@@ -139,13 +167,6 @@ struct pdr_multi {
     size_t n_urls, next_url, last_url; /* last_url: the entry the last leg used, looked at first */
     uint64_t buf_allocs;               /* read buffers allocated (tests) */
 };
-
-/* upstream.c */
-void pdr__up_origin_kick(pdr_origin_t *o);
-void pdr__up_on_kick_closed(uv_handle_t *h);
-void pdr__up_leg_unlink(pdr_leg_t *leg);
-void pdr__up_leg_finish(pdr_leg_t *leg, int err);
-void pdr__up_leg_fail(pdr_conn_t *c, int err);
 
 /* upstream_conn.c */
 void pdr__up_maybe_close_kick(pdr_multi_t *m);

@@ -1,16 +1,16 @@
 /*
- * jsonscan_internal.h — what the request-body JSON scanner's two files share: the scan state, the small
- * inline helpers of the grammar, and the value scanner the top-level object and the walkers call.
- * jsonscan.c: the grammar (strings, numbers, literals, arrays, nested objects: any value validated and
- * typed); jsonscan_object.c: the top-level object with its member records and duplicate-key check, decoded
- * keys, and the walkers over nested arrays and objects. Only those files include it.
+ * jsonscan_internal.h — what the request-body JSON scanner's two files share, below both: the scan state,
+ * the small inline helpers of the grammar, and the value scanner the top-level object and the walkers call.
+ * jsonscan_value.c: the grammar (strings, numbers, literals, arrays, nested objects: any value validated
+ * and typed); jsonscan.c, above it: the top-level object with its member records and duplicate-key check,
+ * decoded keys, and the walkers over nested arrays and objects. Only those files include it.
  */
 #ifndef PDR_JSONSCAN_INTERNAL_H
 #define PDR_JSONSCAN_INTERNAL_H
 
 #include <stddef.h>
 
-#include "jsonscan.h"
+#include "jsonscan_types.h"
 
 typedef struct {
     const char *start;

@@ -4,8 +4,10 @@
  * loaded by in-flight requests wins, as sglang's power_of_two and Envoy's least_request do), random,
  * cache_aware and precise_prefix. Any loop thread.
  *
- * This file holds the settings and the membership; reading and picking are pool_pick.c's, health,
- * outlier ejection and drain pool_state.c's.
+ * This file is the bottom of the pool's files: the settings, the membership, a snapshot of the lists, the
+ * event record and a worker's idleness. Above it, and never called from it: reading and picking
+ * (pool_pick.c), health, outlier ejection and drain (pool_state.c), and the outlier views
+ * (pool_outlier.c).
  */
 #include <stdarg.h>
 #include <sys/types.h>
@@ -336,6 +338,53 @@ void pdr_pool_dispose(pdr_pool_t *p)
     pthread_mutex_destroy(&p->lock);
     pdr_events_dispose(&p->events);
     memset(p, 0, sizeof(*p));
+}
+
+/* ---- what the other files of the pool build on: a snapshot of the lists, the event record, idleness ---- */
+
+size_t pdr_pool_snapshot(pdr_pool_t *p, int role, pdr_worker_t ***out)
+{
+    *out = NULL;
+    pthread_rwlock_rdlock(&p->rw);
+    size_t n = 0;
+    for (int r = 0; r < PDR_ROLES; r++)
+        if (role < 0 || role == r)
+            n += p->list[r]->n;
+    pdr_worker_t **a = n ? malloc(n * sizeof(*a)) : NULL;
+    size_t k = 0;
+    for (int r = 0; r < PDR_ROLES && a != NULL; r++)
+        if (role < 0 || role == r)
+            for (size_t i = 0; i < p->list[r]->n; i++)
+                a[k++] = pdr_worker_ref(p->list[r]->w[i]);
+    pthread_rwlock_unlock(&p->rw);
+    *out = a;
+    return a != NULL ? k : 0;
+}
+
+void pdr_pool_release(pdr_worker_t **ws, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        pdr_worker_unref(ws[i]);
+    free(ws);
+}
+
+void pdr_pool_note_idle(pdr_worker_t *w)
+{
+    int want = PDR_DRAIN_DRAINING;
+    if (__atomic_compare_exchange_n(&w->drain, &want, PDR_DRAIN_DRAINED, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        pdr_info("worker %s %s drained: no requests in flight", w->id, w->target);
+}
+
+void pdr_pool_record(pdr_pool_t *p, const pdr_worker_t *w, const char *fmt, ...)
+{
+    const char *id = w != NULL ? w->id : NULL;
+    char msg[sizeof(((pdr_event_t *)0)->message)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    pdr_events_add(&p->events, id, "%s", msg);
 }
 
 /* ---- membership (writers hold rw for writing) ---- */

@@ -1,5 +1,5 @@
 /*
- * The worker registry read (snapshots, counts, look-ups) and a worker picked by the pool's policy, under
+ * The worker registry read (counts, look-ups) and a worker picked by the pool's policy, under
  * the read lock (the policies are routing/policies.c's tables). Any loop thread.
  */
 #include <stdarg.h>
@@ -17,32 +17,6 @@
 #include "util.h"
 
 /* ---- reading ---- */
-
-size_t pdr_pool_snapshot(pdr_pool_t *p, int role, pdr_worker_t ***out)
-{
-    *out = NULL;
-    pthread_rwlock_rdlock(&p->rw);
-    size_t n = 0;
-    for (int r = 0; r < PDR_ROLES; r++)
-        if (role < 0 || role == r)
-            n += p->list[r]->n;
-    pdr_worker_t **a = n ? malloc(n * sizeof(*a)) : NULL;
-    size_t k = 0;
-    for (int r = 0; r < PDR_ROLES && a != NULL; r++)
-        if (role < 0 || role == r)
-            for (size_t i = 0; i < p->list[r]->n; i++)
-                a[k++] = pdr_worker_ref(p->list[r]->w[i]);
-    pthread_rwlock_unlock(&p->rw);
-    *out = a;
-    return a != NULL ? k : 0;
-}
-
-void pdr_pool_release(pdr_worker_t **ws, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        pdr_worker_unref(ws[i]);
-    free(ws);
-}
 
 pdr_worker_t *pdr_pool__at(pdr_pool_t *p, pdr_role_t role, size_t i)
 {

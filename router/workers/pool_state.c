@@ -1,6 +1,6 @@
 /*
  * A worker's state in the registry: healthy or not (health checks, failures reported by requests),
- * ejected as an outlier, draining and deleted; and the registry's event record. Any loop thread.
+ * ejected as an outlier, draining and deleted. Any loop thread.
  */
 #include <stdarg.h>
 #include <sys/types.h>
@@ -169,14 +169,6 @@ const char *pdr_worker_state_name(const pdr_worker_t *w)
     }
 }
 
-void pdr_pool_note_idle(pdr_worker_t *w)
-{
-    int want = PDR_DRAIN_DRAINING;
-    if (__atomic_compare_exchange_n(&w->drain, &want, PDR_DRAIN_DRAINED, 0, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE))
-        pdr_info("worker %s %s drained: no requests in flight", w->id, w->target);
-}
-
 int pdr_pool_drain(pdr_pool_t *p, pdr_worker_t *w, uint64_t timeout_ms, const char *why)
 {
     pthread_mutex_lock(&p->lock);
@@ -267,17 +259,6 @@ int pdr_pool_delete(pdr_pool_t *p, pdr_worker_t *w, int force, uint64_t timeout_
             return -1;
     }
     return st;
-}
-
-void pdr_pool_record(pdr_pool_t *p, const pdr_worker_t *w, const char *fmt, ...)
-{
-    const char *id = w != NULL ? w->id : NULL;
-    char msg[sizeof(((pdr_event_t *)0)->message)];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    pdr_events_add(&p->events, id, "%s", msg);
 }
 
 /* ---- identity ---- */

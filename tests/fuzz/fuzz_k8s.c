@@ -1,7 +1,7 @@
 /*
- * Fuzz target for the Kubernetes source's parsers (router/discovery/discovery_k8s.h). The first input byte
- * picks the path: < 0x80, the rest is a watch stream cut into chunks of 1 + (first byte % 61) bytes, fed to
- * the line splitter whose lines are applied as events to a pod set; otherwise the rest is a PodList body.
+ * Fuzz target for the Kubernetes source's parsers (router/discovery/discovery_k8s_pods.h). The first input
+ * byte picks the path: < 0x80, the rest is a watch stream cut into chunks of 1 + (first byte % 61) bytes, fed
+ * to the line splitter whose lines are applied as events to a pod set; otherwise the rest is a PodList body.
  * Invariants: the set stays sorted by name with unique names, a ready pod has an http:// URL and a
  * bootstrap port of -1 or 1..65535, and what take_changed gives is sorted and only ready pods.
  * Built with libFuzzer when PDR_LIBFUZZER is defined; otherwise a main() replays the files named on the
@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "discovery_k8s.h"
+#include "discovery_k8s_pods.h"
 #include "util.h"
 
 static void check_set(const pdr_k8s_set_t *s)

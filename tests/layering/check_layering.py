@@ -7,9 +7,18 @@ process, sits alone above them all. The check fails when:
   - a .c or .h file under router/ is in no ranked folder (nor main.c);
   - a file calls a function defined in, or #includes a header of, a folder ranked higher than its own
     (a folder uses only the folders below it, and itself);
-  - the files form a cycle: the graph of calls and includes between the files of router/ has none. A
-    header counts as one file with the .c of its name in its folder, and the parts of one module split on
-    its seams (SPLIT: they share an _internal.h) count as one file.
+  - the files form a cycle: the graph of calls and includes between the files of router/ has none, so
+    that a reader can order every folder's files bottom to top.
+
+The nodes of the cycle check are the files. A header is one node with the .c of its stem in its folder
+(x.h with x.c: including x.h uses x.c, as calling what x.h declares does); a header with no .c of its
+stem (an _internal.h, a table of types) is a node of its own. So a module split on its seams orders its
+parts: the _internal.h they share at the bottom holds what every part needs (state, types, prototypes)
+and includes only what is below every part; no part calls a part above it, and the public header, which
+counts as the .c of its stem, is that file's and sits above what it includes. Where a lower part must
+reach a higher one (a connection ending its leg, a part of a PD request handing over to the request's
+state machine), the higher one registers a function pointer, in the manner of nginx's upstream handlers:
+the table of handlers is filled by the file above, so a function named without a call is no edge.
 
 A call is a function name followed by "(" outside comments and string literals, where the name is a
 non-static function that a .c file of router/ defines; in a header only the calls in function bodies and
@@ -21,7 +30,6 @@ Usage: check_layering.py [ROOT] [--graph]. ROOT holds router/ (default: this rep
 every edge between folders. Exits 1 naming each file out of the table, each edge against the ranks and
 each cycle.
 """
-import fnmatch
 import os
 import re
 import sys
@@ -41,18 +49,6 @@ FOLDERS = [
     "server",     # listeners, loop threads, route dispatch, shutdown
 ]
 TOP = ["main.c"]  # files of router/ itself, above every folder
-
-# Modules split on their seams, each counted as one file by the cycle check: (folder, file patterns).
-SPLIT = [
-    ("util", ["jsonscan.[ch]", "jsonscan_object.c", "jsonscan_internal.h"]),
-    ("upstream", ["upstream.[ch]", "upstream_conn.c", "upstream_conn_tls.c", "upstream_internal.h"]),
-    ("discovery", ["discovery_k8s.[ch]", "discovery_k8s_pods.c"]),
-    ("workers", ["pool.[ch]", "pool_pick.c", "pool_state.c", "pool_outlier.c", "pool_internal.h", "pool_load.[ch]"]),
-    ("fleet", ["shim_events.[ch]", "shim_events_rooms.c", "shim_events_views.c", "shim_events_internal.h"]),
-    ("front", ["conn.c", "conn_h1.c", "conn_h2.c", "conn_internal.h", "conn_ng2*.c", "conn_ng2_internal.h"]),
-    ("pd", ["*.c", "pd_internal.h", "decide.h"]),  # the request's state machine, one part per file
-    ("server", ["server.[ch]", "server_shutdown.c", "server_internal.h"]),
-]
 
 DEF = re.compile(r"^(?!static\b)(?:[A-Za-z_][\w \t\*]*?[\s\*])(pdr_\w+)\s*\([^;]*$", re.M)
 CALL = re.compile(r"\b(pdr_\w+)\s*\(")
@@ -115,13 +111,10 @@ def folder_of(path):
     return path.split("/", 1)[0] if "/" in path else "."
 
 
-def node_of(path):
-    """The file the cycle check counts path as: its split module, or the .c of a header's name."""
-    folder, name = folder_of(path), os.path.basename(path)
-    for f, pats in SPLIT:
-        if f == folder and any(fnmatch.fnmatch(name, p) for p in pats):
-            return "%s/{%s}" % (folder, ",".join(pats))
-    if path.endswith(".h"):
+def node_of(path, files):
+    """The node the cycle check counts path as: a header's .c of the same stem where there is one, else the
+    file itself."""
+    if path.endswith(".h") and path[:-2] + ".c" in files:
         return path[:-2] + ".c"
     return path
 
@@ -250,7 +243,7 @@ def main():
             if rf is not None and rt is not None and rt > rf:
                 problems.append(f"layering: router/{f} uses router/{t} ({', '.join(sorted(why))}): against the "
                                 f"ranks ({folder_of(f)}/ may use only the folders below it; {folder_of(t)}/ is above)")
-            a, b = node_of(f), node_of(t)
+            a, b = node_of(f, raw), node_of(t, raw)
             if a != b:
                 edges.setdefault(a, {}).setdefault(b, set()).update(f"router/{f}: {w}" for w in why)
     for comp in sccs(edges):

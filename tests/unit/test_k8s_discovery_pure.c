@@ -1,13 +1,13 @@
 /*
- * Unit tests of the pure parts of the Kubernetes source (router/discovery/discovery_k8s.h): a pod's JSON to a
- * worker, the watch stream's line splitting at every chunk boundary, and list and event application with
+ * Unit tests of the pure parts of the Kubernetes source (router/discovery/discovery_k8s_pods.h): a pod's JSON
+ * to a worker, the watch stream's line splitting at every chunk boundary, and list and event application with
  * the "emit only what changed" rule.
  */
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
 #include "runner.h"
-#include "discovery_k8s.h"
+#include "discovery_k8s_pods.h"
 #include "err.h"
 
 typedef struct pod_spec {

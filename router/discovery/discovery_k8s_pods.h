@@ -1,11 +1,11 @@
 /*
- * Private to router/discovery/discovery_k8s.c, discovery_k8s_pods.c and their tests: the pure parts of the
- * Kubernetes source. A pod's JSON becomes a worker (or a reason it is not one), the watch stream is cut into
+ * The pure parts of the Kubernetes source, defined in discovery_k8s_pods.c and used by discovery_k8s.c (the
+ * I/O) and the tests. A pod's JSON becomes a worker (or a reason it is not one), the watch stream is cut into
  * lines, and list and watch events are applied to a role's pod set, which says when its ready workers
  * changed. Nothing here does I/O besides logging; one set and one line splitter belong to one thread.
  */
-#ifndef PDR_DISCOVERY_K8S_H
-#define PDR_DISCOVERY_K8S_H
+#ifndef PDR_DISCOVERY_K8S_PODS_H
+#define PDR_DISCOVERY_K8S_PODS_H
 
 #include <jansson.h>
 #include <stddef.h>
