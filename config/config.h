@@ -307,6 +307,18 @@ typedef struct pdr_config {
         int prompt_bytes_per_token; /* default 4: prompt bytes per token when no token ids are known */
         int max_new_tokens;         /* default 128: output tokens assumed when the body names none */
     } kv_admission;
+    /* Priority classes and tenant fairness of the admission queue (docs/internals/admission.md, "Priority and
+     * fairness"). classes NULL and fairness_header NULL (default): one FIFO, as without this section. */
+    struct {
+        char *classes;       /* default NULL: one class; else "a,b,c", the most important first (at most 8) */
+        char *default_class; /* default NULL: the first class; a request naming no known class gets this */
+        char *class_header;  /* default x-gateway-inference-objective: the header naming a request's class */
+        char *fairness_header; /* default NULL: no fairness; else the header whose value keys the tenant */
+        int max_tenants;       /* default 64: tenants tracked per class; the others share one sub-queue */
+        int shed_queue_depth;  /* default 0: off; else the last class gets 429 at this queue depth */
+        char *timeout_header;  /* default NULL: none; else a header of ms that shortens the queue timeout */
+        int refuse_late;       /* default 0: off; else a request whose wait cannot end in time gets 503 */
+    } admission;
     /* Load read from the engines (router/fleet/load_poll.c): GET /get_load (sglang) or /metrics (vLLM). */
     struct {
         int poll_ms;              /* default 0: off; else each worker's load is read this often */
@@ -442,6 +454,15 @@ void pdr_config_usage(FILE *out);
  * no bootstrap_port on a decode worker). For snapshots built in code; the loaders already run it.
  * Returns 0 or PDR_ECONFIG with "key: message" in err. */
 int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen);
+#define PDR_CONFIG_MAX_CLASSES 8     /* names of admission.classes */
+#define PDR_CONFIG_CLASS_NAME_MAX 32 /* bytes of one class name */
+/* The index of the class named name[0..len) in admission.classes ("a,b,c"), or -1; classes NULL has one
+ * class, index 0, whatever the name. */
+int pdr_config_class_index(const char *classes, const char *name, size_t len);
+/* How many classes admission.classes names (1 when NULL). */
+int pdr_config_class_count(const char *classes);
+/* Class i's name into out (cap bytes, NUL-terminated): "default" when classes is NULL. */
+void pdr_config_class_name(const char *classes, int i, char *out, size_t cap);
 
 /* Pools (both forms). pdr_config_pool_count: n_pools, or 1 for the shorthand. pdr_config_pool: a shallow
  * copy of the i-th pool into *out (its pointers borrowed from the snapshot); for the shorthand a view

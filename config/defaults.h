@@ -86,6 +86,7 @@
 /* Admission: sglang's router defaults (--queue-size 100, --queue-timeout-secs 60). */
 #define PDR_DEF_QUEUE 100
 #define PDR_MAX_QUEUE 1000000
+#define PDR_MAX_ADMIT_TENANTS 1024 /* admission.max_tenants (PDR_FAIRQ_MAX_TENANTS) */
 #define PDR_DEF_QUEUE_TIMEOUT_MS 60000
 #define PDR_MAX_RATE_LIMIT_RPS 10000000
 /* Streams an HTTP/2 client may reset or abandon before their answer ends, per connection in any 10 s

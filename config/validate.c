@@ -410,6 +410,89 @@ static int validate_cache_aware(const pdr_config_t *c, char *err, size_t errlen)
     return 0;
 }
 
+/* The next class name of a list at *p: its start and length; *p moves past it and its comma. */
+static const char *next_class(const char **p, size_t *len)
+{
+    const char *s = *p, *e = strchr(s, ',');
+    *len = e != NULL ? (size_t)(e - s) : strlen(s);
+    *p = e != NULL ? e + 1 : NULL;
+    return s;
+}
+
+int pdr_config_class_index(const char *classes, const char *name, size_t len)
+{
+    if (classes == NULL)
+        return 0;
+    const char *p = classes;
+    for (int i = 0; p != NULL; i++) {
+        size_t n;
+        const char *s = next_class(&p, &n);
+        if (n == len && memcmp(s, name, len) == 0)
+            return i;
+    }
+    return -1;
+}
+
+int pdr_config_class_count(const char *classes)
+{
+    if (classes == NULL)
+        return 1;
+    int k = 0;
+    for (const char *p = classes; p != NULL; k++) {
+        size_t n;
+        (void)next_class(&p, &n);
+    }
+    return k;
+}
+
+void pdr_config_class_name(const char *classes, int i, char *out, size_t cap)
+{
+    if (classes == NULL) {
+        snprintf(out, cap, "default");
+        return;
+    }
+    const char *p = classes;
+    size_t n = 0;
+    const char *s = "";
+    for (int k = 0; k <= i && p != NULL; k++)
+        s = next_class(&p, &n);
+    snprintf(out, cap, "%.*s", (int)n, s);
+}
+
+/* admission.classes: 1..PDR_CONFIG_MAX_CLASSES names of [a-z0-9_-], each shorter than
+ * PDR_CONFIG_CLASS_NAME_MAX and named once; admission.default_class one of them. */
+static int validate_admission(const pdr_config_t *c, char *err, size_t errlen)
+{
+    const char *cl = c->admission.classes;
+    if (cl != NULL) {
+        int k = 0;
+        for (const char *p = cl; p != NULL; k++) {
+            size_t n;
+            const char *s = next_class(&p, &n);
+            int ok = n > 0 && n < PDR_CONFIG_CLASS_NAME_MAX && k < PDR_CONFIG_MAX_CLASSES &&
+                     pdr_config_class_index(cl, s, n) == k;
+            for (size_t j = 0; ok && j < n; j++)
+                ok = (s[j] >= 'a' && s[j] <= 'z') || (s[j] >= '0' && s[j] <= '9') || s[j] == '_' ||
+                     s[j] == '-';
+            if (!ok) {
+                pdr__config_err(
+                    err, errlen,
+                    "admission.classes: \"%s\" is not a list of 1 to %d distinct names of a-z, 0-9, _ "
+                    "and - (each under %d bytes) separated by commas, the most important first",
+                    cl, PDR_CONFIG_MAX_CLASSES, PDR_CONFIG_CLASS_NAME_MAX);
+                return PDR_ECONFIG;
+            }
+        }
+    }
+    const char *d = c->admission.default_class;
+    if (d != NULL && (cl == NULL || pdr_config_class_index(cl, d, strlen(d)) < 0)) {
+        pdr__config_err(err, errlen, "admission.default_class: \"%s\" is not one of admission.classes (%s)",
+                        d, cl != NULL ? cl : "not set");
+        return PDR_ECONFIG;
+    }
+    return 0;
+}
+
 int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
 {
     if (c->listen_host == NULL || c->listen_host[0] == '\0') {
@@ -432,6 +515,8 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
             pdr_conf_check_range(k, c, 0, k->path, err, errlen) != 0)
             return PDR_ECONFIG;
     }
+    if (validate_admission(c, err, errlen) != 0)
+        return PDR_ECONFIG;
     if (c->admin_host == NULL || c->admin_host[0] == '\0') {
         pdr__config_err(err, errlen, "admin.host: must not be empty");
         return PDR_ECONFIG;

@@ -171,6 +171,17 @@ static const struct field kv_admission_fields[] = {
     KEY(kv_admission, max_new_tokens),
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };
+static const struct field admission_fields[] = {
+    KEY(admission, classes),
+    KEY(admission, default_class),
+    KEY(admission, class_header),
+    KEY(admission, fairness_header),
+    KEY(admission, max_tenants),
+    KEY(admission, shed_queue_depth),
+    KEY(admission, timeout_header),
+    KEY(admission, refuse_late),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
+};
 static const struct field load_fields[] = {
     KEY(load, poll_ms),
     KEY(load, timeout_ms),
@@ -353,6 +364,7 @@ const struct field pdr__yaml_top_fields[] = {
     {"ticket", F_SECTION, 0, 0, 0, ticket_fields, NULL},
     {"shim_events", F_SECTION, 0, 0, 0, shim_events_fields, NULL},
     {"kv_admission", F_SECTION, 0, 0, 0, kv_admission_fields, NULL},
+    {"admission", F_SECTION, 0, 0, 0, admission_fields, NULL},
     {"load", F_SECTION, 0, 0, 0, load_fields, NULL},
     {"log", F_SECTION, 0, 0, 0, log_fields, NULL},
     {"lifecycle", F_SECTION, 0, 0, 0, lifecycle_fields, NULL},

@@ -5,4 +5,10 @@ target_link_libraries(test_admission PRIVATE pdr_router)
 add_test(NAME router_unit_admission COMMAND test_admission)
 set_tests_properties(router_unit_admission PROPERTIES TIMEOUT 60 LABELS unit)
 
+# The queue's scheduler (router/fleet/fairq.c): priority classes, tenants in round robin, the tenant cap.
+add_executable(test_fairq unit/test_fairq.c)
+target_link_libraries(test_fairq PRIVATE pdr_router)
+add_test(NAME router_unit_fairq COMMAND test_fairq)
+set_tests_properties(router_unit_fairq PROPERTIES TIMEOUT 60 LABELS unit)
+
 pdr_scenario_tests(router_admission_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_admission.py LABEL integration TIMEOUT 120)

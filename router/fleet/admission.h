@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include "config.h"
 #include "dlist.h"
+#include "fairq.h"
 #include "pool.h"
 
 struct pdr_thread;
@@ -41,6 +42,8 @@ typedef enum {
     PDR_ADMIT_BUSY,        /* 503: no room and no queue (limits.queue 0) */
     PDR_ADMIT_BUSY_POOL,   /* 503: the same, limits.max_inflight_per_pool */
     PDR_ADMIT_BUSY_WORKER, /* 503: the same, limits.max_inflight_per_worker */
+    PDR_ADMIT_SHED,        /* 429: the last class, the queue at admission.shed_queue_depth */
+    PDR_ADMIT_LATE,        /* 503: its estimated wait passes its deadline (admission.refuse_late) */
 } pdr_admit_result_t;
 
 /* Why requests were refused (pdr_admission_rejected_total{reason}). */
@@ -52,28 +55,43 @@ typedef enum {
     PDR_REJ_MAX_INFLIGHT_PER_POOL,
     PDR_REJ_MAX_INFLIGHT_PER_WORKER,
     PDR_REJ_SHUTTING_DOWN,
+    PDR_REJ_SHED,
+    PDR_REJ_DEADLINE,
     PDR_REJ__COUNT
 } pdr_admit_reject_t;
+
+/* What the request says of itself (router/pd/queue.c reads it from its headers). */
+typedef struct pdr_admit_tag {
+    int cls;              /* its class (admission.classes), 0 the most important */
+    uint64_t key;         /* its tenant (pdr_fairq_key of admission.fairness_header's value); 0: none */
+    uint64_t deadline_ns; /* when its wait in the queue must end */
+} pdr_admit_tag_t;
 
 typedef struct pdr_admit_waiter pdr_admit_waiter_t;
 struct pdr_admit_waiter {
     pdr_dlink_t link; /* the queue (arrival order), then its loop's list of slots handed over */
     struct pdr_thread *t;
     pdr_pool_t *workers;
-    const char *pool; /* the pool's name (outlives the request's config reference) */
-    int pool_index;   /* its index in the config's pools (0 with one pool) */
-    int state;        /* PDR_ADMIT_* */
-    int starting;     /* counted in its pool's admitted-but-not-started requests (per-worker limit) */
-    uint64_t enq_ns;  /* when it joined the queue */
-    uint64_t wait_ns; /* how long it waited (0 when it went at once) */
+    const char *pool;    /* the pool's name (outlives the request's config reference) */
+    int pool_index;      /* its index in the config's pools (0 with one pool) */
+    int state;           /* PDR_ADMIT_* */
+    int starting;        /* counted in its pool's admitted-but-not-started requests (per-worker limit) */
+    uint64_t enq_ns;     /* when it joined the queue */
+    uint64_t wait_ns;    /* how long it waited (0 when it went at once) */
+    uint64_t slot_ns;    /* when it was given its slot (the service time estimate's samples) */
+    int cls;             /* its class */
+    pdr_fairq_item_t fq; /* queued with classes or fairness: its place there, else it is in the FIFO */
     void (*go)(pdr_admit_waiter_t *w); /* on t's loop: the slot is the waiter's, start */
 };
 
-/* A new request of pool `pool` (index pool_index) on t's loop, under c's limits. w is filled in and stays
- * the caller's until pdr_admit_leave. */
+/* A new request of pool `pool` (index pool_index) on t's loop, under c's limits, of class and tenant tag
+ * (NULL: class 0, no tenant, no deadline of its own). w is filled in and stays the caller's until
+ * pdr_admit_leave. */
 pdr_admit_result_t pdr_admit_enter(struct pdr_thread *t, const pdr_config_t *c, pdr_admit_waiter_t *w,
                                    pdr_pool_t *workers, const char *pool, int pool_index,
-                                   void (*go)(pdr_admit_waiter_t *));
+                                   const pdr_admit_tag_t *tag, void (*go)(pdr_admit_waiter_t *));
+/* After PDR_ADMIT_LATE: the estimated wait, in whole seconds (at least 1), for Retry-After. */
+int pdr_admit_late_retry_s(void);
 /* The request's legs are started (or it ended): it no longer counts as about to pick workers. */
 void pdr_admit_started(pdr_admit_waiter_t *w);
 /* The request is over (answered, refused, or its client left): its slot or its place in the queue is
@@ -88,6 +106,8 @@ void pdr_admit_kick(struct pdr_thread *t, const pdr_config_t *c);
 uint64_t pdr_admit_rate_wait_ns(const pdr_config_t *c);
 /* Counts a refusal (the caller answers it). */
 void pdr_admit_count_reject(pdr_admit_reject_t why);
+/* The same for w's request, counted in its class too. */
+void pdr_admit_count_refused(const pdr_admit_waiter_t *w, pdr_admit_reject_t why);
 /* t's loop (its wakeup handle): runs go() of the waiters handed a slot. */
 void pdr_admit_deliver(struct pdr_thread *t);
 /* t's loop is closing its wakeup handle: nothing more is handed to it. */

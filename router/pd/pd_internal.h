@@ -366,6 +366,7 @@ void pdr__pd_begin(pd_req_t *x, int deferred);
 void pdr__pd_arm_queue_tick(pd_req_t *x);
 void pdr__pd_on_admitted(pdr_admit_waiter_t *w);
 void pdr__pd_admit_refused(pd_req_t *x, pdr_admit_result_t res);
+void pdr__pd_admit_tag(pd_req_t *x, const pdr_config_t *c, pdr_admit_tag_t *tag);
 
 /* relay.c: the client side: the h2o generator, the relay of the decode's answer, the SSE merge. */
 void pdr__pd_mark_started(pd_req_t *x, int ttfb);

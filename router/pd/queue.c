@@ -3,6 +3,7 @@
  * next token, an HTTP/1 client's close), the slot handed over, and the answers of a refusal (429 for the
  * queue and the rate limit, 503 for a limit without a queue). Loop thread of the request.
  */
+#include <ctype.h>
 #include "pd_internal.h"
 
 static void on_queue_tick(uv_timer_t *h);
@@ -26,9 +27,60 @@ void pdr__pd_arm_queue_tick(pd_req_t *x)
     uv_timer_start(&x->timer, on_queue_tick, ms ? ms : 1, 0);
 }
 
+/* The value of header name (any case) of x's request, or NULL; *len its length. */
+static const char *header_value(pd_req_t *x, const char *name, size_t *len)
+{
+    char low[128];
+    size_t n = strlen(name);
+    if (n == 0 || n >= sizeof(low))
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        low[i] = (char)tolower((unsigned char)name[i]);
+    ssize_t i = h2o_find_header_by_str(&x->req->headers, low, n, -1);
+    if (i < 0)
+        return NULL;
+    *len = x->req->headers.entries[i].value.len;
+    return x->req->headers.entries[i].value.base;
+}
+
+/* What admission needs of the request (admission.*): its class from admission.class_header (a name not in
+ * admission.classes, or none, is admission.default_class), its tenant from admission.fairness_header (the
+ * value is hashed at once and never kept nor logged; none: the tenant of requests without the header), and
+ * its queue deadline, admission.timeout_header's milliseconds when that is sooner than
+ * limits.queue_timeout_ms. */
+void pdr__pd_admit_tag(pd_req_t *x, const pdr_config_t *c, pdr_admit_tag_t *tag)
+{
+    const char *v;
+    size_t len = 0;
+    const char *cl = c->admission.classes, *def = c->admission.default_class;
+    tag->cls = def != NULL ? pdr_config_class_index(cl, def, strlen(def)) : 0;
+    if (cl != NULL && (v = header_value(x, c->admission.class_header, &len)) != NULL) {
+        int k = pdr_config_class_index(cl, v, len);
+        if (k >= 0)
+            tag->cls = k;
+    }
+    if (tag->cls < 0)
+        tag->cls = 0;
+    tag->key = 0;
+    if (c->admission.fairness_header != NULL &&
+        (v = header_value(x, c->admission.fairness_header, &len)) != NULL)
+        tag->key = pdr_fairq_key(v, len);
+    uint64_t ms = (uint64_t)c->limits.queue_timeout_ms;
+    if (c->admission.timeout_header != NULL &&
+        (v = header_value(x, c->admission.timeout_header, &len)) != NULL && len > 0 && len < 12) {
+        char num[12], *end;
+        memcpy(num, v, len);
+        num[len] = '\0';
+        long long t = strtoll(num, &end, 10);
+        if (*end == '\0' && t >= 0 && (uint64_t)t < ms)
+            ms = (uint64_t)t;
+    }
+    tag->deadline_ns = x->t0_ns + ms * 1000000ull;
+}
+
 static void queue_refused(pd_req_t *x, pdr_admit_reject_t why, const char *cause, const char *msg)
 {
-    pdr_admit_count_reject(why);
+    pdr_admit_count_refused(&x->admit, why);
     x->error_cause = cause;
     x->refused = 1;
     pdr__pd_fail_response(x, 503, "service_unavailable", msg, 1);
@@ -93,9 +145,23 @@ void pdr__pd_admit_refused(pd_req_t *x, pdr_admit_result_t res)
     const pdr_config_t *c = x->conf;
     char msg[200];
     x->refused = 1;
-    if (res == PDR_ADMIT_FULL || res == PDR_ADMIT_RATE) {
+    if (res == PDR_ADMIT_LATE) {
+        x->error_cause = "deadline";
+        snprintf(msg, sizeof(msg),
+                 "the request's wait in the admission queue is estimated past its deadline "
+                 "(admission.refuse_late)");
+        pdr__pd_fail_response(x, 503, "service_unavailable", msg, pdr_admit_late_retry_s());
+        return;
+    }
+    if (res == PDR_ADMIT_FULL || res == PDR_ADMIT_RATE || res == PDR_ADMIT_SHED) {
         int retry = 1;
-        if (res == PDR_ADMIT_FULL) {
+        if (res == PDR_ADMIT_SHED) {
+            x->error_cause = "shed";
+            snprintf(msg, sizeof(msg),
+                     "too many requests: the admission queue holds admission.shed_queue_depth (%d) requests "
+                     "and this request's class is shed",
+                     c->admission.shed_queue_depth);
+        } else if (res == PDR_ADMIT_FULL) {
             x->error_cause = "queue_full";
             snprintf(msg, sizeof(msg), "too many requests: the admission queue is full (limits.queue %d)",
                      c->limits.queue);

@@ -317,10 +317,12 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
         pdr__pd_fail_response(x, 503, "service_unavailable", "out of memory", 1);
         return 0;
     }
+    pdr_admit_tag_t tag;
+    pdr__pd_admit_tag(x, c, &tag);
     pdr_admit_result_t adm =
-        pdr_admit_enter(t, c, &x->admit, &r->pool, x->pool, (int)pool, pdr__pd_on_admitted);
+        pdr_admit_enter(t, c, &x->admit, &r->pool, x->pool, (int)pool, &tag, pdr__pd_on_admitted);
     if (adm == PDR_ADMIT_WAIT) {
-        x->queue_deadline_ns = x->t0_ns + (uint64_t)c->limits.queue_timeout_ms * 1000000ull;
+        x->queue_deadline_ns = tag.deadline_ns;
         pdr__pd_arm_queue_tick(x);
         return 0;
     }

@@ -327,7 +327,8 @@ static void test_errors(void)
         "bad.yaml:1:1: unknown key 'pool' at the top level (valid keys: listen, admin, metrics, cors, "
         "protocol, policy, workers, health, timeouts, limits, retries, outlier, breaker, compat, pd, "
         "cache_aware, "
-        "disaggregation, kv_events, ticket, shim_events, kv_admission, load, log, lifecycle, tracing, "
+        "disaggregation, kv_events, ticket, shim_events, kv_admission, admission, load, log, lifecycle, "
+        "tracing, "
         "threads, "
         "dp_aware, h2_nghttp2, tokenizer, discovery, pools, request_id_headers)");
     EXPECT_ERROR(

@@ -93,7 +93,7 @@ static void next_request(loop_run_t *lr)
 {
     while (lr->started < REQUESTS) {
         lr->started++;
-        pdr_admit_result_t r = pdr_admit_enter(&lr->t, lr->c, &lr->w, NULL, NULL, 0, on_go);
+        pdr_admit_result_t r = pdr_admit_enter(&lr->t, lr->c, &lr->w, NULL, NULL, 0, NULL, on_go);
         if (r == PDR_ADMIT_GO)
             run(lr);
         if (lr->started == 1)
