@@ -12,3 +12,6 @@ add_test(NAME router_unit_fairq COMMAND test_fairq)
 set_tests_properties(router_unit_fairq PROPERTIES TIMEOUT 60 LABELS unit)
 
 pdr_scenario_tests(router_admission_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_admission.py LABEL integration TIMEOUT 120)
+
+# Priority classes, tenant fairness, shedding and deadlines of the queue (admission.*), end to end.
+pdr_scenario_tests(router_admission_fairq_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_fairq.py LABEL integration TIMEOUT 120)
