@@ -12,7 +12,6 @@
 #include "fairq.h"
 
 #define OVERFLOW PDR_FAIRQ_MAX_TENANTS
-#define SLOTS (PDR_FAIRQ_MAX_TENANTS + 1)
 
 uint64_t pdr_fairq_key(const char *s, size_t len)
 {
@@ -52,6 +51,8 @@ int pdr_fairq_push(pdr_fairq_t *q, pdr_fairq_item_t *it, int max_tenants)
     if (t->n == 0)
         t->key = it->key;
     it->tenant = j;
+    if (j != OVERFLOW && j >= c->span)
+        c->span = j + 1;
     pdr_dqueue_append(&t->q, &it->link);
     t->n++;
     c->n++;
@@ -77,8 +78,10 @@ void pdr_fairq_remove(pdr_fairq_t *q, pdr_fairq_item_t *it)
  * Returns 1 when one was taken, 0 when none was, -1 on STOP. */
 static int turn(pdr_fairq_t *q, pdr_fairq_class_t *c, pdr_fairq_try_cb try_cb, void *arg)
 {
-    for (int k = 0; k < SLOTS; k++) {
-        int j = (c->next + k) % SLOTS;
+    int positions = c->span + 1;
+    for (int k = 0; k < positions; k++) {
+        int pos = (c->next + k) % positions;
+        int j = pos < c->span ? pos : OVERFLOW;
         pdr_fairq_tenant_t *t = &c->t[j];
         if (t->n == 0)
             continue;
@@ -91,7 +94,7 @@ static int turn(pdr_fairq_t *q, pdr_fairq_class_t *c, pdr_fairq_try_cb try_cb, v
                 return -1;
             if (v == PDR_FAIRQ_TAKE) {
                 pdr_fairq_remove(q, it);
-                c->next = (j + 1) % SLOTS;
+                c->next = (pos + 1) % positions;
                 return 1;
             }
         }

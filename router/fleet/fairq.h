@@ -32,7 +32,8 @@ typedef struct pdr_fairq_tenant {
 
 typedef struct pdr_fairq_class {
     pdr_fairq_tenant_t t[PDR_FAIRQ_MAX_TENANTS + 1]; /* the last one: the overflow sub-queue */
-    int next;                                        /* where the round robin goes on */
+    int next;                                        /* where the round robin goes on (a position) */
+    int span;                                        /* tracked slots ever used: positions 0..span */
     uint32_t n;                                      /* items of the class */
 } pdr_fairq_class_t;
 
