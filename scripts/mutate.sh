@@ -66,6 +66,11 @@ admission_no_rate_limit @@ router/fleet/admission.c @@     if (b->tokens < 1)
         return 0; @@     if (0 && b->tokens < 1)
         return 0; @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_rate_limit)$
 admission_queue_unbounded @@ router/fleet/admission.c @@ } else if (S.depth >= (size_t)c->limits.queue) { @@ } else if (0 && S.depth >= (size_t)c->limits.queue) { @@ pdrouter test_admission @@ ^(router_unit_admission|router_admission_queue_full)$
+admission_classes_ignored @@ router/fleet/admission.c @@ w->fq.cls = w->cls; @@ w->fq.cls = 0; @@ pdrouter @@ ^router_admission_fairq_priority$
+admission_tenants_ignored @@ router/fleet/admission.c @@ w->fq.key = tag != NULL ? tag->key : 0; @@ w->fq.key = 0; @@ pdrouter @@ ^router_admission_fairq_fair_shares$
+admission_never_late @@ router/fleet/admission.c @@ if (!c->admission.refuse_late || S.hold_samples < EST_MIN_SAMPLES || deadline_ns == 0) @@ if (c != NULL) @@ pdrouter @@ ^router_admission_fairq_deadline$
+admission_never_shed @@ router/fleet/admission.c @@ } else if (c->admission.shed_queue_depth > 0 && S.depth >= (size_t)c->admission.shed_queue_depth && @@ } else if (0 && c->admission.shed_queue_depth > 0 && @@ pdrouter @@ ^router_admission_fairq_shed$
+fairq_no_round_robin @@ router/fleet/fairq.c @@ c->next = (pos + 1) % positions; @@ c->next = c->next; @@ test_fairq pdrouter @@ ^(router_unit_fairq|router_admission_fairq_fair_shares)$
 ticket_signature_unchecked @@ common/ticket.c @@ if (!pdr_ct_equal(mac, want, PDR_HMAC_LEN)) @@ if (0 && !pdr_ct_equal(mac, want, PDR_HMAC_LEN)) @@ pdrouter pdsim test_ticket pdshim @@ ^(ticket_unit|tickets_refusals|tickets_shim_python)$
 ticket_expiry_unchecked @@ common/ticket.c @@ else if (out->expires_ms < UINT64_MAX - skew_ms && now_ms > out->expires_ms + skew_ms) @@ else if (0 && now_ms > out->expires_ms + skew_ms) @@ pdrouter pdsim test_ticket pdshim @@ ^(ticket_unit|tickets_refusals|tickets_shim_python)$
 ticket_replay_accepted @@ worker-shim/shim_ticket.c @@         if (s->room == room)
