@@ -378,6 +378,11 @@ static void config_free(pdr_config_t *c)
     free(c->admin_host);
     free(c->admin_token_file);
     free(c->shim_events.key_file);
+    free(c->admission.classes);
+    free(c->admission.default_class);
+    free(c->admission.class_header);
+    free(c->admission.fairness_header);
+    free(c->admission.timeout_header);
     free(c->admin_deny_networks.nets);
     free(c->metrics_host);
     pdr__config_free_origins(c);

@@ -351,7 +351,7 @@ int pdr__yaml_walk_map(struct ctx *cx, const yaml_node_t *map, const char *path,
     if (map->type != YAML_MAPPING_NODE)
         return FAIL(cx, map, "%s: expected a mapping, got %s", path[0] ? path : "configuration",
                     pdr__yaml_is_null(map) ? "null" : pdr__yaml_node_kind(map));
-    uint32_t seen = 0;
+    uint64_t seen[4] = {0}; /* a bit per field of the table: at most 256 (the top level has more than 32) */
     for (const yaml_node_pair_t *pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top;
          pair++) {
         const yaml_node_t *k = yaml_document_get_node(cx->doc, pair->key);
@@ -378,11 +378,15 @@ int pdr__yaml_walk_map(struct ctx *cx, const yaml_node_t *map, const char *path,
             return FAIL(cx, k, "unknown key '%s' at the top level (valid keys: %s)",
                         pdr__yaml_show(k, buf, sizeof(buf)), keys);
         }
-        if ((seen & (1u << idx)) && path[0])
+        if (idx >= 256)
+            return FAIL(cx, k, "%s: key '%s' is past the 256 keys a section may have", where,
+                        fields[idx].key);
+        uint64_t bit = 1ull << (idx % 64);
+        if ((seen[idx / 64] & bit) && path[0])
             return FAIL(cx, k, "duplicate key '%s' in '%s'", fields[idx].key, path);
-        if (seen & (1u << idx))
+        if (seen[idx / 64] & bit)
             return FAIL(cx, k, "duplicate key '%s' at the top level", fields[idx].key);
-        seen |= 1u << idx;
+        seen[idx / 64] |= bit;
         char sub[160];
         snprintf(sub, sizeof(sub), "%.120s%s%.30s", path, path[0] ? "." : "", fields[idx].key);
         int rc = apply(cx, &fields[idx], v, sub, base);
