@@ -48,6 +48,8 @@ typedef struct loop_run {
     pdr_thread_t t;
     const pdr_config_t *c;
     pdr_admit_waiter_t w;
+    pdr_admit_tag_t tag; /* with classes and tenants: this loop's class and tenant */
+    const pdr_admit_tag_t *tagp;
     uv_timer_t hold; /* a running request keeps its slot until the loop's next turn */
     int started, served, waited, refused;
 } loop_run_t;
@@ -93,7 +95,7 @@ static void next_request(loop_run_t *lr)
 {
     while (lr->started < REQUESTS) {
         lr->started++;
-        pdr_admit_result_t r = pdr_admit_enter(&lr->t, lr->c, &lr->w, NULL, NULL, 0, NULL, on_go);
+        pdr_admit_result_t r = pdr_admit_enter(&lr->t, lr->c, &lr->w, NULL, NULL, 0, lr->tagp, on_go);
         if (r == PDR_ADMIT_GO)
             run(lr);
         if (lr->started == 1)
@@ -132,19 +134,24 @@ static void *loop_thread(void *arg)
     return NULL;
 }
 
-static void test_admission_across_loops(void)
+/* The loops' requests with limits (YAML); tagged: each loop its own class and tenant (the scheduler). */
+static void admission_across_loops(const char *limits, int tagged)
 {
-    pdr_config_t *c = make_config("limits: { max_inflight: 2, queue: 64 }");
+    pdr_config_t *c = make_config(limits);
     CHECK(c != NULL && c->limits.max_inflight == MAX_INFLIGHT);
     if (c == NULL)
         return;
     static loop_run_t runs[LOOPS];
+    memset(runs, 0, sizeof(runs));
+    running_now = running_max = served_total = 0;
     pthread_t th[LOOPS];
     CHECK(pthread_barrier_init(&all_entered, NULL, LOOPS) == 0);
     for (int i = 0; i < LOOPS; i++) {
         runs[i].t.r = &router;
         runs[i].t.id = i;
         runs[i].c = c;
+        runs[i].tag = (pdr_admit_tag_t){.cls = i % 3, .key = (uint64_t)i + 1};
+        runs[i].tagp = tagged ? &runs[i].tag : NULL;
         CHECK(pthread_create(&th[i], NULL, loop_thread, &runs[i]) == 0);
     }
     int waited = 0;
@@ -163,6 +170,19 @@ static void test_admission_across_loops(void)
            served_total, LOOPS, waited, running_max);
     pthread_barrier_destroy(&all_entered);
     pdr_config_unref(c);
+}
+
+static void test_admission_across_loops(void)
+{
+    admission_across_loops("limits: { max_inflight: 2, queue: 64 }", 0);
+}
+
+/* The same through the scheduler of classes and tenants (router/fleet/fairq.c). */
+static void test_admission_scheduled_across_loops(void)
+{
+    admission_across_loops("limits: { max_inflight: 2, queue: 64 }\n"
+                           "admission: { classes: 'a,b,c', fairness_header: x-tenant }",
+                           1);
 }
 
 /* ---- the pool across loops ---- */
@@ -267,6 +287,7 @@ static void test_pool_across_loops(void)
 
 static const pdr_test_case_t cases[] = {
     {"admission_across_loops", test_admission_across_loops, 60},
+    {"admission_scheduled_across_loops", test_admission_scheduled_across_loops, 60},
     {"pool_across_loops", test_pool_across_loops, 60},
 };
 
