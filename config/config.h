@@ -454,8 +454,9 @@ void pdr_config_usage(FILE *out);
  * no bootstrap_port on a decode worker). For snapshots built in code; the loaders already run it.
  * Returns 0 or PDR_ECONFIG with "key: message" in err. */
 int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen);
-#define PDR_CONFIG_MAX_CLASSES 8     /* names of admission.classes */
-#define PDR_CONFIG_CLASS_NAME_MAX 32 /* bytes of one class name */
+#define PDR_CONFIG_MAX_CLASSES 8       /* names of admission.classes */
+#define PDR_CONFIG_CLASS_NAME_MAX 32   /* bytes of one class name */
+#define PDR_CONFIG_HEADER_NAME_MAX 128 /* bytes of admission.*_header, its NUL included */
 /* The index of the class named name[0..len) in admission.classes ("a,b,c"), or -1; classes NULL has one
  * class, index 0, whatever the name. */
 int pdr_config_class_index(const char *classes, const char *name, size_t len);

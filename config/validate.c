@@ -484,6 +484,20 @@ static int validate_admission(const pdr_config_t *c, char *err, size_t errlen)
             }
         }
     }
+    const char *const hk[] = {"class_header", "fairness_header", "timeout_header"};
+    const char *const hv[] = {c->admission.class_header, c->admission.fairness_header,
+                              c->admission.timeout_header};
+    for (int i = 0; i < 3; i++) {
+        size_t n = hv[i] != NULL ? strlen(hv[i]) : 1;
+        int ok = n > 0 && n < PDR_CONFIG_HEADER_NAME_MAX;
+        for (size_t j = 0; ok && hv[i] != NULL && j < n; j++)
+            ok = hv[i][j] > ' ' && hv[i][j] < 127 && hv[i][j] != ':';
+        if (!ok) {
+            pdr__config_err(err, errlen, "admission.%s: \"%s\" is not a header name of 1 to %d bytes", hk[i],
+                            hv[i] != NULL ? hv[i] : "", PDR_CONFIG_HEADER_NAME_MAX - 1);
+            return PDR_ECONFIG;
+        }
+    }
     const char *d = c->admission.default_class;
     if (d != NULL && (cl == NULL || pdr_config_class_index(cl, d, strlen(d)) < 0)) {
         pdr__config_err(err, errlen, "admission.default_class: \"%s\" is not one of admission.classes (%s)",

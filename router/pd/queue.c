@@ -30,7 +30,7 @@ void pdr__pd_arm_queue_tick(pd_req_t *x)
 /* The value of header name (any case) of x's request, or NULL; *len its length. */
 static const char *header_value(pd_req_t *x, const char *name, size_t *len)
 {
-    char low[128];
+    char low[PDR_CONFIG_HEADER_NAME_MAX]; /* config/validate.c checks the names fit */
     size_t n = strlen(name);
     if (n == 0 || n >= sizeof(low))
         return NULL;

@@ -172,10 +172,50 @@ static void test_class_names(void)
     CHECK(strcmp(name, "default") == 0);
 }
 
+/* The admission section's checks: a message naming the key, or a config that loads. */
+static int config_error(const char *admission, char *err, size_t cap)
+{
+    char yaml[512];
+    int n = snprintf(yaml, sizeof(yaml),
+                     "workers:\n  prefill: [ http://127.0.0.1:30001 ]\n  decode: [ http://127.0.0.1:30002 ]\n"
+                     "admission: %s\n",
+                     admission);
+    err[0] = '\0';
+    pdr_config_t *c = pdr_config_load_string(yaml, (size_t)n, "t.yaml", err, cap);
+    if (c == NULL)
+        return 1;
+    pdr_config_unref(c);
+    return 0;
+}
+
+static void test_config_checks(void)
+{
+    char err[512];
+    CHECK(config_error("{ classes: 'critical,standard,sheddable', default_class: standard, "
+                       "fairness_header: authorization, timeout_header: x-request-timeout-ms }",
+                       err, sizeof(err)) == 0);
+    CHECK(config_error("{ classes: 'a,,b' }", err, sizeof(err)) == 1 &&
+          strstr(err, "admission.classes") != NULL);
+    CHECK(config_error("{ classes: 'a,b,a' }", err, sizeof(err)) == 1 &&
+          strstr(err, "admission.classes") != NULL);
+    CHECK(config_error("{ classes: 'A' }", err, sizeof(err)) == 1 &&
+          strstr(err, "admission.classes") != NULL);
+    CHECK(config_error("{ classes: 'a,b,c,d,e,f,g,h,i' }", err, sizeof(err)) == 1 &&
+          strstr(err, "admission.classes") != NULL);
+    CHECK(config_error("{ classes: 'a,b', default_class: c }", err, sizeof(err)) == 1 &&
+          strstr(err, "admission.default_class") != NULL);
+    CHECK(config_error("{ default_class: a }", err, sizeof(err)) == 1 &&
+          strstr(err, "admission.default_class") != NULL);
+    CHECK(config_error("{ fairness_header: 'x tenant' }", err, sizeof(err)) == 1 &&
+          strstr(err, "admission.fairness_header") != NULL);
+    CHECK(config_error("{ max_tenants: 0 }", err, sizeof(err)) == 1 &&
+          strstr(err, "admission.max_tenants") != NULL);
+}
+
 static const pdr_test_case_t cases[] = {
     {"priority_order", test_priority_order, 30}, {"round_robin", test_round_robin, 30},
     {"skip_and_stop", test_skip_and_stop, 30},   {"tenant_cap", test_tenant_cap, 30},
-    {"class_names", test_class_names, 30},
+    {"class_names", test_class_names, 30},       {"config_checks", test_config_checks, 30},
 };
 
 int main(int argc, char **argv)
