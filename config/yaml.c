@@ -72,6 +72,7 @@ static const enum ftype key_ftype[] = {
     [PDR_CT_URL] = F_API_URL,
     [PDR_CT_ANNOTATION] = F_ANNOTATION,
     [PDR_CT_UNKNOWN] = F_UNKNOWN,
+    [PDR_CT_AFFINITY] = F_AFFINITY,
 };
 
 /* An F_KEY row as the field its schema row describes; 0, or PDR_ECONFIG when the table lacks the row (a
@@ -203,6 +204,18 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
     case F_UNKNOWN:
         return pdr__yaml_get_either(cx, v, path, "compat.unknown mode", "allow", PDR_COMPAT_UNKNOWN_ALLOW,
                                     "refuse", PDR_COMPAT_UNKNOWN_REFUSE, (int *)(void *)p);
+    case F_AFFINITY: {
+        rc = pdr__yaml_need_scalar(cx, v, path, "off, soft or hard");
+        if (rc != 0)
+            return rc;
+        const char *s = pdr__yaml_sval(v, &len);
+        int m = pdr_affinity_mode_parse(s, len);
+        if (m < 0)
+            return FAIL(cx, v, "%s: unknown affinity mode '%s', expected off, soft or hard", path,
+                        pdr__yaml_show(v, buf, sizeof(buf)));
+        *(int *)(void *)p = m;
+        return 0;
+    }
     case F_SEED:
         return pdr__yaml_get_either(cx, v, path, "seed", "smallest_tree", PDR_CA_SEED_SMALLEST_TREE,
                                     "consistent_hash", PDR_CA_SEED_CONSISTENT_HASH, (int *)(void *)p);

@@ -1,5 +1,5 @@
 # Router unit tests (pure modules, no sockets).
-foreach(t rewrite pool events sse_count util reqguard fwdheaders disagg otlp links breaker retry)
+foreach(t rewrite pool events sse_count util reqguard fwdheaders disagg otlp links breaker retry affinity)
   add_executable(test_${t} unit/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE pdr_router)
   add_test(NAME router_unit_${t} COMMAND test_${t})
