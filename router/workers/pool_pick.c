@@ -256,10 +256,12 @@ static pdr_worker_t *pick_in(pdr_pool_t *p, const char *pool, pdr_role_t role, c
 /* Session affinity's step of a pick (affinity.h), under the read lock: the rendezvous choice of the
  * session among the candidates c (eligible: serving, not ejected, compatible) that avoid leaves usable (all
  * of them when it leaves none). Soft mode lets the pool's policy pick instead (NULL) when that choice is
- * overloaded. Counts the outcome; NULL also when the request names no session. */
+ * overloaded, and *shed is then its uid (for the policy to avoid; 0 otherwise). Counts the outcome; NULL
+ * also when the request names no session. */
 static pdr_worker_t *pick_affinity(pdr_pool_t *p, int gi, cands_t c, pdr_role_t role, const uint64_t *avoid,
-                                   size_t n_avoid, const pdr_pick_filter_t *f)
+                                   size_t n_avoid, const pdr_pick_filter_t *f, uint64_t *shed)
 {
+    *shed = 0;
     int outcome = PDR_AFFINITY_NO_KEY;
     pdr_worker_t *w = NULL;
     if (f->has_session && c.n > 0) {
@@ -291,6 +293,7 @@ static pdr_worker_t *pick_affinity(pdr_pool_t *p, int gi, cands_t c, pdr_role_t 
         if (f->affinity == PDR_AFFINITY_SOFT &&
             pdr_affinity_overloaded(pdr_worker_inflight(w), sum / (double)c.n, f->max_load_ratio)) {
             outcome = PDR_AFFINITY_FALLBACK_OVERLOADED;
+            *shed = w->uid;
             w = NULL;
         }
     }
@@ -387,11 +390,21 @@ static pdr_worker_t *pick_in(pdr_pool_t *p, const char *pool, pdr_role_t role, c
             kept_usable += usable(v, avoid, n_avoid);
         }
     }
-    pdr_worker_t *w = NULL;
-    if (filter != NULL && filter->affinity != PDR_AFFINITY_OFF) /* over every eligible one, ramping or not */
-        w = pick_affinity(p, gi, c, role, avoid, n_avoid, filter);
+    cands_t eligible = c;
     if (ramp && kept_usable > 0) /* never down to nothing: then the returning workers stay too */
         c = (cands_t){n_kept, kept};
+    pdr_worker_t *w = NULL;
+    if (filter != NULL && filter->affinity != PDR_AFFINITY_OFF) {
+        uint64_t shed; /* over every eligible worker, ramping or not */
+        w = pick_affinity(p, gi, eligible, role, avoid, n_avoid, filter, &shed);
+        if (shed != 0) { /* the policy picks another than the overloaded choice, when there is another */
+            uint64_t more[n_avoid + 1];
+            if (n_avoid > 0)
+                memcpy(more, avoid, n_avoid * sizeof(avoid[0]));
+            more[n_avoid] = shed;
+            w = pick_by(p, g, ops, c, role, more, n_avoid + 1, text, len, info);
+        }
+    }
     for (int pass = 0; pass < 2 && w == NULL; pass++) {
         w = pick_by(p, g, ops, c, role, avoid, n_avoid, text, len, info);
         /* Every serving worker was tried already in this request: allow them again. */
