@@ -76,8 +76,8 @@ def scenario_sessions():
     try:
         ps, ds = fleet()
         r = start(ps, ds, "soft")
-        for t in range(30):
-            send(r, "conv-t%d" % t, "conversation-0")
+        for t in range(30):  # header names match in any case
+            send(r, "conv-t%d" % t, "conversation-0", header="X-Session-Id" if t % 2 else "x-session-id")
         turns = {pair(r, "conv-t%d" % t) for t in range(30)}
         check(len(turns) == 1, "a conversation's turns went to %r" % turns, r)
         # 60 sessions over 3 workers: each worker gets a share (one worker missing among 60 keys has
