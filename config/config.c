@@ -415,6 +415,7 @@ static void config_free(pdr_config_t *c)
     free(c->log.access_log);
     free(c->log.level);
     free(c->log.dir);
+    free(c->affinity.headers);
     free(c->tokenizer);
     free(c->listen_tls.cert_file);
     free(c->listen_tls.key_file);

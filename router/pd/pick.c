@@ -229,7 +229,8 @@ void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_
 
 /* ---- compatible pairs (compat.enabled, router/workers/identity.h) ---- */
 
-const pdr_pick_filter_t *pdr__pd_affinity_filter(const pd_req_t *x, pdr_pick_filter_t *f)
+/* The filter of a pick of the role (0 prefill, 1 decode or the worker that answers a solo attempt). */
+static const pdr_pick_filter_t *affinity_filter(pd_req_t *x, int role, pdr_pick_filter_t *f)
 {
     const pdr_config_t *c = x->conf;
     if (c->affinity.mode == PDR_AFFINITY_OFF)
@@ -240,15 +241,21 @@ const pdr_pick_filter_t *pdr__pd_affinity_filter(const pd_req_t *x, pdr_pick_fil
     f->has_session = x->has_session;
     f->session = x->session;
     f->max_load_ratio = c->affinity.max_load_ratio;
+    f->outcome = &x->affinity_outcome[role];
     return f;
 }
 
-const pdr_pick_filter_t *pdr__pd_pick_filter(const pd_req_t *x, const pdr_worker_t *partner,
-                                             pdr_pick_filter_t *f)
+const pdr_pick_filter_t *pdr__pd_affinity_filter(pd_req_t *x, pdr_pick_filter_t *f)
 {
+    return affinity_filter(x, 1, f);
+}
+
+const pdr_pick_filter_t *pdr__pd_pick_filter(pd_req_t *x, const pdr_worker_t *partner, pdr_pick_filter_t *f)
+{
+    int role = partner != NULL; /* a prefill's pick has no partner */
     if (!x->conf->compat.enabled || !x->at.ops->pair)
-        return pdr__pd_affinity_filter(x, f);
-    const pdr_pick_filter_t *a = pdr__pd_affinity_filter(x, f); /* f's affinity, with compat open */
+        return affinity_filter(x, role, f);
+    const pdr_pick_filter_t *a = affinity_filter(x, role, f); /* f's affinity, with compat open */
     f->affinity = a != NULL ? f->affinity : PDR_AFFINITY_OFF;
     f->unknown_ok = x->conf->compat.unknown == PDR_COMPAT_UNKNOWN_ALLOW;
     f->key = partner != NULL ? pdr_worker_compat_key(partner) : 0;
@@ -260,6 +267,7 @@ const pdr_pick_filter_t *pdr__pd_pick_filter(const pd_req_t *x, const pdr_worker
 
 void pdr__pd_session_key(pd_req_t *x, const h2o_req_t *req)
 {
+    x->affinity_outcome[0] = x->affinity_outcome[1] = -1;
     const char *s = x->conf->affinity.headers; /* validated: names separated by spaces or commas */
     while (*s != '\0') {
         if (*s == ' ' || *s == ',') {

@@ -298,6 +298,8 @@ static pdr_worker_t *pick_affinity(pdr_pool_t *p, int gi, cands_t c, pdr_role_t 
         }
     }
     __atomic_add_fetch(&p->affinity_total[role][outcome], 1, __ATOMIC_RELAXED);
+    if (f->outcome != NULL)
+        *f->outcome = outcome;
     return w;
 }
 

@@ -52,15 +52,20 @@ def send(r, rid, session=None, header="x-session-id", timeout=10.0):
     check(st == 200, "request %s: status %d" % (rid, st), r)
 
 
-def pair(r, rid):
-    """The (prefill, decode) the access log names for request rid."""
+def line_of(r, rid):
+    """The access log line of request rid."""
     def line():
         with open(r.alog) as f:
             for x in f:
                 if x.startswith("{") and '"request_id":"%s"' % rid in x:
                     return json.loads(x)
         return None
-    e = pdtest.poll_until(line, 10, "the access log line of %s" % rid)
+    return pdtest.poll_until(line, 10, "the access log line of %s" % rid)
+
+
+def pair(r, rid):
+    """The (prefill, decode) the access log names for request rid."""
+    e = line_of(r, rid)
     return e["prefill"], e["decode"]
 
 
@@ -90,7 +95,9 @@ def scenario_sessions():
         metrics_when(r, lambda m: metric_value(m, "pdr_affinity_picks_total", role="prefill", outcome="hit") == 90
                      and metric_value(m, "pdr_affinity_picks_total", role="decode", outcome="hit") == 90,
                      "90 hits of each role")
+        check(line_of(r, "one-7")["affinity"] == {"prefill": "hit", "decode": "hit"}, "access log", r)
         send(r, "anonymous")
+        check(line_of(r, "anonymous")["affinity"] == {"prefill": "no_key", "decode": "no_key"}, "access log", r)
         check(picks(r, "decode", "no_key") == 1 and picks(r, "prefill", "no_key") == 1, "no_key not counted", r)
     finally:
         pdtest.stop_all()
@@ -116,6 +123,7 @@ def scenario_unhealthy():
         check(len(moved) == 1 and next(iter(moved))[0] != home_p and next(iter(moved))[1] == home_d,
               "with its prefill unhealthy the session went to %r (home %s, %s)" % (moved, home_p, home_d), r)
         check(picks(r, "prefill", "moved") == 5, "moved picks not counted", r)
+        check(line_of(r, "u-3")["affinity"] == {"prefill": "moved", "decode": "hit"}, "access log", r)
         pdtest.request_json(bad.port, "POST", "/pdsim/fault", {"reset": True})
         healthy_in_router(r, bad, "prefill", 1)
         send(r, "u-back", "sticky")
@@ -164,6 +172,7 @@ def scenario_soft_overload():
         got = [pair(r, "s-%d" % t)[1] for t in range(5)]
         check(url(home) not in got, "soft mode sent the session to its overloaded decode: %r" % got, r)
         check(picks(r, "decode", "fallback_overloaded") == 5, "fallbacks not counted", r)
+        check(line_of(r, "s-2")["affinity"]["decode"] == "fallback_overloaded", "access log", r)
     finally:
         pdtest.stop_all()
 

@@ -180,7 +180,57 @@ static void test_pool_pick(void)
     pdr_config_unref(c);
 }
 
+static pdr_config_t *load(const char *yaml, char *err, size_t cap)
+{
+    return pdr_config_load_string(yaml, strlen(yaml), "test.yaml", err, cap);
+}
+
+/* The keys: modes, header lists (spaces or commas), their bounds; and a top level of more than 32 keys, the
+ * last ones beside the first, is no duplicate. */
+static void test_config(void)
+{
+    char err[512];
+    pdr_config_t *c = load("workers: {prefill: [http://127.0.0.1:30001], decode: [http://127.0.0.1:30002]}\n"
+                           "listen: {port: 8000}\nrequest_id_headers: [x-request-id]\n"
+                           "affinity: {mode: soft, headers: 'x-a, x-b', max_load_ratio: 2}\n",
+                           err, sizeof(err));
+    CHECK(c != NULL);
+    if (c == NULL) {
+        fprintf(stderr, "%s\n", err);
+        return;
+    }
+    CHECK(c->affinity.mode == PDR_AFFINITY_SOFT && strcmp(c->affinity.headers, "x-a, x-b") == 0 &&
+          c->affinity.max_load_ratio == 2);
+    pdr_config_unref(c);
+    c = load("workers: {prefill: [http://127.0.0.1:30001], decode: [http://127.0.0.1:30002]}\n", err,
+             sizeof(err));
+    CHECK(c != NULL && c->affinity.mode == PDR_AFFINITY_OFF &&
+          strcmp(c->affinity.headers, "x-session-id x-dynamo-session-id") == 0 &&
+          c->affinity.max_load_ratio == 1.5);
+    pdr_config_unref(c);
+    static const char *const bad[][2] = {
+        {"affinity: {mode: sticky}", "unknown affinity mode 'sticky'"},
+        {"affinity: {headers: 'X-Session'}", "'X-Session' is not a header name"},
+        {"affinity: {headers: ' , '}", "must name at least one header"},
+        {"affinity: {headers: 'a b c d e f g h i'}", "more than 8 names"},
+        {"affinity: {max_load_ratio: 0.5}", "affinity.max_load_ratio"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char yaml[256];
+        snprintf(yaml, sizeof(yaml),
+                 "workers: {prefill: [http://127.0.0.1:30001], decode: [http://127.0.0.1:30002]}\n%s\n",
+                 bad[i][0]);
+        err[0] = '\0';
+        c = load(yaml, err, sizeof(err));
+        CHECK(c == NULL && strstr(err, bad[i][1]) != NULL);
+        if (c != NULL || strstr(err, bad[i][1]) == NULL)
+            fprintf(stderr, "%s: got '%s'\n", bad[i][0], err);
+        pdr_config_unref(c);
+    }
+}
+
 static const pdr_test_case_t cases[] = {
+    {"config", test_config, 0},
     {"spread", test_spread, 0},
     {"removal_moves_only_its_sessions", test_removal_moves_only_its_sessions, 0},
     {"overloaded", test_overloaded, 0},
