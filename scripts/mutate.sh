@@ -123,6 +123,7 @@ affinity_never_overloaded @@ router/workers/affinity.c @@ return (double)infligh
 affinity_hard_as_soft @@ router/workers/pool_pick.c @@ if (f->affinity == PDR_AFFINITY_SOFT && @@ if (f->affinity != PDR_AFFINITY_OFF && @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_hard_overload)$
 affinity_keyed_by_process_id @@ router/workers/pool_pick.c @@ keys[i] = c.w[i]->ring_key; @@ keys[i] = c.w[i]->uid; @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_replicas)$
 affinity_moved_as_hit @@ router/workers/pool_pick.c @@ outcome = home == w ? PDR_AFFINITY_HIT : PDR_AFFINITY_MOVED; @@ outcome = PDR_AFFINITY_HIT; @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_unhealthy)$
+affinity_no_body_key @@ router/pd/request.c @@ pdr__pd_session_body(x); @@ (void)x; @@ pdrouter @@ ^router_affinity_header_order$
 affinity_unstable_on_removal @@ router/workers/affinity.c @@ uint64_t w = pdr_affinity_weight(session, ring_keys[i]); @@ uint64_t w = pdr_affinity_weight(session ^ (ok != NULL), ring_keys[i]); @@ test_affinity @@ ^router_unit_affinity$
 EOF
 )

@@ -434,6 +434,8 @@ const pdr_pick_filter_t *pdr__pd_affinity_filter(pd_req_t *x, pdr_pick_filter_t 
 /* The request's session key from the headers of affinity.headers (the first present with a value), when
  * affinity is on: x->has_session and x->session. */
 void pdr__pd_session_key(pd_req_t *x, const h2o_req_t *req);
+/* No header named one: the session key from the body's session_params.id (sglang's sessions), if any. */
+void pdr__pd_session_body(pd_req_t *x);
 int pdr__pd_compat_repick(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok,
                           const uint64_t *davoid, size_t dn);
 void pdr__pd_compat_reason(pd_req_t *x, char *msg, size_t cap);

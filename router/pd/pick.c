@@ -265,6 +265,26 @@ const pdr_pick_filter_t *pdr__pd_pick_filter(pd_req_t *x, const pdr_worker_t *pa
                                                          : f; /* a prefill, unknown ones allowed: any */
 }
 
+void pdr__pd_session_body(pd_req_t *x)
+{
+    const pdr_jmember_t *sp = pdr_jfind(x->pr.m, x->pr.n, "session_params");
+    if (sp == NULL || sp->v.type != PDR_JT_OBJECT)
+        return;
+    size_t pos = 0;
+    pdr_jmember_t m;
+    while (pdr_jobject_next(&sp->v, &pos, &m)) {
+        if (!pdr_jmember_key_is(&m, "id"))
+            continue;
+        /* A string's bytes between its quotes, as sent (escapes not decoded), or an integer's digits. */
+        int str = m.v.type == PDR_JT_STRING;
+        if ((str || m.v.type == PDR_JT_INT) && m.v.len > (size_t)(str ? 2 : 0)) {
+            x->has_session = 1;
+            x->session = pdr_affinity_key(m.v.p + str, m.v.len - (size_t)(2 * str));
+        }
+        return;
+    }
+}
+
 void pdr__pd_session_key(pd_req_t *x, const h2o_req_t *req)
 {
     x->affinity_outcome[0] = x->affinity_outcome[1] = -1;

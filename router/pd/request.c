@@ -295,6 +295,8 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
         memcpy(x->members, pr.m, pr.n * sizeof(*pr.m));
         x->pr.m = x->members;
     }
+    if (c->affinity.mode != PDR_AFFINITY_OFF && !x->has_session)
+        pdr__pd_session_body(x);
     if (x->to.kv_transfer_ms_per_1k_tokens > 0) {
         /* The deadline grows with the prompt: its length, counted once per request. */
         struct pdr_tokenizer *tk = pdr_router_tokenizer(r);

@@ -13,7 +13,8 @@ Scenarios (argv[1]):
   replicas      two routers with the same workers listed in opposite orders choose the same pair for each
                 of 30 sessions: the choice is stateless and keyed by the workers' URLs.
   header_order  affinity.headers names the headers in order of preference: x-dynamo-session-id is read when
-                x-session-id is absent, and a configured custom header replaces the defaults.
+                x-session-id is absent, the body's session_params.id when no header is, and a configured
+                custom header replaces the defaults.
 """
 import json
 import os
@@ -44,10 +45,13 @@ def start(ps, ds, mode, extra="", headers=None):
 
 
 def send(r, rid, session=None, header="x-session-id", timeout=10.0):
+    """header None: the session in the body's session_params.id (sglang's sessions)."""
     headers = {"x-request-id": rid}
-    if session is not None:
+    if session is not None and header is not None:
         headers[header] = session
     body = {"text": "turn of %s: %s" % (session, rid), "sampling_params": {"max_new_tokens": 2}}
+    if session is not None and header is None:
+        body["session_params"] = {"id": session}
     st = request(r.port, "POST", "/generate", body, headers=headers, timeout=timeout)[0]
     check(st == 200, "request %s: status %d" % (rid, st), r)
 
@@ -215,6 +219,9 @@ def scenario_header_order():
             send(r, "x-%d" % t, "dyn-session", header="x-dynamo-session-id")
         check(len({pair(r, "x-%d" % t) for t in range(8)}) == 1, "x-dynamo-session-id not read alike", r)
         check(picks(r, "decode", "hit") == 8, "hits not counted", r)
+        # Without a header, the body's session_params.id is the key: the same key, the same pair.
+        send(r, "x-body", "dyn-session", header=None)
+        check(pair(r, "x-body") == pair(r, "x-0") and picks(r, "decode", "hit") == 9, "session_params.id", r)
         # A custom header replaces the defaults: x-session-id is no key there.
         r2 = start(ps, ds, "hard", headers="x-chat-id")
         send(r2, "c-0", "dyn-session", header="x-session-id")
