@@ -136,6 +136,21 @@ const char *pdr_protocol_name(pdr_protocol_t p)
     return (unsigned)p < 3 ? protocol_names[p] : "unknown";
 }
 
+static const char *const affinity_names[] = {"off", "soft", "hard"};
+
+const char *pdr_affinity_mode_name(int m)
+{
+    return (unsigned)m < 3 ? affinity_names[m] : "unknown";
+}
+
+int pdr_affinity_mode_parse(const char *s, size_t len)
+{
+    for (int m = 0; m < 3; m++)
+        if (len == strlen(affinity_names[m]) && memcmp(s, affinity_names[m], len) == 0)
+            return m;
+    return -1;
+}
+
 void pdr__config_free_origins(pdr_config_t *c)
 {
     for (size_t i = 0; i < c->cors.n; i++)
@@ -405,6 +420,7 @@ static void config_free(pdr_config_t *c)
     free(c->log.access_log);
     free(c->log.level);
     free(c->log.dir);
+    free(c->affinity.headers);
     free(c->tokenizer);
     free(c->listen_tls.cert_file);
     free(c->listen_tls.key_file);

@@ -90,6 +90,13 @@ typedef struct pdr_discovery_conf {
 
 /* cache_aware's seed for prompts no worker holds far enough (routing/routing.h). */
 typedef enum { PDR_CA_SEED_SMALLEST_TREE = 0, PDR_CA_SEED_CONSISTENT_HASH = 1 } pdr_ca_seed_t;
+/* affinity.mode: whether a request's session key keeps it on the workers its session used
+ * (router/workers/affinity.h). */
+typedef enum { PDR_AFFINITY_OFF = 0, PDR_AFFINITY_SOFT = 1, PDR_AFFINITY_HARD = 2 } pdr_affinity_mode_t;
+/* affinity.headers: at most this many names, each at most PDR_AFFINITY_HEADER_MAX bytes. */
+#define PDR_AFFINITY_HEADERS_MAX 8
+#define PDR_AFFINITY_HEADER_MAX 64
+
 /* compat.unknown: what a pick does with a worker whose identity is not known yet. */
 typedef enum { PDR_COMPAT_UNKNOWN_ALLOW = 0, PDR_COMPAT_UNKNOWN_REFUSE = 1 } pdr_compat_unknown_t;
 
@@ -270,6 +277,13 @@ typedef struct pdr_config {
         int enabled; /* default 1 */
         int unknown; /* pdr_compat_unknown_t, default allow: a worker not identified yet pairs with any */
     } compat;
+    /* Session affinity (router/workers/affinity.h): a request that names its session in one of the headers
+     * goes to the rendezvous choice of its session key among the eligible workers of each role. */
+    struct {
+        int mode;              /* pdr_affinity_mode_t, default off */
+        char *headers;         /* lower-case header names separated by spaces or commas, by preference */
+        double max_load_ratio; /* default 1.5: soft mode's bound on the choice's in-flight count */
+    } affinity;
     struct {
         double cache_threshold;       /* default 0.3: a match longer than this share of the prompt wins */
         int balance_abs_threshold;    /* default 64: loads are imbalanced when max - min exceeds it ... */
@@ -425,6 +439,9 @@ void pdr_config_unref(pdr_config_t *c);
 
 const char *pdr_policy_name(pdr_policy_kind_t p);
 const char *pdr_protocol_name(pdr_protocol_t p);
+/* "off" | "soft" | "hard" (pdr_affinity_mode_t), and back: -1 for another name. */
+const char *pdr_affinity_mode_name(int m);
+int pdr_affinity_mode_parse(const char *s, size_t len);
 
 /* Parses "http://host[:port][/]" into a worker. Returns 0 or PDR_EINVAL with a message in err. */
 /* It overwrites *w entirely (url, host, port, is_ipv6; bootstrap_port = -1) without freeing what *w held;

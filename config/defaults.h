@@ -13,6 +13,9 @@
 /* The metrics-only listener: off unless metrics.port is set. 0.0.0.0 and 29000 are the sglang router's
  * --prometheus-host and --prometheus-port defaults (29000 is used when only --prometheus-host is given). */
 #define PDR_DEF_METRICS_HOST "0.0.0.0"
+/* The session headers: x-session-id, the first name the vLLM router's consistent hashing reads, and
+ * x-dynamo-session-id, what NVIDIA Dynamo's agent clients send for its session affinity. */
+#define PDR_DEF_AFFINITY_HEADERS "x-session-id x-dynamo-session-id"
 #define PDR_DEF_METRICS_PORT 0
 #define PDR_SGLANG_PROMETHEUS_PORT 29000
 #define PDR_CONFIG_MAX_ORIGINS 256 /* entries of cors.allowed_origins */

@@ -222,6 +222,14 @@ const pdr_conf_key_t pdr_conf_keys[] = {
      .doc = "a prefill and a decode pair only when their identities agree"},
     {ENUM("compat.unknown", PDR_CT_UNKNOWN, compat.unknown, PDR_COMPAT_UNKNOWN_ALLOW),
      .doc = "a worker whose identity is not known yet pairs with any (allow) or none (refuse)"},
+    /* affinity: a session's requests stay on the workers that hold its KV cache. */
+    {ENUM("affinity.mode", PDR_CT_AFFINITY, affinity.mode, PDR_AFFINITY_OFF),
+     .doc = "session affinity: off, soft (the pool's policy when the choice is overloaded) or hard"},
+    {STR("affinity.headers", PDR_CT_STR, affinity.headers, PDR_DEF_AFFINITY_HEADERS),
+     .doc = "the request headers that carry the session key, separated by spaces or commas; the first "
+            "present wins"},
+    {DBL("affinity.max_load_ratio", affinity.max_load_ratio, 1.5, 1, 1000),
+     .doc = "soft mode: the choice is overloaded past this times the mean in-flight count"},
     {ENUM("pd.relay", PDR_CT_RELAY, pd.relay, PDR_RELAY_FIRST_BYTE),
      .doc = "when the decode's answer is relayed to the client"},
     {BOOL("pd.abort", pd.abort, 1), .doc = "tell an sglang worker to stop a leg the router let go"},
@@ -602,6 +610,9 @@ const char *pdr_conf_default_text(const pdr_conf_key_t *k, char *out, size_t out
         break;
     case PDR_CT_UNKNOWN:
         snprintf(out, outlen, "%s", k->def_i ? "refuse" : "allow");
+        break;
+    case PDR_CT_AFFINITY:
+        snprintf(out, outlen, "%s", pdr_affinity_mode_name((int)k->def_i));
         break;
     case PDR_CT_TLS_VER:
         snprintf(out, outlen, "%s", k->def_i == PDR_TLS_1_3 ? "TLS1.3" : "TLS1.2");

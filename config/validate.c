@@ -507,6 +507,45 @@ static int validate_admission(const pdr_config_t *c, char *err, size_t errlen)
     return 0;
 }
 
+/* affinity.headers: 1..PDR_AFFINITY_HEADERS_MAX names of lower-case letters, digits and '-' (h2o hands the
+ * request's header names in lower case), each 1..PDR_AFFINITY_HEADER_MAX bytes, separated by spaces or
+ * commas. */
+static int check_affinity_headers(const char *s, char *err, size_t errlen)
+{
+    size_t n = 0;
+    for (const char *p = s != NULL ? s : ""; *p != '\0';) {
+        if (*p == ' ' || *p == ',') {
+            p++;
+            continue;
+        }
+        const char *e = p;
+        while (*e != '\0' && *e != ',' && *e != ' ')
+            e++;
+        size_t len = (size_t)(e - p);
+        int ok = len <= PDR_AFFINITY_HEADER_MAX;
+        for (const char *q = p; ok && q < e; q++)
+            ok = (*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '-';
+        if (!ok) {
+            pdr__config_err(
+                err, errlen,
+                "affinity.headers: '%.*s' is not a header name (1..%d lower-case letters, digits or "
+                "'-'; names separated by spaces or commas)",
+                (int)len, p, PDR_AFFINITY_HEADER_MAX);
+            return PDR_ECONFIG;
+        }
+        if (++n > PDR_AFFINITY_HEADERS_MAX) {
+            pdr__config_err(err, errlen, "affinity.headers: more than %d names", PDR_AFFINITY_HEADERS_MAX);
+            return PDR_ECONFIG;
+        }
+        p = e;
+    }
+    if (n == 0) {
+        pdr__config_err(err, errlen, "affinity.headers: must name at least one header");
+        return PDR_ECONFIG;
+    }
+    return 0;
+}
+
 int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
 {
     if (c->listen_host == NULL || c->listen_host[0] == '\0') {
@@ -530,6 +569,8 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
             return PDR_ECONFIG;
     }
     if (validate_admission(c, err, errlen) != 0)
+        return PDR_ECONFIG;
+    if (check_affinity_headers(c->affinity.headers, err, errlen) != 0)
         return PDR_ECONFIG;
     if (c->admin_host == NULL || c->admin_host[0] == '\0') {
         pdr__config_err(err, errlen, "admin.host: must not be empty");

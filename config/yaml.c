@@ -72,6 +72,7 @@ static const enum ftype key_ftype[] = {
     [PDR_CT_URL] = F_API_URL,
     [PDR_CT_ANNOTATION] = F_ANNOTATION,
     [PDR_CT_UNKNOWN] = F_UNKNOWN,
+    [PDR_CT_AFFINITY] = F_AFFINITY,
 };
 
 /* An F_KEY row as the field its schema row describes; 0, or PDR_ECONFIG when the table lacks the row (a
@@ -203,6 +204,18 @@ static int apply(struct ctx *cx, const struct field *f, const yaml_node_t *v, co
     case F_UNKNOWN:
         return pdr__yaml_get_either(cx, v, path, "compat.unknown mode", "allow", PDR_COMPAT_UNKNOWN_ALLOW,
                                     "refuse", PDR_COMPAT_UNKNOWN_REFUSE, (int *)(void *)p);
+    case F_AFFINITY: {
+        rc = pdr__yaml_need_scalar(cx, v, path, "off, soft or hard");
+        if (rc != 0)
+            return rc;
+        const char *s = pdr__yaml_sval(v, &len);
+        int m = pdr_affinity_mode_parse(s, len);
+        if (m < 0)
+            return FAIL(cx, v, "%s: unknown affinity mode '%s', expected off, soft or hard", path,
+                        pdr__yaml_show(v, buf, sizeof(buf)));
+        *(int *)(void *)p = m;
+        return 0;
+    }
     case F_SEED:
         return pdr__yaml_get_either(cx, v, path, "seed", "smallest_tree", PDR_CA_SEED_SMALLEST_TREE,
                                     "consistent_hash", PDR_CA_SEED_CONSISTENT_HASH, (int *)(void *)p);
@@ -351,7 +364,7 @@ int pdr__yaml_walk_map(struct ctx *cx, const yaml_node_t *map, const char *path,
     if (map->type != YAML_MAPPING_NODE)
         return FAIL(cx, map, "%s: expected a mapping, got %s", path[0] ? path : "configuration",
                     pdr__yaml_is_null(map) ? "null" : pdr__yaml_node_kind(map));
-    uint64_t seen[4] = {0}; /* a bit per field of the table: at most 256 (the top level has more than 32) */
+    uint64_t seen = 0; /* the keys met, by index in fields (a section has at most 64: the top level 34) */
     for (const yaml_node_pair_t *pair = map->data.mapping.pairs.start; pair < map->data.mapping.pairs.top;
          pair++) {
         const yaml_node_t *k = yaml_document_get_node(cx->doc, pair->key);
@@ -378,15 +391,13 @@ int pdr__yaml_walk_map(struct ctx *cx, const yaml_node_t *map, const char *path,
             return FAIL(cx, k, "unknown key '%s' at the top level (valid keys: %s)",
                         pdr__yaml_show(k, buf, sizeof(buf)), keys);
         }
-        if (idx >= 256)
-            return FAIL(cx, k, "%s: key '%s' is past the 256 keys a section may have", where,
-                        fields[idx].key);
-        uint64_t bit = 1ull << (idx % 64);
-        if ((seen[idx / 64] & bit) && path[0])
+        if (idx >= 64)
+            return FAIL(cx, k, "key '%s': its table has more than 64 keys (a bug)", fields[idx].key);
+        if ((seen & (1ull << idx)) && path[0])
             return FAIL(cx, k, "duplicate key '%s' in '%s'", fields[idx].key, path);
-        if (seen[idx / 64] & bit)
+        if (seen & (1ull << idx))
             return FAIL(cx, k, "duplicate key '%s' at the top level", fields[idx].key);
-        seen[idx / 64] |= bit;
+        seen |= 1ull << idx;
         char sub[160];
         snprintf(sub, sizeof(sub), "%.120s%s%.30s", path, path[0] ? "." : "", fields[idx].key);
         int rc = apply(cx, &fields[idx], v, sub, base);

@@ -46,6 +46,7 @@ enum ftype {
     F_KEY_FILE,     /* path of a key file, read and checked now (workers.api_key_file); null for none */
     F_NAMES,        /* sequence of header names, stored lower case (request_id_headers) */
     F_UNKNOWN,      /* compat.unknown: allow or refuse, stored as an int */
+    F_AFFINITY,     /* affinity.mode: off, soft or hard, stored as an int */
     F_SEED,         /* cache_aware.seed: smallest_tree or consistent_hash, stored as an int */
     F_SCHEME,       /* discovery scheme: http or https, stored as int 0/1 */
     F_KV_ENDPOINT,  /* string: a ZMQ endpoint (pdr_kv_endpoint_check) */

@@ -1,5 +1,5 @@
 # Router unit tests (pure modules, no sockets).
-foreach(t rewrite pool events sse_count util reqguard fwdheaders disagg otlp links breaker retry)
+foreach(t rewrite pool events sse_count util reqguard fwdheaders disagg otlp links breaker retry affinity)
   add_executable(test_${t} unit/test_${t}.c)
   target_link_libraries(test_${t} PRIVATE pdr_router)
   add_test(NAME router_unit_${t} COMMAND test_${t})
@@ -110,6 +110,9 @@ pdr_fuzz_corpus_test(fwdheaders_fuzz_corpus fuzz_fwdheaders fwd 60)
 # replicas that agree through consistent-hash seeding, also when they list the workers in different orders;
 # cache_aware settings per pool and role.
 pdr_scenario_tests(router_policy_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_cache_aware.py LABEL integration TIMEOUT 120)
+# Session affinity (see test_affinity.py): a conversation on one pair, sessions spread, moved while its worker
+# is unhealthy and back after, soft mode's fallback and hard mode's none, two replicas choosing alike.
+pdr_scenario_tests(router_affinity_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_affinity.py LABEL integration TIMEOUT 120)
 
 # Conditional disaggregation (see test_disagg.py): short prompts and saturated prefills skip the prefill
 # (vllm: the decode alone; sglang: a regular worker), decisions in the metrics and the access log.

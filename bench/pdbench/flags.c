@@ -49,6 +49,8 @@ static const char USAGE[] =
     "  --prefixes K           shared-prefix: system prompts (default 4)\n"
     "  --prefix-tokens P      shared-prefix: tokens of each (required; at most every profile's ISL)\n"
     "  --turns T              multi-turn: requests per conversation (default 4)\n"
+    "  --session-header NAME  multi-turn: each request carries 'NAME: pdbench-CONV', its conversation's\n"
+    "                         number (for a router's session affinity)\n"
     "\n"
     "Health and time limits\n"
     "  --health-url URL       GET before every run until it answers 200 (default URL/health)\n"
@@ -284,6 +286,11 @@ int pdb__parse_args(int argc, char **argv, pdb_opts_t *o)
             if (parse_long(v, 1, 1000, &l) != 0)
                 return pdb__usage_error("--turns %s: expected an integer in [1, 1000]%s", v, "");
             o->turns = (int)l;
+        } else if (strcmp(a, "--session-header") == 0) {
+            NEEDV();
+            if (v[0] == '\0' || strlen(v) > 64 || strpbrk(v, ": \r\n") != NULL)
+                return pdb__usage_error("--session-header %s: expected a header name (1..64 bytes)%s", v, "");
+            o->session_header = v;
         } else if (strcmp(a, "--warmup") == 0) {
             NEEDV();
             if (parse_long(v, 0, 1, &l) != 0)
@@ -360,6 +367,8 @@ int pdb__parse_args(int argc, char **argv, pdb_opts_t *o)
     } else if (o->prefix_tokens != 0 || o->prefixes != 4) {
         return pdb__usage_error("--prefixes and --prefix-tokens need --workload shared-prefix%s%s", "", "");
     }
+    if (o->workload != PDB_WL_MULTI_TURN && o->session_header != NULL)
+        return pdb__usage_error("--session-header needs --workload multi-turn%s%s", "", "");
     if (o->workload != PDB_WL_MULTI_TURN && o->turns != 4)
         return pdb__usage_error("--turns needs --workload multi-turn%s%s", "", "");
     if (o->path == NULL)

@@ -139,10 +139,11 @@ typedef struct pdb_opts {
     const char **headers;
     size_t n_headers;
     double temperature;
-    int workload;      /* PDB_WL_* */
-    int prefixes;      /* shared-prefix: K system prompts */
-    int prefix_tokens; /* shared-prefix: P tokens each */
-    int turns;         /* multi-turn: T requests per conversation */
+    int workload;               /* PDB_WL_* */
+    int prefixes;               /* shared-prefix: K system prompts */
+    int prefix_tokens;          /* shared-prefix: P tokens each */
+    int turns;                  /* multi-turn: T requests per conversation */
+    const char *session_header; /* multi-turn: the header naming each request's conversation; NULL: none */
 } pdb_opts_t;
 
 /* The name of a PDB_WL_* value. */

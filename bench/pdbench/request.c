@@ -286,7 +286,17 @@ int pdb__slot_start(bench_t *b, slot_t *s, uint64_t index, int warmup)
     }
     s->t0_us = pdr_now_us();
     const char *url = b->urls[b->next_url++ % b->n_urls];
-    r = pdr_leg_start(&s->leg, b->multi, url, s->body.p, s->body.len, b->hdrs, b->o.connect_timeout_ms,
+    /* --session-header: the run's headers and the conversation's (pdr_leg_start copies them). */
+    const char *hdrs[b->o.n_headers + 2], *const *h = b->hdrs;
+    char line[96];
+    if (b->o.session_header != NULL) {
+        memcpy(hdrs, b->hdrs, b->o.n_headers * sizeof(hdrs[0]));
+        snprintf(line, sizeof(line), "%s: pdbench-%llu", b->o.session_header, (unsigned long long)conv);
+        hdrs[b->o.n_headers] = line;
+        hdrs[b->o.n_headers + 1] = NULL;
+        h = hdrs;
+    }
+    r = pdr_leg_start(&s->leg, b->multi, url, s->body.p, s->body.len, h, b->o.connect_timeout_ms,
                       (long)(b->o.timeout_s * 1000.0), &req_cbs, s);
     if (r != 0) {
         fprintf(stderr, "pdbench: cannot send to %s: %s\n", url, pdr_strerror(r));

@@ -467,6 +467,7 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
     }
     pdr_pool_release(ws, nw);
     pdr_outlier_metrics(pool, put_line, &o);
+    pdr_affinity_metrics(pool, put_line, &o);
     {
         char names[PDR_CONFIG_MAX_POOLS][64];
         size_t ng = pdr_pool_groups(pool, names, PDR_CONFIG_MAX_POOLS);

@@ -66,7 +66,7 @@ void pdr__pd_start_attempt(pd_req_t *x)
         size_t n = pdr_admit_avoid(x->conf, &r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
                                    x->n_tried[PDR_ROLE_PREFILL], avoid, PDR_MAX_AVOID);
         x->at.pw = pdr_pool_pick_filtered(&r->pool, x->pool, PDR_ROLE_PREFILL, avoid, n, text, tlen, &tok,
-                                          pdr__pd_compat_filter(x, NULL, &pf));
+                                          pdr__pd_pick_filter(x, NULL, &pf));
     }
     /* The decode; or, for a solo sglang attempt, the regular worker that runs it all (in dw: it is the
      * worker that answers, blamed and avoided as a decode would be). Workers at
@@ -75,10 +75,11 @@ void pdr__pd_start_attempt(pd_req_t *x)
     uint64_t davoid[PDR_MAX_AVOID];
     size_t dn = pdr_admit_avoid(x->conf, &r->pool, x->pool, drole, x->tried[PDR_ROLE_DECODE],
                                 x->n_tried[PDR_ROLE_DECODE], davoid, PDR_MAX_AVOID);
-    const pdr_pick_filter_t *dfp = x->at.pw != NULL ? pdr__pd_compat_filter(x, x->at.pw, &df) : NULL;
+    const pdr_pick_filter_t *dfp =
+        x->at.pw != NULL ? pdr__pd_pick_filter(x, x->at.pw, &df) : pdr__pd_affinity_filter(x, &df);
     x->at.dw = pdr_pool_pick_filtered(&r->pool, x->pool, drole, davoid, dn, text, tlen, &tok, dfp);
     /* No decode compatible with the prefill: another prefill of a compatible pair. */
-    int incompatible = dfp != NULL && x->at.dw == NULL &&
+    int incompatible = x->at.pw != NULL && x->conf->compat.enabled && x->at.ops->pair && x->at.dw == NULL &&
                        pdr_pool_count_healthy_in(&r->pool, x->pool, drole) > 0 &&
                        !pdr__pd_compat_repick(x, text, tlen, &tok, davoid, dn);
     if (x->at.ops->pair)

@@ -189,7 +189,7 @@ void pdr__pd_write_access_log(pd_req_t *x)
         else
             phases[0] = '\0';
     }
-    char line[2816], error[256], retry_error[sizeof(x->retry_error) + 2] = "null";
+    char line[2896], error[256], retry_error[sizeof(x->retry_error) + 2] = "null";
     if (x->error_cause != NULL)
         pdr_json_escape(error, sizeof(error), x->error_cause);
     if (x->retry_error[0] != '\0')
@@ -197,6 +197,16 @@ void pdr__pd_write_access_log(pd_req_t *x)
     char room[24] = "null";
     if (x->n_rooms > 0 && x->body != NULL && x->at.ops->rooms)
         snprintf(room, sizeof(room), "%" PRIu64, x->rooms[0]);
+    /* Session affinity's outcome for each worker of the last attempt, when it is on. */
+    char affinity[80] = "null";
+    if (x->conf->affinity.mode != PDR_AFFINITY_OFF) {
+        int po = x->at.pw != NULL ? x->affinity_outcome[0] : -1,
+            dout = x->at.dw != NULL ? x->affinity_outcome[1] : -1;
+        snprintf(affinity, sizeof(affinity), "{\"prefill\":%s%s%s,\"decode\":%s%s%s}", po >= 0 ? "\"" : "",
+                 po >= 0 ? pdr_affinity_outcome_names[po] : "null", po >= 0 ? "\"" : "",
+                 dout >= 0 ? "\"" : "", dout >= 0 ? pdr_affinity_outcome_names[dout] : "null",
+                 dout >= 0 ? "\"" : "");
+    }
     static const char *names[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
     int n = snprintf(
         line, sizeof(line),
@@ -206,7 +216,7 @@ void pdr__pd_write_access_log(pd_req_t *x)
         "\"total_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s,\"retry_error\":%s,"
         "\"disagg\":%s%s%s,"
         "\"kv_deadline_ms\":%" PRIu64 ",\"kv_tokens\":%" PRIu64
-        ",\"kv_tokens_from\":\"%s\",\"kv_cause\":%s%s%s%s%s}\n",
+        ",\"kv_tokens_from\":\"%s\",\"kv_cause\":%s%s%s,\"affinity\":%s%s%s}\n",
         pdr_wall_us(), x->request_id, x->fwd.trace_id,
         x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status, x->pool ? "\"" : "",
         x->pool ? x->pool : "null", x->pool ? "\"" : "", x->at.pw ? "\"" : "",
@@ -217,7 +227,7 @@ void pdr__pd_write_access_log(pd_req_t *x)
         x->error_cause ? error : "null", x->error_cause ? "\"" : "", retry_error, x->disagg >= 0 ? "\"" : "",
         x->disagg >= 0 ? pdr_disagg_decision_names[x->disagg] : "null", x->disagg >= 0 ? "\"" : "", x->kv.ms,
         x->kv.tokens, pdr_kv_tokens_how_names[x->kv.tokens_how], x->kv.cause ? "\"" : "",
-        x->kv.cause ? x->kv.cause : "null", x->kv.cause ? "\"" : "", phases, kv);
+        x->kv.cause ? x->kv.cause : "null", x->kv.cause ? "\"" : "", affinity, phases, kv);
     if (n <= 0)
         return;
     size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;

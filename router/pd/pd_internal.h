@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include "admission.h"
+#include "affinity.h"
 #include "breaker.h"
 #include "buf.h"
 #include "decide.h"
@@ -237,6 +238,12 @@ typedef struct pd_req {
      * backoff_ns = in PD_RETRY_WAIT (no attempt runs): when the next attempt starts. */
     unsigned retry_slot : 1;
     uint64_t backoff_ns;
+    /* Session affinity (affinity.h): the request names a session (a header of affinity.headers), whose key
+     * is session. */
+    unsigned has_session : 1;
+    uint64_t session;
+    int affinity_outcome[2]; /* with affinity on: the last prefill and decode picks' PDR_AFFINITY_*, -1: none
+                              */
 
     /* The tail (from PD_REQ_TAIL on) is not zeroed at the request's start (new_req): fwd and ph are
      * cleared whole by their own initialisation (pdr_fwd_build, pdr_phase_init), each text is written
@@ -418,11 +425,18 @@ void pdr__pd_decide_disaggregation(pd_req_t *x, const char *text, size_t tlen,
                                    const pdr_prompt_tokens_t *tok);
 int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen);
 void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok);
-/* Compatible pairs (compat.enabled; pick.c). The filter of a pick in *f: for a prefill (partner NULL) or for
- * a decode of partner; NULL when nothing is left out (the feature off, a solo attempt, a prefill with
- * compat.unknown: allow). */
-const pdr_pick_filter_t *pdr__pd_compat_filter(const pd_req_t *x, const pdr_worker_t *partner,
-                                               pdr_pick_filter_t *f);
+/* Compatible pairs (compat.enabled) and session affinity (affinity.mode; pick.c). The filter of a pick in *f:
+ * for a prefill (partner NULL) or for a decode of partner; NULL when nothing is left out and affinity is off
+ * (compat off, a solo attempt, a prefill with compat.unknown: allow). */
+const pdr_pick_filter_t *pdr__pd_pick_filter(pd_req_t *x, const pdr_worker_t *partner, pdr_pick_filter_t *f);
+/* Session affinity alone, for the decode or the solo worker (a pick without compat's filter): NULL when
+ * affinity is off. */
+const pdr_pick_filter_t *pdr__pd_affinity_filter(pd_req_t *x, pdr_pick_filter_t *f);
+/* The request's session key from the headers of affinity.headers (the first present with a value), when
+ * affinity is on: x->has_session and x->session. */
+void pdr__pd_session_key(pd_req_t *x, const h2o_req_t *req);
+/* No header named one: the session key from the body's session_params.id (sglang's sessions), if any. */
+void pdr__pd_session_body(pd_req_t *x);
 int pdr__pd_compat_repick(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok,
                           const uint64_t *davoid, size_t dn);
 void pdr__pd_compat_reason(pd_req_t *x, char *msg, size_t cap);

@@ -36,7 +36,7 @@ void pdr__pd_decide_disaggregation(pd_req_t *x, const char *text, size_t tlen, c
 {
     pdr_router_t *r = x->r;
     pdr_pick_filter_t pf;
-    pdr_pick_info_t info = {.record = 0, .tok = tok, .filter = pdr__pd_compat_filter(x, NULL, &pf)};
+    pdr_pick_info_t info = {.record = 0, .tok = tok, .filter = pdr__pd_pick_filter(x, NULL, &pf)};
     x->at.pw = pdr_pool_pick_info(&r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
                                   x->n_tried[PDR_ROLE_PREFILL], text, tlen, &info);
     if (x->at.pw == NULL)
@@ -105,7 +105,7 @@ int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen)
         avoid[n++] = x->at.dw->uid;
         pdr_pick_filter_t df;
         pdr_worker_t *o = pdr_pool_pick_filtered(&r->pool, x->pool, PDR_ROLE_DECODE, avoid, n, text, tlen,
-                                                 NULL, pdr__pd_compat_filter(x, x->at.pw, &df));
+                                                 NULL, pdr__pd_pick_filter(x, x->at.pw, &df));
         int seen = 0;
         for (size_t i = 0; o != NULL && i < n; i++)
             seen |= avoid[i] == o->uid;
@@ -177,7 +177,7 @@ void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_
     size_t np = x->n_tried[PDR_ROLE_PREFILL];
     memcpy(pav, x->tried[PDR_ROLE_PREFILL], np * sizeof(pav[0]));
     pdr_pick_filter_t pf, df; /* compatible pairs only (compat.enabled) */
-    const pdr_pick_filter_t *pfp = pdr__pd_compat_filter(x, NULL, &pf);
+    const pdr_pick_filter_t *pfp = pdr__pd_pick_filter(x, NULL, &pf);
     for (int i = 0; i < BREAKER_MAX_PICKS && p != NULL; i++) {
         size_t nd = x->n_tried[PDR_ROLE_DECODE];
         memcpy(dav, x->tried[PDR_ROLE_DECODE], nd * sizeof(dav[0]));
@@ -185,7 +185,7 @@ void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_
             dav[nd++] = bd->uid;
         for (int j = 0; j < BREAKER_MAX_PICKS; j++) {
             pdr_worker_t *d = pdr_pool_pick_filtered(pool, x->pool, PDR_ROLE_DECODE, dav, nd, text, tlen, tok,
-                                                     pdr__pd_compat_filter(x, p, &df));
+                                                     pdr__pd_pick_filter(x, p, &df));
             if (d == NULL || uid_in(dav, nd, d->uid)) {
                 pdr_worker_unref(d);
                 break;
@@ -229,16 +229,81 @@ void pdr__pd_breaker_pick(pd_req_t *x, const char *text, size_t tlen, const pdr_
 
 /* ---- compatible pairs (compat.enabled, router/workers/identity.h) ---- */
 
-const pdr_pick_filter_t *pdr__pd_compat_filter(const pd_req_t *x, const pdr_worker_t *partner,
-                                               pdr_pick_filter_t *f)
+/* The filter of a pick of the role (0 prefill, 1 decode or the worker that answers a solo attempt). */
+static const pdr_pick_filter_t *affinity_filter(pd_req_t *x, int role, pdr_pick_filter_t *f)
 {
-    if (!x->conf->compat.enabled || !x->at.ops->pair)
+    const pdr_config_t *c = x->conf;
+    if (c->affinity.mode == PDR_AFFINITY_OFF)
         return NULL;
+    f->key = 0;
+    f->unknown_ok = 1; /* compat leaves nothing out */
+    f->affinity = c->affinity.mode;
+    f->has_session = x->has_session;
+    f->session = x->session;
+    f->max_load_ratio = c->affinity.max_load_ratio;
+    f->outcome = &x->affinity_outcome[role];
+    return f;
+}
+
+const pdr_pick_filter_t *pdr__pd_affinity_filter(pd_req_t *x, pdr_pick_filter_t *f)
+{
+    return affinity_filter(x, 1, f);
+}
+
+const pdr_pick_filter_t *pdr__pd_pick_filter(pd_req_t *x, const pdr_worker_t *partner, pdr_pick_filter_t *f)
+{
+    int role = partner != NULL; /* a prefill's pick has no partner */
+    if (!x->conf->compat.enabled || !x->at.ops->pair)
+        return affinity_filter(x, role, f);
+    const pdr_pick_filter_t *a = affinity_filter(x, role, f); /* f's affinity, with compat open */
+    f->affinity = a != NULL ? f->affinity : PDR_AFFINITY_OFF;
     f->unknown_ok = x->conf->compat.unknown == PDR_COMPAT_UNKNOWN_ALLOW;
     f->key = partner != NULL ? pdr_worker_compat_key(partner) : 0;
     if (partner != NULL && f->key == 0 && !f->unknown_ok)
-        f->key = PDR_COMPAT_KEY_NONE;                   /* a partner of unknown identity pairs with nothing */
-    return partner == NULL && f->unknown_ok ? NULL : f; /* a prefill, unknown ones allowed: any */
+        f->key = PDR_COMPAT_KEY_NONE; /* a partner of unknown identity pairs with nothing */
+    return partner == NULL && f->unknown_ok && a == NULL ? NULL
+                                                         : f; /* a prefill, unknown ones allowed: any */
+}
+
+void pdr__pd_session_body(pd_req_t *x)
+{
+    const pdr_jmember_t *sp = pdr_jfind(x->pr.m, x->pr.n, "session_params");
+    if (sp == NULL || sp->v.type != PDR_JT_OBJECT)
+        return;
+    size_t pos = 0;
+    pdr_jmember_t m;
+    while (pdr_jobject_next(&sp->v, &pos, &m)) {
+        if (!pdr_jmember_key_is(&m, "id"))
+            continue;
+        /* A string's bytes between its quotes, as sent (escapes not decoded), or an integer's digits. */
+        int str = m.v.type == PDR_JT_STRING;
+        if ((str || m.v.type == PDR_JT_INT) && m.v.len > (size_t)(str ? 2 : 0)) {
+            x->has_session = 1;
+            x->session = pdr_affinity_key(m.v.p + str, m.v.len - (size_t)(2 * str));
+        }
+        return;
+    }
+}
+
+void pdr__pd_session_key(pd_req_t *x, const h2o_req_t *req)
+{
+    x->affinity_outcome[0] = x->affinity_outcome[1] = -1;
+    const char *s = x->conf->affinity.headers; /* validated: names separated by spaces or commas */
+    while (*s != '\0') {
+        if (*s == ' ' || *s == ',') {
+            s++;
+            continue;
+        }
+        size_t len = strcspn(s, " ,");
+        ssize_t i = h2o_find_header_by_str(&req->headers, s, len, -1);
+        if (i >= 0 && req->headers.entries[i].value.len > 0) {
+            x->has_session = 1;
+            x->session =
+                pdr_affinity_key(req->headers.entries[i].value.base, req->headers.entries[i].value.len);
+            return;
+        }
+        s += len;
+    }
 }
 
 /* The first prefill picked has no compatible decode: other prefills (COMPAT_MAX_PICKS at most, avoiding
@@ -254,7 +319,7 @@ int pdr__pd_compat_repick(pd_req_t *x, const char *text, size_t tlen, const pdr_
     memcpy(pav, x->tried[PDR_ROLE_PREFILL], np * sizeof(pav[0]));
     pav[np++] = x->at.pw->uid;
     pdr_pick_filter_t pf, df;
-    const pdr_pick_filter_t *pfp = pdr__pd_compat_filter(x, NULL, &pf);
+    const pdr_pick_filter_t *pfp = pdr__pd_pick_filter(x, NULL, &pf);
     for (int i = 0; i < COMPAT_MAX_PICKS; i++) {
         pdr_worker_t *p =
             pdr_pool_pick_filtered(pool, x->pool, PDR_ROLE_PREFILL, pav, np, text, tlen, tok, pfp);
@@ -264,7 +329,7 @@ int pdr__pd_compat_repick(pd_req_t *x, const char *text, size_t tlen, const pdr_
         }
         pav[np++] = p->uid;
         pdr_worker_t *d = pdr_pool_pick_filtered(pool, x->pool, PDR_ROLE_DECODE, davoid, dn, text, tlen, tok,
-                                                 pdr__pd_compat_filter(x, p, &df));
+                                                 pdr__pd_pick_filter(x, p, &df));
         if (d != NULL) {
             pdr_compat_count(x->pool, PDR_COMPAT_REPICKED);
             pdr_worker_unref(x->at.pw);

@@ -87,7 +87,7 @@ static void vllm_release_kv(pd_req_t *x)
             pdr_pick_filter_t df; /* a decode that can read the prefill's KV (compat.enabled) */
             other = pdr_pool_pick_filtered(&x->r->pool, x->pool, PDR_ROLE_DECODE, x->tried[PDR_ROLE_DECODE],
                                            x->n_tried[PDR_ROLE_DECODE], NULL, 0, NULL,
-                                           x->at.pw != NULL ? pdr__pd_compat_filter(x, x->at.pw, &df) : NULL);
+                                           x->at.pw != NULL ? pdr__pd_pick_filter(x, x->at.pw, &df) : NULL);
             if (other != NULL)
                 w = other;
             break;

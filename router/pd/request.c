@@ -141,6 +141,8 @@ static pd_req_t *new_req(pdr_thread_t *t, h2o_req_t *req, int mroute)
     x->kv.ms = (uint64_t)x->to.kv_transfer_ms;
     x->kv.tokens_how = PDR_KVT_NONE;
     pdr_fwd_build(&x->fwd, req, x->conf); /* the request id, the trace and the forwarded headers */
+    if (x->conf->affinity.mode != PDR_AFFINITY_OFF)
+        pdr__pd_session_key(x, req);
     pdr_phase_init(&x->ph, t->m.phases, x->t0_ns / 1000);
     memcpy(x->request_id, x->fwd.request_id, sizeof(x->request_id));
     uv_timer_init(t->loop, &x->timer);
@@ -293,6 +295,8 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
         memcpy(x->members, pr.m, pr.n * sizeof(*pr.m));
         x->pr.m = x->members;
     }
+    if (c->affinity.mode != PDR_AFFINITY_OFF && !x->has_session)
+        pdr__pd_session_body(x);
     if (x->to.kv_transfer_ms_per_1k_tokens > 0) {
         /* The deadline grows with the prompt: its length, counted once per request. */
         struct pdr_tokenizer *tk = pdr_router_tokenizer(r);

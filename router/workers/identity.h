@@ -49,11 +49,18 @@ int pdr_identity_diff(const pdr_identity_t *a, const pdr_identity_t *b, char *ou
 void pdr_identity_group(uint64_t key, char out[17]);
 
 /* What a pick may take, beside the policy: a compat key (0: any known identity; PDR_COMPAT_KEY_NONE: no
- * known one) and whether a worker whose identity is unknown is taken. */
+ * known one) and whether a worker whose identity is unknown is taken (key 0 with unknown_ok: any worker);
+ * and the request's session affinity (affinity.h): its mode (pdr_affinity_mode_t, 0: off), whether it names
+ * a session, its key, soft mode's bound and where the pick writes its outcome. */
 #define PDR_COMPAT_KEY_NONE UINT64_MAX
 typedef struct pdr_pick_filter {
     uint64_t key;
     int unknown_ok;
+    int affinity;
+    int has_session;
+    uint64_t session;
+    double max_load_ratio;
+    int *outcome; /* out, with affinity on: the pick's outcome (PDR_AFFINITY_* of affinity.h); NULL: none */
 } pdr_pick_filter_t;
 static inline int pdr_pick_filter_ok(const pdr_pick_filter_t *f, uint64_t key)
 {

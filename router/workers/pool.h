@@ -156,8 +156,10 @@ typedef struct pdr_pool {
     int live;
     pdr_outlier_conf_t outlier;      /* under rw: the outlier settings */
     uint64_t panic_total[PDR_ROLES]; /* atomic: picks made in panic (outlier.h), by role */
-    int load_poll_ms;                /* atomic: load.poll_ms as loop 0's poller last saw it (pool_load.h) */
-    int load_timeout_ms;             /* atomic: load.timeout_ms, likewise */
+    uint64_t affinity_total[PDR_ROLES]
+                           [4]; /* atomic: picks with affinity on by role and outcome (affinity.h) */
+    int load_poll_ms;           /* atomic: load.poll_ms as loop 0's poller last saw it (pool_load.h) */
+    int load_timeout_ms;        /* atomic: load.timeout_ms, likewise */
 } pdr_pool_t;
 
 enum { PDR_SOURCE_STATIC = 0, PDR_SOURCE_ADMIN, PDR_SOURCE_DNS, PDR_SOURCE_KUBERNETES };
@@ -248,6 +250,8 @@ void pdr_outlier_tick(pdr_pool_t *p, uint64_t now_ms);
 /* The Prometheus families of passive health (docs/metrics.md), through put (printf-like). */
 typedef void (*pdr_outlier_put_cb)(void *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void pdr_outlier_metrics(pdr_pool_t *p, pdr_outlier_put_cb put, void *out);
+/* The family of session affinity's picks (docs/metrics.md), through put. */
+void pdr_affinity_metrics(pdr_pool_t *p, pdr_outlier_put_cb put, void *out);
 /* Called for each worker the pool retires (removed, or replaced by a new incarnation), on the thread
  * that retires it, after the worker is marked removed. One hook for the process: a part above the pool
  * that keeps state per worker registers it (links.c, when it stores its first entry). */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "affinity.h"
 #include "err.h"
 #include "fallback.h"
 #include "kvevents.h"
@@ -252,6 +253,69 @@ static pdr_worker_t *pick_in(pdr_pool_t *p, const char *pool, pdr_role_t role, c
                              size_t n_avoid, const char *text, size_t len, pdr_pick_info_t *info,
                              const pdr_pick_filter_t *filter);
 
+/* Session affinity's step of a pick (affinity.h), under the read lock: the rendezvous choice of the
+ * session among the candidates c (eligible: serving, not ejected, compatible) that avoid leaves usable (all
+ * of them when it leaves none). Soft mode lets the pool's policy pick instead (NULL) when that choice is
+ * overloaded, and *shed is then its uid (for the policy to avoid; 0 otherwise). Counts the outcome; NULL
+ * also when the request names no session. */
+static pdr_worker_t *pick_affinity(pdr_pool_t *p, int gi, cands_t c, pdr_role_t role, const uint64_t *avoid,
+                                   size_t n_avoid, const pdr_pick_filter_t *f, uint64_t *shed)
+{
+    *shed = 0;
+    int outcome = PDR_AFFINITY_NO_KEY;
+    pdr_worker_t *w = NULL;
+    if (f->has_session && c.n > 0) {
+        uint64_t keys[c.n];
+        unsigned char ok[c.n];
+        size_t n_ok = 0;
+        double sum = 0;
+        for (size_t i = 0; i < c.n; i++) {
+            keys[i] = c.w[i]->ring_key;
+            ok[i] = (unsigned char)usable(c.w[i], avoid, n_avoid);
+            n_ok += ok[i];
+            sum += pdr_worker_inflight(c.w[i]);
+        }
+        int k = pdr_affinity_choose(f->session, keys, n_ok > 0 ? ok : NULL, c.n);
+        w = c.w[k];
+        /* The session's first choice among every worker of the pool and role, eligible or not. */
+        const pdr_worker_list_t *l = p->list[role];
+        const pdr_worker_t *home = NULL;
+        uint64_t hw = 0;
+        for (size_t i = 0; i < l->n; i++) {
+            const pdr_worker_t *v = l->w[i];
+            uint64_t wt = pdr_affinity_weight(f->session, v->ring_key);
+            if (v->group == gi && (home == NULL || wt > hw || (wt == hw && v->ring_key < home->ring_key))) {
+                home = v;
+                hw = wt;
+            }
+        }
+        outcome = home == w ? PDR_AFFINITY_HIT : PDR_AFFINITY_MOVED;
+        if (f->affinity == PDR_AFFINITY_SOFT &&
+            pdr_affinity_overloaded(pdr_worker_inflight(w), sum / (double)c.n, f->max_load_ratio)) {
+            outcome = PDR_AFFINITY_FALLBACK_OVERLOADED;
+            *shed = w->uid;
+            w = NULL;
+        }
+    }
+    __atomic_add_fetch(&p->affinity_total[role][outcome], 1, __ATOMIC_RELAXED);
+    if (f->outcome != NULL)
+        *f->outcome = outcome;
+    return w;
+}
+
+void pdr_affinity_metrics(pdr_pool_t *p, pdr_outlier_put_cb put, void *out)
+{
+    put(out, "# HELP pdr_affinity_picks_total Picks with session affinity on, by role and outcome (hit: the "
+             "session's first choice; moved: its next eligible one; fallback_overloaded: the pool's policy, "
+             "the choice being overloaded; no_key: the request names no session).\n"
+             "# TYPE pdr_affinity_picks_total counter\n");
+    for (int r = 0; r < PDR_ROLES; r++)
+        for (int o = 0; o < PDR_AFFINITY__COUNT; o++)
+            put(out, "pdr_affinity_picks_total{role=\"%s\",outcome=\"%s\"} %llu\n",
+                pdr_role_name((pdr_role_t)r), pdr_affinity_outcome_names[o],
+                (unsigned long long)__atomic_load_n(&p->affinity_total[r][o], __ATOMIC_RELAXED));
+}
+
 pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
                                  size_t n_avoid, const char *text, size_t len, pdr_pick_info_t *info)
 {
@@ -328,9 +392,21 @@ static pdr_worker_t *pick_in(pdr_pool_t *p, const char *pool, pdr_role_t role, c
             kept_usable += usable(v, avoid, n_avoid);
         }
     }
+    cands_t eligible = c;
     if (ramp && kept_usable > 0) /* never down to nothing: then the returning workers stay too */
         c = (cands_t){n_kept, kept};
     pdr_worker_t *w = NULL;
+    if (filter != NULL && filter->affinity != PDR_AFFINITY_OFF) {
+        uint64_t shed; /* over every eligible worker, ramping or not */
+        w = pick_affinity(p, gi, eligible, role, avoid, n_avoid, filter, &shed);
+        if (shed != 0) { /* the policy picks another than the overloaded choice, when there is another */
+            uint64_t more[n_avoid + 1];
+            if (n_avoid > 0)
+                memcpy(more, avoid, n_avoid * sizeof(avoid[0]));
+            more[n_avoid] = shed;
+            w = pick_by(p, g, ops, c, role, more, n_avoid + 1, text, len, info);
+        }
+    }
     for (int pass = 0; pass < 2 && w == NULL; pass++) {
         w = pick_by(p, g, ops, c, role, avoid, n_avoid, text, len, info);
         /* Every serving worker was tried already in this request: allow them again. */

@@ -22,6 +22,10 @@ scripted SSE server, checking what pdbench measured and reported.
   length, each titled with both), checked in plots.gp and ttft_vs_isl.dat.
 - spread: --url A,B (router replicas behind one name): requests alternate between the two targets; a
   list with a bad URL is a usage error.
+- session: --session-header names each multi-turn request's conversation: pdrouter's session affinity
+  (hard mode, three prefills with prefix caches) finds a key in every request and keeps each
+  conversation's turns on one prefill, so each turn hits its whole previous prompt; without the flag
+  no request has a key; the flag without multi-turn is a usage error.
 """
 
 import http.server
@@ -410,6 +414,30 @@ def scenario_spread():
     check(rc == 2 and "every URL must be http://HOST:PORT" in err, "rc %d, stderr %r" % (rc, err))
     for x in sims:
         check(x.stop() == 0, "pdsim exit status", x)
+
+
+def scenario_session():
+    from test_router import metric_value, metrics, router, sim, stats
+    ps = [sim("prefill", "--prefix-cache-tokens", "100000") for _ in range(3)]
+    ds = [sim("decode") for _ in range(3)]
+    r = router(ps, ds, config="policy: { prefill: round_robin, decode: round_robin }\naffinity: { mode: hard }")
+    # 2 slots x 3 conversations of 4 turns; turn t sends (t + 1) x 64 + t x 16 tokens, and with each
+    # conversation on one prefill every turn but the first finds its whole previous prompt cached (whole
+    # 16-token blocks: 64 t + 16 (t - 1) of the (t + 1) x 64 + t x 16).
+    args = ["--url", "http://127.0.0.1:%d" % r.port, "--profiles", "64/16", "--concurrency", 2, "--warmup", 0,
+            "--quiet", "--no-health", "--workload", "multi-turn", "--turns", 4, "--requests", 24]
+    bench_json(*args, "--session-header", "x-session-id")
+    m = metrics(r)
+    check(metric_value(m, "pdr_affinity_picks_total", role="prefill", outcome="hit") == 24 and
+          metric_value(m, "pdr_affinity_picks_total", role="prefill", outcome="no_key") == 0, "keys: %s" % m, r)
+    hit = sum(stats(p)["prefix_cache"]["hit_tokens"] for p in ps)
+    check(hit == 6 * sum(64 * t + 16 * (t - 1) for t in range(1, 4)), "prefix hits %d" % hit, r)
+    bench_json(*args)
+    check(metric_value(metrics(r), "pdr_affinity_picks_total", role="prefill", outcome="no_key") == 24,
+          "a key without --session-header", r)
+    rc, out, err = pdbench("--url", "http://127.0.0.1:%d" % r.port, "--session-header", "x-s")
+    check(rc == 2 and "--session-header needs --workload multi-turn" in err, "rc %d, stderr %r" % (rc, err))
+    pdtest.stop_all()
 
 
 def ttft_plot(report):

@@ -166,7 +166,7 @@ static void check_row(const pdr_conf_key_t *k, const pdr_config_t *defaults)
     const char *expect = strcmp(v, "null") == 0 ? "" : v;
     if (k->type == PDR_CT_BOOL || k->type == PDR_CT_SCHEME || k->type == PDR_CT_TLS_VER ||
         k->type == PDR_CT_PROTOCOL || k->type == PDR_CT_POLICY || k->type == PDR_CT_RELAY ||
-        k->type == PDR_CT_SEED || k->type == PDR_CT_UNKNOWN)
+        k->type == PDR_CT_SEED || k->type == PDR_CT_UNKNOWN || k->type == PDR_CT_AFFINITY)
         expect = default_text(k, want, sizeof(want)); /* the enumeration's stored value */
     if (strcmp(got, expect) != 0) {
         fprintf(stderr, "%s: YAML '%s' read as '%s', want '%s'\n", k->path, v, got, expect);
@@ -270,6 +270,10 @@ static void flag_value(const pdr_conf_key_t *k, int secs, char *val, size_t vlen
     case PDR_CT_UNKNOWN:
         snprintf(val, vlen, "refuse");
         snprintf(want, wlen, "%d", (int)PDR_COMPAT_UNKNOWN_REFUSE);
+        return;
+    case PDR_CT_AFFINITY:
+        snprintf(val, vlen, "hard");
+        snprintf(want, wlen, "%d", (int)PDR_AFFINITY_HARD);
         return;
     case PDR_CT_SEED:
         snprintf(val, vlen, "smallest_tree");

@@ -677,7 +677,7 @@ static void test_pick_filter(void)
     ib.key = pdr_identity_key(&ib);
     pdr_pool_set_identity(&p, W(&p, PDR_ROLE_DECODE, 0), &ia, NULL);
     pdr_pool_set_identity(&p, W(&p, PDR_ROLE_DECODE, 1), &ib, NULL); /* decode 2: unknown */
-    pdr_pick_filter_t fa = {ia.key, 0}, fb_any = {ib.key, 1}, none = {0x1234, 0};
+    pdr_pick_filter_t fa = {.key = ia.key}, fb_any = {.key = ib.key, .unknown_ok = 1}, none = {.key = 0x1234};
     for (int i = 0; i < 6; i++) {
         pdr_worker_t *w = pdr_pool_pick_filtered(&p, NULL, PDR_ROLE_DECODE, NULL, 0, NULL, 0, NULL, &fa);
         CHECK(w == W(&p, PDR_ROLE_DECODE, 0));
