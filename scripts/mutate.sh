@@ -124,7 +124,7 @@ engine_abort_wrong_rid @@ router/pd/abort.c @@ send_abort(x, w, role, x->rooms[i
 engine_abort_no_deadline @@ router/pd/abort.c @@ long ms = x->conf->pd.abort_timeout_ms; @@ long ms = 0; @@ pdrouter pdsim @@ ^router_abort_hung_endpoint$
 pdsim_abort_ignored @@ tests/sim/routes.c @@ sim__abort(ctx); @@ (void)0; @@ pdrouter pdsim @@ ^router_abort_pdsim_stream$
 affinity_off @@ router/workers/pool_pick.c @@ if (filter != NULL && filter->affinity != PDR_AFFINITY_OFF) { @@ if (0 && filter != NULL && filter->affinity != PDR_AFFINITY_OFF) { @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_.*)$
-affinity_never_overloaded @@ router/workers/affinity.c @@ return (double)inflight + 1.0 > ratio * (mean + 1.0); @@ return 0 && (double)inflight + 1.0 > ratio * (mean + 1.0); @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_soft_overload)$
+affinity_never_overloaded @@ router/workers/affinity.c @@ return n > 0 && (double)(inflight + 1) * (double)n > ratio * (double)(sum + n); @@ return 0 && (double)(inflight + 1) * (double)n > ratio * (double)(sum + n); @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_soft_overload)$
 affinity_hard_as_soft @@ router/workers/pool_pick.c @@ if (f->affinity == PDR_AFFINITY_SOFT && @@ if (f->affinity != PDR_AFFINITY_OFF && @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_hard_overload)$
 affinity_keyed_by_process_id @@ router/workers/pool_pick.c @@ keys[i] = c.w[i]->ring_key; @@ keys[i] = c.w[i]->uid; @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_replicas)$
 affinity_moved_as_hit @@ router/workers/pool_pick.c @@ outcome = home == w ? PDR_AFFINITY_HIT : PDR_AFFINITY_MOVED; @@ outcome = PDR_AFFINITY_HIT; @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_unhealthy)$

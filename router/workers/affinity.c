@@ -45,7 +45,9 @@ int pdr_affinity_choose(uint64_t session, const uint64_t *ring_keys, const unsig
     return best;
 }
 
-int pdr_affinity_overloaded(int inflight, double mean, double ratio)
+int pdr_affinity_overloaded(int inflight, uint64_t sum, size_t n, double ratio)
 {
-    return (double)inflight + 1.0 > ratio * (mean + 1.0);
+    /* (inflight + 1) > ratio * (sum / n + 1), multiplied by n: whole numbers on both sides but the ratio,
+     * so that a choice exactly at the bound is never shed by a rounding of the mean. */
+    return n > 0 && (double)(inflight + 1) * (double)n > ratio * (double)(sum + n);
 }

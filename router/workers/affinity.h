@@ -30,9 +30,9 @@ uint64_t pdr_affinity_weight(uint64_t session, uint64_t ring_key);
 /* The index in ring_keys[0..n) of the highest weight among those ok allows (ok NULL: all); ties go to the
  * lower ring key. -1 when none is allowed. */
 int pdr_affinity_choose(uint64_t session, const uint64_t *ring_keys, const unsigned char *ok, size_t n);
-/* Soft mode: whether a choice with `inflight` requests in flight is overloaded among workers whose mean
- * in-flight count is `mean`: inflight + 1 > ratio * (mean + 1) (the request itself counted on both sides,
- * so that an idle pool never sheds a session). */
-int pdr_affinity_overloaded(int inflight, double mean, double ratio);
+/* Soft mode: whether a choice with `inflight` requests in flight is overloaded among n workers with `sum`
+ * requests in flight together: inflight + 1 > ratio * (sum / n + 1) (the request itself counted on both
+ * sides, so that an idle pool never sheds a session), computed without dividing. */
+int pdr_affinity_overloaded(int inflight, uint64_t sum, size_t n, double ratio);
 
 #endif

@@ -268,12 +268,12 @@ static pdr_worker_t *pick_affinity(pdr_pool_t *p, int gi, cands_t c, pdr_role_t 
         uint64_t keys[c.n];
         unsigned char ok[c.n];
         size_t n_ok = 0;
-        double sum = 0;
+        uint64_t sum = 0;
         for (size_t i = 0; i < c.n; i++) {
             keys[i] = c.w[i]->ring_key;
             ok[i] = (unsigned char)usable(c.w[i], avoid, n_avoid);
             n_ok += ok[i];
-            sum += pdr_worker_inflight(c.w[i]);
+            sum += (uint64_t)pdr_worker_inflight(c.w[i]);
         }
         int k = pdr_affinity_choose(f->session, keys, n_ok > 0 ? ok : NULL, c.n);
         w = c.w[k];
@@ -291,7 +291,7 @@ static pdr_worker_t *pick_affinity(pdr_pool_t *p, int gi, cands_t c, pdr_role_t 
         }
         outcome = home == w ? PDR_AFFINITY_HIT : PDR_AFFINITY_MOVED;
         if (f->affinity == PDR_AFFINITY_SOFT &&
-            pdr_affinity_overloaded(pdr_worker_inflight(w), sum / (double)c.n, f->max_load_ratio)) {
+            pdr_affinity_overloaded(pdr_worker_inflight(w), sum, c.n, f->max_load_ratio)) {
             outcome = PDR_AFFINITY_FALLBACK_OVERLOADED;
             *shed = w->uid;
             w = NULL;

@@ -77,12 +77,13 @@ static void test_removal_moves_only_its_sessions(void)
 
 static void test_overloaded(void)
 {
-    CHECK(!pdr_affinity_overloaded(0, 0, 1.5)); /* an idle pool never sheds */
-    CHECK(!pdr_affinity_overloaded(1, 1.0 / 3, 1.5));
-    CHECK(pdr_affinity_overloaded(2, 2.0 / 3, 1.5));
-    CHECK(!pdr_affinity_overloaded(10, 10, 1.5)); /* everyone as busy */
-    CHECK(!pdr_affinity_overloaded(3, 1, 2));     /* 4 > 2 x 2 is false */
-    CHECK(pdr_affinity_overloaded(4, 4.0 / 3, 2));
+    CHECK(!pdr_affinity_overloaded(0, 0, 3, 1.5)); /* an idle pool never sheds */
+    CHECK(!pdr_affinity_overloaded(1, 1, 3, 1.5)); /* 2 > 1.5 x 4/3 is false: exactly at the bound */
+    CHECK(pdr_affinity_overloaded(2, 2, 3, 1.5));
+    CHECK(!pdr_affinity_overloaded(10, 30, 3, 1.5)); /* everyone as busy */
+    CHECK(!pdr_affinity_overloaded(3, 3, 3, 2));     /* 4 > 2 x 2 is false */
+    CHECK(pdr_affinity_overloaded(4, 4, 3, 2));
+    CHECK(!pdr_affinity_overloaded(1, 1, 0, 1.5)); /* no candidates: nothing to shed for */
 }
 
 static pdr_config_t *make_config(const char *policy)
