@@ -102,7 +102,7 @@ failed=0
 
 echo "| round | concurrency | target | requests/s | p50 | p99 | non-2xx |"
 echo "|---|---|---|---|---|---|---|"
-declare -A sum
+declare -A sum rounds
 for r in $(seq "$ROUNDS"); do
   for c in $CONCURRENCY; do
     for t in direct:$UP nginx:$PROXY pdrouter:$ROUTER pdrouter-solo:$SOLO; do
@@ -111,6 +111,7 @@ for r in $(seq "$ROUNDS"); do
       echo "| $r | $c | $name | $rps | $p50 | $p99 | $bad |"
       [ "$bad" = 0 ] || failed=1
       sum[$c,$name]=$(awk -v a="${sum[$c,$name]:-0}" -v b="$rps" 'BEGIN{print a+b}')
+      rounds[$c,$name]="${rounds[$c,$name]:-} $rps"
     done
   done
 done
@@ -120,6 +121,17 @@ echo "|---|---|---|"
 for c in $CONCURRENCY; do
   awk -v a="${sum[$c,pdrouter]}" -v s="${sum[$c,pdrouter-solo]}" -v b="${sum[$c,nginx]}" -v c="$c" \
       'BEGIN{printf "| %s | %.2f | %.2f |\n", c, a/b, s/b}'
+done
+# The median over rounds of each round's ratio (a round's targets ran side by side).
+median() { # "a1 a2 ..." "b1 b2 ..." -> median of a_i / b_i
+    paste <(tr ' ' '\n' <<<"$1" | sed '/^$/d') <(tr ' ' '\n' <<<"$2" | sed '/^$/d') |
+        awk '{print $1 / $2}' | sort -g | awk '{v[NR] = $1} END {m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2f", m}'
+}
+echo
+echo "| concurrency | pdrouter / nginx | pdrouter-solo / nginx (median over rounds of each round's ratio) |"
+echo "|---|---|---|"
+for c in $CONCURRENCY; do
+  echo "| $c | $(median "${rounds[$c,pdrouter]}" "${rounds[$c,nginx]}") | $(median "${rounds[$c,pdrouter-solo]}" "${rounds[$c,nginx]}") |"
 done
 # Every solo request skipped the prefill (the row measures what it claims).
 solo_total=$(curl -sf "http://127.0.0.1:$SOLO_ADMIN/metrics" | awk '/^pdr_disagg_decisions_total\{decision="disaggregated"\}/ {print $2}')
