@@ -633,8 +633,10 @@ void pdr_conf_schema_print(FILE *out)
         "integer",   "integer",  "number",         "boolean",  "string",   "string or null",
         "path",      "protocol", "policy",         "level",    "relay",    "seed",
         "tls",       "scheme",   "bootstrap_port", "hostname", "resolver", "selector",
-        "namespace", "url",      "annotation",     "unknown",
+        "namespace", "url",      "annotation",     "unknown",  "affinity",
     };
+    /* One name per type: PDR_CT_AFFINITY is the last of pdr_ctype_t (a type added after it goes here too). */
+    _Static_assert(sizeof(types) / sizeof(types[0]) == PDR_CT_AFFINITY + 1, "a schema type without a name");
     static const char *const reloads[] = {"live", "restart", "restart_raise", "restart_unset", "start"};
     for (size_t i = 0; i < pdr_conf_nkeys; i++) {
         const pdr_conf_key_t *k = &pdr_conf_keys[i];

@@ -40,7 +40,7 @@ typedef enum {
     PDR_CT_URL,        /* an http:// or https:// URL (pdr__check_api_server) */
     PDR_CT_ANNOTATION, /* a Kubernetes annotation key */
     PDR_CT_UNKNOWN,    /* allow | refuse (pdr_compat_unknown_t in an int) */
-    PDR_CT_AFFINITY,   /* off | soft | hard (pdr_affinity_mode_t in an int) */
+    PDR_CT_AFFINITY,   /* off | soft | hard (pdr_affinity_mode_t in an int); the last (schema.c's names) */
 } pdr_ctype_t;
 
 /* What a reload does with a changed value. */
