@@ -25,6 +25,7 @@
 #include "dlist.h"
 #include "err.h"
 #include "kvevents.h"
+#include "routing.h"
 
 typedef struct res res_t;
 typedef struct worker worker_t;
@@ -72,31 +73,21 @@ struct pdr_kvindex {
     size_t nworkers, capworkers;
 };
 
-static uint64_t kvi_mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
 uint64_t pdr_kvindex_block_hash(uint64_t prev, const uint32_t *ids, size_t n)
 {
-    uint64_t h = kvi_mix64(prev ^ 0x9e3779b97f4a7c15ULL);
+    uint64_t h = pdr_mix64(prev ^ 0x9e3779b97f4a7c15ULL);
     size_t i = 0;
     /* Two ids per step: the hash is on the lookup path (one per block of every prompt). */
     for (; i + 1 < n; i += 2)
-        h = kvi_mix64(h ^ ((uint64_t)ids[i] << 32 | ids[i + 1]));
+        h = pdr_mix64(h ^ ((uint64_t)ids[i] << 32 | ids[i + 1]));
     if (i < n)
-        h = kvi_mix64(h ^ ids[i] ^ 0x8000000000000000ULL);
-    return kvi_mix64(h ^ (uint64_t)n);
+        h = pdr_mix64(h ^ ids[i] ^ 0x8000000000000000ULL);
+    return pdr_mix64(h ^ (uint64_t)n);
 }
 
 static size_t ekey(const pdr_kvindex_t *ix, const worker_t *w, uint64_t ehash)
 {
-    return (size_t)(kvi_mix64(ehash ^ (w->id * 0x9e3779b97f4a7c15ULL)) & (ix->nbuckets - 1));
+    return (size_t)(pdr_mix64(ehash ^ (w->id * 0x9e3779b97f4a7c15ULL)) & (ix->nbuckets - 1));
 }
 
 static size_t bkey(const pdr_kvindex_t *ix, uint64_t h)

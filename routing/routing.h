@@ -134,6 +134,17 @@ int pdr_chash_pick(const uint64_t *keys, const uint64_t *loads, size_t n, uint64
  * finalizer to spread FNV's low bits). */
 uint64_t pdr_routing_hash(const void *p, size_t len);
 
+/* splitmix64's finalizer: every bit of x reaches every bit of the result. */
+static inline uint64_t pdr_mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
 /*
  * As pdr_cache_aware_pick_keyed, and: with record 0 the tree is left unchanged (the caller records the
  * text with pdr_ptree_insert once it knows the request goes to that worker); matched_out, when not NULL,

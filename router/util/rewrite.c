@@ -291,6 +291,38 @@ void pdr_pdreq_rid(uint64_t room, char out[PDR_RID_LEN + 1])
     out[PDR_RID_LEN] = '\0';
 }
 
+/* A member added after the body's last one, its closing brace moved past it: the key (with its comma and
+ * colon), then '[' for a batch; put_item writes the i-th quoted string (no escaping: the caller's strings
+ * need none), member_close the ']' and the brace. */
+static size_t member_open(char *out, size_t o, const char *k, size_t klen, int batch)
+{
+    o--; /* the closing brace */
+    memcpy(out + o, k, klen);
+    o += klen;
+    if (batch)
+        out[o++] = '[';
+    return o;
+}
+
+static size_t put_item(char *out, size_t o, size_t i, const char *v, size_t n)
+{
+    if (i > 0)
+        out[o++] = ',';
+    out[o++] = '"';
+    memcpy(out + o, v, n);
+    o += n;
+    out[o++] = '"';
+    return o;
+}
+
+static size_t member_close(char *out, size_t o, int batch)
+{
+    if (batch)
+        out[o++] = ']';
+    out[o++] = '}';
+    return o;
+}
+
 static char *build_pd_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport, const uint64_t *rooms,
                            int dp_rank, const char *const *tickets, int rids, size_t *len);
 
@@ -372,43 +404,21 @@ static char *build_pd_body(pdr_pdreq_t *r, const char *bootstrap_host, int bport
     }
     if (rids) {
         static const char k[] = ",\"rid\":";
-        o--; /* the closing brace */
-        memcpy(out + o, k, sizeof(k) - 1);
-        o += sizeof(k) - 1;
-        if (r->batch)
-            out[o++] = '[';
+        o = member_open(out, o, k, sizeof(k) - 1, r->batch);
         for (size_t i = 0; i < items; i++) {
-            if (i > 0)
-                out[o++] = ',';
-            out[o++] = '"';
-            pdr_pdreq_rid(rooms[i], out + o);
-            o += PDR_RID_LEN;
-            out[o++] = '"';
+            char rid[PDR_RID_LEN + 1];
+            pdr_pdreq_rid(rooms[i], rid);
+            o = put_item(out, o, i, rid, PDR_RID_LEN);
         }
-        if (r->batch)
-            out[o++] = ']';
-        out[o++] = '}';
+        o = member_close(out, o, r->batch);
     }
     if (tickets != NULL) {
         /* Tickets are base64url and dots (ticket.h): no character needs escaping. */
         static const char k[] = ",\"pd_ticket\":";
-        o--; /* the closing brace */
-        memcpy(out + o, k, sizeof(k) - 1);
-        o += sizeof(k) - 1;
-        if (r->batch)
-            out[o++] = '[';
-        for (size_t i = 0; i < items; i++) {
-            size_t n = strlen(tickets[i]);
-            if (i > 0)
-                out[o++] = ',';
-            out[o++] = '"';
-            memcpy(out + o, tickets[i], n);
-            o += n;
-            out[o++] = '"';
-        }
-        if (r->batch)
-            out[o++] = ']';
-        out[o++] = '}';
+        o = member_open(out, o, k, sizeof(k) - 1, r->batch);
+        for (size_t i = 0; i < items; i++)
+            o = put_item(out, o, i, tickets[i], strlen(tickets[i]));
+        o = member_close(out, o, r->batch);
     }
     out[o] = '\0';
     *len = o;

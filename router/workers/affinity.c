@@ -13,20 +13,9 @@ uint64_t pdr_affinity_key(const char *value, size_t len)
     return pdr_routing_hash(value, len);
 }
 
-/* splitmix64's finalizer: every bit of x reaches every bit of the result. */
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
 uint64_t pdr_affinity_weight(uint64_t session, uint64_t ring_key)
 {
-    return mix64(session ^ mix64(ring_key + 0x9e3779b97f4a7c15ull));
+    return pdr_mix64(session ^ pdr_mix64(ring_key + 0x9e3779b97f4a7c15ull));
 }
 
 int pdr_affinity_choose(uint64_t session, const uint64_t *ring_keys, const unsigned char *ok, size_t n)
