@@ -361,6 +361,10 @@ def scenario_conn_limit():
     r = router(ps, ds, config="threads: 1\nlimits: { max_connections_per_worker: 2 }\n"
                                "health: { interval_ms: 600000 }")
     try:
+        # Probes (health checks, identity reads) are not held back by the limit: start once the two
+        # workers' identities are read, so that no probe's connection overlaps the requests.
+        metrics_when(r, lambda m: (metric_value(m, "pdr_worker_identity_reads_total", result="ok") or 0) >= 2,
+                     "both identities read")
         request_json(ds[0].port, "POST", "/pdsim/fault", {"decode_us_per_token": 20000})
         statuses = []
 
