@@ -284,6 +284,14 @@ typedef struct pdr_config {
         char *headers;         /* lower-case header names separated by spaces or commas, by preference */
         double max_load_ratio; /* default 1.5: soft mode's bound on the choice's in-flight count */
     } affinity;
+    /* Stream migration (router/pd/migrate.c): a decode that fails mid-stream hands the stream to a new pair,
+     * the prompt extended by what the client already has, and the client sees one unbroken stream. */
+    struct {
+        int enabled;      /* default 1 */
+        int max_attempts; /* default 2: migrations of one request */
+        int64_t
+            max_bytes; /* default 1 MiB: the relayed events a migration reads back; past it, no migration */
+    } migration;
     struct {
         double cache_threshold;       /* default 0.3: a match longer than this share of the prompt wins */
         int balance_abs_threshold;    /* default 64: loads are imbalanced when max - min exceeds it ... */

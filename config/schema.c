@@ -230,6 +230,12 @@ const pdr_conf_key_t pdr_conf_keys[] = {
             "present wins"},
     {DBL("affinity.max_load_ratio", affinity.max_load_ratio, 1.5, 1, 1000),
      .doc = "soft mode: the choice is overloaded past this times the mean in-flight count"},
+    /* migration: a stream whose decode fails goes on on a new pair. */
+    {BOOL("migration.enabled", migration.enabled, 1),
+     .doc = "a stream whose decode fails mid-way goes on on a new pair"},
+    {INT("migration.max_attempts", migration.max_attempts, 2, 1, 16), .doc = "migrations of one request"},
+    {I64("migration.max_bytes", migration.max_bytes, (int64_t)1 << 20, 4096, (int64_t)1 << 30),
+     .doc = "the stream's relayed events a migration reads back; a longer stream is not moved"},
     {ENUM("pd.relay", PDR_CT_RELAY, pd.relay, PDR_RELAY_FIRST_BYTE),
      .doc = "when the decode's answer is relayed to the client"},
     {BOOL("pd.abort", pd.abort, 1), .doc = "tell an sglang worker to stop a leg the router let go"},

@@ -188,6 +188,8 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
     for (int role = 0; role < 2; role++)
         for (int k = 0; k < PDR_ABORT__COUNT; k++)
             t->engine_aborts[role][k] += m->engine_aborts[role][k];
+    for (int k = 0; k < PDR_MIG__COUNT; k++)
+        t->migrations[k] += m->migrations[k];
     for (int k = 0; k < PDR_DISAGG__COUNT; k++)
         t->disagg_decisions[k] += m->disagg_decisions[k];
     for (int k = 0; k < PDR_ADMIN_AUTH__COUNT; k++)
@@ -313,6 +315,16 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
             put(&o, "pdr_engine_aborts_total{role=\"%s\",outcome=\"%s\"} %llu\n",
                 pdr_role_name((pdr_role_t)role), abort_outcomes[k],
                 (unsigned long long)m->engine_aborts[role][k]);
+    static const char *const mig_outcomes[PDR_MIG__COUNT] = {"moved",  "completed",  "refused",
+                                                             "budget", "unreadable", "failed"};
+    put(&o,
+        "# HELP pdr_stream_migrations_total Streams whose decode failed after the client's stream began, by "
+        "what the router did: moved to a new pair, completed, or ended with an error event (refused, "
+        "budget, unreadable, failed).\n"
+        "# TYPE pdr_stream_migrations_total counter\n");
+    for (int k = 0; k < PDR_MIG__COUNT; k++)
+        put(&o, "pdr_stream_migrations_total{outcome=\"%s\"} %llu\n", mig_outcomes[k],
+            (unsigned long long)m->migrations[k]);
     put(&o, "# HELP pdr_disagg_decisions_total Conditional disaggregation: attempts sent to a prefill and a "
             "decode (disaggregated) or to one worker without a prefill, by reason.\n"
             "# TYPE pdr_disagg_decisions_total counter\n");

@@ -55,6 +55,21 @@ enum {
     PDR_ABORT__COUNT
 };
 
+/* Stream migrations (pd/migrate.c), by outcome: moved (the stream went on on a new pair), completed (the
+ * client had every token: only the stream's end was missing), refused (the request cannot be moved: n > 1,
+ * logprobs, echo, a prompt of token ids...), budget (migration.max_attempts spent), unreadable (the relayed
+ * stream could not be read back, or its text outgrew migration.max_bytes), failed (no new pair answered, or
+ * the new decode refused the request: the stream ended with an error event after all). */
+enum {
+    PDR_MIG_MOVED = 0,
+    PDR_MIG_COMPLETED,
+    PDR_MIG_REFUSED,
+    PDR_MIG_BUDGET,
+    PDR_MIG_UNREADABLE,
+    PDR_MIG_FAILED,
+    PDR_MIG__COUNT
+};
+
 #define PDR_HIST_BUCKETS 16
 typedef struct pdr_hist {
     uint64_t counts[PDR_HIST_BUCKETS + 1]; /* the last one is +Inf */
@@ -117,6 +132,7 @@ typedef struct pdr_metrics {
     uint64_t bytes_in_total, bytes_out_total;
     uint64_t vllm_kv_release[PDR_KV_RELEASE__COUNT]; /* by outcome */
     uint64_t engine_aborts[2][PDR_ABORT__COUNT];     /* by role and outcome */
+    uint64_t migrations[PDR_MIG__COUNT];             /* stream migrations, by outcome */
     uint64_t disagg_decisions[3]; /* conditional disaggregation, by pdr_disagg_decision_t (disagg.h) */
     uint64_t admin_auth_refused[PDR_ADMIN_AUTH__COUNT];
     pdr_hist_t duration[PDR_MR__COUNT];

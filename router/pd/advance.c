@@ -162,7 +162,15 @@ void pdr__pd_advance(pd_req_t *x)
         pdr__pd_attempt_failed(x, PDR_ROLE_DECODE, PDR_CAUSE_OTHER, 502, "decode answered nothing");
         return;
     }
-    /* A client error from the prefill is the client's to see (the decode cannot proceed either). */
+    /* A client error from the prefill is the client's to see (the decode cannot proceed either); a
+     * migration's stream ends with it as an error event. */
+    if (x->at.p_done && x->pleg.status >= 400 && x->resuming) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "the stream could not go on: the new prefill %s answered %d",
+                 x->at.pw ? x->at.pw->target : "-", (int)x->pleg.status);
+        pdr__pd_resume_failed(x, 502, msg);
+        return;
+    }
     if (x->at.p_done && x->pleg.status >= 400) {
         pdr__pd_cancel_legs(x);
         x->status = (int)x->pleg.status;
@@ -217,6 +225,10 @@ void pdr__pd_advance(pd_req_t *x)
     /* No attempt follows: what only attempts need goes now, not at the end of a long stream. */
     pdr_buf_free(&x->pbody);
     pdr_pdreq_clear(&x->pr);
+    if (x->resuming) { /* a migration's first byte: the client's stream goes on */
+        pdr__pd_resume_response(x);
+        return;
+    }
     pdr__pd_start_client_response(x);
     pdr__pd_send_final_or_more(x);
 }

@@ -22,6 +22,15 @@ void pdr__pd_kv_failed_in_response(pd_req_t *x, pdr_kv_cause_t cause, const char
     pdr__pd_note_kv_failure(x, cause, backend, why);
     x->t->m.upstream_errors[PDR_ROLE_PREFILL]
                            [cause == PDR_KVC_DEADLINE ? PDR_CAUSE_KV_DEADLINE : PDR_CAUSE_OTHER]++;
+    int moved = pdr__pd_migrate(x, why, 0); /* the link's failure, not the decode's */
+    if (moved == 1)
+        return;
+    if (moved == 2) {
+        pdr__pd_cancel_legs(x);
+        x->at.p_done = 1;
+        pdr__pd_send_final_or_more(x);
+        return;
+    }
     x->broken = 1;
     x->error_cause = cause == PDR_KVC_DEADLINE ? "kv_transfer_deadline" : "kv_transfer_failed";
     pdr__pd_cancel_legs(x);

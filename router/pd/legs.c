@@ -119,13 +119,24 @@ void pdr__pd_decode_done(pdr_leg_t *leg, int err)
             pdr_leg_cancel(&x->pleg);
             pdr__pd_release_leg(x, 1);
         }
+        int moved = 0;
         if (err == PDR_ECANCELED) {
             x->error_cause = "shutdown_cancelled";
         } else {
             x->error_cause = "decode_stream_broken";
             x->t->m.upstream_errors[PDR_ROLE_DECODE][pdr__pd_cause_of(err)]++;
+            moved = pdr__pd_migrate(x, pdr_leg_strerror(leg, err), 1);
         }
-        if (x->rl.is_sse) {
+        if (moved == 1) { /* the stream goes on on a new pair */
+            x->broken = 0;
+            x->error_cause = NULL;
+            pdr__pd_arm_timer(x);
+            return;
+        }
+        if (moved == 2) { /* every token went: the stream ends normally */
+            x->broken = 0;
+            x->error_cause = NULL;
+        } else if (x->rl.is_sse) {
             char ev[ERR_EVENT_MAX];
             int k = snprintf(
                 ev, sizeof(ev),

@@ -47,6 +47,7 @@
 #include "kvdeadline.h"
 #include "links.h"
 #include "phases.h"
+#include "resume.h"
 #include "retry.h"
 #include "rewrite.h"
 #include "tickets.h"
@@ -244,6 +245,15 @@ typedef struct pd_req {
     uint64_t session;
     int affinity_outcome[2]; /* with affinity on: the last prefill and decode picks' PDR_AFFINITY_*, -1: none
                               */
+    /* Stream migration (migrate.c): mig_possible = a streamed request with migration.enabled (whether it
+     * can be moved is read from its body when its decode fails); mig_armed = its stream is relayed in whole
+     * events, each noted in mig (what the client has); resuming = a migration's attempt runs: the client's
+     * response went long ago, and the new decode's first byte goes on with it (no second head). mig_body: the
+     * body x->pr borrows after a migration. */
+    unsigned mig_possible : 1, mig_armed : 1, resuming : 1;
+    int migrations;
+    char *mig_body;
+    pdr_resume_t mig;
 
     /* The tail (from PD_REQ_TAIL on) is not zeroed at the request's start (new_req): fwd and ph are
      * cleared whole by their own initialisation (pdr_fwd_build, pdr_phase_init), each text is written
@@ -455,6 +465,21 @@ int pdr__pd_pair_deadline_culprit(const pd_req_t *x);
 void pdr__pd_abort_by_rid(pd_req_t *x, int prefill);
 /* vLLM's, and a solo attempt's: closing the leg's connection aborts the request in the engine; counted. */
 void pdr__pd_abort_by_close(pd_req_t *x, int prefill);
+
+/* migrate.c: stream migration. */
+/* The client's stream has begun: its events are relayed whole and noted, when the request may be moved. */
+void pdr__pd_migration_arm(pd_req_t *x);
+/* The relay's send with migration armed: whole events of pending into sending (a migration's rewritten);
+ * *final cleared while events wait. 0, or an error (the response is aborted). */
+int pdr__pd_migration_take(pd_req_t *x, int *final);
+/* The decode failed after the client's stream began (err: the leg's error; blame: the decode is to blame,
+ * not the link). 1: the stream goes on on a new pair (the caller does nothing more); 2: the client had every
+ * token and its stream ends normally (the end is in pending); 0: the stream ends as before. */
+int pdr__pd_migrate(pd_req_t *x, const char *why, int blame);
+/* A migration's attempt reached its first byte: the response goes on with the new decode's stream. */
+void pdr__pd_resume_response(pd_req_t *x);
+/* A migration's attempt failed with no retry left: the stream ends with an error event. */
+void pdr__pd_resume_failed(pd_req_t *x, int status, const char *msg);
 
 /* proto_solo.c: a solo attempt's one leg (the solo tables' start). */
 void pdr__pd_solo_start(pd_req_t *x);

@@ -11,7 +11,7 @@
  * m.waiting gauge (the router's view of the workers' queues) from its start until this. */
 void pdr__pd_mark_started(pd_req_t *x, int ttfb)
 {
-    if (!pd_started(x) && x->counted_inflight)
+    if (!pd_started(x) && x->counted_inflight && !x->resuming) /* a migration's: counted at the first */
         x->t->m.waiting--;
     if (!pd_started(x))
         pd_set_state(x, PD_RESPONDING);
@@ -29,6 +29,10 @@ void pdr__pd_note_client_abort(pd_req_t *x)
 
 void pdr__pd_fail_response(pd_req_t *x, int status, const char *type, const char *msg, int retry_after)
 {
+    if (x->resuming && x->req != NULL && !x->stopped) { /* the client's stream went long ago */
+        pdr__pd_resume_failed(x, status, msg);
+        return;
+    }
     x->status = status;
     x->errored = 1;
     pdr__pd_cancel_legs(x);
@@ -297,6 +301,7 @@ void pdr__pd_start_client_response(pd_req_t *x)
         req->res.content_length = (size_t)x->dleg.content_length;
     x->gen.proceed = on_proceed;
     x->gen.stop = on_stop;
+    pdr__pd_migration_arm(x);
     h2o_start_response(req, &x->gen);
 }
 
@@ -348,6 +353,11 @@ void pdr__pd_send_final_or_more(pd_req_t *x)
             x->rl.sse_scanned = 0;
         }
         x->rl.sending = out;
+    } else if (x->mig_armed) {
+        if (pdr__pd_migration_take(x, &final) != 0) { /* no memory for a migrated stream's event */
+            abort_response(x);
+            return;
+        }
     } else {
         pdr_buf_t t = x->rl.sending;
         x->rl.sending = x->rl.pending;
@@ -384,4 +394,33 @@ void pdr__pd_send_final_or_more(pd_req_t *x)
         pdr__pd_arm_timer(
             x); /* the send's first progress sample is due before the deadline the timer holds */
     }
+}
+
+/* The stream ends here with an error event after what the client has. */
+static void end_with_error(pd_req_t *x, int status, const char *msg)
+{
+    char esc[384], ev[ERR_EVENT_MAX];
+    pdr_json_escape(esc, sizeof(esc), msg);
+    int k = snprintf(ev, sizeof(ev), "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\n",
+                     esc, pdr__pd_failure_type(status), status);
+    x->rl.pending.len = 0;
+    x->at.d_done = 1;
+    x->at.d_err =
+        k > 0 && (size_t)k < sizeof(ev) && pdr_buf_append(&x->rl.pending, ev, (size_t)k, PENDING_CAP) == 0
+            ? 0
+            : PDR_ENOMEM;
+}
+
+void pdr__pd_resume_failed(pd_req_t *x, int status, const char *msg)
+{
+    x->t->m.migrations[PDR_MIG_FAILED]++;
+    x->broken = 1;
+    x->error_cause = "migration_failed";
+    pdr_warn("request %s: migration %d failed: %s; the stream ends with an error event", x->request_id,
+             x->migrations, msg);
+    pdr__pd_cancel_legs(x);
+    pdr__pd_mark_started(x, 0);
+    x->resuming = 0;
+    end_with_error(x, status, msg);
+    pdr__pd_send_final_or_more(x);
 }

@@ -31,6 +31,8 @@ static void free_req(uv_handle_t *h)
     pdr_worker_unref(x->at.dw);
     pdr_config_unref((pdr_config_t *)x->conf);
     pdr_pdreq_clear(&x->pr);
+    free(x->mig_body);
+    pdr_resume_free(&x->mig);
     free(x->body);
     free(x->dbody);
     free(x->vl.release);
@@ -79,7 +81,7 @@ static void on_dispose(void *p)
     } else {
         pdr__pd_cancel_legs(x);
     }
-    if (!pd_started(x) && x->counted_inflight)
+    if (!pd_started(x) && x->counted_inflight && !x->resuming)
         x->t->m.waiting--;
     pdr_kv_release(&x->kv.hold);                    /* the decode's answer is over: its KV is free */
     pdr_admit_leave(x->t, x->t->config, &x->admit); /* its slot, or its place in the queue */
@@ -306,6 +308,7 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     x->kv.ms = pdr_kv_deadline_ms(x->to.kv_transfer_ms, x->to.kv_transfer_ms_per_1k_tokens, x->kv.tokens);
     x->at.merge = pr.want_logprobs && x->proto->merge_logprobs; /* vLLM: the decode answers them itself */
     x->merge_wanted = x->at.merge;
+    x->mig_possible = c->migration.enabled && pr.stream;
     x->n_rooms = pr.batch ? pr.batch : 1;
     if (x->n_rooms <= PD_ROOMS) {
         x->rooms = x->room_space;

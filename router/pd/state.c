@@ -18,8 +18,9 @@ static const unsigned next[PD_STATES] = {
     [PD_LEGS] = S(PD_PICKING) | S(PD_RETRY_WAIT) | S(PD_RESPONDING) | S(PD_DONE),
     /* the back-off is over (timer.c); a shutdown's or a closed client's answer; disposed */
     [PD_RETRY_WAIT] = S(PD_PICKING) | S(PD_RESPONDING) | S(PD_DONE),
-    /* the end handed to h2o (relay.c, advance.c, timer.c); disposed mid-response */
-    [PD_RESPONDING] = S(PD_ANSWERED) | S(PD_DONE),
+    /* the end handed to h2o (relay.c, advance.c, timer.c); a broken stream moved to a new pair (migrate.c);
+     * disposed mid-response */
+    [PD_RESPONDING] = S(PD_ANSWERED) | S(PD_PICKING) | S(PD_DONE),
     /* disposed with the prefill leg still to read (request.c: on_dispose), or not */
     [PD_ANSWERED] = S(PD_LINGER) | S(PD_DONE),
     /* the prefill answered or its KV deadline passed (legs.c, request.c) */

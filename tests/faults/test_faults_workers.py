@@ -7,7 +7,7 @@ one access-log line per request id (faultcase.py).
     python3 test_faults_workers.py SCENARIO     (PDR_BUILD=<build dir>)
 
 Scenarios: prefill_killed prefill_frozen prefill_slow prefill_5xx prefill_reset decode_killed
-decode_frozen kv_stalled. Router settings: faultcase.py (connect_ms 300, first_byte_ms 4000,
+decode_frozen decode_killed_unmoved decode_frozen_unmoved kv_stalled. Router settings: faultcase.py (connect_ms 300, first_byte_ms 4000,
 kv_transfer_ms 1000, stream_idle_ms 1500, retries 2, health every 200 ms, down after 2 failures).
 """
 
@@ -161,11 +161,12 @@ def scenario_prefill_reset():
     assert a.stats()["resets"] >= 1
 
 
-def _decode_midstream(freeze):
+def _decode_midstream(freeze, migrate=True):
     p = sim("prefill")
     d1 = sim("decode", "--drip-ms", "100")
     d2 = sim("decode", "--drip-ms", "100")
-    r = fc.router([p], [d1, d2], "policy: { prefill: round_robin, decode: round_robin }")
+    r = fc.router([p], [d1, d2], "policy: { prefill: round_robin, decode: round_robin }" +
+                  ("" if migrate else "\nmigration: { enabled: false }"))
     # Streams of 30 tokens, 100 ms apart (3 s), and JSON answers (sent whole after their 3 s).
     streams = fire(r.port, 6, lambda i: body(stream=True, tokens=30), 15, tag="s")
     jsons = fire(r.port, 2, lambda i: body(tokens=30), 15, tag="j")
@@ -180,10 +181,46 @@ def _decode_midstream(freeze):
     return p, d1, d2, r, streams, jsons, t_fault, calls
 
 
+def _moved(mtext, lines, streams):
+    """The streams the failed decode held went on on the other: each whole (verify), moved once, counted."""
+    moved = [c for c in streams if lines[c.rid]["attempts"] > 1]
+    assert moved, "no stream was on the failed decode"
+    for c in moved:
+        assert lines[c.rid]["retry_error"] is not None and lines[c.rid]["error"] is None, lines[c.rid]
+    n = fc.metric(mtext, "pdr_stream_migrations_total", outcome="moved") or 0
+    assert n == len(moved), "%d migrations counted, %d streams moved" % (n, len(moved))
+    return moved
+
+
 def scenario_decode_killed():
-    """SIGKILL of a decode mid-stream: its streams end at once with one error event (never a hang); JSON
-    answers that had no byte yet are retried on the other decode."""
+    """SIGKILL of a decode mid-stream: its streams go on on the other decode (stream migration) and end
+    whole; JSON answers that had no byte yet are retried on the other decode."""
     p, d1, d2, r, streams, jsons, t_fault, calls = _decode_midstream(False)
+    bound = 3.0 + 3.0 + fc.SLACK_S  # a JSON answer retried after 3 s on d1 takes 3 s more on d2
+    mtext = r.metrics()  # before verify stops the router
+    lines = verify(r, calls, bound, OK, "stream length + retry", [p, d2])
+    report("decode_killed", "SIGKILL mid-stream, streams moved", calls, bound, lines)
+    moved = _moved(mtext, lines, streams)
+    fc.note("decode_killed: %d streams moved, all whole" % len(moved))
+
+
+def scenario_decode_frozen():
+    """SIGSTOP of a decode mid-stream: at stream_idle_ms of silence its streams go on on the other decode
+    (stream migration) and end whole; JSON answers with no byte yet end at first_byte_ms and are retried."""
+    p, d1, d2, r, streams, jsons, t_fault, calls = _decode_midstream(True)
+    bound = fc.FIRST_BYTE_MS / 1000 + 3.0 + fc.SLACK_S
+    mtext = r.metrics()  # before verify stops the router
+    lines = verify(r, calls, bound, OK, "first_byte_ms + a retried answer", [p, d2])
+    report("decode_frozen", "SIGSTOP mid-stream, streams moved", calls, bound, lines)
+    moved = _moved(mtext, lines, streams)
+    fc.note("decode_frozen: %d streams moved, all whole" % len(moved))
+    d1.signal(signal.SIGCONT)
+
+
+def scenario_decode_killed_unmoved():
+    """SIGKILL of a decode mid-stream with migration.enabled false: its streams end at once with one error
+    event (never a hang); JSON answers that had no byte yet are retried on the other decode."""
+    p, d1, d2, r, streams, jsons, t_fault, calls = _decode_midstream(False, migrate=False)
     bound = 3.0 + 3.0 + fc.SLACK_S  # a JSON answer retried after 3 s on d1 takes 3 s more on d2
     lines = verify(r, calls, bound, {(200, "ok"), (200, "stream_error")}, "stream length + retry", [p, d2])
     report("decode_killed", "SIGKILL mid-stream", calls, bound, lines)
@@ -199,10 +236,10 @@ def scenario_decode_killed():
         min(c.t_end - t_fault for c in broken), max(c.t_end - t_fault for c in broken)))
 
 
-def scenario_decode_frozen():
-    """SIGSTOP of a decode mid-stream: its streams end with one error event at stream_idle_ms of silence;
-    JSON answers with no byte yet end at first_byte_ms and are retried on the other decode."""
-    p, d1, d2, r, streams, jsons, t_fault, calls = _decode_midstream(True)
+def scenario_decode_frozen_unmoved():
+    """SIGSTOP of a decode mid-stream with migration.enabled false: its streams end with one error event at
+    stream_idle_ms of silence; JSON answers with no byte yet end at first_byte_ms and are retried."""
+    p, d1, d2, r, streams, jsons, t_fault, calls = _decode_midstream(True, migrate=False)
     bound = fc.FIRST_BYTE_MS / 1000 + 3.0 + fc.SLACK_S
     lines = verify(r, calls, bound, {(200, "ok"), (200, "stream_error")}, "first_byte_ms + a retried answer",
                    [p, d2])

@@ -15,7 +15,7 @@ static const unsigned documented[PD_STATES] = {
     [PD_PICKING] = S(PD_PICKING) | S(PD_LEGS) | S(PD_RESPONDING) | S(PD_DONE),
     [PD_LEGS] = S(PD_PICKING) | S(PD_RETRY_WAIT) | S(PD_RESPONDING) | S(PD_DONE),
     [PD_RETRY_WAIT] = S(PD_PICKING) | S(PD_RESPONDING) | S(PD_DONE),
-    [PD_RESPONDING] = S(PD_ANSWERED) | S(PD_DONE),
+    [PD_RESPONDING] = S(PD_ANSWERED) | S(PD_PICKING) | S(PD_DONE),
     [PD_ANSWERED] = S(PD_LINGER) | S(PD_DONE),
     [PD_LINGER] = S(PD_DONE),
     [PD_DONE] = 0,
@@ -75,9 +75,11 @@ static void test_graph(void)
         CHECK((exits == 0) == (f == PD_DONE));
         CHECK(pdr__pd_state_legal((pd_state_t)f, (pd_state_t)f) == (f == PD_PICKING));
     }
+    /* A response that began goes back to an attempt only by a stream migration (responding -> picking). */
     for (int f = PD_RESPONDING; f < PD_STATES; f++)
         for (int t = PD_QUEUED; t <= PD_RETRY_WAIT; t++)
-            CHECK(!pdr__pd_state_legal((pd_state_t)f, (pd_state_t)t));
+            CHECK(pdr__pd_state_legal((pd_state_t)f, (pd_state_t)t) ==
+                  (f == PD_RESPONDING && t == PD_PICKING));
 }
 
 static int path_legal(const pd_state_t *p, size_t n)
@@ -110,7 +112,9 @@ static void test_paths(void)
      * anything after the end. */
     CHECK(!path_legal(PATH(PD_QUEUED, PD_LEGS)));
     CHECK(!path_legal(PATH(PD_RESPONDING, PD_RETRY_WAIT)));
-    CHECK(!path_legal(PATH(PD_RESPONDING, PD_PICKING)));
+    /* A stream migration: the response began, the decode broke it, a new pair goes on with it. */
+    CHECK(path_legal(PATH(PD_QUEUED, PD_PICKING, PD_LEGS, PD_RESPONDING, PD_PICKING, PD_LEGS, PD_RETRY_WAIT,
+                          PD_PICKING, PD_LEGS, PD_RESPONDING, PD_ANSWERED, PD_DONE)));
     CHECK(!path_legal(PATH(PD_LEGS, PD_LINGER)));
     CHECK(!path_legal(PATH(PD_RESPONDING, PD_LINGER)));
     CHECK(!path_legal(PATH(PD_QUEUED, PD_RETRY_WAIT)));
