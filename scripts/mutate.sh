@@ -123,6 +123,8 @@ engine_abort_ignores_switch @@ router/pd/abort.c @@ !x->conf->pd.abort || @@ 0 |
 engine_abort_wrong_rid @@ router/pd/abort.c @@ send_abort(x, w, role, x->rooms[i]); @@ send_abort(x, w, role, x->rooms[i] + 1); @@ pdrouter pdsim @@ ^router_abort_(client_leaves|decode_fails)$
 engine_abort_no_deadline @@ router/pd/abort.c @@ long ms = x->conf->pd.abort_timeout_ms; @@ long ms = 0; @@ pdrouter pdsim @@ ^router_abort_hung_endpoint$
 pdsim_abort_ignored @@ tests/sim/routes.c @@ sim__abort(ctx); @@ (void)0; @@ pdrouter pdsim @@ ^router_abort_pdsim_stream$
+pdsim_not_autoregressive @@ tests/sim/model.c @@ g->s = digest_step(g->s, tok_hash_of_fill(g->h, g->bpt)); @@ g->s = digest_step(g->s, 0 * tok_hash_of_fill(g->h, g->bpt)); @@ pdsim test_pdsim_model @@ ^pdsim_(resume|unit_model)$
+pdsim_no_generation_prompt @@ tests/sim/generate.c @@ if (add_gen && (r = pdsim_tokenize(t, "assistant", 9)) != 0) @@ if (0 && add_gen && (r = pdsim_tokenize(t, "assistant", 9)) != 0) @@ pdsim @@ ^pdsim_(resume|integration)$
 affinity_off @@ router/workers/pool_pick.c @@ if (filter != NULL && filter->affinity != PDR_AFFINITY_OFF) { @@ if (0 && filter != NULL && filter->affinity != PDR_AFFINITY_OFF) { @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_.*)$
 affinity_never_overloaded @@ router/workers/affinity.c @@ return n > 0 && (double)(inflight + 1) * (double)n > ratio * (double)(sum + n); @@ return 0 && (double)(inflight + 1) * (double)n > ratio * (double)(sum + n); @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_soft_overload)$
 affinity_hard_as_soft @@ router/workers/pool_pick.c @@ if (f->affinity == PDR_AFFINITY_SOFT && @@ if (f->affinity != PDR_AFFINITY_OFF && @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_hard_overload)$

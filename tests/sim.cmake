@@ -11,12 +11,26 @@ add_test(NAME pdsim_integration
 set_tests_properties(pdsim_integration PROPERTIES TIMEOUT 120 LABELS integration SKIP_RETURN_CODE 77
                      ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 
+# pdsim is autoregressive: a prompt extended by the first k output tokens goes on with token k, on every
+# generation route, on role both and through a prefill and decode pair.
+add_test(NAME pdsim_resume
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_pdsim_resume.py)
+set_tests_properties(pdsim_resume PROPERTIES TIMEOUT 120 LABELS integration SKIP_RETURN_CODE 77
+                     ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+
 # pdsim's prefix cache, as pure code.
 add_executable(test_pdsim_pcache unit/test_pdsim_pcache.c sim/prefix_cache.c sim/model.c)
 target_include_directories(test_pdsim_pcache PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/sim ${PROJECT_SOURCE_DIR}/worker-shim)
 target_link_libraries(test_pdsim_pcache PRIVATE pdr_common pdr_tokenizer PkgConfig::UV)
 add_test(NAME pdsim_unit_pcache COMMAND test_pdsim_pcache)
 set_tests_properties(pdsim_unit_pcache PROPERTIES TIMEOUT 60 LABELS unit)
+
+# pdsim's model, as pure code: autoregressive generation, output ids, the KV's part in the text.
+add_executable(test_pdsim_model unit/test_pdsim_model.c sim/model.c)
+target_include_directories(test_pdsim_model PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/sim ${PROJECT_SOURCE_DIR}/worker-shim)
+target_link_libraries(test_pdsim_model PRIVATE pdr_common pdr_tokenizer PkgConfig::UV)
+add_test(NAME pdsim_unit_model COMMAND test_pdsim_model)
+set_tests_properties(pdsim_unit_model PROPERTIES TIMEOUT 60 LABELS unit)
 
 # pdsim's prefix cache end to end (--prefix-cache-tokens): hits, prefill time, stats, LRU eviction.
 add_test(NAME pdsim_prefix_cache

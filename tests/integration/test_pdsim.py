@@ -40,7 +40,7 @@ def test_both_routes(both):
     check(st == 200 and hdrs["content-type"].startswith("text/event-stream"), "stream status %d" % st, both)
     ev = sse_events(data)
     check(ev[-1] == "[DONE]" and len(ev) == 7, "events: %r" % ev, both)
-    check(ev[-2]["text"] == text and ev[0]["text"] == text.split()[0], "stream text %r" % ev, both)
+    check(ev[-2]["text"] == text and ev[0]["text"] == " " + text.split()[0], "stream text %r" % ev, both)
     check(ev[0]["meta_info"]["finish_reason"] is None, "first event finished?", both)
 
     # /v1/completions with the same prompt gives the same words.
@@ -66,7 +66,7 @@ def test_both_routes(both):
     c = request_json(port, "POST", "/v1/chat/completions", chat)
     content = c["choices"][0]["message"]["content"]
     check(c["object"] == "chat.completion" and len(content.split()) == 5, repr(c), both)
-    check(c["usage"]["prompt_tokens"] == 6, repr(c), both)
+    check(c["usage"]["prompt_tokens"] == 7, repr(c), both)  # the messages' 6 and the generation prompt
     st, _, data = request(port, "POST", "/v1/chat/completions", dict(chat, stream=True))
     ev = sse_events(data)
     check(ev[0]["object"] == "chat.completion.chunk" and ev[0]["choices"][0]["delta"]["role"] == "assistant", "", both)

@@ -127,6 +127,42 @@ static int append_text(pdsim_toks_t *t, const json_t *s)
     return json_is_string(s) ? pdsim_tokenize(t, json_string_value(s), json_string_length(s)) : 0;
 }
 
+/* A boolean field of the body: its value, dflt when absent or null; -1 when it is not a boolean. */
+static int bool_field(const json_t *body, const char *key, int dflt)
+{
+    json_t *v = json_object_get(body, key);
+    if (v == NULL || json_is_null(v))
+        return dflt;
+    return json_is_boolean(v) ? json_is_true(v) : -1;
+}
+
+/* The chat template's flags, checked as vLLM checks them: add_generation_prompt (default true) and
+ * continue_final_message (default false) exclude each other, and the message continued must be the
+ * assistant's. */
+static int chat_template_flags(const json_t *body, const json_t *msgs, int *add_gen, int *cont, char *err,
+                               size_t errlen)
+{
+    *add_gen = bool_field(body, "add_generation_prompt", 1);
+    *cont = bool_field(body, "continue_final_message", 0);
+    if (*add_gen < 0 || *cont < 0) {
+        snprintf(err, errlen, "add_generation_prompt and continue_final_message must be booleans");
+        return PDR_EINVAL;
+    }
+    if (*add_gen && *cont) {
+        snprintf(err, errlen, "Cannot set both add_generation_prompt and continue_final_message to true");
+        return PDR_EINVAL;
+    }
+    const json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    const json_t *role = json_object_get(last, "role");
+    if (*cont && (!json_is_string(role) || strcmp(json_string_value(role), "assistant") != 0)) {
+        snprintf(err, errlen,
+                 "continue_final_message is set, so the final message must be the assistant's (role "
+                 "\"assistant\"): it is the message continued");
+        return PDR_EINVAL;
+    }
+    return 0;
+}
+
 static int parse_prompts(sim_req_t *ctx, const json_t *body, char *err, size_t errlen)
 {
     if (ctx->route == ROUTE_GENERATE) {
@@ -190,12 +226,16 @@ static int parse_prompts(sim_req_t *ctx, const json_t *body, char *err, size_t e
         }
         n = json_integer_value(nj);
     }
+    int add_gen, cont;
+    if (chat_template_flags(body, msgs, &add_gen, &cont, err, errlen) != 0)
+        return PDR_EINVAL;
     ctx->batch = n > 1;
     if (add_items(ctx, (size_t)n) != 0)
         return PDR_ENOMEM;
     pdsim_toks_t *t = &ctx->items[0].toks;
     size_t i;
     json_t *m;
+    int r;
     json_array_foreach(msgs, i, m)
     {
         if (!json_is_object(m)) {
@@ -203,7 +243,6 @@ static int parse_prompts(sim_req_t *ctx, const json_t *body, char *err, size_t e
             return PDR_EINVAL;
         }
         json_t *content = json_object_get(m, "content");
-        int r;
         if ((r = append_text(t, json_object_get(m, "role"))) != 0 || (r = append_text(t, content)) != 0)
             return text_error(r, err, errlen);
         if (json_is_array(content)) { /* content parts: [{"type":"text","text":...}] */
@@ -216,6 +255,10 @@ static int parse_prompts(sim_req_t *ctx, const json_t *body, char *err, size_t e
             }
         }
     }
+    /* The generation prompt: the assistant's role word opens its message, as a chat template's
+     * add_generation_prompt does; continue_final_message leaves the final (assistant) message open. */
+    if (add_gen && (r = pdsim_tokenize(t, "assistant", 9)) != 0)
+        return text_error(r, err, errlen);
     if (pdsim_toks_finish(t) != 0)
         return PDR_ENOMEM;
     for (size_t k = 1; k < (size_t)n; k++) {

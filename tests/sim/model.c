@@ -1,10 +1,15 @@
 /*
  * The deterministic model of pdsim. Pure functions, any thread.
  *
- * Invariant: the output text is a function of the KV bytes only (through pdsim_kv_digest), and the KV
- * bytes are a function of the prompt token ids and the bytes per token. So a decode that received its
- * KV intact produces exactly what --role both produces, and a lost, partial or misrouted transfer
- * changes the text.
+ * Invariant: the output text is a function of the KV bytes (through pdsim_kv_digest) and of the
+ * context's token ids, and the KV bytes are a function of the prompt token ids and the bytes per token.
+ * So a decode that received its KV intact produces exactly what --role both produces, and a lost,
+ * partial or misrouted transfer changes the text.
+ *
+ * The model is autoregressive, as a greedy engine is: the digest folds the KV one token at a time,
+ * D = mix(D ^ H(token i's KV bytes)), and output token j is drawn from the state S_j (S_0 = D); its KV
+ * bytes (pdsim_kv_fill's, for the context followed by that token) fold into S_{j+1}. So a request whose
+ * prompt is the prompt followed by output tokens 0..k-1 starts from S_k and goes on with token k.
  */
 #include <string.h>
 #include <stdlib.h>
@@ -115,11 +120,19 @@ void pdsim_toks_free(pdsim_toks_t *t)
     t->n = t->cap = 0;
 }
 
+/* The running id hash's seed (sqrt(2) bits, as in SHA-512's IV) and its step: h_i = mix64(h_{i-1} ^ id_i). */
+#define ID_HASH_SEED 0x6a09e667f3bcc908ULL
+
+static uint64_t id_hash_step(uint64_t h, int64_t id)
+{
+    return pdsim_mix64(h ^ (uint64_t)id);
+}
+
 void pdsim_kv_fill(const int64_t *ids, size_t n, size_t bpt, uint8_t *out)
 {
-    uint64_t h = 0x6a09e667f3bcc908ULL; /* sqrt(2) bits, as in SHA-512's IV */
+    uint64_t h = ID_HASH_SEED;
     for (size_t i = 0; i < n; i++) {
-        h = pdsim_mix64(h ^ (uint64_t)ids[i]);
+        h = id_hash_step(h, ids[i]);
         uint64_t st = h;
         uint8_t *p = out + i * bpt;
         size_t k = 0;
@@ -139,27 +152,133 @@ static inline uint64_t rotl64(uint64_t x, int r)
     return (x << r) | (x >> (64 - r));
 }
 
-uint64_t pdsim_kv_digest(const uint8_t *buf, size_t len)
+/* One token's KV hash, in steps: init, then 8-byte words, then the tail bytes, then final. Multipliers
+ * from xxHash64; 8 bytes per step keeps a 1 GiB buffer well under a second. */
+static inline uint64_t tok_hash_init(size_t bpt)
 {
-    /* Multipliers from xxHash64; 8 bytes per step keeps a 1 GiB buffer well under a second. */
-    uint64_t h = 0x27d4eb2f165667c5ULL ^ ((uint64_t)len * 0x9e3779b97f4a7c15ULL);
-    size_t i = 0;
-    for (; i + 8 <= len; i += 8) {
+    return 0x27d4eb2f165667c5ULL ^ ((uint64_t)bpt * 0x9e3779b97f4a7c15ULL);
+}
+
+static inline uint64_t tok_hash_word(uint64_t h, uint64_t w)
+{
+    return rotl64(h ^ (w * 0xc2b2ae3d27d4eb4fULL), 31) * 0x9e3779b185ebca87ULL;
+}
+
+static inline uint64_t tok_hash_byte(uint64_t h, uint8_t c)
+{
+    return rotl64(h ^ (c * 0x165667b19e3779f9ULL), 23) * 0x9e3779b185ebca87ULL;
+}
+
+static uint64_t tok_hash(const uint8_t *p, size_t bpt)
+{
+    uint64_t h = tok_hash_init(bpt);
+    size_t k = 0;
+    for (; k + 8 <= bpt; k += 8) {
         uint64_t w;
-        memcpy(&w, buf + i, 8);
-        h = rotl64(h ^ (w * 0xc2b2ae3d27d4eb4fULL), 31) * 0x9e3779b185ebca87ULL;
+        memcpy(&w, p + k, 8);
+        h = tok_hash_word(h, w);
     }
-    for (; i < len; i++)
-        h = rotl64(h ^ (buf[i] * 0x165667b19e3779f9ULL), 23) * 0x9e3779b185ebca87ULL;
+    for (; k < bpt; k++)
+        h = tok_hash_byte(h, p[k]);
     return pdsim_mix64(h);
 }
 
-const char *pdsim_out_word(uint64_t digest, uint64_t j, int64_t *token_id)
+/* tok_hash of the bytes pdsim_kv_fill gives the token whose running id hash is h, without the buffer. */
+static uint64_t tok_hash_of_fill(uint64_t h, size_t bpt)
 {
-    const char *w = vocab[pdsim_mix64(digest + (j + 1) * 0x9e3779b97f4a7c15ULL) % 64];
+    uint64_t st = h, x = tok_hash_init(bpt);
+    size_t k = 0;
+    for (; k + 8 <= bpt; k += 8)
+        x = tok_hash_word(x, splitmix64(&st));
+    if (k < bpt) {
+        uint64_t v = splitmix64(&st);
+        uint8_t b[8];
+        memcpy(b, &v, 8);
+        for (size_t i = 0; k < bpt; k++, i++)
+            x = tok_hash_byte(x, b[i]);
+    }
+    return pdsim_mix64(x);
+}
+
+/* The digest's seed (pi's fraction bits) and its step: one token's KV hash folded in. */
+#define DIGEST_SEED 0x243f6a8885a308d3ULL
+
+static uint64_t digest_step(uint64_t d, uint64_t tok)
+{
+    return pdsim_mix64(d ^ tok);
+}
+
+uint64_t pdsim_kv_digest(const uint8_t *buf, size_t n, size_t bpt)
+{
+    uint64_t d = DIGEST_SEED;
+    for (size_t i = 0; i < n; i++)
+        d = digest_step(d, tok_hash(buf + i * bpt, bpt));
+    return d;
+}
+
+static const char *word_of(uint64_t s, uint8_t *index)
+{
+    uint8_t w = (uint8_t)(pdsim_mix64(s + 0x9e3779b97f4a7c15ULL) % 64);
+    *index = w;
+    return vocab[w];
+}
+
+int64_t pdsim_word_id(const char *w)
+{
+    return (int64_t)(pdsim_fnv1a(w, strlen(w)) % PDSIM_VOCAB);
+}
+
+void pdsim_gen_init(pdsim_gen_t *g, uint64_t digest, const int64_t *ids, size_t n, size_t bpt)
+{
+    uint64_t h = ID_HASH_SEED;
+    for (size_t i = 0; i < n; i++)
+        h = id_hash_step(h, ids[i]);
+    memset(g, 0, sizeof(*g));
+    g->s = digest;
+    g->h = h;
+    g->bpt = bpt;
+}
+
+int pdsim_gen_extend(pdsim_gen_t *g, size_t n)
+{
+    if (n <= g->n)
+        return 0;
+    if (n > PDSIM_MAX_TOKENS)
+        return PDR_EINVAL;
+    if (n > g->cap) {
+        size_t ncap = g->cap ? g->cap : 64;
+        while (ncap < n)
+            ncap *= 2;
+        if (ncap > PDSIM_MAX_TOKENS)
+            ncap = PDSIM_MAX_TOKENS;
+        uint8_t *w = realloc(g->words, ncap);
+        if (w == NULL)
+            return PDR_ENOMEM;
+        g->words = w;
+        g->cap = ncap;
+    }
+    while (g->n < n) {
+        uint8_t idx;
+        const char *w = word_of(g->s, &idx);
+        g->words[g->n++] = idx;
+        g->h = id_hash_step(g->h, pdsim_word_id(w));
+        g->s = digest_step(g->s, tok_hash_of_fill(g->h, g->bpt));
+    }
+    return 0;
+}
+
+const char *pdsim_gen_word(const pdsim_gen_t *g, size_t j, int64_t *token_id)
+{
+    const char *w = vocab[g->words[j]];
     if (token_id != NULL)
-        *token_id = (int64_t)(pdsim_fnv1a(w, strlen(w)) % PDSIM_VOCAB);
+        *token_id = pdsim_word_id(w);
     return w;
+}
+
+void pdsim_gen_free(pdsim_gen_t *g)
+{
+    free(g->words);
+    memset(g, 0, sizeof(*g));
 }
 
 double pdsim_logprob(int64_t token_id)

@@ -21,15 +21,19 @@ static uint64_t total_cached_tokens(const sim_req_t *ctx)
     return n;
 }
 
-/* The words of output tokens [from, to) joined by spaces; a leading space when from > 0. */
+/* The words of output tokens [from, to), each with a leading space, as a BPE detokenizer gives them (the
+ * prompt's text followed by this text tokenizes to the prompt's ids followed by the output's). NULL when
+ * the item has not generated them (see extend_items). */
 static json_t *words_json(const sim_item_t *it, uint64_t from, uint64_t to)
 {
+    if (to > it->gen.n)
+        return NULL;
     size_t cap = 16 + (to - from) * 10, len = 0;
     char *s = malloc(cap);
     if (s == NULL)
         return NULL;
     for (uint64_t j = from; j < to; j++) {
-        const char *w = pdsim_out_word(it->digest, j, NULL);
+        const char *w = pdsim_gen_word(&it->gen, j, NULL);
         size_t wl = strlen(w);
         if (len + wl + 2 > cap) {
             cap = cap * 2 + wl;
@@ -40,14 +44,42 @@ static json_t *words_json(const sim_item_t *it, uint64_t from, uint64_t to)
             }
             s = n;
         }
-        if (j > 0)
-            s[len++] = ' ';
+        s[len++] = ' ';
         memcpy(s + len, w, wl);
         len += wl;
     }
     json_t *r = json_stringn(s, len);
     free(s);
     return r;
+}
+
+/* The token ids of output tokens [0, ntok) (sglang's output_ids). NULL when not generated. */
+static json_t *output_ids(const sim_item_t *it, uint64_t ntok)
+{
+    if (ntok > it->gen.n)
+        return NULL;
+    json_t *a = json_array();
+    for (uint64_t j = 0; j < ntok && a != NULL; j++) {
+        int64_t tid;
+        pdsim_gen_word(&it->gen, j, &tid);
+        if (json_array_append_new(a, json_integer((json_int_t)tid)) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+/* Generates every item's output up to ntok tokens (an sglang prefill answers none, a vLLM prefill the
+ * router's max_tokens). 0 or a PDR_E* code. */
+static int extend_items(sim_req_t *ctx, uint64_t ntok)
+{
+    for (size_t i = 0; i < ctx->n_items; i++) {
+        int r = pdsim_gen_extend(&ctx->items[i].gen, (size_t)ntok);
+        if (r != 0)
+            return r;
+    }
+    return 0;
 }
 
 static json_t *input_logprobs(const sim_item_t *it)
@@ -62,9 +94,9 @@ static json_t *input_logprobs(const sim_item_t *it)
 static json_t *output_logprobs(const sim_item_t *it, uint64_t ntok)
 {
     json_t *a = json_array();
-    for (uint64_t j = 0; j < ntok; j++) {
+    for (uint64_t j = 0; j < ntok && j < it->gen.n; j++) {
         int64_t tid;
-        pdsim_out_word(it->digest, j, &tid);
+        pdsim_gen_word(&it->gen, j, &tid);
         json_array_append_new(a, json_pack("[f,I,n]", pdsim_logprob(tid), (json_int_t)tid));
     }
     return a;
@@ -97,7 +129,8 @@ static json_t *generate_obj(const sim_req_t *ctx, const sim_item_t *it, uint64_t
         if (ctx->role != PDSIM_ROLE_PREFILL)
             json_object_set_new(meta, "output_token_logprobs", output_logprobs(it, ntok));
     }
-    json_t *o = json_pack("{s:o,s:o}", "text", words_json(it, 0, ntok), "meta_info", meta);
+    json_t *o = json_pack("{s:o,s:o,s:o}", "text", words_json(it, 0, ntok), "output_ids",
+                          output_ids(it, ntok), "meta_info", meta);
     if (ctx->batch && ctx->stream)
         json_object_set_new(o, "index", json_integer((json_int_t)it->index));
     return o;
@@ -165,6 +198,9 @@ static int sendbuf_event(sim_req_t *ctx, json_t *obj);
 static int abort_events(sim_req_t *ctx)
 {
     uint64_t ntok = ctx->next_ev / ctx->n_items;
+    int r = extend_items(ctx, ntok);
+    if (r != 0)
+        return r;
     for (size_t i = 0; i < ctx->n_items; i++) {
         const sim_item_t *it = &ctx->items[i];
         json_t *ev;
@@ -181,7 +217,7 @@ static int abort_events(sim_req_t *ctx)
                            "created", (json_int_t)ctx->created, "model", sim__state.opts.model, "choices",
                            choice);
         }
-        int r = sendbuf_event(ctx, ev);
+        r = sendbuf_event(ctx, ev);
         if (r != 0)
             return r;
     }
@@ -310,7 +346,10 @@ static void pump_once(sim_req_t *ctx)
             break;
         if (ctx->reset_after > 0 && j >= (uint64_t)ctx->reset_after)
             break;
-        json_t *ev = stream_obj(ctx, &ctx->items[ctx->next_ev % ctx->n_items], j);
+        sim_item_t *it = &ctx->items[ctx->next_ev % ctx->n_items];
+        json_t *ev = NULL;
+        if (pdsim_gen_extend(&it->gen, ctx->max_tokens == 0 ? 0 : (size_t)(j + 1)) == 0)
+            ev = stream_obj(ctx, it, j);
         if (ev != NULL && ctx->next_ev == 0 && sim__state.opts.stamp_first_token)
             json_object_set_new(ev, "pdsim_mono_us", json_integer((json_int_t)(uv_hrtime() / 1000)));
         if (sendbuf_event(ctx, ev) != 0) {
@@ -367,7 +406,7 @@ void sim__pump(sim_req_t *ctx)
 /* A non-streaming answer, or its hard reset. */
 void sim__send_final(sim_req_t *ctx, uint64_t ntok)
 {
-    json_t *o = full_obj(ctx, ntok);
+    json_t *o = extend_items(ctx, ntok) == 0 ? full_obj(ctx, ntok) : NULL;
     if (o != NULL && ctx->vllm_kv != NULL && json_is_object(o))
         json_object_set(o, "kv_transfer_params", ctx->vllm_kv);
     char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;

@@ -125,10 +125,28 @@ int pdsim_toks_finish(pdsim_toks_t *t);
 void pdsim_toks_free(pdsim_toks_t *t);
 /* Fills n * bpt bytes: token i's bytes come from splitmix64 seeded by a running hash of ids[0..i]. */
 void pdsim_kv_fill(const int64_t *ids, size_t n, size_t bpt, uint8_t *out);
-/* A 64-bit hash of a whole KV buffer. */
-uint64_t pdsim_kv_digest(const uint8_t *buf, size_t len);
-/* Output token j of an item whose KV digest is `digest`: its word and its token id. */
-const char *pdsim_out_word(uint64_t digest, uint64_t j, int64_t *token_id);
+/* A 64-bit hash of a KV buffer of n tokens of bpt bytes, folded one token at a time (linear in bytes). */
+uint64_t pdsim_kv_digest(const uint8_t *buf, size_t n, size_t bpt);
+/* The token id of an output word: what the whitespace tokenizer gives it. */
+int64_t pdsim_word_id(const char *w);
+
+/* An item's generation, autoregressive: output token j is drawn from the state after the context and
+ * tokens 0..j-1; the words so far are kept (one vocabulary index each, at most PDSIM_MAX_TOKENS). */
+typedef struct pdsim_gen {
+    uint64_t s;     /* the state after the context and the n tokens so far */
+    uint64_t h;     /* the running id hash of the same (pdsim_kv_fill's) */
+    size_t bpt;     /* KV bytes per token */
+    uint8_t *words; /* vocabulary index of output token j, j < n */
+    size_t n, cap;
+} pdsim_gen_t;
+/* Starts from the KV digest of a context of n tokens (ids). */
+void pdsim_gen_init(pdsim_gen_t *g, uint64_t digest, const int64_t *ids, size_t n, size_t bpt);
+/* Generates up to n tokens in all (each costs one token's KV bytes). 0, PDR_ENOMEM, or PDR_EINVAL past
+ * PDSIM_MAX_TOKENS. */
+int pdsim_gen_extend(pdsim_gen_t *g, size_t n);
+/* Output token j (j < g->n): its word and its token id. */
+const char *pdsim_gen_word(const pdsim_gen_t *g, size_t j, int64_t *token_id);
+void pdsim_gen_free(pdsim_gen_t *g);
 /* A deterministic negative log probability for a token id. */
 double pdsim_logprob(int64_t token_id);
 

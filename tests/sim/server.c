@@ -105,6 +105,7 @@ static void req_on_handle_close(uv_handle_t *h)
     sim__req_inactive(ctx);
     for (size_t i = 0; i < ctx->n_items; i++) {
         pdsim_toks_free(&ctx->items[i].toks);
+        pdsim_gen_free(&ctx->items[i].gen);
         free(ctx->items[i].kv);
     }
     free(ctx->items);

@@ -67,9 +67,9 @@ typedef struct sim_item {
     int port;
     const char *ticket; /* pd_ticket (--ticket-key): points into ctx->body */
     int op_pending;
-    int status;     /* shim result */
-    uint64_t bytes; /* shim result */
-    uint64_t digest;
+    int status;      /* shim result */
+    uint64_t bytes;  /* shim result */
+    pdsim_gen_t gen; /* its output, from its KV's digest (role both and decode) */
     uint64_t cached; /* prompt tokens found in the prefix cache */
     pdr_dlink_t
         qlink; /* sim__state.done_items while its shim result waits for the loop (under sim__state.qlock) */
