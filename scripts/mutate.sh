@@ -132,6 +132,17 @@ affinity_keyed_by_process_id @@ router/workers/pool_pick.c @@ keys[i] = c.w[i]->
 affinity_moved_as_hit @@ router/workers/pool_pick.c @@ outcome = home == w ? PDR_AFFINITY_HIT : PDR_AFFINITY_MOVED; @@ outcome = PDR_AFFINITY_HIT; @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_unhealthy)$
 affinity_no_body_key @@ router/pd/request.c @@ pdr__pd_session_body(x); @@ (void)x; @@ pdrouter @@ ^router_affinity_header_order$
 affinity_unstable_on_removal @@ router/workers/affinity.c @@ uint64_t w = pdr_affinity_weight(session, ring_keys[i]); @@ uint64_t w = pdr_affinity_weight(session ^ (ok != NULL), ring_keys[i]); @@ test_affinity @@ ^router_unit_affinity$
+migration_never @@ router/pd/legs.c @@ moved = pdr__pd_migrate(x, pdr_leg_strerror(leg, err), 1); @@ moved = 0; @@ pdrouter pdsim @@ ^router_migration_(generate_text|completions|chat|idle)$
+migration_never_on_kv_failure @@ router/pd/kv.c @@ int moved = pdr__pd_migrate(x, why, 0); @@ int moved = 0; @@ pdrouter pdsim @@ ^router_migration_kv_lost$
+migration_second_id @@ router/util/resume.c @@ if (s->id[0] != '\0' && json_is_string(json_object_get(j, "id"))) @@ if (0) @@ pdrouter pdsim test_resume @@ ^router_(migration_(completions|chat)|unit_resume)$
+migration_second_role @@ router/util/resume.c @@ json_object_del(delta, "role"); @@ (void)0; @@ pdrouter pdsim test_resume @@ ^router_(migration_chat|unit_resume)$
+migration_usage_unmoved @@ router/util/resume.c @@ move_tokens(usage, s->base_tokens); @@ (void)0; @@ pdrouter pdsim test_resume @@ ^router_(migration_(completions|chat)|unit_resume)$
+migration_limit_unlowered @@ router/util/resume.c @@ n -= (int64_t)k; @@ (void)k; @@ pdrouter pdsim test_resume @@ ^router_(migration_(generate_text|completions)|unit_resume)$
+migration_half_events @@ router/pd/migrate_relay.c @@ size_t end = *final ? in->len : pdr_resume_events_end(in->p ? in->p : "", in->len); @@ size_t end = in->len; @@ pdrouter pdsim @@ ^router_migration_half_event$
+migration_budget_ignored @@ router/pd/migrate.c @@ if (x->migrations >= x->conf->migration.max_attempts) { @@ if (0) { @@ pdrouter pdsim @@ ^router_migration_(budget|half_event)$
+migration_switch_ignored @@ router/pd/request.c @@ x->mig_possible = c->migration.enabled && pr.stream; @@ x->mig_possible = pr.stream; @@ pdrouter pdsim @@ ^router_migration_disabled$
+migration_n_movable @@ router/util/resume.c @@ if (member_is(o, "n", above_one)) @@ if (0) @@ pdrouter pdsim test_resume @@ ^router_(migration_refused|unit_resume)$
+migration_second_head @@ router/pd/advance.c @@ pdr__pd_resume_response(x); @@ pdr__pd_start_client_response(x); @@ pdrouter pdsim @@ ^router_migration_(completions|chat)$
 EOF
 )
 

@@ -167,3 +167,7 @@ pdr_fuzz_corpus_test(router_shim_fuzz_corpus fuzz_shim shim 120)
 # logged once; each data-parallel rank weighed by its own entry; a decode whose engine reports its KV over
 # load.kv_usage_max_percent is not admitted to.
 pdr_scenario_tests(router_engine_load_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_engine_load.py LABEL integration TIMEOUT 120)
+# Stream migration (see test_migration.py): a decode that breaks a stream hands it to a new pair; the client's
+# text equals an undisturbed run's
+pdr_scenario_tests(router_migration_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_migration.py LABEL integration
+                   TIMEOUT 120)

@@ -36,6 +36,9 @@ void pdr__pd_kv_failed_in_response(pd_req_t *x, pdr_kv_cause_t cause, const char
     pdr__pd_cancel_legs(x);
     x->at.p_done = x->at.d_done = 1;
     if (x->rl.is_sse) {
+        if (x->mig_armed) /* relayed in whole events: an unended one goes nowhere */
+            x->rl.pending.len =
+                pdr_resume_events_end(x->rl.pending.p ? x->rl.pending.p : "", x->rl.pending.len);
         char ev[ERR_EVENT_MAX];
         int k =
             snprintf(ev, sizeof(ev), "data: {\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"code\":%d}}\n\n",

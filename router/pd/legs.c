@@ -137,6 +137,9 @@ void pdr__pd_decode_done(pdr_leg_t *leg, int err)
             x->broken = 0;
             x->error_cause = NULL;
         } else if (x->rl.is_sse) {
+            if (x->mig_armed) /* relayed in whole events: the unended one the decode left goes nowhere */
+                x->rl.pending.len =
+                    pdr_resume_events_end(x->rl.pending.p ? x->rl.pending.p : "", x->rl.pending.len);
             char ev[ERR_EVENT_MAX];
             int k = snprintf(
                 ev, sizeof(ev),

@@ -464,6 +464,11 @@ static int rewrite_obj(pdr_resume_t *s, json_t *j)
             if (s->id[0] != '\0')
                 json_object_set_new(meta, "id", json_string(s->id));
             move_tokens(meta, s->base_tokens);
+            /* sglang's length reason names the limit, which the new request lowered */
+            json_t *fr = json_object_get(meta, "finish_reason"), *fl = json_object_get(fr, "length");
+            if (json_is_integer(fl))
+                json_object_set_new(fr, "length",
+                                    json_integer(json_integer_value(fl) + (json_int_t)s->base_tokens));
             if (cumulative) {
                 json_t *all = json_array();
                 for (size_t i = 0; i < s->base_ids && i < s->n_ids; i++)

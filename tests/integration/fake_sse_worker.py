@@ -3,7 +3,7 @@
 what no engine should.
 
 Usage: fake_sse_worker.py --role prefill|decode --port N [--chunk BYTES] [--interval-ms MS] [--logprobs N]
-                          [--events N] [--bootstrap-port N]
+                          [--events N] [--cut-mid-event N] [--bootstrap-port N]
 
   GET /health        200 "ok"
   GET /fake/stats    200 JSON {"streams": decode streams begun, "closed": streams whose connection the
@@ -16,6 +16,8 @@ Usage: fake_sse_worker.py --role prefill|decode --port N [--chunk BYTES] [--inte
                      decode, --events N: a stream request gets N small token events (each with one
                      output logprob, event i the token i) and "data: [DONE]" in one write, then the
                      end of the body; another request gets one JSON answer with N output logprobs.
+                     decode, --cut-mid-event N: a stream request gets N whole /generate events (cumulative
+                     text " w0 w1 ...", 50 ms apart), then the first half of the next one, then a reset.
 
 Every connection serves requests until the client closes it.
 """
@@ -23,6 +25,7 @@ import argparse
 import json
 import select
 import socket
+import struct
 import threading
 import time
 
@@ -96,6 +99,24 @@ def token_events(conn, n):
         stats["sent"] += len(body)
 
 
+def cut_mid_event(conn, n):
+    """n whole events 50 ms apart, then half an event and a hard reset (SO_LINGER 0)."""
+    with lock:
+        stats["streams"] += 1
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+    text = ""
+    for i in range(n + 1):
+        text += " w%d" % i
+        ev = b"data: %s\n\n" % json.dumps({"text": text, "output_ids": list(range(i + 1)), "meta_info": {
+            "id": "d", "prompt_tokens": 3, "completion_tokens": i + 1, "finish_reason": None}}).encode()
+        if i == n:
+            ev = ev[:len(ev) // 2]
+        conn.sendall(b"%x\r\n%s\r\n" % (len(ev), ev))
+        time.sleep(0.05)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+
+
 def serve(conn, args):
     f = conn.makefile("rb")
     try:
@@ -115,6 +136,9 @@ def serve(conn, args):
                 out = {"text": "", "meta_info": {"id": "p", "prompt_tokens": args.logprobs, "completion_tokens": 0,
                                                  "input_token_logprobs": lp}}
                 answer(conn, 200, b"application/json", json.dumps(out).encode())
+            elif args.cut_mid_event > 0:
+                cut_mid_event(conn, args.cut_mid_event)
+                return
             elif args.events > 0 and json.loads(body or b"{}").get("stream"):
                 token_events(conn, args.events)
             elif args.events > 0:
@@ -143,6 +167,7 @@ def main():
     ap.add_argument("--interval-ms", type=float, default=0)
     ap.add_argument("--logprobs", type=int, default=2)
     ap.add_argument("--events", type=int, default=0)
+    ap.add_argument("--cut-mid-event", type=int, default=0)
     ap.add_argument("--bootstrap-port", type=int, help="unused: the router's prefill entries name one")
     args = ap.parse_args()
     srv = socket.socket()

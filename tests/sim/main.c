@@ -83,6 +83,7 @@ static void usage(FILE *f)
         "  --hang-before-headers     accept generate requests and never answer\n"
         "  --drip-ms N               gap between streamed tokens (overrides --decode-us-per-token)\n"
         "  --reset-after-tokens N    abort the connection hard after N output tokens\n"
+        "  --stall-after-tokens N    a stream stops after N output tokens and stays open (a frozen engine)\n"
         "  --stall-kv                the prefill never offers its KV (fails after --kv-timeout-ms)\n"
         "  --stream-head-before-kv   decode: start a stream (headers, one SSE comment) before pulling the "
         "KV\n"
@@ -273,6 +274,7 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         INT_FLAG("--kv-events-drop-every", kv_events_drop_every, 0, INT32_MAX)
         INT_FLAG("--drip-ms", faults.drip_ms, 0, 3600000)
         INT_FLAG("--reset-after-tokens", faults.reset_after_tokens, 0, PDSIM_MAX_TOKENS)
+        INT_FLAG("--stall-after-tokens", faults.stall_after_tokens, 0, PDSIM_MAX_TOKENS)
         INT_FLAG("--die-after", faults.die_after, 0, INT32_MAX)
         INT_FLAG("--fail-status", faults.fail_status, 400, 599)
 #undef INT_FLAG

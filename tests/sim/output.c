@@ -346,6 +346,8 @@ static void pump_once(sim_req_t *ctx)
             break;
         if (ctx->reset_after > 0 && j >= (uint64_t)ctx->reset_after)
             break;
+        if (ctx->stall_after > 0 && j >= (uint64_t)ctx->stall_after)
+            break;
         sim_item_t *it = &ctx->items[ctx->next_ev % ctx->n_items];
         json_t *ev = NULL;
         if (pdsim_gen_extend(&it->gen, ctx->max_tokens == 0 ? 0 : (size_t)(j + 1)) == 0)
@@ -384,6 +386,8 @@ static void pump_once(sim_req_t *ctx)
         hard_reset(ctx);
         return;
     }
+    if (ctx->stall_after > 0 && j >= (uint64_t)ctx->stall_after)
+        return; /* frozen: open and silent until the client goes */
     uint64_t due = ctx->t0_us + (j + 1) * ctx->gap_us;
     uint64_t wait_ms = due > now ? (due - now + 999) / 1000 : 0;
     uv_timer_start(&ctx->timer, on_timer_pump, wait_ms, 0);
@@ -478,6 +482,7 @@ void sim__begin_output(sim_req_t *ctx)
     ctx->gap_us =
         f->drip_ms > 0 ? (uint64_t)f->drip_ms * 1000 : (uint64_t)sim__state.opts.decode_us_per_token;
     ctx->reset_after = f->reset_after_tokens;
+    ctx->stall_after = f->stall_after_tokens;
     ctx->t0_us = uv_hrtime() / 1000;
     if (ctx->stream) {
         if (!ctx->started)

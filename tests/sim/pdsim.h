@@ -33,6 +33,7 @@ typedef struct pdsim_faults {
     int hang_before_headers;
     int64_t drip_ms;
     int64_t reset_after_tokens;
+    int64_t stall_after_tokens; /* a stream stops after N output tokens and stays open, silent */
     int stall_kv;
     int stream_head_before_kv;  /* decode: a stream (headers, an SSE comment) starts before the KV pull */
     int64_t stall_kv_from_port; /* decode: KV offered on this bootstrap port is never pulled (0: off) */

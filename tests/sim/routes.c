@@ -166,15 +166,16 @@ static void send_vllm_metrics(h2o_req_t *req)
 static json_t *faults_obj(void)
 {
     const pdsim_faults_t *f = &sim__state.faults;
-    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:b,s:I,s:i,s:b,s:I,s:b,s:I,s:i,s:b,s:b}", "fail_health",
+    return json_pack("{s:b,s:i,s:i,s:b,s:I,s:I,s:I,s:b,s:I,s:i,s:b,s:I,s:b,s:I,s:i,s:b,s:b}", "fail_health",
                      f->fail_health, "health_status", f->health_status, "fail_status", f->fail_status,
                      "hang_before_headers", f->hang_before_headers, "drip_ms", (json_int_t)f->drip_ms,
-                     "reset_after_tokens", (json_int_t)f->reset_after_tokens, "stall_kv", f->stall_kv,
-                     "die_after", (json_int_t)f->die_after, "fail_after_kv", f->fail_after_kv,
-                     "stream_head_before_kv", f->stream_head_before_kv, "stall_kv_from_port",
-                     (json_int_t)f->stall_kv_from_port, "reset_answer", f->reset_answer, "fail_kv_from_port",
-                     (json_int_t)f->fail_kv_from_port, "load_status", f->load_status, "load_garbage",
-                     f->load_garbage, "hang_abort", f->hang_abort);
+                     "reset_after_tokens", (json_int_t)f->reset_after_tokens, "stall_after_tokens",
+                     (json_int_t)f->stall_after_tokens, "stall_kv", f->stall_kv, "die_after",
+                     (json_int_t)f->die_after, "fail_after_kv", f->fail_after_kv, "stream_head_before_kv",
+                     f->stream_head_before_kv, "stall_kv_from_port", (json_int_t)f->stall_kv_from_port,
+                     "reset_answer", f->reset_answer, "fail_kv_from_port", (json_int_t)f->fail_kv_from_port,
+                     "load_status", f->load_status, "load_garbage", f->load_garbage, "hang_abort",
+                     f->hang_abort);
 }
 
 void sim__set_die_after(int64_t n)
@@ -229,6 +230,7 @@ static void handle_fault(h2o_req_t *req)
     KNOB("hang_before_headers", hang_before_headers, 0, 1)
     KNOB("drip_ms", drip_ms, 0, 3600000)
     KNOB("reset_after_tokens", reset_after_tokens, 0, PDSIM_MAX_TOKENS)
+    KNOB("stall_after_tokens", stall_after_tokens, 0, PDSIM_MAX_TOKENS)
     KNOB("stall_kv", stall_kv, 0, 1)
     KNOB("stream_head_before_kv", stream_head_before_kv, 0, 1)
     KNOB("stall_kv_from_port", stall_kv_from_port, 0, 65535)

@@ -103,6 +103,7 @@ typedef struct sim_req {
     uint64_t next_ev;
     uint64_t t0_us, gap_us;
     int64_t reset_after;
+    int64_t stall_after;
     uv_timer_t timer;
     uv_timer_t peek;
     uv_work_t work;

@@ -143,6 +143,16 @@ static void test_generate(void)
     CHECK(json_integer_value(json_object_get(meta, "prompt_tokens")) == 3 &&
           json_integer_value(json_object_get(meta, "completion_tokens")) == 3);
     json_decref(e);
+    /* sglang's length reason names the request's limit: the client's, not the new request's. */
+    e = rewrite(
+        &s,
+        "data: {\"text\":\" z w w\",\"output_ids\":[9,1,1],\"meta_info\":{\"id\":\"r2\",\"prompt_tokens\":5,"
+        "\"completion_tokens\":3,\"finish_reason\":{\"type\":\"length\",\"length\":3}}}\n\n",
+        &n);
+    meta = json_object_get(e, "meta_info");
+    CHECK(e != NULL &&
+          json_integer_value(json_object_get(json_object_get(meta, "finish_reason"), "length")) == 5);
+    json_decref(e);
     pdr_resume_free(&s);
     /* A text prompt, no limit: sglang's default 128. */
     pdr_resume_init(&s, PDR_ROUTE_GENERATE, 1 << 20);
