@@ -11,8 +11,9 @@ static void kv_compute(sim_req_t *ctx, int fill)
     for (size_t i = 0; i < ctx->n_items; i++) {
         sim_item_t *it = &ctx->items[i];
         if (fill)
-            pdsim_kv_fill(it->toks.ids, it->toks.n, (size_t)sim__state.opts.kv_bytes_per_token, it->kv);
-        it->digest = pdsim_kv_digest(it->kv, it->kv_len);
+            pdsim_kv_fill(it->toks.ids, it->toks.n, (size_t)sim__state.opts.kv_bytes_per_token,
+                          sim__state.layout, it->kv);
+        it->digest = pdsim_kv_digest(it->kv, it->kv_len) ^ sim__state.layout;
     }
 }
 

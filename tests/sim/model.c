@@ -2,9 +2,10 @@
  * The deterministic model of pdsim. Pure functions, any thread.
  *
  * Invariant: the output text is a function of the KV bytes only (through pdsim_kv_digest), and the KV
- * bytes are a function of the prompt token ids and the bytes per token. So a decode that received its
- * KV intact produces exactly what --role both produces, and a lost, partial or misrouted transfer
- * changes the text.
+ * bytes are a function of the prompt token ids, the bytes per token and the KV layout (the identity
+ * /get_server_info reports). So a decode that received its KV intact from a prefill of its own layout
+ * produces exactly what --role both produces, and a lost, partial or misrouted transfer, or KV from a
+ * prefill of another layout (another model, revision, dtype, page size...), changes the text.
  */
 #include <string.h>
 #include <stdlib.h>
@@ -115,9 +116,9 @@ void pdsim_toks_free(pdsim_toks_t *t)
     t->n = t->cap = 0;
 }
 
-void pdsim_kv_fill(const int64_t *ids, size_t n, size_t bpt, uint8_t *out)
+void pdsim_kv_fill(const int64_t *ids, size_t n, size_t bpt, uint64_t layout, uint8_t *out)
 {
-    uint64_t h = 0x6a09e667f3bcc908ULL; /* sqrt(2) bits, as in SHA-512's IV */
+    uint64_t h = 0x6a09e667f3bcc908ULL ^ layout; /* sqrt(2) bits, as in SHA-512's IV */
     for (size_t i = 0; i < n; i++) {
         h = pdsim_mix64(h ^ (uint64_t)ids[i]);
         uint64_t st = h;
@@ -132,6 +133,35 @@ void pdsim_kv_fill(const int64_t *ids, size_t n, size_t bpt, uint8_t *out)
             memcpy(p + k, &v, bpt - k);
         }
     }
+}
+
+static void salt_str(uint64_t *h, const char *s)
+{
+    *h = pdsim_mix64(*h ^ pdsim_fnv1a(s, strlen(s) + 1));
+}
+
+static uint64_t layout_hash(const char *model_path, const char *revision, const char *dtype,
+                            const char *kv_dtype, const char *backend, int64_t page_size, int64_t tp_size)
+{
+    uint64_t h = 0;
+    salt_str(&h, model_path);
+    salt_str(&h, revision);
+    salt_str(&h, dtype);
+    salt_str(&h, kv_dtype);
+    salt_str(&h, backend);
+    h = pdsim_mix64(h ^ (uint64_t)page_size);
+    return pdsim_mix64(h ^ ((uint64_t)tp_size << 32));
+}
+
+uint64_t pdsim_layout_salt(const pdsim_opts_t *o)
+{
+    /* The defaults' own hash is subtracted out, so that a worker of the default identity keeps the KV
+     * bytes and the text it always had. */
+    uint64_t own = layout_hash(o->model_path ? o->model_path : o->model, o->revision ? o->revision : "",
+                               o->dtype ? o->dtype : "auto", o->kv_cache_dtype ? o->kv_cache_dtype : "auto",
+                               o->transfer_backend ? o->transfer_backend : "mooncake",
+                               o->page_size > 0 ? o->page_size : 1, o->tp_size > 0 ? o->tp_size : 1);
+    return own ^ layout_hash("pdsim", "", "auto", "auto", "mooncake", 1, 1);
 }
 
 static inline uint64_t rotl64(uint64_t x, int r)

@@ -123,8 +123,14 @@ void pdsim_set_tokenizer(const struct pdr_tokenizer *tok);
 /* Gives an empty prompt its one token. Returns 0 or PDR_ENOMEM. */
 int pdsim_toks_finish(pdsim_toks_t *t);
 void pdsim_toks_free(pdsim_toks_t *t);
-/* Fills n * bpt bytes: token i's bytes come from splitmix64 seeded by a running hash of ids[0..i]. */
-void pdsim_kv_fill(const int64_t *ids, size_t n, size_t bpt, uint8_t *out);
+/* Fills n * bpt bytes: token i's bytes come from splitmix64 seeded by a running hash of ids[0..i] that
+ * starts from `layout` (pdsim_layout_salt()). */
+void pdsim_kv_fill(const int64_t *ids, size_t n, size_t bpt, uint64_t layout, uint8_t *out);
+/* The KV layout of the identity the options report (model path, revision, dtype, KV cache dtype,
+ * transfer backend, page size, tp size): 0 for the defaults. A prefill fills its KV from it and a decode
+ * reads its digest through it, so a pair of two layouts answers another text (as a real decode given
+ * another layout's KV answers garbage). */
+uint64_t pdsim_layout_salt(const pdsim_opts_t *o);
 /* A 64-bit hash of a whole KV buffer. */
 uint64_t pdsim_kv_digest(const uint8_t *buf, size_t len);
 /* Output token j of an item whose KV digest is `digest`: its word and its token id. */
