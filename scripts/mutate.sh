@@ -123,6 +123,7 @@ engine_abort_ignores_switch @@ router/pd/abort.c @@ !x->conf->pd.abort || @@ 0 |
 engine_abort_wrong_rid @@ router/pd/abort.c @@ send_abort(x, w, role, x->rooms[i]); @@ send_abort(x, w, role, x->rooms[i] + 1); @@ pdrouter pdsim @@ ^router_abort_(client_leaves|decode_fails)$
 engine_abort_no_deadline @@ router/pd/abort.c @@ long ms = x->conf->pd.abort_timeout_ms; @@ long ms = 0; @@ pdrouter pdsim @@ ^router_abort_hung_endpoint$
 pdsim_abort_ignored @@ tests/sim/routes.c @@ sim__abort(ctx); @@ (void)0; @@ pdrouter pdsim @@ ^router_abort_pdsim_stream$
+pdsim_layout_ignored @@ tests/sim/kv_flow.c @@ it->digest = pdsim_kv_digest(it->kv, it->kv_len) ^ sim__state.layout; @@ it->digest = pdsim_kv_digest(it->kv, it->kv_len); @@ pdrouter pdsim @@ ^router_compat_pairs_bench_rolling_upgrade$
 affinity_off @@ router/workers/pool_pick.c @@ if (filter != NULL && filter->affinity != PDR_AFFINITY_OFF) { @@ if (0 && filter != NULL && filter->affinity != PDR_AFFINITY_OFF) { @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_.*)$
 affinity_never_overloaded @@ router/workers/affinity.c @@ return n > 0 && (double)(inflight + 1) * (double)n > ratio * (double)(sum + n); @@ return 0 && (double)(inflight + 1) * (double)n > ratio * (double)(sum + n); @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_soft_overload)$
 affinity_hard_as_soft @@ router/workers/pool_pick.c @@ if (f->affinity == PDR_AFFINITY_SOFT && @@ if (f->affinity != PDR_AFFINITY_OFF && @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_hard_overload)$
