@@ -15,3 +15,10 @@ pdr_scenario_tests(router_admission_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/tes
 
 # Priority classes, tenant fairness, shedding and deadlines of the queue (admission.*), end to end.
 pdr_scenario_tests(router_admission_fairq_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_fairq.py LABEL integration TIMEOUT 120)
+
+# bench/priority_flood.py in its smallest form (2 s per row, a flood of 16, about 10 s): its pdbench runs
+# and the access log agree, every request answered 200, and each client completed requests in the window.
+add_test(NAME router_admission_bench_priority_flood
+         COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/priority_flood.py --seconds 2 --flood 16)
+set_tests_properties(router_admission_bench_priority_flood PROPERTIES TIMEOUT 120 LABELS integration
+                     ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")

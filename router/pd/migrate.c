@@ -77,7 +77,8 @@ int pdr__pd_migrate(pd_req_t *x, const char *why, int blame)
     pdr_info("request %s: the decode %s broke the stream (%s) after %" PRIu64
              " tokens; migration %d goes on on a new pair",
              x->request_id, x->at.dw ? x->at.dw->target : "-", why, x->mig.tokens, x->migrations + 1);
-    if (x->at.dw != NULL && blame) { /* a KV failure is the link's: the breaker has it, the decode is not avoided */
+    if (x->at.dw != NULL &&
+        blame) { /* a KV failure is the link's: the breaker has it, the decode is not avoided */
         pdr_pool_report_failure(&x->r->pool, x->at.dw, why);
         if (x->n_tried[PDR_ROLE_DECODE] < PDR_MAX_TRIED)
             x->tried[PDR_ROLE_DECODE][x->n_tried[PDR_ROLE_DECODE]++] = x->at.dw->uid;

@@ -12,8 +12,9 @@ static void kv_compute(sim_req_t *ctx, int fill)
     for (size_t i = 0; i < ctx->n_items; i++) {
         sim_item_t *it = &ctx->items[i];
         if (fill)
-            pdsim_kv_fill(it->toks.ids, it->toks.n, bpt, it->kv);
-        pdsim_gen_init(&it->gen, pdsim_kv_digest(it->kv, it->toks.n, bpt), it->toks.ids, it->toks.n, bpt);
+            pdsim_kv_fill(it->toks.ids, it->toks.n, bpt, sim__state.layout, it->kv);
+        pdsim_gen_init(&it->gen, pdsim_kv_digest(it->kv, it->toks.n, bpt) ^ sim__state.layout, it->toks.ids,
+                       it->toks.n, bpt, sim__state.layout);
     }
 }
 

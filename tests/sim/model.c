@@ -2,9 +2,10 @@
  * The deterministic model of pdsim. Pure functions, any thread.
  *
  * Invariant: the output text is a function of the KV bytes (through pdsim_kv_digest) and of the
- * context's token ids, and the KV bytes are a function of the prompt token ids and the bytes per token.
- * So a decode that received its KV intact produces exactly what --role both produces, and a lost,
- * partial or misrouted transfer changes the text.
+ * context's token ids, and the KV bytes are a function of the prompt token ids, the bytes per token and the
+ * KV layout (the identity /get_server_info reports). So a decode that received its KV intact from a prefill
+ * of its own layout produces exactly what --role both produces, and a lost, partial or misrouted transfer,
+ * or KV from a prefill of another layout (another model, revision, dtype, page size...), changes the text.
  *
  * The model is autoregressive, as a greedy engine is: the digest folds the KV one token at a time,
  * D = mix(D ^ H(token i's KV bytes)), and output token j is drawn from the state S_j (S_0 = D); its KV
@@ -120,7 +121,8 @@ void pdsim_toks_free(pdsim_toks_t *t)
     t->n = t->cap = 0;
 }
 
-/* The running id hash's seed (sqrt(2) bits, as in SHA-512's IV) and its step: h_i = mix64(h_{i-1} ^ id_i). */
+/* The running id hash's seed (sqrt(2) bits, as in SHA-512's IV, salted by the KV layout) and its step:
+ * h_i = mix64(h_{i-1} ^ id_i). */
 #define ID_HASH_SEED 0x6a09e667f3bcc908ULL
 
 static uint64_t id_hash_step(uint64_t h, int64_t id)
@@ -128,9 +130,9 @@ static uint64_t id_hash_step(uint64_t h, int64_t id)
     return pdsim_mix64(h ^ (uint64_t)id);
 }
 
-void pdsim_kv_fill(const int64_t *ids, size_t n, size_t bpt, uint8_t *out)
+void pdsim_kv_fill(const int64_t *ids, size_t n, size_t bpt, uint64_t layout, uint8_t *out)
 {
-    uint64_t h = ID_HASH_SEED;
+    uint64_t h = ID_HASH_SEED ^ layout;
     for (size_t i = 0; i < n; i++) {
         h = id_hash_step(h, ids[i]);
         uint64_t st = h;
@@ -145,6 +147,35 @@ void pdsim_kv_fill(const int64_t *ids, size_t n, size_t bpt, uint8_t *out)
             memcpy(p + k, &v, bpt - k);
         }
     }
+}
+
+static void salt_str(uint64_t *h, const char *s)
+{
+    *h = pdsim_mix64(*h ^ pdsim_fnv1a(s, strlen(s) + 1));
+}
+
+static uint64_t layout_hash(const char *model_path, const char *revision, const char *dtype,
+                            const char *kv_dtype, const char *backend, int64_t page_size, int64_t tp_size)
+{
+    uint64_t h = 0;
+    salt_str(&h, model_path);
+    salt_str(&h, revision);
+    salt_str(&h, dtype);
+    salt_str(&h, kv_dtype);
+    salt_str(&h, backend);
+    h = pdsim_mix64(h ^ (uint64_t)page_size);
+    return pdsim_mix64(h ^ ((uint64_t)tp_size << 32));
+}
+
+uint64_t pdsim_layout_salt(const pdsim_opts_t *o)
+{
+    /* The defaults' own hash is subtracted out, so that a worker of the default identity keeps the KV
+     * bytes and the text it always had. */
+    uint64_t own = layout_hash(o->model_path ? o->model_path : o->model, o->revision ? o->revision : "",
+                               o->dtype ? o->dtype : "auto", o->kv_cache_dtype ? o->kv_cache_dtype : "auto",
+                               o->transfer_backend ? o->transfer_backend : "mooncake",
+                               o->page_size > 0 ? o->page_size : 1, o->tp_size > 0 ? o->tp_size : 1);
+    return own ^ layout_hash("pdsim", "", "auto", "auto", "mooncake", 1, 1);
 }
 
 static inline uint64_t rotl64(uint64_t x, int r)
@@ -228,9 +259,10 @@ int64_t pdsim_word_id(const char *w)
     return (int64_t)(pdsim_fnv1a(w, strlen(w)) % PDSIM_VOCAB);
 }
 
-void pdsim_gen_init(pdsim_gen_t *g, uint64_t digest, const int64_t *ids, size_t n, size_t bpt)
+void pdsim_gen_init(pdsim_gen_t *g, uint64_t digest, const int64_t *ids, size_t n, size_t bpt,
+                    uint64_t layout)
 {
-    uint64_t h = ID_HASH_SEED;
+    uint64_t h = ID_HASH_SEED ^ layout;
     for (size_t i = 0; i < n; i++)
         h = id_hash_step(h, ids[i]);
     memset(g, 0, sizeof(*g));

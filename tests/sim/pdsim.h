@@ -124,8 +124,14 @@ void pdsim_set_tokenizer(const struct pdr_tokenizer *tok);
 /* Gives an empty prompt its one token. Returns 0 or PDR_ENOMEM. */
 int pdsim_toks_finish(pdsim_toks_t *t);
 void pdsim_toks_free(pdsim_toks_t *t);
-/* Fills n * bpt bytes: token i's bytes come from splitmix64 seeded by a running hash of ids[0..i]. */
-void pdsim_kv_fill(const int64_t *ids, size_t n, size_t bpt, uint8_t *out);
+/* Fills n * bpt bytes: token i's bytes come from splitmix64 seeded by a running hash of ids[0..i] that
+ * starts from `layout` (pdsim_layout_salt()). */
+void pdsim_kv_fill(const int64_t *ids, size_t n, size_t bpt, uint64_t layout, uint8_t *out);
+/* The KV layout of the identity the options report (model path, revision, dtype, KV cache dtype,
+ * transfer backend, page size, tp size): 0 for the defaults. A prefill fills its KV from it and a decode
+ * reads its digest through it, so a pair of two layouts answers another text (as a real decode given
+ * another layout's KV answers garbage). */
+uint64_t pdsim_layout_salt(const pdsim_opts_t *o);
 /* A 64-bit hash of a KV buffer of n tokens of bpt bytes, folded one token at a time (linear in bytes). */
 uint64_t pdsim_kv_digest(const uint8_t *buf, size_t n, size_t bpt);
 /* The token id of an output word: what the whitespace tokenizer gives it. */
@@ -140,8 +146,9 @@ typedef struct pdsim_gen {
     uint8_t *words; /* vocabulary index of output token j, j < n */
     size_t n, cap;
 } pdsim_gen_t;
-/* Starts from the KV digest of a context of n tokens (ids). */
-void pdsim_gen_init(pdsim_gen_t *g, uint64_t digest, const int64_t *ids, size_t n, size_t bpt);
+/* Starts from the KV digest of a context of n tokens (ids), read through the decode's KV layout. */
+void pdsim_gen_init(pdsim_gen_t *g, uint64_t digest, const int64_t *ids, size_t n, size_t bpt,
+                    uint64_t layout);
 /* Generates up to n tokens in all (each costs one token's KV bytes). 0, PDR_ENOMEM, or PDR_EINVAL past
  * PDSIM_MAX_TOKENS. */
 int pdsim_gen_extend(pdsim_gen_t *g, size_t n);

@@ -337,6 +337,7 @@ int pdsim_server_start(uv_loop_t *loop, const pdsim_opts_t *opts)
 {
     sim__state.loop = loop;
     sim__state.opts = *opts;
+    sim__state.layout = pdsim_layout_salt(opts);
     sim__state.faults = opts->faults;
     sim__set_die_after(opts->faults.die_after);
     sim__state.conns = sim__state.reqs = (pdr_dqueue_t){NULL, NULL};

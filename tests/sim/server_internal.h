@@ -130,6 +130,7 @@ typedef struct sim_conn {
 struct sim_state {
     uv_loop_t *loop;
     pdsim_opts_t opts;
+    uint64_t layout; /* pdsim_layout_salt(&opts) */
     pdsim_faults_t faults;
     uint64_t die_at;
     h2o_globalconf_t config;

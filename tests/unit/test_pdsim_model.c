@@ -17,8 +17,8 @@ static void gen_of(pdsim_gen_t *g, const int64_t *ids, size_t n, size_t bpt)
 {
     uint8_t *kv = malloc(n * bpt);
     CHECK(kv != NULL);
-    pdsim_kv_fill(ids, n, bpt, kv);
-    pdsim_gen_init(g, pdsim_kv_digest(kv, n, bpt), ids, n, bpt);
+    pdsim_kv_fill(ids, n, bpt, 0, kv);
+    pdsim_gen_init(g, pdsim_kv_digest(kv, n, bpt), ids, n, bpt, 0);
     free(kv);
 }
 
@@ -58,11 +58,11 @@ static void test_kv_changes_text(void)
     size_t bpt = 64, len = PROMPT * bpt;
     uint8_t *kv = malloc(len);
     CHECK(kv != NULL);
-    pdsim_kv_fill(ids, PROMPT, bpt, kv);
+    pdsim_kv_fill(ids, PROMPT, bpt, 0, kv);
     pdsim_gen_t a, c;
-    pdsim_gen_init(&a, pdsim_kv_digest(kv, PROMPT, bpt), ids, PROMPT, bpt);
+    pdsim_gen_init(&a, pdsim_kv_digest(kv, PROMPT, bpt), ids, PROMPT, bpt, 0);
     kv[len / 2] ^= 1;
-    pdsim_gen_init(&c, pdsim_kv_digest(kv, PROMPT, bpt), ids, PROMPT, bpt);
+    pdsim_gen_init(&c, pdsim_kv_digest(kv, PROMPT, bpt), ids, PROMPT, bpt, 0);
     CHECK(pdsim_gen_extend(&a, OUT) == 0 && pdsim_gen_extend(&c, OUT) == 0);
     CHECK(memcmp(a.words, c.words, OUT) != 0);
     CHECK(pdsim_gen_extend(&a, PDSIM_MAX_TOKENS + 1) == PDR_EINVAL);
