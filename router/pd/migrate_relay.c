@@ -34,6 +34,13 @@ int pdr__pd_migration_take(pd_req_t *x, int *final)
     }
     size_t used = 0;
     int rc = 0;
+    if (!x->mig.resumed && end == in->len) {
+        /* Whole events only, as a stream mostly comes: the buffers are swapped, as without migration. */
+        x->rl.sending = *in;
+        *in = out;
+        pdr_resume_note(&x->mig, x->rl.sending.p, x->rl.sending.len);
+        return 0;
+    }
     if (!x->mig.resumed) {
         rc = pdr_buf_append(&out, in->p, end, take_cap(x));
         used = end;

@@ -43,11 +43,15 @@ size_t pdr_resume_events_end(const char *p, size_t n)
 /* The end of the first whole event in p[0..n), 0 when none ends. */
 static size_t first_event_end(const char *p, size_t n)
 {
-    for (size_t i = 1; i < n; i++) {
-        if (p[i] != '\n')
-            continue;
+    size_t i = 1;
+    while (i < n) {
+        const char *nl = memchr(p + i, '\n', n - i);
+        if (nl == NULL)
+            return 0;
+        i = (size_t)(nl - p);
         if (p[i - 1] == '\n' || (i >= 2 && p[i - 1] == '\r' && p[i - 2] == '\n'))
             return i + 1;
+        i++;
     }
     return 0;
 }
@@ -114,11 +118,22 @@ static int note_generate(pdr_resume_t *s, json_t *j)
     if (!json_is_object(meta) || !json_is_string(text) || !json_is_integer(ct) || json_integer_value(ct) < 0)
         return -1;
     keep_id(s, json_object_get(meta, "id"));
-    if (set_text(s, json_string_value(text), json_string_length(text)) != 0)
-        return -1;
     uint64_t c = (uint64_t)json_integer_value(ct);
+    /* The new ones only (incremental streaming): text and ids are added to what the client has. */
+    int delta = json_is_array(ids) && json_array_size(ids) != c;
+    if (delta && s->decided && s->cumulative)
+        return -1; /* the log kept only the last event: the earlier ones are gone */
+    s->cumulative = !delta;
+    if (c > 1 || delta) /* a first token's event reads the same both ways */
+        s->decided = 1;
+    if (delta) {
+        if (pdr_buf_append(&s->text, json_string_value(text), json_string_length(text), s->max_text) != 0)
+            return -1;
+    } else if (set_text(s, json_string_value(text), json_string_length(text)) != 0) {
+        return -1;
+    }
     if (json_is_array(ids)) {
-        if (json_array_size(ids) == c)
+        if (!delta)
             s->n_ids = 0; /* the ids so far */
         else if (!s->have_ids && s->tokens > 0)
             return -1; /* new ids only, but the earlier ones were never seen */
@@ -207,10 +222,56 @@ int pdr_resume_fold(pdr_resume_t *s)
     return s->bad ? -1 : 0;
 }
 
+/* A cumulative /generate stream: each data event holds everything so far, so the log keeps the last one of
+ * what went (an end the client had is noted at once). */
+static void note_last(pdr_resume_t *s, const char *p, size_t n)
+{
+    const char *last = NULL;
+    size_t last_len = 0, off = 0;
+    while (off < n) {
+        size_t e = first_event_end(p + off, n - off), dl;
+        if (e == 0)
+            e = n - off;
+        const char *d = event_data(p + off, e, &dl);
+        if (d != NULL && is_done(d, dl))
+            s->done = 1;
+        else if (d != NULL && dl > 0 && d[0] == '{') {
+            last = p + off;
+            last_len = e;
+        }
+        off += e;
+    }
+    if (last == NULL)
+        return;
+    s->log.len = 0;
+    if (pdr_buf_append(&s->log, last, last_len, last_len) != 0)
+        s->bad = 1;
+}
+
 void pdr_resume_note(pdr_resume_t *s, const char *p, size_t n)
 {
     if (s->bad || n == 0)
         return;
+    if (s->route == PDR_ROUTE_GENERATE && s->decided && s->cumulative) {
+        note_last(s, p, n);
+        return;
+    }
+    if (s->route == PDR_ROUTE_GENERATE && !s->decided) {
+        /* The first events say how the stream goes: read one by one until they do (two tokens), then the rest
+         * as the stream goes. */
+        size_t off = 0;
+        while (!s->decided && !s->bad && off < n) {
+            size_t e = first_event_end(p + off, n - off);
+            if (e == 0)
+                e = n - off;
+            if (note_event(s, p + off, e) != 0)
+                s->bad = 1;
+            off += e;
+        }
+        if (off < n)
+            pdr_resume_note(s, p + off, n - off);
+        return;
+    }
     if (pdr_buf_append(&s->log, p, n, PDR_RESUME_LOG_FOLD + n) != 0) {
         s->bad = 1;
         return;

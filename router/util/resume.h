@@ -5,9 +5,10 @@
  * pdr_resume_t per stream.
  *
  * What a client has, by route:
- *   /generate (sglang): each event's "text" is the whole text so far (sglang's default streaming), its
- *     "output_ids" the ids so far (or the new ones only, when their count is not meta_info.completion_tokens:
- *     sglang's incremental streaming), meta_info.completion_tokens the tokens so far;
+ *   /generate (sglang): each event's "text" is the whole text so far and its "output_ids" the ids so far
+ *     (sglang's default streaming), or both only the new ones when the ids' count is not
+ *     meta_info.completion_tokens (sglang's incremental streaming); meta_info.completion_tokens the tokens so
+ *     far;
  *   /v1/completions, /v1/chat/completions: the text deltas of choice 0 (choices[0].text, delta.content) put
  *     together; tokens from usage.completion_tokens when an event carries it (continuous usage), else one
  *     per event that carries text (an engine streaming one token per event, as sglang and vLLM do by
@@ -51,13 +52,17 @@ typedef struct pdr_resume {
     unsigned finished : 1; /* an event carried a finish_reason */
     unsigned done : 1;     /* "data: [DONE]" went */
     unsigned bad : 1;      /* an event could not be read, or the text outgrew max_text: no migration */
+    /* /generate: the first events were read (decided), and each held everything so far (cumulative, sglang's
+     * default): only the last data event of each send is kept, not every event. */
+    unsigned decided : 1, cumulative : 1;
 } pdr_resume_t;
 
 void pdr_resume_init(pdr_resume_t *s, pdr_route_t route, size_t max_text);
 void pdr_resume_free(pdr_resume_t *s);
 
 /* Whole events (each ending with an empty line) relayed to the client: kept, and read back once the log
- * holds PDR_RESUME_LOG_FOLD. A stream that cannot be read back is marked bad (no migration), never fails. */
+ * holds PDR_RESUME_LOG_FOLD (a cumulative /generate stream keeps only its last data event). A stream that
+ * cannot be read back is marked bad (no migration), never fails. */
 void pdr_resume_note(pdr_resume_t *s, const char *p, size_t n);
 /* Reads the log back into the state. 0, or -1 when the stream is bad. */
 int pdr_resume_fold(pdr_resume_t *s);

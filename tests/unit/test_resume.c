@@ -163,6 +163,32 @@ static void test_generate(void)
           127);
     json_decref(b);
     pdr_resume_free(&s);
+    /* Incremental streaming (sglang's --incremental-streaming-output): text and ids are the new ones only. */
+    pdr_resume_init(&s, PDR_ROUTE_GENERATE, 1 << 20);
+    note(&s, "data: {\"text\":\" "
+             "x\",\"output_ids\":[7],\"meta_info\":{\"id\":\"r\",\"completion_tokens\":1}}\n\n");
+    note(&s, "data: {\"text\":\" "
+             "y\",\"output_ids\":[8],\"meta_info\":{\"id\":\"r\",\"completion_tokens\":2}}\n\n");
+    b = body_of(&s, "{\"input_ids\":[1],\"stream\":true}", &left);
+    CHECK(b != NULL && json_array_size(json_object_get(b, "input_ids")) == 3 && s.text.len == 4 &&
+          memcmp(s.text.p, " x y", 4) == 0);
+    json_decref(b);
+    pdr_resume_free(&s);
+    /* Cumulative: after the first events only the last data event of each send is kept, and it says it all.
+     */
+    pdr_resume_init(&s, PDR_ROUTE_GENERATE, 1 << 20);
+    note(&s, "data: {\"text\":\" "
+             "x\",\"output_ids\":[7],\"meta_info\":{\"id\":\"r\",\"completion_tokens\":1}}\n\n");
+    note(&s,
+         "data: {\"text\":\" x y\",\"output_ids\":[7,8],\"meta_info\":{\"id\":\"r\",\"completion_tokens\":2}}"
+         "\n\ndata: {\"text\":\" x y "
+         "z\",\"output_ids\":[7,8,9],\"meta_info\":{\"id\":\"r\",\"completion_tokens\":3}}"
+         "\n\n: keep-alive\n\n");
+    CHECK(s.cumulative && s.log.len < 100);
+    b = body_of(&s, "{\"input_ids\":[1],\"stream\":true}", &left);
+    CHECK(b != NULL && json_array_size(json_object_get(b, "input_ids")) == 4 && s.tokens == 3);
+    json_decref(b);
+    pdr_resume_free(&s);
     /* input_ids, but the stream never said its ids: cannot go on. */
     pdr_resume_init(&s, PDR_ROUTE_GENERATE, 1 << 20);
     note(&s, "data: {\"text\":\" x\",\"meta_info\":{\"id\":\"r\",\"completion_tokens\":1}}\n\n");
