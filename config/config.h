@@ -340,6 +340,8 @@ typedef struct pdr_config {
         int shed_queue_depth;  /* default 0: off; else the last class gets 429 at this queue depth */
         char *timeout_header;  /* default NULL: none; else a header of ms that shortens the queue timeout */
         int refuse_late;       /* default 0: off; else a request whose wait cannot end in time gets 503 */
+        int priority_field; /* default 1: a body's integer "priority" picks the class (lower: more important)
+                             */
     } admission;
     /* Load read from the engines (router/fleet/load_poll.c): GET /get_load (sglang) or /metrics (vLLM). */
     struct {

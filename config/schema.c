@@ -311,6 +311,8 @@ const pdr_conf_key_t pdr_conf_keys[] = {
      .doc = "the request header of milliseconds that shortens its queue timeout"},
     {BOOL("admission.refuse_late", admission.refuse_late, 0),
      .doc = "refuse at once a request whose estimated wait passes its deadline"},
+    {BOOL("admission.priority_field", admission.priority_field, 1),
+     .doc = "a body's integer priority (vLLM's, sglang's) picks the class when no header names one"},
     /* load: read from the engines. */
     {INT("load.poll_ms", load.poll_ms, 0, 0, PDR_MAX_MS),
      .doc = "how often each worker's load is read from its engine; 0: never"},

@@ -192,6 +192,7 @@ static const struct field admission_fields[] = {
     KEY(admission, shed_queue_depth),
     KEY(admission, timeout_header),
     KEY(admission, refuse_late),
+    KEY(admission, priority_field),
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field load_fields[] = {

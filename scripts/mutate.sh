@@ -144,6 +144,7 @@ migration_budget_ignored @@ router/pd/migrate.c @@ if (x->migrations >= x->conf-
 migration_switch_ignored @@ router/pd/request.c @@ x->mig_possible = c->migration.enabled && pr.stream; @@ x->mig_possible = pr.stream; @@ pdrouter pdsim @@ ^router_migration_disabled$
 migration_n_movable @@ router/util/resume.c @@ if (member_is(o, "n", above_one)) @@ if (0) @@ pdrouter pdsim test_resume @@ ^router_(migration_refused|unit_resume)$
 migration_second_head @@ router/pd/advance.c @@ pdr__pd_resume_response(x); @@ pdr__pd_start_client_response(x); @@ pdrouter pdsim @@ ^router_migration_(completions|chat)$
+admission_body_priority_ignored @@ router/pd/queue.c @@ if (!named && cl != NULL && c->admission.priority_field && body_priority(&x->pr, &prio)) { @@ if (0) { @@ pdrouter pdsim @@ ^router_admission_fairq_body_priority$
 EOF
 )
 

@@ -48,16 +48,36 @@ static const char *header_value(pd_req_t *x, const char *name, size_t *len)
  * value is hashed at once and never kept nor logged; none: the tenant of requests without the header), and
  * its queue deadline, admission.timeout_header's milliseconds when that is sooner than
  * limits.queue_timeout_ms. */
+/* The body's top-level integer "priority", when it has one. */
+static int body_priority(const pdr_pdreq_t *pr, int64_t *out)
+{
+    for (size_t i = 0; i < pr->n; i++) {
+        const pdr_jmember_t *m = &pr->m[i];
+        if (pdr_jmember_key_is(m, "priority") && m->v.type == PDR_JT_INT)
+            return pdr_parse_int64(m->v.p, m->v.len, INT32_MIN, INT32_MAX, out) == 0;
+    }
+    return 0;
+}
+
 void pdr__pd_admit_tag(pd_req_t *x, const pdr_config_t *c, pdr_admit_tag_t *tag)
 {
     const char *v;
     size_t len = 0;
     const char *cl = c->admission.classes, *def = c->admission.default_class;
     tag->cls = def != NULL ? pdr_config_class_index(cl, def, strlen(def)) : 0;
+    int named = 0;
     if (cl != NULL && (v = header_value(x, c->admission.class_header, &len)) != NULL) {
         int k = pdr_config_class_index(cl, v, len);
-        if (k >= 0)
+        if (k >= 0) {
             tag->cls = k;
+            named = 1;
+        }
+    }
+    int64_t prio;
+    if (!named && cl != NULL && c->admission.priority_field && body_priority(&x->pr, &prio)) {
+        /* vLLM's and sglang's field: the lower, the more important; the classes in that order. */
+        int n = pdr_config_class_count(cl);
+        tag->cls = prio <= 0 ? 0 : prio >= n ? n - 1 : (int)prio;
     }
     if (tag->cls < 0)
         tag->cls = 0;

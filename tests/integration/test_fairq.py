@@ -96,6 +96,44 @@ def scenario_priority():
     check(adm == 2, "pdr_admission_class_total{critical,admitted} %r" % adm, r)
 
 
+def scenario_body_priority():
+    """No class header: the body's "priority" (vLLM's and sglang's field, lower is more important) picks the
+    class; a header that names a class wins over it; admission.priority_field false ignores it."""
+    p, d = sim("prefill"), sim("decode", "--decode-us-per-token", SLOW_US)
+    r = router([p], [d], config="threads: 1\nlimits: { max_inflight: 1, queue: 20 }\n" + CLASSES % "")
+    res = {}
+    ts = [hold_slot(r, d, res, 10)]
+    for i in range(3):
+        b = body("s%d" % i, 1)
+        b["priority"] = 7  # past the last class: the last class
+        ts.append(queue_one(r, res, "s%d" % i, b, None, i + 1))
+    named = body("h", 1)
+    named["priority"] = 0
+    ts.append(queue_one(r, res, "h", named, {"x-gateway-inference-objective": "sheddable"}, 4))
+    b = body("c", 1)
+    b["priority"] = 0
+    ts.append(queue_one(r, res, "c", b, None, 5))
+    m = metrics(r)
+    check(metric_value(m, "pdr_queue_class_depth", **{"class": "sheddable"}) == 4 and
+          metric_value(m, "pdr_queue_class_depth", **{"class": "critical"}) == 1, "class depths", r)
+    for t in ts:
+        t.join(60)
+    check(all(v[0] == 200 for v in res.values()), "statuses %r" % {k: v[0] for k, v in res.items()}, r)
+    order = decode_order(d)
+    check(order[-6:] == ["hold", "c", "s0", "s1", "s2", "h"], "decode order %r" % order, r, d)
+    # Off: the field is ignored (the default class).
+    r2 = router([p], [d], config="threads: 1\nlimits: { max_inflight: 1, queue: 20 }\n" +
+                CLASSES % ", priority_field: false")
+    res2 = {}
+    t = hold_slot(r2, d, res2, 10)
+    b = body("c2", 1)
+    b["priority"] = 0
+    t2 = queue_one(r2, res2, "c2", b, None, 1)
+    check(metric_value(metrics(r2), "pdr_queue_class_depth", **{"class": "standard"}) == 1, "ignored", r2)
+    t.join(60)
+    t2.join(60)
+
+
 def scenario_fair_shares():
     """Tenant a queues ten times as many requests as tenant b, all before b's: while both are backlogged
     they are admitted in turns (3 and 3 of the first 6), where arrival order would admit a's ten first."""
