@@ -145,6 +145,7 @@ migration_switch_ignored @@ router/pd/request.c @@ x->mig_possible = c->migratio
 migration_n_movable @@ router/util/resume.c @@ if (member_is(o, "n", above_one)) @@ if (0) @@ pdrouter pdsim test_resume @@ ^router_(migration_refused|unit_resume)$
 migration_second_head @@ router/pd/advance.c @@ pdr__pd_resume_response(x); @@ pdr__pd_start_client_response(x); @@ pdrouter pdsim @@ ^router_migration_(completions|chat)$
 admission_body_priority_ignored @@ router/pd/queue.c @@ if (!named && cl != NULL && c->admission.priority_field && body_priority(&x->pr, &prio)) { @@ if (0) { @@ pdrouter pdsim @@ ^router_admission_fairq_body_priority$
+disagg_prefill_cache_decides @@ router/pd/pick.c @@ pdr_disagg_measure(text, tlen, solo.matched_known ? solo.matched : 0, &in); @@ pdr_disagg_measure(text, tlen, info.matched_known ? info.matched : 0, &in); @@ pdrouter pdsim @@ ^router_disagg_vllm_cached_on_prefill_only$
 EOF
 )
 

@@ -340,6 +340,9 @@ pdr_worker_t *pdr_pool_pick_filtered(pdr_pool_t *p, const char *pool, pdr_role_t
 /* As pdr_pool_pick_text; info (NULL: record, report nothing) as above. */
 pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
                                  size_t n_avoid, const char *text, size_t len, pdr_pick_info_t *info);
+/* 1 when the policy of the role in the pool knows what its workers hold (a prefix tree or the KV event
+ * index): its picks report a matched prefix. 0 otherwise (and for an unknown pool). */
+int pdr_pool_role_knows_cache(pdr_pool_t *p, const char *pool, pdr_role_t role);
 /* Records text under w in its pool's cache_aware tree for its role (nothing when that role has none). */
 void pdr_pool_record_pick(pdr_pool_t *p, const pdr_worker_t *w, const char *text, size_t len);
 /* 1 when every serving worker of the role in the pool has at least `inflight` requests in flight; 0 when

@@ -422,3 +422,15 @@ static pdr_worker_t *pick_in(pdr_pool_t *p, const char *pool, pdr_role_t role, c
     pthread_rwlock_unlock(&p->rw);
     return w;
 }
+
+int pdr_pool_role_knows_cache(pdr_pool_t *p, const char *pool, pdr_role_t role)
+{
+    pthread_rwlock_rdlock(&p->rw);
+    int gi = pdr__pool_group_of(p, pool), knows = 0;
+    if (gi >= 0) {
+        const pdr_policy_ops_t *ops = pdr_policy_get(p->groups[gi].policy[role]);
+        knows = ops != NULL && (ops->flags & (PDR_POLICY_F_TREE | PDR_POLICY_F_KV_INDEX)) != 0;
+    }
+    pthread_rwlock_unlock(&p->rw);
+    return knows;
+}
