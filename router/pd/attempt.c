@@ -65,8 +65,11 @@ void pdr__pd_start_attempt(pd_req_t *x)
         uint64_t avoid[PDR_MAX_AVOID];
         size_t n = pdr_admit_avoid(x->conf, &r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
                                    x->n_tried[PDR_ROLE_PREFILL], avoid, PDR_MAX_AVOID);
-        x->at.pw = pdr_pool_pick_filtered(&r->pool, x->pool, PDR_ROLE_PREFILL, avoid, n, text, tlen, &tok,
-                                          pdr__pd_pick_filter(x, NULL, &pf));
+        pdr_pick_info_t info = {.record = 1, .tok = &tok, .filter = pdr__pd_pick_filter(x, NULL, &pf)};
+        x->at.pw = pdr_pool_pick_info(&r->pool, x->pool, PDR_ROLE_PREFILL, avoid, n, text, tlen, &info);
+        x->at.match_known = info.matched_known;
+        x->at.match_index = info.from_index;
+        x->at.matched = info.matched;
     }
     /* The decode; or, for a solo sglang attempt, the regular worker that runs it all (in dw: it is the
      * worker that answers, blamed and avoided as a decode would be). Workers at

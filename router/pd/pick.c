@@ -65,6 +65,10 @@ void pdr__pd_decide_disaggregation(pd_req_t *x, const char *text, size_t tlen, c
                                                   c->disaggregation.prefill_saturated_inflight);
     x->disagg = (int)pdr_disagg_decide(c, &in);
     x->t->m.disagg_decisions[x->disagg]++;
+    const pdr_pick_info_t *used = x->disagg == PDR_DISAGG_DISAGGREGATED ? &info : &solo;
+    x->at.match_known = used->matched_known;
+    x->at.match_index = used->from_index;
+    x->at.matched = used->matched;
     if (x->disagg == PDR_DISAGG_DISAGGREGATED) {
         if (info.matched_known)
             pdr_pool_record_pick(&r->pool, x->at.pw, text, tlen);

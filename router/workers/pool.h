@@ -332,6 +332,7 @@ typedef struct pdr_pick_info {
     int tokens;     /* out: a policy that counts in tokens (engine KV events) sets it, with
                        prompt_tokens = the prompt's length in the same tokens */
     size_t prompt_tokens;
+    int from_index; /* out: the match came from the KV event index (precise_prefix), not the prefix tree */
 } pdr_pick_info_t;
 /* As pdr_pool_pick_prompt, among the workers filter lets through only (identity.h; NULL: all). */
 pdr_worker_t *pdr_pool_pick_filtered(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,

@@ -181,6 +181,7 @@ static pdr_worker_t *pick_by(pdr_pool_t *p, pdr_pool_group_t *g, const pdr_polic
         info->matched_known = 1;
         info->matched = out.matched;
         if (out.from_index) { /* the index counts in tokens: the prompt's length in the same unit */
+            info->from_index = 1;
             info->tokens = 1;
             info->prompt_tokens = info->tok->n;
         }
@@ -340,6 +341,7 @@ static pdr_worker_t *pick_in(pdr_pool_t *p, const char *pool, pdr_role_t role, c
         info->matched = 0;
         info->tokens = 0;
         info->prompt_tokens = 0;
+        info->from_index = 0;
     }
     pthread_rwlock_rdlock(&p->rw);
     const pdr_worker_list_t *l = p->list[role];

@@ -150,6 +150,10 @@ def scenario_vllm_cached_prefix():
         decisions(r, short_prompt=2, disaggregated=2)
         lines = log_lines(alog, 4)
         check([l["disagg"] for l in lines] == ["disaggregated", "short_prompt"] * 2, "log %r" % lines)
+        # The access log's prefix: the prefill's miss, then what the decode held of the longer prompt.
+        check(lines[0]["prefix"] == {"source": "tree", "matched": 0, "unit": "bytes"} and
+              lines[1]["prefix"]["source"] == "tree" and lines[1]["prefix"]["matched"] > 100,
+              "prefix %r" % [l["prefix"] for l in lines])
     finally:
         os.unlink(alog)
 
