@@ -146,6 +146,9 @@ migration_n_movable @@ router/util/resume.c @@ if (member_is(o, "n", above_one))
 migration_second_head @@ router/pd/advance.c @@ pdr__pd_resume_response(x); @@ pdr__pd_start_client_response(x); @@ pdrouter pdsim @@ ^router_migration_(completions|chat)$
 admission_body_priority_ignored @@ router/pd/queue.c @@ if (!named && cl != NULL && c->admission.priority_field && body_priority(&x->pr, &prio)) { @@ if (0) { @@ pdrouter pdsim @@ ^router_admission_fairq_body_priority$
 disagg_prefill_cache_decides @@ router/pd/pick.c @@ pdr_disagg_measure(text, tlen, solo.matched_known ? solo.matched : 0, &in); @@ pdr_disagg_measure(text, tlen, info.matched_known ? info.matched : 0, &in); @@ pdrouter pdsim @@ ^router_disagg_vllm_cached_on_prefill_only$
+tokenizer_no_byte_fallback @@ tokenizer/tokenizer_spm.c @@ if (t->byte_fallback) { @@ if (0) { @@ pdtok test_tokenizer @@ ^tokenizer_(ref_spm_meta|ref_spm_gemma|unit)$
+tokenizer_metaspace_first_as_always @@ tokenizer/tokenizer_spm.c @@ (t->meta_prepend == PDR__META_FIRST && first)) && @@ (t->meta_prepend == PDR__META_FIRST)) && @@ pdtok test_tokenizer @@ ^tokenizer_(ref_spm_meta|unit)$
+tokenizer_prepend_ignored @@ tokenizer/tokenizer_spm.c @@ } else if (s->kind == PDR__NORM_PREPEND) { @@ } else if (0) { @@ pdtok test_tokenizer @@ ^tokenizer_(ref_spm_legacy|unit)$
 EOF
 )
 

@@ -3,7 +3,7 @@
 # wrote for a held-out corpus (tests/fixtures/tokenizer/, see make_fixtures.py there).
 add_executable(pdtok tok/pdtok.c)
 target_link_libraries(pdtok PRIVATE pdr_tokenizer PkgConfig::JANSSON)
-foreach(variant llama3 qwen2 gpt2)
+foreach(variant llama3 qwen2 gpt2 spm_meta spm_legacy spm_gemma)
   add_test(NAME tokenizer_ref_${variant}
            COMMAND sh -c "gzip -dc '${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/${variant}.reference.jsonl.gz' | '$<TARGET_FILE:pdtok>' --check '${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizer/${variant}.tokenizer.json'")
   set_tests_properties(tokenizer_ref_${variant} PROPERTIES TIMEOUT 300 LABELS unit)
