@@ -34,3 +34,13 @@ target_include_directories(fuzz_pretok PRIVATE ${PROJECT_SOURCE_DIR}/tokenizer)
 target_compile_definitions(fuzz_pretok PRIVATE PDR_FUZZ_TOKENIZER_DIR="${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/tokenizer")
 target_link_libraries(fuzz_pretok PRIVATE pdr_tokenizer)
 pdr_fuzz_corpus_test(tokenizer_pretok_fuzz_corpus fuzz_pretok pretok 120)
+
+# The Jinja engine of chat templates (pdr_jinja), byte for byte against python3-jinja2 in transformers'
+# environment over tests/fixtures/jinja/ (skipped, 77, when jinja2 is missing); its unit tests (limits,
+# errors, undefined values, each filter and test); its fuzz target (template and context bytes).
+add_executable(pdjinja tok/pdjinja.c)
+target_link_libraries(pdjinja PRIVATE pdr_jinja)
+add_test(NAME jinja_vs_jinja2
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tok/jinja_diff.py $<TARGET_FILE:pdjinja>
+                 ${PROJECT_SOURCE_DIR}/tests/fixtures/jinja)
+set_tests_properties(jinja_vs_jinja2 PROPERTIES TIMEOUT 120 LABELS unit SKIP_RETURN_CODE 77)
