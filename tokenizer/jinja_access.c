@@ -84,6 +84,20 @@ jj_val_t pdr__jj_getattr(jj_render_t *r, jj_val_t obj, const jj_str_t *name)
     return pdr__jj_undef(name);
 }
 
+jj_val_t pdr__jj_getattr_only(jj_render_t *r, jj_val_t obj, const jj_str_t *name)
+{
+    if (obj.type == JV_UNDEF)
+        undef_access(r, obj);
+    int found;
+    jj_val_t v = attr_only(r, obj, name, &found);
+    if (!found && obj.type == JV_DICT && (obj.flags & JF_NS)) {
+        jj_val_t *x = pdr__jj_dict_gets(obj.u.d, name->p, name->len);
+        if (x != NULL)
+            return *x;
+    }
+    return v;
+}
+
 jj_val_t pdr__jj_getitem(jj_render_t *r, jj_val_t obj, jj_val_t key)
 {
     if (obj.type == JV_UNDEF)

@@ -515,7 +515,7 @@ static jj_val_t f_wordcount(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 
 static jj_val_t f_attr(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
-    return pdr__jj_getattr(r, v, want_str(r, pdr__jj_arg(a, 0, "name"), "attr's name"));
+    return pdr__jj_getattr_only(r, v, want_str(r, pdr__jj_arg(a, 0, "name"), "attr's name"));
 }
 
 static jj_val_t f_center(jj_render_t *r, jj_val_t v, const jj_args_t *a)

@@ -239,6 +239,8 @@ int pdr__jj_fmt_float(double f, char *buf, size_t n);
 
 /* Attribute and item access (jinja_access.c). */
 jj_val_t pdr__jj_getattr(jj_render_t *r, jj_val_t obj, const jj_str_t *name);
+/* An attribute without the item fallback (the attr filter): a dict's key is no attribute. */
+jj_val_t pdr__jj_getattr_only(jj_render_t *r, jj_val_t obj, const jj_str_t *name);
 jj_val_t pdr__jj_getitem(jj_render_t *r, jj_val_t obj, jj_val_t key);
 jj_val_t pdr__jj_slice(jj_render_t *r, jj_val_t obj, jj_val_t *lo, jj_val_t *hi, jj_val_t *step);
 

@@ -426,7 +426,7 @@ static jj_expr_t *parse_compare(jj_parser_t *p)
 {
     static const char *const ops[] = {"==", "!=", "<", "<=", ">", ">="};
     static const char codes[] = {'e', 'n', '<', 'l', '>', 'g'};
-    jj_expr_t *e = parse_math1(p);
+    jj_expr_t *e = parse_math1(p), *last = NULL;
     for (;;) {
         int op = 0;
         for (size_t k = 0; k < sizeof(ops) / sizeof(ops[0]); k++)
@@ -443,10 +443,14 @@ static jj_expr_t *parse_compare(jj_parser_t *p)
         } else {
             return e;
         }
-        /* A chain a < b < c is (a < b) and (b < c) in jinja2; chat templates do not chain, so refuse it. */
-        if (e->kind == X_CMP)
-            pdr__jj_perr(p, PDR_EINVAL, e->pos, "chained comparisons are not supported");
-        e = binary(p, X_CMP, op, e, parse_math1(p));
+        /* A chain a < b < c is (a < b) and (b < c), as in Python (b is evaluated twice: it has no effects).
+         */
+        jj_expr_t *right = parse_math1(p);
+        if (last == NULL)
+            e = binary(p, X_CMP, op, e, right);
+        else
+            e = binary(p, X_AND, 0, e, binary(p, X_CMP, op, last, right));
+        last = right;
     }
 }
 
