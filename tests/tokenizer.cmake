@@ -44,3 +44,7 @@ add_test(NAME jinja_vs_jinja2
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tok/jinja_diff.py $<TARGET_FILE:pdjinja>
                  ${PROJECT_SOURCE_DIR}/tests/fixtures/jinja)
 set_tests_properties(jinja_vs_jinja2 PROPERTIES TIMEOUT 120 LABELS unit SKIP_RETURN_CODE 77)
+add_executable(test_jinja unit/test_jinja.c)
+target_link_libraries(test_jinja PRIVATE pdr_jinja Threads::Threads)
+add_test(NAME jinja_unit COMMAND test_jinja)
+set_tests_properties(jinja_unit PROPERTIES TIMEOUT 60 LABELS unit)

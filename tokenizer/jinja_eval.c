@@ -511,6 +511,7 @@ static int exec_for(jj_render_t *r, const jj_stmt_t *s)
     loop->v[L_DEPTH0] = pdr__jj_int(0);
     int status = RUN_NEXT;
     for (int64_t i = 0; i < n; i++) {
+        r->pos = s->pos;
         pdr__jj_count_iter(r, 1);
         loop->v[L_INDEX] = pdr__jj_int(i + 1);
         loop->v[L_INDEX0] = pdr__jj_int(i);

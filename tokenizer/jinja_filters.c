@@ -1,14 +1,11 @@
 /*
  * The filters of the Jinja engine, with jinja2's semantics (and transformers' tojson: json.dumps with
- * ensure_ascii=False, indent, sort_keys), and the global functions: raise_exception(), strftime_now(),
- * namespace(), range() (at most 100000 items, as jinja2's sandbox) and dict(). The tests are in
- * jinja_tests.c.
+ * ensure_ascii=False, indent, sort_keys). The tests and the global functions are in jinja_tests.c.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "err.h"
 #include "jinja_internal.h"
@@ -632,79 +629,4 @@ jj_val_t pdr__jj_filter(jj_render_t *r, const jj_str_t *name, jj_val_t v, const 
     if (fn == NULL)
         pdr__jj_fail(r, PDR_EINVAL, "no filter named '%s'", name->p);
     return fn(r, v, a);
-}
-
-static jj_val_t fn_strftime(jj_render_t *r, const jj_args_t *a)
-{
-    const jj_str_t *fmt = want_str(r, pdr__jj_arg(a, 0, NULL), "strftime_now's format");
-    if (fmt->len > 256 || memchr(fmt->p, '\0', fmt->len))
-        pdr__jj_fail(r, PDR_EINVAL, "strftime_now: format longer than 256 bytes or with a NUL");
-    time_t t = (time_t)r->now;
-    struct tm tm;
-    if (localtime_r(&t, &tm) == NULL)
-        pdr__jj_fail(r, PDR_EINVAL, "strftime_now: time out of range");
-    char buf[4096];
-    /* The format is the template's, as Python's strftime takes it: glibc's strftime reads it safely. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-nonliteral"
-    size_t n = fmt->len ? strftime(buf, sizeof(buf), fmt->p, &tm) : 0;
-#pragma GCC diagnostic pop
-    if (n == 0 && fmt->len)
-        pdr__jj_fail(r, PDR_EINVAL, "strftime_now: the formatted time is empty or too long");
-    return pdr__jj_cstr(r, buf, n);
-}
-
-jj_val_t pdr__jj_call_func(jj_render_t *r, int fn, const jj_args_t *a)
-{
-    switch (fn) {
-    case JJ_FN_RAISE: {
-        const jj_val_t *m = pdr__jj_arg(a, 0, NULL);
-        jj_val_t s = m ? pdr__jj_tostr(r, *m) : pdr__jj_cstr(r, "", 0);
-        pdr__jj_fail(r, PDR_EINVAL, "raise_exception: %s", s.u.s->p);
-    }
-    case JJ_FN_STRFTIME:
-        return fn_strftime(r, a);
-    case JJ_FN_NAMESPACE:
-    case JJ_FN_DICT: {
-        jj_dict_t *d = pdr__jj_dict_new(r, a->nkw + 1);
-        for (uint32_t i = 0; i < a->npos; i++) {
-            if (a->pos[i].type != JV_DICT)
-                pdr__jj_fail(r, PDR_EINVAL, "%s: positional arguments must be mappings",
-                             fn == JJ_FN_DICT ? "dict" : "namespace");
-            jj_dict_t *src = a->pos[i].u.d;
-            for (size_t k = 0; k < src->n; k++)
-                pdr__jj_dict_set(r, d, src->k[k], src->v[k]);
-        }
-        for (uint32_t i = 0; i < a->nkw; i++)
-            pdr__jj_dict_set(r, d, pdr__jj_strv(a->kwn[i]), a->kwv[i]);
-        jj_val_t v = pdr__jj_dictv(d);
-        v.flags = fn == JJ_FN_NAMESPACE ? JF_NS : 0;
-        return v;
-    }
-    case JJ_FN_RANGE: {
-        int64_t lo = 0, hi, step = 1;
-        if (a->npos == 1) {
-            hi = want_int(r, &a->pos[0], 0, "range's argument");
-        } else if (a->npos == 2 || a->npos == 3) {
-            lo = want_int(r, &a->pos[0], 0, "range's start");
-            hi = want_int(r, &a->pos[1], 0, "range's stop");
-            step = a->npos == 3 ? want_int(r, &a->pos[2], 1, "range's step") : 1;
-        } else {
-            pdr__jj_fail(r, PDR_EINVAL, "range expected 1 to 3 arguments");
-        }
-        if (step == 0)
-            pdr__jj_fail(r, PDR_EINVAL, "range() arg 3 must not be zero");
-        double count = step > 0 ? ceil(((double)hi - (double)lo) / (double)step)
-                                : ceil(((double)lo - (double)hi) / -(double)step);
-        if (count < 0)
-            count = 0;
-        if (count > 100000)
-            pdr__jj_fail(r, PDR_ETOOBIG, "range too big, the limit is 100000 items");
-        jj_list_t *l = pdr__jj_list_new(r, (size_t)count);
-        for (size_t i = 0; i < l->n; i++)
-            l->v[i] = pdr__jj_int(lo + (int64_t)i * step);
-        return pdr__jj_listv(l, 0);
-    }
-    }
-    pdr__jj_fail(r, PDR_EINVAL, "unknown function");
 }

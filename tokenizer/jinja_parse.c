@@ -11,95 +11,7 @@
 #include "jinja_internal.h"
 #include "jinja_parse.h"
 
-static jj_expr_t *parse_expr(jj_parser_t *p, int with_cond);
 static jj_expr_t *parse_unary(jj_parser_t *p, int with_filter);
-static jj_stmt_t *parse_body(jj_parser_t *p, const char *const *ends);
-
-static jj_tok_t *cur(jj_parser_t *p)
-{
-    return &p->toks[p->cur];
-}
-
-static int is_op(jj_parser_t *p, const char *op)
-{
-    jj_tok_t *tk = cur(p);
-    return tk->type == JT_OP && strcmp(tk->op, op) == 0;
-}
-
-static int is_name(jj_parser_t *p, const char *name)
-{
-    jj_tok_t *tk = cur(p);
-    return tk->type == JT_NAME && strcmp(tk->s->p, name) == 0;
-}
-
-static int skip_op(jj_parser_t *p, const char *op)
-{
-    if (!is_op(p, op))
-        return 0;
-    p->cur++;
-    return 1;
-}
-
-static int skip_name(jj_parser_t *p, const char *name)
-{
-    if (!is_name(p, name))
-        return 0;
-    p->cur++;
-    return 1;
-}
-
-static const char *tok_desc(jj_tok_t *tk)
-{
-    switch (tk->type) {
-    case JT_NAME:
-        return tk->s->p;
-    case JT_OP:
-        return tk->op;
-    case JT_STR:
-        return "string";
-    case JT_INT:
-    case JT_FLOAT:
-        return "number";
-    case JT_BEND:
-        return "end of statement block";
-    case JT_VEND:
-        return "end of print statement";
-    case JT_EOF:
-        return "end of template";
-    default:
-        return "template data";
-    }
-}
-
-static void expect_op(jj_parser_t *p, const char *op)
-{
-    if (!skip_op(p, op))
-        pdr__jj_perr(p, PDR_EINVAL, cur(p)->pos, "expected '%s', got '%s'", op, tok_desc(cur(p)));
-}
-
-static const jj_str_t *expect_name(jj_parser_t *p)
-{
-    jj_tok_t *tk = cur(p);
-    if (tk->type != JT_NAME)
-        pdr__jj_perr(p, PDR_EINVAL, tk->pos, "expected a name, got '%s'", tok_desc(tk));
-    p->cur++;
-    return tk->s;
-}
-
-static void expect_bend(jj_parser_t *p)
-{
-    if (cur(p)->type != JT_BEND)
-        pdr__jj_perr(p, PDR_EINVAL, cur(p)->pos, "expected end of statement block, got '%s'",
-                     tok_desc(cur(p)));
-    p->cur++;
-}
-
-static void enter(jj_parser_t *p)
-{
-    if (++p->depth > p->t->limits.max_depth)
-        pdr__jj_perr(p, PDR_ETOOBIG, cur(p)->pos, "nesting deeper than the limit of %u",
-                     p->t->limits.max_depth);
-}
 
 static jj_expr_t *node(jj_parser_t *p, int kind, uint32_t pos)
 {
@@ -119,25 +31,6 @@ static jj_expr_t *binary(jj_parser_t *p, int kind, int op, jj_expr_t *a, jj_expr
     return e;
 }
 
-/* A growable array of pointers in the template's arena. */
-typedef struct {
-    void **v;
-    uint32_t n, cap;
-} vec_t;
-
-static void vec_push(jj_parser_t *p, vec_t *v, void *x)
-{
-    if (v->n == v->cap) {
-        uint32_t cap = v->cap ? v->cap * 2 : 4;
-        void **nv = pdr__jj_palloc(p, cap * sizeof(*nv));
-        if (v->n)
-            memcpy(nv, v->v, v->n * sizeof(*nv));
-        v->v = nv;
-        v->cap = cap;
-    }
-    v->v[v->n++] = x;
-}
-
 /* Arguments of a call, filter or test, after its "(". */
 static void parse_call_args(jj_parser_t *p, jj_expr_t *e)
 {
@@ -153,11 +46,11 @@ static void parse_call_args(jj_parser_t *p, jj_expr_t *e)
             strcmp(p->toks[p->cur + 1].op, "=") == 0) {
             vec_push(p, &kwn, (void *)cur(p)->s);
             p->cur += 2;
-            vec_push(p, &kwv, parse_expr(p, 1));
+            vec_push(p, &kwv, pdr__jj_parse_expr(p, 1));
         } else {
             if (kwn.n)
                 pdr__jj_perr(p, PDR_EINVAL, cur(p)->pos, "positional argument after a keyword argument");
-            vec_push(p, &pos, parse_expr(p, 1));
+            vec_push(p, &pos, pdr__jj_parse_expr(p, 1));
         }
     }
     expect_op(p, ")");
@@ -167,8 +60,6 @@ static void parse_call_args(jj_parser_t *p, jj_expr_t *e)
     e->kwv = (jj_expr_t **)kwv.v;
     e->nkw = kwn.n;
 }
-
-static jj_expr_t *parse_tuple(jj_parser_t *p, int with_cond, int in_ends, int explicit_parens);
 
 static jj_expr_t *parse_primary(jj_parser_t *p)
 {
@@ -219,7 +110,7 @@ static jj_expr_t *parse_primary(jj_parser_t *p)
     case JT_OP:
         if (is_op(p, "(")) {
             p->cur++;
-            e = parse_tuple(p, 1, 0, 1);
+            e = pdr__jj_parse_tuple(p, 1, 0, 1);
             expect_op(p, ")");
             return e;
         }
@@ -234,10 +125,10 @@ static jj_expr_t *parse_primary(jj_parser_t *p)
                     expect_op(p, ",");
                 if (is_op(p, close))
                     break;
-                vec_push(p, &items, parse_expr(p, 1));
+                vec_push(p, &items, pdr__jj_parse_expr(p, 1));
                 if (dict) {
                     expect_op(p, ":");
-                    vec_push(p, &items, parse_expr(p, 1));
+                    vec_push(p, &items, pdr__jj_parse_expr(p, 1));
                 }
             }
             expect_op(p, close);
@@ -257,15 +148,15 @@ static jj_expr_t *parse_subscript(jj_parser_t *p, jj_expr_t *obj, uint32_t pos)
 {
     jj_expr_t *lo = NULL, *hi = NULL, *step = NULL;
     if (!is_op(p, ":")) {
-        lo = parse_expr(p, 1);
+        lo = pdr__jj_parse_expr(p, 1);
         if (!is_op(p, ":"))
             return binary(p, X_ITEM, 0, obj, lo);
     }
     expect_op(p, ":");
     if (!is_op(p, "]") && !is_op(p, ":"))
-        hi = parse_expr(p, 1);
+        hi = pdr__jj_parse_expr(p, 1);
     if (skip_op(p, ":") && !is_op(p, "]"))
-        step = parse_expr(p, 1);
+        step = pdr__jj_parse_expr(p, 1);
     jj_expr_t *e = node(p, X_SLICE, pos);
     e->a = obj;
     e->args = pdr__jj_palloc(p, 3 * sizeof(*e->args));
@@ -299,7 +190,6 @@ static jj_expr_t *parse_postfix(jj_parser_t *p, jj_expr_t *e)
             expect_op(p, "]");
         } else if (skip_op(p, "(")) {
             e = binary(p, X_CALL, 0, e, NULL);
-            e->pos = tk->pos;
             parse_call_args(p, e);
         } else {
             return e;
@@ -307,7 +197,7 @@ static jj_expr_t *parse_postfix(jj_parser_t *p, jj_expr_t *e)
     }
 }
 
-static jj_expr_t *parse_filter(jj_parser_t *p, jj_expr_t *e, uint32_t pos)
+jj_expr_t *pdr__jj_parse_filter(jj_parser_t *p, jj_expr_t *e, uint32_t pos)
 {
     jj_tok_t *tk = cur(p);
     const jj_str_t *name = expect_name(p);
@@ -326,7 +216,7 @@ static jj_expr_t *parse_filter_expr(jj_parser_t *p, jj_expr_t *e)
     for (;;) {
         jj_tok_t *tk = cur(p);
         if (skip_op(p, "|")) {
-            e = parse_filter(p, e, tk->pos);
+            e = pdr__jj_parse_filter(p, e, tk->pos);
         } else if (skip_name(p, "is")) {
             int negated = skip_name(p, "not");
             jj_tok_t *nt = cur(p);
@@ -356,7 +246,6 @@ static jj_expr_t *parse_filter_expr(jj_parser_t *p, jj_expr_t *e)
             }
         } else if (skip_op(p, "(")) {
             e = binary(p, X_CALL, 0, e, NULL);
-            e->pos = tk->pos;
             parse_call_args(p, e);
         } else {
             return e;
@@ -483,7 +372,7 @@ static jj_expr_t *parse_or(jj_parser_t *p)
     return e;
 }
 
-static jj_expr_t *parse_expr(jj_parser_t *p, int with_cond)
+jj_expr_t *pdr__jj_parse_expr(jj_parser_t *p, int with_cond)
 {
     enter(p);
     jj_expr_t *e = parse_or(p);
@@ -494,7 +383,7 @@ static jj_expr_t *parse_expr(jj_parser_t *p, int with_cond)
         c->b = e;
         c->a = parse_or(p);
         if (skip_name(p, "else"))
-            c->c = parse_expr(p, 1);
+            c->c = pdr__jj_parse_expr(p, 1);
         e = c;
     }
     p->depth--;
@@ -502,7 +391,7 @@ static jj_expr_t *parse_expr(jj_parser_t *p, int with_cond)
 }
 
 /* Expressions separated by commas: one alone is itself, several (or one with a trailing comma) a tuple. */
-static jj_expr_t *parse_tuple(jj_parser_t *p, int with_cond, int in_ends, int explicit_parens)
+jj_expr_t *pdr__jj_parse_tuple(jj_parser_t *p, int with_cond, int in_ends, int explicit_parens)
 {
     uint32_t pos = cur(p)->pos;
     vec_t items = {0};
@@ -513,7 +402,7 @@ static jj_expr_t *parse_tuple(jj_parser_t *p, int with_cond, int in_ends, int ex
             break;
         if (items.n && !comma)
             break;
-        vec_push(p, &items, parse_expr(p, with_cond));
+        vec_push(p, &items, pdr__jj_parse_expr(p, with_cond));
         comma = skip_op(p, ",");
     }
     if (items.n == 1 && !comma)
@@ -524,239 +413,4 @@ static jj_expr_t *parse_tuple(jj_parser_t *p, int with_cond, int in_ends, int ex
     e->args = (jj_expr_t **)items.v;
     e->nargs = items.n;
     return e;
-}
-
-/* Names to assign: "a" or "a, b" (for and set); set also takes "ns.attr". */
-static void parse_targets(jj_parser_t *p, jj_stmt_t *s, int for_loop)
-{
-    vec_t names = {0};
-    int parens = skip_op(p, "(");
-    do {
-        if (parens && is_op(p, ")"))
-            break;
-        vec_push(p, &names, (void *)expect_name(p));
-        if (!for_loop && names.n == 1 && skip_op(p, ".")) {
-            s->attr = expect_name(p);
-            break;
-        }
-    } while (skip_op(p, ","));
-    if (parens)
-        expect_op(p, ")");
-    s->names = (const jj_str_t **)names.v;
-    s->nnames = names.n;
-}
-
-static jj_stmt_t *stmt(jj_parser_t *p, int kind, uint32_t pos)
-{
-    jj_stmt_t *s = pdr__jj_palloc(p, sizeof(*s));
-    memset(s, 0, sizeof(*s));
-    s->kind = (uint8_t)kind;
-    s->pos = pos;
-    return s;
-}
-
-static jj_stmt_t *parse_if(jj_parser_t *p, uint32_t pos)
-{
-    static const char *const ends[] = {"elif", "else", "endif", NULL};
-    jj_stmt_t *s = stmt(p, S_IF, pos);
-    s->expr = parse_tuple(p, 1, 0, 0);
-    expect_bend(p);
-    s->body = parse_body(p, ends);
-    jj_tok_t *tk = cur(p);
-    p->cur++;
-    if (!strcmp(tk->s->p, "elif")) {
-        s->orelse = parse_if(p, tk->pos);
-        return s;
-    }
-    expect_bend(p);
-    if (!strcmp(tk->s->p, "else")) {
-        static const char *const endif[] = {"endif", NULL};
-        s->orelse = parse_body(p, endif);
-        p->cur++;
-        expect_bend(p);
-    }
-    return s;
-}
-
-static jj_stmt_t *parse_for(jj_parser_t *p, uint32_t pos)
-{
-    static const char *const ends[] = {"else", "endfor", NULL}, *const endfor[] = {"endfor", NULL};
-    jj_stmt_t *s = stmt(p, S_FOR, pos);
-    parse_targets(p, s, 1);
-    if (!skip_name(p, "in"))
-        pdr__jj_perr(p, PDR_EINVAL, cur(p)->pos, "expected 'in', got '%s'", tok_desc(cur(p)));
-    s->expr = parse_tuple(p, 0, 0, 0);
-    if (skip_name(p, "if"))
-        s->cond = parse_expr(p, 1);
-    if (skip_name(p, "recursive"))
-        pdr__jj_perr(p, PDR_EINVAL, cur(p)->pos, "recursive loops are not supported");
-    expect_bend(p);
-    s->body = parse_body(p, ends);
-    if (!strcmp(cur(p)->s->p, "else")) {
-        p->cur++;
-        expect_bend(p);
-        s->orelse = parse_body(p, endfor);
-    }
-    p->cur++;
-    expect_bend(p);
-    return s;
-}
-
-static jj_stmt_t *parse_set(jj_parser_t *p, uint32_t pos)
-{
-    static const char *const ends[] = {"endset", NULL};
-    jj_stmt_t *s = stmt(p, S_SET, pos);
-    parse_targets(p, s, 0);
-    if (skip_op(p, "=")) {
-        s->expr = parse_tuple(p, 1, 0, 0);
-        expect_bend(p);
-        return s;
-    }
-    if (s->nnames != 1 || s->attr != NULL)
-        pdr__jj_perr(p, PDR_EINVAL, pos, "a set block assigns one name");
-    s->kind = S_SETBLOCK;
-    jj_tok_t *tk = cur(p);
-    if (skip_op(p, "|")) {
-        s->setfilter = parse_filter(p, NULL, tk->pos);
-        while ((tk = cur(p)), skip_op(p, "|"))
-            s->setfilter = parse_filter(p, s->setfilter, tk->pos);
-    }
-    expect_bend(p);
-    s->body = parse_body(p, ends);
-    p->cur++;
-    expect_bend(p);
-    return s;
-}
-
-static jj_stmt_t *parse_macro(jj_parser_t *p, uint32_t pos)
-{
-    static const char *const ends[] = {"endmacro", NULL};
-    jj_stmt_t *s = stmt(p, S_MACRO, pos);
-    vec_t names = {0}, defs = {0};
-    vec_push(p, &names, (void *)expect_name(p));
-    vec_push(p, &defs, NULL);
-    expect_op(p, "(");
-    while (!is_op(p, ")")) {
-        if (names.n > 1)
-            expect_op(p, ",");
-        if (is_op(p, ")"))
-            break;
-        vec_push(p, &names, (void *)expect_name(p));
-        jj_expr_t *d = skip_op(p, "=") ? parse_expr(p, 1) : NULL;
-        if (d == NULL && defs.v[defs.n - 1] != NULL && defs.n > 1)
-            pdr__jj_perr(p, PDR_EINVAL, cur(p)->pos, "non-default argument follows default argument");
-        vec_push(p, &defs, d);
-    }
-    expect_op(p, ")");
-    expect_bend(p);
-    s->names = (const jj_str_t **)names.v;
-    s->nnames = names.n;
-    s->defaults = (jj_expr_t **)defs.v;
-    s->body = parse_body(p, ends);
-    p->cur++;
-    expect_bend(p);
-    return s;
-}
-
-static jj_stmt_t *parse_statement(jj_parser_t *p)
-{
-    jj_tok_t *tk = cur(p);
-    if (tk->type != JT_NAME)
-        pdr__jj_perr(p, PDR_EINVAL, tk->pos, "expected a statement name, got '%s'", tok_desc(tk));
-    p->cur++;
-    const char *n = tk->s->p;
-    if (!strcmp(n, "if"))
-        return parse_if(p, tk->pos);
-    if (!strcmp(n, "for"))
-        return parse_for(p, tk->pos);
-    if (!strcmp(n, "set"))
-        return parse_set(p, tk->pos);
-    if (!strcmp(n, "macro"))
-        return parse_macro(p, tk->pos);
-    if (!strcmp(n, "break") || !strcmp(n, "continue")) {
-        expect_bend(p);
-        return stmt(p, n[0] == 'b' ? S_BREAK : S_CONTINUE, tk->pos);
-    }
-    if (!strcmp(n, "filter")) {
-        static const char *const ends[] = {"endfilter", NULL};
-        jj_stmt_t *s = stmt(p, S_FILTER, tk->pos);
-        jj_tok_t *f = cur(p);
-        s->expr = parse_filter(p, NULL, f->pos);
-        while ((f = cur(p)), skip_op(p, "|"))
-            s->expr = parse_filter(p, s->expr, f->pos);
-        expect_bend(p);
-        s->body = parse_body(p, ends);
-        p->cur++;
-        expect_bend(p);
-        return s;
-    }
-    pdr__jj_perr(p, PDR_EINVAL, tk->pos, "unknown or unsupported tag '%s'", n);
-}
-
-/* Statements up to a block tag whose name is in ends (left as the current token), or the end of the
- * template when ends is NULL. */
-static jj_stmt_t *parse_body(jj_parser_t *p, const char *const *ends)
-{
-    jj_stmt_t *head = NULL, **tail = &head;
-    enter(p);
-    for (;;) {
-        jj_tok_t *tk = cur(p);
-        jj_stmt_t *s;
-        if (tk->type == JT_EOF) {
-            if (ends != NULL)
-                pdr__jj_perr(p, PDR_EINVAL, tk->pos, "unexpected end of template, expected '%s'", ends[0]);
-            break;
-        }
-        if (tk->type == JT_TEXT) {
-            s = stmt(p, S_TEXT, tk->pos);
-            s->text = tk->s;
-            p->cur++;
-        } else if (tk->type == JT_VBEGIN) {
-            p->cur++;
-            s = stmt(p, S_OUTPUT, tk->pos);
-            s->expr = parse_tuple(p, 1, 0, 0);
-            if (cur(p)->type != JT_VEND)
-                pdr__jj_perr(p, PDR_EINVAL, cur(p)->pos, "expected end of print statement, got '%s'",
-                             tok_desc(cur(p)));
-            p->cur++;
-        } else {
-            jj_tok_t *nt = &p->toks[p->cur + 1];
-            if (nt->type == JT_NAME && ends != NULL) {
-                for (size_t k = 0; ends[k]; k++)
-                    if (!strcmp(nt->s->p, ends[k])) {
-                        p->cur++;
-                        p->depth--;
-                        return head;
-                    }
-            }
-            if (nt->type == JT_NAME &&
-                (!strncmp(nt->s->p, "end", 3) || !strcmp(nt->s->p, "else") || !strcmp(nt->s->p, "elif")))
-                pdr__jj_perr(p, PDR_EINVAL, nt->pos, "unexpected '%s'", nt->s->p);
-            p->cur++;
-            s = parse_statement(p);
-        }
-        *tail = s;
-        tail = &s->next;
-    }
-    p->depth--;
-    return head;
-}
-
-/* setjmp in a function of its own: the parser's state lives in the caller's frame, so its fields are
- * well defined after a longjmp. */
-static int parse_guarded(jj_parser_t *p)
-{
-    if (setjmp(p->jmp) != 0)
-        return p->code;
-    pdr__jj_lex(p);
-    p->t->root = parse_body(p, NULL);
-    return 0;
-}
-
-int pdr__jj_parse(pdr_jinja_tmpl_t *t, char *err, size_t errlen)
-{
-    jj_parser_t p = {.t = t, .err = err, .errlen = errlen};
-    int r = parse_guarded(&p);
-    free(p.toks);
-    return r;
 }
