@@ -584,6 +584,14 @@ static int exec_list(jj_render_t *r, const jj_stmt_t *s)
         case S_FILTER:
             output(r, apply_chain(r, s->expr, capture(r, s->body, r->scope)));
             break;
+        case S_GENERATION: {
+            /* A call block in jinja2: the body is a function, so what it sets stays inside. */
+            jj_scope_t *sc = pdr__jj_ralloc(r, sizeof(*sc));
+            memset(sc, 0, sizeof(*sc));
+            sc->parent = r->scope;
+            output(r, capture(r, s->body, sc));
+            break;
+        }
         case S_MACRO: {
             jj_macro_t *m = pdr__jj_ralloc(r, sizeof(*m));
             m->s = s;

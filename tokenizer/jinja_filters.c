@@ -397,15 +397,12 @@ static sort_item_t *sort_keys(jj_render_t *r, jj_list_t *l, const jj_args_t *a, 
     return it;
 }
 
-static jj_val_t f_sort(jj_render_t *r, jj_val_t v, const jj_args_t *a)
+/* Insertion sort with pdr__jj_compare (which may fail and longjmp, so no qsort): stable, also reversed, as
+ * Python's sorted(); the lists of chat templates are short, and the iteration limit bounds the rest. */
+static jj_val_t sorted_list(jj_render_t *r, sort_item_t *it, size_t n, int rev)
 {
-    jj_list_t *l = pdr__jj_iterate(r, v);
-    int rev = flag(r, pdr__jj_arg(a, 0, "reverse"));
-    sort_item_t *it = sort_keys(r, l, a, 1);
-    pdr__jj_count_iter(r, l->n);
-    /* Insertion sort with pdr__jj_compare (which may fail and longjmp, so no qsort): stable; the lists of
-     * chat templates are short, and the iteration limit bounds the rest. */
-    for (size_t i = 1; i < l->n; i++) {
+    pdr__jj_count_iter(r, n);
+    for (size_t i = 1; i < n; i++) {
         sort_item_t x = it[i];
         size_t j = i;
         while (j > 0) {
@@ -418,10 +415,44 @@ static jj_val_t f_sort(jj_render_t *r, jj_val_t v, const jj_args_t *a)
         }
         it[j] = x;
     }
-    jj_list_t *out = pdr__jj_list_new(r, l->n);
-    for (size_t i = 0; i < l->n; i++)
+    jj_list_t *out = pdr__jj_list_new(r, n);
+    for (size_t i = 0; i < n; i++)
         out->v[i] = it[i].item;
     return pdr__jj_listv(out, 0);
+}
+
+static jj_val_t f_sort(jj_render_t *r, jj_val_t v, const jj_args_t *a)
+{
+    jj_list_t *l = pdr__jj_iterate(r, v);
+    int rev = flag(r, pdr__jj_arg(a, 0, "reverse"));
+    return sorted_list(r, sort_keys(r, l, a, 1), l->n, rev);
+}
+
+static jj_val_t f_dictsort(jj_render_t *r, jj_val_t v, const jj_args_t *a)
+{
+    if (v.type != JV_DICT || (v.flags & JF_NS))
+        pdr__jj_fail(r, PDR_EINVAL, "dictsort: a mapping is required, not %s", pdr__jj_type_name(v));
+    int cs = flag(r, pdr__jj_arg(a, 0, "case_sensitive")), rev = flag(r, pdr__jj_arg(a, 2, "reverse"));
+    const jj_val_t *by = pdr__jj_arg(a, 1, "by");
+    int by_value = 0;
+    if (by != NULL) {
+        const char *b = want_str(r, by, "dictsort's by")->p;
+        if (strcmp(b, "key") != 0 && strcmp(b, "value") != 0)
+            pdr__jj_fail(r, PDR_EINVAL, "dictsort: you can only sort by either \"key\" or \"value\"");
+        by_value = b[0] == 'v';
+    }
+    jj_dict_t *d = v.u.d;
+    sort_item_t *it = pdr__jj_ralloc(r, (d->n ? d->n : 1) * sizeof(*it));
+    for (size_t i = 0; i < d->n; i++) {
+        jj_list_t *t = pdr__jj_list_new(r, 2);
+        t->v[0] = d->k[i];
+        t->v[1] = d->v[i];
+        jj_val_t k = by_value ? d->v[i] : d->k[i];
+        if (k.type == JV_STR && !cs)
+            k = pdr__jj_str_case(r, k.u.s, 'l');
+        it[i] = (sort_item_t){k, pdr__jj_listv(t, 1), i};
+    }
+    return sorted_list(r, it, d->n, rev);
 }
 
 static jj_val_t f_unique(jj_render_t *r, jj_val_t v, const jj_args_t *a)
@@ -579,6 +610,7 @@ static const struct {
                {"count", f_length},
                {"d", f_default},
                {"default", f_default},
+               {"dictsort", f_dictsort},
                {"first", f_first},
                {"float", f_float},
                {"indent", f_indent},

@@ -130,7 +130,8 @@ enum jj_stmt_kind {
     S_MACRO,
     S_BREAK,
     S_CONTINUE,
-    S_FILTER
+    S_FILTER,
+    S_GENERATION /* transformers' {% generation %}: its body, in a scope of its own */
 };
 
 typedef struct jj_stmt {
@@ -140,7 +141,7 @@ typedef struct jj_stmt {
     const jj_str_t *text;   /* S_TEXT */
     jj_expr_t *expr;        /* S_OUTPUT, S_IF (test), S_FOR (iterable), S_SET (value), S_FILTER */
     jj_expr_t *cond;        /* S_FOR: the "if" of the loop */
-    struct jj_stmt *body;   /* S_IF, S_FOR, S_SETBLOCK, S_MACRO, S_FILTER */
+    struct jj_stmt *body;   /* S_IF, S_FOR, S_SETBLOCK, S_MACRO, S_FILTER, S_GENERATION */
     struct jj_stmt *orelse; /* S_IF: the elif or else; S_FOR: the else */
     const jj_str_t **names; /* S_FOR and S_SET targets, S_MACRO: its parameters (name is names[0]) */
     uint32_t nnames;

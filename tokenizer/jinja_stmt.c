@@ -176,6 +176,16 @@ static jj_stmt_t *parse_statement(jj_parser_t *p)
         expect_bend(p);
         return s;
     }
+    if (!strcmp(n, "generation")) {
+        /* transformers' AssistantTracker: the body renders as it is (the tracking is for training masks). */
+        static const char *const ends[] = {"endgeneration", NULL};
+        jj_stmt_t *s = stmt(p, S_GENERATION, tk->pos);
+        expect_bend(p);
+        s->body = parse_body(p, ends);
+        p->cur++;
+        expect_bend(p);
+        return s;
+    }
     pdr__jj_perr(p, PDR_EINVAL, tk->pos, "unknown or unsupported tag '%s'", n);
 }
 
@@ -228,6 +238,68 @@ static jj_stmt_t *parse_body(jj_parser_t *p, const char *const *ends)
     return head;
 }
 
+/*
+ * Names of filters and tests are checked once the tree is built, as jinja2 does when it generates code: an
+ * unknown one is an error at compile time, except within an if statement or a conditional expression
+ * (jinja2's "soft" frames), where it fails only if it runs. The walk also bounds the depth of the tree,
+ * which a long chain of operators makes deep without nesting in the text.
+ */
+static void check_expr(jj_parser_t *p, const jj_expr_t *e, int soft, unsigned depth)
+{
+    if (e == NULL)
+        return;
+    if (depth > p->t->limits.max_depth * 8)
+        pdr__jj_perr(p, PDR_ETOOBIG, e->pos, "expression nests deeper than %u", p->t->limits.max_depth * 8);
+    if (e->kind == X_COND)
+        soft = 1;
+    if (!soft && e->kind == X_FILTER && !pdr__jj_have_filter(e->name->p, e->name->len))
+        pdr__jj_perr(p, PDR_EINVAL, e->pos, "no filter named '%s'", e->name->p);
+    if (!soft && e->kind == X_TEST && !pdr__jj_have_test(e->name->p, e->name->len))
+        pdr__jj_perr(p, PDR_EINVAL, e->pos, "no test named '%s'", e->name->p);
+    check_expr(p, e->a, soft, depth + 1);
+    check_expr(p, e->b, soft, depth + 1);
+    check_expr(p, e->c, soft, depth + 1);
+    for (uint32_t i = 0; i < e->nargs; i++)
+        check_expr(p, e->args[i], soft, depth + 1);
+    for (uint32_t i = 0; i < e->nkw; i++)
+        check_expr(p, e->kwv[i], soft, depth + 1);
+}
+
+static void check_body(jj_parser_t *p, const jj_stmt_t *s, int soft)
+{
+    for (; s != NULL; s = s->next) {
+        switch (s->kind) {
+        case S_IF:
+            check_expr(p, s->expr, 1, 0);
+            check_body(p, s->body, 1);
+            check_body(p, s->orelse, 1);
+            break;
+        case S_FOR:
+            check_expr(p, s->expr, soft, 0);
+            check_expr(p, s->cond, 0, 0);
+            check_body(p, s->body, 0);
+            check_body(p, s->orelse, soft);
+            break;
+        case S_MACRO:
+            for (uint32_t i = 1; i < s->nnames; i++)
+                check_expr(p, s->defaults[i], 0, 0);
+            check_body(p, s->body, 0);
+            break;
+        case S_GENERATION:
+            check_body(p, s->body, 0);
+            break;
+        case S_SETBLOCK:
+        case S_FILTER:
+            check_expr(p, s->kind == S_FILTER ? s->expr : s->setfilter, 0, 0);
+            check_body(p, s->body, 0);
+            break;
+        default:
+            check_expr(p, s->expr, soft, 0);
+            break;
+        }
+    }
+}
+
 /* setjmp in a function of its own: the parser's state lives in the caller's frame, so its fields are
  * well defined after a longjmp. */
 static int parse_guarded(jj_parser_t *p)
@@ -236,6 +308,7 @@ static int parse_guarded(jj_parser_t *p)
         return p->code;
     pdr__jj_lex(p);
     p->t->root = parse_body(p, NULL);
+    check_body(p, p->t->root, 0);
     return 0;
 }
 

@@ -5,8 +5,10 @@ Usage: jinja_diff.py PDJINJA FIXTURES_DIR [-v]
 
 The reference is jinja2 in the environment transformers' apply_chat_template builds (the one vLLM and
 sglang render chat templates with): ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-extensions=[loopcontrols]), its tojson filter (json.dumps with ensure_ascii=False), raise_exception() and
-strftime_now() (here at a fixed time, TZ=UTC, so both sides format the same instant).
+extensions=[AssistantTracker, loopcontrols]), its tojson filter (json.dumps with ensure_ascii=False),
+raise_exception() and strftime_now() (here at a fixed time, TZ=UTC, so both sides format the same instant).
+AssistantTracker's {% generation %} block renders its body through a caller, as transformers' does when
+it tracks nothing.
 
 Cases, from FIXTURES_DIR:
   templates/*.jinja   chat templates in the style of the model families, each rendered with every
@@ -35,6 +37,21 @@ except ImportError:
     sys.exit(77)
 
 
+class AssistantTracker(jinja2.ext.Extension):
+    """transformers' {% generation %}...{% endgeneration %}, without the tracking."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        call = self.call_method("_generation_support")
+        return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    def _generation_support(self, caller):
+        return caller()
+
+
 def reference_env():
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
@@ -45,7 +62,7 @@ def reference_env():
     def strftime_now(format):
         return datetime.datetime.fromtimestamp(NOW).strftime(format)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[AssistantTracker, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now

@@ -159,7 +159,7 @@ static void test_undefined(void)
     expect_err("{{ d.a.b }}", "{\"d\": {}}", NULL, PDR_EINVAL, "1:8: 'a' is undefined");
     expect_err("{{ missing + 1 }}", NULL, NULL, PDR_EINVAL, "1:4: 'missing' is undefined");
     expect_err("{{ missing() }}", NULL, NULL, PDR_EINVAL, "1:4: 'missing' is undefined");
-    expect_err("{{ missing|tojson }}", NULL, NULL, PDR_EINVAL, "1:11: tojson: object of type Undefined");
+    expect_err("{{ missing|tojson }}", NULL, NULL, PDR_EINVAL, "1:12: tojson: object of type Undefined");
 }
 
 static const char *const fctx =
