@@ -144,6 +144,10 @@ migration_budget_ignored @@ router/pd/migrate.c @@ if (x->migrations >= x->conf-
 migration_switch_ignored @@ router/pd/request.c @@ x->mig_possible = c->migration.enabled && pr.stream; @@ x->mig_possible = pr.stream; @@ pdrouter pdsim @@ ^router_migration_disabled$
 migration_n_movable @@ router/util/resume.c @@ if (member_is(o, "n", above_one)) @@ if (0) @@ pdrouter pdsim test_resume @@ ^router_(migration_refused|unit_resume)$
 migration_second_head @@ router/pd/advance.c @@ pdr__pd_resume_response(x); @@ pdr__pd_start_client_response(x); @@ pdrouter pdsim @@ ^router_migration_(completions|chat)$
+jinja_no_trim_blocks @@ tokenizer/jinja_lex.c @@ } else if (block && sign != '+' && i < n && s[i] == '\n') { @@ } else if (0 && block && sign != '+' && i < n && s[i] == '\n') { @@ pdjinja test_jinja @@ ^jinja_(unit|vs_jinja2)$
+jinja_tojson_key_separator @@ tokenizer/jinja_json.c @@ put_s(r, o, ": "); @@ put_s(r, o, ":"); @@ pdjinja test_jinja @@ ^jinja_(unit|vs_jinja2)$
+jinja_loop_last_never @@ tokenizer/jinja_eval.c @@ loop->v[L_LAST] = pdr__jj_bool(i == n - 1); @@ loop->v[L_LAST] = pdr__jj_bool(i == n); @@ pdjinja test_jinja @@ ^jinja_(unit|vs_jinja2)$
+jinja_iteration_limit_ignored @@ tokenizer/jinja.c @@ if (r->iters > r->t->limits.max_loop_iterations) @@ if (0 && r->iters > r->t->limits.max_loop_iterations) @@ test_jinja @@ ^jinja_unit$
 EOF
 )
 
