@@ -66,6 +66,42 @@ _Noreturn static void bad_operands(jj_render_t *r, int op, jj_val_t a, jj_val_t 
                  pdr__jj_type_name(a), pdr__jj_type_name(b));
 }
 
+/* markupsafe's escape: & < > " ' as entities. */
+static jj_val_t html_escape(jj_render_t *r, jj_val_t s)
+{
+    jj_out_t o = {0};
+    size_t run = 0;
+    for (size_t i = 0; i < s.u.s->len; i++) {
+        const char *e = NULL;
+        switch (s.u.s->p[i]) {
+        case '&':
+            e = "&amp;";
+            break;
+        case '<':
+            e = "&lt;";
+            break;
+        case '>':
+            e = "&gt;";
+            break;
+        case '"':
+            e = "&#34;";
+            break;
+        case '\'':
+            e = "&#39;";
+            break;
+        default:
+            continue;
+        }
+        pdr__jj_out_put(r, &o, s.u.s->p + run, i - run);
+        pdr__jj_out_put(r, &o, e, strlen(e));
+        run = i + 1;
+    }
+    if (run == 0)
+        return s;
+    pdr__jj_out_put(r, &o, s.u.s->p + run, s.u.s->len - run);
+    return pdr__jj_cstr(r, o.p, o.len);
+}
+
 static jj_val_t repeat(jj_render_t *r, jj_val_t seq, int64_t n)
 {
     if (n < 0)
@@ -78,7 +114,9 @@ static jj_val_t repeat(jj_render_t *r, jj_val_t seq, int64_t n)
         jj_out_t o = {0};
         for (int64_t i = 0; i < n; i++)
             pdr__jj_out_put(r, &o, seq.u.s->p, len);
-        return pdr__jj_cstr(r, o.p ? o.p : "", o.len);
+        jj_val_t v = pdr__jj_cstr(r, o.p ? o.p : "", o.len);
+        v.flags = seq.flags & JF_SAFE;
+        return v;
     }
     size_t len = seq.u.l->n;
     if (len && (uint64_t)n > r->t->limits.max_loop_iterations / len)
@@ -160,8 +198,15 @@ jj_val_t pdr__jj_binop(jj_render_t *r, int op, jj_val_t a, jj_val_t b)
         }
         pdr__jj_fail(r, PDR_EINVAL, "integer out of range");
     }
-    if (op == '+' && a.type == JV_STR && b.type == JV_STR)
-        return pdr__jj_binop(r, '~', a, b);
+    if (op == '+' && a.type == JV_STR && b.type == JV_STR) {
+        if (!((a.flags | b.flags) & JF_SAFE))
+            return pdr__jj_binop(r, '~', a, b);
+        /* Markup + str escapes the str (markupsafe), with or without autoescaping. */
+        jj_val_t v = pdr__jj_binop(r, '~', a.flags & JF_SAFE ? a : html_escape(r, a),
+                                   b.flags & JF_SAFE ? b : html_escape(r, b));
+        v.flags = JF_SAFE;
+        return v;
+    }
     if (op == '+' && a.type == JV_LIST && b.type == JV_LIST && (a.flags & JF_TUPLE) == (b.flags & JF_TUPLE)) {
         jj_list_t *l = pdr__jj_list_new(r, a.u.l->n + b.u.l->n);
         if (a.u.l->n)

@@ -38,7 +38,9 @@ static jj_val_t f_trim(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     const jj_val_t *chars = pdr__jj_arg(a, 0, "chars");
     const jj_str_t *c = chars && chars->type != JV_NONE ? want_str(r, chars, "trim's chars") : NULL;
-    return pdr__jj_str_strip(r, pdr__jj_tostr(r, v).u.s, c, 1, 1);
+    jj_val_t out = pdr__jj_str_strip(r, pdr__jj_tostr(r, v).u.s, c, 1, 1);
+    out.flags = v.type == JV_STR ? v.flags & JF_SAFE : 0;
+    return out;
 }
 
 static jj_val_t f_length(jj_render_t *r, jj_val_t v, const jj_args_t *a)
@@ -66,25 +68,33 @@ static jj_val_t f_tojson(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 static jj_val_t f_upper(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)a;
-    return pdr__jj_str_case(r, pdr__jj_tostr(r, v).u.s, 'u');
+    jj_val_t out = pdr__jj_str_case(r, pdr__jj_tostr(r, v).u.s, 'u');
+    out.flags = v.type == JV_STR ? v.flags & JF_SAFE : 0;
+    return out;
 }
 
 static jj_val_t f_lower(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)a;
-    return pdr__jj_str_case(r, pdr__jj_tostr(r, v).u.s, 'l');
+    jj_val_t out = pdr__jj_str_case(r, pdr__jj_tostr(r, v).u.s, 'l');
+    out.flags = v.type == JV_STR ? v.flags & JF_SAFE : 0;
+    return out;
 }
 
 static jj_val_t f_title(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)a;
-    return pdr__jj_str_case(r, pdr__jj_tostr(r, v).u.s, 'T');
+    jj_val_t out = pdr__jj_str_case(r, pdr__jj_tostr(r, v).u.s, 'T');
+    out.flags = v.type == JV_STR ? v.flags & JF_SAFE : 0;
+    return out;
 }
 
 static jj_val_t f_capitalize(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)a;
-    return pdr__jj_str_case(r, pdr__jj_tostr(r, v).u.s, 'c');
+    jj_val_t out = pdr__jj_str_case(r, pdr__jj_tostr(r, v).u.s, 'c');
+    out.flags = v.type == JV_STR ? v.flags & JF_SAFE : 0;
+    return out;
 }
 
 static jj_val_t f_default(jj_render_t *r, jj_val_t v, const jj_args_t *a)
@@ -296,7 +306,9 @@ static jj_val_t f_round(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 static jj_val_t f_safe(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)a;
-    return pdr__jj_tostr(r, v);
+    jj_val_t s = pdr__jj_tostr(r, v);
+    s.flags = JF_SAFE;
+    return s;
 }
 
 /* The test or filter that select/reject/map apply, named by the first argument at index. */

@@ -42,6 +42,7 @@ enum jj_type {
 };
 #define JF_TUPLE 1
 #define JF_NS 2
+#define JF_SAFE 4 /* a string marked safe (|safe): markupsafe's Markup, whose + escapes the other side */
 
 typedef struct jj_str {
     size_t len;

@@ -342,7 +342,9 @@ jj_val_t pdr__jj_str_method(jj_render_t *r, const jj_method_t *m, const jj_args_
         return str_format(r, s, a);
     if (!strcmp(n, "strip") || !strcmp(n, "lstrip") || !strcmp(n, "rstrip")) {
         pdr__jj_check_args(r, m, a, 1);
-        return pdr__jj_str_strip(r, s, arg_str(r, m, a0, 1), n[0] != 'r', n[0] != 'l');
+        jj_val_t v = pdr__jj_str_strip(r, s, arg_str(r, m, a0, 1), n[0] != 'r', n[0] != 'l');
+        v.flags = m->self.flags & JF_SAFE;
+        return v;
     }
     if (!strcmp(n, "split") || !strcmp(n, "rsplit")) {
         pdr__jj_check_args(r, m, a, 2);
@@ -421,8 +423,11 @@ jj_val_t pdr__jj_str_method(jj_render_t *r, const jj_method_t *m, const jj_args_
         return pdr__jj_str_split(r, body, nl.u.s, -1, 0);
     }
     pdr__jj_check_args(r, m, a, 0);
-    if (!strcmp(n, "upper") || !strcmp(n, "lower") || !strcmp(n, "title") || !strcmp(n, "capitalize"))
-        return pdr__jj_str_case(r, s, n[0] == 'u' ? 'u' : n[0] == 'l' ? 'l' : n[0] == 't' ? 't' : 'c');
+    if (!strcmp(n, "upper") || !strcmp(n, "lower") || !strcmp(n, "title") || !strcmp(n, "capitalize")) {
+        jj_val_t v = pdr__jj_str_case(r, s, n[0] == 'u' ? 'u' : n[0] == 'l' ? 'l' : n[0] == 't' ? 't' : 'c');
+        v.flags = m->self.flags & JF_SAFE;
+        return v;
+    }
     static const struct {
         const char *name;
         int kind;
