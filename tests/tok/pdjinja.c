@@ -3,6 +3,8 @@
  *
  *   pdjinja TEMPLATE [CONTEXT.json [NOW]]   renders TEMPLATE with the variables of CONTEXT.json to stdout;
  *                                           NOW (seconds since the epoch) is what strftime_now() formats
+ *   pdjinja --bench N TEMPLATE CONTEXT.json compiles once, renders N times; prints the time per compile
+ *                                           and per render
  *   pdjinja --batch                         reads JSON lines {"template": ..., "context": {...}, "now": N}
  *                                           on stdin and writes one JSON line per case: {"ok": true,
  *                                           "out": ...} or {"ok": false, "stage": "compile"|"render",
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "err.h"
 #include "jinja.h"
@@ -103,12 +106,66 @@ static int batch(void)
     return 0;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int bench(long n, const char *tpath, const char *cpath)
+{
+    size_t len;
+    char *text = read_file(tpath, &len), err[512];
+    json_error_t je;
+    json_t *ctx = json_load_file(cpath, 0, &je);
+    if (text == NULL || ctx == NULL || n < 1) {
+        fprintf(stderr, "pdjinja: cannot read %s or %s\n", tpath, cpath);
+        free(text);
+        json_decref(ctx);
+        return 2;
+    }
+    pdr_jinja_tmpl_t *t = NULL;
+    double t0 = now_s();
+    for (long i = 0; i < n; i++) {
+        pdr_jinja_free(t);
+        if (pdr_jinja_compile(text, len, NULL, &t, err, sizeof(err)) != 0) {
+            fprintf(stderr, "pdjinja: compile error: %s\n", err);
+            free(text);
+            json_decref(ctx);
+            return 1;
+        }
+    }
+    double t1 = now_s();
+    size_t outlen = 0;
+    int rc = 0;
+    for (long i = 0; i < n && rc == 0; i++) {
+        char *out;
+        rc = pdr_jinja_render(t, ctx, 1700000000, &out, &outlen, err, sizeof(err));
+        free(out);
+    }
+    double t2 = now_s();
+    if (rc != 0)
+        fprintf(stderr, "pdjinja: render error: %s\n", err);
+    else
+        printf("template %zu bytes, output %zu bytes: compile %.1f us, render %.1f us (%ld rounds)\n", len,
+               outlen, (t1 - t0) / (double)n * 1e6, (t2 - t1) / (double)n * 1e6, n);
+    pdr_jinja_free(t);
+    free(text);
+    json_decref(ctx);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--batch") == 0)
         return batch();
+    if (argc == 5 && strcmp(argv[1], "--bench") == 0)
+        return bench(strtol(argv[2], NULL, 10), argv[3], argv[4]);
     if (argc < 2 || argc > 4) {
-        fprintf(stderr, "usage: pdjinja TEMPLATE [CONTEXT.json [NOW]] | pdjinja --batch\n");
+        fprintf(stderr,
+                "usage: pdjinja TEMPLATE [CONTEXT.json [NOW]] | pdjinja --batch | pdjinja --bench N TEMPLATE "
+                "CONTEXT.json\n");
         return 2;
     }
     size_t len;
