@@ -199,6 +199,10 @@ static void test_filters(void)
          "['a', 'b']xTrue1-2"},
         {"{{ d.get('b') }}{{ d.get('z', 0) }}{{ d.keys()|list }}", "10['b', 'a']"},
         {"{{ strftime_now('%Y-%m-%d %H:%M') }}", "2023-11-14 22:13"},
+        {"{{ p|first|attr('n') }}|{{ 'ab'|center(6) }}|{{ {'b': 1, 'a': 2}|dictsort }}|{{ "
+         "p|map(attribute='z', default=0)|list }}",
+         "|  ab  |[('a', 2), ('b', 1)]|[0, 0]"},
+        {"{{ 'a'|safe + '<' }}{{ 'x'|safe ~ '<' }}{{ [1, 2]|tojson(indent=1) }}", "a&lt;x<[\n 1,\n 2\n]"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         expect(cases[i][0], fctx, cases[i][1]);
@@ -215,6 +219,11 @@ static void test_tests(void)
     expect("{{ 'a' is in 'cat' }}{{ 'ab' is lower }}{{ true is true }}{{ false is false }}{{ 1 is boolean }}",
            NULL, "TrueTrueTrueTrueFalse");
     expect("{{ x is not defined }}{{ 1 is not string }}", NULL, "TrueTrue");
+    expect(
+        "{{ range is callable }}{{ none is sameas none }}{{ 'AB' is upper }}{{ 1 is lt 2 }}{{ 2 is ge 3 }}",
+        NULL, "TrueTrueTrueTrueFalse");
+    expect("{% if false %}{{ x|no_such }}{% endif %}ok", NULL, "ok");
+    expect_err("{{ x|no_such if true }}", NULL, NULL, PDR_EINVAL, "1:6: no filter named 'no_such'");
 }
 
 static void test_statements(void)
