@@ -11,9 +11,10 @@
 --concurrency client threads send streaming requests from start to end, each on a fresh connection with
 its own X-Request-Id: one of 96 distinct requests, a third each /generate (text prompt), /v1/completions
 and /v1/chat/completions, greedy (temperature 0), --tokens output tokens (spread over the range), so a
-stream lasts seconds. Every --kill-every seconds one decode (round robin) is sent SIGKILL while it holds
-streams, and --down seconds later started again on its ports; the run waits until the router's health
-checks see it up before the next kill. The load runs --seconds in all; no new request starts after that.
+stream lasts seconds. Every --kill-every seconds one decode (round robin) is sent SIGKILL while it
+streams (its token count grew over two token times), and --down seconds later started again on its ports;
+the run waits until the router's health checks see it up before the next kill. The load runs --seconds in
+all; no new request starts after that.
 
 Every answer is checked as a client would: status 200, an event stream that parses (never half an event),
 no error event, [DONE] at its end, no broken connection, and its text (the /generate text, or the
@@ -210,13 +211,21 @@ def start_decode(flags, ports=None):
                         ports=ports)
 
 
-def kill_and_restart(r, ds, k, flags, down):
+def kill_and_restart(r, ds, k, flags, down, us_per_token):
     """SIGKILL of ds[k] once it holds streams, its restart on its ports after down seconds, and the wait until
     the router sees it healthy. Returns the streams it held at the kill."""
     d = ds[k]
     url = "http://127.0.0.1:%d" % d.port
-    held = pdtest.poll_until(lambda: (lambda n: n if n >= 1 else None)(
-        pdtest.request_json(d.port, "GET", "/pdsim/stats")["inflight"]), 10, "%s to hold a stream" % url)
+
+    def streaming():
+        """The requests in flight when they include a stream that is sending tokens (its count grew over
+        two token times), else None: a kill must find a stream, not only requests before their first byte."""
+        a = pdtest.request_json(d.port, "GET", "/pdsim/stats")
+        time.sleep(2 * us_per_token / 1e6)
+        b = pdtest.request_json(d.port, "GET", "/pdsim/stats")
+        return b["inflight"] if b["inflight"] >= 1 and b["tokens_streamed"] > a["tokens_streamed"] else None
+
+    held = pdtest.poll_until(streaming, 10, "%s to hold a stream" % url)
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait()
     time.sleep(down)
@@ -247,7 +256,7 @@ def run(args, reqs, refs, migrate):
                 if t_kill > t0 + args.seconds - args.down - 0.5:
                     break
                 time.sleep(max(0.0, t_kill - time.monotonic()))
-                held += kill_and_restart(r, ds, k, flags, args.down)
+                held += kill_and_restart(r, ds, k, flags, args.down, args.us_per_token)
                 kills += 1
                 k = (k + 1) % len(ds)
         secs = time.monotonic() - t0
