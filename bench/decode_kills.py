@@ -12,9 +12,9 @@
 its own X-Request-Id: one of 96 distinct requests, a third each /generate (text prompt), /v1/completions
 and /v1/chat/completions, greedy (temperature 0), --tokens output tokens (spread over the range), so a
 stream lasts seconds. Every --kill-every seconds one decode (round robin) is sent SIGKILL while it
-streams (its token count grew over two token times), and --down seconds later started again on its ports;
-the run waits until the router's health checks see it up before the next kill. The load runs --seconds in
-all; no new request starts after that.
+streams (a request it took is a stream its client has begun, 5 token times from its end), and --down
+seconds later started again on its ports; the run waits until the router's health checks see it up before
+the next kill. The load runs --seconds in all; no new request starts after that.
 
 Every answer is checked as a client would: status 200, an event stream that parses (never half an event),
 no error event, [DONE] at its end, no broken connection, and its text (the /generate text, or the
@@ -135,15 +135,19 @@ class Load:
     """Client threads, each sending one stream after another on a fresh connection until stop; every answer
     is recorded as (request id, distinct request index, outcome, total seconds, longest gap seconds)."""
 
-    def __init__(self, port, reqs, refs, concurrency, seconds):
-        self.port, self.reqs, self.refs = port, reqs, refs
+    def __init__(self, port, reqs, refs, concurrency, seconds, us_per_token):
+        self.port, self.reqs, self.refs, self.us_per_token = port, reqs, refs, us_per_token
+        self.tokens = [json.loads(b).get("max_tokens") or json.loads(b)["sampling_params"]["max_new_tokens"]
+                       for _, b in reqs]
         self.deadline = time.monotonic() + seconds
         self.lock = threading.Lock()
         self.results = []
+        self.live = {}  # request id -> when its stream should end, from its first byte on
         self.threads = [threading.Thread(target=self.client, args=(k,), daemon=True) for k in range(concurrency)]
 
-    def one(self, rid, i):
+    def one(self, rid, i, us_per_token):
         path, b = self.reqs[i]
+        tokens = self.tokens[i]
         t0 = time.monotonic()
         gap, last = 0.0, None
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
@@ -158,6 +162,9 @@ class Load:
                     break
                 if last is not None:
                     gap = max(gap, now - last)
+                else:
+                    with self.lock:
+                        self.live[rid] = now + tokens * us_per_token / 1e6
                 last = now
                 chunks.append(c)
             raw = b"".join(chunks)
@@ -165,6 +172,8 @@ class Load:
             return "broken connection: %r" % e, time.monotonic() - t0, gap
         finally:
             conn.close()
+            with self.lock:
+                self.live.pop(rid, None)
         total = time.monotonic() - t0
         if resp.status != 200:
             return "status %d: %r" % (resp.status, raw[:200]), total, gap
@@ -188,7 +197,7 @@ class Load:
             i = (k * 7919 + n * 13) % len(self.reqs)
             rid = "kill-%d-%d" % (k, n)
             n += 1
-            outcome, total, gap = self.one(rid, i)
+            outcome, total, gap = self.one(rid, i, self.us_per_token)
             with self.lock:
                 self.results.append((rid, i, outcome, total, gap))
 
@@ -211,19 +220,20 @@ def start_decode(flags, ports=None):
                         ports=ports)
 
 
-def kill_and_restart(r, ds, k, flags, down, us_per_token):
-    """SIGKILL of ds[k] once it holds streams, its restart on its ports after down seconds, and the wait until
-    the router sees it healthy. Returns the streams it held at the kill."""
+def kill_and_restart(r, ds, k, flags, down, load):
+    """SIGKILL of ds[k] once it holds a stream in the middle (a client has its first bytes and 5 token times
+    are left), its restart on its ports after down seconds, and the wait until the router sees it healthy.
+    Returns the requests it held at the kill."""
     d = ds[k]
     url = "http://127.0.0.1:%d" % d.port
+    margin = max(0.2, 5 * load.us_per_token / 1e6)
 
     def streaming():
-        """The requests in flight when they include a stream that is sending tokens (its count grew over
-        two token times), else None: a kill must find a stream, not only requests before their first byte."""
-        a = pdtest.request_json(d.port, "GET", "/pdsim/stats")
-        time.sleep(2 * us_per_token / 1e6)
-        b = pdtest.request_json(d.port, "GET", "/pdsim/stats")
-        return b["inflight"] if b["inflight"] >= 1 and b["tokens_streamed"] > a["tokens_streamed"] else None
+        st = pdtest.request_json(d.port, "GET", "/pdsim/stats")
+        now = time.monotonic()
+        with load.lock:
+            mid = [e["x_request_id"] for e in st["last"] if load.live.get(e.get("x_request_id"), 0) > now + margin]
+        return st["inflight"] if mid else None
 
     held = pdtest.poll_until(streaming, 10, "%s to hold a stream" % url)
     d.proc.send_signal(signal.SIGKILL)
@@ -248,7 +258,7 @@ def run(args, reqs, refs, migrate):
         r = router(ps, ds, config=conf)
         kills, held = 0, 0
         t0 = time.monotonic()
-        with Load(r.port, reqs, refs, args.concurrency, args.seconds) as load:
+        with Load(r.port, reqs, refs, args.concurrency, args.seconds, args.us_per_token) as load:
             k = 0
             while True:
                 t_kill = t0 + args.kill_every * (kills + 1)
@@ -256,7 +266,7 @@ def run(args, reqs, refs, migrate):
                 if t_kill > t0 + args.seconds - args.down - 0.5:
                     break
                 time.sleep(max(0.0, t_kill - time.monotonic()))
-                held += kill_and_restart(r, ds, k, flags, args.down, args.us_per_token)
+                held += kill_and_restart(r, ds, k, flags, args.down, load)
                 kills += 1
                 k = (k + 1) % len(ds)
         secs = time.monotonic() - t0
