@@ -132,8 +132,8 @@ def references(reqs):
 
 
 class Load:
-    """Client threads, each sending one stream after another on a fresh connection until stop; every answer
-    is recorded as (request id, distinct request index, outcome, total seconds, longest gap seconds)."""
+    """Client threads, each sending one stream after another on a fresh connection until --seconds; every
+    answer is recorded as (request id, distinct request index, outcome, total seconds, longest gap seconds)."""
 
     def __init__(self, port, reqs, refs, concurrency, seconds, us_per_token):
         self.port, self.reqs, self.refs, self.us_per_token = port, reqs, refs, us_per_token
