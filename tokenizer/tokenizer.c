@@ -255,7 +255,20 @@ void pdr_tokenizer_free(pdr_tokenizer_t *t)
     free(t->norms);
     free(t->prefix);
     free(t->suffix);
+    if (t->free_extra != NULL)
+        t->free_extra(t->extra);
     free(t);
+}
+
+void pdr_tokenizer_set_extra(pdr_tokenizer_t *t, void *extra, void (*free_extra)(void *))
+{
+    t->extra = extra;
+    t->free_extra = free_extra;
+}
+
+const void *pdr_tokenizer_extra(const pdr_tokenizer_t *t)
+{
+    return t != NULL ? t->extra : NULL;
 }
 
 size_t pdr_tokenizer_bytes(const pdr_tokenizer_t *t)
@@ -628,6 +641,12 @@ static int utf8_valid(const uint8_t *s, size_t len)
 
 int pdr_tokenizer_encode(const pdr_tokenizer_t *t, const char *text, size_t len, uint32_t **ids, size_t *n)
 {
+    return pdr_tokenizer_encode_special(t, text, len, 1, ids, n);
+}
+
+int pdr_tokenizer_encode_special(const pdr_tokenizer_t *t, const char *text, size_t len, int add_special,
+                                 uint32_t **ids, size_t *n)
+{
     *ids = NULL;
     *n = 0;
     if (t == NULL || (text == NULL && len > 0))
@@ -638,11 +657,11 @@ int pdr_tokenizer_encode(const pdr_tokenizer_t *t, const char *text, size_t len,
     int r = 0;
     if (t->n_steps > 0 && (e.md = pcre2_match_data_create(1, NULL)) == NULL)
         return PDR_ENOMEM;
-    for (size_t i = 0; i < t->n_prefix && r == 0; i++)
+    for (size_t i = 0; add_special && i < t->n_prefix && r == 0; i++)
         r = emit(&e, t->prefix[i]);
     if (r == 0 && len > 0)
         r = split_added(&e, 0, text, len);
-    for (size_t i = 0; i < t->n_suffix && r == 0; i++)
+    for (size_t i = 0; add_special && i < t->n_suffix && r == 0; i++)
         r = emit(&e, t->suffix[i]);
     pcre2_match_data_free(e.md);
     free(e.map);

@@ -82,6 +82,8 @@ struct pdr_tokenizer {
     uint32_t *prefix, *suffix; /* the post-processor's ids around the sequence */
     size_t n_prefix, n_suffix;
     size_t bytes;
+    void *extra; /* pdr_tokenizer_set_extra's */
+    void (*free_extra)(void *);
     int refcnt; /* atomic */
 };
 
