@@ -342,7 +342,7 @@ static void test_errors(void)
         "rate_limit_rps, rate_limit_burst)");
     EXPECT_ERROR("workers:\n  prefill:\n    - { url: http://a:1, weight: 2 }\n",
                  "bad.yaml:3:26: unknown key 'weight' in 'workers.prefill[0]' (valid keys: url, "
-                 "bootstrap_port, dp_size, kv_events)");
+                 "bootstrap_port, dp_size, kv_events, kv_events_replay)");
 
     /* Duplicate keys (libyaml does not check them). */
     EXPECT_ERROR("listen:\n  port: 1\n  port: 2\n", "bad.yaml:3:3: duplicate key 'port' in 'listen'");
