@@ -122,7 +122,6 @@ static void replay_close(kv_replay_t *rp)
 static void replay_finish(kv_replay_t *rp, kv_replay_outcome_t outcome, const char *why)
 {
     kv_sub_t *s = rp->s;
-    __atomic_add_fetch(&s->replays[outcome], 1, __ATOMIC_RELAXED);
     if (outcome == KV_REPLAY_REPAIRED)
         pdr_info("kv events from %s (%s): messages %" PRIu64 "..%" PRIu64 " replayed from %s", s->endpoint,
                  s->url, rp->from, rp->next - 1, s->replay_endpoint);
@@ -133,6 +132,8 @@ static void replay_finish(kv_replay_t *rp, kv_replay_outcome_t outcome, const ch
     for (size_t i = 0; i < rp->n_held; i++)
         if (rp->held[i].seq >= rp->next)
             pdr__kv_apply(s, rp->held[i].seq, rp->held[i].data, rp->held[i].len);
+    /* Counted once the held messages are applied: whoever sees the count sees the index they made. */
+    __atomic_add_fetch(&s->replays[outcome], 1, __ATOMIC_RELEASE);
     replay_close(rp);
 }
 
