@@ -53,6 +53,7 @@ kvindex_no_namespace @@ routing/kvindex.c @@ uint64_t prev = pdr_kvindex_namespa
 kvindex_groups_share_engine_hashes @@ routing/kvindex.c @@ return group == 0 ? ehash : pdr_mix64(ehash ^ ((uint64_t)group * 0x9e3779b97f4a7c15ULL)); @@ return group == 0 || 1 ? ehash : pdr_mix64(ehash ^ ((uint64_t)group * 0x9e3779b97f4a7c15ULL)); @@ test_kvindex @@ ^routing_unit_kvindex$
 kv_events_no_replay @@ router/fleet/kv_replay.c @@ if (replay_start(s, (uint64_t)from, seq, payload, len) == 0) @@ if (0 && replay_start(s, (uint64_t)from, seq, payload, len) == 0) @@ pdrouter @@ ^router_kv_events_replay_repaired$
 kv_events_replay_too_old_applied @@ router/fleet/kv_replay.c @@ if (seq > rp->next) { @@ if (0 && seq > rp->next) { @@ pdrouter @@ ^router_kv_events_replay_too_old$
+kv_events_incarnation_kept @@ router/fleet/kv_events.c @@ if (s != NULL && s->epoch != epoch) { @@ if (0 && s != NULL && s->epoch != epoch) { @@ pdrouter @@ ^router_kv_events_incarnation$
 breaker_never_opens @@ router/workers/breaker.c @@ if (b->state == PDR_BREAKER_CLOSED && consecutive >= c->consecutive_failures) { @@ if (0 && consecutive >= c->consecutive_failures) { @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
 breaker_open_admits @@ router/workers/breaker.c @@     if (b->state == PDR_BREAKER_OPEN)
         return 0; @@     if (b->state == PDR_BREAKER_OPEN)

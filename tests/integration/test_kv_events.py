@@ -15,6 +15,7 @@ Scenarios (argv[1]):
              replayed: X stays in sync with its blocks, counted as repaired, never as a gap.
   replay_too_old   a replay buffer of one batch cannot cover the gap: today's resync, counted too_old.
   replay_timeout   a replay endpoint that never answers: the gap stands after replay_timeout_ms, counted.
+  incarnation  X's shim reports a new instance: its blocks leave the index at once (logged).
   restart    X restarts (a new publisher, numbers from 0 again): counted as a restart.
   malformed  a truncated payload from Y is counted as malformed; the router keeps serving.
   block_sizes  five prefills with five KV block sizes: the candidate whose size the lookup does not hash
@@ -270,6 +271,34 @@ def scenario_replay_too_old():
         for k in range(3):
             send(r, PREFIX + list(range(7300 + 100 * k, 7316 + 100 * k)), True)
         wait_metric(r, "X to resync", lambda m: metric_value(m, "pdr_kv_events_synced", worker=url(x)) == 1)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_incarnation():
+    """X's shim reports a new instance (the process restarted behind the same ports): the index forgets X's
+    blocks at once, and says so, before any event of the new publisher."""
+    import test_shim_events as se
+    try:
+        master = se.key_file()
+        ports = {"port": pdtest.free_port(), "bport": pdtest.free_port(), "kv": pdtest.free_port()}
+        aport = pdtest.free_port()
+        wkey = se.derived_key_file(master, "http://127.0.0.1:%d" % ports["port"])
+        argv = ["pdsim", "--role", "prefill", "--port", str(ports["port"]), "--bootstrap-port", str(ports["bport"]),
+                "--prefix-cache-tokens", "65536", "--cache-block-tokens", "16", "--kv-events-endpoint",
+                "tcp://127.0.0.1:%d" % ports["kv"], "--events-url", "http://127.0.0.1:%d" % aport,
+                "--events-key-file", wkey]
+        x = pdtest.start(argv, name="pdsim-prefill", ports=dict(ports))
+        x.ports.update(ports)
+        r = router([x], [sim("decode")], "precise_prefix",
+                   extra="admin: { host: 127.0.0.1, port: %d }\nshim_events: { key_file: %s }" % (aport, master))
+        r.ports["admin"] = aport
+        connect_all(r, [x])
+        pdtest.poll_until(lambda: (worker_kv(r, x) or {}).get("blocks", 0) >= 1, 10, "X's blocks indexed")
+        x.stop()
+        pdtest.start(argv, name="pdsim-prefill-2", ports=dict(ports))
+        pdtest.poll_until(lambda: "a new instance of the worker; its blocks were dropped" in open(r.log_path).read(),
+                          15, "the new incarnation to drop X's blocks")
     finally:
         pdtest.stop_all()
 
