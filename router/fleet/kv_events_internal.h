@@ -49,9 +49,12 @@ typedef struct kv_sub {
     uint64_t replays[KV_REPLAY_OUTCOMES]; /* atomic: replays by outcome */
     uint64_t replayed;                    /* atomic: batches applied from replays */
     uint64_t epoch;                       /* the worker's load.epoch (its incarnation) last seen */
-    uint64_t incarnations;                /* atomic: new incarnations that dropped its blocks */
-    uint64_t log_ms;                      /* the last warning about this publisher */
-    uint64_t disc_log_ms;                 /* the last line about a disconnection */
+    /* After a replay that went past the last live message held: the live numbers [dup_next, dup_end) still
+     * on their way are the replay's batches again (dup_end 0: none expected). */
+    uint64_t dup_next, dup_end;
+    uint64_t incarnations; /* atomic: new incarnations that dropped its blocks */
+    uint64_t log_ms;       /* the last warning about this publisher */
+    uint64_t disc_log_ms;  /* the last line about a disconnection */
 } kv_sub_t;
 
 #define SUB_OF(l) PDR_DLINK_ITEM(l, kv_sub_t, link)

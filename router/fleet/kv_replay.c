@@ -132,6 +132,11 @@ static void replay_finish(kv_replay_t *rp, kv_replay_outcome_t outcome, const ch
     for (size_t i = 0; i < rp->n_held; i++)
         if (rp->held[i].seq >= rp->next)
             pdr__kv_apply(s, rp->held[i].seq, rp->held[i].data, rp->held[i].len);
+    /* The replay sends every batch its buffer has from the first number asked, so it may have gone past the
+     * last live message read: those still queued on the live socket are not a restart but copies. */
+    uint64_t last = rp->n_held > 0 ? rp->held[rp->n_held - 1].seq : 0;
+    s->dup_next = last + 1;
+    s->dup_end = rp->next > last + 1 ? rp->next : 0;
     /* Counted once the held messages are applied: whoever sees the count sees the index they made. */
     __atomic_add_fetch(&s->replays[outcome], 1, __ATOMIC_RELEASE);
     replay_close(rp);
@@ -308,6 +313,14 @@ static int replay_start(kv_sub_t *s, uint64_t from, uint64_t seq, const void *pa
 
 int pdr__kv_replay_offer(kv_sub_t *s, uint64_t seq, const void *payload, size_t len)
 {
+    if (s->dup_end != 0) {
+        if (seq == s->dup_next) { /* a copy of a batch the replay applied: the next one expected */
+            if (++s->dup_next == s->dup_end)
+                s->dup_end = 0;
+            return 1;
+        }
+        s->dup_end = 0; /* anything else ends the copies: a gap, a restart */
+    }
     kv_replay_t *rp = s->replay;
     if (rp != NULL) {
         int rc = hold(rp, seq, payload, len, (size_t)s->ke->r->config->kv_events.replay_hold_messages);

@@ -15,7 +15,8 @@ int pdr__kv_may_log(kv_sub_t *s);
 void pdr__kv_apply(kv_sub_t *s, uint64_t seq, const void *payload, size_t len);
 
 /*
- * A live message seq arrived: with a replay running, it is held (1: taken). Otherwise, when it shows
+ * A live message seq arrived: a copy of a batch the last replay applied already is dropped (1: taken).
+ * With a replay running, it is held (1). Otherwise, when it shows
  * numbers missing (a gap, or a first number not 0 or a restart not from 0), a replay starts from the first
  * one missing, the message held (1); without a replay endpoint the miss is counted (unavailable) and 0
  * returned, as when the replay cannot start (counted, failed): the caller applies the message.

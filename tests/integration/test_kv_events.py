@@ -13,6 +13,7 @@ Scenarios (argv[1]):
              routed by the tree (decisions counted as such) until it is in sync again.
   replay_repaired  with pdsim's replay socket (vLLM's), the router's late join and a dropped message are
              replayed: X stays in sync with its blocks, counted as repaired, never as a gap.
+  replay_busy  gaps replayed while 60 requests run at once: in sync, every block, no gap or restart.
   replay_too_old   a replay buffer of one batch cannot cover the gap: today's resync, counted too_old.
   replay_timeout   a replay endpoint that never answers: the gap stands after replay_timeout_ms, counted.
   incarnation  X's shim reports a new instance: its blocks leave the index at once (logged).
@@ -247,6 +248,50 @@ def scenario_replay_repaired():
         check(counts == [2, 0], "after the repair the requests went to %r" % counts, r)
         check((metric_value(metrics(r), "pdr_precise_prefix_decisions_total", source="index",
                             decision="match") or 0) == idx0 + 2, "the decisions were not the index's", r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_replay_busy():
+    """Messages keep coming while gaps are replayed (60 requests at once, one new block each, every 7th
+    message of X lost): each gap is repaired amid live messages; batches the replay sent that the live
+    socket brings again afterwards are neither applied twice nor taken for a restarted publisher. X ends in
+    sync, holding every block, with no gap or restart counted."""
+    try:
+        r, ps, x, y = setup("precise_prefix", resync=1000, replay_buffer=1000)
+        blocks0 = kv_metric(r, "pdr_kv_events_blocks", x)
+        seq0 = stats(x)["kv_events"]["next_seq"] - 1
+        pdtest.poll_until(lambda: (worker_kv(r, x) or {}).get("last_seq") == seq0, 10, "X's messages applied")
+        repaired0 = kv_metric(r, "pdr_kv_events_replays_total", x, outcome="repaired")
+        # Every 7th message of X is lost while 60 requests run at once: gaps replayed amid live messages.
+        request(x.port, "POST", "/pdsim/fault", {"kv_events_drop_every": 7})
+        threads = [threading.Thread(target=post, args=(r, PREFIX + list(range(30000 + 100 * k, 30016 + 100 * k)),
+                                                       True)) for k in range(60)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        request(x.port, "POST", "/pdsim/fault", {"kv_events_drop_every": 0})
+        check(stats(x)["kv_events"]["dropped"] >= 1, "X dropped nothing: %r" % stats(x)["kv_events"], x)
+        # One more message of X, sent: the last gap shows (a request may go to Y, so until X has published).
+        n0, k = stats(x)["kv_events"]["next_seq"], [0]
+
+        def one_more():
+            k[0] += 1
+            send(r, PREFIX + list(range(39000 + 100 * k[0], 39016 + 100 * k[0])), True)
+            return stats(x)["kv_events"]["next_seq"] > n0
+        pdtest.poll_until(one_more, 10, "a message of X after the burst")
+        last = stats(x)["kv_events"]["next_seq"] - 1
+        pdtest.poll_until(lambda: (worker_kv(r, x) or {}).get("last_seq") == last, 10, "X's last message applied")
+        m = metrics(r)
+        check(kv_metric(r, "pdr_kv_events_replays_total", x, outcome="repaired") > repaired0, "no repair counted", r)
+        for name in ("pdr_kv_events_restarts_total", "pdr_kv_events_gaps_total"):
+            check((metric_value(m, name, worker=url(x)) or 0) == 0, "%s %r" % (name, metric_value(m, name, worker=url(x))), r)
+        check(metric_value(m, "pdr_kv_events_synced", worker=url(x)) == 1, "X unsynced", r)
+        # Each message of X since then stored one new block (the dropped one included).
+        check(metric_value(m, "pdr_kv_events_blocks", worker=url(x)) == blocks0 + last - seq0,
+              "X holds %r blocks, expected %d" % (metric_value(m, "pdr_kv_events_blocks", worker=url(x)),
+                                                  blocks0 + last - seq0), r)
     finally:
         pdtest.stop_all()
 
