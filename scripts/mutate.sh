@@ -54,6 +54,7 @@ kvindex_groups_share_engine_hashes @@ routing/kvindex.c @@ return group == 0 ? e
 kv_events_no_replay @@ router/fleet/kv_replay.c @@ if (replay_start(s, (uint64_t)from, seq, payload, len) == 0) @@ if (0 && replay_start(s, (uint64_t)from, seq, payload, len) == 0) @@ pdrouter @@ ^router_kv_events_replay_repaired$
 kv_events_replay_too_old_applied @@ router/fleet/kv_replay.c @@ if (seq > rp->next) { @@ if (0 && seq > rp->next) { @@ pdrouter @@ ^router_kv_events_replay_too_old$
 kv_events_incarnation_kept @@ router/fleet/kv_events.c @@ if (s != NULL && s->epoch != epoch) { @@ if (0 && s != NULL && s->epoch != epoch) { @@ pdrouter @@ ^router_kv_events_incarnation$
+kv_events_model_ignored @@ router/pd/attempt.c @@ tok.model = m->v.p + 1; @@ tok.model = NULL; @@ pdrouter @@ ^router_kv_events_lora$
 breaker_never_opens @@ router/workers/breaker.c @@ if (b->state == PDR_BREAKER_CLOSED && consecutive >= c->consecutive_failures) { @@ if (0 && consecutive >= c->consecutive_failures) { @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
 breaker_open_admits @@ router/workers/breaker.c @@     if (b->state == PDR_BREAKER_OPEN)
         return 0; @@     if (b->state == PDR_BREAKER_OPEN)

@@ -69,6 +69,10 @@ static void handle_message(kv_sub_t *s, zmq_msg_t *f, int nframes)
             pdr__kv_apply(s, seq, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]));
         return;
     }
+    /* During a replay a malformed message with its number waits its turn like the others (its empty payload
+     * is malformed when applied), so that the numbers stay in order. */
+    if (have_seq && s->replay != NULL && pdr__kv_replay_offer(s, seq, "", 0))
+        return;
     char err[128];
     if (nframes != 3)
         snprintf(err, sizeof(err), "%d frames, expected 3 (topic, sequence number, payload)", nframes);

@@ -16,6 +16,7 @@ Scenarios (argv[1]):
   replay_busy  gaps replayed while 60 requests run at once: in sync, every block, no gap or restart.
   replay_too_old   a replay buffer of one batch cannot cover the gap: today's resync, counted too_old.
   replay_timeout   a replay endpoint that never answers: the gap stands after replay_timeout_ms, counted.
+  lora       X's blocks are a LoRA adapter's: the index matches them only for requests naming it.
   incarnation  X's shim reports a new instance: its blocks leave the index at once (logged).
   restart    X restarts (a new publisher, numbers from 0 again): counted as a restart.
   malformed  a truncated payload from Y is counted as malformed; the router keeps serving.
@@ -48,13 +49,15 @@ PREFIX = list(range(1000, 1512))  # 512 ids: 32 blocks of 16
 GPT2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tokenizer", "gpt2.tokenizer.json")
 
 
-def prefill(kv_port=None, http_port=None, bport=None, tokenizer=None, block=16, replay_buffer=None):
+def prefill(kv_port=None, http_port=None, bport=None, tokenizer=None, block=16, replay_buffer=None, lora_name=None):
     kv = "{kv}" if kv_port is None else str(kv_port)
     argv = ["pdsim", "--role", "prefill", "--port", "{port}" if http_port is None else str(http_port),
             "--bootstrap-port", "{bport}" if bport is None else str(bport), "--prefix-cache-tokens", "65536",
             "--cache-block-tokens", str(block), "--kv-events-endpoint", "tcp://127.0.0.1:%s" % kv]
     if tokenizer:
         argv += ["--tokenizer", tokenizer]
+    if lora_name:  # every block it stores is this LoRA adapter's
+        argv += ["--kv-events-lora-name", lora_name]
     if replay_buffer is not None:  # vLLM's replay socket, keeping replay_buffer batches
         argv += ["--kv-events-replay-endpoint", "tcp://127.0.0.1:{rp}", "--kv-events-replay-buffer",
                  str(replay_buffer)]
@@ -75,9 +78,11 @@ def router(ps, ds, policy, resync=1, health=None, extra=None, replay_port=None, 
     return test_router.router([], [], config="\n".join(lines))
 
 
-def post(r, ids, compact):
-    body = json.dumps({"input_ids": ids, "sampling_params": {"max_new_tokens": 1}},
-                      separators=(",", ":") if compact else (", ", ": "))
+def post(r, ids, compact, model=None):
+    req = {"input_ids": ids, "sampling_params": {"max_new_tokens": 1}}
+    if model:
+        req["model"] = model
+    body = json.dumps(req, separators=(",", ":") if compact else (", ", ": "))
     return request(r.port, "POST", "/generate", body, headers={"Content-Type": "application/json"})
 
 
@@ -344,6 +349,34 @@ def scenario_incarnation():
         pdtest.start(argv, name="pdsim-prefill-2", ports=dict(ports))
         pdtest.poll_until(lambda: "a new instance of the worker; its blocks were dropped" in open(r.log_path).read(),
                           15, "the new incarnation to drop X's blocks")
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_lora():
+    """X's blocks are the LoRA adapter "sql"'s (lora_name), Y's the base model's. The prefix goes to one of
+    them; the same ids, compact, then match its blocks in the index only for a request whose model names
+    its namespace: "sql" for X, any other model for Y. The other model's request is no index match."""
+    try:
+        x, y = prefill(lora_name="sql"), prefill()
+        r = router([x, y], [sim("decode")], "precise_prefix")
+        connect_all(r, [x, y])  # each published a block: the index knows the adapter "sql"
+        before = [stats(p)["requests"] for p in (x, y)]
+        st, _, data = post(r, PREFIX + list(range(5000, 5016)), False, model="sql")
+        check(st == 200, "status %d: %r" % (st, data[:300]), r)
+        h = holder([x, y], before)
+        wait_metric(r, "the prefix's blocks indexed",
+                    lambda m: (metric_value(m, "pdr_kv_events_blocks", worker=url(h)) or 0) >= len(PREFIX) // 16)
+        for k, (model, ours) in enumerate((("sql", h is x), ("base-model", h is y))):
+            m0 = metric_value(metrics(r), "pdr_precise_prefix_decisions_total", source="index", decision="match") or 0
+            n0 = stats(h)["requests"]
+            st, _, data = post(r, PREFIX + list(range(6000 + 100 * k, 6016 + 100 * k)), True, model=model)
+            check(st == 200, "status %d: %r" % (st, data[:300]), r)
+            m1 = metric_value(metrics(r), "pdr_precise_prefix_decisions_total", source="index", decision="match") or 0
+            check(m1 - m0 == (1 if ours else 0), "model %s (the prefix on %s): %d index matches" %
+                  (model, "X" if h is x else "Y", m1 - m0), r)
+            if ours:
+                check(stats(h)["requests"] == n0 + 1, "model %s did not go to the prefix's worker" % model, r)
     finally:
         pdtest.stop_all()
 

@@ -33,6 +33,7 @@
 static struct {
     void *ctx, *pub;
     const char *topic;
+    const char *lora_name; /* NULL: the base model's blocks */
     int64_t drop_every, malformed;
     msgpack_sbuffer events; /* the current batch's events, packed */
     msgpack_packer pk;
@@ -189,8 +190,8 @@ static void on_cache_event(void *arg, pdsim_pcache_event_t ev, uint64_t key, int
 {
     (void)arg;
     if (ev == PDSIM_PCACHE_STORED) {
-        /* [tag, block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium] */
-        msgpack_pack_array(&K.pk, 7);
+        /* [tag, block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium(, lora_name)] */
+        msgpack_pack_array(&K.pk, K.lora_name != NULL ? 8 : 7);
         pack_str("BlockStored");
         msgpack_pack_array(&K.pk, 1);
         msgpack_pack_uint64(&K.pk, key);
@@ -204,6 +205,8 @@ static void on_cache_event(void *arg, pdsim_pcache_event_t ev, uint64_t key, int
         msgpack_pack_uint64(&K.pk, n);
         msgpack_pack_nil(&K.pk);
         pack_str("GPU");
+        if (K.lora_name != NULL)
+            pack_str(K.lora_name);
     } else {
         msgpack_pack_array(&K.pk, 3);
         pack_str("BlockRemoved");
@@ -259,6 +262,7 @@ int pdsim_kvev_start(const pdsim_opts_t *opts, pdsim_pcache_t *cache)
 {
     K.topic = opts->kv_events_topic != NULL ? opts->kv_events_topic : "";
     K.drop_every = opts->kv_events_drop_every;
+    K.lora_name = opts->kv_events_lora_name;
     if ((K.ctx = zmq_ctx_new()) == NULL || (K.pub = zmq_socket(K.ctx, ZMQ_PUB)) == NULL) {
         pdr_error("pdsim: --kv-events-endpoint: cannot create a ZMQ PUB socket: %s",
                   zmq_strerror(zmq_errno()));

@@ -94,6 +94,7 @@ static void usage(FILE *f)
         "  --kv-events-drop-every N  every Nth KV event message is not sent (a gap in its numbers)\n"
         "  --kv-events-replay-endpoint E  bind a ROUTER socket serving vLLM's replay of KV event batches\n"
         "  --kv-events-replay-buffer N    batches the replay keeps (default 10000, vLLM's buffer_steps)\n"
+        "  --kv-events-lora-name NAME     every stored block is a LoRA adapter's (lora_name NAME)\n"
         "  --log-level debug|info|warn|error\n");
 }
 
@@ -171,6 +172,11 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         }
         if (strcmp(a, "--kv-events-endpoint") == 0 && val != NULL) {
             o->kv_events_endpoint = val;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--kv-events-lora-name") == 0 && val != NULL) {
+            o->kv_events_lora_name = val;
             i++;
             continue;
         }

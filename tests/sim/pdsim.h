@@ -82,7 +82,8 @@ typedef struct pdsim_opts {
     int64_t kv_events_drop_every;   /* fault: every Nth message is not sent (its number is used up) */
     const char *kv_events_replay_endpoint; /* ZMQ ROUTER endpoint (bound) serving replays; NULL: off */
     int64_t kv_events_replay_buffer;       /* batches the replay keeps (vLLM's buffer_steps; 0: 10000) */
-    const char *ticket_keys[4]; /* --ticket-key (protocol pdshim): the router's key files; 0: off */
+    const char *kv_events_lora_name; /* every stored block's lora_name (an adapter's cache); NULL: nil */
+    const char *ticket_keys[4];      /* --ticket-key (protocol pdshim): the router's key files; 0: off */
     int n_ticket_keys;
     const char *ticket_identity; /* --ticket-identity; NULL: HOST:PORT */
     const char *events_url;      /* the router's admin listener for shim event and load reports; NULL: off */
