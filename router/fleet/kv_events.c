@@ -596,7 +596,8 @@ json_t *pdr_kv_events_worker_json(pdr_router_t *r, const pdr_worker_t *w)
         o = json_pack("{s:b,s:b,s:I,s:o,s:b,s:b}", "synced", known && ws.synced, "cold", !known || !ws.synced,
                       "blocks", (json_int_t)ws.blocks, "last_seq",
                       known && ws.messages > 0 ? json_integer((json_int_t)ws.last_seq) : json_null(),
-                      "replay", s->replay_endpoint != NULL, "replaying", s->replay != NULL);
+                      "replay", s->replay_endpoint != NULL, "replaying",
+                      __atomic_load_n(&s->replay, __ATOMIC_RELAXED) != NULL);
     }
     pthread_mutex_unlock(&ke->lock);
     return o;

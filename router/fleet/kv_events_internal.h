@@ -40,8 +40,9 @@ typedef struct kv_sub {
     uv_poll_t poll, mon_poll;
     int handles; /* handles not closed yet (the sub is freed with the last) */
     int mark;
-    int pending;                          /* messages left for the next loop turn (the budget ran out) */
-    struct kv_replay *replay;             /* the replay running for a gap, or NULL */
+    int pending; /* messages left for the next loop turn (the budget ran out) */
+    /* The replay running for a gap, or NULL (stored atomically: the admin API reads it). */
+    struct kv_replay *replay;
     uint64_t applied, malformed;          /* atomic (read by the metrics) */
     uint64_t unknown_events;              /* atomic */
     uint64_t yields;                      /* atomic: turns that ended with messages left */

@@ -108,7 +108,7 @@ static void on_replay_closed(uv_handle_t *h)
 static void replay_close(kv_replay_t *rp)
 {
     if (rp->s != NULL)
-        rp->s->replay = NULL;
+        __atomic_store_n(&rp->s->replay, NULL, __ATOMIC_RELAXED);
     rp->s = NULL;
     uv_poll_stop(&rp->poll);
     uv_timer_stop(&rp->deadline);
@@ -303,7 +303,7 @@ static int replay_start(kv_sub_t *s, uint64_t from, uint64_t seq, const void *pa
     rp->poll.data = rp->deadline.data = rp->more.data = rp;
     rp->handles = 3;
     rp->s = s;
-    s->replay = rp;
+    __atomic_store_n(&s->replay, rp, __ATOMIC_RELAXED);
     uv_poll_start(&rp->poll, UV_READABLE, on_replay_readable);
     uv_timer_start(&rp->deadline, on_deadline, (uint64_t)c->kv_events.replay_timeout_ms, 0);
     /* The descriptor signals only after a read found the socket empty (and a send may have consumed it). */
