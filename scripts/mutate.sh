@@ -49,6 +49,12 @@ cache_aware_no_match @@ routing/policy.c @@ if (rate > params->cache_threshold) 
 cache_aware_no_balance @@ routing/policy.c @@ int imbalanced = pdr__loads_imbalanced(params, loads, n); @@ int imbalanced = 0 && pdr__loads_imbalanced(params, loads, n); @@ pdrouter test_routing @@ ^(routing_unit|router_policy_.*)$
 cache_aware_smallest_tree_first @@ routing/policy.c @@ if (i == 0 || c < best || (c == best && loads[i] < loads[pick])) { @@ if (i == 0 || (0 && (c < best || (c == best && loads[i] < loads[pick])))) { @@ pdrouter test_routing @@ ^(routing_unit|router_policy_affinity|router_policy_pool_thresholds)$
 precise_prefix_ignores_index @@ routing/precise.c @@ rate = (double)m[i].blocks * m[i].block_size / (double)n_tokens; @@ rate = 0.0 * (double)n_tokens; @@ pdrouter test_kvindex @@ ^(routing_unit_kvindex|router_kv_events_routing)$
+kvindex_no_namespace @@ routing/kvindex.c @@ uint64_t prev = pdr_kvindex_namespace(adapter, ev->group, ev->kind_hash); @@ uint64_t prev = 0 * pdr_kvindex_namespace(adapter, ev->group, ev->kind_hash); @@ test_kvindex @@ ^routing_unit_kvindex$
+kvindex_groups_share_engine_hashes @@ routing/kvindex.c @@ return group == 0 ? ehash : pdr_mix64(ehash ^ ((uint64_t)group * 0x9e3779b97f4a7c15ULL)); @@ return group == 0 || 1 ? ehash : pdr_mix64(ehash ^ ((uint64_t)group * 0x9e3779b97f4a7c15ULL)); @@ test_kvindex @@ ^routing_unit_kvindex$
+kv_events_no_replay @@ router/fleet/kv_replay.c @@ if (replay_start(s, (uint64_t)from, seq, payload, len) == 0) @@ if (0 && replay_start(s, (uint64_t)from, seq, payload, len) == 0) @@ pdrouter @@ ^router_kv_events_replay_repaired$
+kv_events_replay_too_old_applied @@ router/fleet/kv_replay.c @@ if (seq > rp->next) { @@ if (0 && seq > rp->next) { @@ pdrouter @@ ^router_kv_events_replay_too_old$
+kv_events_incarnation_kept @@ router/fleet/kv_events.c @@ if (s != NULL && s->epoch != epoch) { @@ if (0 && s != NULL && s->epoch != epoch) { @@ pdrouter @@ ^router_kv_events_incarnation$
+kv_events_model_ignored @@ router/pd/attempt.c @@ tok.model = m->v.p + 1; @@ tok.model = NULL; @@ pdrouter @@ ^router_kv_events_lora$
 breaker_never_opens @@ router/workers/breaker.c @@ if (b->state == PDR_BREAKER_CLOSED && consecutive >= c->consecutive_failures) { @@ if (0 && consecutive >= c->consecutive_failures) { @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
 breaker_open_admits @@ router/workers/breaker.c @@     if (b->state == PDR_BREAKER_OPEN)
         return 0; @@     if (b->state == PDR_BREAKER_OPEN)

@@ -97,7 +97,7 @@ int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen)
     if (!pdr_kv_limited(x->conf, x->at.dw))
         return 1; /* the usual case without reports: nothing to estimate */
     if (x->kv.need == 0) {
-        pdr_prompt_tokens_t tok = {NULL, 0};
+        pdr_prompt_tokens_t tok = {NULL, 0, NULL, 0};
         struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
         pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_KV_ADMISSION);
         pdr_tokenizer_free(tk);

@@ -320,6 +320,9 @@ pdr_worker_t *pdr_pool_pick_text(pdr_pool_t *p, const char *pool, pdr_role_t rol
 typedef struct pdr_prompt_tokens {
     uint32_t *ids;
     size_t n;
+    const char
+        *model; /* the request's "model" (not owned; a LoRA adapter's KV blocks are its own), or NULL */
+    size_t model_len;
 } pdr_prompt_tokens_t;
 /* What a pick reports beside the worker (conditional disaggregation, router/workers/disagg.h). */
 typedef struct pdr_pick_info {

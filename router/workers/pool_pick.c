@@ -170,6 +170,8 @@ static pdr_worker_t *pick_by(pdr_pool_t *p, pdr_pool_group_t *g, const pdr_polic
         .len = len,
         .tokens = tok != NULL ? tok->ids : NULL,
         .n_tokens = tok != NULL ? tok->n : 0,
+        .model = tok != NULL ? tok->model : NULL,
+        .model_len = tok != NULL ? tok->model_len : 0,
         .record = info == NULL || info->record,
         .want_matched = info != NULL,
     };

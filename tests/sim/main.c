@@ -92,6 +92,9 @@ static void usage(FILE *f)
         "  --fail-kv-from-port PORT  a decode fails at once (500) the KV fetch from bootstrap port PORT\n"
         "  --die-after N             exit(3) after N generate requests completed\n"
         "  --kv-events-drop-every N  every Nth KV event message is not sent (a gap in its numbers)\n"
+        "  --kv-events-replay-endpoint E  bind a ROUTER socket serving vLLM's replay of KV event batches\n"
+        "  --kv-events-replay-buffer N    batches the replay keeps (default 10000, vLLM's buffer_steps)\n"
+        "  --kv-events-lora-name NAME     every stored block is a LoRA adapter's (lora_name NAME)\n"
         "  --log-level debug|info|warn|error\n");
 }
 
@@ -169,6 +172,16 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         }
         if (strcmp(a, "--kv-events-endpoint") == 0 && val != NULL) {
             o->kv_events_endpoint = val;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--kv-events-lora-name") == 0 && val != NULL) {
+            o->kv_events_lora_name = val;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--kv-events-replay-endpoint") == 0 && val != NULL) {
+            o->kv_events_replay_endpoint = val;
             i++;
             continue;
         }
@@ -272,6 +285,7 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         INT_FLAG("--tp-size", tp_size, 1, 1024)
         INT_FLAG("--kv-capacity-bytes", kv_capacity_bytes, 0, INT64_MAX)
         INT_FLAG("--kv-events-drop-every", kv_events_drop_every, 0, INT32_MAX)
+        INT_FLAG("--kv-events-replay-buffer", kv_events_replay_buffer, 1, 1000000)
         INT_FLAG("--drip-ms", faults.drip_ms, 0, 3600000)
         INT_FLAG("--reset-after-tokens", faults.reset_after_tokens, 0, PDSIM_MAX_TOKENS)
         INT_FLAG("--stall-after-tokens", faults.stall_after_tokens, 0, PDSIM_MAX_TOKENS)
