@@ -287,6 +287,10 @@ def scenario_chat_template():
         line = pdtest.access_lines(alog, 2)[-1]
         check(line["kv_tokens"] == pdtok_count(tok, llama_like(msgs, gen=False)), "no generation prompt %r" % line, r)
         check(r.stop() == 0, "exit status", r)
+        # pdsim with the same directory renders chat prompts the same way: its prompt_tokens are those ids.
+        both = pdtest.start(["pdsim", "--role", "both", "--port", "{port}", "--tokenizer", d], name="pdsim-chat")
+        out = request_json(both.port, "POST", "/v1/chat/completions", body)
+        check(out["usage"]["prompt_tokens"] == want, "pdsim's prompt_tokens %r, want %d" % (out["usage"], want), both)
         # A template that raises: counted, and the request still served.
         with open(os.path.join(d, "chat_template.jinja"), "w") as f:
             f.write("{{ raise_exception('roles must alternate') }}")

@@ -11,6 +11,7 @@
 #include "err.h"
 #include "util.h"
 #include "pdsim.h"
+#include "chat_template.h"
 #include "tokenizer.h"
 
 static uv_signal_t sig_term, sig_int;
@@ -61,7 +62,10 @@ static void usage(FILE *f)
         "                            rank itself and records the rank each request names)\n"
         "  --local-prefill           decode: a request with no bootstrap fields and no kv_transfer_params\n"
         "                            is computed here, prompt and all (a vLLM decode's plain request)\n"
-        "  --tokenizer FILE          a Hugging Face tokenizer.json: prompt text becomes its token ids (the\n"
+        "  --tokenizer FILE          a Hugging Face tokenizer.json (or its directory): prompt text becomes "
+        "its\n"
+        "                            token ids, chat messages through the chat template beside it if any "
+        "(the\n"
         "                            prefix cache and KV follow them) instead of one hash per word\n"
         "  --events-url URL          report room events and load to the router's admin listener "
         "(http://H:P)\n"
@@ -418,6 +422,17 @@ int main(int argc, char **argv)
             fprintf(stderr, "pdsim: --tokenizer: %s\n", err);
             return 2;
         }
+        /* The model's chat template beside it renders chat prompts, as the engine's does. */
+        char dir[PDR_TOKENIZER_PATH_MAX];
+        pdr_chat_template_t *ct = NULL;
+        pdr_chat_template_dir(opts.tokenizer, dir, sizeof(dir));
+        if (pdr_chat_template_load(dir, &ct, err, sizeof(err)) != 0) {
+            fprintf(stderr, "pdsim: --tokenizer: %s\n", err);
+            pdr_tokenizer_free(tok);
+            return 2;
+        }
+        if (ct != NULL)
+            pdr_tokenizer_set_extra(tok, ct, pdr_chat_template_free);
         pdsim_set_tokenizer(tok);
     }
     signal(SIGPIPE, SIG_IGN);

@@ -124,6 +124,8 @@ int pdsim_tokenize(pdsim_toks_t *t, const char *s, size_t len);
 struct pdr_tokenizer;
 /* Makes pdsim_tokenize() use tok (NULL: the whitespace words again). */
 void pdsim_set_tokenizer(const struct pdr_tokenizer *tok);
+/* The tokenizer set (NULL: none); its extra is the model's chat template, when one lies beside it. */
+const struct pdr_tokenizer *pdsim_tokenizer(void);
 /* Gives an empty prompt its one token. Returns 0 or PDR_ENOMEM. */
 int pdsim_toks_finish(pdsim_toks_t *t);
 void pdsim_toks_free(pdsim_toks_t *t);
