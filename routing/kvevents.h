@@ -112,6 +112,9 @@ typedef struct pdr_kvindex_stats {
     /* Lookups in which a candidate known to the index was left to the prefix tree because its block size
      * had no hashes: a fifth distinct size among the candidates (four are hashed), or out of memory. */
     uint64_t unhashed;
+    /* Candidates of lookups that the index knows but that were not in sync (cold: joined late, a gap not
+     * repaired, a restart), left to the prefix tree. */
+    uint64_t cold;
     size_t workers;
     size_t adapters; /* adapter names known from the events (PDR_KVINDEX_MAX_ADAPTERS at most) */
 } pdr_kvindex_stats_t;

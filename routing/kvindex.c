@@ -64,6 +64,7 @@ struct pdr_kvindex {
     pdr_kvindex_params_t p;
     uint64_t bytes, blocks, entries, evicted;
     uint64_t unhashed; /* lookups that left a worker to the tree for want of its size's hashes */
+    uint64_t cold;     /* candidates known to the index but not in sync, left to the tree */
     size_t nbuckets;
     /* The tables' chains (hnext, enext) and a block's residencies (bnext) stay singly linked, as open
      * hashing's chains are: a dlist would add a pointer to every entry for O(1) unlinks not needed. */
@@ -567,6 +568,7 @@ void pdr_kvindex_match_model(pdr_kvindex_t *ix, const char *model, size_t mlen, 
         out[i].blocks = 0;
         out[i].block_size = ws[i] != NULL ? ws[i]->block_size : 0;
         out[i].synced = ws[i] != NULL && ws[i]->st.synced;
+        ix->cold += ws[i] != NULL && !ws[i]->st.synced;
         uint64_t seed = ws[i] != NULL ? pdr_kvindex_namespace(adapter, 0, ws[i]->g0_kind) : 0;
         which[i] = nsizes;
         for (size_t k = 0; k < nsizes && which[i] == nsizes; k++)
@@ -631,6 +633,7 @@ void pdr_kvindex_stats(pdr_kvindex_t *ix, pdr_kvindex_stats_t *out)
     out->entries = ix->entries;
     out->evicted = ix->evicted;
     out->unhashed = ix->unhashed;
+    out->cold = ix->cold;
     out->workers = ix->nworkers;
     out->adapters = ix->nadapters;
     pthread_mutex_unlock(&ix->mu);

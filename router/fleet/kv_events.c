@@ -343,7 +343,7 @@ static void reconcile(struct pdr_kv_events *ke)
         pdr_kvindex_params_t p = {(uint64_t)r->config->kv_events.max_index_bytes,
                                   (uint32_t)r->config->kv_events.resync_messages};
         int err;
-        ke->unhashed_seen = 0;
+        ke->unhashed_seen = ke->cold_seen = 0;
         if ((ke->ix = pdr_kvindex_new(&p, &err)) == NULL) {
             pdr_warn("kv events: cannot create the index (%s); precise_prefix routes by the prefix tree",
                      pdr_strerror(err));
@@ -401,7 +401,8 @@ static void reconcile(struct pdr_kv_events *ke)
     pdr_pool_release(ws, n);
 }
 
-/* Loop 0: lookups the index could not hash for every candidate since the last tick, as fall-backs. */
+/* Loop 0: lookups the index could not hash for every candidate, and cold candidates, since the last tick, as
+ * fall-backs. */
 static void count_unhashed(struct pdr_kv_events *ke)
 {
     if (ke->ix == NULL)
@@ -413,6 +414,12 @@ static void count_unhashed(struct pdr_kv_events *ke)
                        "a candidate's KV block size had no hashes of the prompt (the index hashes at most 4 "
                        "sizes a lookup)");
     ke->unhashed_seen = st.unhashed;
+    if (st.cold > ke->cold_seen)
+        pdr_fallback_n(
+            PDR_FB_KV_INDEX_COLD, st.cold - ke->cold_seen,
+            "a candidate's KV events were not in sync (it joined late, a gap was not repaired, or it "
+            "restarted)");
+    ke->cold_seen = st.cold;
 }
 
 static void on_tick(uv_timer_t *t)

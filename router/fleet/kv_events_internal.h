@@ -70,6 +70,7 @@ struct pdr_kv_events {
     uv_idle_t idle; /* runs while a publisher has messages left past its budget */
     int timer_live;
     uint64_t unhashed_seen; /* the index's unhashed lookups already counted as fall-backs */
+    uint64_t cold_seen;     /* the same for its cold candidates */
 };
 
 #endif

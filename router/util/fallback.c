@@ -9,19 +9,25 @@
 
 #define FALLBACK_LOG_PERIOD_NS (60ull * 1000000000ull)
 
-const char *const pdr_fallback_names[PDR_FB__COUNT] = {"tokenize_routing",      "tokenize_kv_deadline",
-                                                       "tokenize_kv_admission", "kv_index_unhashed",
-                                                       "engine_load_unknown",   "chat_template"};
+const char *const pdr_fallback_names[] = {
+    "tokenize_routing",    "tokenize_kv_deadline", "tokenize_kv_admission", "kv_index_unhashed",
+    "engine_load_unknown", "chat_template",        "kv_index_cold"};
 
 /* What the router does instead, for the log line. */
-static const char *const instead[PDR_FB__COUNT] = {
+static const char *const instead[] = {
     "routing uses the prompt's text (the prefix tree) instead of its token ids",
     "the KV deadline counts the prompt's bytes / 4 as its tokens",
     "decode admission estimates the prompt's tokens from its bytes (kv_admission.prompt_bytes_per_token)",
     "precise_prefix takes that worker's match from the prefix tree",
     "the policy weighs the router's own count of that worker's requests",
     "the chat request has no token ids (the prefix tree routes it; what else needs them estimates)",
+    "precise_prefix takes that worker's match from the prefix tree until its events are in sync",
 };
+
+/* Every reason has its name and its line (a missing one would print NULL). */
+_Static_assert(sizeof(pdr_fallback_names) / sizeof(pdr_fallback_names[0]) == PDR_FB__COUNT,
+               "a fall-back without its name");
+_Static_assert(sizeof(instead) / sizeof(instead[0]) == PDR_FB__COUNT, "a fall-back without its line");
 
 static uint64_t counts[PDR_FB__COUNT];
 static pdr_ratelog_t logs[PDR_FB__COUNT];

@@ -189,6 +189,9 @@ def scenario_gap():
         m = metrics(r)
         check((metric_value(m, "pdr_precise_prefix_decisions_total", source="tree", decision="match") or 0) ==
               tree0 + 1, "the fallback decision was not counted as a tree match", r)
+        # ... and the cold candidate is a counted fall-back (the index's count, read once a second).
+        wait_metric(r, "the cold candidate's fall-back",
+                    lambda m: (metric_value(m, "pdr_fallbacks_total", reason="kv_index_cold") or 0) >= 1)
         # Two more consecutive messages (three in a row with the last one): in sync again.
         for k in range(2):
             send(r, PREFIX + list(range(7200 + 100 * k, 7216 + 100 * k)), True)
