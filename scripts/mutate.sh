@@ -162,6 +162,7 @@ jinja_iteration_limit_ignored @@ tokenizer/jinja.c @@ if (r->iters > r->t->limit
 decode_refused_waits_for_prefill @@ router/pd/advance.c @@ int d_refused = x->at.d_done && x->at.d_err == PDR_ECONNREFUSED; @@ int d_refused = 0; @@ pdrouter pdsim @@ ^router_retry_decode_refused$
 chat_template_unused @@ router/workers/token_ids.c @@ const pdr_chat_template_t *ct = pdr_tokenizer_extra(tk); @@ const pdr_chat_template_t *ct = NULL; @@ pdrouter pdsim pdtok @@ ^tokenizer_chat_template$
 kv_index_cold_uncounted @@ routing/kvindex.c @@ ix->cold += ws[i] != NULL && !ws[i]->st.synced; @@ (void)0; @@ pdrouter pdsim @@ ^router_kv_events_gap$
+health_generate_any_pair @@ router/control/compat.c @@ c->compat.enabled ? &cf : NULL) @@ NULL) @@ pdrouter pdsim @@ ^router_compat_pairs_no_pair$
 EOF
 )
 

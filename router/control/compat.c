@@ -350,8 +350,14 @@ int pdr_compat_handle(pdr_thread_t *t, h2o_req_t *req, const pdr_route_def_t *rt
             f->calls[0].w = w;
         }
     } else if (kind == K_HEALTH_GENERATE) {
+        /* A pair a request could get: with compat.enabled, a decode whose KV layout the prefill's matches. */
+        const pdr_config_t *c = t->config;
         pdr_worker_t *p = pdr_pool_pick(pool, NULL, PDR_ROLE_PREFILL, NULL, 0);
-        pdr_worker_t *d = p != NULL ? pdr_pool_pick(pool, NULL, PDR_ROLE_DECODE, NULL, 0) : NULL;
+        pdr_pick_filter_t cf = {.key = p != NULL ? pdr_worker_compat_key(p) : 0,
+                                .unknown_ok = c->compat.unknown == PDR_COMPAT_UNKNOWN_ALLOW};
+        pdr_worker_t *d = p != NULL ? pdr_pool_pick_filtered(pool, NULL, PDR_ROLE_DECODE, NULL, 0, NULL, 0,
+                                                             NULL, c->compat.enabled ? &cf : NULL)
+                                    : NULL;
         if (d == NULL) {
             if (p != NULL)
                 pdr_worker_unref(p);

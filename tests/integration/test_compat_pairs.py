@@ -120,6 +120,9 @@ def scenario_no_pair():
                                    else None)(metrics(r)), 5, "pdr_incompatible_pairs_total 1")
     check(metric_value(m, "pdr_compat_repicks_total", pool="default") == 0, "repicks", r)
     check(stats(d)["requests"] == 0 and stats(p)["requests"] == 0, "a worker was sent the request", r, p, d)
+    # /health_generate asks a pair a request could get: there is none.
+    st, _, hb = pdtest.request(r.port, "GET", "/health_generate")
+    check(st == 503 and b"no healthy prefill/decode pair" in hb, "/health_generate %d %r" % (st, hb), r)
     check(r.stop() == 0, "pdrouter exit status", r)
 
 
