@@ -11,6 +11,7 @@
 
 #include "err.h"
 #include "jinja_internal.h"
+#include "jinja_str.h"
 
 enum { RUN_NEXT, RUN_BREAK, RUN_CONTINUE };
 
@@ -215,6 +216,8 @@ jj_val_t pdr__jj_binop(jj_render_t *r, int op, jj_val_t a, jj_val_t b)
             memcpy(l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof(*l->v));
         return pdr__jj_listv(l, a.flags & JF_TUPLE);
     }
+    if (op == '%' && a.type == JV_STR)
+        return pdr__jj_str_percent(r, a.u.s, b);
     if (op == '*' && (a.type == JV_STR || a.type == JV_LIST) && is_int(b))
         return repeat(r, a, b.u.i);
     if (op == '*' && (b.type == JV_STR || b.type == JV_LIST) && is_int(a))

@@ -34,6 +34,25 @@ static int flag(jj_render_t *r, const jj_val_t *v)
     return v != NULL && pdr__jj_truthy(r, *v);
 }
 
+static jj_val_t f_format(jj_render_t *r, jj_val_t v, const jj_args_t *a)
+{
+    if (a->npos && a->nkw)
+        pdr__jj_fail(r, PDR_EINVAL, "format: can't handle positional and keyword arguments at the same time");
+    jj_val_t arg;
+    if (a->nkw) {
+        jj_dict_t *d = pdr__jj_dict_new(r, a->nkw);
+        for (uint32_t i = 0; i < a->nkw; i++)
+            pdr__jj_dict_set(r, d, pdr__jj_strv(a->kwn[i]), a->kwv[i]);
+        arg = pdr__jj_dictv(d);
+    } else {
+        jj_list_t *l = pdr__jj_list_new(r, a->npos);
+        for (uint32_t i = 0; i < a->npos; i++)
+            l->v[i] = a->pos[i];
+        arg = pdr__jj_listv(l, 1);
+    }
+    return pdr__jj_str_percent(r, pdr__jj_tostr(r, v).u.s, arg);
+}
+
 static jj_val_t f_trim(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     const jj_val_t *chars = pdr__jj_arg(a, 0, "chars");
@@ -615,44 +634,19 @@ static jj_val_t f_sum(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 static const struct {
     const char *name;
     filter_fn fn;
-} filters[] = {{"abs", f_abs},
-               {"attr", f_attr},
-               {"capitalize", f_capitalize},
-               {"center", f_center},
-               {"count", f_length},
-               {"d", f_default},
-               {"default", f_default},
-               {"dictsort", f_dictsort},
-               {"first", f_first},
-               {"float", f_float},
-               {"indent", f_indent},
-               {"int", f_int},
-               {"items", f_items},
-               {"join", f_join},
-               {"last", f_last},
-               {"length", f_length},
-               {"list", f_list},
-               {"lower", f_lower},
-               {"map", f_map},
-               {"max", f_max},
-               {"min", f_min},
-               {"reject", f_reject},
-               {"rejectattr", f_rejectattr},
-               {"replace", f_replace},
-               {"reverse", f_reverse},
-               {"round", f_round},
-               {"safe", f_safe},
-               {"select", f_select},
-               {"selectattr", f_selectattr},
-               {"sort", f_sort},
-               {"string", f_string},
-               {"sum", f_sum},
-               {"title", f_title},
-               {"tojson", f_tojson},
-               {"trim", f_trim},
-               {"unique", f_unique},
-               {"upper", f_upper},
-               {"wordcount", f_wordcount}};
+} filters[] = {{"abs", f_abs},         {"attr", f_attr},         {"capitalize", f_capitalize},
+               {"center", f_center},   {"count", f_length},      {"d", f_default},
+               {"default", f_default}, {"dictsort", f_dictsort}, {"first", f_first},
+               {"float", f_float},     {"format", f_format},     {"indent", f_indent},
+               {"int", f_int},         {"items", f_items},       {"join", f_join},
+               {"last", f_last},       {"length", f_length},     {"list", f_list},
+               {"lower", f_lower},     {"map", f_map},           {"max", f_max},
+               {"min", f_min},         {"reject", f_reject},     {"rejectattr", f_rejectattr},
+               {"replace", f_replace}, {"reverse", f_reverse},   {"round", f_round},
+               {"safe", f_safe},       {"select", f_select},     {"selectattr", f_selectattr},
+               {"sort", f_sort},       {"string", f_string},     {"sum", f_sum},
+               {"title", f_title},     {"tojson", f_tojson},     {"trim", f_trim},
+               {"unique", f_unique},   {"upper", f_upper},       {"wordcount", f_wordcount}};
 
 static filter_fn find_filter(const char *name, size_t n)
 {

@@ -233,6 +233,8 @@ jj_list_t *pdr__jj_iterate(jj_render_t *r, jj_val_t v);
 /* The first occurrence of needle (m bytes) in hay (n bytes), or NULL (memmem without _GNU_SOURCE). */
 const char *pdr__jj_find(const char *hay, size_t n, const char *needle, size_t m);
 size_t pdr__jj_utf8_len(const char *p, size_t n);
+/* Writes code point cp as UTF-8 (1 to 4 bytes) at o; returns its length. */
+size_t pdr__jj_put_utf8(char *o, uint32_t cp);
 /* Byte offset of code point i (i <= the length). */
 size_t pdr__jj_utf8_off(const char *p, size_t n, size_t i);
 int64_t pdr__jj_length(jj_render_t *r, jj_val_t v);

@@ -87,7 +87,7 @@ static int hexval(char c)
     return -1;
 }
 
-static size_t put_utf8(char *o, uint32_t cp)
+size_t pdr__jj_put_utf8(char *o, uint32_t cp)
 {
     if (cp < 0x80) {
         o[0] = (char)cp;
@@ -143,14 +143,14 @@ static size_t lex_string(jj_parser_t *p, const char *s, size_t n, size_t i, jj_t
                 free(o);
                 pdr__jj_perr(p, PDR_EINVAL, (uint32_t)start, "invalid code point in a string escape");
             }
-            k += put_utf8(o + k, cp);
+            k += pdr__jj_put_utf8(o + k, cp);
             continue;
         }
         if (c >= '0' && c <= '7') {
             uint32_t cp = (uint32_t)(c - '0');
             for (int d = 0; d < 2 && i < n && s[i] >= '0' && s[i] <= '7'; d++)
                 cp = cp * 8 + (uint32_t)(s[i++] - '0');
-            k += put_utf8(o + k, cp);
+            k += pdr__jj_put_utf8(o + k, cp);
             continue;
         }
         const char *from = "ntr\\'\"abfv\n", *to = "\n\t\r\\'\"\a\b\f\v";

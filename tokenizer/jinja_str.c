@@ -438,3 +438,149 @@ jj_val_t pdr__jj_str_method(jj_render_t *r, const jj_method_t *m, const jj_args_
             return pdr__jj_bool(all_chars(s, is[i].kind));
     pdr__jj_fail(r, PDR_EINVAL, "str.%s() is not supported", n);
 }
+
+/* Python's str % args (and the format filter): %s %r %d %i %f %e %g %x %o %c and %%, with flags - + space
+ * 0, width, precision and %(key)s; a tuple is the arguments, a mapping serves the keys, anything else is
+ * the one argument. */
+/* The next argument of a %-format: from the mapping when the field names a key, else the next of args. */
+static jj_val_t percent_arg(jj_render_t *r, const jj_val_t *args, size_t nargs, size_t *next,
+                            const jj_val_t *map, const char *key, size_t keylen)
+{
+    if (key != NULL) {
+        jj_val_t *v = map ? pdr__jj_dict_gets(map->u.d, key, keylen) : NULL;
+        if (v == NULL)
+            pdr__jj_fail(r, PDR_EINVAL, "%%-format: no key '%.*s' (a mapping is required)", (int)keylen, key);
+        return *v;
+    }
+    if (*next >= nargs)
+        pdr__jj_fail(r, PDR_EINVAL, "not enough arguments for format string");
+    return args[(*next)++];
+}
+
+static void pad(jj_render_t *r, jj_out_t *o, const char *p, size_t n, size_t width, int left)
+{
+    size_t len = pdr__jj_utf8_len(p, n);
+    if (!left)
+        for (size_t i = len; i < width; i++)
+            pdr__jj_out_put(r, o, " ", 1);
+    pdr__jj_out_put(r, o, p, n);
+    if (left)
+        for (size_t i = len; i < width; i++)
+            pdr__jj_out_put(r, o, " ", 1);
+}
+
+jj_val_t pdr__jj_str_percent(jj_render_t *r, const jj_str_t *fmt, jj_val_t arg)
+{
+    const jj_val_t *args = &arg, *map = NULL;
+    size_t nargs = 1, next = 0;
+    if (arg.type == JV_LIST && (arg.flags & JF_TUPLE)) {
+        args = arg.u.l->v;
+        nargs = arg.u.l->n;
+    } else if (arg.type == JV_DICT && !(arg.flags & JF_NS)) {
+        map = &arg; /* for %(key)s; a field without a key takes the mapping itself */
+    }
+    jj_out_t o = {0};
+    for (size_t i = 0; i < fmt->len; i++) {
+        if (fmt->p[i] != '%') {
+            pdr__jj_out_put(r, &o, fmt->p + i, 1);
+            continue;
+        }
+        if (++i >= fmt->len)
+            pdr__jj_fail(r, PDR_EINVAL, "incomplete format");
+        const char *key = NULL;
+        size_t keylen = 0;
+        if (fmt->p[i] == '(') {
+            const char *e = memchr(fmt->p + i, ')', fmt->len - i);
+            if (e == NULL)
+                pdr__jj_fail(r, PDR_EINVAL, "incomplete format key");
+            key = fmt->p + i + 1;
+            keylen = (size_t)(e - key);
+            i = (size_t)(e - fmt->p) + 1;
+        }
+        char flags[8];
+        size_t nf = 0;
+        while (i < fmt->len && strchr("-+ 0", fmt->p[i]) && fmt->p[i] && nf < sizeof(flags) - 1)
+            flags[nf++] = fmt->p[i++];
+        flags[nf] = '\0';
+        long width = 0, prec = -1;
+        while (i < fmt->len && fmt->p[i] >= '0' && fmt->p[i] <= '9' && width < 100000)
+            width = width * 10 + (fmt->p[i++] - '0');
+        if (i < fmt->len && fmt->p[i] == '.') {
+            prec = 0;
+            for (i++; i < fmt->len && fmt->p[i] >= '0' && fmt->p[i] <= '9' && prec < 100000; i++)
+                prec = prec * 10 + (fmt->p[i] - '0');
+        }
+        if (width > 4096 || prec > 4096)
+            pdr__jj_fail(r, PDR_EINVAL, "%%-format: width or precision above 4096");
+        if (i >= fmt->len)
+            pdr__jj_fail(r, PDR_EINVAL, "incomplete format");
+        char type = fmt->p[i];
+        if (type == '%') {
+            pdr__jj_out_put(r, &o, "%", 1);
+            continue;
+        }
+        jj_val_t v = percent_arg(r, args, nargs, &next, map, key, keylen);
+        int left = strchr(flags, '-') != NULL;
+        if (type == 's' || type == 'r' || type == 'a') {
+            jj_out_t t = {0};
+            if (type == 's')
+                pdr__jj_out_str(r, &t, v);
+            else
+                pdr__jj_out_repr(r, &t, v);
+            size_t n = t.len;
+            if (prec >= 0)
+                n = pdr__jj_utf8_off(t.p ? t.p : "", t.len, (size_t)prec);
+            pad(r, &o, t.p ? t.p : "", n, (size_t)width, left);
+            continue;
+        }
+        char cfmt[32], buf[4200];
+        int is_float = strchr("fFeEgG", type) != NULL, is_int = strchr("diuxXoc", type) != NULL;
+        if (!is_float && !is_int)
+            pdr__jj_fail(r, PDR_EINVAL, "unsupported format character '%c'", type);
+        if (v.type != JV_INT && v.type != JV_BOOL && v.type != JV_FLOAT)
+            pdr__jj_fail(r, PDR_EINVAL, "%%%c format: a real number is required, not %s", type,
+                         pdr__jj_type_name(v));
+        if (type == 'c') {
+            if (v.type == JV_FLOAT || v.u.i < 0 || v.u.i > 0x10ffff)
+                pdr__jj_fail(r, PDR_EINVAL, "%%c requires an int in range(0x110000)");
+            char u[5];
+            size_t n = pdr__jj_put_utf8(u, (uint32_t)v.u.i);
+            pad(r, &o, u, n, (size_t)width, left);
+            continue;
+        }
+        if ((type == 'x' || type == 'X' || type == 'o') && v.type == JV_FLOAT)
+            pdr__jj_fail(r, PDR_EINVAL, "%%%c format: an integer is required, not float", type);
+        int n;
+        if (is_float) {
+            snprintf(cfmt, sizeof(cfmt), "%%%s%ld.%ld%c", flags, width, prec < 0 ? 6 : prec, type);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+            n = snprintf(buf, sizeof(buf), cfmt, v.type == JV_FLOAT ? v.u.f : (double)v.u.i);
+#pragma GCC diagnostic pop
+        } else {
+            double f = v.type == JV_FLOAT ? v.u.f : 0;
+            if (v.type == JV_FLOAT && !(f > -9.2e18 && f < 9.2e18))
+                pdr__jj_fail(r, PDR_EINVAL, "%%-format: integer out of range");
+            long long x = v.type == JV_FLOAT ? (long long)f : (long long)v.u.i;
+            char t = type == 'i' || type == 'u' ? 'd' : type;
+            if (prec >= 0)
+                snprintf(cfmt, sizeof(cfmt), "%%%s%ld.%ldll%c", flags, width, prec, t);
+            else
+                snprintf(cfmt, sizeof(cfmt), "%%%s%ldll%c", flags, width, t);
+            if (t != 'd' && x < 0) {
+                /* Python writes a negative hexadecimal or octal number with a minus sign. */
+                pdr__jj_fail(r, PDR_EINVAL, "%%-format: negative %%%c is not supported", t);
+            }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+            n = snprintf(buf, sizeof(buf), cfmt, x);
+#pragma GCC diagnostic pop
+        }
+        if (n < 0 || (size_t)n >= sizeof(buf))
+            pdr__jj_fail(r, PDR_EINVAL, "%%-format: field too long");
+        pdr__jj_out_put(r, &o, buf, (size_t)n);
+    }
+    if (map == NULL && next < nargs)
+        pdr__jj_fail(r, PDR_EINVAL, "not all arguments converted during string formatting");
+    return pdr__jj_cstr(r, o.p ? o.p : "", o.len);
+}
