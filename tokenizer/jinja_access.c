@@ -251,6 +251,7 @@ static jj_val_t list_method(jj_render_t *r, const jj_method_t *m, const jj_args_
     const jj_val_t *x = pdr__jj_arg(a, 0, NULL);
     if (x == NULL)
         pdr__jj_fail(r, PDR_EINVAL, "%s() takes exactly one argument", m->name);
+    pdr__jj_count_iter(r, l->n);
     int64_t count = 0;
     for (size_t i = 0; i < l->n; i++) {
         if (pdr__jj_equal(l->v[i], *x)) {

@@ -225,7 +225,7 @@ jj_val_t pdr__jj_binop(jj_render_t *r, int op, jj_val_t a, jj_val_t b)
     bad_operands(r, op, a, b);
 }
 
-static int contains(jj_render_t *r, jj_val_t item, jj_val_t c)
+int pdr__jj_contains(jj_render_t *r, jj_val_t item, jj_val_t c)
 {
     if (c.type == JV_STR) {
         if (item.type != JV_STR)
@@ -233,11 +233,15 @@ static int contains(jj_render_t *r, jj_val_t item, jj_val_t c)
                          pdr__jj_type_name(item));
         if (item.u.s->len == 0)
             return 1;
+        pdr__jj_charge(r, c.u.s->len);
         return pdr__jj_find(c.u.s->p, c.u.s->len, item.u.s->p, item.u.s->len) != NULL;
     }
-    if (c.type == JV_DICT && !(c.flags & JF_NS))
+    if (c.type == JV_DICT && !(c.flags & JF_NS)) {
+        pdr__jj_count_iter(r, c.u.d->n / 16);
         return pdr__jj_dict_get(c.u.d, item) != NULL;
+    }
     jj_list_t *l = pdr__jj_iterate(r, c);
+    pdr__jj_count_iter(r, l->n);
     for (size_t i = 0; i < l->n; i++)
         if (pdr__jj_equal(l->v[i], item))
             return 1;
@@ -252,9 +256,9 @@ static int compare(jj_render_t *r, int op, jj_val_t a, jj_val_t b)
     case 'n':
         return !pdr__jj_equal(a, b);
     case 'i':
-        return contains(r, a, b);
+        return pdr__jj_contains(r, a, b);
     case 'I':
-        return !contains(r, a, b);
+        return !pdr__jj_contains(r, a, b);
     }
     if (a.type == JV_UNDEF)
         fail_undef(r, a);

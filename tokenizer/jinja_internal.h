@@ -184,6 +184,7 @@ typedef struct jj_render {
     size_t errlen;
     uint32_t pos;   /* the offset of the node being evaluated, for messages */
     uint64_t iters; /* loop iterations so far */
+    uint64_t bytes; /* bytes copied or scanned, not yet charged as iterations (4096 make one) */
     unsigned depth; /* evaluation depth */
     int64_t now;
     jj_out_t *out;       /* where output goes (a macro call or a set block swaps it) */
@@ -196,6 +197,11 @@ _Noreturn void pdr__jj_fail(jj_render_t *r, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void *pdr__jj_ralloc(jj_render_t *r, size_t n);
 void pdr__jj_count_iter(jj_render_t *r, uint64_t n);
+/* Charges bytes copied or scanned against the iteration limit, 4096 bytes an iteration: work on big
+ * strings in a loop is bounded like the loop itself. */
+void pdr__jj_charge(jj_render_t *r, size_t bytes);
+/* Python's "item in container" (a substring, an element, a key). */
+int pdr__jj_contains(jj_render_t *r, jj_val_t item, jj_val_t container);
 
 /* Value helpers (jinja_value.c). */
 jj_val_t pdr__jj_undef(const jj_str_t *name);

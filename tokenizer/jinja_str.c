@@ -379,6 +379,7 @@ jj_val_t pdr__jj_str_method(jj_render_t *r, const jj_method_t *m, const jj_args_
         pdr__jj_check_args(r, m, a, 1);
         const jj_str_t *x = arg_str(r, m, a0, 0);
         int64_t found = -1, count = 0;
+        pdr__jj_charge(r, s->len);
         for (size_t i = 0; i + x->len <= s->len; i++) {
             if (memcmp(s->p + i, x->p, x->len) != 0)
                 continue;

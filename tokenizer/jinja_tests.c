@@ -157,19 +157,7 @@ static int t_ge(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 
 static int t_in(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
-    jj_val_t c = other(r, a);
-    if (c.type == JV_STR) {
-        if (v.type != JV_STR)
-            pdr__jj_fail(r, PDR_EINVAL, "'in <string>' requires string as left operand");
-        return v.u.s->len == 0 || pdr__jj_find(c.u.s->p, c.u.s->len, v.u.s->p, v.u.s->len) != NULL;
-    }
-    if (c.type == JV_DICT && !(c.flags & JF_NS))
-        return pdr__jj_dict_get(c.u.d, v) != NULL;
-    jj_list_t *l = pdr__jj_iterate(r, c);
-    for (size_t i = 0; i < l->n; i++)
-        if (pdr__jj_equal(l->v[i], v))
-            return 1;
-    return 0;
+    return pdr__jj_contains(r, v, other(r, a));
 }
 
 static int t_sameas(jj_render_t *r, jj_val_t v, const jj_args_t *a)

@@ -71,6 +71,7 @@ const jj_str_t *pdr__jj_str(jj_render_t *r, const char *p, size_t n)
     if (n > r->t->limits.max_output_bytes)
         pdr__jj_fail(r, PDR_ETOOBIG, "a string of %zu bytes passes the output limit of %zu", n,
                      r->t->limits.max_output_bytes);
+    pdr__jj_charge(r, n);
     jj_str_t *s = pdr__jj_ralloc(r, sizeof(*s) + n + 1);
     s->len = n;
     if (n)
@@ -285,6 +286,7 @@ void pdr__jj_out_put(jj_render_t *r, jj_out_t *o, const char *p, size_t n)
     size_t limit = r->t->limits.max_output_bytes;
     if (n > limit - o->len)
         pdr__jj_fail(r, PDR_ETOOBIG, "output passes the limit of %zu bytes", limit);
+    pdr__jj_charge(r, n);
     if (o->len + n + 1 > o->cap) {
         size_t cap = o->cap ? o->cap : 256;
         while (cap < o->len + n + 1)
