@@ -254,7 +254,7 @@ static jj_val_t list_method(jj_render_t *r, const jj_method_t *m, const jj_args_
     pdr__jj_count_iter(r, l->n);
     int64_t count = 0;
     for (size_t i = 0; i < l->n; i++) {
-        if (pdr__jj_equal(l->v[i], *x)) {
+        if (pdr__jj_equal_r(r, l->v[i], *x)) {
             if (!strcmp(m->name, "index"))
                 return pdr__jj_int((int64_t)i);
             count++;

@@ -243,7 +243,7 @@ int pdr__jj_contains(jj_render_t *r, jj_val_t item, jj_val_t c)
     jj_list_t *l = pdr__jj_iterate(r, c);
     pdr__jj_count_iter(r, l->n);
     for (size_t i = 0; i < l->n; i++)
-        if (pdr__jj_equal(l->v[i], item))
+        if (pdr__jj_equal_r(r, l->v[i], item))
             return 1;
     return 0;
 }
@@ -252,9 +252,9 @@ static int compare(jj_render_t *r, int op, jj_val_t a, jj_val_t b)
 {
     switch (op) {
     case 'e':
-        return pdr__jj_equal(a, b);
+        return pdr__jj_equal_r(r, a, b);
     case 'n':
-        return !pdr__jj_equal(a, b);
+        return !pdr__jj_equal_r(r, a, b);
     case 'i':
         return pdr__jj_contains(r, a, b);
     case 'I':

@@ -496,7 +496,7 @@ static jj_val_t f_unique(jj_render_t *r, jj_val_t v, const jj_args_t *a)
     for (size_t i = 0; i < l->n; i++) {
         size_t j;
         for (j = 0; j < i; j++)
-            if (pdr__jj_equal(it[j].key, it[i].key))
+            if (pdr__jj_equal_r(r, it[j].key, it[i].key))
                 break;
         if (j == i)
             out->v[out->n++] = it[i].item;

@@ -222,6 +222,8 @@ jj_val_t *pdr__jj_dict_get(const jj_dict_t *d, jj_val_t k);
 jj_val_t *pdr__jj_dict_gets(const jj_dict_t *d, const char *k, size_t n);
 int pdr__jj_truthy(jj_render_t *r, jj_val_t v);
 int pdr__jj_equal(jj_val_t a, jj_val_t b);
+/* The same, with the elements and bytes compared charged against the iteration limit. */
+int pdr__jj_equal_r(jj_render_t *r, jj_val_t a, jj_val_t b);
 /* -1, 0, 1; an error for values Python does not order. */
 int pdr__jj_compare(jj_render_t *r, jj_val_t a, jj_val_t b);
 const char *pdr__jj_type_name(jj_val_t v);

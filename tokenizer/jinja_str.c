@@ -260,8 +260,9 @@ static int64_t arg_int(jj_render_t *r, const jj_method_t *m, const jj_val_t *v, 
     return v->u.i;
 }
 
-static int affix(const jj_str_t *s, const jj_str_t *x, int end)
+static int affix(jj_render_t *r, const jj_str_t *s, const jj_str_t *x, int end)
 {
+    pdr__jj_charge(r, x->len);
     return x->len <= s->len && memcmp(s->p + (end ? s->len - x->len : 0), x->p, x->len) == 0;
 }
 
@@ -355,18 +356,18 @@ jj_val_t pdr__jj_str_method(jj_render_t *r, const jj_method_t *m, const jj_args_
         pdr__jj_check_args(r, m, a, 1);
         if (a0 != NULL && a0->type == JV_LIST && (a0->flags & JF_TUPLE)) {
             for (size_t i = 0; i < a0->u.l->n; i++)
-                if (affix(s, arg_str(r, m, &a0->u.l->v[i], 0), n[0] == 'e'))
+                if (affix(r, s, arg_str(r, m, &a0->u.l->v[i], 0), n[0] == 'e'))
                     return pdr__jj_bool(1);
             return pdr__jj_bool(0);
         }
         const jj_str_t *x = arg_str(r, m, a0, 0);
-        return pdr__jj_bool(affix(s, x, n[0] == 'e'));
+        return pdr__jj_bool(affix(r, s, x, n[0] == 'e'));
     }
     if (!strcmp(n, "removeprefix") || !strcmp(n, "removesuffix")) {
         pdr__jj_check_args(r, m, a, 1);
         const jj_str_t *x = arg_str(r, m, a0, 0);
         int end = n[6] == 's';
-        if (!affix(s, x, end))
+        if (!affix(r, s, x, end))
             return m->self;
         return pdr__jj_cstr(r, s->p + (end ? 0 : x->len), s->len - x->len);
     }

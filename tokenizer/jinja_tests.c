@@ -127,12 +127,12 @@ static int t_divisibleby(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 
 static int t_eq(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
-    return pdr__jj_equal(v, other(r, a));
+    return pdr__jj_equal_r(r, v, other(r, a));
 }
 
 static int t_ne(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
-    return !pdr__jj_equal(v, other(r, a));
+    return !pdr__jj_equal_r(r, v, other(r, a));
 }
 
 static int t_lt(jj_render_t *r, jj_val_t v, const jj_args_t *a)

@@ -174,8 +174,9 @@ static double num(jj_val_t v)
     return v.type == JV_FLOAT ? v.u.f : (double)v.u.i;
 }
 
-static int equal_at(jj_val_t a, jj_val_t b, unsigned depth)
+static int equal_at(jj_val_t a, jj_val_t b, unsigned depth, size_t *work)
 {
+    *work += 1;
     if (depth > JJ_VALUE_DEPTH)
         return 0;
     if (is_num(a) && is_num(b)) {
@@ -190,12 +191,15 @@ static int equal_at(jj_val_t a, jj_val_t b, unsigned depth)
     case JV_NONE:
         return 1;
     case JV_STR:
-        return a.u.s->len == b.u.s->len && memcmp(a.u.s->p, b.u.s->p, a.u.s->len) == 0;
+        if (a.u.s->len != b.u.s->len)
+            return 0;
+        *work += a.u.s->len / 256; /* 4096 bytes: one iteration */
+        return memcmp(a.u.s->p, b.u.s->p, a.u.s->len) == 0;
     case JV_LIST:
         if ((a.flags & JF_TUPLE) != (b.flags & JF_TUPLE) || a.u.l->n != b.u.l->n)
             return 0;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!equal_at(a.u.l->v[i], b.u.l->v[i], depth + 1))
+            if (!equal_at(a.u.l->v[i], b.u.l->v[i], depth + 1, work))
                 return 0;
         return 1;
     case JV_DICT:
@@ -203,9 +207,10 @@ static int equal_at(jj_val_t a, jj_val_t b, unsigned depth)
             return a.u.d == b.u.d;
         if (a.u.d->n != b.u.d->n)
             return 0;
+        *work += a.u.d->n * a.u.d->n / 16;
         for (size_t i = 0; i < a.u.d->n; i++) {
             jj_val_t *o = pdr__jj_dict_get(b.u.d, a.u.d->k[i]);
-            if (o == NULL || !equal_at(a.u.d->v[i], *o, depth + 1))
+            if (o == NULL || !equal_at(a.u.d->v[i], *o, depth + 1, work))
                 return 0;
         }
         return 1;
@@ -220,7 +225,16 @@ static int equal_at(jj_val_t a, jj_val_t b, unsigned depth)
 
 int pdr__jj_equal(jj_val_t a, jj_val_t b)
 {
-    return equal_at(a, b, 0);
+    size_t work = 0;
+    return equal_at(a, b, 0, &work);
+}
+
+int pdr__jj_equal_r(jj_render_t *r, jj_val_t a, jj_val_t b)
+{
+    size_t work = 0;
+    int eq = equal_at(a, b, 0, &work);
+    pdr__jj_count_iter(r, work / 16);
+    return eq;
 }
 
 const char *pdr__jj_type_name(jj_val_t v)
@@ -259,6 +273,7 @@ int pdr__jj_compare(jj_render_t *r, jj_val_t a, jj_val_t b)
     }
     if (a.type == JV_STR && b.type == JV_STR) {
         size_t n = a.u.s->len < b.u.s->len ? a.u.s->len : b.u.s->len;
+        pdr__jj_charge(r, n);
         int c = memcmp(a.u.s->p, b.u.s->p, n);
         if (c != 0)
             return c < 0 ? -1 : 1;
