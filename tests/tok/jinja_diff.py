@@ -117,7 +117,7 @@ def main():
     if proc.returncode != 0:
         print("jinja_diff: pdjinja failed (%d): %s" % (proc.returncode, proc.stderr.decode(errors="replace")))
         return 1
-    got = [json.loads(x) for x in proc.stdout.decode("utf-8").splitlines()]
+    got = [json.loads(x) for x in proc.stdout.decode("utf-8").split("\n") if x]
     if len(got) != len(cases):
         print("jinja_diff: %d cases, %d answers" % (len(cases), len(got)))
         return 1
