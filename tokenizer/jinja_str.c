@@ -83,36 +83,122 @@ static int is_upper(char c)
     return c >= 'A' && c <= 'Z';
 }
 
+/* Case mapping of the scripts of European languages as Python's (Latin-1, Latin Extended-A, Greek,
+ * Cyrillic); other code points are left as they are (docs/internals/jinja.md). */
+static int pair_even_upper(uint32_t c)
+{
+    return ((c >= 0x100 && c <= 0x137) || (c >= 0x14a && c <= 0x177)) && c != 0x130 && c != 0x131;
+}
+
+static int pair_odd_upper(uint32_t c)
+{
+    return (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e);
+}
+
+static uint32_t to_upper(uint32_t c)
+{
+    if (c >= 'a' && c <= 'z')
+        return c - 32;
+    if (c < 0xb5)
+        return c;
+    if (c == 0xb5)
+        return 0x39c;
+    if (c >= 0xe0 && c <= 0xfe && c != 0xf7)
+        return c - 32;
+    if (c == 0xff)
+        return 0x178;
+    if ((pair_even_upper(c) && (c & 1)) || (pair_odd_upper(c) && !(c & 1)))
+        return c - 1;
+    if (c == 0x131)
+        return 'I';
+    if (c == 0x17f)
+        return 'S';
+    if (c >= 0x3b1 && c <= 0x3c9)
+        return c == 0x3c2 ? 0x3a3 : c - 32;
+    if (c == 0x3ac)
+        return 0x386;
+    if (c >= 0x3ad && c <= 0x3af)
+        return c - 37;
+    if (c == 0x3cc)
+        return 0x38c;
+    if (c == 0x3cd || c == 0x3ce)
+        return c - 63;
+    if (c >= 0x430 && c <= 0x44f)
+        return c - 32;
+    if (c >= 0x450 && c <= 0x45f)
+        return c - 80;
+    return c;
+}
+
+static uint32_t to_lower(uint32_t c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c + 32;
+    if (c < 0xc0)
+        return c;
+    if (c <= 0xde && c != 0xd7)
+        return c + 32;
+    if (c == 0x178)
+        return 0xff;
+    if ((pair_even_upper(c) && !(c & 1)) || (pair_odd_upper(c) && (c & 1)))
+        return c + 1;
+    if (c >= 0x391 && c <= 0x3a9 && c != 0x3a2)
+        return c + 32;
+    if (c == 0x386)
+        return 0x3ac;
+    if (c >= 0x388 && c <= 0x38a)
+        return c + 37;
+    if (c == 0x38c)
+        return 0x3cc;
+    if (c == 0x38e || c == 0x38f)
+        return c + 63;
+    if (c >= 0x410 && c <= 0x42f)
+        return c + 32;
+    if (c >= 0x400 && c <= 0x40f)
+        return c + 80;
+    return c;
+}
+
+static int is_cased(uint32_t c)
+{
+    return to_upper(c) != c || to_lower(c) != c || c == 0xdf || c == 0x138 || c == 0x149 || c == 0x130 ||
+           c == 0x390 || c == 0x3b0;
+}
+
+/* Appends c changed to upper (title: 2, for the first letter of a word) or lower case. */
+static void put_case(jj_render_t *r, jj_out_t *o, uint32_t c, int up)
+{
+    char u[8];
+    if (c == 0xdf && up) {
+        /* Python: "ß".upper() is "SS", its title case "Ss". */
+        pdr__jj_out_put(r, o, up == 2 ? "Ss" : "SS", 2);
+        return;
+    }
+    size_t n = pdr__jj_put_utf8(u, up ? to_upper(c) : to_lower(c));
+    pdr__jj_out_put(r, o, u, n);
+}
+
 jj_val_t pdr__jj_str_case(jj_render_t *r, const jj_str_t *s, int mode)
 {
-    jj_val_t v = pdr__jj_cstr(r, s->p, s->len);
-    char *p = (char *)v.u.s->p;
-    int word_start = 1, first = 1;
-    for (size_t i = 0; i < s->len; i++) {
-        char c = p[i];
+    jj_out_t o = {0};
+    int word_start = 1;
+    for (size_t i = 0, l; i < s->len; i += l) {
+        int space = pdr__jj_space_at(s->p + i, s->len - i, &l);
+        uint32_t c = decode((const unsigned char *)s->p + i, s->len - i, &l);
         int up;
-        if (mode == 'u' || mode == 'l') {
+        if (mode == 'u' || mode == 'l')
             up = mode == 'u';
-        } else if (mode == 'c') {
-            up = first;
-        } else if (mode == 't') {
-            up = word_start;
-        } else {
-            up = word_start;
-        }
-        if (up && is_lower(c))
-            p[i] = (char)(c - 32);
-        else if (!up && is_upper(c))
-            p[i] = (char)(c + 32);
-        if (((unsigned char)c & 0xc0) != 0x80)
-            first = 0;
+        else if (mode == 'c')
+            up = i == 0 ? 2 : 0;
+        else
+            up = word_start ? (mode == 't' ? 2 : 1) : 0; /* the title filter upper-cases a word's first */
+        put_case(r, &o, c, up);
         if (mode == 't')
-            word_start = !(is_lower(c) || is_upper(c) || (unsigned char)c >= 0x80);
+            word_start = !is_cased(c);
         else if (mode == 'T')
-            word_start = c == '-' || c == ' ' || (c >= 0x09 && c <= 0x0d) || c == '(' || c == '{' ||
-                         c == '[' || c == '<';
+            word_start = space || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
     }
-    return v;
+    return pdr__jj_cstr(r, o.p ? o.p : "", o.len);
 }
 
 jj_val_t pdr__jj_str_replace(jj_render_t *r, const jj_str_t *s, const jj_str_t *from, const jj_str_t *to,
@@ -481,6 +567,9 @@ jj_val_t pdr__jj_str_percent(jj_render_t *r, const jj_str_t *fmt, jj_val_t arg)
     } else if (arg.type == JV_DICT && !(arg.flags & JF_NS)) {
         map = &arg; /* for %(key)s; a field without a key takes the mapping itself */
     }
+    /* Python takes a list, a dict or an undefined value (anything with __getitem__ but a tuple or a string)
+     * as a mapping: arguments it leaves unused are no error. */
+    int mapping = map != NULL || (arg.type == JV_LIST && !(arg.flags & JF_TUPLE)) || arg.type == JV_UNDEF;
     jj_out_t o = {0};
     for (size_t i = 0; i < fmt->len; i++) {
         if (fmt->p[i] != '%') {
@@ -582,7 +671,7 @@ jj_val_t pdr__jj_str_percent(jj_render_t *r, const jj_str_t *fmt, jj_val_t arg)
             pdr__jj_fail(r, PDR_EINVAL, "%%-format: field too long");
         pdr__jj_out_put(r, &o, buf, (size_t)n);
     }
-    if (map == NULL && next < nargs)
+    if (!mapping && next < nargs)
         pdr__jj_fail(r, PDR_EINVAL, "not all arguments converted during string formatting");
     return pdr__jj_cstr(r, o.p ? o.p : "", o.len);
 }

@@ -100,23 +100,17 @@ static int t_callable(jj_render_t *r, jj_val_t v, const jj_args_t *a)
     return v.type == JV_MACRO || v.type == JV_FUNC || v.type == JV_METHOD;
 }
 
-static int parity(jj_render_t *r, jj_val_t v)
-{
-    if (v.type != JV_INT && v.type != JV_BOOL)
-        pdr__jj_fail(r, PDR_EINVAL, "odd and even need an integer, not %s", pdr__jj_type_name(v));
-    return (int)(v.u.i & 1);
-}
-
+/* jinja2's odd and even: value % 2 == 1 and value % 2 == 0, with Python's % (floats too). */
 static int t_odd(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)a;
-    return parity(r, v);
+    return pdr__jj_equal(pdr__jj_binop(r, '%', v, pdr__jj_int(2)), pdr__jj_int(1));
 }
 
 static int t_even(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)a;
-    return !parity(r, v);
+    return pdr__jj_equal(pdr__jj_binop(r, '%', v, pdr__jj_int(2)), pdr__jj_int(0));
 }
 
 static int t_divisibleby(jj_render_t *r, jj_val_t v, const jj_args_t *a)
