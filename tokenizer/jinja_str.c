@@ -624,7 +624,7 @@ jj_val_t pdr__jj_str_percent(jj_render_t *r, const jj_str_t *fmt, jj_val_t arg)
             pad(r, &o, t.p ? t.p : "", n, (size_t)width, left);
             continue;
         }
-        char cfmt[32], buf[4200];
+        char cfmt[64], buf[4200];
         int is_float = strchr("fFeEgG", type) != NULL, is_int = strchr("diuxXoc", type) != NULL;
         if (!is_float && !is_int)
             pdr__jj_fail(r, PDR_EINVAL, "unsupported format character '%c'", type);
