@@ -330,6 +330,8 @@ jj_val_t pdr__jj_str_split(jj_render_t *r, const jj_str_t *s, const jj_str_t *se
 
 static const jj_str_t *arg_str(jj_render_t *r, const jj_method_t *m, const jj_val_t *v, int none_ok)
 {
+    if (v == NULL && !none_ok)
+        pdr__jj_fail(r, PDR_EINVAL, "%s() is missing an argument", m->name);
     if (v == NULL || (none_ok && v->type == JV_NONE))
         return NULL;
     if (v->type != JV_STR)
