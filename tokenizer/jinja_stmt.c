@@ -279,7 +279,7 @@ static void check_body(jj_parser_t *p, const jj_stmt_t *s, int soft, int in_loop
             check_expr(p, s->expr, soft, 0);
             check_expr(p, s->cond, 0, 0);
             check_body(p, s->body, 0, 1);
-            check_body(p, s->orelse, soft, in_loop); /* the else runs after the loop, not in it */
+            check_body(p, s->orelse, 0, in_loop); /* after the loop, not in it; a frame of its own */
             break;
         case S_MACRO:
             for (uint32_t i = 1; i < s->nnames; i++)
