@@ -236,7 +236,7 @@ int pdr__jj_contains(jj_render_t *r, jj_val_t item, jj_val_t c)
         pdr__jj_charge(r, c.u.s->len);
         return pdr__jj_find(c.u.s->p, c.u.s->len, item.u.s->p, item.u.s->len) != NULL;
     }
-    if (c.type == JV_DICT && !(c.flags & JF_NS)) {
+    if (c.type == JV_DICT && !(c.flags & JF_OBJECT)) {
         pdr__jj_count_iter(r, c.u.d->n / 16);
         return pdr__jj_dict_get(c.u.d, item) != NULL;
     }
@@ -507,8 +507,10 @@ static void output(jj_render_t *r, jj_val_t v)
 }
 
 /* The loop variable: one dict per loop whose values change in place at each iteration. */
-static const char *const loop_keys[] = {"index",  "index0",   "revindex", "revindex0", "first", "last",
-                                        "length", "previtem", "nextitem", "depth",     "depth0"};
+/* The last, "\001changed", holds what loop.changed() saw last: no name can reach it. */
+static const char *const loop_keys[] = {"index",    "index0", "revindex", "revindex0",
+                                        "first",    "last",   "length",   "previtem",
+                                        "nextitem", "depth",  "depth0",   "\001changed"};
 enum {
     L_INDEX,
     L_INDEX0,
@@ -521,6 +523,7 @@ enum {
     L_NEXT,
     L_DEPTH,
     L_DEPTH0,
+    L_CHANGED,
     L_N
 };
 
@@ -561,6 +564,9 @@ static int exec_for(jj_render_t *r, const jj_stmt_t *s)
     loop->v[L_LENGTH] = pdr__jj_int(n);
     loop->v[L_DEPTH] = pdr__jj_int(1);
     loop->v[L_DEPTH0] = pdr__jj_int(0);
+    loop->v[L_CHANGED] = pdr__jj_undef(NULL);
+    jj_val_t loopv = pdr__jj_dictv(loop);
+    loopv.flags = JF_LOOP;
     int status = RUN_NEXT;
     for (int64_t i = 0; i < n; i++) {
         r->pos = s->pos;
@@ -574,7 +580,7 @@ static int exec_for(jj_render_t *r, const jj_stmt_t *s)
         loop->v[L_PREV] = i > 0 ? items->v[i - 1] : pdr__jj_undef(NULL);
         loop->v[L_NEXT] = i + 1 < n ? items->v[i + 1] : pdr__jj_undef(NULL);
         sc->vars.n = 0;
-        assign(r, sc, lname, pdr__jj_dictv(loop));
+        assign(r, sc, lname, loopv);
         bind_targets(r, s, sc, items->v[i]);
         r->scope = sc;
         status = exec_list(r, s->body);

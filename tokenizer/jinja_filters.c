@@ -139,7 +139,7 @@ static jj_val_t f_items(jj_render_t *r, jj_val_t v, const jj_args_t *a)
     (void)a;
     if (v.type == JV_UNDEF)
         return pdr__jj_listv(pdr__jj_list_new(r, 0), 0);
-    if (v.type != JV_DICT || (v.flags & JF_NS))
+    if (v.type != JV_DICT || (v.flags & JF_OBJECT))
         pdr__jj_fail(r, PDR_EINVAL, "items: can only get item pairs from a mapping");
     jj_method_t m = {.self = v, .name = "items"};
     jj_args_t none = {0};
@@ -314,7 +314,7 @@ static jj_val_t f_sort(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 
 static jj_val_t f_dictsort(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
-    if (v.type != JV_DICT || (v.flags & JF_NS))
+    if (v.type != JV_DICT || (v.flags & JF_OBJECT))
         pdr__jj_fail(r, PDR_EINVAL, "dictsort: a mapping is required, not %s", pdr__jj_type_name(v));
     int cs = pdr__jj_flag(r, pdr__jj_arg(a, 0, "case_sensitive")),
         rev = pdr__jj_flag(r, pdr__jj_arg(a, 2, "reverse"));

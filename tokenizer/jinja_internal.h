@@ -42,6 +42,9 @@ enum jj_type {
 };
 #define JF_TUPLE 1
 #define JF_NS 2
+#define JF_LOOP 8 /* a dict that is a for loop's loop variable (jinja2's LoopContext) */
+/* A dict that is an object (a namespace, a loop), not a mapping. */
+#define JF_OBJECT (JF_NS | JF_LOOP)
 #define JF_SAFE 4 /* a string marked safe (|safe): markupsafe's Markup, whose + escapes the other side */
 
 typedef struct jj_str {

@@ -566,7 +566,7 @@ jj_val_t pdr__jj_str_percent(jj_render_t *r, const jj_str_t *fmt, jj_val_t arg)
     if (arg.type == JV_LIST && (arg.flags & JF_TUPLE)) {
         args = arg.u.l->v;
         nargs = arg.u.l->n;
-    } else if (arg.type == JV_DICT && !(arg.flags & JF_NS)) {
+    } else if (arg.type == JV_DICT && !(arg.flags & JF_OBJECT)) {
         map = &arg; /* for %(key)s; a field without a key takes the mapping itself */
     }
     /* Python takes a list, a dict or an undefined value (anything with __getitem__ but a tuple or a string)

@@ -84,7 +84,7 @@ static int t_string(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 static int t_mapping(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)r, (void)a;
-    return v.type == JV_DICT && !(v.flags & JF_NS);
+    return v.type == JV_DICT && !(v.flags & JF_OBJECT);
 }
 
 static int t_iterable(jj_render_t *r, jj_val_t v, const jj_args_t *a)

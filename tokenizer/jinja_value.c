@@ -158,7 +158,7 @@ int pdr__jj_truthy(jj_render_t *r, jj_val_t v)
     case JV_LIST:
         return v.u.l->n != 0;
     case JV_DICT:
-        return (v.flags & JF_NS) || v.u.d->n != 0;
+        return (v.flags & JF_OBJECT) || v.u.d->n != 0;
     default:
         return 1;
     }
@@ -203,7 +203,7 @@ static int equal_at(jj_val_t a, jj_val_t b, unsigned depth, size_t *work)
                 return 0;
         return 1;
     case JV_DICT:
-        if ((a.flags & JF_NS) || (b.flags & JF_NS))
+        if ((a.flags & JF_OBJECT) || (b.flags & JF_OBJECT))
             return a.u.d == b.u.d;
         if (a.u.d->n != b.u.d->n)
             return 0;
@@ -255,7 +255,7 @@ const char *pdr__jj_type_name(jj_val_t v)
     case JV_LIST:
         return v.flags & JF_TUPLE ? "tuple" : "list";
     case JV_DICT:
-        return v.flags & JF_NS ? "Namespace" : "dict";
+        return v.flags & JF_NS ? "Namespace" : v.flags & JF_LOOP ? "LoopContext" : "dict";
     case JV_MACRO:
         return "Macro";
     default:
@@ -467,6 +467,12 @@ void pdr__jj_out_repr(jj_render_t *r, jj_out_t *o, jj_val_t v)
             pdr__jj_out_repr(r, o, v.u.l->v[i]);
         }
         put_s(r, o, tuple ? (v.u.l->n == 1 ? ",)" : ")") : "]");
+    } else if (v.type == JV_DICT && (v.flags & JF_LOOP)) {
+        const jj_val_t *i = pdr__jj_dict_gets(v.u.d, "index", 5), *n = pdr__jj_dict_gets(v.u.d, "length", 6);
+        char buf[64];
+        snprintf(buf, sizeof(buf), "<LoopContext %lld/%lld>", (long long)(i ? i->u.i : 0),
+                 (long long)(n ? n->u.i : 0));
+        put_s(r, o, buf);
     } else if (v.type == JV_DICT) {
         put_s(r, o, v.flags & JF_NS ? "<Namespace {" : "{");
         for (size_t i = 0; i < v.u.d->n; i++) {
@@ -546,7 +552,7 @@ jj_list_t *pdr__jj_iterate(jj_render_t *r, jj_val_t v)
     case JV_LIST:
         return v.u.l;
     case JV_DICT: {
-        if (v.flags & JF_NS)
+        if (v.flags & JF_OBJECT)
             break;
         jj_list_t *l = pdr__jj_list_new(r, v.u.d->n);
         memcpy(l->v, v.u.d->k, v.u.d->n * sizeof(*l->v));
@@ -581,6 +587,10 @@ int64_t pdr__jj_length(jj_render_t *r, jj_val_t v)
     case JV_LIST:
         return (int64_t)v.u.l->n;
     case JV_DICT:
+        if (v.flags & JF_LOOP) {
+            const jj_val_t *n = pdr__jj_dict_gets(v.u.d, "length", 6);
+            return n ? n->u.i : 0;
+        }
         if (!(v.flags & JF_NS))
             return (int64_t)v.u.d->n;
         break;
