@@ -207,7 +207,15 @@ void pdr__jj_count_iter(jj_render_t *r, uint64_t n)
                      (unsigned long long)r->t->limits.max_loop_iterations);
 }
 
-void pdr__jj_exec(jj_render_t *r, const jj_stmt_t *s, jj_scope_t *sc);
+void pdr__jj_charge(jj_render_t *r, size_t bytes)
+{
+    r->bytes += bytes;
+    if (r->bytes >= 4096) {
+        uint64_t n = r->bytes >> 12;
+        r->bytes &= 4095;
+        pdr__jj_count_iter(r, n);
+    }
+}
 
 static void render_guarded(jj_render_t *r, const json_t *context, jj_out_t *out)
 {

@@ -54,6 +54,8 @@ static jj_val_t attr_only(jj_render_t *r, jj_val_t obj, const jj_str_t *name, in
     *found = 1;
     if (obj.type == JV_STR)
         m = find_name(str_methods, name);
+    else if (obj.type == JV_DICT && (obj.flags & JF_LOOP))
+        m = strcmp(name->p, "cycle") == 0 ? "cycle" : strcmp(name->p, "changed") == 0 ? "changed" : NULL;
     else if (obj.type == JV_DICT && !(obj.flags & JF_NS)) {
         m = find_name(dict_methods, name);
         if (m == NULL && find_name(dict_unsafe, name) != NULL)
@@ -90,7 +92,7 @@ jj_val_t pdr__jj_getattr_only(jj_render_t *r, jj_val_t obj, const jj_str_t *name
         undef_access(r, obj);
     int found;
     jj_val_t v = attr_only(r, obj, name, &found);
-    if (!found && obj.type == JV_DICT && (obj.flags & JF_NS)) {
+    if (!found && obj.type == JV_DICT && (obj.flags & JF_OBJECT)) {
         jj_val_t *x = pdr__jj_dict_gets(obj.u.d, name->p, name->len);
         if (x != NULL)
             return *x;
@@ -251,9 +253,10 @@ static jj_val_t list_method(jj_render_t *r, const jj_method_t *m, const jj_args_
     const jj_val_t *x = pdr__jj_arg(a, 0, NULL);
     if (x == NULL)
         pdr__jj_fail(r, PDR_EINVAL, "%s() takes exactly one argument", m->name);
+    pdr__jj_count_iter(r, l->n);
     int64_t count = 0;
     for (size_t i = 0; i < l->n; i++) {
-        if (pdr__jj_equal(l->v[i], *x)) {
+        if (pdr__jj_equal_r(r, l->v[i], *x)) {
             if (!strcmp(m->name, "index"))
                 return pdr__jj_int((int64_t)i);
             count++;
@@ -264,10 +267,37 @@ static jj_val_t list_method(jj_render_t *r, const jj_method_t *m, const jj_args_
     return pdr__jj_int(count);
 }
 
+/* loop.cycle(a, b, ...): the argument at index0 modulo their count; loop.changed(x, ...): whether the
+ * arguments differ from those of the call before (kept in the loop's hidden slot). */
+static jj_val_t loop_method(jj_render_t *r, const jj_method_t *m, const jj_args_t *a)
+{
+    jj_dict_t *d = m->self.u.d;
+    if (a->nkw)
+        pdr__jj_fail(r, PDR_EINVAL, "loop.%s() takes no keyword arguments", m->name);
+    if (m->name[0] == 'c' && m->name[1] == 'y') {
+        if (a->npos == 0)
+            pdr__jj_fail(r, PDR_EINVAL, "no items for cycling given");
+        const jj_val_t *i0 = pdr__jj_dict_gets(d, "index0", 6);
+        return a->pos[(size_t)(i0 ? i0->u.i : 0) % a->npos];
+    }
+    jj_list_t *now = pdr__jj_list_new(r, a->npos);
+    for (uint32_t i = 0; i < a->npos; i++)
+        now->v[i] = a->pos[i];
+    jj_val_t cur = pdr__jj_listv(now, 1);
+    jj_val_t *last = pdr__jj_dict_gets(d, "\001changed", 8);
+    if (last == NULL)
+        pdr__jj_fail(r, PDR_EINVAL, "loop.changed() outside its loop");
+    int changed = last->type == JV_UNDEF || !pdr__jj_equal_r(r, *last, cur);
+    *last = cur;
+    return pdr__jj_bool(changed);
+}
+
 jj_val_t pdr__jj_call_method(jj_render_t *r, const jj_method_t *m, const jj_args_t *a)
 {
     switch (m->self.type) {
     case JV_DICT:
+        if (m->self.flags & JF_LOOP)
+            return loop_method(r, m, a);
         return dict_method(r, m, a);
     case JV_LIST:
         return list_method(r, m, a);

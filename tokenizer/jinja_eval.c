@@ -11,6 +11,7 @@
 
 #include "err.h"
 #include "jinja_internal.h"
+#include "jinja_str.h"
 
 enum { RUN_NEXT, RUN_BREAK, RUN_CONTINUE };
 
@@ -215,6 +216,8 @@ jj_val_t pdr__jj_binop(jj_render_t *r, int op, jj_val_t a, jj_val_t b)
             memcpy(l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof(*l->v));
         return pdr__jj_listv(l, a.flags & JF_TUPLE);
     }
+    if (op == '%' && a.type == JV_STR)
+        return pdr__jj_str_percent(r, a.u.s, b);
     if (op == '*' && (a.type == JV_STR || a.type == JV_LIST) && is_int(b))
         return repeat(r, a, b.u.i);
     if (op == '*' && (b.type == JV_STR || b.type == JV_LIST) && is_int(a))
@@ -222,7 +225,7 @@ jj_val_t pdr__jj_binop(jj_render_t *r, int op, jj_val_t a, jj_val_t b)
     bad_operands(r, op, a, b);
 }
 
-static int contains(jj_render_t *r, jj_val_t item, jj_val_t c)
+int pdr__jj_contains(jj_render_t *r, jj_val_t item, jj_val_t c)
 {
     if (c.type == JV_STR) {
         if (item.type != JV_STR)
@@ -230,13 +233,17 @@ static int contains(jj_render_t *r, jj_val_t item, jj_val_t c)
                          pdr__jj_type_name(item));
         if (item.u.s->len == 0)
             return 1;
+        pdr__jj_charge(r, c.u.s->len);
         return pdr__jj_find(c.u.s->p, c.u.s->len, item.u.s->p, item.u.s->len) != NULL;
     }
-    if (c.type == JV_DICT && !(c.flags & JF_NS))
+    if (c.type == JV_DICT && !(c.flags & JF_OBJECT)) {
+        pdr__jj_count_iter(r, c.u.d->n / 16);
         return pdr__jj_dict_get(c.u.d, item) != NULL;
+    }
     jj_list_t *l = pdr__jj_iterate(r, c);
+    pdr__jj_count_iter(r, l->n);
     for (size_t i = 0; i < l->n; i++)
-        if (pdr__jj_equal(l->v[i], item))
+        if (pdr__jj_equal_r(r, l->v[i], item))
             return 1;
     return 0;
 }
@@ -245,13 +252,13 @@ static int compare(jj_render_t *r, int op, jj_val_t a, jj_val_t b)
 {
     switch (op) {
     case 'e':
-        return pdr__jj_equal(a, b);
+        return pdr__jj_equal_r(r, a, b);
     case 'n':
-        return !pdr__jj_equal(a, b);
+        return !pdr__jj_equal_r(r, a, b);
     case 'i':
-        return contains(r, a, b);
+        return pdr__jj_contains(r, a, b);
     case 'I':
-        return !contains(r, a, b);
+        return !pdr__jj_contains(r, a, b);
     }
     if (a.type == JV_UNDEF)
         fail_undef(r, a);
@@ -500,8 +507,10 @@ static void output(jj_render_t *r, jj_val_t v)
 }
 
 /* The loop variable: one dict per loop whose values change in place at each iteration. */
-static const char *const loop_keys[] = {"index",  "index0",   "revindex", "revindex0", "first", "last",
-                                        "length", "previtem", "nextitem", "depth",     "depth0"};
+/* The last, "\001changed", holds what loop.changed() saw last: no name can reach it. */
+static const char *const loop_keys[] = {"index",    "index0", "revindex", "revindex0",
+                                        "first",    "last",   "length",   "previtem",
+                                        "nextitem", "depth",  "depth0",   "\001changed"};
 enum {
     L_INDEX,
     L_INDEX0,
@@ -514,6 +523,7 @@ enum {
     L_NEXT,
     L_DEPTH,
     L_DEPTH0,
+    L_CHANGED,
     L_N
 };
 
@@ -554,6 +564,9 @@ static int exec_for(jj_render_t *r, const jj_stmt_t *s)
     loop->v[L_LENGTH] = pdr__jj_int(n);
     loop->v[L_DEPTH] = pdr__jj_int(1);
     loop->v[L_DEPTH0] = pdr__jj_int(0);
+    loop->v[L_CHANGED] = pdr__jj_undef(NULL);
+    jj_val_t loopv = pdr__jj_dictv(loop);
+    loopv.flags = JF_LOOP;
     int status = RUN_NEXT;
     for (int64_t i = 0; i < n; i++) {
         r->pos = s->pos;
@@ -567,7 +580,7 @@ static int exec_for(jj_render_t *r, const jj_stmt_t *s)
         loop->v[L_PREV] = i > 0 ? items->v[i - 1] : pdr__jj_undef(NULL);
         loop->v[L_NEXT] = i + 1 < n ? items->v[i + 1] : pdr__jj_undef(NULL);
         sc->vars.n = 0;
-        assign(r, sc, lname, pdr__jj_dictv(loop));
+        assign(r, sc, lname, loopv);
         bind_targets(r, s, sc, items->v[i]);
         r->scope = sc;
         status = exec_list(r, s->body);

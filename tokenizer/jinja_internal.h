@@ -42,6 +42,9 @@ enum jj_type {
 };
 #define JF_TUPLE 1
 #define JF_NS 2
+#define JF_LOOP 8 /* a dict that is a for loop's loop variable (jinja2's LoopContext) */
+/* A dict that is an object (a namespace, a loop), not a mapping. */
+#define JF_OBJECT (JF_NS | JF_LOOP)
 #define JF_SAFE 4 /* a string marked safe (|safe): markupsafe's Markup, whose + escapes the other side */
 
 typedef struct jj_str {
@@ -184,6 +187,7 @@ typedef struct jj_render {
     size_t errlen;
     uint32_t pos;   /* the offset of the node being evaluated, for messages */
     uint64_t iters; /* loop iterations so far */
+    uint64_t bytes; /* bytes copied or scanned, not yet charged as iterations (4096 make one) */
     unsigned depth; /* evaluation depth */
     int64_t now;
     jj_out_t *out;       /* where output goes (a macro call or a set block swaps it) */
@@ -196,6 +200,11 @@ _Noreturn void pdr__jj_fail(jj_render_t *r, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void *pdr__jj_ralloc(jj_render_t *r, size_t n);
 void pdr__jj_count_iter(jj_render_t *r, uint64_t n);
+/* Charges bytes copied or scanned against the iteration limit, 4096 bytes an iteration: work on big
+ * strings in a loop is bounded like the loop itself. */
+void pdr__jj_charge(jj_render_t *r, size_t bytes);
+/* Python's "item in container" (a substring, an element, a key). */
+int pdr__jj_contains(jj_render_t *r, jj_val_t item, jj_val_t container);
 
 /* Value helpers (jinja_value.c). */
 jj_val_t pdr__jj_undef(const jj_str_t *name);
@@ -216,6 +225,8 @@ jj_val_t *pdr__jj_dict_get(const jj_dict_t *d, jj_val_t k);
 jj_val_t *pdr__jj_dict_gets(const jj_dict_t *d, const char *k, size_t n);
 int pdr__jj_truthy(jj_render_t *r, jj_val_t v);
 int pdr__jj_equal(jj_val_t a, jj_val_t b);
+/* The same, with the elements and bytes compared charged against the iteration limit. */
+int pdr__jj_equal_r(jj_render_t *r, jj_val_t a, jj_val_t b);
 /* -1, 0, 1; an error for values Python does not order. */
 int pdr__jj_compare(jj_render_t *r, jj_val_t a, jj_val_t b);
 const char *pdr__jj_type_name(jj_val_t v);
@@ -233,6 +244,8 @@ jj_list_t *pdr__jj_iterate(jj_render_t *r, jj_val_t v);
 /* The first occurrence of needle (m bytes) in hay (n bytes), or NULL (memmem without _GNU_SOURCE). */
 const char *pdr__jj_find(const char *hay, size_t n, const char *needle, size_t m);
 size_t pdr__jj_utf8_len(const char *p, size_t n);
+/* Writes code point cp as UTF-8 (1 to 4 bytes) at o; returns its length. */
+size_t pdr__jj_put_utf8(char *o, uint32_t cp);
 /* Byte offset of code point i (i <= the length). */
 size_t pdr__jj_utf8_off(const char *p, size_t n, size_t i);
 int64_t pdr__jj_length(jj_render_t *r, jj_val_t v);

@@ -118,7 +118,7 @@ void pdr__jj_out_json(jj_render_t *r, jj_out_t *o, jj_val_t v, int indent, int s
         put_s(r, o, "]");
         return;
     case JV_DICT: {
-        if (v.flags & JF_NS)
+        if (v.flags & JF_OBJECT)
             break;
         if (v.u.d->n == 0) {
             put_s(r, o, "{}");

@@ -13,10 +13,29 @@
 #include "err.h"
 #include "jinja_internal.h"
 #include "jinja_parse.h"
+#include "jinja_str.h"
 
-static int is_blank(char c)
+/* Python's \s (str.isspace): what whitespace control strips, with the Unicode spaces. */
+static size_t skip_space(const char *s, size_t n, size_t i)
 {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+    size_t l;
+    while (i < n && pdr__jj_space_at(s + i, n - i, &l))
+        i += l;
+    return i;
+}
+
+/* The start of the blanks that end s[from, i). */
+static size_t back_space(const char *s, size_t from, size_t i)
+{
+    while (i > from) {
+        size_t q = i - 1, l;
+        while (q > from && ((unsigned char)s[q] & 0xc0) == 0x80)
+            q--;
+        if (!pdr__jj_space_at(s + q, i - q, &l) || q + l != i)
+            break;
+        i = q;
+    }
+    return i;
 }
 
 static int is_digit(char c)
@@ -87,7 +106,7 @@ static int hexval(char c)
     return -1;
 }
 
-static size_t put_utf8(char *o, uint32_t cp)
+size_t pdr__jj_put_utf8(char *o, uint32_t cp)
 {
     if (cp < 0x80) {
         o[0] = (char)cp;
@@ -143,14 +162,14 @@ static size_t lex_string(jj_parser_t *p, const char *s, size_t n, size_t i, jj_t
                 free(o);
                 pdr__jj_perr(p, PDR_EINVAL, (uint32_t)start, "invalid code point in a string escape");
             }
-            k += put_utf8(o + k, cp);
+            k += pdr__jj_put_utf8(o + k, cp);
             continue;
         }
         if (c >= '0' && c <= '7') {
             uint32_t cp = (uint32_t)(c - '0');
             for (int d = 0; d < 2 && i < n && s[i] >= '0' && s[i] <= '7'; d++)
                 cp = cp * 8 + (uint32_t)(s[i++] - '0');
-            k += put_utf8(o + k, cp);
+            k += pdr__jj_put_utf8(o + k, cp);
             continue;
         }
         const char *from = "ntr\\'\"abfv\n", *to = "\n\t\r\\'\"\a\b\f\v";
@@ -225,8 +244,7 @@ static size_t lex_tag(jj_parser_t *p, const char *s, size_t n, size_t i, int blo
     static const char *const ops2[] = {"//", "**", "==", "!=", "<=", ">="};
     int balance = 0;
     for (;;) {
-        while (i < n && is_blank(s[i]))
-            i++;
+        i = skip_space(s, n, i);
         if (i >= n)
             pdr__jj_perr(p, PDR_EINVAL, (uint32_t)n, "unexpected end of template, expected '%s'",
                          block ? "%}" : "}}");
@@ -287,19 +305,32 @@ static void emit_text(jj_parser_t *p, const char *s, size_t from, size_t to)
 /* {% raw %} at i (just after "{%" and its sign)? Returns the offset past "%}" of the tag, or 0. */
 static size_t raw_begin(const char *s, size_t n, size_t i, int *endsign)
 {
-    while (i < n && is_blank(s[i]))
-        i++;
+    i = skip_space(s, n, i);
     if (n - i < 3 || memcmp(s + i, "raw", 3) != 0)
         return 0;
     i += 3;
     if (i < n && (is_name_start(s[i]) || is_digit(s[i])))
         return 0;
-    while (i < n && is_blank(s[i]))
-        i++;
+    i = skip_space(s, n, i);
+    /* jinja2's raw_begin takes "-%}" or "%}" only: "+%}" makes it an ordinary (unknown) tag. */
     *endsign = 0;
-    if (i < n && (s[i] == '-' || s[i] == '+'))
+    if (i < n && s[i] == '-')
         *endsign = s[i++];
     return n - i >= 2 && memcmp(s + i, "%}", 2) == 0 ? i + 2 : 0;
+}
+
+/* lstrip_blocks: the end of text s[from, to) before a block or comment tag, without the blanks that
+ * precede the tag on its line when nothing else does (line_starting: from is at the start of a line). */
+static size_t lstrip_end(const char *s, size_t from, size_t to, int line_starting)
+{
+    size_t l = to;
+    while (l > from && s[l - 1] != '\n')
+        l--;
+    if (l > from || line_starting) {
+        if (skip_space(s, to, l) == to && to > l)
+            return l;
+    }
+    return to;
 }
 
 /* After a tag's end marker at i: "-" strips the blanks that follow, a block or comment tag without "+"
@@ -307,8 +338,7 @@ static size_t raw_begin(const char *s, size_t n, size_t i, int *endsign)
 static size_t after_tag(const char *s, size_t n, size_t i, int sign, int block)
 {
     if (sign == '-') {
-        while (i < n && is_blank(s[i]))
-            i++;
+        i = skip_space(s, n, i);
     } else if (block && sign != '+' && i < n && s[i] == '\n') {
         i++;
     }
@@ -338,19 +368,9 @@ void pdr__jj_lex(jj_parser_t *p)
         size_t tend = tag;
         int line_starting = i == 0 || s[i - 1] == '\n';
         if (bsign == '-') {
-            while (tend > i && is_blank(s[tend - 1]))
-                tend--;
+            tend = back_space(s, i, tend);
         } else if (bsign != '+' && kind != '{') {
-            size_t l = tend;
-            while (l > i && s[l - 1] != '\n')
-                l--;
-            if (l > i || line_starting) {
-                size_t k = l;
-                while (k < tend && is_blank(s[k]))
-                    k++;
-                if (k == tend && tend > l)
-                    tend = l;
-            }
+            tend = lstrip_end(s, i, tend, line_starting);
         }
         emit_text(p, s, i, tend);
         size_t j = tag + 2 + (bsign ? 1 : 0);
@@ -367,7 +387,8 @@ void pdr__jj_lex(jj_parser_t *p)
         size_t rawend;
         int rsign;
         if (kind == '%' && (rawend = raw_begin(s, n, j, &rsign)) != 0) {
-            size_t k = after_tag(s, n, rawend, rsign, 1), body = k;
+            /* No trim_blocks after {% raw %}: jinja2's raw_begin has no "\n?". */
+            size_t k = after_tag(s, n, rawend, rsign, 0), body = k;
             for (;;) {
                 const char *e = k <= n ? pdr__jj_find(s + k, n - k, "{%", 2) : NULL;
                 if (e == NULL)
@@ -375,20 +396,19 @@ void pdr__jj_lex(jj_parser_t *p)
                 size_t at = (size_t)(e - s), m = at + 2;
                 int esign = m < n && (s[m] == '-' || s[m] == '+') ? s[m] : 0;
                 m += esign ? 1 : 0;
-                while (m < n && is_blank(s[m]))
-                    m++;
+                m = skip_space(s, n, m);
                 if (n - m >= 6 && memcmp(s + m, "endraw", 6) == 0) {
                     size_t x = m + 6;
-                    while (x < n && is_blank(s[x]))
-                        x++;
+                    x = skip_space(s, n, x);
                     int xsign = 0;
                     if (x < n && (s[x] == '-' || s[x] == '+'))
                         xsign = s[x++];
                     if (n - x >= 2 && memcmp(s + x, "%}", 2) == 0) {
                         size_t te = at;
                         if (esign == '-')
-                            while (te > body && is_blank(s[te - 1]))
-                                te--;
+                            te = back_space(s, body, te);
+                        else if (esign != '+')
+                            te = lstrip_end(s, body, te, body == 0 || s[body - 1] == '\n');
                         emit_text(p, s, body, te);
                         i = after_tag(s, n, x + 2, xsign, 1);
                         break;

@@ -45,7 +45,8 @@ static jj_stmt_t *parse_if(jj_parser_t *p, uint32_t pos)
 {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     jj_stmt_t *s = stmt(p, S_IF, pos);
-    s->expr = pdr__jj_parse_tuple(p, 1, 0, 0);
+    /* As jinja2: the test takes no conditional expression (without parentheses). */
+    s->expr = pdr__jj_parse_tuple(p, 0, 0, 0);
     expect_bend(p);
     s->body = parse_body(p, ends);
     jj_tok_t *tk = cur(p);
@@ -265,33 +266,40 @@ static void check_expr(jj_parser_t *p, const jj_expr_t *e, int soft, unsigned de
         check_expr(p, e->kwv[i], soft, depth + 1);
 }
 
-static void check_body(jj_parser_t *p, const jj_stmt_t *s, int soft)
+static void check_body(jj_parser_t *p, const jj_stmt_t *s, int soft, int in_loop)
 {
     for (; s != NULL; s = s->next) {
         switch (s->kind) {
         case S_IF:
             check_expr(p, s->expr, 1, 0);
-            check_body(p, s->body, 1);
-            check_body(p, s->orelse, 1);
+            check_body(p, s->body, 1, in_loop);
+            check_body(p, s->orelse, 1, in_loop);
             break;
         case S_FOR:
             check_expr(p, s->expr, soft, 0);
             check_expr(p, s->cond, 0, 0);
-            check_body(p, s->body, 0);
-            check_body(p, s->orelse, soft);
+            check_body(p, s->body, 0, 1);
+            check_body(p, s->orelse, 0, in_loop); /* after the loop, not in it; a frame of its own */
             break;
         case S_MACRO:
             for (uint32_t i = 1; i < s->nnames; i++)
                 check_expr(p, s->defaults[i], 0, 0);
-            check_body(p, s->body, 0);
+            check_body(p, s->body, 0, 0); /* a function of its own in jinja2 */
             break;
         case S_GENERATION:
-            check_body(p, s->body, 0);
+            check_body(p, s->body, 0, 0); /* a call block: a function too */
             break;
         case S_SETBLOCK:
         case S_FILTER:
             check_expr(p, s->kind == S_FILTER ? s->expr : s->setfilter, 0, 0);
-            check_body(p, s->body, 0);
+            check_body(p, s->body, 0, in_loop);
+            break;
+        case S_BREAK:
+        case S_CONTINUE:
+            /* jinja2 compiles to Python, which refuses a break or continue outside a loop. */
+            if (!in_loop)
+                pdr__jj_perr(p, PDR_EINVAL, s->pos, "'%s' outside a loop",
+                             s->kind == S_BREAK ? "break" : "continue");
             break;
         default:
             check_expr(p, s->expr, soft, 0);
@@ -308,7 +316,7 @@ static int parse_guarded(jj_parser_t *p)
         return p->code;
     pdr__jj_lex(p);
     p->t->root = parse_body(p, NULL);
-    check_body(p, p->t->root, 0);
+    check_body(p, p->t->root, 0, 0);
     return 0;
 }
 

@@ -83,36 +83,122 @@ static int is_upper(char c)
     return c >= 'A' && c <= 'Z';
 }
 
+/* Case mapping of the scripts of European languages as Python's (Latin-1, Latin Extended-A, Greek,
+ * Cyrillic); other code points are left as they are (docs/internals/jinja.md). */
+static int pair_even_upper(uint32_t c)
+{
+    return ((c >= 0x100 && c <= 0x137) || (c >= 0x14a && c <= 0x177)) && c != 0x130 && c != 0x131;
+}
+
+static int pair_odd_upper(uint32_t c)
+{
+    return (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e);
+}
+
+static uint32_t to_upper(uint32_t c)
+{
+    if (c >= 'a' && c <= 'z')
+        return c - 32;
+    if (c < 0xb5)
+        return c;
+    if (c == 0xb5)
+        return 0x39c;
+    if (c >= 0xe0 && c <= 0xfe && c != 0xf7)
+        return c - 32;
+    if (c == 0xff)
+        return 0x178;
+    if ((pair_even_upper(c) && (c & 1)) || (pair_odd_upper(c) && !(c & 1)))
+        return c - 1;
+    if (c == 0x131)
+        return 'I';
+    if (c == 0x17f)
+        return 'S';
+    if (c >= 0x3b1 && c <= 0x3c9)
+        return c == 0x3c2 ? 0x3a3 : c - 32;
+    if (c == 0x3ac)
+        return 0x386;
+    if (c >= 0x3ad && c <= 0x3af)
+        return c - 37;
+    if (c == 0x3cc)
+        return 0x38c;
+    if (c == 0x3cd || c == 0x3ce)
+        return c - 63;
+    if (c >= 0x430 && c <= 0x44f)
+        return c - 32;
+    if (c >= 0x450 && c <= 0x45f)
+        return c - 80;
+    return c;
+}
+
+static uint32_t to_lower(uint32_t c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c + 32;
+    if (c < 0xc0)
+        return c;
+    if (c <= 0xde && c != 0xd7)
+        return c + 32;
+    if (c == 0x178)
+        return 0xff;
+    if ((pair_even_upper(c) && !(c & 1)) || (pair_odd_upper(c) && (c & 1)))
+        return c + 1;
+    if (c >= 0x391 && c <= 0x3a9 && c != 0x3a2)
+        return c + 32;
+    if (c == 0x386)
+        return 0x3ac;
+    if (c >= 0x388 && c <= 0x38a)
+        return c + 37;
+    if (c == 0x38c)
+        return 0x3cc;
+    if (c == 0x38e || c == 0x38f)
+        return c + 63;
+    if (c >= 0x410 && c <= 0x42f)
+        return c + 32;
+    if (c >= 0x400 && c <= 0x40f)
+        return c + 80;
+    return c;
+}
+
+static int is_cased(uint32_t c)
+{
+    return to_upper(c) != c || to_lower(c) != c || c == 0xdf || c == 0x138 || c == 0x149 || c == 0x130 ||
+           c == 0x390 || c == 0x3b0;
+}
+
+/* Appends c changed to upper (title: 2, for the first letter of a word) or lower case. */
+static void put_case(jj_render_t *r, jj_out_t *o, uint32_t c, int up)
+{
+    char u[8];
+    if (c == 0xdf && up) {
+        /* Python: "ß".upper() is "SS", its title case "Ss". */
+        pdr__jj_out_put(r, o, up == 2 ? "Ss" : "SS", 2);
+        return;
+    }
+    size_t n = pdr__jj_put_utf8(u, up ? to_upper(c) : to_lower(c));
+    pdr__jj_out_put(r, o, u, n);
+}
+
 jj_val_t pdr__jj_str_case(jj_render_t *r, const jj_str_t *s, int mode)
 {
-    jj_val_t v = pdr__jj_cstr(r, s->p, s->len);
-    char *p = (char *)v.u.s->p;
-    int word_start = 1, first = 1;
-    for (size_t i = 0; i < s->len; i++) {
-        char c = p[i];
+    jj_out_t o = {0};
+    int word_start = 1;
+    for (size_t i = 0, l; i < s->len; i += l) {
+        int space = pdr__jj_space_at(s->p + i, s->len - i, &l);
+        uint32_t c = decode((const unsigned char *)s->p + i, s->len - i, &l);
         int up;
-        if (mode == 'u' || mode == 'l') {
+        if (mode == 'u' || mode == 'l')
             up = mode == 'u';
-        } else if (mode == 'c') {
-            up = first;
-        } else if (mode == 't') {
-            up = word_start;
-        } else {
-            up = word_start;
-        }
-        if (up && is_lower(c))
-            p[i] = (char)(c - 32);
-        else if (!up && is_upper(c))
-            p[i] = (char)(c + 32);
-        if (((unsigned char)c & 0xc0) != 0x80)
-            first = 0;
+        else if (mode == 'c')
+            up = i == 0 ? 2 : 0;
+        else
+            up = word_start ? (mode == 't' ? 2 : 1) : 0; /* the title filter upper-cases a word's first */
+        put_case(r, &o, c, up);
         if (mode == 't')
-            word_start = !(is_lower(c) || is_upper(c) || (unsigned char)c >= 0x80);
+            word_start = !is_cased(c);
         else if (mode == 'T')
-            word_start = c == '-' || c == ' ' || (c >= 0x09 && c <= 0x0d) || c == '(' || c == '{' ||
-                         c == '[' || c == '<';
+            word_start = space || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
     }
-    return v;
+    return pdr__jj_cstr(r, o.p ? o.p : "", o.len);
 }
 
 jj_val_t pdr__jj_str_replace(jj_render_t *r, const jj_str_t *s, const jj_str_t *from, const jj_str_t *to,
@@ -244,6 +330,8 @@ jj_val_t pdr__jj_str_split(jj_render_t *r, const jj_str_t *s, const jj_str_t *se
 
 static const jj_str_t *arg_str(jj_render_t *r, const jj_method_t *m, const jj_val_t *v, int none_ok)
 {
+    if (v == NULL && !none_ok)
+        pdr__jj_fail(r, PDR_EINVAL, "%s() is missing an argument", m->name);
     if (v == NULL || (none_ok && v->type == JV_NONE))
         return NULL;
     if (v->type != JV_STR)
@@ -260,8 +348,9 @@ static int64_t arg_int(jj_render_t *r, const jj_method_t *m, const jj_val_t *v, 
     return v->u.i;
 }
 
-static int affix(const jj_str_t *s, const jj_str_t *x, int end)
+static int affix(jj_render_t *r, const jj_str_t *s, const jj_str_t *x, int end)
 {
+    pdr__jj_charge(r, x->len);
     return x->len <= s->len && memcmp(s->p + (end ? s->len - x->len : 0), x->p, x->len) == 0;
 }
 
@@ -355,18 +444,18 @@ jj_val_t pdr__jj_str_method(jj_render_t *r, const jj_method_t *m, const jj_args_
         pdr__jj_check_args(r, m, a, 1);
         if (a0 != NULL && a0->type == JV_LIST && (a0->flags & JF_TUPLE)) {
             for (size_t i = 0; i < a0->u.l->n; i++)
-                if (affix(s, arg_str(r, m, &a0->u.l->v[i], 0), n[0] == 'e'))
+                if (affix(r, s, arg_str(r, m, &a0->u.l->v[i], 0), n[0] == 'e'))
                     return pdr__jj_bool(1);
             return pdr__jj_bool(0);
         }
         const jj_str_t *x = arg_str(r, m, a0, 0);
-        return pdr__jj_bool(affix(s, x, n[0] == 'e'));
+        return pdr__jj_bool(affix(r, s, x, n[0] == 'e'));
     }
     if (!strcmp(n, "removeprefix") || !strcmp(n, "removesuffix")) {
         pdr__jj_check_args(r, m, a, 1);
         const jj_str_t *x = arg_str(r, m, a0, 0);
         int end = n[6] == 's';
-        if (!affix(s, x, end))
+        if (!affix(r, s, x, end))
             return m->self;
         return pdr__jj_cstr(r, s->p + (end ? 0 : x->len), s->len - x->len);
     }
@@ -379,6 +468,7 @@ jj_val_t pdr__jj_str_method(jj_render_t *r, const jj_method_t *m, const jj_args_
         pdr__jj_check_args(r, m, a, 1);
         const jj_str_t *x = arg_str(r, m, a0, 0);
         int64_t found = -1, count = 0;
+        pdr__jj_charge(r, s->len);
         for (size_t i = 0; i + x->len <= s->len; i++) {
             if (memcmp(s->p + i, x->p, x->len) != 0)
                 continue;
@@ -437,4 +527,153 @@ jj_val_t pdr__jj_str_method(jj_render_t *r, const jj_method_t *m, const jj_args_
         if (!strcmp(n, is[i].name))
             return pdr__jj_bool(all_chars(s, is[i].kind));
     pdr__jj_fail(r, PDR_EINVAL, "str.%s() is not supported", n);
+}
+
+/* Python's str % args (and the format filter): %s %r %d %i %f %e %g %x %o %c and %%, with flags - + space
+ * 0, width, precision and %(key)s; a tuple is the arguments, a mapping serves the keys, anything else is
+ * the one argument. */
+/* The next argument of a %-format: from the mapping when the field names a key, else the next of args. */
+static jj_val_t percent_arg(jj_render_t *r, const jj_val_t *args, size_t nargs, size_t *next,
+                            const jj_val_t *map, const char *key, size_t keylen)
+{
+    if (key != NULL) {
+        jj_val_t *v = map ? pdr__jj_dict_gets(map->u.d, key, keylen) : NULL;
+        if (v == NULL)
+            pdr__jj_fail(r, PDR_EINVAL, "%%-format: no key '%.*s' (a mapping is required)", (int)keylen, key);
+        return *v;
+    }
+    if (*next >= nargs)
+        pdr__jj_fail(r, PDR_EINVAL, "not enough arguments for format string");
+    return args[(*next)++];
+}
+
+static void pad(jj_render_t *r, jj_out_t *o, const char *p, size_t n, size_t width, int left)
+{
+    size_t len = pdr__jj_utf8_len(p, n);
+    if (!left)
+        for (size_t i = len; i < width; i++)
+            pdr__jj_out_put(r, o, " ", 1);
+    pdr__jj_out_put(r, o, p, n);
+    if (left)
+        for (size_t i = len; i < width; i++)
+            pdr__jj_out_put(r, o, " ", 1);
+}
+
+jj_val_t pdr__jj_str_percent(jj_render_t *r, const jj_str_t *fmt, jj_val_t arg)
+{
+    const jj_val_t *args = &arg, *map = NULL;
+    size_t nargs = 1, next = 0;
+    if (arg.type == JV_LIST && (arg.flags & JF_TUPLE)) {
+        args = arg.u.l->v;
+        nargs = arg.u.l->n;
+    } else if (arg.type == JV_DICT && !(arg.flags & JF_OBJECT)) {
+        map = &arg; /* for %(key)s; a field without a key takes the mapping itself */
+    }
+    /* Python takes a list, a dict or an undefined value (anything with __getitem__ but a tuple or a string)
+     * as a mapping: arguments it leaves unused are no error. */
+    int mapping = map != NULL || (arg.type == JV_LIST && !(arg.flags & JF_TUPLE)) || arg.type == JV_UNDEF;
+    jj_out_t o = {0};
+    for (size_t i = 0; i < fmt->len; i++) {
+        if (fmt->p[i] != '%') {
+            pdr__jj_out_put(r, &o, fmt->p + i, 1);
+            continue;
+        }
+        if (++i >= fmt->len)
+            pdr__jj_fail(r, PDR_EINVAL, "incomplete format");
+        const char *key = NULL;
+        size_t keylen = 0;
+        if (fmt->p[i] == '(') {
+            const char *e = memchr(fmt->p + i, ')', fmt->len - i);
+            if (e == NULL)
+                pdr__jj_fail(r, PDR_EINVAL, "incomplete format key");
+            key = fmt->p + i + 1;
+            keylen = (size_t)(e - key);
+            i = (size_t)(e - fmt->p) + 1;
+        }
+        char flags[8];
+        size_t nf = 0;
+        while (i < fmt->len && strchr("-+ 0", fmt->p[i]) && fmt->p[i] && nf < sizeof(flags) - 1)
+            flags[nf++] = fmt->p[i++];
+        flags[nf] = '\0';
+        long width = 0, prec = -1;
+        while (i < fmt->len && fmt->p[i] >= '0' && fmt->p[i] <= '9' && width < 100000)
+            width = width * 10 + (fmt->p[i++] - '0');
+        if (i < fmt->len && fmt->p[i] == '.') {
+            prec = 0;
+            for (i++; i < fmt->len && fmt->p[i] >= '0' && fmt->p[i] <= '9' && prec < 100000; i++)
+                prec = prec * 10 + (fmt->p[i] - '0');
+        }
+        if (width > 4096 || prec > 4096)
+            pdr__jj_fail(r, PDR_EINVAL, "%%-format: width or precision above 4096");
+        if (i >= fmt->len)
+            pdr__jj_fail(r, PDR_EINVAL, "incomplete format");
+        char type = fmt->p[i];
+        if (type == '%') {
+            pdr__jj_out_put(r, &o, "%", 1);
+            continue;
+        }
+        jj_val_t v = percent_arg(r, args, nargs, &next, map, key, keylen);
+        int left = strchr(flags, '-') != NULL;
+        if (type == 's' || type == 'r' || type == 'a') {
+            jj_out_t t = {0};
+            if (type == 's')
+                pdr__jj_out_str(r, &t, v);
+            else
+                pdr__jj_out_repr(r, &t, v);
+            size_t n = t.len;
+            if (prec >= 0)
+                n = pdr__jj_utf8_off(t.p ? t.p : "", t.len, (size_t)prec);
+            pad(r, &o, t.p ? t.p : "", n, (size_t)width, left);
+            continue;
+        }
+        char cfmt[64], buf[4200];
+        int is_float = strchr("fFeEgG", type) != NULL, is_int = strchr("diuxXoc", type) != NULL;
+        if (!is_float && !is_int)
+            pdr__jj_fail(r, PDR_EINVAL, "unsupported format character '%c'", type);
+        if (v.type != JV_INT && v.type != JV_BOOL && v.type != JV_FLOAT)
+            pdr__jj_fail(r, PDR_EINVAL, "%%%c format: a real number is required, not %s", type,
+                         pdr__jj_type_name(v));
+        if (type == 'c') {
+            if (v.type == JV_FLOAT || v.u.i < 0 || v.u.i > 0x10ffff)
+                pdr__jj_fail(r, PDR_EINVAL, "%%c requires an int in range(0x110000)");
+            char u[5];
+            size_t n = pdr__jj_put_utf8(u, (uint32_t)v.u.i);
+            pad(r, &o, u, n, (size_t)width, left);
+            continue;
+        }
+        if ((type == 'x' || type == 'X' || type == 'o') && v.type == JV_FLOAT)
+            pdr__jj_fail(r, PDR_EINVAL, "%%%c format: an integer is required, not float", type);
+        int n;
+        if (is_float) {
+            snprintf(cfmt, sizeof(cfmt), "%%%s%ld.%ld%c", flags, width, prec < 0 ? 6 : prec, type);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+            n = snprintf(buf, sizeof(buf), cfmt, v.type == JV_FLOAT ? v.u.f : (double)v.u.i);
+#pragma GCC diagnostic pop
+        } else {
+            double f = v.type == JV_FLOAT ? v.u.f : 0;
+            if (v.type == JV_FLOAT && !(f > -9.2e18 && f < 9.2e18))
+                pdr__jj_fail(r, PDR_EINVAL, "%%-format: integer out of range");
+            long long x = v.type == JV_FLOAT ? (long long)f : (long long)v.u.i;
+            char t = type == 'i' || type == 'u' ? 'd' : type;
+            if (prec >= 0)
+                snprintf(cfmt, sizeof(cfmt), "%%%s%ld.%ldll%c", flags, width, prec, t);
+            else
+                snprintf(cfmt, sizeof(cfmt), "%%%s%ldll%c", flags, width, t);
+            if (t != 'd' && x < 0) {
+                /* Python writes a negative hexadecimal or octal number with a minus sign. */
+                pdr__jj_fail(r, PDR_EINVAL, "%%-format: negative %%%c is not supported", t);
+            }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+            n = snprintf(buf, sizeof(buf), cfmt, x);
+#pragma GCC diagnostic pop
+        }
+        if (n < 0 || (size_t)n >= sizeof(buf))
+            pdr__jj_fail(r, PDR_EINVAL, "%%-format: field too long");
+        pdr__jj_out_put(r, &o, buf, (size_t)n);
+    }
+    if (!mapping && next < nargs)
+        pdr__jj_fail(r, PDR_EINVAL, "not all arguments converted during string formatting");
+    return pdr__jj_cstr(r, o.p ? o.p : "", o.len);
 }

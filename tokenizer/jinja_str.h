@@ -20,6 +20,8 @@ jj_val_t pdr__jj_str_split(jj_render_t *r, const jj_str_t *s, const jj_str_t *se
                            int right);
 /* Python's str.isspace() of the code point at p (n bytes left); *len gets its length in bytes. */
 int pdr__jj_space_at(const char *p, size_t n, size_t *len);
+/* fmt % arg, as Python formats it. */
+jj_val_t pdr__jj_str_percent(jj_render_t *r, const jj_str_t *fmt, jj_val_t arg);
 jj_val_t pdr__jj_str_method(jj_render_t *r, const jj_method_t *m, const jj_args_t *a);
 void pdr__jj_check_args(jj_render_t *r, const jj_method_t *m, const jj_args_t *a, uint32_t most);
 

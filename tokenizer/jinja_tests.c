@@ -84,7 +84,7 @@ static int t_string(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 static int t_mapping(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)r, (void)a;
-    return v.type == JV_DICT && !(v.flags & JF_NS);
+    return v.type == JV_DICT && !(v.flags & JF_OBJECT);
 }
 
 static int t_iterable(jj_render_t *r, jj_val_t v, const jj_args_t *a)
@@ -100,23 +100,17 @@ static int t_callable(jj_render_t *r, jj_val_t v, const jj_args_t *a)
     return v.type == JV_MACRO || v.type == JV_FUNC || v.type == JV_METHOD;
 }
 
-static int parity(jj_render_t *r, jj_val_t v)
-{
-    if (v.type != JV_INT && v.type != JV_BOOL)
-        pdr__jj_fail(r, PDR_EINVAL, "odd and even need an integer, not %s", pdr__jj_type_name(v));
-    return (int)(v.u.i & 1);
-}
-
+/* jinja2's odd and even: value % 2 == 1 and value % 2 == 0, with Python's % (floats too). */
 static int t_odd(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)a;
-    return parity(r, v);
+    return pdr__jj_equal(pdr__jj_binop(r, '%', v, pdr__jj_int(2)), pdr__jj_int(1));
 }
 
 static int t_even(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)a;
-    return !parity(r, v);
+    return pdr__jj_equal(pdr__jj_binop(r, '%', v, pdr__jj_int(2)), pdr__jj_int(0));
 }
 
 static int t_divisibleby(jj_render_t *r, jj_val_t v, const jj_args_t *a)
@@ -127,12 +121,12 @@ static int t_divisibleby(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 
 static int t_eq(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
-    return pdr__jj_equal(v, other(r, a));
+    return pdr__jj_equal_r(r, v, other(r, a));
 }
 
 static int t_ne(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
-    return !pdr__jj_equal(v, other(r, a));
+    return !pdr__jj_equal_r(r, v, other(r, a));
 }
 
 static int t_lt(jj_render_t *r, jj_val_t v, const jj_args_t *a)
@@ -157,19 +151,7 @@ static int t_ge(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 
 static int t_in(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
-    jj_val_t c = other(r, a);
-    if (c.type == JV_STR) {
-        if (v.type != JV_STR)
-            pdr__jj_fail(r, PDR_EINVAL, "'in <string>' requires string as left operand");
-        return v.u.s->len == 0 || pdr__jj_find(c.u.s->p, c.u.s->len, v.u.s->p, v.u.s->len) != NULL;
-    }
-    if (c.type == JV_DICT && !(c.flags & JF_NS))
-        return pdr__jj_dict_get(c.u.d, v) != NULL;
-    jj_list_t *l = pdr__jj_iterate(r, c);
-    for (size_t i = 0; i < l->n; i++)
-        if (pdr__jj_equal(l->v[i], v))
-            return 1;
-    return 0;
+    return pdr__jj_contains(r, v, other(r, a));
 }
 
 static int t_sameas(jj_render_t *r, jj_val_t v, const jj_args_t *a)

@@ -71,6 +71,7 @@ const jj_str_t *pdr__jj_str(jj_render_t *r, const char *p, size_t n)
     if (n > r->t->limits.max_output_bytes)
         pdr__jj_fail(r, PDR_ETOOBIG, "a string of %zu bytes passes the output limit of %zu", n,
                      r->t->limits.max_output_bytes);
+    pdr__jj_charge(r, n);
     jj_str_t *s = pdr__jj_ralloc(r, sizeof(*s) + n + 1);
     s->len = n;
     if (n)
@@ -157,7 +158,7 @@ int pdr__jj_truthy(jj_render_t *r, jj_val_t v)
     case JV_LIST:
         return v.u.l->n != 0;
     case JV_DICT:
-        return (v.flags & JF_NS) || v.u.d->n != 0;
+        return (v.flags & JF_OBJECT) || v.u.d->n != 0;
     default:
         return 1;
     }
@@ -173,8 +174,9 @@ static double num(jj_val_t v)
     return v.type == JV_FLOAT ? v.u.f : (double)v.u.i;
 }
 
-static int equal_at(jj_val_t a, jj_val_t b, unsigned depth)
+static int equal_at(jj_val_t a, jj_val_t b, unsigned depth, size_t *work)
 {
+    *work += 1;
     if (depth > JJ_VALUE_DEPTH)
         return 0;
     if (is_num(a) && is_num(b)) {
@@ -189,22 +191,26 @@ static int equal_at(jj_val_t a, jj_val_t b, unsigned depth)
     case JV_NONE:
         return 1;
     case JV_STR:
-        return a.u.s->len == b.u.s->len && memcmp(a.u.s->p, b.u.s->p, a.u.s->len) == 0;
+        if (a.u.s->len != b.u.s->len)
+            return 0;
+        *work += a.u.s->len / 256; /* 4096 bytes: one iteration */
+        return memcmp(a.u.s->p, b.u.s->p, a.u.s->len) == 0;
     case JV_LIST:
         if ((a.flags & JF_TUPLE) != (b.flags & JF_TUPLE) || a.u.l->n != b.u.l->n)
             return 0;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!equal_at(a.u.l->v[i], b.u.l->v[i], depth + 1))
+            if (!equal_at(a.u.l->v[i], b.u.l->v[i], depth + 1, work))
                 return 0;
         return 1;
     case JV_DICT:
-        if ((a.flags & JF_NS) || (b.flags & JF_NS))
+        if ((a.flags & JF_OBJECT) || (b.flags & JF_OBJECT))
             return a.u.d == b.u.d;
         if (a.u.d->n != b.u.d->n)
             return 0;
+        *work += a.u.d->n * a.u.d->n / 16;
         for (size_t i = 0; i < a.u.d->n; i++) {
             jj_val_t *o = pdr__jj_dict_get(b.u.d, a.u.d->k[i]);
-            if (o == NULL || !equal_at(a.u.d->v[i], *o, depth + 1))
+            if (o == NULL || !equal_at(a.u.d->v[i], *o, depth + 1, work))
                 return 0;
         }
         return 1;
@@ -219,7 +225,16 @@ static int equal_at(jj_val_t a, jj_val_t b, unsigned depth)
 
 int pdr__jj_equal(jj_val_t a, jj_val_t b)
 {
-    return equal_at(a, b, 0);
+    size_t work = 0;
+    return equal_at(a, b, 0, &work);
+}
+
+int pdr__jj_equal_r(jj_render_t *r, jj_val_t a, jj_val_t b)
+{
+    size_t work = 0;
+    int eq = equal_at(a, b, 0, &work);
+    pdr__jj_count_iter(r, work / 16);
+    return eq;
 }
 
 const char *pdr__jj_type_name(jj_val_t v)
@@ -240,7 +255,7 @@ const char *pdr__jj_type_name(jj_val_t v)
     case JV_LIST:
         return v.flags & JF_TUPLE ? "tuple" : "list";
     case JV_DICT:
-        return v.flags & JF_NS ? "Namespace" : "dict";
+        return v.flags & JF_NS ? "Namespace" : v.flags & JF_LOOP ? "LoopContext" : "dict";
     case JV_MACRO:
         return "Macro";
     default:
@@ -258,6 +273,7 @@ int pdr__jj_compare(jj_render_t *r, jj_val_t a, jj_val_t b)
     }
     if (a.type == JV_STR && b.type == JV_STR) {
         size_t n = a.u.s->len < b.u.s->len ? a.u.s->len : b.u.s->len;
+        pdr__jj_charge(r, n);
         int c = memcmp(a.u.s->p, b.u.s->p, n);
         if (c != 0)
             return c < 0 ? -1 : 1;
@@ -285,6 +301,7 @@ void pdr__jj_out_put(jj_render_t *r, jj_out_t *o, const char *p, size_t n)
     size_t limit = r->t->limits.max_output_bytes;
     if (n > limit - o->len)
         pdr__jj_fail(r, PDR_ETOOBIG, "output passes the limit of %zu bytes", limit);
+    pdr__jj_charge(r, n);
     if (o->len + n + 1 > o->cap) {
         size_t cap = o->cap ? o->cap : 256;
         while (cap < o->len + n + 1)
@@ -450,6 +467,12 @@ void pdr__jj_out_repr(jj_render_t *r, jj_out_t *o, jj_val_t v)
             pdr__jj_out_repr(r, o, v.u.l->v[i]);
         }
         put_s(r, o, tuple ? (v.u.l->n == 1 ? ",)" : ")") : "]");
+    } else if (v.type == JV_DICT && (v.flags & JF_LOOP)) {
+        const jj_val_t *i = pdr__jj_dict_gets(v.u.d, "index", 5), *n = pdr__jj_dict_gets(v.u.d, "length", 6);
+        char buf[64];
+        snprintf(buf, sizeof(buf), "<LoopContext %lld/%lld>", (long long)(i ? i->u.i : 0),
+                 (long long)(n ? n->u.i : 0));
+        put_s(r, o, buf);
     } else if (v.type == JV_DICT) {
         put_s(r, o, v.flags & JF_NS ? "<Namespace {" : "{");
         for (size_t i = 0; i < v.u.d->n; i++) {
@@ -529,7 +552,7 @@ jj_list_t *pdr__jj_iterate(jj_render_t *r, jj_val_t v)
     case JV_LIST:
         return v.u.l;
     case JV_DICT: {
-        if (v.flags & JF_NS)
+        if (v.flags & JF_OBJECT)
             break;
         jj_list_t *l = pdr__jj_list_new(r, v.u.d->n);
         memcpy(l->v, v.u.d->k, v.u.d->n * sizeof(*l->v));
@@ -564,6 +587,10 @@ int64_t pdr__jj_length(jj_render_t *r, jj_val_t v)
     case JV_LIST:
         return (int64_t)v.u.l->n;
     case JV_DICT:
+        if (v.flags & JF_LOOP) {
+            const jj_val_t *n = pdr__jj_dict_gets(v.u.d, "length", 6);
+            return n ? n->u.i : 0;
+        }
         if (!(v.flags & JF_NS))
             return (int64_t)v.u.d->n;
         break;

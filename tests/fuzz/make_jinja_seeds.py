@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of fuzz_jinja (tests/fuzz/corpus/jinja/) from tests/fixtures/jinja/: each family
-template with two of the chat inputs, and each edge case with the edge context, as TEMPLATE NUL JSON (the
-input fuzz_jinja.c reads). Run it again when the fixtures change; it replaces the corpus."""
+template with two of the chat inputs, and the edge cases (40 a file at most) with the edge context, as
+TEMPLATE NUL JSON (the input fuzz_jinja.c reads). Run it again when the fixtures change; it replaces the
+corpus."""
 import glob
 import json
 import os
@@ -27,7 +28,8 @@ def main():
     for path in sorted(glob.glob(os.path.join(FIX, "cases", "*.cases"))):
         stem = os.path.basename(path)[:-6]
         sections = re.split(r"^=== case (.*) ===\n", open(path, encoding="utf-8").read(), flags=re.M)
-        for name, body in zip(sections[1::2], sections[2::2]):
+        # At most 40 sections a file: the random whitespace cases would swamp the corpus.
+        for name, body in list(zip(sections[1::2], sections[2::2]))[:40]:
             slug = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
             with open(os.path.join(OUT, "%s-%s" % (stem, slug)), "wb") as f:
                 f.write(body.rstrip("\n").encode() + b"\0" + compact["edge_context.json"].encode())

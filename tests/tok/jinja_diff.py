@@ -19,6 +19,7 @@ Each case must render to the same bytes on both sides, or fail on both (a compil
 messages differ). Exits 0 when every case agrees, 1 naming each one that does not, 77 when jinja2 is
 missing.
 """
+import copy
 import datetime
 import glob
 import json
@@ -117,14 +118,15 @@ def main():
     if proc.returncode != 0:
         print("jinja_diff: pdjinja failed (%d): %s" % (proc.returncode, proc.stderr.decode(errors="replace")))
         return 1
-    got = [json.loads(x) for x in proc.stdout.decode("utf-8").splitlines()]
+    got = [json.loads(x) for x in proc.stdout.decode("utf-8").split("\n") if x]
     if len(got) != len(cases):
         print("jinja_diff: %d cases, %d answers" % (len(cases), len(got)))
         return 1
     bad = same = both_err = 0
     for (name, text, ctx), res in zip(cases, got):
         try:
-            want = env.from_string(text).render(**ctx)
+            # A copy: some filters change their argument in place (indent on a list extends it).
+            want = env.from_string(text).render(**copy.deepcopy(ctx))
             want_err = None
         except Exception as e:  # any jinja2 or Python error of the template
             want, want_err = None, "%s: %s" % (type(e).__name__, e)

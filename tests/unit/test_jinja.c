@@ -89,6 +89,15 @@ static void test_limits(void)
     expect_err("{% for i in range(100) %}{% for j in range(100) %}{% endfor %}{% endfor %}", NULL, &lim,
                PDR_ETOOBIG, "1:29: loop iterations pass the limit of 1000");
     expect_err("{{ range(100001)|list }}", NULL, NULL, PDR_ETOOBIG, "1:4: range too big");
+    /* Work on big values inside a loop counts too: scans of a long string or list, copies of strings. */
+    expect_err(
+        "{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{% if 'y' in s %}{% endif %}{% endfor %}",
+        NULL, NULL, PDR_ETOOBIG, "1:");
+    expect_err(
+        "{% set l = range(100000)|list %}{% for i in range(100000) %}{% if -1 in l %}{% endif %}{% endfor %}",
+        NULL, NULL, PDR_ETOOBIG, "1:");
+    expect_err("{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{% set t = s ~ 'y' %}{% endfor %}",
+               NULL, NULL, PDR_ETOOBIG, "1:");
     pdr_jinja_limits_default(&lim);
 
     /* Nesting in the text is refused at compile time, recursion at render time. */
