@@ -25,6 +25,7 @@
 #include "dlist.h"
 #include "err.h"
 #include "kvevents.h"
+#include "kvsnap.h"
 #include "routing.h"
 
 typedef struct res res_t;
@@ -338,6 +339,7 @@ static void desync(pdr_kvindex_t *ix, worker_t *w)
 {
     worker_drop(ix, w);
     w->st.synced = 0;
+    w->st.warm = 0;
     w->run = 0;
 }
 
@@ -354,12 +356,16 @@ int pdr_kvindex_apply(pdr_kvindex_t *ix, uint64_t worker, uint64_t seq, const pd
         pthread_mutex_unlock(&ix->mu);
         return PDR_ENOMEM;
     }
+    int warm = w->st.warm; /* loaded from a snapshot: this message confirms the stream's continuity or not */
+    w->st.warm = 0;
     if (!w->seen) {
         /* A publisher numbers from 0 and starts with an empty cache: seeing 0 means seeing everything. */
         w->seen = 1;
         w->st.synced = seq == 0;
         w->run = 1;
     } else if (seq == w->st.last_seq + 1) {
+        if (warm)
+            w->st.synced = 1;
         if (!w->st.synced && ++w->run >= ix->p.resync_messages)
             mark_synced(w);
     } else if (seq > w->st.last_seq + 1) {
@@ -493,7 +499,7 @@ void pdr_kvindex_match(pdr_kvindex_t *ix, const uint32_t *ids, size_t n_ids, con
         ws[i] = worker_find(ix, workers[i]);
         out[i].blocks = 0;
         out[i].block_size = ws[i] != NULL ? ws[i]->block_size : 0;
-        out[i].synced = ws[i] != NULL && ws[i]->st.synced;
+        out[i].synced = ws[i] != NULL && (ws[i]->st.synced || ws[i]->st.warm);
         int hashed = 0;
         for (size_t k = 0; k < nsizes && !hashed; k++)
             hashed = out[i].block_size == sizes[k] && hashes[k] != NULL;
@@ -558,4 +564,89 @@ void pdr_kvindex_stats(pdr_kvindex_t *ix, pdr_kvindex_stats_t *out)
     out->unhashed = ix->unhashed;
     out->workers = ix->nworkers;
     pthread_mutex_unlock(&ix->mu);
+}
+
+/* ---- snapshots (kvsnap.h; the encoding is kvindex_snapshot.c's) ---- */
+
+size_t pdr_kvindex_entry_bytes(void)
+{
+    return sizeof(res_t);
+}
+
+int pdr_kvindex_export(pdr_kvindex_t *ix, pdr_kvsnap_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&ix->mu);
+    out->workers = calloc(ix->nworkers + 1, sizeof(*out->workers));
+    out->entries = malloc((ix->entries + 1) * sizeof(*out->entries));
+    if (out->workers == NULL || out->entries == NULL) {
+        pthread_mutex_unlock(&ix->mu);
+        free(out->workers);
+        free(out->entries);
+        memset(out, 0, sizeof(*out));
+        return PDR_ENOMEM;
+    }
+    for (size_t i = 0; i < ix->nworkers; i++) {
+        const worker_t *w = ix->workers[i];
+        pdr_kvsnap_worker_t *o = &out->workers[i];
+        o->id = w->id;
+        o->last_seq = w->st.last_seq;
+        o->block_size = w->block_size;
+        o->synced = w->st.synced || w->st.warm;
+        o->seen = w->seen;
+    }
+    out->n_workers = ix->nworkers;
+    size_t n = 0;
+    for (pdr_dlink_t *l = ix->lru.head; l != NULL; l = l->next) {
+        const res_t *r = LRU_RES(l);
+        uint32_t k = 0;
+        while (ix->workers[k] != r->w)
+            k++;
+        out->entries[n++] = (pdr_kvsnap_entry_t){k, r->blk->h, r->ehash};
+    }
+    out->n_entries = n;
+    pthread_mutex_unlock(&ix->mu);
+    return 0;
+}
+
+int pdr_kvindex_import(pdr_kvindex_t *ix, const pdr_kvsnap_t *s, uint64_t *loaded)
+{
+    uint64_t n = 0;
+    int rc = 0;
+    pthread_mutex_lock(&ix->mu);
+    worker_t *ws[s->n_workers + 1];
+    for (size_t i = 0; i < s->n_workers && rc == 0; i++) {
+        const pdr_kvsnap_worker_t *sw = &s->workers[i];
+        ws[i] = NULL;
+        if (sw->id == 0 || worker_find(ix, sw->id) != NULL)
+            continue; /* not configured, or already heard from: its own stream is newer */
+        worker_t *w = worker_get(ix, sw->id);
+        if (w == NULL) {
+            rc = PDR_ENOMEM;
+            break;
+        }
+        w->seen = sw->seen;
+        w->st.last_seq = sw->last_seq;
+        w->block_size = sw->block_size;
+        w->st.warm = sw->synced && sw->seen;
+        ws[i] = w;
+    }
+    for (size_t i = 0; i < s->n_entries && rc == 0; i++) {
+        const pdr_kvsnap_entry_t *e = &s->entries[i];
+        if (e->worker >= s->n_workers) {
+            rc = PDR_EINVAL;
+            break;
+        }
+        if (ws[e->worker] == NULL)
+            continue;
+        rc = res_add(ix, ws[e->worker], e->ehash, e->hash);
+        if (rc == PDR_ETOOBIG)
+            rc = 0; /* a cap too small for one entry: nothing is indexed, as apply_stored */
+        else if (rc == 0)
+            n++;
+    }
+    pthread_mutex_unlock(&ix->mu);
+    if (loaded != NULL)
+        *loaded = n;
+    return rc;
 }
