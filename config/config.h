@@ -307,6 +307,11 @@ typedef struct pdr_config {
         int resync_messages;       /* default 32: consecutive messages after a gap before a worker counts */
         int64_t max_message_bytes; /* default 1 MiB: a frame's cap (ZMQ_MAXMSGSIZE) */
         int queue_messages;        /* default 256: messages queued per publisher (ZMQ_RCVHWM) */
+        char *snapshot_path;       /* NULL: the index is neither saved nor loaded */
+        int snapshot_interval_ms;  /* default 30000; 0: saved only at shutdown */
+        char *snapshot_from;       /* NULL, or a sibling router's admin URL (the index fetched at start) */
+        char *snapshot_from_token_file; /* the sibling's admin bearer token; NULL: none sent */
+        int snapshot_fetch_timeout_ms;  /* default 5000 */
     } kv_events;
     struct {
         pdr_relay_t relay; /* default first_byte: from the decode's first body byte */

@@ -49,6 +49,10 @@ cache_aware_no_match @@ routing/policy.c @@ if (rate > params->cache_threshold) 
 cache_aware_no_balance @@ routing/policy.c @@ int imbalanced = pdr__loads_imbalanced(params, loads, n); @@ int imbalanced = 0 && pdr__loads_imbalanced(params, loads, n); @@ pdrouter test_routing @@ ^(routing_unit|router_policy_.*)$
 cache_aware_smallest_tree_first @@ routing/policy.c @@ if (i == 0 || c < best || (c == best && loads[i] < loads[pick])) { @@ if (i == 0 || (0 && (c < best || (c == best && loads[i] < loads[pick])))) { @@ pdrouter test_routing @@ ^(routing_unit|router_policy_affinity|router_policy_pool_thresholds)$
 precise_prefix_ignores_index @@ routing/precise.c @@ rate = (double)m[i].blocks * m[i].block_size / (double)n_tokens; @@ rate = 0.0 * (double)n_tokens; @@ pdrouter test_kvindex @@ ^(routing_unit_kvindex|router_kv_events_routing)$
+kv_snapshot_not_loaded @@ router/fleet/kv_snapshot.c @@ rc = pdr_kvindex_import(s->ix, &snap, &n); @@ rc = 0; @@ pdrouter @@ ^router_kv_snapshot_(restart|replica)$
+kv_snapshot_no_checksum @@ routing/kvindex_snapshot.c @@ if (want != got) { @@ if (0 && want != got) { @@ pdrouter test_kvsnap @@ ^(routing_unit_kvsnap|router_kv_snapshot_corrupt)$
+kv_snapshot_warm_unused @@ routing/kvindex.c @@ out[i].synced = ws[i] != NULL && (ws[i]->st.synced || ws[i]->st.warm); @@ out[i].synced = ws[i] != NULL && ws[i]->st.synced; @@ pdrouter test_kvsnap @@ ^(routing_unit_kvsnap|router_kv_snapshot_restart)$
+kv_snapshot_not_saved_at_stop @@ router/fleet/kv_events.c @@ pdr_kv_snapshot_stop(ke->snap); @@ (void)pdr_kv_snapshot_stop; @@ pdrouter @@ ^router_kv_snapshot_restart$
 breaker_never_opens @@ router/workers/breaker.c @@ if (b->state == PDR_BREAKER_CLOSED && consecutive >= c->consecutive_failures) { @@ if (0 && consecutive >= c->consecutive_failures) { @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
 breaker_open_admits @@ router/workers/breaker.c @@     if (b->state == PDR_BREAKER_OPEN)
         return 0; @@     if (b->state == PDR_BREAKER_OPEN)

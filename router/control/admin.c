@@ -26,6 +26,7 @@
 #include "control.h"
 #include "err.h"
 #include "front.h"
+#include "kv_snapshot.h"
 #include "links.h"
 #include "load_poll.h"
 #include "reply.h"
@@ -467,6 +468,22 @@ static pdr_worker_t *route_worker(pdr_router_t *r, h2o_req_t *req, const pdr_rou
     return w;
 }
 
+/* The precise prefix index's snapshot (kv_snapshot.c): the binary format of docs/internals/routing.md.
+ * Encoded on this loop: one copy of the index and one pass over it, bounded by kv_events.max_index_bytes. */
+static void send_kv_snapshot(pdr_router_t *r, h2o_req_t *req)
+{
+    char *buf = NULL, msg[256] = "";
+    size_t len = 0;
+    int rc = pdr_kv_snapshot_encode(r, &buf, &len, msg, sizeof(msg));
+    if (rc == PDR_ENOTSUP)
+        pdr_send_error(req, 409, "invalid_request_error", msg, 0);
+    else if (rc != 0)
+        pdr_send_error(req, 503, "service_unavailable", msg, 1);
+    else
+        pdr_send_body(req, 200, "application/octet-stream", buf, len);
+    free(buf);
+}
+
 /* Answers an admin request whose token (if any) was checked: rt is its route (NULL: the path is unknown or
  * takes other methods, per m), w the worker of a {id} route. */
 static void admin_route(pdr_router_t *r, pdr_thread_t *t, h2o_req_t *req, const pdr_route_def_t *rt,
@@ -501,6 +518,9 @@ static void admin_route(pdr_router_t *r, pdr_thread_t *t, h2o_req_t *req, const 
         break;
     case PDR_RK_ADMIN_SHIM:
         pdr_send_json(req, 200, pdr_shim_events_json(r));
+        break;
+    case PDR_RK_ADMIN_KV_SNAPSHOT:
+        send_kv_snapshot(r, req);
         break;
     case PDR_RK_ADMIN_WORKERS:
         pdr_send_json(req, 200, workers_json(r));

@@ -34,6 +34,7 @@
 #include "err.h"
 #include "fallback.h"
 #include "kv_events.h"
+#include "kv_snapshot.h"
 #include "kvevents.h"
 #include "router.h"
 #include "util.h"
@@ -74,6 +75,7 @@ struct pdr_kv_events {
     uv_idle_t idle; /* runs while a publisher has messages left past its budget */
     int timer_live;
     uint64_t unhashed_seen; /* the index's unhashed lookups already counted as fall-backs */
+    pdr_kv_snap_t *snap;    /* kv_events.snapshot_path / snapshot_from (kv_snapshot.c); NULL: none */
 };
 
 static int config_uses_precise(const pdr_config_t *c)
@@ -378,31 +380,38 @@ static kv_sub_t *sub_open(struct pdr_kv_events *ke, const pdr_worker_t *w)
     return s;
 }
 
+/* Loop 0 (or start): creates the index and the ZMQ context once a pool uses precise_prefix. 0: created. */
+static int index_create(struct pdr_kv_events *ke)
+{
+    pdr_router_t *r = ke->r;
+    if (!config_uses_precise(r->config))
+        return PDR_ENOTSUP;
+    pdr_kvindex_params_t p = {(uint64_t)r->config->kv_events.max_index_bytes,
+                              (uint32_t)r->config->kv_events.resync_messages};
+    int err;
+    ke->unhashed_seen = 0;
+    if ((ke->ix = pdr_kvindex_new(&p, &err)) == NULL) {
+        pdr_warn("kv events: cannot create the index (%s); precise_prefix routes by the prefix tree",
+                 pdr_strerror(err));
+        return PDR_ENOMEM;
+    }
+    if ((ke->zctx = zmq_ctx_new()) == NULL) {
+        pdr_warn("kv events: cannot create a ZMQ context (%s); precise_prefix routes by the prefix tree",
+                 zmq_strerror(zmq_errno()));
+        pdr_kvindex_free(ke->ix);
+        ke->ix = NULL;
+        return PDR_ENOMEM;
+    }
+    __atomic_store_n(&r->pool.kvindex, ke->ix, __ATOMIC_RELEASE);
+    return 0;
+}
+
 /* Loop 0: creates the index once a pool uses precise_prefix, then matches subscribers to workers. */
 static void reconcile(struct pdr_kv_events *ke)
 {
     pdr_router_t *r = ke->r;
-    if (ke->ix == NULL) {
-        if (!config_uses_precise(r->config))
-            return;
-        pdr_kvindex_params_t p = {(uint64_t)r->config->kv_events.max_index_bytes,
-                                  (uint32_t)r->config->kv_events.resync_messages};
-        int err;
-        ke->unhashed_seen = 0;
-        if ((ke->ix = pdr_kvindex_new(&p, &err)) == NULL) {
-            pdr_warn("kv events: cannot create the index (%s); precise_prefix routes by the prefix tree",
-                     pdr_strerror(err));
-            return;
-        }
-        if ((ke->zctx = zmq_ctx_new()) == NULL) {
-            pdr_warn("kv events: cannot create a ZMQ context (%s); precise_prefix routes by the prefix tree",
-                     zmq_strerror(zmq_errno()));
-            pdr_kvindex_free(ke->ix);
-            ke->ix = NULL;
-            return;
-        }
-        __atomic_store_n(&r->pool.kvindex, ke->ix, __ATOMIC_RELEASE);
-    }
+    if (ke->ix == NULL && index_create(ke) != 0)
+        return;
     pdr_worker_t **ws;
     size_t n = pdr_pool_snapshot(&r->pool, -1, &ws);
     pthread_mutex_lock(&ke->lock);
@@ -467,6 +476,10 @@ int pdr_kv_events_start(pdr_router_t *r)
     ke->timer_live = 1;
     uv_timer_start(&ke->timer, on_tick, 0, KV_TICK_MS);
     r->kv_events = ke;
+    /* A snapshot is loaded now, before any loop runs: before the first subscription (the tick's) and
+     * before the router takes traffic. */
+    if (pdr_kv_snapshot_wanted(r) && index_create(ke) == 0)
+        ke->snap = pdr_kv_snapshot_start(r, ke->ix);
     return 0;
 }
 
@@ -480,6 +493,7 @@ void pdr_kv_events_stop(pdr_router_t *r)
     uv_close((uv_handle_t *)&ke->timer, NULL);
     uv_idle_stop(&ke->idle);
     uv_close((uv_handle_t *)&ke->idle, NULL);
+    pdr_kv_snapshot_stop(ke->snap); /* while the index still holds every subscribed worker */
     pthread_mutex_lock(&ke->lock);
     while (ke->subs != NULL) {
         kv_sub_t *s = SUB_OF(ke->subs);
@@ -497,6 +511,7 @@ void pdr_kv_events_free(pdr_router_t *r)
     r->pool.kvindex = NULL;
     if (ke->zctx != NULL)
         zmq_ctx_term(ke->zctx); /* every socket was closed by its handle's close callback */
+    pdr_kv_snapshot_free(ke->snap);
     pdr_kvindex_free(ke->ix);
     pthread_mutex_destroy(&ke->lock);
     free(ke);
@@ -534,6 +549,7 @@ void pdr_kv_events_metrics(pdr_router_t *r, pdr_kv_events_put_cb put, void *o)
             put(o, "pdr_precise_prefix_decisions_total{source=\"%s\",decision=\"%s\"} %llu\n",
                 src ? "index" : "tree", dnames[d],
                 (unsigned long long)__atomic_load_n(&r->pool.pp_decisions[src][d], __ATOMIC_RELAXED));
+    pdr_kv_snapshot_metrics(put, o);
     if (ke == NULL)
         return;
     static const family_t fam[] = {

@@ -1,0 +1,35 @@
+/* Snapshots of the precise prefix index on disk and from a sibling router (kv_snapshot.c). */
+#ifndef PDR_KV_SNAPSHOT_H
+#define PDR_KV_SNAPSHOT_H
+
+#include <stddef.h>
+
+struct pdr_router;
+struct pdr_kvindex;
+typedef struct pdr_kv_snap pdr_kv_snap_t;
+
+/* Whether the configuration asks for snapshots (kv_events.snapshot_path or kv_events.snapshot_from). */
+int pdr_kv_snapshot_wanted(const struct pdr_router *r);
+
+/*
+ * At start, before any loop runs and before the first subscription: fetches the index from
+ * kv_events.snapshot_from, else reads kv_events.snapshot_path, and loads it into ix (blocking, bounded by
+ * kv_events.snapshot_fetch_timeout_ms and kv_events.max_index_bytes); any failure is logged and counted,
+ * and the index stays empty. Then starts the save timer on loop 0. NULL: out of memory (logged).
+ */
+pdr_kv_snap_t *pdr_kv_snapshot_start(struct pdr_router *r, struct pdr_kvindex *ix);
+/* Loop 0, at shutdown, while the index still holds every subscribed worker: the last save, then the
+ * timer's close. */
+void pdr_kv_snapshot_stop(pdr_kv_snap_t *s);
+/* After every loop has ended. */
+void pdr_kv_snapshot_free(pdr_kv_snap_t *s);
+
+/* Any loop: the index encoded (the admin API's GET /admin/v1/kv-index/snapshot). *out is malloc'd (free).
+ * PDR_ENOTSUP when no pool uses the index; PDR_ETOOBIG past kv_events.max_index_bytes; msg says why. */
+int pdr_kv_snapshot_encode(struct pdr_router *r, char **out, size_t *len, char *msg, size_t cap);
+
+typedef void (*pdr_kv_snapshot_put_cb)(void *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Any loop: pdr_kv_index_snapshots_total and pdr_kv_index_snapshot_loaded_entries. */
+void pdr_kv_snapshot_metrics(pdr_kv_snapshot_put_cb put, void *out);
+
+#endif
