@@ -613,11 +613,14 @@ int pdr_kvindex_import(pdr_kvindex_t *ix, const pdr_kvsnap_t *s, uint64_t *loade
 {
     uint64_t n = 0;
     int rc = 0;
+    if (loaded != NULL)
+        *loaded = 0;
+    worker_t **ws = calloc(s->n_workers + 1, sizeof(*ws));
+    if (ws == NULL)
+        return PDR_ENOMEM;
     pthread_mutex_lock(&ix->mu);
-    worker_t *ws[s->n_workers + 1];
     for (size_t i = 0; i < s->n_workers && rc == 0; i++) {
         const pdr_kvsnap_worker_t *sw = &s->workers[i];
-        ws[i] = NULL;
         if (sw->id == 0 || worker_find(ix, sw->id) != NULL)
             continue; /* not configured, or already heard from: its own stream is newer */
         worker_t *w = worker_get(ix, sw->id);
@@ -646,6 +649,7 @@ int pdr_kvindex_import(pdr_kvindex_t *ix, const pdr_kvsnap_t *s, uint64_t *loade
             n++;
     }
     pthread_mutex_unlock(&ix->mu);
+    free(ws);
     if (loaded != NULL)
         *loaded = n;
     return rc;

@@ -113,6 +113,17 @@ static uint64_t get64(const unsigned char *p)
     return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
+/* A name is printable ASCII without spaces (a URL): it goes into log lines as it is. */
+static int name_ok(const char *p, size_t n)
+{
+    if (n == 0 || n > PDR_KVSNAP_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] <= 0x20 || p[i] >= 0x7f)
+            return 0;
+    return 1;
+}
+
 void pdr_kvsnap_free(pdr_kvsnap_t *s)
 {
     free(s->workers);
@@ -128,9 +139,9 @@ int pdr_kvsnap_encode(const pdr_kvsnap_t *s, uint64_t max_bytes, char **out, siz
     uint32_t sizes[PDR_KVSNAP_MAX_SIZES] = {0};
     uint32_t nsizes = 0;
     uint64_t total = HDR_BYTES + (uint64_t)s->n_entries * ENTRY_BYTES + CRC_BYTES;
-    if (s->n_workers > UINT32_MAX) {
-        snprintf(msg, cap, "%zu workers", s->n_workers);
-        return PDR_EINVAL;
+    if (s->n_workers > PDR_KVSNAP_MAX_WORKERS) {
+        snprintf(msg, cap, "%zu workers, at most %u", s->n_workers, PDR_KVSNAP_MAX_WORKERS);
+        return PDR_ETOOBIG;
     }
     for (size_t i = 0; i < s->n_workers; i++) {
         const pdr_kvsnap_worker_t *w = &s->workers[i];
@@ -258,11 +269,11 @@ int pdr_kvsnap_decode(const void *buf, size_t len, uint64_t max_bytes, pdr_kvsna
             return PDR_EPROTO;
         }
     }
-    if (ne > max_bytes / pdr_kvindex_entry_bytes() || nw > max_bytes / (WORKER_FIXED + 1)) {
+    if (ne > max_bytes / pdr_kvindex_entry_bytes() || nw > PDR_KVSNAP_MAX_WORKERS) {
         snprintf(msg, cap,
                  "%" PRIu64 " entries of %" PRIu64 " workers: more than an index of %" PRIu64
-                 " bytes (kv_events.max_index_bytes) holds",
-                 ne, nw, max_bytes);
+                 " bytes (kv_events.max_index_bytes) holds, or more than %u workers",
+                 ne, nw, max_bytes, PDR_KVSNAP_MAX_WORKERS);
         return PDR_ETOOBIG;
     }
     /* The counts must fit the bytes before anything is allocated for them. */
@@ -288,10 +299,9 @@ int pdr_kvsnap_decode(const void *buf, size_t len, uint64_t max_bytes, pdr_kvsna
             goto fail;
         }
         w->name_len = get16(p);
-        if (w->name_len == 0 || w->name_len > PDR_KVSNAP_NAME_MAX ||
-            (size_t)(end - p) < 2 + w->name_len + 13) {
-            snprintf(msg, cap, "worker %zu: a name of %zu bytes (1..%u) or truncated", i, w->name_len,
-                     PDR_KVSNAP_NAME_MAX);
+        if ((size_t)(end - p) < 2 + w->name_len + 13 || !name_ok((const char *)p + 2, w->name_len)) {
+            snprintf(msg, cap, "worker %zu: a name of %zu bytes (1..%u of printable ASCII) or truncated", i,
+                     w->name_len, PDR_KVSNAP_NAME_MAX);
             goto fail;
         }
         w->name = (const char *)p + 2;

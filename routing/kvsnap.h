@@ -17,6 +17,9 @@
 #define PDR_KVSNAP_VERSION 1u
 /* A worker's name (its URL, the router's stable name for it across restarts) is at most this long. */
 #define PDR_KVSNAP_NAME_MAX 1024u
+/* Workers one snapshot may name: the configuration's 4096 a role (PDR_CONFIG_MAX_WORKERS) for both roles,
+ * each with up to 2 data-parallel ranks on average; the index finds a worker by a linear search. */
+#define PDR_KVSNAP_MAX_WORKERS 16384u
 /* Distinct block sizes a snapshot lists in its header. */
 #define PDR_KVSNAP_MAX_SIZES 8u
 
@@ -66,19 +69,20 @@ int pdr_kvindex_import(pdr_kvindex_t *ix, const pdr_kvsnap_t *s, uint64_t *loade
 uint32_t pdr_crc32c(uint32_t crc, const void *p, size_t n);
 
 /*
- * Encodes s (names set) into a malloc'd buffer (*out, free). PDR_ETOOBIG when it would exceed max_bytes,
- * PDR_EINVAL for a name over PDR_KVSNAP_NAME_MAX, an entry naming no worker or more than
- * PDR_KVSNAP_MAX_SIZES block sizes, PDR_ENOMEM. msg gets the reason.
+ * Encodes s (names set) into a malloc'd buffer (*out, free). PDR_ETOOBIG when it would exceed max_bytes or
+ * name more than PDR_KVSNAP_MAX_WORKERS workers, PDR_EINVAL for a name over PDR_KVSNAP_NAME_MAX or not
+ * printable ASCII, an entry naming no worker or more than PDR_KVSNAP_MAX_SIZES block sizes, PDR_ENOMEM.
+ * msg gets the reason.
  */
 int pdr_kvsnap_encode(const pdr_kvsnap_t *s, uint64_t max_bytes, char **out, size_t *len, char *msg,
                       size_t cap);
 
 /*
  * Verifies and decodes buf[0..len) for an index of max_bytes; nothing is allocated unless every check
- * passed. The names point into buf. Returns 0; PDR_EPROTO (corrupt: truncated, bad magic, checksum,
- * structure); PDR_ENOTSUP (another version of the format); PDR_ECONFIG (written by a router that hashes
- * blocks another way); PDR_ETOOBIG (more than an index of max_bytes holds); PDR_ENOMEM. msg names what is
- * wrong.
+ * passed. The names point into buf (printable ASCII, not NUL-ended). Returns 0; PDR_EPROTO (corrupt:
+ * truncated, bad magic, checksum, structure); PDR_ENOTSUP (another version of the format); PDR_ECONFIG
+ * (written by a router that hashes blocks another way); PDR_ETOOBIG (more than an index of max_bytes holds);
+ * PDR_ENOMEM. msg names what is wrong.
  */
 int pdr_kvsnap_decode(const void *buf, size_t len, uint64_t max_bytes, pdr_kvsnap_t *out, char *msg,
                       size_t cap);

@@ -272,8 +272,8 @@ static void on_timer(uv_timer_t *t)
         on_work_done(&s->work, 0);
 }
 
-/* Decodes and loads a snapshot read from `from`; names are matched to the pool's workers. */
-static void load_bytes(pdr_kv_snap_t *s, int op, const char *buf, size_t len, const char *from)
+/* Decodes and loads a snapshot read from `from`; names are matched to the pool's workers. 0: loaded. */
+static int load_bytes(pdr_kv_snap_t *s, int op, const char *buf, size_t len, const char *from)
 {
     uint64_t t0 = pdr_now_ms();
     char msg[512] = "";
@@ -282,7 +282,7 @@ static void load_bytes(pdr_kv_snap_t *s, int op, const char *buf, size_t len, co
     if (rc != 0) {
         count(op, outcome_of(rc));
         pdr_warn("kv index snapshot from %s refused: %s; the index starts empty", from, msg);
-        return;
+        return rc;
     }
     pdr_worker_t **ws;
     size_t nw = pdr_pool_snapshot(&s->r->pool, -1, &ws), skipped = 0;
@@ -318,6 +318,7 @@ static void load_bytes(pdr_kv_snap_t *s, int op, const char *buf, size_t len, co
                  from, n, snap.n_workers - skipped, skipped, (int64_t)(now - snap.created_ms),
                  pdr_now_ms() - t0);
     pdr_kvsnap_free(&snap);
+    return rc;
 }
 
 /* Reads kv_events.snapshot_path (at most max_bytes) and loads it. */
@@ -357,14 +358,14 @@ static void load_file(pdr_kv_snap_t *s)
         free(buf);
         return;
     }
-    load_bytes(s, OP_LOAD, buf, len, s->path);
+    (void)load_bytes(s, OP_LOAD, buf, len, s->path);
     free(buf);
 }
 
 typedef struct {
     char *buf;
-    size_t len, cap;
-    int too_big;
+    size_t len, alloc, cap; /* cap: kv_events.max_index_bytes, the answer's ceiling */
+    int too_big, no_memory;
 } fetch_buf_t;
 
 static size_t on_fetch_data(char *p, size_t size, size_t n, void *o)
@@ -374,6 +375,20 @@ static size_t on_fetch_data(char *p, size_t size, size_t n, void *o)
     if (add > f->cap - f->len) {
         f->too_big = 1;
         return 0; /* aborts the transfer */
+    }
+    if (f->len + add > f->alloc) {
+        size_t na = f->alloc ? f->alloc : 64 * 1024;
+        while (na < f->len + add)
+            na *= 2;
+        if (na > f->cap)
+            na = f->cap;
+        char *nb = realloc(f->buf, na);
+        if (nb == NULL) {
+            f->no_memory = 1;
+            return 0;
+        }
+        f->buf = nb;
+        f->alloc = na;
     }
     memcpy(f->buf + f->len, p, add);
     f->len += add;
@@ -417,11 +432,11 @@ static int fetch(pdr_kv_snap_t *s)
     int rc = 0;
     if (c->kv_events.snapshot_from_token_file != NULL)
         rc = read_token(c->kv_events.snapshot_from_token_file, token, sizeof(token), msg, sizeof(msg));
-    fetch_buf_t f = {NULL, 0, (size_t)s->max_bytes, 0};
+    fetch_buf_t f = {NULL, 0, 0, (size_t)s->max_bytes, 0, 0};
     CURL *h = rc == 0 ? curl_easy_init() : NULL;
     struct curl_slist *hdr = NULL;
     long status = 0;
-    if (rc == 0 && (h == NULL || (f.buf = malloc(f.cap + 1)) == NULL)) {
+    if (rc == 0 && h == NULL) {
         snprintf(msg, sizeof(msg), "out of memory");
         rc = PDR_ENOMEM;
     }
@@ -442,6 +457,9 @@ static int fetch(pdr_kv_snap_t *s)
         if (f.too_big) {
             snprintf(msg, sizeof(msg), "the answer is larger than kv_events.max_index_bytes (%zu)", f.cap);
             rc = PDR_ETOOBIG;
+        } else if (f.no_memory) {
+            snprintf(msg, sizeof(msg), "out of memory for the answer");
+            rc = PDR_ENOMEM;
         } else if (cc != CURLE_OK) {
             snprintf(msg, sizeof(msg), "%s", curl_easy_strerror(cc));
             rc = cc == CURLE_OPERATION_TIMEDOUT ? PDR_ETIMEDOUT : PDR_EIO;
@@ -461,11 +479,10 @@ static int fetch(pdr_kv_snap_t *s)
         free(f.buf);
         return rc;
     }
-    uint64_t before = __atomic_load_n(&counts[OP_FETCH][OC_OK], __ATOMIC_RELAXED);
     pdr_info("kv index snapshot: fetched %zu bytes from %s in %" PRIu64 " ms", f.len, url, pdr_now_ms() - t0);
-    load_bytes(s, OP_FETCH, f.buf, f.len, url);
+    rc = load_bytes(s, OP_FETCH, f.buf, f.len, url);
     free(f.buf);
-    return __atomic_load_n(&counts[OP_FETCH][OC_OK], __ATOMIC_RELAXED) > before ? 0 : PDR_EPROTO;
+    return rc;
 }
 
 int pdr_kv_snapshot_wanted(const pdr_router_t *r)
@@ -536,6 +553,8 @@ void pdr_kv_snapshot_free(pdr_kv_snap_t *s)
 {
     if (s == NULL)
         return;
+    if (s->in_flight)
+        return; /* loop 0 was stopped with a write still on the thread pool: it keeps its memory (exit) */
     pthread_mutex_destroy(&s->wlock);
     free(s->path);
     free(s->tmp);

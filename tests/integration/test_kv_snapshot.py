@@ -9,14 +9,17 @@ Scenarios (argv[1]):
   restart   a router builds its index, stops (SIGTERM: the snapshot is written to kv_events.snapshot_path);
             a new router with the same snapshot_path sends its very first request to X, counted as an
             index match. Prints how long after the start the index was usable.
-  corrupt   a snapshot with one byte changed: the router logs why it refused it, counts it, starts
-            cold (its first pick is no index match) and keeps serving.
+  corrupt   the timer writes the snapshot while the router runs; a snapshot with one byte changed: the
+            router logs why it refused it, counts it, starts cold (its first pick is no index match) and
+            keeps serving.
   replica   a second router fetches the first one's index from its admin API (token required) at start
             and sends its first request to X; without the token the fetch fails, is counted and the
-            replica starts cold.
+            replica starts cold; a sibling that never answers costs the start no more than
+            kv_events.snapshot_fetch_timeout_ms.
 """
 import os
 import re
+import socket
 import sys
 import tempfile
 import time
@@ -130,8 +133,11 @@ def scenario_corrupt():
     try:
         ps, ds = [prefill(), prefill()], [sim("decode")]
         path = snapshot_path()
-        kv = "snapshot_path: %s, snapshot_interval_ms: 600000" % path
+        kv = "snapshot_path: %s, snapshot_interval_ms: 200" % path
         a, x, y = build(ps, ds, kv)
+        # The timer's write, while the router runs: the file holds the prefix's blocks.
+        pdtest.poll_until(lambda: snapshots(a, "write", "ok") >= 1 and os.path.getsize(path) > 80 + 20 * 32, 10,
+                          "the timer to write the snapshot with the prefix's blocks")
         a.stop()
         with open(path, "r+b") as f:
             f.seek(100)
@@ -171,6 +177,18 @@ def scenario_replica():
         check("HTTP status 401" in c.log_tail(200), "the refused fetch not logged", c)
         first_pick(c, x, y, 8200)
         check(index_matches(c) == 0, "a cold replica's first pick was an index match", c)
+        # A sibling that accepts the connection and never answers: the fetch gives up at its timeout.
+        mute = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(4)
+        t0 = time.monotonic()
+        e = router(ps, ds, "snapshot_from: 'http://127.0.0.1:%d', snapshot_fetch_timeout_ms: 300"
+                   % mute.getsockname()[1])
+        took = time.monotonic() - t0
+        mute.close()
+        check(snapshots(e, "fetch", "failed") == 1 and "Timeout was reached" in e.log_tail(200),
+              "a fetch timeout not counted or logged", e)
+        check(0.3 <= took < 5.0, "a silent sibling held the start %.1f s" % took, e)
     finally:
         pdtest.stop_all()
 
