@@ -17,7 +17,8 @@
  * The decoder checks, in this order and before allocating anything: the length against the ceiling
  * (max_bytes) and the fixed parts, the magic, the version, the checksum, the header's own fields, the
  * counts against what an index of max_bytes holds, then every record; the counts must account for every
- * byte exactly.
+ * byte exactly, and the block sizes are listed in the order the workers first use them: a snapshot has
+ * one encoding, which re-encoding what it decodes gives back (the fuzz target checks it).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -292,6 +293,7 @@ int pdr_kvsnap_decode(const void *buf, size_t len, uint64_t max_bytes, pdr_kvsna
         return PDR_ENOMEM;
     }
     int rc = PDR_EPROTO;
+    uint32_t nused = 0;
     for (size_t i = 0; i < nw; i++) {
         pdr_kvsnap_worker_t *w = &out->workers[i];
         if ((size_t)(end - p) < 2) {
@@ -316,14 +318,21 @@ int pdr_kvsnap_decode(const void *buf, size_t len, uint64_t max_bytes, pdr_kvsna
         }
         w->synced = (flags & FLAG_SYNCED) != 0;
         w->seen = (flags & FLAG_SEEN) != 0;
+        /* The header lists the sizes in the order the workers first use them, each once: one encoding. */
         int listed = w->block_size == 0;
-        for (uint32_t k = 0; k < nsizes && !listed; k++)
+        for (uint32_t k = 0; k < nused && !listed; k++)
             listed = sizes[k] == w->block_size;
-        if (!listed) {
-            snprintf(msg, cap, "worker %zu: block size %" PRIu32 " not in the header's list", i,
+        if (!listed && (nused == nsizes || sizes[nused] != w->block_size)) {
+            snprintf(msg, cap, "worker %zu: block size %" PRIu32 " not in the header's list (in order)", i,
                      w->block_size);
             goto fail;
         }
+        nused += !listed;
+    }
+    if (nused != nsizes) {
+        snprintf(msg, cap, "the header lists %" PRIu64 " block sizes, the workers use %" PRIu32, nsizes,
+                 nused);
+        goto fail;
     }
     if ((uint64_t)(end - p) != ne * ENTRY_BYTES) {
         snprintf(msg, cap, "%zu bytes of entries, %" PRIu64 " entries need %" PRIu64, (size_t)(end - p), ne,

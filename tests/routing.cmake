@@ -35,3 +35,8 @@ set_tests_properties(routing_unit_kvsnap PROPERTIES TIMEOUT 180 LABELS unit)
 add_executable(fuzz_kvevents fuzz/fuzz_kvevents.c)
 target_link_libraries(fuzz_kvevents PRIVATE pdr_routing)
 pdr_fuzz_corpus_test(kvevents_fuzz_corpus fuzz_kvevents kvevents 60)
+
+# Fuzz target of the index's snapshot decoder and the import it feeds; see tests/fuzz/fuzz_kvsnap.c.
+add_executable(fuzz_kvsnap fuzz/fuzz_kvsnap.c)
+target_link_libraries(fuzz_kvsnap PRIVATE pdr_routing)
+pdr_fuzz_corpus_test(kvsnap_fuzz_corpus fuzz_kvsnap kvsnap 60)

@@ -478,8 +478,14 @@ int pdr_kv_events_start(pdr_router_t *r)
     r->kv_events = ke;
     /* A snapshot is loaded now, before any loop runs: before the first subscription (the tick's) and
      * before the router takes traffic. */
-    if (pdr_kv_snapshot_wanted(r) && index_create(ke) == 0)
-        ke->snap = pdr_kv_snapshot_start(r, ke->ix);
+    if (pdr_kv_snapshot_wanted(r)) {
+        if (index_create(ke) == 0)
+            ke->snap = pdr_kv_snapshot_start(r, ke->ix);
+        else if (!config_uses_precise(r->config))
+            pdr_warn(
+                "kv_events.snapshot_path/snapshot_from are set but no pool uses precise_prefix at start: "
+                "the index is neither loaded nor saved");
+    }
     return 0;
 }
 

@@ -223,7 +223,7 @@ static void test_corruption(void)
         {36, 9, 4, PDR_EPROTO, "block sizes"},            /* too many sizes */
         {48, 0, 4, PDR_EPROTO, "block size"},             /* a listed size missing */
         {12, 64, 4, PDR_EPROTO, "header"},                /* another header length */
-        {32, 2, 4, PDR_EPROTO, "entries"},
+        {32, 2, 4, PDR_EPROTO, "block sizes"},
         {82, 1, 1, PDR_EPROTO, "printable"},
         /* a control byte in the first worker's name */ /* one worker fewer */
     };
