@@ -621,17 +621,17 @@ int pdr_kvindex_import(pdr_kvindex_t *ix, const pdr_kvsnap_t *s, uint64_t *loade
     pthread_mutex_lock(&ix->mu);
     for (size_t i = 0; i < s->n_workers && rc == 0; i++) {
         const pdr_kvsnap_worker_t *sw = &s->workers[i];
-        if (sw->id == 0 || worker_find(ix, sw->id) != NULL)
-            continue; /* not configured, or already heard from: its own stream is newer */
+        if (sw->id == 0 || !sw->seen || worker_find(ix, sw->id) != NULL)
+            continue; /* not configured, never heard from, or already heard from: its own stream is newer */
         worker_t *w = worker_get(ix, sw->id);
         if (w == NULL) {
             rc = PDR_ENOMEM;
             break;
         }
-        w->seen = sw->seen;
+        w->seen = 1;
         w->st.last_seq = sw->last_seq;
         w->block_size = sw->block_size;
-        w->st.warm = sw->synced && sw->seen;
+        w->st.warm = sw->synced;
         ws[i] = w;
     }
     for (size_t i = 0; i < s->n_entries && rc == 0; i++) {

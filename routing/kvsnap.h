@@ -57,11 +57,11 @@ size_t pdr_kvindex_entry_bytes(void);
 int pdr_kvindex_export(pdr_kvindex_t *ix, pdr_kvsnap_t *out);
 
 /*
- * Loads s into ix: each worker whose id is non-zero and who is not known to the index yet gets the
- * snapshot's sequence number and block size, and its entries in the snapshot's LRU order. A worker that
- * was synced when the snapshot was taken is warm (pdr_kvindex_worker_stats_t.warm); the others are
- * unsynced. *loaded (may be NULL) counts the entries loaded. 0, PDR_EINVAL (an entry names no worker) or
- * PDR_ENOMEM (what was loaded stays, consistent).
+ * Loads s into ix: each worker whose id is non-zero, of which the snapshot had seen a message (seen), and
+ * which the index does not know yet gets the snapshot's sequence number and block size, and its entries
+ * in the snapshot's LRU order. A worker that was synced when the snapshot was taken is warm
+ * (pdr_kvindex_worker_stats_t.warm); the others are unsynced. *loaded (may be NULL) counts the entries
+ * loaded. 0, PDR_EINVAL (an entry names no worker) or PDR_ENOMEM (what was loaded stays, consistent).
  */
 int pdr_kvindex_import(pdr_kvindex_t *ix, const pdr_kvsnap_t *s, uint64_t *loaded);
 

@@ -162,6 +162,15 @@ static void test_round_trip(void)
     b = index_new(1 << 20);
     CHECK(store(b, 100, 0, 0, 0, 0, 0, 4, 0, NULL) == 0);
     CHECK(pdr_kvindex_import(b, &s, &loaded) == 0 && loaded == 0);
+    pdr_kvindex_free(b);
+    /* A worker the snapshot never heard from is skipped (its sequence number means nothing). */
+    for (size_t i = 0; i < s.n_workers; i++) {
+        s.workers[i].id = 200 + i;
+        s.workers[i].seen = 0;
+    }
+    b = index_new(1 << 20);
+    CHECK(pdr_kvindex_import(b, &s, &loaded) == 0 && loaded == 0);
+    CHECK(pdr_kvindex_worker_stats(b, 200, &st) == PDR_EINVAL);
     pdr_kvsnap_free(&s);
     pdr_kvindex_free(b);
     /* A publisher restart (0) after the snapshot drops the blocks and syncs from its start. */
