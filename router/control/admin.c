@@ -26,7 +26,6 @@
 #include "control.h"
 #include "err.h"
 #include "front.h"
-#include "kv_snapshot.h"
 #include "links.h"
 #include "load_poll.h"
 #include "reply.h"
@@ -468,22 +467,6 @@ static pdr_worker_t *route_worker(pdr_router_t *r, h2o_req_t *req, const pdr_rou
     return w;
 }
 
-/* The precise prefix index's snapshot (kv_snapshot.c): the binary format of docs/internals/routing.md.
- * Encoded on this loop: one copy of the index and one pass over it, bounded by kv_events.max_index_bytes. */
-static void send_kv_snapshot(pdr_router_t *r, h2o_req_t *req)
-{
-    char *buf = NULL, msg[256] = "";
-    size_t len = 0;
-    int rc = pdr_kv_snapshot_encode(r, &buf, &len, msg, sizeof(msg));
-    if (rc == PDR_ENOTSUP)
-        pdr_send_error(req, 409, "invalid_request_error", msg, 0);
-    else if (rc != 0)
-        pdr_send_error(req, 503, "service_unavailable", msg, 1);
-    else
-        pdr_send_body(req, 200, "application/octet-stream", buf, len);
-    free(buf);
-}
-
 /* Answers an admin request whose token (if any) was checked: rt is its route (NULL: the path is unknown or
  * takes other methods, per m), w the worker of a {id} route. */
 static void admin_route(pdr_router_t *r, pdr_thread_t *t, h2o_req_t *req, const pdr_route_def_t *rt,
@@ -520,7 +503,7 @@ static void admin_route(pdr_router_t *r, pdr_thread_t *t, h2o_req_t *req, const 
         pdr_send_json(req, 200, pdr_shim_events_json(r));
         break;
     case PDR_RK_ADMIN_KV_SNAPSHOT:
-        send_kv_snapshot(r, req);
+        pdr__admin_kv_snapshot(r, t, req);
         break;
     case PDR_RK_ADMIN_WORKERS:
         pdr_send_json(req, 200, workers_json(r));
@@ -603,7 +586,8 @@ static int on_admin_req(h2o_handler_t *self, h2o_req_t *req)
         admin_route(r, t, req, rt, &m, w);
     if (w != NULL)
         pdr_worker_unref(w);
-    if (kind != PDR_RK_ADMIN_METRICS)
+    /* Not the metrics (counted there), nor an answer still being made (counted when it is sent). */
+    if (kind != PDR_RK_ADMIN_METRICS && req->res.status != 0)
         pdr_metrics_count_request(&t->m, PDR_MR_OTHER, req->res.status, 0, -1);
     return 0;
 }

@@ -10,9 +10,10 @@
  * in the configuration (or has no kv_events endpoint) is skipped when loading.
  *
  * Threads: start runs before any loop (it may block: a file read, a libcurl fetch bounded by its
- * timeout). The timer runs on loop 0: it copies the index (under the index's lock, one walk) and names the
- * workers there, and a libuv worker thread encodes and writes the file; `wlock` keeps the timer's write
- * and the last one at shutdown from sharing the temporary file. The counters are atomic.
+ * timeout). The timer and the admin route run on loop 0: each copies the index (under the index's lock,
+ * one walk) and names the workers there, and a libuv worker thread encodes the copy (and writes the file);
+ * `wlock` keeps the timer's write and the last one at shutdown from sharing the temporary file. The counters
+ * are atomic.
  */
 #include "kv_snapshot.h"
 
@@ -155,26 +156,64 @@ static int export_named(pdr_router_t *r, pdr_kvindex_t *ix, pdr_kvsnap_t *s, cha
     return 0;
 }
 
-int pdr_kv_snapshot_encode(pdr_router_t *r, char **out, size_t *len, char *msg, size_t cap)
+typedef struct {
+    uv_work_t work;
+    pdr_kvsnap_t copy;
+    char **names;
+    uint64_t max_bytes;
+    char *buf;
+    size_t len;
+    int rc;
+    char msg[256];
+    pdr_kv_snapshot_done_cb cb;
+    void *data;
+} encode_job_t;
+
+static void on_encode(uv_work_t *w)
+{
+    encode_job_t *j = w->data;
+    j->rc = pdr_kvsnap_encode(&j->copy, j->max_bytes, &j->buf, &j->len, j->msg, sizeof(j->msg));
+}
+
+static void on_encoded(uv_work_t *w, int status)
+{
+    encode_job_t *j = w->data;
+    (void)status;
+    free_names(j->names, j->copy.n_workers);
+    pdr_kvsnap_free(&j->copy);
+    j->cb(j->data, j->rc, j->buf, j->len, j->msg);
+    free(j);
+}
+
+int pdr_kv_snapshot_encode_async(pdr_router_t *r, pdr_kv_snapshot_done_cb cb, void *data, char *msg,
+                                 size_t cap)
 {
     pdr_kvindex_t *ix = __atomic_load_n(&r->pool.kvindex, __ATOMIC_ACQUIRE);
     if (ix == NULL) {
         snprintf(msg, cap, "no pool uses precise_prefix: there is no index");
         return PDR_ENOTSUP;
     }
-    pdr_kvsnap_t s;
-    char **names = NULL;
-    int rc = export_named(r, ix, &s, &names);
+    encode_job_t *j = calloc(1, sizeof(*j));
+    int rc = j != NULL ? export_named(r, ix, &j->copy, &j->names) : PDR_ENOMEM;
     if (rc != 0) {
-        snprintf(msg, cap, "%s", pdr_strerror(rc));
+        free(j);
+        snprintf(msg, cap, "cannot copy the index: %s", pdr_strerror(rc));
         return rc;
     }
     pdr_kvindex_stats_t st;
     pdr_kvindex_stats(ix, &st);
-    rc = pdr_kvsnap_encode(&s, st.max_bytes, out, len, msg, cap);
-    free_names(names, s.n_workers);
-    pdr_kvsnap_free(&s);
-    return rc;
+    j->max_bytes = st.max_bytes;
+    j->cb = cb;
+    j->data = data;
+    j->work.data = j;
+    if (uv_queue_work(r->threads[0].loop, &j->work, on_encode, on_encoded) != 0) {
+        free_names(j->names, j->copy.n_workers);
+        pdr_kvsnap_free(&j->copy);
+        free(j);
+        snprintf(msg, cap, "cannot queue the encoding");
+        return PDR_ENOMEM;
+    }
+    return 0;
 }
 
 /* Writes buf to s->tmp, then renames it over s->path: the path never names a half-written snapshot. */

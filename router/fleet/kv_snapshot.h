@@ -24,9 +24,16 @@ void pdr_kv_snapshot_stop(pdr_kv_snap_t *s);
 /* After every loop has ended. */
 void pdr_kv_snapshot_free(pdr_kv_snap_t *s);
 
-/* Any loop: the index encoded (the admin API's GET /admin/v1/kv-index/snapshot). *out is malloc'd (free).
- * PDR_ENOTSUP when no pool uses the index; PDR_ETOOBIG past kv_events.max_index_bytes; msg says why. */
-int pdr_kv_snapshot_encode(struct pdr_router *r, char **out, size_t *len, char *msg, size_t cap);
+/* What an encoding ends with: rc 0 and buf[0..len) (malloc'd: the callee frees it, NULL otherwise), or a
+ * PDR_E* code (PDR_ETOOBIG: past kv_events.max_index_bytes) and msg. */
+typedef void (*pdr_kv_snapshot_done_cb)(void *data, int rc, char *buf, size_t len, const char *msg);
+/*
+ * Loop 0 (the admin API's GET /admin/v1/kv-index/snapshot): copies the index now (under its lock) and
+ * encodes the copy on libuv's thread pool; cb runs later on loop 0, never from this call. Returns 0 (cb
+ * will run), PDR_ENOTSUP when no pool uses the index, or PDR_ENOMEM; msg says why.
+ */
+int pdr_kv_snapshot_encode_async(struct pdr_router *r, pdr_kv_snapshot_done_cb cb, void *data, char *msg,
+                                 size_t cap);
 
 typedef void (*pdr_kv_snapshot_put_cb)(void *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Any loop: pdr_kv_index_snapshots_total and pdr_kv_index_snapshot_loaded_entries. */
