@@ -576,15 +576,28 @@ size_t pdr_kvindex_entry_bytes(void)
 int pdr_kvindex_export(pdr_kvindex_t *ix, pdr_kvsnap_t *out)
 {
     memset(out, 0, sizeof(*out));
-    pthread_mutex_lock(&ix->mu);
-    out->workers = calloc(ix->nworkers + 1, sizeof(*out->workers));
-    out->entries = malloc((ix->entries + 1) * sizeof(*out->entries));
-    if (out->workers == NULL || out->entries == NULL) {
+    /* The arrays are allocated and touched outside the lock (picks wait while it is held): sized from the
+     * counts, with room for what arrives meanwhile, and again if that was not enough. */
+    size_t capw = 0, cape = 0;
+    for (;;) {
+        pthread_mutex_lock(&ix->mu);
+        if (out->workers != NULL && ix->nworkers <= capw && ix->entries <= cape)
+            break;
+        capw = ix->nworkers + 8;
+        cape = (size_t)ix->entries + ix->entries / 16 + 64;
         pthread_mutex_unlock(&ix->mu);
         free(out->workers);
         free(out->entries);
-        memset(out, 0, sizeof(*out));
-        return PDR_ENOMEM;
+        out->workers = calloc(capw, sizeof(*out->workers));
+        out->entries = malloc(cape * sizeof(*out->entries));
+        if (out->workers == NULL || out->entries == NULL) {
+            free(out->workers);
+            free(out->entries);
+            memset(out, 0, sizeof(*out));
+            return PDR_ENOMEM;
+        }
+        memset(out->entries, 0,
+               cape * sizeof(*out->entries)); /* its pages faulted in here, not under the lock */
     }
     for (size_t i = 0; i < ix->nworkers; i++) {
         const worker_t *w = ix->workers[i];
