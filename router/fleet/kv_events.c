@@ -555,7 +555,7 @@ void pdr_kv_events_metrics(pdr_router_t *r, pdr_kv_events_put_cb put, void *o)
             put(o, "pdr_precise_prefix_decisions_total{source=\"%s\",decision=\"%s\"} %llu\n",
                 src ? "index" : "tree", dnames[d],
                 (unsigned long long)__atomic_load_n(&r->pool.pp_decisions[src][d], __ATOMIC_RELAXED));
-    pdr_kv_snapshot_metrics(put, o);
+    pdr_kv_snapshot_metrics(r, put, o);
     if (ke == NULL)
         return;
     static const family_t fam[] = {

@@ -600,7 +600,24 @@ void pdr_kv_snapshot_free(pdr_kv_snap_t *s)
     free(s);
 }
 
-void pdr_kv_snapshot_metrics(pdr_kv_snapshot_put_cb put, void *o)
+/* Workers of the pool whose entries came from a snapshot and whose stream has not confirmed them yet. */
+static unsigned long long warm_workers(pdr_router_t *r)
+{
+    pdr_kvindex_t *ix = __atomic_load_n(&r->pool.kvindex, __ATOMIC_ACQUIRE);
+    if (ix == NULL)
+        return 0;
+    pdr_worker_t **ws;
+    size_t n = pdr_pool_snapshot(&r->pool, -1, &ws);
+    unsigned long long warm = 0;
+    for (size_t i = 0; i < n; i++) {
+        pdr_kvindex_worker_stats_t st;
+        warm += pdr_kvindex_worker_stats(ix, ws[i]->uid, &st) == 0 && st.warm;
+    }
+    pdr_pool_release(ws, n);
+    return warm;
+}
+
+void pdr_kv_snapshot_metrics(pdr_router_t *r, pdr_kv_snapshot_put_cb put, void *o)
 {
     put(o, "# HELP pdr_kv_index_snapshots_total Snapshots of the precise prefix index written, loaded from "
            "kv_events.snapshot_path and fetched from kv_events.snapshot_from, by outcome.\n"
@@ -613,4 +630,10 @@ void pdr_kv_snapshot_metrics(pdr_kv_snapshot_put_cb put, void *o)
         "# HELP pdr_kv_index_snapshot_loaded_entries Entries the index loaded from a snapshot at start.\n"
         "# TYPE pdr_kv_index_snapshot_loaded_entries gauge\npdr_kv_index_snapshot_loaded_entries %llu\n",
         (unsigned long long)__atomic_load_n(&loaded_entries, __ATOMIC_RELAXED));
+    put(o,
+        "# HELP pdr_kv_index_snapshot_warm_workers Workers whose index entries came from a snapshot and "
+        "whose "
+        "KV events have not confirmed them yet (their matches are used meanwhile).\n"
+        "# TYPE pdr_kv_index_snapshot_warm_workers gauge\npdr_kv_index_snapshot_warm_workers %llu\n",
+        warm_workers(r));
 }

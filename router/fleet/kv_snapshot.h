@@ -36,7 +36,8 @@ int pdr_kv_snapshot_encode_async(struct pdr_router *r, pdr_kv_snapshot_done_cb c
                                  size_t cap);
 
 typedef void (*pdr_kv_snapshot_put_cb)(void *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Any loop: pdr_kv_index_snapshots_total and pdr_kv_index_snapshot_loaded_entries. */
-void pdr_kv_snapshot_metrics(pdr_kv_snapshot_put_cb put, void *out);
+/* Any loop: pdr_kv_index_snapshots_total, pdr_kv_index_snapshot_loaded_entries and
+ * pdr_kv_index_snapshot_warm_workers. */
+void pdr_kv_snapshot_metrics(struct pdr_router *r, pdr_kv_snapshot_put_cb put, void *out);
 
 #endif

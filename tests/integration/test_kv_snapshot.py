@@ -108,6 +108,7 @@ def scenario_restart():
         t_start = time.monotonic()
         b = router(ps, ds, kv)
         t_ready = time.monotonic() - t_start
+        warm = metric_value(metrics(b), "pdr_kv_index_snapshot_warm_workers")
         got, dt = first_pick(b, x, y, 8000)
         usable = time.monotonic() - t_start
         entries, load_ms = loaded_ms(b)
@@ -123,8 +124,10 @@ def scenario_restart():
         check((metric_value(m, "pdr_kv_index_snapshot_loaded_entries") or 0) == entries, "loaded entries gauge", b)
         # The stream goes on from the snapshot's number: X becomes synced (or, had the first message been
         # published before the subscription connected, the gap rule drops its blocks): never stuck warm.
-        wait_metric(b, "X's state to be decided by its stream",
-                    lambda m: (metric_value(m, "pdr_kv_events_total", worker=url(x), result="applied") or 0) >= 1)
+        check(warm == 2, "%r workers warm after the load, expected both prefills" % warm, b)
+        wait_metric(b, "X's state to be decided by its stream (Y, silent, stays warm)",
+                    lambda m: (metric_value(m, "pdr_kv_events_total", worker=url(x), result="applied") or 0) >= 1
+                    and metric_value(m, "pdr_kv_index_snapshot_warm_workers") == 1)
     finally:
         pdtest.stop_all()
 
