@@ -14,6 +14,9 @@
 #   BUILD=build REPLICAS=3 POLICY=cache_aware SEED_MODE=consistent_hash bench/replicas.sh
 #   REPLICAS=3 POLICY=precise_prefix bench/replicas.sh
 #   WORKLOAD=multi-turn REPLICAS=1 POLICY=round_robin bench/replicas.sh
+# API=chat sends /v1/chat/completions (pdbench --api chat) through a model directory made in $OUT/model (the
+# llama3 fixture tokenizer and a Llama-3-like chat template): the routers' `tokenizer` and the prefills'
+# --tokenizer both render the messages through that template, so precise_prefix matches chat by token ids.
 set -eu
 BUILD=${BUILD:-build}
 OUT=${OUT:-/tmp/pdr-replicas}
@@ -37,9 +40,24 @@ PREFILL_US=${PREFILL_US:-50}        # per computed prompt token
 DECODE_US=${DECODE_US:-1000}
 SEED=${SEED:-1}
 PORT=${PORT:-21700}  # uses PORT+1 .. PORT+60+REPLICAS, and PORT+80+i for prefill i's KV events
-INPUT_IDS=${INPUT_IDS:-$([ "$POLICY" = precise_prefix ] && echo 1 || echo 0)}
+API=${API:-generate}
+INPUT_IDS=${INPUT_IDS:-$([ "$POLICY" = precise_prefix ] && [ "$API" = generate ] && echo 1 || echo 0)}
 mkdir -p "$OUT"
 rm -f "$OUT"/*.log
+tok="" tokkey=""
+if [ "$API" = chat ]; then
+    mkdir -p "$OUT/model"
+    cp "$(dirname "$0")/../tests/fixtures/tokenizer/llama3.tokenizer.json" "$OUT/model/tokenizer.json"
+    python3 - "$OUT/model/tokenizer_config.json" <<'PY'
+import json, sys
+t = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+     "{{ m['content'] | trim }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
+     "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "chat_template": t}, open(sys.argv[1], "w"))
+PY
+    tok="--tokenizer $OUT/model"
+    tokkey="tokenizer: $OUT/model\n"
+fi
 pids=""
 cleanup() { for p in $pids; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT INT TERM
@@ -55,7 +73,7 @@ while [ "$i" -le "$PREFILLS" ]; do
     # shellcheck disable=SC2086 # $kv is two words or none
     "$BUILD/pdsim" --role prefill --port $((PORT + i)) --bootstrap-port $((PORT + 20 + i)) \
         --kv-bytes-per-token 16 --prefill-us-per-token "$PREFILL_US" --prefix-cache-tokens "$CACHE_TOKENS" \
-        $kv >"$OUT/prefill$i.log" 2>&1 &
+        $kv $tok >"$OUT/prefill$i.log" 2>&1 &
     pids="$pids $!"
     workers="$workers    - { url: http://127.0.0.1:$((PORT + i)), bootstrap_port: $((PORT + 20 + i))$kvkey }\n"
     i=$((i + 1))
@@ -64,7 +82,7 @@ workers="$workers  decode:\n"
 i=1
 while [ "$i" -le "$DECODES" ]; do
     "$BUILD/pdsim" --role decode --port $((PORT + 40 + i)) --kv-bytes-per-token 16 \
-        --decode-us-per-token "$DECODE_US" >"$OUT/decode$i.log" 2>&1 &
+        --decode-us-per-token "$DECODE_US" $tok >"$OUT/decode$i.log" 2>&1 &
     pids="$pids $!"
     workers="$workers    - http://127.0.0.1:$((PORT + 40 + i))\n"
     i=$((i + 1))
@@ -98,7 +116,7 @@ while [ "$i" -le "$REPLICAS" ]; do
     rport=$((PORT + 60 + i))
     printf "listen: { host: 127.0.0.1, port: %d }\nadmin: { port: 0 }\nlog: { access_log: \"off\" }\n\
 lifecycle: { drain_grace_ms: 0 }\npolicy: { prefill: %s, decode: least_load }\n\
-cache_aware: { seed: %s, hash_load_factor: %s, hash_prefix_chars: %s }\n$workers" "$rport" "$POLICY" \
+cache_aware: { seed: %s, hash_load_factor: %s, hash_prefix_chars: %s }\n$tokkey$workers" "$rport" "$POLICY" \
         "$SEED_MODE" "$LOAD_FACTOR" "$HASH_CHARS" >"$OUT/router$i.yaml"
     "$BUILD/pdrouter" --config "$OUT/router$i.yaml" >"$OUT/router$i.log" 2>&1 &
     pids="$pids $!"
@@ -117,6 +135,7 @@ else
     wl="--workload shared-prefix --prefixes $PREFIXES --prefix-tokens $PREFIX_TOKENS"
 fi
 [ "$INPUT_IDS" = 1 ] && wl="$wl --input-ids"
+[ "$API" = chat ] && wl="$wl --api chat"
 # shellcheck disable=SC2086 # $wl is several flags
 "$BUILD/pdbench" --url "$urls" --health-url "http://127.0.0.1:$((PORT + 61))/readiness" --quiet \
     --profiles "$ISL/$OSL" --concurrency "$CONCURRENCY" --requests "$REQUESTS" --seed "$SEED" --warmup 0 \
@@ -125,6 +144,7 @@ label="$POLICY"
 [ "$POLICY" = cache_aware ] && label="cache_aware, seed $SEED_MODE"
 [ "$POLICY" = precise_prefix ] && label="precise_prefix, seed $SEED_MODE"
 [ "$INPUT_IDS" = 1 ] && label="$label (input_ids)"
+[ "$API" = chat ] && label="$label (chat)"
 python3 - "$OUT" "$label" "$PORT" "$PREFILLS" "$REPLICAS" "$WORKLOAD" <<'PY'
 import json, sys, urllib.request
 out, label, port, prefills, replicas, workload = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]

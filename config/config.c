@@ -603,6 +603,7 @@ void pdr_worker_conf_clear(pdr_worker_conf_t *w)
     free(w->url);
     free(w->host);
     free(w->kv_events);
+    free(w->kv_events_replay);
     memset(w, 0, sizeof(*w));
     w->bootstrap_port = -1;
 }

@@ -46,6 +46,7 @@ typedef struct pdr_worker_conf {
     int dp_rank;        /* with dp_size > 1, in the pool's per-rank copies: the rank, 0..dp_size-1 (else
                            unused: config lists hold one entry per worker) */
     char *kv_events;    /* the worker's KV event publisher (ZMQ endpoint tcp://HOST:PORT); NULL = none */
+    char *kv_events_replay; /* its replay socket (vLLM's replay_endpoint, a ROUTER); NULL = none */
 } pdr_worker_conf_t;
 #define PDR_MAX_DP_SIZE 1024 /* dp_size of one worker */
 
@@ -307,6 +308,8 @@ typedef struct pdr_config {
         int resync_messages;       /* default 32: consecutive messages after a gap before a worker counts */
         int64_t max_message_bytes; /* default 1 MiB: a frame's cap (ZMQ_MAXMSGSIZE) */
         int queue_messages;        /* default 256: messages queued per publisher (ZMQ_RCVHWM) */
+        int replay_timeout_ms;     /* default 2000: a replay that has not ended by then is given up */
+        int replay_hold_messages;  /* default 1024: live messages held while a replay runs */
         char *snapshot_path;       /* NULL: the index is neither saved nor loaded */
         int snapshot_interval_ms;  /* default 30000; 0: saved only at shutdown */
         char *snapshot_from;       /* NULL, or a sibling router's admin URL (the index fetched at start) */

@@ -206,6 +206,8 @@ static const struct field kv_events_fields[] = {
     KEY(kv_events, resync_messages),
     KEY(kv_events, max_message_bytes),
     KEY(kv_events, queue_messages),
+    KEY(kv_events, replay_timeout_ms),
+    KEY(kv_events, replay_hold_messages),
     KEY(kv_events, snapshot_path),
     KEY(kv_events, snapshot_interval_ms),
     KEY(kv_events, snapshot_from),
@@ -403,6 +405,7 @@ const struct field pdr__yaml_prefill_fields[] = {
     {"bootstrap_port", F_BPORT, offsetof(pdr_worker_conf_t, bootstrap_port), 1, 65535, NULL, NULL},
     {"dp_size", F_INT, offsetof(pdr_worker_conf_t, dp_size), 1, PDR_MAX_DP_SIZE, NULL, NULL},
     {"kv_events", F_KV_ENDPOINT, offsetof(pdr_worker_conf_t, kv_events), 0, 0, NULL, NULL},
+    {"kv_events_replay", F_KV_ENDPOINT, offsetof(pdr_worker_conf_t, kv_events_replay), 0, 0, NULL, NULL},
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 const struct field pdr__yaml_decode_fields[] = {
@@ -410,6 +413,7 @@ const struct field pdr__yaml_decode_fields[] = {
     {"bootstrap_port", F_BPORT_BAD, 0, 0, 0, NULL, NULL},
     {"dp_size", F_INT, offsetof(pdr_worker_conf_t, dp_size), 1, PDR_MAX_DP_SIZE, NULL, NULL},
     {"kv_events", F_KV_ENDPOINT, offsetof(pdr_worker_conf_t, kv_events), 0, 0, NULL, NULL},
+    {"kv_events_replay", F_KV_ENDPOINT, offsetof(pdr_worker_conf_t, kv_events_replay), 0, 0, NULL, NULL},
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 /* clang-format on */

@@ -291,13 +291,68 @@ static int medium_of(dec_t *d, const char *where, const msgpack_object *o, int *
     return 0;
 }
 
+/* An optional int field (nil or absent: *has stays 0). */
+static int opt_int(dec_t *d, const char *where, const char *name, const msgpack_object *o, int *has,
+                   int64_t *out)
+{
+    if (o == NULL || o->type == MSGPACK_OBJECT_NIL)
+        return 0;
+    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
+        *out = (int64_t)o->via.u64;
+    else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        *out = o->via.i64;
+    else
+        return fail(d, "%s.%s: expected int or nil, got %s", where, name, type_name(o));
+    *has = 1;
+    return 0;
+}
+
+/* An optional str field folded to 64 bits (nil or absent: 0; a name never folds to 0). */
+static int opt_str(dec_t *d, const char *where, const char *name, const msgpack_object *o, uint64_t *out)
+{
+    *out = 0;
+    if (o == NULL || o->type == MSGPACK_OBJECT_NIL)
+        return 0;
+    if (o->type != MSGPACK_OBJECT_STR)
+        return fail(d, "%s.%s: expected str or nil, got %s", where, name, type_name(o));
+    *out = pdr_kvindex_name_hash(o->via.str.ptr, o->via.str.size);
+    return 0;
+}
+
+/* vLLM's hybrid-model fields: the KV cache group and, on stores, its kind and sliding window. */
+static int group_of(dec_t *d, const char *where, const msgpack_object *g, const msgpack_object *kind,
+                    const msgpack_object *window, pdr_kv_event_t *ev)
+{
+    int has_group = 0, has_window = 0;
+    int64_t window_v = 0;
+    int rc = opt_int(d, where, "group_idx", g, &has_group, &ev->group);
+    if (rc == 0 && has_group && ev->group < 0)
+        rc = fail(d, "%s.group_idx: expected a non-negative int, got %lld", where, (long long)ev->group);
+    if (rc == 0)
+        rc = opt_str(d, where, "kv_cache_spec_kind", kind, &ev->kind_hash);
+    if (rc == 0)
+        rc = opt_int(d, where, "kv_cache_spec_sliding_window", window, &has_window, &window_v);
+    if (rc == 0 && has_window)
+        ev->kind_hash = pdr_mix64(ev->kind_hash ^ (uint64_t)window_v ^ 0x5bd1e9955bd1e995ULL);
+    return rc;
+}
+
 static int stored(dec_t *d, const char *where, const msgpack_object *o, pdr_kv_event_t *ev)
 {
-    static const char *const names[] = {"block_hashes", "parent_block_hash", "token_ids",
-                                        "block_size",   "lora_id",           "medium"};
-    const msgpack_object *f[6];
+    static const char *const names[] = {"block_hashes",
+                                        "parent_block_hash",
+                                        "token_ids",
+                                        "block_size",
+                                        "lora_id",
+                                        "medium",
+                                        "lora_name",
+                                        "extra_keys",
+                                        "group_idx",
+                                        "kv_cache_spec_kind",
+                                        "kv_cache_spec_sliding_window"};
+    const msgpack_object *f[11];
     char w[96];
-    int rc = fields(d, where, o, 1, names, 6, f);
+    int rc = fields(d, where, o, 1, names, 11, f);
     if (rc != 0)
         return rc;
     snprintf(w, sizeof(w), "%s.block_hashes", where);
@@ -345,19 +400,25 @@ static int stored(dec_t *d, const char *where, const msgpack_object *o, pdr_kv_e
             return fail(d, "%s.lora_id: expected int or nil, got %s", where, type_name(f[4]));
         ev->has_lora = 1;
     }
+    if ((rc = opt_str(d, where, "lora_name", f[6], &ev->lora_name)) != 0)
+        return rc;
+    if ((rc = group_of(d, where, f[8], f[9], f[10], ev)) != 0)
+        return rc;
     return medium_of(d, where, f[5], &ev->gpu);
 }
 
 static int removed(dec_t *d, const char *where, const msgpack_object *o, pdr_kv_event_t *ev)
 {
-    static const char *const names[] = {"block_hashes", "medium"};
-    const msgpack_object *f[2];
+    static const char *const names[] = {"block_hashes", "medium", "group_idx"};
+    const msgpack_object *f[3];
     char w[96];
-    int rc = fields(d, where, o, 1, names, 2, f);
+    int rc = fields(d, where, o, 1, names, 3, f);
     if (rc != 0)
         return rc;
     snprintf(w, sizeof(w), "%s.block_hashes", where);
     if ((rc = hashes(d, w, f[0], ev)) != 0)
+        return rc;
+    if ((rc = group_of(d, where, f[2], NULL, NULL, ev)) != 0)
         return rc;
     return medium_of(d, where, f[1], &ev->gpu);
 }

@@ -35,6 +35,11 @@ typedef struct pdr_kv_event {
     uint32_t block_size;
     int has_lora;
     int64_t lora_id;
+    uint64_t lora_name; /* the adapter's name folded (pdr_kvindex_name_hash); 0: none */
+    /* Stored and removed: vLLM's KV cache group of a hybrid model (nil: 0). Stored only: the group's kind
+     * (kv_cache_spec_kind and its sliding window folded together; 0: none given). */
+    int64_t group;
+    uint64_t kind_hash;
     int gpu; /* medium nil or "GPU": the blocks are in the engine's device cache */
 } pdr_kv_event_t;
 
@@ -92,8 +97,10 @@ typedef struct pdr_kvindex_worker_stats {
     uint64_t messages, events, blocks_stored, blocks_removed, clears;
     uint64_t gaps, restarts, resyncs;
     uint64_t orphans; /* stored blocks whose parent the index did not know (not indexed) */
-    uint64_t ignored; /* blocks of another medium or of a LoRA adapter (not indexed) */
-    uint64_t blocks;  /* blocks the index holds for the worker now */
+    uint64_t
+        ignored; /* blocks of another medium, or of an adapter past PDR_KVINDEX_MAX_ADAPTERS (not indexed) */
+    uint64_t adapter_blocks; /* stored blocks of a LoRA adapter (indexed under the adapter's namespace) */
+    uint64_t blocks;         /* blocks the index holds for the worker now */
     int synced;
     /* Loaded from a snapshot (pdr_kvindex_import) and not yet confirmed by a message: its matches are used
      * as if it were synced until its next message, whose number either follows the snapshot's (synced) or
@@ -110,7 +117,12 @@ typedef struct pdr_kvindex_stats {
      * had no hashes: a fifth distinct size among the candidates (four are hashed), or out of memory. */
     uint64_t unhashed;
     size_t workers;
+    size_t adapters; /* adapter names known from the events (PDR_KVINDEX_MAX_ADAPTERS at most) */
 } pdr_kvindex_stats_t;
+
+/* Adapter names the index remembers for pdr_kvindex_match_model; the blocks of an adapter past it are not
+ * indexed (counted as ignored). */
+#define PDR_KVINDEX_MAX_ADAPTERS 256
 
 /* Returns NULL and sets *err (PDR_EINVAL: max_bytes below PDR_KVINDEX_MIN_BYTES; PDR_ENOMEM). */
 pdr_kvindex_t *pdr_kvindex_new(const pdr_kvindex_params_t *params, int *err);
@@ -166,7 +178,36 @@ int pdr_precise_prefix_pick(pdr_ptree_t *tree, pdr_kvindex_t *ix, const pdr_cach
                             pdr_cache_aware_decision_t *decision, int record, size_t *matched_out,
                             int *from_index);
 
-/* The router's hash of a block: chained from prev (0 for the first block) over its ids. */
+/* As pdr_precise_prefix_pick, for a request whose "model" is model[0..mlen) (NULL: none): the index's
+ * lookup is pdr_kvindex_match_model's (a LoRA adapter's blocks for a request naming the adapter). */
+int pdr_precise_prefix_pick_model(pdr_ptree_t *tree, pdr_kvindex_t *ix,
+                                  const pdr_cache_aware_params_t *params, const uint64_t *ids,
+                                  const uint64_t *keys, const uint64_t *loads, size_t n, const char *text,
+                                  size_t len, const uint32_t *tokens, size_t n_tokens,
+                                  pdr_cache_aware_decision_t *decision, int record, size_t *matched_out,
+                                  int *from_index, const char *model, size_t mlen);
+
+/* The router's hash of a block: chained from prev (the namespace's seed for the first block) over its ids. */
 uint64_t pdr_kvindex_block_hash(uint64_t prev, const uint32_t *ids, size_t n);
+
+/* A name (a LoRA adapter's, a KV cache group kind's) folded to 64 bits; never 0. */
+uint64_t pdr_kvindex_name_hash(const char *s, size_t n);
+
+/*
+ * The seed of a namespace's chain of blocks: the adapter (a folded lora_name, or a lora_id's key; 0 for the
+ * base model), the KV cache group and its kind (0: none given). The base model's group 0 without a kind
+ * is 0, the seed of every block before these fields existed; any other namespace has its own seed, so
+ * that the same ids under another adapter or in another group never hash alike.
+ */
+uint64_t pdr_kvindex_namespace(uint64_t adapter, int64_t group, uint64_t kind);
+
+/*
+ * As pdr_kvindex_match, for a request whose "model" is model[0..mlen) (NULL: none). The model is a LoRA
+ * adapter when some worker's events named an adapter of that name (lora_name): then the lookup walks that
+ * adapter's chains; otherwise it walks the base model's. Group 0 either way, with the kind each worker's
+ * group 0 last announced.
+ */
+void pdr_kvindex_match_model(pdr_kvindex_t *ix, const char *model, size_t mlen, const uint32_t *ids,
+                             size_t n_ids, const uint64_t *workers, size_t n, pdr_kvindex_match_t *out);
 
 #endif

@@ -25,54 +25,9 @@
 #include "dlist.h"
 #include "err.h"
 #include "kvevents.h"
-#include "kvsnap.h"
 #include "routing.h"
 
-typedef struct res res_t;
-typedef struct worker worker_t;
-
-typedef struct block {
-    uint64_t h;
-    struct block *hnext;
-    res_t *res;
-} block_t;
-
-struct res {
-    uint64_t ehash;
-    block_t *blk;
-    worker_t *w;
-    res_t *enext;      /* engine table chain */
-    res_t *bnext;      /* the block's other residencies */
-    pdr_dlink_t llink; /* ix->lru: the oldest at its head, the newest at its tail */
-    pdr_dlink_t wlink; /* w->res */
-};
-
-struct worker {
-    uint64_t id;
-    int seen;
-    uint32_t run; /* consecutive numbers since the last gap, while unsynced */
-    uint32_t block_size;
-    pdr_dlink_t *res; /* its residencies: dropping them all costs their number, not the index's size */
-    pdr_kvindex_worker_stats_t st;
-};
-
-/* 2^24 buckets a table (256 MiB for both): past about 16 Mi entries the chains grow instead. */
-#define PDR__KVINDEX_MAX_BUCKETS ((size_t)1 << 24)
-
-struct pdr_kvindex {
-    pthread_mutex_t mu;
-    pdr_kvindex_params_t p;
-    uint64_t bytes, blocks, entries, evicted;
-    uint64_t unhashed; /* lookups that left a worker to the tree for want of its size's hashes */
-    size_t nbuckets;
-    /* The tables' chains (hnext, enext) and a block's residencies (bnext) stay singly linked, as open
-     * hashing's chains are: a dlist would add a pointer to every entry for O(1) unlinks not needed. */
-    block_t **btab;
-    res_t **etab;
-    pdr_dqueue_t lru; /* every residency (res_t's llink), least recently stored or refreshed first */
-    worker_t **workers;
-    size_t nworkers, capworkers;
-};
+#include "kvindex_internal.h"
 
 uint64_t pdr_kvindex_block_hash(uint64_t prev, const uint32_t *ids, size_t n)
 {
@@ -84,6 +39,42 @@ uint64_t pdr_kvindex_block_hash(uint64_t prev, const uint32_t *ids, size_t n)
     if (i < n)
         h = pdr_mix64(h ^ ids[i] ^ 0x8000000000000000ULL);
     return pdr_mix64(h ^ (uint64_t)n);
+}
+
+uint64_t pdr_kvindex_name_hash(const char *s, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 0x100000001b3ULL;
+    h = pdr_mix64(h ^ (uint64_t)n);
+    return h != 0 ? h : 1;
+}
+
+uint64_t pdr_kvindex_namespace(uint64_t adapter, int64_t group, uint64_t kind)
+{
+    if (adapter == 0 && group == 0 && kind == 0)
+        return 0;
+    uint64_t h = pdr_mix64(adapter ^ 0x243f6a8885a308d3ULL);
+    h = pdr_mix64(h ^ (uint64_t)group ^ 0x13198a2e03707344ULL);
+    h = pdr_mix64(h ^ kind);
+    return h != 0 ? h : 1;
+}
+
+/* The engine's hash of a block as the index keys it: the same hash in two KV cache groups of a hybrid
+ * model is two blocks (vLLM hashes each group's blocks alike and tells them apart by group_idx). */
+static uint64_t engine_key(uint64_t ehash, int64_t group)
+{
+    return group == 0 ? ehash : pdr_mix64(ehash ^ ((uint64_t)group * 0x9e3779b97f4a7c15ULL));
+}
+
+/* The adapter of a stored event: its lora_name, else its lora_id (older engines), else 0 (base). */
+static uint64_t adapter_of(const pdr_kv_event_t *ev)
+{
+    if (ev->lora_name != 0)
+        return ev->lora_name;
+    if (ev->has_lora)
+        return pdr_mix64((uint64_t)ev->lora_id ^ 0xa4093822299f31d0ULL) | 1;
+    return 0;
 }
 
 static size_t ekey(const pdr_kvindex_t *ix, const worker_t *w, uint64_t ehash)
@@ -111,9 +102,6 @@ static res_t *res_find(pdr_kvindex_t *ix, const worker_t *w, uint64_t ehash)
         r = r->enext;
     return r;
 }
-
-#define LRU_RES(l) PDR_DLINK_ENTRY((l), res_t, llink)
-#define WORKER_RES(l) PDR_DLINK_ENTRY((l), res_t, wlink)
 
 /* Unlinks and frees one residency (and its block when it was the last). */
 static void res_drop(pdr_kvindex_t *ix, res_t *r)
@@ -298,15 +286,33 @@ static int res_add(pdr_kvindex_t *ix, worker_t *w, uint64_t ehash, uint64_t h)
     return 0;
 }
 
+/* Remembers an adapter's name for the lookups; 0 when there is no room left. */
+static int adapter_known(pdr_kvindex_t *ix, uint64_t name)
+{
+    for (size_t i = 0; i < ix->nadapters; i++)
+        if (ix->adapters[i] == name)
+            return 1;
+    if (ix->nadapters == PDR_KVINDEX_MAX_ADAPTERS)
+        return 0;
+    ix->adapters[ix->nadapters++] = name;
+    return 1;
+}
+
 static int apply_stored(pdr_kvindex_t *ix, worker_t *w, const pdr_kv_event_t *ev)
 {
-    if (!ev->gpu || ev->has_lora) {
+    if (!ev->gpu || (ev->lora_name != 0 && !adapter_known(ix, ev->lora_name))) {
         w->st.ignored += ev->n_hashes;
         return 0;
     }
-    uint64_t prev = 0;
+    uint64_t adapter = adapter_of(ev);
+    if (adapter != 0)
+        w->st.adapter_blocks += ev->n_hashes;
+    if (ev->group == 0)
+        w->g0_kind = ev->kind_hash;
+    /* The first block chains from its namespace's seed: no two adapters or groups share a hash. */
+    uint64_t prev = pdr_kvindex_namespace(adapter, ev->group, ev->kind_hash);
     if (ev->has_parent) {
-        res_t *pr = res_find(ix, w, ev->parent);
+        res_t *pr = res_find(ix, w, engine_key(ev->parent, ev->group));
         if (pr == NULL) {
             w->st.orphans += ev->n_hashes;
             return 0;
@@ -316,7 +322,7 @@ static int apply_stored(pdr_kvindex_t *ix, worker_t *w, const pdr_kv_event_t *ev
     w->block_size = ev->block_size;
     for (size_t i = 0; i < ev->n_hashes; i++) {
         uint64_t h = pdr_kvindex_block_hash(prev, ev->tokens + i * ev->block_size, ev->block_size);
-        int rc = res_add(ix, w, ev->hashes[i], h);
+        int rc = res_add(ix, w, engine_key(ev->hashes[i], ev->group), h);
         if (rc == PDR_ETOOBIG)
             return 0; /* a cap too small for one entry: nothing is indexed */
         if (rc != 0)
@@ -395,7 +401,7 @@ int pdr_kvindex_apply(pdr_kvindex_t *ix, uint64_t worker, uint64_t seq, const pd
         case PDR_KV_BLOCK_REMOVED:
             if (ev->gpu)
                 for (size_t k = 0; k < ev->n_hashes; k++) {
-                    res_t *r = res_find(ix, w, ev->hashes[k]);
+                    res_t *r = res_find(ix, w, engine_key(ev->hashes[k], ev->group));
                     if (r != NULL) {
                         res_drop(ix, r);
                         w->st.blocks_removed++;
@@ -459,23 +465,38 @@ static int held_by(const block_t *b, const worker_t *w)
 void pdr_kvindex_match(pdr_kvindex_t *ix, const uint32_t *ids, size_t n_ids, const uint64_t *workers,
                        size_t n, pdr_kvindex_match_t *out)
 {
+    pdr_kvindex_match_model(ix, NULL, 0, ids, n_ids, workers, n, out);
+}
+
+void pdr_kvindex_match_model(pdr_kvindex_t *ix, const char *model, size_t mlen, const uint32_t *ids,
+                             size_t n_ids, const uint64_t *workers, size_t n, pdr_kvindex_match_t *out)
+{
     worker_t *ws[n + 1];
+    /* The distinct (block size, namespace seed) pairs of the candidates: each is one chain of hashes. */
     uint32_t sizes[KVI_MAX_SIZES] = {0};
+    uint64_t seeds[KVI_MAX_SIZES] = {0};
     size_t nsizes = 0;
-    /* 1. Under the lock: the candidates' block sizes. */
+    uint64_t name = model != NULL ? pdr_kvindex_name_hash(model, mlen) : 0, adapter = 0;
+    /* 1. Under the lock: the request's adapter, the candidates' block sizes and their group 0's kind. */
     pthread_mutex_lock(&ix->mu);
+    for (size_t k = 0; name != 0 && k < ix->nadapters && adapter == 0; k++)
+        if (ix->adapters[k] == name)
+            adapter = name;
     for (size_t i = 0; i < n; i++) {
         worker_t *w = worker_find(ix, workers[i]);
         uint32_t bs = w != NULL ? w->block_size : 0;
+        uint64_t seed = w != NULL ? pdr_kvindex_namespace(adapter, 0, w->g0_kind) : 0;
         int known = bs == 0;
         for (size_t k = 0; k < nsizes && !known; k++)
-            known = sizes[k] == bs;
-        if (!known && nsizes < KVI_MAX_SIZES)
-            sizes[nsizes++] = bs;
+            known = sizes[k] == bs && seeds[k] == seed;
+        if (!known && nsizes < KVI_MAX_SIZES) {
+            sizes[nsizes] = bs;
+            seeds[nsizes++] = seed;
+        }
     }
     pthread_mutex_unlock(&ix->mu);
 
-    /* 2. Without it: the prompt's chained block hashes, per size (the costly part of a lookup). */
+    /* 2. Without it: the prompt's chained block hashes, per pair (the costly part of a lookup). */
     uint64_t stack[KVI_STACK_BLOCKS], *hashes[KVI_MAX_SIZES];
     size_t nblocks[KVI_MAX_SIZES] = {0};
     int stack_used = 0;
@@ -487,23 +508,26 @@ void pdr_kvindex_match(pdr_kvindex_t *ix, const uint32_t *ids, size_t n_ids, con
         } else {
             hashes[k] = malloc((nblocks[k] ? nblocks[k] : 1) * sizeof(uint64_t));
         }
-        uint64_t h = 0;
+        uint64_t h = seeds[k];
         for (size_t b = 0; hashes[k] != NULL && b < nblocks[k]; b++)
             hashes[k][b] = h = pdr_kvindex_block_hash(h, ids + b * sizes[k], sizes[k]);
     }
 
-    /* 3. Under the lock again: the walks. A worker gone or resized in between matches nothing. */
+    /* 3. Under the lock again: the walks. A worker gone, resized or re-kinded in between matches nothing. */
     int unhashed = 0;
+    size_t which[n + 1];
     pthread_mutex_lock(&ix->mu);
     for (size_t i = 0; i < n; i++) {
         ws[i] = worker_find(ix, workers[i]);
         out[i].blocks = 0;
         out[i].block_size = ws[i] != NULL ? ws[i]->block_size : 0;
         out[i].synced = ws[i] != NULL && (ws[i]->st.synced || ws[i]->st.warm);
-        int hashed = 0;
-        for (size_t k = 0; k < nsizes && !hashed; k++)
-            hashed = out[i].block_size == sizes[k] && hashes[k] != NULL;
-        if (!hashed && out[i].block_size != 0) {
+        uint64_t seed = ws[i] != NULL ? pdr_kvindex_namespace(adapter, 0, ws[i]->g0_kind) : 0;
+        which[i] = nsizes;
+        for (size_t k = 0; k < nsizes && which[i] == nsizes; k++)
+            if (out[i].block_size == sizes[k] && seeds[k] == seed && hashes[k] != NULL)
+                which[i] = k;
+        if (which[i] == nsizes && out[i].block_size != 0) {
             out[i].synced = 0; /* no hashes for its size (out of memory, or a fifth size): the tree decides */
             unhashed = 1;
         }
@@ -515,7 +539,7 @@ void pdr_kvindex_match(pdr_kvindex_t *ix, const uint32_t *ids, size_t n_ids, con
         size_t alive = 0;
         unsigned char live[n + 1];
         for (size_t j = 0; j < n; j++) {
-            live[j] = ws[j] != NULL && ws[j]->block_size == sizes[k] && ws[j]->st.blocks > 0;
+            live[j] = which[j] == k && ws[j]->st.blocks > 0;
             alive += live[j];
         }
         for (size_t blk = 0; alive > 0 && blk < nblocks[k]; blk++) {
@@ -563,107 +587,28 @@ void pdr_kvindex_stats(pdr_kvindex_t *ix, pdr_kvindex_stats_t *out)
     out->evicted = ix->evicted;
     out->unhashed = ix->unhashed;
     out->workers = ix->nworkers;
+    out->adapters = ix->nadapters;
     pthread_mutex_unlock(&ix->mu);
 }
 
-/* ---- snapshots (kvsnap.h; the encoding is kvindex_snapshot.c's) ---- */
+/* ---- for the other parts of the index (kvindex_internal.h) ---- */
 
-size_t pdr_kvindex_entry_bytes(void)
+worker_t *pdr__kvindex_worker_find(pdr_kvindex_t *ix, uint64_t id)
 {
-    return sizeof(res_t);
+    return worker_find(ix, id);
 }
 
-int pdr_kvindex_export(pdr_kvindex_t *ix, pdr_kvsnap_t *out)
+worker_t *pdr__kvindex_worker_get(pdr_kvindex_t *ix, uint64_t id)
 {
-    memset(out, 0, sizeof(*out));
-    /* The arrays are allocated and touched outside the lock (picks wait while it is held): sized from the
-     * counts, with room for what arrives meanwhile, and again if that was not enough. */
-    size_t capw = 0, cape = 0;
-    for (;;) {
-        pthread_mutex_lock(&ix->mu);
-        if (out->workers != NULL && ix->nworkers <= capw && ix->entries <= cape)
-            break;
-        capw = ix->nworkers + 8;
-        cape = (size_t)ix->entries + ix->entries / 16 + 64;
-        pthread_mutex_unlock(&ix->mu);
-        free(out->workers);
-        free(out->entries);
-        out->workers = calloc(capw, sizeof(*out->workers));
-        out->entries = malloc(cape * sizeof(*out->entries));
-        if (out->workers == NULL || out->entries == NULL) {
-            free(out->workers);
-            free(out->entries);
-            memset(out, 0, sizeof(*out));
-            return PDR_ENOMEM;
-        }
-        memset(out->entries, 0,
-               cape * sizeof(*out->entries)); /* its pages faulted in here, not under the lock */
-    }
-    for (size_t i = 0; i < ix->nworkers; i++) {
-        const worker_t *w = ix->workers[i];
-        pdr_kvsnap_worker_t *o = &out->workers[i];
-        o->id = w->id;
-        o->last_seq = w->st.last_seq;
-        o->block_size = w->block_size;
-        o->synced = w->st.synced || w->st.warm;
-        o->seen = w->seen;
-    }
-    out->n_workers = ix->nworkers;
-    size_t n = 0;
-    for (pdr_dlink_t *l = ix->lru.head; l != NULL; l = l->next) {
-        const res_t *r = LRU_RES(l);
-        uint32_t k = 0;
-        while (ix->workers[k] != r->w)
-            k++;
-        out->entries[n++] = (pdr_kvsnap_entry_t){k, r->blk->h, r->ehash};
-    }
-    out->n_entries = n;
-    pthread_mutex_unlock(&ix->mu);
-    return 0;
+    return worker_get(ix, id);
 }
 
-int pdr_kvindex_import(pdr_kvindex_t *ix, const pdr_kvsnap_t *s, uint64_t *loaded)
+int pdr__kvindex_res_add(pdr_kvindex_t *ix, worker_t *w, uint64_t ehash, uint64_t h)
 {
-    uint64_t n = 0;
-    int rc = 0;
-    if (loaded != NULL)
-        *loaded = 0;
-    worker_t **ws = calloc(s->n_workers + 1, sizeof(*ws));
-    if (ws == NULL)
-        return PDR_ENOMEM;
-    pthread_mutex_lock(&ix->mu);
-    for (size_t i = 0; i < s->n_workers && rc == 0; i++) {
-        const pdr_kvsnap_worker_t *sw = &s->workers[i];
-        if (sw->id == 0 || !sw->seen || worker_find(ix, sw->id) != NULL)
-            continue; /* not configured, never heard from, or already heard from: its own stream is newer */
-        worker_t *w = worker_get(ix, sw->id);
-        if (w == NULL) {
-            rc = PDR_ENOMEM;
-            break;
-        }
-        w->seen = 1;
-        w->st.last_seq = sw->last_seq;
-        w->block_size = sw->block_size;
-        w->st.warm = sw->synced;
-        ws[i] = w;
-    }
-    for (size_t i = 0; i < s->n_entries && rc == 0; i++) {
-        const pdr_kvsnap_entry_t *e = &s->entries[i];
-        if (e->worker >= s->n_workers) {
-            rc = PDR_EINVAL;
-            break;
-        }
-        if (ws[e->worker] == NULL)
-            continue;
-        rc = res_add(ix, ws[e->worker], e->ehash, e->hash);
-        if (rc == PDR_ETOOBIG)
-            rc = 0; /* a cap too small for one entry: nothing is indexed, as apply_stored */
-        else if (rc == 0)
-            n++;
-    }
-    pthread_mutex_unlock(&ix->mu);
-    free(ws);
-    if (loaded != NULL)
-        *loaded = n;
-    return rc;
+    return res_add(ix, w, ehash, h);
+}
+
+int pdr__kvindex_adapter_known(pdr_kvindex_t *ix, uint64_t name)
+{
+    return adapter_known(ix, name);
 }

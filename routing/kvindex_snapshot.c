@@ -4,12 +4,14 @@
  *
  * Layout, every integer little-endian:
  *
- *   header (80 bytes)   magic "PDRKVIX\0" (8), version (4), header bytes (4), created_ms (8),
- *                       hash probe (8: pdr_kvindex_block_hash of a fixed block, so that a router that
- *                       chains blocks another way refuses the file), workers (4), block sizes (4),
- *                       entries (8), the block sizes (8 x 4, unused ones 0)
+ *   header (88 bytes)   magic "PDRKVIX\0" (8), version (4), header bytes (4), created_ms (8),
+ *                       hash probe (8: pdr_kvindex_block_hash of a fixed block in a fixed namespace, so
+ *                       that a router that chains blocks another way refuses the file), workers (4),
+ *                       block sizes (4), entries (8), the block sizes (8 x 4, unused ones 0), adapters
+ *                       (4), zero (4)
+ *   adapters            the LoRA adapters' folded names the index knows (8 each, none 0)
  *   workers             per worker: name length (2), name (its URL), last sequence number (8),
- *                       block size (4), flags (1: bit 0 synced, bit 1 seen)
+ *                       block size (4), its group 0's kind (8), flags (1: bit 0 synced, bit 1 seen)
  *   entries             per (worker, block), least recently stored first: worker (4), the router's
  *                       chained block hash (8), the engine's hash (8)
  *   checksum            CRC32C of every byte before it (4)
@@ -29,8 +31,8 @@
 #include "err.h"
 #include "kvsnap.h"
 
-#define HDR_BYTES 80u
-#define WORKER_FIXED 15u /* name length, last sequence number, block size, flags */
+#define HDR_BYTES 88u
+#define WORKER_FIXED 23u /* name length, last sequence number, block size, group 0's kind, flags */
 #define ENTRY_BYTES 20u
 #define CRC_BYTES 4u
 #define FLAG_SYNCED 1u
@@ -74,11 +76,12 @@ uint32_t pdr_crc32c(uint32_t crc, const void *p, size_t n)
     return ~crc;
 }
 
-/* The chained hash of the block 1, 2, 3, 4 after the start: two routers agree on it when they hash alike. */
+/* The chained hash of the block 1, 2, 3, 4 in the namespace of adapter 1, group 2, kind 3: two routers agree
+ * on it when they hash blocks and namespaces alike. */
 static uint64_t hash_probe(void)
 {
     static const uint32_t ids[4] = {1, 2, 3, 4};
-    return pdr_kvindex_block_hash(0, ids, 4);
+    return pdr_kvindex_block_hash(pdr_kvindex_namespace(1, 2, 3), ids, 4);
 }
 
 static void put16(unsigned char *p, uint16_t v)
@@ -131,7 +134,7 @@ void pdr_kvsnap_free(pdr_kvsnap_t *s)
     free(s->entries);
     s->workers = NULL;
     s->entries = NULL;
-    s->n_workers = s->n_entries = 0;
+    s->n_workers = s->n_entries = s->n_adapters = 0;
 }
 
 int pdr_kvsnap_encode(const pdr_kvsnap_t *s, uint64_t max_bytes, char **out, size_t *len, char *msg,
@@ -139,7 +142,12 @@ int pdr_kvsnap_encode(const pdr_kvsnap_t *s, uint64_t max_bytes, char **out, siz
 {
     uint32_t sizes[PDR_KVSNAP_MAX_SIZES] = {0};
     uint32_t nsizes = 0;
-    uint64_t total = HDR_BYTES + (uint64_t)s->n_entries * ENTRY_BYTES + CRC_BYTES;
+    uint64_t total =
+        HDR_BYTES + (uint64_t)s->n_adapters * 8 + (uint64_t)s->n_entries * ENTRY_BYTES + CRC_BYTES;
+    if (s->n_adapters > PDR_KVINDEX_MAX_ADAPTERS) {
+        snprintf(msg, cap, "%zu adapters, at most %u", s->n_adapters, PDR_KVINDEX_MAX_ADAPTERS);
+        return PDR_EINVAL;
+    }
     if (s->n_workers > PDR_KVSNAP_MAX_WORKERS) {
         snprintf(msg, cap, "%zu workers, at most %u", s->n_workers, PDR_KVSNAP_MAX_WORKERS);
         return PDR_ETOOBIG;
@@ -185,7 +193,11 @@ int pdr_kvsnap_encode(const pdr_kvsnap_t *s, uint64_t max_bytes, char **out, siz
     put64(p + 40, s->n_entries);
     for (uint32_t k = 0; k < PDR_KVSNAP_MAX_SIZES; k++)
         put32(p + 48 + 4 * k, sizes[k]);
+    put32(p + 80, (uint32_t)s->n_adapters);
+    put32(p + 84, 0);
     p += HDR_BYTES;
+    for (size_t i = 0; i < s->n_adapters; i++, p += 8)
+        put64(p, s->adapters[i]);
     for (size_t i = 0; i < s->n_workers; i++) {
         const pdr_kvsnap_worker_t *w = &s->workers[i];
         put16(p, (uint16_t)w->name_len);
@@ -193,8 +205,9 @@ int pdr_kvsnap_encode(const pdr_kvsnap_t *s, uint64_t max_bytes, char **out, siz
         p += 2 + w->name_len;
         put64(p, w->last_seq);
         put32(p + 8, w->block_size);
-        p[12] = (unsigned char)((w->synced ? FLAG_SYNCED : 0) | (w->seen ? FLAG_SEEN : 0));
-        p += 13;
+        put64(p + 12, w->g0_kind);
+        p[20] = (unsigned char)((w->synced ? FLAG_SYNCED : 0) | (w->seen ? FLAG_SEEN : 0));
+        p += 21;
     }
     for (size_t i = 0; i < s->n_entries; i++) {
         const pdr_kvsnap_entry_t *e = &s->entries[i];
@@ -270,6 +283,12 @@ int pdr_kvsnap_decode(const void *buf, size_t len, uint64_t max_bytes, pdr_kvsna
             return PDR_EPROTO;
         }
     }
+    uint64_t na = get32(b + 80);
+    if (na > PDR_KVINDEX_MAX_ADAPTERS || get32(b + 84) != 0) {
+        snprintf(msg, cap, "%" PRIu64 " adapters (at most %u), or a reserved field not zero", na,
+                 PDR_KVINDEX_MAX_ADAPTERS);
+        return PDR_EPROTO;
+    }
     if (ne > max_bytes / pdr_kvindex_entry_bytes() || nw > PDR_KVSNAP_MAX_WORKERS) {
         snprintf(msg, cap,
                  "%" PRIu64 " entries of %" PRIu64 " workers: more than an index of %" PRIu64
@@ -279,7 +298,7 @@ int pdr_kvsnap_decode(const void *buf, size_t len, uint64_t max_bytes, pdr_kvsna
     }
     /* The counts must fit the bytes before anything is allocated for them. */
     size_t body = len - HDR_BYTES - CRC_BYTES;
-    if (nw * (WORKER_FIXED + 1) + ne * ENTRY_BYTES > body) {
+    if (na * 8 + nw * (WORKER_FIXED + 1) + ne * ENTRY_BYTES > body) {
         snprintf(msg, cap, "%" PRIu64 " workers and %" PRIu64 " entries do not fit in %zu bytes", nw, ne,
                  body);
         return PDR_EPROTO;
@@ -294,6 +313,13 @@ int pdr_kvsnap_decode(const void *buf, size_t len, uint64_t max_bytes, pdr_kvsna
     }
     int rc = PDR_EPROTO;
     uint32_t nused = 0;
+    for (size_t i = 0; i < na; i++, p += 8) {
+        if ((out->adapters[i] = get64(p)) == 0) {
+            snprintf(msg, cap, "adapter %zu: 0 is no adapter's name", i);
+            goto fail;
+        }
+    }
+    out->n_adapters = (size_t)na;
     for (size_t i = 0; i < nw; i++) {
         pdr_kvsnap_worker_t *w = &out->workers[i];
         if ((size_t)(end - p) < 2) {
@@ -301,7 +327,7 @@ int pdr_kvsnap_decode(const void *buf, size_t len, uint64_t max_bytes, pdr_kvsna
             goto fail;
         }
         w->name_len = get16(p);
-        if ((size_t)(end - p) < 2 + w->name_len + 13 || !name_ok((const char *)p + 2, w->name_len)) {
+        if ((size_t)(end - p) < 2 + w->name_len + 21 || !name_ok((const char *)p + 2, w->name_len)) {
             snprintf(msg, cap, "worker %zu: a name of %zu bytes (1..%u of printable ASCII) or truncated", i,
                      w->name_len, PDR_KVSNAP_NAME_MAX);
             goto fail;
@@ -310,8 +336,9 @@ int pdr_kvsnap_decode(const void *buf, size_t len, uint64_t max_bytes, pdr_kvsna
         p += 2 + w->name_len;
         w->last_seq = get64(p);
         w->block_size = get32(p + 8);
-        unsigned flags = p[12];
-        p += 13;
+        w->g0_kind = get64(p + 12);
+        unsigned flags = p[20];
+        p += 21;
         if (flags & ~(FLAG_SYNCED | FLAG_SEEN)) {
             snprintf(msg, cap, "worker %zu: unknown flags %#x", i, flags);
             goto fail;

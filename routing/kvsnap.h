@@ -29,6 +29,7 @@ typedef struct pdr_kvsnap_worker {
     uint64_t id; /* export: the index's worker id; import: the id to load it under (0: skip the worker) */
     uint64_t last_seq;
     uint32_t block_size; /* 0: none stored yet */
+    uint64_t g0_kind;    /* the kind its KV cache group 0 last announced (its lookups' namespace) */
     int synced;
     int seen; /* a message was applied (last_seq means something) */
 } pdr_kvsnap_worker_t;
@@ -41,6 +42,10 @@ typedef struct pdr_kvsnap_entry {
 
 typedef struct pdr_kvsnap {
     uint64_t created_ms; /* the writer's wall clock */
+    /* The LoRA adapters' names (folded) the events named: a lookup for a request naming one walks its
+     * namespace (pdr_kvindex_match_model). */
+    uint64_t adapters[PDR_KVINDEX_MAX_ADAPTERS];
+    size_t n_adapters;
     pdr_kvsnap_worker_t *workers;
     size_t n_workers;
     pdr_kvsnap_entry_t *entries; /* least recently stored first (the index's LRU order) */

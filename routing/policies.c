@@ -75,9 +75,9 @@ static int pick_prefix(const pdr_policy_input_t *in, pdr_policy_output_t *out, i
     size_t matched = 0;
     int from_index = 0, k;
     if (indexed)
-        k = pdr_precise_prefix_pick(in->tree, in->kvindex, in->ca, ids, keys, loads, n, in->text, in->len,
-                                    in->tokens, in->tokens != NULL ? in->n_tokens : 0, &d, in->record,
-                                    &matched, &from_index);
+        k = pdr_precise_prefix_pick_model(in->tree, in->kvindex, in->ca, ids, keys, loads, n, in->text,
+                                          in->len, in->tokens, in->tokens != NULL ? in->n_tokens : 0, &d,
+                                          in->record, &matched, &from_index, in->model, in->model_len);
     else
         k = pdr_cache_aware_pick_ex(in->tree, in->ca, ids, keys, loads, n, in->text, in->len, &d, in->record,
                                     in->want_matched ? &matched : NULL);

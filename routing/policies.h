@@ -62,6 +62,8 @@ typedef struct pdr_policy_input {
     size_t len;
     const uint32_t *tokens; /* the prompt's token ids, or NULL */
     size_t n_tokens;
+    const char *model; /* the request's "model" (a LoRA adapter's name keys its own KV blocks), or NULL */
+    size_t model_len;
     int record;       /* a tree policy records the text under the chosen worker */
     int want_matched; /* the caller reads out->matched */
 } pdr_policy_input_t;

@@ -14,6 +14,17 @@ int pdr_precise_prefix_pick(pdr_ptree_t *tree, pdr_kvindex_t *ix, const pdr_cach
                             pdr_cache_aware_decision_t *decision, int record, size_t *matched_out,
                             int *from_index)
 {
+    return pdr_precise_prefix_pick_model(tree, ix, params, ids, keys, loads, n, text, len, tokens, n_tokens,
+                                         decision, record, matched_out, from_index, NULL, 0);
+}
+
+int pdr_precise_prefix_pick_model(pdr_ptree_t *tree, pdr_kvindex_t *ix,
+                                  const pdr_cache_aware_params_t *params, const uint64_t *ids,
+                                  const uint64_t *keys, const uint64_t *loads, size_t n, const char *text,
+                                  size_t len, const uint32_t *tokens, size_t n_tokens,
+                                  pdr_cache_aware_decision_t *decision, int record, size_t *matched_out,
+                                  int *from_index, const char *model, size_t mlen)
+{
     if (n == 0)
         return PDR_ENOWORKER;
     if (tree == NULL || params == NULL || ids == NULL || loads == NULL || (text == NULL && len > 0) ||
@@ -35,7 +46,7 @@ int pdr_precise_prefix_pick(pdr_ptree_t *tree, pdr_kvindex_t *ix, const pdr_cach
     for (size_t i = 0; i < n; i++)
         m[i].synced = 0;
     if (!imbalanced && ix != NULL && n_tokens > 0) {
-        pdr_kvindex_match(ix, tokens, n_tokens, ids, n, m);
+        pdr_kvindex_match_model(ix, model, mlen, tokens, n_tokens, ids, n, m);
         for (size_t i = 0; i < n; i++)
             any_synced |= m[i].synced;
     }

@@ -44,6 +44,8 @@ TEST="$TEST gnuplot-nox"
 TEST="$TEST iproute2"
 # HTTP/2 flow control in the body-budget test (Debian's /usr/bin/python3).
 TEST="$TEST python3-h2"
+# The chat-template engine's reference: tests/tok/jinja_diff.py renders every fixture with jinja2 too.
+TEST="$TEST python3-jinja2"
 # Browser test of the admin status page.
 TEST="$TEST chromium chromium-driver python3-selenium"
 # DNS discovery test: a real DNS server on a loopback port (/usr/sbin/dnsmasq, without the system service).

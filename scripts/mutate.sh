@@ -49,6 +49,12 @@ cache_aware_no_match @@ routing/policy.c @@ if (rate > params->cache_threshold) 
 cache_aware_no_balance @@ routing/policy.c @@ int imbalanced = pdr__loads_imbalanced(params, loads, n); @@ int imbalanced = 0 && pdr__loads_imbalanced(params, loads, n); @@ pdrouter test_routing @@ ^(routing_unit|router_policy_.*)$
 cache_aware_smallest_tree_first @@ routing/policy.c @@ if (i == 0 || c < best || (c == best && loads[i] < loads[pick])) { @@ if (i == 0 || (0 && (c < best || (c == best && loads[i] < loads[pick])))) { @@ pdrouter test_routing @@ ^(routing_unit|router_policy_affinity|router_policy_pool_thresholds)$
 precise_prefix_ignores_index @@ routing/precise.c @@ rate = (double)m[i].blocks * m[i].block_size / (double)n_tokens; @@ rate = 0.0 * (double)n_tokens; @@ pdrouter test_kvindex @@ ^(routing_unit_kvindex|router_kv_events_routing)$
+kvindex_no_namespace @@ routing/kvindex.c @@ uint64_t prev = pdr_kvindex_namespace(adapter, ev->group, ev->kind_hash); @@ uint64_t prev = 0 * pdr_kvindex_namespace(adapter, ev->group, ev->kind_hash); @@ test_kvindex @@ ^routing_unit_kvindex$
+kvindex_groups_share_engine_hashes @@ routing/kvindex.c @@ return group == 0 ? ehash : pdr_mix64(ehash ^ ((uint64_t)group * 0x9e3779b97f4a7c15ULL)); @@ return group == 0 || 1 ? ehash : pdr_mix64(ehash ^ ((uint64_t)group * 0x9e3779b97f4a7c15ULL)); @@ test_kvindex @@ ^routing_unit_kvindex$
+kv_events_no_replay @@ router/fleet/kv_replay.c @@ if (replay_start(s, (uint64_t)from, seq, payload, len) == 0) @@ if (0 && replay_start(s, (uint64_t)from, seq, payload, len) == 0) @@ pdrouter @@ ^router_kv_events_replay_repaired$
+kv_events_replay_too_old_applied @@ router/fleet/kv_replay.c @@ if (seq > rp->next) { @@ if (0 && seq > rp->next) { @@ pdrouter @@ ^router_kv_events_replay_too_old$
+kv_events_incarnation_kept @@ router/fleet/kv_events.c @@ if (s != NULL && s->epoch != epoch) { @@ if (0 && s != NULL && s->epoch != epoch) { @@ pdrouter @@ ^router_kv_events_incarnation$
+kv_events_model_ignored @@ router/pd/attempt.c @@ tok.model = m->v.p + 1; @@ tok.model = NULL; @@ pdrouter @@ ^router_kv_events_lora$
 kv_snapshot_not_loaded @@ router/fleet/kv_snapshot.c @@ rc = pdr_kvindex_import(s->ix, &snap, &n); @@ rc = 0; @@ pdrouter @@ ^router_kv_snapshot_(restart|replica)$
 kv_snapshot_no_checksum @@ routing/kvindex_snapshot.c @@ if (want != got) { @@ if (0 && want != got) { @@ pdrouter test_kvsnap @@ ^(routing_unit_kvsnap|router_kv_snapshot_corrupt)$
 kv_snapshot_warm_unused @@ routing/kvindex.c @@ out[i].synced = ws[i] != NULL && (ws[i]->st.synced || ws[i]->st.warm); @@ out[i].synced = ws[i] != NULL && ws[i]->st.synced; @@ pdrouter test_kvsnap @@ ^(routing_unit_kvsnap|router_kv_snapshot_restart)$
@@ -128,7 +134,7 @@ engine_abort_wrong_rid @@ router/pd/abort.c @@ send_abort(x, w, role, x->rooms[i
 engine_abort_no_deadline @@ router/pd/abort.c @@ long ms = x->conf->pd.abort_timeout_ms; @@ long ms = 0; @@ pdrouter pdsim @@ ^router_abort_hung_endpoint$
 pdsim_abort_ignored @@ tests/sim/routes.c @@ sim__abort(ctx); @@ (void)0; @@ pdrouter pdsim @@ ^router_abort_pdsim_stream$
 pdsim_not_autoregressive @@ tests/sim/model.c @@ g->s = digest_step(g->s, tok_hash_of_fill(g->h, g->bpt)); @@ g->s = digest_step(g->s, 0 * tok_hash_of_fill(g->h, g->bpt)); @@ pdsim test_pdsim_model @@ ^pdsim_(resume|unit_model)$
-pdsim_no_generation_prompt @@ tests/sim/generate.c @@ if (add_gen && (r = pdsim_tokenize(t, "assistant", 9)) != 0) @@ if (0 && add_gen && (r = pdsim_tokenize(t, "assistant", 9)) != 0) @@ pdsim @@ ^pdsim_(resume|integration)$
+pdsim_no_generation_prompt @@ tests/sim/generate.c @@ if (ct == NULL && add_gen && (r = pdsim_tokenize(t, "assistant", 9)) != 0) @@ if (0 && ct == NULL && add_gen && (r = pdsim_tokenize(t, "assistant", 9)) != 0) @@ pdsim @@ ^pdsim_(resume|integration)$
 pdsim_layout_ignored @@ tests/sim/kv_flow.c @@ pdsim_gen_init(&it->gen, pdsim_kv_digest(it->kv, it->toks.n, bpt) ^ sim__state.layout, it->toks.ids, @@ pdsim_gen_init(&it->gen, pdsim_kv_digest(it->kv, it->toks.n, bpt), it->toks.ids, @@ pdrouter pdsim @@ ^router_compat_pairs_bench_rolling_upgrade$
 affinity_off @@ router/workers/pool_pick.c @@ if (filter != NULL && filter->affinity != PDR_AFFINITY_OFF) { @@ if (0 && filter != NULL && filter->affinity != PDR_AFFINITY_OFF) { @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_.*)$
 affinity_never_overloaded @@ router/workers/affinity.c @@ return n > 0 && (double)(inflight + 1) * (double)n > ratio * (double)(sum + n); @@ return 0 && (double)(inflight + 1) * (double)n > ratio * (double)(sum + n); @@ pdrouter test_affinity @@ ^router_(unit_affinity|affinity_soft_overload)$
@@ -149,6 +155,16 @@ migration_switch_ignored @@ router/pd/request.c @@ x->mig_possible = c->migratio
 migration_n_movable @@ router/util/resume.c @@ if (member_is(o, "n", above_one)) @@ if (0) @@ pdrouter pdsim test_resume @@ ^router_(migration_refused|unit_resume)$
 migration_second_head @@ router/pd/advance.c @@ pdr__pd_resume_response(x); @@ pdr__pd_start_client_response(x); @@ pdrouter pdsim @@ ^router_migration_(completions|chat)$
 admission_body_priority_ignored @@ router/pd/queue.c @@ if (!named && cl != NULL && c->admission.priority_field && body_priority(&x->pr, &prio)) { @@ if (0) { @@ pdrouter pdsim @@ ^router_admission_fairq_body_priority$
+disagg_prefill_cache_decides @@ router/pd/pick.c @@ pdr_disagg_measure(text, tlen, solo.matched_known ? solo.matched : 0, &in); @@ pdr_disagg_measure(text, tlen, info.matched_known ? info.matched : 0, &in); @@ pdrouter pdsim @@ ^router_disagg_vllm_cached_on_prefill_only$
+tokenizer_no_byte_fallback @@ tokenizer/tokenizer_spm.c @@ if (t->byte_fallback) { @@ if (0) { @@ pdtok test_tokenizer @@ ^tokenizer_(ref_spm_meta|ref_spm_gemma|unit)$
+tokenizer_metaspace_first_as_always @@ tokenizer/tokenizer_spm.c @@ (t->meta_prepend == PDR__META_FIRST && first)) && @@ (t->meta_prepend == PDR__META_FIRST)) && @@ pdtok test_tokenizer @@ ^tokenizer_(ref_spm_meta|unit)$
+tokenizer_prepend_ignored @@ tokenizer/tokenizer_spm.c @@ } else if (s->kind == PDR__NORM_PREPEND) { @@ } else if (0) { @@ pdtok test_tokenizer @@ ^tokenizer_(ref_spm_legacy|unit)$
+jinja_no_trim_blocks @@ tokenizer/jinja_lex.c @@ } else if (block && sign != '+' && i < n && s[i] == '\n') { @@ } else if (0 && block && sign != '+' && i < n && s[i] == '\n') { @@ pdjinja test_jinja @@ ^jinja_(unit|vs_jinja2)$
+jinja_tojson_key_separator @@ tokenizer/jinja_json.c @@ put_s(r, o, ": "); @@ put_s(r, o, ":"); @@ pdjinja test_jinja @@ ^jinja_(unit|vs_jinja2)$
+jinja_loop_last_never @@ tokenizer/jinja_eval.c @@ loop->v[L_LAST] = pdr__jj_bool(i == n - 1); @@ loop->v[L_LAST] = pdr__jj_bool(i == n); @@ pdjinja test_jinja @@ ^jinja_(unit|vs_jinja2)$
+jinja_iteration_limit_ignored @@ tokenizer/jinja.c @@ if (r->iters > r->t->limits.max_loop_iterations) @@ if (0 && r->iters > r->t->limits.max_loop_iterations) @@ test_jinja @@ ^jinja_unit$
+decode_refused_waits_for_prefill @@ router/pd/advance.c @@ int d_refused = x->at.d_done && x->at.d_err == PDR_ECONNREFUSED; @@ int d_refused = 0; @@ pdrouter pdsim @@ ^router_retry_decode_refused$
+chat_template_unused @@ router/workers/token_ids.c @@ const pdr_chat_template_t *ct = pdr_tokenizer_extra(tk); @@ const pdr_chat_template_t *ct = NULL; @@ pdrouter pdsim pdtok @@ ^tokenizer_chat_template$
 EOF
 )
 

@@ -174,3 +174,10 @@ pdr_scenario_tests(router_engine_load_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/t
 # text equals an undisturbed run's
 pdr_scenario_tests(router_migration_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_migration.py LABEL integration
                    TIMEOUT 120)
+# bench/decode_kills.py in its smallest form (8 clients, 4 s, one decode killed mid-stream, both rows, about
+# 15 s): with migration every stream ends whole with the undisturbed run's text; without, the check sees the
+# broken ones.
+add_test(NAME router_migration_bench_decode_kills
+         COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/decode_kills.py --quick)
+set_tests_properties(router_migration_bench_decode_kills PROPERTIES TIMEOUT 120 LABELS integration
+                     ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")

@@ -3,7 +3,7 @@
 add_executable(pdsim sim/main.c sim/server.c sim/routes.c sim/generate.c sim/kv_flow.c sim/vllm.c sim/output.c
                      sim/model.c sim/prefix_cache.c sim/kv_events.c sim/kv_lease.c)
 target_include_directories(pdsim PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/sim ${PROJECT_SOURCE_DIR}/worker-shim)
-target_link_libraries(pdsim PRIVATE pdshim pdr_common pdr_tokenizer PkgConfig::H2O PkgConfig::UV PkgConfig::SSL
+target_link_libraries(pdsim PRIVATE pdshim pdr_common pdr_tokenizer pdr_chat_template PkgConfig::H2O PkgConfig::UV PkgConfig::SSL
                                     PkgConfig::JANSSON PkgConfig::ZMQ PkgConfig::MSGPACK Threads::Threads)
 
 add_test(NAME pdsim_integration

@@ -13,7 +13,7 @@
 #include <utf8proc.h>
 
 #include "err.h"
-#include "tokenizer_internal.h"
+#include "tokenizer_enc.h"
 
 uint32_t pdr__tok_hash(const char *s, size_t len)
 {
@@ -248,9 +248,27 @@ void pdr_tokenizer_free(pdr_tokenizer_t *t)
     for (size_t i = 0; i < t->n_steps; i++)
         pcre2_code_free(t->steps[i].re);
     free(t->steps);
+    for (size_t i = 0; i < t->n_norms; i++) {
+        free(t->norms[i].a);
+        free(t->norms[i].b);
+    }
+    free(t->norms);
     free(t->prefix);
     free(t->suffix);
+    if (t->free_extra != NULL)
+        t->free_extra(t->extra);
     free(t);
+}
+
+void pdr_tokenizer_set_extra(pdr_tokenizer_t *t, void *extra, void (*free_extra)(void *))
+{
+    t->extra = extra;
+    t->free_extra = free_extra;
+}
+
+const void *pdr_tokenizer_extra(const pdr_tokenizer_t *t)
+{
+    return t != NULL ? t->extra : NULL;
 }
 
 size_t pdr_tokenizer_bytes(const pdr_tokenizer_t *t)
@@ -270,35 +288,7 @@ size_t pdr_tokenizer_merges(const pdr_tokenizer_t *t)
 
 /* ---- encoding ---- */
 
-struct sym {
-    uint32_t id;
-    int32_t prev, next;
-    uint32_t len;       /* bytes; 0: merged into its left neighbour */
-    uint32_t rank, mid; /* short words: the merge of this symbol with the next (rank NONE: none) */
-};
-
-/* Words of at most this many symbols merge by scanning their pairs' cached ranks (cheaper than the
- * heap for short words, and the same order: lowest rank, then leftmost). */
-#define SCAN_MAX 48
-
-struct cand {
-    uint32_t rank, pos, id;
-};
-
-struct enc {
-    const pdr_tokenizer_t *t;
-    uint32_t *ids;
-    size_t n, cap;
-    char *map; /* a piece's ByteLevel characters */
-    size_t map_cap;
-    struct sym *sym;
-    size_t sym_cap;
-    struct cand *heap;
-    size_t heap_cap;
-    pcre2_match_data *md;
-};
-
-static int grow(void **p, size_t *cap, size_t need, size_t size)
+int pdr__tok_grow(void **p, size_t *cap, size_t need, size_t size)
 {
     if (need <= *cap)
         return 0;
@@ -313,7 +303,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t size)
     return 0;
 }
 
-static int emit(struct enc *e, uint32_t id)
+int pdr__tok_emit(struct enc *e, uint32_t id)
 {
     if (e->n == e->cap && grow((void **)&e->ids, &e->cap, e->n + 1, sizeof(*e->ids)) != 0)
         return PDR_ENOMEM;
@@ -453,6 +443,13 @@ static int bpe(struct enc *e, const char *p, size_t len)
         e->sym[ns] = (struct sym){id, ns - 1, ns + 1, 1, PDR_TOK_NONE, PDR_TOK_NONE};
         ns++;
     }
+    return merge_syms(e, ns);
+}
+
+/* The merges of symbols 0..ns-1 (linked), then their ids. */
+int pdr__tok_merge_syms(struct enc *e, int32_t ns)
+{
+    const pdr_tokenizer_t *t = e->t;
     if (ns == 0)
         return 0;
     e->sym[ns - 1].next = -1;
@@ -548,6 +545,8 @@ static int run_steps(struct enc *e, size_t step, const char *p, size_t len)
 /* A segment without added tokens: the normalizer, then the pre-tokenizer and BPE. */
 static int segment(struct enc *e, const char *p, size_t len)
 {
+    if (e->t->char_level)
+        return pdr__tok_segment_chars(e, p, len);
     if (!e->t->nfc)
         return run_steps(e, 0, p, len);
     size_t i = 0;
@@ -642,21 +641,27 @@ static int utf8_valid(const uint8_t *s, size_t len)
 
 int pdr_tokenizer_encode(const pdr_tokenizer_t *t, const char *text, size_t len, uint32_t **ids, size_t *n)
 {
+    return pdr_tokenizer_encode_special(t, text, len, 1, ids, n);
+}
+
+int pdr_tokenizer_encode_special(const pdr_tokenizer_t *t, const char *text, size_t len, int add_special,
+                                 uint32_t **ids, size_t *n)
+{
     *ids = NULL;
     *n = 0;
     if (t == NULL || (text == NULL && len > 0))
         return PDR_EINVAL;
     if (!utf8_valid((const uint8_t *)text, len))
         return PDR_EINVAL;
-    struct enc e = {.t = t};
+    struct enc e = {.t = t, .text = text};
     int r = 0;
     if (t->n_steps > 0 && (e.md = pcre2_match_data_create(1, NULL)) == NULL)
         return PDR_ENOMEM;
-    for (size_t i = 0; i < t->n_prefix && r == 0; i++)
+    for (size_t i = 0; add_special && i < t->n_prefix && r == 0; i++)
         r = emit(&e, t->prefix[i]);
     if (r == 0 && len > 0)
         r = split_added(&e, 0, text, len);
-    for (size_t i = 0; i < t->n_suffix && r == 0; i++)
+    for (size_t i = 0; add_special && i < t->n_suffix && r == 0; i++)
         r = emit(&e, t->suffix[i]);
     pcre2_match_data_free(e.md);
     free(e.map);

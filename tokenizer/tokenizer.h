@@ -40,6 +40,15 @@ void pdr_tokenizer_free(pdr_tokenizer_t *tok);
  * PDR_ENOTSUP (a regex step exceeded PCRE2's match limits; the caller should fall back).
  */
 int pdr_tokenizer_encode(const pdr_tokenizer_t *tok, const char *text, size_t len, uint32_t **ids, size_t *n);
+/* As pdr_tokenizer_encode; add_special 0 leaves out the post-processor's special tokens, as
+ * `encode(text, add_special_tokens=False)` does (a chat template's text carries its own). */
+int pdr_tokenizer_encode_special(const pdr_tokenizer_t *tok, const char *text, size_t len, int add_special,
+                                 uint32_t **ids, size_t *n);
+
+/* What a tokenizer carries for its user: the model's chat template, attached once after the load and
+ * before the tokenizer is shared (free_extra frees it with the tokenizer). NULL when none. */
+void pdr_tokenizer_set_extra(pdr_tokenizer_t *tok, void *extra, void (*free_extra)(void *));
+const void *pdr_tokenizer_extra(const pdr_tokenizer_t *tok);
 
 /* The bytes the loaded tokenizer holds (tables, strings and compiled patterns; an estimate for PCRE2). */
 size_t pdr_tokenizer_bytes(const pdr_tokenizer_t *tok);

@@ -40,6 +40,18 @@ typedef struct pdr__tok_addset {
 
 typedef enum { PDR__TOK_SPLIT, PDR__TOK_PREFIX_SPACE } pdr__tok_step_kind_t;
 
+/* A normalizer step of a SentencePiece-style file: NFC, Prepend (a string in front of a non-empty
+ * segment) or Replace (every occurrence of a string by another). */
+typedef enum { PDR__NORM_NFC, PDR__NORM_PREPEND, PDR__NORM_REPLACE } pdr__tok_norm_kind_t;
+typedef struct pdr__tok_norm {
+    pdr__tok_norm_kind_t kind;
+    char *a, *b; /* Prepend: a; Replace: a by b */
+    size_t alen, blen;
+} pdr__tok_norm_t;
+
+/* Metaspace's prepend_scheme. */
+enum { PDR__META_NEVER = 0, PDR__META_ALWAYS, PDR__META_FIRST };
+
 typedef struct pdr__tok_step {
     pdr__tok_step_kind_t kind;
     pcre2_code *re; /* PDR__TOK_SPLIT: the pattern, behaviour Isolated */
@@ -54,6 +66,15 @@ struct pdr_tokenizer {
     uint8_t byte_len[256];      /* ... of 1 or 2 bytes */
     uint32_t unk_id;            /* NONE: unknown characters are dropped (as `tokenizers` does) */
     int fuse_unk, ignore_merges, nfc;
+    /* SentencePiece-style files (no ByteLevel): BPE over characters, spaces as Metaspace's replacement,
+     * characters outside the vocabulary as their bytes' <0xNN> tokens (byte_fallback). */
+    int char_level, byte_fallback;
+    uint32_t fb_id[256];    /* the id of "<0xNN>" for each byte, or NONE */
+    pdr__tok_norm_t *norms; /* the normalizer's steps (char_level files; NFC alone stays nfc) */
+    size_t n_norms;
+    int meta, meta_prepend, meta_split; /* a Metaspace pre-tokenizer, its prepend_scheme and split */
+    char meta_rep[8];
+    size_t meta_rep_len;
     pdr__tok_addset_t added_raw;  /* added tokens with normalized false: split from the raw text */
     pdr__tok_addset_t added_norm; /* normalized true (only without a normalizer): matched afterwards */
     pdr__tok_step_t *steps;
@@ -61,6 +82,8 @@ struct pdr_tokenizer {
     uint32_t *prefix, *suffix; /* the post-processor's ids around the sequence */
     size_t n_prefix, n_suffix;
     size_t bytes;
+    void *extra; /* pdr_tokenizer_set_extra's */
+    void (*free_extra)(void *);
     int refcnt; /* atomic */
 };
 

@@ -13,8 +13,7 @@
 #include <sys/stat.h>
 
 #include "err.h"
-#include "tjson.h"
-#include "tokenizer_internal.h"
+#include "tokenizer_load_internal.h"
 
 /* GPT-2's pre-tokenizer pattern, as `tokenizers`' ByteLevel builds it in (use_regex true). */
 static const char gpt2_pattern[] =
@@ -25,15 +24,7 @@ static const char gpt2_pattern[] =
 #define WS_CLASS                                                                                             \
     "\\t-\\r\\x20\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
 
-typedef struct ld {
-    const pdr__tj_t *doc;
-    const char *file;
-    char *err;
-    size_t errlen;
-    pdr_tokenizer_t *t;
-} ld_t;
-
-__attribute__((format(printf, 2, 3))) static int fail(ld_t *L, const char *fmt, ...)
+int fail(ld_t *L, const char *fmt, ...)
 {
     if (L->errlen == 0)
         return PDR_ECONFIG;
@@ -47,37 +38,20 @@ __attribute__((format(printf, 2, 3))) static int fail(ld_t *L, const char *fmt, 
     return PDR_ECONFIG;
 }
 
-typedef const pdr__tj_node_t json_t;
-#define IS(v, t) ((v) != NULL && (v)->type == PDR__TJ_##t)
-#define json_is_null(v) IS(v, NULL)
-#define json_is_string(v) IS(v, STR)
-#define json_is_true(v) IS(v, TRUE)
-#define json_is_boolean(v) (IS(v, TRUE) || IS(v, FALSE))
-#define json_is_integer(v) (IS(v, NUM) && (v)->is_int)
-#define json_is_object(v) IS(v, OBJ)
-#define json_is_array(v) IS(v, ARR)
-#define json_string_length(v) ((size_t)(v)->n)
-#define json_array_size(v) ((size_t)(v)->n)
-#define json_integer_value(v) ((v)->v.i)
-#define json_object_get(o, k) pdr__tj_get(L->doc, o, k)
-#define json_array_get(a, i) pdr__tj_at(L->doc, a, i)
-/* A string value for printf's "%.*s". */
-#define SHOW(x) (int)((x)->n > 80 ? 80 : (x)->n), (x)->v.s
-
 /* Whether v is the string lit. */
-static int str_is(json_t *v, const char *lit)
+int str_is(json_t *v, const char *lit)
 {
     return IS(v, STR) && v->n == strlen(lit) && memcmp(v->v.s, lit, v->n) == 0;
 }
 
-static int nomem(ld_t *L)
+int nomem(ld_t *L)
 {
     fail(L, "out of memory");
     return PDR_ENOMEM;
 }
 
 /* A member that must be absent/null or a bool; *out keeps its default when absent or null. */
-static int get_bool(ld_t *L, json_t *obj, const char *key, const char *path, int *out)
+int get_bool(ld_t *L, json_t *obj, const char *key, const char *path, int *out)
 {
     json_t *v = json_object_get(obj, key);
     if (v == NULL || json_is_null(v))
@@ -89,7 +63,7 @@ static int get_bool(ld_t *L, json_t *obj, const char *key, const char *path, int
 }
 
 /* The "type" member, copied into buf as a C string. */
-static const char *get_type(ld_t *L, json_t *obj, const char *path, char buf[64])
+const char *get_type(ld_t *L, json_t *obj, const char *path, char buf[64])
 {
     json_t *v = json_object_get(obj, "type");
     if (!json_is_string(v) || v->n >= 64 || memchr(v->v.s, '\0', v->n) != NULL) {
@@ -271,22 +245,8 @@ static int load_pre(ld_t *L, json_t *pt, const char *path, int *bytelevel)
             return add_split(L, lit->v.s, lit->n, 1, sub);
         return fail(L, "%s: expected {\"Regex\": string} or {\"String\": non-empty string}", sub);
     }
-    return fail(L, "%s.type: \"%s\" is not supported (Sequence, Split, ByteLevel are)", path, type);
-}
-
-static int load_normalizer(ld_t *L, json_t *n)
-{
-    if (n == NULL || json_is_null(n))
-        return 0;
-    char tbuf[64];
-    const char *type = get_type(L, n, "normalizer", tbuf);
-    if (type == NULL)
-        return PDR_ECONFIG;
-    if (strcmp(type, "NFC") == 0) {
-        L->t->nfc = 1;
-        return 0;
-    }
-    return fail(L, "normalizer.type: \"%s\" is not supported (null and NFC are)", type);
+    return fail(L, "%s.type: \"%s\" is not supported (Sequence, Split, ByteLevel are; and Metaspace alone)",
+                path, type);
 }
 
 static int get_id(ld_t *L, json_t *v, const char *path, uint32_t *id)
@@ -335,7 +295,7 @@ static int load_added(ld_t *L, json_t *arr)
         int normalized = 0;
         if ((r = get_bool(L, a, "normalized", path, &normalized)) != 0)
             return r;
-        if (normalized && t->nfc)
+        if (normalized && (t->nfc || t->n_norms > 0))
             return fail(L, "%s.normalized: true is not supported with a normalizer", path);
         pdr__tok_addset_t *set = normalized ? &t->added_norm : &t->added_raw;
         size_t len = json_string_length(c);
@@ -404,8 +364,7 @@ static int load_model(ld_t *L, json_t *m)
         (r = get_bool(L, m, "fuse_unk", "model", &t->fuse_unk)) != 0 ||
         (r = get_bool(L, m, "ignore_merges", "model", &t->ignore_merges)) != 0)
         return r;
-    if (bf)
-        return fail(L, "model.byte_fallback: true is not supported");
+    t->byte_fallback = bf;
 
     json_t *vocab = json_object_get(m, "vocab");
     if (!json_is_object(vocab))
@@ -442,6 +401,9 @@ static int load_model(ld_t *L, json_t *m)
         t->byte_id[b] = vocab_id(L, c, n);
         memcpy(t->byte_chr[b], c, 2);
         t->byte_len[b] = (uint8_t)n;
+        char fb[8];
+        snprintf(fb, sizeof(fb), "<0x%02X>", b); /* `tokenizers`' byte fallback token */
+        t->fb_id[b] = vocab_id(L, fb, 6);
     }
 
     json_t *merges = json_object_get(m, "merges");
@@ -581,19 +543,34 @@ static int load_root(ld_t *L, json_t *root)
             return fail(L, "%s: only null is supported", nulls[k]);
     }
     int r;
-    if ((r = load_normalizer(L, json_object_get(root, "normalizer"))) != 0 ||
+    if ((r = pdr__tok_load_normalizer(L, json_object_get(root, "normalizer"))) != 0 ||
         (r = load_model(L, json_object_get(root, "model"))) != 0 ||
         (r = load_added(L, json_object_get(root, "added_tokens"))) != 0)
         return r;
     json_t *pt = json_object_get(root, "pre_tokenizer");
     int bytelevel = 0;
-    if (pt == NULL || json_is_null(pt))
-        return fail(L,
-                    "pre_tokenizer: null is not supported (byte-level BPE needs a ByteLevel pre-tokenizer)");
-    if ((r = load_pre(L, pt, "pre_tokenizer", &bytelevel)) != 0)
-        return r;
-    if (!bytelevel)
-        return fail(L, "pre_tokenizer: no ByteLevel step (only byte-level BPE is supported)");
+    char tbuf[64];
+    const char *ptype = json_is_object(pt) ? get_type(L, pt, "pre_tokenizer", tbuf) : NULL;
+    if (json_is_object(pt) && ptype == NULL)
+        return PDR_ECONFIG;
+    if (pt == NULL || json_is_null(pt) || (ptype != NULL && strcmp(ptype, "Metaspace") == 0)) {
+        /* SentencePiece-style: BPE over characters (spaces as Metaspace's replacement, or as the
+         * normalizer makes them), unknown characters as their bytes (byte_fallback) or the unknown token. */
+        L->t->char_level = 1;
+        if (ptype != NULL && (r = pdr__tok_load_metaspace(L, pt, "pre_tokenizer")) != 0)
+            return r;
+    } else {
+        if (L->t->n_norms > 0)
+            return fail(L, "normalizer: only null or NFC is supported with a ByteLevel pre-tokenizer");
+        if (L->t->byte_fallback)
+            return fail(L, "model.byte_fallback: true is not supported with a ByteLevel pre-tokenizer");
+        if ((r = load_pre(L, pt, "pre_tokenizer", &bytelevel)) != 0)
+            return r;
+        if (!bytelevel)
+            return fail(L,
+                        "pre_tokenizer: no ByteLevel step (byte-level BPE needs one; a SentencePiece-style "
+                        "file has a Metaspace pre-tokenizer or none)");
+    }
     return load_post(L, json_object_get(root, "post_processor"), "post_processor");
 }
 

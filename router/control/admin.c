@@ -26,6 +26,7 @@
 #include "control.h"
 #include "err.h"
 #include "front.h"
+#include "kv_events.h"
 #include "links.h"
 #include "load_poll.h"
 #include "reply.h"
@@ -144,6 +145,9 @@ static json_t *worker_json(pdr_router_t *r, const pdr_worker_t *w)
     json_t *eload = o != NULL ? pdr_engine_load_worker_json(r, w) : NULL; /* what the policies weigh */
     if (eload != NULL)
         json_object_set_new(o, "load_source", eload);
+    json_t *kv = o != NULL ? pdr_kv_events_worker_json(r, w) : NULL; /* precise_prefix: cold or in sync */
+    if (kv != NULL)
+        json_object_set_new(o, "kv_events", kv);
     if (o != NULL && !pdr_worker_removed(w) && __atomic_load_n(&w->remove_when_drained, __ATOMIC_RELAXED))
         json_object_set_new(o, "delete_pending", json_true());
     return o;

@@ -69,7 +69,9 @@ static void on_discovered(void *ud, const char *source, pdr_role_t role, const p
             continue;
         }
         confs[k].bootstrap_port = role == PDR_ROLE_PREFILL ? list[i].bootstrap_port : -1;
-        if (list[i].kv_events[0] != '\0' && (confs[k].kv_events = strdup(list[i].kv_events)) == NULL) {
+        if ((list[i].kv_events[0] != '\0' && (confs[k].kv_events = strdup(list[i].kv_events)) == NULL) ||
+            (list[i].kv_events_replay[0] != '\0' &&
+             (confs[k].kv_events_replay = strdup(list[i].kv_events_replay)) == NULL)) {
             pdr_worker_conf_clear(&confs[k]);
             continue;
         }

@@ -17,6 +17,7 @@
 
 #include "err.h"
 #include "router.h"
+#include "chat_template.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -66,6 +67,22 @@ int pdr_router_tokenizer_prepare(pdr_router_t *r, const pdr_config_t *c, pdr_tok
         snprintf(err, errlen, "%s: out of memory", file);
         return PDR_ENOMEM;
     }
+    /* The model's chat template beside it, for the ids of chat requests: one that is missing or does not
+     * compile leaves chat requests without ids (the prefix tree routes them), said here once. */
+    char dir[PDR_TOKENIZER_PATH_MAX], why[512];
+    pdr_chat_template_dir(c->tokenizer, dir, sizeof(dir));
+    pdr_chat_template_t *ct = NULL;
+    if (pdr_chat_template_load(dir, &ct, why, sizeof(why)) != 0)
+        pdr_warn("tokenizer: %s; chat requests get no token ids (the prefix tree routes them)", why);
+    else if (ct == NULL)
+        pdr_info(
+            "tokenizer: no chat template in %s (chat_template.jinja, tokenizer_config.json): chat requests "
+            "get no token ids",
+            dir);
+    else
+        pdr_info("tokenizer: chat template from %s", pdr_chat_template_source(ct));
+    if (ct != NULL)
+        pdr_tokenizer_set_extra(tok, ct, pdr_chat_template_free);
     next->load_ms = pdr_now_ms() - t0;
     next->tok = tok;
     next->change = 1;

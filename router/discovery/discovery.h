@@ -31,7 +31,8 @@ typedef struct pdr_discovered {
     char url[256];       /* "http://10.1.2.3:30000", "http://[fd00::5]:30000" */
     int bootstrap_port;  /* -1 = none */
     char kv_events[256]; /* the worker's KV event publisher (kubernetes: a pod annotation); "" = none */
-    char name[256];      /* what the source calls it: the pod name (up to 253), or the address for dns */
+    char kv_events_replay[256]; /* its replay socket (kubernetes: a pod annotation); "" = none */
+    char name[256]; /* what the source calls it: the pod name (up to 253), or the address for dns */
 } pdr_discovered_t;
 
 /* source: "dns" or "kubernetes". Called on the source's thread; list is valid during the call only. */

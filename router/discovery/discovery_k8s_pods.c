@@ -128,6 +128,12 @@ pdr_k8s_pod_state_t pdr__k8s_pod_parse(const json_t *pod, const pdr_k8s_role_con
         memcpy(out->kv_events, kv, strlen(kv) + 1);
     else if (kv != NULL)
         *bad_annotation |= 2;
+    const char *rp = pdr__k8s_jstr(json_object_get(meta, "annotations"), PDR_K8S_ANN_KV_EVENTS_REPLAY);
+    if (rp != NULL && strlen(rp) < sizeof(out->kv_events_replay) &&
+        pdr_kv_endpoint_check(rp, strlen(rp), msg, sizeof(msg)) == 0)
+        memcpy(out->kv_events_replay, rp, strlen(rp) + 1);
+    else if (rp != NULL)
+        *bad_annotation |= 4;
     return PDR_K8S_POD_READY;
 }
 
@@ -218,12 +224,14 @@ static void pod_warn_once(const pdr_k8s_set_t *s, pdr_k8s_pod_t *p, int bad_anno
                  "it is not used (set discovery.kubernetes port for this role)",
                  s->label, p->w.name);
         p->warned = 1;
-    } else if (bad_annotation & 2) {
-        const char *ann = pdr__k8s_jstr(json_object_get(json_object_get(pod, "metadata"), "annotations"),
-                                        PDR_K8S_ANN_KV_EVENTS);
+    } else if (bad_annotation & 6) {
+        const char *key = (bad_annotation & 2) ? PDR_K8S_ANN_KV_EVENTS : PDR_K8S_ANN_KV_EVENTS_REPLAY;
+        const char *ann =
+            pdr__k8s_jstr(json_object_get(json_object_get(pod, "metadata"), "annotations"), key);
         pdr_warn("kubernetes discovery: %s: pod %s: annotation %s=\"%.64s\" is not a ZMQ endpoint "
-                 "tcp://HOST:PORT or ipc://PATH; its KV events are not used",
-                 s->label, p->w.name, PDR_K8S_ANN_KV_EVENTS, ann != NULL ? ann : "");
+                 "tcp://HOST:PORT or ipc://PATH; %s",
+                 s->label, p->w.name, key, ann != NULL ? ann : "",
+                 (bad_annotation & 2) ? "its KV events are not used" : "its KV event gaps are not replayed");
         p->warned = 1;
     } else if (bad_annotation) {
         const char *ann =
@@ -414,7 +422,8 @@ out:
 static int same_worker(const pdr_discovered_t *a, const pdr_discovered_t *b)
 {
     return strcmp(a->name, b->name) == 0 && strcmp(a->url, b->url) == 0 &&
-           a->bootstrap_port == b->bootstrap_port && strcmp(a->kv_events, b->kv_events) == 0;
+           a->bootstrap_port == b->bootstrap_port && strcmp(a->kv_events, b->kv_events) == 0 &&
+           strcmp(a->kv_events_replay, b->kv_events_replay) == 0;
 }
 
 int pdr__k8s_set_take_changed(pdr_k8s_set_t *s, const pdr_discovered_t **list, size_t *n)

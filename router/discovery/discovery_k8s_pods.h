@@ -20,6 +20,7 @@
 #define PDR_K8S_ANN_BOOTSTRAP "sglang.ai/bootstrap-port"
 /* A pod's KV event publisher for precise_prefix (docs/internals/routing.md), any role. */
 #define PDR_K8S_ANN_KV_EVENTS "pdrouter.io/kv-events-endpoint"
+#define PDR_K8S_ANN_KV_EVENTS_REPLAY "pdrouter.io/kv-events-replay-endpoint"
 
 /* What the config says about one role. */
 typedef struct pdr_k8s_role_conf {
@@ -48,7 +49,8 @@ const char *pdr__k8s_jstr(const json_t *obj, const char *key);
 /* Reads one Pod object. out is zeroed, then out->name is filled whenever the state is not MALFORMED and
  * out->url, out->bootstrap_port and out->kv_events when the state is READY. *bad_annotation receives bit 1
  * when the pod has a bootstrap-port annotation that is not a decimal in 1..65535 (the config's default
- * is used), bit 2 when its PDR_K8S_ANN_KV_EVENTS annotation is not a ZMQ endpoint (ignored). */
+ * is used), bit 2 when its PDR_K8S_ANN_KV_EVENTS annotation is not a ZMQ endpoint (ignored), bit 4 when
+ * its PDR_K8S_ANN_KV_EVENTS_REPLAY annotation is not one (ignored). */
 pdr_k8s_pod_state_t pdr__k8s_pod_parse(const json_t *pod, const pdr_k8s_role_conf_t *rc,
                                        pdr_discovered_t *out, int *bad_annotation);
 

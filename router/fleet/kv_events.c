@@ -24,6 +24,7 @@
  * own); a closed worker's blocks leave the index.
  */
 #include <inttypes.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,49 +35,14 @@
 #include "err.h"
 #include "fallback.h"
 #include "kv_events.h"
+#include "kv_events_internal.h"
+#include "kv_replay.h"
 #include "kv_snapshot.h"
 #include "kvevents.h"
 #include "router.h"
 #include "util.h"
 
 #define KV_TICK_MS 1000
-#define KV_LOG_EVERY_MS 5000
-#define KV_TURN_MESSAGES 64
-#define KV_TURN_BYTES (64 * 1024)
-
-typedef struct kv_sub {
-    pdr_dlink_t link; /* on ke->subs */
-    struct pdr_kv_events *ke;
-    uint64_t uid;
-    char *url, *endpoint;
-    void *sock;
-    void *mon; /* the PAIR end of the socket's monitor: its disconnections */
-    uv_poll_t poll, mon_poll;
-    int handles; /* handles not closed yet (the sub is freed with the last) */
-    int mark;
-    int pending;                 /* messages left for the next loop turn (the budget ran out) */
-    uint64_t applied, malformed; /* atomic (read by the metrics) */
-    uint64_t unknown_events;     /* atomic */
-    uint64_t yields;             /* atomic: turns that ended with messages left */
-    uint64_t disconnects;        /* atomic: connections to the publisher that ended */
-    uint64_t log_ms;             /* the last warning about this publisher */
-    uint64_t disc_log_ms;        /* the last line about a disconnection */
-} kv_sub_t;
-
-#define SUB_OF(l) PDR_DLINK_ITEM(l, kv_sub_t, link)
-
-struct pdr_kv_events {
-    pdr_router_t *r;
-    void *zctx;
-    pdr_kvindex_t *ix;
-    pthread_mutex_t lock; /* subs (the list; loop 0 changes it, the metrics read it) */
-    pdr_dlink_t *subs;
-    uv_timer_t timer;
-    uv_idle_t idle; /* runs while a publisher has messages left past its budget */
-    int timer_live;
-    uint64_t unhashed_seen; /* the index's unhashed lookups already counted as fall-backs */
-    pdr_kv_snap_t *snap;    /* kv_events.snapshot_path / snapshot_from (kv_snapshot.c); NULL: none */
-};
 
 static int config_uses_precise(const pdr_config_t *c)
 {
@@ -93,47 +59,27 @@ static int config_uses_precise(const pdr_config_t *c)
     return 0;
 }
 
-/* Logs at most once per KV_LOG_EVERY_MS per publisher. */
-static int may_log(kv_sub_t *s)
-{
-    uint64_t now = pdr_now_ms();
-    if (s->log_ms != 0 && now - s->log_ms < KV_LOG_EVERY_MS)
-        return 0;
-    s->log_ms = now;
-    return 1;
-}
-
 static void handle_message(kv_sub_t *s, zmq_msg_t *f, int nframes)
 {
     pdr_kvindex_t *ix = s->ke->ix;
     uint64_t seq = 0;
     int have_seq = nframes >= 2 && pdr_kv_seq_decode(zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), &seq) == 0;
-    char err[256] = "";
-    pdr_kv_batch_t b;
-    int rc = PDR_EPROTO;
-    if (nframes != 3)
-        snprintf(err, sizeof(err), "%d frames, expected 3 (topic, sequence number, payload)", nframes);
-    else if (!have_seq)
-        snprintf(err, sizeof(err), "the sequence number frame has %zu bytes, expected 8",
-                 zmq_msg_size(&f[1]));
-    else
-        rc = pdr_kv_batch_decode(zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), &b, err, sizeof(err));
-    if (rc == 0) {
-        pdr_kvindex_seq_t what = PDR_KVINDEX_SEQ_OK;
-        if (pdr_kvindex_apply(ix, s->uid, seq, &b, &what) == PDR_ENOMEM && may_log(s))
-            pdr_warn("kv events from %s (%s): out of memory applying message %" PRIu64 "", s->endpoint,
-                     s->url, seq);
-        __atomic_add_fetch(&s->applied, 1, __ATOMIC_RELAXED);
-        if (b.n_unknown > 0)
-            __atomic_add_fetch(&s->unknown_events, b.n_unknown, __ATOMIC_RELAXED);
-        if (what != PDR_KVINDEX_SEQ_OK && may_log(s))
-            pdr_warn(
-                "kv events from %s (%s): %s at message %" PRIu64 "; the worker's blocks were dropped, it "
-                "is routed by the prefix tree until it is in sync again",
-                s->endpoint, s->url, what == PDR_KVINDEX_SEQ_GAP ? "sequence gap" : "publisher restart", seq);
-        pdr_kv_batch_free(&b);
+    if (nframes == 3 && have_seq) {
+        /* A gap is asked of the replay socket first (kv_replay.c); what it does not take is applied now. */
+        if (!pdr__kv_replay_offer(s, seq, zmq_msg_data(&f[2]), zmq_msg_size(&f[2])))
+            pdr__kv_apply(s, seq, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]));
         return;
     }
+    /* During a replay a malformed message with its number waits its turn like the others (its empty payload
+     * is malformed when applied), so that the numbers stay in order. */
+    if (have_seq && s->replay != NULL && pdr__kv_replay_offer(s, seq, "", 0))
+        return;
+    char err[128];
+    if (nframes != 3)
+        snprintf(err, sizeof(err), "%d frames, expected 3 (topic, sequence number, payload)", nframes);
+    else
+        snprintf(err, sizeof(err), "the sequence number frame has %zu bytes, expected 8",
+                 zmq_msg_size(&f[1]));
     /* Something was lost: the message's events. Its number still counts, so the next one is no gap. */
     if (have_seq) {
         pdr_kv_batch_t empty = {0};
@@ -141,7 +87,7 @@ static void handle_message(kv_sub_t *s, zmq_msg_t *f, int nframes)
     }
     pdr_kvindex_desync(ix, s->uid);
     __atomic_add_fetch(&s->malformed, 1, __ATOMIC_RELAXED);
-    if (may_log(s))
+    if (pdr__kv_may_log(s))
         pdr_warn("kv events from %s (%s): malformed message%s%s: %s; the worker's blocks were dropped",
                  s->endpoint, s->url, have_seq ? " " : "", have_seq ? "(sequence number known)" : "", err);
 }
@@ -272,11 +218,13 @@ static void on_sub_closed(uv_handle_t *h)
     zmq_close(s->sock);
     free(s->url);
     free(s->endpoint);
+    free(s->replay_endpoint);
     free(s);
 }
 
 static void sub_close(kv_sub_t *s)
 {
+    pdr__kv_replay_abort(s);
     pdr_kvindex_remove_worker(s->ke->ix, s->uid);
     s->pending = 0;
     uv_poll_stop(&s->poll);
@@ -290,15 +238,14 @@ static void sub_close(kv_sub_t *s)
  * endpoint its port + R, as vLLM and sglang offset each rank's publisher (offset_endpoint_port). NULL
  * when there is none: a rank above 0 of an ipc:// endpoint (the engines have no rule for it).
  */
-static char *rank_endpoint(const pdr_worker_t *w)
+static char *rank_endpoint(const char *e, int dp_rank)
 {
-    const char *e = w->conf.kv_events;
-    if (w->dp_rank <= 0)
+    if (dp_rank <= 0)
         return strdup(e);
     const char *colon = strrchr(e, ':');
     if (strncmp(e, "tcp://", 6) != 0 || colon == NULL)
         return NULL;
-    long port = strtol(colon + 1, NULL, 10) + w->dp_rank;
+    long port = strtol(colon + 1, NULL, 10) + dp_rank;
     if (port > 65535)
         return NULL;
     size_t n = (size_t)(colon - e) + 8;
@@ -316,7 +263,10 @@ static kv_sub_t *sub_open(struct pdr_kv_events *ke, const pdr_worker_t *w)
     s->ke = ke;
     s->uid = w->uid;
     s->url = strdup(w->target[0] != '\0' ? w->target : w->conf.url);
-    s->endpoint = rank_endpoint(w);
+    s->endpoint = rank_endpoint(w->conf.kv_events, w->dp_rank);
+    /* vLLM offsets a rank's replay endpoint as it does its publisher's. */
+    if (w->conf.kv_events_replay != NULL)
+        s->replay_endpoint = rank_endpoint(w->conf.kv_events_replay, w->dp_rank);
     static uint64_t warned_ms; /* loop 0; the tick retries every second: say it once a minute */
     if (s->endpoint == NULL && s->url != NULL) {
         if (warned_ms == 0 || pdr_now_ms() - warned_ms > 60000)
@@ -326,6 +276,7 @@ static kv_sub_t *sub_open(struct pdr_kv_events *ke, const pdr_worker_t *w)
                 s->url, w->dp_rank, w->conf.kv_events);
         warned_ms = pdr_now_ms();
         free(s->url);
+        free(s->replay_endpoint);
         free(s);
         return NULL;
     }
@@ -358,6 +309,7 @@ static kv_sub_t *sub_open(struct pdr_kv_events *ke, const pdr_worker_t *w)
             zmq_close(s->sock);
         free(s->url);
         free(s->endpoint);
+        free(s->replay_endpoint);
         free(s);
         return NULL;
     }
@@ -376,7 +328,9 @@ static kv_sub_t *sub_open(struct pdr_kv_events *ke, const pdr_worker_t *w)
     uv_poll_start(&s->mon_poll, UV_READABLE, on_monitor);
     /* libzmq signals the descriptor for a pipe only after a read found it empty: read it once now. */
     on_monitor(&s->mon_poll, 0, 0);
-    pdr_info("kv events: subscribed to %s for %s %s", s->endpoint, pdr_role_name(w->role), s->url);
+    pdr_info("kv events: subscribed to %s for %s %s%s%s", s->endpoint, pdr_role_name(w->role), s->url,
+             s->replay_endpoint != NULL ? ", gaps replayed from " : "",
+             s->replay_endpoint != NULL ? s->replay_endpoint : "");
     return s;
 }
 
@@ -424,8 +378,21 @@ static void reconcile(struct pdr_kv_events *ke)
         for (pdr_dlink_t *l = ke->subs; l != NULL && s == NULL; l = l->next)
             if (SUB_OF(l)->uid == ws[i]->uid)
                 s = SUB_OF(l);
-        if (s == NULL && (s = sub_open(ke, ws[i])) != NULL)
+        uint64_t epoch = __atomic_load_n(&ws[i]->load.epoch, __ATOMIC_ACQUIRE);
+        if (s == NULL && (s = sub_open(ke, ws[i])) != NULL) {
+            s->epoch = epoch;
             pdr_dlink_push(&ke->subs, &s->link);
+        }
+        if (s != NULL && s->epoch != epoch) {
+            /* A new incarnation of the worker (shim-events.md): the old process's blocks are gone with it.
+             * Forgotten, so that the new publisher's first message is a late join (replayed from 0). */
+            s->epoch = epoch;
+            pdr__kv_replay_abort(s);
+            pdr_kvindex_remove_worker(ke->ix, s->uid);
+            __atomic_add_fetch(&s->incarnations, 1, __ATOMIC_RELAXED);
+            pdr_info("kv events from %s (%s): a new instance of the worker; its blocks were dropped",
+                     s->endpoint, s->url);
+        }
         if (s != NULL)
             s->mark = 1;
     }
@@ -605,5 +572,54 @@ void pdr_kv_events_metrics(pdr_router_t *r, pdr_kv_events_put_cb put, void *o)
             put(o, "%s{worker=\"%s\"} %llu\n", fam[k].name, s->url, (unsigned long long)v);
         }
     }
+    static const char *const outcomes[KV_REPLAY_OUTCOMES] = {"repaired", "too_old", "timeout", "failed",
+                                                             "unavailable"};
+    put(o,
+        "# HELP pdr_kv_events_replays_total Numbers missing from a worker's KV events (a gap, a late join) "
+        "by what the replay did: repaired, too_old (its buffer no longer had them), timeout, failed, or "
+        "unavailable (no replay endpoint); every outcome but repaired drops the worker's blocks.\n"
+        "# TYPE pdr_kv_events_replays_total counter\n");
+    for (pdr_dlink_t *l = ke->subs; l != NULL; l = l->next)
+        for (int k = 0; k < KV_REPLAY_OUTCOMES; k++)
+            put(o, "pdr_kv_events_replays_total{worker=\"%s\",outcome=\"%s\"} %llu\n", SUB_OF(l)->url,
+                outcomes[k], (unsigned long long)__atomic_load_n(&SUB_OF(l)->replays[k], __ATOMIC_RELAXED));
+    put(o,
+        "# HELP pdr_kv_events_replayed_total KV event batches applied from the publisher's replay socket.\n"
+        "# TYPE pdr_kv_events_replayed_total counter\n");
+    unsigned long long cold = 0;
+    for (pdr_dlink_t *l = ke->subs; l != NULL; l = l->next) {
+        pdr_kvindex_worker_stats_t ws = {0};
+        cold += pdr_kvindex_worker_stats(ke->ix, SUB_OF(l)->uid, &ws) != 0 || !ws.synced;
+        put(o, "pdr_kv_events_replayed_total{worker=\"%s\"} %llu\n", SUB_OF(l)->url,
+            (unsigned long long)__atomic_load_n(&SUB_OF(l)->replayed, __ATOMIC_RELAXED));
+    }
+    put(o,
+        "# HELP pdr_kv_events_cold_workers Workers with a KV event publisher that the index is not in sync "
+        "with (cold: routed by the prefix tree).\n"
+        "# TYPE pdr_kv_events_cold_workers gauge\npdr_kv_events_cold_workers %llu\n",
+        cold);
     pthread_mutex_unlock(&ke->lock);
+}
+
+json_t *pdr_kv_events_worker_json(pdr_router_t *r, const pdr_worker_t *w)
+{
+    struct pdr_kv_events *ke = r->kv_events;
+    if (ke == NULL || __atomic_load_n(&r->pool.kvindex, __ATOMIC_ACQUIRE) == NULL)
+        return NULL;
+    json_t *o = NULL;
+    pthread_mutex_lock(&ke->lock);
+    for (pdr_dlink_t *l = ke->subs; l != NULL && o == NULL; l = l->next) {
+        const kv_sub_t *s = SUB_OF(l);
+        if (s->uid != w->uid)
+            continue;
+        pdr_kvindex_worker_stats_t ws = {0};
+        int known = pdr_kvindex_worker_stats(ke->ix, s->uid, &ws) == 0;
+        o = json_pack("{s:b,s:b,s:I,s:o,s:b,s:b}", "synced", known && ws.synced, "cold", !known || !ws.synced,
+                      "blocks", (json_int_t)ws.blocks, "last_seq",
+                      known && ws.messages > 0 ? json_integer((json_int_t)ws.last_seq) : json_null(),
+                      "replay", s->replay_endpoint != NULL, "replaying",
+                      __atomic_load_n(&s->replay, __ATOMIC_RELAXED) != NULL);
+    }
+    pthread_mutex_unlock(&ke->lock);
+    return o;
 }

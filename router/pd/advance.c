@@ -120,7 +120,10 @@ void pdr__pd_advance(pd_req_t *x)
      * prefill died answers its 5xx before the prefill leg's reset arrives. A prefill already known dead
      * answers 503 at once; otherwise its leg has PDR_PREFILL_DEATH_WINDOW_MS to fail (then it is the
      * prefill's 503 above) before the decode is blamed. */
-    if (x->at.p_running && d_failed && x->at.pw != NULL) {
+    /* A decode whose connection was refused never had the request: no dead prefill explains that, and it is
+     * blamed at once (it is down, or not listening yet after a restart). */
+    int d_refused = x->at.d_done && x->at.d_err == PDR_ECONNREFUSED;
+    if (x->at.p_running && d_failed && x->at.pw != NULL && !d_refused) {
         if (!pdr_worker_healthy(x->at.pw)) {
             pdr__pd_attempt_failed(x, PDR_ROLE_PREFILL, PDR_CAUSE_RESET, 503,
                                    "the prefill is down (the decode's KV fetch from it failed)");

@@ -52,11 +52,17 @@ void pdr__pd_start_attempt(pd_req_t *x)
     size_t tlen = 0;
     const char *text = x->mode == MODE_PD ? pdr__pd_routing_text(&x->pr, &tlen) : NULL;
     /* precise_prefix matches token ids: only read them when some pool uses it (the index exists). */
-    pdr_prompt_tokens_t tok = {NULL, 0};
+    pdr_prompt_tokens_t tok = {NULL, 0, NULL, 0};
     if (text != NULL && r->pool.kvindex != NULL) {
         struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
         pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_ROUTING);
         pdr_tokenizer_free(tk);
+        /* The model may name a LoRA adapter, whose KV blocks are its own (kv-events.md). */
+        const pdr_jmember_t *m = pdr_jfind(x->pr.m, x->pr.n, "model");
+        if (m != NULL && m->v.type == PDR_JT_STRING && m->v.len >= 2) {
+            tok.model = m->v.p + 1;
+            tok.model_len = m->v.len - 2;
+        }
     }
     pdr_pick_filter_t pf, df; /* compatible pairs only (compat.enabled, pick.c) */
     if (x->mode == MODE_PD && pdr__pd_disagg_possible(x)) {
@@ -65,8 +71,11 @@ void pdr__pd_start_attempt(pd_req_t *x)
         uint64_t avoid[PDR_MAX_AVOID];
         size_t n = pdr_admit_avoid(x->conf, &r->pool, x->pool, PDR_ROLE_PREFILL, x->tried[PDR_ROLE_PREFILL],
                                    x->n_tried[PDR_ROLE_PREFILL], avoid, PDR_MAX_AVOID);
-        x->at.pw = pdr_pool_pick_filtered(&r->pool, x->pool, PDR_ROLE_PREFILL, avoid, n, text, tlen, &tok,
-                                          pdr__pd_pick_filter(x, NULL, &pf));
+        pdr_pick_info_t info = {.record = 1, .tok = &tok, .filter = pdr__pd_pick_filter(x, NULL, &pf)};
+        x->at.pw = pdr_pool_pick_info(&r->pool, x->pool, PDR_ROLE_PREFILL, avoid, n, text, tlen, &info);
+        x->at.match_known = info.matched_known;
+        x->at.match_index = info.from_index;
+        x->at.matched = info.matched;
     }
     /* The decode; or, for a solo sglang attempt, the regular worker that runs it all (in dw: it is the
      * worker that answers, blamed and avoided as a decode would be). Workers at

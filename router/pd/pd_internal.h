@@ -102,6 +102,10 @@ typedef struct pd_attempt {
     /* The workers' incarnations (w->load.epoch) when the attempt began: a new one fails it fast. */
     uint64_t p_epoch, d_epoch;
     uint8_t p_span[8], d_span[8]; /* the span ids the legs carry in their traceparent */
+    /* What the prefill pick (a solo attempt: the lone worker's) found cached of the prompt, when its policy
+     * knows (the access log's "prefix"): matched tokens (from the KV event index) or bytes (the tree). */
+    unsigned match_known : 1, match_index : 1;
+    size_t matched;
 } pd_attempt_t;
 
 /* The client side: the decode's bytes on their way to the client, the streaming merge, and the client's

@@ -29,9 +29,10 @@ int pdr__pd_disagg_possible(const pd_req_t *x)
     return x->proto->can_run_alone != NULL && x->proto->can_run_alone(x);
 }
 
-/* Picks the prefill without recording the prompt in its cache_aware tree, decides from the prefix it holds
- * and the prefills' load, and either keeps that prefill (recording the prompt now) or lets it go: the
- * attempt is solo. */
+/* Picks the prefill without recording the prompt in its cache_aware tree, decides from the prefix the worker
+ * that would run the request alone holds (the cost of skipping the prefill is what that worker must compute:
+ * a prompt cached on the prefill only would be computed again in full) and the prefills' load, and either
+ * keeps that prefill (recording the prompt now) or lets it go: the attempt is solo. */
 void pdr__pd_decide_disaggregation(pd_req_t *x, const char *text, size_t tlen, const pdr_prompt_tokens_t *tok)
 {
     pdr_router_t *r = x->r;
@@ -41,14 +42,22 @@ void pdr__pd_decide_disaggregation(pd_req_t *x, const char *text, size_t tlen, c
                                   x->n_tried[PDR_ROLE_PREFILL], text, tlen, &info);
     if (x->at.pw == NULL)
         return; /* no serving prefill: answered as without the feature */
+    /* What the worker that would run it alone holds: its role's pick, not recorded, when its policy knows
+     * (a policy that does not know its workers' caches: none held; and its pick is not made twice). */
+    pdr_role_t srole = x->proto->solo->answer_role;
+    pdr_pick_filter_t sf;
+    pdr_pick_info_t solo = {.record = 0, .tok = tok, .filter = pdr__pd_affinity_filter(x, &sf)};
+    if (pdr_pool_role_knows_cache(&r->pool, x->pool, srole))
+        pdr_worker_unref(pdr_pool_pick_info(&r->pool, x->pool, srole, x->tried[PDR_ROLE_DECODE],
+                                            x->n_tried[PDR_ROLE_DECODE], text, tlen, &solo));
     pdr_disagg_input_t in;
-    if (info.matched_known && info.tokens) { /* a policy that counts tokens itself */
+    if (solo.matched_known && solo.tokens) { /* a policy that counts tokens itself */
         memset(&in, 0, sizeof(in));
         in.tokens = 1;
-        in.length = info.prompt_tokens;
-        in.matched = info.matched;
+        in.length = solo.prompt_tokens;
+        in.matched = solo.matched;
     } else {
-        pdr_disagg_measure(text, tlen, info.matched_known ? info.matched : 0, &in);
+        pdr_disagg_measure(text, tlen, solo.matched_known ? solo.matched : 0, &in);
     }
     const pdr_config_t *c = x->conf;
     if (c->disaggregation.skip_when_prefill_saturated)
@@ -56,6 +65,10 @@ void pdr__pd_decide_disaggregation(pd_req_t *x, const char *text, size_t tlen, c
                                                   c->disaggregation.prefill_saturated_inflight);
     x->disagg = (int)pdr_disagg_decide(c, &in);
     x->t->m.disagg_decisions[x->disagg]++;
+    const pdr_pick_info_t *used = x->disagg == PDR_DISAGG_DISAGGREGATED ? &info : &solo;
+    x->at.match_known = used->matched_known;
+    x->at.match_index = used->from_index;
+    x->at.matched = used->matched;
     if (x->disagg == PDR_DISAGG_DISAGGREGATED) {
         if (info.matched_known)
             pdr_pool_record_pick(&r->pool, x->at.pw, text, tlen);
@@ -84,7 +97,7 @@ int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen)
     if (!pdr_kv_limited(x->conf, x->at.dw))
         return 1; /* the usual case without reports: nothing to estimate */
     if (x->kv.need == 0) {
-        pdr_prompt_tokens_t tok = {NULL, 0};
+        pdr_prompt_tokens_t tok = {NULL, 0, NULL, 0};
         struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
         pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_KV_ADMISSION);
         pdr_tokenizer_free(tk);

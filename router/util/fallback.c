@@ -9,9 +9,9 @@
 
 #define FALLBACK_LOG_PERIOD_NS (60ull * 1000000000ull)
 
-const char *const pdr_fallback_names[PDR_FB__COUNT] = {"tokenize_routing", "tokenize_kv_deadline",
+const char *const pdr_fallback_names[PDR_FB__COUNT] = {"tokenize_routing",      "tokenize_kv_deadline",
                                                        "tokenize_kv_admission", "kv_index_unhashed",
-                                                       "engine_load_unknown"};
+                                                       "engine_load_unknown",   "chat_template"};
 
 /* What the router does instead, for the log line. */
 static const char *const instead[PDR_FB__COUNT] = {
@@ -19,6 +19,8 @@ static const char *const instead[PDR_FB__COUNT] = {
     "the KV deadline counts the prompt's bytes / 4 as its tokens",
     "decode admission estimates the prompt's tokens from its bytes (kv_admission.prompt_bytes_per_token)",
     "precise_prefix takes that worker's match from the prefix tree",
+    "the policy weighs the router's own count of that worker's requests",
+    "the chat request has no token ids (the prefix tree routes it; what else needs them estimates)",
 };
 
 static uint64_t counts[PDR_FB__COUNT];

@@ -25,11 +25,15 @@ typedef enum {
      * garbage, or is older than three polls) and no shim reports for it: a policy that reads loads weighs
      * the router's own count of its requests. Counted per candidate and pick. */
     PDR_FB_ENGINE_LOAD_UNKNOWN,
+    /* A chat request's messages could not go through the model's chat template (it raised, called something
+     * undefined, passed a limit): the request has no token ids (and the reason that needed them counts its
+     * own fall-back too). */
+    PDR_FB_CHAT_TEMPLATE,
     PDR_FB__COUNT
 } pdr_fallback_t;
 
 /* The metric's reason labels: "tokenize_routing", "tokenize_kv_deadline", "tokenize_kv_admission",
- * "kv_index_unhashed", "engine_load_unknown". */
+ * "kv_index_unhashed", "engine_load_unknown", "chat_template". */
 extern const char *const pdr_fallback_names[PDR_FB__COUNT];
 
 /* Counts one fall-back; logs it unless one of the same reason was logged less than a minute ago. why

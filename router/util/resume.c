@@ -374,6 +374,24 @@ static json_t *text_json(const pdr_resume_t *s, size_t from)
     return json_stringn(s->text.p ? s->text.p + from : "", s->text.len - from);
 }
 
+/* o[key] (a string) replaced by itself followed by tail[0..tl). 0, or -1 with err. */
+static int append_text(json_t *o, const char *key, const char *tail, size_t tl, char *err, size_t errlen)
+{
+    json_t *cur = json_object_get(o, key);
+    size_t cl = json_string_length(cur);
+    char *joined = malloc(cl + tl + 1);
+    if (joined == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(joined, json_string_value(cur), cl);
+    if (tl > 0)
+        memcpy(joined + cl, tail, tl);
+    json_object_set_new(o, key, json_stringn(joined, cl + tl));
+    free(joined);
+    return 0;
+}
+
 /* The prompt extended by what the client has; the limits lowered. -1 with err, 1: nothing left. */
 static int go_on(pdr_resume_t *s, json_t *o, char *err, size_t errlen)
 {
@@ -399,35 +417,14 @@ static int go_on(pdr_resume_t *s, json_t *o, char *err, size_t errlen)
             }
             for (size_t i = 0; i < s->n_ids; i++)
                 json_array_append_new(ids, json_integer((json_int_t)s->ids[i]));
-        } else {
-            json_t *t = json_object_get(o, "text");
-            size_t tl = json_string_length(t);
-            char *joined = malloc(tl + s->text.len + 1);
-            if (joined == NULL) {
-                snprintf(err, errlen, "out of memory");
-                return -1;
-            }
-            memcpy(joined, json_string_value(t), tl);
-            if (s->text.len > 0)
-                memcpy(joined + tl, s->text.p, s->text.len);
-            json_object_set_new(o, "text", json_stringn(joined, tl + s->text.len));
-            free(joined);
+        } else if (append_text(o, "text", s->text.p, s->text.len, err, errlen) != 0) {
+            return -1;
         }
     } else if (s->route == PDR_ROUTE_COMPLETIONS) {
         left = lower_limit(o, "max_tokens", k, DEFAULT_COMPLETION_MAX_TOKENS, 0);
         lower_limit(o, "min_tokens", k, 0, 0);
-        json_t *p = json_object_get(o, "prompt");
-        size_t pl = json_string_length(p);
-        char *joined = malloc(pl + s->text.len + 1);
-        if (joined == NULL) {
-            snprintf(err, errlen, "out of memory");
+        if (append_text(o, "prompt", s->text.p, s->text.len, err, errlen) != 0)
             return -1;
-        }
-        memcpy(joined, json_string_value(p), pl);
-        if (s->text.len > 0)
-            memcpy(joined + pl, s->text.p, s->text.len);
-        json_object_set_new(o, "prompt", json_stringn(joined, pl + s->text.len));
-        free(joined);
     } else {
         int64_t a = lower_limit(o, "max_tokens", k, 0, 0),
                 b = lower_limit(o, "max_completion_tokens", k, 0, 0);
@@ -439,17 +436,8 @@ static int go_on(pdr_resume_t *s, json_t *o, char *err, size_t errlen)
         int open = json_is_true(json_object_get(o, "continue_final_message")) && json_is_string(role) &&
                    strcmp(json_string_value(role), "assistant") == 0 && json_is_string(content);
         if (open) { /* the client continues its own assistant message: the text goes on it */
-            size_t cl = json_string_length(content);
-            char *joined = malloc(cl + s->text.len + 1);
-            if (joined == NULL) {
-                snprintf(err, errlen, "out of memory");
+            if (append_text(last, "content", s->text.p, s->text.len, err, errlen) != 0)
                 return -1;
-            }
-            memcpy(joined, json_string_value(content), cl);
-            if (s->text.len > 0)
-                memcpy(joined + cl, s->text.p, s->text.len);
-            json_object_set_new(last, "content", json_stringn(joined, cl + s->text.len));
-            free(joined);
         } else {
             json_array_append_new(msgs,
                                   json_pack("{s:s,s:o}", "role", "assistant", "content", text_json(s, 0)));

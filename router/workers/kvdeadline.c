@@ -76,7 +76,7 @@ uint64_t pdr_kv_prompt_tokens(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, 
         return in.length;
     }
     if (tk != NULL) {
-        pdr_prompt_tokens_t tok = {NULL, 0};
+        pdr_prompt_tokens_t tok = {NULL, 0, NULL, 0};
         pdr_request_token_ids_or(pr, tk, &tok, PDR_FB_TOKENIZE_KV_DEADLINE);
         if (tok.n > 0) {
             free(tok.ids);

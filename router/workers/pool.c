@@ -79,6 +79,7 @@ static void conf_free(pdr_worker_conf_t *c)
     free(c->url);
     free(c->host);
     free(c->kv_events);
+    free(c->kv_events_replay);
     memset(c, 0, sizeof(*c));
 }
 
@@ -100,7 +101,9 @@ static int conf_copy(pdr_worker_conf_t *to, const pdr_worker_conf_t *from)
     to->url = strdup(from->url);
     to->host = strdup(from->host);
     to->kv_events = from->kv_events != NULL ? strdup(from->kv_events) : NULL;
-    if (to->url == NULL || to->host == NULL || (from->kv_events != NULL && to->kv_events == NULL)) {
+    to->kv_events_replay = from->kv_events_replay != NULL ? strdup(from->kv_events_replay) : NULL;
+    if (to->url == NULL || to->host == NULL || (from->kv_events != NULL && to->kv_events == NULL) ||
+        (from->kv_events_replay != NULL && to->kv_events_replay == NULL)) {
         conf_free(to);
         return PDR_ENOMEM;
     }
@@ -499,11 +502,17 @@ int pdr_pool_remove(pdr_pool_t *p, pdr_worker_t *w, const char *why)
  * source matches a conf with the same URL, bootstrap port and group. scope (non-NULL): only the source's
  * workers of the pool of that name are reconciled; the source's workers of other pools stay and keep
  * their URLs, like another source's. Unlocks. */
-/* A changed KV event endpoint is another worker (its subscriber follows the worker, kv_events.c). */
+static int same_endpoint(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* A changed KV event endpoint (or replay endpoint) is another worker (its subscriber follows the worker,
+ * kv_events.c). */
 static int same_kv_events(const pdr_worker_conf_t *a, const pdr_worker_conf_t *b)
 {
-    return (a->kv_events == NULL && b->kv_events == NULL) ||
-           (a->kv_events != NULL && b->kv_events != NULL && strcmp(a->kv_events, b->kv_events) == 0);
+    return same_endpoint(a->kv_events, b->kv_events) &&
+           same_endpoint(a->kv_events_replay, b->kv_events_replay);
 }
 
 static size_t reconcile_locked(pdr_pool_t *p, int source, const char *scope, pdr_role_t role,

@@ -320,6 +320,9 @@ pdr_worker_t *pdr_pool_pick_text(pdr_pool_t *p, const char *pool, pdr_role_t rol
 typedef struct pdr_prompt_tokens {
     uint32_t *ids;
     size_t n;
+    const char
+        *model; /* the request's "model" (not owned; a LoRA adapter's KV blocks are its own), or NULL */
+    size_t model_len;
 } pdr_prompt_tokens_t;
 /* What a pick reports beside the worker (conditional disaggregation, router/workers/disagg.h). */
 typedef struct pdr_pick_info {
@@ -332,6 +335,7 @@ typedef struct pdr_pick_info {
     int tokens;     /* out: a policy that counts in tokens (engine KV events) sets it, with
                        prompt_tokens = the prompt's length in the same tokens */
     size_t prompt_tokens;
+    int from_index; /* out: the match came from the KV event index (precise_prefix), not the prefix tree */
 } pdr_pick_info_t;
 /* As pdr_pool_pick_prompt, among the workers filter lets through only (identity.h; NULL: all). */
 pdr_worker_t *pdr_pool_pick_filtered(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
@@ -340,6 +344,9 @@ pdr_worker_t *pdr_pool_pick_filtered(pdr_pool_t *p, const char *pool, pdr_role_t
 /* As pdr_pool_pick_text; info (NULL: record, report nothing) as above. */
 pdr_worker_t *pdr_pool_pick_info(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
                                  size_t n_avoid, const char *text, size_t len, pdr_pick_info_t *info);
+/* 1 when the policy of the role in the pool knows what its workers hold (a prefix tree or the KV event
+ * index): its picks report a matched prefix. 0 otherwise (and for an unknown pool). */
+int pdr_pool_role_knows_cache(pdr_pool_t *p, const char *pool, pdr_role_t role);
 /* Records text under w in its pool's cache_aware tree for its role (nothing when that role has none). */
 void pdr_pool_record_pick(pdr_pool_t *p, const pdr_worker_t *w, const char *text, size_t len);
 /* 1 when every serving worker of the role in the pool has at least `inflight` requests in flight; 0 when

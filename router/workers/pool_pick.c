@@ -170,6 +170,8 @@ static pdr_worker_t *pick_by(pdr_pool_t *p, pdr_pool_group_t *g, const pdr_polic
         .len = len,
         .tokens = tok != NULL ? tok->ids : NULL,
         .n_tokens = tok != NULL ? tok->n : 0,
+        .model = tok != NULL ? tok->model : NULL,
+        .model_len = tok != NULL ? tok->model_len : 0,
         .record = info == NULL || info->record,
         .want_matched = info != NULL,
     };
@@ -181,6 +183,7 @@ static pdr_worker_t *pick_by(pdr_pool_t *p, pdr_pool_group_t *g, const pdr_polic
         info->matched_known = 1;
         info->matched = out.matched;
         if (out.from_index) { /* the index counts in tokens: the prompt's length in the same unit */
+            info->from_index = 1;
             info->tokens = 1;
             info->prompt_tokens = info->tok->n;
         }
@@ -340,6 +343,7 @@ static pdr_worker_t *pick_in(pdr_pool_t *p, const char *pool, pdr_role_t role, c
         info->matched = 0;
         info->tokens = 0;
         info->prompt_tokens = 0;
+        info->from_index = 0;
     }
     pthread_rwlock_rdlock(&p->rw);
     const pdr_worker_list_t *l = p->list[role];
@@ -421,4 +425,16 @@ static pdr_worker_t *pick_in(pdr_pool_t *p, const char *pool, pdr_role_t role, c
     }
     pthread_rwlock_unlock(&p->rw);
     return w;
+}
+
+int pdr_pool_role_knows_cache(pdr_pool_t *p, const char *pool, pdr_role_t role)
+{
+    pthread_rwlock_rdlock(&p->rw);
+    int gi = pdr__pool_group_of(p, pool), knows = 0;
+    if (gi >= 0) {
+        const pdr_policy_ops_t *ops = pdr_policy_get(p->groups[gi].policy[role]);
+        knows = ops != NULL && (ops->flags & (PDR_POLICY_F_TREE | PDR_POLICY_F_KV_INDEX)) != 0;
+    }
+    pthread_rwlock_unlock(&p->rw);
+    return knows;
 }

@@ -6,8 +6,9 @@
  * The ids come from the body's input_ids (generate route) when it has them: a flat JSON array of
  * integers in 0..2^32-1, validated by the request scanner already. Otherwise, with the router's
  * tokenizer (config key tokenizer), a string prompt (generate's text, completions' prompt) is decoded
- * from JSON and encoded as the engine's tokenizer would. Chat messages need the model's chat template,
- * which the router does not have: they get no ids (the tree routes them).
+ * from JSON and encoded as the engine's tokenizer would. Chat messages go through the model's chat template
+ * when the tokenizer carries one (chat_template.h), as the engines render them; without one they get no ids
+ * (the tree routes them).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -15,6 +16,8 @@
 #include <string.h>
 
 #include "err.h"
+#include "chat_template.h"
+#include "fallback.h"
 #include "token_ids.h"
 
 /* Parses the raw bytes of a JSON array of non-negative integers, at most PDR_ROUTING_MAX_TOKENS of them
@@ -133,6 +136,18 @@ int pdr_request_token_ids(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_
         int named = pdr_jmember_key_is(m, "text") || pdr_jmember_key_is(m, "prompt");
         if (named && m->v.type == PDR_JT_STRING)
             return encode_string(tk, m->v.p, m->v.len, out);
+    }
+    const pdr_chat_template_t *ct = pdr_tokenizer_extra(tk);
+    for (size_t i = 0; ct != NULL && i < pr->n; i++) {
+        if (!pdr_jmember_key_is(&pr->m[i], "messages") || pr->m[i].v.type != PDR_JT_ARRAY)
+            continue;
+        char err[256];
+        int rc = pdr_chat_template_ids(ct, tk, pr->body, pr->len, &out->ids, &out->n, err, sizeof(err));
+        if (rc != 0)
+            pdr_fallback(PDR_FB_CHAT_TEMPLATE, err);
+        if (rc == 0 && out->n > PDR_ROUTING_MAX_TOKENS)
+            out->n = PDR_ROUTING_MAX_TOKENS; /* the head: a prefix match never looks further */
+        return rc;
     }
     return 0;
 }

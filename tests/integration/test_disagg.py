@@ -134,13 +134,13 @@ def scenario_vllm_tokens():
 
 
 def scenario_vllm_cached_prefix():
-    """With cache_aware on the prefills, "uncached" is the prompt minus the prefix the chosen prefill
-    holds: a long prompt goes to the prefill; the same prompt with a short suffix then skips it (only the
-    suffix is uncached); a different long prompt is disaggregated again. A skipped prompt is not recorded
-    in the prefill's tree."""
+    """With cache_aware on the decodes, "uncached" is the prompt minus the prefix the decode that would run
+    it alone holds (a vLLM decode keeps the KV it received in its prefix cache): a long prompt goes to the
+    prefill; the same prompt with a short suffix then skips it (only the suffix is uncached on the decode);
+    a different long prompt is disaggregated again."""
     p, d = sim("prefill"), sim("decode", "--local-prefill")
     r, alog = start("vllm", "{ min_prefill_chars: 100 }", [p], [d],
-                    extra="policy: { prefill: cache_aware, decode: least_load }")
+                    extra="policy: { prefill: cache_aware, decode: cache_aware }")
     try:
         for prompt in (LONG, LONG + " and then some", LONG.replace("word", "other"),
                        LONG.replace("word", "other") + " and more"):
@@ -150,6 +150,26 @@ def scenario_vllm_cached_prefix():
         decisions(r, short_prompt=2, disaggregated=2)
         lines = log_lines(alog, 4)
         check([l["disagg"] for l in lines] == ["disaggregated", "short_prompt"] * 2, "log %r" % lines)
+        # The access log's prefix: the prefill's miss, then what the decode held of the longer prompt.
+        check(lines[0]["prefix"] == {"source": "tree", "matched": 0, "unit": "bytes"} and
+              lines[1]["prefix"]["source"] == "tree" and lines[1]["prefix"]["matched"] > 100,
+              "prefix %r" % [l["prefix"] for l in lines])
+    finally:
+        os.unlink(alog)
+
+
+def scenario_vllm_cached_on_prefill_only():
+    """A prompt cached on the prefill only (the decodes' policy knows no caches) is not skipped: running it
+    alone would compute it again in full on the decode; every request is disaggregated."""
+    p, d = sim("prefill"), sim("decode", "--local-prefill")
+    r, alog = start("vllm", "{ min_prefill_chars: 100 }", [p], [d],
+                    extra="policy: { prefill: cache_aware, decode: least_load }")
+    try:
+        for prompt in (LONG, LONG + " and then some", LONG + " and more"):
+            st, out = curl(r.port, "/v1/completions", completions(prompt))
+            check(st == 200, "%d %s" % (st, out[:200]), r)
+        check(stats(p)["requests"] == 3 and stats(d)["local_prefills"] == 0, "stats %r %r" % (stats(p), stats(d)))
+        decisions(r, short_prompt=0, disaggregated=3)
     finally:
         os.unlink(alog)
 
@@ -157,12 +177,12 @@ def scenario_vllm_cached_prefix():
 def scenario_vllm_retry_solo():
     """A retry that runs solo is not failed by the attempt before it: the first attempt is disaggregated
     and its prefill answers 2xx without kv_transfer_params (a pdsim of role both ignores them, as a vLLM
-    without a KV connector does), which fails that attempt; the prefill's cache_aware tree now holds the
-    prompt, so the retry finds it cached on the same (only) prefill and runs on the decode alone, where
+    without a KV connector does), which fails that attempt; the decode's cache_aware tree now holds the
+    prompt (its pick recorded it), so the retry finds it cached on the decode and runs there alone, where
     it must succeed with the decode's answer."""
     plain, d, both = sim("both"), sim("decode", "--local-prefill"), sim("both")
     r, alog = start("vllm", "{ min_prefill_chars: 100 }", [plain], [d],
-                    extra="policy: { prefill: cache_aware, decode: least_load }\n"
+                    extra="policy: { prefill: cache_aware, decode: cache_aware }\n"
                           "retries: { initial_backoff_ms: 0 }")
     try:
         b = completions(LONG)

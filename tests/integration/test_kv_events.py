@@ -11,6 +11,13 @@ Scenarios (argv[1]):
              to the other prefill: the comparison that fails without the feature.
   gap        a message X does not send (a sequence gap) is counted, X's blocks are dropped, and X is
              routed by the tree (decisions counted as such) until it is in sync again.
+  replay_repaired  with pdsim's replay socket (vLLM's), the router's late join and a dropped message are
+             replayed: X stays in sync with its blocks, counted as repaired, never as a gap.
+  replay_busy  gaps replayed while 60 requests run at once: in sync, every block, no gap or restart.
+  replay_too_old   a replay buffer of one batch cannot cover the gap: today's resync, counted too_old.
+  replay_timeout   a replay endpoint that never answers: the gap stands after replay_timeout_ms, counted.
+  lora       X's blocks are a LoRA adapter's: the index matches them only for requests naming it.
+  incarnation  X's shim reports a new instance: its blocks leave the index at once (logged).
   restart    X restarts (a new publisher, numbers from 0 again): counted as a restart.
   malformed  a truncated payload from Y is counted as malformed; the router keeps serving.
   block_sizes  five prefills with five KV block sizes: the candidate whose size the lookup does not hash
@@ -34,7 +41,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
-from pdtest import check, request  # noqa: E402
+from pdtest import check, request, request_json  # noqa: E402
 from test_router import metric_value, metrics, sim, stats  # noqa: E402
 import test_router  # noqa: E402
 
@@ -42,31 +49,40 @@ PREFIX = list(range(1000, 1512))  # 512 ids: 32 blocks of 16
 GPT2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tokenizer", "gpt2.tokenizer.json")
 
 
-def prefill(kv_port=None, http_port=None, bport=None, tokenizer=None, block=16):
+def prefill(kv_port=None, http_port=None, bport=None, tokenizer=None, block=16, replay_buffer=None, lora_name=None):
     kv = "{kv}" if kv_port is None else str(kv_port)
     argv = ["pdsim", "--role", "prefill", "--port", "{port}" if http_port is None else str(http_port),
             "--bootstrap-port", "{bport}" if bport is None else str(bport), "--prefix-cache-tokens", "65536",
             "--cache-block-tokens", str(block), "--kv-events-endpoint", "tcp://127.0.0.1:%s" % kv]
     if tokenizer:
         argv += ["--tokenizer", tokenizer]
+    if lora_name:  # every block it stores is this LoRA adapter's
+        argv += ["--kv-events-lora-name", lora_name]
+    if replay_buffer is not None:  # vLLM's replay socket, keeping replay_buffer batches
+        argv += ["--kv-events-replay-endpoint", "tcp://127.0.0.1:{rp}", "--kv-events-replay-buffer",
+                 str(replay_buffer)]
     return pdtest.start(argv, name="pdsim-prefill")
 
 
-def router(ps, ds, policy, resync=1, health=None, extra=None):
+def router(ps, ds, policy, resync=1, health=None, extra=None, replay_port=None, kv_opts=""):
     lines = ([extra] if extra else []) + ["policy: { prefill: %s, decode: least_load }" % policy,
-             "kv_events: { resync_messages: %d }" % resync,
+             "kv_events: { resync_messages: %d%s }" % (resync, kv_opts),
              # sglang's seed: a prompt no tree matches goes to the smallest tree (the comparison in
              # scenario_routing relies on it; the hash ring would pick either prefill).
              "cache_aware: { seed: smallest_tree }"] + ([health] if health else []) + ["workers:", "  prefill:"]
-    lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %d, kv_events: 'tcp://127.0.0.1:%d' }" %
-              (p.port, p.ports["bport"], p.ports["kv"]) for p in ps]
+    lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %d, kv_events: 'tcp://127.0.0.1:%d'%s }" %
+              (p.port, p.ports["bport"], p.ports["kv"],
+               ", kv_events_replay: 'tcp://127.0.0.1:%d'" % (replay_port or p.ports["rp"])
+               if replay_port or "rp" in p.ports else "") for p in ps]
     lines += ["  decode:"] + ["    - { url: http://127.0.0.1:%d }" % d.port for d in ds]
     return test_router.router([], [], config="\n".join(lines))
 
 
-def post(r, ids, compact):
-    body = json.dumps({"input_ids": ids, "sampling_params": {"max_new_tokens": 1}},
-                      separators=(",", ":") if compact else (", ", ": "))
+def post(r, ids, compact, model=None):
+    req = {"input_ids": ids, "sampling_params": {"max_new_tokens": 1}}
+    if model:
+        req["model"] = model
+    body = json.dumps(req, separators=(",", ":") if compact else (", ", ": "))
     return request(r.port, "POST", "/generate", body, headers={"Content-Type": "application/json"})
 
 
@@ -108,9 +124,9 @@ def holder(ps, before):
     return grown[0]
 
 
-def setup(policy, resync=1):
-    ps, ds = [prefill(), prefill()], [sim("decode")]
-    r = router(ps, ds, policy, resync)
+def setup(policy, resync=1, replay_buffer=None, kv_opts="", replay_port=None):
+    ps, ds = [prefill(replay_buffer=replay_buffer), prefill(replay_buffer=replay_buffer)], [sim("decode")]
+    r = router(ps, ds, policy, resync, kv_opts=kv_opts, replay_port=replay_port)
     if policy == "precise_prefix":
         connect_all(r, ps)
     before = [stats(p)["requests"] for p in ps]
@@ -179,6 +195,203 @@ def scenario_gap():
         wait_metric(r, "X to resync",
                     lambda m: metric_value(m, "pdr_kv_events_synced", worker=url(x)) == 1 and
                     (metric_value(m, "pdr_kv_events_resyncs_total", worker=url(x)) or 0) >= 1)
+        # Without a replay endpoint the gap was no replay's: counted as such.
+        check(kv_metric(r, "pdr_kv_events_replays_total", x, outcome="unavailable") >= 1,
+              "the gap without a replay endpoint was not counted", r)
+    finally:
+        pdtest.stop_all()
+
+
+def worker_kv(r, p):
+    """The admin API's kv_events view of prefill p."""
+    for w in request_json(r.ports["admin"], "GET", "/admin/v1/workers")["workers"]:
+        if w["url"] == url(p):
+            return w.get("kv_events")
+    return None
+
+
+def drop_one(r, x, base):
+    """X does not send its next message; the one after it shows the gap. Returns the gap's number."""
+    request(x.port, "POST", "/pdsim/fault", {"kv_events_drop_every": 1})
+    send(r, PREFIX + list(range(base, base + 16)), True)
+    check(stats(x)["kv_events"]["dropped"] == 1, "X dropped %r" % stats(x)["kv_events"], x)
+    request(x.port, "POST", "/pdsim/fault", {"kv_events_drop_every": 0})
+    gap = stats(x)["kv_events"]["next_seq"] - 1
+    send(r, PREFIX + list(range(base + 100, base + 116)), True)
+    return gap
+
+
+def scenario_replay_repaired():
+    """vLLM's replay socket repairs a gap: X stays in sync (resync_messages is far away), its blocks before
+    the gap stay and the dropped message's block is indexed too; counted as repaired, never as a gap. The
+    late join (the router subscribed after X's message 0) was repaired the same way."""
+    try:
+        r, ps, x, y = setup("precise_prefix", resync=1000, replay_buffer=1000)
+        check(kv_metric(r, "pdr_kv_events_replays_total", x, outcome="repaired") >= 1,
+              "the late join was not replayed", r)
+        blocks0 = kv_metric(r, "pdr_kv_events_blocks", x)
+        check(blocks0 >= len(PREFIX) // 16, "X holds %d blocks" % blocks0, r)
+        repaired0 = kv_metric(r, "pdr_kv_events_replays_total", x, outcome="repaired")
+        drop_one(r, x, 7000)
+        wait_metric(r, "the gap to be replayed",
+                    lambda m: (metric_value(m, "pdr_kv_events_replays_total", worker=url(x),
+                                            outcome="repaired") or 0) > repaired0)
+        m = metrics(r)
+        check((metric_value(m, "pdr_kv_events_gaps_total", worker=url(x)) or 0) == 0, "a gap reached the index", r)
+        check(metric_value(m, "pdr_kv_events_synced", worker=url(x)) == 1, "X unsynced after a repaired gap", r)
+        # The prefix, the dropped message's block and the next one's.
+        check(metric_value(m, "pdr_kv_events_blocks", worker=url(x)) == blocks0 + 2,
+              "X's blocks %r, expected %d" % (metric_value(m, "pdr_kv_events_blocks", worker=url(x)), blocks0 + 2), r)
+        check(stats(x)["kv_events"]["replayed"] >= 1, "pdsim answered no replay", x)
+        check(worker_kv(r, x) == {"synced": True, "cold": False, "blocks": blocks0 + 2,
+                                  "last_seq": stats(x)["kv_events"]["next_seq"] - 1, "replay": True,
+                                  "replaying": False}, "admin view %r" % worker_kv(r, x), r)
+        check(metric_value(m, "pdr_kv_events_cold_workers") == 0, "cold workers counted", r)
+        # The index still routes: the compact prompts go to X by its events.
+        idx0 = metric_value(m, "pdr_precise_prefix_decisions_total", source="index", decision="match") or 0
+        counts, _ = compact_round(r, ps, x, y, n=2)
+        check(counts == [2, 0], "after the repair the requests went to %r" % counts, r)
+        check((metric_value(metrics(r), "pdr_precise_prefix_decisions_total", source="index",
+                            decision="match") or 0) == idx0 + 2, "the decisions were not the index's", r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_replay_busy():
+    """Messages keep coming while gaps are replayed (60 requests at once, one new block each, every 7th
+    message of X lost): each gap is repaired amid live messages; batches the replay sent that the live
+    socket brings again afterwards are neither applied twice nor taken for a restarted publisher. X ends in
+    sync, holding every block, with no gap or restart counted."""
+    try:
+        r, ps, x, y = setup("precise_prefix", resync=1000, replay_buffer=1000)
+        blocks0 = kv_metric(r, "pdr_kv_events_blocks", x)
+        seq0 = stats(x)["kv_events"]["next_seq"] - 1
+        pdtest.poll_until(lambda: (worker_kv(r, x) or {}).get("last_seq") == seq0, 10, "X's messages applied")
+        repaired0 = kv_metric(r, "pdr_kv_events_replays_total", x, outcome="repaired")
+        # Every 7th message of X is lost while 60 requests run at once: gaps replayed amid live messages.
+        request(x.port, "POST", "/pdsim/fault", {"kv_events_drop_every": 7})
+        threads = [threading.Thread(target=post, args=(r, PREFIX + list(range(30000 + 100 * k, 30016 + 100 * k)),
+                                                       True)) for k in range(60)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        request(x.port, "POST", "/pdsim/fault", {"kv_events_drop_every": 0})
+        check(stats(x)["kv_events"]["dropped"] >= 1, "X dropped nothing: %r" % stats(x)["kv_events"], x)
+        # One more message of X, sent: the last gap shows (a request may go to Y, so until X has published).
+        n0, k = stats(x)["kv_events"]["next_seq"], [0]
+
+        def one_more():
+            k[0] += 1
+            send(r, PREFIX + list(range(39000 + 100 * k[0], 39016 + 100 * k[0])), True)
+            return stats(x)["kv_events"]["next_seq"] > n0
+        pdtest.poll_until(one_more, 10, "a message of X after the burst")
+        last = stats(x)["kv_events"]["next_seq"] - 1
+        pdtest.poll_until(lambda: (worker_kv(r, x) or {}).get("last_seq") == last, 10, "X's last message applied")
+        m = metrics(r)
+        check(kv_metric(r, "pdr_kv_events_replays_total", x, outcome="repaired") > repaired0, "no repair counted", r)
+        for name in ("pdr_kv_events_restarts_total", "pdr_kv_events_gaps_total"):
+            check((metric_value(m, name, worker=url(x)) or 0) == 0, "%s %r" % (name, metric_value(m, name, worker=url(x))), r)
+        check(metric_value(m, "pdr_kv_events_synced", worker=url(x)) == 1, "X unsynced", r)
+        # Each message of X since then stored one new block (the dropped one included).
+        check(metric_value(m, "pdr_kv_events_blocks", worker=url(x)) == blocks0 + last - seq0,
+              "X holds %r blocks, expected %d" % (metric_value(m, "pdr_kv_events_blocks", worker=url(x)),
+                                                  blocks0 + last - seq0), r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_replay_too_old():
+    """A replay buffer of one batch cannot cover the gap: today's resync (blocks dropped, X cold until
+    resync_messages messages), counted as too_old and logged."""
+    try:
+        r, ps, x, y = setup("precise_prefix", resync=3, replay_buffer=1)
+        old0 = kv_metric(r, "pdr_kv_events_replays_total", x, outcome="too_old")
+        drop_one(r, x, 7000)
+        wait_metric(r, "the replay to be counted too old",
+                    lambda m: (metric_value(m, "pdr_kv_events_replays_total", worker=url(x),
+                                            outcome="too_old") or 0) > old0)
+        m = metrics(r)
+        check((metric_value(m, "pdr_kv_events_gaps_total", worker=url(x)) or 0) >= 1, "no gap counted", r)
+        check(metric_value(m, "pdr_kv_events_synced", worker=url(x)) == 0, "X synced after an unrepaired gap", r)
+        check(metric_value(m, "pdr_kv_events_cold_workers") == 1, "X not counted cold", r)
+        kv = worker_kv(r, x)
+        check(kv is not None and kv["cold"] and not kv["synced"], "admin view %r" % kv, r)
+        check("too_old" in open(r.log_path).read(), "no log line for the unrepaired gap", r)
+        for k in range(3):
+            send(r, PREFIX + list(range(7300 + 100 * k, 7316 + 100 * k)), True)
+        wait_metric(r, "X to resync", lambda m: metric_value(m, "pdr_kv_events_synced", worker=url(x)) == 1)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_incarnation():
+    """X's shim reports a new instance (the process restarted behind the same ports): the index forgets X's
+    blocks at once, and says so, before any event of the new publisher."""
+    import test_shim_events as se
+    try:
+        master = se.key_file()
+        ports = {"port": pdtest.free_port(), "bport": pdtest.free_port(), "kv": pdtest.free_port()}
+        aport = pdtest.free_port()
+        wkey = se.derived_key_file(master, "http://127.0.0.1:%d" % ports["port"])
+        argv = ["pdsim", "--role", "prefill", "--port", str(ports["port"]), "--bootstrap-port", str(ports["bport"]),
+                "--prefix-cache-tokens", "65536", "--cache-block-tokens", "16", "--kv-events-endpoint",
+                "tcp://127.0.0.1:%d" % ports["kv"], "--events-url", "http://127.0.0.1:%d" % aport,
+                "--events-key-file", wkey]
+        x = pdtest.start(argv, name="pdsim-prefill", ports=dict(ports))
+        x.ports.update(ports)
+        r = router([x], [sim("decode")], "precise_prefix",
+                   extra="admin: { host: 127.0.0.1, port: %d }\nshim_events: { key_file: %s }" % (aport, master))
+        r.ports["admin"] = aport
+        connect_all(r, [x])
+        pdtest.poll_until(lambda: (worker_kv(r, x) or {}).get("blocks", 0) >= 1, 10, "X's blocks indexed")
+        x.stop()
+        pdtest.start(argv, name="pdsim-prefill-2", ports=dict(ports))
+        pdtest.poll_until(lambda: "a new instance of the worker; its blocks were dropped" in open(r.log_path).read(),
+                          15, "the new incarnation to drop X's blocks")
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_lora():
+    """X's blocks are the LoRA adapter "sql"'s (lora_name), Y's the base model's. The prefix goes to one of
+    them; the same ids, compact, then match its blocks in the index only for a request whose model names
+    its namespace: "sql" for X, any other model for Y. The other model's request is no index match."""
+    try:
+        x, y = prefill(lora_name="sql"), prefill()
+        r = router([x, y], [sim("decode")], "precise_prefix")
+        connect_all(r, [x, y])  # each published a block: the index knows the adapter "sql"
+        before = [stats(p)["requests"] for p in (x, y)]
+        st, _, data = post(r, PREFIX + list(range(5000, 5016)), False, model="sql")
+        check(st == 200, "status %d: %r" % (st, data[:300]), r)
+        h = holder([x, y], before)
+        wait_metric(r, "the prefix's blocks indexed",
+                    lambda m: (metric_value(m, "pdr_kv_events_blocks", worker=url(h)) or 0) >= len(PREFIX) // 16)
+        for k, (model, ours) in enumerate((("sql", h is x), ("base-model", h is y))):
+            m0 = metric_value(metrics(r), "pdr_precise_prefix_decisions_total", source="index", decision="match") or 0
+            n0 = stats(h)["requests"]
+            st, _, data = post(r, PREFIX + list(range(6000 + 100 * k, 6016 + 100 * k)), True, model=model)
+            check(st == 200, "status %d: %r" % (st, data[:300]), r)
+            m1 = metric_value(metrics(r), "pdr_precise_prefix_decisions_total", source="index", decision="match") or 0
+            check(m1 - m0 == (1 if ours else 0), "model %s (the prefix on %s): %d index matches" %
+                  (model, "X" if h is x else "Y", m1 - m0), r)
+            if ours:
+                check(stats(h)["requests"] == n0 + 1, "model %s did not go to the prefix's worker" % model, r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_replay_timeout():
+    """A replay endpoint that never answers: the gap stands after kv_events.replay_timeout_ms, counted."""
+    try:
+        silent = pdtest.free_port()
+        r, ps, x, y = setup("precise_prefix", resync=3, kv_opts=", replay_timeout_ms: 200", replay_port=silent)
+        t0 = kv_metric(r, "pdr_kv_events_replays_total", x, outcome="timeout")
+        drop_one(r, x, 7000)
+        wait_metric(r, "the replay to time out",
+                    lambda m: (metric_value(m, "pdr_kv_events_replays_total", worker=url(x),
+                                            outcome="timeout") or 0) > t0)
+        check((kv_metric(r, "pdr_kv_events_gaps_total", x)) >= 1, "no gap counted", r)
     finally:
         pdtest.stop_all()
 

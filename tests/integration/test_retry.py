@@ -17,11 +17,16 @@ Scenarios:
                 (no attempt follows, the budget slot and the in-flight count go back to 0)
   after_first_byte  a decode that resets its stream after its first tokens: the client's stream breaks,
                 no retry follows (the prefill and the decode saw one request each)
+  decode_refused  a decode killed after its health check (its port refuses connections) with the prefill
+                still working: the refusal is blamed on the decode at once, not after the 200 ms the router
+                gives a prefill to show its own failure (the decode never had the request)
 """
 
 import http.client
 import json
 import os
+import signal
+import tempfile
 import socket
 import sys
 import threading
@@ -129,6 +134,24 @@ def scenario_disconnect():
     check((metric_value(m, "pdr_client_aborts_total") or 0) >= 1, "the abort counted", r)
     check(stats(p1)["requests"] + stats(p2)["requests"] == 1, "an attempt ran after the client left", r)
     check(r.stop() == 0, "pdrouter exit status (leaks fail it under ASan)", r)
+
+
+def scenario_decode_refused():
+    p = sim("prefill", "--prefill-answer-lag-ms", "3000")  # the prefill leg stays out
+    dead, d = sim("decode"), sim("decode")
+    alog = tempfile.mktemp(prefix="pdr-retry-access-", suffix=".log")
+    r = router([p], [dead, d], config=conf("{ max: 2, initial_backoff_ms: 0 }") +
+               "log: { access_log: %s }\noutlier: { enabled: false }\n" % alog)
+    dead.stop(signal.SIGKILL)  # healthy in the router's eyes (health every 60 s), its port refusing now
+    for _ in range(4):  # round robin: a first attempt meets the dead decode (then it is ejected)
+        st, _, b = pdtest.request(r.port, "POST", "/generate", body=body(), timeout=15)
+        check(st == 200, "status %d %r" % (st, b[:200]), r)
+    lines = pdtest.access_lines(alog, 4)
+    refused = [l for l in lines if l["attempts"] > 1 and "refused" in (l["retry_error"] or "")]
+    check(len(refused) >= 1, "requests that met the dead decode: %r" % lines, r)
+    # Without the wait, the retry goes at once; with it, each would take 200 ms and more.
+    fastest = min(l["total_ms"] for l in refused)
+    check(fastest < 150, "the fastest retried request took %.1f ms: %r" % (fastest, refused), r)
 
 
 def scenario_after_first_byte():

@@ -8,7 +8,9 @@ from tests/fixtures/tokenizer/, the prefix cache hits on shared token prefixes);
 whitespace words stay; a broken file exits 2 with the loader's message.
 router: --tokenizer-path / config key `tokenizer` load at start (a broken file fails the start and
 --check-config with the loader's message), again on reload when the file changed (a failed reload keeps
-the running one), and not when it did not. Standard library only; nothing sleeps to synchronize."""
+the running one), and not when it did not; the model directory's chat template gives chat requests the
+engine's ids (kv_tokens in the access log), a template that fails is a counted fall-back. Standard
+library only; nothing sleeps to synchronize."""
 
 import gzip
 import json
@@ -231,6 +233,80 @@ def scenario_router_fallback():
         pdtest.stop_all()
         shutil.rmtree(d)
         os.unlink(key)
+
+
+# A Llama-3-like chat template (trim_blocks: the newline after a block tag goes).
+LLAMA_LIKE = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+              "{{ m['content'] | trim }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
+              "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+
+
+def llama_like(messages, gen=True):
+    """LLAMA_LIKE rendered by hand (what python3-jinja2 gives for it)."""
+    out = "<|begin_of_text|>"
+    for m in messages:
+        out += "<|start_header_id|>%s<|end_header_id|>\n\n%s<|eot_id|>" % (m["role"], m["content"].strip())
+    if gen:
+        out += "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    return out
+
+
+def pdtok_count(tok, text):
+    """The ids of text without the post-processor's prefix (pdtok encodes with it: Llama 3's <|begin_of_text|>)."""
+    out = subprocess.run([pdtest.binary("pdtok"), tok, text], capture_output=True, text=True, check=True)
+    ids = out.stdout.split()
+    return len(ids) - 1
+
+
+def scenario_chat_template():
+    """A model directory with a chat template: a chat request's ids are the template's text encoded without
+    special tokens (kv_tokens in the access log, from the tokenizer); a template that raises is a counted
+    fall-back (the request is routed by its text, the KV deadline estimated); a directory without one
+    leaves chat requests without ids, as before."""
+    d = tmpdir()
+    tok = os.path.join(d, "tokenizer.json")
+    shutil.copy(fixture("llama3.tokenizer.json"), tok)
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": {"content": "<|begin_of_text|>"}, "eos_token": "<|eot_id|>",
+                   "chat_template": LLAMA_LIKE}, f)
+    alog = os.path.join(d, "access.log")
+    p, dec = sim("prefill"), sim("decode")
+    r = router([p], [dec], config="tokenizer: %s\ntimeouts: { kv_transfer_ms_per_1k_tokens: 1 }\n"
+               "log: { access_log: %s }" % (d, alog))
+    try:
+        msgs = [{"role": "system", "content": "You are terse. "}, {"role": "user", "content": "Name three colours."}]
+        body = {"model": "m", "messages": msgs, "max_tokens": 2}
+        check(request(r.port, "POST", "/v1/chat/completions", body)[0] == 200, "chat request", r)
+        want = pdtok_count(tok, llama_like(msgs))
+        line = pdtest.access_lines(alog, 1)[-1]
+        check(line["kv_tokens_from"] == "tokenizer" and line["kv_tokens"] == want,
+              "kv_tokens %r from %r, want %d" % (line["kv_tokens"], line["kv_tokens_from"], want), r)
+        # add_generation_prompt false in the body: the template's own flag.
+        body2 = dict(body, add_generation_prompt=False)
+        check(request(r.port, "POST", "/v1/chat/completions", body2)[0] == 200, "chat request 2", r)
+        line = pdtest.access_lines(alog, 2)[-1]
+        check(line["kv_tokens"] == pdtok_count(tok, llama_like(msgs, gen=False)), "no generation prompt %r" % line, r)
+        check(r.stop() == 0, "exit status", r)
+        # pdsim with the same directory renders chat prompts the same way: its prompt_tokens are those ids.
+        both = pdtest.start(["pdsim", "--role", "both", "--port", "{port}", "--tokenizer", d], name="pdsim-chat")
+        out = request_json(both.port, "POST", "/v1/chat/completions", body)
+        check(out["usage"]["prompt_tokens"] == want, "pdsim's prompt_tokens %r, want %d" % (out["usage"], want), both)
+        # A template that raises: counted, and the request still served.
+        with open(os.path.join(d, "chat_template.jinja"), "w") as f:
+            f.write("{{ raise_exception('roles must alternate') }}")
+        r = router([p], [dec], config="tokenizer: %s\ntimeouts: { kv_transfer_ms_per_1k_tokens: 1 }\n"
+                   "log: { access_log: %s }" % (d, alog))
+        check(request(r.port, "POST", "/v1/chat/completions", body)[0] == 200, "chat request, raising template", r)
+        line = pdtest.access_lines(alog, 3)[-1]
+        check(line["kv_tokens_from"] == "estimate", "a raising template gave ids: %r" % line, r)
+        text = request(r.port, "GET", "/metrics")[2].decode()
+        check(metric_value(text, "pdr_fallbacks_total", reason="tokenize_kv_deadline") == 1, "fall-back not counted", r)
+        check(metric_value(text, "pdr_fallbacks_total", reason="chat_template") >= 1, "template failure not counted", r)
+        lines = fallback_lines(r, "chat_template")
+        check(len(lines) == 1 and "roles must alternate" in lines[0], "log %r" % lines, r)
+    finally:
+        pdtest.stop_all()
+        shutil.rmtree(d)
 
 
 if __name__ == "__main__":

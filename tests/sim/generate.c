@@ -4,6 +4,8 @@
  * starts the compute. Loop thread only.
  */
 #include "server_internal.h"
+#include "chat_template.h"
+#include "tokenizer.h"
 
 /* The last request's whole body and X-Request-Id, next to the fields record_last() keeps. */
 static void record_detail(h2o_req_t *req, json_t *body)
@@ -236,8 +238,25 @@ static int parse_prompts(sim_req_t *ctx, const json_t *body, char *err, size_t e
     size_t i;
     json_t *m;
     int r;
+    const pdr_tokenizer_t *tk = pdsim_tokenizer();
+    const pdr_chat_template_t *ct = pdr_tokenizer_extra(tk);
+    if (ct != NULL) {
+        /* The model's chat template beside --tokenizer, as an engine renders it: the ids of its text. */
+        char *s = json_dumps(body, JSON_COMPACT);
+        uint32_t *ids = NULL;
+        size_t nids = 0;
+        r = s != NULL ? pdr_chat_template_ids(ct, tk, s, strlen(s), &ids, &nids, err, errlen) : PDR_ENOMEM;
+        free(s);
+        for (size_t k = 0; r == 0 && k < nids; k++)
+            r = pdsim_toks_push(t, (int64_t)ids[k]);
+        free(ids);
+        if (r != 0)
+            return r;
+    }
     json_array_foreach(msgs, i, m)
     {
+        if (ct != NULL)
+            break;
         if (!json_is_object(m)) {
             snprintf(err, errlen, "each message must be an object");
             return PDR_EINVAL;
@@ -257,7 +276,7 @@ static int parse_prompts(sim_req_t *ctx, const json_t *body, char *err, size_t e
     }
     /* The generation prompt: the assistant's role word opens its message, as a chat template's
      * add_generation_prompt does; continue_final_message leaves the final (assistant) message open. */
-    if (add_gen && (r = pdsim_tokenize(t, "assistant", 9)) != 0)
+    if (ct == NULL && add_gen && (r = pdsim_tokenize(t, "assistant", 9)) != 0)
         return text_error(r, err, errlen);
     if (pdsim_toks_finish(t) != 0)
         return PDR_ENOMEM;

@@ -11,6 +11,7 @@
 #include "err.h"
 #include "util.h"
 #include "pdsim.h"
+#include "chat_template.h"
 #include "tokenizer.h"
 
 static uv_signal_t sig_term, sig_int;
@@ -61,7 +62,10 @@ static void usage(FILE *f)
         "                            rank itself and records the rank each request names)\n"
         "  --local-prefill           decode: a request with no bootstrap fields and no kv_transfer_params\n"
         "                            is computed here, prompt and all (a vLLM decode's plain request)\n"
-        "  --tokenizer FILE          a Hugging Face tokenizer.json: prompt text becomes its token ids (the\n"
+        "  --tokenizer FILE          a Hugging Face tokenizer.json (or its directory): prompt text becomes "
+        "its\n"
+        "                            token ids, chat messages through the chat template beside it if any "
+        "(the\n"
         "                            prefix cache and KV follow them) instead of one hash per word\n"
         "  --events-url URL          report room events and load to the router's admin listener "
         "(http://H:P)\n"
@@ -92,6 +96,9 @@ static void usage(FILE *f)
         "  --fail-kv-from-port PORT  a decode fails at once (500) the KV fetch from bootstrap port PORT\n"
         "  --die-after N             exit(3) after N generate requests completed\n"
         "  --kv-events-drop-every N  every Nth KV event message is not sent (a gap in its numbers)\n"
+        "  --kv-events-replay-endpoint E  bind a ROUTER socket serving vLLM's replay of KV event batches\n"
+        "  --kv-events-replay-buffer N    batches the replay keeps (default 10000, vLLM's buffer_steps)\n"
+        "  --kv-events-lora-name NAME     every stored block is a LoRA adapter's (lora_name NAME)\n"
         "  --log-level debug|info|warn|error\n");
 }
 
@@ -169,6 +176,16 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         }
         if (strcmp(a, "--kv-events-endpoint") == 0 && val != NULL) {
             o->kv_events_endpoint = val;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--kv-events-lora-name") == 0 && val != NULL) {
+            o->kv_events_lora_name = val;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--kv-events-replay-endpoint") == 0 && val != NULL) {
+            o->kv_events_replay_endpoint = val;
             i++;
             continue;
         }
@@ -272,6 +289,7 @@ static int parse_args(int argc, char **argv, pdsim_opts_t *o)
         INT_FLAG("--tp-size", tp_size, 1, 1024)
         INT_FLAG("--kv-capacity-bytes", kv_capacity_bytes, 0, INT64_MAX)
         INT_FLAG("--kv-events-drop-every", kv_events_drop_every, 0, INT32_MAX)
+        INT_FLAG("--kv-events-replay-buffer", kv_events_replay_buffer, 1, 1000000)
         INT_FLAG("--drip-ms", faults.drip_ms, 0, 3600000)
         INT_FLAG("--reset-after-tokens", faults.reset_after_tokens, 0, PDSIM_MAX_TOKENS)
         INT_FLAG("--stall-after-tokens", faults.stall_after_tokens, 0, PDSIM_MAX_TOKENS)
@@ -404,6 +422,17 @@ int main(int argc, char **argv)
             fprintf(stderr, "pdsim: --tokenizer: %s\n", err);
             return 2;
         }
+        /* The model's chat template beside it renders chat prompts, as the engine's does. */
+        char dir[PDR_TOKENIZER_PATH_MAX];
+        pdr_chat_template_t *ct = NULL;
+        pdr_chat_template_dir(opts.tokenizer, dir, sizeof(dir));
+        if (pdr_chat_template_load(dir, &ct, err, sizeof(err)) != 0) {
+            fprintf(stderr, "pdsim: --tokenizer: %s\n", err);
+            pdr_tokenizer_free(tok);
+            return 2;
+        }
+        if (ct != NULL)
+            pdr_tokenizer_set_extra(tok, ct, pdr_chat_template_free);
         pdsim_set_tokenizer(tok);
     }
     signal(SIGPIPE, SIG_IGN);

@@ -81,6 +81,11 @@ void pdsim_set_tokenizer(const pdr_tokenizer_t *tok)
     sim_tokenizer = tok;
 }
 
+const pdr_tokenizer_t *pdsim_tokenizer(void)
+{
+    return sim_tokenizer;
+}
+
 int pdsim_tokenize(pdsim_toks_t *t, const char *s, size_t len)
 {
     if (sim_tokenizer != NULL) {

@@ -80,7 +80,10 @@ typedef struct pdsim_opts {
     const char *kv_events_endpoint; /* ZMQ PUB endpoint (bound) for KV events in vLLM's format; NULL: off */
     const char *kv_events_topic;    /* the topic frame (default empty) */
     int64_t kv_events_drop_every;   /* fault: every Nth message is not sent (its number is used up) */
-    const char *ticket_keys[4];     /* --ticket-key (protocol pdshim): the router's key files; 0: off */
+    const char *kv_events_replay_endpoint; /* ZMQ ROUTER endpoint (bound) serving replays; NULL: off */
+    int64_t kv_events_replay_buffer;       /* batches the replay keeps (vLLM's buffer_steps; 0: 10000) */
+    const char *kv_events_lora_name; /* every stored block's lora_name (an adapter's cache); NULL: nil */
+    const char *ticket_keys[4];      /* --ticket-key (protocol pdshim): the router's key files; 0: off */
     int n_ticket_keys;
     const char *ticket_identity; /* --ticket-identity; NULL: HOST:PORT */
     const char *events_url;      /* the router's admin listener for shim event and load reports; NULL: off */
@@ -121,6 +124,8 @@ int pdsim_tokenize(pdsim_toks_t *t, const char *s, size_t len);
 struct pdr_tokenizer;
 /* Makes pdsim_tokenize() use tok (NULL: the whitespace words again). */
 void pdsim_set_tokenizer(const struct pdr_tokenizer *tok);
+/* The tokenizer set (NULL: none); its extra is the model's chat template, when one lies beside it. */
+const struct pdr_tokenizer *pdsim_tokenizer(void);
 /* Gives an empty prompt its one token. Returns 0 or PDR_ENOMEM. */
 int pdsim_toks_finish(pdsim_toks_t *t);
 void pdsim_toks_free(pdsim_toks_t *t);
@@ -202,6 +207,7 @@ void pdsim_kvev_flush(void);
 typedef struct pdsim_kvev_stats {
     int enabled;
     uint64_t messages, dropped, malformed, events, next_seq;
+    uint64_t replays, replayed; /* replay requests answered, batches sent in them */
 } pdsim_kvev_stats_t;
 void pdsim_kvev_stats(pdsim_kvev_stats_t *out);
 void pdsim_kvev_stop(void);

@@ -87,10 +87,11 @@ static void send_stats(h2o_req_t *req)
     pdsim_kvev_stats_t ks;
     pdsim_kvev_stats(&ks);
     json_object_set_new(o, "kv_events",
-                        json_pack("{s:b,s:I,s:I,s:I,s:I,s:I}", "enabled", ks.enabled, "messages",
+                        json_pack("{s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "enabled", ks.enabled, "messages",
                                   (json_int_t)ks.messages, "dropped", (json_int_t)ks.dropped, "malformed",
                                   (json_int_t)ks.malformed, "events", (json_int_t)ks.events, "next_seq",
-                                  (json_int_t)ks.next_seq));
+                                  (json_int_t)ks.next_seq, "replays", (json_int_t)ks.replays, "replayed",
+                                  (json_int_t)ks.replayed));
     sim__send_json(req, 200, o);
     json_decref(o);
 }

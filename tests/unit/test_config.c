@@ -342,7 +342,7 @@ static void test_errors(void)
         "rate_limit_rps, rate_limit_burst)");
     EXPECT_ERROR("workers:\n  prefill:\n    - { url: http://a:1, weight: 2 }\n",
                  "bad.yaml:3:26: unknown key 'weight' in 'workers.prefill[0]' (valid keys: url, "
-                 "bootstrap_port, dp_size, kv_events)");
+                 "bootstrap_port, dp_size, kv_events, kv_events_replay)");
 
     /* Duplicate keys (libyaml does not check them). */
     EXPECT_ERROR("listen:\n  port: 1\n  port: 2\n", "bad.yaml:3:3: duplicate key 'port' in 'listen'");
@@ -2444,13 +2444,16 @@ static void test_kv_events_keys(void)
     CHECK(c != NULL);
     if (c != NULL) {
         CHECK(c->kv_events.max_index_bytes == (int64_t)64 << 20 && c->kv_events.resync_messages == 32);
-        CHECK(c->prefill[0].kv_events == NULL);
+        CHECK(c->kv_events.replay_timeout_ms == 2000 && c->kv_events.replay_hold_messages == 1024);
+        CHECK(c->prefill[0].kv_events == NULL && c->prefill[0].kv_events_replay == NULL);
         pdr_config_unref(c);
     }
     const char *ok =
         "policy: { prefill: precise_prefix }\n"
-        "kv_events: { max_index_bytes: 1048576, resync_messages: 4 }\n"
-        "workers:\n  prefill:\n    - { url: http://127.0.0.1:30001, kv_events: tcp://127.0.0.1:5557 }\n"
+        "kv_events: { max_index_bytes: 1048576, resync_messages: 4, replay_timeout_ms: 300, "
+        "replay_hold_messages: 8 }\n"
+        "workers:\n  prefill:\n    - { url: http://127.0.0.1:30001, kv_events: tcp://127.0.0.1:5557, "
+        "kv_events_replay: tcp://127.0.0.1:5560 }\n"
         "  decode:\n    - { url: http://127.0.0.1:30002, kv_events: 'tcp://[::1]:5558' }\n";
     c = load(ok, err, sizeof(err));
     CHECK(c != NULL);
@@ -2460,10 +2463,17 @@ static void test_kv_events_keys(void)
         CHECK(c->kv_events.max_index_bytes == 1048576 && c->kv_events.resync_messages == 4);
         CHECK_STR(c->prefill[0].kv_events, "tcp://127.0.0.1:5557");
         CHECK_STR(c->decode[0].kv_events, "tcp://[::1]:5558");
+        CHECK_STR(c->prefill[0].kv_events_replay, "tcp://127.0.0.1:5560");
+        CHECK(c->decode[0].kv_events_replay == NULL);
+        CHECK(c->kv_events.replay_timeout_ms == 300 && c->kv_events.replay_hold_messages == 8);
         pdr_config_unref(c);
     } else {
         fprintf(stderr, "%s\n", err);
     }
+    EXPECT_ERROR(
+        "workers:\n  prefill:\n    - { url: http://a:1, kv_events_replay: 'http://a:5' }\n",
+        "bad.yaml:3:44: workers.prefill[0].kv_events_replay: expected a ZMQ endpoint tcp://HOST:PORT*");
+    EXPECT_ERROR(WORKERS "kv_events: { replay_timeout_ms: 5 }\n", "bad.yaml:*");
     EXPECT_ERROR("workers:\n  prefill:\n    - { url: http://a:1, kv_events: 'http://a:5' }\n",
                  "bad.yaml:3:37: workers.prefill[0].kv_events: expected a ZMQ endpoint tcp://HOST:PORT*");
     EXPECT_ERROR("workers:\n  prefill:\n    - { url: http://a:1, kv_events: 'tcp://a:0' }\n",

@@ -351,6 +351,22 @@ static void test_kv_events_annotation(void)
     pdr_discovered_t w;
     int bad = 0;
     CHECK(parse(&s, &decode, &w, &bad) == PDR_K8S_POD_READY && w.kv_events[0] == '\0' && bad == 0);
+    CHECK(w.kv_events_replay[0] == '\0');
+    /* Its replay socket: a good one beside the publisher, a bad one ignored (bit 4), the publisher kept. */
+    for (int i = 0; i < 2; i++) {
+        json_t *pod = pod_json(&s);
+        json_object_set_new(json_object_get(pod, "metadata"), "annotations",
+                            json_pack("{s:s,s:s}", PDR_K8S_ANN_KV_EVENTS, vals[0],
+                                      PDR_K8S_ANN_KV_EVENTS_REPLAY,
+                                      i == 0 ? "tcp://10.1.2.9:5558" : "tcp://10.1.2.9"));
+        CHECK(pdr__k8s_pod_parse(pod, &decode, &w, &bad) == PDR_K8S_POD_READY);
+        CHECK(strcmp(w.kv_events, "tcp://10.1.2.9:5557") == 0);
+        if (i == 0)
+            CHECK(strcmp(w.kv_events_replay, "tcp://10.1.2.9:5558") == 0 && bad == 0);
+        else
+            CHECK(w.kv_events_replay[0] == '\0' && bad == 4);
+        json_decref(pod);
+    }
 }
 
 static const pdr_test_case_t cases[] = {

@@ -623,6 +623,170 @@ static void test_index_unhashed(void)
     pdr_kvindex_free(ix);
 }
 
+/* vLLM's lora_name and hybrid-model fields, in the map shape: decoded, and a wrong type is an error. */
+static void test_decode_hybrid_fields(void)
+{
+    for (int bad = 0; bad < 2; bad++) {
+        pk_t k;
+        pk_init(&k);
+        pk_batch_head(&k, 2);
+        msgpack_pack_map(&k.p, 10);
+        pk_str(&k, "type");
+        pk_str(&k, "BlockStored");
+        pk_str(&k, "block_hashes");
+        msgpack_pack_array(&k.p, 1);
+        msgpack_pack_uint64(&k.p, 77);
+        pk_str(&k, "parent_block_hash");
+        msgpack_pack_nil(&k.p);
+        pk_str(&k, "token_ids");
+        msgpack_pack_array(&k.p, 2);
+        msgpack_pack_uint32(&k.p, 1);
+        msgpack_pack_uint32(&k.p, 2);
+        pk_str(&k, "block_size");
+        msgpack_pack_uint32(&k.p, 2);
+        pk_str(&k, "lora_id");
+        msgpack_pack_nil(&k.p);
+        pk_str(&k, "lora_name");
+        if (bad)
+            msgpack_pack_int(&k.p, 3);
+        else
+            pk_str(&k, "sql-adapter");
+        pk_str(&k, "group_idx");
+        msgpack_pack_int(&k.p, 1);
+        pk_str(&k, "kv_cache_spec_kind");
+        pk_str(&k, "sliding_window");
+        pk_str(&k, "kv_cache_spec_sliding_window");
+        msgpack_pack_int(&k.p, 128);
+        msgpack_pack_map(&k.p, 3);
+        pk_str(&k, "type");
+        pk_str(&k, "BlockRemoved");
+        pk_str(&k, "block_hashes");
+        msgpack_pack_array(&k.p, 1);
+        msgpack_pack_uint64(&k.p, 77);
+        pk_str(&k, "group_idx");
+        msgpack_pack_int(&k.p, 2);
+        msgpack_pack_nil(&k.p);
+        pdr_kv_batch_t b;
+        char err[200] = "";
+        int rc = decode(&k, &b, err, sizeof(err));
+        if (bad) {
+            CHECK(rc == PDR_EPROTO && strstr(err, "lora_name") != NULL);
+        } else {
+            CHECK(rc == 0 && b.n_events == 2);
+            if (rc == 0 && b.n_events == 2) {
+                const pdr_kv_event_t *e = &b.events[0];
+                CHECK(e->lora_name == pdr_kvindex_name_hash("sql-adapter", 11) && !e->has_lora);
+                CHECK(e->group == 1 && e->kind_hash != 0 && e->gpu);
+                CHECK(b.events[1].kind == PDR_KV_BLOCK_REMOVED && b.events[1].group == 2);
+            }
+        }
+        pdr_kv_batch_free(&b);
+        msgpack_sbuffer_destroy(&k.sb);
+    }
+}
+
+/* One BlockStored built in place: n blocks from engine hash h0, ids tok0.., under an adapter and a group. */
+typedef struct ns_ev {
+    const char *lora_name;
+    int has_lora_id;
+    int64_t lora_id;
+    int64_t group;
+    const char *kind;
+} ns_ev_t;
+
+static int store_ns(pdr_kvindex_t *ix, uint64_t w, uint64_t seq, size_t n, uint64_t h0, int parent,
+                    uint64_t ph, uint32_t bs, uint32_t tok0, const ns_ev_t *ns)
+{
+    uint64_t hs[16];
+    uint32_t toks[16 * 16];
+    CHECK(n <= 16 && n * bs <= 16 * 16);
+    for (size_t i = 0; i < n; i++)
+        hs[i] = h0 + i;
+    for (size_t i = 0; i < n * bs; i++)
+        toks[i] = tok0 + (uint32_t)i;
+    pdr_kv_event_t ev = {.kind = PDR_KV_BLOCK_STORED,
+                         .hashes = hs,
+                         .n_hashes = n,
+                         .has_parent = parent,
+                         .parent = ph,
+                         .tokens = toks,
+                         .n_tokens = n * bs,
+                         .block_size = bs,
+                         .has_lora = ns->has_lora_id,
+                         .lora_id = ns->lora_id,
+                         .lora_name =
+                             ns->lora_name ? pdr_kvindex_name_hash(ns->lora_name, strlen(ns->lora_name)) : 0,
+                         .group = ns->group,
+                         .kind_hash = ns->kind ? pdr_kvindex_name_hash(ns->kind, strlen(ns->kind)) : 0,
+                         .gpu = 1};
+    pdr_kv_batch_t b = {.events = &ev, .n_events = 1};
+    return pdr_kvindex_apply(ix, w, seq, &b, NULL);
+}
+
+static int remove_group(pdr_kvindex_t *ix, uint64_t w, uint64_t seq, uint64_t h, int64_t group)
+{
+    pdr_kv_event_t ev = {.kind = PDR_KV_BLOCK_REMOVED, .hashes = &h, .n_hashes = 1, .group = group, .gpu = 1};
+    pdr_kv_batch_t b = {.events = &ev, .n_events = 1};
+    return pdr_kvindex_apply(ix, w, seq, &b, NULL);
+}
+
+/* Blocks of another adapter (by name or by id) or another KV cache group never match each other; a request
+ * naming a known adapter walks that adapter's blocks, any other the base model's group 0. */
+static void test_index_lora_groups(void)
+{
+    pdr_kvindex_params_t p = {1 << 20, 4};
+    int err;
+    pdr_kvindex_t *ix = pdr_kvindex_new(&p, &err);
+    CHECK(ix != NULL);
+    const ns_ev_t base = {0}, sql = {.lora_name = "sql"}, lid = {.has_lora_id = 1, .lora_id = 5},
+                  g1 = {.group = 1, .kind = "sliding_window"}, g0full = {.kind = "full_attention"},
+                  sql_g1 = {.lora_name = "sql", .group = 1};
+    /* The same ids, three blocks of 4, on six workers, each under its own namespace. */
+    CHECK(store_ns(ix, 1, 0, 3, 100, 0, 0, 4, 0, &base) == 0);
+    CHECK(store_ns(ix, 2, 0, 3, 100, 0, 0, 4, 0, &sql) == 0);
+    CHECK(store_ns(ix, 3, 0, 3, 100, 0, 0, 4, 0, &lid) == 0);
+    CHECK(store_ns(ix, 4, 0, 3, 100, 0, 0, 4, 0, &g1) == 0);
+    CHECK(store_ns(ix, 5, 0, 3, 100, 0, 0, 4, 0, &g0full) == 0);
+    CHECK(store_ns(ix, 6, 0, 3, 100, 0, 0, 4, 0, &sql_g1) == 0);
+    uint32_t ids[12];
+    prompt(ids, 12, 0);
+    uint64_t ws[6] = {1, 2, 3, 4, 5, 6};
+    pdr_kvindex_match_t m[6];
+    /* No model, and a model that no event named (the base model's name): the base model's group 0. Worker 5's
+     * group 0 announced its kind: the lookup walks its chains with that kind. */
+    for (int k = 0; k < 2; k++) {
+        pdr_kvindex_match_model(ix, k ? "base-model" : NULL, k ? 10 : 0, ids, 12, ws, 6, m);
+        CHECK(m[0].blocks == 3 && m[1].blocks == 0 && m[2].blocks == 0 && m[3].blocks == 0);
+        CHECK(m[4].blocks == 3 && m[5].blocks == 0);
+    }
+    /* The adapter "sql": only its group 0 blocks. */
+    pdr_kvindex_match_model(ix, "sql", 3, ids, 12, ws, 6, m);
+    CHECK(m[0].blocks == 0 && m[1].blocks == 3 && m[2].blocks == 0 && m[3].blocks == 0 && m[4].blocks == 0);
+    CHECK(m[5].blocks == 0);
+    pdr_kvindex_worker_stats_t st = {0};
+    CHECK(pdr_kvindex_worker_stats(ix, 2, &st) == 0 && st.adapter_blocks == 3 && st.ignored == 0);
+    pdr_kvindex_stats_t is;
+    pdr_kvindex_stats(ix, &is);
+    CHECK(is.adapters == 1 && is.blocks == 3 * 6); /* six namespaces: no block shared */
+
+    /* One worker, the same engine hashes in groups 0 and 1 (vLLM hashes each group's blocks alike): removing
+     * group 1's middle block leaves group 0's chain whole, and a group 1 store chains onto group 1's parent.
+     */
+    CHECK(store_ns(ix, 7, 0, 3, 100, 0, 0, 4, 0, &base) == 0);
+    CHECK(store_ns(ix, 7, 1, 2, 100, 0, 0, 4, 0, &g1) == 0);
+    CHECK(remove_group(ix, 7, 2, 101, 1) == 0);
+    uint64_t w7 = 7;
+    pdr_kvindex_match(ix, ids, 12, &w7, 1, m);
+    CHECK(m[0].blocks == 3);
+    CHECK(store_ns(ix, 7, 3, 1, 200, 1, 100, 4, 4, &g1) == 0);
+    CHECK(pdr_kvindex_worker_stats(ix, 7, &st) == 0 && st.orphans == 0 && st.blocks == 3 + 2);
+    CHECK(remove_group(ix, 7, 4, 101, 0) == 0);
+    pdr_kvindex_match(ix, ids, 12, &w7, 1, m);
+    CHECK(m[0].blocks == 1);
+    CHECK(index_problems(ix) == 0);
+    pdr_kvindex_free(ix);
+}
+
 static const pdr_test_case_t cases[] = {
     {"decode_array_like", test_decode_array_like, 60},
     {"decode_maps", test_decode_maps, 60},
@@ -632,6 +796,8 @@ static const pdr_test_case_t cases[] = {
     {"index_alloc_failures", test_index_alloc_failures, 60},
     {"index_unhashed", test_index_unhashed, 60},
     {"precise_pick", test_precise_pick, 60},
+    {"decode_hybrid_fields", test_decode_hybrid_fields, 60},
+    {"index_lora_groups", test_index_lora_groups, 60},
 };
 
 int main(int argc, char **argv)

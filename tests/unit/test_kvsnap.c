@@ -15,8 +15,8 @@
 #include "kvsnap.h"
 
 /* Applies one message of worker w: a BlockStored of n blocks (engine hashes h0..) of bs tokens from tok0. */
-static int store(pdr_kvindex_t *ix, uint64_t w, uint64_t seq, size_t n, uint64_t h0, int has_parent,
-                 uint64_t parent, uint32_t bs, uint32_t tok0, pdr_kvindex_seq_t *what)
+static int store_lora(pdr_kvindex_t *ix, uint64_t w, uint64_t seq, size_t n, uint64_t h0, int has_parent,
+                      uint64_t parent, uint32_t bs, uint32_t tok0, uint64_t lora, pdr_kvindex_seq_t *what)
 {
     uint64_t hashes[64];
     uint32_t toks[64 * 16];
@@ -24,11 +24,26 @@ static int store(pdr_kvindex_t *ix, uint64_t w, uint64_t seq, size_t n, uint64_t
         hashes[i] = h0 + i;
     for (size_t i = 0; i < n * bs; i++)
         toks[i] = tok0 + (uint32_t)i;
-    pdr_kv_event_t ev = {PDR_KV_BLOCK_STORED, hashes, n, has_parent, parent, toks, n * bs, bs, 0, 0, 1};
+    pdr_kv_event_t ev = {.kind = PDR_KV_BLOCK_STORED,
+                         .hashes = hashes,
+                         .n_hashes = n,
+                         .has_parent = has_parent,
+                         .parent = parent,
+                         .tokens = toks,
+                         .n_tokens = n * bs,
+                         .block_size = bs,
+                         .lora_name = lora,
+                         .gpu = 1};
     pdr_kv_batch_t b = {0};
     b.events = &ev;
     b.n_events = n > 0 ? 1 : 0;
     return pdr_kvindex_apply(ix, w, seq, &b, what);
+}
+
+static int store(pdr_kvindex_t *ix, uint64_t w, uint64_t seq, size_t n, uint64_t h0, int has_parent,
+                 uint64_t parent, uint32_t bs, uint32_t tok0, pdr_kvindex_seq_t *what)
+{
+    return store_lora(ix, w, seq, n, h0, has_parent, parent, bs, tok0, 0, what);
 }
 
 static pdr_kvindex_t *index_new(uint64_t max_bytes)
@@ -51,6 +66,8 @@ static pdr_kvindex_t *sample(void)
     CHECK(store(ix, 22, 5, 2, 200, 0, 0, 4, 0, NULL) == 0);
     CHECK(store(ix, 11, 1, 2, 102, 1, 101, 4, 8, NULL) == 0);
     CHECK(store(ix, 33, 0, 1, 300, 0, 0, 8, 1000, NULL) == 0);
+    /* An adapter's block on worker 3: the same ids as worker 1's first block, in the adapter's namespace. */
+    CHECK(store_lora(ix, 33, 1, 1, 400, 0, 0, 8, 0, pdr_kvindex_name_hash("my-lora", 7), NULL) == 0);
     return ix;
 }
 
@@ -108,7 +125,7 @@ static void test_round_trip(void)
     int rc;
     uint64_t loaded = 0;
     pdr_kvindex_t *b = load(buf, len, NULL, &rc, &loaded);
-    CHECK(rc == 0 && b != NULL && loaded == 7);
+    CHECK(rc == 0 && b != NULL && loaded == 8);
     /* The same matches under the new ids; worker 1 and 3 warm (usable), worker 2 not (it was unsynced). */
     uint32_t ids[16];
     prompt(ids, 16, 0);
@@ -123,6 +140,11 @@ static void test_round_trip(void)
     uint64_t w3 = 102;
     pdr_kvindex_match(b, ids8, 8, &w3, 1, mb);
     CHECK(mb[0].blocks == 1 && mb[0].synced && mb[0].block_size == 8);
+    /* The adapter is known after the load: a request naming it matches the adapter's block. */
+    pdr_kvindex_match_model(b, "my-lora", 7, ids, 8, &w3, 1, mb);
+    CHECK(mb[0].blocks == 1 && mb[0].synced);
+    pdr_kvindex_match(b, ids, 8, &w3, 1, mb);
+    CHECK(mb[0].blocks == 0);
     pdr_kvindex_worker_stats_t st;
     CHECK(pdr_kvindex_worker_stats(b, 100, &st) == 0 && st.warm && !st.synced && st.last_seq == 1 &&
           st.blocks == 4);
@@ -151,7 +173,7 @@ static void test_round_trip(void)
     /* A worker of the snapshot not in the configuration is skipped; a worker already heard from keeps its
      * own state. */
     b = load(buf, len, names[1], &rc, &loaded);
-    CHECK(rc == 0 && loaded == 5);
+    CHECK(rc == 0 && loaded == 6);
     CHECK(pdr_kvindex_worker_stats(b, 101, &st) == PDR_EINVAL);
     pdr_kvindex_free(b);
     pdr_kvsnap_t s;
@@ -227,14 +249,16 @@ static void test_corruption(void)
         {24, 0x1234, 8, PDR_ECONFIG, "hashes blocks"},    /* another block hash */
         {40, (uint64_t)1 << 40, 8, PDR_ETOOBIG, "holds"}, /* entries past the cap */
         {32, 1u << 30, 4, PDR_ETOOBIG, "holds"},          /* workers past the cap */
-        {40, 8, 8, PDR_EPROTO, "entries"},                /* one entry too many */
-        {40, 6, 8, PDR_EPROTO, "entries"},                /* one too few */
+        {40, 9, 8, PDR_EPROTO, "entries"},                /* one entry too many */
+        {40, 7, 8, PDR_EPROTO, "entries"},                /* one too few */
         {36, 9, 4, PDR_EPROTO, "block sizes"},            /* too many sizes */
         {48, 0, 4, PDR_EPROTO, "block size"},             /* a listed size missing */
         {12, 64, 4, PDR_EPROTO, "header"},                /* another header length */
-        {32, 2, 4, PDR_EPROTO, "block sizes"},
-        {82, 1, 1, PDR_EPROTO, "printable"},
-        /* a control byte in the first worker's name */ /* one worker fewer */
+        {32, 2, 4, PDR_EPROTO, "block sizes"},            /* one worker fewer */
+        {98, 1, 1, PDR_EPROTO, "printable"},              /* a control byte in the first worker's name */
+        {80, 300, 4, PDR_EPROTO, "adapters"},             /* more adapters than an index keeps */
+        {84, 1, 4, PDR_EPROTO, "reserved"},               /* the reserved field */
+        {88, 0, 8, PDR_EPROTO, "no adapter"},             /* the first adapter's name zeroed */
     };
     for (size_t k = 0; k < sizeof(edits) / sizeof(edits[0]); k++) {
         memcpy(c, buf, len);
@@ -309,7 +333,7 @@ static void test_random_bytes(void)
         pdr_kvindex_match(b, ids, 16, ws, 3, m);
         pdr_kvindex_stats_t st;
         pdr_kvindex_stats(b, &st);
-        CHECK(st.bytes <= st.max_bytes && st.entries == loaded);
+        CHECK(st.bytes <= st.max_bytes && st.entries <= loaded); /* a repeated engine hash is one entry */
         pdr_kvindex_free(b);
         pdr_kvsnap_free(&s);
     }

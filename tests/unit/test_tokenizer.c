@@ -140,7 +140,17 @@ static void test_errors(void)
              "\"invert\": false}",
              "null", "[]", ""),
         "pre_tokenizer.pattern: the pattern does not compile");
-    expect_error_free(make("null", "null", "null", "[]", ""), "pre_tokenizer: null is not supported");
+    expect_error_free(make("null", "{\"type\": \"Whitespace\"}", "null", "[]", ""),
+                      "pre_tokenizer.type: \"Whitespace\" is not supported");
+    expect_error_free(make("{\"type\": \"Replace\", \"pattern\": {\"Regex\": \" \"}, \"content\": \"_\"}",
+                           "null", "null", "[]", ""),
+                      "normalizer.pattern: only {\"String\"");
+    expect_error_free(make("{\"type\": \"Prepend\", \"prepend\": \"_\"}", BL, "null", "[]", ""),
+                      "only null or NFC is supported with a ByteLevel pre-tokenizer");
+    expect_error_free(
+        make("null", "{\"type\": \"Metaspace\", \"replacement\": \"_\", \"prepend_scheme\": \"sometimes\"}",
+             "null", "[]", ""),
+        "pre_tokenizer.prepend_scheme");
     expect_error_free(make("null", BL, "{\"type\": \"BertProcessing\"}", "[]", ""),
                       "post_processor.type: \"BertProcessing\" is not supported");
     expect_error_free(make("null", BL, "null",
@@ -150,7 +160,8 @@ static void test_errors(void)
     expect_error_free(make("{\"type\": \"NFC\"}", BL, "null",
                            "[{\"id\": 258, \"content\": \"<s>\", \"normalized\": true}]", ""),
                       "added_tokens[0].normalized");
-    expect_error_free(make("null", BL, "null", "[]", ", \"byte_fallback\": true"), "model.byte_fallback");
+    expect_error_free(make("null", BL, "null", "[]", ", \"byte_fallback\": true"),
+                      "model.byte_fallback: true is not supported with a ByteLevel");
     expect_error_free(make("null", BL, "null", "[]", ", \"dropout\": 0.1"), "model.dropout");
     expect_error_free(make("null", BL, "null", "[]", ", \"continuing_subword_prefix\": \"##\""),
                       "model.continuing_subword_prefix");
@@ -216,6 +227,49 @@ static void test_encode(void)
 /* \s is Unicode White_Space (as in Oniguruma and Rust's regex), not PCRE2's: U+180E (E1 A0 8E) is not a
  * space, so GPT-2's pattern keeps "U+180E!" one piece (` ?[^\s\p{L}\p{N}]+`) and the merge of byte 8E
  * with '!' applies; with PCRE2's own \s the pieces would be "U+180E" and "!" and it could not. */
+/* A SentencePiece-style file: characters, "\u2581" for spaces, byte fallback, the unknown token. */
+static pdr_tokenizer_t *spm(const char *normalizer, const char *pre, const char *model_extra)
+{
+    char b[4096];
+    snprintf(
+        b, sizeof(b),
+        "{\"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", \"normalized\": false, \"special\": true}],"
+        "\"normalizer\": %s, \"pre_tokenizer\": %s, \"post_processor\": null, \"decoder\": null,"
+        "\"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\"%s, \"vocab\": {\"<unk>\": 0, \"<s>\": 1,"
+        "\"\u2581\": 2, \"a\": 3, \"b\": 4, \"\u2581a\": 5, \"\u2581ab\": 6, \"<0xC3>\": 7, \"<0xA9>\": 8},"
+        "\"merges\": [\"\u2581 a\", \"\u2581a b\"]}}",
+        normalizer, pre, model_extra);
+    char *s = strdup(b);
+    return load(s);
+}
+
+static void test_sentencepiece(void)
+{
+    static const char *meta_first = "{\"type\": \"Metaspace\", \"replacement\": \"\u2581\", "
+                                    "\"prepend_scheme\": \"first\", \"split\": false}";
+    pdr_tokenizer_t *t = spm("null", meta_first, ", \"byte_fallback\": true, \"fuse_unk\": true");
+    if (t == NULL)
+        return;
+    /* " ab a": spaces as U+2581, one in front (the text's first segment): "\u2581ab" "\u2581a". */
+    expect_ids(t, "ab a", (const uint32_t[]){6, 5, UINT32_MAX});
+    /* é is not in the vocabulary: its two bytes' tokens; z is not either, and has no byte tokens: unknown
+     * (two of them fused into one). */
+    expect_ids(t, "a\xc3\xa9zz", (const uint32_t[]){5, 7, 8, 0, UINT32_MAX});
+    /* After an added token the segment is not the text's first: nothing in front ("first"). */
+    expect_ids(t, "<s>ab", (const uint32_t[]){1, 3, 4, UINT32_MAX});
+    pdr_tokenizer_free(t);
+    /* The legacy form: the normalizer prepends and replaces, no pre-tokenizer: every segment gets the
+     * prefix, an added token's neighbour included. */
+    t = spm("{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\u2581\"},"
+            "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\u2581\"}]}",
+            "null", ", \"byte_fallback\": false");
+    if (t == NULL)
+        return;
+    expect_ids(t, "<s>ab a", (const uint32_t[]){1, 6, 5, UINT32_MAX});
+    expect_ids(t, "\xc3\xa9", (const uint32_t[]){2, 0, UINT32_MAX}); /* no byte fallback: unknown */
+    pdr_tokenizer_free(t);
+}
+
 static void test_white_space(void)
 {
     char c8e[2];
@@ -356,11 +410,13 @@ static void test_threads_json(void)
     test_threads(tokenizer_json);
 }
 
-static const pdr_test_case_t cases[] =
-    {
-        {"errors", test_errors, 60},        {"paths", test_paths, 60},
-        {"encode", test_encode, 60},        {"white_space", test_white_space, 60},
-        {"threads", test_threads_json, 60}, /* last: only with a tokenizer.json */
+static const pdr_test_case_t cases[] = {
+    {"errors", test_errors, 60},
+    {"paths", test_paths, 60},
+    {"encode", test_encode, 60},
+    {"white_space", test_white_space, 60},
+    {"sentencepiece", test_sentencepiece, 60},
+    {"threads", test_threads_json, 60}, /* last: only with a tokenizer.json */
 };
 
 /* test_tokenizer [TOKENIZER_JSON [CASE...]] */
