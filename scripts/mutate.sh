@@ -59,6 +59,7 @@ kv_snapshot_not_loaded @@ router/fleet/kv_snapshot.c @@ rc = pdr_kvindex_import(
 kv_snapshot_no_checksum @@ routing/kvindex_snapshot.c @@ if (want != got) { @@ if (0 && want != got) { @@ pdrouter test_kvsnap @@ ^(routing_unit_kvsnap|router_kv_snapshot_corrupt)$
 kv_snapshot_warm_unused @@ routing/kvindex.c @@ out[i].synced = ws[i] != NULL && (ws[i]->st.synced || ws[i]->st.warm); @@ out[i].synced = ws[i] != NULL && ws[i]->st.synced; @@ pdrouter test_kvsnap @@ ^(routing_unit_kvsnap|router_kv_snapshot_restart)$
 kv_snapshot_not_saved_at_stop @@ router/fleet/kv_events.c @@ pdr_kv_snapshot_stop(ke->snap); @@ (void)pdr_kv_snapshot_stop; @@ pdrouter @@ ^router_kv_snapshot_restart$
+kv_snapshot_warm_replayed_from_0 @@ router/fleet/kv_replay.c @@ (st.messages == 0 && !st.warm)) @@ st.messages == 0) @@ pdrouter @@ ^router_kv_snapshot_replay$
 breaker_never_opens @@ router/workers/breaker.c @@ if (b->state == PDR_BREAKER_CLOSED && consecutive >= c->consecutive_failures) { @@ if (0 && consecutive >= c->consecutive_failures) { @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
 breaker_open_admits @@ router/workers/breaker.c @@     if (b->state == PDR_BREAKER_OPEN)
         return 0; @@     if (b->state == PDR_BREAKER_OPEN)

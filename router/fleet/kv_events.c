@@ -589,13 +589,13 @@ void pdr_kv_events_metrics(pdr_router_t *r, pdr_kv_events_put_cb put, void *o)
     unsigned long long cold = 0;
     for (pdr_dlink_t *l = ke->subs; l != NULL; l = l->next) {
         pdr_kvindex_worker_stats_t ws = {0};
-        cold += pdr_kvindex_worker_stats(ke->ix, SUB_OF(l)->uid, &ws) != 0 || !ws.synced;
+        cold += pdr_kvindex_worker_stats(ke->ix, SUB_OF(l)->uid, &ws) != 0 || (!ws.synced && !ws.warm);
         put(o, "pdr_kv_events_replayed_total{worker=\"%s\"} %llu\n", SUB_OF(l)->url,
             (unsigned long long)__atomic_load_n(&SUB_OF(l)->replayed, __ATOMIC_RELAXED));
     }
     put(o,
         "# HELP pdr_kv_events_cold_workers Workers with a KV event publisher that the index is not in sync "
-        "with (cold: routed by the prefix tree).\n"
+        "with and that are not warm from a snapshot (cold: routed by the prefix tree).\n"
         "# TYPE pdr_kv_events_cold_workers gauge\npdr_kv_events_cold_workers %llu\n",
         cold);
     pthread_mutex_unlock(&ke->lock);
@@ -614,9 +614,11 @@ json_t *pdr_kv_events_worker_json(pdr_router_t *r, const pdr_worker_t *w)
             continue;
         pdr_kvindex_worker_stats_t ws = {0};
         int known = pdr_kvindex_worker_stats(ke->ix, s->uid, &ws) == 0;
-        o = json_pack("{s:b,s:b,s:I,s:o,s:b,s:b}", "synced", known && ws.synced, "cold", !known || !ws.synced,
-                      "blocks", (json_int_t)ws.blocks, "last_seq",
-                      known && ws.messages > 0 ? json_integer((json_int_t)ws.last_seq) : json_null(),
+        /* warm: loaded from a snapshot, its matches used until its next message confirms them. */
+        o = json_pack("{s:b,s:b,s:b,s:I,s:o,s:b,s:b}", "synced", known && ws.synced, "warm", known && ws.warm,
+                      "cold", !known || (!ws.synced && !ws.warm), "blocks", (json_int_t)ws.blocks, "last_seq",
+                      known && (ws.messages > 0 || ws.warm) ? json_integer((json_int_t)ws.last_seq)
+                                                            : json_null(),
                       "replay", s->replay_endpoint != NULL, "replaying",
                       __atomic_load_n(&s->replay, __ATOMIC_RELAXED) != NULL);
     }

@@ -12,6 +12,9 @@ Scenarios (argv[1]):
   corrupt   the timer writes the snapshot while the router runs; a snapshot with one byte changed: the
             router logs why it refused it, counts it, starts cold (its first pick is no index match) and
             keeps serving.
+  replay    with the workers' replay sockets: the restarted router's view of X is warm (not cold) with the
+            snapshot's number; X's first message after it is lost, so the next one shows a gap, which is
+            replayed from the snapshot's number: X ends synced with its loaded blocks, no gap counted.
   replica   a second router fetches the first one's index from its admin API (token required) at start
             and sends its first request to X; without the token the fetch fails, is counted and the
             replica starts cold; a sibling that never answers costs the start no more than
@@ -28,18 +31,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
 from pdtest import check, request  # noqa: E402
 from test_router import metric_value, metrics, sim, stats  # noqa: E402
-from test_kv_events import PREFIX, connect_all, prefill, send, url, wait_metric  # noqa: E402
+from test_kv_events import PREFIX, connect_all, prefill, send, url, wait_metric, worker_kv  # noqa: E402
 import test_router  # noqa: E402
 
 
-def router(ps, ds, kv="", admin=None):
+def router(ps, ds, kv="", admin=None, resync=1):
     """pdrouter with precise_prefix on the prefills; kv: more kv_events keys ("k: v, ...")."""
     lines = ([admin] if admin else []) + [
         "policy: { prefill: precise_prefix, decode: least_load }",
-        "kv_events: { resync_messages: 1%s }" % (", " + kv if kv else ""),
+        "kv_events: { resync_messages: %d%s }" % (resync, ", " + kv if kv else ""),
         "cache_aware: { seed: smallest_tree }", "workers:", "  prefill:"]
-    lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %d, kv_events: 'tcp://127.0.0.1:%d' }" %
-              (p.port, p.ports["bport"], p.ports["kv"]) for p in ps]
+    lines += ["    - { url: http://127.0.0.1:%d, bootstrap_port: %d, kv_events: 'tcp://127.0.0.1:%d'%s }" %
+              (p.port, p.ports["bport"], p.ports["kv"],
+               ", kv_events_replay: 'tcp://127.0.0.1:%d'" % p.ports["rp"] if "rp" in p.ports else "") for p in ps]
     lines += ["  decode:"] + ["    - { url: http://127.0.0.1:%d }" % d.port for d in ds]
     return test_router.router([], [], config="\n".join(lines))
 
@@ -56,9 +60,9 @@ def token_file(text):
     return path
 
 
-def build(ps, ds, kv="", admin=None):
+def build(ps, ds, kv="", admin=None, resync=1):
     """A router that learns the prefix from X: returns (router, x, y)."""
-    r = router(ps, ds, kv, admin)
+    r = router(ps, ds, kv, admin, resync)
     connect_all(r, ps)
     before = [stats(p)["requests"] for p in ps]
     send(r, PREFIX + list(range(5000, 5016)), False)
@@ -154,6 +158,44 @@ def scenario_corrupt():
         check((metric_value(metrics(b), "pdr_kv_index_snapshot_loaded_entries") or 0) == 0, "entries loaded", b)
         first_pick(b, x, y, 8000)
         check(index_matches(b) == 0, "a cold router's first pick was an index match", b)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_replay():
+    try:
+        ps, ds = [prefill(replay_buffer=1000), prefill(replay_buffer=1000)], [sim("decode")]
+        path = snapshot_path()
+        kv = "snapshot_path: %s, snapshot_interval_ms: 600000" % path
+        a, x, y = build(ps, ds, kv, resync=1000)
+        a.stop()
+        b = router(ps, ds, kv, resync=1000)
+        view = worker_kv(b, x)
+        last = stats(x)["kv_events"]["next_seq"] - 1
+        check(view is not None and view["warm"] and not view["cold"] and not view["synced"] and
+              view["last_seq"] == last and view["blocks"] >= len(PREFIX) // 16, "X's view %r" % view, b)
+        check(metric_value(metrics(b), "pdr_kv_events_cold_workers") == 0, "warm workers counted as cold", b)
+        # X loses the message of the first request: the next one is a gap from the snapshot's number on.
+        request(x.port, "POST", "/pdsim/fault", {"kv_events_drop_every": 1})
+        got, _ = first_pick(b, x, y, 8000)
+        check(got is x and index_matches(b) == 1, "the warm index did not pick X", b)
+        request(x.port, "POST", "/pdsim/fault", {"kv_events_drop_every": 0})
+        k = [0]
+
+        def repaired():
+            k[0] += 1
+            first_pick(b, x, y, 8100 + 100 * k[0])
+            return (metric_value(metrics(b), "pdr_kv_events_replays_total", worker=url(x), outcome="repaired")
+                    or 0) >= 1
+        pdtest.poll_until(repaired, 10, "the gap after the snapshot to be replayed")
+        m = metrics(b)
+        check((metric_value(m, "pdr_kv_events_gaps_total", worker=url(x)) or 0) == 0, "a gap reached the index", b)
+        # Replayed from the snapshot's number, not from 0 as a late join (which replays as a restart).
+        check((metric_value(m, "pdr_kv_events_restarts_total", worker=url(x)) or 0) == 0,
+              "the gap was replayed from 0, not from the snapshot's number", b)
+        view = worker_kv(b, x)
+        check(view["synced"] and not view["warm"] and view["blocks"] >= len(PREFIX) // 16 + 2,
+              "X after the replay %r" % view, b)
     finally:
         pdtest.stop_all()
 
