@@ -1,6 +1,6 @@
 /*
  * Snapshots of the precise prefix index (docs/internals/routing.md, "Snapshots of the index"): the index's
- * content as plain arrays (pdr_kvindex_export, pdr_kvindex_import in kvindex.c) and their versioned,
+ * content as plain arrays (pdr_kvindex_export, pdr_kvindex_import in kvindex_export.c) and their versioned,
  * checksummed binary encoding (kvindex_snapshot.c). No I/O: the router reads and writes the files and
  * serves the bytes on its admin port.
  */
