@@ -12,7 +12,10 @@
  * With --kv-blocks B, then the precise prefix index (routing/kvindex.c): B blocks of 16 tokens stored
  * through events, as chains of 256 blocks (4096-token prompts) spread over the workers, then the cost
  * of one lookup of a 4096-token prompt against every worker (a whole-prompt hit for one of them), and
- * the index's bytes when it is filled to twice what --kv-cap holds.
+ * the index's bytes when it is filled to twice what --kv-cap holds, and the cost of a snapshot of that full
+ * index (routing/kvindex_snapshot.c): its copy (and the longest another thread waited for the index's
+ * lock meanwhile, as a pick would), encoding, verified decoding and the import into an empty index of the
+ * same cap.
  *
  *   routing_bench [--entries N] [--workers W] [--cap BYTES] [--threads T]
  *                 [--seed smallest_tree|consistent_hash] [--kv-blocks B] [--kv-cap BYTES]
@@ -24,6 +27,7 @@
 
 #include "err.h"
 #include "kvevents.h"
+#include "kvsnap.h"
 #include "routing.h"
 #include "util.h"
 
@@ -140,6 +144,81 @@ static void kv_fill(pdr_kvindex_t *ix, uint64_t n, uint64_t *seq)
     }
 }
 
+/* While the export runs: the longest a reader of the index (a pick) waited for its lock. */
+typedef struct {
+    pdr_kvindex_t *ix;
+    int stop; /* atomic */
+    uint64_t max_wait_ns;
+} lock_probe_t;
+
+static void *probe_lock(void *arg)
+{
+    lock_probe_t *pr = arg;
+    while (!__atomic_load_n(&pr->stop, __ATOMIC_ACQUIRE)) {
+        pdr_kvindex_stats_t st;
+        uint64_t t = pdr_now_ns();
+        pdr_kvindex_stats(pr->ix, &st);
+        t = pdr_now_ns() - t;
+        if (t > pr->max_wait_ns)
+            pr->max_wait_ns = t;
+    }
+    return NULL;
+}
+
+/* A snapshot of ix round trip, timed: export (and the longest wait for the index's lock meanwhile),
+ * encode, decode, import. */
+static int kv_snapshot_bench(pdr_kvindex_t *ix, const pdr_kvindex_params_t *p)
+{
+    static char names[64][48];
+    char *buf = NULL, msg[256] = "";
+    size_t len = 0;
+    pdr_kvsnap_t s, d;
+    lock_probe_t pr = {ix, 0, 0};
+    pthread_t probe;
+    int probing = pthread_create(&probe, NULL, probe_lock, &pr) == 0;
+    uint64_t t0 = pdr_now_ns();
+    int rc = pdr_kvindex_export(ix, &s);
+    uint64_t t1 = pdr_now_ns();
+    __atomic_store_n(&pr.stop, 1, __ATOMIC_RELEASE);
+    if (probing)
+        pthread_join(probe, NULL);
+    for (size_t i = 0; rc == 0 && i < s.n_workers; i++) {
+        snprintf(names[i % 64], sizeof(names[0]), "http://10.0.0.%zu:8000", i);
+        s.workers[i].name = names[i % 64];
+        s.workers[i].name_len = strlen(names[i % 64]);
+    }
+    if (rc == 0)
+        rc = pdr_kvsnap_encode(&s, p->max_bytes, &buf, &len, msg, sizeof(msg));
+    uint64_t t2 = pdr_now_ns();
+    if (rc == 0)
+        rc = pdr_kvsnap_decode(buf, len, p->max_bytes, &d, msg, sizeof(msg));
+    uint64_t t3 = pdr_now_ns(), loaded = 0;
+    pdr_kvindex_t *ix2 = NULL;
+    int err = 0;
+    if (rc == 0 && (ix2 = pdr_kvindex_new(p, &err)) == NULL)
+        rc = err;
+    if (rc == 0) {
+        for (size_t i = 0; i < d.n_workers; i++)
+            d.workers[i].id = i + 1;
+        rc = pdr_kvindex_import(ix2, &d, &loaded);
+        pdr_kvsnap_free(&d);
+    }
+    uint64_t t4 = pdr_now_ns();
+    if (rc != 0) {
+        fprintf(stderr, "routing_bench: snapshot: %s %s\n", pdr_strerror(rc), msg);
+    } else {
+        printf("kv snap  %zu entries, %zu bytes: export %.1f ms (a lock reader waited %.1f ms at most), "
+               "encode %.1f ms, decode %.1f ms, import %.1f ms (%llu entries)\n",
+               s.n_entries, len, (double)(t1 - t0) / 1e6, (double)pr.max_wait_ns / 1e6,
+               (double)(t2 - t1) / 1e6, (double)(t3 - t2) / 1e6, (double)(t4 - t3) / 1e6,
+               (unsigned long long)loaded);
+    }
+    pdr_kvsnap_free(&s); /* zeroed by a failed export */
+    free(buf);
+    pdr_kvindex_free(ix2);
+    return rc != 0;
+}
+
 static int kv_bench(uint64_t blocks, uint64_t kv_cap)
 {
     uint64_t chains = (blocks + KV_CHAIN - 1) / KV_CHAIN, seq[64] = {0};
@@ -191,8 +270,9 @@ static int kv_bench(uint64_t blocks, uint64_t kv_cap)
            (unsigned long long)kv_cap, (unsigned long long)st.bytes,
            100.0 * (double)st.bytes / (double)kv_cap, (unsigned long long)st.entries,
            (unsigned long long)st.evicted, (double)st.bytes / (double)st.entries);
+    int rc = kv_snapshot_bench(ix, &p);
     pdr_kvindex_free(ix);
-    return 0;
+    return rc;
 }
 
 int main(int argc, char **argv)

@@ -393,6 +393,9 @@ static void config_free(pdr_config_t *c)
     free(c->admin_host);
     free(c->admin_token_file);
     free(c->shim_events.key_file);
+    free(c->kv_events.snapshot_path);
+    free(c->kv_events.snapshot_from);
+    free(c->kv_events.snapshot_from_token_file);
     free(c->admission.classes);
     free(c->admission.default_class);
     free(c->admission.class_header);

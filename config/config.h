@@ -310,6 +310,11 @@ typedef struct pdr_config {
         int queue_messages;        /* default 256: messages queued per publisher (ZMQ_RCVHWM) */
         int replay_timeout_ms;     /* default 2000: a replay that has not ended by then is given up */
         int replay_hold_messages;  /* default 1024: live messages held while a replay runs */
+        char *snapshot_path;       /* NULL: the index is neither saved nor loaded */
+        int snapshot_interval_ms;  /* default 30000; 0: saved only at shutdown */
+        char *snapshot_from;       /* NULL, or a sibling router's admin URL (the index fetched at start) */
+        char *snapshot_from_token_file; /* the sibling's admin bearer token; NULL: none sent */
+        int snapshot_fetch_timeout_ms;  /* default 5000 */
     } kv_events;
     struct {
         pdr_relay_t relay; /* default first_byte: from the decode's first body byte */

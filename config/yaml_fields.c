@@ -208,6 +208,11 @@ static const struct field kv_events_fields[] = {
     KEY(kv_events, queue_messages),
     KEY(kv_events, replay_timeout_ms),
     KEY(kv_events, replay_hold_messages),
+    KEY(kv_events, snapshot_path),
+    KEY(kv_events, snapshot_interval_ms),
+    KEY(kv_events, snapshot_from),
+    KEY(kv_events, snapshot_from_token_file),
+    KEY(kv_events, snapshot_fetch_timeout_ms),
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field cache_aware_fields[] = {

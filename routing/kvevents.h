@@ -102,6 +102,10 @@ typedef struct pdr_kvindex_worker_stats {
     uint64_t adapter_blocks; /* stored blocks of a LoRA adapter (indexed under the adapter's namespace) */
     uint64_t blocks;         /* blocks the index holds for the worker now */
     int synced;
+    /* Loaded from a snapshot (pdr_kvindex_import) and not yet confirmed by a message: its matches are used
+     * as if it were synced until its next message, whose number either follows the snapshot's (synced) or
+     * does not (the gap and restart rules drop the blocks). */
+    int warm;
     uint64_t last_seq;
 } pdr_kvindex_worker_stats_t;
 

@@ -27,55 +27,7 @@
 #include "kvevents.h"
 #include "routing.h"
 
-typedef struct res res_t;
-typedef struct worker worker_t;
-
-typedef struct block {
-    uint64_t h;
-    struct block *hnext;
-    res_t *res;
-} block_t;
-
-struct res {
-    uint64_t ehash;
-    block_t *blk;
-    worker_t *w;
-    res_t *enext;      /* engine table chain */
-    res_t *bnext;      /* the block's other residencies */
-    pdr_dlink_t llink; /* ix->lru: the oldest at its head, the newest at its tail */
-    pdr_dlink_t wlink; /* w->res */
-};
-
-struct worker {
-    uint64_t id;
-    int seen;
-    uint32_t run; /* consecutive numbers since the last gap, while unsynced */
-    uint32_t block_size;
-    uint64_t g0_kind; /* the kind its group 0 last announced (the lookups' namespace) */
-    pdr_dlink_t *res; /* its residencies: dropping them all costs their number, not the index's size */
-    pdr_kvindex_worker_stats_t st;
-};
-
-/* 2^24 buckets a table (256 MiB for both): past about 16 Mi entries the chains grow instead. */
-#define PDR__KVINDEX_MAX_BUCKETS ((size_t)1 << 24)
-
-struct pdr_kvindex {
-    pthread_mutex_t mu;
-    pdr_kvindex_params_t p;
-    uint64_t bytes, blocks, entries, evicted;
-    uint64_t unhashed; /* lookups that left a worker to the tree for want of its size's hashes */
-    uint64_t cold;     /* candidates known to the index but not in sync, left to the tree */
-    size_t nbuckets;
-    /* The tables' chains (hnext, enext) and a block's residencies (bnext) stay singly linked, as open
-     * hashing's chains are: a dlist would add a pointer to every entry for O(1) unlinks not needed. */
-    block_t **btab;
-    res_t **etab;
-    pdr_dqueue_t lru; /* every residency (res_t's llink), least recently stored or refreshed first */
-    worker_t **workers;
-    size_t nworkers, capworkers;
-    uint64_t adapters[PDR_KVINDEX_MAX_ADAPTERS]; /* lora_name hashes seen in the events */
-    size_t nadapters;
-};
+#include "kvindex_internal.h"
 
 uint64_t pdr_kvindex_block_hash(uint64_t prev, const uint32_t *ids, size_t n)
 {
@@ -150,9 +102,6 @@ static res_t *res_find(pdr_kvindex_t *ix, const worker_t *w, uint64_t ehash)
         r = r->enext;
     return r;
 }
-
-#define LRU_RES(l) PDR_DLINK_ENTRY((l), res_t, llink)
-#define WORKER_RES(l) PDR_DLINK_ENTRY((l), res_t, wlink)
 
 /* Unlinks and frees one residency (and its block when it was the last). */
 static void res_drop(pdr_kvindex_t *ix, res_t *r)
@@ -396,6 +345,7 @@ static void desync(pdr_kvindex_t *ix, worker_t *w)
 {
     worker_drop(ix, w);
     w->st.synced = 0;
+    w->st.warm = 0;
     w->run = 0;
 }
 
@@ -412,12 +362,16 @@ int pdr_kvindex_apply(pdr_kvindex_t *ix, uint64_t worker, uint64_t seq, const pd
         pthread_mutex_unlock(&ix->mu);
         return PDR_ENOMEM;
     }
+    int warm = w->st.warm; /* loaded from a snapshot: this message confirms the stream's continuity or not */
+    w->st.warm = 0;
     if (!w->seen) {
         /* A publisher numbers from 0 and starts with an empty cache: seeing 0 means seeing everything. */
         w->seen = 1;
         w->st.synced = seq == 0;
         w->run = 1;
     } else if (seq == w->st.last_seq + 1) {
+        if (warm)
+            w->st.synced = 1;
         if (!w->st.synced && ++w->run >= ix->p.resync_messages)
             mark_synced(w);
     } else if (seq > w->st.last_seq + 1) {
@@ -567,8 +521,8 @@ void pdr_kvindex_match_model(pdr_kvindex_t *ix, const char *model, size_t mlen, 
         ws[i] = worker_find(ix, workers[i]);
         out[i].blocks = 0;
         out[i].block_size = ws[i] != NULL ? ws[i]->block_size : 0;
-        out[i].synced = ws[i] != NULL && ws[i]->st.synced;
-        ix->cold += ws[i] != NULL && !ws[i]->st.synced;
+        out[i].synced = ws[i] != NULL && (ws[i]->st.synced || ws[i]->st.warm);
+        ix->cold += ws[i] != NULL && !out[i].synced;
         uint64_t seed = ws[i] != NULL ? pdr_kvindex_namespace(adapter, 0, ws[i]->g0_kind) : 0;
         which[i] = nsizes;
         for (size_t k = 0; k < nsizes && which[i] == nsizes; k++)
@@ -637,4 +591,26 @@ void pdr_kvindex_stats(pdr_kvindex_t *ix, pdr_kvindex_stats_t *out)
     out->workers = ix->nworkers;
     out->adapters = ix->nadapters;
     pthread_mutex_unlock(&ix->mu);
+}
+
+/* ---- for the other parts of the index (kvindex_internal.h) ---- */
+
+worker_t *pdr__kvindex_worker_find(pdr_kvindex_t *ix, uint64_t id)
+{
+    return worker_find(ix, id);
+}
+
+worker_t *pdr__kvindex_worker_get(pdr_kvindex_t *ix, uint64_t id)
+{
+    return worker_get(ix, id);
+}
+
+int pdr__kvindex_res_add(pdr_kvindex_t *ix, worker_t *w, uint64_t ehash, uint64_t h)
+{
+    return res_add(ix, w, ehash, h);
+}
+
+int pdr__kvindex_adapter_known(pdr_kvindex_t *ix, uint64_t name)
+{
+    return adapter_known(ix, name);
 }

@@ -55,6 +55,11 @@ kv_events_no_replay @@ router/fleet/kv_replay.c @@ if (replay_start(s, (uint64_t
 kv_events_replay_too_old_applied @@ router/fleet/kv_replay.c @@ if (seq > rp->next) { @@ if (0 && seq > rp->next) { @@ pdrouter @@ ^router_kv_events_replay_too_old$
 kv_events_incarnation_kept @@ router/fleet/kv_events.c @@ if (s != NULL && s->epoch != epoch) { @@ if (0 && s != NULL && s->epoch != epoch) { @@ pdrouter @@ ^router_kv_events_incarnation$
 kv_events_model_ignored @@ router/pd/attempt.c @@ tok.model = m->v.p + 1; @@ tok.model = NULL; @@ pdrouter @@ ^router_kv_events_lora$
+kv_snapshot_not_loaded @@ router/fleet/kv_snapshot.c @@ rc = pdr_kvindex_import(s->ix, &snap, &n); @@ rc = 0; @@ pdrouter @@ ^router_kv_snapshot_(restart|replica)$
+kv_snapshot_no_checksum @@ routing/kvindex_snapshot.c @@ if (want != got) { @@ if (0 && want != got) { @@ pdrouter test_kvsnap @@ ^(routing_unit_kvsnap|router_kv_snapshot_corrupt)$
+kv_snapshot_warm_unused @@ routing/kvindex.c @@ out[i].synced = ws[i] != NULL && (ws[i]->st.synced || ws[i]->st.warm); @@ out[i].synced = ws[i] != NULL && ws[i]->st.synced; @@ pdrouter test_kvsnap @@ ^(routing_unit_kvsnap|router_kv_snapshot_restart)$
+kv_snapshot_not_saved_at_stop @@ router/fleet/kv_events.c @@ pdr_kv_snapshot_stop(ke->snap); @@ (void)pdr_kv_snapshot_stop; @@ pdrouter @@ ^router_kv_snapshot_restart$
+kv_snapshot_warm_replayed_from_0 @@ router/fleet/kv_replay.c @@ (st.messages == 0 && !st.warm)) @@ st.messages == 0) @@ pdrouter @@ ^router_kv_snapshot_replay$
 breaker_never_opens @@ router/workers/breaker.c @@ if (b->state == PDR_BREAKER_CLOSED && consecutive >= c->consecutive_failures) { @@ if (0 && consecutive >= c->consecutive_failures) { @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
 breaker_open_admits @@ router/workers/breaker.c @@     if (b->state == PDR_BREAKER_OPEN)
         return 0; @@     if (b->state == PDR_BREAKER_OPEN)
@@ -161,7 +166,7 @@ jinja_loop_last_never @@ tokenizer/jinja_eval.c @@ loop->v[L_LAST] = pdr__jj_boo
 jinja_iteration_limit_ignored @@ tokenizer/jinja.c @@ if (r->iters > r->t->limits.max_loop_iterations) @@ if (0 && r->iters > r->t->limits.max_loop_iterations) @@ test_jinja @@ ^jinja_unit$
 decode_refused_waits_for_prefill @@ router/pd/advance.c @@ int d_refused = x->at.d_done && x->at.d_err == PDR_ECONNREFUSED; @@ int d_refused = 0; @@ pdrouter pdsim @@ ^router_retry_decode_refused$
 chat_template_unused @@ router/workers/token_ids.c @@ const pdr_chat_template_t *ct = pdr_tokenizer_extra(tk); @@ const pdr_chat_template_t *ct = NULL; @@ pdrouter pdsim pdtok @@ ^tokenizer_chat_template$
-kv_index_cold_uncounted @@ routing/kvindex.c @@ ix->cold += ws[i] != NULL && !ws[i]->st.synced; @@ (void)0; @@ pdrouter pdsim @@ ^router_kv_events_gap$
+kv_index_cold_uncounted @@ routing/kvindex.c @@ ix->cold += ws[i] != NULL && !out[i].synced; @@ (void)0; @@ pdrouter pdsim @@ ^router_kv_events_gap$
 health_generate_any_pair @@ router/control/compat.c @@ c->compat.enabled ? &cf : NULL) @@ NULL) @@ pdrouter pdsim @@ ^router_compat_pairs_no_pair$
 EOF
 )

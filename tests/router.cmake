@@ -128,6 +128,9 @@ pdr_scenario_tests(router_dp_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_dp.py
 add_executable(kvflood integration/kvflood.c)
 target_link_libraries(kvflood PRIVATE PkgConfig::ZMQ PkgConfig::MSGPACK)
 pdr_scenario_tests(router_kv_events_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_events.py LABEL integration TIMEOUT 120)
+# Snapshots of the precise prefix index (see test_kv_snapshot.py): a restarted router and a replica warmed
+# from a sibling's admin API route their first request by the index; a corrupt snapshot starts cold.
+pdr_scenario_tests(router_kv_snapshot_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_kv_snapshot.py LABEL integration TIMEOUT 120)
 # The HMAC-SHA256 key ring shared by the router, the shim and pdsim (common/keyring.c).
 add_executable(test_keyring unit/test_keyring.c)
 target_link_libraries(test_keyring PRIVATE pdr_keyring)

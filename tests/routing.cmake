@@ -25,7 +25,18 @@ target_link_libraries(test_kvindex PRIVATE pdr_common PkgConfig::MSGPACK Threads
 add_test(NAME routing_unit_kvindex COMMAND test_kvindex)
 set_tests_properties(routing_unit_kvindex PROPERTIES TIMEOUT 120 LABELS unit)
 
+# Snapshots of the precise prefix index: round trip, every corruption, seeded random bytes.
+add_executable(test_kvsnap unit/test_kvsnap.c)
+target_link_libraries(test_kvsnap PRIVATE pdr_routing)
+add_test(NAME routing_unit_kvsnap COMMAND test_kvsnap)
+set_tests_properties(routing_unit_kvsnap PROPERTIES TIMEOUT 180 LABELS unit)
+
 # Fuzz target of the KV event decoder and the index it feeds; see tests/fuzz/fuzz_kvevents.c.
 add_executable(fuzz_kvevents fuzz/fuzz_kvevents.c)
 target_link_libraries(fuzz_kvevents PRIVATE pdr_routing)
 pdr_fuzz_corpus_test(kvevents_fuzz_corpus fuzz_kvevents kvevents 60)
+
+# Fuzz target of the index's snapshot decoder and the import it feeds; see tests/fuzz/fuzz_kvsnap.c.
+add_executable(fuzz_kvsnap fuzz/fuzz_kvsnap.c)
+target_link_libraries(fuzz_kvsnap PRIVATE pdr_routing)
+pdr_fuzz_corpus_test(kvsnap_fuzz_corpus fuzz_kvsnap kvsnap 60)

@@ -506,6 +506,9 @@ static void admin_route(pdr_router_t *r, pdr_thread_t *t, h2o_req_t *req, const 
     case PDR_RK_ADMIN_SHIM:
         pdr_send_json(req, 200, pdr_shim_events_json(r));
         break;
+    case PDR_RK_ADMIN_KV_SNAPSHOT:
+        pdr__admin_kv_snapshot(r, t, req);
+        break;
     case PDR_RK_ADMIN_WORKERS:
         pdr_send_json(req, 200, workers_json(r));
         break;
@@ -587,7 +590,8 @@ static int on_admin_req(h2o_handler_t *self, h2o_req_t *req)
         admin_route(r, t, req, rt, &m, w);
     if (w != NULL)
         pdr_worker_unref(w);
-    if (kind != PDR_RK_ADMIN_METRICS)
+    /* Not the metrics (counted there), nor an answer still being made (counted when it is sent). */
+    if (kind != PDR_RK_ADMIN_METRICS && req->res.status != 0)
         pdr_metrics_count_request(&t->m, PDR_MR_OTHER, req->res.status, 0, -1);
     return 0;
 }

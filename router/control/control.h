@@ -35,6 +35,10 @@ void pdr__admin_token_drop(pdr_router_t *r);
  * old token stays. */
 int pdr_admin_reload_token(pdr_router_t *r, const pdr_config_t *c, char *msg, size_t cap);
 
+/* admin_kvsnap.c (loop 0) */
+/* Answers GET /admin/v1/kv-index/snapshot (the token checked), now or when the encoding is done. */
+void pdr__admin_kv_snapshot(pdr_router_t *r, pdr_thread_t *t, h2o_req_t *req);
+
 /* admin_parse.c (pure, any thread) */
 /* Parses the optional drain body {"timeout_ms": N} (pure; fuzzed by tests/fuzz/fuzz_admin.c): 0 with
  * *timeout_ms set (0 = none; an empty or all-whitespace body = none), or PDR_EINVAL with a message. */

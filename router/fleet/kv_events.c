@@ -37,6 +37,7 @@
 #include "kv_events.h"
 #include "kv_events_internal.h"
 #include "kv_replay.h"
+#include "kv_snapshot.h"
 #include "kvevents.h"
 #include "router.h"
 #include "util.h"
@@ -333,31 +334,38 @@ static kv_sub_t *sub_open(struct pdr_kv_events *ke, const pdr_worker_t *w)
     return s;
 }
 
+/* Loop 0 (or start): creates the index and the ZMQ context once a pool uses precise_prefix. 0: created. */
+static int index_create(struct pdr_kv_events *ke)
+{
+    pdr_router_t *r = ke->r;
+    if (!config_uses_precise(r->config))
+        return PDR_ENOTSUP;
+    pdr_kvindex_params_t p = {(uint64_t)r->config->kv_events.max_index_bytes,
+                              (uint32_t)r->config->kv_events.resync_messages};
+    int err;
+    ke->unhashed_seen = ke->cold_seen = 0;
+    if ((ke->ix = pdr_kvindex_new(&p, &err)) == NULL) {
+        pdr_warn("kv events: cannot create the index (%s); precise_prefix routes by the prefix tree",
+                 pdr_strerror(err));
+        return PDR_ENOMEM;
+    }
+    if ((ke->zctx = zmq_ctx_new()) == NULL) {
+        pdr_warn("kv events: cannot create a ZMQ context (%s); precise_prefix routes by the prefix tree",
+                 zmq_strerror(zmq_errno()));
+        pdr_kvindex_free(ke->ix);
+        ke->ix = NULL;
+        return PDR_ENOMEM;
+    }
+    __atomic_store_n(&r->pool.kvindex, ke->ix, __ATOMIC_RELEASE);
+    return 0;
+}
+
 /* Loop 0: creates the index once a pool uses precise_prefix, then matches subscribers to workers. */
 static void reconcile(struct pdr_kv_events *ke)
 {
     pdr_router_t *r = ke->r;
-    if (ke->ix == NULL) {
-        if (!config_uses_precise(r->config))
-            return;
-        pdr_kvindex_params_t p = {(uint64_t)r->config->kv_events.max_index_bytes,
-                                  (uint32_t)r->config->kv_events.resync_messages};
-        int err;
-        ke->unhashed_seen = ke->cold_seen = 0;
-        if ((ke->ix = pdr_kvindex_new(&p, &err)) == NULL) {
-            pdr_warn("kv events: cannot create the index (%s); precise_prefix routes by the prefix tree",
-                     pdr_strerror(err));
-            return;
-        }
-        if ((ke->zctx = zmq_ctx_new()) == NULL) {
-            pdr_warn("kv events: cannot create a ZMQ context (%s); precise_prefix routes by the prefix tree",
-                     zmq_strerror(zmq_errno()));
-            pdr_kvindex_free(ke->ix);
-            ke->ix = NULL;
-            return;
-        }
-        __atomic_store_n(&r->pool.kvindex, ke->ix, __ATOMIC_RELEASE);
-    }
+    if (ke->ix == NULL && index_create(ke) != 0)
+        return;
     pdr_worker_t **ws;
     size_t n = pdr_pool_snapshot(&r->pool, -1, &ws);
     pthread_mutex_lock(&ke->lock);
@@ -442,6 +450,16 @@ int pdr_kv_events_start(pdr_router_t *r)
     ke->timer_live = 1;
     uv_timer_start(&ke->timer, on_tick, 0, KV_TICK_MS);
     r->kv_events = ke;
+    /* A snapshot is loaded now, before any loop runs: before the first subscription (the tick's) and
+     * before the router takes traffic. */
+    if (pdr_kv_snapshot_wanted(r)) {
+        if (index_create(ke) == 0)
+            ke->snap = pdr_kv_snapshot_start(r, ke->ix);
+        else if (!config_uses_precise(r->config))
+            pdr_warn(
+                "kv_events.snapshot_path/snapshot_from are set but no pool uses precise_prefix at start: "
+                "the index is neither loaded nor saved");
+    }
     return 0;
 }
 
@@ -455,6 +473,7 @@ void pdr_kv_events_stop(pdr_router_t *r)
     uv_close((uv_handle_t *)&ke->timer, NULL);
     uv_idle_stop(&ke->idle);
     uv_close((uv_handle_t *)&ke->idle, NULL);
+    pdr_kv_snapshot_stop(ke->snap); /* while the index still holds every subscribed worker */
     pthread_mutex_lock(&ke->lock);
     while (ke->subs != NULL) {
         kv_sub_t *s = SUB_OF(ke->subs);
@@ -472,6 +491,7 @@ void pdr_kv_events_free(pdr_router_t *r)
     r->pool.kvindex = NULL;
     if (ke->zctx != NULL)
         zmq_ctx_term(ke->zctx); /* every socket was closed by its handle's close callback */
+    pdr_kv_snapshot_free(ke->snap);
     pdr_kvindex_free(ke->ix);
     pthread_mutex_destroy(&ke->lock);
     free(ke);
@@ -509,6 +529,7 @@ void pdr_kv_events_metrics(pdr_router_t *r, pdr_kv_events_put_cb put, void *o)
             put(o, "pdr_precise_prefix_decisions_total{source=\"%s\",decision=\"%s\"} %llu\n",
                 src ? "index" : "tree", dnames[d],
                 (unsigned long long)__atomic_load_n(&r->pool.pp_decisions[src][d], __ATOMIC_RELAXED));
+    pdr_kv_snapshot_metrics(r, put, o);
     if (ke == NULL)
         return;
     static const family_t fam[] = {
@@ -575,13 +596,13 @@ void pdr_kv_events_metrics(pdr_router_t *r, pdr_kv_events_put_cb put, void *o)
     unsigned long long cold = 0;
     for (pdr_dlink_t *l = ke->subs; l != NULL; l = l->next) {
         pdr_kvindex_worker_stats_t ws = {0};
-        cold += pdr_kvindex_worker_stats(ke->ix, SUB_OF(l)->uid, &ws) != 0 || !ws.synced;
+        cold += pdr_kvindex_worker_stats(ke->ix, SUB_OF(l)->uid, &ws) != 0 || (!ws.synced && !ws.warm);
         put(o, "pdr_kv_events_replayed_total{worker=\"%s\"} %llu\n", SUB_OF(l)->url,
             (unsigned long long)__atomic_load_n(&SUB_OF(l)->replayed, __ATOMIC_RELAXED));
     }
     put(o,
         "# HELP pdr_kv_events_cold_workers Workers with a KV event publisher that the index is not in sync "
-        "with (cold: routed by the prefix tree).\n"
+        "with and that are not warm from a snapshot (cold: routed by the prefix tree).\n"
         "# TYPE pdr_kv_events_cold_workers gauge\npdr_kv_events_cold_workers %llu\n",
         cold);
     pthread_mutex_unlock(&ke->lock);
@@ -600,9 +621,11 @@ json_t *pdr_kv_events_worker_json(pdr_router_t *r, const pdr_worker_t *w)
             continue;
         pdr_kvindex_worker_stats_t ws = {0};
         int known = pdr_kvindex_worker_stats(ke->ix, s->uid, &ws) == 0;
-        o = json_pack("{s:b,s:b,s:I,s:o,s:b,s:b}", "synced", known && ws.synced, "cold", !known || !ws.synced,
-                      "blocks", (json_int_t)ws.blocks, "last_seq",
-                      known && ws.messages > 0 ? json_integer((json_int_t)ws.last_seq) : json_null(),
+        /* warm: loaded from a snapshot, its matches used until its next message confirms them. */
+        o = json_pack("{s:b,s:b,s:b,s:I,s:o,s:b,s:b}", "synced", known && ws.synced, "warm", known && ws.warm,
+                      "cold", !known || (!ws.synced && !ws.warm), "blocks", (json_int_t)ws.blocks, "last_seq",
+                      known && (ws.messages > 0 || ws.warm) ? json_integer((json_int_t)ws.last_seq)
+                                                            : json_null(),
                       "replay", s->replay_endpoint != NULL, "replaying",
                       __atomic_load_n(&s->replay, __ATOMIC_RELAXED) != NULL);
     }

@@ -69,8 +69,9 @@ struct pdr_kv_events {
     uv_timer_t timer;
     uv_idle_t idle; /* runs while a publisher has messages left past its budget */
     int timer_live;
-    uint64_t unhashed_seen; /* the index's unhashed lookups already counted as fall-backs */
-    uint64_t cold_seen;     /* the same for its cold candidates */
+    uint64_t unhashed_seen;   /* the index's unhashed lookups already counted as fall-backs */
+    uint64_t cold_seen;       /* the same for its cold candidates */
+    struct pdr_kv_snap *snap; /* kv_events.snapshot_path / snapshot_from (kv_snapshot.c); NULL: none */
 };
 
 #endif

@@ -258,7 +258,8 @@ static int hold(kv_replay_t *rp, uint64_t seq, const void *payload, size_t len, 
 static int64_t first_missing(kv_sub_t *s, uint64_t seq)
 {
     pdr_kvindex_worker_stats_t st;
-    if (pdr_kvindex_worker_stats(s->ke->ix, s->uid, &st) != 0 || st.messages == 0)
+    /* A worker loaded warm from a snapshot has a number but no message yet: its gap starts there. */
+    if (pdr_kvindex_worker_stats(s->ke->ix, s->uid, &st) != 0 || (st.messages == 0 && !st.warm))
         return seq == 0 ? -1 : 0; /* a late join: the publisher numbers from 0 */
     if (seq == st.last_seq + 1)
         return -1;

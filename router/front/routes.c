@@ -35,6 +35,7 @@ const pdr_route_def_t pdr_routes[] = {
     {"/admin/v1/workers/{id}/activate", "POST", PDR_RK_ADMIN_WORKER_ACTIVATE, 0, PDR_MR_OTHER, NULL},
     {"/admin/v1/reload", "POST", PDR_RK_ADMIN_RELOAD, 0, PDR_MR_OTHER, NULL},
     {"/admin/v1/shim", "GET", PDR_RK_ADMIN_SHIM, 0, PDR_MR_OTHER, NULL},
+    {"/admin/v1/kv-index/snapshot", "GET", PDR_RK_ADMIN_KV_SNAPSHOT, 0, PDR_MR_OTHER, NULL},
     {"/shim/v1/events", "POST", PDR_RK_ADMIN_SHIM_EVENTS, 0, PDR_MR_OTHER, NULL},
 };
 const size_t pdr_n_routes = sizeof(pdr_routes) / sizeof(pdr_routes[0]);

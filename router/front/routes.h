@@ -38,6 +38,7 @@ typedef enum {
     PDR_RK_ADMIN_WORKER_ACTIVATE, /* POST /admin/v1/workers/{id}/activate */
     PDR_RK_ADMIN_RELOAD,          /* POST /admin/v1/reload */
     PDR_RK_ADMIN_SHIM,            /* GET /admin/v1/shim (shim_events.c) */
+    PDR_RK_ADMIN_KV_SNAPSHOT,     /* GET /admin/v1/kv-index/snapshot (fleet/kv_snapshot.c) */
     PDR_RK_ADMIN_SHIM_EVENTS,     /* POST /shim/v1/events: the shims' signed batches (no token) */
 } pdr_route_kind_t;
 

@@ -246,7 +246,7 @@ def scenario_replay_repaired():
         check(metric_value(m, "pdr_kv_events_blocks", worker=url(x)) == blocks0 + 2,
               "X's blocks %r, expected %d" % (metric_value(m, "pdr_kv_events_blocks", worker=url(x)), blocks0 + 2), r)
         check(stats(x)["kv_events"]["replayed"] >= 1, "pdsim answered no replay", x)
-        check(worker_kv(r, x) == {"synced": True, "cold": False, "blocks": blocks0 + 2,
+        check(worker_kv(r, x) == {"synced": True, "warm": False, "cold": False, "blocks": blocks0 + 2,
                                   "last_seq": stats(x)["kv_events"]["next_seq"] - 1, "replay": True,
                                   "replaying": False}, "admin view %r" % worker_kv(r, x), r)
         check(metric_value(m, "pdr_kv_events_cold_workers") == 0, "cold workers counted", r)
