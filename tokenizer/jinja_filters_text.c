@@ -41,36 +41,36 @@ jj_val_t pdr__jj_f_trim(jj_render_t *r, jj_val_t v, const jj_args_t *a)
     return out;
 }
 
+/* A case filter: the string in case mode (str_case's), keeping its safe mark. */
+static jj_val_t case_filter(jj_render_t *r, jj_val_t v, char mode)
+{
+    jj_val_t out = pdr__jj_str_case(r, pdr__jj_tostr(r, v).u.s, mode);
+    out.flags = v.type == JV_STR ? v.flags & JF_SAFE : 0;
+    return out;
+}
+
 jj_val_t pdr__jj_f_upper(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)a;
-    jj_val_t out = pdr__jj_str_case(r, pdr__jj_tostr(r, v).u.s, 'u');
-    out.flags = v.type == JV_STR ? v.flags & JF_SAFE : 0;
-    return out;
+    return case_filter(r, v, 'u');
 }
 
 jj_val_t pdr__jj_f_lower(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)a;
-    jj_val_t out = pdr__jj_str_case(r, pdr__jj_tostr(r, v).u.s, 'l');
-    out.flags = v.type == JV_STR ? v.flags & JF_SAFE : 0;
-    return out;
+    return case_filter(r, v, 'l');
 }
 
 jj_val_t pdr__jj_f_title(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)a;
-    jj_val_t out = pdr__jj_str_case(r, pdr__jj_tostr(r, v).u.s, 'T');
-    out.flags = v.type == JV_STR ? v.flags & JF_SAFE : 0;
-    return out;
+    return case_filter(r, v, 'T');
 }
 
 jj_val_t pdr__jj_f_capitalize(jj_render_t *r, jj_val_t v, const jj_args_t *a)
 {
     (void)a;
-    jj_val_t out = pdr__jj_str_case(r, pdr__jj_tostr(r, v).u.s, 'c');
-    out.flags = v.type == JV_STR ? v.flags & JF_SAFE : 0;
-    return out;
+    return case_filter(r, v, 'c');
 }
 
 jj_val_t pdr__jj_f_replace(jj_render_t *r, jj_val_t v, const jj_args_t *a)

@@ -14,6 +14,7 @@
 #include "jinja_internal.h"
 #include "jinja_parse.h"
 #include "jinja_str.h"
+#include "util.h"
 
 /* Python's \s (str.isspace): what whitespace control strips, with the Unicode spaces. */
 static size_t skip_space(const char *s, size_t n, size_t i)
@@ -95,17 +96,6 @@ static jj_tok_t *push(jj_parser_t *p, int type, uint32_t pos)
     return tk;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 size_t pdr__jj_put_utf8(char *o, uint32_t cp)
 {
     if (cp < 0x80) {
@@ -151,7 +141,7 @@ static size_t lex_string(jj_parser_t *p, const char *s, size_t n, size_t i, jj_t
         if (digits) {
             uint32_t cp = 0;
             for (int d = 0; d < digits; d++, i++) {
-                int h = i < n ? hexval(s[i]) : -1;
+                int h = i < n ? pdr_hex_digit(s[i]) : -1;
                 if (h < 0) {
                     free(o);
                     pdr__jj_perr(p, PDR_EINVAL, (uint32_t)start, "truncated \\%c escape in a string", c);
