@@ -7,6 +7,8 @@
 #include <string.h>
 #include <jansson.h>
 #include "err.h"
+#include "jsonscan.h"
+#include "util.h"
 
 /* The token limits an engine applies when the request names none: sglang's max_new_tokens (128) and the
  * OpenAI completions default (16), which sglang and vLLM follow. Chat completions have none. */
@@ -185,6 +187,160 @@ static int note_openai(pdr_resume_t *s, json_t *j)
     return 0;
 }
 
+/* Appends the JSON string value raw[0..len) (quotes included), its escapes decoded, to b (at most max). 0 or
+ * -1. */
+static int append_jstring(pdr_buf_t *b, const char *raw, size_t len, size_t max)
+{
+    if (len < 2)
+        return -1;
+    const char *p = raw + 1, *end = raw + len - 1;
+    while (p < end) {
+        const char *bs = memchr(p, '\\', (size_t)(end - p));
+        size_t run = bs ? (size_t)(bs - p) : (size_t)(end - p);
+        if (run > 0 && pdr_buf_append(b, p, run, max) != 0)
+            return -1;
+        if (bs == NULL)
+            break;
+        p = bs + 1;
+        if (p >= end)
+            return -1;
+        char c = *p++, one = 0;
+        switch (c) {
+        case '"':
+        case '\\':
+        case '/':
+            one = c;
+            break;
+        case 'b':
+            one = '\b';
+            break;
+        case 'f':
+            one = '\f';
+            break;
+        case 'n':
+            one = '\n';
+            break;
+        case 'r':
+            one = '\r';
+            break;
+        case 't':
+            one = '\t';
+            break;
+        case 'u': {
+            uint32_t cp = 0;
+            for (int k = 0; k < 4; k++) {
+                int h = p < end ? pdr_hex_digit(*p++) : -1;
+                if (h < 0)
+                    return -1;
+                cp = cp << 4 | (uint32_t)h;
+            }
+            if (cp >= 0xD800 && cp <= 0xDBFF) { /* a surrogate pair (the scan validated it) */
+                uint32_t lo = 0;
+                if (end - p < 6 || p[0] != '\\' || p[1] != 'u')
+                    return -1;
+                p += 2;
+                for (int k = 0; k < 4; k++) {
+                    int h = pdr_hex_digit(*p++);
+                    if (h < 0)
+                        return -1;
+                    lo = lo << 4 | (uint32_t)h;
+                }
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            char u[4];
+            size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+            if (n == 1) {
+                u[0] = (char)cp;
+            } else if (n == 2) {
+                u[0] = (char)(0xC0 | cp >> 6);
+                u[1] = (char)(0x80 | (cp & 0x3F));
+            } else if (n == 3) {
+                u[0] = (char)(0xE0 | cp >> 12);
+                u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                u[2] = (char)(0x80 | (cp & 0x3F));
+            } else {
+                u[0] = (char)(0xF0 | cp >> 18);
+                u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+                u[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                u[3] = (char)(0x80 | (cp & 0x3F));
+            }
+            if (pdr_buf_append(b, u, n, max) != 0)
+                return -1;
+            continue;
+        }
+        default:
+            return -1;
+        }
+        if (pdr_buf_append(b, &one, 1, max) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* An OpenAI event read without building a tree (no allocation: a long stream's events are read back in
+ * bulk): choice 0's text, its finish reason, usage.completion_tokens. 0, -1 (not readable), or 1: read it
+ * with jansson instead (the first event, whose id is kept; an error event). */
+static int note_openai_scan(pdr_resume_t *s, const char *d, size_t dl)
+{
+    if (s->id[0] == '\0')
+        return 1;
+    pdr_jmember_t m[16];
+    size_t n;
+    char err[8];
+    if (pdr_json_scan_object(d, dl, m, 16, &n, err, sizeof(err)) != 0)
+        return -1;
+    if (pdr_jfind(m, n, "error") != NULL)
+        return 1;
+    const pdr_jmember_t *ch = pdr_jfind(m, n, "choices"), *us = pdr_jfind(m, n, "usage");
+    if (ch != NULL && ch->v.type == PDR_JT_ARRAY) {
+        if (ch->v.count > 1)
+            return -1;
+        size_t pos = 0;
+        pdr_jval_t c0;
+        if (pdr_jarray_next(&ch->v, &pos, &c0) && c0.type == PDR_JT_OBJECT) {
+            pdr_jmember_t e;
+            const pdr_jval_t *text = NULL;
+            pdr_jmember_t de;
+            size_t p2 = 0;
+            while (pdr_jobject_next(&c0, &p2, &e)) {
+                if (pdr_jmember_key_is(&e, "index")) {
+                    int64_t idx;
+                    if (pdr_jval_int(&e.v, &idx) != 0 || idx != 0)
+                        return -1;
+                } else if (s->route == PDR_ROUTE_COMPLETIONS && pdr_jmember_key_is(&e, "text")) {
+                    de = e;
+                    text = &de.v;
+                } else if (s->route == PDR_ROUTE_CHAT && pdr_jmember_key_is(&e, "delta") &&
+                           e.v.type == PDR_JT_OBJECT) {
+                    pdr_jmember_t f;
+                    size_t p3 = 0;
+                    while (pdr_jobject_next(&e.v, &p3, &f))
+                        if (pdr_jmember_key_is(&f, "content")) {
+                            de = f;
+                            text = &de.v;
+                        }
+                } else if (pdr_jmember_key_is(&e, "finish_reason") && e.v.type != PDR_JT_NULL) {
+                    s->finished = 1;
+                }
+            }
+            if (text != NULL && text->type == PDR_JT_STRING && text->len > 2) {
+                if (append_jstring(&s->text, text->p, text->len, s->max_text) != 0)
+                    return -1;
+                s->tokens++;
+            }
+        }
+    }
+    if (us != NULL && us->v.type == PDR_JT_OBJECT) {
+        pdr_jmember_t e;
+        size_t pos = 0;
+        int64_t ct;
+        while (pdr_jobject_next(&us->v, &pos, &e))
+            if (pdr_jmember_key_is(&e, "completion_tokens") && pdr_jval_int(&e.v, &ct) == 0 && ct >= 0)
+                s->tokens = (uint64_t)ct; /* the engine's own count (so far) wins */
+    }
+    return 0;
+}
+
 static int note_event(pdr_resume_t *s, const char *ev, size_t len)
 {
     size_t dl;
@@ -194,6 +350,11 @@ static int note_event(pdr_resume_t *s, const char *ev, size_t len)
     if (is_done(d, dl)) {
         s->done = 1;
         return 0;
+    }
+    if (s->route != PDR_ROUTE_GENERATE) {
+        int fast = note_openai_scan(s, d, dl);
+        if (fast <= 0)
+            return fast;
     }
     json_t *j = json_loadb(d, dl, 0, NULL);
     if (!json_is_object(j)) {

@@ -85,6 +85,24 @@ static void test_completions(void)
     pdr_resume_free(&s);
 }
 
+static void test_escapes(void)
+{
+    /* Events after the first are read without a tree: their strings' escapes decoded as JSON says. */
+    pdr_resume_t s;
+    pdr_resume_init(&s, PDR_ROUTE_CHAT, 1 << 20);
+    note(&s, "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"A\"}}]}\n\n"
+             "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+             "\"\\\"q\\\" \\\\ \\/\\n\\t\\u00e9\\ud83d\\ude00\"},\"finish_reason\":null}]}\n\n");
+    CHECK(pdr_resume_fold(&s) == 0 && s.tokens == 2);
+    const char want[] = "A\"q\" \\ /\n\t\xc3\xa9\xf0\x9f\x98\x80";
+    CHECK(s.text.len == sizeof(want) - 1 && memcmp(s.text.p, want, s.text.len) == 0);
+    /* usage.completion_tokens (continuous usage) is the engine's count. */
+    note(&s,
+         "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":9}}\n\n");
+    CHECK(pdr_resume_fold(&s) == 0 && s.tokens == 9);
+    pdr_resume_free(&s);
+}
+
 static void test_no_limit_and_nothing_left(void)
 {
     pdr_resume_t s;
@@ -299,13 +317,10 @@ static void test_unreadable(void)
 }
 
 static const pdr_test_case_t cases[] = {
-    {"events_end", test_events_end, 60},
-    {"completions", test_completions, 60},
-    {"no_limit_and_nothing_left", test_no_limit_and_nothing_left, 60},
-    {"generate", test_generate, 60},
-    {"chat", test_chat, 60},
-    {"refusals", test_refusals, 60},
-    {"unreadable", test_unreadable, 60},
+    {"events_end", test_events_end, 60}, {"completions", test_completions, 60},
+    {"escapes", test_escapes, 60},       {"no_limit_and_nothing_left", test_no_limit_and_nothing_left, 60},
+    {"generate", test_generate, 60},     {"chat", test_chat, 60},
+    {"refusals", test_refusals, 60},     {"unreadable", test_unreadable, 60},
 };
 
 int main(int argc, char **argv)
