@@ -59,6 +59,9 @@ kv_snapshot_not_loaded @@ router/fleet/kv_snapshot.c @@ rc = pdr_kvindex_import(
 kv_snapshot_no_checksum @@ routing/kvindex_snapshot.c @@ if (want != got) { @@ if (0 && want != got) { @@ pdrouter test_kvsnap @@ ^(routing_unit_kvsnap|router_kv_snapshot_corrupt)$
 kv_snapshot_warm_unused @@ routing/kvindex.c @@ out[i].synced = ws[i] != NULL && (ws[i]->st.synced || ws[i]->st.warm); @@ out[i].synced = ws[i] != NULL && ws[i]->st.synced; @@ pdrouter test_kvsnap @@ ^(routing_unit_kvsnap|router_kv_snapshot_restart)$
 kv_snapshot_not_saved_at_stop @@ router/fleet/kv_events.c @@ pdr_kv_snapshot_stop(ke->snap); @@ (void)pdr_kv_snapshot_stop; @@ pdrouter @@ ^router_kv_snapshot_restart$
+kv_snapshot_parked_not_adopted @@ router/fleet/kv_events.c @@ pdr_kv_snapshot_adopt(ke->snap, ws[i]); @@ (void)ws; @@ pdrouter @@ ^router_kv_snapshot_discovered$
+kv_snapshot_parked_wrong_worker @@ routing/kvsnap_park.c @@ if (p->s.entries[i].worker != k) @@ if (p->s.entries[i].worker == k) @@ test_kvsnap @@ ^routing_unit_kvsnap$
+kv_snapshot_parked_dropped @@ routing/kvsnap_park.c @@ map[i] = snap->workers[i].id == 0 && snap->workers[i].seen ? (uint32_t)++nw : 0; @@ map[i] = 0; @@ pdrouter test_kvsnap @@ ^(routing_unit_kvsnap|router_kv_snapshot_discovered)$
 kv_snapshot_warm_replayed_from_0 @@ router/fleet/kv_replay.c @@ (st.messages == 0 && !st.warm)) @@ st.messages == 0) @@ pdrouter @@ ^router_kv_snapshot_replay$
 breaker_never_opens @@ router/workers/breaker.c @@ if (b->state == PDR_BREAKER_CLOSED && consecutive >= c->consecutive_failures) { @@ if (0 && consecutive >= c->consecutive_failures) { @@ pdrouter test_breaker @@ ^(router_unit_breaker|router_breaker_.*)$
 breaker_open_admits @@ router/workers/breaker.c @@     if (b->state == PDR_BREAKER_OPEN)

@@ -382,6 +382,7 @@ static void reconcile(struct pdr_kv_events *ke)
         if (s == NULL && (s = sub_open(ke, ws[i])) != NULL) {
             s->epoch = epoch;
             pdr_dlink_push(&ke->subs, &s->link);
+            pdr_kv_snapshot_adopt(ke->snap, ws[i]); /* before its first message: this loop reads it */
         }
         if (s != NULL && s->epoch != epoch) {
             /* A new incarnation of the worker (shim-events.md): the old process's blocks are gone with it.
@@ -432,6 +433,8 @@ static void count_unhashed(struct pdr_kv_events *ke)
 
 static void on_tick(uv_timer_t *t)
 {
+    struct pdr_kv_events *ke = t->data;
+    pdr_kv_snapshot_tick(ke->snap);
     reconcile(t->data);
     count_unhashed(t->data);
 }

@@ -7,7 +7,8 @@
  * Names: the index knows workers by their uid, which lives only as long as the process; a snapshot names
  * each by its target (the URL, with "@RANK" for a data-parallel rank), the name the subscriber uses too.
  * A worker of the index that is no longer in the pool is left out; a worker of the snapshot that is not
- * in the configuration (or has no kv_events endpoint) is skipped when loading.
+ * in the pool at the load (or has no kv_events endpoint) is parked (routing/kvsnap_park.h) for PARK_MS, and
+ * loaded when a worker of that name is subscribed (discovery lists its workers only after the start).
  *
  * Threads: start runs before any loop (it may block: a file read, a libcurl fetch bounded by its
  * timeout). The timer and the admin route run on loop 0: each copies the index (under the index's lock,
@@ -30,12 +31,16 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "kvsnap_park.h"
 #include "kvsnap.h"
 #include "router.h"
 #include "util.h"
 
 /* A bearer token file's ceiling (the admin token is one line). */
 #define TOKEN_MAX 4096
+/* How long a snapshot's workers that are not in the pool at the load wait for it (discovery's first
+ * lists come within seconds of the start); then their entries are dropped (logged). */
+#define PARK_MS 60000
 
 enum { OP_WRITE, OP_LOAD, OP_FETCH, OP_N };
 enum { OC_OK, OC_MISSING, OC_CORRUPT, OC_VERSION, OC_FOREIGN, OC_TOO_BIG, OC_FAILED, OC_N };
@@ -44,6 +49,7 @@ static const char *const oc_names[OC_N] = {"ok",      "missing", "corrupt", "ver
                                            "foreign", "too_big", "failed"};
 static uint64_t counts[OP_N][OC_N]; /* atomic */
 static uint64_t loaded_entries;     /* atomic */
+static uint64_t parked_entries;     /* atomic */
 
 struct pdr_kv_snap {
     pdr_router_t *r;
@@ -60,6 +66,8 @@ struct pdr_kv_snap {
     uint64_t gen_written; /* under wlock: the newest copy written (an older one never overwrites it) */
     char **names;         /* its workers' names (malloc'd each) */
     pthread_mutex_t wlock;
+    pdr_kv_park_t *park; /* loop 0: the snapshot's workers not in the pool at the load, until park_until */
+    uint64_t park_until;
 };
 
 static void count(int op, int oc)
@@ -336,14 +344,21 @@ static int load_bytes(pdr_kv_snap_t *s, int op, const char *buf, size_t len, con
         }
         if (sw->id == 0) {
             skipped++;
-            pdr_info("kv index snapshot from %s: worker %.*s is not in the configuration (or has no "
-                     "kv_events endpoint): skipped",
-                     from, (int)sw->name_len, sw->name);
+            pdr_info("kv index snapshot from %s: worker %.*s is not in the pool (or has no kv_events "
+                     "endpoint): its entries wait %d s for it to join (discovery)",
+                     from, (int)sw->name_len, sw->name, PARK_MS / 1000);
         }
     }
     pdr_pool_release(ws, nw);
     uint64_t n = 0;
     rc = pdr_kvindex_import(s->ix, &snap, &n);
+    int nomem = 0;
+    if (rc == 0 && skipped > 0 && (s->park = pdr_kv_park_new(&snap, &nomem)) != NULL) {
+        s->park_until = pdr_now_ms() + PARK_MS;
+        __atomic_store_n(&parked_entries, pdr_kv_park_entries(s->park), __ATOMIC_RELAXED);
+    } else if (nomem) {
+        pdr_warn("kv index snapshot: out of memory: the entries of workers not in the pool are dropped");
+    }
     count(op, outcome_of(rc));
     __atomic_store_n(&loaded_entries, n, __ATOMIC_RELAXED);
     uint64_t now = wall_ms();
@@ -588,10 +603,49 @@ void pdr_kv_snapshot_stop(pdr_kv_snap_t *s)
     pdr_kvsnap_free(&copy);
 }
 
+/* Loop 0: drops what is still parked (logged). */
+static void unpark(pdr_kv_snap_t *s, const char *why)
+{
+    size_t nw = pdr_kv_park_workers(s->park);
+    if (nw > 0)
+        pdr_warn("kv index snapshot: %zu entries of %zu workers dropped (%s%s, ...): %s",
+                 pdr_kv_park_entries(s->park), nw, pdr_kv_park_name(s->park, 0), nw > 1 ? ", " : "", why);
+    pdr_kv_park_free(s->park);
+    s->park = NULL;
+    __atomic_store_n(&parked_entries, 0, __ATOMIC_RELAXED);
+}
+
+void pdr_kv_snapshot_adopt(pdr_kv_snap_t *s, const pdr_worker_t *w)
+{
+    if (s == NULL || s->park == NULL)
+        return;
+    if (pdr_now_ms() > s->park_until) {
+        unpark(s, "they did not join the pool within the time they are kept");
+        return;
+    }
+    int rc;
+    uint64_t n = pdr_kv_park_adopt(s->park, s->ix, worker_name(w), w->uid, &rc);
+    if (n > 0 || rc != 0) {
+        __atomic_add_fetch(&loaded_entries, n, __ATOMIC_RELAXED);
+        __atomic_store_n(&parked_entries, pdr_kv_park_entries(s->park), __ATOMIC_RELAXED);
+        pdr_info("kv index snapshot: %" PRIu64 " entries of %s loaded as it joined the pool%s%s", n,
+                 worker_name(w), rc != 0 ? ", then stopped: " : "", rc != 0 ? pdr_strerror(rc) : "");
+    }
+    if (pdr_kv_park_workers(s->park) == 0)
+        unpark(s, "");
+}
+
+void pdr_kv_snapshot_tick(pdr_kv_snap_t *s)
+{
+    if (s != NULL && s->park != NULL && pdr_now_ms() > s->park_until)
+        unpark(s, "they did not join the pool within the time they are kept");
+}
+
 void pdr_kv_snapshot_free(pdr_kv_snap_t *s)
 {
     if (s == NULL)
         return;
+    pdr_kv_park_free(s->park);
     if (s->in_flight)
         return; /* loop 0 was stopped with a write still on the thread pool: it keeps its memory (exit) */
     pthread_mutex_destroy(&s->wlock);
@@ -630,6 +684,11 @@ void pdr_kv_snapshot_metrics(pdr_router_t *r, pdr_kv_snapshot_put_cb put, void *
         "# HELP pdr_kv_index_snapshot_loaded_entries Entries the index loaded from a snapshot at start.\n"
         "# TYPE pdr_kv_index_snapshot_loaded_entries gauge\npdr_kv_index_snapshot_loaded_entries %llu\n",
         (unsigned long long)__atomic_load_n(&loaded_entries, __ATOMIC_RELAXED));
+    put(o,
+        "# HELP pdr_kv_index_snapshot_parked_entries Entries of a loaded snapshot whose workers were not in "
+        "the pool at the load, kept until they join it (discovery) or for 60 s.\n"
+        "# TYPE pdr_kv_index_snapshot_parked_entries gauge\npdr_kv_index_snapshot_parked_entries %llu\n",
+        (unsigned long long)__atomic_load_n(&parked_entries, __ATOMIC_RELAXED));
     put(o,
         "# HELP pdr_kv_index_snapshot_warm_workers Workers whose index entries came from a snapshot and "
         "whose "

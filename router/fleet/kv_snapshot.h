@@ -23,6 +23,12 @@ pdr_kv_snap_t *pdr_kv_snapshot_start(struct pdr_router *r, struct pdr_kvindex *i
 void pdr_kv_snapshot_stop(pdr_kv_snap_t *s);
 /* After every loop has ended. */
 void pdr_kv_snapshot_free(pdr_kv_snap_t *s);
+/* Loop 0, when w is subscribed (it joined the pool after the load): the loaded snapshot's entries for a
+ * worker of its name, parked since, go into the index before its first message. */
+struct pdr_worker;
+void pdr_kv_snapshot_adopt(pdr_kv_snap_t *s, const struct pdr_worker *w);
+/* Loop 0, once a second: parked entries past their time are dropped (logged). */
+void pdr_kv_snapshot_tick(pdr_kv_snap_t *s);
 
 /* What an encoding ends with: rc 0 and buf[0..len) (malloc'd: the callee frees it, NULL otherwise), or a
  * PDR_E* code (PDR_ETOOBIG: past kv_events.max_index_bytes) and msg. */
@@ -36,8 +42,8 @@ int pdr_kv_snapshot_encode_async(struct pdr_router *r, pdr_kv_snapshot_done_cb c
                                  size_t cap);
 
 typedef void (*pdr_kv_snapshot_put_cb)(void *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Any loop: pdr_kv_index_snapshots_total, pdr_kv_index_snapshot_loaded_entries and
- * pdr_kv_index_snapshot_warm_workers. */
+/* Any loop: pdr_kv_index_snapshots_total, pdr_kv_index_snapshot_loaded_entries,
+ * pdr_kv_index_snapshot_parked_entries and pdr_kv_index_snapshot_warm_workers. */
 void pdr_kv_snapshot_metrics(struct pdr_router *r, pdr_kv_snapshot_put_cb put, void *out);
 
 #endif

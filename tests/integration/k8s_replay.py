@@ -30,7 +30,7 @@ given with --namespace (404 otherwise). The test drives the state through /contr
   GET  /control/wait_request?role=R&watch=1&rv=RV&timeout=S   waits until such a request was seen
 
 SPEC: {"name", "role", "ip", "ready": bool, "phase": "Running", "port": 30000 or null, "ann": "9001",
-"labels": {more pod labels, e.g. "model": "a"}}.
+"labels": {more pod labels, e.g. "model": "a"}, "annotations": {more pod annotations}}.
 A role R is the value of the pod label "role"; a selector belongs to R when a pod labelled
 {app: sglang, role: R} matches its terms on the keys app and role (terms on other keys, such as a
 pool's model label, pick pods within the role). It prints "PORT N" once listening and exits when stdin closes.
@@ -149,6 +149,8 @@ def make_pod(st, spec, rv, old=None):
     }
     if spec.get("ann") is not None:
         meta["annotations"] = {"sglang.ai/bootstrap-port": spec["ann"]}
+    if spec.get("annotations"):
+        meta["annotations"] = dict(meta.get("annotations", {}), **spec["annotations"])
     container = {"name": "sglang", "image": "lmsysorg/sglang:v0.4.6", "resources": {},
                  "terminationMessagePath": "/dev/termination-log", "imagePullPolicy": "IfNotPresent"}
     if port is not None:

@@ -15,6 +15,9 @@ Scenarios (argv[1]):
   replay    with the workers' replay sockets: the restarted router's view of X is warm (not cold) with the
             snapshot's number; X's first message after it is lost, so the next one shows a gap, which is
             replayed from the snapshot's number: X ends synced with its loaded blocks, no gap counted.
+  discovered  the workers come from Kubernetes discovery (pods with the KV events annotation), which
+            lists them only after the snapshot was loaded: their entries wait for them and are loaded when
+            each is subscribed; the restarted router's first request goes to X from the index.
   replica   a second router fetches the first one's index from its admin API (token required) at start
             and sends its first request to X; without the token the fetch fails, is counted and the
             replica starts cold; a sibling that never answers costs the start no more than
@@ -198,6 +201,53 @@ def scenario_replay():
               "X after the replay %r" % view, b)
     finally:
         pdtest.stop_all()
+
+
+def scenario_discovered():
+    from test_discovery import K8s, pod
+    ps, ds = [prefill(), prefill()], [sim("decode")]
+    fd, tok_path = tempfile.mkstemp(prefix="pdtest-k8s-token-")
+    with os.fdopen(fd, "w") as f:
+        f.write("k8s-token\n")
+    api = K8s("k8s-token", "sglang")
+    try:
+        api.put(*([dict(pod("prefill-%d" % i, "prefill", p),
+                        annotations={"pdrouter.io/kv-events-endpoint": "tcp://127.0.0.1:%d" % p.ports["kv"]})
+                   for i, p in enumerate(ps)] + [pod("decode-0", "decode", ds[0])]))
+        path = snapshot_path()
+        cfg = "\n".join([
+            "policy: { prefill: precise_prefix, decode: least_load }",
+            "kv_events: { resync_messages: 1, snapshot_path: %s, snapshot_interval_ms: 600000 }" % path,
+            "cache_aware: { seed: smallest_tree }",
+            "discovery:\n  kubernetes:\n    api_server: http://127.0.0.1:%d\n    namespace: sglang\n"
+            "    token_file: %s\n    prefill: { selector: \"app=sglang,role=prefill\" }\n"
+            "    decode: { selector: \"app=sglang,role=decode\" }" % (api.port, tok_path)])
+        a = test_router.router([], [], config=cfg)
+        connect_all(a, ps)
+        before = [stats(p)["requests"] for p in ps]
+        send(a, PREFIX + list(range(5000, 5016)), False)
+        x = [p for p, b0 in zip(ps, before) if stats(p)["requests"] > b0]
+        check(len(x) == 1, "the prefix went to %d prefills" % len(x), a)
+        x = x[0]
+        y = ps[1] if x is ps[0] else ps[0]
+        wait_metric(a, "the prefix's blocks indexed for X",
+                    lambda m: (metric_value(m, "pdr_kv_events_blocks", worker=url(x)) or 0) >= len(PREFIX) // 16)
+        a.stop()
+        b = test_router.router([], [], config=cfg)
+        check(re.search(r"snapshot loaded from .*: 0 entries of 0 workers \(2 skipped\)", b.log_tail(200)),
+              "the snapshot was loaded before discovery listed the workers?", b)
+        wait_metric(b, "the parked entries to be loaded as the discovered workers are subscribed",
+                    lambda m: metric_value(m, "pdr_kv_index_snapshot_parked_entries") == 0 and
+                    metric_value(m, "pdr_kv_index_snapshot_warm_workers") == 2)
+        check("loaded as it joined the pool" in b.log_tail(200), "no adoption logged", b)
+        check(metric_value(metrics(b), "pdr_kv_index_snapshot_loaded_entries") >= len(PREFIX) // 16,
+              "loaded entries gauge", b)
+        got, _ = first_pick(b, x, y, 8300)
+        check(got is x, "the restarted router's first pick went to the other prefill", b)
+        check(index_matches(b) == 1, "the first pick was not an index match", b)
+    finally:
+        pdtest.stop_all()
+        api.close()
 
 
 def scenario_replica():

@@ -13,6 +13,7 @@
 #include "runner.h"
 #include "err.h"
 #include "kvsnap.h"
+#include "kvsnap_park.h"
 
 /* Applies one message of worker w: a BlockStored of n blocks (engine hashes h0..) of bs tokens from tok0. */
 static int store_lora(pdr_kvindex_t *ix, uint64_t w, uint64_t seq, size_t n, uint64_t h0, int has_parent,
@@ -350,6 +351,44 @@ static void test_crc32c(void)
     CHECK(pdr_crc32c(0, "", 0) == 0);
 }
 
+/* Workers no one matched at the load are parked; each is loaded, alone, when a worker of its name joins. */
+static void test_park(void)
+{
+    pdr_kvindex_t *a = sample();
+    char *buf, msg[256];
+    size_t len;
+    CHECK(encode(a, 1 << 20, &buf, &len) == 0);
+    pdr_kvsnap_t s;
+    CHECK(pdr_kvsnap_decode(buf, len, 1 << 20, &s, msg, sizeof(msg)) == 0);
+    for (size_t i = 0; i < s.n_workers; i++)
+        if (s.workers[i].name_len == strlen(names[1]) &&
+            memcmp(s.workers[i].name, names[1], s.workers[i].name_len) == 0)
+            s.workers[i].id = 7; /* matched at the load: not parked */
+    int nomem, rc;
+    pdr_kv_park_t *p = pdr_kv_park_new(&s, &nomem);
+    pdr_kvsnap_free(&s);
+    free(buf); /* the parked names are copies */
+    CHECK(p != NULL && !nomem && pdr_kv_park_workers(p) == 2 && pdr_kv_park_entries(p) == 6);
+    pdr_kvindex_t *b = index_new(1 << 20);
+    CHECK(pdr_kv_park_adopt(p, b, "http://10.0.0.9:8000", 99, &rc) == 0 && rc == 0);
+    CHECK(pdr_kv_park_adopt(p, b, names[1], 99, &rc) == 0); /* not parked */
+    CHECK(pdr_kv_park_adopt(p, b, names[0], 100, &rc) == 4 && rc == 0);
+    CHECK(pdr_kv_park_workers(p) == 1 && pdr_kv_park_entries(p) == 2 &&
+          strcmp(pdr_kv_park_name(p, 0), names[2]) == 0);
+    CHECK(pdr_kv_park_adopt(p, b, names[0], 100, &rc) == 0); /* once */
+    uint32_t ids[16];
+    prompt(ids, 16, 0);
+    uint64_t w = 100;
+    pdr_kvindex_match_t m;
+    pdr_kvindex_match(b, ids, 16, &w, 1, &m);
+    CHECK(m.blocks == 4 && m.synced); /* warm: it was in sync when the snapshot was taken */
+    CHECK(pdr_kv_park_adopt(p, b, names[2], 102, &rc) == 2 && rc == 0);
+    CHECK(pdr_kv_park_workers(p) == 0 && pdr_kv_park_entries(p) == 0);
+    pdr_kv_park_free(p);
+    pdr_kvindex_free(a);
+    pdr_kvindex_free(b);
+}
+
 int main(int argc, char **argv)
 {
     static const pdr_test_case_t cases[] = {
@@ -357,6 +396,7 @@ int main(int argc, char **argv)
         {"round_trip", test_round_trip, 30},
         {"corruption", test_corruption, 60},
         {"random_bytes", test_random_bytes, 120},
+        {"park", test_park, 30},
     };
     return PDR_TEST_RUN(cases, argc, argv);
 }
