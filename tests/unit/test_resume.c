@@ -1,6 +1,6 @@
 /* Unit tests for stream migration's arithmetic (router/util/resume.c): what the client of a stream has, read
  * back from the events relayed to it; the body that goes on from there; the rewrite of the new stream's
- * events; the requests that cannot be moved; the end of the last whole event. */
+ * events; the requests that cannot be moved; the ends of the first and the last whole events. */
 #include <string.h>
 #include <jansson.h>
 #include "check.h"
@@ -47,6 +47,14 @@ static void test_events_end(void)
     CHECK(pdr_resume_events_end("data: {}\n\n", 10) == 10);
     CHECK(pdr_resume_events_end("data: {}\n\ndata: {\"a\"", 21) == 10);
     CHECK(pdr_resume_events_end("data: 1\r\n\r\ndata: 2", 18) == 11);
+    /* The first event's end: the first empty line, not the last; a lone newline at p[0] ends nothing. */
+    CHECK(pdr_resume_first_event_end("", 0) == 0);
+    CHECK(pdr_resume_first_event_end("data: {}\n", 9) == 0);
+    CHECK(pdr_resume_first_event_end("data: 1\n\ndata: 2\n\n", 18) == 9);
+    CHECK(pdr_resume_first_event_end("data: 1\r\n\r\ndata: 2\r\n\r\n", 22) == 11);
+    CHECK(pdr_resume_first_event_end("\ndata: 1\n\n", 10) == 10);
+    CHECK(pdr_resume_first_event_end("\n\n", 2) == 2);
+    CHECK(pdr_resume_first_event_end("\n", 1) == 0);
 }
 
 static void test_completions(void)
