@@ -17,7 +17,10 @@ static json_t *body_of(pdr_resume_t *s, const char *client, int *nothing_left)
 {
     char err[256];
     size_t len = 0;
-    char *b = pdr_resume_body(s, client, strlen(client), &len, nothing_left, err, sizeof(err));
+    const char *refusal;
+    json_t *o = pdr_resume_parse(s->route, client, strlen(client), &refusal);
+    char *b = pdr_resume_body(s, o, &len, nothing_left, err, sizeof(err));
+    json_decref(o);
     if (b == NULL)
         return NULL;
     json_t *j = json_loadb(b, len, 0, NULL);
