@@ -68,7 +68,8 @@ void pdr_jinja_limits_default(pdr_jinja_limits_t *l)
     l->max_depth = 64;
 }
 
-int pdr__jj_where(const char *src, size_t len, uint32_t pos, char *buf, size_t buflen)
+/* Writes "line:col: " for a byte offset of src. */
+static int where(const char *src, size_t len, uint32_t pos, char *buf, size_t buflen)
 {
     unsigned line = 1, col = 1;
     for (size_t i = 0; i < pos && i < len; i++) {
@@ -80,6 +81,17 @@ int pdr__jj_where(const char *src, size_t len, uint32_t pos, char *buf, size_t b
         }
     }
     return buflen ? snprintf(buf, buflen, "%u:%u: ", line, col) : 0;
+}
+
+void pdr__jj_verr(char *buf, size_t buflen, const char *src, size_t len, uint32_t pos, const char *fmt,
+                  va_list ap)
+{
+    if (buflen == 0)
+        return;
+    int n = where(src, len, pos, buf, buflen);
+    if (n < 0 || (size_t)n >= buflen)
+        n = 0; /* no room for the position: the message alone */
+    vsnprintf(buf + n, buflen - (size_t)n, fmt, ap);
 }
 
 /* The offset of the first byte that is not well-formed UTF-8 (RFC 3629), or len. */
@@ -151,7 +163,7 @@ int pdr_jinja_compile(const char *text, size_t len, const pdr_jinja_limits_t *li
     t->src_len = k;
     size_t bad = utf8_invalid_at((const unsigned char *)t->src, k);
     if (bad < k) {
-        int n = pdr__jj_where(t->src, k, (uint32_t)bad, err, errlen);
+        int n = where(t->src, k, (uint32_t)bad, err, errlen);
         if (n >= 0 && (size_t)n < errlen)
             snprintf(err + n, errlen - (size_t)n, "the template is not valid UTF-8");
         pdr_jinja_free(t);
@@ -177,15 +189,10 @@ void pdr_jinja_free(pdr_jinja_tmpl_t *t)
 
 _Noreturn void pdr__jj_fail(jj_render_t *r, int code, const char *fmt, ...)
 {
-    int n = pdr__jj_where(r->t->src, r->t->src_len, r->pos, r->err, r->errlen);
-    if (n < 0 || (size_t)n >= r->errlen)
-        n = 0;
-    if (r->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(r->err + n, r->errlen - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    pdr__jj_verr(r->err, r->errlen, r->t->src, r->t->src_len, r->pos, fmt, ap);
+    va_end(ap);
     r->code = code;
     longjmp(r->jmp, 1);
 }

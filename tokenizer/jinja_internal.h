@@ -11,6 +11,7 @@
 #define PDR_JINJA_INTERNAL_H
 
 #include <setjmp.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -164,8 +165,11 @@ struct pdr_jinja_tmpl {
 
 /* ---- compile ---- */
 int pdr__jj_parse(pdr_jinja_tmpl_t *t, char *err, size_t errlen);
-/* Writes "line:col: " for a byte offset of src. */
-int pdr__jj_where(const char *src, size_t len, uint32_t pos, char *buf, size_t buflen);
+/* An error's text, for the compile's and the render's error exits alike: "line:col: " for the byte offset pos
+ * of src (the position left out when buf has no room for it), then the message fmt makes, into buf (at most
+ * buflen bytes, NUL included; nothing when buflen is 0). */
+void pdr__jj_verr(char *buf, size_t buflen, const char *src, size_t len, uint32_t pos, const char *fmt,
+                  va_list ap) __attribute__((format(printf, 6, 0)));
 
 /* ---- render ---- */
 typedef struct jj_scope {

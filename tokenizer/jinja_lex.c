@@ -6,7 +6,6 @@
  */
 #include <errno.h>
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,12 +50,9 @@ static int is_name_start(char c)
 
 _Noreturn void pdr__jj_perr(jj_parser_t *p, int code, uint32_t pos, const char *fmt, ...)
 {
-    int n = pdr__jj_where(p->t->src, p->t->src_len, pos, p->err, p->errlen);
-    if (n < 0 || (size_t)n >= p->errlen)
-        n = 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
+    pdr__jj_verr(p->err, p->errlen, p->t->src, p->t->src_len, pos, fmt, ap);
     va_end(ap);
     p->code = code;
     longjmp(p->jmp, 1);

@@ -12,21 +12,10 @@
 #include "pd_internal.h"
 #include "reply.h"
 
-int pdr__pd_migrate(pd_req_t *x, const char *why, int blame)
+/* The migration of a request whose body (client, parsed) can be moved: 0, 1 or 2 as pdr__pd_migrate. */
+static int migrate_movable(pd_req_t *x, const char *why, int blame, json_t *client)
 {
-    if (!x->mig_possible || x->req == NULL || x->stopped || pd_final_sent(x) || x->state != PD_RESPONDING ||
-        pdr_router_shutting_down(x->r))
-        return 0;
     uint64_t *m = x->t->m.migrations;
-    const char *refusal = !x->mig_armed
-                              ? (x->at.merge ? "logprobs" : "not_event_stream")
-                              : pdr_resume_refusal(x->route, x->req->entity.base, x->req->entity.len);
-    if (refusal != NULL) {
-        m[PDR_MIG_REFUSED]++;
-        pdr_warn("request %s: the decode's stream broke (%s); no migration: the request cannot be moved (%s)",
-                 x->request_id, why, refusal);
-        return 0;
-    }
     if (x->migrations >= x->conf->migration.max_attempts) {
         m[PDR_MIG_BUDGET]++;
         pdr_warn(
@@ -47,8 +36,7 @@ int pdr__pd_migrate(pd_req_t *x, const char *why, int blame)
     char err[256];
     size_t len = 0;
     int nothing_left = 0;
-    char *body = pdr_resume_body(&x->mig, x->req->entity.base, x->req->entity.len, &len, &nothing_left, err,
-                                 sizeof(err));
+    char *body = pdr_resume_body(&x->mig, client, &len, &nothing_left, err, sizeof(err));
     if (body == NULL && nothing_left) {
         /* Every token went: the stream only lacked its end. */
         m[PDR_MIG_COMPLETED]++;
@@ -95,6 +83,30 @@ int pdr__pd_migrate(pd_req_t *x, const char *why, int blame)
     x->attempt++;
     x->sm->start_attempt(x);
     return 1;
+}
+
+int pdr__pd_migrate(pd_req_t *x, const char *why, int blame)
+{
+    if (!x->mig_possible || x->req == NULL || x->stopped || pd_final_sent(x) || x->state != PD_RESPONDING ||
+        pdr_router_shutting_down(x->r))
+        return 0;
+    /* The client's body is parsed once: for its refusal, then for the body that goes on. */
+    json_t *client = NULL;
+    const char *refusal = NULL;
+    if (!x->mig_armed)
+        refusal = x->at.merge ? "logprobs" : "not_event_stream";
+    else
+        client = pdr_resume_parse(x->route, x->req->entity.base, x->req->entity.len, &refusal);
+    int rc = 0;
+    if (refusal != NULL) {
+        x->t->m.migrations[PDR_MIG_REFUSED]++;
+        pdr_warn("request %s: the decode's stream broke (%s); no migration: the request cannot be moved (%s)",
+                 x->request_id, why, refusal);
+    } else {
+        rc = migrate_movable(x, why, blame, client);
+    }
+    json_decref(client);
+    return rc;
 }
 
 void pdr__pd_resume_response(pd_req_t *x)

@@ -47,13 +47,9 @@ int pdr__pd_migration_take(pd_req_t *x, int *final)
     } else {
         while (rc == 0 && used < end && out.len < HIGH_WATER) {
             /* the first whole event of what is left; at the stream's end, its unended tail as it is */
-            size_t k = end - used;
-            for (size_t i = used + 1; i < end; i++)
-                if (in->p[i] == '\n' && (in->p[i - 1] == '\n' ||
-                                         (i >= used + 2 && in->p[i - 1] == '\r' && in->p[i - 2] == '\n'))) {
-                    k = i + 1 - used;
-                    break;
-                }
+            size_t k = pdr_resume_first_event_end(in->p + used, end - used);
+            if (k == 0)
+                k = end - used;
             rc = pdr_resume_rewrite(&x->mig, in->p + used, k, &out, take_cap(x));
             used += k;
         }

@@ -76,11 +76,22 @@ static const char *refusal_of(pdr_route_t route, const json_t *o)
     return NULL;
 }
 
-const char *pdr_resume_refusal(pdr_route_t route, const char *body, size_t len)
+json_t *pdr_resume_parse(pdr_route_t route, const char *body, size_t len, const char **refusal)
 {
     json_t *o = json_loadb(body, len, 0, NULL);
-    const char *why = json_is_object(o) ? refusal_of(route, o) : "not_json";
-    json_decref(o);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        *refusal = "not_json";
+        return NULL;
+    }
+    *refusal = refusal_of(route, o);
+    return o;
+}
+
+const char *pdr_resume_refusal(pdr_route_t route, const char *body, size_t len)
+{
+    const char *why;
+    json_decref(pdr_resume_parse(route, body, len, &why));
     return why;
 }
 
@@ -182,8 +193,8 @@ static int go_on(pdr_resume_t *s, json_t *o, char *err, size_t errlen)
     return left == 0 ? 1 : 0;
 }
 
-char *pdr_resume_body(pdr_resume_t *s, const char *body, size_t len, size_t *out_len, int *nothing_left,
-                      char *err, size_t errlen)
+char *pdr_resume_body(pdr_resume_t *s, json_t *o, size_t *out_len, int *nothing_left, char *err,
+                      size_t errlen)
 {
     *nothing_left = 0;
     if (pdr_resume_fold(s) != 0) {
@@ -196,11 +207,10 @@ char *pdr_resume_body(pdr_resume_t *s, const char *body, size_t len, size_t *out
         *nothing_left = 1;
         return NULL;
     }
-    json_t *o = json_loadb(body, len, 0, NULL);
+    /* Checked again here (a few lookups, no parse): go_on relies on what it checks. */
     const char *why = json_is_object(o) ? refusal_of(s->route, o) : "not_json";
     if (why != NULL) {
         snprintf(err, errlen, "the request cannot be moved (%s)", why);
-        json_decref(o);
         return NULL;
     }
     int rc = go_on(s, o, err, errlen);
@@ -214,7 +224,6 @@ char *pdr_resume_body(pdr_resume_t *s, const char *body, size_t len, size_t *out
     } else if (rc == 1) {
         *nothing_left = 1;
     }
-    json_decref(o);
     if (out != NULL) {
         s->base_text = s->text.len;
         s->base_ids = s->n_ids;

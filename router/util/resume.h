@@ -27,6 +27,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <jansson.h>
 #include "buf.h"
 #include "resume_read.h"
 #include "rewrite.h"
@@ -34,13 +35,17 @@
 /* Why the request (its body as the client sent it) cannot be moved: a short name ("n", "best_of", "echo",
  * "logprobs", "token_prompt", "input_embeds", "batch", "not_json"), or NULL when it can. */
 const char *pdr_resume_refusal(pdr_route_t route, const char *body, size_t len);
+/* The client's body parsed once for a migration: the JSON object (its reference is the caller's), or NULL
+ * when the body is not one; *refusal as pdr_resume_refusal says it ("not_json" with NULL). */
+json_t *pdr_resume_parse(pdr_route_t route, const char *body, size_t len, const char **refusal);
 
 /* The body that asks a new pair to go on from what the client has (after pdr_resume_fold), and the base its
- * events are put behind. Returns a malloc'd NUL-terminated body (*out_len), or NULL: with *nothing_left set
- * when the client has every token the request allows (the stream only needs its end), else with the reason
- * in err. */
-char *pdr_resume_body(pdr_resume_t *s, const char *body, size_t len, size_t *out_len, int *nothing_left,
-                      char *err, size_t errlen);
+ * events are put behind, from the client's body as pdr_resume_parse gave it (NULL: not JSON), which it
+ * extends in place (its reference stays the caller's). Returns a malloc'd NUL-terminated body (*out_len), or
+ * NULL: with *nothing_left set when the client has every token the request allows (the stream only needs
+ * its end), else with the reason in err. */
+char *pdr_resume_body(pdr_resume_t *s, json_t *client, size_t *out_len, int *nothing_left, char *err,
+                      size_t errlen);
 
 /* One whole event of a migration's stream (ev, len: up to and including its empty line), as the client is to
  * see it, appended to out (at most cap): 0, PDR_ETOOBIG or PDR_ENOMEM. An event that is not JSON goes as it

@@ -39,8 +39,7 @@ size_t pdr_resume_events_end(const char *p, size_t n)
     return 0;
 }
 
-/* The end of the first whole event in p[0..n), 0 when none ends. */
-static size_t first_event_end(const char *p, size_t n)
+size_t pdr_resume_first_event_end(const char *p, size_t n)
 {
     size_t i = 1;
     while (i < n) {
@@ -369,7 +368,7 @@ int pdr_resume_fold(pdr_resume_t *s)
 {
     size_t off = 0;
     while (!s->bad && off < s->log.len) {
-        size_t e = first_event_end(s->log.p + off, s->log.len - off);
+        size_t e = pdr_resume_first_event_end(s->log.p + off, s->log.len - off);
         if (e == 0)
             break; /* only whole events are noted: not reached */
         if (note_event(s, s->log.p + off, e) != 0)
@@ -387,7 +386,7 @@ static void note_last(pdr_resume_t *s, const char *p, size_t n)
     const char *last = NULL;
     size_t last_len = 0, off = 0;
     while (off < n) {
-        size_t e = first_event_end(p + off, n - off), dl;
+        size_t e = pdr_resume_first_event_end(p + off, n - off), dl;
         if (e == 0)
             e = n - off;
         const char *d = pdr__resume_event_data(p + off, e, &dl);
@@ -419,7 +418,7 @@ void pdr_resume_note(pdr_resume_t *s, const char *p, size_t n)
          * as the stream goes. */
         size_t off = 0;
         while (!s->decided && !s->bad && off < n) {
-            size_t e = first_event_end(p + off, n - off);
+            size_t e = pdr_resume_first_event_end(p + off, n - off);
             if (e == 0)
                 e = n - off;
             if (note_event(s, p + off, e) != 0)

@@ -49,5 +49,8 @@ int pdr_resume_fold(pdr_resume_t *s);
 
 /* The end of the last whole event in p[0..n) (the offset just past its empty line), 0 when none ends. */
 size_t pdr_resume_events_end(const char *p, size_t n);
+/* The end of the first whole event in p[0..n) (the offset just past its empty line: the first "\n" at p[1] or
+ * later that follows "\n" or "\n\r"), 0 when none ends. */
+size_t pdr_resume_first_event_end(const char *p, size_t n);
 
 #endif

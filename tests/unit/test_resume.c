@@ -1,6 +1,6 @@
 /* Unit tests for stream migration's arithmetic (router/util/resume.c): what the client of a stream has, read
  * back from the events relayed to it; the body that goes on from there; the rewrite of the new stream's
- * events; the requests that cannot be moved; the end of the last whole event. */
+ * events; the requests that cannot be moved; the ends of the first and the last whole events. */
 #include <string.h>
 #include <jansson.h>
 #include "check.h"
@@ -17,7 +17,10 @@ static json_t *body_of(pdr_resume_t *s, const char *client, int *nothing_left)
 {
     char err[256];
     size_t len = 0;
-    char *b = pdr_resume_body(s, client, strlen(client), &len, nothing_left, err, sizeof(err));
+    const char *refusal;
+    json_t *o = pdr_resume_parse(s->route, client, strlen(client), &refusal);
+    char *b = pdr_resume_body(s, o, &len, nothing_left, err, sizeof(err));
+    json_decref(o);
     if (b == NULL)
         return NULL;
     json_t *j = json_loadb(b, len, 0, NULL);
@@ -47,6 +50,14 @@ static void test_events_end(void)
     CHECK(pdr_resume_events_end("data: {}\n\n", 10) == 10);
     CHECK(pdr_resume_events_end("data: {}\n\ndata: {\"a\"", 21) == 10);
     CHECK(pdr_resume_events_end("data: 1\r\n\r\ndata: 2", 18) == 11);
+    /* The first event's end: the first empty line, not the last; a lone newline at p[0] ends nothing. */
+    CHECK(pdr_resume_first_event_end("", 0) == 0);
+    CHECK(pdr_resume_first_event_end("data: {}\n", 9) == 0);
+    CHECK(pdr_resume_first_event_end("data: 1\n\ndata: 2\n\n", 18) == 9);
+    CHECK(pdr_resume_first_event_end("data: 1\r\n\r\ndata: 2\r\n\r\n", 22) == 11);
+    CHECK(pdr_resume_first_event_end("\ndata: 1\n\n", 10) == 10);
+    CHECK(pdr_resume_first_event_end("\n\n", 2) == 2);
+    CHECK(pdr_resume_first_event_end("\n", 1) == 0);
 }
 
 static void test_completions(void)
