@@ -54,6 +54,8 @@ def main():
         if not os.path.isfile(path):
             bad.append("scripts/mutate.sh:%d: %s: no file %s" % (line, name, rel))
             continue
+        # As scripts/mutate.sh's apply() reads it: "\\n" is a newline there, "\\\\" a backslash.
+        old = old.replace("\\n", "\n").replace("\\\\", "\\")
         with open(path, encoding="utf-8", errors="replace") as src:
             count = src.read().count(old)
         if count != 1:
