@@ -164,7 +164,7 @@ static int wants_tokenizer(const pdr_pdreq_t *pr)
     for (size_t i = 0; i < pr->n; i++) {
         const pdr_jmember_t *m = &pr->m[i];
         if (pdr_jmember_key_is(m, "input_ids") && m->v.type == PDR_JT_ARRAY && m->v.elem == PDR_JT_INT)
-            return 0;
+            return 0; /* ids in the body: no tokenizer needed */
         if ((pdr_jmember_key_is(m, "text") || pdr_jmember_key_is(m, "prompt")) && m->v.type == PDR_JT_STRING)
             text = 1;
         if (pdr_jmember_key_is(m, "messages") && m->v.type == PDR_JT_ARRAY)
