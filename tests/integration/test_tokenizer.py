@@ -9,8 +9,11 @@ whitespace words stay; a broken file exits 2 with the loader's message.
 router: --tokenizer-path / config key `tokenizer` load at start (a broken file fails the start and
 --check-config with the loader's message), again on reload when the file changed (a failed reload keeps
 the running one), and not when it did not; the model directory's chat template gives chat requests the
-engine's ids (kv_tokens in the access log), a template that fails is a counted fall-back. Standard
-library only; nothing sleeps to synchronize."""
+engine's ids (kv_tokens in the access log), a template that fails is a counted fall-back.
+pools: each pool's own tokenizer (pools[].tokenizer) gives its requests their ids; a pool with none and no
+top-level one is the unknown_model fall-back where ids were wanted, and nothing where they were not; a
+pool's tokenizer is checked, swapped and refused on reload with its key's file:line:col. Standard library
+only; nothing sleeps to synchronize."""
 
 import gzip
 import json
@@ -418,6 +421,9 @@ def scenario_pools():
         check(unknown(m()) == 2, "chat: unknown_model %r, want 2" % unknown(m()), r)
         line = post("model-c", {"input_ids": list(range(100, 140)), "sampling_params": {"max_new_tokens": 1}},
                     "/generate")
+        check(line["kv_tokens_from"] == "ids" and "fallback" not in (line["prefix"] or {}), repr(line), r)
+        # The router reads a body's input_ids on any route, before its text: no tokenizer is needed then.
+        line = post("model-c", {"prompt": "hello there", "input_ids": list(range(100, 140))})
         check(line["kv_tokens_from"] == "ids" and "fallback" not in (line["prefix"] or {}), repr(line), r)
         check(unknown(m()) == 2, "input_ids counted unknown_model: %r" % unknown(m()), r)
         check(r.stop() == 0, "exit status", r)
