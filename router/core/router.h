@@ -182,11 +182,11 @@ typedef struct pdr_pool_tokenizer {
     struct pdr_tokenizer *tok;
     char *path; /* the tokenizer.json loaded (a directory's), and its identity then */
     struct stat st;
-    uint64_t load_ms; /* in a pdr_tokenizer_next_t: 0 and reused 1 for a file loaded already */
-    int reused;
+    uint64_t load_ms; /* in a pdr_tokenizer_next_t: how long the load took, */
+    int reused;       /* or 1 for a file loaded already (not parsed again) */
 } pdr_pool_tokenizer_t;
 typedef struct pdr_tokenizer_next {
-    int change; /* whether _commit changes anything (a new tokenizer, or none any more) */
+    int change; /* whether _commit changes the top-level one (a new tokenizer, or none any more) */
     struct pdr_tokenizer *tok;
     char *path;
     struct stat st;
