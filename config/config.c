@@ -262,6 +262,7 @@ static void pool_conf_free(pdr_pool_conf_t *pl)
 {
     discovery_conf_free(&pl->discovery);
     free(pl->name);
+    free(pl->tokenizer);
     for (size_t i = 0; i < pl->n_models; i++)
         free(pl->models[i]);
     free(pl->models);

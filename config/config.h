@@ -133,6 +133,10 @@ typedef struct pdr_pool_conf {
     pdr_discovery_conf_t discovery;     /* the pool's discovery: (the shorthand's view: the top-level one) */
     pdr_cache_aware_conf_t cache_aware; /* the pool's own (negative: not set) */
     pdr_cache_aware_conf_t cache_aware_role[2]; /* [PDR_ROLE_PREFILL], [PDR_ROLE_DECODE]: the roles' own */
+    /* The pool's tokenizer: a tokenizer.json or a model directory (NULL: the top-level tokenizer), and
+     * where the key stands in the file (1-based; 0 when not read from YAML), for the loader's errors. */
+    char *tokenizer;
+    size_t tokenizer_line, tokenizer_col;
 } pdr_pool_conf_t;
 
 /* The deadlines a request of pool pc runs with: the pool's own where it sets them, else c's. */

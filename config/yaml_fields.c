@@ -360,6 +360,7 @@ static const struct field pool_fields[] = {
     {"timeouts", F_SECTION, 0, 0, 0, pool_timeouts_fields, NULL},
     {"discovery", F_DISCOVERY, POOLF(discovery), 0, 0, discovery_fields, NULL},
     {"cache_aware", F_SECTION, 0, 0, 0, pool_ca_fields, NULL},
+    KEY0_AT(tokenizer, POOLF(tokenizer)),
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 const struct field pdr__yaml_top_fields[] = {

@@ -545,6 +545,11 @@ int pdr__yaml_load_pools(struct ctx *cx, const yaml_node_t *seq, const char *pat
         if (pl->n_models == 0)
             return FAIL(cx, item, "%s: missing required key 'models' (the model names the pool serves)",
                         ipath);
+        const yaml_node_t *tk = pdr__yaml_map_get(cx->doc, item, "tokenizer");
+        if (tk != NULL) { /* the loader's errors (start, reload, --check-config) name this place */
+            pl->tokenizer_line = tk->start_mark.line + 1;
+            pl->tokenizer_col = tk->start_mark.column + 1;
+        }
         const yaml_node_t *workers = pdr__yaml_map_get(cx->doc, item, "workers");
         static const char *const roles[] = {"prefill", "decode"};
         size_t counts[] = {pl->n_prefill, pl->n_decode};

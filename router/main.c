@@ -20,7 +20,6 @@
 #include "router.h"
 #include "server.h"
 #include "shim_events.h"
-#include "tokenizer.h"
 #include "util.h"
 
 static pdr_router_t router;
@@ -110,14 +109,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s\n", err);
             return 2;
         }
-        if (c->tokenizer != NULL) { /* loaded as the router would, so that a broken file fails here too */
-            pdr_tokenizer_t *tok = pdr_tokenizer_load(c->tokenizer, err, sizeof(err));
-            if (tok == NULL) {
-                fprintf(stderr, "%s\n", err);
-                pdr_config_unref(c);
-                return 2;
-            }
-            pdr_tokenizer_free(tok);
+        /* The tokenizers (top-level and the pools') loaded as the router would: a broken file fails here too.
+         */
+        if (pdr_router_tokenizer_check(c, err, sizeof(err)) != 0) {
+            fprintf(stderr, "%s\n", err);
+            pdr_config_unref(c);
+            return 2;
         }
         printf("%s: ok (%zu prefill, %zu decode workers)\n", cli.check_config, c->n_prefill, c->n_decode);
         pdr_config_unref(c);

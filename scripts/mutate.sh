@@ -169,6 +169,15 @@ jinja_loop_last_never @@ tokenizer/jinja_eval.c @@ loop->v[L_LAST] = pdr__jj_boo
 jinja_iteration_limit_ignored @@ tokenizer/jinja.c @@ if (r->iters > r->t->limits.max_loop_iterations) @@ if (0 && r->iters > r->t->limits.max_loop_iterations) @@ test_jinja @@ ^jinja_unit$
 decode_refused_waits_for_prefill @@ router/pd/advance.c @@ int d_refused = x->at.d_done && x->at.d_err == PDR_ECONNREFUSED; @@ int d_refused = 0; @@ pdrouter pdsim @@ ^router_retry_decode_refused$
 chat_template_unused @@ router/workers/token_ids.c @@ const pdr_chat_template_t *ct = pdr_tokenizer_extra(tk); @@ const pdr_chat_template_t *ct = NULL; @@ pdrouter pdsim pdtok @@ ^tokenizer_chat_template$
+pool_tokenizer_ignored @@ router/core/tokenizer_ref.c @@ for (size_t i = 0; pool != NULL && i < r->n_pool_tokenizers; i++) @@ for (size_t i = 0; pool != NULL && i < 0 * r->n_pool_tokenizers; i++) @@ pdrouter pdsim pdtok @@ ^tokenizer_(pools|pool_reload)$
+pool_tokenizer_not_loaded @@ router/core/tokenizer_ref.c @@ if (pl->tokenizer == NULL) @@ if (1 || pl->tokenizer == NULL) @@ pdrouter pdsim pdtok @@ ^tokenizer_(pools|pool_reload)$
+pool_tokenizer_parsed_again @@ router/core/tokenizer_ref.c @@ *tok = have ? loaded(r, next, file, st) : NULL; @@ *tok = have && 0 ? loaded(r, next, file, st) : NULL; @@ pdrouter pdsim pdtok @@ ^tokenizer_pool_reload$
+pool_tokenizer_error_unplaced @@ router/core/tokenizer_ref.c @@ pool_err(c, i, err, errlen); @@ (void)pool_err; @@ pdrouter pdsim pdtok @@ ^tokenizer_pool_reload$
+unknown_model_uncounted @@ router/workers/token_ids.c @@ unknown_model(pr, reason, unknown_counted); @@ (void)unknown_model; @@ pdrouter pdsim pdtok @@ ^tokenizer_pools$
+unknown_model_counted_per_need @@ router/workers/token_ids.c @@ if (counted != NULL && *counted) @@ if (0 && counted != NULL && *counted) @@ pdrouter pdsim pdtok @@ ^tokenizer_pools$
+unknown_model_for_input_ids @@ router/workers/token_ids.c @@ return 0; /* ids in the body: no tokenizer needed */ @@ (void)0; @@ pdrouter pdsim pdtok @@ ^tokenizer_pools$
+unknown_model_any_pool @@ router/pd/attempt.c @@ if (text != NULL && r->pool.kvindex != NULL && x->precise) { @@ if (text != NULL && r->pool.kvindex != NULL) { @@ pdrouter pdsim pdtok @@ ^tokenizer_pools$
+ids_fallback_not_logged @@ router/pd/attempt.c @@ x->at.ids_fallback = fb >= 0 ? pdr_fallback_names[fb] : NULL; @@ x->at.ids_fallback = fb >= 0 ? NULL : NULL; @@ pdrouter pdsim pdtok @@ ^tokenizer_pools$
 kv_index_cold_uncounted @@ routing/kvindex.c @@ ix->cold += ws[i] != NULL && !out[i].synced; @@ (void)0; @@ pdrouter pdsim @@ ^router_kv_events_gap$
 health_generate_any_pair @@ router/control/compat.c @@ c->compat.enabled ? &cf : NULL) @@ NULL) @@ pdrouter pdsim @@ ^router_compat_pairs_no_pair$
 EOF

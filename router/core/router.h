@@ -97,6 +97,10 @@ typedef struct pdr_router {
     struct pdr_tokenizer *tokenizer;
     char *tokenizer_path;
     struct stat tokenizer_stat; /* of the file as loaded: an unchanged file is not parsed again */
+    /* The pools' own tokenizers (pools[].tokenizer), by pool name: swapped with the one above; a request
+     * routed to a pool takes its pool's, else the one above (pdr_router_tokenizer_for()). */
+    struct pdr_pool_tokenizer *pool_tokenizers;
+    size_t n_pool_tokenizers;
     uint64_t last_reload_ms;
     /* Discovery sources by pool (index in config's pools, or 0 for the one-pool form) and kind (dns,
      * kubernetes); NULL where none runs. Loop 0 starts and stops them (reload.c). */
@@ -168,23 +172,42 @@ static inline int pdr_router_stopping(const pdr_router_t *r)
     return __atomic_load_n(&r->stopping, __ATOMIC_RELAXED);
 }
 
-/* tokenizer_ref.c. Loop 0 (start, reload): loads c->tokenizer unless the same file is loaded already,
- * or drops the tokenizer when c has none. Returns 0, or an error with the loader's message in err (the
- * running tokenizer stays). _prepare does the loading and leaves the swap to _commit (or _abandon), for a
- * reload that may still be refused. */
+/* tokenizer_ref.c. Loop 0 (start, reload): loads c->tokenizer and each pool's tokenizer (pools[].tokenizer)
+ * unless the same file is loaded already (by that key or another), or drops what c has no more. Returns 0,
+ * or an error with the loader's message in err (a pool's prefixed with its key's file:line:col; the running
+ * tokenizers stay). _prepare does the loading and leaves the swap to _commit (or _abandon), for a reload
+ * that may still be refused. */
+typedef struct pdr_pool_tokenizer {
+    char *pool; /* the pool's name */
+    struct pdr_tokenizer *tok;
+    char *path; /* the tokenizer.json loaded (a directory's), and its identity then */
+    struct stat st;
+    uint64_t load_ms; /* in a pdr_tokenizer_next_t: how long the load took, */
+    int reused;       /* or 1 for a file loaded already (not parsed again) */
+} pdr_pool_tokenizer_t;
 typedef struct pdr_tokenizer_next {
-    int change; /* whether _commit changes anything (a new tokenizer, or none any more) */
+    int change; /* whether _commit changes the top-level one (a new tokenizer, or none any more) */
     struct pdr_tokenizer *tok;
     char *path;
     struct stat st;
     uint64_t load_ms;
+    int reused;                  /* tok is a pool's, loaded already: not parsed again */
+    pdr_pool_tokenizer_t *pools; /* the pools' tokenizers as c has them (n_pools of them) */
+    size_t n_pools;
 } pdr_tokenizer_next_t;
 int pdr_router_tokenizer_load(pdr_router_t *r, const pdr_config_t *c, char *err, size_t errlen);
 int pdr_router_tokenizer_prepare(pdr_router_t *r, const pdr_config_t *c, pdr_tokenizer_next_t *next,
                                  char *err, size_t errlen);
 void pdr_router_tokenizer_commit(pdr_router_t *r, pdr_tokenizer_next_t *next);
 void pdr_router_tokenizer_abandon(pdr_tokenizer_next_t *next);
-/* Any loop: a reference to the current tokenizer (release it with pdr_tokenizer_free()), or NULL. */
+/* --check-config: loads every tokenizer c names as a start would (chat templates aside) and frees them;
+ * 0, or the error a start would give. */
+int pdr_router_tokenizer_check(const pdr_config_t *c, char *err, size_t errlen);
+/* Any loop: a reference to the current top-level tokenizer (release it with pdr_tokenizer_free()), or
+ * NULL. */
 struct pdr_tokenizer *pdr_router_tokenizer(pdr_router_t *r);
+/* Any loop: the tokenizer of a request routed to the pool named pool: the pool's own, else the top-level
+ * one (a reference, or NULL: none applies). */
+struct pdr_tokenizer *pdr_router_tokenizer_for(pdr_router_t *r, const char *pool);
 void pdr_router_tokenizer_dispose(pdr_router_t *r);
 #endif

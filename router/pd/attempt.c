@@ -51,11 +51,13 @@ void pdr__pd_start_attempt(pd_req_t *x)
     x->rl.pending.len = 0;
     size_t tlen = 0;
     const char *text = x->mode == MODE_PD ? pdr__pd_routing_text(&x->pr, &tlen) : NULL;
-    /* precise_prefix matches token ids: only read them when some pool uses it (the index exists). */
+    /* precise_prefix matches token ids: only read them when the request's pool uses it (the index exists),
+     * with the pool's tokenizer. */
     pdr_prompt_tokens_t tok = {NULL, 0, NULL, 0};
-    if (text != NULL && r->pool.kvindex != NULL) {
-        struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
-        pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_ROUTING);
+    if (text != NULL && r->pool.kvindex != NULL && x->precise) {
+        struct pdr_tokenizer *tk = pdr_router_tokenizer_for(r, x->pool);
+        int fb = pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_ROUTING, &x->unknown_model);
+        x->at.ids_fallback = fb >= 0 ? pdr_fallback_names[fb] : NULL;
         pdr_tokenizer_free(tk);
         /* The model may name a LoRA adapter, whose KV blocks are its own (kv-events.md). */
         const pdr_jmember_t *m = pdr_jfind(x->pr.m, x->pr.n, "model");

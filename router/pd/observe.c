@@ -189,7 +189,7 @@ void pdr__pd_write_access_log(pd_req_t *x)
         else
             phases[0] = '\0';
     }
-    char line[2896], error[256], retry_error[sizeof(x->retry_error) + 2] = "null";
+    char line[2944], error[256], retry_error[sizeof(x->retry_error) + 2] = "null";
     if (x->error_cause != NULL)
         pdr_json_escape(error, sizeof(error), x->error_cause);
     if (x->retry_error[0] != '\0')
@@ -208,10 +208,12 @@ void pdr__pd_write_access_log(pd_req_t *x)
                  dout >= 0 ? "\"" : "");
     }
     /* What the last attempt's pick found cached of the prompt, when its policy knows. */
-    char prefix[80] = "null";
+    char prefix[128] = "null"; /* a fall-back's name: at most 24 bytes (fallback.h) */
     if (x->mode == MODE_PD && x->at.match_known)
-        snprintf(prefix, sizeof(prefix), "{\"source\":\"%s\",\"matched\":%zu,\"unit\":\"%s\"}",
-                 x->at.match_index ? "index" : "tree", x->at.matched, x->at.match_index ? "tokens" : "bytes");
+        snprintf(prefix, sizeof(prefix), "{\"source\":\"%s\",\"matched\":%zu,\"unit\":\"%s\"%s%s%s}",
+                 x->at.match_index ? "index" : "tree", x->at.matched, x->at.match_index ? "tokens" : "bytes",
+                 x->at.ids_fallback ? ",\"fallback\":\"" : "", x->at.ids_fallback ? x->at.ids_fallback : "",
+                 x->at.ids_fallback ? "\"" : "");
     static const char *names[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
     int n = snprintf(
         line, sizeof(line),

@@ -106,6 +106,9 @@ typedef struct pd_attempt {
      * knows (the access log's "prefix"): matched tokens (from the KV event index) or bytes (the tree). */
     unsigned match_known : 1, match_index : 1;
     size_t matched;
+    /* The pick wanted the prompt's token ids and went on without them: the fall-back's name (fallback.h;
+     * the access log's prefix.fallback), else NULL. */
+    const char *ids_fallback;
 } pd_attempt_t;
 
 /* The client side: the decode's bytes on their way to the client, the streaming merge, and the client's
@@ -247,6 +250,10 @@ typedef struct pd_req {
      * is session. */
     unsigned has_session : 1;
     uint64_t session;
+    /* Token ids: precise = the request's pool has a policy that reads them (the KV event index);
+     * unknown_model = that fall-back was counted for the request (token_ids.h: once per request). */
+    unsigned precise : 1;
+    int unknown_model;
     int affinity_outcome[2]; /* with affinity on: the last prefill and decode picks' PDR_AFFINITY_*, -1: none
                               */
     /* Stream migration (migrate.c): mig_possible = a streamed request with migration.enabled (whether it

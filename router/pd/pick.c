@@ -98,8 +98,8 @@ int pdr__pd_admit_decode(pd_req_t *x, const char *text, size_t tlen)
         return 1; /* the usual case without reports: nothing to estimate */
     if (x->kv.need == 0) {
         pdr_prompt_tokens_t tok = {NULL, 0, NULL, 0};
-        struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
-        pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_KV_ADMISSION);
+        struct pdr_tokenizer *tk = pdr_router_tokenizer_for(r, x->pool);
+        pdr_request_token_ids_or(&x->pr, tk, &tok, PDR_FB_TOKENIZE_KV_ADMISSION, &x->unknown_model);
         pdr_tokenizer_free(tk);
         x->kv.need = pdr_kv_need_tokens(x->conf, &x->pr, tok.n, tlen);
         free(tok.ids);

@@ -7,6 +7,7 @@
 #include "front.h"
 #include "pd.h"
 #include "pd_internal.h"
+#include "policies.h"
 #include "reply.h"
 
 static void free_req(uv_handle_t *h);
@@ -209,6 +210,13 @@ static int refuse(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
 }
 
 /* The answer to a /generate request for a protocol that does not serve it. */
+/* The policy reads the KV event index, hence the prompt's token ids (precise_prefix). */
+static int reads_kv_index(pdr_policy_kind_t kind)
+{
+    const pdr_policy_ops_t *ops = pdr_policy_get(kind);
+    return ops != NULL && (ops->flags & PDR_POLICY_F_KV_INDEX) != 0;
+}
+
 static const char *no_generate_msg(char *buf, size_t len, pdr_protocol_t protocol)
 {
     snprintf(
@@ -289,6 +297,7 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
     if (x->traced)
         pdr__pd_random_span(x->root_span);
     x->pool = pc.name; /* lives as long as x->conf (== c) */
+    x->precise = reads_kv_index(pc.policy_prefill) || reads_kv_index(pc.policy_decode);
     pdr_config_pool_timeouts(c, &pc, &x->to);
     x->proto = pdr__pd_proto(pc.protocol);
     x->at.ops = x->proto; /* until the first attempt: what the access log reads of it */
@@ -301,8 +310,8 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
         pdr__pd_session_body(x);
     if (x->to.kv_transfer_ms_per_1k_tokens > 0) {
         /* The deadline grows with the prompt: its length, counted once per request. */
-        struct pdr_tokenizer *tk = pdr_router_tokenizer(r);
-        x->kv.tokens = pdr_kv_prompt_tokens(&x->pr, tk, &x->kv.tokens_how);
+        struct pdr_tokenizer *tk = pdr_router_tokenizer_for(r, x->pool);
+        x->kv.tokens = pdr_kv_prompt_tokens(&x->pr, tk, &x->kv.tokens_how, &x->unknown_model);
         pdr_tokenizer_free(tk);
     }
     x->kv.ms = pdr_kv_deadline_ms(x->to.kv_transfer_ms, x->to.kv_transfer_ms_per_1k_tokens, x->kv.tokens);

@@ -32,11 +32,16 @@ typedef enum {
     /* precise_prefix: a candidate the index knows was not in sync (cold): its match came from the prefix
      * tree. Counted per candidate on loop 0's KV events tick, from the index's own count. */
     PDR_FB_KV_INDEX_COLD,
+    /* A request needed its prompt's token ids (precise_prefix's routing, the KV deadline's length, decode
+     * admission) for a text or chat prompt, and no tokenizer applies to its model (its pool has none and
+     * there is no top-level one): each of those estimates or routes by the text. Counted once per request;
+     * the log line names the model. */
+    PDR_FB_UNKNOWN_MODEL,
     PDR_FB__COUNT
 } pdr_fallback_t;
 
 /* The metric's reason labels: "tokenize_routing", "tokenize_kv_deadline", "tokenize_kv_admission",
- * "kv_index_unhashed", "engine_load_unknown", "chat_template", "kv_index_cold". */
+ * "kv_index_unhashed", "engine_load_unknown", "chat_template", "kv_index_cold", "unknown_model". */
 extern const char *const pdr_fallback_names[PDR_FB__COUNT];
 
 /* Counts one fall-back; logs it unless one of the same reason was logged less than a minute ago. why

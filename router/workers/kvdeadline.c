@@ -54,7 +54,8 @@ uint64_t pdr_kv_failures(pdr_kv_cause_t cause, pdr_kvf_backend_t backend)
     return __atomic_load_n(&failures[cause][backend], __ATOMIC_RELAXED);
 }
 
-uint64_t pdr_kv_prompt_tokens(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_kv_tokens_how_t *how)
+uint64_t pdr_kv_prompt_tokens(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_kv_tokens_how_t *how,
+                              int *unknown_counted)
 {
     static const char *const keys[] = {"input_ids", "text", "prompt", "messages"};
     const char *text = NULL;
@@ -75,16 +76,14 @@ uint64_t pdr_kv_prompt_tokens(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, 
         *how = PDR_KVT_IDS;
         return in.length;
     }
-    if (tk != NULL) {
-        pdr_prompt_tokens_t tok = {NULL, 0, NULL, 0};
-        pdr_request_token_ids_or(pr, tk, &tok, PDR_FB_TOKENIZE_KV_DEADLINE);
-        if (tok.n > 0) {
-            free(tok.ids);
-            *how = PDR_KVT_TOKENIZER;
-            return tok.n;
-        }
+    pdr_prompt_tokens_t tok = {NULL, 0, NULL, 0};
+    pdr_request_token_ids_or(pr, tk, &tok, PDR_FB_TOKENIZE_KV_DEADLINE, unknown_counted);
+    if (tok.n > 0) {
         free(tok.ids);
+        *how = PDR_KVT_TOKENIZER;
+        return tok.n;
     }
+    free(tok.ids);
     return (len + PDR_KV_BYTES_PER_TOKEN - 1) / PDR_KV_BYTES_PER_TOKEN;
 }
 

@@ -59,9 +59,11 @@ extern const char *const pdr_kv_tokens_how_names[4];
 #define PDR_KV_BYTES_PER_TOKEN 4
 
 /* The prompt's length in tokens (all items of a batch together): ids in the body counted, else the
- * tokenizer's count of a plain text or prompt (tk NULL: none), else an estimate from the JSON bytes of the
- * prompt member ("text", "prompt", "messages", "input_ids"). 0 with no prompt member. */
-uint64_t pdr_kv_prompt_tokens(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_kv_tokens_how_t *how);
+ * tokenizer's count of a plain text or prompt (tk NULL: none, the unknown_model fall-back, counted once per
+ * request with *unknown_counted as pdr_request_token_ids_or does), else an estimate from the JSON bytes of
+ * the prompt member ("text", "prompt", "messages", "input_ids"). 0 with no prompt member. */
+uint64_t pdr_kv_prompt_tokens(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_kv_tokens_how_t *how,
+                              int *unknown_counted);
 
 /* The KV deadline in ms: base + per_1k x tokens / 1024 (rounded up), at most PDR_MAX_MS. */
 uint64_t pdr_kv_deadline_ms(int base_ms, int per_1k_ms, uint64_t tokens);

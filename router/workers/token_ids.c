@@ -8,7 +8,8 @@
  * tokenizer (config key tokenizer), a string prompt (generate's text, completions' prompt) is decoded
  * from JSON and encoded as the engine's tokenizer would. Chat messages go through the model's chat template
  * when the tokenizer carries one (chat_template.h), as the engines render them; without one they get no ids
- * (the tree routes them).
+ * (the tree routes them). The tokenizer is the one of the request's pool, else the top-level one (the
+ * caller's); a text or chat prompt with neither is the unknown_model fall-back.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include "err.h"
 #include "chat_template.h"
 #include "fallback.h"
+#include "jsonscan.h"
 #include "token_ids.h"
 
 /* Parses the raw bytes of a JSON array of non-negative integers, at most PDR_ROUTING_MAX_TOKENS of them
@@ -152,14 +154,59 @@ int pdr_request_token_ids(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_
     return 0;
 }
 
-void pdr_request_token_ids_or(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_prompt_tokens_t *out,
-                              pdr_fallback_t reason)
+/* Whether the prompt is text or chat messages, which only a tokenizer makes ids of (not a batch, not a body
+ * that carries input_ids): what pdr_request_token_ids reads, in its order. */
+static int wants_tokenizer(const pdr_pdreq_t *pr)
 {
+    if (pr->batch > 0)
+        return 0;
+    int text = 0;
+    for (size_t i = 0; i < pr->n; i++) {
+        const pdr_jmember_t *m = &pr->m[i];
+        if (pdr_jmember_key_is(m, "input_ids") && m->v.type == PDR_JT_ARRAY && m->v.elem == PDR_JT_INT)
+            return 0; /* ids in the body: no tokenizer needed */
+        if ((pdr_jmember_key_is(m, "text") || pdr_jmember_key_is(m, "prompt")) && m->v.type == PDR_JT_STRING)
+            text = 1;
+        if (pdr_jmember_key_is(m, "messages") && m->v.type == PDR_JT_ARRAY)
+            text = 1;
+    }
+    return text;
+}
+
+/* unknown_model: a prompt that needs a tokenizer and has none; counted once per request (*counted). */
+static void unknown_model(const pdr_pdreq_t *pr, pdr_fallback_t reason, int *counted)
+{
+    if (counted != NULL && *counted)
+        return;
+    if (counted != NULL)
+        *counted = 1;
+    const pdr_jmember_t *m = pdr_jfind(pr->m, pr->n, "model");
+    int named = m != NULL && m->v.type == PDR_JT_STRING && m->v.len >= 2;
+    int len = named ? (int)(m->v.len - 2 < 128 ? m->v.len - 2 : 128) : 6;
+    char why[320];
+    snprintf(
+        why, sizeof(why),
+        "model %s%.*s%s has no tokenizer (its pool has none and there is no top-level tokenizer), and %s "
+        "wanted the prompt's token ids",
+        named ? "\"" : "", len, named ? m->v.p + 1 : "(none)", named ? "\"" : "", pdr_fallback_names[reason]);
+    pdr_fallback(PDR_FB_UNKNOWN_MODEL, why);
+}
+
+int pdr_request_token_ids_or(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_prompt_tokens_t *out,
+                             pdr_fallback_t reason, int *unknown_counted)
+{
+    if (tk == NULL && wants_tokenizer(pr)) {
+        out->ids = NULL;
+        out->n = 0;
+        unknown_model(pr, reason, unknown_counted);
+        return PDR_FB_UNKNOWN_MODEL;
+    }
     int rc = pdr_request_token_ids(pr, tk, out);
     if (rc == 0)
-        return;
+        return -1;
     char why[160];
     snprintf(why, sizeof(why), "the prompt's token ids could not be read (%s: %s)", pdr_errname(rc),
              pdr_strerror(rc));
     pdr_fallback(reason, why);
+    return (int)reason;
 }

@@ -20,9 +20,12 @@
  * in every error case: routing goes on without ids).
  */
 int pdr_request_token_ids(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_prompt_tokens_t *out);
-/* As pdr_request_token_ids, for a caller that goes on without ids when they cannot be read: an error
- * (not a prompt that has none) is a fall-back, counted and logged under reason (fallback.h). */
-void pdr_request_token_ids_or(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_prompt_tokens_t *out,
-                              pdr_fallback_t reason);
+/* As pdr_request_token_ids, for a caller that goes on without ids when they cannot be read: an error (not
+ * a prompt that has none) is a fall-back, counted and logged under reason (fallback.h); so is a text or chat
+ * prompt with no tokenizer (tk NULL: the request's model has none), under PDR_FB_UNKNOWN_MODEL, counted
+ * once per request: *unknown_counted (the request's, 0 at its start; NULL: every time) says it was.
+ * Returns the fall-back that applies (a pdr_fallback_t, counted now or before), or -1 for none. */
+int pdr_request_token_ids_or(const pdr_pdreq_t *pr, const pdr_tokenizer_t *tk, pdr_prompt_tokens_t *out,
+                             pdr_fallback_t reason, int *unknown_counted);
 
 #endif

@@ -9,8 +9,11 @@ whitespace words stay; a broken file exits 2 with the loader's message.
 router: --tokenizer-path / config key `tokenizer` load at start (a broken file fails the start and
 --check-config with the loader's message), again on reload when the file changed (a failed reload keeps
 the running one), and not when it did not; the model directory's chat template gives chat requests the
-engine's ids (kv_tokens in the access log), a template that fails is a counted fall-back. Standard
-library only; nothing sleeps to synchronize."""
+engine's ids (kv_tokens in the access log), a template that fails is a counted fall-back.
+pools: each pool's own tokenizer (pools[].tokenizer) gives its requests their ids; a pool with none and no
+top-level one is the unknown_model fall-back where ids were wanted, and nothing where they were not; a
+pool's tokenizer is checked, swapped and refused on reload with its key's file:line:col. Standard library
+only; nothing sleeps to synchronize."""
 
 import gzip
 import json
@@ -304,6 +307,234 @@ def scenario_chat_template():
         check(metric_value(text, "pdr_fallbacks_total", reason="chat_template") >= 1, "template failure not counted", r)
         lines = fallback_lines(r, "chat_template")
         check(len(lines) == 1 and "roles must alternate" in lines[0], "log %r" % lines, r)
+    finally:
+        pdtest.stop_all()
+        shutil.rmtree(d)
+
+
+GPT2 = fixture("gpt2.tokenizer.json")  # byte-level BPE
+SPM = fixture("spm_meta.tokenizer.json")  # SentencePiece-style BPE
+
+
+def pdtok_ids(tok, text):
+    out = subprocess.run([pdtest.binary("pdtok"), tok, text], capture_output=True, text=True, check=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+def pool_yaml(name, model, p, d, policy="round_robin", tokenizer=None, kv_events=False, per_1k=0):
+    kv = ", kv_events: 'tcp://127.0.0.1:%d'" % p.ports["kv"] if kv_events else ""
+    lines = ["  - name: %s" % name, "    models: [%s]" % model, "    policy: { prefill: %s, decode: least_load }" % policy,
+             "    timeouts: { kv_transfer_ms_per_1k_tokens: %d }" % per_1k if per_1k else "    timeouts: {}",
+             "    workers:",
+             "      prefill: [ { url: http://127.0.0.1:%d, bootstrap_port: %d%s } ]" % (p.port, p.ports["bport"], kv),
+             "      decode: [ http://127.0.0.1:%d ]" % d.port]
+    if tokenizer is not None:
+        lines.append("    tokenizer: %s" % tokenizer)
+    return "\n".join(lines)
+
+
+def kv_prefill(tokenizer=None):
+    argv = ["pdsim", "--role", "prefill", "--port", "{port}", "--bootstrap-port", "{bport}", "--prefix-cache-tokens",
+            "65536", "--cache-block-tokens", "16", "--kv-events-endpoint", "tcp://127.0.0.1:{kv}"]
+    return pdtest.start(argv + (["--tokenizer", tokenizer] if tokenizer else []), name="pdsim-prefill")
+
+
+def unknown(text):
+    return metric_value(text, "pdr_fallbacks_total", reason="unknown_model")
+
+
+def scenario_pools():
+    """Pools with tokenizers of their own: pool a (byte-level BPE) and pool b (SentencePiece) encode the same
+    text with their own tokenizer (the KV deadline's kv_tokens are each fixture's count, and pool a's
+    precise_prefix pick matches the ids its engine's KV events hold); pool c has none and there is no
+    top-level one: its text and chat prompts are the unknown_model fall-back, counted once per request in
+    /metrics and shown in the access log's prefix, its log line naming the model; input_ids are not."""
+    d = tmpdir()
+    alog = os.path.join(d, "access.log")
+    pa, pb, pc, pd = kv_prefill(GPT2), kv_prefill(SPM), kv_prefill(), sim("prefill")
+    da, db, dc, dd = sim("decode", "--tokenizer", GPT2), sim("decode", "--tokenizer", SPM), sim("decode"), sim("decode")
+    cfg = "\n".join(["log: { access_log: %s }" % alog,
+                     "cache_aware: { seed: smallest_tree }", "kv_events: { resync_messages: 1 }", "pools:",
+                     pool_yaml("a", "model-a", pa, da, "precise_prefix", GPT2, kv_events=True, per_1k=1),
+                     pool_yaml("b", "model-b", pb, db, "precise_prefix", SPM, kv_events=True, per_1k=1),
+                     pool_yaml("c", "model-c", pc, dc, "precise_prefix", kv_events=True, per_1k=1),
+                     # Pool d wants no ids (round_robin, no KV deadline per token): nothing to count.
+                     pool_yaml("d", "model-d", pd, dd)])
+    r = router([], [], config=cfg)
+    try:
+        m = lambda: request(r.port, "GET", "/metrics")[2].decode()  # noqa: E731
+        n = [0]
+
+        def post(model, body, route="/v1/completions"):
+            extra = {} if route == "/generate" else {"max_tokens": 1}
+            st, _, out = request(r.port, "POST", route, dict(body, model=model, **extra))
+            check(st == 200, "%s: %d %r" % (model, st, out[:300]), r)
+            n[0] += 1
+            return pdtest.access_lines(alog, n[0])[-1]
+
+        # Pool a's engine publishes its blocks; once its events reach the router (the SUB socket connects
+        # asynchronously), a prompt sharing a prefix is matched in the index, in pool a's token ids.
+        system = " ".join("sentence%d about the weather here" % i for i in range(40))
+        want_a, want_b = len(pdtok_ids(GPT2, system + " one")), len(pdtok_ids(SPM, system + " one"))
+        check(want_a != want_b, "the fixtures give the same count", r)
+        line = post("model-a", {"prompt": system + " one"})
+        check(line["kv_tokens_from"] == "tokenizer" and line["kv_tokens"] == want_a,
+              "pool a: kv_tokens %r from %r, want %d (gpt2)" % (line["kv_tokens"], line["kv_tokens_from"], want_a), r)
+        line = post("model-b", {"prompt": system + " one"})
+        check(line["kv_tokens_from"] == "tokenizer" and line["kv_tokens"] == want_b,
+              "pool b: kv_tokens %r from %r, want %d (spm)" % (line["kv_tokens"], line["kv_tokens_from"], want_b), r)
+        k, last = [0], [None]
+
+        def indexed():
+            k[0] += 1
+            line = post("model-a", {"prompt": system + " tail %d" % k[0]})
+            p = line["prefix"]
+            last[0] = p
+            return line if p and p["source"] == "index" and p["matched"] >= 16 else None
+        try:
+            line = pdtest.poll_until(indexed, 10, "pool a's prompt matched in the KV event index")
+        except AssertionError:
+            check(False, "pool a's prompt not matched in the KV event index: last prefix %r" % last[0], r)
+        check(line["prefix"]["unit"] == "tokens" and "fallback" not in line["prefix"], repr(line["prefix"]), r)
+        text = m()
+        check(unknown(text) == 0, "pools with tokenizers counted unknown_model", r)
+        for reason in ("tokenize_routing", "tokenize_kv_deadline"):
+            check(metric_value(text, "pdr_fallbacks_total", reason=reason) == 0, "%s counted" % reason, r)
+
+        post("model-d", {"prompt": system + " one"})
+        post("model-d", {"messages": [{"role": "user", "content": "hi"}]}, "/v1/chat/completions")
+        check(unknown(m()) == 0, "pool d (no ids wanted) counted unknown_model", r)
+
+        # Pool c: no tokenizer of its own and none at the top. Routing and the KV deadline both wanted the
+        # ids: one count for the request.
+        line = post("model-c", {"prompt": system + " one"})
+        check(line["prefix"] is not None and line["prefix"]["source"] == "tree" and
+              line["prefix"].get("fallback") == "unknown_model", "pool c prefix %r" % line["prefix"], r)
+        check(line["kv_tokens_from"] == "estimate", "pool c kv_tokens_from %r" % line["kv_tokens_from"], r)
+        check(unknown(m()) == 1, "unknown_model: %r, want 1" % unknown(m()), r)
+        with open(r.log_path, errors="replace") as f:
+            lines = [l for l in f if "fallback unknown_model:" in l]
+        check(len(lines) == 1 and 'model "model-c" has no tokenizer' in lines[0], "log %r" % lines, r)
+        # A chat request too; input_ids need no tokenizer.
+        msgs = [{"role": "user", "content": "Name three colours."}]
+        post("model-c", {"messages": msgs}, "/v1/chat/completions")
+        check(unknown(m()) == 2, "chat: unknown_model %r, want 2" % unknown(m()), r)
+        line = post("model-c", {"input_ids": list(range(100, 140)), "sampling_params": {"max_new_tokens": 1}},
+                    "/generate")
+        check(line["kv_tokens_from"] == "ids" and "fallback" not in (line["prefix"] or {}), repr(line), r)
+        # The router reads a body's input_ids on any route, before its text: no tokenizer is needed then.
+        line = post("model-c", {"prompt": "hello there", "input_ids": list(range(100, 140))})
+        check(line["kv_tokens_from"] == "ids" and "fallback" not in (line["prefix"] or {}), repr(line), r)
+        check(unknown(m()) == 2, "input_ids counted unknown_model: %r" % unknown(m()), r)
+        check(r.stop() == 0, "exit status", r)
+    finally:
+        pdtest.stop_all()
+        shutil.rmtree(d)
+
+
+def scenario_unknown_model_quiet():
+    """No tokenizer anywhere, but nothing wants token ids (round_robin, no KV deadline per token, no decode
+    admission): text and chat prompts count no fall-back."""
+    p, dec = sim("prefill"), sim("decode")
+    r = router([p], [dec], config="policy: { prefill: round_robin, decode: round_robin }")
+    try:
+        check(request(r.port, "POST", "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 1}})[0]
+              == 200, "text", r)
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        check(request(r.port, "POST", "/v1/chat/completions", body)[0] == 200, "chat", r)
+        text = request(r.port, "GET", "/metrics")[2].decode()
+        for reason in ("unknown_model", "tokenize_routing", "tokenize_kv_deadline", "tokenize_kv_admission"):
+            check(metric_value(text, "pdr_fallbacks_total", reason=reason) == 0, "%s counted" % reason, r)
+        check(r.stop() == 0, "exit status", r)
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_pool_reload():
+    """A pool's tokenizer: --check-config and a start refuse a broken path with its file:line:col; a reload
+    that swaps it takes the new one (the request's kv_tokens follow), one that leaves it unchanged does not
+    parse it again, and one with a broken path is refused with the place and keeps the running one."""
+    d = tmpdir()
+    alog = os.path.join(d, "access.log")
+    admin_tok = os.path.join(d, "admin-token")
+    with open(admin_tok, "w") as f:
+        f.write("secret\n")
+    p1, d1, p2, d2 = sim("prefill"), sim("decode"), sim("prefill"), sim("decode")
+
+    def config(tok_a):
+        return "\n".join(["timeouts: { kv_transfer_ms_per_1k_tokens: 1 }", "log: { access_log: %s }" % alog,
+                          "admin: { host: 127.0.0.1, port: {admin}, token_file: %s }" % admin_tok, "pools:",
+                          pool_yaml("a", "model-a", p1, d1, tokenizer=tok_a),
+                          pool_yaml("b", "model-b", p2, d2, tokenizer=GPT2)])
+    missing = os.path.join(d, "missing.json")
+    # --check-config and a start: the broken path named with its place in the file (pool b's line is fine).
+    cfg = os.path.join(d, "check.yaml")
+    with open(cfg, "w") as f:
+        f.write(config(missing).replace("{admin}", "0") + "\n")
+    at = next(i for i, l in enumerate(open(cfg), 1) if "tokenizer: " + missing in l)
+    col = open(cfg).read().splitlines()[at - 1].index(missing) + 1
+    pdr = pdtest.binary("pdrouter")
+    out = subprocess.run([pdr, "--check-config", cfg], capture_output=True, text=True)
+    want = "%s:%d:%d: pools[0].tokenizer: %s" % (cfg, at, col, missing)
+    check(out.returncode == 2 and want in out.stderr, "check-config %r, want %r" % (out, want))
+    out = subprocess.run([pdr, "--config", cfg, "--access-log", "off"], capture_output=True, text=True, timeout=20)
+    check(out.returncode != 0 and want in out.stdout + out.stderr, "start %r" % out)
+    # An empty path is refused by the loader of the file itself.
+    with open(cfg, "w") as f:
+        f.write(config("''").replace("{admin}", "0") + "\n")
+    out = subprocess.run([pdr, "--check-config", cfg], capture_output=True, text=True)
+    check(out.returncode == 2 and "pools[0].tokenizer: must not be empty" in out.stderr, repr(out))
+    with open(cfg, "w") as f:
+        f.write(config(SPM).replace("{admin}", "0") + "\n")
+    out = subprocess.run([pdr, "--check-config", cfg], capture_output=True, text=True)
+    check(out.returncode == 0 and "ok" in out.stdout, repr(out))
+
+    r = router([], [], config=config(SPM))
+    try:
+        text = "The quick brown fox jumps over the lazy dog, twice and again."
+        n = [0]
+
+        def tokens(model):
+            st, _, out = request(r.port, "POST", "/v1/completions", {"model": model, "prompt": text, "max_tokens": 1})
+            check(st == 200, "%d %r" % (st, out[:200]), r)
+            n[0] += 1
+            line = pdtest.access_lines(alog, n[0])[-1]
+            check(line["kv_tokens_from"] == "tokenizer", repr(line), r)
+            return line["kv_tokens"]
+        spm, gpt2 = len(pdtok_ids(SPM, text)), len(pdtok_ids(GPT2, text))
+        check(spm != gpt2, "the fixtures give the same count")
+        check(tokens("model-a") == spm and tokens("model-b") == gpt2, "per-pool counts at start", r)
+        check(len(loaded_lines(r)) == 2, "load lines %r" % loaded_lines(r), r)
+        # Unchanged: nothing parsed again.
+        st, out = admin_reload(r)
+        check(st == 200 and len(loaded_lines(r)) == 2, "unchanged reload parsed again: %r" % loaded_lines(r), r)
+        # Pool a's tokenizer swapped for pool b's file: taken, not parsed again (b has it loaded).
+        with open(r.config_path) as f:
+            body = f.read()
+        with open(r.config_path, "w") as f:
+            f.write(body.replace("tokenizer: " + SPM, "tokenizer: " + GPT2))
+        st, out = admin_reload(r)
+        check(st == 200, repr(out), r)
+        check(tokens("model-a") == gpt2, "pool a after the swap", r)
+        check(len(loaded_lines(r)) == 2, "a file loaded already was parsed again", r)
+        # Then to a broken path: refused, with the place; the running tokenizer stays.
+        with open(r.config_path, "w") as f:
+            f.write(body.replace("tokenizer: " + SPM, "tokenizer: " + missing))
+        at = next(i for i, l in enumerate(open(r.config_path), 1) if "tokenizer: " + missing in l)
+        st, out = admin_reload(r)
+        msg = out["error"]["message"]
+        check(st == 400 and ("%s:%d:" % (r.config_path, at)) in msg and "pools[0].tokenizer: " + missing in msg,
+              "%d %r" % (st, out), r)
+        check(tokens("model-a") == gpt2, "pool a after the refused reload", r)
+        # Back to SentencePiece: parsed again (no one holds it any more).
+        with open(r.config_path, "w") as f:
+            f.write(body)
+        st, out = admin_reload(r)
+        check(st == 200 and tokens("model-a") == spm, "pool a back to spm", r)
+        check(any("pool a: tokenizer: " in l for l in loaded_lines(r)[2:]), repr(loaded_lines(r)), r)
+        check(r.stop() == 0, "exit status", r)
+        log = r.log_tail(400)
+        check("LeakSanitizer" not in log and "AddressSanitizer" not in log, "sanitizer report", r)
     finally:
         pdtest.stop_all()
         shutil.rmtree(d)

@@ -1947,6 +1947,22 @@ static void test_pools(void)
           c->pools[1].protocol == PDR_PROTO_VLLM && c->protocol == PDR_PROTO_SGLANG);
     pdr_config_unref(c);
 
+    /* A pool's own tokenizer, with its key's place kept for the loader's errors; another pool has none. */
+    c = load("pools:\n" POOL_A "  - name: t\n    models: [tm]\n    tokenizer: /models/tm\n    workers:\n"
+             "      prefill: [http://a:1]\n      decode: [http://a:2]\n",
+             err, sizeof(err));
+    CHECK(c != NULL && c->pools[0].tokenizer == NULL && c->pools[0].tokenizer_line == 0);
+    CHECK(c != NULL && c->pools[1].tokenizer != NULL && strcmp(c->pools[1].tokenizer, "/models/tm") == 0 &&
+          c->pools[1].tokenizer_line == 9 && c->pools[1].tokenizer_col == 16);
+    if (c != NULL) {
+        pdr_pool_conf_t t;
+        pdr_config_pool(c, 1, &t);
+        CHECK_STR(t.tokenizer, "/models/tm");
+    }
+    pdr_config_unref(c);
+    EXPECT_ERROR("pools:\n  - name: a\n    models: [m]\n    tokenizer: ''\n",
+                 "bad.yaml:4:16: pools[0].tokenizer: must not be empty");
+
     /* One policy name for both roles. */
     c = load("pools:\n  - name: p\n    models: [m]\n    policy: random\n    workers:\n      prefill: "
              "[http://a:1]\n"
@@ -1995,7 +2011,7 @@ static void test_pools(void)
     EXPECT_ERROR(
         "pools:\n  - name: a\n    modles: [m]\n",
         "bad.yaml:3:5: unknown key 'modles' in 'pools[0]' (valid keys: name, models, protocol, policy, "
-        "workers, timeouts, discovery, cache_aware)");
+        "workers, timeouts, discovery, cache_aware, tokenizer)");
     EXPECT_ERROR("pools:\n  - name: a\n    models: [m]\n    timeouts: { kv_transfer_ms: 0 }\n",
                  "bad.yaml:4:33: pools[0].timeouts.kv_transfer_ms: 0 is out of range, expected 1..86400000");
     EXPECT_ERROR("pools:\n  - models: [m]\n    workers: { prefill: [http://a:1], decode: [http://a:2] }\n",

@@ -146,7 +146,7 @@ static uint64_t tokens_of(pdr_route_t route, const char *body, pdr_kv_tokens_how
         fprintf(stderr, "parse: %s\n", err);
         return (uint64_t)-1;
     }
-    uint64_t n = pdr_kv_prompt_tokens(&pr, NULL, how);
+    uint64_t n = pdr_kv_prompt_tokens(&pr, NULL, how, NULL);
     pdr_pdreq_clear(&pr);
     return n;
 }
