@@ -216,6 +216,9 @@ def scenario_bodyless():
     sh = check_pick(s.recv(), p)
     check("content-length" not in sh, "content-length set without a body: %r" % sh, p)
     s.close()
+    ch.close()
+    st = stats(p)
+    check(st["streams"] == 1 and st["messages"] == 1, "counters: %s" % st, p)
 
 
 def scenario_unavailable():
@@ -229,7 +232,7 @@ def scenario_unavailable():
         check(r.immediate_response.status.code == status, "status %s" % r.immediate_response.status.code, p)
         s.close()
         ch.close()
-        p.stop()
+        stats(p)
 
 
 def expect_error(fn, arg, code, text, p):
