@@ -10,7 +10,8 @@
  * with the pdr_epp_answer_* calls, at once or later on the same loop: a pick (the request headers'
  * answer that names the endpoints in the x-gateway-destination-endpoint header and in the envoy.lb dynamic
  * metadata), a body chunk given back, a plain continue, or an ImmediateResponse (503 no endpoint, 429
- * shed). docs/internals/epp.md has the exchange in each body mode. Loop thread only.
+ * shed). docs/internals/epp.md has the exchange in each body mode. Loop thread only; the process ignores
+ * SIGPIPE (as pdrouter's main does), so that a write to a gateway that left is an error, not the end.
  */
 #ifndef PDR_EPP_H
 #define PDR_EPP_H

@@ -4,10 +4,11 @@
  * session checks the client preface). Bytes read go to the session at once; what the session has to send
  * is gathered into one buffer (GRPC_WRITE_BATCH, plus at most one frame) and written with one uv_write at
  * a time, the next gathered when it completes, so a slow reader holds at most one batch here and its
- * calls' queues (each with its ceiling) behind it. A connection past limits.max_connections is closed on
- * accept; one with no open call for limits.idle_timeout_ms says GOAWAY and closes. Closing the server
- * ends every call with UNAVAILABLE, says GOAWAY, and cuts what is still open after GRPC_DRAIN_MS.
- * Loop thread only.
+ * calls' queues (each with its ceiling) behind it. An answer queued by a call is written from a zero timer
+ * (kick), never inside the call that queued it: sending may close streams, and so free calls. A connection
+ * past limits.max_connections is closed on accept; one with no open call for limits.idle_timeout_ms says
+ * GOAWAY and closes. Closing the server ends every call with UNAVAILABLE, says GOAWAY, and cuts what is still
+ * open after GRPC_DRAIN_MS. Loop thread only.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,19 @@ static void conn_close(grpc_conn_t *c)
     c->srv->nconns--;
     uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
     uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
+    uv_close((uv_handle_t *)&c->kick, conn_handle_closed);
+}
+
+static void on_kick(uv_timer_t *t)
+{
+    conn_flush(t->data);
+}
+
+/* The calls' side asks for a write: it happens on the loop's next turn. */
+static void request_flush(grpc_conn_t *c)
+{
+    if (!c->closed && !uv_is_active((uv_handle_t *)&c->kick))
+        uv_timer_start(&c->kick, on_kick, 0, 0);
 }
 
 static void on_timer(uv_timer_t *t)
@@ -193,6 +207,15 @@ static void on_connection(uv_stream_t *l, int status)
     c->timer.data = c;
     c->handles = 2;
     s->handles++;
+    if (uv_timer_init(s->loop, &c->kick) != 0) {
+        c->closed = 1;
+        uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
+        uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
+        return;
+    }
+    c->kick.data = c;
+    c->handles = 3;
+    s->handles++;
     pdr_dlink_push(&s->conns, &c->link);
     s->nconns++;
     if (s->nconns > s->lim.max_connections) {
@@ -203,6 +226,7 @@ static void on_connection(uv_stream_t *l, int status)
         s->nconns--;
         uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
         uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
+        uv_close((uv_handle_t *)&c->kick, conn_handle_closed);
         return;
     }
     s->stats.connections++;
@@ -257,7 +281,7 @@ pdr_grpc_server_t *pdr_grpc_server_new(uv_loop_t *loop, const char *host, int po
     s->lim = *lim;
     s->methods = methods;
     s->nmethods = nmethods;
-    s->flush = conn_flush;
+    s->flush = request_flush;
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
     s->handles = 1;

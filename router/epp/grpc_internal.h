@@ -2,7 +2,9 @@
  * The state the gRPC server's files share: the server, its connections, their calls. grpc_call.c (the
  * calls: headers, dispatch, messages both ways, trailers) is below grpc_conn.c (the listener, the sockets,
  * the nghttp2 session, the timers); the call's side reaches its connection's writer through the function
- * the connection side sets in the server (flush). Loop thread only.
+ * the connection side sets in the server (flush), which only schedules the write: a call's answer never
+ * runs the session's sending (which may close streams, the call's own included) inside the caller.
+ * Loop thread only.
  */
 #ifndef PDR_EPP_GRPC_INTERNAL_H
 #define PDR_EPP_GRPC_INTERNAL_H
@@ -34,16 +36,17 @@ struct pdr_grpc_server {
     pdr_grpc_stats_t stats;
     int port;
     int closing;
-    unsigned handles; /* libuv handles not closed yet: the listener and two per connection */
+    unsigned handles; /* libuv handles not closed yet: the listener and three per connection */
     void (*close_cb)(void *data);
     void *close_data;
-    void (*flush)(grpc_conn_t *c); /* set by grpc_conn.c: write what the session has */
+    void (*flush)(grpc_conn_t *c); /* set by grpc_conn.c: have what the session has written, soon */
 };
 
 struct grpc_conn {
     pdr_grpc_server_t *srv;
     uv_tcp_t tcp;
     uv_timer_t timer; /* idle (no open call), or the drain's deadline */
+    uv_timer_t kick;  /* a zero timer: a call's answer is written from the loop, not from inside the call */
     nghttp2_session *ng;
     pdr_dlink_t link;
     pdr_dlink_t *calls;

@@ -178,6 +178,7 @@ int main(int argc, char **argv)
     }
     if (o.port < 0 || o.port > 65535 || nendpoints == 0)
         return usage();
+    signal(SIGPIPE, SIG_IGN); /* a write to a gateway that left is an error, not the end (as pdrouter) */
     uv_loop_t loop;
     uv_loop_init(&loop);
     pdr_epp_handler_t h = {.on_message = on_message, .on_close = on_close};
