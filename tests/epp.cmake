@@ -19,3 +19,10 @@ foreach(s ${pdr_epp_names})
   set_tests_properties(epp_${s} PROPERTIES LABELS integration TIMEOUT 60 SKIP_RETURN_CODE 77
                        ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
 endforeach()
+
+# Fuzz target of the reading side: the framing reader against a reference walk, each message decoded as
+# the ext_proc layer does (fuzz/fuzz_grpc_msg.c); seeds in fuzz/corpus/grpc/.
+add_executable(fuzz_grpc_msg fuzz/fuzz_grpc_msg.c)
+target_link_libraries(fuzz_grpc_msg PRIVATE pdr_epp pdr_epp_pb pdr_common PkgConfig::UV)
+target_include_directories(fuzz_grpc_msg PRIVATE ${PROJECT_SOURCE_DIR}/router/epp)
+pdr_fuzz_corpus_test(epp_fuzz_corpus fuzz_grpc_msg grpc 120)
