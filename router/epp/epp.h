@@ -91,8 +91,12 @@ typedef struct pdr_epp_options {
  * ceiling), 16 MiB queued per stream, 64 connections, 1024 streams each, 5 minutes idle. */
 void pdr_epp_options_default(pdr_epp_options_t *o);
 
-/* Starts the server on loop. Every health service starts NOT_SERVING. NULL on failure: *err a PDR_E* code,
- * the reason in msg. */
+/* The health checking services the endpoint-picker protocol names. */
+#define PDR_EPP_SERVICE_EXT_PROC "envoy.service.ext_proc.v3.ExternalProcessor"
+
+/* Starts the server on loop. The three services ("liveness", "readiness", PDR_EPP_SERVICE_EXT_PROC) start
+ * NOT_SERVING. NULL on failure: *err a PDR_E* code, the reason in msg (the listener's handle may still be
+ * closing: run the loop before closing it). */
 pdr_epp_t *pdr_epp_new(uv_loop_t *loop, const pdr_epp_options_t *o, const pdr_epp_handler_t *h, int *err,
                        char *msg, size_t cap);
 int pdr_epp_port(const pdr_epp_t *e);

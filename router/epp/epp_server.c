@@ -38,6 +38,10 @@ pdr_epp_t *pdr_epp_new(uv_loop_t *loop, const pdr_epp_options_t *o, const pdr_ep
         .max_streams = o->max_streams,
         .idle_timeout_ms = o->idle_timeout_ms,
     };
+    /* The protocol's three services exist from the start, not serving until the embedder says so. */
+    static const char *const services[] = {"liveness", "readiness", PDR_EPP_SERVICE_EXT_PROC};
+    for (size_t i = 0; i < sizeof(services) / sizeof(services[0]); i++)
+        pdr_epp_set_health(e, services[i], PDR_EPP_HEALTH_NOT_SERVING);
     e->grpc = pdr_grpc_server_new(loop, o->host, o->port, &lim, e->methods, 2, err, msg, cap);
     if (e->grpc == NULL) {
         free(e);

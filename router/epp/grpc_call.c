@@ -102,7 +102,7 @@ int pdr_grpc_send(pdr_grpc_call_t *call, const uint8_t *msg, size_t len)
 {
     if (call->finished)
         return PDR_ECLOSED;
-    if (len > call->conn->srv->lim.max_send_queue)
+    if (len > call->conn->srv->lim.max_send_queue || len > UINT32_MAX)
         return PDR_ETOOBIG;
     if (call->out_off > 0) {
         memmove(call->out.p, call->out.p + call->out_off, call->out.len - call->out_off);

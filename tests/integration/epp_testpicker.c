@@ -8,7 +8,7 @@
  * chunks given back as they come. tests/integration/test_epp.py plays the gateway.
  *
  *   epp_testpicker --port N --endpoints IP:PORT[,IP:PORT...] [--status 503|429] [--max-message BYTES]
- *                  [--idle-ms MS] [--max-connections N] [--not-ready]
+ *                  [--idle-ms MS] [--max-connections N] [--not-ready] [--no-health]
  *
  * Prints "listening on PORT" once it listens; SIGTERM closes the server and exits 0 once every handle is
  * closed (uv_loop_close succeeds), printing the server's counters as one JSON line first.
@@ -126,8 +126,9 @@ static void on_signal(uv_signal_t *h, int signum)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: epp_testpicker --port N --endpoints IP:PORT[,...] [--status 503|429] "
-                    "[--max-message BYTES] [--idle-ms MS] [--max-connections N] [--not-ready]\n");
+    fprintf(stderr,
+            "usage: epp_testpicker --port N --endpoints IP:PORT[,...] [--status 503|429] "
+            "[--max-message BYTES] [--idle-ms MS] [--max-connections N] [--not-ready] [--no-health]\n");
     return 2;
 }
 
@@ -143,12 +144,16 @@ int main(int argc, char **argv)
     pdr_epp_options_t o;
     pdr_epp_options_default(&o);
     o.port = -1;
-    int ready = 1;
+    int ready = 1, health = 1;
     static char list[4096];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--not-ready") == 0) {
             ready = 0;
+            continue;
+        }
+        if (strcmp(a, "--no-health") == 0) {
+            health = 0;
             continue;
         }
         if (v == NULL)
@@ -191,10 +196,14 @@ int main(int argc, char **argv)
         uv_loop_close(&loop);
         return 1;
     }
-    pdr_epp_set_health(epp, "liveness", PDR_EPP_HEALTH_SERVING);
-    pdr_epp_set_health(epp, "readiness", ready ? PDR_EPP_HEALTH_SERVING : PDR_EPP_HEALTH_NOT_SERVING);
-    pdr_epp_set_health(epp, "envoy.service.ext_proc.v3.ExternalProcessor",
-                       ready ? PDR_EPP_HEALTH_SERVING : PDR_EPP_HEALTH_NOT_SERVING);
+    /* --not-ready: the process is alive, its view of the pool not synced yet; --no-health: nothing set,
+     * the server's own start. */
+    if (health) {
+        pdr_epp_set_health(epp, "liveness", PDR_EPP_HEALTH_SERVING);
+        pdr_epp_set_health(epp, "readiness", ready ? PDR_EPP_HEALTH_SERVING : PDR_EPP_HEALTH_NOT_SERVING);
+        pdr_epp_set_health(epp, PDR_EPP_SERVICE_EXT_PROC,
+                           ready ? PDR_EPP_HEALTH_SERVING : PDR_EPP_HEALTH_NOT_SERVING);
+    }
     uv_signal_init(&loop, &sigterm);
     uv_signal_init(&loop, &sigint);
     uv_signal_start(&sigterm, on_signal, SIGTERM);

@@ -10,7 +10,7 @@ the wire.
 Scenarios:
   health          Health/Check: liveness, readiness and the ext_proc service SERVING; an unknown service
                   SERVICE_UNKNOWN; a picker started not ready answers NOT_SERVING for readiness and the
-                  ext_proc service, SERVING for liveness
+                  ext_proc service, SERVING for liveness; one that set nothing NOT_SERVING for all three
   pick            FULL_DUPLEX_STREAMED: request headers, two body chunks, the last with end_of_stream: the
                   headers' answer sets x-gateway-destination-endpoint (and content-length), clears the
                   route cache and carries {"envoy.lb": {"x-gateway-destination-endpoint": ...}}; the body
@@ -173,6 +173,16 @@ def scenario_health():
         ch.close()
         st = stats(p)
         check(st["calls"] == 4, "calls counted: %s" % st, p)
+    # Nothing set: the three services exist, not serving.
+    p = picker("--no-health")
+    ch = channel(p)
+    fn = ch.unary_unary(CHECK, request_serializer=health.HealthCheckRequest.SerializeToString,
+                        response_deserializer=health.HealthCheckResponse.FromString)
+    for svc in ("liveness", "readiness", EXT):
+        r = fn(health.HealthCheckRequest(service=svc), timeout=5)
+        check(r.status == health.HealthCheckResponse.NOT_SERVING, "%s at start: %s" % (svc, r.status), p)
+    ch.close()
+    stats(p)
 
 
 def scenario_pick():
