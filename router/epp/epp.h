@@ -26,6 +26,9 @@ typedef struct pdr_epp_stream pdr_epp_stream_t;
 /* The header and the dynamic metadata's key and namespace the protocol names. */
 #define PDR_EPP_DEST_HEADER "x-gateway-destination-endpoint"
 #define PDR_EPP_METADATA_NS "envoy.lb"
+#define PDR_EPP_SUBSET_NS "envoy.lb.subset_hint"
+#define PDR_EPP_SUBSET_KEY "x-gateway-destination-endpoint-subset"
+#define PDR_EPP_SERVED_KEY "x-gateway-destination-endpoint-served"
 
 /* Which part of the HTTP exchange a ProcessingRequest carries (and its answer answers). */
 typedef enum {
@@ -67,6 +70,14 @@ typedef struct pdr_epp_msg {
     int observability; /* observability_mode: the gateway reads no answer */
     /* The request's body mode, from the first message of the stream. */
     pdr_epp_body_mode_t request_body_mode, response_body_mode;
+    /* From metadata_context: the endpoint subset the gateway allows (envoy.lb.subset_hint's
+     * x-gateway-destination-endpoint-subset; has_subset says it was sent, even empty: the picker must then
+     * pick only among these, and answer 503 when none is eligible), and the endpoint that served the
+     * request (envoy.lb's x-gateway-destination-endpoint-served, in the response phase; NULL if absent). */
+    int has_subset;
+    const char *const *subset;
+    size_t nsubset;
+    const char *served;
 } pdr_epp_msg_t;
 
 /* The embedder's side. on_message: one ProcessingRequest of stream s; on_close: s is gone (the gateway

@@ -1,7 +1,8 @@
 /*
  * envoy.service.ext_proc.v3.ExternalProcessor/Process: one bidirectional stream per HTTP request the
  * gateway routes. Each ProcessingRequest is decoded (protobuf-c) as it arrives and handed to the
- * embedder's on_message as a pdr_epp_msg_t (headers as name/value slices, a body chunk, end_of_stream);
+ * embedder's on_message as a pdr_epp_msg_t (headers as name/value slices, a body chunk, end_of_stream,
+ * the endpoint subset and the served endpoint of the gateway's metadata_context);
  * the embedder answers through extproc_answer.c. A message that is not a ProcessingRequest, or carries
  * none of its six parts, ends the stream with INVALID_ARGUMENT and says why. The gateway half-closes its
  * side only when it waits for no more answers (Envoy's ext_proc filter ends the stream when the HTTP
@@ -127,6 +128,50 @@ static int message_of(const proc_req_t *r, pdr_epp_msg_t *m, pdr_epp_header_t **
     return rc;
 }
 
+/* The value under ns.key in a Metadata, or NULL. */
+static const Pdrouter__Epp__Wkt__Value *metadata_value(const Envoy__Config__Core__V3__Metadata *md,
+                                                       const char *ns, const char *key)
+{
+    for (size_t i = 0; md != NULL && i < md->n_filter_metadata; i++) {
+        const Envoy__Config__Core__V3__Metadata__FilterMetadataEntry *e = md->filter_metadata[i];
+        if (strcmp(e->key, ns) != 0 || e->value == NULL)
+            continue;
+        for (size_t k = 0; k < e->value->n_fields; k++)
+            if (strcmp(e->value->fields[k]->key, key) == 0)
+                return e->value->fields[k]->value;
+    }
+    return NULL;
+}
+
+/* The subset hint and the served endpoint. The subset's strings are the decoded message's; *owned (the
+ * array of pointers) is malloc'd (free). A subset entry that is not a string is skipped: it names no
+ * endpoint. */
+static int metadata_part(const Envoy__Config__Core__V3__Metadata *md, pdr_epp_msg_t *m, const char ***owned)
+{
+    *owned = NULL;
+    const Pdrouter__Epp__Wkt__Value *v = metadata_value(md, PDR_EPP_METADATA_NS, PDR_EPP_SERVED_KEY);
+    if (v != NULL && v->kind_case == PDROUTER__EPP__WKT__VALUE__KIND_STRING_VALUE)
+        m->served = v->string_value;
+    v = metadata_value(md, PDR_EPP_SUBSET_NS, PDR_EPP_SUBSET_KEY);
+    if (v == NULL)
+        return 0;
+    m->has_subset = 1;
+    if (v->kind_case != PDROUTER__EPP__WKT__VALUE__KIND_LIST_VALUE || v->list_value == NULL ||
+        v->list_value->n_values == 0)
+        return 0;
+    const char **list = calloc(v->list_value->n_values, sizeof(*list));
+    if (list == NULL)
+        return PDR_ENOMEM;
+    for (size_t i = 0; i < v->list_value->n_values; i++) {
+        const Pdrouter__Epp__Wkt__Value *e = v->list_value->values[i];
+        if (e->kind_case == PDROUTER__EPP__WKT__VALUE__KIND_STRING_VALUE)
+            list[m->nsubset++] = e->string_value;
+    }
+    m->subset = list;
+    *owned = list;
+    return 0;
+}
+
 static pdr_epp_body_mode_t mode_of(int v)
 {
     return v >= PDR_EPP_MODE_NONE && v <= PDR_EPP_MODE_GRPC ? (pdr_epp_body_mode_t)v : PDR_EPP_MODE_UNKNOWN;
@@ -152,7 +197,10 @@ static void on_message(void *data, pdr_grpc_call_t *call, const uint8_t *msg, si
     pdr_epp_msg_t m = {.request_body_mode = s->request_body_mode,
                        .response_body_mode = s->response_body_mode};
     pdr_epp_header_t *owned = NULL;
+    const char **subset = NULL;
     int rc = message_of(r, &m, &owned);
+    if (rc == 0)
+        rc = metadata_part(r->metadata_context, &m, &subset);
     if (rc == PDR_EPROTO) {
         e->malformed++;
         pdr_grpc_finish(call, PDR_GRPC_INVALID_ARGUMENT,
@@ -165,6 +213,7 @@ static void on_message(void *data, pdr_grpc_call_t *call, const uint8_t *msg, si
             e->handler.on_message(e->handler.data, s, &m);
     }
     free(owned);
+    free(subset);
     envoy__service__ext_proc__v3__processing_request__free_unpacked(r, NULL);
 }
 

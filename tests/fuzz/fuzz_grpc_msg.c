@@ -2,12 +2,12 @@
  * Fuzz target for the endpoint picker's reading side (router/epp/): the input is a gRPC request stream
  * as it arrives in DATA frames, fed to the framing reader (grpc_frame.c) in pieces whose sizes come from
  * the input's own bytes, and each whole message is decoded as a ProcessingRequest the way extproc.c
- * hands it to the embedder (its static message_of, reached by including the file), then as a
- * HealthCheckRequest. The reader is checked against a reference walk of the prefixes over the whole
- * input: the same messages, byte for byte, the same verdict where it stops (over the ceiling, compressed,
- * bad flags) and a partial message exactly when the input ends inside one. Every header slice handed to
- * the embedder must lie inside the decoded message's strings. Built with -DPDR_LIBFUZZER for libFuzzer;
- * otherwise main() replays the corpus (tests/fuzz/corpus/grpc/) with deterministic mutations.
+ * hands it to the embedder (its static message_of and metadata_part, reached by including the file), then as
+ * a HealthCheckRequest. The reader is checked against a reference walk of the prefixes over the whole input:
+ * the same messages, byte for byte, the same verdict where it stops (over the ceiling, compressed, bad flags)
+ * and a partial message exactly when the input ends inside one. Every header slice handed to the embedder
+ * must lie inside the decoded message's strings. Built with -DPDR_LIBFUZZER for libFuzzer; otherwise main()
+ * replays the corpus (tests/fuzz/corpus/grpc/) with deterministic mutations.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -27,9 +27,19 @@ static void decode(const uint8_t *msg, size_t len)
     if (r != NULL) {
         pdr_epp_msg_t m = {.request_body_mode = PDR_EPP_MODE_UNKNOWN};
         pdr_epp_header_t *owned = NULL;
+        const char **subset = NULL;
         int rc = message_of(r, &m, &owned);
         if (rc != 0 && rc != PDR_EPROTO)
             abort();
+        if (metadata_part(r->metadata_context, &m, &subset) != 0)
+            abort();
+        if (m.nsubset > 0 && (!m.has_subset || m.subset == NULL))
+            abort();
+        for (size_t i = 0; i < m.nsubset; i++)
+            (void)strlen(m.subset[i]);
+        if (m.served != NULL)
+            (void)strlen(m.served);
+        free(subset);
         for (size_t i = 0; rc == 0 && i < m.nheaders; i++) {
             if (strlen(m.headers[i].name) != m.headers[i].name_len)
                 abort();

@@ -5,7 +5,9 @@
  * with a body is read whole (each chunk as it arrives, up to a ceiling), then the request headers are
  * answered with the pick and the body is given back in one streamed body mutation ending the stream; a
  * request without a body is picked at its headers; the response's headers are continued and its body
- * chunks given back as they come. tests/integration/test_epp.py plays the gateway.
+ * chunks given back as they come. A subset hint from the gateway narrows the list (503 when nothing of
+ * it is left); the served endpoint the gateway reports in the response phase is printed ("served
+ * IP:PORT"). tests/integration/test_epp.py plays the gateway.
  *
  *   epp_testpicker --port N --endpoints IP:PORT[,IP:PORT...] [--status 503|429] [--max-message BYTES]
  *                  [--idle-ms MS] [--max-connections N] [--not-ready] [--no-health]
@@ -32,51 +34,90 @@ static uv_signal_t sigterm, sigint;
 
 typedef struct stream_state {
     pdr_buf_t body;
+    unsigned allowed; /* bit i: endpoints[i] may be picked (the gateway's subset hint, else all) */
 } stream_state_t;
 
-static void pick(pdr_epp_stream_t *s, const pdr_buf_t *body)
+/* Which of the endpoints the message's subset hint allows (all without a hint). */
+static unsigned allowed_by(const pdr_epp_msg_t *m)
 {
-    if (fail_status != 0) {
-        pdr_epp_answer_immediate(s, fail_status, fail_status == 429 ? "shed" : "no endpoint is ready");
+    unsigned all = (1u << nendpoints) - 1;
+    if (!m->has_subset)
+        return all;
+    unsigned mask = 0;
+    for (size_t i = 0; i < nendpoints; i++)
+        for (size_t k = 0; k < m->nsubset; k++)
+            if (strcmp(endpoints[i], m->subset[k]) == 0)
+                mask |= 1u << i;
+    return mask;
+}
+
+static void pick(pdr_epp_stream_t *s, unsigned allowed, const pdr_buf_t *body)
+{
+    const char *chosen[MAX_ENDPOINTS];
+    size_t n = 0;
+    for (size_t i = 0; i < nendpoints; i++)
+        if (allowed & (1u << i))
+            chosen[n++] = endpoints[i];
+    if (fail_status != 0 || n == 0) {
+        int st = fail_status != 0 ? fail_status : 503;
+        pdr_epp_answer_immediate(s, st, st == 429 ? "shed" : "no endpoint is ready");
         return;
     }
     char len[32];
     pdr_epp_header_t extra = {"content-length", 14, len, 0};
     extra.value_len = (size_t)snprintf(len, sizeof(len), "%zu", body != NULL ? body->len : 0);
-    int rc = pdr_epp_answer_pick(s, endpoints, nendpoints, &extra, body != NULL ? 1 : 0);
+    int rc = pdr_epp_answer_pick(s, chosen, n, &extra, body != NULL ? 1 : 0);
     if (rc == 0 && body != NULL)
         rc = pdr_epp_answer_body(s, PDR_EPP_REQUEST_BODY, (const uint8_t *)body->p, body->len, 1);
     if (rc != 0)
         pdr_epp_finish(s, 13, "the test picker could not queue its answer");
 }
 
+static stream_state_t *state_of(pdr_epp_stream_t *s)
+{
+    stream_state_t *st = pdr_epp_stream_data(s);
+    if (st == NULL) {
+        st = calloc(1, sizeof(*st));
+        if (st == NULL)
+            return NULL;
+        st->allowed = (1u << nendpoints) - 1;
+        pdr_epp_stream_set_data(s, st);
+    }
+    return st;
+}
+
 static void on_message(void *data, pdr_epp_stream_t *s, const pdr_epp_msg_t *m)
 {
     (void)data;
-    stream_state_t *st = pdr_epp_stream_data(s);
     if (m->observability)
         return;
+    stream_state_t *st = state_of(s);
+    if (st == NULL) {
+        pdr_epp_finish(s, 8, "out of memory");
+        return;
+    }
     switch (m->phase) {
     case PDR_EPP_REQUEST_HEADERS:
+        st->allowed = allowed_by(m);
         if (m->end_of_stream)
-            pick(s, NULL);
+            pick(s, st->allowed, NULL);
         /* else: answered once the body is read */
         break;
     case PDR_EPP_REQUEST_BODY:
-        if (st == NULL) {
-            st = calloc(1, sizeof(*st));
-            if (st == NULL) {
-                pdr_epp_finish(s, 8, "out of memory");
-                return;
-            }
-            pdr_epp_stream_set_data(s, st);
-        }
         if (pdr_buf_append(&st->body, m->body, m->body_len, BODY_MAX) != 0) {
             pdr_epp_answer_immediate(s, 413, "request body over the test picker's ceiling");
             return;
         }
         if (m->end_of_stream)
-            pick(s, &st->body);
+            pick(s, st->allowed, &st->body);
+        break;
+    case PDR_EPP_RESPONSE_HEADERS:
+        /* The endpoint that served the request, as the gateway reports it: printed for the test to read. */
+        if (m->served != NULL) {
+            printf("served %s\n", m->served);
+            fflush(stdout);
+        }
+        pdr_epp_answer_continue(s, m->phase);
         break;
     case PDR_EPP_RESPONSE_BODY:
         pdr_epp_answer_body(s, m->phase, m->body, m->body_len, m->end_of_stream);

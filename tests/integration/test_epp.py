@@ -17,6 +17,10 @@ Scenarios:
                   comes back whole in one streamed body mutation; the response's headers and body are
                   answered as they arrive on the same stream; the gateway's half-close ends it OK
   bodyless        request headers with end_of_stream: picked at once, no content-length set
+  subset          the gateway's subset hint (metadata_context envoy.lb.subset_hint): the pick keeps only
+                  the endpoints it names, 503 when none or an empty list is left; the served endpoint the
+                  gateway reports in the response phase (envoy.lb x-gateway-destination-endpoint-served)
+                  reaches the picker
   unavailable     a picker told 503 answers an ImmediateResponse 503 (and one told 429, 429)
   unknown_method  an unknown method, and Health/Watch, end UNIMPLEMENTED naming the path
   malformed       bytes that are not a ProcessingRequest, one with no part, and a bad HealthCheckRequest end
@@ -51,7 +55,8 @@ _pb = {}
 
 
 def pb():
-    """The compiled messages: {"ep": ext_proc_pb2, "core": envoy_core_pb2, "health": health_pb2}."""
+    """The compiled messages: {"ep": ext_proc_pb2, "core": envoy_core_pb2, "health": health_pb2,
+    "wkt": epp_struct_pb2}."""
     if not _pb:
         from grpc_tools import protoc
         out = tempfile.mkdtemp(prefix="pdtest-epp-pb-")
@@ -61,9 +66,10 @@ def pb():
         assert rc == 0, "protoc failed on %s" % PROTO_DIR
         sys.path.insert(0, out)
         import envoy_core_pb2
+        import epp_struct_pb2
         import ext_proc_pb2
         import health_pb2
-        _pb.update(ep=ext_proc_pb2, core=envoy_core_pb2, health=health_pb2)
+        _pb.update(ep=ext_proc_pb2, core=envoy_core_pb2, health=health_pb2, wkt=epp_struct_pb2)
     return _pb
 
 
@@ -229,6 +235,45 @@ def scenario_bodyless():
     ch.close()
     st = stats(p)
     check(st["streams"] == 1 and st["messages"] == 1, "counters: %s" % st, p)
+
+
+def metadata(ns, key, value):
+    """A Metadata {ns: {key: value}}, value a string or a list of strings."""
+    md = pb()["core"].Metadata()
+    st = md.filter_metadata[ns]
+    wkt = pb()["wkt"]
+    if isinstance(value, list):
+        st.fields[key].list_value.CopyFrom(wkt.ListValue(values=[wkt.Value(string_value=v) for v in value]))
+    else:
+        st.fields[key].string_value = value
+    return md
+
+
+def scenario_subset():
+    ep = pb()["ep"]
+    p = picker()
+    ch = channel(p)
+    subset_ns, subset_key = "envoy.lb.subset_hint", "x-gateway-destination-endpoint-subset"
+    for subset, want in ((["10.9.9.9:1", "10.0.0.2:8000"], "10.0.0.2:8000"), (["10.9.9.9:1"], None), ([], None)):
+        s = Stream(ch)
+        s.send(request_headers=ep.HttpHeaders(headers=headers(**{":path": "/v1/completions"}), end_of_stream=True),
+               metadata_context=metadata(subset_ns, subset_key, subset))
+        r = s.recv()
+        if want is None:
+            check(r.WhichOneof("response") == "immediate_response" and r.immediate_response.status.code == 503,
+                  "subset %s: %s" % (subset, r), p)
+        else:
+            sh = set_headers(r.request_headers.response)
+            check(sh.get(DEST) == want.encode(), "subset %s: %r" % (subset, sh), p)
+        s.close()
+    s = Stream(ch)
+    s.send(response_headers=ep.HttpHeaders(headers=headers(**{":status": "200"})),
+           metadata_context=metadata("envoy.lb", "x-gateway-destination-endpoint-served", "10.0.0.2:8000"))
+    check(s.recv().WhichOneof("response") == "response_headers", "served: no answer", p)
+    s.close()
+    pdtest.poll_until(lambda: "served 10.0.0.2:8000" in p.log_tail(), 10, "the picker to see the served endpoint")
+    ch.close()
+    stats(p)
 
 
 def scenario_unavailable():
