@@ -174,6 +174,7 @@ epp_unknown_method_ok @@ router/epp/grpc_call.c @@ finishf(call, PDR_GRPC_UNIMPL
 epp_message_ceiling_ignored @@ router/epp/grpc_frame.c @@ if (r->msg_len > r->max_message) { @@ if (0 && r->msg_len > r->max_message) { @@ epp_testpicker test_grpc_frame @@ ^epp_(grpc_frame|too_big)$
 epp_health_always_serving @@ router/epp/health.c @@ resp.status = status_of(e, req->service); @@ resp.status = status_of(e, "liveness"); @@ epp_testpicker @@ ^epp_health$
 epp_subset_hint_ignored @@ router/epp/extproc.c @@ m->has_subset = 1; @@ m->has_subset = 0; @@ epp_testpicker @@ ^epp_subset$
+epp_stream_ceiling_ignored @@ router/epp/grpc_conn.c @@ {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, s->lim.max_streams}, @@ {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 1024}, @@ epp_testpicker @@ ^epp_stream_limit$
 EOF
 )
 

@@ -10,7 +10,8 @@
  * IP:PORT"). tests/integration/test_epp.py plays the gateway.
  *
  *   epp_testpicker --port N --endpoints IP:PORT[,IP:PORT...] [--status 503|429] [--max-message BYTES]
- *                  [--idle-ms MS] [--max-connections N] [--not-ready] [--no-health]
+ *                  [--idle-ms MS] [--max-connections N] [--max-streams N]
+ *                  [--not-ready] [--no-health]
  *
  * Prints "listening on PORT" once it listens; SIGTERM closes the server and exits 0 once every handle is
  * closed (uv_loop_close succeeds), printing the server's counters as one JSON line first.
@@ -169,7 +170,8 @@ static int usage(void)
 {
     fprintf(stderr,
             "usage: epp_testpicker --port N --endpoints IP:PORT[,...] [--status 503|429] "
-            "[--max-message BYTES] [--idle-ms MS] [--max-connections N] [--not-ready] [--no-health]\n");
+            "[--max-message BYTES] [--idle-ms MS] [--max-connections N] [--max-streams N] [--not-ready] "
+            "[--no-health]\n");
     return 2;
 }
 
@@ -218,6 +220,8 @@ int main(int argc, char **argv)
             o.idle_timeout_ms = (uint64_t)num(v);
         } else if (strcmp(a, "--max-connections") == 0) {
             o.max_connections = (uint32_t)num(v);
+        } else if (strcmp(a, "--max-streams") == 0) {
+            o.max_streams = (uint32_t)num(v);
         } else {
             return usage();
         }

@@ -28,6 +28,8 @@ Scenarios:
   too_big         a message over --max-message ends RESOURCE_EXHAUSTED
   idle            a connection with no stream is closed after --idle-ms (the client sees its channel go idle)
   conn_limit      past --max-connections a new connection is closed at once
+  stream_limit    with --max-streams 2, a third stream on the connection waits (no answer while two are
+                  open; the client queues it under SETTINGS_MAX_CONCURRENT_STREAMS) and runs once one ends
   shutdown        SIGTERM ends an open stream UNAVAILABLE and the picker exits 0 with no handle left
 """
 import atexit
@@ -381,6 +383,36 @@ def scenario_conn_limit():
     first.close()
     st = stats(p)
     check(st["refused_connections"] >= 1 and st["connections"] == 1, "counters: %s" % st, p)
+
+
+def scenario_stream_limit():
+    import grpc
+    ep = pb()["ep"]
+    p = picker("--max-streams", "2")
+    ch = channel(p)
+    held = []
+    for _ in range(2):
+        s = Stream(ch)
+        s.send(response_headers=ep.HttpHeaders(headers=headers(**{":status": "200"})))
+        check(s.recv().WhichOneof("response") == "response_headers", "a held stream's answer", p)
+        held.append(s)
+    fn = ch.stream_stream(PROCESS, request_serializer=ep.ProcessingRequest.SerializeToString,
+                          response_deserializer=ep.ProcessingResponse.FromString)
+    third = fn(iter([ep.ProcessingRequest(response_headers=ep.HttpHeaders())]), timeout=1.0)
+    try:
+        list(third)
+        raise AssertionError("a third stream was answered while two were open")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.DEADLINE_EXCEEDED, "third stream: %s %s" % (e.code(), e.details()), p)
+    rest, code = held.pop().close()
+    check(code == grpc.StatusCode.OK, "closing a held stream: %s" % code, p)
+    s = Stream(ch)
+    s.send(response_headers=ep.HttpHeaders(headers=headers(**{":status": "200"})))
+    check(s.recv().WhichOneof("response") == "response_headers", "a stream after one ended", p)
+    s.close()
+    held.pop().close()
+    ch.close()
+    stats(p)
 
 
 def scenario_shutdown():
