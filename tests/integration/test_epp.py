@@ -240,14 +240,14 @@ def scenario_bodyless():
 
 
 def metadata(ns, key, value):
-    """A Metadata {ns: {key: value}}, value a string or a list of strings."""
+    """A Metadata {ns: {key: value}}, value a string or a list of strings. The Struct is built as the
+    well-known google.protobuf.Struct and read into the project's own copy from its bytes: the two agree
+    on the wire (Struct, Value's string and list kinds, ListValue)."""
+    from google.protobuf import json_format, struct_pb2
+    real = struct_pb2.Struct()
+    json_format.ParseDict({key: value}, real)
     md = pb()["core"].Metadata()
-    st = md.filter_metadata[ns]
-    wkt = pb()["wkt"]
-    if isinstance(value, list):
-        st.fields[key].list_value.CopyFrom(wkt.ListValue(values=[wkt.Value(string_value=v) for v in value]))
-    else:
-        st.fields[key].string_value = value
+    md.filter_metadata[ns].MergeFromString(real.SerializeToString())
     return md
 
 
