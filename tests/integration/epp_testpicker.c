@@ -155,12 +155,12 @@ static void on_signal(uv_signal_t *h, int signum)
     pdr_epp_stats(epp, &st);
     printf("{\"connections\": %llu, \"refused_connections\": %llu, \"idle_closed\": %llu, \"calls\": %llu, "
            "\"unimplemented\": %llu, \"invalid\": %llu, \"too_big\": %llu, \"streams\": %llu, "
-           "\"messages\": %llu, \"malformed\": %llu}\n",
+           "\"messages\": %llu, \"malformed\": %llu, \"protocol_errors\": %llu}\n",
            (unsigned long long)st.connections, (unsigned long long)st.refused_connections,
            (unsigned long long)st.idle_closed, (unsigned long long)st.calls,
            (unsigned long long)st.unimplemented, (unsigned long long)st.invalid,
            (unsigned long long)st.too_big, (unsigned long long)st.streams, (unsigned long long)st.messages,
-           (unsigned long long)st.malformed);
+           (unsigned long long)st.malformed, (unsigned long long)st.protocol_errors);
     fflush(stdout);
     pdr_epp_close(epp, closed, NULL);
     epp = NULL;

@@ -23,6 +23,9 @@ Scenarios:
                   reaches the picker
   unavailable     a picker told 503 answers an ImmediateResponse 503 (and one told 429, 429)
   unknown_method  an unknown method, and Health/Watch, end UNIMPLEMENTED naming the path
+  not_grpc        a POST of another content-type and a GET are answered HTTP 415 (curl, prior knowledge);
+                  an HTTP/1.1 request, which lacks the HTTP/2 preface, gets the connection closed and is
+                  counted as a protocol error
   malformed       bytes that are not a ProcessingRequest, one with no part, and a bad HealthCheckRequest end
                   INVALID_ARGUMENT saying "malformed"; the server counts them
   too_big         a message over --max-message ends RESOURCE_EXHAUSTED
@@ -317,6 +320,22 @@ def scenario_unknown_method():
     ch.close()
     st = stats(p)
     check(st["unimplemented"] == 2, "counters: %s" % st, p)
+
+
+def scenario_not_grpc():
+    import subprocess
+    p = picker()
+    url = "http://127.0.0.1:%d/grpc.health.v1.Health/Check" % p.port
+    for args in (["-X", "POST", "-H", "content-type: application/json", "--data", "{}"], []):
+        r = subprocess.run(["curl", "-s", "--http2-prior-knowledge", "-o", "/dev/null", "-D", "-", "--max-time", "5"]
+                           + args + [url], capture_output=True, text=True)
+        head = r.stdout.lower()
+        check(head.startswith("http/2 415") and "grpc-status: 13" in head, "%s: %r" % (args, r.stdout), p)
+    r = subprocess.run(["curl", "-s", "--http1.1", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", url],
+                       capture_output=True, text=True)
+    check(r.stdout == "000", "an HTTP/1.1 request was answered: %r" % r.stdout, p)
+    st = stats(p)
+    check(st["invalid"] == 2 and st["protocol_errors"] == 1, "counters: %s" % st, p)
 
 
 def scenario_malformed():
