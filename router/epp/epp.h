@@ -137,11 +137,13 @@ void pdr_epp_close(pdr_epp_t *e, void (*cb)(void *data), void *data);
 /* ---- answers; each returns 0, PDR_ECLOSED once the stream is finished, PDR_ETOOBIG past the queue's
  * ceiling, PDR_ENOMEM ---- */
 
-/* The pick: the request headers' answer, with x-gateway-destination-endpoint set to the endpoints
- * ("ip:port", the first preferred) joined by commas, the same list in the dynamic metadata
+/* The pick: the answer to phase (PDR_EPP_REQUEST_HEADERS; PDR_EPP_REQUEST_BODY in the BUFFERED exchange,
+ * where Envoy applies a body answer's header mutation), with x-gateway-destination-endpoint set to the
+ * endpoints ("ip:port", the first preferred) joined by commas, the same list in the dynamic metadata
  * {"envoy.lb": {"x-gateway-destination-endpoint": "..."}}, clear_route_cache set, and the extra headers
- * set too (content-length when the body is given back changed, for one). */
-int pdr_epp_answer_pick(pdr_epp_stream_t *s, const char *const *endpoints, size_t n,
+ * set too (content-length when the body is given back changed, for one). PDR_EINVAL for another phase,
+ * no endpoint or an empty one. */
+int pdr_epp_answer_pick(pdr_epp_stream_t *s, pdr_epp_phase_t phase, const char *const *endpoints, size_t n,
                         const pdr_epp_header_t *extra, size_t nextra);
 /* CONTINUE, no change, for the phase. */
 int pdr_epp_answer_continue(pdr_epp_stream_t *s, pdr_epp_phase_t phase);

@@ -1,7 +1,8 @@
 /*
  * The ProcessingResponses an endpoint picker sends (epp.h's pdr_epp_answer_*), encoded with protobuf-c
  * into one buffer each and queued on the stream's call. The pick is the shape the Gateway API Inference
- * Extension's endpoint-picker protocol names: the request headers' answer sets the
+ * Extension's endpoint-picker protocol names: the request headers' answer (or, in the BUFFERED exchange,
+ * the request body's) sets the
  * x-gateway-destination-endpoint header (raw_value, overwriting any the client sent) to the endpoints
  * joined by commas, clears the route cache (the destination changed), and carries the same list in the
  * dynamic metadata under envoy.lb. Loop thread only.
@@ -139,9 +140,11 @@ static int join_endpoints(const char *const *eps, size_t n, char *out, size_t ca
     return 0;
 }
 
-int pdr_epp_answer_pick(pdr_epp_stream_t *s, const char *const *endpoints, size_t n,
+int pdr_epp_answer_pick(pdr_epp_stream_t *s, pdr_epp_phase_t phase, const char *const *endpoints, size_t n,
                         const pdr_epp_header_t *extra, size_t nextra)
 {
+    if (phase != PDR_EPP_REQUEST_HEADERS && phase != PDR_EPP_REQUEST_BODY)
+        return PDR_EINVAL;
     char list[EPP_ENDPOINTS_MAX];
     int rc = join_endpoints(endpoints, n, list, sizeof(list));
     if (rc != 0)
@@ -171,6 +174,8 @@ int pdr_epp_answer_pick(pdr_epp_stream_t *s, const char *const *endpoints, size_
     common.clear_route_cache = 1;
     Envoy__Service__ExtProc__V3__HeadersResponse hr = ENVOY__SERVICE__EXT_PROC__V3__HEADERS_RESPONSE__INIT;
     hr.response = &common;
+    Envoy__Service__ExtProc__V3__BodyResponse br = ENVOY__SERVICE__EXT_PROC__V3__BODY_RESPONSE__INIT;
+    br.response = &common;
 
     /* {"envoy.lb": {"x-gateway-destination-endpoint": "<list>"}} */
     Pdrouter__Epp__Wkt__Value inner_v = PDROUTER__EPP__WKT__VALUE__INIT;
@@ -195,7 +200,7 @@ int pdr_epp_answer_pick(pdr_epp_stream_t *s, const char *const *endpoints, size_
     meta.fields = &outer_ep;
 
     proc_resp_t r = ENVOY__SERVICE__EXT_PROC__V3__PROCESSING_RESPONSE__INIT;
-    set_common(&r, PDR_EPP_REQUEST_HEADERS, &hr, NULL, NULL);
+    set_common(&r, phase, &hr, &br, NULL);
     r.dynamic_metadata = &meta;
     return send_response(s, &r);
 }

@@ -5,9 +5,10 @@
  * with a body is read whole (each chunk as it arrives, up to a ceiling), then the request headers are
  * answered with the pick and the body is given back in one streamed body mutation ending the stream; a
  * request without a body is picked at its headers; the response's headers are continued and its body
- * chunks given back as they come. A subset hint from the gateway narrows the list (503 when nothing of
- * it is left); the served endpoint the gateway reports in the response phase is printed ("served
- * IP:PORT"). tests/integration/test_epp.py plays the gateway.
+ * chunks given back as they come. In the BUFFERED exchange (announced in protocol_config) the headers
+ * are continued, and the whole body's answer carries the pick. A subset hint from the gateway narrows the
+ * list (503 when nothing of it is left); the served endpoint the gateway reports in the response phase is
+ * printed ("served IP:PORT"). tests/integration/test_epp.py plays the gateway.
  *
  *   epp_testpicker --port N --endpoints IP:PORT[,IP:PORT...] [--status 503|429] [--max-message BYTES]
  *                  [--idle-ms MS] [--max-connections N] [--max-streams N]
@@ -36,6 +37,7 @@ static uv_signal_t sigterm, sigint;
 typedef struct stream_state {
     pdr_buf_t body;
     unsigned allowed; /* bit i: endpoints[i] may be picked (the gateway's subset hint, else all) */
+    int buffered;     /* the gateway announced BUFFERED: the pick is the body's answer */
 } stream_state_t;
 
 /* Which of the endpoints the message's subset hint allows (all without a hint). */
@@ -52,7 +54,9 @@ static unsigned allowed_by(const pdr_epp_msg_t *m)
     return mask;
 }
 
-static void pick(pdr_epp_stream_t *s, unsigned allowed, const pdr_buf_t *body)
+/* The pick at the end of the request: in the streamed exchange the headers' answer, then the body given
+ * back; in the buffered one (buffered set) the body's answer itself, the body left as it is. */
+static void pick(pdr_epp_stream_t *s, unsigned allowed, const pdr_buf_t *body, int buffered)
 {
     const char *chosen[MAX_ENDPOINTS];
     size_t n = 0;
@@ -67,7 +71,12 @@ static void pick(pdr_epp_stream_t *s, unsigned allowed, const pdr_buf_t *body)
     char len[32];
     pdr_epp_header_t extra = {"content-length", 14, len, 0};
     extra.value_len = (size_t)snprintf(len, sizeof(len), "%zu", body != NULL ? body->len : 0);
-    int rc = pdr_epp_answer_pick(s, chosen, n, &extra, body != NULL ? 1 : 0);
+    if (buffered) {
+        if (pdr_epp_answer_pick(s, PDR_EPP_REQUEST_BODY, chosen, n, NULL, 0) != 0)
+            pdr_epp_finish(s, 13, "the test picker could not queue its answer");
+        return;
+    }
+    int rc = pdr_epp_answer_pick(s, PDR_EPP_REQUEST_HEADERS, chosen, n, &extra, body != NULL ? 1 : 0);
     if (rc == 0 && body != NULL)
         rc = pdr_epp_answer_body(s, PDR_EPP_REQUEST_BODY, (const uint8_t *)body->p, body->len, 1);
     if (rc != 0)
@@ -100,8 +109,11 @@ static void on_message(void *data, pdr_epp_stream_t *s, const pdr_epp_msg_t *m)
     switch (m->phase) {
     case PDR_EPP_REQUEST_HEADERS:
         st->allowed = allowed_by(m);
+        st->buffered = m->request_body_mode == PDR_EPP_MODE_BUFFERED;
         if (m->end_of_stream)
-            pick(s, st->allowed, NULL);
+            pick(s, st->allowed, NULL, 0);
+        else if (st->buffered)
+            pdr_epp_answer_continue(s, m->phase); /* Envoy sends the body only after this answer */
         /* else: answered once the body is read */
         break;
     case PDR_EPP_REQUEST_BODY:
@@ -110,7 +122,7 @@ static void on_message(void *data, pdr_epp_stream_t *s, const pdr_epp_msg_t *m)
             return;
         }
         if (m->end_of_stream)
-            pick(s, st->allowed, &st->body);
+            pick(s, st->allowed, &st->body, st->buffered);
         break;
     case PDR_EPP_RESPONSE_HEADERS:
         /* The endpoint that served the request, as the gateway reports it: printed for the test to read. */

@@ -16,6 +16,8 @@ Scenarios:
                   route cache and carries {"envoy.lb": {"x-gateway-destination-endpoint": ...}}; the body
                   comes back whole in one streamed body mutation; the response's headers and body are
                   answered as they arrive on the same stream; the gateway's half-close ends it OK
+  buffered        BUFFERED: the headers are continued at once (no mutation), and the body's answer carries
+                  the pick (header, metadata), the body left unchanged
   bodyless        request headers with end_of_stream: picked at once, no content-length set
   subset          the gateway's subset hint (metadata_context envoy.lb.subset_hint): the pick keeps only
                   the endpoints it names, 503 when none or an empty list is left; the served endpoint the
@@ -227,6 +229,31 @@ def scenario_pick():
     ch.close()
     st = stats(p)
     check(st["streams"] == 1 and st["messages"] == 6 and st["malformed"] == 0, "counters: %s" % st, p)
+
+
+def scenario_buffered():
+    ep = pb()["ep"]
+    p = picker()
+    ch = channel(p)
+    s = Stream(ch)
+    mode = ep.ProtocolConfiguration(request_body_mode=ep.BUFFERED)
+    s.send(request_headers=ep.HttpHeaders(headers=headers(**{":path": "/v1/completions"})), protocol_config=mode)
+    r1 = s.recv()
+    check(r1.WhichOneof("response") == "request_headers", "headers' answer: %s" % r1, p)
+    check(not r1.request_headers.response.HasField("header_mutation") and not r1.HasField("dynamic_metadata"),
+          "the headers were answered with more than a continue: %s" % r1, p)
+    s.send(request_body=ep.HttpBody(body=b'{"model": "m"}', end_of_stream=True))
+    r2 = s.recv()
+    check(r2.WhichOneof("response") == "request_body", "body's answer: %s" % r2, p)
+    common = r2.request_body.response
+    check(set_headers(common).get(DEST) == ENDPOINTS.encode() and common.clear_route_cache, str(r2), p)
+    check(not common.HasField("body_mutation"), "the body was changed: %s" % r2, p)
+    from google.protobuf import json_format, struct_pb2
+    md = json_format.MessageToDict(struct_pb2.Struct.FromString(r2.dynamic_metadata.SerializeToString()))
+    check(md == {"envoy.lb": {DEST: ENDPOINTS}}, "dynamic metadata: %s" % md, p)
+    s.close()
+    ch.close()
+    stats(p)
 
 
 def scenario_bodyless():
