@@ -31,6 +31,9 @@ BUILD="build-essential cmake pkgconf python3 \
 BUILD="$BUILD libpcre2-dev libutf8proc-dev"
 # KV events (precise_prefix): ZeroMQ and msgpack-c in the router and pdsim.
 BUILD="$BUILD libzmq3-dev libmsgpack-dev"
+# The endpoint picker (router/epp/): protobuf-c's runtime and protoc-c, which generates its messages' C at
+# build time from router/epp/proto/.
+BUILD="$BUILD libprotobuf-c-dev protobuf-c-compiler"
 # ---- running the demo (scripts/demo.sh): requests sent with curl ----
 RUN="ca-certificates curl"
 
@@ -46,6 +49,9 @@ TEST="$TEST iproute2"
 TEST="$TEST python3-h2"
 # The chat-template engine's reference: tests/tok/jinja_diff.py renders every fixture with jinja2 too.
 TEST="$TEST python3-jinja2"
+# The endpoint picker's gateway side (tests/integration/test_epp.py): gRPC for Debian's python3, and
+# grpc_tools' protoc to compile router/epp/proto/ at test time.
+TEST="$TEST python3-grpcio python3-protobuf python3-grpc-tools"
 # Browser test of the admin status page.
 TEST="$TEST chromium chromium-driver python3-selenium"
 # DNS discovery test: a real DNS server on a loopback port (/usr/sbin/dnsmasq, without the system service).

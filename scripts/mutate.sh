@@ -180,6 +180,13 @@ unknown_model_any_pool @@ router/pd/attempt.c @@ if (text != NULL && r->pool.kvi
 ids_fallback_not_logged @@ router/pd/attempt.c @@ x->at.ids_fallback = fb >= 0 ? pdr_fallback_names[fb] : NULL; @@ x->at.ids_fallback = fb >= 0 ? NULL : NULL; @@ pdrouter pdsim pdtok @@ ^tokenizer_pools$
 kv_index_cold_uncounted @@ routing/kvindex.c @@ ix->cold += ws[i] != NULL && !out[i].synced; @@ (void)0; @@ pdrouter pdsim @@ ^router_kv_events_gap$
 health_generate_any_pair @@ router/control/compat.c @@ c->compat.enabled ? &cf : NULL) @@ NULL) @@ pdrouter pdsim @@ ^router_compat_pairs_no_pair$
+epp_pick_keeps_route_cache @@ router/epp/extproc_answer.c @@ common.clear_route_cache = 1; @@ common.clear_route_cache = 0; @@ epp_testpicker @@ ^epp_pick$
+epp_pick_metadata_namespace @@ router/epp/extproc_answer.c @@ outer_e.key = (char *)PDR_EPP_METADATA_NS; @@ outer_e.key = (char *)"envoy.lb.other"; @@ epp_testpicker @@ ^epp_(pick|bodyless)$
+epp_unknown_method_ok @@ router/epp/grpc_call.c @@ finishf(call, PDR_GRPC_UNIMPLEMENTED, "unknown method %s", call->path); @@ finishf(call, PDR_GRPC_OK, "unknown method %s", call->path); @@ epp_testpicker @@ ^epp_unknown_method$
+epp_message_ceiling_ignored @@ router/epp/grpc_frame.c @@ if (r->msg_len > r->max_message) { @@ if (0 && r->msg_len > r->max_message) { @@ epp_testpicker test_grpc_frame @@ ^epp_(grpc_frame|too_big)$
+epp_health_always_serving @@ router/epp/health.c @@ resp.status = status_of(e, req->service); @@ resp.status = status_of(e, "liveness"); @@ epp_testpicker @@ ^epp_health$
+epp_subset_hint_ignored @@ router/epp/extproc.c @@ m->has_subset = 1; @@ m->has_subset = 0; @@ epp_testpicker @@ ^epp_subset$
+epp_stream_ceiling_ignored @@ router/epp/grpc_conn.c @@ {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, s->lim.max_streams}, @@ {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 1024}, @@ epp_testpicker @@ ^epp_stream_limit$
 EOF
 )
 

@@ -39,6 +39,7 @@ FOLDERS = [
     "util",       # JSON scanning and body rewriting, replies, fall-backs, socket info
     "upstream",   # the HTTP/1.1 client of the workers and its TLS
     "discovery",  # the DNS and Kubernetes discovery sources
+    "epp",        # the endpoint picker: gRPC on nghttp2, health checking, Envoy's ext_proc stream
     "workers",    # the pool and per-worker state: outlier, links and breakers, KV deadlines, disaggregation
     "obs",        # metrics storage, phases, traces, OTLP
     "core",       # the router's and the loops' state (router.h), the tokenizer reference
