@@ -54,6 +54,7 @@ const struct opt pdr__cli_opts[] = {
     {"api-key-file", OPT_API_KEY_FILE, ARG_ONE},
     {"request-id-headers", OPT_REQUEST_ID_HEADERS, ARG_SOME},
     {"dp-aware", OPT_DP_AWARE, ARG_NONE},
+    {"epp", OPT_EPP, ARG_NONE},
     {"history-backend", OPT_HISTORY_BACKEND, ARG_ONE},
 };
 const size_t pdr__cli_nopts = sizeof(pdr__cli_opts) / sizeof(pdr__cli_opts[0]);
@@ -255,6 +256,10 @@ int pdr__cli_handle(const struct opt *o, const char *const *vals, int n, int arg
         break;
     case OPT_DP_AWARE:
         ps->dp_aware = 1;
+        return 0;
+    case OPT_EPP:
+        pdr__cli_mark(ps, "epp.enabled");
+        fl->epp.enabled = 1;
         return 0;
     case OPT_PD:
     case OPT_MINI_LB:

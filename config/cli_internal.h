@@ -49,6 +49,7 @@ enum opt_id {
     OPT_API_KEY_FILE,
     OPT_REQUEST_ID_HEADERS,
     OPT_DP_AWARE,
+    OPT_EPP,
     OPT_HISTORY_BACKEND,
     OPT_KEY, /* a flag of the schema that sets one key (set_key) */
 };

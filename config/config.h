@@ -289,6 +289,17 @@ typedef struct pdr_config {
         char *headers;         /* lower-case header names separated by spaces or commas, by preference */
         double max_load_ratio; /* default 1.5: soft mode's bound on the choice's in-flight count */
     } affinity;
+    /* The Gateway API endpoint picker (router/gateway/epp_pick.c): an Envoy ext_proc gRPC server that picks
+     * the decode endpoint (and names the prefill in a header) for a gateway, with the router's policies. */
+    struct {
+        int enabled;   /* default 0; --epp */
+        char *host;    /* default 0.0.0.0 */
+        int port;      /* default 9002, the extension's conventional port */
+        int fallbacks; /* default 2: decode endpoints listed after the pick, for the gateway's retries */
+        char *prefill_header; /* lower-case header name, default x-prefiller-host-port */
+        int max_connections;  /* default 64 */
+        int max_streams;      /* default 1024, per connection */
+    } epp;
     /* Stream migration (router/pd/migrate.c): a decode that fails mid-stream hands the stream to a new pair,
      * the prompt extended by what the client already has, and the client sees one unbroken stream. */
     struct {

@@ -135,6 +135,16 @@ static const struct field affinity_fields[] = {
     KEY(affinity, max_load_ratio),
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };
+static const struct field epp_fields[] = {
+    KEY(epp, enabled),
+    KEY(epp, host),
+    KEY(epp, port),
+    KEY(epp, fallbacks),
+    KEY(epp, prefill_header),
+    KEY(epp, max_connections),
+    KEY(epp, max_streams),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
+};
 static const struct field migration_fields[] = {
     KEY(migration, enabled),
     KEY(migration, max_attempts),
@@ -380,6 +390,7 @@ const struct field pdr__yaml_top_fields[] = {
     {"compat", F_SECTION, 0, 0, 0, compat_fields, NULL},
     {"affinity", F_SECTION, 0, 0, 0, affinity_fields, NULL},
     {"migration", F_SECTION, 0, 0, 0, migration_fields, NULL},
+    {"epp", F_SECTION, 0, 0, 0, epp_fields, NULL},
     {"pd", F_SECTION, 0, 0, 0, pd_fields, NULL},
     {"cache_aware", F_SECTION, 0, 0, 0, cache_aware_fields, NULL},
     {"disaggregation", F_SECTION, 0, 0, 0, disaggregation_fields, NULL},

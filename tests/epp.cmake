@@ -26,3 +26,15 @@ add_executable(fuzz_grpc_msg fuzz/fuzz_grpc_msg.c)
 target_link_libraries(fuzz_grpc_msg PRIVATE pdr_epp pdr_epp_pb pdr_common PkgConfig::UV)
 target_include_directories(fuzz_grpc_msg PRIVATE ${PROJECT_SOURCE_DIR}/router/epp)
 pdr_fuzz_corpus_test(epp_fuzz_corpus fuzz_grpc_msg grpc 120)
+
+# The router as the endpoint picker (router/gateway/): pdrouter with epp.enabled, real pdsim workers, the
+# same Python gateway (integration/test_gateway.py).
+set(pdr_gateway_driver ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_gateway.py)
+pdr_driver_scenarios(pdr_gateway_names ${pdr_gateway_driver})
+foreach(s ${pdr_gateway_names})
+  add_test(NAME gateway_epp_${s}
+           COMMAND sh -c "/usr/bin/python3 -c 'import grpc, grpc_tools' 2>/dev/null || { echo 'skipped: /usr/bin/python3 has no grpc or grpc_tools (python3-grpcio, python3-grpc-tools)'; exit 77; }; exec /usr/bin/python3 \"$0\" ${s}"
+                   ${pdr_gateway_driver})
+  set_tests_properties(gateway_epp_${s} PROPERTIES LABELS integration TIMEOUT 90 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "PDR_BUILD=${CMAKE_BINARY_DIR}")
+endforeach()

@@ -16,6 +16,7 @@
 #include "buf.h"
 #include "control.h"
 #include "disagg.h"
+#include "gateway.h"
 #include "err.h"
 #include "fallback.h"
 #include "kv_events.h"
@@ -519,6 +520,7 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
         pdr_links_render_metrics,    /* the links' breaker (links.h) */
         pdr_retry_render_metrics,    /* the retry budget (retry.h) */
         pdr_fallback_render_metrics, /* fall-backs by reason (fallback.h) */
+        pdr_gateway_render_metrics,  /* the endpoint picker (gateway.h) */
     };
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]) && o.err == 0; i++) {
         size_t plen = 0;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <jansson.h>
 #include "jsonscan.h"
+#include "pd.h"
 #include "pd_internal.h"
 
 /* "a, b, c" of every pool's models into out (cut with ", ..." past cap). */
@@ -75,6 +76,16 @@ int pdr__request_pool(const pdr_config_t *c, const pdr_pdreq_t *pr, long *pool, 
     served_list(c, served, sizeof(served));
     snprintf(msg, cap, "The model `%s` does not exist. Served: %s", shown, served);
     return 404;
+}
+
+int pdr_pd_request_pool(const pdr_config_t *c, const pdr_pdreq_t *pr, long *pool, char *msg, size_t cap)
+{
+    return pdr__request_pool(c, pr, pool, msg, cap);
+}
+
+const char *pdr_pd_routing_text(const pdr_pdreq_t *pr, size_t *len)
+{
+    return pdr__pd_routing_text(pr, len);
 }
 
 char *pdr__models_list_json(const pdr_config_t *c, uint64_t created, size_t *len)

@@ -25,6 +25,7 @@
 #include "err.h"
 #include "front.h"
 #include "fwdheaders.h"
+#include "gateway.h"
 #include "health.h"
 #include "pd.h"
 #include "reply.h"
@@ -484,6 +485,8 @@ int pdr_router_start(pdr_router_t *r, pdr_config_t *c, uv_loop_t *loop0)
     if ((rc = pdr_shim_events_init(r)) != 0)
         return rc;
     if ((rc = pdr_router_discovery_start(r)) != 0)
+        return rc;
+    if ((rc = pdr_gateway_start(r, readiness_ok)) != 0)
         return rc;
     for (int i = 1; i < r->n_threads; i++)
         if (uv_thread_create(&r->threads[i].tid, thread_main, &r->threads[i]) != 0)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include "admission.h"
 #include "control.h"
+#include "gateway.h"
 #include "err.h"
 #include "front.h"
 #include "health.h"
@@ -48,6 +49,7 @@ static void finish_loop(pdr_thread_t *t)
         pdr_router_discovery_stop(r);
         pdr_health_stop(r);
         pdr_kv_events_stop(r);
+        pdr_gateway_stop(r);
         uv_close((uv_handle_t *)&r->sig_term, NULL);
         uv_close((uv_handle_t *)&r->sig_int, NULL);
         uv_close((uv_handle_t *)&r->sig_hup, NULL);

@@ -336,6 +336,10 @@ typedef struct pdr_pick_info {
                        prompt_tokens = the prompt's length in the same tokens */
     size_t prompt_tokens;
     int from_index; /* out: the match came from the KV event index (precise_prefix), not the prefix tree */
+    /* in: when set, only the workers whose uid is in only[0..n_only) may be picked (a gateway's endpoint
+     * subset): a strict filter, unlike avoid's preference; none of them serving: no pick. */
+    const uint64_t *only;
+    size_t n_only;
 } pdr_pick_info_t;
 /* As pdr_pool_pick_prompt, among the workers filter lets through only (identity.h; NULL: all). */
 pdr_worker_t *pdr_pool_pick_filtered(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,

@@ -389,6 +389,8 @@ static pdr_worker_t *pick_in(pdr_pool_t *p, const char *pool, pdr_role_t role, c
             continue;
         if (filter != NULL && !pdr_pick_filter_ok(filter, pdr_worker_compat_key(v)))
             continue;
+        if (info != NULL && info->only != NULL && usable(v, info->only, info->n_only))
+            continue; /* not in the strict list */
         view[c.n++] = v;
         double wt = ramp ? pdr_outlier_weight(&v->outlier, now) : 1.0;
         if (ramp && (wt >= 1.0 || (double)(pdr__pool_next_rand() % 1000000) < wt * 1e6)) {

@@ -46,6 +46,7 @@ FOLDERS = [
     "fleet",      # loop services about the workers: health checks, admission, KV events, shim reports
     "front",      # client connections and guards, limits, TLS contexts, forwarded headers, routes, access log
     "pd",         # the PD request path
+    "gateway",    # the Gateway API roles: the endpoint picker (its picks, on epp/)
     "control",    # admin API, reload, compatible routes, the /metrics exposition
     "server",     # listeners, loop threads, route dispatch, shutdown
 ]
