@@ -171,6 +171,9 @@ decode_refused_waits_for_prefill @@ router/pd/advance.c @@ int d_refused = x->at
 chat_template_unused @@ router/workers/token_ids.c @@ const pdr_chat_template_t *ct = pdr_tokenizer_extra(tk); @@ const pdr_chat_template_t *ct = NULL; @@ pdrouter pdsim pdtok @@ ^tokenizer_chat_template$
 kv_index_cold_uncounted @@ routing/kvindex.c @@ ix->cold += ws[i] != NULL && !out[i].synced; @@ (void)0; @@ pdrouter pdsim @@ ^router_kv_events_gap$
 health_generate_any_pair @@ router/control/compat.c @@ c->compat.enabled ? &cf : NULL) @@ NULL) @@ pdrouter pdsim @@ ^router_compat_pairs_no_pair$
+infpool_selector_kept @@ router/discovery/discovery_k8s_pool.c @@ p->spec = *next; @@ p->spec.nports = next->nports; @@ pdrouter @@ ^router_discovery_kubernetes_inference_pool$
+infpool_first_port_only @@ router/discovery/discovery_k8s_pods.c @@ int per = s->rc.nports > 0 ? s->rc.nports : 1; @@ int per = 1; @@ pdrouter test_k8s_discovery_pure @@ ^(discovery_k8s_unit|router_discovery_kubernetes_inference_pool)$
+infpool_h2c_accepted @@ router/discovery/discovery_k8s_pods.c @@ if (proto != NULL && strcmp(proto, "http") != 0) { @@ if (proto != NULL && strcmp(proto, "http") != 0 && 0) { @@ pdrouter test_k8s_discovery_pure @@ ^(discovery_k8s_unit|router_discovery_kubernetes_inference_pool)$
 EOF
 )
 
