@@ -269,7 +269,7 @@ def scenario_kubernetes_inference_pool():
     pairs. A pod
     whose labels stop matching leaves; a new selector, then a second target port, are followed (two
     workers for one pod); an appProtocol pdrouter cannot speak is refused with a log line and changes
-    nothing, as does deleting the pool."""
+    nothing, as do deleting the pool and an API server that refuses to list it for a while."""
     p1, p2 = pdtest.free_port(), pdtest.free_port()
     bp = {ip: pdtest.free_port() for ip in ("127.0.0.2", "127.0.0.4", "127.0.0.6")}
     fd, tok_path = tempfile.mkstemp(prefix="pdrouter-k8s-token-")
@@ -357,8 +357,20 @@ def scenario_kubernetes_inference_pool():
         check(sim_requests_at(sims["dec-0"]) - r0 >= 1 and sim_requests_at(rank2) - r1 >= 1,
               "both ranks of dec-0 take requests", r)
 
-        # appProtocol h2c: refused with a log line; the pool's last spec stays.
+        # The API server refuses the pool's list twice (403) after its watch expired: the pool watcher logs
+        # the RBAC it needs, backs off and lists again; the workers stay and requests go on meanwhile.
         ids = sorted(w["id"] for w in workers(r))
+        api.control("fail", {"role": "inferencepool", "status": 403, "count": 2})
+        api.control("expire", {"role": "inferencepool"})
+        pdtest.poll_until(lambda: "watch on inferencepools (API group inference.networking.k8s.io)" in
+                          r.log_tail(200), 5, "the RBAC hint")
+        check(request(r.port, "POST", "/generate", GEN)[0] == 200, "request while the pool cannot be listed", r)
+        pdtest.poll_until(lambda: [e["status"] for e in request_json(api.port, "GET", "/control/log")
+                                   if e["role"] == "inferencepool" and not e["watch"]][-3:] == [403, 403, 200],
+                          10, "the pool listed again after the failures")
+        check(sorted(w["id"] for w in workers(r)) == ids, "an API server failure changed the workers", r)
+
+        # appProtocol h2c: refused with a log line; the pool's last spec stays.
         api.control("pool", {"name": "llm-pool", "matchLabels": {"app": "sglang", "model": "a"}, "ports": [p1],
                              "appProtocol": "kubernetes.io/h2c"})
         pdtest.poll_until(lambda: "appProtocol \"kubernetes.io/h2c\"" in r.log_tail(200), 5, "the refusal")
