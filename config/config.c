@@ -245,6 +245,8 @@ static void discovery_conf_free(pdr_discovery_conf_t *d)
     free(d->kubernetes.token_file);
     free(d->kubernetes.ca_file);
     free(d->kubernetes.bootstrap_port_annotation);
+    free(d->kubernetes.inference_pool);
+    free(d->kubernetes.role_label);
 }
 
 void pdr__discovery_conf_defaults(pdr_discovery_conf_t *d)

@@ -59,7 +59,8 @@ typedef struct pdr_ipnet {
 } pdr_ipnet_t;
 
 /* Dynamic workers (router/discovery/discovery.h): the top-level discovery: of the one-pool form, or a pool's
- * own. A role's target is in use when its name (dns) or selector (kubernetes) is non-NULL. */
+ * own. A role's target is in use when its name (dns) or selector (kubernetes) is non-NULL, or (both roles)
+ * when kubernetes.inference_pool is. */
 typedef struct pdr_discovery_conf {
     struct {
         struct {
@@ -86,6 +87,8 @@ typedef struct pdr_discovery_conf {
         char *ca_file;       /* default /var/run/secrets/kubernetes.io/serviceaccount/ca.crt */
         int watch_timeout_s; /* default 300: timeoutSeconds of each watch request */
         char *bootstrap_port_annotation; /* default sglang.ai/bootstrap-port */
+        char *inference_pool; /* an InferencePool's name: both roles' pods come from it (no selector) */
+        char *role_label;     /* the pod label naming a pool pod's role; default llm-d.ai/role */
     } kubernetes;
 } pdr_discovery_conf_t;
 

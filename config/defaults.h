@@ -133,6 +133,8 @@
 #define PDR_DEF_DNS_PORT 53 /* of discovery.dns.resolver when it names none (RFC 1035) */
 #define PDR_DEF_K8S_WATCH_TIMEOUT_S 300
 #define PDR_DEF_K8S_BOOTSTRAP_ANNOTATION "sglang.ai/bootstrap-port" /* sglang router's default */
+/* llm-d's label of a pod's prefill/decode role */
+#define PDR_DEF_K8S_ROLE_LABEL "llm-d.ai/role"
 #define PDR_SGLANG_DISCOVERY_PORT 80 /* sglang router's --service-discovery-port default */
 #define PDR_MIN_DNS_INTERVAL_MS 100
 #define PDR_MAX_DNS_INTERVAL_MS 3600000 /* one hour */

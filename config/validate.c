@@ -45,7 +45,8 @@ long pdr__workers_find_dup(const pdr_worker_conf_t *ws, size_t i)
 
 int pdr__role_discovered(const pdr_discovery_conf_t *d, pdr_role_t r)
 {
-    return d->dns.role[r].name != NULL || d->kubernetes.role[r].selector != NULL;
+    return d->dns.role[r].name != NULL || d->kubernetes.role[r].selector != NULL ||
+           d->kubernetes.inference_pool != NULL;
 }
 
 typedef int (*string_check_fn)(const char *s, size_t len, char *msg, size_t msglen);
@@ -116,25 +117,34 @@ static int check_discovery(const pdr_discovery_conf_t *d, const char *pre, char 
                 return PDR_ECONFIG;
         }
     }
-    static const char *const names[] = {"namespace", "api_server", "token_file", "ca_file"};
-    const char *vals[] = {d->kubernetes.namespace_, d->kubernetes.api_server, d->kubernetes.token_file,
-                          d->kubernetes.ca_file};
-    const string_check_fn fns[] = {pdr__check_namespace, pdr__check_api_server, NULL, NULL};
-    for (int i = 0; i < 4; i++) {
-        snprintf(key, sizeof(key), "%sdiscovery.kubernetes.%s", pre, names[i]);
-        if (check_string(vals[i], fns[i], key, err, errlen))
+    const struct {
+        const char *name, *val;
+        string_check_fn fn;
+    } strs[] = {
+        {"namespace", d->kubernetes.namespace_, pdr__check_namespace},
+        {"api_server", d->kubernetes.api_server, pdr__check_api_server},
+        {"token_file", d->kubernetes.token_file, NULL},
+        {"ca_file", d->kubernetes.ca_file, NULL},
+        {"inference_pool", d->kubernetes.inference_pool, pdr__check_hostname},
+        {"role_label", d->kubernetes.role_label, pdr__check_annotation},
+        {"bootstrap_port_annotation", d->kubernetes.bootstrap_port_annotation, pdr__check_annotation},
+    };
+    for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
+        snprintf(key, sizeof(key), "%sdiscovery.kubernetes.%s", pre, strs[i].name);
+        if (check_string(strs[i].val, strs[i].fn, key, err, errlen))
             return PDR_ECONFIG;
     }
     if (check_disc_range(d, pre, "discovery.kubernetes.watch_timeout_s", err, errlen))
         return PDR_ECONFIG;
-    const char *ann = d->kubernetes.bootstrap_port_annotation;
-    if (ann != NULL) {
-        char msg[256];
-        if (pdr__check_annotation(ann, strlen(ann), msg, sizeof(msg)) != 0) {
-            pdr__config_err(err, errlen, "%sdiscovery.kubernetes.bootstrap_port_annotation: %s", pre, msg);
+    for (int r = 0; r < 2 && d->kubernetes.inference_pool != NULL; r++)
+        if (d->kubernetes.role[r].selector != NULL) {
+            pdr__config_err(
+                err, errlen,
+                "%sdiscovery.kubernetes.%s: the pods of both roles come from inference_pool %s (their "
+                "role from the label role_label); remove the %s section",
+                pre, roles[r], d->kubernetes.inference_pool, roles[r]);
             return PDR_ECONFIG;
         }
-    }
     return 0;
 }
 

@@ -315,6 +315,8 @@ static const struct field k8s_fields[] = {
     KEY_DISC(discovery.kubernetes, ca_file),
     KEY_DISC(discovery.kubernetes, watch_timeout_s),
     KEY_DISC(discovery.kubernetes, bootstrap_port_annotation),
+    KEY_DISC(discovery.kubernetes, inference_pool),
+    KEY_DISC(discovery.kubernetes, role_label),
     {"prefill", F_K8S_ROLE, 0, PDR_ROLE_PREFILL, 0, k8s_prefill_fields, NULL},
     {"decode", F_K8S_ROLE, 0, PDR_ROLE_DECODE, 0, k8s_decode_fields, NULL},
     {NULL, 0, 0, 0, 0, NULL, NULL},

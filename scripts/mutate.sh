@@ -187,6 +187,9 @@ epp_message_ceiling_ignored @@ router/epp/grpc_frame.c @@ if (r->msg_len > r->ma
 epp_health_always_serving @@ router/epp/health.c @@ resp.status = status_of(e, req->service); @@ resp.status = status_of(e, "liveness"); @@ epp_testpicker @@ ^epp_health$
 epp_subset_hint_ignored @@ router/epp/extproc.c @@ m->has_subset = 1; @@ m->has_subset = 0; @@ epp_testpicker @@ ^epp_subset$
 epp_stream_ceiling_ignored @@ router/epp/grpc_conn.c @@ {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, s->lim.max_streams}, @@ {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 1024}, @@ epp_testpicker @@ ^epp_stream_limit$
+infpool_selector_kept @@ router/discovery/discovery_k8s_pool.c @@ p->spec = *next; @@ p->spec.nports = next->nports; @@ pdrouter @@ ^router_discovery_kubernetes_inference_pool$
+infpool_first_port_only @@ router/discovery/discovery_k8s_pods.c @@ int per = s->rc.nports > 0 ? s->rc.nports : 1; @@ int per = 1; @@ pdrouter test_k8s_discovery_pure @@ ^(discovery_k8s_unit|router_discovery_kubernetes_inference_pool)$
+infpool_h2c_accepted @@ router/discovery/discovery_k8s_pods.c @@ if (proto != NULL && strcmp(proto, "http") != 0) { @@ if (proto != NULL && strcmp(proto, "http") != 0 && 0) { @@ pdrouter test_k8s_discovery_pure @@ ^(discovery_k8s_unit|router_discovery_kubernetes_inference_pool)$
 EOF
 )
 

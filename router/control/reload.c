@@ -218,7 +218,9 @@ static int k8s_same(const pdr_discovery_conf_t *a, const pdr_discovery_conf_t *b
            str_eq(a->kubernetes.token_file, b->kubernetes.token_file) &&
            str_eq(a->kubernetes.ca_file, b->kubernetes.ca_file) &&
            a->kubernetes.watch_timeout_s == b->kubernetes.watch_timeout_s &&
-           str_eq(a->kubernetes.bootstrap_port_annotation, b->kubernetes.bootstrap_port_annotation);
+           str_eq(a->kubernetes.bootstrap_port_annotation, b->kubernetes.bootstrap_port_annotation) &&
+           str_eq(a->kubernetes.inference_pool, b->kubernetes.inference_pool) &&
+           str_eq(a->kubernetes.role_label, b->kubernetes.role_label);
 }
 
 /* A reload's discovery (r->config is the new snapshot, old the previous one): a pool's source whose

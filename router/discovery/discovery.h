@@ -20,6 +20,9 @@
  *               port from the config or the pod's first containerPort; bootstrap port from the pod
  *               annotation sglang.ai/bootstrap-port, else the config. Bearer token from token_file
  *               (re-read on each request, as projected tokens rotate), TLS verified against ca_file.
+ *               With inference_pool, the selector and ports come from that InferencePool (watched too;
+ *               a change re-lists), a worker per pod and target port, its role from the pod label
+ *               role_label (docs/internals/k8s-discovery.md).
  */
 #ifndef PDR_DISCOVERY_H
 #define PDR_DISCOVERY_H

@@ -32,6 +32,8 @@ const char *pdr__k8s_pod_state_name(pdr_k8s_pod_state_t s)
         return "no port";
     case PDR_K8S_POD_MALFORMED:
         return "malformed";
+    case PDR_K8S_POD_OTHER_ROLE:
+        return "of the other role";
     }
     return "?";
 }
@@ -69,6 +71,26 @@ static int pod_container_port(const json_t *pod)
     return v >= 1 && v <= 65535 ? (int)v : 0;
 }
 
+/* With rc->role_label: whether the pod is of rc->role (bits of *bad: 8 a value naming no role, 16 no
+ * label). "both" and llm-d's "prefill-decode" are both roles; a pod without the label is a decode, as
+ * llm-d's decode filter takes pods without it. */
+static int pod_has_role(const json_t *meta, const pdr_k8s_role_conf_t *rc, int *bad)
+{
+    const char *v = pdr__k8s_jstr(json_object_get(meta, "labels"), rc->role_label);
+    if (v == NULL) {
+        *bad |= 16;
+        return rc->role == PDR_ROLE_DECODE;
+    }
+    if (strcmp(v, "both") == 0 || strcmp(v, "prefill-decode") == 0)
+        return 1;
+    if (strcmp(v, "prefill") == 0)
+        return rc->role == PDR_ROLE_PREFILL;
+    if (strcmp(v, "decode") == 0)
+        return rc->role == PDR_ROLE_DECODE;
+    *bad |= 8;
+    return 0;
+}
+
 pdr_k8s_pod_state_t pdr__k8s_pod_parse(const json_t *pod, const pdr_k8s_role_conf_t *rc,
                                        pdr_discovered_t *out, int *bad_annotation)
 {
@@ -79,9 +101,13 @@ pdr_k8s_pod_state_t pdr__k8s_pod_parse(const json_t *pod, const pdr_k8s_role_con
         return PDR_K8S_POD_MALFORMED;
     const json_t *meta = json_object_get(pod, "metadata");
     const char *name = pdr__k8s_jstr(meta, "name");
-    if (name == NULL || name[0] == '\0' || strlen(name) >= sizeof(out->name))
+    /* Room for ":PORT" after the name of an InferencePool's pod. */
+    size_t room = rc->nports > 0 ? sizeof(out->name) - 6 : sizeof(out->name);
+    if (name == NULL || name[0] == '\0' || strlen(name) >= room)
         return PDR_K8S_POD_MALFORMED;
     memcpy(out->name, name, strlen(name) + 1);
+    if (rc->role_label != NULL && !pod_has_role(meta, rc, bad_annotation))
+        return PDR_K8S_POD_OTHER_ROLE;
 
     if (json_object_get(meta, "deletionTimestamp") != NULL &&
         !json_is_null(json_object_get(meta, "deletionTimestamp")))
@@ -101,7 +127,7 @@ pdr_k8s_pod_state_t pdr__k8s_pod_parse(const json_t *pod, const pdr_k8s_role_con
         return PDR_K8S_POD_NO_IP;
     if (!pod_is_ready(status))
         return PDR_K8S_POD_NOT_READY;
-    int port = rc->port > 0 ? rc->port : pod_container_port(pod);
+    int port = rc->nports > 0 ? rc->ports[0] : rc->port > 0 ? rc->port : pod_container_port(pod);
     if (port <= 0)
         return PDR_K8S_POD_NO_PORT;
 
@@ -116,7 +142,7 @@ pdr_k8s_pod_state_t pdr__k8s_pod_parse(const json_t *pod, const pdr_k8s_role_con
             if (digits > 0 && ann[digits] == '\0' && pdr_parse_int64(ann, digits, 1, 65535, &bp) == 0)
                 out->bootstrap_port = (int)bp;
             else
-                *bad_annotation = 1;
+                *bad_annotation |= 1;
         }
     }
     /* precise_prefix: the pod's KV event publisher, any role (a bad one is ignored, as the router cannot
@@ -224,6 +250,17 @@ static void pod_warn_once(const pdr_k8s_set_t *s, pdr_k8s_pod_t *p, int bad_anno
                  "it is not used (set discovery.kubernetes port for this role)",
                  s->label, p->w.name);
         p->warned = 1;
+    } else if (bad_annotation & 8) {
+        const char *v =
+            pdr__k8s_jstr(json_object_get(json_object_get(pod, "metadata"), "labels"), s->rc.role_label);
+        pdr_warn("kubernetes discovery: %s: pod %s: label %s=\"%.64s\" is not prefill, decode, both or "
+                 "prefill-decode; the pod is not used",
+                 s->label, p->w.name, s->rc.role_label, v != NULL ? v : "");
+        p->warned = 1;
+    } else if ((bad_annotation & 16) && s->rc.role == PDR_ROLE_DECODE) {
+        pdr_warn("kubernetes discovery: %s: pod %s has no label %s; it is a decode worker only", s->label,
+                 p->w.name, s->rc.role_label);
+        p->warned = 1;
     } else if (bad_annotation & 6) {
         const char *key = (bad_annotation & 2) ? PDR_K8S_ANN_KV_EVENTS : PDR_K8S_ANN_KV_EVENTS_REPLAY;
         const char *ann =
@@ -233,7 +270,7 @@ static void pod_warn_once(const pdr_k8s_set_t *s, pdr_k8s_pod_t *p, int bad_anno
                  s->label, p->w.name, key, ann != NULL ? ann : "",
                  (bad_annotation & 2) ? "its KV events are not used" : "its KV event gaps are not replayed");
         p->warned = 1;
-    } else if (bad_annotation) {
+    } else if (bad_annotation & 1) {
         const char *ann =
             pdr__k8s_jstr(json_object_get(json_object_get(pod, "metadata"), "annotations"), ANN_KEY(&s->rc));
         pdr_warn("kubernetes discovery: %s: pod %s: annotation %s=\"%.32s\" is not a port in 1..65535; "
@@ -426,16 +463,36 @@ static int same_worker(const pdr_discovered_t *a, const pdr_discovered_t *b)
            strcmp(a->kv_events_replay, b->kv_events_replay) == 0;
 }
 
+/* Worker k of a ready pod: the pod's own without target ports; with an InferencePool's, its URL at the k-th
+ * port and its name NAME:PORT (pdr__k8s_pod_parse left room for it). */
+static void pod_worker(const pdr_k8s_set_t *s, const pdr_discovered_t *w, int k, pdr_discovered_t *out)
+{
+    *out = *w;
+    if (s->rc.nports == 0)
+        return;
+    char *colon = strrchr(out->url, ':');
+    if (colon != NULL)
+        snprintf(colon + 1, sizeof(out->url) - (size_t)(colon + 1 - out->url), "%d", s->rc.ports[k]);
+    size_t nl = strlen(out->name);
+    snprintf(out->name + nl, sizeof(out->name) - nl, ":%d", s->rc.ports[k]);
+}
+
 int pdr__k8s_set_take_changed(pdr_k8s_set_t *s, const pdr_discovered_t **list, size_t *n)
 {
+    int per = s->rc.nports > 0 ? s->rc.nports : 1;
     size_t ready = 0, k = 0;
     for (size_t i = 0; i < s->n; i++)
         ready += s->pods[i].state == PDR_K8S_POD_READY;
+    ready *= (size_t)per;
     int changed = !s->emitted || ready != s->n_last;
+    pdr_discovered_t w;
     for (size_t i = 0; i < s->n && !changed; i++) {
         if (s->pods[i].state != PDR_K8S_POD_READY)
             continue;
-        changed = !same_worker(&s->pods[i].w, &s->last[k++]);
+        for (int j = 0; j < per && !changed; j++) {
+            pod_worker(s, &s->pods[i].w, j, &w);
+            changed = !same_worker(&w, &s->last[k++]);
+        }
     }
     if (!changed)
         return 0;
@@ -445,7 +502,8 @@ int pdr__k8s_set_take_changed(pdr_k8s_set_t *s, const pdr_discovered_t **list, s
     k = 0;
     for (size_t i = 0; i < s->n; i++)
         if (s->pods[i].state == PDR_K8S_POD_READY)
-            cur[k++] = s->pods[i].w;
+            for (int j = 0; j < per; j++)
+                pod_worker(s, &s->pods[i].w, j, &cur[k++]);
     free(s->last);
     s->last = cur;
     s->n_last = ready;
@@ -453,4 +511,98 @@ int pdr__k8s_set_take_changed(pdr_k8s_set_t *s, const pdr_discovered_t **list, s
     *list = cur;
     *n = ready;
     return 1;
+}
+
+/* A label key (a qualified name: [DNS-subdomain/]name) or, with value, a label value, as far as the
+ * selector's syntax needs: only the characters the API allows, so that no ',', '=', '!', '(' or space
+ * changes what the selector means. */
+static int label_ok(const char *s, int value)
+{
+    size_t len = strlen(s);
+    if (len > (value ? 63u : 253u) || (!value && len == 0))
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                 c == '_' || c == '.' || (!value && c == '/');
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int pdr__k8s_infpool_parse(const json_t *pool, pdr_k8s_infpool_t *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    const json_t *spec = json_object_get(pool, "spec");
+    const char *proto = pdr__k8s_jstr(spec, "appProtocol");
+    if (proto != NULL && strcmp(proto, "http") != 0) {
+        snprintf(err, errlen,
+                 "spec.appProtocol \"%.64s\" is not one pdrouter speaks to its workers (only \"http\", "
+                 "HTTP/1.1)",
+                 proto);
+        return PDR_ENOTSUP;
+    }
+    const json_t *labels = json_object_get(json_object_get(spec, "selector"), "matchLabels");
+    size_t nl = json_object_size(labels);
+    if (!json_is_object(labels) || nl == 0 || nl > PDR_K8S_MAX_POOL_LABELS) {
+        snprintf(err, errlen, "spec.selector.matchLabels is %s (1..%d labels expected)",
+                 json_is_object(labels) ? (nl == 0 ? "empty" : "too long") : "absent",
+                 PDR_K8S_MAX_POOL_LABELS);
+        return PDR_EPROTO;
+    }
+    const char *keys[PDR_K8S_MAX_POOL_LABELS];
+    size_t k = 0;
+    const char *key;
+    const json_t *val;
+    json_object_foreach((json_t *)labels, key, val)
+    {
+        if (!label_ok(key, 0) || !json_is_string(val) || !label_ok(json_string_value(val), 1)) {
+            snprintf(err, errlen,
+                     "spec.selector.matchLabels: \"%.64s\" is not a label key with a label value", key);
+            return PDR_EPROTO;
+        }
+        keys[k++] = key;
+    }
+    qsort(keys, k, sizeof(keys[0]), key_cmp);
+    size_t used = 0;
+    for (size_t i = 0; i < k; i++) {
+        const char *v = json_string_value(json_object_get(labels, keys[i]));
+        int w =
+            snprintf(out->selector + used, sizeof(out->selector) - used, "%s%s=%s", i ? "," : "", keys[i], v);
+        if (w < 0 || (size_t)w >= sizeof(out->selector) - used) {
+            snprintf(err, errlen, "spec.selector.matchLabels is longer than %u bytes", PDR_K8S_MAX_SELECTOR);
+            return PDR_EPROTO;
+        }
+        used += (size_t)w;
+    }
+    const json_t *ports = json_object_get(spec, "targetPorts");
+    size_t np = json_array_size(ports);
+    if (!json_is_array(ports) || np == 0 || np > PDR_K8S_MAX_PORTS) {
+        snprintf(err, errlen, "spec.targetPorts has %zu items (1..%d expected)", np, PDR_K8S_MAX_PORTS);
+        return PDR_EPROTO;
+    }
+    size_t i;
+    const json_t *p;
+    json_array_foreach(ports, i, p)
+    {
+        const json_t *num = json_object_get(p, "number");
+        json_int_t v = json_is_integer(num) ? json_integer_value(num) : 0;
+        if (v < 1 || v > 65535) {
+            snprintf(err, errlen, "spec.targetPorts[%zu].number is not a port in 1..65535", i);
+            return PDR_EPROTO;
+        }
+        for (int j = 0; j < out->nports; j++)
+            if (out->ports[j] == (int)v) {
+                snprintf(err, errlen, "spec.targetPorts: port %d appears twice", (int)v);
+                return PDR_EPROTO;
+            }
+        out->ports[out->nports++] = (int)v;
+    }
+    return 0;
 }

@@ -21,6 +21,11 @@
 /* A pod's KV event publisher for precise_prefix (docs/internals/routing.md), any role. */
 #define PDR_K8S_ANN_KV_EVENTS "pdrouter.io/kv-events-endpoint"
 #define PDR_K8S_ANN_KV_EVENTS_REPLAY "pdrouter.io/kv-events-replay-endpoint"
+/* InferencePool v1 (inference.networking.k8s.io): spec.targetPorts has 1..8 items, spec.selector.matchLabels
+ * at most 64 entries of a key (a qualified name, up to 253 bytes) and a value (up to 63). */
+#define PDR_K8S_MAX_PORTS 8
+#define PDR_K8S_MAX_POOL_LABELS 64
+#define PDR_K8S_MAX_SELECTOR (PDR_K8S_MAX_POOL_LABELS * (253 + 63 + 2))
 
 /* What the config says about one role. */
 typedef struct pdr_k8s_role_conf {
@@ -29,6 +34,13 @@ typedef struct pdr_k8s_role_conf {
     int use_annotation;     /* prefill: 1 (the annotation overrides); decode: 0 (always -1) */
     const char *annotation; /* its key; NULL: PDR_K8S_ANN_BOOTSTRAP */
     int https;              /* scheme: https */
+    /* An InferencePool's pods: role_label names the label that says a pod's role (NULL: every pod the
+     * selector matches is of this set's role); a pod is of role when the label says so, "both" and
+     * "prefill-decode" being both roles and a pod without the label a decode. */
+    const char *role_label;
+    pdr_role_t role;
+    int ports[PDR_K8S_MAX_PORTS]; /* the pool's targetPorts: nports > 0 overrides port, and a ready pod */
+    int nports;                   /* is one worker per port, named NAME:PORT */
 } pdr_k8s_role_conf_t;
 
 typedef enum {
@@ -38,7 +50,8 @@ typedef enum {
     PDR_K8S_POD_NO_IP,       /* status.podIP missing or not an IP address */
     PDR_K8S_POD_TERMINATING, /* metadata.deletionTimestamp is set */
     PDR_K8S_POD_NO_PORT,     /* no port in the config and no containerPort on the pod */
-    PDR_K8S_POD_MALFORMED    /* not an object, or no usable metadata.name */
+    PDR_K8S_POD_MALFORMED,   /* not an object, or no usable metadata.name */
+    PDR_K8S_POD_OTHER_ROLE   /* with role_label: the pod is not of this set's role */
 } pdr_k8s_pod_state_t;
 
 const char *pdr__k8s_pod_state_name(pdr_k8s_pod_state_t s);
@@ -50,9 +63,23 @@ const char *pdr__k8s_jstr(const json_t *obj, const char *key);
  * out->url, out->bootstrap_port and out->kv_events when the state is READY. *bad_annotation receives bit 1
  * when the pod has a bootstrap-port annotation that is not a decimal in 1..65535 (the config's default
  * is used), bit 2 when its PDR_K8S_ANN_KV_EVENTS annotation is not a ZMQ endpoint (ignored), bit 4 when
- * its PDR_K8S_ANN_KV_EVENTS_REPLAY annotation is not one (ignored). */
+ * its PDR_K8S_ANN_KV_EVENTS_REPLAY annotation is not one (ignored), bit 8 when its role label has a value
+ * that names no role (OTHER_ROLE in every set), bit 16 when it has no role label (a decode). */
 pdr_k8s_pod_state_t pdr__k8s_pod_parse(const json_t *pod, const pdr_k8s_role_conf_t *rc,
                                        pdr_discovered_t *out, int *bad_annotation);
+
+/* What pdrouter reads of an InferencePool (inference.networking.k8s.io/v1): spec.selector.matchLabels as a
+ * label selector "k1=v1,k2=v2" (keys sorted), spec.targetPorts[].number. */
+typedef struct pdr_k8s_infpool {
+    char selector[PDR_K8S_MAX_SELECTOR];
+    int ports[PDR_K8S_MAX_PORTS];
+    int nports;
+} pdr_k8s_infpool_t;
+
+/* Reads an InferencePool object into out. Returns 0, PDR_EPROTO when its spec is not one pdrouter can
+ * follow (no matchLabels, no or bad targetPorts, a label that is not a label) or PDR_ENOTSUP when its
+ * spec.appProtocol is one pdrouter does not speak (only "http", HTTP/1.1, the default); err says why. */
+int pdr__k8s_infpool_parse(const json_t *pool, pdr_k8s_infpool_t *out, char *err, size_t errlen);
 
 /* Cuts a byte stream into lines ('\n', an optional '\r' before it is dropped; empty lines are skipped).
  * A line may span any number of feeds; a line longer than limit is PDR_ETOOBIG. */

@@ -14,6 +14,14 @@ from the v1.30 API reference (fields marked required) and the API server's valid
     errors = k8s_rules.check(obj, "base: Deployment/pdrouter")   # list of "path: message"
 
 Only what deploy/ uses or could plausibly get wrong is covered: this is not a full API server.
+
+Two custom resources have no model in python3-kubernetes: CRD_KINDS gives their schema (as NEW_TYPES
+entries) for the model check, and RULES their validation, written from the published Go types and
+their kubebuilder markers (the CRDs' OpenAPI schema and CEL rules): the Gateway API Inference
+Extension's InferencePool (inference.networking.k8s.io/v1, api/v1/inferencepool_types.go and
+api/v1/shared_types.go of kubernetes-sigs/gateway-api-inference-extension) and the Gateway API's Gateway
+and HTTPRoute (gateway.networking.k8s.io/v1, apis/v1 of kubernetes-sigs/gateway-api), the latter only
+for the fields deploy/ uses.
 """
 import re
 
@@ -68,6 +76,43 @@ NEW_TYPES = {
     "AppArmorProfile": {"type": "str", "localhostProfile": "str"},
     "PVCRetentionPolicy": {"whenDeleted": "str", "whenScaled": "str"},
     "StatefulSetOrdinals": {"start": "int"},
+    # inference.networking.k8s.io/v1 InferencePool (status is written by the gateway, not by deploy/).
+    "InferencePool": {"apiVersion": "str", "kind": "str", "metadata": "V1ObjectMeta",
+                      "spec": "x:InferencePoolSpec", "status": "object"},
+    "InferencePoolSpec": {"selector": "x:PoolLabelSelector", "targetPorts": "list[x:PoolPort]",
+                          "appProtocol": "str", "endpointPickerRef": "x:EndpointPickerRef"},
+    "PoolLabelSelector": {"matchLabels": "dict(str, str)"},  # v1's LabelSelector: matchLabels only
+    "PoolPort": {"number": "int"},
+    "EndpointPickerRef": {"group": "str", "kind": "str", "name": "str", "port": "x:PoolPort",
+                          "failureMode": "str"},
+    # gateway.networking.k8s.io/v1 Gateway and HTTPRoute (standard channel fields).
+    "Gateway": {"apiVersion": "str", "kind": "str", "metadata": "V1ObjectMeta", "spec": "x:GatewaySpec",
+                "status": "object"},
+    "GatewaySpec": {"gatewayClassName": "str", "listeners": "list[x:Listener]", "addresses": "list[object]",
+                    "infrastructure": "object"},
+    "Listener": {"name": "str", "hostname": "str", "port": "int", "protocol": "str", "tls": "object",
+                 "allowedRoutes": "object"},
+    "HTTPRoute": {"apiVersion": "str", "kind": "str", "metadata": "V1ObjectMeta", "spec": "x:HTTPRouteSpec",
+                  "status": "object"},
+    "HTTPRouteSpec": {"parentRefs": "list[x:ParentReference]", "hostnames": "list[str]",
+                      "rules": "list[x:HTTPRouteRule]"},
+    "ParentReference": {"group": "str", "kind": "str", "namespace": "str", "name": "str",
+                        "sectionName": "str", "port": "int"},
+    "HTTPRouteRule": {"name": "str", "matches": "list[x:HTTPRouteMatch]", "filters": "list[object]",
+                      "backendRefs": "list[x:HTTPBackendRef]", "timeouts": "x:HTTPRouteTimeouts",
+                      "sessionPersistence": "object"},
+    "HTTPRouteMatch": {"path": "x:HTTPPathMatch", "headers": "list[object]", "queryParams": "list[object]",
+                       "method": "str"},
+    "HTTPPathMatch": {"type": "str", "value": "str"},
+    "HTTPBackendRef": {"group": "str", "kind": "str", "name": "str", "namespace": "str", "port": "int",
+                       "weight": "int", "filters": "list[object]"},
+    "HTTPRouteTimeouts": {"request": "str", "backendRequest": "str"},
+}
+# Custom resources: (apiVersion, kind) -> their NEW_TYPES schema, for test_deploy.py's model check.
+CRD_KINDS = {
+    ("inference.networking.k8s.io/v1", "InferencePool"): "x:InferencePool",
+    ("gateway.networking.k8s.io/v1", "Gateway"): "x:Gateway",
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"): "x:HTTPRoute",
 }
 
 # ---------------------------------------------------------------- grammars
@@ -311,6 +356,93 @@ def _service_account_subject(v, path, obj):
     return []
 
 
+# Gateway API and Inference Extension shared types: Group (^$|DNS-1123 subdomain, <= 253), Kind
+# (^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$, 1..63), ObjectName (1..253).
+KIND = re.compile(r"[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?")
+POOL_GROUP = "inference.networking.k8s.io"
+
+
+def _group(v, path, obj):
+    return [] if v == "" or (isinstance(v, str) and len(v) <= 253 and DNS1123_SUBDOMAIN.fullmatch(v)) else \
+        [f"{v!r} is not an API group (empty for the core group, or a DNS-1123 subdomain)"]
+
+
+def _kind(v, path, obj):
+    return [] if isinstance(v, str) and 1 <= len(v) <= 63 and KIND.fullmatch(v) else \
+        [f"{v!r} is not a Kind (a letter, then letters, digits and '-', at most 63)"]
+
+
+def _object_name(v, path, obj):
+    return [] if isinstance(v, str) and 1 <= len(v) <= 253 else [f"{v!r} is not an object name (1..253 characters)"]
+
+
+def _pool_match_labels(v, path, obj):
+    """InferencePool v1 LabelSelector.matchLabels: required, 1..64 entries (MaxItems=64), each a label."""
+    if not isinstance(v, dict) or not v:
+        return ["required: at least one label (the pool would select no pod, or every pod)"]
+    out = [] if len(v) <= 64 else [f"at most 64 labels, got {len(v)}"]
+    return out + _labels(v, path, obj)
+
+
+def _pool_target_ports(v, path, obj):
+    """targetPorts: MinItems=1, MaxItems=8, and the CEL rule "port number must be unique"."""
+    if not isinstance(v, list) or not 1 <= len(v) <= 8:
+        return [f"must have 1..8 ports, got {len(v) if isinstance(v, list) else v!r}"]
+    nums = [p.get("number") for p in v if isinstance(p, dict)]
+    dup = sorted({n for n in nums if nums.count(n) > 1 and n is not None})
+    return [f"port number must be unique: {d} appears more than once" for d in dup]
+
+
+def _epp_ref(v, path, obj):
+    """EndpointPickerRef's CEL rule: port is required when kind is Service or unspecified."""
+    if not isinstance(v, dict):
+        return ["must be a mapping"]
+    if v.get("kind", "Service") == "Service" and not v.get("port"):
+        return [".port: required when kind is 'Service' or unspecified (defaults to 'Service')"]
+    return []
+
+
+def _backend_ref(v, path, obj):
+    """HTTPBackendRef: a Service (the default kind, core group) needs a port (the CEL rule "Must have port
+    for Service reference"); an InferencePool is in group inference.networking.k8s.io (any other group
+    names another, unknown, kind, and the route's backend does not resolve)."""
+    if not isinstance(v, dict):
+        return ["must be a mapping"]
+    kind, group = v.get("kind", "Service"), v.get("group", "")
+    out = []
+    if kind == "Service" and group == "" and v.get("port") is None:
+        out.append(".port: required for a Service backend")
+    if kind == "InferencePool" and group != POOL_GROUP:
+        out.append(f".group: an InferencePool backend is in group {POOL_GROUP}, got {group!r}")
+    if kind == "InferencePool" and v.get("port") is not None:
+        out.append(".port: an InferencePool backend takes its ports from the pool (spec.targetPorts)")
+    return out
+
+
+def _weight(v, path, obj):
+    return [] if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1000000 else \
+        [f"must be an integer 0..1000000, got {v!r}"]
+
+
+def _path_match(v, path, obj):
+    """HTTPPathMatch: type Exact|PathPrefix|RegularExpression (default PathPrefix); an Exact or PathPrefix
+    value is an absolute path ("/" first, at most 1024)."""
+    if not isinstance(v, dict):
+        return ["must be a mapping"]
+    t, val = v.get("type", "PathPrefix"), v.get("value", "/")
+    if t not in ("Exact", "PathPrefix", "RegularExpression"):
+        return [f".type: must be one of Exact, PathPrefix, RegularExpression, got {t!r}"]
+    if t != "RegularExpression" and (not isinstance(val, str) or not val.startswith("/") or len(val) > 1024):
+        return [f".value: must be an absolute path (starting with '/'), got {val!r}"]
+    return []
+
+
+def _duration(v, path, obj):
+    """Gateway API Duration: ^([0-9]{1,5}(h|m|s|ms)){1,4}$."""
+    return [] if isinstance(v, str) and re.fullmatch(r"([0-9]{1,5}(h|m|s|ms)){1,4}", v) else \
+        [f"{v!r} is not a Gateway API duration (e.g. 300s, 1m30s, 500ms)"]
+
+
 PROBE_HANDLERS = "one-of:exec|httpGet|tcpSocket|grpc"  # core/v1 ProbeHandler (validateProbe: one handler)
 LIFECYCLE_HANDLERS = "one-of:exec|httpGet|tcpSocket|sleep"  # core/v1 LifecycleHandler (validateHandler)
 CONTAINER = "{pod}.containers[]"
@@ -323,7 +455,8 @@ RULES = [
     (ALL, "metadata.name", "required", "ObjectMeta: name required (no generateName in deploy/)"),
     (ALL, "metadata.labels", _labels, "ObjectMeta: labels (IsQualifiedName, IsValidLabelValue)"),
     (("Deployment", "StatefulSet", "ConfigMap", "ServiceAccount", "Role", "RoleBinding",
-      "PodDisruptionBudget"), "metadata.name", _dns_subdomain, "ValidateObjectMeta: DNS-1123 subdomain names"),
+      "PodDisruptionBudget", "InferencePool", "Gateway", "HTTPRoute"), "metadata.name", _dns_subdomain,
+     "ValidateObjectMeta: DNS-1123 subdomain names"),
     (("Service",), "metadata.name", _dns_label, "ValidateService: a Service name is a DNS-1035/1123 label"),
     # apps/v1 Deployment, StatefulSet (apps/validation ValidateDeploymentSpec, ValidateStatefulSetSpec)
     (POD_KINDS, "spec.selector", "required", "apps/v1 DeploymentSpec/StatefulSetSpec: selector required"),
@@ -403,6 +536,49 @@ RULES += [
     (("RoleBinding",), "subjects[].kind", _enum("ServiceAccount", "User", "Group"), "Subject: kind"),
     (("RoleBinding",), "subjects[].name", "required", "Subject: name required"),
     (("RoleBinding",), "subjects[]", _service_account_subject, "rbac/validation ValidateRoleBindingSubject"),
+    # inference.networking.k8s.io/v1 InferencePool (inferencepool_types.go, shared_types.go)
+    (("InferencePool",), "spec", "required", "InferencePool: spec +required"),
+    (("InferencePool",), "spec.selector", "required", "InferencePoolSpec: selector +required"),
+    (("InferencePool",), "spec.selector.matchLabels", "required", "LabelSelector: matchLabels Required"),
+    (("InferencePool",), "spec.selector.matchLabels", _pool_match_labels,
+     "LabelSelector: MaxItems=64, LabelKey/LabelValue patterns"),
+    (("InferencePool",), "spec.targetPorts", "required", "InferencePoolSpec: targetPorts +required"),
+    (("InferencePool",), "spec.targetPorts", _pool_target_ports, "targetPorts: MinItems=1, MaxItems=8, unique"),
+    (("InferencePool",), "spec.targetPorts[].number", "required", "Port: number +required"),
+    (("InferencePool",), "spec.targetPorts[].number", _port_number, "PortNumber: Minimum=1, Maximum=65535"),
+    (("InferencePool",), "spec.appProtocol", _enum("http", "kubernetes.io/h2c"), "AppProtocol: Enum"),
+    (("InferencePool",), "spec.endpointPickerRef", _epp_ref, "EndpointPickerRef: CEL port rule"),
+    (("InferencePool",), "spec.endpointPickerRef.name", "required", "EndpointPickerRef: name +required"),
+    (("InferencePool",), "spec.endpointPickerRef.name", _object_name, "ObjectName: 1..253"),
+    (("InferencePool",), "spec.endpointPickerRef.group", _group, "Group: pattern"),
+    (("InferencePool",), "spec.endpointPickerRef.kind", _kind, "Kind: pattern"),
+    (("InferencePool",), "spec.endpointPickerRef.port.number", _port_number, "PortNumber"),
+    (("InferencePool",), "spec.endpointPickerRef.failureMode", _enum("FailOpen", "FailClose"),
+     "EndpointPickerFailureMode: Enum"),
+    # gateway.networking.k8s.io/v1 Gateway, HTTPRoute (apis/v1 gateway_types.go, httproute_types.go)
+    (("Gateway",), "spec.gatewayClassName", "required", "GatewaySpec: gatewayClassName required"),
+    (("Gateway",), "spec.listeners", "required", "GatewaySpec: listeners MinItems=1"),
+    (("Gateway",), "spec.listeners", _unique_names, "Listener names unique"),
+    (("Gateway",), "spec.listeners[].name", "required", "Listener: name required"),
+    (("Gateway",), "spec.listeners[].name", _dns_label, "SectionName: DNS-1123 label"),
+    (("Gateway",), "spec.listeners[].port", "required", "Listener: port required"),
+    (("Gateway",), "spec.listeners[].port", _port_number, "PortNumber"),
+    (("Gateway",), "spec.listeners[].protocol", "required", "Listener: protocol required"),
+    (("HTTPRoute",), "spec.parentRefs", "required", "an HTTPRoute attaches to a Gateway through parentRefs"),
+    (("HTTPRoute",), "spec.parentRefs[].name", "required", "ParentReference: name required"),
+    (("HTTPRoute",), "spec.parentRefs[].group", _group, "Group: pattern"),
+    (("HTTPRoute",), "spec.parentRefs[].kind", _kind, "Kind: pattern"),
+    (("HTTPRoute",), "spec.rules[].matches[].path", _path_match, "HTTPPathMatch: type enum, absolute path"),
+    (("HTTPRoute",), "spec.rules[].backendRefs[]", _backend_ref,
+     "HTTPBackendRef: CEL Service port rule; an InferencePool's group (Inference Extension)"),
+    (("HTTPRoute",), "spec.rules[].backendRefs[].name", "required", "BackendRef: name required"),
+    (("HTTPRoute",), "spec.rules[].backendRefs[].name", _object_name, "ObjectName: 1..253"),
+    (("HTTPRoute",), "spec.rules[].backendRefs[].group", _group, "Group: pattern"),
+    (("HTTPRoute",), "spec.rules[].backendRefs[].kind", _kind, "Kind: pattern"),
+    (("HTTPRoute",), "spec.rules[].backendRefs[].port", _port_number, "PortNumber"),
+    (("HTTPRoute",), "spec.rules[].backendRefs[].weight", _weight, "weight: Minimum=0, Maximum=1000000"),
+    (("HTTPRoute",), "spec.rules[].timeouts.request", _duration, "Duration pattern"),
+    (("HTTPRoute",), "spec.rules[].timeouts.backendRequest", _duration, "Duration pattern"),
     # core/v1 ConfigMap (ValidateConfigMap: keys are [-._a-zA-Z0-9]+, <= 253)
     (("ConfigMap",), "data", lambda v, p, o: [f"key {k!r} is not a valid config key ([-._a-zA-Z0-9]+, <= 253)"
                                               for k in v if not re.fullmatch(r"[-._a-zA-Z0-9]{1,253}", k)],

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Offline checks of the deployment artifacts under deploy/ (docs/deploy.md "What CI checks").
 
-  test_deploy.py k8s      render deploy/k8s/base and deploy/k8s/overlays/{sglang,vllm} with
+  test_deploy.py k8s      render deploy/k8s/base and deploy/k8s/overlays/{sglang,vllm,gateway-api} with
                           `kubectl kustomize`, check every object against the Kubernetes schema
                           (python3-kubernetes models: unknown fields and wrong types fail, with the
                           path; fields newer than those 1.22 models from k8s_rules.NEWER_FIELDS), the
@@ -50,6 +50,9 @@ def schema_check(obj, where):
     api, kind = obj.get("apiVersion"), obj.get("kind")
     if not isinstance(api, str) or not isinstance(kind, str):
         fail(f"{where}: missing apiVersion/kind")
+        return
+    if (api, kind) in k8s_rules.CRD_KINDS:
+        check_value(obj, k8s_rules.CRD_KINDS[(api, kind)], where, kc)
         return
     version = api.split("/")[-1]
     cls = getattr(kc, version[0].upper() + version[1:] + kind, None)
@@ -358,6 +361,120 @@ def check_sglang(objs, where):
             fail(f"{where}: prefill pods need annotation sglang.ai/bootstrap-port: \"8998\"")
 
 
+def check_gateway_api(objs, where):
+    """The Gateway API path: the HTTPRoute's backend is the InferencePool, whose selector takes the prefill
+    and decode pods (each with its llm-d.ai/role label) and nothing else; its target port is where the
+    decode pods' pdrouter --sidecar and the prefill engines listen; its endpointPickerRef is the Service of
+    the pdrouter --epp Deployment at the picker's gRPC port; both configs name the pool and pass
+    `pdrouter --check-config`; the Role lets the picker and the sidecars read pods and inferencepools."""
+    import yaml
+    pools = find(objs, "InferencePool")
+    if len(pools) != 1:
+        fail(f"{where}: expected one InferencePool, found {len(pools)}")
+        return
+    pool = pools[0]
+    name, spec = pool["metadata"]["name"], pool.get("spec", {})
+    routes = [b for r in find(objs, "HTTPRoute") for rule in r["spec"].get("rules", [])
+              for b in rule.get("backendRefs", [])]
+    if not any(b.get("kind") == "InferencePool" and b.get("name") == name for b in routes):
+        fail(f"{where}: no HTTPRoute backendRef names the InferencePool {name}")
+    sel = spec.get("selector", {}).get("matchLabels", {})
+    port = (spec.get("targetPorts") or [{}])[0].get("number")
+    selected = {}
+    for o in find(objs, "StatefulSet") + find(objs, "Deployment"):
+        labels = o["spec"]["template"]["metadata"].get("labels", {})
+        if all(labels.get(k) == v for k, v in sel.items()):
+            selected[labels.get("llm-d.ai/role")] = o
+    if sorted(selected, key=str) != ["decode", "prefill"]:
+        fail(f"{where}: the pool's selector {sel!r} must take exactly the prefill and decode pods (by their "
+             f"llm-d.ai/role label), got {sorted(map(str, selected))}")
+        return
+
+    def container_port(o, pred):
+        cs = o["spec"]["template"]["spec"]["containers"]
+        return [c for c in cs if pred(c) and any(p.get("containerPort") == port for p in c.get("ports", []))]
+
+    def argv(c):
+        return c.get("command", []) + c.get("args", [])
+
+    def config(c, key):
+        """The config file a pdrouter container reads, from its ConfigMap volume; checked with --check-config."""
+        path = argv(c)[argv(c).index("--config") + 1] if "--config" in argv(c)[:-1] else ""
+        d, base = os.path.split(path)
+        pod = [o for o in objs if o.get("kind") in ("Deployment", "StatefulSet") and
+               c in o["spec"]["template"]["spec"]["containers"]][0]["spec"]["template"]["spec"]
+        vol = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}.get(d)
+        cmname = next((v["configMap"]["name"] for v in pod.get("volumes", [])
+                       if v["name"] == vol and "configMap" in v), None)
+        cm = find(objs, "ConfigMap", cmname) if cmname else []
+        text = cm[0].get("data", {}).get(base) if cm else None
+        if text is None:
+            fail(f"{where}: {key}: {path!r} is not in a mounted ConfigMap")
+            return {}
+        exe = pdrouter_bin()
+        if exe is None:
+            fail(f"{where}: pdrouter binary not found (set PDR_BUILD)")
+        else:
+            with tempfile.TemporaryDirectory() as td:
+                f = os.path.join(td, base)
+                with open(f, "w") as fh:
+                    fh.write(text)
+                r = subprocess.run([exe, "--check-config", f], capture_output=True, text=True)
+                if r.returncode != 0:
+                    fail(f"{where}: {key}: {base} fails pdrouter --check-config: {r.stderr.strip()}")
+        conf = yaml.safe_load(text) or {}
+        if ((conf.get("discovery") or {}).get("kubernetes") or {}).get("inference_pool") != name:
+            fail(f"{where}: {key}: {base} does not name discovery.kubernetes.inference_pool {name}")
+        return conf
+
+    if not container_port(selected["prefill"], lambda c: True):
+        fail(f"{where}: the prefill pods listen on no containerPort {port} (the pool's target port)")
+    side = container_port(selected["decode"], lambda c: "--sidecar" in argv(c))
+    if len(side) != 1:
+        fail(f"{where}: the decode pods need one pdrouter --sidecar container on the target port {port}")
+    else:
+        conf = config(side[0], "sidecar")
+        if conf.get("listen", {}).get("port") != port:
+            fail(f"{where}: the sidecar's listen.port is not the pool's target port {port}")
+        engines = [c for c in selected["decode"]["spec"]["template"]["spec"]["containers"] if c is not side[0]]
+        urls = [w.get("url") if isinstance(w, dict) else w for w in (conf.get("workers") or {}).get("decode", [])]
+        want = ["http://127.0.0.1:%s" % a[a.index("--port") + 1] for a in map(argv, engines) if "--port" in a[:-1]]
+        if not urls or urls != want[:len(urls)]:
+            fail(f"{where}: the sidecar's decode worker {urls!r} is not the engine beside it {want!r}")
+    ref = spec.get("endpointPickerRef") or {}
+    svc = find(objs, "Service", ref.get("name"))
+    epps = [o for o in find(objs, "Deployment") if any("--epp" in argv(c) for c in
+                                                       o["spec"]["template"]["spec"]["containers"])]
+    if not svc or len(epps) != 1:
+        fail(f"{where}: endpointPickerRef {ref.get('name')!r} must be the Service of one pdrouter --epp Deployment")
+        return
+    epp, s = epps[0], svc[0]["spec"]
+    if any(epp["spec"]["template"]["metadata"]["labels"].get(k) != v for k, v in s.get("selector", {}).items()):
+        fail(f"{where}: Service {ref.get('name')} does not select the --epp pods")
+    c = [c for c in epp["spec"]["template"]["spec"]["containers"] if "--epp" in argv(c)][0]
+    sp = [p for p in s.get("ports", []) if p.get("port") == (ref.get("port") or {}).get("number")]
+    named = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
+    target = sp[0].get("targetPort") if sp else None
+    conf = config(c, "epp")
+    if not sp or named.get(target, target) != conf.get("listen", {}).get("port"):
+        fail(f"{where}: endpointPickerRef port {ref.get('port')!r} does not reach the picker's listen.port")
+    if (sp[0].get("appProtocol") if sp else None) != "http2":
+        fail(f"{where}: the picker's Service port needs appProtocol http2 (the gateway speaks gRPC to it)")
+    for probe in ("readinessProbe", "livenessProbe"):
+        if c.get(probe, {}).get("grpc", {}).get("port") not in named.values():
+            fail(f"{where}: the picker's {probe} is not a gRPC health check on one of its ports")
+    rules = [r for role in find(objs, "Role") for r in role.get("rules", [])]
+    for group, res in (("", "pods"), ("inference.networking.k8s.io", "inferencepools")):
+        if not any(group in r.get("apiGroups", []) and res in r.get("resources", []) and
+                   {"get", "list", "watch"} <= set(r.get("verbs", [])) for r in rules):
+            fail(f"{where}: no Role grants get, list, watch on {res}")
+    bound = {s.get("name") for b in find(objs, "RoleBinding") for s in b.get("subjects", [])}
+    for o in (epp, selected["decode"]):
+        sa = o["spec"]["template"]["spec"].get("serviceAccountName", "default")
+        if sa not in bound:
+            fail(f"{where}: {o['metadata']['name']}'s service account {sa} is not bound to the Role")
+
+
 def run_k8s():
     try:
         import yaml  # noqa: F401
@@ -370,7 +487,8 @@ def run_k8s():
     if not kubectl:
         print("SKIP: kubectl not found (install kubernetes-client)")
         return SKIP
-    for name, extra in (("base", None), ("overlays/sglang", check_sglang), ("overlays/vllm", check_vllm)):
+    for name, extra in (("base", None), ("overlays/sglang", check_sglang), ("overlays/vllm", check_vllm),
+                        ("overlays/gateway-api", check_gateway_api)):
         d = os.path.join(DEPLOY, "k8s", name)
         r = subprocess.run([kubectl, "kustomize", d], capture_output=True, text=True)
         if r.returncode != 0:
@@ -384,7 +502,8 @@ def run_k8s():
             schema_check(o, where)
             for e in k8s_rules.check(o, where):
                 fail(e)
-        check_router(objs, name)
+        if extra is not check_gateway_api:  # there the gateway is the front door, not a router Deployment
+            check_router(objs, name)
         if extra:
             extra(objs, name)
     return 0

@@ -1,9 +1,12 @@
 /*
  * Fuzz target for the Kubernetes source's parsers (router/discovery/discovery_k8s_pods.h). The first input
  * byte picks the path: < 0x80, the rest is a watch stream cut into chunks of 1 + (first byte % 61) bytes, fed
- * to the line splitter whose lines are applied as events to a pod set; otherwise the rest is a PodList body.
+ * to the line splitter whose lines are applied as events to a pod set (with bit 0x40, the set of an
+ * InferencePool's pods: role label, two target ports, the role from bit 0x01); 0x80..0xbf, the rest is a
+ * PodList body; 0xc0 and above, an InferencePool object.
  * Invariants: the set stays sorted by name with unique names, a ready pod has an http:// URL and a
- * bootstrap port of -1 or 1..65535, and what take_changed gives is sorted and only ready pods.
+ * bootstrap port of -1 or 1..65535, and what take_changed gives has unique names (sorted without target
+ * ports); an InferencePool read has a selector and 1..8 distinct ports in 1..65535.
  * Built with libFuzzer when PDR_LIBFUZZER is defined; otherwise a main() replays the files named on the
  * command line with deterministic mutations (ctest's discovery_k8s_fuzz_corpus).
  */
@@ -30,9 +33,31 @@ static void check_set(const pdr_k8s_set_t *s)
     const pdr_discovered_t *list;
     size_t n;
     if (pdr__k8s_set_take_changed((pdr_k8s_set_t *)s, &list, &n) == 1)
-        for (size_t i = 1; i < n; i++)
-            if (strcmp(list[i - 1].name, list[i].name) >= 0)
+        for (size_t i = 1; i < n; i++) {
+            if (s->rc.nports == 0 && strcmp(list[i - 1].name, list[i].name) >= 0)
                 abort();
+            for (size_t j = 0; s->rc.nports > 0 && j < i; j++)
+                if (strcmp(list[j].name, list[i].name) == 0)
+                    abort();
+        }
+}
+
+static void check_infpool(const char *in, size_t n)
+{
+    static pdr_k8s_infpool_t p;
+    char err[256];
+    json_t *obj = json_loadb(in, n, 0, NULL);
+    if (pdr__k8s_infpool_parse(obj, &p, err, sizeof(err)) == 0) {
+        if (p.selector[0] == '\0' || p.nports < 1 || p.nports > PDR_K8S_MAX_PORTS)
+            abort();
+        for (int i = 0; i < p.nports; i++)
+            for (int j = 0; j <= i; j++)
+                if (p.ports[i] < 1 || p.ports[i] > 65535 || (j < i && p.ports[j] == p.ports[i]))
+                    abort();
+    } else if (strlen(err) >= sizeof(err) || err[0] == '\0') {
+        abort();
+    }
+    json_decref(obj);
 }
 
 static int fuzz_line(void *ud, const char *line, size_t len)
@@ -55,6 +80,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     pdr_log_level = PDR_LOG_ERROR; /* pods without a port or with a bad annotation warn */
     pdr_k8s_role_conf_t rc = {.port = 0, .bootstrap_port = 8998, .use_annotation = 1};
+    if (data[0] < 0x80 && (data[0] & 0x40)) {
+        rc.role_label = "llm-d.ai/role";
+        rc.role = (data[0] & 1) ? PDR_ROLE_DECODE : PDR_ROLE_PREFILL;
+        rc.ports[0] = 8000;
+        rc.ports[1] = 8001;
+        rc.nports = 2;
+    }
     pdr_k8s_set_t set;
     pdr__k8s_set_init(&set, &rc, "prefill fuzz");
     const char *in = (const char *)data + 1;
@@ -69,6 +101,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 pdr__k8s_lines_reset(&l);
         }
         pdr__k8s_lines_free(&l);
+    } else if (data[0] >= 0xc0) {
+        check_infpool(in, n);
     } else if (pdr__k8s_set_apply_list(&set, in, n, err, sizeof(err)) == 0) {
         check_set(&set);
     }

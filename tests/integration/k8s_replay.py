@@ -10,6 +10,13 @@ It serves the two requests the source makes, shaped as the real API server answe
          recorded events after RV first (as the watch cache does), or HTTP 410 with a Status "Expired"
          when RV is older than the compaction point.
 
+and the two an inference_pool source adds for its InferencePool (inference.networking.k8s.io/v1):
+
+  GET /apis/inference.networking.k8s.io/v1/namespaces/NS/inferencepools?fieldSelector=metadata.name=NAME
+      -> an InferencePoolList of the pools of that name (0 or 1)
+  GET ...inferencepools?fieldSelector=metadata.name=NAME&watch=1&resourceVersion=RV&...
+      -> its watch stream, replayed after RV as the pods' (one resourceVersion sequence for both kinds)
+
 Every request must carry "Authorization: Bearer TOKEN" (401 Status otherwise) and name the namespace
 given with --namespace (404 otherwise). The test drives the state through /control/* (JSON bodies):
 
@@ -25,6 +32,9 @@ given with --namespace (404 otherwise). The test drives the state through /contr
         HTTP 410
   POST /control/fail     {"role": R, "status": CODE, "count": N}   the next N lists of R answer CODE
   POST /control/token    {"token": T}                   the token expected from now on
+  POST /control/pool     {"name", "matchLabels": {..}, "ports": [N...], "appProtocol": A (optional)}
+        creates or changes an InferencePool (ADDED or MODIFIED)
+  POST /control/pool_delete {"name"}                    DELETED of the InferencePool
   GET  /control/log                                     every API request seen, in order
   GET  /control/wait_watchers?role=R&n=N&timeout=S      waits until R has N open watches
   GET  /control/wait_request?role=R&watch=1&rv=RV&timeout=S   waits until such a request was seen
@@ -61,6 +71,7 @@ class State:
         self.watchers = []
         self.log = []
         self.fail = {}  # role -> [status, count]
+        self.pools = {}  # InferencePools by name
 
 
 def parse_selector(sel):
@@ -179,10 +190,36 @@ def make_pod(st, spec, rv, old=None):
 
 
 class Watcher:
-    def __init__(self, selector):
+    def __init__(self, selector, pool=None):
         self.selector = selector
-        self.role = selector_role(selector)
+        self.pool = pool  # an InferencePool watch: the name its fieldSelector names
+        self.role = "inferencepool" if pool is not None else selector_role(selector)
         self.q = queue.Queue()
+
+    def wants(self, obj):
+        if obj.get("kind") == "InferencePool":
+            return self.pool is not None and obj["metadata"]["name"] == self.pool
+        return self.pool is None and matches(self.selector, obj["metadata"]["labels"])
+
+
+def make_pool(st, spec, rv, old=None):
+    """An InferencePool as the API server returns it (defaults filled in, as its CRD's schema does)."""
+    pool_spec = {"selector": {"matchLabels": dict(spec["matchLabels"])},
+                 "targetPorts": [{"number": n} for n in spec["ports"]],
+                 "appProtocol": spec.get("appProtocol", "http"),
+                 "endpointPickerRef": {"group": "", "kind": "Service", "name": spec["name"] + "-epp",
+                                       "port": {"number": 9002}, "failureMode": "FailClose"}}
+    return {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+            "metadata": {"name": spec["name"], "namespace": st.namespace,
+                         "uid": old["metadata"]["uid"] if old else str(uuid.uuid4()),
+                         "resourceVersion": str(rv), "generation": int(old["metadata"]["generation"]) + 1 if old else 1,
+                         "creationTimestamp": "2024-05-01T10:00:00Z"},
+            "spec": pool_spec,
+            "status": {"parents": [{"parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                                  "name": "inference-gateway"},
+                                    "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+                                                    "message": "", "observedGeneration": 1,
+                                                    "lastTransitionTime": "2024-05-01T10:00:00Z"}]}]}}
 
 
 def change(st, put, delete, record):
@@ -193,7 +230,7 @@ def change(st, put, delete, record):
         pod = make_pod(st, spec, st.rv, old)
         st.pods[spec["name"]] = pod
         if record:
-            publish(st, {"type": "MODIFIED" if old else "ADDED", "object": pod})
+            publish(st, {"type": "MODIFIED" if old else "ADDED", "object": pod}, old)
     for name in delete:
         old = st.pods.pop(name, None)
         if old is None:
@@ -207,11 +244,23 @@ def change(st, put, delete, record):
             publish(st, {"type": "DELETED", "object": pod})
 
 
-def publish(st, ev):
-    st.history.append((st.rv, ev))
+def seen_by(w, ev, old):
+    """The event watcher w gets for ev (None: none), as the API server's watch filter makes it: a change
+    that takes an object out of the watch's selector is a DELETED for it, one that brings it in an ADDED."""
+    now, before = w.wants(ev["object"]), old is not None and w.wants(old)
+    if now and before or ev["type"] not in ("MODIFIED",):
+        return ev if now else None
+    if now:
+        return {"type": "ADDED", "object": ev["object"]}
+    return {"type": "DELETED", "object": ev["object"]} if before else None
+
+
+def publish(st, ev, old=None):
+    st.history.append((st.rv, ev, old))
     for w in st.watchers:
-        if matches(w.selector, ev["object"]["metadata"]["labels"]):
-            w.q.put(ev)
+        out = seen_by(w, ev, old)
+        if out is not None:
+            w.q.put(out)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -246,20 +295,28 @@ class Handler(BaseHTTPRequestHandler):
                                             and e["rv"] == q.get("rv") and e["status"] == 200
                                             for e in self.st.log))
         parts = url.path.split("/")
-        if len(parts) != 6 or parts[:4] != ["", "api", "v1", "namespaces"] or parts[5] != "pods":
-            return self.reply(404, status_object(404, "NotFound", "the server could not find the requested resource"))
-        self.api(parts[4], q)
+        if len(parts) == 6 and parts[:4] == ["", "api", "v1", "namespaces"] and parts[5] == "pods":
+            return self.api(parts[4], q)
+        if (len(parts) == 7 and parts[:5] == ["", "apis", "inference.networking.k8s.io", "v1", "namespaces"]
+                and parts[6] == "inferencepools"):
+            return self.api(parts[5], q, pools=True)
+        return self.reply(404, status_object(404, "NotFound", "the server could not find the requested resource"))
 
     def wait(self, q, pred):
         with self.st.cv:
             ok = self.st.cv.wait_for(pred, timeout=float(q.get("timeout", "5")))
         self.reply(200, {"ok": bool(ok)})
 
-    def api(self, ns, q):
+    def api(self, ns, q, pools=False):
         st = self.st
         sel = q.get("labelSelector", "")
+        field = q.get("fieldSelector", "")
+        pool = field[len("metadata.name="):] if field.startswith("metadata.name=") else None
+        if pools and pool is None:
+            return self.reply(400, status_object(400, "BadRequest", "this server serves one pool by name only"))
         watch = q.get("watch") in ("1", "true")
-        entry = {"path": self.path, "namespace": ns, "selector": sel, "role": selector_role(sel), "watch": watch,
+        entry = {"path": self.path, "namespace": ns, "selector": sel, "field": field,
+                 "role": "inferencepool" if pools else selector_role(sel), "watch": watch,
                  "rv": q.get("resourceVersion"), "timeoutSeconds": q.get("timeoutSeconds"),
                  "bookmarks": q.get("allowWatchBookmarks"),
                  "auth_ok": self.headers.get("Authorization") == "Bearer " + st.token}
@@ -276,16 +333,21 @@ class Handler(BaseHTTPRequestHandler):
             elif watch and int(q.get("resourceVersion") or 0) < st.compacted:
                 code, obj = 410, status_object(410, "Expired", "too old resource version: %s (%d)" % (
                     q.get("resourceVersion"), st.compacted))
+            elif not watch and pools:
+                items = [st.pools[pool]] if pool in st.pools else []
+                obj = {"kind": "InferencePoolList", "apiVersion": "inference.networking.k8s.io/v1",
+                       "metadata": {"resourceVersion": str(st.rv)}, "items": items}
             elif not watch:
                 items = [st.pods[n] for n in sorted(st.pods) if matches(sel, st.pods[n]["metadata"]["labels"])]
                 obj = {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": str(st.rv)},
                        "items": items}
             else:
-                w = Watcher(sel)
+                w = Watcher(sel, pool if pools else None)
                 since = int(q.get("resourceVersion") or 0)
-                for rv, ev in st.history:
-                    if rv > since and matches(sel, ev["object"]["metadata"]["labels"]):
-                        w.q.put(ev)
+                for rv, ev, old in st.history:
+                    out = seen_by(w, ev, old) if rv > since else None
+                    if out is not None:
+                        w.q.put(out)
                 st.watchers.append(w)
             entry["status"] = code
             st.log.append(entry)
@@ -370,6 +432,18 @@ class Handler(BaseHTTPRequestHandler):
                 st.fail[req["role"]] = [req["status"], req.get("count", 1)]
             elif op == "token":
                 st.token = req["token"]
+            elif op == "pool":
+                st.rv += 1
+                old = st.pools.get(req["name"])
+                st.pools[req["name"]] = make_pool(st, req, st.rv, old)
+                publish(st, {"type": "MODIFIED" if old else "ADDED", "object": st.pools[req["name"]]}, old)
+            elif op == "pool_delete":
+                old = st.pools.pop(req["name"], None)
+                if old is not None:
+                    st.rv += 1
+                    gone = json.loads(json.dumps(old))
+                    gone["metadata"]["resourceVersion"] = str(st.rv)
+                    publish(st, {"type": "DELETED", "object": gone})
             else:
                 return self.reply(404, {"error": "unknown control " + op})
             out["resourceVersion"] = str(st.rv)

@@ -237,6 +237,168 @@ def scenario_pools_kubernetes():
         os.unlink(tok_path)
 
 
+def sim_on(role, host, port, bport=None):
+    """A pdsim of role on host:port (a loopback address of its own, as a pod's IP), its shim on bport."""
+    argv = ["pdsim", "--role", role, "--host", host, "--port", str(port)]
+    if bport is not None:
+        argv += ["--bootstrap-port", str(bport)]
+    p = pdtest.start(argv, name="pdsim-%s-%s-%d" % (role, host, port), health_path=None)
+    p.host, p.port = host, port
+    pdtest.poll_until(lambda: _up(host, port, p), 10, "pdsim on %s:%d" % (host, port))
+    return p
+
+
+def pool_pod(name, ip, role_label, bport=None, model="a", extra_labels=None):
+    """A pod of the InferencePool scenario: labels app=sglang, model, and llm-d.ai/role unless None."""
+    labels = {"model": model}
+    if role_label is not None:
+        labels["llm-d.ai/role"] = role_label
+    labels.update(extra_labels or {})
+    spec = {"name": name, "role": "pool", "ip": ip, "ready": True, "phase": "Running", "port": None,
+            "labels": labels}
+    if bport is not None:
+        spec["ann"] = str(bport)
+    return spec
+
+
+def scenario_kubernetes_inference_pool():
+    """Workers from an InferencePool (discovery.kubernetes.inference_pool): the source reads the pool,
+    then lists and watches the pods its matchLabels select; each pod's role is its llm-d.ai/role label
+    (prefill, decode, both; a pod without the label is a decode; an unknown value is not used), its
+    workers are podIP:port for each of spec.targetPorts, named POD:PORT. Requests go through the discovered
+    pairs. A pod
+    whose labels stop matching leaves; a new selector, then a second target port, are followed (two
+    workers for one pod); an appProtocol pdrouter cannot speak is refused with a log line and changes
+    nothing, as do deleting the pool and an API server that refuses to list it for a while."""
+    p1, p2 = pdtest.free_port(), pdtest.free_port()
+    bp = {ip: pdtest.free_port() for ip in ("127.0.0.2", "127.0.0.4", "127.0.0.6")}
+    fd, tok_path = tempfile.mkstemp(prefix="pdrouter-k8s-token-")
+    with os.fdopen(fd, "w") as f:
+        f.write("k8s-token\n")
+    api = K8s("k8s-token", "llm")
+    try:
+        sims = {
+            "pre-0": sim_on("prefill", "127.0.0.2", p1, bp["127.0.0.2"]),
+            "dec-0": sim_on("decode", "127.0.0.3", p1),
+            "both-0": sim_on("both", "127.0.0.4", p1, bp["127.0.0.4"]),
+            "unl-0": sim_on("decode", "127.0.0.5", p1),
+            "pre-b": sim_on("prefill", "127.0.0.6", p1, bp["127.0.0.6"]),
+        }
+        rank2 = sim_on("decode", "127.0.0.3", p2)  # dec-0's second target port
+        api.put(pool_pod("pre-0", "127.0.0.2", "prefill", bp["127.0.0.2"]),
+                pool_pod("dec-0", "127.0.0.3", "decode"),
+                pool_pod("both-0", "127.0.0.4", "both", bp["127.0.0.4"]),
+                pool_pod("unl-0", "127.0.0.5", None),
+                pool_pod("odd-0", "127.0.0.7", "router"),
+                pool_pod("pre-b", "127.0.0.6", "prefill", bp["127.0.0.6"], model="b"))
+        api.control("pool", {"name": "llm-pool", "matchLabels": {"app": "sglang", "model": "a"}, "ports": [p1]})
+        cfg = ("discovery:\n  kubernetes:\n    api_server: http://127.0.0.1:%d\n    namespace: llm\n"
+               "    token_file: %s\n    inference_pool: llm-pool\n"
+               "health: { interval_ms: 200 }\npolicy: { prefill: round_robin, decode: round_robin }"
+               % (api.port, tok_path))
+        r = router([], [], config=cfg)
+
+        def roles():
+            return sorted((w["role"], w["name"], w["url"], w["source"]) for w in workers(r))
+
+        u = lambda ip, port=p1: "http://%s:%d" % (ip, port)  # noqa: E731
+        n = lambda pod, port=p1: "%s:%d" % (pod, port)  # noqa: E731
+        want = [("decode", n("both-0"), u("127.0.0.4"), "kubernetes"), ("decode", n("dec-0"), u("127.0.0.3"), "kubernetes"),
+                ("decode", n("unl-0"), u("127.0.0.5"), "kubernetes"),
+                ("prefill", n("both-0"), u("127.0.0.4"), "kubernetes"), ("prefill", n("pre-0"), u("127.0.0.2"), "kubernetes")]
+        pdtest.poll_until(lambda: roles() == want, 5, "the pool's pods by role")
+        check([w["bootstrap_port"] for w in workers(r, "prefill") if w["name"] == n("pre-0")] == [bp["127.0.0.2"]],
+              repr(workers(r)), r)
+
+        def served(names, n):
+            before = {k: sim_requests_at(sims[k]) for k in names}
+            for _ in range(n):
+                st, _, out = request(r.port, "POST", "/generate", GEN)
+                check(st == 200, "request through the pool's pairs: %d %r" % (st, out), r)
+            return {k: sim_requests_at(sims[k]) - before[k] for k in names}
+
+        # pdsim's "both" is a whole-request engine, not one that can take either leg of a PD pair as a
+        # "both" engine does: its two workers are drained before any request.
+        for w in workers(r):
+            if w["name"] == n("both-0"):
+                admin(r, "POST", "/admin/v1/workers/%s/drain" % w["id"], expect=202)
+        got = served(list(sims), 6)
+        check(got["pre-0"] == 6 and got["dec-0"] >= 1 and got["unl-0"] >= 1 and got["both-0"] == 0 and
+              got["pre-b"] == 0, "requests by pod: %r" % got, r)
+        check("pod odd-0: label llm-d.ai/role=\"router\"" in r.log_tail(200), "no warning about odd-0", r)
+
+        # dec-0's labels stop matching the pool's selector: it leaves.
+        api.put(pool_pod("dec-0", "127.0.0.3", "decode", model="b"))
+        pdtest.poll_until(lambda: n("dec-0") not in [w["name"] for w in workers(r)], 5, "dec-0 to leave")
+        got = served(["dec-0", "unl-0"], 4)
+        check(got["dec-0"] == 0 and got["unl-0"] == 4, "a pod that left got requests: %r" % got, r)
+
+        # The pool selects model=b: pre-b and dec-0 are its pods now, nothing of model=a.
+        api.control("pool", {"name": "llm-pool", "matchLabels": {"app": "sglang", "model": "b"}, "ports": [p1]})
+        pdtest.poll_until(lambda: roles() == [("decode", n("dec-0"), u("127.0.0.3"), "kubernetes"),
+                                              ("prefill", n("pre-b"), u("127.0.0.6"), "kubernetes")], 5,
+                          "the new selector's pods")
+        got = served(["pre-b", "dec-0", "pre-0"], 3)
+        check(got["pre-b"] == 3 and got["dec-0"] == 3 and got["pre-0"] == 0, "after the new selector: %r" % got, r)
+
+        # A second target port: dec-0 is two decode workers (its two ranks); pre-b's second port serves
+        # nothing here, so the test drains it before sending requests.
+        api.control("pool", {"name": "llm-pool", "matchLabels": {"app": "sglang", "model": "b"}, "ports": [p1, p2]})
+        two = [("decode", n("dec-0"), u("127.0.0.3"), "kubernetes"),
+               ("decode", n("dec-0", p2), u("127.0.0.3", p2), "kubernetes"),
+               ("prefill", n("pre-b"), u("127.0.0.6"), "kubernetes"),
+               ("prefill", n("pre-b", p2), u("127.0.0.6", p2), "kubernetes")]
+        pdtest.poll_until(lambda: roles() == sorted(two), 5, "a worker per target port")
+        dead = [w["id"] for w in workers(r, "prefill") if w["name"] == n("pre-b", p2)][0]
+        admin(r, "POST", "/admin/v1/workers/%s/drain" % dead, expect=202)
+        r0, r1 = sim_requests_at(sims["dec-0"]), sim_requests_at(rank2)
+        for _ in range(4):
+            check(request(r.port, "POST", "/generate", GEN)[0] == 200, "request with two decode ranks", r)
+        check(sim_requests_at(sims["dec-0"]) - r0 >= 1 and sim_requests_at(rank2) - r1 >= 1,
+              "both ranks of dec-0 take requests", r)
+
+        # The API server refuses the pool's list twice (403) after its watch expired: the pool watcher logs
+        # the RBAC it needs, backs off and lists again; the workers stay and requests go on meanwhile.
+        ids = sorted(w["id"] for w in workers(r))
+        api.control("fail", {"role": "inferencepool", "status": 403, "count": 2})
+        api.control("expire", {"role": "inferencepool"})
+        pdtest.poll_until(lambda: "watch on inferencepools (API group inference.networking.k8s.io)" in
+                          r.log_tail(200), 5, "the RBAC hint")
+        check(request(r.port, "POST", "/generate", GEN)[0] == 200, "request while the pool cannot be listed", r)
+        pdtest.poll_until(lambda: [e["status"] for e in request_json(api.port, "GET", "/control/log")
+                                   if e["role"] == "inferencepool" and not e["watch"]][-3:] == [403, 403, 200],
+                          10, "the pool listed again after the failures")
+        check(sorted(w["id"] for w in workers(r)) == ids, "an API server failure changed the workers", r)
+
+        # appProtocol h2c: refused with a log line; the pool's last spec stays.
+        api.control("pool", {"name": "llm-pool", "matchLabels": {"app": "sglang", "model": "a"}, "ports": [p1],
+                             "appProtocol": "kubernetes.io/h2c"})
+        pdtest.poll_until(lambda: "appProtocol \"kubernetes.io/h2c\"" in r.log_tail(200), 5, "the refusal")
+        # Deleting the pool changes nothing either.
+        api.control("pool_delete", {"name": "llm-pool"})
+        pdtest.poll_until(lambda: "InferencePool llm-pool was deleted" in r.log_tail(200), 5, "the deletion")
+        check(sorted(w["id"] for w in workers(r)) == ids, "the refused or deleted pool changed the workers", r)
+        check(request(r.port, "POST", "/generate", GEN)[0] == 200, "request after the refusal", r)
+
+        log = request_json(api.port, "GET", "/control/log")
+        pools = [e for e in log if e["role"] == "inferencepool"]
+        check(pools and all(e["field"] == "metadata.name=llm-pool" and e["namespace"] == "llm" for e in pools) and
+              any(e["watch"] for e in pools) and all(e["auth_ok"] for e in log), "pool requests: %r" % pools[:3], r)
+        pods = [e for e in log if e["role"] != "inferencepool"]
+        check({e["selector"] for e in pods} == {"app=sglang,model=a", "app=sglang,model=b"}, repr(pods[-3:]), r)
+        check(r.alive(), "router died", r)
+        rc = r.stop()
+        check(rc == 0 and "Sanitizer" not in r.log_tail(), "pdrouter exited with %s" % rc, r)
+    finally:
+        pdtest.stop_all()
+        api.close()
+        os.unlink(tok_path)
+
+
+def sim_requests_at(p):
+    return request_json(p.port, "GET", "/pdsim/stats", host=p.host)["requests"]
+
+
 def start_dnsmasq(hosts_path):
     """dnsmasq on 127.0.0.1 at a free port, answering *.test from hosts_path alone; exits 77 without it."""
     exe = shutil.which("dnsmasq") or ("/usr/sbin/dnsmasq" if os.path.exists("/usr/sbin/dnsmasq") else None)

@@ -1871,6 +1871,33 @@ static void test_sglang_keys(void)
         "[prefix/]name (name: 1..63 letters, digits, '-', '_', '.'; prefix: a lowercase DNS subdomain)");
 }
 
+/* discovery.kubernetes.inference_pool: both roles discovered (no static worker needed), no selector beside
+ * it. */
+static void test_inference_pool_keys(void)
+{
+    char err[512];
+    pdr_config_t *c =
+        load("discovery: { kubernetes: { inference_pool: llm-pool, namespace: llm } }\n", err, sizeof(err));
+    CHECK(c != NULL);
+    if (c == NULL) {
+        fprintf(stderr, "  %s\n", err);
+        return;
+    }
+    CHECK_STR(c->discovery.kubernetes.inference_pool, "llm-pool");
+    CHECK(c->discovery.kubernetes.role_label == NULL);
+    pdr_config_unref(c);
+    c = load("discovery: { kubernetes: { inference_pool: p, role_label: example.com/role } }\n", err,
+             sizeof(err));
+    CHECK(c != NULL && strcmp(c->discovery.kubernetes.role_label, "example.com/role") == 0);
+    pdr_config_unref(c);
+    EXPECT_ERROR(
+        "discovery: { kubernetes: { inference_pool: p, decode: { selector: app=d } } }\n",
+        "bad.yaml:1:1: discovery.kubernetes.decode: the pods of both roles come from inference_pool p (their "
+        "role from the label role_label); remove the decode section");
+    EXPECT_ERROR("discovery: { kubernetes: { inference_pool: \"a b\" } }\n", "*");
+    EXPECT_ERROR("discovery: { kubernetes: { inference_pool: p, role_label: \"a b\" } }\n", "*");
+}
+
 #define POOL_A                                                                                               \
     "  - name: pool-a\n"                                                                                     \
     "    models: [llama, llama-instruct]\n"                                                                  \
@@ -2597,6 +2624,7 @@ static const pdr_test_case_t runner_cases[] = {
     {"cli", test_cli, 60},
     {"cli_sglang", test_cli_sglang, 60},
     {"sglang_keys", test_sglang_keys, 60},
+    {"inference_pool_keys", test_inference_pool_keys, 60},
     {"sglang_choices", test_sglang_choices, 60},
     {"discovery", test_discovery, 60},
     {"discovery_errors", test_discovery_errors, 60},

@@ -369,11 +369,185 @@ static void test_kv_events_annotation(void)
     }
 }
 
+/* A pod of an InferencePool: the pod_spec_t pod with the role label set to role (NULL: none). */
+static json_t *pool_pod_json(const pod_spec_t *s, const char *role)
+{
+    json_t *pod = pod_json(s);
+    json_t *labels = json_object_get(json_object_get(pod, "metadata"), "labels");
+    if (role != NULL)
+        json_object_set_new(labels, "llm-d.ai/role", json_string(role));
+    return pod;
+}
+
+static void test_pool_roles(void)
+{
+    pdr_k8s_role_conf_t pre = {.bootstrap_port = 8998,
+                               .use_annotation = 1,
+                               .role_label = "llm-d.ai/role",
+                               .role = PDR_ROLE_PREFILL,
+                               .ports = {8000},
+                               .nports = 1};
+    pdr_k8s_role_conf_t dec = pre;
+    dec.role = PDR_ROLE_DECODE;
+    dec.bootstrap_port = -1;
+    dec.use_annotation = 0;
+    static const struct {
+        const char *label;
+        int prefill, decode, bad;
+    } cases[] = {
+        {"prefill", 1, 0, 0}, {"decode", 0, 1, 0}, {"both", 1, 1, 0},    {"prefill-decode", 1, 1, 0},
+        {NULL, 0, 1, 16},     {"router", 0, 0, 8}, {"Prefill", 0, 0, 8},
+    };
+    pod_spec_t ps = {"w-0", "Running", "10.0.0.9", "True", "9001", 30000, 0};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *pod = pool_pod_json(&ps, cases[i].label);
+        pdr_discovered_t w;
+        int bad;
+        pdr_k8s_pod_state_t st = pdr__k8s_pod_parse(pod, &pre, &w, &bad);
+        CHECK(st == (cases[i].prefill ? PDR_K8S_POD_READY : PDR_K8S_POD_OTHER_ROLE));
+        CHECK((bad & 24) == (cases[i].bad & 24));
+        if (cases[i].prefill) /* the target port, not the containerPort; the annotation's bootstrap port */
+            CHECK(strcmp(w.url, "http://10.0.0.9:8000") == 0 && w.bootstrap_port == 9001);
+        st = pdr__k8s_pod_parse(pod, &dec, &w, &bad);
+        CHECK(st == (cases[i].decode ? PDR_K8S_POD_READY : PDR_K8S_POD_OTHER_ROLE));
+        if (cases[i].decode)
+            CHECK(strcmp(w.url, "http://10.0.0.9:8000") == 0 && w.bootstrap_port == -1);
+        json_decref(pod);
+    }
+    /* The role is read before the state: a not-ready pod of the other role is of the other role. */
+    pod_spec_t nr = {"w-1", "Pending", NULL, NULL, NULL, 0, 0};
+    json_t *pod = pool_pod_json(&nr, "decode");
+    pdr_discovered_t w;
+    int bad;
+    CHECK(pdr__k8s_pod_parse(pod, &pre, &w, &bad) == PDR_K8S_POD_OTHER_ROLE);
+    CHECK(pdr__k8s_pod_parse(pod, &dec, &w, &bad) == PDR_K8S_POD_NOT_RUNNING);
+    json_decref(pod);
+    /* Without role_label every pod is of the set's role, labelled or not. */
+    pdr_k8s_role_conf_t plain = {.port = 0, .bootstrap_port = -1};
+    pod = pool_pod_json(&ps, "prefill");
+    CHECK(pdr__k8s_pod_parse(pod, &plain, &w, &bad) == PDR_K8S_POD_READY && strcmp(w.name, "w-0") == 0 &&
+          strcmp(w.url, "http://10.0.0.9:30000") == 0);
+    json_decref(pod);
+}
+
+static void test_pool_ports(void)
+{
+    pdr_k8s_role_conf_t rc = {.bootstrap_port = -1,
+                              .role_label = "llm-d.ai/role",
+                              .role = PDR_ROLE_DECODE,
+                              .ports = {8000},
+                              .nports = 1};
+    pdr_k8s_set_t set;
+    char buf[1024];
+    pdr__k8s_set_init(&set, &rc, "decode of InferencePool p");
+    pod_spec_t d0 = {"d-0", "Running", "10.0.0.1", "True", NULL, 0, 0};
+    pod_spec_t d1 = {"d-1", "Running", "fd00::5", "True", NULL, 0, 0};
+    CHECK(apply(&set, "ADDED", pool_pod_json(&d0, "decode")) == PDR_K8S_EV_APPLIED);
+    CHECK(apply(&set, "ADDED", pool_pod_json(&d1, NULL)) == PDR_K8S_EV_APPLIED);
+    CHECK(strcmp(take(&set, buf, sizeof(buf)),
+                 "d-0:8000=http://10.0.0.1:8000/-1,d-1:8000=http://[fd00::5]:8000/-1") == 0);
+    pdr__k8s_set_free(&set);
+
+    /* Two target ports: two workers per ready pod (a data-parallel engine's ranks), in port order. */
+    rc.ports[1] = 8001;
+    rc.nports = 2;
+    pdr__k8s_set_init(&set, &rc, "decode of InferencePool p");
+    CHECK(apply(&set, "ADDED", pool_pod_json(&d0, "decode")) == PDR_K8S_EV_APPLIED);
+    CHECK(apply(&set, "ADDED", pool_pod_json(&d1, "both")) == PDR_K8S_EV_APPLIED);
+    CHECK(strcmp(take(&set, buf, sizeof(buf)),
+                 "d-0:8000=http://10.0.0.1:8000/-1,d-0:8001=http://10.0.0.1:8001/-1,"
+                 "d-1:8000=http://[fd00::5]:8000/-1,d-1:8001=http://[fd00::5]:8001/-1") == 0);
+    CHECK(apply(&set, "MODIFIED", pool_pod_json(&d1, "both")) == PDR_K8S_EV_APPLIED);
+    CHECK(strcmp(take(&set, buf, sizeof(buf)), "-") == 0);
+    /* Its role label changes to prefill: the decode set loses both its workers. */
+    CHECK(apply(&set, "MODIFIED", pool_pod_json(&d1, "prefill")) == PDR_K8S_EV_APPLIED);
+    CHECK(strcmp(take(&set, buf, sizeof(buf)),
+                 "d-0:8000=http://10.0.0.1:8000/-1,d-0:8001=http://10.0.0.1:8001/-1") == 0);
+    pdr__k8s_set_free(&set);
+}
+
+/* pdr__k8s_infpool_parse of the InferencePool whose spec is the JSON text spec. */
+static int infpool(const char *spec, pdr_k8s_infpool_t *out, char *err, size_t errlen)
+{
+    char text[2048];
+    snprintf(text, sizeof(text),
+             "{\"apiVersion\":\"inference.networking.k8s.io/v1\",\"kind\":\"InferencePool\","
+             "\"metadata\":{\"name\":\"p\",\"namespace\":\"llm\",\"resourceVersion\":\"7\"},\"spec\":%s}",
+             spec);
+    json_t *pool = json_loads(text, 0, NULL);
+    CHECK(pool != NULL);
+    int rc = pdr__k8s_infpool_parse(pool, out, err, errlen);
+    json_decref(pool);
+    return rc;
+}
+
+static void test_infpool_parse(void)
+{
+    static pdr_k8s_infpool_t p;
+    char err[256];
+    CHECK(infpool("{\"selector\":{\"matchLabels\":{\"model\":\"llama\",\"app\":\"vllm\",\"llm-d.ai/"
+                  "inference-serving\":"
+                  "\"true\"}},\"targetPorts\":[{\"number\":8000},{\"number\":8001}],\"appProtocol\":\"http\","
+                  "\"endpointPickerRef\":{\"name\":\"epp\",\"port\":{\"number\":9002}}}",
+                  &p, err, sizeof(err)) == 0);
+    CHECK(strcmp(p.selector, "app=vllm,llm-d.ai/inference-serving=true,model=llama") == 0);
+    CHECK(p.nports == 2 && p.ports[0] == 8000 && p.ports[1] == 8001);
+    /* appProtocol absent is http; endpointPickerRef is optional (and not read). */
+    CHECK(infpool("{\"selector\":{\"matchLabels\":{\"app\":\"x\"}},\"targetPorts\":[{\"number\":1}]}", &p,
+                  err, sizeof(err)) == 0);
+    CHECK(strcmp(p.selector, "app=x") == 0 && p.nports == 1 && p.ports[0] == 1);
+    CHECK(infpool("{\"selector\":{\"matchLabels\":{\"app\":\"\"}},\"targetPorts\":[{\"number\":65535}]}", &p,
+                  err, sizeof(err)) == 0);
+    CHECK(strcmp(p.selector, "app=") == 0);
+    static const struct {
+        const char *spec;
+        int rc;
+        const char *why;
+    } bad[] = {
+        {"{\"selector\":{\"matchLabels\":{\"a\":\"b\"}},\"targetPorts\":[{\"number\":80}],\"appProtocol\":"
+         "\"kubernetes.io/h2c\"}",
+         PDR_ENOTSUP, "appProtocol \"kubernetes.io/h2c\""},
+        {"{\"selector\":{\"matchLabels\":{}},\"targetPorts\":[{\"number\":80}]}", PDR_EPROTO, "empty"},
+        {"{\"selector\":{},\"targetPorts\":[{\"number\":80}]}", PDR_EPROTO, "absent"},
+        {"{\"targetPorts\":[{\"number\":80}]}", PDR_EPROTO, "absent"},
+        {"{\"selector\":{\"matchLabels\":{\"a\":\"b\"}}}", PDR_EPROTO, "targetPorts has 0"},
+        {"{\"selector\":{\"matchLabels\":{\"a\":\"b\"}},\"targetPorts\":[]}", PDR_EPROTO,
+         "targetPorts has 0"},
+        {"{\"selector\":{\"matchLabels\":{\"a\":\"b\"}},\"targetPorts\":[{\"number\":0}]}", PDR_EPROTO,
+         "1..65535"},
+        {"{\"selector\":{\"matchLabels\":{\"a\":\"b\"}},\"targetPorts\":[{\"number\":65536}]}", PDR_EPROTO,
+         "1..65535"},
+        {"{\"selector\":{\"matchLabels\":{\"a\":\"b\"}},\"targetPorts\":[{\"number\":\"80\"}]}", PDR_EPROTO,
+         "1..65535"},
+        {"{\"selector\":{\"matchLabels\":{\"a\":\"b\"}},\"targetPorts\":[{\"number\":80},{\"number\":80}]}",
+         PDR_EPROTO, "twice"},
+        {"{\"selector\":{\"matchLabels\":{\"a\":\"b\"}},\"targetPorts\":[{\"number\":1},{\"number\":2},{"
+         "\"number\":3},"
+         "{\"number\":4},{\"number\":5},{\"number\":6},{\"number\":7},{\"number\":8},{\"number\":9}]}",
+         PDR_EPROTO, "targetPorts has 9"},
+        {"{\"selector\":{\"matchLabels\":{\"a,b\":\"c\"}},\"targetPorts\":[{\"number\":80}]}", PDR_EPROTO,
+         "label"},
+        {"{\"selector\":{\"matchLabels\":{\"a\":\"b c\"}},\"targetPorts\":[{\"number\":80}]}", PDR_EPROTO,
+         "label"},
+        {"{\"selector\":{\"matchLabels\":{\"a\":\"x/y\"}},\"targetPorts\":[{\"number\":80}]}", PDR_EPROTO,
+         "label"},
+        {"{\"selector\":{\"matchLabels\":{\"a\":1}},\"targetPorts\":[{\"number\":80}]}", PDR_EPROTO, "label"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        CHECK(infpool(bad[i].spec, &p, err, sizeof(err)) == bad[i].rc);
+        CHECK(strstr(err, bad[i].why) != NULL);
+    }
+}
+
 static const pdr_test_case_t cases[] = {
     {"pod_parse", test_pod_parse, 60},
     {"lines", test_lines, 60},
     {"set", test_set, 60},
     {"kv_events_annotation", test_kv_events_annotation, 60},
+    {"pool_roles", test_pool_roles, 60},
+    {"pool_ports", test_pool_ports, 60},
+    {"infpool_parse", test_infpool_parse, 60},
 };
 
 int main(int argc, char **argv)
