@@ -295,10 +295,11 @@ typedef struct pdr_config {
     /* The Gateway API endpoint picker (router/gateway/epp_pick.c): an Envoy ext_proc gRPC server that picks
      * the decode endpoint (and names the prefill in a header) for a gateway, with the router's policies. */
     struct {
-        int enabled;   /* default 0; --epp */
-        char *host;    /* default 0.0.0.0 */
-        int port;      /* default 9002, the extension's conventional port */
-        int fallbacks; /* default 2: decode endpoints listed after the pick, for the gateway's retries */
+        int enabled;     /* default 0; --epp */
+        char *host;      /* default 0.0.0.0 */
+        int port;        /* default 9002, the extension's conventional port */
+        int health_port; /* default 9003: gRPC health (and ext_proc) on a second listener; 0: none */
+        int fallbacks;   /* default 2: decode endpoints listed after the pick, for the gateway's retries */
         char *prefill_header; /* lower-case header name, default x-prefiller-host-port */
         int max_connections;  /* default 64 */
         int max_streams;      /* default 1024, per connection */

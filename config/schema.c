@@ -237,6 +237,8 @@ const pdr_conf_key_t pdr_conf_keys[] = {
      .doc = "address the endpoint picker's gRPC listener binds"},
     {INT("epp.port", epp.port, 9002, 1, 65535), RESTART, .restart_name = "epp",
      .doc = "port of the endpoint picker's gRPC listener (ext_proc and grpc.health.v1)"},
+    {INT("epp.health_port", epp.health_port, 9003, 0, 65535), RESTART, .restart_name = "epp",
+     .doc = "a second gRPC listener for the health probes (the extension's 9003); 0: none"},
     {INT("epp.fallbacks", epp.fallbacks, 2, 0, 15),
      .doc = "decode endpoints listed after the pick, for the gateway's retries"},
     {STR("epp.prefill_header", PDR_CT_STR, epp.prefill_header, PDR_DEF_EPP_PREFILL_HEADER),

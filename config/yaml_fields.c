@@ -139,6 +139,7 @@ static const struct field epp_fields[] = {
     KEY(epp, enabled),
     KEY(epp, host),
     KEY(epp, port),
+    KEY(epp, health_port),
     KEY(epp, fallbacks),
     KEY(epp, prefill_header),
     KEY(epp, max_connections),

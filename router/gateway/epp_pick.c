@@ -306,19 +306,36 @@ static void on_close(void *data, pdr_epp_stream_t *s)
     req_free(q);
 }
 
+/* The services' statuses on one of the picker's servers: liveness while the process runs; the others (the
+ * extension's "inference-extension" among them) as the router's readiness. */
+static void set_health(pdr_epp_t *e, int ok)
+{
+    static const char *const ready_names[] = {"readiness", "envoy.service.ext_proc.v3.ExternalProcessor",
+                                              "inference-extension", ""};
+    if (e == NULL)
+        return;
+    for (size_t i = 0; i < sizeof(ready_names) / sizeof(ready_names[0]); i++)
+        (void)pdr_epp_set_health(e, ready_names[i], ok ? PDR_EPP_HEALTH_SERVING : PDR_EPP_HEALTH_NOT_SERVING);
+    (void)pdr_epp_set_health(e, "liveness", PDR_EPP_HEALTH_SERVING);
+}
+
 static void on_health(uv_timer_t *h)
 {
     gw_t *g = h->data;
     char why[200];
     int ok = !pdr_router_stopping(g->r) && g->ready(g->r, why, sizeof(why));
-    pdr_epp_health_t st = ok ? PDR_EPP_HEALTH_SERVING : PDR_EPP_HEALTH_NOT_SERVING;
-    (void)pdr_epp_set_health(g->epp, "readiness", st);
-    (void)pdr_epp_set_health(g->epp, "envoy.service.ext_proc.v3.ExternalProcessor", st);
-    (void)pdr_epp_set_health(g->epp, "", st);
-    (void)pdr_epp_set_health(g->epp, "liveness", PDR_EPP_HEALTH_SERVING);
+    set_health(g->epp, ok);
+    set_health(g->health_epp, ok);
     if (ok != g->was_ready)
         pdr_info("endpoint picker: %s%s%s", ok ? "serving" : "not serving", ok ? "" : ": ", ok ? "" : why);
     g->was_ready = ok;
+}
+
+static void on_closed(void *data)
+{
+    gw_t *g = data;
+    if (--g->open == 0)
+        free(g);
 }
 
 int pdr_gateway_start(pdr_router_t *r, pdr_gateway_ready_cb ready)
@@ -348,19 +365,26 @@ int pdr_gateway_start(pdr_router_t *r, pdr_gateway_ready_cb ready)
         free(g);
         return err ? err : PDR_EIO;
     }
+    if (c->epp.health_port != 0 && c->epp.health_port != c->epp.port) {
+        o.port = c->epp.health_port;
+        g->health_epp = pdr_epp_new(r->threads[0].loop, &o, &hd, &err, msg, sizeof(msg));
+        if (g->health_epp == NULL) {
+            pdr_error("endpoint picker: cannot listen on %s:%d (epp.health_port): %s", c->epp.host,
+                      c->epp.health_port, msg);
+            g->open = 1;
+            pdr_epp_close(g->epp, on_closed, g);
+            return err ? err : PDR_EIO;
+        }
+    }
     gw = g;
     pdr__gw_metrics_on(g->epp);
     uv_timer_init(r->threads[0].loop, &g->health);
     g->health.data = g;
     uv_timer_start(&g->health, on_health, 0, 250);
-    pdr_info("endpoint picker: ext_proc and grpc.health.v1 on %s:%d (h2c)", c->epp.host,
-             pdr_epp_port(g->epp));
+    pdr_info("endpoint picker: ext_proc and grpc.health.v1 on %s:%d (h2c)%s", c->epp.host,
+             pdr_epp_port(g->epp),
+             g->health_epp != NULL ? ", and for the health probes on epp.health_port" : "");
     return 0;
-}
-
-static void on_closed(void *data)
-{
-    free(data);
 }
 
 void pdr_gateway_stop(pdr_router_t *r)
@@ -373,6 +397,10 @@ void pdr_gateway_stop(pdr_router_t *r)
     pdr__gw_metrics_on(NULL);
     uv_timer_stop(&g->health);
     uv_close((uv_handle_t *)&g->health, NULL);
-    (void)pdr_epp_set_health(g->epp, "readiness", PDR_EPP_HEALTH_NOT_SERVING);
+    set_health(g->epp, 0);
+    set_health(g->health_epp, 0);
+    g->open = g->health_epp != NULL ? 2 : 1;
     pdr_epp_close(g->epp, on_closed, g);
+    if (g->health_epp != NULL)
+        pdr_epp_close(g->health_epp, on_closed, g);
 }

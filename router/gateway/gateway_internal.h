@@ -17,6 +17,8 @@
 typedef struct gw {
     struct pdr_router *r;
     pdr_epp_t *epp;
+    pdr_epp_t *health_epp; /* epp.health_port's server, or NULL */
+    int open;              /* servers still closing (stop) */
     pdr_gateway_ready_cb ready;
     uv_timer_t health;
     int was_ready;

@@ -456,8 +456,11 @@ def check_gateway_api(objs, where):
     named = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
     target = sp[0].get("targetPort") if sp else None
     conf = config(c, "epp")
-    if not sp or named.get(target, target) != conf.get("listen", {}).get("port"):
-        fail(f"{where}: endpointPickerRef port {ref.get('port')!r} does not reach the picker's listen.port")
+    epp_conf = conf.get("epp", {})
+    if not epp_conf.get("enabled"):
+        fail(f"{where}: the picker's config does not set epp.enabled (--epp sets it too)")
+    if not sp or named.get(target, target) != epp_conf.get("port", 9002):
+        fail(f"{where}: endpointPickerRef port {ref.get('port')!r} does not reach the picker's epp.port")
     if (sp[0].get("appProtocol") if sp else None) != "http2":
         fail(f"{where}: the picker's Service port needs appProtocol http2 (the gateway speaks gRPC to it)")
     for probe in ("readinessProbe", "livenessProbe"):

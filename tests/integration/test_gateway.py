@@ -11,7 +11,8 @@ Scenarios:
              fall-back) in x-gateway-destination-endpoint and the envoy.lb metadata, and a prefill in
              x-prefiller-host-port; the body comes back whole; the decode counts one request in flight until
              the response's last chunk, which is given back; the served endpoint is counted; health:
-             liveness, readiness and the ext_proc service SERVING; the metrics count the pick
+             liveness, readiness and the ext_proc service SERVING, on epp.port and on epp.health_port
+             (with the extension's "inference-extension"); the metrics count the pick
   drain      a draining decode is never named first, nor listed; with every decode drained the answer is
              an ImmediateResponse 503 and readiness turns NOT_SERVING; a dead prefill (killed, its health
              checks failing) makes the answer 503 at once
@@ -45,10 +46,11 @@ def channel(port):
 
 
 def epp_router(ps, ds, extra=""):
-    port = pdtest.free_port()
-    r = router(ps, ds, config="epp: { enabled: true, host: 127.0.0.1, port: %d }\n"
-               "health: { interval_ms: 100, fall: 1 }\n%s" % (port, extra))
+    port, hport = pdtest.free_port(), pdtest.free_port()
+    r = router(ps, ds, config="epp: { enabled: true, host: 127.0.0.1, port: %d, health_port: %d }\n"
+               "health: { interval_ms: 100, fall: 1 }\n%s" % (port, hport, extra))
     r.ports["epp"] = port
+    r.ports["epp_health"] = hport
     pdtest.poll_until(lambda: "endpoint picker: serving" in r.log_tail(), 10, "the picker to serve")
     return r
 
@@ -127,6 +129,10 @@ def scenario_pick():
         hs = pb()["health"].HealthCheckResponse
         pdtest.poll_until(lambda: health(ch, "readiness") == hs.SERVING, 10, "readiness")
         check(health(ch, "liveness") == hs.SERVING and health(ch, EXT) == hs.SERVING, "health", r)
+        hch = channel(r.ports["epp_health"])  # epp.health_port: the probes' listener, the same services
+        check(health(hch, "inference-extension") == hs.SERVING and health(hch, "liveness") == hs.SERVING,
+              "health on epp.health_port", r)
+        hch.close()
         s = Stream(ch)
         request(s)
         eps, pre, a = picked(s, r)
