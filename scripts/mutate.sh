@@ -180,6 +180,14 @@ unknown_model_any_pool @@ router/pd/attempt.c @@ if (text != NULL && r->pool.kvi
 ids_fallback_not_logged @@ router/pd/attempt.c @@ x->at.ids_fallback = fb >= 0 ? pdr_fallback_names[fb] : NULL; @@ x->at.ids_fallback = fb >= 0 ? NULL : NULL; @@ pdrouter pdsim pdtok @@ ^tokenizer_pools$
 kv_index_cold_uncounted @@ routing/kvindex.c @@ ix->cold += ws[i] != NULL && !out[i].synced; @@ (void)0; @@ pdrouter pdsim @@ ^router_kv_events_gap$
 health_generate_any_pair @@ router/control/compat.c @@ c->compat.enabled ? &cf : NULL) @@ NULL) @@ pdrouter pdsim @@ ^router_compat_pairs_no_pair$
+gateway_subset_ignored @@ router/gateway/epp_workers.c @@ .only = q->has_subset ? only : NULL, @@ .only = NULL, @@ pdrouter @@ ^gateway_epp_subset$
+gateway_no_prefill_header @@ router/gateway/epp_answer.c @@ if (prefill != NULL) { @@ if (0) { @@ pdrouter @@ ^gateway_epp_pick$
+gateway_body_not_given_back @@ router/gateway/epp_answer.c @@ (void)pdr_epp_answer_body(q->s, PDR_EPP_REQUEST_BODY, (const uint8_t *)q->body, q->len, 1); @@ (void)0; @@ pdrouter @@ ^gateway_epp_(pick|drain)$
+gateway_admission_ignored @@ router/gateway/epp_pick.c @@ pdr__gw_admit_refused(q, adm); @@ pdr__gw_pick(q); @@ pdrouter @@ ^gateway_epp_admission$
+gateway_health_always_ready @@ router/gateway/epp_pick.c @@ int ok = !pdr_router_stopping(g->r) && g->ready(g->r, why, sizeof(why)); @@ int ok = 1; (void)why; @@ pdrouter @@ ^gateway_epp_drain$
+gateway_prefill_not_picked @@ router/gateway/epp_workers.c @@ if (has_prefills(r, q->pool)) { @@ if (0 && has_prefills(r, q->pool)) { @@ pdrouter @@ ^gateway_epp_(pick|drain)$
+gateway_decode_not_in_flight @@ router/gateway/epp_workers.c @@ pdr_worker_track(q->dw, 1); /* in flight until @@ /* in flight until @@ pdrouter @@ ^gateway_epp_pick$
+pick_only_list_ignored @@ router/workers/pool_pick.c @@ if (info != NULL && info->only != NULL && usable(v, info->only, info->n_only)) @@ if (0) @@ pdrouter @@ ^gateway_epp_subset$
 epp_pick_keeps_route_cache @@ router/epp/extproc_answer.c @@ common.clear_route_cache = 1; @@ common.clear_route_cache = 0; @@ epp_testpicker @@ ^epp_pick$
 epp_pick_metadata_namespace @@ router/epp/extproc_answer.c @@ outer_e.key = (char *)PDR_EPP_METADATA_NS; @@ outer_e.key = (char *)"envoy.lb.other"; @@ epp_testpicker @@ ^epp_(pick|bodyless)$
 epp_unknown_method_ok @@ router/epp/grpc_call.c @@ finishf(call, PDR_GRPC_UNIMPLEMENTED, "unknown method %s", call->path); @@ finishf(call, PDR_GRPC_OK, "unknown method %s", call->path); @@ epp_testpicker @@ ^epp_unknown_method$

@@ -128,7 +128,7 @@ void pdr__gw_pick(gw_req_t *q)
         pdr_worker_track(q->pw, 1);
     }
     free(tok.ids);
-    pdr_worker_track(q->dw, 1);
+    pdr_worker_track(q->dw, 1); /* in flight until the response ends (pdr__gw_release) */
     endpoint_of(q->dw, q->dep, sizeof(q->dep));
     char fb[16][80];
     const char *eps[17] = {q->dep};

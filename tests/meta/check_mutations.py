@@ -54,8 +54,10 @@ def main():
         if not os.path.isfile(path):
             bad.append("scripts/mutate.sh:%d: %s: no file %s" % (line, name, rel))
             continue
-        # As scripts/mutate.sh's apply() reads it: "\\n" is a newline there, "\\\\" a backslash.
-        old = old.replace("\\n", "\n").replace("\\\\", "\\")
+        if "\\n" in old:  # mutate.sh's round trip of the text turns it into a backslash and a newline
+            bad.append("scripts/mutate.sh:%d: %s: its text holds a backslash-n, which mutate.sh cannot apply "
+                       "(quote a single line)" % (line, name))
+            continue
         with open(path, encoding="utf-8", errors="replace") as src:
             count = src.read().count(old)
         if count != 1:
