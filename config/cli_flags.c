@@ -55,6 +55,7 @@ const struct opt pdr__cli_opts[] = {
     {"request-id-headers", OPT_REQUEST_ID_HEADERS, ARG_SOME},
     {"dp-aware", OPT_DP_AWARE, ARG_NONE},
     {"history-backend", OPT_HISTORY_BACKEND, ARG_ONE},
+    {"sidecar", OPT_SIDECAR, ARG_NONE},
 };
 const size_t pdr__cli_nopts = sizeof(pdr__cli_opts) / sizeof(pdr__cli_opts[0]);
 
@@ -255,6 +256,10 @@ int pdr__cli_handle(const struct opt *o, const char *const *vals, int n, int arg
         break;
     case OPT_DP_AWARE:
         ps->dp_aware = 1;
+        return 0;
+    case OPT_SIDECAR:
+        pdr__cli_mark(ps, "sidecar.enabled");
+        fl->sidecar.enabled = 1;
         return 0;
     case OPT_PD:
     case OPT_MINI_LB:

@@ -50,6 +50,7 @@ enum opt_id {
     OPT_REQUEST_ID_HEADERS,
     OPT_DP_AWARE,
     OPT_HISTORY_BACKEND,
+    OPT_SIDECAR,
     OPT_KEY, /* a flag of the schema that sets one key (set_key) */
 };
 

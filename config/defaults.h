@@ -16,6 +16,8 @@
 /* The session headers: x-session-id, the first name the vLLM router's consistent hashing reads, and
  * x-dynamo-session-id, what NVIDIA Dynamo's agent clients send for its session affinity. */
 #define PDR_DEF_AFFINITY_HEADERS "x-session-id x-dynamo-session-id"
+/* sidecar.prefill_header: the header llm-d's endpoint picker names the chosen prefill in. */
+#define PDR_DEF_SIDECAR_HEADER "x-prefiller-host-port"
 #define PDR_DEF_METRICS_PORT 0
 #define PDR_SGLANG_PROMETHEUS_PORT 29000
 #define PDR_CONFIG_MAX_ORIGINS 256 /* entries of cors.allowed_origins */

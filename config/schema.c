@@ -230,6 +230,11 @@ const pdr_conf_key_t pdr_conf_keys[] = {
             "present wins"},
     {DBL("affinity.max_load_ratio", affinity.max_load_ratio, 1.5, 1, 1000),
      .doc = "soft mode: the choice is overloaded past this times the mean in-flight count"},
+    /* sidecar: one router per decode pod, the prefill named by a request header. */
+    {BOOL("sidecar.enabled", sidecar.enabled, 0),
+     .doc = "sidecar mode: the one decode is the local engine, a header names the prefill"},
+    {STR("sidecar.prefill_header", PDR_CT_STR, sidecar.prefill_header, PDR_DEF_SIDECAR_HEADER),
+     .doc = "the request header that names the prefill (host:port)"},
     /* migration: a stream whose decode fails goes on on a new pair. */
     {BOOL("migration.enabled", migration.enabled, 1),
      .doc = "a stream whose decode fails mid-way goes on on a new pair"},

@@ -135,6 +135,11 @@ static const struct field affinity_fields[] = {
     KEY(affinity, max_load_ratio),
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };
+static const struct field sidecar_fields[] = {
+    KEY(sidecar, enabled),
+    KEY(sidecar, prefill_header),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
+};
 static const struct field migration_fields[] = {
     KEY(migration, enabled),
     KEY(migration, max_attempts),
@@ -379,6 +384,7 @@ const struct field pdr__yaml_top_fields[] = {
     {"compat", F_SECTION, 0, 0, 0, compat_fields, NULL},
     {"affinity", F_SECTION, 0, 0, 0, affinity_fields, NULL},
     {"migration", F_SECTION, 0, 0, 0, migration_fields, NULL},
+    {"sidecar", F_SECTION, 0, 0, 0, sidecar_fields, NULL},
     {"pd", F_SECTION, 0, 0, 0, pd_fields, NULL},
     {"cache_aware", F_SECTION, 0, 0, 0, cache_aware_fields, NULL},
     {"disaggregation", F_SECTION, 0, 0, 0, disaggregation_fields, NULL},

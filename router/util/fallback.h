@@ -32,11 +32,14 @@ typedef enum {
     /* precise_prefix: a candidate the index knows was not in sync (cold): its match came from the prefix
      * tree. Counted per candidate on loop 0's KV events tick, from the index's own count. */
     PDR_FB_KV_INDEX_COLD,
+    /* Sidecar mode: the prefill the request's header names is draining: the prefill policy picks another
+     * (router/pd/sidecar.c). */
+    PDR_FB_SIDECAR_DRAINING,
     PDR_FB__COUNT
 } pdr_fallback_t;
 
 /* The metric's reason labels: "tokenize_routing", "tokenize_kv_deadline", "tokenize_kv_admission",
- * "kv_index_unhashed", "engine_load_unknown", "chat_template", "kv_index_cold". */
+ * "kv_index_unhashed", "engine_load_unknown", "chat_template", "kv_index_cold", "sidecar_draining". */
 extern const char *const pdr_fallback_names[PDR_FB__COUNT];
 
 /* Counts one fall-back; logs it unless one of the same reason was logged less than a minute ago. why
