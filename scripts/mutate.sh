@@ -171,6 +171,14 @@ decode_refused_waits_for_prefill @@ router/pd/advance.c @@ int d_refused = x->at
 chat_template_unused @@ router/workers/token_ids.c @@ const pdr_chat_template_t *ct = pdr_tokenizer_extra(tk); @@ const pdr_chat_template_t *ct = NULL; @@ pdrouter pdsim pdtok @@ ^tokenizer_chat_template$
 kv_index_cold_uncounted @@ routing/kvindex.c @@ ix->cold += ws[i] != NULL && !out[i].synced; @@ (void)0; @@ pdrouter pdsim @@ ^router_kv_events_gap$
 health_generate_any_pair @@ router/control/compat.c @@ c->compat.enabled ? &cf : NULL) @@ NULL) @@ pdrouter pdsim @@ ^router_compat_pairs_no_pair$
+sidecar_malformed_accepted @@ router/pd/sidecar.c @@ if (!ok) { @@ if (0 && !ok) { @@ pdrouter pdsim @@ ^router_sidecar_malformed$
+sidecar_allowlist_open @@ router/pd/sidecar.c @@ if (state == PDR_ADDR_NONE) { @@ if (0 && state == PDR_ADDR_NONE) { @@ pdrouter pdsim @@ ^router_sidecar_not_in_pool$
+sidecar_allowlist_any_port @@ router/workers/pool_addr.c @@ if (c->port != port || c->host == NULL) @@ if (c->host == NULL) @@ pdrouter pdsim @@ ^router_sidecar_not_in_pool$
+sidecar_header_ignored @@ router/pd/sidecar.c @@ x->at.pw = w; @@ pdr_worker_unref(w); @@ pdrouter pdsim @@ ^router_sidecar_named_(sglang|vllm)$
+sidecar_down_picks_another @@ router/pd/sidecar.c @@ if (w == NULL) { @@ if (0 && w == NULL) { @@ pdrouter pdsim @@ ^router_sidecar_dead_named$
+sidecar_draining_refused @@ router/pd/sidecar.c @@ if (outcome == PDR_SC_DRAINING) { @@ if (0 && outcome == PDR_SC_DRAINING) { @@ pdrouter pdsim @@ ^router_sidecar_draining_named$
+sidecar_header_forwarded @@ router/front/fwdheaders.c @@ if (sc != NULL && eq(name, nlen, sc, sc_len)) @@ if (0 && sc != NULL && eq(name, nlen, sc, sc_len)) @@ pdrouter pdsim @@ ^router_sidecar_named_sglang$
+sidecar_many_decodes @@ config/checks.c @@ if (c->n_decode != 1) { @@ if (0 && c->n_decode != 1) { @@ pdrouter @@ ^router_sidecar_config$
 EOF
 )
 
