@@ -424,6 +424,7 @@ static void config_free(pdr_config_t *c)
     free(c->log.level);
     free(c->log.dir);
     free(c->affinity.headers);
+    free(c->sidecar.prefill_header);
     free(c->tokenizer);
     free(c->listen_tls.cert_file);
     free(c->listen_tls.key_file);

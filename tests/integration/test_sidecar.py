@@ -17,7 +17,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
 from pdtest import check, request  # noqa: E402
 from test_headers import last_headers, values  # noqa: E402
-from test_router import BODIES, metric_value, metrics, metrics_when, router, sim, stats  # noqa: E402
+from test_router import BODIES, metric_value, metrics_when, router, sim, stats  # noqa: E402
+from test_vllm import stop_clean  # noqa: E402
 
 HDR = "x-prefiller-host-port"
 ROUTE = "/v1/completions"
@@ -80,6 +81,7 @@ def picks_named(protocol):
         ls = lines(alog, n)
         check(all(x["prefill_header"] == "used" and x["status"] == 200 for x in ls), repr(ls[-1]), r)
         check(ls[0]["prefill"] == "http://%s" % addr(ps[1]), repr(ls[0]), r)
+        stop_clean(r)  # exit 0, no sanitizer report
     finally:
         pdtest.stop_all()
 
@@ -112,6 +114,7 @@ def scenario_absent():
         check(st == 200, "empty header: %d %s" % (st, out[:300]), r)
         metrics_when(r, lambda t: outcome(t, "absent") == 5 and outcome(t, "used") == 0, "5 absent")
         check(all(x["prefill_header"] == "absent" for x in lines(alog, 5)), "access log", r)
+        stop_clean(r)  # exit 0, no sanitizer report
     finally:
         pdtest.stop_all()
 
@@ -139,6 +142,7 @@ def scenario_malformed():
         # A list: its first member, as llm-d's sidecar reads it.
         st, _, out = ask(r, " %s , 10.0.0.1:1" % addr(ps[1]))
         check(st == 200 and served(ps) == [0, 1], "list: %d %r %s" % (st, served(ps), out[:300]), r)
+        stop_clean(r)  # exit 0, no sanitizer report
     finally:
         pdtest.stop_all()
 
@@ -170,6 +174,7 @@ def scenario_not_in_pool():
         # The same address written another way is the same worker (IPv4 here; IPv6 compares as addresses).
         st, _, out = ask(r, "127.0.0.1:0%d" % ps[1].port)
         check(st == 200 and served(ps) == [0, 1], "%d %r %s" % (st, served(ps), out[:300]), r)
+        stop_clean(r)  # exit 0, no sanitizer report
     finally:
         pdtest.stop_all()
 
@@ -199,6 +204,7 @@ def scenario_dead_named():
         check(metric_value(m, "pdr_upstream_errors_total", role="prefill", cause="connect") == 0, "connected", r)
         st, _, out = ask(r, addr(ps[1]))
         check(st == 200 and stats(ps[1])["requests"] == 1, "%d %s" % (st, out[:300]), r)
+        stop_clean(r)  # exit 0, no sanitizer report
     finally:
         pdtest.stop_all()
 
@@ -217,6 +223,7 @@ def scenario_draining_named():
         check(served(ps) == [0, 3], "a draining prefill was used: %r" % served(ps), r)
         m = metrics_when(r, lambda t: outcome(t, "draining") == 3, "3 draining")
         check(metric_value(m, "pdr_fallbacks_total", reason="sidecar_draining") == 3, "fall-back count", r)
+        stop_clean(r)  # exit 0, no sanitizer report
     finally:
         pdtest.stop_all()
 
