@@ -8,6 +8,7 @@ Usage: test_sidecar.py SCENARIO   (one of the functions named scenario_*; ctest 
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -183,7 +184,9 @@ def scenario_dead_named():
     """The named prefill is down (its health checks failed): 503 with Retry-After at once (under 1 s), no
     other prefill called; counted as unhealthy. The other prefill named still serves."""
     ps, d = [sim("prefill"), sim("prefill")], sim("decode")
-    r = sidecar(ps, d, "sglang", "--health-interval-ms", "100")
+    fd, alog = tempfile.mkstemp(prefix="pdtest-sidecar-", suffix=".log")
+    os.close(fd)
+    r = sidecar(ps, d, "sglang", "--health-interval-ms", "100", alog=alog)
     try:
         st, _, out = ask(r, addr(ps[0]))
         check(st == 200, "%d %s" % (st, out[:300]), r)
@@ -202,6 +205,9 @@ def scenario_dead_named():
         check(stats(ps[1])["requests"] == 0, "the other prefill was called", r)
         m = metrics_when(r, lambda t: outcome(t, "unhealthy") == 2, "2 unhealthy")
         check(metric_value(m, "pdr_upstream_errors_total", role="prefill", cause="connect") == 0, "connected", r)
+        ls = lines(alog, 3)[1:]
+        check(all(x["prefill_header"] == "unhealthy" and x["error"] == "prefill_header_unhealthy" and
+                  x["status"] == 503 and x["prefill"] is None for x in ls), repr(ls), r)
         st, _, out = ask(r, addr(ps[1]))
         check(st == 200 and stats(ps[1])["requests"] == 1, "%d %s" % (st, out[:300]), r)
         stop_clean(r)  # exit 0, no sanitizer report
@@ -213,7 +219,9 @@ def scenario_draining_named():
     """The named prefill drains (admin API): the policy picks another prefill of the pool (no client error
     for an operator's drain), counted as draining and as the sidecar_draining fall-back."""
     ps, d = [sim("prefill"), sim("prefill")], sim("decode")
-    r = sidecar(ps, d)
+    fd, alog = tempfile.mkstemp(prefix="pdtest-sidecar-", suffix=".log")
+    os.close(fd)
+    r = sidecar(ps, d, alog=alog)
     try:
         st, _, out = request(r.ports["admin"], "POST", "/admin/v1/workers/prefill-0/drain")
         check(st in (200, 202), "drain: %d %s" % (st, out), r)
@@ -223,8 +231,57 @@ def scenario_draining_named():
         check(served(ps) == [0, 3], "a draining prefill was used: %r" % served(ps), r)
         m = metrics_when(r, lambda t: outcome(t, "draining") == 3, "3 draining")
         check(metric_value(m, "pdr_fallbacks_total", reason="sidecar_draining") == 3, "fall-back count", r)
+        ls = lines(alog, 3)
+        check(all(x["prefill_header"] == "draining" and x["prefill"] == "http://%s" % addr(ps[1]) for x in ls),
+              repr(ls), r)
         stop_clean(r)  # exit 0, no sanitizer report
     finally:
+        pdtest.stop_all()
+
+
+def scenario_discovered():
+    """Prefills from DNS discovery (dnsmasq; skipped without it) are the allowlist, and it follows them: a
+    discovered prefill named serves, a listening pdsim that DNS does not list gets nothing (403); once DNS
+    lists it and drops another, the first is named and serves and the dropped one is refused."""
+    from test_discovery import sim_at, sim_requests, start_dnsmasq, workers
+    port, bport = pdtest.free_port(), pdtest.free_port()
+    hosts_path = os.path.join(tempfile.mkdtemp(prefix="pdrouter-dns-"), "hosts")
+
+    def write_hosts(addrs):
+        with open(hosts_path + ".new", "w") as f:
+            f.write("".join("%s prefill.test\n" % a for a in addrs))
+        os.replace(hosts_path + ".new", hosts_path)
+
+    def names():
+        return sorted(w["name"] for w in workers(r, "prefill"))
+
+    write_hosts(["127.0.0.2", "127.0.0.3"])
+    dns, dns_port = start_dnsmasq(hosts_path)
+    try:
+        for a in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):
+            sim_at(a, port, bport)
+        d = sim("decode")
+        cfg = ("sidecar: { enabled: true }\nworkers:\n  decode:\n    - { url: http://127.0.0.1:%d }\n"
+               "discovery:\n  dns:\n    resolver: 127.0.0.1:%d\n    interval_ms: 100\n"
+               "    prefill: { name: prefill.test, port: %d, bootstrap_port: %d }" % (d.port, dns_port, port, bport))
+        r = router([], [], config=cfg)
+        pdtest.poll_until(lambda: names() == ["127.0.0.2", "127.0.0.3"], 5, "the discovered prefills")
+        st, _, out = ask(r, "127.0.0.3:%d" % port)
+        check(st == 200, "%d %s" % (st, out[:300]), r)
+        check([sim_requests(a, port) for a in ("127.0.0.2", "127.0.0.3")] == [0, 1], "the named prefill", r)
+        st, _, _ = ask(r, "127.0.0.4:%d" % port)
+        check(st == 403 and sim_requests("127.0.0.4", port) == 0, "an address DNS does not list: %d" % st, r)
+        write_hosts(["127.0.0.3", "127.0.0.4"])
+        dns.send_signal(signal.SIGHUP)  # dnsmasq re-reads --addn-hosts
+        pdtest.poll_until(lambda: names() == ["127.0.0.3", "127.0.0.4"], 5, "the new DNS answer")
+        st, _, out = ask(r, "127.0.0.4:%d" % port)
+        check(st == 200 and sim_requests("127.0.0.4", port) == 1, "%d %s" % (st, out[:300]), r)
+        st, _, _ = ask(r, "127.0.0.2:%d" % port)
+        check(st == 403 and sim_requests("127.0.0.2", port) == 0, "a dropped address: %d" % st, r)
+        stop_clean(r)  # exit 0, no sanitizer report
+    finally:
+        dns.kill()
+        dns.wait()
         pdtest.stop_all()
 
 
