@@ -92,8 +92,8 @@ static inline unsigned pdr_hist_bucket(const double *bounds, double v)
 
 /* Sidecar mode's prefill header (pd/sidecar.c), by outcome: used (it named a serving prefill of the pool),
  * absent (the router's policy picked), malformed (400), not_in_pool (403: nothing is sent to it), unhealthy
- * (503: the named prefill is down or ejected), draining (the named prefill drains: the policy picked
- * another). */
+ * (503: the named prefill is down or ejected, or left the pool since the request arrived), draining (the
+ * named prefill drains: the policy picked another). */
 enum {
     PDR_SC_USED = 0,
     PDR_SC_ABSENT,

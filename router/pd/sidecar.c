@@ -106,7 +106,8 @@ int pdr__pd_sidecar_pick(pd_req_t *x, const char *text, size_t tlen)
     int outcome = w != NULL                    ? PDR_SC_USED
                   : state == PDR_ADDR_DRAINING ? PDR_SC_DRAINING
                                                : PDR_SC_UNHEALTHY; /* down, or gone since it arrived */
-    if (sc->outcome < 0) { /* counted once: decode admission's wait runs the pick again */
+    int first = sc->outcome < 0; /* counted once: decode admission's wait runs the pick again */
+    if (first) {
         x->t->m.sidecar_header[outcome]++;
         sc->outcome = outcome;
     }
@@ -115,7 +116,8 @@ int pdr__pd_sidecar_pick(pd_req_t *x, const char *text, size_t tlen)
         char why[320];
         snprintf(why, sizeof(why), "the prefill %.*s:%d that %s names is draining", (int)sc->hlen, sc->host,
                  sc->port, name);
-        pdr_fallback(PDR_FB_SIDECAR_DRAINING, why);
+        if (first)
+            pdr_fallback(PDR_FB_SIDECAR_DRAINING, why);
         return 1;
     }
     if (w == NULL) {
@@ -129,7 +131,7 @@ int pdr__pd_sidecar_pick(pd_req_t *x, const char *text, size_t tlen)
         return 0;
     }
     x->at.pw = w;
-    if (text != NULL)
+    if (first && text != NULL)
         pdr_pool_record_pick(&x->r->pool, w, text, tlen); /* cache_aware learns what the picker chose */
     return 1;
 }

@@ -215,6 +215,26 @@ def scenario_dead_named():
         pdtest.stop_all()
 
 
+def scenario_named_fails():
+    """The named prefill fails (500): the retry's prefill is the policy's, avoiding it: the client gets 200
+    from the other prefill, the access log says 2 attempts, the header used and the retried failure."""
+    ps, d = [sim("prefill"), sim("prefill")], sim("decode")
+    fd, alog = tempfile.mkstemp(prefix="pdtest-sidecar-", suffix=".log")
+    os.close(fd)
+    r = sidecar(ps, d, "vllm", "--retry-initial-backoff-ms", "1", alog=alog)
+    try:
+        request(ps[0].port, "POST", "/pdsim/fault", {"fail_status": 500})
+        st, _, out = ask(r, addr(ps[0]))
+        check(st == 200, "%d %s" % (st, out[:300]), r)
+        check(served(ps) == [1, 1], "the named prefill first, then the other: %r" % served(ps), r)
+        x = lines(alog, 1)[0]
+        check(x["attempts"] == 2 and x["prefill_header"] == "used" and x["retry_error"] is not None and
+              x["prefill"] == "http://%s" % addr(ps[1]), repr(x), r)
+        stop_clean(r)  # exit 0, no sanitizer report
+    finally:
+        pdtest.stop_all()
+
+
 def scenario_draining_named():
     """The named prefill drains (admin API): the policy picks another prefill of the pool (no client error
     for an operator's drain), counted as draining and as the sidecar_draining fall-back."""
