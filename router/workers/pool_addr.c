@@ -10,19 +10,15 @@
 #include "pool_internal.h"
 #include "util.h"
 
-/* An IP literal's bytes (4 or 16) into a, its family's length returned; 0 for a name. */
-static size_t ip_bytes(const char *host, size_t len, uint8_t a[16])
+/* An IPv6 literal's 16 bytes into a: 1, or 0 when it is none. */
+static int ip6_bytes(const char *host, size_t len, uint8_t a[16])
 {
     char s[64];
     if (len == 0 || len >= sizeof(s))
         return 0;
     memcpy(s, host, len);
     s[len] = '\0';
-    if (inet_pton(AF_INET, s, a) == 1)
-        return 4;
-    if (inet_pton(AF_INET6, s, a) == 1)
-        return 16;
-    return 0;
+    return inet_pton(AF_INET6, s, a) == 1;
 }
 
 int pdr_worker_addr_is(const pdr_worker_t *w, const char *host, size_t hlen, int port)
@@ -31,11 +27,13 @@ int pdr_worker_addr_is(const pdr_worker_t *w, const char *host, size_t hlen, int
     if (c->port != port || c->host == NULL)
         return 0;
     size_t wlen = strlen(c->host);
+    if (wlen == hlen && strncasecmp(c->host, host, hlen) == 0)
+        return 1; /* the same name (DNS names are case-insensitive) or the same address */
+    /* An IPv4 address has one spelling (inet_pton takes four decimal octets without leading zeros), a name
+     * never matches an address; an IPv6 address has many ("::1", "0:0::1"): compared as bytes. */
     uint8_t a[16], b[16];
-    size_t na = ip_bytes(host, hlen, a), nb = ip_bytes(c->host, wlen, b);
-    if (na != 0 || nb != 0) /* an address matches the same address only, however it is written */
-        return na == nb && memcmp(a, b, na) == 0;
-    return wlen == hlen && strncasecmp(c->host, host, hlen) == 0; /* DNS names are case-insensitive */
+    return c->is_ipv6 && memchr(host, ':', hlen) != NULL && ip6_bytes(host, hlen, a) &&
+           ip6_bytes(c->host, wlen, b) && memcmp(a, b, 16) == 0;
 }
 
 pdr_worker_t *pdr_pool_find_addr(pdr_pool_t *p, const char *pool, pdr_role_t role, const char *host,
@@ -43,7 +41,7 @@ pdr_worker_t *pdr_pool_find_addr(pdr_pool_t *p, const char *pool, pdr_role_t rol
 {
     pdr_worker_t *best = NULL;
     int draining = 0, found = 0;
-    uint64_t now = pdr_now_ms();
+    uint64_t now = 0; /* read once, when an ejection must be looked at */
     pthread_rwlock_rdlock(&p->rw);
     int gi = pdr__pool_group_of(p, pool);
     const pdr_worker_list_t *l = p->list[role];
@@ -56,6 +54,8 @@ pdr_worker_t *pdr_pool_find_addr(pdr_pool_t *p, const char *pool, pdr_role_t rol
             draining = 1;
             continue;
         }
+        if (p->outlier.enabled && now == 0)
+            now = pdr_now_ms();
         if (!pdr_worker_healthy(w) || (p->outlier.enabled && pdr_outlier_is_ejected(&w->outlier, now)))
             continue;
         /* Ranks of one data-parallel worker share its address: the one with the fewest in flight. */
