@@ -194,3 +194,45 @@ int pdr__check_api_server(const char *s, size_t len, char *msg, size_t msglen)
     }
     return 0;
 }
+
+/* sidecar.prefill_header: lower-case letters, digits and '-' (h2o hands the request's header names in lower
+ * case), 1..PDR_CONFIG_MAX_HEADER_NAME bytes. With sidecar.enabled: the one-pool form, exactly one static
+ * decode (the local engine) and no decode discovery. */
+int pdr__check_sidecar(const pdr_config_t *c, char *err, size_t errlen)
+{
+    const char *h = c->sidecar.prefill_header != NULL ? c->sidecar.prefill_header : "";
+    size_t n = strlen(h);
+    int ok = n > 0 && n <= PDR_CONFIG_MAX_HEADER_NAME;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (h[i] >= 'a' && h[i] <= 'z') || (h[i] >= '0' && h[i] <= '9') || h[i] == '-';
+    if (!ok) {
+        pdr__config_err(err, errlen,
+                        "sidecar.prefill_header: \"%.64s\" is not a header name (1..%d lower-case letters, "
+                        "digits or '-')",
+                        h, PDR_CONFIG_MAX_HEADER_NAME);
+        return PDR_ECONFIG;
+    }
+    if (!c->sidecar.enabled)
+        return 0;
+    if (c->n_pools > 0) {
+        pdr__config_err(
+            err, errlen,
+            "sidecar.enabled: not with pools: (a sidecar serves the decode engine of its own pod: "
+            "list it as the one workers.decode, the prefills under workers.prefill or discovery)");
+        return PDR_ECONFIG;
+    }
+    if (pdr__role_discovered(&c->discovery, PDR_ROLE_DECODE)) {
+        pdr__config_err(err, errlen,
+                        "sidecar.enabled: the decode is the local engine, not discovered: remove the decode "
+                        "role of discovery and list it as the one workers.decode (--decode URL)");
+        return PDR_ECONFIG;
+    }
+    if (c->n_decode != 1) {
+        pdr__config_err(err, errlen,
+                        "sidecar.enabled: needs exactly one decode worker, the engine of this pod (such as "
+                        "--decode http://127.0.0.1:8200), got %zu",
+                        c->n_decode);
+        return PDR_ECONFIG;
+    }
+    return 0;
+}

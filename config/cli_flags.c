@@ -56,6 +56,7 @@ const struct opt pdr__cli_opts[] = {
     {"dp-aware", OPT_DP_AWARE, ARG_NONE},
     {"epp", OPT_EPP, ARG_NONE},
     {"history-backend", OPT_HISTORY_BACKEND, ARG_ONE},
+    {"sidecar", OPT_SIDECAR, ARG_NONE},
 };
 const size_t pdr__cli_nopts = sizeof(pdr__cli_opts) / sizeof(pdr__cli_opts[0]);
 
@@ -260,6 +261,10 @@ int pdr__cli_handle(const struct opt *o, const char *const *vals, int n, int arg
     case OPT_EPP:
         pdr__cli_mark(ps, "epp.enabled");
         fl->epp.enabled = 1;
+        return 0;
+    case OPT_SIDECAR:
+        pdr__cli_mark(ps, "sidecar.enabled");
+        fl->sidecar.enabled = 1;
         return 0;
     case OPT_PD:
     case OPT_MINI_LB:

@@ -51,6 +51,7 @@ enum opt_id {
     OPT_DP_AWARE,
     OPT_EPP,
     OPT_HISTORY_BACKEND,
+    OPT_SIDECAR,
     OPT_KEY, /* a flag of the schema that sets one key (set_key) */
 };
 

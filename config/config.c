@@ -429,6 +429,7 @@ static void config_free(pdr_config_t *c)
     free(c->affinity.headers);
     free(c->epp.host);
     free(c->epp.prefill_header);
+    free(c->sidecar.prefill_header);
     free(c->tokenizer);
     free(c->listen_tls.cert_file);
     free(c->listen_tls.key_file);

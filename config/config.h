@@ -304,6 +304,12 @@ typedef struct pdr_config {
         int max_connections;  /* default 64 */
         int max_streams;      /* default 1024, per connection */
     } epp;
+    /* Sidecar mode (router/pd/sidecar.c): one router beside one decode engine, the pool's prefills its
+     * allowlist; a request's prefill_header names the prefill (host:port of a prefill worker's URL). */
+    struct {
+        int enabled;          /* default 0; --sidecar */
+        char *prefill_header; /* lower-case header name, default x-prefiller-host-port */
+    } sidecar;
     /* Stream migration (router/pd/migrate.c): a decode that fails mid-stream hands the stream to a new pair,
      * the prompt extended by what the client already has, and the client sees one unbroken stream. */
     struct {

@@ -71,6 +71,9 @@ void pdr__ticket_conf_clear(pdr_config_t *c);
 
 /* Whether role r has a discovery source configured in d (a dns name or a kubernetes selector). */
 int pdr__role_discovered(const pdr_discovery_conf_t *d, pdr_role_t r);
+/* sidecar: the header's name; with sidecar.enabled, the one-pool form with one static decode. 0, or
+ * PDR_ECONFIG with the reason in err. */
+int pdr__check_sidecar(const pdr_config_t *c, char *err, size_t errlen);
 /* Discovery defaults (no role in use) into a zeroed section. */
 void pdr__discovery_conf_defaults(pdr_discovery_conf_t *d);
 /* Marks every cache_aware setting of a pool (its own and its roles') as not set. */

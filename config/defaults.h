@@ -19,6 +19,8 @@
 /* epp.prefill_header: the header llm-d's endpoint picker names the chosen prefill in, which its decode
  * sidecar reads. */
 #define PDR_DEF_EPP_PREFILL_HEADER "x-prefiller-host-port"
+/* sidecar.prefill_header: the header llm-d's endpoint picker names the chosen prefill in. */
+#define PDR_DEF_SIDECAR_HEADER "x-prefiller-host-port"
 #define PDR_DEF_METRICS_PORT 0
 #define PDR_SGLANG_PROMETHEUS_PORT 29000
 #define PDR_CONFIG_MAX_ORIGINS 256 /* entries of cors.allowed_origins */

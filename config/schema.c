@@ -247,6 +247,11 @@ const pdr_conf_key_t pdr_conf_keys[] = {
      .doc = "gateway connections the endpoint picker holds at once"},
     {INT("epp.max_streams", epp.max_streams, 1024, 1, 65536), RESTART, .restart_name = "epp",
      .doc = "ext_proc streams at once on one gateway connection"},
+    /* sidecar: one router per decode pod, the prefill named by a request header. */
+    {BOOL("sidecar.enabled", sidecar.enabled, 0),
+     .doc = "sidecar mode: the one decode is the local engine, a header names the prefill"},
+    {STR("sidecar.prefill_header", PDR_CT_STR, sidecar.prefill_header, PDR_DEF_SIDECAR_HEADER),
+     .doc = "the request header that names the prefill (host:port)"},
     /* migration: a stream whose decode fails goes on on a new pair. */
     {BOOL("migration.enabled", migration.enabled, 1),
      .doc = "a stream whose decode fails mid-way goes on on a new pair"},

@@ -688,6 +688,8 @@ int pdr_config_validate(const pdr_config_t *c, char *err, size_t errlen)
         check_string(c->tracing.otlp_endpoint, pdr__check_api_server, "tracing.otlp_endpoint", err, errlen))
         return PDR_ECONFIG;
     int rc = check_discovery(&c->discovery, "", err, errlen);
+    if (rc == 0)
+        rc = pdr__check_sidecar(c, err, errlen);
     if (rc == 0 && c->n_pools > 0)
         return check_pools(c, err, errlen);
     if (rc == 0)

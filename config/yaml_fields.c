@@ -144,6 +144,9 @@ static const struct field epp_fields[] = {
     KEY(epp, prefill_header),
     KEY(epp, max_connections),
     KEY(epp, max_streams),
+static const struct field sidecar_fields[] = {
+    KEY(sidecar, enabled),
+    KEY(sidecar, prefill_header),
     {NULL, 0, 0, 0, 0, NULL, NULL},
 };
 static const struct field migration_fields[] = {
@@ -394,6 +397,7 @@ const struct field pdr__yaml_top_fields[] = {
     {"affinity", F_SECTION, 0, 0, 0, affinity_fields, NULL},
     {"migration", F_SECTION, 0, 0, 0, migration_fields, NULL},
     {"epp", F_SECTION, 0, 0, 0, epp_fields, NULL},
+    {"sidecar", F_SECTION, 0, 0, 0, sidecar_fields, NULL},
     {"pd", F_SECTION, 0, 0, 0, pd_fields, NULL},
     {"cache_aware", F_SECTION, 0, 0, 0, cache_aware_fields, NULL},
     {"disaggregation", F_SECTION, 0, 0, 0, disaggregation_fields, NULL},

@@ -198,6 +198,14 @@ epp_stream_ceiling_ignored @@ router/epp/grpc_conn.c @@ {NGHTTP2_SETTINGS_MAX_CO
 infpool_selector_kept @@ router/discovery/discovery_k8s_pool.c @@ p->spec = *next; @@ p->spec.nports = next->nports; @@ pdrouter @@ ^router_discovery_kubernetes_inference_pool$
 infpool_first_port_only @@ router/discovery/discovery_k8s_pods.c @@ int per = s->rc.nports > 0 ? s->rc.nports : 1; @@ int per = 1; @@ pdrouter test_k8s_discovery_pure @@ ^(discovery_k8s_unit|router_discovery_kubernetes_inference_pool)$
 infpool_h2c_accepted @@ router/discovery/discovery_k8s_pods.c @@ if (proto != NULL && strcmp(proto, "http") != 0) { @@ if (proto != NULL && strcmp(proto, "http") != 0 && 0) { @@ pdrouter test_k8s_discovery_pure @@ ^(discovery_k8s_unit|router_discovery_kubernetes_inference_pool)$
+sidecar_malformed_accepted @@ router/pd/sidecar.c @@ if (!ok) { @@ if (0 && !ok) { @@ pdrouter pdsim @@ ^router_sidecar_malformed$
+sidecar_allowlist_open @@ router/pd/sidecar.c @@ if (state == PDR_ADDR_NONE) { @@ if (0 && state == PDR_ADDR_NONE) { @@ pdrouter pdsim @@ ^router_sidecar_not_in_pool$
+sidecar_allowlist_any_port @@ router/workers/pool_addr.c @@ if (c->port != port || c->host == NULL) @@ if (c->host == NULL) @@ pdrouter pdsim @@ ^router_sidecar_not_in_pool$
+sidecar_header_ignored @@ router/pd/sidecar.c @@ x->at.pw = w; @@ pdr_worker_unref(w); @@ pdrouter pdsim @@ ^router_sidecar_named_(sglang|vllm)$
+sidecar_down_picks_another @@ router/pd/sidecar.c @@ if (w == NULL) { @@ if (0 && w == NULL) { @@ pdrouter pdsim @@ ^router_sidecar_dead_named$
+sidecar_draining_refused @@ router/pd/sidecar.c @@ if (outcome == PDR_SC_DRAINING) { @@ if (0 && outcome == PDR_SC_DRAINING) { @@ pdrouter pdsim @@ ^router_sidecar_draining_named$
+sidecar_header_forwarded @@ router/front/fwdheaders.c @@ if (sc != NULL && eq(name, nlen, sc, sc_len)) @@ if (0 && sc != NULL && eq(name, nlen, sc, sc_len)) @@ pdrouter pdsim @@ ^router_sidecar_named_sglang$
+sidecar_many_decodes @@ config/checks.c @@ if (c->n_decode != 1) { @@ if (0 && c->n_decode != 1) { @@ pdrouter @@ ^router_sidecar_config$
 EOF
 )
 

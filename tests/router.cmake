@@ -58,6 +58,10 @@ pdr_scenario_tests(router_kv_deadline_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/t
 # protocol vllm (see test_vllm.py): the sequential prefill-then-decode path against pdsim in vLLM mode,
 # prefill failures, dead prefills, the release of KV a client left behind, and KV leases.
 pdr_scenario_tests(router_vllm_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_vllm.py LABEL integration TIMEOUT 120)
+# Sidecar mode (see test_sidecar.py): the prefill a request header names, among the pool's prefills only
+# (403 otherwise; DNS-discovered ones too), 400 for a malformed header, 503 for a down one, the policy without
+# it or for a draining one.
+pdr_scenario_tests(router_sidecar_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_sidecar.py LABEL integration TIMEOUT 120 SKIP77)
 # Engine aborts (see test_abort.py): /abort_request to an sglang worker still running a leg the router let go
 # (client gone, the other leg failed), not sent when disabled, a hung one delays nothing; vLLM's legs closed.
 pdr_scenario_tests(router_abort_ ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_abort.py LABEL integration TIMEOUT 120)

@@ -195,6 +195,8 @@ static void sum_metrics(pdr_metrics_t *t, const pdr_metrics_t *m)
         t->disagg_decisions[k] += m->disagg_decisions[k];
     for (int k = 0; k < PDR_ADMIN_AUTH__COUNT; k++)
         t->admin_auth_refused[k] += m->admin_auth_refused[k];
+    for (int k = 0; k < PDR_SC__COUNT; k++)
+        t->sidecar_header[k] += m->sidecar_header[k];
     for (size_t i = 0; i < sizeof(plain_counters) / sizeof(plain_counters[0]); i++)
         *(uint64_t *)((char *)t + plain_counters[i].off) +=
             *(const uint64_t *)((const char *)m + plain_counters[i].off);
@@ -332,6 +334,12 @@ char *pdr_metrics_render(pdr_pool_t *pool, const pdr_metrics_t *const *ms, size_
     for (int k = 0; k < PDR_DISAGG__COUNT; k++)
         put(&o, "pdr_disagg_decisions_total{decision=\"%s\"} %llu\n", pdr_disagg_decision_names[k],
             (unsigned long long)m->disagg_decisions[k]);
+    put(&o, "# HELP pdr_sidecar_prefill_header_total Sidecar mode: requests by what their prefill header "
+            "did (used, absent, malformed, not_in_pool, unhealthy, draining).\n"
+            "# TYPE pdr_sidecar_prefill_header_total counter\n");
+    for (int k = 0; k < PDR_SC__COUNT; k++)
+        put(&o, "pdr_sidecar_prefill_header_total{outcome=\"%s\"} %llu\n", pdr_sidecar_outcome_names[k],
+            (unsigned long long)m->sidecar_header[k]);
     static const char *const auth_reasons[PDR_ADMIN_AUTH__COUNT] = {"missing", "wrong", "duplicated"};
     put(&o,
         "# HELP pdr_admin_auth_refused_total Admin API requests refused for their credentials: missing or "

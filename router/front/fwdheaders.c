@@ -616,6 +616,8 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
     out_t o = {p, 0, cap - 1};
 
     put_line(&o, H2O_STRLIT("X-Request-Id"), f->request_id, rid_n);
+    const char *sc = c->sidecar.enabled ? c->sidecar.prefill_header : NULL;
+    size_t sc_len = sc != NULL ? strlen(sc) : 0;
     if (key != NULL) {
         put_line(&o, H2O_STRLIT("Authorization"), H2O_STRLIT("Bearer "));
         put(&o, key, keylen);
@@ -634,6 +636,8 @@ int pdr_fwd_build(pdr_fwd_t *f, h2o_req_t *req, const pdr_config_t *c)
             continue; /* belongs to a trace the router does not continue */
         if (named_by_connection(req, conn_i, name, nlen))
             continue;
+        if (sc != NULL && eq(name, nlen, sc, sc_len))
+            continue; /* sidecar mode's prefill header is the router's: never sent to the engines */
         put_line(&o, e->orig_name != NULL ? e->orig_name : name, nlen, e->value.base, e->value.len);
     }
     if (n_cookie > 0) {

@@ -6,6 +6,9 @@
 #include <string.h>
 #include "metrics.h"
 
+const char *const pdr_sidecar_outcome_names[PDR_SC__COUNT] = {"used",        "absent",    "malformed",
+                                                              "not_in_pool", "unhealthy", "draining"};
+
 const double pdr__metrics_buckets[PDR_BUCKETS__COUNT][PDR_HIST_BUCKETS] = {
     [PDR_BUCKETS_DEFAULT] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
                              30, 60},

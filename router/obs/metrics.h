@@ -90,6 +90,21 @@ static inline unsigned pdr_hist_bucket(const double *bounds, double v)
     return i + (v > bounds[i]);
 }
 
+/* Sidecar mode's prefill header (pd/sidecar.c), by outcome: used (it named a serving prefill of the pool),
+ * absent (the router's policy picked), malformed (400), not_in_pool (403: nothing is sent to it), unhealthy
+ * (503: the named prefill is down or ejected, or left the pool since the request arrived), draining (the
+ * named prefill drains: the policy picked another). */
+enum {
+    PDR_SC_USED = 0,
+    PDR_SC_ABSENT,
+    PDR_SC_MALFORMED,
+    PDR_SC_NOT_IN_POOL,
+    PDR_SC_UNHEALTHY,
+    PDR_SC_DRAINING,
+    PDR_SC__COUNT
+};
+extern const char *const pdr_sidecar_outcome_names[PDR_SC__COUNT];
+
 typedef struct pdr_metrics {
     uint64_t requests[PDR_MR__COUNT][600];
     uint64_t upstream_errors[2][PDR_CAUSE__COUNT];
@@ -134,6 +149,7 @@ typedef struct pdr_metrics {
     uint64_t engine_aborts[2][PDR_ABORT__COUNT];     /* by role and outcome */
     uint64_t migrations[PDR_MIG__COUNT];             /* stream migrations, by outcome */
     uint64_t disagg_decisions[3]; /* conditional disaggregation, by pdr_disagg_decision_t (disagg.h) */
+    uint64_t sidecar_header[PDR_SC__COUNT]; /* sidecar mode's prefill header, by outcome */
     uint64_t admin_auth_refused[PDR_ADMIN_AUTH__COUNT];
     pdr_hist_t duration[PDR_MR__COUNT];
     pdr_hist_t ttfb[PDR_MR__COUNT];

@@ -51,6 +51,9 @@ void pdr__pd_start_attempt(pd_req_t *x)
     x->rl.pending.len = 0;
     size_t tlen = 0;
     const char *text = x->mode == MODE_PD ? pdr__pd_routing_text(&x->pr, &tlen) : NULL;
+    /* Sidecar mode: the prefill the request's header names, over the policy (sidecar.c). */
+    if (x->mode == MODE_PD && !pdr__pd_sidecar_pick(x, text, tlen))
+        return;
     /* precise_prefix matches token ids: only read them when the request's pool uses it (the index exists),
      * with the pool's tokenizer. */
     pdr_prompt_tokens_t tok = {NULL, 0, NULL, 0};
@@ -67,7 +70,9 @@ void pdr__pd_start_attempt(pd_req_t *x)
         }
     }
     pdr_pick_filter_t pf, df; /* compatible pairs only (compat.enabled, pick.c) */
-    if (x->mode == MODE_PD && pdr__pd_disagg_possible(x)) {
+    if (x->at.pw != NULL) {
+        /* named by the header: disaggregated, as the endpoint picker chose */
+    } else if (x->mode == MODE_PD && pdr__pd_disagg_possible(x)) {
         pdr__pd_decide_disaggregation(x, text, tlen, &tok);
     } else if (x->mode == MODE_PD) {
         uint64_t avoid[PDR_MAX_AVOID];

@@ -214,6 +214,8 @@ void pdr__pd_write_access_log(pd_req_t *x)
                  x->at.match_index ? "index" : "tree", x->at.matched, x->at.match_index ? "tokens" : "bytes",
                  x->at.ids_fallback ? ",\"fallback\":\"" : "", x->at.ids_fallback ? x->at.ids_fallback : "",
                  x->at.ids_fallback ? "\"" : "");
+    /* Sidecar mode: what the request's prefill header did (sidecar.c). */
+    int sco = x->mode == MODE_PD && x->conf->sidecar.enabled ? x->sc.outcome : -1;
     static const char *names[] = {"/generate", "/v1/completions", "/v1/chat/completions"};
     int n = snprintf(
         line, sizeof(line),
@@ -223,7 +225,8 @@ void pdr__pd_write_access_log(pd_req_t *x)
         "\"total_ms\":%.3f,\"bytes_in\":%zu,\"bytes_out\":%" PRIu64 ",\"error\":%s%s%s,\"retry_error\":%s,"
         "\"disagg\":%s%s%s,"
         "\"kv_deadline_ms\":%" PRIu64 ",\"kv_tokens\":%" PRIu64
-        ",\"kv_tokens_from\":\"%s\",\"kv_cause\":%s%s%s,\"affinity\":%s,\"prefix\":%s,\"migrations\":%d%s%s}"
+        ",\"kv_tokens_from\":\"%s\",\"kv_cause\":%s%s%s,\"affinity\":%s,\"prefix\":%s,\"migrations\":%d,"
+        "\"prefill_header\":%s%s%s%s%s}"
         "\n",
         pdr_wall_us(), x->request_id, x->fwd.trace_id,
         x->mode == MODE_MODELS ? "/v1/models" : names[x->route], status, x->pool ? "\"" : "",
@@ -235,8 +238,9 @@ void pdr__pd_write_access_log(pd_req_t *x)
         x->error_cause ? error : "null", x->error_cause ? "\"" : "", retry_error, x->disagg >= 0 ? "\"" : "",
         x->disagg >= 0 ? pdr_disagg_decision_names[x->disagg] : "null", x->disagg >= 0 ? "\"" : "", x->kv.ms,
         x->kv.tokens, pdr_kv_tokens_how_names[x->kv.tokens_how], x->kv.cause ? "\"" : "",
-        x->kv.cause ? x->kv.cause : "null", x->kv.cause ? "\"" : "", affinity, prefix, x->migrations, phases,
-        kv);
+        x->kv.cause ? x->kv.cause : "null", x->kv.cause ? "\"" : "", affinity, prefix, x->migrations,
+        sco >= 0 ? "\"" : "", sco >= 0 ? pdr_sidecar_outcome_names[sco] : "null", sco >= 0 ? "\"" : "",
+        phases, kv);
     if (n <= 0)
         return;
     size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;

@@ -170,6 +170,16 @@ struct pd_req;
  * pdr__pd_advance, attempt.c's pdr__pd_start_attempt, request.c's begin and lingering close's end, the
  * timer's callback in timer.c). request.c gives each request its table when it allocates it, in the manner
  * of nginx's upstream handlers, so that the parts call nothing above them by name. */
+/* Sidecar mode (sidecar.c): the prefill the request's header names. */
+#define PD_SC_HOST_MAX 253 /* a DNS name's longest text form */
+typedef struct pd_sidecar {
+    const char *host; /* into the client request's header value (lives as long as x->req) */
+    size_t hlen;
+    int port;
+    int named;   /* the header named a prefill of the pool when the request arrived */
+    int outcome; /* PDR_SC_* (metrics.h) once counted; -1 before, and without sidecar mode */
+} pd_sidecar_t;
+
 typedef struct pd_machine {
     void (*advance)(struct pd_req *x);
     void (*start_attempt)(struct pd_req *x);
@@ -265,6 +275,7 @@ typedef struct pd_req {
     int migrations;
     char *mig_body;
     pdr_resume_t mig;
+    pd_sidecar_t sc; /* sidecar mode's prefill header (sidecar.c) */
 
     /* The tail (from PD_REQ_TAIL on) is not zeroed at the request's start (new_req): fwd and ph are
      * cleared whole by their own initialisation (pdr_fwd_build, pdr_phase_init), each text is written
@@ -400,6 +411,17 @@ void pdr__pd_admit_tag(pd_req_t *x, const pdr_config_t *c, pdr_admit_tag_t *tag)
 void pdr__pd_mark_started(pd_req_t *x, int ttfb);
 void pdr__pd_note_client_abort(pd_req_t *x);
 void pdr__pd_fail_response(pd_req_t *x, int status, const char *type, const char *msg, int retry_after);
+
+/* ---- sidecar.c: sidecar mode's prefill header ---- */
+
+/* Reads the request's prefill header into sc: -1 without sidecar mode; PDR_SC_USED when it names a prefill
+ * of the pool (its state is read at the first attempt's pick); PDR_SC_ABSENT (the policy picks),
+ * PDR_SC_MALFORMED or PDR_SC_NOT_IN_POOL (the caller answers 400 or 403, the reason in msg), counted. */
+int pdr__pd_sidecar_read(pdr_thread_t *t, const pdr_config_t *c, h2o_req_t *req, const char *pool,
+                         pd_sidecar_t *sc, char *msg, size_t cap);
+/* The first attempt's prefill from the header: 1 to go on (x->at.pw the named prefill, or NULL: the
+ * policy picks), 0 when the request was answered (503: the named prefill is down). */
+int pdr__pd_sidecar_pick(pd_req_t *x, const char *text, size_t tlen);
 void pdr__pd_start_client_response(pd_req_t *x);
 void pdr__pd_send_final_or_more(pd_req_t *x);
 int pdr__pd_merge_whole_answer(pd_req_t *x);

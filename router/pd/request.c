@@ -285,12 +285,23 @@ int pdr_pd_handle(pdr_thread_t *t, h2o_req_t *req, pdr_route_t route, int mroute
         return refuse(t, req, route, mroute, 400, "invalid_request_error",
                       no_generate_msg(no_generate, sizeof(no_generate), pc.protocol), 0, "route_not_served");
     }
+    /* Sidecar mode: the prefill the header names must be one of the pool's (sidecar.c). */
+    pd_sidecar_t sc;
+    int sco = pdr__pd_sidecar_read(t, c, req, pc.name, &sc, pmsg, sizeof(pmsg));
+    if (sco == PDR_SC_MALFORMED || sco == PDR_SC_NOT_IN_POOL) {
+        pdr_pdreq_clear(&pr);
+        if (sco == PDR_SC_MALFORMED)
+            return refuse(t, req, route, mroute, 400, "invalid_request_error", pmsg, 0,
+                          "prefill_header_malformed");
+        return refuse(t, req, route, mroute, 403, "permission_error", pmsg, 0, "prefill_not_in_pool");
+    }
     pd_req_t *x = new_req(t, req, mroute);
     if (x == NULL) {
         pdr_pdreq_clear(&pr);
         pdr_send_error(req, 503, "service_unavailable", "out of memory", 1);
         return 0;
     }
+    x->sc = sc;
     x->mode = MODE_PD;
     x->route = route;
     x->traced = pdr_trace_on() && (x->fwd.trace.flags & 0x01);

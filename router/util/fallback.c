@@ -10,8 +10,9 @@
 #define FALLBACK_LOG_PERIOD_NS (60ull * 1000000000ull)
 
 const char *const pdr_fallback_names[] = {
-    "tokenize_routing",    "tokenize_kv_deadline", "tokenize_kv_admission", "kv_index_unhashed",
-    "engine_load_unknown", "chat_template",        "kv_index_cold",         "unknown_model"};
+    "tokenize_routing",  "tokenize_kv_deadline", "tokenize_kv_admission",
+    "kv_index_unhashed", "engine_load_unknown",  "chat_template",
+    "kv_index_cold",     "unknown_model",        "sidecar_draining"};
 
 /* What the router does instead, for the log line. */
 static const char *const instead[] = {
@@ -23,6 +24,7 @@ static const char *const instead[] = {
     "the chat request has no token ids (the prefix tree routes it; what else needs them estimates)",
     "precise_prefix takes that worker's match from the prefix tree until its events are in sync",
     "the request has no token ids (the prefix tree routes it; what else needs them estimates)",
+    "the prefill policy picks another prefill of the pool",
 };
 
 /* Every reason has its name and its line (a missing one would print NULL). */

@@ -37,11 +37,15 @@ typedef enum {
      * there is no top-level one): each of those estimates or routes by the text. Counted once per request;
      * the log line names the model. */
     PDR_FB_UNKNOWN_MODEL,
+    /* Sidecar mode: the prefill the request's header names is draining: the prefill policy picks another
+     * (router/pd/sidecar.c). */
+    PDR_FB_SIDECAR_DRAINING,
     PDR_FB__COUNT
 } pdr_fallback_t;
 
 /* The metric's reason labels: "tokenize_routing", "tokenize_kv_deadline", "tokenize_kv_admission",
- * "kv_index_unhashed", "engine_load_unknown", "chat_template", "kv_index_cold", "unknown_model". */
+ * "kv_index_unhashed", "engine_load_unknown", "chat_template", "kv_index_cold", "unknown_model",
+ * "sidecar_draining". */
 extern const char *const pdr_fallback_names[PDR_FB__COUNT];
 
 /* Counts one fall-back; logs it unless one of the same reason was logged less than a minute ago. why

@@ -367,6 +367,25 @@ void pdr_pool_evict_trees(pdr_pool_t *p);
 pdr_worker_t *pdr_pool_pick(pdr_pool_t *p, const char *pool, pdr_role_t role, const uint64_t *avoid,
                             size_t n_avoid);
 
+/* ---- by address (pool_addr.c) ---- */
+
+/* Whether w's URL has this host and port: IP literals compared as addresses (IPv6 without brackets),
+ * names case-insensitively; a name never matches an address (nothing is resolved). */
+int pdr_worker_addr_is(const pdr_worker_t *w, const char *host, size_t hlen, int port);
+/* What pdr_pool_find_addr found of an address in a pool. */
+enum {
+    PDR_ADDR_NONE = 0, /* no worker of the role in the pool has it */
+    PDR_ADDR_SERVING,  /* returned: healthy, not draining, no outlier ejection holds it */
+    PDR_ADDR_DRAINING, /* none serves, and one is draining or drained */
+    PDR_ADDR_DOWN,     /* none serves: unhealthy (health checks, a request that proved it unreachable) or
+                          ejected */
+};
+/* The serving worker of the role in the pool named `pool` (NULL: the first pool) whose URL has this host
+ * and port (the ranks of a data-parallel worker share it: the one with the fewest requests in flight), with
+ * a reference; NULL when none serves. *state says which (PDR_ADDR_*). */
+pdr_worker_t *pdr_pool_find_addr(pdr_pool_t *p, const char *pool, pdr_role_t role, const char *host,
+                                 size_t hlen, int port, int *state);
+
 /* ---- drain ---- */
 
 /* ACTIVE -> DRAINING (DRAINED at once when idle); timeout_ms > 0 sets a deadline after which

@@ -326,7 +326,7 @@ static void test_errors(void)
         "pool: {}\n",
         "bad.yaml:1:1: unknown key 'pool' at the top level (valid keys: listen, admin, metrics, cors, "
         "protocol, policy, workers, health, timeouts, limits, retries, outlier, breaker, compat, affinity, "
-        "migration, epp, pd, "
+        "migration, epp, sidecar, pd, "
         "cache_aware, "
         "disaggregation, kv_events, ticket, shim_events, kv_admission, admission, load, log, lifecycle, "
         "tracing, "

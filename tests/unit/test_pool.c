@@ -2,7 +2,8 @@
  * choices), ejection and retries avoiding a failed worker, the drain state machine, worker ids, and
  * membership changes (add, remove, reconcile, reload, delete) with reference-counted workers; worker
  * identities (parsing, the compat key, the difference in words) and picks narrowed by a compat filter; the
- * load a policy weighs by source (shim report, engine answer, the router's count), fresh or not. */
+ * load a policy weighs by source (shim report, engine answer, the router's count), fresh or not; the look-up
+ * of a worker by its address. */
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
@@ -301,6 +302,52 @@ static pdr_worker_conf_t conf_of(const char *url, int bport)
     CHECK(pdr_worker_conf_parse_url(url, &w, err, sizeof(err)) == 0);
     w.bootstrap_port = bport;
     return w;
+}
+
+/* The address look-up of sidecar mode's prefill header (pool_addr.c): addresses compared as addresses, names
+ * case-insensitively, a name never an address; the state of what it finds. */
+static int addr_state(pdr_pool_t *p, const char *host, int port, const pdr_worker_t *want)
+{
+    int state = -1;
+    pdr_worker_t *w = pdr_pool_find_addr(p, NULL, PDR_ROLE_PREFILL, host, strlen(host), port, &state);
+    int ok = w == want;
+    pdr_worker_unref(w);
+    return ok ? state : -1;
+}
+
+static void test_find_addr(void)
+{
+    pdr_config_t *c = make_config(2, 1, "round_robin", "round_robin");
+    pdr_pool_t p;
+    CHECK(pdr_pool_init(&p, c) == 0);
+    int err = 0;
+    pdr_worker_conf_t a = conf_of("http://[::1]:30005", 8998),
+                      b = conf_of("http://Prefill-A.example:8000", -1);
+    pdr_worker_t *v6 = pdr_pool_add(&p, NULL, PDR_ROLE_PREFILL, &a, PDR_SOURCE_ADMIN, NULL, NULL, &err);
+    pdr_worker_t *named = pdr_pool_add(&p, NULL, PDR_ROLE_PREFILL, &b, PDR_SOURCE_ADMIN, NULL, NULL, &err);
+    CHECK(v6 != NULL && named != NULL);
+    pdr_worker_t *p0 = W(&p, PDR_ROLE_PREFILL, 0), *p1 = W(&p, PDR_ROLE_PREFILL, 1);
+    CHECK(addr_state(&p, "127.0.0.1", 30000, p0) == PDR_ADDR_SERVING);
+    CHECK(addr_state(&p, "127.0.0.1", 30001, p1) == PDR_ADDR_SERVING);
+    CHECK(addr_state(&p, "127.0.0.1", 30009, NULL) == PDR_ADDR_NONE);
+    CHECK(addr_state(&p, "127.0.0.2", 30000, NULL) == PDR_ADDR_NONE);
+    CHECK(addr_state(&p, "localhost", 30000, NULL) == PDR_ADDR_NONE);
+    CHECK(addr_state(&p, "127.0.0.1", 31000, NULL) == PDR_ADDR_NONE); /* the decode's: not a prefill */
+    CHECK(addr_state(&p, "0:0::1", 30005, v6) == PDR_ADDR_SERVING);
+    CHECK(addr_state(&p, "::2", 30005, NULL) == PDR_ADDR_NONE);
+    CHECK(addr_state(&p, "prefill-a.EXAMPLE", 8000, named) == PDR_ADDR_SERVING);
+    CHECK(addr_state(&p, "prefill-a.example.", 8000, NULL) == PDR_ADDR_NONE);
+    /* Draining, and down: found, not returned. */
+    pdr_pool_drain(&p, p1, 0, "test");
+    CHECK(addr_state(&p, "127.0.0.1", 30001, NULL) == PDR_ADDR_DRAINING);
+    pdr_pool_eject(&p, p0, "test");
+    CHECK(addr_state(&p, "127.0.0.1", 30000, NULL) == PDR_ADDR_DOWN);
+    pdr_worker_unref(v6);
+    pdr_worker_unref(named);
+    pdr_worker_conf_clear(&a);
+    pdr_worker_conf_clear(&b);
+    pdr_pool_dispose(&p);
+    pdr_config_unref(c);
 }
 
 static void test_membership(void)
@@ -711,6 +758,7 @@ static const pdr_test_case_t cases[] = {
     {"load_sources", test_load_sources, 60},
     {"drain", test_drain, 60},
     {"find", test_find, 60},
+    {"find_addr", test_find_addr, 60},
     {"membership", test_membership, 60},
     {"pools", test_pools, 60},
     {"ranks_and_regular", test_ranks_and_regular, 60},
