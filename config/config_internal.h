@@ -93,5 +93,8 @@ int pdr__read_secret_file(const char *path, char **out, char *msg, size_t msglen
 
 /* Error text into a caller's buffer; always NUL-terminated, safe with errlen 0. */
 void pdr__config_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* classes.c: the next name of an admission.classes list at *p (advanced past it and its comma; NULL at the
+ * end), its length in *len. */
+const char *pdr__config_next_class(const char **p, size_t *len);
 
 #endif

@@ -420,57 +420,6 @@ static int validate_cache_aware(const pdr_config_t *c, char *err, size_t errlen)
     return 0;
 }
 
-/* The next class name of a list at *p: its start and length; *p moves past it and its comma. */
-static const char *next_class(const char **p, size_t *len)
-{
-    const char *s = *p, *e = strchr(s, ',');
-    *len = e != NULL ? (size_t)(e - s) : strlen(s);
-    *p = e != NULL ? e + 1 : NULL;
-    return s;
-}
-
-int pdr_config_class_index(const char *classes, const char *name, size_t len)
-{
-    if (classes == NULL)
-        return 0;
-    const char *p = classes;
-    for (int i = 0; p != NULL; i++) {
-        size_t n;
-        const char *s = next_class(&p, &n);
-        if (n == len && memcmp(s, name, len) == 0)
-            return i;
-    }
-    return -1;
-}
-
-int pdr_config_class_count(const char *classes)
-{
-    if (classes == NULL)
-        return 1;
-    int k = 0;
-    for (const char *p = classes; p != NULL; k++) {
-        size_t n;
-        (void)next_class(&p, &n);
-    }
-    return k;
-}
-
-void pdr_config_class_name(const char *classes, int i, char *out, size_t cap)
-{
-    if (classes == NULL) {
-        snprintf(out, cap, "default");
-        return;
-    }
-    const char *p = classes;
-    size_t n = 0;
-    const char *s = "";
-    for (int k = 0; k <= i && p != NULL; k++)
-        s = next_class(&p, &n);
-    snprintf(out, cap, "%.*s", (int)n, s);
-}
-
-/* admission.classes: 1..PDR_CONFIG_MAX_CLASSES names of [a-z0-9_-], each shorter than
- * PDR_CONFIG_CLASS_NAME_MAX and named once; admission.default_class one of them. */
 static int validate_admission(const pdr_config_t *c, char *err, size_t errlen)
 {
     const char *cl = c->admission.classes;
@@ -478,7 +427,7 @@ static int validate_admission(const pdr_config_t *c, char *err, size_t errlen)
         int k = 0;
         for (const char *p = cl; p != NULL; k++) {
             size_t n;
-            const char *s = next_class(&p, &n);
+            const char *s = pdr__config_next_class(&p, &n);
             int ok = n > 0 && n < PDR_CONFIG_CLASS_NAME_MAX && k < PDR_CONFIG_MAX_CLASSES &&
                      pdr_config_class_index(cl, s, n) == k;
             for (size_t j = 0; ok && j < n; j++)

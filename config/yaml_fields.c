@@ -144,6 +144,8 @@ static const struct field epp_fields[] = {
     KEY(epp, prefill_header),
     KEY(epp, max_connections),
     KEY(epp, max_streams),
+    {NULL, 0, 0, 0, 0, NULL, NULL},
+};
 static const struct field sidecar_fields[] = {
     KEY(sidecar, enabled),
     KEY(sidecar, prefill_header),
