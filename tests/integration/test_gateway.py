@@ -22,17 +22,28 @@ Scenarios:
              the second gets its pick
   bad        a body that is not JSON: 400; a body past limits.max_body_bytes: 413; both as
              ImmediateResponse with an OpenAI-style error body
+  e2e        the whole path: client -> gateway -> the picker's pick -> the named decode pod's sidecar
+             (pdrouter --sidecar) -> the named pdsim prefill and the pod's pdsim decode -> back, streaming
+             and not, with the same answers as through pdrouter's own front door; a stream in flight on a
+             decode pod drained at the picker completes whole and new picks avoid the pod; with every
+             prefill dead the client has its 503 within 1 s
+  restart    the picker restarts (SIGTERM) while the gateway holds an open stream: the stream ends
+             UNAVAILABLE, and the gateway's retry on the same channel, once the new picker listens on the
+             same port, gets its pick
 """
+import http.client
 import json
 import os
 import signal
 import sys
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdtest  # noqa: E402
 from pdtest import check  # noqa: E402
 from test_epp import DEST, EXT, CHECK, Stream, headers, metadata, pb, set_headers  # noqa: E402
-from test_router import metric_value, metrics, router, sim, stats  # noqa: E402
+from test_router import BODIES, metric_value, metrics, router, sim, stats, texts  # noqa: E402
 from test_admin import admin  # noqa: E402
 
 BODY = json.dumps({"model": "pdsim", "prompt": "The endpoint picker names the decode", "max_tokens": 4}).encode()
@@ -45,8 +56,8 @@ def channel(port):
     return ch
 
 
-def epp_router(ps, ds, extra=""):
-    port, hport = pdtest.free_port(), pdtest.free_port()
+def epp_router(ps, ds, extra="", ports=None):
+    port, hport = ports or (pdtest.free_port(), pdtest.free_port())
     r = router(ps, ds, config="epp: { enabled: true, host: 127.0.0.1, port: %d, health_port: %d }\n"
                "health: { interval_ms: 100, fall: 1 }\n%s" % (port, hport, extra))
     r.ports["epp"] = port
@@ -270,6 +281,128 @@ def scenario_bad():
         check(metric_value(m, "pdr_epp_requests_total", outcome="bad_request") == 1, "400 not counted", r)
         check(metric_value(m, "pdr_epp_requests_total", outcome="too_large") == 1, "413 not counted", r)
         check(stats(ds[0])["requests"] == 0, "a refused request reached a worker", r)
+        ch.close()
+    finally:
+        pdtest.stop_all()
+
+
+def through_gateway(ch, r, body, path="/v1/completions"):
+    """One client request along the gateway's path: the picker's pick, the request sent to the endpoint it
+    named with its header mutation applied (as Envoy forwards it), the response fed back to the picker.
+    Returns (status, body, endpoint, prefill header value)."""
+    raw = json.dumps(body).encode()
+    s = Stream(ch)
+    request(s, body=raw, path=path)
+    a = s.recv()
+    if a.WhichOneof("response") == "immediate_response":
+        s.close()
+        return a.immediate_response.status.code, a.immediate_response.body, None, None
+    sh = set_headers(a.request_headers.response)
+    dest, pre = sh[DEST].decode().split(",")[0], sh.get("x-prefiller-host-port", b"").decode()
+    body_back(s, r, raw)
+    host, port = dest.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=20)
+    conn.request("POST", path, body=raw, headers={"Content-Type": "application/json", "x-prefiller-host-port": pre})
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    e = pb()["ep"]
+    s.send(response_headers=e.HttpHeaders(headers=headers(**{":status": str(resp.status)})),
+           metadata_context=metadata("envoy.lb", "x-gateway-destination-endpoint-served", dest))
+    s.recv()
+    s.send(response_body=e.HttpBody(body=data, end_of_stream=True))
+    s.recv()
+    s.close()
+    return resp.status, data, dest, pre
+
+
+def scenario_e2e():
+    ps = [sim("prefill"), sim("prefill")]
+    ds = [sim("decode", "--decode-us-per-token", "20000"), sim("decode", "--decode-us-per-token", "20000")]
+    try:
+        pods = [router(ps, [d], "--sidecar", "--prefill-policy", "round_robin", "--health-interval-ms", "100")
+                for d in ds]
+        r = epp_router(ps, pods)  # the decode pods' endpoints are their sidecars
+        front = router(ps, ds)    # pdrouter's own front door over the same workers, for the answers
+        ch = channel(r.ports["epp"])
+        hs = pb()["health"].HealthCheckResponse
+        pdtest.poll_until(lambda: health(ch, "readiness") == hs.SERVING, 10, "readiness")
+        route = "/v1/completions"
+        for stream in (False, True):
+            body = dict(BODIES[route], stream=stream)
+            before = [stats(p)["requests"] for p in ps] + [stats(d)["requests"] for d in ds]
+            st, data, dest, pre = through_gateway(ch, r, body)
+            check(st == 200, "through the gateway: %d %r" % (st, data[:300]), r, *pods)
+            after = [stats(p)["requests"] for p in ps] + [stats(d)["requests"] for d in ds]
+            grew = [i for i in range(4) if after[i] > before[i]]
+            named = [i for i, p in enumerate(ps) if ep(p) == pre]
+            pod = [i for i, x in enumerate(pods) if ep(x) == dest]
+            check(len(named) == 1 and len(pod) == 1 and grew == [named[0], 2 + pod[0]],
+                  "workers that served: %r (prefill named %s, pod %s)" % (grew, pre, dest), r)
+            st2, _, ref = pdtest.request(front.port, "POST", route, body)
+            check(st2 == 200 and texts(route, body, data, stream) == texts(route, body, ref, stream),
+                  "the gateway's answer differs from the front door's: %r vs %r" % (data[:200], ref[:200]), r)
+            if stream:
+                check(pdtest.sse_events(data)[-1] == "[DONE]", "the stream did not end with [DONE]", r)
+        # Drain: a stream in flight on one pod, the pod drained at the picker: it completes whole, and
+        # new picks go to the other pod.
+        out = {}
+        body = dict(BODIES[route], stream=True, max_tokens=25)
+        t = threading.Thread(target=lambda: out.update(res=through_gateway(ch, r, body)))
+        t.start()
+        pdtest.poll_until(lambda: sum(stats(d)["inflight"] for d in ds) == 1, 5, "the stream to start")
+        busy = [i for i, d in enumerate(ds) if stats(d)["inflight"] == 1][0]
+        wid = "decode-%d" % busy
+        admin(r, "POST", "/admin/v1/workers/%s/drain" % wid, expect=202)
+        for _ in range(3):
+            st, _, dest, _ = through_gateway(ch, r, dict(BODIES[route], max_tokens=2))
+            check(st == 200 and dest == ep(pods[1 - busy]), "a pick went to the draining pod: %s" % dest, r)
+        t.join(20)
+        st, data, _, _ = out["res"]
+        evs = pdtest.sse_events(data)
+        check(st == 200 and evs[-1] == "[DONE]" and len(texts(route, body, data, True)) > 0,
+              "the stream on the drained pod was cut: %d %r" % (st, data[-200:]), r)
+        pdtest.poll_until(lambda: admin(r, "GET", "/admin/v1/workers/" + wid)["state"] == "drained", 5, "drained")
+        # Every prefill dies: the client has its 503 within 1 s.
+        for p in ps:
+            p.stop(signal.SIGKILL)
+        t0 = time.monotonic()
+        st, data, _, _ = through_gateway(ch, r, dict(BODIES[route]))
+        took = time.monotonic() - t0
+        check(st == 503 and took < 1.0, "with the prefills dead: %d after %.2f s: %r" % (st, took, data[:200]), r)
+        ch.close()
+    finally:
+        pdtest.stop_all()
+
+
+def scenario_restart():
+    import grpc
+    ps, ds = [sim("prefill")], [sim("decode")]
+    try:
+        r = epp_router(ps, ds)
+        ports = (r.ports["epp"], r.ports["epp_health"])
+        ch = channel(ports[0])
+        s = Stream(ch)
+        e = pb()["ep"]
+        mode = e.ProtocolConfiguration(request_body_mode=e.FULL_DUPLEX_STREAMED)
+        s.send(request_headers=e.HttpHeaders(headers=headers(**{":method": "POST", ":path": "/v1/completions"}),
+                                             end_of_stream=False), protocol_config=mode)
+        pdtest.poll_until(lambda: metric_value(metrics(r), "pdr_epp_streams_open") == 1, 5, "the stream to open")
+        check(r.stop(signal.SIGTERM) == 0, "the picker did not exit cleanly", r)
+        try:
+            s.recv()
+            check(False, "the open stream got an answer from a picker that stopped", r)
+        except grpc.RpcError as err:
+            check(err.code() == grpc.StatusCode.UNAVAILABLE, "the open stream ended %s" % err.code(), r)
+        r = epp_router(ps, ds, ports=ports)
+        # The gateway's retry on the same channel, once gRPC has reconnected to the same address.
+        grpc.channel_ready_future(ch).result(timeout=10)
+        s = Stream(ch)
+        request(s)
+        eps, pre, _ = picked(s, r)
+        check(eps == [ep(ds[0])] and pre == ep(ps[0]), "the retried pick: %r %r" % (eps, pre), r)
+        body_back(s, r)
+        s.close()
         ch.close()
     finally:
         pdtest.stop_all()
