@@ -221,7 +221,8 @@ int pdr__check_sidecar(const pdr_config_t *c, char *err, size_t errlen)
             "list it as the one workers.decode, the prefills under workers.prefill or discovery)");
         return PDR_ECONFIG;
     }
-    if (pdr__role_discovered(&c->discovery, PDR_ROLE_DECODE)) {
+    const pdr_discovery_conf_t *d = &c->discovery; /* an InferencePool's decode pods are left alone */
+    if (d->dns.role[PDR_ROLE_DECODE].name != NULL || d->kubernetes.role[PDR_ROLE_DECODE].selector != NULL) {
         pdr__config_err(err, errlen,
                         "sidecar.enabled: the decode is the local engine, not discovered: remove the decode "
                         "role of discovery and list it as the one workers.decode (--decode URL)");

@@ -180,6 +180,7 @@ unknown_model_any_pool @@ router/pd/attempt.c @@ if (text != NULL && r->pool.kvi
 ids_fallback_not_logged @@ router/pd/attempt.c @@ x->at.ids_fallback = fb >= 0 ? pdr_fallback_names[fb] : NULL; @@ x->at.ids_fallback = fb >= 0 ? NULL : NULL; @@ pdrouter pdsim pdtok @@ ^tokenizer_pools$
 kv_index_cold_uncounted @@ routing/kvindex.c @@ ix->cold += ws[i] != NULL && !out[i].synced; @@ (void)0; @@ pdrouter pdsim @@ ^router_kv_events_gap$
 health_generate_any_pair @@ router/control/compat.c @@ c->compat.enabled ? &cf : NULL) @@ NULL) @@ pdrouter pdsim @@ ^router_compat_pairs_no_pair$
+sidecar_takes_pool_decodes @@ router/control/reload.c @@ if (role == PDR_ROLE_DECODE && run->config->sidecar.enabled) { @@ if (0) { @@ pdrouter @@ ^router_discovery_kubernetes_inference_pool_sidecar$
 gateway_subset_ignored @@ router/gateway/epp_workers.c @@ .only = q->has_subset ? only : NULL, @@ .only = NULL, @@ pdrouter @@ ^gateway_epp_subset$
 gateway_no_prefill_header @@ router/gateway/epp_answer.c @@ if (prefill != NULL) { @@ if (0) { @@ pdrouter @@ ^gateway_epp_pick$
 gateway_body_not_given_back @@ router/gateway/epp_answer.c @@ (void)pdr_epp_answer_body(q->s, PDR_EPP_REQUEST_BODY, (const uint8_t *)q->body, q->len, 1); @@ (void)0; @@ pdrouter @@ ^gateway_epp_(pick|drain)$

@@ -39,6 +39,7 @@ typedef struct pdr_source_run {
     int which;            /* 0: dns, 1: kubernetes */
     pthread_mutex_t lock;
     int live;
+    int sidecar_noted; /* the decode role's watcher thread: its endpoints' disuse was logged */
 } source_run_t;
 
 /* The discovery section of pool i of c: the top-level one in the one-pool form. */
@@ -58,6 +59,17 @@ static void on_discovered(void *ud, const char *source, pdr_role_t role, const p
 {
     source_run_t *run = ud;
     int src = source_ids[run->which];
+    if (role == PDR_ROLE_DECODE && run->config->sidecar.enabled) {
+        /* A sidecar's decode is its pod's engine (the one static decode); an InferencePool gives the pool's
+         * decode pods too, which are not this sidecar's to use: only its prefills are taken. */
+        if (!run->sidecar_noted)
+            pdr_info(
+                "%s discovery (pool %s): sidecar mode: the pool's %zu decode endpoints are not used (the "
+                "decode is this pod's engine)",
+                source, run->pool, n);
+        run->sidecar_noted = 1;
+        return;
+    }
     pdr_worker_conf_t *confs = calloc(n + 1, sizeof(*confs));
     const char **names = calloc(n + 1, sizeof(*names));
     size_t k = 0;

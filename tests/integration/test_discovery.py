@@ -395,6 +395,41 @@ def scenario_kubernetes_inference_pool():
         os.unlink(tok_path)
 
 
+def scenario_kubernetes_inference_pool_sidecar():
+    """A decode pod's sidecar (sidecar.enabled) takes its prefills from the InferencePool: the pool's
+    prefill pods join as prefills, its decode pods are not used (the decode is the pod's own engine, the one
+    static decode; logged), and a request whose header names a pool prefill is served by it and the local
+    engine."""
+    p1 = pdtest.free_port()
+    bp = pdtest.free_port()
+    fd, tok_path = tempfile.mkstemp(prefix="pdrouter-k8s-token-")
+    with os.fdopen(fd, "w") as f:
+        f.write("k8s-token\n")
+    api = K8s("k8s-token", "llm")
+    try:
+        pre = sim_on("prefill", "127.0.0.2", p1, bp)
+        other = sim_on("decode", "127.0.0.3", p1)
+        local = sim("decode")
+        api.put(pool_pod("pre-0", "127.0.0.2", "prefill", bp), pool_pod("dec-0", "127.0.0.3", "decode"))
+        api.control("pool", {"name": "llm-pool", "matchLabels": {"app": "sglang", "model": "a"}, "ports": [p1]})
+        cfg = ("sidecar: { enabled: true }\nworkers:\n  decode:\n    - { url: http://127.0.0.1:%d }\n"
+               "discovery:\n  kubernetes:\n    api_server: http://127.0.0.1:%d\n    namespace: llm\n"
+               "    token_file: %s\n    inference_pool: llm-pool\nhealth: { interval_ms: 200 }"
+               % (local.port, api.port, tok_path))
+        r = router([], [], config=cfg)
+        want = [("decode", "http://127.0.0.1:%d" % local.port, "static"),
+                ("prefill", "http://127.0.0.2:%d" % p1, "kubernetes")]
+        pdtest.poll_until(lambda: sorted((w["role"], w["url"], w["source"]) for w in workers(r)) == want, 5,
+                          "the pool's prefill and the local decode only")
+        pdtest.poll_until(lambda: "decode endpoints are not used" in r.log_tail(200), 5, "the log line")
+        st, _, out = request(r.port, "POST", "/generate", GEN, headers={"x-prefiller-host-port": "127.0.0.2:%d" % p1})
+        check(st == 200 and sim_requests_at(pre) == 1 and stats(local)["requests"] == 1 and
+              sim_requests_at(other) == 0, "a request through the sidecar: %d %r" % (st, out[:200]), r)
+    finally:
+        pdtest.stop_all()
+        api.close()
+
+
 def sim_requests_at(p):
     return request_json(p.port, "GET", "/pdsim/stats", host=p.host)["requests"]
 
