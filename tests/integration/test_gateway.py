@@ -243,12 +243,13 @@ def scenario_admission():
         body_back(a, r)
         b = Stream(ch)
         request(b)
+        # b waits in the queue before c is sent (streams of one connection may arrive in any order).
+        pdtest.poll_until(lambda: metric_value(metrics(r), "pdr_queue_depth") == 1, 5, "b queued")
         c = Stream(ch)
         request(c)
         err = immediate(c, r, 429)
         check("too many requests" in err["error"]["message"], repr(err), r)
         c.close()
-        pdtest.poll_until(lambda: metric_value(metrics(r), "pdr_queue_depth") == 1, 5, "b queued")
         respond(a, r, ep(ds[0]))
         a.close()
         picked(b, r)  # its slot handed over when a's response ended
