@@ -190,6 +190,10 @@ def scenario_dead_named():
     try:
         st, _, out = ask(r, addr(ps[0]))
         check(st == 200, "%d %s" % (st, out[:300]), r)
+        # The client's answer can come before the prefill leg reached the prefill (the decode answers
+        # first): the prefill is killed once it has the request, so that the leg never meets a refused
+        # connection.
+        pdtest.poll_until(lambda: stats(ps[0])["requests"] == 1, 5, "the prefill leg to arrive")
         ps[0].proc.kill()
         ps[0].proc.wait()
         url = "http://%s" % addr(ps[0])
