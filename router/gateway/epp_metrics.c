@@ -2,6 +2,7 @@
  * The endpoint picker's counters (gateway_internal.h) and their /metrics families (gateway.h). Any loop
  * counts and renders; the server whose gRPC counters are shown is set on loop 0.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,10 @@ static uint64_t served[4];               /* atomic: first, fallback, other, abse
 static int64_t streams_open;             /* atomic */
 static uint64_t pick_us_buckets[10];     /* atomic: the pick's latency (the body's end to the answer) */
 static uint64_t pick_us_sum, pick_count; /* atomic */
-static pdr_epp_t *metrics_server;        /* loop 0 sets it; read by the exposition (loop 0: admin/metrics) */
+/* The gRPC server's counters as loop 0 last copied them (they are its loop's own): what any loop's
+ * /metrics shows, at most one health tick old. */
+static pdr_epp_stats_t grpc_stats;
+static pthread_mutex_t grpc_stats_lock = PTHREAD_MUTEX_INITIALIZER;
 static const uint64_t pick_us_le[9] = {25, 50, 100, 250, 500, 1000, 2500, 10000, 100000};
 
 void pdr__gw_count(int outcome)
@@ -29,9 +33,22 @@ void pdr__gw_streams(int delta)
     __atomic_add_fetch(&streams_open, delta, __ATOMIC_RELAXED);
 }
 
-void pdr__gw_metrics_on(pdr_epp_t *e)
+void pdr__gw_stats_copy(const pdr_epp_t *a, const pdr_epp_t *b)
 {
-    __atomic_store_n(&metrics_server, e, __ATOMIC_RELEASE);
+    pdr_epp_stats_t s, t;
+    memset(&s, 0, sizeof(s));
+    memset(&t, 0, sizeof(t));
+    if (a != NULL)
+        pdr_epp_stats(a, &s);
+    if (b != NULL)
+        pdr_epp_stats(b, &t);
+    uint64_t *x = (uint64_t *)&s;
+    const uint64_t *y = (const uint64_t *)&t;
+    for (size_t i = 0; i < sizeof(s) / sizeof(uint64_t); i++) /* the two servers' counts together */
+        x[i] += y[i];
+    pthread_mutex_lock(&grpc_stats_lock);
+    grpc_stats = s;
+    pthread_mutex_unlock(&grpc_stats_lock);
 }
 
 void pdr__gw_count_served(int k)
@@ -70,7 +87,6 @@ char *pdr_gateway_render_metrics(size_t *len)
     static const char *const names[GW__OUTCOMES] = {"picked", "no_decode",   "no_prefill", "shed",
                                                     "busy",   "bad_request", "not_found",  "too_large"};
     static const char *const snames[4] = {"first", "fallback", "other", "absent"};
-    pdr_epp_t *e = __atomic_load_n(&metrics_server, __ATOMIC_ACQUIRE);
     out_t b = {{NULL, 0, 0}, 0};
     put(&b, "# HELP pdr_epp_requests_total Requests the endpoint picker answered, by outcome.\n"
             "# TYPE pdr_epp_requests_total counter\n");
@@ -97,10 +113,9 @@ char *pdr_gateway_render_metrics(size_t *len)
         "pdr_epp_pick_seconds_count %llu\n",
         (unsigned long long)cum, (double)__atomic_load_n(&pick_us_sum, __ATOMIC_RELAXED) / 1e6,
         (unsigned long long)__atomic_load_n(&pick_count, __ATOMIC_RELAXED));
-    pdr_epp_stats_t st;
-    memset(&st, 0, sizeof(st));
-    if (e != NULL) /* the picker is on */
-        pdr_epp_stats(e, &st);
+    pthread_mutex_lock(&grpc_stats_lock);
+    pdr_epp_stats_t st = grpc_stats;
+    pthread_mutex_unlock(&grpc_stats_lock);
     put(&b,
         "# HELP pdr_epp_streams_open ext_proc streams open now.\n# TYPE pdr_epp_streams_open gauge\n"
         "pdr_epp_streams_open %lld\n",

@@ -326,6 +326,7 @@ static void on_health(uv_timer_t *h)
     int ok = !pdr_router_stopping(g->r) && g->ready(g->r, why, sizeof(why));
     set_health(g->epp, ok);
     set_health(g->health_epp, ok);
+    pdr__gw_stats_copy(g->epp, g->health_epp);
     if (ok != g->was_ready)
         pdr_info("endpoint picker: %s%s%s", ok ? "serving" : "not serving", ok ? "" : ": ", ok ? "" : why);
     g->was_ready = ok;
@@ -377,7 +378,6 @@ int pdr_gateway_start(pdr_router_t *r, pdr_gateway_ready_cb ready)
         }
     }
     gw = g;
-    pdr__gw_metrics_on(g->epp);
     uv_timer_init(r->threads[0].loop, &g->health);
     g->health.data = g;
     uv_timer_start(&g->health, on_health, 0, 250);
@@ -394,7 +394,7 @@ void pdr_gateway_stop(pdr_router_t *r)
     if (g == NULL)
         return;
     gw = NULL;
-    pdr__gw_metrics_on(NULL);
+    pdr__gw_stats_copy(g->epp, g->health_epp);
     uv_timer_stop(&g->health);
     uv_close((uv_handle_t *)&g->health, NULL);
     set_health(g->epp, 0);

@@ -80,8 +80,8 @@ void pdr__gw_count(int outcome);
 void pdr__gw_count_served(int k); /* 0 first, 1 a listed fall-back, 2 another, 3 not said */
 void pdr__gw_streams(int delta);
 void pdr__gw_observe(uint64_t t0_ns); /* a pick's latency, from t0_ns to now */
-/* The server whose counters /metrics shows (NULL: none). */
-void pdr__gw_metrics_on(pdr_epp_t *e);
+/* Loop 0: copies the gRPC servers' counters (a, b: NULL for none) for /metrics, summed. */
+void pdr__gw_stats_copy(const pdr_epp_t *a, const pdr_epp_t *b);
 
 /* epp_workers.c */
 void pdr__gw_pick(gw_req_t *q);
