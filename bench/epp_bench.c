@@ -103,6 +103,7 @@ static int stop_starting;
 static bench_stream_t *free_streams;
 static uint64_t t_measure0;
 
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void fail(const char *fmt, ...)
 {
     va_list ap;
