@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "ext_proc.pb-c.h"
+#include "util.h"
 
 #define DEST_HEADER "x-gateway-destination-endpoint"
 #define MAX_CONNS 1024
@@ -375,14 +376,13 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     bench_stream_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
     if (s == NULL)
         return 0;
-    char v[16];
-    size_t n = valuelen < sizeof v - 1 ? valuelen : sizeof v - 1;
-    memcpy(v, value, n);
-    v[n] = '\0';
+    int64_t v; /* a value that is not a number is -1: no status the checks accept */
+    if (pdr_parse_int64((const char *)value, valuelen, 0, 999, &v) != 0)
+        v = -1;
     if (namelen == 7 && memcmp(name, ":status", 7) == 0)
-        s->status = atoi(v);
+        s->status = (int)v;
     else if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0)
-        s->grpc_status = atoi(v);
+        s->grpc_status = (int)v;
     return 0;
 }
 

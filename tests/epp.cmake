@@ -43,7 +43,7 @@ endforeach()
 # code); bench/epp_pick.sh runs it against pdrouter --epp with pdsim workers. The smoke test plays 200
 # exchanges at concurrency 8 and fails on any wrong answer, so the bench cannot rot.
 add_executable(epp_bench ${PROJECT_SOURCE_DIR}/bench/epp_bench.c)
-target_link_libraries(epp_bench PRIVATE pdr_epp_pb PkgConfig::NGHTTP2)
+target_link_libraries(epp_bench PRIVATE pdr_epp_pb pdr_common PkgConfig::NGHTTP2)
 add_test(NAME epp_bench_smoke COMMAND sh ${PROJECT_SOURCE_DIR}/bench/epp_pick.sh smoke)
 set_tests_properties(epp_bench_smoke PROPERTIES LABELS integration TIMEOUT 90
                      ENVIRONMENT "BUILD=${CMAKE_BINARY_DIR}")
