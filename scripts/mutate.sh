@@ -158,7 +158,7 @@ migration_budget_ignored @@ router/pd/migrate.c @@ if (x->migrations >= x->conf-
 migration_switch_ignored @@ router/pd/request.c @@ x->mig_possible = c->migration.enabled && pr.stream; @@ x->mig_possible = pr.stream; @@ pdrouter pdsim @@ ^router_migration_disabled$
 migration_n_movable @@ router/util/resume.c @@ if (member_is(o, "n", above_one)) @@ if (0) @@ pdrouter pdsim test_resume @@ ^router_(migration_refused|unit_resume)$
 migration_second_head @@ router/pd/advance.c @@ pdr__pd_resume_response(x); @@ pdr__pd_start_client_response(x); @@ pdrouter pdsim @@ ^router_migration_(completions|chat)$
-admission_body_priority_ignored @@ router/pd/queue.c @@ if (!named && cl != NULL && c->admission.priority_field && body_priority(&x->pr, &prio)) { @@ if (0) { @@ pdrouter pdsim @@ ^router_admission_fairq_body_priority$
+admission_body_priority_ignored @@ router/fleet/admission_tag.c @@ if (!named && cl != NULL && c->admission.priority_field && body_priority(body, &prio)) { @@ if (0) { @@ pdrouter pdsim @@ ^router_admission_fairq_body_priority$
 disagg_prefill_cache_decides @@ router/pd/pick.c @@ pdr_disagg_measure(text, tlen, solo.matched_known ? solo.matched : 0, &in); @@ pdr_disagg_measure(text, tlen, info.matched_known ? info.matched : 0, &in); @@ pdrouter pdsim @@ ^router_disagg_vllm_cached_on_prefill_only$
 tokenizer_no_byte_fallback @@ tokenizer/tokenizer_spm.c @@ if (t->byte_fallback) { @@ if (0) { @@ pdtok test_tokenizer @@ ^tokenizer_(ref_spm_meta|ref_spm_gemma|unit)$
 tokenizer_metaspace_first_as_always @@ tokenizer/tokenizer_spm.c @@ (t->meta_prepend == PDR__META_FIRST && first)) && @@ (t->meta_prepend == PDR__META_FIRST)) && @@ pdtok test_tokenizer @@ ^tokenizer_(ref_spm_meta|unit)$

@@ -15,6 +15,7 @@
 #include "dlist.h"
 #include "fairq.h"
 #include "pool.h"
+#include "rewrite.h"
 
 struct pdr_thread;
 
@@ -84,6 +85,16 @@ struct pdr_admit_waiter {
     void (*go)(pdr_admit_waiter_t *w); /* on t's loop: the slot is the waiter's, start */
 };
 
+/* The request's header `lower` (lower case, n bytes), or NULL; *len its value's length. */
+typedef const char *(*pdr_admit_header_fn)(void *ctx, const char *lower, size_t n, size_t *len);
+/* What admission needs of a request (admission_tag.c): its class from admission.class_header (a name not in
+ * admission.classes, or none, is admission.default_class; without a named class, the body's integer
+ * "priority" with admission.priority_field), its tenant from admission.fairness_header (the value is
+ * hashed at once and never kept nor logged; none: the tenant of requests without the header), and its queue
+ * deadline from t0_ns, admission.timeout_header's milliseconds when that is sooner than
+ * limits.queue_timeout_ms. hdr reads the request's headers; body may be NULL. */
+void pdr_admit_tag_of(const pdr_config_t *c, pdr_admit_header_fn hdr, void *ctx, const pdr_pdreq_t *body,
+                      uint64_t t0_ns, pdr_admit_tag_t *tag);
 /* A new request of pool `pool` (index pool_index) on t's loop, under c's limits, of class and tenant tag
  * (NULL: class 0, no tenant, no deadline of its own). w is filled in and stays the caller's until
  * pdr_admit_leave. */

@@ -5,7 +5,6 @@
  * them; what the picks hold (in flight until the response ends), the endpoint the gateway says served the
  * request, and the counters of /metrics. Loop 0 (the counters are read by any loop).
  */
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,36 +201,14 @@ void pdr__gw_served(gw_req_t *q, const char *ep)
     pdr__gw_count_served(k);
 }
 
-/* name in lower case into low (cap bytes): 0 when it does not fit. */
-static int lower_name(const char *name, char *low, size_t cap)
+/* The request's header `lower` as the gateway sent it (pdr_admit_header_fn). */
+static const char *gw_header(void *ctx, const char *lower, size_t n, size_t *len)
 {
-    size_t n = strlen(name);
-    if (n == 0 || n >= cap)
-        return 0;
-    for (size_t i = 0; i <= n; i++)
-        low[i] = (char)tolower((unsigned char)name[i]);
-    return 1;
+    (void)n;
+    return pdr__gw_header(ctx, lower, len);
 }
 
 void pdr__gw_admit_tag(gw_req_t *q, const pdr_config_t *c, pdr_admit_tag_t *tag)
 {
-    const char *v;
-    size_t len = 0;
-    char low[PDR_CONFIG_HEADER_NAME_MAX];
-    const char *cl = c->admission.classes, *def = c->admission.default_class;
-    tag->cls = def != NULL ? pdr_config_class_index(cl, def, strlen(def)) : 0;
-    if (cl != NULL && c->admission.class_header != NULL &&
-        lower_name(c->admission.class_header, low, sizeof(low)) &&
-        (v = pdr__gw_header(q, low, &len)) != NULL) {
-        int k = pdr_config_class_index(cl, v, len);
-        if (k >= 0)
-            tag->cls = k;
-    }
-    if (tag->cls < 0)
-        tag->cls = 0;
-    tag->key = 0;
-    if (c->admission.fairness_header != NULL && lower_name(c->admission.fairness_header, low, sizeof(low)) &&
-        (v = pdr__gw_header(q, low, &len)) != NULL)
-        tag->key = pdr_fairq_key(v, len);
-    tag->deadline_ns = q->t0_ns + (uint64_t)c->limits.queue_timeout_ms * 1000000ull;
+    pdr_admit_tag_of(c, gw_header, q, q->parsed ? &q->pr : NULL, q->t0_ns, tag);
 }

@@ -3,7 +3,6 @@
  * next token, an HTTP/1 client's close), the slot handed over, and the answers of a refusal (429 for the
  * queue and the rate limit, 503 for a limit without a queue). Loop thread of the request.
  */
-#include <ctype.h>
 #include "pd_internal.h"
 
 static void on_queue_tick(uv_timer_t *h);
@@ -27,75 +26,20 @@ void pdr__pd_arm_queue_tick(pd_req_t *x)
     uv_timer_start(&x->timer, on_queue_tick, ms ? ms : 1, 0);
 }
 
-/* The value of header name (any case) of x's request, or NULL; *len its length. */
-static const char *header_value(pd_req_t *x, const char *name, size_t *len)
+/* The request's header `lower` (pdr_admit_header_fn). */
+static const char *header_value(void *ctx, const char *lower, size_t n, size_t *len)
 {
-    char low[PDR_CONFIG_HEADER_NAME_MAX]; /* config/validate.c checks the names fit */
-    size_t n = strlen(name);
-    if (n == 0 || n >= sizeof(low))
-        return NULL;
-    for (size_t i = 0; i < n; i++)
-        low[i] = (char)tolower((unsigned char)name[i]);
-    ssize_t i = h2o_find_header_by_str(&x->req->headers, low, n, -1);
+    pd_req_t *x = ctx;
+    ssize_t i = h2o_find_header_by_str(&x->req->headers, lower, n, -1);
     if (i < 0)
         return NULL;
     *len = x->req->headers.entries[i].value.len;
     return x->req->headers.entries[i].value.base;
 }
 
-/* What admission needs of the request (admission.*): its class from admission.class_header (a name not in
- * admission.classes, or none, is admission.default_class), its tenant from admission.fairness_header (the
- * value is hashed at once and never kept nor logged; none: the tenant of requests without the header), and
- * its queue deadline, admission.timeout_header's milliseconds when that is sooner than
- * limits.queue_timeout_ms. */
-/* The body's top-level integer "priority", when it has one. */
-static int body_priority(const pdr_pdreq_t *pr, int64_t *out)
-{
-    for (size_t i = 0; i < pr->n; i++) {
-        const pdr_jmember_t *m = &pr->m[i];
-        if (pdr_jmember_key_is(m, "priority") && m->v.type == PDR_JT_INT)
-            return pdr_parse_int64(m->v.p, m->v.len, INT32_MIN, INT32_MAX, out) == 0;
-    }
-    return 0;
-}
-
 void pdr__pd_admit_tag(pd_req_t *x, const pdr_config_t *c, pdr_admit_tag_t *tag)
 {
-    const char *v;
-    size_t len = 0;
-    const char *cl = c->admission.classes, *def = c->admission.default_class;
-    tag->cls = def != NULL ? pdr_config_class_index(cl, def, strlen(def)) : 0;
-    int named = 0;
-    if (cl != NULL && (v = header_value(x, c->admission.class_header, &len)) != NULL) {
-        int k = pdr_config_class_index(cl, v, len);
-        if (k >= 0) {
-            tag->cls = k;
-            named = 1;
-        }
-    }
-    int64_t prio;
-    if (!named && cl != NULL && c->admission.priority_field && body_priority(&x->pr, &prio)) {
-        /* vLLM's and sglang's field: the lower, the more important; the classes in that order. */
-        int n = pdr_config_class_count(cl);
-        tag->cls = prio <= 0 ? 0 : prio >= n ? n - 1 : (int)prio;
-    }
-    if (tag->cls < 0)
-        tag->cls = 0;
-    tag->key = 0;
-    if (c->admission.fairness_header != NULL &&
-        (v = header_value(x, c->admission.fairness_header, &len)) != NULL)
-        tag->key = pdr_fairq_key(v, len);
-    uint64_t ms = (uint64_t)c->limits.queue_timeout_ms;
-    if (c->admission.timeout_header != NULL &&
-        (v = header_value(x, c->admission.timeout_header, &len)) != NULL && len > 0 && len < 12) {
-        char num[12], *end;
-        memcpy(num, v, len);
-        num[len] = '\0';
-        long long t = strtoll(num, &end, 10);
-        if (*end == '\0' && t >= 0 && (uint64_t)t < ms)
-            ms = (uint64_t)t;
-    }
-    tag->deadline_ns = x->t0_ns + ms * 1000000ull;
+    pdr_admit_tag_of(c, header_value, x, &x->pr, x->t0_ns, tag);
 }
 
 static void queue_refused(pd_req_t *x, pdr_admit_reject_t why, const char *cause, const char *msg)
