@@ -29,6 +29,7 @@
 #include "gateway_internal.h"
 #include "pd.h"
 #include "router.h"
+#include "routes.h"
 #include "token_ids.h"
 #include "util.h"
 
@@ -81,15 +82,11 @@ static int keep_headers(gw_req_t *q, const pdr_epp_msg_t *m)
     size_t len;
     const char *path = pdr__gw_header(q, ":path", &len);
     q->route = -1;
-    if (path != NULL) {
-        size_t plen = strcspn(path, "?");
-        if (plen == 9 && memcmp(path, "/generate", 9) == 0)
-            q->route = PDR_ROUTE_GENERATE;
-        else if (plen == 15 && memcmp(path, "/v1/completions", 15) == 0)
-            q->route = PDR_ROUTE_COMPLETIONS;
-        else if (plen == 20 && memcmp(path, "/v1/chat/completions", 20) == 0)
-            q->route = PDR_ROUTE_CHAT;
-    }
+    size_t plen = path != NULL ? strcspn(path, "?") : 0;
+    for (size_t i = 0; path != NULL && i < pdr_n_routes && q->route < 0; i++) /* the data port's PD routes */
+        if (pdr_routes[i].kind == PDR_RK_PD && strlen(pdr_routes[i].path) == plen &&
+            memcmp(pdr_routes[i].path, path, plen) == 0)
+            q->route = (int)pdr_routes[i].pd_route;
     return 0;
 }
 
